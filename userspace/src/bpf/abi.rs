@@ -1,0 +1,280 @@
+//! Rust mirror of `ebpf/sysprof.h`, the records the kernel side sends.
+//!
+//! In: raw bytes of one ring buffer record. Out: a borrowed, typed view
+//! ([`SampleView`]) that never copies the stacks. The layouts here are
+//! checked against the C header by `abi_matches_c_header`, which compiles
+//! the header with the host C compiler and compares every size and offset.
+
+/// `TASK_COMM_LEN`
+pub const TASK_COMM_LEN: usize = 16;
+/// `MAX_STACK_DEPTH`: entries per stack in a sample record.
+pub const MAX_STACK_DEPTH: usize = 127;
+/// `RECORD_SAMPLE`
+pub const RECORD_SAMPLE: u32 = 1;
+/// `SAMPLE_FLAG_KSTACK_FAILED`
+pub const SAMPLE_FLAG_KSTACK_FAILED: u32 = 1;
+/// `SAMPLE_FLAG_USTACK_FAILED`
+pub const SAMPLE_FLAG_USTACK_FAILED: u32 = 2;
+/// `DROP_RINGBUF_FULL`
+pub const DROP_RINGBUF_FULL: u32 = 0;
+/// `DROP_KSTACK`
+pub const DROP_KSTACK: u32 = 1;
+/// `DROP_USTACK`
+pub const DROP_USTACK: u32 = 2;
+/// `DROP_MAX`
+pub const DROP_MAX: u32 = 3;
+
+/// `struct sample_event`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SampleEvent {
+    /// `RECORD_SAMPLE`.
+    pub kind: u32,
+    /// CPU the sample was taken on.
+    pub cpu: u32,
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub time_ns: u64,
+    /// `task->se.sum_exec_runtime` in nanoseconds.
+    pub sum_exec_runtime: u64,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// `SAMPLE_FLAG_*`.
+    pub flags: u32,
+    /// Valid entries in `kstack`.
+    pub kstack_len: u32,
+    /// Valid entries in `ustack`.
+    pub ustack_len: u32,
+    /// Padding, zero.
+    pub _pad: u32,
+    /// Task name, NUL-padded.
+    pub comm: [u8; TASK_COMM_LEN],
+    /// Kernel return addresses, leaf first.
+    pub kstack: [u64; MAX_STACK_DEPTH],
+    /// User return addresses, leaf first.
+    pub ustack: [u64; MAX_STACK_DEPTH],
+}
+
+/// A decoded sample borrowing its stacks from the ring buffer record.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleView<'a> {
+    /// CPU the sample was taken on.
+    pub cpu: u32,
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub time_ns: u64,
+    /// Thread's total CPU time so far, nanoseconds.
+    pub sum_exec_runtime: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// `SAMPLE_FLAG_*`.
+    pub flags: u32,
+    /// Task name without NUL padding.
+    pub comm: &'a [u8],
+    /// Kernel stack, leaf first.
+    pub kstack: &'a [u64],
+    /// User stack, leaf first.
+    pub ustack: &'a [u64],
+}
+
+/// Why a record could not be decoded.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The record is shorter than its kind requires.
+    #[error("record of {len} bytes is too short for kind {kind}")]
+    Short {
+        /// Record kind, or 0 if the kind itself was missing.
+        kind: u32,
+        /// Bytes received.
+        len: usize,
+    },
+    /// The record is not 8-byte aligned, which ring buffer records always are.
+    #[error("record is not 8-byte aligned")]
+    Misaligned,
+    /// The record's kind is unknown to this build.
+    #[error("unknown record kind {0}")]
+    UnknownKind(u32),
+}
+
+/// Decode one sample record. The record is only borrowed; nothing is copied
+/// or allocated, and out-of-range stack lengths are clamped rather than trusted.
+pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
+    if bytes.len() < 4 {
+        return Err(DecodeError::Short { kind: 0, len: bytes.len() });
+    }
+    let kind = u32::from_ne_bytes(bytes[0..4].try_into().expect("4 bytes"));
+    if kind != RECORD_SAMPLE {
+        return Err(DecodeError::UnknownKind(kind));
+    }
+    if bytes.len() < std::mem::size_of::<SampleEvent>() {
+        return Err(DecodeError::Short { kind, len: bytes.len() });
+    }
+    if bytes.as_ptr().align_offset(std::mem::align_of::<SampleEvent>()) != 0 {
+        return Err(DecodeError::Misaligned);
+    }
+    // SAFETY: length and alignment checked above; SampleEvent is plain old data with no
+    // invalid bit patterns. Ring buffer records are 8-byte aligned.
+    let e: &SampleEvent = unsafe { &*(bytes.as_ptr() as *const SampleEvent) };
+    let comm_len = e.comm.iter().position(|&b| b == 0).unwrap_or(TASK_COMM_LEN);
+    let klen = (e.kstack_len as usize).min(MAX_STACK_DEPTH);
+    let ulen = (e.ustack_len as usize).min(MAX_STACK_DEPTH);
+    Ok(SampleView {
+        cpu: e.cpu,
+        time_ns: e.time_ns,
+        sum_exec_runtime: e.sum_exec_runtime,
+        pid: e.pid,
+        tid: e.tid,
+        flags: e.flags,
+        comm: &e.comm[..comm_len],
+        kstack: &e.kstack[..klen],
+        ustack: &e.ustack[..ulen],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// Check that every size and offset of the Rust mirror equals the C
+    /// header's, as compiled by the host C compiler.
+    #[test]
+    fn abi_matches_c_header() {
+        let header = concat!(env!("CARGO_MANIFEST_DIR"), "/../ebpf/sysprof.h");
+        let dir = std::env::temp_dir().join(format!("sysprof-abi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("abi.c");
+        std::fs::write(
+            &src,
+            format!(
+                r#"#include <stdio.h>
+#include <stddef.h>
+#include <linux/types.h>
+#include "{header}"
+#define F(f) printf(#f " %zu\n", offsetof(struct sample_event, f));
+int main(void) {{
+  printf("size %zu\n", sizeof(struct sample_event));
+  F(kind) F(cpu) F(time_ns) F(sum_exec_runtime) F(pid) F(tid) F(flags)
+  F(kstack_len) F(ustack_len) F(comm) F(kstack) F(ustack)
+  printf("TASK_COMM_LEN %d\nMAX_STACK_DEPTH %d\nRECORD_SAMPLE %d\n", TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE);
+  printf("DROP_RINGBUF_FULL %d\nDROP_KSTACK %d\nDROP_USTACK %d\nDROP_MAX %d\n", DROP_RINGBUF_FULL, DROP_KSTACK, DROP_USTACK, DROP_MAX);
+  printf("SAMPLE_FLAG_KSTACK_FAILED %d\nSAMPLE_FLAG_USTACK_FAILED %d\n", SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED);
+  return 0;
+}}
+"#
+            ),
+        )
+        .unwrap();
+        let exe = dir.join("abi");
+        let status = std::process::Command::new("cc")
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .status()
+            .expect("the host C compiler `cc` is needed for this test");
+        assert!(status.success(), "compiling the ABI probe failed");
+        let out = std::process::Command::new(&exe).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let c: std::collections::HashMap<&str, usize> = text
+            .lines()
+            .map(|l| {
+                let (k, v) = l.split_once(' ').unwrap();
+                (k, v.parse().unwrap())
+            })
+            .collect();
+        let rust = [
+            ("size", size_of::<SampleEvent>()),
+            ("kind", offset_of!(SampleEvent, kind)),
+            ("cpu", offset_of!(SampleEvent, cpu)),
+            ("time_ns", offset_of!(SampleEvent, time_ns)),
+            ("sum_exec_runtime", offset_of!(SampleEvent, sum_exec_runtime)),
+            ("pid", offset_of!(SampleEvent, pid)),
+            ("tid", offset_of!(SampleEvent, tid)),
+            ("flags", offset_of!(SampleEvent, flags)),
+            ("kstack_len", offset_of!(SampleEvent, kstack_len)),
+            ("ustack_len", offset_of!(SampleEvent, ustack_len)),
+            ("comm", offset_of!(SampleEvent, comm)),
+            ("kstack", offset_of!(SampleEvent, kstack)),
+            ("ustack", offset_of!(SampleEvent, ustack)),
+            ("TASK_COMM_LEN", TASK_COMM_LEN),
+            ("MAX_STACK_DEPTH", MAX_STACK_DEPTH),
+            ("RECORD_SAMPLE", RECORD_SAMPLE as usize),
+            ("DROP_RINGBUF_FULL", DROP_RINGBUF_FULL as usize),
+            ("DROP_KSTACK", DROP_KSTACK as usize),
+            ("DROP_USTACK", DROP_USTACK as usize),
+            ("DROP_MAX", DROP_MAX as usize),
+            ("SAMPLE_FLAG_KSTACK_FAILED", SAMPLE_FLAG_KSTACK_FAILED as usize),
+            ("SAMPLE_FLAG_USTACK_FAILED", SAMPLE_FLAG_USTACK_FAILED as usize),
+        ];
+        assert_eq!(c.len(), rust.len(), "the probe printed {text}");
+        for (name, value) in rust {
+            assert_eq!(c[name], value, "{name} differs between sysprof.h and abi.rs");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn record(kstack: &[u64], ustack: &[u64], comm: &[u8]) -> Vec<u64> {
+        // Built in a u64 vector so the bytes are 8-byte aligned like ring records.
+        let mut e: SampleEvent = unsafe { std::mem::zeroed() };
+        e.kind = RECORD_SAMPLE;
+        e.cpu = 1;
+        e.time_ns = 42;
+        e.pid = 7;
+        e.tid = 8;
+        e.kstack_len = kstack.len() as u32;
+        e.ustack_len = ustack.len() as u32;
+        e.comm[..comm.len()].copy_from_slice(comm);
+        e.kstack[..kstack.len()].copy_from_slice(kstack);
+        e.ustack[..ustack.len()].copy_from_slice(ustack);
+        let mut words = vec![0u64; size_of::<SampleEvent>() / 8];
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                &e as *const SampleEvent as *const u8,
+                words.as_mut_ptr() as *mut u8,
+                size_of::<SampleEvent>(),
+            )
+        };
+        words
+    }
+
+    fn bytes(words: &[u64]) -> &[u8] {
+        unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, words.len() * 8) }
+    }
+
+    /// Check that a sample decodes with its stacks cut to their valid length
+    /// and its comm without padding.
+    #[test]
+    fn decodes_valid_prefix_of_stacks() {
+        let w = record(&[0xffff_ffff_8100_0000, 2], &[0x401000], b"worker");
+        let s = decode_sample(bytes(&w)).unwrap();
+        assert_eq!((s.pid, s.tid, s.cpu, s.time_ns), (7, 8, 1, 42));
+        assert_eq!(s.comm, b"worker");
+        assert_eq!(s.kstack, &[0xffff_ffff_8100_0000, 2]);
+        assert_eq!(s.ustack, &[0x401000]);
+    }
+
+    /// Check that lengths larger than the arrays are clamped, not trusted.
+    #[test]
+    fn clamps_bogus_stack_lengths() {
+        let mut w = record(&[], &[], b"x");
+        let off = offset_of!(SampleEvent, kstack_len) / 4;
+        let as_u32: &mut [u32] =
+            unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr() as *mut u32, w.len() * 2) };
+        as_u32[off] = 100_000;
+        let s = decode_sample(bytes(&w)).unwrap();
+        assert_eq!(s.kstack.len(), MAX_STACK_DEPTH);
+    }
+
+    /// Check that short and unknown records are errors, not panics.
+    #[test]
+    fn rejects_short_and_unknown_records() {
+        assert_eq!(decode_sample(&[1, 0]), Err(DecodeError::Short { kind: 0, len: 2 }));
+        assert_eq!(decode_sample(&[9, 0, 0, 0, 0, 0, 0, 0]), Err(DecodeError::UnknownKind(9)));
+        assert_eq!(
+            decode_sample(&[1, 0, 0, 0, 0, 0, 0, 0]),
+            Err(DecodeError::Short { kind: 1, len: 8 })
+        );
+    }
+}

@@ -1,0 +1,603 @@
+//! The collector: raw kernel records in, a [`Recording`] out.
+//!
+//! While recording, one `handle_*` per record kind stores what arrives:
+//! samples go into columns with their raw stacks interned in a prefix tree
+//! (no allocation per sample once the tree is warm), sideband events into a
+//! list, and every mapped binary is opened at once (see
+//! [`crate::symbolize::binaries`]). [`Collector::finish`] then replays
+//! samples and sideband events in timestamp order, so each sample's
+//! addresses are resolved with the mappings its process had at that moment,
+//! derives per-thread CPU deltas, symbolicates each distinct address once,
+//! and returns the [`Recording`].
+
+pub mod recording;
+pub mod stack_tree;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::bpf::abi::{SampleView, SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED, TASK_COMM_LEN};
+use crate::sideband::proc_snapshot::ProcSnapshot;
+use crate::sideband::{MmapEvent, SidebandEvent};
+use crate::symbolize::binaries::{BinaryIndex, Binaries};
+use crate::symbolize::{self, AddrInfo, Symbolicator};
+use recording::*;
+use stack_tree::{NodeIndex, StackTree, NO_PARENT};
+
+/// Kernel addresses on x86_64 and arm64 have the top bit set.
+const KERNEL_ADDR_MIN: u64 = 0x8000_0000_0000_0000;
+
+/// Which processes end up in the profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PidFilter {
+    /// Every process (`record -a`).
+    All,
+    /// These processes and every process they start during the recording.
+    Tree(Vec<u32>),
+}
+
+/// Samples as columns, in arrival order.
+#[derive(Debug, Default)]
+struct SampleColumns {
+    time_ns: Vec<u64>,
+    pid: Vec<u32>,
+    tid: Vec<u32>,
+    runtime_ns: Vec<u64>,
+    raw_stack: Vec<NodeIndex>,
+}
+
+/// Accumulates everything recorded; see the module doc.
+pub struct Collector {
+    filter: PidFilter,
+    samples: SampleColumns,
+    raw_stacks: StackTree,
+    /// Latest comm seen in a sample per tid, to name threads whose COMM event we missed.
+    sample_comm: FxHashMap<u32, [u8; TASK_COMM_LEN]>,
+    sideband: Vec<(SidebandEvent, Option<BinaryIndex>)>,
+    snapshot: ProcSnapshot,
+    snapshot_binaries: Vec<Vec<BinaryIndex>>,
+    binaries: Binaries,
+    stats: RecordingStats,
+    warnings: Vec<String>,
+}
+
+impl Collector {
+    /// A collector keeping the processes `filter` selects.
+    pub fn new(filter: PidFilter) -> Collector {
+        Collector {
+            filter,
+            samples: SampleColumns::default(),
+            raw_stacks: StackTree::new(),
+            sample_comm: FxHashMap::default(),
+            sideband: Vec::new(),
+            snapshot: ProcSnapshot::default(),
+            snapshot_binaries: Vec::new(),
+            binaries: Binaries::new(),
+            stats: RecordingStats::default(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Samples received so far.
+    pub fn sample_count(&self) -> u64 {
+        self.stats.samples
+    }
+
+    /// Processes that already ran at start, from `/proc`.
+    pub fn handle_snapshot(&mut self, snapshot: ProcSnapshot) {
+        self.snapshot_binaries = snapshot
+            .processes
+            .iter()
+            .map(|p| p.mappings.iter().map(|m| self.binaries.intern(m)).collect())
+            .collect();
+        self.snapshot = snapshot;
+    }
+
+    /// One cpu-clock sample. Allocation-free once the stack tree holds the stack.
+    pub fn handle_sample(&mut self, s: &SampleView<'_>) {
+        self.stats.samples += 1;
+        if s.flags & SAMPLE_FLAG_KSTACK_FAILED != 0 {
+            self.stats.kernel_stack_failures += 1;
+        }
+        if s.flags & SAMPLE_FLAG_USTACK_FAILED != 0 {
+            self.stats.user_stack_failures += 1;
+        }
+        // Root is the pid (so equal addresses in different processes never
+        // share a node), then user frames outermost first, then kernel frames.
+        let mut node = self.raw_stacks.child(NO_PARENT, s.pid as u64);
+        for &addr in s.ustack.iter().rev() {
+            if addr != 0 && addr < KERNEL_ADDR_MIN {
+                node = self.raw_stacks.child(node, addr);
+            }
+        }
+        for &addr in s.kstack.iter().rev() {
+            if addr >= KERNEL_ADDR_MIN {
+                node = self.raw_stacks.child(node, addr);
+            }
+        }
+        self.samples.time_ns.push(s.time_ns);
+        self.samples.pid.push(s.pid);
+        self.samples.tid.push(s.tid);
+        self.samples.runtime_ns.push(s.sum_exec_runtime);
+        self.samples.raw_stack.push(node);
+        let mut comm = [0u8; TASK_COMM_LEN];
+        comm[..s.comm.len()].copy_from_slice(s.comm);
+        if self.sample_comm.get(&s.tid) != Some(&comm) {
+            self.sample_comm.insert(s.tid, comm);
+        }
+    }
+
+    /// One sideband event; dispatches to the handler for its kind.
+    pub fn handle_sideband(&mut self, e: SidebandEvent) {
+        match e {
+            SidebandEvent::Mmap(m) => self.handle_mmap2(m),
+            other => self.sideband.push((other, None)),
+        }
+    }
+
+    /// An executable mapping: open its file now, while the process lives.
+    pub fn handle_mmap2(&mut self, m: MmapEvent) {
+        let binary = self.binaries.intern(&m);
+        self.sideband.push((SidebandEvent::Mmap(m), Some(binary)));
+    }
+
+    /// Totals of what was lost outside the collector (kernel drops, perf ring losses).
+    pub fn handle_losses(&mut self, lost_samples: u64, lost_sideband: u64, malformed: u64) {
+        self.stats.lost_samples += lost_samples;
+        self.stats.lost_sideband += lost_sideband;
+        self.stats.malformed += malformed;
+    }
+
+    /// A warning to show at the end and keep in the profile.
+    pub fn warn(&mut self, w: String) {
+        if !self.warnings.contains(&w) {
+            self.warnings.push(w);
+        }
+    }
+
+    /// Replay, symbolicate and return the recording.
+    pub fn finish(mut self, start_ns: u64, start_wall_ms: f64, end_ns: u64, interval_ms: f64) -> Recording {
+        let mut replay = Replay::new(&self);
+        replay.seed_from_snapshot(&self.snapshot, &self.snapshot_binaries);
+
+        // Merge sideband and samples in time order. At equal times, sideband
+        // first: a mapping reported at t serves a sample at t.
+        self.sideband.sort_by_key(|(e, _)| e.time());
+        let mut order: Vec<u32> = (0..self.samples.time_ns.len() as u32).collect();
+        order.sort_by_key(|&i| self.samples.time_ns[i as usize]);
+        let mut side = self.sideband.iter().peekable();
+        for &i in &order {
+            let t = self.samples.time_ns[i as usize];
+            while let Some((e, b)) = side.next_if(|(e, _)| e.time() <= t) {
+                replay.apply(e, *b);
+            }
+            replay.sample(&self, i as usize);
+        }
+        for (e, b) in side {
+            replay.apply(e, *b);
+        }
+
+        let Replay { processes, frame_keys, stacks, .. } = replay;
+        let mut warnings = std::mem::take(&mut self.warnings);
+        let (libs, frames) = symbolicate(&mut self.binaries, &frame_keys, &mut warnings);
+        let processes = finish_processes(processes, &self.filter, &self.sample_comm);
+        Recording {
+            start_ns,
+            start_wall_ms,
+            end_ns,
+            interval_ms,
+            processes,
+            libs,
+            frames,
+            stacks,
+            stats: self.stats,
+            warnings,
+        }
+    }
+}
+
+/// A mapping in a process's address space during replay.
+#[derive(Debug, Clone, Copy)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    pgoff: u64,
+    binary: BinaryIndex,
+}
+
+#[derive(Debug)]
+struct ThreadState {
+    name: String,
+    start_ns: Option<u64>,
+    end_ns: Option<u64>,
+    last_runtime: Option<u64>,
+    samples: ThreadSamples,
+}
+
+#[derive(Debug)]
+struct ProcessState {
+    comm: String,
+    exe: Option<String>,
+    cmdline: String,
+    start_ns: Option<u64>,
+    end_ns: Option<u64>,
+    /// Sorted by start, non-overlapping.
+    mappings: Vec<Mapping>,
+    /// Bumped whenever `mappings` changes, to invalidate resolved stacks.
+    epoch: u32,
+    /// Set by exec: the next file mapping is the new executable.
+    awaiting_exe: bool,
+    threads: FxHashMap<u32, ThreadState>,
+    /// Tracked by the pid filter.
+    tracked: bool,
+}
+
+impl ProcessState {
+    fn new(comm: String, tracked: bool) -> ProcessState {
+        ProcessState {
+            comm,
+            exe: None,
+            cmdline: String::new(),
+            start_ns: None,
+            end_ns: None,
+            mappings: Vec::new(),
+            epoch: 0,
+            awaiting_exe: false,
+            threads: FxHashMap::default(),
+            tracked,
+        }
+    }
+
+    fn thread(&mut self, tid: u32) -> &mut ThreadState {
+        let comm = &self.comm;
+        self.threads.entry(tid).or_insert_with(|| ThreadState {
+            name: comm.clone(),
+            start_ns: None,
+            end_ns: None,
+            last_runtime: None,
+            samples: ThreadSamples::default(),
+        })
+    }
+
+    fn add_mapping(&mut self, m: Mapping) {
+        self.mappings.retain(|o| o.end <= m.start || o.start >= m.end);
+        let at = self.mappings.partition_point(|o| o.start < m.start);
+        self.mappings.insert(at, m);
+        self.epoch = self.epoch.wrapping_add(1);
+    }
+
+    fn lookup(&self, addr: u64) -> Option<&Mapping> {
+        let at = self.mappings.partition_point(|o| o.start <= addr);
+        let m = self.mappings.get(at.checked_sub(1)?)?;
+        (addr < m.end).then_some(m)
+    }
+}
+
+/// A frame before symbolication: (library or NO_LIB/KERNEL, address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FrameKey {
+    binary: u32,
+    address: u64,
+}
+
+/// `FrameKey::binary` for kernel addresses.
+const KERNEL_BINARY: u32 = u32::MAX - 1;
+
+struct Replay {
+    processes: FxHashMap<u32, ProcessState>,
+    tracking_all: bool,
+    frame_keys: Vec<FrameKey>,
+    frame_index: FxHashMap<FrameKey, u32>,
+    stacks: StackTree,
+    /// raw stack node -> (process epoch, resolved node)
+    resolved: FxHashMap<NodeIndex, (u32, NodeIndex)>,
+    path: Vec<u64>,
+}
+
+impl Replay {
+    fn new(c: &Collector) -> Replay {
+        let mut processes = FxHashMap::default();
+        let tracking_all = c.filter == PidFilter::All;
+        if let PidFilter::Tree(pids) = &c.filter {
+            for &pid in pids {
+                processes.insert(pid, ProcessState::new(String::new(), true));
+            }
+        }
+        Replay {
+            processes,
+            tracking_all,
+            frame_keys: Vec::new(),
+            frame_index: FxHashMap::default(),
+            stacks: StackTree::new(),
+            resolved: FxHashMap::default(),
+            path: Vec::with_capacity(256),
+        }
+    }
+
+    fn process(&mut self, pid: u32) -> &mut ProcessState {
+        let all = self.tracking_all;
+        self.processes.entry(pid).or_insert_with(|| ProcessState::new(String::new(), all))
+    }
+
+    fn seed_from_snapshot(&mut self, snap: &ProcSnapshot, binaries: &[Vec<BinaryIndex>]) {
+        for (p, bins) in snap.processes.iter().zip(binaries) {
+            let state = self.process(p.pid);
+            state.comm = p.comm.clone();
+            state.exe = p.exe.clone();
+            state.cmdline = p.cmdline.clone();
+            state.start_ns = Some(p.start_ns);
+            for (m, &binary) in p.mappings.iter().zip(bins) {
+                state.add_mapping(Mapping { start: m.start, end: m.start + m.len, pgoff: m.pgoff, binary });
+            }
+            for (tid, comm, cpu_ns) in &p.threads {
+                let t = state.thread(*tid);
+                t.name = comm.clone();
+                t.last_runtime = Some(*cpu_ns);
+            }
+        }
+    }
+
+    fn apply(&mut self, e: &SidebandEvent, binary: Option<BinaryIndex>) {
+        match e {
+            SidebandEvent::Mmap(m) => {
+                let Some(binary) = binary else { return };
+                let state = self.process(m.pid);
+                if state.awaiting_exe && m.path.starts_with('/') {
+                    state.exe = Some(m.path.clone());
+                    state.awaiting_exe = false;
+                }
+                state.add_mapping(Mapping { start: m.start, end: m.start + m.len, pgoff: m.pgoff, binary });
+            }
+            SidebandEvent::Comm { time: _, pid, tid, name, exec } => {
+                let state = self.process(*pid);
+                if *exec {
+                    state.mappings.clear();
+                    state.epoch = state.epoch.wrapping_add(1);
+                    state.awaiting_exe = true;
+                    state.exe = None;
+                    state.comm = name.clone();
+                }
+                if tid == pid {
+                    state.comm = name.clone();
+                }
+                state.thread(*tid).name = name.clone();
+            }
+            SidebandEvent::Fork { time, pid, ppid, tid } => {
+                if pid != ppid && tid == pid {
+                    // A new process: it starts as a copy of its parent.
+                    let (comm, exe, cmdline, mappings, tracked) = match self.processes.get(ppid) {
+                        Some(p) => (p.comm.clone(), p.exe.clone(), p.cmdline.clone(), p.mappings.clone(), p.tracked),
+                        None => (String::new(), None, String::new(), Vec::new(), self.tracking_all),
+                    };
+                    let mut state = ProcessState::new(comm, tracked || self.tracking_all);
+                    state.exe = exe;
+                    state.cmdline = cmdline;
+                    state.mappings = mappings;
+                    state.start_ns = Some(*time);
+                    self.processes.insert(*pid, state);
+                }
+                let t = self.process(*pid).thread(*tid);
+                t.start_ns = Some(*time);
+                t.last_runtime = Some(0);
+            }
+            SidebandEvent::Exit { time, pid, tid } => {
+                let state = self.process(*pid);
+                state.thread(*tid).end_ns = Some(*time);
+                if tid == pid {
+                    state.end_ns = Some(*time);
+                }
+            }
+        }
+    }
+
+    fn sample(&mut self, c: &Collector, i: usize) {
+        let pid = c.samples.pid[i];
+        let tid = c.samples.tid[i];
+        let raw = c.samples.raw_stack[i];
+        if !self.processes.contains_key(&pid) {
+            if !self.tracking_all {
+                return;
+            }
+            self.process(pid);
+        }
+        let state = &self.processes[&pid];
+        if !state.tracked {
+            return;
+        }
+        let epoch = state.epoch;
+        let node = match self.resolved.get(&raw) {
+            Some(&(e, node)) if e == epoch => node,
+            _ => {
+                let node = self.resolve(c, pid, raw);
+                self.resolved.insert(raw, (epoch, node));
+                node
+            }
+        };
+        let runtime = c.samples.runtime_ns[i];
+        let t = self.processes.get_mut(&pid).expect("present").thread(tid);
+        let delta = match t.last_runtime {
+            Some(last) => runtime.saturating_sub(last),
+            None => 0,
+        };
+        t.last_runtime = Some(runtime.max(t.last_runtime.unwrap_or(0)));
+        t.samples.time_ns.push(c.samples.time_ns[i]);
+        t.samples.stack.push(node);
+        t.samples.cpu_delta_ns.push(delta);
+    }
+
+    /// Map a raw stack (pid root, absolute addresses) to frame indices.
+    fn resolve(&mut self, c: &Collector, pid: u32, raw: NodeIndex) -> NodeIndex {
+        let mut path = std::mem::take(&mut self.path);
+        c.raw_stacks.path(raw, &mut path);
+        let state = &self.processes[&pid];
+        let mut node = NO_PARENT;
+        let frames = &path[1..]; // path[0] is the pid root
+        let leaf = frames.len().saturating_sub(1);
+        for (depth, &addr) in frames.iter().enumerate() {
+            // Return addresses point after the call; look up the call itself.
+            let lookup = if depth == leaf { addr } else { addr.saturating_sub(1) };
+            let key = if addr >= KERNEL_ADDR_MIN {
+                FrameKey { binary: KERNEL_BINARY, address: lookup }
+            } else if let Some(m) = state.lookup(lookup) {
+                FrameKey { binary: m.binary, address: lookup - m.start + m.pgoff }
+            } else {
+                FrameKey { binary: NO_LIB, address: lookup }
+            };
+            let next = self.frame_keys.len() as u32;
+            let frame = *self.frame_index.entry(key).or_insert_with(|| {
+                self.frame_keys.push(key);
+                next
+            });
+            node = self.stacks.child(node, frame as u64);
+        }
+        self.path = path;
+        if node == NO_PARENT {
+            // A sample with no usable frame at all still counts, as an empty stack.
+            let key = FrameKey { binary: NO_LIB, address: 0 };
+            let next = self.frame_keys.len() as u32;
+            let frame = *self.frame_index.entry(key).or_insert_with(|| {
+                self.frame_keys.push(key);
+                next
+            });
+            node = self.stacks.child(NO_PARENT, frame as u64);
+        }
+        node
+    }
+}
+
+/// Symbolicate every distinct frame, one blazesym call per binary.
+fn symbolicate(
+    binaries: &mut Binaries,
+    keys: &[FrameKey],
+    warnings: &mut Vec<String>,
+) -> (Vec<LibRecord>, Vec<FrameRecord>) {
+    let symbolicator = Symbolicator::new();
+    let mut by_binary: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
+    for (i, k) in keys.iter().enumerate() {
+        by_binary.entry(k.binary).or_default().push(i as u32);
+    }
+    let (kernel_text, kernel_build_id) = symbolize::kernel_image();
+    let kernel_lib = binaries.len() as u32;
+    let mut frames: Vec<FrameRecord> = keys
+        .iter()
+        .map(|k| match k.binary {
+            KERNEL_BINARY => FrameRecord {
+                lib: kernel_lib,
+                address: k.address.wrapping_sub(kernel_text),
+                kernel: true,
+                symbols: AddrInfo::default(),
+            },
+            b => FrameRecord { lib: b, address: k.address, kernel: false, symbols: AddrInfo::default() },
+        })
+        .collect();
+    for (binary, idxs) in by_binary {
+        let addrs: Vec<u64> = idxs.iter().map(|&i| keys[i as usize].address).collect();
+        let result = match binary {
+            NO_LIB => continue,
+            KERNEL_BINARY => symbolicator.symbolize_kernel(&addrs).map_err(|e| format!("kernel symbols: {e}")),
+            b => {
+                let bin = binaries.get(b);
+                match bin.open_path() {
+                    Some(path) => {
+                        symbolicator.symbolize_elf(&path, &addrs).map_err(|e| format!("{}: {e}", bin.path))
+                    }
+                    None => Err(format!(
+                        "{}: {}",
+                        bin.path,
+                        bin.open_error.clone().unwrap_or_else(|| "not a file".into())
+                    )),
+                }
+            }
+        };
+        match result {
+            Ok(infos) => {
+                for (&i, info) in idxs.iter().zip(infos) {
+                    frames[i as usize].symbols = info;
+                }
+            }
+            Err(e) => {
+                let w = format!("cannot symbolize {e}; its frames keep library and address");
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+        }
+    }
+    let mut libs = Vec::with_capacity(binaries.len() + 1);
+    for i in 0..binaries.len() as u32 {
+        let bin = binaries.get_mut(i);
+        if bin.build_id.is_none() {
+            if let Some(path) = bin.open_path() {
+                if let Ok(Some(id)) = blazesym::helper::read_elf_build_id(&path) {
+                    bin.build_id = Some(id.to_vec());
+                }
+            }
+        }
+        libs.push(LibRecord { path: bin.path.clone(), name: bin.name.clone(), build_id: bin.build_id.clone() });
+    }
+    libs.push(LibRecord { path: "[kernel.kallsyms]".into(), name: "[kernel.kallsyms]".into(), build_id: kernel_build_id });
+    (libs, frames)
+}
+
+/// Keep tracked processes with samples (or every thread of explicitly
+/// tracked ones), main thread first, sorted by pid and tid.
+fn finish_processes(
+    processes: FxHashMap<u32, ProcessState>,
+    filter: &PidFilter,
+    sample_comm: &FxHashMap<u32, [u8; TASK_COMM_LEN]>,
+) -> Vec<ProcessRecord> {
+    let keep_idle_threads = matches!(filter, PidFilter::Tree(_));
+    let mut out = Vec::new();
+    let roots: FxHashSet<u32> = match filter {
+        PidFilter::Tree(p) => p.iter().copied().collect(),
+        PidFilter::All => FxHashSet::default(),
+    };
+    for (pid, p) in processes {
+        if !p.tracked {
+            continue;
+        }
+        let mut threads: Vec<ThreadRecord> = p
+            .threads
+            .into_iter()
+            .filter(|(_, t)| !t.samples.time_ns.is_empty() || (keep_idle_threads && (t.start_ns.is_some() || roots.contains(&pid))))
+            .map(|(tid, t)| {
+                let name = if t.name.is_empty() {
+                    sample_comm.get(&tid).map(|c| comm_str(c)).unwrap_or_default()
+                } else {
+                    t.name
+                };
+                ThreadRecord { tid, name, start_ns: t.start_ns, end_ns: t.end_ns, samples: t.samples }
+            })
+            .collect();
+        if threads.is_empty() {
+            continue;
+        }
+        threads.sort_by_key(|t| (t.tid != pid, t.tid));
+        let comm = if p.comm.is_empty() {
+            sample_comm.get(&pid).map(|c| comm_str(c)).unwrap_or_default()
+        } else {
+            p.comm
+        };
+        let name = match (&p.exe, pid) {
+            (_, 0) => "swapper".to_string(),
+            (Some(exe), _) => exe.rsplit('/').next().unwrap_or(exe).trim_end_matches(" (deleted)").to_string(),
+            (None, _) if !comm.is_empty() => comm,
+            _ => format!("pid {pid}"),
+        };
+        out.push(ProcessRecord {
+            pid,
+            name,
+            exe: p.exe,
+            cmdline: p.cmdline,
+            start_ns: p.start_ns,
+            end_ns: p.end_ns,
+            threads,
+        });
+    }
+    out.sort_by_key(|p| p.pid);
+    out
+}
+
+fn comm_str(c: &[u8; TASK_COMM_LEN]) -> String {
+    let len = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+    String::from_utf8_lossy(&c[..len]).into_owned()
+}

@@ -1,0 +1,503 @@
+//! The profile writer: a [`Recording`] in, a Firefox Profiler *processed
+//! profile* out (`preprocessedProfileVersion` 55, which the current Firefox
+//! Profiler upgrades on load).
+//!
+//! Written here rather than with `fxprof-processed-profile` because that
+//! crate only writes unsymbolicated native frames (addresses for a later
+//! symbol server) or bare labels; a system-wide profile must carry names
+//! resolved at record time (kallsyms, binaries of exited processes), with
+//! one frame per (address, inline depth) and one func per symbol.
+//!
+//! Each thread gets its own string, frame, func, resource, native-symbol
+//! and stack tables, as version 55 requires; `libs` is global.
+
+pub mod output;
+pub mod validate;
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::collector::recording::{FrameRecord, LibRecord, ProcessRecord, Recording, ThreadRecord, NO_LIB};
+use crate::collector::stack_tree::NO_PARENT;
+
+/// The processed profile format version we write.
+pub const PREPROCESSED_PROFILE_VERSION: u32 = 55;
+
+/// Category indexes in `meta.categories`.
+pub mod category {
+    /// Grey, the default.
+    pub const OTHER: u32 = 0;
+    /// The idle loop (`swapper`).
+    pub const IDLE: u32 = 1;
+    /// User-space code.
+    pub const USER: u32 = 2;
+    /// Kernel code.
+    pub const KERNEL: u32 = 3;
+}
+
+/// Facts about the machine for `meta`.
+#[derive(Debug, Clone, Default)]
+pub struct HostInfo {
+    /// `model name` from /proc/cpuinfo.
+    pub cpu_name: String,
+    /// Online logical CPUs.
+    pub logical_cpus: u32,
+    /// Physical cores, if known.
+    pub physical_cpus: Option<u32>,
+    /// Total memory, bytes.
+    pub main_memory: Option<u64>,
+    /// `uname -r`.
+    pub kernel_release: String,
+    /// Host name.
+    pub hostname: String,
+    /// The command line that recorded.
+    pub arguments: String,
+}
+
+impl HostInfo {
+    /// Read the running machine's facts.
+    pub fn current(arguments: String) -> HostInfo {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_name = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, v)| v.trim().to_string()))
+            .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+        let mut cores = std::collections::BTreeSet::new();
+        let mut phys = String::new();
+        for l in cpuinfo.lines() {
+            if let Some((k, v)) = l.split_once(':') {
+                match k.trim() {
+                    "physical id" => phys = v.trim().to_string(),
+                    "core id" => {
+                        cores.insert((phys.clone(), v.trim().to_string()));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let main_memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+            m.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map(|kb| kb * 1024)
+        });
+        HostInfo {
+            cpu_name,
+            logical_cpus: crate::bpf::online_cpus().map(|c| c.len() as u32).unwrap_or(1),
+            physical_cpus: (!cores.is_empty()).then_some(cores.len() as u32),
+            main_memory,
+            kernel_release: crate::error::kernel_release(),
+            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
+            arguments,
+        }
+    }
+}
+
+/// Build the profile as a JSON value tree.
+pub fn build_profile(rec: &Recording, host: &HostInfo) -> serde_json::Value {
+    let ms = |ns: u64| -> f64 { (ns as f64 - rec.start_ns as f64) / 1e6 };
+    let mut threads = Vec::new();
+    for p in &rec.processes {
+        for t in &p.threads {
+            threads.push(serde_json::to_value(build_thread(rec, p, t, &ms)).expect("serializable"));
+        }
+    }
+    serde_json::json!({
+        "meta": {
+            "version": 24,
+            "preprocessedProfileVersion": PREPROCESSED_PROFILE_VERSION,
+            "product": format!("sysprof {} on {}", env!("CARGO_PKG_VERSION"), host.hostname),
+            "interval": rec.interval_ms,
+            "startTime": rec.start_wall_ms,
+            "startTimeAsClockMonotonicNanosecondsSinceBoot": rec.start_ns,
+            "profilingStartTime": 0.0,
+            "profilingEndTime": ms(rec.end_ns),
+            "endTime": rec.start_wall_ms + ms(rec.end_ns),
+            "processType": 0,
+            "stackwalk": 1,
+            "debug": false,
+            "platform": "Linux",
+            "oscpu": format!("Linux {}", host.kernel_release),
+            "toolkit": "",
+            "CPUName": host.cpu_name,
+            "logicalCPUs": host.logical_cpus,
+            "physicalCPUs": host.physical_cpus.unwrap_or(host.logical_cpus),
+            "mainMemory": host.main_memory,
+            "arguments": host.arguments,
+            "symbolicated": true,
+            "pausedRanges": [],
+            "usesOnlyOneStackType": true,
+            "sourceCodeIsNotOnSearchfox": true,
+            "keepProfileThreadOrder": false,
+            "sampleUnits": { "time": "ms", "eventDelay": "ms", "threadCPUDelta": "µs" },
+            "categories": [
+                { "name": "Other", "color": "grey", "subcategories": ["Other"] },
+                { "name": "Idle", "color": "transparent", "subcategories": ["Other"] },
+                { "name": "User", "color": "yellow", "subcategories": ["Other"] },
+                { "name": "Kernel", "color": "orange", "subcategories": ["Other"] },
+            ],
+            "markerSchema": [],
+            "extensions": { "length": 0, "baseURL": [], "id": [], "name": [] },
+        },
+        "libs": rec.libs.iter().map(lib_json).collect::<Vec<_>>(),
+        "threads": threads,
+        "pages": [],
+        "counters": [],
+        "profilerOverhead": [],
+    })
+}
+
+fn lib_json(l: &LibRecord) -> serde_json::Value {
+    serde_json::json!({
+        "name": l.name,
+        "path": l.path,
+        "debugName": l.name,
+        "debugPath": l.path,
+        "breakpadId": breakpad_id(l.build_id.as_deref()),
+        "codeId": l.build_id.as_ref().map(|b| hex(b)),
+        "arch": std::env::consts::ARCH,
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The Breakpad debug id of an ELF build id: its first 16 bytes as a GUID
+/// (first three fields byte-swapped), upper-case, with age 0 appended.
+pub fn breakpad_id(build_id: Option<&[u8]>) -> String {
+    let mut g = [0u8; 16];
+    if let Some(b) = build_id {
+        let n = b.len().min(16);
+        g[..n].copy_from_slice(&b[..n]);
+    }
+    g[0..4].reverse();
+    g[4..6].reverse();
+    g[6..8].reverse();
+    format!("{}0", hex(&g).to_uppercase())
+}
+
+/// A deduplicating string table.
+#[derive(Default)]
+struct Strings {
+    array: Vec<String>,
+    index: FxHashMap<String, u32>,
+}
+
+impl Strings {
+    fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.array.len() as u32;
+        self.array.push(s.to_string());
+        self.index.insert(s.to_string(), i);
+        i
+    }
+}
+
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct FrameTable {
+    length: usize,
+    address: Vec<i64>,
+    inline_depth: Vec<u32>,
+    category: Vec<u32>,
+    subcategory: Vec<u32>,
+    func: Vec<u32>,
+    native_symbol: Vec<Option<u32>>,
+    #[serde(rename = "innerWindowID")]
+    inner_window_id: Vec<Option<u32>>,
+    line: Vec<Option<u32>>,
+    column: Vec<Option<u32>>,
+}
+
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct FuncTable {
+    length: usize,
+    name: Vec<u32>,
+    #[serde(rename = "isJS")]
+    is_js: Vec<bool>,
+    #[serde(rename = "relevantForJS")]
+    relevant_for_js: Vec<bool>,
+    resource: Vec<i64>,
+    file_name: Vec<Option<u32>>,
+    line_number: Vec<Option<u32>>,
+    column_number: Vec<Option<u32>>,
+}
+
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ResourceTable {
+    length: usize,
+    lib: Vec<Option<u32>>,
+    name: Vec<u32>,
+    host: Vec<Option<u32>>,
+    #[serde(rename = "type")]
+    kind: Vec<u32>,
+}
+
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct NativeSymbols {
+    length: usize,
+    lib_index: Vec<u32>,
+    address: Vec<u64>,
+    name: Vec<u32>,
+    function_size: Vec<Option<u64>>,
+}
+
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct StackTable {
+    length: usize,
+    prefix: Vec<Option<u32>>,
+    frame: Vec<u32>,
+}
+
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Samples {
+    length: usize,
+    stack: Vec<Option<u32>>,
+    time: Vec<f64>,
+    weight: Option<Vec<u32>>,
+    weight_type: &'static str,
+    #[serde(rename = "threadCPUDelta")]
+    thread_cpu_delta: Vec<Option<u64>>,
+}
+
+#[derive(Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Markers {
+    length: usize,
+    category: Vec<u32>,
+    data: Vec<serde_json::Value>,
+    end_time: Vec<Option<f64>>,
+    name: Vec<u32>,
+    phase: Vec<u8>,
+    start_time: Vec<Option<f64>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Thread {
+    name: String,
+    pid: String,
+    tid: u32,
+    process_type: &'static str,
+    process_name: String,
+    is_main_thread: bool,
+    process_startup_time: f64,
+    process_shutdown_time: Option<f64>,
+    register_time: f64,
+    unregister_time: Option<f64>,
+    paused_ranges: Vec<()>,
+    show_markers_in_timeline: bool,
+    frame_table: FrameTable,
+    func_table: FuncTable,
+    resource_table: ResourceTable,
+    native_symbols: NativeSymbols,
+    stack_table: StackTable,
+    samples: Samples,
+    markers: Markers,
+    string_array: Vec<String>,
+}
+
+/// Per-thread table builder.
+#[derive(Default)]
+struct ThreadTables {
+    strings: Strings,
+    frames: FrameTable,
+    funcs: FuncTable,
+    resources: ResourceTable,
+    symbols: NativeSymbols,
+    stacks: StackTable,
+    resource_of_lib: FxHashMap<u32, u32>,
+    func_of: FxHashMap<(i64, u32), u32>,
+    symbol_of: FxHashMap<(u32, u64), u32>,
+    /// global frame -> first and last thread frame (outermost..innermost inline depth)
+    frames_of: FxHashMap<u32, (u32, u32)>,
+    stack_of_global: FxHashMap<u32, u32>,
+    stack_index: FxHashMap<(Option<u32>, u32), u32>,
+}
+
+impl ThreadTables {
+    fn resource(&mut self, libs: &[LibRecord], lib: u32) -> i64 {
+        if lib == NO_LIB {
+            return -1;
+        }
+        if let Some(&r) = self.resource_of_lib.get(&lib) {
+            return r as i64;
+        }
+        let name = self.strings.intern(&libs[lib as usize].name);
+        let r = self.resources.length as u32;
+        self.resources.lib.push(Some(lib));
+        self.resources.name.push(name);
+        self.resources.host.push(None);
+        self.resources.kind.push(1); // library
+        self.resources.length += 1;
+        self.resource_of_lib.insert(lib, r);
+        r as i64
+    }
+
+    fn func(&mut self, resource: i64, name: &str, file: Option<&str>) -> u32 {
+        let name = self.strings.intern(name);
+        if let Some(&f) = self.func_of.get(&(resource, name)) {
+            return f;
+        }
+        let file = file.map(|f| self.strings.intern(f));
+        let f = self.funcs.length as u32;
+        self.funcs.name.push(name);
+        self.funcs.is_js.push(false);
+        self.funcs.relevant_for_js.push(false);
+        self.funcs.resource.push(resource);
+        self.funcs.file_name.push(file);
+        self.funcs.line_number.push(None);
+        self.funcs.column_number.push(None);
+        self.funcs.length += 1;
+        self.func_of.insert((resource, name), f);
+        f
+    }
+
+    fn native_symbol(&mut self, lib: u32, address: u64, name: &str, size: Option<u64>) -> Option<u32> {
+        if lib == NO_LIB {
+            return None;
+        }
+        if let Some(&s) = self.symbol_of.get(&(lib, address)) {
+            return Some(s);
+        }
+        let name = self.strings.intern(name);
+        let s = self.symbols.length as u32;
+        self.symbols.lib_index.push(lib);
+        self.symbols.address.push(address);
+        self.symbols.name.push(name);
+        self.symbols.function_size.push(size);
+        self.symbols.length += 1;
+        self.symbol_of.insert((lib, address), s);
+        Some(s)
+    }
+
+    fn push_frame(&mut self, address: i64, depth: u32, category: u32, func: u32, sym: Option<u32>, line: Option<u32>) -> u32 {
+        let i = self.frames.length as u32;
+        self.frames.address.push(address);
+        self.frames.inline_depth.push(depth);
+        self.frames.category.push(category);
+        self.frames.subcategory.push(0);
+        self.frames.func.push(func);
+        self.frames.native_symbol.push(sym);
+        self.frames.inner_window_id.push(None);
+        self.frames.line.push(line);
+        self.frames.column.push(None);
+        self.frames.length += 1;
+        i
+    }
+
+    /// Thread frames for a global frame: one per inline depth, outermost first.
+    fn frames_for(&mut self, rec: &Recording, g: u32, idle: bool) -> (u32, u32) {
+        if let Some(&r) = self.frames_of.get(&g) {
+            return r;
+        }
+        let f: &FrameRecord = &rec.frames[g as usize];
+        let category = if idle {
+            category::IDLE
+        } else if f.kernel {
+            category::KERNEL
+        } else {
+            category::USER
+        };
+        let resource = self.resource(&rec.libs, f.lib);
+        let address = f.address as i64;
+        let range = if f.symbols.funcs.is_empty() {
+            let name = format!("0x{:x}", f.address);
+            let func = self.func(resource, &name, None);
+            let i = self.push_frame(address, 0, category, func, None, None);
+            (i, i)
+        } else {
+            let outer = &f.symbols.funcs[0];
+            // Symbol start in the frame's address space: blazesym's offset is
+            // relative to the looked-up address, whatever space that was in.
+            let sym_start = f.address.saturating_sub(f.symbols.symbol_offset);
+            let sym = self.native_symbol(f.lib, sym_start, &outer.name, f.symbols.symbol_size);
+            let mut first = None;
+            let mut last = 0;
+            for (depth, fa) in f.symbols.funcs.iter().enumerate() {
+                let func = self.func(resource, &fa.name, fa.file.as_deref());
+                last = self.push_frame(address, depth as u32, category, func, sym, fa.line);
+                first.get_or_insert(last);
+            }
+            (first.unwrap(), last)
+        };
+        self.frames_of.insert(g, range);
+        range
+    }
+
+    fn stack(&mut self, prefix: Option<u32>, frame: u32) -> u32 {
+        if let Some(&s) = self.stack_index.get(&(prefix, frame)) {
+            return s;
+        }
+        let s = self.stacks.length as u32;
+        self.stacks.prefix.push(prefix);
+        self.stacks.frame.push(frame);
+        self.stacks.length += 1;
+        self.stack_index.insert((prefix, frame), s);
+        s
+    }
+
+    /// The thread stack for a global stack node (memoized; walks to the root once).
+    fn stack_for(&mut self, rec: &Recording, node: u32, idle: bool) -> u32 {
+        if let Some(&s) = self.stack_of_global.get(&node) {
+            return s;
+        }
+        let parent = rec.stacks.parent(node);
+        let mut prefix = if parent == NO_PARENT { None } else { Some(self.stack_for(rec, parent, idle)) };
+        let (first, last) = self.frames_for(rec, rec.stacks.key(node) as u32, idle);
+        for frame in first..=last {
+            prefix = Some(self.stack(prefix, frame));
+        }
+        let s = prefix.expect("at least one frame");
+        self.stack_of_global.insert(node, s);
+        s
+    }
+}
+
+fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn Fn(u64) -> f64) -> Thread {
+    let idle = p.pid == 0;
+    let mut tables = ThreadTables::default();
+    let n = t.samples.time_ns.len();
+    let mut samples = Samples { length: n, weight_type: "samples", ..Default::default() };
+    samples.stack.reserve(n);
+    samples.time.reserve(n);
+    samples.thread_cpu_delta.reserve(n);
+    for i in 0..n {
+        let node = t.samples.stack[i];
+        samples.stack.push(Some(tables.stack_for(rec, node, idle)));
+        samples.time.push(ms(t.samples.time_ns[i]));
+        samples.thread_cpu_delta.push(Some(t.samples.cpu_delta_ns[i] / 1000));
+    }
+    let start = |ns: Option<u64>| ns.map(|v| ms(v).max(0.0)).unwrap_or(0.0);
+    let is_main = t.tid == p.pid;
+    Thread {
+        name: t.name.clone(),
+        pid: p.pid.to_string(),
+        tid: t.tid,
+        process_type: "default",
+        process_name: p.name.clone(),
+        is_main_thread: is_main,
+        process_startup_time: start(p.start_ns),
+        process_shutdown_time: p.end_ns.map(ms),
+        register_time: start(t.start_ns),
+        unregister_time: t.end_ns.map(ms),
+        paused_ranges: Vec::new(),
+        show_markers_in_timeline: false,
+        frame_table: tables.frames,
+        func_table: tables.funcs,
+        resource_table: tables.resources,
+        native_symbols: tables.symbols,
+        stack_table: tables.stacks,
+        samples,
+        markers: Markers::default(),
+        string_array: tables.strings.array,
+    }
+}
+
+#[cfg(test)]
+mod tests;

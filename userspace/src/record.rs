@@ -1,0 +1,252 @@
+//! `sysprof record`: runs the pipeline from arguments to profile file.
+//!
+//! In: [`RecordArgs`]. Out: the profile at `-o`, and one summary line. Order
+//! matters: the output is created first (fail before recording), the
+//! sideband opens before `/proc` is read (no gap for new processes), the
+//! sampler attaches before the command starts (no missed first samples).
+//! Ctrl-C, SIGTERM, `-d` and the end of the command all stop recording the
+//! same way: drain what is buffered, detach, then finish and write.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tokio::io::unix::AsyncFd;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::bpf::{abi, Sampler, SamplerOptions};
+use crate::cli::RecordArgs;
+use crate::collector::{Collector, PidFilter};
+use crate::error::RecordError;
+use crate::profile::output::OutputFile;
+use crate::profile::{build_profile, HostInfo};
+use crate::sideband::{proc_snapshot, Sideband};
+
+/// How often the sideband rings are drained; each holds 512 KiB per CPU.
+const SIDEBAND_POLL: Duration = Duration::from_millis(50);
+
+/// Record as `args` says.
+pub fn run(args: RecordArgs) -> Result<(), RecordError> {
+    if !args.all_cpus && args.pids.is_empty() && args.command.is_empty() {
+        return Err(RecordError::Usage(
+            "say what to record: -a for the whole system, -p PID, or -- COMMAND".into(),
+        ));
+    }
+    if !args.pids.is_empty() && !args.command.is_empty() {
+        return Err(RecordError::Usage("use either -p or a command, not both".into()));
+    }
+    for &pid in &args.pids {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(RecordError::UnknownPid(pid));
+        }
+    }
+    if let Some(d) = args.duration {
+        if !(d > 0.0 && d.is_finite()) {
+            return Err(RecordError::Usage(format!("-d {d}: the duration must be a positive number of seconds")));
+        }
+    }
+    let output = OutputFile::create(&args.output)?;
+    raise_fd_limit();
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RecordError::Internal(format!("cannot start the event loop: {e}")))?;
+    runtime.block_on(record(args, output))
+}
+
+/// CLOCK_MONOTONIC now, ns.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid clock id and pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One (wall clock ms, monotonic ns) pair read together: monotonic is read
+/// on both sides of the wall clock and averaged.
+fn clock_anchor() -> (f64, u64) {
+    let m1 = monotonic_ns();
+    let wall = clock_ns(libc::CLOCK_REALTIME);
+    let m2 = monotonic_ns();
+    (wall as f64 / 1e6, m1 + (m2 - m1) / 2)
+}
+
+async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError> {
+    let cpus = crate::bpf::online_cpus()?;
+    let mut sideband = Sideband::open(&cpus)?;
+
+    // Only a single -p process can be filtered in the kernel; a command's
+    // descendants are only known later, so those are filtered in the collector.
+    let target_tgid = if args.pids.len() == 1 && !args.all_cpus { args.pids[0] } else { 0 };
+    let filter = if args.all_cpus { PidFilter::All } else { PidFilter::Tree(args.pids.clone()) };
+    let mut collector = Collector::new(filter.clone());
+    let snapshot_pids = if args.all_cpus { None } else { Some(args.pids.as_slice()) };
+    collector.handle_snapshot(proc_snapshot::snapshot(snapshot_pids));
+
+    let ring_bytes = (cpus.len() as u32 * 4 * 1024 * 1024).next_power_of_two().max(8 * 1024 * 1024);
+    let (sampler, ring) = Sampler::start(&SamplerOptions { frequency: args.frequency, target_tgid, ring_bytes })?;
+    let (start_wall_ms, start_ns) = clock_anchor();
+    let started = Instant::now();
+
+    let mut child = None;
+    if !args.command.is_empty() {
+        let c = tokio::process::Command::new(&args.command[0])
+            .args(&args.command[1..])
+            .spawn()
+            .map_err(|source| RecordError::Spawn { command: args.command[0].clone(), source })?;
+        if !args.all_cpus {
+            // The command and its descendants are what we record.
+            collector = Collector::new(PidFilter::Tree(vec![c.id().unwrap_or(0)]));
+        }
+        child = Some(c);
+    }
+
+    // SAFETY: the RingBuf owns its map fd, which stays open for as long as
+    // the AsyncFd holds the RingBuf.
+    let mut ring = unsafe { AsyncFd::register(ring) }
+        .map_err(|e| e.into_parts().1)
+        .map_err(|e| RecordError::Internal(format!("cannot poll the sample ring buffer: {e}")))?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| RecordError::Internal(e.to_string()))?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RecordError::Internal(e.to_string()))?;
+    let mut side_tick = tokio::time::interval(SIDEBAND_POLL);
+    let mut status_tick = tokio::time::interval(Duration::from_millis(250));
+    let deadline = args.duration.map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d));
+    let show_status = !args.quiet && std::io::stderr().is_terminal();
+    let mut decode_errors = 0u64;
+    let mut child_status = None;
+
+    loop {
+        let until_deadline = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let child_exit = async {
+            match child.as_mut() {
+                Some(c) => c.wait().await.ok(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = guard.map_err(|e| RecordError::Internal(format!("sample ring: {e}")))?;
+                drain_samples(guard.get_inner_mut(), &mut collector, &mut decode_errors);
+                guard.clear_ready();
+            }
+            _ = side_tick.tick() => sideband.drain(&mut |e| collector.handle_sideband(e)),
+            _ = status_tick.tick(), if show_status => {
+                eprint!("\r\x1b[Ksysprof: recording {:.1} s, {} samples, {} lost",
+                    started.elapsed().as_secs_f64(), collector.sample_count(), sampler.drops().ring_full);
+            }
+            _ = until_deadline => break,
+            status = child_exit => { child_status = status; break; }
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+        }
+    }
+    let end_ns = monotonic_ns();
+    let stopped = Instant::now();
+    if show_status {
+        eprint!("\r\x1b[K");
+    }
+
+    // Drain what is buffered, then detach before the slow part.
+    drain_samples(ring.get_mut(), &mut collector, &mut decode_errors);
+    sideband.drain(&mut |e| collector.handle_sideband(e));
+    let drops = sampler.drops();
+    drop(ring);
+    drop(sampler);
+    collector.handle_losses(drops.ring_full, sideband.lost, sideband.malformed + decode_errors);
+    if let (Some(c), None) = (child.as_mut(), child_status) {
+        // Stopped by a signal or -d while the command still runs: leave it be,
+        // as perf does, but do not wait for it.
+        let _ = c.id();
+    }
+
+    let interval_ms = 1000.0 / args.frequency as f64;
+    let recording = collector.finish(start_ns, start_wall_ms, end_ns, interval_ms);
+    let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
+    let profile = build_profile(&recording, &host);
+    let path = output.path().to_path_buf();
+    let bytes = output.commit(&profile)?;
+    let write_time = stopped.elapsed();
+
+    for w in &recording.warnings {
+        eprintln!("sysprof: warning: {w}");
+    }
+    let stats = recording.stats;
+    let threads: usize = recording.processes.iter().map(|p| p.threads.len()).sum();
+    let seconds = (end_ns - start_ns) as f64 / 1e9;
+    let mut lost = format!("{} lost", stats.lost_samples);
+    if stats.kernel_stack_failures + stats.user_stack_failures > 0 {
+        lost += &format!(
+            ", {} without kernel stack, {} without user stack",
+            stats.kernel_stack_failures, stats.user_stack_failures
+        );
+    }
+    if stats.lost_sideband + stats.malformed > 0 {
+        lost += &format!(", {} sideband records lost, {} malformed", stats.lost_sideband, stats.malformed);
+    }
+    eprintln!(
+        "sysprof: {seconds:.2} s, {} samples ({lost}), {} processes, {threads} threads; wrote {} ({}) {:.2} s after stop; \
+         open it at https://profiler.firefox.com (Load a profile from file)",
+        stats.samples,
+        recording.processes.len(),
+        path.display(),
+        human_bytes(bytes),
+        write_time.as_secs_f64(),
+    );
+    Ok(())
+}
+
+fn drain_samples(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, collector: &mut Collector, errors: &mut u64) {
+    while let Some(item) = ring.next() {
+        match abi::decode_sample(&item) {
+            Ok(s) => collector.handle_sample(&s),
+            Err(_) => *errors += 1,
+        }
+    }
+}
+
+fn human_bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+/// Raise the open-file limit to its maximum: every mapped binary is kept open.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: valid pointers to a local rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// Read and validate a profile file; returns its thread count.
+pub fn validate_file(path: &Path) -> Result<usize, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let json: serde_json::Value = if bytes.starts_with(&[0x1f, 0x8b]) {
+        serde_json::from_reader(flate2::read::GzDecoder::new(&bytes[..]))
+    } else {
+        serde_json::from_slice(&bytes)
+    }
+    .map_err(|e| format!("{} is not a JSON profile: {e}", path.display()))?;
+    let problems = crate::profile::validate::validate(&json);
+    if problems.is_empty() {
+        Ok(json["threads"].as_array().map(|t| t.len()).unwrap_or(0))
+    } else {
+        Err(format!("{} is malformed: {}", path.display(), problems.join("; ")))
+    }
+}

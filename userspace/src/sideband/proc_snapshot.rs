@@ -1,0 +1,112 @@
+//! The processes that already run when recording starts, read from `/proc`.
+//!
+//! In: `/proc` (through the procfs crate). Out: a [`ProcSnapshot`] with, per
+//! process, its name, executable, command line, start time, threads (name and
+//! CPU time so far, the baseline for `threadCPUDelta`) and executable file
+//! mappings as [`MmapEvent`]s. Processes that vanish while being read are
+//! skipped: they were exiting anyway.
+
+use procfs::process::{MMapPath, Process};
+
+use super::MmapEvent;
+
+/// One process as `/proc` showed it at start.
+#[derive(Debug, Clone)]
+pub struct SnapshotProcess {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// `comm` of the main thread.
+    pub comm: String,
+    /// The executable's path, if readable.
+    pub exe: Option<String>,
+    /// Command line, arguments joined by spaces.
+    pub cmdline: String,
+    /// Start time, CLOCK_MONOTONIC-like nanoseconds since boot.
+    pub start_ns: u64,
+    /// Threads: (tid, comm, CPU time so far in ns).
+    pub threads: Vec<(u32, String, u64)>,
+    /// Executable file mappings.
+    pub mappings: Vec<MmapEvent>,
+}
+
+/// Everything read from `/proc` at start.
+#[derive(Debug, Default, Clone)]
+pub struct ProcSnapshot {
+    /// Every process that could be read.
+    pub processes: Vec<SnapshotProcess>,
+}
+
+/// Read every process, or only `only` (and their threads) when given.
+pub fn snapshot(only: Option<&[u32]>) -> ProcSnapshot {
+    let ticks = procfs::ticks_per_second().max(1);
+    let mut processes = Vec::new();
+    let candidates: Vec<Process> = match only {
+        Some(pids) => pids.iter().filter_map(|&p| Process::new(p as i32).ok()).collect(),
+        None => match procfs::process::all_processes() {
+            Ok(all) => all.filter_map(Result::ok).collect(),
+            Err(_) => Vec::new(),
+        },
+    };
+    for proc in candidates {
+        if let Some(p) = read_process(&proc, ticks) {
+            processes.push(p);
+        }
+    }
+    ProcSnapshot { processes }
+}
+
+fn read_process(proc: &Process, ticks: u64) -> Option<SnapshotProcess> {
+    let stat = proc.stat().ok()?;
+    let pid = proc.pid as u32;
+    let exe = proc.exe().ok().map(|p| p.to_string_lossy().into_owned());
+    let cmdline = proc.cmdline().map(|v| v.join(" ")).unwrap_or_default();
+    let mut threads = Vec::new();
+    if let Ok(tasks) = proc.tasks() {
+        for task in tasks.flatten() {
+            let comm = task.stat().map(|s| s.comm).unwrap_or_default();
+            let cpu_ns = thread_cpu_ns(pid, task.tid as u32).unwrap_or(0);
+            threads.push((task.tid as u32, comm, cpu_ns));
+        }
+    }
+    let mut mappings = Vec::new();
+    if let Ok(maps) = proc.maps() {
+        for m in maps {
+            if !m.perms.contains(procfs::process::MMPermissions::EXECUTE) {
+                continue;
+            }
+            let path = match &m.pathname {
+                MMapPath::Path(p) => p.to_string_lossy().into_owned(),
+                MMapPath::Vdso => "[vdso]".to_string(),
+                _ => continue,
+            };
+            mappings.push(MmapEvent {
+                time: 0,
+                pid,
+                start: m.address.0,
+                len: m.address.1 - m.address.0,
+                pgoff: m.offset,
+                path,
+                build_id: None,
+                inode: Some((m.dev.0 as u32, m.dev.1 as u32, m.inode)),
+            });
+        }
+    }
+    Some(SnapshotProcess {
+        pid,
+        ppid: stat.ppid as u32,
+        comm: stat.comm,
+        exe,
+        cmdline,
+        start_ns: stat.starttime.saturating_mul(1_000_000_000) / ticks,
+        threads,
+        mappings,
+    })
+}
+
+/// A thread's CPU time so far, from `/proc/PID/task/TID/schedstat` (ns).
+pub fn thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}

@@ -1,0 +1,193 @@
+//! Symbolication: addresses to function names, files, lines and inlined calls.
+//!
+//! In: per binary, the distinct file offsets that were sampled; the distinct
+//! kernel addresses. Out: for each address, its [`AddrInfo`]: the function
+//! and the functions inlined into it at that address (outermost first), or
+//! nothing when it cannot be resolved (the reason becomes a warning; the
+//! frame keeps its library and address). Each unique address is symbolized
+//! exactly once, with one blazesym call per binary.
+
+pub mod binaries;
+
+use std::panic::AssertUnwindSafe;
+
+use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+
+/// One function at an address: the real one (depth 0) or an inlined call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FuncAtAddr {
+    /// Demangled function name.
+    pub name: String,
+    /// Source file of the code at this address, if known.
+    pub file: Option<String>,
+    /// Source line, if known.
+    pub line: Option<u32>,
+}
+
+/// What is known about one address.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AddrInfo {
+    /// Start of the containing symbol, in the same address space as the input.
+    pub symbol_start: u64,
+    /// Distance of the looked-up address from the symbol's start.
+    pub symbol_offset: u64,
+    /// Size of the containing symbol, if known.
+    pub symbol_size: Option<u64>,
+    /// Outermost function first; empty if unresolved.
+    pub funcs: Vec<FuncAtAddr>,
+}
+
+/// Wraps one blazesym [`Symbolizer`] (which caches parsed files) for the
+/// whole recording.
+pub struct Symbolicator {
+    inner: Symbolizer,
+}
+
+impl Default for Symbolicator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbolicator {
+    /// A symbolizer with file/line, inlined functions and demangling on.
+    pub fn new() -> Symbolicator {
+        let inner = Symbolizer::builder()
+            .enable_code_info(true)
+            .enable_inlined_fns(true)
+            .enable_demangling(true)
+            .enable_auto_reload(false)
+            .build();
+        Symbolicator { inner }
+    }
+
+    /// Symbolize file offsets in the ELF file at `path`. Returns one entry per
+    /// offset, or an error message when the file cannot be read at all.
+    pub fn symbolize_elf(&self, path: &str, file_offsets: &[u64]) -> Result<Vec<AddrInfo>, String> {
+        let src = Source::Elf(Elf::new(path));
+        self.run(&src, Input::FileOffset(file_offsets), file_offsets.len())
+    }
+
+    /// Symbolize absolute kernel addresses through kallsyms.
+    pub fn symbolize_kernel(&self, addrs: &[u64]) -> Result<Vec<AddrInfo>, String> {
+        let kernel = Kernel {
+            // vmlinux discovery probes many paths and is rarely installed;
+            // kallsyms has every function name the kernel knows.
+            vmlinux: blazesym::MaybeDefault::None,
+            debug_syms: false,
+            ..Kernel::default()
+        };
+        self.run(&Source::Kernel(kernel), Input::AbsAddr(addrs), addrs.len())
+    }
+
+    fn run(&self, src: &Source<'_>, input: Input<&[u64]>, n: usize) -> Result<Vec<AddrInfo>, String> {
+        // Malformed files must not take the recording down with them: a parser
+        // panic becomes an error like any other.
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.symbolize(src, input)));
+        let symbolized = match result {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(format!("{e:#}")),
+            Err(_) => return Err("the symbolizer panicked on this file".into()),
+        };
+        debug_assert_eq!(symbolized.len(), n);
+        Ok(symbolized.into_iter().map(to_addr_info).collect())
+    }
+}
+
+fn to_addr_info(s: Symbolized<'_>) -> AddrInfo {
+    let Symbolized::Sym(sym) = s else { return AddrInfo::default() };
+    let code_file = |ci: &blazesym::symbolize::CodeInfo<'_>| -> String {
+        match &ci.dir {
+            Some(dir) => dir.join(&ci.file).to_string_lossy().into_owned(),
+            None => ci.file.to_string_lossy().into_owned(),
+        }
+    };
+    // Outermost first, as blazesym reports them; each carries the location
+    // blazesym attributes to it at this address.
+    let mut funcs = Vec::with_capacity(1 + sym.inlined.len());
+    let outer_loc = sym.code_info.as_deref();
+    funcs.push(FuncAtAddr {
+        name: sym.name.to_string(),
+        file: outer_loc.map(code_file),
+        line: outer_loc.and_then(|c| c.line),
+    });
+    for inl in sym.inlined.iter() {
+        funcs.push(FuncAtAddr {
+            name: inl.name.to_string(),
+            file: inl.code_info.as_ref().map(code_file),
+            line: inl.code_info.as_ref().and_then(|c| c.line),
+        });
+    }
+    AddrInfo { symbol_start: sym.addr, symbol_offset: sym.offset as u64, symbol_size: sym.size.map(|s| s as u64), funcs }
+}
+
+/// The kernel's `_text` address and build id, for the kernel "library".
+pub fn kernel_image() -> (u64, Option<Vec<u8>>) {
+    let text = std::fs::read_to_string("/proc/kallsyms")
+        .ok()
+        .and_then(|all| {
+            all.lines().find_map(|l| {
+                let mut it = l.split_whitespace();
+                let addr = it.next()?;
+                let _kind = it.next()?;
+                (it.next()? == "_text").then(|| u64::from_str_radix(addr, 16).ok()).flatten()
+            })
+        })
+        .unwrap_or(0);
+    let build_id = std::fs::read("/sys/kernel/notes").ok().and_then(|n| gnu_build_id_from_notes(&n));
+    (text, build_id)
+}
+
+/// Find the GNU build id (type 3, owner "GNU") in a raw ELF note section.
+/// Written here because the notes file is a bare note section, not an ELF
+/// file that blazesym's reader accepts.
+pub fn gnu_build_id_from_notes(notes: &[u8]) -> Option<Vec<u8>> {
+    let mut at = 0usize;
+    let word = |i: usize| -> Option<usize> {
+        Some(u32::from_ne_bytes(notes.get(i..i + 4)?.try_into().ok()?) as usize)
+    };
+    let align4 = |x: usize| x.checked_add(3).map(|v| v & !3);
+    while at + 12 <= notes.len() {
+        let (namesz, descsz, kind) = (word(at)?, word(at + 4)?, word(at + 8)?);
+        let name_at = at + 12;
+        let desc_at = name_at.checked_add(align4(namesz)?)?;
+        let end = desc_at.checked_add(align4(descsz)?)?;
+        if end > notes.len() {
+            return None;
+        }
+        if kind == 3 && notes.get(name_at..name_at + namesz)? == b"GNU\0" {
+            return Some(notes[desc_at..desc_at + descsz].to_vec());
+        }
+        at = end;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that the build id note is found after another note, and that a
+    /// truncated note section gives None instead of a panic.
+    #[test]
+    fn finds_gnu_build_id_in_notes() {
+        let mut n = Vec::new();
+        let note = |n: &mut Vec<u8>, name: &[u8], kind: u32, desc: &[u8]| {
+            n.extend((name.len() as u32).to_ne_bytes());
+            n.extend((desc.len() as u32).to_ne_bytes());
+            n.extend(kind.to_ne_bytes());
+            n.extend(name);
+            n.resize(n.len().next_multiple_of(4), 0);
+            n.extend(desc);
+            n.resize(n.len().next_multiple_of(4), 0);
+        };
+        note(&mut n, b"Xen\0", 5, &[1, 2, 3]);
+        note(&mut n, b"GNU\0", 3, &[0xab; 20]);
+        assert_eq!(gnu_build_id_from_notes(&n), Some(vec![0xab; 20]));
+        for cut in 0..n.len() {
+            let _ = gnu_build_id_from_notes(&n[..cut]);
+        }
+        assert_eq!(gnu_build_id_from_notes(&n[..n.len() - 4]), None);
+    }
+}
