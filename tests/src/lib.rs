@@ -1,1 +1,211 @@
-//! Helpers for the integration tests.
+//! Helpers for the integration tests: build C workloads, run `sysprof
+//! record` as a child process, and read the profile it wrote.
+//!
+//! The tests compare what the profile says against oracles the profiler
+//! does not produce: the workloads' own measurements, `/proc`, the source.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// The `sysprof` binary under test: `$SYSPROF_BIN` (set by `cargo xtask
+/// test`), else the workspace's release build, built on first use.
+pub fn sysprof_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Ok(p) = std::env::var("SYSPROF_BIN") {
+            return PathBuf::from(p);
+        }
+        let root = workspace_root();
+        let status = Command::new(env!("CARGO"))
+            .current_dir(&root)
+            .args(["build", "--release", "-p", "sysprof"])
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "building sysprof failed");
+        root.join("target/release/sysprof")
+    })
+    .clone()
+}
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// True when recording can run here. Without root it says so loudly; under
+/// CI (`CI` set) a missing privilege is a failure, never a silent pass.
+pub fn can_record(test: &str) -> bool {
+    let root = unsafe { libc_geteuid() } == 0;
+    let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
+    if root && btf {
+        return true;
+    }
+    let why = if !root { "not running as root" } else { "the kernel has no BTF (/sys/kernel/btf/vmlinux)" };
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: cannot record: {why}; CI must run the integration tests as root");
+    }
+    eprintln!("\n*** SKIPPED {test}: {why} (kernel {}); run `sudo -E cargo xtask test` ***\n", kernel_release());
+    false
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
+}
+
+/// A scratch directory for one test, emptied first.
+pub fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join("sysprof-tests").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Compile `tests/workloads/NAME.c` with gcc into `dir` as `out`, with
+/// frame pointers and symbols, plus `extra` flags.
+pub fn build_c(name: &str, out: &Path, extra: &[&str]) -> PathBuf {
+    let src = workspace_root().join("tests/workloads").join(format!("{name}.c"));
+    let status = Command::new("gcc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"])
+        .arg(&src)
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .expect("gcc is needed to build the test workloads");
+    assert!(status.success(), "compiling {} failed", src.display());
+    out.to_path_buf()
+}
+
+/// Run `sysprof record ARGS -o OUT`; returns the process output.
+pub fn record(args: &[&str], out: &Path) -> Output {
+    Command::new(sysprof_bin())
+        .arg("record")
+        .arg("-o")
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("running sysprof")
+}
+
+/// Parse `key=value` from a workload's output.
+pub fn field(stdout: &[u8], key: &str) -> Option<u64> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")).and_then(|v| v.trim().parse().ok()))
+}
+
+/// A written profile.
+pub struct Profile {
+    /// The JSON.
+    pub json: Value,
+}
+
+/// One thread of a profile, with helpers to walk its samples.
+pub struct ThreadView<'a> {
+    /// The thread's JSON.
+    pub t: &'a Value,
+}
+
+impl Profile {
+    /// Read a `.json` or `.json.gz` profile and check it with the structural
+    /// validator; panics with every problem found.
+    pub fn load(path: &Path) -> Profile {
+        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("no profile at {}: {e}", path.display()));
+        let json: Value = if bytes.starts_with(&[0x1f, 0x8b]) {
+            serde_json::from_reader(flate2::read::GzDecoder::new(&bytes[..])).expect("gzip JSON")
+        } else {
+            serde_json::from_slice(&bytes).expect("JSON")
+        };
+        let problems = sysprof::profile::validate::validate(&json);
+        assert!(problems.is_empty(), "the profile is malformed:\n{}", problems.join("\n"));
+        Profile { json }
+    }
+
+    /// Every thread.
+    pub fn threads(&self) -> Vec<ThreadView<'_>> {
+        self.json["threads"].as_array().unwrap().iter().map(|t| ThreadView { t }).collect()
+    }
+
+    /// The thread with this tid in process pid.
+    pub fn thread(&self, pid: u64, tid: u64) -> Option<ThreadView<'_>> {
+        self.threads().into_iter().find(|t| t.pid() == pid && t.tid() == tid)
+    }
+
+    /// Threads of process pid.
+    pub fn process_threads(&self, pid: u64) -> Vec<ThreadView<'_>> {
+        self.threads().into_iter().filter(|t| t.pid() == pid).collect()
+    }
+}
+
+impl ThreadView<'_> {
+    /// Process id.
+    pub fn pid(&self) -> u64 {
+        self.t["pid"].as_str().unwrap().parse().unwrap()
+    }
+    /// Thread id.
+    pub fn tid(&self) -> u64 {
+        self.t["tid"].as_u64().unwrap()
+    }
+    /// Thread name.
+    pub fn name(&self) -> &str {
+        self.t["name"].as_str().unwrap()
+    }
+    /// Process name.
+    pub fn process_name(&self) -> &str {
+        self.t["processName"].as_str().unwrap()
+    }
+    /// Number of samples.
+    pub fn sample_count(&self) -> usize {
+        self.t["samples"]["length"].as_u64().unwrap() as usize
+    }
+    /// Sum of `threadCPUDelta` (µs).
+    pub fn cpu_delta_us(&self) -> u64 {
+        self.t["samples"]["threadCPUDelta"].as_array().unwrap().iter().filter_map(Value::as_u64).sum()
+    }
+
+    /// Each sample's stack as (function name, category name) pairs, root first.
+    pub fn stacks(&self, categories: &[String]) -> Vec<Vec<(String, String)>> {
+        let t = self.t;
+        let strings = t["stringArray"].as_array().unwrap();
+        let col = |table: &str, c: &str, i: usize| t[table][c][i].clone();
+        t["samples"]["stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let mut out = Vec::new();
+                let mut node = s.as_u64();
+                while let Some(n) = node {
+                    let frame = col("stackTable", "frame", n as usize).as_u64().unwrap() as usize;
+                    let func = col("frameTable", "func", frame).as_u64().unwrap() as usize;
+                    let name = strings[col("funcTable", "name", func).as_u64().unwrap() as usize].as_str().unwrap();
+                    let cat = col("frameTable", "category", frame).as_u64().unwrap_or(0) as usize;
+                    out.push((name.to_string(), categories.get(cat).cloned().unwrap_or_default()));
+                    node = col("stackTable", "prefix", n as usize).as_u64();
+                }
+                out.reverse();
+                out
+            })
+            .collect()
+    }
+}
+
+impl Profile {
+    /// Category names, by index.
+    pub fn categories(&self) -> Vec<String> {
+        self.json["meta"]["categories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+}

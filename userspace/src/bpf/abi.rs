@@ -57,7 +57,7 @@ pub struct SampleEvent {
 }
 
 /// A decoded sample borrowing its stacks from the ring buffer record.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SampleView<'a> {
     /// CPU the sample was taken on.
     pub cpu: u32,

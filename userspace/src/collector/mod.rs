@@ -368,7 +368,8 @@ impl Replay {
                         Some(p) => (p.comm.clone(), p.exe.clone(), p.cmdline.clone(), p.mappings.clone(), p.tracked),
                         None => (String::new(), None, String::new(), Vec::new(), self.tracking_all),
                     };
-                    let mut state = ProcessState::new(comm, tracked || self.tracking_all);
+                    let already = self.processes.get(pid).is_some_and(|p| p.tracked);
+                    let mut state = ProcessState::new(comm, tracked || already || self.tracking_all);
                     state.exe = exe;
                     state.cmdline = cmdline;
                     state.mappings = mappings;
@@ -600,4 +601,96 @@ fn finish_processes(
 fn comm_str(c: &[u8; TASK_COMM_LEN]) -> String {
     let len = c.iter().position(|&b| b == 0).unwrap_or(c.len());
     String::from_utf8_lossy(&c[..len]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mmap(time: u64, pid: u32, path: &str) -> MmapEvent {
+        MmapEvent { time, pid, start: 0x40_0000, len: 0x1000, pgoff: 0x2000, path: path.into(), build_id: None, inode: None }
+    }
+
+    fn sample(c: &mut Collector, time: u64, pid: u32, tid: u32, runtime: u64, ustack: &[u64], kstack: &[u64]) {
+        c.handle_sample(&SampleView {
+            cpu: 0,
+            time_ns: time,
+            sum_exec_runtime: runtime,
+            pid,
+            tid,
+            flags: 0,
+            comm: b"app",
+            kstack,
+            ustack,
+        });
+    }
+
+    /// (library path, library-relative address) of each frame of a thread's sample, root first.
+    fn frames_of(r: &Recording, pid: u32, tid: u32, i: usize) -> Vec<(String, u64)> {
+        let t = r.processes.iter().find(|p| p.pid == pid).unwrap().threads.iter().find(|t| t.tid == tid).unwrap();
+        let mut keys = Vec::new();
+        r.stacks.path(t.samples.stack[i], &mut keys);
+        keys.iter()
+            .map(|&k| {
+                let f = &r.frames[k as usize];
+                let lib = if f.lib == NO_LIB { "?".to_string() } else { r.libs[f.lib as usize].path.clone() };
+                (lib, f.address)
+            })
+            .collect()
+    }
+
+    /// Check that samples are resolved with the mappings their process had
+    /// at the sample's time (even when records arrive out of order), that an
+    /// exec replaces the mappings, that a forked child inherits its parent's,
+    /// and that return addresses are looked up one byte back.
+    #[test]
+    fn replay_resolves_with_mappings_of_the_moment() {
+        let mut c = Collector::new(PidFilter::All);
+        // Arrives before the mapping it needs, but is later in time.
+        sample(&mut c, 200, 10, 10, 1000, &[0x40_0010, 0x40_0100], &[]);
+        c.handle_mmap2(mmap(100, 10, "/nonexistent/a"));
+        c.handle_sideband(SidebandEvent::Comm { time: 300, pid: 10, tid: 10, name: "b".into(), exec: true });
+        c.handle_mmap2(mmap(301, 10, "/nonexistent/b"));
+        sample(&mut c, 400, 10, 10, 3000, &[0x40_0010, 0x40_0100], &[0xffff_ffff_8100_0010]);
+        c.handle_sideband(SidebandEvent::Fork { time: 500, pid: 11, ppid: 10, tid: 11 });
+        sample(&mut c, 600, 11, 11, 5000, &[0x40_0020], &[]);
+        c.handle_sideband(SidebandEvent::Exit { time: 700, pid: 11, tid: 11 });
+        let r = c.finish(0, 0.0, 1000, 1.0);
+
+        let a = "/nonexistent/a".to_string();
+        let b = "/nonexistent/b".to_string();
+        assert_eq!(frames_of(&r, 10, 10, 0), vec![(a.clone(), 0x20ff), (a, 0x2010)]);
+        let after_exec = frames_of(&r, 10, 10, 1);
+        // In a kernel-mode sample the user "leaf" is where the syscall returns
+        // to, so it is looked up one byte back like any return address.
+        assert_eq!(after_exec[..2], [(b.clone(), 0x20ff), (b.clone(), 0x200f)]);
+        assert!(r.frames[r.stacks.key(r.processes[0].threads[0].samples.stack[1]) as usize].kernel);
+        assert_eq!(frames_of(&r, 11, 11, 0), vec![(b, 0x2020)]);
+
+        let p10 = r.processes.iter().find(|p| p.pid == 10).unwrap();
+        assert_eq!(p10.name, "b", "named by the exec'd executable");
+        let p11 = r.processes.iter().find(|p| p.pid == 11).unwrap();
+        assert_eq!((p11.start_ns, p11.end_ns), (Some(500), Some(700)));
+        // Thread 10 had no baseline: first delta 0, then the difference.
+        assert_eq!(p10.threads[0].samples.cpu_delta_ns, vec![0, 2000]);
+        // Thread 11 was forked during the recording: its baseline is 0.
+        assert_eq!(p11.threads[0].samples.cpu_delta_ns, vec![5000]);
+        assert!(r.warnings.iter().any(|w| w.contains("/nonexistent/a")), "{:?}", r.warnings);
+    }
+
+    /// Check that a Tree filter keeps the root and the processes it forks,
+    /// and nothing else.
+    #[test]
+    fn tree_filter_follows_forks() {
+        let mut c = Collector::new(PidFilter::Tree(vec![20]));
+        sample(&mut c, 100, 20, 20, 0, &[0x1234], &[]);
+        sample(&mut c, 100, 30, 30, 0, &[0x1234], &[]);
+        c.handle_sideband(SidebandEvent::Fork { time: 150, pid: 21, ppid: 20, tid: 21 });
+        c.handle_sideband(SidebandEvent::Fork { time: 150, pid: 31, ppid: 30, tid: 31 });
+        sample(&mut c, 200, 21, 21, 0, &[0x1234], &[]);
+        sample(&mut c, 200, 31, 31, 0, &[0x1234], &[]);
+        let r = c.finish(0, 0.0, 1000, 1.0);
+        let pids: Vec<u32> = r.processes.iter().map(|p| p.pid).collect();
+        assert_eq!(pids, vec![20, 21]);
+    }
 }

@@ -1,0 +1,271 @@
+//! Integration tests of `sysprof record`: real kernel, real BPF, as root,
+//! one at a time (`--test-threads=1`: they share the machine's CPUs and
+//! kernel state). Each checks the profile against an oracle the profiler
+//! does not produce, and every profile goes through the structural validator.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use sysprof_tests::*;
+
+fn names(stack: &[(String, String)]) -> Vec<&str> {
+    stack.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "sysprof failed ({}):\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Check that a 3:1 split of thread CPU time between two functions shows up
+/// as a 3:1 split of samples (±10%), in the named thread with the right pid
+/// and tid, with the caller directly above each hot function; and that the
+/// thread's summed threadCPUDelta matches its CPU time from schedstat (±10%).
+#[test]
+fn cpu_split_between_functions_matches_the_workload() {
+    if !can_record("cpu_split_between_functions_matches_the_workload") {
+        return;
+    }
+    let dir = scratch("split");
+    let exe = build_c("split", &dir.join("split"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--", exe.to_str().unwrap(), "2.0"], &out_path);
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").expect("the workload printed its pid");
+    let cpu_ns = field(&out.stdout, "cpu_ns").expect("the workload printed its CPU time");
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+
+    let threads = profile.process_threads(pid);
+    assert!(!threads.is_empty(), "process {pid} is missing from the profile");
+    let t = threads
+        .iter()
+        .find(|t| t.name() == "splitter")
+        .unwrap_or_else(|| panic!("no thread named splitter in {pid}: {:?}", threads.iter().map(|t| t.name()).collect::<Vec<_>>()));
+    assert_eq!(t.process_name(), "split");
+    assert_ne!(t.tid(), pid, "the splitter is not the main thread");
+
+    let stacks = t.stacks(&cats);
+    let (mut three, mut one) = (0usize, 0usize);
+    for s in &stacks {
+        let n = names(s);
+        for (hot, count) in [("hot_three", &mut three), ("hot_one", &mut one)] {
+            if let Some(i) = n.iter().position(|f| *f == hot) {
+                assert!(i > 0 && n[i - 1] == "worker", "{hot} must be called by worker: {n:?}");
+                *count += 1;
+            }
+        }
+    }
+    let ratio = three as f64 / one.max(1) as f64;
+    eprintln!("split: hot_three {three} samples, hot_one {one}, ratio {ratio:.2} (expected 3.00)");
+    assert!(three + one >= stacks.len() * 9 / 10, "most samples are in the hot functions: {three}+{one} of {}", stacks.len());
+    assert!((2.7..=3.3).contains(&ratio), "ratio {ratio:.2} is not 3 ± 10%");
+
+    let delta_ns = t.cpu_delta_us() as f64 * 1000.0;
+    let err = (delta_ns - cpu_ns as f64).abs() / cpu_ns as f64;
+    eprintln!("split: threadCPUDelta sum {:.0} ms, schedstat {:.0} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
+    assert!(err <= 0.10, "threadCPUDelta sum {delta_ns} ns vs schedstat {cpu_ns} ns: off by {:.1}%", err * 100.0);
+}
+
+/// Check that a thread spending its time in read(2) has stacks holding both
+/// its user function and the kernel's read path, each in its category.
+#[test]
+fn syscall_stacks_hold_kernel_and_user_frames() {
+    if !can_record("syscall_stacks_hold_kernel_and_user_frames") {
+        return;
+    }
+    let dir = scratch("syscalls");
+    let exe = build_c("syscalls", &dir.join("syscalls"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--", exe.to_str().unwrap(), "1.5"], &out_path);
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").unwrap();
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let threads = profile.process_threads(pid);
+    let t = threads.iter().find(|t| t.name() == "reader").expect("thread named reader");
+    let stacks = t.stacks(&cats);
+    let both = stacks
+        .iter()
+        .filter(|s| {
+            let user = s.iter().position(|(n, c)| n == "read_loop" && c == "User");
+            let kernel = s.iter().position(|(n, c)| n.contains("read") && n != "read_loop" && c == "Kernel");
+            matches!((user, kernel), (Some(u), Some(k)) if u < k)
+        })
+        .count();
+    eprintln!("syscalls: {both} of {} samples hold read_loop above a kernel read frame", stacks.len());
+    assert!(stacks.len() >= 100, "too few samples: {}", stacks.len());
+    assert!(both * 2 >= stacks.len(), "fewer than half the samples have user and kernel frames");
+}
+
+/// Check that a process that starts and exits during a system-wide
+/// recording appears with its name, pid, exit time and symbolicated frames.
+#[test]
+fn short_lived_process_is_named_and_symbolicated() {
+    if !can_record("short_lived_process_is_named_and_symbolicated") {
+        return;
+    }
+    let dir = scratch("shortlived");
+    let exe = build_c("spin", &dir.join("shortlived"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let rec = Command::new(sysprof_bin())
+        .args(["record", "-a", "-d", "2.5", "-q", "-o"])
+        .arg(&out_path)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let w = Command::new(&exe).arg("0.4").output().unwrap();
+    let pid = field(&w.stdout, "pid").unwrap();
+    let out = rec.wait_with_output().unwrap();
+    assert_success(&out);
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let threads = profile.process_threads(pid);
+    assert_eq!(threads.len(), 1, "process {pid} has one thread in the profile");
+    let t = &threads[0];
+    assert_eq!(t.process_name(), "shortlived");
+    assert_eq!(t.tid(), pid);
+    assert!(t.t["isMainThread"].as_bool().unwrap());
+    assert!(t.t["processShutdownTime"].is_number(), "exit time recorded");
+    assert!(t.t["processStartupTime"].as_f64().unwrap() > 0.0, "start time is within the recording");
+    let stacks = t.stacks(&cats);
+    let named = stacks.iter().filter(|s| names(s).contains(&"short_lived_spin")).count();
+    eprintln!("shortlived: {named} of {} samples in short_lived_spin", stacks.len());
+    assert!(stacks.len() >= 200, "0.4 s at 999 Hz should give ~400 samples, got {}", stacks.len());
+    assert!(named * 10 >= stacks.len() * 9, "≥90% of samples symbolicated to short_lived_spin");
+    let libs = profile.json["libs"].as_array().unwrap();
+    let lib = libs.iter().find(|l| l["path"].as_str() == exe.to_str()).expect("the workload is in libs");
+    assert_eq!(lib["codeId"].as_str().map(str::len), Some(40), "the build id is recorded: {lib}");
+}
+
+/// Check that -p records only the given process, and that idle samples of
+/// other processes are not in the profile.
+#[test]
+fn pid_filter_records_only_that_process() {
+    if !can_record("pid_filter_records_only_that_process") {
+        return;
+    }
+    let dir = scratch("pidfilter");
+    let exe = build_c("spin", &dir.join("spin"), &[]);
+    let mut w = Command::new(&exe).arg("3").stdout(Stdio::piped()).spawn().unwrap();
+    let pid = w.id() as u64;
+    std::thread::sleep(Duration::from_millis(200));
+    let out_path = dir.join("p.json");
+    let out = record(&["-p", &pid.to_string(), "-d", "1"], &out_path);
+    let _ = w.kill();
+    let _ = w.wait();
+    assert_success(&out);
+    let profile = Profile::load(&out_path);
+    let pids: std::collections::BTreeSet<u64> = profile.threads().iter().map(|t| t.pid()).collect();
+    assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![pid]);
+    let t = profile.thread(pid, pid).unwrap();
+    assert!(t.sample_count() >= 500, "a busy process for 1 s at 999 Hz: {} samples", t.sample_count());
+}
+
+/// Check that SIGTERM stops an open-ended recording and the profile is
+/// still written, complete, under its final name.
+#[test]
+fn sigterm_stops_recording_and_writes_the_profile() {
+    if !can_record("sigterm_stops_recording_and_writes_the_profile") {
+        return;
+    }
+    let dir = scratch("sigterm");
+    let out_path = dir.join("p.json.gz");
+    let child = Command::new(sysprof_bin())
+        .args(["record", "-a", "-q", "-o"])
+        .arg(&out_path)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    unsafe_kill(child.id(), 15);
+    let out = child.wait_with_output().unwrap();
+    assert_success(&out);
+    let profile = Profile::load(&out_path);
+    assert!(profile.threads().iter().map(|t| t.sample_count()).sum::<usize>() > 500);
+    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().filter(|e| e.file_name() != "p.json.gz").collect();
+    assert!(leftovers.is_empty(), "no temporary file is left behind: {leftovers:?}");
+}
+
+fn unsafe_kill(pid: u32, sig: i32) {
+    Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap();
+}
+
+/// Check that a binary deleted while it runs still symbolicates (it was
+/// opened when mapped), and one whose library is truncated mid-recording
+/// gives a profile with unresolved frames and a warning, not a crash.
+#[test]
+fn deleted_and_truncated_binaries_still_give_a_profile() {
+    if !can_record("deleted_and_truncated_binaries_still_give_a_profile") {
+        return;
+    }
+    let dir = scratch("badbinaries");
+    let deleted = build_c("spin", &dir.join("deleted_spin"), &[]);
+    let lib = dir.join("libspin.so");
+    build_c("libspin", &lib, &["-shared", "-fPIC"]);
+    let user = build_c(
+        "spin",
+        &dir.join("lib_user"),
+        &["-DSPIN_IN_LIB", &format!("-L{}", dir.display()), "-lspin", &format!("-Wl,-rpath,{}", dir.display())],
+    );
+    let out_path = dir.join("p.json.gz");
+    let rec = Command::new(sysprof_bin())
+        .args(["record", "-a", "-d", "2.5", "-q", "-o"])
+        .arg(&out_path)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let a = Command::new(&deleted).arg("1.2").stdout(Stdio::piped()).spawn().unwrap();
+    let b = Command::new(&user).arg("1.2").stdout(Stdio::piped()).spawn().unwrap();
+    let (pid_a, pid_b) = (a.id() as u64, b.id() as u64);
+    std::thread::sleep(Duration::from_millis(400));
+    std::fs::remove_file(&deleted).unwrap();
+    // Truncating a mapped library: the process may die of SIGBUS, which is fine.
+    std::fs::OpenOptions::new().write(true).open(&lib).unwrap().set_len(64).unwrap();
+    let _ = a.wait_with_output();
+    let _ = b.wait_with_output();
+    let out = rec.wait_with_output().unwrap();
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+
+    let ta = profile.thread(pid_a, pid_a).expect("the deleted binary's process is in the profile");
+    let sa = ta.stacks(&cats);
+    let named = sa.iter().filter(|s| names(s).contains(&"short_lived_spin")).count();
+    assert!(named * 10 >= sa.len() * 8, "the deleted binary still symbolicates: {named} of {}", sa.len());
+
+    let tb = profile.thread(pid_b, pid_b).expect("the truncated library's user is in the profile");
+    let sb = tb.stacks(&cats);
+    assert!(!sb.is_empty());
+    let resolved = sb.iter().filter(|s| names(s).contains(&"lib_spin")).count();
+    let hex = sb.iter().filter(|s| s.iter().any(|(n, _)| n.starts_with("0x"))).count();
+    eprintln!("truncated lib: {resolved} resolved, {hex} with hex frames of {}; stderr: {stderr}", sb.len());
+    assert_eq!(resolved, 0, "a truncated library cannot be symbolicated");
+    assert!(hex * 10 >= sb.len() * 9, "its frames keep a hex address");
+    assert!(stderr.contains("warning") && stderr.contains("libspin.so"), "a warning names the library: {stderr}");
+}
+
+/// Check that an unknown pid and an unwritable output path give one clear
+/// line and exit code 2, before anything is recorded.
+#[test]
+fn bad_requests_exit_2_with_one_clear_line() {
+    let dir = scratch("badrequests");
+    let out = record(&["-p", "999999999"], &dir.join("p.json"));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("no process with pid 999999999"), "{err}");
+
+    let out = record(&["-a", "-d", "1"], std::path::Path::new("/nonexistent-dir/p.json"));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("cannot write /nonexistent-dir/p.json") && err.contains("-o"), "{err}");
+}
