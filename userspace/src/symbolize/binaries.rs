@@ -79,7 +79,12 @@ impl Binaries {
         if let Some(&i) = self.by_key.get(&key) {
             return i;
         }
-        let (file, open_error) = if m.path.starts_with('/') {
+        let (file, open_error) = if m.path == "[vdso]" {
+            match own_vdso_image() {
+                Ok(f) => (Some(f), None),
+                Err(e) => (None, Some(format!("cannot copy the vDSO: {e}"))),
+            }
+        } else if m.path.starts_with('/') {
             match open_mapped_file(m) {
                 Ok(f) => (Some(f), None),
                 Err(e) => (None, Some(e)),
@@ -113,6 +118,44 @@ impl Binaries {
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
+}
+
+/// The vDSO as a file. Every process on this kernel maps the same vDSO image,
+/// so our own copy (at `AT_SYSINFO_EHDR`) symbolicates theirs; its file
+/// offsets equal its virtual offsets because it is one mapping at offset 0.
+fn own_vdso_image() -> std::io::Result<File> {
+    use std::io::Write;
+    // SAFETY: getauxval has no preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
+    if base == 0 {
+        return Err(std::io::Error::other("no AT_SYSINFO_EHDR"));
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let len = maps
+        .lines()
+        .filter(|l| l.ends_with("[vdso]"))
+        .find_map(|l| {
+            let (range, _) = l.split_once(' ')?;
+            let (a, b) = range.split_once('-')?;
+            let (a, b) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
+            (a == base).then_some(b - a)
+        })
+        .ok_or_else(|| std::io::Error::other("no [vdso] line in /proc/self/maps"))?;
+    // SAFETY: [base, base+len) is our own mapped, readable vDSO.
+    let image = unsafe { std::slice::from_raw_parts(base as *const u8, len) };
+    let mut file = tempfile_in_memory()?;
+    file.write_all(image)?;
+    Ok(file)
+}
+
+fn tempfile_in_memory() -> std::io::Result<File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: valid NUL-terminated name; the fd is new and owned by the File.
+    let fd = unsafe { libc::memfd_create(c"sysprof-vdso".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 /// Open the file behind a mapping the way the process sees it.
