@@ -47,6 +47,9 @@ pub struct RecordArgs {
     /// Where to write the profile; gzip-compressed when it ends in .gz.
     #[arg(short = 'o', long = "output", default_value = "profile.json.gz")]
     pub output: PathBuf,
+    /// How user stacks are walked: fp (frame pointers, the only method so far).
+    #[arg(long = "call-graph", default_value = "fp", value_parser = ["fp"])]
+    pub call_graph: String,
     /// Print no live status line.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,

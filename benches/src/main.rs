@@ -1,0 +1,472 @@
+//! `cargo xtask bench`: sysprof side by side with `perf record` and samply.
+//!
+//! In: the workloads in `benches/workloads/*.c` (built here with gcc), the
+//! profilers (sysprof from this workspace; perf and samply found on PATH or
+//! installed). Out: one table on stdout and `target/bench/results.{md,json}`.
+//! Every figure is a median over alternating runs (A B C … A B C …) with min
+//! and max. Nothing here asserts a number: the goals live in the table.
+//!
+//! Per workload × configuration it measures: the workload's slowdown (its
+//! own elapsed time vs. no profiler); the extra machine CPU per second of
+//! workload (busy time from `/proc/stat`, which also sees what the kernel
+//! spends on behalf of the profiler); the profiler's own CPU time and peak
+//! RSS; the BPF programs' run time (`kernel.bpf_stats_enabled`); samples
+//! expected vs. written and lost; the time from the stop signal to the
+//! profile written; bytes per sample. `micro` measures the userspace hot
+//! path offline in samples per second.
+
+mod micro;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+
+const FREQ: u32 = 999;
+/// Time given to a system-wide profiler to attach before the workload starts.
+const SETTLE: Duration = Duration::from_millis(1000);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Profiler {
+    None,
+    Sysprof,
+    Perf,
+    Samply,
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    name: &'static str,
+    profiler: Profiler,
+    args: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Workload {
+    name: &'static str,
+    argv: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Run {
+    elapsed_ms: f64,
+    busy_ms_per_s: f64,
+    profiler_cpu_ms: f64,
+    profiler_rss_mb: f64,
+    bpf_ms: Option<f64>,
+    expected: f64,
+    written: Option<f64>,
+    lost: Option<f64>,
+    stop_to_written_ms: f64,
+    bytes: f64,
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only_micro = args.iter().any(|a| a == "--micro");
+    let reps = if quick { 1 } else { 3 };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let out_dir = root.join("target/bench");
+    std::fs::create_dir_all(&out_dir)?;
+
+    let micro = micro::run(quick);
+    let mut results = json!({ "micro": micro.iter().map(|(k, v)| json!({"name": k, "per_second": v})).collect::<Vec<_>>() });
+    let mut md = String::from("## Userspace hot path (offline, synthetic stream)\n\n| stage | per second |\n|---|---:|\n");
+    for (k, v) in &micro {
+        md += &format!("| {k} | {v:.0} |\n");
+    }
+    println!("{md}");
+    if only_micro {
+        std::fs::write(out_dir.join("results.md"), &md)?;
+        std::fs::write(out_dir.join("results.json"), serde_json::to_string_pretty(&results)?)?;
+        return Ok(());
+    }
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the system-wide benchmarks need root (BPF, perf -a): run `sudo -E cargo xtask bench`");
+    }
+
+    let work = out_dir.join("work");
+    std::fs::create_dir_all(&work)?;
+    let bin = |name: &str| -> Result<PathBuf> {
+        let out = work.join(name);
+        let src = root.join("benches/workloads").join(format!("{name}.c"));
+        let ok = Command::new("gcc").args(["-O2", "-g", "-fno-omit-frame-pointer", "-pthread"]).arg(&src).arg("-o").arg(&out).status()?;
+        if !ok.success() {
+            bail!("compiling {} failed", src.display());
+        }
+        Ok(out)
+    };
+    let io_file = work.join("io.data");
+    if std::fs::metadata(&io_file).map(|m| m.len()).unwrap_or(0) < 256 << 20 {
+        let mut f = std::fs::File::create(&io_file)?;
+        let chunk: Vec<u8> = (0..1 << 20).map(|i| (i * 7 + 3) as u8).collect();
+        for _ in 0..256 {
+            std::io::Write::write_all(&mut f, &chunk)?;
+        }
+        f.sync_all()?;
+    }
+    let s = |p: PathBuf| p.to_string_lossy().into_owned();
+    let workloads = vec![
+        Workload { name: "cpu", argv: vec![s(bin("cpu")?), if quick { "150" } else { "300" }.into()] },
+        Workload { name: "switch", argv: vec![s(bin("switch")?), if quick { "150000" } else { "400000" }.into()] },
+        Workload { name: "fork", argv: vec![s(bin("fork")?), if quick { "800" } else { "2000" }.into()] },
+        Workload { name: "io", argv: vec![s(bin("io")?), s(io_file.clone()), if quick { "10000" } else { "40000" }.into()] },
+    ];
+
+    let sysprof = root.join("target/release/sysprof");
+    let perf = which("perf");
+    let samply = find_samply();
+    let f = FREQ.to_string();
+    let mut configs = vec![Config { name: "none", profiler: Profiler::None, args: vec![] }];
+    configs.push(Config { name: "sysprof -a", profiler: Profiler::Sysprof, args: vec!["-a".into()] });
+    configs.push(Config { name: "sysprof -a --call-graph fp", profiler: Profiler::Sysprof, args: vec!["-a".into(), "--call-graph".into(), "fp".into()] });
+    match &perf {
+        Some(_) => {
+            configs.push(Config { name: "perf -a -g", profiler: Profiler::Perf, args: vec!["-a".into(), "-g".into(), "-F".into(), f.clone()] });
+            configs.push(Config { name: "perf -a --call-graph dwarf", profiler: Profiler::Perf, args: vec!["-a".into(), "--call-graph".into(), "dwarf".into(), "-F".into(), f.clone()] });
+            configs.push(Config { name: "perf -a -e sched:sched_switch -g", profiler: Profiler::Perf, args: vec!["-a".into(), "-e".into(), "sched:sched_switch".into(), "-g".into()] });
+        }
+        None => eprintln!("bench: perf not found, skipping its configurations: install it with `apt-get install linux-perf`"),
+    }
+    match &samply {
+        Some(_) => configs.push(Config { name: "samply record", profiler: Profiler::Samply, args: vec![] }),
+        None => eprintln!("bench: samply not found, skipping it: install it with `cargo install --locked samply`"),
+    }
+    let stats_before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
+    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+
+    let mut runs: BTreeMap<(&str, &str), Vec<Run>> = BTreeMap::new();
+    for rep in 0..reps {
+        for w in &workloads {
+            for c in &configs {
+                if c.name.contains("sched:sched_switch") && w.name != "switch" {
+                    continue;
+                }
+                eprintln!("bench: rep {}/{reps} {} × {}", rep + 1, w.name, c.name);
+                let r = match c.profiler {
+                    Profiler::Samply => run_samply(samply.as_ref().unwrap(), w, &work),
+                    _ => run_system_wide(c, w, &sysprof, perf.as_deref(), &work, ncpu),
+                };
+                match r {
+                    Ok(r) => runs.entry((w.name, c.name)).or_default().push(r),
+                    Err(e) => eprintln!("bench: {} × {} failed: {e:#}", w.name, c.name),
+                }
+            }
+        }
+    }
+    let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_before.trim());
+
+    md += "\n## Workloads side by side (median [min–max] over alternating runs, 999 Hz)\n\n";
+    md += "| workload | configuration | slowdown | extra machine CPU ms/s | profiler CPU ms | peak RSS MB | BPF ms | samples expected / written (lost) | stop→written ms | bytes/sample |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    let mut rows = Vec::new();
+    for w in &workloads {
+        let Some(base) = runs.get(&(w.name, "none")) else { continue };
+        let base_elapsed = median(base.iter().map(|r| r.elapsed_ms));
+        let base_busy = median(base.iter().map(|r| r.busy_ms_per_s));
+        for c in &configs {
+            let Some(rs) = runs.get(&(w.name, c.name)) else { continue };
+            let slow: Vec<f64> = rs.iter().map(|r| r.elapsed_ms / base_elapsed).collect();
+            let extra: Vec<f64> = rs.iter().map(|r| r.busy_ms_per_s - base_busy).collect();
+            let col = |v: Vec<f64>, prec: usize| fmt_stat(&v, prec);
+            let opt = |f: &dyn Fn(&Run) -> Option<f64>, prec: usize| {
+                let v: Vec<f64> = rs.iter().filter_map(f).collect();
+                if v.is_empty() { "–".to_string() } else { fmt_stat(&v, prec) }
+            };
+            let samples = if c.profiler == Profiler::None {
+                "–".to_string()
+            } else {
+                format!(
+                    "{:.0} / {} ({})",
+                    median(rs.iter().map(|r| r.expected)),
+                    opt(&|r| r.written, 0),
+                    opt(&|r| r.lost, 0)
+                )
+            };
+            let bps = opt(&|r| r.written.filter(|w| *w > 0.0).map(|w| r.bytes / w), 0);
+            let line = format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                w.name,
+                c.name,
+                col(slow.clone(), 3),
+                col(extra.clone(), 0),
+                col(rs.iter().map(|r| r.profiler_cpu_ms).collect(), 0),
+                col(rs.iter().map(|r| r.profiler_rss_mb).collect(), 1),
+                opt(&|r| r.bpf_ms, 1),
+                samples,
+                if c.profiler == Profiler::None { "–".into() } else { col(rs.iter().map(|r| r.stop_to_written_ms).collect(), 0) },
+                if c.profiler == Profiler::None { "–".into() } else { bps },
+            );
+            md += &line;
+            md += "\n";
+            rows.push(json!({
+                "workload": w.name, "configuration": c.name,
+                "slowdown": median(slow.into_iter()), "extra_cpu_ms_per_s": median(extra.into_iter()),
+                "runs": rs.iter().map(|r| json!({
+                    "elapsed_ms": r.elapsed_ms, "busy_ms_per_s": r.busy_ms_per_s, "profiler_cpu_ms": r.profiler_cpu_ms,
+                    "profiler_rss_mb": r.profiler_rss_mb, "bpf_ms": r.bpf_ms, "expected": r.expected, "written": r.written,
+                    "lost": r.lost, "stop_to_written_ms": r.stop_to_written_ms, "bytes": r.bytes,
+                })).collect::<Vec<_>>(),
+            }));
+        }
+    }
+    results["workloads"] = json!(rows);
+    println!("{md}");
+    std::fs::write(out_dir.join("results.md"), &md)?;
+    std::fs::write(out_dir.join("results.json"), serde_json::to_string_pretty(&results)?)?;
+    eprintln!("bench: wrote {}", out_dir.join("results.md").display());
+    Ok(())
+}
+
+fn which(tool: &str) -> Option<String> {
+    let out = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// samply on PATH or in ~/.cargo/bin; installed with cargo when missing
+/// and SYSPROF_BENCH_NO_INSTALL is unset.
+fn find_samply() -> Option<String> {
+    if let Some(p) = which("samply") {
+        return Some(p);
+    }
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let cargo_bin = format!("{home}/.cargo/bin/samply");
+    if Path::new(&cargo_bin).exists() {
+        return Some(cargo_bin);
+    }
+    if std::env::var_os("SYSPROF_BENCH_NO_INSTALL").is_some() {
+        return None;
+    }
+    eprintln!("bench: installing samply with `cargo install --locked samply` (a few minutes, once)");
+    let ok = Command::new("cargo").args(["install", "--locked", "samply"]).status().map(|s| s.success()).unwrap_or(false);
+    (ok && Path::new(&cargo_bin).exists()).then_some(cargo_bin)
+}
+
+/// Busy jiffies of the whole machine (everything but idle and iowait).
+fn busy_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let cpu: Vec<f64> = stat.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal
+    let busy = cpu.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4 && *i < 8).map(|(_, v)| v).sum::<f64>();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    busy * 1000.0 / hz
+}
+
+fn parse_field(text: &str, key: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(&format!("{key}=")).and_then(|v| v.trim().parse().ok()))
+}
+
+fn run_workload(w: &Workload) -> Result<(f64, f64)> {
+    let out = Command::new(&w.argv[0]).args(&w.argv[1..]).output()?;
+    if !out.status.success() {
+        bail!("workload {} failed: {}", w.name, String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let elapsed = parse_field(&text, "elapsed_ms").context("workload printed no elapsed_ms")?;
+    Ok((elapsed, 0.0))
+}
+
+/// wait4 with resource usage: (CPU ms, peak RSS MB).
+fn wait_rusage(child: &mut Child) -> Result<(f64, f64)> {
+    let mut status = 0;
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pid and out-pointers.
+    let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    if r < 0 {
+        bail!("wait4: {}", std::io::Error::last_os_error());
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    Ok((tv(ru.ru_utime) + tv(ru.ru_stime), ru.ru_maxrss as f64 / 1024.0))
+}
+
+/// run_time_ns of loaded BPF programs whose name starts with `prefix`, ms.
+fn bpf_run_ms(prefix: &str) -> Option<f64> {
+    let out = Command::new("bpftool").args(["prog", "show", "--json"]).output().ok()?;
+    let progs: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let ns: u64 = progs
+        .as_array()?
+        .iter()
+        .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+        .filter_map(|p| p["run_time_ns"].as_u64())
+        .sum();
+    Some(ns as f64 / 1e6)
+}
+
+fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>, work: &Path, ncpu: f64) -> Result<Run> {
+    let output = work.join(match c.profiler {
+        Profiler::Sysprof => "out.json.gz",
+        _ => "perf.data",
+    });
+    let _ = std::fs::remove_file(&output);
+    let log = work.join("profiler.log");
+    let mut child = match c.profiler {
+        Profiler::None => None,
+        Profiler::Sysprof => Some(
+            Command::new(sysprof)
+                .arg("record")
+                .args(&c.args)
+                .args(["-F", &FREQ.to_string(), "-q", "-o"])
+                .arg(&output)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log)?)
+                .spawn()?,
+        ),
+        Profiler::Perf => Some(
+            Command::new(perf.unwrap())
+                .arg("record")
+                .args(&c.args)
+                .arg("-o")
+                .arg(&output)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log)?)
+                .spawn()?,
+        ),
+        Profiler::Samply => unreachable!(),
+    };
+    std::thread::sleep(SETTLE);
+    let started = Instant::now();
+    let busy0 = busy_ms();
+    let (elapsed_ms, _) = run_workload(w)?;
+    let busy1 = busy_ms();
+    let window_ms = started.elapsed().as_secs_f64() * 1e3;
+    let mut run = Run { elapsed_ms, busy_ms_per_s: (busy1 - busy0) / window_ms * 1000.0, ..Default::default() };
+    let Some(mut child) = child.take() else { return Ok(run) };
+    if c.profiler == Profiler::Sysprof {
+        run.bpf_ms = bpf_run_ms("sample_cpu");
+    }
+    let stop = Instant::now();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let (cpu, rss) = wait_rusage(&mut child)?;
+    run.stop_to_written_ms = stop.elapsed().as_secs_f64() * 1e3;
+    run.profiler_cpu_ms = cpu;
+    run.profiler_rss_mb = rss;
+    run.bytes = std::fs::metadata(&output).map(|m| m.len() as f64).unwrap_or(0.0);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let recorded_s = (SETTLE.as_secs_f64() * 1e3 + window_ms) / 1e3;
+    run.expected = FREQ as f64 * ncpu * recorded_s;
+    match c.profiler {
+        Profiler::Sysprof => {
+            // "sysprof: 5.00 s, 9991 samples (0 lost"
+            let line = text.lines().find(|l| l.contains(" samples (")).unwrap_or("");
+            run.written = number_before(line, " samples (");
+            run.lost = number_before(line, " lost");
+            if let Some(secs) = number_before(line, " s, ") {
+                run.expected = FREQ as f64 * ncpu * secs;
+            }
+        }
+        Profiler::Perf => {
+            // "[ perf record: Captured and wrote 1.234 MB perf.data (12345 samples) ]"
+            run.written = text.lines().find(|l| l.contains("samples) ]")).and_then(|l| number_before(l, " samples)"));
+            run.lost = Some(
+                text.lines().filter(|l| l.contains("lost") || l.contains("LOST")).filter_map(|l| first_number(l)).sum(),
+            );
+            if c.args.iter().any(|a| a.starts_with("sched:")) {
+                run.expected = f64::NAN;
+            }
+        }
+        _ => {}
+    }
+    if run.written.is_none() {
+        eprintln!("bench: no sample count found in the profiler's output:\n{text}");
+    }
+    Ok(run)
+}
+
+fn run_samply(samply: &str, w: &Workload, work: &Path) -> Result<Run> {
+    let output = work.join("samply.json.gz");
+    let _ = std::fs::remove_file(&output);
+    let started = Instant::now();
+    let busy0 = busy_ms();
+    let mut child = Command::new(samply)
+        .args(["record", "--save-only", "--no-open", "-r", &FREQ.to_string(), "-o"])
+        .arg(&output)
+        .arg("--")
+        .args(&w.argv)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().unwrap();
+    let mut elapsed = None;
+    let mut ended = None;
+    let mut busy1 = 0.0;
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        if let Some(v) = line.strip_prefix("elapsed_ms=") {
+            elapsed = v.trim().parse().ok();
+            ended = Some(Instant::now());
+            busy1 = busy_ms();
+        }
+    }
+    let (cpu, rss) = wait_rusage(&mut child)?;
+    let elapsed_ms: f64 = elapsed.context("samply's workload printed no elapsed_ms")?;
+    let ended = ended.unwrap();
+    let window_ms = ended.duration_since(started).as_secs_f64() * 1e3;
+    let bytes = std::fs::metadata(&output).map(|m| m.len() as f64).unwrap_or(0.0);
+    let written = samply_samples(&output);
+    Ok(Run {
+        elapsed_ms,
+        busy_ms_per_s: (busy1 - busy0) / window_ms * 1000.0,
+        // samply reaps the workload: its rusage includes the workload's CPU.
+        profiler_cpu_ms: cpu,
+        profiler_rss_mb: rss,
+        bpf_ms: None,
+        expected: FREQ as f64 * elapsed_ms / 1e3 * thread_count(w),
+        written,
+        lost: None,
+        stop_to_written_ms: ended.elapsed().as_secs_f64() * 1e3,
+        bytes,
+    })
+}
+
+/// Samples in a samply profile (sum over threads).
+fn samply_samples(path: &Path) -> Option<f64> {
+    let f = std::fs::File::open(path).ok()?;
+    let v: serde_json::Value = serde_json::from_reader(flate2::read::GzDecoder::new(f)).ok()?;
+    Some(v["threads"].as_array()?.iter().filter_map(|t| t["samples"]["length"].as_f64()).sum())
+}
+
+/// Threads that burn CPU in a workload (what samply, per process, can sample).
+fn thread_count(w: &Workload) -> f64 {
+    match w.name {
+        "cpu" => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64,
+        _ => 1.0,
+    }
+}
+
+fn number_before(line: &str, marker: &str) -> Option<f64> {
+    let end = line.find(marker)?;
+    let start = line[..end].rfind(|c: char| !(c.is_ascii_digit() || c == '.')).map(|i| i + 1).unwrap_or(0);
+    line[start..end].parse().ok()
+}
+
+fn first_number(line: &str) -> Option<f64> {
+    line.split(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty()).and_then(|s| s.parse().ok())
+}
+
+fn median(v: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = v.filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+}
+
+fn fmt_stat(v: &[f64], prec: usize) -> String {
+    let m = median(v.iter().copied());
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if v.len() == 1 {
+        format!("{m:.prec$}")
+    } else {
+        format!("{m:.prec$} [{lo:.prec$}–{hi:.prec$}]")
+    }
+}

@@ -1,0 +1,113 @@
+//! Micro-benchmarks of the userspace hot path on a synthetic event stream.
+//!
+//! In: nothing (the stream is generated: 1000 distinct stacks of 20 user
+//! and 8 kernel frames, the user frames inside this benchmark's own binary
+//! so symbolication does real work). Out: per stage, items per second —
+//! decoding + collecting (samples/s), finishing (replay, resolve and
+//! symbolicate, samples/s), symbolizing with a warm cache (addresses/s),
+//! writing the gzip profile (samples/s).
+
+use std::time::Instant;
+
+use sysprof::bpf::abi::{decode_sample, SampleEvent, MAX_STACK_DEPTH, RECORD_SAMPLE};
+use sysprof::collector::{Collector, PidFilter};
+use sysprof::profile::{build_profile, HostInfo};
+use sysprof::sideband::MmapEvent;
+use sysprof::symbolize::Symbolicator;
+
+const PID: u32 = 4242;
+const BASE: u64 = 0x5555_0000_0000;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Records as 8-byte-aligned word buffers, like the ring buffer's.
+fn records(n: usize, text_len: u64) -> Vec<Vec<u64>> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let stacks: Vec<(Vec<u64>, Vec<u64>)> = (0..1000)
+        .map(|_| {
+            let user = (0..20).map(|_| BASE + 0x1000 + rng.next() % text_len.saturating_sub(0x2000).max(1)).collect();
+            let kernel = (0..8).map(|_| 0xffff_ffff_8100_0000 + rng.next() % 0x80_0000).collect();
+            (user, kernel)
+        })
+        .collect();
+    let words = std::mem::size_of::<SampleEvent>() / 8;
+    (0..n)
+        .map(|i| {
+            let (u, k) = &stacks[rng.next() as usize % stacks.len()];
+            let mut e: SampleEvent = unsafe { std::mem::zeroed() };
+            e.kind = RECORD_SAMPLE;
+            e.time_ns = 1_000_000 + i as u64 * 1_000_000;
+            e.sum_exec_runtime = i as u64 * 900_000;
+            e.pid = PID;
+            e.tid = PID + (i % 4) as u32;
+            e.comm[..5].copy_from_slice(b"bench");
+            e.ustack_len = u.len() as u32;
+            e.kstack_len = k.len() as u32;
+            e.ustack[..u.len().min(MAX_STACK_DEPTH)].copy_from_slice(u);
+            e.kstack[..k.len()].copy_from_slice(k);
+            let mut buf = vec![0u64; words];
+            // SAFETY: buf holds exactly size_of::<SampleEvent>() bytes.
+            unsafe { std::ptr::copy_nonoverlapping(&e as *const _ as *const u8, buf.as_mut_ptr() as *mut u8, words * 8) };
+            buf
+        })
+        .collect()
+}
+
+/// Run every stage; returns (stage, items per second).
+pub fn run(quick: bool) -> Vec<(String, f64)> {
+    let n = if quick { 100_000 } else { 500_000 };
+    let exe = std::fs::read_link("/proc/self/exe").expect("own executable");
+    let text_len = std::fs::metadata(&exe).map(|m| m.len()).unwrap_or(1 << 20).min(8 << 20);
+    let recs = records(n, text_len);
+    let mut out = Vec::new();
+
+    let mut c = Collector::new(PidFilter::All);
+    c.handle_mmap2(MmapEvent {
+        time: 0,
+        pid: PID,
+        start: BASE,
+        len: text_len,
+        pgoff: 0,
+        path: exe.to_string_lossy().into_owned(),
+        build_id: None,
+        inode: None,
+    });
+    let t = Instant::now();
+    for r in &recs {
+        // SAFETY: viewing our own word buffer as bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(r.as_ptr() as *const u8, r.len() * 8) };
+        c.handle_sample(&decode_sample(bytes).expect("valid record"));
+    }
+    out.push(("decode + collect (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
+
+    let t = Instant::now();
+    let rec = c.finish(0, 0.0, n as u64 * 1_000_000 + 2_000_000, 1.0);
+    out.push(("finish: replay, resolve, symbolicate (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
+
+    let t = Instant::now();
+    let profile = build_profile(&rec, &HostInfo::default());
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+    serde_json::to_writer(&mut gz, &profile).unwrap();
+    let bytes = gz.finish().unwrap();
+    out.push(("write gzip profile (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
+    eprintln!("micro: {n} samples, {} frames, profile {} bytes ({:.1} bytes/sample)", rec.frames.len(), bytes.len(), bytes.len() as f64 / n as f64);
+
+    let sym = Symbolicator::new();
+    let mut rng = Rng(7);
+    let mut offsets: Vec<u64> = (0..20_000).map(|_| 0x1000 + rng.next() % text_len.saturating_sub(0x2000).max(1)).collect();
+    offsets.sort_unstable();
+    let path = exe.to_string_lossy().into_owned();
+    let _ = sym.symbolize_elf(&path, &offsets);
+    let t = Instant::now();
+    let _ = sym.symbolize_elf(&path, &offsets);
+    out.push(("symbolize, warm cache (addresses)".to_string(), offsets.len() as f64 / t.elapsed().as_secs_f64()));
+    out
+}
