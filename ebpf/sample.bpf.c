@@ -15,6 +15,9 @@
 /* Set by userspace before load; 0 means "every process". Filtering here,
  * not in userspace, keeps `record -p` cheap on a busy machine. */
 const volatile __u32 targ_tgid = 0;
+/* Wake the reader only once this much data waits; it also drains on a timer.
+ * A wakeup per sample would cost a reader context switch per sample. */
+const volatile __u64 wakeup_bytes = 256 * 1024;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -88,7 +91,8 @@ int sample_cpu_clock(struct bpf_perf_event_data *ctx)
 	}
 	e->ustack_len = len / sizeof(__u64);
 
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
+				 BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 	return 0;
 }
 

@@ -24,6 +24,8 @@ use crate::sideband::{proc_snapshot, Sideband};
 
 /// How often the sideband rings are drained; each holds 512 KiB per CPU.
 const SIDEBAND_POLL: Duration = Duration::from_millis(50);
+/// How often the sample ring is drained without a wakeup from the kernel.
+const SAMPLE_POLL: Duration = Duration::from_millis(20);
 
 /// Record as `args` says.
 pub fn run(args: RecordArgs) -> Result<(), RecordError> {
@@ -89,7 +91,8 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
     collector.handle_snapshot(proc_snapshot::snapshot(snapshot_pids));
 
     let ring_bytes = (cpus.len() as u32 * 4 * 1024 * 1024).next_power_of_two().max(8 * 1024 * 1024);
-    let (sampler, ring) = Sampler::start(&SamplerOptions { frequency: args.frequency, target_tgid, ring_bytes })?;
+    let opts = SamplerOptions { frequency: args.frequency, target_tgid, ring_bytes, wakeup_bytes: ring_bytes as u64 / 16 };
+    let (sampler, ring) = Sampler::start(&opts)?;
     let (start_wall_ms, start_ns) = clock_anchor();
     let started = Instant::now();
 
@@ -114,6 +117,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| RecordError::Internal(e.to_string()))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RecordError::Internal(e.to_string()))?;
     let mut side_tick = tokio::time::interval(SIDEBAND_POLL);
+    let mut sample_tick = tokio::time::interval(SAMPLE_POLL);
     let mut status_tick = tokio::time::interval(Duration::from_millis(250));
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d));
     let show_status = !args.quiet && std::io::stderr().is_terminal();
@@ -139,6 +143,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
                 drain_samples(guard.get_inner_mut(), &mut collector, &mut decode_errors);
                 guard.clear_ready();
             }
+            _ = sample_tick.tick() => drain_samples(ring.get_mut(), &mut collector, &mut decode_errors),
             _ = side_tick.tick() => sideband.drain(&mut |e| collector.handle_sideband(e)),
             _ = status_tick.tick(), if show_status => {
                 eprint!("\r\x1b[Ksysprof: recording {:.1} s, {} samples, {} lost",

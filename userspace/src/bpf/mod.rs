@@ -38,6 +38,9 @@ pub struct SamplerOptions {
     pub target_tgid: u32,
     /// Size of the sample ring buffer in bytes (a power of two).
     pub ring_bytes: u32,
+    /// Bytes waiting in the ring before the kernel wakes the reader; the
+    /// reader also drains on a timer, so this only bounds the latency.
+    pub wakeup_bytes: u64,
 }
 
 /// The loaded and attached cpu-clock sampler. Its sample records arrive in
@@ -64,6 +67,7 @@ impl Sampler {
     pub fn start(opts: &SamplerOptions) -> Result<(Sampler, RingBuf<MapData>), RecordError> {
         let mut ebpf = EbpfLoader::new()
             .override_global("targ_tgid", &opts.target_tgid, true)
+            .override_global("wakeup_bytes", &opts.wakeup_bytes, true)
             .map_max_entries("samples", opts.ring_bytes)
             .load(SAMPLE_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load(&e))?;
