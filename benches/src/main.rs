@@ -133,6 +133,9 @@ fn main() -> Result<()> {
     }
     let stats_before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
+    // samply refuses to record above paranoid level 1, even as root.
+    let paranoid_before = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
+    let _ = std::fs::write("/proc/sys/kernel/perf_event_paranoid", "1");
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
 
     let mut runs: BTreeMap<(&str, &str), Vec<Run>> = BTreeMap::new();
@@ -155,6 +158,7 @@ fn main() -> Result<()> {
         }
     }
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", stats_before.trim());
+    let _ = std::fs::write("/proc/sys/kernel/perf_event_paranoid", paranoid_before.trim());
 
     let mut md = String::new();
     md += "\n## Workloads side by side (median [min–max] over alternating runs, 999 Hz)\n\n";
@@ -400,7 +404,7 @@ fn run_samply(samply: &str, w: &Workload, work: &Path) -> Result<Run> {
         .arg("--")
         .args(&w.argv)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(work.join("samply.log"))?)
         .spawn()?;
     let stdout = child.stdout.take().unwrap();
     let mut elapsed = None;
@@ -415,7 +419,9 @@ fn run_samply(samply: &str, w: &Workload, work: &Path) -> Result<Run> {
         }
     }
     let (cpu, rss) = wait_rusage(&mut child)?;
-    let elapsed_ms: f64 = elapsed.context("samply's workload printed no elapsed_ms")?;
+    let elapsed_ms: f64 = elapsed.with_context(|| {
+        format!("samply's workload printed no elapsed_ms; samply said: {}", std::fs::read_to_string(work.join("samply.log")).unwrap_or_default())
+    })?;
     let ended = ended.unwrap();
     let window_ms = ended.duration_since(started).as_secs_f64() * 1e3;
     let bytes = std::fs::metadata(&output).map(|m| m.len() as f64).unwrap_or(0.0);
