@@ -15,6 +15,14 @@
 
 /* Record kinds, the first field of every ring buffer record. */
 #define RECORD_SAMPLE 1
+#define RECORD_OFFCPU 2
+#define RECORD_IO 3
+
+/* Why a thread left the CPU (offcpu_event.state), folded from prev_state. */
+#define OFFCPU_PREEMPTED 0 /* still runnable: preempted or yielded */
+#define OFFCPU_SLEEPING 1  /* TASK_INTERRUPTIBLE */
+#define OFFCPU_BLOCKED 2   /* TASK_UNINTERRUPTIBLE: usually I/O */
+#define OFFCPU_OTHER 3     /* stopped, traced, parked, idle kernel thread */
 
 /* sample_event.flags */
 #define SAMPLE_FLAG_KSTACK_FAILED 1
@@ -24,7 +32,10 @@
 #define DROP_RINGBUF_FULL 0   /* bpf_ringbuf_reserve failed: the whole sample is lost */
 #define DROP_KSTACK 1         /* bpf_get_stack(kernel) failed: sample kept, no kernel stack */
 #define DROP_USTACK 2         /* bpf_get_stack(user) failed: sample kept, no user stack */
-#define DROP_MAX 3
+#define DROP_EVENTS_FULL 3    /* off-CPU or I/O record lost: events ring full */
+#define DROP_STACKID 4        /* bpf_get_stackid failed: interval kept without that stack */
+#define DROP_STATE_FULL 5     /* a state map was full: that interval or request is not seen */
+#define DROP_MAX 6
 
 /* One cpu-clock sample: who ran, where, and how much CPU it had used so far. */
 struct sample_event {
@@ -41,6 +52,71 @@ struct sample_event {
 	__u8 comm[TASK_COMM_LEN];
 	__u64 kstack[MAX_STACK_DEPTH];
 	__u64 ustack[MAX_STACK_DEPTH];
+};
+
+/* One off-CPU interval of a thread, emitted when it runs again and the
+ * interval lasted at least offcpu_min_ns; shorter ones are folded into the
+ * next emitted record (short_count, short_ns) so totals stay exact. */
+struct offcpu_event {
+	__u32 kind;             /* RECORD_OFFCPU */
+	__u32 state;            /* OFFCPU_* */
+	__u64 start_ns;         /* switched out */
+	__u64 end_ns;           /* switched in again */
+	__u64 wake_ns;          /* woken up; 0 if no wakeup was seen (preempted) */
+	__u64 short_ns;         /* total length of folded shorter intervals */
+	__u32 pid;
+	__u32 tid;
+	__u32 cpu_out;
+	__u32 cpu_in;
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__s32 kstack_id;        /* in the stacks map; < 0 if not captured */
+	__s32 ustack_id;
+	__s32 waker_kstack_id;
+	__s32 waker_ustack_id;
+	__u32 short_count;      /* folded shorter intervals */
+	__u32 _pad;
+	__u8 comm[TASK_COMM_LEN];
+	__u8 waker_comm[TASK_COMM_LEN];
+};
+
+/* One block I/O request, emitted at completion, attributed to the task that
+ * started it. */
+struct blkio_event {
+	__u32 kind;             /* RECORD_IO */
+	__u32 dev;              /* kernel dev_t: major << 20 | minor */
+	__u64 sector;
+	__u64 start_ns;         /* request created (block_io_start / block_rq_insert) */
+	__u64 issue_ns;         /* sent to the device; 0 if not seen */
+	__u64 done_ns;          /* completed */
+	__u32 bytes;
+	__s32 error;
+	__u32 pid;
+	__u32 tid;
+	__s32 kstack_id;
+	__s32 ustack_id;
+	__u8 comm[TASK_COMM_LEN];
+	__u8 rwbs[8];           /* "R", "W", "FWS", ... as blktrace spells it */
+};
+
+/* A thread off-CPU right now (map `offcpu_starts`, key tid): read at the end
+ * for intervals still open when recording stops. */
+struct offcpu_start {
+	__u64 ts;
+	__u32 state;
+	__u32 cpu;
+	__s32 kstack_id;
+	__s32 ustack_id;
+};
+
+/* Per-thread context switch totals (map `thread_switches`, key tid). */
+struct thread_switches {
+	__u64 voluntary;
+	__u64 involuntary;
+	__u64 short_count;      /* folded intervals not yet carried by a record */
+	__u64 short_ns;
+	__u32 pid;
+	__u32 _pad;
 };
 
 #endif /* __SYSPROF_H */

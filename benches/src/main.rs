@@ -285,8 +285,27 @@ fn run_workload(w: &Workload) -> Result<(f64, f64)> {
     Ok((elapsed, 0.0))
 }
 
-/// wait4 with resource usage: (CPU ms, peak RSS MB).
+/// wait4 with resource usage: (CPU ms, peak RSS MB). The peak is VmHWM of
+/// the child's own address space, polled until it exits: ru_maxrss would
+/// include the bench's own peak, which a spawned child inherits through exec.
 fn wait_rusage(child: &mut Child) -> Result<(f64, f64)> {
+    let pid = child.id();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut peak_kb = 0f64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                    if let Some(v) = s.lines().find_map(|l| l.strip_prefix("VmHWM:")) {
+                        peak_kb = peak_kb.max(v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0.0));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            peak_kb
+        })
+    };
     let mut status = 0;
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pid and out-pointers.
@@ -294,8 +313,10 @@ fn wait_rusage(child: &mut Child) -> Result<(f64, f64)> {
     if r < 0 {
         bail!("wait4: {}", std::io::Error::last_os_error());
     }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak_kb = poller.join().unwrap_or(0.0);
     let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    Ok((tv(ru.ru_utime) + tv(ru.ru_stime), ru.ru_maxrss as f64 / 1024.0))
+    Ok((tv(ru.ru_utime) + tv(ru.ru_stime), peak_kb / 1024.0))
 }
 
 /// run_time_ns of loaded BPF programs whose name starts with `prefix`, ms.

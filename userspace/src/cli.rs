@@ -50,6 +50,18 @@ pub struct RecordArgs {
     /// How user stacks are walked: fp (frame pointers, the only method so far).
     #[arg(long = "call-graph", default_value = "fp", value_parser = ["fp"])]
     pub call_graph: String,
+    /// Do not trace context switches (off-CPU time, wakers, run-queue delay).
+    #[arg(long = "no-off-cpu")]
+    pub no_off_cpu: bool,
+    /// Do not trace block I/O requests.
+    #[arg(long = "no-io")]
+    pub no_io: bool,
+    /// Off-CPU intervals at least this long (ms) get a marker.
+    #[arg(long = "off-cpu-threshold", default_value_t = 1.0)]
+    pub off_cpu_threshold_ms: f64,
+    /// Add one track per CPU showing which thread ran when.
+    #[arg(long = "per-cpu")]
+    pub per_cpu: bool,
     /// Print no live status line.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,

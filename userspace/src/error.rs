@@ -99,6 +99,28 @@ impl RecordError {
 
     /// Classify an aya program-load failure (usually the verifier).
     pub fn from_program_load(program: &str, e: &aya::programs::ProgramError) -> RecordError {
+        if let aya::programs::ProgramError::LoadError { io_error, verifier_log } = e {
+            let log = verifier_log.to_string();
+            if !log.trim().is_empty() {
+                // The verifier said why: that is a rejection, not a privilege problem.
+                if std::env::var_os("SYSPROF_VERIFIER_LOG").is_some() {
+                    eprintln!("{log}");
+                }
+                let why = log
+                    .lines()
+                    .rev()
+                    .find(|l| {
+                        let l = l.trim();
+                        !l.is_empty() && !["processed ", "verification time", "stack depth"].iter().any(|p| l.starts_with(p))
+                    })
+                    .unwrap_or("");
+                return RecordError::BpfRejected {
+                    program: program.into(),
+                    detail: format!("{io_error}: {}", why.trim()),
+                    kernel: kernel_release(),
+                };
+            }
+        }
         let text = error_chain(e);
         if is_permission(&text) {
             return RecordError::NotPermitted { what: format!("loading BPF program {program}"), paranoid: paranoid() };

@@ -14,18 +14,24 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::bpf::{abi, Sampler, SamplerOptions};
+use crate::bpf::{abi, Sampler, SamplerOptions, Tracer, TracerOptions};
 use crate::cli::RecordArgs;
-use crate::collector::{Collector, PidFilter};
+use crate::collector::{Collector, CollectorOptions, PidFilter};
 use crate::error::RecordError;
 use crate::profile::output::OutputFile;
 use crate::profile::{build_profile, HostInfo};
+use crate::sideband::counters::CounterPoller;
 use crate::sideband::{proc_snapshot, Sideband};
 
 /// How often the sideband rings are drained; each holds 512 KiB per CPU.
 const SIDEBAND_POLL: Duration = Duration::from_millis(50);
 /// How often the sample ring is drained without a wakeup from the kernel.
 const SAMPLE_POLL: Duration = Duration::from_millis(20);
+/// How often counters are read from /proc.
+const COUNTER_POLL: Duration = Duration::from_millis(100);
+/// Off-CPU intervals shorter than this are folded in the kernel (counted,
+/// time summed, no stack): bounds the event rate on switch-heavy machines.
+const OFF_CPU_EMIT_NS: u64 = 100_000;
 
 /// Record as `args` says.
 pub fn run(args: RecordArgs) -> Result<(), RecordError> {
@@ -41,6 +47,9 @@ pub fn run(args: RecordArgs) -> Result<(), RecordError> {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             return Err(RecordError::UnknownPid(pid));
         }
+    }
+    if !(args.off_cpu_threshold_ms >= 0.0 && args.off_cpu_threshold_ms.is_finite()) {
+        return Err(RecordError::Usage("--off-cpu-threshold must be a number of milliseconds >= 0".into()));
     }
     if let Some(d) = args.duration {
         if !(d > 0.0 && d.is_finite()) {
@@ -86,13 +95,36 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
     // descendants are only known later, so those are filtered in the collector.
     let target_tgid = if args.pids.len() == 1 && !args.all_cpus { args.pids[0] } else { 0 };
     let filter = if args.all_cpus { PidFilter::All } else { PidFilter::Tree(args.pids.clone()) };
+    let collector_options = CollectorOptions {
+        marker_min_ns: (args.off_cpu_threshold_ms * 1e6) as u64,
+        per_cpu: args.per_cpu,
+        off_cpu: !args.no_off_cpu,
+    };
     let mut collector = Collector::new(filter.clone());
+    collector.set_options(collector_options);
     let snapshot_pids = if args.all_cpus { None } else { Some(args.pids.as_slice()) };
     collector.handle_snapshot(proc_snapshot::snapshot(snapshot_pids));
 
     let ring_bytes = (cpus.len() as u32 * 4 * 1024 * 1024).next_power_of_two().max(8 * 1024 * 1024);
     let opts = SamplerOptions { frequency: args.frequency, target_tgid, ring_bytes, wakeup_bytes: ring_bytes as u64 / 16 };
     let (sampler, ring) = Sampler::start(&opts)?;
+    let tracer = if args.no_off_cpu && args.no_io {
+        None
+    } else {
+        let marker_ns = (args.off_cpu_threshold_ms * 1e6) as u64;
+        Some(Tracer::start(&TracerOptions {
+            target_tgid,
+            off_cpu: !args.no_off_cpu,
+            io: !args.no_io,
+            off_cpu_min_ns: OFF_CPU_EMIT_NS.min(marker_ns),
+            ring_bytes: ring_bytes / 2,
+        })?)
+    };
+    let (tracer, events) = match tracer {
+        Some((t, r)) => (Some(t), Some(r)),
+        None => (None, None),
+    };
+    let mut counters = CounterPoller::new(&cpus);
     let (start_wall_ms, start_ns) = clock_anchor();
     let started = Instant::now();
 
@@ -105,6 +137,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
         if !args.all_cpus {
             // The command and its descendants are what we record.
             collector = Collector::new(PidFilter::Tree(vec![c.id().unwrap_or(0)]));
+            collector.set_options(collector_options);
         }
         child = Some(c);
     }
@@ -114,6 +147,14 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
     let mut ring = unsafe { AsyncFd::register(ring) }
         .map_err(|e| e.into_parts().1)
         .map_err(|e| RecordError::Internal(format!("cannot poll the sample ring buffer: {e}")))?;
+    // SAFETY: as for the sample ring.
+    let mut events = match events {
+        Some(r) => Some(unsafe { AsyncFd::register(r) }.map_err(|e| e.into_parts().1).map_err(|e| {
+            RecordError::Internal(format!("cannot poll the events ring buffer: {e}"))
+        })?),
+        None => None,
+    };
+    let mut counter_tick = tokio::time::interval(COUNTER_POLL);
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| RecordError::Internal(e.to_string()))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RecordError::Internal(e.to_string()))?;
     let mut side_tick = tokio::time::interval(SIDEBAND_POLL);
@@ -137,13 +178,30 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
                 None => std::future::pending().await,
             }
         };
+        let events_ready = async {
+            match events.as_mut() {
+                Some(e) => Some(e.readable_mut().await),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            Some(guard) = events_ready => {
+                let mut guard = guard.map_err(|e| RecordError::Internal(format!("events ring: {e}")))?;
+                drain_events(guard.get_inner_mut(), &mut collector, &mut decode_errors);
+                guard.clear_ready();
+            }
+            _ = counter_tick.tick() => counters.poll(monotonic_ns(), collector.take_recent_pids()),
             guard = ring.readable_mut() => {
                 let mut guard = guard.map_err(|e| RecordError::Internal(format!("sample ring: {e}")))?;
                 drain_samples(guard.get_inner_mut(), &mut collector, &mut decode_errors);
                 guard.clear_ready();
             }
-            _ = sample_tick.tick() => drain_samples(ring.get_mut(), &mut collector, &mut decode_errors),
+            _ = sample_tick.tick() => {
+                drain_samples(ring.get_mut(), &mut collector, &mut decode_errors);
+                if let Some(e) = events.as_mut() {
+                    drain_events(e.get_mut(), &mut collector, &mut decode_errors);
+                }
+            }
             _ = side_tick.tick() => sideband.drain(&mut |e| collector.handle_sideband(e)),
             _ = status_tick.tick(), if show_status => {
                 eprint!("\r\x1b[Ksysprof: recording {:.1} s, {} samples, {} lost",
@@ -163,10 +221,58 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
 
     // Drain what is buffered, then detach before the slow part.
     drain_samples(ring.get_mut(), &mut collector, &mut decode_errors);
+    if let Some(e) = events.as_mut() {
+        drain_events(e.get_mut(), &mut collector, &mut decode_errors);
+    }
     sideband.drain(&mut |e| collector.handle_sideband(e));
+    counters.poll(monotonic_ns(), collector.take_recent_pids());
     let drops = sampler.drops();
     drop(ring);
     drop(sampler);
+    if let Some(tracer) = tracer {
+        // Intervals still open at the stop end there, so off-CPU time adds up.
+        let switches = tracer.thread_switches();
+        let pid_of: std::collections::HashMap<u32, u32> = switches.iter().map(|(tid, s)| (*tid, s.pid)).collect();
+        for (tid, start) in tracer.open_intervals() {
+            let Some(&pid) = pid_of.get(&tid) else { continue };
+            if start.ts >= end_ns {
+                continue;
+            }
+            collector.handle_offcpu(&abi::OffCpuEvent {
+                kind: abi::RECORD_OFFCPU,
+                state: start.state,
+                start_ns: start.ts,
+                end_ns,
+                wake_ns: 0,
+                short_ns: 0,
+                pid,
+                tid,
+                cpu_out: start.cpu,
+                cpu_in: start.cpu,
+                waker_pid: 0,
+                waker_tid: 0,
+                kstack_id: start.kstack_id,
+                ustack_id: start.ustack_id,
+                waker_kstack_id: -1,
+                waker_ustack_id: -1,
+                short_count: 0,
+                _pad: 0,
+                comm: [0; abi::TASK_COMM_LEN],
+                waker_comm: [0; abi::TASK_COMM_LEN],
+            });
+        }
+        let stacks = collector.stack_ids().into_iter().filter_map(|id| Some((id, tracer.stack(id)?))).collect();
+        collector.handle_stacks(stacks);
+        collector.handle_thread_switches(switches);
+        let d = tracer.drops();
+        collector.handle_tracer_losses(d.events_full, d.stack_ids, d.state_full);
+    }
+    drop(events);
+    let notes = std::mem::take(&mut counters.notes);
+    collector.handle_counters(counters.finish());
+    for n in notes {
+        collector.note(n);
+    }
     collector.handle_losses(drops.ring_full, sideband.lost, sideband.malformed + decode_errors);
     if let (Some(c), None) = (child.as_mut(), child_status) {
         // Stopped by a signal or -d while the command still runs: leave it be,
@@ -195,6 +301,18 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
             stats.kernel_stack_failures, stats.user_stack_failures
         );
     }
+    if !args.no_off_cpu {
+        lost += &format!("; {} off-CPU intervals (+{} short folded)", stats.off_cpu_intervals, stats.off_cpu_folded);
+    }
+    if !args.no_io {
+        lost += &format!(", {} I/O requests", stats.io_requests);
+    }
+    if stats.lost_events + stats.lost_stacks + stats.lost_state > 0 {
+        lost += &format!(
+            ", {} scheduler/I/O records lost, {} stacks lost, {} untracked for full maps",
+            stats.lost_events, stats.lost_stacks, stats.lost_state
+        );
+    }
     if stats.lost_sideband + stats.malformed > 0 {
         lost += &format!(", {} sideband records lost, {} malformed", stats.lost_sideband, stats.malformed);
     }
@@ -214,6 +332,16 @@ fn drain_samples(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, collector: &
     while let Some(item) = ring.next() {
         match abi::decode_sample(&item) {
             Ok(s) => collector.handle_sample(&s),
+            Err(_) => *errors += 1,
+        }
+    }
+}
+
+fn drain_events(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, collector: &mut Collector, errors: &mut u64) {
+    while let Some(item) = ring.next() {
+        match abi::decode_event(&item) {
+            Ok(abi::EventRecord::OffCpu(e)) => collector.handle_offcpu(e),
+            Ok(abi::EventRecord::Io(e)) => collector.handle_io(e),
             Err(_) => *errors += 1,
         }
     }

@@ -21,8 +21,186 @@ pub const DROP_RINGBUF_FULL: u32 = 0;
 pub const DROP_KSTACK: u32 = 1;
 /// `DROP_USTACK`
 pub const DROP_USTACK: u32 = 2;
+/// `DROP_EVENTS_FULL`
+pub const DROP_EVENTS_FULL: u32 = 3;
+/// `DROP_STACKID`
+pub const DROP_STACKID: u32 = 4;
+/// `DROP_STATE_FULL`
+pub const DROP_STATE_FULL: u32 = 5;
 /// `DROP_MAX`
-pub const DROP_MAX: u32 = 3;
+pub const DROP_MAX: u32 = 6;
+/// `RECORD_OFFCPU`
+pub const RECORD_OFFCPU: u32 = 2;
+/// `RECORD_IO`
+pub const RECORD_IO: u32 = 3;
+/// `OFFCPU_PREEMPTED`
+pub const OFFCPU_PREEMPTED: u32 = 0;
+/// `OFFCPU_SLEEPING`
+pub const OFFCPU_SLEEPING: u32 = 1;
+/// `OFFCPU_BLOCKED`
+pub const OFFCPU_BLOCKED: u32 = 2;
+/// `OFFCPU_OTHER`
+pub const OFFCPU_OTHER: u32 = 3;
+
+/// `struct offcpu_event`: one off-CPU interval of a thread.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffCpuEvent {
+    /// `RECORD_OFFCPU`.
+    pub kind: u32,
+    /// `OFFCPU_*`.
+    pub state: u32,
+    /// Switched out, ns.
+    pub start_ns: u64,
+    /// Switched in again, ns.
+    pub end_ns: u64,
+    /// Woken, ns; 0 if no wakeup was seen.
+    pub wake_ns: u64,
+    /// Total length of folded shorter intervals, ns.
+    pub short_ns: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// CPU it left.
+    pub cpu_out: u32,
+    /// CPU it came back on.
+    pub cpu_in: u32,
+    /// Waker's process id.
+    pub waker_pid: u32,
+    /// Waker's thread id.
+    pub waker_tid: u32,
+    /// Kernel stack id at switch-out (< 0: none).
+    pub kstack_id: i32,
+    /// User stack id at switch-out (< 0: none).
+    pub ustack_id: i32,
+    /// Waker's kernel stack id.
+    pub waker_kstack_id: i32,
+    /// Waker's user stack id.
+    pub waker_ustack_id: i32,
+    /// Folded shorter intervals.
+    pub short_count: u32,
+    /// Padding.
+    pub _pad: u32,
+    /// Thread name.
+    pub comm: [u8; TASK_COMM_LEN],
+    /// Waker's name.
+    pub waker_comm: [u8; TASK_COMM_LEN],
+}
+
+/// `struct blkio_event`: one block I/O request.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoEvent {
+    /// `RECORD_IO`.
+    pub kind: u32,
+    /// Kernel dev_t (major << 20 | minor).
+    pub dev: u32,
+    /// First sector.
+    pub sector: u64,
+    /// Created, ns.
+    pub start_ns: u64,
+    /// Issued to the device, ns (0 if not seen).
+    pub issue_ns: u64,
+    /// Completed, ns.
+    pub done_ns: u64,
+    /// Size in bytes.
+    pub bytes: u32,
+    /// Error (negative errno) or 0.
+    pub error: i32,
+    /// Submitting process.
+    pub pid: u32,
+    /// Submitting thread.
+    pub tid: u32,
+    /// Submitter's kernel stack id.
+    pub kstack_id: i32,
+    /// Submitter's user stack id.
+    pub ustack_id: i32,
+    /// Submitter's name.
+    pub comm: [u8; TASK_COMM_LEN],
+    /// blktrace-style flags: R, W, F, S, M, ...
+    pub rwbs: [u8; 8],
+}
+
+/// `struct offcpu_start`: a thread that is off-CPU right now.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffCpuStart {
+    /// Switched out, ns.
+    pub ts: u64,
+    /// `OFFCPU_*`.
+    pub state: u32,
+    /// CPU it left.
+    pub cpu: u32,
+    /// Kernel stack id.
+    pub kstack_id: i32,
+    /// User stack id.
+    pub ustack_id: i32,
+}
+
+// SAFETY: plain old data, every bit pattern valid.
+unsafe impl aya::Pod for OffCpuStart {}
+
+/// `struct thread_switches`: a thread's context switch totals.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadSwitches {
+    /// Switches while blocking or sleeping.
+    pub voluntary: u64,
+    /// Switches while runnable (preempted).
+    pub involuntary: u64,
+    /// Folded intervals not carried by a record yet.
+    pub short_count: u64,
+    /// Their total length, ns.
+    pub short_ns: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+
+// SAFETY: plain old data, every bit pattern valid.
+unsafe impl aya::Pod for ThreadSwitches {}
+
+/// A decoded record of the `events` ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventRecord<'a> {
+    /// An off-CPU interval.
+    OffCpu(&'a OffCpuEvent),
+    /// A block I/O request.
+    Io(&'a IoEvent),
+}
+
+/// View `bytes` as a `T` after checking length and alignment.
+fn view<T>(bytes: &[u8], kind: u32) -> Result<&T, DecodeError> {
+    if bytes.len() < std::mem::size_of::<T>() {
+        return Err(DecodeError::Short { kind, len: bytes.len() });
+    }
+    if bytes.as_ptr().align_offset(std::mem::align_of::<T>()) != 0 {
+        return Err(DecodeError::Misaligned);
+    }
+    // SAFETY: length and alignment checked; T is a repr(C) POD record.
+    Ok(unsafe { &*(bytes.as_ptr() as *const T) })
+}
+
+/// Decode one record of the `events` ring (off-CPU intervals and I/O).
+pub fn decode_event(bytes: &[u8]) -> Result<EventRecord<'_>, DecodeError> {
+    if bytes.len() < 4 {
+        return Err(DecodeError::Short { kind: 0, len: bytes.len() });
+    }
+    let kind = u32::from_ne_bytes(bytes[0..4].try_into().expect("4 bytes"));
+    match kind {
+        RECORD_OFFCPU => view::<OffCpuEvent>(bytes, kind).map(EventRecord::OffCpu),
+        RECORD_IO => view::<IoEvent>(bytes, kind).map(EventRecord::Io),
+        other => Err(DecodeError::UnknownKind(other)),
+    }
+}
+
+/// A NUL-padded name as text.
+pub fn comm_str(comm: &[u8]) -> String {
+    let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..len]).into_owned()
+}
 
 /// `struct sample_event`.
 #[repr(C)]
@@ -154,10 +332,22 @@ mod tests {
 #include <linux/types.h>
 #include "{header}"
 #define F(f) printf(#f " %zu\n", offsetof(struct sample_event, f));
+#define O(f) printf("offcpu." #f " %zu\n", offsetof(struct offcpu_event, f));
+#define I(f) printf("io." #f " %zu\n", offsetof(struct blkio_event, f));
+#define T(f) printf("switches." #f " %zu\n", offsetof(struct thread_switches, f));
 int main(void) {{
   printf("size %zu\n", sizeof(struct sample_event));
   F(kind) F(cpu) F(time_ns) F(sum_exec_runtime) F(pid) F(tid) F(flags)
   F(kstack_len) F(ustack_len) F(comm) F(kstack) F(ustack)
+  printf("offcpu.size %zu\nio.size %zu\nswitches.size %zu\n", sizeof(struct offcpu_event), sizeof(struct blkio_event), sizeof(struct thread_switches));
+  O(state) O(start_ns) O(end_ns) O(wake_ns) O(short_ns) O(pid) O(tid) O(cpu_out) O(cpu_in) O(waker_pid) O(waker_tid)
+  O(kstack_id) O(ustack_id) O(waker_kstack_id) O(waker_ustack_id) O(short_count) O(comm) O(waker_comm)
+  I(dev) I(sector) I(start_ns) I(issue_ns) I(done_ns) I(bytes) I(error) I(pid) I(tid) I(kstack_id) I(ustack_id) I(comm) I(rwbs)
+  T(voluntary) T(involuntary) T(short_count) T(short_ns) T(pid)
+  printf("start.size %zu\nstart.state %zu\nstart.cpu %zu\nstart.kstack_id %zu\nstart.ustack_id %zu\n", sizeof(struct offcpu_start),
+         offsetof(struct offcpu_start, state), offsetof(struct offcpu_start, cpu), offsetof(struct offcpu_start, kstack_id), offsetof(struct offcpu_start, ustack_id));
+  printf("RECORD_OFFCPU %d\nRECORD_IO %d\nOFFCPU_PREEMPTED %d\nOFFCPU_SLEEPING %d\nOFFCPU_BLOCKED %d\nOFFCPU_OTHER %d\n", RECORD_OFFCPU, RECORD_IO, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER);
+  printf("DROP_EVENTS_FULL %d\nDROP_STACKID %d\nDROP_STATE_FULL %d\n", DROP_EVENTS_FULL, DROP_STACKID, DROP_STATE_FULL);
   printf("TASK_COMM_LEN %d\nMAX_STACK_DEPTH %d\nRECORD_SAMPLE %d\n", TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE);
   printf("DROP_RINGBUF_FULL %d\nDROP_KSTACK %d\nDROP_USTACK %d\nDROP_MAX %d\n", DROP_RINGBUF_FULL, DROP_KSTACK, DROP_USTACK, DROP_MAX);
   printf("SAMPLE_FLAG_KSTACK_FAILED %d\nSAMPLE_FLAG_USTACK_FAILED %d\n", SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED);
@@ -207,6 +397,59 @@ int main(void) {{
             ("DROP_MAX", DROP_MAX as usize),
             ("SAMPLE_FLAG_KSTACK_FAILED", SAMPLE_FLAG_KSTACK_FAILED as usize),
             ("SAMPLE_FLAG_USTACK_FAILED", SAMPLE_FLAG_USTACK_FAILED as usize),
+            ("offcpu.size", size_of::<OffCpuEvent>()),
+            ("io.size", size_of::<IoEvent>()),
+            ("switches.size", size_of::<ThreadSwitches>()),
+            ("offcpu.state", offset_of!(OffCpuEvent, state)),
+            ("offcpu.start_ns", offset_of!(OffCpuEvent, start_ns)),
+            ("offcpu.end_ns", offset_of!(OffCpuEvent, end_ns)),
+            ("offcpu.wake_ns", offset_of!(OffCpuEvent, wake_ns)),
+            ("offcpu.short_ns", offset_of!(OffCpuEvent, short_ns)),
+            ("offcpu.pid", offset_of!(OffCpuEvent, pid)),
+            ("offcpu.tid", offset_of!(OffCpuEvent, tid)),
+            ("offcpu.cpu_out", offset_of!(OffCpuEvent, cpu_out)),
+            ("offcpu.cpu_in", offset_of!(OffCpuEvent, cpu_in)),
+            ("offcpu.waker_pid", offset_of!(OffCpuEvent, waker_pid)),
+            ("offcpu.waker_tid", offset_of!(OffCpuEvent, waker_tid)),
+            ("offcpu.kstack_id", offset_of!(OffCpuEvent, kstack_id)),
+            ("offcpu.ustack_id", offset_of!(OffCpuEvent, ustack_id)),
+            ("offcpu.waker_kstack_id", offset_of!(OffCpuEvent, waker_kstack_id)),
+            ("offcpu.waker_ustack_id", offset_of!(OffCpuEvent, waker_ustack_id)),
+            ("offcpu.short_count", offset_of!(OffCpuEvent, short_count)),
+            ("offcpu.comm", offset_of!(OffCpuEvent, comm)),
+            ("offcpu.waker_comm", offset_of!(OffCpuEvent, waker_comm)),
+            ("io.dev", offset_of!(IoEvent, dev)),
+            ("io.sector", offset_of!(IoEvent, sector)),
+            ("io.start_ns", offset_of!(IoEvent, start_ns)),
+            ("io.issue_ns", offset_of!(IoEvent, issue_ns)),
+            ("io.done_ns", offset_of!(IoEvent, done_ns)),
+            ("io.bytes", offset_of!(IoEvent, bytes)),
+            ("io.error", offset_of!(IoEvent, error)),
+            ("io.pid", offset_of!(IoEvent, pid)),
+            ("io.tid", offset_of!(IoEvent, tid)),
+            ("io.kstack_id", offset_of!(IoEvent, kstack_id)),
+            ("io.ustack_id", offset_of!(IoEvent, ustack_id)),
+            ("io.comm", offset_of!(IoEvent, comm)),
+            ("io.rwbs", offset_of!(IoEvent, rwbs)),
+            ("switches.voluntary", offset_of!(ThreadSwitches, voluntary)),
+            ("switches.involuntary", offset_of!(ThreadSwitches, involuntary)),
+            ("switches.short_count", offset_of!(ThreadSwitches, short_count)),
+            ("switches.short_ns", offset_of!(ThreadSwitches, short_ns)),
+            ("switches.pid", offset_of!(ThreadSwitches, pid)),
+            ("start.size", size_of::<OffCpuStart>()),
+            ("start.state", offset_of!(OffCpuStart, state)),
+            ("start.cpu", offset_of!(OffCpuStart, cpu)),
+            ("start.kstack_id", offset_of!(OffCpuStart, kstack_id)),
+            ("start.ustack_id", offset_of!(OffCpuStart, ustack_id)),
+            ("RECORD_OFFCPU", RECORD_OFFCPU as usize),
+            ("RECORD_IO", RECORD_IO as usize),
+            ("OFFCPU_PREEMPTED", OFFCPU_PREEMPTED as usize),
+            ("OFFCPU_SLEEPING", OFFCPU_SLEEPING as usize),
+            ("OFFCPU_BLOCKED", OFFCPU_BLOCKED as usize),
+            ("OFFCPU_OTHER", OFFCPU_OTHER as usize),
+            ("DROP_EVENTS_FULL", DROP_EVENTS_FULL as usize),
+            ("DROP_STACKID", DROP_STACKID as usize),
+            ("DROP_STATE_FULL", DROP_STATE_FULL as usize),
         ];
         assert_eq!(c.len(), rust.len(), "the probe printed {text}");
         for (name, value) in rust {

@@ -119,3 +119,145 @@ fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, RecordError> {
 pub fn online_cpus() -> Result<Vec<u32>, RecordError> {
     aya::util::online_cpus().map_err(|(path, e)| RecordError::Internal(format!("{path}: {e}")))
 }
+
+/// The scheduler and block I/O tracer object, built by `cargo xtask build-ebpf`.
+static SCHED_BPF_OBJECT: &[u8] = include_bytes_aligned!("../../../ebpf/sched.bpf.o");
+
+/// Options for the scheduler and I/O tracer.
+#[derive(Debug, Clone)]
+pub struct TracerOptions {
+    /// Only trace this process (0: every process).
+    pub target_tgid: u32,
+    /// Trace context switches and wakeups.
+    pub off_cpu: bool,
+    /// Trace block I/O requests.
+    pub io: bool,
+    /// Off-CPU intervals shorter than this are folded into totals, not sent one by one.
+    pub off_cpu_min_ns: u64,
+    /// Size of the events ring buffer in bytes (a power of two).
+    pub ring_bytes: u32,
+}
+
+/// The loaded and attached scheduler/I/O tracer. Its records arrive in the
+/// [`RingBuf`] that [`Tracer::start`] returns beside it.
+pub struct Tracer {
+    _ebpf: Ebpf,
+    drops: PerCpuArray<MapData, u64>,
+    stacks: aya::maps::StackTraceMap<MapData>,
+    switches: aya::maps::HashMap<MapData, u32, abi::ThreadSwitches>,
+    starts: aya::maps::HashMap<MapData, u32, abi::OffCpuStart>,
+}
+
+/// What the tracer lost, per reason.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TracerDrops {
+    /// Off-CPU and I/O records lost because the events ring was full.
+    pub events_full: u64,
+    /// Stacks that could not be captured (intervals kept without them).
+    pub stack_ids: u64,
+    /// Intervals or requests not seen because a state map was full.
+    pub state_full: u64,
+}
+
+impl Tracer {
+    /// Load the tracer and attach what `opts` asks for.
+    pub fn start(opts: &TracerOptions) -> Result<(Tracer, RingBuf<MapData>), RecordError> {
+        ensure_tracefs();
+        let wakeup = (opts.ring_bytes as u64 / 16).max(4096);
+        let mut ebpf = EbpfLoader::new()
+            .override_global("targ_tgid", &opts.target_tgid, true)
+            .override_global("offcpu_min_ns", &opts.off_cpu_min_ns, true)
+            .override_global("wakeup_bytes", &wakeup, true)
+            .map_max_entries("events", opts.ring_bytes)
+            .load(SCHED_BPF_OBJECT)
+            .map_err(|e| RecordError::from_bpf_load(&e))?;
+        let mut wanted: Vec<(&str, &str, &[&str])> = Vec::new();
+        if opts.off_cpu {
+            wanted.push(("on_sched_switch", "sched", &["sched_switch"]));
+            wanted.push(("on_sched_waking", "sched", &["sched_waking"]));
+        }
+        if opts.io {
+            wanted.push(("on_block_start", "block", &["block_io_start", "block_rq_insert"]));
+            wanted.push(("on_block_issue", "block", &["block_rq_issue"]));
+            wanted.push(("on_block_rq_complete", "block", &["block_rq_complete"]));
+        }
+        for (prog, category, names) in wanted {
+            let p: &mut aya::programs::TracePoint = ebpf
+                .program_mut(prog)
+                .ok_or_else(|| RecordError::Internal(format!("{prog} missing from sched.bpf.o")))?
+                .try_into()
+                .map_err(|e| RecordError::Internal(format!("{prog}: {e}")))?;
+            p.load().map_err(|e| RecordError::from_program_load(prog, &e))?;
+            let mut last_err = None;
+            let attached = names.iter().any(|name| match p.attach(category, name) {
+                Ok(_) => true,
+                Err(e) => {
+                    last_err = Some(format!("{category}:{name}: {e}"));
+                    false
+                }
+            });
+            if !attached {
+                return Err(RecordError::PerfEvent {
+                    what: format!("the tracepoint {}", names.join(" or ")),
+                    source: std::io::Error::other(format!(
+                        "{}; is tracefs mounted at /sys/kernel/tracing? (`mount -t tracefs nodev /sys/kernel/tracing`)",
+                        last_err.unwrap_or_default()
+                    )),
+                });
+            }
+        }
+        let ring = RingBuf::try_from(take(&mut ebpf, "events")?)
+            .map_err(|e| RecordError::Internal(format!("events ring: {e}")))?;
+        let drops = PerCpuArray::try_from(take(&mut ebpf, "drops")?)
+            .map_err(|e| RecordError::Internal(format!("drops map: {e}")))?;
+        let stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "stacks")?)
+            .map_err(|e| RecordError::Internal(format!("stacks map: {e}")))?;
+        let switches = aya::maps::HashMap::try_from(take(&mut ebpf, "thread_switches")?)
+            .map_err(|e| RecordError::Internal(format!("thread_switches map: {e}")))?;
+        let starts = aya::maps::HashMap::try_from(take(&mut ebpf, "offcpu_starts")?)
+            .map_err(|e| RecordError::Internal(format!("offcpu_starts map: {e}")))?;
+        Ok((Tracer { _ebpf: ebpf, drops, stacks, switches, starts }, ring))
+    }
+
+    /// Sum the per-CPU drop counters.
+    pub fn drops(&self) -> TracerDrops {
+        let sum = |reason: u32| -> u64 { self.drops.get(&reason, 0).map(|v| v.iter().sum()).unwrap_or(0) };
+        TracerDrops {
+            events_full: sum(abi::DROP_EVENTS_FULL),
+            stack_ids: sum(abi::DROP_STACKID),
+            state_full: sum(abi::DROP_STATE_FULL),
+        }
+    }
+
+    /// The stack with this id, leaf first, or None if it was evicted.
+    pub fn stack(&self, id: i32) -> Option<Vec<u64>> {
+        if id < 0 {
+            return None;
+        }
+        let trace = self.stacks.get(&(id as u32), 0).ok()?;
+        Some(trace.frames().iter().map(|f| f.ip).collect())
+    }
+
+    /// Threads off-CPU right now, with when and how they left.
+    pub fn open_intervals(&self) -> Vec<(u32, abi::OffCpuStart)> {
+        self.starts.iter().filter_map(Result::ok).collect()
+    }
+
+    /// Every thread's context switch totals.
+    pub fn thread_switches(&self) -> Vec<(u32, abi::ThreadSwitches)> {
+        self.switches.iter().filter_map(Result::ok).collect()
+    }
+}
+
+/// Mount tracefs at /sys/kernel/tracing when it is missing: tracepoints are
+/// attached by the ids it lists.
+fn ensure_tracefs() {
+    let dir = std::path::Path::new("/sys/kernel/tracing");
+    if dir.join("events").exists() || std::path::Path::new("/sys/kernel/debug/tracing/events").exists() {
+        return;
+    }
+    // SAFETY: valid NUL-terminated strings; failure is reported by attach.
+    unsafe {
+        libc::mount(c"nodev".as_ptr(), c"/sys/kernel/tracing".as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null());
+    }
+}

@@ -11,11 +11,15 @@
 //! and returns the [`Recording`].
 
 pub mod recording;
+mod sched;
 pub mod stack_tree;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::bpf::abi::{SampleView, SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED, TASK_COMM_LEN};
+use crate::bpf::abi::{
+    IoEvent, OffCpuEvent, SampleView, ThreadSwitches, SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED,
+    TASK_COMM_LEN,
+};
 use crate::sideband::proc_snapshot::ProcSnapshot;
 use crate::sideband::{MmapEvent, SidebandEvent};
 use crate::symbolize::binaries::{BinaryIndex, Binaries};
@@ -41,6 +45,7 @@ struct SampleColumns {
     time_ns: Vec<u64>,
     pid: Vec<u32>,
     tid: Vec<u32>,
+    cpu: Vec<u32>,
     runtime_ns: Vec<u64>,
     raw_stack: Vec<NodeIndex>,
 }
@@ -58,6 +63,32 @@ pub struct Collector {
     binaries: Binaries,
     stats: RecordingStats,
     warnings: Vec<String>,
+    off_cpu: Vec<OffCpuEvent>,
+    io: Vec<IoEvent>,
+    stacks_by_id: FxHashMap<i32, Vec<u64>>,
+    switches: FxHashMap<u32, ThreadSwitches>,
+    counters: Vec<CounterRecord>,
+    notes: Vec<String>,
+    options: CollectorOptions,
+    /// Processes sampled since the last [`Collector::take_recent_pids`].
+    recent_pids: FxHashSet<u32>,
+}
+
+/// What the collector makes of scheduler data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollectorOptions {
+    /// Off-CPU intervals at least this long get a marker.
+    pub marker_min_ns: u64,
+    /// Build one track per CPU with on-CPU slices.
+    pub per_cpu: bool,
+    /// Off-CPU tracking was on (samples are then weighted by time).
+    pub off_cpu: bool,
+}
+
+impl Default for CollectorOptions {
+    fn default() -> Self {
+        CollectorOptions { marker_min_ns: 1_000_000, per_cpu: false, off_cpu: false }
+    }
 }
 
 impl Collector {
@@ -74,7 +105,78 @@ impl Collector {
             binaries: Binaries::new(),
             stats: RecordingStats::default(),
             warnings: Vec::new(),
+            off_cpu: Vec::new(),
+            io: Vec::new(),
+            stacks_by_id: FxHashMap::default(),
+            switches: FxHashMap::default(),
+            counters: Vec::new(),
+            notes: Vec::new(),
+            options: CollectorOptions::default(),
+            recent_pids: FxHashSet::default(),
         }
+    }
+
+    /// Processes sampled since the previous call (for per-process counters).
+    pub fn take_recent_pids(&mut self) -> Vec<u32> {
+        self.recent_pids.drain().collect()
+    }
+
+    /// Set what to make of scheduler data.
+    pub fn set_options(&mut self, options: CollectorOptions) {
+        self.options = options;
+    }
+
+    /// One off-CPU interval (with folded shorter ones).
+    pub fn handle_offcpu(&mut self, e: &OffCpuEvent) {
+        self.stats.off_cpu_intervals += 1;
+        self.stats.off_cpu_folded += e.short_count as u64;
+        self.off_cpu.push(*e);
+    }
+
+    /// One block I/O request.
+    pub fn handle_io(&mut self, e: &IoEvent) {
+        self.stats.io_requests += 1;
+        self.io.push(*e);
+    }
+
+    /// Stack ids the recorded intervals and requests refer to.
+    pub fn stack_ids(&self) -> Vec<i32> {
+        let mut ids: FxHashSet<i32> = FxHashSet::default();
+        for e in &self.off_cpu {
+            ids.extend([e.kstack_id, e.ustack_id, e.waker_kstack_id, e.waker_ustack_id]);
+        }
+        for e in &self.io {
+            ids.extend([e.kstack_id, e.ustack_id]);
+        }
+        ids.into_iter().filter(|&i| i >= 0).collect()
+    }
+
+    /// The stacks behind [`Collector::stack_ids`] (leaf first); ids missing
+    /// here were evicted and count as lost stacks.
+    pub fn handle_stacks(&mut self, stacks: FxHashMap<i32, Vec<u64>>) {
+        self.stacks_by_id = stacks;
+    }
+
+    /// Per-thread context switch totals, read at the end.
+    pub fn handle_thread_switches(&mut self, switches: Vec<(u32, ThreadSwitches)>) {
+        self.switches = switches.into_iter().collect();
+    }
+
+    /// Counter tracks polled during the recording.
+    pub fn handle_counters(&mut self, counters: Vec<CounterRecord>) {
+        self.counters.extend(counters);
+    }
+
+    /// A note for the profile's log.
+    pub fn note(&mut self, n: String) {
+        self.notes.push(n);
+    }
+
+    /// Kernel-side losses of the scheduler/I/O tracer.
+    pub fn handle_tracer_losses(&mut self, events: u64, stacks: u64, state: u64) {
+        self.stats.lost_events += events;
+        self.stats.lost_stacks += stacks;
+        self.stats.lost_state += state;
     }
 
     /// Samples received so far.
@@ -117,6 +219,8 @@ impl Collector {
         self.samples.time_ns.push(s.time_ns);
         self.samples.pid.push(s.pid);
         self.samples.tid.push(s.tid);
+        self.samples.cpu.push(s.cpu);
+        self.recent_pids.insert(s.pid);
         self.samples.runtime_ns.push(s.sum_exec_runtime);
         self.samples.raw_stack.push(node);
         let mut comm = [0u8; TASK_COMM_LEN];
@@ -162,25 +266,39 @@ impl Collector {
         // Merge sideband and samples in time order. At equal times, sideband
         // first: a mapping reported at t serves a sample at t.
         self.sideband.sort_by_key(|(e, _)| e.time());
-        let mut order: Vec<u32> = (0..self.samples.time_ns.len() as u32).collect();
-        order.sort_by_key(|&i| self.samples.time_ns[i as usize]);
+        // (time, kind, index): kind 0 = sample, 1 = off-CPU interval, 2 = I/O.
+        let mut order: Vec<(u64, u8, u32)> = Vec::with_capacity(self.samples.time_ns.len() + self.off_cpu.len() + self.io.len());
+        order.extend(self.samples.time_ns.iter().enumerate().map(|(i, &t)| (t, 0, i as u32)));
+        order.extend(self.off_cpu.iter().enumerate().map(|(i, e)| (e.start_ns, 1, i as u32)));
+        order.extend(self.io.iter().enumerate().map(|(i, e)| (e.start_ns, 2, i as u32)));
+        order.sort_unstable();
         let mut side = self.sideband.iter().peekable();
-        for &i in &order {
-            let t = self.samples.time_ns[i as usize];
+        for &(t, kind, i) in &order {
             while let Some((e, b)) = side.next_if(|(e, _)| e.time() <= t) {
                 replay.apply(e, *b);
             }
-            replay.sample(&self, i as usize);
+            match kind {
+                0 => replay.sample(&self, i as usize),
+                1 => replay.off_cpu(&self, &self.off_cpu[i as usize]),
+                _ => replay.io(&self, &self.io[i as usize]),
+            }
         }
         for (e, b) in side {
             replay.apply(e, *b);
         }
+        replay.finish_switches(&self, end_ns);
+        let cpu_tracks = if self.options.per_cpu { replay.cpu_tracks(&self, &order, interval_ms) } else { Vec::new() };
+        self.stats.lost_stacks += replay.missing_stacks;
 
         let Replay { processes, frame_keys, stacks, .. } = replay;
         let mut warnings = std::mem::take(&mut self.warnings);
         let (libs, frames) = symbolicate(&mut self.binaries, &frame_keys, &mut warnings);
         let processes = finish_processes(processes, &self.filter, &self.sample_comm);
         Recording {
+            counters: std::mem::take(&mut self.counters),
+            cpu_tracks,
+            off_cpu: self.options.off_cpu,
+            notes: std::mem::take(&mut self.notes),
             start_ns,
             start_wall_ms,
             end_ns,
@@ -211,6 +329,9 @@ struct ThreadState {
     end_ns: Option<u64>,
     last_runtime: Option<u64>,
     samples: ThreadSamples,
+    off_cpu: OffCpuSamples,
+    markers: Vec<MarkerRecord>,
+    switches: Option<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -255,6 +376,9 @@ impl ProcessState {
             end_ns: None,
             last_runtime: None,
             samples: ThreadSamples::default(),
+            off_cpu: OffCpuSamples::default(),
+            markers: Vec::new(),
+            switches: None,
         })
     }
 
@@ -281,6 +405,42 @@ struct FrameKey {
 
 /// `FrameKey::binary` for kernel addresses.
 const KERNEL_BINARY: u32 = u32::MAX - 1;
+/// `FrameKey::binary` for pseudo frames naming an off-CPU reason; the
+/// address is a [`PseudoFrame`] value.
+const PSEUDO_BINARY: u32 = u32::MAX - 2;
+
+/// Leaf frames that are not code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u64)]
+enum PseudoFrame {
+    Preempted = 0,
+    Sleeping = 1,
+    Blocked = 2,
+    Other = 3,
+    Folded = 4,
+}
+
+impl PseudoFrame {
+    fn from_address(a: u64) -> PseudoFrame {
+        match a {
+            0 => PseudoFrame::Preempted,
+            1 => PseudoFrame::Sleeping,
+            2 => PseudoFrame::Blocked,
+            3 => PseudoFrame::Other,
+            _ => PseudoFrame::Folded,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            PseudoFrame::Preempted => OffCpuReason::Preempted.frame_name(),
+            PseudoFrame::Sleeping => OffCpuReason::Sleeping.frame_name(),
+            PseudoFrame::Blocked => OffCpuReason::Blocked.frame_name(),
+            PseudoFrame::Other => OffCpuReason::Other.frame_name(),
+            PseudoFrame::Folded => "[off-CPU: short intervals, no stack]",
+        }
+    }
+}
 
 struct Replay {
     processes: FxHashMap<u32, ProcessState>,
@@ -291,6 +451,8 @@ struct Replay {
     /// raw stack node -> (process epoch, resolved node)
     resolved: FxHashMap<NodeIndex, (u32, NodeIndex)>,
     path: Vec<u64>,
+    /// Stack ids referenced but absent from the stacks map.
+    missing_stacks: u64,
 }
 
 impl Replay {
@@ -310,6 +472,7 @@ impl Replay {
             stacks: StackTree::new(),
             resolved: FxHashMap::default(),
             path: Vec::with_capacity(256),
+            missing_stacks: 0,
         }
     }
 
@@ -429,9 +592,29 @@ impl Replay {
     fn resolve(&mut self, c: &Collector, pid: u32, raw: NodeIndex) -> NodeIndex {
         let mut path = std::mem::take(&mut self.path);
         c.raw_stacks.path(raw, &mut path);
-        let state = &self.processes[&pid];
+        let node = self.resolve_addrs(pid, &path[1..]); // path[0] is the pid root
+        self.path = path;
+        if node == NO_PARENT {
+            // A sample with no usable frame at all still counts, as an empty stack.
+            let frame = self.frame(FrameKey { binary: NO_LIB, address: 0 });
+            return self.stacks.child(NO_PARENT, frame as u64);
+        }
+        node
+    }
+
+    fn frame(&mut self, key: FrameKey) -> u32 {
+        let next = self.frame_keys.len() as u32;
+        *self.frame_index.entry(key).or_insert_with(|| {
+            self.frame_keys.push(key);
+            next
+        })
+    }
+
+    /// Map absolute addresses, root first, to a node of frame indices
+    /// (NO_PARENT for an empty stack), with `pid`'s mappings of the moment.
+    fn resolve_addrs(&mut self, pid: u32, frames: &[u64]) -> NodeIndex {
+        let Some(state) = self.processes.get(&pid) else { return NO_PARENT };
         let mut node = NO_PARENT;
-        let frames = &path[1..]; // path[0] is the pid root
         let leaf = frames.len().saturating_sub(1);
         for (depth, &addr) in frames.iter().enumerate() {
             // Return addresses point after the call; look up the call itself.
@@ -449,17 +632,6 @@ impl Replay {
                 next
             });
             node = self.stacks.child(node, frame as u64);
-        }
-        self.path = path;
-        if node == NO_PARENT {
-            // A sample with no usable frame at all still counts, as an empty stack.
-            let key = FrameKey { binary: NO_LIB, address: 0 };
-            let next = self.frame_keys.len() as u32;
-            let frame = *self.frame_index.entry(key).or_insert_with(|| {
-                self.frame_keys.push(key);
-                next
-            });
-            node = self.stacks.child(NO_PARENT, frame as u64);
         }
         node
     }
@@ -486,14 +658,29 @@ fn symbolicate(
                 address: k.address.wrapping_sub(kernel_text),
                 kernel: true,
                 symbols: AddrInfo::default(),
+                pseudo: false,
             },
-            b => FrameRecord { lib: b, address: k.address, kernel: false, symbols: AddrInfo::default() },
+            PSEUDO_BINARY => FrameRecord {
+                lib: NO_LIB,
+                address: 0,
+                kernel: false,
+                symbols: AddrInfo {
+                    funcs: vec![symbolize::FuncAtAddr {
+                        name: PseudoFrame::from_address(k.address).name().to_string(),
+                        file: None,
+                        line: None,
+                    }],
+                    ..AddrInfo::default()
+                },
+                pseudo: true,
+            },
+            b => FrameRecord { lib: b, address: k.address, kernel: false, symbols: AddrInfo::default(), pseudo: false },
         })
         .collect();
     for (binary, idxs) in by_binary {
         let addrs: Vec<u64> = idxs.iter().map(|&i| keys[i as usize].address).collect();
         let result = match binary {
-            NO_LIB => continue,
+            NO_LIB | PSEUDO_BINARY => continue,
             KERNEL_BINARY => symbolicator.symbolize_kernel(&addrs).map_err(|e| format!("kernel symbols: {e}")),
             b => {
                 let bin = binaries.get(b);
@@ -559,14 +746,28 @@ fn finish_processes(
         let mut threads: Vec<ThreadRecord> = p
             .threads
             .into_iter()
-            .filter(|(_, t)| !t.samples.time_ns.is_empty() || (keep_idle_threads && (t.start_ns.is_some() || roots.contains(&pid))))
+            .filter(|(_, t)| {
+                !t.samples.time_ns.is_empty()
+                    || !t.off_cpu.time_ns.is_empty()
+                    || !t.markers.is_empty()
+                    || (keep_idle_threads && (t.start_ns.is_some() || roots.contains(&pid)))
+            })
             .map(|(tid, t)| {
                 let name = if t.name.is_empty() {
                     sample_comm.get(&tid).map(|c| comm_str(c)).unwrap_or_default()
                 } else {
                     t.name
                 };
-                ThreadRecord { tid, name, start_ns: t.start_ns, end_ns: t.end_ns, samples: t.samples }
+                ThreadRecord {
+                    tid,
+                    name,
+                    start_ns: t.start_ns,
+                    end_ns: t.end_ns,
+                    samples: t.samples,
+                    off_cpu: t.off_cpu,
+                    markers: t.markers,
+                    switches: t.switches,
+                }
             })
             .collect();
         if threads.is_empty() {

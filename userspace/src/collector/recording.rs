@@ -34,6 +34,138 @@ pub struct FrameRecord {
     pub kernel: bool,
     /// What symbolication found (empty `funcs` when unresolved).
     pub symbols: AddrInfo,
+    /// Not code: a leaf that names why a thread was off-CPU.
+    pub pseudo: bool,
+}
+
+/// Off-CPU time of one thread, as weighted samples (columns of equal length).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OffCpuSamples {
+    /// When the interval started (switched out), ns.
+    pub time_ns: Vec<u64>,
+    /// Stack at switch-out, ending in a leaf that names the reason.
+    pub stack: Vec<u32>,
+    /// How long it lasted, ns.
+    pub duration_ns: Vec<u64>,
+}
+
+/// Why a thread was off-CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffCpuReason {
+    /// Still runnable: preempted, waiting for a CPU.
+    Preempted,
+    /// Interruptible sleep (S).
+    Sleeping,
+    /// Uninterruptible (D), usually I/O.
+    Blocked,
+    /// Stopped, traced, parked, idle.
+    Other,
+}
+
+impl OffCpuReason {
+    /// From the kernel's `OFFCPU_*`.
+    pub fn from_abi(state: u32) -> OffCpuReason {
+        match state {
+            crate::bpf::abi::OFFCPU_PREEMPTED => OffCpuReason::Preempted,
+            crate::bpf::abi::OFFCPU_SLEEPING => OffCpuReason::Sleeping,
+            crate::bpf::abi::OFFCPU_BLOCKED => OffCpuReason::Blocked,
+            _ => OffCpuReason::Other,
+        }
+    }
+
+    /// Short name, as shown in markers.
+    pub fn label(self) -> &'static str {
+        match self {
+            OffCpuReason::Preempted => "preempted (runnable)",
+            OffCpuReason::Sleeping => "sleeping",
+            OffCpuReason::Blocked => "blocked (uninterruptible)",
+            OffCpuReason::Other => "other",
+        }
+    }
+
+    /// The leaf frame's name in off-CPU stacks.
+    pub fn frame_name(self) -> &'static str {
+        match self {
+            OffCpuReason::Preempted => "[off-CPU: preempted, waiting for a CPU]",
+            OffCpuReason::Sleeping => "[off-CPU: sleeping]",
+            OffCpuReason::Blocked => "[off-CPU: blocked, uninterruptible (I/O)]",
+            OffCpuReason::Other => "[off-CPU: other state]",
+        }
+    }
+}
+
+/// A marker on a thread's track.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MarkerRecord {
+    /// An off-CPU interval at least as long as the marker threshold.
+    OffCpu {
+        /// Switched out, ns.
+        start_ns: u64,
+        /// Running again, ns.
+        end_ns: u64,
+        /// Why.
+        reason: OffCpuReason,
+        /// From wakeup (or preemption) to running again, ns.
+        run_delay_ns: u64,
+        /// Waker (pid, tid, name), if a wakeup was seen.
+        waker: Option<(u32, u32, String)>,
+        /// CPU it left and CPU it came back on.
+        cpus: (u32, u32),
+        /// The waker's stack at the wakeup.
+        waker_stack: Option<u32>,
+    },
+    /// A block I/O request issued by this thread.
+    Io {
+        /// Created, ns.
+        start_ns: u64,
+        /// Issued to the device, ns.
+        issue_ns: u64,
+        /// Completed, ns.
+        done_ns: u64,
+        /// Device name (sda, nvme0n1, ...).
+        device: String,
+        /// "read", "write", "flush", "discard" or the raw flags.
+        op: String,
+        /// Bytes.
+        bytes: u32,
+        /// First sector.
+        sector: u64,
+        /// Error (negative errno) or 0.
+        error: i32,
+        /// The issuing stack.
+        stack: Option<u32>,
+    },
+    /// A thread running on a CPU (per-CPU tracks).
+    OnCpu {
+        /// First sample of the slice, ns.
+        start_ns: u64,
+        /// End of the slice, ns.
+        end_ns: u64,
+        /// Process id.
+        pid: u32,
+        /// Thread id.
+        tid: u32,
+        /// "thread name (process name)".
+        name: String,
+    },
+}
+
+/// A counter track: a value over time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterRecord {
+    /// Name ("CPU usage", "Memory", "Disk read: sda", ...).
+    pub name: String,
+    /// Category shown by the Firefox Profiler ("CPU", "Memory", "Bandwidth").
+    pub category: String,
+    /// What it measures, with its unit.
+    pub description: String,
+    /// Process it belongs to (0 for the machine).
+    pub pid: u32,
+    /// Sample times, ns.
+    pub time_ns: Vec<u64>,
+    /// Values: for category "Memory", the change since the previous sample
+    /// (the Firefox Profiler accumulates them); otherwise the value itself.
+    pub count: Vec<f64>,
 }
 
 /// Samples of one thread, as columns of equal length, sorted by time.
@@ -48,7 +180,7 @@ pub struct ThreadSamples {
 }
 
 /// One thread.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ThreadRecord {
     /// Thread id.
     pub tid: u32,
@@ -60,10 +192,16 @@ pub struct ThreadRecord {
     pub end_ns: Option<u64>,
     /// Its samples.
     pub samples: ThreadSamples,
+    /// Its off-CPU intervals (empty unless off-CPU tracking is on).
+    pub off_cpu: OffCpuSamples,
+    /// Markers: off-CPU intervals, I/O requests.
+    pub markers: Vec<MarkerRecord>,
+    /// (voluntary, involuntary) context switches during the recording.
+    pub switches: Option<(u64, u64)>,
 }
 
 /// One process.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProcessRecord {
     /// Process id.
     pub pid: u32,
@@ -96,6 +234,18 @@ pub struct RecordingStats {
     pub lost_sideband: u64,
     /// Records that could not be decoded.
     pub malformed: u64,
+    /// Off-CPU intervals recorded one by one.
+    pub off_cpu_intervals: u64,
+    /// Shorter off-CPU intervals folded into totals.
+    pub off_cpu_folded: u64,
+    /// Block I/O requests recorded.
+    pub io_requests: u64,
+    /// Off-CPU or I/O records lost (events ring full).
+    pub lost_events: u64,
+    /// Stacks that could not be captured or were evicted.
+    pub lost_stacks: u64,
+    /// Intervals or requests not seen (a state map was full).
+    pub lost_state: u64,
 }
 
 /// A finished recording.
@@ -121,6 +271,14 @@ pub struct Recording {
     pub stats: RecordingStats,
     /// Warnings for the user and the profile log (deduplicated).
     pub warnings: Vec<String>,
+    /// Counter tracks.
+    pub counters: Vec<CounterRecord>,
+    /// One track per CPU with on-CPU slices (with --per-cpu).
+    pub cpu_tracks: Vec<(u32, Vec<MarkerRecord>)>,
+    /// True when off-CPU time was recorded (samples are then weighted in ms).
+    pub off_cpu: bool,
+    /// Notes for the profile's log (not warnings: e.g. "no hardware PMU").
+    pub notes: Vec<String>,
 }
 
 impl Recording {

@@ -17,7 +17,9 @@ pub mod validate;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::collector::recording::{FrameRecord, LibRecord, ProcessRecord, Recording, ThreadRecord, NO_LIB};
+use crate::collector::recording::{
+    CounterRecord, FrameRecord, LibRecord, MarkerRecord, ProcessRecord, Recording, ThreadRecord, NO_LIB,
+};
 use crate::collector::stack_tree::NO_PARENT;
 
 /// The processed profile format version we write.
@@ -33,7 +35,14 @@ pub mod category {
     pub const USER: u32 = 2;
     /// Kernel code.
     pub const KERNEL: u32 = 3;
+    /// Off-CPU time and its markers.
+    pub const OFF_CPU: u32 = 4;
+    /// Block I/O markers.
+    pub const IO: u32 = 5;
 }
+
+/// Per-CPU tracks use tids from here up (real tids stay below 2^22).
+pub const CPU_TRACK_TID_BASE: u32 = 10_000_000;
 
 /// Facts about the machine for `meta`.
 #[derive(Debug, Clone, Default)]
@@ -94,11 +103,36 @@ impl HostInfo {
 pub fn build_profile(rec: &Recording, host: &HostInfo) -> serde_json::Value {
     let ms = |ns: u64| -> f64 { (ns as f64 - rec.start_ns as f64) / 1e6 };
     let mut threads = Vec::new();
+    let mut main_thread_index: FxHashMap<u32, usize> = FxHashMap::default();
     for p in &rec.processes {
         for t in &p.threads {
+            if t.tid == p.pid || !main_thread_index.contains_key(&p.pid) {
+                main_thread_index.insert(p.pid, threads.len());
+            }
             threads.push(serde_json::to_value(build_thread(rec, p, t, &ms)).expect("serializable"));
         }
     }
+    for (cpu, markers) in &rec.cpu_tracks {
+        threads.push(serde_json::to_value(build_cpu_track(rec, *cpu, markers, &ms)).expect("serializable"));
+    }
+    let counters: Vec<serde_json::Value> = rec
+        .counters
+        .iter()
+        .filter_map(|c| {
+            let main = main_thread_index.get(&c.pid).copied().or_else(|| (c.pid == 0 && !threads.is_empty()).then_some(0))?;
+            Some(counter_json(c, main, &ms))
+        })
+        .collect();
+    let mut extra_entries: Vec<serde_json::Value> = Vec::new();
+    for n in &rec.notes {
+        extra_entries.push(serde_json::json!({ "label": "Note", "format": "string", "value": n }));
+    }
+    for w in &rec.warnings {
+        extra_entries.push(serde_json::json!({ "label": "Warning", "format": "string", "value": w }));
+    }
+    let st = &rec.stats;
+    extra_entries.push(serde_json::json!({ "label": "Samples lost", "format": "integer", "value": st.lost_samples }));
+    extra_entries.push(serde_json::json!({ "label": "Scheduler/I/O records lost", "format": "integer", "value": st.lost_events }));
     serde_json::json!({
         "meta": {
             "version": 24,
@@ -132,14 +166,17 @@ pub fn build_profile(rec: &Recording, host: &HostInfo) -> serde_json::Value {
                 { "name": "Idle", "color": "transparent", "subcategories": ["Other"] },
                 { "name": "User", "color": "yellow", "subcategories": ["Other"] },
                 { "name": "Kernel", "color": "orange", "subcategories": ["Other"] },
+                { "name": "Off-CPU", "color": "purple", "subcategories": ["Other"] },
+                { "name": "I/O", "color": "blue", "subcategories": ["Other"] },
             ],
-            "markerSchema": [],
+            "markerSchema": marker_schema(),
+            "extra": [{ "label": "sysprof", "entries": extra_entries }],
             "extensions": { "length": 0, "baseURL": [], "id": [], "name": [] },
         },
         "libs": rec.libs.iter().map(lib_json).collect::<Vec<_>>(),
         "threads": threads,
         "pages": [],
-        "counters": [],
+        "counters": counters,
         "profilerOverhead": [],
     })
 }
@@ -259,7 +296,7 @@ struct Samples {
     length: usize,
     stack: Vec<Option<u32>>,
     time: Vec<f64>,
-    weight: Option<Vec<u32>>,
+    weight: Option<Vec<f64>>,
     weight_type: &'static str,
     #[serde(rename = "threadCPUDelta")]
     thread_cpu_delta: Vec<Option<u64>>,
@@ -292,6 +329,8 @@ struct Thread {
     unregister_time: Option<f64>,
     paused_ranges: Vec<()>,
     show_markers_in_timeline: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    context_switches: Option<serde_json::Value>,
     frame_table: FrameTable,
     func_table: FuncTable,
     resource_table: ResourceTable,
@@ -397,7 +436,9 @@ impl ThreadTables {
             return r;
         }
         let f: &FrameRecord = &rec.frames[g as usize];
-        let category = if idle {
+        let category = if f.pseudo {
+            category::OFF_CPU
+        } else if idle {
             category::IDLE
         } else if f.kernel {
             category::KERNEL
@@ -405,7 +446,7 @@ impl ThreadTables {
             category::USER
         };
         let resource = self.resource(&rec.libs, f.lib);
-        let address = f.address as i64;
+        let address = if f.pseudo { -1 } else { f.address as i64 };
         let range = if f.symbols.funcs.is_empty() {
             let name = format!("0x{:x}", f.address);
             let func = self.func(resource, &name, None);
@@ -416,7 +457,7 @@ impl ThreadTables {
             // Symbol start in the frame's address space: blazesym's offset is
             // relative to the looked-up address, whatever space that was in.
             let sym_start = f.address.saturating_sub(f.symbols.symbol_offset);
-            let sym = self.native_symbol(f.lib, sym_start, &outer.name, f.symbols.symbol_size);
+            let sym = if f.pseudo { None } else { self.native_symbol(f.lib, sym_start, &outer.name, f.symbols.symbol_size) };
             let mut first = None;
             let mut last = 0;
             for (depth, fa) in f.symbols.funcs.iter().enumerate() {
@@ -462,17 +503,44 @@ impl ThreadTables {
 fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn Fn(u64) -> f64) -> Thread {
     let idle = p.pid == 0;
     let mut tables = ThreadTables::default();
-    let n = t.samples.time_ns.len();
-    let mut samples = Samples { length: n, weight_type: "samples", ..Default::default() };
+    let on = &t.samples;
+    let off = &t.off_cpu;
+    let n = on.time_ns.len() + off.time_ns.len();
+    let mut samples = Samples {
+        length: n,
+        weight_type: if rec.off_cpu { "tracing-ms" } else { "samples" },
+        ..Default::default()
+    };
     samples.stack.reserve(n);
     samples.time.reserve(n);
     samples.thread_cpu_delta.reserve(n);
-    for i in 0..n {
-        let node = t.samples.stack[i];
-        samples.stack.push(Some(tables.stack_for(rec, node, idle)));
-        samples.time.push(ms(t.samples.time_ns[i]));
-        samples.thread_cpu_delta.push(Some(t.samples.cpu_delta_ns[i] / 1000));
+    let mut weights = rec.off_cpu.then(|| Vec::with_capacity(n));
+    // Merge on-CPU and off-CPU samples by time. With off-CPU tracking every
+    // sample is weighted in ms: on-CPU ones by the sampling interval,
+    // off-CPU ones by the interval's length, so the call tree adds up to time.
+    let (mut i, mut j) = (0, 0);
+    while i < on.time_ns.len() || j < off.time_ns.len() {
+        let take_on = j >= off.time_ns.len() || (i < on.time_ns.len() && on.time_ns[i] <= off.time_ns[j]);
+        if take_on {
+            samples.stack.push(Some(tables.stack_for(rec, on.stack[i], idle)));
+            samples.time.push(ms(on.time_ns[i]));
+            samples.thread_cpu_delta.push(Some(on.cpu_delta_ns[i] / 1000));
+            if let Some(w) = weights.as_mut() {
+                w.push(rec.interval_ms);
+            }
+            i += 1;
+        } else {
+            samples.stack.push(Some(tables.stack_for(rec, off.stack[j], idle)));
+            samples.time.push(ms(off.time_ns[j]));
+            samples.thread_cpu_delta.push(Some(0));
+            if let Some(w) = weights.as_mut() {
+                w.push(off.duration_ns[j] as f64 / 1e6);
+            }
+            j += 1;
+        }
     }
+    samples.weight = weights;
+    let markers = build_markers(rec, &t.markers, &mut tables, idle, ms);
     let start = |ns: Option<u64>| ns.map(|v| ms(v).max(0.0)).unwrap_or(0.0);
     let is_main = t.tid == p.pid;
     Thread {
@@ -487,16 +555,189 @@ fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn F
         register_time: start(t.start_ns),
         unregister_time: t.end_ns.map(ms),
         paused_ranges: Vec::new(),
-        show_markers_in_timeline: false,
+        show_markers_in_timeline: !t.markers.is_empty(),
+        context_switches: t.switches.map(|(v, i)| serde_json::json!({ "voluntary": v, "involuntary": i })),
         frame_table: tables.frames,
         func_table: tables.funcs,
         resource_table: tables.resources,
         native_symbols: tables.symbols,
         stack_table: tables.stacks,
         samples,
-        markers: Markers::default(),
+        markers,
         string_array: tables.strings.array,
     }
+}
+
+/// One track per CPU: its on-CPU slices as markers, no samples.
+fn build_cpu_track(rec: &Recording, cpu: u32, markers: &[MarkerRecord], ms: &dyn Fn(u64) -> f64) -> Thread {
+    let mut tables = ThreadTables::default();
+    let markers = build_markers(rec, markers, &mut tables, false, ms);
+    Thread {
+        name: format!("CPU {cpu}"),
+        pid: "cpus".to_string(),
+        tid: CPU_TRACK_TID_BASE + cpu,
+        process_type: "default",
+        process_name: "CPUs".to_string(),
+        is_main_thread: false,
+        process_startup_time: 0.0,
+        process_shutdown_time: None,
+        register_time: 0.0,
+        unregister_time: None,
+        paused_ranges: Vec::new(),
+        show_markers_in_timeline: true,
+        context_switches: None,
+        frame_table: tables.frames,
+        func_table: tables.funcs,
+        resource_table: tables.resources,
+        native_symbols: tables.symbols,
+        stack_table: tables.stacks,
+        samples: Samples { weight_type: "samples", ..Default::default() },
+        markers,
+        string_array: tables.strings.array,
+    }
+}
+
+fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut ThreadTables, idle: bool, ms: &dyn Fn(u64) -> f64) -> Markers {
+    let mut m = Markers::default();
+    let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
+    sorted.sort_by_key(|r| marker_start(r));
+    for r in sorted {
+        let (name, cat, start, end, mut data, stack) = match r {
+            MarkerRecord::OffCpu { start_ns, end_ns, reason, run_delay_ns, waker, cpus, waker_stack } => {
+                let waker_text = waker.as_ref().map(|(p, t, n)| format!("{n} (pid {p}, tid {t})")).unwrap_or_else(|| "—".into());
+                (
+                    format!("Off-CPU: {}", reason.label()),
+                    category::OFF_CPU,
+                    *start_ns,
+                    *end_ns,
+                    serde_json::json!({
+                        "type": "OffCpu",
+                        "reason": reason.label(),
+                        "runDelay": *run_delay_ns as f64 / 1e6,
+                        "waker": waker_text,
+                        "wakerPid": waker.as_ref().map(|w| w.0),
+                        "wakerTid": waker.as_ref().map(|w| w.1),
+                        "cpuOut": cpus.0,
+                        "cpuIn": cpus.1,
+                    }),
+                    *waker_stack,
+                )
+            }
+            MarkerRecord::Io { start_ns, issue_ns, done_ns, device, op, bytes, sector, error, stack } => (
+                format!("I/O {} {device}", op.split(' ').next().unwrap_or(op)),
+                category::IO,
+                *start_ns,
+                *done_ns,
+                serde_json::json!({
+                    "type": "BlockIo",
+                    "device": device,
+                    "op": op,
+                    "bytes": bytes,
+                    "sector": sector,
+                    "queueTime": issue_ns.saturating_sub(*start_ns) as f64 / 1e6,
+                    "serviceTime": done_ns.saturating_sub(*issue_ns) as f64 / 1e6,
+                    "error": error,
+                }),
+                *stack,
+            ),
+            MarkerRecord::OnCpu { start_ns, end_ns, pid, tid, name } => (
+                name.clone(),
+                category::USER,
+                *start_ns,
+                *end_ns,
+                serde_json::json!({ "type": "OnCpu", "thread": name, "pid": pid, "tid": tid }),
+                None,
+            ),
+        };
+        if let Some(node) = stack {
+            let s = tables.stack_for(rec, node, idle);
+            data["cause"] = serde_json::json!({ "stack": s });
+        }
+        m.name.push(tables.strings.intern(&name));
+        m.category.push(cat);
+        m.start_time.push(Some(ms(start)));
+        m.end_time.push(Some(ms(end)));
+        m.phase.push(1); // interval
+        m.data.push(data);
+        m.length += 1;
+    }
+    m
+}
+
+fn marker_start(r: &MarkerRecord) -> u64 {
+    match r {
+        MarkerRecord::OffCpu { start_ns, .. } | MarkerRecord::Io { start_ns, .. } | MarkerRecord::OnCpu { start_ns, .. } => *start_ns,
+    }
+}
+
+fn marker_schema() -> serde_json::Value {
+    let display = serde_json::json!(["marker-chart", "marker-table", "timeline-overview"]);
+    serde_json::json!([
+        {
+            "name": "OffCpu",
+            "display": display,
+            "chartLabel": "{marker.data.reason}",
+            "tooltipLabel": "Off-CPU: {marker.data.reason}, woken by {marker.data.waker}",
+            "tableLabel": "{marker.data.reason}, woken by {marker.data.waker}, run delay {marker.data.runDelay}",
+            "description": "A thread not running: why, who woke it, how long it then waited for a CPU",
+            "fields": [
+                { "key": "reason", "label": "Reason", "format": "string" },
+                { "key": "runDelay", "label": "Run-queue delay", "format": "duration" },
+                { "key": "waker", "label": "Woken by", "format": "string" },
+                { "key": "wakerPid", "label": "Waker pid", "format": "integer" },
+                { "key": "wakerTid", "label": "Waker tid", "format": "integer" },
+                { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
+                { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
+            ],
+        },
+        {
+            "name": "BlockIo",
+            "display": display,
+            "chartLabel": "{marker.data.op} {marker.data.bytes}",
+            "tooltipLabel": "{marker.data.op} {marker.data.device}: {marker.data.bytes}",
+            "tableLabel": "{marker.data.op} {marker.data.device} sector {marker.data.sector}: {marker.data.bytes}",
+            "description": "One block I/O request, from creation to completion",
+            "fields": [
+                { "key": "device", "label": "Device", "format": "string" },
+                { "key": "op", "label": "Operation", "format": "string" },
+                { "key": "bytes", "label": "Size", "format": "bytes" },
+                { "key": "sector", "label": "Sector", "format": "integer" },
+                { "key": "queueTime", "label": "Queue time", "format": "duration" },
+                { "key": "serviceTime", "label": "Service time", "format": "duration" },
+                { "key": "error", "label": "Error", "format": "integer" },
+            ],
+        },
+        {
+            "name": "OnCpu",
+            "display": ["marker-chart", "marker-table", "timeline-overview"],
+            "chartLabel": "{marker.data.thread}",
+            "tooltipLabel": "{marker.data.thread}",
+            "tableLabel": "{marker.data.thread}",
+            "description": "A thread running on this CPU (at sampling resolution)",
+            "fields": [
+                { "key": "thread", "label": "Thread", "format": "string" },
+                { "key": "pid", "label": "pid", "format": "integer" },
+                { "key": "tid", "label": "tid", "format": "integer" },
+            ],
+        },
+    ])
+}
+
+fn counter_json(c: &CounterRecord, main_thread_index: usize, ms: &dyn Fn(u64) -> f64) -> serde_json::Value {
+    serde_json::json!({
+        "name": c.name,
+        "category": c.category,
+        "description": c.description,
+        "color": if c.category == "Memory" { "orange" } else if c.category == "CPU" { "blue" } else { "green" },
+        "pid": c.pid.to_string(),
+        "mainThreadIndex": main_thread_index,
+        "samples": {
+            "length": c.time_ns.len(),
+            "time": c.time_ns.iter().map(|&t| ms(t)).collect::<Vec<_>>(),
+            "count": c.count,
+            "number": vec![1; c.time_ns.len()],
+        },
+    })
 }
 
 #[cfg(test)]

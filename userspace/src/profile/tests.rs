@@ -17,13 +17,13 @@ fn recording() -> Recording {
     ];
     let frames = vec![
         // 0: main
-        FrameRecord { lib: 0, address: 0x1100, kernel: false, symbols: AddrInfo { symbol_start: 0x1100, symbol_offset: 0, symbol_size: Some(0x40), funcs: vec![func("main", 10)] } },
+        FrameRecord { lib: 0, address: 0x1100, kernel: false, symbols: AddrInfo { symbol_start: 0x1100, symbol_offset: 0, symbol_size: Some(0x40), funcs: vec![func("main", 10)] }, pseudo: false },
         // 1: work with helper inlined into it
-        FrameRecord { lib: 0, address: 0x1210, kernel: false, symbols: AddrInfo { symbol_start: 0x1200, symbol_offset: 0x10, symbol_size: None, funcs: vec![func("work", 20), func("helper", 5)] } },
+        FrameRecord { lib: 0, address: 0x1210, kernel: false, symbols: AddrInfo { symbol_start: 0x1200, symbol_offset: 0x10, symbol_size: None, funcs: vec![func("work", 20), func("helper", 5)] }, pseudo: false },
         // 2: kernel
-        FrameRecord { lib: 1, address: 0x5000, kernel: true, symbols: AddrInfo { symbol_start: 0, symbol_offset: 8, symbol_size: None, funcs: vec![FuncAtAddr { name: "do_syscall_64".into(), file: None, line: None }] } },
+        FrameRecord { lib: 1, address: 0x5000, kernel: true, symbols: AddrInfo { symbol_start: 0, symbol_offset: 8, symbol_size: None, funcs: vec![FuncAtAddr { name: "do_syscall_64".into(), file: None, line: None }] }, pseudo: false },
         // 3: unresolved
-        FrameRecord { lib: NO_LIB, address: 0xdead, kernel: false, symbols: AddrInfo::default() },
+        FrameRecord { lib: NO_LIB, address: 0xdead, kernel: false, symbols: AddrInfo::default(), pseudo: false },
     ];
     let mut stacks = StackTree::new();
     let main = stacks.child(NO_PARENT, 0);
@@ -31,7 +31,7 @@ fn recording() -> Recording {
     let sys = stacks.child(work, 2);
     let lost = stacks.child(NO_PARENT, 3);
     let samples = ThreadSamples { time_ns: vec![1_000_000, 2_000_000, 3_000_000], stack: vec![work, sys, work], cpu_delta_ns: vec![0, 1_000_000, 2_500] };
-    let thread = |tid: u32, name: &str, samples: ThreadSamples| ThreadRecord { tid, name: name.into(), start_ns: None, end_ns: None, samples };
+    let thread = |tid: u32, name: &str, samples: ThreadSamples| ThreadRecord { tid, name: name.into(), start_ns: None, end_ns: None, samples, off_cpu: Default::default(), markers: Vec::new(), switches: None };
     Recording {
         start_ns: 500_000,
         start_wall_ms: 1_700_000_000_000.0,
@@ -48,6 +48,7 @@ fn recording() -> Recording {
         stacks,
         stats: RecordingStats::default(),
         warnings: Vec::new(),
+        ..Recording::default()
     }
 }
 
@@ -138,4 +139,55 @@ fn breakpad_id_swaps_guid_fields() {
     assert_eq!(breakpad_id(None), "000000000000000000000000000000000");
     let p = build_profile(&recording(), &host());
     assert_eq!(p["libs"][0]["codeId"], "0102030405060708090a0b0c0d0e0f1011121314");
+}
+
+/// Check that with off-CPU tracking, on- and off-CPU samples are merged in
+/// time order and weighted in ms (interval vs. duration), off-CPU samples
+/// carry no CPU delta, and an off-CPU marker carries its fields and the
+/// waker's stack as its cause.
+#[test]
+fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
+    let mut rec = recording();
+    rec.off_cpu = true;
+    let pseudo = rec.frames.len() as u32;
+    rec.frames.push(FrameRecord {
+        lib: NO_LIB,
+        address: 0,
+        kernel: false,
+        symbols: AddrInfo { funcs: vec![FuncAtAddr { name: "[off-CPU: sleeping]".into(), file: None, line: None }], ..AddrInfo::default() },
+        pseudo: true,
+    });
+    let work = rec.processes[1].threads[0].samples.stack[0];
+    let sleeping = rec.stacks.child(work, pseudo as u64);
+    let t = &mut rec.processes[1].threads[0];
+    t.off_cpu = OffCpuSamples { time_ns: vec![2_500_000], stack: vec![sleeping], duration_ns: vec![25_000_000] };
+    t.markers.push(MarkerRecord::OffCpu {
+        start_ns: 2_500_000,
+        end_ns: 27_500_000,
+        reason: OffCpuReason::Sleeping,
+        run_delay_ns: 50_000,
+        waker: Some((7, 8, "waker".into())),
+        cpus: (0, 1),
+        waker_stack: Some(work),
+    });
+    let p = build_profile(&rec, &host());
+    assert_eq!(validate::validate(&p), Vec::<String>::new());
+    let app = &p["threads"][1];
+    assert_eq!(app["samples"]["weightType"], "tracing-ms");
+    assert_eq!(app["samples"]["time"], serde_json::json!([0.5, 1.5, 2.0, 2.5]));
+    assert_eq!(app["samples"]["weight"], serde_json::json!([1.0, 1.0, 25.0, 1.0]));
+    assert_eq!(app["samples"]["threadCPUDelta"][2], 0);
+    let names = stack_names(app, 2);
+    assert_eq!(names.last().unwrap(), &("[off-CPU: sleeping]".to_string(), 0, category::OFF_CPU as u64));
+    let m = &app["markers"];
+    assert_eq!(m["length"], 1);
+    let data = &m["data"][0];
+    assert_eq!((data["type"].as_str(), data["reason"].as_str(), data["wakerTid"].as_u64()), (Some("OffCpu"), Some("sleeping"), Some(8)));
+    assert_eq!(data["runDelay"], 0.05);
+    assert_eq!(m["startTime"][0], 2.0);
+    assert_eq!(m["endTime"][0], 27.0);
+    let cause = data["cause"]["stack"].as_u64().unwrap() as usize;
+    assert_eq!(app["stackTable"]["frame"].as_array().unwrap().len() > cause, true);
+    let schema = p["meta"]["markerSchema"].as_array().unwrap();
+    assert!(schema.iter().any(|s| s["name"] == "OffCpu" && s["fields"].as_array().unwrap().iter().any(|f| f["key"] == "runDelay")));
 }

@@ -7,6 +7,7 @@
 //! on the same clock as the BPF samples. Processes that already ran before
 //! the recording come from [`proc_snapshot`].
 
+pub mod counters;
 pub mod perf_ring;
 pub mod proc_snapshot;
 

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * sched.bpf.c: why threads are not running, and block I/O.
+ *
+ * sched_switch records, per thread, when and in which state it left the CPU
+ * with its kernel and user stacks (as ids in the `stacks` map, so each
+ * distinct stack is stored once); sched_waking records who woke it, with the
+ * waker's stacks; when the thread runs again one offcpu_event goes to the
+ * `events` ring if the interval lasted at least offcpu_min_ns, else it is
+ * folded into per-thread totals carried by the next record. Every switch is
+ * counted in `thread_switches`, so totals stay exact whatever is dropped.
+ *
+ * Block requests are keyed by (dev, sector) from start to completion and
+ * emitted as one io_event, attributed to the task that started them.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+#include "sysprof.h"
+
+#define PF_KTHREAD 0x00200000
+/* The prev_state bit __trace_sched_switch_state reports for preemption. */
+#define TASK_REPORT_MAX 0x100
+
+const volatile __u32 targ_tgid = 0;
+const volatile __u64 offcpu_min_ns = 100000;
+const volatile __u64 wakeup_bytes = 64 * 1024;
+
+struct wakeup {
+	__u64 ts;
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__s32 kstack_id;
+	__s32 ustack_id;
+	__u8 comm[TASK_COMM_LEN];
+};
+
+struct io_key {
+	__u32 dev;
+	__u32 _pad;
+	__u64 sector;
+};
+
+struct io_start {
+	__u64 ts;
+	__u64 issue_ts;
+	__u32 pid;
+	__u32 tid;
+	__s32 kstack_id;
+	__s32 ustack_id;
+	__u32 bytes;
+	__u32 _pad;
+	__u8 comm[TASK_COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 * 1024 * 1024);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct offcpu_start);
+} offcpu_starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct wakeup);
+} wakeups SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct thread_switches);
+} thread_switches SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct io_key);
+	__type(value, struct io_start);
+} io_starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DROP_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} drops SEC(".maps");
+
+static __always_inline void count_drop(__u32 reason)
+{
+	__u64 *slot = bpf_map_lookup_elem(&drops, &reason);
+
+	if (slot)
+		*slot += 1;
+}
+
+static __always_inline long submit_flags(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+									       : BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline bool tracked(__u32 tgid)
+{
+	return !targ_tgid || tgid == targ_tgid;
+}
+
+/* Kernel and user stack ids of the current task; -1 when absent. */
+static __always_inline void current_stacks(void *ctx, __s32 *kid, __s32 *uid)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	long id;
+
+	id = bpf_get_stackid(ctx, &stacks, 0);
+	if (id < 0)
+		count_drop(DROP_STACKID);
+	*kid = id;
+	if (BPF_CORE_READ(task, flags) & PF_KTHREAD) {
+		*uid = -1;
+		return;
+	}
+	id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	/* -EFAULT: no user stack to walk (e.g. exiting task); not a loss. */
+	if (id < 0 && id != -14)
+		count_drop(DROP_STACKID);
+	*uid = id;
+}
+
+static __always_inline __u32 fold_state(long prev_state)
+{
+	if (prev_state == 0 || (prev_state & TASK_REPORT_MAX))
+		return OFFCPU_PREEMPTED;
+	if (prev_state & 1)
+		return OFFCPU_SLEEPING;
+	if (prev_state & 2)
+		return OFFCPU_BLOCKED;
+	return OFFCPU_OTHER;
+}
+
+SEC("tracepoint/sched/sched_switch")
+int on_sched_switch(struct trace_event_raw_sched_switch *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 prev = ctx->prev_pid, next = ctx->next_pid;
+	__u32 cpu = bpf_get_smp_processor_id();
+
+	/* The switch runs in prev's context: current is prev. */
+	if (prev) {
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+		if (tracked(tgid)) {
+			long state = ctx->prev_state;
+			struct offcpu_start s = { .ts = now, .cpu = cpu, .state = fold_state(state) };
+			struct thread_switches *t = bpf_map_lookup_elem(&thread_switches, &prev);
+
+			if (!t) {
+				struct thread_switches zero = { .pid = tgid };
+
+				bpf_map_update_elem(&thread_switches, &prev, &zero, BPF_NOEXIST);
+				t = bpf_map_lookup_elem(&thread_switches, &prev);
+			}
+			if (t) {
+				if (s.state == OFFCPU_PREEMPTED)
+					__sync_fetch_and_add(&t->involuntary, 1);
+				else
+					__sync_fetch_and_add(&t->voluntary, 1);
+			} else {
+				count_drop(DROP_STATE_FULL);
+			}
+			current_stacks(ctx, &s.kstack_id, &s.ustack_id);
+			if (bpf_map_update_elem(&offcpu_starts, &prev, &s, BPF_ANY))
+				count_drop(DROP_STATE_FULL);
+		}
+	}
+
+	if (!next)
+		return 0;
+	struct offcpu_start *s = bpf_map_lookup_elem(&offcpu_starts, &next);
+	if (!s)
+		return 0;
+	__u64 delta = now - s->ts;
+	struct wakeup *w = bpf_map_lookup_elem(&wakeups, &next);
+	struct thread_switches *t = bpf_map_lookup_elem(&thread_switches, &next);
+
+	if (delta < offcpu_min_ns) {
+		if (t) {
+			__sync_fetch_and_add(&t->short_count, 1);
+			__sync_fetch_and_add(&t->short_ns, delta);
+		}
+		goto out;
+	}
+	struct offcpu_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(DROP_EVENTS_FULL);
+		goto out;
+	}
+	e->kind = RECORD_OFFCPU;
+	e->state = s->state;
+	e->start_ns = s->ts;
+	e->end_ns = now;
+	e->tid = next;
+	e->pid = t ? t->pid : 0;
+	e->cpu_out = s->cpu;
+	e->cpu_in = cpu;
+	e->kstack_id = s->kstack_id;
+	e->ustack_id = s->ustack_id;
+	e->_pad = 0;
+	bpf_probe_read_kernel(e->comm, TASK_COMM_LEN, ctx->next_comm);
+	if (t) {
+		/* Carry and reset the folded intervals; a racing switch on another
+		 * CPU cannot touch this thread's totals: it is switching in here. */
+		e->short_count = t->short_count;
+		e->short_ns = t->short_ns;
+		t->short_count = 0;
+		t->short_ns = 0;
+	} else {
+		e->short_count = 0;
+		e->short_ns = 0;
+	}
+	if (w && w->ts >= s->ts) {
+		e->wake_ns = w->ts;
+		e->waker_pid = w->waker_pid;
+		e->waker_tid = w->waker_tid;
+		e->waker_kstack_id = w->kstack_id;
+		e->waker_ustack_id = w->ustack_id;
+		__builtin_memcpy(e->waker_comm, w->comm, TASK_COMM_LEN);
+	} else {
+		e->wake_ns = 0;
+		e->waker_pid = 0;
+		e->waker_tid = 0;
+		e->waker_kstack_id = -1;
+		e->waker_ustack_id = -1;
+		__builtin_memset(e->waker_comm, 0, TASK_COMM_LEN);
+	}
+	bpf_ringbuf_submit(e, submit_flags());
+out:
+	bpf_map_delete_elem(&offcpu_starts, &next);
+	if (w)
+		bpf_map_delete_elem(&wakeups, &next);
+	return 0;
+}
+
+/* Who woke a sleeping thread we track. Runs in the waker's context (for an
+ * interrupt, the interrupted task: its kernel stack shows the interrupt). */
+static __always_inline int on_wakeup(void *ctx, __u32 wakee)
+{
+	if (!bpf_map_lookup_elem(&offcpu_starts, &wakee))
+		return 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct wakeup w = {
+		.ts = bpf_ktime_get_ns(),
+		.waker_pid = pid_tgid >> 32,
+		.waker_tid = (__u32)pid_tgid,
+	};
+
+	bpf_get_current_comm(w.comm, sizeof(w.comm));
+	current_stacks(ctx, &w.kstack_id, &w.ustack_id);
+	bpf_map_update_elem(&wakeups, &wakee, &w, BPF_ANY);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_waking")
+int on_sched_waking(struct trace_event_raw_sched_wakeup_template *ctx)
+{
+	return on_wakeup(ctx, ctx->pid);
+}
+
+static __always_inline int start_request(void *ctx, __u32 dev, __u64 sector, __u32 bytes, bool issued)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct io_key key = { .dev = dev, .sector = sector };
+	struct io_start s = {
+		.ts = bpf_ktime_get_ns(),
+		.pid = pid_tgid >> 32,
+		.tid = (__u32)pid_tgid,
+		.bytes = bytes,
+	};
+
+	if (!tracked(s.pid))
+		return 0;
+	if (issued)
+		s.issue_ts = s.ts;
+	bpf_get_current_comm(s.comm, sizeof(s.comm));
+	current_stacks(ctx, &s.kstack_id, &s.ustack_id);
+	if (bpf_map_update_elem(&io_starts, &key, &s, BPF_ANY))
+		count_drop(DROP_STATE_FULL);
+	return 0;
+}
+
+/* The request is created, in the context of the task submitting it:
+ * block_io_start on 6.5+ kernels, block_rq_insert before (userspace attaches
+ * one of the two). */
+SEC("tracepoint/block/block_io_start")
+int on_block_start(struct trace_event_raw_block_rq *ctx)
+{
+	return start_request(ctx, ctx->dev, ctx->sector, ctx->bytes, false);
+}
+
+/* Sent to the device. A request issued directly, never inserted, starts here. */
+SEC("tracepoint/block/block_rq_issue")
+int on_block_issue(struct trace_event_raw_block_rq *ctx)
+{
+	struct io_key key = { .dev = ctx->dev, .sector = ctx->sector };
+	struct io_start *s = bpf_map_lookup_elem(&io_starts, &key);
+
+	if (!s)
+		return start_request(ctx, ctx->dev, ctx->sector, ctx->bytes, true);
+	if (!s->issue_ts)
+		s->issue_ts = bpf_ktime_get_ns();
+	return 0;
+}
+
+static __always_inline int on_block_done(__u32 dev, __u64 sector, int error, const void *rwbs)
+{
+	struct io_key key = { .dev = dev, .sector = sector };
+	struct io_start *s = bpf_map_lookup_elem(&io_starts, &key);
+
+	if (!s)
+		return 0;
+	struct blkio_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_drop(DROP_EVENTS_FULL);
+		bpf_map_delete_elem(&io_starts, &key);
+		return 0;
+	}
+	e->kind = RECORD_IO;
+	e->dev = dev;
+	e->sector = sector;
+	e->start_ns = s->ts;
+	e->issue_ns = s->issue_ts;
+	e->done_ns = bpf_ktime_get_ns();
+	e->bytes = s->bytes;
+	e->error = error;
+	e->pid = s->pid;
+	e->tid = s->tid;
+	e->kstack_id = s->kstack_id;
+	e->ustack_id = s->ustack_id;
+	__builtin_memcpy(e->comm, s->comm, TASK_COMM_LEN);
+	bpf_probe_read_kernel(e->rwbs, sizeof(e->rwbs), rwbs);
+	bpf_ringbuf_submit(e, submit_flags());
+	bpf_map_delete_elem(&io_starts, &key);
+	return 0;
+}
+
+/* The request completed (with its error, which block_io_done lacks). */
+SEC("tracepoint/block/block_rq_complete")
+int on_block_rq_complete(struct trace_event_raw_block_rq_completion *ctx)
+{
+	return on_block_done(ctx->dev, ctx->sector, ctx->error, ctx->rwbs);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,208 @@
+//! Counters polled from `/proc` while recording: machine CPU usage and
+//! memory, disk bytes per device, CPU usage and RSS of the processes that
+//! were running, and hardware cycles/instructions where a PMU exists.
+//!
+//! In: a poll every 100 ms with the pids sampled since the last poll. Out:
+//! [`CounterRecord`]s for the profile, and notes (e.g. "no hardware PMU").
+//! Reading `/proc` is cheap at this rate and measures what the kernel
+//! itself accounts, which is the oracle users compare with.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use perf_event_open_sys as sys;
+use rustc_hash::FxHashMap;
+
+use crate::collector::recording::CounterRecord;
+
+/// Polls counters; see the module doc.
+pub struct CounterPoller {
+    series: BTreeMap<(u32, String), CounterRecord>,
+    cpu_prev: Option<(u64, u64)>,
+    mem_prev: Option<u64>,
+    disk_prev: FxHashMap<String, (u64, u64)>,
+    proc_prev: FxHashMap<u32, (u64, u64, u64)>, // pid -> (ticks, time_ns, rss_bytes)
+    pmu: Vec<(OwnedFd, OwnedFd)>,
+    pmu_prev: (u64, u64),
+    ticks_per_s: f64,
+    page_size: u64,
+    /// Notes for the profile's log.
+    pub notes: Vec<String>,
+}
+
+impl CounterPoller {
+    /// Start polling; opens hardware counters on `cpus` if the machine has a PMU.
+    pub fn new(cpus: &[u32]) -> CounterPoller {
+        let mut notes = Vec::new();
+        let mut pmu = Vec::new();
+        for &cpu in cpus {
+            match (open_hw(sys::bindings::PERF_COUNT_HW_CPU_CYCLES, cpu), open_hw(sys::bindings::PERF_COUNT_HW_INSTRUCTIONS, cpu)) {
+                (Ok(c), Ok(i)) => pmu.push((c, i)),
+                (Err(e), _) | (_, Err(e)) => {
+                    notes.push(format!(
+                        "hardware counters (cycles, instructions) unavailable: {e}; this machine has no usable PMU (common in VMs)"
+                    ));
+                    pmu.clear();
+                    break;
+                }
+            }
+        }
+        CounterPoller {
+            series: BTreeMap::new(),
+            cpu_prev: None,
+            mem_prev: None,
+            disk_prev: FxHashMap::default(),
+            proc_prev: FxHashMap::default(),
+            pmu,
+            pmu_prev: (0, 0),
+            ticks_per_s: procfs::ticks_per_second().max(1) as f64,
+            page_size: crate::sideband::perf_ring::page_size() as u64,
+            notes,
+        }
+    }
+
+    fn push(&mut self, pid: u32, name: &str, category: &str, description: &str, t: u64, v: f64) {
+        let s = self.series.entry((pid, name.to_string())).or_insert_with(|| CounterRecord {
+            name: name.to_string(),
+            category: category.to_string(),
+            description: description.to_string(),
+            pid,
+            time_ns: Vec::new(),
+            count: Vec::new(),
+        });
+        s.time_ns.push(t);
+        s.count.push(v);
+    }
+
+    /// Take one reading at `now_ns`; `pids` ran since the previous one.
+    pub fn poll(&mut self, now_ns: u64, pids: impl IntoIterator<Item = u32>) {
+        if let Some((busy, total)) = read_cpu() {
+            if let Some((pb, pt)) = self.cpu_prev {
+                let pct = if total > pt { (busy - pb.min(busy)) as f64 * 100.0 / (total - pt) as f64 } else { 0.0 };
+                self.push(0, "CPU usage", "CPU", "Busy share of all CPUs since the previous sample (%), from /proc/stat", now_ns, pct);
+            }
+            self.cpu_prev = Some((busy, total));
+        }
+        if let Some(used) = read_mem_used() {
+            let delta = used as f64 - self.mem_prev.unwrap_or(0) as f64;
+            self.mem_prev = Some(used);
+            self.push(0, "Memory", "Memory", "Machine memory in use (MemTotal - MemAvailable), bytes", now_ns, delta);
+        }
+        for (dev, (rd, wr)) in read_disks() {
+            if let Some(&(prd, pwr)) = self.disk_prev.get(&dev) {
+                self.push(0, &format!("Disk read: {dev}"), "Bandwidth", "Bytes read from the device since the previous sample", now_ns, rd.saturating_sub(prd) as f64);
+                self.push(0, &format!("Disk write: {dev}"), "Bandwidth", "Bytes written to the device since the previous sample", now_ns, wr.saturating_sub(pwr) as f64);
+            }
+            self.disk_prev.insert(dev, (rd, wr));
+        }
+        if !self.pmu.is_empty() {
+            let (mut cyc, mut ins) = (0u64, 0u64);
+            for (c, i) in &self.pmu {
+                cyc += read_u64(c);
+                ins += read_u64(i);
+            }
+            let (pc, pi) = self.pmu_prev;
+            if pc != 0 {
+                self.push(0, "Cycles", "CPU", "CPU cycles on all CPUs since the previous sample", now_ns, cyc.saturating_sub(pc) as f64);
+                self.push(0, "Instructions", "CPU", "Instructions retired on all CPUs since the previous sample", now_ns, ins.saturating_sub(pi) as f64);
+            }
+            self.pmu_prev = (cyc, ins);
+        }
+        for pid in pids {
+            if pid == 0 {
+                continue;
+            }
+            let Some((ticks, rss_pages)) = read_proc(pid) else { continue };
+            let rss = rss_pages * self.page_size;
+            match self.proc_prev.get(&pid).copied() {
+                Some((pticks, ptime, prss)) => {
+                    let dt = now_ns.saturating_sub(ptime) as f64 / 1e9;
+                    if dt > 0.0 {
+                        let pct = ticks.saturating_sub(pticks) as f64 / self.ticks_per_s / dt * 100.0;
+                        self.push(pid, "Process CPU", "CPU", "CPU used by the process since the previous sample (% of one CPU)", now_ns, pct);
+                    }
+                    self.push(pid, "RSS", "Memory", "Resident set size of the process, bytes", now_ns, rss as f64 - prss as f64);
+                }
+                None => self.push(pid, "RSS", "Memory", "Resident set size of the process, bytes", now_ns, rss as f64),
+            }
+            self.proc_prev.insert(pid, (ticks, now_ns, rss));
+        }
+    }
+
+    /// The counter tracks recorded.
+    pub fn finish(self) -> Vec<CounterRecord> {
+        self.series.into_values().filter(|s| s.time_ns.len() > 1 || s.pid != 0).collect()
+    }
+}
+
+fn open_hw(config: u32, cpu: u32) -> std::io::Result<OwnedFd> {
+    let mut attr = sys::bindings::perf_event_attr {
+        type_: sys::bindings::PERF_TYPE_HARDWARE,
+        size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+        config: config as u64,
+        ..Default::default()
+    };
+    // SAFETY: valid attr; a counting event on one CPU.
+    let fd = unsafe { sys::perf_event_open(&mut attr, -1, cpu as i32, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as _) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn read_u64(fd: &OwnedFd) -> u64 {
+    let mut v = 0u64;
+    // SAFETY: reading 8 bytes into a u64.
+    let n = unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+    if n == 8 { v } else { 0 }
+}
+
+/// (busy, total) jiffies of all CPUs from /proc/stat. Busy excludes idle and iowait.
+pub fn read_cpu() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).take(8).filter_map(|x| x.parse().ok()).collect();
+    if v.len() < 8 {
+        return None;
+    }
+    let total: u64 = v.iter().sum();
+    Some((total - v[3] - v[4], total))
+}
+
+fn read_mem_used() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb = |key: &str| -> Option<u64> {
+        m.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    Some((kb("MemTotal:")? - kb("MemAvailable:")?) * 1024)
+}
+
+/// (bytes read, bytes written) per whole disk, from /proc/diskstats.
+pub fn read_disks() -> Vec<(String, (u64, u64))> {
+    let Ok(text) = std::fs::read_to_string("/proc/diskstats") else { return Vec::new() };
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let name = *f.get(2)?;
+            // Whole disks only (partitions would count twice); skip loop and ram devices.
+            if !std::path::Path::new(&format!("/sys/block/{name}")).exists() || name.starts_with("loop") || name.starts_with("ram") {
+                return None;
+            }
+            let rd: u64 = f.get(5)?.parse().ok()?;
+            let wr: u64 = f.get(9)?.parse().ok()?;
+            Some((name.to_string(), (rd * 512, wr * 512)))
+        })
+        .collect()
+}
+
+/// (utime + stime ticks, RSS pages) of a process.
+fn read_proc(pid: u32) -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let rss = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some((ticks, rss))
+}
