@@ -171,6 +171,37 @@ impl ThreadView<'_> {
         self.t["samples"]["threadCPUDelta"].as_array().unwrap().iter().filter_map(Value::as_u64).sum()
     }
 
+    /// Each sample's weight (1 when the profile is not weighted).
+    pub fn weights(&self) -> Vec<f64> {
+        match self.t["samples"]["weight"].as_array() {
+            Some(w) => w.iter().map(|v| v.as_f64().unwrap()).collect(),
+            None => vec![1.0; self.sample_count()],
+        }
+    }
+
+    /// Markers as (name, data), in table order.
+    pub fn markers(&self) -> Vec<(String, Value)> {
+        let strings = self.t["stringArray"].as_array().unwrap();
+        let m = &self.t["markers"];
+        (0..m["length"].as_u64().unwrap() as usize)
+            .map(|i| {
+                let name = strings[m["name"][i].as_u64().unwrap() as usize].as_str().unwrap().to_string();
+                let mut data = m["data"][i].clone();
+                data["startTime"] = m["startTime"][i].clone();
+                data["endTime"] = m["endTime"][i].clone();
+                (name, data)
+            })
+            .collect()
+    }
+
+    /// Stacks of on-CPU samples only (off-CPU samples end in an "[off-CPU: …]" leaf).
+    pub fn on_cpu_stacks(&self, categories: &[String]) -> Vec<Vec<(String, String)>> {
+        self.stacks(categories)
+            .into_iter()
+            .filter(|s| !s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU")))
+            .collect()
+    }
+
     /// Each sample's stack as (function name, category name) pairs, root first.
     pub fn stacks(&self, categories: &[String]) -> Vec<Vec<(String, String)>> {
         let t = self.t;

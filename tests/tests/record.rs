@@ -49,7 +49,7 @@ fn cpu_split_between_functions_matches_the_workload() {
     assert_eq!(t.process_name(), "split");
     assert_ne!(t.tid(), pid, "the splitter is not the main thread");
 
-    let stacks = t.stacks(&cats);
+    let stacks = t.on_cpu_stacks(&cats);
     let (mut three, mut one) = (0usize, 0usize);
     for s in &stacks {
         let n = names(s);
@@ -88,7 +88,7 @@ fn syscall_stacks_hold_kernel_and_user_frames() {
     let cats = profile.categories();
     let threads = profile.process_threads(pid);
     let t = threads.iter().find(|t| t.name() == "reader").expect("thread named reader");
-    let stacks = t.stacks(&cats);
+    let stacks = t.on_cpu_stacks(&cats);
     let both = stacks
         .iter()
         .filter(|s| {
@@ -133,7 +133,7 @@ fn short_lived_process_is_named_and_symbolicated() {
     assert!(t.t["isMainThread"].as_bool().unwrap());
     assert!(t.t["processShutdownTime"].is_number(), "exit time recorded");
     assert!(t.t["processStartupTime"].as_f64().unwrap() > 0.0, "start time is within the recording");
-    let stacks = t.stacks(&cats);
+    let stacks = t.on_cpu_stacks(&cats);
     let named = stacks.iter().filter(|s| names(s).contains(&"short_lived_spin")).count();
     eprintln!("shortlived: {named} of {} samples in short_lived_spin", stacks.len());
     assert!(stacks.len() >= 200, "0.4 s at 999 Hz should give ~400 samples, got {}", stacks.len());
@@ -164,7 +164,8 @@ fn pid_filter_records_only_that_process() {
     let pids: std::collections::BTreeSet<u64> = profile.threads().iter().map(|t| t.pid()).collect();
     assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![pid]);
     let t = profile.thread(pid, pid).unwrap();
-    assert!(t.sample_count() >= 500, "a busy process for 1 s at 999 Hz: {} samples", t.sample_count());
+    let on_cpu = t.on_cpu_stacks(&profile.categories()).len();
+    assert!(on_cpu >= 500, "a busy process for 1 s at 999 Hz: {on_cpu} samples");
 }
 
 /// Check that SIGTERM stops an open-ended recording and the profile is
@@ -237,12 +238,12 @@ fn deleted_and_truncated_binaries_still_give_a_profile() {
     let cats = profile.categories();
 
     let ta = profile.thread(pid_a, pid_a).expect("the deleted binary's process is in the profile");
-    let sa = ta.stacks(&cats);
+    let sa = ta.on_cpu_stacks(&cats);
     let named = sa.iter().filter(|s| names(s).contains(&"short_lived_spin")).count();
     assert!(named * 10 >= sa.len() * 8, "the deleted binary still symbolicates: {named} of {}", sa.len());
 
     let tb = profile.thread(pid_b, pid_b).expect("the truncated library's user is in the profile");
-    let sb = tb.stacks(&cats);
+    let sb = tb.on_cpu_stacks(&cats);
     assert!(!sb.is_empty());
     let resolved = sb.iter().filter(|s| names(s).contains(&"lib_spin")).count();
     let hex = sb.iter().filter(|s| s.iter().any(|(n, _)| n.starts_with("0x"))).count();

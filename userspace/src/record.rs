@@ -125,6 +125,8 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
         None => (None, None),
     };
     let mut counters = CounterPoller::new(&cpus);
+    // A baseline before anything runs, so even a short command gets deltas.
+    counters.poll(monotonic_ns(), std::iter::empty());
     let (start_wall_ms, start_ns) = clock_anchor();
     let started = Instant::now();
 
@@ -235,7 +237,8 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
         let pid_of: std::collections::HashMap<u32, u32> = switches.iter().map(|(tid, s)| (*tid, s.pid)).collect();
         for (tid, start) in tracer.open_intervals() {
             let Some(&pid) = pid_of.get(&tid) else { continue };
-            if start.ts >= end_ns {
+            // A dead task's last switch-out (state "other") never ends.
+            if start.ts >= end_ns || start.state == abi::OFFCPU_OTHER {
                 continue;
             }
             collector.handle_offcpu(&abi::OffCpuEvent {

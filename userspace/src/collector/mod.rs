@@ -752,7 +752,8 @@ fn finish_processes(
                     || !t.markers.is_empty()
                     || (keep_idle_threads && (t.start_ns.is_some() || roots.contains(&pid)))
             })
-            .map(|(tid, t)| {
+            .map(|(tid, mut t)| {
+                sort_off_cpu(&mut t.off_cpu);
                 let name = if t.name.is_empty() {
                     sample_comm.get(&tid).map(|c| comm_str(c)).unwrap_or_default()
                 } else {
@@ -797,6 +798,19 @@ fn finish_processes(
     }
     out.sort_by_key(|p| p.pid);
     out
+}
+
+/// Off-CPU samples arrive in interval start order, except the folded
+/// remainders added at the end; the profile needs them sorted by time.
+fn sort_off_cpu(o: &mut OffCpuSamples) {
+    if o.time_ns.windows(2).all(|w| w[0] <= w[1]) {
+        return;
+    }
+    let mut idx: Vec<usize> = (0..o.time_ns.len()).collect();
+    idx.sort_by_key(|&i| o.time_ns[i]);
+    o.time_ns = idx.iter().map(|&i| o.time_ns[i]).collect();
+    o.stack = idx.iter().map(|&i| o.stack[i]).collect();
+    o.duration_ns = idx.iter().map(|&i| o.duration_ns[i]).collect();
 }
 
 fn comm_str(c: &[u8; TASK_COMM_LEN]) -> String {
