@@ -8,7 +8,8 @@
  * waker's stacks; when the thread runs again one offcpu_event goes to the
  * `events` ring if the interval lasted at least offcpu_min_ns, else it is
  * folded into per-thread totals carried by the next record. Every switch is
- * counted in `thread_switches`, so totals stay exact whatever is dropped.
+ * counted in `threads`, so totals stay exact whatever is dropped. State is
+ * updated in place, never deleted, to keep map operations per switch few.
  *
  * Block requests are keyed by (dev, sector) from start to completion and
  * emitted as one io_event, attributed to the task that started them.
@@ -34,6 +35,20 @@ struct wakeup {
 	__s32 kstack_id;
 	__s32 ustack_id;
 	__u8 comm[TASK_COMM_LEN];
+};
+
+/* The last switch-out stacks of a thread, reused when it leaves the CPU
+ * again from the same user context (same user ip/sp/bp, same state): a
+ * thread blocking over and over in the same call is the common case on a
+ * switch-heavy machine, and walking two stacks is the tracer's main cost. */
+struct stack_cache {
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u32 state;
+	__s32 kstack_id;
+	__s32 ustack_id;
+	__u32 _pad;
 };
 
 struct io_key {
@@ -70,8 +85,8 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u32);
-	__type(value, struct offcpu_start);
-} offcpu_starts SEC(".maps");
+	__type(value, struct thread_state);
+} threads SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -81,11 +96,11 @@ struct {
 } wakeups SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u32);
-	__type(value, struct thread_switches);
-} thread_switches SEC(".maps");
+	__type(value, struct stack_cache);
+} stack_caches SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -141,6 +156,37 @@ static __always_inline void current_stacks(void *ctx, __s32 *kid, __s32 *uid)
 	*uid = id;
 }
 
+/* current_stacks(), reusing the thread's previous switch-out stacks when its
+ * user context and state are unchanged (see struct stack_cache). */
+static __always_inline void switch_out_stacks(void *ctx, __u32 tid, __u32 state, __s32 *kid, __s32 *uid)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+
+	if (task->flags & PF_KTHREAD) {
+		current_stacks(ctx, kid, uid);
+		return;
+	}
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	struct stack_cache now = {
+		.ip = PT_REGS_IP_CORE(regs),
+		.sp = PT_REGS_SP_CORE(regs),
+		.bp = PT_REGS_FP_CORE(regs),
+		.state = state,
+	};
+	struct stack_cache *last = bpf_map_lookup_elem(&stack_caches, &tid);
+
+	if (last && last->ip == now.ip && last->sp == now.sp && last->bp == now.bp && last->state == state &&
+	    last->kstack_id >= 0) {
+		*kid = last->kstack_id;
+		*uid = last->ustack_id;
+		return;
+	}
+	current_stacks(ctx, kid, uid);
+	now.kstack_id = *kid;
+	now.ustack_id = *uid;
+	bpf_map_update_elem(&stack_caches, &tid, &now, BPF_ANY);
+}
+
 static __always_inline __u32 fold_state(long prev_state)
 {
 	if (prev_state == 0 || (prev_state & TASK_REPORT_MAX))
@@ -158,81 +204,77 @@ int on_sched_switch(struct trace_event_raw_sched_switch *ctx)
 	__u64 now = bpf_ktime_get_ns();
 	__u32 prev = ctx->prev_pid, next = ctx->next_pid;
 	__u32 cpu = bpf_get_smp_processor_id();
+	struct thread_state *t;
 
-	/* The switch runs in prev's context: current is prev. */
+	/* The switch runs in prev's context: current is prev. Only this CPU
+	 * touches prev's state now, so plain updates are safe. */
 	if (prev) {
 		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
 		if (tracked(tgid)) {
-			long state = ctx->prev_state;
-			struct offcpu_start s = { .ts = now, .cpu = cpu, .state = fold_state(state) };
-			struct thread_switches *t = bpf_map_lookup_elem(&thread_switches, &prev);
-
+			t = bpf_map_lookup_elem(&threads, &prev);
 			if (!t) {
-				struct thread_switches zero = { .pid = tgid };
+				struct thread_state zero = { .pid = tgid };
 
-				bpf_map_update_elem(&thread_switches, &prev, &zero, BPF_NOEXIST);
-				t = bpf_map_lookup_elem(&thread_switches, &prev);
+				bpf_map_update_elem(&threads, &prev, &zero, BPF_NOEXIST);
+				t = bpf_map_lookup_elem(&threads, &prev);
 			}
 			if (t) {
-				if (s.state == OFFCPU_PREEMPTED)
-					__sync_fetch_and_add(&t->involuntary, 1);
+				__u32 state = fold_state(ctx->prev_state);
+
+				if (state == OFFCPU_PREEMPTED)
+					t->involuntary++;
 				else
-					__sync_fetch_and_add(&t->voluntary, 1);
+					t->voluntary++;
+				t->off_state = state;
+				t->off_cpu = cpu;
+				switch_out_stacks(ctx, prev, state, &t->kstack_id, &t->ustack_id);
+				t->off_ts = now;
 			} else {
 				count_drop(DROP_STATE_FULL);
 			}
-			current_stacks(ctx, &s.kstack_id, &s.ustack_id);
-			if (bpf_map_update_elem(&offcpu_starts, &prev, &s, BPF_ANY))
-				count_drop(DROP_STATE_FULL);
 		}
 	}
 
 	if (!next)
 		return 0;
-	struct offcpu_start *s = bpf_map_lookup_elem(&offcpu_starts, &next);
-	if (!s)
+	t = bpf_map_lookup_elem(&threads, &next);
+	if (!t || !t->off_ts)
 		return 0;
-	__u64 delta = now - s->ts;
-	struct wakeup *w = bpf_map_lookup_elem(&wakeups, &next);
-	struct thread_switches *t = bpf_map_lookup_elem(&thread_switches, &next);
+	__u64 delta = now - t->off_ts;
 
 	if (delta < offcpu_min_ns) {
-		if (t) {
-			__sync_fetch_and_add(&t->short_count, 1);
-			__sync_fetch_and_add(&t->short_ns, delta);
-		}
-		goto out;
+		t->short_count++;
+		t->short_ns += delta;
+		t->off_ts = 0;
+		return 0;
 	}
+	struct wakeup *w = bpf_map_lookup_elem(&wakeups, &next);
 	struct offcpu_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_drop(DROP_EVENTS_FULL);
-		goto out;
+		t->off_ts = 0;
+		return 0;
 	}
 	e->kind = RECORD_OFFCPU;
-	e->state = s->state;
-	e->start_ns = s->ts;
+	e->state = t->off_state;
+	e->start_ns = t->off_ts;
 	e->end_ns = now;
 	e->tid = next;
-	e->pid = t ? t->pid : 0;
-	e->cpu_out = s->cpu;
+	e->pid = t->pid;
+	e->cpu_out = t->off_cpu;
 	e->cpu_in = cpu;
-	e->kstack_id = s->kstack_id;
-	e->ustack_id = s->ustack_id;
+	e->kstack_id = t->kstack_id;
+	e->ustack_id = t->ustack_id;
 	e->_pad = 0;
 	bpf_probe_read_kernel(e->comm, TASK_COMM_LEN, ctx->next_comm);
-	if (t) {
-		/* Carry and reset the folded intervals; a racing switch on another
-		 * CPU cannot touch this thread's totals: it is switching in here. */
-		e->short_count = t->short_count;
-		e->short_ns = t->short_ns;
-		t->short_count = 0;
-		t->short_ns = 0;
-	} else {
-		e->short_count = 0;
-		e->short_ns = 0;
-	}
-	if (w && w->ts >= s->ts) {
+	/* Carry and reset the folded intervals. */
+	e->short_count = t->short_count;
+	e->short_ns = t->short_ns;
+	t->short_count = 0;
+	t->short_ns = 0;
+	/* A wakeup older than this interval belongs to an earlier one. */
+	if (w && w->ts >= t->off_ts) {
 		e->wake_ns = w->ts;
 		e->waker_pid = w->waker_pid;
 		e->waker_tid = w->waker_tid;
@@ -247,11 +289,8 @@ int on_sched_switch(struct trace_event_raw_sched_switch *ctx)
 		e->waker_ustack_id = -1;
 		__builtin_memset(e->waker_comm, 0, TASK_COMM_LEN);
 	}
+	t->off_ts = 0;
 	bpf_ringbuf_submit(e, submit_flags());
-out:
-	bpf_map_delete_elem(&offcpu_starts, &next);
-	if (w)
-		bpf_map_delete_elem(&wakeups, &next);
 	return 0;
 }
 
@@ -259,18 +298,36 @@ out:
  * interrupt, the interrupted task: its kernel stack shows the interrupt). */
 static __always_inline int on_wakeup(void *ctx, __u32 wakee)
 {
-	if (!bpf_map_lookup_elem(&offcpu_starts, &wakee))
+	struct thread_state *t = bpf_map_lookup_elem(&threads, &wakee);
+
+	if (!t || !t->off_ts)
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct wakeup w = {
-		.ts = bpf_ktime_get_ns(),
-		.waker_pid = pid_tgid >> 32,
-		.waker_tid = (__u32)pid_tgid,
-	};
+	__u64 now = bpf_ktime_get_ns();
+	struct wakeup fresh = {};
+	struct wakeup *w = bpf_map_lookup_elem(&wakeups, &wakee);
 
-	bpf_get_current_comm(w.comm, sizeof(w.comm));
-	current_stacks(ctx, &w.kstack_id, &w.ustack_id);
-	bpf_map_update_elem(&wakeups, &wakee, &w, BPF_ANY);
+	if (!w) {
+		bpf_map_update_elem(&wakeups, &wakee, &fresh, BPF_NOEXIST);
+		w = bpf_map_lookup_elem(&wakeups, &wakee);
+		if (!w) {
+			count_drop(DROP_STATE_FULL);
+			return 0;
+		}
+	}
+	w->ts = now;
+	w->waker_pid = pid_tgid >> 32;
+	w->waker_tid = (__u32)pid_tgid;
+	bpf_get_current_comm(w->comm, sizeof(w->comm));
+	/* Walking the waker's stacks is the costly part; a wakee that slept
+	 * less than offcpu_min_ns is most likely folded, so skip it there.
+	 * (Its waker's pid, tid and name are still recorded.) */
+	if (now - t->off_ts >= offcpu_min_ns) {
+		current_stacks(ctx, &w->kstack_id, &w->ustack_id);
+	} else {
+		w->kstack_id = -1;
+		w->ustack_id = -1;
+	}
 	return 0;
 }
 

@@ -99,23 +99,20 @@ struct blkio_event {
 	__u8 rwbs[8];           /* "R", "W", "FWS", ... as blktrace spells it */
 };
 
-/* A thread off-CPU right now (map `offcpu_starts`, key tid): read at the end
- * for intervals still open when recording stops. */
-struct offcpu_start {
-	__u64 ts;
-	__u32 state;
-	__u32 cpu;
-	__s32 kstack_id;
-	__s32 ustack_id;
-};
-
-/* Per-thread context switch totals (map `thread_switches`, key tid). */
-struct thread_switches {
-	__u64 voluntary;
-	__u64 involuntary;
+/* Per-thread scheduler state and totals (map `threads`, key tid): where it
+ * is off-CPU right now, and its switch counts. Read at the end for the
+ * totals and for intervals still open when recording stops. */
+struct thread_state {
+	__u64 off_ts;           /* switched out at; 0 while running */
+	__u64 voluntary;        /* switches while blocking or sleeping */
+	__u64 involuntary;      /* switches while runnable (preempted) */
 	__u64 short_count;      /* folded intervals not yet carried by a record */
 	__u64 short_ns;
 	__u32 pid;
+	__u32 off_state;        /* OFFCPU_* of the open interval */
+	__u32 off_cpu;          /* CPU it left */
+	__s32 kstack_id;        /* stacks at switch-out */
+	__s32 ustack_id;
 	__u32 _pad;
 };
 

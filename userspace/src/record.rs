@@ -233,29 +233,27 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
     drop(sampler);
     if let Some(tracer) = tracer {
         // Intervals still open at the stop end there, so off-CPU time adds up.
-        let switches = tracer.thread_switches();
-        let pid_of: std::collections::HashMap<u32, u32> = switches.iter().map(|(tid, s)| (*tid, s.pid)).collect();
-        for (tid, start) in tracer.open_intervals() {
-            let Some(&pid) = pid_of.get(&tid) else { continue };
+        let states = tracer.thread_states();
+        for (tid, st) in &states {
             // A dead task's last switch-out (state "other") never ends.
-            if start.ts >= end_ns || start.state == abi::OFFCPU_OTHER {
+            if st.off_ts == 0 || st.off_ts >= end_ns || st.off_state == abi::OFFCPU_OTHER {
                 continue;
             }
             collector.handle_offcpu(&abi::OffCpuEvent {
                 kind: abi::RECORD_OFFCPU,
-                state: start.state,
-                start_ns: start.ts,
+                state: st.off_state,
+                start_ns: st.off_ts,
                 end_ns,
                 wake_ns: 0,
                 short_ns: 0,
-                pid,
-                tid,
-                cpu_out: start.cpu,
-                cpu_in: start.cpu,
+                pid: st.pid,
+                tid: *tid,
+                cpu_out: st.off_cpu,
+                cpu_in: st.off_cpu,
                 waker_pid: 0,
                 waker_tid: 0,
-                kstack_id: start.kstack_id,
-                ustack_id: start.ustack_id,
+                kstack_id: st.kstack_id,
+                ustack_id: st.ustack_id,
                 waker_kstack_id: -1,
                 waker_ustack_id: -1,
                 short_count: 0,
@@ -266,7 +264,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
         }
         let stacks = collector.stack_ids().into_iter().filter_map(|id| Some((id, tracer.stack(id)?))).collect();
         collector.handle_stacks(stacks);
-        collector.handle_thread_switches(switches);
+        collector.handle_thread_states(states);
         let d = tracer.drops();
         collector.handle_tracer_losses(d.events_full, d.stack_ids, d.state_full);
     }

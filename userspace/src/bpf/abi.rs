@@ -122,29 +122,12 @@ pub struct IoEvent {
     pub rwbs: [u8; 8],
 }
 
-/// `struct offcpu_start`: a thread that is off-CPU right now.
+/// `struct thread_state`: a thread's scheduler state and switch totals.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OffCpuStart {
-    /// Switched out, ns.
-    pub ts: u64,
-    /// `OFFCPU_*`.
-    pub state: u32,
-    /// CPU it left.
-    pub cpu: u32,
-    /// Kernel stack id.
-    pub kstack_id: i32,
-    /// User stack id.
-    pub ustack_id: i32,
-}
-
-// SAFETY: plain old data, every bit pattern valid.
-unsafe impl aya::Pod for OffCpuStart {}
-
-/// `struct thread_switches`: a thread's context switch totals.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ThreadSwitches {
+pub struct ThreadState {
+    /// Switched out at, ns; 0 while running.
+    pub off_ts: u64,
     /// Switches while blocking or sleeping.
     pub voluntary: u64,
     /// Switches while runnable (preempted).
@@ -155,12 +138,20 @@ pub struct ThreadSwitches {
     pub short_ns: u64,
     /// Process id.
     pub pid: u32,
+    /// `OFFCPU_*` of the open interval.
+    pub off_state: u32,
+    /// CPU it left.
+    pub off_cpu: u32,
+    /// Kernel stack id at switch-out.
+    pub kstack_id: i32,
+    /// User stack id at switch-out.
+    pub ustack_id: i32,
     /// Padding.
     pub _pad: u32,
 }
 
 // SAFETY: plain old data, every bit pattern valid.
-unsafe impl aya::Pod for ThreadSwitches {}
+unsafe impl aya::Pod for ThreadState {}
 
 /// A decoded record of the `events` ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,18 +325,16 @@ mod tests {
 #define F(f) printf(#f " %zu\n", offsetof(struct sample_event, f));
 #define O(f) printf("offcpu." #f " %zu\n", offsetof(struct offcpu_event, f));
 #define I(f) printf("io." #f " %zu\n", offsetof(struct blkio_event, f));
-#define T(f) printf("switches." #f " %zu\n", offsetof(struct thread_switches, f));
+#define T(f) printf("state." #f " %zu\n", offsetof(struct thread_state, f));
 int main(void) {{
   printf("size %zu\n", sizeof(struct sample_event));
   F(kind) F(cpu) F(time_ns) F(sum_exec_runtime) F(pid) F(tid) F(flags)
   F(kstack_len) F(ustack_len) F(comm) F(kstack) F(ustack)
-  printf("offcpu.size %zu\nio.size %zu\nswitches.size %zu\n", sizeof(struct offcpu_event), sizeof(struct blkio_event), sizeof(struct thread_switches));
+  printf("offcpu.size %zu\nio.size %zu\nstate.size %zu\n", sizeof(struct offcpu_event), sizeof(struct blkio_event), sizeof(struct thread_state));
   O(state) O(start_ns) O(end_ns) O(wake_ns) O(short_ns) O(pid) O(tid) O(cpu_out) O(cpu_in) O(waker_pid) O(waker_tid)
   O(kstack_id) O(ustack_id) O(waker_kstack_id) O(waker_ustack_id) O(short_count) O(comm) O(waker_comm)
   I(dev) I(sector) I(start_ns) I(issue_ns) I(done_ns) I(bytes) I(error) I(pid) I(tid) I(kstack_id) I(ustack_id) I(comm) I(rwbs)
-  T(voluntary) T(involuntary) T(short_count) T(short_ns) T(pid)
-  printf("start.size %zu\nstart.state %zu\nstart.cpu %zu\nstart.kstack_id %zu\nstart.ustack_id %zu\n", sizeof(struct offcpu_start),
-         offsetof(struct offcpu_start, state), offsetof(struct offcpu_start, cpu), offsetof(struct offcpu_start, kstack_id), offsetof(struct offcpu_start, ustack_id));
+  T(off_ts) T(voluntary) T(involuntary) T(short_count) T(short_ns) T(pid) T(off_state) T(off_cpu) T(kstack_id) T(ustack_id)
   printf("RECORD_OFFCPU %d\nRECORD_IO %d\nOFFCPU_PREEMPTED %d\nOFFCPU_SLEEPING %d\nOFFCPU_BLOCKED %d\nOFFCPU_OTHER %d\n", RECORD_OFFCPU, RECORD_IO, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER);
   printf("DROP_EVENTS_FULL %d\nDROP_STACKID %d\nDROP_STATE_FULL %d\n", DROP_EVENTS_FULL, DROP_STACKID, DROP_STATE_FULL);
   printf("TASK_COMM_LEN %d\nMAX_STACK_DEPTH %d\nRECORD_SAMPLE %d\n", TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE);
@@ -399,7 +388,7 @@ int main(void) {{
             ("SAMPLE_FLAG_USTACK_FAILED", SAMPLE_FLAG_USTACK_FAILED as usize),
             ("offcpu.size", size_of::<OffCpuEvent>()),
             ("io.size", size_of::<IoEvent>()),
-            ("switches.size", size_of::<ThreadSwitches>()),
+            ("state.size", size_of::<ThreadState>()),
             ("offcpu.state", offset_of!(OffCpuEvent, state)),
             ("offcpu.start_ns", offset_of!(OffCpuEvent, start_ns)),
             ("offcpu.end_ns", offset_of!(OffCpuEvent, end_ns)),
@@ -431,16 +420,16 @@ int main(void) {{
             ("io.ustack_id", offset_of!(IoEvent, ustack_id)),
             ("io.comm", offset_of!(IoEvent, comm)),
             ("io.rwbs", offset_of!(IoEvent, rwbs)),
-            ("switches.voluntary", offset_of!(ThreadSwitches, voluntary)),
-            ("switches.involuntary", offset_of!(ThreadSwitches, involuntary)),
-            ("switches.short_count", offset_of!(ThreadSwitches, short_count)),
-            ("switches.short_ns", offset_of!(ThreadSwitches, short_ns)),
-            ("switches.pid", offset_of!(ThreadSwitches, pid)),
-            ("start.size", size_of::<OffCpuStart>()),
-            ("start.state", offset_of!(OffCpuStart, state)),
-            ("start.cpu", offset_of!(OffCpuStart, cpu)),
-            ("start.kstack_id", offset_of!(OffCpuStart, kstack_id)),
-            ("start.ustack_id", offset_of!(OffCpuStart, ustack_id)),
+            ("state.off_ts", offset_of!(ThreadState, off_ts)),
+            ("state.voluntary", offset_of!(ThreadState, voluntary)),
+            ("state.involuntary", offset_of!(ThreadState, involuntary)),
+            ("state.short_count", offset_of!(ThreadState, short_count)),
+            ("state.short_ns", offset_of!(ThreadState, short_ns)),
+            ("state.pid", offset_of!(ThreadState, pid)),
+            ("state.off_state", offset_of!(ThreadState, off_state)),
+            ("state.off_cpu", offset_of!(ThreadState, off_cpu)),
+            ("state.kstack_id", offset_of!(ThreadState, kstack_id)),
+            ("state.ustack_id", offset_of!(ThreadState, ustack_id)),
             ("RECORD_OFFCPU", RECORD_OFFCPU as usize),
             ("RECORD_IO", RECORD_IO as usize),
             ("OFFCPU_PREEMPTED", OFFCPU_PREEMPTED as usize),

@@ -144,8 +144,7 @@ pub struct Tracer {
     _ebpf: Ebpf,
     drops: PerCpuArray<MapData, u64>,
     stacks: aya::maps::StackTraceMap<MapData>,
-    switches: aya::maps::HashMap<MapData, u32, abi::ThreadSwitches>,
-    starts: aya::maps::HashMap<MapData, u32, abi::OffCpuStart>,
+    threads: aya::maps::HashMap<MapData, u32, abi::ThreadState>,
 }
 
 /// What the tracer lost, per reason.
@@ -212,11 +211,9 @@ impl Tracer {
             .map_err(|e| RecordError::Internal(format!("drops map: {e}")))?;
         let stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "stacks")?)
             .map_err(|e| RecordError::Internal(format!("stacks map: {e}")))?;
-        let switches = aya::maps::HashMap::try_from(take(&mut ebpf, "thread_switches")?)
-            .map_err(|e| RecordError::Internal(format!("thread_switches map: {e}")))?;
-        let starts = aya::maps::HashMap::try_from(take(&mut ebpf, "offcpu_starts")?)
-            .map_err(|e| RecordError::Internal(format!("offcpu_starts map: {e}")))?;
-        Ok((Tracer { _ebpf: ebpf, drops, stacks, switches, starts }, ring))
+        let threads = aya::maps::HashMap::try_from(take(&mut ebpf, "threads")?)
+            .map_err(|e| RecordError::Internal(format!("threads map: {e}")))?;
+        Ok((Tracer { _ebpf: ebpf, drops, stacks, threads }, ring))
     }
 
     /// Sum the per-CPU drop counters.
@@ -238,14 +235,9 @@ impl Tracer {
         Some(trace.frames().iter().map(|f| f.ip).collect())
     }
 
-    /// Threads off-CPU right now, with when and how they left.
-    pub fn open_intervals(&self) -> Vec<(u32, abi::OffCpuStart)> {
-        self.starts.iter().filter_map(Result::ok).collect()
-    }
-
-    /// Every thread's context switch totals.
-    pub fn thread_switches(&self) -> Vec<(u32, abi::ThreadSwitches)> {
-        self.switches.iter().filter_map(Result::ok).collect()
+    /// Every thread's scheduler state: switch totals, open off-CPU interval.
+    pub fn thread_states(&self) -> Vec<(u32, abi::ThreadState)> {
+        self.threads.iter().filter_map(Result::ok).collect()
     }
 }
 

@@ -17,7 +17,7 @@ pub mod stack_tree;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::bpf::abi::{
-    IoEvent, OffCpuEvent, SampleView, ThreadSwitches, SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED,
+    IoEvent, OffCpuEvent, SampleView, ThreadState as KernelThreadState, SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED,
     TASK_COMM_LEN,
 };
 use crate::sideband::proc_snapshot::ProcSnapshot;
@@ -66,7 +66,7 @@ pub struct Collector {
     off_cpu: Vec<OffCpuEvent>,
     io: Vec<IoEvent>,
     stacks_by_id: FxHashMap<i32, Vec<u64>>,
-    switches: FxHashMap<u32, ThreadSwitches>,
+    switches: FxHashMap<u32, KernelThreadState>,
     counters: Vec<CounterRecord>,
     notes: Vec<String>,
     options: CollectorOptions,
@@ -158,7 +158,7 @@ impl Collector {
     }
 
     /// Per-thread context switch totals, read at the end.
-    pub fn handle_thread_switches(&mut self, switches: Vec<(u32, ThreadSwitches)>) {
+    pub fn handle_thread_states(&mut self, switches: Vec<(u32, KernelThreadState)>) {
         self.switches = switches.into_iter().collect();
     }
 
