@@ -3,8 +3,11 @@
  * sample.bpf.c: the cpu-clock sampler. Attached by userspace to one software
  * cpu-clock perf event per online CPU; on every tick it records the running
  * task (pid, tid, comm), its kernel and user stacks (frame pointers) and its
- * total CPU time into the `samples` ring buffer. Every failure is counted in
- * the per-CPU `drops` array so userspace can report exactly what was lost.
+ * total CPU time into the `samples` ring buffer. In dwarf mode it also
+ * copies the user registers and the top of the user stack, which userspace
+ * unwinds with the binaries' .eh_frame (most distribution code has no frame
+ * pointers). Every failure is counted in the per-CPU `drops` array so
+ * userspace can report exactly what was lost.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -18,6 +21,10 @@ const volatile __u32 targ_tgid = 0;
 /* Wake the reader only once this much data waits; it also drains on a timer.
  * A wakeup per sample would cost a reader context switch per sample. */
 const volatile __u64 wakeup_bytes = 256 * 1024;
+/* Dwarf mode: bytes of user stack to copy (a multiple of STACK_COPY_CHUNK,
+ * at most MAX_STACK_COPY); 0 walks frame pointers in the kernel instead.
+ * Frozen in .rodata, so the verifier sees the reservation size as constant. */
+const volatile __u32 stack_copy = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -39,6 +46,29 @@ static __always_inline void count_drop(__u32 reason)
 		*slot += 1; /* per-CPU slot: no atomic needed */
 }
 
+/* Copy the user stack from sp up, in chunks; stop at the first that cannot
+ * be read (the top of the stack), after retrying it in smaller pieces. */
+static __always_inline __u32 copy_user_stack(__u8 *dst, __u64 sp)
+{
+	__u32 copied = 0;
+
+	for (int i = 0; i < MAX_STACK_COPY / STACK_COPY_CHUNK; i++) {
+		if (copied + STACK_COPY_CHUNK > stack_copy || copied > MAX_STACK_COPY - STACK_COPY_CHUNK)
+			return copied;
+		if (bpf_probe_read_user(dst + copied, STACK_COPY_CHUNK, (void *)(sp + copied)))
+			break;
+		copied += STACK_COPY_CHUNK;
+	}
+	for (int i = 0; i < STACK_COPY_CHUNK / STACK_COPY_TAIL; i++) {
+		if (copied + STACK_COPY_TAIL > stack_copy || copied > MAX_STACK_COPY - STACK_COPY_TAIL)
+			return copied;
+		if (bpf_probe_read_user(dst + copied, STACK_COPY_TAIL, (void *)(sp + copied)))
+			break;
+		copied += STACK_COPY_TAIL;
+	}
+	return copied;
+}
+
 SEC("perf_event")
 int sample_cpu_clock(struct bpf_perf_event_data *ctx)
 {
@@ -53,7 +83,7 @@ int sample_cpu_clock(struct bpf_perf_event_data *ctx)
 
 	/* A constant-size reservation keeps the verifier simple and needs no
 	 * scratch copy; userspace reads only the valid part of each stack. */
-	e = bpf_ringbuf_reserve(&samples, sizeof(*e), 0);
+	e = bpf_ringbuf_reserve(&samples, sizeof(*e) + stack_copy, 0);
 	if (!e) {
 		count_drop(DROP_RINGBUF_FULL);
 		return 0;
@@ -67,7 +97,10 @@ int sample_cpu_clock(struct bpf_perf_event_data *ctx)
 	e->pid = tgid;
 	e->tid = (__u32)pid_tgid;
 	e->flags = 0;
-	e->_pad = 0;
+	e->stack_size = 0;
+	e->user_ip = 0;
+	e->user_sp = 0;
+	e->user_bp = 0;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	len = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
@@ -78,9 +111,31 @@ int sample_cpu_clock(struct bpf_perf_event_data *ctx)
 	}
 	e->kstack_len = len / sizeof(__u64);
 
+	len = 0;
 	/* Kernel threads have no user stack: an empty one is not a failure. */
 	if (BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */) {
-		len = 0;
+		/* nothing */
+	} else if (stack_copy) {
+		/* The sample's registers if it interrupted user code, else the
+		 * registers saved when the task entered the kernel. */
+		if ((long)ctx->regs.ip >= 0) {
+			/* User addresses have the top bit clear: it interrupted user code. */
+			e->user_ip = ctx->regs.ip;
+			e->user_sp = ctx->regs.sp;
+			e->user_bp = ctx->regs.bp;
+		} else {
+			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+
+			e->user_ip = PT_REGS_IP_CORE(regs);
+			e->user_sp = PT_REGS_SP_CORE(regs);
+			e->user_bp = PT_REGS_FP_CORE(regs);
+		}
+		e->flags |= SAMPLE_FLAG_USER_REGS;
+		e->stack_size = copy_user_stack((__u8 *)(e + 1), e->user_sp);
+		if (!e->stack_size) {
+			e->flags |= SAMPLE_FLAG_USTACK_FAILED;
+			count_drop(DROP_USTACK);
+		}
 	} else {
 		len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
 		if (len < 0) {

@@ -27,6 +27,14 @@
 /* sample_event.flags */
 #define SAMPLE_FLAG_KSTACK_FAILED 1
 #define SAMPLE_FLAG_USTACK_FAILED 2
+#define SAMPLE_FLAG_USER_REGS 4   /* user_regs are valid (dwarf mode, user task) */
+
+/* Bytes of user stack copied per sample in dwarf mode: at most this much. */
+#define MAX_STACK_COPY 32768
+/* The copy goes in pieces of this size; the piece that crosses the top of the
+ * stack is retried in pieces of STACK_COPY_TAIL. */
+#define STACK_COPY_CHUNK 512
+#define STACK_COPY_TAIL 64
 
 /* Indexes into the per-CPU `drops` array: why a record or part of it was lost. */
 #define DROP_RINGBUF_FULL 0   /* bpf_ringbuf_reserve failed: the whole sample is lost */
@@ -47,11 +55,16 @@ struct sample_event {
 	__u32 tid;
 	__u32 flags;            /* SAMPLE_FLAG_* */
 	__u32 kstack_len;       /* number of valid entries in kstack */
-	__u32 ustack_len;       /* number of valid entries in ustack */
-	__u32 _pad;
+	__u32 ustack_len;       /* number of valid entries in ustack (frame-pointer walk) */
+	__u32 stack_size;       /* dwarf mode: bytes of user stack copied after the record */
 	__u8 comm[TASK_COMM_LEN];
+	__u64 user_ip;          /* dwarf mode: user registers at the sample */
+	__u64 user_sp;          /* (for a sample in the kernel: where it entered) */
+	__u64 user_bp;
 	__u64 kstack[MAX_STACK_DEPTH];
 	__u64 ustack[MAX_STACK_DEPTH];
+	/* dwarf mode: followed by the reserved copy size of user stack bytes
+	 * starting at user_sp, of which stack_size are valid. */
 };
 
 /* One off-CPU interval of a thread, emitted when it runs again and the

@@ -47,9 +47,14 @@ pub struct RecordArgs {
     /// Where to write the profile; gzip-compressed when it ends in .gz.
     #[arg(short = 'o', long = "output", default_value = "profile.json.gz")]
     pub output: PathBuf,
-    /// How user stacks are walked: fp (frame pointers, the only method so far).
-    #[arg(long = "call-graph", default_value = "fp", value_parser = ["fp"])]
+    /// How user stacks are walked: dwarf (copy the stack, unwind with .eh_frame;
+    /// works without frame pointers) or fp (frame pointers, cheaper).
+    #[arg(long = "call-graph", default_value = "dwarf", value_parser = ["fp", "dwarf"])]
     pub call_graph: String,
+    /// Bytes of user stack copied per sample with --call-graph dwarf
+    /// (a multiple of 512, at most 32768).
+    #[arg(long = "stack-size", default_value_t = 16384)]
+    pub stack_size: u32,
     /// Do not trace context switches (off-CPU time, wakers, run-queue delay).
     #[arg(long = "no-off-cpu")]
     pub no_off_cpu: bool,

@@ -4,7 +4,8 @@
 //!
 //! Modules by pipeline stage: [`bpf`] (kernel side, ring buffers) and
 //! [`sideband`] (mappings, processes) feed the [`collector`], which uses
-//! [`symbolize`] and hands a recording to the [`profile`] writer; [`record`]
+//! [`unwind`] (DWARF unwinding of copied user stacks) and [`symbolize`] and
+//! hands a recording to the [`profile`] writer; [`record`]
 //! runs that pipeline for the `record` command parsed by [`cli`].
 #![deny(missing_docs)]
 
@@ -16,3 +17,4 @@ pub mod profile;
 pub mod record;
 pub mod sideband;
 pub mod symbolize;
+pub mod unwind;

@@ -48,6 +48,14 @@ pub fn run(args: RecordArgs) -> Result<(), RecordError> {
             return Err(RecordError::UnknownPid(pid));
         }
     }
+    let dwarf = args.call_graph == "dwarf";
+    if dwarf && (args.stack_size == 0 || args.stack_size as usize > abi::MAX_STACK_COPY || args.stack_size % 512 != 0) {
+        return Err(RecordError::Usage(format!(
+            "--stack-size {}: use a multiple of 512 between 512 and {}",
+            args.stack_size,
+            abi::MAX_STACK_COPY
+        )));
+    }
     if !(args.off_cpu_threshold_ms >= 0.0 && args.off_cpu_threshold_ms.is_finite()) {
         return Err(RecordError::Usage("--off-cpu-threshold must be a number of milliseconds >= 0".into()));
     }
@@ -88,6 +96,7 @@ fn clock_anchor() -> (f64, u64) {
 }
 
 async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError> {
+    let dwarf = args.call_graph == "dwarf";
     let cpus = crate::bpf::online_cpus()?;
     let mut sideband = Sideband::open(&cpus)?;
 
@@ -103,10 +112,16 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
     let mut collector = Collector::new(filter.clone());
     collector.set_options(collector_options);
     let snapshot_pids = if args.all_cpus { None } else { Some(args.pids.as_slice()) };
+    if dwarf {
+        collector.enable_dwarf_unwinding();
+    }
     collector.handle_snapshot(proc_snapshot::snapshot(snapshot_pids));
 
-    let ring_bytes = (cpus.len() as u32 * 4 * 1024 * 1024).next_power_of_two().max(8 * 1024 * 1024);
-    let opts = SamplerOptions { frequency: args.frequency, target_tgid, ring_bytes, wakeup_bytes: ring_bytes as u64 / 16 };
+    // A quarter second of samples from every CPU, at least 8 MiB.
+    let stack_copy = if dwarf { args.stack_size } else { 0 };
+    let record_bytes = (std::mem::size_of::<abi::SampleEvent>() as u64 + stack_copy as u64 + 8) * args.frequency;
+    let ring_bytes = ((cpus.len() as u64 * record_bytes / 4).next_power_of_two()).clamp(8 << 20, 1 << 30) as u32;
+    let opts = SamplerOptions { frequency: args.frequency, target_tgid, ring_bytes, wakeup_bytes: ring_bytes as u64 / 16, stack_copy };
     let (sampler, ring) = Sampler::start(&opts)?;
     let tracer = if args.no_off_cpu && args.no_io {
         None
@@ -140,6 +155,9 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
             // The command and its descendants are what we record.
             collector = Collector::new(PidFilter::Tree(vec![c.id().unwrap_or(0)]));
             collector.set_options(collector_options);
+            if dwarf {
+                collector.enable_dwarf_unwinding();
+            }
         }
         child = Some(c);
     }
@@ -195,10 +213,13 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
             _ = counter_tick.tick() => counters.poll(monotonic_ns(), collector.take_recent_pids()),
             guard = ring.readable_mut() => {
                 let mut guard = guard.map_err(|e| RecordError::Internal(format!("sample ring: {e}")))?;
+                // Mappings first: a sample is unwound with what its process had mapped.
+                sideband.drain(&mut |e| collector.handle_sideband(e));
                 drain_samples(guard.get_inner_mut(), &mut collector, &mut decode_errors);
                 guard.clear_ready();
             }
             _ = sample_tick.tick() => {
+                sideband.drain(&mut |e| collector.handle_sideband(e));
                 drain_samples(ring.get_mut(), &mut collector, &mut decode_errors);
                 if let Some(e) = events.as_mut() {
                     drain_events(e.get_mut(), &mut collector, &mut decode_errors);
@@ -222,6 +243,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
     }
 
     // Drain what is buffered, then detach before the slow part.
+    sideband.drain(&mut |e| collector.handle_sideband(e));
     drain_samples(ring.get_mut(), &mut collector, &mut decode_errors);
     if let Some(e) = events.as_mut() {
         drain_events(e.get_mut(), &mut collector, &mut decode_errors);
@@ -312,6 +334,17 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
         lost += &format!(
             ", {} scheduler/I/O records lost, {} stacks lost, {} untracked for full maps",
             stats.lost_events, stats.lost_stacks, stats.lost_state
+        );
+    }
+    let u = stats.unwind;
+    if u.unwinds > 0 {
+        lost += &format!(
+            "; {} user stacks unwound ({:.0}% to the thread root, {} cut by --stack-size, {} for lack of unwind info; {:.0} unwinds/s)",
+            u.unwinds,
+            u.reached_root as f64 * 100.0 / u.unwinds as f64,
+            u.copy_exhausted,
+            u.no_unwind_info,
+            u.unwinds as f64 / (u.unwind_ns.max(1) as f64 / 1e9)
         );
     }
     if stats.lost_sideband + stats.malformed > 0 {

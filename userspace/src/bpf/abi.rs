@@ -15,6 +15,12 @@ pub const RECORD_SAMPLE: u32 = 1;
 pub const SAMPLE_FLAG_KSTACK_FAILED: u32 = 1;
 /// `SAMPLE_FLAG_USTACK_FAILED`
 pub const SAMPLE_FLAG_USTACK_FAILED: u32 = 2;
+/// `SAMPLE_FLAG_USER_REGS`
+pub const SAMPLE_FLAG_USER_REGS: u32 = 4;
+/// `MAX_STACK_COPY`: most user stack bytes a dwarf-mode sample carries.
+pub const MAX_STACK_COPY: usize = 32768;
+/// `STACK_COPY_CHUNK`: the copy size is a multiple of this.
+pub const STACK_COPY_CHUNK: usize = 512;
 /// `DROP_RINGBUF_FULL`
 pub const DROP_RINGBUF_FULL: u32 = 0;
 /// `DROP_KSTACK`
@@ -215,10 +221,16 @@ pub struct SampleEvent {
     pub kstack_len: u32,
     /// Valid entries in `ustack`.
     pub ustack_len: u32,
-    /// Padding, zero.
-    pub _pad: u32,
+    /// Dwarf mode: valid bytes of user stack after the record.
+    pub stack_size: u32,
     /// Task name, NUL-padded.
     pub comm: [u8; TASK_COMM_LEN],
+    /// Dwarf mode: user instruction pointer.
+    pub user_ip: u64,
+    /// Dwarf mode: user stack pointer.
+    pub user_sp: u64,
+    /// Dwarf mode: user frame pointer.
+    pub user_bp: u64,
     /// Kernel return addresses, leaf first.
     pub kstack: [u64; MAX_STACK_DEPTH],
     /// User return addresses, leaf first.
@@ -244,8 +256,12 @@ pub struct SampleView<'a> {
     pub comm: &'a [u8],
     /// Kernel stack, leaf first.
     pub kstack: &'a [u64],
-    /// User stack, leaf first.
+    /// User stack, leaf first (frame-pointer mode).
     pub ustack: &'a [u64],
+    /// Dwarf mode: user (ip, sp, bp).
+    pub user_regs: Option<(u64, u64, u64)>,
+    /// Dwarf mode: user stack bytes from `sp` up.
+    pub stack: &'a [u8],
 }
 
 /// Why a record could not be decoded.
@@ -289,6 +305,8 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
     let comm_len = e.comm.iter().position(|&b| b == 0).unwrap_or(TASK_COMM_LEN);
     let klen = (e.kstack_len as usize).min(MAX_STACK_DEPTH);
     let ulen = (e.ustack_len as usize).min(MAX_STACK_DEPTH);
+    let tail = &bytes[std::mem::size_of::<SampleEvent>()..];
+    let stack = &tail[..(e.stack_size as usize).min(tail.len())];
     Ok(SampleView {
         cpu: e.cpu,
         time_ns: e.time_ns,
@@ -299,6 +317,8 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
         comm: &e.comm[..comm_len],
         kstack: &e.kstack[..klen],
         ustack: &e.ustack[..ulen],
+        user_regs: (e.flags & SAMPLE_FLAG_USER_REGS != 0).then_some((e.user_ip, e.user_sp, e.user_bp)),
+        stack,
     })
 }
 
@@ -329,7 +349,8 @@ mod tests {
 int main(void) {{
   printf("size %zu\n", sizeof(struct sample_event));
   F(kind) F(cpu) F(time_ns) F(sum_exec_runtime) F(pid) F(tid) F(flags)
-  F(kstack_len) F(ustack_len) F(comm) F(kstack) F(ustack)
+  F(kstack_len) F(ustack_len) F(stack_size) F(comm) F(user_ip) F(user_sp) F(user_bp) F(kstack) F(ustack)
+  printf("SAMPLE_FLAG_USER_REGS %d\nMAX_STACK_COPY %d\nSTACK_COPY_CHUNK %d\n", SAMPLE_FLAG_USER_REGS, MAX_STACK_COPY, STACK_COPY_CHUNK);
   printf("offcpu.size %zu\nio.size %zu\nstate.size %zu\n", sizeof(struct offcpu_event), sizeof(struct blkio_event), sizeof(struct thread_state));
   O(state) O(start_ns) O(end_ns) O(wake_ns) O(short_ns) O(pid) O(tid) O(cpu_out) O(cpu_in) O(waker_pid) O(waker_tid)
   O(kstack_id) O(ustack_id) O(waker_kstack_id) O(waker_ustack_id) O(short_count) O(comm) O(waker_comm)
@@ -374,7 +395,14 @@ int main(void) {{
             ("flags", offset_of!(SampleEvent, flags)),
             ("kstack_len", offset_of!(SampleEvent, kstack_len)),
             ("ustack_len", offset_of!(SampleEvent, ustack_len)),
+            ("stack_size", offset_of!(SampleEvent, stack_size)),
             ("comm", offset_of!(SampleEvent, comm)),
+            ("user_ip", offset_of!(SampleEvent, user_ip)),
+            ("user_sp", offset_of!(SampleEvent, user_sp)),
+            ("user_bp", offset_of!(SampleEvent, user_bp)),
+            ("SAMPLE_FLAG_USER_REGS", SAMPLE_FLAG_USER_REGS as usize),
+            ("MAX_STACK_COPY", MAX_STACK_COPY),
+            ("STACK_COPY_CHUNK", STACK_COPY_CHUNK),
             ("kstack", offset_of!(SampleEvent, kstack)),
             ("ustack", offset_of!(SampleEvent, ustack)),
             ("TASK_COMM_LEN", TASK_COMM_LEN),

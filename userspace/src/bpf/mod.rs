@@ -41,6 +41,8 @@ pub struct SamplerOptions {
     /// Bytes waiting in the ring before the kernel wakes the reader; the
     /// reader also drains on a timer, so this only bounds the latency.
     pub wakeup_bytes: u64,
+    /// Dwarf mode: bytes of user stack copied per sample (0: frame pointers).
+    pub stack_copy: u32,
 }
 
 /// The loaded and attached cpu-clock sampler. Its sample records arrive in
@@ -68,6 +70,7 @@ impl Sampler {
         let mut ebpf = EbpfLoader::new()
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("wakeup_bytes", &opts.wakeup_bytes, true)
+            .override_global("stack_copy", &opts.stack_copy, true)
             .map_max_entries("samples", opts.ring_bytes)
             .load(SAMPLE_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load(&e))?;

@@ -27,6 +27,13 @@ use crate::symbolize::{self, AddrInfo, Symbolicator};
 use recording::*;
 use stack_tree::{NodeIndex, StackTree, NO_PARENT};
 
+use crate::unwind::{UnwindEnd, Unwinders};
+
+/// Raw stack keys that are not addresses: where DWARF unwinding stopped
+/// early (placed at the root end of the stack). No code lives at 1 or 2.
+const TRUNCATED_COPY_EXHAUSTED: u64 = 1;
+const TRUNCATED_NO_UNWIND_INFO: u64 = 2;
+
 /// Kernel addresses on x86_64 and arm64 have the top bit set.
 const KERNEL_ADDR_MIN: u64 = 0x8000_0000_0000_0000;
 
@@ -72,6 +79,10 @@ pub struct Collector {
     options: CollectorOptions,
     /// Processes sampled since the last [`Collector::take_recent_pids`].
     recent_pids: FxHashSet<u32>,
+    /// Dwarf mode: live per-process unwinders, kept up to date by the sideband.
+    unwinders: Option<Unwinders>,
+    /// Reused buffer for one unwound stack.
+    unwound: Vec<u64>,
 }
 
 /// What the collector makes of scheduler data.
@@ -113,7 +124,21 @@ impl Collector {
             notes: Vec::new(),
             options: CollectorOptions::default(),
             recent_pids: FxHashSet::default(),
+            unwinders: None,
+            unwound: Vec::with_capacity(128),
         }
+    }
+
+    /// Unwind user stacks copied by the kernel (dwarf mode) as they arrive.
+    /// Sideband events must then be handled before the samples they precede.
+    pub fn enable_dwarf_unwinding(&mut self) {
+        let mut u = Unwinders::new();
+        for (p, bins) in self.snapshot.processes.iter().zip(&self.snapshot_binaries) {
+            for (m, &b) in p.mappings.iter().zip(bins) {
+                u.add_mapping(p.pid, m.start, m.len, m.pgoff, b);
+            }
+        }
+        self.unwinders = Some(u);
     }
 
     /// Processes sampled since the previous call (for per-process counters).
@@ -191,6 +216,13 @@ impl Collector {
             .iter()
             .map(|p| p.mappings.iter().map(|m| self.binaries.intern(m)).collect())
             .collect();
+        if let Some(u) = self.unwinders.as_mut() {
+            for (p, bins) in snapshot.processes.iter().zip(&self.snapshot_binaries) {
+                for (m, &b) in p.mappings.iter().zip(bins) {
+                    u.add_mapping(p.pid, m.start, m.len, m.pgoff, b);
+                }
+            }
+        }
         self.snapshot = snapshot;
     }
 
@@ -206,9 +238,27 @@ impl Collector {
         // Root is the pid (so equal addresses in different processes never
         // share a node), then user frames outermost first, then kernel frames.
         let mut node = self.raw_stacks.child(NO_PARENT, s.pid as u64);
-        for &addr in s.ustack.iter().rev() {
-            if addr != 0 && addr < KERNEL_ADDR_MIN {
-                node = self.raw_stacks.child(node, addr);
+        match (s.user_regs, self.unwinders.as_mut()) {
+            (Some(regs), Some(u)) => {
+                self.unwound.clear();
+                let end = u.unwind(&self.binaries, s.pid, regs, s.stack, &mut self.unwound, 127);
+                match end {
+                    UnwindEnd::Root => {}
+                    UnwindEnd::StackCopyExhausted => node = self.raw_stacks.child(node, TRUNCATED_COPY_EXHAUSTED),
+                    UnwindEnd::NoUnwindInfo => node = self.raw_stacks.child(node, TRUNCATED_NO_UNWIND_INFO),
+                }
+                for &addr in self.unwound.iter().rev() {
+                    if addr != 0 && addr < KERNEL_ADDR_MIN {
+                        node = self.raw_stacks.child(node, addr);
+                    }
+                }
+            }
+            _ => {
+                for &addr in s.ustack.iter().rev() {
+                    if addr != 0 && addr < KERNEL_ADDR_MIN {
+                        node = self.raw_stacks.child(node, addr);
+                    }
+                }
             }
         }
         for &addr in s.kstack.iter().rev() {
@@ -232,6 +282,14 @@ impl Collector {
 
     /// One sideband event; dispatches to the handler for its kind.
     pub fn handle_sideband(&mut self, e: SidebandEvent) {
+        if let Some(u) = self.unwinders.as_mut() {
+            match &e {
+                SidebandEvent::Comm { pid, exec: true, .. } => u.exec(*pid),
+                SidebandEvent::Fork { pid, ppid, tid, .. } if pid != ppid && tid == pid => u.fork(*ppid, *pid),
+                SidebandEvent::Exit { time, pid, tid } if tid == pid => u.exit(*pid, *time),
+                _ => {}
+            }
+        }
         match e {
             SidebandEvent::Mmap(m) => self.handle_mmap2(m),
             other => self.sideband.push((other, None)),
@@ -241,6 +299,9 @@ impl Collector {
     /// An executable mapping: open its file now, while the process lives.
     pub fn handle_mmap2(&mut self, m: MmapEvent) {
         let binary = self.binaries.intern(&m);
+        if let Some(u) = self.unwinders.as_mut() {
+            u.add_mapping(m.pid, m.start, m.len, m.pgoff, binary);
+        }
         self.sideband.push((SidebandEvent::Mmap(m), Some(binary)));
     }
 
@@ -292,6 +353,12 @@ impl Collector {
 
         let Replay { processes, frame_keys, stacks, .. } = replay;
         let mut warnings = std::mem::take(&mut self.warnings);
+        if let Some(u) = self.unwinders.take() {
+            self.stats.unwind = u.stats;
+            for f in u.failures {
+                warnings.push(format!("cannot read unwind information of {f}; its frames are walked by frame pointer"));
+            }
+        }
         let (libs, frames) = symbolicate(&mut self.binaries, &frame_keys, &mut warnings);
         let processes = finish_processes(processes, &self.filter, &self.sample_comm);
         Recording {
@@ -418,6 +485,8 @@ enum PseudoFrame {
     Blocked = 2,
     Other = 3,
     Folded = 4,
+    StackCopyExhausted = 5,
+    NoUnwindInfo = 6,
 }
 
 impl PseudoFrame {
@@ -427,6 +496,8 @@ impl PseudoFrame {
             1 => PseudoFrame::Sleeping,
             2 => PseudoFrame::Blocked,
             3 => PseudoFrame::Other,
+            5 => PseudoFrame::StackCopyExhausted,
+            6 => PseudoFrame::NoUnwindInfo,
             _ => PseudoFrame::Folded,
         }
     }
@@ -438,6 +509,8 @@ impl PseudoFrame {
             PseudoFrame::Blocked => OffCpuReason::Blocked.frame_name(),
             PseudoFrame::Other => OffCpuReason::Other.frame_name(),
             PseudoFrame::Folded => "[off-CPU: short intervals, no stack]",
+            PseudoFrame::StackCopyExhausted => "[truncated: user stack copy exhausted (--stack-size)]",
+            PseudoFrame::NoUnwindInfo => "[truncated: no unwind information]",
         }
     }
 }
@@ -619,7 +692,10 @@ impl Replay {
         for (depth, &addr) in frames.iter().enumerate() {
             // Return addresses point after the call; look up the call itself.
             let lookup = if depth == leaf { addr } else { addr.saturating_sub(1) };
-            let key = if addr >= KERNEL_ADDR_MIN {
+            let key = if addr == TRUNCATED_COPY_EXHAUSTED || addr == TRUNCATED_NO_UNWIND_INFO {
+                let pseudo = if addr == TRUNCATED_COPY_EXHAUSTED { PseudoFrame::StackCopyExhausted } else { PseudoFrame::NoUnwindInfo };
+                FrameKey { binary: PSEUDO_BINARY, address: pseudo as u64 }
+            } else if addr >= KERNEL_ADDR_MIN {
                 FrameKey { binary: KERNEL_BINARY, address: lookup }
             } else if let Some(m) = state.lookup(lookup) {
                 FrameKey { binary: m.binary, address: lookup - m.start + m.pgoff }
@@ -677,6 +753,17 @@ fn symbolicate(
             b => FrameRecord { lib: b, address: k.address, kernel: false, symbols: AddrInfo::default(), pseudo: false },
         })
         .collect();
+    // Build ids first: they name separate debug files.
+    for i in 0..binaries.len() as u32 {
+        let bin = binaries.get_mut(i);
+        if bin.build_id.is_none() {
+            if let Some(path) = bin.open_path() {
+                if let Ok(Some(id)) = blazesym::helper::read_elf_build_id(&path) {
+                    bin.build_id = Some(id.to_vec());
+                }
+            }
+        }
+    }
     for (binary, idxs) in by_binary {
         let addrs: Vec<u64> = idxs.iter().map(|&i| keys[i as usize].address).collect();
         let result = match binary {
@@ -684,11 +771,15 @@ fn symbolicate(
             KERNEL_BINARY => symbolicator.symbolize_kernel(&addrs).map_err(|e| format!("kernel symbols: {e}")),
             b => {
                 let bin = binaries.get(b);
-                match bin.open_path() {
-                    Some(path) => {
+                let debug_file = bin.build_id.as_deref().and_then(symbolize::build_id_debug_file);
+                match (bin.open_path(), debug_file) {
+                    (Some(path), Some(debug)) => symbolize::file_offsets_to_virt(&path, &addrs)
+                        .and_then(|virt| symbolicator.symbolize_elf_virt(&debug, &virt))
+                        .map_err(|e| format!("{} (debug file {debug}): {e}", bin.path)),
+                    (Some(path), None) => {
                         symbolicator.symbolize_elf(&path, &addrs).map_err(|e| format!("{}: {e}", bin.path))
                     }
-                    None => Err(format!(
+                    (None, _) => Err(format!(
                         "{}: {}",
                         bin.path,
                         bin.open_error.clone().unwrap_or_else(|| "not a file".into())
@@ -712,14 +803,7 @@ fn symbolicate(
     }
     let mut libs = Vec::with_capacity(binaries.len() + 1);
     for i in 0..binaries.len() as u32 {
-        let bin = binaries.get_mut(i);
-        if bin.build_id.is_none() {
-            if let Some(path) = bin.open_path() {
-                if let Ok(Some(id)) = blazesym::helper::read_elf_build_id(&path) {
-                    bin.build_id = Some(id.to_vec());
-                }
-            }
-        }
+        let bin = binaries.get(i);
         libs.push(LibRecord { path: bin.path.clone(), name: bin.name.clone(), build_id: bin.build_id.clone() });
     }
     libs.push(LibRecord { path: "[kernel.kallsyms]".into(), name: "[kernel.kallsyms]".into(), build_id: kernel_build_id });
@@ -837,6 +921,8 @@ mod tests {
             comm: b"app",
             kstack,
             ustack,
+            user_regs: None,
+            stack: &[],
         });
     }
 

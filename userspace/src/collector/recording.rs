@@ -246,6 +246,8 @@ pub struct RecordingStats {
     pub lost_stacks: u64,
     /// Intervals or requests not seen (a state map was full).
     pub lost_state: u64,
+    /// User stacks unwound with DWARF (dwarf mode).
+    pub unwind: crate::unwind::UnwindStats,
 }
 
 /// A finished recording.

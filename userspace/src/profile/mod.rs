@@ -437,7 +437,11 @@ impl ThreadTables {
         }
         let f: &FrameRecord = &rec.frames[g as usize];
         let category = if f.pseudo {
-            category::OFF_CPU
+            if f.symbols.funcs.first().is_some_and(|x| x.name.starts_with("[off-CPU")) {
+                category::OFF_CPU
+            } else {
+                category::OTHER
+            }
         } else if idle {
             category::IDLE
         } else if f.kernel {

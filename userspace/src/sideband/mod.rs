@@ -98,6 +98,8 @@ impl SidebandEvent {
 /// The per-CPU dummy events and their rings.
 pub struct Sideband {
     rings: Vec<PerfRing>,
+    /// Events of one drain, merged across CPUs (kept to reuse its memory).
+    pending: Vec<SidebandEvent>,
     parse_info: RecordParseInfo,
     /// Records the kernel could not write because a ring was full.
     pub lost: u64,
@@ -134,20 +136,28 @@ impl Sideband {
                 .map_err(|e| RecordError::PerfEvent { what: format!("the sideband ring on CPU {cpu}"), source: e })?;
             rings.push(ring);
         }
-        Ok(Sideband { rings, parse_info: parse_info_for(&attr), lost: 0, malformed: 0 })
+        Ok(Sideband { rings, pending: Vec::new(), parse_info: parse_info_for(&attr), lost: 0, malformed: 0 })
     }
 
-    /// Read every pending record of every CPU and hand the decoded events to `sink`.
+    /// Read every pending record of every CPU and hand the decoded events to
+    /// `sink` in time order. Each CPU's ring is in order, but a process that
+    /// migrates can exec on one CPU and map its libraries on another: applied
+    /// ring by ring, the exec could come after the mappings it replaced.
     pub fn drain(&mut self, sink: &mut impl FnMut(SidebandEvent)) {
         let parse_info = self.parse_info;
         let (mut lost, mut malformed) = (0u64, 0u64);
+        let pending = &mut self.pending;
         for ring in &mut self.rings {
             ring.drain(|hdr, body| match decode(hdr, body, parse_info) {
-                Decoded::Event(e) => sink(e),
+                Decoded::Event(e) => pending.push(e),
                 Decoded::Lost(n) => lost += n,
                 Decoded::Ignored => {}
                 Decoded::Malformed => malformed += 1,
             });
+        }
+        pending.sort_by_key(SidebandEvent::time);
+        for e in pending.drain(..) {
+            sink(e);
         }
         self.lost += lost;
         self.malformed += malformed;

@@ -69,6 +69,13 @@ impl Symbolicator {
         self.run(&src, Input::FileOffset(file_offsets), file_offsets.len())
     }
 
+    /// Symbolize virtual offsets (ELF addresses) in the ELF file at `path`,
+    /// e.g. a separate debug file, whose file offsets mean nothing for code.
+    pub fn symbolize_elf_virt(&self, path: &str, virt_offsets: &[u64]) -> Result<Vec<AddrInfo>, String> {
+        let src = Source::Elf(Elf::new(path));
+        self.run(&src, Input::VirtOffset(virt_offsets), virt_offsets.len())
+    }
+
     /// Symbolize absolute kernel addresses through kallsyms.
     pub fn symbolize_kernel(&self, addrs: &[u64]) -> Result<Vec<AddrInfo>, String> {
         let kernel = Kernel {
@@ -120,6 +127,44 @@ fn to_addr_info(s: Symbolized<'_>) -> AddrInfo {
         });
     }
     AddrInfo { symbol_start: sym.addr, symbol_offset: sym.offset as u64, symbol_size: sym.size.map(|s| s as u64), funcs }
+}
+
+/// Directories searched for separate debug files, as gdb and blazesym do.
+pub const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
+
+/// The separate debug file named by a build id
+/// (`/usr/lib/debug/.build-id/ab/cdef….debug`), if one is installed. Binaries
+/// that carry a `.gnu_debuglink` are also found by blazesym itself; this
+/// finds the ones that only have a build id.
+pub fn build_id_debug_file(build_id: &[u8]) -> Option<String> {
+    if build_id.len() < 8 {
+        return None;
+    }
+    let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+    DEBUG_DIRS
+        .iter()
+        .map(|d| format!("{d}/.build-id/{}/{}.debug", &hex[..2], &hex[2..]))
+        .find(|p| std::fs::symlink_metadata(p).map(|m| m.is_file()).unwrap_or(false))
+}
+
+/// Map file offsets of code in the ELF file at `path` to virtual offsets,
+/// through its PT_LOAD segments. Offsets outside every segment map to 0.
+pub fn file_offsets_to_virt(path: &str, file_offsets: &[u64]) -> Result<Vec<u64>, String> {
+    use object::{Object, ObjectSegment};
+    let data = std::fs::read(path).map_err(|e| e.to_string())?;
+    let elf = object::File::parse(&*data).map_err(|e| e.to_string())?;
+    let segments: Vec<(u64, u64, u64)> =
+        elf.segments().map(|s| (s.address(), s.file_range().0, s.file_range().1)).collect();
+    Ok(file_offsets
+        .iter()
+        .map(|&off| {
+            segments
+                .iter()
+                .find(|(_, o, size)| off >= *o && off < o + size)
+                .map(|(vaddr, o, _)| off - o + vaddr)
+                .unwrap_or(0)
+        })
+        .collect())
 }
 
 /// The kernel's `_text` address and build id, for the kernel "library".

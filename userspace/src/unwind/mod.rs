@@ -1,0 +1,281 @@
+//! DWARF unwinding of copied user stacks, with framehop.
+//!
+//! In: per process, its executable mappings (binary, address range, file
+//! offset) as the sideband reports them, and per sample the user registers
+//! and the top of the user stack copied by the kernel. Out: the user return
+//! addresses, leaf first, and whether unwinding reached the thread's root or
+//! stopped early (and why). Each binary's unwind sections (.eh_frame,
+//! .eh_frame_hdr, .debug_frame, .text) are read once, from the file opened
+//! when it was mapped, and shared by every process that maps it; framehop
+//! caches each unwind rule it looks up, so a hot address is decoded once.
+//! Where an address has no unwind information framehop falls back to the
+//! frame pointer.
+
+use std::ops::{Deref, Range};
+use std::sync::Arc;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+use object::{Object, ObjectSection, ObjectSegment};
+use rustc_hash::FxHashMap;
+
+use crate::symbolize::binaries::{BinaryIndex, Binaries};
+
+/// A byte range of a mapped binary, shared without copying.
+#[derive(Clone)]
+pub struct SectionBytes {
+    map: Arc<memmap2::Mmap>,
+    range: Range<usize>,
+}
+
+impl Deref for SectionBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.map[self.range.clone()]
+    }
+}
+
+/// What one binary contributes to unwinding.
+struct BinaryUnwindInfo {
+    map: Arc<memmap2::Mmap>,
+    /// (svma, file range) of the sections framehop wants.
+    text: Option<(Range<u64>, Range<usize>)>,
+    eh_frame: Option<(Range<u64>, Range<usize>)>,
+    eh_frame_hdr: Option<(Range<u64>, Range<usize>)>,
+    debug_frame: Option<Range<usize>>,
+    got: Option<Range<u64>>,
+    /// PT_LOAD segments: (p_vaddr, p_offset, p_filesz).
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl BinaryUnwindInfo {
+    fn read(binaries: &Binaries, index: BinaryIndex) -> Result<BinaryUnwindInfo, String> {
+        let bin = binaries.get(index);
+        let file = bin.file.as_ref().ok_or_else(|| bin.open_error.clone().unwrap_or_else(|| "not a file".into()))?;
+        // SAFETY: a read-only private mapping; a file truncated under us can
+        // fault, which is why files are opened when mapped and checked here.
+        let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| e.to_string())?;
+        let elf = object::File::parse(&*map).map_err(|e| e.to_string())?;
+        let len = map.len();
+        let section = |name: &str| -> Option<(Range<u64>, Range<usize>)> {
+            let s = elf.section_by_name(name)?;
+            let (off, size) = s.file_range()?;
+            let end = off.checked_add(size)? as usize;
+            (end <= len).then(|| (s.address()..s.address() + s.size(), off as usize..end))
+        };
+        let debug_frame = elf
+            .section_by_name(".debug_frame")
+            .filter(|s| s.compressed_file_range().map(|c| c.format == object::CompressionFormat::None).unwrap_or(false))
+            .and_then(|s| s.file_range())
+            .and_then(|(o, sz)| ((o + sz) as usize <= len).then(|| o as usize..(o + sz) as usize));
+        let segments = elf.segments().map(|s| (s.address(), s.file_range().0, s.file_range().1)).collect();
+        Ok(BinaryUnwindInfo {
+            text: section(".text"),
+            eh_frame: section(".eh_frame"),
+            eh_frame_hdr: section(".eh_frame_hdr"),
+            debug_frame,
+            got: elf.section_by_name(".got").map(|s| s.address()..s.address() + s.size()),
+            segments,
+            map: Arc::new(map),
+        })
+    }
+
+    fn bytes(&self, r: &Range<usize>) -> SectionBytes {
+        SectionBytes { map: self.map.clone(), range: r.clone() }
+    }
+
+    /// A framehop module for this binary mapped at `start..end` from file offset `pgoff`.
+    fn module(&self, name: &str, start: u64, end: u64, pgoff: u64) -> Option<Module<SectionBytes>> {
+        // The load segment holding pgoff tells where the ELF's address 0 lands.
+        let &(vaddr, offset, _) = self
+            .segments
+            .iter()
+            .find(|(_, off, size)| pgoff >= *off && pgoff < off + size.max(&1))
+            .or_else(|| self.segments.first())?;
+        let base_avma = start.wrapping_sub(pgoff).wrapping_add(offset).wrapping_sub(vaddr);
+        let info = ExplicitModuleSectionInfo {
+            base_svma: 0,
+            text_svma: self.text.as_ref().map(|t| t.0.clone()),
+            text: self.text.as_ref().map(|t| self.bytes(&t.1)),
+            eh_frame_svma: self.eh_frame.as_ref().map(|t| t.0.clone()),
+            eh_frame: self.eh_frame.as_ref().map(|t| self.bytes(&t.1)),
+            eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|t| t.0.clone()),
+            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|t| self.bytes(&t.1)),
+            debug_frame: self.debug_frame.as_ref().map(|r| self.bytes(r)),
+            got_svma: self.got.clone(),
+            stubs_svma: None,
+            stub_helper_svma: None,
+            unwind_info: None,
+            text_segment_svma: None,
+            text_segment: None,
+        };
+        Some(Module::new(name.to_string(), start..end, base_avma, info))
+    }
+}
+
+/// A mapping as the unwinder needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    pgoff: u64,
+    binary: BinaryIndex,
+}
+
+struct ProcessUnwinder {
+    mappings: Vec<Mapping>,
+    /// Built on first use; dropped when the mappings change.
+    unwinder: Option<UnwinderX86_64<SectionBytes>>,
+    /// Monotonic ns of its exit, for pruning.
+    exited_ns: Option<u64>,
+}
+
+/// How an unwind ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnwindEnd {
+    /// It reached the thread's root (framehop found the end of the stack).
+    Root,
+    /// The copied stack ended first: a deeper copy would have gone further.
+    StackCopyExhausted,
+    /// No usable unwind rule or frame pointer for some frame.
+    NoUnwindInfo,
+}
+
+/// Unwinding totals, for the summary and the benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnwindStats {
+    /// Stacks unwound.
+    pub unwinds: u64,
+    /// Of those, reaching the thread's root.
+    pub reached_root: u64,
+    /// Stopped because the stack copy ended.
+    pub copy_exhausted: u64,
+    /// Stopped for lack of unwind information.
+    pub no_unwind_info: u64,
+    /// Time spent unwinding, ns.
+    pub unwind_ns: u64,
+}
+
+/// Per-process unwinders over shared per-binary unwind data.
+#[derive(Default)]
+pub struct Unwinders {
+    binaries: FxHashMap<BinaryIndex, Option<Arc<BinaryUnwindInfo>>>,
+    processes: FxHashMap<u32, ProcessUnwinder>,
+    cache: Option<Box<CacheX86_64>>,
+    /// Totals.
+    pub stats: UnwindStats,
+    /// Binaries whose unwind data could not be read, with why.
+    pub failures: Vec<String>,
+}
+
+/// Exited processes are kept this long: their last samples may still be queued.
+const KEEP_EXITED_NS: u64 = 2_000_000_000;
+
+impl Unwinders {
+    /// No processes yet.
+    pub fn new() -> Unwinders {
+        Unwinders { cache: Some(Box::new(CacheX86_64::new())), ..Default::default() }
+    }
+
+    fn process(&mut self, pid: u32) -> &mut ProcessUnwinder {
+        self.processes.entry(pid).or_insert_with(|| ProcessUnwinder { mappings: Vec::new(), unwinder: None, exited_ns: None })
+    }
+
+    /// An executable mapping appeared in `pid`.
+    pub fn add_mapping(&mut self, pid: u32, start: u64, len: u64, pgoff: u64, binary: BinaryIndex) {
+        let end = start.saturating_add(len);
+        let p = self.process(pid);
+        p.mappings.retain(|m| m.end <= start || m.start >= end);
+        p.mappings.push(Mapping { start, end, pgoff, binary });
+        p.unwinder = None;
+    }
+
+    /// `pid` exec'd: its old mappings are gone.
+    pub fn exec(&mut self, pid: u32) {
+        let p = self.process(pid);
+        p.mappings.clear();
+        p.unwinder = None;
+        p.exited_ns = None;
+    }
+
+    /// `child` was forked from `parent`: it starts with the same mappings.
+    pub fn fork(&mut self, parent: u32, child: u32) {
+        let mappings = self.processes.get(&parent).map(|p| p.mappings.clone()).unwrap_or_default();
+        self.processes.insert(child, ProcessUnwinder { mappings, unwinder: None, exited_ns: None });
+    }
+
+    /// `pid` exited at `now_ns`; forget processes that exited long ago.
+    pub fn exit(&mut self, pid: u32, now_ns: u64) {
+        if let Some(p) = self.processes.get_mut(&pid) {
+            p.exited_ns = Some(now_ns);
+        }
+        self.processes.retain(|_, p| p.exited_ns.is_none_or(|t| now_ns.saturating_sub(t) < KEEP_EXITED_NS));
+    }
+
+    /// Unwind one sample of `pid` from `regs` = (ip, sp, bp) over `stack`
+    /// (bytes from sp up). Appends return addresses, leaf (ip) first, to `out`.
+    pub fn unwind(&mut self, binaries: &Binaries, pid: u32, regs: (u64, u64, u64), stack: &[u8], out: &mut Vec<u64>, max: usize) -> UnwindEnd {
+        let started = std::time::Instant::now();
+        let end = self.unwind_inner(binaries, pid, regs, stack, out, max);
+        self.stats.unwind_ns += started.elapsed().as_nanos() as u64;
+        self.stats.unwinds += 1;
+        match end {
+            UnwindEnd::Root => self.stats.reached_root += 1,
+            UnwindEnd::StackCopyExhausted => self.stats.copy_exhausted += 1,
+            UnwindEnd::NoUnwindInfo => self.stats.no_unwind_info += 1,
+        }
+        end
+    }
+
+    fn unwind_inner(&mut self, binaries: &Binaries, pid: u32, regs: (u64, u64, u64), stack: &[u8], out: &mut Vec<u64>, max: usize) -> UnwindEnd {
+        let Some(p) = self.processes.get(&pid) else {
+            // Unknown process (its mappings not seen): keep the leaf.
+            out.push(regs.0);
+            return UnwindEnd::NoUnwindInfo;
+        };
+        if p.unwinder.is_none() {
+            let mappings = p.mappings.clone();
+            let mut unwinder = UnwinderX86_64::new();
+            for m in &mappings {
+                let info = self
+                    .binaries
+                    .entry(m.binary)
+                    .or_insert_with(|| match BinaryUnwindInfo::read(binaries, m.binary) {
+                        Ok(i) => Some(Arc::new(i)),
+                        Err(e) => {
+                            self.failures.push(format!("{}: {e}", binaries.get(m.binary).path));
+                            None
+                        }
+                    })
+                    .clone();
+                if let Some(module) = info.and_then(|i| i.module(&binaries.get(m.binary).path, m.start, m.end, m.pgoff)) {
+                    unwinder.add_module(module);
+                }
+            }
+            self.processes.get_mut(&pid).expect("present").unwinder = Some(unwinder);
+        }
+        let unwinder = self.processes[&pid].unwinder.as_ref().expect("built");
+        let (ip, sp, bp) = regs;
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let off = addr.checked_sub(sp).ok_or(())? as usize;
+            let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            Ok(u64::from_ne_bytes(bytes.try_into().map_err(|_| ())?))
+        };
+        let cache = self.cache.as_mut().expect("cache");
+        let mut frames = unwinder.iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read_stack);
+        let stack_end = sp + stack.len() as u64;
+        loop {
+            if out.len() >= max {
+                return UnwindEnd::StackCopyExhausted;
+            }
+            match frames.next() {
+                Ok(Some(f)) => out.push(f.address()),
+                Ok(None) => return UnwindEnd::Root,
+                Err(framehop::Error::CouldNotReadStack(addr)) if addr >= stack_end.saturating_sub(8) => {
+                    return UnwindEnd::StackCopyExhausted;
+                }
+                Err(_) => return UnwindEnd::NoUnwindInfo,
+            }
+        }
+    }
+}
