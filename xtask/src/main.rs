@@ -75,7 +75,9 @@ fn compile(src: &Path, out: &Path) -> Result<()> {
     run(Command::new(CLANG)
         .current_dir(ebpf)
         .args(["-target", "bpf", "-g", "-O2", "-Wall", "-Werror", target_arch_define()])
-        .arg(format!("-ffile-prefix-map={}/=", ebpf.display()))
+        // No trailing slash: the compilation directory itself must be mapped too,
+        // or its absolute path stays in the BTF line info.
+        .arg(format!("-ffile-prefix-map={}=.", ebpf.display()))
         .arg("-I.")
         .arg("-c")
         .arg(src.file_name().expect("file name"))

@@ -1,0 +1,167 @@
+//! JIT symbols from perf map files (`/tmp/perf-PID.map`).
+//!
+//! In: a process id (its uid and in-namespace pid when known). Out: the
+//! symbols the process's JIT wrote (`START SIZE name` per line, hex), sorted
+//! for lookup, or why the file was not used. Written here because the format
+//! is three fields a line and the trust rules are ours: the file is read
+//! only if it is a regular file, not a symlink, owned by the process's user
+//! (or root), so another user cannot plant names in a root profiler's output.
+//! Malformed lines are skipped and counted, never fatal.
+
+use std::os::unix::fs::MetadataExt;
+
+/// One JIT symbol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JitSymbol {
+    /// First address.
+    pub start: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Name as the JIT wrote it.
+    pub name: String,
+}
+
+/// A parsed perf map.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PerfMap {
+    /// Symbols sorted by start.
+    pub symbols: Vec<JitSymbol>,
+    /// Lines that could not be parsed.
+    pub malformed: usize,
+}
+
+impl PerfMap {
+    /// Parse perf map text. Later entries for the same start win (JITs
+    /// rewrite code), lines that are not `HEX HEX name` are counted and skipped.
+    pub fn parse(text: &[u8]) -> PerfMap {
+        let mut map = PerfMap::default();
+        for line in text.split(|&b| b == b'\n') {
+            if line.is_empty() {
+                continue;
+            }
+            let line = String::from_utf8_lossy(line);
+            let mut parts = line.trim_end_matches('\r').splitn(3, ' ');
+            let parsed = (|| {
+                let start = u64::from_str_radix(parts.next()?.trim_start_matches("0x"), 16).ok()?;
+                let size = u64::from_str_radix(parts.next()?.trim_start_matches("0x"), 16).ok()?;
+                let name = parts.next()?.trim();
+                (!name.is_empty() && size > 0).then(|| JitSymbol { start, size, name: name.to_string() })
+            })();
+            match parsed {
+                Some(s) => map.symbols.push(s),
+                None => map.malformed += 1,
+            }
+        }
+        // Stable sort keeps file order among equal starts; keep the last one.
+        map.symbols.sort_by_key(|s| s.start);
+        map.symbols.reverse();
+        map.symbols.dedup_by_key(|s| s.start);
+        map.symbols.reverse();
+        map
+    }
+
+    /// The symbol containing `addr`.
+    pub fn lookup(&self, addr: u64) -> Option<&JitSymbol> {
+        let i = self.symbols.partition_point(|s| s.start <= addr);
+        let s = self.symbols.get(i.checked_sub(1)?)?;
+        (addr - s.start < s.size).then_some(s)
+    }
+}
+
+/// Read a process's perf map, checking that it may be trusted.
+/// `uid` is the process's user if known; `ns_pid` its pid inside its pid
+/// namespace (which names the file), `root` its root directory.
+pub fn load(uid: Option<u32>, ns_pid: u32, root: &str) -> Result<PerfMap, String> {
+    let path = format!("{root}/tmp/perf-{ns_pid}.map");
+    let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{path}: {e}"))?;
+    if meta.file_type().is_symlink() {
+        return Err(format!("{path} is a symlink; ignored"));
+    }
+    if !meta.is_file() {
+        return Err(format!("{path} is not a regular file; ignored"));
+    }
+    let owner_ok = meta.uid() == 0 || uid.is_some_and(|u| u == meta.uid());
+    if !owner_ok {
+        return Err(format!(
+            "{path} is owned by uid {} but the process runs as {}; ignored",
+            meta.uid(),
+            uid.map(|u| u.to_string()).unwrap_or_else(|| "an unknown user".into())
+        ));
+    }
+    // O_NOFOLLOW closes the race between the check above and the open.
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| format!("{path}: {e}"))?;
+    let mut text = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, 256 << 20), &mut text).map_err(|e| format!("{path}: {e}"))?;
+    Ok(PerfMap::parse(&text))
+}
+
+/// (uid, in-namespace pid) of a live process, from /proc/PID/status.
+pub fn process_identity(pid: u32) -> Option<(u32, u32)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()?;
+    let ns_pid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|v| v.split_whitespace().last()?.parse().ok())
+        .unwrap_or(pid);
+    Some((uid, ns_pid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that entries parse, lookups honour sizes, later duplicates win,
+    /// and malformed lines are counted.
+    #[test]
+    fn parses_and_looks_up() {
+        let m = PerfMap::parse(b"1000 20 LazyCompile:*hot a.js:1\n2000 10 old\nzz 1 bad\n2000 10 new\n3000 0 empty\n\n");
+        assert_eq!(m.malformed, 2);
+        assert_eq!(m.lookup(0x1010).unwrap().name, "LazyCompile:*hot a.js:1");
+        assert!(m.lookup(0x1020).is_none());
+        assert_eq!(m.lookup(0x2005).unwrap().name, "new");
+        assert!(m.lookup(0xfff).is_none());
+    }
+
+    /// Check that arbitrary bytes never make the parser or lookup panic.
+    #[test]
+    fn garbage_never_panics() {
+        let mut x = 0x9e3779b97f4a7c15u64;
+        for len in 0..2000 {
+            let bytes: Vec<u8> = (0..len % 300)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Mostly hex digits, spaces and newlines, so some lines almost parse.
+                    b"0123456789abcdefx \n\xff\x00"[(x % 21) as usize]
+                })
+                .collect();
+            let m = PerfMap::parse(&bytes);
+            let _ = m.lookup(x);
+            let _ = m.lookup(u64::MAX);
+        }
+    }
+
+    /// Check that a symlinked perf map is refused.
+    #[test]
+    fn refuses_symlinks() {
+        let dir = std::env::temp_dir().join(format!("sysprof-perfmap-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("tmp")).unwrap();
+        std::fs::write(dir.join("real.map"), "1000 10 f\n").unwrap();
+        let _ = std::fs::remove_file(dir.join("tmp/perf-7.map"));
+        std::os::unix::fs::symlink(dir.join("real.map"), dir.join("tmp/perf-7.map")).unwrap();
+        let err = load(Some(0), 7, dir.to_str().unwrap()).unwrap_err();
+        assert!(err.contains("symlink"), "{err}");
+        std::fs::remove_file(dir.join("tmp/perf-7.map")).unwrap();
+        std::fs::write(dir.join("tmp/perf-7.map"), "1000 10 f\n").unwrap();
+        let m = load(Some(unsafe { libc::geteuid() }), 7, dir.to_str().unwrap()).unwrap();
+        assert_eq!(m.symbols.len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
