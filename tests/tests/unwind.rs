@@ -90,3 +90,71 @@ fn stripped_binary_gets_names_from_its_build_id_debug_file() {
     eprintln!("stripped: {named} of {} samples name level6", stacks.len());
     assert!(named * 10 >= stacks.len() * 9);
 }
+
+fn node() -> Option<std::path::PathBuf> {
+    let out = std::process::Command::new("sh").args(["-c", "command -v node"]).output().ok()?;
+    out.status.success().then(|| std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// Samples of `node --perf-basic-prof` running hot.js, with `tamper` applied to its map.
+fn record_node(test: &str, tamper: &str) -> Option<(Profile, u64, String)> {
+    let Some(node) = node() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("{test}: node is needed (Debian: apt-get install nodejs)");
+        }
+        eprintln!("\n*** SKIPPED {test}: node not found ***\n");
+        return None;
+    };
+    let dir = scratch(test);
+    let script = workspace_root().join("tests/workloads/hot.js");
+    let out_path = dir.join("p.json.gz");
+    let mut args = vec!["--no-off-cpu", "--", node.to_str().unwrap(), "--perf-basic-prof", script.to_str().unwrap(), "1500"];
+    if !tamper.is_empty() {
+        args.push(tamper);
+    }
+    let out = record(&args, &out_path);
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").expect("node printed its pid");
+    for suffix in ["", ".real"] {
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map{suffix}"));
+    }
+    Some((Profile::load(&out_path), pid, String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
+fn hot_js_samples(profile: &Profile, pid: u64) -> (usize, usize) {
+    let t = profile.thread(pid, pid).expect("node's main thread");
+    let stacks = t.on_cpu_stacks(&profile.categories());
+    let named = stacks.iter().filter(|s| s.iter().any(|(n, _)| n.contains("sysprofHotLoop"))).count();
+    (named, stacks.len())
+}
+
+/// Check that the hot JavaScript function's name, from the perf map node
+/// writes, appears in the profile's frames for most of node's samples.
+#[test]
+fn node_jit_frames_are_named_from_the_perf_map() {
+    if !can_record("node_jit_frames_are_named_from_the_perf_map") {
+        return;
+    }
+    let Some((profile, pid, _)) = record_node("node_jit_frames_are_named_from_the_perf_map", "") else { return };
+    let (named, total) = hot_js_samples(&profile, pid);
+    eprintln!("node: {named} of {total} main-thread samples in sysprofHotLoop");
+    assert!(total >= 1000);
+    assert!(named * 2 >= total, "the hot JS function is named in most samples");
+}
+
+/// Check that a perf map owned by another user, or a symlink, is refused
+/// with a warning: no JIT names come from it.
+#[test]
+fn hostile_perf_maps_are_refused_with_a_warning() {
+    for (tamper, expected) in [("chown", "owned by uid 65534"), ("symlink", "is a symlink")] {
+        let test = format!("hostile_perf_map_{tamper}");
+        if !can_record(&test) {
+            return;
+        }
+        let Some((profile, pid, stderr)) = record_node(&test, tamper) else { return };
+        let (named, total) = hot_js_samples(&profile, pid);
+        eprintln!("hostile {tamper}: {named} of {total} named; stderr: {}", stderr.lines().find(|l| l.contains("perf map")).unwrap_or(""));
+        assert_eq!(named, 0, "a {tamper}ed perf map must not name frames");
+        assert!(stderr.contains("warning") && stderr.contains(expected), "{tamper}: the warning says why: {stderr}");
+    }
+}

@@ -81,6 +81,9 @@ pub struct Collector {
     recent_pids: FxHashSet<u32>,
     /// Dwarf mode: live per-process unwinders, kept up to date by the sideband.
     unwinders: Option<Unwinders>,
+    /// Processes with anonymous executable memory (JIT code): their
+    /// (uid, in-namespace pid), read when the mapping was first seen.
+    jit_processes: FxHashMap<u32, Option<(u32, u32)>>,
     /// Reused buffer for one unwound stack.
     unwound: Vec<u64>,
 }
@@ -125,6 +128,7 @@ impl Collector {
             options: CollectorOptions::default(),
             recent_pids: FxHashSet::default(),
             unwinders: None,
+            jit_processes: FxHashMap::default(),
             unwound: Vec::with_capacity(128),
         }
     }
@@ -299,6 +303,9 @@ impl Collector {
     /// An executable mapping: open its file now, while the process lives.
     pub fn handle_mmap2(&mut self, m: MmapEvent) {
         let binary = self.binaries.intern(&m);
+        if is_anonymous(&m.path) {
+            self.jit_processes.entry(m.pid).or_insert_with(|| symbolize::perfmap::process_identity(m.pid));
+        }
         if let Some(u) = self.unwinders.as_mut() {
             u.add_mapping(m.pid, m.start, m.len, m.pgoff, binary);
         }
@@ -359,7 +366,7 @@ impl Collector {
                 warnings.push(format!("cannot read unwind information of {f}; its frames are walked by frame pointer"));
             }
         }
-        let (libs, frames) = symbolicate(&mut self.binaries, &frame_keys, &mut warnings);
+        let (libs, frames) = symbolicate(&mut self.binaries, &frame_keys, &self.jit_processes, &mut warnings);
         let processes = finish_processes(processes, &self.filter, &self.sample_comm);
         Recording {
             counters: std::mem::take(&mut self.counters),
@@ -387,6 +394,13 @@ struct Mapping {
     end: u64,
     pgoff: u64,
     binary: BinaryIndex,
+    /// Anonymous memory (JIT code): frames are named from the perf map.
+    anon: bool,
+}
+
+/// Paths the kernel gives anonymous executable memory.
+fn is_anonymous(path: &str) -> bool {
+    path.is_empty() || path.starts_with("//anon") || path.starts_with("[anon")
 }
 
 #[derive(Debug)]
@@ -468,7 +482,13 @@ impl ProcessState {
 struct FrameKey {
     binary: u32,
     address: u64,
+    /// For JIT frames only (absolute addresses mean something per process).
+    pid: u32,
 }
+
+/// `FrameKey::binary` for code in anonymous memory: named from the
+/// process's perf map, `address` absolute, `pid` set.
+const JIT_BINARY: u32 = u32::MAX - 3;
 
 /// `FrameKey::binary` for kernel addresses.
 const KERNEL_BINARY: u32 = u32::MAX - 1;
@@ -562,7 +582,7 @@ impl Replay {
             state.cmdline = p.cmdline.clone();
             state.start_ns = Some(p.start_ns);
             for (m, &binary) in p.mappings.iter().zip(bins) {
-                state.add_mapping(Mapping { start: m.start, end: m.start + m.len, pgoff: m.pgoff, binary });
+                state.add_mapping(Mapping { start: m.start, end: m.start + m.len, pgoff: m.pgoff, binary, anon: is_anonymous(&m.path) });
             }
             for (tid, comm, cpu_ns) in &p.threads {
                 let t = state.thread(*tid);
@@ -581,7 +601,7 @@ impl Replay {
                     state.exe = Some(m.path.clone());
                     state.awaiting_exe = false;
                 }
-                state.add_mapping(Mapping { start: m.start, end: m.start + m.len, pgoff: m.pgoff, binary });
+                state.add_mapping(Mapping { start: m.start, end: m.start + m.len, pgoff: m.pgoff, binary, anon: is_anonymous(&m.path) });
             }
             SidebandEvent::Comm { time: _, pid, tid, name, exec } => {
                 let state = self.process(*pid);
@@ -669,7 +689,7 @@ impl Replay {
         self.path = path;
         if node == NO_PARENT {
             // A sample with no usable frame at all still counts, as an empty stack.
-            let frame = self.frame(FrameKey { binary: NO_LIB, address: 0 });
+            let frame = self.frame(FrameKey { binary: NO_LIB, address: 0, pid: 0 });
             return self.stacks.child(NO_PARENT, frame as u64);
         }
         node
@@ -694,13 +714,17 @@ impl Replay {
             let lookup = if depth == leaf { addr } else { addr.saturating_sub(1) };
             let key = if addr == TRUNCATED_COPY_EXHAUSTED || addr == TRUNCATED_NO_UNWIND_INFO {
                 let pseudo = if addr == TRUNCATED_COPY_EXHAUSTED { PseudoFrame::StackCopyExhausted } else { PseudoFrame::NoUnwindInfo };
-                FrameKey { binary: PSEUDO_BINARY, address: pseudo as u64 }
+                FrameKey { binary: PSEUDO_BINARY, address: pseudo as u64, pid: 0 }
             } else if addr >= KERNEL_ADDR_MIN {
-                FrameKey { binary: KERNEL_BINARY, address: lookup }
+                FrameKey { binary: KERNEL_BINARY, address: lookup, pid: 0 }
             } else if let Some(m) = state.lookup(lookup) {
-                FrameKey { binary: m.binary, address: lookup - m.start + m.pgoff }
+                if m.anon {
+                    FrameKey { binary: JIT_BINARY, address: lookup, pid }
+                } else {
+                    FrameKey { binary: m.binary, address: lookup - m.start + m.pgoff, pid: 0 }
+                }
             } else {
-                FrameKey { binary: NO_LIB, address: lookup }
+                FrameKey { binary: NO_LIB, address: lookup, pid: 0 }
             };
             let next = self.frame_keys.len() as u32;
             let frame = *self.frame_index.entry(key).or_insert_with(|| {
@@ -717,6 +741,7 @@ impl Replay {
 fn symbolicate(
     binaries: &mut Binaries,
     keys: &[FrameKey],
+    jit_processes: &FxHashMap<u32, Option<(u32, u32)>>,
     warnings: &mut Vec<String>,
 ) -> (Vec<LibRecord>, Vec<FrameRecord>) {
     let symbolicator = Symbolicator::new();
@@ -750,6 +775,7 @@ fn symbolicate(
                 },
                 pseudo: true,
             },
+            JIT_BINARY => FrameRecord { lib: NO_LIB, address: k.address, kernel: false, symbols: AddrInfo::default(), pseudo: false },
             b => FrameRecord { lib: b, address: k.address, kernel: false, symbols: AddrInfo::default(), pseudo: false },
         })
         .collect();
@@ -767,7 +793,7 @@ fn symbolicate(
     for (binary, idxs) in by_binary {
         let addrs: Vec<u64> = idxs.iter().map(|&i| keys[i as usize].address).collect();
         let result = match binary {
-            NO_LIB | PSEUDO_BINARY => continue,
+            NO_LIB | PSEUDO_BINARY | JIT_BINARY => continue,
             KERNEL_BINARY => symbolicator.symbolize_kernel(&addrs).map_err(|e| format!("kernel symbols: {e}")),
             b => {
                 let bin = binaries.get(b);
@@ -807,7 +833,62 @@ fn symbolicate(
         libs.push(LibRecord { path: bin.path.clone(), name: bin.name.clone(), build_id: bin.build_id.clone() });
     }
     libs.push(LibRecord { path: "[kernel.kallsyms]".into(), name: "[kernel.kallsyms]".into(), build_id: kernel_build_id });
+    symbolicate_jit(keys, &mut frames, &mut libs, jit_processes, warnings);
     (libs, frames)
+}
+
+/// Name JIT frames from each process's perf map; each process with one gets
+/// a library named after its map file.
+fn symbolicate_jit(
+    keys: &[FrameKey],
+    frames: &mut [FrameRecord],
+    libs: &mut Vec<LibRecord>,
+    jit_processes: &FxHashMap<u32, Option<(u32, u32)>>,
+    warnings: &mut Vec<String>,
+) {
+    let mut by_pid: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
+    for (i, k) in keys.iter().enumerate() {
+        if k.binary == JIT_BINARY {
+            by_pid.entry(k.pid).or_default().push(i);
+        }
+    }
+    for (pid, idxs) in by_pid {
+        let identity = jit_processes.get(&pid).copied().flatten().or_else(|| symbolize::perfmap::process_identity(pid));
+        let (uid, ns_pid) = match identity {
+            Some((u, n)) => (Some(u), n),
+            None => (None, pid),
+        };
+        // The map lives in the process's own /tmp: through its root while it
+        // runs (containers), in ours once it has exited.
+        let root = format!("/proc/{pid}/root");
+        let root = if std::path::Path::new(&root).exists() { root } else { String::new() };
+        let map = match symbolize::perfmap::load(uid, ns_pid, &root) {
+            Ok(m) => m,
+            Err(e) => {
+                if !e.contains("No such file") {
+                    let w = format!("perf map of pid {pid}: {e}");
+                    if !warnings.contains(&w) {
+                        warnings.push(w);
+                    }
+                }
+                continue;
+            }
+        };
+        let lib = libs.len() as u32;
+        libs.push(LibRecord { path: format!("/tmp/perf-{ns_pid}.map"), name: format!("JIT (perf-{ns_pid}.map)"), build_id: None });
+        for i in idxs {
+            let f = &mut frames[i];
+            f.lib = lib;
+            if let Some(sym) = map.lookup(keys[i].address) {
+                f.symbols = AddrInfo {
+                    symbol_start: sym.start,
+                    symbol_offset: keys[i].address - sym.start,
+                    symbol_size: Some(sym.size),
+                    funcs: vec![symbolize::FuncAtAddr { name: sym.name.clone(), file: None, line: None }],
+                };
+            }
+        }
+    }
 }
 
 /// Keep tracked processes with samples (or every thread of explicitly

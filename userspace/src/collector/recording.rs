@@ -8,7 +8,7 @@
 use super::stack_tree::StackTree;
 use crate::symbolize::AddrInfo;
 
-/// Kernel frames use this library index (see [`Recording::kernel_lib`]).
+/// The library index of frames in no known library.
 pub const NO_LIB: u32 = u32::MAX;
 
 /// A library (a binary file, or the kernel) that frames point into.
@@ -263,7 +263,7 @@ pub struct Recording {
     pub interval_ms: f64,
     /// Processes with at least one thread in the profile.
     pub processes: Vec<ProcessRecord>,
-    /// Libraries; the last one is the kernel.
+    /// Libraries: binaries, the kernel, then one per process with JIT symbols.
     pub libs: Vec<LibRecord>,
     /// Every distinct frame.
     pub frames: Vec<FrameRecord>,
@@ -283,9 +283,4 @@ pub struct Recording {
     pub notes: Vec<String>,
 }
 
-impl Recording {
-    /// Index of the kernel's library.
-    pub fn kernel_lib(&self) -> u32 {
-        self.libs.len() as u32 - 1
-    }
-}
+

@@ -31,7 +31,7 @@ impl Replay {
         let addrs = self.stack_addrs(c, kernel, user);
         let mut node = self.resolve_addrs(pid, &addrs);
         if let Some(leaf) = leaf {
-            let frame = self.frame(FrameKey { binary: PSEUDO_BINARY, address: leaf as u64 });
+            let frame = self.frame(FrameKey { binary: PSEUDO_BINARY, address: leaf as u64, pid: 0 });
             node = self.stacks.child(node, frame as u64);
         }
         (node != NO_PARENT).then_some(node)
@@ -121,7 +121,7 @@ impl Replay {
                 continue;
             }
             let folded = (sw.short_count > 0).then(|| {
-                let frame = self.frame(FrameKey { binary: PSEUDO_BINARY, address: PseudoFrame::Folded as u64 });
+                let frame = self.frame(FrameKey { binary: PSEUDO_BINARY, address: PseudoFrame::Folded as u64, pid: 0 });
                 self.stacks.child(NO_PARENT, frame as u64)
             });
             let t = self.processes.get_mut(&pid).expect("tracked").thread(tid);

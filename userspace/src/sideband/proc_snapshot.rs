@@ -79,6 +79,8 @@ fn read_process(proc: &Process, ticks: u64) -> Option<SnapshotProcess> {
             let path = match &m.pathname {
                 MMapPath::Path(p) => p.to_string_lossy().into_owned(),
                 MMapPath::Vdso => "[vdso]".to_string(),
+                // JIT code: named later from the process's perf map.
+                MMapPath::Anonymous => "//anon".to_string(),
                 _ => continue,
             };
             mappings.push(MmapEvent {

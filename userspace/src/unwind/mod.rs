@@ -243,7 +243,12 @@ impl Unwinders {
                     .or_insert_with(|| match BinaryUnwindInfo::read(binaries, m.binary) {
                         Ok(i) => Some(Arc::new(i)),
                         Err(e) => {
-                            self.failures.push(format!("{}: {e}", binaries.get(m.binary).path));
+                            // Anonymous memory (JIT code) has no file: framehop
+                            // walks it by frame pointer, which is not a failure.
+                            let path = &binaries.get(m.binary).path;
+                            if path.starts_with('/') && !path.starts_with("//") {
+                                self.failures.push(format!("{path}: {e}"));
+                            }
                             None
                         }
                     })

@@ -1,0 +1,22 @@
+// hot.js: a hot JavaScript function with a known name, run with
+// `node --perf-basic-prof` so V8 writes /tmp/perf-PID.map. argv[2] is the
+// number of milliseconds to run; argv[3], if given, tampers with the map at
+// the end ("chown": give it to another user; "symlink": replace it by a
+// symlink) so the profiler must refuse it.
+const fs = require("fs");
+function sysprofHotLoop(n) {
+  let s = 0;
+  for (let i = 0; i < n; i++) s += Math.sqrt(i) % 7;
+  return s;
+}
+const ms = Number(process.argv[2] || 1500);
+const t = Date.now();
+let acc = 0;
+while (Date.now() - t < ms) acc += sysprofHotLoop(100000);
+const map = `/tmp/perf-${process.pid}.map`;
+if (process.argv[3] === "chown") fs.chownSync(map, 65534, 65534);
+if (process.argv[3] === "symlink") {
+  fs.renameSync(map, map + ".real");
+  fs.symlinkSync(map + ".real", map);
+}
+console.log(`pid=${process.pid}\nacc=${acc}`);
