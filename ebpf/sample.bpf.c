@@ -26,6 +26,8 @@ const volatile __u64 wakeup_bytes = 256 * 1024;
  * Frozen in .rodata, so the verifier sees the reservation size as constant. */
 const volatile __u32 stack_copy = 0;
 
+#include "ustack.bpf.h"
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 8 * 1024 * 1024); /* resized by userspace (--ring-size) */
@@ -44,29 +46,6 @@ static __always_inline void count_drop(__u32 reason)
 
 	if (slot)
 		*slot += 1; /* per-CPU slot: no atomic needed */
-}
-
-/* Copy the user stack from sp up, in chunks; stop at the first that cannot
- * be read (the top of the stack), after retrying it in smaller pieces. */
-static __always_inline __u32 copy_user_stack(__u8 *dst, __u64 sp)
-{
-	__u32 copied = 0;
-
-	for (int i = 0; i < MAX_STACK_COPY / STACK_COPY_CHUNK; i++) {
-		if (copied + STACK_COPY_CHUNK > stack_copy || copied > MAX_STACK_COPY - STACK_COPY_CHUNK)
-			return copied;
-		if (bpf_probe_read_user(dst + copied, STACK_COPY_CHUNK, (void *)(sp + copied)))
-			break;
-		copied += STACK_COPY_CHUNK;
-	}
-	for (int i = 0; i < STACK_COPY_CHUNK / STACK_COPY_TAIL; i++) {
-		if (copied + STACK_COPY_TAIL > stack_copy || copied > MAX_STACK_COPY - STACK_COPY_TAIL)
-			return copied;
-		if (bpf_probe_read_user(dst + copied, STACK_COPY_TAIL, (void *)(sp + copied)))
-			break;
-		copied += STACK_COPY_TAIL;
-	}
-	return copied;
 }
 
 SEC("perf_event")

@@ -27,6 +27,10 @@
 const volatile __u32 targ_tgid = 0;
 const volatile __u64 offcpu_min_ns = 100000;
 const volatile __u64 wakeup_bytes = 64 * 1024;
+/* Dwarf mode: bytes of user stack copied at switch-out (0: frame pointers). */
+const volatile __u32 stack_copy = 0;
+
+#include "ustack.bpf.h"
 
 struct wakeup {
 	__u64 ts;
@@ -109,6 +113,14 @@ struct {
 	__type(value, struct io_start);
 } io_starts SEC(".maps");
 
+/* Sequence numbers of copied user stacks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} ustack_seq SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, DROP_MAX);
@@ -156,6 +168,44 @@ static __always_inline void current_stacks(void *ctx, __s32 *kid, __s32 *uid)
 	*uid = id;
 }
 
+/* Dwarf mode: the kernel stack by id, and the user registers and stack bytes
+ * sent as a ustack_event whose id becomes the user stack id. Falls back to
+ * the frame-pointer walk if the ring is full. */
+static __always_inline void copy_switch_out_stack(void *ctx, __u32 tid, struct stack_cache *regs, __s32 *kid, __s32 *uid)
+{
+	__u32 zero = 0;
+	__u32 *seq = bpf_map_lookup_elem(&ustack_seq, &zero);
+	struct ustack_event *e;
+	long id;
+
+	id = bpf_get_stackid(ctx, &stacks, 0);
+	if (id < 0)
+		count_drop(DROP_STACKID);
+	*kid = id;
+	if (!seq)
+		goto fallback;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e) + stack_copy, 0);
+	if (!e)
+		goto fallback;
+	e->kind = RECORD_USTACK;
+	e->id = USTACK_ID_FLAG | (__sync_fetch_and_add(seq, 1) & (USTACK_ID_FLAG - 1));
+	e->pid = bpf_get_current_pid_tgid() >> 32;
+	e->tid = tid;
+	e->ip = regs->ip;
+	e->sp = regs->sp;
+	e->bp = regs->bp;
+	e->_pad = 0;
+	e->size = copy_user_stack((__u8 *)(e + 1), regs->sp);
+	*uid = e->id;
+	bpf_ringbuf_submit(e, submit_flags());
+	return;
+fallback:
+	id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	if (id < 0 && id != -14)
+		count_drop(DROP_STACKID);
+	*uid = id;
+}
+
 /* current_stacks(), reusing the thread's previous switch-out stacks when its
  * user context and state are unchanged (see struct stack_cache). */
 static __always_inline void switch_out_stacks(void *ctx, __u32 tid, __u32 state, __s32 *kid, __s32 *uid)
@@ -181,7 +231,10 @@ static __always_inline void switch_out_stacks(void *ctx, __u32 tid, __u32 state,
 		*uid = last->ustack_id;
 		return;
 	}
-	current_stacks(ctx, kid, uid);
+	if (stack_copy)
+		copy_switch_out_stack(ctx, tid, &now, kid, uid);
+	else
+		current_stacks(ctx, kid, uid);
 	now.kstack_id = *kid;
 	now.ustack_id = *uid;
 	bpf_map_update_elem(&stack_caches, &tid, &now, BPF_ANY);

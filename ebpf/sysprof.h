@@ -17,6 +17,11 @@
 #define RECORD_SAMPLE 1
 #define RECORD_OFFCPU 2
 #define RECORD_IO 3
+#define RECORD_USTACK 4
+
+/* Ids of user stacks copied at switch-out (dwarf mode) have this bit set, so
+ * they never collide with ids of the `stacks` map. */
+#define USTACK_ID_FLAG 0x40000000
 
 /* Why a thread left the CPU (offcpu_event.state), folded from prev_state. */
 #define OFFCPU_PREEMPTED 0 /* still runnable: preempted or yielded */
@@ -110,6 +115,22 @@ struct blkio_event {
 	__s32 ustack_id;
 	__u8 comm[TASK_COMM_LEN];
 	__u8 rwbs[8];           /* "R", "W", "FWS", ... as blktrace spells it */
+};
+
+/* Dwarf mode: the user registers and top of the user stack of a thread as
+ * it left the CPU, followed by the copied bytes (the copy size is reserved,
+ * `size` of them are valid). Sent once per distinct user context; off-CPU
+ * records refer to it by `id` in their ustack_id. */
+struct ustack_event {
+	__u32 kind;             /* RECORD_USTACK */
+	__u32 id;               /* USTACK_ID_FLAG | sequence number */
+	__u32 pid;
+	__u32 tid;
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u32 size;
+	__u32 _pad;
 };
 
 /* Per-thread scheduler state and totals (map `threads`, key tid): where it

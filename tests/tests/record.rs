@@ -103,7 +103,8 @@ fn syscall_stacks_hold_kernel_and_user_frames() {
 }
 
 /// Check that a process that starts and exits during a system-wide
-/// recording appears with its name, pid, exit time and symbolicated frames.
+/// recording appears with its name, pid, exit time and symbolicated frames,
+/// with as many samples as its CPU time calls for (±15%).
 #[test]
 fn short_lived_process_is_named_and_symbolicated() {
     if !can_record("short_lived_process_is_named_and_symbolicated") {
@@ -121,6 +122,7 @@ fn short_lived_process_is_named_and_symbolicated() {
     std::thread::sleep(Duration::from_millis(700));
     let w = Command::new(&exe).arg("0.4").output().unwrap();
     let pid = field(&w.stdout, "pid").unwrap();
+    let cpu_ns = field(&w.stdout, "cpu_ns").unwrap() as f64;
     let out = rec.wait_with_output().unwrap();
     assert_success(&out);
     let profile = Profile::load(&out_path);
@@ -136,15 +138,18 @@ fn short_lived_process_is_named_and_symbolicated() {
     let stacks = t.on_cpu_stacks(&cats);
     let named = stacks.iter().filter(|s| names(s).contains(&"short_lived_spin")).count();
     eprintln!("shortlived: {named} of {} samples in short_lived_spin", stacks.len());
-    assert!(stacks.len() >= 200, "0.4 s at 999 Hz should give ~400 samples, got {}", stacks.len());
+    let expected = cpu_ns / 1e9 * 999.0;
+    eprintln!("shortlived: {} samples for {:.0} ms of CPU (expected {expected:.0})", stacks.len(), cpu_ns / 1e6);
+    assert!(expected >= 100.0, "the workload got too little CPU to judge: {cpu_ns} ns");
+    assert!((stacks.len() as f64 - expected).abs() <= expected * 0.15, "samples {} vs CPU time × 999 Hz = {expected:.0}", stacks.len());
     assert!(named * 10 >= stacks.len() * 9, "≥90% of samples symbolicated to short_lived_spin");
     let libs = profile.json["libs"].as_array().unwrap();
     let lib = libs.iter().find(|l| l["path"].as_str() == exe.to_str()).expect("the workload is in libs");
     assert_eq!(lib["codeId"].as_str().map(str::len), Some(40), "the build id is recorded: {lib}");
 }
 
-/// Check that -p records only the given process, and that idle samples of
-/// other processes are not in the profile.
+/// Check that -p records only the given process, with as many samples as
+/// the CPU time it used during the recording calls for (±15%, from schedstat).
 #[test]
 fn pid_filter_records_only_that_process() {
     if !can_record("pid_filter_records_only_that_process") {
@@ -156,7 +161,13 @@ fn pid_filter_records_only_that_process() {
     let pid = w.id() as u64;
     std::thread::sleep(Duration::from_millis(200));
     let out_path = dir.join("p.json");
+    let schedstat = || -> f64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+        s.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let before = schedstat();
     let out = record(&["-p", &pid.to_string(), "-d", "1"], &out_path);
+    let cpu_ns = schedstat() - before;
     let _ = w.kill();
     let _ = w.wait();
     assert_success(&out);
@@ -164,8 +175,12 @@ fn pid_filter_records_only_that_process() {
     let pids: std::collections::BTreeSet<u64> = profile.threads().iter().map(|t| t.pid()).collect();
     assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![pid]);
     let t = profile.thread(pid, pid).unwrap();
-    let on_cpu = t.on_cpu_stacks(&profile.categories()).len();
-    assert!(on_cpu >= 500, "a busy process for 1 s at 999 Hz: {on_cpu} samples");
+    let on_cpu = t.on_cpu_stacks(&profile.categories()).len() as f64;
+    // The schedstat window also covers sysprof's start and stop, when the
+    // process ran unsampled: the bound is one-sided above that.
+    let expected = cpu_ns / 1e9 * 999.0;
+    eprintln!("pid filter: {on_cpu} samples, {expected:.0} expected from {:.0} ms of CPU", cpu_ns / 1e6);
+    assert!(on_cpu >= 400.0 && on_cpu <= expected * 1.15, "{on_cpu} samples vs at most {expected:.0}");
 }
 
 /// Check that SIGTERM stops an open-ended recording and the profile is

@@ -158,3 +158,34 @@ fn hostile_perf_maps_are_refused_with_a_warning() {
         assert!(stderr.contains("warning") && stderr.contains(expected), "{tamper}: the warning says why: {stderr}");
     }
 }
+
+/// Check that a thread sleeping in a binary without frame pointers has
+/// off-CPU stacks that unwind through its functions to the thread's start.
+#[test]
+fn off_cpu_stacks_unwind_without_frame_pointers() {
+    if !can_record("off_cpu_stacks_unwind_without_frame_pointers") {
+        return;
+    }
+    let dir = scratch("sleeper-nofp");
+    let exe = build_c("sleeper", &dir.join("sleeper"), &["-O2", "-fomit-frame-pointer"]);
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--", exe.to_str().unwrap(), "30"], &out_path);
+    assert_success(&out);
+    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let profile = Profile::load(&out_path);
+    let t = profile.thread(pid, tid).expect("the sleeper thread");
+    let stacks = t.stacks(&profile.categories());
+    let sleeping: Vec<_> = stacks.iter().filter(|s| s.last().is_some_and(|(n, _)| n == "[off-CPU: sleeping]")).collect();
+    let whole = sleeping
+        .iter()
+        .filter(|s| {
+            let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
+            let root = names.iter().position(|n| *n == "start_thread" || *n == "clone3");
+            let f = names.iter().position(|n| *n == "sleep_loop");
+            matches!((root, f), (Some(r), Some(f)) if r < f)
+        })
+        .count();
+    eprintln!("sleeper-nofp: {whole} of {} sleeping stacks reach the thread root through sleep_loop", sleeping.len());
+    assert!(sleeping.len() >= 28);
+    assert!(whole * 10 >= sleeping.len() * 9);
+}

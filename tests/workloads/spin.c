@@ -3,6 +3,7 @@
  * of wall time, then exits. Used for processes that start and end during a
  * recording, for -p, and for binaries deleted or truncated while they run.
  * With -DSPIN_IN_LIB the spinning function lives in libspin.so instead.
+ * Prints "pid=" at start and "cpu_ns=" (its CPU time) at the end.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,5 +41,8 @@ int main(int argc, char **argv)
 #else
 	short_lived_spin(seconds);
 #endif
+	struct timespec cpu;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+	printf("cpu_ns=%lld\n", cpu.tv_sec * 1000000000LL + cpu.tv_nsec);
 	return 0;
 }

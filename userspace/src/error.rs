@@ -24,11 +24,11 @@ pub enum RecordError {
     /// The kernel has no BTF, so CO-RE programs cannot be loaded.
     #[error(
         "/sys/kernel/btf/vmlinux is missing: this kernel was built without CONFIG_DEBUG_INFO_BTF; \
-         use a distribution kernel 5.8 or newer"
+         use a distribution kernel 5.15 or newer"
     )]
     NoBtf,
     /// The kernel rejected a BPF program or map.
-    #[error("the kernel rejected the BPF program {program}: {detail} (kernel {kernel}; 5.8 or newer is needed)")]
+    #[error("the kernel rejected the BPF program {program}: {detail} (kernel {kernel}; 5.15 or newer is needed)")]
     BpfRejected {
         /// Program or object name.
         program: String,

@@ -133,6 +133,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
             io: !args.no_io,
             off_cpu_min_ns: OFF_CPU_EMIT_NS.min(marker_ns),
             ring_bytes: ring_bytes / 2,
+            stack_copy,
         })?)
     };
     let (tracer, events) = match tracer {
@@ -207,6 +208,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
         tokio::select! {
             Some(guard) = events_ready => {
                 let mut guard = guard.map_err(|e| RecordError::Internal(format!("events ring: {e}")))?;
+                sideband.drain(&mut |e| collector.handle_sideband(e));
                 drain_events(guard.get_inner_mut(), &mut collector, &mut decode_errors);
                 guard.clear_ready();
             }
@@ -376,6 +378,7 @@ fn drain_events(ring: &mut aya::maps::RingBuf<aya::maps::MapData>, collector: &m
         match abi::decode_event(&item) {
             Ok(abi::EventRecord::OffCpu(e)) => collector.handle_offcpu(e),
             Ok(abi::EventRecord::Io(e)) => collector.handle_io(e),
+            Ok(abi::EventRecord::UserStack(e, stack)) => collector.handle_user_stack(e, stack),
             Err(_) => *errors += 1,
         }
     }

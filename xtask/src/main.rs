@@ -74,7 +74,8 @@ fn compile(src: &Path, out: &Path) -> Result<()> {
     let ebpf = src.parent().expect("ebpf dir");
     run(Command::new(CLANG)
         .current_dir(ebpf)
-        .args(["-target", "bpf", "-g", "-O2", "-Wall", "-Werror", target_arch_define()])
+        // -mcpu=v3: atomic fetch-and-add (kernel 5.12+; we need 5.15 for bpf_task_pt_regs).
+        .args(["-target", "bpf", "-mcpu=v3", "-g", "-O2", "-Wall", "-Werror", target_arch_define()])
         // No trailing slash: the compilation directory itself must be mapped too,
         // or its absolute path stays in the BTF line info.
         .arg(format!("-ffile-prefix-map={}=.", ebpf.display()))

@@ -39,6 +39,34 @@ pub const DROP_MAX: u32 = 6;
 pub const RECORD_OFFCPU: u32 = 2;
 /// `RECORD_IO`
 pub const RECORD_IO: u32 = 3;
+/// `RECORD_USTACK`
+pub const RECORD_USTACK: u32 = 4;
+/// `USTACK_ID_FLAG`: set in ids of copied user stacks.
+pub const USTACK_ID_FLAG: u32 = 0x4000_0000;
+
+/// `struct ustack_event`: a thread's user registers and stack at switch-out.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UstackEvent {
+    /// `RECORD_USTACK`.
+    pub kind: u32,
+    /// `USTACK_ID_FLAG | sequence`.
+    pub id: u32,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// User instruction pointer.
+    pub ip: u64,
+    /// User stack pointer.
+    pub sp: u64,
+    /// User frame pointer.
+    pub bp: u64,
+    /// Valid stack bytes after the record.
+    pub size: u32,
+    /// Padding.
+    pub _pad: u32,
+}
 /// `OFFCPU_PREEMPTED`
 pub const OFFCPU_PREEMPTED: u32 = 0;
 /// `OFFCPU_SLEEPING`
@@ -166,6 +194,8 @@ pub enum EventRecord<'a> {
     OffCpu(&'a OffCpuEvent),
     /// A block I/O request.
     Io(&'a IoEvent),
+    /// A copied user stack (dwarf mode) and its bytes.
+    UserStack(&'a UstackEvent, &'a [u8]),
 }
 
 /// View `bytes` as a `T` after checking length and alignment.
@@ -189,6 +219,11 @@ pub fn decode_event(bytes: &[u8]) -> Result<EventRecord<'_>, DecodeError> {
     match kind {
         RECORD_OFFCPU => view::<OffCpuEvent>(bytes, kind).map(EventRecord::OffCpu),
         RECORD_IO => view::<IoEvent>(bytes, kind).map(EventRecord::Io),
+        RECORD_USTACK => {
+            let e = view::<UstackEvent>(bytes, kind)?;
+            let tail = &bytes[std::mem::size_of::<UstackEvent>()..];
+            Ok(EventRecord::UserStack(e, &tail[..(e.size as usize).min(tail.len())]))
+        }
         other => Err(DecodeError::UnknownKind(other)),
     }
 }
@@ -356,6 +391,8 @@ int main(void) {{
   O(kstack_id) O(ustack_id) O(waker_kstack_id) O(waker_ustack_id) O(short_count) O(comm) O(waker_comm)
   I(dev) I(sector) I(start_ns) I(issue_ns) I(done_ns) I(bytes) I(error) I(pid) I(tid) I(kstack_id) I(ustack_id) I(comm) I(rwbs)
   T(off_ts) T(voluntary) T(involuntary) T(short_count) T(short_ns) T(pid) T(off_state) T(off_cpu) T(kstack_id) T(ustack_id)
+  printf("ustack.size %zu\nustack.ip %zu\nustack.size_field %zu\nRECORD_USTACK %d\nUSTACK_ID_FLAG %d\n", sizeof(struct ustack_event),
+         offsetof(struct ustack_event, ip), offsetof(struct ustack_event, size), RECORD_USTACK, USTACK_ID_FLAG);
   printf("RECORD_OFFCPU %d\nRECORD_IO %d\nOFFCPU_PREEMPTED %d\nOFFCPU_SLEEPING %d\nOFFCPU_BLOCKED %d\nOFFCPU_OTHER %d\n", RECORD_OFFCPU, RECORD_IO, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER);
   printf("DROP_EVENTS_FULL %d\nDROP_STACKID %d\nDROP_STATE_FULL %d\n", DROP_EVENTS_FULL, DROP_STACKID, DROP_STATE_FULL);
   printf("TASK_COMM_LEN %d\nMAX_STACK_DEPTH %d\nRECORD_SAMPLE %d\n", TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE);
@@ -458,6 +495,11 @@ int main(void) {{
             ("state.off_cpu", offset_of!(ThreadState, off_cpu)),
             ("state.kstack_id", offset_of!(ThreadState, kstack_id)),
             ("state.ustack_id", offset_of!(ThreadState, ustack_id)),
+            ("ustack.size", size_of::<UstackEvent>()),
+            ("ustack.ip", offset_of!(UstackEvent, ip)),
+            ("ustack.size_field", offset_of!(UstackEvent, size)),
+            ("RECORD_USTACK", RECORD_USTACK as usize),
+            ("USTACK_ID_FLAG", USTACK_ID_FLAG as usize),
             ("RECORD_OFFCPU", RECORD_OFFCPU as usize),
             ("RECORD_IO", RECORD_IO as usize),
             ("OFFCPU_PREEMPTED", OFFCPU_PREEMPTED as usize),

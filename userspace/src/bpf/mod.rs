@@ -139,6 +139,8 @@ pub struct TracerOptions {
     pub off_cpu_min_ns: u64,
     /// Size of the events ring buffer in bytes (a power of two).
     pub ring_bytes: u32,
+    /// Dwarf mode: bytes of user stack copied at switch-out (0: frame pointers).
+    pub stack_copy: u32,
 }
 
 /// The loaded and attached scheduler/I/O tracer. Its records arrive in the
@@ -169,6 +171,7 @@ impl Tracer {
         let mut ebpf = EbpfLoader::new()
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("offcpu_min_ns", &opts.off_cpu_min_ns, true)
+            .override_global("stack_copy", &opts.stack_copy, true)
             .override_global("wakeup_bytes", &wakeup, true)
             .map_max_entries("events", opts.ring_bytes)
             .load(SCHED_BPF_OBJECT)

@@ -17,7 +17,7 @@ pub mod stack_tree;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::bpf::abi::{
-    IoEvent, OffCpuEvent, SampleView, ThreadState as KernelThreadState, SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED,
+    IoEvent, OffCpuEvent, UstackEvent, USTACK_ID_FLAG, SampleView, ThreadState as KernelThreadState, SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED,
     TASK_COMM_LEN,
 };
 use crate::sideband::proc_snapshot::ProcSnapshot;
@@ -168,7 +168,21 @@ impl Collector {
         self.io.push(*e);
     }
 
-    /// Stack ids the recorded intervals and requests refer to.
+    /// Dwarf mode: a thread's user stack copied at switch-out; unwound now,
+    /// with the mappings its process has, and kept under its id.
+    pub fn handle_user_stack(&mut self, e: &UstackEvent, stack: &[u8]) {
+        let Some(u) = self.unwinders.as_mut() else { return };
+        let mut out = Vec::with_capacity(32);
+        match u.unwind(&self.binaries, e.pid, (e.ip, e.sp, e.bp), stack, &mut out, 127) {
+            UnwindEnd::Root => {}
+            UnwindEnd::StackCopyExhausted => out.push(TRUNCATED_COPY_EXHAUSTED),
+            UnwindEnd::NoUnwindInfo => out.push(TRUNCATED_NO_UNWIND_INFO),
+        }
+        self.stacks_by_id.insert(e.id as i32, out);
+    }
+
+    /// Stack ids of the kernel's stacks map that the recorded intervals and
+    /// requests refer to (copied user stacks are already here).
     pub fn stack_ids(&self) -> Vec<i32> {
         let mut ids: FxHashSet<i32> = FxHashSet::default();
         for e in &self.off_cpu {
@@ -177,13 +191,13 @@ impl Collector {
         for e in &self.io {
             ids.extend([e.kstack_id, e.ustack_id]);
         }
-        ids.into_iter().filter(|&i| i >= 0).collect()
+        ids.into_iter().filter(|&i| i >= 0 && (i as u32 & USTACK_ID_FLAG) == 0).collect()
     }
 
     /// The stacks behind [`Collector::stack_ids`] (leaf first); ids missing
     /// here were evicted and count as lost stacks.
     pub fn handle_stacks(&mut self, stacks: FxHashMap<i32, Vec<u64>>) {
-        self.stacks_by_id = stacks;
+        self.stacks_by_id.extend(stacks);
     }
 
     /// Per-thread context switch totals, read at the end.
