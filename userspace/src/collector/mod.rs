@@ -81,6 +81,8 @@ pub struct Collector {
     recent_pids: FxHashSet<u32>,
     /// Dwarf mode: live per-process unwinders, kept up to date by the sideband.
     unwinders: Option<Unwinders>,
+    /// cgroup of each process, read when it was first seen.
+    cgroups: FxHashMap<u32, String>,
     /// Processes with anonymous executable memory (JIT code): their
     /// (uid, in-namespace pid), read when the mapping was first seen.
     jit_processes: FxHashMap<u32, Option<(u32, u32)>>,
@@ -129,6 +131,7 @@ impl Collector {
             recent_pids: FxHashSet::default(),
             unwinders: None,
             jit_processes: FxHashMap::default(),
+            cgroups: FxHashMap::default(),
             unwound: Vec::with_capacity(128),
         }
     }
@@ -234,6 +237,11 @@ impl Collector {
             .iter()
             .map(|p| p.mappings.iter().map(|m| self.binaries.intern(m)).collect())
             .collect();
+        for p in &snapshot.processes {
+            if let Some(c) = &p.cgroup {
+                self.cgroups.insert(p.pid, c.clone());
+            }
+        }
         if let Some(u) = self.unwinders.as_mut() {
             for (p, bins) in snapshot.processes.iter().zip(&self.snapshot_binaries) {
                 for (m, &b) in p.mappings.iter().zip(bins) {
@@ -300,6 +308,14 @@ impl Collector {
 
     /// One sideband event; dispatches to the handler for its kind.
     pub fn handle_sideband(&mut self, e: SidebandEvent) {
+        // A new process: note its cgroup while it runs (it may be gone by the end).
+        if let SidebandEvent::Fork { pid, ppid, tid, .. } = &e {
+            if pid != ppid && tid == pid {
+                if let Some(c) = crate::sideband::proc_snapshot::read_cgroup(*pid) {
+                    self.cgroups.insert(*pid, c);
+                }
+            }
+        }
         if let Some(u) = self.unwinders.as_mut() {
             match &e {
                 SidebandEvent::Comm { pid, exec: true, .. } => u.exec(*pid),
@@ -381,7 +397,11 @@ impl Collector {
             }
         }
         let (libs, frames) = symbolicate(&mut self.binaries, &frame_keys, &self.jit_processes, &mut warnings);
-        let processes = finish_processes(processes, &self.filter, &self.sample_comm);
+        let mut processes = finish_processes(processes, &self.filter, &self.sample_comm);
+        for p in &mut processes {
+            // Containers move processes after they start: the latest word wins.
+            p.cgroup = crate::sideband::proc_snapshot::read_cgroup(p.pid).or_else(|| self.cgroups.get(&p.pid).cloned());
+        }
         Recording {
             counters: std::mem::take(&mut self.counters),
             cpu_tracks,
@@ -972,6 +992,7 @@ fn finish_processes(
             cmdline: p.cmdline,
             start_ns: p.start_ns,
             end_ns: p.end_ns,
+            cgroup: None,
             threads,
         });
     }

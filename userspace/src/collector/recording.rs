@@ -215,6 +215,8 @@ pub struct ProcessRecord {
     pub start_ns: Option<u64>,
     /// Exit time if it exited during the recording (ns).
     pub end_ns: Option<u64>,
+    /// Its cgroup path, if not the root.
+    pub cgroup: Option<String>,
     /// Threads, main thread first.
     pub threads: Vec<ThreadRecord>,
 }

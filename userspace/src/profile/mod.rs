@@ -331,6 +331,8 @@ struct Thread {
     show_markers_in_timeline: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     context_switches: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup: Option<String>,
     frame_table: FrameTable,
     func_table: FuncTable,
     resource_table: ResourceTable,
@@ -547,12 +549,17 @@ fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn F
     let markers = build_markers(rec, &t.markers, &mut tables, idle, ms);
     let start = |ns: Option<u64>| ns.map(|v| ms(v).max(0.0)).unwrap_or(0.0);
     let is_main = t.tid == p.pid;
+    // The container or service shows in the track's process name.
+    let process_name = match p.cgroup.as_deref().and_then(crate::sideband::proc_snapshot::cgroup_label) {
+        Some(label) => format!("{} [{label}]", p.name),
+        None => p.name.clone(),
+    };
     Thread {
         name: t.name.clone(),
         pid: p.pid.to_string(),
         tid: t.tid,
         process_type: "default",
-        process_name: p.name.clone(),
+        process_name,
         is_main_thread: is_main,
         process_startup_time: start(p.start_ns),
         process_shutdown_time: p.end_ns.map(ms),
@@ -561,6 +568,7 @@ fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn F
         paused_ranges: Vec::new(),
         show_markers_in_timeline: !t.markers.is_empty(),
         context_switches: t.switches.map(|(v, i)| serde_json::json!({ "voluntary": v, "involuntary": i })),
+        cgroup: p.cgroup.clone(),
         frame_table: tables.frames,
         func_table: tables.funcs,
         resource_table: tables.resources,
@@ -590,6 +598,7 @@ fn build_cpu_track(rec: &Recording, cpu: u32, markers: &[MarkerRecord], ms: &dyn
         paused_ranges: Vec::new(),
         show_markers_in_timeline: true,
         context_switches: None,
+        cgroup: None,
         frame_table: tables.frames,
         func_table: tables.funcs,
         resource_table: tables.resources,
