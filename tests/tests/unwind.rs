@@ -222,3 +222,39 @@ fn processes_in_a_container_cgroup_are_labelled() {
     assert_eq!(t.process_name(), "contained [container 5a1b2c3d4e5f]");
     assert!(t.t["cgroup"].as_str().unwrap().ends_with(&format!("docker-{id}.scope")));
 }
+
+/// Check that JIT frames are named from the jitdump file a process maps
+/// (`node --perf-prof` writes one; no perf map exists then).
+#[test]
+fn node_jit_frames_are_named_from_its_jitdump() {
+    let test = "node_jit_frames_are_named_from_its_jitdump";
+    if !can_record(test) {
+        return;
+    }
+    let Some(node) = node() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("{test}: node is needed (Debian: apt-get install nodejs)");
+        }
+        eprintln!("\n*** SKIPPED {test}: node not found ***\n");
+        return;
+    };
+    let dir = scratch("jitdump");
+    let script = workspace_root().join("tests/workloads/hot.js");
+    let out_path = dir.join("p.json.gz");
+    // node writes jit-PID.dump into its working directory.
+    let out = std::process::Command::new(sysprof_bin())
+        .current_dir(&dir)
+        .args(["record", "-o"])
+        .arg(&out_path)
+        .args(["--no-off-cpu", "--", node.to_str().unwrap(), "--perf-prof", script.to_str().unwrap(), "1500"])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").unwrap();
+    let profile = Profile::load(&out_path);
+    let (named, total) = hot_js_samples(&profile, pid);
+    let libs: Vec<String> = profile.json["libs"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap().to_string()).collect();
+    eprintln!("jitdump: {named} of {total} main-thread samples in sysprofHotLoop; JIT libs {:?}", libs.iter().filter(|l| l.starts_with("JIT")).collect::<Vec<_>>());
+    assert!(libs.contains(&format!("JIT (jit-{pid}.dump)")));
+    assert!(named * 2 >= total, "the hot JS function is named in most samples");
+}

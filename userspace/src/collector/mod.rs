@@ -81,6 +81,8 @@ pub struct Collector {
     recent_pids: FxHashSet<u32>,
     /// Dwarf mode: live per-process unwinders, kept up to date by the sideband.
     unwinders: Option<Unwinders>,
+    /// jitdump files processes mapped (JITs map them so profilers find them).
+    jitdumps: FxHashMap<u32, BinaryIndex>,
     /// cgroup of each process, read when it was first seen.
     cgroups: FxHashMap<u32, String>,
     /// Processes with anonymous executable memory (JIT code): their
@@ -132,6 +134,7 @@ impl Collector {
             unwinders: None,
             jit_processes: FxHashMap::default(),
             cgroups: FxHashMap::default(),
+            jitdumps: FxHashMap::default(),
             unwound: Vec::with_capacity(128),
         }
     }
@@ -336,6 +339,10 @@ impl Collector {
         if is_anonymous(&m.path) {
             self.jit_processes.entry(m.pid).or_insert_with(|| symbolize::perfmap::process_identity(m.pid));
         }
+        let file_name = m.path.rsplit('/').next().unwrap_or("");
+        if file_name.starts_with("jit-") && file_name.ends_with(".dump") {
+            self.jitdumps.insert(m.pid, binary);
+        }
         if let Some(u) = self.unwinders.as_mut() {
             u.add_mapping(m.pid, m.start, m.len, m.pgoff, binary);
         }
@@ -396,7 +403,8 @@ impl Collector {
                 warnings.push(format!("cannot read unwind information of {f}; its frames are walked by frame pointer"));
             }
         }
-        let (libs, frames) = symbolicate(&mut self.binaries, &frame_keys, &self.jit_processes, &mut warnings);
+        let jit = JitSources { processes: &self.jit_processes, dumps: &self.jitdumps };
+        let (libs, frames) = symbolicate(&mut self.binaries, &frame_keys, &jit, &mut warnings);
         let mut processes = finish_processes(processes, &self.filter, &self.sample_comm);
         for p in &mut processes {
             // Containers move processes after they start: the latest word wins.
@@ -772,10 +780,17 @@ impl Replay {
 }
 
 /// Symbolicate every distinct frame, one blazesym call per binary.
+/// Where JIT frames get their names: perf maps (found by pid) and jitdump
+/// files (mapped by the process).
+struct JitSources<'a> {
+    processes: &'a FxHashMap<u32, Option<(u32, u32)>>,
+    dumps: &'a FxHashMap<u32, BinaryIndex>,
+}
+
 fn symbolicate(
     binaries: &mut Binaries,
     keys: &[FrameKey],
-    jit_processes: &FxHashMap<u32, Option<(u32, u32)>>,
+    jit: &JitSources<'_>,
     warnings: &mut Vec<String>,
 ) -> (Vec<LibRecord>, Vec<FrameRecord>) {
     let symbolicator = Symbolicator::new();
@@ -867,7 +882,7 @@ fn symbolicate(
         libs.push(LibRecord { path: bin.path.clone(), name: bin.name.clone(), build_id: bin.build_id.clone() });
     }
     libs.push(LibRecord { path: "[kernel.kallsyms]".into(), name: "[kernel.kallsyms]".into(), build_id: kernel_build_id });
-    symbolicate_jit(keys, &mut frames, &mut libs, jit_processes, warnings);
+    symbolicate_jit(keys, &mut frames, &mut libs, jit, binaries, warnings);
     (libs, frames)
 }
 
@@ -877,9 +892,15 @@ fn symbolicate_jit(
     keys: &[FrameKey],
     frames: &mut [FrameRecord],
     libs: &mut Vec<LibRecord>,
-    jit_processes: &FxHashMap<u32, Option<(u32, u32)>>,
+    jit: &JitSources<'_>,
+    binaries: &Binaries,
     warnings: &mut Vec<String>,
 ) {
+    let mut warn = |w: String| {
+        if !warnings.contains(&w) {
+            warnings.push(w);
+        }
+    };
     let mut by_pid: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
     for (i, k) in keys.iter().enumerate() {
         if k.binary == JIT_BINARY {
@@ -887,7 +908,7 @@ fn symbolicate_jit(
         }
     }
     for (pid, idxs) in by_pid {
-        let identity = jit_processes.get(&pid).copied().flatten().or_else(|| symbolize::perfmap::process_identity(pid));
+        let identity = jit.processes.get(&pid).copied().flatten().or_else(|| symbolize::perfmap::process_identity(pid));
         let (uid, ns_pid) = match identity {
             Some((u, n)) => (Some(u), n),
             None => (None, pid),
@@ -896,20 +917,38 @@ fn symbolicate_jit(
         // runs (containers), in ours once it has exited.
         let root = format!("/proc/{pid}/root");
         let root = if std::path::Path::new(&root).exists() { root } else { String::new() };
-        let map = match symbolize::perfmap::load(uid, ns_pid, &root) {
-            Ok(m) => m,
+        let mut map = match symbolize::perfmap::load(uid, ns_pid, &root) {
+            Ok(m) => Some(m),
             Err(e) => {
                 if !e.contains("No such file") {
-                    let w = format!("perf map of pid {pid}: {e}");
-                    if !warnings.contains(&w) {
-                        warnings.push(w);
-                    }
+                    warn(format!("perf map of pid {pid}: {e}"));
                 }
-                continue;
+                None
             }
         };
+        let mut lib_path = format!("/tmp/perf-{ns_pid}.map");
+        // The jitdump the process mapped: read through the descriptor opened
+        // when it was mapped, so it is the file the JIT wrote.
+        if let Some(bin) = jit.dumps.get(&pid).map(|&b| binaries.get(b)) {
+            let dump = bin.file.as_ref().and_then(|f| {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::Read::take(&mut &*f, 512 << 20), &mut bytes).ok()?;
+                symbolize::jitdump::parse(&bytes)
+            });
+            match dump {
+                Some(d) => {
+                    let m = map.get_or_insert_with(Default::default);
+                    m.symbols.extend(d.symbols);
+                    m.symbols.sort_by_key(|s| s.start);
+                    lib_path = bin.path.clone();
+                }
+                None => warn(format!("{}: not a readable jitdump file; its JIT frames stay unnamed", bin.path)),
+            }
+        }
+        let Some(map) = map else { continue };
         let lib = libs.len() as u32;
-        libs.push(LibRecord { path: format!("/tmp/perf-{ns_pid}.map"), name: format!("JIT (perf-{ns_pid}.map)"), build_id: None });
+        let lib_name = lib_path.rsplit('/').next().unwrap_or(&lib_path).to_string();
+        libs.push(LibRecord { path: lib_path.clone(), name: format!("JIT ({lib_name})"), build_id: None });
         for i in idxs {
             let f = &mut frames[i];
             f.lib = lib;

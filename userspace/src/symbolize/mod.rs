@@ -8,6 +8,7 @@
 //! exactly once, with one blazesym call per binary.
 
 pub mod binaries;
+pub mod jitdump;
 pub mod perfmap;
 
 use std::panic::AssertUnwindSafe;

@@ -1,0 +1,145 @@
+//! JIT symbols from jitdump files (`jit-PID.dump`, perf's format).
+//!
+//! In: the bytes of a jitdump file a process mapped (the JIT maps it so
+//! profilers can find it). Out: the code regions it loaded, as
+//! [`JitSymbol`]s in a [`PerfMap`] for lookup. Written here because only
+//! the CODE_LOAD records are needed and the format is a flat record list;
+//! every length is checked, so a truncated or hostile file yields what can
+//! be read and a count of what could not, never a panic.
+
+use super::perfmap::{JitSymbol, PerfMap};
+
+const MAGIC: u32 = 0x4A69_5444; // "JiTD"
+const JIT_CODE_LOAD: u32 = 0;
+const JIT_CODE_MOVE: u32 = 1;
+
+fn u32_at(b: &[u8], at: usize, swap: bool) -> Option<u32> {
+    let v = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?);
+    Some(if swap { v.swap_bytes() } else { v })
+}
+
+fn u64_at(b: &[u8], at: usize, swap: bool) -> Option<u64> {
+    let v = u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?);
+    Some(if swap { v.swap_bytes() } else { v })
+}
+
+/// Parse a jitdump file's code loads (and moves) into a lookup table.
+/// Returns None if the header is not a jitdump header.
+pub fn parse(bytes: &[u8]) -> Option<PerfMap> {
+    let magic = u32_at(bytes, 0, false)?;
+    let swap = match magic {
+        MAGIC => false,
+        m if m.swap_bytes() == MAGIC => true,
+        _ => return None,
+    };
+    let header_size = u32_at(bytes, 8, swap)? as usize;
+    let mut map = PerfMap::default();
+    let mut at = header_size.max(40);
+    while at + 16 <= bytes.len() {
+        let (Some(id), Some(size)) = (u32_at(bytes, at, swap), u32_at(bytes, at + 4, swap)) else { break };
+        let size = size as usize;
+        if size < 16 || at.checked_add(size).is_none_or(|end| end > bytes.len()) {
+            map.malformed += 1;
+            break;
+        }
+        let body = &bytes[at + 16..at + size];
+        match id {
+            // pid, tid, vma, code_addr, code_size, code_index, name\0, code
+            JIT_CODE_LOAD => match (u64_at(body, 16, swap), u64_at(body, 24, swap), body.get(40..)) {
+                (Some(code_addr), Some(code_size), Some(rest)) if code_size > 0 => {
+                    let name_len = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+                    map.symbols.push(JitSymbol {
+                        start: code_addr,
+                        size: code_size,
+                        name: String::from_utf8_lossy(&rest[..name_len]).into_owned(),
+                    });
+                }
+                _ => map.malformed += 1,
+            },
+            // pid, tid, vma, old_code_addr, new_code_addr, code_size, code_index
+            JIT_CODE_MOVE => match (u64_at(body, 16, swap), u64_at(body, 24, swap), u64_at(body, 32, swap)) {
+                (Some(old), Some(new), Some(code_size)) => {
+                    if let Some(s) = map.symbols.iter().rev().find(|s| s.start == old).cloned() {
+                        map.symbols.push(JitSymbol { start: new, size: code_size, ..s });
+                    }
+                }
+                _ => map.malformed += 1,
+            },
+            _ => {}
+        }
+        at += size;
+    }
+    // Later loads at the same address replace earlier ones.
+    map.symbols.reverse();
+    map.symbols.sort_by_key(|s| s.start);
+    map.symbols.dedup_by_key(|s| s.start);
+    Some(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code_load(out: &mut Vec<u8>, addr: u64, size: u64, name: &str) {
+        let mut body = Vec::new();
+        body.extend(1u32.to_le_bytes()); // pid
+        body.extend(2u32.to_le_bytes()); // tid
+        body.extend(addr.to_le_bytes()); // vma
+        body.extend(addr.to_le_bytes()); // code_addr
+        body.extend(size.to_le_bytes());
+        body.extend(7u64.to_le_bytes()); // code_index
+        body.extend(name.as_bytes());
+        body.push(0);
+        body.extend(vec![0x90u8; size as usize]);
+        out.extend(JIT_CODE_LOAD.to_le_bytes());
+        out.extend(((16 + body.len()) as u32).to_le_bytes());
+        out.extend(0u64.to_le_bytes());
+        out.extend(body);
+    }
+
+    fn dump() -> Vec<u8> {
+        let mut d = Vec::new();
+        d.extend(MAGIC.to_le_bytes());
+        d.extend(1u32.to_le_bytes());
+        d.extend(40u32.to_le_bytes());
+        d.extend([0u8; 28]);
+        code_load(&mut d, 0x1000, 0x20, "JS:*hot a.js:1");
+        code_load(&mut d, 0x3000, 0x10, "Builtin:Foo");
+        d
+    }
+
+    /// Check that code loads are found and looked up by address.
+    #[test]
+    fn parses_code_loads() {
+        let m = parse(&dump()).unwrap();
+        assert_eq!(m.malformed, 0);
+        assert_eq!(m.lookup(0x1010).unwrap().name, "JS:*hot a.js:1");
+        assert_eq!(m.lookup(0x3005).unwrap().name, "Builtin:Foo");
+        assert!(m.lookup(0x2000).is_none());
+        assert!(parse(b"ELF\\x7f not a dump").is_none());
+    }
+
+    /// Check that every truncation and random corruption of a dump parses
+    /// without panicking, keeping the records before the damage.
+    #[test]
+    fn damaged_dumps_never_panic() {
+        let d = dump();
+        for cut in 0..d.len() {
+            let _ = parse(&d[..cut]);
+        }
+        let mut x = 0x2545F4914F6CDD1Du64;
+        for _ in 0..5000 {
+            let mut c = d.clone();
+            for _ in 0..4 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x as usize) % c.len();
+                c[i] = (x >> 32) as u8;
+            }
+            if let Some(m) = parse(&c) {
+                let _ = m.lookup(0x1000);
+            }
+        }
+    }
+}
