@@ -258,3 +258,58 @@ fn node_jit_frames_are_named_from_its_jitdump() {
     assert!(libs.contains(&format!("JIT (jit-{pid}.dump)")));
     assert!(named * 2 >= total, "the hot JS function is named in most samples");
 }
+
+/// Check that --debuginfod fetches a stripped binary's debug file from a
+/// debuginfod server (one on loopback, serving /buildid/ID/debuginfo) and
+/// names its functions, and that without the flag nothing is fetched.
+#[test]
+fn debuginfod_fetches_missing_debug_files() {
+    if !can_record("debuginfod_fetches_missing_debug_files") {
+        return;
+    }
+    let dir = scratch("debuginfod");
+    let full = build_c("deep", &dir.join("deep.full"), &["-O2", "-fomit-frame-pointer", "-Wl,--build-id=sha1"]);
+    let stripped = dir.join("deep");
+    assert!(std::process::Command::new("objcopy").arg("--strip-all").arg(&full).arg(&stripped).status().unwrap().success());
+    let notes = std::process::Command::new("readelf").arg("-n").arg(&stripped).output().unwrap();
+    let id = String::from_utf8_lossy(&notes.stdout).lines().find_map(|l| l.trim().strip_prefix("Build ID: ").map(|s| s.trim().to_string())).unwrap();
+    let served = dir.join(format!("srv/buildid/{id}"));
+    std::fs::create_dir_all(&served).unwrap();
+    assert!(std::process::Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(served.join("debuginfo")).status().unwrap().success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut server = std::process::Command::new("python3")
+        .args(["-m", "http.server", "--bind", "127.0.0.1", &port.to_string(), "--directory"])
+        .arg(dir.join("srv"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 serves the debug file");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let run = |extra: &[&str], name: &str| {
+        let out_path = dir.join(name);
+        let out = std::process::Command::new(sysprof_bin())
+            .env("DEBUGINFOD_URLS", format!("http://127.0.0.1:{port}"))
+            .env("DEBUGINFOD_CACHE_PATH", dir.join("cache"))
+            .args(["record", "--no-off-cpu", "-o"])
+            .arg(&out_path)
+            .args(extra)
+            .args(["--", stripped.to_str().unwrap(), "0.5"])
+            .output()
+            .unwrap();
+        assert_success(&out);
+        let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+        let profile = Profile::load(&out_path);
+        let t = profile.thread(pid, tid).expect("the deep thread");
+        let stacks = t.on_cpu_stacks(&profile.categories());
+        let named = stacks.iter().filter(|s| s.iter().any(|(n, _)| n == "level6")).count();
+        (named, stacks.len())
+    };
+    let without = run(&[], "without.json.gz");
+    let with = run(&["--debuginfod"], "with.json.gz");
+    let _ = server.kill();
+    let _ = server.wait();
+    eprintln!("debuginfod: without the flag {}/{} named, with it {}/{}", without.0, without.1, with.0, with.1);
+    assert_eq!(without.0, 0, "nothing is fetched without --debuginfod");
+    assert!(with.0 * 10 >= with.1 * 9, "the fetched debug file names level6");
+    assert!(dir.join("cache").exists(), "fetched files are cached");
+}

@@ -2,7 +2,8 @@
  * spinners: argv[1] threads named "spinner" burn CPU for argv[2] seconds on
  * a machine with fewer CPUs, so they preempt each other. Prints "pid=" and
  * "busy_pct=": the machine's busy share from /proc/stat over its run (the
- * oracle for the CPU usage counter), and "start_ns="/"end_ns=" (monotonic).
+ * oracle for the CPU usage counter), "start_ns="/"end_ns=" (monotonic) and
+ * "cpu_ns=" (the process's CPU time).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -60,6 +61,9 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n && i < 64; i++)
 		pthread_join(t[i], NULL);
 	proc_stat(&b1, &t1);
-	printf("pid=%d\nbusy_pct=%.2f\nstart_ns=%lld\nend_ns=%lld\n", getpid(), (b1 - b0) * 100.0 / (t1 - t0), s, now());
+	struct timespec cpu;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+	printf("pid=%d\nbusy_pct=%.2f\nstart_ns=%lld\nend_ns=%lld\ncpu_ns=%lld\n", getpid(), (b1 - b0) * 100.0 / (t1 - t0), s, now(),
+	       cpu.tv_sec * 1000000000LL + cpu.tv_nsec);
 	return 0;
 }

@@ -64,6 +64,9 @@ pub struct RecordArgs {
     /// Off-CPU intervals at least this long (ms) get a marker.
     #[arg(long = "off-cpu-threshold", default_value_t = 1.0)]
     pub off_cpu_threshold_ms: f64,
+    /// Fetch missing debug files from the debuginfod servers in DEBUGINFOD_URLS.
+    #[arg(long = "debuginfod")]
+    pub debuginfod: bool,
     /// Add one track per CPU showing which thread ran when.
     #[arg(long = "per-cpu")]
     pub per_cpu: bool,

@@ -108,6 +108,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
         marker_min_ns: (args.off_cpu_threshold_ms * 1e6) as u64,
         per_cpu: args.per_cpu,
         off_cpu: !args.no_off_cpu,
+        debuginfod: args.debuginfod,
     };
     let mut collector = Collector::new(filter.clone());
     collector.set_options(collector_options);

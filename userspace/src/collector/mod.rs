@@ -101,11 +101,13 @@ pub struct CollectorOptions {
     pub per_cpu: bool,
     /// Off-CPU tracking was on (samples are then weighted by time).
     pub off_cpu: bool,
+    /// Fetch missing debug files from debuginfod servers.
+    pub debuginfod: bool,
 }
 
 impl Default for CollectorOptions {
     fn default() -> Self {
-        CollectorOptions { marker_min_ns: 1_000_000, per_cpu: false, off_cpu: false }
+        CollectorOptions { marker_min_ns: 1_000_000, per_cpu: false, off_cpu: false, debuginfod: false }
     }
 }
 
@@ -404,7 +406,7 @@ impl Collector {
             }
         }
         let jit = JitSources { processes: &self.jit_processes, dumps: &self.jitdumps };
-        let (libs, frames) = symbolicate(&mut self.binaries, &frame_keys, &jit, &mut warnings);
+        let (libs, frames) = symbolicate(&mut self.binaries, &frame_keys, &jit, self.options.debuginfod, &mut warnings);
         let mut processes = finish_processes(processes, &self.filter, &self.sample_comm);
         for p in &mut processes {
             // Containers move processes after they start: the latest word wins.
@@ -791,6 +793,7 @@ fn symbolicate(
     binaries: &mut Binaries,
     keys: &[FrameKey],
     jit: &JitSources<'_>,
+    debuginfod: bool,
     warnings: &mut Vec<String>,
 ) -> (Vec<LibRecord>, Vec<FrameRecord>) {
     let symbolicator = Symbolicator::new();
@@ -839,6 +842,25 @@ fn symbolicate(
             }
         }
     }
+    // Debug files from debuginfod for sampled binaries that have none here.
+    let mut fetched: FxHashMap<u32, String> = FxHashMap::default();
+    if debuginfod {
+        let wanted: Vec<(u32, Vec<u8>)> = by_binary
+            .keys()
+            .filter(|&&b| (b as usize) < binaries.len())
+            .filter_map(|&b| {
+                let id = binaries.get(b).build_id.clone()?;
+                symbolize::build_id_debug_file(&id).is_none().then_some((b, id))
+            })
+            .collect();
+        let (found, errors) = symbolize::fetch_debuginfod(wanted);
+        fetched.extend(found);
+        for e in errors {
+            if !warnings.contains(&e) {
+                warnings.push(e);
+            }
+        }
+    }
     for (binary, idxs) in by_binary {
         let addrs: Vec<u64> = idxs.iter().map(|&i| keys[i as usize].address).collect();
         let result = match binary {
@@ -846,7 +868,8 @@ fn symbolicate(
             KERNEL_BINARY => symbolicator.symbolize_kernel(&addrs).map_err(|e| format!("kernel symbols: {e}")),
             b => {
                 let bin = binaries.get(b);
-                let debug_file = bin.build_id.as_deref().and_then(symbolize::build_id_debug_file);
+                let debug_file =
+                    bin.build_id.as_deref().and_then(symbolize::build_id_debug_file).or_else(|| fetched.get(&b).cloned());
                 match (bin.open_path(), debug_file) {
                     (Some(path), Some(debug)) => symbolize::file_offsets_to_virt(&path, &addrs)
                         .and_then(|virt| symbolicator.symbolize_elf_virt(&debug, &virt))

@@ -149,6 +149,38 @@ pub fn build_id_debug_file(build_id: &[u8]) -> Option<String> {
         .find(|p| std::fs::symlink_metadata(p).map(|m| m.is_file()).unwrap_or(false))
 }
 
+/// Fetch the debug files of these build ids from the debuginfod servers in
+/// `DEBUGINFOD_URLS` (cached under `DEBUGINFOD_CACHE_PATH` or
+/// ~/.cache/debuginfod_client), with the debuginfod crate. Runs on its own
+/// thread: the blocking HTTP client must not run inside the async recorder.
+/// Returns the paths found, and why the others are missing.
+pub fn fetch_debuginfod(build_ids: Vec<(u32, Vec<u8>)>) -> (Vec<(u32, String)>, Vec<String>) {
+    std::thread::spawn(move || {
+        let client = match debuginfod::Client::builder().http_client(reqwest::blocking::Client::new()).build_from_env() {
+            Ok(Some(c)) => c,
+            Ok(None) => return (Vec::new(), vec!["--debuginfod: DEBUGINFOD_URLS is not set; set it to your debuginfod server(s)".into()]),
+            Err(e) => return (Vec::new(), vec![format!("--debuginfod: {e:#}")]),
+        };
+        let client = match debuginfod::CachingClient::from_env(client) {
+            Ok(c) => c,
+            Err(e) => return (Vec::new(), vec![format!("--debuginfod: {e:#}")]),
+        };
+        let mut found = Vec::new();
+        let mut errors = Vec::new();
+        for (key, id) in build_ids {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            match client.fetch_debug_info(&debuginfod::BuildId::raw(id)) {
+                Ok(Some(path)) => found.push((key, path.to_string_lossy().into_owned())),
+                Ok(None) => {}
+                Err(e) => errors.push(format!("debuginfod: build id {hex}: {e:#}")),
+            }
+        }
+        (found, errors)
+    })
+    .join()
+    .unwrap_or_else(|_| (Vec::new(), vec!["debuginfod: the fetching thread panicked".into()]))
+}
+
 /// Map file offsets of code in the ELF file at `path` to virtual offsets,
 /// through its PT_LOAD segments. Offsets outside every segment map to 0.
 pub fn file_offsets_to_virt(path: &str, file_offsets: &[u64]) -> Result<Vec<u64>, String> {
