@@ -95,6 +95,11 @@ pub fn record(args: &[&str], out: &Path) -> Output {
         .expect("running sysprof")
 }
 
+/// Panic with sysprof's stderr unless it exited with success.
+pub fn assert_success(out: &Output) {
+    assert!(out.status.success(), "sysprof failed ({}):\nstderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
+}
+
 /// Parse `key=value` from a workload's output.
 pub fn field(stdout: &[u8], key: &str) -> Option<u64> {
     String::from_utf8_lossy(stdout)

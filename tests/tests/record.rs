@@ -12,14 +12,6 @@ fn names(stack: &[(String, String)]) -> Vec<&str> {
     stack.iter().map(|(n, _)| n.as_str()).collect()
 }
 
-fn assert_success(out: &std::process::Output) {
-    assert!(
-        out.status.success(),
-        "sysprof failed ({}):\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Check that a 3:1 split of thread CPU time between two functions shows up
 /// as a 3:1 split of samples (±10%), in the named thread with the right pid

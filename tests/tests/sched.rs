@@ -8,9 +8,6 @@ use std::process::Command;
 use serde_json::Value;
 use sysprof_tests::*;
 
-fn assert_success(out: &std::process::Output) {
-    assert!(out.status.success(), "sysprof failed ({}):\nstderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
-}
 
 fn leaf(stack: &[(String, String)]) -> &str {
     stack.last().map(|(n, _)| n.as_str()).unwrap_or("")

@@ -3,9 +3,6 @@
 
 use sysprof_tests::*;
 
-fn assert_success(out: &std::process::Output) {
-    assert!(out.status.success(), "sysprof failed ({}):\nstderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
-}
 
 const CHAIN: [&str; 6] = ["level1", "level2", "level3", "level4", "level5", "level6"];
 

@@ -132,21 +132,50 @@ fn cargo() -> Command {
     c
 }
 
+/// Run a `cargo test`, echoing its output and adding up its "test result" lines.
+fn run_tests(cmd: &mut Command, totals: &mut (u64, u64)) -> Result<()> {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().with_context(|| format!("running {cmd:?}"))?;
+    for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let count = |what: &str| -> u64 {
+                rest.split(';').find_map(|p| p.trim().strip_suffix(what)).and_then(|n| n.trim().rsplit(' ').next()?.parse().ok()).unwrap_or(0)
+            };
+            totals.0 += count("passed");
+            totals.1 += count("failed");
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
 fn test(args: &[String]) -> Result<()> {
     build_ebpf(true)?;
-    run(cargo().args(["test", "--workspace", "--exclude", "sysprof-tests"]))?;
-    run(cargo().args(["build", "--release", "-p", "sysprof"]))?;
-    if args.iter().any(|a| a == "--no-root-tests") {
-        eprintln!("xtask: SKIPPING the integration tests (--no-root-tests): they need root and BPF");
-        return Ok(());
-    }
-    if !is_root() {
-        bail!("the integration tests record with real BPF and need root: run `sudo -E cargo xtask test` (or pass --no-root-tests to run only the unit tests)");
-    }
-    let bin = root().join("target/release/sysprof");
-    run(cargo()
-        .env("SYSPROF_BIN", &bin)
-        .args(["test", "-p", "sysprof-tests", "--", "--test-threads=1"]))
+    let mut totals = (0, 0);
+    let result = (|| {
+        run_tests(cargo().args(["test", "--workspace", "--exclude", "sysprof-tests"]), &mut totals)?;
+        run(cargo().args(["build", "--release", "-p", "sysprof"]))?;
+        if args.iter().any(|a| a == "--no-root-tests") {
+            eprintln!("xtask: SKIPPING the integration tests (--no-root-tests): they need root and BPF");
+            return Ok(());
+        }
+        if !is_root() {
+            bail!("the integration tests record with real BPF and need root: run `sudo -E cargo xtask test` (or pass --no-root-tests to run only the unit tests)");
+        }
+        let bin = root().join("target/release/sysprof");
+        run_tests(
+            cargo().env("SYSPROF_BIN", &bin).args(["test", "-p", "sysprof-tests", "--tests", "--", "--test-threads=1"]),
+            &mut totals,
+        )
+    })();
+    // One closing line with every test counted, whatever happened.
+    println!("{} passed, {} failed", totals.0, totals.1);
+    result
 }
 
 fn bench(args: &[String]) -> Result<()> {

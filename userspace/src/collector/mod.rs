@@ -145,11 +145,7 @@ impl Collector {
     /// Sideband events must then be handled before the samples they precede.
     pub fn enable_dwarf_unwinding(&mut self) {
         let mut u = Unwinders::new();
-        for (p, bins) in self.snapshot.processes.iter().zip(&self.snapshot_binaries) {
-            for (m, &b) in p.mappings.iter().zip(bins) {
-                u.add_mapping(p.pid, m.start, m.len, m.pgoff, b);
-            }
-        }
+        add_snapshot_mappings(&mut u, &self.snapshot, &self.snapshot_binaries);
         self.unwinders = Some(u);
     }
 
@@ -248,11 +244,7 @@ impl Collector {
             }
         }
         if let Some(u) = self.unwinders.as_mut() {
-            for (p, bins) in snapshot.processes.iter().zip(&self.snapshot_binaries) {
-                for (m, &b) in p.mappings.iter().zip(bins) {
-                    u.add_mapping(p.pid, m.start, m.len, m.pgoff, b);
-                }
-            }
+            add_snapshot_mappings(u, &snapshot, &self.snapshot_binaries);
         }
         self.snapshot = snapshot;
     }
@@ -427,6 +419,15 @@ impl Collector {
             stacks,
             stats: self.stats,
             warnings,
+        }
+    }
+}
+
+/// Give the unwinders the mappings of the processes read from /proc.
+fn add_snapshot_mappings(u: &mut Unwinders, snapshot: &ProcSnapshot, binaries: &[Vec<BinaryIndex>]) {
+    for (p, bins) in snapshot.processes.iter().zip(binaries) {
+        for (m, &b) in p.mappings.iter().zip(bins) {
+            u.add_mapping(p.pid, m.start, m.len, m.pgoff, b);
         }
     }
 }
