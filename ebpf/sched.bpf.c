@@ -27,6 +27,8 @@
 const volatile __u32 targ_tgid = 0;
 const volatile __u64 offcpu_min_ns = 100000;
 const volatile __u64 wakeup_bytes = 64 * 1024;
+/* Set by userspace on kernels >= 5.18, where sched_switch passes prev_state. */
+const volatile bool has_prev_state_arg = false;
 /* Dwarf mode: bytes of user stack copied at switch-out (0: frame pointers). */
 const volatile __u32 stack_copy = 0;
 
@@ -240,6 +242,21 @@ static __always_inline void switch_out_stacks(void *ctx, __u32 tid, __u32 state,
 	bpf_map_update_elem(&stack_caches, &tid, &now, BPF_ANY);
 }
 
+/* From the raw task state (the raw tracepoint's argument). */
+static __always_inline __u32 fold_raw_state(bool preempt, unsigned long state)
+{
+	if (preempt || state == 0)
+		return OFFCPU_PREEMPTED;
+	if (state & 0x400 /* TASK_NOLOAD: idle kernel threads */)
+		return OFFCPU_OTHER;
+	if (state & 1 /* TASK_INTERRUPTIBLE */)
+		return OFFCPU_SLEEPING;
+	if (state & 2 /* TASK_UNINTERRUPTIBLE */)
+		return OFFCPU_BLOCKED;
+	return OFFCPU_OTHER;
+}
+
+/* From the classic tracepoint's prev_state, as __trace_sched_switch_state reports it. */
 static __always_inline __u32 fold_state(long prev_state)
 {
 	if (prev_state == 0 || (prev_state & TASK_REPORT_MAX))
@@ -251,11 +268,11 @@ static __always_inline __u32 fold_state(long prev_state)
 	return OFFCPU_OTHER;
 }
 
-SEC("tracepoint/sched/sched_switch")
-int on_sched_switch(struct trace_event_raw_sched_switch *ctx)
+/* One context switch from prev to next, in prev's context. `state` is
+ * already folded; `next_comm` points to next's name in kernel memory. */
+static __always_inline int handle_switch(void *ctx, __u32 prev, __u32 next, __u32 state, const void *next_comm)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u32 prev = ctx->prev_pid, next = ctx->next_pid;
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct thread_state *t;
 
@@ -273,8 +290,6 @@ int on_sched_switch(struct trace_event_raw_sched_switch *ctx)
 				t = bpf_map_lookup_elem(&threads, &prev);
 			}
 			if (t) {
-				__u32 state = fold_state(ctx->prev_state);
-
 				if (state == OFFCPU_PREEMPTED)
 					t->involuntary++;
 				else
@@ -320,7 +335,7 @@ int on_sched_switch(struct trace_event_raw_sched_switch *ctx)
 	e->kstack_id = t->kstack_id;
 	e->ustack_id = t->ustack_id;
 	e->_pad = 0;
-	bpf_probe_read_kernel(e->comm, TASK_COMM_LEN, ctx->next_comm);
+	bpf_probe_read_kernel(e->comm, TASK_COMM_LEN, next_comm);
 	/* Carry and reset the folded intervals. */
 	e->short_count = t->short_count;
 	e->short_ns = t->short_ns;
@@ -345,6 +360,32 @@ int on_sched_switch(struct trace_event_raw_sched_switch *ctx)
 	t->off_ts = 0;
 	bpf_ringbuf_submit(e, submit_flags());
 	return 0;
+}
+
+/* The classic tracepoint: the kernel builds a trace record first (comms
+ * copied, state folded for printing); used where raw tracepoints are not. */
+SEC("tracepoint/sched/sched_switch")
+int on_sched_switch(struct trace_event_raw_sched_switch *ctx)
+{
+	return handle_switch(ctx, ctx->prev_pid, ctx->next_pid, fold_state(ctx->prev_state), ctx->next_comm);
+}
+
+/* The raw tracepoint: the bare arguments (preempt, prev, next, prev_state),
+ * no record built. It is the cheaper of the two on a switch-heavy machine:
+ * this runs hundreds of thousands of times a second. */
+SEC("raw_tracepoint/sched_switch")
+int on_sched_switch_raw(struct bpf_raw_tracepoint_args *ctx)
+{
+	/* Plain loads: args[] is a flexible array, nothing to relocate. */
+	__u64 *args = (__u64 *)ctx;
+	bool preempt = args[0];
+	struct task_struct *prev = (struct task_struct *)args[1];
+	struct task_struct *next = (struct task_struct *)args[2];
+	/* prev_state is an argument since 5.18; before, read the task's state. */
+	unsigned long raw = has_prev_state_arg ? args[3] : BPF_CORE_READ(prev, __state);
+
+	return handle_switch(ctx, BPF_CORE_READ(prev, pid), BPF_CORE_READ(next, pid), fold_raw_state(preempt, raw),
+			     __builtin_preserve_access_index(&next->comm));
 }
 
 /* Who woke a sleeping thread we track. Runs in the waker's context (for an
@@ -388,6 +429,14 @@ SEC("tracepoint/sched/sched_waking")
 int on_sched_waking(struct trace_event_raw_sched_wakeup_template *ctx)
 {
 	return on_wakeup(ctx, ctx->pid);
+}
+
+SEC("raw_tracepoint/sched_waking")
+int on_sched_waking_raw(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *p = (struct task_struct *)((__u64 *)ctx)[0];
+
+	return on_wakeup(ctx, BPF_CORE_READ(p, pid));
 }
 
 static __always_inline int start_request(void *ctx, __u32 dev, __u64 sector, __u32 bytes, bool issued)

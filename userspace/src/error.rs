@@ -86,7 +86,7 @@ impl RecordError {
     }
 
     /// Classify an aya object-load failure.
-    pub fn from_bpf_load(e: &aya::EbpfError) -> RecordError {
+    pub fn from_bpf_load(object: &str, e: &aya::EbpfError) -> RecordError {
         if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
             return RecordError::NoBtf;
         }
@@ -94,7 +94,7 @@ impl RecordError {
         if is_permission(&text) {
             return RecordError::NotPermitted { what: "loading BPF".into(), paranoid: paranoid() };
         }
-        RecordError::BpfRejected { program: "sample.bpf.o".into(), detail: first_line(&text), kernel: kernel_release() }
+        RecordError::BpfRejected { program: object.into(), detail: first_line(&text), kernel: kernel_release() }
     }
 
     /// Classify an aya program-load failure (usually the verifier).

@@ -73,7 +73,7 @@ impl Sampler {
             .override_global("stack_copy", &opts.stack_copy, true)
             .map_max_entries("samples", opts.ring_bytes)
             .load(SAMPLE_BPF_OBJECT)
-            .map_err(|e| RecordError::from_bpf_load(&e))?;
+            .map_err(|e| RecordError::from_bpf_load("sample.bpf.o", &e))?;
         let program: &mut PerfEvent = ebpf
             .program_mut("sample_cpu_clock")
             .ok_or_else(|| RecordError::Internal("sample_cpu_clock missing from object".into()))?
@@ -173,43 +173,36 @@ impl Tracer {
             .override_global("offcpu_min_ns", &opts.off_cpu_min_ns, true)
             .override_global("stack_copy", &opts.stack_copy, true)
             .override_global("wakeup_bytes", &wakeup, true)
+            .override_global("has_prev_state_arg", &(kernel_at_least(5, 18) as u8), true)
             .map_max_entries("events", opts.ring_bytes)
             .load(SCHED_BPF_OBJECT)
-            .map_err(|e| RecordError::from_bpf_load(&e))?;
-        let mut wanted: Vec<(&str, &str, &[&str])> = Vec::new();
+            .map_err(|e| RecordError::from_bpf_load("sched.bpf.o", &e))?;
         if opts.off_cpu {
-            wanted.push(("on_sched_switch", "sched", &["sched_switch"]));
-            wanted.push(("on_sched_waking", "sched", &["sched_waking"]));
+            // Raw tracepoints skip building the trace record: cheaper on the
+            // hottest events there are. Classic tracepoints where they fail.
+            for (raw, classic, name) in [
+                ("on_sched_switch_raw", "on_sched_switch", "sched_switch"),
+                ("on_sched_waking_raw", "on_sched_waking", "sched_waking"),
+            ] {
+                if let Err(raw_err) = attach_raw_tracepoint(&mut ebpf, raw, name) {
+                    attach_tracepoint(&mut ebpf, classic, "sched", &[name]).map_err(|e| match e {
+                        RecordError::PerfEvent { what, source } => RecordError::PerfEvent {
+                            what,
+                            source: std::io::Error::other(format!("{source} (raw tracepoint: {raw_err})")),
+                        },
+                        other => other,
+                    })?;
+                }
+            }
         }
+        let mut wanted: Vec<(&str, &str, &[&str])> = Vec::new();
         if opts.io {
             wanted.push(("on_block_start", "block", &["block_io_start", "block_rq_insert"]));
             wanted.push(("on_block_issue", "block", &["block_rq_issue"]));
             wanted.push(("on_block_rq_complete", "block", &["block_rq_complete"]));
         }
         for (prog, category, names) in wanted {
-            let p: &mut aya::programs::TracePoint = ebpf
-                .program_mut(prog)
-                .ok_or_else(|| RecordError::Internal(format!("{prog} missing from sched.bpf.o")))?
-                .try_into()
-                .map_err(|e| RecordError::Internal(format!("{prog}: {e}")))?;
-            p.load().map_err(|e| RecordError::from_program_load(prog, &e))?;
-            let mut last_err = None;
-            let attached = names.iter().any(|name| match p.attach(category, name) {
-                Ok(_) => true,
-                Err(e) => {
-                    last_err = Some(format!("{category}:{name}: {e}"));
-                    false
-                }
-            });
-            if !attached {
-                return Err(RecordError::PerfEvent {
-                    what: format!("the tracepoint {}", names.join(" or ")),
-                    source: std::io::Error::other(format!(
-                        "{}; is tracefs mounted at /sys/kernel/tracing? (`mount -t tracefs nodev /sys/kernel/tracing`)",
-                        last_err.unwrap_or_default()
-                    )),
-                });
-            }
+            attach_tracepoint(&mut ebpf, prog, category, names)?;
         }
         let ring = RingBuf::try_from(take(&mut ebpf, "events")?)
             .map_err(|e| RecordError::Internal(format!("events ring: {e}")))?;
@@ -245,6 +238,49 @@ impl Tracer {
     pub fn thread_states(&self) -> Vec<(u32, abi::ThreadState)> {
         self.threads.iter().filter_map(Result::ok).collect()
     }
+}
+
+/// Load `prog` and attach it to the first of `names` (in `category`) that exists.
+fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, names: &[&str]) -> Result<(), RecordError> {
+    let p: &mut aya::programs::TracePoint = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| RecordError::Internal(format!("{prog} missing from sched.bpf.o")))?
+        .try_into()
+        .map_err(|e| RecordError::Internal(format!("{prog}: {e}")))?;
+    p.load().map_err(|e| RecordError::from_program_load(prog, &e))?;
+    let mut last_err = None;
+    for name in names {
+        match p.attach(category, name) {
+            Ok(_) => return Ok(()),
+            Err(e) => last_err = Some(format!("{category}:{name}: {e}")),
+        }
+    }
+    Err(RecordError::PerfEvent {
+        what: format!("the tracepoint {}", names.join(" or ")),
+        source: std::io::Error::other(format!(
+            "{}; is tracefs mounted at /sys/kernel/tracing? (`mount -t tracefs nodev /sys/kernel/tracing`)",
+            last_err.unwrap_or_default()
+        )),
+    })
+}
+
+/// Load `prog` and attach it to the raw tracepoint `name`.
+fn attach_raw_tracepoint(ebpf: &mut Ebpf, prog: &str, name: &str) -> Result<(), String> {
+    let p: &mut aya::programs::RawTracePoint = ebpf
+        .program_mut(prog)
+        .ok_or_else(|| format!("{prog} missing from sched.bpf.o"))?
+        .try_into()
+        .map_err(|e| format!("{prog}: {e}"))?;
+    p.load().map_err(|e| RecordError::from_program_load(prog, &e).to_string())?;
+    p.attach(name).map(|_| ()).map_err(|e| format!("{name}: {e}"))
+}
+
+/// Whether the running kernel is at least major.minor.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = crate::error::kernel_release();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (ma, mi) >= (major, minor)
 }
 
 /// Mount tracefs at /sys/kernel/tracing when it is missing: tracepoints are
