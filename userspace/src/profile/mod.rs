@@ -101,7 +101,9 @@ impl HostInfo {
 
 /// Build the profile as a JSON value tree.
 pub fn build_profile(rec: &Recording, host: &HostInfo) -> serde_json::Value {
-    let ms = |ns: u64| -> f64 { (ns as f64 - rec.start_ns as f64) / 1e6 };
+    // Milliseconds since the start, rounded to the microsecond: the clock's
+    // nanoseconds would only lengthen every number in the file.
+    let ms = |ns: u64| -> f64 { micros(ns as i64 - rec.start_ns as i64) as f64 / 1e3 };
     let mut threads = Vec::new();
     let mut main_thread_index: FxHashMap<u32, usize> = FxHashMap::default();
     for p in &rec.processes {
@@ -295,7 +297,9 @@ struct StackTable {
 struct Samples {
     length: usize,
     stack: Vec<Option<u32>>,
-    time: Vec<f64>,
+    /// Milliseconds since the previous sample (the first: since the start):
+    /// smaller than absolute times, and they compress better.
+    time_deltas: Vec<f64>,
     weight: Option<Vec<f64>>,
     weight_type: &'static str,
     #[serde(rename = "threadCPUDelta")]
@@ -506,6 +510,11 @@ impl ThreadTables {
     }
 }
 
+/// Nanoseconds to whole microseconds, rounded to nearest.
+fn micros(ns: i64) -> i64 {
+    (ns + 500).div_euclid(1000)
+}
+
 fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn Fn(u64) -> f64) -> Thread {
     let idle = p.pid == 0;
     let mut tables = ThreadTables::default();
@@ -518,7 +527,13 @@ fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn F
         ..Default::default()
     };
     samples.stack.reserve(n);
-    samples.time.reserve(n);
+    samples.time_deltas.reserve(n);
+    let mut last_us = 0i64;
+    let mut push_time = |samples: &mut Samples, ns: u64| {
+        let us = micros(ns as i64 - rec.start_ns as i64);
+        samples.time_deltas.push((us - last_us) as f64 / 1e3);
+        last_us = us;
+    };
     samples.thread_cpu_delta.reserve(n);
     let mut weights = rec.off_cpu.then(|| Vec::with_capacity(n));
     // Merge on-CPU and off-CPU samples by time. With off-CPU tracking every
@@ -529,7 +544,7 @@ fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn F
         let take_on = j >= off.time_ns.len() || (i < on.time_ns.len() && on.time_ns[i] <= off.time_ns[j]);
         if take_on {
             samples.stack.push(Some(tables.stack_for(rec, on.stack[i], idle)));
-            samples.time.push(ms(on.time_ns[i]));
+            push_time(&mut samples, on.time_ns[i]);
             samples.thread_cpu_delta.push(Some(on.cpu_delta_ns[i] / 1000));
             if let Some(w) = weights.as_mut() {
                 w.push(rec.interval_ms);
@@ -537,7 +552,7 @@ fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn F
             i += 1;
         } else {
             samples.stack.push(Some(tables.stack_for(rec, off.stack[j], idle)));
-            samples.time.push(ms(off.time_ns[j]));
+            push_time(&mut samples, off.time_ns[j]);
             samples.thread_cpu_delta.push(Some(0));
             if let Some(w) = weights.as_mut() {
                 w.push(off.duration_ns[j] as f64 / 1e6);

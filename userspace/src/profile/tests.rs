@@ -90,7 +90,8 @@ fn writes_valid_profile_with_threads_and_meta() {
     assert_eq!(threads[2]["isMainThread"], false);
     assert_eq!(threads[2]["processName"], "app");
     assert_eq!(app["processShutdownTime"], 3.0);
-    assert_eq!(app["samples"]["time"], serde_json::json!([0.5, 1.5, 2.5]));
+    assert_eq!(app["samples"]["timeDeltas"], serde_json::json!([0.5, 1.0, 1.0]));
+    assert_eq!(validate::sample_times(&app["samples"]), Some(vec![0.5, 1.5, 2.5]));
     assert_eq!(app["samples"]["threadCPUDelta"], serde_json::json!([0, 1000, 2]));
 }
 
@@ -174,7 +175,7 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
     assert_eq!(validate::validate(&p), Vec::<String>::new());
     let app = &p["threads"][1];
     assert_eq!(app["samples"]["weightType"], "tracing-ms");
-    assert_eq!(app["samples"]["time"], serde_json::json!([0.5, 1.5, 2.0, 2.5]));
+    assert_eq!(validate::sample_times(&app["samples"]), Some(vec![0.5, 1.5, 2.0, 2.5]));
     assert_eq!(app["samples"]["weight"], serde_json::json!([1.0, 1.0, 25.0, 1.0]));
     assert_eq!(app["samples"]["threadCPUDelta"][2], 0);
     let names = stack_names(app, 2);

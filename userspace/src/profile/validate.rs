@@ -8,6 +8,21 @@
 
 use serde_json::Value;
 
+/// A samples table's absolute times, from `time` or by adding up `timeDeltas`.
+pub fn sample_times(samples: &Value) -> Option<Vec<f64>> {
+    let len = samples["length"].as_u64()? as usize;
+    let times: Vec<f64> = if let Some(t) = samples["time"].as_array() {
+        t.iter().filter_map(Value::as_f64).collect()
+    } else {
+        let mut acc = 0.0;
+        samples["timeDeltas"].as_array()?.iter().filter_map(Value::as_f64).map(|d| {
+            acc += d;
+            acc
+        }).collect()
+    };
+    (times.len() == len).then_some(times)
+}
+
 /// Check a whole profile; an empty list means it is well formed.
 pub fn validate(profile: &Value) -> Vec<String> {
     let mut problems = Vec::new();
@@ -29,7 +44,7 @@ pub fn validate(profile: &Value) -> Vec<String> {
             ("resourceTable", &["lib", "name", "host", "type"][..]),
             ("nativeSymbols", &["libIndex", "address", "name", "functionSize"][..]),
             ("stackTable", &["prefix", "frame"][..]),
-            ("samples", &["stack", "time", "threadCPUDelta"][..]),
+            ("samples", &["stack", "threadCPUDelta"][..]),
             ("markers", &["category", "data", "endTime", "name", "phase", "startTime"][..]),
         ];
         let mut len = std::collections::HashMap::new();
@@ -80,9 +95,14 @@ pub fn validate(profile: &Value) -> Vec<String> {
                 p(format!("stackTable.prefix[{i}] = {v} is not an index"));
             }
         }
-        let times: Vec<f64> = t["samples"]["time"].as_array().into_iter().flatten().filter_map(Value::as_f64).collect();
-        if let Some(i) = times.windows(2).position(|w| w[1] < w[0]) {
-            p(format!("samples.time is not sorted at {i}: {} > {}", times[i], times[i + 1]));
+        let times = sample_times(&t["samples"]);
+        match &times {
+            None => p("samples has neither time nor timeDeltas of its length".into()),
+            Some(times) => {
+                if let Some(i) = times.windows(2).position(|w| w[1] < w[0]) {
+                    p(format!("samples.time is not sorted at {i}: {} > {}", times[i], times[i + 1]));
+                }
+            }
         }
         for key in ["pid", "name", "processName"] {
             if !t[key].is_string() {
@@ -135,6 +155,7 @@ mod tests {
             ("frameTable.func[1]", Box::new(|v| v["threads"][0]["frameTable"]["func"][1] = 5.into())),
             ("does not point backwards", Box::new(|v| v["threads"][0]["stackTable"]["prefix"][0] = 1.into())),
             ("not sorted", Box::new(|v| v["threads"][0]["samples"]["time"][0] = 9.0.into())),
+            ("neither time nor timeDeltas", Box::new(|v| v["threads"][0]["samples"]["time"] = serde_json::json!([0.0]))),
             ("resourceTable.lib[0]", Box::new(|v| v["threads"][0]["resourceTable"]["lib"][0] = 3.into())),
             ("funcTable.name[0]", Box::new(|v| v["threads"][0]["funcTable"]["name"][0] = 7.into())),
             ("samples.stack[0]", Box::new(|v| v["threads"][0]["samples"]["stack"][0] = 2.into())),
