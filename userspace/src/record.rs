@@ -245,6 +245,17 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
         eprint!("\r\x1b[K");
     }
 
+    // SYSPROF_TIMING=1 prints how long each step after the stop takes.
+    let timing = std::env::var_os("SYSPROF_TIMING").is_some();
+    let mut mark = {
+        let mut last = Instant::now();
+        move |what: &str| {
+            if timing {
+                eprintln!("sysprof: timing: {what}: {:.1} ms", last.elapsed().as_secs_f64() * 1e3);
+            }
+            last = Instant::now();
+        }
+    };
     // Drain what is buffered, then detach before the slow part.
     sideband.drain(&mut |e| collector.handle_sideband(e));
     drain_samples(ring.get_mut(), &mut collector, &mut decode_errors);
@@ -256,6 +267,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
     let drops = sampler.drops();
     drop(ring);
     drop(sampler);
+    mark("drain and detach the sampler");
     if let Some(tracer) = tracer {
         // Intervals still open at the stop end there, so off-CPU time adds up.
         let states = tracer.thread_states();
@@ -292,8 +304,13 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
         collector.handle_thread_states(states);
         let d = tracer.drops();
         collector.handle_tracer_losses(d.events_full, d.stack_ids, d.state_full);
+        mark("read the tracer's maps");
+        // Detaching tracepoints waits for RCU grace periods (tens of ms
+        // each): let that happen beside the rest of the work.
+        std::thread::spawn(move || drop(tracer));
     }
     drop(events);
+    mark("drop the events ring");
     let notes = std::mem::take(&mut counters.notes);
     collector.handle_counters(counters.finish());
     for n in notes {
@@ -308,10 +325,13 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
 
     let interval_ms = 1000.0 / args.frequency as f64;
     let recording = collector.finish(start_ns, start_wall_ms, end_ns, interval_ms);
+    mark("replay, resolve and symbolicate");
     let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
     let profile = build_profile(&recording, &host);
+    mark("build the profile");
     let path = output.path().to_path_buf();
     let bytes = output.commit(&profile)?;
+    mark("write the profile");
     let write_time = stopped.elapsed();
 
     for w in &recording.warnings {
