@@ -34,28 +34,7 @@ const volatile __u32 stack_copy = 0;
 
 #include "ustack.bpf.h"
 
-struct wakeup {
-	__u64 ts;
-	__u32 waker_pid;
-	__u32 waker_tid;
-	__s32 kstack_id;
-	__s32 ustack_id;
-	__u8 comm[TASK_COMM_LEN];
-};
 
-/* The last switch-out stacks of a thread, reused when it leaves the CPU
- * again from the same user context (same user ip/sp/bp, same state): a
- * thread blocking over and over in the same call is the common case on a
- * switch-heavy machine, and walking two stacks is the tracer's main cost. */
-struct stack_cache {
-	__u64 ip;
-	__u64 sp;
-	__u64 bp;
-	__u32 state;
-	__s32 kstack_id;
-	__s32 ustack_id;
-	__u32 _pad;
-};
 
 struct io_key {
 	__u32 dev;
@@ -93,20 +72,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct thread_state);
 } threads SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, struct wakeup);
-} wakeups SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, struct stack_cache);
-} stack_caches SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -173,7 +138,7 @@ static __always_inline void current_stacks(void *ctx, __s32 *kid, __s32 *uid)
 /* Dwarf mode: the kernel stack by id, and the user registers and stack bytes
  * sent as a ustack_event whose id becomes the user stack id. Falls back to
  * the frame-pointer walk if the ring is full. */
-static __always_inline void copy_switch_out_stack(void *ctx, __u32 tid, struct stack_cache *regs, __s32 *kid, __s32 *uid)
+static __always_inline void copy_switch_out_stack(void *ctx, __u32 tid, __u64 ip, __u64 sp, __u64 bp, __s32 *kid, __s32 *uid)
 {
 	__u32 zero = 0;
 	__u32 *seq = bpf_map_lookup_elem(&ustack_seq, &zero);
@@ -193,11 +158,11 @@ static __always_inline void copy_switch_out_stack(void *ctx, __u32 tid, struct s
 	e->id = USTACK_ID_FLAG | (__sync_fetch_and_add(seq, 1) & (USTACK_ID_FLAG - 1));
 	e->pid = bpf_get_current_pid_tgid() >> 32;
 	e->tid = tid;
-	e->ip = regs->ip;
-	e->sp = regs->sp;
-	e->bp = regs->bp;
+	e->ip = ip;
+	e->sp = sp;
+	e->bp = bp;
 	e->_pad = 0;
-	e->size = copy_user_stack((__u8 *)(e + 1), regs->sp);
+	e->size = copy_user_stack((__u8 *)(e + 1), sp);
 	*uid = e->id;
 	bpf_ringbuf_submit(e, submit_flags());
 	return;
@@ -208,38 +173,38 @@ fallback:
 	*uid = id;
 }
 
-/* current_stacks(), reusing the thread's previous switch-out stacks when its
- * user context and state are unchanged (see struct stack_cache). */
-static __always_inline void switch_out_stacks(void *ctx, __u32 tid, __u32 state, __s32 *kid, __s32 *uid)
+/* The stacks of the current task (prev) as it leaves the CPU, into t's
+ * kstack_id/ustack_id: reused from t's cache when it leaves from the same
+ * user context (ip, sp, bp) in the same state as last time, which is the
+ * common case on a switch-heavy machine; walking two stacks is the tracer's
+ * main cost otherwise. */
+static __always_inline void switch_out_stacks(void *ctx, __u32 tid, __u32 state, struct thread_state *t)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 
 	if (task->flags & PF_KTHREAD) {
-		current_stacks(ctx, kid, uid);
+		current_stacks(ctx, &t->kstack_id, &t->ustack_id);
 		return;
 	}
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	struct stack_cache now = {
-		.ip = PT_REGS_IP_CORE(regs),
-		.sp = PT_REGS_SP_CORE(regs),
-		.bp = PT_REGS_FP_CORE(regs),
-		.state = state,
-	};
-	struct stack_cache *last = bpf_map_lookup_elem(&stack_caches, &tid);
+	__u64 ip = PT_REGS_IP_CORE(regs), sp = PT_REGS_SP_CORE(regs), bp = PT_REGS_FP_CORE(regs);
 
-	if (last && last->ip == now.ip && last->sp == now.sp && last->bp == now.bp && last->state == state &&
-	    last->kstack_id >= 0) {
-		*kid = last->kstack_id;
-		*uid = last->ustack_id;
+	if (t->cache_ip == ip && t->cache_sp == sp && t->cache_bp == bp && t->cache_state == state &&
+	    t->cache_kstack_id >= 0) {
+		t->kstack_id = t->cache_kstack_id;
+		t->ustack_id = t->cache_ustack_id;
 		return;
 	}
 	if (stack_copy)
-		copy_switch_out_stack(ctx, tid, &now, kid, uid);
+		copy_switch_out_stack(ctx, tid, ip, sp, bp, &t->kstack_id, &t->ustack_id);
 	else
-		current_stacks(ctx, kid, uid);
-	now.kstack_id = *kid;
-	now.ustack_id = *uid;
-	bpf_map_update_elem(&stack_caches, &tid, &now, BPF_ANY);
+		current_stacks(ctx, &t->kstack_id, &t->ustack_id);
+	t->cache_ip = ip;
+	t->cache_sp = sp;
+	t->cache_bp = bp;
+	t->cache_state = state;
+	t->cache_kstack_id = t->kstack_id;
+	t->cache_ustack_id = t->ustack_id;
 }
 
 /* From the raw task state (the raw tracepoint's argument). */
@@ -284,7 +249,7 @@ static __always_inline int handle_switch(void *ctx, __u32 prev, __u32 next, __u3
 		if (tracked(tgid)) {
 			t = bpf_map_lookup_elem(&threads, &prev);
 			if (!t) {
-				struct thread_state zero = { .pid = tgid };
+				struct thread_state zero = { .pid = tgid, .cache_kstack_id = -1 };
 
 				bpf_map_update_elem(&threads, &prev, &zero, BPF_NOEXIST);
 				t = bpf_map_lookup_elem(&threads, &prev);
@@ -296,7 +261,7 @@ static __always_inline int handle_switch(void *ctx, __u32 prev, __u32 next, __u3
 					t->voluntary++;
 				t->off_state = state;
 				t->off_cpu = cpu;
-				switch_out_stacks(ctx, prev, state, &t->kstack_id, &t->ustack_id);
+				switch_out_stacks(ctx, prev, state, t);
 				t->off_ts = now;
 			} else {
 				count_drop(DROP_STATE_FULL);
@@ -317,7 +282,6 @@ static __always_inline int handle_switch(void *ctx, __u32 prev, __u32 next, __u3
 		t->off_ts = 0;
 		return 0;
 	}
-	struct wakeup *w = bpf_map_lookup_elem(&wakeups, &next);
 	struct offcpu_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count_drop(DROP_EVENTS_FULL);
@@ -342,13 +306,13 @@ static __always_inline int handle_switch(void *ctx, __u32 prev, __u32 next, __u3
 	t->short_count = 0;
 	t->short_ns = 0;
 	/* A wakeup older than this interval belongs to an earlier one. */
-	if (w && w->ts >= t->off_ts) {
-		e->wake_ns = w->ts;
-		e->waker_pid = w->waker_pid;
-		e->waker_tid = w->waker_tid;
-		e->waker_kstack_id = w->kstack_id;
-		e->waker_ustack_id = w->ustack_id;
-		__builtin_memcpy(e->waker_comm, w->comm, TASK_COMM_LEN);
+	if (t->wake_ts >= t->off_ts) {
+		e->wake_ns = t->wake_ts;
+		e->waker_pid = t->waker_pid;
+		e->waker_tid = t->waker_tid;
+		e->waker_kstack_id = t->waker_kstack_id;
+		e->waker_ustack_id = t->waker_ustack_id;
+		__builtin_memcpy(e->waker_comm, t->waker_comm, TASK_COMM_LEN);
 	} else {
 		e->wake_ns = 0;
 		e->waker_pid = 0;
@@ -398,30 +362,21 @@ static __always_inline int on_wakeup(void *ctx, __u32 wakee)
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
-	struct wakeup fresh = {};
-	struct wakeup *w = bpf_map_lookup_elem(&wakeups, &wakee);
 
-	if (!w) {
-		bpf_map_update_elem(&wakeups, &wakee, &fresh, BPF_NOEXIST);
-		w = bpf_map_lookup_elem(&wakeups, &wakee);
-		if (!w) {
-			count_drop(DROP_STATE_FULL);
-			return 0;
-		}
-	}
-	w->ts = now;
-	w->waker_pid = pid_tgid >> 32;
-	w->waker_tid = (__u32)pid_tgid;
-	bpf_get_current_comm(w->comm, sizeof(w->comm));
+	t->waker_pid = pid_tgid >> 32;
+	t->waker_tid = (__u32)pid_tgid;
+	bpf_get_current_comm(t->waker_comm, sizeof(t->waker_comm));
 	/* Walking the waker's stacks is the costly part; a wakee that slept
 	 * less than offcpu_min_ns is most likely folded, so skip it there.
 	 * (Its waker's pid, tid and name are still recorded.) */
 	if (now - t->off_ts >= offcpu_min_ns) {
-		current_stacks(ctx, &w->kstack_id, &w->ustack_id);
+		current_stacks(ctx, &t->waker_kstack_id, &t->waker_ustack_id);
 	} else {
-		w->kstack_id = -1;
-		w->ustack_id = -1;
+		t->waker_kstack_id = -1;
+		t->waker_ustack_id = -1;
 	}
+	/* Last: the switch-in trusts the waker fields once it sees this. */
+	t->wake_ts = now;
 	return 0;
 }
 

@@ -148,6 +148,22 @@ struct thread_state {
 	__s32 kstack_id;        /* stacks at switch-out */
 	__s32 ustack_id;
 	__u32 _pad;
+	/* The last wakeup while off-CPU (sched_waking); wake_ts is written last. */
+	__u64 wake_ts;
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__s32 waker_kstack_id;
+	__s32 waker_ustack_id;
+	__u8 waker_comm[TASK_COMM_LEN];
+	/* Kernel-private: the last switch-out's user context and stacks, reused
+	 * when the thread leaves the CPU again from the same place. */
+	__u64 cache_ip;
+	__u64 cache_sp;
+	__u64 cache_bp;
+	__u32 cache_state;
+	__s32 cache_kstack_id;
+	__s32 cache_ustack_id;
+	__u32 _pad2;
 };
 
 #endif /* __SYSPROF_H */

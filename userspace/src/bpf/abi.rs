@@ -182,6 +182,32 @@ pub struct ThreadState {
     pub ustack_id: i32,
     /// Padding.
     pub _pad: u32,
+    /// Last wakeup while off-CPU, ns.
+    pub wake_ts: u64,
+    /// Waker's process id.
+    pub waker_pid: u32,
+    /// Waker's thread id.
+    pub waker_tid: u32,
+    /// Waker's kernel stack id.
+    pub waker_kstack_id: i32,
+    /// Waker's user stack id.
+    pub waker_ustack_id: i32,
+    /// Waker's name.
+    pub waker_comm: [u8; TASK_COMM_LEN],
+    /// Kernel-private stack cache: user ip of the last switch-out.
+    pub cache_ip: u64,
+    /// Its user sp.
+    pub cache_sp: u64,
+    /// Its user bp.
+    pub cache_bp: u64,
+    /// Its state.
+    pub cache_state: u32,
+    /// Its kernel stack id.
+    pub cache_kstack_id: i32,
+    /// Its user stack id.
+    pub cache_ustack_id: i32,
+    /// Padding.
+    pub _pad2: u32,
 }
 
 // SAFETY: plain old data, every bit pattern valid.
@@ -391,6 +417,8 @@ int main(void) {{
   O(kstack_id) O(ustack_id) O(waker_kstack_id) O(waker_ustack_id) O(short_count) O(comm) O(waker_comm)
   I(dev) I(sector) I(start_ns) I(issue_ns) I(done_ns) I(bytes) I(error) I(pid) I(tid) I(kstack_id) I(ustack_id) I(comm) I(rwbs)
   T(off_ts) T(voluntary) T(involuntary) T(short_count) T(short_ns) T(pid) T(off_state) T(off_cpu) T(kstack_id) T(ustack_id)
+  T(wake_ts) T(waker_pid) T(waker_tid) T(waker_kstack_id) T(waker_ustack_id) T(waker_comm) T(cache_ip) T(cache_sp) T(cache_bp)
+  T(cache_state) T(cache_kstack_id) T(cache_ustack_id)
   printf("ustack.size %zu\nustack.ip %zu\nustack.size_field %zu\nRECORD_USTACK %d\nUSTACK_ID_FLAG %d\n", sizeof(struct ustack_event),
          offsetof(struct ustack_event, ip), offsetof(struct ustack_event, size), RECORD_USTACK, USTACK_ID_FLAG);
   printf("RECORD_OFFCPU %d\nRECORD_IO %d\nOFFCPU_PREEMPTED %d\nOFFCPU_SLEEPING %d\nOFFCPU_BLOCKED %d\nOFFCPU_OTHER %d\n", RECORD_OFFCPU, RECORD_IO, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER);
@@ -495,6 +523,18 @@ int main(void) {{
             ("state.off_cpu", offset_of!(ThreadState, off_cpu)),
             ("state.kstack_id", offset_of!(ThreadState, kstack_id)),
             ("state.ustack_id", offset_of!(ThreadState, ustack_id)),
+            ("state.wake_ts", offset_of!(ThreadState, wake_ts)),
+            ("state.waker_pid", offset_of!(ThreadState, waker_pid)),
+            ("state.waker_tid", offset_of!(ThreadState, waker_tid)),
+            ("state.waker_kstack_id", offset_of!(ThreadState, waker_kstack_id)),
+            ("state.waker_ustack_id", offset_of!(ThreadState, waker_ustack_id)),
+            ("state.waker_comm", offset_of!(ThreadState, waker_comm)),
+            ("state.cache_ip", offset_of!(ThreadState, cache_ip)),
+            ("state.cache_sp", offset_of!(ThreadState, cache_sp)),
+            ("state.cache_bp", offset_of!(ThreadState, cache_bp)),
+            ("state.cache_state", offset_of!(ThreadState, cache_state)),
+            ("state.cache_kstack_id", offset_of!(ThreadState, cache_kstack_id)),
+            ("state.cache_ustack_id", offset_of!(ThreadState, cache_ustack_id)),
             ("ustack.size", size_of::<UstackEvent>()),
             ("ustack.ip", offset_of!(UstackEvent, ip)),
             ("ustack.size_field", offset_of!(UstackEvent, size)),
