@@ -34,6 +34,7 @@ const SETTLE: Duration = Duration::from_millis(1000);
 enum Profiler {
     None,
     Sysprof,
+    SysprofCommand,
     Perf,
     Samply,
 }
@@ -70,6 +71,12 @@ fn main() -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let only_micro = args.iter().any(|a| a == "--micro");
     let reps = if quick { 1 } else { 3 };
+    // --only NAME[,NAME]: run only these workloads.
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').map(str::to_string).collect());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let out_dir = root.join("target/bench");
     std::fs::create_dir_all(&out_dir)?;
@@ -112,6 +119,8 @@ fn main() -> Result<()> {
         Workload { name: "io", argv: vec![s(bin("io")?), s(io_file.clone()), if quick { "10000" } else { "40000" }.into()] },
     ];
 
+    let workloads: Vec<Workload> =
+        workloads.into_iter().filter(|w| only.as_ref().is_none_or(|o| o.iter().any(|n| n == w.name))).collect();
     let sysprof = root.join("target/release/sysprof");
     let perf = which("perf");
     let samply = find_samply();
@@ -120,6 +129,8 @@ fn main() -> Result<()> {
     configs.push(Config { name: "sysprof -a", profiler: Profiler::Sysprof, args: vec!["-a".into()] });
     configs.push(Config { name: "sysprof -a --call-graph fp", profiler: Profiler::Sysprof, args: vec!["-a".into(), "--call-graph".into(), "fp".into()] });
     configs.push(Config { name: "sysprof -a --no-off-cpu --no-io", profiler: Profiler::Sysprof, args: vec!["-a".into(), "--no-off-cpu".into(), "--no-io".into()] });
+    // Like samply: only the workload's processes (bytes per sample compare like for like).
+    configs.push(Config { name: "sysprof record -- CMD", profiler: Profiler::SysprofCommand, args: vec![] });
     match &perf {
         Some(_) => {
             configs.push(Config { name: "perf -a -g", profiler: Profiler::Perf, args: vec!["-a".into(), "-g".into(), "-F".into(), f.clone()] });
@@ -148,7 +159,8 @@ fn main() -> Result<()> {
                 }
                 eprintln!("bench: rep {}/{reps} {} × {}", rep + 1, w.name, c.name);
                 let r = match c.profiler {
-                    Profiler::Samply => run_samply(samply.as_ref().unwrap(), w, &work),
+                    Profiler::Samply => run_samply(&[samply.as_deref().unwrap(), "record", "--save-only", "--no-open", "-r", &FREQ.to_string(), "-o"], w, &work, "samply.json.gz"),
+                    Profiler::SysprofCommand => run_samply(&[sysprof.to_str().unwrap(), "record", "-q", "-F", &FREQ.to_string(), "-o"], w, &work, "sysprof-cmd.json.gz"),
                     _ => run_system_wide(c, w, &sysprof, perf.as_deref(), &work, ncpu),
                 };
                 match r {
@@ -286,17 +298,21 @@ fn run_workload(w: &Workload) -> Result<(f64, f64)> {
     Ok((elapsed, 0.0))
 }
 
-/// wait4 with resource usage: (CPU ms, peak RSS MB). The peak is VmHWM of
-/// the child's own address space, polled until it exits: ru_maxrss would
-/// include the bench's own peak, which a spawned child inherits through exec.
-fn wait_rusage(child: &mut Child) -> Result<(f64, f64)> {
-    let pid = child.id();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let poller = {
-        let done = done.clone();
-        std::thread::spawn(move || {
+/// Watches a process's peak RSS: VmHWM of its own address space, polled
+/// until it exits. (ru_maxrss would include the bench's own peak, which a
+/// spawned child inherits through exec.)
+struct PeakRss {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    poller: std::thread::JoinHandle<f64>,
+}
+
+impl PeakRss {
+    fn watch(pid: u32) -> PeakRss {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = done.clone();
+        let poller = std::thread::spawn(move || {
             let mut peak_kb = 0f64;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
                     if let Some(v) = s.lines().find_map(|l| l.strip_prefix("VmHWM:")) {
                         peak_kb = peak_kb.max(v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0.0));
@@ -305,19 +321,29 @@ fn wait_rusage(child: &mut Child) -> Result<(f64, f64)> {
                 std::thread::sleep(Duration::from_millis(5));
             }
             peak_kb
-        })
-    };
+        });
+        PeakRss { done, poller }
+    }
+
+    /// Peak RSS in MB.
+    fn finish(self) -> f64 {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.poller.join().unwrap_or(0.0) / 1024.0
+    }
+}
+
+/// wait4 with resource usage: (CPU ms, peak RSS MB from `rss`).
+fn wait_rusage(child: &mut Child, rss: PeakRss) -> Result<(f64, f64)> {
     let mut status = 0;
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: valid pid and out-pointers.
     let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
+    let peak = rss.finish();
     if r < 0 {
         bail!("wait4: {}", std::io::Error::last_os_error());
     }
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    let peak_kb = poller.join().unwrap_or(0.0);
     let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    Ok((tv(ru.ru_utime) + tv(ru.ru_stime), peak_kb / 1024.0))
+    Ok((tv(ru.ru_utime) + tv(ru.ru_stime), peak))
 }
 
 /// run_time_ns of loaded BPF programs whose name starts with `prefix`, ms.
@@ -362,7 +388,7 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
                 .stderr(std::fs::File::create(&log)?)
                 .spawn()?,
         ),
-        Profiler::Samply => unreachable!(),
+        Profiler::Samply | Profiler::SysprofCommand => unreachable!("they launch the workload themselves"),
     };
     std::thread::sleep(SETTLE);
     let started = Instant::now();
@@ -377,9 +403,10 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
         run.bpf_ms = Some(["sample_cpu", "on_sched", "on_block"].iter().filter_map(|p| bpf_run_ms(p)).sum());
     }
     let stop = Instant::now();
+    let watch = PeakRss::watch(child.id());
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let (cpu, rss) = wait_rusage(&mut child)?;
+    let (cpu, rss) = wait_rusage(&mut child, watch)?;
     run.stop_to_written_ms = stop.elapsed().as_secs_f64() * 1e3;
     run.profiler_cpu_ms = cpu;
     run.profiler_rss_mb = rss;
@@ -416,19 +443,22 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
     Ok(run)
 }
 
-fn run_samply(samply: &str, w: &Workload, work: &Path) -> Result<Run> {
-    let output = work.join("samply.json.gz");
+/// Run a profiler that launches the workload itself (samply, `sysprof
+/// record -- CMD`): `argv` up to and including its output option.
+fn run_samply(argv: &[&str], w: &Workload, work: &Path, out_name: &str) -> Result<Run> {
+    let output = work.join(out_name);
     let _ = std::fs::remove_file(&output);
     let started = Instant::now();
     let busy0 = busy_ms();
-    let mut child = Command::new(samply)
-        .args(["record", "--save-only", "--no-open", "-r", &FREQ.to_string(), "-o"])
+    let mut child = Command::new(argv[0])
+        .args(&argv[1..])
         .arg(&output)
         .arg("--")
         .args(&w.argv)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(work.join("samply.log"))?)
         .spawn()?;
+    let watch = PeakRss::watch(child.id());
     let stdout = child.stdout.take().unwrap();
     let mut elapsed = None;
     let mut ended = None;
@@ -441,7 +471,7 @@ fn run_samply(samply: &str, w: &Workload, work: &Path) -> Result<Run> {
             busy1 = busy_ms();
         }
     }
-    let (cpu, rss) = wait_rusage(&mut child)?;
+    let (cpu, rss) = wait_rusage(&mut child, watch)?;
     let elapsed_ms: f64 = elapsed.with_context(|| {
         format!("samply's workload printed no elapsed_ms; samply said: {}", std::fs::read_to_string(work.join("samply.log")).unwrap_or_default())
     })?;
