@@ -30,23 +30,10 @@ const volatile __u32 stack_copy = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 * 1024 * 1024); /* resized by userspace (--ring-size) */
+	__uint(max_entries, 8 * 1024 * 1024); /* resized by userspace to the CPUs and rate */
 } samples SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DROP_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} drops SEC(".maps");
-
-static __always_inline void count_drop(__u32 reason)
-{
-	__u64 *slot = bpf_map_lookup_elem(&drops, &reason);
-
-	if (slot)
-		*slot += 1; /* per-CPU slot: no atomic needed */
-}
+#include "drops.bpf.h"
 
 SEC("perf_event")
 int sample_cpu_clock(struct bpf_perf_event_data *ctx)

@@ -88,20 +88,7 @@ struct {
 	__type(value, __u32);
 } ustack_seq SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, DROP_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} drops SEC(".maps");
-
-static __always_inline void count_drop(__u32 reason)
-{
-	__u64 *slot = bpf_map_lookup_elem(&drops, &reason);
-
-	if (slot)
-		*slot += 1;
-}
+#include "drops.bpf.h"
 
 static __always_inline long submit_flags(void)
 {

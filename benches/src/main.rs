@@ -64,6 +64,8 @@ struct Run {
     lost: Option<f64>,
     stop_to_written_ms: f64,
     bytes: f64,
+    /// sysprof in dwarf mode: user stacks unwound per second of unwinding.
+    unwinds_per_s: Option<f64>,
 }
 
 fn main() -> Result<()> {
@@ -222,9 +224,19 @@ fn main() -> Result<()> {
                 "runs": rs.iter().map(|r| json!({
                     "elapsed_ms": r.elapsed_ms, "busy_ms_per_s": r.busy_ms_per_s, "profiler_cpu_ms": r.profiler_cpu_ms,
                     "profiler_rss_mb": r.profiler_rss_mb, "bpf_ms": r.bpf_ms, "expected": r.expected, "written": r.written,
-                    "lost": r.lost, "stop_to_written_ms": r.stop_to_written_ms, "bytes": r.bytes,
+                    "lost": r.lost, "stop_to_written_ms": r.stop_to_written_ms, "bytes": r.bytes, "unwinds_per_s": r.unwinds_per_s,
                 })).collect::<Vec<_>>(),
             }));
+        }
+    }
+    md += "\n## DWARF unwinding in sysprof (median unwinds per second of unwinding time)\n\n| workload | configuration | unwinds/s |\n|---|---|---:|\n";
+    for w in &workloads {
+        for c in &configs {
+            let Some(rs) = runs.get(&(w.name, c.name)) else { continue };
+            let v: Vec<f64> = rs.iter().filter_map(|r| r.unwinds_per_s).collect();
+            if !v.is_empty() {
+                md += &format!("| {} | {} | {} |\n", w.name, c.name, fmt_stat(&v, 0));
+            }
         }
     }
     // The offline stage runs last: a large bench process would otherwise
@@ -423,6 +435,7 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
             if let Some(secs) = number_before(line, " s, ") {
                 run.expected = FREQ as f64 * ncpu * secs;
             }
+            run.unwinds_per_s = number_before(line, " unwinds/s");
         }
         Profiler::Perf => {
             // "[ perf record: Captured and wrote 1.234 MB perf.data (12345 samples) ]"
@@ -491,6 +504,7 @@ fn run_samply(argv: &[&str], w: &Workload, work: &Path, out_name: &str) -> Resul
         lost: None,
         stop_to_written_ms: ended.elapsed().as_secs_f64() * 1e3,
         bytes,
+        unwinds_per_s: None,
     })
 }
 

@@ -10,6 +10,12 @@
 //! caches each unwind rule it looks up, so a hot address is decoded once.
 //! Where an address has no unwind information framehop falls back to the
 //! frame pointer.
+//!
+//! The unwind sections are copied into memory, not mapped: any user can
+//! truncate a binary while we profile it, and touching a mapping past the new
+//! end of file would kill the profiler with SIGBUS. (`.text`, which framehop
+//! only uses to refine leaf frames, is left out for the same reason and for
+//! its size.)
 
 use std::ops::{Deref, Range};
 use std::sync::Arc;
@@ -21,28 +27,23 @@ use rustc_hash::FxHashMap;
 
 use crate::symbolize::binaries::{BinaryIndex, Binaries};
 
-/// A byte range of a mapped binary, shared without copying.
+/// A section's bytes, shared between the processes that map the binary.
 #[derive(Clone)]
-pub struct SectionBytes {
-    map: Arc<memmap2::Mmap>,
-    range: Range<usize>,
-}
+pub struct SectionBytes(Arc<[u8]>);
 
 impl Deref for SectionBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.map[self.range.clone()]
+        &self.0
     }
 }
 
 /// What one binary contributes to unwinding.
 struct BinaryUnwindInfo {
-    map: Arc<memmap2::Mmap>,
-    /// (svma, file range) of the sections framehop wants.
-    text: Option<(Range<u64>, Range<usize>)>,
-    eh_frame: Option<(Range<u64>, Range<usize>)>,
-    eh_frame_hdr: Option<(Range<u64>, Range<usize>)>,
-    debug_frame: Option<Range<usize>>,
+    /// (svma range, bytes) of the sections framehop wants.
+    eh_frame: Option<(Range<u64>, SectionBytes)>,
+    eh_frame_hdr: Option<(Range<u64>, SectionBytes)>,
+    debug_frame: Option<SectionBytes>,
     got: Option<Range<u64>>,
     /// PT_LOAD segments: (p_vaddr, p_offset, p_filesz).
     segments: Vec<(u64, u64, u64)>,
@@ -52,36 +53,27 @@ impl BinaryUnwindInfo {
     fn read(binaries: &Binaries, index: BinaryIndex) -> Result<BinaryUnwindInfo, String> {
         let bin = binaries.get(index);
         let file = bin.file.as_ref().ok_or_else(|| bin.open_error.clone().unwrap_or_else(|| "not a file".into()))?;
-        // SAFETY: a read-only private mapping; a file truncated under us can
-        // fault, which is why files are opened when mapped and checked here.
-        let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| e.to_string())?;
-        let elf = object::File::parse(&*map).map_err(|e| e.to_string())?;
-        let len = map.len();
-        let section = |name: &str| -> Option<(Range<u64>, Range<usize>)> {
+        let elf_data = object::ReadCache::new(file);
+        let elf = object::File::parse(&elf_data).map_err(|e| e.to_string())?;
+        let copy = |s: &object::Section<'_, '_, &object::ReadCache<&std::fs::File>>| -> Option<SectionBytes> {
+            s.data().ok().map(|d| SectionBytes(Arc::from(d)))
+        };
+        let section = |name: &str| -> Option<(Range<u64>, SectionBytes)> {
             let s = elf.section_by_name(name)?;
-            let (off, size) = s.file_range()?;
-            let end = off.checked_add(size)? as usize;
-            (end <= len).then(|| (s.address()..s.address() + s.size(), off as usize..end))
+            Some((s.address()..s.address() + s.size(), copy(&s)?))
         };
         let debug_frame = elf
             .section_by_name(".debug_frame")
             .filter(|s| s.compressed_file_range().map(|c| c.format == object::CompressionFormat::None).unwrap_or(false))
-            .and_then(|s| s.file_range())
-            .and_then(|(o, sz)| ((o + sz) as usize <= len).then(|| o as usize..(o + sz) as usize));
+            .and_then(|s| copy(&s));
         let segments = elf.segments().map(|s| (s.address(), s.file_range().0, s.file_range().1)).collect();
         Ok(BinaryUnwindInfo {
-            text: section(".text"),
             eh_frame: section(".eh_frame"),
             eh_frame_hdr: section(".eh_frame_hdr"),
             debug_frame,
             got: elf.section_by_name(".got").map(|s| s.address()..s.address() + s.size()),
             segments,
-            map: Arc::new(map),
         })
-    }
-
-    fn bytes(&self, r: &Range<usize>) -> SectionBytes {
-        SectionBytes { map: self.map.clone(), range: r.clone() }
     }
 
     /// A framehop module for this binary mapped at `start..end` from file offset `pgoff`.
@@ -95,13 +87,13 @@ impl BinaryUnwindInfo {
         let base_avma = start.wrapping_sub(pgoff).wrapping_add(offset).wrapping_sub(vaddr);
         let info = ExplicitModuleSectionInfo {
             base_svma: 0,
-            text_svma: self.text.as_ref().map(|t| t.0.clone()),
-            text: self.text.as_ref().map(|t| self.bytes(&t.1)),
+            text_svma: None,
+            text: None,
             eh_frame_svma: self.eh_frame.as_ref().map(|t| t.0.clone()),
-            eh_frame: self.eh_frame.as_ref().map(|t| self.bytes(&t.1)),
+            eh_frame: self.eh_frame.as_ref().map(|t| t.1.clone()),
             eh_frame_hdr_svma: self.eh_frame_hdr.as_ref().map(|t| t.0.clone()),
-            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|t| self.bytes(&t.1)),
-            debug_frame: self.debug_frame.as_ref().map(|r| self.bytes(r)),
+            eh_frame_hdr: self.eh_frame_hdr.as_ref().map(|t| t.1.clone()),
+            debug_frame: self.debug_frame.clone(),
             got_svma: self.got.clone(),
             stubs_svma: None,
             stub_helper_svma: None,
