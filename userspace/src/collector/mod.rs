@@ -531,8 +531,8 @@ struct FrameKey {
     pid: u32,
 }
 
-/// `FrameKey::binary` for code in anonymous memory: named from the
-/// process's perf map, `address` absolute, `pid` set.
+/// `FrameKey::binary` for code in anonymous memory or in no known mapping:
+/// named from the process's perf map or jitdump, `address` absolute, `pid` set.
 const JIT_BINARY: u32 = u32::MAX - 3;
 
 /// `FrameKey::binary` for kernel addresses.
@@ -769,7 +769,10 @@ impl Replay {
                     FrameKey { binary: m.binary, address: lookup - m.start + m.pgoff, pid: 0 }
                 }
             } else {
-                FrameKey { binary: NO_LIB, address: lookup, pid: 0 }
+                // Not in any mapping we saw: JIT code whose mapping was never
+                // reported (or a bad frame). Perf maps and jitdumps name
+                // absolute addresses, so try them; otherwise it stays hex.
+                FrameKey { binary: JIT_BINARY, address: lookup, pid }
             };
             let next = self.frame_keys.len() as u32;
             let frame = *self.frame_index.entry(key).or_insert_with(|| {
@@ -954,9 +957,20 @@ fn symbolicate_jit(
         // The jitdump the process mapped: read through the descriptor opened
         // when it was mapped, so it is the file the JIT wrote.
         if let Some(bin) = jit.dumps.get(&pid).map(|&b| binaries.get(b)) {
+            // Positional reads: the descriptor's offset is shared with
+            // whoever read it before (the unwinder looked for ELF sections).
             let dump = bin.file.as_ref().and_then(|f| {
-                let mut bytes = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::Read::take(&mut &*f, 512 << 20), &mut bytes).ok()?;
+                use std::os::unix::fs::FileExt;
+                let len = f.metadata().ok()?.len().min(512 << 20) as usize;
+                let mut bytes = vec![0u8; len];
+                let mut done = 0;
+                while done < len {
+                    match f.read_at(&mut bytes[done..], done as u64) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => done += n,
+                    }
+                }
+                bytes.truncate(done);
                 symbolize::jitdump::parse(&bytes)
             });
             match dump {
