@@ -85,6 +85,7 @@ fn main() -> Result<()> {
 
     if only_micro {
         let (md, micro) = micro_section(quick);
+        println!("{md}");
         std::fs::write(out_dir.join("results.md"), &md)?;
         std::fs::write(out_dir.join("results.json"), serde_json::to_string_pretty(&json!({ "micro": micro }))?)?;
         return Ok(());
@@ -257,7 +258,6 @@ fn micro_section(quick: bool) -> (String, serde_json::Value) {
     for (k, v) in &micro {
         md += &format!("| {k} | {v:.0} |\n");
     }
-    println!("{md}");
     (md, json!(micro.iter().map(|(k, v)| json!({"name": k, "per_second": v})).collect::<Vec<_>>()))
 }
 
