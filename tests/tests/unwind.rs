@@ -51,6 +51,22 @@ fn dwarf_unwinding_reaches_the_thread_root_without_frame_pointers() {
     assert!(dwarf_whole * 100 >= dwarf_total * 95, "dwarf: {dwarf_whole} of {dwarf_total} samples have the whole chain");
 }
 
+/// deep.c built without frame pointers (`deep.full`, with a build id) and a
+/// stripped copy (`deep`); returns (full, stripped, build id in hex).
+fn stripped_deep(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let full = build_c("deep", &dir.join("deep.full"), &["-O2", "-fomit-frame-pointer", "-Wl,--build-id=sha1"]);
+    let stripped = dir.join("deep");
+    let st = std::process::Command::new("objcopy").arg("--strip-all").arg(&full).arg(&stripped).status().expect("objcopy (binutils)");
+    assert!(st.success());
+    // The build id, from the ELF note, names the debug file.
+    let notes = std::process::Command::new("readelf").arg("-n").arg(&stripped).output().unwrap();
+    let id = String::from_utf8_lossy(&notes.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(|s| s.trim().to_string()))
+        .expect("a build id");
+    (full, stripped, id)
+}
+
 /// Check that the same binary, stripped, with its debug file under
 /// /usr/lib/debug/.build-id/, still gets the function names.
 #[test]
@@ -59,14 +75,7 @@ fn stripped_binary_gets_names_from_its_build_id_debug_file() {
         return;
     }
     let dir = scratch("stripped");
-    let full = build_c("deep", &dir.join("deep.full"), &["-O2", "-fomit-frame-pointer", "-Wl,--build-id=sha1"]);
-    let stripped = dir.join("deep");
-    let st = std::process::Command::new("objcopy").arg("--strip-all").arg(&full).arg(&stripped).status().expect("objcopy (binutils)");
-    assert!(st.success());
-    // The build id, from the ELF note, names the debug file.
-    let notes = std::process::Command::new("readelf").args(["-n"]).arg(&stripped).output().unwrap();
-    let text = String::from_utf8_lossy(&notes.stdout);
-    let id = text.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")).expect("a build id").trim().to_string();
+    let (full, stripped, id) = stripped_deep(&dir);
     let debug_dir = std::path::PathBuf::from(format!("/usr/lib/debug/.build-id/{}", &id[..2]));
     std::fs::create_dir_all(&debug_dir).unwrap();
     let debug_file = debug_dir.join(format!("{}.debug", &id[2..]));
@@ -88,20 +97,22 @@ fn stripped_binary_gets_names_from_its_build_id_debug_file() {
     assert!(named * 10 >= stacks.len() * 9);
 }
 
-fn node() -> Option<std::path::PathBuf> {
-    let out = std::process::Command::new("sh").args(["-c", "command -v node"]).output().ok()?;
-    out.status.success().then(|| std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+/// node, or None after saying loudly that `test` is skipped (a failure under CI).
+fn node(test: &str) -> Option<std::path::PathBuf> {
+    let out = std::process::Command::new("sh").args(["-c", "command -v node"]).output().ok();
+    if let Some(out) = out.filter(|o| o.status.success()) {
+        return Some(std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: node is needed (Debian: apt-get install nodejs)");
+    }
+    eprintln!("\n*** SKIPPED {test}: node not found ***\n");
+    None
 }
 
 /// Samples of `node --perf-basic-prof` running hot.js, with `tamper` applied to its map.
 fn record_node(test: &str, tamper: &str) -> Option<(Profile, u64, String)> {
-    let Some(node) = node() else {
-        if std::env::var_os("CI").is_some() {
-            panic!("{test}: node is needed (Debian: apt-get install nodejs)");
-        }
-        eprintln!("\n*** SKIPPED {test}: node not found ***\n");
-        return None;
-    };
+    let node = node(test)?;
     let dir = scratch(test);
     let script = workspace_root().join("tests/workloads/hot.js");
     let out_path = dir.join("p.json.gz");
@@ -228,13 +239,7 @@ fn node_jit_frames_are_named_from_its_jitdump() {
     if !can_record(test) {
         return;
     }
-    let Some(node) = node() else {
-        if std::env::var_os("CI").is_some() {
-            panic!("{test}: node is needed (Debian: apt-get install nodejs)");
-        }
-        eprintln!("\n*** SKIPPED {test}: node not found ***\n");
-        return;
-    };
+    let Some(node) = node(test) else { return };
     let dir = scratch("jitdump");
     let script = workspace_root().join("tests/workloads/hot.js");
     let out_path = dir.join("p.json.gz");
@@ -265,11 +270,7 @@ fn debuginfod_fetches_missing_debug_files() {
         return;
     }
     let dir = scratch("debuginfod");
-    let full = build_c("deep", &dir.join("deep.full"), &["-O2", "-fomit-frame-pointer", "-Wl,--build-id=sha1"]);
-    let stripped = dir.join("deep");
-    assert!(std::process::Command::new("objcopy").arg("--strip-all").arg(&full).arg(&stripped).status().unwrap().success());
-    let notes = std::process::Command::new("readelf").arg("-n").arg(&stripped).output().unwrap();
-    let id = String::from_utf8_lossy(&notes.stdout).lines().find_map(|l| l.trim().strip_prefix("Build ID: ").map(|s| s.trim().to_string())).unwrap();
+    let (full, stripped, id) = stripped_deep(&dir);
     let served = dir.join(format!("srv/buildid/{id}"));
     std::fs::create_dir_all(&served).unwrap();
     assert!(std::process::Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(served.join("debuginfo")).status().unwrap().success());
