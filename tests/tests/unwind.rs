@@ -120,7 +120,8 @@ fn record_node(test: &str, tamper: &str) -> Option<(Profile, u64, String)> {
     if !tamper.is_empty() {
         args.push(tamper);
     }
-    let out = record(&args, &out_path);
+    // node leaves isolate-*.log files in its working directory: keep them in the scratch one.
+    let out = std::process::Command::new(sysprof_bin()).current_dir(&dir).arg("record").arg("-o").arg(&out_path).args(&args).output().unwrap();
     assert_success(&out);
     let pid = field(&out.stdout, "pid").expect("node printed its pid");
     for suffix in ["", ".real"] {
