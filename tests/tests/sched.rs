@@ -67,7 +67,8 @@ fn sleeping_thread_off_cpu_time_matches_its_clock() {
 
 /// Check that the ponger's off-CPU markers name the pinger (tid and name) as
 /// their waker, and that each thread's context switch count in the profile
-/// matches /proc/PID/task/TID/status within 1% (or 3 switches).
+/// matches /proc/PID/task/TID/status, read while the thread is parked at the
+/// end of its work, plus the few switches of its exit.
 #[test]
 fn wakers_are_named_and_switch_counts_match_proc() {
     if !can_record("wakers_are_named_and_switch_counts_match_proc") {
@@ -94,7 +95,13 @@ fn wakers_are_named_and_switch_counts_match_proc() {
         let cs = &t.t["contextSwitches"];
         let got = (cs["voluntary"].as_u64().unwrap() + cs["involuntary"].as_u64().unwrap()) as f64;
         eprintln!("pingpong: {who} switches: profile {got}, /proc {expected}");
-        assert!((got - expected).abs() <= (expected * 0.01).max(3.0), "{who}: {got} vs {expected}");
+        // The oracle is read while both threads are parked; after it each
+        // thread is released and exits, which adds a switch /proc can never
+        // show (the final one away from the dead thread) and, when the exit
+        // wakes the joining main thread, a preemption. Measured here: +1 or
+        // +2 in every run; up to 4 allowed, never fewer than the oracle.
+        let extra = got - expected;
+        assert!((0.0..=4.0).contains(&extra), "{who}: {got} in the profile vs {expected} in /proc before its exit");
     }
 }
 
