@@ -173,8 +173,10 @@ static __always_inline void switch_out_stacks(void *ctx, __u32 tid, __u32 state,
 		current_stacks(ctx, &t->kstack_id, &t->ustack_id);
 		return;
 	}
+	/* A BTF pointer: plain loads (checked by the verifier), not three
+	 * bpf_probe_read_kernel calls on every switch. */
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	__u64 ip = PT_REGS_IP_CORE(regs), sp = PT_REGS_SP_CORE(regs), bp = PT_REGS_FP_CORE(regs);
+	__u64 ip = PT_REGS_IP(regs), sp = PT_REGS_SP(regs), bp = PT_REGS_FP(regs);
 
 	if (t->cache_ip == ip && t->cache_sp == sp && t->cache_bp == bp && t->cache_state == state &&
 	    t->cache_kstack_id >= 0) {
@@ -335,7 +337,8 @@ int on_sched_switch_raw(struct bpf_raw_tracepoint_args *ctx)
 	/* prev_state is an argument since 5.18; before, read the task's state. */
 	unsigned long raw = has_prev_state_arg ? args[3] : BPF_CORE_READ(prev, __state);
 
-	return handle_switch(ctx, BPF_CORE_READ(prev, pid), BPF_CORE_READ(next, pid), fold_raw_state(preempt, raw),
+	/* prev is current: its tid without a kernel read. */
+	return handle_switch(ctx, (__u32)bpf_get_current_pid_tgid(), BPF_CORE_READ(next, pid), fold_raw_state(preempt, raw),
 			     __builtin_preserve_access_index(&next->comm));
 }
 
