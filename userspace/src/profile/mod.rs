@@ -99,8 +99,31 @@ impl HostInfo {
     }
 }
 
-/// Build the profile as a JSON value tree.
-pub fn build_profile(rec: &Recording, host: &HostInfo) -> serde_json::Value {
+/// The profile, ready to serialize. Threads, with their columns and
+/// markers, stay typed structs: a `serde_json::Value` tree would hold each
+/// number as a 32-byte value and each marker as a map of strings, which on an
+/// I/O-heavy recording (tens of thousands of markers) doubled peak RSS and
+/// the time to write.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Profile {
+    meta: serde_json::Value,
+    libs: Vec<serde_json::Value>,
+    threads: Vec<Thread>,
+    pages: [(); 0],
+    counters: Vec<serde_json::Value>,
+    profiler_overhead: [(); 0],
+}
+
+impl Profile {
+    /// The profile as a JSON value tree (tests and small tools).
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("serializable")
+    }
+}
+
+/// Build the profile.
+pub fn build_profile(rec: &Recording, host: &HostInfo) -> Profile {
     // Milliseconds since the start, rounded to the microsecond: the clock's
     // nanoseconds would only lengthen every number in the file.
     let ms = |ns: u64| -> f64 { micros(ns as i64 - rec.start_ns as i64) as f64 / 1e3 };
@@ -111,11 +134,11 @@ pub fn build_profile(rec: &Recording, host: &HostInfo) -> serde_json::Value {
             if t.tid == p.pid || !main_thread_index.contains_key(&p.pid) {
                 main_thread_index.insert(p.pid, threads.len());
             }
-            threads.push(serde_json::to_value(build_thread(rec, p, t, &ms)).expect("serializable"));
+            threads.push(build_thread(rec, p, t, &ms));
         }
     }
     for (cpu, markers) in &rec.cpu_tracks {
-        threads.push(serde_json::to_value(build_cpu_track(rec, *cpu, markers, &ms)).expect("serializable"));
+        threads.push(build_cpu_track(rec, *cpu, markers, &ms));
     }
     let counters: Vec<serde_json::Value> = rec
         .counters
@@ -135,8 +158,7 @@ pub fn build_profile(rec: &Recording, host: &HostInfo) -> serde_json::Value {
     let st = &rec.stats;
     extra_entries.push(serde_json::json!({ "label": "Samples lost", "format": "integer", "value": st.lost_samples }));
     extra_entries.push(serde_json::json!({ "label": "Scheduler/I/O records lost", "format": "integer", "value": st.lost_events }));
-    serde_json::json!({
-        "meta": {
+    let meta = serde_json::json!({
             "version": 24,
             "preprocessedProfileVersion": PREPROCESSED_PROFILE_VERSION,
             "product": format!("sysprof {} on {}", env!("CARGO_PKG_VERSION"), host.hostname),
@@ -174,13 +196,15 @@ pub fn build_profile(rec: &Recording, host: &HostInfo) -> serde_json::Value {
             "markerSchema": marker_schema(),
             "extra": [{ "label": "sysprof", "entries": extra_entries }],
             "extensions": { "length": 0, "baseURL": [], "id": [], "name": [] },
-        },
-        "libs": rec.libs.iter().map(lib_json).collect::<Vec<_>>(),
-        "threads": threads,
-        "pages": [],
-        "counters": counters,
-        "profilerOverhead": [],
-    })
+    });
+    Profile {
+        meta,
+        libs: rec.libs.iter().map(lib_json).collect(),
+        threads,
+        pages: [],
+        counters,
+        profiler_overhead: [],
+    }
 }
 
 fn lib_json(l: &LibRecord) -> serde_json::Value {
@@ -311,11 +335,51 @@ struct Samples {
 struct Markers {
     length: usize,
     category: Vec<u32>,
-    data: Vec<serde_json::Value>,
+    data: Vec<MarkerData>,
     end_time: Vec<Option<f64>>,
     name: Vec<u32>,
     phase: Vec<u8>,
     start_time: Vec<Option<f64>>,
+}
+
+/// One marker's payload; `type` names its entry in `meta.markerSchema`.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all_fields = "camelCase")]
+enum MarkerData {
+    OffCpu {
+        reason: &'static str,
+        run_delay: f64,
+        waker: String,
+        waker_pid: Option<u32>,
+        waker_tid: Option<u32>,
+        cpu_out: u32,
+        cpu_in: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cause: Option<Cause>,
+    },
+    #[serde(rename = "BlockIo")]
+    Io {
+        device: String,
+        op: String,
+        bytes: u64,
+        sector: u64,
+        queue_time: f64,
+        service_time: f64,
+        error: i32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cause: Option<Cause>,
+    },
+    OnCpu {
+        thread: String,
+        pid: u32,
+        tid: u32,
+    },
+}
+
+/// A marker's stack: an index into the thread's stack table.
+#[derive(Serialize)]
+struct Cause {
+    stack: usize,
 }
 
 #[derive(Serialize)]
@@ -630,57 +694,48 @@ fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut ThreadTabl
     let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
     sorted.sort_by_key(|r| marker_start(r));
     for r in sorted {
-        let (name, cat, start, end, mut data, stack) = match r {
-            MarkerRecord::OffCpu { start_ns, end_ns, reason, run_delay_ns, waker, cpus, waker_stack } => {
-                let waker_text = waker.as_ref().map(|(p, t, n)| format!("{n} (pid {p}, tid {t})")).unwrap_or_else(|| "—".into());
-                (
-                    format!("Off-CPU: {}", reason.label()),
-                    category::OFF_CPU,
-                    *start_ns,
-                    *end_ns,
-                    serde_json::json!({
-                        "type": "OffCpu",
-                        "reason": reason.label(),
-                        "runDelay": *run_delay_ns as f64 / 1e6,
-                        "waker": waker_text,
-                        "wakerPid": waker.as_ref().map(|w| w.0),
-                        "wakerTid": waker.as_ref().map(|w| w.1),
-                        "cpuOut": cpus.0,
-                        "cpuIn": cpus.1,
-                    }),
-                    *waker_stack,
-                )
-            }
+        let mut cause = |stack: &Option<u32>| stack.map(|node| Cause { stack: tables.stack_for(rec, node, idle) as usize });
+        let (name, cat, start, end, data) = match r {
+            MarkerRecord::OffCpu { start_ns, end_ns, reason, run_delay_ns, waker, cpus, waker_stack } => (
+                format!("Off-CPU: {}", reason.label()),
+                category::OFF_CPU,
+                *start_ns,
+                *end_ns,
+                MarkerData::OffCpu {
+                    reason: reason.label(),
+                    run_delay: *run_delay_ns as f64 / 1e6,
+                    waker: waker.as_ref().map(|(p, t, n)| format!("{n} (pid {p}, tid {t})")).unwrap_or_else(|| "—".into()),
+                    waker_pid: waker.as_ref().map(|w| w.0),
+                    waker_tid: waker.as_ref().map(|w| w.1),
+                    cpu_out: cpus.0,
+                    cpu_in: cpus.1,
+                    cause: cause(waker_stack),
+                },
+            ),
             MarkerRecord::Io { start_ns, issue_ns, done_ns, device, op, bytes, sector, error, stack } => (
                 format!("I/O {} {device}", op.split(' ').next().unwrap_or(op)),
                 category::IO,
                 *start_ns,
                 *done_ns,
-                serde_json::json!({
-                    "type": "BlockIo",
-                    "device": device,
-                    "op": op,
-                    "bytes": bytes,
-                    "sector": sector,
-                    "queueTime": issue_ns.saturating_sub(*start_ns) as f64 / 1e6,
-                    "serviceTime": done_ns.saturating_sub(*issue_ns) as f64 / 1e6,
-                    "error": error,
-                }),
-                *stack,
+                MarkerData::Io {
+                    device: device.clone(),
+                    op: op.clone(),
+                    bytes: *bytes as u64,
+                    sector: *sector,
+                    queue_time: issue_ns.saturating_sub(*start_ns) as f64 / 1e6,
+                    service_time: done_ns.saturating_sub(*issue_ns) as f64 / 1e6,
+                    error: *error,
+                    cause: cause(stack),
+                },
             ),
             MarkerRecord::OnCpu { start_ns, end_ns, pid, tid, name } => (
                 name.clone(),
                 category::USER,
                 *start_ns,
                 *end_ns,
-                serde_json::json!({ "type": "OnCpu", "thread": name, "pid": pid, "tid": tid }),
-                None,
+                MarkerData::OnCpu { thread: name.clone(), pid: *pid, tid: *tid },
             ),
         };
-        if let Some(node) = stack {
-            let s = tables.stack_for(rec, node, idle);
-            data["cause"] = serde_json::json!({ "stack": s });
-        }
         m.name.push(tables.strings.intern(&name));
         m.category.push(cat);
         m.start_time.push(Some(ms(start)));

@@ -42,7 +42,7 @@ impl OutputFile {
     }
 
     /// Write `profile` and rename it into place; returns the bytes written.
-    pub fn commit(mut self, profile: &serde_json::Value) -> Result<u64, RecordError> {
+    pub fn commit(mut self, profile: &impl serde::Serialize) -> Result<u64, RecordError> {
         let err = |source| RecordError::OutputNotWritable { path: self.final_path.clone(), source };
         let file = self.file.take().expect("commit once");
         let gz = self.final_path.extension().is_some_and(|e| e == "gz");

@@ -75,7 +75,7 @@ fn stack_names(t: &serde_json::Value, sample: usize) -> Vec<(String, u64, u64)> 
 /// timing and meta fields the format requires.
 #[test]
 fn writes_valid_profile_with_threads_and_meta() {
-    let p = build_profile(&recording(), &host());
+    let p = build_profile(&recording(), &host()).to_value();
     assert_eq!(validate::validate(&p), Vec::<String>::new());
     assert_eq!(p["meta"]["preprocessedProfileVersion"], 55);
     assert_eq!(p["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"], 500_000);
@@ -100,7 +100,7 @@ fn writes_valid_profile_with_threads_and_meta() {
 /// and categories follow user/kernel/idle.
 #[test]
 fn inlined_functions_get_their_own_frames_and_funcs() {
-    let p = build_profile(&recording(), &host());
+    let p = build_profile(&recording(), &host()).to_value();
     let app = &p["threads"][1];
     assert_eq!(
         stack_names(app, 1),
@@ -124,7 +124,7 @@ fn inlined_functions_get_their_own_frames_and_funcs() {
 /// that samples sharing a stack share the stack table row.
 #[test]
 fn unresolved_frames_keep_hex_address() {
-    let p = build_profile(&recording(), &host());
+    let p = build_profile(&recording(), &host()).to_value();
     let worker = &p["threads"][2];
     assert_eq!(stack_names(worker, 0), vec![("0xdead".into(), 0, category::USER as u64)]);
     assert_eq!(worker["funcTable"]["resource"][0], -1);
@@ -138,7 +138,7 @@ fn breakpad_id_swaps_guid_fields() {
     let id: Vec<u8> = (1..=20).collect();
     assert_eq!(breakpad_id(Some(&id)), "0403020106050807090A0B0C0D0E0F100");
     assert_eq!(breakpad_id(None), "000000000000000000000000000000000");
-    let p = build_profile(&recording(), &host());
+    let p = build_profile(&recording(), &host()).to_value();
     assert_eq!(p["libs"][0]["codeId"], "0102030405060708090a0b0c0d0e0f1011121314");
 }
 
@@ -171,7 +171,7 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
         cpus: (0, 1),
         waker_stack: Some(work),
     });
-    let p = build_profile(&rec, &host());
+    let p = build_profile(&rec, &host()).to_value();
     assert_eq!(validate::validate(&p), Vec::<String>::new());
     let app = &p["threads"][1];
     assert_eq!(app["samples"]["weightType"], "tracing-ms");
