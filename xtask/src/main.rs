@@ -6,7 +6,7 @@
 //!   with apt-get when they are missing and we are root.
 //! - `test`: everything CI runs: the eBPF freshness check, unit tests, a
 //!   release build, then the root-only integration tests one at a time.
-//! - `bench`: the benchmarks in `benches/` (see benches/README.md).
+//! - `bench`: the benchmarks in `benches/` (see the README's Benchmarks section).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
