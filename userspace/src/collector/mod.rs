@@ -1031,7 +1031,7 @@ fn finish_processes(
             .map(|(tid, mut t)| {
                 sort_off_cpu(&mut t.off_cpu);
                 let name = if t.name.is_empty() {
-                    sample_comm.get(&tid).map(|c| comm_str(c)).unwrap_or_default()
+                    sample_comm.get(&tid).map(comm_str).unwrap_or_default()
                 } else {
                     t.name
                 };
@@ -1052,7 +1052,7 @@ fn finish_processes(
         }
         threads.sort_by_key(|t| (t.tid != pid, t.tid));
         let comm = if p.comm.is_empty() {
-            sample_comm.get(&pid).map(|c| comm_str(c)).unwrap_or_default()
+            sample_comm.get(&pid).map(comm_str).unwrap_or_default()
         } else {
             p.comm
         };

@@ -188,7 +188,7 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
     assert_eq!(m["startTime"][0], 2.0);
     assert_eq!(m["endTime"][0], 27.0);
     let cause = data["cause"]["stack"].as_u64().unwrap() as usize;
-    assert_eq!(app["stackTable"]["frame"].as_array().unwrap().len() > cause, true);
+    assert!(app["stackTable"]["frame"].as_array().unwrap().len() > cause, "the cause is a stack of this thread");
     let schema = p["meta"]["markerSchema"].as_array().unwrap();
     assert!(schema.iter().any(|s| s["name"] == "OffCpu" && s["fields"].as_array().unwrap().iter().any(|f| f["key"] == "runDelay")));
 }

@@ -150,7 +150,8 @@ mod tests {
     /// Check that each kind of breakage is reported.
     #[test]
     fn reports_each_kind_of_breakage() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+        type Breakage = Box<dyn Fn(&mut Value)>;
+        let cases: Vec<(&str, Breakage)> = vec![
             ("has 1 entries", Box::new(|v| v["threads"][0]["frameTable"]["func"] = serde_json::json!([0]))),
             ("frameTable.func[1]", Box::new(|v| v["threads"][0]["frameTable"]["func"][1] = 5.into())),
             ("does not point backwards", Box::new(|v| v["threads"][0]["stackTable"]["prefix"][0] = 1.into())),
