@@ -245,13 +245,24 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
         eprint!("\r\x1b[K");
     }
 
-    // SYSPROF_TIMING=1 prints how long each step after the stop takes.
+    // SYSPROF_TIMING=1 prints how long each step after the stop takes, and
+    // the resident memory after it (now and peak, from /proc/self/status).
     let timing = std::env::var_os("SYSPROF_TIMING").is_some();
     let mut mark = {
         let mut last = Instant::now();
         move |what: &str| {
             if timing {
-                eprintln!("sysprof: timing: {what}: {:.1} ms", last.elapsed().as_secs_f64() * 1e3);
+                let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+                let mb = |key: &str| {
+                    let kb = status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
+                    kb.map(|kb| format!("{:.1}", kb / 1024.0)).unwrap_or_else(|| "?".into())
+                };
+                eprintln!(
+                    "sysprof: timing: {what}: {:.1} ms, RSS {} MB (peak {} MB)",
+                    last.elapsed().as_secs_f64() * 1e3,
+                    mb("VmRSS:"),
+                    mb("VmHWM:")
+                );
             }
             last = Instant::now();
         }
