@@ -203,10 +203,14 @@ pub fn file_offsets_to_virt(path: &str, file_offsets: &[u64]) -> Result<Vec<u64>
 
 /// The kernel's `_text` address and build id, for the kernel "library".
 pub fn kernel_image() -> (u64, Option<Vec<u8>>) {
-    let text = std::fs::read_to_string("/proc/kallsyms")
+    // Read line by line and stop at `_text`, which comes early: the kernel
+    // formats /proc/kallsyms as it is read, and all of it (the symbolizer
+    // reads it once more) costs tens of milliseconds.
+    use std::io::BufRead;
+    let text = std::fs::File::open("/proc/kallsyms")
         .ok()
-        .and_then(|all| {
-            all.lines().find_map(|l| {
+        .and_then(|f| {
+            std::io::BufReader::new(f).lines().map_while(Result::ok).find_map(|l| {
                 let mut it = l.split_whitespace();
                 let addr = it.next()?;
                 let _kind = it.next()?;
