@@ -75,6 +75,8 @@ struct Run {
     /// sysprof: scheduler/I-O records and thread states lost (0 when the
     /// summary line names none).
     sched_lost: Option<f64>,
+    /// With BPF statistics: (program, runs, run time ns).
+    bpf_programs: Vec<(String, u64, u64)>,
 }
 
 fn main() -> Result<()> {
@@ -135,6 +137,9 @@ fn main() -> Result<()> {
         workloads.into_iter().filter(|w| only.as_ref().is_none_or(|o| o.iter().any(|n| n == w.name))).collect();
     let sysprof = root.join("target/release/sysprof");
     let perf = find_perf();
+    if which("bpftool").is_none() {
+        install_with_apt("bpftool");
+    }
     let samply = find_samply();
     let f = FREQ.to_string();
     let mut configs = vec![Config { name: "none", profiler: Profiler::None, args: vec![] }];
@@ -199,12 +204,18 @@ fn main() -> Result<()> {
     let stats_before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
     let mut bpf_ms: BTreeMap<(&str, &str), f64> = BTreeMap::new();
+    let mut bpf_md = String::from(
+        "\n## BPF programs (the separate run with `kernel.bpf_stats_enabled=1`)\n\n| workload | configuration | program | runs | ns/run | ms |\n|---|---|---|---:|---:|---:|\n",
+    );
     for w in &workloads {
         for c in configs.iter().filter(|c| c.profiler == Profiler::Sysprof) {
             eprintln!("bench: BPF run time, {} × {}", w.name, c.name);
             match run_system_wide(c, w, &sysprof, perf.as_deref(), &work, true) {
-                Ok(Run { bpf_ms: Some(ms), .. }) => {
+                Ok(Run { bpf_ms: Some(ms), bpf_programs, .. }) => {
                     bpf_ms.insert((w.name, c.name), ms);
+                    for (name, runs, ns) in bpf_programs.iter().filter(|p| p.1 > 0) {
+                        bpf_md += &format!("| {} | {} | {name} | {runs} | {:.0} | {:.1} |\n", w.name, c.name, *ns as f64 / *runs as f64, *ns as f64 / 1e6);
+                    }
                 }
                 Ok(_) => eprintln!("bench: no BPF run time for {} × {} (is bpftool installed?)", w.name, c.name),
                 Err(e) => eprintln!("bench: {} × {} failed: {e:#}", w.name, c.name),
@@ -304,7 +315,7 @@ fn main() -> Result<()> {
     let (micro_md, micro) = micro_section(quick);
     let goals_md = goals(&medians, &micro);
     let results = json!({ "micro": micro, "workloads": rows, "long_recording": long_rows });
-    let md = goals_md + &micro_md + &md;
+    let md = goals_md + &micro_md + &md + &bpf_md;
     println!("{md}");
     std::fs::write(out_dir.join("results.md"), &md)?;
     std::fs::write(out_dir.join("results.json"), serde_json::to_string_pretty(&results)?)?;
@@ -465,12 +476,17 @@ fn find_perf() -> Option<String> {
     if let Some(p) = which("perf") {
         return Some(p);
     }
-    if std::env::var_os("SYSPROF_BENCH_NO_INSTALL").is_some() || which("apt-get").is_none() {
-        return None;
-    }
-    eprintln!("bench: installing perf with `apt-get install -y linux-perf`");
-    let _ = Command::new("sh").arg("-c").arg("apt-get update -qq && apt-get install -y -qq linux-perf").status();
+    install_with_apt("linux-perf");
     which("perf")
+}
+
+/// `apt-get install` a Debian package, unless SYSPROF_BENCH_NO_INSTALL is set.
+fn install_with_apt(package: &str) {
+    if std::env::var_os("SYSPROF_BENCH_NO_INSTALL").is_some() || which("apt-get").is_none() {
+        return;
+    }
+    eprintln!("bench: installing {package} with `apt-get install -y {package}`");
+    let _ = Command::new("sh").arg("-c").arg(format!("apt-get update -qq && apt-get install -y -qq {package}")).status();
 }
 
 /// samply on PATH or in ~/.cargo/bin; installed with cargo when missing
@@ -565,17 +581,23 @@ fn wait_rusage(child: &mut Child, rss: PeakRss) -> Result<(f64, f64)> {
     Ok((tv(ru.ru_utime) + tv(ru.ru_stime), peak))
 }
 
-/// run_time_ns of loaded BPF programs whose name starts with `prefix`, ms.
-fn bpf_run_ms(prefix: &str) -> Option<f64> {
+/// (name, run_cnt, run_time_ns) of the loaded BPF programs whose names
+/// start with one of `prefixes` (names are cut to 15 characters).
+fn bpf_programs(prefixes: &[&str]) -> Option<Vec<(String, u64, u64)>> {
     let out = Command::new("bpftool").args(["prog", "show", "--json"]).output().ok()?;
     let progs: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    let ns: u64 = progs
-        .as_array()?
-        .iter()
-        .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
-        .filter_map(|p| p["run_time_ns"].as_u64())
-        .sum();
-    Some(ns as f64 / 1e6)
+    Some(
+        progs
+            .as_array()?
+            .iter()
+            .filter_map(|p| {
+                let name = p["name"].as_str()?;
+                prefixes.iter().any(|pre| name.starts_with(pre)).then(|| {
+                    (name.to_string(), p["run_cnt"].as_u64().unwrap_or(0), p["run_time_ns"].as_u64().unwrap_or(0))
+                })
+            })
+            .collect(),
+    )
 }
 
 /// One run of a workload under a system-wide profiler (or none). With
@@ -620,8 +642,11 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
     let mut run = Run { elapsed_ms, busy_ms_per_s: (busy1 - busy0) / window_ms * 1000.0, busy_ms: busy1 - busy0, ..Default::default() };
     let Some(mut child) = child.take() else { return Ok(run) };
     if bpf_stats && c.profiler == Profiler::Sysprof {
-        // Program names are cut to 15 characters: sample_cpu_cloc, on_sched_switch, on_sched_waking, on_block_*.
-        run.bpf_ms = Some(["sample_cpu", "on_sched", "on_block"].iter().filter_map(|p| bpf_run_ms(p)).sum());
+        // sample_cpu_cloc, on_sched_switch(_raw), on_sched_waking(_raw), on_block_*.
+        if let Some(progs) = bpf_programs(&["sample_cpu", "on_sched", "on_block"]) {
+            run.bpf_ms = Some(progs.iter().map(|p| p.2).sum::<u64>() as f64 / 1e6);
+            run.bpf_programs = progs;
+        }
     }
     let stop = Instant::now();
     let watch = PeakRss::watch(child.id());
@@ -723,6 +748,7 @@ fn run_samply(argv: &[&str], w: &Workload, work: &Path, out_name: &str) -> Resul
         bytes,
         unwinds_per_s: None,
         sched_lost: None,
+        bpf_programs: Vec::new(),
     })
 }
 
