@@ -53,6 +53,25 @@ fn ensure_toolchain() -> Result<()> {
         .context("installing clang-19, llvm-19 and libbpf-dev")
 }
 
+/// The programs the integration tests run (workloads built with gcc, a JIT
+/// workload in node, objcopy/readelf/nm for stripped binaries, python3 as a
+/// debuginfod server), installed with apt-get when missing.
+fn ensure_test_tools() -> Result<()> {
+    let needed = [("gcc", "gcc libc6-dev"), ("node", "nodejs"), ("python3", "python3"), ("objcopy", "binutils"), ("readelf", "binutils"), ("nm", "binutils")];
+    let mut packages: Vec<&str> = needed.iter().filter(|(tool, _)| !have(tool)).map(|(_, p)| *p).collect();
+    packages.dedup();
+    if packages.is_empty() {
+        return Ok(());
+    }
+    let install = format!("apt-get update && apt-get install -y {}", packages.join(" "));
+    if !have("apt-get") {
+        bail!("the integration tests need {}: install them (Debian: `{install}`), then try again", packages.join(", "));
+    }
+    eprintln!("xtask: installing what the integration tests run: {install}");
+    run(Command::new("sh").arg("-c").arg(format!("DEBIAN_FRONTEND=noninteractive {install} >/dev/null")))
+        .with_context(|| format!("installing {}", packages.join(" ")))
+}
+
 fn run(cmd: &mut Command) -> Result<()> {
     let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
     if !status.success() {
@@ -167,6 +186,7 @@ fn test(args: &[String]) -> Result<()> {
         if !is_root() {
             bail!("the integration tests record with real BPF and need root: run `sudo -E cargo xtask test` (or pass --no-root-tests to run only the unit tests)");
         }
+        ensure_test_tools()?;
         let bin = root().join("target/release/sysprof");
         run_tests(
             cargo().env("SYSPROF_BIN", &bin).args(["test", "-p", "sysprof-tests", "--tests", "--", "--test-threads=1"]),
