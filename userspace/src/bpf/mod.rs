@@ -64,19 +64,10 @@ pub struct KernelDrops {
     pub user_stack: u64,
 }
 
-/// The kernel's BTF, parsed once for both objects (aya would parse the
-/// few-megabyte /sys/kernel/btf/vmlinux again for each). None where the
-/// kernel has no BTF: the loader then reports what CO-RE needs.
-fn kernel_btf() -> Option<&'static aya::Btf> {
-    static BTF: std::sync::OnceLock<Option<aya::Btf>> = std::sync::OnceLock::new();
-    BTF.get_or_init(|| aya::Btf::from_sys_fs().ok()).as_ref()
-}
-
 impl Sampler {
     /// Load the sampler and attach it to a cpu-clock event on every online CPU.
     pub fn start(opts: &SamplerOptions) -> Result<(Sampler, RingBuf<MapData>), RecordError> {
         let mut ebpf = EbpfLoader::new()
-            .btf(kernel_btf())
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("wakeup_bytes", &opts.wakeup_bytes, true)
             .override_global("stack_copy", &opts.stack_copy, true)
@@ -178,7 +169,6 @@ impl Tracer {
         ensure_tracefs();
         let wakeup = (opts.ring_bytes as u64 / 16).max(4096);
         let mut ebpf = EbpfLoader::new()
-            .btf(kernel_btf())
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("offcpu_min_ns", &opts.off_cpu_min_ns, true)
             .override_global("stack_copy", &opts.stack_copy, true)
