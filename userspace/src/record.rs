@@ -387,7 +387,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(), RecordError>
     eprintln!(
         "sysprof: {seconds:.2} s, {} samples ({lost}), {} processes, {threads} threads; wrote {} ({}) {:.2} s after stop; \
          open it at https://profiler.firefox.com (Load a profile from file)",
-        stats.samples,
+        stats.samples_kept,
         recording.processes.len(),
         path.display(),
         human_bytes(bytes),

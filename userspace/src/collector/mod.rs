@@ -400,6 +400,7 @@ impl Collector {
         let jit = JitSources { processes: &self.jit_processes, dumps: &self.jitdumps };
         let (libs, frames) = symbolicate(&mut self.binaries, &frame_keys, &jit, self.options.debuginfod, &mut warnings);
         let mut processes = finish_processes(processes, &self.filter, &self.sample_comm);
+        self.stats.samples_kept = processes.iter().flat_map(|p| &p.threads).map(|t| t.samples.time_ns.len() as u64).sum();
         for p in &mut processes {
             // Containers move processes after they start: the latest word wins.
             p.cgroup = crate::sideband::proc_snapshot::read_cgroup(p.pid).or_else(|| self.cgroups.get(&p.pid).cloned());

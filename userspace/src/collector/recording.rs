@@ -226,6 +226,9 @@ pub struct ProcessRecord {
 pub struct RecordingStats {
     /// Samples decoded.
     pub samples: u64,
+    /// Samples of the processes kept (all of them with -a; the chosen
+    /// processes and their children with -p or a command).
+    pub samples_kept: u64,
     /// Samples lost in the kernel (ring buffer full).
     pub lost_samples: u64,
     /// Samples kept without a kernel stack because reading it failed.
