@@ -45,7 +45,8 @@ struct BinaryUnwindInfo {
     eh_frame_hdr: Option<(Range<u64>, SectionBytes)>,
     debug_frame: Option<SectionBytes>,
     got: Option<Range<u64>>,
-    /// PT_LOAD segments: (p_vaddr, p_offset, p_filesz).
+    /// Executable PT_LOAD segments (all of them if none is marked so):
+    /// (p_vaddr, p_offset, p_filesz).
     segments: Vec<(u64, u64, u64)>,
 }
 
@@ -66,7 +67,18 @@ impl BinaryUnwindInfo {
             .section_by_name(".debug_frame")
             .filter(|s| s.compressed_file_range().map(|c| c.format == object::CompressionFormat::None).unwrap_or(false))
             .and_then(|s| copy(&s));
-        let segments = elf.segments().map(|s| (s.address(), s.file_range().0, s.file_range().1)).collect();
+        // Only executable mappings reach the unwinder (the sideband and the
+        // /proc snapshot keep no others), so only executable segments can
+        // be the one a mapping begins: with lld, the read-only segment before
+        // the code shares its first file page.
+        let mut segments: Vec<(u64, u64, u64)> = elf
+            .segments()
+            .filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0))
+            .map(|s| (s.address(), s.file_range().0, s.file_range().1))
+            .collect();
+        if segments.is_empty() {
+            segments = elf.segments().map(|s| (s.address(), s.file_range().0, s.file_range().1)).collect();
+        }
         Ok(BinaryUnwindInfo {
             eh_frame: section(".eh_frame"),
             eh_frame_hdr: section(".eh_frame_hdr"),
@@ -78,13 +90,7 @@ impl BinaryUnwindInfo {
 
     /// A framehop module for this binary mapped at `start..end` from file offset `pgoff`.
     fn module(&self, name: &str, start: u64, end: u64, pgoff: u64) -> Option<Module<SectionBytes>> {
-        // The load segment holding pgoff tells where the ELF's address 0 lands.
-        let &(vaddr, offset, _) = self
-            .segments
-            .iter()
-            .find(|(_, off, size)| pgoff >= *off && pgoff < off + size.max(&1))
-            .or_else(|| self.segments.first())?;
-        let base_avma = start.wrapping_sub(pgoff).wrapping_add(offset).wrapping_sub(vaddr);
+        let base_avma = base_avma(&self.segments, start, pgoff)?;
         let info = ExplicitModuleSectionInfo {
             base_svma: 0,
             text_svma: None,
@@ -103,6 +109,21 @@ impl BinaryUnwindInfo {
         };
         Some(Module::new(name.to_string(), start..end, base_avma, info))
     }
+}
+
+/// Where the ELF's address 0 lands for an executable mapping of it at
+/// `start` from file offset `pgoff`: through the executable load segment the
+/// mapping begins, the last one whose page-aligned file offset is at or
+/// below `pgoff`. A segment rarely starts on a page boundary, and where its
+/// address and file offset differ by more than the segment before it (lld's
+/// layout: Rust binaries, LLVM-built programs) the segment whose file range
+/// holds pgoff is the previous one; its bias is off by a page and every
+/// unwind through the module goes astray.
+fn base_avma(segments: &[(u64, u64, u64)], start: u64, pgoff: u64) -> Option<u64> {
+    const PAGE: u64 = 4096;
+    let &(vaddr, offset, _) =
+        segments.iter().filter(|(_, off, _)| off & !(PAGE - 1) <= pgoff).max_by_key(|(_, off, _)| *off).or_else(|| segments.first())?;
+    Some(start.wrapping_sub(pgoff).wrapping_add(offset).wrapping_sub(vaddr))
 }
 
 /// A mapping as the unwinder needs it.
@@ -274,5 +295,30 @@ impl Unwinders {
                 Err(_) => return UnwindEnd::NoUnwindInfo,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base_avma;
+
+    /// Check the module base for lld's layout, where the code segment's
+    /// address and file offset differ by a page more than the segment before
+    /// it: the executable mapping must give the base the first, read-only
+    /// mapping shows (program headers and /proc/PID/maps of real binaries).
+    #[test]
+    fn base_follows_the_segment_a_mapping_begins() {
+        // The executable segment of our release binary (R 0x0/0x0, R E
+        // 0x20f840/0x20e840, RW ...), mapped r-xp at 0x558d90789000 from
+        // pgoff 0x20e000, with the first (r--p) mapping at 0x558d9057a000.
+        let code = [(0x20f840, 0x20e840, 0x4f04a0)];
+        assert_eq!(base_avma(&code, 0x558d_9078_9000, 0x20e000), Some(0x558d_9057_a000));
+        // A small lld binary: the code's segment begins inside the first
+        // file page (R E at offset 0x8f0, address 0x18f0), so its mapping has
+        // pgoff 0 like the read-only one before it.
+        assert_eq!(base_avma(&[(0x18f0, 0x8f0, 0x3a0)], 0x5555_0000_1000, 0), Some(0x5555_0000_0000));
+        // GNU ld's layout (address = offset in every segment) is unchanged.
+        let gnu = [(0x0, 0x0, 0x628), (0x1000, 0x1000, 0x1d5), (0x2000, 0x2000, 0x10c)];
+        assert_eq!(base_avma(&gnu, 0x5600_0000_1000, 0x1000), Some(0x5600_0000_0000));
     }
 }
