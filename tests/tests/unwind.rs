@@ -51,6 +51,35 @@ fn dwarf_unwinding_reaches_the_thread_root_without_frame_pointers() {
     assert!(dwarf_whole * 100 >= dwarf_total * 95, "dwarf: {dwarf_whole} of {dwarf_total} samples have the whole chain");
 }
 
+/// Check the same for a binary linked by lld (the linker rustc uses; its
+/// code segment's address and file offset differ by a page more than the
+/// segment before it, which once sent every unwind through it astray). It
+/// is linked with the `ld.lld` of the Rust toolchain that builds these tests.
+#[test]
+fn dwarf_unwinding_works_in_an_lld_linked_binary() {
+    if !can_record("dwarf_unwinding_works_in_an_lld_linked_binary") {
+        return;
+    }
+    let sysroot = std::process::Command::new("rustc").args(["--print", "sysroot"]).output().expect("rustc");
+    let gcc_ld = std::path::Path::new(String::from_utf8_lossy(&sysroot.stdout).trim()).join("lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld");
+    assert!(gcc_ld.join("ld.lld").exists(), "the Rust toolchain has no ld.lld at {}", gcc_ld.display());
+    let dir = scratch("deep-lld");
+    let b = format!("-B{}", gcc_ld.display());
+    let exe = build_c("deep", &dir.join("deep"), &["-O2", "-fomit-frame-pointer", &b, "-fuse-ld=lld"]);
+    // The layout this test is about: the executable segment's address is
+    // not its file offset (GNU ld keeps them equal).
+    let headers = std::process::Command::new("readelf").args(["-lW"]).arg(&exe).output().unwrap();
+    let text = String::from_utf8_lossy(&headers.stdout);
+    let code = text.lines().find(|l| l.trim_start().starts_with("LOAD") && l.contains(" R E ")).expect("an executable segment");
+    let hex = |v: &str| u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap();
+    let f: Vec<&str> = code.split_whitespace().collect();
+    assert_ne!(hex(f[1]), hex(f[2]), "lld laid the code out at its file offset: {code}");
+    let (whole, total) = whole_chain_share("dwarf", &exe, &dir);
+    eprintln!("deep (lld): whole chain to the thread root: {whole}/{total} ({:.1}%)", whole as f64 * 100.0 / total.max(1) as f64);
+    assert!(total >= 1000, "1.5 s of CPU at 999 Hz: {total} samples");
+    assert!(whole * 100 >= total * 95, "lld: {whole} of {total} samples have the whole chain");
+}
+
 /// deep.c built without frame pointers (`deep.full`, with a build id) and a
 /// stripped copy (`deep`); returns (full, stripped, build id in hex).
 fn stripped_deep(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
