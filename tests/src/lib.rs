@@ -44,16 +44,34 @@ pub fn can_record(test: &str) -> bool {
         return true;
     }
     let why = if !root { "not running as root" } else { "the kernel has no BTF (/sys/kernel/btf/vmlinux)" };
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: cannot record: {why}; CI must run the integration tests as root");
-    }
-    eprintln!("\n*** SKIPPED {test}: {why} (kernel {}); run `sudo -E cargo xtask test` ***\n", kernel_release());
+    skip(test, &format!("cannot record: {why} (kernel {}); run `sudo -E cargo xtask test`", kernel_release()));
     false
+}
+
+/// Say loudly that `test` cannot run, and why. Under CI (`CI` set) that is a
+/// failure. Otherwise it is written past the test harness's output capture
+/// (which hides what passing tests print) and appended to
+/// `$SYSPROF_SKIP_LOG`, so `cargo xtask test` counts it as skipped, not passed.
+pub fn skip(test: &str, why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why}; CI must run every test");
+    }
+    let line = format!("\n*** SKIPPED {test}: {why} ***\n");
+    // SAFETY: writing a valid buffer to fd 2.
+    unsafe { libc_write(2, line.as_ptr(), line.len()) };
+    if let Some(log) = std::env::var_os("SYSPROF_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+            let _ = writeln!(f, "{test}: {why}");
+        }
+    }
 }
 
 extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
+    #[link_name = "write"]
+    fn libc_write(fd: i32, buf: *const u8, len: usize) -> isize;
 }
 
 fn kernel_release() -> String {
@@ -207,6 +225,25 @@ impl ThreadView<'_> {
             .collect()
     }
 
+    /// Each sample's leaf frame's library name (`libs[...].name`), None for
+    /// frames in no library.
+    pub fn leaf_libs(&self, profile: &Value) -> Vec<Option<String>> {
+        let t = self.t;
+        let libs = profile["libs"].as_array().unwrap();
+        t["samples"]["stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let frame = t["stackTable"]["frame"][s.as_u64()? as usize].as_u64()? as usize;
+                let func = t["frameTable"]["func"][frame].as_u64()? as usize;
+                let resource = t["funcTable"]["resource"][func].as_i64().filter(|&r| r >= 0)? as usize;
+                let lib = t["resourceTable"]["lib"][resource].as_u64()? as usize;
+                Some(libs[lib]["name"].as_str()?.to_string())
+            })
+            .collect()
+    }
+
     /// Each sample's stack as (function name, category name) pairs, root first.
     pub fn stacks(&self, categories: &[String]) -> Vec<Vec<(String, String)>> {
         let t = self.t;
@@ -243,5 +280,139 @@ impl Profile {
             .iter()
             .map(|c| c["name"].as_str().unwrap().to_string())
             .collect()
+    }
+}
+
+/// A loop block device over a file in a scratch directory, with direct I/O:
+/// a disk nothing else on the machine touches, so its `/sys/block/NAME/stat`
+/// counts exactly what a test's workload did. Detached when dropped.
+pub struct LoopDevice {
+    /// `/dev/loopN`.
+    pub path: PathBuf,
+    /// `loopN`, as sysfs and the profile name it.
+    pub name: String,
+}
+
+impl LoopDevice {
+    /// Attach a new loop device over a `mib` MiB file in `dir`, with its
+    /// blocks written out (reads of holes would be answered without I/O on
+    /// the backing file, but the loop device itself still sees every request).
+    pub fn new(dir: &Path, mib: usize) -> LoopDevice {
+        let backing = dir.join("loop.img");
+        let f = std::fs::File::create(&backing).unwrap();
+        for _ in 0..mib {
+            std::io::Write::write_all(&mut &f, &vec![7u8; 1 << 20]).unwrap();
+        }
+        f.sync_all().unwrap();
+        drop(f);
+        let out = Command::new("losetup")
+            .args(["--find", "--show", "--direct-io=on"])
+            .arg(&backing)
+            .output()
+            .expect("losetup (util-linux) is needed for the block I/O tests");
+        assert!(out.status.success(), "losetup failed: {}", String::from_utf8_lossy(&out.stderr));
+        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        LoopDevice { path, name }
+    }
+
+    /// The device's counters now.
+    pub fn stat(&self) -> DiskStat {
+        DiskStat::read(&self.name)
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
+    }
+}
+
+/// Completed requests and sectors of one disk, from `/sys/block/NAME/stat`
+/// (Documentation/block/stat.rst): the kernel's own accounting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskStat {
+    /// Read requests completed.
+    pub reads: u64,
+    /// Sectors (512 bytes) read.
+    pub read_sectors: u64,
+    /// Write requests completed.
+    pub writes: u64,
+    /// Sectors written.
+    pub write_sectors: u64,
+    /// Discard requests completed.
+    pub discards: u64,
+    /// Flush requests completed.
+    pub flushes: u64,
+}
+
+impl DiskStat {
+    /// Read the counters of `/sys/block/NAME`.
+    pub fn read(name: &str) -> DiskStat {
+        let text = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
+        let f: Vec<u64> = text.split_whitespace().map(|v| v.parse().unwrap()).collect();
+        let at = |i: usize| f.get(i).copied().unwrap_or(0);
+        DiskStat { reads: at(0), read_sectors: at(2), writes: at(4), write_sectors: at(6), discards: at(11), flushes: at(15) }
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &DiskStat) -> DiskStat {
+        DiskStat {
+            reads: self.reads - earlier.reads,
+            read_sectors: self.read_sectors - earlier.read_sectors,
+            writes: self.writes - earlier.writes,
+            write_sectors: self.write_sectors - earlier.write_sectors,
+            discards: self.discards - earlier.discards,
+            flushes: self.flushes - earlier.flushes,
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC now, ns (the clock of the profile's timestamps).
+pub fn monotonic_ns() -> u64 {
+    sysprof::record::monotonic_ns()
+}
+
+/// CPU time of every task on the machine so far, by tid (the first field of
+/// every `/proc/PID/task/TID/schedstat`, the kernel's per-task accounting), ns.
+pub fn all_tasks_cpu_ns() -> std::collections::HashMap<u64, u64> {
+    let mut tasks_cpu = std::collections::HashMap::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return tasks_cpu };
+    for p in procs.flatten() {
+        if !p.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
+        for t in tasks.flatten() {
+            let Ok(tid) = t.file_name().to_string_lossy().parse::<u64>() else { continue };
+            if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+                tasks_cpu.insert(tid, s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0));
+            }
+        }
+    }
+    tasks_cpu
+}
+
+/// CPU time all tasks used between two [`all_tasks_cpu_ns`] readings, ns:
+/// per task, so a task that exits in between takes only its last stretch
+/// with it, not everything it had used before.
+pub fn cpu_ns_between(before: &std::collections::HashMap<u64, u64>, after: &std::collections::HashMap<u64, u64>) -> u64 {
+    after.iter().map(|(tid, &ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0))).sum()
+}
+
+/// Wait for `child` at most `timeout`; on timeout kill it and panic, so a
+/// sysprof that ignores a signal fails the test instead of hanging CI.
+pub fn wait_with_timeout(mut child: std::process::Child, timeout: std::time::Duration, what: &str) -> Output {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match child.try_wait().unwrap() {
+            Some(_) => return child.wait_with_output().unwrap(),
+            None if std::time::Instant::now() >= deadline => {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!("{what}: still running after {timeout:?}; killed. stderr: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
     }
 }

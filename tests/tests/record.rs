@@ -55,12 +55,18 @@ fn cpu_split_between_functions_matches_the_workload() {
     let ratio = three as f64 / one.max(1) as f64;
     eprintln!("split: hot_three {three} samples, hot_one {one}, ratio {ratio:.2} (expected 3.00)");
     assert!(three + one >= stacks.len() * 9 / 10, "most samples are in the hot functions: {three}+{one} of {}", stacks.len());
-    assert!((2.7..=3.3).contains(&ratio), "ratio {ratio:.2} is not 3 ± 10%");
+    // The split is of the thread's own CPU time, so preemption cannot skew
+    // it; ~2000 samples at a fixed period leave well under 5% of noise.
+    assert!(three + one >= 1500, "2 s of CPU at 999 Hz: {} samples in the hot functions", three + one);
+    assert!((2.85..=3.15).contains(&ratio), "ratio {ratio:.2} is not 3 ± 5%");
 
+    // The thread starts during the recording, so its deltas add up to its
+    // CPU time at its last sample; schedstat, read by the thread after its
+    // work, can only be ahead, by the work after the last sample (< 2 ms).
     let delta_ns = t.cpu_delta_us() as f64 * 1000.0;
-    let err = (delta_ns - cpu_ns as f64).abs() / cpu_ns as f64;
-    eprintln!("split: threadCPUDelta sum {:.0} ms, schedstat {:.0} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
-    assert!(err <= 0.10, "threadCPUDelta sum {delta_ns} ns vs schedstat {cpu_ns} ns: off by {:.1}%", err * 100.0);
+    let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
+    eprintln!("split: threadCPUDelta sum {:.3} ms, schedstat {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
+    assert!((-0.01..=2.0).contains(&behind_ms), "threadCPUDelta sum {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
 }
 
 /// Check that a thread spending its time in read(2) has stacks holding both
@@ -90,8 +96,11 @@ fn syscall_stacks_hold_kernel_and_user_frames() {
         })
         .count();
     eprintln!("syscalls: {both} of {} samples hold read_loop above a kernel read frame", stacks.len());
-    assert!(stacks.len() >= 100, "too few samples: {}", stacks.len());
-    assert!(both * 2 >= stacks.len(), "fewer than half the samples have user and kernel frames");
+    assert!(stacks.len() >= 1000, "1.5 s of reads at 999 Hz: {} samples", stacks.len());
+    // The thread only loops on read(2): a sample outside the kernel's read
+    // path lands in the loop's own few instructions or the syscall entry
+    // and exit. 95-98% is what a correct profile shows.
+    assert!(both * 100 >= stacks.len() * 90, "{both} of {} samples have read_loop above a kernel read frame", stacks.len());
 }
 
 /// Check that a process that starts and exits during a system-wide
@@ -133,15 +142,19 @@ fn short_lived_process_is_named_and_symbolicated() {
     let expected = cpu_ns / 1e9 * 999.0;
     eprintln!("shortlived: {} samples for {:.0} ms of CPU (expected {expected:.0})", stacks.len(), cpu_ns / 1e6);
     assert!(expected >= 100.0, "the workload got too little CPU to judge: {cpu_ns} ns");
-    assert!((stacks.len() as f64 - expected).abs() <= expected * 0.15, "samples {} vs CPU time × 999 Hz = {expected:.0}", stacks.len());
-    assert!(named * 10 >= stacks.len() * 9, "≥90% of samples symbolicated to short_lived_spin");
+    // cpu-clock fires every 1/999 s of the CPU's time; the workload's CPU
+    // time includes its start (before exec's mappings) and exit, a few ms.
+    assert!((stacks.len() as f64 - expected).abs() <= expected * 0.05, "samples {} vs CPU time × 999 Hz = {expected:.0}", stacks.len());
+    assert!(named * 100 >= stacks.len() * 95, "≥95% of samples symbolicated to short_lived_spin: {named} of {}", stacks.len());
     let libs = profile.json["libs"].as_array().unwrap();
     let lib = libs.iter().find(|l| l["path"].as_str() == exe.to_str()).expect("the workload is in libs");
     assert_eq!(lib["codeId"].as_str().map(str::len), Some(40), "the build id is recorded: {lib}");
 }
 
-/// Check that -p records only the given process, with as many samples as
-/// the CPU time it used during the recording calls for (±15%, from schedstat).
+/// Check that -p records only the given process, with as many samples
+/// (±5%) as the CPU time it used inside the recording's own time range
+/// calls for at 999 Hz; the CPU time comes from its schedstat, polled every
+/// 5 ms during the run and interpolated at the profile's start and end.
 #[test]
 fn pid_filter_records_only_that_process() {
     if !can_record("pid_filter_records_only_that_process") {
@@ -149,17 +162,28 @@ fn pid_filter_records_only_that_process() {
     }
     let dir = scratch("pidfilter");
     let exe = build_c("spin", &dir.join("spin"), &[]);
-    let mut w = Command::new(&exe).arg("3").stdout(Stdio::piped()).spawn().unwrap();
+    let mut w = Command::new(&exe).arg("4").stdout(Stdio::piped()).spawn().unwrap();
     let pid = w.id() as u64;
     std::thread::sleep(Duration::from_millis(200));
     let out_path = dir.join("p.json");
-    let schedstat = || -> f64 {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
-        s.split_whitespace().next().unwrap().parse().unwrap()
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut readings = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = monotonic_ns();
+                if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/schedstat")) {
+                    readings.push((t, s.split_whitespace().next().unwrap().parse::<u64>().unwrap()));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            readings
+        })
     };
-    let before = schedstat();
-    let out = record(&["-p", &pid.to_string(), "-d", "1"], &out_path);
-    let cpu_ns = schedstat() - before;
+    let out = record(&["-p", &pid.to_string(), "-d", "1.5"], &out_path);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let readings = poller.join().unwrap();
     let _ = w.kill();
     let _ = w.wait();
     assert_success(&out);
@@ -168,11 +192,18 @@ fn pid_filter_records_only_that_process() {
     assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![pid]);
     let t = profile.thread(pid, pid).unwrap();
     let on_cpu = t.on_cpu_stacks(&profile.categories()).len() as f64;
-    // The schedstat window also covers sysprof's start and stop, when the
-    // process ran unsampled: the bound is one-sided above that.
-    let expected = cpu_ns / 1e9 * 999.0;
-    eprintln!("pid filter: {on_cpu} samples, {expected:.0} expected from {:.0} ms of CPU", cpu_ns / 1e6);
-    assert!(on_cpu >= 400.0 && on_cpu <= expected * 1.15, "{on_cpu} samples vs at most {expected:.0}");
+    let start = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_u64().unwrap();
+    let end = start + (profile.json["meta"]["profilingEndTime"].as_f64().unwrap() * 1e6) as u64;
+    let cpu_at = |t: u64| -> f64 {
+        let i = readings.partition_point(|r| r.0 <= t);
+        assert!(i > 0 && i < readings.len(), "schedstat was polled around {t}");
+        let ((t0, c0), (t1, c1)) = (readings[i - 1], readings[i]);
+        c0 as f64 + (c1 as f64 - c0 as f64) * (t - t0) as f64 / (t1 - t0) as f64
+    };
+    let expected = (cpu_at(end) - cpu_at(start)) / 1e9 * 999.0;
+    eprintln!("pid filter: {on_cpu} samples, {expected:.0} expected from its CPU time inside the recording");
+    assert!(expected >= 1000.0, "the target ran: {expected:.0} samples expected");
+    assert!((on_cpu - expected).abs() <= expected * 0.05, "{on_cpu} samples vs {expected:.0} expected");
 }
 
 /// Check that SIGTERM stops an open-ended recording and the profile is
@@ -192,7 +223,7 @@ fn sigterm_stops_recording_and_writes_the_profile() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     unsafe_kill(child.id(), 15);
-    let out = child.wait_with_output().unwrap();
+    let out = wait_with_timeout(child, Duration::from_secs(20), "sysprof after SIGTERM");
     assert_success(&out);
     let profile = Profile::load(&out_path);
     assert!(profile.threads().iter().map(|t| t.sample_count()).sum::<usize>() > 500);
@@ -247,11 +278,13 @@ fn deleted_and_truncated_binaries_still_give_a_profile() {
     let ta = profile.thread(pid_a, pid_a).expect("the deleted binary's process is in the profile");
     let sa = ta.on_cpu_stacks(&cats);
     let named = sa.iter().filter(|s| names(s).contains(&"short_lived_spin")).count();
-    assert!(named * 10 >= sa.len() * 8, "the deleted binary still symbolicates: {named} of {}", sa.len());
+    assert!(sa.len() >= 500, "1.2 s of CPU at 999 Hz: {} samples of the deleted binary", sa.len());
+    assert!(named * 100 >= sa.len() * 95, "the deleted binary still symbolicates: {named} of {}", sa.len());
 
     let tb = profile.thread(pid_b, pid_b).expect("the truncated library's user is in the profile");
     let sb = tb.on_cpu_stacks(&cats);
-    assert!(!sb.is_empty());
+    // It ran ~0.4 s before the truncation (and may have died of SIGBUS after).
+    assert!(sb.len() >= 200, "{} samples of the truncated library's user", sb.len());
     let resolved = sb.iter().filter(|s| names(s).contains(&"lib_spin")).count();
     let hex = sb.iter().filter(|s| s.iter().any(|(n, _)| n.starts_with("0x"))).count();
     eprintln!("truncated lib: {resolved} resolved, {hex} with hex frames of {}; stderr: {stderr}", sb.len());

@@ -56,7 +56,7 @@ fn sleeping_thread_off_cpu_time_matches_its_clock() {
     eprintln!("sleeper: off-CPU {off_ms:.1} ms vs slept {:.1} ms ({:.2}%); {sleeping_with_stack}/{sleeping} sleeping stacks hold sleep_loop above nanosleep", slept_ns / 1e6, err * 100.0);
     assert!(err <= 0.05, "off-CPU time off by {:.1}%", err * 100.0);
     assert!(sleeping >= 38, "one sleeping interval per nanosleep: {sleeping}");
-    assert!(sleeping_with_stack * 10 >= sleeping * 9, "stacks show sleep_loop and the kernel sleep path");
+    assert!(sleeping_with_stack * 100 >= sleeping * 95, "stacks show sleep_loop and the kernel sleep path: {sleeping_with_stack} of {sleeping}");
     let markers: Vec<_> = t.markers().into_iter().filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping").collect();
     assert!((38..=42).contains(&markers.len()), "one marker per 25 ms sleep: {}", markers.len());
     for (_, d) in &markers {
@@ -105,14 +105,12 @@ fn wakers_are_named_and_switch_counts_match_proc() {
     }
 }
 
-fn sectors_read(dev: &str) -> u64 {
-    let stat = std::fs::read_to_string(format!("/sys/block/{dev}/stat")).unwrap();
-    stat.split_whitespace().nth(2).unwrap().parse().unwrap()
-}
-
-/// Check that 200 O_DIRECT 4 KiB reads give one I/O marker each (±5%) on the
-/// reading thread, with 4096 bytes and a non-zero latency, and that the disk
-/// read counter agrees with /sys/block/DEV/stat.
+/// Check that 200 O_DIRECT 4 KiB reads from a loop device nothing else
+/// touches give exactly as many read markers on that device as
+/// /sys/block/DEV/stat counts (each on the reading thread, 4096 bytes,
+/// non-zero latency), and that the device's read counter adds up to exactly
+/// the bytes sysfs counts. The recording's window contains the workload's
+/// whole run, and nothing else does I/O on the device, so both are exact.
 #[test]
 fn direct_reads_become_io_markers_and_counters_match_sysfs() {
     if !can_record("direct_reads_become_io_markers_and_counters_match_sysfs") {
@@ -120,74 +118,181 @@ fn direct_reads_become_io_markers_and_counters_match_sysfs() {
     }
     let dir = scratch("odirect");
     let exe = build_c("odirect", &dir.join("odirect"), &[]);
-    let data = dir.join("data");
-    // Written out in full: reading a hole would not reach the disk.
-    let f = std::fs::File::create(&data).unwrap();
-    for _ in 0..16 {
-        std::io::Write::write_all(&mut &f, &vec![7u8; 1 << 20]).unwrap();
-    }
-    f.sync_all().unwrap();
-    drop(f);
-    // Which disk holds it: the device of the file system, as sysfs names it.
-    let devnum = std::os::unix::fs::MetadataExt::dev(&std::fs::metadata(&data).unwrap());
-    let (major, minor) = (((devnum >> 8) & 0xfff) as u32, ((devnum & 0xff) | ((devnum >> 12) & 0xfff00)) as u32);
-    let uevent = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent")).unwrap();
-    let dev = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME=")).unwrap().to_string();
-    let disk = if std::path::Path::new(&format!("/sys/block/{dev}")).exists() {
-        dev.clone()
-    } else {
-        std::fs::canonicalize(format!("/sys/class/block/{dev}/..")).unwrap().file_name().unwrap().to_string_lossy().into_owned()
-    };
+    let disk = LoopDevice::new(&dir, 16);
     let out_path = dir.join("p.json.gz");
-    let before = sectors_read(&disk);
-    let out = record(&["--", exe.to_str().unwrap(), data.to_str().unwrap(), "200"], &out_path);
-    let after = sectors_read(&disk);
+    let before = disk.stat();
+    let out = record(&["--", exe.to_str().unwrap(), disk.path.to_str().unwrap(), "200"], &out_path);
+    let sysfs = disk.stat().since(&before);
     assert_success(&out);
     let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
     let profile = Profile::load(&out_path);
+    let on_disk = |d: &Value| d["type"] == "BlockIo" && d["device"] == disk.name.as_str();
+    let all: Vec<Value> = profile.threads().iter().flat_map(|t| t.markers()).map(|(_, d)| d).filter(on_disk).collect();
     let t = profile.thread(pid, tid).expect("the reading thread");
-    let io: Vec<Value> = t.markers().into_iter().map(|(_, d)| d).filter(|d| d["type"] == "BlockIo").collect();
-    let reads: Vec<&Value> = io.iter().filter(|d| d["op"].as_str().unwrap().starts_with("read") && d["bytes"] == 4096).collect();
-    eprintln!("odirect: {} I/O markers, {} 4 KiB reads on {dev}", io.len(), reads.len());
-    assert!((190..=210).contains(&reads.len()), "one marker per read: {}", reads.len());
+    let reads: Vec<Value> = t.markers().into_iter().map(|(_, d)| d).filter(|d| on_disk(d) && d["op"].as_str().unwrap().starts_with("read")).collect();
+    eprintln!("odirect: {} markers on {} ({} reads by the reader), sysfs {sysfs:?}", all.len(), disk.name, reads.len());
+    assert_eq!(sysfs.reads, 200, "the workload made 200 reads and nothing else read {}", disk.name);
+    assert_eq!(all.len() as u64, sysfs.reads + sysfs.writes + sysfs.discards + sysfs.flushes, "one marker per request sysfs counts");
+    assert_eq!(reads.len(), 200, "every read is a marker on the reading thread");
     for d in &reads {
         let latency = d["endTime"].as_f64().unwrap() - d["startTime"].as_f64().unwrap();
         assert!(latency > 0.0, "non-zero latency: {d}");
-        assert_eq!(d["device"].as_str(), Some(dev.as_str()).filter(|_| true).or(Some(disk.as_str())));
+        assert_eq!(d["bytes"], 4096, "{d}");
     }
     let counters = profile.json["counters"].as_array().unwrap();
-    let c = counters.iter().find(|c| c["name"] == format!("Disk read: {disk}")).expect("a disk read counter");
+    let c = counters.iter().find(|c| c["name"] == format!("Disk read: {}", disk.name)).expect("a read counter for the device");
     let counted: f64 = c["samples"]["count"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).sum();
-    let sysfs = ((after - before) * 512) as f64;
-    eprintln!("odirect: counter {counted} bytes, sysfs {sysfs} bytes");
-    assert!(sysfs >= 200.0 * 4096.0);
-    assert!((counted - sysfs).abs() <= sysfs * 0.05 + 64.0 * 1024.0, "counter {counted} vs sysfs {sysfs}");
+    eprintln!("odirect: counter {counted} bytes, sysfs {} bytes", sysfs.read_sectors * 512);
+    assert_eq!(counted, (sysfs.read_sectors * 512) as f64, "the counter adds up to what sysfs counted");
 }
 
-/// Check that with more spinning threads than CPUs their off-CPU intervals
-/// are "preempted" with a run-queue delay, and the machine CPU usage counter
-/// agrees with /proc/stat over the workload's run within 5 points.
+/// Spin `n` threads for `d`; returns once they stopped spinning, with the
+/// threads still alive (their CPU time is read from their schedstat, which
+/// vanishes with them) and a closure that lets them end.
+fn spin_threads(n: usize, d: std::time::Duration) -> impl FnOnce() {
+    let spun = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+    let (release, parked) = std::sync::mpsc::channel::<()>();
+    let parked = std::sync::Arc::new(std::sync::Mutex::new(parked));
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let (spun, parked) = (spun.clone(), parked.clone());
+            std::thread::spawn(move || {
+                let end = std::time::Instant::now() + d;
+                let mut x = 1u64;
+                while std::time::Instant::now() < end {
+                    for i in 0..10_000u64 {
+                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+                    }
+                }
+                spun.wait();
+                let _ = parked.lock().unwrap().recv();
+            })
+        })
+        .collect();
+    if n == 0 {
+        std::thread::sleep(d);
+    }
+    spun.wait();
+    move || {
+        drop(release);
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+}
+
+/// Check the machine CPU usage counter against the kernel's per-task CPU
+/// accounting (every task's schedstat, an oracle independent of the
+/// /proc/stat jiffies the counter reads) over three phases of known, different
+/// load: idle, one spinning thread, one per CPU. A counter stuck at any value
+/// fails at least one phase.
 #[test]
-fn preempted_spinners_have_run_delay_and_cpu_counter_matches_proc_stat() {
-    if !can_record("preempted_spinners_have_run_delay_and_cpu_counter_matches_proc_stat") {
+fn cpu_usage_counter_follows_the_load() {
+    if !can_record("cpu_usage_counter_follows_the_load") {
+        return;
+    }
+    let dir = scratch("cpuusage");
+    let out_path = dir.join("p.json.gz");
+    let ncpu = std::thread::available_parallelism().unwrap().get();
+    let phase = std::time::Duration::from_millis(1500);
+    let rec = Command::new(sysprof_bin())
+        .args(["record", "-a", "-q", "--no-off-cpu", "--no-io", "-d", "6.5", "-o"])
+        .arg(&out_path)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    // (start ns, end ns, busy % of all CPUs per the kernel's task accounting)
+    let mut phases = Vec::new();
+    for spinners in [0, 1, ncpu] {
+        let (t0, c0) = (monotonic_ns(), all_tasks_cpu_ns());
+        let release = spin_threads(spinners, phase);
+        let (t1, c1) = (monotonic_ns(), all_tasks_cpu_ns());
+        release();
+        phases.push((spinners, t0, t1, cpu_ns_between(&c0, &c1) as f64 * 100.0 / ((t1 - t0) as f64 * ncpu as f64)));
+    }
+    let out = wait_with_timeout(rec, std::time::Duration::from_secs(30), "sysprof record -d 6.5");
+    assert_success(&out);
+    let profile = Profile::load(&out_path);
+    let t0 = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_u64().unwrap();
+    let ms = |ns: u64| (ns as f64 - t0 as f64) / 1e6;
+    let counters = profile.json["counters"].as_array().unwrap();
+    let cpu = counters.iter().find(|c| c["name"] == "CPU usage" && c["pid"] == "0").expect("machine CPU usage counter");
+    let times: Vec<f64> = cpu["samples"]["time"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let counts: Vec<f64> = cpu["samples"]["count"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    for (spinners, start, end, oracle) in phases {
+        // Each value covers (previous sample, this sample]: keep those inside the phase.
+        let inside: Vec<f64> = (1..times.len()).filter(|&i| times[i - 1] >= ms(start) && times[i] <= ms(end)).map(|i| counts[i]).collect();
+        let avg = inside.iter().sum::<f64>() / inside.len().max(1) as f64;
+        eprintln!("cpu usage, {spinners} spinner(s): counter {avg:.1}% over {} samples, task accounting {oracle:.1}%", inside.len());
+        assert!(inside.len() >= 10, "{spinners} spinners: only {} counter samples inside the phase", inside.len());
+        // Jiffies (the counter) vs. exact task runtimes (the oracle): ticks
+        // quantize each 100 ms sample, and interrupt time is busy in
+        // /proc/stat but in no task's runtime. Measured differences stay
+        // under 1 point; a stuck or wrong counter is off by 25 or more.
+        assert!((avg - oracle).abs() <= 5.0, "{spinners} spinners: counter {avg:.1}% vs task accounting {oracle:.1}%");
+    }
+}
+
+/// `spinner=TID run_delay_ns=R cpu_ns=C` lines of the spinners workload.
+fn spinner_oracles(stdout: &[u8]) -> Vec<(u64, f64, f64)> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace().map(|kv| kv.split_once('=').unwrap().1);
+            let tid = l.starts_with("spinner=").then(|| f.next())??.parse().ok()?;
+            Some((tid, f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Check that with more spinning threads than CPUs their off-CPU time is
+/// "preempted" and adds up, per thread, to the time the kernel says it
+/// waited runnable for a CPU (schedstat's run_delay, read by the thread
+/// itself just before it ends), and that their markers carry a run delay.
+#[test]
+fn preempted_spinners_off_cpu_time_matches_their_run_delay() {
+    if !can_record("preempted_spinners_off_cpu_time_matches_their_run_delay") {
         return;
     }
     let dir = scratch("spinners");
     let exe = build_c("spinners", &dir.join("spinners"), &[]);
     let ncpu = std::thread::available_parallelism().unwrap().get();
-    let threads = (ncpu + 1).to_string();
     let out_path = dir.join("p.json.gz");
-    let out = record(&["--", exe.to_str().unwrap(), &threads, "2.0"], &out_path);
+    let out = record(&["--", exe.to_str().unwrap(), &(ncpu + 1).to_string(), "2.0"], &out_path);
     assert_success(&out);
     let pid = field(&out.stdout, "pid").unwrap();
-    let busy = String::from_utf8_lossy(&out.stdout).lines().find_map(|l| l.strip_prefix("busy_pct=").map(|v| v.parse::<f64>().unwrap())).unwrap();
-    let (start_ns, end_ns) = (field(&out.stdout, "start_ns").unwrap(), field(&out.stdout, "end_ns").unwrap());
+    let oracles = spinner_oracles(&out.stdout);
+    assert_eq!(oracles.len(), ncpu + 1, "every spinner reported");
     let profile = Profile::load(&out_path);
-    let spinners: Vec<_> = profile.process_threads(pid).into_iter().filter(|t| t.name() == "spinner").collect();
-    assert_eq!(spinners.len(), ncpu + 1);
+    let cats = profile.categories();
     let mut total = 0;
     let mut preempted_with_delay = 0;
-    for t in &spinners {
+    for (tid, run_delay_ns, _) in oracles {
+        let t = profile.thread(pid, tid).expect("a spinner thread");
+        assert_eq!(t.name(), "spinner");
+        let mut by_reason: std::collections::BTreeMap<String, f64> = Default::default();
+        for (s, w) in t.stacks(&cats).iter().zip(t.weights()) {
+            let leaf = leaf(s);
+            if leaf.starts_with("[off-CPU") {
+                *by_reason.entry(leaf.to_string()).or_default() += w;
+            }
+        }
+        let preempted_ms = by_reason.get("[off-CPU: preempted, waiting for a CPU]").copied().unwrap_or(0.0);
+        let off_ms: f64 = by_reason.values().sum();
+        let oracle_ms = run_delay_ns / 1e6;
+        eprintln!("spinner {tid}: off-CPU {off_ms:.1} ms ({preempted_ms:.1} ms preempted), schedstat run_delay {oracle_ms:.1} ms; {by_reason:?}");
+        assert!(oracle_ms >= 100.0, "the spinners must compete for the CPUs: run_delay {oracle_ms:.1} ms");
+        // The oracle is read just before the thread ends; its exit can add
+        // one more wait. Everything off-CPU is a wait for a CPU: spinners never block.
+        assert!(preempted_ms >= off_ms - 1.0, "spinners are only ever preempted: {by_reason:?}");
+        // run_delay also holds the wait from the thread's creation to its
+        // first run, which is no off-CPU interval (it never left a CPU):
+        // measured 1-4 ms. A profile that lost 2% of the waits is off by 12 ms.
+        assert!(
+            (preempted_ms - oracle_ms).abs() <= oracle_ms * 0.01 + 6.0,
+            "spinner {tid}: preempted {preempted_ms:.1} ms vs run_delay {oracle_ms:.1} ms"
+        );
         for (_, d) in t.markers() {
             if d["type"] != "OffCpu" {
                 continue;
@@ -200,44 +305,52 @@ fn preempted_spinners_have_run_delay_and_cpu_counter_matches_proc_stat() {
     }
     eprintln!("spinners: {preempted_with_delay} of {total} off-CPU markers preempted with a run delay");
     assert!(total >= 10, "spinners wait for a CPU: {total} markers");
-    assert!(preempted_with_delay * 10 >= total * 9);
-
-    let t0 = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_u64().unwrap();
-    let ms = |ns: u64| (ns as f64 - t0 as f64) / 1e6;
-    let counters = profile.json["counters"].as_array().unwrap();
-    let cpu = counters.iter().find(|c| c["name"] == "CPU usage" && c["pid"] == "0").expect("machine CPU usage counter");
-    let times = cpu["samples"]["time"].as_array().unwrap();
-    let counts = cpu["samples"]["count"].as_array().unwrap();
-    // Each value covers (previous sample, this sample]; keep those inside the workload's run.
-    let inside: Vec<f64> = (1..times.len())
-        .filter(|&i| times[i - 1].as_f64().unwrap() >= ms(start_ns) && times[i].as_f64().unwrap() <= ms(end_ns))
-        .map(|i| counts[i].as_f64().unwrap())
-        .collect();
-    let avg = inside.iter().sum::<f64>() / inside.len() as f64;
-    eprintln!("spinners: CPU usage counter {avg:.1}% over {} samples, /proc/stat {busy:.1}%", inside.len());
-    assert!(inside.len() >= 10);
-    assert!((avg - busy).abs() <= 5.0, "counter {avg:.1}% vs /proc/stat {busy:.1}%");
+    assert!(preempted_with_delay == total, "every marker of a spinner is a preemption with a run delay");
 }
 
-/// Check that --no-off-cpu and --no-io turn the tracing off: no off-CPU
-/// samples, no markers, unweighted samples.
+/// Off-CPU samples, I/O markers, off-CPU markers and the weight type of the
+/// reading thread in a recording of 100 O_DIRECT reads from `disk`, each
+/// after a 2 ms sleep, with `flags`.
+fn direct_reads_with(flags: &[&str], exe: &std::path::Path, disk: &LoopDevice, out_path: &std::path::Path) -> (usize, usize, usize, String) {
+    let mut args = flags.to_vec();
+    args.extend(["--", exe.to_str().unwrap(), disk.path.to_str().unwrap(), "100", "2000"]);
+    let out = record(&args, out_path);
+    assert_success(&out);
+    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let profile = Profile::load(out_path);
+    let t = profile.thread(pid, tid).expect("the reading thread is in the profile");
+    let off_cpu = t.stacks(&profile.categories()).iter().filter(|s| leaf(s).starts_with("[off-CPU")).count();
+    let markers = t.markers();
+    let io = markers.iter().filter(|(_, d)| d["type"] == "BlockIo").count();
+    let off = markers.iter().filter(|(_, d)| d["type"] == "OffCpu").count();
+    (off_cpu, io, off, t.t["samples"]["weightType"].as_str().unwrap().to_string())
+}
+
+/// Check that --no-off-cpu and --no-io turn the tracing off: a thread that
+/// sleeps 2 ms before each of 100 disk reads has off-CPU samples, off-CPU
+/// markers and I/O markers without the flags, none of them (and unweighted
+/// samples) with both, and each flag turns off only its own part.
 #[test]
 fn off_cpu_and_io_can_be_turned_off() {
     if !can_record("off_cpu_and_io_can_be_turned_off") {
         return;
     }
     let dir = scratch("nooffcpu");
-    let exe = build_c("sleeper", &dir.join("sleeper"), &[]);
-    let out_path = dir.join("p.json.gz");
-    let out = record(&["--no-off-cpu", "--no-io", "--", exe.to_str().unwrap(), "4"], &out_path);
-    assert_success(&out);
-    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
-    let profile = Profile::load(&out_path);
-    if let Some(t) = profile.thread(pid, tid) {
-        assert!(t.markers().is_empty());
-        assert_eq!(t.t["samples"]["weightType"], "samples");
-    }
-    let _ = Command::new("true").status();
+    let exe = build_c("odirect", &dir.join("odirect"), &[]);
+    let disk = LoopDevice::new(&dir, 16);
+    let (off_cpu, io, off_markers, weight) = direct_reads_with(&[], &exe, &disk, &dir.join("on.json.gz"));
+    eprintln!("tracing on: {off_cpu} off-CPU samples, {io} I/O markers, {off_markers} off-CPU markers, weights {weight}");
+    assert!(off_cpu >= 100 && io == 100 && off_markers >= 100, "the control run must see the sleeps and the reads");
+    assert_eq!(weight, "tracing-ms");
+    let (off_cpu, io, off_markers, weight) = direct_reads_with(&["--no-off-cpu", "--no-io"], &exe, &disk, &dir.join("off.json.gz"));
+    eprintln!("tracing off: {off_cpu} off-CPU samples, {io} I/O markers, {off_markers} off-CPU markers, weights {weight}");
+    assert_eq!((off_cpu, io, off_markers), (0, 0, 0));
+    assert_eq!(weight, "samples");
+    // Each flag alone turns off only its own part.
+    let (off_cpu, io, _, _) = direct_reads_with(&["--no-io"], &exe, &disk, &dir.join("noio.json.gz"));
+    assert!(off_cpu >= 100 && io == 0, "--no-io: {off_cpu} off-CPU samples, {io} I/O markers");
+    let (off_cpu, io, _, _) = direct_reads_with(&["--no-off-cpu"], &exe, &disk, &dir.join("nooff.json.gz"));
+    assert!(off_cpu == 0 && io == 100, "--no-off-cpu: {off_cpu} off-CPU samples, {io} I/O markers");
 }
 
 /// Check that --per-cpu adds one track per CPU whose on-CPU slices do not
@@ -270,5 +383,6 @@ fn per_cpu_tracks_show_who_ran() {
         }
     }
     eprintln!("per-cpu: spinner slices {spinner_ms:.0} ms, spinners' CPU time {cpu_ms:.0} ms");
+    assert!(cpu_ms >= 1000.0, "the spinners ran: {cpu_ms:.0} ms of CPU");
     assert!((spinner_ms - cpu_ms).abs() <= cpu_ms * 0.10, "slices {spinner_ms:.0} ms vs CPU time {cpu_ms:.0} ms");
 }

@@ -123,7 +123,8 @@ fn stripped_binary_gets_names_from_its_build_id_debug_file() {
     let stacks = t.on_cpu_stacks(&profile.categories());
     let named = stacks.iter().filter(|s| s.iter().any(|(n, _)| n == "level6")).count();
     eprintln!("stripped: {named} of {} samples name level6", stacks.len());
-    assert!(named * 10 >= stacks.len() * 9);
+    assert!(stacks.len() >= 500, "1 s of CPU at 999 Hz: {} samples", stacks.len());
+    assert!(named * 100 >= stacks.len() * 95, "{named} of {} samples name level6", stacks.len());
 }
 
 /// node, or None after saying loudly that `test` is skipped (a failure under CI).
@@ -132,10 +133,7 @@ fn node(test: &str) -> Option<std::path::PathBuf> {
     if let Some(out) = out.filter(|o| o.status.success()) {
         return Some(std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
     }
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: node is needed (Debian: apt-get install nodejs)");
-    }
-    eprintln!("\n*** SKIPPED {test}: node not found ***\n");
+    skip(test, "node is needed (Debian: apt-get install nodejs)");
     None
 }
 
@@ -166,6 +164,15 @@ fn hot_js_samples(profile: &Profile, pid: u64) -> (usize, usize) {
     (named, stacks.len())
 }
 
+/// Samples of node's main thread whose leaf is JIT code: in no file-backed
+/// library (a hex address, or a frame of a "JIT (...)" library).
+fn jit_samples(profile: &Profile, pid: u64) -> usize {
+    let t = profile.thread(pid, pid).expect("node's main thread");
+    let stacks = t.on_cpu_stacks(&profile.categories());
+    let leaf_libs = t.leaf_libs(&profile.json);
+    stacks.iter().zip(leaf_libs).filter(|(s, lib)| s.last().is_some_and(|(_, c)| c == "User") && lib.as_deref().is_none_or(|l| l.starts_with("JIT"))).count()
+}
+
 /// Check that the hot JavaScript function's name, from the perf map node
 /// writes, appears in the profile's frames for most of node's samples.
 #[test]
@@ -176,8 +183,10 @@ fn node_jit_frames_are_named_from_the_perf_map() {
     let Some((profile, pid, _)) = record_node("node_jit_frames_are_named_from_the_perf_map", "") else { return };
     let (named, total) = hot_js_samples(&profile, pid);
     eprintln!("node: {named} of {total} main-thread samples in sysprofHotLoop");
-    assert!(total >= 1000);
-    assert!(named * 2 >= total, "the hot JS function is named in most samples");
+    assert!(total >= 1000, "node ran its hot loop for 1.5 s: {total} samples");
+    // hot.js spends its time in one JIT-compiled loop; the rest is node's
+    // start-up and the compiler: 94-96% is what a correct profile shows.
+    assert!(named * 100 >= total * 90, "the hot JS function is named in {named} of {total} samples");
 }
 
 /// Check that a perf map owned by another user, or a symlink, is refused
@@ -191,7 +200,11 @@ fn hostile_perf_maps_are_refused_with_a_warning() {
         }
         let Some((profile, pid, stderr)) = record_node(&test, tamper) else { return };
         let (named, total) = hot_js_samples(&profile, pid);
-        eprintln!("hostile {tamper}: {named} of {total} named; stderr: {}", stderr.lines().find(|l| l.contains("perf map")).unwrap_or(""));
+        let jit = jit_samples(&profile, pid);
+        eprintln!("hostile {tamper}: {named} of {total} named, {jit} in JIT code; stderr: {}", stderr.lines().find(|l| l.contains("perf map")).unwrap_or(""));
+        // The JIT code ran and was sampled (so names could have come from the map) ...
+        assert!(total >= 1000 && jit * 100 >= total * 80, "{jit} of {total} samples in JIT code");
+        // ... but none was named from it.
         assert_eq!(named, 0, "a {tamper}ed perf map must not name frames");
         assert!(stderr.contains("warning") && stderr.contains(expected), "{tamper}: the warning says why: {stderr}");
     }
@@ -224,8 +237,8 @@ fn off_cpu_stacks_unwind_without_frame_pointers() {
         })
         .count();
     eprintln!("sleeper-nofp: {whole} of {} sleeping stacks reach the thread root through sleep_loop", sleeping.len());
-    assert!(sleeping.len() >= 28);
-    assert!(whole * 10 >= sleeping.len() * 9);
+    assert!(sleeping.len() >= 28, "one sleeping interval per sleep: {}", sleeping.len());
+    assert!(whole * 100 >= sleeping.len() * 95, "{whole} of {} reach the root", sleeping.len());
 }
 
 /// Check that a process in a container's cgroup is labelled with the
@@ -288,7 +301,8 @@ fn node_jit_frames_are_named_from_its_jitdump() {
     let libs: Vec<String> = profile.json["libs"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap().to_string()).collect();
     eprintln!("jitdump: {named} of {total} main-thread samples in sysprofHotLoop; JIT libs {:?}", libs.iter().filter(|l| l.starts_with("JIT")).collect::<Vec<_>>());
     assert!(libs.contains(&format!("JIT (jit-{pid}.dump)")));
-    assert!(named * 2 >= total, "the hot JS function is named in most samples");
+    assert!(total >= 1000, "node ran its hot loop for 1.5 s: {total} samples");
+    assert!(named * 100 >= total * 90, "the hot JS function is named in {named} of {total} samples");
 }
 
 /// Check that --debuginfod fetches a stripped binary's debug file from a
@@ -337,7 +351,8 @@ fn debuginfod_fetches_missing_debug_files() {
     let _ = server.kill();
     let _ = server.wait();
     eprintln!("debuginfod: without the flag {}/{} named, with it {}/{}", without.0, without.1, with.0, with.1);
+    assert!(without.1 >= 250 && with.1 >= 250, "0.5 s of CPU at 999 Hz each: {} and {} samples", without.1, with.1);
     assert_eq!(without.0, 0, "nothing is fetched without --debuginfod");
-    assert!(with.0 * 10 >= with.1 * 9, "the fetched debug file names level6");
+    assert!(with.0 * 100 >= with.1 * 95, "the fetched debug file names level6 in {} of {}", with.0, with.1);
     assert!(dir.join("cache").exists(), "fetched files are cached");
 }

@@ -1,9 +1,11 @@
 /*
- * spinners: argv[1] threads named "spinner" burn CPU for argv[2] seconds on
- * a machine with fewer CPUs, so they preempt each other. Prints "pid=" and
- * "busy_pct=": the machine's busy share from /proc/stat over its run (the
- * oracle for the CPU usage counter), "start_ns="/"end_ns=" (monotonic) and
- * "cpu_ns=" (the process's CPU time).
+ * spinners: argv[1] threads named "spinner" burn CPU for argv[2] seconds of
+ * wall time, on a machine with fewer CPUs, so they preempt each other. Each
+ * thread prints, just before it ends, "spinner=TID run_delay_ns=R cpu_ns=C"
+ * from its own /proc/self/task/TID/schedstat: the kernel's time it spent
+ * runnable but waiting for a CPU, and on one (the oracles for off-CPU time
+ * and CPU time). Main prints "pid=" and, at the end, "cpu_ns=" (the
+ * process's CPU time).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -11,28 +13,17 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/syscall.h>
 
 static double seconds = 2.0;
 static volatile unsigned long sink;
+static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static long long now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void proc_stat(unsigned long long *busy, unsigned long long *total)
-{
-	unsigned long long v[8] = { 0 };
-	FILE *f = fopen("/proc/stat", "r");
-	if (!f || fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8)
-		exit(1);
-	fclose(f);
-	*total = 0;
-	for (int i = 0; i < 8; i++)
-		*total += v[i];
-	*busy = *total - v[3] - v[4];
 }
 
 __attribute__((noinline)) void *spin(void *arg)
@@ -42,6 +33,17 @@ __attribute__((noinline)) void *spin(void *arg)
 	while (now() < end)
 		for (int i = 0; i < 10000; i++)
 			sink = sink * 6364136223846793005UL + i;
+	long tid = syscall(SYS_gettid);
+	char path[64];
+	unsigned long long cpu = 0, delay = 0;
+	snprintf(path, sizeof(path), "/proc/self/task/%ld/schedstat", tid);
+	FILE *f = fopen(path, "r");
+	if (!f || fscanf(f, "%llu %llu", &cpu, &delay) != 2)
+		exit(1);
+	fclose(f);
+	pthread_mutex_lock(&print_lock);
+	printf("spinner=%ld run_delay_ns=%llu cpu_ns=%llu\n", tid, delay, cpu);
+	pthread_mutex_unlock(&print_lock);
 	return NULL;
 }
 
@@ -51,19 +53,15 @@ int main(int argc, char **argv)
 	if (argc > 2)
 		seconds = atof(argv[2]);
 	pthread_t t[64];
-	unsigned long long b0, t0, b1, t1;
-	long long s = now();
-	proc_stat(&b0, &t0);
+	printf("pid=%d\n", getpid());
 	for (int i = 0; i < n && i < 64; i++) {
 		pthread_create(&t[i], NULL, spin, NULL);
 		pthread_setname_np(t[i], "spinner");
 	}
 	for (int i = 0; i < n && i < 64; i++)
 		pthread_join(t[i], NULL);
-	proc_stat(&b1, &t1);
 	struct timespec cpu;
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
-	printf("pid=%d\nbusy_pct=%.2f\nstart_ns=%lld\nend_ns=%lld\ncpu_ns=%lld\n", getpid(), (b1 - b0) * 100.0 / (t1 - t0), s, now(),
-	       cpu.tv_sec * 1000000000LL + cpu.tv_nsec);
+	printf("cpu_ns=%lld\n", cpu.tv_sec * 1000000000LL + cpu.tv_nsec);
 	return 0;
 }

@@ -4,25 +4,69 @@
 //!   the committed `ebpf/*.bpf.o`; with `--check`, fail if a committed object
 //!   differs from a fresh build. Installs clang-19, llvm-19 and libbpf-dev
 //!   with apt-get when they are missing and we are root.
-//! - `test`: everything CI runs: the eBPF freshness check, unit tests, a
-//!   release build, then the root-only integration tests one at a time.
+//! - `test [--no-root-tests] [--repeat N]`: everything CI runs: the eBPF
+//!   freshness check, unit tests, a release build, then the root-only
+//!   integration tests one at a time; ends with one `N passed, M failed, K
+//!   skipped` line. `--repeat N` runs the integration tests N times and lists
+//!   every test that failed in any round (flake hunting).
 //! - `bench`: the benchmarks in `benches/` (see the README's Benchmarks section).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
 
 const CLANG: &str = "clang-19";
 const STRIP: &str = "llvm-strip-19";
 
-fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("build-ebpf") => build_ebpf(args.iter().any(|a| a == "--check")),
-        Some("test") => test(&args[1..]),
-        Some("bench") => bench(&args[1..]),
-        _ => bail!("usage: cargo xtask build-ebpf [--check] | test [--no-root-tests] | bench [--quick]"),
+/// The project's chores that are not plain cargo commands.
+#[derive(Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Compile ebpf/*.bpf.c with clang-19 into the committed ebpf/*.bpf.o.
+    BuildEbpf {
+        /// Fail if a committed object differs from a fresh build instead of replacing it.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run everything CI runs (as root: the integration tests load real BPF).
+    Test {
+        /// Run only what needs no root (refused under CI=true: CI must run everything).
+        #[arg(long)]
+        no_root_tests: bool,
+        /// Run the integration tests this many times and report every test that failed in any round.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        repeat: u32,
+    },
+    /// Benchmarks side by side with perf and samply (arguments go to the bench harness; try `-- --help`).
+    Bench {
+        /// Arguments for the bench harness.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let result = match Cli::parse().command {
+        Task::BuildEbpf { check } => build_ebpf(check),
+        Task::Test { no_root_tests, repeat } => test(no_root_tests, repeat),
+        Task::Bench { args } => bench(&args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, the whole chain of causes; no backtrace.
+            eprintln!("xtask: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }
 
@@ -151,8 +195,19 @@ fn cargo() -> Command {
     c
 }
 
-/// Run a `cargo test`, echoing its output and adding up its "test result" lines.
-fn run_tests(cmd: &mut Command, totals: &mut (u64, u64)) -> Result<()> {
+/// What a run of `cargo test` reported.
+#[derive(Default)]
+struct Totals {
+    passed: u64,
+    failed: u64,
+    /// Per test: (rounds passed, rounds failed).
+    per_test: BTreeMap<String, (u32, u32)>,
+}
+
+/// Run a `cargo test`, echoing its output, adding up its "test result" lines
+/// and recording each test's outcome. A failing run is reported by the
+/// totals, not as an error: the caller decides what failed means.
+fn run_tests(cmd: &mut Command, totals: &mut Totals) -> Result<bool> {
     use std::io::{BufRead, BufReader};
     let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().with_context(|| format!("running {cmd:?}"))?;
     for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
@@ -162,39 +217,104 @@ fn run_tests(cmd: &mut Command, totals: &mut (u64, u64)) -> Result<()> {
             let count = |what: &str| -> u64 {
                 rest.split(';').find_map(|p| p.trim().strip_suffix(what)).and_then(|n| n.trim().rsplit(' ').next()?.parse().ok()).unwrap_or(0)
             };
-            totals.0 += count("passed");
-            totals.1 += count("failed");
+            totals.passed += count("passed");
+            totals.failed += count("failed");
+        } else if let Some(rest) = line.strip_prefix("test ") {
+            if let Some((name, outcome)) = rest.rsplit_once(" ... ") {
+                let entry = totals.per_test.entry(name.to_string()).or_default();
+                match outcome.trim() {
+                    "ok" => entry.0 += 1,
+                    "FAILED" => entry.1 += 1,
+                    _ => {}
+                }
+            }
         }
     }
-    let status = child.wait()?;
-    if !status.success() {
-        bail!("{cmd:?} failed with {status}");
-    }
-    Ok(())
+    Ok(child.wait()?.success())
 }
 
-fn test(args: &[String]) -> Result<()> {
+/// Why the integration tests cannot record here, if they cannot: no root,
+/// no BTF, or no tracefs (mounted here when it is only missing).
+fn root_test_blocker() -> Option<String> {
+    if !is_root() {
+        return Some("not running as root: run `sudo -E env \"PATH=$PATH\" cargo xtask test`".into());
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("the kernel has no BTF (/sys/kernel/btf/vmlinux): use a distribution kernel 5.15 or newer".into());
+    }
+    let tracefs = |p: &str| Path::new(p).join("events").exists();
+    if !tracefs("/sys/kernel/tracing") && !tracefs("/sys/kernel/debug/tracing") {
+        let _ = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
+        if !tracefs("/sys/kernel/tracing") {
+            return Some("tracefs is not mounted and could not be: `mount -t tracefs nodev /sys/kernel/tracing`".into());
+        }
+    }
+    None
+}
+
+fn test(no_root_tests: bool, repeat: u32) -> Result<()> {
+    let ci = std::env::var_os("CI").is_some();
+    if no_root_tests && ci {
+        bail!("--no-root-tests is refused under CI=true: CI must run the integration tests (as root)");
+    }
     build_ebpf(true)?;
-    let mut totals = (0, 0);
+    let mut totals = Totals::default();
+    // Tests that cannot run append their name here (see tests/src/lib.rs).
+    let skip_log = std::env::temp_dir().join(format!("sysprof-skipped-{}", std::process::id()));
+    let _ = std::fs::remove_file(&skip_log);
     let result = (|| {
-        run_tests(cargo().args(["test", "--workspace", "--exclude", "sysprof-tests"]), &mut totals)?;
+        if !run_tests(cargo().args(["test", "--workspace", "--exclude", "sysprof-tests"]), &mut totals)? {
+            bail!("unit tests failed");
+        }
         run(cargo().args(["build", "--release", "-p", "sysprof"]))?;
-        if args.iter().any(|a| a == "--no-root-tests") {
+        if no_root_tests {
             eprintln!("xtask: SKIPPING the integration tests (--no-root-tests): they need root and BPF");
             return Ok(());
         }
-        if !is_root() {
-            bail!("the integration tests record with real BPF and need root: run `sudo -E cargo xtask test` (or pass --no-root-tests to run only the unit tests)");
+        if let Some(why) = root_test_blocker() {
+            bail!("the integration tests cannot run: {why}; `cargo xtask test --no-root-tests` runs the rest");
         }
         ensure_test_tools()?;
         let bin = root().join("target/release/sysprof");
-        run_tests(
-            cargo().env("SYSPROF_BIN", &bin).args(["test", "-p", "sysprof-tests", "--tests", "--", "--test-threads=1"]),
-            &mut totals,
-        )
+        // Build the test binaries once, outside the rounds.
+        run(cargo().args(["test", "-p", "sysprof-tests", "--tests", "--no-run"]))?;
+        let mut ok = true;
+        for round in 1..=repeat {
+            if repeat > 1 {
+                println!("xtask: integration tests, round {round} of {repeat}");
+            }
+            ok &= run_tests(
+                cargo()
+                    .env("SYSPROF_BIN", &bin)
+                    .env("SYSPROF_SKIP_LOG", &skip_log)
+                    .args(["test", "-p", "sysprof-tests", "--tests", "--", "--test-threads=1"]),
+                &mut totals,
+            )?;
+        }
+        if repeat > 1 {
+            let flaky: Vec<String> = totals
+                .per_test
+                .iter()
+                .filter(|(_, (_, failed))| *failed > 0)
+                .map(|(name, (passed, failed))| format!("{name}: failed {failed} of {}", passed + failed))
+                .collect();
+            println!("xtask: {repeat} rounds; {}", if flaky.is_empty() { "no test failed in any round".to_string() } else { flaky.join("; ") });
+        }
+        if !ok {
+            bail!("integration tests failed");
+        }
+        Ok(())
     })();
-    // One closing line with every test counted, whatever happened.
-    println!("{} passed, {} failed", totals.0, totals.1);
+    let skipped: Vec<String> =
+        std::fs::read_to_string(&skip_log).map(|s| s.lines().map(str::to_string).collect()).unwrap_or_default();
+    let _ = std::fs::remove_file(&skip_log);
+    for s in &skipped {
+        println!("xtask: SKIPPED {s}");
+    }
+    // One closing line with every test counted, whatever happened. A skipped
+    // test also reported itself as passed; it is counted as skipped only.
+    let skipped_count = skipped.len() as u64;
+    println!("{} passed, {} failed, {} skipped", totals.passed.saturating_sub(skipped_count), totals.failed, skipped_count);
     result
 }
 

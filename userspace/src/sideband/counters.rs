@@ -76,12 +76,12 @@ impl CounterPoller {
 
     /// Take one reading at `now_ns`; `pids` ran since the previous one.
     pub fn poll(&mut self, now_ns: u64, pids: impl IntoIterator<Item = u32>) {
-        if let Some((busy, total)) = read_cpu() {
-            if let Some((pb, pt)) = self.cpu_prev {
-                let pct = if total > pt { (busy - pb.min(busy)) as f64 * 100.0 / (total - pt) as f64 } else { 0.0 };
+        if let Some(now) = read_cpu() {
+            if let Some(prev) = self.cpu_prev {
+                let pct = busy_pct(prev, now);
                 self.push(0, "CPU usage", "CPU", "Busy share of all CPUs since the previous sample (%), from /proc/stat", now_ns, pct);
             }
-            self.cpu_prev = Some((busy, total));
+            self.cpu_prev = Some(now);
         }
         if let Some(used) = read_mem_used() {
             let delta = used as f64 - self.mem_prev.unwrap_or(0) as f64;
@@ -129,9 +129,13 @@ impl CounterPoller {
         }
     }
 
-    /// The counter tracks recorded.
+    /// The counter tracks recorded. A disk that did no I/O at all during
+    /// the recording gets no track: a row of zeros only hides the others.
     pub fn finish(self) -> Vec<CounterRecord> {
-        self.series.into_values().collect()
+        self.series
+            .into_values()
+            .filter(|c| !(c.name.starts_with("Disk ") && c.count.iter().all(|&v| v == 0.0)))
+            .collect()
     }
 }
 
@@ -160,14 +164,29 @@ fn read_u64(fd: &OwnedFd) -> u64 {
 
 /// (busy, total) jiffies of all CPUs from /proc/stat. Busy excludes idle and iowait.
 pub fn read_cpu() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().next()?;
-    let v: Vec<u64> = line.split_whitespace().skip(1).take(8).filter_map(|x| x.parse().ok()).collect();
+    parse_cpu(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// (busy, total) from the text of /proc/stat: the first line's user, nice,
+/// system, idle, iowait, irq, softirq and steal jiffies; busy is all but
+/// idle and iowait.
+fn parse_cpu(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line.split_whitespace().take(8).filter_map(|x| x.parse().ok()).collect();
     if v.len() < 8 {
         return None;
     }
     let total: u64 = v.iter().sum();
     Some((total - v[3] - v[4], total))
+}
+
+/// Busy share (%) of all CPUs between two (busy, total) readings.
+fn busy_pct((prev_busy, prev_total): (u64, u64), (busy, total): (u64, u64)) -> f64 {
+    if total > prev_total {
+        busy.saturating_sub(prev_busy) as f64 * 100.0 / (total - prev_total) as f64
+    } else {
+        0.0
+    }
 }
 
 fn read_mem_used() -> Option<u64> {
@@ -181,12 +200,19 @@ fn read_mem_used() -> Option<u64> {
 /// (bytes read, bytes written) per whole disk, from /proc/diskstats.
 pub fn read_disks() -> Vec<(String, (u64, u64))> {
     let Ok(text) = std::fs::read_to_string("/proc/diskstats") else { return Vec::new() };
+    // Whole disks (loop devices and zram included) have a /sys/block entry;
+    // partitions, which would count their disk's bytes twice, do not.
+    parse_diskstats(&text, |name| std::path::Path::new(&format!("/sys/block/{name}")).exists())
+}
+
+/// (name, (bytes read, bytes written)) of the devices `is_disk` accepts,
+/// from the text of /proc/diskstats (fields 6 and 10 are sectors of 512 bytes).
+fn parse_diskstats(text: &str, is_disk: impl Fn(&str) -> bool) -> Vec<(String, (u64, u64))> {
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             let name = *f.get(2)?;
-            // Whole disks only (partitions would count twice); skip loop and ram devices.
-            if !std::path::Path::new(&format!("/sys/block/{name}")).exists() || name.starts_with("loop") || name.starts_with("ram") {
+            if !is_disk(name) {
                 return None;
             }
             let rd: u64 = f.get(5)?.parse().ok()?;
@@ -205,4 +231,52 @@ fn read_proc(pid: u32) -> Option<(u64, u64)> {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     let rss = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some((ticks, rss))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check the busy share against a hand computation: user+nice+system+irq+
+    /// softirq+steal are busy, idle and iowait are not, and guest columns
+    /// (already inside user) are ignored.
+    #[test]
+    fn busy_share_counts_everything_but_idle_and_iowait() {
+        let a = "cpu  100 10 50 1000 40 5 5 0 7 7\ncpu0 1 2 3\n";
+        let b = "cpu  400 10 110 1300 140 15 15 10 9 9\ncpu0 1 2 3\n";
+        let (pa, pb) = (parse_cpu(a).unwrap(), parse_cpu(b).unwrap());
+        assert_eq!(pa, (170, 1210));
+        // busy: +300 user, +60 system, +10 irq, +10 softirq, +10 steal = 390;
+        // total adds +300 idle and +100 iowait: 790.
+        assert_eq!(pb, (560, 2000));
+        let pct = busy_pct(pa, pb);
+        assert!((pct - 390.0 * 100.0 / 790.0).abs() < 1e-9, "{pct}");
+        assert_eq!(busy_pct(pb, pb), 0.0, "no time passed: 0, not NaN");
+        assert_eq!(parse_cpu("intr 1 2 3\n"), None);
+        assert_eq!(parse_cpu("cpu  1 2 3\n"), None, "too few columns");
+    }
+
+    /// Check that disk bytes come from the sector columns, only for the
+    /// devices accepted as whole disks.
+    #[test]
+    fn diskstats_bytes_of_whole_disks() {
+        let text = "   7       0 loop0 200 0 1600 12 3 0 24 1 0 20 13 0 0 0 0 1 0\n                     254       0 vda 10 1 80 2 5 2 40 3 0 6 5 0 0 0 0 0 0\n                     254       1 vda1 9 1 72 2 5 2 40 3 0 6 5 0 0 0 0 0 0\n";
+        let disks = parse_diskstats(text, |n| n == "vda" || n == "loop0");
+        assert_eq!(disks, vec![("loop0".to_string(), (1600 * 512, 24 * 512)), ("vda".to_string(), (80 * 512, 40 * 512))]);
+    }
+
+    /// Check that a disk that did no I/O gets no track, one that did keeps
+    /// every sample (zeros included), and other counters are untouched.
+    #[test]
+    fn idle_disks_get_no_track() {
+        let mut c = CounterPoller { series: BTreeMap::new(), cpu_prev: None, mem_prev: None, disk_prev: FxHashMap::default(),
+            proc_prev: FxHashMap::default(), pmu: Vec::new(), pmu_prev: (0, 0), ticks_per_s: 100.0, page_size: 4096, notes: Vec::new() };
+        for (t, busy, idle) in [(1, 0.0, 0.0), (2, 4096.0, 0.0), (3, 0.0, 0.0)] {
+            c.push(0, "Disk read: busy", "Bandwidth", "", t, busy);
+            c.push(0, "Disk read: idle", "Bandwidth", "", t, idle);
+            c.push(0, "CPU usage", "CPU", "", t, 0.0);
+        }
+        let names: Vec<(String, usize)> = c.finish().into_iter().map(|r| (r.name, r.count.len())).collect();
+        assert_eq!(names, vec![("CPU usage".to_string(), 3), ("Disk read: busy".to_string(), 3)]);
+    }
 }
