@@ -3,16 +3,22 @@
  * sched.bpf.c: why threads are not running, and block I/O.
  *
  * sched_switch records, per thread, when and in which state it left the CPU
- * with its kernel and user stacks (as ids in the `stacks` map, so each
- * distinct stack is stored once); sched_waking records who woke it, with the
- * waker's stacks; when the thread runs again one offcpu_event goes to the
- * `events` ring if the interval lasted at least offcpu_min_ns, else it is
- * folded into per-thread totals carried by the next record. Every switch is
- * counted in `threads`, so totals stay exact whatever is dropped. State is
- * updated in place, never deleted, to keep map operations per switch few.
+ * and its stacks there; sched_waking records who woke it, with the waker's
+ * stacks; when the thread runs again one offcpu_event goes to the `events`
+ * ring if the interval lasted at least offcpu_min_ns, else its length is
+ * added to the thread's folded totals for its reason, sent as one
+ * folded_event once they reach fold_flush_ns. Every switch is counted, so
+ * totals stay exact whatever is dropped. A thread's last switch (it died)
+ * sends its totals and deletes its state, so the map holds live threads only.
  *
- * Block requests are keyed by (dev, sector) from start to completion and
- * emitted as one io_event, attributed to the task that started them.
+ * Stacks are sent inline as stack_events (see sysprof.h), once per distinct
+ * place: each thread caches the user context of the last switch-out stack
+ * and of the last wakeup or request stack it sent, and reuses their ids.
+ *
+ * Block requests are keyed by the request itself (raw tracepoints pass it)
+ * from creation to their final completion, so concurrent requests for the
+ * same sector never overwrite each other; a request merged into another is
+ * forgotten, partial completions wait for the last one.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -21,36 +27,39 @@
 #include "sysprof.h"
 
 #define PF_KTHREAD 0x00200000
-/* The prev_state bit __trace_sched_switch_state reports for preemption. */
-#define TASK_REPORT_MAX 0x100
+#define TASK_INTERRUPTIBLE 0x1
+#define TASK_UNINTERRUPTIBLE 0x2
+#define TASK_DEAD 0x80
+#define TASK_NOLOAD 0x400
+#define REQ_OP_MASK 0xff
+#define CALL_SITE_WAKEUP 1
+#define CALL_SITE_IO 2
 
 const volatile __u32 targ_tgid = 0;
 const volatile __u64 offcpu_min_ns = 100000;
+/* Folded short waits of a thread are sent once they add up to this, or
+ * once the first of them is this old (so a window's totals arrive in it). */
+const volatile __u64 fold_flush_ns = 10000000;
+const volatile __u64 fold_span_ns = 1000000000;
 const volatile __u64 wakeup_bytes = 64 * 1024;
 /* Set by userspace on kernels >= 5.18, where sched_switch passes prev_state. */
 const volatile bool has_prev_state_arg = false;
-/* Dwarf mode: bytes of user stack copied at switch-out (0: frame pointers). */
+/* Dwarf mode: bytes of user stack copied with each stack (0: frame pointers). */
 const volatile __u32 stack_copy = 0;
 
 #include "ustack.bpf.h"
 
-
-
-struct io_key {
-	__u32 dev;
-	__u32 _pad;
-	__u64 sector;
-};
-
 struct io_start {
 	__u64 ts;
 	__u64 issue_ts;
+	__u64 stack_id;
+	__u64 sector;
 	__u32 pid;
 	__u32 tid;
-	__s32 kstack_id;
-	__s32 ustack_id;
 	__u32 bytes;
-	__u32 _pad;
+	__u32 dev;
+	__u32 cmd_flags;
+	__u32 flags;            /* IO_START_AT_ISSUE */
 	__u8 comm[TASK_COMM_LEN];
 };
 
@@ -60,33 +69,27 @@ struct {
 } events SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 16384);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
-} stacks SEC(".maps");
-
-struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u32);
 	__type(value, struct thread_state);
 } threads SEC(".maps");
 
+/* In-flight block requests by `struct request *`. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct io_key);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
 	__type(value, struct io_start);
 } io_starts SEC(".maps");
 
-/* Sequence numbers of copied user stacks. */
+/* Per-CPU sequence numbers of stack records. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u32);
-} ustack_seq SEC(".maps");
+	__type(value, __u64);
+} stack_seq SEC(".maps");
 
 #include "drops.bpf.h"
 
@@ -101,233 +104,310 @@ static __always_inline bool tracked(__u32 tgid)
 	return !targ_tgid || tgid == targ_tgid;
 }
 
-/* Kernel and user stack ids of the current task; -1 when absent. */
-static __always_inline void current_stacks(void *ctx, __s32 *kid, __s32 *uid)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	long id;
-
-	id = bpf_get_stackid(ctx, &stacks, 0);
-	if (id < 0)
-		count_drop(DROP_STACKID);
-	*kid = id;
-	if (BPF_CORE_READ(task, flags) & PF_KTHREAD) {
-		*uid = -1;
-		return;
-	}
-	id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	/* -EFAULT: no user stack to walk (e.g. exiting task); not a loss. */
-	if (id < 0 && id != -14)
-		count_drop(DROP_STACKID);
-	*uid = id;
-}
-
-/* Dwarf mode: the kernel stack by id, and the user registers and stack bytes
- * sent as a ustack_event whose id becomes the user stack id. Falls back to
- * the frame-pointer walk if the ring is full. */
-static __always_inline void copy_switch_out_stack(void *ctx, __u32 tid, __u64 ip, __u64 sp, __u64 bp, __s32 *kid, __s32 *uid)
+/* Send the kernel and user stacks of the current task as a stack_event;
+ * returns its id, or 0 if the ring was full. */
+static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, bool kthread, __u64 ip, __u64 sp, __u64 bp)
 {
 	__u32 zero = 0;
-	__u32 *seq = bpf_map_lookup_elem(&ustack_seq, &zero);
-	struct ustack_event *e;
-	long id;
+	__u64 *seq = bpf_map_lookup_elem(&stack_seq, &zero);
+	struct stack_event *e;
+	long len;
 
-	id = bpf_get_stackid(ctx, &stacks, 0);
-	if (id < 0)
-		count_drop(DROP_STACKID);
-	*kid = id;
 	if (!seq)
-		goto fallback;
+		return 0;
 	e = bpf_ringbuf_reserve(&events, sizeof(*e) + stack_copy, 0);
-	if (!e)
-		goto fallback;
-	e->kind = RECORD_USTACK;
-	e->id = USTACK_ID_FLAG | (__sync_fetch_and_add(seq, 1) & (USTACK_ID_FLAG - 1));
-	e->pid = bpf_get_current_pid_tgid() >> 32;
+	if (!e) {
+		count_drop(DROP_STACK_RECORD);
+		return 0;
+	}
+	*seq += 1;
+	e->kind = RECORD_STACK;
+	e->id = (*seq << 12) | (bpf_get_smp_processor_id() & 0xfff);
+	e->flags = 0;
+	e->pid = pid;
 	e->tid = tid;
-	e->ip = ip;
-	e->sp = sp;
-	e->bp = bp;
+	e->ustack_len = 0;
+	e->stack_size = 0;
 	e->_pad = 0;
-	e->size = copy_user_stack((__u8 *)(e + 1), sp);
-	*uid = e->id;
+	e->user_ip = ip;
+	e->user_sp = sp;
+	e->user_bp = bp;
+	len = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
+	if (len < 0) {
+		e->flags |= STACK_KSTACK_FAILED;
+		count_drop(DROP_KSTACK);
+		len = 0;
+	}
+	e->kstack_len = len / sizeof(__u64);
+	if (kthread) {
+		e->flags |= STACK_KERNEL_THREAD;
+	} else if (stack_copy) {
+		e->flags |= STACK_USER_REGS;
+		e->stack_size = copy_user_stack((__u8 *)(e + 1), sp);
+		if (!e->stack_size) {
+			e->flags |= STACK_USTACK_FAILED;
+			count_drop(DROP_USTACK);
+		}
+	} else {
+		len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
+		if (len < 0) {
+			e->flags |= STACK_USTACK_FAILED;
+			count_drop(DROP_USTACK);
+			len = 0;
+		}
+		e->ustack_len = len / sizeof(__u64);
+	}
+	__u64 id = e->id;
 	bpf_ringbuf_submit(e, submit_flags());
-	return;
-fallback:
-	id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	if (id < 0 && id != -14)
-		count_drop(DROP_STACKID);
-	*uid = id;
+	return id;
 }
 
-/* The stacks of the current task (prev) as it leaves the CPU, into t's
- * kstack_id/ustack_id: reused from t's cache when it leaves from the same
- * user context (ip, sp, bp) in the same state as last time, which is the
- * common case on a switch-heavy machine; walking two stacks is the tracer's
- * main cost otherwise. */
-static __always_inline void switch_out_stacks(void *ctx, __u32 tid, __u32 state, struct thread_state *t)
+/* The current task's user registers (saved where it entered the kernel). */
+static __always_inline bool current_user_regs(__u64 *ip, __u64 *sp, __u64 *bp)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 
 	if (task->flags & PF_KTHREAD) {
-		current_stacks(ctx, &t->kstack_id, &t->ustack_id);
-		return;
+		*ip = *sp = *bp = 0;
+		return false;
 	}
-	/* A BTF pointer: plain loads (checked by the verifier), not three
+	/* A BTF pointer: plain loads checked by the verifier, not three
 	 * bpf_probe_read_kernel calls on every switch. */
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	__u64 ip = PT_REGS_IP(regs), sp = PT_REGS_SP(regs), bp = PT_REGS_FP(regs);
 
-	if (t->cache_ip == ip && t->cache_sp == sp && t->cache_bp == bp && t->cache_state == state &&
-	    t->cache_kstack_id >= 0) {
-		t->kstack_id = t->cache_kstack_id;
-		t->ustack_id = t->cache_ustack_id;
-		return;
-	}
-	if (stack_copy)
-		copy_switch_out_stack(ctx, tid, ip, sp, bp, &t->kstack_id, &t->ustack_id);
-	else
-		current_stacks(ctx, &t->kstack_id, &t->ustack_id);
-	t->cache_ip = ip;
-	t->cache_sp = sp;
-	t->cache_bp = bp;
-	t->cache_state = state;
-	t->cache_kstack_id = t->kstack_id;
-	t->cache_ustack_id = t->ustack_id;
+	*ip = PT_REGS_IP(regs);
+	*sp = PT_REGS_SP(regs);
+	*bp = PT_REGS_FP(regs);
+	return true;
 }
 
-/* From the raw task state (the raw tracepoint's argument). */
+/* The stack id of the current thread where it leaves the CPU in `state`:
+ * the cached one when it leaves from the same user context in the same
+ * state as last time (the common case on a switch-heavy machine; walking
+ * two stacks is the tracer's main cost otherwise), else a new one. */
+static __always_inline __u64 switch_out_stack(void *ctx, __u32 pid, __u32 tid, __u32 state, struct thread_state *t)
+{
+	__u64 ip, sp, bp;
+	bool user = current_user_regs(&ip, &sp, &bp);
+
+	if (t->out_stack_id && t->out_ip == ip && t->out_sp == sp && t->out_bp == bp && t->out_state == state)
+		return t->out_stack_id;
+	__u64 id = send_stack(ctx, pid, tid, !user, ip, sp, bp);
+
+	t->out_ip = ip;
+	t->out_sp = sp;
+	t->out_bp = bp;
+	t->out_state = state;
+	t->out_stack_id = id;
+	return id;
+}
+
+/* The stack id of the current thread at a wakeup or a block request it
+ * makes (`site`), cached per thread like switch_out_stack; `t` may be NULL
+ * for a thread we keep no state for. */
+static __always_inline __u64 call_stack(void *ctx, __u32 pid, __u32 tid, __u32 site, struct thread_state *t)
+{
+	__u64 ip, sp, bp;
+	bool user = current_user_regs(&ip, &sp, &bp);
+
+	if (t && t->call_stack_id && t->call_ip == ip && t->call_sp == sp && t->call_bp == bp && t->call_site == site)
+		return t->call_stack_id;
+	__u64 id = send_stack(ctx, pid, tid, !user, ip, sp, bp);
+
+	if (t) {
+		t->call_ip = ip;
+		t->call_sp = sp;
+		t->call_bp = bp;
+		t->call_site = site;
+		t->call_stack_id = id;
+	}
+	return id;
+}
+
+/* Why a thread left the CPU, from the raw task state. */
 static __always_inline __u32 fold_raw_state(bool preempt, unsigned long state)
 {
 	if (preempt || state == 0)
 		return OFFCPU_PREEMPTED;
-	if (state & 0x400 /* TASK_NOLOAD: idle kernel threads */)
+	if (state & TASK_NOLOAD /* idle kernel threads */)
 		return OFFCPU_OTHER;
-	if (state & 1 /* TASK_INTERRUPTIBLE */)
+	if (state & TASK_INTERRUPTIBLE)
 		return OFFCPU_SLEEPING;
-	if (state & 2 /* TASK_UNINTERRUPTIBLE */)
+	if (state & TASK_UNINTERRUPTIBLE)
 		return OFFCPU_BLOCKED;
 	return OFFCPU_OTHER;
 }
 
-/* From the classic tracepoint's prev_state, as __trace_sched_switch_state reports it. */
-static __always_inline __u32 fold_state(long prev_state)
+/* Send the thread's folded short waits and reset them. */
+static __always_inline void flush_folded(__u32 tid, struct thread_state *t)
 {
-	if (prev_state == 0 || (prev_state & TASK_REPORT_MAX))
-		return OFFCPU_PREEMPTED;
-	if (prev_state & 1)
-		return OFFCPU_SLEEPING;
-	if (prev_state & 2)
-		return OFFCPU_BLOCKED;
-	return OFFCPU_OTHER;
-}
+	struct folded_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 
-/* One context switch from prev to next, in prev's context. `state` is
- * already folded; `next_comm` points to next's name in kernel memory. */
-static __always_inline int handle_switch(void *ctx, __u32 prev, __u32 next, __u32 state, const void *next_comm)
-{
-	__u64 now = bpf_ktime_get_ns();
-	__u32 cpu = bpf_get_smp_processor_id();
-	struct thread_state *t;
-
-	/* The switch runs in prev's context: current is prev. Only this CPU
-	 * touches prev's state now, so plain updates are safe. */
-	if (prev) {
-		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-
-		if (tracked(tgid)) {
-			t = bpf_map_lookup_elem(&threads, &prev);
-			if (!t) {
-				struct thread_state zero = { .pid = tgid, .cache_kstack_id = -1 };
-
-				bpf_map_update_elem(&threads, &prev, &zero, BPF_NOEXIST);
-				t = bpf_map_lookup_elem(&threads, &prev);
-			}
-			if (t) {
-				if (state == OFFCPU_PREEMPTED)
-					t->involuntary++;
-				else
-					t->voluntary++;
-				t->off_state = state;
-				t->off_cpu = cpu;
-				switch_out_stacks(ctx, prev, state, t);
-				t->off_ts = now;
-			} else {
-				count_drop(DROP_STATE_FULL);
-			}
-		}
+	if (!e) {
+		/* Kept: the next flush (or the end of the recording) carries them. */
+		count_drop(DROP_EVENTS_FULL);
+		return;
 	}
+	e->kind = RECORD_FOLDED;
+	e->pid = t->pid;
+	e->tid = tid;
+	e->_pad = 0;
+	e->first_ns = t->short_first;
+	e->last_ns = t->short_last;
+	for (int i = 0; i < OFFCPU_REASONS; i++) {
+		e->ns[i] = t->short_ns[i];
+		e->count[i] = t->short_count[i];
+		t->short_ns[i] = 0;
+		t->short_count[i] = 0;
+	}
+	t->short_first = 0;
+	t->short_last = 0;
+	bpf_ringbuf_submit(e, submit_flags());
+}
 
-	if (!next)
-		return 0;
-	t = bpf_map_lookup_elem(&threads, &next);
-	if (!t || !t->off_ts)
-		return 0;
-	__u64 delta = now - t->off_ts;
+/* Close tid's open interval at `end`: fold it when short, else send it. */
+static __always_inline void close_interval(__u32 tid, struct thread_state *t, __u64 end, __u32 cpu, const void *comm,
+					   bool comm_is_current, __u32 flags)
+{
+	__u64 delta = end - t->off_ts;
+	__u32 reason = t->off_state & (OFFCPU_REASONS - 1);
 
 	if (delta < offcpu_min_ns) {
-		t->short_count++;
-		t->short_ns += delta;
+		if (!t->short_first)
+			t->short_first = t->off_ts;
+		t->short_last = end;
+		t->short_ns[reason] += delta;
+		t->short_count[reason] += 1;
 		t->off_ts = 0;
-		return 0;
+		if (t->short_ns[0] + t->short_ns[1] + t->short_ns[2] + t->short_ns[3] >= fold_flush_ns ||
+		    end - t->short_first >= fold_span_ns)
+			flush_folded(tid, t);
+		return;
 	}
 	struct offcpu_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
 	if (!e) {
 		count_drop(DROP_EVENTS_FULL);
 		t->off_ts = 0;
-		return 0;
+		return;
 	}
 	e->kind = RECORD_OFFCPU;
 	e->state = t->off_state;
 	e->start_ns = t->off_ts;
-	e->end_ns = now;
-	e->tid = next;
+	e->end_ns = end;
+	e->tid = tid;
 	e->pid = t->pid;
 	e->cpu_out = t->off_cpu;
 	e->cpu_in = cpu;
-	e->kstack_id = t->kstack_id;
-	e->ustack_id = t->ustack_id;
+	e->stack_id = t->stack_id;
+	e->flags = flags;
 	e->_pad = 0;
-	bpf_probe_read_kernel(e->comm, TASK_COMM_LEN, next_comm);
-	/* Carry and reset the folded intervals. */
-	e->short_count = t->short_count;
-	e->short_ns = t->short_ns;
-	t->short_count = 0;
-	t->short_ns = 0;
+	if (comm_is_current)
+		bpf_get_current_comm(e->comm, TASK_COMM_LEN);
+	else
+		bpf_probe_read_kernel(e->comm, TASK_COMM_LEN, comm);
 	/* A wakeup older than this interval belongs to an earlier one. */
-	if (t->wake_ts >= t->off_ts) {
+	if (t->wake_ts >= t->off_ts && t->wake_ts <= end) {
 		e->wake_ns = t->wake_ts;
 		e->waker_pid = t->waker_pid;
 		e->waker_tid = t->waker_tid;
-		e->waker_kstack_id = t->waker_kstack_id;
-		e->waker_ustack_id = t->waker_ustack_id;
+		e->waker_stack_id = t->waker_stack_id;
 		__builtin_memcpy(e->waker_comm, t->waker_comm, TASK_COMM_LEN);
 	} else {
 		e->wake_ns = 0;
 		e->waker_pid = 0;
 		e->waker_tid = 0;
-		e->waker_kstack_id = -1;
-		e->waker_ustack_id = -1;
+		e->waker_stack_id = 0;
 		__builtin_memset(e->waker_comm, 0, TASK_COMM_LEN);
 	}
 	t->off_ts = 0;
 	bpf_ringbuf_submit(e, submit_flags());
-	return 0;
 }
 
-/* The classic tracepoint: the kernel builds a trace record first (comms
- * copied, state folded for printing); used where raw tracepoints are not. */
-SEC("tracepoint/sched/sched_switch")
-int on_sched_switch(struct trace_event_raw_sched_switch *ctx)
+/* prev, the current task, leaves the CPU in raw state `raw`. */
+static __always_inline void switch_out(void *ctx, __u32 tid, bool preempt, unsigned long raw, __u64 now, __u32 cpu)
 {
-	return handle_switch(ctx, ctx->prev_pid, ctx->next_pid, fold_state(ctx->prev_state), ctx->next_comm);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct thread_state *t;
+
+	if (!tracked(tgid))
+		return;
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (raw & TASK_DEAD) {
+		/* Its last switch: send its totals and forget it. */
+		if (!t)
+			return;
+		if (t->short_first)
+			flush_folded(tid, t);
+		struct thread_end_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+		if (e) {
+			e->kind = RECORD_THREAD_END;
+			e->pid = tgid;
+			e->tid = tid;
+			e->_pad = 0;
+			e->time_ns = now;
+			e->voluntary = t->voluntary + 1;
+			e->involuntary = t->involuntary;
+			bpf_ringbuf_submit(e, submit_flags());
+		} else {
+			count_drop(DROP_EVENTS_FULL);
+		}
+		bpf_map_delete_elem(&threads, &tid);
+		return;
+	}
+	if (!t) {
+		struct thread_state zero = { .pid = tgid };
+
+		bpf_map_update_elem(&threads, &tid, &zero, BPF_NOEXIST);
+		t = bpf_map_lookup_elem(&threads, &tid);
+		if (!t) {
+			count_drop(DROP_STATE_FULL);
+			return;
+		}
+	}
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 runtime = task->se.sum_exec_runtime;
+
+	if (t->off_ts) {
+		/* It ran again without a traced switch back in (the task that
+		 * handed it the CPU is hidden from tracepoints on some
+		 * kernels): it was off-CPU for the wall time since it left
+		 * minus the CPU time it used since, up to when it ran again. */
+		__u64 ran = runtime > t->off_runtime ? runtime - t->off_runtime : 0;
+		__u64 since = now - t->off_ts;
+
+		close_interval(tid, t, ran < since ? now - ran : t->off_ts, cpu, 0, true, OFFCPU_END_INFERRED);
+	}
+	__u32 state = fold_raw_state(preempt, raw);
+
+	if (state == OFFCPU_PREEMPTED)
+		t->involuntary++;
+	else
+		t->voluntary++;
+	t->off_state = state;
+	t->off_cpu = cpu;
+	t->off_runtime = runtime;
+	t->stack_id = switch_out_stack(ctx, tgid, tid, state, t);
+	t->off_ts = now;
+}
+
+/* next runs again: close its interval. */
+static __always_inline void switch_in(__u32 tid, const void *next_comm, __u64 now, __u32 cpu)
+{
+	struct thread_state *t = bpf_map_lookup_elem(&threads, &tid);
+
+	if (!t || !t->off_ts)
+		return;
+	close_interval(tid, t, now, cpu, next_comm, false, 0);
 }
 
 /* The raw tracepoint: the bare arguments (preempt, prev, next, prev_state),
- * no record built. It is the cheaper of the two on a switch-heavy machine:
- * this runs hundreds of thousands of times a second. */
+ * no trace record built; this runs hundreds of thousands of times a second
+ * on a switch-heavy machine. It runs in prev's context (current is prev),
+ * and only this CPU touches prev's and next's states now. */
 SEC("raw_tracepoint/sched_switch")
-int on_sched_switch_raw(struct bpf_raw_tracepoint_args *ctx)
+int on_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 {
 	/* Plain loads: args[] is a flexible array, nothing to relocate. */
 	__u64 *args = (__u64 *)ctx;
@@ -336,136 +416,192 @@ int on_sched_switch_raw(struct bpf_raw_tracepoint_args *ctx)
 	struct task_struct *next = (struct task_struct *)args[2];
 	/* prev_state is an argument since 5.18; before, read the task's state. */
 	unsigned long raw = has_prev_state_arg ? args[3] : BPF_CORE_READ(prev, __state);
-
+	__u64 now = bpf_ktime_get_ns();
+	__u32 cpu = bpf_get_smp_processor_id();
 	/* prev is current: its tid without a kernel read. */
-	return handle_switch(ctx, (__u32)bpf_get_current_pid_tgid(), BPF_CORE_READ(next, pid), fold_raw_state(preempt, raw),
-			     __builtin_preserve_access_index(&next->comm));
+	__u32 prev_tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 next_tid = BPF_CORE_READ(next, pid);
+
+	if (prev_tid)
+		switch_out(ctx, prev_tid, preempt, raw, now, cpu);
+	if (next_tid)
+		switch_in(next_tid, __builtin_preserve_access_index(&next->comm), now, cpu);
+	return 0;
 }
 
-/* Who woke a sleeping thread we track. Runs in the waker's context (for an
- * interrupt, the interrupted task: its kernel stack shows the interrupt). */
-static __always_inline int on_wakeup(void *ctx, __u32 wakee)
+/* Who woke a sleeping thread we track. Runs in the waker's context; for a
+ * wakeup from an interrupt that is the interrupted task, whose kernel stack
+ * shows the interrupt: userspace tells the two apart. */
+SEC("raw_tracepoint/sched_waking")
+int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 {
+	struct task_struct *p = (struct task_struct *)((__u64 *)ctx)[0];
+	__u32 wakee = BPF_CORE_READ(p, pid);
 	struct thread_state *t = bpf_map_lookup_elem(&threads, &wakee);
 
 	if (!t || !t->off_ts)
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
+	__u32 waker_tid = (__u32)pid_tgid;
 
 	t->waker_pid = pid_tgid >> 32;
-	t->waker_tid = (__u32)pid_tgid;
+	t->waker_tid = waker_tid;
 	bpf_get_current_comm(t->waker_comm, sizeof(t->waker_comm));
-	/* Walking the waker's stacks is the costly part; a wakee that slept
-	 * less than offcpu_min_ns is most likely folded, so skip it there.
-	 * (Its waker's pid, tid and name are still recorded.) */
+	/* The waker's stacks are the costly part; a wakee that slept less
+	 * than offcpu_min_ns is folded, its waker never shown: skip them. */
 	if (now - t->off_ts >= offcpu_min_ns) {
-		current_stacks(ctx, &t->waker_kstack_id, &t->waker_ustack_id);
+		struct thread_state *w = waker_tid ? bpf_map_lookup_elem(&threads, &waker_tid) : NULL;
+
+		t->waker_stack_id = call_stack(ctx, pid_tgid >> 32, waker_tid, CALL_SITE_WAKEUP, w);
 	} else {
-		t->waker_kstack_id = -1;
-		t->waker_ustack_id = -1;
+		t->waker_stack_id = 0;
 	}
 	/* Last: the switch-in trusts the waker fields once it sees this. */
 	t->wake_ts = now;
 	return 0;
 }
 
-SEC("tracepoint/sched/sched_waking")
-int on_sched_waking(struct trace_event_raw_sched_wakeup_template *ctx)
+static __always_inline __u32 request_dev(struct request *rq)
 {
-	return on_wakeup(ctx, ctx->pid);
+	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
+
+	if (!disk)
+		return 0;
+	return (BPF_CORE_READ(disk, major) << 20) | BPF_CORE_READ(disk, first_minor);
 }
 
-SEC("raw_tracepoint/sched_waking")
-int on_sched_waking_raw(struct bpf_raw_tracepoint_args *ctx)
+static __always_inline __u32 io_flags(__u32 cmd_flags)
 {
-	struct task_struct *p = (struct task_struct *)((__u64 *)ctx)[0];
+	__u32 f = 0;
 
-	return on_wakeup(ctx, BPF_CORE_READ(p, pid));
+	if (cmd_flags & (1U << 18))
+		f |= IO_PREFLUSH;
+	if (cmd_flags & (1U << 17))
+		f |= IO_FUA;
+	if (cmd_flags & (1U << 11))
+		f |= IO_SYNC;
+	if (cmd_flags & (1U << 12))
+		f |= IO_META;
+	if (cmd_flags & (1U << 19))
+		f |= IO_READAHEAD;
+	return f;
 }
 
-static __always_inline int start_request(void *ctx, __u32 dev, __u64 sector, __u32 bytes, bool issued)
+/* A request is created in the context of the task submitting it (or, for
+ * flushes and requests issued directly, first seen at issue). */
+static __always_inline int start_request(void *ctx, struct request *rq, bool at_issue)
 {
+	__u64 key = (__u64)rq;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct io_key key = { .dev = dev, .sector = sector };
+	__u32 tid = (__u32)pid_tgid;
 	struct io_start s = {
 		.ts = bpf_ktime_get_ns(),
 		.pid = pid_tgid >> 32,
-		.tid = (__u32)pid_tgid,
-		.bytes = bytes,
+		.tid = tid,
+		.bytes = BPF_CORE_READ(rq, __data_len),
+		.sector = BPF_CORE_READ(rq, __sector),
+		.dev = request_dev(rq),
+		.cmd_flags = BPF_CORE_READ(rq, cmd_flags),
+		.flags = at_issue ? IO_START_AT_ISSUE : 0,
 	};
 
 	if (!tracked(s.pid))
 		return 0;
-	if (issued)
+	if (at_issue)
 		s.issue_ts = s.ts;
 	bpf_get_current_comm(s.comm, sizeof(s.comm));
-	current_stacks(ctx, &s.kstack_id, &s.ustack_id);
-	if (bpf_map_update_elem(&io_starts, &key, &s, BPF_ANY))
+	struct thread_state *t = tid ? bpf_map_lookup_elem(&threads, &tid) : NULL;
+
+	s.stack_id = call_stack(ctx, s.pid, tid, CALL_SITE_IO, t);
+	/* NOEXIST: a requeued request keeps its first start. */
+	if (bpf_map_update_elem(&io_starts, &key, &s, BPF_NOEXIST) && !bpf_map_lookup_elem(&io_starts, &key))
 		count_drop(DROP_STATE_FULL);
 	return 0;
 }
 
-/* The request is created, in the context of the task submitting it:
- * block_io_start on 6.5+ kernels, block_rq_insert before (userspace attaches
- * one of the two). */
-SEC("tracepoint/block/block_io_start")
-int on_block_start(struct trace_event_raw_block_rq *ctx)
+/* block_io_start (6.5+) or block_rq_insert (before): the request exists.
+ * Userspace attaches one of the two. */
+SEC("raw_tracepoint/block_io_start")
+int on_block_start(struct bpf_raw_tracepoint_args *ctx)
 {
-	return start_request(ctx, ctx->dev, ctx->sector, ctx->bytes, false);
+	return start_request(ctx, (struct request *)((__u64 *)ctx)[0], false);
 }
 
-/* Sent to the device. A request issued directly, never inserted, starts here. */
-SEC("tracepoint/block/block_rq_issue")
-int on_block_issue(struct trace_event_raw_block_rq *ctx)
+/* Sent to the device. A request never started (flush requests, direct
+ * issue, or started before we attached) starts here. */
+SEC("raw_tracepoint/block_rq_issue")
+int on_block_issue(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct io_key key = { .dev = ctx->dev, .sector = ctx->sector };
+	struct request *rq = (struct request *)((__u64 *)ctx)[0];
+	__u64 key = (__u64)rq;
 	struct io_start *s = bpf_map_lookup_elem(&io_starts, &key);
 
 	if (!s)
-		return start_request(ctx, ctx->dev, ctx->sector, ctx->bytes, true);
+		return start_request(ctx, rq, true);
 	if (!s->issue_ts)
 		s->issue_ts = bpf_ktime_get_ns();
 	return 0;
 }
 
-static __always_inline int on_block_done(__u32 dev, __u64 sector, int error, const void *rwbs)
+/* Merged into another request: it will never complete on its own. */
+SEC("raw_tracepoint/block_rq_merge")
+int on_block_merge(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct io_key key = { .dev = dev, .sector = sector };
+	__u64 key = ((__u64 *)ctx)[0];
+
+	bpf_map_delete_elem(&io_starts, &key);
+	return 0;
+}
+
+/* Completed, wholly or in part (args: rq, error, nr_bytes). Fires before
+ * the request's remaining length shrinks; the last call completes it. A
+ * write with a flush sequence completes twice (data, then the sequence's
+ * end with nothing left): it is sent at the first, forgotten after. */
+SEC("raw_tracepoint/block_rq_complete")
+int on_block_complete(struct bpf_raw_tracepoint_args *ctx)
+{
+	/* Plain loads: args[] is a flexible array, nothing to relocate. */
+	__u64 *args = (__u64 *)ctx;
+	struct request *rq = (struct request *)args[0];
+	__u32 nr_bytes = (__u32)args[2];
+	__u64 key = (__u64)rq;
 	struct io_start *s = bpf_map_lookup_elem(&io_starts, &key);
 
-	if (!s)
+	if (!s) {
+		/* Started before we attached (or its start was lost); a flush
+		 * sequence's second completion has no bytes and is no loss, and
+		 * with a pid filter other processes' requests are not ours. */
+		if (nr_bytes && !targ_tgid)
+			count_drop(DROP_IO_UNTRACKED);
+		return 0;
+	}
+	if (nr_bytes < BPF_CORE_READ(rq, __data_len))
 		return 0;
 	struct blkio_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
 	if (!e) {
 		count_drop(DROP_EVENTS_FULL);
 		bpf_map_delete_elem(&io_starts, &key);
 		return 0;
 	}
 	e->kind = RECORD_IO;
-	e->dev = dev;
-	e->sector = sector;
+	e->dev = s->dev;
+	e->sector = s->sector;
 	e->start_ns = s->ts;
 	e->issue_ns = s->issue_ts;
 	e->done_ns = bpf_ktime_get_ns();
 	e->bytes = s->bytes;
-	e->error = error;
+	e->error = (__s32)args[1];
 	e->pid = s->pid;
 	e->tid = s->tid;
-	e->kstack_id = s->kstack_id;
-	e->ustack_id = s->ustack_id;
+	e->op = s->cmd_flags & REQ_OP_MASK;
+	e->flags = io_flags(s->cmd_flags) | s->flags;
+	e->stack_id = s->stack_id;
 	__builtin_memcpy(e->comm, s->comm, TASK_COMM_LEN);
-	bpf_probe_read_kernel(e->rwbs, sizeof(e->rwbs), rwbs);
 	bpf_ringbuf_submit(e, submit_flags());
 	bpf_map_delete_elem(&io_starts, &key);
 	return 0;
-}
-
-/* The request completed (with its error, which block_io_done lacks). */
-SEC("tracepoint/block/block_rq_complete")
-int on_block_rq_complete(struct trace_event_raw_block_rq_completion *ctx)
-{
-	return on_block_done(ctx->dev, ctx->sector, ctx->error, ctx->rwbs);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

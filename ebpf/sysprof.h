@@ -1,10 +1,17 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * sysprof.h: every record the kernel side sends to userspace, and the keys
- * of the maps userspace reads. Shared by every ebpf .bpf.c file and mirrored in
- * userspace/src/bpf/abi.rs; the test `abi_matches_c_header` compiles this
- * header with the host C compiler and checks every size and offset, so the
- * two sides cannot drift. Fixed-width types only, no kernel headers.
+ * sysprof.h: every record the kernel side sends to userspace, and the
+ * values of the maps userspace reads. Shared by every ebpf .bpf.c file and
+ * mirrored in userspace/src/bpf/abi.rs; the test `abi_matches_c_header`
+ * compiles this header with the host C compiler and checks every size and
+ * offset, so the two sides cannot drift. Fixed-width types only, no kernel
+ * headers.
+ *
+ * Stacks travel inline in the ring, never through a stack-trace map (whose
+ * hash buckets collide and lose stacks under load): a thread's stacks are
+ * sent once per distinct context as a stack_event, and the events that need
+ * them refer to (tid, id). Userspace keeps the last few stacks of each
+ * thread, which is every stack the kernel side can still refer to.
  */
 #ifndef __SYSPROF_H
 #define __SYSPROF_H
@@ -17,22 +24,43 @@
 #define RECORD_SAMPLE 1
 #define RECORD_OFFCPU 2
 #define RECORD_IO 3
-#define RECORD_USTACK 4
+#define RECORD_STACK 4
+#define RECORD_FOLDED 5
+#define RECORD_THREAD_END 6
 
-/* Ids of user stacks copied at switch-out (dwarf mode) have this bit set, so
- * they never collide with ids of the `stacks` map. */
-#define USTACK_ID_FLAG 0x40000000
-
-/* Why a thread left the CPU (offcpu_event.state), folded from prev_state. */
+/* Why a thread left the CPU (offcpu_event.state), folded from its state. */
 #define OFFCPU_PREEMPTED 0 /* still runnable: preempted or yielded */
 #define OFFCPU_SLEEPING 1  /* TASK_INTERRUPTIBLE */
 #define OFFCPU_BLOCKED 2   /* TASK_UNINTERRUPTIBLE: usually I/O */
 #define OFFCPU_OTHER 3     /* stopped, traced, parked, idle kernel thread */
+#define OFFCPU_REASONS 4
 
 /* sample_event.flags */
 #define SAMPLE_FLAG_KSTACK_FAILED 1
 #define SAMPLE_FLAG_USTACK_FAILED 2
 #define SAMPLE_FLAG_USER_REGS 4   /* user_regs are valid (dwarf mode, user task) */
+
+/* stack_event.flags */
+#define STACK_KERNEL_THREAD 1     /* no user part */
+#define STACK_USER_REGS 2         /* dwarf mode: user regs and a stack copy follow */
+#define STACK_KSTACK_FAILED 4
+#define STACK_USTACK_FAILED 8
+
+/* blkio_event.flags: the request's flags when it was created (REQ_*). */
+#define IO_PREFLUSH 1   /* a cache flush before the data (an fsync's empty request has only this) */
+#define IO_FUA 2
+#define IO_SYNC 4
+#define IO_META 8
+#define IO_READAHEAD 16
+#define IO_START_AT_ISSUE 32 /* created without block_io_start/insert (flushes, direct issue) */
+
+/* blkio_event.op: the kernel's REQ_OP_* */
+#define IO_OP_READ 0
+#define IO_OP_WRITE 1
+#define IO_OP_FLUSH 2
+#define IO_OP_DISCARD 3
+#define IO_OP_SECURE_ERASE 5
+#define IO_OP_WRITE_ZEROES 9
 
 /* Bytes of user stack copied per sample in dwarf mode: at most this much. */
 #define MAX_STACK_COPY 32768
@@ -43,12 +71,13 @@
 
 /* Indexes into the per-CPU `drops` array: why a record or part of it was lost. */
 #define DROP_RINGBUF_FULL 0   /* bpf_ringbuf_reserve failed: the whole sample is lost */
-#define DROP_KSTACK 1         /* bpf_get_stack(kernel) failed: sample kept, no kernel stack */
-#define DROP_USTACK 2         /* bpf_get_stack(user) failed: sample kept, no user stack */
-#define DROP_EVENTS_FULL 3    /* off-CPU or I/O record lost: events ring full */
-#define DROP_STACKID 4        /* bpf_get_stackid failed: interval kept without that stack */
-#define DROP_STATE_FULL 5     /* a state map was full: that interval or request is not seen */
-#define DROP_MAX 6
+#define DROP_KSTACK 1         /* reading a kernel stack failed: kept without it */
+#define DROP_USTACK 2         /* reading a user stack failed: kept without it */
+#define DROP_EVENTS_FULL 3    /* off-CPU, I/O or folded record lost: events ring full */
+#define DROP_STACK_RECORD 4   /* a stack record lost (events ring full): events keep no stack */
+#define DROP_STATE_FULL 5     /* a state map was full: that thread or request is not seen */
+#define DROP_IO_UNTRACKED 6   /* a request completed whose start was never seen */
+#define DROP_MAX 7
 
 /* One cpu-clock sample: who ran, where, and how much CPU it had used so far. */
 struct sample_event {
@@ -72,98 +101,138 @@ struct sample_event {
 	 * starting at user_sp, of which stack_size are valid. */
 };
 
-/* One off-CPU interval of a thread, emitted when it runs again and the
- * interval lasted at least offcpu_min_ns; shorter ones are folded into the
- * next emitted record (short_count, short_ns) so totals stay exact. */
+/* The kernel and user stacks of a thread at one place: where it left the
+ * CPU, where it woke another thread, where it started a block request.
+ * Sent once per distinct place (the thread's state caches the last one);
+ * events refer to it by (tid, id). The kernel stack is read in the tracing
+ * context, so its leaf frames are the tracepoint's and ours: userspace cuts
+ * them. */
+struct stack_event {
+	__u32 kind;             /* RECORD_STACK */
+	__u32 flags;            /* STACK_* */
+	__u64 id;               /* per-CPU sequence << 12 | cpu; never 0 */
+	__u32 pid;
+	__u32 tid;
+	__u32 kstack_len;       /* valid entries of kstack */
+	__u32 ustack_len;       /* frame-pointer mode: valid entries of ustack */
+	__u32 stack_size;       /* dwarf mode: valid bytes of the copy after the record */
+	__u32 _pad;
+	__u64 user_ip;          /* user registers (where the thread entered the kernel) */
+	__u64 user_sp;
+	__u64 user_bp;
+	__u64 kstack[MAX_STACK_DEPTH];
+	__u64 ustack[MAX_STACK_DEPTH];
+	/* dwarf mode: followed by the reserved copy size of user stack bytes. */
+};
+
+/* offcpu_event.flags */
+#define OFFCPU_END_INFERRED 1 /* its switch back in was not traced (some kernels hide
+                                 some tasks from tracepoints): the end comes from
+                                 its CPU time when it next left the CPU */
+
+/* One off-CPU interval of a thread, sent when it runs again if it lasted at
+ * least offcpu_min_ns; shorter ones are summed per reason in folded_event. */
 struct offcpu_event {
 	__u32 kind;             /* RECORD_OFFCPU */
 	__u32 state;            /* OFFCPU_* */
 	__u64 start_ns;         /* switched out */
 	__u64 end_ns;           /* switched in again */
 	__u64 wake_ns;          /* woken up; 0 if no wakeup was seen (preempted) */
-	__u64 short_ns;         /* total length of folded shorter intervals */
 	__u32 pid;
 	__u32 tid;
 	__u32 cpu_out;
 	__u32 cpu_in;
 	__u32 waker_pid;
 	__u32 waker_tid;
-	__s32 kstack_id;        /* in the stacks map; < 0 if not captured */
-	__s32 ustack_id;
-	__s32 waker_kstack_id;
-	__s32 waker_ustack_id;
-	__u32 short_count;      /* folded shorter intervals */
-	__u32 _pad;
+	__u64 stack_id;         /* stack_event of tid where it left the CPU; 0: none */
+	__u64 waker_stack_id;   /* stack_event of waker_tid at the wakeup; 0: none */
 	__u8 comm[TASK_COMM_LEN];
 	__u8 waker_comm[TASK_COMM_LEN];
+	__u32 flags;            /* OFFCPU_END_INFERRED */
+	__u32 _pad;
 };
 
-/* One block I/O request, emitted at completion, attributed to the task that
- * started it. */
+/* Off-CPU intervals shorter than offcpu_min_ns of one thread, summed per
+ * reason (OFFCPU_*), sent once they add up to fold_flush_ns (and at the
+ * thread's end); the rest is read from the thread's state at the end. */
+struct folded_event {
+	__u32 kind;             /* RECORD_FOLDED */
+	__u32 pid;
+	__u32 tid;
+	__u32 _pad;
+	__u64 first_ns;         /* start of the first folded interval */
+	__u64 last_ns;          /* end of the last one */
+	__u64 ns[OFFCPU_REASONS];
+	__u32 count[OFFCPU_REASONS];
+};
+
+/* A thread's last switch: its context switch totals. Its state is then
+ * deleted from the map. */
+struct thread_end_event {
+	__u32 kind;             /* RECORD_THREAD_END */
+	__u32 pid;
+	__u32 tid;
+	__u32 _pad;
+	__u64 time_ns;
+	__u64 voluntary;
+	__u64 involuntary;
+};
+
+/* One block I/O request, sent when it completes, attributed to the task
+ * that created it (or, for requests created at issue, to the issuer). */
 struct blkio_event {
 	__u32 kind;             /* RECORD_IO */
-	__u32 dev;              /* kernel dev_t: major << 20 | minor */
+	__u32 dev;              /* kernel dev_t of the disk: major << 20 | minor */
 	__u64 sector;
-	__u64 start_ns;         /* request created (block_io_start / block_rq_insert) */
-	__u64 issue_ns;         /* sent to the device; 0 if not seen */
+	__u64 start_ns;         /* request created (block_io_start / block_rq_insert / issue) */
+	__u64 issue_ns;         /* sent to the device; 0 if never (an fsync's empty request) */
 	__u64 done_ns;          /* completed */
 	__u32 bytes;
-	__s32 error;
+	__s32 error;            /* non-zero: failed (errno or blk_status_t) */
 	__u32 pid;
 	__u32 tid;
-	__s32 kstack_id;
-	__s32 ustack_id;
+	__u32 op;               /* IO_OP_* (the kernel's REQ_OP_*) */
+	__u32 flags;            /* IO_* */
+	__u64 stack_id;         /* stack_event of tid where it was created; 0: none */
 	__u8 comm[TASK_COMM_LEN];
-	__u8 rwbs[8];           /* "R", "W", "FWS", ... as blktrace spells it */
-};
-
-/* Dwarf mode: the user registers and top of the user stack of a thread as
- * it left the CPU, followed by the copied bytes (the copy size is reserved,
- * `size` of them are valid). Sent once per distinct user context; off-CPU
- * records refer to it by `id` in their ustack_id. */
-struct ustack_event {
-	__u32 kind;             /* RECORD_USTACK */
-	__u32 id;               /* USTACK_ID_FLAG | sequence number */
-	__u32 pid;
-	__u32 tid;
-	__u64 ip;
-	__u64 sp;
-	__u64 bp;
-	__u32 size;
-	__u32 _pad;
 };
 
 /* Per-thread scheduler state and totals (map `threads`, key tid): where it
- * is off-CPU right now, and its switch counts. Read at the end for the
- * totals and for intervals still open when recording stops. */
+ * is off-CPU right now, its switch counts and folded short waits. Read at
+ * the end for the totals and for intervals still open when recording stops. */
 struct thread_state {
 	__u64 off_ts;           /* switched out at; 0 while running */
 	__u64 voluntary;        /* switches while blocking or sleeping */
 	__u64 involuntary;      /* switches while runnable (preempted) */
-	__u64 short_count;      /* folded intervals not yet carried by a record */
-	__u64 short_ns;
+	__u64 short_ns[OFFCPU_REASONS];    /* folded intervals not sent yet */
+	__u32 short_count[OFFCPU_REASONS];
+	__u64 short_first;      /* start of the first of them */
+	__u64 short_last;       /* end of the last */
 	__u32 pid;
 	__u32 off_state;        /* OFFCPU_* of the open interval */
 	__u32 off_cpu;          /* CPU it left */
-	__s32 kstack_id;        /* stacks at switch-out */
-	__s32 ustack_id;
 	__u32 _pad;
+	__u64 off_runtime;      /* its CPU time (sum_exec_runtime) when it left */
+	__u64 stack_id;         /* stack_event where it left the CPU */
 	/* The last wakeup while off-CPU (sched_waking); wake_ts is written last. */
 	__u64 wake_ts;
 	__u32 waker_pid;
 	__u32 waker_tid;
-	__s32 waker_kstack_id;
-	__s32 waker_ustack_id;
+	__u64 waker_stack_id;
 	__u8 waker_comm[TASK_COMM_LEN];
-	/* Kernel-private: the last switch-out's user context and stacks, reused
-	 * when the thread leaves the CPU again from the same place. */
-	__u64 cache_ip;
-	__u64 cache_sp;
-	__u64 cache_bp;
-	__u32 cache_state;
-	__s32 cache_kstack_id;
-	__s32 cache_ustack_id;
-	__u32 _pad2;
+	/* Kernel-private: the user context and state of the last switch-out
+	 * stack sent, reused when it leaves the CPU from the same place; and
+	 * the same for the last wakeup or request it made. */
+	__u64 out_ip;
+	__u64 out_sp;
+	__u64 out_bp;
+	__u64 out_stack_id;
+	__u32 out_state;
+	__u32 call_site;        /* 1: a wakeup, 2: a block request */
+	__u64 call_ip;
+	__u64 call_sp;
+	__u64 call_bp;
+	__u64 call_stack_id;
 };
 
 #endif /* __SYSPROF_H */

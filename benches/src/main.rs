@@ -185,7 +185,7 @@ fn main() -> Result<()> {
                 let r = match c.profiler {
                     Profiler::Samply => run_samply(&[samply.as_deref().unwrap(), "record", "--save-only", "--no-open", "-r", &FREQ.to_string(), "-o"], w, &work, "samply.json.gz"),
                     Profiler::SysprofCommand => {
-                        let mut argv = vec![sysprof.to_str().unwrap(), "record", "-q", "-F", &f];
+                        let mut argv = vec![sysprof.to_str().unwrap(), "record", "-q", "-v", "-F", &f];
                         argv.extend(c.args.iter().map(String::as_str));
                         argv.push("-o");
                         run_samply(&argv, w, &work, "sysprof-cmd.json.gz")
@@ -615,7 +615,7 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
             Command::new(sysprof)
                 .arg("record")
                 .args(&c.args)
-                .args(["-F", &FREQ.to_string(), "-q", "-o"])
+                .args(["-F", &FREQ.to_string(), "-q", "-v", "-o"])
                 .arg(&output)
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&log)?)
@@ -665,18 +665,15 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
     run.expected = FREQ as f64 * ncpu * (SETTLE.as_secs_f64() + window_ms / 1e3);
     match c.profiler {
         Profiler::Sysprof => {
-            // "sysprof: 5.00 s, 9991 samples (0 lost"
-            let line = text.lines().find(|l| l.contains(" samples (")).unwrap_or("");
-            run.written = number_before(line, " samples (");
-            run.lost = number_before(line, " lost");
-            if let Some(secs) = number_before(line, " s, ") {
+            // `record -v`: "sysprof: stats: samples=9991 kept=9991 lost_samples=0 …"
+            let stats = stats_values(&text);
+            run.written = stats.get("kept").copied();
+            run.lost = stats.get("lost_samples").copied();
+            if let Some(&secs) = stats.get("seconds") {
                 run.expected = FREQ as f64 * ncpu * secs;
             }
-            // Named only when not zero: "…, 12 scheduler/I/O records lost, 0 stacks lost, 3 untracked for full maps".
-            run.sched_lost = Some(
-                number_before(line, " scheduler/I/O records lost").unwrap_or(0.0) + number_before(line, " untracked for full maps").unwrap_or(0.0),
-            );
-            run.unwinds_per_s = number_before(line, " unwinds/s");
+            run.sched_lost = Some(["lost_events", "lost_stacks", "lost_state"].iter().filter_map(|k| stats.get(*k)).sum());
+            run.unwinds_per_s = stats.get("unwinds_per_s").copied();
         }
         Profiler::Perf => {
             // "[ perf record: Captured and wrote 1.234 MB perf.data (12345 samples) ]"
@@ -765,6 +762,14 @@ fn thread_count(w: &Workload) -> f64 {
         "cpu" => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64,
         _ => 1.0,
     }
+}
+
+/// The `key=value` totals of sysprof's `-v` stats line.
+fn stats_values(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("sysprof: stats: "))
+        .map(|l| l.split_whitespace().filter_map(|kv| kv.split_once('=')).filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?))).collect())
+        .unwrap_or_default()
 }
 
 fn number_before(line: &str, marker: &str) -> Option<f64> {

@@ -10,9 +10,9 @@
 use std::time::Instant;
 
 use sysprof::bpf::abi::{decode_sample, SampleEvent, MAX_STACK_DEPTH, RECORD_SAMPLE};
-use sysprof::collector::{Collector, PidFilter};
+use sysprof::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
 use sysprof::profile::{build_profile, HostInfo};
-use sysprof::sideband::MmapEvent;
+use sysprof::sideband::{MmapEvent, SidebandEvent};
 use sysprof::symbolize::Symbolicator;
 
 const PID: u32 = 4242;
@@ -72,8 +72,8 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
     let recs = records(n, text_len);
     let mut out = Vec::new();
 
-    let mut c = Collector::new(PidFilter::All);
-    c.handle_mmap2(MmapEvent {
+    let mut c = Collector::new(PidFilter::All, CollectorOptions::default());
+    c.handle_sideband(SidebandEvent::Mmap(MmapEvent {
         time: 0,
         pid: PID,
         start: BASE,
@@ -82,7 +82,7 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
         path: exe.to_string_lossy().into_owned(),
         build_id: None,
         inode: None,
-    });
+    }));
     let t = Instant::now();
     for r in &recs {
         // SAFETY: viewing our own word buffer as bytes.
@@ -92,7 +92,7 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
     out.push(("decode + collect (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
 
     let t = Instant::now();
-    let rec = c.finish(0, 0.0, n as u64 * 1_000_000 + 2_000_000, 1.0);
+    let rec = c.finish_window(WindowRange { start_ns: 0, end_ns: n as u64 * 1_000_000 + 2_000_000, start_wall_ms: 0.0, interval_ms: 1.0, clip_start: true });
     out.push(("finish: replay, resolve, symbolicate (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
 
     let t = Instant::now();

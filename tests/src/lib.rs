@@ -102,15 +102,20 @@ pub fn build_c(name: &str, out: &Path, extra: &[&str]) -> PathBuf {
     out.to_path_buf()
 }
 
-/// Run `sysprof record ARGS -o OUT`; returns the process output.
+/// Run `sysprof record -v ARGS -o OUT`; returns the process output (whose
+/// stderr ends with the `sysprof: stats:` line, for failure messages).
 pub fn record(args: &[&str], out: &Path) -> Output {
     Command::new(sysprof_bin())
-        .arg("record")
-        .arg("-o")
+        .args(["record", "-v", "-o"])
         .arg(out)
         .args(args)
         .output()
         .expect("running sysprof")
+}
+
+/// The `sysprof: stats: ...` line of a `record -v` run.
+pub fn stats_line(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).lines().find(|l| l.starts_with("sysprof: stats:")).unwrap_or("").to_string()
 }
 
 /// Panic with sysprof's stderr unless it exited with success.
@@ -370,7 +375,7 @@ impl DiskStat {
 
 /// CLOCK_MONOTONIC now, ns (the clock of the profile's timestamps).
 pub fn monotonic_ns() -> u64 {
-    sysprof::record::monotonic_ns()
+    sysprof::capture::monotonic_ns()
 }
 
 /// CPU time of every task on the machine so far, by tid (the first field of

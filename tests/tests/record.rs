@@ -152,7 +152,7 @@ fn short_lived_process_is_named_and_symbolicated() {
 }
 
 /// Check that -p records only the given process, with as many samples
-/// (±5%) as the CPU time it used inside the recording's own time range
+/// (±3%) as the CPU time it used inside the recording's own time range
 /// calls for at 999 Hz; the CPU time comes from its schedstat, polled every
 /// 5 ms during the run and interpolated at the profile's start and end.
 #[test]
@@ -203,7 +203,8 @@ fn pid_filter_records_only_that_process() {
     let expected = (cpu_at(end) - cpu_at(start)) / 1e9 * 999.0;
     eprintln!("pid filter: {on_cpu} samples, {expected:.0} expected from its CPU time inside the recording");
     assert!(expected >= 1000.0, "the target ran: {expected:.0} samples expected");
-    assert!((on_cpu - expected).abs() <= expected * 0.05, "{on_cpu} samples vs {expected:.0} expected");
+    // Measured within 0.5%; the schedstat poll brackets each end by 5 ms.
+    assert!((on_cpu - expected).abs() <= expected * 0.03, "{on_cpu} samples vs {expected:.0} expected");
 }
 
 /// Check that SIGTERM stops an open-ended recording and the profile is

@@ -3,8 +3,9 @@
  * wall time, on a machine with fewer CPUs, so they preempt each other. Each
  * thread prints, just before it ends, "spinner=TID run_delay_ns=R cpu_ns=C"
  * from its own /proc/self/task/TID/schedstat: the kernel's time it spent
- * runnable but waiting for a CPU, and on one (the oracles for off-CPU time
- * and CPU time). Main prints "pid=" and, at the end, "cpu_ns=" (the
+ * runnable but waiting for a CPU since it first ran (its wait to start is
+ * no off-CPU interval: it never left a CPU), and on one (the oracles for
+ * off-CPU time and CPU time). Main prints "pid=" and, at the end, "cpu_ns=" (the
  * process's CPU time).
  */
 #define _GNU_SOURCE
@@ -26,23 +27,35 @@ static long long now(void)
 	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+static void schedstat(long tid, unsigned long long *cpu, unsigned long long *delay)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/task/%ld/schedstat", tid);
+	FILE *f = fopen(path, "r");
+	if (!f || fscanf(f, "%llu %llu", cpu, delay) != 2)
+		exit(1);
+	fclose(f);
+}
+
 __attribute__((noinline)) void *spin(void *arg)
 {
 	(void)arg;
+	long tid = syscall(SYS_gettid);
+	unsigned long long cpu0, delay0, cpu, delay;
+	struct timespec c0, c1;
+	schedstat(tid, &cpu0, &delay0);
+	long long t0 = now();
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 	long long end = now() + (long long)(seconds * 1e9);
 	while (now() < end)
 		for (int i = 0; i < 10000; i++)
 			sink = sink * 6364136223846793005UL + i;
-	long tid = syscall(SYS_gettid);
-	char path[64];
-	unsigned long long cpu = 0, delay = 0;
-	snprintf(path, sizeof(path), "/proc/self/task/%ld/schedstat", tid);
-	FILE *f = fopen(path, "r");
-	if (!f || fscanf(f, "%llu %llu", &cpu, &delay) != 2)
-		exit(1);
-	fclose(f);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+	long long t1 = now();
+	schedstat(tid, &cpu, &delay);
+	long long thread_cpu = (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec);
 	pthread_mutex_lock(&print_lock);
-	printf("spinner=%ld run_delay_ns=%llu cpu_ns=%llu\n", tid, delay, cpu);
+	printf("spinner=%ld run_delay_ns=%llu cpu_ns=%llu wall_minus_cpu_ns=%lld\n", tid, delay - delay0, cpu, (t1 - t0) - thread_cpu);
 	pthread_mutex_unlock(&print_lock);
 	return NULL;
 }

@@ -73,6 +73,9 @@ pub struct RecordArgs {
     /// Print no live status line.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
+    /// Also print every total (samples, losses, unwinding) as key=value.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
     /// The command to run and profile (with its descendants; with -a, the whole system until it exits).
     #[arg(last = true)]
     pub command: Vec<String>,

@@ -129,7 +129,8 @@ impl RecordError {
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// An error and its sources, joined by ": ".
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -140,7 +141,8 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-fn is_permission(text: &str) -> bool {
+/// Whether an error text says permission was denied.
+pub fn is_permission(text: &str) -> bool {
     text.contains("Operation not permitted") || text.contains("Permission denied") || text.contains("EPERM")
 }
 

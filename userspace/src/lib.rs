@@ -2,14 +2,16 @@
 //! this crate loads them, collects what they send with the perf sideband
 //! and `/proc`, symbolicates, and writes a Firefox Profiler profile.
 //!
-//! Modules by pipeline stage: [`bpf`] (kernel side, ring buffers) and
-//! [`sideband`] (mappings, processes) feed the [`collector`], which uses
-//! [`unwind`] (DWARF unwinding of copied user stacks) and [`symbolize`] and
-//! hands a recording to the [`profile`] writer; [`record`]
-//! runs that pipeline for the `record` command parsed by [`cli`].
+//! Modules by pipeline stage: [`capture`] runs [`bpf`] (kernel side, ring
+//! buffers) and [`sideband`] (mappings, processes, counters) and feeds the
+//! [`collector`], which uses [`unwind`] (DWARF unwinding of copied user
+//! stacks) and [`symbolize`] and finishes each window as a recording for a
+//! sink: the [`profile`] writer. [`record`] runs that pipeline as one window
+//! for the `record` command parsed by [`cli`].
 #![deny(missing_docs)]
 
 pub mod bpf;
+pub mod capture;
 pub mod cli;
 pub mod collector;
 pub mod error;

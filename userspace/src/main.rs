@@ -11,7 +11,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Record(args) => match sysprof::record::run(args) {
-            Ok(()) => 0,
+            Ok(code) => code,
             Err(e) => {
                 eprintln!("sysprof: {e}");
                 e.exit_code()

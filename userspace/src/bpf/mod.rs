@@ -1,10 +1,10 @@
 //! Loading the eBPF side and reading what it sends.
 //!
-//! In: the committed `ebpf/sample.bpf.o` (embedded in the binary), the
-//! sampling frequency and an optional pid filter. Out: a [`Sampler`] whose
-//! ring buffer yields raw sample records (decoded by [`abi`]), and the drop
-//! counters the kernel side kept. Loading uses aya; CO-RE relocations are
-//! resolved against `/sys/kernel/btf/vmlinux`.
+//! In: the committed `ebpf/sample.bpf.o` and `ebpf/sched.bpf.o` (embedded
+//! in the binary), the sampling frequency and an optional pid filter. Out: a
+//! [`Sampler`] and a [`Tracer`] whose ring buffers yield raw records
+//! (decoded by [`abi`]), and the drop counters the kernel side kept. Loading
+//! uses aya; CO-RE relocations are resolved against `/sys/kernel/btf/vmlinux`.
 
 pub mod abi;
 
@@ -45,12 +45,13 @@ pub struct SamplerOptions {
     pub stack_copy: u32,
 }
 
-/// The loaded and attached cpu-clock sampler. Its sample records arrive in
-/// the [`RingBuf`] that [`Sampler::start`] returns beside it.
+/// The cpu-clock sampler. Its sample records arrive in the [`RingBuf`] that
+/// [`Sampler::load`] returns beside it.
 pub struct Sampler {
     // Keeps programs and links alive; dropping it detaches everything.
     _ebpf: Ebpf,
     drops: PerCpuArray<MapData, u64>,
+    frequency: u64,
 }
 
 /// Per-reason totals of what the kernel side lost.
@@ -65,8 +66,8 @@ pub struct KernelDrops {
 }
 
 impl Sampler {
-    /// Load the sampler and attach it to a cpu-clock event on every online CPU.
-    pub fn start(opts: &SamplerOptions) -> Result<(Sampler, RingBuf<MapData>), RecordError> {
+    /// Load the sampler (not attached yet: see [`Sampler::attach`]).
+    pub fn load(opts: &SamplerOptions) -> Result<(Sampler, RingBuf<MapData>), RecordError> {
         let mut ebpf = EbpfLoader::new()
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("wakeup_bytes", &opts.wakeup_bytes, true)
@@ -80,24 +81,39 @@ impl Sampler {
             .try_into()
             .map_err(|e| RecordError::Internal(format!("sample_cpu_clock: {e}")))?;
         program.load().map_err(|e| RecordError::from_program_load("sample_cpu_clock", &e))?;
+        let ring = RingBuf::try_from(take(&mut ebpf, "samples")?)
+            .map_err(|e| RecordError::Internal(format!("samples ring: {e}")))?;
+        let drops = PerCpuArray::try_from(take(&mut ebpf, "drops")?)
+            .map_err(|e| RecordError::Internal(format!("drops map: {e}")))?;
+        Ok((Sampler { _ebpf: ebpf, drops, frequency: opts.frequency }, ring))
+    }
+
+    /// Attach the sampler to a cpu-clock event on every online CPU: samples
+    /// start now.
+    pub fn attach(&mut self) -> Result<(), RecordError> {
+        let program: &mut PerfEvent = self
+            ._ebpf
+            .program_mut("sample_cpu_clock")
+            .ok_or_else(|| RecordError::Internal("sample_cpu_clock missing from object".into()))?
+            .try_into()
+            .map_err(|e| RecordError::Internal(format!("sample_cpu_clock: {e}")))?;
         for cpu in online_cpus()? {
             program
                 .attach(
                     PerfEventConfig::Software(SoftwareEvent::CpuClock),
                     PerfEventScope::AllProcessesOneCpu { cpu },
-                    SamplePolicy::Frequency(opts.frequency),
+                    SamplePolicy::Frequency(self.frequency),
                     false,
                 )
-                .map_err(|e| RecordError::PerfEvent {
-                    what: format!("cpu-clock sampling on CPU {cpu}"),
-                    source: std::io::Error::other(e.to_string()),
+                .map_err(|e| {
+                    let text = crate::error::error_chain(&e);
+                    if crate::error::is_permission(&text) {
+                        return RecordError::NotPermitted { what: format!("cpu-clock sampling on CPU {cpu}"), paranoid: crate::error::paranoid() };
+                    }
+                    RecordError::PerfEvent { what: format!("cpu-clock sampling on CPU {cpu}"), source: std::io::Error::other(text) }
                 })?;
         }
-        let ring = RingBuf::try_from(take(&mut ebpf, "samples")?)
-            .map_err(|e| RecordError::Internal(format!("samples ring: {e}")))?;
-        let drops = PerCpuArray::try_from(take(&mut ebpf, "drops")?)
-            .map_err(|e| RecordError::Internal(format!("drops map: {e}")))?;
-        Ok((Sampler { _ebpf: ebpf, drops }, ring))
+        Ok(())
     }
 
     /// Sum the per-CPU drop counters.
@@ -135,11 +151,11 @@ pub struct TracerOptions {
     pub off_cpu: bool,
     /// Trace block I/O requests.
     pub io: bool,
-    /// Off-CPU intervals shorter than this are folded into totals, not sent one by one.
+    /// Off-CPU intervals shorter than this are folded into per-reason totals.
     pub off_cpu_min_ns: u64,
     /// Size of the events ring buffer in bytes (a power of two).
     pub ring_bytes: u32,
-    /// Dwarf mode: bytes of user stack copied at switch-out (0: frame pointers).
+    /// Dwarf mode: bytes of user stack copied with each stack (0: frame pointers).
     pub stack_copy: u32,
 }
 
@@ -148,25 +164,27 @@ pub struct TracerOptions {
 pub struct Tracer {
     _ebpf: Ebpf,
     drops: PerCpuArray<MapData, u64>,
-    stacks: aya::maps::StackTraceMap<MapData>,
     threads: aya::maps::HashMap<MapData, u32, abi::ThreadState>,
 }
 
 /// What the tracer lost, per reason.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TracerDrops {
-    /// Off-CPU and I/O records lost because the events ring was full.
+    /// Off-CPU, I/O and folded records lost because the events ring was full.
     pub events_full: u64,
-    /// Stacks that could not be captured (intervals kept without them).
-    pub stack_ids: u64,
-    /// Intervals or requests not seen because a state map was full.
+    /// Stack records lost (the events they belong to keep no stack).
+    pub stack_records: u64,
+    /// Stacks that could not be read (kernel or user).
+    pub stack_reads: u64,
+    /// Threads or requests not seen because a state map was full.
     pub state_full: u64,
+    /// Requests that completed without their start being seen.
+    pub io_untracked: u64,
 }
 
 impl Tracer {
     /// Load the tracer and attach what `opts` asks for.
     pub fn start(opts: &TracerOptions) -> Result<(Tracer, RingBuf<MapData>), RecordError> {
-        ensure_tracefs();
         let wakeup = (opts.ring_bytes as u64 / 16).max(4096);
         let mut ebpf = EbpfLoader::new()
             .override_global("targ_tgid", &opts.target_tgid, true)
@@ -177,42 +195,29 @@ impl Tracer {
             .map_max_entries("events", opts.ring_bytes)
             .load(SCHED_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sched.bpf.o", &e))?;
+        let mut wanted: Vec<(&str, &[&str])> = Vec::new();
         if opts.off_cpu {
-            // Raw tracepoints skip building the trace record: cheaper on the
-            // hottest events there are. Classic tracepoints where they fail.
-            for (raw, classic, name) in [
-                ("on_sched_switch_raw", "on_sched_switch", "sched_switch"),
-                ("on_sched_waking_raw", "on_sched_waking", "sched_waking"),
-            ] {
-                if let Err(raw_err) = attach_raw_tracepoint(&mut ebpf, raw, name) {
-                    attach_tracepoint(&mut ebpf, classic, "sched", &[name]).map_err(|e| match e {
-                        RecordError::PerfEvent { what, source } => RecordError::PerfEvent {
-                            what,
-                            source: std::io::Error::other(format!("{source} (raw tracepoint: {raw_err})")),
-                        },
-                        other => other,
-                    })?;
-                }
-            }
+            wanted.push(("on_sched_switch", &["sched_switch"]));
+            wanted.push(("on_sched_waking", &["sched_waking"]));
         }
-        let mut wanted: Vec<(&str, &str, &[&str])> = Vec::new();
         if opts.io {
-            wanted.push(("on_block_start", "block", &["block_io_start", "block_rq_insert"]));
-            wanted.push(("on_block_issue", "block", &["block_rq_issue"]));
-            wanted.push(("on_block_rq_complete", "block", &["block_rq_complete"]));
+            // block_io_start exists since 6.5; before, a request is first
+            // seen when it is inserted (or issued directly).
+            wanted.push(("on_block_start", &["block_io_start", "block_rq_insert"]));
+            wanted.push(("on_block_issue", &["block_rq_issue"]));
+            wanted.push(("on_block_merge", &["block_rq_merge"]));
+            wanted.push(("on_block_complete", &["block_rq_complete"]));
         }
-        for (prog, category, names) in wanted {
-            attach_tracepoint(&mut ebpf, prog, category, names)?;
+        for (prog, names) in wanted {
+            attach_raw_tracepoint(&mut ebpf, prog, names)?;
         }
         let ring = RingBuf::try_from(take(&mut ebpf, "events")?)
             .map_err(|e| RecordError::Internal(format!("events ring: {e}")))?;
         let drops = PerCpuArray::try_from(take(&mut ebpf, "drops")?)
             .map_err(|e| RecordError::Internal(format!("drops map: {e}")))?;
-        let stacks = aya::maps::StackTraceMap::try_from(take(&mut ebpf, "stacks")?)
-            .map_err(|e| RecordError::Internal(format!("stacks map: {e}")))?;
         let threads = aya::maps::HashMap::try_from(take(&mut ebpf, "threads")?)
             .map_err(|e| RecordError::Internal(format!("threads map: {e}")))?;
-        Ok((Tracer { _ebpf: ebpf, drops, stacks, threads }, ring))
+        Ok((Tracer { _ebpf: ebpf, drops, threads }, ring))
     }
 
     /// Sum the per-CPU drop counters.
@@ -220,29 +225,23 @@ impl Tracer {
         let sum = |reason: u32| -> u64 { self.drops.get(&reason, 0).map(|v| v.iter().sum()).unwrap_or(0) };
         TracerDrops {
             events_full: sum(abi::DROP_EVENTS_FULL),
-            stack_ids: sum(abi::DROP_STACKID),
+            stack_records: sum(abi::DROP_STACK_RECORD),
+            stack_reads: sum(abi::DROP_KSTACK) + sum(abi::DROP_USTACK),
             state_full: sum(abi::DROP_STATE_FULL),
+            io_untracked: sum(abi::DROP_IO_UNTRACKED),
         }
     }
 
-    /// The stack with this id, leaf first, or None if it was evicted.
-    pub fn stack(&self, id: i32) -> Option<Vec<u64>> {
-        if id < 0 {
-            return None;
-        }
-        let trace = self.stacks.get(&(id as u32), 0).ok()?;
-        Some(trace.frames().iter().map(|f| f.ip).collect())
-    }
-
-    /// Every thread's scheduler state: switch totals, open off-CPU interval.
+    /// Every live thread's scheduler state: switch totals, open off-CPU
+    /// interval, folded waits not sent yet.
     pub fn thread_states(&self) -> Vec<(u32, abi::ThreadState)> {
         self.threads.iter().filter_map(Result::ok).collect()
     }
 }
 
-/// Load `prog` and attach it to the first of `names` (in `category`) that exists.
-fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, names: &[&str]) -> Result<(), RecordError> {
-    let p: &mut aya::programs::TracePoint = ebpf
+/// Load `prog` and attach it to the first raw tracepoint of `names` that exists.
+fn attach_raw_tracepoint(ebpf: &mut Ebpf, prog: &str, names: &[&str]) -> Result<(), RecordError> {
+    let p: &mut aya::programs::RawTracePoint = ebpf
         .program_mut(prog)
         .ok_or_else(|| RecordError::Internal(format!("{prog} missing from sched.bpf.o")))?
         .try_into()
@@ -250,29 +249,20 @@ fn attach_tracepoint(ebpf: &mut Ebpf, prog: &str, category: &str, names: &[&str]
     p.load().map_err(|e| RecordError::from_program_load(prog, &e))?;
     let mut last_err = None;
     for name in names {
-        match p.attach(category, name) {
+        match p.attach(name) {
             Ok(_) => return Ok(()),
-            Err(e) => last_err = Some(format!("{category}:{name}: {e}")),
+            Err(e) => last_err = Some((name, e)),
         }
+    }
+    let (name, e) = last_err.expect("at least one name");
+    let text = crate::error::error_chain(&e);
+    if crate::error::is_permission(&text) {
+        return Err(RecordError::NotPermitted { what: format!("attaching to the tracepoint {name}"), paranoid: crate::error::paranoid() });
     }
     Err(RecordError::PerfEvent {
         what: format!("the tracepoint {}", names.join(" or ")),
-        source: std::io::Error::other(format!(
-            "{}; is tracefs mounted at /sys/kernel/tracing? (`mount -t tracefs nodev /sys/kernel/tracing`)",
-            last_err.unwrap_or_default()
-        )),
+        source: std::io::Error::other(format!("{name}: {text}")),
     })
-}
-
-/// Load `prog` and attach it to the raw tracepoint `name`.
-fn attach_raw_tracepoint(ebpf: &mut Ebpf, prog: &str, name: &str) -> Result<(), String> {
-    let p: &mut aya::programs::RawTracePoint = ebpf
-        .program_mut(prog)
-        .ok_or_else(|| format!("{prog} missing from sched.bpf.o"))?
-        .try_into()
-        .map_err(|e| format!("{prog}: {e}"))?;
-    p.load().map_err(|e| RecordError::from_program_load(prog, &e).to_string())?;
-    p.attach(name).map(|_| ()).map_err(|e| format!("{name}: {e}"))
 }
 
 /// Whether the running kernel is at least major.minor.
@@ -281,17 +271,4 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
     let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
     let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     (ma, mi) >= (major, minor)
-}
-
-/// Mount tracefs at /sys/kernel/tracing when it is missing: tracepoints are
-/// attached by the ids it lists.
-fn ensure_tracefs() {
-    let dir = std::path::Path::new("/sys/kernel/tracing");
-    if dir.join("events").exists() || std::path::Path::new("/sys/kernel/debug/tracing/events").exists() {
-        return;
-    }
-    // SAFETY: valid NUL-terminated strings; failure is reported by attach.
-    unsafe {
-        libc::mount(c"nodev".as_ptr(), c"/sys/kernel/tracing".as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null());
-    }
 }

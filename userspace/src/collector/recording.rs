@@ -6,6 +6,7 @@
 //! (library, library-relative address) with what symbolication found.
 
 use super::stack_tree::StackTree;
+use crate::symbolize::kernel::InterruptKind;
 use crate::symbolize::AddrInfo;
 
 /// The library index of frames in no known library.
@@ -94,6 +95,101 @@ impl OffCpuReason {
     }
 }
 
+/// Who woke a thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waker {
+    /// The waking task, or for an interrupt the task it interrupted.
+    pub pid: u32,
+    /// Its thread id.
+    pub tid: u32,
+    /// Its name.
+    pub name: String,
+    /// Set when the wakeup came from an interrupt, not from the task.
+    pub interrupt: Option<InterruptKind>,
+}
+
+impl Waker {
+    /// As shown in markers: "pinger (pid 12, tid 13)" or
+    /// "an interrupt (while sysprof ran, pid 5, tid 5)".
+    pub fn label(&self) -> String {
+        match self.interrupt {
+            None => format!("{} (pid {}, tid {})", self.name, self.pid, self.tid),
+            Some(kind) if self.pid == 0 => format!("{} (while the CPU was idle)", kind.label()),
+            Some(kind) => format!("{} (while {} ran, pid {}, tid {})", kind.label(), self.name, self.pid, self.tid),
+        }
+    }
+}
+
+/// What a block request did, from its operation and flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoOp {
+    /// Read.
+    Read,
+    /// Write.
+    Write,
+    /// Cache flush.
+    Flush,
+    /// Discard.
+    Discard,
+    /// Secure erase.
+    SecureErase,
+    /// Write zeroes.
+    WriteZeroes,
+    /// Anything else (zoned-device and driver-private operations): the raw REQ_OP.
+    Other(u32),
+}
+
+impl IoOp {
+    /// From the kernel's REQ_OP_*.
+    pub fn from_abi(op: u32) -> IoOp {
+        use crate::bpf::abi::*;
+        match op {
+            IO_OP_READ => IoOp::Read,
+            IO_OP_WRITE => IoOp::Write,
+            IO_OP_FLUSH => IoOp::Flush,
+            IO_OP_DISCARD => IoOp::Discard,
+            IO_OP_SECURE_ERASE => IoOp::SecureErase,
+            IO_OP_WRITE_ZEROES => IoOp::WriteZeroes,
+            other => IoOp::Other(other),
+        }
+    }
+
+    /// Short name: read, write, flush, discard, secure-erase, write-zeroes, op N.
+    pub fn name(self) -> String {
+        match self {
+            IoOp::Read => "read".into(),
+            IoOp::Write => "write".into(),
+            IoOp::Flush => "flush".into(),
+            IoOp::Discard => "discard".into(),
+            IoOp::SecureErase => "secure-erase".into(),
+            IoOp::WriteZeroes => "write-zeroes".into(),
+            IoOp::Other(n) => format!("op {n}"),
+        }
+    }
+}
+
+/// The flags of a block request, as words: "preflush, sync".
+pub fn io_flag_names(flags: u32) -> String {
+    use crate::bpf::abi::*;
+    [(IO_PREFLUSH, "preflush"), (IO_FUA, "fua"), (IO_SYNC, "sync"), (IO_META, "meta"), (IO_READAHEAD, "readahead")]
+        .iter()
+        .filter(|(f, _)| flags & f != 0)
+        .map(|(_, n)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Who ran in a per-CPU slice, for its category.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SliceKind {
+    /// A user process.
+    User,
+    /// A kernel thread.
+    Kernel,
+    /// The idle task.
+    Idle,
+}
+
 /// A marker on a thread's track.
 #[derive(Debug, Clone, PartialEq)]
 pub enum MarkerRecord {
@@ -107,8 +203,8 @@ pub enum MarkerRecord {
         reason: OffCpuReason,
         /// From wakeup (or preemption) to running again, ns.
         run_delay_ns: u64,
-        /// Waker (pid, tid, name), if a wakeup was seen.
-        waker: Option<(u32, u32, String)>,
+        /// Who woke it, if a wakeup was seen.
+        waker: Option<Waker>,
         /// CPU it left and CPU it came back on.
         cpus: (u32, u32),
         /// The waker's stack at the wakeup.
@@ -124,8 +220,10 @@ pub enum MarkerRecord {
         done_ns: u64,
         /// Device name (sda, nvme0n1, ...).
         device: String,
-        /// "read", "write", "flush", "discard" or the raw flags.
-        op: String,
+        /// What it did.
+        op: IoOp,
+        /// `IO_*` flags of the request.
+        flags: u32,
         /// Bytes.
         bytes: u32,
         /// First sector.
@@ -145,8 +243,10 @@ pub enum MarkerRecord {
         pid: u32,
         /// Thread id.
         tid: u32,
-        /// "thread name (process name)".
+        /// "thread name (process name, tid)".
         name: String,
+        /// User process, kernel thread or idle.
+        kind: SliceKind,
     },
 }
 
@@ -241,18 +341,35 @@ pub struct RecordingStats {
     pub malformed: u64,
     /// Off-CPU intervals recorded one by one.
     pub off_cpu_intervals: u64,
-    /// Shorter off-CPU intervals folded into totals.
+    /// Shorter off-CPU intervals folded into per-reason totals.
     pub off_cpu_folded: u64,
+    /// Intervals whose switch back in was not traced (their end comes from
+    /// the thread's CPU time when it next left the CPU).
+    pub off_cpu_end_inferred: u64,
     /// Block I/O requests recorded.
     pub io_requests: u64,
-    /// Off-CPU or I/O records lost (events ring full).
+    /// Off-CPU, I/O or folded records lost (events ring full).
     pub lost_events: u64,
-    /// Stacks that could not be captured or were evicted.
+    /// Stack records lost (events ring full): their events have no stack.
     pub lost_stacks: u64,
-    /// Intervals or requests not seen (a state map was full).
+    /// Stacks the kernel could not read (kept without them).
+    pub stack_read_failures: u64,
+    /// Events whose stack was no longer kept when they arrived.
+    pub stacks_not_kept: u64,
+    /// Threads or requests not seen because a state map was full.
     pub lost_state: u64,
+    /// Requests that completed without their start being seen (they began
+    /// before the recording, or their start was lost).
+    pub io_untracked: u64,
     /// User stacks unwound with DWARF (dwarf mode).
     pub unwind: crate::unwind::UnwindStats,
+}
+
+impl RecordingStats {
+    /// Everything lost in the kernel or on the way, as one total.
+    pub fn lost_total(&self) -> u64 {
+        self.lost_samples + self.lost_sideband + self.malformed + self.lost_events + self.lost_stacks + self.lost_state
+    }
 }
 
 /// A finished recording.

@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::collector::recording::{
-    CounterRecord, FrameRecord, LibRecord, MarkerRecord, ProcessRecord, Recording, ThreadRecord, NO_LIB,
+    CounterRecord, FrameRecord, LibRecord, MarkerRecord, ProcessRecord, Recording, SliceKind, ThreadRecord, NO_LIB,
 };
 use crate::collector::stack_tree::NO_PARENT;
 
@@ -352,6 +352,7 @@ enum MarkerData {
         waker: String,
         waker_pid: Option<u32>,
         waker_tid: Option<u32>,
+        waker_context: Option<&'static str>,
         cpu_out: u32,
         cpu_in: u32,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -507,7 +508,7 @@ impl ThreadTables {
         }
         let f: &FrameRecord = &rec.frames[g as usize];
         let category = if f.pseudo {
-            if f.symbols.funcs.first().is_some_and(|x| x.name.starts_with("[off-CPU")) {
+            if f.symbols.funcs.first().is_some_and(|x| x.name.contains("off-CPU")) {
                 category::OFF_CPU
             } else {
                 category::OTHER
@@ -704,22 +705,31 @@ fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut ThreadTabl
                 MarkerData::OffCpu {
                     reason: reason.label(),
                     run_delay: *run_delay_ns as f64 / 1e6,
-                    waker: waker.as_ref().map(|(p, t, n)| format!("{n} (pid {p}, tid {t})")).unwrap_or_else(|| "—".into()),
-                    waker_pid: waker.as_ref().map(|w| w.0),
-                    waker_tid: waker.as_ref().map(|w| w.1),
+                    waker: waker.as_ref().map(|w| w.label()).unwrap_or_else(|| "—".into()),
+                    // An interrupt has no waker task: the task it interrupted is in the label.
+                    waker_pid: waker.as_ref().filter(|w| w.interrupt.is_none()).map(|w| w.pid),
+                    waker_tid: waker.as_ref().filter(|w| w.interrupt.is_none()).map(|w| w.tid),
+                    waker_context: waker.as_ref().map(|w| match w.interrupt {
+                        None => "task",
+                        Some(crate::symbolize::kernel::InterruptKind::Hard) => "hard IRQ",
+                        Some(crate::symbolize::kernel::InterruptKind::Soft) => "softirq",
+                    }),
                     cpu_out: cpus.0,
                     cpu_in: cpus.1,
                     cause: cause(waker_stack),
                 },
             ),
-            MarkerRecord::Io { start_ns, issue_ns, done_ns, device, op, bytes, sector, error, stack } => (
-                format!("I/O {} {device}", op.split(' ').next().unwrap_or(op)),
+            MarkerRecord::Io { start_ns, issue_ns, done_ns, device, op, flags, bytes, sector, error, stack } => (
+                format!("I/O {} {device}", op.name()),
                 category::IO,
                 *start_ns,
                 *done_ns,
                 MarkerData::Io {
                     device: device.clone(),
-                    op: op.clone(),
+                    op: match crate::collector::recording::io_flag_names(*flags) {
+                        f if f.is_empty() => op.name(),
+                        f => format!("{} ({f})", op.name()),
+                    },
                     bytes: *bytes as u64,
                     sector: *sector,
                     queue_time: issue_ns.saturating_sub(*start_ns) as f64 / 1e6,
@@ -728,9 +738,13 @@ fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut ThreadTabl
                     cause: cause(stack),
                 },
             ),
-            MarkerRecord::OnCpu { start_ns, end_ns, pid, tid, name } => (
+            MarkerRecord::OnCpu { start_ns, end_ns, pid, tid, name, kind } => (
                 name.clone(),
-                category::USER,
+                match kind {
+                    SliceKind::User => category::USER,
+                    SliceKind::Kernel => category::KERNEL,
+                    SliceKind::Idle => category::IDLE,
+                },
                 *start_ns,
                 *end_ns,
                 MarkerData::OnCpu { thread: name.clone(), pid: *pid, tid: *tid },
@@ -769,6 +783,7 @@ fn marker_schema() -> serde_json::Value {
                 { "key": "waker", "label": "Woken by", "format": "string" },
                 { "key": "wakerPid", "label": "Waker pid", "format": "integer" },
                 { "key": "wakerTid", "label": "Waker tid", "format": "integer" },
+                { "key": "wakerContext", "label": "Woken from", "format": "string" },
                 { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
                 { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
             ],

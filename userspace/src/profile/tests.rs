@@ -167,7 +167,7 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
         end_ns: 27_500_000,
         reason: OffCpuReason::Sleeping,
         run_delay_ns: 50_000,
-        waker: Some((7, 8, "waker".into())),
+        waker: Some(Waker { pid: 7, tid: 8, name: "waker".into(), interrupt: None }),
         cpus: (0, 1),
         waker_stack: Some(work),
     });

@@ -131,8 +131,14 @@ impl CounterPoller {
 
     /// The counter tracks recorded. A disk that did no I/O at all during
     /// the recording gets no track: a row of zeros only hides the others.
-    pub fn finish(self) -> Vec<CounterRecord> {
-        self.series
+    pub fn finish(mut self) -> Vec<CounterRecord> {
+        self.take()
+    }
+
+    /// The counter tracks recorded since the previous call (a window of the
+    /// agent), as [`CounterPoller::finish`] gives them; polling goes on.
+    pub fn take(&mut self) -> Vec<CounterRecord> {
+        std::mem::take(&mut self.series)
             .into_values()
             .filter(|c| !(c.name.starts_with("Disk ") && c.count.iter().all(|&v| v == 0.0)))
             .collect()

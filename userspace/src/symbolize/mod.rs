@@ -5,15 +5,17 @@
 //! and the functions inlined into it at that address (outermost first), or
 //! nothing when it cannot be resolved (the reason becomes a warning; the
 //! frame keeps its library and address). Each unique address is symbolized
-//! exactly once, with one blazesym call per binary.
+//! exactly once, with one blazesym call per binary. Kernel addresses are
+//! named from the kallsyms snapshot in [`kernel`].
 
 pub mod binaries;
 pub mod jitdump;
+pub mod kernel;
 pub mod perfmap;
 
 use std::panic::AssertUnwindSafe;
 
-use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
 /// One function at an address: the real one (depth 0) or an inlined call.
@@ -76,18 +78,6 @@ impl Symbolicator {
     pub fn symbolize_elf_virt(&self, path: &str, virt_offsets: &[u64]) -> Result<Vec<AddrInfo>, String> {
         let src = Source::Elf(Elf::new(path));
         self.run(&src, Input::VirtOffset(virt_offsets), virt_offsets.len())
-    }
-
-    /// Symbolize absolute kernel addresses through kallsyms.
-    pub fn symbolize_kernel(&self, addrs: &[u64]) -> Result<Vec<AddrInfo>, String> {
-        let kernel = Kernel {
-            // vmlinux discovery probes many paths and is rarely installed;
-            // kallsyms has every function name the kernel knows.
-            vmlinux: blazesym::MaybeDefault::None,
-            debug_syms: false,
-            ..Kernel::default()
-        };
-        self.run(&Source::Kernel(kernel), Input::AbsAddr(addrs), addrs.len())
     }
 
     fn run(&self, src: &Source<'_>, input: Input<&[u64]>, n: usize) -> Result<Vec<AddrInfo>, String> {
@@ -201,25 +191,9 @@ pub fn file_offsets_to_virt(path: &str, file_offsets: &[u64]) -> Result<Vec<u64>
         .collect())
 }
 
-/// The kernel's `_text` address and build id, for the kernel "library".
-pub fn kernel_image() -> (u64, Option<Vec<u8>>) {
-    // Read line by line and stop at `_text`, which comes early: the kernel
-    // formats /proc/kallsyms as it is read, and all of it (the symbolizer
-    // reads it once more) costs tens of milliseconds.
-    use std::io::BufRead;
-    let text = std::fs::File::open("/proc/kallsyms")
-        .ok()
-        .and_then(|f| {
-            std::io::BufReader::new(f).lines().map_while(Result::ok).find_map(|l| {
-                let mut it = l.split_whitespace();
-                let addr = it.next()?;
-                let _kind = it.next()?;
-                (it.next()? == "_text").then(|| u64::from_str_radix(addr, 16).ok()).flatten()
-            })
-        })
-        .unwrap_or(0);
-    let build_id = std::fs::read("/sys/kernel/notes").ok().and_then(|n| gnu_build_id_from_notes(&n));
-    (text, build_id)
+/// The running kernel's build id, for the kernel "library".
+pub fn kernel_build_id() -> Option<Vec<u8>> {
+    std::fs::read("/sys/kernel/notes").ok().and_then(|n| gnu_build_id_from_notes(&n))
 }
 
 /// Find the GNU build id (type 3, owner "GNU") in a raw ELF note section.

@@ -48,6 +48,8 @@ struct BinaryUnwindInfo {
     /// Executable PT_LOAD segments (all of them if none is marked so):
     /// (p_vaddr, p_offset, p_filesz).
     segments: Vec<(u64, u64, u64)>,
+    /// The ELF entry point (`_start`), as an address of the file.
+    entry: u64,
 }
 
 impl BinaryUnwindInfo {
@@ -85,6 +87,7 @@ impl BinaryUnwindInfo {
             debug_frame,
             got: elf.section_by_name(".got").map(|s| s.address()..s.address() + s.size()),
             segments,
+            entry: elf.entry(),
         })
     }
 
@@ -135,12 +138,37 @@ struct Mapping {
     binary: BinaryIndex,
 }
 
+/// Return addresses this close after a program's entry point are in its
+/// `_start` (or, for the dynamic loader, `_dl_start_user` right after
+/// `_start`'s call): the bottom of the main thread's stack, which has no
+/// caller to unwind to.
+const ENTRY_FUNCTION_BYTES: u64 = 128;
+
 struct ProcessUnwinder {
     mappings: Vec<Mapping>,
     /// Built on first use; dropped when the mappings change.
     unwinder: Option<UnwinderX86_64<SectionBytes>>,
+    /// Entry points (`_start`) of the mapped binaries, as absolute
+    /// addresses; filled when the unwinder is built.
+    entries: Vec<u64>,
     /// Monotonic ns of its exit, for pruning.
     exited_ns: Option<u64>,
+}
+
+impl ProcessUnwinder {
+    fn new(mappings: Vec<Mapping>) -> ProcessUnwinder {
+        ProcessUnwinder { mappings, unwinder: None, entries: Vec::new(), exited_ns: None }
+    }
+
+    /// Whether `addr` lies in an executable mapping of the process.
+    fn is_code(&self, addr: u64) -> bool {
+        self.mappings.iter().any(|m| m.start <= addr && addr < m.end)
+    }
+
+    /// Whether `addr` is in an entry function: a stack that reached it is whole.
+    fn is_entry(&self, addr: u64) -> bool {
+        self.entries.iter().any(|&e| addr > e && addr - e <= ENTRY_FUNCTION_BYTES)
+    }
 }
 
 /// How an unwind ended.
@@ -152,6 +180,9 @@ pub enum UnwindEnd {
     StackCopyExhausted,
     /// No usable unwind rule or frame pointer for some frame.
     NoUnwindInfo,
+    /// A return address outside every executable mapping of the process:
+    /// what was read is no return address, and the walk stops before it.
+    BadReturnAddress,
 }
 
 /// Unwinding totals, for the summary and the benchmarks.
@@ -165,6 +196,8 @@ pub struct UnwindStats {
     pub copy_exhausted: u64,
     /// Stopped for lack of unwind information.
     pub no_unwind_info: u64,
+    /// Stopped at a return address outside any code.
+    pub bad_return_address: u64,
     /// Time spent unwinding, ns.
     pub unwind_ns: u64,
 }
@@ -191,7 +224,7 @@ impl Unwinders {
     }
 
     fn process(&mut self, pid: u32) -> &mut ProcessUnwinder {
-        self.processes.entry(pid).or_insert_with(|| ProcessUnwinder { mappings: Vec::new(), unwinder: None, exited_ns: None })
+        self.processes.entry(pid).or_insert_with(|| ProcessUnwinder::new(Vec::new()))
     }
 
     /// An executable mapping appeared in `pid`.
@@ -214,7 +247,7 @@ impl Unwinders {
     /// `child` was forked from `parent`: it starts with the same mappings.
     pub fn fork(&mut self, parent: u32, child: u32) {
         let mappings = self.processes.get(&parent).map(|p| p.mappings.clone()).unwrap_or_default();
-        self.processes.insert(child, ProcessUnwinder { mappings, unwinder: None, exited_ns: None });
+        self.processes.insert(child, ProcessUnwinder::new(mappings));
     }
 
     /// `pid` exited at `now_ns`; forget processes that exited long ago.
@@ -236,6 +269,7 @@ impl Unwinders {
             UnwindEnd::Root => self.stats.reached_root += 1,
             UnwindEnd::StackCopyExhausted => self.stats.copy_exhausted += 1,
             UnwindEnd::NoUnwindInfo => self.stats.no_unwind_info += 1,
+            UnwindEnd::BadReturnAddress => self.stats.bad_return_address += 1,
         }
         end
     }
@@ -249,6 +283,7 @@ impl Unwinders {
         if p.unwinder.is_none() {
             let mappings = p.mappings.clone();
             let mut unwinder = UnwinderX86_64::new();
+            let mut entries = Vec::new();
             for m in &mappings {
                 let info = self
                     .binaries
@@ -266,13 +301,23 @@ impl Unwinders {
                         }
                     })
                     .clone();
-                if let Some(module) = info.and_then(|i| i.module(&binaries.get(m.binary).path, m.start, m.end, m.pgoff)) {
-                    unwinder.add_module(module);
+                if let Some(info) = info {
+                    if let Some(base) = base_avma(&info.segments, m.start, m.pgoff) {
+                        entries.push(base.wrapping_add(info.entry));
+                    }
+                    if let Some(module) = info.module(&binaries.get(m.binary).path, m.start, m.end, m.pgoff) {
+                        unwinder.add_module(module);
+                    }
                 }
             }
-            self.processes.get_mut(&pid).expect("present").unwinder = Some(unwinder);
+            entries.sort_unstable();
+            entries.dedup();
+            let p = self.processes.get_mut(&pid).expect("present");
+            p.unwinder = Some(unwinder);
+            p.entries = entries;
         }
-        let unwinder = self.processes[&pid].unwinder.as_ref().expect("built");
+        let p = &self.processes[&pid];
+        let unwinder = p.unwinder.as_ref().expect("built");
         let (ip, sp, bp) = regs;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;
@@ -282,18 +327,32 @@ impl Unwinders {
         let cache = self.cache.as_mut().expect("cache");
         let mut frames = unwinder.iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read_stack);
         let stack_end = sp + stack.len() as u64;
+        let first = out.len();
         loop {
             if out.len() >= max {
                 return UnwindEnd::StackCopyExhausted;
             }
-            match frames.next() {
-                Ok(Some(f)) => out.push(f.address()),
-                Ok(None) => return UnwindEnd::Root,
-                Err(framehop::Error::CouldNotReadStack(addr)) if addr >= stack_end.saturating_sub(8) => {
-                    return UnwindEnd::StackCopyExhausted;
+            let end = match frames.next() {
+                Ok(Some(f)) => {
+                    let addr = f.address();
+                    // The first frame is the instruction pointer itself; every
+                    // later one is a return address and must point into code.
+                    if out.len() > first && !p.is_code(addr) {
+                        return UnwindEnd::BadReturnAddress;
+                    }
+                    out.push(addr);
+                    continue;
                 }
-                Err(_) => return UnwindEnd::NoUnwindInfo,
+                Ok(None) => return UnwindEnd::Root,
+                Err(framehop::Error::CouldNotReadStack(addr)) if addr >= stack_end.saturating_sub(8) => UnwindEnd::StackCopyExhausted,
+                Err(_) => UnwindEnd::NoUnwindInfo,
+            };
+            // A stack that reached a program's entry function is whole,
+            // whatever the unwinder makes of the nothing below it.
+            if out.len() > first && p.is_entry(out[out.len() - 1]) {
+                return UnwindEnd::Root;
             }
+            return end;
         }
     }
 }

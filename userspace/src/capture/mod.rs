@@ -1,0 +1,281 @@
+//! A capture session: everything that runs while recording, for `record`
+//! and the agent alike.
+//!
+//! In: [`CaptureOptions`]. Out: records handed to a [`Collector`] as they
+//! arrive: the perf sideband (mappings, exec, fork, exit), samples from the
+//! sampler's ring, scheduler and I/O records from the tracer's ring, and
+//! counters polled from `/proc`. The order of the start matters: the
+//! sideband opens before `/proc` is read (no gap for new processes), the
+//! clock anchor is read before the sampler attaches (no sample precedes the
+//! recording's start), the kernel's symbols are read once every program is
+//! loaded (so our programs' frames get their own names). The event loop
+//! ([`CaptureSession::run`]) drains the rings until a future the caller
+//! gives completes: a deadline, a signal, the end of a command, a window's end.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aya::maps::{MapData, RingBuf};
+use tokio::io::unix::AsyncFd;
+
+use crate::bpf::{abi, Sampler, SamplerOptions, Tracer, TracerDrops, TracerOptions};
+use crate::collector::recording::CounterRecord;
+use crate::collector::Collector;
+use crate::error::RecordError;
+use crate::sideband::counters::CounterPoller;
+use crate::sideband::{proc_snapshot, Sideband};
+use crate::symbolize::kernel::KernelSymbols;
+
+/// How often the sideband rings are drained; each holds 512 KiB per CPU.
+const SIDEBAND_POLL: Duration = Duration::from_millis(50);
+/// How often the rings are drained without a wakeup from the kernel.
+const RING_POLL: Duration = Duration::from_millis(20);
+/// How often counters are read from /proc.
+const COUNTER_POLL: Duration = Duration::from_millis(100);
+
+/// What to capture.
+#[derive(Debug, Clone)]
+pub struct CaptureOptions {
+    /// Samples per second per CPU.
+    pub frequency: u64,
+    /// Filter in the kernel to this process (0: every process).
+    pub target_tgid: u32,
+    /// Dwarf mode: user stack bytes copied per sample (0: frame pointers).
+    pub stack_copy: u32,
+    /// Trace context switches and wakeups.
+    pub off_cpu: bool,
+    /// Trace block I/O.
+    pub io: bool,
+    /// Off-CPU intervals shorter than this are folded in the kernel.
+    pub off_cpu_min_ns: u64,
+    /// Read `/proc` for every process at start (else only `target_pids`).
+    pub snapshot_all: bool,
+    /// The processes to read from `/proc` when not all.
+    pub target_pids: Vec<u32>,
+}
+
+/// The running capture; see the module doc.
+pub struct CaptureSession {
+    sideband: Sideband,
+    sampler: Option<Sampler>,
+    samples: AsyncFd<RingBuf<MapData>>,
+    tracer: Option<Tracer>,
+    events: Option<AsyncFd<RingBuf<MapData>>>,
+    counters: CounterPoller,
+    decode_errors: u64,
+    /// CLOCK_MONOTONIC ns when sampling started.
+    pub start_ns: u64,
+    /// Wall clock at `start_ns`, ms since the Unix epoch.
+    pub start_wall_ms: f64,
+    /// The kernel's symbols, read with our programs loaded.
+    pub kernel: Arc<KernelSymbols>,
+}
+
+/// CLOCK_MONOTONIC now, ns.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid clock id and pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One (wall clock ms, monotonic ns) pair read together: monotonic is read
+/// on both sides of the wall clock and averaged.
+pub fn clock_anchor() -> (f64, u64) {
+    let m1 = monotonic_ns();
+    let wall = clock_ns(libc::CLOCK_REALTIME);
+    let m2 = monotonic_ns();
+    (wall as f64 / 1e6, m1 + (m2 - m1) / 2)
+}
+
+fn register(ring: RingBuf<MapData>, what: &str) -> Result<AsyncFd<RingBuf<MapData>>, RecordError> {
+    // SAFETY: the RingBuf owns its map fd, which stays open for as long as
+    // the AsyncFd holds the RingBuf.
+    unsafe { AsyncFd::register(ring) }
+        .map_err(|e| e.into_parts().1)
+        .map_err(|e| RecordError::Internal(format!("cannot poll the {what} ring buffer: {e}")))
+}
+
+impl CaptureSession {
+    /// Start capturing into `collector` (which gets the `/proc` snapshot and
+    /// the kernel's symbols). Must run inside a tokio runtime.
+    pub fn start(opts: &CaptureOptions, collector: &mut Collector) -> Result<CaptureSession, RecordError> {
+        let cpus = crate::bpf::online_cpus()?;
+        let sideband = Sideband::open(&cpus)?;
+        let only = (!opts.snapshot_all).then_some(opts.target_pids.as_slice());
+        collector.handle_snapshot(proc_snapshot::snapshot(only));
+
+        // A quarter second of samples from every CPU, at least 8 MiB.
+        let record_bytes = (std::mem::size_of::<abi::SampleEvent>() as u64 + opts.stack_copy as u64 + 8) * opts.frequency;
+        let ring_bytes = ((cpus.len() as u64 * record_bytes / 4).next_power_of_two()).clamp(8 << 20, 1 << 30) as u32;
+        let sampler_opts = SamplerOptions {
+            frequency: opts.frequency,
+            target_tgid: opts.target_tgid,
+            ring_bytes,
+            wakeup_bytes: ring_bytes as u64 / 16,
+            stack_copy: opts.stack_copy,
+        };
+        let (mut sampler, samples) = Sampler::load(&sampler_opts)?;
+        // The recording starts here: nothing sampled precedes it.
+        let (start_wall_ms, start_ns) = clock_anchor();
+        sampler.attach()?;
+        let (tracer, events) = if opts.off_cpu || opts.io {
+            let (t, r) = Tracer::start(&TracerOptions {
+                target_tgid: opts.target_tgid,
+                off_cpu: opts.off_cpu,
+                io: opts.io,
+                off_cpu_min_ns: opts.off_cpu_min_ns,
+                ring_bytes: (ring_bytes / 2).max(8 << 20),
+                stack_copy: opts.stack_copy,
+            })?;
+            (Some(t), Some(r))
+        } else {
+            (None, None)
+        };
+        // Every program is loaded: their frames are in kallsyms now.
+        let kernel = match KernelSymbols::snapshot() {
+            Ok(k) => Arc::new(k),
+            Err(e) => {
+                collector.warn(format!("kernel frames stay unnamed: {e}"));
+                Arc::new(KernelSymbols::default())
+            }
+        };
+        collector.set_kernel_symbols(kernel.clone());
+        let mut counters = CounterPoller::new(&cpus);
+        // A baseline before anything runs, so even a short command gets deltas.
+        counters.poll(monotonic_ns(), std::iter::empty());
+        Ok(CaptureSession {
+            sideband,
+            sampler: Some(sampler),
+            samples: register(samples, "sample")?,
+            tracer,
+            events: events.map(|r| register(r, "events")).transpose()?,
+            counters,
+            decode_errors: 0,
+            start_ns,
+            start_wall_ms,
+            kernel,
+        })
+    }
+
+    /// Hand everything buffered to the collector: the sideband first (a
+    /// sample is unwound with what its process had mapped), then samples,
+    /// then scheduler and I/O records.
+    pub fn drain(&mut self, collector: &mut Collector) {
+        self.sideband.drain(&mut |e| collector.handle_sideband(e));
+        drain_samples(self.samples.get_mut(), collector, &mut self.decode_errors);
+        if let Some(e) = self.events.as_mut() {
+            drain_events(e.get_mut(), collector, &mut self.decode_errors);
+        }
+    }
+
+    /// Samples lost so far because the sampler's ring was full.
+    pub fn lost_samples(&self) -> u64 {
+        self.sampler.as_ref().map(|s| s.drops().ring_full).unwrap_or(0)
+    }
+
+    /// Drain the rings into `collector` until `until` completes; `status`
+    /// is called every `status_every` (if given) with the samples so far.
+    pub async fn run<T>(
+        &mut self,
+        collector: &mut Collector,
+        until: impl Future<Output = T>,
+        status_every: Option<Duration>,
+        mut status: impl FnMut(u64, u64),
+    ) -> Result<T, RecordError> {
+        tokio::pin!(until);
+        let mut counter_tick = tokio::time::interval(COUNTER_POLL);
+        let mut side_tick = tokio::time::interval(SIDEBAND_POLL);
+        let mut ring_tick = tokio::time::interval(RING_POLL);
+        let mut status_tick = tokio::time::interval(status_every.unwrap_or(Duration::from_secs(3600)));
+        enum Wake {
+            Drain,
+            Sideband,
+            Counters,
+            Status,
+        }
+        loop {
+            let events_ready = async {
+                match self.events.as_ref() {
+                    Some(e) => {
+                        if let Ok(mut guard) = e.readable().await {
+                            guard.clear_ready();
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let samples_ready = async {
+                if let Ok(mut guard) = self.samples.readable().await {
+                    guard.clear_ready();
+                }
+            };
+            let wake = tokio::select! {
+                out = &mut until => return Ok(out),
+                _ = events_ready => Wake::Drain,
+                _ = samples_ready => Wake::Drain,
+                _ = ring_tick.tick() => Wake::Drain,
+                _ = side_tick.tick() => Wake::Sideband,
+                _ = counter_tick.tick() => Wake::Counters,
+                _ = status_tick.tick(), if status_every.is_some() => Wake::Status,
+            };
+            match wake {
+                Wake::Drain => self.drain(collector),
+                Wake::Sideband => self.sideband.drain(&mut |e| collector.handle_sideband(e)),
+                Wake::Counters => self.counters.poll(monotonic_ns(), collector.take_recent_pids()),
+                Wake::Status => status(collector.sample_count(), self.lost_samples()),
+            }
+        }
+    }
+
+    /// Stop at `end_ns`: detach the sampler, drain what is buffered, close
+    /// the intervals still open, count what was lost, and detach the tracer
+    /// (beside the rest of the work: it waits for RCU grace periods).
+    pub fn stop(mut self, collector: &mut Collector, end_ns: u64) {
+        let lost_samples = self.lost_samples();
+        drop(self.sampler.take());
+        self.drain(collector);
+        let mut tracer_drops = TracerDrops::default();
+        if let Some(tracer) = self.tracer.take() {
+            collector.handle_thread_states(&tracer.thread_states(), end_ns);
+            tracer_drops = tracer.drops();
+            std::thread::spawn(move || drop(tracer));
+        }
+        self.counters.poll(monotonic_ns(), collector.take_recent_pids());
+        let notes = std::mem::take(&mut self.counters.notes);
+        let (sideband_lost, sideband_malformed) = (self.sideband.lost, self.sideband.malformed);
+        collector.handle_counters(self.counters.finish());
+        for n in notes {
+            collector.note(n);
+        }
+        collector.handle_losses(lost_samples, sideband_lost, sideband_malformed + self.decode_errors, tracer_drops);
+    }
+
+    /// Counter tracks so far (for a window of the agent).
+    pub fn take_counters(&mut self) -> Vec<CounterRecord> {
+        self.counters.take()
+    }
+}
+
+fn drain_samples(ring: &mut RingBuf<MapData>, collector: &mut Collector, errors: &mut u64) {
+    while let Some(item) = ring.next() {
+        match abi::decode_sample(&item) {
+            Ok(s) => collector.handle_sample(&s),
+            Err(_) => *errors += 1,
+        }
+    }
+}
+
+fn drain_events(ring: &mut RingBuf<MapData>, collector: &mut Collector, errors: &mut u64) {
+    while let Some(item) = ring.next() {
+        match abi::decode_event(&item) {
+            Ok(e) => collector.handle_event(e),
+            Err(_) => *errors += 1,
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Processes and threads as the collector knows them, across windows.
+//!
+//! In: the `/proc` snapshot at start and sideband events (mmap, exec,
+//! rename, fork, exit) in time order. Out: for any moment of the replay,
+//! each process's name, executable, mappings and threads, and whether the
+//! pid filter keeps it. This state outlives a window: a window's replay
+//! starts from where the previous one left it, and exited processes are
+//! forgotten once a window has reported them ([`ProcessTable::prune`]).
+
+use rustc_hash::FxHashMap;
+
+use super::PidFilter;
+use crate::sideband::proc_snapshot::ProcSnapshot;
+use crate::sideband::SidebandEvent;
+use crate::symbolize::binaries::BinaryIndex;
+
+/// A mapping in a process's address space.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub pgoff: u64,
+    pub binary: BinaryIndex,
+    /// Anonymous memory (JIT code): frames are named from the perf map.
+    pub anon: bool,
+}
+
+/// Paths the kernel gives anonymous executable memory.
+pub(super) fn is_anonymous(path: &str) -> bool {
+    path.is_empty() || path.starts_with("//anon") || path.starts_with("[anon")
+}
+
+/// What is known of a thread across windows.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ThreadState {
+    pub name: String,
+    pub start_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    /// CPU time at its latest sample (the base of the next delta).
+    pub last_runtime: Option<u64>,
+    /// (voluntary, involuntary) context switches, when known.
+    pub switches: Option<(u64, u64)>,
+}
+
+/// What is known of a process across windows.
+#[derive(Debug, Clone)]
+pub(super) struct ProcessState {
+    /// The main thread's name, as `ps` shows it.
+    pub comm: String,
+    pub exe: Option<String>,
+    pub cmdline: String,
+    pub ppid: u32,
+    pub start_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    /// Sorted by start, non-overlapping.
+    pub mappings: Vec<Mapping>,
+    /// Bumped whenever `mappings` changes, to invalidate resolved stacks.
+    pub epoch: u32,
+    /// Set by exec: the next file mapping is the new executable.
+    pub awaiting_exe: bool,
+    pub threads: FxHashMap<u32, ThreadState>,
+    /// Kept by the pid filter.
+    pub tracked: bool,
+    /// A kernel thread (kthreadd or one of its children).
+    pub kernel: bool,
+}
+
+impl ProcessState {
+    fn new(tracked: bool) -> ProcessState {
+        ProcessState {
+            comm: String::new(),
+            exe: None,
+            cmdline: String::new(),
+            ppid: 0,
+            start_ns: None,
+            end_ns: None,
+            mappings: Vec::new(),
+            epoch: 0,
+            awaiting_exe: false,
+            threads: FxHashMap::default(),
+            tracked,
+            kernel: false,
+        }
+    }
+
+    pub fn thread(&mut self, tid: u32) -> &mut ThreadState {
+        let comm = &self.comm;
+        self.threads.entry(tid).or_insert_with(|| ThreadState { name: comm.clone(), ..Default::default() })
+    }
+
+    fn add_mapping(&mut self, m: Mapping) {
+        self.mappings.retain(|o| o.end <= m.start || o.start >= m.end);
+        let at = self.mappings.partition_point(|o| o.start < m.start);
+        self.mappings.insert(at, m);
+        self.epoch = self.epoch.wrapping_add(1);
+    }
+
+    /// The mapping containing `addr`.
+    pub fn lookup(&self, addr: u64) -> Option<&Mapping> {
+        let at = self.mappings.partition_point(|o| o.start <= addr);
+        let m = self.mappings.get(at.checked_sub(1)?)?;
+        (addr < m.end).then_some(m)
+    }
+
+    /// The name to show: the main thread's name, as `ps`, `top` and perf
+    /// show it (`sh`, not the `dash` it runs); the executable's file name
+    /// when no name was seen.
+    pub fn display_name(&self, pid: u32) -> String {
+        if pid == 0 {
+            return "swapper".into();
+        }
+        if !self.comm.is_empty() {
+            return self.comm.clone();
+        }
+        match &self.exe {
+            Some(exe) => exe.rsplit('/').next().unwrap_or(exe).trim_end_matches(" (deleted)").to_string(),
+            None => format!("pid {pid}"),
+        }
+    }
+}
+
+/// Every process seen, keyed by pid.
+#[derive(Debug)]
+pub(super) struct ProcessTable {
+    pub processes: FxHashMap<u32, ProcessState>,
+    tracking_all: bool,
+}
+
+impl ProcessTable {
+    pub fn new(filter: &PidFilter) -> ProcessTable {
+        let mut processes = FxHashMap::default();
+        if let PidFilter::Tree(pids) = filter {
+            for &pid in pids {
+                processes.insert(pid, ProcessState::new(true));
+            }
+        }
+        ProcessTable { processes, tracking_all: matches!(filter, PidFilter::All) }
+    }
+
+    pub fn process(&mut self, pid: u32) -> &mut ProcessState {
+        let all = self.tracking_all;
+        self.processes.entry(pid).or_insert_with(|| ProcessState::new(all))
+    }
+
+    /// Keep `pid` from now on.
+    pub fn track(&mut self, pid: u32) {
+        self.process(pid).tracked = true;
+    }
+
+    /// Whether `pid`'s data is kept (creating its entry when every process is).
+    pub fn tracks(&mut self, pid: u32) -> bool {
+        if self.tracking_all {
+            return true;
+        }
+        self.processes.get(&pid).is_some_and(|p| p.tracked)
+    }
+
+    /// Seed from the processes that ran at start.
+    pub fn seed(&mut self, snap: &ProcSnapshot, binaries: &[Vec<BinaryIndex>]) {
+        for (p, bins) in snap.processes.iter().zip(binaries) {
+            let state = self.process(p.pid);
+            state.comm = p.comm.clone();
+            state.exe = p.exe.clone();
+            state.cmdline = p.cmdline.clone();
+            state.ppid = p.ppid;
+            state.kernel = p.pid == 2 || p.ppid == 2;
+            state.start_ns = Some(p.start_ns);
+            for (m, &binary) in p.mappings.iter().zip(bins) {
+                state.add_mapping(Mapping { start: m.start, end: m.start + m.len, pgoff: m.pgoff, binary, anon: is_anonymous(&m.path) });
+            }
+            for (tid, comm, cpu_ns) in &p.threads {
+                let t = state.thread(*tid);
+                t.name = comm.clone();
+                t.last_runtime = Some(*cpu_ns);
+            }
+        }
+    }
+
+    /// Apply one sideband event (`binary` is the interned file of a mapping).
+    pub fn apply(&mut self, e: &SidebandEvent, binary: Option<BinaryIndex>) {
+        match e {
+            SidebandEvent::Mmap(m) => {
+                let Some(binary) = binary else { return };
+                let state = self.process(m.pid);
+                if state.awaiting_exe && m.path.starts_with('/') {
+                    state.exe = Some(m.path.clone());
+                    state.awaiting_exe = false;
+                }
+                state.add_mapping(Mapping { start: m.start, end: m.start + m.len, pgoff: m.pgoff, binary, anon: is_anonymous(&m.path) });
+            }
+            SidebandEvent::Comm { pid, tid, name, exec, .. } => {
+                let state = self.process(*pid);
+                if *exec {
+                    state.mappings.clear();
+                    state.epoch = state.epoch.wrapping_add(1);
+                    state.awaiting_exe = true;
+                    state.exe = None;
+                    state.comm = name.clone();
+                }
+                if tid == pid {
+                    state.comm = name.clone();
+                }
+                state.thread(*tid).name = name.clone();
+            }
+            SidebandEvent::Fork { time, pid, ppid, tid } => {
+                if pid != ppid && tid == pid {
+                    // A new process: it starts as a copy of its parent.
+                    let all = self.tracking_all;
+                    let (comm, exe, cmdline, mappings, tracked, kernel) = match self.processes.get(ppid) {
+                        Some(p) => (p.comm.clone(), p.exe.clone(), p.cmdline.clone(), p.mappings.clone(), p.tracked, p.kernel),
+                        None => (String::new(), None, String::new(), Vec::new(), all, false),
+                    };
+                    let already = self.processes.get(pid).is_some_and(|p| p.tracked);
+                    let mut state = ProcessState::new(tracked || already || all);
+                    state.comm = comm;
+                    state.exe = exe;
+                    state.cmdline = cmdline;
+                    state.mappings = mappings;
+                    state.ppid = *ppid;
+                    state.kernel = kernel || *ppid == 2;
+                    state.start_ns = Some(*time);
+                    self.processes.insert(*pid, state);
+                }
+                let t = self.process(*pid).thread(*tid);
+                t.start_ns = Some(*time);
+                t.last_runtime = Some(0);
+            }
+            SidebandEvent::Exit { time, pid, tid } => {
+                let state = self.process(*pid);
+                state.thread(*tid).end_ns = Some(*time);
+                if tid == pid {
+                    state.end_ns = Some(*time);
+                }
+            }
+        }
+    }
+
+    /// Forget what ended before `before_ns`: processes that exited, and
+    /// exited threads of live ones. Their last window has reported them.
+    pub fn prune(&mut self, before_ns: u64) {
+        self.processes.retain(|_, p| p.end_ns.is_none_or(|e| e >= before_ns));
+        for p in self.processes.values_mut() {
+            p.threads.retain(|_, t| t.end_ns.is_none_or(|e| e >= before_ns));
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! Unit tests of the collector: records in, a window's recording out.
+
+use super::*;
+use crate::symbolize::kernel::InterruptKind;
+
+const KALLSYMS: &str = "\
+ffffffff81000000 T _text
+ffffffff81000d40 T asm_common_interrupt
+ffffffff81100000 t try_to_wake_up
+ffffffff81100400 T __schedule
+ffffffff81100900 T schedule
+ffffffff81100a00 T do_nanosleep
+ffffffff81300000 T __traceiter_sched_switch
+ffffffff81300100 T bpf_trace_run4
+ffffffff81500000 T common_interrupt
+ffffffff81600000 T blk_mq_complete_request
+ffffffff81700000 T ksys_read
+ffffffffc0001000 t bpf_prog_6deef7357e7b4530_on_sched_switch\t[bpf]
+";
+
+fn collector(filter: PidFilter) -> Collector {
+    let mut c = Collector::new(filter, CollectorOptions { off_cpu: true, ..Default::default() });
+    c.set_kernel_symbols(Arc::new(KernelSymbols::parse(KALLSYMS)));
+    c
+}
+
+fn range(start: u64, end: u64) -> WindowRange {
+    WindowRange { start_ns: start, end_ns: end, start_wall_ms: 0.0, interval_ms: 1.0, clip_start: true }
+}
+
+fn mmap(time: u64, pid: u32, path: &str) -> MmapEvent {
+    MmapEvent { time, pid, start: 0x40_0000, len: 0x1000, pgoff: 0x2000, path: path.into(), build_id: None, inode: None }
+}
+
+fn sample(c: &mut Collector, time: u64, pid: u32, tid: u32, runtime: u64, ustack: &[u64], kstack: &[u64]) {
+    c.handle_sample(&SampleView {
+        cpu: 0,
+        time_ns: time,
+        sum_exec_runtime: runtime,
+        pid,
+        tid,
+        flags: 0,
+        comm: b"app",
+        kstack,
+        ustack,
+        user_regs: None,
+        stack: &[],
+    });
+}
+
+/// A stack record of `tid` (frame-pointer mode).
+fn stack_record(c: &mut Collector, pid: u32, tid: u32, id: u64, user: &[u64], kernel: &[u64]) {
+    let mut e = StackEvent {
+        kind: abi::RECORD_STACK,
+        flags: 0,
+        id,
+        pid,
+        tid,
+        kstack_len: kernel.len() as u32,
+        ustack_len: user.len() as u32,
+        stack_size: 0,
+        _pad: 0,
+        user_ip: 0,
+        user_sp: 0,
+        user_bp: 0,
+        kstack: [0; abi::MAX_STACK_DEPTH],
+        ustack: [0; abi::MAX_STACK_DEPTH],
+    };
+    e.kstack[..kernel.len()].copy_from_slice(kernel);
+    e.ustack[..user.len()].copy_from_slice(user);
+    let view = StackView { kstack: &e.kstack[..kernel.len()], ustack: &e.ustack[..user.len()], user_regs: None, stack: &[] };
+    c.handle_event(EventRecord::Stack(&e, view));
+}
+
+fn off_cpu(pid: u32, tid: u32, state: u32, start: u64, end: u64, stack_id: u64) -> OffCpuEvent {
+    OffCpuEvent {
+        kind: abi::RECORD_OFFCPU,
+        state,
+        start_ns: start,
+        end_ns: end,
+        wake_ns: 0,
+        pid,
+        tid,
+        cpu_out: 0,
+        cpu_in: 1,
+        waker_pid: 0,
+        waker_tid: 0,
+        stack_id,
+        waker_stack_id: 0,
+        comm: *b"sleeper\0\0\0\0\0\0\0\0\0",
+        waker_comm: [0; TASK_COMM_LEN],
+        flags: 0,
+        _pad: 0,
+    }
+}
+
+/// (library path, library-relative address) of each frame of a thread's sample, root first.
+fn frames_of(r: &Recording, pid: u32, tid: u32, i: usize) -> Vec<(String, u64)> {
+    let t = r.processes.iter().find(|p| p.pid == pid).unwrap().threads.iter().find(|t| t.tid == tid).unwrap();
+    let mut keys = Vec::new();
+    r.stacks.path(t.samples.stack[i], &mut keys);
+    keys.iter()
+        .map(|&k| {
+            let f = &r.frames[k as usize];
+            let lib = if f.lib == NO_LIB { "?".to_string() } else { r.libs[f.lib as usize].path.clone() };
+            (lib, f.address)
+        })
+        .collect()
+}
+
+/// Function names of a stack node, root first.
+fn names(r: &Recording, node: u32) -> Vec<String> {
+    let mut keys = Vec::new();
+    r.stacks.path(node, &mut keys);
+    keys.iter().map(|&k| r.frames[k as usize].symbols.funcs.first().map(|f| f.name.clone()).unwrap_or_else(|| "?".into())).collect()
+}
+
+fn thread(r: &Recording, pid: u32, tid: u32) -> &ThreadRecord {
+    r.processes.iter().find(|p| p.pid == pid).unwrap().threads.iter().find(|t| t.tid == tid).unwrap()
+}
+
+/// Check that samples are resolved with the mappings their process had
+/// at the sample's time (even when records arrive out of order), that an
+/// exec replaces the mappings, that a forked child inherits its parent's,
+/// and that return addresses are looked up one byte back.
+#[test]
+fn replay_resolves_with_mappings_of_the_moment() {
+    let mut c = collector(PidFilter::All);
+    // Arrives before the mapping it needs, but is later in time.
+    sample(&mut c, 200, 10, 10, 1000, &[0x40_0010, 0x40_0100], &[]);
+    c.handle_sideband(SidebandEvent::Mmap(mmap(100, 10, "/nonexistent/a")));
+    c.handle_sideband(SidebandEvent::Comm { time: 300, pid: 10, tid: 10, name: "b".into(), exec: true });
+    c.handle_sideband(SidebandEvent::Mmap(mmap(301, 10, "/nonexistent/b")));
+    sample(&mut c, 400, 10, 10, 3000, &[0x40_0010, 0x40_0100], &[0xffff_ffff_8110_0410]);
+    c.handle_sideband(SidebandEvent::Fork { time: 500, pid: 11, ppid: 10, tid: 11 });
+    sample(&mut c, 600, 11, 11, 5000, &[0x40_0020], &[]);
+    c.handle_sideband(SidebandEvent::Exit { time: 700, pid: 11, tid: 11 });
+    let r = c.finish_window(range(0, 1000));
+
+    let a = "/nonexistent/a".to_string();
+    let b = "/nonexistent/b".to_string();
+    assert_eq!(frames_of(&r, 10, 10, 0), vec![(a.clone(), 0x20ff), (a, 0x2010)]);
+    let after_exec = frames_of(&r, 10, 10, 1);
+    // In a kernel-mode sample the user "leaf" is where the syscall returns
+    // to, so it is looked up one byte back like any return address.
+    assert_eq!(after_exec[..2], [(b.clone(), 0x20ff), (b.clone(), 0x200f)]);
+    assert_eq!(names(&r, thread(&r, 10, 10).samples.stack[1]).last().unwrap(), "__schedule", "kernel frames named from the snapshot");
+    assert_eq!(frames_of(&r, 11, 11, 0), vec![(b, 0x2020)]);
+
+    let p10 = r.processes.iter().find(|p| p.pid == 10).unwrap();
+    assert_eq!(p10.name, "b", "named by the exec'd command");
+    let p11 = r.processes.iter().find(|p| p.pid == 11).unwrap();
+    assert_eq!((p11.start_ns, p11.end_ns), (Some(500), Some(700)));
+    // Thread 10 had no baseline: first delta 0, then the difference.
+    assert_eq!(p10.threads[0].samples.cpu_delta_ns, vec![0, 2000]);
+    // Thread 11 was forked during the recording: its baseline is 0.
+    assert_eq!(p11.threads[0].samples.cpu_delta_ns, vec![5000]);
+    assert!(r.warnings.iter().any(|w| w.contains("/nonexistent/a")), "{:?}", r.warnings);
+}
+
+/// Check that a Tree filter keeps the root and the processes it forks,
+/// and nothing else.
+#[test]
+fn tree_filter_follows_forks() {
+    let mut c = collector(PidFilter::Tree(vec![20]));
+    sample(&mut c, 100, 20, 20, 0, &[0x1234], &[]);
+    sample(&mut c, 100, 30, 30, 0, &[0x1234], &[]);
+    c.handle_sideband(SidebandEvent::Fork { time: 150, pid: 21, ppid: 20, tid: 21 });
+    c.handle_sideband(SidebandEvent::Fork { time: 150, pid: 31, ppid: 30, tid: 31 });
+    sample(&mut c, 200, 21, 21, 0, &[0x1234], &[]);
+    sample(&mut c, 200, 31, 31, 0, &[0x1234], &[]);
+    let r = c.finish_window(range(0, 1000));
+    let pids: Vec<u32> = r.processes.iter().map(|p| p.pid).collect();
+    assert_eq!(pids, vec![20, 21]);
+}
+
+/// Check that an off-CPU interval's stack ends where the thread left the
+/// CPU: the tracepoint path and the BPF program read with it are cut, the
+/// user frames are under the kernel's, and the reason is the leaf.
+#[test]
+fn off_cpu_stacks_end_where_the_thread_left_the_cpu() {
+    let mut c = collector(PidFilter::All);
+    let (bpf, traceiter, run4) = (0xffff_ffff_c000_1010, 0xffff_ffff_8130_0010, 0xffff_ffff_8130_0110);
+    let (sched, schedule, nanosleep) = (0xffff_ffff_8110_0410, 0xffff_ffff_8110_0910, 0xffff_ffff_8110_0a10);
+    stack_record(&mut c, 40, 41, 7 << 12, &[0x7000, 0x7100], &[bpf, run4, traceiter, sched, schedule, nanosleep]);
+    c.handle_offcpu(&off_cpu(40, 41, abi::OFFCPU_SLEEPING, 100, 2_000_100, 7 << 12));
+    let r = c.finish_window(range(0, 3_000_000));
+    let t = thread(&r, 40, 41);
+    assert_eq!(t.off_cpu.duration_ns, vec![2_000_000]);
+    let n = names(&r, t.off_cpu.stack[0]);
+    assert_eq!(&n[2..], ["do_nanosleep", "schedule", "__schedule", "[off-CPU: sleeping]"], "{n:?}");
+    assert_eq!(n.len(), 6, "two user frames (unnamed here) above: {n:?}");
+    assert!(matches!(t.markers[..], [MarkerRecord::OffCpu { reason: OffCpuReason::Sleeping, .. }]));
+    assert_eq!(r.stats.stacks_not_kept, 0);
+}
+
+/// Check that a wakeup whose stack runs under an interrupt entry is said to
+/// come from the interrupt, with only the interrupt's frames, and a
+/// wakeup by a task names the task with its whole stack.
+#[test]
+fn wakers_from_interrupts_are_not_the_interrupted_task() {
+    let mut c = collector(PidFilter::All);
+    let (wake, blk, common, asm, read) = (0xffff_ffff_8110_0010, 0xffff_ffff_8160_0010, 0xffff_ffff_8150_0010, 0xffff_ffff_8100_0d50, 0xffff_ffff_8170_0010);
+    stack_record(&mut c, 40, 41, 1 << 12, &[0x7000], &[0xffff_ffff_8110_0410]);
+    // The interrupt arrived while pid 90 was in read(2).
+    stack_record(&mut c, 90, 91, 2 << 12, &[0x9000], &[0xffff_ffff_c000_1010, wake, blk, common, asm, read]);
+    // A task wakeup by pid 95.
+    stack_record(&mut c, 95, 96, 3 << 12, &[0x9500], &[0xffff_ffff_c000_1010, wake, read]);
+    let mut by_irq = off_cpu(40, 41, abi::OFFCPU_BLOCKED, 100, 5_000_000, 1 << 12);
+    (by_irq.wake_ns, by_irq.waker_pid, by_irq.waker_tid, by_irq.waker_stack_id) = (4_000_000, 90, 91, 2 << 12);
+    by_irq.waker_comm[..7].copy_from_slice(b"sysprof");
+    let mut by_task = off_cpu(40, 41, abi::OFFCPU_SLEEPING, 6_000_000, 9_000_000, 1 << 12);
+    (by_task.wake_ns, by_task.waker_pid, by_task.waker_tid, by_task.waker_stack_id) = (8_000_000, 95, 96, 3 << 12);
+    by_task.waker_comm[..6].copy_from_slice(b"pinger");
+    c.handle_offcpu(&by_irq);
+    c.handle_offcpu(&by_task);
+    let r = c.finish_window(range(0, 10_000_000));
+    let t = thread(&r, 40, 41);
+    let markers: Vec<(&Waker, Vec<String>)> = t
+        .markers
+        .iter()
+        .map(|m| match m {
+            MarkerRecord::OffCpu { waker: Some(w), waker_stack: Some(s), .. } => (w, names(&r, *s)),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(markers[0].0.interrupt, Some(InterruptKind::Hard));
+    assert_eq!(markers[0].0.label(), "an interrupt (while sysprof ran, pid 90, tid 91)");
+    assert_eq!(markers[0].1, ["asm_common_interrupt", "common_interrupt", "blk_mq_complete_request", "try_to_wake_up"]);
+    assert_eq!(markers[1].0.interrupt, None);
+    assert_eq!(markers[1].0.label(), "pinger (pid 95, tid 96)");
+    assert_eq!(markers[1].1[1..], ["ksys_read", "try_to_wake_up"], "the task's user frame, then its kernel path");
+}
+
+/// Check that folded short waits keep their reason: one weighted sample per
+/// reason, each ending in that reason, adding up to the folded time.
+#[test]
+fn short_waits_keep_their_reason() {
+    let mut c = collector(PidFilter::All);
+    c.handle_folded(&FoldedEvent {
+        kind: abi::RECORD_FOLDED,
+        pid: 50,
+        tid: 51,
+        _pad: 0,
+        first_ns: 10,
+        last_ns: 900,
+        ns: [300, 200, 0, 0],
+        count: [3, 4, 0, 0],
+    });
+    let r = c.finish_window(range(0, 1000));
+    let t = thread(&r, 50, 51);
+    let mut got: Vec<(Vec<String>, u64)> = t.off_cpu.stack.iter().zip(&t.off_cpu.duration_ns).map(|(&s, &d)| (names(&r, s), d)).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (vec!["[short off-CPU waits: no stack]".to_string(), "[off-CPU: preempted, waiting for a CPU]".to_string()], 300),
+            (vec!["[short off-CPU waits: no stack]".to_string(), "[off-CPU: sleeping]".to_string()], 200),
+        ]
+    );
+    assert_eq!(r.stats.off_cpu_folded, 7);
+}
+
+/// Check that nothing lies outside a recording's range: samples before its
+/// start or after its end are left out, intervals are clipped to it.
+#[test]
+fn everything_lies_inside_the_range() {
+    let mut c = collector(PidFilter::All);
+    for t in [50, 150, 950, 1050] {
+        sample(&mut c, t, 60, 60, t, &[0x1234], &[]);
+    }
+    c.handle_offcpu(&off_cpu(60, 60, abi::OFFCPU_SLEEPING, 500, 1500, 0));
+    let r = c.finish_window(range(100, 1000));
+    let t = thread(&r, 60, 60);
+    assert_eq!(t.samples.time_ns, vec![150, 950]);
+    assert_eq!((t.off_cpu.time_ns.clone(), t.off_cpu.duration_ns.clone()), (vec![500], vec![500]));
+}
+
+/// Check that a window starts from where the previous one left the
+/// processes (mappings, names, CPU-time bases), and that a process that
+/// exited is forgotten after the window that reported it.
+#[test]
+fn windows_carry_process_state_and_forget_the_dead() {
+    let mut c = collector(PidFilter::All);
+    c.handle_sideband(SidebandEvent::Comm { time: 10, pid: 70, tid: 70, name: "server".into(), exec: true });
+    c.handle_sideband(SidebandEvent::Mmap(mmap(11, 70, "/nonexistent/server")));
+    sample(&mut c, 100, 70, 70, 1000, &[0x40_0010], &[]);
+    c.handle_sideband(SidebandEvent::Fork { time: 150, pid: 71, ppid: 70, tid: 71 });
+    c.handle_sideband(SidebandEvent::Exit { time: 200, pid: 71, tid: 71 });
+    let first = c.finish_window(WindowRange { clip_start: false, ..range(0, 1000) });
+    assert_eq!(first.processes.len(), 1, "pid 71 had no data");
+    sample(&mut c, 1100, 70, 70, 4000, &[0x40_0020], &[]);
+    let second = c.finish_window(WindowRange { clip_start: false, ..range(1000, 2000) });
+    assert_eq!(frames_of(&second, 70, 70, 0), vec![("/nonexistent/server".to_string(), 0x2020)]);
+    assert_eq!(second.processes[0].name, "server");
+    assert_eq!(second.processes[0].threads[0].samples.cpu_delta_ns, vec![3000], "the CPU-time base carried over");
+    assert!(!c.table.processes.contains_key(&71), "exited in the first window: forgotten");
+}

@@ -1,0 +1,297 @@
+//! Kernel symbols: a snapshot of `/proc/kallsyms` taken while our BPF
+//! programs are loaded, and what it tells about kernel frames.
+//!
+//! In: `/proc/kallsyms` (text symbols of the kernel, its modules and the
+//! JIT-compiled BPF programs). Out: a [`KernelSymbols`] table that names
+//! kernel addresses, and classifies frames: the tracing path and BPF
+//! programs (which every stack read inside a tracepoint starts with, and
+//! which are cut: a thread's stack ends where the thread was), and
+//! interrupt entries (a wakeup under one came from an interrupt, not from
+//! the task it interrupted).
+//!
+//! Written here rather than through blazesym's kallsyms source because the
+//! table must be read while our programs are loaded (read later, an address
+//! in a BPF program takes the name of whatever symbol precedes it once the
+//! program is gone) and the same table classifies frames while recording.
+//! The format is one `ADDRESS TYPE NAME [MODULE]` line per symbol.
+
+/// What a kernel frame is, for cutting and classifying stacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameClass {
+    /// Ordinary kernel code.
+    Code,
+    /// The tracepoint and BPF dispatch path, or a BPF program.
+    Tracing,
+    /// A hardware interrupt's entry (the interrupted context lies below it).
+    HardIrqEntry,
+    /// Softirq processing (on interrupt exit, or on `local_bh_enable`).
+    Softirq,
+    /// The ksoftirqd thread's loop: softirqs processed in a task.
+    Ksoftirqd,
+}
+
+/// Prefixes of the functions on the path from a tracepoint to a BPF program.
+const TRACING_PREFIXES: [&str; 12] = [
+    "bpf_prog_",
+    "bpf_trace_run",
+    "__bpf_trace_",
+    "__traceiter_",
+    "trace_call_bpf",
+    "perf_trace_",
+    "__bpf_prog_run",
+    "bpf_dispatcher_",
+    "bpf_trampoline_",
+    "trace_event_raw_event_",
+    "__perf_event_overflow",
+    "perf_tp_event",
+];
+
+/// Interrupt entries on x86_64 (`asm_*` stubs and their C handlers) and arm64.
+const HARDIRQ_PREFIXES: [&str; 9] = [
+    "asm_common_interrupt",
+    "asm_sysvec_",
+    "common_interrupt",
+    "sysvec_",
+    "asm_spurious_interrupt",
+    "el1_interrupt",
+    "el0_interrupt",
+    "el1h_64_irq",
+    "el0t_64_irq",
+];
+
+/// A snapshot of the kernel's symbol table.
+#[derive(Debug, Default)]
+pub struct KernelSymbols {
+    /// Symbol start addresses, sorted.
+    starts: Vec<u64>,
+    /// Each symbol's name: (offset, length) in `names`.
+    name_spans: Vec<(u32, u32)>,
+    names: String,
+    classes: Vec<FrameClass>,
+    /// `_text`: kernel frames are given relative to it.
+    pub text: u64,
+}
+
+/// A kernel address's symbol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelSymbol<'a> {
+    /// Where the symbol starts.
+    pub start: u64,
+    /// Its size, up to the next symbol (None for the last one).
+    pub size: Option<u64>,
+    /// Its name.
+    pub name: &'a str,
+}
+
+impl KernelSymbols {
+    /// Read `/proc/kallsyms` now. Without it (or with addresses hidden by
+    /// `kptr_restrict`) the table is empty and kernel frames stay unnamed.
+    pub fn snapshot() -> Result<KernelSymbols, String> {
+        let text = std::fs::read_to_string("/proc/kallsyms").map_err(|e| format!("/proc/kallsyms: {e}"))?;
+        let table = KernelSymbols::parse(&text);
+        if table.starts.is_empty() {
+            return Err("/proc/kallsyms shows no addresses (kernel.kptr_restrict); run as root".into());
+        }
+        Ok(table)
+    }
+
+    /// Parse kallsyms text: text symbols only (types t, T, w, W), sorted.
+    pub fn parse(text: &str) -> KernelSymbols {
+        let mut entries: Vec<(u64, &str, bool)> = Vec::new();
+        let mut text_addr = 0;
+        for line in text.lines() {
+            let mut f = line.split_ascii_whitespace();
+            let (Some(addr), Some(kind), Some(name)) = (f.next(), f.next(), f.next()) else { continue };
+            let Ok(addr) = u64::from_str_radix(addr, 16) else { continue };
+            if addr == 0 || !matches!(kind, "t" | "T" | "w" | "W") {
+                continue;
+            }
+            if name == "_text" {
+                text_addr = addr;
+            }
+            let bpf = f.next() == Some("[bpf]");
+            entries.push((addr, name, bpf));
+        }
+        entries.sort_by_key(|e| e.0);
+        let mut t = KernelSymbols { text: text_addr, ..Default::default() };
+        t.starts.reserve(entries.len());
+        for (addr, name, bpf) in entries {
+            let class = if bpf || TRACING_PREFIXES.iter().any(|p| name.starts_with(p)) {
+                FrameClass::Tracing
+            } else if HARDIRQ_PREFIXES.iter().any(|p| name.starts_with(p)) {
+                FrameClass::HardIrqEntry
+            } else if matches!(name, "handle_softirqs" | "__do_softirq" | "do_softirq") {
+                FrameClass::Softirq
+            } else if name == "run_ksoftirqd" {
+                FrameClass::Ksoftirqd
+            } else {
+                FrameClass::Code
+            };
+            t.starts.push(addr);
+            t.name_spans.push((t.names.len() as u32, name.len() as u32));
+            t.names.push_str(name);
+            t.classes.push(class);
+        }
+        t
+    }
+
+    fn index(&self, addr: u64) -> Option<usize> {
+        self.starts.partition_point(|&s| s <= addr).checked_sub(1)
+    }
+
+    /// The symbol containing `addr`.
+    pub fn lookup(&self, addr: u64) -> Option<KernelSymbol<'_>> {
+        let i = self.index(addr)?;
+        let (off, len) = self.name_spans[i];
+        Some(KernelSymbol {
+            start: self.starts[i],
+            size: self.starts.get(i + 1).map(|next| next - self.starts[i]),
+            name: &self.names[off as usize..(off + len) as usize],
+        })
+    }
+
+    /// What the frame at `addr` is.
+    pub fn class(&self, addr: u64) -> FrameClass {
+        self.index(addr).map(|i| self.classes[i]).unwrap_or(FrameClass::Code)
+    }
+
+    /// Number of symbols.
+    pub fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// True when no symbol was read.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// A kernel stack read inside a tracepoint (leaf first), without the
+    /// tracing path and BPF program frames it starts with.
+    pub fn cut_tracing<'a>(&self, stack: &'a [u64]) -> &'a [u64] {
+        let skip = stack.iter().take_while(|&&a| self.class(a) == FrameClass::Tracing).count();
+        &stack[skip..]
+    }
+
+    /// Where a stack (leaf first, tracing path already cut) ran: in an
+    /// interrupt, the frames from the leaf up to the interrupt's entry,
+    /// which is all of it that belongs to the interrupt; None in a task.
+    pub fn interrupt_part(&self, stack: &[u64]) -> Option<(InterruptKind, usize)> {
+        for (i, &a) in stack.iter().enumerate() {
+            match self.class(a) {
+                FrameClass::HardIrqEntry => {
+                    // The entry may be several frames (C handler, asm stub): keep them all.
+                    let end = i + stack[i..].iter().take_while(|&&a| self.class(a) == FrameClass::HardIrqEntry).count();
+                    return Some((InterruptKind::Hard, end));
+                }
+                FrameClass::Softirq => {
+                    // In ksoftirqd softirqs run in a thread, which is the waker.
+                    if stack[i..].iter().any(|&a| self.class(a) == FrameClass::Ksoftirqd) {
+                        return None;
+                    }
+                    // Below the softirq frames: the interrupt's exit or local_bh_enable.
+                    let rest = &stack[i..];
+                    if let Some(j) = rest.iter().position(|&a| self.class(a) == FrameClass::HardIrqEntry) {
+                        let end = i + j + rest[j..].iter().take_while(|&&a| self.class(a) == FrameClass::HardIrqEntry).count();
+                        return Some((InterruptKind::Soft, end));
+                    }
+                    let end = i + rest.iter().take_while(|&&a| self.class(a) == FrameClass::Softirq).count();
+                    return Some((InterruptKind::Soft, end));
+                }
+                FrameClass::Ksoftirqd => return None,
+                _ => {}
+            }
+        }
+        None
+    }
+}
+
+/// Which kind of interrupt a kernel stack ran in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterruptKind {
+    /// A hardware interrupt handler.
+    Hard,
+    /// Softirq processing borrowed by whatever task ran.
+    Soft,
+}
+
+impl InterruptKind {
+    /// As shown in markers.
+    pub fn label(self) -> &'static str {
+        match self {
+            InterruptKind::Hard => "an interrupt",
+            InterruptKind::Soft => "a softirq",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KALLSYMS: &str = "\
+ffffffff81000000 T _text
+ffffffff81000d40 T asm_common_interrupt
+ffffffff81000df0 T asm_sysvec_apic_timer_interrupt
+ffffffff81100000 t try_to_wake_up
+ffffffff81100400 T __schedule
+ffffffff81100900 T schedule
+ffffffff81200000 t handle_softirqs
+ffffffff81200300 t run_ksoftirqd
+ffffffff81200400 T do_softirq
+ffffffff81300000 T __traceiter_sched_switch
+ffffffff81300100 T bpf_trace_run4
+ffffffff81400000 D some_data
+ffffffff81500000 T common_interrupt
+ffffffff81600000 T blk_mq_complete_request
+ffffffff81700000 T __local_bh_enable_ip
+ffffffffc0001000 t bpf_prog_6deef7357e7b4530_on_sched_switch\t[bpf]
+ffffffffc0002000 t bpf_prog_1122334455667788_sample_cpu_clock\t[bpf]
+ffffffffc0100000 t ext4_readdir\t[ext4]
+";
+
+    /// Check lookups, sizes up to the next symbol, data symbols ignored,
+    /// and BPF programs named by their own entries (not their neighbours).
+    #[test]
+    fn names_addresses_including_bpf_programs() {
+        let k = KernelSymbols::parse(KALLSYMS);
+        assert_eq!(k.text, 0xffffffff81000000);
+        let s = k.lookup(0xffffffff81100410).unwrap();
+        assert_eq!((s.name, s.start, s.size), ("__schedule", 0xffffffff81100400, Some(0x500)));
+        assert_eq!(k.lookup(0xffffffff81400010).unwrap().name, "bpf_trace_run4", "data symbols are not code");
+        assert_eq!(k.lookup(0xffffffffc0001080).unwrap().name, "bpf_prog_6deef7357e7b4530_on_sched_switch");
+        assert_eq!(k.lookup(0xffffffffc0002080).unwrap().name, "bpf_prog_1122334455667788_sample_cpu_clock");
+        assert_eq!(k.lookup(0xffffffffc0100010).unwrap().name, "ext4_readdir");
+        assert!(k.lookup(0x1000).is_none());
+    }
+
+    /// Check that a stack read in sched_switch loses the BPF program and the
+    /// tracepoint path and starts at __schedule; a stack without them is kept.
+    #[test]
+    fn cuts_the_tracing_path() {
+        let k = KernelSymbols::parse(KALLSYMS);
+        let stack = [0xffffffffc0001010, 0xffffffff81300110, 0xffffffff81300010, 0xffffffff81100410, 0xffffffff81100910];
+        assert_eq!(k.cut_tracing(&stack), &stack[3..]);
+        assert_eq!(k.cut_tracing(&stack[3..]), &stack[3..]);
+        assert_eq!(k.cut_tracing(&stack[..2]), &[] as &[u64]);
+    }
+
+    /// Check that wakeups under an interrupt entry or softirq processing
+    /// are told apart from wakeups by a task, ksoftirqd included.
+    #[test]
+    fn tells_interrupts_from_tasks() {
+        let k = KernelSymbols::parse(KALLSYMS);
+        let (wake, blk, common, asm) = (0xffffffff81100010, 0xffffffff81600010, 0xffffffff81500010, 0xffffffff81000d50);
+        let (softirq, ksoftirqd, do_softirq, bh) = (0xffffffff81200010, 0xffffffff81200310, 0xffffffff81200410, 0xffffffff81700010);
+        let task_frame = 0xffffffff81100910;
+        // A hard interrupt that interrupted a task in the kernel.
+        assert_eq!(k.interrupt_part(&[wake, blk, common, asm, task_frame]), Some((InterruptKind::Hard, 4)));
+        // Softirq on interrupt exit.
+        assert_eq!(k.interrupt_part(&[wake, softirq, asm, task_frame]), Some((InterruptKind::Soft, 3)));
+        // Softirq processed by a task re-enabling bottom halves.
+        assert_eq!(k.interrupt_part(&[wake, softirq, do_softirq, bh, task_frame]), Some((InterruptKind::Soft, 3)));
+        // ksoftirqd is a thread: it is the waker.
+        assert_eq!(k.interrupt_part(&[wake, softirq, ksoftirqd]), None);
+        // A plain task.
+        assert_eq!(k.interrupt_part(&[wake, task_frame]), None);
+    }
+}
