@@ -199,6 +199,11 @@ impl ThreadView<'_> {
         self.t["samples"]["threadCPUDelta"].as_array().unwrap().iter().filter_map(Value::as_u64).sum()
     }
 
+    /// Each sample's time, ms since the profile's start.
+    pub fn times(&self) -> Vec<f64> {
+        sysprof::profile::validate::sample_times(&self.t["samples"]).expect("sample times")
+    }
+
     /// Each sample's weight (1 when the profile is not weighted).
     pub fn weights(&self) -> Vec<f64> {
         match self.t["samples"]["weight"].as_array() {

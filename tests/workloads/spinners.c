@@ -1,11 +1,12 @@
 /*
  * spinners: argv[1] threads named "spinner" burn CPU for argv[2] seconds of
  * wall time, on a machine with fewer CPUs, so they preempt each other. Each
- * thread prints, just before it ends, "spinner=TID run_delay_ns=R cpu_ns=C"
- * from its own /proc/self/task/TID/schedstat: the kernel's time it spent
- * runnable but waiting for a CPU since it first ran (its wait to start is
- * no off-CPU interval: it never left a CPU), and on one (the oracles for
- * off-CPU time and CPU time). Main prints "pid=" and, at the end, "cpu_ns=" (the
+ * thread prints, just before it ends, "spinner=TID run_delay_ns=R cpu_ns=C
+ * wall_minus_cpu_ns=W t0_ns=A t1_ns=B": from its own schedstat, the time it
+ * spent runnable but waiting for a CPU and on one; and between A and B
+ * (CLOCK_MONOTONIC, its first and last instants of spinning) its wall time
+ * minus its own CLOCK_THREAD_CPUTIME_ID: the time it was off the CPU, which
+ * for a thread that never sleeps is all waiting for a CPU. Main prints "pid=" and, at the end, "cpu_ns=" (the
  * process's CPU time).
  */
 #define _GNU_SOURCE
@@ -55,7 +56,8 @@ __attribute__((noinline)) void *spin(void *arg)
 	schedstat(tid, &cpu, &delay);
 	long long thread_cpu = (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec);
 	pthread_mutex_lock(&print_lock);
-	printf("spinner=%ld run_delay_ns=%llu cpu_ns=%llu wall_minus_cpu_ns=%lld\n", tid, delay - delay0, cpu, (t1 - t0) - thread_cpu);
+	printf("spinner=%ld run_delay_ns=%llu cpu_ns=%llu wall_minus_cpu_ns=%lld t0_ns=%lld t1_ns=%lld\n", tid, delay - delay0, cpu,
+	       (t1 - t0) - thread_cpu, t0, t1);
 	pthread_mutex_unlock(&print_lock);
 	return NULL;
 }

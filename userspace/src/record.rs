@@ -168,6 +168,9 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<i32, RecordError
         .await?;
     let end_ns = monotonic_ns();
     let stopped = Instant::now();
+    // Recording is over: from now on Ctrl-C or SIGTERM end sysprof at once
+    // (nothing half-written stays behind), whatever it is doing.
+    restore_default_signals();
     if show_status {
         eprint!("\r\x1b[K");
     }
@@ -269,7 +272,7 @@ fn print_summary(rec: &Recording, path: &Path, bytes: u64, write_time: Duration,
         eprintln!(
             "sysprof: stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} \
              off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
-             stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} \
+             stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
              unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
             st.samples,
             st.samples_kept,
@@ -288,6 +291,7 @@ fn print_summary(rec: &Recording, path: &Path, bytes: u64, write_time: Duration,
             st.lost_state,
             st.lost_sideband,
             st.malformed,
+            st.processes_without_data,
             u.unwinds,
             u.reached_root,
             u.copy_exhausted,
@@ -326,6 +330,15 @@ impl Timing {
             );
         }
         self.last.set(Instant::now());
+    }
+}
+
+/// Give SIGINT and SIGTERM back their default action.
+fn restore_default_signals() {
+    // SAFETY: resetting dispositions to SIG_DFL is always allowed.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
     }
 }
 

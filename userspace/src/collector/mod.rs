@@ -169,6 +169,8 @@ pub struct Collector {
     recent_pids: FxHashSet<u32>,
     /// Samples received, all windows.
     samples_total: u64,
+    /// Names binaries' addresses; its parsed files stay cached between windows.
+    symbolicator: crate::symbolize::Symbolicator,
     /// Reused buffer for one unwound stack.
     unwound: Vec<u64>,
     /// Reused buffer for one raw stack.
@@ -193,6 +195,7 @@ impl Collector {
             jit_processes: FxHashMap::default(),
             recent_pids: FxHashSet::default(),
             samples_total: 0,
+            symbolicator: crate::symbolize::Symbolicator::new(),
             unwound: Vec::with_capacity(128),
             scratch: Vec::with_capacity(256),
         }
@@ -609,9 +612,22 @@ impl Collector {
             }
         }
         let jit = symbolicate::JitSources { processes: &self.jit_processes, dumps: &self.jitdumps };
-        let (libs, frames) =
-            symbolicate::symbolicate(&mut self.binaries, &self.kernel, &frame_keys, &jit, self.options.debuginfod, &mut warnings);
+        let (libs, frames) = symbolicate::symbolicate(
+            &mut self.binaries,
+            &mut self.symbolicator,
+            &self.kernel,
+            &frame_keys,
+            &jit,
+            self.options.debuginfod,
+            &mut warnings,
+        );
         let processes = self.window_processes(threads, &w.sample_comm);
+        w.stats.processes_without_data = self
+            .table
+            .processes
+            .iter()
+            .filter(|(pid, p)| p.tracked && p.start_ns.is_some() && p.end_ns.is_some() && !processes.iter().any(|r| r.pid == **pid))
+            .count() as u64;
         w.stats.samples_kept = processes.iter().flat_map(|p| &p.threads).map(|t| t.samples.time_ns.len() as u64).sum();
 
         // What ended in this window has been reported: forget it.

@@ -361,6 +361,9 @@ pub struct RecordingStats {
     /// Requests that completed without their start being seen (they began
     /// before the recording, or their start was lost).
     pub io_untracked: u64,
+    /// Processes that started and exited in the window without a single
+    /// sample or event (a fork storm's children, mostly): not in the profile.
+    pub processes_without_data: u64,
     /// User stacks unwound with DWARF (dwarf mode).
     pub unwind: crate::unwind::UnwindStats,
 }

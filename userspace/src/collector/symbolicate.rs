@@ -12,8 +12,9 @@ use rustc_hash::FxHashMap;
 use super::recording::{FrameRecord, LibRecord, NO_LIB};
 use super::replay::{FrameKey, PseudoFrame, JIT_BINARY, KERNEL_BINARY, PSEUDO_BINARY};
 use crate::symbolize::binaries::{BinaryIndex, Binaries};
+use crate::symbolize::elf::{ElfLimits, ElfReader};
 use crate::symbolize::kernel::KernelSymbols;
-use crate::symbolize::{self, AddrInfo, Symbolicator};
+use crate::symbolize::{self, debugfile, names, AddrInfo, Symbolicator};
 
 /// A kernel address from the snapshot: the function it is in.
 fn kernel_addr_info(kernel: &KernelSymbols, addr: u64) -> AddrInfo {
@@ -38,28 +39,36 @@ pub(super) struct JitSources<'a> {
 
 pub(super) fn symbolicate(
     binaries: &mut Binaries,
+    symbolicator: &mut Symbolicator,
     kernel: &KernelSymbols,
     keys: &[FrameKey],
     jit: &JitSources<'_>,
     debuginfod: bool,
     warnings: &mut Vec<String>,
 ) -> (Vec<LibRecord>, Vec<FrameRecord>) {
-    let symbolicator = Symbolicator::new();
+    let warn = |w: String, warnings: &mut Vec<String>| {
+        if !warnings.contains(&w) {
+            warnings.push(w);
+        }
+    };
     let mut by_binary: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
     for (i, k) in keys.iter().enumerate() {
         by_binary.entry(k.binary).or_default().push(i as u32);
     }
-    let kernel_text = kernel.text;
-    let kernel_build_id = symbolize::kernel_build_id();
-    let kernel_lib = binaries.len() as u32;
+    // The libraries of this window: the binaries its frames point into,
+    // then the kernel, then JIT code (added by symbolicate_jit).
+    let mut used: Vec<BinaryIndex> = by_binary.keys().copied().filter(|&b| (b as usize) < binaries.len()).collect();
+    used.sort_unstable();
+    let lib_of: FxHashMap<BinaryIndex, u32> = used.iter().enumerate().map(|(i, &b)| (b, i as u32)).collect();
+    let kernel_lib = used.len() as u32;
     let mut frames: Vec<FrameRecord> = keys
         .iter()
         .map(|k| match k.binary {
             KERNEL_BINARY => FrameRecord {
                 lib: kernel_lib,
-                address: k.address.wrapping_sub(kernel_text),
+                address: k.address.wrapping_sub(kernel.text),
                 kernel: true,
-                symbols: AddrInfo::default(),
+                symbols: kernel_addr_info(kernel, k.address),
                 pseudo: false,
             },
             PSEUDO_BINARY => FrameRecord {
@@ -76,84 +85,53 @@ pub(super) fn symbolicate(
                 },
                 pseudo: true,
             },
-            JIT_BINARY => FrameRecord { lib: NO_LIB, address: k.address, kernel: false, symbols: AddrInfo::default(), pseudo: false },
-            b => FrameRecord { lib: b, address: k.address, kernel: false, symbols: AddrInfo::default(), pseudo: false },
+            b => FrameRecord {
+                lib: lib_of.get(&b).copied().unwrap_or(NO_LIB),
+                address: k.address,
+                kernel: false,
+                symbols: AddrInfo::default(),
+                pseudo: false,
+            },
         })
         .collect();
-    // Build ids first: they name separate debug files.
-    for i in 0..binaries.len() as u32 {
-        let bin = binaries.get_mut(i);
-        if bin.build_id.is_none() {
-            if let Some(path) = bin.open_path() {
-                if let Ok(Some(id)) = blazesym::helper::read_elf_build_id(&path) {
-                    bin.build_id = Some(id.to_vec());
-                }
-            }
-        }
-    }
     // Debug files from debuginfod for sampled binaries that have none here.
     let mut fetched: FxHashMap<u32, String> = FxHashMap::default();
     if debuginfod {
-        let wanted: Vec<(u32, Vec<u8>)> = by_binary
-            .keys()
-            .filter(|&&b| (b as usize) < binaries.len())
+        let wanted: Vec<(u32, Vec<u8>)> = used
+            .iter()
             .filter_map(|&b| {
-                let id = binaries.get(b).build_id.clone()?;
-                symbolize::build_id_debug_file(&id).is_none().then_some((b, id))
+                let bin = binaries.get_mut(b);
+                if bin.build_id.is_none() {
+                    bin.build_id = bin.file.as_ref().and_then(|f| ElfReader::new(f, ElfLimits::default()).build_id());
+                }
+                let id = bin.build_id.clone()?;
+                debugfile::by_build_id(&id).is_none().then_some((b, id))
             })
             .collect();
         let (found, errors) = symbolize::fetch_debuginfod(wanted);
         fetched.extend(found);
         for e in errors {
-            if !warnings.contains(&e) {
-                warnings.push(e);
-            }
+            warn(e, warnings);
         }
     }
-    for (binary, idxs) in by_binary {
+    for &b in &used {
+        let idxs = &by_binary[&b];
         let addrs: Vec<u64> = idxs.iter().map(|&i| keys[i as usize].address).collect();
-        let result = match binary {
-            NO_LIB | PSEUDO_BINARY | JIT_BINARY => continue,
-            KERNEL_BINARY => Ok(addrs.iter().map(|&a| kernel_addr_info(kernel, a)).collect()),
-            b => {
-                let bin = binaries.get(b);
-                let debug_file =
-                    bin.build_id.as_deref().and_then(symbolize::build_id_debug_file).or_else(|| fetched.get(&b).cloned());
-                match (bin.open_path(), debug_file) {
-                    (Some(path), Some(debug)) => symbolize::file_offsets_to_virt(&path, &addrs)
-                        .and_then(|virt| symbolicator.symbolize_elf_virt(&debug, &virt))
-                        .map_err(|e| format!("{} (debug file {debug}): {e}", bin.path)),
-                    (Some(path), None) => {
-                        symbolicator.symbolize_elf(&path, &addrs).map_err(|e| format!("{}: {e}", bin.path))
-                    }
-                    (None, _) => Err(format!(
-                        "{}: {}",
-                        bin.path,
-                        bin.open_error.clone().unwrap_or_else(|| "not a file".into())
-                    )),
-                }
-            }
-        };
-        match result {
-            Ok(infos) => {
-                for (&i, info) in idxs.iter().zip(infos) {
-                    frames[i as usize].symbols = info;
-                }
-            }
-            Err(e) => {
-                let w = format!("cannot symbolize {e}; its frames keep library and address");
-                if !warnings.contains(&w) {
-                    warnings.push(w);
-                }
-            }
+        let names = names::symbolize_binary(symbolicator, binaries.get(b), &addrs, ElfLimits::default(), fetched.get(&b).map(String::as_str));
+        for (&i, info) in idxs.iter().zip(names.infos) {
+            frames[i as usize].symbols = info;
         }
+        for w in names.warnings {
+            warn(w, warnings);
+        }
+        binaries.get_mut(b).build_id = names.build_id;
     }
-    let mut libs = Vec::with_capacity(binaries.len() + 1);
-    for i in 0..binaries.len() as u32 {
-        let bin = binaries.get(i);
+    let mut libs = Vec::with_capacity(used.len() + 1);
+    for &b in &used {
+        let bin = binaries.get(b);
         libs.push(LibRecord { path: bin.path.clone(), name: bin.name.clone(), build_id: bin.build_id.clone() });
     }
-    libs.push(LibRecord { path: "[kernel.kallsyms]".into(), name: "[kernel.kallsyms]".into(), build_id: kernel_build_id });
+    libs.push(LibRecord { path: "[kernel.kallsyms]".into(), name: "[kernel.kallsyms]".into(), build_id: symbolize::kernel_build_id() });
     symbolicate_jit(keys, &mut frames, &mut libs, jit, binaries, warnings);
     (libs, frames)
 }
@@ -206,7 +184,7 @@ fn symbolicate_jit(
             // whoever read it before (the unwinder looked for ELF sections).
             let dump = bin.file.as_ref().and_then(|f| {
                 use std::os::unix::fs::FileExt;
-                let len = f.metadata().ok()?.len().min(512 << 20) as usize;
+                let len = f.metadata().ok()?.len().min(symbolize::perfmap::MAX_PERF_MAP_BYTES) as usize;
                 let mut bytes = vec![0u8; len];
                 let mut done = 0;
                 while done < len {

@@ -158,6 +158,8 @@ pub fn build_profile(rec: &Recording, host: &HostInfo) -> Profile {
     let st = &rec.stats;
     extra_entries.push(serde_json::json!({ "label": "Samples lost", "format": "integer", "value": st.lost_samples }));
     extra_entries.push(serde_json::json!({ "label": "Scheduler/I/O records lost", "format": "integer", "value": st.lost_events }));
+    extra_entries.push(serde_json::json!({ "label": "Stacks lost", "format": "integer", "value": st.lost_stacks + st.stacks_not_kept }));
+    extra_entries.push(serde_json::json!({ "label": "Processes that lived and died unsampled", "format": "integer", "value": st.processes_without_data }));
     let meta = serde_json::json!({
             "version": 24,
             "preprocessedProfileVersion": PREPROCESSED_PROFILE_VERSION,

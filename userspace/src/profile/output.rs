@@ -1,39 +1,96 @@
-//! Writing the profile file safely.
+//! Writing the profile file safely, as root, in directories others write to.
 //!
-//! In: the output path, chosen before recording starts; later the profile
-//! JSON. Out: the file at that path, complete or not at all. A temporary file
-//! next to the output is created at once (so an unwritable path fails before
-//! anything is recorded), filled (gzip-compressed when the name ends in
-//! `.gz`), flushed, and renamed over the final name.
+//! In: the output path, chosen before recording starts; later the bytes.
+//! Out: the file at that path, complete or not at all, a new root-owned
+//! file that nothing anyone planted was written through.
+//!
+//! The file is created at once (so an unwritable path fails before anything
+//! is recorded) as an unnamed file in the output's directory (`O_TMPFILE`):
+//! nothing exists under any name until the profile is complete, so a full
+//! disk, a write error or a SIGKILL leaves nothing behind. At the end it is
+//! given a random name (`linkat`, which never follows or replaces anything)
+//! and renamed over the output path; `rename` replaces a planted symlink or
+//! file itself, never what it points to, and in a sticky directory fails
+//! on another user's file rather than write to it. Where `O_TMPFILE` is not
+//! supported, the temporary gets an unpredictable name and
+//! `O_CREAT|O_EXCL|O_NOFOLLOW` (it never opens what exists), and is removed
+//! on every failure path.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::RecordError;
 
-/// A profile being written: the temporary file and where it will go.
+/// A profile being written: the unnamed (or hidden) file and where it goes.
 pub struct OutputFile {
     final_path: PathBuf,
-    temp_path: PathBuf,
+    dir: PathBuf,
     file: Option<File>,
+    /// Set when the fallback gave the temporary a name: removed unless committed.
+    named_temp: Option<PathBuf>,
+}
+
+/// Sixteen hex digits from the kernel's random source.
+fn random_suffix() -> String {
+    let mut bytes = [0u8; 8];
+    // SAFETY: writing 8 bytes into a local buffer.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr() as *mut libc::c_void, bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        // Never predictable from the pid alone: mix in the clock.
+        let t = crate::capture::monotonic_ns() ^ (std::process::id() as u64).rotate_left(32);
+        bytes = t.to_ne_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn cstring(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| std::io::Error::other("the path contains a NUL byte"))
 }
 
 impl OutputFile {
-    /// Create the temporary file next to `path`.
+    /// Prepare to write `path`: create the unnamed file in its directory.
     pub fn create(path: &Path) -> Result<OutputFile, RecordError> {
         let err = |source| RecordError::OutputNotWritable { path: path.to_path_buf(), source };
-        if path.is_dir() {
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
             return Err(err(std::io::Error::other("it is a directory")));
+        }
+        if path.file_name().is_none() {
+            return Err(err(std::io::Error::other("it has no file name")));
         }
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let name = path.file_name().ok_or_else(|| err(std::io::Error::other("it has no file name")))?;
-        let temp_path = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
-        let file = File::create(&temp_path).map_err(err)?;
-        Ok(OutputFile { final_path: path.to_path_buf(), temp_path, file: Some(file) })
+        let cdir = cstring(&dir).map_err(err)?;
+        // SAFETY: a valid NUL-terminated path; the fd is checked and owned below.
+        let fd = unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC, 0o644) };
+        if fd >= 0 {
+            // SAFETY: a new fd we own.
+            let file = unsafe { File::from_raw_fd(fd) };
+            return Ok(OutputFile { final_path: path.to_path_buf(), dir, file: Some(file), named_temp: None });
+        }
+        let e = std::io::Error::last_os_error();
+        // Not supported by this file system (or kernel): a named temporary.
+        if !matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)) {
+            return Err(err(e));
+        }
+        let name = path.file_name().expect("checked").to_string_lossy();
+        let temp = dir.join(format!(".{name}.{}.tmp", random_suffix()));
+        let ctemp = cstring(&temp).map_err(err)?;
+        // SAFETY: as above. O_EXCL|O_NOFOLLOW: a new file, never one that exists.
+        let fd = unsafe {
+            libc::open(ctemp.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC, 0o644)
+        };
+        if fd < 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        // SAFETY: a new fd we own.
+        let file = unsafe { File::from_raw_fd(fd) };
+        Ok(OutputFile { final_path: path.to_path_buf(), dir, file: Some(file), named_temp: Some(temp) })
     }
 
     /// Where the profile goes.
@@ -41,34 +98,135 @@ impl OutputFile {
         &self.final_path
     }
 
-    /// Write `profile` and rename it into place; returns the bytes written.
-    pub fn commit(mut self, profile: &impl serde::Serialize) -> Result<u64, RecordError> {
-        let err = |source| RecordError::OutputNotWritable { path: self.final_path.clone(), source };
-        let file = self.file.take().expect("commit once");
+    /// Write `profile` as JSON (gzip-compressed when the name ends in .gz)
+    /// and put it in place; returns the bytes written.
+    pub fn commit(self, profile: &impl serde::Serialize) -> Result<u64, RecordError> {
         let gz = self.final_path.extension().is_some_and(|e| e == "gz");
-        let file = if gz {
-            let mut enc = flate2::write::GzEncoder::new(BufWriter::new(file), flate2::Compression::new(6));
-            serde_json::to_writer(&mut enc, profile).map_err(|e| err(e.into()))?;
-            enc.finish().map_err(err)?.into_inner().map_err(|e| err(e.into_error()))?
-        } else {
-            let mut w = BufWriter::new(file);
-            serde_json::to_writer(&mut w, profile).map_err(|e| err(e.into()))?;
-            w.flush().map_err(err)?;
-            w.into_inner().map_err(|e| err(e.into_error()))?
+        self.commit_with(|w| {
+            if gz {
+                let mut enc = flate2::write::GzEncoder::new(w, flate2::Compression::new(6));
+                serde_json::to_writer(&mut enc, profile).map_err(std::io::Error::from)?;
+                enc.finish()?;
+            } else {
+                serde_json::to_writer(&mut *w, profile).map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Write with `write` and put the file in place; returns its size.
+    pub fn commit_with(mut self, write: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>) -> Result<u64, RecordError> {
+        let final_path = self.final_path.clone();
+        let err = |source| RecordError::OutputNotWritable { path: final_path.clone(), source };
+        let file = self.file.take().expect("commit once");
+        let result = (|| {
+            let mut w = BufWriter::new(&file);
+            write(&mut w)?;
+            w.flush()?;
+            drop(w);
+            file.sync_all()?;
+            let len = file.metadata()?.len();
+            self.place(&file)?;
+            Ok(len)
+        })();
+        match result {
+            Ok(len) => Ok(len),
+            Err(e) => {
+                // Nothing of a failed write stays under any name.
+                if let Some(t) = self.named_temp.take() {
+                    let _ = std::fs::remove_file(t);
+                }
+                Err(err(e))
+            }
+        }
+    }
+
+    /// Name the finished file and rename it over the output path.
+    fn place(&mut self, file: &File) -> std::io::Result<()> {
+        let temp = match self.named_temp.take() {
+            Some(t) => t,
+            None => {
+                let name = self.final_path.file_name().expect("checked").to_string_lossy().into_owned();
+                let temp = self.dir.join(format!(".{name}.{}.tmp", random_suffix()));
+                let ctemp = cstring(&temp)?;
+                let proc_fd = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).expect("no NUL");
+                // SAFETY: valid paths; linkat creates a new name or fails (EEXIST).
+                let r = unsafe { libc::linkat(libc::AT_FDCWD, proc_fd.as_ptr(), libc::AT_FDCWD, ctemp.as_ptr(), libc::AT_SYMLINK_FOLLOW) };
+                if r != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                temp
+            }
         };
-        file.sync_all().map_err(err)?;
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        drop(file);
-        std::fs::rename(&self.temp_path, &self.final_path).map_err(err)?;
-        Ok(len)
+        if std::fs::symlink_metadata(&self.final_path).is_ok_and(|m| m.is_dir()) {
+            let _ = std::fs::remove_file(&temp);
+            return Err(std::io::Error::other("the output path became a directory"));
+        }
+        if let Err(e) = std::fs::rename(&temp, &self.final_path) {
+            let _ = std::fs::remove_file(&temp);
+            return Err(e);
+        }
+        Ok(())
     }
 }
 
 impl Drop for OutputFile {
     fn drop(&mut self) {
         // Not committed: leave nothing behind under any name.
-        if self.file.is_some() {
-            let _ = std::fs::remove_file(&self.temp_path);
+        if let Some(t) = self.named_temp.take() {
+            let _ = std::fs::remove_file(t);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("sysprof-output-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// Check that a planted symlink at the output path is replaced, not
+    /// written through, and that nothing else is left in the directory.
+    #[test]
+    fn replaces_a_planted_symlink_without_following_it() {
+        let d = dir("symlink");
+        let target = d.join("victim");
+        std::fs::write(&target, "precious").unwrap();
+        let out = d.join("p.json");
+        std::os::unix::fs::symlink(&target, &out).unwrap();
+        let o = OutputFile::create(&out).unwrap();
+        o.commit(&serde_json::json!({"ok": true})).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
+        assert!(!std::fs::symlink_metadata(&out).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), r#"{"ok":true}"#);
+        let names: Vec<_> = std::fs::read_dir(&d).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Check that a profile never written leaves nothing behind.
+    #[test]
+    fn an_abandoned_profile_leaves_nothing() {
+        let d = dir("abandoned");
+        let o = OutputFile::create(&d.join("p.json.gz")).unwrap();
+        drop(o);
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Check that a failed write leaves nothing and says which path.
+    #[test]
+    fn a_failed_write_leaves_nothing() {
+        let d = dir("failed");
+        let o = OutputFile::create(&d.join("p.json")).unwrap();
+        let e = o.commit_with(|_| Err(std::io::Error::other("disk full"))).unwrap_err();
+        assert!(e.to_string().contains("p.json") && e.to_string().contains("disk full"), "{e}");
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -1,6 +1,6 @@
 //! Sideband: what happened to processes while we recorded.
 //!
-//! In: one `perf_event_open` dummy event per CPU (`mmap2` with build ids,
+//! In: one `perf_event_open` dummy event per CPU (`mmap2` with inodes,
 //! `comm` with exec, `task`, `sample_id_all`, CLOCK_MONOTONIC). Out:
 //! [`SidebandEvent`]s: every executable mapping, exec, rename, fork and exit
 //! on the machine, even of processes that live for a millisecond, with times
@@ -181,7 +181,7 @@ fn dummy_attr() -> sys::bindings::perf_event_attr {
     attr.set_task(1);
     attr.set_sample_id_all(1);
     attr.set_use_clockid(1);
-    attr.set_build_id(1);
+    // Inodes, not build ids: a mapped file is identified by what it is.
     attr
 }
 

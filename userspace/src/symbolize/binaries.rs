@@ -1,15 +1,20 @@
 //! The files that mapped code came from, opened while their process lived.
 //!
 //! In: executable mappings (from the sideband or the `/proc` snapshot) and
-//! the pid they belong to. Out: one [`Binary`] per distinct file (by build
-//! id, else device+inode, else path), holding an open `File`. The file is
-//! opened at once through `/proc/PID/map_files` or `/proc/PID/root`, so a
-//! process that exits, a binary deleted or replaced during the recording,
-//! or one inside a container's mount namespace, can still be symbolized.
+//! the pid they belong to. Out: one [`Binary`] per distinct file, identified
+//! by what it is (device and inode, as the kernel reports the mapping) and
+//! never by what it claims (a build id is only used to find debug files: a
+//! user's copy of a program with the same build id and other contents is
+//! another binary). The file is opened at once, through
+//! `/proc/PID/map_files` (the mapped inode itself, even deleted or in
+//! another mount namespace) or else `/proc/PID/root`, without blocking and
+//! only if it is a regular file that is the inode that was mapped, so a
+//! process that exits, a binary deleted or replaced, a path swapped for a
+//! FIFO or a symlink by its owner, all leave us with the right file or none.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 use rustc_hash::FxHashMap;
 
@@ -27,36 +32,33 @@ pub struct Binary {
     pub name: String,
     /// The file, when it could be opened.
     pub file: Option<File>,
-    /// GNU build id, from the kernel or read from the file.
+    /// GNU build id, read from the file when first needed.
     pub build_id: Option<Vec<u8>>,
     /// Why the file could not be opened, if it could not.
     pub open_error: Option<String>,
+    /// The user of the first process seen mapping it (whose files a debug
+    /// link next to the binary may name).
+    pub owner_uid: Option<u32>,
 }
 
 impl Binary {
-    /// A path blazesym can open that refers to exactly the file we opened:
-    /// the original path when it still names the same inode (so debug links
-    /// next to it resolve), else our descriptor under `/proc/self/fd`.
+    /// A path that opens exactly the file we opened: our descriptor under
+    /// `/proc/self/fd` (the original path may name another file by now).
     pub fn open_path(&self) -> Option<String> {
-        let file = self.file.as_ref()?;
-        let ours = file.metadata().ok()?;
-        if let Ok(now) = std::fs::metadata(&self.path) {
-            if now.dev() == ours.dev() && now.ino() == ours.ino() && now.len() == ours.len() {
-                return Some(self.path.clone());
-            }
-        }
-        Some(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        self.file.as_ref().map(|f| format!("/proc/self/fd/{}", f.as_raw_fd()))
     }
 }
 
+/// What identifies a mapped file.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum BinaryKey {
-    BuildId(Vec<u8>),
+    /// (major, minor, inode) of the mapped file.
     Inode(u32, u32, u64),
+    /// A special mapping (`[vdso]`) or one without an inode.
     Path(String),
 }
 
-/// Every binary seen during the recording.
+/// Every binary seen.
 #[derive(Debug, Default)]
 pub struct Binaries {
     list: Vec<Binary>,
@@ -71,9 +73,8 @@ impl Binaries {
 
     /// The binary behind `m`, opened now if it is new.
     pub fn intern(&mut self, m: &MmapEvent) -> BinaryIndex {
-        let key = match (&m.build_id, m.inode) {
-            (Some(id), _) if !id.is_empty() => BinaryKey::BuildId(id.clone()),
-            (_, Some((maj, min, ino))) if ino != 0 => BinaryKey::Inode(maj, min, ino),
+        let key = match m.inode {
+            Some((maj, min, ino)) if ino != 0 && m.path.starts_with('/') => BinaryKey::Inode(maj, min, ino),
             _ => BinaryKey::Path(m.path.clone()),
         };
         if let Some(&i) = self.by_key.get(&key) {
@@ -94,7 +95,8 @@ impl Binaries {
         };
         let name = m.path.rsplit('/').next().unwrap_or(&m.path).to_string();
         let index = self.list.len() as BinaryIndex;
-        self.list.push(Binary { path: m.path.clone(), name, file, build_id: m.build_id.clone(), open_error });
+        let owner_uid = process_uid(m.pid);
+        self.list.push(Binary { path: m.path.clone(), name, file, build_id: m.build_id.clone(), open_error, owner_uid });
         self.by_key.insert(key, index);
         index
     }
@@ -118,6 +120,12 @@ impl Binaries {
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
+}
+
+/// The real uid of a live process.
+pub fn process_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
 }
 
 /// The vDSO as a file. Every process on this kernel maps the same vDSO image,
@@ -158,17 +166,40 @@ fn tempfile_in_memory() -> std::io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// Open the file behind a mapping the way the process sees it.
+/// Open `path` for reading as what it must be: without blocking (a FIFO
+/// would hang an `open`), without following a final symlink unless
+/// `follow`, and only if it is a regular file.
+pub fn open_regular(path: &str, follow: bool) -> Result<File, String> {
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| format!("cannot open {path}: {e}"))?;
+    let meta = f.metadata().map_err(|e| format!("{path}: {e}"))?;
+    if !meta.file_type().is_file() {
+        return Err(format!("{path} is not a regular file"));
+    }
+    Ok(f)
+}
+
+/// Open the file behind a mapping the way the process sees it, and make
+/// sure it is the inode that was mapped.
 fn open_mapped_file(m: &MmapEvent) -> Result<File, String> {
-    // map_files names the mapped inode itself, even if deleted or in another
-    // mount namespace; it needs CAP_SYS_ADMIN, which `record` has as root.
+    // map_files names the mapped inode itself; it needs CAP_SYS_ADMIN.
     let by_map = format!("/proc/{}/map_files/{:x}-{:x}", m.pid, m.start, m.start + m.len);
-    if let Ok(f) = File::open(&by_map) {
-        return Ok(f);
+    let file = match open_regular(&by_map, true) {
+        Ok(f) => f,
+        // Through the process's root (containers), then ours: paths its
+        // owner controls, so the inode must be the mapped one.
+        Err(_) => open_regular(&format!("/proc/{}/root{}", m.pid, m.path), false).or_else(|_| open_regular(&m.path, false))?,
+    };
+    if let Some((maj, min, ino)) = m.inode {
+        let meta = file.metadata().map_err(|e| e.to_string())?;
+        let dev = meta.dev();
+        let (fmaj, fmin) = (libc::major(dev), libc::minor(dev));
+        if ino != 0 && (meta.ino() != ino || fmaj != maj || fmin != min) {
+            return Err(format!("{} is no longer the file that was mapped (inode {ino}, now {})", m.path, meta.ino()));
+        }
     }
-    let by_root = format!("/proc/{}/root{}", m.pid, m.path);
-    if let Ok(f) = File::open(&by_root) {
-        return Ok(f);
-    }
-    File::open(&m.path).map_err(|e| format!("cannot open {}: {e}", m.path))
+    Ok(file)
 }

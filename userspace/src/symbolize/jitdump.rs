@@ -51,7 +51,7 @@ pub fn parse(bytes: &[u8]) -> Option<PerfMap> {
                     map.symbols.push(JitSymbol {
                         start: code_addr,
                         size: code_size,
-                        name: String::from_utf8_lossy(&rest[..name_len]).into_owned(),
+                        name: super::perfmap::cap_name(&String::from_utf8_lossy(&rest[..name_len])),
                     });
                 }
                 _ => map.malformed += 1,

@@ -90,7 +90,7 @@ impl KernelSymbols {
         let text = std::fs::read_to_string("/proc/kallsyms").map_err(|e| format!("/proc/kallsyms: {e}"))?;
         let table = KernelSymbols::parse(&text);
         if table.starts.is_empty() {
-            return Err("/proc/kallsyms shows no addresses (kernel.kptr_restrict); run as root".into());
+            return Err("/proc/kallsyms shows no addresses: run as root or grant CAP_SYSLOG (kernel.kptr_restrict)".into());
         }
         Ok(table)
     }

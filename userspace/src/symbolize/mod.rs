@@ -9,6 +9,9 @@
 //! named from the kallsyms snapshot in [`kernel`].
 
 pub mod binaries;
+pub mod debugfile;
+pub mod elf;
+pub mod names;
 pub mod jitdump;
 pub mod kernel;
 pub mod perfmap;
@@ -42,10 +45,25 @@ pub struct AddrInfo {
     pub funcs: Vec<FuncAtAddr>,
 }
 
-/// Wraps one blazesym [`Symbolizer`] (which caches parsed files) for the
-/// whole recording.
+/// One request to the symbolizer thread.
+struct Request {
+    path: String,
+    addrs: Vec<u64>,
+    /// Addresses are virtual (the ELF's), not file offsets.
+    virt: bool,
+    /// Let it read DWARF (file, line, inlined calls), not only symbol tables.
+    debug_syms: bool,
+}
+
+type Reply = Result<Vec<AddrInfo>, String>;
+
+/// Runs blazesym on a thread of its own, so each call has a time budget: a
+/// file that takes too long is given up (its frames keep library and
+/// address) and the next call gets a fresh thread. blazesym's parsed files
+/// stay cached in that thread between calls.
 pub struct Symbolicator {
-    inner: Symbolizer,
+    worker: Option<std::sync::mpsc::Sender<(Request, std::sync::mpsc::Sender<Reply>)>>,
+    budget: std::time::Duration,
 }
 
 impl Default for Symbolicator {
@@ -54,44 +72,87 @@ impl Default for Symbolicator {
     }
 }
 
+/// Time one binary's symbolication may take before it is given up.
+const SYMBOLIZE_BUDGET: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl Symbolicator {
     /// A symbolizer with file/line, inlined functions and demangling on.
     pub fn new() -> Symbolicator {
-        let inner = Symbolizer::builder()
-            .enable_code_info(true)
-            .enable_inlined_fns(true)
-            .enable_demangling(true)
-            .enable_auto_reload(false)
-            .build();
-        Symbolicator { inner }
+        Symbolicator { worker: None, budget: SYMBOLIZE_BUDGET }
     }
 
-    /// Symbolize file offsets in the ELF file at `path`. Returns one entry per
-    /// offset, or an error message when the file cannot be read at all.
-    pub fn symbolize_elf(&self, path: &str, file_offsets: &[u64]) -> Result<Vec<AddrInfo>, String> {
-        let src = Source::Elf(Elf::new(path));
-        self.run(&src, Input::FileOffset(file_offsets), file_offsets.len())
+    /// Set the time one call may take.
+    pub fn with_budget(mut self, budget: std::time::Duration) -> Symbolicator {
+        self.budget = budget;
+        self
+    }
+
+    fn spawn() -> std::sync::mpsc::Sender<(Request, std::sync::mpsc::Sender<Reply>)> {
+        let (tx, rx) = std::sync::mpsc::channel::<(Request, std::sync::mpsc::Sender<Reply>)>();
+        std::thread::Builder::new()
+            .name("sysprof-symbolize".into())
+            .spawn(move || {
+                let inner = Symbolizer::builder()
+                    .enable_code_info(true)
+                    .enable_inlined_fns(true)
+                    .enable_demangling(true)
+                    .enable_auto_reload(false)
+                    .build();
+                for (req, reply) in rx {
+                    let _ = reply.send(run(&inner, &req));
+                }
+            })
+            .expect("spawning the symbolizer thread");
+        tx
+    }
+
+    fn call(&mut self, req: Request) -> Reply {
+        let worker = self.worker.get_or_insert_with(Self::spawn);
+        let (reply_tx, reply_rx) = std::sync::mpsc::channel();
+        if worker.send((req, reply_tx)).is_err() {
+            self.worker = None;
+            return Err("the symbolizer thread is gone".into());
+        }
+        match reply_rx.recv_timeout(self.budget) {
+            Ok(r) => r,
+            Err(_) => {
+                // Leave that thread to finish or hang on its own.
+                self.worker = None;
+                Err(format!("reading it took more than {} s; given up", self.budget.as_secs()))
+            }
+        }
+    }
+
+    /// Symbolize file offsets in the ELF file at `path`. Returns one entry
+    /// per offset, or why the file could not be read at all.
+    pub fn symbolize_elf(&mut self, path: &str, file_offsets: &[u64], debug_syms: bool) -> Result<Vec<AddrInfo>, String> {
+        self.call(Request { path: path.to_string(), addrs: file_offsets.to_vec(), virt: false, debug_syms })
     }
 
     /// Symbolize virtual offsets (ELF addresses) in the ELF file at `path`,
     /// e.g. a separate debug file, whose file offsets mean nothing for code.
-    pub fn symbolize_elf_virt(&self, path: &str, virt_offsets: &[u64]) -> Result<Vec<AddrInfo>, String> {
-        let src = Source::Elf(Elf::new(path));
-        self.run(&src, Input::VirtOffset(virt_offsets), virt_offsets.len())
+    pub fn symbolize_elf_virt(&mut self, path: &str, virt_offsets: &[u64], debug_syms: bool) -> Result<Vec<AddrInfo>, String> {
+        self.call(Request { path: path.to_string(), addrs: virt_offsets.to_vec(), virt: true, debug_syms })
     }
+}
 
-    fn run(&self, src: &Source<'_>, input: Input<&[u64]>, n: usize) -> Result<Vec<AddrInfo>, String> {
-        // Malformed files must not take the recording down with them: a parser
-        // panic becomes an error like any other.
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.symbolize(src, input)));
-        let symbolized = match result {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => return Err(format!("{e:#}")),
-            Err(_) => return Err("the symbolizer panicked on this file".into()),
-        };
-        debug_assert_eq!(symbolized.len(), n);
-        Ok(symbolized.into_iter().map(to_addr_info).collect())
+fn run(inner: &Symbolizer, req: &Request) -> Reply {
+    let mut elf = Elf::new(&req.path);
+    elf.debug_syms = req.debug_syms;
+    let src = Source::Elf(elf);
+    let input = if req.virt { Input::VirtOffset(&req.addrs[..]) } else { Input::FileOffset(&req.addrs[..]) };
+    // Malformed files must not take the recording down with them: a parser
+    // panic becomes an error like any other.
+    let result = std::panic::catch_unwind(AssertUnwindSafe(|| inner.symbolize(&src, input)));
+    let symbolized = match result {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => return Err(format!("{e:#}")),
+        Err(_) => return Err("the symbolizer panicked on this file".into()),
+    };
+    if symbolized.len() != req.addrs.len() {
+        return Err("the symbolizer answered for the wrong number of addresses".into());
     }
+    Ok(symbolized.into_iter().map(to_addr_info).collect())
 }
 
 fn to_addr_info(s: Symbolized<'_>) -> AddrInfo {
@@ -124,21 +185,6 @@ fn to_addr_info(s: Symbolized<'_>) -> AddrInfo {
 /// Directories searched for separate debug files, as gdb and blazesym do.
 pub const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
-/// The separate debug file named by a build id
-/// (`/usr/lib/debug/.build-id/ab/cdef….debug`), if one is installed. Binaries
-/// that carry a `.gnu_debuglink` are also found by blazesym itself; this
-/// finds the ones that only have a build id.
-pub fn build_id_debug_file(build_id: &[u8]) -> Option<String> {
-    if build_id.len() < 8 {
-        return None;
-    }
-    let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
-    DEBUG_DIRS
-        .iter()
-        .map(|d| format!("{d}/.build-id/{}/{}.debug", &hex[..2], &hex[2..]))
-        .find(|p| std::fs::symlink_metadata(p).map(|m| m.is_file()).unwrap_or(false))
-}
-
 /// Fetch the debug files of these build ids from the debuginfod servers in
 /// `DEBUGINFOD_URLS` (cached under `DEBUGINFOD_CACHE_PATH` or
 /// ~/.cache/debuginfod_client), with the debuginfod crate. Runs on its own
@@ -169,26 +215,6 @@ pub fn fetch_debuginfod(build_ids: Vec<(u32, Vec<u8>)>) -> (Vec<(u32, String)>, 
     })
     .join()
     .unwrap_or_else(|_| (Vec::new(), vec!["debuginfod: the fetching thread panicked".into()]))
-}
-
-/// Map file offsets of code in the ELF file at `path` to virtual offsets,
-/// through its PT_LOAD segments. Offsets outside every segment map to 0.
-pub fn file_offsets_to_virt(path: &str, file_offsets: &[u64]) -> Result<Vec<u64>, String> {
-    use object::{Object, ObjectSegment};
-    let data = std::fs::read(path).map_err(|e| e.to_string())?;
-    let elf = object::File::parse(&*data).map_err(|e| e.to_string())?;
-    let segments: Vec<(u64, u64, u64)> =
-        elf.segments().map(|s| (s.address(), s.file_range().0, s.file_range().1)).collect();
-    Ok(file_offsets
-        .iter()
-        .map(|&off| {
-            segments
-                .iter()
-                .find(|(_, o, size)| off >= *o && off < o + size)
-                .map(|(vaddr, o, _)| off - o + vaddr)
-                .unwrap_or(0)
-        })
-        .collect())
 }
 
 /// The running kernel's build id, for the kernel "library".

@@ -4,11 +4,33 @@
 //! symbols the process's JIT wrote (`START SIZE name` per line, hex), sorted
 //! for lookup, or why the file was not used. Written here because the format
 //! is three fields a line and the trust rules are ours: the file is read
-//! only if it is a regular file, not a symlink, owned by the process's user
-//! (or root), so another user cannot plant names in a root profiler's output.
-//! Malformed lines are skipped and counted, never fatal.
+//! only if it is a regular file (not a symlink, not a FIFO, one link) owned
+//! by the process's user and readable by it, so another user can neither
+//! plant names in a root profiler's output nor make it read a file that
+//! user could not (a hard link to a root-only file fails the owner check).
+//! At most [`MAX_PERF_MAP_BYTES`] are read; malformed or overlong lines are
+//! skipped and counted, names are cut at [`MAX_NAME_LEN`], never fatal.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+/// Most bytes read of one perf map.
+pub const MAX_PERF_MAP_BYTES: u64 = 64 << 20;
+/// Longest line parsed; longer ones are skipped.
+const MAX_LINE_LEN: usize = 8192;
+/// Longest name kept.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// `name`, cut to [`MAX_NAME_LEN`] bytes on a character boundary.
+pub fn cap_name(name: &str) -> String {
+    if name.len() <= MAX_NAME_LEN {
+        return name.to_string();
+    }
+    let mut end = MAX_NAME_LEN;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &name[..end])
+}
 
 /// One JIT symbol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,13 +61,17 @@ impl PerfMap {
             if line.is_empty() {
                 continue;
             }
+            if line.len() > MAX_LINE_LEN {
+                map.malformed += 1;
+                continue;
+            }
             let line = String::from_utf8_lossy(line);
             let mut parts = line.trim_end_matches('\r').splitn(3, ' ');
             let parsed = (|| {
                 let start = u64::from_str_radix(parts.next()?.trim_start_matches("0x"), 16).ok()?;
                 let size = u64::from_str_radix(parts.next()?.trim_start_matches("0x"), 16).ok()?;
                 let name = parts.next()?.trim();
-                (!name.is_empty() && size > 0).then(|| JitSymbol { start, size, name: name.to_string() })
+                (!name.is_empty() && size > 0).then(|| JitSymbol { start, size, name: cap_name(name) })
             })();
             match parsed {
                 Some(s) => map.symbols.push(s),
@@ -77,26 +103,23 @@ pub fn load(uid: Option<u32>, ns_pid: u32, root: &str) -> Result<PerfMap, String
     if meta.file_type().is_symlink() {
         return Err(format!("{path} is a symlink; ignored"));
     }
-    if !meta.is_file() {
-        return Err(format!("{path} is not a regular file; ignored"));
+    // Non-blocking and no symlink: what is opened is what was checked, or an error.
+    let file = super::binaries::open_regular(&path, false).map_err(|e| format!("{e}; ignored"))?;
+    let meta = file.metadata().map_err(|e| format!("{path}: {e}"))?;
+    let Some(uid) = uid else {
+        return Err(format!("{path}: the process's user is unknown; ignored"));
+    };
+    if meta.uid() != uid {
+        return Err(format!("{path} is owned by uid {} but the process runs as {uid}; ignored", meta.uid()));
     }
-    let owner_ok = meta.uid() == 0 || uid.is_some_and(|u| u == meta.uid());
-    if !owner_ok {
-        return Err(format!(
-            "{path} is owned by uid {} but the process runs as {}; ignored",
-            meta.uid(),
-            uid.map(|u| u.to_string()).unwrap_or_else(|| "an unknown user".into())
-        ));
+    if meta.nlink() != 1 {
+        return Err(format!("{path} has {} links (a link to another file?); ignored", meta.nlink()));
     }
-    // O_NOFOLLOW closes the race between the check above and the open.
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(|e| format!("{path}: {e}"))?;
+    if meta.permissions().mode() & 0o400 == 0 {
+        return Err(format!("{path} is not readable by its owner; ignored"));
+    }
     let mut text = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(&mut file, 256 << 20), &mut text).map_err(|e| format!("{path}: {e}"))?;
+    std::io::Read::read_to_end(&mut std::io::Read::take(&file, MAX_PERF_MAP_BYTES), &mut text).map_err(|e| format!("{path}: {e}"))?;
     Ok(PerfMap::parse(&text))
 }
 

@@ -22,10 +22,10 @@ use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
-use object::{Object, ObjectSection, ObjectSegment};
 use rustc_hash::FxHashMap;
 
 use crate::symbolize::binaries::{BinaryIndex, Binaries};
+use crate::symbolize::elf::{ElfLimits, ElfReader};
 
 /// A section's bytes, shared between the processes that map the binary.
 #[derive(Clone)]
@@ -53,41 +53,37 @@ struct BinaryUnwindInfo {
 }
 
 impl BinaryUnwindInfo {
+    /// Read what unwinding needs, with the tolerant reader: a damaged
+    /// symbol table or DWARF costs nothing here, and section sizes are
+    /// checked against the file and a limit before they are copied.
     fn read(binaries: &Binaries, index: BinaryIndex) -> Result<BinaryUnwindInfo, String> {
         let bin = binaries.get(index);
         let file = bin.file.as_ref().ok_or_else(|| bin.open_error.clone().unwrap_or_else(|| "not a file".into()))?;
-        let elf_data = object::ReadCache::new(file);
-        let elf = object::File::parse(&elf_data).map_err(|e| e.to_string())?;
-        let copy = |s: &object::Section<'_, '_, &object::ReadCache<&std::fs::File>>| -> Option<SectionBytes> {
-            s.data().ok().map(|d| SectionBytes(Arc::from(d)))
-        };
+        let elf = ElfReader::new(file, ElfLimits::default());
+        let all = elf.segments()?;
         let section = |name: &str| -> Option<(Range<u64>, SectionBytes)> {
-            let s = elf.section_by_name(name)?;
-            Some((s.address()..s.address() + s.size(), copy(&s)?))
+            let (info, bytes) = elf.section_data(name).ok()??;
+            Some((info.addr..info.addr + info.size, SectionBytes(Arc::from(bytes))))
         };
-        let debug_frame = elf
-            .section_by_name(".debug_frame")
-            .filter(|s| s.compressed_file_range().map(|c| c.format == object::CompressionFormat::None).unwrap_or(false))
-            .and_then(|s| copy(&s));
+        // Compressed .debug_frame is left out (section_data refuses it).
+        let debug_frame = elf.section_data(".debug_frame").ok().flatten().map(|(_, b)| SectionBytes(Arc::from(b)));
         // Only executable mappings reach the unwinder (the sideband and the
         // /proc snapshot keep no others), so only executable segments can
         // be the one a mapping begins: with lld, the read-only segment before
         // the code shares its first file page.
-        let mut segments: Vec<(u64, u64, u64)> = elf
-            .segments()
-            .filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags, .. } if p_flags.0 & object::elf::PF_X.0 != 0))
-            .map(|s| (s.address(), s.file_range().0, s.file_range().1))
-            .collect();
+        let mut segments: Vec<(u64, u64, u64)> = all.iter().filter(|s| s.executable).map(|s| (s.vaddr, s.offset, s.filesz)).collect();
         if segments.is_empty() {
-            segments = elf.segments().map(|s| (s.address(), s.file_range().0, s.file_range().1)).collect();
+            segments = all.iter().map(|s| (s.vaddr, s.offset, s.filesz)).collect();
         }
+        // Without unwind tables the module still serves: framehop walks
+        // its frames by frame pointer.
         Ok(BinaryUnwindInfo {
             eh_frame: section(".eh_frame"),
             eh_frame_hdr: section(".eh_frame_hdr"),
             debug_frame,
-            got: elf.section_by_name(".got").map(|s| s.address()..s.address() + s.size()),
+            got: elf.section(".got").map(|s| s.addr..s.addr + s.size),
             segments,
-            entry: elf.entry(),
+            entry: elf.entry()?,
         })
     }
 

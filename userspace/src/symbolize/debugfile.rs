@@ -1,0 +1,149 @@
+//! Finding a binary's separate debug file without trusting what the binary
+//! or its owner says.
+//!
+//! In: a [`Binary`] (its path, the uid of the process that mapped it), its
+//! build id and `.gnu_debuglink`. Out: an opened debug file, or why none
+//! was used. A build id is looked up under the system debug directories
+//! only, and what is found there must be a root-owned regular file. A debug
+//! link is a file name, never a path: searched next to the binary, in its
+//! `.debug` directory and under the system debug directories (gdb's
+//! order); next to the binary it must be a regular file (not a symlink)
+//! that the process's owner owns (or root, readable by that owner), and its
+//! CRC32 must match the link's. Every open is non-blocking, so a FIFO
+//! planted under a debug file's name cannot hang us.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+use super::binaries::{open_regular, Binary};
+use super::DEBUG_DIRS;
+
+/// Largest debug file whose CRC is checked (and so used) through a debug link.
+const MAX_LINKED_DEBUG_FILE: u64 = 1 << 30;
+
+/// A debug file to symbolize with.
+#[derive(Debug)]
+pub struct DebugFile {
+    /// Where it was found.
+    pub path: String,
+    /// The opened file.
+    pub file: File,
+}
+
+/// The debug file under the system debug directories named by `build_id`.
+pub fn by_build_id(build_id: &[u8]) -> Option<DebugFile> {
+    if build_id.len() < 8 {
+        return None;
+    }
+    let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+    for dir in DEBUG_DIRS {
+        let path = format!("{dir}/.build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+        if std::fs::symlink_metadata(&path).is_err() {
+            continue;
+        }
+        // Packages install these as symlinks into the same root-owned tree.
+        if let Ok(file) = open_regular(&path, true) {
+            if file.metadata().is_ok_and(|m| m.uid() == 0) {
+                return Some(DebugFile { path, file });
+            }
+        }
+    }
+    None
+}
+
+/// Why a debug link was not followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkRefused {
+    /// Not a plain file name (a path, `..`, empty, too long).
+    NotAFileName(String),
+    /// Found, but not a file the process's owner could have used.
+    Untrusted(String),
+}
+
+/// The debug file a `.gnu_debuglink` names (`name`, `crc`), for `bin`.
+/// `Ok(None)`: no such file anywhere.
+pub fn by_debuglink(bin: &Binary, name: &[u8], crc: u32) -> Result<Option<DebugFile>, LinkRefused> {
+    let name = std::str::from_utf8(name).map_err(|_| LinkRefused::NotAFileName("not UTF-8".into()))?;
+    if name.is_empty() || name.len() > 255 || name.contains('/') || name == "." || name == ".." || name.contains('\0') {
+        return Err(LinkRefused::NotAFileName(name.chars().take(80).collect()));
+    }
+    let dir = match bin.path.rsplit_once('/') {
+        Some((d, _)) if d.starts_with('/') || d.is_empty() => d.to_string(),
+        _ => return Ok(None),
+    };
+    let mut refused = None;
+    // Next to the binary, and in its .debug directory: places its owner controls.
+    for candidate in [format!("{dir}/{name}"), format!("{dir}/.debug/{name}")] {
+        if std::fs::symlink_metadata(&candidate).is_err() {
+            continue;
+        }
+        match open_owned_by(&candidate, bin.owner_uid) {
+            Ok(file) => match crc_matches(&file, crc) {
+                Ok(true) => return Ok(Some(DebugFile { path: candidate, file })),
+                Ok(false) => refused = Some(format!("{candidate}: its CRC does not match the debug link's")),
+                Err(e) => refused = Some(e),
+            },
+            Err(e) => refused = Some(e),
+        }
+    }
+    // Under the system debug directories, mirroring the binary's directory.
+    for root in DEBUG_DIRS {
+        let candidate = format!("{root}{dir}/{name}");
+        if std::fs::symlink_metadata(&candidate).is_err() {
+            continue;
+        }
+        if let Ok(file) = open_regular(&candidate, true) {
+            if file.metadata().is_ok_and(|m| m.uid() == 0) && crc_matches(&file, crc).unwrap_or(false) {
+                return Ok(Some(DebugFile { path: candidate, file }));
+            }
+        }
+    }
+    match refused {
+        Some(why) => Err(LinkRefused::Untrusted(why)),
+        None => Ok(None),
+    }
+}
+
+/// Open `path` (no symlink) if it is a regular file that `uid` owns, or a
+/// root-owned one `uid` could read.
+fn open_owned_by(path: &str, uid: Option<u32>) -> Result<File, String> {
+    let file = open_regular(path, false)?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let mode = meta.permissions().mode();
+    let ok = match uid {
+        Some(u) if meta.uid() == u => mode & 0o400 != 0,
+        Some(0) => meta.uid() == 0,
+        Some(_) => meta.uid() == 0 && mode & 0o004 != 0,
+        None => false,
+    };
+    if !ok {
+        return Err(format!(
+            "{path} is owned by uid {} with mode {:o}; the process runs as {}",
+            meta.uid(),
+            mode & 0o7777,
+            uid.map(|u| u.to_string()).unwrap_or_else(|| "an unknown user".into())
+        ));
+    }
+    Ok(file)
+}
+
+fn crc_matches(file: &File, crc: u32) -> Result<bool, String> {
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    if len > MAX_LINKED_DEBUG_FILE {
+        return Err(format!("debug file of {} MiB is larger than the {} MiB checked", len >> 20, MAX_LINKED_DEBUG_FILE >> 20));
+    }
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut reader = file;
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    // Positional reads elsewhere are unaffected, but put the offset back.
+    let _ = std::io::Seek::rewind(&mut reader);
+    Ok(hasher.finalize() == crc)
+}

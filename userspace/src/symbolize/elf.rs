@@ -1,0 +1,481 @@
+//! A tolerant, bounded reader of the ELF files processes map.
+//!
+//! In: an open file any user may have written (a binary, a library, a debug
+//! file). Out: what the profiler needs from it, each piece read on its own
+//! so damage in one never costs another: load segments and the entry point,
+//! the build id and `.gnu_debuglink`, whether its DWARF may be handed to the
+//! symbolizer (sizes checked against limits before anything is allocated),
+//! the unwind sections' bytes, names the symbolizer does not give (PLT
+//! stubs as `name@plt`, the public name of aliased functions) and the
+//! function starts its FDEs give when it has no symbols.
+//!
+//! Written on object's low-level ELF types rather than `object::File`:
+//! `object::File::parse` reads the symbol tables eagerly, so one damaged
+//! `.symtab` header would hide a good `.eh_frame`. Every size read from the
+//! file is checked against the file's length and a limit before use.
+
+use std::fs::File;
+
+use object::elf;
+use object::read::elf::{CompressionHeader, FileHeader, ProgramHeader, SectionHeader, SectionTable, Sym};
+use object::read::ReadCache;
+use object::{Endianness, ReadRef};
+use rustc_hash::FxHashMap;
+
+type Elf64 = elf::FileHeader64<Endianness>;
+
+/// What one file may cost.
+#[derive(Debug, Clone, Copy)]
+pub struct ElfLimits {
+    /// Largest section copied into memory (unwind tables, symbol tables).
+    pub max_section_bytes: u64,
+    /// Largest DWARF section handed to the symbolizer, decompressed.
+    pub max_dwarf_section_bytes: u64,
+    /// Largest total of DWARF sections handed to the symbolizer.
+    pub max_dwarf_total_bytes: u64,
+    /// Longest symbol name kept (longer ones are cut).
+    pub max_name_len: usize,
+}
+
+impl Default for ElfLimits {
+    fn default() -> Self {
+        ElfLimits {
+            max_section_bytes: 256 << 20,
+            max_dwarf_section_bytes: 512 << 20,
+            max_dwarf_total_bytes: 1 << 30,
+            max_name_len: 1024,
+        }
+    }
+}
+
+/// A loadable segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Its address in the file's address space (p_vaddr).
+    pub vaddr: u64,
+    /// Its file offset (p_offset).
+    pub offset: u64,
+    /// Bytes in the file (p_filesz).
+    pub filesz: u64,
+    /// PF_X.
+    pub executable: bool,
+}
+
+/// Whether the symbolizer may read a file's DWARF.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DwarfCheck {
+    /// It has none.
+    Absent,
+    /// Present and within limits.
+    Usable,
+    /// Present but refused, and why (sizes beyond the limits, damage).
+    Refused(String),
+}
+
+/// A section's place in the file.
+#[derive(Debug, Clone, Copy)]
+pub struct SectionInfo {
+    /// sh_addr.
+    pub addr: u64,
+    /// sh_offset.
+    pub offset: u64,
+    /// sh_size.
+    pub size: u64,
+    /// SHF_COMPRESSED.
+    pub compressed: bool,
+}
+
+/// An ELF file opened for reading; see the module doc.
+pub struct ElfReader<'f> {
+    data: ReadCache<&'f File>,
+    file_len: u64,
+    limits: ElfLimits,
+}
+
+/// The parsed headers, borrowed from the reader's cache.
+struct Headers<'d, 'f> {
+    header: &'d Elf64,
+    endian: Endianness,
+    sections: SectionTable<'d, Elf64, &'d ReadCache<&'f File>>,
+}
+
+impl<'f> ElfReader<'f> {
+    /// Read from `file` with `limits`.
+    pub fn new(file: &'f File, limits: ElfLimits) -> ElfReader<'f> {
+        let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        ElfReader { data: ReadCache::new(file), file_len, limits }
+    }
+
+    fn headers(&self) -> Result<Headers<'_, 'f>, String> {
+        let data = &self.data;
+        let header = Elf64::parse(data).map_err(|e| format!("not a 64-bit ELF file: {e}"))?;
+        let endian = header.endian().map_err(|e| e.to_string())?;
+        let sections = header.sections(endian, data).map_err(|e| format!("bad section headers: {e}"))?;
+        Ok(Headers { header, endian, sections })
+    }
+
+    /// The entry point (e_entry).
+    pub fn entry(&self) -> Result<u64, String> {
+        let h = self.headers()?;
+        Ok(h.header.e_entry.get(h.endian))
+    }
+
+    /// The loadable segments.
+    pub fn segments(&self) -> Result<Vec<Segment>, String> {
+        let data = &self.data;
+        let header = Elf64::parse(data).map_err(|e| format!("not a 64-bit ELF file: {e}"))?;
+        let endian = header.endian().map_err(|e| e.to_string())?;
+        let phdrs = header.program_headers(endian, data).map_err(|e| format!("bad program headers: {e}"))?;
+        Ok(phdrs
+            .iter()
+            .filter(|p| p.p_type(endian) == elf::PT_LOAD)
+            .map(|p| Segment {
+                vaddr: p.p_vaddr(endian),
+                offset: p.p_offset(endian),
+                filesz: p.p_filesz(endian),
+                executable: p.p_flags(endian).0 & elf::PF_X.0 != 0,
+            })
+            .collect())
+    }
+
+    /// Where the section named `name` is, if the file has it.
+    pub fn section(&self, name: &str) -> Option<SectionInfo> {
+        let h = self.headers().ok()?;
+        let (_, s) = h.sections.section_by_name(h.endian, name.as_bytes())?;
+        Some(SectionInfo {
+            addr: s.sh_addr(h.endian),
+            offset: s.sh_offset(h.endian),
+            size: s.sh_size(h.endian),
+            compressed: s.sh_flags(h.endian).0 & elf::SHF_COMPRESSED.0 != 0,
+        })
+    }
+
+    /// The bytes of an uncompressed section, within the file and the limit.
+    pub fn section_data(&self, name: &str) -> Result<Option<(SectionInfo, Vec<u8>)>, String> {
+        let Some(info) = self.section(name) else { return Ok(None) };
+        let h = self.headers()?;
+        let (_, s) = h.sections.section_by_name(h.endian, name.as_bytes()).ok_or("section vanished")?;
+        if s.sh_type(h.endian) == elf::SHT_NOBITS {
+            return Ok(None);
+        }
+        if info.compressed {
+            return Err(format!("{name} is compressed"));
+        }
+        self.check_range(name, info.offset, info.size)?;
+        let bytes = self.data.read_bytes_at(info.offset, info.size).map_err(|_| format!("cannot read {name}"))?;
+        Ok(Some((info, bytes.to_vec())))
+    }
+
+    fn check_range(&self, name: &str, offset: u64, size: u64) -> Result<(), String> {
+        if offset.checked_add(size).is_none_or(|end| end > self.file_len) {
+            return Err(format!("{name} claims {size} bytes at offset {offset}, past the end of the file"));
+        }
+        if size > self.limits.max_section_bytes {
+            return Err(format!("{name} is {} MiB, more than the {} MiB allowed", size >> 20, self.limits.max_section_bytes >> 20));
+        }
+        Ok(())
+    }
+
+    /// The GNU build id, from the `.note.gnu.build-id` section.
+    pub fn build_id(&self) -> Option<Vec<u8>> {
+        let (_, note) = self.section_data(".note.gnu.build-id").ok()??;
+        super::gnu_build_id_from_notes(&note)
+    }
+
+    /// `.gnu_debuglink`: the debug file's name and its CRC32.
+    pub fn debuglink(&self) -> Option<(Vec<u8>, u32)> {
+        let (_, data) = self.section_data(".gnu_debuglink").ok()??;
+        let len = data.iter().position(|&b| b == 0)?;
+        let crc_at = (len + 1).next_multiple_of(4);
+        let crc = u32::from_le_bytes(data.get(crc_at..crc_at + 4)?.try_into().ok()?);
+        (len > 0).then(|| (data[..len].to_vec(), crc))
+    }
+
+    /// Whether its DWARF may be read by the symbolizer: every `.debug_*`
+    /// section lies inside the file and, decompressed, within the limits.
+    pub fn dwarf_check(&self) -> DwarfCheck {
+        let h = match self.headers() {
+            Ok(h) => h,
+            Err(e) => return DwarfCheck::Refused(e),
+        };
+        let mut any = false;
+        let mut total = 0u64;
+        for s in h.sections.iter() {
+            let Ok(name) = h.sections.section_name(h.endian, s) else { continue };
+            if name.starts_with(b".zdebug_") {
+                return DwarfCheck::Refused("old-style .zdebug compression".into());
+            }
+            if !name.starts_with(b".debug_") || s.sh_type(h.endian) == elf::SHT_NOBITS {
+                continue;
+            }
+            any = true;
+            let name = String::from_utf8_lossy(name);
+            let (offset, size) = (s.sh_offset(h.endian), s.sh_size(h.endian));
+            if offset.checked_add(size).is_none_or(|end| end > self.file_len) {
+                return DwarfCheck::Refused(format!("{name} lies past the end of the file"));
+            }
+            let full = match s.compression(h.endian, &self.data) {
+                Ok(Some((ch, _, _))) => ch.ch_size(h.endian),
+                Ok(None) => size,
+                Err(e) => return DwarfCheck::Refused(format!("{name}: {e}")),
+            };
+            if full > self.limits.max_dwarf_section_bytes {
+                return DwarfCheck::Refused(format!("{name} is {} MiB decompressed, more than the {} MiB allowed", full >> 20, self.limits.max_dwarf_section_bytes >> 20));
+            }
+            total = total.saturating_add(full);
+        }
+        if total > self.limits.max_dwarf_total_bytes {
+            return DwarfCheck::Refused(format!("its DWARF is {} MiB, more than the {} MiB allowed", total >> 20, self.limits.max_dwarf_total_bytes >> 20));
+        }
+        if any { DwarfCheck::Usable } else { DwarfCheck::Absent }
+    }
+
+    /// Function symbols of one symbol table section (`.symtab` or
+    /// `.dynsym`): (address, name, rank); a damaged table gives none.
+    fn functions(&self, h: &Headers<'_, 'f>, sh_type: elf::SectionType) -> Vec<(u64, String, u8)> {
+        let mut out = Vec::new();
+        let Some((index, section)) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == sh_type) else { return out };
+        if self.check_range("symbol table", section.sh_offset(h.endian), section.sh_size(h.endian)).is_err() {
+            return out;
+        }
+        let Ok(table) = object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section) else { return out };
+        let strings = table.strings();
+        for sym in table.iter() {
+            let kind = sym.st_type();
+            if !(kind == elf::STT_FUNC || kind == elf::STT_GNU_IFUNC) || sym.st_shndx(h.endian) == elf::SHN_UNDEF {
+                continue;
+            }
+            let addr = sym.st_value(h.endian);
+            let Ok(name) = sym.name(h.endian, strings) else { continue };
+            if addr == 0 || name.is_empty() {
+                continue;
+            }
+            let name = String::from_utf8_lossy(&name[..name.len().min(self.limits.max_name_len)]).into_owned();
+            out.push((addr, name, alias_rank(sym.st_bind(), sym.st_visibility())));
+        }
+        out
+    }
+
+    /// Names the symbolizer does not give: see [`NameTables`].
+    pub fn name_tables(&self) -> NameTables {
+        let mut t = NameTables::default();
+        let Ok(h) = self.headers() else { return t };
+        // Aliases: several function symbols at one address.
+        let mut by_addr: FxHashMap<u64, Vec<(String, u8)>> = FxHashMap::default();
+        for (addr, name, rank) in self.functions(&h, elf::SHT_SYMTAB).into_iter().chain(self.functions(&h, elf::SHT_DYNSYM)) {
+            by_addr.entry(addr).or_default().push((name, rank));
+        }
+        for (addr, mut names) in by_addr {
+            names.sort();
+            names.dedup();
+            if names.len() > 1 {
+                let best = names.into_iter().min_by(public_name_order).expect("non-empty");
+                t.aliases.insert(addr, best.0.into_boxed_str());
+            }
+        }
+        t.plt = self.plt_entries(&h);
+        t
+    }
+
+    /// PLT stubs and the functions they jump to, found by decoding each
+    /// stub's `jmp *slot(%rip)` and matching the slot with the dynamic
+    /// relocations, as perf's PLT synthesis does (x86_64).
+    fn plt_entries(&self, h: &Headers<'_, 'f>) -> Vec<(u64, u64, Box<str>)> {
+        if h.header.e_machine.get(h.endian) != elf::EM_X86_64 {
+            return Vec::new();
+        }
+        // GOT slot address -> symbol name, from .rela.plt and .rela.dyn.
+        let dynsym: Vec<String> = {
+            let Some((index, section)) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == elf::SHT_DYNSYM) else { return Vec::new() };
+            match object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section) {
+                Ok(table) => table
+                    .iter()
+                    .map(|s| {
+                        s.name(h.endian, table.strings())
+                            .map(|n| String::from_utf8_lossy(&n[..n.len().min(self.limits.max_name_len)]).into_owned())
+                            .unwrap_or_default()
+                    })
+                    .collect(),
+                Err(_) => return Vec::new(),
+            }
+        };
+        let mut slots: FxHashMap<u64, usize> = FxHashMap::default();
+        for rela in [".rela.plt", ".rela.dyn"] {
+            let Ok(Some((_, bytes))) = self.section_data(rela) else { continue };
+            for r in bytes.chunks_exact(24) {
+                let offset = u64::from_le_bytes(r[0..8].try_into().expect("8 bytes"));
+                let info = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
+                let (sym, kind) = ((info >> 32) as usize, info as u32);
+                if (kind == elf::R_X86_64_JUMP_SLOT.0 || kind == elf::R_X86_64_GLOB_DAT.0) && sym != 0 && sym < dynsym.len() {
+                    slots.insert(offset, sym);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for plt in [".plt", ".plt.sec", ".plt.got"] {
+            let Ok(Some((info, code))) = self.section_data(plt) else { continue };
+            for (i, stub) in code.chunks(16).enumerate() {
+                let at = info.addr + i as u64 * 16;
+                let Some(slot) = stub_slot(stub, at) else { continue };
+                if let Some(&sym) = slots.get(&slot) {
+                    if !dynsym[sym].is_empty() {
+                        out.push((at, at + 16, format!("{}@plt", dynsym[sym]).into_boxed_str()));
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|e| e.0);
+        out
+    }
+
+    /// Start and end addresses of the functions `.eh_frame` describes (one
+    /// FDE per function), sorted.
+    pub fn fde_ranges(&self) -> Result<Vec<(u64, u64)>, String> {
+        use gimli::UnwindSection;
+        let (info, bytes) = self.section_data(".eh_frame")?.ok_or("no .eh_frame")?;
+        let eh = gimli::EhFrame::new(&bytes, gimli::LittleEndian);
+        let mut bases = gimli::BaseAddresses::default().set_eh_frame(info.addr);
+        if let Some(text) = self.section(".text") {
+            bases = bases.set_text(text.addr);
+        }
+        let mut out = Vec::new();
+        let mut entries = eh.entries(&bases);
+        // Each entry advances by its length: bounded by the section's size.
+        loop {
+            match entries.next() {
+                Ok(Some(gimli::CieOrFde::Fde(partial))) => {
+                    if let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) {
+                        if fde.len() > 0 {
+                            out.push((fde.initial_address(), fde.initial_address().saturating_add(fde.len())));
+                        }
+                    }
+                }
+                Ok(Some(gimli::CieOrFde::Cie(_))) => {}
+                Ok(None) => break,
+                Err(e) => {
+                    if out.is_empty() {
+                        return Err(format!(".eh_frame: {e}"));
+                    }
+                    break;
+                }
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+}
+
+/// The GOT slot a 16-byte x86_64 PLT stub at `at` jumps through: an
+/// optional `endbr64`, an optional `bnd` prefix, then `jmp *disp32(%rip)`.
+fn stub_slot(stub: &[u8], at: u64) -> Option<u64> {
+    let mut i = 0;
+    if stub.get(0..4) == Some(&[0xf3, 0x0f, 0x1e, 0xfa]) {
+        i = 4;
+    }
+    if stub.get(i) == Some(&0xf2) {
+        i += 1;
+    }
+    if stub.get(i..i + 2) != Some(&[0xff, 0x25]) {
+        return None;
+    }
+    let disp = i32::from_le_bytes(stub.get(i + 2..i + 6)?.try_into().ok()?);
+    Some((at + i as u64 + 6).wrapping_add(disp as i64 as u64))
+}
+
+/// Lower is better: global before weak before local, default visibility first.
+fn alias_rank(bind: elf::SymbolBind, visibility: elf::SymbolVisibility) -> u8 {
+    let b = match bind {
+        elf::STB_GLOBAL => 0,
+        elf::STB_WEAK => 1,
+        _ => 2,
+    };
+    b * 2 + u8::from(visibility != elf::STV_DEFAULT)
+}
+
+/// The order in which aliases are preferred, as perf chooses: by binding
+/// and visibility, then fewer leading underscores (`malloc` over
+/// `__libc_malloc` over `__GI___libc_malloc`), then the shorter name.
+fn public_name_order(a: &(String, u8), b: &(String, u8)) -> std::cmp::Ordering {
+    let underscores = |s: &str| s.bytes().take_while(|&c| c == b'_').count() + if s.contains("__GI_") { 4 } else { 0 };
+    (a.1, underscores(&a.0), a.0.len(), &a.0).cmp(&(b.1, underscores(&b.0), b.0.len(), &b.0))
+}
+
+/// Names from a binary's own tables.
+#[derive(Debug, Default, Clone)]
+pub struct NameTables {
+    /// Address -> the public name, where several function symbols share it.
+    pub aliases: FxHashMap<u64, Box<str>>,
+    /// PLT stubs: (start, end, "name@plt"), sorted.
+    pub plt: Vec<(u64, u64, Box<str>)>,
+}
+
+impl NameTables {
+    /// The PLT stub containing `addr`.
+    pub fn plt_at(&self, addr: u64) -> Option<(u64, &str)> {
+        let i = self.plt.partition_point(|e| e.0 <= addr).checked_sub(1)?;
+        let (start, end, name) = &self.plt[i];
+        (addr < *end).then_some((*start, &**name))
+    }
+}
+
+/// File offset -> address in the file's address space, through the load
+/// segment that holds it.
+pub fn offset_to_vaddr(segments: &[Segment], offset: u64) -> Option<u64> {
+    segments.iter().find(|s| offset >= s.offset && offset - s.offset < s.filesz).map(|s| offset - s.offset + s.vaddr)
+}
+
+/// Address in the file's address space -> file offset.
+pub fn vaddr_to_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
+    segments.iter().find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz).map(|s| vaddr - s.vaddr + s.offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check the stub decoding of the three x86_64 PLT layouts: classic
+    /// `.plt` entries, `.plt.sec` with endbr64 and bnd, and PLT0 (no slot).
+    #[test]
+    fn decodes_plt_stubs() {
+        // jmp *0x2fe2(%rip) at 0x1030: next instruction 0x1036.
+        let classic = [0xff, 0x25, 0xe2, 0x2f, 0x00, 0x00, 0x68, 0x00, 0x00, 0x00, 0x00, 0xe9, 0xe0, 0xff, 0xff, 0xff];
+        assert_eq!(stub_slot(&classic, 0x1030), Some(0x1036 + 0x2fe2));
+        // endbr64; bnd jmp *0x2fd5(%rip) at 0x1060: next instruction 0x106b.
+        let sec = [0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, 0xd5, 0x2f, 0x00, 0x00, 0x0f, 0x1f, 0x44, 0x00, 0x00];
+        assert_eq!(stub_slot(&sec, 0x1060), Some(0x106b + 0x2fd5));
+        // PLT0: push GOT+8; jmp *GOT+16 — begins with ff 35: not a stub.
+        let plt0 = [0xff, 0x35, 0x9a, 0x2f, 0x00, 0x00, 0xff, 0x25, 0x9c, 0x2f, 0x00, 0x00, 0x0f, 0x1f, 0x40, 0x00];
+        assert_eq!(stub_slot(&plt0, 0x1020), None);
+        assert_eq!(stub_slot(&[0xff], 0), None, "a cut stub is no stub");
+    }
+
+    /// Check that the public name wins among aliases, as perf picks it.
+    #[test]
+    fn prefers_public_names() {
+        let pick = |names: &[(&str, u8)]| {
+            let v: Vec<(String, u8)> = names.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+            v.into_iter().min_by(public_name_order).unwrap().0
+        };
+        let global = alias_rank(elf::STB_GLOBAL, elf::STV_DEFAULT);
+        let local = alias_rank(elf::STB_LOCAL, elf::STV_DEFAULT);
+        let hidden = alias_rank(elf::STB_GLOBAL, elf::STV_HIDDEN);
+        assert_eq!(pick(&[("__GI___libc_malloc", local), ("__libc_malloc", global), ("malloc", global)]), "malloc");
+        assert_eq!(pick(&[("___pthread_mutex_lock", local), ("pthread_mutex_lock", global)]), "pthread_mutex_lock");
+        assert_eq!(pick(&[("internal_hot", hidden), ("hot", local), ("hot_public", global)]), "hot_public");
+    }
+
+    /// Check the conversions between file offsets and addresses, and that
+    /// an offset in no segment has no address.
+    #[test]
+    fn converts_offsets_and_addresses() {
+        let segs = [
+            Segment { vaddr: 0, offset: 0, filesz: 0x628, executable: false },
+            Segment { vaddr: 0x1000, offset: 0x1000, filesz: 0x1d5, executable: true },
+            Segment { vaddr: 0x3df0, offset: 0x2df0, filesz: 0x220, executable: false },
+        ];
+        assert_eq!(offset_to_vaddr(&segs, 0x1010), Some(0x1010));
+        assert_eq!(offset_to_vaddr(&segs, 0x2e00), Some(0x3e00));
+        assert_eq!(offset_to_vaddr(&segs, 0x1800), None);
+        assert_eq!(vaddr_to_offset(&segs, 0x3e00), Some(0x2e00));
+    }
+}

@@ -1,0 +1,179 @@
+//! Naming the addresses of one binary, degrading per source.
+//!
+//! In: a [`Binary`] and the distinct file offsets sampled in it. Out: an
+//! [`AddrInfo`] per offset and the warnings worth showing, once per file.
+//! The sources, best first: its separate debug file (found by build id, a
+//! safe debug link, or debuginfod), its own DWARF, its symbol tables, then
+//! what its `.eh_frame` says: which function (FDE) each address is in, so a
+//! stripped binary gets one node per real function (`libfoo.so+0x29c300`)
+//! rather than one per address. Damage in one source costs only that
+//! source: corrupt DWARF falls back to the symbol table, a corrupt symbol
+//! table to the FDEs. Names the symbolizer gets wrong are fixed from the
+//! binary's own tables: PLT stubs are `name@plt` (not the `_init` before
+//! them), aliased functions take their public name (`malloc`, not
+//! `__GI___libc_malloc`).
+
+use super::binaries::Binary;
+use super::debugfile::{self, LinkRefused};
+use super::elf::{offset_to_vaddr, vaddr_to_offset, DwarfCheck, ElfLimits, ElfReader, NameTables, Segment};
+use super::{AddrInfo, FuncAtAddr, Symbolicator};
+
+/// Where a binary's names come from, and what went wrong on the way.
+pub struct BinaryNames {
+    /// One per requested offset.
+    pub infos: Vec<AddrInfo>,
+    /// Warnings for the user, each naming the file.
+    pub warnings: Vec<String>,
+    /// Its build id, when it has one.
+    pub build_id: Option<Vec<u8>>,
+}
+
+/// Name `offsets` (file offsets) of `bin`. `fetched` is a debug file
+/// debuginfod gave for its build id.
+pub fn symbolize_binary(sym: &mut Symbolicator, bin: &Binary, offsets: &[u64], limits: ElfLimits, fetched: Option<&str>) -> BinaryNames {
+    let mut out = BinaryNames { infos: vec![AddrInfo::default(); offsets.len()], warnings: Vec::new(), build_id: bin.build_id.clone() };
+    let (Some(file), Some(path)) = (bin.file.as_ref(), bin.open_path()) else {
+        out.warnings.push(format!("cannot symbolize {}: {}; its frames keep library and address", bin.path, bin.open_error.clone().unwrap_or_else(|| "not a file".into())));
+        return out;
+    };
+    let reader = ElfReader::new(file, limits);
+    let segments = match reader.segments() {
+        Ok(s) => s,
+        Err(e) => {
+            out.warnings.push(format!("cannot symbolize {}: {e}; its frames keep library and address", bin.path));
+            return out;
+        }
+    };
+    if out.build_id.is_none() {
+        out.build_id = reader.build_id();
+    }
+    let tables = reader.name_tables();
+    let own_link = reader.debuglink();
+    let own_dwarf = reader.dwarf_check();
+    let mut warn = |w: String| {
+        if !out.warnings.contains(&w) {
+            out.warnings.push(w);
+        }
+    };
+
+    // 1. A separate debug file.
+    let mut debug = out.build_id.as_deref().and_then(debugfile::by_build_id);
+    if debug.is_none() {
+        if let Some((name, crc)) = &own_link {
+            match debugfile::by_debuglink(bin, name, *crc) {
+                Ok(found) => debug = found,
+                Err(LinkRefused::NotAFileName(n)) => warn(format!("{}: its debug link {n:?} is not a file name; ignored", bin.path)),
+                Err(LinkRefused::Untrusted(why)) => warn(format!("{}: debug link not followed: {why}", bin.path)),
+            }
+        }
+    }
+    if debug.is_none() {
+        if let Some(p) = fetched {
+            debug = super::binaries::open_regular(p, true).ok().map(|file| debugfile::DebugFile { path: p.to_string(), file });
+        }
+    }
+    let mut pending: Vec<usize> = (0..offsets.len()).collect();
+    if let Some(d) = &debug {
+        let dreader = ElfReader::new(&d.file, limits);
+        let check = dreader.dwarf_check();
+        if let DwarfCheck::Refused(why) = &check {
+            warn(format!("{} (debug file {}): DWARF not read: {why}", bin.path, d.path));
+        }
+        // A debug file with a debug link of its own would send the
+        // symbolizer after it: read only its symbol table then.
+        let debug_syms = check == DwarfCheck::Usable && dreader.debuglink().is_none();
+        let virt: Vec<u64> = pending.iter().map(|&i| offset_to_vaddr(&segments, offsets[i]).unwrap_or(0)).collect();
+        let dpath = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&d.file));
+        match attempt(sym, &dpath, &virt, true, debug_syms) {
+            Ok(infos) => fill(&mut out.infos, &mut pending, infos, offsets, true),
+            Err(e) => warn(format!("{} (debug file {}): {e}; using the binary's own symbols", bin.path, d.path)),
+        }
+    }
+
+    // 2. The binary itself: its DWARF unless it is refused or the binary
+    // carries a debug link (the symbolizer would follow it by path).
+    if !pending.is_empty() {
+        if let DwarfCheck::Refused(why) = &own_dwarf {
+            warn(format!("{}: DWARF not read: {why}; names come from its symbol table", bin.path));
+        }
+        let debug_syms = own_dwarf == DwarfCheck::Usable && own_link.is_none();
+        let addrs: Vec<u64> = pending.iter().map(|&i| offsets[i]).collect();
+        match attempt(sym, &path, &addrs, false, debug_syms) {
+            Ok(infos) => fill(&mut out.infos, &mut pending, infos, offsets, false),
+            Err(e) => warn(format!("cannot symbolize {}: {e}; its frames keep library and address", bin.path)),
+        }
+    }
+
+    // 3. Fix names from the binary's own tables; group what is still
+    // unnamed by the function its FDE describes.
+    let fdes = if pending.is_empty() { Vec::new() } else { reader.fde_ranges().unwrap_or_default() };
+    for (i, info) in out.infos.iter_mut().enumerate() {
+        let Some(vaddr) = offset_to_vaddr(&segments, offsets[i]) else { continue };
+        fix_names(info, vaddr, offsets[i], &tables, &segments, &fdes, &bin.name);
+    }
+    out
+}
+
+/// Symbolize, and when reading DWARF fails, once more from the symbol tables.
+fn attempt(sym: &mut Symbolicator, path: &str, addrs: &[u64], virt: bool, debug_syms: bool) -> Result<Vec<AddrInfo>, String> {
+    let call = |sym: &mut Symbolicator, debug_syms| {
+        if virt { sym.symbolize_elf_virt(path, addrs, debug_syms) } else { sym.symbolize_elf(path, addrs, debug_syms) }
+    };
+    match call(sym, debug_syms) {
+        Ok(v) => Ok(v),
+        Err(e) if debug_syms => call(sym, false).map_err(|e2| format!("{e}; without DWARF: {e2}")),
+        Err(e) => Err(e),
+    }
+}
+
+/// Put resolved answers in place; keep the unresolved pending. Symbol
+/// starts of a debug file's answers are addresses: make them file offsets.
+fn fill(infos: &mut [AddrInfo], pending: &mut Vec<usize>, answers: Vec<AddrInfo>, offsets: &[u64], virt: bool) {
+    let mut still = Vec::new();
+    for (&i, mut a) in pending.iter().zip(answers) {
+        if a.funcs.is_empty() {
+            still.push(i);
+            continue;
+        }
+        if virt {
+            // Keep the offset within the symbol; the start follows the frame's space.
+            a.symbol_start = offsets[i].saturating_sub(a.symbol_offset);
+        }
+        infos[i] = a;
+    }
+    *pending = still;
+}
+
+/// Names from the binary's tables: PLT stubs, public aliases, FDE groups.
+fn fix_names(info: &mut AddrInfo, vaddr: u64, offset: u64, tables: &NameTables, segments: &[Segment], fdes: &[(u64, u64)], lib: &str) {
+    if let Some((start, name)) = tables.plt_at(vaddr) {
+        *info = AddrInfo {
+            symbol_start: offset - (vaddr - start),
+            symbol_offset: vaddr - start,
+            symbol_size: Some(16),
+            funcs: vec![FuncAtAddr { name: name.to_string(), file: None, line: None }],
+        };
+        return;
+    }
+    if let Some(outer) = info.funcs.first_mut() {
+        let start = vaddr - info.symbol_offset;
+        if let Some(public) = tables.aliases.get(&start) {
+            if outer.name != **public {
+                outer.name = public.to_string();
+            }
+        }
+        return;
+    }
+    let i = fdes.partition_point(|f| f.0 <= vaddr);
+    if let Some(&(start, end)) = i.checked_sub(1).map(|i| &fdes[i]) {
+        if vaddr < end {
+            let start_offset = vaddr_to_offset(segments, start).unwrap_or(offset - (vaddr - start));
+            *info = AddrInfo {
+                symbol_start: start_offset,
+                symbol_offset: vaddr - start,
+                symbol_size: Some(end - start),
+                funcs: vec![FuncAtAddr { name: format!("{lib}+0x{start_offset:x}"), file: None, line: None }],
+            };
+        }
+    }
+}
