@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::bpf::abi;
-use crate::capture::{monotonic_ns, CaptureOptions, CaptureSession};
+use crate::capture::{CaptureOptions, CaptureSession};
 use crate::cli::RecordArgs;
 use crate::collector::recording::Recording;
 use crate::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
@@ -166,7 +166,6 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<i32, RecordError
             eprint!("\r\x1b[Ksysprof: recording {:.1} s, {samples} samples, {lost} lost", started.elapsed().as_secs_f64());
         })
         .await?;
-    let end_ns = monotonic_ns();
     let stopped = Instant::now();
     // Recording is over: from now on Ctrl-C or SIGTERM end sysprof at once
     // (nothing half-written stays behind), whatever it is doing.
@@ -176,7 +175,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<i32, RecordError
     }
     let timing = Timing::new();
     let (start_ns, start_wall_ms) = (session.start_ns, session.start_wall_ms);
-    session.stop(&mut collector, end_ns);
+    let end_ns = session.stop(&mut collector);
     timing.mark("drain and detach");
     let range = WindowRange { start_ns, end_ns, start_wall_ms, interval_ms: 1000.0 / args.frequency as f64, clip_start: true };
     let recording = collector.finish_window(range);

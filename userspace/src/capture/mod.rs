@@ -233,10 +233,13 @@ impl CaptureSession {
         }
     }
 
-    /// Stop at `end_ns`: detach the sampler, drain what is buffered, close
-    /// the intervals still open, count what was lost, and detach the tracer
+    /// Stop now: take the last counter reading, end the recording (its end
+    /// is returned), detach the sampler, drain what is buffered, close the
+    /// intervals still open, count what was lost, and detach the tracer
     /// (beside the rest of the work: it waits for RCU grace periods).
-    pub fn stop(mut self, collector: &mut Collector, end_ns: u64) {
+    pub fn stop(mut self, collector: &mut Collector) -> u64 {
+        self.counters.poll(monotonic_ns(), collector.take_recent_pids());
+        let end_ns = monotonic_ns();
         let lost_samples = self.lost_samples();
         drop(self.sampler.take());
         self.drain(collector);
@@ -246,7 +249,6 @@ impl CaptureSession {
             tracer_drops = tracer.drops();
             std::thread::spawn(move || drop(tracer));
         }
-        self.counters.poll(monotonic_ns(), collector.take_recent_pids());
         let notes = std::mem::take(&mut self.counters.notes);
         let (sideband_lost, sideband_malformed) = (self.sideband.lost, self.sideband.malformed);
         collector.handle_counters(self.counters.finish());
@@ -254,6 +256,7 @@ impl CaptureSession {
             collector.note(n);
         }
         collector.handle_losses(lost_samples, sideband_lost, sideband_malformed + self.decode_errors, tracer_drops);
+        end_ns
     }
 
     /// Counter tracks so far (for a window of the agent).

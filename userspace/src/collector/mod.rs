@@ -230,13 +230,16 @@ impl Collector {
     pub fn handle_snapshot(&mut self, snapshot: ProcSnapshot) {
         let bins: Vec<Vec<BinaryIndex>> =
             snapshot.processes.iter().map(|p| p.mappings.iter().map(|m| self.binaries.intern(m)).collect()).collect();
-        for p in &snapshot.processes {
+        for (p, b) in snapshot.processes.iter().zip(&bins) {
             if let Some(c) = &p.cgroup {
                 self.cgroups.insert(p.pid, c.clone());
             }
-            for m in &p.mappings {
+            for (m, &binary) in p.mappings.iter().zip(b) {
                 if is_anonymous(&m.path) {
                     self.jit_processes.entry(p.pid).or_insert_with(|| crate::symbolize::perfmap::process_identity(p.pid));
+                }
+                if crate::unwind::is_jitdump(&m.path) {
+                    self.jitdumps.insert(p.pid, binary);
                 }
             }
         }
@@ -244,6 +247,9 @@ impl Collector {
             for (p, b) in snapshot.processes.iter().zip(&bins) {
                 for (m, &binary) in p.mappings.iter().zip(b) {
                     u.add_mapping(p.pid, m.start, m.len, m.pgoff, binary);
+                    if crate::unwind::is_jitdump(&m.path) {
+                        u.add_jitdump(p.pid, binary);
+                    }
                 }
             }
         }
@@ -517,12 +523,15 @@ impl Collector {
         if is_anonymous(&m.path) {
             self.jit_processes.entry(m.pid).or_insert_with(|| crate::symbolize::perfmap::process_identity(m.pid));
         }
-        let file_name = m.path.rsplit('/').next().unwrap_or("");
-        if file_name.starts_with("jit-") && file_name.ends_with(".dump") {
+        let jitdump = crate::unwind::is_jitdump(&m.path);
+        if jitdump {
             self.jitdumps.insert(m.pid, binary);
         }
         if let Some(u) = self.unwinders.as_mut() {
             u.add_mapping(m.pid, m.start, m.len, m.pgoff, binary);
+            if jitdump {
+                u.add_jitdump(m.pid, binary);
+            }
         }
         self.window.sideband.push((SidebandEvent::Mmap(m), Some(binary)));
     }

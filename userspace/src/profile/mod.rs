@@ -393,6 +393,9 @@ struct Thread {
     tid: u32,
     process_type: &'static str,
     process_name: String,
+    /// The executable the process ran (its name is its command name, as ps shows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    process_executable: Option<String>,
     is_main_thread: bool,
     process_startup_time: f64,
     process_shutdown_time: Option<f64>,
@@ -642,6 +645,7 @@ fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn F
         tid: t.tid,
         process_type: "default",
         process_name,
+        process_executable: p.exe.clone(),
         is_main_thread: is_main,
         process_startup_time: start(p.start_ns),
         process_shutdown_time: p.end_ns.map(ms),
@@ -672,6 +676,7 @@ fn build_cpu_track(rec: &Recording, cpu: u32, markers: &[MarkerRecord], ms: &dyn
         tid: CPU_TRACK_TID_BASE + cpu,
         process_type: "default",
         process_name: "CPUs".to_string(),
+        process_executable: None,
         is_main_thread: false,
         process_startup_time: 0.0,
         process_shutdown_time: None,
@@ -728,7 +733,8 @@ fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut ThreadTabl
                 *done_ns,
                 MarkerData::Io {
                     device: device.clone(),
-                    op: match crate::collector::recording::io_flag_names(*flags) {
+                    // A flush's preflush flag says nothing more than "flush".
+                    op: match crate::collector::recording::io_flag_names(if *op == crate::collector::recording::IoOp::Flush { flags & !crate::bpf::abi::IO_PREFLUSH } else { *flags }) {
                         f if f.is_empty() => op.name(),
                         f => format!("{} ({f})", op.name()),
                     },

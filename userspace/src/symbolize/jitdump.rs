@@ -1,17 +1,118 @@
-//! JIT symbols from jitdump files (`jit-PID.dump`, perf's format).
+//! JIT symbols and unwind tables from jitdump files (`jit-PID.dump`, perf's format).
 //!
 //! In: the bytes of a jitdump file a process mapped (the JIT maps it so
 //! profilers can find it). Out: the code regions it loaded, as
-//! [`JitSymbol`]s in a [`PerfMap`] for lookup. Written here because only
-//! the CODE_LOAD records are needed and the format is a flat record list;
-//! every length is checked, so a truncated or hostile file yields what can
-//! be read and a count of what could not, never a panic.
+//! [`JitSymbol`]s in a [`PerfMap`] for lookup; and, read as the file grows
+//! ([`JitdumpTail`]), the code loads with the `.eh_frame` their
+//! JIT_CODE_UNWINDING_INFO records carry, so stacks unwind through JIT code
+//! that keeps no frame pointer (Python's `-X perf_jit` trampolines, V8).
+//! Written here because the format is a flat list of records and only three
+//! kinds matter; every length is checked, so a truncated or hostile file
+//! yields what can be read and a count of what could not, never a panic.
 
 use super::perfmap::{JitSymbol, PerfMap};
 
 const MAGIC: u32 = 0x4A69_5444; // "JiTD"
 const JIT_CODE_LOAD: u32 = 0;
 const JIT_CODE_MOVE: u32 = 1;
+const JIT_CODE_UNWINDING_INFO: u32 = 4;
+/// Largest record read (a code load carries its code).
+const MAX_RECORD: usize = 16 << 20;
+
+/// A code load with its unwind table, as [`JitdumpTail`] reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JitCode {
+    /// Where the code is.
+    pub start: u64,
+    /// Its size.
+    pub size: u64,
+    /// The `.eh_frame` bytes of its unwinding-info record, laid out (as perf
+    /// lays them when it injects JIT code) at `start + round_up(size, 8)`.
+    pub eh_frame: Vec<u8>,
+    /// The `.eh_frame_hdr` that follows the `.eh_frame`.
+    pub eh_frame_hdr: Vec<u8>,
+}
+
+/// Reads a jitdump file as the JIT writes it: each call returns the code
+/// loads with unwind tables that were completed since the previous one.
+#[derive(Debug, Default)]
+pub struct JitdumpTail {
+    /// Where the next record starts (0: the header is still unread).
+    offset: u64,
+    swap: bool,
+    /// The unwinding info waiting for the code load it belongs to.
+    pending: Option<(Vec<u8>, Vec<u8>)>,
+    /// Unusable (not a jitdump, or damaged): nothing more is read.
+    dead: bool,
+}
+
+impl JitdumpTail {
+    /// Read what was appended to `file` since the last call, at most
+    /// `budget` bytes. Positional reads: the descriptor's offset is shared.
+    pub fn poll(&mut self, file: &std::fs::File, budget: usize) -> Vec<JitCode> {
+        use std::os::unix::fs::FileExt;
+        let mut out = Vec::new();
+        if self.dead {
+            return out;
+        }
+        let read = |at: u64, len: usize| -> Option<Vec<u8>> {
+            let mut buf = vec![0u8; len];
+            let mut done = 0;
+            while done < len {
+                match file.read_at(&mut buf[done..], at + done as u64) {
+                    Ok(0) | Err(_) => return None,
+                    Ok(n) => done += n,
+                }
+            }
+            Some(buf)
+        };
+        if self.offset == 0 {
+            let Some(h) = read(0, 12) else { return out };
+            let magic = u32_at(&h, 0, false).unwrap_or(0);
+            self.swap = match magic {
+                MAGIC => false,
+                m if m.swap_bytes() == MAGIC => true,
+                _ => {
+                    self.dead = true;
+                    return out;
+                }
+            };
+            self.offset = u32_at(&h, 8, self.swap).unwrap_or(40).max(40) as u64;
+        }
+        let mut used = 0usize;
+        while used < budget {
+            let Some(prefix) = read(self.offset, 16) else { break };
+            let (id, size) = (u32_at(&prefix, 0, self.swap).unwrap_or(0), u32_at(&prefix, 4, self.swap).unwrap_or(0) as usize);
+            if !(16..=MAX_RECORD).contains(&size) {
+                self.dead = true;
+                break;
+            }
+            // A record being written is not complete yet: read it next time.
+            let Some(record) = read(self.offset, size) else { break };
+            let body = &record[16..];
+            match id {
+                JIT_CODE_UNWINDING_INFO => {
+                    let (total, hdr) = (u64_at(body, 0, self.swap).unwrap_or(0) as usize, u64_at(body, 8, self.swap).unwrap_or(0) as usize);
+                    self.pending = body.get(24..24usize.saturating_add(total)).filter(|_| hdr <= total).map(|d| {
+                        let (eh, h) = d.split_at(total - hdr);
+                        (eh.to_vec(), h.to_vec())
+                    });
+                }
+                JIT_CODE_LOAD => {
+                    if let (Some(start), Some(size), Some((eh_frame, eh_frame_hdr))) = (u64_at(body, 16, self.swap), u64_at(body, 24, self.swap), self.pending.take()) {
+                        if size > 0 && !eh_frame.is_empty() {
+                            out.push(JitCode { start, size, eh_frame, eh_frame_hdr });
+                        }
+                    }
+                }
+                _ => {}
+            }
+            self.offset += size as u64;
+            used += size;
+        }
+        out
+    }
+}
 
 fn u32_at(b: &[u8], at: usize, swap: bool) -> Option<u32> {
     let v = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?);

@@ -9,7 +9,8 @@
 //! when it was mapped, and shared by every process that maps it; framehop
 //! caches each unwind rule it looks up, so a hot address is decoded once.
 //! Where an address has no unwind information framehop falls back to the
-//! frame pointer.
+//! frame pointer. JIT code gets its unwind tables from the jitdump file its
+//! process maps, read as it grows.
 //!
 //! The unwind sections are copied into memory, not mapped: any user can
 //! truncate a binary while we profile it, and touching a mapping past the new
@@ -26,6 +27,7 @@ use rustc_hash::FxHashMap;
 
 use crate::symbolize::binaries::{BinaryIndex, Binaries};
 use crate::symbolize::elf::{ElfLimits, ElfReader};
+use crate::symbolize::jitdump::{JitCode, JitdumpTail};
 
 /// A section's bytes, shared between the processes that map the binary.
 #[derive(Clone)]
@@ -147,13 +149,84 @@ struct ProcessUnwinder {
     /// Entry points (`_start`) of the mapped binaries, as absolute
     /// addresses; filled when the unwinder is built.
     entries: Vec<u64>,
+    /// The jitdump file the process mapped, read as it grows.
+    jitdump: Option<(BinaryIndex, JitdumpTail, std::time::Instant)>,
+    /// JIT code with unwind tables, from the jitdump: (start, end, module).
+    jit_modules: Vec<(u64, u64, Module<SectionBytes>)>,
     /// Monotonic ns of its exit, for pruning.
     exited_ns: Option<u64>,
 }
 
+/// How often a process's jitdump is read for new code.
+const JITDUMP_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+/// Most bytes of jitdump read per poll.
+const JITDUMP_POLL_BYTES: usize = 4 << 20;
+
+/// A framehop module for JIT code and the unwind table its jitdump gave:
+/// the `.eh_frame` lies (in the table's own address arithmetic) right
+/// after the code rounded up to 8 bytes, its header after it, as perf
+/// places them when it injects JIT code into an ELF file.
+fn jit_module(code: &JitCode) -> Module<SectionBytes> {
+    let start = code.start;
+    let eh_start = start + code.size.next_multiple_of(8);
+    let eh_end = eh_start + code.eh_frame.len() as u64;
+    let hdr = (!code.eh_frame_hdr.is_empty()).then(|| (eh_end..eh_end + code.eh_frame_hdr.len() as u64, SectionBytes(Arc::from(code.eh_frame_hdr.as_slice()))));
+    let info = ExplicitModuleSectionInfo {
+        base_svma: start,
+        text_svma: Some(start..start + code.size),
+        text: None,
+        eh_frame_svma: Some(eh_start..eh_end),
+        eh_frame: Some(SectionBytes(Arc::from(code.eh_frame.as_slice()))),
+        eh_frame_hdr_svma: hdr.as_ref().map(|h| h.0.clone()),
+        eh_frame_hdr: hdr.map(|h| h.1),
+        debug_frame: None,
+        got_svma: None,
+        stubs_svma: None,
+        stub_helper_svma: None,
+        unwind_info: None,
+        text_segment_svma: None,
+        text_segment: None,
+    };
+    Module::new(format!("JIT code at {start:#x}"), start..start + code.size, start, info)
+}
+
+/// jitdump files are mapped executable so profilers find them; they are no ELF.
+pub fn is_jitdump(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("jit-") && name.ends_with(".dump")
+}
+
 impl ProcessUnwinder {
     fn new(mappings: Vec<Mapping>) -> ProcessUnwinder {
-        ProcessUnwinder { mappings, unwinder: None, entries: Vec::new(), exited_ns: None }
+        ProcessUnwinder { mappings, unwinder: None, entries: Vec::new(), jitdump: None, jit_modules: Vec::new(), exited_ns: None }
+    }
+
+    /// Read new code from the jitdump, at most every JITDUMP_POLL.
+    fn poll_jitdump(&mut self, binaries: &Binaries) {
+        let Some((binary, tail, last)) = self.jitdump.as_mut() else { return };
+        if last.elapsed() < JITDUMP_POLL && !self.jit_modules.is_empty() {
+            return;
+        }
+        *last = std::time::Instant::now();
+        let Some(file) = binaries.get(*binary).file.as_ref() else { return };
+        for code in tail.poll(file, JITDUMP_POLL_BYTES) {
+            let (start, end) = (code.start, code.start + code.size);
+            // Code memory is reused: a new load replaces what overlapped it.
+            let mut kept = Vec::with_capacity(self.jit_modules.len() + 1);
+            for (s, e, m) in self.jit_modules.drain(..) {
+                if e <= start || s >= end {
+                    kept.push((s, e, m));
+                } else if let Some(u) = self.unwinder.as_mut() {
+                    u.remove_module(s);
+                }
+            }
+            self.jit_modules = kept;
+            let module = jit_module(&code);
+            if let Some(u) = self.unwinder.as_mut() {
+                u.add_module(module.clone());
+            }
+            self.jit_modules.push((start, end, module));
+        }
     }
 
     /// Whether `addr` lies in an executable mapping of the process.
@@ -232,11 +305,18 @@ impl Unwinders {
         p.unwinder = None;
     }
 
+    /// `pid` mapped a jitdump file: its JIT code's unwind tables come from it.
+    pub fn add_jitdump(&mut self, pid: u32, binary: BinaryIndex) {
+        self.process(pid).jitdump = Some((binary, JitdumpTail::default(), std::time::Instant::now()));
+    }
+
     /// `pid` exec'd: its old mappings are gone.
     pub fn exec(&mut self, pid: u32) {
         let p = self.process(pid);
         p.mappings.clear();
         p.unwinder = None;
+        p.jitdump = None;
+        p.jit_modules.clear();
         p.exited_ns = None;
     }
 
@@ -271,16 +351,17 @@ impl Unwinders {
     }
 
     fn unwind_inner(&mut self, binaries: &Binaries, pid: u32, regs: (u64, u64, u64), stack: &[u8], out: &mut Vec<u64>, max: usize) -> UnwindEnd {
-        let Some(p) = self.processes.get(&pid) else {
+        let Some(p) = self.processes.get_mut(&pid) else {
             // Unknown process (its mappings not seen): keep the leaf.
             out.push(regs.0);
             return UnwindEnd::NoUnwindInfo;
         };
+        p.poll_jitdump(binaries);
         if p.unwinder.is_none() {
             let mappings = p.mappings.clone();
             let mut unwinder = UnwinderX86_64::new();
             let mut entries = Vec::new();
-            for m in &mappings {
+            for m in mappings.iter().filter(|m| !is_jitdump(&binaries.get(m.binary).path)) {
                 let info = self
                     .binaries
                     .entry(m.binary)
@@ -309,6 +390,9 @@ impl Unwinders {
             entries.sort_unstable();
             entries.dedup();
             let p = self.processes.get_mut(&pid).expect("present");
+            for (_, _, m) in &p.jit_modules {
+                unwinder.add_module(m.clone());
+            }
             p.unwinder = Some(unwinder);
             p.entries = entries;
         }
@@ -341,7 +425,7 @@ impl Unwinders {
                 }
                 Ok(None) => return UnwindEnd::Root,
                 Err(framehop::Error::CouldNotReadStack(addr)) if addr >= stack_end.saturating_sub(8) => UnwindEnd::StackCopyExhausted,
-                Err(_) => UnwindEnd::NoUnwindInfo,
+                Err(_) => UnwindEnd::NoUnwindInfo
             };
             // A stack that reached a program's entry function is whole,
             // whatever the unwinder makes of the nothing below it.
@@ -375,5 +459,65 @@ mod tests {
         // GNU ld's layout (address = offset in every segment) is unchanged.
         let gnu = [(0x0, 0x0, 0x628), (0x1000, 0x1000, 0x1d5), (0x2000, 0x2000, 0x10c)];
         assert_eq!(base_avma(&gnu, 0x5600_0000_1000, 0x1000), Some(0x5600_0000_0000));
+    }
+}
+
+#[cfg(test)]
+mod jit_tests {
+    use super::*;
+
+    /// The trampoline's eh_frame and hdr as tests/workloads/jit.c builds them, for code at `a` of size 11.
+    fn tables(a: u64) -> (Vec<u8>, Vec<u8>) {
+        let r = 16u64;
+        let mut eh = vec![0u8; 48];
+        eh[0..4].copy_from_slice(&20u32.to_le_bytes());
+        eh[8] = 1;
+        eh[9..12].copy_from_slice(b"zR\0");
+        eh[12] = 1;
+        eh[13] = 0x78;
+        eh[14] = 16;
+        eh[15] = 1;
+        eh[16] = 0x1b;
+        eh[17..20].copy_from_slice(&[0x0c, 7, 8]);
+        eh[20..22].copy_from_slice(&[0x90, 1]);
+        eh[24..28].copy_from_slice(&20u32.to_le_bytes());
+        eh[28..32].copy_from_slice(&28u32.to_le_bytes());
+        eh[32..36].copy_from_slice(&((a as i64 - (a + r + 32) as i64) as i32).to_le_bytes());
+        eh[36..40].copy_from_slice(&11u32.to_le_bytes());
+        eh[40] = 0;
+        eh[41..47].copy_from_slice(&[0x44, 0x0e, 16, 0x46, 0x0e, 8]);
+        let mut hdr = vec![1u8, 0x1b, 0x03, 0x3b];
+        hdr.extend((-(48i32 + 4)).to_le_bytes());
+        hdr.extend(1u32.to_le_bytes());
+        hdr.extend((-(r as i32 + 48)).to_le_bytes());
+        hdr.extend((-(48i32 - 24)).to_le_bytes());
+        (eh, hdr)
+    }
+
+    /// Check that JIT code described by a jitdump unwinding record unwinds:
+    /// from its call site (CFA rsp+16 there) to the return address its caller left.
+    #[test]
+    fn jit_code_unwinds_with_its_jitdump_table() {
+        let a = 0x7f00_0000_1000u64;
+        let (eh_frame, eh_frame_hdr) = tables(a);
+        for with_hdr in [true, false] {
+            let code = JitCode { start: a, size: 11, eh_frame: eh_frame.clone(), eh_frame_hdr: if with_hdr { eh_frame_hdr.clone() } else { Vec::new() } };
+            let mut unwinder = UnwinderX86_64::new();
+            unwinder.add_module(jit_module(&code));
+            let mut cache = CacheX86_64::new();
+            // At a+6 (just returned from the call): rsp+8 holds the return address into the caller.
+            let sp = 0x7ffc_0000_0000u64;
+            let caller_ret = 0x5555_0000_1234u64;
+            let mut read_stack = |addr: u64| -> Result<u64, ()> { if addr == sp + 8 { Ok(caller_ret) } else { Ok(0) } };
+            let mut frames = unwinder.iter_frames(a + 6, UnwindRegsX86_64::new(a + 6, sp, 0), &mut cache, &mut read_stack);
+            let mut got = Vec::new();
+            while let Ok(Some(f)) = frames.next() {
+                got.push(f.address());
+                if got.len() > 3 {
+                    break;
+                }
+            }
+            assert_eq!(got[..2], [a + 6, caller_ret], "with hdr: {with_hdr}");
+        }
     }
 }

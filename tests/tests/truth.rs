@@ -1,0 +1,509 @@
+//! Integration tests of what real programs showed wrong: stacks, names and
+//! markers checked against oracles sysprof does not produce: the kernel's
+//! disk accounting, the workloads' own clocks, objdump and readelf, the
+//! call chains written in the workloads' source. Real kernel, real BPF, root.
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use sysprof_tests::*;
+
+fn leaf(stack: &[(String, String)]) -> &str {
+    stack.last().map(|(n, _)| n.as_str()).unwrap_or("")
+}
+
+/// A JIT-compiled BPF program's kallsyms name: `bpf_prog_<16 hex digits>_<name>`.
+fn bpf_program_name(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("bpf_prog_")?;
+    let (tag, prog) = rest.split_once('_')?;
+    (tag.len() == 16 && tag.bytes().all(|b| b.is_ascii_hexdigit())).then_some(prog)
+}
+
+/// Names that only the tracing path or a BPF program has.
+fn is_tracing_frame(name: &str) -> bool {
+    bpf_program_name(name).is_some()
+        || ["bpf_trace_run", "__bpf_trace_", "__traceiter_", "trace_call_bpf", "perf_trace_", "__stop_runtime_ptr"].iter().any(|p| name.starts_with(p))
+}
+
+/// Every stack of a thread's markers (waker and issuing stacks), as names root first.
+fn marker_stacks(t: &ThreadView<'_>, categories: &[String]) -> Vec<Vec<String>> {
+    let strings = t.t["stringArray"].as_array().unwrap();
+    let m = &t.t["markers"];
+    (0..m["length"].as_u64().unwrap() as usize)
+        .filter_map(|i| m["data"][i]["cause"]["stack"].as_u64())
+        .map(|s| {
+            let mut out = Vec::new();
+            let mut node = Some(s);
+            while let Some(n) = node {
+                let frame = t.t["stackTable"]["frame"][n as usize].as_u64().unwrap() as usize;
+                let func = t.t["frameTable"]["func"][frame].as_u64().unwrap() as usize;
+                out.push(strings[t.t["funcTable"]["name"][func].as_u64().unwrap() as usize].as_str().unwrap().to_string());
+                node = t.t["stackTable"]["prefix"][n as usize].as_u64();
+            }
+            out.reverse();
+            let _ = categories;
+            out
+        })
+        .collect()
+}
+
+/// Record the whole machine for `secs` while `work` runs; returns the profile.
+fn record_all_while(dir: &std::path::Path, secs: &str, work: impl FnOnce()) -> (Profile, String) {
+    let out_path = dir.join("all.json.gz");
+    let rec = Command::new(sysprof_bin()).args(["record", "-a", "-q", "-v", "-d", secs, "-o"]).arg(&out_path).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    work();
+    let out = wait_with_timeout(rec, Duration::from_secs(60), "sysprof record -a");
+    assert_success(&out);
+    (Profile::load(&out_path), stats_line(&out))
+}
+
+/// Check, in a system-wide recording with off-CPU and I/O on while threads
+/// sleep, wake each other and read a disk, that no stack holds a frame of
+/// the tracing path or of a BPF program (sysprof's own programs run in
+/// every one of those contexts), that off-CPU stacks end in __schedule
+/// (where a thread leaves the CPU), and that every sample, marker and
+/// counter lies inside the range the profile states.
+#[test]
+fn stacks_end_where_threads_were_and_everything_lies_in_the_range() {
+    if !can_record("stacks_end_where_threads_were_and_everything_lies_in_the_range") {
+        return;
+    }
+    let dir = scratch("truth-frames");
+    let pingpong = build_c("pingpong", &dir.join("pingpong"), &[]);
+    let odirect = build_c("odirect", &dir.join("odirect"), &[]);
+    let disk = LoopDevice::new(&dir, 16);
+    let (profile, stats) = record_all_while(&dir, "3", || {
+        let a = Command::new(&pingpong).arg("300").stdout(Stdio::null()).spawn().unwrap();
+        let b = Command::new(&odirect).arg(&disk.path).arg("300").arg("500").stdout(Stdio::null()).spawn().unwrap();
+        let _ = a.wait_with_output();
+        let _ = b.wait_with_output();
+    });
+    let cats = profile.categories();
+    let end = profile.json["meta"]["profilingEndTime"].as_f64().unwrap();
+    let (mut off_cpu, mut at_schedule, mut marker_stacks_seen) = (0, 0, 0);
+    for t in profile.threads() {
+        for (s, at) in t.stacks(&cats).iter().zip(t.times()) {
+            assert!((0.0..=end).contains(&at), "sample at {at} ms outside [0, {end}] in {}", t.name());
+            let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
+            if leaf(s).starts_with("[off-CPU") {
+                assert!(!names.iter().any(|n| is_tracing_frame(n)), "tracing frame in an off-CPU stack of {}: {names:?}", t.name());
+                // The frame above the reason: where the thread left the CPU.
+                if let Some(above) = names.iter().rev().nth(1) {
+                    if s.iter().any(|(_, c)| c == "Kernel") {
+                        off_cpu += 1;
+                        at_schedule += usize::from(*above == "__schedule");
+                    }
+                }
+            } else if let Some((n, prog)) = names.iter().find_map(|n| Some((n, bpf_program_name(n)?))) {
+                // A sample can land in a BPF program that runs with
+                // interrupts on: it must carry that program's own name.
+                assert!(["sample_cpu_clock", "on_sched_switch", "on_sched_waking", "on_block_start", "on_block_issue", "on_block_merge", "on_block_complete"].contains(&prog), "{n}");
+            }
+        }
+        for names in marker_stacks(&t, &cats) {
+            marker_stacks_seen += 1;
+            assert!(!names.iter().any(|n| is_tracing_frame(n)), "tracing frame in a marker stack of {}: {names:?}", t.name());
+        }
+        let m = &t.t["markers"];
+        for i in 0..m["length"].as_u64().unwrap() as usize {
+            let (s, e) = (m["startTime"][i].as_f64().unwrap(), m["endTime"][i].as_f64().unwrap());
+            assert!(0.0 <= s && s <= e && e <= end, "marker [{s}, {e}] outside [0, {end}] in {}", t.name());
+        }
+    }
+    for c in profile.json["counters"].as_array().unwrap() {
+        for v in c["samples"]["time"].as_array().unwrap() {
+            let v = v.as_f64().unwrap();
+            assert!((0.0..=end).contains(&v), "counter {} at {v} outside [0, {end}]", c["name"]);
+        }
+    }
+    eprintln!("frames: {at_schedule} of {off_cpu} off-CPU stacks end in __schedule; {marker_stacks_seen} marker stacks; {stats}");
+    assert!(off_cpu >= 500 && marker_stacks_seen >= 300, "the workloads slept, woke and read: {off_cpu} off-CPU stacks, {marker_stacks_seen} marker stacks");
+    assert!(at_schedule * 100 >= off_cpu * 99, "{at_schedule} of {off_cpu} off-CPU stacks end in __schedule");
+}
+
+/// Which diskstat counter a marker's operation counts in.
+fn stat_group(op: &str) -> &'static str {
+    match op.split(' ').next().unwrap() {
+        "read" => "reads",
+        "discard" => "discards",
+        "flush" => "flushes",
+        // Writes, write-zeroes and secure erase count as writes.
+        _ => "writes",
+    }
+}
+
+/// Check that I/O markers per operation equal the kernel's own counts in
+/// /sys/block/DEV/stat (completed reads, writes, discards, flushes) on a
+/// device nothing else touches, while two threads read the same sectors at
+/// once, a third writes and fdatasync()s (each sync a cache flush and an
+/// empty preflush write) and ranges are discarded: exact.
+#[test]
+fn io_markers_per_operation_equal_diskstats() {
+    if !can_record("io_markers_per_operation_equal_diskstats") {
+        return;
+    }
+    let dir = scratch("truth-io");
+    let exe = build_c("blkio", &dir.join("blkio"), &[]);
+    let disk = LoopDevice::new(&dir, 32);
+    let before = disk.stat();
+    let (profile, stats) = record_all_while(&dir, "3", || {
+        let out = Command::new(&exe).arg(&disk.path).args(["300", "25", "6"]).output().unwrap();
+        assert!(out.status.success(), "blkio failed: {out:?}");
+    });
+    let sysfs = disk.stat().since(&before);
+    let mut markers: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut bytes_read = 0;
+    for t in profile.threads() {
+        for (_, d) in t.markers() {
+            if d["type"] == "BlockIo" && d["device"] == disk.name.as_str() {
+                *markers.entry(stat_group(d["op"].as_str().unwrap())).or_default() += 1;
+                if d["op"].as_str().unwrap().starts_with("read") {
+                    bytes_read += d["bytes"].as_u64().unwrap();
+                }
+            }
+        }
+    }
+    eprintln!("io: markers {markers:?}, sysfs {sysfs:?}; {stats}");
+    assert_eq!(sysfs.reads, 600, "two threads × 300 reads, nothing else read the device");
+    assert!(sysfs.flushes >= 1 && sysfs.discards >= 6, "the workload flushed and discarded: {sysfs:?}");
+    assert_eq!(markers.get("reads").copied().unwrap_or(0), sysfs.reads);
+    assert_eq!(markers.get("writes").copied().unwrap_or(0), sysfs.writes);
+    assert_eq!(markers.get("flushes").copied().unwrap_or(0), sysfs.flushes);
+    assert_eq!(markers.get("discards").copied().unwrap_or(0), sysfs.discards);
+    assert_eq!(bytes_read, sysfs.read_sectors * 512, "read markers carry every byte read");
+}
+
+/// Off-CPU time of a thread by reason, ms, its intervals clipped to [lo, hi] ms.
+fn off_cpu_by_reason(t: &ThreadView<'_>, cats: &[String], lo: f64, hi: f64) -> BTreeMap<String, f64> {
+    let mut by: BTreeMap<String, f64> = BTreeMap::new();
+    for ((s, w), at) in t.stacks(cats).iter().zip(t.weights()).zip(t.times()) {
+        if leaf(s).starts_with("[off-CPU") {
+            *by.entry(leaf(s).to_string()).or_default() += ((at + w).min(hi) - at.max(lo)).max(0.0);
+        }
+    }
+    by
+}
+
+/// Check that a thread doing only short pipe waits (tens of µs, below the
+/// 100 µs under which waits are folded without a stack) shows them as
+/// "sleeping", and that its off-CPU time adds up to what its own clocks say
+/// (wall time minus its CPU time): short waits keep their reason.
+#[test]
+fn short_pipe_waits_are_sleeping() {
+    if !can_record("short_pipe_waits_are_sleeping") {
+        return;
+    }
+    let dir = scratch("truth-pipes");
+    let exe = build_c("pipewaits", &dir.join("pipewaits"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--", exe.to_str().unwrap(), "20000"], &out_path);
+    assert_success(&out);
+    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let (t0, t1, oracle) = (field(&out.stdout, "t0_ns").unwrap(), field(&out.stdout, "t1_ns").unwrap(), field(&out.stdout, "off_cpu_ns").unwrap() as f64 / 1e6);
+    let waits = field(&out.stdout, "waits").unwrap() as f64;
+    let profile = Profile::load(&out_path);
+    let start = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_u64().unwrap();
+    let t = profile.thread(pid, tid).expect("the waiter thread");
+    let by = off_cpu_by_reason(&t, &profile.categories(), (t0 - start) as f64 / 1e6, (t1 - start) as f64 / 1e6);
+    let total: f64 = by.values().sum();
+    let sleeping = by.get("[off-CPU: sleeping]").copied().unwrap_or(0.0);
+    let folded = t.stacks(&profile.categories()).iter().filter(|s| s.first().is_some_and(|(n, _)| n.starts_with("[short off-CPU"))).count();
+    eprintln!(
+        "pipes: off-CPU {total:.1} ms ({sleeping:.1} sleeping), own clocks {oracle:.1} ms over {waits} waits ({:.2} µs a wait apart); {folded} folded samples; {by:?}",
+        (total - oracle) * 1e3 / waits
+    );
+    assert!(oracle >= 50.0, "the waiter waited: {oracle:.1} ms");
+    assert!(folded >= 1, "its waits were short enough to be folded");
+    // It may be preempted now and then (by sysprof): a few percent at most.
+    assert!(sleeping >= total * 0.9, "short pipe waits are sleeping: {by:?}");
+    // An interval runs from tracepoint to tracepoint; the thread's clocks
+    // count it back on the CPU from when the scheduler picked it, a little
+    // earlier (and sysprof's own work at the switch as its CPU time): about
+    // 1.3 µs a wait here, which 20000 waits of 20 µs make visible. Losing the
+    // folded waits (most of them) or their reason would be off by far more.
+    assert!((total - oracle).abs() <= oracle * 0.02 + waits * 0.003, "off-CPU {total:.1} ms vs {oracle:.1} ms by its own clocks over {waits} waits");
+}
+
+/// Check that a thread doing only O_DIRECT reads shows its waits as
+/// "blocked" (uninterruptible, I/O), short ones included, and that its
+/// waits for the disk are never said to be woken by an unrelated task: a
+/// completion comes from an interrupt (or a kernel thread), never from
+/// the process it interrupted.
+#[test]
+fn direct_reads_are_blocked_and_woken_by_interrupts() {
+    if !can_record("direct_reads_are_blocked_and_woken_by_interrupts") {
+        return;
+    }
+    let dir = scratch("truth-blocked");
+    let exe = build_c("odirect", &dir.join("odirect"), &[]);
+    let disk = LoopDevice::new(&dir, 16);
+    let out_path = dir.join("p.json.gz");
+    // Every wait gets a marker with its waker (a threshold of 10 µs).
+    let out = record(&["--off-cpu-threshold", "0.01", "--", exe.to_str().unwrap(), disk.path.to_str().unwrap(), "300"], &out_path);
+    assert_success(&out);
+    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let profile = Profile::load(&out_path);
+    let t = profile.thread(pid, tid).expect("the reading thread");
+    let by = off_cpu_by_reason(&t, &profile.categories(), f64::MIN, f64::MAX);
+    let total: f64 = by.values().sum();
+    let blocked = by.get("[off-CPU: blocked, uninterruptible (I/O)]").copied().unwrap_or(0.0);
+    let blocked_markers: Vec<Value> = t.markers().into_iter().map(|(_, d)| d).filter(|d| d["type"] == "OffCpu" && d["reason"] == "blocked (uninterruptible)").collect();
+    let from_interrupts = blocked_markers.iter().filter(|d| d["wakerContext"] == "hard IRQ" || d["wakerContext"] == "softirq").count();
+    let by_tasks: Vec<&str> = blocked_markers.iter().filter(|d| d["wakerContext"] == "task").map(|d| d["waker"].as_str().unwrap()).collect();
+    eprintln!("blocked: {blocked:.1} of {total:.1} ms off-CPU; {} blocked markers, {from_interrupts} woken from interrupts, by tasks: {:?}", blocked_markers.len(), by_tasks.iter().take(5).collect::<Vec<_>>());
+    assert!(blocked_markers.len() >= 250, "300 reads, each a blocked wait: {}", blocked_markers.len());
+    assert!(blocked >= total * 0.95, "its waits are blocked: {by:?}");
+    // A task waker of a disk wait can only be a kernel thread (a loop
+    // device's worker, a softirq thread): never a user process.
+    for w in &by_tasks {
+        assert!(w.starts_with("kworker") || w.starts_with("ksoftirqd") || w.starts_with("kloop"), "a disk wait woken by the task {w}");
+    }
+    assert!(from_interrupts * 100 >= blocked_markers.len() * 50, "completions wake from interrupts: {from_interrupts} of {}", blocked_markers.len());
+}
+
+/// Check where stacks end: the main thread of a program whose `_start` has
+/// no unwind information (and leaves garbage in the frame pointer) reaches
+/// `_start` as its root with no truncation label, and a thread whose frame
+/// pointer leads to text where a return address should be ends in a
+/// truncation label, with no frame made of that text.
+#[test]
+fn stacks_end_at_entry_points_and_never_in_junk() {
+    if !can_record("stacks_end_at_entry_points_and_never_in_junk") {
+        return;
+    }
+    let dir = scratch("truth-ends");
+    let exe = build_c("stackends", &dir.join("stackends"), &["-O2", "-fomit-frame-pointer", "-nostartfiles"]);
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--no-off-cpu", "--", exe.to_str().unwrap(), "1.0"], &out_path);
+    assert_success(&out);
+    let (pid, junk) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "junk_tid").unwrap());
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let main: Vec<Vec<String>> = profile.thread(pid, pid).unwrap().on_cpu_stacks(&cats).into_iter().map(|s| s.into_iter().map(|(n, _)| n).collect()).collect();
+    let in_spin: Vec<&Vec<String>> = main.iter().filter(|s| s.iter().any(|n| n == "spin_on_main")).collect();
+    let whole = in_spin.iter().filter(|s| s.first().map(String::as_str) == Some("_start") && s.get(1).map(String::as_str) == Some("c_main")).count();
+    let labelled = main.iter().filter(|s| s.iter().any(|n| n.starts_with("[truncated"))).count();
+    let junk_stacks: Vec<Vec<String>> = profile.thread(pid, junk).unwrap().on_cpu_stacks(&cats).into_iter().map(|s| s.into_iter().map(|(n, _)| n).collect()).collect();
+    let junk_in_spin: Vec<&Vec<String>> = junk_stacks.iter().filter(|s| s.iter().any(|n| n == "spin_under_junk")).collect();
+    let cut = junk_in_spin.iter().filter(|s| s.first().map(String::as_str) == Some("[truncated: return address outside any code]") && s.get(1).map(String::as_str) == Some("junk_frame")).count();
+    let text_frames = junk_stacks.iter().flatten().filter(|n| n.contains("695f6874") || n.contains("7465725f")).count();
+    eprintln!("ends: main {whole} of {} whole to _start, {labelled} labelled truncated; junk {cut} of {} cut at the junk, {text_frames} text frames", in_spin.len(), junk_in_spin.len());
+    assert!(in_spin.len() >= 500 && junk_in_spin.len() >= 500, "1 s of CPU each at 999 Hz");
+    assert!(whole * 100 >= in_spin.len() * 99, "the main thread's stacks end at _start");
+    assert!(labelled * 100 <= main.len(), "a stack that reached _start is whole: {labelled} labelled");
+    assert!(cut * 100 >= junk_in_spin.len() * 99, "the junk ends the walk with a label");
+    assert_eq!(text_frames, 0, "text read as a return address never becomes a frame");
+}
+
+/// (address, name) of each `<name@plt>` entry objdump shows in the PLT sections.
+fn objdump_plt(exe: &std::path::Path) -> Vec<(u64, String)> {
+    let out = Command::new("objdump").args(["-d", "--section=.plt", "--section=.plt.sec"]).arg(exe).output().expect("objdump (binutils)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (addr, rest) = l.split_once(" <")?;
+            let name = rest.strip_suffix(">:")?;
+            if !name.ends_with("@plt") {
+                return None;
+            }
+            Some((u64::from_str_radix(addr.trim(), 16).ok()?, name.to_string()))
+        })
+        .collect()
+}
+
+/// Check names: samples in a PLT stub are named `symbol@plt` at the
+/// address objdump gives that stub (not the `_init` before the PLT); a
+/// function with a hidden internal name and a public alias at the same
+/// address is named by the alias (as nm shows both); a process started as
+/// `sh` is named `sh`, whatever executable it runs, which stays in the profile.
+#[test]
+fn plt_stubs_aliases_and_processes_are_named_as_tools_name_them() {
+    if !can_record("plt_stubs_aliases_and_processes_are_named_as_tools_name_them") {
+        return;
+    }
+    let dir = scratch("truth-names");
+    build_c("libnoop", &dir.join("libnoop.so"), &["-shared", "-fPIC", "-O2"]);
+    let exe = build_c("names", &dir.join("names"), &["-O2", &format!("-L{}", dir.display()), "-lnoop", &format!("-Wl,-rpath,{}", dir.display())]);
+    let nm = String::from_utf8(Command::new("nm").arg(&exe).output().unwrap().stdout).unwrap();
+    let addr_of = |sym: &str| nm.lines().find(|l| l.ends_with(&format!(" {sym}"))).map(|l| l.split(' ').next().unwrap().to_string());
+    assert!(addr_of("__names_hot_impl").is_some() && addr_of("__names_hot_impl") == addr_of("names_hot"), "the alias shares the address:\n{nm}");
+    let plt = objdump_plt(&exe);
+    assert!(plt.iter().any(|(_, n)| n == "noop@plt"), "objdump shows noop@plt: {plt:?}");
+    // `sh -c 'exec ...'`: the shell execs into names, so the sh process is named sh until then.
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--no-off-cpu", "--", "sh", "-c", &format!("{} 0.7; true", exe.display())], &out_path);
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").unwrap();
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let t = profile.thread(pid, pid).expect("the names process");
+    let stacks = t.on_cpu_stacks(&cats);
+    let plt_samples = stacks.iter().filter(|s| leaf(s).ends_with("@plt")).count();
+    let init_samples = stacks.iter().filter(|s| leaf(s) == "_init").count();
+    let hot = stacks.iter().filter(|s| leaf(s) == "names_hot").count();
+    let internal = stacks.iter().filter(|s| s.iter().any(|(n, _)| n == "__names_hot_impl")).count();
+    eprintln!("names: {plt_samples} samples in PLT stubs, {init_samples} in _init, {hot} in names_hot, {internal} under its internal name");
+    assert!(plt_samples >= 20, "the loop spends time in noop's stub: {plt_samples}");
+    assert_eq!(init_samples, 0, "no PLT sample is named _init");
+    assert!(hot >= 300 && internal == 0, "the public alias names the function: {hot} vs {internal}");
+    // Every @plt frame sits at the address objdump gives its stub.
+    let plt_frames = frame_addresses(&t, |n| n.ends_with("@plt"));
+    assert!(!plt_frames.is_empty());
+    for (name, addr) in plt_frames {
+        let stub = plt.iter().filter(|(a, _)| *a <= addr).max_by_key(|(a, _)| *a).unwrap_or_else(|| panic!("{name} at {addr:#x} before every stub"));
+        assert_eq!(stub.1, name, "{name} at {addr:#x} is objdump's {} at {:#x}", stub.1, stub.0);
+        assert!(addr < stub.0 + 16);
+    }
+    // The shell: named sh (as ps names it), its executable kept.
+    let shell = profile.threads().into_iter().find(|t| t.process_name() == "sh").expect("a process named sh");
+    let exe_path = shell.t["processExecutable"].as_str().unwrap_or("");
+    assert!(exe_path.ends_with("dash") || exe_path.ends_with("/sh") || exe_path.ends_with("bash"), "its executable is kept: {exe_path:?}");
+}
+
+/// (function name, library-relative address) of the frames of `t` whose name matches.
+fn frame_addresses(t: &ThreadView<'_>, pick: impl Fn(&str) -> bool) -> Vec<(String, u64)> {
+    let strings = t.t["stringArray"].as_array().unwrap();
+    let ft = &t.t["frameTable"];
+    (0..ft["length"].as_u64().unwrap() as usize)
+        .filter_map(|i| {
+            let func = ft["func"][i].as_u64()? as usize;
+            let name = strings[t.t["funcTable"]["name"][func].as_u64()? as usize].as_str()?;
+            if !pick(name) {
+                return None;
+            }
+            Some((name.to_string(), ft["address"][i].as_i64()? as u64))
+        })
+        .collect()
+}
+
+/// The FDE ranges readelf shows for `exe`: (pc_begin, pc_end).
+fn readelf_fdes(exe: &std::path::Path) -> Vec<(u64, u64)> {
+    let out = Command::new("readelf").args(["--debug-dump=frames"]).arg(exe).output().expect("readelf (binutils)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(" FDE cie=") && l.contains("pc="))
+        .filter_map(|l| {
+            let pc = l.split("pc=").nth(1)?;
+            let (a, b) = pc.split_once("..")?;
+            Some((u64::from_str_radix(a.trim(), 16).ok()?, u64::from_str_radix(b.trim(), 16).ok()?))
+        })
+        .collect()
+}
+
+/// Check that a stripped binary's unresolved addresses are grouped by the
+/// function that contains them, as its FDEs (readelf) say: every frame in
+/// it is named `binary+0xSTART` with START an FDE's start, the frames of one
+/// function share one name, and its six-function chain is six nodes.
+#[test]
+fn stripped_frames_are_grouped_by_function() {
+    if !can_record("stripped_frames_are_grouped_by_function") {
+        return;
+    }
+    let dir = scratch("truth-fde");
+    let full = build_c("deep", &dir.join("deep.full"), &["-O2", "-fomit-frame-pointer", "-Wl,--build-id=none"]);
+    let exe = dir.join("deep");
+    assert!(Command::new("objcopy").arg("--strip-all").arg(&full).arg(&exe).status().unwrap().success());
+    let fdes = readelf_fdes(&exe);
+    assert!(fdes.len() >= 6, "readelf shows the FDEs: {fdes:?}");
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--no-off-cpu", "--", exe.to_str().unwrap(), "1.0"], &out_path);
+    assert_success(&out);
+    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let profile = Profile::load(&out_path);
+    let t = profile.thread(pid, tid).expect("the deep thread");
+    let frames = frame_addresses(&t, |n| n.starts_with("deep+0x") || n.starts_with("0x"));
+    let mut names: BTreeMap<String, usize> = BTreeMap::new();
+    for (name, addr) in &frames {
+        let start = u64::from_str_radix(name.strip_prefix("deep+0x").unwrap_or_else(|| panic!("unnamed frame {name}")), 16).unwrap();
+        // GNU ld's layout: file offsets of code equal its addresses.
+        let fde = fdes.iter().find(|(b, e)| *b <= *addr && *addr < *e).unwrap_or_else(|| panic!("{addr:#x} in no FDE"));
+        assert_eq!(start, fde.0, "{name} for {addr:#x}: its FDE starts at {:#x}", fde.0);
+        *names.entry(name.clone()).or_default() += 1;
+    }
+    let stacks = t.on_cpu_stacks(&profile.categories());
+    let longest = stacks.iter().map(|s| s.iter().filter(|(n, _)| n.starts_with("deep+0x")).count()).max().unwrap_or(0);
+    eprintln!("fde: {} frames in {} functions; longest chain {longest} functions; {:?}", frames.len(), names.len(), names);
+    // Each frame is named by the start of the FDE that holds it (checked
+    // above), so addresses of one function share one name.
+    assert!(stacks.len() >= 500 && frames.len() >= 7 && names.len() >= 7, "deep, level1..level6 sampled");
+    assert!(longest >= 7, "deep -> level1..level6: one node per function");
+}
+
+/// Check that stacks unwind through JIT code that keeps no frame pointer,
+/// with the unwind table its jitdump's unwinding-info record carries (as
+/// Python's -X perf_jit writes them): hot_spin <- jit_trampoline <-
+/// run_jit <- main, in at least 95% of samples (the source's call chain).
+#[test]
+fn jit_code_unwinds_with_its_jitdump_tables() {
+    if !can_record("jit_code_unwinds_with_its_jitdump_tables") {
+        return;
+    }
+    let dir = scratch("truth-jit");
+    let exe = build_c("jit", &dir.join("jit"), &["-O2", "-fomit-frame-pointer"]);
+    let out_path = dir.join("p.json.gz");
+    let out = Command::new(sysprof_bin()).current_dir(&dir).args(["record", "-v", "--no-off-cpu", "-o"]).arg(&out_path).args(["--", exe.to_str().unwrap(), "1.0"]).output().unwrap();
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").unwrap();
+    let profile = Profile::load(&out_path);
+    let t = profile.thread(pid, pid).unwrap();
+    let stacks: Vec<Vec<String>> = t.on_cpu_stacks(&profile.categories()).into_iter().map(|s| s.into_iter().map(|(n, _)| n).collect()).collect();
+    let in_hot: Vec<&Vec<String>> = stacks.iter().filter(|s| s.iter().any(|n| n == "hot_spin")).collect();
+    let chain = ["main", "run_jit", "jit_trampoline", "hot_spin"];
+    let whole = in_hot.iter().filter(|s| s.windows(4).any(|w| w == chain) && s.first().map(String::as_str) == Some("_start")).count();
+    eprintln!("jit: {whole} of {} hot samples unwind through the JIT code to _start; {}", in_hot.len(), stats_line(&out));
+    assert!(in_hot.len() >= 800, "1 s of CPU at 999 Hz: {}", in_hot.len());
+    assert!(whole * 100 >= in_hot.len() * 95, "{whole} of {} whole", in_hot.len());
+}
+
+/// Check that the per-CPU tracks put each slice in the category of what
+/// ran: Idle for the idle task, Kernel for kernel threads, User for
+/// processes (the spinners).
+#[test]
+fn per_cpu_slices_are_idle_kernel_or_user() {
+    if !can_record("per_cpu_slices_are_idle_kernel_or_user") {
+        return;
+    }
+    let dir = scratch("truth-percpu");
+    let (profile, _) = {
+        let out_path = dir.join("p.json.gz");
+        let rec = Command::new(sysprof_bin()).args(["record", "-a", "-q", "--per-cpu", "-d", "2", "-o"]).arg(&out_path).stderr(Stdio::piped()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        // A user process spins; the machine otherwise idles (kernel threads wake now and then).
+        let spin = build_c("spin", &dir.join("spin"), &[]);
+        let _ = Command::new(&spin).arg("0.5").output();
+        let out = wait_with_timeout(rec, Duration::from_secs(30), "sysprof --per-cpu");
+        assert_success(&out);
+        (Profile::load(&out_path), ())
+    };
+    let cats = profile.categories();
+    let mut by_cat: BTreeMap<String, usize> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    for t in profile.threads().into_iter().filter(|t| t.name().starts_with("CPU ")) {
+        let m = &t.t["markers"];
+        for i in 0..m["length"].as_u64().unwrap() as usize {
+            let cat = cats[m["category"][i].as_u64().unwrap() as usize].clone();
+            let d = &m["data"][i];
+            let expected = if d["pid"] == 0 {
+                "Idle"
+            } else if profile.threads().iter().any(|p| p.t["pid"] != "cpus" && p.pid() == d["pid"].as_u64().unwrap() && p.process_name().starts_with("spin")) {
+                "User"
+            } else {
+                &cat
+            };
+            if cat != expected {
+                wrong.push(format!("{} as {cat}", d["thread"]));
+            }
+            *by_cat.entry(cat).or_default() += 1;
+        }
+    }
+    let kthreads = profile.threads().iter().filter(|t| t.t["pid"] != "cpus" && (t.process_name().starts_with("kworker") || t.process_name().starts_with("rcu_"))).count();
+    eprintln!("per-cpu slices by category: {by_cat:?}; {kthreads} kernel threads in the profile; wrong: {wrong:?}");
+    assert!(wrong.is_empty(), "{wrong:?}");
+    assert!(by_cat.get("Idle").copied().unwrap_or(0) >= 2 && by_cat.get("User").copied().unwrap_or(0) >= 1, "{by_cat:?}");
+    if kthreads > 0 {
+        assert!(by_cat.get("Kernel").copied().unwrap_or(0) >= 1, "kernel threads ran: their slices are Kernel: {by_cat:?}");
+    }
+}
