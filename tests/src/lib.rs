@@ -426,3 +426,84 @@ pub fn wait_with_timeout(mut child: std::process::Child, timeout: std::time::Dur
         }
     }
 }
+
+/// A section of a 64-bit little-endian ELF file, as its header says.
+#[derive(Debug, Clone, Copy)]
+pub struct ElfSection {
+    /// Where its header is in the file.
+    pub header_at: usize,
+    /// sh_type.
+    pub kind: u32,
+    /// sh_flags.
+    pub flags: u64,
+    /// sh_offset.
+    pub offset: u64,
+    /// sh_size.
+    pub size: u64,
+}
+
+/// The sections of an ELF file, by name: for tests that damage binaries.
+pub fn elf_sections(elf: &[u8]) -> Vec<(String, ElfSection)> {
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
+    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap());
+    let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28) as usize, u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let header = |i: usize| shoff + i * shentsize;
+    let strtab = u64_at(header(shstrndx) + 0x18) as usize;
+    (0..shnum)
+        .map(|i| {
+            let h = header(i);
+            let name_at = strtab + u32_at(h) as usize;
+            let end = elf[name_at..].iter().position(|&b| b == 0).unwrap();
+            let name = String::from_utf8_lossy(&elf[name_at..name_at + end]).into_owned();
+            (name, ElfSection { header_at: h, kind: u32_at(h + 4), flags: u64_at(h + 8), offset: u64_at(h + 0x18), size: u64_at(h + 0x20) })
+        })
+        .collect()
+}
+
+/// Find section `name` of `elf`.
+pub fn elf_section(elf: &[u8], name: &str) -> ElfSection {
+    elf_sections(elf).into_iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no section {name}")).1
+}
+
+/// Rewrite a section header's flags, offset and size.
+pub fn set_elf_section(elf: &mut [u8], s: &ElfSection, flags: u64, offset: u64, size: u64) {
+    elf[s.header_at + 8..s.header_at + 16].copy_from_slice(&flags.to_le_bytes());
+    elf[s.header_at + 0x18..s.header_at + 0x20].copy_from_slice(&offset.to_le_bytes());
+    elf[s.header_at + 0x20..s.header_at + 0x28].copy_from_slice(&size.to_le_bytes());
+}
+
+/// SHF_COMPRESSED.
+pub const SHF_COMPRESSED: u64 = 0x800;
+
+/// An ELF compression header (Elf64_Chdr) for zlib data of `size` bytes decompressed.
+pub fn zlib_chdr(size: u64) -> Vec<u8> {
+    let mut h = Vec::with_capacity(24);
+    h.extend(1u32.to_le_bytes()); // ELFCOMPRESS_ZLIB
+    h.extend(0u32.to_le_bytes());
+    h.extend(size.to_le_bytes());
+    h.extend(1u64.to_le_bytes());
+    h
+}
+
+/// Run `sh -c script` as the unprivileged user nobody (a hostile local
+/// user for the tests), with `setpriv`; panics if it fails.
+pub fn as_nobody(script: &str) {
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script])
+        .output()
+        .expect("setpriv (util-linux) runs commands as another user");
+    assert!(out.status.success(), "as nobody: {script}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The largest resident set of any child this process has waited for, MiB.
+pub fn children_peak_rss_mib() -> f64 {
+    let mut ru: [i64; 18] = [0; 18];
+    extern "C" {
+        fn getrusage(who: i32, usage: *mut i64) -> i32;
+    }
+    // SAFETY: struct rusage is 18 longs on 64-bit Linux; RUSAGE_CHILDREN = -1.
+    unsafe { getrusage(-1, ru.as_mut_ptr()) };
+    // ru_maxrss (KiB) follows the two timevals (4 longs).
+    ru[4] as f64 / 1024.0
+}

@@ -92,11 +92,16 @@ impl Symbolicator {
         std::thread::Builder::new()
             .name("sysprof-symbolize".into())
             .spawn(move || {
+                // Auto reload: files reach blazesym as /proc/self/fd/N, and a
+                // closed descriptor's number is reused for the next file
+                // opened; blazesym's cache is keyed by path, so it must
+                // check (by device, inode, size and mtime) that a path
+                // still names the file it parsed.
                 let inner = Symbolizer::builder()
                     .enable_code_info(true)
                     .enable_inlined_fns(true)
                     .enable_demangling(true)
-                    .enable_auto_reload(false)
+                    .enable_auto_reload(true)
                     .build();
                 for (req, reply) in rx {
                     let _ = reply.send(run(&inner, &req));
