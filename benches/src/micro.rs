@@ -103,14 +103,14 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
     out.push(("write gzip profile (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
     eprintln!("micro: {n} samples, {} frames, profile {} bytes ({:.1} bytes/sample)", rec.frames.len(), bytes.len(), bytes.len() as f64 / n as f64);
 
-    let sym = Symbolicator::new();
+    let mut sym = Symbolicator::new();
     let mut rng = Rng(7);
     let mut offsets: Vec<u64> = (0..20_000).map(|_| 0x1000 + rng.next() % text_len.saturating_sub(0x2000).max(1)).collect();
     offsets.sort_unstable();
     let path = exe.to_string_lossy().into_owned();
-    let _ = sym.symbolize_elf(&path, &offsets);
+    let _ = sym.symbolize_elf(&path, &offsets, true);
     let t = Instant::now();
-    let _ = sym.symbolize_elf(&path, &offsets);
+    let _ = sym.symbolize_elf(&path, &offsets, true);
     out.push(("symbolize, warm cache (addresses)".to_string(), offsets.len() as f64 / t.elapsed().as_secs_f64()));
     out
 }
