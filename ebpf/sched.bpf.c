@@ -12,8 +12,9 @@
  * sends its totals and deletes its state, so the map holds live threads only.
  *
  * Stacks are sent inline as stack_events (see sysprof.h), once per distinct
- * place: each thread caches the user context of the last switch-out stack
- * and of the last wakeup or request stack it sent, and reuses their ids.
+ * place: each thread caches, per slot (preempted, waiting, waking or
+ * starting a request), the user context of the last stack it sent there,
+ * and reuses its id.
  *
  * Block requests are keyed by the request itself (raw tracepoints pass it)
  * from creation to their final completion, so concurrent requests for the
@@ -83,6 +84,37 @@ struct {
 	__type(value, struct io_start);
 } io_starts SEC(".maps");
 
+/* Per CPU: the kernel stack last sent from an interrupt (hash, id). */
+struct irq_stack_cache {
+	__u64 hash;
+	__u64 id;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct irq_stack_cache);
+} irq_cache SEC(".maps");
+
+/* Per CPU and program (switch, waking, block): a kernel stack being read.
+ * One entry per program: a program interrupted by an interrupt that runs
+ * another must not share its buffer. */
+struct kstack_buf {
+	__u64 ip[MAX_STACK_DEPTH];
+};
+
+#define KBUF_SWITCH 0
+#define KBUF_WAKING 1
+#define KBUF_BLOCK 2
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, struct kstack_buf);
+} kstack_bufs SEC(".maps");
+
 /* Per-CPU sequence numbers of stack records. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -104,31 +136,37 @@ static __always_inline bool tracked(__u32 tgid)
 	return !targ_tgid || tgid == targ_tgid;
 }
 
-/* Send the kernel and user stacks of the current task as a stack_event;
- * returns its id, or 0 if the ring was full. */
-static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, bool kthread, __u64 ip, __u64 sp, __u64 bp)
+static __always_inline __u64 next_stack_id(void)
 {
 	__u32 zero = 0;
 	__u64 *seq = bpf_map_lookup_elem(&stack_seq, &zero);
-	struct stack_event *e;
-	long len;
 
 	if (!seq)
 		return 0;
+	*seq += 1;
+	return (*seq << 12) | (bpf_get_smp_processor_id() & 0xfff);
+}
+
+/* Send the kernel and user stacks of the current task as a stack_event;
+ * returns its id, or 0 if the ring was full. */
+static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp)
+{
+	struct stack_event *e;
+	long len;
+
 	e = bpf_ringbuf_reserve(&events, sizeof(*e) + stack_copy, 0);
 	if (!e) {
 		count_drop(DROP_STACK_RECORD);
 		return 0;
 	}
-	*seq += 1;
 	e->kind = RECORD_STACK;
-	e->id = (*seq << 12) | (bpf_get_smp_processor_id() & 0xfff);
+	e->id = next_stack_id();
 	e->flags = 0;
 	e->pid = pid;
 	e->tid = tid;
 	e->ustack_len = 0;
 	e->stack_size = 0;
-	e->_pad = 0;
+	e->slot = slot;
 	e->user_ip = ip;
 	e->user_sp = sp;
 	e->user_bp = bp;
@@ -139,9 +177,7 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, bool kt
 		len = 0;
 	}
 	e->kstack_len = len / sizeof(__u64);
-	if (kthread) {
-		e->flags |= STACK_KERNEL_THREAD;
-	} else if (stack_copy) {
+	if (stack_copy) {
 		e->flags |= STACK_USER_REGS;
 		e->stack_size = copy_user_stack((__u8 *)(e + 1), sp);
 		if (!e->stack_size) {
@@ -157,6 +193,61 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, bool kt
 		}
 		e->ustack_len = len / sizeof(__u64);
 	}
+	__u64 id = e->id;
+	bpf_ringbuf_submit(e, submit_flags());
+	return id;
+}
+
+/* Read the current kernel stack into the per-CPU buffer `which`; returns
+ * the buffer and its length (entries) and a hash of it, which is what
+ * identifies a kernel thread's or an interrupt's place (no user context). */
+static __always_inline struct kstack_buf *read_kstack(void *ctx, __u32 which, __u32 *len, __u64 *hash)
+{
+	struct kstack_buf *b = bpf_map_lookup_elem(&kstack_bufs, &which);
+	long n;
+
+	if (!b)
+		return NULL;
+	n = bpf_get_stack(ctx, b->ip, sizeof(b->ip), 0);
+	if (n <= 0) {
+		count_drop(DROP_KSTACK);
+		return NULL;
+	}
+	*len = (n / sizeof(__u64)) & 0xff;
+	__u64 h = 0xcbf29ce484222325ULL;
+
+	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (i >= *len)
+			break;
+		h = (h ^ b->ip[i]) * 0x100000001b3ULL;
+	}
+	*hash = h;
+	return b;
+}
+
+/* Send a kernel stack read by read_kstack (no user part); returns its id. */
+static __always_inline __u64 send_kstack(struct kstack_buf *b, __u32 len, __u32 pid, __u32 tid, __u32 slot)
+{
+	/* No user stack copy: a kernel-only record is the record alone. */
+	struct stack_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		count_drop(DROP_STACK_RECORD);
+		return 0;
+	}
+	e->kind = RECORD_STACK;
+	e->id = next_stack_id();
+	e->flags = STACK_KERNEL_THREAD;
+	e->pid = pid;
+	e->tid = tid;
+	e->kstack_len = len > MAX_STACK_DEPTH ? MAX_STACK_DEPTH : len;
+	e->ustack_len = 0;
+	e->stack_size = 0;
+	e->slot = slot;
+	e->user_ip = 0;
+	e->user_sp = 0;
+	e->user_bp = 0;
+	__builtin_memcpy(e->kstack, b->ip, sizeof(e->kstack));
 	__u64 id = e->id;
 	bpf_ringbuf_submit(e, submit_flags());
 	return id;
@@ -181,47 +272,77 @@ static __always_inline bool current_user_regs(__u64 *ip, __u64 *sp, __u64 *bp)
 	return true;
 }
 
-/* The stack id of the current thread where it leaves the CPU in `state`:
- * the cached one when it leaves from the same user context in the same
- * state as last time (the common case on a switch-heavy machine; walking
- * two stacks is the tracer's main cost otherwise), else a new one. */
-static __always_inline __u64 switch_out_stack(void *ctx, __u32 pid, __u32 tid, __u32 state, struct thread_state *t)
+/* The stack id of the current thread at one place: `what` happened there
+ * (an off-CPU state, or CALL_SITE_*), cached in `slot` of its state `t`
+ * (which may be NULL for a thread we keep no state for). A thread that
+ * does the same thing from the same place as last time in that slot
+ * reuses the stack sent then: the common case on a switch-heavy machine,
+ * where walking (or copying) stacks is the tracer's main cost. The place
+ * is the user context (ip, sp, bp) for a user thread (found without
+ * walking anything), the kernel stack itself for a kernel thread. One
+ * slot per kind of place, so a thread that alternates between being
+ * preempted in one place and sleeping in another keeps both. */
+static __always_inline __u64 stack_at(void *ctx, __u32 pid, __u32 tid, __u32 slot, __u32 what, struct thread_state *t, __u32 kbuf)
 {
 	__u64 ip, sp, bp;
 	bool user = current_user_regs(&ip, &sp, &bp);
+	struct kstack_buf *b = NULL;
+	__u32 len = 0;
 
-	if (t->out_stack_id && t->out_ip == ip && t->out_sp == sp && t->out_bp == bp && t->out_state == state)
-		return t->out_stack_id;
-	__u64 id = send_stack(ctx, pid, tid, !user, ip, sp, bp);
+	if (slot >= STACK_SLOTS)
+		slot = STACK_SLOT_CALL;
+	if (!user) {
+		b = read_kstack(ctx, kbuf, &len, &ip);
+		if (!b)
+			return 0;
+	}
+	if (t) {
+		struct stack_cache *c = &t->cache[slot];
 
-	t->out_ip = ip;
-	t->out_sp = sp;
-	t->out_bp = bp;
-	t->out_state = state;
-	t->out_stack_id = id;
+		if (c->id && c->ip == ip && c->sp == sp && c->bp == bp && c->what == what)
+			return c->id;
+	}
+	__u64 id = user ? send_stack(ctx, pid, tid, slot, ip, sp, bp) : send_kstack(b, len, pid, tid, slot);
+
+	if (t) {
+		struct stack_cache *c = &t->cache[slot];
+
+		c->ip = ip;
+		c->sp = sp;
+		c->bp = bp;
+		c->what = what;
+		c->id = id;
+	}
 	return id;
 }
 
-/* The stack id of the current thread at a wakeup or a block request it
- * makes (`site`), cached per thread like switch_out_stack; `t` may be NULL
- * for a thread we keep no state for. */
-static __always_inline __u64 call_stack(void *ctx, __u32 pid, __u32 tid, __u32 site, struct thread_state *t)
+/* Whether the current context is an interrupt's: BPF programs run on the
+ * current stack, and on x86_64 hard interrupts (and the softirqs run on
+ * their exit) use per-CPU interrupt stacks, never the task's. */
+static __always_inline bool on_interrupt_stack(void)
 {
-	__u64 ip, sp, bp;
-	bool user = current_user_regs(&ip, &sp, &bp);
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 here = (__u64)&task;
+	__u64 stack = (__u64)task->stack;
 
-	if (t && t->call_stack_id && t->call_ip == ip && t->call_sp == sp && t->call_bp == bp && t->call_site == site)
-		return t->call_stack_id;
-	__u64 id = send_stack(ctx, pid, tid, !user, ip, sp, bp);
+	return here < stack || here >= stack + 32768;
+}
 
-	if (t) {
-		t->call_ip = ip;
-		t->call_sp = sp;
-		t->call_bp = bp;
-		t->call_site = site;
-		t->call_stack_id = id;
-	}
-	return id;
+/* The stack of a wakeup from an interrupt: kernel only, cached per CPU. */
+static __always_inline __u64 interrupt_stack(void *ctx)
+{
+	__u32 zero = 0, len = 0;
+	__u64 hash = 0;
+	struct irq_stack_cache *c = bpf_map_lookup_elem(&irq_cache, &zero);
+	struct kstack_buf *b = read_kstack(ctx, KBUF_WAKING, &len, &hash);
+
+	if (!c || !b)
+		return 0;
+	if (c->id && c->hash == hash)
+		return c->id;
+	c->hash = hash;
+	c->id = send_kstack(b, len, 0, 0, STACK_SLOT_INTERRUPT);
+	return c->id;
 }
 
 /* Why a thread left the CPU, from the raw task state. */
@@ -388,7 +509,7 @@ static __always_inline void switch_out(void *ctx, __u32 tid, bool preempt, unsig
 	t->off_state = state;
 	t->off_cpu = cpu;
 	t->off_runtime = runtime;
-	t->stack_id = switch_out_stack(ctx, tgid, tid, state, t);
+	t->stack_id = stack_at(ctx, tgid, tid, state == OFFCPU_PREEMPTED ? STACK_SLOT_PREEMPTED : STACK_SLOT_WAITED, state, t, KBUF_SWITCH);
 	t->off_ts = now;
 }
 
@@ -451,9 +572,15 @@ int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 	/* The waker's stacks are the costly part; a wakee that slept less
 	 * than offcpu_min_ns is folded, its waker never shown: skip them. */
 	if (now - t->off_ts >= offcpu_min_ns) {
-		struct thread_state *w = waker_tid ? bpf_map_lookup_elem(&threads, &waker_tid) : NULL;
+		if (on_interrupt_stack()) {
+			/* The interrupted task is no waker: its user context means
+			 * nothing here, and its cached stacks stay its own. */
+			t->waker_stack_id = interrupt_stack(ctx);
+		} else {
+			struct thread_state *w = waker_tid ? bpf_map_lookup_elem(&threads, &waker_tid) : NULL;
 
-		t->waker_stack_id = call_stack(ctx, pid_tgid >> 32, waker_tid, CALL_SITE_WAKEUP, w);
+			t->waker_stack_id = stack_at(ctx, pid_tgid >> 32, waker_tid, STACK_SLOT_CALL, CALL_SITE_WAKEUP, w, KBUF_WAKING);
+		}
 	} else {
 		t->waker_stack_id = 0;
 	}
@@ -513,7 +640,7 @@ static __always_inline int start_request(void *ctx, struct request *rq, bool at_
 	bpf_get_current_comm(s.comm, sizeof(s.comm));
 	struct thread_state *t = tid ? bpf_map_lookup_elem(&threads, &tid) : NULL;
 
-	s.stack_id = call_stack(ctx, s.pid, tid, CALL_SITE_IO, t);
+	s.stack_id = stack_at(ctx, s.pid, tid, STACK_SLOT_CALL, CALL_SITE_IO, t, KBUF_BLOCK);
 	/* NOEXIST: a requeued request keeps its first start. */
 	if (bpf_map_update_elem(&io_starts, &key, &s, BPF_NOEXIST) && !bpf_map_lookup_elem(&io_starts, &key))
 		count_drop(DROP_STATE_FULL);

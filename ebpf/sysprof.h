@@ -40,8 +40,19 @@
 #define SAMPLE_FLAG_USTACK_FAILED 2
 #define SAMPLE_FLAG_USER_REGS 4   /* user_regs are valid (dwarf mode, user task) */
 
+/* A thread caches one stack per slot (stack_event.slot): where it was
+ * last preempted, where it last blocked or slept, where it last woke
+ * another thread or started a request. */
+#define STACK_SLOT_PREEMPTED 0
+#define STACK_SLOT_WAITED 1
+#define STACK_SLOT_CALL 2
+#define STACK_SLOTS 3
+/* A kernel stack read in an interrupt (tid 0), cached per CPU: the low 12
+ * bits of its id. */
+#define STACK_SLOT_INTERRUPT 3
+
 /* stack_event.flags */
-#define STACK_KERNEL_THREAD 1     /* no user part */
+#define STACK_KERNEL_THREAD 1     /* no user part (a kernel thread, or an interrupt) */
 #define STACK_USER_REGS 2         /* dwarf mode: user regs and a stack copy follow */
 #define STACK_KSTACK_FAILED 4
 #define STACK_USTACK_FAILED 8
@@ -116,7 +127,7 @@ struct stack_event {
 	__u32 kstack_len;       /* valid entries of kstack */
 	__u32 ustack_len;       /* frame-pointer mode: valid entries of ustack */
 	__u32 stack_size;       /* dwarf mode: valid bytes of the copy after the record */
-	__u32 _pad;
+	__u32 slot;             /* STACK_SLOT_*: which of the thread's cached stacks it replaces */
 	__u64 user_ip;          /* user registers (where the thread entered the kernel) */
 	__u64 user_sp;
 	__u64 user_bp;
@@ -220,19 +231,17 @@ struct thread_state {
 	__u32 waker_tid;
 	__u64 waker_stack_id;
 	__u8 waker_comm[TASK_COMM_LEN];
-	/* Kernel-private: the user context and state of the last switch-out
-	 * stack sent, reused when it leaves the CPU from the same place; and
-	 * the same for the last wakeup or request it made. */
-	__u64 out_ip;
-	__u64 out_sp;
-	__u64 out_bp;
-	__u64 out_stack_id;
-	__u32 out_state;
-	__u32 call_site;        /* 1: a wakeup, 2: a block request */
-	__u64 call_ip;
-	__u64 call_sp;
-	__u64 call_bp;
-	__u64 call_stack_id;
+	/* Kernel-private: per slot, the user context and what it was (the
+	 * off-CPU state, or 1 for a wakeup and 2 for a request) of the last
+	 * stack sent, reused when it happens again from the same place. */
+	struct stack_cache {
+		__u64 ip;
+		__u64 sp;
+		__u64 bp;
+		__u64 id;
+		__u32 what;
+		__u32 _pad;
+	} cache[STACK_SLOTS];
 };
 
 #endif /* __SYSPROF_H */

@@ -265,10 +265,12 @@ fn spinner_oracles(stdout: &[u8]) -> Vec<Spinner> {
 }
 
 /// Check that with more spinning threads than CPUs their off-CPU time is
-/// "preempted" and adds up, per thread, to the time the thread was not on
-/// a CPU by its own clocks (wall time minus its CLOCK_THREAD_CPUTIME_ID,
-/// over the span it spun, the profile's intervals clipped to that span),
-/// agrees with schedstat's run_delay, and that their markers carry a run delay.
+/// "preempted" and adds up, per thread, to the time the kernel says it
+/// waited for a CPU (schedstat's run_delay, read by the thread over the
+/// span it spun; the profile's intervals clipped to that span), and that
+/// their markers carry a run delay. (Its wall time minus its CPU time is
+/// printed beside: on a VM it also holds the time the host ran another
+/// guest's vCPU while the thread was running, which is no wait in this one.)
 #[test]
 fn preempted_spinners_off_cpu_time_matches_their_run_delay() {
     if !can_record("preempted_spinners_off_cpu_time_matches_their_run_delay") {
@@ -305,18 +307,17 @@ fn preempted_spinners_off_cpu_time_matches_their_run_delay() {
         let off_ms: f64 = by_reason.values().sum();
         let (oracle_ms, run_delay_ms) = (o.off_cpu_ns / 1e6, o.run_delay_ns / 1e6);
         eprintln!("spinner {}: off-CPU {off_ms:.1} ms ({preempted_ms:.1} ms preempted), own clocks {oracle_ms:.1} ms, run_delay {run_delay_ms:.1} ms; {by_reason:?}", o.tid);
-        assert!(oracle_ms >= 100.0, "the spinners must compete for the CPUs: {oracle_ms:.1} ms off-CPU");
+        assert!(run_delay_ms >= 100.0, "the spinners must compete for the CPUs: {run_delay_ms:.1} ms waiting");
         assert!(off_ms - preempted_ms <= 1.0, "inside its span a spinner only waits for a CPU: {by_reason:?}");
         // Short waits are folded per reason and placed at the end of their
         // run (a second at most), so up to one fold's worth may fall on the
         // wrong side of the span's edges: measured under 1 ms. A profile that
         // lost 1% of the waits is off by 6 ms or more.
         assert!(
-            (preempted_ms - oracle_ms).abs() <= oracle_ms * 0.002 + 2.0,
-            "spinner {}: preempted {preempted_ms:.1} ms vs {oracle_ms:.1} ms by its own clocks",
+            (preempted_ms - run_delay_ms).abs() <= run_delay_ms * 0.002 + 2.0,
+            "spinner {}: preempted {preempted_ms:.1} ms vs run_delay {run_delay_ms:.1} ms (own clocks {oracle_ms:.1} ms)",
             o.tid
         );
-        assert!((run_delay_ms - oracle_ms).abs() <= oracle_ms * 0.01 + 1.0, "the two oracles agree: {run_delay_ms:.1} vs {oracle_ms:.1}");
         for (_, d) in t.markers() {
             if d["type"] != "OffCpu" {
                 continue;

@@ -270,7 +270,7 @@ fn print_summary(rec: &Recording, path: &Path, bytes: u64, write_time: Duration,
         let u = st.unwind;
         eprintln!(
             "sysprof: stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} \
-             off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
+             off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
              stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
              unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
             st.samples,
@@ -281,6 +281,7 @@ fn print_summary(rec: &Recording, path: &Path, bytes: u64, write_time: Duration,
             st.off_cpu_intervals,
             st.off_cpu_folded,
             st.off_cpu_end_inferred,
+            st.stack_records,
             st.io_requests,
             st.io_untracked,
             st.lost_events,

@@ -46,6 +46,17 @@ pub const SAMPLE_FLAG_USTACK_FAILED: u32 = 2;
 /// `SAMPLE_FLAG_USER_REGS`
 pub const SAMPLE_FLAG_USER_REGS: u32 = 4;
 
+/// `STACK_SLOT_PREEMPTED`
+pub const STACK_SLOT_PREEMPTED: u32 = 0;
+/// `STACK_SLOT_WAITED`
+pub const STACK_SLOT_WAITED: u32 = 1;
+/// `STACK_SLOT_CALL`
+pub const STACK_SLOT_CALL: u32 = 2;
+/// `STACK_SLOTS`
+pub const STACK_SLOTS: usize = 3;
+/// `STACK_SLOT_INTERRUPT`: a kernel stack read in an interrupt, cached per CPU.
+pub const STACK_SLOT_INTERRUPT: u32 = 3;
+
 /// `STACK_KERNEL_THREAD`
 pub const STACK_KERNEL_THREAD: u32 = 1;
 /// `STACK_USER_REGS`
@@ -161,8 +172,8 @@ pub struct StackEvent {
     pub ustack_len: u32,
     /// Dwarf mode: valid stack bytes after the record.
     pub stack_size: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// `STACK_SLOT_*`: the thread's cached stack it replaces.
+    pub slot: u32,
     /// User instruction pointer.
     pub user_ip: u64,
     /// User stack pointer.
@@ -331,26 +342,26 @@ pub struct ThreadState {
     pub waker_stack_id: u64,
     /// Waker's name.
     pub waker_comm: [u8; TASK_COMM_LEN],
-    /// Kernel-private cache.
-    pub out_ip: u64,
-    /// Kernel-private cache.
-    pub out_sp: u64,
-    /// Kernel-private cache.
-    pub out_bp: u64,
-    /// Kernel-private cache.
-    pub out_stack_id: u64,
-    /// Kernel-private cache.
-    pub out_state: u32,
-    /// Kernel-private cache.
-    pub call_site: u32,
-    /// Kernel-private cache.
-    pub call_ip: u64,
-    /// Kernel-private cache.
-    pub call_sp: u64,
-    /// Kernel-private cache.
-    pub call_bp: u64,
-    /// Kernel-private cache.
-    pub call_stack_id: u64,
+    /// Kernel-private: the last stack sent per slot.
+    pub cache: [StackCache; STACK_SLOTS],
+}
+
+/// `struct stack_cache`: kernel-private.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StackCache {
+    /// User ip.
+    pub ip: u64,
+    /// User sp.
+    pub sp: u64,
+    /// User bp.
+    pub bp: u64,
+    /// Stack record id.
+    pub id: u64,
+    /// Off-CPU state or call site.
+    pub what: u32,
+    /// Padding.
+    pub _pad: u32,
 }
 
 // SAFETY: plain old data, every bit pattern valid.
@@ -528,7 +539,7 @@ mod tests {
         let items = abi_items!(
             struct sample_event = SampleEvent { kind, cpu, time_ns, sum_exec_runtime, pid, tid, flags, kstack_len, ustack_len,
                 stack_size, comm, user_ip, user_sp, user_bp, kstack, ustack }
-            struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, user_ip, user_sp,
+            struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, user_ip, user_sp,
                 user_bp, kstack, ustack }
             struct offcpu_event = OffCpuEvent { kind, state, start_ns, end_ns, wake_ns, pid, tid, cpu_out, cpu_in, waker_pid,
                 waker_tid, stack_id, waker_stack_id, comm, waker_comm, flags }
@@ -537,11 +548,11 @@ mod tests {
             struct blkio_event = IoEvent { kind, dev, sector, start_ns, issue_ns, done_ns, bytes, error, pid, tid, op, flags,
                 stack_id, comm }
             struct thread_state = ThreadState { off_ts, voluntary, involuntary, short_ns, short_count, short_first, short_last,
-                pid, off_state, off_cpu, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, out_ip, out_sp,
-                out_bp, out_stack_id, out_state, call_site, call_ip, call_sp, call_bp, call_stack_id }
+                pid, off_state, off_cpu, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, cache }
+            struct stack_cache = StackCache { ip, sp, bp, id, what }
             ;
             consts { TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE, RECORD_OFFCPU, RECORD_IO, RECORD_STACK, RECORD_FOLDED,
-                RECORD_THREAD_END, OFFCPU_END_INFERRED, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER, OFFCPU_REASONS,
+                RECORD_THREAD_END, STACK_SLOT_PREEMPTED, STACK_SLOT_WAITED, STACK_SLOT_CALL, STACK_SLOTS, STACK_SLOT_INTERRUPT, OFFCPU_END_INFERRED, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER, OFFCPU_REASONS,
                 SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED, SAMPLE_FLAG_USER_REGS, STACK_KERNEL_THREAD,
                 STACK_USER_REGS, STACK_KSTACK_FAILED, STACK_USTACK_FAILED, IO_PREFLUSH, IO_FUA, IO_SYNC, IO_META,
                 IO_READAHEAD, IO_START_AT_ISSUE, IO_OP_READ, IO_OP_WRITE, IO_OP_FLUSH, IO_OP_DISCARD, IO_OP_SECURE_ERASE,

@@ -334,6 +334,7 @@ impl Collector {
     /// A thread's stacks at one place: unwound now (with the mappings its
     /// process has now), the tracing path cut, kept for the events to come.
     fn handle_stack(&mut self, e: &StackEvent, view: StackView<'_>) {
+        self.window.stats.stack_records += 1;
         if e.flags & (STACK_KSTACK_FAILED | STACK_USTACK_FAILED) != 0 {
             self.window.stats.stack_read_failures += 1;
         }
@@ -345,7 +346,7 @@ impl Collector {
             None => view.ustack.into(),
         };
         let kernel: Box<[u64]> = self.kernel.cut_tracing(view.kstack).into();
-        self.stacks.insert(e.tid, StoredStack { id: e.id, user, kernel });
+        self.stacks.insert(e.tid, e.slot, StoredStack { id: e.id, user, kernel });
     }
 
     /// The raw stack of stack record `id` of `tid`, interned under `pid`;

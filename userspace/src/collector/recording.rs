@@ -352,6 +352,9 @@ pub struct RecordingStats {
     pub lost_events: u64,
     /// Stack records lost (events ring full): their events have no stack.
     pub lost_stacks: u64,
+    /// Stack records received (one per distinct place a thread left the
+    /// CPU, woke another or started a request).
+    pub stack_records: u64,
     /// Stacks the kernel could not read (kept without them).
     pub stack_read_failures: u64,
     /// Events whose stack was no longer kept when they arrived.

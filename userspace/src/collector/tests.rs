@@ -59,7 +59,7 @@ fn stack_record(c: &mut Collector, pid: u32, tid: u32, id: u64, user: &[u64], ke
         kstack_len: kernel.len() as u32,
         ustack_len: user.len() as u32,
         stack_size: 0,
-        _pad: 0,
+        slot: abi::STACK_SLOT_WAITED,
         user_ip: 0,
         user_sp: 0,
         user_bp: 0,
