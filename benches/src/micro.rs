@@ -92,7 +92,7 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
     out.push(("decode + collect (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
 
     let t = Instant::now();
-    let rec = c.finish_window(WindowRange { start_ns: 0, end_ns: n as u64 * 1_000_000 + 2_000_000, start_wall_ms: 0.0, interval_ms: 1.0, clip_start: true });
+    let rec = c.finish_window(WindowRange { start_ns: 0, end_ns: n as u64 * 1_000_000 + 2_000_000, start_wall_ms: 0.0, interval_ms: 1.0, continuous: false });
     out.push(("finish: replay, resolve, symbolicate (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
 
     let t = Instant::now();

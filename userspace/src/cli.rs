@@ -22,6 +22,11 @@ pub struct Cli {
 pub enum Command {
     /// Record CPU samples with stacks into a profile.
     Record(RecordArgs),
+    /// Profile every process continuously into a local store (and exporters),
+    /// a window every --window seconds, until SIGTERM or SIGINT.
+    Agent(Box<AgentArgs>),
+    /// Write a profile of a past time range from the agent's store.
+    Show(ShowArgs),
     /// Check that a profile file is structurally valid.
     Validate {
         /// The profile (.json or .json.gz).
@@ -79,4 +84,115 @@ pub struct RecordArgs {
     /// The command to run and profile (with its descendants; with -a, the whole system until it exits).
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// `sysprof agent` options. Every one can also be set in the config file
+/// (`/etc/sysprof/agent.toml`) under its long name; flags win.
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// Config file (default /etc/sysprof/agent.toml, if it exists).
+    #[arg(long = "config")]
+    pub config: Option<PathBuf>,
+    /// Samples per second per CPU [default: 19].
+    #[arg(short = 'F', long = "frequency")]
+    pub frequency: Option<u64>,
+    /// Seconds per window: what is collected is finished and stored this often [default: 10].
+    #[arg(long = "window")]
+    pub window: Option<f64>,
+    /// Store directory [default: /var/lib/sysprof].
+    #[arg(long = "store")]
+    pub store: Option<PathBuf>,
+    /// Most the store keeps; the oldest windows go first [default: 1GiB].
+    #[arg(long = "retain-size")]
+    pub retain_size: Option<String>,
+    /// Oldest the store keeps (30m, 12h, 7d) [default: 7d].
+    #[arg(long = "retain-age")]
+    pub retain_age: Option<String>,
+    /// Off-CPU intervals shorter than this (ms) are summed per thread and
+    /// reason in the kernel, without a stack each [default: 1].
+    #[arg(long = "off-cpu-threshold")]
+    pub off_cpu_threshold_ms: Option<f64>,
+    /// How user stacks are walked: dwarf or fp [default: dwarf].
+    #[arg(long = "call-graph", value_parser = ["fp", "dwarf"])]
+    pub call_graph: Option<String>,
+    /// Bytes of user stack copied per sample with dwarf [default: 16384].
+    #[arg(long = "stack-size")]
+    pub stack_size: Option<u32>,
+    /// Do not trace context switches.
+    #[arg(long = "no-off-cpu")]
+    pub no_off_cpu: bool,
+    /// Do not trace block I/O.
+    #[arg(long = "no-io")]
+    pub no_io: bool,
+    /// Seconds between health lines on stderr [default: 300].
+    #[arg(long = "health-interval")]
+    pub health_interval: Option<f64>,
+    /// Print a stats line (key=value) for every window.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+    /// Also write each window as a gzip pprof file (profile.proto) in this directory.
+    #[arg(long = "pprof-dir")]
+    pub pprof_dir: Option<PathBuf>,
+    /// Send each window as OTLP profiles over gRPC (http://HOST:4317 or https://...).
+    #[arg(long = "otlp-endpoint")]
+    pub otlp_endpoint: Option<String>,
+    /// CA certificates (PEM) for an https OTLP endpoint [default: the system's].
+    #[arg(long = "otlp-ca")]
+    pub otlp_ca: Option<PathBuf>,
+    /// gRPC metadata sent with every OTLP request, KEY=VALUE (repeatable).
+    #[arg(long = "otlp-header")]
+    pub otlp_headers: Vec<String>,
+    /// Send each window to a Pyroscope server (http://HOST:4040).
+    #[arg(long = "pyroscope-url")]
+    pub pyroscope_url: Option<String>,
+    /// Pyroscope basic-auth user (password from --pyroscope-password or
+    /// SYSPROF_PYROSCOPE_PASSWORD).
+    #[arg(long = "pyroscope-user")]
+    pub pyroscope_user: Option<String>,
+    /// Pyroscope basic-auth password.
+    #[arg(long = "pyroscope-password")]
+    pub pyroscope_password: Option<String>,
+    /// Pyroscope bearer token (or SYSPROF_PYROSCOPE_TOKEN).
+    #[arg(long = "pyroscope-token")]
+    pub pyroscope_token: Option<String>,
+    /// Pyroscope tenant, sent as X-Scope-OrgID.
+    #[arg(long = "pyroscope-tenant")]
+    pub pyroscope_tenant: Option<String>,
+    /// Serve Prometheus metrics at this address (e.g. 127.0.0.1:9465).
+    #[arg(long = "metrics")]
+    pub metrics: Option<String>,
+}
+
+/// `sysprof show` options.
+#[derive(Debug, Clone, Args)]
+pub struct ShowArgs {
+    /// The agent's store.
+    #[arg(long = "store", default_value = "/var/lib/sysprof")]
+    pub store: PathBuf,
+    /// Start of the range: a duration ago (30s, 10m, 2h, 1d) or a local time
+    /// (03:12, 03:12:30, 2026-11-22T03:12:00).
+    #[arg(long = "since", default_value = "10m")]
+    pub since: String,
+    /// End of the range, as --since [default: now].
+    #[arg(long = "until")]
+    pub until: Option<String>,
+    /// Only these processes (comma-separated pids).
+    #[arg(short = 'p', long = "pid", value_delimiter = ',')]
+    pub pids: Vec<u32>,
+    /// Only processes with this name.
+    #[arg(long = "comm")]
+    pub comm: Option<String>,
+    /// Only processes in this container (id or its first 12 digits) or systemd unit.
+    #[arg(long = "container")]
+    pub container: Option<String>,
+    /// Where to write [default: profile.json.gz for firefox, profile.pb.gz for pprof, stdout for folded].
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// Output format: firefox (Firefox Profiler), folded (flamegraph.pl,
+    /// inferno, speedscope) or pprof (gzip profile.proto).
+    #[arg(long = "format", default_value = "firefox", value_parser = ["firefox", "folded", "pprof"])]
+    pub format: String,
+    /// List the windows the store holds instead.
+    #[arg(long = "list")]
+    pub list: bool,
 }

@@ -10,13 +10,17 @@
 //! for the `record` command parsed by [`cli`].
 #![deny(missing_docs)]
 
+pub mod agent;
 pub mod bpf;
 pub mod capture;
 pub mod cli;
 pub mod collector;
 pub mod error;
+pub mod export;
 pub mod profile;
 pub mod record;
+pub mod show;
 pub mod sideband;
+pub mod store;
 pub mod symbolize;
 pub mod unwind;

@@ -17,6 +17,20 @@ fn main() {
                 e.exit_code()
             }
         },
+        Command::Agent(args) => match sysprof::agent::run(*args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("sysprof agent: {e}");
+                e.exit_code()
+            }
+        },
+        Command::Show(args) => match sysprof::show::run(args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("sysprof: {e}");
+                e.exit_code()
+            }
+        },
         Command::Validate { path } => match sysprof::record::validate_file(&path) {
             Ok(threads) => {
                 println!("{}: valid ({threads} threads)", path.display());

@@ -105,6 +105,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<i32, RecordError
         off_cpu_min_ns: OFF_CPU_EMIT_NS.min(marker_min_ns),
         snapshot_all: args.all_cpus,
         target_pids: args.pids.clone(),
+        polling: crate::capture::Polling::RECORD,
     };
     let mut session = CaptureSession::start(&capture, &mut collector)?;
     let started = Instant::now();
@@ -177,7 +178,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<i32, RecordError
     let (start_ns, start_wall_ms) = (session.start_ns, session.start_wall_ms);
     let end_ns = session.stop(&mut collector);
     timing.mark("drain and detach");
-    let range = WindowRange { start_ns, end_ns, start_wall_ms, interval_ms: 1000.0 / args.frequency as f64, clip_start: true };
+    let range = WindowRange { start_ns, end_ns, start_wall_ms, interval_ms: 1000.0 / args.frequency as f64, continuous: false };
     let recording = collector.finish_window(range);
     timing.mark("replay, resolve and symbolicate");
     let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
@@ -267,40 +268,47 @@ fn print_summary(rec: &Recording, path: &Path, bytes: u64, write_time: Duration,
         eprintln!("sysprof: lost {}", lost.join(", "));
     }
     if args.verbose {
-        let u = st.unwind;
-        eprintln!(
-            "sysprof: stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} \
-             off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
-             stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
-             unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
-            st.samples,
-            st.samples_kept,
-            st.lost_samples,
-            st.kernel_stack_failures,
-            st.user_stack_failures,
-            st.off_cpu_intervals,
-            st.off_cpu_folded,
-            st.off_cpu_end_inferred,
-            st.stack_records,
-            st.io_requests,
-            st.io_untracked,
-            st.lost_events,
-            st.lost_stacks,
-            st.stack_read_failures,
-            st.stacks_not_kept,
-            st.lost_state,
-            st.lost_sideband,
-            st.malformed,
-            st.processes_without_data,
-            u.unwinds,
-            u.reached_root,
-            u.copy_exhausted,
-            u.no_unwind_info,
-            u.bad_return_address,
-            u.unwinds as f64 / (u.unwind_ns.max(1) as f64 / 1e9),
-            (rec.end_ns - rec.start_ns) as f64 / 1e9,
-        );
+        eprintln!("sysprof: {}", stats_line(rec));
     }
+}
+
+/// Every total of a recording or window as `stats: key=value ...` (what
+/// `-v` prints, and what scripts and the benchmarks read).
+pub fn stats_line(rec: &Recording) -> String {
+    let st = &rec.stats;
+    let u = st.unwind;
+    format!(
+    "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} \
+         off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
+         stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
+         unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
+        st.samples,
+        st.samples_kept,
+        st.lost_samples,
+        st.kernel_stack_failures,
+        st.user_stack_failures,
+        st.off_cpu_intervals,
+        st.off_cpu_folded,
+        st.off_cpu_end_inferred,
+        st.stack_records,
+        st.io_requests,
+        st.io_untracked,
+        st.lost_events,
+        st.lost_stacks,
+        st.stack_read_failures,
+        st.stacks_not_kept,
+        st.lost_state,
+        st.lost_sideband,
+        st.malformed,
+        st.processes_without_data,
+        u.unwinds,
+        u.reached_root,
+        u.copy_exhausted,
+        u.no_unwind_info,
+        u.bad_return_address,
+        u.unwinds as f64 / (u.unwind_ns.max(1) as f64 / 1e9),
+        rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e9,
+    )
 }
 
 /// `SYSPROF_TIMING=1` prints how long each step after the stop takes, and

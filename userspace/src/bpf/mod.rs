@@ -157,6 +157,8 @@ pub struct TracerOptions {
     pub ring_bytes: u32,
     /// Dwarf mode: bytes of user stack copied with each stack (0: frame pointers).
     pub stack_copy: u32,
+    /// Wake the reader when the ring is this fraction (1/N) full.
+    pub wakeup_divisor: u32,
 }
 
 /// The loaded and attached scheduler/I/O tracer. Its records arrive in the
@@ -182,10 +184,23 @@ pub struct TracerDrops {
     pub io_untracked: u64,
 }
 
+impl TracerDrops {
+    /// What was lost since `earlier` (drop counters only grow).
+    pub fn since(self, earlier: TracerDrops) -> TracerDrops {
+        TracerDrops {
+            events_full: self.events_full.saturating_sub(earlier.events_full),
+            stack_records: self.stack_records.saturating_sub(earlier.stack_records),
+            stack_reads: self.stack_reads.saturating_sub(earlier.stack_reads),
+            state_full: self.state_full.saturating_sub(earlier.state_full),
+            io_untracked: self.io_untracked.saturating_sub(earlier.io_untracked),
+        }
+    }
+}
+
 impl Tracer {
     /// Load the tracer and attach what `opts` asks for.
     pub fn start(opts: &TracerOptions) -> Result<(Tracer, RingBuf<MapData>), RecordError> {
-        let wakeup = (opts.ring_bytes as u64 / 16).max(4096);
+        let wakeup = (opts.ring_bytes as u64 / opts.wakeup_divisor.max(1) as u64).max(4096);
         let mut ebpf = EbpfLoader::new()
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("offcpu_min_ns", &opts.off_cpu_min_ns, true)

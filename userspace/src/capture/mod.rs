@@ -20,19 +20,52 @@ use aya::maps::{MapData, RingBuf};
 use tokio::io::unix::AsyncFd;
 
 use crate::bpf::{abi, Sampler, SamplerOptions, Tracer, TracerDrops, TracerOptions};
-use crate::collector::recording::CounterRecord;
 use crate::collector::Collector;
 use crate::error::RecordError;
 use crate::sideband::counters::CounterPoller;
 use crate::sideband::{proc_snapshot, Sideband};
 use crate::symbolize::kernel::KernelSymbols;
 
-/// How often the sideband rings are drained; each holds 512 KiB per CPU.
-const SIDEBAND_POLL: Duration = Duration::from_millis(50);
-/// How often the rings are drained without a wakeup from the kernel.
-const RING_POLL: Duration = Duration::from_millis(20);
-/// How often counters are read from /proc.
-const COUNTER_POLL: Duration = Duration::from_millis(100);
+/// How often the rings are drained and counters read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Polling {
+    /// Drain the sample and event rings without a wakeup from the kernel
+    /// (it wakes us when a ring is 1/16 full).
+    pub rings: Duration,
+    /// Drain the sideband rings (512 KiB per CPU, no wakeups).
+    pub sideband: Duration,
+    /// Read counters from /proc.
+    pub counters: Duration,
+    /// Least bytes of each ring (`record` sizes them for a burst on a busy
+    /// machine; the agent at 19 Hz needs far less).
+    pub ring_min_bytes: u32,
+    /// Seconds of samples from every CPU the sample ring holds.
+    pub ring_seconds: f64,
+    /// The kernel wakes the reader when a ring is 1/N full.
+    pub wakeup_divisor: u32,
+}
+
+impl Polling {
+    /// `record`: fine-grained counters, rings drained often.
+    pub const RECORD: Polling = Polling {
+        rings: Duration::from_millis(20),
+        sideband: Duration::from_millis(50),
+        counters: Duration::from_millis(100),
+        ring_min_bytes: 8 << 20,
+        ring_seconds: 0.5,
+        wakeup_divisor: 16,
+    };
+    /// The agent: a handful of wakeups a second is its CPU budget.
+    pub const AGENT: Polling = Polling {
+        rings: Duration::from_millis(1000),
+        sideband: Duration::from_millis(250),
+        counters: Duration::from_millis(1000),
+        ring_min_bytes: 1 << 20,
+        // Drained every second, or when half full.
+        ring_seconds: 1.0,
+        wakeup_divisor: 2,
+    };
+}
 
 /// What to capture.
 #[derive(Debug, Clone)]
@@ -53,6 +86,8 @@ pub struct CaptureOptions {
     pub snapshot_all: bool,
     /// The processes to read from `/proc` when not all.
     pub target_pids: Vec<u32>,
+    /// Polling intervals and ring sizes.
+    pub polling: Polling,
 }
 
 /// The running capture; see the module doc.
@@ -64,12 +99,24 @@ pub struct CaptureSession {
     events: Option<AsyncFd<RingBuf<MapData>>>,
     counters: CounterPoller,
     decode_errors: u64,
+    polling: Polling,
+    /// Losses already reported to the collector (windows get the rest).
+    reported: Losses,
     /// CLOCK_MONOTONIC ns when sampling started.
     pub start_ns: u64,
     /// Wall clock at `start_ns`, ms since the Unix epoch.
     pub start_wall_ms: f64,
     /// The kernel's symbols, read with our programs loaded.
     pub kernel: Arc<KernelSymbols>,
+}
+
+/// Loss totals as the kernel and the sideband count them (they only grow).
+#[derive(Debug, Clone, Copy, Default)]
+struct Losses {
+    samples: u64,
+    sideband: u64,
+    malformed: u64,
+    tracer: TracerDrops,
 }
 
 /// CLOCK_MONOTONIC now, ns.
@@ -110,17 +157,20 @@ impl CaptureSession {
         let only = (!opts.snapshot_all).then_some(opts.target_pids.as_slice());
         collector.handle_snapshot(proc_snapshot::snapshot(only));
 
-        // Half a second of samples from every CPU (at least 8 MiB, at most 256):
-        // the reader competes for the CPUs with what it profiles, and a
-        // quarter second was lost to a busy machine's scheduling (measured:
-        // 400-800 of 6000 samples lost with 8 runnable threads on 2 CPUs).
+        // `record`: half a second of samples from every CPU (at least 8 MiB,
+        // at most 256): the reader competes for the CPUs with what it
+        // profiles, and a quarter second was lost to a busy machine's
+        // scheduling (measured: 400-800 of 6000 samples lost with 8
+        // runnable threads on 2 CPUs). The agent drains once a second.
         let record_bytes = (std::mem::size_of::<abi::SampleEvent>() as u64 + opts.stack_copy as u64 + 8) * opts.frequency;
-        let ring_bytes = ((cpus.len() as u64 * record_bytes / 2).next_power_of_two()).clamp(8 << 20, 256 << 20) as u32;
+        let min = opts.polling.ring_min_bytes as u64;
+        let want = (cpus.len() as f64 * record_bytes as f64 * opts.polling.ring_seconds) as u64;
+        let ring_bytes = want.next_power_of_two().clamp(min, (256 << 20).max(min)) as u32;
         let sampler_opts = SamplerOptions {
             frequency: opts.frequency,
             target_tgid: opts.target_tgid,
             ring_bytes,
-            wakeup_bytes: ring_bytes as u64 / 16,
+            wakeup_bytes: ring_bytes as u64 / opts.polling.wakeup_divisor.max(1) as u64,
             stack_copy: opts.stack_copy,
         };
         let (mut sampler, samples) = Sampler::load(&sampler_opts)?;
@@ -133,8 +183,9 @@ impl CaptureSession {
                 off_cpu: opts.off_cpu,
                 io: opts.io,
                 off_cpu_min_ns: opts.off_cpu_min_ns,
-                ring_bytes: (ring_bytes / 2).max(8 << 20),
+                ring_bytes: (ring_bytes / 2).max(opts.polling.ring_min_bytes),
                 stack_copy: opts.stack_copy,
+                wakeup_divisor: opts.polling.wakeup_divisor,
             })?;
             (Some(t), Some(r))
         } else {
@@ -160,6 +211,8 @@ impl CaptureSession {
             events: events.map(|r| register(r, "events")).transpose()?,
             counters,
             decode_errors: 0,
+            polling: opts.polling,
+            reported: Losses::default(),
             start_ns,
             start_wall_ms,
             kernel,
@@ -192,9 +245,13 @@ impl CaptureSession {
         mut status: impl FnMut(u64, u64),
     ) -> Result<T, RecordError> {
         tokio::pin!(until);
-        let mut counter_tick = tokio::time::interval(COUNTER_POLL);
-        let mut side_tick = tokio::time::interval(SIDEBAND_POLL);
-        let mut ring_tick = tokio::time::interval(RING_POLL);
+        let mut counter_tick = tokio::time::interval(self.polling.counters);
+        let mut side_tick = tokio::time::interval(self.polling.sideband);
+        let mut ring_tick = tokio::time::interval(self.polling.rings);
+        for t in [&mut counter_tick, &mut side_tick, &mut ring_tick] {
+            // Late ticks (a window being finished) are not made up in a burst.
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
         let mut status_tick = tokio::time::interval(status_every.unwrap_or(Duration::from_secs(3600)));
         enum Wake {
             Drain,
@@ -253,18 +310,50 @@ impl CaptureSession {
             std::thread::spawn(move || drop(tracer));
         }
         let notes = std::mem::take(&mut self.counters.notes);
-        let (sideband_lost, sideband_malformed) = (self.sideband.lost, self.sideband.malformed);
-        collector.handle_counters(self.counters.finish());
+        collector.handle_counters(self.counters.take());
         for n in notes {
             collector.note(n);
         }
-        collector.handle_losses(lost_samples, sideband_lost, sideband_malformed + self.decode_errors, tracer_drops);
+        self.report_losses(collector, lost_samples, tracer_drops);
         end_ns
     }
 
-    /// Counter tracks so far (for a window of the agent).
-    pub fn take_counters(&mut self) -> Vec<CounterRecord> {
-        self.counters.take()
+    /// End a window of a capture that goes on (the agent): take a counter
+    /// reading, cut at now (returned), hand over what is buffered, the
+    /// window's counters and what was lost since the previous cut.
+    /// Records read after the cut that belong after it are the next
+    /// window's (see [`crate::collector::WindowRange::continuous`]).
+    pub fn cut(&mut self, collector: &mut Collector) -> u64 {
+        self.counters.poll(monotonic_ns(), collector.take_recent_pids());
+        let end_ns = monotonic_ns();
+        self.drain(collector);
+        let notes = std::mem::take(&mut self.counters.notes);
+        collector.handle_counters(self.counters.take());
+        for n in notes {
+            collector.note(n);
+        }
+        let lost_samples = self.lost_samples();
+        let tracer_drops = self.tracer.as_ref().map(|t| t.drops()).unwrap_or_default();
+        self.report_losses(collector, lost_samples, tracer_drops);
+        end_ns
+    }
+
+    /// Give the collector the losses not reported yet.
+    fn report_losses(&mut self, collector: &mut Collector, lost_samples: u64, tracer: TracerDrops) {
+        let now = Losses {
+            samples: lost_samples,
+            sideband: self.sideband.lost,
+            malformed: self.sideband.malformed + self.decode_errors,
+            tracer,
+        };
+        let r = self.reported;
+        collector.handle_losses(
+            now.samples.saturating_sub(r.samples),
+            now.sideband.saturating_sub(r.sideband),
+            now.malformed.saturating_sub(r.malformed),
+            now.tracer.since(r.tracer),
+        );
+        self.reported = now;
     }
 }
 

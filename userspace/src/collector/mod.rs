@@ -17,6 +17,7 @@
 //! recent stacks of live threads. `record` finishes one window at the end;
 //! the agent finishes one every `--window` seconds.
 
+pub mod merge;
 mod process;
 pub mod recording;
 mod replay;
@@ -102,10 +103,12 @@ pub struct WindowRange {
     pub start_wall_ms: f64,
     /// Sampling interval, ms.
     pub interval_ms: f64,
-    /// Drop what lies before `start_ns` (a recording: nothing can), rather
-    /// than keep it (a window of the agent: intervals end in the window
-    /// that reports them, wherever they began).
-    pub clip_start: bool,
+    /// Capture goes on after this window (the agent). Then each record
+    /// belongs to the window in which it ends: an interval that began in
+    /// an earlier window is kept whole, and what ends after `end_ns` (read
+    /// from the rings after the window was cut) is carried into the next
+    /// window. Otherwise (a recording) everything is cut to the range.
+    pub continuous: bool,
 }
 
 /// Samples as columns, in arrival order.
@@ -153,7 +156,6 @@ pub struct Collector {
     window: WindowData,
     // What outlives a window.
     table: ProcessTable,
-    snapshot: Option<(ProcSnapshot, Vec<Vec<BinaryIndex>>)>,
     binaries: Binaries,
     unwinders: Option<Unwinders>,
     kernel: Arc<KernelSymbols>,
@@ -171,6 +173,11 @@ pub struct Collector {
     samples_total: u64,
     /// Names binaries' addresses; its parsed files stay cached between windows.
     symbolicator: crate::symbolize::Symbolicator,
+    /// When the symbolizer thread was started (it is restarted hourly, so
+    /// what it caches of files long gone is freed).
+    symbolicator_since: std::time::Instant,
+    /// Names found in earlier windows.
+    names: symbolicate::NameCache,
     /// Reused buffer for one unwound stack.
     unwound: Vec<u64>,
     /// Reused buffer for one raw stack.
@@ -185,7 +192,6 @@ impl Collector {
             options,
             filter,
             window: WindowData::default(),
-            snapshot: None,
             binaries: Binaries::new(),
             unwinders: options.dwarf.then(Unwinders::new),
             kernel: Arc::new(KernelSymbols::default()),
@@ -196,6 +202,8 @@ impl Collector {
             recent_pids: FxHashSet::default(),
             samples_total: 0,
             symbolicator: crate::symbolize::Symbolicator::new(),
+            symbolicator_since: std::time::Instant::now(),
+            names: symbolicate::NameCache::default(),
             unwound: Vec::with_capacity(128),
             scratch: Vec::with_capacity(256),
         }
@@ -254,7 +262,6 @@ impl Collector {
             }
         }
         self.table.seed(&snapshot, &bins);
-        self.snapshot = Some((snapshot, bins));
     }
 
     /// Unwind a user stack copied by the kernel into `self.unwound`, leaf
@@ -577,14 +584,18 @@ impl Collector {
         // Merge sideband and data in time order. At equal times, sideband
         // first: a mapping reported at t serves a sample at t.
         w.sideband.sort_by_key(|(e, _)| e.time());
-        let inside = |t: u64| t <= range.end_ns && (!range.clip_start || t >= range.start_ns);
+        if range.continuous {
+            // What ended after the cut is the next window's.
+            self.window = carry_late(&mut w, range.end_ns);
+        }
+        let inside = |t: u64| t <= range.end_ns && (range.continuous || t >= range.start_ns);
         let mut order: Vec<(u64, u8, u32)> = Vec::with_capacity(w.samples.time_ns.len() + w.off_cpu.len() + w.io.len() + w.folded.len());
         order.extend(w.samples.time_ns.iter().enumerate().filter(|(_, &t)| inside(t)).map(|(i, &t)| (t, ORDER_SAMPLE, i as u32)));
-        // Intervals are clipped to the range (one still open at the end of a
-        // recording was closed there); requests must have completed in it.
-        for o in &mut w.off_cpu {
-            o.end_ns = o.end_ns.min(range.end_ns);
-            if range.clip_start {
+        // A recording's intervals are clipped to its range (one still open
+        // at the end was closed there); requests must have completed in it.
+        if !range.continuous {
+            for o in &mut w.off_cpu {
+                o.end_ns = o.end_ns.min(range.end_ns);
                 o.start_ns = o.start_ns.max(range.start_ns);
             }
         }
@@ -625,6 +636,7 @@ impl Collector {
         let (libs, frames) = symbolicate::symbolicate(
             &mut self.binaries,
             &mut self.symbolicator,
+            &mut self.names,
             &self.kernel,
             &frame_keys,
             &jit,
@@ -643,6 +655,9 @@ impl Collector {
         // What ended in this window has been reported: forget it.
         self.table.prune(range.end_ns);
         self.stacks.prune(range.end_ns);
+        if range.continuous {
+            self.forget_the_gone(range.end_ns);
+        }
         Recording {
             counters: w.counters,
             cpu_tracks,
@@ -659,6 +674,64 @@ impl Collector {
             stats: w.stats,
             warnings,
         }
+    }
+
+    /// Between the agent's windows: whatever belongs to processes that are
+    /// gone goes, so memory follows what runs now, not what ever ran.
+    /// Processes whose exit was never seen (sideband lost) are found by
+    /// their absence from `/proc` and ended (reported by the next window);
+    /// binaries no live process maps are closed, with their unwind data
+    /// and names; per-pid side tables follow the process table.
+    fn forget_the_gone(&mut self, now_ns: u64) {
+        let exists = |pid: u32| pid == 0 || std::path::Path::new(&format!("/proc/{pid}")).exists();
+        for (&pid, p) in self.table.processes.iter_mut() {
+            if p.end_ns.is_none() && !exists(pid) {
+                p.end_ns = Some(now_ns);
+            }
+        }
+        let known = |pid: &u32| self.table.processes.contains_key(pid);
+        self.cgroups.retain(|pid, _| known(pid));
+        self.jit_processes.retain(|pid, _| known(pid));
+        self.jitdumps.retain(|pid, _| known(pid));
+        let mut live: FxHashSet<BinaryIndex> = FxHashSet::default();
+        self.table.live_binaries(&mut live);
+        live.extend(self.jitdumps.values().copied());
+        if let Some(u) = self.unwinders.as_mut() {
+            u.retain_processes(|pid| self.table.processes.contains_key(&pid) || exists(pid));
+            u.live_binaries(&mut live);
+        }
+        let released = self.binaries.release_unused(&live);
+        if let Some(u) = self.unwinders.as_mut() {
+            u.forget_binaries(&released);
+        }
+        self.names.forget(&released);
+        if self.symbolicator_since.elapsed() > std::time::Duration::from_secs(3600) {
+            self.symbolicator = crate::symbolize::Symbolicator::new();
+            self.symbolicator_since = std::time::Instant::now();
+        }
+    }
+
+    /// Let the symbolizer go if the last `windows` windows found every name
+    /// in the name cache: its thread ends and what it mapped and parsed of
+    /// binaries is freed. The agent asks after each window: while new
+    /// addresses keep coming the parsed binaries are worth keeping
+    /// (re-reading a compressed debug file each window cost the agent 2%
+    /// of a CPU); once the hot addresses are all named, keeping every
+    /// parsed binary mapped would only cost tens of MB of resident memory.
+    /// Returns whether it was released.
+    pub fn release_symbolizer_if_idle(&mut self, windows: u32) -> bool {
+        if self.names.idle_windows < windows || !self.symbolicator.is_running() {
+            return false;
+        }
+        self.symbolicator = crate::symbolize::Symbolicator::new();
+        self.symbolicator_since = std::time::Instant::now();
+        true
+    }
+
+    /// Sizes of what the collector keeps between windows, for the agent's
+    /// health line: (processes, open binaries, bytes of cached names).
+    pub fn retained(&self) -> (usize, usize, usize) {
+        (self.table.processes.len(), self.binaries.open_count(), self.names.bytes())
     }
 
     /// The window's processes: those with data, and with a pid filter every
@@ -726,6 +799,58 @@ impl Collector {
         out.sort_by_key(|p| p.pid);
         out
     }
+}
+
+/// Move what ended after `end_ns` out of `w` into a new window: samples
+/// taken after it, intervals and requests that ended after it, folded
+/// waits reported after it, with their raw stacks re-interned.
+fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
+    let mut next = WindowData::default();
+    let mut path = Vec::new();
+    let mut move_node = |raw: &StackTree, next_raw: &mut StackTree, node: NodeIndex| -> NodeIndex {
+        if node == NO_PARENT {
+            return NO_PARENT;
+        }
+        raw.path(node, &mut path);
+        path.iter().fold(NO_PARENT, |p, &k| next_raw.child(p, k))
+    };
+    let s = &w.samples;
+    let late: Vec<usize> = (0..s.time_ns.len()).filter(|&i| s.time_ns[i] > end_ns).collect();
+    if !late.is_empty() {
+        for &i in &late {
+            let n = &mut next.samples;
+            n.time_ns.push(s.time_ns[i]);
+            n.pid.push(s.pid[i]);
+            n.tid.push(s.tid[i]);
+            n.cpu.push(s.cpu[i]);
+            n.runtime_ns.push(s.runtime_ns[i]);
+            n.raw_stack.push(move_node(&w.raw, &mut next.raw, s.raw_stack[i]));
+        }
+        // Out of this window's replay: its filter drops samples after the end.
+    }
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.off_cpu).into_iter().partition(|o| o.end_ns <= end_ns);
+    w.off_cpu = keep;
+    for mut o in late {
+        o.stack = move_node(&w.raw, &mut next.raw, o.stack);
+        if let Some((_, node)) = o.waker.as_mut() {
+            *node = move_node(&w.raw, &mut next.raw, *node);
+        }
+        next.off_cpu.push(o);
+    }
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.io).into_iter().partition(|e| e.done_ns <= end_ns);
+    w.io = keep;
+    for mut e in late {
+        e.stack = move_node(&w.raw, &mut next.raw, e.stack);
+        next.io.push(e);
+    }
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.folded).into_iter().partition(|f| f.last_ns <= end_ns);
+    w.folded = keep;
+    next.folded = late;
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.switch_totals).into_iter().partition(|e| e.time_ns <= end_ns);
+    w.switch_totals = keep;
+    next.switch_totals = late;
+    next.sample_comm = w.sample_comm.clone();
+    next
 }
 
 /// Off-CPU samples arrive in interval start order, folded totals at their

@@ -235,6 +235,13 @@ impl ProcessTable {
         }
     }
 
+    /// Add the binaries the processes map to `live`.
+    pub fn live_binaries(&self, live: &mut rustc_hash::FxHashSet<BinaryIndex>) {
+        for p in self.processes.values() {
+            live.extend(p.mappings.iter().map(|m| m.binary));
+        }
+    }
+
     /// Forget what ended before `before_ns`: processes that exited, and
     /// exited threads of live ones. Their last window has reported them.
     pub fn prune(&mut self, before_ns: u64) {

@@ -13,7 +13,7 @@ use crate::symbolize::AddrInfo;
 pub const NO_LIB: u32 = u32::MAX;
 
 /// A library (a binary file, or the kernel) that frames point into.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LibRecord {
     /// Path as the process saw it.
     pub path: String,
@@ -24,7 +24,7 @@ pub struct LibRecord {
 }
 
 /// One distinct code address.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct FrameRecord {
     /// Index into [`Recording::libs`], or [`NO_LIB`] for an address in no known mapping.
     pub lib: u32,
@@ -40,7 +40,7 @@ pub struct FrameRecord {
 }
 
 /// Off-CPU time of one thread, as weighted samples (columns of equal length).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OffCpuSamples {
     /// When the interval started (switched out), ns.
     pub time_ns: Vec<u64>,
@@ -51,7 +51,7 @@ pub struct OffCpuSamples {
 }
 
 /// Why a thread was off-CPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OffCpuReason {
     /// Still runnable: preempted, waiting for a CPU.
     Preempted,
@@ -96,7 +96,7 @@ impl OffCpuReason {
 }
 
 /// Who woke a thread.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Waker {
     /// The waking task, or for an interrupt the task it interrupted.
     pub pid: u32,
@@ -121,7 +121,7 @@ impl Waker {
 }
 
 /// What a block request did, from its operation and flags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum IoOp {
     /// Read.
     Read,
@@ -180,7 +180,7 @@ pub fn io_flag_names(flags: u32) -> String {
 }
 
 /// Who ran in a per-CPU slice, for its category.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SliceKind {
     /// A user process.
     User,
@@ -191,7 +191,7 @@ pub enum SliceKind {
 }
 
 /// A marker on a thread's track.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum MarkerRecord {
     /// An off-CPU interval at least as long as the marker threshold.
     OffCpu {
@@ -251,7 +251,7 @@ pub enum MarkerRecord {
 }
 
 /// A counter track: a value over time.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CounterRecord {
     /// Name ("CPU usage", "Memory", "Disk read: sda", ...).
     pub name: String,
@@ -269,7 +269,7 @@ pub struct CounterRecord {
 }
 
 /// Samples of one thread, as columns of equal length, sorted by time.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ThreadSamples {
     /// CLOCK_MONOTONIC ns.
     pub time_ns: Vec<u64>,
@@ -280,7 +280,7 @@ pub struct ThreadSamples {
 }
 
 /// One thread.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ThreadRecord {
     /// Thread id.
     pub tid: u32,
@@ -301,7 +301,7 @@ pub struct ThreadRecord {
 }
 
 /// One process.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ProcessRecord {
     /// Process id.
     pub pid: u32,
@@ -322,7 +322,7 @@ pub struct ProcessRecord {
 }
 
 /// Totals reported at the end of a recording.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RecordingStats {
     /// Samples decoded.
     pub samples: u64,
@@ -379,7 +379,7 @@ impl RecordingStats {
 }
 
 /// A finished recording.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Recording {
     /// CLOCK_MONOTONIC ns when recording started.
     pub start_ns: u64,

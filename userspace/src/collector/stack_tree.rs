@@ -61,6 +61,28 @@ impl StackTree {
         self.parent.is_empty()
     }
 
+    /// Rebuild a tree from its columns (as [`StackTree::columns`] gives
+    /// them); None if a parent does not point backwards.
+    pub fn from_columns(parent: Vec<NodeIndex>, key: Vec<u64>) -> Option<StackTree> {
+        if parent.len() != key.len() {
+            return None;
+        }
+        let mut index = FxHashMap::default();
+        index.reserve(parent.len());
+        for (n, (&p, &k)) in parent.iter().zip(&key).enumerate() {
+            if p != NO_PARENT && p as usize >= n {
+                return None;
+            }
+            index.insert((p, k), n as NodeIndex);
+        }
+        Some(StackTree { parent, key, index })
+    }
+
+    /// The tree's columns: parent and key of each node.
+    pub fn columns(&self) -> (&[NodeIndex], &[u64]) {
+        (&self.parent, &self.key)
+    }
+
     /// Keys of the stack ending at `node`, root first, into `out` (cleared first).
     pub fn path(&self, mut node: NodeIndex, out: &mut Vec<u64>) {
         out.clear();
@@ -69,6 +91,32 @@ impl StackTree {
             node = self.parent(node);
         }
         out.reverse();
+    }
+}
+
+/// Stored as its two columns, parents as distances back (small numbers,
+/// which compress); the index is rebuilt when read.
+impl serde::Serialize for StackTree {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let back: Vec<u32> = self.parent.iter().enumerate().map(|(n, &p)| if p == NO_PARENT { 0 } else { n as u32 - p }).collect();
+        (back, &self.key).serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StackTree {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<StackTree, D::Error> {
+        let (back, key): (Vec<u32>, Vec<u64>) = serde::Deserialize::deserialize(d)?;
+        let parent: Option<Vec<NodeIndex>> = back
+            .iter()
+            .enumerate()
+            .map(|(n, &b)| match b {
+                0 => Some(NO_PARENT),
+                b => (n as u32).checked_sub(b),
+            })
+            .collect();
+        parent
+            .and_then(|p| StackTree::from_columns(p, key))
+            .ok_or_else(|| serde::de::Error::custom("a stack's parent does not precede it"))
     }
 }
 

@@ -29,6 +29,53 @@ fn kernel_addr_info(kernel: &KernelSymbols, addr: u64) -> AddrInfo {
     }
 }
 
+/// Names found in earlier windows, by (binary, file offset). The agent's
+/// windows meet the same hot addresses again and again; each is looked up
+/// once while its binary stays open. Bounded: past its budget it starts
+/// over (a cold window costs one lookup per address, as `record` does).
+#[derive(Debug, Default)]
+pub(super) struct NameCache {
+    map: FxHashMap<(BinaryIndex, u64), AddrInfo>,
+    bytes: usize,
+    /// What naming each binary needs, read once ([`names::prepare`]).
+    prepared: FxHashMap<BinaryIndex, names::PreparedBinary>,
+    prepared_bytes: usize,
+    /// Addresses the last window had to look up (not in the cache).
+    pub last_lookups: usize,
+    /// Windows in a row that found every name in the cache.
+    pub idle_windows: u32,
+}
+
+/// Most bytes of names kept between windows.
+const NAME_CACHE_BYTES: usize = 16 << 20;
+
+impl NameCache {
+    fn insert(&mut self, binary: BinaryIndex, address: u64, info: &AddrInfo) {
+        let size = 96 + info.funcs.iter().map(|f| 48 + f.name.len() + f.file.as_ref().map_or(0, |x| x.len())).sum::<usize>();
+        if self.bytes + size > NAME_CACHE_BYTES {
+            self.map = FxHashMap::default();
+            self.bytes = 0;
+        }
+        self.bytes += size;
+        self.map.insert((binary, address), info.clone());
+    }
+
+    /// Forget released binaries' names (their indices will be reused).
+    pub fn forget(&mut self, released: &[BinaryIndex]) {
+        if !released.is_empty() {
+            let gone: rustc_hash::FxHashSet<BinaryIndex> = released.iter().copied().collect();
+            self.map.retain(|(b, _), _| !gone.contains(b));
+            self.prepared.retain(|b, _| !gone.contains(b));
+            self.prepared_bytes = self.prepared.values().map(|p| p.bytes()).sum();
+        }
+    }
+
+    /// Bytes of names held (an estimate).
+    pub fn bytes(&self) -> usize {
+        self.bytes + self.prepared_bytes
+    }
+}
+
 /// Symbolicate every distinct frame, one blazesym call per binary.
 /// Where JIT frames get their names: perf maps (found by pid) and jitdump
 /// files (mapped by the process).
@@ -37,9 +84,13 @@ pub(super) struct JitSources<'a> {
     pub dumps: &'a FxHashMap<u32, BinaryIndex>,
 }
 
+// The collector's parts it needs, each borrowed on its own (a struct of
+// them would only move the list).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn symbolicate(
     binaries: &mut Binaries,
     symbolicator: &mut Symbolicator,
+    cache: &mut NameCache,
     kernel: &KernelSymbols,
     keys: &[FrameKey],
     jit: &JitSources<'_>,
@@ -94,11 +145,24 @@ pub(super) fn symbolicate(
             },
         })
         .collect();
+    // Addresses named in an earlier window take that name; the rest are looked up.
+    let mut missing: FxHashMap<BinaryIndex, Vec<u32>> = FxHashMap::default();
+    for &b in &used {
+        for &i in &by_binary[&b] {
+            match cache.map.get(&(b, keys[i as usize].address)) {
+                Some(info) => frames[i as usize].symbols = info.clone(),
+                None => missing.entry(b).or_default().push(i),
+            }
+        }
+    }
+    cache.last_lookups = missing.values().map(Vec::len).sum();
+    cache.idle_windows = if cache.last_lookups == 0 { cache.idle_windows + 1 } else { 0 };
     // Debug files from debuginfod for sampled binaries that have none here.
     let mut fetched: FxHashMap<u32, String> = FxHashMap::default();
     if debuginfod {
         let wanted: Vec<(u32, Vec<u8>)> = used
             .iter()
+            .filter(|b| missing.contains_key(b))
             .filter_map(|&b| {
                 let bin = binaries.get_mut(b);
                 if bin.build_id.is_none() {
@@ -115,10 +179,21 @@ pub(super) fn symbolicate(
         }
     }
     for &b in &used {
-        let idxs = &by_binary[&b];
+        let Some(idxs) = missing.get(&b) else { continue };
         let addrs: Vec<u64> = idxs.iter().map(|&i| keys[i as usize].address).collect();
-        let names = names::symbolize_binary(symbolicator, binaries.get(b), &addrs, ElfLimits::default(), fetched.get(&b).map(String::as_str));
+        if !cache.prepared.contains_key(&b) {
+            let p = names::prepare(binaries.get(b), ElfLimits::default(), fetched.get(&b).map(String::as_str));
+            if cache.prepared_bytes + p.bytes() > NAME_CACHE_BYTES {
+                cache.prepared.clear();
+                cache.prepared_bytes = 0;
+            }
+            cache.prepared_bytes += p.bytes();
+            cache.prepared.insert(b, p);
+        }
+        let prepared = cache.prepared.get_mut(&b).expect("inserted above");
+        let names = names::symbolize_prepared(symbolicator, binaries.get(b), prepared, &addrs, ElfLimits::default());
         for (&i, info) in idxs.iter().zip(names.infos) {
+            cache.insert(b, keys[i as usize].address, &info);
             frames[i as usize].symbols = info;
         }
         for w in names.warnings {

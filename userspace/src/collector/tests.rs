@@ -25,7 +25,7 @@ fn collector(filter: PidFilter) -> Collector {
 }
 
 fn range(start: u64, end: u64) -> WindowRange {
-    WindowRange { start_ns: start, end_ns: end, start_wall_ms: 0.0, interval_ms: 1.0, clip_start: true }
+    WindowRange { start_ns: start, end_ns: end, start_wall_ms: 0.0, interval_ms: 1.0, continuous: false }
 }
 
 fn mmap(time: u64, pid: u32, path: &str) -> MmapEvent {
@@ -287,12 +287,34 @@ fn windows_carry_process_state_and_forget_the_dead() {
     sample(&mut c, 100, 70, 70, 1000, &[0x40_0010], &[]);
     c.handle_sideband(SidebandEvent::Fork { time: 150, pid: 71, ppid: 70, tid: 71 });
     c.handle_sideband(SidebandEvent::Exit { time: 200, pid: 71, tid: 71 });
-    let first = c.finish_window(WindowRange { clip_start: false, ..range(0, 1000) });
+    let first = c.finish_window(WindowRange { continuous: true, ..range(0, 1000) });
     assert_eq!(first.processes.len(), 1, "pid 71 had no data");
     sample(&mut c, 1100, 70, 70, 4000, &[0x40_0020], &[]);
-    let second = c.finish_window(WindowRange { clip_start: false, ..range(1000, 2000) });
+    let second = c.finish_window(WindowRange { continuous: true, ..range(1000, 2000) });
     assert_eq!(frames_of(&second, 70, 70, 0), vec![("/nonexistent/server".to_string(), 0x2020)]);
     assert_eq!(second.processes[0].name, "server");
     assert_eq!(second.processes[0].threads[0].samples.cpu_delta_ns, vec![3000], "the CPU-time base carried over");
     assert!(!c.table.processes.contains_key(&71), "exited in the first window: forgotten");
+}
+
+/// Check that in continuous windows (the agent) what ended after a window's
+/// end (read from the rings after the cut) goes to the next window whole,
+/// with its stack, and an interval that began before a window is kept whole
+/// in the window where it ends: nothing is lost or counted twice at the seam.
+#[test]
+fn continuous_windows_carry_what_ended_after_the_cut() {
+    let mut c = collector(PidFilter::All);
+    c.handle_sideband(SidebandEvent::Comm { time: 10, pid: 80, tid: 80, name: "w".into(), exec: true });
+    sample(&mut c, 900, 80, 80, 1000, &[0x1234], &[]);
+    sample(&mut c, 1100, 80, 80, 2000, &[0x5678], &[]);
+    c.handle_offcpu(&off_cpu(80, 80, abi::OFFCPU_SLEEPING, 950, 1200, 0));
+    let first = c.finish_window(WindowRange { continuous: true, ..range(0, 1000) });
+    let t = thread(&first, 80, 80);
+    assert_eq!(t.samples.time_ns, vec![900]);
+    assert!(t.off_cpu.time_ns.is_empty(), "the interval ended after the cut");
+    let second = c.finish_window(WindowRange { continuous: true, ..range(1000, 2000) });
+    let t = thread(&second, 80, 80);
+    assert_eq!(t.samples.time_ns, vec![1100]);
+    assert_eq!((t.off_cpu.time_ns.clone(), t.off_cpu.duration_ns.clone()), (vec![950], vec![250]), "kept whole where it ended");
+    assert_eq!(frames_of(&second, 80, 80, 0).len(), 1, "the carried sample kept its stack");
 }

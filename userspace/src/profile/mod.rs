@@ -11,6 +11,7 @@
 //! Each thread gets its own string, frame, func, resource, native-symbol
 //! and stack tables, as version 55 requires; `libs` is global.
 
+pub mod folded;
 pub mod output;
 pub mod validate;
 

@@ -35,7 +35,7 @@ pub struct OutputFile {
 }
 
 /// Sixteen hex digits from the kernel's random source.
-fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     let mut bytes = [0u8; 8];
     // SAFETY: writing 8 bytes into a local buffer.
     let n = unsafe { libc::getrandom(bytes.as_mut_ptr() as *mut libc::c_void, bytes.len(), 0) };

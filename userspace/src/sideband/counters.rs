@@ -127,6 +127,11 @@ impl CounterPoller {
             }
             self.proc_prev.insert(pid, (ticks, now_ns, rss));
         }
+        // Bases of processes not sampled for a minute go (exited, or idle:
+        // an idle one starts again from a fresh base).
+        if self.proc_prev.len() > 64 {
+            self.proc_prev.retain(|_, (_, t, _)| now_ns.saturating_sub(*t) < 60_000_000_000);
+        }
     }
 
     /// The counter tracks recorded. A disk that did no I/O at all during

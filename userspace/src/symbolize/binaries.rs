@@ -58,11 +58,13 @@ enum BinaryKey {
     Path(String),
 }
 
-/// Every binary seen.
+/// Every binary in use.
 #[derive(Debug, Default)]
 pub struct Binaries {
     list: Vec<Binary>,
     by_key: FxHashMap<BinaryKey, BinaryIndex>,
+    /// Slots of released binaries, reused by the next ones.
+    free: Vec<BinaryIndex>,
 }
 
 impl Binaries {
@@ -94,11 +96,51 @@ impl Binaries {
             (None, Some(format!("{} is not a file", m.path)))
         };
         let name = m.path.rsplit('/').next().unwrap_or(&m.path).to_string();
-        let index = self.list.len() as BinaryIndex;
         let owner_uid = process_uid(m.pid);
-        self.list.push(Binary { path: m.path.clone(), name, file, build_id: m.build_id.clone(), open_error, owner_uid });
+        let binary = Binary { path: m.path.clone(), name, file, build_id: m.build_id.clone(), open_error, owner_uid };
+        let index = match self.free.pop() {
+            Some(i) => {
+                self.list[i as usize] = binary;
+                i
+            }
+            None => {
+                self.list.push(binary);
+                (self.list.len() - 1) as BinaryIndex
+            }
+        };
         self.by_key.insert(key, index);
         index
+    }
+
+    /// Close every binary that `live` does not hold (no live process maps
+    /// it any more); their indices are reused, so whoever caches anything
+    /// by index must forget the ones returned.
+    pub fn release_unused(&mut self, live: &rustc_hash::FxHashSet<BinaryIndex>) -> Vec<BinaryIndex> {
+        let mut released = Vec::new();
+        self.by_key.retain(|_, i| {
+            let keep = live.contains(i);
+            if !keep {
+                released.push(*i);
+            }
+            keep
+        });
+        for &i in &released {
+            self.list[i as usize] = Binary {
+                path: String::new(),
+                name: String::new(),
+                file: None,
+                build_id: None,
+                open_error: Some("released".into()),
+                owner_uid: None,
+            };
+            self.free.push(i);
+        }
+        released
+    }
+
+    /// Binaries open now.
+    pub fn open_count(&self) -> usize {
+        self.by_key.len()
     }
 
     /// The binary at `index`.

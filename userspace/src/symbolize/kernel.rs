@@ -206,7 +206,7 @@ impl KernelSymbols {
 }
 
 /// Which kind of interrupt a kernel stack ran in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum InterruptKind {
     /// A hardware interrupt handler.
     Hard,

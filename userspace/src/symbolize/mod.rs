@@ -22,7 +22,7 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
 /// One function at an address: the real one (depth 0) or an inlined call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct FuncAtAddr {
     /// Demangled function name.
     pub name: String,
@@ -33,7 +33,7 @@ pub struct FuncAtAddr {
 }
 
 /// What is known about one address.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct AddrInfo {
     /// Start of the containing symbol, in the same address space as the input.
     pub symbol_start: u64,
@@ -79,6 +79,11 @@ impl Symbolicator {
     /// A symbolizer with file/line, inlined functions and demangling on.
     pub fn new() -> Symbolicator {
         Symbolicator { worker: None, budget: SYMBOLIZE_BUDGET }
+    }
+
+    /// Whether its thread runs (holding what it parsed).
+    pub fn is_running(&self) -> bool {
+        self.worker.is_some()
     }
 
     /// Set the time one call may take.

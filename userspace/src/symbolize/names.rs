@@ -28,88 +28,157 @@ pub struct BinaryNames {
     pub build_id: Option<Vec<u8>>,
 }
 
+/// What naming a binary's addresses needs that does not depend on the
+/// addresses: read once per binary and kept while it stays open (the
+/// agent names a few new addresses of the same binaries window after
+/// window; re-reading symbol tables and section headers each time was most
+/// of its CPU time).
+#[derive(Debug)]
+pub struct PreparedBinary {
+    /// Why nothing can be named (the file is unreadable or not ELF).
+    unusable: Option<String>,
+    segments: Vec<Segment>,
+    tables: NameTables,
+    build_id: Option<Vec<u8>>,
+    /// The separate debug file and whether its DWARF may be read.
+    debug: Option<(debugfile::DebugFile, bool)>,
+    /// Whether the binary's own DWARF may be read.
+    own_debug_syms: bool,
+    /// FDE ranges, read the first time an address has no symbol.
+    fdes: Option<Vec<(u64, u64)>>,
+    /// Warnings found while preparing, reported with the first names.
+    warnings: Vec<String>,
+}
+
+impl PreparedBinary {
+    /// Bytes it holds (roughly), for the cache's budget.
+    pub fn bytes(&self) -> usize {
+        256 + self.tables.aliases.values().map(|n| 32 + n.len()).sum::<usize>()
+            + self.tables.plt.iter().map(|p| 32 + p.2.len()).sum::<usize>()
+            + self.fdes.as_ref().map_or(0, |f| f.len() * 16)
+    }
+}
+
+/// Read what naming `bin`'s addresses needs. `fetched` is a debug file
+/// debuginfod gave for its build id.
+pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> PreparedBinary {
+    let mut p = PreparedBinary {
+        unusable: None,
+        segments: Vec::new(),
+        tables: NameTables::default(),
+        build_id: bin.build_id.clone(),
+        debug: None,
+        own_debug_syms: false,
+        fdes: None,
+        warnings: Vec::new(),
+    };
+    let Some(file) = bin.file.as_ref() else {
+        p.unusable = Some(format!("cannot symbolize {}: {}; its frames keep library and address", bin.path, bin.open_error.clone().unwrap_or_else(|| "not a file".into())));
+        return p;
+    };
+    let reader = ElfReader::new(file, limits);
+    p.segments = match reader.segments() {
+        Ok(s) => s,
+        Err(e) => {
+            p.unusable = Some(format!("cannot symbolize {}: {e}; its frames keep library and address", bin.path));
+            return p;
+        }
+    };
+    if p.build_id.is_none() {
+        p.build_id = reader.build_id();
+    }
+    p.tables = reader.name_tables();
+    let own_link = reader.debuglink();
+    let own_dwarf = reader.dwarf_check();
+    let warn = |w: String, p: &mut PreparedBinary| {
+        if !p.warnings.contains(&w) {
+            p.warnings.push(w);
+        }
+    };
+    // A separate debug file: by build id, a safe debug link, or debuginfod.
+    let mut debug = p.build_id.as_deref().and_then(debugfile::by_build_id);
+    if debug.is_none() {
+        if let Some((name, crc)) = &own_link {
+            match debugfile::by_debuglink(bin, name, *crc) {
+                Ok(found) => debug = found,
+                Err(LinkRefused::NotAFileName(n)) => warn(format!("{}: its debug link {n:?} is not a file name; ignored", bin.path), &mut p),
+                Err(LinkRefused::Untrusted(why)) => warn(format!("{}: debug link not followed: {why}", bin.path), &mut p),
+            }
+        }
+    }
+    if debug.is_none() {
+        if let Some(f) = fetched {
+            debug = super::binaries::open_regular(f, true).ok().map(|file| debugfile::DebugFile { path: f.to_string(), file });
+        }
+    }
+    if let Some(d) = debug {
+        let dreader = ElfReader::new(&d.file, limits);
+        let check = dreader.dwarf_check();
+        if let DwarfCheck::Refused(why) = &check {
+            warn(format!("{} (debug file {}): DWARF not read: {why}", bin.path, d.path), &mut p);
+        }
+        // A debug file with a debug link of its own would send the
+        // symbolizer after it: read only its symbol table then.
+        let debug_syms = check == DwarfCheck::Usable && dreader.debuglink().is_none();
+        p.debug = Some((d, debug_syms));
+    }
+    // The binary's own DWARF unless it is refused or the binary carries a
+    // debug link (the symbolizer would follow it by path).
+    if let DwarfCheck::Refused(why) = &own_dwarf {
+        warn(format!("{}: DWARF not read: {why}; names come from its symbol table", bin.path), &mut p);
+    }
+    p.own_debug_syms = own_dwarf == DwarfCheck::Usable && own_link.is_none();
+    p
+}
+
 /// Name `offsets` (file offsets) of `bin`. `fetched` is a debug file
 /// debuginfod gave for its build id.
 pub fn symbolize_binary(sym: &mut Symbolicator, bin: &Binary, offsets: &[u64], limits: ElfLimits, fetched: Option<&str>) -> BinaryNames {
-    let mut out = BinaryNames { infos: vec![AddrInfo::default(); offsets.len()], warnings: Vec::new(), build_id: bin.build_id.clone() };
-    let (Some(file), Some(path)) = (bin.file.as_ref(), bin.open_path()) else {
-        out.warnings.push(format!("cannot symbolize {}: {}; its frames keep library and address", bin.path, bin.open_error.clone().unwrap_or_else(|| "not a file".into())));
+    let mut prepared = prepare(bin, limits, fetched);
+    symbolize_prepared(sym, bin, &mut prepared, offsets, limits)
+}
+
+/// Name `offsets` (file offsets) of `bin`, prepared by [`prepare`]. The
+/// preparation's warnings are given once (the first call).
+pub fn symbolize_prepared(sym: &mut Symbolicator, bin: &Binary, p: &mut PreparedBinary, offsets: &[u64], limits: ElfLimits) -> BinaryNames {
+    let mut out = BinaryNames { infos: vec![AddrInfo::default(); offsets.len()], warnings: std::mem::take(&mut p.warnings), build_id: p.build_id.clone() };
+    if let Some(why) = &p.unusable {
+        out.warnings.push(why.clone());
         return out;
-    };
-    let reader = ElfReader::new(file, limits);
-    let segments = match reader.segments() {
-        Ok(s) => s,
-        Err(e) => {
-            out.warnings.push(format!("cannot symbolize {}: {e}; its frames keep library and address", bin.path));
-            return out;
-        }
-    };
-    if out.build_id.is_none() {
-        out.build_id = reader.build_id();
     }
-    let tables = reader.name_tables();
-    let own_link = reader.debuglink();
-    let own_dwarf = reader.dwarf_check();
+    let (Some(file), Some(path)) = (bin.file.as_ref(), bin.open_path()) else { return out };
     let mut warn = |w: String| {
         if !out.warnings.contains(&w) {
             out.warnings.push(w);
         }
     };
-
-    // 1. A separate debug file.
-    let mut debug = out.build_id.as_deref().and_then(debugfile::by_build_id);
-    if debug.is_none() {
-        if let Some((name, crc)) = &own_link {
-            match debugfile::by_debuglink(bin, name, *crc) {
-                Ok(found) => debug = found,
-                Err(LinkRefused::NotAFileName(n)) => warn(format!("{}: its debug link {n:?} is not a file name; ignored", bin.path)),
-                Err(LinkRefused::Untrusted(why)) => warn(format!("{}: debug link not followed: {why}", bin.path)),
-            }
-        }
-    }
-    if debug.is_none() {
-        if let Some(p) = fetched {
-            debug = super::binaries::open_regular(p, true).ok().map(|file| debugfile::DebugFile { path: p.to_string(), file });
-        }
-    }
     let mut pending: Vec<usize> = (0..offsets.len()).collect();
-    if let Some(d) = &debug {
-        let dreader = ElfReader::new(&d.file, limits);
-        let check = dreader.dwarf_check();
-        if let DwarfCheck::Refused(why) = &check {
-            warn(format!("{} (debug file {}): DWARF not read: {why}", bin.path, d.path));
-        }
-        // A debug file with a debug link of its own would send the
-        // symbolizer after it: read only its symbol table then.
-        let debug_syms = check == DwarfCheck::Usable && dreader.debuglink().is_none();
-        let virt: Vec<u64> = pending.iter().map(|&i| offset_to_vaddr(&segments, offsets[i]).unwrap_or(0)).collect();
+    // 1. The separate debug file.
+    if let Some((d, debug_syms)) = &p.debug {
+        let virt: Vec<u64> = pending.iter().map(|&i| offset_to_vaddr(&p.segments, offsets[i]).unwrap_or(0)).collect();
         let dpath = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&d.file));
-        match attempt(sym, &dpath, &virt, true, debug_syms) {
+        match attempt(sym, &dpath, &virt, true, *debug_syms) {
             Ok(infos) => fill(&mut out.infos, &mut pending, infos, offsets, true),
             Err(e) => warn(format!("{} (debug file {}): {e}; using the binary's own symbols", bin.path, d.path)),
         }
     }
-
-    // 2. The binary itself: its DWARF unless it is refused or the binary
-    // carries a debug link (the symbolizer would follow it by path).
+    // 2. The binary itself.
     if !pending.is_empty() {
-        if let DwarfCheck::Refused(why) = &own_dwarf {
-            warn(format!("{}: DWARF not read: {why}; names come from its symbol table", bin.path));
-        }
-        let debug_syms = own_dwarf == DwarfCheck::Usable && own_link.is_none();
         let addrs: Vec<u64> = pending.iter().map(|&i| offsets[i]).collect();
-        match attempt(sym, &path, &addrs, false, debug_syms) {
+        match attempt(sym, &path, &addrs, false, p.own_debug_syms) {
             Ok(infos) => fill(&mut out.infos, &mut pending, infos, offsets, false),
             Err(e) => warn(format!("cannot symbolize {}: {e}; its frames keep library and address", bin.path)),
         }
     }
-
     // 3. Fix names from the binary's own tables; group what is still
     // unnamed by the function its FDE describes.
-    let fdes = if pending.is_empty() { Vec::new() } else { reader.fde_ranges().unwrap_or_default() };
+    if !pending.is_empty() && p.fdes.is_none() {
+        p.fdes = Some(ElfReader::new(file, limits).fde_ranges().unwrap_or_default());
+    }
+    let fdes = p.fdes.as_deref().unwrap_or(&[]);
     for (i, info) in out.infos.iter_mut().enumerate() {
-        let Some(vaddr) = offset_to_vaddr(&segments, offsets[i]) else { continue };
-        fix_names(info, vaddr, offsets[i], &tables, &segments, &fdes, &bin.name);
+        let Some(vaddr) = offset_to_vaddr(&p.segments, offsets[i]) else { continue };
+        fix_names(info, vaddr, offsets[i], &p.tables, &p.segments, fdes, &bin.name);
     }
     out
 }

@@ -255,7 +255,7 @@ pub enum UnwindEnd {
 }
 
 /// Unwinding totals, for the summary and the benchmarks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct UnwindStats {
     /// Stacks unwound.
     pub unwinds: u64,
@@ -308,6 +308,28 @@ impl Unwinders {
     /// `pid` mapped a jitdump file: its JIT code's unwind tables come from it.
     pub fn add_jitdump(&mut self, pid: u32, binary: BinaryIndex) {
         self.process(pid).jitdump = Some((binary, JitdumpTail::default(), std::time::Instant::now()));
+    }
+
+    /// Add the binaries the unwinders hold to `live`.
+    pub fn live_binaries(&self, live: &mut rustc_hash::FxHashSet<BinaryIndex>) {
+        for p in self.processes.values() {
+            live.extend(p.mappings.iter().map(|m| m.binary));
+            if let Some((b, _, _)) = &p.jitdump {
+                live.insert(*b);
+            }
+        }
+    }
+
+    /// Forget the unwind data of released binaries (their indices will be reused).
+    pub fn forget_binaries(&mut self, released: &[BinaryIndex]) {
+        for b in released {
+            self.binaries.remove(b);
+        }
+    }
+
+    /// Forget processes that are gone without their exit having been seen.
+    pub fn retain_processes(&mut self, keep: impl Fn(u32) -> bool) {
+        self.processes.retain(|&pid, _| keep(pid));
     }
 
     /// `pid` exec'd: its old mappings are gone.

@@ -1,0 +1,350 @@
+//! `sysprof agent`: the capture session of `record`, cut into windows
+//! forever, each window finished and handed to the store (and exporters).
+//!
+//! In: [`AgentArgs`] (and the config file, [`config`]). Out: a segment in
+//! the store every `--window` seconds, a health line every few minutes,
+//! exit 0 on SIGTERM/SIGINT once the window in progress is stored; exit 2
+//! with one line when the configuration or the store is unusable.
+//!
+//! Flow: one thread runs the event loop ([`CaptureSession::run`]) and, at
+//! each window's end (aligned to the wall clock, so windows of all hosts
+//! line up), cuts the capture and finishes the window in the collector
+//! (replay, unwinding, names from caches that outlive the window). The
+//! finished [`Recording`] goes to the store thread over a small bounded
+//! channel: encoding, compression, fsync, retention and compaction never
+//! delay draining the rings, and a store that cannot keep up drops windows
+//! (counted, said) rather than grow memory. Nothing of a finished window
+//! stays in the collector ([`crate::collector`] forgets what ended).
+
+pub mod config;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::capture::{clock_anchor, CaptureOptions, CaptureSession, Polling};
+use crate::cli::AgentArgs;
+use crate::collector::recording::Recording;
+use crate::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
+use crate::error::RecordError;
+use crate::store::segment::WindowSpan;
+use crate::store::Store;
+use config::AgentConfig;
+
+/// Windows waiting for the store thread at most; more are dropped.
+const STORE_QUEUE: usize = 4;
+/// Windows in a row without a new address after which the symbolizer's
+/// parsed binaries are freed.
+const SYMBOLIZER_IDLE_WINDOWS: u32 = 3;
+/// At most one repeat of the same error line per this long.
+const ERROR_REPEAT: Duration = Duration::from_secs(60);
+
+/// What the agent has done, for the health line (and the metrics endpoint).
+#[derive(Debug, Default)]
+pub struct AgentCounters {
+    /// Windows finished.
+    pub windows: AtomicU64,
+    /// Windows in the store.
+    pub stored: AtomicU64,
+    /// Windows the store could not write.
+    pub store_failed: AtomicU64,
+    /// Windows dropped because the store thread was behind.
+    pub dropped: AtomicU64,
+    /// On-CPU samples in finished windows.
+    pub samples: AtomicU64,
+    /// Records lost in the kernel or on the way.
+    pub lost: AtomicU64,
+    /// Bytes the store holds.
+    pub store_bytes: AtomicU64,
+    /// Segment files in the store.
+    pub store_files: AtomicU64,
+    /// Segments removed by retention.
+    pub retention_removed: AtomicU64,
+}
+
+/// Run the agent; returns its exit status.
+pub fn run(args: AgentArgs) -> Result<i32, RecordError> {
+    let cfg = AgentConfig::resolve(&args).map_err(RecordError::Usage)?;
+    let store = Store::open(&cfg.store, true).map_err(|e| RecordError::Usage(format!("{e}; give another with --store")))?;
+    crate::record::raise_fd_limit();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RecordError::Internal(format!("cannot start the event loop: {e}")))?;
+    runtime.block_on(Box::pin(agent(cfg, store)))
+}
+
+/// One line to stderr, with the same line at most once a minute.
+struct ErrorLog {
+    last: std::collections::HashMap<String, (Instant, u64)>,
+}
+
+impl ErrorLog {
+    fn say(&mut self, line: String) {
+        let now = Instant::now();
+        match self.last.get_mut(&line) {
+            Some((at, suppressed)) if now.duration_since(*at) < ERROR_REPEAT => *suppressed += 1,
+            Some((at, suppressed)) => {
+                let n = std::mem::take(suppressed);
+                *at = now;
+                if n > 0 {
+                    eprintln!("sysprof agent: {line} (and {n} times more in the last minute)");
+                } else {
+                    eprintln!("sysprof agent: {line}");
+                }
+            }
+            None => {
+                eprintln!("sysprof agent: {line}");
+                self.last.insert(line, (now, 0));
+            }
+        }
+    }
+}
+
+/// The next multiple of `window` on the wall clock after `now_ms`, at least
+/// half a window away (a first window shorter than that is merged into the next).
+fn next_boundary_ms(now_ms: f64, window: Duration) -> f64 {
+    let w = window.as_secs_f64() * 1e3;
+    let mut b = (now_ms / w).ceil() * w;
+    if b - now_ms < w / 2.0 {
+        b += w;
+    }
+    b
+}
+
+async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
+    let stale = store.remove_stale_temporaries();
+    let marker_min_ns = (cfg.off_cpu_threshold_ms * 1e6) as u64;
+    let mut collector = Collector::new(
+        PidFilter::All,
+        CollectorOptions { marker_min_ns, per_cpu: false, off_cpu: cfg.off_cpu, debuginfod: false, dwarf: cfg.dwarf },
+    );
+    let capture = CaptureOptions {
+        frequency: cfg.frequency,
+        target_tgid: 0,
+        stack_copy: if cfg.dwarf { cfg.stack_size } else { 0 },
+        off_cpu: cfg.off_cpu,
+        io: cfg.io,
+        off_cpu_min_ns: marker_min_ns,
+        snapshot_all: true,
+        target_pids: Vec::new(),
+        polling: Polling::AGENT,
+    };
+    let mut session = CaptureSession::start(&capture, &mut collector)?;
+    // Loading parsed the kernel's BTF (tens of MB, freed since).
+    release_freed_memory();
+    let counters = Arc::new(AgentCounters::default());
+    let (store_tx, store_thread) = spawn_store_thread(store.clone(), cfg.clone(), counters.clone());
+    eprintln!(
+        "sysprof agent: recording every process at {} Hz into {} (windows of {} s; keeping {} or {}, whichever is less){}",
+        cfg.frequency,
+        store.dir().display(),
+        cfg.window.as_secs_f64(),
+        crate::record::human_bytes(cfg.retain_size),
+        human_duration(cfg.retain_age),
+        if stale > 0 { format!("; removed {stale} unfinished files of a previous run") } else { String::new() },
+    );
+
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| RecordError::Internal(e.to_string()))?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RecordError::Internal(e.to_string()))?;
+    let started = Instant::now();
+    let mut last_health = Instant::now();
+    let mut errors = ErrorLog { last: Default::default() };
+    let interval_ms = 1000.0 / cfg.frequency as f64;
+    let (mut window_start_ns, mut window_start_wall) = (session.start_ns, session.start_wall_ms);
+    let mut boundary_ms = next_boundary_ms(window_start_wall, cfg.window);
+    let mut cpu_at_health = process_cpu_seconds();
+    loop {
+        // Sleep on the monotonic clock until the wall-clock boundary.
+        let (now_wall, _) = clock_anchor();
+        let wait = Duration::from_secs_f64(((boundary_ms - now_wall) / 1e3).max(0.0));
+        let deadline = tokio::time::Instant::now() + wait;
+        let stop = session
+            .run(
+                &mut collector,
+                async {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(deadline) => false,
+                        _ = sigint.recv() => true,
+                        _ = sigterm.recv() => true,
+                    }
+                },
+                None,
+                |_, _| {},
+            )
+            .await?;
+        let end_ns = session.cut(&mut collector);
+        let (wall_now, mono_now) = clock_anchor();
+        let end_wall = wall_now - (mono_now.saturating_sub(end_ns)) as f64 / 1e6;
+        let range = WindowRange { start_ns: window_start_ns, end_ns, start_wall_ms: window_start_wall, interval_ms, continuous: true };
+        let rec = collector.finish_window(range);
+        if collector.release_symbolizer_if_idle(SYMBOLIZER_IDLE_WINDOWS) {
+            release_freed_memory();
+        }
+        counters.windows.fetch_add(1, Ordering::Relaxed);
+        counters.samples.fetch_add(rec.stats.samples_kept, Ordering::Relaxed);
+        counters.lost.fetch_add(rec.stats.lost_total(), Ordering::Relaxed);
+        if cfg.verbose {
+            eprintln!("sysprof agent: window {:.0}-{:.0}: {}", window_start_wall, end_wall, crate::record::stats_line(&rec));
+        }
+        for w in &rec.warnings {
+            errors.say(format!("warning: {w}"));
+        }
+        let span = WindowSpan { start_ms: window_start_wall, end_ms: end_wall };
+        match store_tx.try_send((rec, span)) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::TrySendError::Full(_)) => {
+                counters.dropped.fetch_add(1, Ordering::Relaxed);
+                errors.say("the store is behind (slow disk?): a window was dropped".into());
+            }
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {
+                return Err(RecordError::Internal("the store thread ended unexpectedly".into()));
+            }
+        }
+        (window_start_ns, window_start_wall) = (end_ns, end_wall);
+        boundary_ms += cfg.window.as_secs_f64() * 1e3;
+        if boundary_ms < end_wall {
+            // Suspended or far behind: realign instead of finishing empty windows in a burst.
+            boundary_ms = next_boundary_ms(end_wall, cfg.window);
+        }
+        if stop {
+            break;
+        }
+        if last_health.elapsed() >= cfg.health_interval {
+            let cpu = process_cpu_seconds();
+            let share = (cpu - cpu_at_health) / last_health.elapsed().as_secs_f64() * 100.0;
+            eprintln!("{}", health_line(&counters, started.elapsed(), share, &collector));
+            cpu_at_health = cpu;
+            last_health = Instant::now();
+        }
+    }
+    // The window in progress was finished above: let the store write it.
+    drop(store_tx);
+    let _ = store_thread.join();
+    let _ = session.stop(&mut collector);
+    eprintln!("{}", health_line(&counters, started.elapsed(), process_cpu_seconds() / started.elapsed().as_secs_f64() * 100.0, &collector));
+    Ok(0)
+}
+
+/// The store thread: write each window, then enforce retention, and
+/// compact the buckets that are over. Returns its sender and handle.
+fn spawn_store_thread(store: Store, cfg: AgentConfig, counters: Arc<AgentCounters>) -> (std::sync::mpsc::SyncSender<(Recording, WindowSpan)>, std::thread::JoinHandle<()>) {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(Recording, WindowSpan)>(STORE_QUEUE);
+    let handle = std::thread::Builder::new()
+        .name("sysprof-store".into())
+        .spawn(move || {
+            let mut errors = ErrorLog { last: Default::default() };
+            // The store as this thread knows it: read once, then kept up
+            // to date with what it writes and removes (listing a week of
+            // segments every window would cost more than writing one).
+            let (mut index, warnings) = store.list();
+            for w in warnings {
+                errors.say(w);
+            }
+            store.remove_superseded(&mut index);
+            let mut last_compaction_bucket = -1i64;
+            for (rec, span) in rx {
+                match store.write(rec, vec![span], 0) {
+                    Ok(info) => {
+                        counters.stored.fetch_add(1, Ordering::Relaxed);
+                        index.push(info);
+                    }
+                    Err(e) => {
+                        counters.store_failed.fetch_add(1, Ordering::Relaxed);
+                        errors.say(e);
+                    }
+                }
+                let bucket = (span.end_ms / crate::store::BUCKET_MS).floor() as i64;
+                if bucket != last_compaction_bucket {
+                    last_compaction_bucket = bucket;
+                    let mut warnings = Vec::new();
+                    store.compact(&mut index, span.end_ms, &mut warnings);
+                    for w in warnings {
+                        errors.say(w);
+                    }
+                }
+                let (wall_ms, _) = clock_anchor();
+                let r = store.enforce_retention(&mut index, cfg.retain_size, wall_ms - cfg.retain_age.as_secs_f64() * 1e3);
+                counters.retention_removed.fetch_add(r.removed, Ordering::Relaxed);
+                counters.store_bytes.store(r.bytes, Ordering::Relaxed);
+                counters.store_files.store(index.len() as u64, Ordering::Relaxed);
+            }
+        })
+        .expect("spawning the store thread");
+    (tx, handle)
+}
+
+/// Give the kernel back the heap memory freed since (glibc keeps it
+/// otherwise, and a long-lived agent's RSS would be its worst moment's).
+fn release_freed_memory() {
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe { libc::malloc_trim(0) };
+}
+
+/// The agent's own CPU time (user + system), seconds.
+pub fn process_cpu_seconds() -> f64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a local rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Resident memory now and at its peak, bytes, from /proc/self/status.
+pub fn rss_bytes() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0) * 1024;
+    (kb("VmRSS:"), kb("VmHWM:"))
+}
+
+fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        s if s >= 86400 && s % 86400 == 0 => format!("{} d", s / 86400),
+        s if s >= 3600 => format!("{:.1} h", s as f64 / 3600.0),
+        s if s >= 60 => format!("{:.1} min", s as f64 / 60.0),
+        s => format!("{s} s"),
+    }
+}
+
+/// The health line: what was stored, lost and kept, and what it cost.
+fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collector) -> String {
+    let (rss, peak) = rss_bytes();
+    let (processes, binaries, names) = collector.retained();
+    format!(
+        "sysprof agent: up {}; windows: {} stored, {} failed, {} dropped; {} samples, {} lost; store {} in {} files ({} removed by retention); \
+         RSS {} (peak {}); CPU {:.3}% of one CPU; tracking {} processes, {} binaries, {} of names",
+        human_duration(up),
+        c.stored.load(Ordering::Relaxed),
+        c.store_failed.load(Ordering::Relaxed),
+        c.dropped.load(Ordering::Relaxed),
+        c.samples.load(Ordering::Relaxed),
+        c.lost.load(Ordering::Relaxed),
+        crate::record::human_bytes(c.store_bytes.load(Ordering::Relaxed)),
+        c.store_files.load(Ordering::Relaxed),
+        c.retention_removed.load(Ordering::Relaxed),
+        crate::record::human_bytes(rss),
+        crate::record::human_bytes(peak),
+        cpu_pct,
+        processes,
+        binaries,
+        crate::record::human_bytes(names as u64),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that windows end on multiples of the window length on the wall
+    /// clock, and a first window is never shorter than half of one.
+    #[test]
+    fn boundaries_align_to_the_wall_clock() {
+        let w = Duration::from_secs(10);
+        assert_eq!(next_boundary_ms(1_000_001_000.0, w), 1_000_010_000.0);
+        assert_eq!(next_boundary_ms(1_000_008_000.0, w), 1_000_020_000.0, "2 s left: merged into the next");
+        assert_eq!(next_boundary_ms(1_000_000_000.0, w), 1_000_010_000.0);
+    }
+}

@@ -1,0 +1,332 @@
+//! Windows into one recording, and a recording cut to a range or to some
+//! processes: what `show` and the store's compaction do with windows.
+//!
+//! In: finished [`Recording`]s (windows of the agent, in any order, maybe
+//! from several boots). Out: one [`Recording`] holding them all: libraries
+//! and frames deduplicated, stacks re-interned in one prefix tree, a
+//! process that spans windows one process (its threads' columns joined),
+//! counters joined per series, totals added. Times are kept on the first
+//! window's monotonic clock; a window from another boot (another clock) is
+//! placed by its wall-clock anchor.
+
+use rustc_hash::FxHashMap;
+
+use super::recording::*;
+use super::stack_tree::NO_PARENT;
+
+/// One recording of `windows`; see the module doc. Empty input, empty output.
+pub fn merge(mut windows: Vec<Recording>) -> Recording {
+    windows.sort_by(|a, b| a.start_wall_ms.total_cmp(&b.start_wall_ms));
+    if windows.len() == 1 {
+        return windows.pop().expect("one");
+    }
+    let Some(first) = windows.first() else { return Recording::default() };
+    let mut out = Recording {
+        start_ns: first.start_ns,
+        start_wall_ms: first.start_wall_ms,
+        end_ns: first.start_ns,
+        interval_ms: first.interval_ms,
+        ..Default::default()
+    };
+    let base = (first.start_ns, first.start_wall_ms);
+    let mut libs: FxHashMap<(String, Option<Vec<u8>>), u32> = FxHashMap::default();
+    let mut frames: FxHashMap<FrameRecord, u32> = FxHashMap::default();
+    let mut processes: FxHashMap<(u32, Option<u64>), ProcessRecord> = FxHashMap::default();
+    let mut counters: FxHashMap<(u32, String), CounterRecord> = FxHashMap::default();
+    let mut cpu_tracks: std::collections::BTreeMap<u32, Vec<MarkerRecord>> = Default::default();
+    for w in windows {
+        // This window's times on the first window's clock.
+        let shift = |t: u64| -> u64 {
+            let wall_delta_ns = ((w.start_wall_ms - base.1) * 1e6).round() as i64;
+            let mono_delta = w.start_ns as i64 - base.0 as i64;
+            // Same boot: the monotonic clock already agrees (to NTP slew).
+            let delta = if (wall_delta_ns - mono_delta).abs() < 1_000_000_000 { 0 } else { wall_delta_ns - mono_delta };
+            (t as i64 + delta).max(0) as u64
+        };
+        out.end_ns = out.end_ns.max(shift(w.end_ns));
+        out.off_cpu |= w.off_cpu;
+        let lib_map: Vec<u32> = w
+            .libs
+            .iter()
+            .map(|l| {
+                let next = out.libs.len() as u32;
+                *libs.entry((l.path.clone(), l.build_id.clone())).or_insert_with(|| {
+                    out.libs.push(l.clone());
+                    next
+                })
+            })
+            .collect();
+        let frame_map: Vec<u32> = w
+            .frames
+            .into_iter()
+            .map(|mut f| {
+                if f.lib != NO_LIB {
+                    f.lib = lib_map.get(f.lib as usize).copied().unwrap_or(NO_LIB);
+                }
+                let next = out.frames.len() as u32;
+                *frames.entry(f.clone()).or_insert_with(|| {
+                    out.frames.push(f);
+                    next
+                })
+            })
+            .collect();
+        // Stacks: each node re-interned once (parents come first).
+        let mut node_map: Vec<u32> = vec![NO_PARENT; w.stacks.len()];
+        for n in 0..w.stacks.len() as u32 {
+            let parent = w.stacks.parent(n);
+            let new_parent = if parent == NO_PARENT { NO_PARENT } else { node_map[parent as usize] };
+            let frame = frame_map[w.stacks.key(n) as usize];
+            node_map[n as usize] = out.stacks.child(new_parent, frame as u64);
+        }
+        let node = |n: u32| node_map[n as usize];
+        for mut p in w.processes {
+            shift_process(&mut p, &shift, &node);
+            let key = (p.pid, p.start_ns);
+            match processes.get_mut(&key) {
+                Some(existing) => merge_process(existing, p),
+                None => {
+                    processes.insert(key, p);
+                }
+            }
+        }
+        for mut c in w.counters {
+            c.time_ns.iter_mut().for_each(|t| *t = shift(*t));
+            match counters.get_mut(&(c.pid, c.name.clone())) {
+                Some(e) => {
+                    e.time_ns.extend(c.time_ns);
+                    e.count.extend(c.count);
+                }
+                None => {
+                    counters.insert((c.pid, c.name.clone()), c);
+                }
+            }
+        }
+        for (cpu, markers) in w.cpu_tracks {
+            cpu_tracks.entry(cpu).or_default().extend(markers.into_iter().map(|mut m| {
+                shift_marker(&mut m, &shift, &node);
+                m
+            }));
+        }
+        add_stats(&mut out.stats, &w.stats);
+        for x in w.warnings {
+            if !out.warnings.contains(&x) {
+                out.warnings.push(x);
+            }
+        }
+        for x in w.notes {
+            if !out.notes.contains(&x) {
+                out.notes.push(x);
+            }
+        }
+    }
+    let mut processes: Vec<ProcessRecord> = processes.into_values().collect();
+    for p in &mut processes {
+        for t in &mut p.threads {
+            sort_thread(t);
+        }
+        p.threads.sort_by_key(|t| (t.tid != p.pid, t.tid));
+    }
+    processes.sort_by_key(|p| (p.pid, p.start_ns));
+    out.processes = processes;
+    let mut counters: Vec<CounterRecord> = counters.into_values().collect();
+    counters.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
+    out.counters = counters;
+    out.cpu_tracks = cpu_tracks.into_iter().collect();
+    out
+}
+
+fn shift_marker(m: &mut MarkerRecord, shift: &impl Fn(u64) -> u64, node: &impl Fn(u32) -> u32) {
+    match m {
+        MarkerRecord::OffCpu { start_ns, end_ns, waker_stack, .. } => {
+            *start_ns = shift(*start_ns);
+            *end_ns = shift(*end_ns);
+            *waker_stack = waker_stack.map(node);
+        }
+        MarkerRecord::Io { start_ns, issue_ns, done_ns, stack, .. } => {
+            *start_ns = shift(*start_ns);
+            *issue_ns = shift(*issue_ns);
+            *done_ns = shift(*done_ns);
+            *stack = stack.map(node);
+        }
+        MarkerRecord::OnCpu { start_ns, end_ns, .. } => {
+            *start_ns = shift(*start_ns);
+            *end_ns = shift(*end_ns);
+        }
+    }
+}
+
+fn shift_process(p: &mut ProcessRecord, shift: &impl Fn(u64) -> u64, node: &impl Fn(u32) -> u32) {
+    p.start_ns = p.start_ns.map(shift);
+    p.end_ns = p.end_ns.map(shift);
+    for t in &mut p.threads {
+        t.start_ns = t.start_ns.map(shift);
+        t.end_ns = t.end_ns.map(shift);
+        t.samples.time_ns.iter_mut().for_each(|x| *x = shift(*x));
+        t.samples.stack.iter_mut().for_each(|s| *s = node(*s));
+        t.off_cpu.time_ns.iter_mut().for_each(|x| *x = shift(*x));
+        t.off_cpu.stack.iter_mut().for_each(|s| *s = node(*s));
+        for m in &mut t.markers {
+            shift_marker(m, shift, node);
+        }
+    }
+}
+
+/// Join `p`'s threads and facts into `into` (the same process, another window).
+fn merge_process(into: &mut ProcessRecord, p: ProcessRecord) {
+    if !p.name.is_empty() {
+        into.name = p.name;
+    }
+    into.exe = p.exe.or(into.exe.take());
+    if !p.cmdline.is_empty() {
+        into.cmdline = p.cmdline;
+    }
+    into.end_ns = p.end_ns.or(into.end_ns);
+    into.cgroup = p.cgroup.or(into.cgroup.take());
+    for t in p.threads {
+        match into.threads.iter_mut().find(|x| x.tid == t.tid && x.start_ns == t.start_ns) {
+            Some(x) => {
+                if !t.name.is_empty() {
+                    x.name = t.name;
+                }
+                x.end_ns = t.end_ns.or(x.end_ns);
+                x.switches = t.switches.or(x.switches);
+                x.samples.time_ns.extend(t.samples.time_ns);
+                x.samples.stack.extend(t.samples.stack);
+                x.samples.cpu_delta_ns.extend(t.samples.cpu_delta_ns);
+                x.off_cpu.time_ns.extend(t.off_cpu.time_ns);
+                x.off_cpu.stack.extend(t.off_cpu.stack);
+                x.off_cpu.duration_ns.extend(t.off_cpu.duration_ns);
+                x.markers.extend(t.markers);
+            }
+            None => into.threads.push(t),
+        }
+    }
+}
+
+/// Sort a thread's columns by time (windows may have arrived in any order).
+fn sort_thread(t: &mut ThreadRecord) {
+    let s = &mut t.samples;
+    if !s.time_ns.windows(2).all(|w| w[0] <= w[1]) {
+        let mut idx: Vec<usize> = (0..s.time_ns.len()).collect();
+        idx.sort_by_key(|&i| s.time_ns[i]);
+        s.time_ns = idx.iter().map(|&i| s.time_ns[i]).collect();
+        s.stack = idx.iter().map(|&i| s.stack[i]).collect();
+        s.cpu_delta_ns = idx.iter().map(|&i| s.cpu_delta_ns[i]).collect();
+    }
+    let o = &mut t.off_cpu;
+    if !o.time_ns.windows(2).all(|w| w[0] <= w[1]) {
+        let mut idx: Vec<usize> = (0..o.time_ns.len()).collect();
+        idx.sort_by_key(|&i| o.time_ns[i]);
+        o.time_ns = idx.iter().map(|&i| o.time_ns[i]).collect();
+        o.stack = idx.iter().map(|&i| o.stack[i]).collect();
+        o.duration_ns = idx.iter().map(|&i| o.duration_ns[i]).collect();
+    }
+}
+
+/// Add a window's totals to a sum.
+pub fn add_stats(into: &mut RecordingStats, s: &RecordingStats) {
+    into.samples += s.samples;
+    into.samples_kept += s.samples_kept;
+    into.lost_samples += s.lost_samples;
+    into.kernel_stack_failures += s.kernel_stack_failures;
+    into.user_stack_failures += s.user_stack_failures;
+    into.lost_sideband += s.lost_sideband;
+    into.malformed += s.malformed;
+    into.off_cpu_intervals += s.off_cpu_intervals;
+    into.off_cpu_folded += s.off_cpu_folded;
+    into.off_cpu_end_inferred += s.off_cpu_end_inferred;
+    into.io_requests += s.io_requests;
+    into.lost_events += s.lost_events;
+    into.lost_stacks += s.lost_stacks;
+    into.stack_records += s.stack_records;
+    into.stack_read_failures += s.stack_read_failures;
+    into.stacks_not_kept += s.stacks_not_kept;
+    into.lost_state += s.lost_state;
+    into.io_untracked += s.io_untracked;
+    into.processes_without_data += s.processes_without_data;
+    into.unwind.unwinds += s.unwind.unwinds;
+    into.unwind.reached_root += s.unwind.reached_root;
+    into.unwind.copy_exhausted += s.unwind.copy_exhausted;
+    into.unwind.no_unwind_info += s.unwind.no_unwind_info;
+    into.unwind.bad_return_address += s.unwind.bad_return_address;
+    into.unwind.unwind_ns += s.unwind.unwind_ns;
+}
+
+impl Recording {
+    /// Keep only what lies in [start_ns, end_ns] (this recording's clock):
+    /// samples outside go, intervals and markers are cut to the range.
+    pub fn clip(&mut self, start_ns: u64, end_ns: u64) {
+        let inside = |t: u64| t >= start_ns && t <= end_ns;
+        for p in &mut self.processes {
+            for t in &mut p.threads {
+                let s = &mut t.samples;
+                let keep: Vec<bool> = s.time_ns.iter().map(|&x| inside(x)).collect();
+                retain_by(&mut s.time_ns, &keep);
+                retain_by(&mut s.stack, &keep);
+                retain_by(&mut s.cpu_delta_ns, &keep);
+                let o = &mut t.off_cpu;
+                for i in 0..o.time_ns.len() {
+                    let (a, b) = (o.time_ns[i].max(start_ns), (o.time_ns[i] + o.duration_ns[i]).min(end_ns));
+                    o.time_ns[i] = a;
+                    o.duration_ns[i] = b.saturating_sub(a);
+                }
+                let keep: Vec<bool> = o.time_ns.iter().zip(&o.duration_ns).map(|(&x, &d)| inside(x) && (d > 0 || x < end_ns)).collect();
+                retain_by(&mut o.time_ns, &keep);
+                retain_by(&mut o.stack, &keep);
+                retain_by(&mut o.duration_ns, &keep);
+                t.markers.retain_mut(|m| clip_marker(m, start_ns, end_ns));
+            }
+            p.threads.retain(|t| !t.samples.time_ns.is_empty() || !t.off_cpu.time_ns.is_empty() || !t.markers.is_empty());
+        }
+        self.processes.retain(|p| !p.threads.is_empty());
+        for c in &mut self.counters {
+            let keep: Vec<bool> = c.time_ns.iter().map(|&x| inside(x)).collect();
+            retain_by(&mut c.time_ns, &keep);
+            retain_by(&mut c.count, &keep);
+        }
+        self.counters.retain(|c| !c.time_ns.is_empty());
+        for (_, markers) in &mut self.cpu_tracks {
+            markers.retain_mut(|m| clip_marker(m, start_ns, end_ns));
+        }
+        self.start_wall_ms += (start_ns as f64 - self.start_ns as f64).max(0.0) / 1e6;
+        self.start_ns = self.start_ns.max(start_ns);
+        self.end_ns = self.end_ns.min(end_ns).max(self.start_ns);
+    }
+
+    /// Keep only the processes `keep` accepts.
+    pub fn retain_processes(&mut self, keep: impl Fn(&ProcessRecord) -> bool) {
+        self.processes.retain(|p| keep(p));
+        let pids: rustc_hash::FxHashSet<u32> = self.processes.iter().map(|p| p.pid).collect();
+        self.counters.retain(|c| c.pid == 0 || pids.contains(&c.pid));
+    }
+
+    /// Samples in the recording (on-CPU).
+    pub fn sample_count(&self) -> u64 {
+        self.processes.iter().flat_map(|p| &p.threads).map(|t| t.samples.time_ns.len() as u64).sum()
+    }
+}
+
+fn retain_by<T>(v: &mut Vec<T>, keep: &[bool]) {
+    let mut i = 0;
+    v.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
+}
+
+/// Cut a marker to [start, end]; false if nothing of it is left.
+fn clip_marker(m: &mut MarkerRecord, start: u64, end: u64) -> bool {
+    let (s, e) = match m {
+        MarkerRecord::OffCpu { start_ns, end_ns, .. } | MarkerRecord::OnCpu { start_ns, end_ns, .. } => (start_ns, end_ns),
+        MarkerRecord::Io { start_ns, done_ns, .. } => (start_ns, done_ns),
+    };
+    if *e < start || *s > end {
+        return false;
+    }
+    *s = (*s).max(start);
+    *e = (*e).min(end);
+    if let MarkerRecord::Io { issue_ns, .. } = m {
+        *issue_ns = (*issue_ns).clamp(start, end);
+    }
+    true
+}

@@ -1,0 +1,123 @@
+//! Folded stacks: `frame;frame;frame count` lines, the input of
+//! flamegraph.pl, inferno and speedscope.
+//!
+//! In: a [`Recording`]. Out: one line per distinct on-CPU stack, root
+//! first, starting with the process name, inlined calls as frames of their
+//! own (outermost first), kernel frames suffixed `_[k]` (the annotation
+//! inferno and flamegraph.pl colour as kernel), unnamed code as
+//! `library+0xoffset`; the count is the number of samples. Lines are
+//! sorted, so equal recordings give equal files.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use rustc_hash::FxHashMap;
+
+use crate::collector::recording::{Recording, NO_LIB};
+use crate::collector::stack_tree::NO_PARENT;
+
+/// The names of frame `f` (one per inline depth, outermost first), each
+/// cleaned of the separators the format uses.
+fn frame_names(rec: &Recording, f: u32) -> Vec<String> {
+    let frame = &rec.frames[f as usize];
+    let clean = |s: &str| s.replace([';', '\n'], "_");
+    let suffix = if frame.kernel { "_[k]" } else { "" };
+    if frame.symbols.funcs.is_empty() {
+        let lib = (frame.lib != NO_LIB).then(|| rec.libs.get(frame.lib as usize).map(|l| l.name.as_str())).flatten();
+        return vec![match lib {
+            Some(l) => format!("{}+{:#x}{suffix}", clean(l), frame.address),
+            None => format!("{:#x}{suffix}", frame.address),
+        }];
+    }
+    frame.symbols.funcs.iter().map(|fa| format!("{}{suffix}", clean(&fa.name))).collect()
+}
+
+/// Count the samples per stack node, then write one line per node.
+pub fn write_folded(rec: &Recording, out: &mut impl Write) -> std::io::Result<u64> {
+    let mut per_stack: FxHashMap<(u32, u32), u64> = FxHashMap::default();
+    for (pi, p) in rec.processes.iter().enumerate() {
+        for t in &p.threads {
+            for &s in &t.samples.stack {
+                *per_stack.entry((pi as u32, s)).or_default() += 1;
+            }
+        }
+    }
+    let mut names: FxHashMap<u32, Vec<String>> = FxHashMap::default();
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    let mut path = Vec::new();
+    for ((pi, node), count) in per_stack {
+        let p = &rec.processes[pi as usize];
+        let mut line = p.name.replace([';', '\n'], "_");
+        path.clear();
+        let mut n = node;
+        while n != NO_PARENT {
+            path.push(rec.stacks.key(n) as u32);
+            n = rec.stacks.parent(n);
+        }
+        for &f in path.iter().rev() {
+            for name in names.entry(f).or_insert_with(|| frame_names(rec, f)).iter() {
+                line.push(';');
+                line.push_str(name);
+            }
+        }
+        *lines.entry(line).or_default() += count;
+    }
+    let mut written = 0;
+    for (line, count) in &lines {
+        writeln!(out, "{line} {count}")?;
+        written += 1;
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collector::recording::*;
+    use crate::symbolize::{AddrInfo, FuncAtAddr};
+
+    /// Check lines are root first with the process name, inlined calls
+    /// expand, kernel frames are marked, unnamed frames keep library and
+    /// offset, and equal stacks of two threads add up.
+    #[test]
+    fn lines_root_first_with_counts() {
+        let mut rec = Recording::default();
+        rec.libs.push(LibRecord { path: "/bin/app".into(), name: "app".into(), build_id: None });
+        let named = |names: &[&str]| AddrInfo {
+            funcs: names.iter().map(|n| FuncAtAddr { name: n.to_string(), file: None, line: None }).collect(),
+            ..Default::default()
+        };
+        rec.frames.push(FrameRecord { lib: 0, address: 0x10, kernel: false, symbols: named(&["main"]), pseudo: false });
+        rec.frames.push(FrameRecord { lib: 0, address: 0x20, kernel: false, symbols: named(&["outer", "inlined"]), pseudo: false });
+        rec.frames.push(FrameRecord { lib: 0, address: 0x30, kernel: false, symbols: AddrInfo::default(), pseudo: false });
+        rec.frames.push(FrameRecord { lib: 1, address: 0x40, kernel: true, symbols: named(&["do_syscall_64"]), pseudo: false });
+        let a = rec.stacks.child(NO_PARENT, 0);
+        let b = rec.stacks.child(a, 1);
+        let c = rec.stacks.child(b, 2);
+        let k = rec.stacks.child(a, 3);
+        let thread = |tid, stacks: Vec<u32>| ThreadRecord {
+            tid,
+            name: "t".into(),
+            start_ns: None,
+            end_ns: None,
+            samples: ThreadSamples { time_ns: vec![0; stacks.len()], cpu_delta_ns: vec![0; stacks.len()], stack: stacks },
+            off_cpu: Default::default(),
+            markers: vec![],
+            switches: None,
+        };
+        rec.processes.push(ProcessRecord {
+            pid: 1,
+            name: "my app".into(),
+            exe: None,
+            cmdline: String::new(),
+            start_ns: None,
+            end_ns: None,
+            cgroup: None,
+            threads: vec![thread(1, vec![c, c, k]), thread(2, vec![c])],
+        });
+        let mut out = Vec::new();
+        assert_eq!(write_folded(&rec, &mut out).unwrap(), 2);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text, "my app;main;do_syscall_64_[k] 1\nmy app;main;outer;inlined;app+0x30 3\n");
+    }
+}

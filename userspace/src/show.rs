@@ -1,0 +1,281 @@
+//! `sysprof show`: a profile of any past range, from the agent's store.
+//!
+//! In: [`ShowArgs`]. Out: the windows overlapping `--since`..`--until`
+//! merged into one recording ([`crate::collector::merge`]), cut to the
+//! range, narrowed to the processes asked for, and written through the
+//! same writers as `record` (Firefox Profiler with its timeline, folded
+//! stacks, pprof); or with `--list`, the store's windows as a table.
+//! Damaged windows are skipped with a warning naming the file; the rest
+//! of the range is still shown.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use crate::cli::ShowArgs;
+use crate::collector::merge;
+use crate::collector::recording::Recording;
+use crate::error::RecordError;
+use crate::profile::output::OutputFile;
+use crate::profile::{build_profile, HostInfo};
+use crate::store::Store;
+
+/// Wall clock now, ms since the epoch.
+fn now_ms() -> f64 {
+    crate::capture::clock_anchor().0
+}
+
+/// Local time fields to ms since the epoch (None if it does not exist).
+fn local_ms(year: i32, month: u32, day: u32, h: u32, m: u32, s: f64) -> Option<f64> {
+    // SAFETY: a zeroed tm is valid; mktime reads and normalizes it.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    tm.tm_year = year - 1900;
+    tm.tm_mon = month as i32 - 1;
+    tm.tm_mday = day as i32;
+    tm.tm_hour = h as i32;
+    tm.tm_min = m as i32;
+    tm.tm_sec = s.trunc() as i32;
+    tm.tm_isdst = -1;
+    // SAFETY: a valid tm.
+    let t = unsafe { libc::mktime(&mut tm) };
+    (t != -1).then(|| t as f64 * 1e3 + s.fract() * 1e3)
+}
+
+/// Today's date in local time: (year, month, day).
+fn today() -> (i32, u32, u32) {
+    // SAFETY: time and localtime_r with valid pointers.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        (tm.tm_year + 1900, tm.tm_mon as u32 + 1, tm.tm_mday as u32)
+    }
+}
+
+fn parse_clock(s: &str) -> Option<(u32, u32, f64)> {
+    let mut it = s.split(':');
+    let h: u32 = it.next()?.parse().ok()?;
+    let m: u32 = it.next()?.parse().ok()?;
+    let sec: f64 = match it.next() {
+        Some(x) => x.parse().ok()?,
+        None => 0.0,
+    };
+    (it.next().is_none() && h < 24 && m < 60 && (0.0..61.0).contains(&sec)).then_some((h, m, sec))
+}
+
+/// A moment from `--since`/`--until`: `now`, a duration ago (`30s`, `10m`,
+/// `2h`, `1d`), a local time today (`03:12`, `03:12:30`; yesterday if that
+/// is still to come), or a local date and time (`2026-11-22T03:12:00`,
+/// `2026-11-22 03:12`). Returns ms since the epoch.
+pub fn parse_when(s: &str, now_ms: f64) -> Result<f64, String> {
+    let t = s.trim();
+    if t == "now" {
+        return Ok(now_ms);
+    }
+    if t.contains(':') {
+        let (date, clock) = match t.split_once(['T', ' ']) {
+            Some((d, c)) => (Some(d), c),
+            None => (None, t),
+        };
+        let (h, m, sec) = parse_clock(clock).ok_or_else(|| format!("{s:?}: not a time (like 03:12, 03:12:30 or 2026-11-22T03:12:00)"))?;
+        return match date {
+            Some(d) => {
+                let mut parts = d.split('-');
+                let (y, mo, da) = (parts.next().and_then(|x| x.parse().ok()), parts.next().and_then(|x| x.parse().ok()), parts.next().and_then(|x| x.parse().ok()));
+                match (y, mo, da, parts.next()) {
+                    (Some(y), Some(mo), Some(da), None) if (1..=12).contains(&mo) && (1..=31).contains(&da) => {
+                        local_ms(y, mo, da, h, m, sec).ok_or_else(|| format!("{s:?}: no such local time"))
+                    }
+                    _ => Err(format!("{s:?}: not a date (write it 2026-11-22T03:12:00)")),
+                }
+            }
+            None => {
+                let (y, mo, da) = today();
+                let at = local_ms(y, mo, da, h, m, sec).ok_or_else(|| format!("{s:?}: no such local time today"))?;
+                Ok(if at > now_ms { at - 86_400_000.0 } else { at })
+            }
+        };
+    }
+    let d = crate::agent::config::parse_duration(t).map_err(|_| format!("{s:?}: give a duration ago (30s, 10m, 2h, 1d) or a time (03:12, 2026-11-22T03:12:00)"))?;
+    Ok(now_ms - d.as_secs_f64() * 1e3)
+}
+
+/// A time as local `YYYY-MM-DD HH:MM:SS`.
+pub fn local_time_string(ms: f64) -> String {
+    // SAFETY: localtime_r with valid pointers.
+    let tm = unsafe {
+        let t = (ms / 1e3).floor() as libc::time_t;
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        tm
+    };
+    format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
+}
+
+/// Run `show`; returns the exit status.
+pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
+    let store = Store::open(&args.store, false).map_err(|e| RecordError::Usage(format!("{e}; give the agent's store with --store")))?;
+    if args.list {
+        return list(&store);
+    }
+    let now = now_ms();
+    let since = parse_when(&args.since, now).map_err(|e| RecordError::Usage(format!("--since {e}")))?;
+    let until = match &args.until {
+        Some(u) => parse_when(u, now).map_err(|e| RecordError::Usage(format!("--until {e}")))?,
+        None => now,
+    };
+    if since >= until {
+        return Err(RecordError::Usage(format!("--since ({}) is not before --until ({})", local_time_string(since), local_time_string(until))));
+    }
+    let output = match (&args.output, args.format.as_str()) {
+        (Some(p), _) => Some(p.clone()),
+        (None, "firefox") => Some(PathBuf::from("profile.json.gz")),
+        (None, "pprof") => Some(PathBuf::from("profile.pb.gz")),
+        (None, _) => None,
+    };
+    let output = match output {
+        Some(p) if p.as_os_str() != "-" => Some(OutputFile::create(&p)?),
+        _ => None,
+    };
+    let q = store.query(since, until);
+    for w in &q.warnings {
+        eprintln!("sysprof: warning: {w}");
+    }
+    if q.recordings.is_empty() {
+        let (all, _) = store.list();
+        let held = match (all.first(), all.last()) {
+            (Some(a), Some(b)) => format!("it holds {} to {}", local_time_string(a.header.start_ms), local_time_string(b.header.end_ms)),
+            _ => "it is empty (is `sysprof agent` running with this --store?)".into(),
+        };
+        return Err(RecordError::Internal(format!(
+            "{} holds nothing between {} and {}; {held}",
+            args.store.display(),
+            local_time_string(since),
+            local_time_string(until)
+        )));
+    }
+    let mut rec = merge::merge(q.recordings);
+    // Wall-clock range on the merged recording's clock.
+    let to_ns = |ms: f64| (rec.start_ns as f64 + (ms - rec.start_wall_ms) * 1e6).max(0.0) as u64;
+    let (a, b) = (to_ns(since), to_ns(until));
+    rec.clip(a, b);
+    narrow(&mut rec, &args);
+    if rec.processes.is_empty() {
+        return Err(RecordError::Internal("no process in that range matches -p, --comm or --container".into()));
+    }
+    let written = match (args.format.as_str(), output) {
+        ("folded", None) => {
+            let stdout = std::io::stdout();
+            let mut lock = std::io::BufWriter::new(stdout.lock());
+            crate::profile::folded::write_folded(&rec, &mut lock).and_then(|n| lock.flush().map(|_| n)).map_err(|e| RecordError::Internal(format!("cannot write to stdout: {e}")))?;
+            None
+        }
+        ("folded", Some(out)) => {
+            let path = out.path().to_path_buf();
+            let bytes = out.commit_with(|w| crate::profile::folded::write_folded(&rec, w).map(|_| ()))?;
+            Some((path, bytes))
+        }
+        ("pprof", Some(out)) => {
+            let path = out.path().to_path_buf();
+            let bytes = out.commit_with(|w| w.write_all(&crate::export::pprof::encode_gzip(&rec, &crate::export::Labels::local())))?;
+            Some((path, bytes))
+        }
+        (_, Some(out)) => {
+            let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
+            let profile = build_profile(&rec, &host);
+            let path = out.path().to_path_buf();
+            let bytes = out.commit(&profile)?;
+            Some((path, bytes))
+        }
+        (_, None) => return Err(RecordError::Usage("give a file with -o for this format".into())),
+    };
+    if let Some((path, bytes)) = written {
+        let threads: usize = rec.processes.iter().map(|p| p.threads.len()).sum();
+        eprintln!(
+            "sysprof: {} to {}: {} samples, {} processes, {threads} threads; wrote {} ({}){}",
+            local_time_string(rec.start_wall_ms),
+            local_time_string(rec.start_wall_ms + (rec.end_ns - rec.start_ns) as f64 / 1e6),
+            rec.sample_count(),
+            rec.processes.len(),
+            path.display(),
+            crate::record::human_bytes(bytes),
+            if args.format == "firefox" { "; open it at https://profiler.firefox.com" } else { "" },
+        );
+    }
+    Ok(0)
+}
+
+/// Keep the processes `-p`, `--comm` and `--container` ask for.
+fn narrow(rec: &mut Recording, args: &ShowArgs) {
+    let container = args.container.as_deref();
+    rec.retain_processes(|p| {
+        (args.pids.is_empty() || args.pids.contains(&p.pid))
+            && args.comm.as_deref().is_none_or(|c| p.name == c || p.threads.first().is_some_and(|t| t.name == c))
+            && container.is_none_or(|c| {
+                p.cgroup.as_deref().is_some_and(|g| {
+                    g.contains(c) || crate::sideband::proc_snapshot::cgroup_label(g).is_some_and(|l| l.trim_start_matches("container ") == c || l == c)
+                })
+            })
+    });
+}
+
+/// `--list`: one line per segment, then the totals.
+fn list(store: &Store) -> Result<i32, RecordError> {
+    let (segs, warnings) = store.list();
+    for w in &warnings {
+        eprintln!("sysprof: warning: {w}");
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{:<19}  {:<19}  {:>7}  {:>9}  {:>9}  {:>10}  file", "from", "to", "windows", "samples", "processes", "bytes");
+    let (mut samples, mut bytes) = (0u64, 0u64);
+    for s in &segs {
+        let h = &s.header;
+        samples += h.samples;
+        bytes += s.bytes;
+        let _ = writeln!(
+            out,
+            "{:<19}  {:<19}  {:>7}  {:>9}  {:>9}  {:>10}  {}",
+            local_time_string(h.start_ms),
+            local_time_string(h.end_ms),
+            h.windows.len(),
+            h.samples,
+            h.processes,
+            s.bytes,
+            s.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{} files, {} windows, {samples} samples, {} ({:.1} bytes per sample)",
+        segs.len(),
+        segs.iter().map(|s| s.header.windows.len()).sum::<usize>(),
+        crate::record::human_bytes(bytes),
+        bytes as f64 / samples.max(1) as f64
+    );
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check durations ago, times today (yesterday when still to come),
+    /// dates with times, and that nonsense is one line saying what works.
+    #[test]
+    fn when() {
+        let now = 1_800_000_000_000.0;
+        assert_eq!(parse_when("30s", now).unwrap(), now - 30_000.0);
+        assert_eq!(parse_when("2h", now).unwrap(), now - 7_200_000.0);
+        assert_eq!(parse_when("now", now).unwrap(), now);
+        let t = parse_when("2026-11-22T03:12:00", now).unwrap();
+        assert_eq!(local_time_string(t), "2026-11-22 03:12:00");
+        let t = parse_when("2026-11-22 03:12", now).unwrap();
+        assert_eq!(local_time_string(t), "2026-11-22 03:12:00");
+        let real_now = now_ms();
+        let t = parse_when("00:00", real_now).unwrap();
+        assert!(t <= real_now && real_now - t < 86_400_000.0);
+        let e = parse_when("yesterday-ish", now).unwrap_err();
+        assert!(e.contains("10m") && e.contains("03:12"), "{e}");
+        assert!(parse_when("25:00", now).is_err());
+        assert!(parse_when("2026-13-01T00:00", now).is_err());
+    }
+}

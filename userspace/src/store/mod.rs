@@ -1,0 +1,528 @@
+//! The local store: the agent's flight recorder, a directory of segment files.
+//!
+//! In: finished windows from the agent. Out: windows of any time range for
+//! `sysprof show`, with per-sample timestamps, threads and stacks, off-CPU
+//! intervals, markers, counters, names and build ids (the whole
+//! [`Recording`], so `show` gives the profile `record` would have).
+//!
+//! Why files and not SQLite: every window is written once and never
+//! changed, read whole, and deleted whole, oldest first. A directory of
+//! immutable files does exactly that with the kernel's own guarantees: a
+//! segment is written to a hidden temporary, fsynced and renamed into place
+//! (then the directory is fsynced), so a reader, or the agent after SIGKILL
+//! or power loss, sees a window completely or not at all, without a lock,
+//! a journal or a recovery step; readers and the writer never wait for one
+//! another; retention is `unlink`. A database would add a second copy of
+//! each blob (WAL), a C library in a root daemon, and a single file whose
+//! damage costs every window. The format of one file is in [`segment`].
+//!
+//! Names are `<start ms>-<end ms>.L<level>.seg` (wall clock, ms since the
+//! epoch, zero-padded: `ls` sorts them by time). The agent writes level 0,
+//! one window per file; once a 10-minute bucket of wall-clock time is over,
+//! its windows are compacted into one level-1 file that shares one table of
+//! libraries, frames and stacks (that is what makes a sample cost a few
+//! bytes: in a 10-second file the names dominate). The compacted file is in
+//! place before its inputs are removed; a reader that sees both uses the
+//! level-1 file and skips the windows it already holds.
+//!
+//! The directory holds every process's command lines and stacks: it is
+//! created mode 0700, and one that is a symlink, not ours, or writable by
+//! others is refused (a planted directory would let its owner read or
+//! replace what root writes).
+
+pub mod segment;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::collector::merge;
+use crate::collector::recording::Recording;
+use segment::{SegmentHeader, WindowSpan};
+
+/// Wall-clock span of a compacted (level 1) segment.
+pub const BUCKET_MS: f64 = 600_000.0;
+
+/// A store directory, checked.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+/// One segment file and what its header says.
+#[derive(Debug, Clone)]
+pub struct SegmentInfo {
+    /// The file.
+    pub path: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+    /// Its header.
+    pub header: SegmentHeader,
+}
+
+/// Windows read back for a range, with what could not be read.
+#[derive(Debug, Default)]
+pub struct Query {
+    /// The segments' recordings, each holding windows the others do not.
+    pub recordings: Vec<Recording>,
+    /// One line per segment skipped, naming the file and why.
+    pub warnings: Vec<String>,
+}
+
+/// What retention removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Retained {
+    /// Segments removed.
+    pub removed: u64,
+    /// Bytes freed.
+    pub freed: u64,
+    /// Bytes the store holds after.
+    pub bytes: u64,
+}
+
+fn io_err(path: &Path, e: std::io::Error) -> String {
+    format!("{}: {e}", path.display())
+}
+
+impl Store {
+    /// Open the store at `dir`. With `create`, make it (mode 0700) if it
+    /// does not exist and check it can be written; either way refuse a
+    /// directory that is a symlink, is not owned by us, or that others can
+    /// write to.
+    pub fn open(dir: &Path, create: bool) -> Result<Store, String> {
+        if create {
+            match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+                Ok(()) => {}
+                Err(e) => return Err(format!("cannot create the store directory {}: {e}", dir.display())),
+            }
+        }
+        let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot open the store {}: {e}", dir.display()))?;
+        if meta.file_type().is_symlink() {
+            return Err(format!("the store {} is a symlink; give the real directory", dir.display()));
+        }
+        if !meta.is_dir() {
+            return Err(format!("the store {} is not a directory", dir.display()));
+        }
+        // SAFETY: geteuid cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if create && meta.uid() != euid {
+            return Err(format!("the store {} belongs to uid {}, not to us (uid {euid}); give a directory of our own", dir.display(), meta.uid()));
+        }
+        if create && meta.mode() & 0o022 != 0 {
+            return Err(format!("the store {} can be written by others (mode {:o}); `chmod go-w` it or give another", dir.display(), meta.mode() & 0o7777));
+        }
+        let store = Store { dir: dir.to_path_buf() };
+        if create {
+            // Fail now, not at the first window: a read-only mount, a full disk.
+            let probe = store.temp_path();
+            let r = std::fs::OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).mode(0o600).open(&probe);
+            match r {
+                Ok(_) => {
+                    let _ = std::fs::remove_file(&probe);
+                }
+                Err(e) => return Err(format!("cannot write to the store {}: {e}", dir.display())),
+            }
+        }
+        Ok(store)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn temp_path(&self) -> PathBuf {
+        self.dir.join(format!(".tmp-{}.seg", crate::profile::output::random_suffix()))
+    }
+
+    /// Remove temporaries a killed writer left behind.
+    pub fn remove_stale_temporaries(&self) -> u64 {
+        let mut n = 0;
+        if let Ok(rd) = std::fs::read_dir(&self.dir) {
+            for e in rd.flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with(".tmp-") && name.ends_with(".seg") && std::fs::remove_file(e.path()).is_ok() {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Write `rec` (holding `windows`) as a segment at `level`; in place
+    /// completely or not at all when this returns.
+    pub fn write(&self, rec: Recording, windows: Vec<WindowSpan>, level: u8) -> Result<SegmentInfo, String> {
+        let zlevel = if level == 0 { 3 } else { 12 };
+        let (header, bytes) = segment::encode(rec, windows, level, zlevel)?;
+        let name = format!("{:013}-{:013}.L{level}.seg", header.start_ms.max(0.0) as u64, header.end_ms.max(0.0).ceil() as u64);
+        let path = self.dir.join(name);
+        let temp = self.temp_path();
+        let result = (|| {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .mode(0o600)
+                .open(&temp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&temp, &path)?;
+            std::fs::File::open(&self.dir)?.sync_all()
+        })();
+        if let Err(e) = result {
+            let _ = std::fs::remove_file(&temp);
+            return Err(format!("cannot write a window to the store: {}", io_err(&path, e)));
+        }
+        Ok(SegmentInfo { path, bytes: bytes.len() as u64, header })
+    }
+
+    /// Every segment, oldest first, and a warning per file that is not one.
+    pub fn list(&self) -> (Vec<SegmentInfo>, Vec<String>) {
+        let mut out = Vec::new();
+        let mut warnings = Vec::new();
+        let rd = match std::fs::read_dir(&self.dir) {
+            Ok(rd) => rd,
+            Err(e) => return (out, vec![format!("cannot list the store: {}", io_err(&self.dir, e))]),
+        };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') || !name.ends_with(".seg") {
+                continue;
+            }
+            let path = e.path();
+            match read_header(&path) {
+                Ok((header, bytes)) => out.push(SegmentInfo { path, bytes, header }),
+                // Removed by compaction or retention since the listing: not damage.
+                Err(HeaderError::Gone) => {}
+                Err(HeaderError::Bad(why)) => warnings.push(format!("skipping {}: {why}", path.display())),
+            }
+        }
+        out.sort_by(|a, b| a.header.start_ms.total_cmp(&b.header.start_ms).then(b.header.level.cmp(&a.header.level)));
+        (out, warnings)
+    }
+
+    /// Segments whose windows overlap [since_ms, until_ms], each window
+    /// once: compacted segments are preferred over the windows they hold.
+    pub fn select(segments: &[SegmentInfo], since_ms: f64, until_ms: f64) -> Vec<SegmentInfo> {
+        let mut by_level: Vec<&SegmentInfo> = segments.iter().filter(|s| s.header.end_ms >= since_ms && s.header.start_ms <= until_ms).collect();
+        by_level.sort_by(|a, b| b.header.level.cmp(&a.header.level).then(a.header.start_ms.total_cmp(&b.header.start_ms)));
+        let mut chosen: Vec<SegmentInfo> = Vec::new();
+        let mut held: Vec<(f64, f64)> = Vec::new();
+        for s in by_level {
+            let dup = s.header.windows.iter().any(|w| held.iter().any(|&(a, b)| w.start_ms >= a - 0.5 && w.end_ms <= b + 0.5));
+            if dup {
+                continue;
+            }
+            held.extend(s.header.windows.iter().map(|w| (w.start_ms, w.end_ms)));
+            chosen.push(s.clone());
+        }
+        chosen.sort_by(|a, b| a.header.start_ms.total_cmp(&b.header.start_ms));
+        chosen
+    }
+
+    /// Read one segment's recording.
+    pub fn read(&self, seg: &SegmentInfo) -> Result<Recording, ReadError> {
+        let bytes = read_file(&seg.path).map_err(|e| match e {
+            HeaderError::Gone => ReadError::Gone,
+            HeaderError::Bad(w) => ReadError::Bad(w),
+        })?;
+        segment::decode(&bytes).map(|(_, r)| r).map_err(ReadError::Bad)
+    }
+
+    /// The windows overlapping [since_ms, until_ms]. A damaged segment is a
+    /// warning; one removed by compaction while we read makes us list again
+    /// (its windows are in the compacted file by then).
+    pub fn query(&self, since_ms: f64, until_ms: f64) -> Query {
+        for _attempt in 0..5 {
+            let (all, mut warnings) = self.list();
+            let mut q = Query::default();
+            let mut raced = false;
+            for seg in Self::select(&all, since_ms, until_ms) {
+                match self.read(&seg) {
+                    Ok(r) => q.recordings.push(r),
+                    Err(ReadError::Gone) => {
+                        raced = true;
+                        break;
+                    }
+                    Err(ReadError::Bad(why)) => warnings.push(format!("skipping {}: {why}", seg.path.display())),
+                }
+            }
+            if !raced {
+                q.warnings = warnings;
+                return q;
+            }
+        }
+        Query { recordings: Vec::new(), warnings: vec!["the store kept changing while it was read; try again".into()] }
+    }
+
+    /// Remove the oldest segments of `index` (the writer's view of the
+    /// store, kept up to date by it) until the store holds at most
+    /// `max_bytes` and nothing that ended before `oldest_ms`.
+    pub fn enforce_retention(&self, index: &mut Vec<SegmentInfo>, max_bytes: u64, oldest_ms: f64) -> Retained {
+        index.sort_by(|a, b| a.header.end_ms.total_cmp(&b.header.end_ms));
+        let mut total: u64 = index.iter().map(|s| s.bytes).sum();
+        let mut r = Retained::default();
+        let mut keep_from = 0;
+        for s in index.iter() {
+            if total <= max_bytes && s.header.end_ms >= oldest_ms {
+                break;
+            }
+            match std::fs::remove_file(&s.path) {
+                Ok(()) => {
+                    r.removed += 1;
+                    r.freed += s.bytes;
+                }
+                // Gone already (removed by hand): it no longer counts.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(_) => break,
+            }
+            total -= s.bytes;
+            keep_from += 1;
+        }
+        index.drain(..keep_from);
+        r.bytes = total;
+        r
+    }
+
+    /// Compact every 10-minute bucket of `index` that ended before `now_ms`
+    /// and holds more than one segment into one level-1 segment. Returns
+    /// the segments written; a bucket whose inputs cannot all be read is
+    /// left as it is (with a warning), never half compacted.
+    pub fn compact(&self, index: &mut Vec<SegmentInfo>, now_ms: f64, warnings: &mut Vec<String>) -> u64 {
+        let mut buckets: std::collections::BTreeMap<i64, Vec<SegmentInfo>> = Default::default();
+        for s in index.iter() {
+            let b = (s.header.start_ms / BUCKET_MS).floor() as i64;
+            if (b as f64 + 1.0) * BUCKET_MS <= now_ms {
+                buckets.entry(b).or_default().push(s.clone());
+            }
+        }
+        let mut written = 0;
+        for (_, group) in buckets {
+            let group = Self::select(&group, f64::NEG_INFINITY, f64::INFINITY);
+            if group.len() < 2 {
+                continue;
+            }
+            let mut recs = Vec::with_capacity(group.len());
+            let mut windows = Vec::new();
+            let mut ok = true;
+            for s in &group {
+                match self.read(s) {
+                    Ok(r) => {
+                        recs.push(r);
+                        windows.extend(s.header.windows.iter().copied());
+                    }
+                    Err(e) => {
+                        if let ReadError::Bad(why) = e {
+                            warnings.push(format!("not compacting around {}: {why}", s.path.display()));
+                        }
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            if !ok {
+                continue;
+            }
+            let merged = merge::merge(recs);
+            match self.write(merged, windows, 1) {
+                Ok(info) => {
+                    written += 1;
+                    for s in &group {
+                        let _ = std::fs::remove_file(&s.path);
+                    }
+                    index.retain(|x| !group.iter().any(|g| g.path == x.path));
+                    index.push(info);
+                }
+                Err(e) => warnings.push(e),
+            }
+        }
+        written
+    }
+
+    /// Remove segments whose every window a compacted segment holds (the
+    /// inputs a compaction killed before it removed them left behind).
+    pub fn remove_superseded(&self, index: &mut Vec<SegmentInfo>) -> u64 {
+        let kept = Self::select(index, f64::NEG_INFINITY, f64::INFINITY);
+        let mut removed = 0;
+        index.retain(|s| {
+            let keep = kept.iter().any(|k| k.path == s.path);
+            if !keep && std::fs::remove_file(&s.path).is_ok() {
+                removed += 1;
+            }
+            keep
+        });
+        removed
+    }
+}
+
+/// Why a segment could not be read.
+#[derive(Debug)]
+pub enum ReadError {
+    /// It was removed (by compaction or retention) since it was listed.
+    Gone,
+    /// It is damaged; why.
+    Bad(String),
+}
+
+enum HeaderError {
+    Gone,
+    Bad(String),
+}
+
+/// Largest segment read whole.
+const MAX_SEGMENT: u64 = 1 << 30;
+
+fn open_segment(path: &Path) -> Result<(std::fs::File, u64), HeaderError> {
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            HeaderError::Gone
+        } else {
+            HeaderError::Bad(e.to_string())
+        }
+    })?;
+    let meta = f.metadata().map_err(|e| HeaderError::Bad(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(HeaderError::Bad("not a regular file".into()));
+    }
+    Ok((f, meta.len()))
+}
+
+fn read_header(path: &Path) -> Result<(SegmentHeader, u64), HeaderError> {
+    let (mut f, len) = open_segment(path)?;
+    let mut prefix = [0u8; 20];
+    f.read_exact(&mut prefix).map_err(|_| HeaderError::Bad("shorter than a segment's header (truncated)".into()))?;
+    let need = segment::header_read_len(&prefix).ok_or_else(|| HeaderError::Bad("header length out of range".into()))?;
+    if need as u64 > len {
+        return Err(HeaderError::Bad("header longer than the file (truncated)".into()));
+    }
+    let mut bytes = vec![0u8; need];
+    bytes[..20].copy_from_slice(&prefix);
+    f.read_exact(&mut bytes[20..]).map_err(|e| HeaderError::Bad(e.to_string()))?;
+    segment::decode_header(&bytes, len).map(|(h, _)| (h, len)).map_err(HeaderError::Bad)
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, HeaderError> {
+    let (f, len) = open_segment(path)?;
+    if len > MAX_SEGMENT {
+        return Err(HeaderError::Bad(format!("{len} bytes, more than a segment can be")));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    f.take(len).read_to_end(&mut bytes).map_err(|e| HeaderError::Bad(e.to_string()))?;
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("sysprof-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn window(start_ms: f64, start_ns: u64) -> (Recording, Vec<WindowSpan>) {
+        let mut r = segment::tests::sample_recording(start_ns);
+        r.start_wall_ms = start_ms;
+        (r, vec![WindowSpan { start_ms, end_ms: start_ms + 10_000.0 }])
+    }
+
+    /// Check that windows written come back by range, that compaction
+    /// keeps every window once (and a reader seeing both the compacted file
+    /// and its inputs counts each window once), and that retention drops
+    /// the oldest first.
+    #[test]
+    fn write_query_compact_retain() {
+        let d = dir("cycle");
+        let store = Store::open(&d, true).unwrap();
+        let t0 = 1_800_000_000_000.0; // a bucket boundary
+        let mut inputs = Vec::new();
+        for i in 0..6 {
+            let (r, w) = window(t0 + i as f64 * 10_000.0, 1_000_000_000 + i * 10_000_000_000);
+            inputs.push(store.write(r, w, 0).unwrap());
+        }
+        let q = store.query(t0, t0 + 60_000.0);
+        assert_eq!(q.recordings.len(), 6);
+        assert!(q.warnings.is_empty(), "{:?}", q.warnings);
+        let q = store.query(t0 + 25_000.0, t0 + 35_000.0);
+        assert_eq!(q.recordings.len(), 2, "windows 2 and 3 overlap the range");
+
+        // A compacted copy beside its inputs (as a killed compaction leaves it).
+        let recs: Vec<Recording> = inputs.iter().map(|s| store.read(s).unwrap()).collect();
+        let windows: Vec<WindowSpan> = inputs.iter().flat_map(|s| s.header.windows.clone()).collect();
+        let merged = merge::merge(recs);
+        assert_eq!(merged.sample_count(), 18);
+        store.write(merged, windows, 1).unwrap();
+        let q = store.query(t0, t0 + 60_000.0);
+        assert_eq!(q.recordings.len(), 1, "the compacted segment, not its inputs too");
+        assert_eq!(q.recordings[0].sample_count(), 18);
+        // The inputs a killed compaction left are removed.
+        let mut index = store.list().0;
+        assert_eq!(store.remove_superseded(&mut index), 6);
+        assert_eq!(store.list().0.len(), 1);
+
+        // Compaction of a finished bucket; an unfinished one is left alone.
+        let t1 = t0 + BUCKET_MS;
+        for i in 0..3 {
+            let (r, w) = window(t1 + i as f64 * 10_000.0, 700_000_000_000 + i * 10_000_000_000);
+            index.push(store.write(r, w, 0).unwrap());
+        }
+        let mut warnings = Vec::new();
+        assert_eq!(store.compact(&mut index, t1 + 30_000.0, &mut warnings), 0, "its bucket is not over");
+        assert_eq!(store.compact(&mut index, t1 + BUCKET_MS, &mut warnings), 1, "{warnings:?}");
+        assert_eq!(index.len(), 2);
+        assert_eq!(store.list().0.len(), 2);
+        let q = store.query(t1, t1 + BUCKET_MS);
+        assert_eq!(q.recordings.iter().map(|r| r.sample_count()).sum::<u64>(), 9);
+
+        // Retention: everything older than the age limit goes, then by size.
+        let r = store.enforce_retention(&mut index, u64::MAX, t1);
+        assert_eq!(r.removed, 1);
+        assert_eq!(store.list().0.len(), 1);
+        let r = store.enforce_retention(&mut index, 0, 0.0);
+        assert_eq!(r.removed, 1);
+        assert_eq!(r.bytes, 0);
+        assert!(index.is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Check that a damaged segment is skipped with a warning naming it,
+    /// and the others are still read.
+    #[test]
+    fn damaged_segment_is_a_warning() {
+        let d = dir("damaged");
+        let store = Store::open(&d, true).unwrap();
+        let t0 = 1_800_000_000_000.0;
+        let a = store.write(window(t0, 1).0, window(t0, 1).1, 0).unwrap();
+        store.write(window(t0 + 10_000.0, 2).0, window(t0 + 10_000.0, 2).1, 0).unwrap();
+        let mut bytes = std::fs::read(&a.path).unwrap();
+        let n = bytes.len();
+        bytes[n - 3] ^= 0xff;
+        std::fs::write(&a.path, &bytes).unwrap();
+        std::fs::write(d.join("0000000000001-0000000000002.L0.seg"), b"garbage").unwrap();
+        let q = store.query(0.0, f64::INFINITY);
+        assert_eq!(q.recordings.len(), 1);
+        assert_eq!(q.warnings.len(), 2, "{:?}", q.warnings);
+        assert!(q.warnings.iter().any(|w| w.contains(&a.path.display().to_string()) && w.contains("checksum")), "{:?}", q.warnings);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Check that a store directory others could write to, or a symlink,
+    /// is refused with a line that says what to do.
+    #[test]
+    fn unsafe_directories_are_refused() {
+        let d = dir("unsafe");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        let e = Store::open(&d, true).unwrap_err();
+        assert!(e.contains("chmod go-w"), "{e}");
+        let l = dir("unsafe-link");
+        std::os::unix::fs::symlink(&d, &l).unwrap();
+        let e = Store::open(&l, true).unwrap_err();
+        assert!(e.contains("symlink"), "{e}");
+        let _ = std::fs::remove_file(&l);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

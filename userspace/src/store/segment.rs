@@ -1,0 +1,317 @@
+//! One segment file of the local store: a finished window (or a run of them,
+//! compacted) as bytes, and back.
+//!
+//! In: a [`Recording`] and the spans of the windows it holds. Out: the
+//! file's bytes; and from bytes, the header alone (for listing) or the
+//! whole recording, each checked.
+//!
+//! Layout (all integers little-endian):
+//!
+//! ```text
+//! 0   8 bytes  magic "SYSPSEG\0"
+//! 8   u16      format version (1)
+//! 10  u16      reserved, 0
+//! 12  u32      header length H
+//! 16  u32      CRC-32 of the header
+//! 20  H bytes  header: postcard SegmentHeader (time range, windows, totals,
+//!              payload length and CRC-32, uncompressed length)
+//! 20+H         payload: zstd of postcard Recording, its time columns
+//!              stored as differences (samples of a thread are close in
+//!              time: small numbers, which postcard's varints and zstd keep short)
+//! ```
+//!
+//! Everything read is checked before it is trusted: magic, version, both
+//! CRCs, lengths against the file's size, the uncompressed length against
+//! a cap (a damaged length cannot make us allocate gigabytes), and the
+//! decoded stack tree's parents. A file that fails any check is skipped by
+//! readers with a warning naming it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::collector::recording::Recording;
+
+/// First bytes of every segment.
+pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
+/// The format version written.
+pub const VERSION: u16 = 1;
+/// Fixed part before the header.
+const PREFIX: usize = 20;
+/// Largest header accepted (a header lists windows: a day of 10-s windows is ~200 KiB).
+const MAX_HEADER: usize = 16 << 20;
+/// Largest payload accepted once decompressed.
+const MAX_RAW_PAYLOAD: u64 = 2 << 30;
+
+/// One window a segment holds: its wall-clock range, which identifies it
+/// (a compacted segment holds many; readers use them to never count a
+/// window twice while compaction replaces files).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WindowSpan {
+    /// Start, ms since the Unix epoch.
+    pub start_ms: f64,
+    /// End, ms since the Unix epoch.
+    pub end_ms: f64,
+}
+
+/// What a segment holds, readable without its payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SegmentHeader {
+    /// 0: one window as the agent wrote it; 1: windows compacted together.
+    pub level: u8,
+    /// Start of the first window, ms since the Unix epoch.
+    pub start_ms: f64,
+    /// End of the last window, ms since the Unix epoch.
+    pub end_ms: f64,
+    /// The windows it holds.
+    pub windows: Vec<WindowSpan>,
+    /// On-CPU samples.
+    pub samples: u64,
+    /// Processes.
+    pub processes: u32,
+    /// Records lost in the kernel or on the way during these windows.
+    pub lost: u64,
+    /// Bytes of the compressed payload.
+    pub payload_len: u64,
+    /// CRC-32 of the compressed payload.
+    pub payload_crc: u32,
+    /// Bytes of the payload once decompressed.
+    pub raw_len: u64,
+}
+
+/// Encode `rec` (holding `windows`) as a segment at `level`, zstd level `zlevel`.
+pub fn encode(mut rec: Recording, windows: Vec<WindowSpan>, level: u8, zlevel: i32) -> Result<(SegmentHeader, Vec<u8>), String> {
+    let samples = rec.sample_count();
+    let processes = rec.processes.len() as u32;
+    let lost = rec.stats.lost_total();
+    times_to_deltas(&mut rec);
+    let raw = postcard::to_stdvec(&rec).map_err(|e| format!("cannot encode the window: {e}"))?;
+    let payload = zstd::bulk::compress(&raw, zlevel).map_err(|e| format!("cannot compress the window: {e}"))?;
+    let header = SegmentHeader {
+        level,
+        start_ms: windows.iter().map(|w| w.start_ms).fold(f64::INFINITY, f64::min),
+        end_ms: windows.iter().map(|w| w.end_ms).fold(f64::NEG_INFINITY, f64::max),
+        windows,
+        samples,
+        processes,
+        lost,
+        payload_len: payload.len() as u64,
+        payload_crc: crc32fast::hash(&payload),
+        raw_len: raw.len() as u64,
+    };
+    let hbytes = postcard::to_stdvec(&header).map_err(|e| format!("cannot encode the header: {e}"))?;
+    let mut out = Vec::with_capacity(PREFIX + hbytes.len() + payload.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&(hbytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32fast::hash(&hbytes).to_le_bytes());
+    out.extend_from_slice(&hbytes);
+    out.extend_from_slice(&payload);
+    Ok((header, out))
+}
+
+/// The header of a segment from its first bytes (at least the prefix and
+/// the header), checked; `file_len` is the whole file's size. Returns the
+/// header and where the payload starts.
+pub fn decode_header(bytes: &[u8], file_len: u64) -> Result<(SegmentHeader, usize), String> {
+    if bytes.len() < PREFIX || &bytes[..8] != MAGIC {
+        return Err("not a sysprof segment (bad magic)".into());
+    }
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if version != VERSION {
+        return Err(format!("segment format version {version}, this sysprof reads {VERSION}"));
+    }
+    if bytes[10] != 0 || bytes[11] != 0 {
+        return Err("reserved header bytes are set (damaged)".into());
+    }
+    let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
+    let hcrc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    if hlen > MAX_HEADER || PREFIX + hlen > bytes.len() {
+        return Err(format!("header length {hlen} does not fit the file"));
+    }
+    let hbytes = &bytes[PREFIX..PREFIX + hlen];
+    if crc32fast::hash(hbytes) != hcrc {
+        return Err("header checksum mismatch (damaged)".into());
+    }
+    let header: SegmentHeader = postcard::from_bytes(hbytes).map_err(|e| format!("header does not decode: {e}"))?;
+    if (PREFIX + hlen) as u64 + header.payload_len != file_len {
+        return Err(format!("{} bytes, the header says {} (truncated or damaged)", file_len, (PREFIX + hlen) as u64 + header.payload_len));
+    }
+    Ok((header, PREFIX + hlen))
+}
+
+/// Bytes of a segment that must be read to get its header.
+pub fn header_read_len(prefix: &[u8]) -> Option<usize> {
+    if prefix.len() < PREFIX {
+        return None;
+    }
+    let hlen = u32::from_le_bytes(prefix[12..16].try_into().ok()?) as usize;
+    (hlen <= MAX_HEADER).then_some(PREFIX + hlen)
+}
+
+/// The whole recording of a segment file's bytes, checked.
+pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), String> {
+    let (header, at) = decode_header(bytes, bytes.len() as u64)?;
+    let payload = &bytes[at..];
+    if crc32fast::hash(payload) != header.payload_crc {
+        return Err("payload checksum mismatch (damaged)".into());
+    }
+    if header.raw_len > MAX_RAW_PAYLOAD {
+        return Err(format!("claims {} bytes uncompressed, more than the {} accepted", header.raw_len, MAX_RAW_PAYLOAD));
+    }
+    let raw = zstd::bulk::decompress(payload, header.raw_len as usize).map_err(|e| format!("payload does not decompress: {e}"))?;
+    let mut rec: Recording = postcard::from_bytes(&raw).map_err(|e| format!("payload does not decode: {e}"))?;
+    deltas_to_times(&mut rec)?;
+    Ok((header, rec))
+}
+
+fn to_deltas(v: &mut [u64], base: u64) {
+    let mut prev = base;
+    for x in v.iter_mut() {
+        let t = *x;
+        *x = t.wrapping_sub(prev);
+        prev = t;
+    }
+}
+
+fn from_deltas(v: &mut [u64], base: u64) {
+    let mut prev = base;
+    for x in v.iter_mut() {
+        prev = prev.wrapping_add(*x);
+        *x = prev;
+    }
+}
+
+/// Time columns as differences from the previous value (the first from
+/// the recording's start).
+fn times_to_deltas(rec: &mut Recording) {
+    let base = rec.start_ns;
+    for t in rec.processes.iter_mut().flat_map(|p| p.threads.iter_mut()) {
+        to_deltas(&mut t.samples.time_ns, base);
+        to_deltas(&mut t.off_cpu.time_ns, base);
+    }
+    for c in &mut rec.counters {
+        to_deltas(&mut c.time_ns, base);
+    }
+}
+
+/// The reverse of [`times_to_deltas`]; checks the columns agree in length
+/// and stacks and frames are in range (a damaged payload must not make the
+/// profile writer index out of bounds).
+fn deltas_to_times(rec: &mut Recording) -> Result<(), String> {
+    let base = rec.start_ns;
+    let nodes = rec.stacks.len() as u32;
+    let frames = rec.frames.len() as u64;
+    let (_, keys) = rec.stacks.columns();
+    if keys.iter().any(|&k| k >= frames) {
+        return Err("a stack names a frame that does not exist".into());
+    }
+    let libs = rec.libs.len() as u32;
+    if rec.frames.iter().any(|f| f.lib != crate::collector::recording::NO_LIB && f.lib >= libs) {
+        return Err("a frame names a library that does not exist".into());
+    }
+    for t in rec.processes.iter_mut().flat_map(|p| p.threads.iter_mut()) {
+        let s = &mut t.samples;
+        let o = &mut t.off_cpu;
+        if s.time_ns.len() != s.stack.len()
+            || s.time_ns.len() != s.cpu_delta_ns.len()
+            || o.time_ns.len() != o.stack.len()
+            || o.time_ns.len() != o.duration_ns.len()
+        {
+            return Err("columns of a thread differ in length".into());
+        }
+        if s.stack.iter().chain(&o.stack).any(|&n| n >= nodes) {
+            return Err("a sample names a stack that does not exist".into());
+        }
+        for m in &t.markers {
+            if let crate::collector::recording::MarkerRecord::OffCpu { waker_stack: Some(n), .. }
+            | crate::collector::recording::MarkerRecord::Io { stack: Some(n), .. } = m
+            {
+                if *n >= nodes {
+                    return Err("a marker names a stack that does not exist".into());
+                }
+            }
+        }
+        from_deltas(&mut s.time_ns, base);
+        from_deltas(&mut o.time_ns, base);
+    }
+    for c in &mut rec.counters {
+        if c.time_ns.len() != c.count.len() {
+            return Err("columns of a counter differ in length".into());
+        }
+        from_deltas(&mut c.time_ns, base);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::collector::recording::*;
+    use crate::collector::stack_tree::NO_PARENT;
+
+    pub(crate) fn sample_recording(start_ns: u64) -> Recording {
+        let mut rec = Recording { start_ns, end_ns: start_ns + 10_000_000_000, start_wall_ms: 1.7e12, interval_ms: 52.6, ..Default::default() };
+        rec.libs.push(LibRecord { path: "/usr/bin/x".into(), name: "x".into(), build_id: Some(vec![1, 2, 3]) });
+        rec.frames.push(FrameRecord { lib: 0, address: 0x1234, kernel: false, symbols: Default::default(), pseudo: false });
+        rec.frames.push(FrameRecord { lib: NO_LIB, address: 0x99, kernel: false, symbols: Default::default(), pseudo: false });
+        let a = rec.stacks.child(NO_PARENT, 0);
+        let b = rec.stacks.child(a, 1);
+        let samples = ThreadSamples { time_ns: vec![start_ns + 5, start_ns + 52_000_000, start_ns + 104_000_000], stack: vec![a, b, b], cpu_delta_ns: vec![1, 2, 3] };
+        rec.processes.push(ProcessRecord {
+            pid: 7,
+            name: "x".into(),
+            exe: None,
+            cmdline: "x --y".into(),
+            start_ns: None,
+            end_ns: None,
+            cgroup: None,
+            threads: vec![ThreadRecord { tid: 7, name: "x".into(), start_ns: None, end_ns: None, samples, off_cpu: Default::default(), markers: vec![], switches: None }],
+        });
+        rec.counters.push(CounterRecord { name: "CPU usage".into(), category: "CPU".into(), description: String::new(), pid: 0, time_ns: vec![start_ns + 1, start_ns + 2], count: vec![1.0, 2.0] });
+        rec
+    }
+
+    /// Check that a recording comes back as it went in, header included.
+    #[test]
+    fn round_trips() {
+        let rec = sample_recording(5_000_000_000);
+        let span = WindowSpan { start_ms: 1.7e12, end_ms: 1.7e12 + 10_000.0 };
+        let (h, bytes) = encode(rec.clone(), vec![span], 0, 3).unwrap();
+        let (h2, back) = decode(&bytes).unwrap();
+        assert_eq!(h, h2);
+        assert_eq!(h.samples, 3);
+        assert_eq!(back.processes, rec.processes);
+        assert_eq!(back.counters, rec.counters);
+        assert_eq!(back.frames, rec.frames);
+        assert_eq!(back.stacks.columns(), rec.stacks.columns());
+        let (h3, at) = decode_header(&bytes[..header_read_len(&bytes[..20]).unwrap()], bytes.len() as u64).unwrap();
+        assert_eq!(h3, h);
+        assert!(at < bytes.len());
+    }
+
+    /// Check that every single flipped byte and every truncation is an
+    /// error, never a panic or a wrong recording.
+    #[test]
+    fn damage_is_an_error() {
+        let (_, bytes) = encode(sample_recording(1), vec![WindowSpan { start_ms: 0.0, end_ms: 1.0 }], 0, 3).unwrap();
+        for i in 0..bytes.len() {
+            let mut d = bytes.clone();
+            d[i] ^= 0x5a;
+            assert!(decode(&d).is_err(), "byte {i} flipped went unnoticed");
+        }
+        for n in 0..bytes.len() {
+            assert!(decode(&bytes[..n]).is_err(), "truncated to {n} went unnoticed");
+        }
+    }
+
+    /// Check that a payload whose columns are inconsistent (written by a
+    /// buggy or hostile writer with valid checksums) is refused.
+    #[test]
+    fn inconsistent_payload_is_refused() {
+        let mut rec = sample_recording(1);
+        rec.processes[0].threads[0].samples.stack[1] = 99;
+        let (_, bytes) = encode(rec, vec![WindowSpan { start_ms: 0.0, end_ms: 1.0 }], 0, 3).unwrap();
+        let e = decode(&bytes).unwrap_err();
+        assert!(e.contains("stack that does not exist"), "{e}");
+    }
+}
