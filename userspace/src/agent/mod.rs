@@ -119,7 +119,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let marker_min_ns = (cfg.off_cpu_threshold_ms * 1e6) as u64;
     let mut collector = Collector::new(
         PidFilter::All,
-        CollectorOptions { marker_min_ns, per_cpu: false, off_cpu: cfg.off_cpu, debuginfod: false, dwarf: cfg.dwarf },
+        CollectorOptions { marker_min_ns, per_cpu: false, off_cpu: cfg.off_cpu, debuginfod: false, dwarf: cfg.dwarf, keep_short_lived: true },
     );
     let capture = CaptureOptions {
         frequency: cfg.frequency,
@@ -256,7 +256,7 @@ fn spawn_store_thread(store: Store, cfg: AgentConfig, counters: Arc<AgentCounter
                         errors.say(e);
                     }
                 }
-                let bucket = (span.end_ms / crate::store::BUCKET_MS).floor() as i64;
+                let bucket = (span.end_ms / crate::store::bucket_ms()).floor() as i64;
                 if bucket != last_compaction_bucket {
                     last_compaction_bucket = bucket;
                     let mut warnings = Vec::new();

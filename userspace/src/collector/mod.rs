@@ -84,11 +84,14 @@ pub struct CollectorOptions {
     pub debuginfod: bool,
     /// User stacks arrive as copies to unwind with DWARF (else as addresses).
     pub dwarf: bool,
+    /// Keep every process that started in a window, even one without a
+    /// sample or event (the agent: short-lived processes are its blind spot).
+    pub keep_short_lived: bool,
 }
 
 impl Default for CollectorOptions {
     fn default() -> Self {
-        CollectorOptions { marker_min_ns: 1_000_000, per_cpu: false, off_cpu: false, debuginfod: false, dwarf: false }
+        CollectorOptions { marker_min_ns: 1_000_000, per_cpu: false, off_cpu: false, debuginfod: false, dwarf: false, keep_short_lived: false }
     }
 }
 
@@ -643,7 +646,7 @@ impl Collector {
             self.options.debuginfod,
             &mut warnings,
         );
-        let processes = self.window_processes(threads, &w.sample_comm);
+        let processes = self.window_processes(threads, &w.sample_comm, &range);
         w.stats.processes_without_data = self
             .table
             .processes
@@ -737,8 +740,9 @@ impl Collector {
     /// The window's processes: those with data, and with a pid filter every
     /// thread of the chosen processes (an idle thread is worth seeing there);
     /// main thread first, sorted by pid and tid.
-    fn window_processes(&self, mut threads: FxHashMap<(u32, u32), ThreadData>, sample_comm: &FxHashMap<u32, [u8; TASK_COMM_LEN]>) -> Vec<ProcessRecord> {
+    fn window_processes(&self, mut threads: FxHashMap<(u32, u32), ThreadData>, sample_comm: &FxHashMap<u32, [u8; TASK_COMM_LEN]>, range: &WindowRange) -> Vec<ProcessRecord> {
         let keep_idle = matches!(self.filter, PidFilter::Tree(_));
+        let in_window = |t: Option<u64>| t.is_some_and(|t| t >= range.start_ns && t <= range.end_ns);
         let mut out = Vec::new();
         for (&pid, p) in &self.table.processes {
             if !p.tracked && !matches!(self.filter, PidFilter::All) {
@@ -754,7 +758,12 @@ impl Collector {
                 let state = p.threads.get(&tid);
                 let seen = data.is_some();
                 let started_here = state.is_some_and(|t| t.start_ns.is_some());
-                if !seen && !(keep_idle && (started_here || matches!(&self.filter, PidFilter::Tree(r) if r.contains(&pid)))) {
+                // A process that started in this window is kept even without
+                // a sample or event (its main thread, with its lifetime):
+                // processes that live a few milliseconds are the ones
+                // sampling misses, and knowing they ran is worth a track.
+                let short_lived = self.options.keep_short_lived && tid == pid && in_window(p.start_ns);
+                if !seen && !short_lived && !(keep_idle && (started_here || matches!(&self.filter, PidFilter::Tree(r) if r.contains(&pid)))) {
                     continue;
                 }
                 let mut data = data.unwrap_or_default();

@@ -43,6 +43,21 @@ use segment::{SegmentHeader, WindowSpan};
 /// Wall-clock span of a compacted (level 1) segment.
 pub const BUCKET_MS: f64 = 600_000.0;
 
+/// The compaction bucket in use: [`BUCKET_MS`], unless the environment sets
+/// `SYSPROF_STORE_BUCKET_SECONDS` (the integration tests do, to see
+/// compaction race with readers in seconds rather than ten minutes).
+pub fn bucket_ms() -> f64 {
+    static B: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *B.get_or_init(|| {
+        std::env::var("SYSPROF_STORE_BUCKET_SECONDS")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|&v| v >= 1.0)
+            .map(|v| v * 1e3)
+            .unwrap_or(BUCKET_MS)
+    })
+}
+
 /// A store directory, checked.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -292,9 +307,10 @@ impl Store {
     /// left as it is (with a warning), never half compacted.
     pub fn compact(&self, index: &mut Vec<SegmentInfo>, now_ms: f64, warnings: &mut Vec<String>) -> u64 {
         let mut buckets: std::collections::BTreeMap<i64, Vec<SegmentInfo>> = Default::default();
+        let bucket = bucket_ms();
         for s in index.iter() {
-            let b = (s.header.start_ms / BUCKET_MS).floor() as i64;
-            if (b as f64 + 1.0) * BUCKET_MS <= now_ms {
+            let b = (s.header.start_ms / bucket).floor() as i64;
+            if (b as f64 + 1.0) * bucket <= now_ms {
                 buckets.entry(b).or_default().push(s.clone());
             }
         }
