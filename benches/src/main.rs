@@ -18,6 +18,7 @@
 //! goals table compares the medians with the issue's targets. `micro`
 //! measures the userspace hot path offline in samples per second.
 
+mod agent;
 mod micro;
 
 use std::collections::BTreeMap;
@@ -104,6 +105,9 @@ fn main() -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("the system-wide benchmarks need root (BPF, perf -a): run `sudo -E cargo xtask bench`");
     }
+    // --agent: only the agent section; --soak [MINUTES]: the agent for an hour (or MINUTES) beside a fork storm.
+    let only_agent = args.iter().any(|a| a == "--agent");
+    let soak_minutes: Option<u64> = args.iter().position(|a| a == "--soak").map(|i| args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(60));
 
     let work = out_dir.join("work");
     std::fs::create_dir_all(&work)?;
@@ -133,9 +137,33 @@ fn main() -> Result<()> {
         Workload { name: "io", argv: vec![s(bin("io")?), s(io_file.clone()), if quick { "10000" } else { "40000" }.into()] },
     ];
 
+    let sysprof = root.join("target/release/sysprof");
+    // The agent runs its workloads in a loop for a minute each: the cpu
+    // workload's fixed work, the switch and fork runs as above.
+    // The cpu workload runs as one process for the whole minute (its timed
+    // mode): "steady state" is one program running, not a new one each second.
+    let agent_bins: Vec<(&'static str, Vec<String>)> = workloads
+        .iter()
+        .filter(|w| ["cpu", "switch", "fork"].contains(&w.name))
+        .map(|w| (w.name, if w.name == "cpu" { vec![w.argv[0].clone(), if quick { "20s" } else { "60s" }.into()] } else { w.argv.clone() }))
+        .collect();
+    if let Some(minutes) = soak_minutes {
+        let fork = agent_bins.iter().find(|b| b.0 == "fork").map(|b| b.1.clone()).expect("the fork workload");
+        let md = agent::soak(&sysprof, &work, &fork, minutes)?;
+        println!("{md}");
+        std::fs::write(out_dir.join("soak.md"), &md)?;
+        return Ok(());
+    }
+    if only_agent {
+        let (md, v, g) = agent::section(&sysprof, &work, &agent_bins, quick);
+        let md = agent_goals(g) + &md;
+        println!("{md}");
+        std::fs::write(out_dir.join("results.md"), &md)?;
+        std::fs::write(out_dir.join("results.json"), serde_json::to_string_pretty(&json!({ "agent": v }))?)?;
+        return Ok(());
+    }
     let workloads: Vec<Workload> =
         workloads.into_iter().filter(|w| only.as_ref().is_none_or(|o| o.iter().any(|n| n == w.name))).collect();
-    let sysprof = root.join("target/release/sysprof");
     let perf = find_perf();
     if which("bpftool").is_none() {
         install_with_apt("bpftool");
@@ -310,12 +338,17 @@ fn main() -> Result<()> {
             }
         }
     }
+    let (agent_md, agent_json, agent_g) = if only.as_ref().is_none_or(|o| o.iter().any(|n| n == "agent")) {
+        agent::section(&sysprof, &work, &agent_bins, quick)
+    } else {
+        (String::new(), json!(null), (f64::NAN, f64::NAN, f64::NAN))
+    };
     // The offline stage runs last: a large bench process would otherwise
     // hand its peak RSS to every profiler it spawns (ru_maxrss survives exec).
     let (micro_md, micro) = micro_section(quick);
-    let goals_md = goals(&medians, &micro);
-    let results = json!({ "micro": micro, "workloads": rows, "long_recording": long_rows });
-    let md = goals_md + &micro_md + &md + &bpf_md;
+    let goals_md = goals(&medians, &micro) + &agent_goals(agent_g);
+    let results = json!({ "micro": micro, "workloads": rows, "long_recording": long_rows, "agent": agent_json });
+    let md = goals_md + &micro_md + &md + &agent_md + &bpf_md;
     println!("{md}");
     std::fs::write(out_dir.join("results.md"), &md)?;
     std::fs::write(out_dir.join("results.json"), serde_json::to_string_pretty(&results)?)?;
@@ -423,6 +456,20 @@ fn goals(m: &BTreeMap<(&str, &str), Medians>, micro: &serde_json::Value) -> Stri
           recording shows what they cost on a busy machine.\n\n"
 }
 
+/// The agent's goals (issue 11): its CPU on the cpu workload, its peak
+/// RSS on any workload, bytes per sample once compacted.
+fn agent_goals((cpu, rss, bps): (f64, f64, f64)) -> String {
+    let row = |goal: &str, v: f64, target: f64, prec: usize| {
+        let verdict = if v.is_nan() { "not measured" } else if v <= target { "yes" } else { "**no**" };
+        format!("| {goal} | {} | {target:.prec$} | {verdict} |\n", if v.is_nan() { "–".into() } else { format!("{v:.prec$}") })
+    };
+    let mut md = String::from("\n## Agent goals\n\n| goal | sysprof agent | target | met |\n|---|---:|---:|:---:|\n");
+    md += &row("agent CPU, % of one CPU, steady state beside the cpu workload, at most", cpu, 0.1, 3);
+    md += &row("agent peak RSS MB (any workload), at most", rss, 50.0, 1);
+    md += &row("bytes per sample in the store, compacted, at most", bps, 8.0, 1);
+    md
+}
+
 /// Profiler CPU, peak RSS, samples, stop→written and bytes/sample cells.
 fn profiler_columns(rs: &[Run], no_profiler: bool) -> [String; 5] {
     if no_profiler {
@@ -509,7 +556,7 @@ fn find_samply() -> Option<String> {
 }
 
 /// Busy jiffies of the whole machine (everything but idle and iowait).
-fn busy_ms() -> f64 {
+pub(crate) fn busy_ms() -> f64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let cpu: Vec<f64> = stat.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
     // user nice system idle iowait irq softirq steal

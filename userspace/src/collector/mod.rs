@@ -59,6 +59,11 @@ const STACK_NOT_AVAILABLE: u64 = 4;
 /// Kernel addresses on x86_64 and arm64 have the top bit set.
 const KERNEL_ADDR_MIN: u64 = 0x8000_0000_0000_0000;
 
+/// How long the agent trusts a process's cgroup as read.
+const CGROUP_REFRESH_NS: u64 = 60_000_000_000;
+/// Every how many windows the agent looks in /proc for processes whose exit it missed.
+const GONE_CHECK_WINDOWS: u64 = 6;
+
 /// Most frames kept of one user stack.
 const MAX_USER_FRAMES: usize = 127;
 
@@ -166,7 +171,9 @@ pub struct Collector {
     /// jitdump files processes mapped (JITs map them so profilers find them).
     jitdumps: FxHashMap<u32, BinaryIndex>,
     /// cgroup of each process, read when it was first seen.
-    cgroups: FxHashMap<u32, String>,
+    cgroups: FxHashMap<u32, (Option<String>, u64)>,
+    /// Windows finished, for what is done every few windows.
+    windows_finished: u64,
     /// Processes with anonymous executable memory (JIT code): their
     /// (uid, in-namespace pid), read when the mapping was first seen.
     jit_processes: FxHashMap<u32, Option<(u32, u32)>>,
@@ -201,6 +208,7 @@ impl Collector {
             stacks: ThreadStacks::default(),
             jitdumps: FxHashMap::default(),
             cgroups: FxHashMap::default(),
+            windows_finished: 0,
             jit_processes: FxHashMap::default(),
             recent_pids: FxHashSet::default(),
             samples_total: 0,
@@ -232,6 +240,12 @@ impl Collector {
         self.recent_pids.drain().collect()
     }
 
+    /// Records the current window holds (what its memory grows with).
+    pub fn window_records(&self) -> usize {
+        let w = &self.window;
+        w.sideband.len() + w.samples.time_ns.len() + w.off_cpu.len() + w.io.len() + w.folded.len()
+    }
+
     /// Samples received so far, all windows.
     pub fn sample_count(&self) -> u64 {
         self.samples_total
@@ -242,9 +256,7 @@ impl Collector {
         let bins: Vec<Vec<BinaryIndex>> =
             snapshot.processes.iter().map(|p| p.mappings.iter().map(|m| self.binaries.intern(m)).collect()).collect();
         for (p, b) in snapshot.processes.iter().zip(&bins) {
-            if let Some(c) = &p.cgroup {
-                self.cgroups.insert(p.pid, c.clone());
-            }
+            self.cgroups.insert(p.pid, (p.cgroup.clone(), crate::capture::monotonic_ns()));
             for (m, &binary) in p.mappings.iter().zip(b) {
                 if is_anonymous(&m.path) {
                     self.jit_processes.entry(p.pid).or_insert_with(|| crate::symbolize::perfmap::process_identity(p.pid));
@@ -356,7 +368,8 @@ impl Collector {
             None => view.ustack.into(),
         };
         let kernel: Box<[u64]> = self.kernel.cut_tracing(view.kstack).into();
-        self.stacks.insert(e.tid, e.slot, StoredStack { id: e.id, user, kernel });
+        let interrupt = self.kernel.interrupt_part(&kernel);
+        self.stacks.insert(e.tid, e.slot, StoredStack { id: e.id, user, kernel, interrupt, interned: Default::default() });
     }
 
     /// The raw stack of stack record `id` of `tid`, interned under `pid`;
@@ -364,7 +377,14 @@ impl Collector {
     /// longer kept (counted).
     fn stack_ref(&mut self, pid: u32, tid: u32, id: u64) -> NodeIndex {
         match self.stacks.get(tid, id) {
-            Some(s) => Self::intern_raw(&mut self.window.raw, pid, &s.user, &s.kernel),
+            Some(s) => match s.interned.get() {
+                Some((w, p, node)) if w == self.windows_finished && p == pid => node,
+                _ => {
+                    let node = Self::intern_raw(&mut self.window.raw, pid, &s.user, &s.kernel);
+                    s.interned.set(Some((self.windows_finished, pid, node)));
+                    node
+                }
+            },
             None => {
                 if id != 0 {
                     self.window.stats.stacks_not_kept += 1;
@@ -386,7 +406,7 @@ impl Collector {
             None
         } else {
             let stored = self.stacks.get(e.waker_tid, e.waker_stack_id);
-            let interrupt = stored.and_then(|s| self.kernel.interrupt_part(&s.kernel));
+            let interrupt = stored.and_then(|s| s.interrupt);
             let waker = Waker {
                 pid: e.waker_pid,
                 tid: e.waker_tid,
@@ -506,12 +526,14 @@ impl Collector {
 
     /// One sideband event.
     pub fn handle_sideband(&mut self, e: SidebandEvent) {
-        // A new process: note its cgroup while it runs (it may be gone by the end).
+        // A new process: note its cgroup while it runs (it may be gone by
+        // the end). A child starts in its parent's cgroup: take the parent's
+        // when known (a fork storm would otherwise cost a /proc read each).
         if let SidebandEvent::Fork { pid, ppid, tid, .. } = &e {
             if pid != ppid && tid == pid {
-                if let Some(c) = crate::sideband::proc_snapshot::read_cgroup(*pid) {
-                    self.cgroups.insert(*pid, c);
-                }
+                let inherited = self.cgroups.get(ppid).cloned();
+                let entry = inherited.unwrap_or_else(|| (crate::sideband::proc_snapshot::read_cgroup(*pid), crate::capture::monotonic_ns()));
+                self.cgroups.insert(*pid, entry);
             }
         }
         if let Some(u) = self.unwinders.as_mut() {
@@ -581,6 +603,24 @@ impl Collector {
     /// Replay, symbolicate and return the window's recording; what outlives
     /// the window stays for the next one.
     pub fn finish_window(&mut self, range: WindowRange) -> Recording {
+        if std::env::var_os("SYSPROF_DEBUG_SIZES").is_some() {
+            eprintln!(
+                "sizes: sideband {} (event {} B), samples {}, raw nodes {}, off_cpu {}, folded {}, io {}, table {} processes / {} threads / {} mappings, binaries {}, cgroups {}, stacks {:?}",
+                self.window.sideband.len(),
+                std::mem::size_of::<(SidebandEvent, Option<BinaryIndex>)>(),
+                self.window.samples.time_ns.len(),
+                self.window.raw.len(),
+                self.window.off_cpu.len(),
+                self.window.folded.len(),
+                self.window.io.len(),
+                self.table.processes.len(),
+                self.table.processes.values().map(|p| p.threads.len()).sum::<usize>(),
+                self.table.processes.values().map(|p| p.mappings.len()).sum::<usize>(),
+                self.binaries.open_count(),
+                self.cgroups.len(),
+                self.stacks.sizes(),
+            );
+        }
         let mut w = std::mem::take(&mut self.window);
         let mut replay = Replay::new(&mut self.table);
 
@@ -647,14 +687,17 @@ impl Collector {
             &mut warnings,
         );
         let processes = self.window_processes(threads, &w.sample_comm, &range);
+        let reported: FxHashSet<u32> = processes.iter().map(|p| p.pid).collect();
         w.stats.processes_without_data = self
             .table
             .processes
             .iter()
-            .filter(|(pid, p)| p.tracked && p.start_ns.is_some() && p.end_ns.is_some() && !processes.iter().any(|r| r.pid == **pid))
+            .filter(|(pid, p)| p.tracked && p.start_ns.is_some() && p.end_ns.is_some() && !reported.contains(pid))
             .count() as u64;
         w.stats.samples_kept = processes.iter().flat_map(|p| &p.threads).map(|t| t.samples.time_ns.len() as u64).sum();
 
+        // A new window's raw stacks start from an empty tree.
+        self.windows_finished += 1;
         // What ended in this window has been reported: forget it.
         self.table.prune(range.end_ns);
         self.stacks.prune(range.end_ns);
@@ -686,7 +729,10 @@ impl Collector {
     /// binaries no live process maps are closed, with their unwind data
     /// and names; per-pid side tables follow the process table.
     fn forget_the_gone(&mut self, now_ns: u64) {
-        let exists = |pid: u32| pid == 0 || std::path::Path::new(&format!("/proc/{pid}")).exists();
+        // Exits are seen in the sideband; looking for the ones it lost costs
+        // a lookup per process, so only every few windows.
+        let look = self.windows_finished % GONE_CHECK_WINDOWS == 0;
+        let exists = |pid: u32| !look || pid == 0 || std::path::Path::new(&format!("/proc/{pid}")).exists();
         for (&pid, p) in self.table.processes.iter_mut() {
             if p.end_ns.is_none() && !exists(pid) {
                 p.end_ns = Some(now_ns);
@@ -735,6 +781,19 @@ impl Collector {
     /// health line: (processes, open binaries, bytes of cached names).
     pub fn retained(&self) -> (usize, usize, usize) {
         (self.table.processes.len(), self.binaries.open_count(), self.names.bytes())
+    }
+
+    /// A process's cgroup as of the window's end. Containers move processes
+    /// after they start, so the latest word wins: a recording reads it again
+    /// at its end; the agent at most every [`CGROUP_REFRESH_NS`] (reading
+    /// every process's cgroup every window was a tenth of its CPU time).
+    fn cgroup_now(&self, pid: u32, range: &WindowRange) -> Option<String> {
+        let cached = self.cgroups.get(&pid);
+        let fresh = cached.is_some_and(|(_, at)| range.continuous && range.end_ns.saturating_sub(*at) < CGROUP_REFRESH_NS);
+        if fresh {
+            return cached.and_then(|c| c.0.clone());
+        }
+        crate::sideband::proc_snapshot::read_cgroup(pid).or_else(|| cached.and_then(|c| c.0.clone()))
     }
 
     /// The window's processes: those with data, and with a pid filter every
@@ -801,7 +860,7 @@ impl Collector {
                 start_ns: p.start_ns,
                 end_ns: p.end_ns,
                 // Containers move processes after they start: the latest word wins.
-                cgroup: crate::sideband::proc_snapshot::read_cgroup(pid).or_else(|| self.cgroups.get(&pid).cloned()),
+                cgroup: self.cgroup_now(pid, range),
                 threads: list,
             });
         }

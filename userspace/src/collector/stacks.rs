@@ -36,6 +36,13 @@ pub(super) struct StoredStack {
     pub user: Box<[u64]>,
     /// Kernel return addresses, leaf first, tracing path cut.
     pub kernel: Box<[u64]>,
+    /// When the kernel stack ran in an interrupt: which kind, and how many
+    /// of its frames are the interrupt's (worked out once, when it arrives).
+    pub interrupt: Option<(crate::symbolize::kernel::InterruptKind, usize)>,
+    /// Its raw stack as last interned: (window number, pid, node). Events
+    /// refer to the same stack record many times; it is interned once per
+    /// window and process.
+    pub interned: std::cell::Cell<Option<(u64, u32, u32)>>,
 }
 
 /// The CPU a stack record was sent from: the low 12 bits of its id.
@@ -77,6 +84,11 @@ impl ThreadStacks {
         of_thread.or_else(|| self.interrupts.get(&cpu_of(id))?.iter().rev().find(|s| s.id == id))
     }
 
+    /// (threads, stacks, ended) held, for debugging memory.
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        (self.by_tid.len(), self.by_tid.values().flat_map(|s| s.iter()).map(|q| q.len()).sum(), self.ended.len())
+    }
+
     /// `tid` ended at `time_ns`: its stacks go after the window that holds
     /// its end (requests it started may still complete until then).
     pub fn thread_ended(&mut self, tid: u32, time_ns: u64) {
@@ -102,7 +114,7 @@ mod tests {
     use super::*;
 
     fn stack(id: u64) -> StoredStack {
-        StoredStack { id, user: vec![id].into(), kernel: Box::new([]) }
+        StoredStack { id, user: vec![id].into(), kernel: Box::new([]), interrupt: None, interned: Default::default() }
     }
 
     /// Check that the last stacks of each slot of a thread are found by

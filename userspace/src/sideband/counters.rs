@@ -213,7 +213,31 @@ pub fn read_disks() -> Vec<(String, (u64, u64))> {
     let Ok(text) = std::fs::read_to_string("/proc/diskstats") else { return Vec::new() };
     // Whole disks (loop devices and zram included) have a /sys/block entry;
     // partitions, which would count their disk's bytes twice, do not.
-    parse_diskstats(&text, |name| std::path::Path::new(&format!("/sys/block/{name}")).exists())
+    parse_diskstats(&text, |name| whole_disks().contains(name))
+}
+
+/// The names under /sys/block, read again at most every ten seconds (a
+/// lookup per device per poll was most of what polling disks cost).
+fn whole_disks() -> std::sync::MutexGuard<'static, DiskNames> {
+    static NAMES: std::sync::Mutex<DiskNames> = std::sync::Mutex::new(DiskNames { names: Vec::new(), read_at: None });
+    let mut g = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if g.read_at.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(10)) {
+        g.names = std::fs::read_dir("/sys/block").map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+        g.read_at = Some(std::time::Instant::now());
+    }
+    g
+}
+
+/// Whole disks' names and when they were read.
+struct DiskNames {
+    names: Vec<String>,
+    read_at: Option<std::time::Instant>,
+}
+
+impl DiskNames {
+    fn contains(&self, name: &str) -> bool {
+        self.names.iter().any(|n| n == name)
+    }
 }
 
 /// (name, (bytes read, bytes written)) of the devices `is_disk` accepts,

@@ -40,6 +40,11 @@ use crate::collector::merge;
 use crate::collector::recording::Recording;
 use segment::{SegmentHeader, WindowSpan};
 
+/// Most bytes of segments compacted into one: decoding them and merging
+/// takes about ten times that in memory (a bucket of a fork storm's windows
+/// is compacted in several runs rather than decoded whole).
+const COMPACT_INPUT_BYTES: u64 = 2 << 20;
+
 /// Wall-clock span of a compacted (level 1) segment.
 pub const BUCKET_MS: f64 = 600_000.0;
 
@@ -317,44 +322,60 @@ impl Store {
         let mut written = 0;
         for (_, group) in buckets {
             let group = Self::select(&group, f64::NEG_INFINITY, f64::INFINITY);
-            if group.len() < 2 {
-                continue;
-            }
-            let mut recs = Vec::with_capacity(group.len());
-            let mut windows = Vec::new();
-            let mut ok = true;
-            for s in &group {
-                match self.read(s) {
-                    Ok(r) => {
-                        recs.push(r);
-                        windows.extend(s.header.windows.iter().copied());
-                    }
-                    Err(e) => {
-                        if let ReadError::Bad(why) = e {
-                            warnings.push(format!("not compacting around {}: {why}", s.path.display()));
-                        }
-                        ok = false;
-                        break;
-                    }
+            // Runs of the bucket whose inputs fit the budget: a bucket of a
+            // fork storm would otherwise be decoded whole into memory.
+            let mut runs: Vec<Vec<SegmentInfo>> = Vec::new();
+            let mut run_bytes = 0;
+            for s in group {
+                if runs.is_empty() || run_bytes + s.bytes > COMPACT_INPUT_BYTES {
+                    runs.push(Vec::new());
+                    run_bytes = 0;
                 }
+                run_bytes += s.bytes;
+                runs.last_mut().expect("pushed").push(s);
             }
-            if !ok {
-                continue;
-            }
-            let merged = merge::merge(recs);
-            match self.write(merged, windows, 1) {
-                Ok(info) => {
-                    written += 1;
-                    for s in &group {
-                        let _ = std::fs::remove_file(&s.path);
-                    }
-                    index.retain(|x| !group.iter().any(|g| g.path == x.path));
-                    index.push(info);
-                }
-                Err(e) => warnings.push(e),
+            for group in runs {
+                written += self.compact_run(index, group, warnings);
             }
         }
         written
+    }
+
+    /// Compact one run of segments into one; see [`Store::compact`].
+    fn compact_run(&self, index: &mut Vec<SegmentInfo>, group: Vec<SegmentInfo>, warnings: &mut Vec<String>) -> u64 {
+        if group.len() < 2 {
+            return 0;
+        }
+        let mut recs = Vec::with_capacity(group.len());
+        let mut windows = Vec::new();
+        for s in &group {
+            match self.read(s) {
+                Ok(r) => {
+                    recs.push(r);
+                    windows.extend(s.header.windows.iter().copied());
+                }
+                Err(e) => {
+                    if let ReadError::Bad(why) = e {
+                        warnings.push(format!("not compacting around {}: {why}", s.path.display()));
+                    }
+                    return 0;
+                }
+            }
+        }
+        match self.write(merge::merge(recs), windows, 1) {
+            Ok(info) => {
+                for s in &group {
+                    let _ = std::fs::remove_file(&s.path);
+                }
+                index.retain(|x| !group.iter().any(|g| g.path == x.path));
+                index.push(info);
+                1
+            }
+            Err(e) => {
+                warnings.push(e);
+                0
+            }
+        }
     }
 
     /// Remove segments whose every window a compacted segment holds (the

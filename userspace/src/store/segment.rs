@@ -15,9 +15,11 @@
 //! 16  u32      CRC-32 of the header
 //! 20  H bytes  header: postcard SegmentHeader (time range, windows, totals,
 //!              payload length and CRC-32, uncompressed length)
-//! 20+H         payload: zstd of postcard Recording, its time columns
-//!              stored as differences (samples of a thread are close in
-//!              time: small numbers, which postcard's varints and zstd keep short)
+//! 20+H         payload: zstd of postcard Recording, its times in µs (the
+//!              profile's resolution) as differences from the previous one
+//!              (zigzag), durations and CPU times as amounts, markers' times
+//!              from their start: small numbers, which postcard's varints
+//!              and zstd keep short
 //! ```
 //!
 //! Everything read is checked before it is trusted: magic, version, both
@@ -28,7 +30,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::collector::recording::Recording;
+use crate::collector::recording::{MarkerRecord, Recording};
 
 /// First bytes of every segment.
 pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
@@ -164,30 +166,134 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), String> {
     Ok((header, rec))
 }
 
-fn to_deltas(v: &mut [u64], base: u64) {
-    let mut prev = base;
+/// Nanoseconds to whole microseconds, rounded (the profile's own resolution).
+fn us(ns: u64) -> i64 {
+    (ns.saturating_add(500) / 1000) as i64
+}
+
+/// A signed difference as an unsigned number that stays short when small
+/// either way (zigzag: 0, -1, 1, -2, ... -> 0, 1, 2, 3, ...).
+fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+fn unzigzag(z: u64) -> i64 {
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
+/// Times (ns) as zigzag differences in µs from the previous one (the first
+/// from `base_us`).
+fn to_deltas(v: &mut [u64], base_us: i64) {
+    let mut prev = base_us;
     for x in v.iter_mut() {
-        let t = *x;
-        *x = t.wrapping_sub(prev);
+        let t = us(*x);
+        *x = zigzag(t - prev);
         prev = t;
     }
 }
 
-fn from_deltas(v: &mut [u64], base: u64) {
-    let mut prev = base;
+fn from_deltas(v: &mut [u64], base_us: i64) {
+    let mut prev = base_us;
     for x in v.iter_mut() {
-        prev = prev.wrapping_add(*x);
-        *x = prev;
+        prev = prev.wrapping_add(unzigzag(*x));
+        *x = (prev.max(0) as u64).saturating_mul(1000);
     }
 }
 
-/// Time columns as differences from the previous value (the first from
-/// the recording's start).
+/// Amounts (ns) that add up, as µs such that every running sum stays
+/// within half a µs (rounding each alone would let the error add up).
+fn to_amounts(v: &mut [u64]) {
+    let (mut sum, mut prev) = (0u64, 0i64);
+    for x in v.iter_mut() {
+        sum = sum.saturating_add(*x);
+        let t = us(sum);
+        *x = (t - prev) as u64;
+        prev = t;
+    }
+}
+
+fn from_amounts(v: &mut [u64]) {
+    for x in v.iter_mut() {
+        *x = x.saturating_mul(1000);
+    }
+}
+
+/// A marker's times: its start as a zigzag µs difference from `prev`
+/// (updated), its other times in µs from its start.
+fn marker_to_stored(m: &mut MarkerRecord, prev: &mut i64) {
+    let rel = |t: u64, start: u64| (us(t) - us(start)).max(0) as u64;
+    match m {
+        MarkerRecord::OffCpu { start_ns, end_ns, run_delay_ns, .. } => {
+            let s = *start_ns;
+            *end_ns = rel(*end_ns, s);
+            *run_delay_ns = us(*run_delay_ns) as u64;
+            *start_ns = zigzag(us(s) - *prev);
+            *prev = us(s);
+        }
+        MarkerRecord::Io { start_ns, issue_ns, done_ns, .. } => {
+            let s = *start_ns;
+            *issue_ns = rel(*issue_ns, s);
+            *done_ns = rel(*done_ns, s);
+            *start_ns = zigzag(us(s) - *prev);
+            *prev = us(s);
+        }
+        MarkerRecord::OnCpu { start_ns, end_ns, .. } => {
+            let s = *start_ns;
+            *end_ns = rel(*end_ns, s);
+            *start_ns = zigzag(us(s) - *prev);
+            *prev = us(s);
+        }
+    }
+}
+
+fn marker_from_stored(m: &mut MarkerRecord, prev: &mut i64) {
+    let ns = |t: i64| (t.max(0) as u64).saturating_mul(1000);
+    let start = |z: &mut u64, prev: &mut i64| -> u64 {
+        *prev = prev.wrapping_add(unzigzag(*z));
+        *z = ns(*prev);
+        *z
+    };
+    match m {
+        MarkerRecord::OffCpu { start_ns, end_ns, run_delay_ns, .. } => {
+            let s = start(start_ns, prev);
+            *end_ns = s.saturating_add(end_ns.saturating_mul(1000));
+            *run_delay_ns = run_delay_ns.saturating_mul(1000);
+        }
+        MarkerRecord::Io { start_ns, issue_ns, done_ns, .. } => {
+            let s = start(start_ns, prev);
+            *issue_ns = s.saturating_add(issue_ns.saturating_mul(1000));
+            *done_ns = s.saturating_add(done_ns.saturating_mul(1000));
+        }
+        MarkerRecord::OnCpu { start_ns, end_ns, .. } => {
+            let s = start(start_ns, prev);
+            *end_ns = s.saturating_add(end_ns.saturating_mul(1000));
+        }
+    }
+}
+
+/// Times as stored: in µs (the profile's resolution), as short numbers
+/// that compress: each column's times as differences from the previous
+/// one, durations and CPU times as amounts, a marker's times from its start.
 fn times_to_deltas(rec: &mut Recording) {
-    let base = rec.start_ns;
+    let base = us(rec.start_ns);
     for t in rec.processes.iter_mut().flat_map(|p| p.threads.iter_mut()) {
         to_deltas(&mut t.samples.time_ns, base);
+        to_amounts(&mut t.samples.cpu_delta_ns);
+        // Durations from the rounded start to the rounded end.
+        for (start, d) in t.off_cpu.time_ns.iter().zip(t.off_cpu.duration_ns.iter_mut()) {
+            *d = (us(start.saturating_add(*d)) - us(*start)).max(0) as u64;
+        }
         to_deltas(&mut t.off_cpu.time_ns, base);
+        let mut prev = base;
+        for m in &mut t.markers {
+            marker_to_stored(m, &mut prev);
+        }
+    }
+    for (_, markers) in &mut rec.cpu_tracks {
+        let mut prev = base;
+        for m in markers {
+            marker_to_stored(m, &mut prev);
+        }
     }
     for c in &mut rec.counters {
         to_deltas(&mut c.time_ns, base);
@@ -198,7 +304,7 @@ fn times_to_deltas(rec: &mut Recording) {
 /// and stacks and frames are in range (a damaged payload must not make the
 /// profile writer index out of bounds).
 fn deltas_to_times(rec: &mut Recording) -> Result<(), String> {
-    let base = rec.start_ns;
+    let base = us(rec.start_ns);
     let nodes = rec.stacks.len() as u32;
     let frames = rec.frames.len() as u64;
     let (_, keys) = rec.stacks.columns();
@@ -232,7 +338,19 @@ fn deltas_to_times(rec: &mut Recording) -> Result<(), String> {
             }
         }
         from_deltas(&mut s.time_ns, base);
+        from_amounts(&mut s.cpu_delta_ns);
         from_deltas(&mut o.time_ns, base);
+        from_amounts(&mut o.duration_ns);
+        let mut prev = base;
+        for m in &mut t.markers {
+            marker_from_stored(m, &mut prev);
+        }
+    }
+    for (_, markers) in &mut rec.cpu_tracks {
+        let mut prev = base;
+        for m in markers {
+            marker_from_stored(m, &mut prev);
+        }
     }
     for c in &mut rec.counters {
         if c.time_ns.len() != c.count.len() {
@@ -241,6 +359,35 @@ fn deltas_to_times(rec: &mut Recording) -> Result<(), String> {
         from_deltas(&mut c.time_ns, base);
     }
     Ok(())
+}
+
+/// What each part of a recording costs in a segment (compressed alone, at
+/// `zlevel`): for working on the format, e.g. from a scratch tool.
+#[doc(hidden)]
+pub fn size_report(mut rec: Recording, zlevel: i32) -> Vec<(&'static str, usize)> {
+    times_to_deltas(&mut rec);
+    fn z<T: serde::Serialize>(v: &T, zlevel: i32) -> usize {
+        zstd::bulk::compress(&postcard::to_stdvec(v).unwrap_or_default(), zlevel).map(|c| c.len()).unwrap_or(0)
+    }
+    let threads: Vec<_> = rec.processes.iter().flat_map(|p| p.threads.iter()).collect();
+    let samples: Vec<_> = threads.iter().map(|t| &t.samples).collect();
+    let off_cpu: Vec<_> = threads.iter().map(|t| &t.off_cpu).collect();
+    let markers: Vec<_> = threads.iter().map(|t| &t.markers).collect();
+    let meta: Vec<_> = rec.processes.iter().map(|p| (p.pid, &p.name, &p.exe, &p.cmdline, p.start_ns, p.end_ns, &p.cgroup)).collect();
+    let tmeta: Vec<_> = threads.iter().map(|t| (t.tid, &t.name, t.start_ns, t.end_ns, t.switches)).collect();
+    vec![
+        ("all", z(&rec, zlevel)),
+        ("libs", z(&rec.libs, zlevel)),
+        ("frames", z(&rec.frames, zlevel)),
+        ("stacks", z(&rec.stacks, zlevel)),
+        ("counters", z(&rec.counters, zlevel)),
+        ("process facts", z(&meta, zlevel)),
+        ("thread facts", z(&tmeta, zlevel)),
+        ("samples", z(&samples, zlevel)),
+        ("off-CPU samples", z(&off_cpu, zlevel)),
+        ("markers", z(&markers, zlevel)),
+        ("stats+notes", z(&(&rec.stats, &rec.warnings, &rec.notes), zlevel)),
+    ]
 }
 
 #[cfg(test)]
@@ -256,7 +403,7 @@ pub(crate) mod tests {
         rec.frames.push(FrameRecord { lib: NO_LIB, address: 0x99, kernel: false, symbols: Default::default(), pseudo: false });
         let a = rec.stacks.child(NO_PARENT, 0);
         let b = rec.stacks.child(a, 1);
-        let samples = ThreadSamples { time_ns: vec![start_ns + 5, start_ns + 52_000_000, start_ns + 104_000_000], stack: vec![a, b, b], cpu_delta_ns: vec![1, 2, 3] };
+        let samples = ThreadSamples { time_ns: vec![start_ns + 5000, start_ns + 52_000_000, start_ns + 104_000_000], stack: vec![a, b, b], cpu_delta_ns: vec![1000, 2000, 3000] };
         rec.processes.push(ProcessRecord {
             pid: 7,
             name: "x".into(),
@@ -265,10 +412,53 @@ pub(crate) mod tests {
             start_ns: None,
             end_ns: None,
             cgroup: None,
-            threads: vec![ThreadRecord { tid: 7, name: "x".into(), start_ns: None, end_ns: None, samples, off_cpu: Default::default(), markers: vec![], switches: None }],
+            threads: vec![ThreadRecord {
+                tid: 7,
+                name: "x".into(),
+                start_ns: None,
+                end_ns: None,
+                samples,
+                off_cpu: OffCpuSamples { time_ns: vec![start_ns.saturating_sub(3_000_000), start_ns + 7_000_000], stack: vec![a, b], duration_ns: vec![5_000_000, 1000] },
+                markers: vec![
+                    MarkerRecord::OffCpu {
+                        start_ns: start_ns.saturating_sub(3_000_000),
+                        end_ns: start_ns + 2_000_000,
+                        reason: OffCpuReason::Sleeping,
+                        run_delay_ns: 4000,
+                        waker: None,
+                        cpus: (0, 1),
+                        waker_stack: Some(b),
+                    },
+                    MarkerRecord::Io { start_ns: start_ns + 1000, issue_ns: start_ns + 2000, done_ns: start_ns + 9000, device: "sda".into(), op: IoOp::Read, flags: 0, bytes: 4096, sector: 8, error: 0, stack: None },
+                ],
+                switches: None,
+            }],
         });
-        rec.counters.push(CounterRecord { name: "CPU usage".into(), category: "CPU".into(), description: String::new(), pid: 0, time_ns: vec![start_ns + 1, start_ns + 2], count: vec![1.0, 2.0] });
+        rec.counters.push(CounterRecord { name: "CPU usage".into(), category: "CPU".into(), description: String::new(), pid: 0, time_ns: vec![start_ns + 1000, start_ns + 2000], count: vec![1.0, 2.0] });
         rec
+    }
+
+    /// Check that a recording whose times are whole µs comes back as it went
+    /// in (intervals that began before the window included), header too;
+    /// and that times in ns come back within half a µs, with sums of CPU
+    /// time within half a µs however many samples add up.
+    #[test]
+    fn times_round_to_microseconds_and_sums_hold() {
+        let mut rec = sample_recording(5_000_000_000);
+        let t = &mut rec.processes[0].threads[0];
+        t.samples.time_ns = (0..1000).map(|i| 5_000_000_000 + i * 52_631_579 + (i * 7919) % 1000).collect();
+        t.samples.cpu_delta_ns = (0..1000).map(|i| 52_000_000 + (i * 104_729) % 999).collect();
+        t.samples.stack = vec![0; 1000];
+        let want_sum: u64 = t.samples.cpu_delta_ns.iter().sum();
+        let want_times = t.samples.time_ns.clone();
+        let (_, bytes) = encode(rec, vec![WindowSpan { start_ms: 0.0, end_ms: 1.0 }], 0, 3).unwrap();
+        let (_, back) = decode(&bytes).unwrap();
+        let t = &back.processes[0].threads[0];
+        let sum: u64 = t.samples.cpu_delta_ns.iter().sum();
+        assert!(sum.abs_diff(want_sum) <= 500, "{sum} vs {want_sum}");
+        for (a, b) in t.samples.time_ns.iter().zip(&want_times) {
+            assert!(a.abs_diff(*b) <= 500, "{a} vs {b}");
+        }
     }
 
     /// Check that a recording comes back as it went in, header included.
@@ -315,3 +505,4 @@ pub(crate) mod tests {
         assert!(e.contains("stack that does not exist"), "{e}");
     }
 }
+

@@ -67,7 +67,10 @@ pub struct KernelSymbols {
     /// Each symbol's name: (offset, length) in `names`.
     name_spans: Vec<(u32, u32)>,
     names: String,
-    classes: Vec<FrameClass>,
+    /// The symbols that are not plain code, as (start, end, class), sorted:
+    /// a few thousand, so classifying a frame (every frame of every stack
+    /// record) searches a small table that stays in cache, not all of them.
+    special: Vec<(u64, u64, FrameClass)>,
     /// `_text`: kernel frames are given relative to it.
     pub text: u64,
 }
@@ -115,7 +118,8 @@ impl KernelSymbols {
         entries.sort_by_key(|e| e.0);
         let mut t = KernelSymbols { text: text_addr, ..Default::default() };
         t.starts.reserve(entries.len());
-        for (addr, name, bpf) in entries {
+        let ends: Vec<u64> = entries.iter().skip(1).map(|e| e.0).chain(std::iter::once(u64::MAX)).collect();
+        for ((addr, name, bpf), end) in entries.into_iter().zip(ends) {
             let class = if bpf || TRACING_PREFIXES.iter().any(|p| name.starts_with(p)) {
                 FrameClass::Tracing
             } else if HARDIRQ_PREFIXES.iter().any(|p| name.starts_with(p)) {
@@ -130,7 +134,9 @@ impl KernelSymbols {
             t.starts.push(addr);
             t.name_spans.push((t.names.len() as u32, name.len() as u32));
             t.names.push_str(name);
-            t.classes.push(class);
+            if class != FrameClass::Code {
+                t.special.push((addr, end, class));
+            }
         }
         t
     }
@@ -152,7 +158,11 @@ impl KernelSymbols {
 
     /// What the frame at `addr` is.
     pub fn class(&self, addr: u64) -> FrameClass {
-        self.index(addr).map(|i| self.classes[i]).unwrap_or(FrameClass::Code)
+        let i = self.special.partition_point(|e| e.0 <= addr);
+        match i.checked_sub(1).map(|i| self.special[i]) {
+            Some((_, end, class)) if addr < end => class,
+            _ => FrameClass::Code,
+        }
     }
 
     /// Number of symbols.

@@ -276,6 +276,8 @@ pub struct UnwindStats {
 pub struct Unwinders {
     binaries: FxHashMap<BinaryIndex, Option<Arc<BinaryUnwindInfo>>>,
     processes: FxHashMap<u32, ProcessUnwinder>,
+    /// Exits in order: (when, pid), to forget processes once their last samples are in.
+    exited: std::collections::VecDeque<(u64, u32)>,
     cache: Option<Box<CacheX86_64>>,
     /// Totals.
     pub stats: UnwindStats,
@@ -348,12 +350,24 @@ impl Unwinders {
         self.processes.insert(child, ProcessUnwinder::new(mappings));
     }
 
-    /// `pid` exited at `now_ns`; forget processes that exited long ago.
+    /// `pid` exited at `now_ns`; forget processes that exited long ago
+    /// (oldest first, from a queue: a fork storm's exits must not each scan
+    /// every process).
     pub fn exit(&mut self, pid: u32, now_ns: u64) {
         if let Some(p) = self.processes.get_mut(&pid) {
             p.exited_ns = Some(now_ns);
+            self.exited.push_back((now_ns, pid));
         }
-        self.processes.retain(|_, p| p.exited_ns.is_none_or(|t| now_ns.saturating_sub(t) < KEEP_EXITED_NS));
+        while let Some(&(t, old)) = self.exited.front() {
+            if now_ns.saturating_sub(t) < KEEP_EXITED_NS {
+                break;
+            }
+            self.exited.pop_front();
+            // Unless the pid was reused since (a new process under it has not exited).
+            if self.processes.get(&old).is_some_and(|p| p.exited_ns == Some(t)) {
+                self.processes.remove(&old);
+            }
+        }
     }
 
     /// Unwind one sample of `pid` from `regs` = (ip, sp, bp) over `stack`

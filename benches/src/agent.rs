@@ -1,0 +1,277 @@
+//! The agent section of `cargo xtask bench`, and its `--soak` mode.
+//!
+//! In: the sysprof binary and the cpu, switch and fork workloads. Out: a
+//! markdown table and JSON: per workload, the agent (defaults: 19 Hz,
+//! 10 s windows) running beside it for a minute after it settled: its own
+//! CPU in steady state (`/proc/PID/stat` utime + stime over the workload's
+//! run, which includes threads that ended), the machine's extra CPU (busy
+//! time from `/proc/stat` against the same workload without the agent),
+//! its peak RSS (VmHWM over its whole life) and RSS at the end, the samples
+//! stored, and bytes per sample in compacted segments. Then the time
+//! `sysprof show --since 1h` takes over everything stored. `--soak` runs
+//! the agent for an hour beside a fork storm and prints RSS every minute.
+//! Nothing is asserted: the goals table compares medians with the issue's.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use serde_json::json;
+
+/// Compaction bucket for the bench's stores: a minute, so a minute's run
+/// yields compacted segments (a real store's ten-minute buckets amortize
+/// names over more samples still: the figure is an upper bound).
+const BENCH_BUCKET_S: &str = "60";
+
+/// CPU time of a process, all its threads including the ended ones, ms.
+fn process_cpu_ms(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the comm: state is field 3, utime 14 and stime 15 (1-based).
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some((utime + stime) / hz * 1e3)
+}
+
+fn status_kb(pid: u32, key: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// A workload run in a loop until `secs` pass.
+struct LoopedWorkload {
+    name: &'static str,
+    argv: Vec<String>,
+}
+
+impl LoopedWorkload {
+    fn run_for(&self, secs: f64) -> Result<u32> {
+        let until = Instant::now() + Duration::from_secs_f64(secs);
+        let mut runs = 0;
+        while Instant::now() < until {
+            let out = Command::new(&self.argv[0]).args(&self.argv[1..]).output()?;
+            if !out.status.success() {
+                bail!("workload {} failed: {}", self.name, String::from_utf8_lossy(&out.stderr));
+            }
+            runs += 1;
+        }
+        Ok(runs)
+    }
+}
+
+struct RunningAgent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl RunningAgent {
+    fn start(sysprof: &Path, store: &Path, log: &Path, extra: &[&str]) -> Result<RunningAgent> {
+        let child = Command::new(sysprof)
+            .args(["agent", "--store"])
+            .arg(store)
+            .args(["--health-interval", "60"])
+            .args(extra)
+            .env("SYSPROF_STORE_BUCKET_SECONDS", BENCH_BUCKET_S)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log)?)
+            .spawn()?;
+        let a = RunningAgent { child, log: log.to_path_buf() };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !std::fs::read_to_string(&a.log).unwrap_or_default().contains("recording every process") {
+            if Instant::now() > deadline {
+                bail!("the agent did not start: {}", std::fs::read_to_string(&a.log).unwrap_or_default());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(a)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, wait; returns its log.
+    fn stop(mut self) -> Result<String> {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait()?;
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        if !status.success() {
+            bail!("the agent exited with {status}: {log}");
+        }
+        Ok(log)
+    }
+}
+
+/// Samples and bytes of the store's compacted segments, from `show --list`.
+fn compacted(sysprof: &Path, store: &Path) -> (f64, f64, f64, f64) {
+    let out = Command::new(sysprof).args(["show", "--list", "--store"]).arg(store).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let (mut s1, mut b1, mut s_all, mut b_all) = (0.0, 0.0, 0.0, 0.0);
+    for l in text.lines().filter(|l| l.ends_with(".seg")) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        // from(2) to(2) windows samples processes bytes file
+        if f.len() < 9 {
+            continue;
+        }
+        let samples: f64 = f[5].parse().unwrap_or(0.0);
+        let bytes: f64 = f[7].parse().unwrap_or(0.0);
+        s_all += samples;
+        b_all += bytes;
+        if l.ends_with(".L1.seg") {
+            s1 += samples;
+            b1 += bytes;
+        }
+    }
+    (s1, b1, s_all, b_all)
+}
+
+/// The agent section: (markdown, JSON, medians for the goals:
+/// (agent CPU % on cpu, peak RSS MB max, bytes/sample compacted)).
+pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)], quick: bool) -> (String, serde_json::Value, (f64, f64, f64)) {
+    let secs = if quick { 20.0 } else { 60.0 };
+    let settle = Duration::from_secs(if quick { 12 } else { 25 });
+    let store = work.join("agent-store");
+    let _ = std::fs::remove_dir_all(&store);
+    let mut md = format!(
+        "\n## The agent (`sysprof agent` defaults: 19 Hz, DWARF stacks, off-CPU and I/O, 10 s windows), beside each workload for {secs:.0} s after {} s to settle\n\n\
+         Agent CPU: its utime + stime over the workload's run (`/proc/PID/stat`, all threads). Extra machine CPU: \
+         busy time from `/proc/stat` minus the same workload's without the agent. Peak RSS: VmHWM over the agent's \
+         whole life, start included; RSS: at the end of the run. Bytes/sample: compacted segments (buckets of \
+         {BENCH_BUCKET_S} s here; a real store's 10 minutes amortize names further) and all segments.\n\n\
+         | workload | agent CPU % of one CPU | extra machine CPU % of one CPU | peak RSS MB | RSS at end MB | samples stored | bytes/sample compacted | bytes/sample all |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        settle.as_secs()
+    );
+    let mut rows = Vec::new();
+    let (mut cpu_goal, mut rss_goal, mut bps_goal) = (f64::NAN, 0.0f64, f64::NAN);
+    for (name, argv) in bins {
+        let w = LoopedWorkload { name, argv: argv.clone() };
+        let r = (|| -> Result<serde_json::Value> {
+            // Without the agent.
+            let b0 = crate::busy_ms();
+            let t0 = Instant::now();
+            w.run_for(secs)?;
+            let base_pct = (crate::busy_ms() - b0) / t0.elapsed().as_secs_f64() / 10.0;
+            let log = work.join(format!("agent-{name}.log"));
+            let agent = RunningAgent::start(sysprof, &store, &log, &[])?;
+            let pid = agent.pid();
+            std::thread::sleep(settle);
+            let c0 = process_cpu_ms(pid).unwrap_or(f64::NAN);
+            let b0 = crate::busy_ms();
+            let t0 = Instant::now();
+            w.run_for(secs)?;
+            let elapsed = t0.elapsed().as_secs_f64();
+            let busy_pct = (crate::busy_ms() - b0) / elapsed / 10.0;
+            let agent_pct = (process_cpu_ms(pid).unwrap_or(f64::NAN) - c0) / elapsed / 10.0;
+            let rss_end = status_kb(pid, "VmRSS:") / 1024.0;
+            // VmHWM only grows while the process lives: its whole life's peak.
+            let peak_mb = status_kb(pid, "VmHWM:") / 1024.0;
+            let log = agent.stop()?;
+            let stored: f64 = log
+                .lines()
+                .last()
+                .and_then(|l| l.split(';').find(|p| p.contains(" samples,")))
+                .and_then(|p| p.split_whitespace().next().and_then(|n| n.parse().ok()))
+                .unwrap_or(f64::NAN);
+            let (s1, b1, s_all, b_all) = compacted(sysprof, &store);
+            let extra = busy_pct - base_pct;
+            md += &format!(
+                "| {name} | {agent_pct:.3} | {extra:.2} | {peak_mb:.1} | {rss_end:.1} | {stored:.0} | {} | {:.1} |\n",
+                if s1 > 0.0 { format!("{:.1}", b1 / s1) } else { "–".into() },
+                b_all / s_all.max(1.0)
+            );
+            if *name == "cpu" {
+                cpu_goal = agent_pct;
+            }
+            rss_goal = rss_goal.max(peak_mb);
+            if s1 > 0.0 {
+                bps_goal = if bps_goal.is_nan() { b1 / s1 } else { bps_goal.max(b1 / s1) };
+            }
+            Ok(json!({ "workload": name, "agent_cpu_pct": agent_pct, "extra_machine_cpu_pct": extra, "peak_rss_mb": peak_mb,
+                       "rss_end_mb": rss_end, "samples_stored": stored, "compacted_samples": s1, "compacted_bytes": b1,
+                       "all_samples": s_all, "all_bytes": b_all }))
+        })();
+        match r {
+            Ok(v) => rows.push(v),
+            Err(e) => eprintln!("bench: agent × {name} failed: {e:#}"),
+        }
+    }
+    // show --since 1h over everything stored.
+    let (_, _, samples, bytes) = compacted(sysprof, &store);
+    let out = work.join("agent-show.json.gz");
+    let t = Instant::now();
+    let ok = Command::new(sysprof).args(["show", "--since", "1h", "--store"]).arg(&store).arg("-o").arg(&out).output().map(|o| o.status.success()).unwrap_or(false);
+    let show_s = t.elapsed().as_secs_f64();
+    // An hour of this 2-CPU machine at 19 Hz: every CPU sampled (the idle task too).
+    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let hour_samples = 19.0 * 3600.0 * ncpu;
+    md += &format!(
+        "\n`sysprof show --since 1h` over the store ({samples:.0} samples, {:.0} KiB): {show_s:.2} s{}; at that rate an hour of this machine \
+         ({hour_samples:.0} samples) takes about {:.1} s (`--soak` measures it on a real hour).\n",
+        bytes / 1024.0,
+        if ok { "" } else { " (**failed**)" },
+        show_s * hour_samples / samples.max(1.0),
+    );
+    (md, json!({ "runs": rows, "show_seconds": show_s, "show_samples": samples }), (cpu_goal, rss_goal, bps_goal))
+}
+
+/// `--soak`: the agent beside a fork storm for `minutes`, RSS and CPU every
+/// minute; ends with `show --since 1h` over the hour.
+pub fn soak(sysprof: &Path, work: &Path, fork: &[String], minutes: u64) -> Result<String> {
+    let store = work.join("soak-store");
+    let _ = std::fs::remove_dir_all(&store);
+    let agent = RunningAgent::start(sysprof, &store, &work.join("soak.log"), &[])?;
+    let pid = agent.pid();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let storm = {
+        let stop = stop.clone();
+        let argv = fork.to_vec();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if Command::new(&argv[0]).args(&argv[1..]).output().is_ok() {
+                    n += 1;
+                }
+            }
+            n
+        })
+    };
+    let mut md = format!("\n## Soak: the agent beside a fork storm for {minutes} min\n\n| minute | RSS MB | peak RSS MB | agent CPU % (that minute) | store files | store MiB |\n|---:|---:|---:|---:|---:|---:|\n");
+    let mut last_cpu = process_cpu_ms(pid).unwrap_or(0.0);
+    for m in 1..=minutes {
+        std::thread::sleep(Duration::from_secs(60));
+        let cpu = process_cpu_ms(pid).unwrap_or(f64::NAN);
+        let files = std::fs::read_dir(&store).map(|d| d.count()).unwrap_or(0);
+        let bytes: u64 = std::fs::read_dir(&store).map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0);
+        let line = format!(
+            "| {m} | {:.1} | {:.1} | {:.3} | {files} | {:.1} |\n",
+            status_kb(pid, "VmRSS:") / 1024.0,
+            status_kb(pid, "VmHWM:") / 1024.0,
+            (cpu - last_cpu) / 60_000.0 * 100.0,
+            bytes as f64 / 1048576.0
+        );
+        eprint!("soak: {line}");
+        md += &line;
+        last_cpu = cpu;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let storms = storm.join().unwrap_or(0);
+    let log = agent.stop()?;
+    let t = Instant::now();
+    let out = work.join("soak-show.json.gz");
+    let ok = Command::new(sysprof).args(["show", "--since", "1h", "--store"]).arg(&store).arg("-o").arg(&out).output()?.status.success();
+    md += &format!(
+        "\nFork storm runs: {storms} (each {} processes). `sysprof show --since 1h`: {:.2} s{}. Last health line: `{}`\n",
+        fork.get(1).cloned().unwrap_or_default(),
+        t.elapsed().as_secs_f64(),
+        if ok { "" } else { " (**failed**)" },
+        log.lines().last().unwrap_or("")
+    );
+    Ok(md)
+}
