@@ -647,3 +647,87 @@ pub fn wall_ms() -> f64 {
 pub fn show(args: &[&str]) -> Output {
     Command::new(sysprof_bin()).arg("show").args(args).output().expect("running sysprof show")
 }
+
+/// Run `cmd` quietly; true when it succeeded.
+fn quiet(cmd: &mut Command) -> bool {
+    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// `go` (for `go tool pprof`, Google's pprof reader), installed from Debian's
+/// `golang-go` when missing. None (said loudly; a failure under CI) when it
+/// cannot be had.
+pub fn go_tool(test: &str) -> Option<PathBuf> {
+    let found = || Command::new("go").arg("version").output().ok().filter(|o| o.status.success()).map(|_| PathBuf::from("go"));
+    if let Some(g) = found() {
+        return Some(g);
+    }
+    let _ = quiet(Command::new("apt-get").args(["install", "-y", "golang-go"])) || (quiet(Command::new("apt-get").arg("update")) && quiet(Command::new("apt-get").args(["install", "-y", "golang-go"])));
+    if let Some(g) = found() {
+        return Some(g);
+    }
+    skip(test, "go (Debian's golang-go, for `go tool pprof`) is missing and could not be installed: `apt-get install golang-go`");
+    None
+}
+
+/// A Python with the official OpenTelemetry protocol classes and grpcio (a
+/// venv under target/, made on first use from PyPI). None (said loudly; a
+/// failure under CI) when it cannot be had.
+pub fn otel_python(test: &str) -> Option<PathBuf> {
+    let venv = workspace_root().join("target/test-venv");
+    let python = venv.join("bin/python");
+    let ready = || quiet(Command::new(&python).args(["-c", "import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc"]));
+    if python.exists() && ready() {
+        return Some(python);
+    }
+    let _ = quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+        || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"])) && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+    let _ = quiet(Command::new(venv.join("bin/pip")).args(["install", "-q", "opentelemetry-proto>=1.39", "grpcio"]));
+    if ready() {
+        return Some(python);
+    }
+    skip(test, "a Python venv with opentelemetry-proto and grpcio could not be made (python3-venv and PyPI are needed)");
+    None
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A test receiver (a script of tests/receivers/) running until dropped.
+pub struct Receiver {
+    child: std::process::Child,
+}
+
+impl Receiver {
+    /// Start `python SCRIPT ARGS` and wait for it to print "ready".
+    pub fn start(python: &Path, script: &str, args: &[&str]) -> Receiver {
+        use std::io::BufRead;
+        let mut child = Command::new(python)
+            .arg(workspace_root().join("tests/receivers").join(script))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("starting a test receiver");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "{script} did not start");
+        Receiver { child }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Resident memory of a process, KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
+        .unwrap_or(0)
+}

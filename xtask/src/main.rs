@@ -101,7 +101,7 @@ fn ensure_toolchain() -> Result<()> {
 /// workload in node, objcopy/readelf/nm for stripped binaries, python3 as a
 /// debuginfod server), installed with apt-get when missing.
 fn ensure_test_tools() -> Result<()> {
-    let needed = [("gcc", "gcc libc6-dev"), ("node", "nodejs"), ("python3", "python3"), ("objcopy", "binutils"), ("readelf", "binutils"), ("nm", "binutils")];
+    let needed = [("gcc", "gcc libc6-dev"), ("node", "nodejs"), ("python3", "python3"), ("objcopy", "binutils"), ("readelf", "binutils"), ("nm", "binutils"), ("go", "golang-go")];
     let mut packages: Vec<&str> = needed.iter().filter(|(tool, _)| !have(tool)).map(|(_, p)| *p).collect();
     packages.dedup();
     if packages.is_empty() {

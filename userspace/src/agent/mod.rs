@@ -39,6 +39,11 @@ use config::AgentConfig;
 /// second filled 10-s windows with 110,000 records and took the agent's
 /// RSS past 110 MB; ended at 40,000 records, 71 MB).
 const MAX_WINDOW_RECORDS: usize = 20_000;
+/// Windows an exporter may owe before it gives up the oldest: a day of
+/// 10-s windows (they wait on disk, in the store, not in memory).
+const EXPORT_BACKLOG_WINDOWS: usize = 8640;
+/// At shutdown, how long exporters may go on sending what is stored.
+const EXPORT_GRACE: Duration = Duration::from_secs(5);
 /// Windows waiting for the store thread at most; more are dropped.
 const STORE_QUEUE: usize = 4;
 /// Windows in a row without a new address after which the symbolizer's
@@ -83,12 +88,14 @@ pub fn run(args: AgentArgs) -> Result<i32, RecordError> {
 }
 
 /// One line to stderr, with the same line at most once a minute.
-struct ErrorLog {
+#[derive(Debug, Default)]
+pub(crate) struct ErrorLog {
     last: std::collections::HashMap<String, (Instant, u64)>,
 }
 
 impl ErrorLog {
-    fn say(&mut self, line: String) {
+    /// Say `line` (prefixed "sysprof agent: "), unless it was said less than a minute ago.
+    pub(crate) fn say(&mut self, line: String) {
         let now = Instant::now();
         match self.last.get_mut(&line) {
             Some((at, suppressed)) if now.duration_since(*at) < ERROR_REPEAT => *suppressed += 1,
@@ -138,11 +145,40 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         target_pids: Vec::new(),
         polling: Polling::AGENT,
     };
+    let labels = crate::export::Labels::local();
+    let mut exporters: Vec<Box<dyn crate::export::Exporter>> = Vec::new();
+    let e = &cfg.export;
+    if let Some(dir) = &e.pprof_dir {
+        exporters.push(Box::new(crate::export::PprofDir::new(dir, labels.clone(), cfg.retain_size, cfg.retain_age).map_err(RecordError::Usage)?));
+    }
+    if let Some(url) = &e.otlp_endpoint {
+        exporters.push(Box::new(crate::export::otlp::OtlpClient::new(url, e.otlp_ca.as_deref(), &e.otlp_headers, labels.clone()).map_err(RecordError::Usage)?));
+    }
+    if let Some(url) = &e.pyroscope_url {
+        exporters.push(Box::new(
+            crate::export::pyroscope::PyroscopeClient::new(url, e.pyroscope_basic.clone(), e.pyroscope_token.clone(), e.pyroscope_tenant.clone(), labels.clone())
+                .map_err(RecordError::Usage)?,
+        ));
+    }
+    let counters = Arc::new(AgentCounters::default());
+    let feed = Arc::new(crate::export::StoreFeed::default());
+    let started_wall = clock_anchor().0;
+    let mut deliveries = Vec::new();
+    let mut export_counters: Vec<(&'static str, Arc<crate::export::ExportCounters>)> = Vec::new();
+    for exporter in exporters {
+        let c = Arc::new(crate::export::ExportCounters::default());
+        export_counters.push((exporter.name(), c.clone()));
+        deliveries.push(crate::export::spawn_delivery(exporter, store.clone(), feed.clone(), c, started_wall, EXPORT_BACKLOG_WINDOWS));
+    }
+    if let Some(addr) = cfg.export.metrics {
+        let (c, ex) = (counters.clone(), export_counters.clone());
+        let render: crate::export::metrics::Render = Arc::new(move || metrics_text(&c, &ex));
+        crate::export::metrics::serve(addr, render).map_err(RecordError::Usage)?;
+    }
     let mut session = CaptureSession::start(&capture, &mut collector)?;
     // Loading parsed the kernel's BTF (tens of MB, freed since).
     release_freed_memory();
-    let counters = Arc::new(AgentCounters::default());
-    let (store_tx, store_thread) = spawn_store_thread(store.clone(), cfg.clone(), counters.clone());
+    let (store_tx, store_thread) = spawn_store_thread(store.clone(), cfg.clone(), counters.clone(), feed.clone());
     eprintln!(
         "sysprof agent: recording every process at {} Hz into {} (windows of {} s; keeping {} or {}, whichever is less){}",
         cfg.frequency,
@@ -240,22 +276,37 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         if last_health.elapsed() >= cfg.health_interval {
             let cpu = process_cpu_seconds();
             let share = (cpu - cpu_at_health) / last_health.elapsed().as_secs_f64() * 100.0;
-            eprintln!("{}", health_line(&counters, started.elapsed(), share, &collector));
+            eprintln!("{}", health_line(&counters, started.elapsed(), share, &collector, &export_counters));
             cpu_at_health = cpu;
             last_health = Instant::now();
         }
     }
-    // The window in progress was finished above: let the store write it.
+    // The window in progress was finished above: let the store write it,
+    // then give the exporters a few seconds to send what they still can
+    // (the rest stays in the store, and their cursors say where to resume).
     drop(store_tx);
     let _ = store_thread.join();
-    let _ = session.stop(&mut collector);
-    eprintln!("{}", health_line(&counters, started.elapsed(), process_cpu_seconds() / started.elapsed().as_secs_f64() * 100.0, &collector));
+    drop(session);
+    feed.stopping.store(true, Ordering::Relaxed);
+    feed.changed.notify_all();
+    let deadline = Instant::now() + EXPORT_GRACE;
+    for d in deliveries {
+        while !d.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    eprintln!("{}", health_line(&counters, started.elapsed(), process_cpu_seconds() / started.elapsed().as_secs_f64() * 100.0, &collector, &export_counters));
     Ok(0)
 }
 
 /// The store thread: write each window, then enforce retention, and
 /// compact the buckets that are over. Returns its sender and handle.
-fn spawn_store_thread(store: Store, cfg: AgentConfig, counters: Arc<AgentCounters>) -> (std::sync::mpsc::SyncSender<(Recording, WindowSpan)>, std::thread::JoinHandle<()>) {
+fn spawn_store_thread(
+    store: Store,
+    cfg: AgentConfig,
+    counters: Arc<AgentCounters>,
+    feed: Arc<crate::export::StoreFeed>,
+) -> (std::sync::mpsc::SyncSender<(Recording, WindowSpan)>, std::thread::JoinHandle<()>) {
     let (tx, rx) = std::sync::mpsc::sync_channel::<(Recording, WindowSpan)>(STORE_QUEUE);
     let handle = std::thread::Builder::new()
         .name("sysprof-store".into())
@@ -269,6 +320,7 @@ fn spawn_store_thread(store: Store, cfg: AgentConfig, counters: Arc<AgentCounter
                 errors.say(w);
             }
             store.remove_superseded(&mut index);
+            feed.publish(&index);
             let mut last_compaction_bucket = -1i64;
             for (rec, span) in rx {
                 match store.write(rec, vec![span], 0) {
@@ -295,6 +347,7 @@ fn spawn_store_thread(store: Store, cfg: AgentConfig, counters: Arc<AgentCounter
                 counters.retention_removed.fetch_add(r.removed, Ordering::Relaxed);
                 counters.store_bytes.store(r.bytes, Ordering::Relaxed);
                 counters.store_files.store(index.len() as u64, Ordering::Relaxed);
+                feed.publish(&index);
                 // The window is written and gone: what it took goes back to the kernel.
                 release_freed_memory();
             }
@@ -336,8 +389,34 @@ fn human_duration(d: Duration) -> String {
     }
 }
 
+/// The Prometheus text of the agent's counters.
+fn metrics_text(c: &AgentCounters, exporters: &[(&'static str, Arc<crate::export::ExportCounters>)]) -> String {
+    use crate::export::metrics::metric;
+    let mut out = String::new();
+    let v = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+    metric(&mut out, "sysprof_samples_total", "counter", "On-CPU samples in finished windows.", &[(String::new(), v(&c.samples))]);
+    metric(&mut out, "sysprof_lost_records_total", "counter", "Records lost in the kernel or on the way (samples, events, stacks, sideband).", &[(String::new(), v(&c.lost))]);
+    metric(&mut out, "sysprof_windows_total", "counter", "Windows finished.", &[(String::new(), v(&c.windows))]);
+    metric(&mut out, "sysprof_windows_stored_total", "counter", "Windows written to the store.", &[(String::new(), v(&c.stored))]);
+    metric(&mut out, "sysprof_windows_store_failed_total", "counter", "Windows the store could not write.", &[(String::new(), v(&c.store_failed))]);
+    metric(&mut out, "sysprof_windows_dropped_total", "counter", "Windows dropped because the store was behind.", &[(String::new(), v(&c.dropped))]);
+    metric(&mut out, "sysprof_store_bytes", "gauge", "Bytes the store holds.", &[(String::new(), v(&c.store_bytes))]);
+    metric(&mut out, "sysprof_store_files", "gauge", "Segment files in the store.", &[(String::new(), v(&c.store_files))]);
+    let per = |f: fn(&crate::export::ExportCounters) -> &AtomicU64| -> Vec<(String, f64)> {
+        exporters.iter().map(|(n, e)| (format!("exporter=\"{n}\""), f(e).load(Ordering::Relaxed) as f64)).collect()
+    };
+    metric(&mut out, "sysprof_windows_exported_total", "counter", "Windows delivered by each exporter.", &per(|e| &e.sent));
+    metric(&mut out, "sysprof_export_failures_total", "counter", "Failed attempts to deliver (each retried).", &per(|e| &e.failed));
+    metric(&mut out, "sysprof_windows_export_dropped_total", "counter", "Windows an exporter gave up (backlog full or gone from the store).", &per(|e| &e.dropped));
+    metric(&mut out, "sysprof_export_backlog_windows", "gauge", "Windows stored and not delivered yet.", &per(|e| &e.backlog));
+    metric(&mut out, "sysprof_export_bytes_total", "counter", "Bytes each exporter sent.", &per(|e| &e.bytes));
+    metric(&mut out, "sysprof_agent_cpu_seconds_total", "counter", "CPU time the agent used (user and system).", &[(String::new(), process_cpu_seconds())]);
+    metric(&mut out, "sysprof_agent_resident_bytes", "gauge", "The agent's resident memory.", &[(String::new(), rss_bytes().0 as f64)]);
+    out
+}
+
 /// The health line: what was stored, lost and kept, and what it cost.
-fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collector) -> String {
+fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collector, exporters: &[(&'static str, Arc<crate::export::ExportCounters>)]) -> String {
     let (rss, peak) = rss_bytes();
     let (processes, binaries, names) = collector.retained();
     format!(
@@ -358,7 +437,18 @@ fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collec
         processes,
         binaries,
         crate::record::human_bytes(names as u64),
-    )
+    ) + &exporters
+        .iter()
+        .map(|(n, e)| {
+            format!(
+                "; {n}: {} sent, {} failed, {} dropped, {} waiting",
+                e.sent.load(Ordering::Relaxed),
+                e.failed.load(Ordering::Relaxed),
+                e.dropped.load(Ordering::Relaxed),
+                e.backlog.load(Ordering::Relaxed)
+            )
+        })
+        .collect::<String>()
 }
 
 #[cfg(test)]

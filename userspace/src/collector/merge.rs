@@ -193,6 +193,7 @@ fn merge_process(into: &mut ProcessRecord, p: ProcessRecord) {
                 x.samples.time_ns.extend(t.samples.time_ns);
                 x.samples.stack.extend(t.samples.stack);
                 x.samples.cpu_delta_ns.extend(t.samples.cpu_delta_ns);
+                x.samples.cpu.extend(t.samples.cpu);
                 x.off_cpu.time_ns.extend(t.off_cpu.time_ns);
                 x.off_cpu.stack.extend(t.off_cpu.stack);
                 x.off_cpu.duration_ns.extend(t.off_cpu.duration_ns);
@@ -212,6 +213,7 @@ fn sort_thread(t: &mut ThreadRecord) {
         s.time_ns = idx.iter().map(|&i| s.time_ns[i]).collect();
         s.stack = idx.iter().map(|&i| s.stack[i]).collect();
         s.cpu_delta_ns = idx.iter().map(|&i| s.cpu_delta_ns[i]).collect();
+        s.cpu = idx.iter().map(|&i| s.cpu[i]).collect();
     }
     let o = &mut t.off_cpu;
     if !o.time_ns.windows(2).all(|w| w[0] <= w[1]) {
@@ -264,6 +266,7 @@ impl Recording {
                 retain_by(&mut s.time_ns, &keep);
                 retain_by(&mut s.stack, &keep);
                 retain_by(&mut s.cpu_delta_ns, &keep);
+                retain_by(&mut s.cpu, &keep);
                 let o = &mut t.off_cpu;
                 for i in 0..o.time_ns.len() {
                     let (a, b) = (o.time_ns[i].max(start_ns), (o.time_ns[i] + o.duration_ns[i]).min(end_ns));

@@ -277,6 +277,8 @@ pub struct ThreadSamples {
     pub stack: Vec<u32>,
     /// CPU time the thread used since its previous sample, ns.
     pub cpu_delta_ns: Vec<u64>,
+    /// The CPU it ran on.
+    pub cpu: Vec<u32>,
 }
 
 /// One thread.

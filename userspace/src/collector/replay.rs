@@ -172,6 +172,7 @@ impl<'a> Replay<'a> {
         data.samples.time_ns.push(w.samples.time_ns[i]);
         data.samples.stack.push(node);
         data.samples.cpu_delta_ns.push(delta);
+        data.samples.cpu.push(w.samples.cpu[i]);
     }
 
     /// A raw stack (pid root, absolute addresses root first) as a node of

@@ -1,13 +1,26 @@
 //! Exporters: finished windows in the wire formats fleets' stores take.
 //!
-//! In: [`Recording`]s (windows read back from the local store, so a window
-//! that could not be sent stays there and is retried). Out: pprof files
-//! ([`pprof`]), OTLP profiles requests, Pyroscope pushes. What every format
-//! shares is here: the host's labels and a process's container or unit.
+//! In: windows as the store holds them ([`StoreFeed`]: the store thread's
+//! index and a wake-up per window written). Out: pprof files ([`pprof`],
+//! [`PprofDir`]), OTLP profiles requests ([`otlp`]), Pyroscope pushes
+//! ([`pyroscope`]), and counters for the health line and the Prometheus
+//! endpoint ([`metrics`]). Each destination runs [`spawn_delivery`] on its
+//! own thread, reading windows back from the store: the store is the
+//! queue, so a window that could not be sent is retried from disk, not
+//! held in memory. What every format shares is here: the host's labels
+//! and a process's container or unit.
 
+pub mod metrics;
+pub mod otlp;
 pub mod pprof;
+pub mod pyroscope;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use crate::collector::recording::{ProcessRecord, Recording};
+use crate::store::{ReadError, SegmentInfo, Store};
 
 /// What identifies this host in every export.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,4 +77,257 @@ pub fn service_name(p: &ProcessRecord) -> String {
 /// The recording's on-CPU sample count (for logs of what was sent).
 pub fn samples(rec: &Recording) -> u64 {
     rec.sample_count()
+}
+
+/// A destination for finished windows.
+pub trait Exporter: Send {
+    /// Short name: `pprof`, `otlp`, `pyroscope` (cursor file, health line, metrics).
+    fn name(&self) -> &'static str;
+    /// Send one recording (a window, or a compacted run of them). Returns
+    /// the bytes sent; an error is retried later with backoff.
+    fn send(&mut self, rec: &Recording) -> Result<u64, String>;
+}
+
+/// What one exporter did.
+#[derive(Debug, Default)]
+pub struct ExportCounters {
+    /// Windows delivered.
+    pub sent: AtomicU64,
+    /// Attempts that failed (each retried).
+    pub failed: AtomicU64,
+    /// Windows given up: the backlog was full, or the store lost them first.
+    pub dropped: AtomicU64,
+    /// Bytes sent.
+    pub bytes: AtomicU64,
+    /// Windows stored and not delivered yet.
+    pub backlog: AtomicU64,
+}
+
+/// What the store thread shares with the exporters: its index of the store
+/// and a wake-up for each window written.
+#[derive(Debug, Default)]
+pub struct StoreFeed {
+    /// The segments, as the store thread knows them.
+    pub index: Mutex<Vec<SegmentInfo>>,
+    /// Bumped at each change; exporters wait on it.
+    pub generation: Mutex<u64>,
+    /// Notified with `generation`.
+    pub changed: Condvar,
+    /// Set when the agent stops.
+    pub stopping: AtomicBool,
+}
+
+impl StoreFeed {
+    /// Publish `index` and wake the exporters.
+    pub fn publish(&self, index: &[SegmentInfo]) {
+        *self.index.lock().unwrap_or_else(|e| e.into_inner()) = index.to_vec();
+        *self.generation.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.changed.notify_all();
+    }
+}
+
+/// Longest wait between retries of a failing destination.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Where exporter `name`'s cursor (the wall-clock end of the last window
+/// it delivered, ms) is kept.
+fn cursor_path(store: &Store, name: &str) -> std::path::PathBuf {
+    store.dir().join(format!(".export-{name}.cursor"))
+}
+
+fn read_cursor(store: &Store, name: &str) -> Option<f64> {
+    std::fs::read_to_string(cursor_path(store, name)).ok()?.trim().parse().ok()
+}
+
+fn write_cursor(store: &Store, name: &str, ms: f64) {
+    let path = cursor_path(store, name);
+    let tmp = path.with_extension(format!("cursor.{}", crate::profile::output::random_suffix()));
+    if std::fs::write(&tmp, format!("{ms:.3}\n")).is_ok() && std::fs::rename(&tmp, &path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// Deliver every window the store gets, in order, with `exporter`, from
+/// its own thread: off the sampling path, one window in memory at a time
+/// (a slow or hung destination holds up only itself, and never grows
+/// memory), retried with exponential backoff while it fails. What is not
+/// delivered stays in the store: a destination down for an hour gets that
+/// hour when it is back, as far as the store still holds it and the
+/// backlog (`max_backlog` windows) allows; what falls out of either is
+/// counted as dropped. The cursor survives restarts; a first start sends
+/// from `start_ms` on.
+pub fn spawn_delivery(
+    mut exporter: Box<dyn Exporter>,
+    store: Store,
+    feed: Arc<StoreFeed>,
+    counters: Arc<ExportCounters>,
+    start_ms: f64,
+    max_backlog: usize,
+) -> std::thread::JoinHandle<()> {
+    let name = exporter.name();
+    std::thread::Builder::new()
+        .name(format!("sysprof-{name}"))
+        .spawn(move || {
+            let mut cursor = read_cursor(&store, name).unwrap_or(start_ms);
+            let mut backoff = Duration::from_secs(1);
+            let mut errors = crate::agent::ErrorLog::default();
+            let mut seen_generation = 0;
+            loop {
+                let stopping = feed.stopping.load(Ordering::Relaxed);
+                let index = feed.index.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let mut pending: Vec<SegmentInfo> = Store::select(&index, f64::NEG_INFINITY, f64::INFINITY)
+                    .into_iter()
+                    .filter(|s| s.header.windows.iter().any(|w| w.end_ms > cursor + 0.5))
+                    .collect();
+                pending.sort_by(|a, b| a.header.start_ms.total_cmp(&b.header.start_ms));
+                let windows: usize = pending.iter().map(|s| s.header.windows.iter().filter(|w| w.end_ms > cursor + 0.5).count()).sum();
+                counters.backlog.store(windows as u64, Ordering::Relaxed);
+                // Over the backlog: give up the oldest.
+                if windows > max_backlog {
+                    let mut over = windows - max_backlog;
+                    while over > 0 && !pending.is_empty() {
+                        let s = pending.remove(0);
+                        let n = s.header.windows.iter().filter(|w| w.end_ms > cursor + 0.5).count();
+                        counters.dropped.fetch_add(n as u64, Ordering::Relaxed);
+                        over = over.saturating_sub(n);
+                        cursor = s.header.end_ms;
+                    }
+                    write_cursor(&store, name, cursor);
+                    errors.say(format!("{name}: the backlog is over {max_backlog} windows; the oldest were dropped"));
+                }
+                let Some(seg) = pending.first().cloned() else {
+                    if stopping {
+                        return;
+                    }
+                    // Nothing to send: wait for the next window.
+                    let mut g = feed.generation.lock().unwrap_or_else(|e| e.into_inner());
+                    if *g == seen_generation {
+                        g = feed.changed.wait_timeout(g, Duration::from_secs(10)).unwrap_or_else(|e| e.into_inner()).0;
+                    }
+                    seen_generation = *g;
+                    continue;
+                };
+                let mut rec = match store.read(&seg) {
+                    Ok(r) => r,
+                    // Replaced by compaction: the next listing has it.
+                    Err(ReadError::Gone) => {
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    }
+                    Err(ReadError::Bad(why)) => {
+                        counters.dropped.fetch_add(seg.header.windows.len() as u64, Ordering::Relaxed);
+                        errors.say(format!("{name}: skipping {}: {why}", seg.path.display()));
+                        cursor = seg.header.end_ms;
+                        write_cursor(&store, name, cursor);
+                        continue;
+                    }
+                };
+                // A compacted run some of whose windows were delivered already.
+                if seg.header.start_ms < cursor {
+                    let ns = |ms: f64| (rec.start_ns as f64 + (ms - rec.start_wall_ms) * 1e6).max(0.0) as u64;
+                    let (a, b) = (ns(cursor), rec.end_ns);
+                    rec.clip(a, b);
+                }
+                let n = seg.header.windows.iter().filter(|w| w.end_ms > cursor + 0.5).count() as u64;
+                match exporter.send(&rec) {
+                    Ok(bytes) => {
+                        counters.sent.fetch_add(n, Ordering::Relaxed);
+                        counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+                        cursor = seg.header.end_ms;
+                        write_cursor(&store, name, cursor);
+                        backoff = Duration::from_secs(1);
+                    }
+                    Err(e) => {
+                        counters.failed.fetch_add(1, Ordering::Relaxed);
+                        errors.say(format!("{name}: {e}; retrying in up to {} s", MAX_BACKOFF.as_secs()));
+                        if stopping {
+                            return;
+                        }
+                        // Wait out the backoff, or until the agent stops.
+                        let until = std::time::Instant::now() + backoff;
+                        while std::time::Instant::now() < until && !feed.stopping.load(Ordering::Relaxed) {
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
+                }
+            }
+        })
+        .expect("spawning an exporter thread")
+}
+
+/// `--pprof-dir`: each window as `<start ms>-<end ms>.pb.gz`, written to a
+/// hidden temporary and renamed; the directory is kept within the store's
+/// retention limits (oldest files first).
+pub struct PprofDir {
+    dir: std::path::PathBuf,
+    labels: Labels,
+    max_bytes: u64,
+    max_age: Duration,
+}
+
+impl PprofDir {
+    /// Write into `dir` (created mode 0700 if missing).
+    pub fn new(dir: &std::path::Path, labels: Labels, max_bytes: u64, max_age: Duration) -> Result<PprofDir, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create the pprof directory {}: {e}", dir.display()))?;
+        let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if !meta.is_dir() {
+            return Err(format!("{} is not a directory (or is a symlink); give a directory with --pprof-dir", dir.display()));
+        }
+        Ok(PprofDir { dir: dir.to_path_buf(), labels, max_bytes, max_age })
+    }
+
+    fn retain(&self) {
+        let mut files: Vec<(std::time::SystemTime, u64, std::path::PathBuf)> = std::fs::read_dir(&self.dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".pb.gz"))
+                    .filter_map(|e| {
+                        let m = e.metadata().ok()?;
+                        Some((m.modified().ok()?, m.len(), e.path()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        let now = std::time::SystemTime::now();
+        for (t, len, path) in files {
+            let old = now.duration_since(t).is_ok_and(|age| age > self.max_age);
+            if total <= self.max_bytes && !old {
+                break;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                total -= len;
+            }
+        }
+    }
+}
+
+impl Exporter for PprofDir {
+    fn name(&self) -> &'static str {
+        "pprof"
+    }
+
+    fn send(&mut self, rec: &Recording) -> Result<u64, String> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let bytes = pprof::encode_gzip(rec, &self.labels);
+        let end = rec.start_wall_ms + rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e6;
+        let path = self.dir.join(format!("{:013}-{:013}.pb.gz", rec.start_wall_ms.max(0.0) as u64, end.max(0.0) as u64));
+        let tmp = self.dir.join(format!(".tmp-{}.pb.gz", crate::profile::output::random_suffix()));
+        let r = (|| {
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).mode(0o600).open(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        })();
+        if let Err(e) = r {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(format!("cannot write {}: {e}", path.display()));
+        }
+        self.retain();
+        Ok(bytes.len() as u64)
+    }
 }

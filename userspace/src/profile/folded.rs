@@ -100,7 +100,7 @@ mod tests {
             name: "t".into(),
             start_ns: None,
             end_ns: None,
-            samples: ThreadSamples { time_ns: vec![0; stacks.len()], cpu_delta_ns: vec![0; stacks.len()], stack: stacks },
+            samples: ThreadSamples { time_ns: vec![0; stacks.len()], cpu_delta_ns: vec![0; stacks.len()], cpu: vec![0; stacks.len()], stack: stacks },
             off_cpu: Default::default(),
             markers: vec![],
             switches: None,

@@ -30,7 +30,7 @@ fn recording() -> Recording {
     let work = stacks.child(main, 1);
     let sys = stacks.child(work, 2);
     let lost = stacks.child(NO_PARENT, 3);
-    let samples = ThreadSamples { time_ns: vec![1_000_000, 2_000_000, 3_000_000], stack: vec![work, sys, work], cpu_delta_ns: vec![0, 1_000_000, 2_500] };
+    let samples = ThreadSamples { time_ns: vec![1_000_000, 2_000_000, 3_000_000], stack: vec![work, sys, work], cpu_delta_ns: vec![0, 1_000_000, 2_500], cpu: vec![0; 3] };
     let thread = |tid: u32, name: &str, samples: ThreadSamples| ThreadRecord { tid, name: name.into(), start_ns: None, end_ns: None, samples, off_cpu: Default::default(), markers: Vec::new(), switches: None };
     Recording {
         start_ns: 500_000,
@@ -39,9 +39,9 @@ fn recording() -> Recording {
         interval_ms: 1.0,
         processes: vec![
             ProcessRecord { pid: 0, name: "swapper".into(), exe: None, cmdline: String::new(), start_ns: None, end_ns: None, cgroup: None,
-                threads: vec![thread(0, "swapper/0", ThreadSamples { time_ns: vec![1_500_000], stack: vec![sys], cpu_delta_ns: vec![0] })] },
+                threads: vec![thread(0, "swapper/0", ThreadSamples { time_ns: vec![1_500_000], stack: vec![sys], cpu_delta_ns: vec![0], cpu: vec![0; 1] })] },
             ProcessRecord { pid: 42, name: "app".into(), exe: Some("/usr/bin/app".into()), cmdline: "app".into(), start_ns: Some(0), end_ns: Some(3_500_000), cgroup: None,
-                threads: vec![thread(42, "app", samples), thread(43, "worker", ThreadSamples { time_ns: vec![2_000_000], stack: vec![lost], cpu_delta_ns: vec![7_000] })] },
+                threads: vec![thread(42, "app", samples), thread(43, "worker", ThreadSamples { time_ns: vec![2_000_000], stack: vec![lost], cpu_delta_ns: vec![7_000], cpu: vec![0; 1] })] },
         ],
         libs,
         frames,

@@ -320,6 +320,7 @@ fn deltas_to_times(rec: &mut Recording) -> Result<(), String> {
         let o = &mut t.off_cpu;
         if s.time_ns.len() != s.stack.len()
             || s.time_ns.len() != s.cpu_delta_ns.len()
+            || s.time_ns.len() != s.cpu.len()
             || o.time_ns.len() != o.stack.len()
             || o.time_ns.len() != o.duration_ns.len()
         {
@@ -403,7 +404,7 @@ pub(crate) mod tests {
         rec.frames.push(FrameRecord { lib: NO_LIB, address: 0x99, kernel: false, symbols: Default::default(), pseudo: false });
         let a = rec.stacks.child(NO_PARENT, 0);
         let b = rec.stacks.child(a, 1);
-        let samples = ThreadSamples { time_ns: vec![start_ns + 5000, start_ns + 52_000_000, start_ns + 104_000_000], stack: vec![a, b, b], cpu_delta_ns: vec![1000, 2000, 3000] };
+        let samples = ThreadSamples { time_ns: vec![start_ns + 5000, start_ns + 52_000_000, start_ns + 104_000_000], stack: vec![a, b, b], cpu_delta_ns: vec![1000, 2000, 3000], cpu: vec![0; 3] };
         rec.processes.push(ProcessRecord {
             pid: 7,
             name: "x".into(),
@@ -449,6 +450,7 @@ pub(crate) mod tests {
         t.samples.time_ns = (0..1000).map(|i| 5_000_000_000 + i * 52_631_579 + (i * 7919) % 1000).collect();
         t.samples.cpu_delta_ns = (0..1000).map(|i| 52_000_000 + (i * 104_729) % 999).collect();
         t.samples.stack = vec![0; 1000];
+        t.samples.cpu = vec![1; 1000];
         let want_sum: u64 = t.samples.cpu_delta_ns.iter().sum();
         let want_times = t.samples.time_ns.clone();
         let (_, bytes) = encode(rec, vec![WindowSpan { start_ms: 0.0, end_ms: 1.0 }], 0, 3).unwrap();

@@ -1,0 +1,308 @@
+//! The agent's exporters against consumers nobody here wrote: Google's
+//! `go tool pprof`, the official OpenTelemetry protocol classes (PyPI
+//! `opentelemetry-proto` with `grpcio`) in a receiver on loopback, and a
+//! Pyroscope ingest API receiver whose profiles `go tool pprof` decodes.
+//! Oracles: the split workload's own per-function CPU time, its pid and
+//! thread name, the windows the store holds, the agent's RSS over time.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use sysprof_tests::*;
+
+const SIGTERM: i32 = 15;
+
+/// `go tool pprof -top` flat sample counts per function, over `files`.
+fn pprof_top(go: &std::path::Path, files: &[std::path::PathBuf], extra: &[&str]) -> HashMap<String, f64> {
+    let out = Command::new(go)
+        .args(["tool", "pprof", "-top", "-nodefraction=0", "-nodecount=100000", "-sample_index=samples"])
+        .args(extra)
+        .args(files)
+        .output()
+        .expect("go tool pprof");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "go tool pprof failed: {}", String::from_utf8_lossy(&out.stderr));
+    let mut m = HashMap::new();
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() >= 6 && f[1].ends_with('%') {
+            if let Ok(v) = f[0].parse::<f64>() {
+                m.insert(f[5..].join(" "), v);
+            }
+        }
+    }
+    m
+}
+
+/// Run the split workload for `secs` of CPU; returns (pid, its output).
+fn run_split(exe: &std::path::Path, secs: &str) -> (u64, std::process::Output) {
+    let out = Command::new(exe).arg(secs).output().unwrap();
+    assert!(out.status.success());
+    (field(&out.stdout, "pid").unwrap(), out)
+}
+
+/// Check that `--pprof-dir` writes one gzip profile.proto per window that
+/// `go tool pprof` reads, whose samples of the splitter thread (found by its
+/// `thread` label) split 3:1 between the two functions like the workload's
+/// own CPU time (±5%), with pid, build-id'd mappings and three sample types.
+#[test]
+fn pprof_files_read_by_go_tool_pprof_give_the_split() {
+    if !can_record("pprof_files_read_by_go_tool_pprof_give_the_split") {
+        return;
+    }
+    let Some(go) = go_tool("pprof_files_read_by_go_tool_pprof_give_the_split") else { return };
+    let dir = scratch("export-pprof");
+    let exe = build_c("split", &dir.join("split"), &[]);
+    let store = dir.join("store");
+    let pprof_dir = dir.join("pprof");
+    let agent = Agent::start(&store, &["--window", "1", "-F", "499", "--health-interval", "3600", "--pprof-dir", pprof_dir.to_str().unwrap()], &[]);
+    let (_pid, _) = run_split(&exe, "3.0");
+    agent.wait_for_window_ending_after(wall_ms() + 200.0, Duration::from_secs(20));
+    let (status, stderr) = agent.stop_with(SIGTERM);
+    assert!(status.success(), "{stderr}");
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&pprof_dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(".pb.gz")).collect();
+    assert!(files.len() >= 3, "a file per window: {files:?}");
+    let top = pprof_top(&go, &files, &["-tagfocus=thread=splitter"]);
+    let (three, one) = (top.get("hot_three").copied().unwrap_or(0.0), top.get("hot_one").copied().unwrap_or(0.0));
+    eprintln!("pprof: hot_three {three}, hot_one {one}, ratio {:.2}", three / one.max(1.0));
+    assert!(three + one >= 1200.0, "3 s at 499 Hz: {three} + {one}");
+    assert!((2.85..=3.15).contains(&(three / one)), "ratio {:.2} is not 3 ± 5%", three / one);
+    let raw = Command::new(&go).args(["tool", "pprof", "-raw"]).arg(&files[files.len() / 2]).output().unwrap();
+    let raw = String::from_utf8_lossy(&raw.stdout);
+    // `-raw` prints the sample types as one line, the default one tagged
+    // `[dflt]`: "samples/count[dflt] cpu/nanoseconds off_cpu/nanoseconds".
+    let types: Vec<&str> = raw.lines().skip_while(|l| !l.starts_with("Samples:")).nth(1).unwrap_or("").split_whitespace().map(|t| t.trim_end_matches("[dflt]")).collect();
+    assert_eq!(types, ["samples/count", "cpu/nanoseconds", "off_cpu/nanoseconds"], "three sample types: {}", &raw[..raw.len().min(400)]);
+    // Mappings carry build ids: the split binary's is the one its ELF note holds.
+    let build_id = String::from_utf8_lossy(&Command::new("readelf").args(["-n"]).arg(&exe).output().unwrap().stdout).lines().find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string)).expect("split has a build id");
+    let mappings: Vec<&str> = raw.lines().skip_while(|l| !l.starts_with("Mappings")).collect();
+    assert!(mappings.iter().any(|l| l.contains(exe.to_str().unwrap()) && l.contains(&build_id)), "split's mapping with build id {build_id}: {mappings:?}");
+    assert!(mappings.iter().any(|l| l.contains("[kernel.kallsyms]")), "kernel mapping: {mappings:?}");
+}
+
+fn attr_value(v: &Value) -> Value {
+    v.get("stringValue").cloned().or_else(|| v.get("intValue").and_then(|i| i.as_str().and_then(|s| s.parse::<i64>().ok()).map(Value::from))).unwrap_or(Value::Null)
+}
+
+/// Per request: (window start ms from its profiles, samples of `pid`'s
+/// splitter thread in hot_three and hot_one with their timestamps).
+struct OtlpSeen {
+    window_starts: Vec<u64>,
+    three: Vec<u64>,
+    one: Vec<u64>,
+    thread_names: Vec<String>,
+}
+
+fn read_otlp(path: &std::path::Path, pid: u64) -> OtlpSeen {
+    let mut seen = OtlpSeen { window_starts: Vec::new(), three: Vec::new(), one: Vec::new(), thread_names: Vec::new() };
+    for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+        let req: Value = serde_json::from_str(line).unwrap();
+        let d = &req["dictionary"];
+        let strings: Vec<&str> = d["stringTable"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+        let idx = |v: &Value| v.as_i64().unwrap_or(0) as usize;
+        let func_name = |f: usize| strings[idx(&d["functionTable"][f]["nameStrindex"])];
+        let stack_funcs = |s: usize| -> Vec<&str> {
+            d["stackTable"][s]["locationIndices"]
+                .as_array()
+                .map(|a| a.iter().flat_map(|l| d["locationTable"][idx(l)]["lines"].as_array().cloned().unwrap_or_default()).map(|ln| func_name(idx(&ln["functionIndex"]))).collect())
+                .unwrap_or_default()
+        };
+        let attr = |i: usize| {
+            let a = &d["attributeTable"][i];
+            (strings[idx(&a["keyStrindex"])].to_string(), attr_value(&a["value"]))
+        };
+        let mut starts = Vec::new();
+        for rp in req["resourceProfiles"].as_array().unwrap() {
+            let attrs: HashMap<String, Value> = rp["resource"]["attributes"].as_array().unwrap().iter().map(|kv| (kv["key"].as_str().unwrap().to_string(), attr_value(&kv["value"]))).collect();
+            for sp in rp["scopeProfiles"].as_array().unwrap() {
+                for p in sp["profiles"].as_array().unwrap() {
+                    starts.push(p["timeUnixNano"].as_str().unwrap().parse::<u64>().unwrap() / 1_000_000);
+                    if attrs.get("process.pid") != Some(&Value::from(pid as i64)) || strings[idx(&p["sampleType"]["typeStrindex"])] != "samples" {
+                        continue;
+                    }
+                    for s in p["samples"].as_array().unwrap() {
+                        let funcs = stack_funcs(idx(&s["stackIndex"]));
+                        let ts: Vec<u64> = s["timestampsUnixNano"].as_array().map(|a| a.iter().map(|t| t.as_str().unwrap().parse().unwrap()).collect()).unwrap_or_default();
+                        for a in s["attributeIndices"].as_array().cloned().unwrap_or_default() {
+                            let (k, v) = attr(idx(&a));
+                            if k == "thread.name" {
+                                seen.thread_names.push(v.as_str().unwrap_or("").to_string());
+                            }
+                        }
+                        if funcs.contains(&"hot_three") {
+                            seen.three.extend(ts);
+                        } else if funcs.contains(&"hot_one") {
+                            seen.one.extend(ts);
+                        }
+                    }
+                }
+            }
+        }
+        starts.sort_unstable();
+        starts.dedup();
+        assert_eq!(starts.len(), 1, "one window per request: {starts:?}");
+        seen.window_starts.push(starts[0]);
+    }
+    seen
+}
+
+/// Check that OTLP requests, decoded by the official generated classes in a
+/// receiver on loopback, carry the workload's process (by pid), thread name,
+/// stacks through both hot functions in its 3:1 split (±5%), and every
+/// sample's timestamp inside the workload's run.
+#[test]
+fn otlp_requests_decode_with_the_official_classes() {
+    if !can_record("otlp_requests_decode_with_the_official_classes") {
+        return;
+    }
+    let Some(python) = otel_python("otlp_requests_decode_with_the_official_classes") else { return };
+    let dir = scratch("export-otlp");
+    let exe = build_c("split", &dir.join("split"), &[]);
+    let port = free_port();
+    let out = dir.join("otlp.jsonl");
+    let _receiver = Receiver::start(&python, "otlp_receiver.py", &[&port.to_string(), out.to_str().unwrap()]);
+    let store = dir.join("store");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let agent = Agent::start(&store, &["--window", "1", "-F", "499", "--health-interval", "3600", "--otlp-endpoint", &endpoint, "--otlp-header", "x-tenant=test"], &[]);
+    let t0 = (wall_ms() * 1e6) as u64;
+    let (pid, _) = run_split(&exe, "3.0");
+    let t1 = (wall_ms() * 1e6) as u64;
+    agent.wait_for_window_ending_after(wall_ms() + 200.0, Duration::from_secs(20));
+    let (status, stderr) = agent.stop_with(SIGTERM);
+    assert!(status.success(), "{stderr}");
+    let seen = read_otlp(&out, pid);
+    let (three, one) = (seen.three.len() as f64, seen.one.len() as f64);
+    eprintln!("otlp: {} requests; hot_three {three}, hot_one {one}, ratio {:.2}", seen.window_starts.len(), three / one.max(1.0));
+    assert!(three + one >= 1200.0, "3 s at 499 Hz: {three} + {one}");
+    assert!((2.85..=3.15).contains(&(three / one)), "ratio {:.2} is not 3 ± 5%", three / one);
+    assert!(seen.thread_names.iter().any(|n| n == "splitter"), "thread.name: {:?}", seen.thread_names);
+    for &t in seen.three.iter().chain(&seen.one) {
+        assert!(t >= t0 && t <= t1, "a sample at {t} outside the workload's run [{t0}, {t1}]");
+    }
+}
+
+/// Check that with the backend down at start and again for a while, every
+/// window the store holds arrives exactly once when it is back.
+#[test]
+fn otlp_backend_down_then_back_gets_every_window_once() {
+    if !can_record("otlp_backend_down_then_back_gets_every_window_once") {
+        return;
+    }
+    let Some(python) = otel_python("otlp_backend_down_then_back_gets_every_window_once") else { return };
+    let dir = scratch("export-otlp-outage");
+    let port = free_port();
+    let out = dir.join("otlp.jsonl");
+    let store = dir.join("store");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let agent = Agent::start(&store, &["--window", "1", "--health-interval", "3600", "--otlp-endpoint", &endpoint], &[]);
+    std::thread::sleep(Duration::from_secs(4));
+    let receiver = Receiver::start(&python, "otlp_receiver.py", &[&port.to_string(), out.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_secs(5));
+    drop(receiver);
+    std::thread::sleep(Duration::from_secs(5));
+    let _receiver = Receiver::start(&python, "otlp_receiver.py", &[&port.to_string(), out.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_secs(10));
+    let (status, stderr) = agent.stop_with(SIGTERM);
+    assert!(status.success(), "{stderr}");
+    let mut stored: Vec<u64> = store_segments(&store).iter().map(|s| s.1 as u64).collect();
+    stored.sort_unstable();
+    let mut got = read_otlp(&out, 0).window_starts;
+    got.sort_unstable();
+    let mut dedup = got.clone();
+    dedup.dedup();
+    eprintln!("outage: {} windows stored, {} requests received ({} distinct); {}", stored.len(), got.len(), dedup.len(), stderr.lines().last().unwrap_or(""));
+    assert_eq!(got.len(), dedup.len(), "a window arrived twice: {got:?}");
+    assert_eq!(dedup, stored, "every stored window arrives once");
+    let last = stderr.lines().last().unwrap_or("");
+    let failed: u64 = last.split("otlp: ").nth(1).and_then(|r| r.split(" failed").next()).and_then(|r| r.rsplit(' ').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(failed >= 1, "the failed attempts are counted in the health line: {last}");
+}
+
+/// Check that a backend that accepts and never answers costs the agent no
+/// memory: its RSS stays flat while windows pile up to be sent, and the
+/// store keeps every window.
+#[test]
+fn a_hung_backend_does_not_grow_memory() {
+    if !can_record("a_hung_backend_does_not_grow_memory") {
+        return;
+    }
+    let Some(python) = otel_python("a_hung_backend_does_not_grow_memory") else { return };
+    let dir = scratch("export-hung");
+    let port = free_port();
+    let _hung = Receiver::start(&python, "otlp_receiver.py", &[&port.to_string(), "/dev/null", "--hang"]);
+    let store = dir.join("store");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let metrics = free_port();
+    let agent = Agent::start(
+        &store,
+        &["--window", "1", "-F", "99", "--health-interval", "3600", "--otlp-endpoint", &endpoint, "--metrics", &format!("127.0.0.1:{metrics}")],
+        &[],
+    );
+    std::thread::sleep(Duration::from_secs(12));
+    let early = rss_kib(agent.pid());
+    std::thread::sleep(Duration::from_secs(30));
+    let late = rss_kib(agent.pid());
+    let scrape = |_: ()| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
+        std::io::Write::write_all(&mut s, b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut s, &mut text).unwrap();
+        text
+    };
+    let text = scrape(());
+    let value = |name: &str| text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    let backlog = value("sysprof_export_backlog_windows{exporter=\"otlp\"}");
+    let stored = value("sysprof_windows_stored_total");
+    eprintln!("hung backend: RSS {early} KiB at 12 s, {late} KiB at 42 s; backlog {backlog} windows; {stored} stored");
+    let (status, stderr) = agent.stop_with(SIGTERM);
+    assert!(status.success(), "exit after a hung backend: {stderr}");
+    assert!(stored >= 35.0, "windows go on being stored: {stored}");
+    assert!(backlog >= 25.0, "the windows wait in the store: backlog {backlog}");
+    assert!(late <= early + 6 * 1024, "RSS grew from {early} to {late} KiB with a hung backend");
+}
+
+/// Check that Pyroscope's ingest API gets one named series per process with
+/// its labels (service_name, pid, comm, hostname) and the tenant header,
+/// and that the pprof of the workload's series decodes with `go tool pprof`
+/// and holds its hot functions.
+#[test]
+fn pyroscope_ingest_gets_named_series_that_pprof_decodes() {
+    if !can_record("pyroscope_ingest_gets_named_series_that_pprof_decodes") {
+        return;
+    }
+    let Some(go) = go_tool("pyroscope_ingest_gets_named_series_that_pprof_decodes") else { return };
+    let dir = scratch("export-pyroscope");
+    let exe = build_c("split", &dir.join("split"), &[]);
+    let port = free_port();
+    let got = dir.join("got");
+    let _receiver = Receiver::start(std::path::Path::new("python3"), "pyroscope_receiver.py", &[&port.to_string(), got.to_str().unwrap()]);
+    let store = dir.join("store");
+    let url = format!("http://127.0.0.1:{port}");
+    let agent = Agent::start(&store, &["--window", "1", "-F", "199", "--health-interval", "3600", "--pyroscope-url", &url, "--pyroscope-tenant", "team-a"], &[]);
+    let (pid, _) = run_split(&exe, "2.0");
+    agent.wait_for_window_ending_after(wall_ms() + 200.0, Duration::from_secs(20));
+    let (status, stderr) = agent.stop_with(SIGTERM);
+    assert!(status.success(), "{stderr}");
+    let mut ours = Vec::new();
+    for e in std::fs::read_dir(&got).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "json") {
+            let meta: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            let name = meta["query"]["name"][0].as_str().unwrap().to_string();
+            assert_eq!(meta["path"], "/ingest");
+            assert_eq!(meta["query"]["format"][0], "pprof");
+            assert_eq!(meta["headers"]["x-scope-orgid"], "team-a", "the tenant header");
+            assert!(name.contains(".cpu{service_name=") && name.contains(",pid=") && name.contains(",hostname="), "{name}");
+            if name.contains(&format!(",pid={pid},")) {
+                assert!(name.starts_with("split.cpu{service_name=split,") && name.contains(",comm=split,"), "{name}");
+                ours.push(p.with_extension("pb.gz"));
+            }
+        }
+    }
+    assert!(!ours.is_empty(), "a series for the workload");
+    let top = pprof_top(&go, &ours, &[]);
+    eprintln!("pyroscope: {} requests for pid {pid}; hot_three {:?}, hot_one {:?}", ours.len(), top.get("hot_three"), top.get("hot_one"));
+    assert!(top.get("hot_three").copied().unwrap_or(0.0) > top.get("hot_one").copied().unwrap_or(0.0) && top.contains_key("hot_one"), "{top:?}");
+}

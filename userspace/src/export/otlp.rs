@@ -1,0 +1,454 @@
+//! OTLP profiles: a window as an `ExportProfilesServiceRequest` of the
+//! `v1development` profiles signal, sent over gRPC (gzip) with tonic.
+//!
+//! In: a [`Recording`] and the host's [`Labels`]. Out: one request holding
+//! one `ResourceProfiles` per process (OpenTelemetry semantic conventions:
+//! `host.name`, `process.pid`, `process.executable.name`/`.path`,
+//! `process.command_line`, `container.id`, `service.name`), each with two
+//! profiles: on-CPU samples (`samples`/`count`, period one sampling
+//! interval of `cpu`/`nanoseconds`, every sample's timestamp kept, which
+//! pprof cannot) and off-CPU time (`off_cpu`/`nanoseconds`, one value and
+//! timestamp per interval). Sample attributes: `thread.name`, `thread.id`,
+//! `cpu.logical_number`. One dictionary for the whole request, deduplicated
+//! (index 0 of every table is its zero value, as the protocol requires).
+//! The messages and the client are the `opentelemetry-proto` crate's.
+
+use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_client::ProfilesServiceClient;
+use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::profiles::v1development as pb;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use rustc_hash::FxHashMap;
+
+use super::{CgroupIdentity, Labels};
+use crate::collector::recording::{ProcessRecord, Recording, NO_LIB};
+use crate::collector::stack_tree::NO_PARENT;
+
+/// Interns everything a request's dictionary holds.
+struct Dictionary {
+    d: pb::ProfilesDictionary,
+    strings: FxHashMap<String, i32>,
+    functions: FxHashMap<(i32, i32), i32>,
+    mappings: FxHashMap<u32, i32>,
+    locations: FxHashMap<u32, i32>,
+    stacks: FxHashMap<Vec<i32>, i32>,
+    attributes: FxHashMap<(i32, AttrValue), i32>,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum AttrValue {
+    Str(String),
+    Int(i64),
+}
+
+impl Dictionary {
+    fn new() -> Dictionary {
+        let d = pb::ProfilesDictionary {
+            mapping_table: vec![Default::default()],
+            location_table: vec![Default::default()],
+            function_table: vec![Default::default()],
+            link_table: vec![Default::default()],
+            string_table: vec![String::new()],
+            attribute_table: vec![Default::default()],
+            stack_table: vec![Default::default()],
+        };
+        let mut strings = FxHashMap::default();
+        strings.insert(String::new(), 0);
+        Dictionary {
+            d,
+            strings,
+            functions: FxHashMap::default(),
+            mappings: FxHashMap::default(),
+            locations: FxHashMap::default(),
+            stacks: FxHashMap::default(),
+            attributes: FxHashMap::default(),
+        }
+    }
+
+    fn string(&mut self, s: &str) -> i32 {
+        if let Some(&i) = self.strings.get(s) {
+            return i;
+        }
+        let i = self.d.string_table.len() as i32;
+        self.d.string_table.push(s.to_string());
+        self.strings.insert(s.to_string(), i);
+        i
+    }
+
+    fn attribute(&mut self, key: &str, value: AttrValue) -> i32 {
+        let k = self.string(key);
+        if let Some(&i) = self.attributes.get(&(k, value.clone())) {
+            return i;
+        }
+        let i = self.d.attribute_table.len() as i32;
+        self.d.attribute_table.push(pb::KeyValueAndUnit { key_strindex: k, value: Some(any(&value)), unit_strindex: 0 });
+        self.attributes.insert((k, value), i);
+        i
+    }
+
+    fn location(&mut self, rec: &Recording, f: u32) -> i32 {
+        if let Some(&i) = self.locations.get(&f) {
+            return i;
+        }
+        let frame = &rec.frames[f as usize];
+        let mapping_index = if frame.lib == NO_LIB || frame.pseudo {
+            0
+        } else if let Some(&m) = self.mappings.get(&frame.lib) {
+            m
+        } else {
+            let lib = &rec.libs[frame.lib as usize];
+            let filename_strindex = self.string(&lib.path);
+            let attribute_indices = match &lib.build_id {
+                Some(id) => vec![self.attribute("process.executable.build_id.gnu", AttrValue::Str(id.iter().map(|b| format!("{b:02x}")).collect()))],
+                None => Vec::new(),
+            };
+            let m = self.d.mapping_table.len() as i32;
+            self.d.mapping_table.push(pb::Mapping { memory_start: 0, memory_limit: 0, file_offset: 0, filename_strindex, attribute_indices });
+            self.mappings.insert(frame.lib, m);
+            m
+        };
+        // Innermost first: the last line is the caller the others were inlined into.
+        let lines = frame
+            .symbols
+            .funcs
+            .iter()
+            .rev()
+            .map(|fa| {
+                let name = self.string(&fa.name);
+                let file = self.string(fa.file.as_deref().unwrap_or(""));
+                let function_index = match self.functions.get(&(name, file)) {
+                    Some(&i) => i,
+                    None => {
+                        let i = self.d.function_table.len() as i32;
+                        self.d.function_table.push(pb::Function { name_strindex: name, system_name_strindex: name, filename_strindex: file, start_line: 0 });
+                        self.functions.insert((name, file), i);
+                        i
+                    }
+                };
+                pb::Line { function_index, line: fa.line.unwrap_or(0) as i64, column: 0 }
+            })
+            .collect();
+        let i = self.d.location_table.len() as i32;
+        self.d.location_table.push(pb::Location { mapping_index, address: if frame.pseudo { 0 } else { frame.address }, lines, attribute_indices: Vec::new() });
+        self.locations.insert(f, i);
+        i
+    }
+
+    /// The stack of node `node`, leaf first.
+    fn stack(&mut self, rec: &Recording, node: u32) -> i32 {
+        let mut locs = Vec::new();
+        let mut n = node;
+        while n != NO_PARENT {
+            locs.push(self.location(rec, rec.stacks.key(n) as u32));
+            n = rec.stacks.parent(n);
+        }
+        if let Some(&i) = self.stacks.get(&locs) {
+            return i;
+        }
+        let i = self.d.stack_table.len() as i32;
+        self.d.stack_table.push(pb::Stack { location_indices: locs.clone() });
+        self.stacks.insert(locs, i);
+        i
+    }
+}
+
+fn any(v: &AttrValue) -> AnyValue {
+    AnyValue {
+        value: Some(match v {
+            AttrValue::Str(s) => any_value::Value::StringValue(s.clone()),
+            AttrValue::Int(i) => any_value::Value::IntValue(*i),
+        }),
+    }
+}
+
+fn kv(key: &str, v: AttrValue) -> KeyValue {
+    KeyValue { key: key.to_string(), value: Some(any(&v)), key_strindex: 0 }
+}
+
+/// Wall-clock ns of a recording time.
+fn wall_ns(rec: &Recording, t: u64) -> u64 {
+    // The offset in integer ns: an f64 of ns since 1970 has a 256 ns step.
+    let start = (rec.start_wall_ms * 1e6).max(0.0) as u64;
+    start.saturating_add_signed(t as i64 - rec.start_ns as i64)
+}
+
+fn resource(p: &ProcessRecord, labels: &Labels) -> Resource {
+    let mut attributes = vec![
+        kv("host.name", AttrValue::Str(labels.host_name.clone())),
+        kv("process.pid", AttrValue::Int(p.pid as i64)),
+        kv("process.executable.name", AttrValue::Str(p.name.clone())),
+        kv("service.name", AttrValue::Str(super::service_name(p))),
+    ];
+    if let Some(exe) = &p.exe {
+        attributes.push(kv("process.executable.path", AttrValue::Str(exe.clone())));
+    }
+    if !p.cmdline.is_empty() {
+        attributes.push(kv("process.command_line", AttrValue::Str(p.cmdline.clone())));
+    }
+    if let Some(CgroupIdentity::Container(id)) = super::cgroup_identity(p) {
+        attributes.push(kv("container.id", AttrValue::Str(id)));
+    }
+    Resource { attributes, dropped_attributes_count: 0, entity_refs: Vec::new() }
+}
+
+/// A sample's stack index and attribute indices (NO_ATTRIBUTE for none).
+type SampleKey = (i32, [i32; 3]);
+/// Off-CPU samples of one key: their timestamps and durations.
+type OffCpuValues = (Vec<u64>, Vec<i64>);
+const NO_ATTRIBUTE: i32 = -1;
+
+fn attribute_list(attrs: [i32; 3]) -> Vec<i32> {
+    attrs.into_iter().filter(|&a| a != NO_ATTRIBUTE).collect()
+}
+
+/// `rec` as one OTLP profiles request.
+pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
+    let mut dict = Dictionary::new();
+    let samples_type = pb::ValueType { type_strindex: dict.string("samples"), unit_strindex: dict.string("count") };
+    let cpu_type = pb::ValueType { type_strindex: dict.string("cpu"), unit_strindex: dict.string("nanoseconds") };
+    let off_cpu_type = pb::ValueType { type_strindex: dict.string("off_cpu"), unit_strindex: dict.string("nanoseconds") };
+    let period = (rec.interval_ms * 1e6).round() as i64;
+    let time_unix_nano = (rec.start_wall_ms * 1e6).max(0.0) as u64;
+    let duration_nano = rec.end_ns.saturating_sub(rec.start_ns);
+    let scope = InstrumentationScope { name: "sysprof".into(), version: env!("CARGO_PKG_VERSION").into(), attributes: Vec::new(), dropped_attributes_count: 0 };
+    let mut resource_profiles = Vec::new();
+    for p in &rec.processes {
+        // Samples grouped by (stack, attributes); the attributes are the
+        // thread's name and id and the CPU (NO_ATTRIBUTE when unknown), a
+        // fixed-size key so grouping allocates nothing per sample.
+        let mut on: FxHashMap<SampleKey, Vec<u64>> = FxHashMap::default();
+        let mut off: FxHashMap<SampleKey, OffCpuValues> = FxHashMap::default();
+        for t in &p.threads {
+            let tname = dict.attribute("thread.name", AttrValue::Str(t.name.clone()));
+            let tid = dict.attribute("thread.id", AttrValue::Int(t.tid as i64));
+            let s = &t.samples;
+            for i in 0..s.time_ns.len() {
+                let stack = dict.stack(rec, s.stack[i]);
+                let cpu = s.cpu.get(i).map_or(NO_ATTRIBUTE, |&cpu| dict.attribute("cpu.logical_number", AttrValue::Int(cpu as i64)));
+                on.entry((stack, [tname, tid, cpu])).or_default().push(wall_ns(rec, s.time_ns[i]));
+            }
+            let o = &t.off_cpu;
+            for i in 0..o.time_ns.len() {
+                let stack = dict.stack(rec, o.stack[i]);
+                let e = off.entry((stack, [tname, tid, NO_ATTRIBUTE])).or_default();
+                e.0.push(wall_ns(rec, o.time_ns[i]));
+                e.1.push(o.duration_ns[i] as i64);
+            }
+        }
+        if on.is_empty() && off.is_empty() {
+            continue;
+        }
+        let mut profiles = Vec::new();
+        let sorted = |m: Vec<pb::Sample>| {
+            let mut m = m;
+            m.sort_by(|a, b| (a.stack_index, &a.attribute_indices).cmp(&(b.stack_index, &b.attribute_indices)));
+            m
+        };
+        if !on.is_empty() {
+            let samples = on
+                .into_iter()
+                .map(|((stack_index, attrs), mut ts)| {
+                    ts.sort_unstable();
+                    let attribute_indices = attribute_list(attrs);
+                    // One timestamp per sample; the value (a count of one each) is implied.
+                    pb::Sample { stack_index, attribute_indices, link_index: 0, values: Vec::new(), timestamps_unix_nano: ts }
+                })
+                .collect();
+            profiles.push(pb::Profile {
+                sample_type: Some(samples_type),
+                samples: sorted(samples),
+                time_unix_nano,
+                duration_nano,
+                period_type: Some(cpu_type),
+                period,
+                ..Default::default()
+            });
+        }
+        if !off.is_empty() {
+            let samples = off
+                .into_iter()
+                .map(|((stack_index, attrs), (ts, values))| pb::Sample { stack_index, attribute_indices: attribute_list(attrs), link_index: 0, values, timestamps_unix_nano: ts })
+                .collect();
+            profiles.push(pb::Profile {
+                sample_type: Some(off_cpu_type),
+                samples: sorted(samples),
+                time_unix_nano,
+                duration_nano,
+                period_type: Some(off_cpu_type),
+                period: 1,
+                ..Default::default()
+            });
+        }
+        resource_profiles.push(pb::ResourceProfiles {
+            resource: Some(resource(p, labels)),
+            scope_profiles: vec![pb::ScopeProfiles { scope: Some(scope.clone()), profiles, schema_url: String::new() }],
+            schema_url: "https://opentelemetry.io/schemas/1.38.0".into(),
+        });
+    }
+    ExportProfilesServiceRequest { resource_profiles, dictionary: Some(dict.d) }
+}
+
+/// A connection to an OTLP endpoint (made on first use, remade after an error).
+pub struct OtlpClient {
+    endpoint: String,
+    ca: Option<Vec<u8>>,
+    headers: Vec<(tonic::metadata::AsciiMetadataKey, tonic::metadata::AsciiMetadataValue)>,
+    runtime: tokio::runtime::Runtime,
+    client: Option<ProfilesServiceClient<tonic::transport::Channel>>,
+    labels: Labels,
+}
+
+/// How long one request may take before it is given up (and retried later).
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl OtlpClient {
+    /// A client for `endpoint` (`http://` or `https://`), with `ca` (PEM)
+    /// instead of the system's roots, and `headers` on every request.
+    pub fn new(endpoint: &str, ca: Option<&std::path::Path>, headers: &[(String, String)], labels: Labels) -> Result<OtlpClient, String> {
+        let ca = match ca {
+            Some(p) => Some(std::fs::read(p).map_err(|e| format!("cannot read the OTLP CA file {}: {e}", p.display()))?),
+            None => None,
+        };
+        let mut parsed = Vec::new();
+        for (k, v) in headers {
+            let key = k.parse().map_err(|_| format!("otlp-header {k:?}: not a valid gRPC metadata key"))?;
+            let value = v.parse().map_err(|_| format!("otlp-header {k}: the value is not printable ASCII"))?;
+            parsed.push((key, value));
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the OTLP exporter's event loop: {e}"))?;
+        Ok(OtlpClient { endpoint: endpoint.to_string(), ca, headers: parsed, runtime, client: None, labels })
+    }
+
+    async fn connect(&self) -> Result<ProfilesServiceClient<tonic::transport::Channel>, String> {
+        let mut ep = tonic::transport::Endpoint::from_shared(self.endpoint.clone())
+            .map_err(|e| format!("{}: {e}", self.endpoint))?
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .timeout(TIMEOUT);
+        if self.endpoint.starts_with("https://") {
+            let mut tls = tonic::transport::ClientTlsConfig::new();
+            tls = match &self.ca {
+                Some(pem) => tls.ca_certificate(tonic::transport::Certificate::from_pem(pem)),
+                None => tls.with_native_roots(),
+            };
+            ep = ep.tls_config(tls).map_err(|e| format!("TLS for {}: {e}", self.endpoint))?;
+        }
+        let channel = ep.connect().await.map_err(|e| format!("cannot connect to {}: {}", self.endpoint, source_chain(&e)))?;
+        Ok(ProfilesServiceClient::new(channel)
+            .send_compressed(tonic::codec::CompressionEncoding::Gzip)
+            .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+            .max_decoding_message_size(4 << 20))
+    }
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}
+
+impl super::Exporter for OtlpClient {
+    fn name(&self) -> &'static str {
+        "otlp"
+    }
+
+    fn send(&mut self, rec: &Recording) -> Result<u64, String> {
+        let request = build(rec, &self.labels);
+        if request.resource_profiles.is_empty() {
+            return Ok(0);
+        }
+        let bytes = prost::Message::encoded_len(&request) as u64;
+        let client = match self.client.take() {
+            Some(c) => c,
+            None => self.runtime.block_on(self.connect())?,
+        };
+        let mut req = tonic::Request::new(request);
+        req.set_timeout(TIMEOUT);
+        for (k, v) in &self.headers {
+            req.metadata_mut().insert(k.clone(), v.clone());
+        }
+        let mut c = client.clone();
+        let result = self.runtime.block_on(async { tokio::time::timeout(TIMEOUT, c.export(req)).await });
+        match result {
+            Ok(Ok(resp)) => {
+                self.client = Some(client);
+                if let Some(p) = resp.into_inner().partial_success.filter(|p| p.rejected_profiles > 0) {
+                    return Err(format!("{} rejected {} profiles: {}", self.endpoint, p.rejected_profiles, p.error_message));
+                }
+                Ok(bytes)
+            }
+            Ok(Err(status)) => Err(format!("{} answered {:?}: {}", self.endpoint, status.code(), status.message())),
+            Err(_) => Err(format!("{} did not answer within {} s", self.endpoint, TIMEOUT.as_secs())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::segment::tests::sample_recording;
+
+    fn labels() -> Labels {
+        Labels { host_name: "h".into() }
+    }
+
+    /// Check that each sample of the recording is one timestamp of the
+    /// samples profile, at its wall time, with the thread's attributes;
+    /// that off-CPU time is kept as values; and that the dictionary holds
+    /// each string, attribute and stack once.
+    #[test]
+    fn samples_keep_their_times_and_the_dictionary_is_deduplicated() {
+        let rec = sample_recording(5_000_000_000);
+        let req = build(&rec, &labels());
+        let d = req.dictionary.as_ref().unwrap();
+        assert_eq!(d.string_table[0], "", "index 0 is the empty string");
+        let mut strings = d.string_table.clone();
+        strings.sort();
+        strings.dedup();
+        assert_eq!(strings.len(), d.string_table.len(), "strings interned once");
+        let mut stacks: Vec<&Vec<i32>> = d.stack_table.iter().map(|s| &s.location_indices).collect();
+        stacks.sort();
+        stacks.dedup();
+        assert_eq!(stacks.len(), d.stack_table.len(), "stacks interned once");
+        assert_eq!(req.resource_profiles.len(), 1);
+        let rp = &req.resource_profiles[0];
+        let pid = rp.resource.as_ref().unwrap().attributes.iter().find(|a| a.key == "process.pid").unwrap();
+        assert_eq!(pid.value.as_ref().unwrap().value, Some(any_value::Value::IntValue(7)));
+        let profiles = &rp.scope_profiles[0].profiles;
+        let name = |i: i32| d.string_table[i as usize].as_str();
+        let on = profiles.iter().find(|p| name(p.sample_type.unwrap().type_strindex) == "samples").unwrap();
+        let mut times: Vec<u64> = on.samples.iter().flat_map(|s| s.timestamps_unix_nano.clone()).collect();
+        times.sort_unstable();
+        let want: Vec<u64> = rec.processes[0].threads[0].samples.time_ns.iter().map(|&t| wall_ns(&rec, t)).collect();
+        assert_eq!(times, want);
+        assert_eq!(times[0], 1_700_000_000_000_005_000, "1.7e12 ms + 5 µs");
+        for s in &on.samples {
+            let keys: Vec<&str> = s.attribute_indices.iter().map(|&a| name(d.attribute_table[a as usize].key_strindex)).collect();
+            assert_eq!(keys, ["thread.name", "thread.id", "cpu.logical_number"]);
+        }
+        let off = profiles.iter().find(|p| name(p.sample_type.unwrap().type_strindex) == "off_cpu").unwrap();
+        let total: i64 = off.samples.iter().flat_map(|s| s.values.iter()).sum();
+        assert_eq!(total, 5_001_000);
+    }
+
+    /// Check that a location of an unnamed frame has its address and no
+    /// lines, and a named one's lines name functions of the dictionary.
+    #[test]
+    fn locations_carry_addresses_and_mappings() {
+        let rec = sample_recording(5_000_000_000);
+        let req = build(&rec, &labels());
+        let d = req.dictionary.unwrap();
+        let addresses: Vec<u64> = d.location_table.iter().skip(1).map(|l| l.address).collect();
+        assert!(addresses.contains(&0x1234) && addresses.contains(&0x99), "{addresses:?}");
+        let mapped = d.location_table.iter().find(|l| l.address == 0x1234).unwrap();
+        let m = &d.mapping_table[mapped.mapping_index as usize];
+        assert_eq!(d.string_table[m.filename_strindex as usize], "/usr/bin/x");
+    }
+}
