@@ -46,7 +46,7 @@ fn status_kb(pid: u32, key: &str) -> f64 {
 
 /// A workload run in a loop until `secs` pass.
 struct LoopedWorkload {
-    name: &'static str,
+    name: String,
     argv: Vec<String>,
 }
 
@@ -149,9 +149,24 @@ pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)]
         settle.as_secs()
     );
     let mut rows = Vec::new();
+    let mut md_skip_note = String::new();
+    let mut wire = String::new();
     let (mut cpu_goal, mut rss_goal, mut bps_goal) = (f64::NAN, 0.0f64, f64::NAN);
-    for (name, argv) in bins {
-        let w = LoopedWorkload { name, argv: argv.clone() };
+    // With every exporter on, beside the cpu and switch workloads: receivers
+    // on loopback (the test suite's), and the bytes each format put on the wire.
+    let receivers = Receivers::start(work);
+    let mut runs: Vec<(String, Vec<String>, Vec<String>)> = bins.iter().map(|(n, a)| (n.to_string(), a.clone(), Vec::new())).collect();
+    match &receivers {
+        Ok(r) => {
+            for (n, a) in bins.iter().filter(|(n, _)| matches!(*n, "cpu" | "switch")) {
+                runs.push((format!("{n} + exporters"), a.clone(), r.agent_args.clone()));
+            }
+        }
+        Err(e) => md_skip_note = format!("\n**The exporters rows were not run**: {e:#}.\n"),
+    }
+    for (name, argv, extra) in &runs {
+        let name = name.as_str();
+        let w = LoopedWorkload { name: name.to_string(), argv: argv.clone() };
         let r = (|| -> Result<serde_json::Value> {
             // Without the agent.
             let b0 = crate::busy_ms();
@@ -159,7 +174,8 @@ pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)]
             w.run_for(secs)?;
             let base_pct = (crate::busy_ms() - b0) / t0.elapsed().as_secs_f64() / 10.0;
             let log = work.join(format!("agent-{name}.log"));
-            let agent = RunningAgent::start(sysprof, &store, &log, &[])?;
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let agent = RunningAgent::start(sysprof, &store, &log, &extra)?;
             let pid = agent.pid();
             std::thread::sleep(settle);
             let c0 = process_cpu_ms(pid).unwrap_or(f64::NAN);
@@ -172,6 +188,11 @@ pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)]
             let rss_end = status_kb(pid, "VmRSS:") / 1024.0;
             // VmHWM only grows while the process lives: its whole life's peak.
             let peak_mb = status_kb(pid, "VmHWM:") / 1024.0;
+            if !extra.is_empty() {
+                if let Ok(r) = &receivers {
+                    wire += &r.wire_line(name);
+                }
+            }
             let log = agent.stop()?;
             let stored: f64 = log
                 .lines()
@@ -186,7 +207,7 @@ pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)]
                 if s1 > 0.0 { format!("{:.1}", b1 / s1) } else { "–".into() },
                 b_all / s_all.max(1.0)
             );
-            if *name == "cpu" {
+            if name == "cpu" {
                 cpu_goal = agent_pct;
             }
             rss_goal = rss_goal.max(peak_mb);
@@ -202,6 +223,15 @@ pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)]
             Err(e) => eprintln!("bench: agent × {name} failed: {e:#}"),
         }
     }
+    md += &md_skip_note;
+    if !wire.is_empty() {
+        md += &format!(
+            "\nBytes on the wire per window (10 s; `sysprof_export_bytes_total` / `sysprof_windows_exported_total` of the agent's `--metrics`): \
+             pprof files (gzip), OTLP (protobuf before tonic's gzip), Pyroscope (gzip pprof per process, summed).\n\n\
+             | run | pprof B/window | OTLP B/window | Pyroscope B/window |\n|---|---:|---:|---:|\n{wire}"
+        );
+    }
+    drop(receivers);
     // show --since 1h over everything stored.
     let (_, _, samples, bytes) = compacted(sysprof, &store);
     let out = work.join("agent-show.json.gz");
@@ -274,4 +304,88 @@ pub fn soak(sysprof: &Path, work: &Path, fork: &[String], minutes: u64) -> Resul
         log.lines().last().unwrap_or("")
     );
     Ok(md)
+}
+
+/// The test suite's receivers (tests/receivers), on loopback, for the
+/// exporters rows: Pyroscope's ingest API (Python's standard library) and
+/// OTLP (the official classes in the tests' venv, target/test-venv; made
+/// by the export tests). Killed when dropped.
+struct Receivers {
+    children: Vec<Child>,
+    agent_args: Vec<String>,
+    metrics: u16,
+}
+
+impl Receivers {
+    fn start(work: &Path) -> Result<Receivers> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf();
+        let venv = root.join("target/test-venv/bin/python");
+        if !venv.exists() {
+            bail!("no OTLP receiver: run `cargo test -p sysprof-tests --test export` once (it makes target/test-venv)");
+        }
+        let port = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port());
+        let (otlp, pyro, metrics) = (port()?, port()?, port()?);
+        let pprof_dir = work.join("agent-pprof");
+        let _ = std::fs::remove_dir_all(&pprof_dir);
+        let got = work.join("agent-pyroscope");
+        let _ = std::fs::remove_dir_all(&got);
+        let mut r = Receivers { children: Vec::new(), agent_args: Vec::new(), metrics };
+        for (python, script, args) in [
+            (venv.clone(), "otlp_receiver.py", vec![otlp.to_string(), "/dev/null".into()]),
+            (PathBuf::from("python3"), "pyroscope_receiver.py", vec![pyro.to_string(), got.display().to_string()]),
+        ] {
+            let mut child = Command::new(&python).arg(root.join("tests/receivers").join(script)).args(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().expect("piped")), &mut line)?;
+            r.children.push(child);
+            if line.trim() != "ready" {
+                bail!("{script} did not start");
+            }
+        }
+        r.agent_args = vec![
+            "--pprof-dir".into(),
+            pprof_dir.display().to_string(),
+            "--otlp-endpoint".into(),
+            format!("http://127.0.0.1:{otlp}"),
+            "--pyroscope-url".into(),
+            format!("http://127.0.0.1:{pyro}"),
+            "--metrics".into(),
+            format!("127.0.0.1:{metrics}"),
+        ];
+        Ok(r)
+    }
+
+    /// A table row: bytes per window of each exporter, from the agent's metrics.
+    fn wire_line(&self, name: &str) -> String {
+        let text = (|| -> std::io::Result<String> {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics))?;
+            std::io::Write::write_all(&mut s, b"GET /metrics HTTP/1.0\r\n\r\n")?;
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut s, &mut text)?;
+            Ok(text)
+        })()
+        .unwrap_or_default();
+        let value = |metric: &str, exporter: &str| {
+            let key = format!("{metric}{{exporter=\"{exporter}\"}} ");
+            text.lines().find_map(|l| l.strip_prefix(&key)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(f64::NAN)
+        };
+        let per_window = |e: &str| {
+            let (bytes, windows) = (value("sysprof_export_bytes_total", e), value("sysprof_windows_exported_total", e));
+            if windows > 0.0 {
+                format!("{:.0} ({windows:.0} windows)", bytes / windows)
+            } else {
+                "–".into()
+            }
+        };
+        format!("| {name} | {} | {} | {} |\n", per_window("pprof"), per_window("otlp"), per_window("pyroscope"))
+    }
+}
+
+impl Drop for Receivers {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }

@@ -307,4 +307,24 @@ mod tests {
         assert!(e.contains("missing.toml"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// Check that the example config of packaging/ is read as it says:
+    /// with its exporter lines uncommented, every exporter is configured.
+    #[test]
+    fn the_packaged_example_parses() {
+        let example = include_str!("../../../packaging/agent.toml");
+        let dir = std::env::temp_dir().join(format!("sysprof-agent-example-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("agent.toml");
+        std::fs::write(&f, example).unwrap();
+        let c = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap();
+        assert_eq!((c.frequency, c.window, c.retain_size), (19, Duration::from_secs(10), 1 << 30));
+        assert_eq!(c.export.metrics, Some("127.0.0.1:9465".parse().unwrap()));
+        let uncommented: String = example.lines().map(|l| l.strip_prefix("# ").filter(|l| l.contains(" = ")).unwrap_or(l)).collect::<Vec<_>>().join("\n");
+        std::fs::write(&f, uncommented).unwrap();
+        let c = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap();
+        assert!(c.export.pprof_dir.is_some() && c.export.otlp_endpoint.is_some() && c.export.pyroscope_url.is_some());
+        assert_eq!(c.export.otlp_headers.len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

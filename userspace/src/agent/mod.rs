@@ -78,6 +78,7 @@ pub struct AgentCounters {
 /// Run the agent; returns its exit status.
 pub fn run(args: AgentArgs) -> Result<i32, RecordError> {
     let cfg = AgentConfig::resolve(&args).map_err(RecordError::Usage)?;
+    limit_malloc_arenas();
     let store = Store::open(&cfg.store, true).map_err(|e| RecordError::Usage(format!("{e}; give another with --store")))?;
     crate::record::raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -354,6 +355,17 @@ fn spawn_store_thread(
         })
         .expect("spawning the store thread");
     (tx, handle)
+}
+
+/// One glibc malloc arena. By default each thread that allocates
+/// gets its own (up to 8 per CPU), and memory freed in one is kept for that
+/// thread: the agent's threads (collector, symbolizer, store, one per
+/// exporter) allocate in bursts once per window, never contend, and would
+/// otherwise each hold their worst window's heap. Measured beside the
+/// exporters' receivers, steady RSS about 69 -> 66 MB (SYSPROF_TIMING lines).
+fn limit_malloc_arenas() {
+    // SAFETY: mallopt has no preconditions; M_ARENA_MAX is a glibc parameter.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
 }
 
 /// Give the kernel back the heap memory freed since (glibc keeps it

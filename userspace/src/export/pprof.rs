@@ -201,6 +201,13 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
     let mut locations: Vec<proto::Location> = Vec::new();
     let mut location_of_frame: FxHashMap<u32, u64> = FxHashMap::default();
 
+    // Which libraries have a named frame (one pass; not one per mapping).
+    let mut lib_named = vec![false; rec.libs.len()];
+    for f in rec.frames.iter().filter(|f| f.lib != NO_LIB && !f.symbols.funcs.is_empty()) {
+        if let Some(n) = lib_named.get_mut(f.lib as usize) {
+            *n = true;
+        }
+    }
     let mut location_for = |f: u32, strings: &mut Strings| -> u64 {
         if let Some(&id) = location_of_frame.get(&f) {
             return id;
@@ -212,7 +219,7 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
             *mapping_of_lib.entry(frame.lib).or_insert_with(|| {
                 let lib = &rec.libs[frame.lib as usize];
                 let id = mappings.len() as u64 + 1;
-                let named = rec.frames.iter().any(|x| x.lib == frame.lib && !x.symbols.funcs.is_empty());
+                let named = lib_named[frame.lib as usize];
                 mappings.push(proto::Mapping {
                     id,
                     memory_start: 0,
