@@ -150,16 +150,51 @@ fn compile(src: &Path, out: &Path) -> Result<()> {
     run(Command::new(STRIP).arg("-g").arg(out))
 }
 
+/// Where the eBPF sources are compiled, whatever the checkout's path.
+/// clang-19's BTF for sched.bpf.c depends on the length of the compilation
+/// directory's path, even with -ffile-prefix-map (measured: from
+/// /tmp/ab/ebpf, /tmp/abc/ebpf and /tmp/ci/ebpf one object; from
+/// /tmp/abcd/ebpf, /work/main/ebpf and longer ones another, the order of
+/// some BTF types differing), so a fresh clone in a short path failed the
+/// freshness check. One fixed directory gives one object everywhere.
+const EBPF_BUILD_DIR: &str = "/tmp/sysprof-ebpf-build";
+
+/// The fixed build directory, made if missing (ours, a real directory, not
+/// a link), locked against a concurrent build, with `sources` copied in.
+fn ebpf_build_dir(sources: &[PathBuf]) -> Result<(PathBuf, std::fs::File)> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = PathBuf::from(EBPF_BUILD_DIR);
+    let _ = std::fs::create_dir(&dir);
+    let meta = std::fs::symlink_metadata(&dir)?;
+    // /proc/self belongs to our effective user.
+    let me = std::fs::metadata("/proc/self")?.uid();
+    if !meta.is_dir() || meta.uid() != me {
+        bail!("{EBPF_BUILD_DIR} is not a directory of ours: remove it and try again");
+    }
+    let lock = std::fs::File::create(dir.join(".lock"))?;
+    lock.lock()?;
+    let src_dir = dir.join("ebpf");
+    let _ = std::fs::remove_dir_all(&src_dir);
+    std::fs::create_dir_all(&src_dir)?;
+    for s in sources {
+        std::fs::copy(s, src_dir.join(s.file_name().expect("file name")))?;
+    }
+    Ok((src_dir, lock))
+}
+
 fn build_ebpf(check: bool) -> Result<()> {
     ensure_toolchain()?;
     let ebpf = root().join("ebpf");
-    let tmp = std::env::temp_dir().join(format!("sysprof-ebpf-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp)?;
     let mut stale = Vec::new();
-    let mut sources: Vec<PathBuf> = std::fs::read_dir(&ebpf)?
+    let inputs: Vec<PathBuf> = std::fs::read_dir(&ebpf)?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(".bpf.c"))
+        .filter(|p| p.to_string_lossy().ends_with(".bpf.c") || p.to_string_lossy().ends_with(".h"))
         .collect();
+    let (build_dir, _lock) = ebpf_build_dir(&inputs)?;
+    let tmp = PathBuf::from(EBPF_BUILD_DIR).join("out");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    let mut sources: Vec<PathBuf> = inputs.iter().filter(|p| p.to_string_lossy().ends_with(".bpf.c")).map(|p| build_dir.join(p.file_name().unwrap())).collect();
     sources.sort();
     for src in &sources {
         let name = src.file_name().unwrap().to_string_lossy().replace(".bpf.c", ".bpf.o");
