@@ -222,7 +222,14 @@ fn otlp_backend_down_then_back_gets_every_window_once() {
 
 /// Check that a backend that accepts and never answers costs the agent no
 /// memory: its RSS stays flat while windows pile up to be sent, and the
-/// store keeps every window.
+/// store keeps every window. RSS is read every second and the peaks of the
+/// first and last fifteen seconds compared: the symbolizer holds parsed
+/// debug files while new addresses keep coming and frees them after idle
+/// windows, a swing of 25-30 MB over tens of seconds that readings at two
+/// instants (or the least of ten seconds) mistake for growth (CI saw
+/// 41 -> 113 MB, a rerun 116 -> 41 MB). The first fifteen seconds hold the
+/// first window, where everything running is symbolized: the swing's top.
+/// Memory held per waiting window would put the late peak above it.
 #[test]
 fn a_hung_backend_does_not_grow_memory() {
     if !can_record("a_hung_backend_does_not_grow_memory") {
@@ -240,10 +247,18 @@ fn a_hung_backend_does_not_grow_memory() {
         &["--window", "1", "-F", "99", "--health-interval", "3600", "--otlp-endpoint", &endpoint, "--metrics", &format!("127.0.0.1:{metrics}")],
         &[],
     );
+    let peak_over = |secs: u64| {
+        (0..secs)
+            .map(|_| {
+                std::thread::sleep(Duration::from_secs(1));
+                rss_kib(agent.pid())
+            })
+            .max()
+            .unwrap()
+    };
+    let early = peak_over(15);
     std::thread::sleep(Duration::from_secs(12));
-    let early = rss_kib(agent.pid());
-    std::thread::sleep(Duration::from_secs(30));
-    let late = rss_kib(agent.pid());
+    let late = peak_over(15);
     let scrape = |_: ()| {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
         std::io::Write::write_all(&mut s, b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
@@ -255,12 +270,12 @@ fn a_hung_backend_does_not_grow_memory() {
     let value = |name: &str| text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
     let backlog = value("sysprof_export_backlog_windows{exporter=\"otlp\"}");
     let stored = value("sysprof_windows_stored_total");
-    eprintln!("hung backend: RSS {early} KiB at 12 s, {late} KiB at 42 s; backlog {backlog} windows; {stored} stored");
+    eprintln!("hung backend: RSS peak {early} KiB over 0-15 s, {late} KiB over 27-42 s; backlog {backlog} windows; {stored} stored");
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "exit after a hung backend: {stderr}");
     assert!(stored >= 35.0, "windows go on being stored: {stored}");
     assert!(backlog >= 25.0, "the windows wait in the store: backlog {backlog}");
-    assert!(late <= early + 6 * 1024, "RSS grew from {early} to {late} KiB with a hung backend");
+    assert!(late <= early + 8 * 1024, "RSS peak grew from {early} to {late} KiB with a hung backend");
 }
 
 /// Check that Pyroscope's ingest API gets one named series per process with

@@ -94,7 +94,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<i32, RecordError
     let marker_min_ns = (args.off_cpu_threshold_ms * 1e6) as u64;
     let mut collector = Collector::new(
         filter,
-        CollectorOptions { marker_min_ns, per_cpu: args.per_cpu, off_cpu: !args.no_off_cpu, debuginfod: args.debuginfod, dwarf, keep_short_lived: false },
+        CollectorOptions { marker_min_ns, per_cpu: args.per_cpu, off_cpu: !args.no_off_cpu, debuginfod: args.debuginfod, dwarf, keep_short_lived: false, elf_limits: Default::default() },
     );
     let capture = CaptureOptions {
         frequency: args.frequency,

@@ -31,6 +31,7 @@ use crate::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
 use crate::error::RecordError;
 use crate::store::segment::WindowSpan;
 use crate::store::Store;
+use crate::symbolize::elf::ElfLimits;
 use config::AgentConfig;
 
 /// Records (sideband events, samples, intervals, requests) one window may
@@ -133,7 +134,15 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let marker_min_ns = (cfg.off_cpu_threshold_ms * 1e6) as u64;
     let mut collector = Collector::new(
         PidFilter::All,
-        CollectorOptions { marker_min_ns, per_cpu: false, off_cpu: cfg.off_cpu, debuginfod: false, dwarf: cfg.dwarf, keep_short_lived: true },
+        CollectorOptions {
+            marker_min_ns,
+            per_cpu: false,
+            off_cpu: cfg.off_cpu,
+            debuginfod: false,
+            dwarf: cfg.dwarf,
+            keep_short_lived: true,
+            elf_limits: ElfLimits { max_dwarf_total_bytes: AGENT_MAX_DWARF_BYTES, ..ElfLimits::default() },
+        },
     );
     let capture = CaptureOptions {
         frequency: cfg.frequency,
@@ -356,6 +365,14 @@ fn spawn_store_thread(
         .expect("spawning the store thread");
     (tx, handle)
 }
+
+/// The most DWARF (all sections, decompressed) the agent reads from one
+/// file; a file with more is named from its symbol tables (no inlined calls
+/// or lines), with one warning. blazesym's working set grows with the DWARF
+/// it reads and the agent holds it while new addresses keep coming: beside a
+/// test binary of 131 MB (mostly DWARF) its RSS peaked at 116 MB. 32 MiB
+/// admits the debug files of libc (libc6-dbg) and of a CPython build.
+const AGENT_MAX_DWARF_BYTES: u64 = 32 << 20;
 
 /// One glibc malloc arena. By default each thread that allocates
 /// gets its own (up to 8 per CPU), and memory freed in one is kept for that

@@ -92,11 +92,21 @@ pub struct CollectorOptions {
     /// Keep every process that started in a window, even one without a
     /// sample or event (the agent: short-lived processes are its blind spot).
     pub keep_short_lived: bool,
+    /// What reading one binary may cost (the agent reads less DWARF).
+    pub elf_limits: crate::symbolize::elf::ElfLimits,
 }
 
 impl Default for CollectorOptions {
     fn default() -> Self {
-        CollectorOptions { marker_min_ns: 1_000_000, per_cpu: false, off_cpu: false, debuginfod: false, dwarf: false, keep_short_lived: false }
+        CollectorOptions {
+            marker_min_ns: 1_000_000,
+            per_cpu: false,
+            off_cpu: false,
+            debuginfod: false,
+            dwarf: false,
+            keep_short_lived: false,
+            elf_limits: Default::default(),
+        }
     }
 }
 
@@ -684,6 +694,7 @@ impl Collector {
             &frame_keys,
             &jit,
             self.options.debuginfod,
+            self.options.elf_limits,
             &mut warnings,
         );
         let processes = self.window_processes(threads, &w.sample_comm, &range);

@@ -95,6 +95,7 @@ pub(super) fn symbolicate(
     keys: &[FrameKey],
     jit: &JitSources<'_>,
     debuginfod: bool,
+    limits: ElfLimits,
     warnings: &mut Vec<String>,
 ) -> (Vec<LibRecord>, Vec<FrameRecord>) {
     let warn = |w: String, warnings: &mut Vec<String>| {
@@ -182,7 +183,7 @@ pub(super) fn symbolicate(
         let Some(idxs) = missing.get(&b) else { continue };
         let addrs: Vec<u64> = idxs.iter().map(|&i| keys[i as usize].address).collect();
         if !cache.prepared.contains_key(&b) {
-            let p = names::prepare(binaries.get(b), ElfLimits::default(), fetched.get(&b).map(String::as_str));
+            let p = names::prepare(binaries.get(b), limits, fetched.get(&b).map(String::as_str));
             if cache.prepared_bytes + p.bytes() > NAME_CACHE_BYTES {
                 cache.prepared.clear();
                 cache.prepared_bytes = 0;
@@ -191,7 +192,7 @@ pub(super) fn symbolicate(
             cache.prepared.insert(b, p);
         }
         let prepared = cache.prepared.get_mut(&b).expect("inserted above");
-        let names = names::symbolize_prepared(symbolicator, binaries.get(b), prepared, &addrs, ElfLimits::default());
+        let names = names::symbolize_prepared(symbolicator, binaries.get(b), prepared, &addrs, limits);
         for (&i, info) in idxs.iter().zip(names.infos) {
             cache.insert(b, keys[i as usize].address, &info);
             frames[i as usize].symbols = info;

@@ -25,7 +25,7 @@ use rustc_hash::FxHashMap;
 type Elf64 = elf::FileHeader64<Endianness>;
 
 /// What one file may cost.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ElfLimits {
     /// Largest section copied into memory (unwind tables, symbol tables).
     pub max_section_bytes: u64,
