@@ -16,7 +16,7 @@ out=${OUT:-/tmp/sysprof-compare}
 mkdir -p "$out" && cd "$out"
 sysprof=${SYSPROF:-$here/../../target/release/sysprof}
 rounds=${1:-200}
-W="taskset -c 0 python3 $here/work.py $rounds"
+W="taskset -c 0 /usr/bin/python3 $here/work.py $rounds"
 taskset -c 0 sh -c 'while :; do :; done' & spin=$!
 trap 'kill $spin 2>/dev/null' EXIT
 perf record -q -F 999 --call-graph dwarf,16384 -o perf.data -- "$sysprof" record -q -F 999 -o sysprof-cpu.json.gz -- $W > /dev/null

@@ -4,7 +4,9 @@
  * in read(2). The thread named "waiter" prints "tid=", and, over its run,
  * "t0_ns=" "t1_ns=" (CLOCK_MONOTONIC), "off_cpu_ns=" (its wall time minus
  * its own CLOCK_THREAD_CPUTIME_ID: the time it was not on a CPU) and
- * "waits=" (its voluntary context switches, from /proc). Main prints "pid=".
+ * "waits=" (its voluntary context switches, from /proc) and "run_delay_ns="
+ * (the time it spent runnable but not running, from its schedstat: the
+ * kernel's own account of its waits for a CPU). Main prints "pid=".
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -30,6 +32,17 @@ static long voluntary_switches(void)
 	return n;
 }
 
+static long long run_delay_ns(void)
+{
+	long long cpu = 0, delay = -1;
+	FILE *f = fopen("/proc/thread-self/schedstat", "r");
+	if (f && fscanf(f, "%lld %lld", &cpu, &delay) != 2)
+		delay = -1;
+	if (f)
+		fclose(f);
+	return delay;
+}
+
 static long long clock_ns(clockid_t c)
 {
 	struct timespec ts;
@@ -42,6 +55,7 @@ __attribute__((noinline)) void *waiter(void *arg)
 	(void)arg;
 	char c = 0;
 	long v0 = voluntary_switches();
+	long long d0 = run_delay_ns();
 	long long t0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	for (int i = 0; i < rounds; i++) {
 		if (write(ab[1], &c, 1) != 1 || read(ba[0], &c, 1) != 1)
@@ -49,7 +63,8 @@ __attribute__((noinline)) void *waiter(void *arg)
 	}
 	long long c1 = clock_ns(CLOCK_THREAD_CPUTIME_ID), t1 = clock_ns(CLOCK_MONOTONIC);
 	long v1 = voluntary_switches();
-	printf("tid=%ld\nt0_ns=%lld\nt1_ns=%lld\noff_cpu_ns=%lld\nwaits=%ld\n", (long)syscall(SYS_gettid), t0, t1, (t1 - t0) - (c1 - c0), v1 - v0);
+	long long d1 = run_delay_ns();
+	printf("tid=%ld\nt0_ns=%lld\nt1_ns=%lld\noff_cpu_ns=%lld\nwaits=%ld\nrun_delay_ns=%lld\n", (long)syscall(SYS_gettid), t0, t1, (t1 - t0) - (c1 - c0), v1 - v0, d1 - d0);
 	return NULL;
 }
 

@@ -322,7 +322,9 @@ fn test(no_root_tests: bool, repeat: u32) -> Result<()> {
                 cargo()
                     .env("SYSPROF_BIN", &bin)
                     .env("SYSPROF_SKIP_LOG", &skip_log)
-                    .args(["test", "-p", "sysprof-tests", "--tests", "--", "--test-threads=1"]),
+                    // --no-fail-fast: every suite runs in every round, so
+                    // --repeat counts each test's failures over all rounds.
+                    .args(["test", "-p", "sysprof-tests", "--tests", "--no-fail-fast", "--", "--test-threads=1"]),
                 &mut totals,
             )?;
         }

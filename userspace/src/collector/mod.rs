@@ -828,11 +828,13 @@ impl Collector {
                 let state = p.threads.get(&tid);
                 let seen = data.is_some();
                 let started_here = state.is_some_and(|t| t.start_ns.is_some());
-                // A process that started in this window is kept even without
-                // a sample or event (its main thread, with its lifetime):
-                // processes that live a few milliseconds are the ones
-                // sampling misses, and knowing they ran is worth a track.
-                let short_lived = self.options.keep_short_lived && tid == pid && in_window(p.start_ns);
+                // A process that started or ended in this window is kept
+                // even without a sample or event (its main thread, with its
+                // lifetime): processes that live a few milliseconds are the
+                // ones sampling misses, and knowing they ran is worth a
+                // track. Ended counts too: one forked just before a cut and
+                // exec'd after it has its name only in the later window.
+                let short_lived = self.options.keep_short_lived && tid == pid && (in_window(p.start_ns) || in_window(p.end_ns));
                 if !seen && !short_lived && !(keep_idle && (started_here || matches!(&self.filter, PidFilter::Tree(r) if r.contains(&pid)))) {
                     continue;
                 }
