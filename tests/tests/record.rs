@@ -284,8 +284,11 @@ fn deleted_and_truncated_binaries_still_give_a_profile() {
 
     let tb = profile.thread(pid_b, pid_b).expect("the truncated library's user is in the profile");
     let sb = tb.on_cpu_stacks(&cats);
-    // It ran ~0.4 s before the truncation (and may have died of SIGBUS after).
-    assert!(sb.len() >= 200, "{} samples of the truncated library's user", sb.len());
+    // It ran ~0.4 s of wall time before the truncation (and may have died of
+    // SIGBUS after), beside the deleted binary's spinner: idle, about 400
+    // samples; beside a busy CPU, 195 were seen. What follows are shares, so
+    // it needs enough samples for them to mean something, not a rate.
+    assert!(sb.len() >= 50, "{} samples of the truncated library's user", sb.len());
     let resolved = sb.iter().filter(|s| names(s).contains(&"lib_spin")).count();
     let hex = sb.iter().filter(|s| s.iter().any(|(n, _)| n.starts_with("0x"))).count();
     eprintln!("truncated lib: {resolved} resolved, {hex} with hex frames of {}; stderr: {stderr}", sb.len());

@@ -275,6 +275,15 @@ impl PprofDir {
         if !meta.is_dir() {
             return Err(format!("{} is not a directory (or is a symlink); give a directory with --pprof-dir", dir.display()));
         }
+        // The files hold every process's command lines and stacks: as with
+        // the store, a directory another user owns or can write is refused
+        // (they could remove or replace what root writes there).
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me || meta.mode() & 0o022 != 0 {
+            return Err(format!("{} belongs to another user or others can write it; give a directory of root's with --pprof-dir", dir.display()));
+        }
         Ok(PprofDir { dir: dir.to_path_buf(), labels, max_bytes, max_age })
     }
 
@@ -329,5 +338,27 @@ impl Exporter for PprofDir {
         }
         self.retain();
         Ok(bytes.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that a pprof directory others can write is refused, and a
+    /// private one taken.
+    #[test]
+    fn pprof_dirs_others_can_write_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("sysprof-pprofdir-{}", std::process::id()));
+        let labels = || Labels { host_name: "h".into() };
+        let private = dir.join("private");
+        assert!(PprofDir::new(&private, labels(), 1 << 20, Duration::from_secs(60)).is_ok());
+        let open = dir.join("open");
+        std::fs::create_dir_all(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = PprofDir::new(&open, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused");
+        assert!(e.contains("others can write") && e.contains("--pprof-dir"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
