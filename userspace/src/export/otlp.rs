@@ -335,23 +335,12 @@ impl OtlpClient {
             };
             ep = ep.tls_config(tls).map_err(|e| format!("TLS for {}: {e}", self.endpoint))?;
         }
-        let channel = ep.connect().await.map_err(|e| format!("cannot connect to {}: {}", self.endpoint, source_chain(&e)))?;
+        let channel = ep.connect().await.map_err(|e| format!("cannot connect to {}: {}", self.endpoint, crate::error::error_chain(&e)))?;
         Ok(ProfilesServiceClient::new(channel)
             .send_compressed(tonic::codec::CompressionEncoding::Gzip)
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
             .max_decoding_message_size(4 << 20))
     }
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        s.push_str(": ");
-        s.push_str(&x.to_string());
-        src = x.source();
-    }
-    s
 }
 
 impl super::Exporter for OtlpClient {
