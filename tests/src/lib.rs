@@ -522,9 +522,20 @@ impl Agent {
     /// Start `sysprof agent --store STORE ARGS` with `env`, and wait until it
     /// says it records (panics with its stderr if it exits first or takes
     /// more than 30 s).
+    ///
+    /// Compaction is off unless `env` sets `SYSPROF_STORE_BUCKET_SECONDS`:
+    /// a run that crosses a 10-minute boundary of the wall clock would see
+    /// its windows merged (CI saw 25 one-second windows stored as 4 files
+    /// when a test spanned hh:50:00), which is the compaction test's
+    /// business, not every other test's. The bucket here (10^12 s) has no
+    /// boundary after 1970.
     pub fn start(store: &Path, args: &[&str], env: &[(&str, &str)]) -> Agent {
         use std::io::Read;
-        let mut child = Command::new(sysprof_bin())
+        let mut command = Command::new(sysprof_bin());
+        if !env.iter().any(|(k, _)| *k == "SYSPROF_STORE_BUCKET_SECONDS") {
+            command.env("SYSPROF_STORE_BUCKET_SECONDS", "1e12");
+        }
+        let mut child = command
             .arg("agent")
             .arg("--store")
             .arg(store)
