@@ -96,7 +96,7 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
     out.push(("finish: replay, resolve, symbolicate (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
 
     let t = Instant::now();
-    let profile = build_profile(&rec, &HostInfo::default());
+    let profile = build_profile(&rec, &HostInfo::default(), None);
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
     serde_json::to_writer(&mut gz, &profile).unwrap();
     let bytes = gz.finish().unwrap();

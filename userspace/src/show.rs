@@ -181,7 +181,7 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
         }
         (_, Some(out)) => {
             let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
-            let profile = build_profile(&rec, &host);
+            let profile = build_profile(&rec, &host, None);
             let path = out.path().to_path_buf();
             let bytes = out.commit(&profile)?;
             Some((path, bytes))

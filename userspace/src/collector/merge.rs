@@ -249,6 +249,7 @@ pub fn add_stats(into: &mut RecordingStats, s: &RecordingStats) {
     into.unwind.unwinds += s.unwind.unwinds;
     into.unwind.reached_root += s.unwind.reached_root;
     into.unwind.copy_exhausted += s.unwind.copy_exhausted;
+    into.unwind.copy_exhausted_in_profiler += s.unwind.copy_exhausted_in_profiler;
     into.unwind.no_unwind_info += s.unwind.no_unwind_info;
     into.unwind.bad_return_address += s.unwind.bad_return_address;
     into.unwind.unwind_ns += s.unwind.unwind_ns;

@@ -874,6 +874,7 @@ impl Collector {
                 end_ns: p.end_ns,
                 // Containers move processes after they start: the latest word wins.
                 cgroup: self.cgroup_now(pid, range),
+                profiler: pid == std::process::id(),
                 threads: list,
             });
         }

@@ -201,8 +201,10 @@ pub enum MarkerRecord {
         end_ns: u64,
         /// Why.
         reason: OffCpuReason,
-        /// From wakeup (or preemption) to running again, ns.
-        run_delay_ns: u64,
+        /// From wakeup (or preemption) to running again, ns; `None` when
+        /// not known: no wakeup was seen (it came before the wait was
+        /// traced, or the thread still slept when the recording ended).
+        run_delay_ns: Option<u64>,
         /// Who woke it, if a wakeup was seen.
         waker: Option<Waker>,
         /// CPU it left and CPU it came back on.
@@ -319,6 +321,8 @@ pub struct ProcessRecord {
     pub end_ns: Option<u64>,
     /// Its cgroup path, if not the root.
     pub cgroup: Option<String>,
+    /// It is the profiler itself (this sysprof, recording or as the agent).
+    pub profiler: bool,
     /// Threads, main thread first.
     pub threads: Vec<ThreadRecord>,
 }

@@ -80,7 +80,15 @@ impl Replay<'_> {
         data.off_cpu.stack.push(stack);
         data.off_cpu.duration_ns.push(duration);
         if duration >= marker_min_ns {
-            let runnable_since = if e.wake_ns != 0 { e.wake_ns } else { e.start_ns };
+            // Runnable from its wakeup, or from the start when preempted;
+            // a sleep whose wakeup was not seen has no known delay (CI's
+            // -a runs showed "run delays" of whole sleeps still going at
+            // the end, 0.45 s on an idle machine).
+            let runnable_since = match (e.wake_ns, e.reason) {
+                (0, OffCpuReason::Preempted) => Some(e.start_ns),
+                (0, _) => None,
+                (wake, _) => Some(wake),
+            };
             let (waker, waker_stack) = match waker {
                 Some((w, s)) => (Some(w), s),
                 None => (None, None),
@@ -89,7 +97,7 @@ impl Replay<'_> {
                 start_ns: e.start_ns,
                 end_ns: e.end_ns,
                 reason: e.reason,
-                run_delay_ns: e.end_ns.saturating_sub(runnable_since),
+                run_delay_ns: runnable_since.map(|since| e.end_ns.saturating_sub(since)),
                 waker,
                 cpus: (e.cpu_out, e.cpu_in),
                 waker_stack,

@@ -113,6 +113,7 @@ mod tests {
             start_ns: None,
             end_ns: None,
             cgroup: None,
+            profiler: false,
             threads: vec![thread(1, vec![c, c, k]), thread(2, vec![c])],
         });
         let mut out = Vec::new();

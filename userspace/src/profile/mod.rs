@@ -124,23 +124,30 @@ impl Profile {
 }
 
 /// Build the profile.
-pub fn build_profile(rec: &Recording, host: &HostInfo) -> Profile {
+///
+/// `focus_pid` is the process the user asked about (the command of `record
+/// -- CMD`): its main thread opens selected. See [`initial_threads`].
+pub fn build_profile(rec: &Recording, host: &HostInfo, focus_pid: Option<u32>) -> Profile {
     // Milliseconds since the start, rounded to the microsecond: the clock's
     // nanoseconds would only lengthen every number in the file.
     let ms = |ns: u64| -> f64 { micros(ns as i64 - rec.start_ns as i64) as f64 / 1e3 };
     let mut threads = Vec::new();
     let mut main_thread_index: FxHashMap<u32, usize> = FxHashMap::default();
+    let mut tracks = Vec::new();
     for p in &rec.processes {
         for t in &p.threads {
             if t.tid == p.pid || !main_thread_index.contains_key(&p.pid) {
                 main_thread_index.insert(p.pid, threads.len());
             }
+            tracks.push(TrackFacts { pid: Some(p.pid), main: t.tid == p.pid, profiler: p.profiler, cpu_samples: t.samples.time_ns.len() });
             threads.push(build_thread(rec, p, t, &ms));
         }
     }
     for (cpu, markers) in &rec.cpu_tracks {
+        tracks.push(TrackFacts { pid: None, main: false, profiler: false, cpu_samples: 0 });
         threads.push(build_cpu_track(rec, *cpu, markers, &ms));
     }
+    let (visible, selected) = initial_threads(&tracks, focus_pid);
     let counters: Vec<serde_json::Value> = rec
         .counters
         .iter()
@@ -187,6 +194,8 @@ pub fn build_profile(rec: &Recording, host: &HostInfo) -> Profile {
             "usesOnlyOneStackType": true,
             "sourceCodeIsNotOnSearchfox": true,
             "keepProfileThreadOrder": false,
+            "initialVisibleThreads": visible,
+            "initialSelectedThreads": selected,
             "sampleUnits": { "time": "ms", "eventDelay": "ms", "threadCPUDelta": "µs" },
             "categories": [
                 { "name": "Other", "color": "grey", "subcategories": ["Other"] },
@@ -208,6 +217,55 @@ pub fn build_profile(rec: &Recording, host: &HostInfo) -> Profile {
         counters,
         profiler_overhead: [],
     }
+}
+
+/// Tracks shown when a system-wide profile opens, at most: the busiest
+/// threads fill a screen; the rest are one click away in the track menu.
+const MAX_INITIAL_VISIBLE: usize = 15;
+
+/// What [`initial_threads`] needs to know of a thread.
+struct TrackFacts {
+    /// None for a per-CPU track.
+    pid: Option<u32>,
+    main: bool,
+    profiler: bool,
+    cpu_samples: usize,
+}
+
+/// The threads that open visible and the one that opens selected. Left to
+/// itself the Firefox Profiler shows and selects the busiest threads, and
+/// in a system-wide profile that is often sysprof itself. Visible: every
+/// thread of the focus process (the recorded command), the busiest others
+/// with CPU samples up to [`MAX_INITIAL_VISIBLE`], and the per-CPU tracks
+/// (asked for by name); never the profiler's own threads or the idle task
+/// (kept in the profile, shown from the track menu). Selected: the focus
+/// process's main thread, else the busiest visible thread.
+fn initial_threads(tracks: &[TrackFacts], focus_pid: Option<u32>) -> (Vec<usize>, Vec<usize>) {
+    let focus = |t: &TrackFacts| focus_pid.is_some() && t.pid == focus_pid;
+    let mut busiest: Vec<usize> = (0..tracks.len())
+        .filter(|&i| {
+            let t = &tracks[i];
+            !t.profiler && t.pid.is_some_and(|p| p != 0) && t.cpu_samples > 0 && !focus(t)
+        })
+        .collect();
+    busiest.sort_by_key(|&i| std::cmp::Reverse(tracks[i].cpu_samples));
+    let focused: Vec<usize> = (0..tracks.len()).filter(|&i| focus(&tracks[i])).collect();
+    let room = MAX_INITIAL_VISIBLE.saturating_sub(focused.len());
+    let mut visible: Vec<usize> = focused.iter().copied().chain(busiest.iter().copied().take(room)).collect();
+    visible.extend((0..tracks.len()).filter(|&i| tracks[i].pid.is_none()));
+    if visible.is_empty() {
+        // Nothing ran: show what there is, still not the profiler.
+        visible = (0..tracks.len()).filter(|&i| !tracks[i].profiler).collect();
+    }
+    visible.sort_unstable();
+    let selected = focused
+        .iter()
+        .copied()
+        .find(|&i| tracks[i].main)
+        .or_else(|| focused.first().copied())
+        .or_else(|| busiest.first().copied())
+        .or_else(|| visible.first().copied());
+    (visible, selected.into_iter().collect())
 }
 
 fn lib_json(l: &LibRecord) -> serde_json::Value {
@@ -351,7 +409,8 @@ struct Markers {
 enum MarkerData {
     OffCpu {
         reason: &'static str,
-        run_delay: f64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_delay: Option<f64>,
         waker: String,
         waker_pid: Option<u32>,
         waker_tid: Option<u32>,
@@ -635,8 +694,10 @@ fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn F
     let markers = build_markers(rec, &t.markers, &mut tables, idle, ms);
     let start = |ns: Option<u64>| ns.map(|v| ms(v).max(0.0)).unwrap_or(0.0);
     let is_main = t.tid == p.pid;
-    // The container or service shows in the track's process name.
+    // The container or service shows in the track's process name; the
+    // profiler says what it is, so nobody takes it for the workload.
     let process_name = match p.cgroup.as_deref().and_then(crate::sideband::proc_snapshot::cgroup_label) {
+        _ if p.profiler => format!("{} (the profiler)", p.name),
         Some(label) => format!("{} [{label}]", p.name),
         None => p.name.clone(),
     };
@@ -712,7 +773,7 @@ fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut ThreadTabl
                 *end_ns,
                 MarkerData::OffCpu {
                     reason: reason.label(),
-                    run_delay: *run_delay_ns as f64 / 1e6,
+                    run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
                     waker: waker.as_ref().map(|w| w.label()).unwrap_or_else(|| "—".into()),
                     // An interrupt has no waker task: the task it interrupted is in the label.
                     waker_pid: waker.as_ref().filter(|w| w.interrupt.is_none()).map(|w| w.pid),

@@ -38,9 +38,9 @@ fn recording() -> Recording {
         end_ns: 4_000_000,
         interval_ms: 1.0,
         processes: vec![
-            ProcessRecord { pid: 0, name: "swapper".into(), exe: None, cmdline: String::new(), start_ns: None, end_ns: None, cgroup: None,
+            ProcessRecord { pid: 0, name: "swapper".into(), exe: None, cmdline: String::new(), start_ns: None, end_ns: None, cgroup: None, profiler: false,
                 threads: vec![thread(0, "swapper/0", ThreadSamples { time_ns: vec![1_500_000], stack: vec![sys], cpu_delta_ns: vec![0], cpu: vec![0; 1] })] },
-            ProcessRecord { pid: 42, name: "app".into(), exe: Some("/usr/bin/app".into()), cmdline: "app".into(), start_ns: Some(0), end_ns: Some(3_500_000), cgroup: None,
+            ProcessRecord { pid: 42, name: "app".into(), exe: Some("/usr/bin/app".into()), cmdline: "app".into(), start_ns: Some(0), end_ns: Some(3_500_000), cgroup: None, profiler: false,
                 threads: vec![thread(42, "app", samples), thread(43, "worker", ThreadSamples { time_ns: vec![2_000_000], stack: vec![lost], cpu_delta_ns: vec![7_000], cpu: vec![0; 1] })] },
         ],
         libs,
@@ -75,7 +75,7 @@ fn stack_names(t: &serde_json::Value, sample: usize) -> Vec<(String, u64, u64)> 
 /// timing and meta fields the format requires.
 #[test]
 fn writes_valid_profile_with_threads_and_meta() {
-    let p = build_profile(&recording(), &host()).to_value();
+    let p = build_profile(&recording(), &host(), None).to_value();
     assert_eq!(validate::validate(&p), Vec::<String>::new());
     assert_eq!(p["meta"]["preprocessedProfileVersion"], 55);
     assert_eq!(p["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"], 500_000);
@@ -100,7 +100,7 @@ fn writes_valid_profile_with_threads_and_meta() {
 /// and categories follow user/kernel/idle.
 #[test]
 fn inlined_functions_get_their_own_frames_and_funcs() {
-    let p = build_profile(&recording(), &host()).to_value();
+    let p = build_profile(&recording(), &host(), None).to_value();
     let app = &p["threads"][1];
     assert_eq!(
         stack_names(app, 1),
@@ -124,7 +124,7 @@ fn inlined_functions_get_their_own_frames_and_funcs() {
 /// that samples sharing a stack share the stack table row.
 #[test]
 fn unresolved_frames_keep_hex_address() {
-    let p = build_profile(&recording(), &host()).to_value();
+    let p = build_profile(&recording(), &host(), None).to_value();
     let worker = &p["threads"][2];
     assert_eq!(stack_names(worker, 0), vec![("0xdead".into(), 0, category::USER as u64)]);
     assert_eq!(worker["funcTable"]["resource"][0], -1);
@@ -138,7 +138,7 @@ fn breakpad_id_swaps_guid_fields() {
     let id: Vec<u8> = (1..=20).collect();
     assert_eq!(breakpad_id(Some(&id)), "0403020106050807090A0B0C0D0E0F100");
     assert_eq!(breakpad_id(None), "000000000000000000000000000000000");
-    let p = build_profile(&recording(), &host()).to_value();
+    let p = build_profile(&recording(), &host(), None).to_value();
     assert_eq!(p["libs"][0]["codeId"], "0102030405060708090a0b0c0d0e0f1011121314");
 }
 
@@ -166,12 +166,12 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
         start_ns: 2_500_000,
         end_ns: 27_500_000,
         reason: OffCpuReason::Sleeping,
-        run_delay_ns: 50_000,
+        run_delay_ns: Some(50_000),
         waker: Some(Waker { pid: 7, tid: 8, name: "waker".into(), interrupt: None }),
         cpus: (0, 1),
         waker_stack: Some(work),
     });
-    let p = build_profile(&rec, &host()).to_value();
+    let p = build_profile(&rec, &host(), None).to_value();
     assert_eq!(validate::validate(&p), Vec::<String>::new());
     let app = &p["threads"][1];
     assert_eq!(app["samples"]["weightType"], "tracing-ms");

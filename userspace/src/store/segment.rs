@@ -9,7 +9,7 @@
 //!
 //! ```text
 //! 0   8 bytes  magic "SYSPSEG\0"
-//! 8   u16      format version (1)
+//! 8   u16      format version (2; 1 had no unknown run delays)
 //! 10  u16      reserved, 0
 //! 12  u32      header length H
 //! 16  u32      CRC-32 of the header
@@ -35,7 +35,7 @@ use crate::collector::recording::{MarkerRecord, Recording};
 /// First bytes of every segment.
 pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
 /// The format version written.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Fixed part before the header.
 const PREFIX: usize = 20;
 /// Largest header accepted (a header lists windows: a day of 10-s windows is ~200 KiB).
@@ -226,7 +226,7 @@ fn marker_to_stored(m: &mut MarkerRecord, prev: &mut i64) {
         MarkerRecord::OffCpu { start_ns, end_ns, run_delay_ns, .. } => {
             let s = *start_ns;
             *end_ns = rel(*end_ns, s);
-            *run_delay_ns = us(*run_delay_ns) as u64;
+            *run_delay_ns = run_delay_ns.map(|d| us(d) as u64);
             *start_ns = zigzag(us(s) - *prev);
             *prev = us(s);
         }
@@ -257,7 +257,7 @@ fn marker_from_stored(m: &mut MarkerRecord, prev: &mut i64) {
         MarkerRecord::OffCpu { start_ns, end_ns, run_delay_ns, .. } => {
             let s = start(start_ns, prev);
             *end_ns = s.saturating_add(end_ns.saturating_mul(1000));
-            *run_delay_ns = run_delay_ns.saturating_mul(1000);
+            *run_delay_ns = run_delay_ns.map(|d| d.saturating_mul(1000));
         }
         MarkerRecord::Io { start_ns, issue_ns, done_ns, .. } => {
             let s = start(start_ns, prev);
@@ -413,6 +413,7 @@ pub(crate) mod tests {
             start_ns: None,
             end_ns: None,
             cgroup: None,
+            profiler: false,
             threads: vec![ThreadRecord {
                 tid: 7,
                 name: "x".into(),
@@ -425,7 +426,7 @@ pub(crate) mod tests {
                         start_ns: start_ns.saturating_sub(3_000_000),
                         end_ns: start_ns + 2_000_000,
                         reason: OffCpuReason::Sleeping,
-                        run_delay_ns: 4000,
+                        run_delay_ns: Some(4000),
                         waker: None,
                         cpus: (0, 1),
                         waker_stack: Some(b),

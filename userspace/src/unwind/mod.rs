@@ -263,6 +263,9 @@ pub struct UnwindStats {
     pub reached_root: u64,
     /// Stopped because the stack copy ended.
     pub copy_exhausted: u64,
+    /// Of those, in the profiler itself (its BPF loading runs deep), which
+    /// the summary does not count against the user's programs.
+    pub copy_exhausted_in_profiler: u64,
     /// Stopped for lack of unwind information.
     pub no_unwind_info: u64,
     /// Stopped at a return address outside any code.
@@ -379,7 +382,12 @@ impl Unwinders {
         self.stats.unwinds += 1;
         match end {
             UnwindEnd::Root => self.stats.reached_root += 1,
-            UnwindEnd::StackCopyExhausted => self.stats.copy_exhausted += 1,
+            UnwindEnd::StackCopyExhausted => {
+                self.stats.copy_exhausted += 1;
+                if pid == std::process::id() {
+                    self.stats.copy_exhausted_in_profiler += 1;
+                }
+            }
             UnwindEnd::NoUnwindInfo => self.stats.no_unwind_info += 1,
             UnwindEnd::BadReturnAddress => self.stats.bad_return_address += 1,
         }
