@@ -88,6 +88,20 @@ fn show_gives_the_cpu_split_of_a_workload_beside_the_agent() {
     assert_eq!((folded_count(&text, "hot_three"), folded_count(&text, "hot_one")), (three, one), "folded and Firefox agree");
     assert!(text.lines().all(|l| l.starts_with("split;")), "every line starts with the process name");
 
+    // `sysprof report` reads show's output as it reads record's: the same
+    // samples under each function.
+    let o = Command::new(sysprof_bin()).args(["report", "--comm", "splitter", "--top", "40"]).arg(&path).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = String::from_utf8_lossy(&o.stdout);
+    let total_of = |func: &str| -> usize {
+        let rows = report.split("## Top functions by total").nth(1).unwrap_or_else(|| panic!("no totals in:\n{report}"));
+        rows.lines()
+            .find(|l| l.split_whitespace().nth(3) == Some(func))
+            .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
+            .unwrap_or_else(|| panic!("{func} is not in:\n{report}"))
+    };
+    assert_eq!((total_of("hot_three"), total_of("hot_one")), (three, one), "report and the profile agree");
+
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "SIGTERM: exit 0, got {status}: {stderr}");
 }

@@ -8,9 +8,12 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// The version `--version` prints: the crate's and the commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SYSPROF_GIT_COMMIT"), ")");
+
 /// sysprof: a system-wide profiler writing Firefox Profiler profiles.
 #[derive(Debug, Parser)]
-#[command(name = "sysprof", version, about, propagate_version = true)]
+#[command(name = "sysprof", version = VERSION, about, propagate_version = true)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -27,6 +30,22 @@ pub enum Command {
     Agent(Box<AgentArgs>),
     /// Write a profile of a past time range from the agent's store.
     Show(ShowArgs),
+    /// Open a profile in the Firefox Profiler: serve it on 127.0.0.1 and
+    /// open the browser at it (or print the link), until Ctrl-C.
+    View(ViewArgs),
+    /// Print a profile's top functions, off-CPU time, wakers, I/O latency
+    /// and run-queue delay in the terminal (or its stacks, folded).
+    Report(ReportArgs),
+    /// Write the man pages into a directory, or a shell's completions to
+    /// stdout (see the README's Install).
+    Generate {
+        /// man (sysprof.1 and a page per subcommand), bash, zsh, fish or elvish.
+        #[arg(value_parser = ["man", "bash", "zsh", "fish", "elvish"])]
+        what: String,
+        /// Where the man pages go.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
     /// Check that a profile file is structurally valid.
     Validate {
         /// The profile (.json or .json.gz).
@@ -81,6 +100,9 @@ pub struct RecordArgs {
     /// Also print every total (samples, losses, unwinding) as key=value.
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
+    /// When the profile is written, open it in the Firefox Profiler (as `sysprof view`).
+    #[arg(long = "open")]
+    pub open: bool,
     /// The command to run and profile (with its descendants; with -a, the whole system until it exits).
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -195,4 +217,43 @@ pub struct ShowArgs {
     /// List the windows the store holds instead.
     #[arg(long = "list")]
     pub list: bool,
+}
+
+/// `sysprof view` options.
+#[derive(Debug, Clone, Args)]
+pub struct ViewArgs {
+    /// The profile (.json or .json.gz).
+    pub path: PathBuf,
+    /// Print the link only; do not start a browser.
+    #[arg(long = "no-open")]
+    pub no_open: bool,
+    /// Port on 127.0.0.1 to serve from [default: a free one].
+    #[arg(long = "port", default_value_t = 0)]
+    pub port: u16,
+}
+
+/// `sysprof report` options.
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// The profile (.json or .json.gz) from `record` or `show`.
+    pub path: PathBuf,
+    /// Rows per table.
+    #[arg(long = "top", default_value_t = 20)]
+    pub top: usize,
+    /// Only these processes (comma-separated pids).
+    #[arg(short = 'p', long = "pid", value_delimiter = ',')]
+    pub pids: Vec<u32>,
+    /// Only these threads (comma-separated tids).
+    #[arg(short = 't', long = "tid", value_delimiter = ',')]
+    pub tids: Vec<u32>,
+    /// Only threads whose process or thread name is this.
+    #[arg(long = "comm")]
+    pub comm: Option<String>,
+    /// text (tables and histograms) or folded (collapsed stacks for
+    /// flamegraph.pl and inferno, one line per stack, CPU samples).
+    #[arg(long = "format", default_value = "text", value_parser = ["text", "folded"])]
+    pub format: String,
+    /// Write here instead of stdout.
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
 }

@@ -3,7 +3,7 @@
 //! Exit codes: 0 success, 1 failure while recording or writing, 2 a problem
 //! with the request (bad option, unknown pid, unwritable output).
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use sysprof::cli::{Cli, Command};
 
@@ -31,6 +31,27 @@ fn main() {
                 e.exit_code()
             }
         },
+        Command::View(args) => match sysprof::view::run(args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("sysprof: {e}");
+                e.exit_code()
+            }
+        },
+        Command::Report(args) => match sysprof::report::run(args) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("sysprof: {e}");
+                e.exit_code()
+            }
+        },
+        Command::Generate { what, dir } => match generate(&what, &dir) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("sysprof: {e}");
+                e.exit_code()
+            }
+        },
         Command::Validate { path } => match sysprof::record::validate_file(&path) {
             Ok(threads) => {
                 println!("{}: valid ({threads} threads)", path.display());
@@ -43,4 +64,38 @@ fn main() {
         },
     };
     std::process::exit(code);
+}
+
+/// The man pages (into `dir`, each through an unpredictable temporary
+/// renamed into place) or a shell's completion script (on stdout), from the
+/// clap definitions.
+fn generate(what: &str, dir: &std::path::Path) -> Result<(), sysprof::error::RecordError> {
+    use clap_complete::Shell;
+    use sysprof::error::RecordError;
+    let mut command = Cli::command();
+    let shell = match what {
+        "man" => {
+            command.build();
+            let mut pages = vec![("sysprof".to_string(), command.clone())];
+            for sub in command.get_subcommands().filter(|s| s.get_name() != "help") {
+                let name = format!("sysprof-{}", sub.get_name());
+                pages.push((name.clone(), sub.clone().name(name)));
+            }
+            for (name, page) in pages {
+                let path = dir.join(format!("{name}.1"));
+                let out = sysprof::profile::output::OutputFile::create(&path)?;
+                out.commit_with(|w| clap_mangen::Man::new(page).render(w))?;
+                println!("{}", path.display());
+            }
+            return Ok(());
+        }
+        "bash" => Shell::Bash,
+        "zsh" => Shell::Zsh,
+        "fish" => Shell::Fish,
+        _ => Shell::Elvish,
+    };
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "sysprof", &mut script);
+    use std::io::Write;
+    std::io::stdout().lock().write_all(&script).map_err(|e| RecordError::Internal(format!("cannot write to stdout: {e}")))
 }

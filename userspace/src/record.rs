@@ -82,10 +82,20 @@ pub fn run(args: RecordArgs) -> Result<i32, RecordError> {
     // Boxed: the recording future holds the collector and the capture
     // session; on the stack it would make our own stacks deeper than the
     // copy that unwinds them when sysprof profiles itself.
-    runtime.block_on(Box::pin(record(args, output)))
+    let open = args.open;
+    let (status, path, tokio_signals) = runtime.block_on(Box::pin(record(args, output)))?;
+    drop(runtime);
+    if open {
+        // Served until Ctrl-C; the command's status stays sysprof's.
+        reinstate_signals(&tokio_signals);
+        crate::view::serve(&path, true, 0)?;
+    }
+    Ok(status)
 }
 
-async fn record(args: RecordArgs, output: OutputFile) -> Result<i32, RecordError> {
+/// Record into `output`; returns the exit status, where the profile went
+/// and the signal actions the runtime had installed.
+async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path::PathBuf, [libc::sigaction; 2]), RecordError> {
     let dwarf = args.call_graph == "dwarf";
     // Only a single -p process can be filtered in the kernel; a command's
     // descendants are only known later, so those are filtered in the collector.
@@ -111,14 +121,16 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<i32, RecordError
     let started = Instant::now();
 
     let mut child = None;
+    let mut command_pid = None;
     if !args.command.is_empty() {
         let c = tokio::process::Command::new(&args.command[0])
             .args(&args.command[1..])
             .spawn()
             .map_err(|source| RecordError::Spawn { command: args.command[0].clone(), source })?;
+        command_pid = c.id();
         if !args.all_cpus {
             // The command and its descendants are what we record.
-            collector.track(c.id().unwrap_or(0));
+            collector.track(command_pid.unwrap_or(0));
         }
         child = Some(c);
     }
@@ -170,7 +182,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<i32, RecordError
     let stopped = Instant::now();
     // Recording is over: from now on Ctrl-C or SIGTERM end sysprof at once
     // (nothing half-written stays behind), whatever it is doing.
-    restore_default_signals();
+    let tokio_signals = restore_default_signals();
     if show_status {
         eprint!("\r\x1b[K");
     }
@@ -182,7 +194,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<i32, RecordError
     let recording = collector.finish_window(range);
     timing.mark("replay, resolve and symbolicate");
     let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
-    let profile = build_profile(&recording, &host);
+    let profile = build_profile(&recording, &host, command_pid);
     timing.mark("build the profile");
     let path = output.path().to_path_buf();
     let bytes = output.commit(&profile)?;
@@ -192,7 +204,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<i32, RecordError
         eprintln!("sysprof: warning: {w}");
     }
     print_summary(&recording, &path, bytes, stopped.elapsed(), &args);
-    Ok(exit_status(&stop, &args))
+    Ok((exit_status(&stop, &args), path, tokio_signals))
 }
 
 /// sysprof's exit status after `stop`: the command's own when it ended (a
@@ -243,13 +255,14 @@ fn print_summary(rec: &Recording, path: &Path, bytes: u64, write_time: Duration,
     let st = &rec.stats;
     let threads: usize = rec.processes.iter().map(|p| p.threads.len()).sum();
     eprintln!(
-        "sysprof: {:.2} s, {} samples, {} processes, {threads} threads; wrote {} ({}) in {:.2} s; open it at https://profiler.firefox.com",
+        "sysprof: {:.2} s, {} samples, {} processes, {threads} threads; wrote {} ({}) in {:.2} s; open it: sysprof view {}",
         (rec.end_ns - rec.start_ns) as f64 / 1e9,
         st.samples_kept,
         rec.processes.len(),
         path.display(),
         human_bytes(bytes),
         write_time.as_secs_f64(),
+        shell_word(&path.to_string_lossy()),
     );
     let mut lost = Vec::new();
     if st.lost_samples > 0 {
@@ -264,11 +277,36 @@ fn print_summary(rec: &Recording, path: &Path, bytes: u64, write_time: Duration,
     if st.lost_sideband + st.malformed > 0 {
         lost.push(format!("{} process events (sideband ring full)", st.lost_sideband + st.malformed));
     }
+    let mut said = Vec::new();
     if !lost.is_empty() {
-        eprintln!("sysprof: lost {}", lost.join(", "));
+        said.push(format!("lost {}", lost.join(", ")));
+    }
+    // Stacks cut by the copy's end: a few are normal (deep recursion); past
+    // one in a hundred the picture is missing its callers.
+    let u = st.unwind;
+    let cut = u.copy_exhausted - u.copy_exhausted_in_profiler;
+    if args.call_graph == "dwarf" && cut * 100 > u.unwinds && args.stack_size as usize != abi::MAX_STACK_COPY {
+        said.push(format!(
+            "{cut} of {} user stacks cut at the {}-byte copy (--stack-size {} reaches deeper)",
+            u.unwinds,
+            args.stack_size,
+            abi::MAX_STACK_COPY
+        ));
+    }
+    if !said.is_empty() {
+        eprintln!("sysprof: {}", said.join("; "));
     }
     if args.verbose {
         eprintln!("sysprof: {}", stats_line(rec));
+    }
+}
+
+/// `s` as one shell word: as is when it is plain, else single-quoted.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 
@@ -341,12 +379,28 @@ impl Timing {
     }
 }
 
-/// Give SIGINT and SIGTERM back their default action.
-fn restore_default_signals() {
-    // SAFETY: resetting dispositions to SIG_DFL is always allowed.
+/// Give SIGINT and SIGTERM back their default action; returns the actions
+/// they had (tokio's handlers), for [`reinstate_signals`].
+fn restore_default_signals() -> [libc::sigaction; 2] {
+    let mut saved: [libc::sigaction; 2] = unsafe { std::mem::zeroed() };
+    // SAFETY: valid signal numbers, a valid new action and places for the old ones.
     unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_DFL);
-        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGINT, &default, &mut saved[0]);
+        libc::sigaction(libc::SIGTERM, &default, &mut saved[1]);
+    }
+    saved
+}
+
+/// Put back the actions [`restore_default_signals`] replaced: tokio
+/// installs its handler once per process, so a later runtime (`--open`'s
+/// server) would otherwise never see SIGINT or SIGTERM and die of them.
+fn reinstate_signals(saved: &[libc::sigaction; 2]) {
+    // SAFETY: actions read from the kernel for these very signals.
+    unsafe {
+        libc::sigaction(libc::SIGINT, &saved[0], std::ptr::null_mut());
+        libc::sigaction(libc::SIGTERM, &saved[1], std::ptr::null_mut());
     }
 }
 

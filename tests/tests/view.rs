@@ -1,0 +1,227 @@
+//! Integration tests of `sysprof view`: the release binary serves a file,
+//! and a hand-written HTTP/1.1 client plays the Firefox Profiler (which
+//! must get the bytes, with CORS) and another local user (who must not find
+//! them without the token). Needs no root and no BPF.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use sysprof_tests::*;
+
+const PROFILER: &str = "https://profiler.firefox.com/from-url/";
+
+/// How long output may take to appear on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+const SIGTERM: i32 = 15;
+
+/// A running `sysprof view --no-open`, killed if a test fails before it ends.
+struct Viewer {
+    child: Child,
+    lines: Receiver<String>,
+    /// Stdout lines up to the link.
+    printed: Vec<String>,
+    /// The served URL, decoded from the link.
+    port: u16,
+    path: String,
+}
+
+impl Viewer {
+    /// Start serving `file` with `env` added, and wait for the link.
+    fn start(file: &Path, env: &[(&str, &str)]) -> Viewer {
+        let mut child = Command::new(sysprof_bin())
+            .args(["view", "--no-open"])
+            .arg(file)
+            .env_remove("SSH_CONNECTION")
+            .env_remove("SSH_CLIENT")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("running sysprof view");
+        let stdout = child.stdout.take().unwrap();
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut viewer = Viewer { child, lines, printed: Vec::new(), port: 0, path: String::new() };
+        let link = viewer.wait_for_line(|l| l.starts_with(PROFILER));
+        let url = percent_decode(link.strip_prefix(PROFILER).unwrap().strip_suffix('/').expect("the link ends with /"));
+        let (authority, path) = url.strip_prefix("http://").unwrap().split_once('/').unwrap();
+        let (host, port) = authority.split_once(':').unwrap();
+        assert_eq!(host, "127.0.0.1", "served on loopback only: {url}");
+        viewer.port = port.parse().unwrap();
+        viewer.path = format!("/{path}");
+        viewer
+    }
+
+    /// The next stdout line that `wanted` accepts; panics after [`PATIENCE`].
+    fn wait_for_line(&mut self, wanted: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if wanted(&line) => return line,
+                Ok(line) => self.printed.push(line),
+                Err(e) => panic!("sysprof view did not print the expected line ({e}); it printed {:?}", self.printed),
+            }
+        }
+    }
+
+    /// SIGTERM, then the exit status once it has exited.
+    fn terminate(&mut self) -> ExitStatus {
+        // SAFETY: signalling our own child, which has not been reaped yet.
+        assert_eq!(unsafe { kill(self.child.id() as i32, SIGTERM) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "sysprof view still runs 5 s after SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Viewer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 answer.
+struct Answer {
+    status: u16,
+    /// Header names in lower case.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// `method path` on a new connection to 127.0.0.1:`port`, with the
+/// profiler's Origin and `extra` header lines; the connection is closed
+/// after the answer, so the body is whatever follows the head.
+fn request(port: u16, method: &str, path: &str, extra: &str) -> Answer {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connecting to sysprof view");
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: https://profiler.firefox.com\r\n{extra}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("reading the answer");
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("an HTTP head");
+    let head = String::from_utf8(raw[..end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap();
+    let status = status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{status_line}"));
+    let headers = lines
+        .map(|l| {
+            let (name, value) = l.split_once(':').unwrap();
+            (name.trim().to_ascii_lowercase(), value.trim().to_string())
+        })
+        .collect();
+    Answer { status, headers, body: raw[end + 4..].to_vec() }
+}
+
+/// `%XX` escapes back to bytes.
+fn percent_decode(s: &str) -> String {
+    let mut out = Vec::new();
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hex = [bytes.next().unwrap(), bytes.next().unwrap()];
+            out.push(u8::from_str_radix(std::str::from_utf8(&hex).unwrap(), 16).unwrap());
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// ~100 KB of random bytes named like a compressed profile.
+fn random_profile(dir: &Path) -> (std::path::PathBuf, Vec<u8>) {
+    let mut bytes = vec![0u8; 100_000];
+    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut bytes).unwrap();
+    let path = dir.join("profile.json.gz");
+    std::fs::write(&path, &bytes).unwrap();
+    (path, bytes)
+}
+
+/// Check that the link leads the profiler to the file's exact bytes, with
+/// CORS, on loopback; that a token one digit off, or the root, finds
+/// nothing; that a preflight is answered; and that SIGTERM ends it with 0.
+#[test]
+fn view_serves_the_file_to_the_profiler_and_nobody_else() {
+    let dir = scratch("view-serves");
+    let (file, bytes) = random_profile(&dir);
+    let mut viewer = Viewer::start(&file, &[]);
+    let port = viewer.port;
+
+    let token = viewer.path.split('/').nth(1).unwrap().to_string();
+    assert!(token.len() >= 32 && token.bytes().all(|b| b.is_ascii_hexdigit()), "a 128-bit hex token: {token}");
+
+    let got = request(port, "GET", &viewer.path, "");
+    assert_eq!(got.status, 200);
+    assert!(got.body == bytes, "the body is the file byte for byte ({} bytes, file {})", got.body.len(), bytes.len());
+    assert!(got.header("access-control-allow-origin").is_some(), "CORS: {:?}", got.headers);
+    assert_eq!(got.header("content-length"), Some(bytes.len().to_string().as_str()));
+    assert_eq!(got.header("content-encoding"), None, "served as on disk");
+
+    let flipped = if token.starts_with('0') { '1' } else { '0' };
+    let wrong = viewer.path.replacen(&token, &format!("{flipped}{}", &token[1..]), 1);
+    assert_eq!(request(port, "GET", &wrong, "").status, 404, "{wrong}");
+    assert_eq!(request(port, "GET", "/", "").status, 404);
+
+    let preflight = request(port, "OPTIONS", &viewer.path, "Access-Control-Request-Method: GET\r\n");
+    assert!((200..300).contains(&preflight.status), "preflight status {}", preflight.status);
+    assert!(preflight.header("access-control-allow-origin").is_some(), "{:?}", preflight.headers);
+    assert!(
+        preflight.header("access-control-allow-methods").is_some_and(|m| m.contains("GET")),
+        "{:?}",
+        preflight.headers
+    );
+
+    let status = viewer.terminate();
+    assert_eq!(status.code(), Some(0), "exit after SIGTERM: {status}");
+}
+
+/// Check that a missing file is a problem with the request: exit 2 and one
+/// line on stderr.
+#[test]
+fn view_of_a_missing_file_says_so_in_one_line() {
+    let out = Command::new(sysprof_bin()).args(["view", "--no-open", "/nonexistent"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr:?}");
+}
+
+/// Check that over SSH the output says how to forward the served port.
+#[test]
+fn view_over_ssh_prints_the_tunnel_command() {
+    let dir = scratch("view-ssh");
+    let (file, _) = random_profile(&dir);
+    let mut viewer = Viewer::start(&file, &[("SSH_CONNECTION", "10.0.0.1 5555 10.0.0.2 22")]);
+    let port = viewer.port;
+    let hint = viewer.wait_for_line(|l| l.contains("ssh -L"));
+    assert!(hint.contains(&format!("ssh -L {port}:127.0.0.1:{port} ")), "{hint}");
+    assert!(hint.contains("10.0.0.2"), "the host the SSH client connected to: {hint}");
+}

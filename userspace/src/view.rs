@@ -1,0 +1,547 @@
+//! `sysprof view`: serve one profile file to the Firefox Profiler.
+//!
+//! In: the path of a profile (`.json` or `.json.gz`), read once at start;
+//! the environment, to tell an SSH session and a sudo invocation. Out: on
+//! stdout, the `https://profiler.firefox.com/from-url/…/` link (and, over
+//! SSH, the `ssh -L` command that brings the port to the user's machine);
+//! an HTTP server on 127.0.0.1 answering exactly one path, `/TOKEN/NAME`,
+//! with the file's bytes until SIGINT or SIGTERM; optionally a browser
+//! started at the link, as the user who ran sudo.
+//!
+//! Invariants: nothing listens beyond loopback, and the path holds 128
+//! random bits, so other users of the machine can reach the port but not
+//! guess the profile's URL: every other path is a 404. The bytes go out as
+//! they are on disk, without `Content-Encoding`: the profiler recognises
+//! gzip by its magic and inflates it itself.
+
+use std::convert::Infallible;
+use std::ffi::{CStr, CString, OsStr};
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::cli::ViewArgs;
+use crate::error::RecordError;
+
+/// The Firefox Profiler's page that fetches a profile from a URL.
+const PROFILER_FROM_URL: &str = "https://profiler.firefox.com/from-url/";
+
+/// Everything but RFC 3986's unreserved characters (as JavaScript's
+/// `encodeURIComponent`, which also spares `!*'()`): the serving URL must
+/// travel as a single path segment of the profiler's URL.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// The methods the served path answers.
+const ALLOWED_METHODS: &str = "GET, HEAD, OPTIONS";
+
+/// Serve `args.path` until Ctrl-C; returns the exit status.
+pub fn run(args: ViewArgs) -> Result<i32, RecordError> {
+    serve(&args.path, !args.no_open, args.port)
+}
+
+/// Serve `path` on 127.0.0.1:`port` (0: any free port) under a random
+/// token, print the Firefox Profiler link, open it in a browser if `open`;
+/// returns 0 once SIGINT or SIGTERM arrives. Builds its own event loop, so
+/// it must be called outside any tokio runtime.
+pub fn serve(path: &Path, open: bool, port: u16) -> Result<i32, RecordError> {
+    let served = Arc::new(Served::read(path, &token()?)?);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RecordError::Internal(format!("cannot start the event loop: {e}")))?;
+    runtime.block_on(serve_until_signal(path, served, open, port))
+}
+
+/// The one file served and where.
+struct Served {
+    /// `/TOKEN/NAME`, the only path answered.
+    route: String,
+    /// The file's bytes.
+    body: Bytes,
+    content_type: &'static str,
+}
+
+impl Served {
+    /// Read the profile at `path` to serve it under `token`.
+    fn read(path: &Path, token: &str) -> Result<Served, RecordError> {
+        let unusable = |why: String| {
+            RecordError::Usage(format!(
+                "cannot serve {}: {why}; give the path of a profile written by sysprof record (.json or .json.gz)",
+                path.display()
+            ))
+        };
+        let meta = std::fs::metadata(path).map_err(|e| unusable(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(unusable("not a regular file".into()));
+        }
+        let body = std::fs::read(path).map_err(|e| unusable(e.to_string()))?;
+        let name = path.file_name().map(OsStr::to_string_lossy).unwrap_or_default();
+        let content_type = if name.ends_with(".gz") { "application/gzip" } else { "application/json" };
+        Ok(Served { route: route(token, &name), body: body.into(), content_type })
+    }
+}
+
+/// 128 random bits from the kernel's generator, in hex.
+fn token() -> Result<String, RecordError> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| RecordError::Internal(format!("cannot read /dev/urandom: {e}; check that /dev is mounted")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `/TOKEN/NAME`, NAME being the file's name with anything but
+/// `[A-Za-z0-9._-]` made `_`: a path that needs no escaping matches byte
+/// for byte however a client encodes URLs.
+fn route(token: &str, file_name: &str) -> String {
+    let name: String = file_name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .collect();
+    format!("/{token}/{name}")
+}
+
+/// The Firefox Profiler link that loads the profile at `url`.
+fn profiler_link(url: &str) -> String {
+    format!("{PROFILER_FROM_URL}{}/", utf8_percent_encode(url, COMPONENT))
+}
+
+/// The answer to `method path`: the file at its route, 404 anywhere else.
+/// Every answer allows any origin: the profiler's page fetches from
+/// profiler.firefox.com, and the token, not the origin, is the secret.
+fn respond(served: &Served, method: &Method, path: &str) -> Response<Full<Bytes>> {
+    let (status, body) = if path != served.route {
+        (StatusCode::NOT_FOUND, Bytes::from_static(b"not found\n"))
+    } else {
+        match *method {
+            Method::GET => (StatusCode::OK, served.body.clone()),
+            Method::HEAD => (StatusCode::OK, Bytes::new()),
+            Method::OPTIONS => (StatusCode::NO_CONTENT, Bytes::new()),
+            _ => (StatusCode::METHOD_NOT_ALLOWED, Bytes::new()),
+        }
+    };
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    match status {
+        StatusCode::OK => {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(served.content_type));
+            // Set by hand so that HEAD, which sends no body, tells the length too.
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(served.body.len()));
+        }
+        StatusCode::NO_CONTENT => {
+            headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(ALLOWED_METHODS));
+            headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("*"));
+            headers.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
+        }
+        StatusCode::METHOD_NOT_ALLOWED => {
+            headers.insert(header::ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+        }
+        _ => {}
+    }
+    response
+}
+
+/// Listen, print the link (and the SSH hint), start the browser, then
+/// answer connections, each on its own task, until SIGINT or SIGTERM.
+async fn serve_until_signal(path: &Path, served: Arc<Served>, open: bool, port: u16) -> Result<i32, RecordError> {
+    // Before the link is printed: whoever reads it may stop us right away.
+    let watch = |kind| signal(kind).map_err(|e| RecordError::Internal(format!("cannot watch for Ctrl-C: {e}")));
+    let (mut sigint, mut sigterm) = (watch(SignalKind::interrupt())?, watch(SignalKind::terminate())?);
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await.map_err(|e| {
+        RecordError::Usage(format!(
+            "cannot listen on 127.0.0.1:{port}: {e}; choose another port with --port, or leave it out"
+        ))
+    })?;
+    let port =
+        listener.local_addr().map_err(|e| RecordError::Internal(format!("cannot tell the port served: {e}")))?.port();
+
+    let link = profiler_link(&format!("http://127.0.0.1:{port}{}", served.route));
+    println!(
+        "serving {} ({} bytes) on 127.0.0.1:{port} until Ctrl-C; open it in the Firefox Profiler:",
+        path.display(),
+        served.body.len()
+    );
+    println!("{link}");
+    let user = env_var("SUDO_USER").or_else(|| env_var("USER"));
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let connection = session_var("SSH_CONNECTION");
+    let client = session_var("SSH_CLIENT");
+    if let Some(tunnel) = ssh_tunnel(connection.as_deref(), client.as_deref(), user.as_deref(), hostname.trim(), port) {
+        println!("over SSH: run `{tunnel}` on your own machine, then open the link there");
+    }
+    if open {
+        open_browser(&link);
+    }
+
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let served = Arc::clone(&served);
+                    tokio::spawn(async move {
+                        let service = service_fn(move |request: Request<Incoming>| {
+                            let response = respond(&served, request.method(), request.uri().path());
+                            async move { Ok::<_, Infallible>(response) }
+                        });
+                        // The timer gives hyper's default limit on reading
+                        // request headers, so silent connections end. A
+                        // client that goes away mid-answer is its own affair.
+                        let _ = http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+                // What accept fails with (a connection reset before it was
+                // taken, no file descriptors left) passes; serving goes on.
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            },
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+        }
+    }
+    Ok(0)
+}
+
+/// A non-empty environment variable.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// `$name` of the login session: ours, or under sudo, which drops the
+/// `SSH_*` variables, the one sudo itself (our parent) was started with.
+fn session_var(name: &str) -> Option<String> {
+    env_var(name).or_else(|| {
+        env_var("SUDO_USER")?;
+        let environ = std::fs::read(format!("/proc/{}/environ", std::os::unix::process::parent_id())).ok()?;
+        environ_var(&environ, name)
+    })
+}
+
+/// `name`'s non-empty value in a `/proc/PID/environ` (NUL-separated `NAME=value`).
+fn environ_var(environ: &[u8], name: &str) -> Option<String> {
+    environ
+        .split(|&b| b == 0)
+        .find_map(|entry| entry.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
+        .filter(|value| !value.is_empty())
+        .map(|value| String::from_utf8_lossy(value).into_owned())
+}
+
+/// The command that forwards `port` of the user's own machine to this
+/// machine's loopback, when the session came over SSH: the host is the
+/// address the SSH client connected to (`$SSH_CONNECTION` is "client port
+/// server port"), else this machine's name (`$SSH_CLIENT` has no server).
+fn ssh_tunnel(
+    connection: Option<&str>,
+    client: Option<&str>,
+    user: Option<&str>,
+    hostname: &str,
+    port: u16,
+) -> Option<String> {
+    let host = match connection.and_then(|c| c.split_whitespace().nth(2)) {
+        Some(server) => server,
+        None if connection.is_some() || client.is_some() => hostname,
+        None => return None,
+    };
+    let login = user.map(|u| format!("{u}@")).unwrap_or_default();
+    Some(format!("ssh -L {port}:127.0.0.1:{port} {login}{host}"))
+}
+
+/// Start a browser at `link`: the first of `$BROWSER`'s `:`-separated
+/// commands that starts, else `xdg-open`. Never fails: the link is printed,
+/// so when no browser starts, one line says so and serving goes on.
+fn open_browser(link: &str) {
+    let commands: Vec<String> = match env_var("BROWSER") {
+        Some(list) => list.split(':').filter(|c| !c.trim().is_empty()).map(String::from).collect(),
+        // Without a display xdg-open falls back to text browsers, which
+        // cannot run without our terminal.
+        None if env_var("DISPLAY").is_none() && env_var("WAYLAND_DISPLAY").is_none() => {
+            return no_browser("no display: DISPLAY and WAYLAND_DISPLAY are unset");
+        }
+        None => vec!["xdg-open".into()],
+    };
+    let invoker = Invoker::from_sudo();
+    let mut why = String::from("$BROWSER names no command");
+    for command in &commands {
+        let argv = browser_argv(command, link);
+        match spawn_browser(&argv, invoker.as_ref()) {
+            Ok(mut child) => {
+                let program = argv[0].clone();
+                // Reaped, not awaited: a browser may outlive the server. One
+                // that hands the link to a running browser exits at once, and
+                // xdg-open exits 3 or 4 when nothing can open it.
+                tokio::spawn(async move {
+                    if let Ok(status) = child.wait().await {
+                        if !status.success() {
+                            no_browser(&format!("{program} failed, {status}"));
+                        }
+                    }
+                });
+                return;
+            }
+            Err(e) => why = format!("{}: {e}", argv[0]),
+        }
+    }
+    no_browser(&why);
+}
+
+fn no_browser(why: &str) {
+    eprintln!("sysprof: no browser started ({why}): open the link above");
+}
+
+/// The program and arguments of one `$BROWSER` command: words split on
+/// blanks, `%s` standing for the link (the xdg-utils convention), else the
+/// link appended.
+fn browser_argv(command: &str, link: &str) -> Vec<String> {
+    let mut argv: Vec<String> = command.split_whitespace().map(String::from).collect();
+    if argv.iter().any(|a| a.contains("%s")) {
+        argv.iter_mut().for_each(|a| *a = a.replace("%s", link));
+    } else {
+        argv.push(link.to_string());
+    }
+    argv
+}
+
+/// Start `argv` detached: stdio on /dev/null, in a session of its own, as
+/// `invoker` when there is one.
+fn spawn_browser(argv: &[String], invoker: Option<&Invoker>) -> std::io::Result<tokio::process::Child> {
+    let mut command = tokio::process::Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let ids = invoker.map(|user| {
+        user.set_env(&mut command);
+        (user.uid, user.gid, user.groups.clone())
+    });
+    // SAFETY: between fork and exec the closure makes only system calls,
+    // which are async-signal-safe, on data prepared before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            // Its own session: Ctrl-C in this terminal stops the server, not
+            // a browser it started.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some((uid, gid, groups)) = &ids {
+                // Groups and gid first: once the uid is dropped they are fixed.
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(*gid) != 0
+                    || libc::setuid(*uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    command.spawn()
+}
+
+/// The user who ran `sudo sysprof …`: a browser runs as them, with their
+/// home and session bus, never as root.
+struct Invoker {
+    name: String,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+    home: Option<PathBuf>,
+}
+
+impl Invoker {
+    /// From sudo's `SUDO_UID`, `SUDO_GID` and `SUDO_USER`, when we are root.
+    fn from_sudo() -> Option<Invoker> {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return None;
+        }
+        let uid = env_var("SUDO_UID")?.parse().ok()?;
+        let gid = env_var("SUDO_GID")?.parse().ok()?;
+        let name = env_var("SUDO_USER")?;
+        let c_name = CString::new(name.as_str()).ok()?;
+        Some(Invoker { groups: groups_of(&c_name, gid), home: home_of(&c_name), name, uid, gid })
+    }
+
+    /// What a desktop program needs to find the user's session.
+    fn set_env(&self, command: &mut tokio::process::Command) {
+        command.env("USER", &self.name).env("LOGNAME", &self.name);
+        if let Some(home) = &self.home {
+            command.env("HOME", home);
+        }
+        let runtime_dir = PathBuf::from(format!("/run/user/{}", self.uid));
+        if env_var("XDG_RUNTIME_DIR").is_none() && runtime_dir.is_dir() {
+            command.env("XDG_RUNTIME_DIR", &runtime_dir);
+        }
+        let bus = runtime_dir.join("bus");
+        if env_var("DBUS_SESSION_BUS_ADDRESS").is_none() && bus.exists() {
+            command.env("DBUS_SESSION_BUS_ADDRESS", format!("unix:path={}", bus.display()));
+        }
+    }
+}
+
+/// `user`'s home directory from the user database (files, LDAP, …).
+fn home_of(user: &CStr) -> Option<PathBuf> {
+    // SAFETY: a zeroed passwd is a valid out-parameter.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut found = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; the strings it stores
+    // in `entry` point into `buf`, which outlives their use below.
+    let rc = unsafe { libc::getpwnam_r(user.as_ptr(), &mut entry, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || entry.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: getpwnam_r succeeded, so pw_dir is a NUL-terminated string in `buf`.
+    let dir = unsafe { CStr::from_ptr(entry.pw_dir) };
+    Some(PathBuf::from(OsStr::from_bytes(dir.to_bytes())))
+}
+
+/// `user`'s groups, `gid` among them; just `gid` if the database fails.
+fn groups_of(user: &CStr, gid: libc::gid_t) -> Vec<libc::gid_t> {
+    let mut groups = vec![0; 64];
+    // Twice at most: a list too long for the first call reports its length.
+    for _ in 0..2 {
+        let mut len = groups.len() as libc::c_int;
+        // SAFETY: `groups` has room for `len` entries.
+        if unsafe { libc::getgrouplist(user.as_ptr(), gid, groups.as_mut_ptr(), &mut len) } >= 0 {
+            groups.truncate(len as usize);
+            return groups;
+        }
+        groups.resize(len.max(0) as usize, 0);
+    }
+    vec![gid]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    fn served() -> Served {
+        Served {
+            route: route(TOKEN, "profile.json.gz"),
+            body: Bytes::from_static(b"\x1f\x8b profile"),
+            content_type: "application/gzip",
+        }
+    }
+
+    /// Check that the serving URL is encoded as one component, as
+    /// `encodeURIComponent` would: `:` and `/` escaped, unreserved kept.
+    #[test]
+    fn link_encodes_the_url_as_one_component() {
+        let link = profiler_link(&format!("http://127.0.0.1:8000/{TOKEN}/a-b_c.json.gz"));
+        assert_eq!(
+            link,
+            format!("https://profiler.firefox.com/from-url/http%3A%2F%2F127.0.0.1%3A8000%2F{TOKEN}%2Fa-b_c.json.gz/")
+        );
+        assert_eq!(profiler_link("a b~?&=#"), "https://profiler.firefox.com/from-url/a%20b~%3F%26%3D%23/");
+    }
+
+    /// Check that the route keeps the file's name when safe and replaces
+    /// what a client could encode differently.
+    #[test]
+    fn route_needs_no_escaping() {
+        assert_eq!(route(TOKEN, "prof-1_a.json.gz"), format!("/{TOKEN}/prof-1_a.json.gz"));
+        assert_eq!(route(TOKEN, "my prof%20é.json"), format!("/{TOKEN}/my_prof_20_.json"));
+    }
+
+    /// Check that only the exact route is served, with CORS and the file's bytes.
+    #[test]
+    fn only_the_route_is_served() {
+        let served = served();
+        let ok = respond(&served, &Method::GET, &served.route);
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(ok.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+        assert_eq!(ok.headers()[header::CONTENT_TYPE], "application/gzip");
+        assert_eq!(ok.headers()[header::CONTENT_LENGTH], served.body.len().to_string().as_str());
+        assert!(ok.headers().get(header::CONTENT_ENCODING).is_none());
+
+        let wrong_token = served.route.replacen('0', "1", 1);
+        for path in
+            [wrong_token.as_str(), "/", &format!("/{TOKEN}"), &format!("/{TOKEN}/"), &format!("{}/x", served.route)]
+        {
+            assert_eq!(respond(&served, &Method::GET, path).status(), StatusCode::NOT_FOUND, "{path}");
+        }
+    }
+
+    /// Check that HEAD tells the length without the body, that a preflight
+    /// gets the CORS headers, and that other methods are refused.
+    #[test]
+    fn head_options_and_other_methods() {
+        let served = served();
+        let head = respond(&served, &Method::HEAD, &served.route);
+        assert_eq!(head.status(), StatusCode::OK);
+        assert_eq!(head.headers()[header::CONTENT_LENGTH], served.body.len().to_string().as_str());
+
+        let preflight = respond(&served, &Method::OPTIONS, &served.route);
+        assert_eq!(preflight.status(), StatusCode::NO_CONTENT);
+        assert_eq!(preflight.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
+        assert_eq!(preflight.headers()[header::ACCESS_CONTROL_ALLOW_METHODS], ALLOWED_METHODS);
+
+        let post = respond(&served, &Method::POST, &served.route);
+        assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(post.headers()[header::ALLOW], ALLOWED_METHODS);
+    }
+
+    /// Check that the SSH hint names the server address of `$SSH_CONNECTION`,
+    /// falls back to the host name with only `$SSH_CLIENT`, and is absent
+    /// outside SSH.
+    #[test]
+    fn ssh_tunnel_from_the_environment() {
+        assert_eq!(
+            ssh_tunnel(Some("10.0.0.1 5555 10.0.0.2 22"), None, Some("ann"), "box", 4000).as_deref(),
+            Some("ssh -L 4000:127.0.0.1:4000 ann@10.0.0.2")
+        );
+        assert_eq!(
+            ssh_tunnel(None, Some("10.0.0.1 5555 22"), None, "box", 4000).as_deref(),
+            Some("ssh -L 4000:127.0.0.1:4000 box")
+        );
+        assert_eq!(ssh_tunnel(None, None, Some("ann"), "box", 4000), None);
+    }
+
+    /// Check that a variable is found in a `/proc/PID/environ`, by its whole
+    /// name only.
+    #[test]
+    fn environ_lookup() {
+        let environ = b"SSH_CONNECTION_X=no\0SSH_CONNECTION=1 2 3 4\0EMPTY=\0";
+        assert_eq!(environ_var(environ, "SSH_CONNECTION").as_deref(), Some("1 2 3 4"));
+        assert_eq!(environ_var(environ, "EMPTY"), None);
+        assert_eq!(environ_var(environ, "SSH"), None);
+    }
+
+    /// Check that `$BROWSER` commands get the link in place of `%s`, else at the end.
+    #[test]
+    fn browser_commands() {
+        assert_eq!(browser_argv("firefox", "L"), ["firefox", "L"]);
+        assert_eq!(browser_argv("firefox --new-window", "L"), ["firefox", "--new-window", "L"]);
+        assert_eq!(browser_argv("open-it --url=%s --now", "L"), ["open-it", "--url=L", "--now"]);
+    }
+
+    /// Check that a missing file and a directory are problems with the request.
+    #[test]
+    fn unusable_paths_are_usage_errors() {
+        for path in ["/nonexistent/profile.json", "/"] {
+            match Served::read(Path::new(path), TOKEN) {
+                Err(e @ RecordError::Usage(_)) => assert!(!e.to_string().contains('\n')),
+                other => panic!("{path}: {:?}", other.map(|s| s.route)),
+            }
+        }
+    }
+}
