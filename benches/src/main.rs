@@ -28,7 +28,30 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use clap::Parser;
 use serde_json::json;
+
+/// sysprof side by side with perf and samply: every figure a median of
+/// alternating runs, written to target/bench/results.{md,json}.
+#[derive(Parser)]
+#[command(name = "cargo xtask bench", bin_name = "cargo xtask bench")]
+struct Args {
+    /// One run per configuration and shorter workloads (a smoke run, not figures to quote).
+    #[arg(long)]
+    quick: bool,
+    /// Only the offline userspace benchmarks (no root needed).
+    #[arg(long)]
+    micro: bool,
+    /// Only the agent section.
+    #[arg(long)]
+    agent: bool,
+    /// Only these workloads (cpu, switch, fork, io, long, agent), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
+    #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
+    soak: Option<u64>,
+}
 
 const FREQ: u32 = 999;
 /// Time given to a system-wide profiler to attach before the workload starts.
@@ -81,16 +104,11 @@ struct Run {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let only_micro = args.iter().any(|a| a == "--micro");
+    let args = Args::parse();
+    let quick = args.quick;
+    let only_micro = args.micro;
     let reps = if quick { 1 } else { 3 };
-    // --only NAME[,NAME]: run only these workloads.
-    let only: Option<Vec<String>> = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.split(',').map(str::to_string).collect());
+    let only: Option<Vec<String>> = (!args.only.is_empty()).then(|| args.only.clone());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let out_dir = root.join("target/bench");
     std::fs::create_dir_all(&out_dir)?;
@@ -105,9 +123,8 @@ fn main() -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("the system-wide benchmarks need root (BPF, perf -a): run `sudo -E cargo xtask bench`");
     }
-    // --agent: only the agent section; --soak [MINUTES]: the agent for an hour (or MINUTES) beside a fork storm.
-    let only_agent = args.iter().any(|a| a == "--agent");
-    let soak_minutes: Option<u64> = args.iter().position(|a| a == "--soak").map(|i| args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(60));
+    let only_agent = args.agent;
+    let soak_minutes = args.soak;
 
     let work = out_dir.join("work");
     std::fs::create_dir_all(&work)?;

@@ -46,7 +46,8 @@ enum Task {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
         repeat: u32,
     },
-    /// Benchmarks side by side with perf and samply (arguments go to the bench harness; try `-- --help`).
+    /// Benchmarks side by side with perf and samply (`cargo xtask bench --help` lists the harness's options).
+    #[command(disable_help_flag = true)]
     Bench {
         /// Arguments for the bench harness.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
