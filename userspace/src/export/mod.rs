@@ -269,21 +269,8 @@ pub struct PprofDir {
 impl PprofDir {
     /// Write into `dir` (created mode 0700 if missing).
     pub fn new(dir: &std::path::Path, labels: Labels, max_bytes: u64, max_age: Duration) -> Result<PprofDir, String> {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create the pprof directory {}: {e}", dir.display()))?;
-        let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        if !meta.is_dir() {
-            return Err(format!("{} is not a directory (or is a symlink); give a directory with --pprof-dir", dir.display()));
-        }
-        // The files hold every process's command lines and stacks: as with
-        // the store, a directory another user owns or can write is refused
-        // (they could remove or replace what root writes there).
-        use std::os::unix::fs::MetadataExt;
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        if meta.uid() != me || meta.mode() & 0o022 != 0 {
-            return Err(format!("{} belongs to another user or others can write it; give a directory of root's with --pprof-dir", dir.display()));
-        }
+        // The files hold every process's command lines and stacks: as the store.
+        crate::store::private_dir(dir, "the pprof directory").map_err(|e| format!("{e}; give another with --pprof-dir"))?;
         Ok(PprofDir { dir: dir.to_path_buf(), labels, max_bytes, max_age })
     }
 
@@ -345,8 +332,8 @@ impl Exporter for PprofDir {
 mod tests {
     use super::*;
 
-    /// Check that a pprof directory others can write is refused, and a
-    /// private one taken.
+    /// Check that a pprof directory others can write, a symlink and another
+    /// user's directory are refused, and a private one taken.
     #[test]
     fn pprof_dirs_others_can_write_are_refused() {
         use std::os::unix::fs::PermissionsExt;
@@ -358,7 +345,19 @@ mod tests {
         std::fs::create_dir_all(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = PprofDir::new(&open, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused");
-        assert!(e.contains("others can write") && e.contains("--pprof-dir"), "{e}");
+        assert!(e.contains("can be written by others") && e.contains("--pprof-dir"), "{e}");
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&private, &link).unwrap();
+        let e = PprofDir::new(&link, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused");
+        assert!(e.contains("is a symlink"), "{e}");
+        // Another user's directory (only root can make one to test with).
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = dir.join("theirs");
+            std::fs::create_dir_all(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let e = PprofDir::new(&theirs, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused");
+            assert!(e.contains("belongs to uid 65534"), "{e}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -108,6 +108,31 @@ fn io_err(path: &Path, e: std::io::Error) -> String {
     format!("{}: {e}", path.display())
 }
 
+/// Create `dir` (mode 0700) if it is missing and check that it is a
+/// directory of ours nobody else can write: a planted or shared directory
+/// would let its owner read, remove or replace what root writes there.
+/// `what` names it in errors ("the store"); the caller adds the option
+/// that chooses another.
+pub fn private_dir(dir: &Path, what: &str) -> Result<(), String> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create {what} {}: {e}", dir.display()))?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot open {what} {}: {e}", dir.display()))?;
+    if meta.file_type().is_symlink() {
+        return Err(format!("{what} {} is a symlink, not the real directory", dir.display()));
+    }
+    if !meta.is_dir() {
+        return Err(format!("{what} {} is not a directory", dir.display()));
+    }
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != euid {
+        return Err(format!("{what} {} belongs to uid {}, not to us (uid {euid})", dir.display(), meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!("{what} {} can be written by others (mode {:o}); `chmod go-w` it", dir.display(), meta.mode() & 0o7777));
+    }
+    Ok(())
+}
+
 impl Store {
     /// Open the store at `dir`. With `create`, make it (mode 0700) if it
     /// does not exist and check it can be written; either way refuse a
@@ -115,25 +140,15 @@ impl Store {
     /// write to.
     pub fn open(dir: &Path, create: bool) -> Result<Store, String> {
         if create {
-            match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
-                Ok(()) => {}
-                Err(e) => return Err(format!("cannot create the store directory {}: {e}", dir.display())),
+            private_dir(dir, "the store")?;
+        } else {
+            let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot open the store {}: {e}", dir.display()))?;
+            if meta.file_type().is_symlink() {
+                return Err(format!("the store {} is a symlink, not the real directory", dir.display()));
             }
-        }
-        let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot open the store {}: {e}", dir.display()))?;
-        if meta.file_type().is_symlink() {
-            return Err(format!("the store {} is a symlink; give the real directory", dir.display()));
-        }
-        if !meta.is_dir() {
-            return Err(format!("the store {} is not a directory", dir.display()));
-        }
-        // SAFETY: geteuid cannot fail.
-        let euid = unsafe { libc::geteuid() };
-        if create && meta.uid() != euid {
-            return Err(format!("the store {} belongs to uid {}, not to us (uid {euid}); give a directory of our own", dir.display(), meta.uid()));
-        }
-        if create && meta.mode() & 0o022 != 0 {
-            return Err(format!("the store {} can be written by others (mode {:o}); `chmod go-w` it or give another", dir.display(), meta.mode() & 0o7777));
+            if !meta.is_dir() {
+                return Err(format!("the store {} is not a directory", dir.display()));
+            }
         }
         let store = Store { dir: dir.to_path_buf() };
         if create {
