@@ -15,6 +15,7 @@ fn main() {
     // Run again when HEAD moves: a checkout changes HEAD, a commit the
     // branch it names.
     println!("cargo:rerun-if-changed=../.git/HEAD");
+    println!("cargo:rerun-if-changed=../.git/packed-refs");
     if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
         println!("cargo:rerun-if-changed=../.git/{branch}");
     }

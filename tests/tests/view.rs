@@ -225,3 +225,30 @@ fn view_over_ssh_prints_the_tunnel_command() {
     assert!(hint.contains(&format!("ssh -L {port}:127.0.0.1:{port} ")), "{hint}");
     assert!(hint.contains("10.0.0.2"), "the host the SSH client connected to: {hint}");
 }
+
+/// Check that `--version` names the commit the binary was built from (as
+/// git says), and that the man pages and completions come from the option
+/// definitions: every subcommand has its page, and `record`'s page and the
+/// bash completion know `--off-cpu-threshold`.
+#[test]
+fn version_man_pages_and_completions_come_from_the_build() {
+    let head = Command::new("git").args(["rev-parse", "--short=10", "HEAD"]).current_dir(workspace_root()).output().unwrap();
+    let version = Command::new(sysprof_bin()).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout);
+    if head.status.success() {
+        let head = String::from_utf8_lossy(&head.stdout);
+        assert!(version.contains(&format!("(commit {})", head.trim())), "{version} vs HEAD {head}");
+    } else {
+        assert!(version.contains("(commit unknown)"), "outside git: {version}");
+    }
+    let dir = scratch("generate-man");
+    let out = Command::new(sysprof_bin()).args(["generate", "man"]).arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for sub in ["", "-record", "-agent", "-show", "-view", "-report", "-validate"] {
+        assert!(dir.join(format!("sysprof{sub}.1")).exists(), "sysprof{sub}.1");
+    }
+    let page = std::fs::read_to_string(dir.join("sysprof-record.1")).unwrap();
+    assert!(page.contains(".TH") && page.contains("off\\-cpu\\-threshold"), "{page}");
+    let bash = Command::new(sysprof_bin()).args(["generate", "bash"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&bash.stdout).contains("--off-cpu-threshold"));
+}
