@@ -647,7 +647,7 @@ fn report<'a>(profile: &'a ProfileFile, filter: &Filter, top: usize, path: &Path
         for t in delayed.iter().take(shown) {
             let mut h = Log2Histogram::default();
             t.run_delays_us.iter().for_each(|&us| h.add(us));
-            let _ = writeln!(out, "\n{}: {} wakeups, {:.1} ms waiting for a CPU", t.label, h.total(), total(t) / 1e3);
+            let _ = writeln!(out, "\n{}: {} waits, {:.1} ms of them runnable, waiting for a CPU", t.label, h.total(), total(t) / 1e3);
             h.write(&mut out, "usecs");
         }
     }
