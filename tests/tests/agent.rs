@@ -121,9 +121,16 @@ fn show_reads_while_the_agent_writes_and_compacts() {
     let store = dir.join("store");
     let agent = Agent::start(&store, &["--window", "1", "-F", "199", "--health-interval", "3600"], &[("SYSPROF_STORE_BUCKET_SECONDS", "3")]);
     let workload = Command::new(&exe).arg("4.0").stdout(std::process::Stdio::piped()).spawn().unwrap();
-    let until = std::time::Instant::now() + Duration::from_secs(9);
+    // From the first stored window on: before it the store is rightly
+    // empty (on a loaded machine the first window, which symbolizes all
+    // that runs, took longer than the 1.5 s this test once slept).
+    let first = std::time::Instant::now() + Duration::from_secs(30);
+    while store_segments(&store).is_empty() {
+        assert!(std::time::Instant::now() < first, "no window stored in 30 s: {}", agent.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let until = std::time::Instant::now() + Duration::from_secs(8);
     let mut reads = 0;
-    std::thread::sleep(Duration::from_millis(1500));
     while std::time::Instant::now() < until {
         let out = dir.join("live.folded");
         let o = show(&["--store", store.to_str().unwrap(), "--since", "1m", "--format", "folded", "-o", out.to_str().unwrap()]);
