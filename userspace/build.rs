@@ -13,10 +13,20 @@ fn main() {
     let commit = git(&["rev-parse", "--short=10", "HEAD"]).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=SYSPROF_GIT_COMMIT={commit}");
     // Run again when HEAD moves: a checkout changes HEAD, a commit the
-    // branch it names.
-    println!("cargo:rerun-if-changed=../.git/HEAD");
-    println!("cargo:rerun-if-changed=../.git/packed-refs");
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        println!("cargo:rerun-if-changed=../.git/{branch}");
+    // branch it names (loose, or packed). Paths from git itself, so a
+    // worktree's or a submodule's `.git` file works; outside git, only
+    // this script's own changes.
+    println!("cargo:rerun-if-changed=build.rs");
+    if commit != "unknown" {
+        // Existing paths only: cargo reruns the script, and recompiles the
+        // crate, whenever one is missing. A directory is watched whole, so
+        // `refs/heads` sees a branch's loose ref appear or change.
+        for path in ["HEAD", "packed-refs", "refs/heads"] {
+            if let Some(file) = git(&["rev-parse", "--path-format=absolute", "--git-path", path]) {
+                if std::path::Path::new(&file).exists() {
+                    println!("cargo:rerun-if-changed={file}");
+                }
+            }
+        }
     }
 }

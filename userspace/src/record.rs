@@ -194,7 +194,9 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let recording = collector.finish_window(range);
     timing.mark("replay, resolve and symbolicate");
     let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
-    let profile = build_profile(&recording, &host, command_pid);
+    // The process the user named opens selected: the command, or a single -p.
+    let focus = command_pid.or_else(|| (args.pids.len() == 1).then(|| args.pids[0]));
+    let profile = build_profile(&recording, &host, focus);
     timing.mark("build the profile");
     let path = output.path().to_path_buf();
     let bytes = output.commit(&profile)?;
@@ -303,8 +305,10 @@ fn print_summary(rec: &Recording, path: &Path, bytes: u64, write_time: Duration,
 
 /// `s` as one shell word: as is when it is plain, else single-quoted.
 fn shell_word(s: &str) -> String {
+    // A path starting with `-` would read as an option.
+    let s = if s.starts_with('-') { format!("./{s}") } else { s.to_string() };
     if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c)) {
-        s.to_string()
+        s
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
     }

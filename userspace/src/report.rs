@@ -39,6 +39,17 @@ const BAR_WIDTH: usize = 40;
 pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
     let profile = load(&args.path)?;
     let filter = Filter { pids: args.pids.clone(), tids: args.tids.clone(), comm: args.comm.clone() };
+    if !profile.threads.iter().any(|t| filter.admits(t)) {
+        return Err(RecordError::Usage(format!(
+            "no thread in {} matches {}; `sysprof report {}` without it lists the processes",
+            args.path.display(),
+            match filter.describe() {
+                d if d.is_empty() => "anything".to_string(),
+                d => d,
+            },
+            args.path.display()
+        )));
+    }
     let text = match args.format.as_str() {
         "folded" => folded(&profile, &filter),
         _ => report(&profile, &filter, args.top.max(1), &args.path),
@@ -172,12 +183,15 @@ fn load(path: &Path) -> Result<ProfileFile, RecordError> {
     let file = crate::symbolize::binaries::open_regular(&path.to_string_lossy(), true)
         .map_err(|e| RecordError::Usage(format!("{e}; give a profile written by sysprof record or sysprof show")))?;
     let mut bytes = Vec::new();
-    std::io::BufReader::new(file).read_to_end(&mut bytes).map_err(|e| bad(format!("cannot read it ({e})")))?;
-    let parsed = if bytes.starts_with(&[0x1f, 0x8b]) {
-        serde_json::from_reader(flate2::read::GzDecoder::new(&bytes[..]))
-    } else {
-        serde_json::from_slice(&bytes)
-    };
+    { file }.read_to_end(&mut bytes).map_err(|e| bad(format!("cannot read it ({e})")))?;
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        // Inflated whole first: serde reading through the decoder pulls a
+        // byte per call.
+        let mut json = Vec::new();
+        flate2::read::GzDecoder::new(&bytes[..]).read_to_end(&mut json).map_err(|e| bad(format!("not gzip ({e})")))?;
+        bytes = json;
+    }
+    let parsed = serde_json::from_slice(&bytes);
     let profile: ProfileFile = parsed.map_err(|e| bad(format!("not a processed profile ({e})")))?;
     for t in &profile.threads {
         if !t.consistent() {
@@ -203,7 +217,7 @@ impl ThreadFile {
             && self.func_table.resource.iter().all(|&r| r < 0 || (r as usize) < self.resource_table.name.len())
             && self.resource_table.name.iter().all(|&s| (s as usize) < strings)
             && self.samples.stack.iter().all(|s| s.is_none_or(|s| (s as usize) < stacks))
-            && self.samples.weight.as_ref().is_none_or(|w| w.len() == self.samples.stack.len())
+            && self.samples.weight.as_ref().is_none_or(|w| w.len() == self.samples.stack.len() && w.iter().all(|&x| x.is_finite() && (0.0..=1e12).contains(&x)))
             && self.samples.thread_cpu_delta.as_ref().is_none_or(|d| d.len() == self.samples.stack.len())
             && self.markers.start_time.len() == self.markers.data.len()
             && self.markers.end_time.len() == self.markers.data.len()
@@ -342,11 +356,12 @@ fn count_stacks(t: &ThreadFile, cats: &Categories) -> StackCounts {
                 // With off-CPU time the weights are milliseconds: a CPU sample is one sample.
                 let n = if traced { 1 } else { weight.map(|w| w.max(0.0) as u64).unwrap_or(1) };
                 if kind == Kind::Idle {
-                    c.idle_samples += n;
+                    c.idle_samples = c.idle_samples.saturating_add(n);
                 } else {
-                    c.cpu_samples += n;
+                    c.cpu_samples = c.cpu_samples.saturating_add(n);
                 }
-                *c.cpu.entry(stack).or_default() += n;
+                let slot = c.cpu.entry(stack).or_default();
+                *slot = slot.saturating_add(n);
                 c.cpu_delta_us += t.samples.thread_cpu_delta.as_ref().and_then(|d| d[i]).unwrap_or(0.0);
             }
         }
@@ -422,7 +437,8 @@ impl Log2Histogram {
     fn add(&mut self, us: f64) {
         // Bucket 0 holds 0-1 µs, bucket k holds [2^k, 2^(k+1)).
         let v = us.max(0.0) as u64;
-        let bucket = if v < 2 { 0 } else { 63 - v.leading_zeros() as usize };
+        // At most bucket 62, so its upper bound fits in a u64.
+        let bucket = if v < 2 { 0 } else { (63 - v.leading_zeros() as usize).min(62) };
         if self.counts.len() <= bucket {
             self.counts.resize(bucket + 1, 0);
         }
@@ -468,8 +484,8 @@ fn report<'a>(profile: &'a ProfileFile, filter: &Filter, top: usize, path: &Path
             row.name = t.process_name().to_string();
         }
         row.threads += 1;
-        row.cpu_samples += counts.cpu_samples;
-        row.idle_samples += counts.idle_samples;
+        row.cpu_samples = row.cpu_samples.saturating_add(counts.cpu_samples);
+        row.idle_samples = row.idle_samples.saturating_add(counts.idle_samples);
         row.cpu_delta_us += counts.cpu_delta_us;
         row.off_cpu_ms += counts.off_cpu_ms.values().sum::<f64>();
 
@@ -479,7 +495,7 @@ fn report<'a>(profile: &'a ProfileFile, filter: &Filter, top: usize, path: &Path
             *local[func as usize].get_or_insert_with(|| functions.id((t.func_name(func), t.func_library(func))))
         };
         if pid != 0 {
-            cpu_samples_all += counts.cpu_samples;
+            cpu_samples_all = cpu_samples_all.saturating_add(counts.cpu_samples);
             for (&stack, &n) in &counts.cpu {
                 if t.leaf_category(stack).is_some() && t.leaf_category(stack) == cats.idle {
                     continue;
@@ -487,11 +503,11 @@ fn report<'a>(profile: &'a ProfileFile, filter: &Filter, top: usize, path: &Path
                 funcs_of(t, stack, &mut scratch);
                 if let Some(&leaf) = scratch.first() {
                     let g = global(&mut functions, leaf);
-                    functions.self_samples[g] += n;
+                    functions.self_samples[g] = functions.self_samples[g].saturating_add(n);
                 }
                 for &f in &scratch {
                     let g = global(&mut functions, f);
-                    functions.total_samples[g] += n;
+                    functions.total_samples[g] = functions.total_samples[g].saturating_add(n);
                 }
             }
         }
@@ -772,5 +788,24 @@ mod tests {
         assert!(!t.consistent(), "a prefix must point backwards");
         let t = thread(&[(None, 0)], &[(0, 2)], &["main"], &[1]);
         assert!(!t.consistent());
+        for bad in [f64::NAN, f64::INFINITY, -1.0, 1e300] {
+            let mut t = thread(&[(None, 0)], &[(0, 2)], &["main"], &[0]);
+            t.samples.weight = Some(vec![bad]);
+            assert!(!t.consistent(), "weight {bad}");
+        }
+    }
+
+    /// Check that durations no profile should hold (huge, negative, NaN)
+    /// land in the histogram's end buckets instead of overflowing.
+    #[test]
+    fn absurd_durations_do_not_overflow_the_histogram() {
+        let mut h = Log2Histogram::default();
+        for us in [1e30, f64::MAX, -5.0, f64::NAN, u64::MAX as f64] {
+            h.add(us);
+        }
+        let mut text = String::new();
+        h.write(&mut text, "usecs");
+        assert_eq!(h.total(), 5);
+        assert!(text.contains("4611686018427387904 -> 9223372036854775807"), "{text}");
     }
 }

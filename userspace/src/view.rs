@@ -8,9 +8,11 @@
 //! with the file's bytes until SIGINT or SIGTERM; optionally a browser
 //! started at the link, as the user who ran sudo.
 //!
-//! Invariants: nothing listens beyond loopback, and the path holds 128
-//! random bits, so other users of the machine can reach the port but not
-//! guess the profile's URL: every other path is a 404. The bytes go out as
+//! Invariants: nothing listens beyond loopback; a connection is answered
+//! only when the kernel says (`/proc/net/tcp`) it belongs to us or to the
+//! user who ran sudo, because the URL itself is no secret from other local
+//! users once a browser has it on its command line; and the path holds 128
+//! random bits besides: every other path is a 404. The bytes go out as
 //! they are on disk, without `Content-Encoding`: the profiler recognises
 //! gzip by its magic and inflates it itself.
 
@@ -83,11 +85,10 @@ impl Served {
                 path.display()
             ))
         };
-        let meta = std::fs::metadata(path).map_err(|e| unusable(e.to_string()))?;
-        if !meta.is_file() {
-            return Err(unusable("not a regular file".into()));
-        }
-        let body = std::fs::read(path).map_err(|e| unusable(e.to_string()))?;
+        // Not a FIFO or a device swapped in after a check: opened as what it must be.
+        let mut file = crate::symbolize::binaries::open_regular(&path.to_string_lossy(), true).map_err(|e| unusable(e.rsplit(": ").next().unwrap_or(&e).to_string()))?;
+        let mut body = Vec::new();
+        file.read_to_end(&mut body).map_err(|e| unusable(e.to_string()))?;
         let name = path.file_name().map(OsStr::to_string_lossy).unwrap_or_default();
         let content_type = if name.ends_with(".gz") { "application/gzip" } else { "application/json" };
         Ok(Served { route: route(token, &name), body: body.into(), content_type })
@@ -187,10 +188,16 @@ async fn serve_until_signal(path: &Path, served: Arc<Served>, open: bool, port: 
     if open {
         open_browser(&link);
     }
+    // SAFETY: geteuid cannot fail.
+    let mut allowed_uids = vec![unsafe { libc::geteuid() }];
+    allowed_uids.extend(Invoker::from_sudo().map(|i| i.uid));
 
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
+                // Another user's connection is closed unanswered.
+                Ok((_, std::net::SocketAddr::V4(peer))) if !allowed_uids.contains(&peer_uid(peer, port).unwrap_or(u32::MAX)) => {}
+                Ok((_, std::net::SocketAddr::V6(_))) => {}
                 Ok((stream, _)) => {
                     let served = Arc::clone(&served);
                     tokio::spawn(async move {
@@ -216,6 +223,25 @@ async fn serve_until_signal(path: &Path, served: Arc<Served>, open: bool, port: 
         }
     }
     Ok(0)
+}
+
+/// The owner of the loopback connection whose client end is `peer` (to
+/// our `server_port`), from the `uid` column of `/proc/net/tcp`: the
+/// kernel's word for who connected. None when it cannot be told.
+fn peer_uid(peer: std::net::SocketAddrV4, server_port: u16) -> Option<u32> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    peer_uid_in(&table, peer, server_port)
+}
+
+/// [`peer_uid`] over the text of a `/proc/net/tcp`: addresses are the
+/// address's bytes as a native-endian hex word, ports big-endian hex.
+fn peer_uid_in(table: &str, peer: std::net::SocketAddrV4, server_port: u16) -> Option<u32> {
+    let hex = |ip: Ipv4Addr, port: u16| format!("{:08X}:{port:04X}", u32::from_ne_bytes(ip.octets()));
+    let (local, remote) = (hex(*peer.ip(), peer.port()), hex(Ipv4Addr::LOCALHOST, server_port));
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(1) == Some(&local.as_str()) && fields.get(2) == Some(&remote.as_str())).then(|| fields.get(7)?.parse().ok())?
+    })
 }
 
 /// A non-empty environment variable.
@@ -276,6 +302,10 @@ fn open_browser(link: &str) {
         None => vec!["xdg-open".into()],
     };
     let invoker = Invoker::from_sudo();
+    // SAFETY: geteuid cannot fail.
+    if invoker.is_none() && unsafe { libc::geteuid() } == 0 {
+        return no_browser("running as root, not under sudo: a browser is not started as root");
+    }
     let mut why = String::from("$BROWSER names no command");
     for command in &commands {
         let argv = browser_argv(command, link);
@@ -431,6 +461,21 @@ fn groups_of(user: &CStr, gid: libc::gid_t) -> Vec<libc::gid_t> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Check that a connection's owner is read from the row whose local end
+    /// is the client and whose remote end is our port, not from the
+    /// server's own row of the same connection.
+    #[test]
+    fn the_connecting_users_uid_comes_from_its_own_row() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1\n\
+   1: 0100007F:1F90 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 222 1\n\
+   2: 0100007F:9C40 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1000        0 333 1\n";
+        let peer = std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0x9C40);
+        assert_eq!(peer_uid_in(table, peer, 0x1F90), Some(1000));
+        assert_eq!(peer_uid_in(table, peer, 0x1F91), None, "another server port");
+        assert_eq!(peer_uid_in(table, std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1), 0x1F90), None);
+    }
 
     const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
