@@ -559,7 +559,10 @@ impl Agent {
         });
         let mut agent = Agent { child: Some(child), stderr, reader: Some(reader), store: store.to_path_buf() };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !agent.stderr().contains("recording every process") {
+        // The whole line: stderr is unbuffered and a formatted line can
+        // arrive in pieces (CI once read "recording every process at ").
+        let started = |s: &str| s.split_once("recording every process").is_some_and(|(_, rest)| rest.contains('\n'));
+        while !started(&agent.stderr()) {
             if let Some(status) = agent.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("sysprof agent exited ({status}) before it recorded: {}", agent.stderr());
             }

@@ -77,10 +77,12 @@ fn show_gives_the_cpu_split_of_a_workload_beside_the_agent() {
     eprintln!("agent split: hot_three {three}, hot_one {one}, ratio {ratio:.2}; threadCPUDelta {:.3} ms, schedstat {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
     assert!(three + one >= 1200, "3 s of CPU at 499 Hz: {} samples in the hot functions", three + one);
     assert!((2.85..=3.15).contains(&ratio), "ratio {ratio:.2} is not 3 ± 5%");
-    // schedstat was read by the thread after its last sample: ahead by at
-    // most one period (2 ms) and what ran after it.
+    // schedstat is read by the thread near its end: the samples' deltas
+    // stop up to one period (2 ms) before it, plus what a sample in flight
+    // was late by; a sample can also land after the read, on the exit path
+    // (fgets, printf, exit: CI saw 0.3 ms), so up to one period ahead.
     let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
-    assert!((-0.01..=4.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
+    assert!((-2.0..=4.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
 
     let o = show(&["--store", store.to_str().unwrap(), "--since", "2m", "-p", &pid.to_string(), "--format", "folded"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

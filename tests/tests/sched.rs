@@ -196,7 +196,7 @@ fn cpu_usage_counter_follows_the_load() {
     let ncpu = std::thread::available_parallelism().unwrap().get();
     let phase = std::time::Duration::from_millis(1500);
     let rec = Command::new(sysprof_bin())
-        .args(["record", "-a", "-q", "--no-off-cpu", "--no-io", "-d", "6.5", "-o"])
+        .args(["record", "-a", "-q", "--no-off-cpu", "--no-io", "-d", "60", "-o"])
         .arg(&out_path)
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -205,13 +205,27 @@ fn cpu_usage_counter_follows_the_load() {
     // (start ns, end ns, busy % of all CPUs per the kernel's task accounting)
     let mut phases = Vec::new();
     for spinners in [0, 1, ncpu] {
-        let (t0, c0) = (monotonic_ns(), all_tasks_cpu_ns());
-        let release = spin_threads(spinners, phase);
-        let (t1, c1) = (monotonic_ns(), all_tasks_cpu_ns());
-        release();
-        phases.push((spinners, t0, t1, cpu_ns_between(&c0, &c1) as f64 * 100.0 / ((t1 - t0) as f64 * ncpu as f64)));
+        // Tasks that start and end inside a phase are in no reading of
+        // /proc, but their CPU is in the counter: CI once saw 93 % against
+        // 70 % beside a compiler. A phase in which tasks other than the
+        // spinners were created (the kernel's last pid moved more) is
+        // measured again; the oracle holds for what stays.
+        for attempt in 1.. {
+            let (p0, t0, c0) = (last_pid(), monotonic_ns(), all_tasks_cpu_ns());
+            let release = spin_threads(spinners, phase);
+            let (t1, c1, p1) = (monotonic_ns(), all_tasks_cpu_ns(), last_pid());
+            release();
+            let others = p1.wrapping_sub(p0).saturating_sub(spinners as u64);
+            if others == 0 || attempt == 5 {
+                eprintln!("cpu usage, {spinners} spinner(s): attempt {attempt}, {others} other tasks created");
+                phases.push((spinners, t0, t1, cpu_ns_between(&c0, &c1) as f64 * 100.0 / ((t1 - t0) as f64 * ncpu as f64)));
+                break;
+            }
+        }
     }
-    let out = wait_with_timeout(rec, std::time::Duration::from_secs(30), "sysprof record -d 6.5");
+    // SAFETY: a plain kill(2) of our own child: SIGTERM ends the recording.
+    unsafe { kill(rec.id() as i32, 15) };
+    let out = wait_with_timeout(rec, std::time::Duration::from_secs(30), "sysprof record -a");
     assert_success(&out);
     let profile = Profile::load(&out_path);
     let t0 = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_u64().unwrap();
@@ -419,4 +433,14 @@ fn per_cpu_tracks_show_who_ran() {
     eprintln!("per-cpu: spinner slices {spinner_ms:.0} ms, spinners' CPU time {cpu_ms:.0} ms");
     assert!(cpu_ms >= 1000.0, "the spinners ran: {cpu_ms:.0} ms of CPU");
     assert!((spinner_ms - cpu_ms).abs() <= cpu_ms * 0.10, "slices {spinner_ms:.0} ms vs CPU time {cpu_ms:.0} ms");
+}
+
+/// The last pid the kernel handed out (`/proc/loadavg`'s last field):
+/// counts every task created since an earlier reading.
+fn last_pid() -> u64 {
+    std::fs::read_to_string("/proc/loadavg").unwrap().split_whitespace().last().unwrap().parse().unwrap()
+}
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
 }

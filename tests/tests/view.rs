@@ -191,6 +191,25 @@ fn view_serves_the_file_to_the_profiler_and_nobody_else() {
     assert_eq!(request(port, "GET", &wrong, "").status, 404, "{wrong}");
     assert_eq!(request(port, "GET", "/", "").status, 404);
 
+    // Loopback only: 127.0.0.2 is loopback too, but not the address bound.
+    assert!(TcpStream::connect(("127.0.0.2", port)).is_err(), "listening beyond 127.0.0.1");
+    // Another local user who has the whole URL (a browser's command line
+    // shows it) gets the connection closed, no answer: bash's /dev/tcp as
+    // nobody, its reply's first line written to a file we can read.
+    let reply = dir.join("nobody-reply");
+    // Truncated by nobody's redirection: proof the script ran and could write.
+    std::fs::write(&reply, b"unwritten").unwrap();
+    std::fs::set_permissions(&reply, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    as_nobody(&format!(
+        "bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}; printf \"GET {} HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n\" >&3; head -c 200 <&3 > {}' || true",
+        viewer.path,
+        reply.display()
+    ));
+    let answered = std::fs::read_to_string(&reply).unwrap();
+    assert!(answered.is_empty(), "another user got an answer: {answered:?}");
+    // The same request from us is answered (the check above is not a broken request).
+    assert_eq!(request(port, "GET", &viewer.path, "").status, 200);
+
     let preflight = request(port, "OPTIONS", &viewer.path, "Access-Control-Request-Method: GET\r\n");
     assert!((200..300).contains(&preflight.status), "preflight status {}", preflight.status);
     assert!(preflight.header("access-control-allow-origin").is_some(), "{:?}", preflight.headers);
