@@ -316,6 +316,24 @@ static __always_inline __u64 stack_at(void *ctx, __u32 pid, __u32 tid, __u32 slo
 	return id;
 }
 
+/* The size of the current task's kernel stack (THREAD_SIZE): the pages of
+ * its vmapped area (16 KiB on x86_64, 32 KiB with KASAN), 16 KiB when the
+ * stack is not vmapped. Exact, because vmalloc puts areas one guard page
+ * apart: a CPU's interrupt stack can begin 20 KiB after a task's stack, and
+ * a looser bound (32 KiB was used) took wakeups from that interrupt stack
+ * for the task's own (CI saw a disk completion "woken by sysprof"). */
+static __always_inline __u64 task_stack_size(struct task_struct *task)
+{
+	if (bpf_core_field_exists(task->stack_vm_area)) {
+		struct vm_struct *area = BPF_CORE_READ(task, stack_vm_area);
+		__u32 pages = area ? BPF_CORE_READ(area, nr_pages) : 0;
+
+		if (pages)
+			return (__u64)pages * 4096;
+	}
+	return 16384;
+}
+
 /* Whether the current context is an interrupt's: BPF programs run on the
  * current stack, and on x86_64 hard interrupts (and the softirqs run on
  * their exit) use per-CPU interrupt stacks, never the task's. */
@@ -325,7 +343,7 @@ static __always_inline bool on_interrupt_stack(void)
 	__u64 here = (__u64)&task;
 	__u64 stack = (__u64)task->stack;
 
-	return here < stack || here >= stack + 32768;
+	return here < stack || here >= stack + task_stack_size(task);
 }
 
 /* The stack of a wakeup from an interrupt: kernel only, cached per CPU. */
