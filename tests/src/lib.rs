@@ -738,10 +738,47 @@ impl Drop for Receiver {
     }
 }
 
+/// A workload running in the background until dropped (then killed).
+pub struct Background {
+    child: std::process::Child,
+}
+
+impl Background {
+    /// Start `exe ARGS` with its output discarded.
+    pub fn start(exe: &Path, args: &[&str]) -> Background {
+        let child = Command::new(exe)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", exe.display()));
+        Background { child }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Resident memory of a process, KiB.
 pub fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// The anonymous part of a process's resident memory (heap, anonymous
+/// maps), in KiB: what holding data costs, without the file-backed pages
+/// (program text, mapped debug files, BPF ring buffers) whose residency
+/// follows what runs and what the kernel keeps in its page cache.
+pub fn anon_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "RssAnon:")
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
         .unwrap_or(0)
 }
