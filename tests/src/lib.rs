@@ -113,6 +113,57 @@ pub fn record(args: &[&str], out: &Path) -> Output {
         .expect("running sysprof")
 }
 
+/// Start `sysprof record -v ARGS -o OUT` in the background (stderr piped)
+/// and return once it says it is recording: a workload started after this
+/// is seen from its first event. A fixed sleep was not enough: on a loaded
+/// machine attaching took longer than 800 ms, and CI missed a workload's
+/// first 6 reads. Panics if sysprof exits first or takes over 60 s.
+pub fn record_started(args: &[&str], out: &Path) -> std::process::Child {
+    use std::io::Read;
+    let mut child = Command::new(sysprof_bin())
+        .args(["record", "-v", "-o"])
+        .arg(out)
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running sysprof");
+    let mut stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Byte by byte: what follows the line stays in the pipe for the
+        // caller's wait_with_output.
+        let mut said = Vec::new();
+        let mut byte = [0u8];
+        let started = loop {
+            match stderr.read(&mut byte) {
+                Ok(1) => {
+                    said.push(byte[0]);
+                    if byte[0] == b'\n' && String::from_utf8_lossy(&said).lines().last().is_some_and(|l| l.starts_with("sysprof: recording; attached in")) {
+                        break true;
+                    }
+                }
+                _ => break false,
+            }
+        };
+        let _ = tx.send((stderr, started, String::from_utf8_lossy(&said).into_owned()));
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok((stderr, true, _)) => {
+            child.stderr = Some(stderr);
+            child
+        }
+        Ok((_, false, said)) => {
+            let status = child.wait();
+            panic!("sysprof record {args:?} ended before recording ({status:?}): {said}");
+        }
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("sysprof record {args:?} did not start recording within 60 s");
+        }
+    }
+}
+
 /// The `sysprof: stats: ...` line of a `record -v` run.
 pub fn stats_line(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).lines().find(|l| l.starts_with("sysprof: stats:")).unwrap_or("").to_string()

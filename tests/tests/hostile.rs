@@ -352,8 +352,7 @@ fn perf_maps_linked_to_root_files_are_refused() {
     let secret = PathBuf::from("/root/sysprof-test-secret.map");
     for hostile in [false, true] {
         let out_path = dir.join(format!("p{hostile}.json.gz"));
-        let rec = Command::new(sysprof_bin()).args(["record", "-a", "-q", "-d", "2.5", "-o"]).arg(&out_path).stderr(Stdio::piped()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(700));
+        let rec = record_started(&["-a", "-q", "-d", "2.5"], &out_path);
         let mut w = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(&exe)

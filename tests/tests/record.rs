@@ -114,13 +114,7 @@ fn short_lived_process_is_named_and_symbolicated() {
     let dir = scratch("shortlived");
     let exe = build_c("spin", &dir.join("shortlived"), &[]);
     let out_path = dir.join("p.json.gz");
-    let rec = Command::new(sysprof_bin())
-        .args(["record", "-a", "-d", "2.5", "-q", "-o"])
-        .arg(&out_path)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    let rec = record_started(&["-a", "-d", "2.5", "-q"], &out_path);
     let w = Command::new(&exe).arg("0.4").output().unwrap();
     let pid = field(&w.stdout, "pid").unwrap();
     let cpu_ns = field(&w.stdout, "cpu_ns").unwrap() as f64;
@@ -254,13 +248,7 @@ fn deleted_and_truncated_binaries_still_give_a_profile() {
         &["-DSPIN_IN_LIB", &format!("-L{}", dir.display()), "-lspin", &format!("-Wl,-rpath,{}", dir.display())],
     );
     let out_path = dir.join("p.json.gz");
-    let rec = Command::new(sysprof_bin())
-        .args(["record", "-a", "-d", "2.5", "-q", "-o"])
-        .arg(&out_path)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let rec = record_started(&["-a", "-d", "2.5", "-q"], &out_path);
     let a = Command::new(&deleted).arg("1.2").stdout(Stdio::piped()).spawn().unwrap();
     let b = Command::new(&user).arg("1.2").stdout(Stdio::piped()).spawn().unwrap();
     let (pid_a, pid_b) = (a.id() as u64, b.id() as u64);

@@ -3,7 +3,6 @@
 //! workloads' own clocks, /proc/PID/task/TID/status, /proc/stat and
 //! /sys/block/DEV/stat.
 
-use std::process::Command;
 
 use serde_json::Value;
 use sysprof_tests::*;
@@ -195,13 +194,7 @@ fn cpu_usage_counter_follows_the_load() {
     let out_path = dir.join("p.json.gz");
     let ncpu = std::thread::available_parallelism().unwrap().get();
     let phase = std::time::Duration::from_millis(1500);
-    let rec = Command::new(sysprof_bin())
-        .args(["record", "-a", "-q", "--no-off-cpu", "--no-io", "-d", "60", "-o"])
-        .arg(&out_path)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let rec = record_started(&["-a", "-q", "--no-off-cpu", "--no-io", "-d", "60"], &out_path);
     // (start ns, end ns, busy % of all CPUs per the kernel's task accounting)
     let mut phases = Vec::new();
     for spinners in [0, 1, ncpu] {

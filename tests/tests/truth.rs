@@ -52,8 +52,7 @@ fn marker_stacks(t: &ThreadView<'_>, categories: &[String]) -> Vec<Vec<String>> 
 /// Record the whole machine for `secs` while `work` runs; returns the profile.
 fn record_all_while(dir: &std::path::Path, secs: &str, work: impl FnOnce()) -> (Profile, String) {
     let out_path = dir.join("all.json.gz");
-    let rec = Command::new(sysprof_bin()).args(["record", "-a", "-q", "-v", "-d", secs, "-o"]).arg(&out_path).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    let rec = record_started(&["-a", "-q", "-d", secs], &out_path);
     work();
     let out = wait_with_timeout(rec, Duration::from_secs(60), "sysprof record -a");
     assert_success(&out);
@@ -490,8 +489,7 @@ fn per_cpu_slices_are_idle_kernel_or_user() {
     let dir = scratch("truth-percpu");
     let (profile, _) = {
         let out_path = dir.join("p.json.gz");
-        let rec = Command::new(sysprof_bin()).args(["record", "-a", "-q", "--per-cpu", "-d", "2", "-o"]).arg(&out_path).stderr(Stdio::piped()).spawn().unwrap();
-        std::thread::sleep(Duration::from_millis(700));
+        let rec = record_started(&["-a", "-q", "--per-cpu", "-d", "2"], &out_path);
         // A user process spins; the machine otherwise idles (kernel threads wake now and then).
         let spin = build_c("spin", &dir.join("spin"), &[]);
         let _ = Command::new(&spin).arg("0.5").output();

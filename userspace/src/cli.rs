@@ -97,7 +97,8 @@ pub struct RecordArgs {
     /// Print no live status line.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
-    /// Also print every total (samples, losses, unwinding) as key=value.
+    /// Also print when recording begins (programs attached) and every
+    /// total (samples, losses, unwinding) as key=value.
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
     /// When the profile is written, open it in the Firefox Profiler (as `sysprof view`).

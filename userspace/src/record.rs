@@ -117,8 +117,14 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
         target_pids: args.pids.clone(),
         polling: crate::capture::Polling::RECORD,
     };
+    let attaching = Instant::now();
     let mut session = CaptureSession::start(&capture, &mut collector)?;
     let started = Instant::now();
+    if args.verbose {
+        // From here on everything is seen: scripts (and the tests) that
+        // start a workload beside `record -a` wait for this line.
+        eprintln!("sysprof: recording; attached in {} ms", started.duration_since(attaching).as_millis());
+    }
 
     let mut child = None;
     let mut command_pid = None;
