@@ -87,7 +87,7 @@
 #define DROP_EVENTS_FULL 3    /* off-CPU, I/O or folded record lost: events ring full */
 #define DROP_STACK_RECORD 4   /* a stack record lost (events ring full): events keep no stack */
 #define DROP_STATE_FULL 5     /* a state map was full: that thread or request is not seen */
-#define DROP_IO_UNTRACKED 6   /* a request completed whose start was never seen */
+#define DROP_IO_UNTRACKED 6   /* a request seen at one end only: completed with no start seen, or its completion never seen */
 #define DROP_MAX 7
 
 /* One cpu-clock sample: who ran, where, and how much CPU it had used so far. */

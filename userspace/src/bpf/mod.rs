@@ -167,6 +167,9 @@ pub struct Tracer {
     _ebpf: Ebpf,
     drops: PerCpuArray<MapData, u64>,
     threads: aya::maps::HashMap<MapData, u32, abi::ThreadState>,
+    /// `io_starts`: in-flight requests by `struct request *`; only counted
+    /// here, so its value (`struct io_start`, 72 bytes) stays opaque.
+    io_starts: aya::maps::HashMap<MapData, u64, [u64; 9]>,
 }
 
 /// What the tracer lost, per reason.
@@ -180,7 +183,7 @@ pub struct TracerDrops {
     pub stack_reads: u64,
     /// Threads or requests not seen because a state map was full.
     pub state_full: u64,
-    /// Requests that completed without their start being seen.
+    /// Requests seen at one end only (see `RecordingStats::io_untracked`).
     pub io_untracked: u64,
 }
 
@@ -207,6 +210,7 @@ impl Tracer {
             .override_global("stack_copy", &opts.stack_copy, true)
             .override_global("wakeup_bytes", &wakeup, true)
             .override_global("has_prev_state_arg", &(kernel_at_least(5, 18) as u8), true)
+            .override_global("start_fires_once", &(kernel_at_least(6, 5) as u8), true)
             .map_max_entries("events", opts.ring_bytes)
             .load(SCHED_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sched.bpf.o", &e))?;
@@ -232,7 +236,9 @@ impl Tracer {
             .map_err(|e| RecordError::Internal(format!("drops map: {e}")))?;
         let threads = aya::maps::HashMap::try_from(take(&mut ebpf, "threads")?)
             .map_err(|e| RecordError::Internal(format!("threads map: {e}")))?;
-        Ok((Tracer { _ebpf: ebpf, drops, threads }, ring))
+        let io_starts = aya::maps::HashMap::try_from(take(&mut ebpf, "io_starts")?)
+            .map_err(|e| RecordError::Internal(format!("io_starts map: {e}")))?;
+        Ok((Tracer { _ebpf: ebpf, drops, threads, io_starts }, ring))
     }
 
     /// Sum the per-CPU drop counters.
@@ -251,6 +257,13 @@ impl Tracer {
     /// interval, folded waits not sent yet.
     pub fn thread_states(&self) -> Vec<(u32, abi::ThreadState)> {
         self.threads.iter().filter_map(Result::ok).collect()
+    }
+
+    /// Requests started and not seen to complete: still in flight, or
+    /// their completion was missed. Read when the recording ends, when
+    /// none of them will get a marker.
+    pub fn requests_open(&self) -> u64 {
+        self.io_starts.keys().filter(Result::is_ok).count() as u64
     }
 }
 

@@ -333,6 +333,8 @@ impl CaptureSession {
         if let Some(tracer) = self.tracer.take() {
             collector.handle_thread_states(&tracer.thread_states(), end_ns);
             tracer_drops = tracer.drops();
+            // Requests that will get no marker: counted as seen at one end.
+            tracer_drops.io_untracked += tracer.requests_open();
             std::thread::spawn(move || drop(tracer));
         }
         let notes = std::mem::take(&mut self.counters.notes);

@@ -367,8 +367,10 @@ pub struct RecordingStats {
     pub stacks_not_kept: u64,
     /// Threads or requests not seen because a state map was full.
     pub lost_state: u64,
-    /// Requests that completed without their start being seen (they began
-    /// before the recording, or their start was lost).
+    /// Requests seen at one end only, so without a marker: completed with
+    /// no start seen (they began before the recording, or their start was
+    /// lost), or started and never seen to complete (the completion was
+    /// not traced, or, for `record`, they were still in flight at the end).
     pub io_untracked: u64,
     /// Processes that started and exited in the window without a single
     /// sample or event (a fork storm's children, mostly): not in the profile.
