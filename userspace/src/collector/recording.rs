@@ -370,7 +370,7 @@ pub struct RecordingStats {
     /// Requests seen at one end only, so without a marker: completed with
     /// no start seen (they began before the recording, or their start was
     /// lost), or started and never seen to complete (the completion was
-    /// not traced, or, for `record`, they were still in flight at the end).
+    /// not traced, or they were still in flight when the recording ended).
     pub io_untracked: u64,
     /// Processes that started and exited in the window without a single
     /// sample or event (a fork storm's children, mostly): not in the profile.
