@@ -45,8 +45,8 @@ struct Args {
     /// Only the agent section.
     #[arg(long)]
     agent: bool,
-    /// Only these workloads (cpu, switch, fork, io, long, agent), comma-separated.
-    #[arg(long, value_delimiter = ',')]
+    /// Only these workloads, comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "long", "agent"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
