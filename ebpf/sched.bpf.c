@@ -665,10 +665,10 @@ static __always_inline int start_request(void *ctx, struct request *rq, bool at_
 	if (start_fires_once && !at_issue) {
 		/* A request (the same `struct request`, reused) can only start
 		 * again after it ended: an entry still here is a request whose
-		 * completion the program never saw. Rare (about one read in
-		 * 5,000 after short sleeps, the loop request and the one under
-		 * it together; the kernel counts no recursion miss); counted,
-		 * and replaced so that this request gets its own times. */
+		 * completion the program never saw. Rare (7 of 12,000 reads
+		 * after 2 ms sleeps, the loop request and the one under it
+		 * together; the kernel counts no recursion miss); counted, and
+		 * replaced so that this request gets its own times. */
 		if (bpf_map_lookup_elem(&io_starts, &key))
 			count_drop(DROP_IO_UNTRACKED);
 		if (bpf_map_update_elem(&io_starts, &key, &s, BPF_ANY))

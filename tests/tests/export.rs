@@ -240,9 +240,9 @@ fn otlp_backend_down_then_back_gets_every_window_once() {
 /// window weighs over a megabyte: on an idle machine a window is ~60 KB,
 /// and an agent that kept all 40 windows in memory passed this check
 /// (+2 MB); with the naps it fails it (47 -> 90 MB). A correct agent's
-/// heap is flat (heaptrack: 26 MB in use from
-/// the second second on) while its anonymous RSS creeps up a few MB as the
-/// allocator keeps freed pages (+6 MB seen), so 16 MB is allowed.
+/// heap is flat (heaptrack: 26 MB in use from the second second on) while
+/// its anonymous RSS creeps up a few MB as the allocator keeps freed pages
+/// (+6 MB seen), so 16 MB is allowed.
 #[test]
 fn a_hung_backend_does_not_grow_memory() {
     if !can_record("a_hung_backend_does_not_grow_memory") {
