@@ -6,8 +6,11 @@
  * total CPU time into the `samples` ring buffer. In dwarf mode it also
  * copies the user registers and the top of the user stack, which userspace
  * unwinds with the binaries' .eh_frame (most distribution code has no frame
- * pointers). Every failure is counted in the per-CPU `drops` array so
- * userspace can report exactly what was lost.
+ * pointers). In kernel-unwind mode it walks the user stack itself with
+ * the tables userspace loaded (unwind.bpf.h) and sends the return
+ * addresses, handing over to userspace (registers and a stack copy) only
+ * where a process's tables are not there yet. Every failure is counted in
+ * the per-CPU `drops` array so userspace can report exactly what was lost.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -25,8 +28,26 @@ const volatile __u64 wakeup_bytes = 256 * 1024;
  * at most MAX_STACK_COPY); 0 walks frame pointers in the kernel instead.
  * Frozen in .rodata, so the verifier sees the reservation size as constant. */
 const volatile __u32 stack_copy = 0;
+/* Unwind user stacks in the kernel with the tables in unwind_rows. */
+const volatile __u32 kernel_unwind = 0;
 
 #include "ustack.bpf.h"
+#include "unwind.bpf.h"
+
+/* Kernel-unwind mode builds each sample here, then sends only the part
+ * used: most stacks are far shallower than UNWIND_MAX_FRAMES. */
+struct sample_scratch {
+	struct sample_event e;
+	__u64 frames[UNWIND_MAX_FRAMES];
+	__u8 copy[MAX_STACK_COPY];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct sample_scratch);
+	__uint(max_entries, 1); /* sized by userspace: one per possible CPU */
+} sample_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -35,35 +56,22 @@ struct {
 
 #include "drops.bpf.h"
 
-SEC("perf_event")
-int sample_cpu_clock(struct bpf_perf_event_data *ctx)
+/* The fields every mode fills: who, when, and the kernel stack. */
+static __always_inline void fill_sample(struct bpf_perf_event_data *ctx, struct sample_event *e, struct task_struct *task, __u64 pid_tgid)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tgid = pid_tgid >> 32;
-	struct task_struct *task;
-	struct sample_event *e;
 	long len;
 
-	if (targ_tgid && tgid != targ_tgid)
-		return 0;
-
-	/* A constant-size reservation keeps the verifier simple and needs no
-	 * scratch copy; userspace reads only the valid part of each stack. */
-	e = bpf_ringbuf_reserve(&samples, sizeof(*e) + stack_copy, 0);
-	if (!e) {
-		count_drop(DROP_RINGBUF_FULL);
-		return 0;
-	}
-
-	task = (struct task_struct *)bpf_get_current_task();
 	e->kind = RECORD_SAMPLE;
 	e->cpu = bpf_get_smp_processor_id();
 	e->time_ns = bpf_ktime_get_ns();
 	e->sum_exec_runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
-	e->pid = tgid;
+	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
 	e->flags = 0;
 	e->stack_size = 0;
+	e->unwind_end = 0;
+	e->_pad = 0;
+	e->ustack_len = 0;
 	e->user_ip = 0;
 	e->user_sp = 0;
 	e->user_bp = 0;
@@ -76,26 +84,113 @@ int sample_cpu_clock(struct bpf_perf_event_data *ctx)
 		len = 0;
 	}
 	e->kstack_len = len / sizeof(__u64);
+}
+
+/* The user registers: the sample's if it interrupted user code, else
+ * those saved when the task entered the kernel. */
+static __always_inline void user_regs(struct bpf_perf_event_data *ctx, __u64 regs[3])
+{
+	/* User addresses have the top bit clear. */
+	if ((long)ctx->regs.ip >= 0) {
+		regs[0] = ctx->regs.ip;
+		regs[1] = ctx->regs.sp;
+		regs[2] = ctx->regs.bp;
+	} else {
+		struct pt_regs *r = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+
+		regs[0] = PT_REGS_IP_CORE(r);
+		regs[1] = PT_REGS_SP_CORE(r);
+		regs[2] = PT_REGS_FP_CORE(r);
+	}
+}
+
+static __always_inline __u64 wakeup_flag(void)
+{
+	return bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+/* Kernel-unwind mode: walk the user stack here, send what was used. */
+static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, struct task_struct *task, __u64 pid_tgid)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct sample_scratch *sc = bpf_map_lookup_elem(&sample_scratch, &cpu);
+	__u64 size, regs[3];
+	__u32 n, end, copied;
+
+	if (!sc) {
+		count_drop(DROP_RINGBUF_FULL);
+		return 0;
+	}
+	fill_sample(ctx, &sc->e, task, pid_tgid);
+	size = sizeof(sc->e);
+	/* Kernel threads have no user stack: an empty one is not a failure. */
+	if (!(BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */)) {
+		user_regs(ctx, regs);
+		n = unwind_user(pid_tgid >> 32, regs, sc->frames, &end, stack_copy != 0);
+		if (n > UNWIND_MAX_FRAMES)
+			n = UNWIND_MAX_FRAMES;
+		sc->e.flags |= SAMPLE_FLAG_KERNEL_UNWOUND;
+		sc->e.ustack_len = n;
+		sc->e.unwind_end = end;
+		size += (__u64)n * sizeof(__u64);
+		if (stack_copy && (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING)) {
+			/* Userspace goes on from here with the copy. */
+			sc->e.flags |= SAMPLE_FLAG_USER_REGS;
+			sc->e.user_ip = regs[0];
+			sc->e.user_sp = regs[1];
+			sc->e.user_bp = regs[2];
+			copied = copy_user_stack(sc->copy, regs[1]);
+			if (copied > MAX_STACK_COPY)
+				copied = MAX_STACK_COPY;
+			if (!copied) {
+				sc->e.flags |= SAMPLE_FLAG_USTACK_FAILED;
+				count_drop(DROP_USTACK);
+			}
+			sc->e.stack_size = copied;
+			size = sizeof(sc->e) + sizeof(sc->frames) + copied;
+		}
+	}
+	if (size > sizeof(*sc))
+		size = sizeof(*sc);
+	if (bpf_ringbuf_output(&samples, sc, size, wakeup_flag()))
+		count_drop(DROP_RINGBUF_FULL);
+	return 0;
+}
+
+SEC("perf_event")
+int sample_cpu_clock(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	struct task_struct *task;
+	struct sample_event *e;
+	__u64 regs[3];
+	long len;
+
+	if (targ_tgid && tgid != targ_tgid)
+		return 0;
+	task = (struct task_struct *)bpf_get_current_task();
+	if (kernel_unwind)
+		return sample_unwinding(ctx, task, pid_tgid);
+
+	/* A constant-size reservation keeps the verifier simple and needs no
+	 * scratch copy; userspace reads only the valid part of each stack. */
+	e = bpf_ringbuf_reserve(&samples, sizeof(*e) + stack_copy, 0);
+	if (!e) {
+		count_drop(DROP_RINGBUF_FULL);
+		return 0;
+	}
+	fill_sample(ctx, e, task, pid_tgid);
 
 	len = 0;
 	/* Kernel threads have no user stack: an empty one is not a failure. */
 	if (BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */) {
 		/* nothing */
 	} else if (stack_copy) {
-		/* The sample's registers if it interrupted user code, else the
-		 * registers saved when the task entered the kernel. */
-		if ((long)ctx->regs.ip >= 0) {
-			/* User addresses have the top bit clear: it interrupted user code. */
-			e->user_ip = ctx->regs.ip;
-			e->user_sp = ctx->regs.sp;
-			e->user_bp = ctx->regs.bp;
-		} else {
-			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-
-			e->user_ip = PT_REGS_IP_CORE(regs);
-			e->user_sp = PT_REGS_SP_CORE(regs);
-			e->user_bp = PT_REGS_FP_CORE(regs);
-		}
+		user_regs(ctx, regs);
+		e->user_ip = regs[0];
+		e->user_sp = regs[1];
+		e->user_bp = regs[2];
 		e->flags |= SAMPLE_FLAG_USER_REGS;
 		e->stack_size = copy_user_stack((__u8 *)(e + 1), e->user_sp);
 		if (!e->stack_size) {
@@ -112,8 +207,18 @@ int sample_cpu_clock(struct bpf_perf_event_data *ctx)
 	}
 	e->ustack_len = len / sizeof(__u64);
 
-	bpf_ringbuf_submit(e, bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
-				 BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	bpf_ringbuf_submit(e, wakeup_flag());
+	return 0;
+}
+
+/* An exec replaces every mapping: its old tables must not walk the new
+ * program's stacks. Userspace writes the new ones from the sideband. */
+SEC("tracepoint/sched/sched_process_exec")
+int forget_exec_mappings(void *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	bpf_map_delete_elem(&unwind_processes, &tgid);
 	return 0;
 }
 

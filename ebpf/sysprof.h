@@ -39,6 +39,12 @@
 #define SAMPLE_FLAG_KSTACK_FAILED 1
 #define SAMPLE_FLAG_USTACK_FAILED 2
 #define SAMPLE_FLAG_USER_REGS 4   /* user_regs are valid (dwarf mode, user task) */
+#define SAMPLE_FLAG_KERNEL_UNWOUND 8 /* ustack_len user frames, unwound in the kernel,
+                                        follow the record; unwind_end says why the walk
+                                        ended. With SAMPLE_FLAG_USER_REGS too, the walk
+                                        handed over to userspace: user_regs are the next
+                                        frame's and the stack copy starts
+                                        UNWIND_MAX_FRAMES * 8 bytes after the record. */
 
 /* A thread caches one stack per slot (stack_event.slot): where it was
  * last preempted, where it last blocked or slept, where it last woke
@@ -80,6 +86,54 @@
 #define STACK_COPY_CHUNK 512
 #define STACK_COPY_TAIL 64
 
+/* The in-kernel unwinder (unwind.bpf.h): tables compiled by userspace from
+ * each binary's .eh_frame, rows of all binaries in one array (`unwind_rows`),
+ * per process its executable mappings (`unwind_processes`, key tgid). */
+#define UNWIND_MAX_FRAMES 1024
+#define UNWIND_MAX_MAPPINGS 256   /* executable mappings per process */
+/* unwind_mapping.table_start for a mapping whose table is still being built. */
+#define UNWIND_TABLE_PENDING 0xffffffffu
+
+/* unwind_row.kind, as userspace/src/unwind/tables.rs compiles them */
+#define ROW_NONE 0        /* no rule: try the frame pointer */
+#define ROW_CFA_RSP 1     /* CFA = rsp + 8 * cfa_off8 */
+#define ROW_CFA_RBP 2     /* CFA = rbp + 8 * cfa_off8 */
+#define ROW_PLT 3         /* CFA = rsp + 8, + 8 if (rip & 15) >= rbp_slot */
+#define ROW_SIGNAL 4      /* a signal trampoline: registers in the ucontext at rsp */
+#define ROW_END 5         /* return address undefined: the thread's outermost frame */
+#define ROW_UNSUPPORTED 6 /* a rule no row expresses */
+
+/* sample_event.unwind_end: how the in-kernel walk ended */
+#define UNWIND_END_ROOT 0         /* the outermost frame (or a zero return address) */
+#define UNWIND_END_NO_PROCESS 1   /* no tables for the process yet (it just started) */
+#define UNWIND_END_PENDING 2      /* the table of a mapping is still being built */
+#define UNWIND_END_BAD_ADDRESS 3  /* a return address outside every executable mapping */
+#define UNWIND_END_UNSUPPORTED 4  /* a rule the tables cannot express */
+#define UNWIND_END_READ_FAILED 5  /* the stack could not be read (not resident) */
+#define UNWIND_END_NO_INFO 6      /* no rule and no usable frame pointer */
+#define UNWIND_END_MAX_FRAMES 7   /* UNWIND_MAX_FRAMES reached */
+
+struct unwind_row {
+	__u32 pc;               /* the file's virtual address the row starts at */
+	__u8 kind;              /* ROW_* */
+	__u8 rbp_slot;          /* caller's rbp saved at CFA - 8 * rbp_slot; 0: unchanged */
+	__u16 cfa_off8;
+};
+
+struct unwind_mapping {
+	__u64 start;            /* executable mapping, process addresses */
+	__u64 end;
+	__u64 bias;             /* process address - file address */
+	__u32 table_start;      /* first row in unwind_rows; UNWIND_TABLE_PENDING */
+	__u32 table_len;        /* rows; 0: no table (frame pointers only) */
+};
+
+struct unwind_process {
+	__u32 count;            /* mappings, sorted by start */
+	__u32 _pad;
+	struct unwind_mapping m[UNWIND_MAX_MAPPINGS];
+};
+
 /* Indexes into the per-CPU `drops` array: why a record or part of it was lost. */
 #define DROP_RINGBUF_FULL 0   /* bpf_ringbuf_reserve failed: the whole sample is lost */
 #define DROP_KSTACK 1         /* reading a kernel stack failed: kept without it */
@@ -102,6 +156,8 @@ struct sample_event {
 	__u32 kstack_len;       /* number of valid entries in kstack */
 	__u32 ustack_len;       /* number of valid entries in ustack (frame-pointer walk) */
 	__u32 stack_size;       /* dwarf mode: bytes of user stack copied after the record */
+	__u32 unwind_end;       /* SAMPLE_FLAG_KERNEL_UNWOUND: UNWIND_END_* */
+	__u32 _pad;
 	__u8 comm[TASK_COMM_LEN];
 	__u64 user_ip;          /* dwarf mode: user registers at the sample */
 	__u64 user_sp;          /* (for a sample in the kernel: where it entered) */

@@ -71,14 +71,21 @@ pub struct RecordArgs {
     /// Where to write the profile; gzip-compressed when it ends in .gz.
     #[arg(short = 'o', long = "output", default_value = "profile.json.gz")]
     pub output: PathBuf,
-    /// How user stacks are walked: dwarf (copy the stack, unwind with .eh_frame;
-    /// works without frame pointers) or fp (frame pointers, cheaper).
-    #[arg(long = "call-graph", default_value = "dwarf", value_parser = ["fp", "dwarf"])]
+    /// How user stacks are walked: dwarf (in the kernel, with tables compiled
+    /// from each binary's .eh_frame: whole stacks at any depth, without frame
+    /// pointers), dwarf-copy (copy the top of the stack, unwind it here; the
+    /// old way, for comparison) or fp (frame pointers only).
+    #[arg(long = "call-graph", default_value = "dwarf", value_parser = ["fp", "dwarf", "dwarf-copy"])]
     pub call_graph: String,
-    /// Bytes of user stack copied per sample with --call-graph dwarf
-    /// (a multiple of 512, at most 32768).
+    /// Bytes of user stack copied for unwinding here: per sample with
+    /// dwarf-copy; with dwarf only for off-CPU stacks and the first samples of a
+    /// process whose tables are not loaded yet (a multiple of 512, at most 32768).
     #[arg(long = "stack-size", default_value_t = 16384)]
     pub stack_size: u32,
+    /// MiB of kernel memory for the in-kernel unwinder's tables (8 bytes per
+    /// row: libc takes 0.2, rustc's two libraries 20).
+    #[arg(long = "unwind-table-mb", default_value_t = 64)]
+    pub unwind_table_mb: u32,
     /// Do not trace context switches (off-CPU time, wakers, run-queue delay).
     #[arg(long = "no-off-cpu")]
     pub no_off_cpu: bool,
@@ -135,9 +142,12 @@ pub struct AgentArgs {
     /// reason in the kernel, without a stack each [default: 1].
     #[arg(long = "off-cpu-threshold")]
     pub off_cpu_threshold_ms: Option<f64>,
-    /// How user stacks are walked: dwarf or fp [default: dwarf].
-    #[arg(long = "call-graph", value_parser = ["fp", "dwarf"])]
+    /// How user stacks are walked: dwarf (in the kernel), dwarf-copy or fp [default: dwarf].
+    #[arg(long = "call-graph", value_parser = ["fp", "dwarf", "dwarf-copy"])]
     pub call_graph: Option<String>,
+    /// MiB of kernel memory for the in-kernel unwinder's tables [default: 64].
+    #[arg(long = "unwind-table-mb")]
+    pub unwind_table_mb: Option<u32>,
     /// Bytes of user stack copied per sample with dwarf [default: 16384].
     #[arg(long = "stack-size")]
     pub stack_size: Option<u32>,

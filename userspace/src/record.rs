@@ -50,12 +50,15 @@ fn check_args(args: &RecordArgs) -> Result<(), RecordError> {
             return Err(RecordError::UnknownPid(pid));
         }
     }
-    if args.call_graph == "dwarf" && (args.stack_size == 0 || args.stack_size as usize > abi::MAX_STACK_COPY || args.stack_size % 512 != 0) {
+    if args.call_graph != "fp" && (args.stack_size == 0 || args.stack_size as usize > abi::MAX_STACK_COPY || args.stack_size % 512 != 0) {
         return Err(RecordError::Usage(format!(
             "--stack-size {}: use a multiple of 512 between 512 and {}",
             args.stack_size,
             abi::MAX_STACK_COPY
         )));
+    }
+    if args.call_graph == "dwarf" && !(1..=4096).contains(&args.unwind_table_mb) {
+        return Err(RecordError::Usage(format!("--unwind-table-mb {}: use 1 to 4096", args.unwind_table_mb)));
     }
     if !(args.off_cpu_threshold_ms >= 0.0 && args.off_cpu_threshold_ms.is_finite() && args.off_cpu_threshold_ms < 3.6e6) {
         return Err(RecordError::Usage("--off-cpu-threshold: a number of milliseconds from 0 to 3600000".into()));
@@ -93,10 +96,15 @@ pub fn run(args: RecordArgs) -> Result<i32, RecordError> {
     Ok(status)
 }
 
+/// Rows of unwind table that `mb` MiB hold.
+pub fn unwind_table_rows(mb: u32) -> u32 {
+    (mb as u64 * (1 << 20) / std::mem::size_of::<crate::unwind::tables::Row>() as u64).min(u32::MAX as u64 - 1) as u32
+}
+
 /// Record into `output`; returns the exit status, where the profile went
 /// and the signal actions the runtime had installed.
 async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path::PathBuf, [libc::sigaction; 2]), RecordError> {
-    let dwarf = args.call_graph == "dwarf";
+    let dwarf = args.call_graph != "fp";
     // Only a single -p process can be filtered in the kernel; a command's
     // descendants are only known later, so those are filtered in the collector.
     let target_tgid = if args.pids.len() == 1 && !args.all_cpus { args.pids[0] } else { 0 };
@@ -110,6 +118,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
         frequency: args.frequency,
         target_tgid,
         stack_copy: if dwarf { args.stack_size } else { 0 },
+        kernel_unwind_rows: if args.call_graph == "dwarf" { unwind_table_rows(args.unwind_table_mb) } else { 0 },
         off_cpu: !args.no_off_cpu,
         io: !args.no_io,
         off_cpu_min_ns: OFF_CPU_EMIT_NS.min(marker_min_ns),
@@ -293,7 +302,7 @@ fn print_summary(rec: &Recording, path: &Path, bytes: u64, write_time: Duration,
     // one in a hundred the picture is missing its callers.
     let u = st.unwind;
     let cut = u.copy_exhausted - u.copy_exhausted_in_profiler;
-    if args.call_graph == "dwarf" && cut * 100 > u.unwinds && args.stack_size as usize != abi::MAX_STACK_COPY {
+    if args.call_graph == "dwarf-copy" && cut * 100 > u.unwinds && args.stack_size as usize != abi::MAX_STACK_COPY {
         said.push(format!(
             "{cut} of {} user stacks cut at the {}-byte copy (--stack-size {} reaches deeper)",
             u.unwinds,

@@ -36,6 +36,7 @@ pub struct FileConfig {
     off_cpu_threshold: Option<f64>,
     call_graph: Option<String>,
     stack_size: Option<u32>,
+    unwind_table_mb: Option<u32>,
     no_off_cpu: Option<bool>,
     no_io: Option<bool>,
     health_interval: Option<f64>,
@@ -91,6 +92,8 @@ pub struct AgentConfig {
     pub off_cpu_threshold_ms: f64,
     /// DWARF unwinding of copied user stacks (else frame pointers).
     pub dwarf: bool,
+    /// Unwind in the kernel, with tables of this many rows (0: do not).
+    pub kernel_unwind_rows: u32,
     /// User stack bytes copied per sample (DWARF mode).
     pub stack_size: u32,
     /// Trace context switches.
@@ -195,8 +198,12 @@ impl AgentConfig {
             return Err("off-cpu-threshold: a number of milliseconds from 0 to 3600000".into());
         }
         let call_graph = args.call_graph.clone().or(file.call_graph).unwrap_or_else(|| "dwarf".into());
-        if call_graph != "dwarf" && call_graph != "fp" {
-            return Err(format!("call-graph {call_graph:?}: use dwarf or fp"));
+        if !["dwarf", "dwarf-copy", "fp"].contains(&call_graph.as_str()) {
+            return Err(format!("call-graph {call_graph:?}: use dwarf, dwarf-copy or fp"));
+        }
+        let unwind_table_mb = args.unwind_table_mb.or(file.unwind_table_mb).unwrap_or(64);
+        if !(1..=4096).contains(&unwind_table_mb) {
+            return Err(format!("unwind-table-mb {unwind_table_mb}: use 1 to 4096"));
         }
         let stack_size = args.stack_size.or(file.stack_size).unwrap_or(16384);
         if stack_size == 0 || stack_size as usize > crate::bpf::abi::MAX_STACK_COPY || stack_size % 512 != 0 {
@@ -245,7 +252,8 @@ impl AgentConfig {
             retain_size,
             retain_age,
             off_cpu_threshold_ms,
-            dwarf: call_graph == "dwarf",
+            dwarf: call_graph != "fp",
+            kernel_unwind_rows: if call_graph == "dwarf" { crate::record::unwind_table_rows(unwind_table_mb) } else { 0 },
             stack_size,
             off_cpu: !(args.no_off_cpu || file.no_off_cpu == Some(true)),
             io: !(args.no_io || file.no_io == Some(true)),

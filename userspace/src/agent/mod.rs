@@ -148,6 +148,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         frequency: cfg.frequency,
         target_tgid: 0,
         stack_copy: if cfg.dwarf { cfg.stack_size } else { 0 },
+        kernel_unwind_rows: cfg.kernel_unwind_rows,
         off_cpu: cfg.off_cpu,
         io: cfg.io,
         off_cpu_min_ns: marker_min_ns,

@@ -45,6 +45,31 @@ pub const SAMPLE_FLAG_KSTACK_FAILED: u32 = 1;
 pub const SAMPLE_FLAG_USTACK_FAILED: u32 = 2;
 /// `SAMPLE_FLAG_USER_REGS`
 pub const SAMPLE_FLAG_USER_REGS: u32 = 4;
+/// User frames unwound in the kernel follow the record (see sysprof.h).
+pub const SAMPLE_FLAG_KERNEL_UNWOUND: u32 = 8;
+
+/// Most user frames the in-kernel unwinder sends.
+pub const UNWIND_MAX_FRAMES: usize = 1024;
+/// Most executable mappings of one process the in-kernel unwinder knows.
+pub const UNWIND_MAX_MAPPINGS: usize = 256;
+/// `UnwindMapping::table_start` of a table still being built.
+pub const UNWIND_TABLE_PENDING: u32 = 0xffff_ffff;
+/// How the in-kernel walk ended: the thread's outermost frame.
+pub const UNWIND_END_ROOT: u32 = 0;
+/// No tables for the process yet.
+pub const UNWIND_END_NO_PROCESS: u32 = 1;
+/// A mapping's table still being built.
+pub const UNWIND_END_PENDING: u32 = 2;
+/// A return address outside every executable mapping.
+pub const UNWIND_END_BAD_ADDRESS: u32 = 3;
+/// A rule the tables cannot express.
+pub const UNWIND_END_UNSUPPORTED: u32 = 4;
+/// The stack could not be read.
+pub const UNWIND_END_READ_FAILED: u32 = 5;
+/// No rule and no usable frame pointer.
+pub const UNWIND_END_NO_INFO: u32 = 6;
+/// `UNWIND_MAX_FRAMES` reached.
+pub const UNWIND_END_MAX_FRAMES: u32 = 7;
 
 /// `STACK_SLOT_PREEMPTED`
 pub const STACK_SLOT_PREEMPTED: u32 = 0;
@@ -138,6 +163,10 @@ pub struct SampleEvent {
     pub ustack_len: u32,
     /// Dwarf mode: valid stack bytes after the record.
     pub stack_size: u32,
+    /// `SAMPLE_FLAG_KERNEL_UNWOUND`: `UNWIND_END_*`.
+    pub unwind_end: u32,
+    /// Padding.
+    pub _pad: u32,
     /// Thread name.
     pub comm: [u8; TASK_COMM_LEN],
     /// Dwarf mode: user registers.
@@ -367,6 +396,37 @@ pub struct StackCache {
 // SAFETY: plain old data, every bit pattern valid.
 unsafe impl aya::Pod for ThreadState {}
 
+/// `struct unwind_mapping`: one executable mapping for the in-kernel unwinder.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnwindMapping {
+    /// First address, in the process.
+    pub start: u64,
+    /// End address.
+    pub end: u64,
+    /// Process address minus file address.
+    pub bias: u64,
+    /// First row of its table in `unwind_rows`, or `UNWIND_TABLE_PENDING`.
+    pub table_start: u32,
+    /// Rows (0: no table).
+    pub table_len: u32,
+}
+
+/// `struct unwind_process`: a process's executable mappings, sorted.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UnwindProcess {
+    /// Valid entries of `m`.
+    pub count: u32,
+    /// Padding.
+    pub _pad: u32,
+    /// The mappings, by start address.
+    pub m: [UnwindMapping; UNWIND_MAX_MAPPINGS],
+}
+
+// SAFETY: plain old data, every bit pattern valid.
+unsafe impl aya::Pod for UnwindProcess {}
+
 /// A decoded record of the scheduler/I-O tracer's ring.
 #[derive(Clone, Copy)]
 pub enum EventRecord<'a> {
@@ -464,8 +524,12 @@ pub struct SampleView<'a> {
     pub kstack: &'a [u64],
     /// User return addresses, leaf first (frame-pointer mode).
     pub ustack: &'a [u64],
-    /// Dwarf mode: user (ip, sp, bp).
+    /// Dwarf mode: user (ip, sp, bp) (with kernel unwinding: of the frame
+    /// where the kernel handed over).
     pub user_regs: Option<(u64, u64, u64)>,
+    /// Kernel unwinding: the user frames it walked, leaf first, and how the
+    /// walk ended (`UNWIND_END_*`).
+    pub kernel_unwound: Option<(&'a [u64], u32)>,
     /// Dwarf mode: the copied user stack from sp up.
     pub stack: &'a [u8],
 }
@@ -499,6 +563,17 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
     let e = view::<SampleEvent>(bytes, kind)?;
     let comm_len = e.comm.iter().position(|&b| b == 0).unwrap_or(TASK_COMM_LEN);
     let tail = &bytes[std::mem::size_of::<SampleEvent>()..];
+    let mut stack = &tail[..(e.stack_size as usize).min(tail.len())];
+    let mut kernel_unwound = None;
+    if e.flags & SAMPLE_FLAG_KERNEL_UNWOUND != 0 {
+        let n = (e.ustack_len as usize).min(UNWIND_MAX_FRAMES).min(tail.len() / 8);
+        // SAFETY: the tail starts 8-aligned (records are, and the record's
+        // size is a multiple of 8) and holds n u64s.
+        let frames = unsafe { std::slice::from_raw_parts(tail.as_ptr() as *const u64, n) };
+        kernel_unwound = Some((frames, e.unwind_end));
+        let copy = tail.get(UNWIND_MAX_FRAMES * 8..).unwrap_or(&[]);
+        stack = &copy[..(e.stack_size as usize).min(copy.len())];
+    }
     Ok(SampleView {
         cpu: e.cpu,
         time_ns: e.time_ns,
@@ -508,15 +583,17 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
         flags: e.flags,
         comm: &e.comm[..comm_len],
         kstack: &e.kstack[..(e.kstack_len as usize).min(MAX_STACK_DEPTH)],
-        ustack: &e.ustack[..(e.ustack_len as usize).min(MAX_STACK_DEPTH)],
+        ustack: if kernel_unwound.is_some() { &[] } else { &e.ustack[..(e.ustack_len as usize).min(MAX_STACK_DEPTH)] },
         user_regs: (e.flags & SAMPLE_FLAG_USER_REGS != 0).then_some((e.user_ip, e.user_sp, e.user_bp)),
-        stack: &tail[..(e.stack_size as usize).min(tail.len())],
+        kernel_unwound,
+        stack,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unwind::tables::{ROW_CFA_RBP, ROW_CFA_RSP, ROW_END, ROW_NONE, ROW_PLT, ROW_SIGNAL, ROW_UNSUPPORTED};
     use std::mem::{offset_of, size_of};
 
     /// (C expression, Rust value) pairs: every size, offset and constant of the ABI.
@@ -538,7 +615,10 @@ mod tests {
     fn abi_matches_c_header() {
         let items = abi_items!(
             struct sample_event = SampleEvent { kind, cpu, time_ns, sum_exec_runtime, pid, tid, flags, kstack_len, ustack_len,
-                stack_size, comm, user_ip, user_sp, user_bp, kstack, ustack }
+                stack_size, unwind_end, comm, user_ip, user_sp, user_bp, kstack, ustack }
+            struct unwind_row = crate::unwind::tables::Row { pc, kind, rbp_slot, cfa_off8 }
+            struct unwind_mapping = UnwindMapping { start, end, bias, table_start, table_len }
+            struct unwind_process = UnwindProcess { count, m }
             struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, user_ip, user_sp,
                 user_bp, kstack, ustack }
             struct offcpu_event = OffCpuEvent { kind, state, start_ns, end_ns, wake_ns, pid, tid, cpu_out, cpu_in, waker_pid,
@@ -557,7 +637,11 @@ mod tests {
                 STACK_USER_REGS, STACK_KSTACK_FAILED, STACK_USTACK_FAILED, IO_PREFLUSH, IO_FUA, IO_SYNC, IO_META,
                 IO_READAHEAD, IO_START_AT_ISSUE, IO_OP_READ, IO_OP_WRITE, IO_OP_FLUSH, IO_OP_DISCARD, IO_OP_SECURE_ERASE,
                 IO_OP_WRITE_ZEROES, MAX_STACK_COPY, STACK_COPY_CHUNK, DROP_RINGBUF_FULL, DROP_KSTACK, DROP_USTACK,
-                DROP_EVENTS_FULL, DROP_STACK_RECORD, DROP_STATE_FULL, DROP_IO_UNTRACKED, DROP_MAX }
+                DROP_EVENTS_FULL, DROP_STACK_RECORD, DROP_STATE_FULL, DROP_IO_UNTRACKED, DROP_MAX,
+                SAMPLE_FLAG_KERNEL_UNWOUND, UNWIND_MAX_FRAMES, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING, UNWIND_END_ROOT,
+                UNWIND_END_NO_PROCESS, UNWIND_END_PENDING, UNWIND_END_BAD_ADDRESS, UNWIND_END_UNSUPPORTED,
+                UNWIND_END_READ_FAILED, UNWIND_END_NO_INFO, UNWIND_END_MAX_FRAMES, ROW_NONE, ROW_CFA_RSP, ROW_CFA_RBP,
+                ROW_PLT, ROW_SIGNAL, ROW_END, ROW_UNSUPPORTED }
         );
         let header = concat!(env!("CARGO_MANIFEST_DIR"), "/../ebpf/sysprof.h");
         let dir = std::env::temp_dir().join(format!("sysprof-abi-{}", std::process::id()));

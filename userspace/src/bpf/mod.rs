@@ -42,7 +42,11 @@ pub struct SamplerOptions {
     /// reader also drains on a timer, so this only bounds the latency.
     pub wakeup_bytes: u64,
     /// Dwarf mode: bytes of user stack copied per sample (0: frame pointers).
+    /// With kernel unwinding, only where the kernel hands a sample over.
     pub stack_copy: u32,
+    /// Unwind user stacks in the kernel, with room for this many table rows
+    /// (0: do not).
+    pub kernel_unwind_rows: u32,
 }
 
 /// The cpu-clock sampler. Its sample records arrive in the [`RingBuf`] that
@@ -52,6 +56,7 @@ pub struct Sampler {
     _ebpf: Ebpf,
     drops: PerCpuArray<MapData, u64>,
     frequency: u64,
+    unwind_maps: Option<crate::unwind::kernel::KernelUnwindMaps>,
 }
 
 /// Per-reason totals of what the kernel side lost.
@@ -72,7 +77,10 @@ impl Sampler {
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("wakeup_bytes", &opts.wakeup_bytes, true)
             .override_global("stack_copy", &opts.stack_copy, true)
+            .override_global("kernel_unwind", &((opts.kernel_unwind_rows > 0) as u32), true)
             .map_max_entries("samples", opts.ring_bytes)
+            .map_max_entries("unwind_rows", opts.kernel_unwind_rows.max(1))
+            .map_max_entries("sample_scratch", if opts.kernel_unwind_rows > 0 { possible_cpus()? } else { 1 })
             .load(SAMPLE_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sample.bpf.o", &e))?;
         let program: &mut PerfEvent = ebpf
@@ -81,11 +89,30 @@ impl Sampler {
             .try_into()
             .map_err(|e| RecordError::Internal(format!("sample_cpu_clock: {e}")))?;
         program.load().map_err(|e| RecordError::from_program_load("sample_cpu_clock", &e))?;
+        let mut unwind_maps = None;
+        if opts.kernel_unwind_rows > 0 {
+            let exec: &mut aya::programs::TracePoint = ebpf
+                .program_mut("forget_exec_mappings")
+                .ok_or_else(|| RecordError::Internal("forget_exec_mappings missing from object".into()))?
+                .try_into()
+                .map_err(|e| RecordError::Internal(format!("forget_exec_mappings: {e}")))?;
+            exec.load().map_err(|e| RecordError::from_program_load("forget_exec_mappings", &e))?;
+            exec.attach("sched", "sched_process_exec").map_err(|e| RecordError::Internal(format!("attaching forget_exec_mappings: {e}")))?;
+            let rows = match take(&mut ebpf, "unwind_rows")? {
+                aya::maps::Map::Array(m) => m,
+                _ => return Err(RecordError::Internal("unwind_rows is not an array".into())),
+            };
+            let rows = crate::unwind::kernel::RowsMapping::new(rows, opts.kernel_unwind_rows as usize)
+                .map_err(|e| RecordError::Internal(format!("cannot map the unwind table array: {e}")))?;
+            let processes = aya::maps::HashMap::try_from(take(&mut ebpf, "unwind_processes")?)
+                .map_err(|e| RecordError::Internal(format!("unwind_processes map: {e}")))?;
+            unwind_maps = Some(crate::unwind::kernel::KernelUnwindMaps { rows, processes });
+        }
         let ring = RingBuf::try_from(take(&mut ebpf, "samples")?)
             .map_err(|e| RecordError::Internal(format!("samples ring: {e}")))?;
         let drops = PerCpuArray::try_from(take(&mut ebpf, "drops")?)
             .map_err(|e| RecordError::Internal(format!("drops map: {e}")))?;
-        Ok((Sampler { _ebpf: ebpf, drops, frequency: opts.frequency }, ring))
+        Ok((Sampler { _ebpf: ebpf, drops, frequency: opts.frequency, unwind_maps }, ring))
     }
 
     /// Attach the sampler to a cpu-clock event on every online CPU: samples
@@ -116,6 +143,11 @@ impl Sampler {
         Ok(())
     }
 
+    /// The in-kernel unwinder's maps, for the collector to fill (once).
+    pub fn take_unwind_maps(&mut self) -> Option<crate::unwind::kernel::KernelUnwindMaps> {
+        self.unwind_maps.take()
+    }
+
     /// Sum the per-CPU drop counters.
     pub fn drops(&self) -> KernelDrops {
         let sum = |reason: u32| -> u64 {
@@ -132,6 +164,11 @@ impl Sampler {
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, RecordError> {
     ebpf.take_map(name)
         .ok_or_else(|| RecordError::Internal(format!("map {name} missing from object")))
+}
+
+/// How many CPUs there can be (`bpf_get_smp_processor_id()` is below it).
+fn possible_cpus() -> Result<u32, RecordError> {
+    aya::util::nr_cpus().map(|n| n as u32).map_err(|(path, e)| RecordError::Internal(format!("{path}: {e}")))
 }
 
 /// The online CPUs, from `/sys/devices/system/cpu/online`.

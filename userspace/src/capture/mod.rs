@@ -76,8 +76,11 @@ pub struct CaptureOptions {
     pub frequency: u64,
     /// Filter in the kernel to this process (0: every process).
     pub target_tgid: u32,
-    /// Dwarf mode: user stack bytes copied per sample (0: frame pointers).
+    /// Dwarf mode: user stack bytes copied per sample (0: frame pointers);
+    /// with kernel unwinding only where the kernel hands a sample over.
     pub stack_copy: u32,
+    /// Unwind in the kernel with this many rows of tables (0: do not).
+    pub kernel_unwind_rows: u32,
     /// Trace context switches and wakeups.
     pub off_cpu: bool,
     /// Trace block I/O.
@@ -164,7 +167,10 @@ impl CaptureSession {
         // profiles, and a quarter second was lost to a busy machine's
         // scheduling (measured: 400-800 of 6000 samples lost with 8
         // runnable threads on 2 CPUs). The agent drains once a second.
-        let record_bytes = (std::mem::size_of::<abi::SampleEvent>() as u64 + opts.stack_copy as u64 + 8) * opts.frequency;
+        // With kernel unwinding a sample carries its frames (a deep stack is
+        // a few hundred bytes of addresses), not a stack copy.
+        let per_sample = if opts.kernel_unwind_rows > 0 { 1024 } else { opts.stack_copy as u64 };
+        let record_bytes = (std::mem::size_of::<abi::SampleEvent>() as u64 + per_sample + 8) * opts.frequency;
         let min = opts.polling.ring_min_bytes as u64;
         let want = (cpus.len() as f64 * record_bytes as f64 * opts.polling.ring_seconds) as u64;
         let ring_bytes = want.next_power_of_two().clamp(min, (256 << 20).max(min)) as u32;
@@ -174,8 +180,12 @@ impl CaptureSession {
             ring_bytes,
             wakeup_bytes: ring_bytes as u64 / opts.polling.wakeup_divisor.max(1) as u64,
             stack_copy: opts.stack_copy,
+            kernel_unwind_rows: opts.kernel_unwind_rows,
         };
         let (mut sampler, samples) = Sampler::load(&sampler_opts)?;
+        if let Some(maps) = sampler.take_unwind_maps() {
+            collector.enable_kernel_unwinding(maps);
+        }
         // The recording starts here: nothing sampled precedes it.
         let (start_wall_ms, start_ns) = clock_anchor();
         sampler.attach()?;
@@ -229,6 +239,7 @@ impl CaptureSession {
     /// then scheduler and I/O records.
     pub fn drain(&mut self, collector: &mut Collector) {
         self.sideband.drain(&mut |e| collector.handle_sideband(e));
+        collector.sync_kernel_unwinding();
         drain_samples(self.samples.get_mut(), collector, &mut self.decode_errors);
         if let Some(e) = self.events.as_mut() {
             drain_events(e.get_mut(), collector, &mut self.decode_errors);
@@ -309,7 +320,10 @@ impl CaptureSession {
             };
             match wake {
                 Wake::Drain => self.drain(collector),
-                Wake::Sideband => self.sideband.drain(&mut |e| collector.handle_sideband(e)),
+                Wake::Sideband => {
+                    self.sideband.drain(&mut |e| collector.handle_sideband(e));
+                    collector.sync_kernel_unwinding();
+                }
                 Wake::Counters => self.counters.poll(monotonic_ns(), collector.take_recent_pids()),
                 Wake::Status => status(collector.sample_count(), self.lost_samples()),
             }

@@ -52,6 +52,11 @@ use stacks::{StoredStack, ThreadStacks};
 const TRUNCATED_COPY_EXHAUSTED: u64 = 1;
 const TRUNCATED_NO_UNWIND_INFO: u64 = 2;
 const TRUNCATED_BAD_RETURN_ADDRESS: u64 = 3;
+/// The in-kernel unwinder's own stops (see UNWIND_END_* in sysprof.h).
+const TRUNCATED_TABLES_NOT_READY: u64 = 5;
+const TRUNCATED_STACK_UNREADABLE: u64 = 6;
+const TRUNCATED_UNSUPPORTED_RULE: u64 = 7;
+const TRUNCATED_MAX_DEPTH: u64 = 8;
 /// Raw stack key of a stack an event referred to that was not available
 /// (its record was lost, or no longer kept when the event arrived).
 const STACK_NOT_AVAILABLE: u64 = 4;
@@ -289,6 +294,72 @@ impl Collector {
         self.table.seed(&snapshot, &bins);
     }
 
+    /// A user stack the kernel unwound, into `self.unwound` with a
+    /// truncation marker where it stopped early; where the kernel handed over
+    /// (the process's tables not loaded yet), the copied rest is unwound here.
+    fn unwind_in_kernel(&mut self, pid: u32, frames: &[u64], end: u32, regs: Option<(u64, u64, u64)>, stack: &[u8]) {
+        use crate::bpf::abi::*;
+        self.unwound.clear();
+        self.unwound.extend_from_slice(frames);
+        let Some(u) = self.unwinders.as_mut() else { return };
+        if let (Some(regs), UNWIND_END_NO_PROCESS | UNWIND_END_PENDING) = (regs, end) {
+            let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, MAX_USER_FRAMES + frames.len());
+            match end {
+                UnwindEnd::Root => {}
+                UnwindEnd::StackCopyExhausted => self.unwound.push(TRUNCATED_COPY_EXHAUSTED),
+                UnwindEnd::NoUnwindInfo => self.unwound.push(TRUNCATED_NO_UNWIND_INFO),
+                UnwindEnd::BadReturnAddress => self.unwound.push(TRUNCATED_BAD_RETURN_ADDRESS),
+            }
+            return;
+        }
+        // Counted as the copy unwinder counts its own stacks.
+        let st = &mut u.stats;
+        st.unwinds += 1;
+        // A walk that ended in a program's entry function (hand-written
+        // `_start` without CFI) reached the bottom whatever it read below.
+        let at_entry = frames.last().is_some_and(|&a| frames.len() > 1 && u.is_entry(pid, a));
+        let marker = match end {
+            UNWIND_END_ROOT => None,
+            _ if at_entry => None,
+            UNWIND_END_BAD_ADDRESS => Some(TRUNCATED_BAD_RETURN_ADDRESS),
+            UNWIND_END_NO_PROCESS | UNWIND_END_PENDING => Some(TRUNCATED_TABLES_NOT_READY),
+            UNWIND_END_READ_FAILED => Some(TRUNCATED_STACK_UNREADABLE),
+            UNWIND_END_UNSUPPORTED => Some(TRUNCATED_UNSUPPORTED_RULE),
+            UNWIND_END_MAX_FRAMES => Some(TRUNCATED_MAX_DEPTH),
+            _ => Some(TRUNCATED_NO_UNWIND_INFO),
+        };
+        let st = &mut u.stats;
+        match marker {
+            None => st.reached_root += 1,
+            Some(TRUNCATED_BAD_RETURN_ADDRESS) => st.bad_return_address += 1,
+            Some(TRUNCATED_MAX_DEPTH) => st.copy_exhausted += 1,
+            Some(_) => st.no_unwind_info += 1,
+        }
+        if let Some(m) = marker {
+            self.unwound.push(m);
+        }
+    }
+
+    /// Load the in-kernel unwinder's tables from now on, for every process known.
+    pub fn enable_kernel_unwinding(&mut self, maps: crate::unwind::kernel::KernelUnwindMaps) {
+        if let Some(u) = self.unwinders.as_mut() {
+            u.enable_kernel(maps);
+            u.sync_kernel(&self.binaries);
+        }
+    }
+
+    /// Bring the in-kernel unwinder's maps up to date with the mappings seen.
+    pub fn sync_kernel_unwinding(&mut self) {
+        if let Some(u) = self.unwinders.as_mut() {
+            u.sync_kernel(&self.binaries);
+        }
+    }
+
+    /// The in-kernel unwinder's table totals, if it runs.
+    pub fn kernel_table_stats(&self) -> Option<crate::unwind::kernel::KernelTableStats> {
+        self.unwinders.as_ref().and_then(|u| u.kernel.as_ref()).map(|k| k.stats)
+    }
+
     /// Unwind a user stack copied by the kernel into `self.unwound`, leaf
     /// first, ending with a truncation marker when it stopped early.
     fn unwind_copy(&mut self, pid: u32, regs: (u64, u64, u64), stack: &[u8]) {
@@ -330,8 +401,12 @@ impl Collector {
         if s.flags & SAMPLE_FLAG_USTACK_FAILED != 0 {
             w.stats.user_stack_failures += 1;
         }
-        let node = match s.user_regs {
-            Some(regs) if self.unwinders.is_some() => {
+        let node = match (s.kernel_unwound, s.user_regs) {
+            (Some((frames, end)), regs) => {
+                self.unwind_in_kernel(s.pid, frames, end, regs, s.stack);
+                Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
+            }
+            (None, Some(regs)) if self.unwinders.is_some() => {
                 self.unwind_copy(s.pid, regs, s.stack);
                 Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
             }
@@ -683,6 +758,11 @@ impl Collector {
             w.stats.unwind = std::mem::take(&mut u.stats);
             for f in u.failures.drain(..) {
                 warnings.push(format!("cannot read unwind information of {f}; its frames are walked by frame pointer"));
+            }
+            if let Some(k) = u.kernel.as_mut() {
+                for f in k.failures.drain(..) {
+                    warnings.push(format!("no in-kernel unwind table: {f}; those frames are walked by frame pointer"));
+                }
             }
         }
         let jit = symbolicate::JitSources { processes: &self.jit_processes, dumps: &self.jitdumps };

@@ -14,7 +14,10 @@ use rustc_hash::FxHashMap;
 use super::process::ProcessTable;
 use super::recording::{MarkerRecord, OffCpuSamples, ThreadSamples};
 use super::stack_tree::{NodeIndex, StackTree, NO_PARENT};
-use super::{WindowData, KERNEL_ADDR_MIN, STACK_NOT_AVAILABLE, TRUNCATED_BAD_RETURN_ADDRESS, TRUNCATED_COPY_EXHAUSTED, TRUNCATED_NO_UNWIND_INFO};
+use super::{
+    WindowData, KERNEL_ADDR_MIN, TRUNCATED_BAD_RETURN_ADDRESS, TRUNCATED_COPY_EXHAUSTED, TRUNCATED_MAX_DEPTH, TRUNCATED_NO_UNWIND_INFO,
+    TRUNCATED_STACK_UNREADABLE, TRUNCATED_TABLES_NOT_READY, TRUNCATED_UNSUPPORTED_RULE,
+};
 
 /// A frame before symbolication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -49,6 +52,10 @@ pub(super) enum PseudoFrame {
     NoUnwindInfo = 6,
     BadReturnAddress = 7,
     StackNotKept = 8,
+    TablesNotReady = 9,
+    StackUnreadable = 10,
+    UnsupportedRule = 11,
+    MaxDepth = 12,
 }
 
 impl PseudoFrame {
@@ -62,6 +69,10 @@ impl PseudoFrame {
             6 => PseudoFrame::NoUnwindInfo,
             7 => PseudoFrame::BadReturnAddress,
             8 => PseudoFrame::StackNotKept,
+            9 => PseudoFrame::TablesNotReady,
+            10 => PseudoFrame::StackUnreadable,
+            11 => PseudoFrame::UnsupportedRule,
+            12 => PseudoFrame::MaxDepth,
             _ => PseudoFrame::ShortWaits,
         }
     }
@@ -89,6 +100,10 @@ impl PseudoFrame {
             PseudoFrame::NoUnwindInfo => "[truncated: no unwind information]",
             PseudoFrame::BadReturnAddress => "[truncated: return address outside any code]",
             PseudoFrame::StackNotKept => "[stack not available]",
+            PseudoFrame::TablesNotReady => "[truncated: unwind tables not loaded yet (the process had just started)]",
+            PseudoFrame::StackUnreadable => "[truncated: user stack not readable (not resident)]",
+            PseudoFrame::UnsupportedRule => "[truncated: an unwind rule the kernel unwinder cannot follow]",
+            PseudoFrame::MaxDepth => "[truncated: 1024 frames]",
         }
     }
 }
@@ -205,11 +220,15 @@ impl<'a> Replay<'a> {
             // Return addresses point after the call; look up the call itself.
             let lookup = if depth == leaf { addr } else { addr.saturating_sub(1) };
             let key = match addr {
-                TRUNCATED_COPY_EXHAUSTED | TRUNCATED_NO_UNWIND_INFO | TRUNCATED_BAD_RETURN_ADDRESS | STACK_NOT_AVAILABLE => {
+                TRUNCATED_COPY_EXHAUSTED..=TRUNCATED_MAX_DEPTH => {
                     let pseudo = match addr {
                         TRUNCATED_COPY_EXHAUSTED => PseudoFrame::StackCopyExhausted,
                         TRUNCATED_NO_UNWIND_INFO => PseudoFrame::NoUnwindInfo,
                         TRUNCATED_BAD_RETURN_ADDRESS => PseudoFrame::BadReturnAddress,
+                        TRUNCATED_TABLES_NOT_READY => PseudoFrame::TablesNotReady,
+                        TRUNCATED_STACK_UNREADABLE => PseudoFrame::StackUnreadable,
+                        TRUNCATED_UNSUPPORTED_RULE => PseudoFrame::UnsupportedRule,
+                        TRUNCATED_MAX_DEPTH => PseudoFrame::MaxDepth,
                         _ => PseudoFrame::StackNotKept,
                     };
                     FrameKey { binary: PSEUDO_BINARY, address: pseudo as u64, pid: 0 }

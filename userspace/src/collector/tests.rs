@@ -44,6 +44,7 @@ fn sample(c: &mut Collector, time: u64, pid: u32, tid: u32, runtime: u64, ustack
         kstack,
         ustack,
         user_regs: None,
+        kernel_unwound: None,
         stack: &[],
     });
 }

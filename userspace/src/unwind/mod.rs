@@ -18,6 +18,9 @@
 //! only uses to refine leaf frames, is left out for the same reason and for
 //! its size.)
 
+pub mod kernel;
+pub mod tables;
+
 use std::ops::{Deref, Range};
 use std::sync::Arc;
 
@@ -286,6 +289,33 @@ pub struct Unwinders {
     pub stats: UnwindStats,
     /// Binaries whose unwind data could not be read, with why.
     pub failures: Vec<String>,
+    /// The in-kernel unwinder's tables and process entries, when it runs.
+    pub kernel: Option<kernel::KernelTables>,
+}
+
+/// The unwind data of `binary`, read on first use and cached (None: it
+/// has none, or reading it failed, which is noted once in `failures`).
+fn binary_info(
+    cache: &mut FxHashMap<BinaryIndex, Option<Arc<BinaryUnwindInfo>>>,
+    failures: &mut Vec<String>,
+    binaries: &Binaries,
+    binary: BinaryIndex,
+) -> Option<Arc<BinaryUnwindInfo>> {
+    cache
+        .entry(binary)
+        .or_insert_with(|| match BinaryUnwindInfo::read(binaries, binary) {
+            Ok(i) => Some(Arc::new(i)),
+            Err(e) => {
+                // Anonymous memory (JIT code) has no file: it is walked by
+                // frame pointer, which is not a failure.
+                let path = &binaries.get(binary).path;
+                if path.starts_with('/') && !path.starts_with("//") {
+                    failures.push(format!("{path}: {e}"));
+                }
+                None
+            }
+        })
+        .clone()
 }
 
 /// Exited processes are kept this long: their last samples may still be queued.
@@ -308,6 +338,9 @@ impl Unwinders {
         p.mappings.retain(|m| m.end <= start || m.start >= end);
         p.mappings.push(Mapping { start, end, pgoff, binary });
         p.unwinder = None;
+        if let Some(k) = self.kernel.as_mut() {
+            k.dirty.insert(pid);
+        }
     }
 
     /// `pid` mapped a jitdump file: its JIT code's unwind tables come from it.
@@ -329,6 +362,9 @@ impl Unwinders {
     pub fn forget_binaries(&mut self, released: &[BinaryIndex]) {
         for b in released {
             self.binaries.remove(b);
+            if let Some(k) = self.kernel.as_mut() {
+                k.forget(*b);
+            }
         }
     }
 
@@ -345,12 +381,18 @@ impl Unwinders {
         p.jitdump = None;
         p.jit_modules.clear();
         p.exited_ns = None;
+        if let Some(k) = self.kernel.as_mut() {
+            k.dirty.insert(pid);
+        }
     }
 
     /// `child` was forked from `parent`: it starts with the same mappings.
     pub fn fork(&mut self, parent: u32, child: u32) {
         let mappings = self.processes.get(&parent).map(|p| p.mappings.clone()).unwrap_or_default();
         self.processes.insert(child, ProcessUnwinder::new(mappings));
+        if let Some(k) = self.kernel.as_mut() {
+            k.dirty.insert(child);
+        }
     }
 
     /// `pid` exited at `now_ns`; forget processes that exited long ago
@@ -360,6 +402,10 @@ impl Unwinders {
         if let Some(p) = self.processes.get_mut(&pid) {
             p.exited_ns = Some(now_ns);
             self.exited.push_back((now_ns, pid));
+        }
+        if let Some(k) = self.kernel.as_mut() {
+            k.remove_process(pid);
+            k.dirty.remove(&pid);
         }
         while let Some(&(t, old)) = self.exited.front() {
             if now_ns.saturating_sub(t) < KEEP_EXITED_NS {
@@ -371,6 +417,71 @@ impl Unwinders {
                 self.processes.remove(&old);
             }
         }
+    }
+
+    /// Start feeding the in-kernel unwinder: every process known gets its entry.
+    pub fn enable_kernel(&mut self, maps: kernel::KernelUnwindMaps) {
+        let mut k = kernel::KernelTables::new(maps);
+        k.dirty.extend(self.processes.iter().filter(|(_, p)| p.exited_ns.is_none()).map(|(&pid, _)| pid));
+        self.kernel = Some(k);
+    }
+
+    /// Bring the in-kernel unwinder's maps up to date: take the tables
+    /// compiled since, ask for those of new binaries, rewrite the entries
+    /// of processes whose mappings or tables changed. Called after each
+    /// drain of the sideband, so a process's entry follows its mmaps within
+    /// one drain.
+    pub fn sync_kernel(&mut self, binaries: &Binaries) {
+        let Some(mut k) = self.kernel.take() else { return };
+        let ready = k.receive();
+        if !ready.is_empty() {
+            let ready: rustc_hash::FxHashSet<BinaryIndex> = ready.into_iter().collect();
+            for (&pid, p) in &self.processes {
+                if p.exited_ns.is_none() && p.mappings.iter().any(|m| ready.contains(&m.binary)) {
+                    k.dirty.insert(pid);
+                }
+            }
+        }
+        let dirty: Vec<u32> = k.dirty.drain().collect();
+        let mut entry = Vec::new();
+        for pid in dirty {
+            let Some(p) = self.processes.get(&pid).filter(|p| p.exited_ns.is_none()) else {
+                k.remove_process(pid);
+                continue;
+            };
+            entry.clear();
+            let mut entries = Vec::new();
+            let mappings = p.mappings.clone();
+            for m in &mappings {
+                if is_jitdump(&binaries.get(m.binary).path) {
+                    continue;
+                }
+                let info = binary_info(&mut self.binaries, &mut self.failures, binaries, m.binary);
+                k.want(m.binary, info.as_ref());
+                // Where the file's address 0 lands; unknown (anonymous
+                // memory): no table, frame pointers only.
+                let bias = info.as_ref().and_then(|i| {
+                    let base = base_avma(&i.segments, m.start, m.pgoff)?;
+                    entries.push(base.wrapping_add(i.entry));
+                    Some(base)
+                });
+                entry.push((m.start, m.end, bias.unwrap_or(0), m.binary));
+            }
+            entries.sort_unstable();
+            entries.dedup();
+            if let Some(p) = self.processes.get_mut(&pid) {
+                p.entries = entries;
+            }
+            k.write_process(pid, &mut entry);
+        }
+        self.kernel = Some(k);
+    }
+
+    /// Whether `addr` is in an entry function of `pid`'s binaries (known
+    /// once its entry was written for the kernel, or its stacks unwound
+    /// here): a stack that ends there is whole.
+    pub fn is_entry(&self, pid: u32, addr: u64) -> bool {
+        self.processes.get(&pid).is_some_and(|p| p.is_entry(addr))
     }
 
     /// Unwind one sample of `pid` from `regs` = (ip, sp, bp) over `stack`
@@ -406,22 +517,7 @@ impl Unwinders {
             let mut unwinder = UnwinderX86_64::new();
             let mut entries = Vec::new();
             for m in mappings.iter().filter(|m| !is_jitdump(&binaries.get(m.binary).path)) {
-                let info = self
-                    .binaries
-                    .entry(m.binary)
-                    .or_insert_with(|| match BinaryUnwindInfo::read(binaries, m.binary) {
-                        Ok(i) => Some(Arc::new(i)),
-                        Err(e) => {
-                            // Anonymous memory (JIT code) has no file: framehop
-                            // walks it by frame pointer, which is not a failure.
-                            let path = &binaries.get(m.binary).path;
-                            if path.starts_with('/') && !path.starts_with("//") {
-                                self.failures.push(format!("{path}: {e}"));
-                            }
-                            None
-                        }
-                    })
-                    .clone();
+                let info = binary_info(&mut self.binaries, &mut self.failures, binaries, m.binary);
                 if let Some(info) = info {
                     if let Some(base) = base_avma(&info.segments, m.start, m.pgoff) {
                         entries.push(base.wrapping_add(info.entry));

@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * unwind.bpf.h: DWARF unwinding of user stacks in the kernel, from tables
+ * userspace compiled out of each binary's .eh_frame (unwind/tables.rs).
+ *
+ * In: the user registers of a task (ip, sp, bp), its process's executable
+ * mappings (`unwind_processes`, written by userspace from the perf
+ * sideband) and the rows of every binary (`unwind_rows`). Out: up to
+ * UNWIND_MAX_FRAMES addresses, leaf first, and how the walk ended.
+ *
+ * Per frame: the mapping holding the address (binary search over the
+ * process's mappings), the row for it (binary search over the binary's
+ * rows), then CFA = rsp or rbp + offset, the return address at CFA-8 and
+ * the caller's rbp where the row says it was saved, read from user memory.
+ * The frames go one bpf_loop() iteration each, so the verifier checks one
+ * frame's work, not a thousand. A mapping without a table (JIT code) or an
+ * address without a row walks one frame by frame pointer; every later
+ * address must lie in an executable mapping, so a frame pointer that is no
+ * frame pointer ends the walk instead of inventing callers. Where the
+ * tables are not there yet (a process that just started), the walk stops
+ * and, if a stack copy is configured, hands over to userspace with the
+ * registers of the frame it reached.
+ */
+#ifndef __UNWIND_BPF_H
+#define __UNWIND_BPF_H
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE); /* userspace writes the rows through a mapping */
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+	__uint(max_entries, 1); /* sized by userspace: the table budget */
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* 8 KiB per process, only for those that exist */
+	__type(key, __u32);
+	__type(value, struct unwind_process);
+	__uint(max_entries, 16384);
+} unwind_processes SEC(".maps");
+
+/* The walk's state, on the caller's stack, shared with each iteration. */
+struct ustack_walk {
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	struct unwind_process *proc;
+	__u64 *frames;
+	__u32 n;
+	__u32 end;
+	__u32 return_address; /* ip came from the stack: look up ip - 1 (inside the call) */
+	__u32 may_hand_over;  /* a stack copy is configured: stop where tables are missing */
+};
+
+/* The mapping of p holding ip, or NULL. A binary search here would index
+ * p->m with values the verifier must then track precisely, which stops it
+ * from pruning the search's branches (a million instructions); a scan
+ * indexes with the loop counter only. */
+static __always_inline struct unwind_mapping *unwind_find_mapping(struct unwind_process *p, __u64 ip)
+{
+	__u32 count = p->count;
+
+	for (int i = 0; i < UNWIND_MAX_MAPPINGS; i++) {
+		if (i >= count)
+			break;
+		if (p->m[i].start <= ip && ip < p->m[i].end)
+			return &p->m[i];
+	}
+	return NULL;
+}
+
+/* The last row of table [start, start + len) at or below pc, or NULL. */
+static __always_inline struct unwind_row *unwind_find_row(__u32 start, __u32 len, __u32 pc)
+{
+	__u32 lo = 0, hi = len, idx;
+
+	for (int i = 0; i < 33 && lo < hi; i++) {
+		__u32 mid = lo + (hi - lo) / 2;
+		struct unwind_row *r;
+
+		idx = start + mid;
+		r = bpf_map_lookup_elem(&unwind_rows, &idx);
+		if (!r)
+			return NULL;
+		if (r->pc <= pc)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return NULL;
+	idx = start + lo - 1;
+	return bpf_map_lookup_elem(&unwind_rows, &idx);
+}
+
+static long unwind_step(__u64 i, struct ustack_walk *s)
+{
+	struct unwind_mapping *m = NULL;
+	struct unwind_row *row = NULL;
+	__u64 ip = s->ip, sp = s->sp, bp = s->bp, cfa, ra = 0;
+	__u32 kind = ROW_NONE, slot = 0, off8 = 0;
+
+	if (!s->proc) {
+		if (s->may_hand_over) {
+			s->end = UNWIND_END_NO_PROCESS;
+			return 1;
+		}
+	} else {
+		m = unwind_find_mapping(s->proc, ip);
+	}
+	if (!m && s->n > 0) {
+		s->end = s->proc ? UNWIND_END_BAD_ADDRESS : UNWIND_END_NO_PROCESS;
+		return 1;
+	}
+	if (m && m->table_start == UNWIND_TABLE_PENDING && s->may_hand_over) {
+		s->end = UNWIND_END_PENDING;
+		return 1;
+	}
+	if (s->n >= UNWIND_MAX_FRAMES) {
+		s->end = UNWIND_END_MAX_FRAMES;
+		return 1;
+	}
+	s->frames[s->n & (UNWIND_MAX_FRAMES - 1)] = ip;
+	s->n++;
+	if (!s->proc) {
+		s->end = UNWIND_END_NO_PROCESS;
+		return 1;
+	}
+
+	if (m && m->table_len && m->table_start != UNWIND_TABLE_PENDING) {
+		__u64 pc = ip - s->return_address - m->bias;
+
+		if (pc <= 0xffffffffULL)
+			row = unwind_find_row(m->table_start, m->table_len, (__u32)pc);
+		if (row) {
+			kind = row->kind;
+			slot = row->rbp_slot;
+			off8 = row->cfa_off8;
+		}
+	}
+
+	switch (kind) {
+	case ROW_END:
+		s->end = UNWIND_END_ROOT;
+		return 1;
+	case ROW_UNSUPPORTED:
+		s->end = UNWIND_END_UNSUPPORTED;
+		return 1;
+	case ROW_SIGNAL: {
+		/* struct rt_sigframe after the handler returned into the
+		 * trampoline: sp is at its ucontext, whose mcontext holds the
+		 * interrupted registers (x86_64 ABI: rbp at +120, rsp at +160,
+		 * rip at +168). */
+		__u64 regs[7];
+
+		if (bpf_probe_read_user(regs, sizeof(regs), (void *)(sp + 120))) {
+			s->end = UNWIND_END_READ_FAILED;
+			return 1;
+		}
+		s->bp = regs[0];
+		s->sp = regs[5];
+		s->ip = regs[6];
+		/* The interrupted instruction itself, not a return address. */
+		s->return_address = 0;
+		if (!s->ip) {
+			s->end = UNWIND_END_ROOT;
+			return 1;
+		}
+		return 0;
+	}
+	case ROW_CFA_RSP:
+		cfa = sp + ((__u64)off8 << 3);
+		break;
+	case ROW_CFA_RBP:
+		cfa = bp + ((__u64)off8 << 3);
+		break;
+	case ROW_PLT:
+		cfa = sp + 8 + ((ip & 15) >= slot ? 8 : 0);
+		slot = 0;
+		break;
+	default:
+		/* No rule: a frame pointer frame, if rbp looks like one. */
+		if (bp <= sp || (bp & 7)) {
+			s->end = UNWIND_END_NO_INFO;
+			return 1;
+		}
+		cfa = bp + 16;
+		slot = 2;
+		break;
+	}
+
+	/* The stack grows down: a caller's frame lies above. */
+	if (cfa <= sp) {
+		s->end = UNWIND_END_NO_INFO;
+		return 1;
+	}
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8))) {
+		s->end = UNWIND_END_READ_FAILED;
+		return 1;
+	}
+	if (slot && bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa - ((__u64)slot << 3)))) {
+		s->end = UNWIND_END_READ_FAILED;
+		return 1;
+	}
+	if (!ra) {
+		s->end = UNWIND_END_ROOT;
+		return 1;
+	}
+	s->ip = ra;
+	s->sp = cfa;
+	s->bp = bp;
+	s->return_address = 1;
+	return 0;
+}
+
+/* Walk the user stack of the current task from (ip, sp, bp) into frames.
+ * Returns the number of frames; *end says why it stopped, and on a hand
+ * over *regs are the registers of the frame it stopped at. */
+static __always_inline __u32 unwind_user(__u32 tgid, __u64 regs[3], __u64 *frames, __u32 *end, __u32 may_hand_over)
+{
+	struct ustack_walk s = {
+		.ip = regs[0],
+		.sp = regs[1],
+		.bp = regs[2],
+		.frames = frames,
+		.end = UNWIND_END_MAX_FRAMES,
+		.may_hand_over = may_hand_over,
+	};
+
+	s.proc = bpf_map_lookup_elem(&unwind_processes, &tgid);
+	bpf_loop(UNWIND_MAX_FRAMES + 1, unwind_step, &s, 0);
+	*end = s.end;
+	regs[0] = s.ip;
+	regs[1] = s.sp;
+	regs[2] = s.bp;
+	return s.n;
+}
+
+#endif /* __UNWIND_BPF_H */

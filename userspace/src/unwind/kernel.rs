@@ -1,0 +1,302 @@
+//! Feeding the in-kernel unwinder: tables into `unwind_rows`, mappings
+//! into `unwind_processes`.
+//!
+//! In: the processes' executable mappings as [`super::Unwinders`] keeps
+//! them (from the `/proc` snapshot and the perf sideband), and each binary's
+//! unwind sections. Out: the two BPF maps `ebpf/unwind.bpf.h` walks. A
+//! binary's table is compiled once (on a worker thread, off the event loop:
+//! rustc's driver library takes ~80 ms) and placed in the shared rows
+//! array, which userspace writes through a mapping of it (no syscall per
+//! row); each process's entry lists its mappings with their bias and table,
+//! rewritten whenever they change. Until a binary's table is in, its
+//! mappings say "pending" and the kernel hands those samples over to the
+//! stack copy. The rows array has a fixed size, the table budget: a table
+//! that does not fit is refused (its binary unwinds by frame pointer in the
+//! kernel) and counted; tables of binaries no process maps any more are
+//! freed.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+
+use aya::maps::{HashMap as BpfHashMap, MapData};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::tables::{compile, CfiSection, Row};
+use super::BinaryUnwindInfo;
+use crate::bpf::abi::{UnwindMapping, UnwindProcess, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING};
+use crate::symbolize::binaries::BinaryIndex;
+
+/// The BPF maps of the in-kernel unwinder, taken from the loaded sampler.
+pub struct KernelUnwindMaps {
+    /// `unwind_rows`, mapped into our memory.
+    pub rows: RowsMapping,
+    /// `unwind_processes`.
+    pub processes: BpfHashMap<MapData, u32, UnwindProcess>,
+}
+
+/// `unwind_rows` (a `BPF_F_MMAPABLE` array) mapped read-write.
+pub struct RowsMapping {
+    ptr: *mut Row,
+    len: usize,
+    /// Keeps the map alive as long as the mapping.
+    _map: MapData,
+}
+
+// SAFETY: the mapping is owned by this value and only written through &mut.
+unsafe impl Send for RowsMapping {}
+
+impl RowsMapping {
+    /// Map `capacity` rows of the array `map`.
+    pub fn new(map: MapData, capacity: usize) -> std::io::Result<RowsMapping> {
+        let bytes = (capacity * std::mem::size_of::<Row>()).next_multiple_of(4096);
+        let fd = map.fd().as_fd();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of the map's memory; its length is
+        // what the kernel allocated for `capacity` rows, page-rounded.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(RowsMapping { ptr: ptr as *mut Row, len: capacity, _map: map })
+    }
+
+    fn slice_mut(&mut self) -> &mut [Row] {
+        // SAFETY: ptr maps len rows for as long as self lives.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for RowsMapping {
+    fn drop(&mut self) {
+        let bytes = (self.len * std::mem::size_of::<Row>()).next_multiple_of(4096);
+        // SAFETY: unmapping what new() mapped.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, bytes) };
+    }
+}
+
+/// Totals, for `record -v`, the summary and the benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KernelTableStats {
+    /// Tables compiled and loaded.
+    pub tables: u64,
+    /// Rows in use now, and the most at once.
+    pub rows_in_use: u64,
+    /// The most rows in use at once.
+    pub rows_peak: u64,
+    /// The rows array's size (the budget).
+    pub rows_capacity: u64,
+    /// Time compiling tables on the worker, ns.
+    pub compile_ns: u64,
+    /// Tables that did not fit the budget (their binaries walk by frame pointer).
+    pub over_budget: u64,
+    /// Process entries written.
+    pub process_writes: u64,
+    /// Processes with more executable mappings than an entry holds.
+    pub mappings_cut: u64,
+}
+
+enum TableState {
+    /// Being compiled (request serial).
+    Pending(u64),
+    /// In the rows array.
+    Ready { start: u32, len: u32 },
+    /// No table (no CFI, unreadable, over budget): frame pointers.
+    None,
+}
+
+struct Compiled {
+    binary: BinaryIndex,
+    serial: u64,
+    result: Result<Vec<Row>, String>,
+    ns: u64,
+}
+
+/// The in-kernel unwinder's userspace half.
+pub struct KernelTables {
+    maps: KernelUnwindMaps,
+    /// Free row ranges: start -> len.
+    free: BTreeMap<u32, u32>,
+    tables: FxHashMap<BinaryIndex, TableState>,
+    serial: u64,
+    to_worker: Option<Sender<(BinaryIndex, u64, Arc<BinaryUnwindInfo>)>>,
+    from_worker: Receiver<Compiled>,
+    /// Processes whose entry must be rewritten (or deleted).
+    pub(super) dirty: FxHashSet<u32>,
+    /// Totals.
+    pub stats: KernelTableStats,
+    /// Binaries whose table could not be made, with why.
+    pub failures: Vec<String>,
+}
+
+/// The worker's budget for one table: the whole array.
+fn compile_table(info: &BinaryUnwindInfo, max_rows: usize) -> Result<Vec<Row>, String> {
+    let table = if let Some((range, bytes)) = &info.eh_frame {
+        compile(&CfiSection { bytes, addr: range.start, is_eh_frame: true }, max_rows)?
+    } else if let Some(bytes) = &info.debug_frame {
+        compile(&CfiSection { bytes, addr: 0, is_eh_frame: false }, max_rows)?
+    } else {
+        return Err("no .eh_frame or .debug_frame".into());
+    };
+    Ok(table.rows)
+}
+
+impl KernelTables {
+    /// Take over the maps; start the compiling worker.
+    pub fn new(maps: KernelUnwindMaps) -> KernelTables {
+        let capacity = maps.rows.len as u32;
+        let (to_worker, requests) = std::sync::mpsc::channel::<(BinaryIndex, u64, Arc<BinaryUnwindInfo>)>();
+        let (results, from_worker) = std::sync::mpsc::channel();
+        let max_rows = capacity as usize;
+        let spawned = std::thread::Builder::new().name("sysprof-tables".into()).spawn(move || {
+            for (binary, serial, info) in requests {
+                let started = std::time::Instant::now();
+                let result = compile_table(&info, max_rows);
+                let ns = started.elapsed().as_nanos() as u64;
+                if results.send(Compiled { binary, serial, result, ns }).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut free = BTreeMap::new();
+        free.insert(0, capacity);
+        KernelTables {
+            maps,
+            free,
+            tables: FxHashMap::default(),
+            serial: 0,
+            to_worker: spawned.is_ok().then_some(to_worker),
+            from_worker,
+            dirty: FxHashSet::default(),
+            stats: KernelTableStats { rows_capacity: capacity as u64, ..Default::default() },
+            failures: Vec::new(),
+        }
+    }
+
+    /// Ask for `binary`'s table if nobody has yet.
+    pub(super) fn want(&mut self, binary: BinaryIndex, info: Option<&Arc<BinaryUnwindInfo>>) {
+        if self.tables.contains_key(&binary) {
+            return;
+        }
+        let state = match (info, &self.to_worker) {
+            (Some(info), Some(tx)) if info.eh_frame.is_some() || info.debug_frame.is_some() => {
+                self.serial += 1;
+                match tx.send((binary, self.serial, info.clone())) {
+                    Ok(()) => TableState::Pending(self.serial),
+                    Err(_) => TableState::None,
+                }
+            }
+            _ => TableState::None,
+        };
+        self.tables.insert(binary, state);
+    }
+
+    /// Take the tables the worker finished; returns the binaries now ready
+    /// (their processes' entries must be rewritten).
+    pub(super) fn receive(&mut self) -> Vec<BinaryIndex> {
+        let mut ready = Vec::new();
+        while let Ok(c) = self.from_worker.try_recv() {
+            if !matches!(self.tables.get(&c.binary), Some(TableState::Pending(s)) if *s == c.serial) {
+                continue; // forgotten (or replaced) since it was asked for
+            }
+            self.stats.compile_ns += c.ns;
+            let state = match c.result {
+                Ok(rows) if !rows.is_empty() => match self.allocate(rows.len() as u32) {
+                    Some(start) => {
+                        self.maps.rows.slice_mut()[start as usize..start as usize + rows.len()].copy_from_slice(&rows);
+                        self.stats.tables += 1;
+                        self.stats.rows_in_use += rows.len() as u64;
+                        self.stats.rows_peak = self.stats.rows_peak.max(self.stats.rows_in_use);
+                        TableState::Ready { start, len: rows.len() as u32 }
+                    }
+                    None => {
+                        self.stats.over_budget += 1;
+                        TableState::None
+                    }
+                },
+                Ok(_) => TableState::None,
+                Err(e) => {
+                    if self.failures.len() < 100 {
+                        self.failures.push(e);
+                    }
+                    TableState::None
+                }
+            };
+            self.tables.insert(c.binary, state);
+            ready.push(c.binary);
+        }
+        ready
+    }
+
+    /// First fit.
+    fn allocate(&mut self, len: u32) -> Option<u32> {
+        let (&start, &free_len) = self.free.iter().find(|(_, &l)| l >= len)?;
+        self.free.remove(&start);
+        if free_len > len {
+            self.free.insert(start + len, free_len - len);
+        }
+        Some(start)
+    }
+
+    fn release(&mut self, start: u32, len: u32) {
+        let (mut start, mut len) = (start, len);
+        // Merge with the free ranges on either side.
+        if let Some((&prev, &plen)) = self.free.range(..start).next_back() {
+            if prev + plen == start {
+                self.free.remove(&prev);
+                start = prev;
+                len += plen;
+            }
+        }
+        if let Some(&next_len) = self.free.get(&(start + len)) {
+            self.free.remove(&(start + len));
+            len += next_len;
+        }
+        self.free.insert(start, len);
+    }
+
+    /// `binary` is gone from every process: free its rows.
+    pub(super) fn forget(&mut self, binary: BinaryIndex) {
+        if let Some(TableState::Ready { start, len }) = self.tables.remove(&binary) {
+            self.stats.rows_in_use -= len as u64;
+            self.release(start, len);
+        }
+    }
+
+    /// The kernel's view of one mapping's table.
+    pub(super) fn table_of(&self, binary: BinaryIndex) -> (u32, u32) {
+        match self.tables.get(&binary) {
+            Some(TableState::Ready { start, len }) => (*start, *len),
+            Some(TableState::Pending(_)) => (UNWIND_TABLE_PENDING, 0),
+            _ => (0, 0),
+        }
+    }
+
+    /// Write `pid`'s entry: `mappings` as (start, end, bias, binary), or
+    /// delete it when there are none.
+    pub(super) fn write_process(&mut self, pid: u32, mappings: &mut Vec<(u64, u64, u64, BinaryIndex)>) {
+        if mappings.is_empty() {
+            let _ = self.maps.processes.remove(&pid);
+            return;
+        }
+        mappings.sort_unstable_by_key(|m| m.0);
+        if mappings.len() > UNWIND_MAX_MAPPINGS {
+            self.stats.mappings_cut += 1;
+            mappings.truncate(UNWIND_MAX_MAPPINGS);
+        }
+        let mut entry = UnwindProcess { count: mappings.len() as u32, _pad: 0, m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS] };
+        for (slot, &(start, end, bias, binary)) in entry.m.iter_mut().zip(mappings.iter()) {
+            let (table_start, table_len) = self.table_of(binary);
+            *slot = UnwindMapping { start, end, bias, table_start, table_len };
+        }
+        self.stats.process_writes += 1;
+        // A full map (16384 processes) leaves this one to the stack copy.
+        let _ = self.maps.processes.insert(pid, entry, 0);
+    }
+
+    /// Delete `pid`'s entry.
+    pub(super) fn remove_process(&mut self, pid: u32) {
+        let _ = self.maps.processes.remove(&pid);
+    }
+}

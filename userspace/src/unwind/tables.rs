@@ -1,0 +1,294 @@
+//! Unwind tables for the in-kernel unwinder, compiled from `.eh_frame`.
+//!
+//! In: a binary's `.eh_frame` (or, without one, `.debug_frame`) bytes and
+//! the address the section is loaded at. Out: a [`Table`], one 8-byte
+//! [`Row`] per address where the rule for finding the caller changes,
+//! sorted by address, in the form `ebpf/unwind.bpf.h` walks: the CFA as the
+//! stack or frame pointer plus an offset, the return address always at
+//! CFA-8 (x86_64), the caller's frame pointer saved at CFA-8n or unchanged.
+//! What a row cannot express gets a kind that says so (a PLT entry's CFA
+//! expression has its own kind, a signal trampoline its own, any other DWARF
+//! expression stops the walk with that reason), and the end of the stack
+//! (`DW_CFA_undefined rip`, as `_start` and `clone3` mark it) is a row too.
+//!
+//! gimli parses the CFI (it evaluates the CIE and FDE programs into rows);
+//! this module only maps each row onto the kernel's few cases, merges rows
+//! that say the same, and marks the gaps between functions (no rule there:
+//! the walker tries the frame pointer). Everything in a table is derived
+//! from one file, so a table is built once per file and shared by every
+//! process that maps it. The input is untrusted: gimli reports malformed
+//! CFI as an error, and a table never holds more rows than its caller's
+//! budget.
+
+use gimli::{BaseAddresses, CfaRule, CieOrFde, RegisterRule, UnwindContext, UnwindSection};
+
+/// One row, as `struct unwind_row` in `ebpf/sysprof.h`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Row {
+    /// First address (the file's own, ELF virtual address) the row applies to.
+    pub pc: u32,
+    /// `ROW_*`.
+    pub kind: u8,
+    /// The caller's frame pointer is saved at CFA - 8 * this (0: unchanged).
+    /// For `ROW_PLT`: the low 4 bits of the address from which 8 more
+    /// bytes are on the stack.
+    pub rbp_slot: u8,
+    /// CFA = register + 8 * this.
+    pub cfa_off8: u16,
+}
+
+/// No rule here (between functions, hand-written code without CFI): the
+/// walker tries the frame pointer.
+pub const ROW_NONE: u8 = 0;
+/// CFA = rsp + offset.
+pub const ROW_CFA_RSP: u8 = 1;
+/// CFA = rbp + offset.
+pub const ROW_CFA_RBP: u8 = 2;
+/// A PLT entry: CFA = rsp + 8, plus 8 from the threshold in `rbp_slot` on
+/// (the expression every linker emits for `.plt`).
+pub const ROW_PLT: u8 = 3;
+/// A signal trampoline (`__restore_rt`): the interrupted registers are in
+/// the `ucontext` at rsp.
+pub const ROW_SIGNAL: u8 = 4;
+/// The return address is undefined: the outermost frame of the thread.
+pub const ROW_END: u8 = 5;
+/// A rule no row can express (another DWARF expression, a register other
+/// than rsp or rbp for the CFA, a return address not at CFA-8): the walk
+/// stops here and says why.
+pub const ROW_UNSUPPORTED: u8 = 6;
+
+/// A compiled table, sorted by `pc`.
+#[derive(Debug, Default, Clone)]
+pub struct Table {
+    /// The rows, sorted by `pc`, one per address.
+    pub rows: Vec<Row>,
+    /// FDEs whose rules were (in part) marked unsupported, for the summary.
+    pub unsupported_fdes: u32,
+}
+
+/// What to compile and where it lies in the file's address space.
+pub struct CfiSection<'a> {
+    /// The section's contents.
+    pub bytes: &'a [u8],
+    /// The section's address (`sh_addr`): pc-relative pointers in
+    /// `.eh_frame` are relative to it.
+    pub addr: u64,
+    /// `.eh_frame` (true) or `.debug_frame`.
+    pub is_eh_frame: bool,
+}
+
+const RSP: gimli::Register = gimli::X86_64::RSP;
+const RBP: gimli::Register = gimli::X86_64::RBP;
+const RA: gimli::Register = gimli::X86_64::RA;
+
+/// Compile a section into a table of at most `max_rows` rows.
+pub fn compile(section: &CfiSection, max_rows: usize) -> Result<Table, String> {
+    let mut ranges: Vec<(u64, u64, Row)> = Vec::new();
+    let mut unsupported_fdes = 0u32;
+    let endian = gimli::LittleEndian;
+    let result = if section.is_eh_frame {
+        let eh = gimli::EhFrame::new(section.bytes, endian);
+        let bases = BaseAddresses::default().set_eh_frame(section.addr);
+        collect(&eh, &bases, &mut ranges, &mut unsupported_fdes, max_rows)
+    } else {
+        let mut df = gimli::DebugFrame::new(section.bytes, endian);
+        df.set_address_size(8);
+        collect(&df, &BaseAddresses::default(), &mut ranges, &mut unsupported_fdes, max_rows)
+    };
+    result.map_err(|e| format!("{}: {e}", if section.is_eh_frame { ".eh_frame" } else { ".debug_frame" }))?;
+    let rows = flatten(ranges, max_rows)?;
+    Ok(Table { rows, unsupported_fdes })
+}
+
+/// Every FDE row as (start, end, row).
+fn collect<'a, S: UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>>(
+    section: &S,
+    bases: &BaseAddresses,
+    ranges: &mut Vec<(u64, u64, Row)>,
+    unsupported_fdes: &mut u32,
+    max_rows: usize,
+) -> gimli::Result<()>
+where
+    S::Offset: gimli::UnwindOffset<usize>,
+{
+    let mut ctx = Box::new(UnwindContext::new());
+    let mut entries = section.entries(bases);
+    while let Some(entry) = entries.next()? {
+        let CieOrFde::Fde(partial) = entry else { continue };
+        // One bad FDE costs its function, not the table.
+        let Ok(fde) = partial.parse(S::cie_from_offset) else { continue };
+        let signal = fde.is_signal_trampoline();
+        let Ok(mut rows) = fde.rows(section, bases, &mut ctx) else { continue };
+        let mut unsupported = false;
+        loop {
+            let row = match rows.next_row() {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(_) => break,
+            };
+            let r = if signal { Row { pc: 0, kind: ROW_SIGNAL, rbp_slot: 0, cfa_off8: 0 } } else { encode(row, section) };
+            unsupported |= r.kind == ROW_UNSUPPORTED;
+            if row.start_address() < row.end_address() {
+                ranges.push((row.start_address(), row.end_address(), r));
+            }
+            if ranges.len() > max_rows.saturating_mul(2) {
+                return Err(gimli::Error::TooManyRegisterRules);
+            }
+        }
+        *unsupported_fdes += unsupported as u32;
+    }
+    Ok(())
+}
+
+/// One gimli row as the kernel's row (its `pc` is set by the caller).
+fn encode<'a, S: UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>>(row: &gimli::UnwindTableRow<usize>, section: &S) -> Row {
+    let unsupported = Row { pc: 0, kind: ROW_UNSUPPORTED, rbp_slot: 0, cfa_off8: 0 };
+    match row.register(RA) {
+        Some(RegisterRule::Undefined) => return Row { pc: 0, kind: ROW_END, rbp_slot: 0, cfa_off8: 0 },
+        Some(RegisterRule::Offset(-8)) => {}
+        _ => return unsupported,
+    }
+    let rbp_slot = match row.register(RBP) {
+        None | Some(RegisterRule::Undefined | RegisterRule::SameValue) => 0,
+        Some(RegisterRule::Offset(o)) if o < 0 && o % 8 == 0 && -o / 8 <= u8::MAX as i64 => (-o / 8) as u8,
+        _ => return unsupported,
+    };
+    match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            let kind = match *register {
+                RSP => ROW_CFA_RSP,
+                RBP => ROW_CFA_RBP,
+                _ => return unsupported,
+            };
+            if *offset < 0 || offset % 8 != 0 || offset / 8 > u16::MAX as i64 {
+                return unsupported;
+            }
+            Row { pc: 0, kind, rbp_slot, cfa_off8: (offset / 8) as u16 }
+        }
+        CfaRule::Expression(expr) => match expr.get(section).ok().and_then(|e| plt_threshold(e.0.slice())) {
+            Some(threshold) => Row { pc: 0, kind: ROW_PLT, rbp_slot: threshold, cfa_off8: 1 },
+            None => unsupported,
+        },
+    }
+}
+
+/// The one CFA expression every x86_64 linker writes, for PLT entries:
+/// `rsp + 8 + ((rip & 15) >= N) << 3`, whose N is returned.
+fn plt_threshold(expr: &[u8]) -> Option<u8> {
+    // DW_OP_breg7 8, DW_OP_breg16 0, DW_OP_lit15, DW_OP_and, DW_OP_litN,
+    // DW_OP_ge, DW_OP_lit3, DW_OP_shl, DW_OP_plus
+    match expr {
+        [0x77, 8, 0x80, 0, 0x3f, 0x1a, lit, 0x2a, 0x33, 0x24, 0x22] if (0x30..=0x3f).contains(lit) => Some(lit - 0x30),
+        _ => None,
+    }
+}
+
+/// Sort the ranges into rows: a row where each range starts, a `ROW_NONE`
+/// where one ends without another starting there, rows equal to the one
+/// before dropped.
+fn flatten(mut ranges: Vec<(u64, u64, Row)>, max_rows: usize) -> Result<Vec<Row>, String> {
+    ranges.sort_by_key(|r| r.0);
+    let mut rows: Vec<Row> = Vec::with_capacity(ranges.len().min(max_rows));
+    let push = |rows: &mut Vec<Row>, pc: u64, r: Row| -> Result<(), String> {
+        let pc = u32::try_from(pc).map_err(|_| format!("an address above 4 GiB ({pc:#x}): too large for a table"))?;
+        let row = Row { pc, ..r };
+        match rows.last_mut() {
+            Some(last) if last.pc == pc => *last = row,
+            Some(last) if (last.kind, last.rbp_slot, last.cfa_off8) == (row.kind, row.rbp_slot, row.cfa_off8) => {}
+            _ => rows.push(row),
+        }
+        if rows.len() > max_rows {
+            return Err(format!("more than {max_rows} unwind rows (the table budget)"));
+        }
+        Ok(())
+    };
+    let mut covered_to = 0u64;
+    for (i, &(start, end, row)) in ranges.iter().enumerate() {
+        push(&mut rows, start, row)?;
+        covered_to = covered_to.max(end);
+        let next_start = ranges.get(i + 1).map(|r| r.0);
+        if next_start.is_none_or(|n| n > covered_to) && end == covered_to {
+            push(&mut rows, end, Row::default())?;
+        }
+    }
+    Ok(rows)
+}
+
+/// The row for `pc`, as the kernel finds it: the last whose `pc` is at or below.
+pub fn lookup(rows: &[Row], pc: u32) -> Option<&Row> {
+    let i = rows.partition_point(|r| r.pc <= pc);
+    i.checked_sub(1).map(|i| &rows[i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn libc_eh_frame() -> Option<(Vec<u8>, u64)> {
+        let bytes = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6").ok()?;
+        let file = object::File::parse(&*bytes).ok()?;
+        use object::{Object, ObjectSection};
+        let s = file.section_by_name(".eh_frame")?;
+        Some((s.data().ok()?.to_vec(), s.address()))
+    }
+
+    /// Check libc's table against what its code is known to do: `_start`
+    /// is not in libc, but `clone3`'s child marks the end of the stack, the
+    /// signal trampoline is recognised, PLT-free functions get CFA = rsp+8
+    /// at their first instruction (the return address was just pushed).
+    #[test]
+    fn libc_table_has_the_known_rows() {
+        let Some((eh, addr)) = libc_eh_frame() else {
+            eprintln!("SKIPPED: no /lib/x86_64-linux-gnu/libc.so.6 to read");
+            return;
+        };
+        let t = compile(&CfiSection { bytes: &eh, addr, is_eh_frame: true }, 1 << 22).unwrap();
+        assert!(t.rows.len() > 10_000, "{} rows", t.rows.len());
+        assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc), "sorted, one row per address");
+        assert!(t.rows.iter().any(|r| r.kind == ROW_END), "clone3/start_thread mark the end");
+        assert!(t.rows.iter().any(|r| r.kind == ROW_SIGNAL), "__restore_rt");
+        let entries = t.rows.iter().filter(|r| r.kind == ROW_CFA_RSP && r.cfa_off8 == 1).count();
+        assert!(entries > 1000, "function entries with CFA=rsp+8: {entries}");
+    }
+
+    /// Check the flattening: gaps get a NONE row, equal neighbours merge,
+    /// overlapping ranges keep the later start.
+    #[test]
+    fn ranges_flatten_into_rows() {
+        let rsp8 = Row { pc: 0, kind: ROW_CFA_RSP, rbp_slot: 0, cfa_off8: 1 };
+        let rsp16 = Row { cfa_off8: 2, ..rsp8 };
+        let rows = flatten(vec![(0x100, 0x104, rsp8), (0x104, 0x110, rsp16), (0x110, 0x120, rsp8), (0x130, 0x140, rsp8), (0x140, 0x150, rsp8)], 100).unwrap();
+        let got: Vec<(u32, u8, u16)> = rows.iter().map(|r| (r.pc, r.kind, r.cfa_off8)).collect();
+        assert_eq!(got, vec![(0x100, 1, 1), (0x104, 1, 2), (0x110, 1, 1), (0x120, 0, 0), (0x130, 1, 1), (0x150, 0, 0)]);
+        assert_eq!(lookup(&rows, 0x105).unwrap().cfa_off8, 2);
+        assert_eq!(lookup(&rows, 0x125).unwrap().kind, ROW_NONE);
+        assert!(lookup(&rows, 0xff).is_none());
+        assert!(flatten(vec![(0x1_0000_0000, 0x1_0000_0010, rsp8)], 100).is_err());
+        assert!(flatten((0..10u64).map(|i| (i * 16, i * 16 + 8, rsp8)).collect(), 5).is_err());
+    }
+
+    /// Check that damaged CFI gives an error or fewer rows, never a panic.
+    #[test]
+    fn damaged_cfi_is_an_error_not_a_crash() {
+        let Some((eh, addr)) = libc_eh_frame() else {
+            eprintln!("SKIPPED: no libc to read");
+            return;
+        };
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200 {
+            let mut bad = eh.clone();
+            for _ in 0..16 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let i = (seed as usize) % bad.len();
+                bad[i] = (seed >> 32) as u8;
+            }
+            let _ = compile(&CfiSection { bytes: &bad, addr, is_eh_frame: true }, 1 << 22);
+        }
+        // Cut in half: the FDEs before the cut still make a table.
+        let half = compile(&CfiSection { bytes: &eh[..eh.len() / 2], addr, is_eh_frame: true }, 1 << 22);
+        assert!(half.is_err() || half.is_ok_and(|t| !t.rows.is_empty()));
+    }
+}
