@@ -114,7 +114,7 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct sample_scratch *sc = bpf_map_lookup_elem(&sample_scratch, &cpu);
-	__u64 size, regs[3];
+	__u64 size, regs[3], wake;
 	__u32 n, end, copied;
 
 	if (!sc) {
@@ -123,6 +123,7 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 	}
 	fill_sample(ctx, &sc->e, task, pid_tgid);
 	size = sizeof(sc->e);
+	wake = wakeup_flag();
 	/* Kernel threads have no user stack: an empty one is not a failure. */
 	if (!(BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */)) {
 		user_regs(ctx, regs);
@@ -133,8 +134,12 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		sc->e.ustack_len = n;
 		sc->e.unwind_end = end;
 		size += (__u64)n * sizeof(__u64);
-		if (stack_copy && (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING)) {
-			/* Userspace goes on from here with the copy. */
+		/* Userspace goes on from here with a copy: where tables are not
+		 * loaded yet, where only it has them, and at an address in no
+		 * mapping the entry lists (a library mapped since it was written,
+		 * or no code at all: userspace knows which). */
+		if (stack_copy && (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING || end == UNWIND_END_USERSPACE ||
+				   end == UNWIND_END_BAD_ADDRESS)) {
 			sc->e.flags |= SAMPLE_FLAG_USER_REGS;
 			sc->e.user_ip = regs[0];
 			sc->e.user_sp = regs[1];
@@ -148,11 +153,15 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 			}
 			sc->e.stack_size = copied;
 			size = sizeof(sc->e) + sizeof(sc->frames) + copied;
+			/* Wake the reader now: it loads the missing tables when it
+			 * reads the sideband, so the process's next samples walk here. */
+			if (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING)
+				wake = BPF_RB_FORCE_WAKEUP;
 		}
 	}
 	if (size > sizeof(*sc))
 		size = sizeof(*sc);
-	if (bpf_ringbuf_output(&samples, sc, size, wakeup_flag()))
+	if (bpf_ringbuf_output(&samples, sc, size, wake))
 		count_drop(DROP_RINGBUF_FULL);
 	return 0;
 }

@@ -93,6 +93,8 @@
 #define UNWIND_MAX_MAPPINGS 256   /* executable mappings per process */
 /* unwind_mapping.table_start for a mapping whose table is still being built. */
 #define UNWIND_TABLE_PENDING 0xffffffffu
+/* ... for code only userspace can walk (JIT code described by a jitdump). */
+#define UNWIND_TABLE_USERSPACE 0xfffffffeu
 
 /* unwind_row.kind, as userspace/src/unwind/tables.rs compiles them */
 #define ROW_NONE 0        /* no rule: try the frame pointer */
@@ -112,6 +114,7 @@
 #define UNWIND_END_READ_FAILED 5  /* the stack could not be read (not resident) */
 #define UNWIND_END_NO_INFO 6      /* no rule and no usable frame pointer */
 #define UNWIND_END_MAX_FRAMES 7   /* UNWIND_MAX_FRAMES reached */
+#define UNWIND_END_USERSPACE 8    /* code only userspace can walk: handed over */
 
 struct unwind_row {
 	__u32 pc;               /* the file's virtual address the row starts at */
@@ -124,7 +127,7 @@ struct unwind_mapping {
 	__u64 start;            /* executable mapping, process addresses */
 	__u64 end;
 	__u64 bias;             /* process address - file address */
-	__u32 table_start;      /* first row in unwind_rows; UNWIND_TABLE_PENDING */
+	__u32 table_start;      /* first row in unwind_rows; UNWIND_TABLE_PENDING, _USERSPACE */
 	__u32 table_len;        /* rows; 0: no table (frame pointers only) */
 };
 

@@ -17,9 +17,10 @@
  * address without a row walks one frame by frame pointer; every later
  * address must lie in an executable mapping, so a frame pointer that is no
  * frame pointer ends the walk instead of inventing callers. Where the
- * tables are not there yet (a process that just started), the walk stops
- * and, if a stack copy is configured, hands over to userspace with the
- * registers of the frame it reached.
+ * tables are not there yet (a process that just started), or where only
+ * userspace has them (JIT code a jitdump describes), the walk stops and, if
+ * a stack copy is configured, hands over to userspace with the registers
+ * of the frame it reached.
  */
 #ifndef __UNWIND_BPF_H
 #define __UNWIND_BPF_H
@@ -117,6 +118,10 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 		s->end = UNWIND_END_PENDING;
 		return 1;
 	}
+	if (m && m->table_start == UNWIND_TABLE_USERSPACE && s->may_hand_over) {
+		s->end = UNWIND_END_USERSPACE;
+		return 1;
+	}
 	if (s->n >= UNWIND_MAX_FRAMES) {
 		s->end = UNWIND_END_MAX_FRAMES;
 		return 1;
@@ -128,7 +133,7 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 		return 1;
 	}
 
-	if (m && m->table_len && m->table_start != UNWIND_TABLE_PENDING) {
+	if (m && m->table_len && m->table_start < UNWIND_TABLE_USERSPACE) {
 		__u64 pc = ip - s->return_address - m->bias;
 
 		if (pc <= 0xffffffffULL)

@@ -356,3 +356,194 @@ fn debuginfod_fetches_missing_debug_files() {
     assert!(with.0 * 100 >= with.1 * 95, "the fetched debug file names level6 in {} of {}", with.0, with.1);
     assert!(dir.join("cache").exists(), "fetched files are cached");
 }
+
+/// How a stack of the recurse workload came out.
+#[derive(Debug, PartialEq, Eq)]
+enum Chain {
+    /// The thread root, recurse_thread, `descend` exactly this many times in
+    /// a row, then (signal mode: under_signal ... handler, in_handler) bottom.
+    Whole(usize),
+    /// Ends (root end) in a "[truncated: …]" frame: stopped, and said so.
+    Truncated,
+    /// Anything else: a stack that claims to be whole and is not.
+    Wrong,
+}
+
+/// Classify one root-first stack of the recurse thread that holds `bottom`.
+fn chain_of(names: &[&str], through_signal: bool) -> Chain {
+    if names.first().is_some_and(|n| n.starts_with("[truncated")) {
+        return Chain::Truncated;
+    }
+    let Some(root) = names.iter().position(|n| *n == "start_thread") else { return Chain::Wrong };
+    // Above the thread root, only clone3.
+    if !names[..root].iter().all(|n| *n == "clone3" || n.starts_with("__clone")) || names.get(root + 1) != Some(&"recurse_thread") {
+        return Chain::Wrong;
+    }
+    let rest = &names[root + 2..];
+    let descends = rest.iter().take_while(|n| **n == "descend").count();
+    let after = &rest[descends..];
+    let ok = if through_signal {
+        // under_signal -> raise -> (libc) -> the signal trampoline -> handler -> in_handler -> bottom
+        let h = after.iter().position(|n| *n == "handler");
+        after.first() == Some(&"under_signal")
+            && after.get(1) == Some(&"raise")
+            && h.is_some_and(|h| h >= 3 && after.get(h + 1) == Some(&"in_handler") && after.get(h + 2) == Some(&"bottom"))
+    } else {
+        after.first() == Some(&"bottom")
+    };
+    if ok { Chain::Whole(descends) } else { Chain::Wrong }
+}
+
+/// A stack as text, runs of one name shown once with their count.
+fn compress(names: &[&str]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < names.len() {
+        let run = names[i..].iter().take_while(|n| **n == names[i]).count();
+        out.push(if run > 1 { format!("{} x{run}", names[i]) } else { names[i].to_string() });
+        i += run;
+    }
+    out.join(";")
+}
+
+/// Record the recurse workload; the chains of its samples in `bottom`, per
+/// image (an exec gives a second one), and the stderr summary.
+fn recurse_chains(dir: &std::path::Path, exe: &std::path::Path, args: &[&str], call_graph: &str) -> (Vec<Chain>, String) {
+    let out_path = dir.join(format!("{call_graph}.json.gz"));
+    let mut record_args = vec!["--call-graph", call_graph, "--no-off-cpu", "--", exe.to_str().unwrap()];
+    record_args.extend_from_slice(args);
+    let out = record(&record_args, &out_path);
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let pid = field(&out.stdout, "pid").unwrap();
+    let profile = Profile::load(&out_path);
+    let through_signal = args.contains(&"signal");
+    let mut chains = Vec::new();
+    for t in profile.process_threads(pid).into_iter().filter(|t| t.name() == "recurse") {
+        for s in t.on_cpu_stacks(&profile.categories()) {
+            let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
+            // Only samples in bottom count (the thread's start and end run
+            // elsewhere for a few microseconds).
+            if names.contains(&"bottom") || names.iter().any(|n| n.starts_with("[truncated")) {
+                let chain = chain_of(&names, through_signal);
+                if chain == Chain::Wrong {
+                    eprintln!("wrong: {}", compress(&names));
+                }
+                chains.push(chain);
+            }
+        }
+    }
+    (chains, stderr)
+}
+
+/// Check the in-kernel unwinder on stacks no copy holds: 200 frames of 512
+/// bytes of locals (over 100 KiB), -O2 -fomit-frame-pointer. At least 99%
+/// of the samples in `bottom` must come out whole through every frame, none
+/// wrong; the copying unwinder, on the same binary, gets none whole (the
+/// check can fail).
+#[test]
+fn kernel_unwinding_reaches_the_root_of_a_200_frame_stack() {
+    if !can_record("kernel_unwinding_reaches_the_root_of_a_200_frame_stack") {
+        return;
+    }
+    let dir = scratch("kernel_unwinding_reaches_the_root_of_a_200_frame_stack");
+    let exe = build_c("recurse", &dir.join("recurse"), &["-O2", "-fomit-frame-pointer"]);
+    let (chains, stderr) = recurse_chains(&dir, &exe, &["2.0", "200"], "dwarf");
+    let whole = chains.iter().filter(|c| **c == Chain::Whole(200)).count();
+    let wrong: Vec<&Chain> = chains.iter().filter(|c| matches!(c, Chain::Wrong | Chain::Whole(_)) && **c != Chain::Whole(200)).collect();
+    eprintln!("dwarf: {whole} of {} samples whole at 200 frames; {}", chains.len(), stats_line_of(&stderr));
+    assert!(chains.len() >= 1000, "only {} samples in bottom", chains.len());
+    assert!(wrong.is_empty(), "{} stacks claim to be whole and are not: {:?}", wrong.len(), &wrong[..wrong.len().min(5)]);
+    assert!(whole * 100 >= chains.len() * 99, "{whole} of {} whole", chains.len());
+
+    let (copied, _) = recurse_chains(&dir, &exe, &["1.0", "200"], "dwarf-copy");
+    let copied_whole = copied.iter().filter(|c| **c == Chain::Whole(200)).count();
+    eprintln!("dwarf-copy: {copied_whole} of {} whole", copied.len());
+    assert!(copied_whole * 2 < copied.len(), "the copy unwinder cannot see 100 KiB deep: {copied_whole} of {}", copied.len());
+}
+
+/// The `stats:` line of a `record -v` stderr.
+fn stats_line_of(stderr: &str) -> &str {
+    stderr.lines().find(|l| l.starts_with("sysprof: stats:")).unwrap_or("")
+}
+
+/// Check that the in-kernel unwinder walks through a signal frame: samples
+/// in a SIGUSR1 handler show the handler, the trampoline, the interrupted
+/// raise() and every one of the 100 frames under it, to the thread root.
+#[test]
+fn kernel_unwinding_crosses_a_signal_frame() {
+    if !can_record("kernel_unwinding_crosses_a_signal_frame") {
+        return;
+    }
+    let dir = scratch("kernel_unwinding_crosses_a_signal_frame");
+    let exe = build_c("recurse", &dir.join("recurse"), &["-O2", "-fomit-frame-pointer"]);
+    let (chains, stderr) = recurse_chains(&dir, &exe, &["1.5", "100", "signal"], "dwarf");
+    let whole = chains.iter().filter(|c| **c == Chain::Whole(100)).count();
+    eprintln!("{whole} of {} samples whole through the signal frame; {}", chains.len(), stats_line_of(&stderr));
+    let wrong = chains.iter().filter(|c| matches!(c, Chain::Wrong | Chain::Whole(_)) && **c != Chain::Whole(100)).count();
+    assert!(chains.len() >= 700, "only {} samples in the handler", chains.len());
+    assert_eq!(wrong, 0, "stacks that claim to be whole and are not");
+    assert!(whole * 100 >= chains.len() * 99, "{whole} of {} whole", chains.len());
+}
+
+/// Check a process whose program changes under the profiler: recurse runs
+/// 50 deep, execs itself (same pid) and runs 200 deep. The old program's
+/// tables must not walk the new one's stacks (no wrong stack), and the new
+/// one's tables arrive in time (or its first samples say why not).
+#[test]
+fn kernel_unwinding_follows_an_exec() {
+    if !can_record("kernel_unwinding_follows_an_exec") {
+        return;
+    }
+    let dir = scratch("kernel_unwinding_follows_an_exec");
+    let exe = build_c("recurse", &dir.join("recurse"), &["-O2", "-fomit-frame-pointer"]);
+    let (chains, stderr) = recurse_chains(&dir, &exe, &["1.0", "50", "exec"], "dwarf");
+    let before = chains.iter().filter(|c| **c == Chain::Whole(50)).count();
+    let after = chains.iter().filter(|c| **c == Chain::Whole(200)).count();
+    let truncated = chains.iter().filter(|c| **c == Chain::Truncated).count();
+    let wrong = chains.len() - before - after - truncated;
+    eprintln!("{before} whole at 50, {after} at 200, {truncated} truncated, {wrong} wrong of {}; {}", chains.len(), stats_line_of(&stderr));
+    assert_eq!(wrong, 0, "stacks that claim to be whole and are not");
+    assert!(before >= 600 && after >= 600, "both programs sampled whole: {before} and {after}");
+    assert!((before + after) * 100 >= chains.len() * 98, "{} of {} whole", before + after, chains.len());
+}
+
+/// Check that a binary whose .eh_frame is damaged (every CIE's version
+/// byte overwritten, so no FDE can be read) gives stacks that say they were
+/// cut, never a wrong stack, and a warning naming what is wrong.
+#[test]
+fn damaged_eh_frame_gives_truncated_stacks_and_a_warning() {
+    if !can_record("damaged_eh_frame_gives_truncated_stacks_and_a_warning") {
+        return;
+    }
+    let dir = scratch("damaged_eh_frame_gives_truncated_stacks_and_a_warning");
+    let exe = build_c("recurse", &dir.join("recurse.good"), &["-O2", "-fomit-frame-pointer"]);
+    let mut elf = std::fs::read(&exe).unwrap();
+    let eh = elf_section(&elf, ".eh_frame");
+    // Walk the CIE/FDE records: length, CIE id (0 for a CIE), then a CIE's version.
+    let (start, end) = (eh.offset as usize, (eh.offset + eh.size) as usize);
+    let mut at = start;
+    let mut cies = 0;
+    while at + 9 <= end {
+        let len = u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) as usize;
+        if len == 0 || len == 0xffff_ffff {
+            break;
+        }
+        if u32::from_le_bytes(elf[at + 4..at + 8].try_into().unwrap()) == 0 {
+            elf[at + 8] = 0x7f; // no such CIE version
+            cies += 1;
+        }
+        at += 4 + len;
+    }
+    assert!(cies > 0, "no CIE found in .eh_frame");
+    let bad = dir.join("recurse");
+    std::fs::write(&bad, &elf).unwrap();
+    std::fs::set_permissions(&bad, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (chains, stderr) = recurse_chains(&dir, &bad, &["1.0", "60"], "dwarf");
+    let truncated = chains.iter().filter(|c| **c == Chain::Truncated).count();
+    eprintln!("{truncated} of {} truncated; {}", chains.len(), stats_line_of(&stderr));
+    assert!(chains.len() >= 500, "only {} samples", chains.len());
+    assert_eq!(truncated, chains.len(), "every stack says it was cut: {:?}", chains.iter().find(|c| **c != Chain::Truncated));
+    let why = format!("no in-kernel unwind table for {}: .eh_frame: unknown DWARF version", bad.display());
+    assert!(stderr.contains(&why), "a warning says which file and why: {stderr}");
+}

@@ -13,7 +13,11 @@
  * the trampoline (__restore_rt), the libc frames of raise(), under_signal,
  * descend x depth, recurse_thread, start_thread.
  *
- * Prints "pid=", "tid=" and "depth=".
+ * With argv[3] = "exec" it runs as above, then execs itself (same pid)
+ * to do it again 4 times as deep: a process whose program changes while
+ * it is profiled.
+ *
+ * Prints "pid=", "tid=" and "depth=" (per image).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -28,6 +32,7 @@
 static double seconds = 1.5;
 static int depth = 200;
 static int use_signal;
+static int use_exec;
 static volatile int handler_done;
 volatile unsigned long sink;
 
@@ -105,6 +110,8 @@ int main(int argc, char **argv)
 		use_signal = 1;
 		signal(SIGUSR1, handler);
 	}
+	if (argc > 3 && strcmp(argv[3], "exec") == 0)
+		use_exec = 1;
 	printf("pid=%d\ndepth=%d\n", getpid(), depth);
 	fflush(stdout);
 	/* Room for the recursion whatever the default thread stack size. */
@@ -113,5 +120,14 @@ int main(int argc, char **argv)
 	pthread_create(&t, &attr, recurse_thread, NULL);
 	pthread_setname_np(t, "recurse");
 	pthread_join(t, NULL);
+	if (use_exec) {
+		char secs[32], deeper[32];
+
+		snprintf(secs, sizeof(secs), "%g", seconds);
+		snprintf(deeper, sizeof(deeper), "%d", depth * 4);
+		execl("/proc/self/exe", "recurse", secs, deeper, (char *)NULL);
+		perror("exec");
+		return 1;
+	}
 	return 0;
 }

@@ -54,6 +54,8 @@ pub const UNWIND_MAX_FRAMES: usize = 1024;
 pub const UNWIND_MAX_MAPPINGS: usize = 256;
 /// `UnwindMapping::table_start` of a table still being built.
 pub const UNWIND_TABLE_PENDING: u32 = 0xffff_ffff;
+/// `UnwindMapping::table_start` of code only userspace can walk (JIT code with a jitdump).
+pub const UNWIND_TABLE_USERSPACE: u32 = 0xffff_fffe;
 /// How the in-kernel walk ended: the thread's outermost frame.
 pub const UNWIND_END_ROOT: u32 = 0;
 /// No tables for the process yet.
@@ -70,6 +72,8 @@ pub const UNWIND_END_READ_FAILED: u32 = 5;
 pub const UNWIND_END_NO_INFO: u32 = 6;
 /// `UNWIND_MAX_FRAMES` reached.
 pub const UNWIND_END_MAX_FRAMES: u32 = 7;
+/// Code only userspace can walk: handed over.
+pub const UNWIND_END_USERSPACE: u32 = 8;
 
 /// `STACK_SLOT_PREEMPTED`
 pub const STACK_SLOT_PREEMPTED: u32 = 0;
@@ -640,7 +644,7 @@ mod tests {
                 DROP_EVENTS_FULL, DROP_STACK_RECORD, DROP_STATE_FULL, DROP_IO_UNTRACKED, DROP_MAX,
                 SAMPLE_FLAG_KERNEL_UNWOUND, UNWIND_MAX_FRAMES, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING, UNWIND_END_ROOT,
                 UNWIND_END_NO_PROCESS, UNWIND_END_PENDING, UNWIND_END_BAD_ADDRESS, UNWIND_END_UNSUPPORTED,
-                UNWIND_END_READ_FAILED, UNWIND_END_NO_INFO, UNWIND_END_MAX_FRAMES, ROW_NONE, ROW_CFA_RSP, ROW_CFA_RBP,
+                UNWIND_END_READ_FAILED, UNWIND_END_NO_INFO, UNWIND_END_MAX_FRAMES, UNWIND_END_USERSPACE, UNWIND_TABLE_USERSPACE, ROW_NONE, ROW_CFA_RSP, ROW_CFA_RBP,
                 ROW_PLT, ROW_SIGNAL, ROW_END, ROW_UNSUPPORTED }
         );
         let header = concat!(env!("CARGO_MANIFEST_DIR"), "/../ebpf/sysprof.h");

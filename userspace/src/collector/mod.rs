@@ -302,7 +302,11 @@ impl Collector {
         self.unwound.clear();
         self.unwound.extend_from_slice(frames);
         let Some(u) = self.unwinders.as_mut() else { return };
-        if let (Some(regs), UNWIND_END_NO_PROCESS | UNWIND_END_PENDING) = (regs, end) {
+        let handed_over = matches!(end, UNWIND_END_NO_PROCESS | UNWIND_END_PENDING | UNWIND_END_USERSPACE)
+            // An address the kernel's entry did not cover: code mapped since,
+            // or no code (then it is the walk's end, as the kernel said).
+            || (end == UNWIND_END_BAD_ADDRESS && regs.is_some_and(|r| u.is_code(pid, r.0)));
+        if let (Some(regs), true) = (regs, handed_over) {
             let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, MAX_USER_FRAMES + frames.len());
             match end {
                 UnwindEnd::Root => {}
@@ -761,7 +765,7 @@ impl Collector {
             }
             if let Some(k) = u.kernel.as_mut() {
                 for f in k.failures.drain(..) {
-                    warnings.push(format!("no in-kernel unwind table: {f}; those frames are walked by frame pointer"));
+                    warnings.push(format!("no in-kernel unwind table for {f}; its frames are walked by frame pointer"));
                 }
             }
         }

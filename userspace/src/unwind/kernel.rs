@@ -25,7 +25,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::tables::{compile, CfiSection, Row};
 use super::BinaryUnwindInfo;
-use crate::bpf::abi::{UnwindMapping, UnwindProcess, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING};
+use crate::bpf::abi::{UnwindMapping, UnwindProcess, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING, UNWIND_TABLE_USERSPACE};
 use crate::symbolize::binaries::BinaryIndex;
 
 /// The BPF maps of the in-kernel unwinder, taken from the loaded sampler.
@@ -108,6 +108,8 @@ enum TableState {
 
 struct Compiled {
     binary: BinaryIndex,
+    /// The binary's path, for messages.
+    path: String,
     serial: u64,
     result: Result<Vec<Row>, String>,
     ns: u64,
@@ -120,7 +122,7 @@ pub struct KernelTables {
     free: BTreeMap<u32, u32>,
     tables: FxHashMap<BinaryIndex, TableState>,
     serial: u64,
-    to_worker: Option<Sender<(BinaryIndex, u64, Arc<BinaryUnwindInfo>)>>,
+    to_worker: Option<Sender<(BinaryIndex, u64, Arc<BinaryUnwindInfo>, String)>>,
     from_worker: Receiver<Compiled>,
     /// Processes whose entry must be rewritten (or deleted).
     pub(super) dirty: FxHashSet<u32>,
@@ -129,6 +131,9 @@ pub struct KernelTables {
     /// Binaries whose table could not be made, with why.
     pub failures: Vec<String>,
 }
+
+/// CFI at most this large is compiled on the event loop (~8 ms a MiB).
+const COMPILE_HERE_BYTES: usize = 1 << 20;
 
 /// The worker's budget for one table: the whole array.
 fn compile_table(info: &BinaryUnwindInfo, max_rows: usize) -> Result<Vec<Row>, String> {
@@ -146,15 +151,15 @@ impl KernelTables {
     /// Take over the maps; start the compiling worker.
     pub fn new(maps: KernelUnwindMaps) -> KernelTables {
         let capacity = maps.rows.len as u32;
-        let (to_worker, requests) = std::sync::mpsc::channel::<(BinaryIndex, u64, Arc<BinaryUnwindInfo>)>();
+        let (to_worker, requests) = std::sync::mpsc::channel::<(BinaryIndex, u64, Arc<BinaryUnwindInfo>, String)>();
         let (results, from_worker) = std::sync::mpsc::channel();
         let max_rows = capacity as usize;
         let spawned = std::thread::Builder::new().name("sysprof-tables".into()).spawn(move || {
-            for (binary, serial, info) in requests {
+            for (binary, serial, info, path) in requests {
                 let started = std::time::Instant::now();
                 let result = compile_table(&info, max_rows);
                 let ns = started.elapsed().as_nanos() as u64;
-                if results.send(Compiled { binary, serial, result, ns }).is_err() {
+                if results.send(Compiled { binary, path, serial, result, ns }).is_err() {
                     break;
                 }
             }
@@ -174,15 +179,29 @@ impl KernelTables {
         }
     }
 
-    /// Ask for `binary`'s table if nobody has yet.
-    pub(super) fn want(&mut self, binary: BinaryIndex, info: Option<&Arc<BinaryUnwindInfo>>) {
+    /// Ask for `binary`'s table if nobody has yet. A small one (most
+    /// programs and libraries: libc's 150 KiB of .eh_frame compiles in 2 ms)
+    /// is compiled here and now, so a process that just started walks in the
+    /// kernel from its next sample; a large one goes to the worker.
+    pub(super) fn want(&mut self, binary: BinaryIndex, path: &str, info: Option<&Arc<BinaryUnwindInfo>>) {
         if self.tables.contains_key(&binary) {
             return;
+        }
+        if let Some(info) = info {
+            let cfi_bytes = info.eh_frame.as_ref().map(|e| e.1.len()).or(info.debug_frame.as_ref().map(|d| d.len())).unwrap_or(0);
+            if cfi_bytes > 0 && cfi_bytes <= COMPILE_HERE_BYTES {
+                let started = std::time::Instant::now();
+                let result = compile_table(info, self.stats.rows_capacity as usize);
+                self.serial += 1;
+                self.tables.insert(binary, TableState::Pending(self.serial));
+                self.place(Compiled { binary, path: path.to_string(), serial: self.serial, result, ns: started.elapsed().as_nanos() as u64 });
+                return;
+            }
         }
         let state = match (info, &self.to_worker) {
             (Some(info), Some(tx)) if info.eh_frame.is_some() || info.debug_frame.is_some() => {
                 self.serial += 1;
-                match tx.send((binary, self.serial, info.clone())) {
+                match tx.send((binary, self.serial, info.clone(), path.to_string())) {
                     Ok(()) => TableState::Pending(self.serial),
                     Err(_) => TableState::None,
                 }
@@ -197,8 +216,20 @@ impl KernelTables {
     pub(super) fn receive(&mut self) -> Vec<BinaryIndex> {
         let mut ready = Vec::new();
         while let Ok(c) = self.from_worker.try_recv() {
+            let binary = c.binary;
+            if self.place(c) {
+                ready.push(binary);
+            }
+        }
+        ready
+    }
+
+    /// Put a compiled table in the rows array (or note why not); false if
+    /// it was forgotten (or replaced) since it was asked for.
+    fn place(&mut self, c: Compiled) -> bool {
+        {
             if !matches!(self.tables.get(&c.binary), Some(TableState::Pending(s)) if *s == c.serial) {
-                continue; // forgotten (or replaced) since it was asked for
+                return false;
             }
             self.stats.compile_ns += c.ns;
             let state = match c.result {
@@ -212,21 +243,23 @@ impl KernelTables {
                     }
                     None => {
                         self.stats.over_budget += 1;
+                        if self.failures.len() < 100 {
+                            self.failures.push(format!("{}: its {} rows do not fit what is left of --unwind-table-mb", c.path, rows.len()));
+                        }
                         TableState::None
                     }
                 },
                 Ok(_) => TableState::None,
                 Err(e) => {
                     if self.failures.len() < 100 {
-                        self.failures.push(e);
+                        self.failures.push(format!("{}: {e}", c.path));
                     }
                     TableState::None
                 }
             };
             self.tables.insert(c.binary, state);
-            ready.push(c.binary);
         }
-        ready
+        true
     }
 
     /// First fit.
@@ -273,9 +306,9 @@ impl KernelTables {
         }
     }
 
-    /// Write `pid`'s entry: `mappings` as (start, end, bias, binary), or
-    /// delete it when there are none.
-    pub(super) fn write_process(&mut self, pid: u32, mappings: &mut Vec<(u64, u64, u64, BinaryIndex)>) {
+    /// Write `pid`'s entry: `mappings` as (start, end, bias, binary, walked
+    /// in userspace only), or delete it when there are none.
+    pub(super) fn write_process(&mut self, pid: u32, mappings: &mut Vec<(u64, u64, u64, BinaryIndex, bool)>) {
         if mappings.is_empty() {
             let _ = self.maps.processes.remove(&pid);
             return;
@@ -286,8 +319,8 @@ impl KernelTables {
             mappings.truncate(UNWIND_MAX_MAPPINGS);
         }
         let mut entry = UnwindProcess { count: mappings.len() as u32, _pad: 0, m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS] };
-        for (slot, &(start, end, bias, binary)) in entry.m.iter_mut().zip(mappings.iter()) {
-            let (table_start, table_len) = self.table_of(binary);
+        for (slot, &(start, end, bias, binary, userspace)) in entry.m.iter_mut().zip(mappings.iter()) {
+            let (table_start, table_len) = if userspace { (UNWIND_TABLE_USERSPACE, 0) } else { self.table_of(binary) };
             *slot = UnwindMapping { start, end, bias, table_start, table_len };
         }
         self.stats.process_writes += 1;

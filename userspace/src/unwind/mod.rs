@@ -452,12 +452,15 @@ impl Unwinders {
             entry.clear();
             let mut entries = Vec::new();
             let mappings = p.mappings.clone();
+            // JIT code with a jitdump: its tables are in the jitdump, which
+            // only userspace reads; the kernel hands those stacks over.
+            let jit_tables = p.jitdump.is_some();
             for m in &mappings {
                 if is_jitdump(&binaries.get(m.binary).path) {
                     continue;
                 }
                 let info = binary_info(&mut self.binaries, &mut self.failures, binaries, m.binary);
-                k.want(m.binary, info.as_ref());
+                k.want(m.binary, &binaries.get(m.binary).path, info.as_ref());
                 // Where the file's address 0 lands; unknown (anonymous
                 // memory): no table, frame pointers only.
                 let bias = info.as_ref().and_then(|i| {
@@ -465,7 +468,7 @@ impl Unwinders {
                     entries.push(base.wrapping_add(i.entry));
                     Some(base)
                 });
-                entry.push((m.start, m.end, bias.unwrap_or(0), m.binary));
+                entry.push((m.start, m.end, bias.unwrap_or(0), m.binary, jit_tables && info.is_none()));
             }
             entries.sort_unstable();
             entries.dedup();
@@ -475,6 +478,11 @@ impl Unwinders {
             k.write_process(pid, &mut entry);
         }
         self.kernel = Some(k);
+    }
+
+    /// Whether `addr` lies in an executable mapping of `pid`.
+    pub fn is_code(&self, pid: u32, addr: u64) -> bool {
+        self.processes.get(&pid).is_some_and(|p| p.is_code(addr))
     }
 
     /// Whether `addr` is in an entry function of `pid`'s binaries (known

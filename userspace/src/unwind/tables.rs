@@ -96,7 +96,10 @@ pub fn compile(section: &CfiSection, max_rows: usize) -> Result<Table, String> {
         df.set_address_size(8);
         collect(&df, &BaseAddresses::default(), &mut ranges, &mut unsupported_fdes, max_rows)
     };
-    result.map_err(|e| format!("{}: {e}", if section.is_eh_frame { ".eh_frame" } else { ".debug_frame" }))?;
+    let damaged = result.map_err(|e| format!("{}: {e}", if section.is_eh_frame { ".eh_frame" } else { ".debug_frame" }))?;
+    if ranges.is_empty() && damaged > 0 {
+        return Err(format!("none of its {damaged} FDEs could be read (damaged CFI)"));
+    }
     let rows = flatten(ranges, max_rows)?;
     Ok(Table { rows, unsupported_fdes })
 }
@@ -108,18 +111,25 @@ fn collect<'a, S: UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>>(
     ranges: &mut Vec<(u64, u64, Row)>,
     unsupported_fdes: &mut u32,
     max_rows: usize,
-) -> gimli::Result<()>
+) -> gimli::Result<u32>
 where
     S::Offset: gimli::UnwindOffset<usize>,
 {
     let mut ctx = Box::new(UnwindContext::new());
     let mut entries = section.entries(bases);
+    let mut damaged = 0u32;
     while let Some(entry) = entries.next()? {
         let CieOrFde::Fde(partial) = entry else { continue };
         // One bad FDE costs its function, not the table.
-        let Ok(fde) = partial.parse(S::cie_from_offset) else { continue };
+        let Ok(fde) = partial.parse(S::cie_from_offset) else {
+            damaged += 1;
+            continue;
+        };
         let signal = fde.is_signal_trampoline();
-        let Ok(mut rows) = fde.rows(section, bases, &mut ctx) else { continue };
+        let Ok(mut rows) = fde.rows(section, bases, &mut ctx) else {
+            damaged += 1;
+            continue;
+        };
         let mut unsupported = false;
         loop {
             let row = match rows.next_row() {
@@ -138,7 +148,7 @@ where
         }
         *unsupported_fdes += unsupported as u32;
     }
-    Ok(())
+    Ok(damaged)
 }
 
 /// One gimli row as the kernel's row (its `pc` is set by the caller).
