@@ -109,6 +109,15 @@ static __always_inline __u64 wakeup_flag(void)
 	return bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
+/* Whether the process's entry was written moments ago (see wake_until_ms). */
+static __always_inline int process_is_new(__u32 tgid)
+{
+	struct unwind_process *p = bpf_map_lookup_elem(&unwind_processes, &tgid);
+	__u32 now_ms = bpf_ktime_get_ns() / 1000000;
+
+	return p && (__s32)(p->wake_until_ms - now_ms) > 0;
+}
+
 /* Kernel-unwind mode: walk the user stack here, send what was used. */
 static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, struct task_struct *task, __u64 pid_tgid)
 {
@@ -155,7 +164,8 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 			size = sizeof(sc->e) + sizeof(sc->frames) + copied;
 			/* Wake the reader now: it loads the missing tables when it
 			 * reads the sideband, so the process's next samples walk here. */
-			if (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING)
+			if (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING ||
+			    (end == UNWIND_END_BAD_ADDRESS && process_is_new(pid_tgid >> 32)))
 				wake = BPF_RB_FORCE_WAKEUP;
 		}
 	}

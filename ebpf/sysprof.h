@@ -118,7 +118,7 @@
 
 struct unwind_row {
 	__u32 pc;               /* the file's virtual address the row starts at */
-	__u8 kind;              /* ROW_* */
+	__u8 kind;              /* ROW_* in bits 0-2; bits 3-7: cfa_off8's bits 16-20 */
 	__u8 rbp_slot;          /* caller's rbp saved at CFA - 8 * rbp_slot; 0: unchanged */
 	__u16 cfa_off8;
 };
@@ -133,7 +133,9 @@ struct unwind_mapping {
 
 struct unwind_process {
 	__u32 count;            /* mappings, sorted by start */
-	__u32 _pad;
+	__u32 wake_until_ms;    /* bpf_ktime_get_ns() / 1e6 (truncated) until which a walk
+	                           that hands over wakes the reader: the entry was just
+	                           written, libraries may be mapped since */
 	struct unwind_mapping m[UNWIND_MAX_MAPPINGS];
 };
 

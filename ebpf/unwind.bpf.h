@@ -139,9 +139,9 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 		if (pc <= 0xffffffffULL)
 			row = unwind_find_row(m->table_start, m->table_len, (__u32)pc);
 		if (row) {
-			kind = row->kind;
+			kind = row->kind & 7;
 			slot = row->rbp_slot;
-			off8 = row->cfa_off8;
+			off8 = row->cfa_off8 | ((__u32)(row->kind >> 3) << 16);
 		}
 	}
 

@@ -208,6 +208,11 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let range = WindowRange { start_ns, end_ns, start_wall_ms, interval_ms: 1000.0 / args.frequency as f64, continuous: false };
     let recording = collector.finish_window(range);
     timing.mark("replay, resolve and symbolicate");
+    if args.verbose {
+        if let Some(k) = collector.kernel_table_stats() {
+            eprintln!("sysprof: {}", k.line());
+        }
+    }
     let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
     // The process the user named opens selected: the command, or a single -p.
     let focus = command_pid.or_else(|| (args.pids.len() == 1).then(|| args.pids[0]));

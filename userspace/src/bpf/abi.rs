@@ -422,8 +422,9 @@ pub struct UnwindMapping {
 pub struct UnwindProcess {
     /// Valid entries of `m`.
     pub count: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// Monotonic ms (truncated to 32 bits) until which a walk that hands
+    /// over wakes the reader.
+    pub wake_until_ms: u32,
     /// The mappings, by start address.
     pub m: [UnwindMapping; UNWIND_MAX_MAPPINGS],
 }
@@ -622,7 +623,7 @@ mod tests {
                 stack_size, unwind_end, comm, user_ip, user_sp, user_bp, kstack, ustack }
             struct unwind_row = crate::unwind::tables::Row { pc, kind, rbp_slot, cfa_off8 }
             struct unwind_mapping = UnwindMapping { start, end, bias, table_start, table_len }
-            struct unwind_process = UnwindProcess { count, m }
+            struct unwind_process = UnwindProcess { count, wake_until_ms, m }
             struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, user_ip, user_sp,
                 user_bp, kstack, ustack }
             struct offcpu_event = OffCpuEvent { kind, state, start_ns, end_ns, wake_ns, pid, tid, cpu_out, cpu_in, waker_pid,

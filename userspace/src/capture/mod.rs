@@ -179,7 +179,9 @@ impl CaptureSession {
             target_tgid: opts.target_tgid,
             ring_bytes,
             wakeup_bytes: ring_bytes as u64 / opts.polling.wakeup_divisor.max(1) as u64,
-            stack_copy: opts.stack_copy,
+            // Handed-over samples are few (a process's first milliseconds) and
+            // sent at their size: they get the deepest copy there is.
+            stack_copy: if opts.kernel_unwind_rows > 0 && opts.stack_copy > 0 { abi::MAX_STACK_COPY as u32 } else { opts.stack_copy },
             kernel_unwind_rows: opts.kernel_unwind_rows,
         };
         let (mut sampler, samples) = Sampler::load(&sampler_opts)?;

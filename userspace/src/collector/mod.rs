@@ -302,6 +302,9 @@ impl Collector {
         self.unwound.clear();
         self.unwound.extend_from_slice(frames);
         let Some(u) = self.unwinders.as_mut() else { return };
+        if let Some(k) = u.kernel.as_mut() {
+            k.stats.ends[(end as usize).min(8)] += 1;
+        }
         let handed_over = matches!(end, UNWIND_END_NO_PROCESS | UNWIND_END_PENDING | UNWIND_END_USERSPACE)
             // An address the kernel's entry did not cover: code mapped since,
             // or no code (then it is the walk's end, as the kernel said).

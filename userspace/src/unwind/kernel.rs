@@ -95,7 +95,33 @@ pub struct KernelTableStats {
     pub process_writes: u64,
     /// Processes with more executable mappings than an entry holds.
     pub mappings_cut: u64,
+    /// Samples walked in the kernel, by how the walk ended (`UNWIND_END_*`).
+    pub ends: [u64; 9],
 }
+
+impl KernelTableStats {
+    /// One line for `record -v`: the tables and how the walks ended.
+    pub fn line(&self) -> String {
+        const NAMES: [&str; 9] = ["root", "no_process", "pending", "bad_address", "unsupported", "read_failed", "no_info", "max_frames", "userspace"];
+        let ends: Vec<String> = NAMES.iter().zip(self.ends).map(|(n, c)| format!("{n}={c}")).collect();
+        format!(
+            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak) compile_ms={:.1} over_budget={} process_writes={} mappings_cut={} walks: {}",
+            self.tables,
+            self.rows_in_use,
+            self.rows_peak,
+            self.rows_capacity,
+            self.rows_peak as f64 * 8.0 / (1 << 20) as f64,
+            self.compile_ns as f64 / 1e6,
+            self.over_budget,
+            self.process_writes,
+            self.mappings_cut,
+            ends.join(" ")
+        )
+    }
+}
+
+/// A table to compile: the binary, the request's serial, its unwind data, its path.
+type TableRequest = (BinaryIndex, u64, Arc<BinaryUnwindInfo>, String);
 
 enum TableState {
     /// Being compiled (request serial).
@@ -122,7 +148,7 @@ pub struct KernelTables {
     free: BTreeMap<u32, u32>,
     tables: FxHashMap<BinaryIndex, TableState>,
     serial: u64,
-    to_worker: Option<Sender<(BinaryIndex, u64, Arc<BinaryUnwindInfo>, String)>>,
+    to_worker: Option<Sender<TableRequest>>,
     from_worker: Receiver<Compiled>,
     /// Processes whose entry must be rewritten (or deleted).
     pub(super) dirty: FxHashSet<u32>,
@@ -131,6 +157,12 @@ pub struct KernelTables {
     /// Binaries whose table could not be made, with why.
     pub failures: Vec<String>,
 }
+
+/// How long after its entry is written a process's hand-overs wake the reader.
+const NEW_PROCESS_WAKE_MS: u64 = 100;
+
+/// Threads compiling large tables.
+const TABLE_WORKERS: usize = 2;
 
 /// CFI at most this large is compiled on the event loop (~8 ms a MiB).
 const COMPILE_HERE_BYTES: usize = 1 << 20;
@@ -151,19 +183,27 @@ impl KernelTables {
     /// Take over the maps; start the compiling worker.
     pub fn new(maps: KernelUnwindMaps) -> KernelTables {
         let capacity = maps.rows.len as u32;
-        let (to_worker, requests) = std::sync::mpsc::channel::<(BinaryIndex, u64, Arc<BinaryUnwindInfo>, String)>();
+        let (to_worker, requests) = std::sync::mpsc::channel::<TableRequest>();
         let (results, from_worker) = std::sync::mpsc::channel();
         let max_rows = capacity as usize;
-        let spawned = std::thread::Builder::new().name("sysprof-tables".into()).spawn(move || {
-            for (binary, serial, info, path) in requests {
+        // Two workers: a program's large libraries (rustc's driver and
+        // LLVM, ~90 ms each) arrive together and are compiled side by side.
+        let requests = Arc::new(std::sync::Mutex::new(requests));
+        let mut spawned = Err(std::io::Error::other("no worker"));
+        for i in 0..TABLE_WORKERS {
+            let (requests, results) = (requests.clone(), results.clone());
+            let worker = std::thread::Builder::new().name(format!("sysprof-tables{i}")).spawn(move || loop {
+                let next = requests.lock().map_err(|_| ()).and_then(|r| r.recv().map_err(|_| ()));
+                let Ok((binary, serial, info, path)) = next else { break };
                 let started = std::time::Instant::now();
                 let result = compile_table(&info, max_rows);
                 let ns = started.elapsed().as_nanos() as u64;
                 if results.send(Compiled { binary, path, serial, result, ns }).is_err() {
                     break;
                 }
-            }
-        });
+            });
+            spawned = spawned.or(worker.map(|_| ()));
+        }
         let mut free = BTreeMap::new();
         free.insert(0, capacity);
         KernelTables {
@@ -318,7 +358,10 @@ impl KernelTables {
             self.stats.mappings_cut += 1;
             mappings.truncate(UNWIND_MAX_MAPPINGS);
         }
-        let mut entry = UnwindProcess { count: mappings.len() as u32, _pad: 0, m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS] };
+        // Processes that just started map libraries for a while after their
+        // entry is first written: their hand-overs wake us for 100 ms.
+        let wake_until_ms = (crate::capture::monotonic_ns() / 1_000_000 + NEW_PROCESS_WAKE_MS) as u32;
+        let mut entry = UnwindProcess { count: mappings.len() as u32, wake_until_ms, m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS] };
         for (slot, &(start, end, bias, binary, userspace)) in entry.m.iter_mut().zip(mappings.iter()) {
             let (table_start, table_len) = if userspace { (UNWIND_TABLE_USERSPACE, 0) } else { self.table_of(binary) };
             *slot = UnwindMapping { start, end, bias, table_start, table_len };

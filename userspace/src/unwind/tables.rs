@@ -28,13 +28,14 @@ use gimli::{BaseAddresses, CfaRule, CieOrFde, RegisterRule, UnwindContext, Unwin
 pub struct Row {
     /// First address (the file's own, ELF virtual address) the row applies to.
     pub pc: u32,
-    /// `ROW_*`.
+    /// `ROW_*` in the low 3 bits; the high 5 are bits 16-20 of the CFA
+    /// offset / 8 (frames over 512 KiB: rustc has a 527 KiB one).
     pub kind: u8,
     /// The caller's frame pointer is saved at CFA - 8 * this (0: unchanged).
     /// For `ROW_PLT`: the low 4 bits of the address from which 8 more
     /// bytes are on the stack.
     pub rbp_slot: u8,
-    /// CFA = register + 8 * this.
+    /// CFA = register + 8 * this (bits 0-15).
     pub cfa_off8: u16,
 }
 
@@ -57,6 +58,12 @@ pub const ROW_END: u8 = 5;
 /// than rsp or rbp for the CFA, a return address not at CFA-8): the walk
 /// stops here and says why.
 pub const ROW_UNSUPPORTED: u8 = 6;
+
+/// CFA offsets / 8 below this fit a row (21 bits: 16 MiB frames).
+const MAX_CFA_OFF8: i64 = 1 << 21;
+
+/// The `ROW_*` of a row's `kind` byte.
+pub const ROW_KIND_MASK: u8 = 7;
 
 /// A compiled table, sorted by `pc`.
 #[derive(Debug, Default, Clone)]
@@ -171,10 +178,11 @@ fn encode<'a, S: UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>>(row
                 RBP => ROW_CFA_RBP,
                 _ => return unsupported,
             };
-            if *offset < 0 || offset % 8 != 0 || offset / 8 > u16::MAX as i64 {
+            if *offset < 0 || offset % 8 != 0 || offset / 8 >= MAX_CFA_OFF8 {
                 return unsupported;
             }
-            Row { pc: 0, kind, rbp_slot, cfa_off8: (offset / 8) as u16 }
+            let off8 = (offset / 8) as u32;
+            Row { pc: 0, kind: kind | ((off8 >> 16) << 3) as u8, rbp_slot, cfa_off8: off8 as u16 }
         }
         CfaRule::Expression(expr) => match expr.get(section).ok().and_then(|e| plt_threshold(e.0.slice())) {
             Some(threshold) => Row { pc: 0, kind: ROW_PLT, rbp_slot: threshold, cfa_off8: 1 },
@@ -258,6 +266,7 @@ mod tests {
         assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc), "sorted, one row per address");
         assert!(t.rows.iter().any(|r| r.kind == ROW_END), "clone3/start_thread mark the end");
         assert!(t.rows.iter().any(|r| r.kind == ROW_SIGNAL), "__restore_rt");
+        assert!(t.rows.iter().all(|r| r.kind & ROW_KIND_MASK <= ROW_UNSUPPORTED));
         let entries = t.rows.iter().filter(|r| r.kind == ROW_CFA_RSP && r.cfa_off8 == 1).count();
         assert!(entries > 1000, "function entries with CFA=rsp+8: {entries}");
     }
@@ -275,6 +284,11 @@ mod tests {
         assert_eq!(lookup(&rows, 0x125).unwrap().kind, ROW_NONE);
         assert!(lookup(&rows, 0xff).is_none());
         assert!(flatten(vec![(0x1_0000_0000, 0x1_0000_0010, rsp8)], 100).is_err());
+        // A 527 KiB frame (rustc's run_compiler closure): the offset's high bits ride in `kind`.
+        let off8 = 540080u32 / 8;
+        let big = Row { pc: 0, kind: ROW_CFA_RSP | ((off8 >> 16) << 3) as u8, rbp_slot: 2, cfa_off8: off8 as u16 };
+        assert_eq!(big.kind & ROW_KIND_MASK, ROW_CFA_RSP);
+        assert_eq!((big.cfa_off8 as u32 | ((big.kind >> 3) as u32) << 16) * 8, 540080);
         assert!(flatten((0..10u64).map(|i| (i * 16, i * 16 + 8, rsp8)).collect(), 5).is_err());
     }
 
