@@ -109,6 +109,29 @@ static __always_inline __u64 wakeup_flag(void)
 	return bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
+/* When each process last exec'd (bpf_ktime_get_ns), for recently_started. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 8192);
+} exec_times SEC(".maps");
+
+/* A process without an entry hands its samples over (with a 32 KiB copy)
+ * only in its first seconds, while userspace has yet to write the entry:
+ * processes that were running before a `record -- CMD` never get one, and
+ * copying their every sample would fill the ring for nothing. */
+#define HANDOVER_WINDOW_NS 2000000000ULL
+
+static __always_inline int recently_started(struct task_struct *task, __u32 tgid)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 start = BPF_CORE_READ(task, group_leader, start_time);
+	__u64 *exec = bpf_map_lookup_elem(&exec_times, &tgid);
+
+	return now - start < HANDOVER_WINDOW_NS || (exec && now - *exec < HANDOVER_WINDOW_NS);
+}
+
 /* Whether the process's entry was written moments ago (see wake_until_ms). */
 static __always_inline int process_is_new(__u32 tgid)
 {
@@ -135,8 +158,11 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 	wake = wakeup_flag();
 	/* Kernel threads have no user stack: an empty one is not a failure. */
 	if (!(BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */)) {
+		__u32 tgid = pid_tgid >> 32;
+		int hand_over = stack_copy && (bpf_map_lookup_elem(&unwind_processes, &tgid) || recently_started(task, tgid));
+
 		user_regs(ctx, regs);
-		n = unwind_user(pid_tgid >> 32, regs, sc->frames, &end, stack_copy != 0);
+		n = unwind_user(tgid, regs, sc->frames, &end, hand_over);
 		if (n > UNWIND_MAX_FRAMES)
 			n = UNWIND_MAX_FRAMES;
 		sc->e.flags |= SAMPLE_FLAG_KERNEL_UNWOUND;
@@ -147,8 +173,8 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		 * loaded yet, where only it has them, and at an address in no
 		 * mapping the entry lists (a library mapped since it was written,
 		 * or no code at all: userspace knows which). */
-		if (stack_copy && (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING || end == UNWIND_END_USERSPACE ||
-				   end == UNWIND_END_BAD_ADDRESS)) {
+		if (hand_over && (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING || end == UNWIND_END_USERSPACE ||
+				  end == UNWIND_END_BAD_ADDRESS)) {
 			sc->e.flags |= SAMPLE_FLAG_USER_REGS;
 			sc->e.user_ip = regs[0];
 			sc->e.user_sp = regs[1];
@@ -236,8 +262,10 @@ SEC("tracepoint/sched/sched_process_exec")
 int forget_exec_mappings(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 now = bpf_ktime_get_ns();
 
 	bpf_map_delete_elem(&unwind_processes, &tgid);
+	bpf_map_update_elem(&exec_times, &tgid, &now, BPF_ANY);
 	return 0;
 }
 

@@ -50,8 +50,12 @@ const volatile bool has_prev_state_arg = false;
 const volatile bool start_fires_once = false;
 /* Dwarf mode: bytes of user stack copied with each stack (0: frame pointers). */
 const volatile __u32 stack_copy = 0;
+/* Unwind user stacks in the kernel; the tables are the sampler's (the
+ * loader hands this object the sampler's unwind_rows and unwind_processes). */
+const volatile __u32 kernel_unwind = 0;
 
 #include "ustack.bpf.h"
+#include "unwind.bpf.h"
 
 struct io_start {
 	__u64 ts;
@@ -126,6 +130,21 @@ struct {
 	__type(value, __u64);
 } stack_seq SEC(".maps");
 
+/* Kernel-unwind mode builds each stack record here, one buffer per kind of
+ * place (KBUF_*: a wakeup from an interrupt can run inside a switch's
+ * program on the same CPU), and sends only the frames used. */
+struct stack_scratch {
+	struct stack_event e;
+	__u64 frames[UNWIND_MAX_FRAMES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, struct stack_scratch);
+} stack_scratch SEC(".maps");
+
 #include "drops.bpf.h"
 
 static __always_inline long submit_flags(void)
@@ -150,13 +169,71 @@ static __always_inline __u64 next_stack_id(void)
 	return (*seq << 12) | (bpf_get_smp_processor_id() & 0xfff);
 }
 
+/* send_unwound_stack: the record was lost (counted); stack ids are never this. */
+#define STACK_DROPPED ((__u64)-1)
+
+/* Kernel-unwind mode: walk the user stack here and send the frames; 0
+ * where the walk hands over (tables not loaded yet, JIT code only userspace
+ * can walk, an address the entry does not cover): the caller then sends a
+ * copy, as without kernel unwinding. */
+static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp, __u32 kbuf)
+{
+	struct stack_scratch *sc = bpf_map_lookup_elem(&stack_scratch, &kbuf);
+	__u64 regs[3] = { ip, sp, bp }, size;
+	__u32 n, end;
+	long len;
+
+	if (!sc)
+		return 0;
+	n = unwind_user(pid, regs, sc->frames, &end, stack_copy != 0);
+	if (stack_copy && (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING || end == UNWIND_END_USERSPACE ||
+			   end == UNWIND_END_BAD_ADDRESS))
+		return 0;
+	if (n > UNWIND_MAX_FRAMES)
+		n = UNWIND_MAX_FRAMES;
+	sc->e.kind = RECORD_STACK;
+	sc->e.id = next_stack_id();
+	sc->e.flags = STACK_KERNEL_UNWOUND;
+	sc->e.pid = pid;
+	sc->e.tid = tid;
+	sc->e.ustack_len = n;
+	sc->e.stack_size = 0;
+	sc->e.slot = slot;
+	sc->e.unwind_end = end;
+	sc->e._pad = 0;
+	sc->e.user_ip = ip;
+	sc->e.user_sp = sp;
+	sc->e.user_bp = bp;
+	len = bpf_get_stack(ctx, sc->e.kstack, sizeof(sc->e.kstack), 0);
+	if (len < 0) {
+		sc->e.flags |= STACK_KSTACK_FAILED;
+		count_drop(DROP_KSTACK);
+		len = 0;
+	}
+	sc->e.kstack_len = len / sizeof(__u64);
+	size = sizeof(sc->e) + (__u64)n * sizeof(__u64);
+	if (size > sizeof(*sc))
+		size = sizeof(*sc);
+	if (bpf_ringbuf_output(&events, sc, size, submit_flags())) {
+		count_drop(DROP_STACK_RECORD);
+		return STACK_DROPPED;
+	}
+	return sc->e.id;
+}
+
 /* Send the kernel and user stacks of the current task as a stack_event;
  * returns its id, or 0 if the ring was full. */
-static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp)
+static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp, __u32 kbuf)
 {
 	struct stack_event *e;
 	long len;
 
+	if (kernel_unwind) {
+		__u64 id = send_unwound_stack(ctx, pid, tid, slot, ip, sp, bp, kbuf);
+
+		if (id)
+			return id == STACK_DROPPED ? 0 : id;
+	}
 	e = bpf_ringbuf_reserve(&events, sizeof(*e) + stack_copy, 0);
 	if (!e) {
 		count_drop(DROP_STACK_RECORD);
@@ -170,6 +247,8 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 	e->ustack_len = 0;
 	e->stack_size = 0;
 	e->slot = slot;
+	e->unwind_end = 0;
+	e->_pad = 0;
 	e->user_ip = ip;
 	e->user_sp = sp;
 	e->user_bp = bp;
@@ -247,6 +326,8 @@ static __always_inline __u64 send_kstack(struct kstack_buf *b, __u32 len, __u32 
 	e->ustack_len = 0;
 	e->stack_size = 0;
 	e->slot = slot;
+	e->unwind_end = 0;
+	e->_pad = 0;
 	e->user_ip = 0;
 	e->user_sp = 0;
 	e->user_bp = 0;
@@ -305,7 +386,7 @@ static __always_inline __u64 stack_at(void *ctx, __u32 pid, __u32 tid, __u32 slo
 		if (c->id && c->ip == ip && c->sp == sp && c->bp == bp && c->what == what)
 			return c->id;
 	}
-	__u64 id = user ? send_stack(ctx, pid, tid, slot, ip, sp, bp) : send_kstack(b, len, pid, tid, slot);
+	__u64 id = user ? send_stack(ctx, pid, tid, slot, ip, sp, bp, kbuf) : send_kstack(b, len, pid, tid, slot);
 
 	if (t) {
 		struct stack_cache *c = &t->cache[slot];

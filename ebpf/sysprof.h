@@ -62,6 +62,8 @@
 #define STACK_USER_REGS 2         /* dwarf mode: user regs and a stack copy follow */
 #define STACK_KSTACK_FAILED 4
 #define STACK_USTACK_FAILED 8
+#define STACK_KERNEL_UNWOUND 16   /* ustack_len user frames, unwound in the kernel,
+                                     follow the record; unwind_end says how it ended */
 
 /* blkio_event.flags: the request's flags when it was created (REQ_*). */
 #define IO_PREFLUSH 1   /* a cache flush before the data (an fsync's empty request has only this) */
@@ -189,6 +191,8 @@ struct stack_event {
 	__u32 ustack_len;       /* frame-pointer mode: valid entries of ustack */
 	__u32 stack_size;       /* dwarf mode: valid bytes of the copy after the record */
 	__u32 slot;             /* STACK_SLOT_*: which of the thread's cached stacks it replaces */
+	__u32 unwind_end;       /* STACK_KERNEL_UNWOUND: UNWIND_END_* */
+	__u32 _pad;
 	__u64 user_ip;          /* user registers (where the thread entered the kernel) */
 	__u64 user_sp;
 	__u64 user_bp;

@@ -110,7 +110,11 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 	} else {
 		m = unwind_find_mapping(s->proc, ip);
 	}
-	if (!m && s->n > 0) {
+	/* An address in no mapping the entry lists: below the leaf, no code
+	 * (the walk went wrong) or code mapped since the entry was written;
+	 * at the leaf, the latter or JIT code. Userspace, which knows every
+	 * mapping, tells them apart when the walk can hand over. */
+	if (!m && (s->n > 0 || (s->proc && s->may_hand_over))) {
 		s->end = s->proc ? UNWIND_END_BAD_ADDRESS : UNWIND_END_NO_PROCESS;
 		return 1;
 	}

@@ -94,6 +94,8 @@ pub const STACK_USER_REGS: u32 = 2;
 pub const STACK_KSTACK_FAILED: u32 = 4;
 /// `STACK_USTACK_FAILED`
 pub const STACK_USTACK_FAILED: u32 = 8;
+/// User frames unwound in the kernel follow the record.
+pub const STACK_KERNEL_UNWOUND: u32 = 16;
 
 /// `IO_PREFLUSH`
 pub const IO_PREFLUSH: u32 = 1;
@@ -207,6 +209,10 @@ pub struct StackEvent {
     pub stack_size: u32,
     /// `STACK_SLOT_*`: the thread's cached stack it replaces.
     pub slot: u32,
+    /// `STACK_KERNEL_UNWOUND`: `UNWIND_END_*`.
+    pub unwind_end: u32,
+    /// Padding.
+    pub _pad: u32,
     /// User instruction pointer.
     pub user_ip: u64,
     /// User stack pointer.
@@ -458,6 +464,8 @@ pub struct StackView<'a> {
     pub user_regs: Option<(u64, u64, u64)>,
     /// Dwarf mode: the copied user stack from sp up.
     pub stack: &'a [u8],
+    /// Kernel unwinding: the user frames, leaf first, and how the walk ended.
+    pub kernel_unwound: Option<(&'a [u64], u32)>,
 }
 
 fn view<T>(bytes: &[u8], kind: u32) -> Result<&T, DecodeError> {
@@ -490,11 +498,19 @@ pub fn decode_event(bytes: &[u8]) -> Result<EventRecord<'_>, DecodeError> {
             let e = view::<StackEvent>(bytes, kind)?;
             let tail = &bytes[std::mem::size_of::<StackEvent>()..];
             let regs = e.flags & STACK_USER_REGS != 0;
+            let unwound = e.flags & STACK_KERNEL_UNWOUND != 0;
+            let kernel_unwound = unwound.then(|| {
+                let n = (e.ustack_len as usize).min(UNWIND_MAX_FRAMES).min(tail.len() / 8);
+                // SAFETY: the tail starts 8-aligned (records are, and the
+                // record's size is a multiple of 8) and holds n u64s.
+                (unsafe { std::slice::from_raw_parts(tail.as_ptr() as *const u64, n) }, e.unwind_end)
+            });
             let stack = StackView {
                 kstack: &e.kstack[..(e.kstack_len as usize).min(MAX_STACK_DEPTH)],
-                ustack: if regs { &[] } else { &e.ustack[..(e.ustack_len as usize).min(MAX_STACK_DEPTH)] },
+                ustack: if regs || unwound { &[] } else { &e.ustack[..(e.ustack_len as usize).min(MAX_STACK_DEPTH)] },
                 user_regs: regs.then_some((e.user_ip, e.user_sp, e.user_bp)),
                 stack: if regs { &tail[..(e.stack_size as usize).min(tail.len())] } else { &[] },
+                kernel_unwound,
             };
             Ok(EventRecord::Stack(e, stack))
         }
@@ -624,7 +640,7 @@ mod tests {
             struct unwind_row = crate::unwind::tables::Row { pc, kind, rbp_slot, cfa_off8 }
             struct unwind_mapping = UnwindMapping { start, end, bias, table_start, table_len }
             struct unwind_process = UnwindProcess { count, wake_until_ms, m }
-            struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, user_ip, user_sp,
+            struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, unwind_end, user_ip, user_sp,
                 user_bp, kstack, ustack }
             struct offcpu_event = OffCpuEvent { kind, state, start_ns, end_ns, wake_ns, pid, tid, cpu_out, cpu_in, waker_pid,
                 waker_tid, stack_id, waker_stack_id, comm, waker_comm, flags }
@@ -643,7 +659,7 @@ mod tests {
                 IO_READAHEAD, IO_START_AT_ISSUE, IO_OP_READ, IO_OP_WRITE, IO_OP_FLUSH, IO_OP_DISCARD, IO_OP_SECURE_ERASE,
                 IO_OP_WRITE_ZEROES, MAX_STACK_COPY, STACK_COPY_CHUNK, DROP_RINGBUF_FULL, DROP_KSTACK, DROP_USTACK,
                 DROP_EVENTS_FULL, DROP_STACK_RECORD, DROP_STATE_FULL, DROP_IO_UNTRACKED, DROP_MAX,
-                SAMPLE_FLAG_KERNEL_UNWOUND, UNWIND_MAX_FRAMES, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING, UNWIND_END_ROOT,
+                SAMPLE_FLAG_KERNEL_UNWOUND, STACK_KERNEL_UNWOUND, UNWIND_MAX_FRAMES, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING, UNWIND_END_ROOT,
                 UNWIND_END_NO_PROCESS, UNWIND_END_PENDING, UNWIND_END_BAD_ADDRESS, UNWIND_END_UNSUPPORTED,
                 UNWIND_END_READ_FAILED, UNWIND_END_NO_INFO, UNWIND_END_MAX_FRAMES, UNWIND_END_USERSPACE, UNWIND_TABLE_USERSPACE, ROW_NONE, ROW_CFA_RSP, ROW_CFA_RBP,
                 ROW_PLT, ROW_SIGNAL, ROW_END, ROW_UNSUPPORTED }

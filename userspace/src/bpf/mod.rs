@@ -47,6 +47,8 @@ pub struct SamplerOptions {
     /// Unwind user stacks in the kernel, with room for this many table rows
     /// (0: do not).
     pub kernel_unwind_rows: u32,
+    /// Pin the unwind maps here for the tracer to share.
+    pub share_unwind_maps: Option<std::path::PathBuf>,
 }
 
 /// The cpu-clock sampler. Its sample records arrive in the [`RingBuf`] that
@@ -73,7 +75,11 @@ pub struct KernelDrops {
 impl Sampler {
     /// Load the sampler (not attached yet: see [`Sampler::attach`]).
     pub fn load(opts: &SamplerOptions) -> Result<(Sampler, RingBuf<MapData>), RecordError> {
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        if let Some(dir) = &opts.share_unwind_maps {
+            loader.map_pin_path("unwind_rows", dir.join("unwind_rows")).map_pin_path("unwind_processes", dir.join("unwind_processes"));
+        }
+        let mut ebpf = loader
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("wakeup_bytes", &opts.wakeup_bytes, true)
             .override_global("stack_copy", &opts.stack_copy, true)
@@ -166,6 +172,58 @@ fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, RecordError> {
         .ok_or_else(|| RecordError::Internal(format!("map {name} missing from object")))
 }
 
+/// A private bpffs mount, where the sampler's loader pins the unwind maps
+/// and the tracer's loader opens them: aya gives every object its own maps,
+/// and a pinned path is the one way it offers to hand one object's map to
+/// another. Dropped once both are loaded: the pins are removed and the
+/// mount detached; the maps live on in the programs that use them.
+pub struct SharedMapDir {
+    dir: std::path::PathBuf,
+}
+
+impl SharedMapDir {
+    /// Mount a fresh bpffs on a new directory of our own.
+    pub fn new() -> std::io::Result<SharedMapDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = if std::path::Path::new("/run").is_dir() { std::path::PathBuf::from("/run") } else { std::env::temp_dir() };
+        let dir = base.join(format!("sysprof-bpf-{}", crate::profile::output::random_suffix()));
+        // mkdir fails on anything already there (a symlink planted by a
+        // local user included); nobody but root can enter it.
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)?;
+        // SAFETY: mounting a new bpffs instance on a directory we created.
+        let r = unsafe {
+            libc::mount(c"bpf".as_ptr(), path.as_ptr(), c"bpf".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, std::ptr::null())
+        };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
+        }
+        Ok(SharedMapDir { dir })
+    }
+
+    /// The directory the loaders pin in.
+    pub fn path(&self) -> &std::path::Path {
+        &self.dir
+    }
+}
+
+impl Drop for SharedMapDir {
+    fn drop(&mut self) {
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        if let Ok(path) = std::ffi::CString::new(self.dir.as_os_str().as_encoded_bytes()) {
+            // SAFETY: unmounting what new() mounted.
+            unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
 /// How many CPUs there can be (`bpf_get_smp_processor_id()` is below it).
 fn possible_cpus() -> Result<u32, RecordError> {
     aya::util::nr_cpus().map(|n| n as u32).map_err(|(path, e)| RecordError::Internal(format!("{path}: {e}")))
@@ -196,6 +254,9 @@ pub struct TracerOptions {
     pub stack_copy: u32,
     /// Wake the reader when the ring is this fraction (1/N) full.
     pub wakeup_divisor: u32,
+    /// Unwind user stacks in the kernel with the sampler's tables, pinned
+    /// here by the sampler's loader.
+    pub kernel_unwind: Option<std::path::PathBuf>,
 }
 
 /// The loaded and attached scheduler/I/O tracer. Its records arrive in the
@@ -241,7 +302,12 @@ impl Tracer {
     /// Load the tracer and attach what `opts` asks for.
     pub fn start(opts: &TracerOptions) -> Result<(Tracer, RingBuf<MapData>), RecordError> {
         let wakeup = (opts.ring_bytes as u64 / opts.wakeup_divisor.max(1) as u64).max(4096);
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        if let Some(dir) = &opts.kernel_unwind {
+            loader.map_pin_path("unwind_rows", dir.join("unwind_rows")).map_pin_path("unwind_processes", dir.join("unwind_processes"));
+        }
+        let mut ebpf = loader
+            .override_global("kernel_unwind", &(opts.kernel_unwind.is_some() as u32), true)
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("offcpu_min_ns", &opts.off_cpu_min_ns, true)
             .override_global("stack_copy", &opts.stack_copy, true)

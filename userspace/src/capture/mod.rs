@@ -159,7 +159,11 @@ impl CaptureSession {
     pub fn start(opts: &CaptureOptions, collector: &mut Collector) -> Result<CaptureSession, RecordError> {
         let cpus = crate::bpf::online_cpus()?;
         let sideband = Sideband::open(&cpus)?;
-        let only = (!opts.snapshot_all).then_some(opts.target_pids.as_slice());
+        // Our own process too: the kernel unwinder needs its mappings, or
+        // every sample of ours would be handed over with a stack copy.
+        let mut only_pids = opts.target_pids.clone();
+        only_pids.push(std::process::id());
+        let only = (!opts.snapshot_all).then_some(only_pids.as_slice());
         collector.handle_snapshot(proc_snapshot::snapshot(only));
 
         // `record`: half a second of samples from every CPU (at least 8 MiB,
@@ -174,6 +178,20 @@ impl CaptureSession {
         let min = opts.polling.ring_min_bytes as u64;
         let want = (cpus.len() as f64 * record_bytes as f64 * opts.polling.ring_seconds) as u64;
         let ring_bytes = want.next_power_of_two().clamp(min, (256 << 20).max(min)) as u32;
+        // The tracer walks off-CPU stacks with the sampler's tables: the two
+        // objects share the maps through a private bpffs. Without one (no
+        // mount allowed) the tracer copies stacks as before.
+        let shared = if opts.kernel_unwind_rows > 0 && (opts.off_cpu || opts.io) {
+            match crate::bpf::SharedMapDir::new() {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    collector.warn(format!("off-CPU stacks are copied, not unwound in the kernel: cannot mount a bpffs to share the tables ({e})"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let sampler_opts = SamplerOptions {
             frequency: opts.frequency,
             target_tgid: opts.target_tgid,
@@ -183,6 +201,7 @@ impl CaptureSession {
             // sent at their size: they get the deepest copy there is.
             stack_copy: if opts.kernel_unwind_rows > 0 && opts.stack_copy > 0 { abi::MAX_STACK_COPY as u32 } else { opts.stack_copy },
             kernel_unwind_rows: opts.kernel_unwind_rows,
+            share_unwind_maps: shared.as_ref().map(|d| d.path().to_path_buf()),
         };
         let (mut sampler, samples) = Sampler::load(&sampler_opts)?;
         if let Some(maps) = sampler.take_unwind_maps() {
@@ -203,11 +222,13 @@ impl CaptureSession {
                 ring_bytes: (ring_bytes / 2).max(opts.polling.ring_min_bytes).max((256 * opts.stack_copy).next_power_of_two()),
                 stack_copy: opts.stack_copy,
                 wakeup_divisor: opts.polling.wakeup_divisor,
+                kernel_unwind: shared.as_ref().map(|d| d.path().to_path_buf()),
             })?;
             (Some(t), Some(r))
         } else {
             (None, None)
         };
+        drop(shared);
         // Every program is loaded: their frames are in kallsyms now.
         let kernel = match KernelSymbols::snapshot() {
             Ok(k) => Arc::new(k),
@@ -242,10 +263,12 @@ impl CaptureSession {
     pub fn drain(&mut self, collector: &mut Collector) {
         self.sideband.drain(&mut |e| collector.handle_sideband(e));
         collector.sync_kernel_unwinding();
-        drain_samples(self.samples.get_mut(), collector, &mut self.decode_errors);
+        drain_samples(self.samples.get_mut(), collector, &mut self.decode_errors, &mut self.sideband);
         if let Some(e) = self.events.as_mut() {
-            drain_events(e.get_mut(), collector, &mut self.decode_errors);
+            self.sideband.drain(&mut |e| collector.handle_sideband(e));
+            drain_events(e.get_mut(), collector, &mut self.decode_errors, &mut self.sideband);
         }
+        collector.sync_kernel_unwinding();
     }
 
     /// Samples lost so far because the sampler's ring was full.
@@ -401,8 +424,24 @@ impl CaptureSession {
     }
 }
 
-fn drain_samples(ring: &mut RingBuf<MapData>, collector: &mut Collector, errors: &mut u64) {
+/// Records handled between two reads of the sideband while draining a ring.
+///
+/// A ring keeps filling while it is drained, and a record written after the
+/// sideband was read can come from code mapped after it (a library a new
+/// process mapped a moment ago): it would be unwound without that mapping.
+/// Reading the sideband again every so often keeps that window to a few
+/// records' handling, however long a drain takes (a burst of stack copies
+/// unwound here takes milliseconds). Measured: a sleeper's off-CPU stacks
+/// came out cut at libc when a drain of samples ran long.
+const SIDEBAND_EVERY: u32 = 32;
+
+fn drain_samples(ring: &mut RingBuf<MapData>, collector: &mut Collector, errors: &mut u64, sideband: &mut Sideband) {
+    let mut n = 0u32;
     while let Some(item) = ring.next() {
+        n += 1;
+        if n % SIDEBAND_EVERY == 0 {
+            sideband.drain(&mut |e| collector.handle_sideband(e));
+        }
         match abi::decode_sample(&item) {
             Ok(s) => collector.handle_sample(&s),
             Err(_) => *errors += 1,
@@ -410,8 +449,13 @@ fn drain_samples(ring: &mut RingBuf<MapData>, collector: &mut Collector, errors:
     }
 }
 
-fn drain_events(ring: &mut RingBuf<MapData>, collector: &mut Collector, errors: &mut u64) {
+fn drain_events(ring: &mut RingBuf<MapData>, collector: &mut Collector, errors: &mut u64, sideband: &mut Sideband) {
+    let mut n = 0u32;
     while let Some(item) = ring.next() {
+        n += 1;
+        if n % SIDEBAND_EVERY == 0 {
+            sideband.drain(&mut |e| collector.handle_sideband(e));
+        }
         match abi::decode_event(&item) {
             Ok(e) => collector.handle_event(e),
             Err(_) => *errors += 1,

@@ -307,8 +307,9 @@ impl Collector {
         }
         let handed_over = matches!(end, UNWIND_END_NO_PROCESS | UNWIND_END_PENDING | UNWIND_END_USERSPACE)
             // An address the kernel's entry did not cover: code mapped since,
-            // or no code (then it is the walk's end, as the kernel said).
-            || (end == UNWIND_END_BAD_ADDRESS && regs.is_some_and(|r| u.is_code(pid, r.0)));
+            // or no code (then it is the walk's end, as the kernel said); the
+            // leaf itself is always kept.
+            || (end == UNWIND_END_BAD_ADDRESS && regs.is_some_and(|r| frames.is_empty() || u.is_code(pid, r.0)));
         if let (Some(regs), true) = (regs, handed_over) {
             let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, MAX_USER_FRAMES + frames.len());
             match end {
@@ -452,12 +453,17 @@ impl Collector {
         if e.flags & (STACK_KSTACK_FAILED | STACK_USTACK_FAILED) != 0 {
             self.window.stats.stack_read_failures += 1;
         }
-        let user: Box<[u64]> = match view.user_regs {
-            Some(regs) => {
+        let user: Box<[u64]> = match (view.kernel_unwound, view.user_regs) {
+            (Some((frames, end)), _) => {
+                // The tracer sends a copy where the walk would hand over.
+                self.unwind_in_kernel(e.pid, frames, end, None, &[]);
+                self.unwound.as_slice().into()
+            }
+            (None, Some(regs)) => {
                 self.unwind_copy(e.pid, regs, view.stack);
                 self.unwound.as_slice().into()
             }
-            None => view.ustack.into(),
+            (None, None) => view.ustack.into(),
         };
         let kernel: Box<[u64]> = self.kernel.cut_tracing(view.kstack).into();
         let interrupt = self.kernel.interrupt_part(&kernel);

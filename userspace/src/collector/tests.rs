@@ -61,6 +61,8 @@ fn stack_record(c: &mut Collector, pid: u32, tid: u32, id: u64, user: &[u64], ke
         ustack_len: user.len() as u32,
         stack_size: 0,
         slot: abi::STACK_SLOT_WAITED,
+        unwind_end: 0,
+        _pad: 0,
         user_ip: 0,
         user_sp: 0,
         user_bp: 0,
@@ -69,7 +71,7 @@ fn stack_record(c: &mut Collector, pid: u32, tid: u32, id: u64, user: &[u64], ke
     };
     e.kstack[..kernel.len()].copy_from_slice(kernel);
     e.ustack[..user.len()].copy_from_slice(user);
-    let view = StackView { kstack: &e.kstack[..kernel.len()], ustack: &e.ustack[..user.len()], user_regs: None, stack: &[] };
+    let view = StackView { kstack: &e.kstack[..kernel.len()], ustack: &e.ustack[..user.len()], user_regs: None, stack: &[], kernel_unwound: None };
     c.handle_event(EventRecord::Stack(&e, view));
 }
 
