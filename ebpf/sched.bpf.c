@@ -611,8 +611,14 @@ static __always_inline void switch_out(void *ctx, __u32 tid, bool preempt, unsig
 	t->off_state = state;
 	t->off_cpu = cpu;
 	t->off_runtime = runtime;
-	t->stack_id = stack_at(ctx, tgid, tid, state == OFFCPU_PREEMPTED ? STACK_SLOT_PREEMPTED : STACK_SLOT_WAITED, state, t, KBUF_SWITCH);
+	/* Off-CPU from now on, before the stack is walked: a wakeup from
+	 * another CPU during the walk (which can take microseconds) must find
+	 * the interval open, or it is lost ("no waker seen"). The switch back
+	 * in cannot come before this program ends: a wakee is not enqueued
+	 * anywhere until it is fully off this CPU. */
+	t->stack_id = 0;
 	t->off_ts = now;
+	t->stack_id = stack_at(ctx, tgid, tid, state == OFFCPU_PREEMPTED ? STACK_SLOT_PREEMPTED : STACK_SLOT_WAITED, state, t, KBUF_SWITCH);
 }
 
 /* next runs again: close its interval. */

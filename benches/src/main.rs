@@ -19,6 +19,7 @@
 //! measures the userspace hot path offline in samples per second.
 
 mod agent;
+mod depth;
 mod micro;
 
 use std::collections::BTreeMap;
@@ -46,7 +47,7 @@ struct Args {
     #[arg(long)]
     agent: bool,
     /// Only these workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "long", "agent"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "long", "agent", "depth"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
@@ -190,6 +191,12 @@ fn main() -> Result<()> {
     let mut configs = vec![Config { name: "none", profiler: Profiler::None, args: vec![] }];
     configs.push(Config { name: "sysprof -a", profiler: Profiler::Sysprof, args: vec!["-a".into()] });
     configs.push(Config { name: "sysprof -a --call-graph fp", profiler: Profiler::Sysprof, args: vec!["-a".into(), "--call-graph".into(), "fp".into()] });
+    // Before the in-kernel unwinder: a 16 KiB stack copy per sample, unwound here.
+    configs.push(Config {
+        name: "sysprof -a --call-graph dwarf-copy",
+        profiler: Profiler::Sysprof,
+        args: vec!["-a".into(), "--call-graph".into(), "dwarf-copy".into()],
+    });
     configs.push(Config { name: "sysprof -a --no-off-cpu --no-io", profiler: Profiler::Sysprof, args: vec!["-a".into(), "--no-off-cpu".into(), "--no-io".into()] });
     // Like samply: only the workload's processes (bytes per sample compare like for like).
     configs.push(Config { name: "sysprof record -- CMD", profiler: Profiler::SysprofCommand, args: vec![] });
@@ -355,6 +362,11 @@ fn main() -> Result<()> {
             }
         }
     }
+    let (depth_md, depth_json) = if only.as_ref().is_none_or(|o| o.iter().any(|n| n == "depth")) {
+        depth::section(&sysprof, perf.as_deref(), &work, quick)
+    } else {
+        (String::new(), json!(null))
+    };
     let (agent_md, agent_json, agent_g) = if only.as_ref().is_none_or(|o| o.iter().any(|n| n == "agent")) {
         agent::section(&sysprof, &work, &agent_bins, quick)
     } else {
@@ -364,8 +376,8 @@ fn main() -> Result<()> {
     // hand its peak RSS to every profiler it spawns (ru_maxrss survives exec).
     let (micro_md, micro) = micro_section(quick);
     let goals_md = goals(&medians, &micro) + &agent_goals(agent_g);
-    let results = json!({ "micro": micro, "workloads": rows, "long_recording": long_rows, "agent": agent_json });
-    let md = goals_md + &micro_md + &md + &agent_md + &bpf_md;
+    let results = json!({ "micro": micro, "workloads": rows, "long_recording": long_rows, "agent": agent_json, "depth": depth_json });
+    let md = goals_md + &micro_md + &md + &depth_md + &agent_md + &bpf_md;
     println!("{md}");
     std::fs::write(out_dir.join("results.md"), &md)?;
     std::fs::write(out_dir.join("results.json"), serde_json::to_string_pretty(&results)?)?;

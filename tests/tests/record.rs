@@ -210,13 +210,10 @@ fn sigterm_stops_recording_and_writes_the_profile() {
     }
     let dir = scratch("sigterm");
     let out_path = dir.join("p.json.gz");
-    let child = Command::new(sysprof_bin())
-        .args(["record", "-a", "-q", "-o"])
-        .arg(&out_path)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Signalled once it records (a fixed sleep raced the attach on a loaded
+    // machine: SIGTERM before the handler is installed ends it by the signal).
+    let child = record_started(&["-a", "-q"], &out_path);
+    std::thread::sleep(Duration::from_millis(1000));
     unsafe_kill(child.id(), 15);
     let out = wait_with_timeout(child, Duration::from_secs(20), "sysprof after SIGTERM");
     assert_success(&out);

@@ -173,15 +173,17 @@ impl CaptureSession {
         // runnable threads on 2 CPUs). The agent drains once a second.
         // With kernel unwinding a sample carries its frames (a deep stack is
         // a few hundred bytes of addresses), not a stack copy.
-        let per_sample = if opts.kernel_unwind_rows > 0 { 1024 } else { opts.stack_copy as u64 };
-        let record_bytes = (std::mem::size_of::<abi::SampleEvent>() as u64 + per_sample + 8) * opts.frequency;
-        let min = opts.polling.ring_min_bytes as u64;
-        let want = (cpus.len() as f64 * record_bytes as f64 * opts.polling.ring_seconds) as u64;
-        let ring_bytes = want.next_power_of_two().clamp(min, (256 << 20).max(min)) as u32;
+        let ring_for = |per_sample: u64| -> u32 {
+            let record_bytes = (std::mem::size_of::<abi::SampleEvent>() as u64 + per_sample + 8) * opts.frequency;
+            let min = opts.polling.ring_min_bytes as u64;
+            let want = (cpus.len() as f64 * record_bytes as f64 * opts.polling.ring_seconds) as u64;
+            want.next_power_of_two().clamp(min, (256 << 20).max(min)) as u32
+        };
+        let ring_bytes = ring_for(if opts.kernel_unwind_rows > 0 { 1024 } else { opts.stack_copy as u64 });
         // The tracer walks off-CPU stacks with the sampler's tables: the two
         // objects share the maps through a private bpffs. Without one (no
         // mount allowed) the tracer copies stacks as before.
-        let shared = if opts.kernel_unwind_rows > 0 && (opts.off_cpu || opts.io) {
+        let mut shared = if opts.kernel_unwind_rows > 0 && (opts.off_cpu || opts.io) {
             match crate::bpf::SharedMapDir::new() {
                 Ok(d) => Some(d),
                 Err(e) => {
@@ -192,7 +194,7 @@ impl CaptureSession {
         } else {
             None
         };
-        let sampler_opts = SamplerOptions {
+        let mut sampler_opts = SamplerOptions {
             frequency: opts.frequency,
             target_tgid: opts.target_tgid,
             ring_bytes,
@@ -203,7 +205,21 @@ impl CaptureSession {
             kernel_unwind_rows: opts.kernel_unwind_rows,
             share_unwind_maps: shared.as_ref().map(|d| d.path().to_path_buf()),
         };
-        let (mut sampler, samples) = Sampler::load(&sampler_opts)?;
+        let (mut sampler, samples) = match Sampler::load(&sampler_opts) {
+            // A kernel without bpf_loop (before 5.17) rejects the walker:
+            // stacks are then copied and unwound here, as before.
+            Err(e) if sampler_opts.kernel_unwind_rows > 0 => {
+                collector.warn(format!("user stacks are copied and unwound here, not in the kernel: {e}"));
+                sampler_opts.kernel_unwind_rows = 0;
+                sampler_opts.stack_copy = opts.stack_copy;
+                sampler_opts.share_unwind_maps = None;
+                sampler_opts.ring_bytes = ring_for(opts.stack_copy as u64);
+                sampler_opts.wakeup_bytes = sampler_opts.ring_bytes as u64 / opts.polling.wakeup_divisor.max(1) as u64;
+                shared = None;
+                Sampler::load(&sampler_opts)?
+            }
+            other => other?,
+        };
         if let Some(maps) = sampler.take_unwind_maps() {
             collector.enable_kernel_unwinding(maps);
         }

@@ -164,8 +164,10 @@ const NEW_PROCESS_WAKE_MS: u64 = 100;
 /// Threads compiling large tables.
 const TABLE_WORKERS: usize = 2;
 
-/// CFI at most this large is compiled on the event loop (~8 ms a MiB).
-const COMPILE_HERE_BYTES: usize = 1 << 20;
+/// CFI at most this large is compiled on the event loop (~8 ms a MiB: a
+/// program's own small binary, at once; libc's 150 KiB go to a worker, so
+/// that starting with a hundred processes' libraries does not delay the start).
+const COMPILE_HERE_BYTES: usize = 32 << 10;
 
 /// The worker's budget for one table: the whole array.
 fn compile_table(info: &BinaryUnwindInfo, max_rows: usize) -> Result<Vec<Row>, String> {
@@ -185,7 +187,10 @@ impl KernelTables {
         let capacity = maps.rows.len as u32;
         let (to_worker, requests) = std::sync::mpsc::channel::<TableRequest>();
         let (results, from_worker) = std::sync::mpsc::channel();
-        let max_rows = capacity as usize;
+        // One binary may take a quarter of the budget: a file whose CFI claims
+        // millions of rows (any user can write one) cannot crowd out the rest,
+        // nor make the compiler hold more than a few tens of MB.
+        let max_rows = (capacity as usize / 4).max(1);
         // Two workers: a program's large libraries (rustc's driver and
         // LLVM, ~90 ms each) arrive together and are compiled side by side.
         let requests = Arc::new(std::sync::Mutex::new(requests));
@@ -231,7 +236,7 @@ impl KernelTables {
             let cfi_bytes = info.eh_frame.as_ref().map(|e| e.1.len()).or(info.debug_frame.as_ref().map(|d| d.len())).unwrap_or(0);
             if cfi_bytes > 0 && cfi_bytes <= COMPILE_HERE_BYTES {
                 let started = std::time::Instant::now();
-                let result = compile_table(info, self.stats.rows_capacity as usize);
+                let result = compile_table(info, (self.stats.rows_capacity as usize / 4).max(1));
                 self.serial += 1;
                 self.tables.insert(binary, TableState::Pending(self.serial));
                 self.place(Compiled { binary, path: path.to_string(), serial: self.serial, result, ns: started.elapsed().as_nanos() as u64 });

@@ -291,6 +291,17 @@ pub struct Unwinders {
     pub failures: Vec<String>,
     /// The in-kernel unwinder's tables and process entries, when it runs.
     pub kernel: Option<kernel::KernelTables>,
+    /// Per binary, where its code lies in the file (for the kernel's
+    /// entries): None where it has no unwind data.
+    layouts: FxHashMap<BinaryIndex, Option<Arc<Layout>>>,
+}
+
+/// What the kernel's process entries need of a binary.
+struct Layout {
+    /// Executable PT_LOAD segments: (p_vaddr, p_offset, p_filesz).
+    segments: Vec<(u64, u64, u64)>,
+    /// The ELF entry point.
+    entry: u64,
 }
 
 /// The unwind data of `binary`, read on first use and cached (None: it
@@ -362,6 +373,7 @@ impl Unwinders {
     pub fn forget_binaries(&mut self, released: &[BinaryIndex]) {
         for b in released {
             self.binaries.remove(b);
+            self.layouts.remove(b);
             if let Some(k) = self.kernel.as_mut() {
                 k.forget(*b);
             }
@@ -459,16 +471,34 @@ impl Unwinders {
                 if is_jitdump(&binaries.get(m.binary).path) {
                     continue;
                 }
-                let info = binary_info(&mut self.binaries, &mut self.failures, binaries, m.binary);
-                k.want(m.binary, &binaries.get(m.binary).path, info.as_ref());
+                // The binary's layout, read once; its unwind sections go to
+                // the table compiler and are not kept (framehop reads them
+                // again should a hand-over need them): every binary of every
+                // process would otherwise stay copied in our memory.
+                let layout = match self.layouts.get(&m.binary) {
+                    Some(l) => l.clone(),
+                    None => {
+                        let info = match self.binaries.get(&m.binary) {
+                            Some(cached) => cached.clone(),
+                            None => match BinaryUnwindInfo::read(binaries, m.binary) {
+                                Ok(i) => Some(Arc::new(i)),
+                                Err(_) => None,
+                            },
+                        };
+                        k.want(m.binary, &binaries.get(m.binary).path, info.as_ref());
+                        let l = info.map(|i| Arc::new(Layout { segments: i.segments.clone(), entry: i.entry }));
+                        self.layouts.insert(m.binary, l.clone());
+                        l
+                    }
+                };
                 // Where the file's address 0 lands; unknown (anonymous
                 // memory): no table, frame pointers only.
-                let bias = info.as_ref().and_then(|i| {
-                    let base = base_avma(&i.segments, m.start, m.pgoff)?;
-                    entries.push(base.wrapping_add(i.entry));
+                let bias = layout.as_ref().and_then(|l| {
+                    let base = base_avma(&l.segments, m.start, m.pgoff)?;
+                    entries.push(base.wrapping_add(l.entry));
                     Some(base)
                 });
-                entry.push((m.start, m.end, bias.unwrap_or(0), m.binary, jit_tables && info.is_none()));
+                entry.push((m.start, m.end, bias.unwrap_or(0), m.binary, jit_tables && layout.is_none()));
             }
             entries.sort_unstable();
             entries.dedup();

@@ -91,7 +91,7 @@ const RA: gimli::Register = gimli::X86_64::RA;
 
 /// Compile a section into a table of at most `max_rows` rows.
 pub fn compile(section: &CfiSection, max_rows: usize) -> Result<Table, String> {
-    let mut ranges: Vec<(u64, u64, Row)> = Vec::new();
+    let mut ranges: Vec<(u32, u32, Row)> = Vec::new();
     let mut unsupported_fdes = 0u32;
     let endian = gimli::LittleEndian;
     let result = if section.is_eh_frame {
@@ -103,7 +103,12 @@ pub fn compile(section: &CfiSection, max_rows: usize) -> Result<Table, String> {
         df.set_address_size(8);
         collect(&df, &BaseAddresses::default(), &mut ranges, &mut unsupported_fdes, max_rows)
     };
-    let damaged = result.map_err(|e| format!("{}: {e}", if section.is_eh_frame { ".eh_frame" } else { ".debug_frame" }))?;
+    let section_name = if section.is_eh_frame { ".eh_frame" } else { ".debug_frame" };
+    let damaged = result.map_err(|e| match e {
+        gimli::Error::TooManyRegisterRules => format!("{section_name}: more than {max_rows} rows (a table may take a quarter of --unwind-table-mb)"),
+        gimli::Error::AddressOverflow => format!("{section_name}: code above 4 GiB, which a table cannot address"),
+        e => format!("{section_name}: {e}"),
+    })?;
     if ranges.is_empty() && damaged > 0 {
         return Err(format!("none of its {damaged} FDEs could be read (damaged CFI)"));
     }
@@ -115,7 +120,7 @@ pub fn compile(section: &CfiSection, max_rows: usize) -> Result<Table, String> {
 fn collect<'a, S: UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>>(
     section: &S,
     bases: &BaseAddresses,
-    ranges: &mut Vec<(u64, u64, Row)>,
+    ranges: &mut Vec<(u32, u32, Row)>,
     unsupported_fdes: &mut u32,
     max_rows: usize,
 ) -> gimli::Result<u32>
@@ -147,9 +152,14 @@ where
             let r = if signal { Row { pc: 0, kind: ROW_SIGNAL, rbp_slot: 0, cfa_off8: 0 } } else { encode(row, section) };
             unsupported |= r.kind == ROW_UNSUPPORTED;
             if row.start_address() < row.end_address() {
-                ranges.push((row.start_address(), row.end_address(), r));
+                // Addresses past 4 GiB have no row (the kernel's are 32-bit):
+                // the table says so when flattened.
+                let start = u32::try_from(row.start_address()).map_err(|_| gimli::Error::AddressOverflow)?;
+                let end = u32::try_from(row.end_address()).unwrap_or(u32::MAX);
+                ranges.push((start, end, r));
             }
-            if ranges.len() > max_rows.saturating_mul(2) {
+            // Memory is bounded by the budget, whatever the CFI claims.
+            if ranges.len() > max_rows {
                 return Err(gimli::Error::TooManyRegisterRules);
             }
         }
@@ -205,11 +215,10 @@ fn plt_threshold(expr: &[u8]) -> Option<u8> {
 /// Sort the ranges into rows: a row where each range starts, a `ROW_NONE`
 /// where one ends without another starting there, rows equal to the one
 /// before dropped.
-fn flatten(mut ranges: Vec<(u64, u64, Row)>, max_rows: usize) -> Result<Vec<Row>, String> {
+fn flatten(mut ranges: Vec<(u32, u32, Row)>, max_rows: usize) -> Result<Vec<Row>, String> {
     ranges.sort_by_key(|r| r.0);
     let mut rows: Vec<Row> = Vec::with_capacity(ranges.len().min(max_rows));
-    let push = |rows: &mut Vec<Row>, pc: u64, r: Row| -> Result<(), String> {
-        let pc = u32::try_from(pc).map_err(|_| format!("an address above 4 GiB ({pc:#x}): too large for a table"))?;
+    let push = |rows: &mut Vec<Row>, pc: u32, r: Row| -> Result<(), String> {
         let row = Row { pc, ..r };
         match rows.last_mut() {
             Some(last) if last.pc == pc => *last = row,
@@ -221,7 +230,7 @@ fn flatten(mut ranges: Vec<(u64, u64, Row)>, max_rows: usize) -> Result<Vec<Row>
         }
         Ok(())
     };
-    let mut covered_to = 0u64;
+    let mut covered_to = 0u32;
     for (i, &(start, end, row)) in ranges.iter().enumerate() {
         push(&mut rows, start, row)?;
         covered_to = covered_to.max(end);
@@ -231,6 +240,22 @@ fn flatten(mut ranges: Vec<(u64, u64, Row)>, max_rows: usize) -> Result<Vec<Row>
         }
     }
     Ok(rows)
+}
+
+/// Compile the table of an ELF file on disk (for the benchmarks: the
+/// profiler itself reads binaries through [`super::BinaryUnwindInfo`], with
+/// its limits). Returns the table and the bytes of CFI it came from.
+pub fn compile_file(path: &std::path::Path, max_rows: usize) -> Result<(Table, usize), String> {
+    use object::{Object, ObjectSection};
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = object::File::parse(&*bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (section, is_eh_frame) = match file.section_by_name(".eh_frame") {
+        Some(s) => (s, true),
+        None => (file.section_by_name(".debug_frame").ok_or("no .eh_frame or .debug_frame")?, false),
+    };
+    let data = section.data().map_err(|e| e.to_string())?;
+    let table = compile(&CfiSection { bytes: data, addr: section.address(), is_eh_frame }, max_rows)?;
+    Ok((table, data.len()))
 }
 
 /// The row for `pc`, as the kernel finds it: the last whose `pc` is at or below.
@@ -283,13 +308,12 @@ mod tests {
         assert_eq!(lookup(&rows, 0x105).unwrap().cfa_off8, 2);
         assert_eq!(lookup(&rows, 0x125).unwrap().kind, ROW_NONE);
         assert!(lookup(&rows, 0xff).is_none());
-        assert!(flatten(vec![(0x1_0000_0000, 0x1_0000_0010, rsp8)], 100).is_err());
         // A 527 KiB frame (rustc's run_compiler closure): the offset's high bits ride in `kind`.
         let off8 = 540080u32 / 8;
         let big = Row { pc: 0, kind: ROW_CFA_RSP | ((off8 >> 16) << 3) as u8, rbp_slot: 2, cfa_off8: off8 as u16 };
         assert_eq!(big.kind & ROW_KIND_MASK, ROW_CFA_RSP);
         assert_eq!((big.cfa_off8 as u32 | ((big.kind >> 3) as u32) << 16) * 8, 540080);
-        assert!(flatten((0..10u64).map(|i| (i * 16, i * 16 + 8, rsp8)).collect(), 5).is_err());
+        assert!(flatten((0..10u32).map(|i| (i * 16, i * 16 + 8, rsp8)).collect(), 5).is_err());
     }
 
     /// Check that damaged CFI gives an error or fewer rows, never a panic.
