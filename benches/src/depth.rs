@@ -76,7 +76,7 @@ fn classify_perf(script: &str) -> (u64, u64) {
         if head.split_whitespace().next() != Some("rustc") {
             continue;
         }
-        let root = lines.last().and_then(|l| l.split_whitespace().nth(1)).unwrap_or("");
+        let root = lines.next_back().and_then(|l| l.split_whitespace().nth(1)).unwrap_or("");
         all += 1;
         whole += ROOTS.iter().any(|r| root == *r || root.starts_with(&format!("{r}+"))) as u64;
     }

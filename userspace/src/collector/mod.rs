@@ -69,6 +69,9 @@ const CGROUP_REFRESH_NS: u64 = 60_000_000_000;
 /// Every how many windows the agent looks in /proc for processes whose exit it missed.
 const GONE_CHECK_WINDOWS: u64 = 6;
 
+/// Longest the start waits for the running processes' unwind tables.
+const KERNEL_TABLES_AT_START: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Most frames kept of one user stack.
 const MAX_USER_FRAMES: usize = 127;
 
@@ -352,7 +355,11 @@ impl Collector {
     pub fn enable_kernel_unwinding(&mut self, maps: crate::unwind::kernel::KernelUnwindMaps) {
         if let Some(u) = self.unwinders.as_mut() {
             u.enable_kernel(maps);
-            u.sync_kernel(&self.binaries);
+            // The running processes' tables before the first sample (libc's
+            // and a hundred more take ~0.3 s on two threads): until then
+            // their samples would each hand over a stack copy, a burst the
+            // ring cannot hold while the rest of the start runs.
+            u.sync_kernel_waiting(&self.binaries, std::time::Instant::now() + KERNEL_TABLES_AT_START);
         }
     }
 

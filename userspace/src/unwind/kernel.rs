@@ -269,6 +269,25 @@ impl KernelTables {
         ready
     }
 
+    /// Wait (at most until `deadline`) for every table asked for to be
+    /// compiled and placed; returns the binaries now ready.
+    pub(super) fn wait_pending(&mut self, deadline: std::time::Instant) -> Vec<BinaryIndex> {
+        let mut ready = self.receive();
+        while self.tables.values().any(|t| matches!(t, TableState::Pending(_))) {
+            let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else { break };
+            match self.from_worker.recv_timeout(left) {
+                Ok(c) => {
+                    let binary = c.binary;
+                    if self.place(c) {
+                        ready.push(binary);
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        ready
+    }
+
     /// Put a compiled table in the rows array (or note why not); false if
     /// it was forgotten (or replaced) since it was asked for.
     fn place(&mut self, c: Compiled) -> bool {

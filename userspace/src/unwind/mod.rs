@@ -444,8 +444,23 @@ impl Unwinders {
     /// drain of the sideband, so a process's entry follows its mmaps within
     /// one drain.
     pub fn sync_kernel(&mut self, binaries: &Binaries) {
+        self.sync_kernel_until(binaries, None);
+    }
+
+    /// [`Unwinders::sync_kernel`], and wait until `deadline` for the tables
+    /// it asked for: at the start, so the processes already running walk in
+    /// the kernel from the first sample instead of handing over.
+    pub fn sync_kernel_waiting(&mut self, binaries: &Binaries, deadline: std::time::Instant) {
+        self.sync_kernel_until(binaries, None);
+        self.sync_kernel_until(binaries, Some(deadline));
+    }
+
+    fn sync_kernel_until(&mut self, binaries: &Binaries, deadline: Option<std::time::Instant>) {
         let Some(mut k) = self.kernel.take() else { return };
-        let ready = k.receive();
+        let ready = match deadline {
+            Some(d) => k.wait_pending(d),
+            None => k.receive(),
+        };
         if !ready.is_empty() {
             let ready: rustc_hash::FxHashSet<BinaryIndex> = ready.into_iter().collect();
             for (&pid, p) in &self.processes {
