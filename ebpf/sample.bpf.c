@@ -162,6 +162,12 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		int hand_over = stack_copy && (bpf_map_lookup_elem(&unwind_processes, &tgid) || recently_started(task, tgid));
 
 		user_regs(ctx, regs);
+		/* The leaf's registers: userspace matches an unreadable stack
+		 * with one its thread had in the same system call. */
+		sc->e.user_ip = regs[0];
+		sc->e.user_sp = regs[1];
+		sc->e.user_bp = regs[2];
+		sc->e.flags |= SAMPLE_FLAG_LEAF_REGS;
 		n = unwind_user(tgid, regs, sc->frames, &end, hand_over);
 		if (n > UNWIND_MAX_FRAMES)
 			n = UNWIND_MAX_FRAMES;
@@ -175,6 +181,7 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		 * or no code at all: userspace knows which). */
 		if (hand_over && (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING || end == UNWIND_END_USERSPACE ||
 				  end == UNWIND_END_BAD_ADDRESS)) {
+			sc->e.flags &= ~SAMPLE_FLAG_LEAF_REGS;
 			sc->e.flags |= SAMPLE_FLAG_USER_REGS;
 			sc->e.user_ip = regs[0];
 			sc->e.user_sp = regs[1];

@@ -45,6 +45,7 @@
                                         handed over to userspace: user_regs are the next
                                         frame's and the stack copy starts
                                         UNWIND_MAX_FRAMES * 8 bytes after the record. */
+#define SAMPLE_FLAG_LEAF_REGS 16  /* user_ip/sp/bp are the leaf's (kernel unwinding, no hand-over) */
 
 /* A thread caches one stack per slot (stack_event.slot): where it was
  * last preempted, where it last blocked or slept, where it last woke

@@ -120,7 +120,7 @@ fn perf_build(perf: &str, dir: &Path) -> Result<(u64, u64)> {
     if !run.status.success() {
         bail!("perf record failed: {}", String::from_utf8_lossy(&run.stderr));
     }
-    let script = Command::new(perf).arg("script").arg("-i").arg(&data).args(["--comms", "rustc", "-F", "comm,ip,sym"]).output()?;
+    let script = Command::new(perf).arg("script").arg("-i").arg(&data).args(["--comms", "rustc", "--no-inline", "-F", "comm,ip,sym"]).output()?;
     let _ = std::fs::remove_file(&data);
     Ok(classify_perf(&String::from_utf8_lossy(&script.stdout)))
 }
@@ -138,7 +138,12 @@ fn rustc_libraries() -> Vec<PathBuf> {
         .unwrap_or_default();
     found.retain(|p| {
         let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        (n.starts_with("librustc_driver-") || n.starts_with("libLLVM")) && n.contains(".so")
+        // (libLLVM-*.so is a linker script naming the real one.)
+        let elf = std::fs::File::open(p).and_then(|mut f| {
+            let mut magic = [0u8; 4];
+            std::io::Read::read_exact(&mut f, &mut magic).map(|_| magic == *b"\x7fELF")
+        });
+        (n.starts_with("librustc_driver-") || n.starts_with("libLLVM")) && n.contains(".so") && elf.unwrap_or(false)
     });
     found.sort();
     found.dedup_by(|a, b| std::fs::canonicalize(&*a).ok() == std::fs::canonicalize(&*b).ok());
@@ -198,7 +203,7 @@ pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> 
     }
 
     md += "\n## In-kernel unwind tables: build time and size\n\nOne table per file, compiled from its `.eh_frame` \
-           (one thread; median of 5), 8 bytes a row in the kernel's array.\n\n\
+           (one thread; median of 5; the time includes reading the file), 8 bytes a row in the kernel's array.\n\n\
            | file | CFI KiB | rows | table MiB | build ms |\n|---|---:|---:|---:|---:|\n";
     let mut files: Vec<PathBuf> = vec!["/lib/x86_64-linux-gnu/libc.so.6".into(), "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0".into()];
     files.extend(rustc_libraries());

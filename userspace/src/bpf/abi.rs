@@ -47,6 +47,8 @@ pub const SAMPLE_FLAG_USTACK_FAILED: u32 = 2;
 pub const SAMPLE_FLAG_USER_REGS: u32 = 4;
 /// User frames unwound in the kernel follow the record (see sysprof.h).
 pub const SAMPLE_FLAG_KERNEL_UNWOUND: u32 = 8;
+/// `user_ip/sp/bp` hold the leaf's user registers (no hand-over).
+pub const SAMPLE_FLAG_LEAF_REGS: u32 = 16;
 
 /// Most user frames the in-kernel unwinder sends.
 pub const UNWIND_MAX_FRAMES: usize = 1024;
@@ -551,6 +553,8 @@ pub struct SampleView<'a> {
     /// Kernel unwinding: the user frames it walked, leaf first, and how the
     /// walk ended (`UNWIND_END_*`).
     pub kernel_unwound: Option<(&'a [u64], u32)>,
+    /// Kernel unwinding without a hand-over: the leaf's user (ip, sp, bp).
+    pub leaf_regs: Option<(u64, u64, u64)>,
     /// Dwarf mode: the copied user stack from sp up.
     pub stack: &'a [u8],
 }
@@ -607,6 +611,7 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
         ustack: if kernel_unwound.is_some() { &[] } else { &e.ustack[..(e.ustack_len as usize).min(MAX_STACK_DEPTH)] },
         user_regs: (e.flags & SAMPLE_FLAG_USER_REGS != 0).then_some((e.user_ip, e.user_sp, e.user_bp)),
         kernel_unwound,
+        leaf_regs: (e.flags & SAMPLE_FLAG_LEAF_REGS != 0).then_some((e.user_ip, e.user_sp, e.user_bp)),
         stack,
     })
 }
@@ -659,7 +664,7 @@ mod tests {
                 IO_READAHEAD, IO_START_AT_ISSUE, IO_OP_READ, IO_OP_WRITE, IO_OP_FLUSH, IO_OP_DISCARD, IO_OP_SECURE_ERASE,
                 IO_OP_WRITE_ZEROES, MAX_STACK_COPY, STACK_COPY_CHUNK, DROP_RINGBUF_FULL, DROP_KSTACK, DROP_USTACK,
                 DROP_EVENTS_FULL, DROP_STACK_RECORD, DROP_STATE_FULL, DROP_IO_UNTRACKED, DROP_MAX,
-                SAMPLE_FLAG_KERNEL_UNWOUND, STACK_KERNEL_UNWOUND, UNWIND_MAX_FRAMES, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING, UNWIND_END_ROOT,
+                SAMPLE_FLAG_KERNEL_UNWOUND, SAMPLE_FLAG_LEAF_REGS, STACK_KERNEL_UNWOUND, UNWIND_MAX_FRAMES, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING, UNWIND_END_ROOT,
                 UNWIND_END_NO_PROCESS, UNWIND_END_PENDING, UNWIND_END_BAD_ADDRESS, UNWIND_END_UNSUPPORTED,
                 UNWIND_END_READ_FAILED, UNWIND_END_NO_INFO, UNWIND_END_MAX_FRAMES, UNWIND_END_USERSPACE, UNWIND_TABLE_USERSPACE, ROW_NONE, ROW_CFA_RSP, ROW_CFA_RBP,
                 ROW_PLT, ROW_SIGNAL, ROW_END, ROW_UNSUPPORTED }

@@ -351,6 +351,24 @@ impl Collector {
         }
     }
 
+    /// A sample whose user stack could not be read (its process exiting, its
+    /// memory being freed): the stack its thread had at a switch-out with the
+    /// same user registers, that is in the same system call, if one is kept.
+    fn recover_unreadable(&mut self, tid: u32, leaf_regs: Option<(u64, u64, u64)>) {
+        let Some(regs) = leaf_regs else { return };
+        if let Some(user) = self.stacks.user_stack_at(tid, regs) {
+            self.unwound.clear();
+            self.unwound.extend_from_slice(user);
+            if let Some(u) = self.unwinders.as_mut() {
+                u.stats.no_unwind_info = u.stats.no_unwind_info.saturating_sub(1);
+                u.stats.reached_root += 1;
+                if let Some(k) = u.kernel.as_mut() {
+                    k.stats.recovered_from_switch += 1;
+                }
+            }
+        }
+    }
+
     /// Load the in-kernel unwinder's tables from now on, for every process known.
     pub fn enable_kernel_unwinding(&mut self, maps: crate::unwind::kernel::KernelUnwindMaps) {
         if let Some(u) = self.unwinders.as_mut() {
@@ -419,6 +437,9 @@ impl Collector {
         let node = match (s.kernel_unwound, s.user_regs) {
             (Some((frames, end)), regs) => {
                 self.unwind_in_kernel(s.pid, frames, end, regs, s.stack);
+                if end == crate::bpf::abi::UNWIND_END_READ_FAILED {
+                    self.recover_unreadable(s.tid, s.leaf_regs);
+                }
                 Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
             }
             (None, Some(regs)) if self.unwinders.is_some() => {
@@ -474,7 +495,8 @@ impl Collector {
         };
         let kernel: Box<[u64]> = self.kernel.cut_tracing(view.kstack).into();
         let interrupt = self.kernel.interrupt_part(&kernel);
-        self.stacks.insert(e.tid, e.slot, StoredStack { id: e.id, user, kernel, interrupt, interned: Default::default() });
+        let user_regs = (e.user_ip, e.user_sp, e.user_bp);
+        self.stacks.insert(e.tid, e.slot, StoredStack { id: e.id, user, kernel, user_regs, interrupt, interned: Default::default() });
     }
 
     /// The raw stack of stack record `id` of `tid`, interned under `pid`;

@@ -36,6 +36,8 @@ pub(super) struct StoredStack {
     pub user: Box<[u64]>,
     /// Kernel return addresses, leaf first, tracing path cut.
     pub kernel: Box<[u64]>,
+    /// The user registers (ip, sp, bp) where the thread entered the kernel.
+    pub user_regs: (u64, u64, u64),
     /// When the kernel stack ran in an interrupt: which kind, and how many
     /// of its frames are the interrupt's (worked out once, when it arrives).
     pub interrupt: Option<(crate::symbolize::kernel::InterruptKind, usize)>,
@@ -76,6 +78,20 @@ impl ThreadStacks {
     }
 
     /// The stack `id` of `tid`, if it is still kept.
+    /// A whole user stack `tid` had when it entered the kernel with these
+    /// registers: while it stays in the kernel its user stack cannot change,
+    /// so a stack recorded at a switch-out in the same system call is the one
+    /// a sample taken later in it has (when that sample cannot read it: the
+    /// process exiting and its memory being freed).
+    pub fn user_stack_at(&self, tid: u32, regs: (u64, u64, u64)) -> Option<&[u64]> {
+        let slots = self.by_tid.get(&tid)?;
+        slots
+            .iter()
+            .flat_map(|q| q.iter().rev())
+            .find(|s| s.user_regs == regs && !s.user.is_empty() && s.user.last().is_some_and(|&a| a > 0x1000))
+            .map(|s| &*s.user)
+    }
+
     pub fn get(&self, tid: u32, id: u64) -> Option<&StoredStack> {
         if id == 0 {
             return None;
@@ -114,7 +130,7 @@ mod tests {
     use super::*;
 
     fn stack(id: u64) -> StoredStack {
-        StoredStack { id, user: vec![id].into(), kernel: Box::new([]), interrupt: None, interned: Default::default() }
+        StoredStack { id, user: vec![id].into(), kernel: Box::new([]), user_regs: (0, 0, 0), interrupt: None, interned: Default::default() }
     }
 
     /// Check that the last stacks of each slot of a thread are found by
@@ -143,4 +159,23 @@ mod tests {
         assert!(s.get(7, 3).is_none());
         assert!(s.by_tid.is_empty());
     }
+
+    /// Check that a sample's unreadable user stack is matched only with a
+    /// whole stack its own thread had with the same registers: not another
+    /// thread's, not one with other registers, not one cut short.
+    #[test]
+    fn user_stack_at_matches_thread_and_registers() {
+        let mut s = ThreadStacks::default();
+        let regs = (0x7f00_0000_1234, 0x7ffc_0000_0100, 0);
+        let whole = StoredStack { user: vec![0x7f00_0000_1234, 0x5555_0000_0042].into(), user_regs: regs, ..stack(1) };
+        let cut = StoredStack { user: vec![0x7f00_0000_1234, 2].into(), user_regs: (1, 2, 3), ..stack(2) };
+        s.insert(7, STACK_SLOT_WAITED_FOR_TEST, whole);
+        s.insert(7, 0, cut.clone());
+        assert_eq!(s.user_stack_at(7, regs), Some(&[0x7f00_0000_1234u64, 0x5555_0000_0042][..]));
+        assert_eq!(s.user_stack_at(8, regs), None, "another thread");
+        assert_eq!(s.user_stack_at(7, (9, 9, 9)), None, "other registers");
+        assert_eq!(s.user_stack_at(7, (1, 2, 3)), None, "a stack that ends in a truncation marker");
+    }
+
+    const STACK_SLOT_WAITED_FOR_TEST: u32 = crate::bpf::abi::STACK_SLOT_WAITED;
 }

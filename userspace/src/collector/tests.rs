@@ -45,6 +45,7 @@ fn sample(c: &mut Collector, time: u64, pid: u32, tid: u32, runtime: u64, ustack
         ustack,
         user_regs: None,
         kernel_unwound: None,
+        leaf_regs: None,
         stack: &[],
     });
 }

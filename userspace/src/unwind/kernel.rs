@@ -95,8 +95,13 @@ pub struct KernelTableStats {
     pub process_writes: u64,
     /// Processes with more executable mappings than an entry holds.
     pub mappings_cut: u64,
+    /// Process entries the kernel refused (its map full).
+    pub process_write_failures: u64,
     /// Samples walked in the kernel, by how the walk ended (`UNWIND_END_*`).
     pub ends: [u64; 9],
+    /// Of those that could not read the stack, given the stack their thread
+    /// had at a switch-out in the same system call.
+    pub recovered_from_switch: u64,
 }
 
 impl KernelTableStats {
@@ -105,7 +110,7 @@ impl KernelTableStats {
         const NAMES: [&str; 9] = ["root", "no_process", "pending", "bad_address", "unsupported", "read_failed", "no_info", "max_frames", "userspace"];
         let ends: Vec<String> = NAMES.iter().zip(self.ends).map(|(n, c)| format!("{n}={c}")).collect();
         format!(
-            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak) compile_ms={:.1} over_budget={} process_writes={} mappings_cut={} walks: {}",
+            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak) compile_ms={:.1} over_budget={} process_writes={} process_write_failures={} mappings_cut={} walks: {} recovered_from_switch={}",
             self.tables,
             self.rows_in_use,
             self.rows_peak,
@@ -114,8 +119,10 @@ impl KernelTableStats {
             self.compile_ns as f64 / 1e6,
             self.over_budget,
             self.process_writes,
+            self.process_write_failures,
             self.mappings_cut,
-            ends.join(" ")
+            ends.join(" "),
+            self.recovered_from_switch
         )
     }
 }
@@ -391,8 +398,11 @@ impl KernelTables {
             *slot = UnwindMapping { start, end, bias, table_start, table_len };
         }
         self.stats.process_writes += 1;
-        // A full map (16384 processes) leaves this one to the stack copy.
-        let _ = self.maps.processes.insert(pid, entry, 0);
+        // A full map (16384 processes) leaves this one to the stack copy
+        // in its first seconds, to its leaf after: counted.
+        if self.maps.processes.insert(pid, entry, 0).is_err() {
+            self.stats.process_write_failures += 1;
+        }
     }
 
     /// Delete `pid`'s entry.

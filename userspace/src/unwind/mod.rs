@@ -382,7 +382,16 @@ impl Unwinders {
 
     /// Forget processes that are gone without their exit having been seen.
     pub fn retain_processes(&mut self, keep: impl Fn(u32) -> bool) {
-        self.processes.retain(|&pid, _| keep(pid));
+        let kernel = &mut self.kernel;
+        self.processes.retain(|&pid, _| {
+            let kept = keep(pid);
+            if !kept {
+                if let Some(k) = kernel.as_mut() {
+                    k.remove_process(pid);
+                }
+            }
+            kept
+        });
     }
 
     /// `pid` exec'd: its old mappings are gone.
