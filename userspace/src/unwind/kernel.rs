@@ -36,43 +36,48 @@ pub struct KernelUnwindMaps {
     pub processes: BpfHashMap<MapData, u32, UnwindProcess>,
 }
 
-/// `unwind_rows` (a `BPF_F_MMAPABLE` array) mapped read-write.
+/// `unwind_rows` (a `BPF_F_MMAPABLE` array), written through a mapping of
+/// just the pages a table goes to, unmapped again at once: the array is
+/// kernel memory, and pages left mapped here would count in our resident
+/// set (rustc's tables alone are 20 MiB).
 pub struct RowsMapping {
-    ptr: *mut Row,
+    map: MapData,
     len: usize,
-    /// Keeps the map alive as long as the mapping.
-    _map: MapData,
 }
 
-// SAFETY: the mapping is owned by this value and only written through &mut.
-unsafe impl Send for RowsMapping {}
-
 impl RowsMapping {
-    /// Map `capacity` rows of the array `map`.
+    /// The array `map`, of `capacity` rows.
     pub fn new(map: MapData, capacity: usize) -> std::io::Result<RowsMapping> {
-        let bytes = (capacity * std::mem::size_of::<Row>()).next_multiple_of(4096);
-        let fd = map.fd().as_fd();
+        Ok(RowsMapping { map, len: capacity })
+    }
+
+    /// Write `rows` from row `start` on.
+    fn write(&mut self, start: usize, rows: &[Row]) -> std::io::Result<()> {
         use std::os::fd::AsRawFd;
-        // SAFETY: a fresh shared mapping of the map's memory; its length is
-        // what the kernel allocated for `capacity` rows, page-rounded.
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        const PAGE: usize = 4096;
+        let size = std::mem::size_of::<Row>();
+        if start + rows.len() > self.len {
+            return Err(std::io::Error::other("rows past the array's end"));
+        }
+        let (first, end) = (start * size, (start + rows.len()) * size);
+        let map_start = first / PAGE * PAGE;
+        let map_len = end.next_multiple_of(PAGE) - map_start;
+        let fd = self.map.fd().as_fd();
+        // SAFETY: a shared mapping of pages of the array that lie within it
+        // (the kernel checks the range against the map's size).
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), map_start as libc::off_t)
+        };
         if ptr == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(RowsMapping { ptr: ptr as *mut Row, len: capacity, _map: map })
-    }
-
-    fn slice_mut(&mut self) -> &mut [Row] {
-        // SAFETY: ptr maps len rows for as long as self lives.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for RowsMapping {
-    fn drop(&mut self) {
-        let bytes = (self.len * std::mem::size_of::<Row>()).next_multiple_of(4096);
-        // SAFETY: unmapping what new() mapped.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, bytes) };
+        // SAFETY: [first, end) lies in the mapping, which nothing else uses;
+        // Row is plain old data.
+        unsafe {
+            std::ptr::copy_nonoverlapping(rows.as_ptr() as *const u8, (ptr as *mut u8).add(first - map_start), end - first);
+            libc::munmap(ptr, map_len);
+        }
+        Ok(())
     }
 }
 
@@ -305,8 +310,14 @@ impl KernelTables {
             self.stats.compile_ns += c.ns;
             let state = match c.result {
                 Ok(rows) if !rows.is_empty() => match self.allocate(rows.len() as u32) {
+                    Some(start) if self.maps.rows.write(start as usize, &rows).is_err() => {
+                        self.release(start, rows.len() as u32);
+                        if self.failures.len() < 100 {
+                            self.failures.push(format!("{}: cannot write its table into the kernel's array", c.path));
+                        }
+                        TableState::None
+                    }
                     Some(start) => {
-                        self.maps.rows.slice_mut()[start as usize..start as usize + rows.len()].copy_from_slice(&rows);
                         self.stats.tables += 1;
                         self.stats.rows_in_use += rows.len() as u64;
                         self.stats.rows_peak = self.stats.rows_peak.max(self.stats.rows_in_use);
