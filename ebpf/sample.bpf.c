@@ -132,15 +132,6 @@ static __always_inline int recently_started(struct task_struct *task, __u32 tgid
 	return now - start < HANDOVER_WINDOW_NS || (exec && now - *exec < HANDOVER_WINDOW_NS);
 }
 
-/* Whether the process's entry was written moments ago (see wake_until_ms). */
-static __always_inline int process_is_new(__u32 tgid)
-{
-	struct unwind_process *p = bpf_map_lookup_elem(&unwind_processes, &tgid);
-	__u32 now_ms = bpf_ktime_get_ns() / 1000000;
-
-	return p && (__s32)(p->wake_until_ms - now_ms) > 0;
-}
-
 /* Kernel-unwind mode: walk the user stack here, send what was used. */
 static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, struct task_struct *task, __u64 pid_tgid)
 {
@@ -175,12 +166,8 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		sc->e.ustack_len = n;
 		sc->e.unwind_end = end;
 		size += (__u64)n * sizeof(__u64);
-		/* Userspace goes on from here with a copy: where tables are not
-		 * loaded yet, where only it has them, and at an address in no
-		 * mapping the entry lists (a library mapped since it was written,
-		 * or no code at all: userspace knows which). */
-		if (hand_over && (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING || end == UNWIND_END_USERSPACE ||
-				  end == UNWIND_END_BAD_ADDRESS)) {
+		/* Userspace goes on from here with a copy. */
+		if (hand_over && unwind_hands_over(end, n, tgid)) {
 			sc->e.flags &= ~SAMPLE_FLAG_LEAF_REGS;
 			sc->e.flags |= SAMPLE_FLAG_USER_REGS;
 			sc->e.user_ip = regs[0];
@@ -197,8 +184,7 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 			size = sizeof(sc->e) + sizeof(sc->frames) + copied;
 			/* Wake the reader now: it loads the missing tables when it
 			 * reads the sideband, so the process's next samples walk here. */
-			if (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING ||
-			    (end == UNWIND_END_BAD_ADDRESS && process_is_new(pid_tgid >> 32)))
+			if (end != UNWIND_END_USERSPACE)
 				wake = BPF_RB_FORCE_WAKEUP;
 		}
 	}

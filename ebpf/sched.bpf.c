@@ -186,8 +186,7 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 	if (!sc)
 		return 0;
 	n = unwind_user(pid, regs, sc->frames, &end, stack_copy != 0);
-	if (stack_copy && (end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING || end == UNWIND_END_USERSPACE ||
-			   end == UNWIND_END_BAD_ADDRESS))
+	if (stack_copy && unwind_hands_over(end, n, pid))
 		return 0;
 	if (n > UNWIND_MAX_FRAMES)
 		n = UNWIND_MAX_FRAMES;

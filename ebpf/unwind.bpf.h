@@ -54,46 +54,71 @@ struct ustack_walk {
 	__u32 may_hand_over;  /* a stack copy is configured: stop where tables are missing */
 };
 
-/* One step of the scan for the mapping holding an address. */
-struct mapping_scan {
+/* A binary search of a process's mappings (sorted by start) for the last
+ * one starting at or below an address, one step per bpf_loop() iteration:
+ * the verifier checks one step (an unrolled search, or a scan, of 256 took
+ * it seconds in the tracer, whose programs reach the walk along many paths),
+ * and a frame costs at most 9 steps however many mappings there are. */
+struct mapping_search {
 	struct unwind_process *p;
 	__u64 ip;
-	struct unwind_mapping found;
-	__u32 count;
-	__u32 hit;
+	__u32 lo;
+	__u32 hi;
 };
 
-static long unwind_scan_step(__u64 i, struct mapping_scan *c)
+static long unwind_mapping_step(__u64 i, struct mapping_search *c)
 {
-	struct unwind_mapping *m;
+	__u32 mid;
 
-	if (i >= c->count)
+	if (c->lo >= c->hi)
 		return 1;
-	m = &c->p->m[i & (UNWIND_MAX_MAPPINGS - 1)];
-	if (m->start <= c->ip && c->ip < m->end) {
-		c->found = *m;
-		c->hit = 1;
-		return 1;
-	}
+	mid = c->lo + (c->hi - c->lo) / 2;
+	if (c->p->m[mid & (UNWIND_MAX_MAPPINGS - 1)].start <= c->ip)
+		c->lo = mid + 1;
+	else
+		c->hi = mid;
 	return 0;
 }
 
-/* Copy the mapping of p holding ip into *out; 0 if there is none. A scan,
- * one bpf_loop() step per mapping: the verifier checks one step, where an
- * unrolled loop of 256 (or a binary search, whose indexes it must track
- * precisely) cost seconds of load time in the tracer, whose programs reach
- * the walk along many paths. */
+/* Copy the mapping of p holding ip into *out; 0 if there is none. Copied,
+ * not pointed to: the rest of the frame's work then sees the same state
+ * whichever mapping it was. */
 static __always_inline int unwind_find_mapping(struct unwind_process *p, __u64 ip, struct unwind_mapping *out)
 {
-	struct mapping_scan c = { .p = p, .ip = ip, .count = p->count };
+	struct mapping_search c = { .p = p, .ip = ip, .lo = 0, .hi = p->count };
+	struct unwind_mapping *m;
 
-	if (c.count > UNWIND_MAX_MAPPINGS)
-		c.count = UNWIND_MAX_MAPPINGS;
-	bpf_loop(UNWIND_MAX_MAPPINGS, unwind_scan_step, &c, 0);
-	if (!c.hit)
+	if (c.hi > UNWIND_MAX_MAPPINGS)
+		c.hi = UNWIND_MAX_MAPPINGS;
+	bpf_loop(10, unwind_mapping_step, &c, 0);
+	if (c.lo == 0)
 		return 0;
-	*out = c.found;
+	m = &p->m[(c.lo - 1) & (UNWIND_MAX_MAPPINGS - 1)];
+	if (ip >= m->end)
+		return 0;
+	*out = *m;
 	return 1;
+}
+
+/* Whether the process's entry was written moments ago (see wake_until_ms):
+ * it may lack libraries mapped since. */
+static __always_inline int process_is_new(__u32 tgid)
+{
+	struct unwind_process *p = bpf_map_lookup_elem(&unwind_processes, &tgid);
+	__u32 now_ms = bpf_ktime_get_ns() / 1000000;
+
+	return p && (__s32)(p->wake_until_ms - now_ms) > 0;
+}
+
+/* Whether a walk that ended so hands over to userspace: where the tables
+ * are not loaded yet, where only userspace has them, and at an address in
+ * no mapping the entry lists when that may be a library mapped since (at
+ * the leaf, or in a process whose entry is new): deeper in an older
+ * process it is no code, and a copy would be sent for nothing. */
+static __always_inline int unwind_hands_over(__u32 end, __u32 n, __u32 tgid)
+{
+	return end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING || end == UNWIND_END_USERSPACE ||
+	       (end == UNWIND_END_BAD_ADDRESS && (n == 0 || process_is_new(tgid)));
 }
 
 /* A binary search for the last row at or below pc, one step per bpf_loop()

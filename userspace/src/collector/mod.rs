@@ -308,11 +308,14 @@ impl Collector {
         if let Some(k) = u.kernel.as_mut() {
             k.stats.ends[(end as usize).min(8)] += 1;
         }
-        let handed_over = matches!(end, UNWIND_END_NO_PROCESS | UNWIND_END_PENDING | UNWIND_END_USERSPACE)
-            // An address the kernel's entry did not cover: code mapped since,
-            // or no code (then it is the walk's end, as the kernel said); the
-            // leaf itself is always kept.
-            || (end == UNWIND_END_BAD_ADDRESS && regs.is_some_and(|r| frames.is_empty() || u.is_code(pid, r.0)));
+        // The kernel sends registers and a copy only where it hands over. At
+        // an address its entry did not cover: code mapped since, or no code
+        // (then the walk ends there, as the kernel said); the leaf is kept.
+        let handed_over = match (regs, end) {
+            (Some(r), UNWIND_END_BAD_ADDRESS) => frames.is_empty() || u.is_code(pid, r.0),
+            (Some(_), _) => true,
+            (None, _) => false,
+        };
         if let (Some(regs), true) = (regs, handed_over) {
             let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, MAX_USER_FRAMES + frames.len());
             match end {
@@ -351,12 +354,23 @@ impl Collector {
         }
     }
 
-    /// A sample whose user stack could not be read (its process exiting, its
-    /// memory being freed): the stack its thread had at a switch-out with the
-    /// same user registers, that is in the same system call, if one is kept.
+    /// Whether a kernel stack is a thread's exit (`do_exit`): from there it
+    /// never returns to user mode, so the user registers it entered the
+    /// kernel with belong to its last system call.
+    fn is_exiting(&self, kstack: &[u64]) -> bool {
+        kstack.iter().any(|&a| self.kernel.lookup(a).is_some_and(|s| s.name == "do_exit"))
+    }
+
+    /// A sample of an exiting thread whose user stack could not be read (its
+    /// memory being freed): the stack the thread had at a switch-out with the
+    /// same user registers, if one is kept. Only at exit: the registers are
+    /// then those of the thread's last system call, and a switch-out with the
+    /// same ones was in it (elsewhere two calls from different callers could
+    /// share an ip and sp, and the stack would be another call's).
     fn recover_unreadable(&mut self, tid: u32, leaf_regs: Option<(u64, u64, u64)>) {
         let Some(regs) = leaf_regs else { return };
-        if let Some(user) = self.stacks.user_stack_at(tid, regs) {
+        let cut = self.unwound.last() == Some(&TRUNCATED_STACK_UNREADABLE);
+        if let Some(user) = self.stacks.user_stack_at(tid, regs).filter(|_| cut) {
             self.unwound.clear();
             self.unwound.extend_from_slice(user);
             if let Some(u) = self.unwinders.as_mut() {
@@ -437,7 +451,7 @@ impl Collector {
         let node = match (s.kernel_unwound, s.user_regs) {
             (Some((frames, end)), regs) => {
                 self.unwind_in_kernel(s.pid, frames, end, regs, s.stack);
-                if end == crate::bpf::abi::UNWIND_END_READ_FAILED {
+                if end == crate::bpf::abi::UNWIND_END_READ_FAILED && self.is_exiting(s.kstack) {
                     self.recover_unreadable(s.tid, s.leaf_regs);
                 }
                 Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)

@@ -140,8 +140,12 @@ enum TableState {
     Pending(u64),
     /// In the rows array.
     Ready { start: u32, len: u32 },
-    /// No table (no CFI, unreadable, over budget): frame pointers.
+    /// No table (no CFI, damaged CFI): frame pointers.
     None,
+    /// CFI that did not fit the budget (or could not be written): the
+    /// kernel hands its frames over to userspace, which has the CFI; frame
+    /// pointers in code built without them would give plausible wrong frames.
+    Userspace,
 }
 
 struct Compiled {
@@ -173,6 +177,11 @@ pub struct KernelTables {
 /// How long after its entry is written a process's hand-overs wake the reader.
 const NEW_PROCESS_WAKE_MS: u64 = 100;
 
+/// Most rows one table may take: a quarter of the array.
+fn table_max_rows(capacity: usize) -> usize {
+    (capacity / 4).max(1)
+}
+
 /// Threads compiling large tables.
 const TABLE_WORKERS: usize = 2;
 
@@ -202,7 +211,7 @@ impl KernelTables {
         // One binary may take a quarter of the budget: a file whose CFI claims
         // millions of rows (any user can write one) cannot crowd out the rest,
         // nor make the compiler hold more than a few tens of MB.
-        let max_rows = (capacity as usize / 4).max(1);
+        let max_rows = table_max_rows(capacity as usize);
         // Two workers: a program's large libraries (rustc's driver and
         // LLVM, ~90 ms each) arrive together and are compiled side by side.
         let requests = Arc::new(std::sync::Mutex::new(requests));
@@ -213,7 +222,10 @@ impl KernelTables {
                 let next = requests.lock().map_err(|_| ()).and_then(|r| r.recv().map_err(|_| ()));
                 let Ok((binary, serial, info, path)) = next else { break };
                 let started = std::time::Instant::now();
-                let result = compile_table(&info, max_rows);
+                // A file that makes the compiler panic must not leave its
+                // table pending for ever (every sample would hand over).
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_table(&info, max_rows)))
+                    .unwrap_or_else(|_| Err("the table compiler failed on it".into()));
                 let ns = started.elapsed().as_nanos() as u64;
                 if results.send(Compiled { binary, path, serial, result, ns }).is_err() {
                     break;
@@ -248,7 +260,7 @@ impl KernelTables {
             let cfi_bytes = info.eh_frame.as_ref().map(|e| e.1.len()).or(info.debug_frame.as_ref().map(|d| d.len())).unwrap_or(0);
             if cfi_bytes > 0 && cfi_bytes <= COMPILE_HERE_BYTES {
                 let started = std::time::Instant::now();
-                let result = compile_table(info, (self.stats.rows_capacity as usize / 4).max(1));
+                let result = compile_table(info, table_max_rows(self.stats.rows_capacity as usize));
                 self.serial += 1;
                 self.tables.insert(binary, TableState::Pending(self.serial));
                 self.place(Compiled { binary, path: path.to_string(), serial: self.serial, result, ns: started.elapsed().as_nanos() as u64 });
@@ -315,7 +327,7 @@ impl KernelTables {
                         if self.failures.len() < 100 {
                             self.failures.push(format!("{}: cannot write its table into the kernel's array", c.path));
                         }
-                        TableState::None
+                        TableState::Userspace
                     }
                     Some(start) => {
                         self.stats.tables += 1;
@@ -326,9 +338,9 @@ impl KernelTables {
                     None => {
                         self.stats.over_budget += 1;
                         if self.failures.len() < 100 {
-                            self.failures.push(format!("{}: its {} rows do not fit what is left of --unwind-table-mb", c.path, rows.len()));
+                            self.failures.push(format!("{}: its {} rows do not fit what is left of --unwind-table-mb (raise it)", c.path, rows.len()));
                         }
-                        TableState::None
+                        TableState::Userspace
                     }
                 },
                 Ok(_) => TableState::None,
@@ -336,7 +348,8 @@ impl KernelTables {
                     if self.failures.len() < 100 {
                         self.failures.push(format!("{}: {e}", c.path));
                     }
-                    TableState::None
+                    // Too large for a table: its CFI is fine, userspace walks it.
+                    if e.contains("rows (a table may take") { TableState::Userspace } else { TableState::None }
                 }
             };
             self.tables.insert(c.binary, state);
@@ -384,13 +397,14 @@ impl KernelTables {
         match self.tables.get(&binary) {
             Some(TableState::Ready { start, len }) => (*start, *len),
             Some(TableState::Pending(_)) => (UNWIND_TABLE_PENDING, 0),
+            Some(TableState::Userspace) => (UNWIND_TABLE_USERSPACE, 0),
             _ => (0, 0),
         }
     }
 
     /// Write `pid`'s entry: `mappings` as (start, end, bias, binary, walked
-    /// in userspace only), or delete it when there are none.
-    pub(super) fn write_process(&mut self, pid: u32, mappings: &mut Vec<(u64, u64, u64, BinaryIndex, bool)>) {
+    /// in userspace only, bias known), or delete it when there are none.
+    pub(super) fn write_process(&mut self, pid: u32, mappings: &mut Vec<(u64, u64, u64, BinaryIndex, bool, bool)>) {
         if mappings.is_empty() {
             let _ = self.maps.processes.remove(&pid);
             return;
@@ -404,8 +418,12 @@ impl KernelTables {
         // entry is first written: their hand-overs wake us for 100 ms.
         let wake_until_ms = (crate::capture::monotonic_ns() / 1_000_000 + NEW_PROCESS_WAKE_MS) as u32;
         let mut entry = UnwindProcess { count: mappings.len() as u32, wake_until_ms, m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS] };
-        for (slot, &(start, end, bias, binary, userspace)) in entry.m.iter_mut().zip(mappings.iter()) {
-            let (table_start, table_len) = if userspace { (UNWIND_TABLE_USERSPACE, 0) } else { self.table_of(binary) };
+        for (slot, &(start, end, bias, binary, userspace, bias_known)) in entry.m.iter_mut().zip(mappings.iter()) {
+            let (table_start, table_len) = match (userspace, bias_known) {
+                (true, _) => (UNWIND_TABLE_USERSPACE, 0),
+                (false, false) => (0, 0),
+                (false, true) => self.table_of(binary),
+            };
             *slot = UnwindMapping { start, end, bias, table_start, table_len };
         }
         self.stats.process_writes += 1;

@@ -522,7 +522,9 @@ impl Unwinders {
                     entries.push(base.wrapping_add(l.entry));
                     Some(base)
                 });
-                entry.push((m.start, m.end, bias.unwrap_or(0), m.binary, jit_tables && layout.is_none()));
+                // No bias (no segment the mapping begins): no table either,
+                // or its rows would be looked up at the wrong addresses.
+                entry.push((m.start, m.end, bias.unwrap_or(0), m.binary, jit_tables && layout.is_none(), bias.is_some()));
             }
             entries.sort_unstable();
             entries.dedup();

@@ -235,8 +235,10 @@ fn flatten(mut ranges: Vec<(u32, u32, Row)>, max_rows: usize) -> Result<Vec<Row>
         push(&mut rows, start, row)?;
         covered_to = covered_to.max(end);
         let next_start = ranges.get(i + 1).map(|r| r.0);
-        if next_start.is_none_or(|n| n > covered_to) && end == covered_to {
-            push(&mut rows, end, Row::default())?;
+        // Where coverage ends (even when an earlier, longer FDE ends it:
+        // malformed overlaps), no rule until the next FDE.
+        if next_start.is_none_or(|n| n > covered_to) {
+            push(&mut rows, covered_to, Row::default())?;
         }
     }
     Ok(rows)
