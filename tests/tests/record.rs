@@ -96,7 +96,7 @@ fn syscall_stacks_hold_kernel_and_user_frames() {
         })
         .count();
     eprintln!("syscalls: {both} of {} samples hold read_loop above a kernel read frame", stacks.len());
-    assert!(stacks.len() >= 1000, "1.5 s of reads at 999 Hz: {} samples", stacks.len());
+    assert!(stacks.len() >= 1000, "1.5 s of its own CPU time in reads at 999 Hz: {} samples", stacks.len());
     // The thread only loops on read(2): a sample outside the kernel's read
     // path lands in the loop's own few instructions or the syscall entry
     // and exit. 95-98% is what a correct profile shows.

@@ -243,10 +243,11 @@ fn short_pipe_waits_are_sleeping() {
 }
 
 /// Check that a thread doing only O_DIRECT reads shows its waits as
-/// "blocked" (uninterruptible, I/O), short ones included, and that its
-/// waits for the disk are never said to be woken by an unrelated task: a
-/// completion comes from an interrupt (or a kernel thread), never from
-/// the process it interrupted.
+/// "blocked" (uninterruptible, I/O), short ones included, except where its
+/// own schedstat says it waited for a CPU (a loaded machine preempts it:
+/// 1.8 ms of 33 ms once), and that its waits for the disk are never said to
+/// be woken by an unrelated task: a completion comes from an interrupt (or
+/// a kernel thread), never from the process it interrupted.
 #[test]
 fn direct_reads_are_blocked_and_woken_by_interrupts() {
     if !can_record("direct_reads_are_blocked_and_woken_by_interrupts") {
@@ -260,23 +261,47 @@ fn direct_reads_are_blocked_and_woken_by_interrupts() {
     let out = record(&["--off-cpu-threshold", "0.01", "--", exe.to_str().unwrap(), disk.path.to_str().unwrap(), "300"], &out_path);
     assert_success(&out);
     let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let run_delay_ms = field(&out.stdout, "run_delay_ns").unwrap() as f64 / 1e6;
     let profile = Profile::load(&out_path);
+    let start_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_u64().unwrap();
+    // Up to the instant before it read its run delay: every wait for a CPU
+    // there is in that run delay.
+    let t_end = (field(&out.stdout, "t_end_ns").unwrap() - start_ns) as f64 / 1e6;
     let t = profile.thread(pid, tid).expect("the reading thread");
-    let by = off_cpu_by_reason(&t, &profile.categories(), f64::MIN, f64::MAX);
+    let by = off_cpu_by_reason(&t, &profile.categories(), f64::MIN, t_end);
     let total: f64 = by.values().sum();
     let blocked = by.get("[off-CPU: blocked, uninterruptible (I/O)]").copied().unwrap_or(0.0);
+    let preempted = by.get("[off-CPU: preempted, waiting for a CPU]").copied().unwrap_or(0.0);
     let blocked_markers: Vec<Value> = t.markers().into_iter().map(|(_, d)| d).filter(|d| d["type"] == "OffCpu" && d["reason"] == "blocked (uninterruptible)").collect();
     let from_interrupts = blocked_markers.iter().filter(|d| d["wakerContext"] == "hard IRQ" || d["wakerContext"] == "softirq").count();
     let by_tasks: Vec<&str> = blocked_markers.iter().filter(|d| d["wakerContext"] == "task").map(|d| d["waker"].as_str().unwrap()).collect();
-    eprintln!("blocked: {blocked:.1} of {total:.1} ms off-CPU; {} blocked markers, {from_interrupts} woken from interrupts, by tasks: {:?}", blocked_markers.len(), by_tasks.iter().take(5).collect::<Vec<_>>());
+    // A waker whose stack was lost (a full ring, on a loaded machine) may be
+    // an interrupt or the task it interrupted: the profile says "unknown"
+    // then (it said "task", naming whatever ran, before), and the marker
+    // gives no waker pid.
+    let unknown: Vec<&Value> = blocked_markers.iter().filter(|d| d["wakerContext"] == "unknown (stack lost)").collect();
+    for d in &unknown {
+        assert!(d["wakerPid"].is_null() && d["waker"].as_str().unwrap().contains("or an interrupt"), "an unknown waker is not named as the waker: {d}");
+    }
+    eprintln!(
+        "blocked: {blocked:.1} of {total:.1} ms off-CPU, {preempted:.1} ms preempted (own run delay {run_delay_ms:.1} ms); {} blocked markers, {from_interrupts} woken from interrupts, {} unknown (stack lost), by tasks: {:?}; {}",
+        blocked_markers.len(),
+        unknown.len(),
+        by_tasks.iter().take(5).collect::<Vec<_>>(),
+        stats_line(&out)
+    );
     assert!(blocked_markers.len() >= 250, "300 reads, each a blocked wait: {}", blocked_markers.len());
-    assert!(blocked >= total * 0.95, "its waits are blocked: {by:?}");
+    // Preempted time is time it was runnable: never more than its run delay
+    // (short waits folded per reason may sit up to a fold's end off: 1 ms).
+    assert!(preempted <= run_delay_ms + 1.0, "preempted {preempted:.1} ms but its own run delay is {run_delay_ms:.1} ms: {by:?}");
+    assert!(blocked >= (total - preempted) * 0.95, "its waits are blocked, or preempted: {by:?}");
     // A task waker of a disk wait can only be a kernel thread (a loop
     // device's worker, a softirq thread): never a user process.
     for w in &by_tasks {
         assert!(w.starts_with("kworker") || w.starts_with("ksoftirqd") || w.starts_with("kloop"), "a disk wait woken by the task {w}");
     }
-    assert!(from_interrupts * 100 >= blocked_markers.len() * 50, "completions wake from interrupts: {from_interrupts} of {}", blocked_markers.len());
+    let known = blocked_markers.len() - unknown.len();
+    assert!(from_interrupts * 100 >= known * 50, "completions wake from interrupts: {from_interrupts} of {known} with a known context");
 }
 
 /// Check where stacks end: the main thread of a program whose `_start` has

@@ -1,6 +1,8 @@
 // hot.js: a hot JavaScript function with a known name, run with
 // `node --perf-basic-prof` so V8 writes /tmp/perf-PID.map. argv[2] is the
-// number of milliseconds to run; argv[3], if given, tampers with the map at
+// number of milliseconds of its own CPU time to run (the main thread's, from
+// its schedstat: on a loaded machine wall time would give fewer samples
+// than a test expects); argv[3], if given, tampers with the map at
 // the end ("chown": give it to another user; "symlink": replace it by a
 // symlink) so the profiler must refuse it.
 const fs = require("fs");
@@ -9,10 +11,14 @@ function sysprofHotLoop(n) {
   for (let i = 0; i < n; i++) s += Math.sqrt(i) % 7;
   return s;
 }
+// The main thread's CPU time in ms (schedstat's first field is ns on a CPU).
+function threadCpuMs() {
+  return Number(fs.readFileSync("/proc/thread-self/schedstat", "utf8").split(" ")[0]) / 1e6;
+}
 const ms = Number(process.argv[2] || 1500);
-const t = Date.now();
+const t = threadCpuMs();
 let acc = 0;
-while (Date.now() - t < ms) acc += sysprofHotLoop(100000);
+while (threadCpuMs() - t < ms) acc += sysprofHotLoop(100000);
 const map = `/tmp/perf-${process.pid}.map`;
 if (process.argv[3] === "chown") fs.chownSync(map, 65534, 65534);
 if (process.argv[3] === "symlink") {

@@ -2,11 +2,15 @@
  * spinners: argv[1] threads named "spinner" burn CPU for argv[2] seconds of
  * wall time, on a machine with fewer CPUs, so they preempt each other. Each
  * thread prints, just before it ends, "spinner=TID run_delay_ns=R cpu_ns=C
- * wall_minus_cpu_ns=W t0_ns=A t1_ns=B": from its own schedstat, the time it
- * spent runnable but waiting for a CPU and on one; and between A and B
- * (CLOCK_MONOTONIC, its first and last instants of spinning) its wall time
- * minus its own CLOCK_THREAD_CPUTIME_ID: the time it was off the CPU, which
- * for a thread that never sleeps is all waiting for a CPU. Main prints "pid=" and, at the end, "cpu_ns=" (the
+ * wall_minus_cpu_ns=W t0_ns=A t1_ns=B in_t0_ns=C in_t1_ns=D": from its own
+ * schedstat, the time it spent runnable but waiting for a CPU and on one,
+ * between two reads of it; A and B (CLOCK_MONOTONIC) are taken just outside
+ * those reads, C and D just inside them, so every wait R counts lies in
+ * [A, B] and every wait in [C, D] is counted in R (the thread can be
+ * preempted during a read: that wait is in one span and not the other).
+ * Between C and D its wall time minus its own CLOCK_THREAD_CPUTIME_ID is W:
+ * the time it was off the CPU, which for a thread that never sleeps is all
+ * waiting for a CPU. Main prints "pid=" and, at the end, "cpu_ns=" (the
  * process's CPU time).
  */
 #define _GNU_SOURCE
@@ -44,20 +48,22 @@ __attribute__((noinline)) void *spin(void *arg)
 	long tid = syscall(SYS_gettid);
 	unsigned long long cpu0, delay0, cpu, delay;
 	struct timespec c0, c1;
-	schedstat(tid, &cpu0, &delay0);
 	long long t0 = now();
+	schedstat(tid, &cpu0, &delay0);
+	long long in_t0 = now();
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 	long long end = now() + (long long)(seconds * 1e9);
 	while (now() < end)
 		for (int i = 0; i < 10000; i++)
 			sink = sink * 6364136223846793005UL + i;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
-	long long t1 = now();
+	long long in_t1 = now();
 	schedstat(tid, &cpu, &delay);
+	long long t1 = now();
 	long long thread_cpu = (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec);
 	pthread_mutex_lock(&print_lock);
-	printf("spinner=%ld run_delay_ns=%llu cpu_ns=%llu wall_minus_cpu_ns=%lld t0_ns=%lld t1_ns=%lld\n", tid, delay - delay0, cpu,
-	       (t1 - t0) - thread_cpu, t0, t1);
+	printf("spinner=%ld run_delay_ns=%llu cpu_ns=%llu wall_minus_cpu_ns=%lld t0_ns=%lld t1_ns=%lld in_t0_ns=%lld in_t1_ns=%lld\n", tid,
+	       delay - delay0, cpu, (in_t1 - in_t0) - thread_cpu, t0, t1, in_t0, in_t1);
 	pthread_mutex_unlock(&print_lock);
 	return NULL;
 }

@@ -4,11 +4,13 @@
 //!   the committed `ebpf/*.bpf.o`; with `--check`, fail if a committed object
 //!   differs from a fresh build. Installs clang-19, llvm-19 and libbpf-dev
 //!   with apt-get when they are missing and we are root.
-//! - `test [--no-root-tests] [--repeat N]`: everything CI runs: the eBPF
-//!   freshness check, unit tests, a release build, then the root-only
-//!   integration tests one at a time; ends with one `N passed, M failed, K
-//!   skipped` line. `--repeat N` runs the integration tests N times and lists
-//!   every test that failed in any round (flake hunting).
+//! - `test [--no-root-tests] [--repeat N] [--beside busy|build]`: everything
+//!   CI runs: the eBPF freshness check, unit tests, a release build, then the
+//!   root-only integration tests one at a time; ends with one `N passed, M
+//!   failed, K skipped` line. `--repeat N` runs the integration tests N times
+//!   and lists every test that failed in any round (flake hunting);
+//!   `--beside` runs them beside a load xtask starts and stops itself (one
+//!   busy CPU, or a compiler loop), as users' machines are.
 //! - `bench`: the benchmarks in `benches/` (see the README's Benchmarks section).
 
 use std::collections::BTreeMap;
@@ -45,6 +47,10 @@ enum Task {
         /// Run the integration tests this many times and report every test that failed in any round.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
         repeat: u32,
+        /// Run the integration tests beside a load: `busy` (one CPU spinning)
+        /// or `build` (a compiler loop: a new cc1 every few hundred ms).
+        #[arg(long, value_enum)]
+        beside: Option<Load>,
     },
     /// Benchmarks side by side with perf and samply (`cargo xtask bench --help` lists the harness's options).
     #[command(disable_help_flag = true)]
@@ -58,7 +64,7 @@ enum Task {
 fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Task::BuildEbpf { check } => build_ebpf(check),
-        Task::Test { no_root_tests, repeat } => test(no_root_tests, repeat),
+        Task::Test { no_root_tests, repeat, beside } => test(no_root_tests, repeat, beside),
         Task::Bench { args } => bench(&args),
     };
     match result {
@@ -288,7 +294,60 @@ fn root_test_blocker() -> Option<String> {
     None
 }
 
-fn test(no_root_tests: bool, repeat: u32) -> Result<()> {
+/// A load the integration tests can run beside (`--beside`).
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Load {
+    /// One CPU spinning in user space for the whole run.
+    Busy,
+    /// A compiler loop: gcc -O2 over the test workloads, again and again
+    /// (a new cc1 every 0.1-0.3 s: new processes, exec, mmap, page faults).
+    Build,
+}
+
+/// A load running in its own process group; dropping it kills the group.
+struct Beside {
+    child: std::process::Child,
+    scratch: PathBuf,
+}
+
+impl Beside {
+    fn start(load: Load) -> Result<Self> {
+        use std::os::unix::process::CommandExt;
+        let scratch = std::env::temp_dir().join(format!("sysprof-beside-{}", std::process::id()));
+        let script = match load {
+            Load::Busy => "while :; do :; done".to_string(),
+            Load::Build => {
+                let out = &scratch;
+                std::fs::create_dir_all(out)?;
+                format!(
+                    "while :; do for f in {}/tests/workloads/*.c; do gcc -O2 -pthread -c \"$f\" -o {}/x.o 2>/dev/null; done; done",
+                    root().display(),
+                    out.display()
+                )
+            }
+        };
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            // Its own group, so that stopping it stops every gcc it started.
+            .process_group(0)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .context("starting the load beside the tests")?;
+        eprintln!("xtask: integration tests beside a load (`{}`, process group {})", match load { Load::Busy => "busy", Load::Build => "build" }, child.id());
+        Ok(Beside { child, scratch })
+    }
+}
+
+impl Drop for Beside {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).status();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+fn test(no_root_tests: bool, repeat: u32, beside: Option<Load>) -> Result<()> {
     let ci = std::env::var_os("CI").is_some();
     if no_root_tests && ci {
         bail!("--no-root-tests is refused under CI=true: CI must run the integration tests (as root)");
@@ -314,6 +373,7 @@ fn test(no_root_tests: bool, repeat: u32) -> Result<()> {
         let bin = root().join("target/release/sysprof");
         // Build the test binaries once, outside the rounds.
         run(cargo().args(["test", "-p", "sysprof-tests", "--tests", "--no-run"]))?;
+        let _load = beside.map(Beside::start).transpose()?;
         let mut ok = true;
         for round in 1..=repeat {
             if repeat > 1 {

@@ -38,7 +38,7 @@ use crate::bpf::abi::{
 use crate::sideband::proc_snapshot::ProcSnapshot;
 use crate::sideband::{MmapEvent, SidebandEvent};
 use crate::symbolize::binaries::{BinaryIndex, Binaries};
-use crate::symbolize::kernel::KernelSymbols;
+use crate::symbolize::kernel::{InterruptKind, KernelSymbols};
 use crate::unwind::{UnwindEnd, Unwinders};
 use process::{is_anonymous, ProcessTable};
 use recording::*;
@@ -552,7 +552,10 @@ impl Collector {
                 pid: e.waker_pid,
                 tid: e.waker_tid,
                 name: abi::comm_str(&e.waker_comm),
-                interrupt: interrupt.map(|(kind, _)| kind),
+                // Only the stack tells an interrupt from the task it
+                // interrupted (one that arrives in user mode runs on the
+                // task's stack): without it, say so rather than "task".
+                interrupt: if stored.is_none() { Some(InterruptKind::Unknown) } else { interrupt.map(|(kind, _)| kind) },
             };
             let node = match (stored, interrupt) {
                 // An interrupt's stack is its own frames only: below its

@@ -104,7 +104,8 @@ pub struct Waker {
     pub tid: u32,
     /// Its name.
     pub name: String,
-    /// Set when the wakeup came from an interrupt, not from the task.
+    /// Set when the wakeup came from an interrupt, not from the task, or
+    /// when that is unknown (`InterruptKind::Unknown`: its stack was lost).
     pub interrupt: Option<InterruptKind>,
 }
 
@@ -114,6 +115,9 @@ impl Waker {
     pub fn label(&self) -> String {
         match self.interrupt {
             None => format!("{} (pid {}, tid {})", self.name, self.pid, self.tid),
+            Some(InterruptKind::Unknown) => {
+                format!("{} (pid {}, tid {}), or an interrupt while it ran (the waker's stack was lost)", self.name, self.pid, self.tid)
+            }
             Some(kind) if self.pid == 0 => format!("{} (while the CPU was idle)", kind.label()),
             Some(kind) => format!("{} (while {} ran, pid {}, tid {})", kind.label(), self.name, self.pid, self.tid),
         }

@@ -782,6 +782,7 @@ fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut ThreadTabl
                         None => "task",
                         Some(crate::symbolize::kernel::InterruptKind::Hard) => "hard IRQ",
                         Some(crate::symbolize::kernel::InterruptKind::Soft) => "softirq",
+                        Some(crate::symbolize::kernel::InterruptKind::Unknown) => "unknown (stack lost)",
                     }),
                     cpu_out: cpus.0,
                     cpu_in: cpus.1,

@@ -222,6 +222,11 @@ pub enum InterruptKind {
     Hard,
     /// Softirq processing borrowed by whatever task ran.
     Soft,
+    /// Not known: the waker's kernel stack was lost (a full ring). An
+    /// interrupt that arrives in user mode runs on the task's own stack, so
+    /// only that stack tells it from the task: without it the task named
+    /// may just be the one an interrupt interrupted.
+    Unknown,
 }
 
 impl InterruptKind {
@@ -230,6 +235,7 @@ impl InterruptKind {
         match self {
             InterruptKind::Hard => "an interrupt",
             InterruptKind::Soft => "a softirq",
+            InterruptKind::Unknown => "the task or an interrupt",
         }
     }
 }
