@@ -250,8 +250,10 @@ int sample_cpu_clock(struct bpf_perf_event_data *ctx)
 }
 
 /* An exec replaces every mapping: its old tables must not walk the new
- * program's stacks. Userspace writes the new ones from the sideband. */
-SEC("tracepoint/sched/sched_process_exec")
+ * program's stacks. Userspace writes the new ones from the sideband.
+ * A raw tracepoint: it attaches by name, with no tracefs (minimal VMs and
+ * containers boot without it mounted); it runs in the exec'ing task. */
+SEC("raw_tracepoint/sched_process_exec")
 int forget_exec_mappings(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;

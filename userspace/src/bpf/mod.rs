@@ -97,13 +97,13 @@ impl Sampler {
         program.load().map_err(|e| RecordError::from_program_load("sample_cpu_clock", &e))?;
         let mut unwind_maps = None;
         if opts.kernel_unwind_rows > 0 {
-            let exec: &mut aya::programs::TracePoint = ebpf
+            let exec: &mut aya::programs::RawTracePoint = ebpf
                 .program_mut("forget_exec_mappings")
                 .ok_or_else(|| RecordError::Internal("forget_exec_mappings missing from object".into()))?
                 .try_into()
                 .map_err(|e| RecordError::Internal(format!("forget_exec_mappings: {e}")))?;
             exec.load().map_err(|e| RecordError::from_program_load("forget_exec_mappings", &e))?;
-            exec.attach("sched", "sched_process_exec").map_err(|e| RecordError::Internal(format!("attaching forget_exec_mappings: {e}")))?;
+            exec.attach("sched_process_exec").map_err(|e| RecordError::Internal(format!("attaching forget_exec_mappings: {e}")))?;
             let rows = match take(&mut ebpf, "unwind_rows")? {
                 aya::maps::Map::Array(m) => m,
                 _ => return Err(RecordError::Internal("unwind_rows is not an array".into())),
