@@ -303,6 +303,14 @@ fn print_summary(rec: &Recording, path: &Path, bytes: u64, write_time: Duration,
     if !lost.is_empty() {
         said.push(format!("lost {}", lost.join(", ")));
     }
+    // Not a ring's loss, but requests the profile cannot show: say so, or a
+    // run whose completions the kernel did not trace "lost nothing".
+    if st.io_untracked > 0 {
+        said.push(format!(
+            "{} block I/O requests seen at one end only (begun before the recording, in flight at its end, or completed where tracing cannot see): no marker",
+            st.io_untracked
+        ));
+    }
     // Stacks cut by the copy's end: a few are normal (deep recursion); past
     // one in a hundred the picture is missing its callers.
     let u = st.unwind;
