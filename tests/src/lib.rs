@@ -833,3 +833,9 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .and_then(|s| s.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
         .unwrap_or(0)
 }
+
+/// Send `signal` (e.g. 2, SIGINT: Ctrl-C) to a child process.
+pub fn send_signal(child: &std::process::Child, signal: i32) {
+    // SAFETY: signalling our own child, by pid.
+    unsafe { libc_kill(child.id() as i32, signal) };
+}
