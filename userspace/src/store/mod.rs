@@ -636,6 +636,26 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
+    /// Check that a small file (an exporter's cursor) is replaced whole and
+    /// read back, leaves no temporary, and that a symlink in its place is
+    /// not followed.
+    #[test]
+    fn small_files_are_replaced_and_links_not_followed() {
+        let d = dir("small");
+        let store = Store::open(&d, true).unwrap();
+        store.replace_small(".export-x.cursor", b"1.000\n").unwrap();
+        store.replace_small(".export-x.cursor", b"2.000\n").unwrap();
+        assert_eq!(store.read_small(".export-x.cursor").as_deref(), Some("2.000\n"));
+        let names: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, [".export-x.cursor"], "no temporary left");
+        let secret = d.with_extension("secret");
+        std::fs::write(&secret, b"3.000\n").unwrap();
+        std::os::unix::fs::symlink(&secret, d.join(".export-y.cursor")).unwrap();
+        assert_eq!(store.read_small(".export-y.cursor"), None);
+        let _ = std::fs::remove_file(&secret);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     /// Check that a store directory others could write to, or a symlink,
     /// is refused with a line that says what to do.
     #[test]
