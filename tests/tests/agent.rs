@@ -331,3 +331,47 @@ fn an_unwritable_store_is_one_line_and_exit_2() {
     }
     let _ = Command::new("umount").arg(&ro).status();
 }
+
+/// Check that a store inside a directory another user owns (nobody, who
+/// could swap the store for a link at any time) is refused at start with
+/// one line that says what to do, exit 2, whether the store is missing or
+/// nobody has already planted it as a link to a directory of root's; and
+/// that nothing is created in nobody's directory or in the link's target
+/// (the file system's listing of both, before and after).
+#[test]
+fn a_store_inside_another_users_directory_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    if !can_record("a_store_inside_another_users_directory_is_refused") {
+        return;
+    }
+    let dir = scratch("agent-user-parent");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (userdir, target) = (dir.join("userdir"), dir.join("target"));
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::create_dir(&userdir).unwrap();
+    std::os::unix::fs::chown(&userdir, Some(65534), Some(65534)).unwrap();
+    let store = userdir.join("store");
+    let listing = |d: &std::path::Path| {
+        let mut names: Vec<String> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    };
+    let refused = |what: &str| {
+        let out = Command::new(sysprof_bin()).args(["agent", "--store"]).arg(&store).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{what}: {}", stderr.trim());
+        assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{what}: one line: {stderr}");
+        assert!(stderr.contains(&userdir.display().to_string()) && stderr.contains("uid 65534") && stderr.contains("--store"), "{what}: {stderr}");
+    };
+
+    refused("a missing store in nobody's directory");
+    assert!(listing(&userdir).is_empty(), "the store was created in nobody's directory: {:?}", listing(&userdir));
+
+    // nobody plants the store as a link to root's directory.
+    as_nobody(&format!("ln -s {} {}", target.display(), store.display()));
+    refused("a store nobody planted as a link");
+    assert_eq!(listing(&userdir), ["store"], "only nobody's link");
+    assert!(listing(&target).is_empty(), "written through nobody's link: {:?}", listing(&target));
+}

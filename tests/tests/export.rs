@@ -336,3 +336,116 @@ fn pyroscope_ingest_gets_named_series_that_pprof_decodes() {
     eprintln!("pyroscope: {} requests for pid {pid}; hot_three {:?}, hot_one {:?}", ours.len(), top.get("hot_three"), top.get("hot_one"));
     assert!(top.get("hot_three").copied().unwrap_or(0.0) > top.get("hot_one").copied().unwrap_or(0.0) && top.contains_key("hot_one"), "{top:?}");
 }
+
+/// One scrape of `/metrics` on a new connection, given at most `limit`:
+/// the body when the whole answer came in time, else why not; and how long it took.
+fn scrape_within(port: u16, limit: Duration) -> (Result<String, String>, Duration) {
+    use std::io::{Read, Write};
+    let t = std::time::Instant::now();
+    let result = (|| {
+        let mut s = std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), limit).map_err(|e| format!("connect: {e}"))?;
+        s.set_read_timeout(Some(limit)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").map_err(|e| format!("write: {e}"))?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).map_err(|e| format!("read after {} bytes: {e}", raw.len()))?;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        match text.split_once("\r\n\r\n") {
+            Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
+            _ => Err(format!("no 200 answer: {text:?}")),
+        }
+    })();
+    (result, t.elapsed())
+}
+
+/// Check that `--metrics` answers every scrape within 1 s, each with
+/// `sysprof_samples_total`, while 100 idle connections stay open (any the
+/// agent closes is opened again) and another client sends its request head
+/// one byte a second; and that the agent cuts that slow client at its
+/// deadline for the whole head (a few seconds), not after each byte.
+#[test]
+fn metrics_answers_scrapes_beside_idle_and_slow_clients() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    if !can_record("metrics_answers_scrapes_beside_idle_and_slow_clients") {
+        return;
+    }
+    let dir = scratch("export-metrics-flood");
+    let port = free_port();
+    let agent = Agent::start(&dir.join("store"), &["--window", "1", "-F", "99", "--health-interval", "3600", "--metrics", &format!("127.0.0.1:{port}")], &[]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    // A connection that never sends or receives anything of ours, nonblocking.
+    let open = move || {
+        let c = std::net::TcpStream::connect(addr).unwrap();
+        c.set_nonblocking(true).unwrap();
+        c
+    };
+    // Closed by the agent: a read gives 0 bytes or a reset rather than "would block".
+    let closed = |c: &mut std::net::TcpStream| !matches!(c.read(&mut [0u8; 64]), Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock);
+
+    // 100 idle connections, each reopened once the agent closes it.
+    let idle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut conns: Vec<std::net::TcpStream> = (0..100).map(|_| open()).collect();
+            let mut reopened = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for c in conns.iter_mut() {
+                    if closed(c) {
+                        *c = open();
+                        reopened += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            reopened
+        })
+    };
+    // A client that sends its head one byte a second, reconnecting when cut;
+    // it notes how long each connection lasted.
+    let slow = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut lasted = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let mut s = open();
+                let t = std::time::Instant::now();
+                for b in b"GET /metrics HTTP/1.1\r\nX-Slow: ".iter().chain(std::iter::repeat(&b'a')) {
+                    if stop.load(Ordering::Relaxed) {
+                        return lasted;
+                    }
+                    if s.write_all(&[*b]).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                    if closed(&mut s) {
+                        break;
+                    }
+                }
+                lasted.push(t.elapsed());
+            }
+            lasted
+        })
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    let mut scrapes = Vec::new();
+    for _ in 0..5 {
+        scrapes.push(scrape_within(port, Duration::from_secs(1)));
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let reopened = idle.join().unwrap();
+    let lasted = slow.join().unwrap();
+    let (status, stderr) = agent.stop_with(SIGTERM);
+    let summary: Vec<String> = scrapes.iter().map(|(r, t)| format!("{} in {:.3} s", if r.is_ok() { "ok" } else { "FAILED" }, t.as_secs_f64())).collect();
+    eprintln!("metrics beside 100 idle connections ({reopened} reopened after the agent closed them) and a byte-a-second client (cut after {lasted:?}): {}", summary.join(", "));
+    assert!(status.success(), "{stderr}");
+    for (result, took) in &scrapes {
+        let body = result.as_ref().unwrap_or_else(|e| panic!("a scrape failed after {took:?}: {e}; all: {summary:?}"));
+        assert!(*took < Duration::from_secs(1), "a scrape took {took:?}");
+        assert!(body.lines().any(|l| l.starts_with("sysprof_samples_total ")), "no sysprof_samples_total: {body}");
+    }
+    assert!(!lasted.is_empty(), "the byte-a-second client was never cut");
+    assert!(lasted.iter().all(|d| *d < Duration::from_secs(5)), "the byte-a-second client lasted {lasted:?}");
+}

@@ -195,13 +195,15 @@ fn view_serves_the_file_to_the_profiler_and_nobody_else() {
     assert!(TcpStream::connect(("127.0.0.2", port)).is_err(), "listening beyond 127.0.0.1");
     // Another local user who has the whole URL (a browser's command line
     // shows it) gets the connection closed, no answer: bash's /dev/tcp as
-    // nobody, its reply's first line written to a file we can read.
+    // nobody, its reply's first line written to a file we can read. SIGPIPE
+    // ignored: the connection may be closed before the request is written,
+    // and the reading must still happen.
     let reply = dir.join("nobody-reply");
     // Truncated by nobody's redirection: proof the script ran and could write.
     std::fs::write(&reply, b"unwritten").unwrap();
     std::fs::set_permissions(&reply, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
     as_nobody(&format!(
-        "bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}; printf \"GET {} HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n\" >&3; head -c 200 <&3 > {}' || true",
+        "bash -c 'trap \"\" PIPE; exec 3<>/dev/tcp/127.0.0.1/{port}; printf \"GET {} HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n\" >&3; head -c 200 <&3 > {}' || true",
         viewer.path,
         reply.display()
     ));
@@ -270,4 +272,96 @@ fn version_man_pages_and_completions_come_from_the_build() {
     assert!(page.contains(".TH") && page.contains("off\\-cpu\\-threshold"), "{page}");
     let bash = Command::new(sysprof_bin()).args(["generate", "bash"]).output().unwrap();
     assert!(String::from_utf8_lossy(&bash.stdout).contains("--off-cpu-threshold"));
+}
+
+/// CPU time `pid` has used, whole process (utime + stime of /proc/PID/stat), seconds.
+fn process_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name, which ends at the last ')': state is 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // USER_HZ is 100 on every Linux architecture sysprof runs on.
+    ticks / 100.0
+}
+
+/// `connflood`'s count of `key` in its result file.
+fn flood_count(result: &Path, key: &str) -> u64 {
+    let text = std::fs::read_to_string(result).unwrap();
+    text.lines().find_map(|l| l.strip_prefix(key)?.trim().parse().ok()).unwrap_or_else(|| panic!("no {key} in {text:?}"))
+}
+
+/// Check that a flood of connections from another user (nobody, two
+/// processes each keeping 256 connections in flight, every one asking for
+/// the real path) gets not one byte back, while the owner's downloads
+/// during the flood all complete and are the file byte for byte; and that
+/// the same flood run by the owner is answered (so the count of answered
+/// bytes can tell). Download times and the server's CPU time are printed.
+#[test]
+fn a_connection_flood_from_another_user_neither_gets_answers_nor_starves_the_owner() {
+    if !can_record("a_connection_flood_from_another_user_neither_gets_answers_nor_starves_the_owner") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("view-flood");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (file, bytes) = random_profile(&dir);
+    let flood = build_c("connflood", &dir.join("connflood"), &[]);
+    let mut viewer = Viewer::start(&file, &[]);
+    let (port, path) = (viewer.port.to_string(), viewer.path.clone());
+
+    // The owner's own flood, briefly: answered.
+    let ours = dir.join("flood-owner");
+    let status = Command::new(&flood).args([port.as_str(), path.as_str(), "0.5"]).arg(&ours).status().unwrap();
+    assert!(status.success());
+    assert!(flood_count(&ours, "answered_bytes") > 0, "the owner's connections were not answered either");
+
+    let results: Vec<std::path::PathBuf> = (0..2).map(|i| dir.join(format!("flood-nobody-{i}"))).collect();
+    let floods: Vec<Child> = results
+        .iter()
+        .map(|result| {
+            // Created here, written by nobody.
+            std::fs::write(result, b"").unwrap();
+            std::fs::set_permissions(result, std::fs::Permissions::from_mode(0o666)).unwrap();
+            Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(&flood)
+                .args([port.as_str(), path.as_str(), "8"])
+                .arg(result)
+                .spawn()
+                .expect("setpriv (util-linux) runs the flood as nobody")
+        })
+        .collect();
+    let cpu_before = process_cpu_seconds(viewer.child.id());
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut downloads = Vec::new();
+    while started.elapsed() < Duration::from_secs(7) {
+        let t = Instant::now();
+        let got = request(viewer.port, "GET", &path, "");
+        downloads.push(t.elapsed());
+        assert_eq!(got.status, 200);
+        assert!(got.body == bytes, "the owner got {} bytes, not the file's {}", got.body.len(), bytes.len());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let cpu = process_cpu_seconds(viewer.child.id()) - cpu_before;
+    let wall = started.elapsed();
+    for (mut child, result) in floods.into_iter().zip(&results) {
+        assert!(child.wait().unwrap().success(), "the flood as nobody failed");
+        let (connections, answered) = (flood_count(result, "connections"), flood_count(result, "answered_bytes"));
+        eprintln!("flood as nobody: {connections} connections, {answered} bytes answered");
+        assert!(connections >= 100, "the flood made only {connections} connections");
+        assert_eq!(answered, 0, "another user's connections were answered");
+    }
+    downloads.sort();
+    eprintln!(
+        "owner's downloads during the flood: {} of {} bytes, median {:.3} s, slowest {:.3} s; view used {cpu:.2} s of CPU in {:.1} s",
+        downloads.len(),
+        bytes.len(),
+        downloads[downloads.len() / 2].as_secs_f64(),
+        downloads.last().unwrap().as_secs_f64(),
+        wall.as_secs_f64()
+    );
+    assert!(!downloads.is_empty());
+    assert!(*downloads.last().unwrap() < Duration::from_secs(10), "a download took {:?}", downloads.last());
+    assert_eq!(viewer.terminate().code(), Some(0));
 }

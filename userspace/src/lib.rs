@@ -22,6 +22,7 @@ pub mod record;
 pub mod report;
 pub mod show;
 pub mod sideband;
+pub mod sock_diag;
 pub mod store;
 pub mod symbolize;
 pub mod unwind;

@@ -9,9 +9,10 @@
 //! started at the link, as the user who ran sudo.
 //!
 //! Invariants: nothing listens beyond loopback; a connection is answered
-//! only when the kernel says (`/proc/net/tcp`) it belongs to us or to the
-//! user who ran sudo, because the URL itself is no secret from other local
-//! users once a browser has it on its command line; and the path holds 128
+//! only when the kernel says (sock_diag, one lookup per connection) it
+//! belongs to us or to the user who ran sudo, because the URL itself is no
+//! secret from other local users once a browser has it on its command
+//! line; and the path holds 128
 //! random bits besides: every other path is a 404. The bytes go out as
 //! they are on disk, without `Content-Encoding`: the profiler recognises
 //! gzip by its magic and inflates it itself.
@@ -168,8 +169,8 @@ async fn serve_until_signal(path: &Path, served: Arc<Served>, open: bool, port: 
             "cannot listen on 127.0.0.1:{port}: {e}; choose another port with --port, or leave it out"
         ))
     })?;
-    let port =
-        listener.local_addr().map_err(|e| RecordError::Internal(format!("cannot tell the port served: {e}")))?.port();
+    let ours = listener.local_addr().map_err(|e| RecordError::Internal(format!("cannot tell the port served: {e}")))?;
+    let port = ours.port();
 
     let link = profiler_link(&format!("http://127.0.0.1:{port}{}", served.route));
     println!(
@@ -195,9 +196,13 @@ async fn serve_until_signal(path: &Path, served: Arc<Served>, open: bool, port: 
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                // Another user's connection is closed unanswered.
-                Ok((_, std::net::SocketAddr::V4(peer))) if !allowed_uids.contains(&peer_uid(peer, port).unwrap_or(u32::MAX)) => {}
-                Ok((_, std::net::SocketAddr::V6(_))) => {}
+                // Another user's connection is reset at once, unanswered: a
+                // flood of them costs one kernel lookup each and leaves no
+                // TIME_WAIT behind (a closed one would hold its port pair
+                // for a minute, tens of thousands of them in a flood).
+                Ok((stream, peer)) if !allowed_uids.contains(&peer_uid(peer, ours).unwrap_or(u32::MAX)) => {
+                    let _ = stream.set_zero_linger();
+                }
                 Ok((stream, _)) => {
                     let served = Arc::clone(&served);
                     tokio::spawn(async move {
@@ -225,12 +230,22 @@ async fn serve_until_signal(path: &Path, served: Arc<Served>, open: bool, port: 
     Ok(0)
 }
 
-/// The owner of the loopback connection whose client end is `peer` (to
-/// our `server_port`), from the `uid` column of `/proc/net/tcp`: the
-/// kernel's word for who connected. None when it cannot be told.
-fn peer_uid(peer: std::net::SocketAddrV4, server_port: u16) -> Option<u32> {
-    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
-    peer_uid_in(&table, peer, server_port)
+/// The owner of the loopback connection whose client end is `peer` and
+/// whose server end is `ours`: the uid the kernel recorded for the client's
+/// socket, asked of sock_diag (one lookup, however many sockets the machine
+/// has); from `/proc/net/tcp` only on a kernel that cannot answer that
+/// (without `tcp_diag`). None when it cannot be told.
+fn peer_uid(peer: std::net::SocketAddr, ours: std::net::SocketAddr) -> Option<u32> {
+    match crate::sock_diag::tcp_socket_uid(peer, ours) {
+        Ok(uid) => uid,
+        Err(_) => match (peer, ours) {
+            (std::net::SocketAddr::V4(peer), std::net::SocketAddr::V4(ours)) if *ours.ip() == Ipv4Addr::LOCALHOST => {
+                let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+                peer_uid_in(&table, peer, ours.port())
+            }
+            _ => None,
+        },
+    }
 }
 
 /// [`peer_uid`] over the text of a `/proc/net/tcp`: addresses are the

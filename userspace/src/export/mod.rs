@@ -129,22 +129,18 @@ impl StoreFeed {
 /// Longest wait between retries of a failing destination.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
-/// Where exporter `name`'s cursor (the wall-clock end of the last window
-/// it delivered, ms) is kept.
-fn cursor_path(store: &Store, name: &str) -> std::path::PathBuf {
-    store.dir().join(format!(".export-{name}.cursor"))
+/// The store's file that keeps exporter `name`'s cursor (the wall-clock
+/// end of the last window it delivered, ms).
+fn cursor_name(name: &str) -> String {
+    format!(".export-{name}.cursor")
 }
 
 fn read_cursor(store: &Store, name: &str) -> Option<f64> {
-    std::fs::read_to_string(cursor_path(store, name)).ok()?.trim().parse().ok()
+    store.read_small(&cursor_name(name))?.trim().parse().ok()
 }
 
 fn write_cursor(store: &Store, name: &str, ms: f64) {
-    let path = cursor_path(store, name);
-    let tmp = path.with_extension(format!("cursor.{}", crate::profile::output::random_suffix()));
-    if std::fs::write(&tmp, format!("{ms:.3}\n")).is_ok() && std::fs::rename(&tmp, &path).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    let _ = store.replace_small(&cursor_name(name), format!("{ms:.3}\n").as_bytes());
 }
 
 /// Deliver every window the store gets, in order, with `exporter`, from

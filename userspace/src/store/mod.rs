@@ -28,13 +28,19 @@
 //! The directory holds every process's command lines and stacks: it is
 //! created mode 0700, and one that is a symlink, not ours, or writable by
 //! others is refused (a planted directory would let its owner read or
-//! replace what root writes).
+//! replace what root writes), as is one inside a directory another user
+//! could change. It is opened once ([`dir::DirHandle`]) and every file is
+//! reached through that handle, never through the path again: swapping the
+//! directory for a symlink after start moves no write and no delete.
 
+pub mod dir;
 pub mod segment;
 
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
+
+use dir::DirHandle;
 
 use crate::collector::merge;
 use crate::collector::recording::Recording;
@@ -67,10 +73,10 @@ pub fn bucket_ms() -> f64 {
     })
 }
 
-/// A store directory, checked.
+/// A store directory, checked and held open.
 #[derive(Debug, Clone)]
 pub struct Store {
-    dir: PathBuf,
+    dir: DirHandle,
 }
 
 /// One segment file and what its header says.
@@ -114,6 +120,7 @@ fn io_err(path: &Path, e: std::io::Error) -> String {
 /// `what` names it in errors ("the store"); the caller adds the option
 /// that chooses another.
 pub fn private_dir(dir: &Path, what: &str) -> Result<(), String> {
+    dir::check_ancestors(dir, what)?;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create {what} {}: {e}", dir.display()))?;
     let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("cannot open {what} {}: {e}", dir.display()))?;
     if meta.file_type().is_symlink() {
@@ -150,14 +157,27 @@ impl Store {
                 return Err(format!("the store {} is not a directory", dir.display()));
             }
         }
-        let store = Store { dir: dir.to_path_buf() };
+        let handle = DirHandle::open(dir).map_err(|e| format!("cannot open the store {}: {e}", dir.display()))?;
+        let store = Store { dir: handle };
         if create {
+            // Checked again on what was opened: the path may have changed
+            // hands between the check and the open.
+            let meta = store.dir.metadata().map_err(|e| format!("cannot open the store {}: {e}", dir.display()))?;
+            // SAFETY: geteuid cannot fail.
+            let euid = unsafe { libc::geteuid() };
+            if meta.st_uid != euid || meta.st_mode & 0o022 != 0 {
+                return Err(format!(
+                    "the store {} changed while it was opened (now uid {}, mode {:o})",
+                    dir.display(),
+                    meta.st_uid,
+                    meta.st_mode & 0o7777
+                ));
+            }
             // Fail now, not at the first window: a read-only mount, a full disk.
-            let probe = store.temp_path();
-            let r = std::fs::OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).mode(0o600).open(&probe);
-            match r {
+            let probe = temp_name();
+            match store.dir.create_new(&probe) {
                 Ok(_) => {
-                    let _ = std::fs::remove_file(&probe);
+                    let _ = store.dir.remove(&probe);
                 }
                 Err(e) => return Err(format!("cannot write to the store {}: {e}", dir.display())),
             }
@@ -165,25 +185,41 @@ impl Store {
         Ok(store)
     }
 
-    /// The directory.
+    /// The directory's path (for messages: files are reached through the handle).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
-    fn temp_path(&self) -> PathBuf {
-        self.dir.join(format!(".tmp-{}.seg", crate::profile::output::random_suffix()))
+    /// The contents of the small file `name` of the store (a cursor), if it
+    /// is there and a regular file; at most 4 KiB of it.
+    pub fn read_small(&self, name: &str) -> Option<String> {
+        let f = self.dir.open_read(name).ok()?;
+        if !f.metadata().ok()?.is_file() {
+            return None;
+        }
+        let mut text = String::new();
+        f.take(4096).read_to_string(&mut text).ok()?;
+        Some(text)
+    }
+
+    /// Replace the small file `name` of the store with `bytes`, through a
+    /// temporary renamed over it (a reader sees the old or the new).
+    pub fn replace_small(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let temp = format!("{name}.{}", crate::profile::output::random_suffix());
+        let r = self.dir.create_new(&temp).and_then(|mut f| f.write_all(bytes)).and_then(|()| self.dir.rename(&temp, name));
+        if r.is_err() {
+            let _ = self.dir.remove(&temp);
+        }
+        r
     }
 
     /// Remove temporaries a killed writer left behind.
     pub fn remove_stale_temporaries(&self) -> u64 {
         let mut n = 0;
-        if let Ok(rd) = std::fs::read_dir(&self.dir) {
-            for e in rd.flatten() {
-                let name = e.file_name();
-                let name = name.to_string_lossy();
-                if name.starts_with(".tmp-") && name.ends_with(".seg") && std::fs::remove_file(e.path()).is_ok() {
-                    n += 1;
-                }
+        for name in self.dir.names().unwrap_or_default() {
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with(".tmp-") && name.ends_with(".seg") && self.dir.remove(name).is_ok() {
+                n += 1;
             }
         }
         n
@@ -195,22 +231,17 @@ impl Store {
         let zlevel = if level == 0 { 3 } else { 12 };
         let (header, bytes) = segment::encode(rec, windows, level, zlevel)?;
         let name = format!("{:013}-{:013}.L{level}.seg", header.start_ms.max(0.0) as u64, header.end_ms.max(0.0).ceil() as u64);
-        let path = self.dir.join(name);
-        let temp = self.temp_path();
+        let path = self.dir.display_path(&name);
+        let temp = temp_name();
         let result = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .mode(0o600)
-                .open(&temp)?;
+            let mut f = self.dir.create_new(&temp)?;
             f.write_all(&bytes)?;
             f.sync_all()?;
-            std::fs::rename(&temp, &path)?;
-            std::fs::File::open(&self.dir)?.sync_all()
+            self.dir.rename(&temp, &name)?;
+            self.dir.sync()
         })();
         if let Err(e) = result {
-            let _ = std::fs::remove_file(&temp);
+            let _ = self.dir.remove(&temp);
             return Err(format!("cannot write a window to the store: {}", io_err(&path, e)));
         }
         Ok(SegmentInfo { path, bytes: bytes.len() as u64, header })
@@ -220,18 +251,18 @@ impl Store {
     pub fn list(&self) -> (Vec<SegmentInfo>, Vec<String>) {
         let mut out = Vec::new();
         let mut warnings = Vec::new();
-        let rd = match std::fs::read_dir(&self.dir) {
-            Ok(rd) => rd,
-            Err(e) => return (out, vec![format!("cannot list the store: {}", io_err(&self.dir, e))]),
+        let names = match self.dir.names() {
+            Ok(names) => names,
+            Err(e) => return (out, vec![format!("cannot list the store: {}", io_err(self.dir.path(), e))]),
         };
-        for e in rd.flatten() {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
+        for name in names {
+            // Ours are ASCII; another name is no segment of ours.
+            let Some(name) = name.to_str() else { continue };
             if name.starts_with('.') || !name.ends_with(".seg") {
                 continue;
             }
-            let path = e.path();
-            match read_header(&path) {
+            let path = self.dir.display_path(name);
+            match read_header(&self.dir, name) {
                 Ok((header, bytes)) => out.push(SegmentInfo { path, bytes, header }),
                 // Removed by compaction or retention since the listing: not damage.
                 Err(HeaderError::Gone) => {}
@@ -263,7 +294,7 @@ impl Store {
 
     /// Read one segment's recording.
     pub fn read(&self, seg: &SegmentInfo) -> Result<Recording, ReadError> {
-        let bytes = read_file(&seg.path).map_err(|e| match e {
+        let bytes = read_file(&self.dir, file_name(&seg.path)).map_err(|e| match e {
             HeaderError::Gone => ReadError::Gone,
             HeaderError::Bad(w) => ReadError::Bad(w),
         })?;
@@ -308,7 +339,7 @@ impl Store {
             if total <= max_bytes && s.header.end_ms >= oldest_ms {
                 break;
             }
-            match std::fs::remove_file(&s.path) {
+            match self.dir.remove(file_name(&s.path)) {
                 Ok(()) => {
                     r.removed += 1;
                     r.freed += s.bytes;
@@ -384,7 +415,7 @@ impl Store {
         match self.write(merge::merge(recs), windows, 1) {
             Ok(info) => {
                 for s in &group {
-                    let _ = std::fs::remove_file(&s.path);
+                    let _ = self.dir.remove(file_name(&s.path));
                 }
                 index.retain(|x| !group.iter().any(|g| g.path == x.path));
                 index.push(info);
@@ -404,7 +435,7 @@ impl Store {
         let mut removed = 0;
         index.retain(|s| {
             let keep = kept.iter().any(|k| k.path == s.path);
-            if !keep && std::fs::remove_file(&s.path).is_ok() {
+            if !keep && self.dir.remove(file_name(&s.path)).is_ok() {
                 removed += 1;
             }
             keep
@@ -430,8 +461,18 @@ enum HeaderError {
 /// Largest segment read whole.
 const MAX_SEGMENT: u64 = 1 << 30;
 
-fn open_segment(path: &Path) -> Result<(std::fs::File, u64), HeaderError> {
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(|e| {
+/// A hidden temporary's name for a segment being written.
+fn temp_name() -> String {
+    format!(".tmp-{}.seg", crate::profile::output::random_suffix())
+}
+
+/// The name in the store of a segment's `path` (made by [`DirHandle::display_path`]).
+fn file_name(path: &Path) -> &str {
+    path.file_name().and_then(|n| n.to_str()).unwrap_or_default()
+}
+
+fn open_segment(dir: &DirHandle, name: &str) -> Result<(std::fs::File, u64), HeaderError> {
+    let f = dir.open_read(name).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             HeaderError::Gone
         } else {
@@ -445,8 +486,8 @@ fn open_segment(path: &Path) -> Result<(std::fs::File, u64), HeaderError> {
     Ok((f, meta.len()))
 }
 
-fn read_header(path: &Path) -> Result<(SegmentHeader, u64), HeaderError> {
-    let (mut f, len) = open_segment(path)?;
+fn read_header(dir: &DirHandle, name: &str) -> Result<(SegmentHeader, u64), HeaderError> {
+    let (mut f, len) = open_segment(dir, name)?;
     let mut prefix = [0u8; 20];
     f.read_exact(&mut prefix).map_err(|_| HeaderError::Bad("shorter than a segment's header (truncated)".into()))?;
     let need = segment::header_read_len(&prefix).ok_or_else(|| HeaderError::Bad("header length out of range".into()))?;
@@ -459,8 +500,8 @@ fn read_header(path: &Path) -> Result<(SegmentHeader, u64), HeaderError> {
     segment::decode_header(&bytes, len).map(|(h, _)| (h, len)).map_err(HeaderError::Bad)
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, HeaderError> {
-    let (f, len) = open_segment(path)?;
+fn read_file(dir: &DirHandle, name: &str) -> Result<Vec<u8>, HeaderError> {
+    let (f, len) = open_segment(dir, name)?;
     if len > MAX_SEGMENT {
         return Err(HeaderError::Bad(format!("{len} bytes, more than a segment can be")));
     }
@@ -562,6 +603,56 @@ mod tests {
         assert_eq!(q.recordings.len(), 1);
         assert_eq!(q.warnings.len(), 2, "{:?}", q.warnings);
         assert!(q.warnings.iter().any(|w| w.contains(&a.path.display().to_string()) && w.contains("checksum")), "{:?}", q.warnings);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Check that once the store is open, swapping its directory for a
+    /// symlink to another directory moves neither a segment write nor a
+    /// retention delete there: the segment lands in the directory opened,
+    /// and a file of the same name in the link's target survives retention.
+    #[test]
+    fn a_store_swapped_for_a_symlink_keeps_writing_where_it_was_opened() {
+        let d = dir("swapped");
+        std::fs::create_dir_all(&d).unwrap();
+        let (path, moved, target) = (d.join("store"), d.join("moved"), d.join("target"));
+        let store = Store::open(&path, true).unwrap();
+        std::fs::create_dir(&target).unwrap();
+        std::fs::rename(&path, &moved).unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+
+        let t0 = 1_800_000_000_000.0;
+        let (r, w) = window(t0, 1);
+        let seg = store.write(r, w, 0).unwrap();
+        let name = seg.path.file_name().unwrap().to_owned();
+        assert!(moved.join(&name).is_file(), "the segment is in the directory opened");
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0, "nothing was written through the link");
+        assert_eq!(store.query(0.0, f64::INFINITY).recordings.len(), 1, "read back through the handle");
+
+        std::fs::write(target.join(&name), b"not ours").unwrap();
+        let mut index = store.list().0;
+        assert_eq!(store.enforce_retention(&mut index, 0, 0.0).removed, 1);
+        assert!(!moved.join(&name).exists(), "retention removed our segment");
+        assert_eq!(std::fs::read(target.join(&name)).unwrap(), b"not ours", "retention deleted through the link");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Check that a small file (an exporter's cursor) is replaced whole and
+    /// read back, leaves no temporary, and that a symlink in its place is
+    /// not followed.
+    #[test]
+    fn small_files_are_replaced_and_links_not_followed() {
+        let d = dir("small");
+        let store = Store::open(&d, true).unwrap();
+        store.replace_small(".export-x.cursor", b"1.000\n").unwrap();
+        store.replace_small(".export-x.cursor", b"2.000\n").unwrap();
+        assert_eq!(store.read_small(".export-x.cursor").as_deref(), Some("2.000\n"));
+        let names: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, [".export-x.cursor"], "no temporary left");
+        let secret = d.with_extension("secret");
+        std::fs::write(&secret, b"3.000\n").unwrap();
+        std::os::unix::fs::symlink(&secret, d.join(".export-y.cursor")).unwrap();
+        assert_eq!(store.read_small(".export-y.cursor"), None);
+        let _ = std::fs::remove_file(&secret);
         let _ = std::fs::remove_dir_all(&d);
     }
 
