@@ -318,7 +318,8 @@ impl Collector {
             (None, _) => false,
         };
         if let (Some(regs), true) = (regs, handed_over) {
-            let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, MAX_USER_FRAMES + frames.len());
+            // As deep as the kernel walks: a copy of 32 KiB may hold hundreds of small frames.
+            let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, crate::bpf::abi::UNWIND_MAX_FRAMES.max(MAX_USER_FRAMES + frames.len()));
             match end {
                 UnwindEnd::Root => {}
                 UnwindEnd::StackCopyExhausted => self.unwound.push(TRUNCATED_COPY_EXHAUSTED),
