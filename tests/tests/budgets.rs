@@ -115,8 +115,10 @@ fn start_as_nobody(exe: &Path, args: &[&str], ready: &str) -> (Child, String) {
 
 /// What a 150-frame root victim (recurse.c: 512 bytes of locals a frame,
 /// beyond any stack copy) got: (whole stacks, samples in bottom, stderr).
-fn record_victim(dir: &Path, extra: &[&str], seconds: &str) -> (usize, usize, String) {
-    let exe = build_c("recurse", &dir.join("recurse"), &["-O2", "-fomit-frame-pointer"]);
+fn record_victim(dir: &Path, extra: &[&str], seconds: &str, link: &[&str]) -> (usize, usize, String) {
+    let mut flags = vec!["-O2", "-fomit-frame-pointer"];
+    flags.extend_from_slice(link);
+    let exe = build_c("recurse", &dir.join("recurse"), &flags);
     let out_path = dir.join("victim.json.gz");
     let mut args: Vec<&str> = vec!["-a", "--no-off-cpu"];
     args.extend_from_slice(extra);
@@ -148,23 +150,29 @@ fn record_victim(dir: &Path, extra: &[&str], seconds: &str) -> (usize, usize, St
             }
         }
     }
-    eprintln!("victim: {whole} of {counted} whole (e.g. a cut one ends {example:?})");
+    eprintln!("victim: {whole} of {counted} whole (e.g. a cut one ends {example:?}); {}", stats_line(&out));
     (whole, counted, stderr)
 }
 
 /// A file of `rows` unwind rows: one function whose CFA alternates
 /// between two offsets at every instruction (one row each), as a library.
 fn many_rows_library(dir: &Path, name: &str, rows: usize) -> PathBuf {
+    let src = many_rows_source(dir, name, rows);
+    let lib = dir.join(format!("lib{name}.so"));
+    let status = Command::new("gcc").args(["-shared", "-o"]).arg(&lib).arg(&src).status().expect("gcc");
+    assert!(status.success(), "assembling {name} failed");
+    lib
+}
+
+/// The assembly of [`many_rows_library`].
+fn many_rows_source(dir: &Path, name: &str, rows: usize) -> PathBuf {
     let src = dir.join(format!("{name}.s"));
     let asm = format!(
         "\t.section .note.GNU-stack,\"\",@progbits\n\t.text\n\t.globl {name}\n\t.type {name},@function\n{name}:\n\t.cfi_startproc\n\t.rept {}\n\tnop\n\t.cfi_adjust_cfa_offset 8\n\tnop\n\t.cfi_adjust_cfa_offset -8\n\t.endr\n\tret\n\t.cfi_endproc\n\t.size {name}, .-{name}\n",
         rows / 2
     );
     std::fs::write(&src, asm).unwrap();
-    let lib = dir.join(format!("lib{name}.so"));
-    let status = Command::new("gcc").args(["-shared", "-o"]).arg(&lib).arg(&src).status().expect("gcc");
-    assert!(status.success(), "assembling {name} failed");
-    lib
+    src
 }
 
 /// Make `path` nobody's.
@@ -174,12 +182,13 @@ fn give_to_nobody(path: &Path) {
 }
 
 /// Check that a user cannot take the table budget from root: nobody holds
-/// four libraries of its own mapped whose `.eh_frame` compiles to 250,000
-/// rows each (1,000,000 rows: more than the 8 MiB budget's 1,048,576 less
-/// what root's processes use) while root records a 150-frame victim, whose
-/// stacks no copy holds. The victim must come out whole in at least 95% of
-/// its samples in bottom, with the samples its 3 s of CPU time give at
-/// 999 Hz, and the refusal must be said for uid 65534.
+/// four files of its own mapped whose `.eh_frame` compiles to 1,000,000
+/// rows each (the whole 32 MiB budget's 4,194,304 rows, less what root's
+/// processes use) while root records a 150-frame victim, whose stacks no
+/// copy holds and whose program has 20,000 rows of its own (so it needs
+/// room, as libpython would). The victim must come out whole in at least
+/// 95% of its samples in bottom, with the samples its 3 s of CPU time give
+/// at 999 Hz, and the refusal must be said for uid 65534.
 #[test]
 fn a_user_cannot_take_the_table_budget_from_root() {
     if !can_record("a_user_cannot_take_the_table_budget_from_root") {
@@ -189,17 +198,24 @@ fn a_user_cannot_take_the_table_budget_from_root() {
     let theirs = dir.join("nobody");
     std::fs::create_dir(&theirs).unwrap();
     give_to_nobody(&theirs);
-    let libs: Vec<PathBuf> = (0..4).map(|i| many_rows_library(&theirs, &format!("rows{i}"), 250_000)).collect();
-    for l in &libs {
-        give_to_nobody(l);
-    }
+    // Four files (distinct, so four tables) of one assembly.
+    let one = many_rows_library(&theirs, "rows", 1_000_000);
+    let libs: Vec<PathBuf> = (0..4)
+        .map(|i| {
+            let l = theirs.join(format!("librows{i}.so"));
+            std::fs::copy(&one, &l).unwrap();
+            give_to_nobody(&l);
+            l
+        })
+        .collect();
+    let pad = many_rows_source(&dir, "pad", 20_000);
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let hold = build_c("holdlibs", &theirs.join("holdlibs"), &["-ldl"]);
     let mut args = vec!["120"];
     args.extend(libs.iter().map(|l| l.to_str().unwrap()));
     let (mut attacker, said) = start_as_nobody(&hold, &args, "held=");
     assert!(said.contains("held=4"), "the attacker holds its four files: {said}");
-    let (whole, counted, stderr) = record_victim(&dir, &["--unwind-table-mb", "8"], "3.0");
+    let (whole, counted, stderr) = record_victim(&dir, &["--unwind-table-mb", "32"], "3.0", &[pad.to_str().unwrap()]);
     let _ = attacker.kill();
     let _ = attacker.wait();
     eprintln!("{}", kernel_line(&stderr));
@@ -230,11 +246,12 @@ fn a_user_cannot_take_the_process_map_from_root() {
     assert!(said.contains("started=1100"), "the attacker runs its processes: {said}");
     // Every child has mapped its page once.
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let (whole, counted, stderr) = record_victim(&dir, &["--unwind-processes", "1024"], "3.0");
+    let (whole, counted, stderr) = record_victim(&dir, &["--unwind-processes", "1024"], "3.0", &[]);
     // Its children die with it (PR_SET_PDEATHSIG).
     let _ = attacker.kill();
     let _ = attacker.wait();
     eprintln!("{}", kernel_line(&stderr));
+    eprintln!("{}", stderr.lines().find(|l| l.contains("kernel unwinding refused")).unwrap_or("no refusals"));
     assert!(counted as f64 >= 3.0 * HZ * 0.93, "{counted} samples for 3 s of CPU");
     assert!(whole * 100 >= counted * 95, "{whole} of {counted} whole");
     let refused = stderr
