@@ -520,6 +520,23 @@ fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collec
 mod tests {
     use super::*;
 
+    /// Check that what the kernel unwinder refused reaches the metrics, per
+    /// uid, and the health line's part; and that nothing is said when
+    /// nothing was refused.
+    #[test]
+    fn unwind_refusals_reach_the_metrics_and_the_health_line() {
+        use crate::unwind::kernel::UidRefusals;
+        let c = AgentCounters::default();
+        assert_eq!(refusals_part(&c.unwind_refusals.lock().unwrap()), "");
+        *c.unwind_refusals.lock().unwrap() = vec![(65534, UidRefusals { entries: 845, tables: 2 }), (1000, UidRefusals { entries: 0, tables: 1 })];
+        let text = metrics_text(&c, &[]);
+        assert!(text.contains("sysprof_unwind_entries_refused_total{uid=\"65534\"} 845\n"), "{text}");
+        assert!(text.contains("sysprof_unwind_tables_refused_total{uid=\"65534\"} 2\n"), "{text}");
+        assert!(text.contains("sysprof_unwind_tables_refused_total{uid=\"1000\"} 1\n"), "{text}");
+        let part = refusals_part(&c.unwind_refusals.lock().unwrap());
+        assert_eq!(part, "; kernel unwinder refused (stacks copied instead) uid 65534: 845 processes, 2 tables; uid 1000: 0 processes, 1 tables");
+    }
+
     /// Check that windows end on multiples of the window length on the wall
     /// clock, and a first window is never shorter than half of one.
     #[test]

@@ -378,6 +378,19 @@ impl KernelTables {
             return;
         }
         self.owners.insert(binary, owner);
+        // An owner already holding its share gets no more: not even the
+        // compiling (a file of millions of rows takes a worker a second).
+        let has_cfi = info.is_some_and(|i| i.eh_frame.is_some() || i.debug_frame.is_some());
+        if has_cfi && owner != SYSTEM_UID && self.rows_of(owner) >= self.stats.rows_capacity / 2 {
+            self.stats.over_budget += 1;
+            self.stats.tables_over_share += 1;
+            self.refusals.entry(owner).or_default().tables += 1;
+            if self.failures.len() < 100 {
+                self.failures.push(format!("{path}: uid {owner} holds its half of --unwind-table-mb; its frames are unwound from stack copies"));
+            }
+            self.tables.insert(binary, TableState::Userspace);
+            return;
+        }
         if let Some(info) = info {
             let cfi_bytes = info.eh_frame.as_ref().map(|e| e.1.len()).or(info.debug_frame.as_ref().map(|d| d.len())).unwrap_or(0);
             if cfi_bytes > 0 && cfi_bytes <= COMPILE_HERE_BYTES {
