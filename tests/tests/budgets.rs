@@ -114,8 +114,9 @@ fn start_as_nobody(exe: &Path, args: &[&str], ready: &str) -> (Child, String) {
 }
 
 /// What a 150-frame root victim (recurse.c: 512 bytes of locals a frame,
-/// beyond any stack copy) got: (whole stacks, samples in bottom, stderr).
-fn record_victim(dir: &Path, extra: &[&str], seconds: &str, link: &[&str]) -> (usize, usize, String) {
+/// beyond any stack copy) got: (whole stacks, samples in bottom, stderr,
+/// the profile's warnings).
+fn record_victim(dir: &Path, extra: &[&str], seconds: &str, link: &[&str]) -> (usize, usize, String, Vec<String>) {
     let mut flags = vec!["-O2", "-fomit-frame-pointer"];
     flags.extend_from_slice(link);
     let exe = build_c("recurse", &dir.join("recurse"), &flags);
@@ -151,7 +152,26 @@ fn record_victim(dir: &Path, extra: &[&str], seconds: &str, link: &[&str]) -> (u
         }
     }
     eprintln!("victim: {whole} of {counted} whole (e.g. a cut one ends {example:?}); {}", stats_line(&out));
-    (whole, counted, stderr)
+    (whole, counted, stderr, profile_warnings(&profile))
+}
+
+/// The warnings of a profile's meta (Profile Info).
+fn profile_warnings(profile: &Profile) -> Vec<String> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if m.get("label").and_then(|l| l.as_str()) == Some("Warning") {
+                    out.extend(m.get("value").and_then(|v| v.as_str()).map(str::to_string));
+                }
+                m.values().for_each(|v| walk(v, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(&profile.json["meta"], &mut out);
+    out
 }
 
 /// A file of `rows` unwind rows: one function whose CFA alternates
@@ -215,7 +235,7 @@ fn a_user_cannot_take_the_table_budget_from_root() {
     args.extend(libs.iter().map(|l| l.to_str().unwrap()));
     let (mut attacker, said) = start_as_nobody(&hold, &args, "held=");
     assert!(said.contains("held=4"), "the attacker holds its four files: {said}");
-    let (whole, counted, stderr) = record_victim(&dir, &["--unwind-table-mb", "32"], "3.0", &[pad.to_str().unwrap()]);
+    let (whole, counted, stderr, warnings) = record_victim(&dir, &["--unwind-table-mb", "32"], "3.0", &[pad.to_str().unwrap()]);
     let _ = attacker.kill();
     let _ = attacker.wait();
     eprintln!("{}", kernel_line(&stderr));
@@ -225,6 +245,7 @@ fn a_user_cannot_take_the_table_budget_from_root() {
         stderr.lines().any(|l| l.contains("kernel unwinding refused") && l.contains("uid 65534:") && !l.contains("uid 65534: 0 processes, 0 tables")),
         "the refusal is said, for uid 65534: {stderr}"
     );
+    assert!(warnings.iter().any(|w| w.starts_with("uid 65534: ") && w.contains("tables")), "the profile says it: {warnings:?}");
 }
 
 /// Check that a user cannot take the process map from root: with the map
@@ -246,7 +267,7 @@ fn a_user_cannot_take_the_process_map_from_root() {
     assert!(said.contains("started=1100"), "the attacker runs its processes: {said}");
     // Every child has mapped its page once.
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let (whole, counted, stderr) = record_victim(&dir, &["--unwind-processes", "1024"], "3.0", &[]);
+    let (whole, counted, stderr, warnings) = record_victim(&dir, &["--unwind-processes", "1024"], "3.0", &[]);
     // Its children die with it (PR_SET_PDEATHSIG).
     let _ = attacker.kill();
     let _ = attacker.wait();
@@ -262,4 +283,5 @@ fn a_user_cannot_take_the_process_map_from_root() {
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or(0);
     assert!(refused >= 1100 - 256, "nobody's processes past its quarter are counted as refused: {refused}; {stderr}");
+    assert!(warnings.iter().any(|w| w.starts_with("uid 65534: ") && w.contains("processes got no entry")), "the profile says it: {warnings:?}");
 }
