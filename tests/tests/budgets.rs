@@ -285,3 +285,63 @@ fn a_user_cannot_take_the_process_map_from_root() {
     assert!(refused >= 1100 - 256, "nobody's processes past its quarter are counted as refused: {refused}; {stderr}");
     assert!(warnings.iter().any(|w| w.starts_with("uid 65534: ") && w.contains("processes got no entry")), "the profile says it: {warnings:?}");
 }
+
+/// Check that a process refused an entry (its user holds its quarter of
+/// the process map) hands its samples over to userspace instead of being
+/// taken for one that just started: with the map shrunk to 1024 entries
+/// (nobody's quarter: 256), nobody holds 300 sleeping processes, then runs
+/// `deep` (six small frames, -O2 -fomit-frame-pointer) for 2 s of CPU while
+/// root records. At least 95% of deep's samples must hold the whole chain
+/// to the thread root (the source's chain), with the samples its CPU time
+/// gives; none may say "just started"; the kernel's walks say `refused`.
+#[test]
+fn a_process_refused_an_entry_hands_over() {
+    if !can_record("a_process_refused_an_entry_hands_over") {
+        return;
+    }
+    let dir = scratch("a_process_refused_an_entry_hands_over");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let forks = build_c("mapforks", &dir.join("mapforks"), &[]);
+    let deep = build_c("deep", &dir.join("deep"), &["-O2", "-fomit-frame-pointer"]);
+    let (mut attacker, said) = start_as_nobody(&forks, &["300", "120"], "started=");
+    assert!(said.contains("started=300"), "the attacker runs its processes: {said}");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let out_path = dir.join("out.json.gz");
+    let rec = record_started(&["-a", "--no-off-cpu", "--unwind-processes", "1024", "-d", "120"], &out_path);
+    // Started after the snapshot: nobody's quarter is taken by then.
+    let ran = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&deep)
+        .arg("2.0")
+        .output()
+        .expect("setpriv");
+    let _ = Command::new("kill").args(["-INT", &rec.id().to_string()]).status();
+    let out = wait_with_timeout(rec, std::time::Duration::from_secs(120), "sysprof record");
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    assert_success(&out);
+    assert!(ran.status.success(), "deep ran");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let (pid, tid) = (field(&ran.stdout, "pid").unwrap(), field(&ran.stdout, "tid").unwrap());
+    let profile = Profile::load(&out_path);
+    let t = profile.thread(pid, tid).expect("the deep thread");
+    const CHAIN: [&str; 6] = ["level1", "level2", "level3", "level4", "level5", "level6"];
+    let stacks = t.on_cpu_stacks(&profile.categories());
+    let (mut whole, mut just_started) = (0, 0);
+    for s in &stacks {
+        let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
+        just_started += names.iter().any(|n| n.contains("just started")) as usize;
+        let Some(root) = names.iter().position(|n| *n == "start_thread" || *n == "clone3" || n.starts_with("__clone")) else { continue };
+        let Some(i1) = names.iter().position(|n| *n == "level1") else { continue };
+        if i1 > root && names.get(i1 - 1) == Some(&"deep") && names[i1..].starts_with(&CHAIN) {
+            whole += 1;
+        }
+    }
+    let line = kernel_line(&stderr);
+    let refused_walks = line.split("refused=").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+    eprintln!("refused deep: {whole} of {} whole, {just_started} 'just started'; {line}", stacks.len());
+    assert!(stacks.len() as f64 >= 2.0 * HZ * 0.93, "{} samples for 2 s of CPU", stacks.len());
+    assert_eq!(just_started, 0, "a refused process is no process that just started");
+    assert!(refused_walks > 0, "the kernel's walks say refused: {line}");
+    assert!(whole * 100 >= stacks.len() * 95, "{whole} of {} whole", stacks.len());
+}
