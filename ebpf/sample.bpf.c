@@ -118,9 +118,10 @@ struct {
 } exec_times SEC(".maps");
 
 /* A process without an entry hands its samples over (with a 32 KiB copy)
- * only in its first seconds, while userspace has yet to write the entry:
- * processes that were running before a `record -- CMD` never get one, and
- * copying their every sample would fill the ring for nothing. */
+ * only in its first seconds, while userspace has yet to write the entry,
+ * or when userspace refused it one (`unwind_refused`): processes that were
+ * running before a `record -- CMD` never get one, and copying their every
+ * sample would fill the ring for nothing. */
 #define HANDOVER_WINDOW_NS 2000000000ULL
 
 static __always_inline int recently_started(struct task_struct *task, __u32 tgid)
@@ -150,7 +151,8 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 	/* Kernel threads have no user stack: an empty one is not a failure. */
 	if (!(BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */)) {
 		__u32 tgid = pid_tgid >> 32;
-		int hand_over = stack_copy && (bpf_map_lookup_elem(&unwind_processes, &tgid) || recently_started(task, tgid));
+		int hand_over = stack_copy && (bpf_map_lookup_elem(&unwind_processes, &tgid) || recently_started(task, tgid) ||
+					       process_refused(tgid));
 
 		user_regs(ctx, regs);
 		/* The leaf's registers: userspace matches an unreadable stack

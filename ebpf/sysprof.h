@@ -98,6 +98,13 @@
 #define UNWIND_TABLE_PENDING 0xffffffffu
 /* ... for code only userspace can walk (JIT code described by a jitdump). */
 #define UNWIND_TABLE_USERSPACE 0xfffffffeu
+/* unwind_process.flags: the process has more executable mappings than an
+ * entry holds (those cut are its smallest): an address in no listed
+ * mapping may be code, and the walk hands over to userspace there. */
+#define UNWIND_PROCESS_CUT 1
+/* Words of `unwind_refused`, one bit per pid up to the kernel's
+ * PID_MAX_LIMIT (4194304): no number of processes can fill it. */
+#define UNWIND_REFUSED_WORDS 65536
 
 /* unwind_row.kind, as userspace/src/unwind/tables.rs compiles them */
 #define ROW_NONE 0        /* no rule: try the frame pointer */
@@ -118,6 +125,9 @@
 #define UNWIND_END_NO_INFO 6      /* no rule and no usable frame pointer */
 #define UNWIND_END_MAX_FRAMES 7   /* UNWIND_MAX_FRAMES reached */
 #define UNWIND_END_USERSPACE 8    /* code only userspace can walk: handed over */
+#define UNWIND_END_REFUSED 9      /* no entry: its user's share of the process map was full
+                                     (or it was evicted for another's): handed over */
+#define UNWIND_ENDS 10
 
 struct unwind_row {
 	__u32 pc;               /* the file's virtual address the row starts at */
@@ -139,6 +149,8 @@ struct unwind_process {
 	__u32 wake_until_ms;    /* bpf_ktime_get_ns() / 1e6 (truncated) until which a walk
 	                           that hands over wakes the reader: the entry was just
 	                           written, libraries may be mapped since */
+	__u32 flags;            /* UNWIND_PROCESS_CUT */
+	__u32 _pad;
 	struct unwind_mapping m[UNWIND_MAX_MAPPINGS];
 };
 

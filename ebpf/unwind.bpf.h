@@ -38,8 +38,30 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC); /* 8 KiB per process, only for those that exist */
 	__type(key, __u32);
 	__type(value, struct unwind_process);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 16384); /* userspace may set another size before load */
 } unwind_processes SEC(".maps");
+
+/* One bit per pid (tgid): set by userspace for a process it gave no entry
+ * because its user's share of `unwind_processes` was full, or whose entry
+ * it evicted for another user's process. Such a process is no process that
+ * just started: its samples hand over to userspace whatever its age. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, UNWIND_REFUSED_WORDS);
+} unwind_refused SEC(".maps");
+
+static __always_inline int process_refused(__u32 tgid)
+{
+	__u32 word = tgid / 64;
+	__u64 *bits;
+
+	if (word >= UNWIND_REFUSED_WORDS)
+		return 0;
+	bits = bpf_map_lookup_elem(&unwind_refused, &word);
+	return bits && (*bits >> (tgid % 64)) & 1;
+}
 
 /* The walk's state, on the caller's stack, shared with each iteration. */
 struct ustack_walk {
@@ -52,6 +74,7 @@ struct ustack_walk {
 	__u32 end;
 	__u32 return_address; /* ip came from the stack: look up ip - 1 (inside the call) */
 	__u32 may_hand_over;  /* a stack copy is configured: stop where tables are missing */
+	__u32 no_process_end; /* without an entry: UNWIND_END_NO_PROCESS or _REFUSED */
 };
 
 /* A binary search of a process's mappings (sorted by start) for the last
@@ -100,25 +123,27 @@ static __always_inline int unwind_find_mapping(struct unwind_process *p, __u64 i
 	return 1;
 }
 
-/* Whether the process's entry was written moments ago (see wake_until_ms):
- * it may lack libraries mapped since. */
-static __always_inline int process_is_new(__u32 tgid)
+/* Whether an address in no mapping of the process's entry may be code:
+ * the entry was written moments ago (see wake_until_ms) and may lack
+ * libraries mapped since, or it lists only some of its mappings. */
+static __always_inline int process_may_miss_code(__u32 tgid)
 {
 	struct unwind_process *p = bpf_map_lookup_elem(&unwind_processes, &tgid);
 	__u32 now_ms = bpf_ktime_get_ns() / 1000000;
 
-	return p && (__s32)(p->wake_until_ms - now_ms) > 0;
+	return p && ((p->flags & UNWIND_PROCESS_CUT) || (__s32)(p->wake_until_ms - now_ms) > 0);
 }
 
 /* Whether a walk that ended so hands over to userspace: where the tables
- * are not loaded yet, where only userspace has them, and at an address in
- * no mapping the entry lists when that may be a library mapped since (at
- * the leaf, or in a process whose entry is new): deeper in an older
- * process it is no code, and a copy would be sent for nothing. */
+ * are not loaded yet, where only userspace has them, for a process refused
+ * an entry, and at an address in no mapping the entry lists when that may
+ * be code (at the leaf, in a process whose entry is new, or whose entry was
+ * cut): deeper in an older process it is no code, and a copy would be sent
+ * for nothing. */
 static __always_inline int unwind_hands_over(__u32 end, __u32 n, __u32 tgid)
 {
 	return end == UNWIND_END_NO_PROCESS || end == UNWIND_END_PENDING || end == UNWIND_END_USERSPACE ||
-	       (end == UNWIND_END_BAD_ADDRESS && (n == 0 || process_is_new(tgid)));
+	       end == UNWIND_END_REFUSED || (end == UNWIND_END_BAD_ADDRESS && (n == 0 || process_may_miss_code(tgid)));
 }
 
 /* A binary search for the last row at or below pc, one step per bpf_loop()
@@ -174,7 +199,7 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 
 	if (!s->proc) {
 		if (s->may_hand_over) {
-			s->end = UNWIND_END_NO_PROCESS;
+			s->end = s->no_process_end;
 			return 1;
 		}
 	} else if (unwind_find_mapping(s->proc, ip, &found)) {
@@ -188,7 +213,7 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 	 * at the leaf, the latter or JIT code. Userspace, which knows every
 	 * mapping, tells them apart when the walk can hand over. */
 	if (!m && (s->n > 0 || (s->proc && s->may_hand_over))) {
-		s->end = s->proc ? UNWIND_END_BAD_ADDRESS : UNWIND_END_NO_PROCESS;
+		s->end = s->proc ? UNWIND_END_BAD_ADDRESS : s->no_process_end;
 		return 1;
 	}
 	if (m && m->table_start == UNWIND_TABLE_PENDING && s->may_hand_over) {
@@ -206,7 +231,7 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 	s->frames[s->n & (UNWIND_MAX_FRAMES - 1)] = ip;
 	s->n++;
 	if (!s->proc) {
-		s->end = UNWIND_END_NO_PROCESS;
+		s->end = s->no_process_end;
 		return 1;
 	}
 
@@ -311,6 +336,7 @@ static __always_inline __u32 unwind_user(__u32 tgid, __u64 regs[3], __u64 *frame
 	};
 
 	s.proc = bpf_map_lookup_elem(&unwind_processes, &tgid);
+	s.no_process_end = !s.proc && process_refused(tgid) ? UNWIND_END_REFUSED : UNWIND_END_NO_PROCESS;
 	bpf_loop(UNWIND_MAX_FRAMES + 1, unwind_step, &s, 0);
 	*end = s.end;
 	regs[0] = s.ip;

@@ -86,6 +86,10 @@ pub struct RecordArgs {
     /// row: libc takes 0.2, rustc's two libraries 20).
     #[arg(long = "unwind-table-mb", default_value_t = 64)]
     pub unwind_table_mb: u32,
+    /// Process entries of the in-kernel unwinder (tests shrink it to fill
+    /// it cheaply).
+    #[arg(long = "unwind-processes", default_value_t = crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES, hide = true)]
+    pub unwind_processes: u32,
     /// Do not trace context switches (off-CPU time, wakers, run-queue delay).
     #[arg(long = "no-off-cpu")]
     pub no_off_cpu: bool,

@@ -119,6 +119,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
         target_tgid,
         stack_copy: if dwarf { args.stack_size } else { 0 },
         kernel_unwind_rows: if args.call_graph == "dwarf" { unwind_table_rows(args.unwind_table_mb) } else { 0 },
+        kernel_unwind_processes: args.unwind_processes.clamp(16, crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES * 4),
         off_cpu: !args.no_off_cpu,
         io: !args.no_io,
         off_cpu_min_ns: OFF_CPU_EMIT_NS.min(marker_min_ns),
@@ -211,6 +212,10 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     if args.verbose {
         if let Some(k) = collector.kernel_table_stats() {
             eprintln!("sysprof: {}", k.line());
+            let refusals = collector.kernel_refusals();
+            if !refusals.is_empty() {
+                eprintln!("sysprof: kernel unwinding refused: {}", crate::unwind::kernel::refusals_text(&refusals));
+            }
         }
     }
     let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));

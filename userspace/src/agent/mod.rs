@@ -74,6 +74,9 @@ pub struct AgentCounters {
     pub store_files: AtomicU64,
     /// Segments removed by retention.
     pub retention_removed: AtomicU64,
+    /// What the in-kernel unwinder refused, per uid (process entries and
+    /// tables), all time.
+    pub unwind_refusals: std::sync::Mutex<Vec<(u32, crate::unwind::kernel::UidRefusals)>>,
 }
 
 /// Run the agent; returns its exit status.
@@ -149,6 +152,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         target_tgid: 0,
         stack_copy: if cfg.dwarf { cfg.stack_size } else { 0 },
         kernel_unwind_rows: cfg.kernel_unwind_rows,
+        kernel_unwind_processes: crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES,
         off_cpu: cfg.off_cpu,
         io: cfg.io,
         off_cpu_min_ns: marker_min_ns,
@@ -256,6 +260,9 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         counters.windows.fetch_add(1, Ordering::Relaxed);
         counters.samples.fetch_add(rec.stats.samples_kept, Ordering::Relaxed);
         counters.lost.fetch_add(rec.stats.lost_total(), Ordering::Relaxed);
+        if let Ok(mut r) = counters.unwind_refusals.lock() {
+            *r = collector.kernel_refusals();
+        }
         if cfg.verbose {
             eprintln!("sysprof agent: window {:.0}-{:.0}: {}", window_start_wall, end_wall, crate::record::stats_line(&rec));
         }
@@ -430,6 +437,24 @@ fn metrics_text(c: &AgentCounters, exporters: &[(&'static str, Arc<crate::export
     metric(&mut out, "sysprof_windows_stored_total", "counter", "Windows written to the store.", &[(String::new(), v(&c.stored))]);
     metric(&mut out, "sysprof_windows_store_failed_total", "counter", "Windows the store could not write.", &[(String::new(), v(&c.store_failed))]);
     metric(&mut out, "sysprof_windows_dropped_total", "counter", "Windows dropped because the store was behind.", &[(String::new(), v(&c.dropped))]);
+    let refusals = c.unwind_refusals.lock().map(|r| r.clone()).unwrap_or_default();
+    let per_uid = |f: fn(&crate::unwind::kernel::UidRefusals) -> u64| -> Vec<(String, f64)> {
+        refusals.iter().map(|(uid, r)| (format!("uid=\"{uid}\""), f(r) as f64)).collect()
+    };
+    metric(
+        &mut out,
+        "sysprof_unwind_entries_refused_total",
+        "counter",
+        "Processes the in-kernel unwinder gave no entry (their uid held its share, or evicted for another uid's), by uid: their stacks are unwound from copies.",
+        &per_uid(|r| r.entries),
+    );
+    metric(
+        &mut out,
+        "sysprof_unwind_tables_refused_total",
+        "counter",
+        "Unwind tables refused or evicted for want of room in the table budget, by the uid they are charged to: their frames are unwound from copies.",
+        &per_uid(|r| r.tables),
+    );
     metric(&mut out, "sysprof_store_bytes", "gauge", "Bytes the store holds.", &[(String::new(), v(&c.store_bytes))]);
     metric(&mut out, "sysprof_store_files", "gauge", "Segment files in the store.", &[(String::new(), v(&c.store_files))]);
     let per = |f: fn(&crate::export::ExportCounters) -> &AtomicU64| -> Vec<(String, f64)> {
@@ -443,6 +468,15 @@ fn metrics_text(c: &AgentCounters, exporters: &[(&'static str, Arc<crate::export
     metric(&mut out, "sysprof_agent_cpu_seconds_total", "counter", "CPU time the agent used (user and system).", &[(String::new(), process_cpu_seconds())]);
     metric(&mut out, "sysprof_agent_resident_bytes", "gauge", "The agent's resident memory.", &[(String::new(), rss_bytes().0 as f64)]);
     out
+}
+
+/// The health line's part on what the in-kernel unwinder refused, and whom
+/// (empty when nothing was).
+fn refusals_part(refusals: &[(u32, crate::unwind::kernel::UidRefusals)]) -> String {
+    if refusals.is_empty() {
+        return String::new();
+    }
+    format!("; kernel unwinder refused (stacks copied instead) {}", crate::unwind::kernel::refusals_text(refusals))
 }
 
 /// The health line: what was stored, lost and kept, and what it cost.
@@ -467,7 +501,8 @@ fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collec
         processes,
         binaries,
         crate::record::human_bytes(names as u64),
-    ) + &exporters
+    ) + &refusals_part(&c.unwind_refusals.lock().map(|r| r.clone()).unwrap_or_default())
+        + &exporters
         .iter()
         .map(|(n, e)| {
             format!(
@@ -484,6 +519,23 @@ fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Check that what the kernel unwinder refused reaches the metrics, per
+    /// uid, and the health line's part; and that nothing is said when
+    /// nothing was refused.
+    #[test]
+    fn unwind_refusals_reach_the_metrics_and_the_health_line() {
+        use crate::unwind::kernel::UidRefusals;
+        let c = AgentCounters::default();
+        assert_eq!(refusals_part(&c.unwind_refusals.lock().unwrap()), "");
+        *c.unwind_refusals.lock().unwrap() = vec![(65534, UidRefusals { entries: 845, tables: 2 }), (1000, UidRefusals { entries: 0, tables: 1 })];
+        let text = metrics_text(&c, &[]);
+        assert!(text.contains("sysprof_unwind_entries_refused_total{uid=\"65534\"} 845\n"), "{text}");
+        assert!(text.contains("sysprof_unwind_tables_refused_total{uid=\"65534\"} 2\n"), "{text}");
+        assert!(text.contains("sysprof_unwind_tables_refused_total{uid=\"1000\"} 1\n"), "{text}");
+        let part = refusals_part(&c.unwind_refusals.lock().unwrap());
+        assert_eq!(part, "; kernel unwinder refused (stacks copied instead) uid 65534: 845 processes, 2 tables; uid 1000: 0 processes, 1 tables");
+    }
 
     /// Check that windows end on multiples of the window length on the wall
     /// clock, and a first window is never shorter than half of one.

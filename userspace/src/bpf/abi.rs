@@ -58,6 +58,10 @@ pub const UNWIND_MAX_MAPPINGS: usize = 256;
 pub const UNWIND_TABLE_PENDING: u32 = 0xffff_ffff;
 /// `UnwindMapping::table_start` of code only userspace can walk (JIT code with a jitdump).
 pub const UNWIND_TABLE_USERSPACE: u32 = 0xffff_fffe;
+/// `UnwindProcess::flags`: more executable mappings than an entry holds.
+pub const UNWIND_PROCESS_CUT: u32 = 1;
+/// Words of the `unwind_refused` bitmap (one bit per pid).
+pub const UNWIND_REFUSED_WORDS: usize = 65536;
 /// How the in-kernel walk ended: the thread's outermost frame.
 pub const UNWIND_END_ROOT: u32 = 0;
 /// No tables for the process yet.
@@ -76,6 +80,10 @@ pub const UNWIND_END_NO_INFO: u32 = 6;
 pub const UNWIND_END_MAX_FRAMES: u32 = 7;
 /// Code only userspace can walk: handed over.
 pub const UNWIND_END_USERSPACE: u32 = 8;
+/// No entry: its user's share of the process map was full; handed over.
+pub const UNWIND_END_REFUSED: u32 = 9;
+/// How many `UNWIND_END_*` there are.
+pub const UNWIND_ENDS: usize = 10;
 
 /// `STACK_SLOT_PREEMPTED`
 pub const STACK_SLOT_PREEMPTED: u32 = 0;
@@ -433,6 +441,10 @@ pub struct UnwindProcess {
     /// Monotonic ms (truncated to 32 bits) until which a walk that hands
     /// over wakes the reader.
     pub wake_until_ms: u32,
+    /// `UNWIND_PROCESS_CUT`.
+    pub flags: u32,
+    /// Zero.
+    pub _pad: u32,
     /// The mappings, by start address.
     pub m: [UnwindMapping; UNWIND_MAX_MAPPINGS],
 }
@@ -644,7 +656,7 @@ mod tests {
                 stack_size, unwind_end, comm, user_ip, user_sp, user_bp, kstack, ustack }
             struct unwind_row = crate::unwind::tables::Row { pc, kind, rbp_slot, cfa_off8 }
             struct unwind_mapping = UnwindMapping { start, end, bias, table_start, table_len }
-            struct unwind_process = UnwindProcess { count, wake_until_ms, m }
+            struct unwind_process = UnwindProcess { count, wake_until_ms, flags, m }
             struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, unwind_end, user_ip, user_sp,
                 user_bp, kstack, ustack }
             struct offcpu_event = OffCpuEvent { kind, state, start_ns, end_ns, wake_ns, pid, tid, cpu_out, cpu_in, waker_pid,
@@ -666,7 +678,7 @@ mod tests {
                 DROP_EVENTS_FULL, DROP_STACK_RECORD, DROP_STATE_FULL, DROP_IO_UNTRACKED, DROP_MAX,
                 SAMPLE_FLAG_KERNEL_UNWOUND, SAMPLE_FLAG_LEAF_REGS, STACK_KERNEL_UNWOUND, UNWIND_MAX_FRAMES, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING, UNWIND_END_ROOT,
                 UNWIND_END_NO_PROCESS, UNWIND_END_PENDING, UNWIND_END_BAD_ADDRESS, UNWIND_END_UNSUPPORTED,
-                UNWIND_END_READ_FAILED, UNWIND_END_NO_INFO, UNWIND_END_MAX_FRAMES, UNWIND_END_USERSPACE, UNWIND_TABLE_USERSPACE, ROW_NONE, ROW_CFA_RSP, ROW_CFA_RBP,
+                UNWIND_END_READ_FAILED, UNWIND_END_NO_INFO, UNWIND_END_MAX_FRAMES, UNWIND_END_USERSPACE, UNWIND_END_REFUSED, UNWIND_ENDS, UNWIND_PROCESS_CUT, UNWIND_REFUSED_WORDS, UNWIND_TABLE_USERSPACE, ROW_NONE, ROW_CFA_RSP, ROW_CFA_RBP,
                 ROW_PLT, ROW_SIGNAL, ROW_END, ROW_UNSUPPORTED }
         );
         let header = concat!(env!("CARGO_MANIFEST_DIR"), "/../ebpf/sysprof.h");

@@ -47,6 +47,8 @@ pub struct SamplerOptions {
     /// Unwind user stacks in the kernel, with room for this many table rows
     /// (0: do not).
     pub kernel_unwind_rows: u32,
+    /// Entries of the process map (`unwind_processes`).
+    pub kernel_unwind_processes: u32,
     /// Pin the unwind maps here for the tracer to share.
     pub share_unwind_maps: Option<std::path::PathBuf>,
 }
@@ -77,7 +79,10 @@ impl Sampler {
     pub fn load(opts: &SamplerOptions) -> Result<(Sampler, RingBuf<MapData>), RecordError> {
         let mut loader = EbpfLoader::new();
         if let Some(dir) = &opts.share_unwind_maps {
-            loader.map_pin_path("unwind_rows", dir.join("unwind_rows")).map_pin_path("unwind_processes", dir.join("unwind_processes"));
+            loader
+                .map_pin_path("unwind_rows", dir.join("unwind_rows"))
+                .map_pin_path("unwind_processes", dir.join("unwind_processes"))
+                .map_pin_path("unwind_refused", dir.join("unwind_refused"));
         }
         let mut ebpf = loader
             .override_global("targ_tgid", &opts.target_tgid, true)
@@ -86,6 +91,7 @@ impl Sampler {
             .override_global("kernel_unwind", &((opts.kernel_unwind_rows > 0) as u32), true)
             .map_max_entries("samples", opts.ring_bytes)
             .map_max_entries("unwind_rows", opts.kernel_unwind_rows.max(1))
+            .map_max_entries("unwind_processes", opts.kernel_unwind_processes.max(1))
             .map_max_entries("sample_scratch", if opts.kernel_unwind_rows > 0 { possible_cpus()? } else { 1 })
             .load(SAMPLE_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sample.bpf.o", &e))?;
@@ -112,7 +118,14 @@ impl Sampler {
                 .map_err(|e| RecordError::Internal(format!("cannot map the unwind table array: {e}")))?;
             let processes = aya::maps::HashMap::try_from(take(&mut ebpf, "unwind_processes")?)
                 .map_err(|e| RecordError::Internal(format!("unwind_processes map: {e}")))?;
-            unwind_maps = Some(crate::unwind::kernel::KernelUnwindMaps { rows, processes });
+            let refused = aya::maps::Array::try_from(take(&mut ebpf, "unwind_refused")?)
+                .map_err(|e| RecordError::Internal(format!("unwind_refused map: {e}")))?;
+            unwind_maps = Some(crate::unwind::kernel::KernelUnwindMaps {
+                rows,
+                processes,
+                refused,
+                process_capacity: opts.kernel_unwind_processes.max(1),
+            });
         }
         let ring = RingBuf::try_from(take(&mut ebpf, "samples")?)
             .map_err(|e| RecordError::Internal(format!("samples ring: {e}")))?;
@@ -304,7 +317,10 @@ impl Tracer {
         let wakeup = (opts.ring_bytes as u64 / opts.wakeup_divisor.max(1) as u64).max(4096);
         let mut loader = EbpfLoader::new();
         if let Some(dir) = &opts.kernel_unwind {
-            loader.map_pin_path("unwind_rows", dir.join("unwind_rows")).map_pin_path("unwind_processes", dir.join("unwind_processes"));
+            loader
+                .map_pin_path("unwind_rows", dir.join("unwind_rows"))
+                .map_pin_path("unwind_processes", dir.join("unwind_processes"))
+                .map_pin_path("unwind_refused", dir.join("unwind_refused"));
         }
         let mut ebpf = loader
             .override_global("kernel_unwind", &(opts.kernel_unwind.is_some() as u32), true)

@@ -81,6 +81,8 @@ pub struct CaptureOptions {
     pub stack_copy: u32,
     /// Unwind in the kernel with this many rows of tables (0: do not).
     pub kernel_unwind_rows: u32,
+    /// Entries of the in-kernel unwinder's process map.
+    pub kernel_unwind_processes: u32,
     /// Trace context switches and wakeups.
     pub off_cpu: bool,
     /// Trace block I/O.
@@ -203,6 +205,7 @@ impl CaptureSession {
             // sent at their size: they get the deepest copy there is.
             stack_copy: if opts.kernel_unwind_rows > 0 && opts.stack_copy > 0 { abi::MAX_STACK_COPY as u32 } else { opts.stack_copy },
             kernel_unwind_rows: opts.kernel_unwind_rows,
+            kernel_unwind_processes: opts.kernel_unwind_processes,
             share_unwind_maps: shared.as_ref().map(|d| d.path().to_path_buf()),
         };
         let (mut sampler, samples) = match Sampler::load(&sampler_opts) {

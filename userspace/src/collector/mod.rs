@@ -306,7 +306,8 @@ impl Collector {
         self.unwound.extend_from_slice(frames);
         let Some(u) = self.unwinders.as_mut() else { return };
         if let Some(k) = u.kernel.as_mut() {
-            k.stats.ends[(end as usize).min(8)] += 1;
+            k.stats.ends[(end as usize).min(UNWIND_ENDS - 1)] += 1;
+            k.sampled(pid);
         }
         // The kernel sends registers and a copy only where it hands over. At
         // an address its entry did not cover: code mapped since, or no code
@@ -317,7 +318,8 @@ impl Collector {
             (None, _) => false,
         };
         if let (Some(regs), true) = (regs, handed_over) {
-            let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, MAX_USER_FRAMES + frames.len());
+            // As deep as the kernel walks: a copy of 32 KiB may hold hundreds of small frames.
+            let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, crate::bpf::abi::UNWIND_MAX_FRAMES.max(MAX_USER_FRAMES + frames.len()));
             match end {
                 UnwindEnd::Root => {}
                 UnwindEnd::StackCopyExhausted => self.unwound.push(TRUNCATED_COPY_EXHAUSTED),
@@ -337,6 +339,8 @@ impl Collector {
             _ if at_entry => None,
             UNWIND_END_BAD_ADDRESS => Some(TRUNCATED_BAD_RETURN_ADDRESS),
             UNWIND_END_NO_PROCESS | UNWIND_END_PENDING => Some(TRUNCATED_TABLES_NOT_READY),
+            // Refused an entry, without a stack copy to hand over: only the leaf.
+            UNWIND_END_REFUSED => Some(TRUNCATED_NO_UNWIND_INFO),
             UNWIND_END_READ_FAILED => Some(TRUNCATED_STACK_UNREADABLE),
             UNWIND_END_UNSUPPORTED => Some(TRUNCATED_UNSUPPORTED_RULE),
             UNWIND_END_MAX_FRAMES => Some(TRUNCATED_MAX_DEPTH),
@@ -400,6 +404,11 @@ impl Collector {
         if let Some(u) = self.unwinders.as_mut() {
             u.sync_kernel(&self.binaries);
         }
+    }
+
+    /// What the in-kernel unwinder refused, per uid, all time.
+    pub fn kernel_refusals(&self) -> Vec<(u32, crate::unwind::kernel::UidRefusals)> {
+        self.unwinders.as_ref().and_then(|u| u.kernel.as_ref()).map(|k| k.refusals()).unwrap_or_default()
     }
 
     /// The in-kernel unwinder's table totals, if it runs.
@@ -820,8 +829,9 @@ impl Collector {
             }
             if let Some(k) = u.kernel.as_mut() {
                 for f in k.failures.drain(..) {
-                    warnings.push(format!("no in-kernel unwind table for {f}; its frames are walked by frame pointer"));
+                    warnings.push(format!("no in-kernel unwind table for {f}"));
                 }
+                warnings.extend(k.take_refusal_warnings());
             }
         }
         let jit = symbolicate::JitSources { processes: &self.jit_processes, dumps: &self.jitdumps };

@@ -509,7 +509,8 @@ impl Unwinders {
                                 Err(_) => None,
                             },
                         };
-                        k.want(m.binary, &binaries.get(m.binary).path, info.as_ref());
+                        let bin = binaries.get(m.binary);
+                        k.want(m.binary, &bin.path, kernel::table_owner(bin), info.as_ref());
                         let l = info.map(|i| Arc::new(Layout { segments: i.segments.clone(), entry: i.entry }));
                         self.layouts.insert(m.binary, l.clone());
                         l

@@ -1,0 +1,347 @@
+//! The in-kernel unwinder's shared budgets against a hostile local user:
+//! table rows, process entries, and a process with more executable mappings
+//! than an entry holds. The attacker runs as `nobody`; the victim is root's
+//! and is judged by its own call chain and its own CPU time.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use sysprof_tests::*;
+
+/// Samples per second of CPU at the default frequency.
+const HZ: f64 = 999.0;
+
+/// Build `libstep.so` from chainstep.c and copy it to `n` distinct files.
+fn step_libraries(dir: &Path, n: usize) -> Vec<PathBuf> {
+    let src = workspace_root().join("tests/workloads/chainstep.c");
+    let lib = dir.join("libstep.so");
+    let status = Command::new("gcc").args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"]).arg(&lib).arg(&src).status().expect("gcc");
+    assert!(status.success(), "building libstep.so failed");
+    (0..n)
+        .map(|i| {
+            let p = dir.join(format!("libstep{i}.so"));
+            std::fs::copy(&lib, &p).unwrap();
+            p
+        })
+        .collect()
+}
+
+/// The `kernel unwinding:` line of a `record -v` stderr.
+fn kernel_line(stderr: &str) -> &str {
+    stderr.lines().find(|l| l.starts_with("sysprof: kernel unwinding:")).unwrap_or("")
+}
+
+/// Check that a process with 304 executable mappings (304 distinct
+/// libraries, more than the 256 an entry of the kernel's process map
+/// holds) keeps whole stacks: a chain through every library, 64 frames of
+/// the program below it, judged against the chain the workload runs (the
+/// thread root, manylibs_thread, descend x 65, step x 304, bottom). At least
+/// 95% of the samples in bottom must be whole, none may end "outside any
+/// code", and the thread must have its samples (its own CPU time at 999 Hz).
+#[test]
+fn more_mappings_than_an_entry_holds_stay_whole() {
+    if !can_record("more_mappings_than_an_entry_holds_stay_whole") {
+        return;
+    }
+    let dir = scratch("more_mappings_than_an_entry_holds_stay_whole");
+    let libs = step_libraries(&dir, 304);
+    let exe = build_c("manylibs", &dir.join("manylibs"), &["-O2", "-fomit-frame-pointer", "-ldl"]);
+    let out_path = dir.join("out.json.gz");
+    let mut args: Vec<&str> = vec!["--no-off-cpu", "--", exe.to_str().unwrap(), "2.0"];
+    args.extend(libs.iter().map(|l| l.to_str().unwrap()));
+    let out = record(&args, &out_path);
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    assert_eq!(field(&out.stdout, "libs"), Some(304));
+    let cpu_ms = field(&out.stdout, "cpu_ms").expect("the workload's CPU time");
+    let profile = Profile::load(&out_path);
+    let t = profile.thread(pid, tid).expect("the manylibs thread");
+    let (mut whole, mut outside, mut counted) = (0, 0, 0);
+    let mut example = None;
+    for s in t.on_cpu_stacks(&profile.categories()) {
+        let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
+        if !names.contains(&"bottom") && !names.iter().any(|n| n.starts_with("[truncated")) {
+            continue;
+        }
+        counted += 1;
+        outside += names.iter().any(|n| n.contains("outside any code")) as usize;
+        let root = names.iter().position(|n| *n == "start_thread");
+        let ok = root.is_some_and(|r| {
+            let rest = &names[r + 1..];
+            let descends = rest.iter().skip(1).take_while(|n| **n == "descend").count();
+            let steps = rest.iter().skip(1 + descends).take_while(|n| **n == "step").count();
+            rest.first() == Some(&"manylibs_thread") && descends == 65 && steps == 304 && rest.get(1 + descends + steps) == Some(&"bottom")
+        });
+        if ok {
+            whole += 1;
+        } else if example.is_none() {
+            example = Some(names.iter().map(|n| n.to_string()).collect::<Vec<_>>());
+        }
+    }
+    eprintln!("manylibs: {whole} of {counted} whole, {outside} outside any code, cpu {cpu_ms} ms; {}", kernel_line(&stderr));
+    assert!(kernel_line(&stderr).contains("mappings_cut=") && !kernel_line(&stderr).contains("mappings_cut=0"), "the entry was cut: {}", kernel_line(&stderr));
+    assert!(counted as f64 >= cpu_ms as f64 * HZ / 1000.0 * 0.93, "{counted} samples for {cpu_ms} ms of CPU");
+    assert_eq!(outside, 0, "no stack ends outside any code");
+    assert!(whole * 100 >= counted * 95, "{whole} of {counted} whole; e.g. {:?}", example.map(|e| e.join(";")));
+}
+
+/// Run `exe args` as nobody in the background; returns once it printed `ready` (a line starting so).
+fn start_as_nobody(exe: &Path, args: &[&str], ready: &str) -> (Child, String) {
+    let mut child = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(exe)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("setpriv (util-linux) runs commands as another user");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut said = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        said.push_str(&line);
+        said.push('\n');
+        if line.starts_with(ready) {
+            break;
+        }
+    }
+    assert!(said.contains(ready), "the attacker never got ready: {said}");
+    // Let the rest of its output go nowhere.
+    std::thread::spawn(move || for _ in lines {});
+    (child, said)
+}
+
+/// What a 150-frame root victim (recurse.c: 512 bytes of locals a frame,
+/// beyond any stack copy) got: (whole stacks, samples in bottom, stderr,
+/// the profile's warnings).
+fn record_victim(dir: &Path, extra: &[&str], seconds: &str, link: &[&str]) -> (usize, usize, String, Vec<String>) {
+    let mut flags = vec!["-O2", "-fomit-frame-pointer"];
+    flags.extend_from_slice(link);
+    let exe = build_c("recurse", &dir.join("recurse"), &flags);
+    let out_path = dir.join("victim.json.gz");
+    let mut args: Vec<&str> = vec!["-a", "--no-off-cpu"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", exe.to_str().unwrap(), seconds, "150"]);
+    let out = record(&args, &out_path);
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let pid = field(&out.stdout, "pid").unwrap();
+    let profile = Profile::load(&out_path);
+    let (mut whole, mut counted) = (0, 0);
+    let mut example = None;
+    for t in profile.process_threads(pid).into_iter().filter(|t| t.name() == "recurse") {
+        for s in t.on_cpu_stacks(&profile.categories()) {
+            let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
+            if !names.contains(&"bottom") && !names.iter().any(|n| n.starts_with("[truncated")) {
+                continue;
+            }
+            counted += 1;
+            let root = names.iter().position(|n| *n == "start_thread");
+            let ok = root.is_some_and(|r| {
+                let rest = &names[r + 1..];
+                let descends = rest.iter().skip(1).take_while(|n| **n == "descend").count();
+                rest.first() == Some(&"recurse_thread") && descends == 150 && rest.get(1 + descends) == Some(&"bottom")
+            });
+            if ok {
+                whole += 1;
+            } else if example.is_none() {
+                example = Some(names.iter().rev().take(3).map(|n| n.to_string()).collect::<Vec<_>>().join(";"));
+            }
+        }
+    }
+    eprintln!("victim: {whole} of {counted} whole (e.g. a cut one ends {example:?}); {}", stats_line(&out));
+    (whole, counted, stderr, profile_warnings(&profile))
+}
+
+/// The warnings of a profile's meta (Profile Info).
+fn profile_warnings(profile: &Profile) -> Vec<String> {
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if m.get("label").and_then(|l| l.as_str()) == Some("Warning") {
+                    out.extend(m.get("value").and_then(|v| v.as_str()).map(str::to_string));
+                }
+                m.values().for_each(|v| walk(v, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(&profile.json["meta"], &mut out);
+    out
+}
+
+/// A file of `rows` unwind rows: one function whose CFA alternates
+/// between two offsets at every instruction (one row each), as a library.
+fn many_rows_library(dir: &Path, name: &str, rows: usize) -> PathBuf {
+    let src = many_rows_source(dir, name, rows);
+    let lib = dir.join(format!("lib{name}.so"));
+    let status = Command::new("gcc").args(["-shared", "-o"]).arg(&lib).arg(&src).status().expect("gcc");
+    assert!(status.success(), "assembling {name} failed");
+    lib
+}
+
+/// The assembly of [`many_rows_library`].
+fn many_rows_source(dir: &Path, name: &str, rows: usize) -> PathBuf {
+    let src = dir.join(format!("{name}.s"));
+    let asm = format!(
+        "\t.section .note.GNU-stack,\"\",@progbits\n\t.text\n\t.globl {name}\n\t.type {name},@function\n{name}:\n\t.cfi_startproc\n\t.rept {}\n\tnop\n\t.cfi_adjust_cfa_offset 8\n\tnop\n\t.cfi_adjust_cfa_offset -8\n\t.endr\n\tret\n\t.cfi_endproc\n\t.size {name}, .-{name}\n",
+        rows / 2
+    );
+    std::fs::write(&src, asm).unwrap();
+    src
+}
+
+/// Make `path` nobody's.
+fn give_to_nobody(path: &Path) {
+    let status = Command::new("chown").args(["65534:65534"]).arg(path).status().unwrap();
+    assert!(status.success());
+}
+
+/// Check that a user cannot take the table budget from root: nobody holds
+/// four files of its own mapped whose `.eh_frame` compiles to 1,000,000
+/// rows each (the whole 32 MiB budget's 4,194,304 rows, less what root's
+/// processes use) while root records a 150-frame victim, whose stacks no
+/// copy holds and whose program has 20,000 rows of its own (so it needs
+/// room, as libpython would). The victim must come out whole in at least
+/// 95% of its samples in bottom, with the samples its 3 s of CPU time give
+/// at 999 Hz, and the refusal must be said for uid 65534.
+#[test]
+fn a_user_cannot_take_the_table_budget_from_root() {
+    if !can_record("a_user_cannot_take_the_table_budget_from_root") {
+        return;
+    }
+    let dir = scratch("a_user_cannot_take_the_table_budget_from_root");
+    let theirs = dir.join("nobody");
+    std::fs::create_dir(&theirs).unwrap();
+    give_to_nobody(&theirs);
+    // Four files (distinct, so four tables) of one assembly.
+    let one = many_rows_library(&theirs, "rows", 1_000_000);
+    let libs: Vec<PathBuf> = (0..4)
+        .map(|i| {
+            let l = theirs.join(format!("librows{i}.so"));
+            std::fs::copy(&one, &l).unwrap();
+            give_to_nobody(&l);
+            l
+        })
+        .collect();
+    let pad = many_rows_source(&dir, "pad", 20_000);
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hold = build_c("holdlibs", &theirs.join("holdlibs"), &["-ldl"]);
+    let mut args = vec!["120"];
+    args.extend(libs.iter().map(|l| l.to_str().unwrap()));
+    let (mut attacker, said) = start_as_nobody(&hold, &args, "held=");
+    assert!(said.contains("held=4"), "the attacker holds its four files: {said}");
+    let (whole, counted, stderr, warnings) = record_victim(&dir, &["--unwind-table-mb", "32"], "3.0", &[pad.to_str().unwrap()]);
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    eprintln!("{}", kernel_line(&stderr));
+    assert!(counted as f64 >= 3.0 * HZ * 0.93, "{counted} samples for 3 s of CPU");
+    assert!(whole * 100 >= counted * 95, "{whole} of {counted} whole");
+    assert!(
+        stderr.lines().any(|l| l.contains("kernel unwinding refused") && l.contains("uid 65534:") && !l.contains("uid 65534: 0 processes, 0 tables")),
+        "the refusal is said, for uid 65534: {stderr}"
+    );
+    assert!(warnings.iter().any(|w| w.starts_with("uid 65534: ") && w.contains("tables")), "the profile says it: {warnings:?}");
+}
+
+/// Check that a user cannot take the process map from root: with the map
+/// shrunk to 1024 entries (a quarter for any uid but root's), nobody runs
+/// 1,100 sleeping processes that map a page executable every 2 s while
+/// root records a 150-frame victim. The victim must come out whole in at
+/// least 95% of its samples in bottom, with the samples its 3 s of CPU
+/// give, and at least the 844 processes past nobody's quarter must be
+/// counted as refused for uid 65534.
+#[test]
+fn a_user_cannot_take_the_process_map_from_root() {
+    if !can_record("a_user_cannot_take_the_process_map_from_root") {
+        return;
+    }
+    let dir = scratch("a_user_cannot_take_the_process_map_from_root");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let forks = build_c("mapforks", &dir.join("mapforks"), &[]);
+    let (mut attacker, said) = start_as_nobody(&forks, &["1100", "120"], "started=");
+    assert!(said.contains("started=1100"), "the attacker runs its processes: {said}");
+    // Every child has mapped its page once.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let (whole, counted, stderr, warnings) = record_victim(&dir, &["--unwind-processes", "1024"], "3.0", &[]);
+    // Its children die with it (PR_SET_PDEATHSIG).
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    eprintln!("{}", kernel_line(&stderr));
+    eprintln!("{}", stderr.lines().find(|l| l.contains("kernel unwinding refused")).unwrap_or("no refusals"));
+    assert!(counted as f64 >= 3.0 * HZ * 0.93, "{counted} samples for 3 s of CPU");
+    assert!(whole * 100 >= counted * 95, "{whole} of {counted} whole");
+    let refused = stderr
+        .lines()
+        .filter(|l| l.contains("kernel unwinding refused"))
+        .find_map(|l| l.split("uid 65534: ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(refused >= 1100 - 256, "nobody's processes past its quarter are counted as refused: {refused}; {stderr}");
+    assert!(warnings.iter().any(|w| w.starts_with("uid 65534: ") && w.contains("processes got no entry")), "the profile says it: {warnings:?}");
+}
+
+/// Check that a process refused an entry (its user holds its quarter of
+/// the process map) hands its samples over to userspace instead of being
+/// taken for one that just started: with the map shrunk to 1024 entries
+/// (nobody's quarter: 256), nobody holds 300 sleeping processes, then runs
+/// `deep` (six small frames, -O2 -fomit-frame-pointer) for 2 s of CPU while
+/// root records. At least 95% of deep's samples must hold the whole chain
+/// to the thread root (the source's chain), with the samples its CPU time
+/// gives; none may say "just started"; the kernel's walks say `refused`.
+#[test]
+fn a_process_refused_an_entry_hands_over() {
+    if !can_record("a_process_refused_an_entry_hands_over") {
+        return;
+    }
+    let dir = scratch("a_process_refused_an_entry_hands_over");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let forks = build_c("mapforks", &dir.join("mapforks"), &[]);
+    let deep = build_c("deep", &dir.join("deep"), &["-O2", "-fomit-frame-pointer"]);
+    let (mut attacker, said) = start_as_nobody(&forks, &["300", "120"], "started=");
+    assert!(said.contains("started=300"), "the attacker runs its processes: {said}");
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let out_path = dir.join("out.json.gz");
+    let rec = record_started(&["-a", "--no-off-cpu", "--unwind-processes", "1024", "-d", "120"], &out_path);
+    // Started after the snapshot: nobody's quarter is taken by then.
+    let ran = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&deep)
+        .arg("2.0")
+        .output()
+        .expect("setpriv");
+    let _ = Command::new("kill").args(["-INT", &rec.id().to_string()]).status();
+    let out = wait_with_timeout(rec, std::time::Duration::from_secs(120), "sysprof record");
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    assert_success(&out);
+    assert!(ran.status.success(), "deep ran");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let (pid, tid) = (field(&ran.stdout, "pid").unwrap(), field(&ran.stdout, "tid").unwrap());
+    let profile = Profile::load(&out_path);
+    let t = profile.thread(pid, tid).expect("the deep thread");
+    const CHAIN: [&str; 6] = ["level1", "level2", "level3", "level4", "level5", "level6"];
+    let stacks = t.on_cpu_stacks(&profile.categories());
+    let (mut whole, mut just_started) = (0, 0);
+    for s in &stacks {
+        let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
+        just_started += names.iter().any(|n| n.contains("just started")) as usize;
+        let Some(root) = names.iter().position(|n| *n == "start_thread" || *n == "clone3" || n.starts_with("__clone")) else { continue };
+        let Some(i1) = names.iter().position(|n| *n == "level1") else { continue };
+        if i1 > root && names.get(i1 - 1) == Some(&"deep") && names[i1..].starts_with(&CHAIN) {
+            whole += 1;
+        }
+    }
+    let line = kernel_line(&stderr);
+    let refused_walks = line.split("refused=").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+    eprintln!("refused deep: {whole} of {} whole, {just_started} 'just started'; {line}", stacks.len());
+    assert!(stacks.len() as f64 >= 2.0 * HZ * 0.93, "{} samples for 2 s of CPU", stacks.len());
+    assert_eq!(just_started, 0, "a refused process is no process that just started");
+    assert!(refused_walks > 0, "the kernel's walks say refused: {line}");
+    assert!(whole * 100 >= stacks.len() * 95, "{whole} of {} whole", stacks.len());
+}
