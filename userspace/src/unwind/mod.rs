@@ -32,9 +32,10 @@ use crate::symbolize::binaries::{BinaryIndex, Binaries};
 use crate::symbolize::elf::{ElfLimits, ElfReader};
 use crate::symbolize::jitdump::{JitCode, JitdumpTail};
 
-/// A section's bytes, shared between the processes that map the binary.
+/// A section's bytes, shared between the processes that map the binary
+/// (in the `Vec` they were read into: no copy).
 #[derive(Clone)]
-pub struct SectionBytes(Arc<[u8]>);
+pub struct SectionBytes(Arc<Vec<u8>>);
 
 impl Deref for SectionBytes {
     type Target = [u8];
@@ -59,19 +60,23 @@ struct BinaryUnwindInfo {
 
 impl BinaryUnwindInfo {
     /// Read what unwinding needs, with the tolerant reader: a damaged
-    /// symbol table or DWARF costs nothing here, and section sizes are
-    /// checked against the file and a limit before they are copied.
+    /// symbol table or DWARF costs nothing here, and CFI is read only as far
+    /// as its entries go, within the CFI budget (see [`ElfReader::cfi`]).
+    /// `.eh_frame_hdr` is read as far as the FDEs it indexes, and
+    /// `.debug_frame` only when `.eh_frame` has none (framehop, like the
+    /// table compiler, then never looks at it).
     fn read(binaries: &Binaries, index: BinaryIndex) -> Result<BinaryUnwindInfo, String> {
         let bin = binaries.get(index);
         let file = bin.file.as_ref().ok_or_else(|| bin.open_error.clone().unwrap_or_else(|| "not a file".into()))?;
         let elf = ElfReader::new(file, ElfLimits::default());
         let all = elf.segments()?;
-        let section = |name: &str| -> Option<(Range<u64>, SectionBytes)> {
-            let (info, bytes) = elf.section_data(name).ok()??;
-            Some((info.addr..info.addr + info.size, SectionBytes(Arc::from(bytes))))
+        let eh_frame = elf.cfi(".eh_frame").ok().flatten().filter(|c| c.fdes > 0);
+        let eh_frame_hdr = eh_frame.as_ref().and_then(|c| elf.eh_frame_hdr(c.fdes));
+        // Compressed .debug_frame is left out (cfi refuses it).
+        let debug_frame = match &eh_frame {
+            Some(_) => None,
+            None => elf.cfi(".debug_frame").ok().flatten().filter(|c| c.fdes > 0).map(|c| SectionBytes(Arc::new(c.bytes))),
         };
-        // Compressed .debug_frame is left out (section_data refuses it).
-        let debug_frame = elf.section_data(".debug_frame").ok().flatten().map(|(_, b)| SectionBytes(Arc::from(b)));
         // Only executable mappings reach the unwinder (the sideband and the
         // /proc snapshot keep no others), so only executable segments can
         // be the one a mapping begins: with lld, the read-only segment before
@@ -81,10 +86,11 @@ impl BinaryUnwindInfo {
             segments = all.iter().map(|s| (s.vaddr, s.offset, s.filesz)).collect();
         }
         // Without unwind tables the module still serves: framehop walks
-        // its frames by frame pointer.
+        // its frames by frame pointer. A section's range is what was read
+        // of it (framehop resolves addresses relative to its start).
         Ok(BinaryUnwindInfo {
-            eh_frame: section(".eh_frame"),
-            eh_frame_hdr: section(".eh_frame_hdr"),
+            eh_frame: eh_frame.map(|c| (c.info.addr..c.info.addr + c.bytes.len() as u64, SectionBytes(Arc::new(c.bytes)))),
+            eh_frame_hdr: eh_frame_hdr.map(|(info, bytes)| (info.addr..info.addr + info.size, SectionBytes(Arc::new(bytes)))),
             debug_frame,
             got: elf.section(".got").map(|s| s.addr..s.addr + s.size),
             segments,
@@ -173,13 +179,13 @@ fn jit_module(code: &JitCode) -> Module<SectionBytes> {
     let start = code.start;
     let eh_start = start + code.size.next_multiple_of(8);
     let eh_end = eh_start + code.eh_frame.len() as u64;
-    let hdr = (!code.eh_frame_hdr.is_empty()).then(|| (eh_end..eh_end + code.eh_frame_hdr.len() as u64, SectionBytes(Arc::from(code.eh_frame_hdr.as_slice()))));
+    let hdr = (!code.eh_frame_hdr.is_empty()).then(|| (eh_end..eh_end + code.eh_frame_hdr.len() as u64, SectionBytes(Arc::new(code.eh_frame_hdr.clone()))));
     let info = ExplicitModuleSectionInfo {
         base_svma: start,
         text_svma: Some(start..start + code.size),
         text: None,
         eh_frame_svma: Some(eh_start..eh_end),
-        eh_frame: Some(SectionBytes(Arc::from(code.eh_frame.as_slice()))),
+        eh_frame: Some(SectionBytes(Arc::new(code.eh_frame.clone()))),
         eh_frame_hdr_svma: hdr.as_ref().map(|h| h.0.clone()),
         eh_frame_hdr: hdr.map(|h| h.1),
         debug_frame: None,
