@@ -616,6 +616,7 @@ pub fn vaddr_to_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     /// Check the stub decoding of the three x86_64 PLT layouts: classic
     /// `.plt` entries, `.plt.sec` with endbr64 and bnd, and PLT0 (no slot).
@@ -646,6 +647,131 @@ mod tests {
         assert_eq!(pick(&[("__GI___libc_malloc", local), ("__libc_malloc", global), ("malloc", global)]), "malloc");
         assert_eq!(pick(&[("___pthread_mutex_lock", local), ("pthread_mutex_lock", global)]), "pthread_mutex_lock");
         assert_eq!(pick(&[("internal_hot", hidden), ("hot", local), ("hot_public", global)]), "hot_public");
+    }
+
+    /// A file with ELF headers whose `.eh_frame`, `.eh_frame_hdr` and
+    /// `.debug_frame` each claim `claim` bytes, with `eh` written at the
+    /// start of `.eh_frame` and the rest left a hole (sparse) or written
+    /// as zeros.
+    fn claiming_file(name: &str, claim: u64, eh: &[u8], sparse: bool) -> (std::path::PathBuf, File) {
+        let path = std::env::temp_dir().join(format!("sysprof-elf-test-{}-{name}", std::process::id()));
+        let shstr = b"\0.eh_frame\0.eh_frame_hdr\0.debug_frame\0.shstrtab\0";
+        let name_at = |n: &str| shstr.windows(n.len() + 1).position(|w| &w[..n.len()] == n.as_bytes() && w[n.len()] == 0).unwrap() as u32;
+        let mut f = vec![0u8; 0x3000];
+        f[..8].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0]);
+        let put16 = |f: &mut [u8], at: usize, v: u16| f[at..at + 2].copy_from_slice(&v.to_le_bytes());
+        let put32 = |f: &mut [u8], at: usize, v: u32| f[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        let put64 = |f: &mut [u8], at: usize, v: u64| f[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        put16(&mut f, 16, 3);
+        put16(&mut f, 18, 62);
+        put32(&mut f, 20, 1);
+        put64(&mut f, 24, 0x1000);
+        put64(&mut f, 32, 64);
+        put64(&mut f, 40, 0x1000);
+        for (at, v) in [(52, 64), (54, 56), (56, 1), (58, 64), (60, 5), (62, 4)] {
+            put16(&mut f, at, v);
+        }
+        // One executable PT_LOAD of the first three pages.
+        put32(&mut f, 64, 1);
+        put32(&mut f, 68, 5);
+        put64(&mut f, 64 + 32, 0x3000);
+        put64(&mut f, 64 + 40, 0x3000);
+        let sections = [(".eh_frame", 1u32, 0x10_0000u64, 0x3000u64, claim), (".eh_frame_hdr", 1, 0x10_0000 + claim, 0x3000 + claim, claim), (".debug_frame", 1, 0, 0x3000 + 2 * claim, claim), (".shstrtab", 3, 0, 0x2000, shstr.len() as u64)];
+        for (i, (n, kind, addr, offset, size)) in sections.into_iter().enumerate() {
+            let h = 0x1000 + 64 * (i + 1);
+            put32(&mut f, h, name_at(n));
+            put32(&mut f, h + 4, kind);
+            put64(&mut f, h + 16, addr);
+            put64(&mut f, h + 24, offset);
+            put64(&mut f, h + 32, size);
+        }
+        f[0x2000..0x2000 + shstr.len()].copy_from_slice(shstr);
+        f.extend_from_slice(eh);
+        let total = 0x3000 + 3 * claim;
+        if !sparse {
+            f.resize(total as usize, 0);
+        }
+        std::fs::write(&path, &f).unwrap();
+        let file = File::open(&path).unwrap();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(total).unwrap();
+        (path, file)
+    }
+
+    fn libc() -> Option<File> {
+        File::open("/lib/x86_64-linux-gnu/libc.so.6").ok()
+    }
+
+    /// Check that sections a sparse file only claims (765 MiB over holes)
+    /// are refused or read as nothing: no CFI, no header, no DWARF, and
+    /// the section reader refuses them, without reading the holes.
+    #[test]
+    fn claims_over_holes_cost_nothing() {
+        let claim = 255 << 20;
+        let (path, file) = claiming_file("sparse", claim, &[], true);
+        if file.metadata().unwrap().blocks() * 512 > 1 << 20 {
+            eprintln!("SKIPPED: this file system does not keep holes");
+            return;
+        }
+        let elf = ElfReader::new(&file, ElfLimits::default());
+        let cfi = elf.cfi(".eh_frame").unwrap().unwrap();
+        assert_eq!((cfi.bytes.len(), cfi.fdes), (0, 0), "a hole holds no CFI");
+        assert!(cfi.bytes.capacity() == 0);
+        assert!(elf.eh_frame_hdr(0).is_none());
+        assert_eq!(elf.cfi(".debug_frame").unwrap().unwrap().bytes.len(), 0);
+        let err = elf.section_data(".eh_frame").unwrap_err();
+        assert!(err.contains("hole"), "{err}");
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// Check that written zeros (a file system without holes, or a file
+    /// written out) claim nothing either: the first entry's zero length
+    /// ends the CFI, one read of 64 KiB.
+    #[test]
+    fn zeros_end_the_cfi_at_once() {
+        let (path, file) = claiming_file("zeros", 1 << 20, &[], false);
+        let elf = ElfReader::new(&file, ElfLimits::default());
+        let cfi = elf.cfi(".eh_frame").unwrap().unwrap();
+        assert_eq!((cfi.bytes.len(), cfi.fdes), (0, 0));
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// Check the CFI budget and the entry cap: an entry claiming 2 MiB (more
+    /// than any real one) ends what is read before it, and a real CIE
+    /// before it is kept; a 64-MiB budget cuts a longer run of entries.
+    #[test]
+    fn long_entries_and_budget_end_the_read() {
+        // A minimal CIE (length 12: id 0, version 1, "", code 1, data -8, ra 16, padding).
+        let cie = [12u8, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0x78, 16, 0, 0, 0];
+        let mut eh = cie.to_vec();
+        eh.extend((2u32 << 20).to_le_bytes());
+        let (path, file) = claiming_file("long", 3 << 20, &eh, false);
+        let elf = ElfReader::new(&file, ElfLimits::default());
+        let cfi = elf.cfi(".eh_frame").unwrap().unwrap();
+        assert_eq!(cfi.bytes, cie, "the CIE, then nothing of the long entry");
+        let small = ElfReader::new(&file, ElfLimits { max_cfi_bytes: 8, ..ElfLimits::default() });
+        assert_eq!(small.cfi(".eh_frame").unwrap().unwrap().bytes.len(), 0, "a CIE past the budget is not read");
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// Check that libc's CFI read entry by entry is its whole `.eh_frame`
+    /// (up to the terminator) and its `.eh_frame_hdr` its whole table, as
+    /// the section headers give them.
+    #[test]
+    fn real_cfi_is_read_whole() {
+        let Some(file) = libc() else {
+            eprintln!("SKIPPED: no /lib/x86_64-linux-gnu/libc.so.6 to read");
+            return;
+        };
+        let elf = ElfReader::new(&file, ElfLimits::default());
+        let (_, whole) = elf.section_data(".eh_frame").unwrap().unwrap();
+        let cfi = elf.cfi(".eh_frame").unwrap().unwrap();
+        assert!(cfi.fdes > 1000, "{} FDEs", cfi.fdes);
+        assert!(whole.len() - cfi.bytes.len() <= 4, "all but the terminator: {} of {}", cfi.bytes.len(), whole.len());
+        assert_eq!(cfi.bytes[..], whole[..cfi.bytes.len()]);
+        let (_, hdr) = elf.section_data(".eh_frame_hdr").unwrap().unwrap();
+        let (info, bounded) = elf.eh_frame_hdr(cfi.fdes).unwrap();
+        assert_eq!((bounded, info.size), (hdr.clone(), hdr.len() as u64));
+        assert!(elf.eh_frame_hdr(cfi.fdes - 1).is_none(), "a header indexing more FDEs than there are is not read");
     }
 
     /// Check the conversions between file offsets and addresses, and that
