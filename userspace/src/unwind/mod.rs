@@ -69,7 +69,7 @@ impl BinaryUnwindInfo {
         let bin = binaries.get(index);
         let file = bin.file.as_ref().ok_or_else(|| bin.open_error.clone().unwrap_or_else(|| "not a file".into()))?;
         let elf = ElfReader::new(file, ElfLimits::default());
-        let all = elf.segments()?;
+        let segments = code_segments(&elf)?;
         let eh_frame = elf.cfi(".eh_frame").ok().flatten().filter(|c| c.fdes > 0);
         let eh_frame_hdr = eh_frame.as_ref().and_then(|c| elf.eh_frame_hdr(c.fdes));
         // Compressed .debug_frame is left out (cfi refuses it).
@@ -77,14 +77,6 @@ impl BinaryUnwindInfo {
             Some(_) => None,
             None => elf.cfi(".debug_frame").ok().flatten().filter(|c| c.fdes > 0).map(|c| SectionBytes(Arc::new(c.bytes))),
         };
-        // Only executable mappings reach the unwinder (the sideband and the
-        // /proc snapshot keep no others), so only executable segments can
-        // be the one a mapping begins: with lld, the read-only segment before
-        // the code shares its first file page.
-        let mut segments: Vec<(u64, u64, u64)> = all.iter().filter(|s| s.executable).map(|s| (s.vaddr, s.offset, s.filesz)).collect();
-        if segments.is_empty() {
-            segments = all.iter().map(|s| (s.vaddr, s.offset, s.filesz)).collect();
-        }
         // Without unwind tables the module still serves: framehop walks
         // its frames by frame pointer. A section's range is what was read
         // of it (framehop resolves addresses relative to its start).
@@ -119,6 +111,20 @@ impl BinaryUnwindInfo {
         };
         Some(Module::new(name.to_string(), start..end, base_avma, info))
     }
+}
+
+/// The load segments a mapping of `elf` may begin: (p_vaddr, p_offset,
+/// p_filesz). Only executable mappings reach the unwinder (the sideband and
+/// the /proc snapshot keep no others), so only executable segments can be
+/// the one a mapping begins (with lld, the read-only segment before the
+/// code shares its first file page); all of them if none is marked so.
+fn code_segments(elf: &ElfReader) -> Result<Vec<(u64, u64, u64)>, String> {
+    let all = elf.segments()?;
+    let mut segments: Vec<(u64, u64, u64)> = all.iter().filter(|s| s.executable).map(|s| (s.vaddr, s.offset, s.filesz)).collect();
+    if segments.is_empty() {
+        segments = all.iter().map(|s| (s.vaddr, s.offset, s.filesz)).collect();
+    }
+    Ok(segments)
 }
 
 /// Where the ELF's address 0 lands for an executable mapping of it at
@@ -308,6 +314,16 @@ struct Layout {
     segments: Vec<(u64, u64, u64)>,
     /// The ELF entry point.
     entry: u64,
+}
+
+impl Layout {
+    /// Read from the binary's headers (no section is read).
+    fn read(binaries: &Binaries, index: BinaryIndex) -> Result<Layout, String> {
+        let bin = binaries.get(index);
+        let file = bin.file.as_ref().ok_or_else(|| bin.open_error.clone().unwrap_or_else(|| "not a file".into()))?;
+        let elf = ElfReader::new(file, ElfLimits::default());
+        Ok(Layout { segments: code_segments(&elf)?, entry: elf.entry()? })
+    }
 }
 
 /// The unwind data of `binary`, read on first use and cached (None: it
@@ -501,22 +517,17 @@ impl Unwinders {
                 if is_jitdump(&binaries.get(m.binary).path) {
                     continue;
                 }
-                // The binary's layout, read once; its unwind sections go to
-                // the table compiler and are not kept (framehop reads them
-                // again should a hand-over need them): every binary of every
-                // process would otherwise stay copied in our memory.
+                // The binary's layout, read once from its headers; its
+                // unwind sections are read by the table compiler and not
+                // kept (framehop reads them again should a hand-over need
+                // them): every binary of every process would otherwise stay
+                // copied in our memory.
                 let layout = match self.layouts.get(&m.binary) {
                     Some(l) => l.clone(),
                     None => {
-                        let info = match self.binaries.get(&m.binary) {
-                            Some(cached) => cached.clone(),
-                            None => match BinaryUnwindInfo::read(binaries, m.binary) {
-                                Ok(i) => Some(Arc::new(i)),
-                                Err(_) => None,
-                            },
-                        };
-                        k.want(m.binary, &binaries.get(m.binary).path, info.as_ref());
-                        let l = info.map(|i| Arc::new(Layout { segments: i.segments.clone(), entry: i.entry }));
+                        let l = Layout::read(binaries, m.binary).ok().map(Arc::new);
+                        let file = l.as_ref().and(binaries.get(m.binary).file.as_ref());
+                        k.want(m.binary, &binaries.get(m.binary).path, file);
                         self.layouts.insert(m.binary, l.clone());
                         l
                     }
