@@ -56,7 +56,16 @@ struct BinaryUnwindInfo {
     segments: Vec<(u64, u64, u64)>,
     /// The ELF entry point (`_start`), as an address of the file.
     entry: u64,
+    /// Bytes of CFI held that count against [`MAX_HELD_USER_CFI_BYTES`].
+    held_user_bytes: usize,
 }
+
+/// Most bytes of CFI held, in all, from files root does not own: each file's
+/// CFI is within its own budget ([`ElfLimits::max_cfi_bytes`]), and this
+/// bounds what a user's many files can make us keep for hand-overs. Files
+/// root owns (the system's programs and libraries) are not counted: no user
+/// can make one. Past it a file's frames are walked by frame pointer.
+const MAX_HELD_USER_CFI_BYTES: usize = 256 << 20;
 
 impl BinaryUnwindInfo {
     /// Read what unwinding needs, with the tolerant reader: a damaged
@@ -87,7 +96,13 @@ impl BinaryUnwindInfo {
             got: elf.section(".got").map(|s| s.addr..s.addr + s.size),
             segments,
             entry: elf.entry()?,
+            held_user_bytes: 0,
         })
+    }
+
+    /// Bytes of CFI it holds.
+    fn cfi_bytes(&self) -> usize {
+        self.eh_frame.as_ref().map_or(0, |e| e.1.len()) + self.eh_frame_hdr.as_ref().map_or(0, |h| h.1.len()) + self.debug_frame.as_ref().map_or(0, |d| d.len())
     }
 
     /// A framehop module for this binary mapped at `start..end` from file offset `pgoff`.
@@ -306,6 +321,8 @@ pub struct Unwinders {
     /// Per binary, where its code lies in the file (for the kernel's
     /// entries): None where it has no unwind data.
     layouts: FxHashMap<BinaryIndex, Option<Arc<Layout>>>,
+    /// Bytes of CFI held from files root does not own.
+    held_user_cfi: usize,
 }
 
 /// What the kernel's process entries need of a binary.
@@ -327,17 +344,41 @@ impl Layout {
 }
 
 /// The unwind data of `binary`, read on first use and cached (None: it
-/// has none, or reading it failed, which is noted once in `failures`).
+/// has none, or reading it failed, which is noted once in `failures`). CFI
+/// of files root does not own is kept while `held_user` (the bytes held
+/// from such files) stays within `limit` ([`MAX_HELD_USER_CFI_BYTES`]),
+/// else dropped.
 fn binary_info(
     cache: &mut FxHashMap<BinaryIndex, Option<Arc<BinaryUnwindInfo>>>,
     failures: &mut Vec<String>,
+    (held_user, limit): (&mut usize, usize),
     binaries: &Binaries,
     binary: BinaryIndex,
 ) -> Option<Arc<BinaryUnwindInfo>> {
+    use std::os::unix::fs::MetadataExt;
     cache
         .entry(binary)
         .or_insert_with(|| match BinaryUnwindInfo::read(binaries, binary) {
-            Ok(i) => Some(Arc::new(i)),
+            Ok(mut i) => {
+                let bin = binaries.get(binary);
+                let users = bin.file.as_ref().is_none_or(|f| f.metadata().map_or(true, |m| m.uid() != 0));
+                let bytes = i.cfi_bytes();
+                if users && bytes > 0 {
+                    if *held_user + bytes <= limit {
+                        *held_user += bytes;
+                        i.held_user_bytes = bytes;
+                    } else {
+                        (i.eh_frame, i.eh_frame_hdr, i.debug_frame) = (None, None, None);
+                        failures.push(format!(
+                            "{}: its {} KiB of CFI not kept (files root does not own may hold {} MiB in all); its frames are walked by frame pointer",
+                            bin.path,
+                            bytes >> 10,
+                            limit >> 20
+                        ));
+                    }
+                }
+                Some(Arc::new(i))
+            }
             Err(e) => {
                 // Anonymous memory (JIT code) has no file: it is walked by
                 // frame pointer, which is not a failure.
@@ -394,7 +435,9 @@ impl Unwinders {
     /// Forget the unwind data of released binaries (their indices will be reused).
     pub fn forget_binaries(&mut self, released: &[BinaryIndex]) {
         for b in released {
-            self.binaries.remove(b);
+            if let Some(Some(info)) = self.binaries.remove(b) {
+                self.held_user_cfi -= info.held_user_bytes;
+            }
             self.layouts.remove(b);
             if let Some(k) = self.kernel.as_mut() {
                 k.forget(*b);
@@ -598,7 +641,7 @@ impl Unwinders {
             let mut unwinder = UnwinderX86_64::new();
             let mut entries = Vec::new();
             for m in mappings.iter().filter(|m| !is_jitdump(&binaries.get(m.binary).path)) {
-                let info = binary_info(&mut self.binaries, &mut self.failures, binaries, m.binary);
+                let info = binary_info(&mut self.binaries, &mut self.failures, (&mut self.held_user_cfi, MAX_HELD_USER_CFI_BYTES), binaries, m.binary);
                 if let Some(info) = info {
                     if let Some(base) = base_avma(&info.segments, m.start, m.pgoff) {
                         entries.push(base.wrapping_add(info.entry));
@@ -680,6 +723,53 @@ mod tests {
         // GNU ld's layout (address = offset in every segment) is unchanged.
         let gnu = [(0x0, 0x0, 0x628), (0x1000, 0x1000, 0x1d5), (0x2000, 0x2000, 0x10c)];
         assert_eq!(base_avma(&gnu, 0x5600_0000_1000, 0x1000), Some(0x5600_0000_0000));
+    }
+}
+
+#[cfg(test)]
+mod held_tests {
+    use super::*;
+    use crate::sideband::MmapEvent;
+
+    /// Check that the CFI of files root does not own is held within one
+    /// budget in all: past it a file's CFI is dropped (and said), a file
+    /// released gives its share back, and root's files never count.
+    #[test]
+    fn files_root_does_not_own_share_one_cfi_budget() {
+        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+        let dir = std::env::temp_dir().join(format!("sysprof-held-cfi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copies: Vec<String> = ["a.so", "b.so"].iter().map(|n| dir.join(n).to_string_lossy().into_owned()).collect();
+        for c in &copies {
+            if std::fs::copy(libc, c).is_err() {
+                eprintln!("SKIPPED: no {libc} to copy");
+                return;
+            }
+            // As root, the copies must be another user's to count.
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                std::os::unix::fs::chown(c, Some(65534), Some(65534)).unwrap();
+            }
+        }
+        let ev = |path: &str| MmapEvent { time: 0, pid: std::process::id(), start: 0x1000, len: 0x1000, pgoff: 0, path: path.to_string(), build_id: None, inode: None };
+        let mut binaries = Binaries::new();
+        let (a, b, system) = (binaries.intern(&ev(&copies[0])), binaries.intern(&ev(&copies[1])), binaries.intern(&ev(libc)));
+        let mut u = Unwinders::new();
+        // A budget that holds one copy's CFI, not two.
+        let one = BinaryUnwindInfo::read(&binaries, a).unwrap().cfi_bytes();
+        assert!(one > 100_000, "libc has {one} bytes of CFI");
+        let limit = one + one / 2;
+        let info = |u: &mut Unwinders, binary| binary_info(&mut u.binaries, &mut u.failures, (&mut u.held_user_cfi, limit), &binaries, binary).unwrap();
+        assert!(info(&mut u, a).eh_frame.is_some());
+        assert_eq!(u.held_user_cfi, one);
+        assert!(info(&mut u, b).eh_frame.is_none(), "past the budget, no CFI is kept");
+        assert!(u.failures.iter().any(|f| f.contains("b.so") && f.contains("not kept")), "{:?}", u.failures);
+        assert!(info(&mut u, system).eh_frame.is_some(), "root's files do not count");
+        assert_eq!(u.held_user_cfi, one);
+        u.forget_binaries(&[a, b]);
+        assert_eq!(u.held_user_cfi, 0, "a released file gives its share back");
+        assert!(info(&mut u, b).eh_frame.is_some(), "and the next file has it");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
 
