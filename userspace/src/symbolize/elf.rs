@@ -311,7 +311,7 @@ impl<'f> ElfReader<'f> {
             } else {
                 (4, len32 as u64)
             };
-            if len > MAX_CFI_ENTRY_BYTES || len < 4 || !fill(&mut bytes, at + header + len)? {
+            if !(4..=MAX_CFI_ENTRY_BYTES).contains(&len) || !fill(&mut bytes, at + header + len)? {
                 break;
             }
             // The CIE id (or an FDE's CIE pointer) follows the length: a CIE
