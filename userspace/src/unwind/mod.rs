@@ -4,9 +4,10 @@
 //! offset) as the sideband reports them, and per sample the user registers
 //! and the top of the user stack copied by the kernel. Out: the user return
 //! addresses, leaf first, and whether unwinding reached the thread's root or
-//! stopped early (and why). Each binary's unwind sections (.eh_frame,
-//! .eh_frame_hdr, .debug_frame, .text) are read once, from the file opened
-//! when it was mapped, and shared by every process that maps it; framehop
+//! stopped early (and why). Each binary's unwind sections (.eh_frame and
+//! .eh_frame_hdr, or .debug_frame when it has no .eh_frame) are read once,
+//! within byte budgets, from the file opened when it was mapped, and shared
+//! by every process that maps it; framehop
 //! caches each unwind rule it looks up, so a hot address is decoded once.
 //! Where an address has no unwind information framehop falls back to the
 //! frame pointer. JIT code gets its unwind tables from the jitdump file its
