@@ -4,7 +4,10 @@
 //! process, its name, executable, command line, start time, threads (name and
 //! CPU time so far, the baseline for `threadCPUDelta`) and executable file
 //! mappings as [`MmapEvent`]s. Processes that vanish while being read are
-//! skipped: they were exiting anyway.
+//! skipped: they were exiting anyway. A command line is read only up to
+//! [`MAX_CMDLINE_BYTES`]: any user can give a process megabytes of
+//! arguments, and thousands of such processes would otherwise be held (and
+//! copied into every window) at that size.
 
 use procfs::process::{MMapPath, Process};
 
@@ -32,6 +35,10 @@ pub struct SnapshotProcess {
     /// Its cgroup, if not the root.
     pub cgroup: Option<String>,
 }
+
+/// Most bytes of a command line read and kept (`ps` shows 4 KiB too, by
+/// default); a longer one ends in "…".
+pub const MAX_CMDLINE_BYTES: usize = 4096;
 
 /// Everything read from `/proc` at start.
 #[derive(Debug, Default, Clone)]
@@ -63,7 +70,7 @@ fn read_process(proc: &Process, ticks: u64) -> Option<SnapshotProcess> {
     let stat = proc.stat().ok()?;
     let pid = proc.pid as u32;
     let exe = proc.exe().ok().map(|p| p.to_string_lossy().into_owned());
-    let cmdline = proc.cmdline().map(|v| v.join(" ")).unwrap_or_default();
+    let cmdline = read_cmdline(pid);
     let mut threads = Vec::new();
     if let Ok(tasks) = proc.tasks() {
         for task in tasks.flatten() {
@@ -108,6 +115,38 @@ fn read_process(proc: &Process, ticks: u64) -> Option<SnapshotProcess> {
         mappings,
         cgroup: read_cgroup(pid),
     })
+}
+
+/// `pid`'s command line, arguments joined by spaces: one bounded read of
+/// `/proc/PID/cmdline` (the kernel copies no more than is asked for),
+/// cut to [`MAX_CMDLINE_BYTES`] on a character boundary.
+pub fn read_cmdline(pid: u32) -> String {
+    use std::io::Read;
+    let Ok(file) = std::fs::File::open(format!("/proc/{pid}/cmdline")) else { return String::new() };
+    let mut bytes = Vec::with_capacity(MAX_CMDLINE_BYTES + 1);
+    if file.take(MAX_CMDLINE_BYTES as u64 + 1).read_to_end(&mut bytes).is_err() {
+        return String::new();
+    }
+    join_cmdline(&bytes)
+}
+
+/// NUL-separated arguments (of which at most [`MAX_CMDLINE_BYTES`] are
+/// kept) joined by spaces.
+fn join_cmdline(bytes: &[u8]) -> String {
+    let cut = bytes.len() > MAX_CMDLINE_BYTES;
+    let bytes = &bytes[..bytes.len().min(MAX_CMDLINE_BYTES)];
+    let bytes = bytes.strip_suffix(b"\0").unwrap_or(bytes);
+    let mut line: String = String::from_utf8_lossy(bytes).replace('\0', " ");
+    if cut {
+        // The lossy conversion may have grown it (a cut character is U+FFFD).
+        let mut end = line.len().min(MAX_CMDLINE_BYTES);
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+        line.push('…');
+    }
+    line
 }
 
 /// The cgroup a process is in: the unified (v2) path, or on a v1-only or
@@ -160,5 +199,24 @@ mod tests {
         assert_eq!(cgroup_label("/system.slice/ssh.service").as_deref(), Some("ssh.service"));
         assert_eq!(cgroup_label("/user.slice/user-0.slice/session-3.scope"), None);
         assert_eq!(cgroup_label("/process_api/feea0b42f8e2f25ba8680eb40b61003f"), None);
+    }
+
+    /// Check that command lines are joined by spaces and cut at the limit,
+    /// on a character boundary, with a mark that they were.
+    #[test]
+    fn command_lines_are_bounded() {
+        assert_eq!(join_cmdline(b"sleep\x0010\0"), "sleep 10");
+        assert_eq!(join_cmdline(b""), "");
+        let mut long = b"x\0".to_vec();
+        long.extend("é".repeat(MAX_CMDLINE_BYTES).as_bytes());
+        let line = join_cmdline(&long[..MAX_CMDLINE_BYTES + 1]);
+        assert!(line.ends_with('…') && line.starts_with("x é"), "{}", &line[..10]);
+        assert!(line.len() <= MAX_CMDLINE_BYTES + '…'.len_utf8(), "{}", line.len());
+        // Our own, read from /proc, is what we were started with.
+        let own: Vec<String> = std::env::args().collect();
+        let joined = own.join(" ");
+        if joined.len() < MAX_CMDLINE_BYTES {
+            assert_eq!(read_cmdline(std::process::id()), joined);
+        }
     }
 }

@@ -30,6 +30,11 @@
 //! instead of taking it for one that just started. Refusals are counted per
 //! uid, for the profile's warnings, `record -v`, the agent's health line
 //! and its metrics.
+//!
+//! A binary's CFI is read by whoever compiles its table, just before (the
+//! worker reads from its own handle on the file), so however many binaries
+//! wait for a worker, at most one CFI copy per worker is in memory, each
+//! within the CFI budget ([`ElfReader::cfi`]).
 
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
@@ -40,12 +45,12 @@ use aya::maps::{Array as BpfArray, HashMap as BpfHashMap, MapData};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::tables::{compile, CfiSection, Row};
-use super::BinaryUnwindInfo;
 use crate::bpf::abi::{
     UnwindMapping, UnwindProcess, UNWIND_ENDS, UNWIND_MAX_MAPPINGS, UNWIND_PROCESS_CUT, UNWIND_REFUSED_WORDS, UNWIND_TABLE_PENDING,
     UNWIND_TABLE_USERSPACE,
 };
 use crate::symbolize::binaries::{Binary, BinaryIndex};
+use crate::symbolize::elf::{ElfLimits, ElfReader};
 
 /// Entries of the process map unless told otherwise (8 KiB each, allocated
 /// only for the processes that exist).
@@ -198,8 +203,9 @@ struct Entry {
     last_sampled: u64,
 }
 
-/// A table to compile: the binary, the request's serial, its unwind data, its path.
-type TableRequest = (BinaryIndex, u64, Arc<BinaryUnwindInfo>, String);
+/// A table to compile: the binary, the request's serial, a handle on its
+/// file (of its own: reads are positional), its path.
+type TableRequest = (BinaryIndex, u64, std::fs::File, String);
 
 enum TableState {
     /// Being compiled (request serial).
@@ -302,14 +308,17 @@ const TABLE_WORKERS: usize = 2;
 /// that starting with a hundred processes' libraries does not delay the start).
 const COMPILE_HERE_BYTES: usize = 32 << 10;
 
-/// The worker's budget for one table: the whole array.
-fn compile_table(info: &BinaryUnwindInfo, max_rows: usize) -> Result<Vec<Row>, String> {
-    let table = if let Some((range, bytes)) = &info.eh_frame {
-        compile(&CfiSection { bytes, addr: range.start, is_eh_frame: true }, max_rows)?
-    } else if let Some(bytes) = &info.debug_frame {
-        compile(&CfiSection { bytes, addr: 0, is_eh_frame: false }, max_rows)?
+/// Read a binary's CFI (`.eh_frame`, or `.debug_frame` when it has no
+/// FDEs there) and compile its table of at most `max_rows` rows.
+fn compile_table(file: &std::fs::File, max_rows: usize) -> Result<Vec<Row>, String> {
+    let elf = ElfReader::new(file, ElfLimits::default());
+    let table = if let Some(eh) = elf.cfi(".eh_frame")?.filter(|c| c.fdes > 0) {
+        compile(&CfiSection { bytes: &eh.bytes, addr: eh.info.addr, is_eh_frame: true }, max_rows)?
+    } else if let Some(df) = elf.cfi(".debug_frame")?.filter(|c| c.fdes > 0) {
+        compile(&CfiSection { bytes: &df.bytes, addr: 0, is_eh_frame: false }, max_rows)?
     } else {
-        return Err("no .eh_frame or .debug_frame".into());
+        // No FDEs (a file of zeros claims none either): frame pointers.
+        return Ok(Vec::new());
     };
     Ok(table.rows)
 }
@@ -332,11 +341,11 @@ impl KernelTables {
             let (requests, results) = (requests.clone(), results.clone());
             let worker = std::thread::Builder::new().name(format!("sysprof-tables{i}")).spawn(move || loop {
                 let next = requests.lock().map_err(|_| ()).and_then(|r| r.recv().map_err(|_| ()));
-                let Ok((binary, serial, info, path)) = next else { break };
+                let Ok((binary, serial, file, path)) = next else { break };
                 let started = std::time::Instant::now();
                 // A file that makes the compiler panic must not leave its
                 // table pending for ever (every sample would hand over).
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_table(&info, max_rows)))
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_table(&file, max_rows)))
                     .unwrap_or_else(|_| Err("the table compiler failed on it".into()));
                 let ns = started.elapsed().as_nanos() as u64;
                 if results.send(Compiled { binary, path, serial, result, ns }).is_err() {
@@ -369,19 +378,29 @@ impl KernelTables {
         }
     }
 
-    /// Ask for `binary`'s table if nobody has yet. A small one (most
-    /// programs and libraries: libc's 150 KiB of .eh_frame compiles in 2 ms)
-    /// is compiled here and now, so a process that just started walks in the
-    /// kernel from its next sample; a large one goes to the worker.
-    pub(super) fn want(&mut self, binary: BinaryIndex, path: &str, owner: u32, info: Option<&Arc<BinaryUnwindInfo>>) {
+    /// Ask for `binary`'s table (from `file`, when it has one) if nobody
+    /// has yet, charged to `owner`. A small one (most programs and
+    /// libraries: libc's 150 KiB of .eh_frame compiles in 2 ms) is compiled
+    /// here and now, so a process that just started walks in the kernel
+    /// from its next sample; a large one goes to the worker. The size is the
+    /// section header's claim, used only to choose where: what is read is
+    /// bounded either way.
+    pub(super) fn want(&mut self, binary: BinaryIndex, path: &str, owner: u32, file: Option<&std::fs::File>) {
         if self.tables.contains_key(&binary) {
             return;
         }
         self.owners.insert(binary, owner);
+        let claim = file.and_then(|f| {
+            let elf = ElfReader::new(f, ElfLimits::default());
+            elf.section(".eh_frame").or_else(|| elf.section(".debug_frame")).map(|s| s.size)
+        });
+        let (Some(file), Some(claim)) = (file, claim) else {
+            self.tables.insert(binary, TableState::None);
+            return;
+        };
         // An owner already holding its share gets no more: not even the
         // compiling (a file of millions of rows takes a worker a second).
-        let has_cfi = info.is_some_and(|i| i.eh_frame.is_some() || i.debug_frame.is_some());
-        if has_cfi && owner != SYSTEM_UID && self.rows_of(owner) >= self.stats.rows_capacity / 2 {
+        if owner != SYSTEM_UID && self.rows_of(owner) >= self.stats.rows_capacity / 2 {
             self.stats.over_budget += 1;
             self.stats.tables_over_share += 1;
             self.refusals.entry(owner).or_default().tables += 1;
@@ -391,21 +410,18 @@ impl KernelTables {
             self.tables.insert(binary, TableState::Userspace);
             return;
         }
-        if let Some(info) = info {
-            let cfi_bytes = info.eh_frame.as_ref().map(|e| e.1.len()).or(info.debug_frame.as_ref().map(|d| d.len())).unwrap_or(0);
-            if cfi_bytes > 0 && cfi_bytes <= COMPILE_HERE_BYTES {
-                let started = std::time::Instant::now();
-                let result = compile_table(info, table_max_rows(self.stats.rows_capacity as usize));
-                self.serial += 1;
-                self.tables.insert(binary, TableState::Pending(self.serial));
-                self.place(Compiled { binary, path: path.to_string(), serial: self.serial, result, ns: started.elapsed().as_nanos() as u64 });
-                return;
-            }
+        if claim <= COMPILE_HERE_BYTES as u64 {
+            let started = std::time::Instant::now();
+            let result = compile_table(file, table_max_rows(self.stats.rows_capacity as usize));
+            self.serial += 1;
+            self.tables.insert(binary, TableState::Pending(self.serial));
+            self.place(Compiled { binary, path: path.to_string(), serial: self.serial, result, ns: started.elapsed().as_nanos() as u64 });
+            return;
         }
-        let state = match (info, &self.to_worker) {
-            (Some(info), Some(tx)) if info.eh_frame.is_some() || info.debug_frame.is_some() => {
+        let state = match (&self.to_worker, file.try_clone()) {
+            (Some(tx), Ok(handle)) => {
                 self.serial += 1;
-                match tx.send((binary, self.serial, info.clone(), path.to_string())) {
+                match tx.send((binary, self.serial, handle, path.to_string())) {
                     Ok(()) => TableState::Pending(self.serial),
                     Err(_) => TableState::None,
                 }

@@ -4,9 +4,10 @@
 //! offset) as the sideband reports them, and per sample the user registers
 //! and the top of the user stack copied by the kernel. Out: the user return
 //! addresses, leaf first, and whether unwinding reached the thread's root or
-//! stopped early (and why). Each binary's unwind sections (.eh_frame,
-//! .eh_frame_hdr, .debug_frame, .text) are read once, from the file opened
-//! when it was mapped, and shared by every process that maps it; framehop
+//! stopped early (and why). Each binary's unwind sections (.eh_frame and
+//! .eh_frame_hdr, or .debug_frame when it has no .eh_frame) are read once,
+//! within byte budgets, from the file opened when it was mapped, and shared
+//! by every process that maps it; framehop
 //! caches each unwind rule it looks up, so a hot address is decoded once.
 //! Where an address has no unwind information framehop falls back to the
 //! frame pointer. JIT code gets its unwind tables from the jitdump file its
@@ -32,9 +33,10 @@ use crate::symbolize::binaries::{BinaryIndex, Binaries};
 use crate::symbolize::elf::{ElfLimits, ElfReader};
 use crate::symbolize::jitdump::{JitCode, JitdumpTail};
 
-/// A section's bytes, shared between the processes that map the binary.
+/// A section's bytes, shared between the processes that map the binary
+/// (in the `Vec` they were read into: no copy).
 #[derive(Clone)]
-pub struct SectionBytes(Arc<[u8]>);
+pub struct SectionBytes(Arc<Vec<u8>>);
 
 impl Deref for SectionBytes {
     type Target = [u8];
@@ -55,41 +57,53 @@ struct BinaryUnwindInfo {
     segments: Vec<(u64, u64, u64)>,
     /// The ELF entry point (`_start`), as an address of the file.
     entry: u64,
+    /// Bytes of CFI held that count against [`MAX_HELD_USER_CFI_BYTES`].
+    held_user_bytes: usize,
 }
+
+/// Most bytes of CFI held, in all, from files root does not own: each file's
+/// CFI is within its own budget ([`ElfLimits::max_cfi_bytes`]), and this
+/// bounds what a user's many files can make us keep for hand-overs. Files
+/// root owns (the system's programs and libraries) are not counted: no user
+/// can make one. Past it a file's frames are walked by frame pointer.
+const MAX_HELD_USER_CFI_BYTES: usize = 256 << 20;
 
 impl BinaryUnwindInfo {
     /// Read what unwinding needs, with the tolerant reader: a damaged
-    /// symbol table or DWARF costs nothing here, and section sizes are
-    /// checked against the file and a limit before they are copied.
+    /// symbol table or DWARF costs nothing here, and CFI is read only as far
+    /// as its entries go, within the CFI budget (see [`ElfReader::cfi`]).
+    /// `.eh_frame_hdr` is read as far as the FDEs it indexes, and
+    /// `.debug_frame` only when `.eh_frame` has none (framehop, like the
+    /// table compiler, then never looks at it).
     fn read(binaries: &Binaries, index: BinaryIndex) -> Result<BinaryUnwindInfo, String> {
         let bin = binaries.get(index);
         let file = bin.file.as_ref().ok_or_else(|| bin.open_error.clone().unwrap_or_else(|| "not a file".into()))?;
         let elf = ElfReader::new(file, ElfLimits::default());
-        let all = elf.segments()?;
-        let section = |name: &str| -> Option<(Range<u64>, SectionBytes)> {
-            let (info, bytes) = elf.section_data(name).ok()??;
-            Some((info.addr..info.addr + info.size, SectionBytes(Arc::from(bytes))))
+        let segments = code_segments(&elf)?;
+        let eh_frame = elf.cfi(".eh_frame").ok().flatten().filter(|c| c.fdes > 0);
+        let eh_frame_hdr = eh_frame.as_ref().and_then(|c| elf.eh_frame_hdr(c.fdes));
+        // Compressed .debug_frame is left out (cfi refuses it).
+        let debug_frame = match &eh_frame {
+            Some(_) => None,
+            None => elf.cfi(".debug_frame").ok().flatten().filter(|c| c.fdes > 0).map(|c| SectionBytes(Arc::new(c.bytes))),
         };
-        // Compressed .debug_frame is left out (section_data refuses it).
-        let debug_frame = elf.section_data(".debug_frame").ok().flatten().map(|(_, b)| SectionBytes(Arc::from(b)));
-        // Only executable mappings reach the unwinder (the sideband and the
-        // /proc snapshot keep no others), so only executable segments can
-        // be the one a mapping begins: with lld, the read-only segment before
-        // the code shares its first file page.
-        let mut segments: Vec<(u64, u64, u64)> = all.iter().filter(|s| s.executable).map(|s| (s.vaddr, s.offset, s.filesz)).collect();
-        if segments.is_empty() {
-            segments = all.iter().map(|s| (s.vaddr, s.offset, s.filesz)).collect();
-        }
         // Without unwind tables the module still serves: framehop walks
-        // its frames by frame pointer.
+        // its frames by frame pointer. A section's range is what was read
+        // of it (framehop resolves addresses relative to its start).
         Ok(BinaryUnwindInfo {
-            eh_frame: section(".eh_frame"),
-            eh_frame_hdr: section(".eh_frame_hdr"),
+            eh_frame: eh_frame.map(|c| (c.info.addr..c.info.addr + c.bytes.len() as u64, SectionBytes(Arc::new(c.bytes)))),
+            eh_frame_hdr: eh_frame_hdr.map(|(info, bytes)| (info.addr..info.addr + info.size, SectionBytes(Arc::new(bytes)))),
             debug_frame,
             got: elf.section(".got").map(|s| s.addr..s.addr + s.size),
             segments,
             entry: elf.entry()?,
+            held_user_bytes: 0,
         })
+    }
+
+    /// Bytes of CFI it holds.
+    fn cfi_bytes(&self) -> usize {
+        self.eh_frame.as_ref().map_or(0, |e| e.1.len()) + self.eh_frame_hdr.as_ref().map_or(0, |h| h.1.len()) + self.debug_frame.as_ref().map_or(0, |d| d.len())
     }
 
     /// A framehop module for this binary mapped at `start..end` from file offset `pgoff`.
@@ -113,6 +127,20 @@ impl BinaryUnwindInfo {
         };
         Some(Module::new(name.to_string(), start..end, base_avma, info))
     }
+}
+
+/// The load segments a mapping of `elf` may begin: (p_vaddr, p_offset,
+/// p_filesz). Only executable mappings reach the unwinder (the sideband and
+/// the /proc snapshot keep no others), so only executable segments can be
+/// the one a mapping begins (with lld, the read-only segment before the
+/// code shares its first file page); all of them if none is marked so.
+fn code_segments(elf: &ElfReader) -> Result<Vec<(u64, u64, u64)>, String> {
+    let all = elf.segments()?;
+    let mut segments: Vec<(u64, u64, u64)> = all.iter().filter(|s| s.executable).map(|s| (s.vaddr, s.offset, s.filesz)).collect();
+    if segments.is_empty() {
+        segments = all.iter().map(|s| (s.vaddr, s.offset, s.filesz)).collect();
+    }
+    Ok(segments)
 }
 
 /// Where the ELF's address 0 lands for an executable mapping of it at
@@ -173,13 +201,13 @@ fn jit_module(code: &JitCode) -> Module<SectionBytes> {
     let start = code.start;
     let eh_start = start + code.size.next_multiple_of(8);
     let eh_end = eh_start + code.eh_frame.len() as u64;
-    let hdr = (!code.eh_frame_hdr.is_empty()).then(|| (eh_end..eh_end + code.eh_frame_hdr.len() as u64, SectionBytes(Arc::from(code.eh_frame_hdr.as_slice()))));
+    let hdr = (!code.eh_frame_hdr.is_empty()).then(|| (eh_end..eh_end + code.eh_frame_hdr.len() as u64, SectionBytes(Arc::new(code.eh_frame_hdr.clone()))));
     let info = ExplicitModuleSectionInfo {
         base_svma: start,
         text_svma: Some(start..start + code.size),
         text: None,
         eh_frame_svma: Some(eh_start..eh_end),
-        eh_frame: Some(SectionBytes(Arc::from(code.eh_frame.as_slice()))),
+        eh_frame: Some(SectionBytes(Arc::new(code.eh_frame.clone()))),
         eh_frame_hdr_svma: hdr.as_ref().map(|h| h.0.clone()),
         eh_frame_hdr: hdr.map(|h| h.1),
         debug_frame: None,
@@ -294,6 +322,8 @@ pub struct Unwinders {
     /// Per binary, where its code lies in the file (for the kernel's
     /// entries): None where it has no unwind data.
     layouts: FxHashMap<BinaryIndex, Option<Arc<Layout>>>,
+    /// Bytes of CFI held from files root does not own.
+    held_user_cfi: usize,
 }
 
 /// What the kernel's process entries need of a binary.
@@ -304,18 +334,52 @@ struct Layout {
     entry: u64,
 }
 
+impl Layout {
+    /// Read from the binary's headers (no section is read).
+    fn read(binaries: &Binaries, index: BinaryIndex) -> Result<Layout, String> {
+        let bin = binaries.get(index);
+        let file = bin.file.as_ref().ok_or_else(|| bin.open_error.clone().unwrap_or_else(|| "not a file".into()))?;
+        let elf = ElfReader::new(file, ElfLimits::default());
+        Ok(Layout { segments: code_segments(&elf)?, entry: elf.entry()? })
+    }
+}
+
 /// The unwind data of `binary`, read on first use and cached (None: it
-/// has none, or reading it failed, which is noted once in `failures`).
+/// has none, or reading it failed, which is noted once in `failures`). CFI
+/// of files root does not own is kept while `held_user` (the bytes held
+/// from such files) stays within `limit` ([`MAX_HELD_USER_CFI_BYTES`]),
+/// else dropped.
 fn binary_info(
     cache: &mut FxHashMap<BinaryIndex, Option<Arc<BinaryUnwindInfo>>>,
     failures: &mut Vec<String>,
+    (held_user, limit): (&mut usize, usize),
     binaries: &Binaries,
     binary: BinaryIndex,
 ) -> Option<Arc<BinaryUnwindInfo>> {
+    use std::os::unix::fs::MetadataExt;
     cache
         .entry(binary)
         .or_insert_with(|| match BinaryUnwindInfo::read(binaries, binary) {
-            Ok(i) => Some(Arc::new(i)),
+            Ok(mut i) => {
+                let bin = binaries.get(binary);
+                let users = bin.file.as_ref().is_none_or(|f| f.metadata().map_or(true, |m| m.uid() != 0));
+                let bytes = i.cfi_bytes();
+                if users && bytes > 0 {
+                    if *held_user + bytes <= limit {
+                        *held_user += bytes;
+                        i.held_user_bytes = bytes;
+                    } else {
+                        (i.eh_frame, i.eh_frame_hdr, i.debug_frame) = (None, None, None);
+                        failures.push(format!(
+                            "{}: its {} KiB of CFI not kept (files root does not own may hold {} MiB in all); its frames are walked by frame pointer",
+                            bin.path,
+                            bytes >> 10,
+                            limit >> 20
+                        ));
+                    }
+                }
+                Some(Arc::new(i))
+            }
             Err(e) => {
                 // Anonymous memory (JIT code) has no file: it is walked by
                 // frame pointer, which is not a failure.
@@ -372,7 +436,9 @@ impl Unwinders {
     /// Forget the unwind data of released binaries (their indices will be reused).
     pub fn forget_binaries(&mut self, released: &[BinaryIndex]) {
         for b in released {
-            self.binaries.remove(b);
+            if let Some(Some(info)) = self.binaries.remove(b) {
+                self.held_user_cfi -= info.held_user_bytes;
+            }
             self.layouts.remove(b);
             if let Some(k) = self.kernel.as_mut() {
                 k.forget(*b);
@@ -495,23 +561,18 @@ impl Unwinders {
                 if is_jitdump(&binaries.get(m.binary).path) {
                     continue;
                 }
-                // The binary's layout, read once; its unwind sections go to
-                // the table compiler and are not kept (framehop reads them
-                // again should a hand-over need them): every binary of every
-                // process would otherwise stay copied in our memory.
+                // The binary's layout, read once from its headers; its
+                // unwind sections are read by the table compiler and not
+                // kept (framehop reads them again should a hand-over need
+                // them): every binary of every process would otherwise stay
+                // copied in our memory.
                 let layout = match self.layouts.get(&m.binary) {
                     Some(l) => l.clone(),
                     None => {
-                        let info = match self.binaries.get(&m.binary) {
-                            Some(cached) => cached.clone(),
-                            None => match BinaryUnwindInfo::read(binaries, m.binary) {
-                                Ok(i) => Some(Arc::new(i)),
-                                Err(_) => None,
-                            },
-                        };
+                        let l = Layout::read(binaries, m.binary).ok().map(Arc::new);
                         let bin = binaries.get(m.binary);
-                        k.want(m.binary, &bin.path, kernel::table_owner(bin), info.as_ref());
-                        let l = info.map(|i| Arc::new(Layout { segments: i.segments.clone(), entry: i.entry }));
+                        let file = l.as_ref().and(bin.file.as_ref());
+                        k.want(m.binary, &bin.path, kernel::table_owner(bin), file);
                         self.layouts.insert(m.binary, l.clone());
                         l
                     }
@@ -582,7 +643,7 @@ impl Unwinders {
             let mut unwinder = UnwinderX86_64::new();
             let mut entries = Vec::new();
             for m in mappings.iter().filter(|m| !is_jitdump(&binaries.get(m.binary).path)) {
-                let info = binary_info(&mut self.binaries, &mut self.failures, binaries, m.binary);
+                let info = binary_info(&mut self.binaries, &mut self.failures, (&mut self.held_user_cfi, MAX_HELD_USER_CFI_BYTES), binaries, m.binary);
                 if let Some(info) = info {
                     if let Some(base) = base_avma(&info.segments, m.start, m.pgoff) {
                         entries.push(base.wrapping_add(info.entry));
@@ -664,6 +725,53 @@ mod tests {
         // GNU ld's layout (address = offset in every segment) is unchanged.
         let gnu = [(0x0, 0x0, 0x628), (0x1000, 0x1000, 0x1d5), (0x2000, 0x2000, 0x10c)];
         assert_eq!(base_avma(&gnu, 0x5600_0000_1000, 0x1000), Some(0x5600_0000_0000));
+    }
+}
+
+#[cfg(test)]
+mod held_tests {
+    use super::*;
+    use crate::sideband::MmapEvent;
+
+    /// Check that the CFI of files root does not own is held within one
+    /// budget in all: past it a file's CFI is dropped (and said), a file
+    /// released gives its share back, and root's files never count.
+    #[test]
+    fn files_root_does_not_own_share_one_cfi_budget() {
+        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+        let dir = std::env::temp_dir().join(format!("sysprof-held-cfi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copies: Vec<String> = ["a.so", "b.so"].iter().map(|n| dir.join(n).to_string_lossy().into_owned()).collect();
+        for c in &copies {
+            if std::fs::copy(libc, c).is_err() {
+                eprintln!("SKIPPED: no {libc} to copy");
+                return;
+            }
+            // As root, the copies must be another user's to count.
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                std::os::unix::fs::chown(c, Some(65534), Some(65534)).unwrap();
+            }
+        }
+        let ev = |path: &str| MmapEvent { time: 0, pid: std::process::id(), start: 0x1000, len: 0x1000, pgoff: 0, path: path.to_string(), build_id: None, inode: None };
+        let mut binaries = Binaries::new();
+        let (a, b, system) = (binaries.intern(&ev(&copies[0])), binaries.intern(&ev(&copies[1])), binaries.intern(&ev(libc)));
+        let mut u = Unwinders::new();
+        // A budget that holds one copy's CFI, not two.
+        let one = BinaryUnwindInfo::read(&binaries, a).unwrap().cfi_bytes();
+        assert!(one > 100_000, "libc has {one} bytes of CFI");
+        let limit = one + one / 2;
+        let info = |u: &mut Unwinders, binary| binary_info(&mut u.binaries, &mut u.failures, (&mut u.held_user_cfi, limit), &binaries, binary).unwrap();
+        assert!(info(&mut u, a).eh_frame.is_some());
+        assert_eq!(u.held_user_cfi, one);
+        assert!(info(&mut u, b).eh_frame.is_none(), "past the budget, no CFI is kept");
+        assert!(u.failures.iter().any(|f| f.contains("b.so") && f.contains("not kept")), "{:?}", u.failures);
+        assert!(info(&mut u, system).eh_frame.is_some(), "root's files do not count");
+        assert_eq!(u.held_user_cfi, one);
+        u.forget_binaries(&[a, b]);
+        assert_eq!(u.held_user_cfi, 0, "a released file gives its share back");
+        assert!(info(&mut u, b).eh_frame.is_some(), "and the next file has it");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
 

@@ -245,8 +245,8 @@ fn flatten(mut ranges: Vec<(u32, u32, Row)>, max_rows: usize) -> Result<Vec<Row>
 }
 
 /// Compile the table of an ELF file on disk (for the benchmarks: the
-/// profiler itself reads binaries through [`super::BinaryUnwindInfo`], with
-/// its limits). Returns the table and the bytes of CFI it came from.
+/// profiler itself reads CFI through [`crate::symbolize::elf::ElfReader::cfi`],
+/// within its budgets). Returns the table and the bytes of CFI it came from.
 pub fn compile_file(path: &std::path::Path, max_rows: usize) -> Result<(Table, usize), String> {
     use object::{Object, ObjectSection};
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
