@@ -472,13 +472,10 @@ pub fn raise_fd_limit() {
 
 /// Read and validate a profile file; returns its thread count.
 pub fn validate_file(path: &Path) -> Result<usize, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let json: serde_json::Value = if bytes.starts_with(&[0x1f, 0x8b]) {
-        serde_json::from_reader(flate2::read::GzDecoder::new(&bytes[..]))
-    } else {
-        serde_json::from_slice(&bytes)
-    }
-    .map_err(|e| format!("{} is not a JSON profile: {e}", path.display()))?;
+    // Gzip inflated within a limit; a FIFO or device refused.
+    let bytes = crate::profile::input::read_profile_bytes(path).map_err(|e| e.to_string())?;
+    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("{} is not a JSON profile: {e}", path.display()))?;
+    drop(bytes);
     let problems = crate::profile::validate::validate(&json);
     if problems.is_empty() {
         Ok(json["threads"].as_array().map(|t| t.len()).unwrap_or(0))
