@@ -222,7 +222,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     timing.mark("replay, resolve and symbolicate");
     if args.verbose {
         if let Some(k) = collector.kernel_table_stats() {
-            eprintln!("sysprof: {}", k.line());
+            eprintln!("sysprof: {}", crate::escape::escape(&k.line()));
         }
     }
     let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
@@ -250,7 +250,7 @@ fn exit_status(stop: &Stop, args: &RecordArgs) -> i32 {
         Stop::Command(Some(status)) => match (status.code(), status.signal()) {
             (Some(code), _) => code,
             (None, Some(sig)) => {
-                eprintln!("sysprof: {} was killed by signal {sig} ({})", args.command[0], signal_name(sig));
+                eprintln!("sysprof: {} was killed by signal {sig} ({})", crate::escape::escape(&args.command[0]), signal_name(sig));
                 128 + sig
             }
             _ => 0,
