@@ -29,14 +29,12 @@ pub fn read_profile_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
         return Ok(bytes);
     }
     let limit = inflated_limit(bytes.len() as u64);
-    // Inflated whole first (serde reading through the decoder pulls a byte
-    // per call), through `take`: never one byte past the limit.
-    let mut json = Vec::new();
-    flate2::read::MultiGzDecoder::new(&bytes[..])
-        .take(limit + 1)
-        .read_to_end(&mut json)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{shown} is not gzip ({e})")))?;
-    if json.len() as u64 > limit {
+    let not_gzip = |e: std::io::Error| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{shown} is not gzip ({e})"));
+    // Counted first, kept nowhere: a bomb is refused having held nothing,
+    // and a real profile is then inflated into a buffer of its exact size
+    // (a growing one held up to three times it while copying).
+    let inflated = std::io::copy(&mut flate2::read::MultiGzDecoder::new(&bytes[..]).take(limit + 1), &mut std::io::sink()).map_err(not_gzip)?;
+    if inflated > limit {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!(
@@ -46,6 +44,9 @@ pub fn read_profile_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
             ),
         ));
     }
+    // Inflated whole (serde reading through the decoder pulls a byte per call).
+    let mut json = Vec::with_capacity(inflated as usize);
+    flate2::read::MultiGzDecoder::new(&bytes[..]).take(inflated).read_to_end(&mut json).map_err(not_gzip)?;
     Ok(json)
 }
 
