@@ -45,23 +45,6 @@ pub fn path(p: &std::path::Path) -> String {
     escape(&p.to_string_lossy()).into_owned()
 }
 
-/// `text` with the control characters of each line escaped and its line
-/// ends kept: for text made of lines sysprof wrote (a report) where some
-/// field may still hold a raw control character.
-pub fn lines(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(|c| c != '\n' && is_unsafe(c)) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for (i, line) in text.split('\n').enumerate() {
-        if i > 0 {
-            out.push('\n');
-        }
-        out.push_str(&escape(line));
-    }
-    Cow::Owned(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,12 +58,5 @@ mod tests {
         assert_eq!(e, "x\\nsysprof agent: forged\\n\\e]0;PWNED\\x07 \\t\\r\\x7f\\x9b\\u{202e}é中");
         assert!(e.bytes().all(|b| b >= 0x20 && b != 0x7f), "{e}");
         assert!(matches!(escape("plain name é"), Cow::Borrowed(_)));
-    }
-
-    /// Check that line ends a report wrote stay and only the fields' control
-    /// characters are escaped.
-    #[test]
-    fn lines_keeps_line_ends() {
-        assert_eq!(lines("a\x1bb\nc\x07\n"), "a\\eb\nc\\x07\n");
     }
 }

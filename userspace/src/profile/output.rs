@@ -363,6 +363,57 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
+    fn mkfifo(p: &Path) {
+        let c = cstring(p).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
+    }
+
+    /// Check that a FIFO at the output path is written through to its
+    /// reader (who opens it only after the output was prepared) and stays a
+    /// FIFO, with nothing else left in the directory.
+    #[test]
+    fn a_fifo_is_written_through_not_replaced() {
+        let d = dir("fifo");
+        let out = d.join("p.json");
+        mkfifo(&out);
+        let o = OutputFile::create(&out).unwrap();
+        assert!(!o.is_file());
+        let reader = {
+            let out = out.clone();
+            std::thread::spawn(move || std::fs::read_to_string(out).unwrap())
+        };
+        let n = o.commit(&serde_json::json!({"ok": true})).unwrap();
+        assert_eq!(reader.join().unwrap(), r#"{"ok":true}"#);
+        assert_eq!(n, 11);
+        assert!(std::fs::symlink_metadata(&out).unwrap().file_type().is_fifo());
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Check that a symlink to a FIFO that another user planted is not
+    /// followed: it is replaced by the profile, as any planted symlink is.
+    #[test]
+    fn another_users_symlink_to_a_fifo_is_replaced() {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED another_users_symlink_to_a_fifo_is_replaced: needs root to give the symlink to nobody");
+            return;
+        }
+        let d = dir("fifo-link");
+        let fifo = d.join("fifo");
+        mkfifo(&fifo);
+        let out = d.join("p.json");
+        std::os::unix::fs::symlink(&fifo, &out).unwrap();
+        std::os::unix::fs::lchown(&out, Some(65534), Some(65534)).unwrap();
+        let o = OutputFile::create(&out).unwrap();
+        assert!(o.is_file(), "not written through");
+        o.commit(&serde_json::json!({"ok": true})).unwrap();
+        assert!(std::fs::symlink_metadata(&out).unwrap().file_type().is_file());
+        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     /// Check that a profile never written leaves nothing behind.
     #[test]
     fn an_abandoned_profile_leaves_nothing() {
