@@ -426,26 +426,19 @@ fn func_totals(t: &ThreadFile, cpu: &FxHashMap<u32, u64>, idle: Option<u32>) -> 
         }
     }
     // Children of each node (CSR), for the walk; only nodes with samples below.
+    let sampled_child = |i: usize| t.stack_table.prefix[i].filter(|_| subtree[i] > 0).map(|p| p as usize);
     let mut first = vec![0u32; n + 1];
-    for i in 0..n {
-        if let Some(p) = t.stack_table.prefix[i] {
-            if subtree[i] > 0 {
-                first[p as usize + 1] += 1;
-            }
-        }
+    for p in (0..n).filter_map(sampled_child) {
+        first[p + 1] += 1;
     }
     for i in 0..n {
         first[i + 1] += first[i];
     }
     let mut fill = first.clone();
     let mut children = vec![0u32; first[n] as usize];
-    for i in 0..n {
-        if let Some(p) = t.stack_table.prefix[i] {
-            if subtree[i] > 0 {
-                children[fill[p as usize] as usize] = i as u32;
-                fill[p as usize] += 1;
-            }
-        }
+    for (i, p) in (0..n).filter_map(|i| sampled_child(i).map(|p| (i, p))) {
+        children[fill[p] as usize] = i as u32;
+        fill[p] += 1;
     }
     let mut on_path = vec![0u32; funcs];
     // (node, entered): a node is pushed once to enter and once to leave.
