@@ -623,7 +623,7 @@ fn report<'a>(profile: &'a ProfileFile, filter: &Filter, top: usize, path: &Path
     let _ = writeln!(
         out,
         "# {}: {:.2} s, {} processes, {} threads, {} CPU samples every {:.3} ms{}",
-        path.display(),
+        crate::escape::path(path),
         duration_ms / 1e3,
         processes.len(),
         processes.values().map(|p| p.threads).sum::<usize>(),
