@@ -69,6 +69,9 @@ pub struct RecordArgs {
     #[arg(short = 'd', long = "duration")]
     pub duration: Option<f64>,
     /// Where to write the profile; gzip-compressed when it ends in .gz.
+    /// `-` writes uncompressed JSON to stdout (the command's own stdout then
+    /// goes to stderr); a device or FIFO (`/dev/null`) is written through,
+    /// never replaced.
     #[arg(short = 'o', long = "output", default_value = "profile.json.gz")]
     pub output: PathBuf,
     /// How user stacks are walked: dwarf (in the kernel, with tables compiled

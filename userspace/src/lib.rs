@@ -16,6 +16,7 @@ pub mod capture;
 pub mod cli;
 pub mod collector;
 pub mod error;
+pub mod escape;
 pub mod export;
 pub mod profile;
 pub mod record;

@@ -13,52 +13,52 @@ fn main() {
         Command::Record(args) => match sysprof::record::run(args) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("sysprof: {e}");
+                eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
                 e.exit_code()
             }
         },
         Command::Agent(args) => match sysprof::agent::run(*args) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("sysprof agent: {e}");
+                eprintln!("sysprof agent: {}", sysprof::escape::escape(&e.to_string()));
                 e.exit_code()
             }
         },
         Command::Show(args) => match sysprof::show::run(args) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("sysprof: {e}");
+                eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
                 e.exit_code()
             }
         },
         Command::View(args) => match sysprof::view::run(args) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("sysprof: {e}");
+                eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
                 e.exit_code()
             }
         },
         Command::Report(args) => match sysprof::report::run(args) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("sysprof: {e}");
+                eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
                 e.exit_code()
             }
         },
         Command::Generate { what, dir } => match generate(&what, &dir) {
             Ok(()) => 0,
             Err(e) => {
-                eprintln!("sysprof: {e}");
+                eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
                 e.exit_code()
             }
         },
         Command::Validate { path } => match sysprof::record::validate_file(&path) {
             Ok(threads) => {
-                println!("{}: valid ({threads} threads)", path.display());
+                println!("{}: valid ({threads} threads)", sysprof::escape::path(&path));
                 0
             }
             Err(e) => {
-                eprintln!("sysprof: {e}");
+                eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
                 1
             }
         },

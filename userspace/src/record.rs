@@ -20,6 +20,7 @@ use crate::collector::recording::Recording;
 use crate::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
 use crate::error::RecordError;
 use crate::profile::output::OutputFile;
+use std::os::fd::AsFd;
 use crate::profile::{build_profile, HostInfo};
 
 /// Off-CPU intervals shorter than this are folded in the kernel (summed per
@@ -77,6 +78,9 @@ fn check_args(args: &RecordArgs) -> Result<(), RecordError> {
 pub fn run(args: RecordArgs) -> Result<i32, RecordError> {
     check_args(&args)?;
     let output = OutputFile::create(&args.output)?;
+    if args.open && !output.is_file() {
+        return Err(RecordError::Usage(format!("--open needs a file to open, not {}; name one with -o", crate::escape::path(&args.output))));
+    }
     raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -139,8 +143,16 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let mut child = None;
     let mut command_pid = None;
     if !args.command.is_empty() {
-        let c = tokio::process::Command::new(&args.command[0])
-            .args(&args.command[1..])
+        let mut command = tokio::process::Command::new(&args.command[0]);
+        command.args(&args.command[1..]);
+        if output.is_stdout() {
+            // The profile owns stdout: the command's output goes to stderr
+            // rather than into the JSON.
+            if let Ok(stderr) = std::io::stderr().as_fd().try_clone_to_owned() {
+                command.stdout(std::process::Stdio::from(stderr));
+            }
+        }
+        let c = command
             .spawn()
             .map_err(|source| RecordError::Spawn { command: args.command[0].clone(), source })?;
         command_pid = c.id();
@@ -211,7 +223,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     timing.mark("replay, resolve and symbolicate");
     if args.verbose {
         if let Some(k) = collector.kernel_table_stats() {
-            eprintln!("sysprof: {}", k.line());
+            eprintln!("sysprof: {}", crate::escape::escape(&k.line()));
             let refusals = collector.kernel_refusals();
             if !refusals.is_empty() {
                 eprintln!("sysprof: kernel unwinding refused: {}", crate::unwind::kernel::refusals_text(&refusals));
@@ -224,13 +236,14 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let profile = build_profile(&recording, &host, focus);
     timing.mark("build the profile");
     let path = output.path().to_path_buf();
+    let is_file = output.is_file();
     let bytes = output.commit(&profile)?;
     timing.mark("write the profile");
 
     for w in &recording.warnings {
-        eprintln!("sysprof: warning: {w}");
+        eprintln!("sysprof: warning: {}", crate::escape::escape(w));
     }
-    print_summary(&recording, &path, bytes, stopped.elapsed(), &args);
+    print_summary(&recording, &path, is_file, bytes, stopped.elapsed(), &args);
     Ok((exit_status(&stop, &args), path, tokio_signals))
 }
 
@@ -242,7 +255,7 @@ fn exit_status(stop: &Stop, args: &RecordArgs) -> i32 {
         Stop::Command(Some(status)) => match (status.code(), status.signal()) {
             (Some(code), _) => code,
             (None, Some(sig)) => {
-                eprintln!("sysprof: {} was killed by signal {sig} ({})", args.command[0], signal_name(sig));
+                eprintln!("sysprof: {} was killed by signal {sig} ({})", crate::escape::escape(&args.command[0]), signal_name(sig));
                 128 + sig
             }
             _ => 0,
@@ -278,18 +291,18 @@ fn signal_name(sig: i32) -> &'static str {
 /// The summary: one line with what was recorded and where it went; a second
 /// only when something was lost, saying what and what helps; with `-v`, every
 /// total as `key=value` (what scripts and the benchmarks read).
-fn print_summary(rec: &Recording, path: &Path, bytes: u64, write_time: Duration, args: &RecordArgs) {
+fn print_summary(rec: &Recording, path: &Path, is_file: bool, bytes: u64, write_time: Duration, args: &RecordArgs) {
     let st = &rec.stats;
     let threads: usize = rec.processes.iter().map(|p| p.threads.len()).sum();
+    let shown = if path.as_os_str() == "-" { "stdout".to_string() } else { crate::escape::path(path) };
     eprintln!(
-        "sysprof: {:.2} s, {} samples, {} processes, {threads} threads; wrote {} ({}) in {:.2} s; open it: sysprof view {}",
+        "sysprof: {:.2} s, {} samples, {} processes, {threads} threads; wrote {shown} ({}) in {:.2} s{}",
         (rec.end_ns - rec.start_ns) as f64 / 1e9,
         st.samples_kept,
         rec.processes.len(),
-        path.display(),
         human_bytes(bytes),
         write_time.as_secs_f64(),
-        shell_word(&path.to_string_lossy()),
+        if is_file { format!("; open it: sysprof view {}", crate::escape::escape(&shell_word(&path.to_string_lossy()))) } else { String::new() },
     );
     let mut lost = Vec::new();
     if st.lost_samples > 0 {
@@ -472,13 +485,10 @@ pub fn raise_fd_limit() {
 
 /// Read and validate a profile file; returns its thread count.
 pub fn validate_file(path: &Path) -> Result<usize, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let json: serde_json::Value = if bytes.starts_with(&[0x1f, 0x8b]) {
-        serde_json::from_reader(flate2::read::GzDecoder::new(&bytes[..]))
-    } else {
-        serde_json::from_slice(&bytes)
-    }
-    .map_err(|e| format!("{} is not a JSON profile: {e}", path.display()))?;
+    // Gzip inflated within a limit; a FIFO or device refused.
+    let bytes = crate::profile::input::read_profile_bytes(path).map_err(|e| e.to_string())?;
+    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("{} is not a JSON profile: {e}", path.display()))?;
+    drop(bytes);
     let problems = crate::profile::validate::validate(&json);
     if problems.is_empty() {
         Ok(json["threads"].as_array().map(|t| t.len()).unwrap_or(0))

@@ -133,12 +133,13 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
         (None, _) => None,
     };
     let output = match output {
-        Some(p) if p.as_os_str() != "-" => Some(OutputFile::create(&p)?),
-        _ => None,
+        // `-` too: written to stdout through the same path.
+        Some(p) => Some(OutputFile::create(&p)?),
+        None => None,
     };
     let q = store.query(since, until);
     for w in &q.warnings {
-        eprintln!("sysprof: warning: {w}");
+        eprintln!("sysprof: warning: {}", crate::escape::escape(w));
     }
     if q.recordings.is_empty() {
         let (all, _) = store.list();
@@ -196,7 +197,7 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
             local_time_string(rec.start_wall_ms + (rec.end_ns - rec.start_ns) as f64 / 1e6),
             rec.sample_count(),
             rec.processes.len(),
-            path.display(),
+            crate::escape::path(&path),
             crate::record::human_bytes(bytes),
             if args.format == "firefox" { "; open it at https://profiler.firefox.com" } else { "" },
         );
@@ -222,7 +223,7 @@ fn narrow(rec: &mut Recording, args: &ShowArgs) {
 fn list(store: &Store) -> Result<i32, RecordError> {
     let (segs, warnings) = store.list();
     for w in &warnings {
-        eprintln!("sysprof: warning: {w}");
+        eprintln!("sysprof: warning: {}", crate::escape::escape(w));
     }
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{:<19}  {:<19}  {:>7}  {:>9}  {:>9}  {:>10}  file", "from", "to", "windows", "samples", "processes", "bytes");
@@ -240,7 +241,7 @@ fn list(store: &Store) -> Result<i32, RecordError> {
             h.samples,
             h.processes,
             s.bytes,
-            s.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            s.path.file_name().map(|n| crate::escape::escape(&n.to_string_lossy()).into_owned()).unwrap_or_default()
         );
     }
     let _ = writeln!(

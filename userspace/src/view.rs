@@ -175,7 +175,7 @@ async fn serve_until_signal(path: &Path, served: Arc<Served>, open: bool, port: 
     let link = profiler_link(&format!("http://127.0.0.1:{port}{}", served.route));
     println!(
         "serving {} ({} bytes) on 127.0.0.1:{port} until Ctrl-C; open it in the Firefox Profiler:",
-        path.display(),
+        crate::escape::path(path),
         served.body.len()
     );
     println!("{link}");

@@ -100,7 +100,13 @@ pub(crate) struct ErrorLog {
 
 impl ErrorLog {
     /// Say `line` (prefixed "sysprof agent: "), unless it was said less than a minute ago.
+    /// Escaped first: a line may hold paths and names others chose, and one
+    /// log line must stay one line.
     pub(crate) fn say(&mut self, line: String) {
+        let line = match crate::escape::escape(&line) {
+            std::borrow::Cow::Owned(e) => e,
+            std::borrow::Cow::Borrowed(_) => line,
+        };
         let now = Instant::now();
         match self.last.get_mut(&line) {
             Some((at, suppressed)) if now.duration_since(*at) < ERROR_REPEAT => *suppressed += 1,
@@ -197,7 +203,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     eprintln!(
         "sysprof agent: recording every process at {} Hz into {} (windows of {} s; keeping {} or {}, whichever is less){}",
         cfg.frequency,
-        store.dir().display(),
+        crate::escape::path(store.dir()),
         cfg.window.as_secs_f64(),
         crate::record::human_bytes(cfg.retain_size),
         human_duration(cfg.retain_age),
@@ -294,7 +300,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         if last_health.elapsed() >= cfg.health_interval {
             let cpu = process_cpu_seconds();
             let share = (cpu - cpu_at_health) / last_health.elapsed().as_secs_f64() * 100.0;
-            eprintln!("{}", health_line(&counters, started.elapsed(), share, &collector, &export_counters));
+            eprintln!("{}", crate::escape::escape(&health_line(&counters, started.elapsed(), share, &collector, &export_counters)));
             cpu_at_health = cpu;
             last_health = Instant::now();
         }
@@ -313,7 +319,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    eprintln!("{}", health_line(&counters, started.elapsed(), process_cpu_seconds() / started.elapsed().as_secs_f64() * 100.0, &collector, &export_counters));
+    eprintln!("{}", crate::escape::escape(&health_line(&counters, started.elapsed(), process_cpu_seconds() / started.elapsed().as_secs_f64() * 100.0, &collector, &export_counters)));
     Ok(0)
 }
 

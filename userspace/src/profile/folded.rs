@@ -6,7 +6,9 @@
 //! own (outermost first), kernel frames suffixed `_[k]` (the annotation
 //! inferno and flamegraph.pl colour as kernel), unnamed code as
 //! `library+0xoffset`; the count is the number of samples. Lines are
-//! sorted, so equal recordings give equal files.
+//! sorted, so equal recordings give equal files. Names have their control
+//! characters escaped (a name never breaks a line or reaches a terminal
+//! raw) and `;` replaced by `_`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -20,7 +22,7 @@ use crate::collector::stack_tree::NO_PARENT;
 /// cleaned of the separators the format uses.
 fn frame_names(rec: &Recording, f: u32) -> Vec<String> {
     let frame = &rec.frames[f as usize];
-    let clean = |s: &str| s.replace([';', '\n'], "_");
+    let clean = |s: &str| crate::escape::escape(s).replace(';', "_");
     let suffix = if frame.kernel { "_[k]" } else { "" };
     if frame.symbols.funcs.is_empty() {
         let lib = (frame.lib != NO_LIB).then(|| rec.libs.get(frame.lib as usize).map(|l| l.name.as_str())).flatten();
@@ -47,7 +49,7 @@ pub fn write_folded(rec: &Recording, out: &mut impl Write) -> std::io::Result<u6
     let mut path = Vec::new();
     for ((pi, node), count) in per_stack {
         let p = &rec.processes[pi as usize];
-        let mut line = p.name.replace([';', '\n'], "_");
+        let mut line = crate::escape::escape(&p.name).replace(';', "_");
         path.clear();
         let mut n = node;
         while n != NO_PARENT {

@@ -12,6 +12,7 @@
 //! and stack tables, as version 55 requires; `libs` is global.
 
 pub mod folded;
+pub mod input;
 pub mod output;
 pub mod validate;
 

@@ -15,12 +15,23 @@
 //! supported, the temporary gets an unpredictable name and
 //! `O_CREAT|O_EXCL|O_NOFOLLOW` (it never opens what exists), and is removed
 //! on every failure path.
+//!
+//! What is not a regular file is never replaced: an existing character
+//! device or FIFO (`/dev/null`, a named pipe a reader waits on) is opened
+//! for writing as it is, without `O_CREAT` or `O_TRUNC`, and written
+//! through; a FIFO with no reader yet is opened (waiting for one) when the
+//! profile is complete. A symlink is only followed there when root or the
+//! caller owns it (`/dev/stdout`); one planted by anyone else is replaced as
+//! before. Block devices and sockets are refused with one line. `-` (and
+//! `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`) write to the inherited
+//! descriptor itself; `-` gives uncompressed JSON.
 
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::RecordError;
@@ -32,6 +43,98 @@ pub struct OutputFile {
     file: Option<File>,
     /// Set when the fallback gave the temporary a name: removed unless committed.
     named_temp: Option<PathBuf>,
+    /// Not a regular file: written through `file`, never renamed over.
+    through: Option<Through>,
+}
+
+/// How an output that is not a regular file is written.
+enum Through {
+    /// An open descriptor (a device, a FIFO with a reader, stdout).
+    Open,
+    /// A FIFO no one reads yet: opened at commit, waiting for a reader.
+    Fifo { follow: bool },
+}
+
+/// The writer `commit_with` hands out: the file, counting what is written
+/// (a device or a pipe has no size to ask for afterwards).
+pub struct Sink<'a> {
+    file: &'a File,
+    written: u64,
+}
+
+impl Write for Sink<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+/// The descriptor a path names when it is one we inherited: `-`,
+/// `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, `/proc/self/fd/N`.
+fn inherited_fd(path: &Path) -> Option<i32> {
+    match path.as_os_str().as_bytes() {
+        b"-" | b"/dev/stdout" => return Some(1),
+        b"/dev/stderr" => return Some(2),
+        _ => {}
+    }
+    let n: i32 = path.file_name()?.to_str()?.parse().ok()?;
+    let parent = std::fs::canonicalize(path.parent()?).ok()?;
+    (parent == Path::new(&format!("/proc/{}/fd", std::process::id()))).then_some(n)
+}
+
+/// Open an existing non-regular file for writing as it is (no `O_CREAT`, no
+/// `O_TRUNC`); `None` for a FIFO no one reads yet when `wait` is false.
+fn open_through(path: &Path, follow: bool, wait: bool) -> std::io::Result<Option<File>> {
+    let c = cstring(path)?;
+    let mut flags = libc::O_WRONLY | libc::O_NOCTTY | libc::O_CLOEXEC;
+    if !follow {
+        // Checked not to be a symlink: if it became one since, refuse.
+        flags |= libc::O_NOFOLLOW;
+    }
+    if !wait {
+        // A FIFO's open waits for a reader; we do not wait before recording.
+        flags |= libc::O_NONBLOCK;
+    }
+    // SAFETY: a valid NUL-terminated path; the fd is checked and owned below.
+    let fd = unsafe { libc::open(c.as_ptr(), flags) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENXIO) if !wait && std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo()) => Ok(None),
+            Some(libc::ENXIO) => Err(std::io::Error::other("it is a socket or a device with nothing behind it; name a file, a FIFO or a character device")),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: a new fd we own.
+    let file = unsafe { File::from_raw_fd(fd) };
+    if !wait {
+        // Writes block as usual from here on.
+        // SAFETY: fcntl on an fd we own.
+        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) & !libc::O_NONBLOCK) };
+    }
+    refuse_kind(&file.metadata()?, false)?;
+    Ok(Some(file))
+}
+
+/// Refuse what sysprof never writes a profile onto; `regular_ok` where a
+/// regular file is expected (an inherited descriptor the shell opened).
+fn refuse_kind(m: &std::fs::Metadata, regular_ok: bool) -> std::io::Result<()> {
+    let t = m.file_type();
+    if t.is_block_device() {
+        return Err(std::io::Error::other("it is a block device; sysprof never writes a profile onto a disk, name a file"));
+    }
+    if t.is_dir() {
+        return Err(std::io::Error::other("it is a directory"));
+    }
+    if t.is_file() && !regular_ok {
+        return Err(std::io::Error::other("it was replaced by a regular file while sysprof opened it; try again"));
+    }
+    Ok(())
 }
 
 /// Sixteen hex digits from the kernel's random source.
@@ -55,8 +158,39 @@ impl OutputFile {
     /// Prepare to write `path`: create the unnamed file in its directory.
     pub fn create(path: &Path) -> Result<OutputFile, RecordError> {
         let err = |source| RecordError::OutputNotWritable { path: path.to_path_buf(), source };
-        if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-            return Err(err(std::io::Error::other("it is a directory")));
+        let through = |file: Option<File>, follow: bool| OutputFile {
+            final_path: path.to_path_buf(),
+            dir: PathBuf::new(),
+            through: Some(if file.is_some() { Through::Open } else { Through::Fifo { follow } }),
+            file,
+            named_temp: None,
+        };
+        if let Some(fd) = inherited_fd(path) {
+            // SAFETY: dup of a descriptor number; the result is checked and owned below.
+            let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if new < 0 {
+                return Err(err(std::io::Error::last_os_error()));
+            }
+            // SAFETY: a new fd we own.
+            let file = unsafe { File::from_raw_fd(new) };
+            refuse_kind(&file.metadata().map_err(err)?, true).map_err(err)?;
+            return Ok(through(Some(file), true));
+        }
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.is_dir() => return Err(err(std::io::Error::other("it is a directory"))),
+            Ok(m) if m.file_type().is_symlink() => {
+                // Followed only when root or we made it: one planted by
+                // another user is replaced below, never written through.
+                // SAFETY: geteuid cannot fail.
+                let ours = m.uid() == 0 || m.uid() == unsafe { libc::geteuid() };
+                if let Ok(t) = std::fs::metadata(path).map(|t| t.file_type()) {
+                    if ours && !t.is_file() && !t.is_dir() {
+                        return Ok(through(open_through(path, true, false).map_err(err)?, true));
+                    }
+                }
+            }
+            Ok(m) if !m.is_file() => return Ok(through(open_through(path, false, false).map_err(err)?, false)),
+            _ => {}
         }
         if path.file_name().is_none() {
             return Err(err(std::io::Error::other("it has no file name")));
@@ -71,7 +205,7 @@ impl OutputFile {
         if fd >= 0 {
             // SAFETY: a new fd we own.
             let file = unsafe { File::from_raw_fd(fd) };
-            return Ok(OutputFile { final_path: path.to_path_buf(), dir, file: Some(file), named_temp: None });
+            return Ok(OutputFile { final_path: path.to_path_buf(), dir, file: Some(file), named_temp: None, through: None });
         }
         let e = std::io::Error::last_os_error();
         // Not supported by this file system (or kernel): a named temporary.
@@ -90,7 +224,17 @@ impl OutputFile {
         }
         // SAFETY: a new fd we own.
         let file = unsafe { File::from_raw_fd(fd) };
-        Ok(OutputFile { final_path: path.to_path_buf(), dir, file: Some(file), named_temp: Some(temp) })
+        Ok(OutputFile { final_path: path.to_path_buf(), dir, file: Some(file), named_temp: Some(temp), through: None })
+    }
+
+    /// Whether the profile goes to our standard output.
+    pub fn is_stdout(&self) -> bool {
+        self.through.is_some() && inherited_fd(&self.final_path) == Some(1)
+    }
+
+    /// Whether the output is a file sysprof puts in place (one `view` can open).
+    pub fn is_file(&self) -> bool {
+        self.through.is_none()
     }
 
     /// Where the profile goes.
@@ -98,8 +242,8 @@ impl OutputFile {
         &self.final_path
     }
 
-    /// Write `profile` as JSON (gzip-compressed when the name ends in .gz)
-    /// and put it in place; returns the bytes written.
+    /// Write `profile` as JSON (gzip-compressed when the name ends in .gz;
+    /// never for `-`) and put it in place; returns the bytes written.
     pub fn commit(self, profile: &impl serde::Serialize) -> Result<u64, RecordError> {
         let gz = self.final_path.extension().is_some_and(|e| e == "gz");
         self.commit_with(|w| {
@@ -115,12 +259,22 @@ impl OutputFile {
     }
 
     /// Write with `write` and put the file in place; returns its size.
-    pub fn commit_with(mut self, write: impl FnOnce(&mut BufWriter<&File>) -> std::io::Result<()>) -> Result<u64, RecordError> {
+    pub fn commit_with(mut self, write: impl FnOnce(&mut BufWriter<Sink<'_>>) -> std::io::Result<()>) -> Result<u64, RecordError> {
         let final_path = self.final_path.clone();
         let err = |source| RecordError::OutputNotWritable { path: final_path.clone(), source };
+        if let Some(Through::Fifo { follow }) = self.through {
+            // The profile is ready: now wait for the FIFO's reader.
+            self.file = open_through(&self.final_path, follow, true).map_err(err)?;
+        }
         let file = self.file.take().expect("commit once");
+        if self.through.is_some() {
+            let mut w = BufWriter::new(Sink { file: &file, written: 0 });
+            write(&mut w).map_err(err)?;
+            w.flush().map_err(err)?;
+            return Ok(w.get_ref().written);
+        }
         let result = (|| {
-            let mut w = BufWriter::new(&file);
+            let mut w = BufWriter::new(Sink { file: &file, written: 0 });
             write(&mut w)?;
             w.flush()?;
             drop(w);
@@ -206,6 +360,57 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&out).unwrap(), r#"{"ok":true}"#);
         let names: Vec<_> = std::fs::read_dir(&d).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(names.len(), 2, "{names:?}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    fn mkfifo(p: &Path) {
+        let c = cstring(p).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
+    }
+
+    /// Check that a FIFO at the output path is written through to its
+    /// reader (who opens it only after the output was prepared) and stays a
+    /// FIFO, with nothing else left in the directory.
+    #[test]
+    fn a_fifo_is_written_through_not_replaced() {
+        let d = dir("fifo");
+        let out = d.join("p.json");
+        mkfifo(&out);
+        let o = OutputFile::create(&out).unwrap();
+        assert!(!o.is_file());
+        let reader = {
+            let out = out.clone();
+            std::thread::spawn(move || std::fs::read_to_string(out).unwrap())
+        };
+        let n = o.commit(&serde_json::json!({"ok": true})).unwrap();
+        assert_eq!(reader.join().unwrap(), r#"{"ok":true}"#);
+        assert_eq!(n, 11);
+        assert!(std::fs::symlink_metadata(&out).unwrap().file_type().is_fifo());
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Check that a symlink to a FIFO that another user planted is not
+    /// followed: it is replaced by the profile, as any planted symlink is.
+    #[test]
+    fn another_users_symlink_to_a_fifo_is_replaced() {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED another_users_symlink_to_a_fifo_is_replaced: needs root to give the symlink to nobody");
+            return;
+        }
+        let d = dir("fifo-link");
+        let fifo = d.join("fifo");
+        mkfifo(&fifo);
+        let out = d.join("p.json");
+        std::os::unix::fs::symlink(&fifo, &out).unwrap();
+        std::os::unix::fs::lchown(&out, Some(65534), Some(65534)).unwrap();
+        let o = OutputFile::create(&out).unwrap();
+        assert!(o.is_file(), "not written through");
+        o.commit(&serde_json::json!({"ok": true})).unwrap();
+        assert!(std::fs::symlink_metadata(&out).unwrap().file_type().is_file());
+        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
         let _ = std::fs::remove_dir_all(&d);
     }
 
