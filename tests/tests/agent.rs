@@ -78,11 +78,14 @@ fn show_gives_the_cpu_split_of_a_workload_beside_the_agent() {
     assert!(three + one >= 1200, "3 s of CPU at 499 Hz: {} samples in the hot functions", three + one);
     assert!((2.85..=3.15).contains(&ratio), "ratio {ratio:.2} is not 3 ± 5%");
     // schedstat is read by the thread near its end: the samples' deltas
-    // stop up to one period (2 ms) before it, plus what a sample in flight
-    // was late by; a sample can also land after the read, on the exit path
-    // (fgets, printf, exit: CI saw 0.3 ms), so up to one period ahead.
+    // stop at its last sample before it. A tick samples whoever runs, so on
+    // a busy machine the thread's last sample can lie a few of its periods
+    // (2 ms) of its own CPU time before the end: 10 are allowed. A sample
+    // can also land after the read, on the exit path (fgets, printf, exit:
+    // CI saw 0.3 ms), so up to one period ahead. A window lost or counted
+    // twice would be hundreds of ms off.
     let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
-    assert!((-2.0..=4.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
+    assert!((-2.0..=20.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
 
     let o = show(&["--store", store.to_str().unwrap(), "--since", "2m", "-p", &pid.to_string(), "--format", "folded"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -156,7 +159,11 @@ fn show_reads_while_the_agent_writes_and_compacts() {
     let (_, _, delta_ns) = split_of(&Profile::load(&path), pid);
     let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
     eprintln!("concurrent: threadCPUDelta {:.3} ms, schedstat {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
-    assert!((-0.01..=7.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
+    // Its last sample may lie a few periods (5 ms at 199 Hz) of its own CPU
+    // before its end on a busy machine (a tick samples whoever runs; 8.3 ms
+    // was seen beside a busy CPU): 10 are allowed. A window counted twice
+    // would put it ~1 s ahead, one lost as far behind.
+    assert!((-0.01..=50.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
 }

@@ -62,11 +62,13 @@ fn cpu_split_between_functions_matches_the_workload() {
 
     // The thread starts during the recording, so its deltas add up to its
     // CPU time at its last sample; schedstat, read by the thread after its
-    // work, can only be ahead, by the work after the last sample (< 2 ms).
+    // work, can only be ahead, by the work after the last sample: a few of
+    // its periods (1 ms) of its own CPU time on a busy machine, where a
+    // tick samples whoever runs; 10 are allowed.
     let delta_ns = t.cpu_delta_us() as f64 * 1000.0;
     let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
     eprintln!("split: threadCPUDelta sum {:.3} ms, schedstat {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
-    assert!((-0.01..=2.0).contains(&behind_ms), "threadCPUDelta sum {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
+    assert!((-0.01..=10.0).contains(&behind_ms), "threadCPUDelta sum {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
 }
 
 /// Check that a thread spending its time in read(2) has stacks holding both
