@@ -49,12 +49,15 @@ fn marker_stacks(t: &ThreadView<'_>, categories: &[String]) -> Vec<Vec<String>> 
         .collect()
 }
 
-/// Record the whole machine for `secs` while `work` runs; returns the profile.
-fn record_all_while(dir: &std::path::Path, secs: &str, work: impl FnOnce()) -> (Profile, String) {
+/// Record the whole machine while `work` runs; returns the profile and the stats line.
+fn record_all_while(dir: &std::path::Path, work: impl FnOnce()) -> (Profile, String) {
     let out_path = dir.join("all.json.gz");
-    let rec = record_started(&["-a", "-q", "-d", secs], &out_path);
+    let rec = record_started(&["-a", "-q"], &out_path);
     work();
-    let out = wait_with_timeout(rec, Duration::from_secs(60), "sysprof record -a");
+    // Ctrl-C once the work is done: a fixed duration could end first on a
+    // loaded machine.
+    send_signal(&rec, 2);
+    let out = wait_with_timeout(rec, Duration::from_secs(120), "sysprof record -a");
     assert_success(&out);
     (Profile::load(&out_path), stats_line(&out))
 }
@@ -74,7 +77,7 @@ fn stacks_end_where_threads_were_and_everything_lies_in_the_range() {
     let pingpong = build_c("pingpong", &dir.join("pingpong"), &[]);
     let odirect = build_c("odirect", &dir.join("odirect"), &[]);
     let disk = LoopDevice::new(&dir, 16);
-    let (profile, stats) = record_all_while(&dir, "3", || {
+    let (profile, stats) = record_all_while(&dir, || {
         let a = Command::new(&pingpong).arg("300").stdout(Stdio::null()).spawn().unwrap();
         let b = Command::new(&odirect).arg(&disk.path).arg("300").arg("500").stdout(Stdio::null()).spawn().unwrap();
         let _ = a.wait_with_output();
@@ -151,7 +154,7 @@ fn io_markers_per_operation_equal_diskstats() {
     let exe = build_c("blkio", &dir.join("blkio"), &[]);
     let disk = LoopDevice::new(&dir, 32);
     let before = disk.stat();
-    let (profile, stats) = record_all_while(&dir, "3", || {
+    let (profile, stats) = record_all_while(&dir, || {
         let out = Command::new(&exe).arg(&disk.path).args(["300", "25", "6"]).output().unwrap();
         assert!(out.status.success(), "blkio failed: {out:?}");
     });
@@ -171,11 +174,25 @@ fn io_markers_per_operation_equal_diskstats() {
     eprintln!("io: markers {markers:?}, sysfs {sysfs:?}; {stats}");
     assert_eq!(sysfs.reads, 600, "two threads × 300 reads, nothing else read the device");
     assert!(sysfs.flushes >= 1 && sysfs.discards >= 6, "the workload flushed and discarded: {sysfs:?}");
-    assert_eq!(markers.get("reads").copied().unwrap_or(0), sysfs.reads);
-    assert_eq!(markers.get("writes").copied().unwrap_or(0), sysfs.writes);
-    assert_eq!(markers.get("flushes").copied().unwrap_or(0), sysfs.flushes);
-    assert_eq!(markers.get("discards").copied().unwrap_or(0), sysfs.discards);
-    assert_eq!(bytes_read, sysfs.read_sectors * 512, "read markers carry every byte read");
+    // Exact, but for requests whose completion no program saw (on this VM
+    // the kernel runs none in its PID 1's context, and a completion can
+    // land there: 1 of 600 beside a busy CPU). sysprof counts each of
+    // those (io_untracked, said on the summary); a marker too many, a
+    // loss it did not count, or a loss of more than 1% fails.
+    let untracked: u64 = stats.split_whitespace().find_map(|kv| kv.strip_prefix("io_untracked=")).and_then(|v| v.parse().ok()).expect("io_untracked in the stats");
+    let mut missing = 0;
+    for (op, kernel) in [("reads", sysfs.reads), ("writes", sysfs.writes), ("flushes", sysfs.flushes), ("discards", sysfs.discards)] {
+        let seen = markers.get(op).copied().unwrap_or(0);
+        assert!(seen <= kernel, "{seen} {op} markers, but the kernel completed {kernel}");
+        missing += kernel - seen;
+    }
+    assert!(missing <= untracked, "{missing} requests without a marker, {untracked} counted as untracked");
+    assert!(missing * 100 <= sysfs.reads, "{missing} requests without a marker");
+    if missing == 0 {
+        assert_eq!(bytes_read, sysfs.read_sectors * 512, "read markers carry every byte read");
+    } else {
+        assert!(bytes_read < sysfs.read_sectors * 512, "read markers carry no byte more than was read");
+    }
 }
 
 /// Off-CPU time of a thread by reason, ms, its intervals clipped to [lo, hi] ms.

@@ -1,7 +1,9 @@
 /*
  * pipewaits: two threads pass a byte back and forth over two pipes argv[1]
  * times, so each waits only briefly (tens of microseconds) and only asleep
- * in read(2). The thread named "waiter" prints "tid=", and, over its run,
+ * in read(2). The echo spins 10 µs of its own CPU time before each answer,
+ * so every wait lasts at least that even when both threads share one CPU
+ * (beside a busy CPU they do, and the waits were ~1 µs). The thread named "waiter" prints "tid=", and, over its run,
  * "t0_ns=" "t1_ns=" (CLOCK_MONOTONIC), "off_cpu_ns=" (its wall time minus
  * its own CLOCK_THREAD_CPUTIME_ID: the time it was not on a CPU) and
  * "waits=" (its voluntary context switches, from /proc) and "run_delay_ns="
@@ -73,7 +75,12 @@ __attribute__((noinline)) void *echo(void *arg)
 	(void)arg;
 	char c;
 	for (int i = 0; i < rounds; i++) {
-		if (read(ab[0], &c, 1) != 1 || write(ba[1], &c, 1) != 1)
+		if (read(ab[0], &c, 1) != 1)
+			exit(1);
+		long long until = clock_ns(CLOCK_THREAD_CPUTIME_ID) + 10000;
+		while (clock_ns(CLOCK_THREAD_CPUTIME_ID) < until)
+			;
+		if (write(ba[1], &c, 1) != 1)
 			exit(1);
 	}
 	return NULL;
