@@ -212,6 +212,15 @@ impl<'f> ElfReader<'f> {
 
     /// The bytes of an uncompressed section, within the file and the limit.
     pub fn section_data(&self, name: &str) -> Result<Option<(SectionInfo, Vec<u8>)>, String> {
+        let Some(info) = self.stored_section(name)? else { return Ok(None) };
+        self.check_range(name, info.offset, info.size, self.limits.max_section_bytes)?;
+        // Straight into its buffer, once (through the cache it would be held twice).
+        Ok(Some((info, self.read_exact(name, info.offset, info.size)?)))
+    }
+
+    /// Where section `name` lies when it has bytes of its own in the file
+    /// (not NOBITS) that can be read as they are (not compressed).
+    fn stored_section(&self, name: &str) -> Result<Option<SectionInfo>, String> {
         let Some(info) = self.section(name) else { return Ok(None) };
         let h = self.headers()?;
         let (_, s) = h.sections.section_by_name(h.endian, name.as_bytes()).ok_or("section vanished")?;
@@ -221,9 +230,7 @@ impl<'f> ElfReader<'f> {
         if info.compressed {
             return Err(format!("{name} is compressed"));
         }
-        self.check_range(name, info.offset, info.size, self.limits.max_section_bytes)?;
-        // Straight into its buffer, once (through the cache it would be held twice).
-        Ok(Some((info, self.read_exact(name, info.offset, info.size)?)))
+        Ok(Some(info))
     }
 
     fn read_exact(&self, name: &str, offset: u64, size: u64) -> Result<Vec<u8>, String> {
@@ -265,15 +272,7 @@ impl<'f> ElfReader<'f> {
     /// longer than any real one, or a hole. A section of zeros costs one
     /// small read, whatever its header claims.
     pub fn cfi(&self, name: &str) -> Result<Option<Cfi>, String> {
-        let Some(info) = self.section(name) else { return Ok(None) };
-        let h = self.headers()?;
-        let (_, s) = h.sections.section_by_name(h.endian, name.as_bytes()).ok_or("section vanished")?;
-        if s.sh_type(h.endian) == elf::SHT_NOBITS {
-            return Ok(None);
-        }
-        if info.compressed {
-            return Err(format!("{name} is compressed"));
-        }
+        let Some(info) = self.stored_section(name)? else { return Ok(None) };
         if info.offset.checked_add(info.size).is_none_or(|end| end > self.file_len) {
             return Err(format!("{name} claims {} bytes at offset {}, past the end of the file", info.size, info.offset));
         }
