@@ -211,7 +211,7 @@ fn cpu_usage_counter_follows_the_load() {
             let others = p1.wrapping_sub(p0).saturating_sub(spinners as u64);
             if others == 0 || attempt == 5 {
                 eprintln!("cpu usage, {spinners} spinner(s): attempt {attempt}, {others} other tasks created");
-                phases.push((spinners, t0, t1, cpu_ns_between(&c0, &c1) as f64 * 100.0 / ((t1 - t0) as f64 * ncpu as f64)));
+                phases.push((spinners, t0, t1, cpu_ns_between(&c0, &c1) as f64 * 100.0 / ((t1 - t0) as f64 * ncpu as f64), others));
                 break;
             }
         }
@@ -227,7 +227,7 @@ fn cpu_usage_counter_follows_the_load() {
     let cpu = counters.iter().find(|c| c["name"] == "CPU usage" && c["pid"] == "0").expect("machine CPU usage counter");
     let times: Vec<f64> = cpu["samples"]["time"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     let counts: Vec<f64> = cpu["samples"]["count"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-    for (spinners, start, end, oracle) in phases {
+    for (spinners, start, end, oracle, others) in phases {
         // Each value covers (previous sample, this sample]: keep those inside the phase.
         let inside: Vec<f64> = (1..times.len()).filter(|&i| times[i - 1] >= ms(start) && times[i] <= ms(end)).map(|i| counts[i]).collect();
         let avg = inside.iter().sum::<f64>() / inside.len().max(1) as f64;
@@ -237,7 +237,15 @@ fn cpu_usage_counter_follows_the_load() {
         // quantize each 100 ms sample, and interrupt time is busy in
         // /proc/stat but in no task's runtime. Measured differences stay
         // under 1 point; a stuck or wrong counter is off by 25 or more.
-        assert!((avg - oracle).abs() <= 5.0, "{spinners} spinners: counter {avg:.1}% vs task accounting {oracle:.1}%");
+        // Where other tasks came and went in every attempt (beside a
+        // compiler loop), their CPU is in the counter and in no reading
+        // the oracle has: there the oracle is a floor (65.8 % against a
+        // counter of 100 % beside gcc), and the counter a percentage.
+        if others == 0 {
+            assert!((avg - oracle).abs() <= 5.0, "{spinners} spinners: counter {avg:.1}% vs task accounting {oracle:.1}%");
+        } else {
+            assert!(avg >= oracle - 5.0 && avg <= 101.0, "{spinners} spinners, {others} other tasks came and went: counter {avg:.1}% vs at least {oracle:.1}% by task accounting");
+        }
     }
 }
 
@@ -343,8 +351,9 @@ fn preempted_spinners_off_cpu_time_matches_their_run_delay() {
         let slack = run_delay_ms * 0.002 + 2.0;
         assert!(
             preempted_inner <= run_delay_ms + slack && preempted_outer >= run_delay_ms - slack,
-            "spinner {}: preempted {preempted_inner:.1} ms inside its schedstat reads and {preempted_outer:.1} ms outside them vs run_delay {run_delay_ms:.1} ms (own clocks {oracle_ms:.1} ms)",
-            o.tid
+            "spinner {}: preempted {preempted_inner:.1} ms inside its schedstat reads and {preempted_outer:.1} ms outside them vs run_delay {run_delay_ms:.1} ms (own clocks {oracle_ms:.1} ms); {}",
+            o.tid,
+            stats_line(&out)
         );
         let (lo, hi) = (ms(o.in_t0_ns), ms(o.in_t1_ns));
         for (_, d) in t.markers() {

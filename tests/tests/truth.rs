@@ -105,7 +105,7 @@ fn stacks_end_where_threads_were_and_everything_lies_in_the_range() {
             } else if let Some((n, prog)) = names.iter().find_map(|n| Some((n, bpf_program_name(n)?))) {
                 // A sample can land in a BPF program that runs with
                 // interrupts on: it must carry that program's own name.
-                assert!(["sample_cpu_clock", "on_sched_switch", "on_sched_waking", "on_block_start", "on_block_issue", "on_block_merge", "on_block_complete"].contains(&prog), "{n}");
+                assert!(["sample_cpu_clock", "forget_exec_mappings", "on_sched_switch", "on_sched_waking", "on_block_start", "on_block_issue", "on_block_merge", "on_block_complete"].contains(&prog), "{n}");
             }
         }
         for names in marker_stacks(&t, &cats) {
