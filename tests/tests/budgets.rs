@@ -321,7 +321,10 @@ fn a_process_refused_an_entry_hands_over() {
     std::thread::sleep(std::time::Duration::from_secs(1));
     let out_path = dir.join("out.json.gz");
     let rec = record_started(&["-a", "--no-off-cpu", "--unwind-processes", "1024", "-d", "120"], &out_path);
-    // Started after the snapshot: nobody's quarter is taken by then.
+    // Each of nobody's sleepers asks for its entry as its mappings change
+    // (every 2 s): after two of those periods its quarter is taken (without
+    // the wait, a busy machine once let deep in first: 0 walks refused).
+    std::thread::sleep(std::time::Duration::from_secs(4));
     let ran = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&deep)
