@@ -469,6 +469,11 @@ impl Unwinders {
         p.jit_modules.clear();
         p.exited_ns = None;
         if let Some(k) = self.kernel.as_mut() {
+            // The kernel dropped its entry at the exec, and its uid may have
+            // changed with it (a launcher that dropped root, a setuid
+            // program): its place is given back and asked for again, by its
+            // uid now, when its new mappings are written.
+            k.remove_process(pid);
             k.dirty.insert(pid);
         }
     }
