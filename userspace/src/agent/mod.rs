@@ -108,6 +108,10 @@ impl ErrorLog {
             std::borrow::Cow::Borrowed(_) => line,
         };
         let now = Instant::now();
+        // Lines not said for two minutes are forgotten (their suppressed
+        // count with them): lines hold names and counts that change, and the
+        // map must not grow with the agent's age.
+        self.last.retain(|_, (at, _)| now.duration_since(*at) < ERROR_REPEAT * 2);
         match self.last.get_mut(&line) {
             Some((at, suppressed)) if now.duration_since(*at) < ERROR_REPEAT => *suppressed += 1,
             Some((at, suppressed)) => {

@@ -16,13 +16,13 @@
 //! `O_CREAT|O_EXCL|O_NOFOLLOW` (it never opens what exists), and is removed
 //! on every failure path.
 //!
-//! What is not a regular file is never replaced: an existing character
-//! device or FIFO (`/dev/null`, a named pipe a reader waits on) is opened
-//! for writing as it is, without `O_CREAT` or `O_TRUNC`, and written
-//! through; a FIFO with no reader yet is opened (waiting for one) when the
-//! profile is complete. A symlink is only followed there when root or the
-//! caller owns it (`/dev/stdout`); one planted by anyone else is replaced as
-//! before. Block devices and sockets are refused with one line. `-` (and
+//! A character device or FIFO that root or the caller owns (`/dev/null`, a
+//! named pipe a reader waits on) is never replaced: it is opened for writing
+//! as it is, without `O_CREAT` or `O_TRUNC`, and written through; a FIFO
+//! with no reader yet is opened (waiting for one) when the profile is
+//! complete. A symlink is only followed there when root or the caller owns
+//! it (`/dev/stdout`). A link, FIFO or device planted by anyone else is
+//! replaced as before (theirs would take the profile, or hang its end). Block devices and sockets are refused with one line. `-` (and
 //! `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`) write to the inherited
 //! descriptor itself; `-` gives uncompressed JSON.
 
@@ -137,6 +137,16 @@ fn refuse_kind(m: &std::fs::Metadata, regular_ok: bool) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether a file owned by `uid` at the output path was put there by root
+/// or by the caller (the user who ran sudo included): only then is a link
+/// followed, or a FIFO or device written through.
+fn trusted_owner(uid: u32) -> bool {
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let sudo_user = std::env::var("SUDO_UID").ok().and_then(|u| u.parse::<u32>().ok());
+    uid == 0 || uid == me || sudo_user == Some(uid)
+}
+
 /// Sixteen hex digits from the kernel's random source.
 pub(crate) fn random_suffix() -> String {
     let mut bytes = [0u8; 8];
@@ -179,17 +189,22 @@ impl OutputFile {
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.is_dir() => return Err(err(std::io::Error::other("it is a directory"))),
             Ok(m) if m.file_type().is_symlink() => {
-                // Followed only when root or we made it: one planted by
-                // another user is replaced below, never written through.
-                // SAFETY: geteuid cannot fail.
-                let ours = m.uid() == 0 || m.uid() == unsafe { libc::geteuid() };
-                if let Ok(t) = std::fs::metadata(path).map(|t| t.file_type()) {
-                    if ours && !t.is_file() && !t.is_dir() {
-                        return Ok(through(open_through(path, true, false).map_err(err)?, true));
+                // Followed only when root or the caller made it: one planted
+                // by another user is replaced below, never written through.
+                if trusted_owner(m.uid()) {
+                    if let Ok(t) = std::fs::metadata(path).map(|t| t.file_type()) {
+                        if !t.is_file() && !t.is_dir() {
+                            return Ok(through(open_through(path, true, false).map_err(err)?, true));
+                        }
                     }
                 }
             }
-            Ok(m) if !m.is_file() => return Ok(through(open_through(path, false, false).map_err(err)?, false)),
+            // Likewise a device or FIFO: another user's FIFO planted where
+            // root writes (in /tmp) would hold the profile, or hang the
+            // end of the recording, at its owner's will; it is replaced.
+            Ok(m) if !m.is_file() && trusted_owner(m.uid()) => {
+                return Ok(through(open_through(path, false, false).map_err(err)?, false))
+            }
             _ => {}
         }
         if path.file_name().is_none() {
@@ -411,6 +426,27 @@ mod tests {
         o.commit(&serde_json::json!({"ok": true})).unwrap();
         assert!(std::fs::symlink_metadata(&out).unwrap().file_type().is_file());
         assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Check that another user's FIFO at the output path (planted in a
+    /// shared directory) is replaced by the profile, never written through:
+    /// no reader could then hold or hang the end of the recording.
+    #[test]
+    fn another_users_fifo_is_replaced() {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED another_users_fifo_is_replaced: needs root to give the FIFO to nobody");
+            return;
+        }
+        let d = dir("their-fifo");
+        let out = d.join("p.json");
+        mkfifo(&out);
+        std::os::unix::fs::chown(&out, Some(65534), Some(65534)).unwrap();
+        let o = OutputFile::create(&out).unwrap();
+        assert!(o.is_file(), "not written through");
+        o.commit(&serde_json::json!({"ok": true})).unwrap();
+        assert!(std::fs::symlink_metadata(&out).unwrap().file_type().is_file());
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -392,7 +392,10 @@ impl KernelTables {
         self.owners.insert(binary, owner);
         let claim = file.and_then(|f| {
             let elf = ElfReader::new(f, ElfLimits::default());
-            elf.section(".eh_frame").or_else(|| elf.section(".debug_frame")).map(|s| s.size)
+            // The larger of the two: a tiny .eh_frame without FDEs has its
+            // .debug_frame compiled, which must not happen on the event loop.
+            let size = |name| elf.section(name).map(|s| s.size);
+            size(".eh_frame").max(size(".debug_frame"))
         });
         let (Some(file), Some(claim)) = (file, claim) else {
             self.tables.insert(binary, TableState::None);

@@ -371,7 +371,7 @@ fn binary_info(
                     } else {
                         (i.eh_frame, i.eh_frame_hdr, i.debug_frame) = (None, None, None);
                         failures.push(format!(
-                            "{}: its {} KiB of CFI not kept (files root does not own may hold {} MiB in all); its frames are walked by frame pointer",
+                            "{}: its {} KiB of CFI not kept (files root does not own may hold {} MiB in all)",
                             bin.path,
                             bytes >> 10,
                             limit >> 20
