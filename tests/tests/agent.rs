@@ -261,7 +261,9 @@ fn processes_of_20_ms_appear_in_show() {
     let store = dir.join("store");
     let agent = Agent::start(&store, &["--window", "1", "--health-interval", "3600"], &[]);
     let mut pids = Vec::new();
+    let mut ran_at = Vec::new();
     for _ in 0..5 {
+        ran_at.push(wall_ms());
         let out = Command::new(&exe).arg("20").output().unwrap();
         pids.push(field(&out.stdout, "pid").unwrap());
         std::thread::sleep(Duration::from_millis(100));
@@ -272,9 +274,9 @@ fn processes_of_20_ms_appear_in_show() {
     let o = show(&["--store", store.to_str().unwrap(), "--since", "1m", "-p", &list.join(","), "-o", path.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let profile = Profile::load(&path);
-    for pid in pids {
+    for (i, &pid) in pids.iter().enumerate() {
         let threads = profile.process_threads(pid);
-        assert!(!threads.is_empty(), "process {pid} (20 ms) is missing");
+        assert!(!threads.is_empty(), "process {pid} (20 ms, {} of 5) is missing (started at {:.0} ms); windows {:?}; {}", i + 1, ran_at[i], store_segments(&store), agent.stderr());
         assert_eq!(threads[0].process_name(), "brief");
     }
     let (status, stderr) = agent.stop_with(SIGTERM);
