@@ -431,7 +431,7 @@ impl DiskStat {
 
 /// CLOCK_MONOTONIC now, ns (the clock of the profile's timestamps).
 pub fn monotonic_ns() -> u64 {
-    sysprof::capture::monotonic_ns()
+    sysprof::sys::clock::monotonic_ns()
 }
 
 /// CPU time of every task on the machine so far, by tid (the first field of

@@ -11,6 +11,7 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod binaries;
 pub mod bpf;
 pub mod capture;
 pub mod cli;
@@ -18,6 +19,8 @@ pub mod collector;
 pub mod error;
 pub mod escape;
 pub mod export;
+pub mod log;
+pub mod model;
 pub mod profile;
 pub mod record;
 pub mod report;
@@ -26,5 +29,7 @@ pub mod sideband;
 pub mod sock_diag;
 pub mod store;
 pub mod symbolize;
+pub mod sys;
+pub mod units;
 pub mod unwind;
 pub mod view;

@@ -16,7 +16,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::bpf::abi;
 use crate::capture::{CaptureOptions, CaptureSession};
 use crate::cli::RecordArgs;
-use crate::collector::recording::Recording;
+use crate::model::recording::Recording;
 use crate::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
 use crate::error::RecordError;
 use crate::profile::output::OutputFile;
@@ -81,7 +81,7 @@ pub fn run(args: RecordArgs) -> Result<i32, RecordError> {
     if args.open && !output.is_file() {
         return Err(RecordError::Usage(format!("--open needs a file to open, not {}; name one with -o", crate::escape::path(&args.output))));
     }
-    raise_fd_limit();
+    crate::sys::process::raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -300,7 +300,7 @@ fn print_summary(rec: &Recording, path: &Path, is_file: bool, bytes: u64, write_
         (rec.end_ns - rec.start_ns) as f64 / 1e9,
         st.samples_kept,
         rec.processes.len(),
-        human_bytes(bytes),
+        crate::units::human_bytes(bytes),
         write_time.as_secs_f64(),
         if is_file { format!("; open it: sysprof view {}", crate::escape::escape(&shell_word(&path.to_string_lossy()))) } else { String::new() },
     );
@@ -459,27 +459,6 @@ fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|s| s != "Z" && s != "X"),
         Err(_) => false,
-    }
-}
-
-/// Bytes as B, KiB or MiB.
-pub fn human_bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
-    }
-}
-
-/// Raise the open-file limit to its maximum: every mapped binary is kept open.
-pub fn raise_fd_limit() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: valid pointers to a local rlimit.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! `sysprof show`: a profile of any past range, from the agent's store.
 //!
 //! In: [`ShowArgs`]. Out: the windows overlapping `--since`..`--until`
-//! merged into one recording ([`crate::collector::merge`]), cut to the
+//! merged into one recording ([`crate::model::merge`]), cut to the
 //! range, narrowed to the processes asked for, and written through the
 //! same writers as `record` (Firefox Profiler with its timeline, folded
 //! stacks, pprof); or with `--list`, the store's windows as a table.
@@ -12,8 +12,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use crate::cli::ShowArgs;
-use crate::collector::merge;
-use crate::collector::recording::Recording;
+use crate::model::merge;
+use crate::model::recording::Recording;
 use crate::error::RecordError;
 use crate::profile::output::OutputFile;
 use crate::profile::{build_profile, HostInfo};
@@ -21,7 +21,7 @@ use crate::store::Store;
 
 /// Wall clock now, ms since the epoch.
 fn now_ms() -> f64 {
-    crate::capture::clock_anchor().0
+    crate::sys::clock::clock_anchor().0
 }
 
 /// Local time fields to ms since the epoch (None if it does not exist).
@@ -95,7 +95,7 @@ pub fn parse_when(s: &str, now_ms: f64) -> Result<f64, String> {
             }
         };
     }
-    let d = crate::agent::config::parse_duration(t).map_err(|_| format!("{s:?}: give a duration ago (30s, 10m, 2h, 1d) or a time (03:12, 2026-11-22T03:12:00)"))?;
+    let d = crate::units::parse_duration(t).map_err(|_| format!("{s:?}: give a duration ago (30s, 10m, 2h, 1d) or a time (03:12, 2026-11-22T03:12:00)"))?;
     Ok(now_ms - d.as_secs_f64() * 1e3)
 }
 
@@ -198,7 +198,7 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
             rec.sample_count(),
             rec.processes.len(),
             crate::escape::path(&path),
-            crate::record::human_bytes(bytes),
+            crate::units::human_bytes(bytes),
             if args.format == "firefox" { "; open it at https://profiler.firefox.com" } else { "" },
         );
     }
@@ -213,7 +213,7 @@ fn narrow(rec: &mut Recording, args: &ShowArgs) {
             && args.comm.as_deref().is_none_or(|c| p.name == c || p.threads.first().is_some_and(|t| t.name == c))
             && container.is_none_or(|c| {
                 p.cgroup.as_deref().is_some_and(|g| {
-                    g.contains(c) || crate::sideband::proc_snapshot::cgroup_label(g).is_some_and(|l| l.trim_start_matches("container ") == c || l == c)
+                    g.contains(c) || crate::model::cgroup::CgroupIdentity::of_path(g).is_some_and(|id| id.matches(c))
                 })
             })
     });
@@ -249,7 +249,7 @@ fn list(store: &Store) -> Result<i32, RecordError> {
         "{} files, {} windows, {samples} samples, {} ({:.1} bytes per sample)",
         segs.len(),
         segs.iter().map(|s| s.header.windows.len()).sum::<usize>(),
-        crate::record::human_bytes(bytes),
+        crate::units::human_bytes(bytes),
         bytes as f64 / samples.max(1) as f64
     );
     Ok(0)

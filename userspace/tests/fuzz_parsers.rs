@@ -10,10 +10,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use sysprof::symbolize::binaries::{Binaries, BinaryIndex};
-use sysprof::symbolize::elf::{ElfLimits, ElfReader};
-use sysprof::symbolize::jitdump::{self, JitdumpTail};
-use sysprof::symbolize::perfmap::PerfMap;
+use sysprof::binaries::{Binaries, BinaryIndex};
+use sysprof::binaries::elf::{ElfLimits, ElfReader};
+use sysprof::binaries::jitdump::{self, JitdumpTail};
+use sysprof::binaries::perfmap::PerfMap;
 use sysprof::symbolize::{names, Symbolicator};
 
 /// Records the largest single allocation.

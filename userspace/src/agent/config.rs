@@ -7,6 +7,7 @@
 //! is wrong and what would be right. Also the parsers of sizes (`512MiB`)
 //! and durations (`7d`) that `show` uses for `--since`.
 
+use crate::units::{parse_duration, parse_size};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -106,52 +107,6 @@ pub struct AgentConfig {
     pub verbose: bool,
     /// Exporters.
     pub export: ExportConfig,
-}
-
-/// Bytes from `512MiB`, `1GiB`, `2G` (binary), `500MB` (decimal), `4096`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a size (like 512MiB, 1GiB, 500MB)"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "kb" => 1e3,
-        "m" | "mib" => 1048576.0,
-        "mb" => 1e6,
-        "g" | "gib" => 1073741824.0,
-        "gb" => 1e9,
-        "t" | "tib" => 1099511627776.0,
-        "tb" => 1e12,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB)")),
-    };
-    let v = n * mult;
-    if !(0.0..=1.8e19).contains(&v) {
-        return Err(format!("{s:?} is out of range"));
-    }
-    Ok(v as u64)
-}
-
-/// A duration from `30s`, `10m`, `2h`, `7d`, `1w`, `250ms`, or a number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration (like 30s, 10m, 2h, 7d)"))?;
-    let secs = match unit.trim() {
-        "" | "s" | "sec" => n,
-        "ms" => n / 1e3,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        "d" => n * 86400.0,
-        "w" => n * 7.0 * 86400.0,
-        u => return Err(format!("{s:?}: unknown unit {u:?} (use ms, s, m, h, d or w)")),
-    };
-    if !(0.0..=3.2e9).contains(&secs) {
-        return Err(format!("{s:?} is out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 fn read_file_config(path: &Path, must_exist: bool) -> Result<FileConfig, String> {

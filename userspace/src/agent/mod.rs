@@ -24,14 +24,18 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::capture::{clock_anchor, CaptureOptions, CaptureSession, Polling};
+use crate::capture::{CaptureOptions, CaptureSession, Polling};
+use crate::log::ErrorLog;
+use crate::sys::clock::clock_anchor;
+use crate::sys::process::{limit_malloc_arenas, process_cpu_seconds, release_freed_memory, rss_bytes};
+use crate::units::human_duration;
 use crate::cli::AgentArgs;
-use crate::collector::recording::Recording;
+use crate::model::recording::Recording;
 use crate::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
 use crate::error::RecordError;
 use crate::store::segment::WindowSpan;
 use crate::store::Store;
-use crate::symbolize::elf::ElfLimits;
+use crate::binaries::elf::ElfLimits;
 use config::AgentConfig;
 
 /// Records (sideband events, samples, intervals, requests) one window may
@@ -50,8 +54,6 @@ const STORE_QUEUE: usize = 4;
 /// Windows in a row without a new address after which the symbolizer's
 /// parsed binaries are freed.
 const SYMBOLIZER_IDLE_WINDOWS: u32 = 3;
-/// At most one repeat of the same error line per this long.
-const ERROR_REPEAT: Duration = Duration::from_secs(60);
 
 /// What the agent has done, for the health line (and the metrics endpoint).
 #[derive(Debug, Default)]
@@ -84,7 +86,7 @@ pub fn run(args: AgentArgs) -> Result<i32, RecordError> {
     let cfg = AgentConfig::resolve(&args).map_err(RecordError::Usage)?;
     limit_malloc_arenas();
     let store = Store::open(&cfg.store, true).map_err(|e| RecordError::Usage(format!("{e}; give another with --store")))?;
-    crate::record::raise_fd_limit();
+    crate::sys::process::raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -92,44 +94,6 @@ pub fn run(args: AgentArgs) -> Result<i32, RecordError> {
     runtime.block_on(Box::pin(agent(cfg, store)))
 }
 
-/// One line to stderr, with the same line at most once a minute.
-#[derive(Debug, Default)]
-pub(crate) struct ErrorLog {
-    last: std::collections::HashMap<String, (Instant, u64)>,
-}
-
-impl ErrorLog {
-    /// Say `line` (prefixed "sysprof agent: "), unless it was said less than a minute ago.
-    /// Escaped first: a line may hold paths and names others chose, and one
-    /// log line must stay one line.
-    pub(crate) fn say(&mut self, line: String) {
-        let line = match crate::escape::escape(&line) {
-            std::borrow::Cow::Owned(e) => e,
-            std::borrow::Cow::Borrowed(_) => line,
-        };
-        let now = Instant::now();
-        // Lines not said for two minutes are forgotten (their suppressed
-        // count with them): lines hold names and counts that change, and the
-        // map must not grow with the agent's age.
-        self.last.retain(|_, (at, _)| now.duration_since(*at) < ERROR_REPEAT * 2);
-        match self.last.get_mut(&line) {
-            Some((at, suppressed)) if now.duration_since(*at) < ERROR_REPEAT => *suppressed += 1,
-            Some((at, suppressed)) => {
-                let n = std::mem::take(suppressed);
-                *at = now;
-                if n > 0 {
-                    eprintln!("sysprof agent: {line} (and {n} times more in the last minute)");
-                } else {
-                    eprintln!("sysprof agent: {line}");
-                }
-            }
-            None => {
-                eprintln!("sysprof agent: {line}");
-                self.last.insert(line, (now, 0));
-            }
-        }
-    }
-}
 
 /// The next multiple of `window` on the wall clock after `now_ms`, at least
 /// half a window away (a first window shorter than that is merged into the next).
@@ -209,7 +173,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         cfg.frequency,
         crate::escape::path(store.dir()),
         cfg.window.as_secs_f64(),
-        crate::record::human_bytes(cfg.retain_size),
+        crate::units::human_bytes(cfg.retain_size),
         human_duration(cfg.retain_age),
         if stale > 0 { format!("; removed {stale} unfinished files of a previous run") } else { String::new() },
     );
@@ -218,7 +182,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RecordError::Internal(e.to_string()))?;
     let started = Instant::now();
     let mut last_health = Instant::now();
-    let mut errors = ErrorLog { last: Default::default() };
+    let mut errors = ErrorLog::default();
     let interval_ms = 1000.0 / cfg.frequency as f64;
     let (mut window_start_ns, mut window_start_wall) = (session.start_ns, session.start_wall_ms);
     let mut boundary_ms = next_boundary_ms(window_start_wall, cfg.window);
@@ -339,7 +303,7 @@ fn spawn_store_thread(
     let handle = std::thread::Builder::new()
         .name("sysprof-store".into())
         .spawn(move || {
-            let mut errors = ErrorLog { last: Default::default() };
+            let mut errors = ErrorLog::default();
             // The store as this thread knows it: read once, then kept up
             // to date with what it writes and removes (listing a week of
             // segments every window would cost more than writing one).
@@ -391,50 +355,6 @@ fn spawn_store_thread(
 /// test binary of 131 MB (mostly DWARF) its RSS peaked at 116 MB. 32 MiB
 /// admits the debug files of libc (libc6-dbg) and of a CPython build.
 const AGENT_MAX_DWARF_BYTES: u64 = 32 << 20;
-
-/// One glibc malloc arena. By default each thread that allocates
-/// gets its own (up to 8 per CPU), and memory freed in one is kept for that
-/// thread: the agent's threads (collector, symbolizer, store, one per
-/// exporter) allocate in bursts once per window, never contend, and would
-/// otherwise each hold their worst window's heap. Measured beside the
-/// exporters' receivers, steady RSS about 69 -> 66 MB (SYSPROF_TIMING lines).
-fn limit_malloc_arenas() {
-    // SAFETY: mallopt has no preconditions; M_ARENA_MAX is a glibc parameter.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
-}
-
-/// Give the kernel back the heap memory freed since (glibc keeps it
-/// otherwise, and a long-lived agent's RSS would be its worst moment's).
-fn release_freed_memory() {
-    // SAFETY: malloc_trim has no preconditions.
-    unsafe { libc::malloc_trim(0) };
-}
-
-/// The agent's own CPU time (user + system), seconds.
-pub fn process_cpu_seconds() -> f64 {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a local rusage.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-/// Resident memory now and at its peak, bytes, from /proc/self/status.
-pub fn rss_bytes() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0) * 1024;
-    (kb("VmRSS:"), kb("VmHWM:"))
-}
-
-fn human_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        s if s >= 86400 && s % 86400 == 0 => format!("{} d", s / 86400),
-        s if s >= 3600 => format!("{:.1} h", s as f64 / 3600.0),
-        s if s >= 60 => format!("{:.1} min", s as f64 / 60.0),
-        s => format!("{s} s"),
-    }
-}
 
 /// The Prometheus text of the agent's counters.
 fn metrics_text(c: &AgentCounters, exporters: &[(&'static str, Arc<crate::export::ExportCounters>)]) -> String {
@@ -502,15 +422,15 @@ fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collec
         c.dropped.load(Ordering::Relaxed),
         c.samples.load(Ordering::Relaxed),
         c.lost.load(Ordering::Relaxed),
-        crate::record::human_bytes(c.store_bytes.load(Ordering::Relaxed)),
+        crate::units::human_bytes(c.store_bytes.load(Ordering::Relaxed)),
         c.store_files.load(Ordering::Relaxed),
         c.retention_removed.load(Ordering::Relaxed),
-        crate::record::human_bytes(rss),
-        crate::record::human_bytes(peak),
+        crate::units::human_bytes(rss),
+        crate::units::human_bytes(peak),
         cpu_pct,
         processes,
         binaries,
-        crate::record::human_bytes(names as u64),
+        crate::units::human_bytes(names as u64),
     ) + &refusals_part(&c.unwind_refusals.lock().map(|r| r.clone()).unwrap_or_default())
         + &exporters
         .iter()

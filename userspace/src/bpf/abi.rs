@@ -628,10 +628,80 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
     })
 }
 
+/// One row, as `struct unwind_row` in `ebpf/sysprof.h`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Row {
+    /// First address (the file's own, ELF virtual address) the row applies to.
+    pub pc: u32,
+    /// `ROW_*` in the low 3 bits; the high 5 are bits 16-20 of the CFA
+    /// offset / 8 (frames over 512 KiB: rustc has a 527 KiB one).
+    pub kind: u8,
+    /// The caller's frame pointer is saved at CFA - 8 * this (0: unchanged).
+    /// For `ROW_PLT`: the low 4 bits of the address from which 8 more
+    /// bytes are on the stack.
+    pub rbp_slot: u8,
+    /// CFA = register + 8 * this (bits 0-15).
+    pub cfa_off8: u16,
+}
+
+/// No rule here (between functions, hand-written code without CFI): the
+/// walker tries the frame pointer.
+pub const ROW_NONE: u8 = 0;
+/// CFA = rsp + offset.
+pub const ROW_CFA_RSP: u8 = 1;
+/// CFA = rbp + offset.
+pub const ROW_CFA_RBP: u8 = 2;
+/// A PLT entry: CFA = rsp + 8, plus 8 from the threshold in `rbp_slot` on
+/// (the expression every linker emits for `.plt`).
+pub const ROW_PLT: u8 = 3;
+/// A signal trampoline (`__restore_rt`): the interrupted registers are in
+/// the `ucontext` at rsp.
+pub const ROW_SIGNAL: u8 = 4;
+/// The return address is undefined: the outermost frame of the thread.
+pub const ROW_END: u8 = 5;
+/// A rule no row can express (another DWARF expression, a register other
+/// than rsp or rbp for the CFA, a return address not at CFA-8): the walk
+/// stops here and says why.
+pub const ROW_UNSUPPORTED: u8 = 6;
+
+/// The model's io flag bits are the ABI's, so a request's flags pass as is.
+const _: () = {
+    use crate::model::recording::io_flags as model;
+    assert!(IO_PREFLUSH == model::IO_PREFLUSH && IO_FUA == model::IO_FUA && IO_SYNC == model::IO_SYNC);
+    assert!(IO_META == model::IO_META && IO_READAHEAD == model::IO_READAHEAD);
+};
+
+impl crate::model::recording::OffCpuReason {
+    /// From the kernel's `OFFCPU_*`.
+    pub fn from_abi(state: u32) -> Self {
+        match state {
+            OFFCPU_PREEMPTED => Self::Preempted,
+            OFFCPU_SLEEPING => Self::Sleeping,
+            OFFCPU_BLOCKED => Self::Blocked,
+            _ => Self::Other,
+        }
+    }
+}
+
+impl crate::model::recording::IoOp {
+    /// From the kernel's REQ_OP_*.
+    pub fn from_abi(op: u32) -> Self {
+        match op {
+            IO_OP_READ => Self::Read,
+            IO_OP_WRITE => Self::Write,
+            IO_OP_FLUSH => Self::Flush,
+            IO_OP_DISCARD => Self::Discard,
+            IO_OP_SECURE_ERASE => Self::SecureErase,
+            IO_OP_WRITE_ZEROES => Self::WriteZeroes,
+            other => Self::Other(other),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::unwind::tables::{ROW_CFA_RBP, ROW_CFA_RSP, ROW_END, ROW_NONE, ROW_PLT, ROW_SIGNAL, ROW_UNSUPPORTED};
     use std::mem::{offset_of, size_of};
 
     /// (C expression, Rust value) pairs: every size, offset and constant of the ABI.
@@ -654,7 +724,7 @@ mod tests {
         let items = abi_items!(
             struct sample_event = SampleEvent { kind, cpu, time_ns, sum_exec_runtime, pid, tid, flags, kstack_len, ustack_len,
                 stack_size, unwind_end, comm, user_ip, user_sp, user_bp, kstack, ustack }
-            struct unwind_row = crate::unwind::tables::Row { pc, kind, rbp_slot, cfa_off8 }
+            struct unwind_row = Row { pc, kind, rbp_slot, cfa_off8 }
             struct unwind_mapping = UnwindMapping { start, end, bias, table_start, table_len }
             struct unwind_process = UnwindProcess { count, wake_until_ms, flags, m }
             struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, unwind_end, user_ip, user_sp,

@@ -7,6 +7,7 @@
 //! uses aya; CO-RE relocations are resolved against `/sys/kernel/btf/vmlinux`.
 
 pub mod abi;
+pub mod unwind_maps;
 
 use aya::maps::{MapData, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
@@ -60,7 +61,7 @@ pub struct Sampler {
     _ebpf: Ebpf,
     drops: PerCpuArray<MapData, u64>,
     frequency: u64,
-    unwind_maps: Option<crate::unwind::kernel::KernelUnwindMaps>,
+    unwind_maps: Option<unwind_maps::KernelUnwindMaps>,
 }
 
 /// Per-reason totals of what the kernel side lost.
@@ -114,13 +115,13 @@ impl Sampler {
                 aya::maps::Map::Array(m) => m,
                 _ => return Err(RecordError::Internal("unwind_rows is not an array".into())),
             };
-            let rows = crate::unwind::kernel::RowsMapping::new(rows, opts.kernel_unwind_rows as usize)
+            let rows = unwind_maps::RowsMapping::new(rows, opts.kernel_unwind_rows as usize)
                 .map_err(|e| RecordError::Internal(format!("cannot map the unwind table array: {e}")))?;
             let processes = aya::maps::HashMap::try_from(take(&mut ebpf, "unwind_processes")?)
                 .map_err(|e| RecordError::Internal(format!("unwind_processes map: {e}")))?;
             let refused = aya::maps::Array::try_from(take(&mut ebpf, "unwind_refused")?)
                 .map_err(|e| RecordError::Internal(format!("unwind_refused map: {e}")))?;
-            unwind_maps = Some(crate::unwind::kernel::KernelUnwindMaps {
+            unwind_maps = Some(unwind_maps::KernelUnwindMaps {
                 rows,
                 processes,
                 refused,
@@ -163,7 +164,7 @@ impl Sampler {
     }
 
     /// The in-kernel unwinder's maps, for the collector to fill (once).
-    pub fn take_unwind_maps(&mut self) -> Option<crate::unwind::kernel::KernelUnwindMaps> {
+    pub fn take_unwind_maps(&mut self) -> Option<unwind_maps::KernelUnwindMaps> {
         self.unwind_maps.take()
     }
 
@@ -199,7 +200,7 @@ impl SharedMapDir {
     pub fn new() -> std::io::Result<SharedMapDir> {
         use std::os::unix::fs::DirBuilderExt;
         let base = if std::path::Path::new("/run").is_dir() { std::path::PathBuf::from("/run") } else { std::env::temp_dir() };
-        let dir = base.join(format!("sysprof-bpf-{}", crate::profile::output::random_suffix()));
+        let dir = base.join(format!("sysprof-bpf-{}", crate::sys::random::random_suffix()));
         // mkdir fails on anything already there (a symlink planted by a
         // local user included); nobody but root can enter it.
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
@@ -244,7 +245,7 @@ fn possible_cpus() -> Result<u32, RecordError> {
 
 /// The online CPUs, from `/sys/devices/system/cpu/online`.
 pub fn online_cpus() -> Result<Vec<u32>, RecordError> {
-    aya::util::online_cpus().map_err(|(path, e)| RecordError::Internal(format!("{path}: {e}")))
+    crate::sys::cpus::online().map_err(|e| RecordError::Internal(e.to_string()))
 }
 
 /// The scheduler and block I/O tracer object, built by `cargo xtask build-ebpf`.

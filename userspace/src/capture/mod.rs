@@ -126,27 +126,6 @@ struct Losses {
     tracer: TracerDrops,
 }
 
-/// CLOCK_MONOTONIC now, ns.
-pub fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid clock id and pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// One (wall clock ms, monotonic ns) pair read together: monotonic is read
-/// on both sides of the wall clock and averaged.
-pub fn clock_anchor() -> (f64, u64) {
-    let m1 = monotonic_ns();
-    let wall = clock_ns(libc::CLOCK_REALTIME);
-    let m2 = monotonic_ns();
-    (wall as f64 / 1e6, m1 + (m2 - m1) / 2)
-}
-
 fn register(ring: RingBuf<MapData>, what: &str) -> Result<AsyncFd<RingBuf<MapData>>, RecordError> {
     // SAFETY: the RingBuf owns its map fd, which stays open for as long as
     // the AsyncFd holds the RingBuf.
@@ -227,7 +206,7 @@ impl CaptureSession {
             collector.enable_kernel_unwinding(maps);
         }
         // The recording starts here: nothing sampled precedes it.
-        let (start_wall_ms, start_ns) = clock_anchor();
+        let (start_wall_ms, start_ns) = crate::sys::clock::clock_anchor();
         sampler.attach()?;
         let (tracer, events) = if opts.off_cpu || opts.io {
             let (t, r) = Tracer::start(&TracerOptions {
@@ -259,7 +238,7 @@ impl CaptureSession {
         collector.set_kernel_symbols(kernel.clone());
         let mut counters = CounterPoller::new(&cpus);
         // A baseline before anything runs, so even a short command gets deltas.
-        counters.poll(monotonic_ns(), std::iter::empty());
+        counters.poll(crate::sys::clock::monotonic_ns(), std::iter::empty());
         Ok(CaptureSession {
             sideband,
             sampler: Some(sampler),
@@ -368,7 +347,7 @@ impl CaptureSession {
                     self.sideband.drain(&mut |e| collector.handle_sideband(e));
                     collector.sync_kernel_unwinding();
                 }
-                Wake::Counters => self.counters.poll(monotonic_ns(), collector.take_recent_pids()),
+                Wake::Counters => self.counters.poll(crate::sys::clock::monotonic_ns(), collector.take_recent_pids()),
                 Wake::Status => status(collector.sample_count(), self.lost_samples()),
             }
             if collector.window_records() >= max_records {
@@ -382,8 +361,8 @@ impl CaptureSession {
     /// intervals still open, count what was lost, and detach the tracer
     /// (beside the rest of the work: it waits for RCU grace periods).
     pub fn stop(mut self, collector: &mut Collector) -> u64 {
-        self.counters.poll(monotonic_ns(), collector.take_recent_pids());
-        let end_ns = monotonic_ns();
+        self.counters.poll(crate::sys::clock::monotonic_ns(), collector.take_recent_pids());
+        let end_ns = crate::sys::clock::monotonic_ns();
         let lost_samples = self.lost_samples();
         drop(self.sampler.take());
         self.drain(collector);
@@ -410,8 +389,8 @@ impl CaptureSession {
     /// Records read after the cut that belong after it are the next
     /// window's (see [`crate::collector::WindowRange::continuous`]).
     pub fn cut(&mut self, collector: &mut Collector) -> u64 {
-        self.counters.poll(monotonic_ns(), collector.take_recent_pids());
-        let end_ns = monotonic_ns();
+        self.counters.poll(crate::sys::clock::monotonic_ns(), collector.take_recent_pids());
+        let end_ns = crate::sys::clock::monotonic_ns();
         self.drain(collector);
         let notes = std::mem::take(&mut self.counters.notes);
         collector.handle_counters(self.counters.take());

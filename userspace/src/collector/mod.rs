@@ -5,7 +5,7 @@
 //! a prefix tree (no allocation per sample once the tree is warm), sideband
 //! events in a list, scheduler and I/O records with their stacks resolved
 //! from the thread's recent stack records ([`stacks`]). Every mapped binary
-//! is opened as soon as it is mapped ([`crate::symbolize::binaries`]), and
+//! is opened as soon as it is mapped ([`crate::binaries`]), and
 //! user stacks copied by the kernel are unwound as they arrive.
 //!
 //! [`Collector::finish_window`] replays the window ([`replay`], [`sched`]):
@@ -17,13 +17,10 @@
 //! recent stacks of live threads. `record` finishes one window at the end;
 //! the agent finishes one every `--window` seconds.
 
-pub mod merge;
 mod process;
-pub mod recording;
 mod replay;
 mod sched;
 mod stacks;
-pub mod stack_tree;
 mod symbolicate;
 
 use std::sync::Arc;
@@ -37,14 +34,14 @@ use crate::bpf::abi::{
 };
 use crate::sideband::proc_snapshot::ProcSnapshot;
 use crate::sideband::{MmapEvent, SidebandEvent};
-use crate::symbolize::binaries::{BinaryIndex, Binaries};
+use crate::binaries::{BinaryIndex, Binaries};
 use crate::symbolize::kernel::{InterruptKind, KernelSymbols};
 use crate::unwind::{UnwindEnd, Unwinders};
 use process::{is_anonymous, ProcessTable};
-use recording::*;
+use crate::model::recording::*;
 use replay::{Replay, ThreadData};
 use sched::{FoldedRecord, IoRecord, OffCpuRecord};
-use stack_tree::{NodeIndex, StackTree, NO_PARENT};
+use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
 use stacks::{StoredStack, ThreadStacks};
 
 /// Raw stack keys that are not addresses: where user unwinding stopped
@@ -101,7 +98,7 @@ pub struct CollectorOptions {
     /// sample or event (the agent: short-lived processes are its blind spot).
     pub keep_short_lived: bool,
     /// What reading one binary may cost (the agent reads less DWARF).
-    pub elf_limits: crate::symbolize::elf::ElfLimits,
+    pub elf_limits: crate::binaries::elf::ElfLimits,
 }
 
 impl Default for CollectorOptions {
@@ -274,10 +271,10 @@ impl Collector {
         let bins: Vec<Vec<BinaryIndex>> =
             snapshot.processes.iter().map(|p| p.mappings.iter().map(|m| self.binaries.intern(m)).collect()).collect();
         for (p, b) in snapshot.processes.iter().zip(&bins) {
-            self.cgroups.insert(p.pid, (p.cgroup.clone(), crate::capture::monotonic_ns()));
+            self.cgroups.insert(p.pid, (p.cgroup.clone(), crate::sys::clock::monotonic_ns()));
             for (m, &binary) in p.mappings.iter().zip(b) {
                 if is_anonymous(&m.path) {
-                    self.jit_processes.entry(p.pid).or_insert_with(|| crate::symbolize::perfmap::process_identity(p.pid));
+                    self.jit_processes.entry(p.pid).or_insert_with(|| crate::binaries::perfmap::process_identity(p.pid));
                 }
                 if crate::unwind::is_jitdump(&m.path) {
                     self.jitdumps.insert(p.pid, binary);
@@ -685,7 +682,7 @@ impl Collector {
         if let SidebandEvent::Fork { pid, ppid, tid, .. } = &e {
             if pid != ppid && tid == pid {
                 let inherited = self.cgroups.get(ppid).cloned();
-                let entry = inherited.unwrap_or_else(|| (crate::sideband::proc_snapshot::read_cgroup(*pid), crate::capture::monotonic_ns()));
+                let entry = inherited.unwrap_or_else(|| (crate::sideband::proc_snapshot::read_cgroup(*pid), crate::sys::clock::monotonic_ns()));
                 self.cgroups.insert(*pid, entry);
             }
         }
@@ -707,7 +704,7 @@ impl Collector {
     fn handle_mmap2(&mut self, m: MmapEvent) {
         let binary = self.binaries.intern(&m);
         if is_anonymous(&m.path) {
-            self.jit_processes.entry(m.pid).or_insert_with(|| crate::symbolize::perfmap::process_identity(m.pid));
+            self.jit_processes.entry(m.pid).or_insert_with(|| crate::binaries::perfmap::process_identity(m.pid));
         }
         let jitdump = crate::unwind::is_jitdump(&m.path);
         if jitdump {

@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 use super::PidFilter;
 use crate::sideband::proc_snapshot::ProcSnapshot;
 use crate::sideband::SidebandEvent;
-use crate::symbolize::binaries::BinaryIndex;
+use crate::binaries::BinaryIndex;
 
 /// A mapping in a process's address space.
 #[derive(Debug, Clone, Copy)]

@@ -12,8 +12,8 @@
 use rustc_hash::FxHashMap;
 
 use super::process::ProcessTable;
-use super::recording::{MarkerRecord, OffCpuSamples, ThreadSamples};
-use super::stack_tree::{NodeIndex, StackTree, NO_PARENT};
+use crate::model::recording::{MarkerRecord, OffCpuSamples, ThreadSamples};
+use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
 use super::{
     WindowData, KERNEL_ADDR_MIN, TRUNCATED_BAD_RETURN_ADDRESS, TRUNCATED_COPY_EXHAUSTED, TRUNCATED_MAX_DEPTH, TRUNCATED_NO_UNWIND_INFO,
     TRUNCATED_STACK_UNREADABLE, TRUNCATED_TABLES_NOT_READY, TRUNCATED_UNSUPPORTED_RULE,
@@ -78,8 +78,8 @@ impl PseudoFrame {
     }
 
     /// The off-CPU leaf of a reason.
-    pub fn of_reason(reason: super::recording::OffCpuReason) -> PseudoFrame {
-        use super::recording::OffCpuReason;
+    pub fn of_reason(reason: crate::model::recording::OffCpuReason) -> PseudoFrame {
+        use crate::model::recording::OffCpuReason;
         match reason {
             OffCpuReason::Preempted => PseudoFrame::Preempted,
             OffCpuReason::Sleeping => PseudoFrame::Sleeping,
@@ -89,7 +89,7 @@ impl PseudoFrame {
     }
 
     pub fn name(self) -> &'static str {
-        use super::recording::OffCpuReason;
+        use crate::model::recording::OffCpuReason;
         match self {
             PseudoFrame::Preempted => OffCpuReason::Preempted.frame_name(),
             PseudoFrame::Sleeping => OffCpuReason::Sleeping.frame_name(),
@@ -170,7 +170,7 @@ impl<'a> Replay<'a> {
         let node = self.resolve_raw(w, pid, w.samples.raw_stack[i]);
         let node = if node == NO_PARENT {
             // A sample with no usable frame at all still counts, as an empty stack.
-            let frame = self.frame(FrameKey { binary: super::recording::NO_LIB, address: 0, pid: 0 });
+            let frame = self.frame(FrameKey { binary: crate::model::recording::NO_LIB, address: 0, pid: 0 });
             self.stacks.child(NO_PARENT, frame as u64)
         } else {
             node

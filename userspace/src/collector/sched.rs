@@ -8,9 +8,9 @@
 //! [`super::Collector::finish_window`]), each with its raw stacks. Out:
 //! fields of the replay's per-thread data.
 
-use super::recording::{MarkerRecord, OffCpuReason, SliceKind, Waker, IoOp};
+use crate::model::recording::{MarkerRecord, OffCpuReason, SliceKind, Waker, IoOp};
 use super::replay::{PseudoFrame, Replay};
-use super::stack_tree::{NodeIndex, NO_PARENT};
+use crate::model::stack_tree::{NodeIndex, NO_PARENT};
 use super::WindowData;
 use crate::bpf::abi::{comm_str, TASK_COMM_LEN};
 

@@ -40,7 +40,7 @@ pub(super) struct StoredStack {
     pub user_regs: (u64, u64, u64),
     /// When the kernel stack ran in an interrupt: which kind, and how many
     /// of its frames are the interrupt's (worked out once, when it arrives).
-    pub interrupt: Option<(crate::symbolize::kernel::InterruptKind, usize)>,
+    pub interrupt: Option<(crate::model::recording::InterruptKind, usize)>,
     /// Its raw stack as last interned: (window number, pid, node). Events
     /// refer to the same stack record many times; it is interned once per
     /// window and process.

@@ -9,12 +9,13 @@
 
 use rustc_hash::FxHashMap;
 
-use super::recording::{FrameRecord, LibRecord, NO_LIB};
+use crate::model::recording::{FrameRecord, LibRecord, NO_LIB};
 use super::replay::{FrameKey, PseudoFrame, JIT_BINARY, KERNEL_BINARY, PSEUDO_BINARY};
-use crate::symbolize::binaries::{BinaryIndex, Binaries};
-use crate::symbolize::elf::{ElfLimits, ElfReader};
+use crate::binaries::{BinaryIndex, Binaries};
+use crate::binaries::elf::{ElfLimits, ElfReader};
 use crate::symbolize::kernel::KernelSymbols;
-use crate::symbolize::{self, debugfile, names, AddrInfo, Symbolicator};
+use crate::binaries::debugfile;
+use crate::symbolize::{self, names, AddrInfo, Symbolicator};
 
 /// A kernel address from the snapshot: the function it is in.
 fn kernel_addr_info(kernel: &KernelSymbols, addr: u64) -> AddrInfo {
@@ -234,7 +235,7 @@ fn symbolicate_jit(
         }
     }
     for (pid, idxs) in by_pid {
-        let identity = jit.processes.get(&pid).copied().flatten().or_else(|| symbolize::perfmap::process_identity(pid));
+        let identity = jit.processes.get(&pid).copied().flatten().or_else(|| crate::binaries::perfmap::process_identity(pid));
         let (uid, ns_pid) = match identity {
             Some((u, n)) => (Some(u), n),
             None => (None, pid),
@@ -243,7 +244,7 @@ fn symbolicate_jit(
         // runs (containers), in ours once it has exited.
         let root = format!("/proc/{pid}/root");
         let root = if std::path::Path::new(&root).exists() { root } else { String::new() };
-        let mut map = match symbolize::perfmap::load(uid, ns_pid, &root) {
+        let mut map = match crate::binaries::perfmap::load(uid, ns_pid, &root) {
             Ok(m) => Some(m),
             Err(e) => {
                 if !e.contains("No such file") {
@@ -260,7 +261,7 @@ fn symbolicate_jit(
             // whoever read it before (the unwinder looked for ELF sections).
             let dump = bin.file.as_ref().and_then(|f| {
                 use std::os::unix::fs::FileExt;
-                let len = f.metadata().ok()?.len().min(symbolize::perfmap::MAX_PERF_MAP_BYTES) as usize;
+                let len = f.metadata().ok()?.len().min(crate::binaries::perfmap::MAX_PERF_MAP_BYTES) as usize;
                 let mut bytes = vec![0u8; len];
                 let mut done = 0;
                 while done < len {
@@ -270,7 +271,7 @@ fn symbolicate_jit(
                     }
                 }
                 bytes.truncate(done);
-                symbolize::jitdump::parse(&bytes)
+                crate::binaries::jitdump::parse(&bytes)
             });
             match dump {
                 Some(d) => {

@@ -1,7 +1,7 @@
 //! Unit tests of the collector: records in, a window's recording out.
 
 use super::*;
-use crate::symbolize::kernel::InterruptKind;
+use crate::model::recording::InterruptKind;
 
 const KALLSYMS: &str = "\
 ffffffff81000000 T _text

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crate::collector::recording::{ProcessRecord, Recording};
+use crate::model::recording::{ProcessRecord, Recording};
 use crate::store::{ReadError, SegmentInfo, Store};
 
 /// What identifies this host in every export.
@@ -37,30 +37,11 @@ impl Labels {
     }
 }
 
-/// Where a process runs: a container or a systemd unit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CgroupIdentity {
-    /// A container, by its full id when the cgroup path has it (else 12 digits).
-    Container(String),
-    /// A systemd unit (`nginx.service`).
-    Unit(String),
-}
+pub use crate::model::cgroup::CgroupIdentity;
 
 /// The container or unit of `p`, from its cgroup.
 pub fn cgroup_identity(p: &ProcessRecord) -> Option<CgroupIdentity> {
-    let path = p.cgroup.as_deref()?;
-    for part in path.split('/').rev() {
-        let core = part.trim_end_matches(".scope");
-        let id = core.rsplit(['-', ':']).next().unwrap_or(core);
-        if id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Some(CgroupIdentity::Container(id.to_string()));
-        }
-    }
-    let label = crate::sideband::proc_snapshot::cgroup_label(path)?;
-    Some(match label.strip_prefix("container ") {
-        Some(id) => CgroupIdentity::Container(id.to_string()),
-        None => CgroupIdentity::Unit(label),
-    })
+    p.cgroup.as_deref().and_then(CgroupIdentity::of_path)
 }
 
 /// The service a process belongs to, as OpenTelemetry's `service.name` and
@@ -69,7 +50,7 @@ pub fn cgroup_identity(p: &ProcessRecord) -> Option<CgroupIdentity> {
 pub fn service_name(p: &ProcessRecord) -> String {
     match cgroup_identity(p) {
         Some(CgroupIdentity::Unit(u)) => u.trim_end_matches(".service").trim_end_matches(".scope").to_string(),
-        Some(CgroupIdentity::Container(id)) => format!("container-{}", &id[..id.len().min(12)]),
+        Some(CgroupIdentity::Container(id)) => format!("container-{}", CgroupIdentity::short_id(&id)),
         None => p.name.clone(),
     }
 }
@@ -166,7 +147,7 @@ pub fn spawn_delivery(
         .spawn(move || {
             let mut cursor = read_cursor(&store, name).unwrap_or(start_ms);
             let mut backoff = Duration::from_secs(1);
-            let mut errors = crate::agent::ErrorLog::default();
+            let mut errors = crate::log::ErrorLog::default();
             let mut seen_generation = 0;
             loop {
                 let stopping = feed.stopping.load(Ordering::Relaxed);
@@ -308,7 +289,7 @@ impl Exporter for PprofDir {
         let bytes = pprof::encode_gzip(rec, &self.labels);
         let end = rec.start_wall_ms + rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e6;
         let path = self.dir.join(format!("{:013}-{:013}.pb.gz", rec.start_wall_ms.max(0.0) as u64, end.max(0.0) as u64));
-        let tmp = self.dir.join(format!(".tmp-{}.pb.gz", crate::profile::output::random_suffix()));
+        let tmp = self.dir.join(format!(".tmp-{}.pb.gz", crate::sys::random::random_suffix()));
         let r = (|| {
             let mut f = std::fs::OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).mode(0o600).open(&tmp)?;
             f.write_all(&bytes)?;

@@ -21,8 +21,8 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use rustc_hash::FxHashMap;
 
 use super::{CgroupIdentity, Labels};
-use crate::collector::recording::{ProcessRecord, Recording, NO_LIB};
-use crate::collector::stack_tree::NO_PARENT;
+use crate::model::recording::{ProcessRecord, Recording, NO_LIB};
+use crate::model::stack_tree::NO_PARENT;
 
 /// Interns everything a request's dictionary holds.
 struct Dictionary {

@@ -21,8 +21,8 @@ use std::io::Write;
 use rustc_hash::FxHashMap;
 
 use super::Labels;
-use crate::collector::recording::{Recording, NO_LIB};
-use crate::collector::stack_tree::NO_PARENT;
+use crate::model::recording::{Recording, NO_LIB};
+use crate::model::stack_tree::NO_PARENT;
 
 /// `perftools.profiles` messages, as published in google/pprof's `proto/profile.proto`.
 #[allow(missing_docs)]
@@ -179,7 +179,7 @@ impl Strings {
 
 /// Which part of a recording to turn into a profile: one process
 /// (Pyroscope wants a series per service) or all.
-pub type ProcessFilter<'a> = &'a dyn Fn(&crate::collector::recording::ProcessRecord) -> bool;
+pub type ProcessFilter<'a> = &'a dyn Fn(&crate::model::recording::ProcessRecord) -> bool;
 
 /// `rec` as a pprof Profile (all processes).
 pub fn build(rec: &Recording, labels: &Labels) -> proto::Profile {

@@ -11,7 +11,7 @@
 //! `X-Scope-OrgID` tenant header.
 
 use super::{CgroupIdentity, Labels};
-use crate::collector::recording::Recording;
+use crate::model::recording::Recording;
 
 /// A Pyroscope server and how to talk to it.
 pub struct PyroscopeClient {
@@ -43,7 +43,7 @@ impl PyroscopeClient {
     }
 
     /// The series name of process `p`.
-    pub fn series_name(p: &crate::collector::recording::ProcessRecord, labels: &Labels) -> String {
+    pub fn series_name(p: &crate::model::recording::ProcessRecord, labels: &Labels) -> String {
         let service = clean(&super::service_name(p));
         let mut l = vec![format!("service_name={service}"), format!("pid={}", p.pid), format!("comm={}", clean(&p.name)), format!("hostname={}", clean(&labels.host_name))];
         match super::cgroup_identity(p) {

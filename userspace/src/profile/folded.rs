@@ -15,8 +15,8 @@ use std::io::Write;
 
 use rustc_hash::FxHashMap;
 
-use crate::collector::recording::{Recording, NO_LIB};
-use crate::collector::stack_tree::NO_PARENT;
+use crate::model::recording::{Recording, NO_LIB};
+use crate::model::stack_tree::NO_PARENT;
 
 /// The names of frame `f` (one per inline depth, outermost first), each
 /// cleaned of the separators the format uses.
@@ -75,8 +75,8 @@ pub fn write_folded(rec: &Recording, out: &mut impl Write) -> std::io::Result<u6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collector::recording::*;
-    use crate::symbolize::{AddrInfo, FuncAtAddr};
+    use crate::model::recording::*;
+    use crate::model::symbols::{AddrInfo, FuncAtAddr};
 
     /// Check lines are root first with the process name, inlined calls
     /// expand, kernel frames are marked, unnamed frames keep library and

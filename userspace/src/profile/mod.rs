@@ -19,10 +19,10 @@ pub mod validate;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::collector::recording::{
+use crate::model::recording::{
     CounterRecord, FrameRecord, LibRecord, MarkerRecord, ProcessRecord, Recording, SliceKind, ThreadRecord, NO_LIB,
 };
-use crate::collector::stack_tree::NO_PARENT;
+use crate::model::stack_tree::NO_PARENT;
 
 /// The processed profile format version we write.
 pub const PREPROCESSED_PROFILE_VERSION: u32 = 55;
@@ -697,7 +697,7 @@ fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn F
     let is_main = t.tid == p.pid;
     // The container or service shows in the track's process name; the
     // profiler says what it is, so nobody takes it for the workload.
-    let process_name = match p.cgroup.as_deref().and_then(crate::sideband::proc_snapshot::cgroup_label) {
+    let process_name = match p.cgroup.as_deref().and_then(crate::model::cgroup::CgroupIdentity::of_path) {
         _ if p.profiler => format!("{} (the profiler)", p.name),
         Some(label) => format!("{} [{label}]", p.name),
         None => p.name.clone(),
@@ -781,9 +781,9 @@ fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut ThreadTabl
                     waker_tid: waker.as_ref().filter(|w| w.interrupt.is_none()).map(|w| w.tid),
                     waker_context: waker.as_ref().map(|w| match w.interrupt {
                         None => "task",
-                        Some(crate::symbolize::kernel::InterruptKind::Hard) => "hard IRQ",
-                        Some(crate::symbolize::kernel::InterruptKind::Soft) => "softirq",
-                        Some(crate::symbolize::kernel::InterruptKind::Unknown) => "unknown (stack lost)",
+                        Some(crate::model::recording::InterruptKind::Hard) => "hard IRQ",
+                        Some(crate::model::recording::InterruptKind::Soft) => "softirq",
+                        Some(crate::model::recording::InterruptKind::Unknown) => "unknown (stack lost)",
                     }),
                     cpu_out: cpus.0,
                     cpu_in: cpus.1,
@@ -798,7 +798,7 @@ fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut ThreadTabl
                 MarkerData::Io {
                     device: device.clone(),
                     // A flush's preflush flag says nothing more than "flush".
-                    op: match crate::collector::recording::io_flag_names(if *op == crate::collector::recording::IoOp::Flush { flags & !crate::bpf::abi::IO_PREFLUSH } else { *flags }) {
+                    op: match crate::model::recording::io_flag_names(if *op == crate::model::recording::IoOp::Flush { flags & !crate::model::recording::io_flags::IO_PREFLUSH } else { *flags }) {
                         f if f.is_empty() => op.name(),
                         f => format!("{} ({f})", op.name()),
                     },

@@ -147,19 +147,6 @@ fn trusted_owner(uid: u32) -> bool {
     uid == 0 || uid == me || sudo_user == Some(uid)
 }
 
-/// Sixteen hex digits from the kernel's random source.
-pub(crate) fn random_suffix() -> String {
-    let mut bytes = [0u8; 8];
-    // SAFETY: writing 8 bytes into a local buffer.
-    let n = unsafe { libc::getrandom(bytes.as_mut_ptr() as *mut libc::c_void, bytes.len(), 0) };
-    if n != bytes.len() as isize {
-        // Never predictable from the pid alone: mix in the clock.
-        let t = crate::capture::monotonic_ns() ^ (std::process::id() as u64).rotate_left(32);
-        bytes = t.to_ne_bytes();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn cstring(p: &Path) -> std::io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| std::io::Error::other("the path contains a NUL byte"))
 }
@@ -228,7 +215,7 @@ impl OutputFile {
             return Err(err(e));
         }
         let name = path.file_name().expect("checked").to_string_lossy();
-        let temp = dir.join(format!(".{name}.{}.tmp", random_suffix()));
+        let temp = dir.join(format!(".{name}.{}.tmp", crate::sys::random::random_suffix()));
         let ctemp = cstring(&temp).map_err(err)?;
         // SAFETY: as above. O_EXCL|O_NOFOLLOW: a new file, never one that exists.
         let fd = unsafe {
@@ -316,7 +303,7 @@ impl OutputFile {
             Some(t) => t,
             None => {
                 let name = self.final_path.file_name().expect("checked").to_string_lossy().into_owned();
-                let temp = self.dir.join(format!(".{name}.{}.tmp", random_suffix()));
+                let temp = self.dir.join(format!(".{name}.{}.tmp", crate::sys::random::random_suffix()));
                 let ctemp = cstring(&temp)?;
                 let proc_fd = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).expect("no NUL");
                 // SAFETY: valid paths; linkat creates a new name or fails (EEXIST).

@@ -1,9 +1,9 @@
 //! Unit tests of the writer on a small hand-made recording.
 
 use super::*;
-use crate::collector::recording::*;
-use crate::collector::stack_tree::StackTree;
-use crate::symbolize::{AddrInfo, FuncAtAddr};
+use crate::model::recording::*;
+use crate::model::stack_tree::StackTree;
+use crate::model::symbols::{AddrInfo, FuncAtAddr};
 
 fn func(name: &str, line: u32) -> FuncAtAddr {
     FuncAtAddr { name: name.into(), file: Some("/src/app.c".into()), line: Some(line) }

@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use perf_event_open_sys as sys;
 use rustc_hash::FxHashMap;
 
-use crate::collector::recording::CounterRecord;
+use crate::model::recording::CounterRecord;
 
 /// Polls counters; see the module doc.
 pub struct CounterPoller {

@@ -158,21 +158,6 @@ pub fn read_cgroup(pid: u32) -> Option<String> {
     v2.filter(|p| *p != "/").or_else(|| paths.iter().copied().find(|p| *p != "/")).map(str::to_string)
 }
 
-/// A short label for a cgroup: the container id (first 12 hex digits of a
-/// 64-digit id, as docker, containerd, CRI-O and podman name their cgroups)
-/// or the systemd unit; None for anything else.
-pub fn cgroup_label(path: &str) -> Option<String> {
-    for part in path.split('/').rev() {
-        let core = part.trim_end_matches(".scope");
-        let id = core.rsplit(['-', ':']).next().unwrap_or(core);
-        if id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Some(format!("container {}", &id[..12]));
-        }
-    }
-    let last = path.rsplit('/').next()?;
-    (last.ends_with(".service") || last.ends_with(".scope") && !last.starts_with("session-")).then(|| last.to_string())
-}
-
 /// A thread's CPU time so far, from `/proc/PID/task/TID/schedstat` (ns).
 pub fn thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
@@ -182,24 +167,6 @@ pub fn thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Check that container ids are found in the cgroup paths of the common
-    /// runtimes, systemd units are named, and other paths get no label.
-    #[test]
-    fn labels_containers_and_units() {
-        let id = "4f3c2b1a09e8d7c6b5a49382716f5e4d3c2b1a09e8d7c6b5a49382716f5e4d3c";
-        for path in [
-            format!("/system.slice/docker-{id}.scope"),
-            format!("/docker/{id}"),
-            format!("/kubepods.slice/kubepods-burstable.slice/cri-containerd-{id}.scope"),
-            format!("/machine.slice/libpod-{id}.scope/container"),
-        ] {
-            assert_eq!(cgroup_label(&path).as_deref(), Some("container 4f3c2b1a09e8"), "{path}");
-        }
-        assert_eq!(cgroup_label("/system.slice/ssh.service").as_deref(), Some("ssh.service"));
-        assert_eq!(cgroup_label("/user.slice/user-0.slice/session-3.scope"), None);
-        assert_eq!(cgroup_label("/process_api/feea0b42f8e2f25ba8680eb40b61003f"), None);
-    }
 
     /// Check that command lines are joined by spaces and cut at the limit,
     /// on a character boundary, with a mark that they were.

@@ -42,8 +42,8 @@ use std::path::{Path, PathBuf};
 
 use dir::DirHandle;
 
-use crate::collector::merge;
-use crate::collector::recording::Recording;
+use crate::model::merge;
+use crate::model::recording::Recording;
 use segment::{SegmentHeader, WindowSpan};
 
 /// Most bytes of segments compacted into one, counted decompressed (the
@@ -205,7 +205,7 @@ impl Store {
     /// Replace the small file `name` of the store with `bytes`, through a
     /// temporary renamed over it (a reader sees the old or the new).
     pub fn replace_small(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-        let temp = format!("{name}.{}", crate::profile::output::random_suffix());
+        let temp = format!("{name}.{}", crate::sys::random::random_suffix());
         let r = self.dir.create_new(&temp).and_then(|mut f| f.write_all(bytes)).and_then(|()| self.dir.rename(&temp, name));
         if r.is_err() {
             let _ = self.dir.remove(&temp);
@@ -463,7 +463,7 @@ const MAX_SEGMENT: u64 = 1 << 30;
 
 /// A hidden temporary's name for a segment being written.
 fn temp_name() -> String {
-    format!(".tmp-{}.seg", crate::profile::output::random_suffix())
+    format!(".tmp-{}.seg", crate::sys::random::random_suffix())
 }
 
 /// The name in the store of a segment's `path` (made by [`DirHandle::display_path`]).

@@ -30,7 +30,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::collector::recording::{MarkerRecord, Recording};
+use crate::model::recording::{MarkerRecord, Recording};
 
 /// First bytes of every segment.
 pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
@@ -312,7 +312,7 @@ fn deltas_to_times(rec: &mut Recording) -> Result<(), String> {
         return Err("a stack names a frame that does not exist".into());
     }
     let libs = rec.libs.len() as u32;
-    if rec.frames.iter().any(|f| f.lib != crate::collector::recording::NO_LIB && f.lib >= libs) {
+    if rec.frames.iter().any(|f| f.lib != crate::model::recording::NO_LIB && f.lib >= libs) {
         return Err("a frame names a library that does not exist".into());
     }
     for t in rec.processes.iter_mut().flat_map(|p| p.threads.iter_mut()) {
@@ -330,8 +330,8 @@ fn deltas_to_times(rec: &mut Recording) -> Result<(), String> {
             return Err("a sample names a stack that does not exist".into());
         }
         for m in &t.markers {
-            if let crate::collector::recording::MarkerRecord::OffCpu { waker_stack: Some(n), .. }
-            | crate::collector::recording::MarkerRecord::Io { stack: Some(n), .. } = m
+            if let crate::model::recording::MarkerRecord::OffCpu { waker_stack: Some(n), .. }
+            | crate::model::recording::MarkerRecord::Io { stack: Some(n), .. } = m
             {
                 if *n >= nodes {
                     return Err("a marker names a stack that does not exist".into());
@@ -394,8 +394,8 @@ pub fn size_report(mut rec: Recording, zlevel: i32) -> Vec<(&'static str, usize)
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::collector::recording::*;
-    use crate::collector::stack_tree::NO_PARENT;
+    use crate::model::recording::*;
+    use crate::model::stack_tree::NO_PARENT;
 
     pub(crate) fn sample_recording(start_ns: u64) -> Recording {
         let mut rec = Recording { start_ns, end_ns: start_ns + 10_000_000_000, start_wall_ms: 1.7e12, interval_ms: 52.6, ..Default::default() };

@@ -215,30 +215,8 @@ impl KernelSymbols {
     }
 }
 
-/// Which kind of interrupt a kernel stack ran in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum InterruptKind {
-    /// A hardware interrupt handler.
-    Hard,
-    /// Softirq processing borrowed by whatever task ran.
-    Soft,
-    /// Not known: the waker's kernel stack was lost (a full ring). An
-    /// interrupt that arrives in user mode runs on the task's own stack, so
-    /// only that stack tells it from the task: without it the task named
-    /// may just be the one an interrupt interrupted.
-    Unknown,
-}
+pub use crate::model::recording::InterruptKind;
 
-impl InterruptKind {
-    /// As shown in markers.
-    pub fn label(self) -> &'static str {
-        match self {
-            InterruptKind::Hard => "an interrupt",
-            InterruptKind::Soft => "a softirq",
-            InterruptKind::Unknown => "the task or an interrupt",
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

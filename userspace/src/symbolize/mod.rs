@@ -8,42 +8,15 @@
 //! exactly once, with one blazesym call per binary. Kernel addresses are
 //! named from the kallsyms snapshot in [`kernel`].
 
-pub mod binaries;
-pub mod debugfile;
-pub mod elf;
-pub mod names;
-pub mod jitdump;
 pub mod kernel;
-pub mod perfmap;
+pub mod names;
 
 use std::panic::AssertUnwindSafe;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
-/// One function at an address: the real one (depth 0) or an inlined call.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub struct FuncAtAddr {
-    /// Demangled function name.
-    pub name: String,
-    /// Source file of the code at this address, if known.
-    pub file: Option<String>,
-    /// Source line, if known.
-    pub line: Option<u32>,
-}
-
-/// What is known about one address.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub struct AddrInfo {
-    /// Start of the containing symbol, in the same address space as the input.
-    pub symbol_start: u64,
-    /// Distance of the looked-up address from the symbol's start.
-    pub symbol_offset: u64,
-    /// Size of the containing symbol, if known.
-    pub symbol_size: Option<u64>,
-    /// Outermost function first; empty if unresolved.
-    pub funcs: Vec<FuncAtAddr>,
-}
+pub use crate::model::symbols::{AddrInfo, FuncAtAddr};
 
 /// One request to the symbolizer thread.
 struct Request {
@@ -192,9 +165,6 @@ fn to_addr_info(s: Symbolized<'_>) -> AddrInfo {
     AddrInfo { symbol_start: sym.addr, symbol_offset: sym.offset as u64, symbol_size: sym.size.map(|s| s as u64), funcs }
 }
 
-/// Directories searched for separate debug files, as gdb and blazesym do.
-pub const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
-
 /// Fetch the debug files of these build ids from the debuginfod servers in
 /// `DEBUGINFOD_URLS` (cached under `DEBUGINFOD_CACHE_PATH` or
 /// ~/.cache/debuginfod_client), with the debuginfod crate. Runs on its own
@@ -229,58 +199,5 @@ pub fn fetch_debuginfod(build_ids: Vec<(u32, Vec<u8>)>) -> (Vec<(u32, String)>, 
 
 /// The running kernel's build id, for the kernel "library".
 pub fn kernel_build_id() -> Option<Vec<u8>> {
-    std::fs::read("/sys/kernel/notes").ok().and_then(|n| gnu_build_id_from_notes(&n))
-}
-
-/// Find the GNU build id (type 3, owner "GNU") in a raw ELF note section.
-/// Written here because the notes file is a bare note section, not an ELF
-/// file that blazesym's reader accepts.
-pub fn gnu_build_id_from_notes(notes: &[u8]) -> Option<Vec<u8>> {
-    let mut at = 0usize;
-    let word = |i: usize| -> Option<usize> {
-        Some(u32::from_ne_bytes(notes.get(i..i + 4)?.try_into().ok()?) as usize)
-    };
-    let align4 = |x: usize| x.checked_add(3).map(|v| v & !3);
-    while at + 12 <= notes.len() {
-        let (namesz, descsz, kind) = (word(at)?, word(at + 4)?, word(at + 8)?);
-        let name_at = at + 12;
-        let desc_at = name_at.checked_add(align4(namesz)?)?;
-        let end = desc_at.checked_add(align4(descsz)?)?;
-        if end > notes.len() {
-            return None;
-        }
-        if kind == 3 && notes.get(name_at..name_at + namesz)? == b"GNU\0" {
-            return Some(notes[desc_at..desc_at + descsz].to_vec());
-        }
-        at = end;
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Check that the build id note is found after another note, and that a
-    /// truncated note section gives None instead of a panic.
-    #[test]
-    fn finds_gnu_build_id_in_notes() {
-        let mut n = Vec::new();
-        let note = |n: &mut Vec<u8>, name: &[u8], kind: u32, desc: &[u8]| {
-            n.extend((name.len() as u32).to_ne_bytes());
-            n.extend((desc.len() as u32).to_ne_bytes());
-            n.extend(kind.to_ne_bytes());
-            n.extend(name);
-            n.resize(n.len().next_multiple_of(4), 0);
-            n.extend(desc);
-            n.resize(n.len().next_multiple_of(4), 0);
-        };
-        note(&mut n, b"Xen\0", 5, &[1, 2, 3]);
-        note(&mut n, b"GNU\0", 3, &[0xab; 20]);
-        assert_eq!(gnu_build_id_from_notes(&n), Some(vec![0xab; 20]));
-        for cut in 0..n.len() {
-            let _ = gnu_build_id_from_notes(&n[..cut]);
-        }
-        assert_eq!(gnu_build_id_from_notes(&n[..n.len() - 4]), None);
-    }
+    std::fs::read("/sys/kernel/notes").ok().and_then(|n| crate::binaries::elf::gnu_build_id_from_notes(&n))
 }

@@ -13,9 +13,9 @@
 //! them), aliased functions take their public name (`malloc`, not
 //! `__GI___libc_malloc`).
 
-use super::binaries::Binary;
-use super::debugfile::{self, LinkRefused};
-use super::elf::{offset_to_vaddr, vaddr_to_offset, DwarfCheck, ElfLimits, ElfReader, NameTables, Segment};
+use crate::binaries::Binary;
+use crate::binaries::debugfile::{self, LinkRefused};
+use crate::binaries::elf::{offset_to_vaddr, vaddr_to_offset, DwarfCheck, ElfLimits, ElfReader, NameTables, Segment};
 use super::{AddrInfo, FuncAtAddr, Symbolicator};
 
 /// Where a binary's names come from, and what went wrong on the way.
@@ -108,7 +108,7 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
     }
     if debug.is_none() {
         if let Some(f) = fetched {
-            debug = super::binaries::open_regular(f, true).ok().map(|file| debugfile::DebugFile { path: f.to_string(), file });
+            debug = crate::binaries::open_regular(f, true).ok().map(|file| debugfile::DebugFile { path: f.to_string(), file });
         }
     }
     if let Some(d) = debug {

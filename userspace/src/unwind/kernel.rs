@@ -37,11 +37,9 @@
 //! within the CFI budget ([`ElfReader::cfi`]).
 
 use std::collections::BTreeMap;
-use std::os::fd::AsFd;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
-use aya::maps::{Array as BpfArray, HashMap as BpfHashMap, MapData};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::tables::{compile, CfiSection, Row};
@@ -49,8 +47,8 @@ use crate::bpf::abi::{
     UnwindMapping, UnwindProcess, UNWIND_ENDS, UNWIND_MAX_MAPPINGS, UNWIND_PROCESS_CUT, UNWIND_REFUSED_WORDS, UNWIND_TABLE_PENDING,
     UNWIND_TABLE_USERSPACE,
 };
-use crate::symbolize::binaries::{Binary, BinaryIndex};
-use crate::symbolize::elf::{ElfLimits, ElfReader};
+use crate::binaries::{Binary, BinaryIndex};
+use crate::binaries::elf::{ElfLimits, ElfReader};
 
 /// Entries of the process map unless told otherwise (8 KiB each, allocated
 /// only for the processes that exist).
@@ -59,62 +57,7 @@ pub const DEFAULT_PROCESS_ENTRIES: u32 = 16384;
 /// The owner of the system's tables and the uid of root's processes: no share limit.
 pub const SYSTEM_UID: u32 = 0;
 
-/// The BPF maps of the in-kernel unwinder, taken from the loaded sampler.
-pub struct KernelUnwindMaps {
-    /// `unwind_rows`, mapped into our memory.
-    pub rows: RowsMapping,
-    /// `unwind_processes`.
-    pub processes: BpfHashMap<MapData, u32, UnwindProcess>,
-    /// `unwind_refused`: one bit per pid refused an entry.
-    pub refused: BpfArray<MapData, u64>,
-    /// Entries `processes` holds at most.
-    pub process_capacity: u32,
-}
-
-/// `unwind_rows` (a `BPF_F_MMAPABLE` array), written through a mapping of
-/// just the pages a table goes to, unmapped again at once: the array is
-/// kernel memory, and pages left mapped here would count in our resident
-/// set (rustc's tables alone are 20 MiB).
-pub struct RowsMapping {
-    map: MapData,
-    len: usize,
-}
-
-impl RowsMapping {
-    /// The array `map`, of `capacity` rows.
-    pub fn new(map: MapData, capacity: usize) -> std::io::Result<RowsMapping> {
-        Ok(RowsMapping { map, len: capacity })
-    }
-
-    /// Write `rows` from row `start` on.
-    fn write(&mut self, start: usize, rows: &[Row]) -> std::io::Result<()> {
-        use std::os::fd::AsRawFd;
-        const PAGE: usize = 4096;
-        let size = std::mem::size_of::<Row>();
-        if start + rows.len() > self.len {
-            return Err(std::io::Error::other("rows past the array's end"));
-        }
-        let (first, end) = (start * size, (start + rows.len()) * size);
-        let map_start = first / PAGE * PAGE;
-        let map_len = end.next_multiple_of(PAGE) - map_start;
-        let fd = self.map.fd().as_fd();
-        // SAFETY: a shared mapping of pages of the array that lie within it
-        // (the kernel checks the range against the map's size).
-        let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), map_start as libc::off_t)
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: [first, end) lies in the mapping, which nothing else uses;
-        // Row is plain old data.
-        unsafe {
-            std::ptr::copy_nonoverlapping(rows.as_ptr() as *const u8, (ptr as *mut u8).add(first - map_start), end - first);
-            libc::munmap(ptr, map_len);
-        }
-        Ok(())
-    }
-}
+pub use crate::bpf::unwind_maps::{KernelUnwindMaps, RowsMapping};
 
 /// Totals, for `record -v`, the summary and the benchmarks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -326,7 +269,7 @@ fn compile_table(file: &std::fs::File, max_rows: usize) -> Result<Vec<Row>, Stri
 impl KernelTables {
     /// Take over the maps; start the compiling worker.
     pub fn new(maps: KernelUnwindMaps) -> KernelTables {
-        let capacity = maps.rows.len as u32;
+        let capacity = maps.rows.capacity() as u32;
         let (to_worker, requests) = std::sync::mpsc::channel::<TableRequest>();
         let (results, from_worker) = std::sync::mpsc::channel();
         // One binary may take a quarter of the budget: a file whose CFI claims
@@ -656,7 +599,7 @@ impl KernelTables {
         }
         // Processes that just started map libraries for a while after their
         // entry is first written: their hand-overs wake us for 100 ms.
-        let wake_until_ms = (crate::capture::monotonic_ns() / 1_000_000 + NEW_PROCESS_WAKE_MS) as u32;
+        let wake_until_ms = (crate::sys::clock::monotonic_ns() / 1_000_000 + NEW_PROCESS_WAKE_MS) as u32;
         let mut entry =
             UnwindProcess { count: mappings.len() as u32, wake_until_ms, flags, _pad: 0, m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS] };
         for (slot, &(start, end, bias, binary, userspace, bias_known)) in entry.m.iter_mut().zip(mappings.iter()) {

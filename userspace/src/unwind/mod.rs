@@ -29,9 +29,9 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 use rustc_hash::FxHashMap;
 
-use crate::symbolize::binaries::{BinaryIndex, Binaries};
-use crate::symbolize::elf::{ElfLimits, ElfReader};
-use crate::symbolize::jitdump::{JitCode, JitdumpTail};
+use crate::binaries::{BinaryIndex, Binaries};
+use crate::binaries::elf::{ElfLimits, ElfReader};
+use crate::binaries::jitdump::{JitCode, JitdumpTail};
 
 /// A section's bytes, shared between the processes that map the binary
 /// (in the `Vec` they were read into: no copy).
@@ -285,25 +285,8 @@ pub enum UnwindEnd {
     BadReturnAddress,
 }
 
-/// Unwinding totals, for the summary and the benchmarks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct UnwindStats {
-    /// Stacks unwound.
-    pub unwinds: u64,
-    /// Of those, reaching the thread's root.
-    pub reached_root: u64,
-    /// Stopped because the stack copy ended.
-    pub copy_exhausted: u64,
-    /// Of those, in the profiler itself (its BPF loading runs deep), which
-    /// the summary does not count against the user's programs.
-    pub copy_exhausted_in_profiler: u64,
-    /// Stopped for lack of unwind information.
-    pub no_unwind_info: u64,
-    /// Stopped at a return address outside any code.
-    pub bad_return_address: u64,
-    /// Time spent unwinding, ns.
-    pub unwind_ns: u64,
-}
+pub use crate::model::recording::UnwindStats;
+
 
 /// Per-process unwinders over shared per-binary unwind data.
 #[derive(Default)]

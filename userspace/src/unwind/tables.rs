@@ -22,42 +22,7 @@
 
 use gimli::{BaseAddresses, CfaRule, CieOrFde, RegisterRule, UnwindContext, UnwindSection};
 
-/// One row, as `struct unwind_row` in `ebpf/sysprof.h`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Row {
-    /// First address (the file's own, ELF virtual address) the row applies to.
-    pub pc: u32,
-    /// `ROW_*` in the low 3 bits; the high 5 are bits 16-20 of the CFA
-    /// offset / 8 (frames over 512 KiB: rustc has a 527 KiB one).
-    pub kind: u8,
-    /// The caller's frame pointer is saved at CFA - 8 * this (0: unchanged).
-    /// For `ROW_PLT`: the low 4 bits of the address from which 8 more
-    /// bytes are on the stack.
-    pub rbp_slot: u8,
-    /// CFA = register + 8 * this (bits 0-15).
-    pub cfa_off8: u16,
-}
-
-/// No rule here (between functions, hand-written code without CFI): the
-/// walker tries the frame pointer.
-pub const ROW_NONE: u8 = 0;
-/// CFA = rsp + offset.
-pub const ROW_CFA_RSP: u8 = 1;
-/// CFA = rbp + offset.
-pub const ROW_CFA_RBP: u8 = 2;
-/// A PLT entry: CFA = rsp + 8, plus 8 from the threshold in `rbp_slot` on
-/// (the expression every linker emits for `.plt`).
-pub const ROW_PLT: u8 = 3;
-/// A signal trampoline (`__restore_rt`): the interrupted registers are in
-/// the `ucontext` at rsp.
-pub const ROW_SIGNAL: u8 = 4;
-/// The return address is undefined: the outermost frame of the thread.
-pub const ROW_END: u8 = 5;
-/// A rule no row can express (another DWARF expression, a register other
-/// than rsp or rbp for the CFA, a return address not at CFA-8): the walk
-/// stops here and says why.
-pub const ROW_UNSUPPORTED: u8 = 6;
+pub use crate::bpf::abi::{Row, ROW_CFA_RBP, ROW_CFA_RSP, ROW_END, ROW_NONE, ROW_PLT, ROW_SIGNAL, ROW_UNSUPPORTED};
 
 /// CFA offsets / 8 below this fit a row (21 bits: 16 MiB frames).
 const MAX_CFA_OFF8: i64 = 1 << 21;
@@ -245,7 +210,7 @@ fn flatten(mut ranges: Vec<(u32, u32, Row)>, max_rows: usize) -> Result<Vec<Row>
 }
 
 /// Compile the table of an ELF file on disk (for the benchmarks: the
-/// profiler itself reads CFI through [`crate::symbolize::elf::ElfReader::cfi`],
+/// profiler itself reads CFI through [`crate::binaries::elf::ElfReader::cfi`],
 /// within its budgets). Returns the table and the bytes of CFI it came from.
 pub fn compile_file(path: &std::path::Path, max_rows: usize) -> Result<(Table, usize), String> {
     use object::{Object, ObjectSection};

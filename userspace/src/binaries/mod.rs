@@ -12,6 +12,11 @@
 //! process that exits, a binary deleted or replaced, a path swapped for a
 //! FIFO or a symlink by its owner, all leave us with the right file or none.
 
+pub mod debugfile;
+pub mod elf;
+pub mod jitdump;
+pub mod perfmap;
+
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};

@@ -6,8 +6,7 @@
 //! (library, library-relative address) with what symbolication found.
 
 use super::stack_tree::StackTree;
-use crate::symbolize::kernel::InterruptKind;
-use crate::symbolize::AddrInfo;
+use super::symbols::AddrInfo;
 
 /// The library index of frames in no known library.
 pub const NO_LIB: u32 = u32::MAX;
@@ -64,16 +63,6 @@ pub enum OffCpuReason {
 }
 
 impl OffCpuReason {
-    /// From the kernel's `OFFCPU_*`.
-    pub fn from_abi(state: u32) -> OffCpuReason {
-        match state {
-            crate::bpf::abi::OFFCPU_PREEMPTED => OffCpuReason::Preempted,
-            crate::bpf::abi::OFFCPU_SLEEPING => OffCpuReason::Sleeping,
-            crate::bpf::abi::OFFCPU_BLOCKED => OffCpuReason::Blocked,
-            _ => OffCpuReason::Other,
-        }
-    }
-
     /// Short name, as shown in markers.
     pub fn label(self) -> &'static str {
         match self {
@@ -144,20 +133,6 @@ pub enum IoOp {
 }
 
 impl IoOp {
-    /// From the kernel's REQ_OP_*.
-    pub fn from_abi(op: u32) -> IoOp {
-        use crate::bpf::abi::*;
-        match op {
-            IO_OP_READ => IoOp::Read,
-            IO_OP_WRITE => IoOp::Write,
-            IO_OP_FLUSH => IoOp::Flush,
-            IO_OP_DISCARD => IoOp::Discard,
-            IO_OP_SECURE_ERASE => IoOp::SecureErase,
-            IO_OP_WRITE_ZEROES => IoOp::WriteZeroes,
-            other => IoOp::Other(other),
-        }
-    }
-
     /// Short name: read, write, flush, discard, secure-erase, write-zeroes, op N.
     pub fn name(self) -> String {
         match self {
@@ -172,9 +147,24 @@ impl IoOp {
     }
 }
 
+/// The bits of a block request's flags (the BPF ABI's `IO_*`, which
+/// `bpf::abi` checks equal): recordings and store segments hold them as is.
+pub mod io_flags {
+    /// A cache flush before the write.
+    pub const IO_PREFLUSH: u32 = 1;
+    /// Forced unit access.
+    pub const IO_FUA: u32 = 2;
+    /// Synchronous.
+    pub const IO_SYNC: u32 = 4;
+    /// Filesystem metadata.
+    pub const IO_META: u32 = 8;
+    /// Read-ahead.
+    pub const IO_READAHEAD: u32 = 16;
+}
+
 /// The flags of a block request, as words: "preflush, sync".
 pub fn io_flag_names(flags: u32) -> String {
-    use crate::bpf::abi::*;
+    use io_flags::*;
     [(IO_PREFLUSH, "preflush"), (IO_FUA, "fua"), (IO_SYNC, "sync"), (IO_META, "meta"), (IO_READAHEAD, "readahead")]
         .iter()
         .filter(|(f, _)| flags & f != 0)
@@ -380,7 +370,7 @@ pub struct RecordingStats {
     /// sample or event (a fork storm's children, mostly): not in the profile.
     pub processes_without_data: u64,
     /// User stacks unwound with DWARF (dwarf mode).
-    pub unwind: crate::unwind::UnwindStats,
+    pub unwind: UnwindStats,
 }
 
 impl RecordingStats {
@@ -423,4 +413,47 @@ pub struct Recording {
     pub notes: Vec<String>,
 }
 
+/// Which kind of interrupt a kernel stack ran in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum InterruptKind {
+    /// A hardware interrupt handler.
+    Hard,
+    /// Softirq processing borrowed by whatever task ran.
+    Soft,
+    /// Not known: the waker's kernel stack was lost (a full ring). An
+    /// interrupt that arrives in user mode runs on the task's own stack, so
+    /// only that stack tells it from the task: without it the task named
+    /// may just be the one an interrupt interrupted.
+    Unknown,
+}
 
+impl InterruptKind {
+    /// As shown in markers.
+    pub fn label(self) -> &'static str {
+        match self {
+            InterruptKind::Hard => "an interrupt",
+            InterruptKind::Soft => "a softirq",
+            InterruptKind::Unknown => "the task or an interrupt",
+        }
+    }
+}
+
+/// Unwinding totals, for the summary and the benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UnwindStats {
+    /// Stacks unwound.
+    pub unwinds: u64,
+    /// Of those, reaching the thread's root.
+    pub reached_root: u64,
+    /// Stopped because the stack copy ended.
+    pub copy_exhausted: u64,
+    /// Of those, in the profiler itself (its BPF loading runs deep), which
+    /// the summary does not count against the user's programs.
+    pub copy_exhausted_in_profiler: u64,
+    /// Stopped for lack of unwind information.
+    pub no_unwind_info: u64,
+    /// Stopped at a return address outside any code.
+    pub bad_return_address: u64,
+    /// Time spent unwinding, ns.
+    pub unwind_ns: u64,
+}

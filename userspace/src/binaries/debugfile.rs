@@ -16,8 +16,10 @@ use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use super::binaries::{open_regular, Binary};
-use super::DEBUG_DIRS;
+use super::{open_regular, Binary};
+
+/// Directories searched for separate debug files, as gdb and blazesym do.
+pub const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
 
 /// Largest debug file whose CRC is checked (and so used) through a debug link.
 const MAX_LINKED_DEBUG_FILE: u64 = 1 << 30;

@@ -104,7 +104,7 @@ pub fn load(uid: Option<u32>, ns_pid: u32, root: &str) -> Result<PerfMap, String
         return Err(format!("{path} is a symlink; ignored"));
     }
     // Non-blocking and no symlink: what is opened is what was checked, or an error.
-    let file = super::binaries::open_regular(&path, false).map_err(|e| format!("{e}; ignored"))?;
+    let file = super::open_regular(&path, false).map_err(|e| format!("{e}; ignored"))?;
     let meta = file.metadata().map_err(|e| format!("{path}: {e}"))?;
     let Some(uid) = uid else {
         return Err(format!("{path}: the process's user is unknown; ignored"));
