@@ -183,3 +183,40 @@ fn crc_matches(file: &File, crc: u32) -> Result<bool, Untrusted> {
     let _ = std::io::Seek::rewind(&mut reader);
     Ok(hasher.finalize() == crc)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that a debug link next to the binary is followed only when
+    /// the file's CRC32 is the link's (crc32("hello") is 0x3610a686, as
+    /// zlib computes it), and that a wrong CRC is refused with the file
+    /// named.
+    #[test]
+    fn debug_link_needs_its_crc() {
+        let dir = std::env::temp_dir().join(format!("sysprof-debuglink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("prog.debug"), b"hello").unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let bin = Binary {
+            path: format!("{}/prog", dir.display()),
+            name: "prog".into(),
+            file: None,
+            build_id: None,
+            open_error: None,
+            owner_uid: Some(uid),
+        };
+        let found = by_debuglink(&bin, b"prog.debug", 0x3610a686).unwrap().unwrap();
+        assert_eq!(found.path, format!("{}/prog.debug", dir.display()));
+        match by_debuglink(&bin, b"prog.debug", 0x3610a687) {
+            Err(LinkRefused::Untrusted(e)) => {
+                assert!(matches!(e, Untrusted::CrcMismatch { .. }), "{e}");
+                assert_eq!(e.to_string(), format!("{}/prog.debug: its CRC does not match the debug link's", dir.display()));
+            }
+            other => panic!("a wrong CRC was not refused: {other:?}"),
+        }
+        assert!(matches!(by_debuglink(&bin, b"../prog.debug", 0), Err(LinkRefused::NotAFileName(_))));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -317,3 +317,36 @@ fn open_mapped_file(m: &MmapEvent) -> Result<File, OpenError> {
     }
     Ok(file)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileTypeExt;
+
+    /// Check that open_regular's errors keep what the OS said: a missing
+    /// file is NotFound (as stat(2) of the path says, and through
+    /// `io::Error` too), a FIFO is refused as not a regular file, each with
+    /// the message users see.
+    #[test]
+    fn open_errors_keep_their_kind() {
+        let dir = std::env::temp_dir().join(format!("sysprof-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing");
+        assert_eq!(std::fs::metadata(&missing).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        let missing = missing.to_str().unwrap();
+        let e = open_regular(missing, true).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().starts_with(&format!("cannot open {missing}: ")), "{e}");
+        assert_eq!(std::io::Error::from(e).kind(), std::io::ErrorKind::NotFound);
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        let e = open_regular(fifo.to_str().unwrap(), false).unwrap_err();
+        assert!(matches!(e, OpenError::NotRegular { .. }), "{e}");
+        assert_eq!(e.to_string(), format!("{} is not a regular file", fifo.display()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

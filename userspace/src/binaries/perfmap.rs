@@ -236,6 +236,26 @@ mod tests {
         }
     }
 
+    /// Check that a process without a perf map (the path does not exist,
+    /// as stat(2) says) gives NotFound, which is not warned about, while a
+    /// map another user owns is refused with a kind that is.
+    #[test]
+    fn missing_map_is_not_found() {
+        let dir = std::env::temp_dir().join(format!("sysprof-perfmap-missing-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("tmp")).unwrap();
+        let root = dir.to_str().unwrap();
+        assert_eq!(std::fs::metadata(dir.join("tmp/perf-9.map")).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        let e = load(Some(0), 9, root).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+        std::fs::write(dir.join("tmp/perf-9.map"), "1000 10 f\n").unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let other = unsafe { libc::geteuid() } + 1;
+        let e = load(Some(other), 9, root).unwrap_err();
+        assert_ne!(e.kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().ends_with(&format!("perf-9.map is owned by uid {} but the process runs as {other}; ignored", other - 1)), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Check that a symlinked perf map is refused.
     #[test]
     fn refuses_symlinks() {
