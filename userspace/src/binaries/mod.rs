@@ -171,8 +171,7 @@ impl Binaries {
 
 /// The real uid of a live process.
 pub fn process_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+    perfmap::process_identity(pid).map(|(uid, _)| uid)
 }
 
 /// The vDSO as a file. Every process on this kernel maps the same vDSO image,

@@ -21,8 +21,8 @@
 //! with other readers of the same file.
 //!
 //! This file holds the reader, its limits and errors, the headers, bounded
-//! section reads and the DWARF check; the CFI is read in [`cfi`], names in
-//! [`symbols`], the build id and debug link in [`notes`].
+//! section reads and the DWARF check; the CFI is read in `cfi.rs`, names in
+//! `symbols.rs`, the build id and debug link in `notes.rs`.
 
 mod cfi;
 mod notes;
