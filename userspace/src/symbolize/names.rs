@@ -119,7 +119,7 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
         }
         // A debug file with a debug link of its own would send the
         // symbolizer after it: read only its symbol table then.
-        let debug_syms = check == DwarfCheck::Usable && dreader.debuglink().is_none();
+        let debug_syms = matches!(check, DwarfCheck::Usable) && dreader.debuglink().is_none();
         p.debug = Some((d, debug_syms));
     }
     // The binary's own DWARF unless it is refused or the binary carries a
@@ -127,7 +127,7 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
     if let DwarfCheck::Refused(why) = &own_dwarf {
         warn(format!("{}: DWARF not read: {why}; names come from its symbol table", bin.path), &mut p);
     }
-    p.own_debug_syms = own_dwarf == DwarfCheck::Usable && own_link.is_none();
+    p.own_debug_syms = matches!(own_dwarf, DwarfCheck::Usable) && own_link.is_none();
     p
 }
 

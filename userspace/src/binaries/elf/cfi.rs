@@ -160,7 +160,7 @@ impl ElfReader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::binaries::elf::ElfLimits;
+    use crate::binaries::elf::{DwarfCheck, DwarfRefused, ElfLimits};
     use std::fs::File;
     use std::os::unix::fs::MetadataExt;
 
@@ -233,6 +233,12 @@ mod tests {
         assert!(cfi.bytes.capacity() == 0);
         assert!(elf.eh_frame_hdr(0).is_none());
         assert_eq!(elf.cfi(".debug_frame").unwrap().unwrap().bytes.len(), 0);
+        match elf.dwarf_check() {
+            DwarfCheck::Refused(e @ DwarfRefused::OverHole { .. }) => {
+                assert_eq!(e.to_string(), ".debug_frame lies over a hole of a sparse file (bytes it only claims)")
+            }
+            other => panic!("DWARF over a hole was not refused: {other:?}"),
+        }
         let err = elf.section_data(".eh_frame").unwrap_err();
         assert!(matches!(err, ElfError::OverHole { .. }), "{err}");
         assert!(err.to_string().ends_with("that the file does not hold (a hole in a sparse file)"), "{err}");
@@ -241,13 +247,21 @@ mod tests {
 
     /// Check that written zeros (a file system without holes, or a file
     /// written out) claim nothing either: the first entry's zero length
-    /// ends the CFI, one read of 64 KiB.
+    /// ends the CFI, one read of 64 KiB; and that DWARF the file holds is
+    /// usable within the limits and refused past them.
     #[test]
     fn zeros_end_the_cfi_at_once() {
         let (path, file) = claiming_file("zeros", 1 << 20, &[], false);
         let elf = ElfReader::new(&file, ElfLimits::default());
         let cfi = elf.cfi(".eh_frame").unwrap().unwrap();
         assert_eq!((cfi.bytes.len(), cfi.fdes), (0, 0));
+        // Its 1-MiB .debug_frame is in the file: usable, unless the total allowed is less.
+        assert!(matches!(elf.dwarf_check(), DwarfCheck::Usable));
+        let strict = ElfReader::new(&file, ElfLimits { max_dwarf_total_bytes: 1, ..ElfLimits::default() });
+        match strict.dwarf_check() {
+            DwarfCheck::Refused(e @ DwarfRefused::TotalTooLarge { .. }) => assert_eq!(e.to_string(), "its DWARF is 1 MiB, more than the 0 MiB allowed"),
+            other => panic!("DWARF past the total allowed was not refused: {other:?}"),
+        }
         std::fs::remove_file(path).unwrap();
     }
 

@@ -168,14 +168,63 @@ pub struct Segment {
 }
 
 /// Whether the symbolizer may read a file's DWARF.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum DwarfCheck {
     /// It has none.
     Absent,
     /// Present and within limits.
     Usable,
     /// Present but refused, and why (sizes beyond the limits, damage).
-    Refused(String),
+    Refused(DwarfRefused),
+}
+
+/// Why a file's DWARF is not handed to the symbolizer.
+#[derive(Debug, thiserror::Error)]
+pub enum DwarfRefused {
+    /// Its headers could not be read.
+    #[error(transparent)]
+    Headers(ElfError),
+    /// `.zdebug_*` sections, which the symbolizer would inflate unchecked.
+    #[error("old-style .zdebug compression")]
+    Zdebug,
+    /// A section claims bytes past the file's end.
+    #[error("{name} lies past the end of the file")]
+    PastEnd {
+        /// The section.
+        name: String,
+    },
+    /// A section lies over a hole of a sparse file.
+    #[error("{name} lies over a hole of a sparse file (bytes it only claims)")]
+    OverHole {
+        /// The section.
+        name: String,
+    },
+    /// A compressed section's header is damaged.
+    #[error("{name}: {source}")]
+    Compression {
+        /// The section.
+        name: String,
+        /// What object found.
+        source: object::read::Error,
+    },
+    /// A section inflates past the per-section limit.
+    #[error("{name} is {} MiB decompressed, more than the {} MiB allowed", .size >> 20, .limit >> 20)]
+    SectionTooLarge {
+        /// The section.
+        name: String,
+        /// Its decompressed size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// All of them together exceed the total limit.
+    #[error("its DWARF is {} MiB, more than the {} MiB allowed", .size >> 20, .limit >> 20)]
+    TotalTooLarge {
+        /// Their decompressed total.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
 }
 
 /// A section's place in the file.
@@ -348,14 +397,14 @@ impl<'f> ElfReader<'f> {
     pub fn dwarf_check(&self) -> DwarfCheck {
         let h = match self.headers() {
             Ok(h) => h,
-            Err(e) => return DwarfCheck::Refused(e.to_string()),
+            Err(e) => return DwarfCheck::Refused(DwarfRefused::Headers(e)),
         };
         let mut any = false;
         let mut total = 0u64;
         for s in h.sections.iter() {
             let Ok(name) = h.sections.section_name(h.endian, s) else { continue };
             if name.starts_with(b".zdebug_") {
-                return DwarfCheck::Refused("old-style .zdebug compression".into());
+                return DwarfCheck::Refused(DwarfRefused::Zdebug);
             }
             if !name.starts_with(b".debug_") || s.sh_type(h.endian) == elf::SHT_NOBITS {
                 continue;
@@ -364,23 +413,23 @@ impl<'f> ElfReader<'f> {
             let name = String::from_utf8_lossy(name);
             let (offset, size) = (s.sh_offset(h.endian), s.sh_size(h.endian));
             if offset.checked_add(size).is_none_or(|end| end > self.file_len) {
-                return DwarfCheck::Refused(format!("{name} lies past the end of the file"));
+                return DwarfCheck::Refused(DwarfRefused::PastEnd { name: name.into_owned() });
             }
             if size > 0 && self.hole_at(offset) < offset + size {
-                return DwarfCheck::Refused(format!("{name} lies over a hole of a sparse file (bytes it only claims)"));
+                return DwarfCheck::Refused(DwarfRefused::OverHole { name: name.into_owned() });
             }
             let full = match s.compression(h.endian, &self.data) {
                 Ok(Some((ch, _, _))) => ch.ch_size(h.endian),
                 Ok(None) => size,
-                Err(e) => return DwarfCheck::Refused(format!("{name}: {e}")),
+                Err(source) => return DwarfCheck::Refused(DwarfRefused::Compression { name: name.into_owned(), source }),
             };
             if full > self.limits.max_dwarf_section_bytes {
-                return DwarfCheck::Refused(format!("{name} is {} MiB decompressed, more than the {} MiB allowed", full >> 20, self.limits.max_dwarf_section_bytes >> 20));
+                return DwarfCheck::Refused(DwarfRefused::SectionTooLarge { name: name.into_owned(), size: full, limit: self.limits.max_dwarf_section_bytes });
             }
             total = total.saturating_add(full);
         }
         if total > self.limits.max_dwarf_total_bytes {
-            return DwarfCheck::Refused(format!("its DWARF is {} MiB, more than the {} MiB allowed", total >> 20, self.limits.max_dwarf_total_bytes >> 20));
+            return DwarfCheck::Refused(DwarfRefused::TotalTooLarge { size: total, limit: self.limits.max_dwarf_total_bytes });
         }
         if any { DwarfCheck::Usable } else { DwarfCheck::Absent }
     }
