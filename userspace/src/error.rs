@@ -64,6 +64,14 @@ pub enum RecordError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A BPF ring buffer could not be registered with the event loop.
+    #[error("cannot poll the {what} ring buffer: {source}")]
+    RingPoll {
+        /// Which ring.
+        what: String,
+        /// The OS error (from epoll).
+        source: std::io::Error,
+    },
     /// The options make no sense together.
     #[error("{0}")]
     Usage(String),

@@ -87,7 +87,7 @@ impl Served {
             ))
         };
         // Not a FIFO or a device swapped in after a check: opened as what it must be.
-        let mut file = crate::binaries::open_regular(&path.to_string_lossy(), true).map_err(|e| unusable(e.rsplit(": ").next().unwrap_or(&e).to_string()))?;
+        let mut file = crate::binaries::open_regular(&path.to_string_lossy(), true).map_err(|e| unusable(e.io_error().map_or_else(|| e.to_string(), ToString::to_string)))?;
         let mut body = Vec::new();
         file.read_to_end(&mut body).map_err(|e| unusable(e.to_string()))?;
         let name = path.file_name().map(OsStr::to_string_lossy).unwrap_or_default();

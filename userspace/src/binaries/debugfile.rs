@@ -16,7 +16,7 @@ use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use super::{open_regular, Binary};
+use super::{open_regular, Binary, OpenError};
 
 /// Directories searched for separate debug files, as gdb and blazesym do.
 pub const DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
@@ -55,12 +55,51 @@ pub fn by_build_id(build_id: &[u8]) -> Option<DebugFile> {
 }
 
 /// Why a debug link was not followed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum LinkRefused {
     /// Not a plain file name (a path, `..`, empty, too long).
     NotAFileName(String),
     /// Found, but not a file the process's owner could have used.
-    Untrusted(String),
+    Untrusted(Untrusted),
+}
+
+/// Why a file a debug link names next to the binary was not used.
+#[derive(Debug, thiserror::Error)]
+pub enum Untrusted {
+    /// It could not be opened as a regular file.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// Its metadata or its bytes could not be read.
+    #[error("{0}")]
+    Read(#[source] std::io::Error),
+    /// Neither the process's owner's nor root's readable by that owner.
+    #[error("{path} is owned by uid {file_uid} with mode {mode:o}; the process runs as {}", runs_as(.uid))]
+    NotOwned {
+        /// The candidate's path.
+        path: String,
+        /// Its owner.
+        file_uid: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// The process's user, when known.
+        uid: Option<u32>,
+    },
+    /// Too large to have its CRC checked.
+    #[error("debug file of {} MiB is larger than the {} MiB checked", .bytes >> 20, MAX_LINKED_DEBUG_FILE >> 20)]
+    TooLarge {
+        /// Its size.
+        bytes: u64,
+    },
+    /// Its CRC is not the one the link gives.
+    #[error("{path}: its CRC does not match the debug link's")]
+    CrcMismatch {
+        /// The candidate's path.
+        path: String,
+    },
+}
+
+fn runs_as(uid: &Option<u32>) -> String {
+    uid.map(|u| u.to_string()).unwrap_or_else(|| "an unknown user".into())
 }
 
 /// The debug file a `.gnu_debuglink` names (`name`, `crc`), for `bin`.
@@ -83,7 +122,7 @@ pub fn by_debuglink(bin: &Binary, name: &[u8], crc: u32) -> Result<Option<DebugF
         match open_owned_by(&candidate, bin.owner_uid) {
             Ok(file) => match crc_matches(&file, crc) {
                 Ok(true) => return Ok(Some(DebugFile { path: candidate, file })),
-                Ok(false) => refused = Some(format!("{candidate}: its CRC does not match the debug link's")),
+                Ok(false) => refused = Some(Untrusted::CrcMismatch { path: candidate }),
                 Err(e) => refused = Some(e),
             },
             Err(e) => refused = Some(e),
@@ -109,9 +148,9 @@ pub fn by_debuglink(bin: &Binary, name: &[u8], crc: u32) -> Result<Option<DebugF
 
 /// Open `path` (no symlink) if it is a regular file that `uid` owns, or a
 /// root-owned one `uid` could read.
-fn open_owned_by(path: &str, uid: Option<u32>) -> Result<File, String> {
+fn open_owned_by(path: &str, uid: Option<u32>) -> Result<File, Untrusted> {
     let file = open_regular(path, false)?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(Untrusted::Read)?;
     let mode = meta.permissions().mode();
     let ok = match uid {
         Some(u) if meta.uid() == u => mode & 0o400 != 0,
@@ -120,20 +159,15 @@ fn open_owned_by(path: &str, uid: Option<u32>) -> Result<File, String> {
         None => false,
     };
     if !ok {
-        return Err(format!(
-            "{path} is owned by uid {} with mode {:o}; the process runs as {}",
-            meta.uid(),
-            mode & 0o7777,
-            uid.map(|u| u.to_string()).unwrap_or_else(|| "an unknown user".into())
-        ));
+        return Err(Untrusted::NotOwned { path: path.to_string(), file_uid: meta.uid(), mode: mode & 0o7777, uid });
     }
     Ok(file)
 }
 
-fn crc_matches(file: &File, crc: u32) -> Result<bool, String> {
-    let len = file.metadata().map_err(|e| e.to_string())?.len();
+fn crc_matches(file: &File, crc: u32) -> Result<bool, Untrusted> {
+    let len = file.metadata().map_err(Untrusted::Read)?.len();
     if len > MAX_LINKED_DEBUG_FILE {
-        return Err(format!("debug file of {} MiB is larger than the {} MiB checked", len >> 20, MAX_LINKED_DEBUG_FILE >> 20));
+        return Err(Untrusted::TooLarge { bytes: len });
     }
     let mut hasher = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -142,10 +176,47 @@ fn crc_matches(file: &File, crc: u32) -> Result<bool, String> {
         match reader.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => hasher.update(&buf[..n]),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(Untrusted::Read(e)),
         }
     }
     // Positional reads elsewhere are unaffected, but put the offset back.
     let _ = std::io::Seek::rewind(&mut reader);
     Ok(hasher.finalize() == crc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that a debug link next to the binary is followed only when
+    /// the file's CRC32 is the link's (crc32("hello") is 0x3610a686, as
+    /// zlib computes it), and that a wrong CRC is refused with the file
+    /// named.
+    #[test]
+    fn debug_link_needs_its_crc() {
+        let dir = std::env::temp_dir().join(format!("sysprof-debuglink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("prog.debug"), b"hello").unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let bin = Binary {
+            path: format!("{}/prog", dir.display()),
+            name: "prog".into(),
+            file: None,
+            build_id: None,
+            open_error: None,
+            owner_uid: Some(uid),
+        };
+        let found = by_debuglink(&bin, b"prog.debug", 0x3610a686).unwrap().unwrap();
+        assert_eq!(found.path, format!("{}/prog.debug", dir.display()));
+        match by_debuglink(&bin, b"prog.debug", 0x3610a687) {
+            Err(LinkRefused::Untrusted(e)) => {
+                assert!(matches!(e, Untrusted::CrcMismatch { .. }), "{e}");
+                assert_eq!(e.to_string(), format!("{}/prog.debug: its CRC does not match the debug link's", dir.display()));
+            }
+            other => panic!("a wrong CRC was not refused: {other:?}"),
+        }
+        assert!(matches!(by_debuglink(&bin, b"../prog.debug", 0), Err(LinkRefused::NotAFileName(_))));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

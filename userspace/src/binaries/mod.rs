@@ -95,7 +95,7 @@ impl Binaries {
         } else if m.path.starts_with('/') {
             match open_mapped_file(m) {
                 Ok(f) => (Some(f), None),
-                Err(e) => (None, Some(e)),
+                Err(e) => (None, Some(e.to_string())),
             }
         } else {
             (None, Some(format!("{} is not a file", m.path)))
@@ -171,8 +171,7 @@ impl Binaries {
 
 /// The real uid of a live process.
 pub fn process_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+    perfmap::process_identity(pid).map(|(uid, _)| uid)
 }
 
 /// The vDSO as a file. Every process on this kernel maps the same vDSO image,
@@ -213,25 +212,92 @@ fn tempfile_in_memory() -> std::io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
+/// Why a file a process mapped, or a path someone named, was not opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// open(2) failed.
+    #[error("cannot open {path}: {source}")]
+    Open {
+        /// The path opened.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// fstat(2) of the opened file failed.
+    #[error("{path}: {source}")]
+    Stat {
+        /// The path opened.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// It is a FIFO, a device, a directory or a socket.
+    #[error("{path} is not a regular file")]
+    NotRegular {
+        /// The path opened.
+        path: String,
+    },
+    /// fstat(2) of the file opened for a mapping failed.
+    #[error("{0}")]
+    MappedStat(#[source] std::io::Error),
+    /// The path names another inode than the one the process mapped.
+    #[error("{path} is no longer the file that was mapped (inode {mapped}, now {now})")]
+    Replaced {
+        /// The mapping's path.
+        path: String,
+        /// The inode that was mapped.
+        mapped: u64,
+        /// The inode the path names now.
+        now: u64,
+    },
+}
+
+impl OpenError {
+    /// The OS error behind it, if one is.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match self {
+            OpenError::Open { source, .. } | OpenError::Stat { source, .. } | OpenError::MappedStat(source) => Some(source),
+            OpenError::NotRegular { .. } | OpenError::Replaced { .. } => None,
+        }
+    }
+
+    /// Its kind, for callers that tell a missing file or a refusal from
+    /// the rest (never by the message's words).
+    pub fn kind(&self) -> std::io::ErrorKind {
+        self.io_error().map_or(std::io::ErrorKind::Other, std::io::Error::kind)
+    }
+}
+
+impl From<OpenError> for std::io::Error {
+    /// The same message, and the OS error's kind.
+    fn from(e: OpenError) -> std::io::Error {
+        std::io::Error::new(e.kind(), e)
+    }
+}
+
 /// Open `path` for reading as what it must be: without blocking (a FIFO
 /// would hang an `open`), without following a final symlink unless
 /// `follow`, and only if it is a regular file.
-pub fn open_regular(path: &str, follow: bool) -> Result<File, String> {
+pub fn open_regular(path: &str, follow: bool) -> Result<File, OpenError> {
     let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
     if !follow {
         flags |= libc::O_NOFOLLOW;
     }
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| format!("cannot open {path}: {e}"))?;
-    let meta = f.metadata().map_err(|e| format!("{path}: {e}"))?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|source| OpenError::Open { path: path.to_string(), source })?;
+    let meta = f.metadata().map_err(|source| OpenError::Stat { path: path.to_string(), source })?;
     if !meta.file_type().is_file() {
-        return Err(format!("{path} is not a regular file"));
+        return Err(OpenError::NotRegular { path: path.to_string() });
     }
     Ok(f)
 }
 
 /// Open the file behind a mapping the way the process sees it, and make
 /// sure it is the inode that was mapped.
-fn open_mapped_file(m: &MmapEvent) -> Result<File, String> {
+fn open_mapped_file(m: &MmapEvent) -> Result<File, OpenError> {
     // map_files names the mapped inode itself; it needs CAP_SYS_ADMIN.
     let by_map = format!("/proc/{}/map_files/{:x}-{:x}", m.pid, m.start, m.start + m.len);
     let file = match open_regular(&by_map, true) {
@@ -241,12 +307,45 @@ fn open_mapped_file(m: &MmapEvent) -> Result<File, String> {
         Err(_) => open_regular(&format!("/proc/{}/root{}", m.pid, m.path), false).or_else(|_| open_regular(&m.path, false))?,
     };
     if let Some((maj, min, ino)) = m.inode {
-        let meta = file.metadata().map_err(|e| e.to_string())?;
+        let meta = file.metadata().map_err(OpenError::MappedStat)?;
         let dev = meta.dev();
         let (fmaj, fmin) = (libc::major(dev), libc::minor(dev));
         if ino != 0 && (meta.ino() != ino || fmaj != maj || fmin != min) {
-            return Err(format!("{} is no longer the file that was mapped (inode {ino}, now {})", m.path, meta.ino()));
+            return Err(OpenError::Replaced { path: m.path.clone(), mapped: ino, now: meta.ino() });
         }
     }
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileTypeExt;
+
+    /// Check that open_regular's errors keep what the OS said: a missing
+    /// file is NotFound (as stat(2) of the path says, and through
+    /// `io::Error` too), a FIFO is refused as not a regular file, each with
+    /// the message users see.
+    #[test]
+    fn open_errors_keep_their_kind() {
+        let dir = std::env::temp_dir().join(format!("sysprof-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing");
+        assert_eq!(std::fs::metadata(&missing).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        let missing = missing.to_str().unwrap();
+        let e = open_regular(missing, true).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().starts_with(&format!("cannot open {missing}: ")), "{e}");
+        assert_eq!(std::io::Error::from(e).kind(), std::io::ErrorKind::NotFound);
+        let fifo = dir.join("fifo");
+        let _ = std::fs::remove_file(&fifo);
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        let e = open_regular(fifo.to_str().unwrap(), false).unwrap_err();
+        assert!(matches!(e, OpenError::NotRegular { .. }), "{e}");
+        assert_eq!(e.to_string(), format!("{} is not a regular file", fifo.display()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -94,32 +94,97 @@ impl PerfMap {
     }
 }
 
+/// Why a process's perf map was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfMapError {
+    /// It could not be looked at or read (missing, most often).
+    #[error("{path}: {source}")]
+    Io {
+        /// The map's path.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A symlink: whoever made it chose what we would read.
+    #[error("{path} is a symlink; ignored")]
+    Symlink {
+        /// The map's path.
+        path: String,
+    },
+    /// It could not be opened as a regular file.
+    #[error("{0}; ignored")]
+    Open(#[source] super::OpenError),
+    /// Whose file it must be is not known.
+    #[error("{path}: the process's user is unknown; ignored")]
+    UnknownUser {
+        /// The map's path.
+        path: String,
+    },
+    /// Another user's file.
+    #[error("{path} is owned by uid {owner} but the process runs as {uid}; ignored")]
+    NotOwned {
+        /// The map's path.
+        path: String,
+        /// Its owner.
+        owner: u32,
+        /// The process's user.
+        uid: u32,
+    },
+    /// More than one link: perhaps a link to a file its owner may not read.
+    #[error("{path} has {links} links (a link to another file?); ignored")]
+    Links {
+        /// The map's path.
+        path: String,
+        /// Its link count.
+        links: u64,
+    },
+    /// Its owner may not read it.
+    #[error("{path} is not readable by its owner; ignored")]
+    Unreadable {
+        /// The map's path.
+        path: String,
+    },
+}
+
+impl PerfMapError {
+    /// Its kind: [`std::io::ErrorKind::NotFound`] when the process wrote
+    /// no map (the usual case, not worth a warning).
+    pub fn kind(&self) -> std::io::ErrorKind {
+        match self {
+            PerfMapError::Io { source, .. } => source.kind(),
+            PerfMapError::Open(e) => e.kind(),
+            _ => std::io::ErrorKind::Other,
+        }
+    }
+}
+
 /// Read a process's perf map, checking that it may be trusted.
 /// `uid` is the process's user if known; `ns_pid` its pid inside its pid
 /// namespace (which names the file), `root` its root directory.
-pub fn load(uid: Option<u32>, ns_pid: u32, root: &str) -> Result<PerfMap, String> {
+pub fn load(uid: Option<u32>, ns_pid: u32, root: &str) -> Result<PerfMap, PerfMapError> {
     let path = format!("{root}/tmp/perf-{ns_pid}.map");
-    let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{path}: {e}"))?;
+    let io = |source| PerfMapError::Io { path: path.clone(), source };
+    let meta = std::fs::symlink_metadata(&path).map_err(io)?;
     if meta.file_type().is_symlink() {
-        return Err(format!("{path} is a symlink; ignored"));
+        return Err(PerfMapError::Symlink { path });
     }
     // Non-blocking and no symlink: what is opened is what was checked, or an error.
-    let file = super::open_regular(&path, false).map_err(|e| format!("{e}; ignored"))?;
-    let meta = file.metadata().map_err(|e| format!("{path}: {e}"))?;
+    let file = super::open_regular(&path, false).map_err(PerfMapError::Open)?;
+    let meta = file.metadata().map_err(io)?;
     let Some(uid) = uid else {
-        return Err(format!("{path}: the process's user is unknown; ignored"));
+        return Err(PerfMapError::UnknownUser { path });
     };
     if meta.uid() != uid {
-        return Err(format!("{path} is owned by uid {} but the process runs as {uid}; ignored", meta.uid()));
+        return Err(PerfMapError::NotOwned { path, owner: meta.uid(), uid });
     }
     if meta.nlink() != 1 {
-        return Err(format!("{path} has {} links (a link to another file?); ignored", meta.nlink()));
+        return Err(PerfMapError::Links { path, links: meta.nlink() });
     }
     if meta.permissions().mode() & 0o400 == 0 {
-        return Err(format!("{path} is not readable by its owner; ignored"));
+        return Err(PerfMapError::Unreadable { path });
     }
     let mut text = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(&file, MAX_PERF_MAP_BYTES), &mut text).map_err(|e| format!("{path}: {e}"))?;
+    std::io::Read::read_to_end(&mut std::io::Read::take(&file, MAX_PERF_MAP_BYTES), &mut text).map_err(io)?;
     Ok(PerfMap::parse(&text))
 }
 
@@ -171,6 +236,26 @@ mod tests {
         }
     }
 
+    /// Check that a process without a perf map (the path does not exist,
+    /// as stat(2) says) gives NotFound, which is not warned about, while a
+    /// map another user owns is refused with a kind that is.
+    #[test]
+    fn missing_map_is_not_found() {
+        let dir = std::env::temp_dir().join(format!("sysprof-perfmap-missing-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("tmp")).unwrap();
+        let root = dir.to_str().unwrap();
+        assert_eq!(std::fs::metadata(dir.join("tmp/perf-9.map")).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        let e = load(Some(0), 9, root).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+        std::fs::write(dir.join("tmp/perf-9.map"), "1000 10 f\n").unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let other = unsafe { libc::geteuid() } + 1;
+        let e = load(Some(other), 9, root).unwrap_err();
+        assert_ne!(e.kind(), std::io::ErrorKind::NotFound);
+        assert!(e.to_string().ends_with(&format!("perf-9.map is owned by uid {} but the process runs as {other}; ignored", other - 1)), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Check that a symlinked perf map is refused.
     #[test]
     fn refuses_symlinks() {
@@ -180,7 +265,8 @@ mod tests {
         let _ = std::fs::remove_file(dir.join("tmp/perf-7.map"));
         std::os::unix::fs::symlink(dir.join("real.map"), dir.join("tmp/perf-7.map")).unwrap();
         let err = load(Some(0), 7, dir.to_str().unwrap()).unwrap_err();
-        assert!(err.contains("symlink"), "{err}");
+        assert!(matches!(err, PerfMapError::Symlink { .. }), "{err}");
+        assert!(err.to_string().ends_with("perf-7.map is a symlink; ignored"), "{err}");
         std::fs::remove_file(dir.join("tmp/perf-7.map")).unwrap();
         std::fs::write(dir.join("tmp/perf-7.map"), "1000 10 f\n").unwrap();
         let m = load(Some(unsafe { libc::geteuid() }), 7, dir.to_str().unwrap()).unwrap();

@@ -131,7 +131,7 @@ fn register(ring: RingBuf<MapData>, what: &str) -> Result<AsyncFd<RingBuf<MapDat
     // the AsyncFd holds the RingBuf.
     unsafe { AsyncFd::register(ring) }
         .map_err(|e| e.into_parts().1)
-        .map_err(|e| RecordError::Internal(format!("cannot poll the {what} ring buffer: {e}")))
+        .map_err(|source| RecordError::RingPoll { what: what.to_string(), source })
 }
 
 impl CaptureSession {

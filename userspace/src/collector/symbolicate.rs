@@ -247,7 +247,7 @@ fn symbolicate_jit(
         let mut map = match crate::binaries::perfmap::load(uid, ns_pid, &root) {
             Ok(m) => Some(m),
             Err(e) => {
-                if !e.contains("No such file") {
+                if e.kind() != std::io::ErrorKind::NotFound {
                     warn(format!("perf map of pid {pid}: {e}"));
                 }
                 None

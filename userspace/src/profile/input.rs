@@ -22,7 +22,7 @@ pub const MAX_RATIO: u64 = 64;
 pub fn read_profile_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
     let shown = crate::escape::path(path);
     // Not a FIFO or a device: a read must end.
-    let file = crate::binaries::open_regular(&path.to_string_lossy(), true).map_err(std::io::Error::other)?;
+    let file = crate::binaries::open_regular(&path.to_string_lossy(), true)?;
     let mut bytes = Vec::new();
     { file }.read_to_end(&mut bytes).map_err(|e| std::io::Error::new(e.kind(), format!("cannot read {shown}: {e}")))?;
     if !bytes.starts_with(&[0x1f, 0x8b]) {

@@ -59,6 +59,17 @@ const HARDIRQ_PREFIXES: [&str; 9] = [
     "el0t_64_irq",
 ];
 
+/// Why the kernel's symbols could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum KallsymsError {
+    /// `/proc/kallsyms` could not be read.
+    #[error("/proc/kallsyms: {0}")]
+    Read(#[source] std::io::Error),
+    /// It could, but `kptr_restrict` hides every address from us.
+    #[error("/proc/kallsyms shows no addresses: run as root or grant CAP_SYSLOG (kernel.kptr_restrict)")]
+    Hidden,
+}
+
 /// A snapshot of the kernel's symbol table.
 #[derive(Debug, Default)]
 pub struct KernelSymbols {
@@ -89,11 +100,11 @@ pub struct KernelSymbol<'a> {
 impl KernelSymbols {
     /// Read `/proc/kallsyms` now. Without it (or with addresses hidden by
     /// `kptr_restrict`) the table is empty and kernel frames stay unnamed.
-    pub fn snapshot() -> Result<KernelSymbols, String> {
-        let text = std::fs::read_to_string("/proc/kallsyms").map_err(|e| format!("/proc/kallsyms: {e}"))?;
+    pub fn snapshot() -> Result<KernelSymbols, KallsymsError> {
+        let text = std::fs::read_to_string("/proc/kallsyms").map_err(KallsymsError::Read)?;
         let table = KernelSymbols::parse(&text);
         if table.starts.is_empty() {
-            return Err("/proc/kallsyms shows no addresses: run as root or grant CAP_SYSLOG (kernel.kptr_restrict)".into());
+            return Err(KallsymsError::Hidden);
         }
         Ok(table)
     }

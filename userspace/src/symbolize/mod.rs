@@ -28,7 +28,39 @@ struct Request {
     debug_syms: bool,
 }
 
-type Reply = Result<Vec<AddrInfo>, String>;
+type Reply = Result<Vec<AddrInfo>, SymbolizeError>;
+
+/// Why a file's addresses could not be named (its frames then keep library
+/// and address).
+#[derive(Debug, thiserror::Error)]
+pub enum SymbolizeError {
+    /// The thread that runs blazesym is gone (it panicked outside a call).
+    #[error("the symbolizer thread is gone")]
+    ThreadGone,
+    /// The file took longer than the budget.
+    #[error("reading it took more than {secs} s; given up")]
+    TimedOut {
+        /// The budget, in seconds.
+        secs: u64,
+    },
+    /// blazesym refused the file.
+    #[error("{0:#}")]
+    Blazesym(#[source] blazesym::Error),
+    /// blazesym panicked on the file (caught).
+    #[error("the symbolizer panicked on this file")]
+    Panicked,
+    /// blazesym's answer does not fit the question.
+    #[error("the symbolizer answered for the wrong number of addresses")]
+    WrongCount,
+    /// It failed with DWARF and again from the symbol tables alone.
+    #[error("{with}; without DWARF: {without}")]
+    WithoutDwarf {
+        /// The failure reading DWARF.
+        with: Box<SymbolizeError>,
+        /// The failure without it.
+        without: Box<SymbolizeError>,
+    },
+}
 
 /// Runs blazesym on a thread of its own, so each call has a time budget: a
 /// file that takes too long is given up (its frames keep library and
@@ -94,27 +126,27 @@ impl Symbolicator {
         let (reply_tx, reply_rx) = std::sync::mpsc::channel();
         if worker.send((req, reply_tx)).is_err() {
             self.worker = None;
-            return Err("the symbolizer thread is gone".into());
+            return Err(SymbolizeError::ThreadGone);
         }
         match reply_rx.recv_timeout(self.budget) {
             Ok(r) => r,
             Err(_) => {
                 // Leave that thread to finish or hang on its own.
                 self.worker = None;
-                Err(format!("reading it took more than {} s; given up", self.budget.as_secs()))
+                Err(SymbolizeError::TimedOut { secs: self.budget.as_secs() })
             }
         }
     }
 
     /// Symbolize file offsets in the ELF file at `path`. Returns one entry
     /// per offset, or why the file could not be read at all.
-    pub fn symbolize_elf(&mut self, path: &str, file_offsets: &[u64], debug_syms: bool) -> Result<Vec<AddrInfo>, String> {
+    pub fn symbolize_elf(&mut self, path: &str, file_offsets: &[u64], debug_syms: bool) -> Result<Vec<AddrInfo>, SymbolizeError> {
         self.call(Request { path: path.to_string(), addrs: file_offsets.to_vec(), virt: false, debug_syms })
     }
 
     /// Symbolize virtual offsets (ELF addresses) in the ELF file at `path`,
     /// e.g. a separate debug file, whose file offsets mean nothing for code.
-    pub fn symbolize_elf_virt(&mut self, path: &str, virt_offsets: &[u64], debug_syms: bool) -> Result<Vec<AddrInfo>, String> {
+    pub fn symbolize_elf_virt(&mut self, path: &str, virt_offsets: &[u64], debug_syms: bool) -> Result<Vec<AddrInfo>, SymbolizeError> {
         self.call(Request { path: path.to_string(), addrs: virt_offsets.to_vec(), virt: true, debug_syms })
     }
 }
@@ -129,11 +161,11 @@ fn run(inner: &Symbolizer, req: &Request) -> Reply {
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| inner.symbolize(&src, input)));
     let symbolized = match result {
         Ok(Ok(v)) => v,
-        Ok(Err(e)) => return Err(format!("{e:#}")),
-        Err(_) => return Err("the symbolizer panicked on this file".into()),
+        Ok(Err(e)) => return Err(SymbolizeError::Blazesym(e)),
+        Err(_) => return Err(SymbolizeError::Panicked),
     };
     if symbolized.len() != req.addrs.len() {
-        return Err("the symbolizer answered for the wrong number of addresses".into());
+        return Err(SymbolizeError::WrongCount);
     }
     Ok(symbolized.into_iter().map(to_addr_info).collect())
 }

@@ -16,7 +16,7 @@
 use crate::binaries::Binary;
 use crate::binaries::debugfile::{self, LinkRefused};
 use crate::binaries::elf::{offset_to_vaddr, vaddr_to_offset, DwarfCheck, ElfLimits, ElfReader, NameTables, Segment};
-use super::{AddrInfo, FuncAtAddr, Symbolicator};
+use super::{AddrInfo, FuncAtAddr, SymbolizeError, Symbolicator};
 
 /// Where a binary's names come from, and what went wrong on the way.
 pub struct BinaryNames {
@@ -119,7 +119,7 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
         }
         // A debug file with a debug link of its own would send the
         // symbolizer after it: read only its symbol table then.
-        let debug_syms = check == DwarfCheck::Usable && dreader.debuglink().is_none();
+        let debug_syms = matches!(check, DwarfCheck::Usable) && dreader.debuglink().is_none();
         p.debug = Some((d, debug_syms));
     }
     // The binary's own DWARF unless it is refused or the binary carries a
@@ -127,7 +127,7 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
     if let DwarfCheck::Refused(why) = &own_dwarf {
         warn(format!("{}: DWARF not read: {why}; names come from its symbol table", bin.path), &mut p);
     }
-    p.own_debug_syms = own_dwarf == DwarfCheck::Usable && own_link.is_none();
+    p.own_debug_syms = matches!(own_dwarf, DwarfCheck::Usable) && own_link.is_none();
     p
 }
 
@@ -184,13 +184,13 @@ pub fn symbolize_prepared(sym: &mut Symbolicator, bin: &Binary, p: &mut Prepared
 }
 
 /// Symbolize, and when reading DWARF fails, once more from the symbol tables.
-fn attempt(sym: &mut Symbolicator, path: &str, addrs: &[u64], virt: bool, debug_syms: bool) -> Result<Vec<AddrInfo>, String> {
+fn attempt(sym: &mut Symbolicator, path: &str, addrs: &[u64], virt: bool, debug_syms: bool) -> Result<Vec<AddrInfo>, SymbolizeError> {
     let call = |sym: &mut Symbolicator, debug_syms| {
         if virt { sym.symbolize_elf_virt(path, addrs, debug_syms) } else { sym.symbolize_elf(path, addrs, debug_syms) }
     };
     match call(sym, debug_syms) {
         Ok(v) => Ok(v),
-        Err(e) if debug_syms => call(sym, false).map_err(|e2| format!("{e}; without DWARF: {e2}")),
+        Err(e) if debug_syms => call(sym, false).map_err(|e2| SymbolizeError::WithoutDwarf { with: Box::new(e), without: Box::new(e2) }),
         Err(e) => Err(e),
     }
 }
@@ -244,5 +244,25 @@ fn fix_names(info: &mut AddrInfo, vaddr: u64, offset: u64, tables: &NameTables, 
                 funcs: vec![FuncAtAddr { name: format!("{lib}+0x{start_offset:x}"), file: None, line: None }],
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that a file the symbolizer cannot read (it does not exist)
+    /// fails with DWARF and again without, and says both.
+    #[test]
+    fn failure_without_dwarf_says_both() {
+        let path = "/nonexistent/sysprof-test-binary";
+        assert!(!std::path::Path::new(path).exists());
+        let mut sym = Symbolicator::new();
+        let e = attempt(&mut sym, path, &[0x1000], false, true).unwrap_err();
+        let SymbolizeError::WithoutDwarf { with, without } = &e else { panic!("{e}") };
+        assert_eq!(e.to_string(), format!("{with}; without DWARF: {without}"));
+        assert!(matches!(**without, SymbolizeError::Blazesym(_)), "{without}");
+        let e = attempt(&mut sym, path, &[0x1000], false, false).unwrap_err();
+        assert!(matches!(e, SymbolizeError::Blazesym(_)), "{e}");
     }
 }

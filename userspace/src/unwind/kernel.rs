@@ -255,9 +255,9 @@ const COMPILE_HERE_BYTES: usize = 32 << 10;
 /// FDEs there) and compile its table of at most `max_rows` rows.
 fn compile_table(file: &std::fs::File, max_rows: usize) -> Result<Vec<Row>, String> {
     let elf = ElfReader::new(file, ElfLimits::default());
-    let table = if let Some(eh) = elf.cfi(".eh_frame")?.filter(|c| c.fdes > 0) {
+    let table = if let Some(eh) = elf.cfi(".eh_frame").map_err(|e| e.to_string())?.filter(|c| c.fdes > 0) {
         compile(&CfiSection { bytes: &eh.bytes, addr: eh.info.addr, is_eh_frame: true }, max_rows)?
-    } else if let Some(df) = elf.cfi(".debug_frame")?.filter(|c| c.fdes > 0) {
+    } else if let Some(df) = elf.cfi(".debug_frame").map_err(|e| e.to_string())?.filter(|c| c.fdes > 0) {
         compile(&CfiSection { bytes: &df.bytes, addr: 0, is_eh_frame: false }, max_rows)?
     } else {
         // No FDEs (a file of zeros claims none either): frame pointers.

@@ -96,7 +96,7 @@ impl BinaryUnwindInfo {
             debug_frame,
             got: elf.section(".got").map(|s| s.addr..s.addr + s.size),
             segments,
-            entry: elf.entry()?,
+            entry: elf.entry().map_err(|e| e.to_string())?,
             held_user_bytes: 0,
         })
     }
@@ -135,7 +135,7 @@ impl BinaryUnwindInfo {
 /// the one a mapping begins (with lld, the read-only segment before the
 /// code shares its first file page); all of them if none is marked so.
 fn code_segments(elf: &ElfReader) -> Result<Vec<(u64, u64, u64)>, String> {
-    let all = elf.segments()?;
+    let all = elf.segments().map_err(|e| e.to_string())?;
     let mut segments: Vec<(u64, u64, u64)> = all.iter().filter(|s| s.executable).map(|s| (s.vaddr, s.offset, s.filesz)).collect();
     if segments.is_empty() {
         segments = all.iter().map(|s| (s.vaddr, s.offset, s.filesz)).collect();
@@ -323,7 +323,7 @@ impl Layout {
         let bin = binaries.get(index);
         let file = bin.file.as_ref().ok_or_else(|| bin.open_error.clone().unwrap_or_else(|| "not a file".into()))?;
         let elf = ElfReader::new(file, ElfLimits::default());
-        Ok(Layout { segments: code_segments(&elf)?, entry: elf.entry()? })
+        Ok(Layout { segments: code_segments(&elf)?, entry: elf.entry().map_err(|e| e.to_string())? })
     }
 }
 

@@ -1,0 +1,467 @@
+//! A tolerant, bounded reader of the ELF files processes map.
+//!
+//! In: an open file any user may have written (a binary, a library, a debug
+//! file). Out: what the profiler needs from it, each piece read on its own
+//! so damage in one never costs another: load segments and the entry point,
+//! the build id and `.gnu_debuglink`, whether its DWARF may be handed to the
+//! symbolizer (sizes checked against limits before anything is allocated),
+//! the unwind sections' bytes, names the symbolizer does not give (PLT
+//! stubs as `name@plt`, the public name of aliased functions) and the
+//! function starts its FDEs give when it has no symbols.
+//!
+//! Written on object's low-level ELF types rather than `object::File`:
+//! `object::File::parse` reads the symbol tables eagerly, so one damaged
+//! `.symtab` header would hide a good `.eh_frame`. Every size read from the
+//! file is checked against the file's length and a limit before use, and a
+//! section that lies over a hole of a sparse file is refused: its size is
+//! only claimed (a 12-KiB file can say it holds 765 MiB of `.eh_frame`).
+//! CFI (`.eh_frame`, `.debug_frame`) is read entry by entry, as far as its
+//! entries go, within its own budget; `.eh_frame_hdr` only as far as the
+//! FDEs it indexes. Reads are positional (`pread`): the descriptor is shared
+//! with other readers of the same file.
+//!
+//! This file holds the reader, its limits and errors, the headers, bounded
+//! section reads and the DWARF check; the CFI is read in `cfi.rs`, names in
+//! `symbols.rs`, the build id and debug link in `notes.rs`.
+
+mod cfi;
+mod notes;
+mod symbols;
+
+pub use cfi::Cfi;
+pub use notes::gnu_build_id_from_notes;
+pub use symbols::NameTables;
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+
+use object::elf;
+use object::read::elf::{CompressionHeader, FileHeader, ProgramHeader, SectionHeader, SectionTable};
+use object::read::ReadCache;
+use object::Endianness;
+
+type Elf64 = elf::FileHeader64<Endianness>;
+
+/// Why a file, or one of its sections, could not be read. Each message
+/// names the section and the claim that was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    /// The ELF header is not one of a 64-bit file.
+    #[error("not a 64-bit ELF file: {0}")]
+    NotElf(#[source] object::read::Error),
+    /// Its byte order is not one there is.
+    #[error("{0}")]
+    Endian(#[source] object::read::Error),
+    /// The section header table is damaged.
+    #[error("bad section headers: {0}")]
+    SectionHeaders(#[source] object::read::Error),
+    /// The program header table is damaged.
+    #[error("bad program headers: {0}")]
+    ProgramHeaders(#[source] object::read::Error),
+    /// A section found by name a moment ago is not found again.
+    #[error("section vanished")]
+    SectionVanished,
+    /// A section to read as it is is compressed.
+    #[error("{name} is compressed")]
+    Compressed {
+        /// The section.
+        name: String,
+    },
+    /// Its bytes could not be read.
+    #[error("cannot read {name}: {source}")]
+    Read {
+        /// The section.
+        name: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// It claims bytes past the file's end.
+    #[error("{name} claims {size} bytes at offset {offset}, past the end of the file")]
+    PastEnd {
+        /// The section.
+        name: String,
+        /// Its claimed size.
+        size: u64,
+        /// Its claimed offset.
+        offset: u64,
+    },
+    /// Larger than what one section may cost.
+    #[error("{name} is {} MiB, more than the {} MiB allowed", .size >> 20, .limit >> 20)]
+    TooLarge {
+        /// The section.
+        name: String,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// It lies over a hole of a sparse file: bytes only claimed.
+    #[error("{name} claims {size} bytes at offset {offset} that the file does not hold (a hole in a sparse file)")]
+    OverHole {
+        /// The section.
+        name: String,
+        /// Its claimed size.
+        size: u64,
+        /// Its claimed offset.
+        offset: u64,
+    },
+    /// It has no `.eh_frame` (to find functions in).
+    #[error("no .eh_frame")]
+    NoEhFrame,
+    /// Its `.eh_frame` is damaged before the first FDE.
+    #[error(".eh_frame: {0}")]
+    EhFrame(#[source] gimli::Error),
+}
+
+impl ElfError {
+    /// The OS error's kind when reading failed, [`std::io::ErrorKind::InvalidData`]
+    /// for what the file says.
+    pub fn kind(&self) -> std::io::ErrorKind {
+        match self {
+            ElfError::Read { source, .. } => source.kind(),
+            _ => std::io::ErrorKind::InvalidData,
+        }
+    }
+}
+
+/// What one file may cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElfLimits {
+    /// Largest section copied into memory (symbol tables, relocations).
+    pub max_section_bytes: u64,
+    /// Largest CFI section (`.eh_frame`, `.debug_frame`) read: more than
+    /// eight times libLLVM's 7.5 MiB of `.eh_frame`.
+    pub max_cfi_bytes: u64,
+    /// Largest DWARF section handed to the symbolizer, decompressed.
+    pub max_dwarf_section_bytes: u64,
+    /// Largest total of DWARF sections handed to the symbolizer.
+    pub max_dwarf_total_bytes: u64,
+    /// Longest symbol name kept (longer ones are cut).
+    pub max_name_len: usize,
+}
+
+impl Default for ElfLimits {
+    fn default() -> Self {
+        ElfLimits {
+            max_section_bytes: 256 << 20,
+            max_cfi_bytes: 64 << 20,
+            max_dwarf_section_bytes: 512 << 20,
+            max_dwarf_total_bytes: 1 << 30,
+            max_name_len: 1024,
+        }
+    }
+}
+
+/// A loadable segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Its address in the file's address space (p_vaddr).
+    pub vaddr: u64,
+    /// Its file offset (p_offset).
+    pub offset: u64,
+    /// Bytes in the file (p_filesz).
+    pub filesz: u64,
+    /// PF_X.
+    pub executable: bool,
+}
+
+/// Whether the symbolizer may read a file's DWARF.
+#[derive(Debug)]
+pub enum DwarfCheck {
+    /// It has none.
+    Absent,
+    /// Present and within limits.
+    Usable,
+    /// Present but refused, and why (sizes beyond the limits, damage).
+    Refused(DwarfRefused),
+}
+
+/// Why a file's DWARF is not handed to the symbolizer.
+#[derive(Debug, thiserror::Error)]
+pub enum DwarfRefused {
+    /// Its headers could not be read.
+    #[error(transparent)]
+    Headers(ElfError),
+    /// `.zdebug_*` sections, which the symbolizer would inflate unchecked.
+    #[error("old-style .zdebug compression")]
+    Zdebug,
+    /// A section claims bytes past the file's end.
+    #[error("{name} lies past the end of the file")]
+    PastEnd {
+        /// The section.
+        name: String,
+    },
+    /// A section lies over a hole of a sparse file.
+    #[error("{name} lies over a hole of a sparse file (bytes it only claims)")]
+    OverHole {
+        /// The section.
+        name: String,
+    },
+    /// A compressed section's header is damaged.
+    #[error("{name}: {source}")]
+    Compression {
+        /// The section.
+        name: String,
+        /// What object found.
+        source: object::read::Error,
+    },
+    /// A section inflates past the per-section limit.
+    #[error("{name} is {} MiB decompressed, more than the {} MiB allowed", .size >> 20, .limit >> 20)]
+    SectionTooLarge {
+        /// The section.
+        name: String,
+        /// Its decompressed size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// All of them together exceed the total limit.
+    #[error("its DWARF is {} MiB, more than the {} MiB allowed", .size >> 20, .limit >> 20)]
+    TotalTooLarge {
+        /// Their decompressed total.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+}
+
+/// A section's place in the file.
+#[derive(Debug, Clone, Copy)]
+pub struct SectionInfo {
+    /// sh_addr.
+    pub addr: u64,
+    /// sh_offset.
+    pub offset: u64,
+    /// sh_size.
+    pub size: u64,
+    /// SHF_COMPRESSED.
+    pub compressed: bool,
+}
+
+/// A file read at an offset of its own (`pread`), so readers sharing the
+/// descriptor (the table workers, the symbolizer's preparation) cannot move
+/// each other's reads.
+struct At<'f> {
+    file: &'f File,
+    pos: u64,
+    len: u64,
+}
+
+impl Read for At<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for At<'_> {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let pos = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = pos.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        Ok(self.pos)
+    }
+}
+
+/// An ELF file opened for reading; see the module doc.
+pub struct ElfReader<'f> {
+    file: &'f File,
+    data: ReadCache<At<'f>>,
+    file_len: u64,
+    limits: ElfLimits,
+}
+
+/// The parsed headers, borrowed from the reader's cache.
+struct Headers<'d, 'f> {
+    header: &'d Elf64,
+    endian: Endianness,
+    sections: SectionTable<'d, Elf64, &'d ReadCache<At<'f>>>,
+}
+
+impl<'f> ElfReader<'f> {
+    /// Read from `file` with `limits`.
+    pub fn new(file: &'f File, limits: ElfLimits) -> ElfReader<'f> {
+        // fstat: the file's real length, against which every claim is checked.
+        let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        ElfReader { file, data: ReadCache::new(At { file, pos: 0, len: file_len }), file_len, limits }
+    }
+
+    fn headers(&self) -> Result<Headers<'_, 'f>, ElfError> {
+        let data = &self.data;
+        let header = Elf64::parse(data).map_err(ElfError::NotElf)?;
+        let endian = header.endian().map_err(ElfError::Endian)?;
+        let sections = header.sections(endian, data).map_err(ElfError::SectionHeaders)?;
+        Ok(Headers { header, endian, sections })
+    }
+
+    /// The entry point (e_entry).
+    pub fn entry(&self) -> Result<u64, ElfError> {
+        let h = self.headers()?;
+        Ok(h.header.e_entry.get(h.endian))
+    }
+
+    /// The loadable segments.
+    pub fn segments(&self) -> Result<Vec<Segment>, ElfError> {
+        let data = &self.data;
+        let header = Elf64::parse(data).map_err(ElfError::NotElf)?;
+        let endian = header.endian().map_err(ElfError::Endian)?;
+        let phdrs = header.program_headers(endian, data).map_err(ElfError::ProgramHeaders)?;
+        Ok(phdrs
+            .iter()
+            .filter(|p| p.p_type(endian) == elf::PT_LOAD)
+            .map(|p| Segment {
+                vaddr: p.p_vaddr(endian),
+                offset: p.p_offset(endian),
+                filesz: p.p_filesz(endian),
+                executable: p.p_flags(endian).0 & elf::PF_X.0 != 0,
+            })
+            .collect())
+    }
+
+    /// Where the section named `name` is, if the file has it.
+    pub fn section(&self, name: &str) -> Option<SectionInfo> {
+        let h = self.headers().ok()?;
+        let (_, s) = h.sections.section_by_name(h.endian, name.as_bytes())?;
+        Some(SectionInfo {
+            addr: s.sh_addr(h.endian),
+            offset: s.sh_offset(h.endian),
+            size: s.sh_size(h.endian),
+            compressed: s.sh_flags(h.endian).0 & elf::SHF_COMPRESSED.0 != 0,
+        })
+    }
+
+    /// The bytes of an uncompressed section, within the file and the limit.
+    pub fn section_data(&self, name: &str) -> Result<Option<(SectionInfo, Vec<u8>)>, ElfError> {
+        let Some(info) = self.stored_section(name)? else { return Ok(None) };
+        self.check_range(name, info.offset, info.size, self.limits.max_section_bytes)?;
+        // Straight into its buffer, once (through the cache it would be held twice).
+        Ok(Some((info, self.read_exact(name, info.offset, info.size)?)))
+    }
+
+    /// Where section `name` lies when it has bytes of its own in the file
+    /// (not NOBITS) that can be read as they are (not compressed).
+    fn stored_section(&self, name: &str) -> Result<Option<SectionInfo>, ElfError> {
+        let Some(info) = self.section(name) else { return Ok(None) };
+        let h = self.headers()?;
+        let (_, s) = h.sections.section_by_name(h.endian, name.as_bytes()).ok_or(ElfError::SectionVanished)?;
+        if s.sh_type(h.endian) == elf::SHT_NOBITS {
+            return Ok(None);
+        }
+        if info.compressed {
+            return Err(ElfError::Compressed { name: name.to_string() });
+        }
+        Ok(Some(info))
+    }
+
+    fn read_exact(&self, name: &str, offset: u64, size: u64) -> Result<Vec<u8>, ElfError> {
+        let mut bytes = vec![0u8; size as usize];
+        self.file.read_exact_at(&mut bytes, offset).map_err(|source| ElfError::Read { name: name.to_string(), source })?;
+        Ok(bytes)
+    }
+
+    /// Whether `size` bytes at `offset` are all in the file, within `limit`
+    /// and not over a hole (bytes the file only claims: a sparse file's
+    /// holes read as zeros but cost it nothing on disk, and no linker
+    /// leaves a hole inside a section we read).
+    fn check_range(&self, name: &str, offset: u64, size: u64, limit: u64) -> Result<(), ElfError> {
+        if offset.checked_add(size).is_none_or(|end| end > self.file_len) {
+            return Err(ElfError::PastEnd { name: name.to_string(), size, offset });
+        }
+        if size > limit {
+            return Err(ElfError::TooLarge { name: name.to_string(), size, limit });
+        }
+        if size > 0 && self.hole_at(offset) < offset + size {
+            return Err(ElfError::OverHole { name: name.to_string(), size, offset });
+        }
+        Ok(())
+    }
+
+    /// Where the first hole at or after `offset` begins: the file's end
+    /// when it has none there (or its file system cannot say).
+    fn hole_at(&self, offset: u64) -> u64 {
+        let Ok(at) = libc::off_t::try_from(offset) else { return self.file_len };
+        // SAFETY: lseek on a descriptor we hold; it moves only the file's
+        // offset, which no read here uses (they are positional).
+        let hole = unsafe { libc::lseek(self.file.as_raw_fd(), at, libc::SEEK_HOLE) };
+        u64::try_from(hole).unwrap_or(self.file_len)
+    }
+
+    /// Whether its DWARF may be read by the symbolizer: every `.debug_*`
+    /// section lies inside the file and, decompressed, within the limits.
+    pub fn dwarf_check(&self) -> DwarfCheck {
+        let h = match self.headers() {
+            Ok(h) => h,
+            Err(e) => return DwarfCheck::Refused(DwarfRefused::Headers(e)),
+        };
+        let mut any = false;
+        let mut total = 0u64;
+        for s in h.sections.iter() {
+            let Ok(name) = h.sections.section_name(h.endian, s) else { continue };
+            if name.starts_with(b".zdebug_") {
+                return DwarfCheck::Refused(DwarfRefused::Zdebug);
+            }
+            if !name.starts_with(b".debug_") || s.sh_type(h.endian) == elf::SHT_NOBITS {
+                continue;
+            }
+            any = true;
+            let name = String::from_utf8_lossy(name);
+            let (offset, size) = (s.sh_offset(h.endian), s.sh_size(h.endian));
+            if offset.checked_add(size).is_none_or(|end| end > self.file_len) {
+                return DwarfCheck::Refused(DwarfRefused::PastEnd { name: name.into_owned() });
+            }
+            if size > 0 && self.hole_at(offset) < offset + size {
+                return DwarfCheck::Refused(DwarfRefused::OverHole { name: name.into_owned() });
+            }
+            let full = match s.compression(h.endian, &self.data) {
+                Ok(Some((ch, _, _))) => ch.ch_size(h.endian),
+                Ok(None) => size,
+                Err(source) => return DwarfCheck::Refused(DwarfRefused::Compression { name: name.into_owned(), source }),
+            };
+            if full > self.limits.max_dwarf_section_bytes {
+                return DwarfCheck::Refused(DwarfRefused::SectionTooLarge { name: name.into_owned(), size: full, limit: self.limits.max_dwarf_section_bytes });
+            }
+            total = total.saturating_add(full);
+        }
+        if total > self.limits.max_dwarf_total_bytes {
+            return DwarfCheck::Refused(DwarfRefused::TotalTooLarge { size: total, limit: self.limits.max_dwarf_total_bytes });
+        }
+        if any { DwarfCheck::Usable } else { DwarfCheck::Absent }
+    }
+}
+
+/// File offset -> address in the file's address space, through the load
+/// segment that holds it.
+pub fn offset_to_vaddr(segments: &[Segment], offset: u64) -> Option<u64> {
+    segments.iter().find(|s| offset >= s.offset && offset - s.offset < s.filesz).map(|s| offset - s.offset + s.vaddr)
+}
+
+/// Address in the file's address space -> file offset.
+pub fn vaddr_to_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
+    segments.iter().find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz).map(|s| vaddr - s.vaddr + s.offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check the conversions between file offsets and addresses, and that
+    /// an offset in no segment has no address.
+    #[test]
+    fn converts_offsets_and_addresses() {
+        let segs = [
+            Segment { vaddr: 0, offset: 0, filesz: 0x628, executable: false },
+            Segment { vaddr: 0x1000, offset: 0x1000, filesz: 0x1d5, executable: true },
+            Segment { vaddr: 0x3df0, offset: 0x2df0, filesz: 0x220, executable: false },
+        ];
+        assert_eq!(offset_to_vaddr(&segs, 0x1010), Some(0x1010));
+        assert_eq!(offset_to_vaddr(&segs, 0x2e00), Some(0x3e00));
+        assert_eq!(offset_to_vaddr(&segs, 0x1800), None);
+        assert_eq!(vaddr_to_offset(&segs, 0x3e00), Some(0x2e00));
+    }
+}

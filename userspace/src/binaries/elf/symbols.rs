@@ -1,0 +1,204 @@
+//! Names the symbolizer does not give, from a binary's own tables: PLT
+//! stubs as `name@plt`, and the public name among aliased functions.
+//!
+//! In: an [`ElfReader`] (its symbol tables, dynamic relocations and PLT
+//! sections, each within the section limit; a damaged one gives nothing).
+//! Out: [`NameTables`]: address -> public name where several function
+//! symbols share one, and the PLT stubs' ranges with the function each
+//! jumps to (decoded as perf does, x86_64 only).
+
+use object::elf;
+use object::read::elf::{SectionHeader, Sym};
+use rustc_hash::FxHashMap;
+
+use super::{ElfReader, Headers};
+
+impl<'f> ElfReader<'f> {
+    /// Function symbols of one symbol table section (`.symtab` or
+    /// `.dynsym`): (address, name, rank); a damaged table gives none.
+    fn functions(&self, h: &Headers<'_, 'f>, sh_type: elf::SectionType) -> Vec<(u64, String, u8)> {
+        let mut out = Vec::new();
+        let Some((index, section)) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == sh_type) else { return out };
+        if self.check_range("symbol table", section.sh_offset(h.endian), section.sh_size(h.endian), self.limits.max_section_bytes).is_err() {
+            return out;
+        }
+        let Ok(table) = object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section) else { return out };
+        let strings = table.strings();
+        for sym in table.iter() {
+            let kind = sym.st_type();
+            if !(kind == elf::STT_FUNC || kind == elf::STT_GNU_IFUNC) || sym.st_shndx(h.endian) == elf::SHN_UNDEF {
+                continue;
+            }
+            let addr = sym.st_value(h.endian);
+            let Ok(name) = sym.name(h.endian, strings) else { continue };
+            if addr == 0 || name.is_empty() {
+                continue;
+            }
+            let name = String::from_utf8_lossy(&name[..name.len().min(self.limits.max_name_len)]).into_owned();
+            out.push((addr, name, alias_rank(sym.st_bind(), sym.st_visibility())));
+        }
+        out
+    }
+
+    /// Names the symbolizer does not give: see [`NameTables`].
+    pub fn name_tables(&self) -> NameTables {
+        let mut t = NameTables::default();
+        let Ok(h) = self.headers() else { return t };
+        // Aliases: several function symbols at one address.
+        let mut by_addr: FxHashMap<u64, Vec<(String, u8)>> = FxHashMap::default();
+        for (addr, name, rank) in self.functions(&h, elf::SHT_SYMTAB).into_iter().chain(self.functions(&h, elf::SHT_DYNSYM)) {
+            by_addr.entry(addr).or_default().push((name, rank));
+        }
+        for (addr, mut names) in by_addr {
+            names.sort();
+            names.dedup();
+            if names.len() > 1 {
+                let best = names.into_iter().min_by(public_name_order).expect("non-empty");
+                t.aliases.insert(addr, best.0.into_boxed_str());
+            }
+        }
+        t.plt = self.plt_entries(&h);
+        t
+    }
+
+    /// PLT stubs and the functions they jump to, found by decoding each
+    /// stub's `jmp *slot(%rip)` and matching the slot with the dynamic
+    /// relocations, as perf's PLT synthesis does (x86_64).
+    fn plt_entries(&self, h: &Headers<'_, 'f>) -> Vec<(u64, u64, Box<str>)> {
+        if h.header.e_machine.get(h.endian) != elf::EM_X86_64 {
+            return Vec::new();
+        }
+        // GOT slot address -> symbol name, from .rela.plt and .rela.dyn.
+        let dynsym: Vec<String> = {
+            let Some((index, section)) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == elf::SHT_DYNSYM) else { return Vec::new() };
+            match object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section) {
+                Ok(table) => table
+                    .iter()
+                    .map(|s| {
+                        s.name(h.endian, table.strings())
+                            .map(|n| String::from_utf8_lossy(&n[..n.len().min(self.limits.max_name_len)]).into_owned())
+                            .unwrap_or_default()
+                    })
+                    .collect(),
+                Err(_) => return Vec::new(),
+            }
+        };
+        let mut slots: FxHashMap<u64, usize> = FxHashMap::default();
+        for rela in [".rela.plt", ".rela.dyn"] {
+            let Ok(Some((_, bytes))) = self.section_data(rela) else { continue };
+            for r in bytes.chunks_exact(24) {
+                let offset = u64::from_le_bytes(r[0..8].try_into().expect("8 bytes"));
+                let info = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
+                let (sym, kind) = ((info >> 32) as usize, info as u32);
+                if (kind == elf::R_X86_64_JUMP_SLOT.0 || kind == elf::R_X86_64_GLOB_DAT.0) && sym != 0 && sym < dynsym.len() {
+                    slots.insert(offset, sym);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for plt in [".plt", ".plt.sec", ".plt.got"] {
+            let Ok(Some((info, code))) = self.section_data(plt) else { continue };
+            for (i, stub) in code.chunks(16).enumerate() {
+                let at = info.addr + i as u64 * 16;
+                let Some(slot) = stub_slot(stub, at) else { continue };
+                if let Some(&sym) = slots.get(&slot) {
+                    if !dynsym[sym].is_empty() {
+                        out.push((at, at + 16, format!("{}@plt", dynsym[sym]).into_boxed_str()));
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|e| e.0);
+        out
+    }
+}
+
+/// The GOT slot a 16-byte x86_64 PLT stub at `at` jumps through: an
+/// optional `endbr64`, an optional `bnd` prefix, then `jmp *disp32(%rip)`.
+fn stub_slot(stub: &[u8], at: u64) -> Option<u64> {
+    let mut i = 0;
+    if stub.get(0..4) == Some(&[0xf3, 0x0f, 0x1e, 0xfa]) {
+        i = 4;
+    }
+    if stub.get(i) == Some(&0xf2) {
+        i += 1;
+    }
+    if stub.get(i..i + 2) != Some(&[0xff, 0x25]) {
+        return None;
+    }
+    let disp = i32::from_le_bytes(stub.get(i + 2..i + 6)?.try_into().ok()?);
+    Some((at + i as u64 + 6).wrapping_add(disp as i64 as u64))
+}
+
+/// Lower is better: global before weak before local, default visibility first.
+fn alias_rank(bind: elf::SymbolBind, visibility: elf::SymbolVisibility) -> u8 {
+    let b = match bind {
+        elf::STB_GLOBAL => 0,
+        elf::STB_WEAK => 1,
+        _ => 2,
+    };
+    b * 2 + u8::from(visibility != elf::STV_DEFAULT)
+}
+
+/// The order in which aliases are preferred, as perf chooses: by binding
+/// and visibility, then fewer leading underscores (`malloc` over
+/// `__libc_malloc` over `__GI___libc_malloc`), then the shorter name.
+fn public_name_order(a: &(String, u8), b: &(String, u8)) -> std::cmp::Ordering {
+    let underscores = |s: &str| s.bytes().take_while(|&c| c == b'_').count() + if s.contains("__GI_") { 4 } else { 0 };
+    (a.1, underscores(&a.0), a.0.len(), &a.0).cmp(&(b.1, underscores(&b.0), b.0.len(), &b.0))
+}
+
+/// Names from a binary's own tables.
+#[derive(Debug, Default, Clone)]
+pub struct NameTables {
+    /// Address -> the public name, where several function symbols share it.
+    pub aliases: FxHashMap<u64, Box<str>>,
+    /// PLT stubs: (start, end, "name@plt"), sorted.
+    pub plt: Vec<(u64, u64, Box<str>)>,
+}
+
+impl NameTables {
+    /// The PLT stub containing `addr`.
+    pub fn plt_at(&self, addr: u64) -> Option<(u64, &str)> {
+        let i = self.plt.partition_point(|e| e.0 <= addr).checked_sub(1)?;
+        let (start, end, name) = &self.plt[i];
+        (addr < *end).then_some((*start, &**name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check the stub decoding of the three x86_64 PLT layouts: classic
+    /// `.plt` entries, `.plt.sec` with endbr64 and bnd, and PLT0 (no slot).
+    #[test]
+    fn decodes_plt_stubs() {
+        // jmp *0x2fe2(%rip) at 0x1030: next instruction 0x1036.
+        let classic = [0xff, 0x25, 0xe2, 0x2f, 0x00, 0x00, 0x68, 0x00, 0x00, 0x00, 0x00, 0xe9, 0xe0, 0xff, 0xff, 0xff];
+        assert_eq!(stub_slot(&classic, 0x1030), Some(0x1036 + 0x2fe2));
+        // endbr64; bnd jmp *0x2fd5(%rip) at 0x1060: next instruction 0x106b.
+        let sec = [0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, 0xd5, 0x2f, 0x00, 0x00, 0x0f, 0x1f, 0x44, 0x00, 0x00];
+        assert_eq!(stub_slot(&sec, 0x1060), Some(0x106b + 0x2fd5));
+        // PLT0: push GOT+8; jmp *GOT+16 — begins with ff 35: not a stub.
+        let plt0 = [0xff, 0x35, 0x9a, 0x2f, 0x00, 0x00, 0xff, 0x25, 0x9c, 0x2f, 0x00, 0x00, 0x0f, 0x1f, 0x40, 0x00];
+        assert_eq!(stub_slot(&plt0, 0x1020), None);
+        assert_eq!(stub_slot(&[0xff], 0), None, "a cut stub is no stub");
+    }
+
+    /// Check that the public name wins among aliases, as perf picks it.
+    #[test]
+    fn prefers_public_names() {
+        let pick = |names: &[(&str, u8)]| {
+            let v: Vec<(String, u8)> = names.iter().map(|(n, r)| (n.to_string(), *r)).collect();
+            v.into_iter().min_by(public_name_order).unwrap().0
+        };
+        let global = alias_rank(elf::STB_GLOBAL, elf::STV_DEFAULT);
+        let local = alias_rank(elf::STB_LOCAL, elf::STV_DEFAULT);
+        let hidden = alias_rank(elf::STB_GLOBAL, elf::STV_HIDDEN);
+        assert_eq!(pick(&[("__GI___libc_malloc", local), ("__libc_malloc", global), ("malloc", global)]), "malloc");
+        assert_eq!(pick(&[("___pthread_mutex_lock", local), ("pthread_mutex_lock", global)]), "pthread_mutex_lock");
+        assert_eq!(pick(&[("internal_hot", hidden), ("hot", local), ("hot_public", global)]), "hot_public");
+    }
+
+}
