@@ -34,6 +34,7 @@
 //! directory for a symlink after start moves no write and no delete.
 
 pub mod dir;
+pub(crate) mod format;
 pub mod segment;
 
 use std::io::{Read, Write};
@@ -229,7 +230,7 @@ impl Store {
     /// completely or not at all when this returns.
     pub fn write(&self, rec: Recording, windows: Vec<WindowSpan>, level: u8) -> Result<SegmentInfo, String> {
         let zlevel = if level == 0 { 3 } else { 12 };
-        let (header, bytes) = segment::encode(rec, windows, level, zlevel)?;
+        let (header, bytes) = segment::encode(rec, windows, level, zlevel).map_err(|e| e.to_string())?;
         let name = format!("{:013}-{:013}.L{level}.seg", header.start_ms.max(0.0) as u64, header.end_ms.max(0.0).ceil() as u64);
         let path = self.dir.display_path(&name);
         let temp = temp_name();
@@ -298,7 +299,7 @@ impl Store {
             HeaderError::Gone => ReadError::Gone,
             HeaderError::Bad(w) => ReadError::Bad(w),
         })?;
-        segment::decode(&bytes).map(|(_, r)| r).map_err(ReadError::Bad)
+        segment::decode(&bytes).map(|(_, r)| r).map_err(|e| ReadError::Bad(e.to_string()))
     }
 
     /// The windows overlapping [since_ms, until_ms]. A damaged segment is a
@@ -497,7 +498,7 @@ fn read_header(dir: &DirHandle, name: &str) -> Result<(SegmentHeader, u64), Head
     let mut bytes = vec![0u8; need];
     bytes[..20].copy_from_slice(&prefix);
     f.read_exact(&mut bytes[20..]).map_err(|e| HeaderError::Bad(e.to_string()))?;
-    segment::decode_header(&bytes, len).map(|(h, _)| (h, len)).map_err(HeaderError::Bad)
+    segment::decode_header(&bytes, len).map(|(h, _)| (h, len)).map_err(|e| HeaderError::Bad(e.to_string()))
 }
 
 fn read_file(dir: &DirHandle, name: &str) -> Result<Vec<u8>, HeaderError> {
