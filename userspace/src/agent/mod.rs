@@ -322,7 +322,7 @@ fn spawn_store_thread(
                     }
                     Err(e) => {
                         counters.store_failed.fetch_add(1, Ordering::Relaxed);
-                        errors.say(e);
+                        errors.say(e.to_string());
                     }
                 }
                 let bucket = (span.end_ms / crate::store::bucket_ms()).floor() as i64;
