@@ -297,20 +297,10 @@ impl Exporter for PprofDir {
     }
 
     fn send(&mut self, rec: &Recording) -> Result<u64, SendError> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let bytes = pprof::encode_gzip(rec, &self.labels);
         let end = rec.start_wall_ms + rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e6;
         let path = self.dir.join(format!("{:013}-{:013}.pb.gz", rec.start_wall_ms.max(0.0) as u64, end.max(0.0) as u64));
-        let tmp = self.dir.join(format!(".tmp-{}.pb.gz", crate::sys::random::random_suffix()));
-        let r = (|| {
-            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).mode(0o600).open(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)
-        })();
-        if let Err(e) = r {
-            let _ = std::fs::remove_file(&tmp);
+        if let Err(e) = crate::sys::atomic_file::write(&path, ".pb.gz", &bytes) {
             // A full disk frees up; a directory made read-only is fixed.
             return Err(SendError::Transient(format!("cannot write {}: {e}", path.display())));
         }

@@ -39,12 +39,13 @@ mod maintain;
 mod read;
 pub mod segment;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use dir::DirHandle;
 
 use crate::model::recording::Recording;
+use crate::sys::atomic_file;
 pub use dir::{private_dir, DirError};
 pub use maintain::{bucket_ms, BUCKET_MS};
 pub use read::ReadError;
@@ -156,7 +157,7 @@ impl Store {
                 return Err(StoreError::Changed { path: path(), uid: meta.st_uid, mode: meta.st_mode & 0o7777 });
             }
             // Fail now, not at the first window: a read-only mount, a full disk.
-            let probe = temp_name();
+            let probe = atomic_file::temp_name(SEGMENT_SUFFIX);
             match store.dir.create_new(&probe) {
                 Ok(_) => {
                     let _ = store.dir.remove(&probe);
@@ -187,12 +188,7 @@ impl Store {
     /// Replace the small file `name` of the store with `bytes`, through a
     /// temporary renamed over it (a reader sees the old or the new).
     pub fn replace_small(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-        let temp = format!("{name}.{}", crate::sys::random::random_suffix());
-        let r = self.dir.create_new(&temp).and_then(|mut f| f.write_all(bytes)).and_then(|()| self.dir.rename(&temp, name));
-        if r.is_err() {
-            let _ = self.dir.remove(&temp);
-        }
-        r
+        atomic_file::write_in(&self.dir, name, ".cursor", bytes)
     }
 
     /// Write `rec` (holding `windows`) as a segment at `level`; in place
@@ -202,16 +198,7 @@ impl Store {
         let (header, bytes) = segment::encode(rec, windows, level, zlevel)?;
         let name = format!("{:013}-{:013}.L{level}.seg", header.start_ms.max(0.0) as u64, header.end_ms.max(0.0).ceil() as u64);
         let path = self.dir.display_path(&name);
-        let temp = temp_name();
-        let result = (|| {
-            let mut f = self.dir.create_new(&temp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            self.dir.rename(&temp, &name)?;
-            self.dir.sync()
-        })();
-        if let Err(source) = result {
-            let _ = self.dir.remove(&temp);
+        if let Err(source) = atomic_file::write_in(&self.dir, &name, SEGMENT_SUFFIX, &bytes) {
             return Err(StoreError::Write { path, source });
         }
         Ok(SegmentInfo { path, bytes: bytes.len() as u64, header })
@@ -219,10 +206,8 @@ impl Store {
 
 }
 
-/// A hidden temporary's name for a segment being written.
-fn temp_name() -> String {
-    format!(".tmp-{}.seg", crate::sys::random::random_suffix())
-}
+/// How segments' names end, their temporaries' too (`.tmp-<random>.seg`).
+const SEGMENT_SUFFIX: &str = ".seg";
 
 /// The name in the store of a segment's `path` (made by [`DirHandle::display_path`]).
 fn file_name(path: &Path) -> &str {
