@@ -48,7 +48,7 @@ use crate::model::recording::Recording;
 use crate::sys::atomic_file;
 pub use dir::{private_dir, DirError};
 pub use maintain::{bucket_ms, BUCKET_MS};
-pub use read::ReadError;
+pub use read::{BadSegment, ReadError};
 use segment::{SegmentError, SegmentHeader, WindowSpan};
 
 /// A store directory, checked and held open.

@@ -8,7 +8,7 @@
 use std::io::Read;
 
 use super::dir::DirHandle;
-use super::segment::{self, SegmentHeader};
+use super::segment::{self, SegmentError, SegmentHeader};
 use super::{file_name, Query, SegmentInfo, Store};
 use crate::model::recording::Recording;
 
@@ -31,8 +31,8 @@ impl Store {
             match read_header(&self.dir, name) {
                 Ok((header, bytes)) => out.push(SegmentInfo { path, bytes, header }),
                 // Removed by compaction or retention since the listing: not damage.
-                Err(HeaderError::Gone) => {}
-                Err(HeaderError::Bad(why)) => warnings.push(format!("skipping {}: {why}", path.display())),
+                Err(ReadError::Gone) => {}
+                Err(ReadError::Bad(why)) => warnings.push(format!("skipping {}: {why}", path.display())),
             }
         }
         out.sort_by(|a, b| a.header.start_ms.total_cmp(&b.header.start_ms).then(b.header.level.cmp(&a.header.level)));
@@ -60,11 +60,8 @@ impl Store {
 
     /// Read one segment's recording.
     pub fn read(&self, seg: &SegmentInfo) -> Result<Recording, ReadError> {
-        let bytes = read_file(&self.dir, file_name(&seg.path)).map_err(|e| match e {
-            HeaderError::Gone => ReadError::Gone,
-            HeaderError::Bad(w) => ReadError::Bad(w),
-        })?;
-        segment::decode(&bytes).map(|(_, r)| r).map_err(|e| ReadError::Bad(e.to_string()))
+        let bytes = read_file(&self.dir, file_name(&seg.path))?;
+        Ok(segment::decode(&bytes)?.1)
     }
 
     /// The windows overlapping [since_ms, until_ms]. A damaged segment is a
@@ -100,54 +97,86 @@ impl Store {
 pub enum ReadError {
     /// It was removed (by compaction or retention) since it was listed.
     Gone,
-    /// It is damaged; why.
-    Bad(String),
+    /// It is damaged or not a segment this sysprof reads; why.
+    Bad(BadSegment),
 }
 
-enum HeaderError {
-    Gone,
-    Bad(String),
+/// What is wrong with a segment file (the line after "skipping FILE: ").
+#[derive(Debug, thiserror::Error)]
+pub enum BadSegment {
+    /// It could not be opened or read.
+    #[error("{0}")]
+    Io(std::io::Error),
+    /// Something else than a file is in its place.
+    #[error("not a regular file")]
+    NotRegular,
+    /// It ends before its fixed prefix does.
+    #[error("shorter than a segment's header (truncated)")]
+    ShortPrefix,
+    /// Its header length is over the limit.
+    #[error("header length out of range")]
+    HeaderLengthOutOfRange,
+    /// Its header length is more than the file holds.
+    #[error("header longer than the file (truncated)")]
+    ShortHeader,
+    /// Larger than a segment can be.
+    #[error("{0} bytes, more than a segment can be")]
+    TooLarge(u64),
+    /// Its bytes are not a segment (damage, another version).
+    #[error(transparent)]
+    Format(#[from] SegmentError),
+}
+
+impl From<BadSegment> for ReadError {
+    fn from(e: BadSegment) -> ReadError {
+        ReadError::Bad(e)
+    }
+}
+
+impl From<std::io::Error> for ReadError {
+    fn from(e: std::io::Error) -> ReadError {
+        ReadError::Bad(BadSegment::Io(e))
+    }
+}
+
+impl From<SegmentError> for ReadError {
+    fn from(e: SegmentError) -> ReadError {
+        ReadError::Bad(BadSegment::Format(e))
+    }
 }
 
 /// Largest segment read whole.
 const MAX_SEGMENT: u64 = 1 << 30;
 
-fn open_segment(dir: &DirHandle, name: &str) -> Result<(std::fs::File, u64), HeaderError> {
-    let f = dir.open_read(name).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            HeaderError::Gone
-        } else {
-            HeaderError::Bad(e.to_string())
-        }
-    })?;
-    let meta = f.metadata().map_err(|e| HeaderError::Bad(e.to_string()))?;
+fn open_segment(dir: &DirHandle, name: &str) -> Result<(std::fs::File, u64), ReadError> {
+    let f = dir.open_read(name).map_err(|e| if e.kind() == std::io::ErrorKind::NotFound { ReadError::Gone } else { e.into() })?;
+    let meta = f.metadata()?;
     if !meta.is_file() {
-        return Err(HeaderError::Bad("not a regular file".into()));
+        return Err(BadSegment::NotRegular.into());
     }
     Ok((f, meta.len()))
 }
 
-fn read_header(dir: &DirHandle, name: &str) -> Result<(SegmentHeader, u64), HeaderError> {
+fn read_header(dir: &DirHandle, name: &str) -> Result<(SegmentHeader, u64), ReadError> {
     let (mut f, len) = open_segment(dir, name)?;
     let mut prefix = [0u8; 20];
-    f.read_exact(&mut prefix).map_err(|_| HeaderError::Bad("shorter than a segment's header (truncated)".into()))?;
-    let need = segment::header_read_len(&prefix).ok_or_else(|| HeaderError::Bad("header length out of range".into()))?;
+    f.read_exact(&mut prefix).map_err(|_| BadSegment::ShortPrefix)?;
+    let need = segment::header_read_len(&prefix).ok_or(BadSegment::HeaderLengthOutOfRange)?;
     if need as u64 > len {
-        return Err(HeaderError::Bad("header longer than the file (truncated)".into()));
+        return Err(BadSegment::ShortHeader.into());
     }
     let mut bytes = vec![0u8; need];
     bytes[..20].copy_from_slice(&prefix);
-    f.read_exact(&mut bytes[20..]).map_err(|e| HeaderError::Bad(e.to_string()))?;
-    segment::decode_header(&bytes, len).map(|(h, _)| (h, len)).map_err(|e| HeaderError::Bad(e.to_string()))
+    f.read_exact(&mut bytes[20..])?;
+    Ok((segment::decode_header(&bytes, len)?.0, len))
 }
 
-fn read_file(dir: &DirHandle, name: &str) -> Result<Vec<u8>, HeaderError> {
+fn read_file(dir: &DirHandle, name: &str) -> Result<Vec<u8>, ReadError> {
     let (f, len) = open_segment(dir, name)?;
     if len > MAX_SEGMENT {
-        return Err(HeaderError::Bad(format!("{len} bytes, more than a segment can be")));
+        return Err(BadSegment::TooLarge(len).into());
     }
     let mut bytes = Vec::with_capacity(len as usize);
-    f.take(len).read_to_end(&mut bytes).map_err(|e| HeaderError::Bad(e.to_string()))?;
+    f.take(len).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
-
