@@ -80,7 +80,7 @@ impl SendError {
     pub fn http(status: u16, message: String) -> SendError {
         // 408 Request Timeout and 429 Too Many Requests are the 4xx that
         // say "later"; every 5xx is the server's trouble, not the request's.
-        if status == 408 || status == 429 || status >= 500 || status < 400 {
+        if status == 408 || status == 429 || !(400..500).contains(&status) {
             SendError::Transient(message)
         } else {
             SendError::Permanent(message)
