@@ -138,15 +138,15 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let mut exporters: Vec<Box<dyn crate::export::Exporter>> = Vec::new();
     let e = &cfg.export;
     if let Some(dir) = &e.pprof_dir {
-        exporters.push(Box::new(crate::export::PprofDir::new(dir, labels.clone(), cfg.retain_size, cfg.retain_age).map_err(RecordError::Usage)?));
+        exporters.push(Box::new(crate::export::PprofDir::new(dir, labels.clone(), cfg.retain_size, cfg.retain_age).map_err(|e| RecordError::Usage(e.to_string()))?));
     }
     if let Some(url) = &e.otlp_endpoint {
-        exporters.push(Box::new(crate::export::otlp::OtlpClient::new(url, e.otlp_ca.as_deref(), &e.otlp_headers, labels.clone()).map_err(RecordError::Usage)?));
+        exporters.push(Box::new(crate::export::otlp::OtlpClient::new(url, e.otlp_ca.as_deref(), &e.otlp_headers, labels.clone()).map_err(|e| RecordError::Usage(e.to_string()))?));
     }
     if let Some(url) = &e.pyroscope_url {
         exporters.push(Box::new(
             crate::export::pyroscope::PyroscopeClient::new(url, e.pyroscope_basic.clone(), e.pyroscope_token.clone(), e.pyroscope_tenant.clone(), labels.clone())
-                .map_err(RecordError::Usage)?,
+                .map_err(|e| RecordError::Usage(e.to_string()))?,
         ));
     }
     let counters = Arc::new(AgentCounters::default());
@@ -162,7 +162,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     if let Some(addr) = cfg.export.metrics {
         let (c, ex) = (counters.clone(), export_counters.clone());
         let render: crate::export::metrics::Render = Arc::new(move || metrics_text(&c, &ex));
-        crate::export::metrics::serve(addr, render).map_err(RecordError::Usage)?;
+        crate::export::metrics::serve(addr, render).map_err(|e| RecordError::Usage(e.to_string()))?;
     }
     let mut session = CaptureSession::start(&capture, &mut collector)?;
     // Loading parsed the kernel's BTF (tens of MB, freed since).
@@ -322,7 +322,7 @@ fn spawn_store_thread(
                     }
                     Err(e) => {
                         counters.store_failed.fetch_add(1, Ordering::Relaxed);
-                        errors.say(e);
+                        errors.say(e.to_string());
                     }
                 }
                 let bucket = (span.end_ms / crate::store::bucket_ms()).floor() as i64;
@@ -392,7 +392,7 @@ fn metrics_text(c: &AgentCounters, exporters: &[(&'static str, Arc<crate::export
     };
     metric(&mut out, "sysprof_windows_exported_total", "counter", "Windows delivered by each exporter.", &per(|e| &e.sent));
     metric(&mut out, "sysprof_export_failures_total", "counter", "Failed attempts to deliver (each retried).", &per(|e| &e.failed));
-    metric(&mut out, "sysprof_windows_export_dropped_total", "counter", "Windows an exporter gave up (backlog full or gone from the store).", &per(|e| &e.dropped));
+    metric(&mut out, "sysprof_windows_export_dropped_total", "counter", "Windows an exporter gave up (backlog full, gone from the store, or refused for good).", &per(|e| &e.dropped));
     metric(&mut out, "sysprof_export_backlog_windows", "gauge", "Windows stored and not delivered yet.", &per(|e| &e.backlog));
     metric(&mut out, "sysprof_export_bytes_total", "counter", "Bytes each exporter sent.", &per(|e| &e.bytes));
     metric(&mut out, "sysprof_agent_cpu_seconds_total", "counter", "CPU time the agent used (user and system).", &[(String::new(), process_cpu_seconds())]);

@@ -32,6 +32,8 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
+
+use super::ExportError;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::task::AbortHandle;
@@ -54,9 +56,9 @@ pub const MAX_HEAD_BYTES: usize = 8192;
 
 /// Listen on `addr` and serve `render()` to every request, from a thread of
 /// its own; returns the address bound (the port, when `addr`'s is 0).
-pub fn serve(addr: SocketAddr, render: Render) -> Result<SocketAddr, String> {
-    let cannot = |e: std::io::Error| format!("cannot listen on {addr} for --metrics: {e}; choose another address");
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| format!("cannot start the --metrics event loop: {e}"))?;
+pub fn serve(addr: SocketAddr, render: Render) -> Result<SocketAddr, ExportError> {
+    let cannot = |source: std::io::Error| ExportError::Listen { addr, source };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ExportError::MetricsRuntime)?;
     // Bound here, not in the thread: a taken address is an error at start.
     let listener = {
         let _context = runtime.enter();
@@ -69,7 +71,7 @@ pub fn serve(addr: SocketAddr, render: Render) -> Result<SocketAddr, String> {
     std::thread::Builder::new()
         .name("sysprof-metrics".into())
         .spawn(move || runtime.block_on(accept_loop(listener, render)))
-        .map_err(|e| format!("cannot start the --metrics thread: {e}"))?;
+        .map_err(ExportError::MetricsThread)?;
     Ok(bound)
 }
 

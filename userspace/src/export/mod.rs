@@ -10,6 +10,7 @@
 //! held in memory. What every format shares is here: the host's labels
 //! and a process's container or unit.
 
+mod error;
 pub mod metrics;
 pub mod otlp;
 pub mod pprof;
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 use crate::model::recording::{ProcessRecord, Recording};
 use crate::store::{ReadError, SegmentInfo, Store};
+pub use error::{ExportError, SendError};
 
 /// What identifies this host in every export.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,8 +67,9 @@ pub trait Exporter: Send {
     /// Short name: `pprof`, `otlp`, `pyroscope` (cursor file, health line, metrics).
     fn name(&self) -> &'static str;
     /// Send one recording (a window, or a compacted run of them). Returns
-    /// the bytes sent; an error is retried later with backoff.
-    fn send(&mut self, rec: &Recording) -> Result<u64, String>;
+    /// the bytes sent; a transient error is retried later with backoff, a
+    /// permanent one drops the window.
+    fn send(&mut self, rec: &Recording) -> Result<u64, SendError>;
 }
 
 /// What one exporter did.
@@ -76,7 +79,8 @@ pub struct ExportCounters {
     pub sent: AtomicU64,
     /// Attempts that failed (each retried).
     pub failed: AtomicU64,
-    /// Windows given up: the backlog was full, or the store lost them first.
+    /// Windows given up: the backlog was full, the store lost them first,
+    /// or the destination refused them for good (a permanent error).
     pub dropped: AtomicU64,
     /// Bytes sent.
     pub bytes: AtomicU64,
@@ -214,6 +218,15 @@ pub fn spawn_delivery(
                         write_cursor(&store, name, cursor);
                         backoff = Duration::from_secs(1);
                     }
+                    // Sending it again would fail the same way: give it up
+                    // rather than hold up every window behind it forever.
+                    Err(e @ SendError::Permanent(_)) => {
+                        counters.dropped.fetch_add(n, Ordering::Relaxed);
+                        errors.say(format!("{name}: {e}; the window was dropped (sending it again would fail the same way)"));
+                        cursor = seg.header.end_ms;
+                        write_cursor(&store, name, cursor);
+                        backoff = Duration::from_secs(1);
+                    }
                     Err(e) => {
                         counters.failed.fetch_add(1, Ordering::Relaxed);
                         errors.say(format!("{name}: {e}; retrying in up to {} s", MAX_BACKOFF.as_secs()));
@@ -245,9 +258,9 @@ pub struct PprofDir {
 
 impl PprofDir {
     /// Write into `dir` (created mode 0700 if missing).
-    pub fn new(dir: &std::path::Path, labels: Labels, max_bytes: u64, max_age: Duration) -> Result<PprofDir, String> {
+    pub fn new(dir: &std::path::Path, labels: Labels, max_bytes: u64, max_age: Duration) -> Result<PprofDir, ExportError> {
         // The files hold every process's command lines and stacks: as the store.
-        crate::store::private_dir(dir, "the pprof directory").map_err(|e| format!("{e}; give another with --pprof-dir"))?;
+        crate::store::private_dir(dir, "the pprof directory")?;
         Ok(PprofDir { dir: dir.to_path_buf(), labels, max_bytes, max_age })
     }
 
@@ -283,22 +296,13 @@ impl Exporter for PprofDir {
         "pprof"
     }
 
-    fn send(&mut self, rec: &Recording) -> Result<u64, String> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
+    fn send(&mut self, rec: &Recording) -> Result<u64, SendError> {
         let bytes = pprof::encode_gzip(rec, &self.labels);
         let end = rec.start_wall_ms + rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e6;
         let path = self.dir.join(format!("{:013}-{:013}.pb.gz", rec.start_wall_ms.max(0.0) as u64, end.max(0.0) as u64));
-        let tmp = self.dir.join(format!(".tmp-{}.pb.gz", crate::sys::random::random_suffix()));
-        let r = (|| {
-            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).mode(0o600).open(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)
-        })();
-        if let Err(e) = r {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(format!("cannot write {}: {e}", path.display()));
+        if let Err(e) = crate::sys::atomic_file::write(&path, ".pb.gz", &bytes) {
+            // A full disk frees up; a directory made read-only is fixed.
+            return Err(SendError::Transient(format!("cannot write {}: {e}", path.display())));
         }
         self.retain();
         Ok(bytes.len() as u64)
@@ -308,6 +312,73 @@ impl Exporter for PprofDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An exporter that answers from a script (then Ok) and notes the
+    /// window of each call.
+    struct Scripted {
+        answers: std::collections::VecDeque<Result<u64, SendError>>,
+        calls: Arc<Mutex<Vec<f64>>>,
+    }
+
+    impl Exporter for Scripted {
+        fn name(&self) -> &'static str {
+            "scripted"
+        }
+
+        fn send(&mut self, rec: &Recording) -> Result<u64, SendError> {
+            self.calls.lock().unwrap().push(rec.start_wall_ms);
+            self.answers.pop_front().unwrap_or(Ok(1))
+        }
+    }
+
+    /// Two windows in a fresh store, delivered by an exporter that answers
+    /// `answers` first; returns its calls (by window start) and counters
+    /// once the second window is delivered.
+    fn deliver(name: &str, answers: Vec<Result<u64, SendError>>) -> (Vec<f64>, Arc<ExportCounters>) {
+        let d = std::env::temp_dir().join(format!("sysprof-delivery-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let store = Store::open(&d, true).unwrap();
+        let t0 = 1_800_000_000_000.0;
+        let mut index = Vec::new();
+        for i in 0..2u64 {
+            let mut r = crate::store::segment::tests::sample_recording(1_000_000_000 + i * 10_000_000_000);
+            r.start_wall_ms = t0 + i as f64 * 10_000.0;
+            let span = crate::store::segment::WindowSpan { start_ms: r.start_wall_ms, end_ms: r.start_wall_ms + 10_000.0 };
+            index.push(store.write(r, vec![span], 0).unwrap());
+        }
+        let feed = Arc::new(StoreFeed::default());
+        feed.publish(&index);
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let counters = Arc::new(ExportCounters::default());
+        let exporter = Box::new(Scripted { answers: answers.into(), calls: calls.clone() });
+        let thread = spawn_delivery(exporter, store, feed.clone(), counters.clone(), 0.0, 100);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while calls.lock().unwrap().last() != Some(&(t0 + 10_000.0)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        feed.stopping.store(true, Ordering::Relaxed);
+        feed.publish(&index);
+        thread.join().unwrap();
+        let _ = std::fs::remove_dir_all(&d);
+        let calls = calls.lock().unwrap().clone();
+        (calls, counters)
+    }
+
+    /// Check that a window refused for good (a permanent error) is sent
+    /// once, counted as dropped, not as a failed attempt, and that the next
+    /// window is delivered after it; and that a transient error is counted
+    /// as a failed attempt and the same window sent again until it goes.
+    #[test]
+    fn permanent_errors_drop_the_window_and_transient_ones_retry_it() {
+        let t0 = 1_800_000_000_000.0;
+        let (calls, c) = deliver("permanent", vec![Err(SendError::Permanent("x answered 400 Bad Request".into()))]);
+        assert_eq!(calls, vec![t0, t0 + 10_000.0], "the refused window is not sent again");
+        assert_eq!((c.sent.load(Ordering::Relaxed), c.dropped.load(Ordering::Relaxed), c.failed.load(Ordering::Relaxed)), (1, 1, 0));
+
+        let (calls, c) = deliver("transient", vec![Err(SendError::Transient("x answered 503 Service Unavailable".into()))]);
+        assert_eq!(calls, vec![t0, t0, t0 + 10_000.0], "the window that failed is sent again");
+        assert_eq!((c.sent.load(Ordering::Relaxed), c.dropped.load(Ordering::Relaxed), c.failed.load(Ordering::Relaxed)), (2, 0, 1));
+    }
 
     /// Check that a pprof directory others can write, a symlink and another
     /// user's directory are refused, and a private one taken.
@@ -321,18 +392,18 @@ mod tests {
         let open = dir.join("open");
         std::fs::create_dir_all(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = PprofDir::new(&open, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused");
+        let e = PprofDir::new(&open, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused").to_string();
         assert!(e.contains("can be written by others") && e.contains("--pprof-dir"), "{e}");
         let link = dir.join("link");
         std::os::unix::fs::symlink(&private, &link).unwrap();
-        let e = PprofDir::new(&link, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused");
+        let e = PprofDir::new(&link, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused").to_string();
         assert!(e.contains("is a symlink"), "{e}");
         // Another user's directory (only root can make one to test with).
         if unsafe { libc::geteuid() } == 0 {
             let theirs = dir.join("theirs");
             std::fs::create_dir_all(&theirs).unwrap();
             std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
-            let e = PprofDir::new(&theirs, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused");
+            let e = PprofDir::new(&theirs, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused").to_string();
             assert!(e.contains("belongs to uid 65534"), "{e}");
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -20,7 +20,7 @@ use opentelemetry_proto::tonic::profiles::v1development as pb;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use rustc_hash::FxHashMap;
 
-use super::{CgroupIdentity, Labels};
+use super::{CgroupIdentity, ExportError, Labels, SendError};
 use crate::model::recording::{ProcessRecord, Recording, NO_LIB};
 use crate::model::stack_tree::NO_PARENT;
 
@@ -304,27 +304,25 @@ const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 impl OtlpClient {
     /// A client for `endpoint` (`http://` or `https://`), with `ca` (PEM)
     /// instead of the system's roots, and `headers` on every request.
-    pub fn new(endpoint: &str, ca: Option<&std::path::Path>, headers: &[(String, String)], labels: Labels) -> Result<OtlpClient, String> {
+    pub fn new(endpoint: &str, ca: Option<&std::path::Path>, headers: &[(String, String)], labels: Labels) -> Result<OtlpClient, ExportError> {
         let ca = match ca {
-            Some(p) => Some(std::fs::read(p).map_err(|e| format!("cannot read the OTLP CA file {}: {e}", p.display()))?),
+            Some(p) => Some(std::fs::read(p).map_err(|source| ExportError::ReadCa { path: p.to_path_buf(), source })?),
             None => None,
         };
         let mut parsed = Vec::new();
         for (k, v) in headers {
-            let key = k.parse().map_err(|_| format!("otlp-header {k:?}: not a valid gRPC metadata key"))?;
-            let value = v.parse().map_err(|_| format!("otlp-header {k}: the value is not printable ASCII"))?;
+            let key = k.parse().map_err(|_| ExportError::HeaderKey(k.clone()))?;
+            let value = v.parse().map_err(|_| ExportError::HeaderValue(k.clone()))?;
             parsed.push((key, value));
         }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the OTLP exporter's event loop: {e}"))?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ExportError::OtlpRuntime)?;
         Ok(OtlpClient { endpoint: endpoint.to_string(), ca, headers: parsed, runtime, client: None, labels })
     }
 
-    async fn connect(&self) -> Result<ProfilesServiceClient<tonic::transport::Channel>, String> {
+    async fn connect(&self) -> Result<ProfilesServiceClient<tonic::transport::Channel>, SendError> {
+        // An endpoint or TLS setting that does not parse will not parse later.
         let mut ep = tonic::transport::Endpoint::from_shared(self.endpoint.clone())
-            .map_err(|e| format!("{}: {e}", self.endpoint))?
+            .map_err(|e| SendError::Permanent(format!("{}: {e}", self.endpoint)))?
             .connect_timeout(std::time::Duration::from_secs(10))
             .timeout(TIMEOUT);
         if self.endpoint.starts_with("https://") {
@@ -333,9 +331,11 @@ impl OtlpClient {
                 Some(pem) => tls.ca_certificate(tonic::transport::Certificate::from_pem(pem)),
                 None => tls.with_native_roots(),
             };
-            ep = ep.tls_config(tls).map_err(|e| format!("TLS for {}: {e}", self.endpoint))?;
+            ep = ep.tls_config(tls).map_err(|e| SendError::Permanent(format!("TLS for {}: {e}", self.endpoint)))?;
         }
-        let channel = ep.connect().await.map_err(|e| format!("cannot connect to {}: {}", self.endpoint, crate::error::error_chain(&e)))?;
+        // Refused, reset, unreachable, a handshake cut short: it may be up later.
+        let channel =
+            ep.connect().await.map_err(|e| SendError::Transient(format!("cannot connect to {}: {}", self.endpoint, crate::error::error_chain(&e))))?;
         Ok(ProfilesServiceClient::new(channel)
             .send_compressed(tonic::codec::CompressionEncoding::Gzip)
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
@@ -348,7 +348,7 @@ impl super::Exporter for OtlpClient {
         "otlp"
     }
 
-    fn send(&mut self, rec: &Recording) -> Result<u64, String> {
+    fn send(&mut self, rec: &Recording) -> Result<u64, SendError> {
         let request = build(rec, &self.labels);
         if request.resource_profiles.is_empty() {
             return Ok(0);
@@ -369,12 +369,13 @@ impl super::Exporter for OtlpClient {
             Ok(Ok(resp)) => {
                 self.client = Some(client);
                 if let Some(p) = resp.into_inner().partial_success.filter(|p| p.rejected_profiles > 0) {
-                    return Err(format!("{} rejected {} profiles: {}", self.endpoint, p.rejected_profiles, p.error_message));
+                    // It took the rest: sending it all again would duplicate that.
+                    return Err(SendError::Permanent(format!("{} rejected {} profiles: {}", self.endpoint, p.rejected_profiles, p.error_message)));
                 }
                 Ok(bytes)
             }
-            Ok(Err(status)) => Err(format!("{} answered {:?}: {}", self.endpoint, status.code(), status.message())),
-            Err(_) => Err(format!("{} did not answer within {} s", self.endpoint, TIMEOUT.as_secs())),
+            Ok(Err(status)) => Err(SendError::grpc(status.code(), format!("{} answered {:?}: {}", self.endpoint, status.code(), status.message()))),
+            Err(_) => Err(SendError::Transient(format!("{} did not answer within {} s", self.endpoint, TIMEOUT.as_secs()))),
         }
     }
 }

@@ -10,7 +10,7 @@
 //! types). Auth: basic (user and password), a bearer token, and the
 //! `X-Scope-OrgID` tenant header.
 
-use super::{CgroupIdentity, Labels};
+use super::{CgroupIdentity, ExportError, Labels, SendError};
 use crate::model::recording::Recording;
 
 /// A Pyroscope server and how to talk to it.
@@ -33,12 +33,12 @@ fn clean(v: &str) -> String {
 
 impl PyroscopeClient {
     /// A client for the server at `url`.
-    pub fn new(url: &str, basic: Option<(String, String)>, token: Option<String>, tenant: Option<String>, labels: Labels) -> Result<PyroscopeClient, String> {
+    pub fn new(url: &str, basic: Option<(String, String)>, token: Option<String>, tenant: Option<String>, labels: Labels) -> Result<PyroscopeClient, ExportError> {
         let client = reqwest::blocking::Client::builder()
             .timeout(std::time::Duration::from_secs(30))
             .connect_timeout(std::time::Duration::from_secs(10))
             .build()
-            .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+            .map_err(ExportError::HttpClient)?;
         Ok(PyroscopeClient { url: url.trim_end_matches('/').to_string(), basic, token, tenant, client, labels, progress: None })
     }
 
@@ -60,7 +60,7 @@ impl super::Exporter for PyroscopeClient {
         "pyroscope"
     }
 
-    fn send(&mut self, rec: &Recording) -> Result<u64, String> {
+    fn send(&mut self, rec: &Recording) -> Result<u64, SendError> {
         let from = (rec.start_wall_ms / 1e3).floor() as u64;
         let until = ((rec.start_wall_ms + rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e6) / 1e3).ceil() as u64;
         let rate = (1000.0 / rec.interval_ms).round() as u64;
@@ -77,7 +77,8 @@ impl super::Exporter for PyroscopeClient {
             let start_ns = p.start_ns;
             let body = super::pprof::gzip(&super::pprof::build_filtered(rec, &self.labels, &|q| q.pid == pid && q.start_ns == start_ns));
             bytes += body.len() as u64;
-            let part = reqwest::blocking::multipart::Part::bytes(body).file_name("profile.pprof").mime_str("application/octet-stream").map_err(|e| e.to_string())?;
+            let part = reqwest::blocking::multipart::Part::bytes(body).file_name("profile.pprof").mime_str("application/octet-stream")
+                .map_err(|e| SendError::Permanent(e.to_string()))?;
             let form = reqwest::blocking::multipart::Form::new().part("profile", part);
             let name = Self::series_name(p, &self.labels);
             let mut req = self
@@ -95,11 +96,20 @@ impl super::Exporter for PyroscopeClient {
             if let Some(t) = &self.tenant {
                 req = req.header("X-Scope-OrgID", t);
             }
-            let resp = req.send().map_err(|e| format!("{}: {}", self.url, e))?;
+            let resp = req.send().map_err(|e| {
+                let message = format!("{}: {}", self.url, e);
+                // A request that cannot be built (a bad URL) will not build later;
+                // connecting, timing out, a reset: the server may be back.
+                if e.is_builder() {
+                    SendError::Permanent(message)
+                } else {
+                    SendError::Transient(message)
+                }
+            })?;
             if !resp.status().is_success() {
                 let status = resp.status();
                 let text: String = resp.text().unwrap_or_default().chars().take(200).collect();
-                return Err(format!("{} answered {status}: {}", self.url, text.trim()));
+                return Err(SendError::http(status.as_u16(), format!("{} answered {status}: {}", self.url, text.trim())));
             }
             if let Some((_, done)) = self.progress.as_mut() {
                 done.push(pid);

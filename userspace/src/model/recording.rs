@@ -12,7 +12,7 @@ use super::symbols::AddrInfo;
 pub const NO_LIB: u32 = u32::MAX;
 
 /// A library (a binary file, or the kernel) that frames point into.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LibRecord {
     /// Path as the process saw it.
     pub path: String,
@@ -23,7 +23,7 @@ pub struct LibRecord {
 }
 
 /// One distinct code address.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FrameRecord {
     /// Index into [`Recording::libs`], or [`NO_LIB`] for an address in no known mapping.
     pub lib: u32,
@@ -39,7 +39,7 @@ pub struct FrameRecord {
 }
 
 /// Off-CPU time of one thread, as weighted samples (columns of equal length).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OffCpuSamples {
     /// When the interval started (switched out), ns.
     pub time_ns: Vec<u64>,
@@ -50,7 +50,7 @@ pub struct OffCpuSamples {
 }
 
 /// Why a thread was off-CPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffCpuReason {
     /// Still runnable: preempted, waiting for a CPU.
     Preempted,
@@ -85,7 +85,7 @@ impl OffCpuReason {
 }
 
 /// Who woke a thread.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waker {
     /// The waking task, or for an interrupt the task it interrupted.
     pub pid: u32,
@@ -114,7 +114,7 @@ impl Waker {
 }
 
 /// What a block request did, from its operation and flags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoOp {
     /// Read.
     Read,
@@ -174,7 +174,7 @@ pub fn io_flag_names(flags: u32) -> String {
 }
 
 /// Who ran in a per-CPU slice, for its category.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SliceKind {
     /// A user process.
     User,
@@ -185,7 +185,7 @@ pub enum SliceKind {
 }
 
 /// A marker on a thread's track.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum MarkerRecord {
     /// An off-CPU interval at least as long as the marker threshold.
     OffCpu {
@@ -247,7 +247,7 @@ pub enum MarkerRecord {
 }
 
 /// A counter track: a value over time.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CounterRecord {
     /// Name ("CPU usage", "Memory", "Disk read: sda", ...).
     pub name: String,
@@ -265,7 +265,7 @@ pub struct CounterRecord {
 }
 
 /// Samples of one thread, as columns of equal length, sorted by time.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ThreadSamples {
     /// CLOCK_MONOTONIC ns.
     pub time_ns: Vec<u64>,
@@ -278,7 +278,7 @@ pub struct ThreadSamples {
 }
 
 /// One thread.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ThreadRecord {
     /// Thread id.
     pub tid: u32,
@@ -299,7 +299,7 @@ pub struct ThreadRecord {
 }
 
 /// One process.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProcessRecord {
     /// Process id.
     pub pid: u32,
@@ -322,7 +322,7 @@ pub struct ProcessRecord {
 }
 
 /// Totals reported at the end of a recording.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RecordingStats {
     /// Samples decoded.
     pub samples: u64,
@@ -381,7 +381,7 @@ impl RecordingStats {
 }
 
 /// A finished recording.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default)]
 pub struct Recording {
     /// CLOCK_MONOTONIC ns when recording started.
     pub start_ns: u64,
@@ -414,7 +414,7 @@ pub struct Recording {
 }
 
 /// Which kind of interrupt a kernel stack ran in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InterruptKind {
     /// A hardware interrupt handler.
     Hard,
@@ -439,7 +439,7 @@ impl InterruptKind {
 }
 
 /// Unwinding totals, for the summary and the benchmarks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UnwindStats {
     /// Stacks unwound.
     pub unwinds: u64,

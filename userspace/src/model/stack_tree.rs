@@ -94,32 +94,6 @@ impl StackTree {
     }
 }
 
-/// Stored as its two columns, parents as distances back (small numbers,
-/// which compress); the index is rebuilt when read.
-impl serde::Serialize for StackTree {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let back: Vec<u32> = self.parent.iter().enumerate().map(|(n, &p)| if p == NO_PARENT { 0 } else { n as u32 - p }).collect();
-        (back, &self.key).serialize(s)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for StackTree {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<StackTree, D::Error> {
-        let (back, key): (Vec<u32>, Vec<u64>) = serde::Deserialize::deserialize(d)?;
-        let parent: Option<Vec<NodeIndex>> = back
-            .iter()
-            .enumerate()
-            .map(|(n, &b)| match b {
-                0 => Some(NO_PARENT),
-                b => (n as u32).checked_sub(b),
-            })
-            .collect();
-        parent
-            .and_then(|p| StackTree::from_columns(p, key))
-            .ok_or_else(|| serde::de::Error::custom("a stack's parent does not precede it"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! every frame of a recording from the symbolizer to the profile and store.
 
 /// One function at an address: the real one (depth 0) or an inlined call.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FuncAtAddr {
     /// Demangled function name.
     pub name: String,
@@ -14,7 +14,7 @@ pub struct FuncAtAddr {
 }
 
 /// What is known about one address.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct AddrInfo {
     /// Start of the containing symbol, in the same address space as the input.
     pub symbol_start: u64,

@@ -1,95 +1,122 @@
-//! The store's directory, opened once and used through its handle.
+//! The store's directory: checked before it is opened, then used through
+//! its handle ([`DirHandle`], in `sys::dir`: every file operation relative
+//! to the directory opened at start, never to its path).
 //!
-//! In: the path of a directory the agent writes (or `show` reads). Out: a
-//! [`DirHandle`] whose every file operation (create, open, rename, remove,
-//! list, fsync) is relative to the directory opened at start (`openat`,
-//! `renameat`, `unlinkat` with no symlink followed), never to its path: a
-//! user who swaps the directory for a symlink after start does not move a
-//! single write or retention delete. And [`check_ancestors`], which refuses
+//! In: the path of a directory the agent writes (or `show` reads). Out:
+//! [`check_ancestors`], which refuses
 //! a path inside a directory another user could change (they could swap
-//! the store, or a directory on the way to it, before it is opened).
+//! the store, or a directory on the way to it, before it is opened); and
+//! [`private_dir`], which makes a directory of ours nobody else can write
+//! (the store, the pprof directory) or refuses the one that is there.
 //!
 //! The path is kept only to name the directory in messages.
 
-use std::ffi::OsString;
-use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use rustix::fs::{AtFlags, Mode, OFlags};
+pub use crate::sys::dir::DirHandle;
 
-/// A directory held open; cloning shares the descriptor.
-#[derive(Debug, Clone)]
-pub struct DirHandle {
-    path: PathBuf,
-    fd: Arc<OwnedFd>,
+/// Why a directory of ours was refused or could not be made; `what` names
+/// it ("the store"), and the caller adds the option that chooses another.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    /// The path could not be made absolute.
+    #[error("cannot tell where {what} {} is: {source}", path.display())]
+    Locate {
+        /// What the directory is.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A directory on the way belongs to another user.
+    #[error("{what} {} is inside {}, which belongs to uid {uid}, who could swap it for a link to anywhere ({ANCESTOR_RULE})", path.display(), ancestor.display())]
+    AncestorOwner {
+        /// What the directory is.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// The directory on the way.
+        ancestor: PathBuf,
+        /// Its owner.
+        uid: u32,
+    },
+    /// A directory on the way can be written by others (no sticky bit).
+    #[error("{what} {} is inside {}, which others can write (mode {mode:o}) and so swap it for a link to anywhere ({ANCESTOR_RULE})", path.display(), ancestor.display())]
+    AncestorWritable {
+        /// What the directory is.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// The directory on the way.
+        ancestor: PathBuf,
+        /// Its mode.
+        mode: u32,
+    },
+    /// It could not be created.
+    #[error("cannot create {what} {}: {source}", path.display())]
+    Create {
+        /// What the directory is.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It could not be opened or its status read.
+    #[error("cannot open {what} {}: {source}", path.display())]
+    Open {
+        /// What the directory is.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A symlink is in its place.
+    #[error("{what} {} is a symlink, not the real directory", path.display())]
+    Symlink {
+        /// What the directory is.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+    },
+    /// Something else than a directory is in its place.
+    #[error("{what} {} is not a directory", path.display())]
+    NotADirectory {
+        /// What the directory is.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+    },
+    /// It belongs to another user.
+    #[error("{what} {} belongs to uid {uid}, not to us (uid {euid})", path.display())]
+    NotOurs {
+        /// What the directory is.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+        /// Our effective uid.
+        euid: u32,
+    },
+    /// Others can write it.
+    #[error("{what} {} can be written by others (mode {mode:o}); `chmod go-w` it", path.display())]
+    WritableByOthers {
+        /// What the directory is.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Its mode.
+        mode: u32,
+    },
 }
 
-impl DirHandle {
-    /// Open the directory `path` itself (a symlink in its place is refused).
-    pub fn open(path: &Path) -> std::io::Result<DirHandle> {
-        let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
-        Ok(DirHandle { path: path.to_path_buf(), fd: Arc::new(fd) })
-    }
-
-    /// The path it was opened at, for messages.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// `name`'s path, for messages.
-    pub fn display_path(&self, name: &str) -> PathBuf {
-        self.path.join(name)
-    }
-
-    /// The directory's own status (owner, mode), of what is open.
-    pub fn metadata(&self) -> std::io::Result<rustix::fs::Stat> {
-        Ok(rustix::fs::fstat(&*self.fd)?)
-    }
-
-    /// Create `name` (mode 0600) for writing; fails if anything, a symlink
-    /// included, is there.
-    pub fn create_new(&self, name: &str) -> std::io::Result<std::fs::File> {
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        Ok(rustix::fs::openat(&*self.fd, name, flags, Mode::from_raw_mode(0o600))?.into())
-    }
-
-    /// Open `name` for reading; a symlink is refused, and a FIFO does not
-    /// block the open (the caller checks it is a regular file).
-    pub fn open_read(&self, name: &str) -> std::io::Result<std::fs::File> {
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        Ok(rustix::fs::openat(&*self.fd, name, flags, Mode::empty())?.into())
-    }
-
-    /// Rename `from` to `to`, both in this directory (replacing `to`).
-    pub fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
-        Ok(rustix::fs::renameat(&*self.fd, from, &*self.fd, to)?)
-    }
-
-    /// Remove the file `name` (a symlink there is removed, not followed).
-    pub fn remove(&self, name: &str) -> std::io::Result<()> {
-        Ok(rustix::fs::unlinkat(&*self.fd, name, AtFlags::empty())?)
-    }
-
-    /// Make renames and removals in the directory durable.
-    pub fn sync(&self) -> std::io::Result<()> {
-        Ok(rustix::fs::fsync(&*self.fd)?)
-    }
-
-    /// The names in the directory, `.` and `..` left out.
-    pub fn names(&self) -> std::io::Result<Vec<OsString>> {
-        let mut out = Vec::new();
-        for entry in rustix::fs::Dir::read_from(&*self.fd)? {
-            let name = entry?.file_name().to_bytes().to_vec();
-            if name != b"." && name != b".." {
-                out.push(OsString::from_vec(name));
-            }
-        }
-        Ok(out)
-    }
-}
+/// What [`check_ancestors`] asks of the directories above (the caller adds
+/// which option chooses another place).
+const ANCESTOR_RULE: &str = "every directory above it must be root's and not writable by others";
 
 /// Refuse `path` (`what`, "the store", names it) when a directory on the
 /// way to it, as given or with its symlinks resolved, could be changed by
@@ -98,8 +125,8 @@ impl DirHandle {
 /// or removing what is not theirs, as in /tmp). Such a user could replace
 /// the directory, or one on its way, by a link to a place of their choosing
 /// before it is opened. Checks only what exists; creates nothing.
-pub fn check_ancestors(path: &Path, what: &str) -> Result<(), String> {
-    let absolute = std::path::absolute(path).map_err(|e| format!("cannot tell where {what} {} is: {e}", path.display()))?;
+pub fn check_ancestors(path: &Path, what: &'static str) -> Result<(), DirError> {
+    let absolute = std::path::absolute(path).map_err(|source| DirError::Locate { what, path: path.to_path_buf(), source })?;
     check_ancestors_of(&absolute, path, what)?;
     // The same with symlinks resolved, from the deepest part that exists.
     let existing = absolute.ancestors().find(|a| a.exists()).unwrap_or(Path::new("/"));
@@ -112,29 +139,44 @@ pub fn check_ancestors(path: &Path, what: &str) -> Result<(), String> {
 }
 
 /// [`check_ancestors`] over the lexical ancestors of the absolute `absolute`.
-fn check_ancestors_of(absolute: &Path, given: &Path, what: &str) -> Result<(), String> {
+fn check_ancestors_of(absolute: &Path, given: &Path, what: &'static str) -> Result<(), DirError> {
     // SAFETY: geteuid cannot fail.
     let euid = unsafe { libc::geteuid() };
     for ancestor in absolute.ancestors().skip(1) {
         let Ok(meta) = std::fs::symlink_metadata(ancestor) else { continue };
-        // The caller adds which option chooses another place.
-        let rule = "every directory above it must be root's and not writable by others";
         if meta.uid() != 0 && meta.uid() != euid {
-            return Err(format!(
-                "{what} {} is inside {}, which belongs to uid {}, who could swap it for a link to anywhere ({rule})",
-                given.display(),
-                ancestor.display(),
-                meta.uid()
-            ));
+            return Err(DirError::AncestorOwner { what, path: given.to_path_buf(), ancestor: ancestor.to_path_buf(), uid: meta.uid() });
         }
         if meta.is_dir() && meta.mode() & 0o022 != 0 && meta.mode() & libc::S_ISVTX == 0 {
-            return Err(format!(
-                "{what} {} is inside {}, which others can write (mode {:o}) and so swap it for a link to anywhere ({rule})",
-                given.display(),
-                ancestor.display(),
-                meta.mode() & 0o7777
-            ));
+            return Err(DirError::AncestorWritable { what, path: given.to_path_buf(), ancestor: ancestor.to_path_buf(), mode: meta.mode() & 0o7777 });
         }
+    }
+    Ok(())
+}
+
+/// Create `dir` (mode 0700) if it is missing and check that it is a
+/// directory of ours nobody else can write: a planted or shared directory
+/// would let its owner read, remove or replace what root writes there.
+/// `what` names it in errors ("the store"); the caller adds the option
+/// that chooses another.
+pub fn private_dir(dir: &Path, what: &'static str) -> Result<(), DirError> {
+    check_ancestors(dir, what)?;
+    let path = || dir.to_path_buf();
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|source| DirError::Create { what, path: path(), source })?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|source| DirError::Open { what, path: path(), source })?;
+    if meta.file_type().is_symlink() {
+        return Err(DirError::Symlink { what, path: path() });
+    }
+    if !meta.is_dir() {
+        return Err(DirError::NotADirectory { what, path: path() });
+    }
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != euid {
+        return Err(DirError::NotOurs { what, path: path(), uid: meta.uid(), euid });
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(DirError::WritableByOthers { what, path: path(), mode: meta.mode() & 0o7777 });
     }
     Ok(())
 }
@@ -160,40 +202,15 @@ mod tests {
         let shared = d.join("shared");
         std::fs::create_dir(&shared).unwrap();
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = check_ancestors(&shared.join("a/store"), "the store").unwrap_err();
+        let e = check_ancestors(&shared.join("a/store"), "the store").unwrap_err().to_string();
         assert!(e.contains("others can write") && e.contains("shared") && !e.contains('\n'), "{e}");
         // Through a link that hides it.
         std::os::unix::fs::symlink(&shared, d.join("link")).unwrap();
-        let e = check_ancestors(&d.join("link/store"), "the store").unwrap_err();
+        let e = check_ancestors(&d.join("link/store"), "the store").unwrap_err().to_string();
         assert!(e.contains("others can write"), "{e}");
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
         check_ancestors(&shared.join("a/store"), "the store").unwrap();
         check_ancestors(&d.join("store"), "the store").unwrap();
-        let _ = std::fs::remove_dir_all(&d);
-    }
-
-    /// Check that after the directory is opened, replacing it by a symlink
-    /// to another directory moves no create, rename or removal there: the
-    /// files land in (and go from) the directory that was opened.
-    #[test]
-    fn a_swapped_directory_does_not_redirect_the_handle() {
-        let d = dir("swap");
-        let (store, moved, target) = (d.join("store"), d.join("moved"), d.join("target"));
-        std::fs::create_dir(&store).unwrap();
-        std::fs::create_dir(&target).unwrap();
-        let handle = DirHandle::open(&store).unwrap();
-        std::fs::rename(&store, &moved).unwrap();
-        std::os::unix::fs::symlink(&target, &store).unwrap();
-        std::fs::write(target.join("victim.seg"), b"theirs").unwrap();
-        std::io::Write::write_all(&mut handle.create_new(".tmp").unwrap(), b"ours").unwrap();
-        handle.rename(".tmp", "a.seg").unwrap();
-        assert_eq!(handle.remove("victim.seg").unwrap_err().kind(), std::io::ErrorKind::NotFound);
-        assert_eq!(std::fs::read(moved.join("a.seg")).unwrap(), b"ours");
-        assert_eq!(handle.names().unwrap(), vec![OsString::from("a.seg")]);
-        assert_eq!(std::fs::read(target.join("victim.seg")).unwrap(), b"theirs", "the target's file is untouched");
-        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 1, "nothing was created in the target");
-        // And a symlink in the store's place is not opened at all.
-        assert!(DirHandle::open(&store).is_err());
         let _ = std::fs::remove_dir_all(&d);
     }
 }

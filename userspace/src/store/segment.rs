@@ -15,7 +15,8 @@
 //! 16  u32      CRC-32 of the header
 //! 20  H bytes  header: postcard SegmentHeader (time range, windows, totals,
 //!              payload length and CRC-32, uncompressed length)
-//! 20+H         payload: zstd of postcard Recording, its times in µs (the
+//! 20+H         payload: zstd of postcard StoredRecording (the store's own
+//!              types, [`super::format`]), its times in µs (the
 //!              profile's resolution) as differences from the previous one
 //!              (zigzag), durations and CPU times as amounts, markers' times
 //!              from their start: small numbers, which postcard's varints
@@ -30,7 +31,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::recording::{MarkerRecord, Recording};
+use super::format::{StoredMarker, StoredRecording};
+use crate::model::recording::Recording;
 
 /// First bytes of every segment.
 pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
@@ -52,6 +54,63 @@ pub struct WindowSpan {
     pub start_ms: f64,
     /// End, ms since the Unix epoch.
     pub end_ms: f64,
+}
+
+/// Why a segment could not be encoded, or its bytes are not one (each a
+/// line that follows "skipping FILE: " in the warnings).
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentError {
+    /// postcard could not encode the payload.
+    #[error("cannot encode the window: {0}")]
+    Encode(postcard::Error),
+    /// zstd could not compress the payload.
+    #[error("cannot compress the window: {0}")]
+    Compress(std::io::Error),
+    /// postcard could not encode the header.
+    #[error("cannot encode the header: {0}")]
+    EncodeHeader(postcard::Error),
+    /// The first bytes are not [`MAGIC`].
+    #[error("not a sysprof segment (bad magic)")]
+    BadMagic,
+    /// A format version this sysprof does not read.
+    #[error("segment format version {0}, this sysprof reads {VERSION}")]
+    Version(u16),
+    /// The reserved bytes are not 0.
+    #[error("reserved header bytes are set (damaged)")]
+    Reserved,
+    /// The header's length does not fit.
+    #[error("header length {0} does not fit the file")]
+    HeaderLength(usize),
+    /// The header's CRC does not match.
+    #[error("header checksum mismatch (damaged)")]
+    HeaderChecksum,
+    /// The header does not decode.
+    #[error("header does not decode: {0}")]
+    Header(postcard::Error),
+    /// The file's size is not what the header says.
+    #[error("{found} bytes, the header says {expected} (truncated or damaged)")]
+    Size {
+        /// The file's size.
+        found: u64,
+        /// What the header says it is.
+        expected: u64,
+    },
+    /// The payload's CRC does not match.
+    #[error("payload checksum mismatch (damaged)")]
+    PayloadChecksum,
+    /// The payload claims more than [`MAX_RAW_PAYLOAD`] uncompressed.
+    #[error("claims {0} bytes uncompressed, more than the {MAX_RAW_PAYLOAD} accepted")]
+    TooLarge(u64),
+    /// zstd could not decompress the payload.
+    #[error("payload does not decompress: {0}")]
+    Decompress(std::io::Error),
+    /// The payload does not decode.
+    #[error("payload does not decode: {0}")]
+    Payload(postcard::Error),
+    /// The payload decodes but does not hold together (a stack or frame out
+    /// of range, columns of different lengths): what is wrong.
+    #[error("{0}")]
+    Inconsistent(&'static str),
 }
 
 /// What a segment holds, readable without its payload.
@@ -80,13 +139,14 @@ pub struct SegmentHeader {
 }
 
 /// Encode `rec` (holding `windows`) as a segment at `level`, zstd level `zlevel`.
-pub fn encode(mut rec: Recording, windows: Vec<WindowSpan>, level: u8, zlevel: i32) -> Result<(SegmentHeader, Vec<u8>), String> {
+pub fn encode(rec: Recording, windows: Vec<WindowSpan>, level: u8, zlevel: i32) -> Result<(SegmentHeader, Vec<u8>), SegmentError> {
     let samples = rec.sample_count();
     let processes = rec.processes.len() as u32;
     let lost = rec.stats.lost_total();
-    times_to_deltas(&mut rec);
-    let raw = postcard::to_stdvec(&rec).map_err(|e| format!("cannot encode the window: {e}"))?;
-    let payload = zstd::bulk::compress(&raw, zlevel).map_err(|e| format!("cannot compress the window: {e}"))?;
+    let mut stored = StoredRecording::from(rec);
+    times_to_deltas(&mut stored);
+    let raw = postcard::to_stdvec(&stored).map_err(SegmentError::Encode)?;
+    let payload = zstd::bulk::compress(&raw, zlevel).map_err(SegmentError::Compress)?;
     let header = SegmentHeader {
         level,
         start_ms: windows.iter().map(|w| w.start_ms).fold(f64::INFINITY, f64::min),
@@ -99,7 +159,7 @@ pub fn encode(mut rec: Recording, windows: Vec<WindowSpan>, level: u8, zlevel: i
         payload_crc: crc32fast::hash(&payload),
         raw_len: raw.len() as u64,
     };
-    let hbytes = postcard::to_stdvec(&header).map_err(|e| format!("cannot encode the header: {e}"))?;
+    let hbytes = postcard::to_stdvec(&header).map_err(SegmentError::EncodeHeader)?;
     let mut out = Vec::with_capacity(PREFIX + hbytes.len() + payload.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
@@ -114,29 +174,29 @@ pub fn encode(mut rec: Recording, windows: Vec<WindowSpan>, level: u8, zlevel: i
 /// The header of a segment from its first bytes (at least the prefix and
 /// the header), checked; `file_len` is the whole file's size. Returns the
 /// header and where the payload starts.
-pub fn decode_header(bytes: &[u8], file_len: u64) -> Result<(SegmentHeader, usize), String> {
+pub fn decode_header(bytes: &[u8], file_len: u64) -> Result<(SegmentHeader, usize), SegmentError> {
     if bytes.len() < PREFIX || &bytes[..8] != MAGIC {
-        return Err("not a sysprof segment (bad magic)".into());
+        return Err(SegmentError::BadMagic);
     }
     let version = u16::from_le_bytes([bytes[8], bytes[9]]);
     if version != VERSION {
-        return Err(format!("segment format version {version}, this sysprof reads {VERSION}"));
+        return Err(SegmentError::Version(version));
     }
     if bytes[10] != 0 || bytes[11] != 0 {
-        return Err("reserved header bytes are set (damaged)".into());
+        return Err(SegmentError::Reserved);
     }
     let hlen = u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes")) as usize;
     let hcrc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
     if hlen > MAX_HEADER || PREFIX + hlen > bytes.len() {
-        return Err(format!("header length {hlen} does not fit the file"));
+        return Err(SegmentError::HeaderLength(hlen));
     }
     let hbytes = &bytes[PREFIX..PREFIX + hlen];
     if crc32fast::hash(hbytes) != hcrc {
-        return Err("header checksum mismatch (damaged)".into());
+        return Err(SegmentError::HeaderChecksum);
     }
-    let header: SegmentHeader = postcard::from_bytes(hbytes).map_err(|e| format!("header does not decode: {e}"))?;
+    let header: SegmentHeader = postcard::from_bytes(hbytes).map_err(SegmentError::Header)?;
     if (PREFIX + hlen) as u64 + header.payload_len != file_len {
-        return Err(format!("{} bytes, the header says {} (truncated or damaged)", file_len, (PREFIX + hlen) as u64 + header.payload_len));
+        return Err(SegmentError::Size { found: file_len, expected: (PREFIX + hlen) as u64 + header.payload_len });
     }
     Ok((header, PREFIX + hlen))
 }
@@ -151,18 +211,19 @@ pub fn header_read_len(prefix: &[u8]) -> Option<usize> {
 }
 
 /// The whole recording of a segment file's bytes, checked.
-pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), String> {
+pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> {
     let (header, at) = decode_header(bytes, bytes.len() as u64)?;
     let payload = &bytes[at..];
     if crc32fast::hash(payload) != header.payload_crc {
-        return Err("payload checksum mismatch (damaged)".into());
+        return Err(SegmentError::PayloadChecksum);
     }
     if header.raw_len > MAX_RAW_PAYLOAD {
-        return Err(format!("claims {} bytes uncompressed, more than the {} accepted", header.raw_len, MAX_RAW_PAYLOAD));
+        return Err(SegmentError::TooLarge(header.raw_len));
     }
-    let raw = zstd::bulk::decompress(payload, header.raw_len as usize).map_err(|e| format!("payload does not decompress: {e}"))?;
-    let mut rec: Recording = postcard::from_bytes(&raw).map_err(|e| format!("payload does not decode: {e}"))?;
-    deltas_to_times(&mut rec)?;
+    let raw = zstd::bulk::decompress(payload, header.raw_len as usize).map_err(SegmentError::Decompress)?;
+    let mut stored: StoredRecording = postcard::from_bytes(&raw).map_err(SegmentError::Payload)?;
+    deltas_to_times(&mut stored)?;
+    let rec = stored.into_model().ok_or(SegmentError::Inconsistent("a stack's parent does not precede it"))?;
     Ok((header, rec))
 }
 
@@ -220,24 +281,24 @@ fn from_amounts(v: &mut [u64]) {
 
 /// A marker's times: its start as a zigzag µs difference from `prev`
 /// (updated), its other times in µs from its start.
-fn marker_to_stored(m: &mut MarkerRecord, prev: &mut i64) {
+fn marker_to_stored(m: &mut StoredMarker, prev: &mut i64) {
     let rel = |t: u64, start: u64| (us(t) - us(start)).max(0) as u64;
     match m {
-        MarkerRecord::OffCpu { start_ns, end_ns, run_delay_ns, .. } => {
+        StoredMarker::OffCpu { start_ns, end_ns, run_delay_ns, .. } => {
             let s = *start_ns;
             *end_ns = rel(*end_ns, s);
             *run_delay_ns = run_delay_ns.map(|d| us(d) as u64);
             *start_ns = zigzag(us(s) - *prev);
             *prev = us(s);
         }
-        MarkerRecord::Io { start_ns, issue_ns, done_ns, .. } => {
+        StoredMarker::Io { start_ns, issue_ns, done_ns, .. } => {
             let s = *start_ns;
             *issue_ns = rel(*issue_ns, s);
             *done_ns = rel(*done_ns, s);
             *start_ns = zigzag(us(s) - *prev);
             *prev = us(s);
         }
-        MarkerRecord::OnCpu { start_ns, end_ns, .. } => {
+        StoredMarker::OnCpu { start_ns, end_ns, .. } => {
             let s = *start_ns;
             *end_ns = rel(*end_ns, s);
             *start_ns = zigzag(us(s) - *prev);
@@ -246,7 +307,7 @@ fn marker_to_stored(m: &mut MarkerRecord, prev: &mut i64) {
     }
 }
 
-fn marker_from_stored(m: &mut MarkerRecord, prev: &mut i64) {
+fn marker_from_stored(m: &mut StoredMarker, prev: &mut i64) {
     let ns = |t: i64| (t.max(0) as u64).saturating_mul(1000);
     let start = |z: &mut u64, prev: &mut i64| -> u64 {
         *prev = prev.wrapping_add(unzigzag(*z));
@@ -254,17 +315,17 @@ fn marker_from_stored(m: &mut MarkerRecord, prev: &mut i64) {
         *z
     };
     match m {
-        MarkerRecord::OffCpu { start_ns, end_ns, run_delay_ns, .. } => {
+        StoredMarker::OffCpu { start_ns, end_ns, run_delay_ns, .. } => {
             let s = start(start_ns, prev);
             *end_ns = s.saturating_add(end_ns.saturating_mul(1000));
             *run_delay_ns = run_delay_ns.map(|d| d.saturating_mul(1000));
         }
-        MarkerRecord::Io { start_ns, issue_ns, done_ns, .. } => {
+        StoredMarker::Io { start_ns, issue_ns, done_ns, .. } => {
             let s = start(start_ns, prev);
             *issue_ns = s.saturating_add(issue_ns.saturating_mul(1000));
             *done_ns = s.saturating_add(done_ns.saturating_mul(1000));
         }
-        MarkerRecord::OnCpu { start_ns, end_ns, .. } => {
+        StoredMarker::OnCpu { start_ns, end_ns, .. } => {
             let s = start(start_ns, prev);
             *end_ns = s.saturating_add(end_ns.saturating_mul(1000));
         }
@@ -274,7 +335,7 @@ fn marker_from_stored(m: &mut MarkerRecord, prev: &mut i64) {
 /// Times as stored: in µs (the profile's resolution), as short numbers
 /// that compress: each column's times as differences from the previous
 /// one, durations and CPU times as amounts, a marker's times from its start.
-fn times_to_deltas(rec: &mut Recording) {
+fn times_to_deltas(rec: &mut StoredRecording) {
     let base = us(rec.start_ns);
     for t in rec.processes.iter_mut().flat_map(|p| p.threads.iter_mut()) {
         to_deltas(&mut t.samples.time_ns, base);
@@ -303,17 +364,19 @@ fn times_to_deltas(rec: &mut Recording) {
 /// The reverse of [`times_to_deltas`]; checks the columns agree in length
 /// and stacks and frames are in range (a damaged payload must not make the
 /// profile writer index out of bounds).
-fn deltas_to_times(rec: &mut Recording) -> Result<(), String> {
+fn deltas_to_times(rec: &mut StoredRecording) -> Result<(), SegmentError> {
     let base = us(rec.start_ns);
-    let nodes = rec.stacks.len() as u32;
+    let nodes = rec.stacks.key.len() as u32;
     let frames = rec.frames.len() as u64;
-    let (_, keys) = rec.stacks.columns();
-    if keys.iter().any(|&k| k >= frames) {
-        return Err("a stack names a frame that does not exist".into());
+    if rec.stacks.back.len() != rec.stacks.key.len() {
+        return Err(SegmentError::Inconsistent("a stack's parent does not precede it"));
+    }
+    if rec.stacks.key.iter().any(|&k| k >= frames) {
+        return Err(SegmentError::Inconsistent("a stack names a frame that does not exist"));
     }
     let libs = rec.libs.len() as u32;
     if rec.frames.iter().any(|f| f.lib != crate::model::recording::NO_LIB && f.lib >= libs) {
-        return Err("a frame names a library that does not exist".into());
+        return Err(SegmentError::Inconsistent("a frame names a library that does not exist"));
     }
     for t in rec.processes.iter_mut().flat_map(|p| p.threads.iter_mut()) {
         let s = &mut t.samples;
@@ -324,17 +387,17 @@ fn deltas_to_times(rec: &mut Recording) -> Result<(), String> {
             || o.time_ns.len() != o.stack.len()
             || o.time_ns.len() != o.duration_ns.len()
         {
-            return Err("columns of a thread differ in length".into());
+            return Err(SegmentError::Inconsistent("columns of a thread differ in length"));
         }
         if s.stack.iter().chain(&o.stack).any(|&n| n >= nodes) {
-            return Err("a sample names a stack that does not exist".into());
+            return Err(SegmentError::Inconsistent("a sample names a stack that does not exist"));
         }
         for m in &t.markers {
-            if let crate::model::recording::MarkerRecord::OffCpu { waker_stack: Some(n), .. }
-            | crate::model::recording::MarkerRecord::Io { stack: Some(n), .. } = m
+            if let StoredMarker::OffCpu { waker_stack: Some(n), .. }
+            | StoredMarker::Io { stack: Some(n), .. } = m
             {
                 if *n >= nodes {
-                    return Err("a marker names a stack that does not exist".into());
+                    return Err(SegmentError::Inconsistent("a marker names a stack that does not exist"));
                 }
             }
         }
@@ -355,7 +418,7 @@ fn deltas_to_times(rec: &mut Recording) -> Result<(), String> {
     }
     for c in &mut rec.counters {
         if c.time_ns.len() != c.count.len() {
-            return Err("columns of a counter differ in length".into());
+            return Err(SegmentError::Inconsistent("columns of a counter differ in length"));
         }
         from_deltas(&mut c.time_ns, base);
     }
@@ -365,7 +428,8 @@ fn deltas_to_times(rec: &mut Recording) -> Result<(), String> {
 /// What each part of a recording costs in a segment (compressed alone, at
 /// `zlevel`): for working on the format, e.g. from a scratch tool.
 #[doc(hidden)]
-pub fn size_report(mut rec: Recording, zlevel: i32) -> Vec<(&'static str, usize)> {
+pub fn size_report(rec: Recording, zlevel: i32) -> Vec<(&'static str, usize)> {
+    let mut rec = StoredRecording::from(rec);
     times_to_deltas(&mut rec);
     fn z<T: serde::Serialize>(v: &T, zlevel: i32) -> usize {
         zstd::bulk::compress(&postcard::to_stdvec(v).unwrap_or_default(), zlevel).map(|c| c.len()).unwrap_or(0)
@@ -392,120 +456,4 @@ pub fn size_report(mut rec: Recording, zlevel: i32) -> Vec<(&'static str, usize)
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use crate::model::recording::*;
-    use crate::model::stack_tree::NO_PARENT;
-
-    pub(crate) fn sample_recording(start_ns: u64) -> Recording {
-        let mut rec = Recording { start_ns, end_ns: start_ns + 10_000_000_000, start_wall_ms: 1.7e12, interval_ms: 52.6, ..Default::default() };
-        rec.libs.push(LibRecord { path: "/usr/bin/x".into(), name: "x".into(), build_id: Some(vec![1, 2, 3]) });
-        rec.frames.push(FrameRecord { lib: 0, address: 0x1234, kernel: false, symbols: Default::default(), pseudo: false });
-        rec.frames.push(FrameRecord { lib: NO_LIB, address: 0x99, kernel: false, symbols: Default::default(), pseudo: false });
-        let a = rec.stacks.child(NO_PARENT, 0);
-        let b = rec.stacks.child(a, 1);
-        let samples = ThreadSamples { time_ns: vec![start_ns + 5000, start_ns + 52_000_000, start_ns + 104_000_000], stack: vec![a, b, b], cpu_delta_ns: vec![1000, 2000, 3000], cpu: vec![0; 3] };
-        rec.processes.push(ProcessRecord {
-            pid: 7,
-            name: "x".into(),
-            exe: None,
-            cmdline: "x --y".into(),
-            start_ns: None,
-            end_ns: None,
-            cgroup: None,
-            profiler: false,
-            threads: vec![ThreadRecord {
-                tid: 7,
-                name: "x".into(),
-                start_ns: None,
-                end_ns: None,
-                samples,
-                off_cpu: OffCpuSamples { time_ns: vec![start_ns.saturating_sub(3_000_000), start_ns + 7_000_000], stack: vec![a, b], duration_ns: vec![5_000_000, 1000] },
-                markers: vec![
-                    MarkerRecord::OffCpu {
-                        start_ns: start_ns.saturating_sub(3_000_000),
-                        end_ns: start_ns + 2_000_000,
-                        reason: OffCpuReason::Sleeping,
-                        run_delay_ns: Some(4000),
-                        waker: None,
-                        cpus: (0, 1),
-                        waker_stack: Some(b),
-                    },
-                    MarkerRecord::Io { start_ns: start_ns + 1000, issue_ns: start_ns + 2000, done_ns: start_ns + 9000, device: "sda".into(), op: IoOp::Read, flags: 0, bytes: 4096, sector: 8, error: 0, stack: None },
-                ],
-                switches: None,
-            }],
-        });
-        rec.counters.push(CounterRecord { name: "CPU usage".into(), category: "CPU".into(), description: String::new(), pid: 0, time_ns: vec![start_ns + 1000, start_ns + 2000], count: vec![1.0, 2.0] });
-        rec
-    }
-
-    /// Check that a recording whose times are whole µs comes back as it went
-    /// in (intervals that began before the window included), header too;
-    /// and that times in ns come back within half a µs, with sums of CPU
-    /// time within half a µs however many samples add up.
-    #[test]
-    fn times_round_to_microseconds_and_sums_hold() {
-        let mut rec = sample_recording(5_000_000_000);
-        let t = &mut rec.processes[0].threads[0];
-        t.samples.time_ns = (0..1000).map(|i| 5_000_000_000 + i * 52_631_579 + (i * 7919) % 1000).collect();
-        t.samples.cpu_delta_ns = (0..1000).map(|i| 52_000_000 + (i * 104_729) % 999).collect();
-        t.samples.stack = vec![0; 1000];
-        t.samples.cpu = vec![1; 1000];
-        let want_sum: u64 = t.samples.cpu_delta_ns.iter().sum();
-        let want_times = t.samples.time_ns.clone();
-        let (_, bytes) = encode(rec, vec![WindowSpan { start_ms: 0.0, end_ms: 1.0 }], 0, 3).unwrap();
-        let (_, back) = decode(&bytes).unwrap();
-        let t = &back.processes[0].threads[0];
-        let sum: u64 = t.samples.cpu_delta_ns.iter().sum();
-        assert!(sum.abs_diff(want_sum) <= 500, "{sum} vs {want_sum}");
-        for (a, b) in t.samples.time_ns.iter().zip(&want_times) {
-            assert!(a.abs_diff(*b) <= 500, "{a} vs {b}");
-        }
-    }
-
-    /// Check that a recording comes back as it went in, header included.
-    #[test]
-    fn round_trips() {
-        let rec = sample_recording(5_000_000_000);
-        let span = WindowSpan { start_ms: 1.7e12, end_ms: 1.7e12 + 10_000.0 };
-        let (h, bytes) = encode(rec.clone(), vec![span], 0, 3).unwrap();
-        let (h2, back) = decode(&bytes).unwrap();
-        assert_eq!(h, h2);
-        assert_eq!(h.samples, 3);
-        assert_eq!(back.processes, rec.processes);
-        assert_eq!(back.counters, rec.counters);
-        assert_eq!(back.frames, rec.frames);
-        assert_eq!(back.stacks.columns(), rec.stacks.columns());
-        let (h3, at) = decode_header(&bytes[..header_read_len(&bytes[..20]).unwrap()], bytes.len() as u64).unwrap();
-        assert_eq!(h3, h);
-        assert!(at < bytes.len());
-    }
-
-    /// Check that every single flipped byte and every truncation is an
-    /// error, never a panic or a wrong recording.
-    #[test]
-    fn damage_is_an_error() {
-        let (_, bytes) = encode(sample_recording(1), vec![WindowSpan { start_ms: 0.0, end_ms: 1.0 }], 0, 3).unwrap();
-        for i in 0..bytes.len() {
-            let mut d = bytes.clone();
-            d[i] ^= 0x5a;
-            assert!(decode(&d).is_err(), "byte {i} flipped went unnoticed");
-        }
-        for n in 0..bytes.len() {
-            assert!(decode(&bytes[..n]).is_err(), "truncated to {n} went unnoticed");
-        }
-    }
-
-    /// Check that a payload whose columns are inconsistent (written by a
-    /// buggy or hostile writer with valid checksums) is refused.
-    #[test]
-    fn inconsistent_payload_is_refused() {
-        let mut rec = sample_recording(1);
-        rec.processes[0].threads[0].samples.stack[1] = 99;
-        let (_, bytes) = encode(rec, vec![WindowSpan { start_ms: 0.0, end_ms: 1.0 }], 0, 3).unwrap();
-        let e = decode(&bytes).unwrap_err();
-        assert!(e.contains("stack that does not exist"), "{e}");
-    }
-}
-
+pub(crate) mod tests;

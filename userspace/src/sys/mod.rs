@@ -1,8 +1,11 @@
 //! The bottom layer: what sysprof asks of the operating system directly,
 //! with its `unsafe` in one place. In: libc and `/proc/self`. Out: the
-//! clock, random names, this process's resources, the online CPUs.
+//! clock, random names, this process's resources, the online CPUs, a
+//! directory held open and files replaced whole in it.
 
+pub mod atomic_file;
 pub mod clock;
 pub mod cpus;
+pub mod dir;
 pub mod process;
 pub mod random;

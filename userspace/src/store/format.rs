@@ -1,0 +1,242 @@
+//! The store's own types for a segment's payload, apart from the engine's.
+//!
+//! In: a [`Recording`](crate::model::recording::Recording) (the collector's output, which may grow a field or a
+//! counter at any time). Out: a [`StoredRecording`] that postcard encodes
+//! as segment format VERSION 2, and back, checked.
+//!
+//! Why separate types: postcard writes fields in declaration order with
+//! neither names nor a count, so a field added to the engine's structs
+//! (an unwinder counter in [`UnwindStats`](crate::model::recording::UnwindStats)) would silently change what a
+//! segment means and make every stored one decode wrong. Here each type
+//! mirrors, field for field and variant for variant in the same order,
+//! what VERSION 2 holds (tests/data/segment-v2.seg was written by the code
+//! before these types existed, and must still decode). A change to these
+//! types is a change of the format: it needs a new [`super::segment::VERSION`].
+//!
+//! Times are held as the model's ns here; [`super::segment`] turns them into
+//! µs differences in place before encoding (the same fields, other units).
+
+use serde::{Deserialize, Serialize};
+
+
+mod convert;
+
+/// A recording as a segment holds it ([`Recording`](crate::model::recording::Recording)'s fields, in its order).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StoredRecording {
+    pub start_ns: u64,
+    pub start_wall_ms: f64,
+    pub end_ns: u64,
+    pub interval_ms: f64,
+    pub processes: Vec<StoredProcess>,
+    pub libs: Vec<StoredLib>,
+    pub frames: Vec<StoredFrame>,
+    pub stacks: StoredStacks,
+    pub stats: StoredStats,
+    pub warnings: Vec<String>,
+    pub counters: Vec<StoredCounter>,
+    pub cpu_tracks: Vec<(u32, Vec<StoredMarker>)>,
+    pub off_cpu: bool,
+    pub notes: Vec<String>,
+}
+
+/// The stack tree as two columns: each node's distance back to its parent
+/// (0 for a root; small numbers, which compress) and its key.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StoredStacks {
+    pub back: Vec<u32>,
+    pub key: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredLib {
+    pub path: String,
+    pub name: String,
+    pub build_id: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredFrame {
+    pub lib: u32,
+    pub address: u64,
+    pub kernel: bool,
+    pub symbols: StoredAddrInfo,
+    pub pseudo: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredAddrInfo {
+    pub symbol_start: u64,
+    pub symbol_offset: u64,
+    pub symbol_size: Option<u64>,
+    pub funcs: Vec<StoredFunc>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredFunc {
+    pub name: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredProcess {
+    pub pid: u32,
+    pub name: String,
+    pub exe: Option<String>,
+    pub cmdline: String,
+    pub start_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    pub cgroup: Option<String>,
+    pub profiler: bool,
+    pub threads: Vec<StoredThread>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredThread {
+    pub tid: u32,
+    pub name: String,
+    pub start_ns: Option<u64>,
+    pub end_ns: Option<u64>,
+    pub samples: StoredSamples,
+    pub off_cpu: StoredOffCpu,
+    pub markers: Vec<StoredMarker>,
+    pub switches: Option<(u64, u64)>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredSamples {
+    pub time_ns: Vec<u64>,
+    pub stack: Vec<u32>,
+    pub cpu_delta_ns: Vec<u64>,
+    pub cpu: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredOffCpu {
+    pub time_ns: Vec<u64>,
+    pub stack: Vec<u32>,
+    pub duration_ns: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum StoredOffCpuReason {
+    Preempted,
+    Sleeping,
+    Blocked,
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum StoredInterruptKind {
+    Hard,
+    Soft,
+    Unknown,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredWaker {
+    pub pid: u32,
+    pub tid: u32,
+    pub name: String,
+    pub interrupt: Option<StoredInterruptKind>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum StoredIoOp {
+    Read,
+    Write,
+    Flush,
+    Discard,
+    SecureErase,
+    WriteZeroes,
+    Other(u32),
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum StoredSliceKind {
+    User,
+    Kernel,
+    Idle,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum StoredMarker {
+    OffCpu {
+        start_ns: u64,
+        end_ns: u64,
+        reason: StoredOffCpuReason,
+        run_delay_ns: Option<u64>,
+        waker: Option<StoredWaker>,
+        cpus: (u32, u32),
+        waker_stack: Option<u32>,
+    },
+    Io {
+        start_ns: u64,
+        issue_ns: u64,
+        done_ns: u64,
+        device: String,
+        op: StoredIoOp,
+        flags: u32,
+        bytes: u32,
+        sector: u64,
+        error: i32,
+        stack: Option<u32>,
+    },
+    OnCpu {
+        start_ns: u64,
+        end_ns: u64,
+        pid: u32,
+        tid: u32,
+        name: String,
+        kind: StoredSliceKind,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredCounter {
+    pub name: String,
+    pub category: String,
+    pub description: String,
+    pub pid: u32,
+    pub time_ns: Vec<u64>,
+    pub count: Vec<f64>,
+}
+
+/// [`RecordingStats`](crate::model::recording::RecordingStats) as VERSION 2 holds it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct StoredStats {
+    pub samples: u64,
+    pub samples_kept: u64,
+    pub lost_samples: u64,
+    pub kernel_stack_failures: u64,
+    pub user_stack_failures: u64,
+    pub lost_sideband: u64,
+    pub malformed: u64,
+    pub off_cpu_intervals: u64,
+    pub off_cpu_folded: u64,
+    pub off_cpu_end_inferred: u64,
+    pub io_requests: u64,
+    pub lost_events: u64,
+    pub lost_stacks: u64,
+    pub stack_records: u64,
+    pub stack_read_failures: u64,
+    pub stacks_not_kept: u64,
+    pub lost_state: u64,
+    pub io_untracked: u64,
+    pub processes_without_data: u64,
+    pub unwind: StoredUnwindStats,
+}
+
+/// [`UnwindStats`](crate::model::recording::UnwindStats) as VERSION 2 holds it: a counter the unwinder adds is
+/// not stored until a new version says where.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct StoredUnwindStats {
+    pub unwinds: u64,
+    pub reached_root: u64,
+    pub copy_exhausted: u64,
+    pub copy_exhausted_in_profiler: u64,
+    pub no_unwind_info: u64,
+    pub bad_return_address: u64,
+    pub unwind_ns: u64,
+}

@@ -1,0 +1,181 @@
+//! The store's tests: writing, querying, compaction, retention and its directory.
+use super::*;
+use crate::model::merge;
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sysprof-store-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn window(start_ms: f64, start_ns: u64) -> (Recording, Vec<WindowSpan>) {
+    let mut r = segment::tests::sample_recording(start_ns);
+    r.start_wall_ms = start_ms;
+    (r, vec![WindowSpan { start_ms, end_ms: start_ms + 10_000.0 }])
+}
+
+/// Check that windows written come back by range, that compaction
+/// keeps every window once (and a reader seeing both the compacted file
+/// and its inputs counts each window once), and that retention drops
+/// the oldest first.
+#[test]
+fn write_query_compact_retain() {
+    let d = dir("cycle");
+    let store = Store::open(&d, true).unwrap();
+    let t0 = 1_800_000_000_000.0; // a bucket boundary
+    let mut inputs = Vec::new();
+    for i in 0..6 {
+        let (r, w) = window(t0 + i as f64 * 10_000.0, 1_000_000_000 + i * 10_000_000_000);
+        inputs.push(store.write(r, w, 0).unwrap());
+    }
+    let q = store.query(t0, t0 + 60_000.0);
+    assert_eq!(q.recordings.len(), 6);
+    assert!(q.warnings.is_empty(), "{:?}", q.warnings);
+    let q = store.query(t0 + 25_000.0, t0 + 35_000.0);
+    assert_eq!(q.recordings.len(), 2, "windows 2 and 3 overlap the range");
+
+    // A compacted copy beside its inputs (as a killed compaction leaves it).
+    let recs: Vec<Recording> = inputs.iter().map(|s| store.read(s).unwrap()).collect();
+    let windows: Vec<WindowSpan> = inputs.iter().flat_map(|s| s.header.windows.clone()).collect();
+    let merged = merge::merge(recs);
+    assert_eq!(merged.sample_count(), 18);
+    store.write(merged, windows, 1).unwrap();
+    let q = store.query(t0, t0 + 60_000.0);
+    assert_eq!(q.recordings.len(), 1, "the compacted segment, not its inputs too");
+    assert_eq!(q.recordings[0].sample_count(), 18);
+    // The inputs a killed compaction left are removed.
+    let mut index = store.list().0;
+    assert_eq!(store.remove_superseded(&mut index), 6);
+    assert_eq!(store.list().0.len(), 1);
+
+    // Compaction of a finished bucket; an unfinished one is left alone.
+    let t1 = t0 + BUCKET_MS;
+    for i in 0..3 {
+        let (r, w) = window(t1 + i as f64 * 10_000.0, 700_000_000_000 + i * 10_000_000_000);
+        index.push(store.write(r, w, 0).unwrap());
+    }
+    let mut warnings = Vec::new();
+    assert_eq!(store.compact(&mut index, t1 + 30_000.0, &mut warnings), 0, "its bucket is not over");
+    assert_eq!(store.compact(&mut index, t1 + BUCKET_MS, &mut warnings), 1, "{warnings:?}");
+    assert_eq!(index.len(), 2);
+    assert_eq!(store.list().0.len(), 2);
+    let q = store.query(t1, t1 + BUCKET_MS);
+    assert_eq!(q.recordings.iter().map(|r| r.sample_count()).sum::<u64>(), 9);
+
+    // Retention: everything older than the age limit goes, then by size.
+    let r = store.enforce_retention(&mut index, u64::MAX, t1);
+    assert_eq!(r.removed, 1);
+    assert_eq!(store.list().0.len(), 1);
+    let r = store.enforce_retention(&mut index, 0, 0.0);
+    assert_eq!(r.removed, 1);
+    assert_eq!(r.bytes, 0);
+    assert!(index.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Check that a damaged segment is skipped with a warning naming it,
+/// and the others are still read.
+#[test]
+fn damaged_segment_is_a_warning() {
+    let d = dir("damaged");
+    let store = Store::open(&d, true).unwrap();
+    let t0 = 1_800_000_000_000.0;
+    let a = store.write(window(t0, 1).0, window(t0, 1).1, 0).unwrap();
+    store.write(window(t0 + 10_000.0, 2).0, window(t0 + 10_000.0, 2).1, 0).unwrap();
+    let mut bytes = std::fs::read(&a.path).unwrap();
+    let n = bytes.len();
+    bytes[n - 3] ^= 0xff;
+    std::fs::write(&a.path, &bytes).unwrap();
+    std::fs::write(d.join("0000000000001-0000000000002.L0.seg"), b"garbage").unwrap();
+    let q = store.query(0.0, f64::INFINITY);
+    assert_eq!(q.recordings.len(), 1);
+    assert_eq!(q.warnings.len(), 2, "{:?}", q.warnings);
+    assert!(q.warnings.iter().any(|w| w.contains(&a.path.display().to_string()) && w.contains("checksum")), "{:?}", q.warnings);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Check that once the store is open, swapping its directory for a
+/// symlink to another directory moves neither a segment write nor a
+/// retention delete there: the segment lands in the directory opened,
+/// and a file of the same name in the link's target survives retention.
+#[test]
+fn a_store_swapped_for_a_symlink_keeps_writing_where_it_was_opened() {
+    let d = dir("swapped");
+    std::fs::create_dir_all(&d).unwrap();
+    let (path, moved, target) = (d.join("store"), d.join("moved"), d.join("target"));
+    let store = Store::open(&path, true).unwrap();
+    std::fs::create_dir(&target).unwrap();
+    std::fs::rename(&path, &moved).unwrap();
+    std::os::unix::fs::symlink(&target, &path).unwrap();
+
+    let t0 = 1_800_000_000_000.0;
+    let (r, w) = window(t0, 1);
+    let seg = store.write(r, w, 0).unwrap();
+    let name = seg.path.file_name().unwrap().to_owned();
+    assert!(moved.join(&name).is_file(), "the segment is in the directory opened");
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0, "nothing was written through the link");
+    assert_eq!(store.query(0.0, f64::INFINITY).recordings.len(), 1, "read back through the handle");
+
+    std::fs::write(target.join(&name), b"not ours").unwrap();
+    let mut index = store.list().0;
+    assert_eq!(store.enforce_retention(&mut index, 0, 0.0).removed, 1);
+    assert!(!moved.join(&name).exists(), "retention removed our segment");
+    assert_eq!(std::fs::read(target.join(&name)).unwrap(), b"not ours", "retention deleted through the link");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Check that a small file (an exporter's cursor) is replaced whole and
+/// read back, leaves no temporary, and that a symlink in its place is
+/// not followed.
+#[test]
+fn small_files_are_replaced_and_links_not_followed() {
+    let d = dir("small");
+    let store = Store::open(&d, true).unwrap();
+    store.replace_small(".export-x.cursor", b"1.000\n").unwrap();
+    store.replace_small(".export-x.cursor", b"2.000\n").unwrap();
+    assert_eq!(store.read_small(".export-x.cursor").as_deref(), Some("2.000\n"));
+    let names: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, [".export-x.cursor"], "no temporary left");
+    let secret = d.with_extension("secret");
+    std::fs::write(&secret, b"3.000\n").unwrap();
+    std::os::unix::fs::symlink(&secret, d.join(".export-y.cursor")).unwrap();
+    assert_eq!(store.read_small(".export-y.cursor"), None);
+    let _ = std::fs::remove_file(&secret);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Check that a store directory others could write to, or a symlink,
+/// is refused with a line that says what to do.
+#[test]
+fn unsafe_directories_are_refused() {
+    let d = dir("unsafe");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let e = Store::open(&d, true).unwrap_err().to_string();
+    assert!(e.contains("chmod go-w"), "{e}");
+    let l = dir("unsafe-link");
+    std::os::unix::fs::symlink(&d, &l).unwrap();
+    let e = Store::open(&l, true).unwrap_err().to_string();
+    assert!(e.contains("symlink"), "{e}");
+    let _ = std::fs::remove_file(&l);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Check that a segment of a format version this sysprof does not read is
+/// skipped with one line that names the file and its version, and the
+/// others are still read.
+#[test]
+fn a_segment_of_another_version_is_refused_by_name_and_version() {
+    let d = dir("version");
+    let store = Store::open(&d, true).unwrap();
+    let t0 = 1_800_000_000_000.0;
+    let a = store.write(window(t0, 1).0, window(t0, 1).1, 0).unwrap();
+    store.write(window(t0 + 10_000.0, 2).0, window(t0 + 10_000.0, 2).1, 0).unwrap();
+    let mut bytes = std::fs::read(&a.path).unwrap();
+    bytes[8..10].copy_from_slice(&7u16.to_le_bytes());
+    std::fs::write(&a.path, &bytes).unwrap();
+    let q = store.query(0.0, f64::INFINITY);
+    assert_eq!(q.recordings.len(), 1);
+    assert_eq!(q.warnings, vec![format!("skipping {}: segment format version 7, this sysprof reads 2", a.path.display())]);
+    let _ = std::fs::remove_dir_all(&d);
+}
