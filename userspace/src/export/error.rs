@@ -80,7 +80,10 @@ impl SendError {
     pub fn http(status: u16, message: String) -> SendError {
         // 408 Request Timeout and 429 Too Many Requests are the 4xx that
         // say "later"; every 5xx is the server's trouble, not the request's.
-        if status == 408 || status == 429 || !(400..500).contains(&status) {
+        // 401 and 403 are the credentials, which an operator fixes: the
+        // windows wait in the store (within the backlog) rather than being
+        // dropped while a token is renewed.
+        if matches!(status, 401 | 403 | 408 | 429) || !(400..500).contains(&status) {
             SendError::Transient(message)
         } else {
             SendError::Permanent(message)
@@ -94,7 +97,8 @@ impl SendError {
     pub fn grpc(code: tonic::Code, message: String) -> SendError {
         use tonic::Code::*;
         match code {
-            InvalidArgument | NotFound | AlreadyExists | PermissionDenied | FailedPrecondition | Unimplemented | Unauthenticated => {
+            // Credentials (UNAUTHENTICATED, PERMISSION_DENIED) wait, as 401/403 do.
+            InvalidArgument | NotFound | AlreadyExists | FailedPrecondition | Unimplemented => {
                 SendError::Permanent(message)
             }
             // Unavailable, DeadlineExceeded, ResourceExhausted (429's twin),
@@ -109,23 +113,23 @@ mod tests {
     use super::*;
 
     /// Check that only what the request itself got wrong is permanent:
-    /// HTTP 400, 401, 403, 404, 413, 422 and their gRPC kin; and that
-    /// throttling (429, RESOURCE_EXHAUSTED), timeouts (408,
-    /// DEADLINE_EXCEEDED) and server trouble (500, 502, 503, 504,
-    /// UNAVAILABLE, INTERNAL) are retried.
+    /// HTTP 400, 404, 413, 422 and their gRPC kin; and that throttling
+    /// (429, RESOURCE_EXHAUSTED), timeouts (408, DEADLINE_EXCEEDED), server
+    /// trouble (500, 502, 503, 504, UNAVAILABLE, INTERNAL) and credentials
+    /// (401, 403, UNAUTHENTICATED, PERMISSION_DENIED) are retried.
     #[test]
     fn only_what_the_request_got_wrong_is_permanent() {
-        for status in [400, 401, 403, 404, 413, 415, 422] {
+        for status in [400, 404, 413, 415, 422] {
             assert!(!SendError::http(status, String::new()).is_transient(), "HTTP {status}");
         }
-        for status in [408, 429, 500, 502, 503, 504, 599] {
+        for status in [401, 403, 408, 429, 500, 502, 503, 504, 599] {
             assert!(SendError::http(status, String::new()).is_transient(), "HTTP {status}");
         }
         use tonic::Code;
-        for code in [Code::InvalidArgument, Code::Unauthenticated, Code::PermissionDenied, Code::Unimplemented, Code::NotFound] {
+        for code in [Code::InvalidArgument, Code::Unimplemented, Code::NotFound] {
             assert!(!SendError::grpc(code, String::new()).is_transient(), "{code:?}");
         }
-        for code in [Code::Unavailable, Code::DeadlineExceeded, Code::ResourceExhausted, Code::Internal, Code::Aborted, Code::Unknown] {
+        for code in [Code::Unavailable, Code::DeadlineExceeded, Code::ResourceExhausted, Code::Internal, Code::Aborted, Code::Unknown, Code::Unauthenticated, Code::PermissionDenied] {
             assert!(SendError::grpc(code, String::new()).is_transient(), "{code:?}");
         }
         // The line is the message, whichever kind.
