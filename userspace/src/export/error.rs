@@ -59,12 +59,12 @@ pub enum ExportError {
 pub enum SendError {
     /// May succeed later: the connection was refused or reset, the
     /// destination did not answer in time, or answered 408, 429 or 5xx (it
-    /// is down, overloaded or restarting), or a local write failed (a full
-    /// disk frees up).
+    /// is down, overloaded or restarting), or 401/403 (its credentials are
+    /// being fixed), or a local write failed (a full disk frees up).
     #[error("{0}")]
     Transient(String),
     /// Will fail the same way however often it is sent: the destination
-    /// answered 4xx (other than 408 and 429) or the gRPC equivalent, or
+    /// answered another 4xx or the gRPC equivalent, or
     /// rejected what it got, or the window could not be encoded.
     #[error("{0}")]
     Permanent(String),
