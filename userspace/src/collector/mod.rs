@@ -32,7 +32,7 @@ mod window;
 
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 use crate::bpf::abi::{
     self, EventRecord, FoldedEvent, IoEvent, OffCpuEvent, SampleView, StackEvent, StackView, ThreadEndEvent,
@@ -40,11 +40,13 @@ use crate::bpf::abi::{
     STACK_USTACK_FAILED, TASK_COMM_LEN,
 };
 use crate::sideband::proc_snapshot::ProcSnapshot;
-use crate::sideband::{MmapEvent, SidebandEvent};
+use crate::sideband::SidebandEvent;
+#[cfg(test)]
+use crate::sideband::MmapEvent;
 use crate::binaries::{BinaryIndex, Binaries};
 use crate::symbolize::kernel::{InterruptKind, KernelSymbols};
 use crate::unwind::{UnwindEnd, Unwinders};
-use process::{is_anonymous, ProcessTable};
+use process::ProcessTable;
 use crate::model::recording::*;
 use sched::{FoldedRecord, IoRecord, OffCpuRecord};
 use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
@@ -84,15 +86,8 @@ pub struct Collector {
     unwinders: Option<Unwinders>,
     kernel: Arc<KernelSymbols>,
     stacks: ThreadStacks,
-    /// jitdump files processes mapped (JITs map them so profilers find them).
-    jitdumps: FxHashMap<u32, BinaryIndex>,
-    /// cgroup of each process, read when it was first seen.
-    cgroups: FxHashMap<u32, (Option<String>, u64)>,
     /// Windows finished, for what is done every few windows.
     windows_finished: u64,
-    /// Processes with anonymous executable memory (JIT code): their
-    /// (uid, in-namespace pid), read when the mapping was first seen.
-    jit_processes: FxHashMap<u32, Option<(u32, u32)>>,
     /// Processes sampled since the last [`Collector::take_recent_pids`].
     recent_pids: FxHashSet<u32>,
     /// Samples received, all windows.
@@ -122,10 +117,7 @@ impl Collector {
             unwinders: options.dwarf.then(Unwinders::new),
             kernel: Arc::new(KernelSymbols::default()),
             stacks: ThreadStacks::default(),
-            jitdumps: FxHashMap::default(),
-            cgroups: FxHashMap::default(),
             windows_finished: 0,
-            jit_processes: FxHashMap::default(),
             recent_pids: FxHashSet::default(),
             samples_total: 0,
             symbolicator: crate::symbolize::Symbolicator::new(),
@@ -171,28 +163,13 @@ impl Collector {
     pub fn handle_snapshot(&mut self, snapshot: ProcSnapshot) {
         let bins: Vec<Vec<BinaryIndex>> =
             snapshot.processes.iter().map(|p| p.mappings.iter().map(|m| self.binaries.intern(m)).collect()).collect();
-        for (p, b) in snapshot.processes.iter().zip(&bins) {
-            self.cgroups.insert(p.pid, (p.cgroup.clone(), crate::sys::clock::monotonic_ns()));
-            for (m, &binary) in p.mappings.iter().zip(b) {
-                if is_anonymous(&m.path) {
-                    self.jit_processes.entry(p.pid).or_insert_with(|| crate::binaries::perfmap::process_identity(p.pid));
-                }
-                if crate::unwind::is_jitdump(&m.path) {
-                    self.jitdumps.insert(p.pid, binary);
-                }
-            }
-        }
-        if let Some(u) = self.unwinders.as_mut() {
-            for (p, b) in snapshot.processes.iter().zip(&bins) {
-                for (m, &binary) in p.mappings.iter().zip(b) {
-                    u.add_mapping(p.pid, m.start, m.len, m.pgoff, binary);
-                    if crate::unwind::is_jitdump(&m.path) {
-                        u.add_jitdump(p.pid, binary);
-                    }
-                }
-            }
-        }
         self.table.seed(&snapshot, &bins);
+        for (p, b) in snapshot.processes.iter().zip(&bins) {
+            self.table.live(p.pid).cgroup = Some((p.cgroup.clone(), crate::sys::clock::monotonic_ns()));
+            for (m, &binary) in p.mappings.iter().zip(b) {
+                self.mapped(p.pid, m.start, m.len, m.pgoff, &m.path, binary);
+            }
+        }
     }
 
     /// A user stack the kernel unwound, into `self.unwound` with a
@@ -546,49 +523,15 @@ impl Collector {
         }
     }
 
-    /// One sideband event.
+    /// One sideband event. A mapping's file is opened now, while the
+    /// process lives.
     pub fn handle_sideband(&mut self, e: SidebandEvent) {
-        // A new process: note its cgroup while it runs (it may be gone by
-        // the end). A child starts in its parent's cgroup: take the parent's
-        // when known (a fork storm would otherwise cost a /proc read each).
-        if let SidebandEvent::Fork { pid, ppid, tid, .. } = &e {
-            if pid != ppid && tid == pid {
-                let inherited = self.cgroups.get(ppid).cloned();
-                let entry = inherited.unwrap_or_else(|| (crate::sideband::proc_snapshot::read_cgroup(*pid), crate::sys::clock::monotonic_ns()));
-                self.cgroups.insert(*pid, entry);
-            }
-        }
-        if let Some(u) = self.unwinders.as_mut() {
-            match &e {
-                SidebandEvent::Comm { pid, exec: true, .. } => u.exec(*pid),
-                SidebandEvent::Fork { pid, ppid, tid, .. } if pid != ppid && tid == pid => u.fork(*ppid, *pid),
-                SidebandEvent::Exit { time, pid, tid } if tid == pid => u.exit(*pid, *time),
-                _ => {}
-            }
-        }
-        match e {
-            SidebandEvent::Mmap(m) => self.handle_mmap2(m),
-            other => self.window.sideband.push((other, None)),
-        }
-    }
-
-    /// An executable mapping: open its file now, while the process lives.
-    fn handle_mmap2(&mut self, m: MmapEvent) {
-        let binary = self.binaries.intern(&m);
-        if is_anonymous(&m.path) {
-            self.jit_processes.entry(m.pid).or_insert_with(|| crate::binaries::perfmap::process_identity(m.pid));
-        }
-        let jitdump = crate::unwind::is_jitdump(&m.path);
-        if jitdump {
-            self.jitdumps.insert(m.pid, binary);
-        }
-        if let Some(u) = self.unwinders.as_mut() {
-            u.add_mapping(m.pid, m.start, m.len, m.pgoff, binary);
-            if jitdump {
-                u.add_jitdump(m.pid, binary);
-            }
-        }
-        self.window.sideband.push((SidebandEvent::Mmap(m), Some(binary)));
+        let binary = match &e {
+            SidebandEvent::Mmap(m) => Some(self.binaries.intern(m)),
+            _ => None,
+        };
+        self.process_event(&e, binary);
+        self.window.sideband.push((e, binary));
     }
 
     /// Counter tracks polled during the window.

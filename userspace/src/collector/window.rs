@@ -75,7 +75,7 @@ impl Collector {
                 self.table.processes.values().map(|p| p.threads.len()).sum::<usize>(),
                 self.table.processes.values().map(|p| p.mappings.len()).sum::<usize>(),
                 self.binaries.open_count(),
-                self.cgroups.len(),
+                self.table.processes.values().filter(|p| p.live.cgroup.is_some()).count(),
                 self.stacks.sizes(),
             );
         }
@@ -139,7 +139,7 @@ impl Collector {
                 warnings.extend(k.take_refusal_warnings());
             }
         }
-        let jit = symbolicate::JitSources { processes: &self.jit_processes, dumps: &self.jitdumps };
+        let jit = symbolicate::JitSources(&self.table);
         let (libs, frames) = symbolicate::symbolicate(
             &mut self.binaries,
             &mut self.symbolicator,
