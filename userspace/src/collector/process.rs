@@ -292,3 +292,31 @@ impl ProcessTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that what was noted of a new process as its fork arrived
+    /// (before the window's replay reaches the fork) survives the fork's
+    /// replay, and that it goes with the process's entry once the window
+    /// that reported its exit is pruned: one removal forgets the pid.
+    #[test]
+    fn live_process_survives_its_fork_and_goes_with_its_exit() {
+        let mut table = ProcessTable::new(&PidFilter::All);
+        table.process(10).comm = "parent".into();
+        // As the fork arrives: its cgroup, a jitdump.
+        table.live(11).cgroup = Some((Some("/c.slice".into()), 5));
+        table.live(11).jitdump = Some(3);
+        // The window's replay.
+        table.apply(&SidebandEvent::Fork { time: 100, pid: 11, ppid: 10, tid: 11 }, None);
+        let child = &table.processes[&11];
+        assert_eq!(child.comm, "parent", "a child starts as a copy of its parent");
+        assert_eq!(child.live.cgroup, Some((Some("/c.slice".into()), 5)));
+        assert_eq!(child.live.jitdump, Some(3));
+        table.apply(&SidebandEvent::Exit { time: 150, pid: 11, tid: 11 }, None);
+        table.prune(200);
+        assert!(table.live_of(11).is_none(), "exited before the window's end: forgotten with all kept of it");
+        assert!(table.live_of(10).is_some(), "the parent lives on");
+    }
+}
