@@ -3,7 +3,9 @@
 //! While recording, one `handle_*` per record kind stores what arrives in
 //! the current window: samples as columns with their raw stacks interned in
 //! a prefix tree (no allocation per sample once the tree is warm), sideband
-//! events in a list, scheduler and I/O records with their stacks resolved
+//! events in a list (and, as each arrives, what is kept of its process
+//! beside the replay and the unwinders told, in one place: [`live`]),
+//! scheduler and I/O records with their stacks resolved
 //! from the thread's recent stack records ([`stacks`]). Every mapped binary
 //! is opened as soon as it is mapped ([`crate::binaries`]), and
 //! user stacks copied by the kernel are unwound as they arrive (the
