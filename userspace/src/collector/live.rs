@@ -158,31 +158,11 @@ impl Collector {
 mod tests {
     use super::super::{CollectorOptions, PidFilter};
     use super::*;
-    use crate::bpf::abi::SampleView;
     use crate::sideband::proc_snapshot::{ProcSnapshot, SnapshotProcess};
 
     /// Beyond pid_max (at most 2^22): no /proc entry, so nothing here is read from /proc.
     const PARENT: u32 = 5_000_001;
     const CHILD: u32 = 5_000_002;
-
-    fn sample(c: &mut Collector, time: u64, pid: u32) {
-        let ustack = [0x1000u64];
-        c.handle_sample(&SampleView {
-            cpu: 0,
-            time_ns: time,
-            sum_exec_runtime: 0,
-            pid,
-            tid: pid,
-            flags: 0,
-            comm: b"child",
-            kstack: &[],
-            ustack: &ustack,
-            user_regs: None,
-            kernel_unwound: None,
-            leaf_regs: None,
-            stack: &[],
-        });
-    }
 
     fn window(start_ns: u64, end_ns: u64) -> WindowRange {
         WindowRange { start_ns, end_ns, start_wall_ms: 0.0, interval_ms: 1.0, continuous: true }
@@ -194,7 +174,8 @@ mod tests {
     /// reported, while the parent's stays.
     #[test]
     fn a_child_inherits_its_parents_cgroup_and_it_goes_with_it() {
-        let mut c = Collector::new(PidFilter::All, CollectorOptions::default());
+        // Short-lived processes are reported without a sample (as the agent does).
+        let mut c = Collector::new(PidFilter::All, CollectorOptions { keep_short_lived: true, ..Default::default() });
         let parent = SnapshotProcess {
             pid: PARENT,
             ppid: 1,
@@ -208,10 +189,9 @@ mod tests {
         };
         c.handle_snapshot(ProcSnapshot { processes: vec![parent] });
         c.handle_sideband(SidebandEvent::Fork { time: 110, pid: CHILD, ppid: PARENT, tid: CHILD });
-        sample(&mut c, 120, CHILD);
         c.handle_sideband(SidebandEvent::Exit { time: 130, pid: CHILD, tid: CHILD });
         let rec = c.finish_window(window(100, 200));
-        let child = rec.processes.iter().find(|p| p.pid == CHILD).expect("the sampled child is reported");
+        let child = rec.processes.iter().find(|p| p.pid == CHILD).expect("the short-lived child is reported");
         assert_eq!(child.cgroup.as_deref(), Some("/system.slice/app.service"));
         assert!(c.table.live_of(CHILD).is_none(), "exited and reported: nothing of it kept");
         assert!(c.table.live_of(PARENT).is_some_and(|l| l.cgroup.is_some()), "the parent's stays");
