@@ -164,7 +164,9 @@ mod tests {
         assert_eq!(row_uid, unsafe { libc::geteuid() });
         assert_eq!(tcp_socket_uid(peer, server_addr).unwrap(), Some(row_uid), "the client's socket");
         assert_eq!(tcp_socket_uid(server_addr, peer).unwrap(), Some(row_uid), "the accepted socket");
-        let elsewhere = SocketAddr::new(peer.ip(), if peer.port() == 1 { 2 } else { 1 });
+        // A port nothing holds: one the kernel just gave and took back (a
+        // fixed port may have a listener of anybody's on it).
+        let elsewhere = std::net::TcpListener::bind(SocketAddr::new(peer.ip(), 0)).unwrap().local_addr().unwrap();
         assert_eq!(tcp_socket_uid(elsewhere, server_addr).unwrap(), None, "no socket there");
     }
 
