@@ -14,10 +14,9 @@ use rustc_hash::FxHashMap;
 use super::process::ProcessTable;
 use crate::model::recording::{MarkerRecord, OffCpuSamples, ThreadSamples};
 use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
-use super::{
-    WindowData, KERNEL_ADDR_MIN, TRUNCATED_BAD_RETURN_ADDRESS, TRUNCATED_COPY_EXHAUSTED, TRUNCATED_MAX_DEPTH, TRUNCATED_NO_UNWIND_INFO,
-    TRUNCATED_STACK_UNREADABLE, TRUNCATED_TABLES_NOT_READY, TRUNCATED_UNSUPPORTED_RULE,
-};
+use super::{WindowData, KERNEL_ADDR_MIN};
+use crate::model::recording::OffCpuReason;
+use crate::model::stack_end::StackEnd;
 
 /// A frame before symbolication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -41,69 +40,46 @@ pub(super) const PSEUDO_BINARY: u32 = u32::MAX - 2;
 
 /// Frames that are not code: why a thread was off-CPU, where a stack ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u64)]
 pub(super) enum PseudoFrame {
-    Preempted = 0,
-    Sleeping = 1,
-    Blocked = 2,
-    Other = 3,
-    ShortWaits = 4,
-    StackCopyExhausted = 5,
-    NoUnwindInfo = 6,
-    BadReturnAddress = 7,
-    StackNotKept = 8,
-    TablesNotReady = 9,
-    StackUnreadable = 10,
-    UnsupportedRule = 11,
-    MaxDepth = 12,
+    /// The off-CPU leaf of a reason.
+    OffCpu(OffCpuReason),
+    /// The root of short off-CPU waits, summed without their stacks.
+    ShortWaits,
+    /// Where a user stack was cut ([`StackEnd::Root`] is no frame).
+    End(StackEnd),
 }
 
+/// The off-CPU reasons in the order of their pseudo frame addresses (0 first).
+const REASONS: [OffCpuReason; 4] = [OffCpuReason::Preempted, OffCpuReason::Sleeping, OffCpuReason::Blocked, OffCpuReason::Other];
+/// The pseudo frame address of [`PseudoFrame::ShortWaits`]; cuts follow it,
+/// by their raw stack key.
+const SHORT_WAITS: u64 = 4;
+
 impl PseudoFrame {
-    pub fn from_address(a: u64) -> PseudoFrame {
-        match a {
-            0 => PseudoFrame::Preempted,
-            1 => PseudoFrame::Sleeping,
-            2 => PseudoFrame::Blocked,
-            3 => PseudoFrame::Other,
-            5 => PseudoFrame::StackCopyExhausted,
-            6 => PseudoFrame::NoUnwindInfo,
-            7 => PseudoFrame::BadReturnAddress,
-            8 => PseudoFrame::StackNotKept,
-            9 => PseudoFrame::TablesNotReady,
-            10 => PseudoFrame::StackUnreadable,
-            11 => PseudoFrame::UnsupportedRule,
-            12 => PseudoFrame::MaxDepth,
-            _ => PseudoFrame::ShortWaits,
+    /// Its `FrameKey::address`.
+    pub fn address(self) -> u64 {
+        match self {
+            PseudoFrame::OffCpu(r) => REASONS.iter().position(|&x| x == r).expect("every reason") as u64,
+            PseudoFrame::ShortWaits => SHORT_WAITS,
+            PseudoFrame::End(e) => SHORT_WAITS + e.raw_key().unwrap_or(0),
         }
     }
 
-    /// The off-CPU leaf of a reason.
-    pub fn of_reason(reason: crate::model::recording::OffCpuReason) -> PseudoFrame {
-        use crate::model::recording::OffCpuReason;
-        match reason {
-            OffCpuReason::Preempted => PseudoFrame::Preempted,
-            OffCpuReason::Sleeping => PseudoFrame::Sleeping,
-            OffCpuReason::Blocked => PseudoFrame::Blocked,
-            OffCpuReason::Other => PseudoFrame::Other,
+    pub fn from_address(a: u64) -> PseudoFrame {
+        match a {
+            0..SHORT_WAITS => PseudoFrame::OffCpu(REASONS[a as usize]),
+            _ => match StackEnd::from_raw_key(a - SHORT_WAITS) {
+                Some(e) => PseudoFrame::End(e),
+                None => PseudoFrame::ShortWaits,
+            },
         }
     }
 
     pub fn name(self) -> &'static str {
-        use crate::model::recording::OffCpuReason;
         match self {
-            PseudoFrame::Preempted => OffCpuReason::Preempted.frame_name(),
-            PseudoFrame::Sleeping => OffCpuReason::Sleeping.frame_name(),
-            PseudoFrame::Blocked => OffCpuReason::Blocked.frame_name(),
-            PseudoFrame::Other => OffCpuReason::Other.frame_name(),
+            PseudoFrame::OffCpu(r) => r.frame_name(),
             PseudoFrame::ShortWaits => "[short off-CPU waits: no stack]",
-            PseudoFrame::StackCopyExhausted => "[truncated: user stack copy exhausted (--stack-size)]",
-            PseudoFrame::NoUnwindInfo => "[truncated: no unwind information]",
-            PseudoFrame::BadReturnAddress => "[truncated: return address outside any code]",
-            PseudoFrame::StackNotKept => "[stack not available]",
-            PseudoFrame::TablesNotReady => "[truncated: unwind tables not loaded yet (the process had just started)]",
-            PseudoFrame::StackUnreadable => "[truncated: user stack not readable (not resident)]",
-            PseudoFrame::UnsupportedRule => "[truncated: an unwind rule the kernel unwinder cannot follow]",
-            PseudoFrame::MaxDepth => "[truncated: 1024 frames]",
+            PseudoFrame::End(e) => e.frame_name(),
         }
     }
 }
@@ -157,7 +133,7 @@ impl<'a> Replay<'a> {
 
     /// A pseudo frame under `parent`.
     pub fn pseudo(&mut self, parent: NodeIndex, p: PseudoFrame) -> NodeIndex {
-        let frame = self.frame(FrameKey { binary: PSEUDO_BINARY, address: p as u64, pid: 0 });
+        let frame = self.frame(FrameKey { binary: PSEUDO_BINARY, address: p.address(), pid: 0 });
         self.stacks.child(parent, frame as u64)
     }
 
@@ -220,18 +196,9 @@ impl<'a> Replay<'a> {
             // Return addresses point after the call; look up the call itself.
             let lookup = if depth == leaf { addr } else { addr.saturating_sub(1) };
             let key = match addr {
-                TRUNCATED_COPY_EXHAUSTED..=TRUNCATED_MAX_DEPTH => {
-                    let pseudo = match addr {
-                        TRUNCATED_COPY_EXHAUSTED => PseudoFrame::StackCopyExhausted,
-                        TRUNCATED_NO_UNWIND_INFO => PseudoFrame::NoUnwindInfo,
-                        TRUNCATED_BAD_RETURN_ADDRESS => PseudoFrame::BadReturnAddress,
-                        TRUNCATED_TABLES_NOT_READY => PseudoFrame::TablesNotReady,
-                        TRUNCATED_STACK_UNREADABLE => PseudoFrame::StackUnreadable,
-                        TRUNCATED_UNSUPPORTED_RULE => PseudoFrame::UnsupportedRule,
-                        TRUNCATED_MAX_DEPTH => PseudoFrame::MaxDepth,
-                        _ => PseudoFrame::StackNotKept,
-                    };
-                    FrameKey { binary: PSEUDO_BINARY, address: pseudo as u64, pid: 0 }
+                a if StackEnd::from_raw_key(a).is_some() => {
+                    let end = StackEnd::from_raw_key(a).expect("a cut");
+                    FrameKey { binary: PSEUDO_BINARY, address: PseudoFrame::End(end).address(), pid: 0 }
                 }
                 a if a >= KERNEL_ADDR_MIN => FrameKey { binary: KERNEL_BINARY, address: lookup, pid: 0 },
                 _ => match state.lookup(lookup) {
@@ -249,5 +216,51 @@ impl<'a> Replay<'a> {
             node = self.stacks.child(node, frame as u64);
         }
         node
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that every pseudo frame keeps the address and name it had
+    /// before the stack-end vocabulary was one (the table below is the old
+    /// numbering, written out), and that each address reads back as itself.
+    #[test]
+    fn pseudo_frames_keep_their_addresses_and_names() {
+        let old: [(u64, &str); 13] = [
+            (0, "[off-CPU: preempted, waiting for a CPU]"),
+            (1, "[off-CPU: sleeping]"),
+            (2, "[off-CPU: blocked, uninterruptible (I/O)]"),
+            (3, "[off-CPU: other state]"),
+            (4, "[short off-CPU waits: no stack]"),
+            (5, "[truncated: user stack copy exhausted (--stack-size)]"),
+            (6, "[truncated: no unwind information]"),
+            (7, "[truncated: return address outside any code]"),
+            (8, "[stack not available]"),
+            (9, "[truncated: unwind tables not loaded yet (the process had just started)]"),
+            (10, "[truncated: user stack not readable (not resident)]"),
+            (11, "[truncated: an unwind rule the kernel unwinder cannot follow]"),
+            (12, "[truncated: 1024 frames]"),
+        ];
+        for (address, name) in old {
+            let p = PseudoFrame::from_address(address);
+            assert_eq!(p.name(), name, "address {address}");
+            assert_eq!(p.address(), address, "{name}");
+        }
+        // The raw keys the collector used for cuts: 1..=3, 4 (not available), 5..=8.
+        let raw: [(u64, StackEnd); 8] = [
+            (1, StackEnd::CopyExhausted),
+            (2, StackEnd::NoUnwindInfo),
+            (3, StackEnd::BadReturnAddress),
+            (4, StackEnd::NotAvailable),
+            (5, StackEnd::TablesNotReady),
+            (6, StackEnd::Unreadable),
+            (7, StackEnd::UnsupportedRule),
+            (8, StackEnd::MaxDepth),
+        ];
+        for (key, end) in raw {
+            assert_eq!(end.raw_key(), Some(key));
+        }
     }
 }

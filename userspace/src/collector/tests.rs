@@ -42,11 +42,7 @@ fn sample(c: &mut Collector, time: u64, pid: u32, tid: u32, runtime: u64, ustack
         flags: 0,
         comm: b"app",
         kstack,
-        ustack,
-        user_regs: None,
-        kernel_unwound: None,
-        leaf_regs: None,
-        stack: &[],
+        user: UserStack::Frames(ustack),
     });
 }
 
@@ -72,7 +68,7 @@ fn stack_record(c: &mut Collector, pid: u32, tid: u32, id: u64, user: &[u64], ke
     };
     e.kstack[..kernel.len()].copy_from_slice(kernel);
     e.ustack[..user.len()].copy_from_slice(user);
-    let view = StackView { kstack: &e.kstack[..kernel.len()], ustack: &e.ustack[..user.len()], user_regs: None, stack: &[], kernel_unwound: None };
+    let view = StackView { kstack: &e.kstack[..kernel.len()], user: UserStack::Frames(&e.ustack[..user.len()]) };
     c.handle_event(EventRecord::Stack(&e, view));
 }
 

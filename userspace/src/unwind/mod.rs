@@ -271,20 +271,8 @@ impl ProcessUnwinder {
     }
 }
 
-/// How an unwind ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnwindEnd {
-    /// It reached the thread's root (framehop found the end of the stack).
-    Root,
-    /// The copied stack ended first: a deeper copy would have gone further.
-    StackCopyExhausted,
-    /// No usable unwind rule or frame pointer for some frame.
-    NoUnwindInfo,
-    /// A return address outside every executable mapping of the process:
-    /// what was read is no return address, and the walk stops before it.
-    BadReturnAddress,
-}
-
+pub use crate::bpf::abi::Regs;
+pub use crate::model::stack_end::StackEnd;
 pub use crate::model::recording::UnwindStats;
 
 
@@ -296,12 +284,12 @@ pub struct Unwinders {
     /// Exits in order: (when, pid), to forget processes once their last samples are in.
     exited: std::collections::VecDeque<(u64, u32)>,
     cache: Option<Box<CacheX86_64>>,
-    /// Totals.
-    pub stats: UnwindStats,
+    /// Totals since the last [`Unwinders::take_stats`].
+    stats: UnwindStats,
     /// Binaries whose unwind data could not be read, with why.
-    pub failures: Vec<String>,
+    failures: Vec<String>,
     /// The in-kernel unwinder's tables and process entries, when it runs.
-    pub kernel: Option<kernel::KernelTables>,
+    kernel: Option<kernel::KernelTables>,
     /// Per binary, where its code lies in the file (for the kernel's
     /// entries): None where it has no unwind data.
     layouts: FxHashMap<BinaryIndex, Option<Arc<Layout>>>,
@@ -598,32 +586,92 @@ impl Unwinders {
         self.processes.get(&pid).is_some_and(|p| p.is_entry(addr))
     }
 
-    /// Unwind one sample of `pid` from `regs` = (ip, sp, bp) over `stack`
+    /// Unwind one sample of `pid` from `regs` over `stack`
     /// (bytes from sp up). Appends return addresses, leaf (ip) first, to `out`.
-    pub fn unwind(&mut self, binaries: &Binaries, pid: u32, regs: (u64, u64, u64), stack: &[u8], out: &mut Vec<u64>, max: usize) -> UnwindEnd {
+    pub fn unwind(&mut self, binaries: &Binaries, pid: u32, regs: Regs, stack: &[u8], out: &mut Vec<u64>, max: usize) -> StackEnd {
         let started = std::time::Instant::now();
         let end = self.unwind_inner(binaries, pid, regs, stack, out, max);
         self.stats.unwind_ns += started.elapsed().as_nanos() as u64;
         self.stats.unwinds += 1;
         match end {
-            UnwindEnd::Root => self.stats.reached_root += 1,
-            UnwindEnd::StackCopyExhausted => {
+            StackEnd::Root => self.stats.reached_root += 1,
+            StackEnd::CopyExhausted => {
                 self.stats.copy_exhausted += 1;
                 if pid == std::process::id() {
                     self.stats.copy_exhausted_in_profiler += 1;
                 }
             }
-            UnwindEnd::NoUnwindInfo => self.stats.no_unwind_info += 1,
-            UnwindEnd::BadReturnAddress => self.stats.bad_return_address += 1,
+            StackEnd::BadReturnAddress => self.stats.bad_return_address += 1,
+            _ => self.stats.no_unwind_info += 1,
         }
         end
     }
 
-    fn unwind_inner(&mut self, binaries: &Binaries, pid: u32, regs: (u64, u64, u64), stack: &[u8], out: &mut Vec<u64>, max: usize) -> UnwindEnd {
+    /// A stack the kernel walked for `pid`, ended by `UNWIND_END_*` `end`
+    /// (hand-overs included), counted with the kernel's tables.
+    pub fn kernel_walked(&mut self, pid: u32, end: u32) {
+        if let Some(k) = self.kernel.as_mut() {
+            k.stats.ends[(end as usize).min(crate::bpf::abi::UNWIND_ENDS - 1)] += 1;
+            k.sampled(pid);
+        }
+    }
+
+    /// A stack the kernel walked to its end without handing over, counted
+    /// as this unwinder counts its own: a cut at the most frames as an
+    /// exhausted copy, every other cut as missing unwind information.
+    pub fn count_kernel_end(&mut self, end: StackEnd) {
+        let st = &mut self.stats;
+        st.unwinds += 1;
+        match end {
+            StackEnd::Root => st.reached_root += 1,
+            StackEnd::BadReturnAddress => st.bad_return_address += 1,
+            StackEnd::MaxDepth => st.copy_exhausted += 1,
+            _ => st.no_unwind_info += 1,
+        }
+    }
+
+    /// A stack the kernel could not read, replaced by the one its thread had
+    /// at a switch-out in the same system call: counted as whole after all.
+    pub fn recovered_from_switch(&mut self) {
+        self.stats.no_unwind_info = self.stats.no_unwind_info.saturating_sub(1);
+        self.stats.reached_root += 1;
+        if let Some(k) = self.kernel.as_mut() {
+            k.stats.recovered_from_switch += 1;
+        }
+    }
+
+    /// The totals since the last call, starting again from zero.
+    pub fn take_stats(&mut self) -> UnwindStats {
+        std::mem::take(&mut self.stats)
+    }
+
+    /// What went wrong since the last call, one line each: unwind data that
+    /// could not be read, tables not built, processes refused an entry.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        let mut warnings: Vec<String> =
+            self.failures.drain(..).map(|f| format!("cannot read unwind information of {f}; its frames are walked by frame pointer")).collect();
+        if let Some(k) = self.kernel.as_mut() {
+            warnings.extend(k.failures.drain(..).map(|f| format!("no in-kernel unwind table for {f}")));
+            warnings.extend(k.take_refusal_warnings());
+        }
+        warnings
+    }
+
+    /// What the in-kernel unwinder refused, per uid, all time (empty when it does not run).
+    pub fn kernel_refusals(&self) -> Vec<(u32, kernel::UidRefusals)> {
+        self.kernel.as_ref().map(|k| k.refusals()).unwrap_or_default()
+    }
+
+    /// The in-kernel unwinder's table totals, if it runs.
+    pub fn kernel_table_stats(&self) -> Option<kernel::KernelTableStats> {
+        self.kernel.as_ref().map(|k| k.stats)
+    }
+
+    fn unwind_inner(&mut self, binaries: &Binaries, pid: u32, regs: Regs, stack: &[u8], out: &mut Vec<u64>, max: usize) -> StackEnd {
         let Some(p) = self.processes.get_mut(&pid) else {
             // Unknown process (its mappings not seen): keep the leaf.
-            out.push(regs.0);
-            return UnwindEnd::NoUnwindInfo;
+            out.push(regs.ip);
+            return StackEnd::NoUnwindInfo;
         };
         p.poll_jitdump(binaries);
         if p.unwinder.is_none() {
@@ -652,7 +700,7 @@ impl Unwinders {
         }
         let p = &self.processes[&pid];
         let unwinder = p.unwinder.as_ref().expect("built");
-        let (ip, sp, bp) = regs;
+        let Regs { ip, sp, bp } = regs;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;
             let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
@@ -664,7 +712,7 @@ impl Unwinders {
         let first = out.len();
         loop {
             if out.len() >= max {
-                return UnwindEnd::StackCopyExhausted;
+                return StackEnd::CopyExhausted;
             }
             let end = match frames.next() {
                 Ok(Some(f)) => {
@@ -672,19 +720,19 @@ impl Unwinders {
                     // The first frame is the instruction pointer itself; every
                     // later one is a return address and must point into code.
                     if out.len() > first && !p.is_code(addr) {
-                        return UnwindEnd::BadReturnAddress;
+                        return StackEnd::BadReturnAddress;
                     }
                     out.push(addr);
                     continue;
                 }
-                Ok(None) => return UnwindEnd::Root,
-                Err(framehop::Error::CouldNotReadStack(addr)) if addr >= stack_end.saturating_sub(8) => UnwindEnd::StackCopyExhausted,
-                Err(_) => UnwindEnd::NoUnwindInfo
+                Ok(None) => return StackEnd::Root,
+                Err(framehop::Error::CouldNotReadStack(addr)) if addr >= stack_end.saturating_sub(8) => StackEnd::CopyExhausted,
+                Err(_) => StackEnd::NoUnwindInfo
             };
             // A stack that reached a program's entry function is whole,
             // whatever the unwinder makes of the nothing below it.
             if out.len() > first && p.is_entry(out[out.len() - 1]) {
-                return UnwindEnd::Root;
+                return StackEnd::Root;
             }
             return end;
         }
