@@ -3,29 +3,38 @@
 //! While recording, one `handle_*` per record kind stores what arrives in
 //! the current window: samples as columns with their raw stacks interned in
 //! a prefix tree (no allocation per sample once the tree is warm), sideband
-//! events in a list, scheduler and I/O records with their stacks resolved
+//! events in a list (and, as each arrives, what is kept of its process
+//! beside the replay and the unwinders told, in one place: [`live`]),
+//! scheduler and I/O records with their stacks resolved
 //! from the thread's recent stack records ([`stacks`]). Every mapped binary
 //! is opened as soon as it is mapped ([`crate::binaries`]), and
-//! user stacks copied by the kernel are unwound as they arrive.
+//! user stacks copied by the kernel are unwound as they arrive (the
+//! in-kernel unwinder's tables fed by [`kernel_unwinding`]). What the
+//! collector is asked for is [`options`].
 //!
-//! [`Collector::finish_window`] replays the window ([`replay`], [`sched`]):
+//! [`Collector::finish_window`] ([`window`]) replays the window ([`replay`], [`sched`]):
 //! samples, intervals and requests merged with the sideband in time order,
 //! so each stack is resolved with the mappings its process had at that
 //! moment; then it symbolicates each distinct frame once ([`symbolicate`])
 //! and returns the window as a [`Recording`]. What outlives a window stays:
 //! processes and their mappings ([`process`]), open binaries, unwinders,
-//! recent stacks of live threads. `record` finishes one window at the end;
-//! the agent finishes one every `--window` seconds.
+//! recent stacks of live threads; the agent lets go of what belongs to
+//! processes that are gone ([`live`]). `record` finishes one window at the
+//! end; the agent finishes one every `--window` seconds.
 
+mod kernel_unwinding;
+mod live;
+mod options;
 mod process;
 mod replay;
 mod sched;
 mod stacks;
 mod symbolicate;
+mod window;
 
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 use crate::bpf::abi::{
     self, EventRecord, FoldedEvent, IoEvent, OffCpuEvent, SampleView, StackEvent, StackView, ThreadEndEvent,
@@ -33,18 +42,21 @@ use crate::bpf::abi::{
     STACK_USTACK_FAILED, TASK_COMM_LEN,
 };
 use crate::sideband::proc_snapshot::ProcSnapshot;
-use crate::sideband::{MmapEvent, SidebandEvent};
+use crate::sideband::SidebandEvent;
+#[cfg(test)]
+use crate::sideband::MmapEvent;
 use crate::binaries::{BinaryIndex, Binaries};
 use crate::symbolize::kernel::{InterruptKind, KernelSymbols};
 use crate::bpf::abi::{KernelUnwound, Regs, UserStack};
 use crate::model::stack_end::StackEnd;
 use crate::unwind::Unwinders;
-use process::{is_anonymous, ProcessTable};
+use process::ProcessTable;
 use crate::model::recording::*;
-use replay::{Replay, ThreadData};
 use sched::{FoldedRecord, IoRecord, OffCpuRecord};
 use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
 use stacks::{StoredStack, ThreadStacks};
+pub use options::{CollectorOptions, PidFilter, WindowRange};
+use window::WindowData;
 
 /// Ends a user stack in `out` with the raw key of its cut ([`StackEnd::raw_key`]:
 /// placed at the root end, where no code lives), nothing for a whole stack.
@@ -55,116 +67,9 @@ fn push_cut(out: &mut Vec<u64>, end: StackEnd) {
 /// Kernel addresses on x86_64 and arm64 have the top bit set.
 const KERNEL_ADDR_MIN: u64 = 0x8000_0000_0000_0000;
 
-/// How long the agent trusts a process's cgroup as read.
-const CGROUP_REFRESH_NS: u64 = 60_000_000_000;
-/// Every how many windows the agent looks in /proc for processes whose exit it missed.
-const GONE_CHECK_WINDOWS: u64 = 6;
-
-/// Longest the start waits for the running processes' unwind tables.
-const KERNEL_TABLES_AT_START: std::time::Duration = std::time::Duration::from_secs(3);
-
 /// Most frames kept of one user stack.
 const MAX_USER_FRAMES: usize = 127;
 
-/// Which processes end up in the profile.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PidFilter {
-    /// Every process (`record -a`).
-    All,
-    /// These processes and every process they start during the recording.
-    Tree(Vec<u32>),
-}
-
-/// What the collector makes of what it receives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CollectorOptions {
-    /// Off-CPU intervals at least this long get a marker.
-    pub marker_min_ns: u64,
-    /// Build one track per CPU with on-CPU slices.
-    pub per_cpu: bool,
-    /// Off-CPU tracking was on (samples are then weighted by time).
-    pub off_cpu: bool,
-    /// Fetch missing debug files from debuginfod servers.
-    pub debuginfod: bool,
-    /// User stacks arrive as copies to unwind with DWARF (else as addresses).
-    pub dwarf: bool,
-    /// Keep every process that started in a window, even one without a
-    /// sample or event (the agent: short-lived processes are its blind spot).
-    pub keep_short_lived: bool,
-    /// What reading one binary may cost (the agent reads less DWARF).
-    pub elf_limits: crate::binaries::elf::ElfLimits,
-}
-
-impl Default for CollectorOptions {
-    fn default() -> Self {
-        CollectorOptions {
-            marker_min_ns: 1_000_000,
-            per_cpu: false,
-            off_cpu: false,
-            debuginfod: false,
-            dwarf: false,
-            keep_short_lived: false,
-            elf_limits: Default::default(),
-        }
-    }
-}
-
-/// The time range a window covers.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct WindowRange {
-    /// CLOCK_MONOTONIC ns of its start.
-    pub start_ns: u64,
-    /// CLOCK_MONOTONIC ns of its end.
-    pub end_ns: u64,
-    /// Wall clock at `start_ns`, ms since the Unix epoch.
-    pub start_wall_ms: f64,
-    /// Sampling interval, ms.
-    pub interval_ms: f64,
-    /// Capture goes on after this window (the agent). Then each record
-    /// belongs to the window in which it ends: an interval that began in
-    /// an earlier window is kept whole, and what ends after `end_ns` (read
-    /// from the rings after the window was cut) is carried into the next
-    /// window. Otherwise (a recording) everything is cut to the range.
-    pub continuous: bool,
-}
-
-/// Samples as columns, in arrival order.
-#[derive(Debug, Default)]
-struct SampleColumns {
-    time_ns: Vec<u64>,
-    pid: Vec<u32>,
-    tid: Vec<u32>,
-    cpu: Vec<u32>,
-    runtime_ns: Vec<u64>,
-    raw_stack: Vec<NodeIndex>,
-}
-
-/// Everything one window received.
-#[derive(Debug, Default)]
-struct WindowData {
-    samples: SampleColumns,
-    /// Raw stacks: a pid root, user addresses outermost first, kernel addresses.
-    raw: StackTree,
-    /// Latest comm seen in a sample per tid, to name threads whose COMM event we missed.
-    sample_comm: FxHashMap<u32, [u8; TASK_COMM_LEN]>,
-    sideband: Vec<(SidebandEvent, Option<BinaryIndex>)>,
-    off_cpu: Vec<OffCpuRecord>,
-    folded: Vec<FoldedRecord>,
-    io: Vec<IoRecord>,
-    /// Switch totals: of threads that ended (at their end), and of the
-    /// live ones at the end of a recording (time u64::MAX).
-    switch_totals: Vec<ThreadEndEvent>,
-    counters: Vec<CounterRecord>,
-    notes: Vec<String>,
-    warnings: Vec<String>,
-    stats: RecordingStats,
-}
-
-/// Order keys of a window's replay.
-const ORDER_SAMPLE: u8 = 0;
-const ORDER_OFF_CPU: u8 = 1;
-const ORDER_IO: u8 = 2;
-const ORDER_FOLDED: u8 = 3;
 
 /// Accumulates what is recorded; see the module doc.
 pub struct Collector {
@@ -177,15 +82,8 @@ pub struct Collector {
     unwinders: Option<Unwinders>,
     kernel: Arc<KernelSymbols>,
     stacks: ThreadStacks,
-    /// jitdump files processes mapped (JITs map them so profilers find them).
-    jitdumps: FxHashMap<u32, BinaryIndex>,
-    /// cgroup of each process, read when it was first seen.
-    cgroups: FxHashMap<u32, (Option<String>, u64)>,
     /// Windows finished, for what is done every few windows.
     windows_finished: u64,
-    /// Processes with anonymous executable memory (JIT code): their
-    /// (uid, in-namespace pid), read when the mapping was first seen.
-    jit_processes: FxHashMap<u32, Option<(u32, u32)>>,
     /// Processes sampled since the last [`Collector::take_recent_pids`].
     recent_pids: FxHashSet<u32>,
     /// Samples received, all windows.
@@ -215,10 +113,7 @@ impl Collector {
             unwinders: options.dwarf.then(Unwinders::new),
             kernel: Arc::new(KernelSymbols::default()),
             stacks: ThreadStacks::default(),
-            jitdumps: FxHashMap::default(),
-            cgroups: FxHashMap::default(),
             windows_finished: 0,
-            jit_processes: FxHashMap::default(),
             recent_pids: FxHashSet::default(),
             samples_total: 0,
             symbolicator: crate::symbolize::Symbolicator::new(),
@@ -264,28 +159,13 @@ impl Collector {
     pub fn handle_snapshot(&mut self, snapshot: ProcSnapshot) {
         let bins: Vec<Vec<BinaryIndex>> =
             snapshot.processes.iter().map(|p| p.mappings.iter().map(|m| self.binaries.intern(m)).collect()).collect();
-        for (p, b) in snapshot.processes.iter().zip(&bins) {
-            self.cgroups.insert(p.pid, (p.cgroup.clone(), crate::sys::clock::monotonic_ns()));
-            for (m, &binary) in p.mappings.iter().zip(b) {
-                if is_anonymous(&m.path) {
-                    self.jit_processes.entry(p.pid).or_insert_with(|| crate::binaries::perfmap::process_identity(p.pid));
-                }
-                if crate::unwind::is_jitdump(&m.path) {
-                    self.jitdumps.insert(p.pid, binary);
-                }
-            }
-        }
-        if let Some(u) = self.unwinders.as_mut() {
-            for (p, b) in snapshot.processes.iter().zip(&bins) {
-                for (m, &binary) in p.mappings.iter().zip(b) {
-                    u.add_mapping(p.pid, m.start, m.len, m.pgoff, binary);
-                    if crate::unwind::is_jitdump(&m.path) {
-                        u.add_jitdump(p.pid, binary);
-                    }
-                }
-            }
-        }
         self.table.seed(&snapshot, &bins);
+        for (p, b) in snapshot.processes.iter().zip(&bins) {
+            self.table.live(p.pid).cgroup = Some((p.cgroup.clone(), crate::sys::clock::monotonic_ns()));
+            for (m, &binary) in p.mappings.iter().zip(b) {
+                self.mapped(p.pid, m.start, m.len, m.pgoff, &m.path, binary);
+            }
+        }
     }
 
     /// A user stack the kernel unwound, into `self.unwound` with a
@@ -339,35 +219,6 @@ impl Collector {
                 u.recovered_from_switch();
             }
         }
-    }
-
-    /// Load the in-kernel unwinder's tables from now on, for every process known.
-    pub fn enable_kernel_unwinding(&mut self, maps: crate::unwind::kernel::KernelUnwindMaps) {
-        if let Some(u) = self.unwinders.as_mut() {
-            u.enable_kernel(maps);
-            // The running processes' tables before the first sample (libc's
-            // and a hundred more take ~0.3 s on two threads): until then
-            // their samples would each hand over a stack copy, a burst the
-            // ring cannot hold while the rest of the start runs.
-            u.sync_kernel_waiting(&self.binaries, std::time::Instant::now() + KERNEL_TABLES_AT_START);
-        }
-    }
-
-    /// Bring the in-kernel unwinder's maps up to date with the mappings seen.
-    pub fn sync_kernel_unwinding(&mut self) {
-        if let Some(u) = self.unwinders.as_mut() {
-            u.sync_kernel(&self.binaries);
-        }
-    }
-
-    /// What the in-kernel unwinder refused, per uid, all time.
-    pub fn kernel_refusals(&self) -> Vec<(u32, crate::unwind::kernel::UidRefusals)> {
-        self.unwinders.as_ref().map(|u| u.kernel_refusals()).unwrap_or_default()
-    }
-
-    /// The in-kernel unwinder's table totals, if it runs.
-    pub fn kernel_table_stats(&self) -> Option<crate::unwind::kernel::KernelTableStats> {
-        self.unwinders.as_ref().and_then(|u| u.kernel_table_stats())
     }
 
     /// Unwind a user stack copied by the kernel into `self.unwound`, leaf
@@ -627,49 +478,15 @@ impl Collector {
         }
     }
 
-    /// One sideband event.
+    /// One sideband event. A mapping's file is opened now, while the
+    /// process lives.
     pub fn handle_sideband(&mut self, e: SidebandEvent) {
-        // A new process: note its cgroup while it runs (it may be gone by
-        // the end). A child starts in its parent's cgroup: take the parent's
-        // when known (a fork storm would otherwise cost a /proc read each).
-        if let SidebandEvent::Fork { pid, ppid, tid, .. } = &e {
-            if pid != ppid && tid == pid {
-                let inherited = self.cgroups.get(ppid).cloned();
-                let entry = inherited.unwrap_or_else(|| (crate::sideband::proc_snapshot::read_cgroup(*pid), crate::sys::clock::monotonic_ns()));
-                self.cgroups.insert(*pid, entry);
-            }
-        }
-        if let Some(u) = self.unwinders.as_mut() {
-            match &e {
-                SidebandEvent::Comm { pid, exec: true, .. } => u.exec(*pid),
-                SidebandEvent::Fork { pid, ppid, tid, .. } if pid != ppid && tid == pid => u.fork(*ppid, *pid),
-                SidebandEvent::Exit { time, pid, tid } if tid == pid => u.exit(*pid, *time),
-                _ => {}
-            }
-        }
-        match e {
-            SidebandEvent::Mmap(m) => self.handle_mmap2(m),
-            other => self.window.sideband.push((other, None)),
-        }
-    }
-
-    /// An executable mapping: open its file now, while the process lives.
-    fn handle_mmap2(&mut self, m: MmapEvent) {
-        let binary = self.binaries.intern(&m);
-        if is_anonymous(&m.path) {
-            self.jit_processes.entry(m.pid).or_insert_with(|| crate::binaries::perfmap::process_identity(m.pid));
-        }
-        let jitdump = crate::unwind::is_jitdump(&m.path);
-        if jitdump {
-            self.jitdumps.insert(m.pid, binary);
-        }
-        if let Some(u) = self.unwinders.as_mut() {
-            u.add_mapping(m.pid, m.start, m.len, m.pgoff, binary);
-            if jitdump {
-                u.add_jitdump(m.pid, binary);
-            }
-        }
-        self.window.sideband.push((SidebandEvent::Mmap(m), Some(binary)));
+        let binary = match &e {
+            SidebandEvent::Mmap(m) => Some(self.binaries.intern(m)),
+            _ => None,
+        };
+        self.process_event(&e, binary);
+        self.window.sideband.push((e, binary));
     }
 
     /// Counter tracks polled during the window.
@@ -702,341 +519,6 @@ impl Collector {
         s.lost_state += tracer.state_full;
         s.io_untracked += tracer.io_untracked;
     }
-
-    /// Replay, symbolicate and return the window's recording; what outlives
-    /// the window stays for the next one.
-    pub fn finish_window(&mut self, range: WindowRange) -> Recording {
-        if std::env::var_os("SYSPROF_DEBUG_SIZES").is_some() {
-            eprintln!(
-                "sizes: sideband {} (event {} B), samples {}, raw nodes {}, off_cpu {}, folded {}, io {}, table {} processes / {} threads / {} mappings, binaries {}, cgroups {}, stacks {:?}",
-                self.window.sideband.len(),
-                std::mem::size_of::<(SidebandEvent, Option<BinaryIndex>)>(),
-                self.window.samples.time_ns.len(),
-                self.window.raw.len(),
-                self.window.off_cpu.len(),
-                self.window.folded.len(),
-                self.window.io.len(),
-                self.table.processes.len(),
-                self.table.processes.values().map(|p| p.threads.len()).sum::<usize>(),
-                self.table.processes.values().map(|p| p.mappings.len()).sum::<usize>(),
-                self.binaries.open_count(),
-                self.cgroups.len(),
-                self.stacks.sizes(),
-            );
-        }
-        let mut w = std::mem::take(&mut self.window);
-        let mut replay = Replay::new(&mut self.table);
-
-        // Merge sideband and data in time order. At equal times, sideband
-        // first: a mapping reported at t serves a sample at t.
-        w.sideband.sort_by_key(|(e, _)| e.time());
-        if range.continuous {
-            // What ended after the cut is the next window's.
-            self.window = carry_late(&mut w, range.end_ns);
-        }
-        let inside = |t: u64| t <= range.end_ns && (range.continuous || t >= range.start_ns);
-        let mut order: Vec<(u64, u8, u32)> = Vec::with_capacity(w.samples.time_ns.len() + w.off_cpu.len() + w.io.len() + w.folded.len());
-        order.extend(w.samples.time_ns.iter().enumerate().filter(|(_, &t)| inside(t)).map(|(i, &t)| (t, ORDER_SAMPLE, i as u32)));
-        // A recording's intervals are clipped to its range (one still open
-        // at the end was closed there); requests must have completed in it.
-        if !range.continuous {
-            for o in &mut w.off_cpu {
-                o.end_ns = o.end_ns.min(range.end_ns);
-                o.start_ns = o.start_ns.max(range.start_ns);
-            }
-        }
-        order.extend(w.off_cpu.iter().enumerate().filter(|(_, o)| o.start_ns < o.end_ns).map(|(i, o)| (o.start_ns, ORDER_OFF_CPU, i as u32)));
-        order.extend(w.io.iter().enumerate().filter(|(_, e)| inside(e.done_ns) && inside(e.start_ns)).map(|(i, e)| (e.start_ns, ORDER_IO, i as u32)));
-        order.extend(w.folded.iter().enumerate().filter(|(_, f)| inside(f.last_ns)).map(|(i, f)| (f.last_ns, ORDER_FOLDED, i as u32)));
-        order.sort_unstable();
-        let mut side = w.sideband.iter().peekable();
-        for &(t, kind, i) in &order {
-            while let Some((e, b)) = side.next_if(|(e, _)| e.time() <= t) {
-                replay.table.apply(e, *b);
-            }
-            match kind {
-                ORDER_SAMPLE => replay.sample(&w, i as usize),
-                ORDER_OFF_CPU => replay.off_cpu(&w, &w.off_cpu[i as usize], self.options.marker_min_ns),
-                ORDER_IO => replay.io(&w, &w.io[i as usize]),
-                _ => replay.folded(&w.folded[i as usize]),
-            }
-        }
-        for (e, b) in side {
-            replay.table.apply(e, *b);
-        }
-        // After the sideband: a thread's state is the one its fork made.
-        for e in &w.switch_totals {
-            replay.table.process(e.pid).thread(e.tid).switches = Some((e.voluntary, e.involuntary));
-        }
-        let cpu_tracks = if self.options.per_cpu { replay.cpu_tracks(&w, &order, range.interval_ms) } else { Vec::new() };
-
-        let Replay { frame_keys, stacks, threads, .. } = replay;
-        let mut warnings = std::mem::take(&mut w.warnings);
-        if let Some(u) = self.unwinders.as_mut() {
-            w.stats.unwind = u.take_stats();
-            warnings.extend(u.take_warnings());
-        }
-        let jit = symbolicate::JitSources { processes: &self.jit_processes, dumps: &self.jitdumps };
-        let (libs, frames) = symbolicate::symbolicate(
-            &mut self.binaries,
-            &mut self.symbolicator,
-            &mut self.names,
-            &self.kernel,
-            &frame_keys,
-            &jit,
-            self.options.debuginfod,
-            self.options.elf_limits,
-            &mut warnings,
-        );
-        let processes = self.window_processes(threads, &w.sample_comm, &range);
-        let reported: FxHashSet<u32> = processes.iter().map(|p| p.pid).collect();
-        w.stats.processes_without_data = self
-            .table
-            .processes
-            .iter()
-            .filter(|(pid, p)| p.tracked && p.start_ns.is_some() && p.end_ns.is_some() && !reported.contains(pid))
-            .count() as u64;
-        w.stats.samples_kept = processes.iter().flat_map(|p| &p.threads).map(|t| t.samples.time_ns.len() as u64).sum();
-
-        // A new window's raw stacks start from an empty tree.
-        self.windows_finished += 1;
-        // What ended in this window has been reported: forget it.
-        self.table.prune(range.end_ns);
-        self.stacks.prune(range.end_ns);
-        if range.continuous {
-            self.forget_the_gone(range.end_ns);
-        }
-        Recording {
-            counters: w.counters,
-            cpu_tracks,
-            off_cpu: self.options.off_cpu,
-            notes: w.notes,
-            start_ns: range.start_ns,
-            start_wall_ms: range.start_wall_ms,
-            end_ns: range.end_ns,
-            interval_ms: range.interval_ms,
-            processes,
-            libs,
-            frames,
-            stacks,
-            stats: w.stats,
-            warnings,
-        }
-    }
-
-    /// Between the agent's windows: whatever belongs to processes that are
-    /// gone goes, so memory follows what runs now, not what ever ran.
-    /// Processes whose exit was never seen (sideband lost) are found by
-    /// their absence from `/proc` and ended (reported by the next window);
-    /// binaries no live process maps are closed, with their unwind data
-    /// and names; per-pid side tables follow the process table.
-    fn forget_the_gone(&mut self, now_ns: u64) {
-        // Exits are seen in the sideband; looking for the ones it lost costs
-        // a lookup per process, so only every few windows.
-        let look = self.windows_finished % GONE_CHECK_WINDOWS == 0;
-        let exists = |pid: u32| !look || pid == 0 || std::path::Path::new(&format!("/proc/{pid}")).exists();
-        for (&pid, p) in self.table.processes.iter_mut() {
-            if p.end_ns.is_none() && !exists(pid) {
-                p.end_ns = Some(now_ns);
-            }
-        }
-        let known = |pid: &u32| self.table.processes.contains_key(pid);
-        self.cgroups.retain(|pid, _| known(pid));
-        self.jit_processes.retain(|pid, _| known(pid));
-        self.jitdumps.retain(|pid, _| known(pid));
-        let mut live: FxHashSet<BinaryIndex> = FxHashSet::default();
-        self.table.live_binaries(&mut live);
-        live.extend(self.jitdumps.values().copied());
-        if let Some(u) = self.unwinders.as_mut() {
-            u.retain_processes(|pid| self.table.processes.contains_key(&pid) || exists(pid));
-            u.live_binaries(&mut live);
-        }
-        let released = self.binaries.release_unused(&live);
-        if let Some(u) = self.unwinders.as_mut() {
-            u.forget_binaries(&released);
-        }
-        self.names.forget(&released);
-        if self.symbolicator_since.elapsed() > std::time::Duration::from_secs(3600) {
-            self.symbolicator = crate::symbolize::Symbolicator::new();
-            self.symbolicator_since = std::time::Instant::now();
-        }
-    }
-
-    /// Let the symbolizer go if the last `windows` windows found every name
-    /// in the name cache: its thread ends and what it mapped and parsed of
-    /// binaries is freed. The agent asks after each window: while new
-    /// addresses keep coming the parsed binaries are worth keeping
-    /// (re-reading a compressed debug file each window cost the agent 2%
-    /// of a CPU); once the hot addresses are all named, keeping every
-    /// parsed binary mapped would only cost tens of MB of resident memory.
-    /// Returns whether it was released.
-    pub fn release_symbolizer_if_idle(&mut self, windows: u32) -> bool {
-        if self.names.idle_windows < windows || !self.symbolicator.is_running() {
-            return false;
-        }
-        self.symbolicator = crate::symbolize::Symbolicator::new();
-        self.symbolicator_since = std::time::Instant::now();
-        true
-    }
-
-    /// Sizes of what the collector keeps between windows, for the agent's
-    /// health line: (processes, open binaries, bytes of cached names).
-    pub fn retained(&self) -> (usize, usize, usize) {
-        (self.table.processes.len(), self.binaries.open_count(), self.names.bytes())
-    }
-
-    /// A process's cgroup as of the window's end. Containers move processes
-    /// after they start, so the latest word wins: a recording reads it again
-    /// at its end; the agent at most every [`CGROUP_REFRESH_NS`] (reading
-    /// every process's cgroup every window was a tenth of its CPU time).
-    fn cgroup_now(&self, pid: u32, range: &WindowRange) -> Option<String> {
-        let cached = self.cgroups.get(&pid);
-        let fresh = cached.is_some_and(|(_, at)| range.continuous && range.end_ns.saturating_sub(*at) < CGROUP_REFRESH_NS);
-        if fresh {
-            return cached.and_then(|c| c.0.clone());
-        }
-        crate::sideband::proc_snapshot::read_cgroup(pid).or_else(|| cached.and_then(|c| c.0.clone()))
-    }
-
-    /// The window's processes: those with data, and with a pid filter every
-    /// thread of the chosen processes (an idle thread is worth seeing there);
-    /// main thread first, sorted by pid and tid.
-    fn window_processes(&self, mut threads: FxHashMap<(u32, u32), ThreadData>, sample_comm: &FxHashMap<u32, [u8; TASK_COMM_LEN]>, range: &WindowRange) -> Vec<ProcessRecord> {
-        let keep_idle = matches!(self.filter, PidFilter::Tree(_));
-        let in_window = |t: Option<u64>| t.is_some_and(|t| t >= range.start_ns && t <= range.end_ns);
-        let mut out = Vec::new();
-        for (&pid, p) in &self.table.processes {
-            if !p.tracked && !matches!(self.filter, PidFilter::All) {
-                continue;
-            }
-            let mut list: Vec<ThreadRecord> = Vec::new();
-            let mut tids: Vec<u32> = p.threads.keys().copied().collect();
-            tids.extend(threads.keys().filter(|(tp, _)| *tp == pid).map(|&(_, t)| t));
-            tids.sort_unstable();
-            tids.dedup();
-            for tid in tids {
-                let data = threads.remove(&(pid, tid));
-                let state = p.threads.get(&tid);
-                let seen = data.is_some();
-                let started_here = state.is_some_and(|t| t.start_ns.is_some());
-                // A process that started or ended in this window is kept
-                // even without a sample or event (its main thread, with its
-                // lifetime): processes that live a few milliseconds are the
-                // ones sampling misses, and knowing they ran is worth a
-                // track. Ended counts too: one forked just before a cut and
-                // exec'd after it has its name only in the later window.
-                let short_lived = self.options.keep_short_lived && tid == pid && (in_window(p.start_ns) || in_window(p.end_ns));
-                if !seen && !short_lived && !(keep_idle && (started_here || matches!(&self.filter, PidFilter::Tree(r) if r.contains(&pid)))) {
-                    continue;
-                }
-                let mut data = data.unwrap_or_default();
-                sort_off_cpu(&mut data.off_cpu);
-                let mut name = state.map(|t| t.name.clone()).unwrap_or_default();
-                if name.is_empty() {
-                    name = sample_comm.get(&tid).map(|c| abi::comm_str(c)).unwrap_or_default();
-                }
-                list.push(ThreadRecord {
-                    tid,
-                    name,
-                    start_ns: state.and_then(|t| t.start_ns),
-                    end_ns: state.and_then(|t| t.end_ns),
-                    samples: data.samples,
-                    off_cpu: data.off_cpu,
-                    markers: data.markers,
-                    switches: state.and_then(|t| t.switches),
-                });
-            }
-            if list.is_empty() {
-                continue;
-            }
-            list.sort_by_key(|t| (t.tid != pid, t.tid));
-            let mut name = p.display_name(pid);
-            if p.comm.is_empty() {
-                if let Some(c) = sample_comm.get(&pid) {
-                    name = abi::comm_str(c);
-                }
-            }
-            out.push(ProcessRecord {
-                pid,
-                name,
-                exe: p.exe.clone(),
-                cmdline: p.cmdline.clone(),
-                start_ns: p.start_ns,
-                end_ns: p.end_ns,
-                // Containers move processes after they start: the latest word wins.
-                cgroup: self.cgroup_now(pid, range),
-                profiler: pid == std::process::id(),
-                threads: list,
-            });
-        }
-        out.sort_by_key(|p| p.pid);
-        out
-    }
-}
-
-/// Move what ended after `end_ns` out of `w` into a new window: samples
-/// taken after it, intervals and requests that ended after it, folded
-/// waits reported after it, with their raw stacks re-interned.
-fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
-    let mut next = WindowData::default();
-    let mut path = Vec::new();
-    let mut move_node = |raw: &StackTree, next_raw: &mut StackTree, node: NodeIndex| -> NodeIndex {
-        if node == NO_PARENT {
-            return NO_PARENT;
-        }
-        raw.path(node, &mut path);
-        path.iter().fold(NO_PARENT, |p, &k| next_raw.child(p, k))
-    };
-    let s = &w.samples;
-    let late: Vec<usize> = (0..s.time_ns.len()).filter(|&i| s.time_ns[i] > end_ns).collect();
-    if !late.is_empty() {
-        for &i in &late {
-            let n = &mut next.samples;
-            n.time_ns.push(s.time_ns[i]);
-            n.pid.push(s.pid[i]);
-            n.tid.push(s.tid[i]);
-            n.cpu.push(s.cpu[i]);
-            n.runtime_ns.push(s.runtime_ns[i]);
-            n.raw_stack.push(move_node(&w.raw, &mut next.raw, s.raw_stack[i]));
-        }
-        // Out of this window's replay: its filter drops samples after the end.
-    }
-    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.off_cpu).into_iter().partition(|o| o.end_ns <= end_ns);
-    w.off_cpu = keep;
-    for mut o in late {
-        o.stack = move_node(&w.raw, &mut next.raw, o.stack);
-        if let Some((_, node)) = o.waker.as_mut() {
-            *node = move_node(&w.raw, &mut next.raw, *node);
-        }
-        next.off_cpu.push(o);
-    }
-    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.io).into_iter().partition(|e| e.done_ns <= end_ns);
-    w.io = keep;
-    for mut e in late {
-        e.stack = move_node(&w.raw, &mut next.raw, e.stack);
-        next.io.push(e);
-    }
-    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.folded).into_iter().partition(|f| f.last_ns <= end_ns);
-    w.folded = keep;
-    next.folded = late;
-    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.switch_totals).into_iter().partition(|e| e.time_ns <= end_ns);
-    w.switch_totals = keep;
-    next.switch_totals = late;
-    next.sample_comm = w.sample_comm.clone();
-    next
-}
-
-/// Off-CPU samples arrive in interval start order, folded totals at their
-/// end; the profile needs them sorted by time.
-fn sort_off_cpu(o: &mut OffCpuSamples) {
-    if o.time_ns.windows(2).all(|w| w[0] <= w[1]) {
-        return;
-    }
-    let mut idx: Vec<usize> = (0..o.time_ns.len()).collect();
-    idx.sort_by_key(|&i| o.time_ns[i]);
-    o.time_ns = idx.iter().map(|&i| o.time_ns[i]).collect();
-    o.stack = idx.iter().map(|&i| o.stack[i]).collect();
-    o.duration_ns = idx.iter().map(|&i| o.duration_ns[i]).collect();
 }
 
 #[cfg(test)]

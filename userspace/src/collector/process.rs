@@ -5,7 +5,10 @@
 //! each process's name, executable, mappings and threads, and whether the
 //! pid filter keeps it. This state outlives a window: a window's replay
 //! starts from where the previous one left it, and exited processes are
-//! forgotten once a window has reported them ([`ProcessTable::prune`]).
+//! forgotten once a window has reported them ([`ProcessTable::prune`]),
+//! with what the collector noted of them as their records arrived
+//! ([`LiveProcess`]: cgroup, JIT identity, jitdump), so one removal forgets
+//! everything the collector keeps of a pid.
 
 use rustc_hash::FxHashMap;
 
@@ -63,6 +66,29 @@ pub(super) struct ProcessState {
     pub tracked: bool,
     /// A kernel thread (kthreadd or one of its children).
     pub kernel: bool,
+    /// What is kept of it as its records arrive, not replayed.
+    pub live: LiveProcess,
+}
+
+/// What the collector keeps of a process as its records arrive, beside the
+/// state the window's replay builds: read while the process runs (it may
+/// be gone by the window's end), and forgotten with its table entry. The
+/// unwinders keep their own copy of its address space (`crate::unwind`),
+/// told in the same place ([`super::Collector`]'s `process_event`).
+#[derive(Debug, Clone, Default)]
+pub(super) struct LiveProcess {
+    /// Its cgroup as read, and when (CLOCK_MONOTONIC ns).
+    pub cgroup: Option<(Option<String>, u64)>,
+    /// Set once it maps anonymous executable memory (JIT code): its (uid,
+    /// in-namespace pid) as read then, to find its perf map.
+    pub jit_identity: Option<Option<(u32, u32)>>,
+    /// The jitdump file it mapped (JITs map them so profilers find them).
+    pub jitdump: Option<BinaryIndex>,
+}
+
+/// Whether a fork is a new process (not a thread, not the idle task).
+pub(super) fn is_new_process(pid: u32, ppid: u32, tid: u32) -> bool {
+    pid != ppid && tid == pid
 }
 
 impl ProcessState {
@@ -80,6 +106,7 @@ impl ProcessState {
             threads: FxHashMap::default(),
             tracked,
             kernel: false,
+            live: LiveProcess::default(),
         }
     }
 
@@ -140,6 +167,16 @@ impl ProcessTable {
     pub fn process(&mut self, pid: u32) -> &mut ProcessState {
         let all = self.tracking_all;
         self.processes.entry(pid).or_insert_with(|| ProcessState::new(all))
+    }
+
+    /// What is kept of `pid` as its records arrive (creating its entry).
+    pub fn live(&mut self, pid: u32) -> &mut LiveProcess {
+        &mut self.process(pid).live
+    }
+
+    /// What is kept of `pid` as its records arrive, if it is known.
+    pub fn live_of(&self, pid: u32) -> Option<&LiveProcess> {
+        self.processes.get(&pid).map(|p| &p.live)
     }
 
     /// Keep `pid` from now on.
@@ -203,7 +240,7 @@ impl ProcessTable {
                 state.thread(*tid).name = name.clone();
             }
             SidebandEvent::Fork { time, pid, ppid, tid } => {
-                if pid != ppid && tid == pid {
+                if is_new_process(*pid, *ppid, *tid) {
                     // A new process: it starts as a copy of its parent.
                     let all = self.tracking_all;
                     let (comm, exe, cmdline, mappings, tracked, kernel) = match self.processes.get(ppid) {
@@ -219,6 +256,8 @@ impl ProcessTable {
                     state.ppid = *ppid;
                     state.kernel = kernel || *ppid == 2;
                     state.start_ns = Some(*time);
+                    // Noted as the fork arrived, before this replay reached it.
+                    state.live = self.processes.get_mut(pid).map(|p| std::mem::take(&mut p.live)).unwrap_or_default();
                     self.processes.insert(*pid, state);
                 }
                 let t = self.process(*pid).thread(*tid);
@@ -235,19 +274,49 @@ impl ProcessTable {
         }
     }
 
-    /// Add the binaries the processes map to `live`.
+    /// Add the binaries the processes map, and their jitdumps, to `live`.
     pub fn live_binaries(&self, live: &mut rustc_hash::FxHashSet<BinaryIndex>) {
         for p in self.processes.values() {
             live.extend(p.mappings.iter().map(|m| m.binary));
+            live.extend(p.live.jitdump);
         }
     }
 
-    /// Forget what ended before `before_ns`: processes that exited, and
-    /// exited threads of live ones. Their last window has reported them.
+    /// Forget what ended before `before_ns`: processes that exited (with
+    /// all that is kept of them), and exited threads of live ones. Their
+    /// last window has reported them.
     pub fn prune(&mut self, before_ns: u64) {
         self.processes.retain(|_, p| p.end_ns.is_none_or(|e| e >= before_ns));
         for p in self.processes.values_mut() {
             p.threads.retain(|_, t| t.end_ns.is_none_or(|e| e >= before_ns));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that what was noted of a new process as its fork arrived
+    /// (before the window's replay reaches the fork) survives the fork's
+    /// replay, and that it goes with the process's entry once the window
+    /// that reported its exit is pruned: one removal forgets the pid.
+    #[test]
+    fn live_process_survives_its_fork_and_goes_with_its_exit() {
+        let mut table = ProcessTable::new(&PidFilter::All);
+        table.process(10).comm = "parent".into();
+        // As the fork arrives: its cgroup, a jitdump.
+        table.live(11).cgroup = Some((Some("/c.slice".into()), 5));
+        table.live(11).jitdump = Some(3);
+        // The window's replay.
+        table.apply(&SidebandEvent::Fork { time: 100, pid: 11, ppid: 10, tid: 11 }, None);
+        let child = &table.processes[&11];
+        assert_eq!(child.comm, "parent", "a child starts as a copy of its parent");
+        assert_eq!(child.live.cgroup, Some((Some("/c.slice".into()), 5)));
+        assert_eq!(child.live.jitdump, Some(3));
+        table.apply(&SidebandEvent::Exit { time: 150, pid: 11, tid: 11 }, None);
+        table.prune(200);
+        assert!(table.live_of(11).is_none(), "exited before the window's end: forgotten with all kept of it");
+        assert!(table.live_of(10).is_some(), "the parent lives on");
     }
 }

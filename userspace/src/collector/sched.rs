@@ -167,7 +167,7 @@ impl Replay<'_> {
             tracks.entry(cpu).or_default().push(MarkerRecord::OnCpu { start_ns: start, end_ns: last + interval_ns, pid, tid, name, kind });
         };
         for &(t, kind, i) in order {
-            if kind != super::ORDER_SAMPLE {
+            if kind != super::window::ORDER_SAMPLE {
                 continue;
             }
             let i = i as usize;

@@ -10,6 +10,7 @@
 use rustc_hash::FxHashMap;
 
 use crate::model::recording::{FrameRecord, LibRecord, NO_LIB};
+use super::process::ProcessTable;
 use super::replay::{FrameKey, PseudoFrame, JIT_BINARY, KERNEL_BINARY, PSEUDO_BINARY};
 use crate::binaries::{BinaryIndex, Binaries};
 use crate::binaries::elf::{ElfLimits, ElfReader};
@@ -77,14 +78,23 @@ impl NameCache {
     }
 }
 
-/// Symbolicate every distinct frame, one blazesym call per binary.
 /// Where JIT frames get their names: perf maps (found by pid) and jitdump
-/// files (mapped by the process).
-pub(super) struct JitSources<'a> {
-    pub processes: &'a FxHashMap<u32, Option<(u32, u32)>>,
-    pub dumps: &'a FxHashMap<u32, BinaryIndex>,
+/// files (mapped by the process), as the process table noted them.
+pub(super) struct JitSources<'a>(pub &'a ProcessTable);
+
+impl JitSources<'_> {
+    /// `pid`'s (uid, in-namespace pid), if read when it mapped JIT code.
+    fn identity(&self, pid: u32) -> Option<(u32, u32)> {
+        self.0.live_of(pid).and_then(|l| l.jit_identity).flatten()
+    }
+
+    /// The jitdump file `pid` mapped.
+    fn dump(&self, pid: u32) -> Option<BinaryIndex> {
+        self.0.live_of(pid).and_then(|l| l.jitdump)
+    }
 }
 
+/// Symbolicate every distinct frame, one blazesym call per binary.
 // The collector's parts it needs, each borrowed on its own (a struct of
 // them would only move the list).
 #[allow(clippy::too_many_arguments)]
@@ -235,7 +245,7 @@ fn symbolicate_jit(
         }
     }
     for (pid, idxs) in by_pid {
-        let identity = jit.processes.get(&pid).copied().flatten().or_else(|| crate::binaries::perfmap::process_identity(pid));
+        let identity = jit.identity(pid).or_else(|| crate::binaries::perfmap::process_identity(pid));
         let (uid, ns_pid) = match identity {
             Some((u, n)) => (Some(u), n),
             None => (None, pid),
@@ -256,7 +266,7 @@ fn symbolicate_jit(
         let mut lib_path = format!("/tmp/perf-{ns_pid}.map");
         // The jitdump the process mapped: read through the descriptor opened
         // when it was mapped, so it is the file the JIT wrote.
-        if let Some(bin) = jit.dumps.get(&pid).map(|&b| binaries.get(b)) {
+        if let Some(bin) = jit.dump(pid).map(|b| binaries.get(b)) {
             // Positional reads: the descriptor's offset is shared with
             // whoever read it before (the unwinder looked for ELF sections).
             let dump = bin.file.as_ref().and_then(|f| {

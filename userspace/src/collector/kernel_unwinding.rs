@@ -1,0 +1,41 @@
+//! Feeding the in-kernel unwinder, and what it reports.
+//!
+//! In: the loader's unwind maps, the binaries the processes map. Out: the
+//! kernel's unwind tables kept in step with the mappings seen; its refusals
+//! and table totals for the commands' end lines and health lines.
+
+use super::Collector;
+
+/// Longest the start waits for the running processes' unwind tables.
+const KERNEL_TABLES_AT_START: std::time::Duration = std::time::Duration::from_secs(3);
+
+impl Collector {
+    /// Load the in-kernel unwinder's tables from now on, for every process known.
+    pub fn enable_kernel_unwinding(&mut self, maps: crate::unwind::kernel::KernelUnwindMaps) {
+        if let Some(u) = self.unwinders.as_mut() {
+            u.enable_kernel(maps);
+            // The running processes' tables before the first sample (libc's
+            // and a hundred more take ~0.3 s on two threads): until then
+            // their samples would each hand over a stack copy, a burst the
+            // ring cannot hold while the rest of the start runs.
+            u.sync_kernel_waiting(&self.binaries, std::time::Instant::now() + KERNEL_TABLES_AT_START);
+        }
+    }
+
+    /// Bring the in-kernel unwinder's maps up to date with the mappings seen.
+    pub fn sync_kernel_unwinding(&mut self) {
+        if let Some(u) = self.unwinders.as_mut() {
+            u.sync_kernel(&self.binaries);
+        }
+    }
+
+    /// What the in-kernel unwinder refused, per uid, all time.
+    pub fn kernel_refusals(&self) -> Vec<(u32, crate::unwind::kernel::UidRefusals)> {
+        self.unwinders.as_ref().map(|u| u.kernel_refusals()).unwrap_or_default()
+    }
+
+    /// The in-kernel unwinder's table totals, if it runs.
+    pub fn kernel_table_stats(&self) -> Option<crate::unwind::kernel::KernelTableStats> {
+        self.unwinders.as_ref().and_then(|u| u.kernel_table_stats())
+    }
+}

@@ -1,0 +1,155 @@
+//! What the collector keeps between windows besides the window's data, and
+//! letting it go.
+//!
+//! In: sideband events as they arrive (and the `/proc` snapshot's
+//! mappings); the process table after a window's replay, the time of the
+//! window's end. Out: what is kept of each process as its records arrive
+//! (its cgroup, JIT identity and jitdump in the table; its mappings, fork,
+//! exec and exit told to the unwinders), each process's cgroup as of the
+//! window's end; in the agent,
+//! processes found gone ended, and binaries, unwind data, names and per-pid
+//! side tables of processes that are gone forgotten; the symbolizer let go
+//! when idle; the sizes of what is kept, for the agent's health line.
+
+use rustc_hash::FxHashSet;
+
+use super::process::{is_anonymous, is_new_process};
+use super::{Collector, WindowRange};
+use crate::binaries::BinaryIndex;
+use crate::sideband::SidebandEvent;
+
+/// How long the agent trusts a process's cgroup as read.
+const CGROUP_REFRESH_NS: u64 = 60_000_000_000;
+/// Every how many windows the agent looks in /proc for processes whose exit it missed.
+const GONE_CHECK_WINDOWS: u64 = 6;
+
+impl Collector {
+    /// A sideband event as it arrives: the one place it changes what is kept
+    /// of a process beside the window's replay, that is the process's
+    /// [`LiveProcess`](super::process::LiveProcess) in the table and the
+    /// unwinders' copy of its address space. Both must follow now: a new
+    /// process's cgroup is read while it runs, and samples are unwound as
+    /// they arrive. The table's names, mappings and threads follow in the
+    /// window's replay instead ([`super::process::ProcessTable::apply`]), in
+    /// time order with the samples, which arrive from other rings.
+    pub(super) fn process_event(&mut self, e: &SidebandEvent, binary: Option<BinaryIndex>) {
+        match e {
+            SidebandEvent::Mmap(m) => {
+                if let Some(binary) = binary {
+                    self.mapped(m.pid, m.start, m.len, m.pgoff, &m.path, binary);
+                }
+            }
+            SidebandEvent::Fork { pid, ppid, tid, .. } if is_new_process(*pid, *ppid, *tid) => {
+                // Note its cgroup while it runs (it may be gone by the end).
+                // A child starts in its parent's cgroup: take the parent's
+                // when known (a fork storm would otherwise cost a /proc read each).
+                let inherited = self.table.live_of(*ppid).and_then(|l| l.cgroup.clone());
+                let entry = inherited.unwrap_or_else(|| (crate::sideband::proc_snapshot::read_cgroup(*pid), crate::sys::clock::monotonic_ns()));
+                self.table.live(*pid).cgroup = Some(entry);
+                if let Some(u) = self.unwinders.as_mut() {
+                    u.fork(*ppid, *pid);
+                }
+            }
+            SidebandEvent::Comm { pid, exec: true, .. } => {
+                if let Some(u) = self.unwinders.as_mut() {
+                    u.exec(*pid);
+                }
+            }
+            SidebandEvent::Exit { time, pid, tid } if tid == pid => {
+                if let Some(u) = self.unwinders.as_mut() {
+                    u.exit(*pid, *time);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `pid` mapped `binary` (at start, or as the mapping arrives): noted if
+    /// it is JIT code or a jitdump, and told to the unwinders.
+    pub(super) fn mapped(&mut self, pid: u32, start: u64, len: u64, pgoff: u64, path: &str, binary: BinaryIndex) {
+        if is_anonymous(path) {
+            self.table.live(pid).jit_identity.get_or_insert_with(|| crate::binaries::perfmap::process_identity(pid));
+        }
+        let jitdump = crate::unwind::is_jitdump(path);
+        if jitdump {
+            self.table.live(pid).jitdump = Some(binary);
+        }
+        if let Some(u) = self.unwinders.as_mut() {
+            u.add_mapping(pid, start, len, pgoff, binary);
+            if jitdump {
+                u.add_jitdump(pid, binary);
+            }
+        }
+    }
+
+    /// Between the agent's windows: whatever belongs to processes that are
+    /// gone goes, so memory follows what runs now, not what ever ran.
+    /// Processes whose exit was never seen (sideband lost) are found by
+    /// their absence from `/proc` and ended (reported by the next window);
+    /// binaries no live process maps are closed, with their unwind data
+    /// and names; the unwinders' processes follow the process table.
+    pub(super) fn forget_the_gone(&mut self, now_ns: u64) {
+        // Exits are seen in the sideband; looking for the ones it lost costs
+        // a lookup per process, so only every few windows.
+        let look = self.windows_finished % GONE_CHECK_WINDOWS == 0;
+        let exists = |pid: u32| !look || pid == 0 || std::path::Path::new(&format!("/proc/{pid}")).exists();
+        for (&pid, p) in self.table.processes.iter_mut() {
+            if p.end_ns.is_none() && !exists(pid) {
+                p.end_ns = Some(now_ns);
+            }
+        }
+        // What the table keeps of a pid went with its entry; the unwinders
+        // keep their own and follow it here.
+        let mut live: FxHashSet<BinaryIndex> = FxHashSet::default();
+        self.table.live_binaries(&mut live);
+        if let Some(u) = self.unwinders.as_mut() {
+            u.retain_processes(|pid| self.table.processes.contains_key(&pid) || exists(pid));
+            u.live_binaries(&mut live);
+        }
+        let released = self.binaries.release_unused(&live);
+        if let Some(u) = self.unwinders.as_mut() {
+            u.forget_binaries(&released);
+        }
+        self.names.forget(&released);
+        if self.symbolicator_since.elapsed() > std::time::Duration::from_secs(3600) {
+            self.symbolicator = crate::symbolize::Symbolicator::new();
+            self.symbolicator_since = std::time::Instant::now();
+        }
+    }
+
+    /// Let the symbolizer go if the last `windows` windows found every name
+    /// in the name cache: its thread ends and what it mapped and parsed of
+    /// binaries is freed. The agent asks after each window: while new
+    /// addresses keep coming the parsed binaries are worth keeping
+    /// (re-reading a compressed debug file each window cost the agent 2%
+    /// of a CPU); once the hot addresses are all named, keeping every
+    /// parsed binary mapped would only cost tens of MB of resident memory.
+    /// Returns whether it was released.
+    pub fn release_symbolizer_if_idle(&mut self, windows: u32) -> bool {
+        if self.names.idle_windows < windows || !self.symbolicator.is_running() {
+            return false;
+        }
+        self.symbolicator = crate::symbolize::Symbolicator::new();
+        self.symbolicator_since = std::time::Instant::now();
+        true
+    }
+
+    /// Sizes of what the collector keeps between windows, for the agent's
+    /// health line: (processes, open binaries, bytes of cached names).
+    pub fn retained(&self) -> (usize, usize, usize) {
+        (self.table.processes.len(), self.binaries.open_count(), self.names.bytes())
+    }
+
+    /// A process's cgroup as of the window's end. Containers move processes
+    /// after they start, so the latest word wins: a recording reads it again
+    /// at its end; the agent at most every [`CGROUP_REFRESH_NS`] (reading
+    /// every process's cgroup every window was a tenth of its CPU time).
+    pub(super) fn cgroup_now(&self, pid: u32, range: &WindowRange) -> Option<String> {
+        let cached = self.table.live_of(pid).and_then(|l| l.cgroup.as_ref());
+        let fresh = cached.is_some_and(|(_, at)| range.continuous && range.end_ns.saturating_sub(*at) < CGROUP_REFRESH_NS);
+        if fresh {
+            return cached.and_then(|c| c.0.clone());
+        }
+        crate::sideband::proc_snapshot::read_cgroup(pid).or_else(|| cached.and_then(|c| c.0.clone()))
+    }
+}

@@ -1,0 +1,322 @@
+//! Finishing a window: what one window received, replayed into a [`Recording`].
+//!
+//! In: the [`WindowData`] the `handle_*` entry points filled, the process
+//! table as the previous window left it, and the [`WindowRange`]. Out: the
+//! window's [`Recording`] (processes and threads with their samples,
+//! off-CPU samples and markers, libraries and named frames, stats); in a
+//! continuous capture, what ended after the cut carried into the next
+//! window's data ([`carry_late`]). The replay itself is [`super::replay`]
+//! and [`super::sched`]; naming frames is [`super::symbolicate`].
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::replay::{Replay, ThreadData};
+use super::sched::{FoldedRecord, IoRecord, OffCpuRecord};
+use super::{symbolicate, Collector, PidFilter, WindowRange};
+use crate::binaries::BinaryIndex;
+use crate::bpf::abi::{self, ThreadEndEvent, TASK_COMM_LEN};
+use crate::model::recording::*;
+use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
+use crate::sideband::SidebandEvent;
+
+/// Samples as columns, in arrival order.
+#[derive(Debug, Default)]
+pub(super) struct SampleColumns {
+    pub(super) time_ns: Vec<u64>,
+    pub(super) pid: Vec<u32>,
+    pub(super) tid: Vec<u32>,
+    pub(super) cpu: Vec<u32>,
+    pub(super) runtime_ns: Vec<u64>,
+    pub(super) raw_stack: Vec<NodeIndex>,
+}
+
+/// Everything one window received.
+#[derive(Debug, Default)]
+pub(super) struct WindowData {
+    pub(super) samples: SampleColumns,
+    /// Raw stacks: a pid root, user addresses outermost first, kernel addresses.
+    pub(super) raw: StackTree,
+    /// Latest comm seen in a sample per tid, to name threads whose COMM event we missed.
+    pub(super) sample_comm: FxHashMap<u32, [u8; TASK_COMM_LEN]>,
+    pub(super) sideband: Vec<(SidebandEvent, Option<BinaryIndex>)>,
+    pub(super) off_cpu: Vec<OffCpuRecord>,
+    pub(super) folded: Vec<FoldedRecord>,
+    pub(super) io: Vec<IoRecord>,
+    /// Switch totals: of threads that ended (at their end), and of the
+    /// live ones at the end of a recording (time u64::MAX).
+    pub(super) switch_totals: Vec<ThreadEndEvent>,
+    pub(super) counters: Vec<CounterRecord>,
+    pub(super) notes: Vec<String>,
+    pub(super) warnings: Vec<String>,
+    pub(super) stats: RecordingStats,
+}
+
+/// Order keys of a window's replay.
+pub(super) const ORDER_SAMPLE: u8 = 0;
+pub(super) const ORDER_OFF_CPU: u8 = 1;
+pub(super) const ORDER_IO: u8 = 2;
+pub(super) const ORDER_FOLDED: u8 = 3;
+
+impl Collector {
+    /// Replay, symbolicate and return the window's recording; what outlives
+    /// the window stays for the next one.
+    pub fn finish_window(&mut self, range: WindowRange) -> Recording {
+        if std::env::var_os("SYSPROF_DEBUG_SIZES").is_some() {
+            eprintln!(
+                "sizes: sideband {} (event {} B), samples {}, raw nodes {}, off_cpu {}, folded {}, io {}, table {} processes / {} threads / {} mappings, binaries {}, cgroups {}, stacks {:?}",
+                self.window.sideband.len(),
+                std::mem::size_of::<(SidebandEvent, Option<BinaryIndex>)>(),
+                self.window.samples.time_ns.len(),
+                self.window.raw.len(),
+                self.window.off_cpu.len(),
+                self.window.folded.len(),
+                self.window.io.len(),
+                self.table.processes.len(),
+                self.table.processes.values().map(|p| p.threads.len()).sum::<usize>(),
+                self.table.processes.values().map(|p| p.mappings.len()).sum::<usize>(),
+                self.binaries.open_count(),
+                self.table.processes.values().filter(|p| p.live.cgroup.is_some()).count(),
+                self.stacks.sizes(),
+            );
+        }
+        let mut w = std::mem::take(&mut self.window);
+        let mut replay = Replay::new(&mut self.table);
+
+        // Merge sideband and data in time order. At equal times, sideband
+        // first: a mapping reported at t serves a sample at t.
+        w.sideband.sort_by_key(|(e, _)| e.time());
+        if range.continuous {
+            // What ended after the cut is the next window's.
+            self.window = carry_late(&mut w, range.end_ns);
+        }
+        let inside = |t: u64| t <= range.end_ns && (range.continuous || t >= range.start_ns);
+        let mut order: Vec<(u64, u8, u32)> = Vec::with_capacity(w.samples.time_ns.len() + w.off_cpu.len() + w.io.len() + w.folded.len());
+        order.extend(w.samples.time_ns.iter().enumerate().filter(|(_, &t)| inside(t)).map(|(i, &t)| (t, ORDER_SAMPLE, i as u32)));
+        // A recording's intervals are clipped to its range (one still open
+        // at the end was closed there); requests must have completed in it.
+        if !range.continuous {
+            for o in &mut w.off_cpu {
+                o.end_ns = o.end_ns.min(range.end_ns);
+                o.start_ns = o.start_ns.max(range.start_ns);
+            }
+        }
+        order.extend(w.off_cpu.iter().enumerate().filter(|(_, o)| o.start_ns < o.end_ns).map(|(i, o)| (o.start_ns, ORDER_OFF_CPU, i as u32)));
+        order.extend(w.io.iter().enumerate().filter(|(_, e)| inside(e.done_ns) && inside(e.start_ns)).map(|(i, e)| (e.start_ns, ORDER_IO, i as u32)));
+        order.extend(w.folded.iter().enumerate().filter(|(_, f)| inside(f.last_ns)).map(|(i, f)| (f.last_ns, ORDER_FOLDED, i as u32)));
+        order.sort_unstable();
+        let mut side = w.sideband.iter().peekable();
+        for &(t, kind, i) in &order {
+            while let Some((e, b)) = side.next_if(|(e, _)| e.time() <= t) {
+                replay.table.apply(e, *b);
+            }
+            match kind {
+                ORDER_SAMPLE => replay.sample(&w, i as usize),
+                ORDER_OFF_CPU => replay.off_cpu(&w, &w.off_cpu[i as usize], self.options.marker_min_ns),
+                ORDER_IO => replay.io(&w, &w.io[i as usize]),
+                _ => replay.folded(&w.folded[i as usize]),
+            }
+        }
+        for (e, b) in side {
+            replay.table.apply(e, *b);
+        }
+        // After the sideband: a thread's state is the one its fork made.
+        for e in &w.switch_totals {
+            replay.table.process(e.pid).thread(e.tid).switches = Some((e.voluntary, e.involuntary));
+        }
+        let cpu_tracks = if self.options.per_cpu { replay.cpu_tracks(&w, &order, range.interval_ms) } else { Vec::new() };
+
+        let Replay { frame_keys, stacks, threads, .. } = replay;
+        let mut warnings = std::mem::take(&mut w.warnings);
+        if let Some(u) = self.unwinders.as_mut() {
+            w.stats.unwind = u.take_stats();
+            warnings.extend(u.take_warnings());
+        }
+        let jit = symbolicate::JitSources(&self.table);
+        let (libs, frames) = symbolicate::symbolicate(
+            &mut self.binaries,
+            &mut self.symbolicator,
+            &mut self.names,
+            &self.kernel,
+            &frame_keys,
+            &jit,
+            self.options.debuginfod,
+            self.options.elf_limits,
+            &mut warnings,
+        );
+        let processes = self.window_processes(threads, &w.sample_comm, &range);
+        let reported: FxHashSet<u32> = processes.iter().map(|p| p.pid).collect();
+        w.stats.processes_without_data = self
+            .table
+            .processes
+            .iter()
+            .filter(|(pid, p)| p.tracked && p.start_ns.is_some() && p.end_ns.is_some() && !reported.contains(pid))
+            .count() as u64;
+        w.stats.samples_kept = processes.iter().flat_map(|p| &p.threads).map(|t| t.samples.time_ns.len() as u64).sum();
+
+        // A new window's raw stacks start from an empty tree.
+        self.windows_finished += 1;
+        // What ended in this window has been reported: forget it.
+        self.table.prune(range.end_ns);
+        self.stacks.prune(range.end_ns);
+        if range.continuous {
+            self.forget_the_gone(range.end_ns);
+        }
+        Recording {
+            counters: w.counters,
+            cpu_tracks,
+            off_cpu: self.options.off_cpu,
+            notes: w.notes,
+            start_ns: range.start_ns,
+            start_wall_ms: range.start_wall_ms,
+            end_ns: range.end_ns,
+            interval_ms: range.interval_ms,
+            processes,
+            libs,
+            frames,
+            stacks,
+            stats: w.stats,
+            warnings,
+        }
+    }
+
+    /// The window's processes: those with data, and with a pid filter every
+    /// thread of the chosen processes (an idle thread is worth seeing there);
+    /// main thread first, sorted by pid and tid.
+    fn window_processes(&self, mut threads: FxHashMap<(u32, u32), ThreadData>, sample_comm: &FxHashMap<u32, [u8; TASK_COMM_LEN]>, range: &WindowRange) -> Vec<ProcessRecord> {
+        let keep_idle = matches!(self.filter, PidFilter::Tree(_));
+        let in_window = |t: Option<u64>| t.is_some_and(|t| t >= range.start_ns && t <= range.end_ns);
+        let mut out = Vec::new();
+        for (&pid, p) in &self.table.processes {
+            if !p.tracked && !matches!(self.filter, PidFilter::All) {
+                continue;
+            }
+            let mut list: Vec<ThreadRecord> = Vec::new();
+            let mut tids: Vec<u32> = p.threads.keys().copied().collect();
+            tids.extend(threads.keys().filter(|(tp, _)| *tp == pid).map(|&(_, t)| t));
+            tids.sort_unstable();
+            tids.dedup();
+            for tid in tids {
+                let data = threads.remove(&(pid, tid));
+                let state = p.threads.get(&tid);
+                let seen = data.is_some();
+                let started_here = state.is_some_and(|t| t.start_ns.is_some());
+                // A process that started or ended in this window is kept
+                // even without a sample or event (its main thread, with its
+                // lifetime): processes that live a few milliseconds are the
+                // ones sampling misses, and knowing they ran is worth a
+                // track. Ended counts too: one forked just before a cut and
+                // exec'd after it has its name only in the later window.
+                let short_lived = self.options.keep_short_lived && tid == pid && (in_window(p.start_ns) || in_window(p.end_ns));
+                if !seen && !short_lived && !(keep_idle && (started_here || matches!(&self.filter, PidFilter::Tree(r) if r.contains(&pid)))) {
+                    continue;
+                }
+                let mut data = data.unwrap_or_default();
+                sort_off_cpu(&mut data.off_cpu);
+                let mut name = state.map(|t| t.name.clone()).unwrap_or_default();
+                if name.is_empty() {
+                    name = sample_comm.get(&tid).map(|c| abi::comm_str(c)).unwrap_or_default();
+                }
+                list.push(ThreadRecord {
+                    tid,
+                    name,
+                    start_ns: state.and_then(|t| t.start_ns),
+                    end_ns: state.and_then(|t| t.end_ns),
+                    samples: data.samples,
+                    off_cpu: data.off_cpu,
+                    markers: data.markers,
+                    switches: state.and_then(|t| t.switches),
+                });
+            }
+            if list.is_empty() {
+                continue;
+            }
+            list.sort_by_key(|t| (t.tid != pid, t.tid));
+            let mut name = p.display_name(pid);
+            if p.comm.is_empty() {
+                if let Some(c) = sample_comm.get(&pid) {
+                    name = abi::comm_str(c);
+                }
+            }
+            out.push(ProcessRecord {
+                pid,
+                name,
+                exe: p.exe.clone(),
+                cmdline: p.cmdline.clone(),
+                start_ns: p.start_ns,
+                end_ns: p.end_ns,
+                // Containers move processes after they start: the latest word wins.
+                cgroup: self.cgroup_now(pid, range),
+                profiler: pid == std::process::id(),
+                threads: list,
+            });
+        }
+        out.sort_by_key(|p| p.pid);
+        out
+    }
+}
+
+
+/// Move what ended after `end_ns` out of `w` into a new window: samples
+/// taken after it, intervals and requests that ended after it, folded
+/// waits reported after it, with their raw stacks re-interned.
+pub(super) fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
+    let mut next = WindowData::default();
+    let mut path = Vec::new();
+    let mut move_node = |raw: &StackTree, next_raw: &mut StackTree, node: NodeIndex| -> NodeIndex {
+        if node == NO_PARENT {
+            return NO_PARENT;
+        }
+        raw.path(node, &mut path);
+        path.iter().fold(NO_PARENT, |p, &k| next_raw.child(p, k))
+    };
+    let s = &w.samples;
+    let late: Vec<usize> = (0..s.time_ns.len()).filter(|&i| s.time_ns[i] > end_ns).collect();
+    if !late.is_empty() {
+        for &i in &late {
+            let n = &mut next.samples;
+            n.time_ns.push(s.time_ns[i]);
+            n.pid.push(s.pid[i]);
+            n.tid.push(s.tid[i]);
+            n.cpu.push(s.cpu[i]);
+            n.runtime_ns.push(s.runtime_ns[i]);
+            n.raw_stack.push(move_node(&w.raw, &mut next.raw, s.raw_stack[i]));
+        }
+        // Out of this window's replay: its filter drops samples after the end.
+    }
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.off_cpu).into_iter().partition(|o| o.end_ns <= end_ns);
+    w.off_cpu = keep;
+    for mut o in late {
+        o.stack = move_node(&w.raw, &mut next.raw, o.stack);
+        if let Some((_, node)) = o.waker.as_mut() {
+            *node = move_node(&w.raw, &mut next.raw, *node);
+        }
+        next.off_cpu.push(o);
+    }
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.io).into_iter().partition(|e| e.done_ns <= end_ns);
+    w.io = keep;
+    for mut e in late {
+        e.stack = move_node(&w.raw, &mut next.raw, e.stack);
+        next.io.push(e);
+    }
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.folded).into_iter().partition(|f| f.last_ns <= end_ns);
+    w.folded = keep;
+    next.folded = late;
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.switch_totals).into_iter().partition(|e| e.time_ns <= end_ns);
+    w.switch_totals = keep;
+    next.switch_totals = late;
+    next.sample_comm = w.sample_comm.clone();
+    next
+}
+
+/// Off-CPU samples arrive in interval start order, folded totals at their
+/// end; the profile needs them sorted by time.
+pub(super) fn sort_off_cpu(o: &mut OffCpuSamples) {
+    if o.time_ns.windows(2).all(|w| w[0] <= w[1]) {
+        return;
+    }
+    let mut idx: Vec<usize> = (0..o.time_ns.len()).collect();
+    idx.sort_by_key(|&i| o.time_ns[i]);
+    o.time_ns = idx.iter().map(|&i| o.time_ns[i]).collect();
+    o.stack = idx.iter().map(|&i| o.stack[i]).collect();
+    o.duration_ns = idx.iter().map(|&i| o.duration_ns[i]).collect();
+}
