@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap;
 
 use super::process::ProcessTable;
 use crate::model::recording::{MarkerRecord, OffCpuSamples, ThreadSamples};
+use crate::binaries::BinaryIndex;
 use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
 use super::{WindowData, KERNEL_ADDR_MIN};
 use crate::model::recording::OffCpuReason;
@@ -20,26 +21,34 @@ use crate::model::stack_end::StackEnd;
 
 /// A frame before symbolication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) struct FrameKey {
-    /// A binary, or one of [`KERNEL_BINARY`], [`PSEUDO_BINARY`], [`JIT_BINARY`].
-    pub binary: u32,
-    /// File offset in the binary; the absolute address for kernel and JIT
-    /// code; a [`PseudoFrame`] for pseudo frames.
-    pub address: u64,
-    /// For JIT frames only (absolute addresses mean something per process).
-    pub pid: u32,
+pub(super) enum FrameKey {
+    /// Code in a mapped binary, at this file offset.
+    Binary { binary: BinaryIndex, offset: u64 },
+    /// Kernel code, at this absolute address.
+    Kernel(u64),
+    /// Code in anonymous memory or in no known mapping, at this absolute
+    /// address of process `pid`: named from its perf map or jitdump.
+    Jit { pid: u32, address: u64 },
+    /// Not code: why a thread was off-CPU, where a stack ends.
+    Pseudo(PseudoFrame),
+    /// The one frame of a sample with no usable frame at all.
+    Empty,
 }
 
-/// `FrameKey::binary` for code in anonymous memory or in no known mapping:
-/// named from the process's perf map or jitdump, `address` absolute, `pid` set.
-pub(super) const JIT_BINARY: u32 = u32::MAX - 3;
-/// `FrameKey::binary` for kernel addresses.
-pub(super) const KERNEL_BINARY: u32 = u32::MAX - 1;
-/// `FrameKey::binary` for pseudo frames; the address is a [`PseudoFrame`].
-pub(super) const PSEUDO_BINARY: u32 = u32::MAX - 2;
+impl FrameKey {
+    /// The address symbolication looks up: the file offset in its binary,
+    /// the absolute address for kernel and JIT code, 0 for what is no code.
+    pub fn address(self) -> u64 {
+        match self {
+            FrameKey::Binary { offset, .. } => offset,
+            FrameKey::Kernel(a) | FrameKey::Jit { address: a, .. } => a,
+            FrameKey::Pseudo(_) | FrameKey::Empty => 0,
+        }
+    }
+}
 
 /// Frames that are not code: why a thread was off-CPU, where a stack ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum PseudoFrame {
     /// The off-CPU leaf of a reason.
     OffCpu(OffCpuReason),
@@ -49,32 +58,8 @@ pub(super) enum PseudoFrame {
     End(StackEnd),
 }
 
-/// The off-CPU reasons in the order of their pseudo frame addresses (0 first).
-const REASONS: [OffCpuReason; 4] = [OffCpuReason::Preempted, OffCpuReason::Sleeping, OffCpuReason::Blocked, OffCpuReason::Other];
-/// The pseudo frame address of [`PseudoFrame::ShortWaits`]; cuts follow it,
-/// by their raw stack key.
-const SHORT_WAITS: u64 = 4;
-
 impl PseudoFrame {
-    /// Its `FrameKey::address`.
-    pub fn address(self) -> u64 {
-        match self {
-            PseudoFrame::OffCpu(r) => REASONS.iter().position(|&x| x == r).expect("every reason") as u64,
-            PseudoFrame::ShortWaits => SHORT_WAITS,
-            PseudoFrame::End(e) => SHORT_WAITS + e.raw_key().unwrap_or(0),
-        }
-    }
-
-    pub fn from_address(a: u64) -> PseudoFrame {
-        match a {
-            0..SHORT_WAITS => PseudoFrame::OffCpu(REASONS[a as usize]),
-            _ => match StackEnd::from_raw_key(a - SHORT_WAITS) {
-                Some(e) => PseudoFrame::End(e),
-                None => PseudoFrame::ShortWaits,
-            },
-        }
-    }
-
+    /// The frame's name in the profile.
     pub fn name(self) -> &'static str {
         match self {
             PseudoFrame::OffCpu(r) => r.frame_name(),
@@ -133,7 +118,7 @@ impl<'a> Replay<'a> {
 
     /// A pseudo frame under `parent`.
     pub fn pseudo(&mut self, parent: NodeIndex, p: PseudoFrame) -> NodeIndex {
-        let frame = self.frame(FrameKey { binary: PSEUDO_BINARY, address: p.address(), pid: 0 });
+        let frame = self.frame(FrameKey::Pseudo(p));
         self.stacks.child(parent, frame as u64)
     }
 
@@ -146,7 +131,7 @@ impl<'a> Replay<'a> {
         let node = self.resolve_raw(w, pid, w.samples.raw_stack[i]);
         let node = if node == NO_PARENT {
             // A sample with no usable frame at all still counts, as an empty stack.
-            let frame = self.frame(FrameKey { binary: crate::model::recording::NO_LIB, address: 0, pid: 0 });
+            let frame = self.frame(FrameKey::Empty);
             self.stacks.child(NO_PARENT, frame as u64)
         } else {
             node
@@ -195,17 +180,14 @@ impl<'a> Replay<'a> {
         for (depth, &addr) in frames.iter().enumerate() {
             // Return addresses point after the call; look up the call itself.
             let lookup = if depth == leaf { addr } else { addr.saturating_sub(1) };
-            let key = match addr {
-                a if StackEnd::from_raw_key(a).is_some() => {
-                    let end = StackEnd::from_raw_key(a).expect("a cut");
-                    FrameKey { binary: PSEUDO_BINARY, address: PseudoFrame::End(end).address(), pid: 0 }
-                }
-                a if a >= KERNEL_ADDR_MIN => FrameKey { binary: KERNEL_BINARY, address: lookup, pid: 0 },
-                _ => match state.lookup(lookup) {
-                    Some(m) if !m.anon => FrameKey { binary: m.binary, address: lookup - m.start + m.pgoff, pid: 0 },
+            let key = match StackEnd::from_raw_key(addr) {
+                Some(end) => FrameKey::Pseudo(PseudoFrame::End(end)),
+                None if addr >= KERNEL_ADDR_MIN => FrameKey::Kernel(lookup),
+                None => match state.lookup(lookup) {
+                    Some(m) if !m.anon => FrameKey::Binary { binary: m.binary, offset: lookup - m.start + m.pgoff },
                     // Anonymous memory, or in no mapping we saw: JIT code
                     // (perf maps and jitdumps name absolute addresses).
-                    _ => FrameKey { binary: JIT_BINARY, address: lookup, pid },
+                    _ => FrameKey::Jit { pid, address: lookup },
                 },
             };
             let next = self.frame_keys.len() as u32;
@@ -223,30 +205,27 @@ impl<'a> Replay<'a> {
 mod tests {
     use super::*;
 
-    /// Check that every pseudo frame keeps the address and name it had
-    /// before the stack-end vocabulary was one (the table below is the old
-    /// numbering, written out), and that each address reads back as itself.
+    /// Check that every pseudo frame keeps the name it had before the
+    /// stack-end vocabulary was one (the old table, written out).
     #[test]
-    fn pseudo_frames_keep_their_addresses_and_names() {
-        let old: [(u64, &str); 13] = [
-            (0, "[off-CPU: preempted, waiting for a CPU]"),
-            (1, "[off-CPU: sleeping]"),
-            (2, "[off-CPU: blocked, uninterruptible (I/O)]"),
-            (3, "[off-CPU: other state]"),
-            (4, "[short off-CPU waits: no stack]"),
-            (5, "[truncated: user stack copy exhausted (--stack-size)]"),
-            (6, "[truncated: no unwind information]"),
-            (7, "[truncated: return address outside any code]"),
-            (8, "[stack not available]"),
-            (9, "[truncated: unwind tables not loaded yet (the process had just started)]"),
-            (10, "[truncated: user stack not readable (not resident)]"),
-            (11, "[truncated: an unwind rule the kernel unwinder cannot follow]"),
-            (12, "[truncated: 1024 frames]"),
+    fn pseudo_frames_keep_their_names() {
+        let old: [(PseudoFrame, &str); 13] = [
+            (PseudoFrame::OffCpu(OffCpuReason::Preempted), "[off-CPU: preempted, waiting for a CPU]"),
+            (PseudoFrame::OffCpu(OffCpuReason::Sleeping), "[off-CPU: sleeping]"),
+            (PseudoFrame::OffCpu(OffCpuReason::Blocked), "[off-CPU: blocked, uninterruptible (I/O)]"),
+            (PseudoFrame::OffCpu(OffCpuReason::Other), "[off-CPU: other state]"),
+            (PseudoFrame::ShortWaits, "[short off-CPU waits: no stack]"),
+            (PseudoFrame::End(StackEnd::CopyExhausted), "[truncated: user stack copy exhausted (--stack-size)]"),
+            (PseudoFrame::End(StackEnd::NoUnwindInfo), "[truncated: no unwind information]"),
+            (PseudoFrame::End(StackEnd::BadReturnAddress), "[truncated: return address outside any code]"),
+            (PseudoFrame::End(StackEnd::NotAvailable), "[stack not available]"),
+            (PseudoFrame::End(StackEnd::TablesNotReady), "[truncated: unwind tables not loaded yet (the process had just started)]"),
+            (PseudoFrame::End(StackEnd::Unreadable), "[truncated: user stack not readable (not resident)]"),
+            (PseudoFrame::End(StackEnd::UnsupportedRule), "[truncated: an unwind rule the kernel unwinder cannot follow]"),
+            (PseudoFrame::End(StackEnd::MaxDepth), "[truncated: 1024 frames]"),
         ];
-        for (address, name) in old {
-            let p = PseudoFrame::from_address(address);
-            assert_eq!(p.name(), name, "address {address}");
-            assert_eq!(p.address(), address, "{name}");
+        for (p, name) in old {
+            assert_eq!(p.name(), name);
         }
         // The raw keys the collector used for cuts: 1..=3, 4 (not available), 5..=8.
         let raw: [(u64, StackEnd); 8] = [
