@@ -215,7 +215,7 @@ impl KernelTables {
                 // A file that makes the compiler panic must not leave its
                 // table pending for ever (every sample would hand over).
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_table(&file, max_rows)))
-                    .unwrap_or_else(|_| Err(TableError::Panicked));
+                    .unwrap_or(Err(TableError::Panicked));
                 let ns = started.elapsed().as_nanos() as u64;
                 if results.send(Compiled { binary, path, serial, result, ns }).is_err() {
                     break;
