@@ -153,3 +153,47 @@ impl Collector {
         crate::sideband::proc_snapshot::read_cgroup(pid).or_else(|| cached.and_then(|c| c.0.clone()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{CollectorOptions, PidFilter};
+    use super::*;
+    use crate::sideband::proc_snapshot::{ProcSnapshot, SnapshotProcess};
+
+    /// Beyond pid_max (at most 2^22): no /proc entry, so nothing here is read from /proc.
+    const PARENT: u32 = 5_000_001;
+    const CHILD: u32 = 5_000_002;
+
+    fn window(start_ns: u64, end_ns: u64) -> WindowRange {
+        WindowRange { start_ns, end_ns, start_wall_ms: 0.0, interval_ms: 1.0, continuous: true }
+    }
+
+    /// Check that a new process's cgroup is the one its parent had as the
+    /// fork arrived (the child has no /proc entry to read one from), and
+    /// that the agent forgets it with the process once its exit was
+    /// reported, while the parent's stays.
+    #[test]
+    fn a_child_inherits_its_parents_cgroup_and_it_goes_with_it() {
+        // Short-lived processes are reported without a sample (as the agent does).
+        let mut c = Collector::new(PidFilter::All, CollectorOptions { keep_short_lived: true, ..Default::default() });
+        let parent = SnapshotProcess {
+            pid: PARENT,
+            ppid: 1,
+            comm: "parent".into(),
+            exe: None,
+            cmdline: String::new(),
+            start_ns: 1,
+            threads: vec![(PARENT, "parent".into(), 0)],
+            mappings: Vec::new(),
+            cgroup: Some("/system.slice/app.service".into()),
+        };
+        c.handle_snapshot(ProcSnapshot { processes: vec![parent] });
+        c.handle_sideband(SidebandEvent::Fork { time: 110, pid: CHILD, ppid: PARENT, tid: CHILD });
+        c.handle_sideband(SidebandEvent::Exit { time: 130, pid: CHILD, tid: CHILD });
+        let rec = c.finish_window(window(100, 200));
+        let child = rec.processes.iter().find(|p| p.pid == CHILD).expect("the short-lived child is reported");
+        assert_eq!(child.cgroup.as_deref(), Some("/system.slice/app.service"));
+        assert!(c.table.live_of(CHILD).is_none(), "exited and reported: nothing of it kept");
+        assert!(c.table.live_of(PARENT).is_some_and(|l| l.cgroup.is_some()), "the parent's stays");
+    }
+}
