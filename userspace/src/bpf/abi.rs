@@ -1,8 +1,9 @@
 //! Rust mirror of `ebpf/sysprof.h`, the records the kernel side sends.
 //!
 //! In: raw bytes of one ring buffer record. Out: a borrowed, typed view
-//! ([`SampleView`], [`EventRecord`]) that never copies stacks. The layouts
-//! here are checked against the C header by `abi_matches_c_header`, which
+//! ([`SampleView`], [`EventRecord`], decoded in `abi/decode.rs`) that never copies
+//! stacks. The layouts here are checked against the C header by
+//! `abi_matches_c_header` (in `abi/tests.rs`), which
 //! compiles the header with the host C compiler and compares every size,
 //! offset and constant. Lengths read from a record are clamped to what the
 //! record holds, never trusted.

@@ -3,8 +3,9 @@
 //! In: per process, its executable mappings (binary, address range, file
 //! offset) as the sideband reports them, and per sample the user registers
 //! and the top of the user stack copied by the kernel. Out: the user return
-//! addresses, leaf first, and whether unwinding reached the thread's root or
-//! stopped early (and why). Each binary's unwind sections (.eh_frame and
+//! addresses, leaf first, and how the stack ended ([`StackEnd`]: the
+//! thread's root, or why it stopped early), counted in [`UnwindStats`]
+//! ([`Unwinders::take_stats`]). Each binary's unwind sections (.eh_frame and
 //! .eh_frame_hdr, or .debug_frame when it has no .eh_frame) are read once,
 //! within byte budgets, from the file opened when it was mapped, and shared
 //! by every process that maps it; framehop
@@ -18,6 +19,10 @@
 //! end of file would kill the profiler with SIGBUS. (`.text`, which framehop
 //! only uses to refine leaf frames, is left out for the same reason and for
 //! its size.)
+//!
+//! `binary` reads one binary's unwind data, `process` keeps one
+//! process's mappings and unwinder, [`kernel`] feeds the in-kernel unwinder,
+//! [`tables`] compiles its tables; this module holds them together.
 
 mod binary;
 pub mod kernel;
