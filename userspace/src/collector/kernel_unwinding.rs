@@ -31,11 +31,11 @@ impl Collector {
 
     /// What the in-kernel unwinder refused, per uid, all time.
     pub fn kernel_refusals(&self) -> Vec<(u32, crate::unwind::kernel::UidRefusals)> {
-        self.unwinders.as_ref().and_then(|u| u.kernel.as_ref()).map(|k| k.refusals()).unwrap_or_default()
+        self.unwinders.as_ref().map(|u| u.kernel_refusals()).unwrap_or_default()
     }
 
     /// The in-kernel unwinder's table totals, if it runs.
     pub fn kernel_table_stats(&self) -> Option<crate::unwind::kernel::KernelTableStats> {
-        self.unwinders.as_ref().and_then(|u| u.kernel.as_ref()).map(|k| k.stats)
+        self.unwinders.as_ref().and_then(|u| u.kernel_table_stats())
     }
 }

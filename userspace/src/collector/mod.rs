@@ -47,7 +47,9 @@ use crate::sideband::SidebandEvent;
 use crate::sideband::MmapEvent;
 use crate::binaries::{BinaryIndex, Binaries};
 use crate::symbolize::kernel::{InterruptKind, KernelSymbols};
-use crate::unwind::{UnwindEnd, Unwinders};
+use crate::bpf::abi::{KernelUnwound, Regs, UserStack};
+use crate::model::stack_end::StackEnd;
+use crate::unwind::Unwinders;
 use process::ProcessTable;
 use crate::model::recording::*;
 use sched::{FoldedRecord, IoRecord, OffCpuRecord};
@@ -56,19 +58,11 @@ use stacks::{StoredStack, ThreadStacks};
 pub use options::{CollectorOptions, PidFilter, WindowRange};
 use window::WindowData;
 
-/// Raw stack keys that are not addresses: where user unwinding stopped
-/// early (placed at the root end of the stack). No code lives at 1..=3.
-const TRUNCATED_COPY_EXHAUSTED: u64 = 1;
-const TRUNCATED_NO_UNWIND_INFO: u64 = 2;
-const TRUNCATED_BAD_RETURN_ADDRESS: u64 = 3;
-/// The in-kernel unwinder's own stops (see UNWIND_END_* in sysprof.h).
-const TRUNCATED_TABLES_NOT_READY: u64 = 5;
-const TRUNCATED_STACK_UNREADABLE: u64 = 6;
-const TRUNCATED_UNSUPPORTED_RULE: u64 = 7;
-const TRUNCATED_MAX_DEPTH: u64 = 8;
-/// Raw stack key of a stack an event referred to that was not available
-/// (its record was lost, or no longer kept when the event arrived).
-const STACK_NOT_AVAILABLE: u64 = 4;
+/// Ends a user stack in `out` with the raw key of its cut ([`StackEnd::raw_key`]:
+/// placed at the root end, where no code lives), nothing for a whole stack.
+fn push_cut(out: &mut Vec<u64>, end: StackEnd) {
+    out.extend(end.raw_key());
+}
 
 /// Kernel addresses on x86_64 and arm64 have the top bit set.
 const KERNEL_ADDR_MIN: u64 = 0x8000_0000_0000_0000;
@@ -177,62 +171,29 @@ impl Collector {
     /// A user stack the kernel unwound, into `self.unwound` with a
     /// truncation marker where it stopped early; where the kernel handed over
     /// (the process's tables not loaded yet), the copied rest is unwound here.
-    fn unwind_in_kernel(&mut self, pid: u32, frames: &[u64], end: u32, regs: Option<(u64, u64, u64)>, stack: &[u8]) {
-        use crate::bpf::abi::*;
+    fn unwind_in_kernel(&mut self, pid: u32, k: &KernelUnwound<'_>) {
         self.unwound.clear();
-        self.unwound.extend_from_slice(frames);
+        self.unwound.extend_from_slice(k.frames);
         let Some(u) = self.unwinders.as_mut() else { return };
-        if let Some(k) = u.kernel.as_mut() {
-            k.stats.ends[(end as usize).min(UNWIND_ENDS - 1)] += 1;
-            k.sampled(pid);
-        }
+        u.kernel_walked(pid, k.end);
         // The kernel sends registers and a copy only where it hands over. At
         // an address its entry did not cover: code mapped since, or no code
         // (then the walk ends there, as the kernel said); the leaf is kept.
-        let handed_over = match (regs, end) {
-            (Some(r), UNWIND_END_BAD_ADDRESS) => frames.is_empty() || u.is_code(pid, r.0),
-            (Some(_), _) => true,
-            (None, _) => false,
-        };
-        if let (Some(regs), true) = (regs, handed_over) {
+        let handover =
+            k.handover.filter(|(regs, _)| k.end != abi::UNWIND_END_BAD_ADDRESS || k.frames.is_empty() || u.is_code(pid, regs.ip));
+        if let Some((regs, stack)) = handover {
             // As deep as the kernel walks: a copy of 32 KiB may hold hundreds of small frames.
-            let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, crate::bpf::abi::UNWIND_MAX_FRAMES.max(MAX_USER_FRAMES + frames.len()));
-            match end {
-                UnwindEnd::Root => {}
-                UnwindEnd::StackCopyExhausted => self.unwound.push(TRUNCATED_COPY_EXHAUSTED),
-                UnwindEnd::NoUnwindInfo => self.unwound.push(TRUNCATED_NO_UNWIND_INFO),
-                UnwindEnd::BadReturnAddress => self.unwound.push(TRUNCATED_BAD_RETURN_ADDRESS),
-            }
+            let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, abi::UNWIND_MAX_FRAMES.max(MAX_USER_FRAMES + k.frames.len()));
+            push_cut(&mut self.unwound, end);
             return;
         }
-        // Counted as the copy unwinder counts its own stacks.
-        let st = &mut u.stats;
-        st.unwinds += 1;
         // A walk that ended in a program's entry function (hand-written
         // `_start` without CFI) reached the bottom whatever it read below.
-        let at_entry = frames.last().is_some_and(|&a| frames.len() > 1 && u.is_entry(pid, a));
-        let marker = match end {
-            UNWIND_END_ROOT => None,
-            _ if at_entry => None,
-            UNWIND_END_BAD_ADDRESS => Some(TRUNCATED_BAD_RETURN_ADDRESS),
-            UNWIND_END_NO_PROCESS | UNWIND_END_PENDING => Some(TRUNCATED_TABLES_NOT_READY),
-            // Refused an entry, without a stack copy to hand over: only the leaf.
-            UNWIND_END_REFUSED => Some(TRUNCATED_NO_UNWIND_INFO),
-            UNWIND_END_READ_FAILED => Some(TRUNCATED_STACK_UNREADABLE),
-            UNWIND_END_UNSUPPORTED => Some(TRUNCATED_UNSUPPORTED_RULE),
-            UNWIND_END_MAX_FRAMES => Some(TRUNCATED_MAX_DEPTH),
-            _ => Some(TRUNCATED_NO_UNWIND_INFO),
-        };
-        let st = &mut u.stats;
-        match marker {
-            None => st.reached_root += 1,
-            Some(TRUNCATED_BAD_RETURN_ADDRESS) => st.bad_return_address += 1,
-            Some(TRUNCATED_MAX_DEPTH) => st.copy_exhausted += 1,
-            Some(_) => st.no_unwind_info += 1,
-        }
-        if let Some(m) = marker {
-            self.unwound.push(m);
-        }
+        let at_entry = k.frames.last().is_some_and(|&a| k.frames.len() > 1 && u.is_entry(pid, a));
+        let end = if at_entry { StackEnd::Root } else { StackEnd::from_abi(k.end) };
+        // Counted as the copy unwinder counts its own stacks.
+        u.count_kernel_end(end);
+        push_cut(&mut self.unwound, end);
     }
 
     /// Whether a kernel stack is a thread's exit (`do_exit`): from there it
@@ -248,33 +209,25 @@ impl Collector {
     /// then those of the thread's last system call, and a switch-out with the
     /// same ones was in it (elsewhere two calls from different callers could
     /// share an ip and sp, and the stack would be another call's).
-    fn recover_unreadable(&mut self, tid: u32, leaf_regs: Option<(u64, u64, u64)>) {
+    fn recover_unreadable(&mut self, tid: u32, leaf_regs: Option<Regs>) {
         let Some(regs) = leaf_regs else { return };
-        let cut = self.unwound.last() == Some(&TRUNCATED_STACK_UNREADABLE);
+        let cut = self.unwound.last().copied() == StackEnd::Unreadable.raw_key();
         if let Some(user) = self.stacks.user_stack_at(tid, regs).filter(|_| cut) {
             self.unwound.clear();
             self.unwound.extend_from_slice(user);
             if let Some(u) = self.unwinders.as_mut() {
-                u.stats.no_unwind_info = u.stats.no_unwind_info.saturating_sub(1);
-                u.stats.reached_root += 1;
-                if let Some(k) = u.kernel.as_mut() {
-                    k.stats.recovered_from_switch += 1;
-                }
+                u.recovered_from_switch();
             }
         }
     }
 
     /// Unwind a user stack copied by the kernel into `self.unwound`, leaf
     /// first, ending with a truncation marker when it stopped early.
-    fn unwind_copy(&mut self, pid: u32, regs: (u64, u64, u64), stack: &[u8]) {
+    fn unwind_copy(&mut self, pid: u32, regs: Regs, stack: &[u8]) {
         self.unwound.clear();
         let Some(u) = self.unwinders.as_mut() else { return };
-        match u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, MAX_USER_FRAMES) {
-            UnwindEnd::Root => {}
-            UnwindEnd::StackCopyExhausted => self.unwound.push(TRUNCATED_COPY_EXHAUSTED),
-            UnwindEnd::NoUnwindInfo => self.unwound.push(TRUNCATED_NO_UNWIND_INFO),
-            UnwindEnd::BadReturnAddress => self.unwound.push(TRUNCATED_BAD_RETURN_ADDRESS),
-        }
+        let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, MAX_USER_FRAMES);
+        push_cut(&mut self.unwound, end);
     }
 
     /// Intern a raw stack: `pid` root, then the user frames (leaf first in
@@ -305,19 +258,19 @@ impl Collector {
         if s.flags & SAMPLE_FLAG_USTACK_FAILED != 0 {
             w.stats.user_stack_failures += 1;
         }
-        let node = match (s.kernel_unwound, s.user_regs) {
-            (Some((frames, end)), regs) => {
-                self.unwind_in_kernel(s.pid, frames, end, regs, s.stack);
-                if end == crate::bpf::abi::UNWIND_END_READ_FAILED && self.is_exiting(s.kstack) {
-                    self.recover_unreadable(s.tid, s.leaf_regs);
+        let node = match s.user {
+            UserStack::KernelUnwound(k) => {
+                self.unwind_in_kernel(s.pid, &k);
+                if StackEnd::from_abi(k.end) == StackEnd::Unreadable && self.is_exiting(s.kstack) {
+                    self.recover_unreadable(s.tid, k.leaf);
                 }
                 Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
             }
-            (None, Some(regs)) if self.unwinders.is_some() => {
-                self.unwind_copy(s.pid, regs, s.stack);
+            UserStack::Copy { regs, stack } if self.unwinders.is_some() => {
+                self.unwind_copy(s.pid, regs, stack);
                 Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
             }
-            _ => Self::intern_raw(&mut self.window.raw, s.pid, s.ustack, s.kstack),
+            user => Self::intern_raw(&mut self.window.raw, s.pid, user.frames(), s.kstack),
         };
         let w = &mut self.window;
         w.samples.time_ns.push(s.time_ns);
@@ -352,21 +305,21 @@ impl Collector {
         if e.flags & (STACK_KSTACK_FAILED | STACK_USTACK_FAILED) != 0 {
             self.window.stats.stack_read_failures += 1;
         }
-        let user: Box<[u64]> = match (view.kernel_unwound, view.user_regs) {
-            (Some((frames, end)), _) => {
-                // The tracer sends a copy where the walk would hand over.
-                self.unwind_in_kernel(e.pid, frames, end, None, &[]);
+        let user: Box<[u64]> = match view.user {
+            UserStack::KernelUnwound(k) => {
+                // The tracer's walks hand nothing over: what the kernel walked is the stack.
+                self.unwind_in_kernel(e.pid, &k);
                 self.unwound.as_slice().into()
             }
-            (None, Some(regs)) => {
-                self.unwind_copy(e.pid, regs, view.stack);
+            UserStack::Copy { regs, stack } => {
+                self.unwind_copy(e.pid, regs, stack);
                 self.unwound.as_slice().into()
             }
-            (None, None) => view.ustack.into(),
+            UserStack::Frames(frames) => frames.into(),
         };
         let kernel: Box<[u64]> = self.kernel.cut_tracing(view.kstack).into();
         let interrupt = self.kernel.interrupt_part(&kernel);
-        let user_regs = (e.user_ip, e.user_sp, e.user_bp);
+        let user_regs = Regs { ip: e.user_ip, sp: e.user_sp, bp: e.user_bp };
         self.stacks.insert(e.tid, e.slot, StoredStack { id: e.id, user, kernel, user_regs, interrupt, interned: Default::default() });
     }
 
@@ -388,7 +341,7 @@ impl Collector {
                     self.window.stats.stacks_not_kept += 1;
                 }
                 let root = self.window.raw.child(NO_PARENT, pid as u64);
-                self.window.raw.child(root, STACK_NOT_AVAILABLE)
+                self.window.raw.child(root, StackEnd::NotAvailable.raw_key().expect("a cut"))
             }
         }
     }

@@ -13,97 +13,58 @@ use rustc_hash::FxHashMap;
 
 use super::process::ProcessTable;
 use crate::model::recording::{MarkerRecord, OffCpuSamples, ThreadSamples};
+use crate::binaries::BinaryIndex;
 use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
-use super::{
-    WindowData, KERNEL_ADDR_MIN, TRUNCATED_BAD_RETURN_ADDRESS, TRUNCATED_COPY_EXHAUSTED, TRUNCATED_MAX_DEPTH, TRUNCATED_NO_UNWIND_INFO,
-    TRUNCATED_STACK_UNREADABLE, TRUNCATED_TABLES_NOT_READY, TRUNCATED_UNSUPPORTED_RULE,
-};
+use super::{WindowData, KERNEL_ADDR_MIN};
+use crate::model::recording::OffCpuReason;
+use crate::model::stack_end::StackEnd;
 
 /// A frame before symbolication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) struct FrameKey {
-    /// A binary, or one of [`KERNEL_BINARY`], [`PSEUDO_BINARY`], [`JIT_BINARY`].
-    pub binary: u32,
-    /// File offset in the binary; the absolute address for kernel and JIT
-    /// code; a [`PseudoFrame`] for pseudo frames.
-    pub address: u64,
-    /// For JIT frames only (absolute addresses mean something per process).
-    pub pid: u32,
+pub(super) enum FrameKey {
+    /// Code in a mapped binary, at this file offset.
+    Binary { binary: BinaryIndex, offset: u64 },
+    /// Kernel code, at this absolute address.
+    Kernel(u64),
+    /// Code in anonymous memory or in no known mapping, at this absolute
+    /// address of process `pid`: named from its perf map or jitdump.
+    Jit { pid: u32, address: u64 },
+    /// Not code: why a thread was off-CPU, where a stack ends.
+    Pseudo(PseudoFrame),
+    /// The one frame of a sample with no usable frame at all.
+    Empty,
 }
 
-/// `FrameKey::binary` for code in anonymous memory or in no known mapping:
-/// named from the process's perf map or jitdump, `address` absolute, `pid` set.
-pub(super) const JIT_BINARY: u32 = u32::MAX - 3;
-/// `FrameKey::binary` for kernel addresses.
-pub(super) const KERNEL_BINARY: u32 = u32::MAX - 1;
-/// `FrameKey::binary` for pseudo frames; the address is a [`PseudoFrame`].
-pub(super) const PSEUDO_BINARY: u32 = u32::MAX - 2;
+impl FrameKey {
+    /// The address symbolication looks up: the file offset in its binary,
+    /// the absolute address for kernel and JIT code, 0 for what is no code.
+    pub fn address(self) -> u64 {
+        match self {
+            FrameKey::Binary { offset, .. } => offset,
+            FrameKey::Kernel(a) | FrameKey::Jit { address: a, .. } => a,
+            FrameKey::Pseudo(_) | FrameKey::Empty => 0,
+        }
+    }
+}
 
 /// Frames that are not code: why a thread was off-CPU, where a stack ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u64)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum PseudoFrame {
-    Preempted = 0,
-    Sleeping = 1,
-    Blocked = 2,
-    Other = 3,
-    ShortWaits = 4,
-    StackCopyExhausted = 5,
-    NoUnwindInfo = 6,
-    BadReturnAddress = 7,
-    StackNotKept = 8,
-    TablesNotReady = 9,
-    StackUnreadable = 10,
-    UnsupportedRule = 11,
-    MaxDepth = 12,
+    /// The off-CPU leaf of a reason.
+    OffCpu(OffCpuReason),
+    /// The root of short off-CPU waits, summed without their stacks.
+    ShortWaits,
+    /// Where a user stack was cut ([`StackEnd::Root`] is no frame).
+    End(StackEnd),
 }
 
 impl PseudoFrame {
-    pub fn from_address(a: u64) -> PseudoFrame {
-        match a {
-            0 => PseudoFrame::Preempted,
-            1 => PseudoFrame::Sleeping,
-            2 => PseudoFrame::Blocked,
-            3 => PseudoFrame::Other,
-            5 => PseudoFrame::StackCopyExhausted,
-            6 => PseudoFrame::NoUnwindInfo,
-            7 => PseudoFrame::BadReturnAddress,
-            8 => PseudoFrame::StackNotKept,
-            9 => PseudoFrame::TablesNotReady,
-            10 => PseudoFrame::StackUnreadable,
-            11 => PseudoFrame::UnsupportedRule,
-            12 => PseudoFrame::MaxDepth,
-            _ => PseudoFrame::ShortWaits,
-        }
-    }
-
-    /// The off-CPU leaf of a reason.
-    pub fn of_reason(reason: crate::model::recording::OffCpuReason) -> PseudoFrame {
-        use crate::model::recording::OffCpuReason;
-        match reason {
-            OffCpuReason::Preempted => PseudoFrame::Preempted,
-            OffCpuReason::Sleeping => PseudoFrame::Sleeping,
-            OffCpuReason::Blocked => PseudoFrame::Blocked,
-            OffCpuReason::Other => PseudoFrame::Other,
-        }
-    }
-
+    /// The frame's name in the profile.
     pub fn name(self) -> &'static str {
-        use crate::model::recording::OffCpuReason;
         match self {
-            PseudoFrame::Preempted => OffCpuReason::Preempted.frame_name(),
-            PseudoFrame::Sleeping => OffCpuReason::Sleeping.frame_name(),
-            PseudoFrame::Blocked => OffCpuReason::Blocked.frame_name(),
-            PseudoFrame::Other => OffCpuReason::Other.frame_name(),
+            PseudoFrame::OffCpu(r) => r.frame_name(),
             PseudoFrame::ShortWaits => "[short off-CPU waits: no stack]",
-            PseudoFrame::StackCopyExhausted => "[truncated: user stack copy exhausted (--stack-size)]",
-            PseudoFrame::NoUnwindInfo => "[truncated: no unwind information]",
-            PseudoFrame::BadReturnAddress => "[truncated: return address outside any code]",
-            PseudoFrame::StackNotKept => "[stack not available]",
-            PseudoFrame::TablesNotReady => "[truncated: unwind tables not loaded yet (the process had just started)]",
-            PseudoFrame::StackUnreadable => "[truncated: user stack not readable (not resident)]",
-            PseudoFrame::UnsupportedRule => "[truncated: an unwind rule the kernel unwinder cannot follow]",
-            PseudoFrame::MaxDepth => "[truncated: 1024 frames]",
+            PseudoFrame::End(e) => e.frame_name(),
         }
     }
 }
@@ -157,7 +118,7 @@ impl<'a> Replay<'a> {
 
     /// A pseudo frame under `parent`.
     pub fn pseudo(&mut self, parent: NodeIndex, p: PseudoFrame) -> NodeIndex {
-        let frame = self.frame(FrameKey { binary: PSEUDO_BINARY, address: p as u64, pid: 0 });
+        let frame = self.frame(FrameKey::Pseudo(p));
         self.stacks.child(parent, frame as u64)
     }
 
@@ -170,7 +131,7 @@ impl<'a> Replay<'a> {
         let node = self.resolve_raw(w, pid, w.samples.raw_stack[i]);
         let node = if node == NO_PARENT {
             // A sample with no usable frame at all still counts, as an empty stack.
-            let frame = self.frame(FrameKey { binary: crate::model::recording::NO_LIB, address: 0, pid: 0 });
+            let frame = self.frame(FrameKey::Empty);
             self.stacks.child(NO_PARENT, frame as u64)
         } else {
             node
@@ -219,26 +180,14 @@ impl<'a> Replay<'a> {
         for (depth, &addr) in frames.iter().enumerate() {
             // Return addresses point after the call; look up the call itself.
             let lookup = if depth == leaf { addr } else { addr.saturating_sub(1) };
-            let key = match addr {
-                TRUNCATED_COPY_EXHAUSTED..=TRUNCATED_MAX_DEPTH => {
-                    let pseudo = match addr {
-                        TRUNCATED_COPY_EXHAUSTED => PseudoFrame::StackCopyExhausted,
-                        TRUNCATED_NO_UNWIND_INFO => PseudoFrame::NoUnwindInfo,
-                        TRUNCATED_BAD_RETURN_ADDRESS => PseudoFrame::BadReturnAddress,
-                        TRUNCATED_TABLES_NOT_READY => PseudoFrame::TablesNotReady,
-                        TRUNCATED_STACK_UNREADABLE => PseudoFrame::StackUnreadable,
-                        TRUNCATED_UNSUPPORTED_RULE => PseudoFrame::UnsupportedRule,
-                        TRUNCATED_MAX_DEPTH => PseudoFrame::MaxDepth,
-                        _ => PseudoFrame::StackNotKept,
-                    };
-                    FrameKey { binary: PSEUDO_BINARY, address: pseudo as u64, pid: 0 }
-                }
-                a if a >= KERNEL_ADDR_MIN => FrameKey { binary: KERNEL_BINARY, address: lookup, pid: 0 },
-                _ => match state.lookup(lookup) {
-                    Some(m) if !m.anon => FrameKey { binary: m.binary, address: lookup - m.start + m.pgoff, pid: 0 },
+            let key = match StackEnd::from_raw_key(addr) {
+                Some(end) => FrameKey::Pseudo(PseudoFrame::End(end)),
+                None if addr >= KERNEL_ADDR_MIN => FrameKey::Kernel(lookup),
+                None => match state.lookup(lookup) {
+                    Some(m) if !m.anon => FrameKey::Binary { binary: m.binary, offset: lookup - m.start + m.pgoff },
                     // Anonymous memory, or in no mapping we saw: JIT code
                     // (perf maps and jitdumps name absolute addresses).
-                    _ => FrameKey { binary: JIT_BINARY, address: lookup, pid },
+                    _ => FrameKey::Jit { pid, address: lookup },
                 },
             };
             let next = self.frame_keys.len() as u32;
@@ -249,5 +198,48 @@ impl<'a> Replay<'a> {
             node = self.stacks.child(node, frame as u64);
         }
         node
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that every pseudo frame keeps the name it had before the
+    /// stack-end vocabulary was one (the old table, written out).
+    #[test]
+    fn pseudo_frames_keep_their_names() {
+        let old: [(PseudoFrame, &str); 13] = [
+            (PseudoFrame::OffCpu(OffCpuReason::Preempted), "[off-CPU: preempted, waiting for a CPU]"),
+            (PseudoFrame::OffCpu(OffCpuReason::Sleeping), "[off-CPU: sleeping]"),
+            (PseudoFrame::OffCpu(OffCpuReason::Blocked), "[off-CPU: blocked, uninterruptible (I/O)]"),
+            (PseudoFrame::OffCpu(OffCpuReason::Other), "[off-CPU: other state]"),
+            (PseudoFrame::ShortWaits, "[short off-CPU waits: no stack]"),
+            (PseudoFrame::End(StackEnd::CopyExhausted), "[truncated: user stack copy exhausted (--stack-size)]"),
+            (PseudoFrame::End(StackEnd::NoUnwindInfo), "[truncated: no unwind information]"),
+            (PseudoFrame::End(StackEnd::BadReturnAddress), "[truncated: return address outside any code]"),
+            (PseudoFrame::End(StackEnd::NotAvailable), "[stack not available]"),
+            (PseudoFrame::End(StackEnd::TablesNotReady), "[truncated: unwind tables not loaded yet (the process had just started)]"),
+            (PseudoFrame::End(StackEnd::Unreadable), "[truncated: user stack not readable (not resident)]"),
+            (PseudoFrame::End(StackEnd::UnsupportedRule), "[truncated: an unwind rule the kernel unwinder cannot follow]"),
+            (PseudoFrame::End(StackEnd::MaxDepth), "[truncated: 1024 frames]"),
+        ];
+        for (p, name) in old {
+            assert_eq!(p.name(), name);
+        }
+        // The raw keys the collector used for cuts: 1..=3, 4 (not available), 5..=8.
+        let raw: [(u64, StackEnd); 8] = [
+            (1, StackEnd::CopyExhausted),
+            (2, StackEnd::NoUnwindInfo),
+            (3, StackEnd::BadReturnAddress),
+            (4, StackEnd::NotAvailable),
+            (5, StackEnd::TablesNotReady),
+            (6, StackEnd::Unreadable),
+            (7, StackEnd::UnsupportedRule),
+            (8, StackEnd::MaxDepth),
+        ];
+        for (key, end) in raw {
+            assert_eq!(end.raw_key(), Some(key));
+        }
     }
 }

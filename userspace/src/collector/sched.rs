@@ -65,7 +65,7 @@ impl Replay<'_> {
             return;
         }
         let resolved = self.resolve_raw(w, e.pid, e.stack);
-        let stack = self.pseudo(resolved, PseudoFrame::of_reason(e.reason));
+        let stack = self.pseudo(resolved, PseudoFrame::OffCpu(e.reason));
         let duration = e.end_ns.saturating_sub(e.start_ns);
         let waker = e.waker.as_ref().map(|(waker, raw)| {
             let node = self.resolve_raw(w, waker.pid, *raw);
@@ -114,7 +114,7 @@ impl Replay<'_> {
                 continue;
             }
             let root = self.pseudo(NO_PARENT, PseudoFrame::ShortWaits);
-            let leaf = self.pseudo(root, PseudoFrame::of_reason(OffCpuReason::from_abi(reason as u32)));
+            let leaf = self.pseudo(root, PseudoFrame::OffCpu(OffCpuReason::from_abi(reason as u32)));
             let data = self.thread(e.pid, e.tid);
             data.off_cpu.time_ns.push(e.last_ns);
             data.off_cpu.stack.push(leaf);

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use crate::bpf::abi::{STACK_SLOTS, STACK_SLOT_INTERRUPT};
+use crate::bpf::abi::{Regs, STACK_SLOTS, STACK_SLOT_INTERRUPT};
 
 /// Stacks kept per thread and slot: the cached one and those it replaced
 /// (a wakee can refer to its waker's stack, a request to its submitter's,
@@ -36,8 +36,8 @@ pub(super) struct StoredStack {
     pub user: Box<[u64]>,
     /// Kernel return addresses, leaf first, tracing path cut.
     pub kernel: Box<[u64]>,
-    /// The user registers (ip, sp, bp) where the thread entered the kernel.
-    pub user_regs: (u64, u64, u64),
+    /// The user registers where the thread entered the kernel.
+    pub user_regs: Regs,
     /// When the kernel stack ran in an interrupt: which kind, and how many
     /// of its frames are the interrupt's (worked out once, when it arrives).
     pub interrupt: Option<(crate::model::recording::InterruptKind, usize)>,
@@ -83,7 +83,7 @@ impl ThreadStacks {
     /// so a stack recorded at a switch-out in the same system call is the one
     /// a sample taken later in it has (when that sample cannot read it: the
     /// process exiting and its memory being freed).
-    pub fn user_stack_at(&self, tid: u32, regs: (u64, u64, u64)) -> Option<&[u64]> {
+    pub fn user_stack_at(&self, tid: u32, regs: Regs) -> Option<&[u64]> {
         let slots = self.by_tid.get(&tid)?;
         slots
             .iter()
@@ -130,7 +130,7 @@ mod tests {
     use super::*;
 
     fn stack(id: u64) -> StoredStack {
-        StoredStack { id, user: vec![id].into(), kernel: Box::new([]), user_regs: (0, 0, 0), interrupt: None, interned: Default::default() }
+        StoredStack { id, user: vec![id].into(), kernel: Box::new([]), user_regs: Regs::default(), interrupt: None, interned: Default::default() }
     }
 
     /// Check that the last stacks of each slot of a thread are found by
@@ -166,15 +166,15 @@ mod tests {
     #[test]
     fn user_stack_at_matches_thread_and_registers() {
         let mut s = ThreadStacks::default();
-        let regs = (0x7f00_0000_1234, 0x7ffc_0000_0100, 0);
+        let regs = Regs { ip: 0x7f00_0000_1234, sp: 0x7ffc_0000_0100, bp: 0 };
         let whole = StoredStack { user: vec![0x7f00_0000_1234, 0x5555_0000_0042].into(), user_regs: regs, ..stack(1) };
-        let cut = StoredStack { user: vec![0x7f00_0000_1234, 2].into(), user_regs: (1, 2, 3), ..stack(2) };
+        let cut = StoredStack { user: vec![0x7f00_0000_1234, 2].into(), user_regs: Regs { ip: 1, sp: 2, bp: 3 }, ..stack(2) };
         s.insert(7, STACK_SLOT_WAITED_FOR_TEST, whole);
         s.insert(7, 0, cut.clone());
         assert_eq!(s.user_stack_at(7, regs), Some(&[0x7f00_0000_1234u64, 0x5555_0000_0042][..]));
         assert_eq!(s.user_stack_at(8, regs), None, "another thread");
-        assert_eq!(s.user_stack_at(7, (9, 9, 9)), None, "other registers");
-        assert_eq!(s.user_stack_at(7, (1, 2, 3)), None, "a stack that ends in a truncation marker");
+        assert_eq!(s.user_stack_at(7, Regs { ip: 9, sp: 9, bp: 9 }), None, "other registers");
+        assert_eq!(s.user_stack_at(7, Regs { ip: 1, sp: 2, bp: 3 }), None, "a stack that ends in a truncation marker");
     }
 
     const STACK_SLOT_WAITED_FOR_TEST: u32 = crate::bpf::abi::STACK_SLOT_WAITED;

@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 
 use crate::model::recording::{FrameRecord, LibRecord, NO_LIB};
 use super::process::ProcessTable;
-use super::replay::{FrameKey, PseudoFrame, JIT_BINARY, KERNEL_BINARY, PSEUDO_BINARY};
+use super::replay::FrameKey;
 use crate::binaries::{BinaryIndex, Binaries};
 use crate::binaries::elf::{ElfLimits, ElfReader};
 use crate::symbolize::kernel::KernelSymbols;
@@ -116,7 +116,9 @@ pub(super) fn symbolicate(
     };
     let mut by_binary: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
     for (i, k) in keys.iter().enumerate() {
-        by_binary.entry(k.binary).or_default().push(i as u32);
+        if let FrameKey::Binary { binary, .. } = k {
+            by_binary.entry(*binary).or_default().push(i as u32);
+        }
     }
     // The libraries of this window: the binaries its frames point into,
     // then the kernel, then JIT code (added by symbolicate_jit).
@@ -126,42 +128,40 @@ pub(super) fn symbolicate(
     let kernel_lib = used.len() as u32;
     let mut frames: Vec<FrameRecord> = keys
         .iter()
-        .map(|k| match k.binary {
-            KERNEL_BINARY => FrameRecord {
+        .map(|k| match *k {
+            FrameKey::Kernel(address) => FrameRecord {
                 lib: kernel_lib,
-                address: k.address.wrapping_sub(kernel.text),
+                address: address.wrapping_sub(kernel.text),
                 kernel: true,
-                symbols: kernel_addr_info(kernel, k.address),
+                symbols: kernel_addr_info(kernel, address),
                 pseudo: false,
             },
-            PSEUDO_BINARY => FrameRecord {
+            FrameKey::Pseudo(p) => FrameRecord {
                 lib: NO_LIB,
                 address: 0,
                 kernel: false,
                 symbols: AddrInfo {
-                    funcs: vec![symbolize::FuncAtAddr {
-                        name: PseudoFrame::from_address(k.address).name().to_string(),
-                        file: None,
-                        line: None,
-                    }],
+                    funcs: vec![symbolize::FuncAtAddr { name: p.name().to_string(), file: None, line: None }],
                     ..AddrInfo::default()
                 },
                 pseudo: true,
             },
-            b => FrameRecord {
-                lib: lib_of.get(&b).copied().unwrap_or(NO_LIB),
-                address: k.address,
+            FrameKey::Binary { binary, offset } => FrameRecord {
+                lib: lib_of.get(&binary).copied().unwrap_or(NO_LIB),
+                address: offset,
                 kernel: false,
                 symbols: AddrInfo::default(),
                 pseudo: false,
             },
+            FrameKey::Jit { address, .. } => FrameRecord { lib: NO_LIB, address, kernel: false, symbols: AddrInfo::default(), pseudo: false },
+            FrameKey::Empty => FrameRecord { lib: NO_LIB, address: 0, kernel: false, symbols: AddrInfo::default(), pseudo: false },
         })
         .collect();
     // Addresses named in an earlier window take that name; the rest are looked up.
     let mut missing: FxHashMap<BinaryIndex, Vec<u32>> = FxHashMap::default();
     for &b in &used {
         for &i in &by_binary[&b] {
-            match cache.map.get(&(b, keys[i as usize].address)) {
+            match cache.map.get(&(b, keys[i as usize].address())) {
                 Some(info) => frames[i as usize].symbols = info.clone(),
                 None => missing.entry(b).or_default().push(i),
             }
@@ -192,7 +192,7 @@ pub(super) fn symbolicate(
     }
     for &b in &used {
         let Some(idxs) = missing.get(&b) else { continue };
-        let addrs: Vec<u64> = idxs.iter().map(|&i| keys[i as usize].address).collect();
+        let addrs: Vec<u64> = idxs.iter().map(|&i| keys[i as usize].address()).collect();
         if !cache.prepared.contains_key(&b) {
             let p = names::prepare(binaries.get(b), limits, fetched.get(&b).map(String::as_str));
             if cache.prepared_bytes + p.bytes() > NAME_CACHE_BYTES {
@@ -205,7 +205,7 @@ pub(super) fn symbolicate(
         let prepared = cache.prepared.get_mut(&b).expect("inserted above");
         let names = names::symbolize_prepared(symbolicator, binaries.get(b), prepared, &addrs, limits);
         for (&i, info) in idxs.iter().zip(names.infos) {
-            cache.insert(b, keys[i as usize].address, &info);
+            cache.insert(b, keys[i as usize].address(), &info);
             frames[i as usize].symbols = info;
         }
         for w in names.warnings {
@@ -240,8 +240,8 @@ fn symbolicate_jit(
     };
     let mut by_pid: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
     for (i, k) in keys.iter().enumerate() {
-        if k.binary == JIT_BINARY {
-            by_pid.entry(k.pid).or_default().push(i);
+        if let FrameKey::Jit { pid, .. } = k {
+            by_pid.entry(*pid).or_default().push(i);
         }
     }
     for (pid, idxs) in by_pid {
@@ -300,10 +300,10 @@ fn symbolicate_jit(
         for i in idxs {
             let f = &mut frames[i];
             f.lib = lib;
-            if let Some(sym) = map.lookup(keys[i].address) {
+            if let Some(sym) = map.lookup(keys[i].address()) {
                 f.symbols = AddrInfo {
                     symbol_start: sym.start,
-                    symbol_offset: keys[i].address - sym.start,
+                    symbol_offset: keys[i].address() - sym.start,
                     symbol_size: Some(sym.size),
                     funcs: vec![symbolize::FuncAtAddr { name: sym.name.clone(), file: None, line: None }],
                 };

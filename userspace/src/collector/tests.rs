@@ -42,11 +42,7 @@ fn sample(c: &mut Collector, time: u64, pid: u32, tid: u32, runtime: u64, ustack
         flags: 0,
         comm: b"app",
         kstack,
-        ustack,
-        user_regs: None,
-        kernel_unwound: None,
-        leaf_regs: None,
-        stack: &[],
+        user: UserStack::Frames(ustack),
     });
 }
 
@@ -72,7 +68,7 @@ fn stack_record(c: &mut Collector, pid: u32, tid: u32, id: u64, user: &[u64], ke
     };
     e.kstack[..kernel.len()].copy_from_slice(kernel);
     e.ustack[..user.len()].copy_from_slice(user);
-    let view = StackView { kstack: &e.kstack[..kernel.len()], ustack: &e.ustack[..user.len()], user_regs: None, stack: &[], kernel_unwound: None };
+    let view = StackView { kstack: &e.kstack[..kernel.len()], user: UserStack::Frames(&e.ustack[..user.len()]) };
     c.handle_event(EventRecord::Stack(&e, view));
 }
 
@@ -321,4 +317,52 @@ fn continuous_windows_carry_what_ended_after_the_cut() {
     assert_eq!(t.samples.time_ns, vec![1100]);
     assert_eq!((t.off_cpu.time_ns.clone(), t.off_cpu.duration_ns.clone()), (vec![950], vec![250]), "kept whole where it ended");
     assert_eq!(frames_of(&second, 80, 80, 0).len(), 1, "the carried sample kept its stack");
+}
+
+/// Check that a user stack the kernel walked ends, at its root, in the
+/// frame that names how the walk ended, with the names and the mapping from
+/// `UNWIND_END_*` the profiles had before the stack-end vocabulary was one
+/// (written out here), and that the unwinder counts each end as before.
+#[test]
+fn kernel_walks_end_in_the_frame_that_says_why() {
+    let cases: [(u32, Option<&str>); 10] = [
+        (abi::UNWIND_END_ROOT, None),
+        (abi::UNWIND_END_NO_PROCESS, Some("[truncated: unwind tables not loaded yet (the process had just started)]")),
+        (abi::UNWIND_END_PENDING, Some("[truncated: unwind tables not loaded yet (the process had just started)]")),
+        (abi::UNWIND_END_BAD_ADDRESS, Some("[truncated: return address outside any code]")),
+        (abi::UNWIND_END_UNSUPPORTED, Some("[truncated: an unwind rule the kernel unwinder cannot follow]")),
+        (abi::UNWIND_END_READ_FAILED, Some("[truncated: user stack not readable (not resident)]")),
+        (abi::UNWIND_END_NO_INFO, Some("[truncated: no unwind information]")),
+        (abi::UNWIND_END_MAX_FRAMES, Some("[truncated: 1024 frames]")),
+        (abi::UNWIND_END_USERSPACE, Some("[truncated: no unwind information]")),
+        (abi::UNWIND_END_REFUSED, Some("[truncated: no unwind information]")),
+    ];
+    let mut c = Collector::new(PidFilter::All, CollectorOptions { dwarf: true, ..Default::default() });
+    c.set_kernel_symbols(Arc::new(KernelSymbols::parse(KALLSYMS)));
+    c.handle_sideband(SidebandEvent::Mmap(mmap(1, 30, "/nonexistent/k")));
+    for (i, &(end, _)) in cases.iter().enumerate() {
+        let user = UserStack::KernelUnwound(KernelUnwound { frames: &[0x40_0010, 0x40_0100], end, handover: None, leaf: None });
+        c.handle_sample(&SampleView {
+            cpu: 0,
+            time_ns: 10 + i as u64,
+            sum_exec_runtime: 0,
+            pid: 30,
+            tid: 30,
+            flags: abi::SAMPLE_FLAG_KERNEL_UNWOUND,
+            comm: b"app",
+            kstack: &[],
+            user,
+        });
+    }
+    let r = c.finish_window(range(0, 1000));
+    let t = thread(&r, 30, 30);
+    for (i, &(end, marker)) in cases.iter().enumerate() {
+        let n = names(&r, t.samples.stack[i]);
+        match marker {
+            Some(m) => assert_eq!((n.len(), n[0].as_str()), (3, m), "UNWIND_END {end}"),
+            None => assert_eq!(n.len(), 2, "UNWIND_END {end}: a whole stack has no marker: {n:?}"),
+        }
+    }
+    let u = r.stats.unwind;
+    assert_eq!((u.unwinds, u.reached_root, u.bad_return_address, u.copy_exhausted, u.no_unwind_info), (10, 1, 1, 1, 7));
 }

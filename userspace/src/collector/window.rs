@@ -128,16 +128,8 @@ impl Collector {
         let Replay { frame_keys, stacks, threads, .. } = replay;
         let mut warnings = std::mem::take(&mut w.warnings);
         if let Some(u) = self.unwinders.as_mut() {
-            w.stats.unwind = std::mem::take(&mut u.stats);
-            for f in u.failures.drain(..) {
-                warnings.push(format!("cannot read unwind information of {f}; its frames are walked by frame pointer"));
-            }
-            if let Some(k) = u.kernel.as_mut() {
-                for f in k.failures.drain(..) {
-                    warnings.push(format!("no in-kernel unwind table for {f}"));
-                }
-                warnings.extend(k.take_refusal_warnings());
-            }
+            w.stats.unwind = u.take_stats();
+            warnings.extend(u.take_warnings());
         }
         let jit = symbolicate::JitSources(&self.table);
         let (libs, frames) = symbolicate::symbolicate(

@@ -8,5 +8,6 @@
 pub mod cgroup;
 pub mod merge;
 pub mod recording;
+pub mod stack_end;
 pub mod stack_tree;
 pub mod symbols;

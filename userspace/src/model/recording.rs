@@ -50,7 +50,7 @@ pub struct OffCpuSamples {
 }
 
 /// Why a thread was off-CPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OffCpuReason {
     /// Still runnable: preempted, waiting for a CPU.
     Preempted,

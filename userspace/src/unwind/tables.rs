@@ -54,8 +54,73 @@ const RSP: gimli::Register = gimli::X86_64::RSP;
 const RBP: gimli::Register = gimli::X86_64::RBP;
 const RA: gimli::Register = gimli::X86_64::RA;
 
+/// Why a table could not be compiled (one line, after the binary's path).
+#[derive(Debug, thiserror::Error)]
+pub enum CfiError {
+    /// More rows than a table may take, while reading its FDEs: the CFI
+    /// is fine, only too large for the kernel (userspace walks it).
+    #[error("{section}: more than {max_rows} rows (a table may take a quarter of --unwind-table-mb)")]
+    TooManyRows {
+        /// `.eh_frame` or `.debug_frame`.
+        section: &'static str,
+        /// The most rows allowed.
+        max_rows: usize,
+    },
+    /// Code the 32-bit row addresses cannot reach.
+    #[error("{section}: code above 4 GiB, which a table cannot address")]
+    AddressOverflow {
+        /// `.eh_frame` or `.debug_frame`.
+        section: &'static str,
+    },
+    /// gimli could not read the section.
+    #[error("{section}: {source}")]
+    Damaged {
+        /// `.eh_frame` or `.debug_frame`.
+        section: &'static str,
+        /// What gimli said.
+        #[source]
+        source: gimli::Error,
+    },
+    /// Not one FDE could be read.
+    #[error("none of its {fdes} FDEs could be read (damaged CFI)")]
+    NoReadableFde {
+        /// FDEs that could not be read.
+        fdes: u32,
+    },
+    /// More rows than the budget once merged.
+    #[error("more than {max_rows} unwind rows (the table budget)")]
+    OverBudget {
+        /// The most rows allowed.
+        max_rows: usize,
+    },
+    /// [`compile_file`]: the file could not be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// [`compile_file`]: the file is no object file `object` can parse.
+    #[error("{}: {source}", path.display())]
+    Parse {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What object said.
+        #[source]
+        source: object::Error,
+    },
+    /// [`compile_file`]: its CFI section's data could not be read.
+    #[error("{0}")]
+    SectionData(#[source] object::Error),
+    /// [`compile_file`]: no CFI at all.
+    #[error("no .eh_frame or .debug_frame")]
+    NoCfi,
+}
+
 /// Compile a section into a table of at most `max_rows` rows.
-pub fn compile(section: &CfiSection, max_rows: usize) -> Result<Table, String> {
+pub fn compile(section: &CfiSection, max_rows: usize) -> Result<Table, CfiError> {
     let mut ranges: Vec<(u32, u32, Row)> = Vec::new();
     let mut unsupported_fdes = 0u32;
     let endian = gimli::LittleEndian;
@@ -69,13 +134,14 @@ pub fn compile(section: &CfiSection, max_rows: usize) -> Result<Table, String> {
         collect(&df, &BaseAddresses::default(), &mut ranges, &mut unsupported_fdes, max_rows)
     };
     let section_name = if section.is_eh_frame { ".eh_frame" } else { ".debug_frame" };
+    let section = section_name;
     let damaged = result.map_err(|e| match e {
-        gimli::Error::TooManyRegisterRules => format!("{section_name}: more than {max_rows} rows (a table may take a quarter of --unwind-table-mb)"),
-        gimli::Error::AddressOverflow => format!("{section_name}: code above 4 GiB, which a table cannot address"),
-        e => format!("{section_name}: {e}"),
+        gimli::Error::TooManyRegisterRules => CfiError::TooManyRows { section, max_rows },
+        gimli::Error::AddressOverflow => CfiError::AddressOverflow { section },
+        source => CfiError::Damaged { section, source },
     })?;
     if ranges.is_empty() && damaged > 0 {
-        return Err(format!("none of its {damaged} FDEs could be read (damaged CFI)"));
+        return Err(CfiError::NoReadableFde { fdes: damaged });
     }
     let rows = flatten(ranges, max_rows)?;
     Ok(Table { rows, unsupported_fdes })
@@ -180,10 +246,10 @@ fn plt_threshold(expr: &[u8]) -> Option<u8> {
 /// Sort the ranges into rows: a row where each range starts, a `ROW_NONE`
 /// where one ends without another starting there, rows equal to the one
 /// before dropped.
-fn flatten(mut ranges: Vec<(u32, u32, Row)>, max_rows: usize) -> Result<Vec<Row>, String> {
+fn flatten(mut ranges: Vec<(u32, u32, Row)>, max_rows: usize) -> Result<Vec<Row>, CfiError> {
     ranges.sort_by_key(|r| r.0);
     let mut rows: Vec<Row> = Vec::with_capacity(ranges.len().min(max_rows));
-    let push = |rows: &mut Vec<Row>, pc: u32, r: Row| -> Result<(), String> {
+    let push = |rows: &mut Vec<Row>, pc: u32, r: Row| -> Result<(), CfiError> {
         let row = Row { pc, ..r };
         match rows.last_mut() {
             Some(last) if last.pc == pc => *last = row,
@@ -191,7 +257,7 @@ fn flatten(mut ranges: Vec<(u32, u32, Row)>, max_rows: usize) -> Result<Vec<Row>
             _ => rows.push(row),
         }
         if rows.len() > max_rows {
-            return Err(format!("more than {max_rows} unwind rows (the table budget)"));
+            return Err(CfiError::OverBudget { max_rows });
         }
         Ok(())
     };
@@ -212,15 +278,15 @@ fn flatten(mut ranges: Vec<(u32, u32, Row)>, max_rows: usize) -> Result<Vec<Row>
 /// Compile the table of an ELF file on disk (for the benchmarks: the
 /// profiler itself reads CFI through [`crate::binaries::elf::ElfReader::cfi`],
 /// within its budgets). Returns the table and the bytes of CFI it came from.
-pub fn compile_file(path: &std::path::Path, max_rows: usize) -> Result<(Table, usize), String> {
+pub fn compile_file(path: &std::path::Path, max_rows: usize) -> Result<(Table, usize), CfiError> {
     use object::{Object, ObjectSection};
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let file = object::File::parse(&*bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = std::fs::read(path).map_err(|source| CfiError::Read { path: path.to_path_buf(), source })?;
+    let file = object::File::parse(&*bytes).map_err(|source| CfiError::Parse { path: path.to_path_buf(), source })?;
     let (section, is_eh_frame) = match file.section_by_name(".eh_frame") {
         Some(s) => (s, true),
-        None => (file.section_by_name(".debug_frame").ok_or("no .eh_frame or .debug_frame")?, false),
+        None => (file.section_by_name(".debug_frame").ok_or(CfiError::NoCfi)?, false),
     };
-    let data = section.data().map_err(|e| e.to_string())?;
+    let data = section.data().map_err(CfiError::SectionData)?;
     let table = compile(&CfiSection { bytes: data, addr: section.address(), is_eh_frame }, max_rows)?;
     Ok((table, data.len()))
 }

@@ -1,0 +1,134 @@
+//! The ABI checked against `ebpf/sysprof.h`, and decoding against records
+//! that lie about their lengths.
+//!
+//! In: the header (compiled with the host C compiler) and hand-made records.
+//! Out: test results.
+
+use super::*;
+use std::mem::{offset_of, size_of};
+
+/// (C expression, Rust value) pairs: every size, offset and constant of the ABI.
+macro_rules! abi_items {
+    ($( struct $c:ident = $r:ty { $($f:ident),* } )* ; consts { $($k:ident),* }) => {{
+        let mut v: Vec<(String, usize)> = Vec::new();
+        $(
+            v.push((format!("sizeof(struct {})", stringify!($c)), size_of::<$r>()));
+            $( v.push((format!("offsetof(struct {}, {})", stringify!($c), stringify!($f)), offset_of!($r, $f))); )*
+        )*
+        $( v.push((stringify!($k).to_string(), $k as usize)); )*
+        v
+    }};
+}
+
+/// Check that every record and constant has the same size, offsets and
+/// values in `ebpf/sysprof.h` (compiled with the host C compiler) as here.
+#[test]
+fn abi_matches_c_header() {
+    let items = abi_items!(
+        struct sample_event = SampleEvent { kind, cpu, time_ns, sum_exec_runtime, pid, tid, flags, kstack_len, ustack_len,
+            stack_size, unwind_end, comm, user_ip, user_sp, user_bp, kstack, ustack }
+        struct unwind_row = Row { pc, kind, rbp_slot, cfa_off8 }
+        struct unwind_mapping = UnwindMapping { start, end, bias, table_start, table_len }
+        struct unwind_process = UnwindProcess { count, wake_until_ms, flags, m }
+        struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, unwind_end, user_ip, user_sp,
+            user_bp, kstack, ustack }
+        struct offcpu_event = OffCpuEvent { kind, state, start_ns, end_ns, wake_ns, pid, tid, cpu_out, cpu_in, waker_pid,
+            waker_tid, stack_id, waker_stack_id, comm, waker_comm, flags }
+        struct folded_event = FoldedEvent { kind, pid, tid, first_ns, last_ns, ns, count }
+        struct thread_end_event = ThreadEndEvent { kind, pid, tid, time_ns, voluntary, involuntary }
+        struct blkio_event = IoEvent { kind, dev, sector, start_ns, issue_ns, done_ns, bytes, error, pid, tid, op, flags,
+            stack_id, comm }
+        struct thread_state = ThreadState { off_ts, voluntary, involuntary, short_ns, short_count, short_first, short_last,
+            pid, off_state, off_cpu, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, cache }
+        struct stack_cache = StackCache { ip, sp, bp, id, what }
+        ;
+        consts { TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE, RECORD_OFFCPU, RECORD_IO, RECORD_STACK, RECORD_FOLDED,
+            RECORD_THREAD_END, STACK_SLOT_PREEMPTED, STACK_SLOT_WAITED, STACK_SLOT_CALL, STACK_SLOTS, STACK_SLOT_INTERRUPT, OFFCPU_END_INFERRED, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER, OFFCPU_REASONS,
+            SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED, SAMPLE_FLAG_USER_REGS, STACK_KERNEL_THREAD,
+            STACK_USER_REGS, STACK_KSTACK_FAILED, STACK_USTACK_FAILED, IO_PREFLUSH, IO_FUA, IO_SYNC, IO_META,
+            IO_READAHEAD, IO_START_AT_ISSUE, IO_OP_READ, IO_OP_WRITE, IO_OP_FLUSH, IO_OP_DISCARD, IO_OP_SECURE_ERASE,
+            IO_OP_WRITE_ZEROES, MAX_STACK_COPY, STACK_COPY_CHUNK, DROP_RINGBUF_FULL, DROP_KSTACK, DROP_USTACK,
+            DROP_EVENTS_FULL, DROP_STACK_RECORD, DROP_STATE_FULL, DROP_IO_UNTRACKED, DROP_MAX,
+            SAMPLE_FLAG_KERNEL_UNWOUND, SAMPLE_FLAG_LEAF_REGS, STACK_KERNEL_UNWOUND, UNWIND_MAX_FRAMES, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING, UNWIND_END_ROOT,
+            UNWIND_END_NO_PROCESS, UNWIND_END_PENDING, UNWIND_END_BAD_ADDRESS, UNWIND_END_UNSUPPORTED,
+            UNWIND_END_READ_FAILED, UNWIND_END_NO_INFO, UNWIND_END_MAX_FRAMES, UNWIND_END_USERSPACE, UNWIND_END_REFUSED, UNWIND_ENDS, UNWIND_PROCESS_CUT, UNWIND_REFUSED_WORDS, UNWIND_TABLE_USERSPACE, ROW_NONE, ROW_CFA_RSP, ROW_CFA_RBP,
+            ROW_PLT, ROW_SIGNAL, ROW_END, ROW_UNSUPPORTED }
+    );
+    let header = concat!(env!("CARGO_MANIFEST_DIR"), "/../ebpf/sysprof.h");
+    let dir = std::env::temp_dir().join(format!("sysprof-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prints: String = items.iter().map(|(c, _)| format!("  printf(\"%zu\\n\", (size_t)({c}));\n")).collect();
+    let src = dir.join("abi.c");
+    std::fs::write(
+        &src,
+        format!("#include <stdio.h>\n#include <stddef.h>\n#include <linux/types.h>\n#include \"{header}\"\nint main(void) {{\n{prints}  return 0;\n}}\n"),
+    )
+    .unwrap();
+    let exe = dir.join("abi");
+    let status = std::process::Command::new("cc")
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("the host C compiler `cc` is needed for this test");
+    assert!(status.success(), "compiling the ABI probe failed");
+    let out = std::process::Command::new(&exe).output().unwrap();
+    let c: Vec<usize> = String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(c.len(), items.len());
+    let mismatches: Vec<String> = items
+        .iter()
+        .zip(&c)
+        .filter(|((_, r), c)| r != *c)
+        .map(|((name, r), c)| format!("{name}: C {c}, Rust {r}"))
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(mismatches.is_empty(), "the ABI drifted:\n{}", mismatches.join("\n"));
+}
+
+/// Check that lengths larger than a record holds are clamped, and short
+/// or unknown records are errors, not panics.
+#[test]
+fn decoding_clamps_and_rejects() {
+    #[repr(C, align(8))]
+    struct Buf([u8; size_of::<SampleEvent>() + 64]);
+    let mut buf = Buf([0; size_of::<SampleEvent>() + 64]);
+    let b = &mut buf.0;
+    b[0..4].copy_from_slice(&RECORD_SAMPLE.to_ne_bytes());
+    let kl = offset_of!(SampleEvent, kstack_len);
+    b[kl..kl + 4].copy_from_slice(&1000u32.to_ne_bytes());
+    let fl = offset_of!(SampleEvent, flags);
+    b[fl..fl + 4].copy_from_slice(&SAMPLE_FLAG_USER_REGS.to_ne_bytes());
+    let ss = offset_of!(SampleEvent, stack_size);
+    b[ss..ss + 4].copy_from_slice(&u32::MAX.to_ne_bytes());
+    let s = decode_sample(b).unwrap();
+    assert_eq!(s.kstack.len(), MAX_STACK_DEPTH);
+    let UserStack::Copy { stack, .. } = s.user else { panic!("a sample with user registers is a stack copy") };
+    assert_eq!(stack.len(), 64, "stack bytes clamped to the record's tail");
+    assert!(matches!(decode_sample(&b[..100]), Err(DecodeError::Short { .. })));
+    b[0..4].copy_from_slice(&99u32.to_ne_bytes());
+    assert!(matches!(decode_event(b), Err(DecodeError::UnknownKind(99))));
+    assert!(decode_event(&b[..2]).is_err());
+}
+
+/// Check that each way the in-kernel walk ends means the cut it meant when
+/// the collector translated the codes itself (the old table, written out).
+#[test]
+fn unwind_ends_translate_as_before() {
+    use crate::model::stack_end::StackEnd;
+    let old = [
+        (UNWIND_END_ROOT, StackEnd::Root),
+        (UNWIND_END_NO_PROCESS, StackEnd::TablesNotReady),
+        (UNWIND_END_PENDING, StackEnd::TablesNotReady),
+        (UNWIND_END_BAD_ADDRESS, StackEnd::BadReturnAddress),
+        (UNWIND_END_UNSUPPORTED, StackEnd::UnsupportedRule),
+        (UNWIND_END_READ_FAILED, StackEnd::Unreadable),
+        (UNWIND_END_NO_INFO, StackEnd::NoUnwindInfo),
+        (UNWIND_END_MAX_FRAMES, StackEnd::MaxDepth),
+        (UNWIND_END_USERSPACE, StackEnd::NoUnwindInfo),
+        (UNWIND_END_REFUSED, StackEnd::NoUnwindInfo),
+        (99, StackEnd::NoUnwindInfo),
+    ];
+    for (code, end) in old {
+        assert_eq!(StackEnd::from_abi(code), end, "UNWIND_END {code}");
+    }
+}

@@ -1,0 +1,289 @@
+//! Feeding the in-kernel unwinder: tables into `unwind_rows`, mappings
+//! into `unwind_processes`.
+//!
+//! In: the processes' executable mappings as [`super::Unwinders`] keeps
+//! them (from the `/proc` snapshot and the perf sideband), and each binary's
+//! unwind sections. Out: the two BPF maps `ebpf/unwind.bpf.h` walks. A
+//! binary's table is compiled once (on a worker thread, off the event loop:
+//! rustc's driver library takes ~80 ms) and placed in the shared rows
+//! array, which userspace writes through a mapping of it (no syscall per
+//! row); each process's entry lists its mappings with their bias and table,
+//! rewritten whenever they change. Until a binary's table is in, its
+//! mappings say "pending" and the kernel hands those samples over to the
+//! stack copy. The rows array has a fixed size, the table budget: a table
+//! that does not fit is refused (its frames are handed over to userspace,
+//! which unwinds them from a stack copy) and counted; tables of binaries no
+//! process maps any more are freed.
+//!
+//! Both maps are shared by every user's processes, and any user can fill
+//! them (files whose CFI compiles to millions of rows, thousands of sleeping
+//! processes): each is shared out per user. A table is charged to its
+//! file's owner (root's files in root's directories are the system's, which
+//! has no limit); another owner may hold at most half the rows, and when a
+//! table does not fit, the largest tables of the owner holding the most are
+//! evicted for it, if that owner holds more than the one asking would. A
+//! process entry is charged to the process's real uid; a uid other than
+//! root may hold at most a quarter of the entries, and when the map is full
+//! the least recently sampled entry of the uid holding the most is evicted,
+//! on the same condition. A process refused an entry (or evicted) is marked
+//! in `unwind_refused`, so the kernel hands its samples over to userspace
+//! instead of taking it for one that just started. Refusals are counted per
+//! uid, for the profile's warnings, `record -v`, the agent's health line
+//! and its metrics.
+//!
+//! A binary's CFI is read by whoever compiles its table, just before (the
+//! worker reads from its own handle on the file), so however many binaries
+//! wait for a worker, at most one CFI copy per worker is in memory, each
+//! within the CFI budget ([`ElfReader::cfi`]).
+
+mod entries;
+mod rows;
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::binaries::{Binary, BinaryIndex};
+use crate::bpf::abi::UNWIND_ENDS;
+use entries::Entry;
+use rows::{compile_table, table_max_rows, Compiled, TableError, TableRequest, TableState};
+
+/// Entries of the process map unless told otherwise (8 KiB each, allocated
+/// only for the processes that exist).
+pub const DEFAULT_PROCESS_ENTRIES: u32 = 16384;
+
+/// The owner of the system's tables and the uid of root's processes: no share limit.
+pub const SYSTEM_UID: u32 = 0;
+
+pub use crate::bpf::unwind_maps::{KernelUnwindMaps, RowsMapping};
+
+/// Totals, for `record -v`, the summary and the benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KernelTableStats {
+    /// Tables compiled and loaded.
+    pub tables: u64,
+    /// Rows in use now, and the most at once.
+    pub rows_in_use: u64,
+    /// The most rows in use at once.
+    pub rows_peak: u64,
+    /// The rows array's size (the budget).
+    pub rows_capacity: u64,
+    /// Time compiling tables on the worker, ns.
+    pub compile_ns: u64,
+    /// Tables that did not fit the budget (their frames are handed over).
+    pub over_budget: u64,
+    /// Of those, refused because their owner held its share of the rows.
+    pub tables_over_share: u64,
+    /// Tables evicted to make room for another owner's (handed over since).
+    pub tables_evicted: u64,
+    /// Process entries written.
+    pub process_writes: u64,
+    /// Processes with more executable mappings than an entry holds.
+    pub mappings_cut: u64,
+    /// Process entries the kernel refused (its map full).
+    pub process_write_failures: u64,
+    /// Processes refused an entry (their uid held its share, or the map was
+    /// full), evictions included: their samples are handed over.
+    pub process_refusals: u64,
+    /// Of those, entries evicted for another uid's process.
+    pub process_evictions: u64,
+    /// Samples walked in the kernel, by how the walk ended (`UNWIND_END_*`).
+    pub ends: [u64; UNWIND_ENDS],
+    /// Of those that could not read the stack, given the stack their thread
+    /// had at a switch-out in the same system call.
+    pub recovered_from_switch: u64,
+}
+
+impl KernelTableStats {
+    /// One line for `record -v`: the tables and how the walks ended.
+    pub fn line(&self) -> String {
+        const NAMES: [&str; UNWIND_ENDS] =
+            ["root", "no_process", "pending", "bad_address", "unsupported", "read_failed", "no_info", "max_frames", "userspace", "refused"];
+        let ends: Vec<String> = NAMES.iter().zip(self.ends).map(|(n, c)| format!("{n}={c}")).collect();
+        format!(
+            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak) compile_ms={:.1} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} walks: {} recovered_from_switch={}",
+            self.tables,
+            self.rows_in_use,
+            self.rows_peak,
+            self.rows_capacity,
+            self.rows_peak as f64 * 8.0 / (1 << 20) as f64,
+            self.compile_ns as f64 / 1e6,
+            self.over_budget,
+            self.tables_over_share,
+            self.tables_evicted,
+            self.process_writes,
+            self.process_write_failures,
+            self.process_refusals,
+            self.process_evictions,
+            self.mappings_cut,
+            ends.join(" "),
+            self.recovered_from_switch
+        )
+    }
+}
+
+/// What the kernel unwinder refused one uid: process entries and tables.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UidRefusals {
+    /// Processes refused an entry (or evicted).
+    pub entries: u64,
+    /// Tables refused or evicted.
+    pub tables: u64,
+}
+
+/// The refusals per uid as one line's part: `uid 65534: 14452 processes, 2 tables`.
+pub fn refusals_text(refusals: &[(u32, UidRefusals)]) -> String {
+    refusals.iter().map(|(uid, r)| format!("uid {uid}: {} processes, {} tables", r.entries, r.tables)).collect::<Vec<_>>().join("; ")
+}
+
+/// The in-kernel unwinder's userspace half.
+pub struct KernelTables {
+    maps: KernelUnwindMaps,
+    /// Free row ranges: start -> len.
+    free: BTreeMap<u32, u32>,
+    tables: FxHashMap<BinaryIndex, TableState>,
+    serial: u64,
+    to_worker: Option<Sender<TableRequest>>,
+    from_worker: Receiver<Compiled>,
+    /// Processes whose entry must be rewritten (or deleted).
+    pub(super) dirty: FxHashSet<u32>,
+    /// Totals.
+    pub(in crate::unwind) stats: KernelTableStats,
+    /// Binaries whose table could not be made, with why.
+    pub(in crate::unwind) failures: Vec<String>,
+    /// Who each table is charged to ([`table_owner`]).
+    owners: FxHashMap<BinaryIndex, u32>,
+    /// Rows held per owner.
+    owner_rows: FxHashMap<u32, u64>,
+    /// Binaries whose table was evicted since the last `receive`: their
+    /// processes' entries must be rewritten.
+    evicted: Vec<BinaryIndex>,
+    /// Processes with an entry in the kernel's map.
+    entries: FxHashMap<u32, Entry>,
+    /// Entries held per uid.
+    uid_entries: FxHashMap<u32, u32>,
+    /// Processes refused an entry (marked in `unwind_refused`), with their uid.
+    refused: FxHashMap<u32, u32>,
+    /// Counts samples, for the least recently sampled entry.
+    sample_clock: u64,
+    /// What was refused, per uid (all time).
+    refusals: BTreeMap<u32, UidRefusals>,
+    /// `refusals` as last said in a warning.
+    refusals_warned: BTreeMap<u32, UidRefusals>,
+}
+
+/// Who a binary's table is charged to: its file's owner, or, for a file of
+/// root's, its directory's (the system's where that is root's too: any user
+/// can map root's files, but only root can put them in root's directories).
+pub fn table_owner(bin: &Binary) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    let Some(meta) = bin.file.as_ref().and_then(|f| f.metadata().ok()) else { return u32::MAX };
+    if meta.uid() != SYSTEM_UID {
+        return meta.uid();
+    }
+    match std::path::Path::new(&bin.path).parent().and_then(|d| std::fs::metadata(d).ok()) {
+        Some(d) if d.uid() != SYSTEM_UID => d.uid(),
+        _ => SYSTEM_UID,
+    }
+}
+
+/// Threads compiling large tables.
+const TABLE_WORKERS: usize = 2;
+
+impl KernelTables {
+    /// Take over the maps; start the compiling worker.
+    pub fn new(maps: KernelUnwindMaps) -> KernelTables {
+        let capacity = maps.rows.capacity() as u32;
+        let (to_worker, requests) = std::sync::mpsc::channel::<TableRequest>();
+        let (results, from_worker) = std::sync::mpsc::channel();
+        // One binary may take a quarter of the budget: a file whose CFI claims
+        // millions of rows (any user can write one) cannot crowd out the rest,
+        // nor make the compiler hold more than a few tens of MB.
+        let max_rows = table_max_rows(capacity as usize);
+        // Two workers: a program's large libraries (rustc's driver and
+        // LLVM, ~90 ms each) arrive together and are compiled side by side.
+        let requests = Arc::new(std::sync::Mutex::new(requests));
+        let mut spawned = Err(std::io::Error::other("no worker"));
+        for i in 0..TABLE_WORKERS {
+            let (requests, results) = (requests.clone(), results.clone());
+            let worker = std::thread::Builder::new().name(format!("sysprof-tables{i}")).spawn(move || loop {
+                let next = requests.lock().map_err(|_| ()).and_then(|r| r.recv().map_err(|_| ()));
+                let Ok((binary, serial, file, path)) = next else { break };
+                let started = std::time::Instant::now();
+                // A file that makes the compiler panic must not leave its
+                // table pending for ever (every sample would hand over).
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_table(&file, max_rows)))
+                    .unwrap_or(Err(TableError::Panicked));
+                let ns = started.elapsed().as_nanos() as u64;
+                if results.send(Compiled { binary, path, serial, result, ns }).is_err() {
+                    break;
+                }
+            });
+            spawned = spawned.or(worker.map(|_| ()));
+        }
+        let mut free = BTreeMap::new();
+        free.insert(0, capacity);
+        KernelTables {
+            maps,
+            free,
+            tables: FxHashMap::default(),
+            serial: 0,
+            to_worker: spawned.is_ok().then_some(to_worker),
+            from_worker,
+            dirty: FxHashSet::default(),
+            stats: KernelTableStats { rows_capacity: capacity as u64, ..Default::default() },
+            failures: Vec::new(),
+            owners: FxHashMap::default(),
+            owner_rows: FxHashMap::default(),
+            evicted: Vec::new(),
+            entries: FxHashMap::default(),
+            uid_entries: FxHashMap::default(),
+            refused: FxHashMap::default(),
+            sample_clock: 0,
+            refusals: BTreeMap::new(),
+            refusals_warned: BTreeMap::new(),
+        }
+    }
+
+    /// `pid` was sampled: its entry is the last its uid gives up.
+    pub fn sampled(&mut self, pid: u32) {
+        if let Some(e) = self.entries.get_mut(&pid) {
+            self.sample_clock += 1;
+            e.last_sampled = self.sample_clock;
+        }
+    }
+
+    /// The refusals per uid, all time.
+    pub fn refusals(&self) -> Vec<(u32, UidRefusals)> {
+        self.refusals.iter().map(|(&u, &r)| (u, r)).collect()
+    }
+
+    /// One warning per uid refused more since the last call.
+    pub fn take_refusal_warnings(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        let capacity = self.maps.process_capacity;
+        for (&uid, &r) in &self.refusals {
+            let before = self.refusals_warned.get(&uid).copied().unwrap_or_default();
+            if r == before {
+                continue;
+            }
+            let mut parts = Vec::new();
+            if r.entries > before.entries {
+                parts.push(format!(
+                    "{} of its processes got no entry in the kernel unwinder's process map (a user other than root may hold {} of its {})",
+                    r.entries - before.entries,
+                    (capacity / 4).max(1),
+                    capacity
+                ));
+            }
+            if r.tables > before.tables {
+                parts.push(format!("{} of its tables got no room in --unwind-table-mb or were evicted for another user's", r.tables - before.tables));
+            }
+            out.push(format!("uid {uid}: {}; those stacks were unwound from stack copies", parts.join(", and ")));
+            self.refusals_warned.insert(uid, r);
+        }
+        out
+    }
+}
