@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::model::recording::*;
-use crate::model::stack_tree::StackTree;
+use crate::model::stack_tree::{StackTree, NO_PARENT};
 use crate::model::symbols::{AddrInfo, FuncAtAddr};
 
 fn func(name: &str, line: u32) -> FuncAtAddr {
