@@ -878,4 +878,31 @@ mod tests {
         assert_eq!(h.total(), 5);
         assert!(text.contains("4611686018427387904 -> 9223372036854775807"), "{text}");
     }
+
+    /// Check that the report and the folded stacks of the profile writer's
+    /// golden profile are what they were before the report read through the
+    /// writer's schema (stored beside it), whole and filtered by a command
+    /// name that runs in a container (its track shows `nginx [container
+    /// ...]`). `SYSPROF_BLESS=1` rewrites them.
+    #[test]
+    fn the_golden_profile_reports_as_before() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/profile/testdata/");
+        let profile = load(&Path::new(dir).join("full_recording.json")).unwrap();
+        let all = Filter { pids: vec![], tids: vec![], comm: None };
+        let nginx = Filter { pids: vec![], tids: vec![], comm: Some("nginx".into()) };
+        let text = [
+            report(&profile, &all, 10, Path::new("golden.json")),
+            folded(&profile, &all),
+            report(&profile, &nginx, 10, Path::new("golden.json")),
+            folded(&profile, &nginx),
+        ]
+        .join("\n----\n");
+        let expected = concat!(env!("CARGO_MANIFEST_DIR"), "/src/profile/testdata/full_recording.report.txt");
+        if std::env::var_os("SYSPROF_BLESS").is_some() {
+            std::fs::write(expected, &text).unwrap();
+            return;
+        }
+        assert!(folded(&profile, &nginx).starts_with("nginx [container abababababab];main;work;helper 1\n"), "{text}");
+        assert_eq!(text, std::fs::read_to_string(expected).unwrap());
+    }
 }
