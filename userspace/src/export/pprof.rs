@@ -216,7 +216,7 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
                     memory_limit: 0,
                     file_offset: 0,
                     filename: strings.get(&lib.path),
-                    build_id: strings.get(&lib.build_id.as_deref().map(crate::model::strings::hex).unwrap_or_default()),
+                    build_id: strings.get(&lib.build_id.as_deref().map(crate::sys::hex::hex).unwrap_or_default()),
                     has_functions: named,
                     has_filenames: named,
                     has_line_numbers: named,

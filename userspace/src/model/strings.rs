@@ -1,10 +1,9 @@
-//! Text the writers share: a string table that gives each distinct string
-//! one index, and bytes (build ids) as lower-case hex.
+//! The string table the writers share: each distinct string one index.
 //!
-//! In: strings as a writer meets them (function, file and library names);
-//! bytes. Out: the index of each string and, at the end, the table in
-//! index order, as the Firefox Profiler's `stringArray` and pprof's
-//! `string_table` both hold it; hex text.
+//! In: strings as a writer meets them (function, file and library names).
+//! Out: the index of each string and, at the end, the table in index
+//! order, as the Firefox Profiler's `stringArray` and pprof's
+//! `string_table` both hold it.
 
 use rustc_hash::FxHashMap;
 
@@ -40,11 +39,6 @@ impl Interner {
     }
 }
 
-/// `bytes` as lower-case hex, two digits a byte.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,6 +50,5 @@ mod tests {
         let mut s = Interner::default();
         assert_eq!([s.intern("b"), s.intern("a"), s.intern("b"), s.intern("")], [0, 1, 0, 2]);
         assert_eq!(s.into_strings(), ["b", "a", ""]);
-        assert_eq!(hex(&[0, 0xab, 0x10]), "00ab10");
     }
 }

@@ -6,7 +6,7 @@
 //! format wants them, and the Breakpad id of a build id.
 
 use crate::model::recording::{CounterRecord, LibRecord, Recording};
-use crate::model::strings::hex;
+use crate::sys::hex::hex;
 
 use super::schema::{Category, Meta};
 use super::PREPROCESSED_PROFILE_VERSION;

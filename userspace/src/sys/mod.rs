@@ -1,8 +1,9 @@
 //! The bottom layer: what sysprof asks of the operating system directly,
 //! with its `unsafe` in one place. In: libc and `/proc/self`. Out: the
-//! clock, random names, this process's resources, the online CPUs.
+//! clock, random names, this process's resources, the online CPUs; hex of bytes.
 
 pub mod clock;
 pub mod cpus;
+pub mod hex;
 pub mod process;
 pub mod random;
