@@ -83,10 +83,9 @@ pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
 /// terminal raw, in the tables or in folded lines.
 fn load(path: &Path) -> Result<Profile, RecordError> {
     let bad = |what: String| RecordError::Usage(format!("{}: {what}; give a profile written by sysprof record or sysprof show", path.display()));
-    let bytes = crate::profile::input::read_profile_bytes(path).map_err(|e| match e.kind() {
-        // Already says what to do.
-        std::io::ErrorKind::InvalidData => RecordError::Usage(e.to_string()),
-        _ => RecordError::Usage(format!("{e}; give a profile written by sysprof record or sysprof show")),
+    let bytes = crate::profile::input::read_profile_bytes(path).map_err(|e| match e.says_what_to_do() {
+        true => RecordError::Usage(e.to_string()),
+        false => RecordError::Usage(format!("{e}; give a profile written by sysprof record or sysprof show")),
     })?;
     let parsed = serde_json::from_slice(&bytes);
     let mut profile: Profile = parsed.map_err(|e| bad(format!("not a processed profile ({e})")))?;
