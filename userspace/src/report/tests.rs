@@ -128,3 +128,26 @@ fn the_golden_profile_reports_as_before() {
     assert!(folded::folded(&profile, &nginx).starts_with("nginx [container abababababab];main;work;helper 1\n"), "{text}");
     assert_eq!(text, std::fs::read_to_string(expected).unwrap());
 }
+
+/// Check that the report reads what the format allows beyond what sysprof
+/// writes, as it did before it read through the writer's types: a pid as a
+/// number and a tid as a string, null categories and marker payloads, a
+/// marker type it does not know, parts it never reads in any shape (libs,
+/// paused ranges), and the optional columns missing.
+#[test]
+fn reads_the_format_leniently() {
+    let json = r#"{"meta":{"interval":2,"categories":[{"name":"Other"}]},"libs":[{"x":1}],"threads":[{
+        "name":"t","pid":7,"tid":"8","pausedRanges":[{"startTime":1}],"nativeSymbols":{},
+        "stackTable":{"prefix":[null],"frame":[0]},"frameTable":{"func":[0],"category":[null]},
+        "funcTable":{"name":[0],"resource":[-1]},"resourceTable":{"name":[]},
+        "samples":{"stack":[0,null]},
+        "markers":{"startTime":[1,2],"endTime":[2,3],"data":[null,{"type":"Mystery","x":[1]}]},
+        "stringArray":["main"]}]}"#;
+    let profile: Profile = serde_json::from_str(json).unwrap();
+    let t = &profile.threads[0];
+    assert!(t.consistent());
+    assert_eq!((t.pid(), t.tid(), t.process_name()), (Some(7), Some(8), "t"));
+    assert!(matches!(t.markers.data[1], Some(MarkerData::Other)));
+    let all = Filter { pids: vec![], tids: vec![], comm: None };
+    assert_eq!(folded::folded(&profile, &all), "t;main 1\n");
+}
