@@ -7,11 +7,11 @@
 //! always had them: `meta`'s keys sorted, as the `serde_json::Value` it
 //! used to be wrote them), or the typed profile (`Deserialize`).
 //!
-//! Reading is as lenient as `report` has always been: what it does not
-//! read may be missing (`default`) or, for the parts only the writer
-//! knows (libs, counters, native symbols), is not read at all
-//! (`skip_deserializing`); a pid or tid may be a number or a string, as
-//! the format allows. Threads, with their columns and markers, stay typed
+//! Reading is as lenient, and as light, as `report` has always been: the
+//! columns and parts it does not use are not read at all
+//! (`skip_deserializing`: whatever their shape, they take no memory), the
+//! optional ones it uses and `meta`'s may be missing (`default`); a pid or
+//! tid may be a number or a string, as the format allows. Threads, with their columns and markers, stay typed
 //! structs: a `serde_json::Value` tree would hold each number as a 32-byte
 //! value and each marker as a map of strings, which on an I/O-heavy
 //! recording (tens of thousands of markers) doubled peak RSS and the time
@@ -209,58 +209,58 @@ fn id_number<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 #[derive(Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct FrameTable {
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) length: usize,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) address: Vec<i64>,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) inline_depth: Vec<u32>,
     /// Always a category the writer sets; the format allows null.
     pub(crate) category: Vec<Option<u32>>,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) subcategory: Vec<u32>,
     pub(crate) func: Vec<u32>,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) native_symbol: Vec<Option<u32>>,
-    #[serde(rename = "innerWindowID", default)]
+    #[serde(rename = "innerWindowID", skip_deserializing)]
     pub(crate) inner_window_id: Vec<Option<u32>>,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) line: Vec<Option<u32>>,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) column: Vec<Option<u32>>,
 }
 
 #[derive(Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct FuncTable {
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) length: usize,
     pub(crate) name: Vec<u32>,
-    #[serde(rename = "isJS", default)]
+    #[serde(rename = "isJS", skip_deserializing)]
     pub(crate) is_js: Vec<bool>,
-    #[serde(rename = "relevantForJS", default)]
+    #[serde(rename = "relevantForJS", skip_deserializing)]
     pub(crate) relevant_for_js: Vec<bool>,
     /// A resource index, or -1 for none.
     pub(crate) resource: Vec<i64>,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) file_name: Vec<Option<u32>>,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) line_number: Vec<Option<u32>>,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) column_number: Vec<Option<u32>>,
 }
 
 #[derive(Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceTable {
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) length: usize,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) lib: Vec<Option<u32>>,
     pub(crate) name: Vec<u32>,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) host: Vec<Option<u32>>,
-    #[serde(rename = "type", default)]
+    #[serde(rename = "type", skip_deserializing)]
     pub(crate) kind: Vec<u32>,
 }
 
@@ -277,7 +277,7 @@ pub struct NativeSymbols {
 #[derive(Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct StackTable {
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) length: usize,
     pub(crate) prefix: Vec<Option<u32>>,
     pub(crate) frame: Vec<u32>,
@@ -286,12 +286,12 @@ pub struct StackTable {
 #[derive(Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Samples {
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) length: usize,
     pub(crate) stack: Vec<Option<u32>>,
     /// Milliseconds since the previous sample (the first: since the start):
     /// smaller than absolute times, and they compress better.
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) time_deltas: Vec<f64>,
     /// Always written (null without off-CPU time).
     #[serde(default)]
@@ -307,67 +307,68 @@ pub struct Samples {
 #[derive(Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Markers {
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) length: usize,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) category: Vec<u32>,
     /// Always a payload the writer sets; the format allows null.
     pub(crate) data: Vec<Option<MarkerData>>,
     pub(crate) end_time: Vec<Option<f64>>,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) name: Vec<u32>,
-    #[serde(default)]
+    #[serde(skip_deserializing)]
     pub(crate) phase: Vec<u8>,
     pub(crate) start_time: Vec<Option<f64>>,
 }
 
 /// One marker's payload; `type` names its entry in `meta.markerSchema`.
+/// Read back: the waker, run delay and device (what `report` shows).
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "type", rename_all_fields = "camelCase")]
 pub enum MarkerData {
     OffCpu {
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         reason: Text,
         #[serde(skip_serializing_if = "Option::is_none", default)]
         run_delay: Option<f64>,
         waker: String,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         waker_pid: Option<u32>,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         waker_tid: Option<u32>,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         waker_context: Option<Text>,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         cpu_out: u32,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         cpu_in: u32,
-        #[serde(skip_serializing_if = "Option::is_none", default)]
+        #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
         cause: Option<Cause>,
     },
     #[serde(rename = "BlockIo")]
     Io {
         device: String,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         op: String,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         bytes: u64,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         sector: u64,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         queue_time: f64,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         service_time: f64,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         error: i32,
-        #[serde(skip_serializing_if = "Option::is_none", default)]
+        #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
         cause: Option<Cause>,
     },
     OnCpu {
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         thread: String,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         pid: u32,
-        #[serde(default)]
+        #[serde(skip_deserializing)]
         tid: u32,
     },
     /// A payload of a type sysprof does not write (read only).
