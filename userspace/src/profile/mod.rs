@@ -12,7 +12,7 @@
 //! and stack tables, as version 55 requires; `libs` is global.
 //!
 //! In: a [`Recording`], the machine's facts, the process asked about.
-//! Out: a [`Profile`] to serialize. The format is [`schema`]; a thread's
+//! Out: a [`Profile`] to serialize. The format is `schema`; a thread's
 //! tables are built in `tables`, its track in `threads`, its markers in
 //! `markers`, `meta`, libs and counters in `meta`. Reading a profile back
 //! is [`input`], writing the file [`output`], folded stacks [`folded`],
@@ -62,7 +62,7 @@ pub const CPU_TRACK_TID_BASE: u32 = 10_000_000;
 /// Build the profile.
 ///
 /// `focus_pid` is the process the user asked about (the command of `record
-/// -- CMD`): its main thread opens selected. See [`initial_threads`].
+/// -- CMD`): its main thread opens selected. See `threads::initial_threads`.
 pub fn build_profile(rec: &Recording, host: &HostInfo, focus_pid: Option<u32>) -> Profile {
     // Milliseconds since the start, rounded to the microsecond: the clock's
     // nanoseconds would only lengthen every number in the file.

@@ -2,7 +2,7 @@
 //! writes it: declared once, written by the profile writer and read back
 //! by `report`.
 //!
-//! In: the tables the writer builds ([`super::tables`]), or a profile's
+//! In: the tables the writer builds (`super::tables`), or a profile's
 //! JSON. Out: the JSON (`Serialize`, fields in the order the files have
 //! always had them: `meta`'s keys sorted, as the `serde_json::Value` it
 //! used to be wrote them), or the typed profile (`Deserialize`).

@@ -18,7 +18,7 @@
 //! up by name, so a profile whose category order differs still reads right.
 //!
 //! The profile is read through the writer's own types
-//! ([`crate::profile::schema`]); `read` checks its indexes and reads its
+//! (`crate::profile::schema`); `read` checks its indexes and reads its
 //! tables, `counts` counts a thread's samples, `text` writes the report,
 //! `folded` the collapsed stacks, `histogram` draws a log2 histogram.
 
