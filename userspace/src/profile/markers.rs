@@ -16,7 +16,7 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
     let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
     sorted.sort_by_key(|r| marker_start(r));
     for r in sorted {
-        let mut cause = |stack: &Option<u32>| stack.map(|node| Cause { stack: tables.stack_for(rec, node, idle) as usize });
+        let mut cause = |stack: &Option<u32>| stack.map(|node| Cause { stack: tables.stack_for(rec, node, idle) });
         let (name, cat, start, end, data) = match r {
             MarkerRecord::OffCpu { start_ns, end_ns, reason, run_delay_ns, waker, cpus, waker_stack } => (
                 format!("Off-CPU: {}", reason.label()),
@@ -24,7 +24,7 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                 *start_ns,
                 *end_ns,
                 MarkerData::OffCpu {
-                    reason: reason.label().into(),
+                    reason: reason.label(),
                     run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
                     waker: waker.as_ref().map(|w| w.label()).unwrap_or_else(|| "—".into()),
                     // An interrupt has no waker task: the task it interrupted is in the label.
@@ -35,7 +35,7 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                         Some(crate::model::recording::InterruptKind::Hard) => "hard IRQ",
                         Some(crate::model::recording::InterruptKind::Soft) => "softirq",
                         Some(crate::model::recording::InterruptKind::Unknown) => "unknown (stack lost)",
-                    }.into()),
+                    }),
                     cpu_out: cpus.0,
                     cpu_in: cpus.1,
                     cause: cause(waker_stack),

@@ -322,13 +322,15 @@ pub struct Markers {
 }
 
 /// One marker's payload; `type` names its entry in `meta.markerSchema`.
-/// Read back: the waker, run delay and device (what `report` shows).
+/// Read back: the waker, run delay and device (what `report` shows); a
+/// column of these is held whole when read, so the fields only written
+/// stay small (`&'static str`, a `u32` stack).
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "type", rename_all_fields = "camelCase")]
 pub enum MarkerData {
     OffCpu {
         #[serde(skip_deserializing)]
-        reason: Text,
+        reason: &'static str,
         #[serde(skip_serializing_if = "Option::is_none", default)]
         run_delay: Option<f64>,
         waker: String,
@@ -337,7 +339,7 @@ pub enum MarkerData {
         #[serde(skip_deserializing)]
         waker_tid: Option<u32>,
         #[serde(skip_deserializing)]
-        waker_context: Option<Text>,
+        waker_context: Option<&'static str>,
         #[serde(skip_deserializing)]
         cpu_out: u32,
         #[serde(skip_deserializing)]
@@ -379,5 +381,5 @@ pub enum MarkerData {
 /// A marker's stack: an index into the thread's stack table.
 #[derive(Serialize, Deserialize)]
 pub struct Cause {
-    pub(crate) stack: usize,
+    pub(crate) stack: u32,
 }
