@@ -153,27 +153,17 @@ pub mod proto {
 }
 
 /// The string table: index 0 is "".
-#[derive(Default)]
-struct Strings {
-    list: Vec<String>,
-    index: FxHashMap<String, i64>,
-}
+struct Strings(crate::model::strings::Interner);
 
 impl Strings {
     fn new() -> Strings {
-        let mut s = Strings::default();
+        let mut s = Strings(Default::default());
         s.get("");
         s
     }
 
     fn get(&mut self, v: &str) -> i64 {
-        if let Some(&i) = self.index.get(v) {
-            return i;
-        }
-        let i = self.list.len() as i64;
-        self.list.push(v.to_string());
-        self.index.insert(v.to_string(), i);
-        i
+        self.0.intern(v) as i64
     }
 }
 
@@ -226,7 +216,7 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
                     memory_limit: 0,
                     file_offset: 0,
                     filename: strings.get(&lib.path),
-                    build_id: strings.get(&lib.build_id.as_deref().map(hex).unwrap_or_default()),
+                    build_id: strings.get(&lib.build_id.as_deref().map(crate::sys::hex::hex).unwrap_or_default()),
                     has_functions: named,
                     has_filenames: named,
                     has_line_numbers: named,
@@ -320,7 +310,7 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
         mapping: mappings,
         location: locations,
         function: functions,
-        string_table: std::mem::take(&mut strings.list),
+        string_table: strings.0.take_strings(),
         drop_frames: 0,
         keep_frames: 0,
         time_nanos: (rec.start_wall_ms * 1e6) as i64,
@@ -330,10 +320,6 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
         comment: Vec::new(),
         default_sample_type: 1,
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// gzip of the encoded profile.

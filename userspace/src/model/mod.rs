@@ -1,6 +1,7 @@
 //! The model every layer shares: a recording's processes, threads,
 //! samples as columns, frames and the stack prefix tree, markers and
-//! counters, what symbolication found for an address, where a process runs.
+//! counters, what symbolication found for an address, where a process runs,
+//! the string table the writers share.
 //! In: nothing (plain data, with the operations on it: merging windows,
 //! clipping to a range). Out: the types the collector produces and the
 //! profile writer, the store and the exporters read.
@@ -10,4 +11,5 @@ pub mod merge;
 pub mod recording;
 pub mod stack_end;
 pub mod stack_tree;
+pub mod strings;
 pub mod symbols;

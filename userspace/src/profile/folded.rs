@@ -9,6 +9,9 @@
 //! sorted, so equal recordings give equal files. Names have their control
 //! characters escaped (a name never breaks a line or reaches a terminal
 //! raw) and `;` replaced by `_`.
+//!
+//! [`FoldedLines`] and [`frame_name`] are the format itself, shared with
+//! `report --format folded`, which writes the same lines from a profile.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -18,20 +21,51 @@ use rustc_hash::FxHashMap;
 use crate::model::recording::{Recording, NO_LIB};
 use crate::model::stack_tree::NO_PARENT;
 
+/// `name` as one frame of a line: control characters escaped, `;` (the
+/// separator) replaced by `_`, and `_[k]` after a kernel frame.
+pub fn frame_name(name: &str, kernel: bool) -> String {
+    let clean = crate::escape::escape(name).replace(';', "_");
+    if kernel {
+        clean + "_[k]"
+    } else {
+        clean
+    }
+}
+
+/// Folded lines being counted: each distinct stack once, its counts
+/// summed; written sorted, so equal inputs give equal files.
+#[derive(Default)]
+pub struct FoldedLines {
+    lines: BTreeMap<String, u64>,
+}
+
+impl FoldedLines {
+    /// Count `count` more samples of `stack` (`frame;frame;...`, root first).
+    pub fn add(&mut self, stack: String, count: u64) {
+        *self.lines.entry(stack).or_default() += count;
+    }
+
+    /// Write one `stack count` line per stack; returns how many.
+    pub fn write(&self, out: &mut impl Write) -> std::io::Result<u64> {
+        for (stack, count) in &self.lines {
+            writeln!(out, "{stack} {count}")?;
+        }
+        Ok(self.lines.len() as u64)
+    }
+}
+
 /// The names of frame `f` (one per inline depth, outermost first), each
 /// cleaned of the separators the format uses.
 fn frame_names(rec: &Recording, f: u32) -> Vec<String> {
     let frame = &rec.frames[f as usize];
-    let clean = |s: &str| crate::escape::escape(s).replace(';', "_");
-    let suffix = if frame.kernel { "_[k]" } else { "" };
     if frame.symbols.funcs.is_empty() {
         let lib = (frame.lib != NO_LIB).then(|| rec.libs.get(frame.lib as usize).map(|l| l.name.as_str())).flatten();
         return vec![match lib {
-            Some(l) => format!("{}+{:#x}{suffix}", clean(l), frame.address),
-            None => format!("{:#x}{suffix}", frame.address),
+            Some(l) => frame_name(&format!("{l}+{:#x}", frame.address), frame.kernel),
+            None => frame_name(&format!("{:#x}", frame.address), frame.kernel),
         }];
     }
-    frame.symbols.funcs.iter().map(|fa| format!("{}{suffix}", clean(&fa.name))).collect()
+    frame.symbols.funcs.iter().map(|fa| frame_name(&fa.name, frame.kernel)).collect()
 }
 
 /// Count the samples per stack node, then write one line per node.
@@ -45,11 +79,11 @@ pub fn write_folded(rec: &Recording, out: &mut impl Write) -> std::io::Result<u6
         }
     }
     let mut names: FxHashMap<u32, Vec<String>> = FxHashMap::default();
-    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    let mut lines = FoldedLines::default();
     let mut path = Vec::new();
     for ((pi, node), count) in per_stack {
         let p = &rec.processes[pi as usize];
-        let mut line = crate::escape::escape(&p.name).replace(';', "_");
+        let mut line = frame_name(&p.name, false);
         path.clear();
         let mut n = node;
         while n != NO_PARENT {
@@ -62,14 +96,9 @@ pub fn write_folded(rec: &Recording, out: &mut impl Write) -> std::io::Result<u6
                 line.push_str(name);
             }
         }
-        *lines.entry(line).or_default() += count;
+        lines.add(line, count);
     }
-    let mut written = 0;
-    for (line, count) in &lines {
-        writeln!(out, "{line} {count}")?;
-        written += 1;
-    }
-    Ok(written)
+    lines.write(out)
 }
 
 #[cfg(test)]

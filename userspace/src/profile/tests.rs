@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::model::recording::*;
-use crate::model::stack_tree::StackTree;
+use crate::model::stack_tree::{StackTree, NO_PARENT};
 use crate::model::symbols::{AddrInfo, FuncAtAddr};
 
 fn func(name: &str, line: u32) -> FuncAtAddr {
@@ -191,4 +191,135 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
     assert!(app["stackTable"]["frame"].as_array().unwrap().len() > cause, "the cause is a stack of this thread");
     let schema = p["meta"]["markerSchema"].as_array().unwrap();
     assert!(schema.iter().any(|s| s["name"] == "OffCpu" && s["fields"].as_array().unwrap().iter().any(|f| f["key"] == "runDelay")));
+}
+
+/// [`recording`] with everything else the writer turns into JSON: a
+/// container's process, the profiler's own, off-CPU samples and markers of
+/// every kind (with and without a waker, an interrupt), block I/O with
+/// flags, a per-CPU track, counters, notes, warnings and lost counts.
+fn full_recording() -> Recording {
+    let mut rec = recording();
+    rec.off_cpu = true;
+    let pseudo = rec.frames.len() as u32;
+    rec.frames.push(FrameRecord {
+        lib: NO_LIB,
+        address: 0,
+        kernel: false,
+        symbols: AddrInfo { funcs: vec![FuncAtAddr { name: "[off-CPU: sleeping]".into(), file: None, line: None }], ..AddrInfo::default() },
+        pseudo: true,
+    });
+    let work = rec.processes[1].threads[0].samples.stack[0];
+    let sleeping = rec.stacks.child(work, pseudo as u64);
+    let t = &mut rec.processes[1].threads[0];
+    t.off_cpu = OffCpuSamples { time_ns: vec![2_500_000], stack: vec![sleeping], duration_ns: vec![25_000_000] };
+    t.switches = Some((3, 1));
+    t.start_ns = Some(100_000);
+    t.end_ns = Some(3_400_000);
+    t.markers.push(MarkerRecord::OffCpu {
+        start_ns: 2_500_000,
+        end_ns: 27_500_000,
+        reason: OffCpuReason::Sleeping,
+        run_delay_ns: Some(50_000),
+        waker: Some(Waker { pid: 7, tid: 8, name: "waker".into(), interrupt: None }),
+        cpus: (0, 1),
+        waker_stack: Some(work),
+    });
+    t.markers.push(MarkerRecord::OffCpu {
+        start_ns: 1_200_000,
+        end_ns: 1_300_000,
+        reason: OffCpuReason::Sleeping,
+        run_delay_ns: None,
+        waker: Some(Waker { pid: 9, tid: 9, name: "irq".into(), interrupt: Some(InterruptKind::Hard) }),
+        cpus: (1, 1),
+        waker_stack: None,
+    });
+    t.markers.push(MarkerRecord::OffCpu { start_ns: 1_250_000, end_ns: 1_260_000, reason: OffCpuReason::Sleeping, run_delay_ns: None, waker: None, cpus: (0, 0), waker_stack: None });
+    t.markers.push(MarkerRecord::Io {
+        start_ns: 1_000_000,
+        issue_ns: 1_100_000,
+        done_ns: 1_900_000,
+        device: "sda".into(),
+        op: IoOp::Write,
+        flags: io_flags::IO_SYNC | io_flags::IO_FUA,
+        bytes: 4096,
+        sector: 2048,
+        error: 0,
+        stack: Some(work),
+    });
+    t.markers.push(MarkerRecord::Io { start_ns: 2_000_000, issue_ns: 2_000_000, done_ns: 2_100_000, device: "nvme0n1".into(), op: IoOp::Flush, flags: io_flags::IO_PREFLUSH, bytes: 0, sector: 0, error: -5, stack: None });
+    let thread = |tid: u32, name: &str| ThreadRecord {
+        tid,
+        name: name.into(),
+        start_ns: None,
+        end_ns: None,
+        samples: ThreadSamples { time_ns: vec![2_200_000], stack: vec![work], cpu_delta_ns: vec![1_000], cpu: vec![1] },
+        off_cpu: Default::default(),
+        markers: Vec::new(),
+        switches: None,
+    };
+    rec.processes.push(ProcessRecord {
+        pid: 77,
+        name: "nginx".into(),
+        exe: Some("/usr/sbin/nginx".into()),
+        cmdline: "nginx -g daemon off;".into(),
+        start_ns: None,
+        end_ns: None,
+        cgroup: Some(format!("/system.slice/docker-{}.scope", "ab".repeat(32))),
+        profiler: false,
+        threads: vec![thread(77, "nginx")],
+    });
+    rec.processes.push(ProcessRecord {
+        pid: 90,
+        name: "sysprof".into(),
+        exe: None,
+        cmdline: String::new(),
+        start_ns: None,
+        end_ns: None,
+        cgroup: Some("/system.slice/sysprof.service".into()),
+        profiler: true,
+        threads: vec![thread(90, "sysprof"), thread(91, "sysprof-collect")],
+    });
+    rec.cpu_tracks.push((
+        1,
+        vec![
+            MarkerRecord::OnCpu { start_ns: 2_000_000, end_ns: 2_400_000, pid: 42, tid: 42, name: "app (app, 42)".into(), kind: SliceKind::User },
+            MarkerRecord::OnCpu { start_ns: 1_000_000, end_ns: 2_000_000, pid: 0, tid: 0, name: "swapper/1".into(), kind: SliceKind::Idle },
+        ],
+    ));
+    rec.counters.push(CounterRecord { name: "Memory".into(), category: "Memory".into(), description: "RSS, bytes".into(), pid: 42, time_ns: vec![1_000_000, 2_000_000], count: vec![4096.0, -1024.0] });
+    rec.counters.push(CounterRecord { name: "CPU usage".into(), category: "CPU".into(), description: "busy CPUs".into(), pid: 0, time_ns: vec![1_000_000], count: vec![1.5] });
+    rec.counters.push(CounterRecord { name: "gone".into(), category: "Bandwidth".into(), description: "of no process".into(), pid: 12345, time_ns: vec![1], count: vec![1.0] });
+    rec.notes.push("a note".into());
+    rec.warnings.push("a warning".into());
+    rec.stats.lost_samples = 3;
+    rec.stats.lost_stacks = 2;
+    rec.stats.stacks_not_kept = 1;
+    rec
+}
+
+/// The golden profile of [`full_recording`], written by the writer before
+/// its schema moved into `schema.rs`, with the version and architecture
+/// replaced by placeholders.
+const GOLDEN: &str = include_str!("testdata/full_recording.json");
+
+/// `json` with this build's version and architecture as placeholders.
+fn normalized(json: &str) -> String {
+    json.replace(&format!("sysprof {} on", env!("CARGO_PKG_VERSION")), "sysprof VERSION on").replace(&format!("\"arch\":\"{}\"", std::env::consts::ARCH), "\"arch\":\"ARCH\"")
+}
+
+/// Check that the writer writes exactly the bytes it wrote before the
+/// refactor (the golden file) for a recording that uses every part of the
+/// format: a refactor must not change a single byte of a profile.
+/// `SYSPROF_BLESS=1` rewrites the golden file (only when the format is
+/// meant to change).
+#[test]
+fn writes_the_golden_bytes() {
+    let rec = full_recording();
+    let json = normalized(&serde_json::to_string(&build_profile(&rec, &host(), Some(42))).unwrap());
+    if std::env::var_os("SYSPROF_BLESS").is_some() {
+        std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/src/profile/testdata/full_recording.json"), &json).unwrap();
+        return;
+    }
+    assert_eq!(validate::validate(&serde_json::from_str(&json).unwrap()), Vec::<String>::new());
+    assert!(json == GOLDEN, "the profile's bytes changed; first difference at byte {}", json.bytes().zip(GOLDEN.bytes()).position(|(a, b)| a != b).unwrap_or(json.len().min(GOLDEN.len())));
 }

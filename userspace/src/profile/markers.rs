@@ -1,0 +1,146 @@
+//! Markers: a thread's off-CPU waits and block I/O, a CPU's slices.
+//!
+//! In: the recording's marker records of one track, the track's table
+//! builder (a marker's stack is a stack of its thread). Out: the track's
+//! [`Markers`] columns, sorted by start, and the `markerSchema` that tells
+//! the Firefox Profiler how to show each kind.
+
+use crate::model::recording::{MarkerRecord, Recording, SliceKind};
+
+use super::category;
+use super::schema::{Cause, MarkerData, Markers};
+use super::tables::ThreadTables;
+
+pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut ThreadTables, idle: bool, ms: &dyn Fn(u64) -> f64) -> Markers {
+    let mut m = Markers::default();
+    let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
+    sorted.sort_by_key(|r| marker_start(r));
+    for r in sorted {
+        let mut cause = |stack: &Option<u32>| stack.map(|node| Cause { stack: tables.stack_for(rec, node, idle) });
+        let (name, cat, start, end, data) = match r {
+            MarkerRecord::OffCpu { start_ns, end_ns, reason, run_delay_ns, waker, cpus, waker_stack } => (
+                format!("Off-CPU: {}", reason.label()),
+                category::OFF_CPU,
+                *start_ns,
+                *end_ns,
+                MarkerData::OffCpu {
+                    reason: reason.label(),
+                    run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
+                    waker: waker.as_ref().map(|w| w.label()).unwrap_or_else(|| "—".into()),
+                    // An interrupt has no waker task: the task it interrupted is in the label.
+                    waker_pid: waker.as_ref().filter(|w| w.interrupt.is_none()).map(|w| w.pid),
+                    waker_tid: waker.as_ref().filter(|w| w.interrupt.is_none()).map(|w| w.tid),
+                    waker_context: waker.as_ref().map(|w| match w.interrupt {
+                        None => "task",
+                        Some(crate::model::recording::InterruptKind::Hard) => "hard IRQ",
+                        Some(crate::model::recording::InterruptKind::Soft) => "softirq",
+                        Some(crate::model::recording::InterruptKind::Unknown) => "unknown (stack lost)",
+                    }),
+                    cpu_out: cpus.0,
+                    cpu_in: cpus.1,
+                    cause: cause(waker_stack),
+                },
+            ),
+            MarkerRecord::Io { start_ns, issue_ns, done_ns, device, op, flags, bytes, sector, error, stack } => (
+                format!("I/O {} {device}", op.name()),
+                category::IO,
+                *start_ns,
+                *done_ns,
+                MarkerData::Io {
+                    device: device.clone(),
+                    // A flush's preflush flag says nothing more than "flush".
+                    op: match crate::model::recording::io_flag_names(if *op == crate::model::recording::IoOp::Flush { flags & !crate::model::recording::io_flags::IO_PREFLUSH } else { *flags }) {
+                        f if f.is_empty() => op.name(),
+                        f => format!("{} ({f})", op.name()),
+                    },
+                    bytes: *bytes as u64,
+                    sector: *sector,
+                    queue_time: issue_ns.saturating_sub(*start_ns) as f64 / 1e6,
+                    service_time: done_ns.saturating_sub(*issue_ns) as f64 / 1e6,
+                    error: *error,
+                    cause: cause(stack),
+                },
+            ),
+            MarkerRecord::OnCpu { start_ns, end_ns, pid, tid, name, kind } => (
+                name.clone(),
+                match kind {
+                    SliceKind::User => category::USER,
+                    SliceKind::Kernel => category::KERNEL,
+                    SliceKind::Idle => category::IDLE,
+                },
+                *start_ns,
+                *end_ns,
+                MarkerData::OnCpu { thread: name.clone(), pid: *pid, tid: *tid },
+            ),
+        };
+        m.name.push(tables.strings.intern(&name));
+        m.category.push(cat);
+        m.start_time.push(Some(ms(start)));
+        m.end_time.push(Some(ms(end)));
+        m.phase.push(1); // interval
+        m.data.push(Some(data));
+        m.length += 1;
+    }
+    m
+}
+
+fn marker_start(r: &MarkerRecord) -> u64 {
+    match r {
+        MarkerRecord::OffCpu { start_ns, .. } | MarkerRecord::Io { start_ns, .. } | MarkerRecord::OnCpu { start_ns, .. } => *start_ns,
+    }
+}
+
+pub(super) fn marker_schema() -> serde_json::Value {
+    let display = serde_json::json!(["marker-chart", "marker-table", "timeline-overview"]);
+    serde_json::json!([
+        {
+            "name": "OffCpu",
+            "display": display,
+            "chartLabel": "{marker.data.reason}",
+            "tooltipLabel": "Off-CPU: {marker.data.reason}, woken by {marker.data.waker}",
+            "tableLabel": "{marker.data.reason}, woken by {marker.data.waker}, run delay {marker.data.runDelay}",
+            "description": "A thread not running: why, who woke it, how long it then waited for a CPU",
+            "fields": [
+                { "key": "reason", "label": "Reason", "format": "string" },
+                { "key": "runDelay", "label": "Run-queue delay", "format": "duration" },
+                { "key": "waker", "label": "Woken by", "format": "string" },
+                { "key": "wakerPid", "label": "Waker pid", "format": "integer" },
+                { "key": "wakerTid", "label": "Waker tid", "format": "integer" },
+                { "key": "wakerContext", "label": "Woken from", "format": "string" },
+                { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
+                { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
+            ],
+        },
+        {
+            "name": "BlockIo",
+            "display": display,
+            "chartLabel": "{marker.data.op} {marker.data.bytes}",
+            "tooltipLabel": "{marker.data.op} {marker.data.device}: {marker.data.bytes}",
+            "tableLabel": "{marker.data.op} {marker.data.device} sector {marker.data.sector}: {marker.data.bytes}",
+            "description": "One block I/O request, from creation to completion",
+            "fields": [
+                { "key": "device", "label": "Device", "format": "string" },
+                { "key": "op", "label": "Operation", "format": "string" },
+                { "key": "bytes", "label": "Size", "format": "bytes" },
+                { "key": "sector", "label": "Sector", "format": "integer" },
+                { "key": "queueTime", "label": "Queue time", "format": "duration" },
+                { "key": "serviceTime", "label": "Service time", "format": "duration" },
+                { "key": "error", "label": "Error", "format": "integer" },
+            ],
+        },
+        {
+            "name": "OnCpu",
+            "display": ["marker-chart", "marker-table", "timeline-overview"],
+            "chartLabel": "{marker.data.thread}",
+            "tooltipLabel": "{marker.data.thread}",
+            "tableLabel": "{marker.data.thread}",
+            "description": "A thread running on this CPU (at sampling resolution)",
+            "fields": [
+                { "key": "thread", "label": "Thread", "format": "string" },
+                { "key": "pid", "label": "pid", "format": "integer" },
+                { "key": "tid", "label": "tid", "format": "integer" },
+            ],
+        },
+    ])
+}
+

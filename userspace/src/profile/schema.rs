@@ -1,0 +1,385 @@
+//! The Firefox Profiler's processed profile format, as far as sysprof
+//! writes it: declared once, written by the profile writer and read back
+//! by `report`.
+//!
+//! In: the tables the writer builds (`super::tables`), or a profile's
+//! JSON. Out: the JSON (`Serialize`, fields in the order the files have
+//! always had them: `meta`'s keys sorted, as the `serde_json::Value` it
+//! used to be wrote them), or the typed profile (`Deserialize`).
+//!
+//! Reading is as lenient, and as light, as `report` has always been: the
+//! columns and parts it does not use are not read at all
+//! (`skip_deserializing`: whatever their shape, they take no memory), the
+//! optional ones it uses and `meta`'s may be missing (`default`); a pid or
+//! tid may be a number or a string, as the format allows. Threads, with their columns and markers, stay typed
+//! structs: a `serde_json::Value` tree would hold each number as a 32-byte
+//! value and each marker as a map of strings, which on an I/O-heavy
+//! recording (tens of thousands of markers) doubled peak RSS and the time
+//! to write.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// A text the writer always writes as a constant and a reader reads back.
+pub type Text = Cow<'static, str>;
+
+/// The profile.
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Profile {
+    pub(crate) meta: Meta,
+    #[serde(skip_deserializing)]
+    pub(crate) libs: Vec<serde_json::Value>,
+    pub(crate) threads: Vec<Thread>,
+    #[serde(skip_deserializing)]
+    pub(crate) pages: [(); 0],
+    #[serde(skip_deserializing)]
+    pub(crate) counters: Vec<serde_json::Value>,
+    #[serde(skip_deserializing)]
+    pub(crate) profiler_overhead: [(); 0],
+}
+
+impl Profile {
+    /// The profile as a JSON value tree (tests and small tools).
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("serializable")
+    }
+}
+
+/// `meta`, its keys in byte order (as the `serde_json::Value` it was
+/// wrote them). Only `interval` is required to read one.
+#[derive(Serialize, Deserialize, Default)]
+pub struct Meta {
+    #[serde(rename = "CPUName", default)]
+    pub(crate) cpu_name: String,
+    #[serde(default)]
+    pub(crate) arguments: String,
+    #[serde(default)]
+    pub(crate) categories: Vec<Category>,
+    #[serde(default)]
+    pub(crate) debug: bool,
+    #[serde(rename = "endTime", default)]
+    pub(crate) end_time: f64,
+    #[serde(default)]
+    pub(crate) extensions: serde_json::Value,
+    #[serde(default)]
+    pub(crate) extra: serde_json::Value,
+    #[serde(rename = "initialSelectedThreads", default)]
+    pub(crate) initial_selected_threads: Vec<usize>,
+    #[serde(rename = "initialVisibleThreads", default)]
+    pub(crate) initial_visible_threads: Vec<usize>,
+    /// The sampling interval, ms.
+    pub(crate) interval: f64,
+    #[serde(rename = "keepProfileThreadOrder", default)]
+    pub(crate) keep_profile_thread_order: bool,
+    #[serde(rename = "logicalCPUs", default)]
+    pub(crate) logical_cpus: u32,
+    #[serde(rename = "mainMemory", default)]
+    pub(crate) main_memory: Option<u64>,
+    #[serde(rename = "markerSchema", default)]
+    pub(crate) marker_schema: serde_json::Value,
+    #[serde(default)]
+    pub(crate) oscpu: String,
+    #[serde(rename = "pausedRanges", default)]
+    pub(crate) paused_ranges: Vec<serde_json::Value>,
+    #[serde(rename = "physicalCPUs", default)]
+    pub(crate) physical_cpus: u32,
+    #[serde(default)]
+    pub(crate) platform: Text,
+    #[serde(rename = "preprocessedProfileVersion", default)]
+    pub(crate) preprocessed_profile_version: u32,
+    #[serde(rename = "processType", default)]
+    pub(crate) process_type: u32,
+    #[serde(default)]
+    pub(crate) product: String,
+    #[serde(rename = "profilingEndTime", default)]
+    pub(crate) profiling_end_time: Option<f64>,
+    #[serde(rename = "profilingStartTime", default)]
+    pub(crate) profiling_start_time: Option<f64>,
+    #[serde(rename = "sampleUnits", default)]
+    pub(crate) sample_units: serde_json::Value,
+    #[serde(rename = "sourceCodeIsNotOnSearchfox", default)]
+    pub(crate) source_code_is_not_on_searchfox: bool,
+    #[serde(default)]
+    pub(crate) stackwalk: u32,
+    #[serde(rename = "startTime", default)]
+    pub(crate) start_time: f64,
+    #[serde(rename = "startTimeAsClockMonotonicNanosecondsSinceBoot", default)]
+    pub(crate) start_time_as_clock_monotonic_nanoseconds_since_boot: u64,
+    #[serde(default)]
+    pub(crate) symbolicated: bool,
+    #[serde(default)]
+    pub(crate) toolkit: Text,
+    #[serde(rename = "usesOnlyOneStackType", default)]
+    pub(crate) uses_only_one_stack_type: bool,
+    #[serde(default)]
+    pub(crate) version: u32,
+}
+
+/// A category of `meta.categories`; frames name it by index.
+#[derive(Serialize, Deserialize, Default)]
+pub struct Category {
+    #[serde(default)]
+    pub(crate) color: Text,
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) subcategories: Vec<Text>,
+}
+
+/// One track: a thread's tables, samples and markers, or a CPU's slices.
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Thread {
+    pub(crate) name: String,
+    /// A string in the format (ours hold a number; the per-CPU tracks `cpus`).
+    #[serde(deserialize_with = "id_text")]
+    pub(crate) pid: String,
+    #[serde(deserialize_with = "id_number")]
+    pub(crate) tid: u32,
+    #[serde(default)]
+    pub(crate) process_type: Text,
+    /// What the track shows: the command name, and its container or
+    /// service (see [`process_display_name`]). Always written.
+    #[serde(default)]
+    pub(crate) process_name: Option<String>,
+    /// The executable the process ran (its name is its command name, as ps shows).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub(crate) process_executable: Option<String>,
+    #[serde(default)]
+    pub(crate) is_main_thread: bool,
+    #[serde(default)]
+    pub(crate) process_startup_time: f64,
+    #[serde(default)]
+    pub(crate) process_shutdown_time: Option<f64>,
+    #[serde(default)]
+    pub(crate) register_time: f64,
+    #[serde(default)]
+    pub(crate) unregister_time: Option<f64>,
+    #[serde(skip_deserializing)]
+    pub(crate) paused_ranges: Vec<()>,
+    #[serde(default)]
+    pub(crate) show_markers_in_timeline: bool,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub(crate) context_switches: Option<serde_json::Value>,
+    /// The process's cgroup path, as read from `/proc/PID/cgroup`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub(crate) cgroup: Option<String>,
+    pub(crate) frame_table: FrameTable,
+    pub(crate) func_table: FuncTable,
+    pub(crate) resource_table: ResourceTable,
+    #[serde(skip_deserializing)]
+    pub(crate) native_symbols: NativeSymbols,
+    pub(crate) stack_table: StackTable,
+    pub(crate) samples: Samples,
+    pub(crate) markers: Markers,
+    pub(crate) string_array: Vec<String>,
+}
+
+/// The name a track shows for a process: its command name, with the
+/// container or service it runs in (from its cgroup) as ` [label]`; the
+/// profiler says what it is, so nobody takes it for the workload.
+pub fn process_display_name(name: &str, cgroup: Option<&str>, profiler: bool) -> String {
+    match cgroup.and_then(crate::model::cgroup::CgroupIdentity::of_path) {
+        _ if profiler => format!("{name} (the profiler)"),
+        Some(label) => format!("{name} [{label}]"),
+        None => name.to_string(),
+    }
+}
+
+/// A pid as the format holds it, a string, from a string or a number.
+fn id_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(s) => s,
+        v => v.to_string(),
+    })
+}
+
+/// A tid, from a number or a string holding one.
+fn id_number<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    let n = match &v {
+        serde_json::Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+        serde_json::Value::String(s) => s.parse().ok(),
+        _ => None,
+    };
+    n.ok_or_else(|| serde::de::Error::custom(format!("tid {v} is not a thread id")))
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FrameTable {
+    #[serde(skip_deserializing)]
+    pub(crate) length: usize,
+    #[serde(skip_deserializing)]
+    pub(crate) address: Vec<i64>,
+    #[serde(skip_deserializing)]
+    pub(crate) inline_depth: Vec<u32>,
+    /// Always a category the writer sets; the format allows null.
+    pub(crate) category: Vec<Option<u32>>,
+    #[serde(skip_deserializing)]
+    pub(crate) subcategory: Vec<u32>,
+    pub(crate) func: Vec<u32>,
+    #[serde(skip_deserializing)]
+    pub(crate) native_symbol: Vec<Option<u32>>,
+    #[serde(rename = "innerWindowID", skip_deserializing)]
+    pub(crate) inner_window_id: Vec<Option<u32>>,
+    #[serde(skip_deserializing)]
+    pub(crate) line: Vec<Option<u32>>,
+    #[serde(skip_deserializing)]
+    pub(crate) column: Vec<Option<u32>>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FuncTable {
+    #[serde(skip_deserializing)]
+    pub(crate) length: usize,
+    pub(crate) name: Vec<u32>,
+    #[serde(rename = "isJS", skip_deserializing)]
+    pub(crate) is_js: Vec<bool>,
+    #[serde(rename = "relevantForJS", skip_deserializing)]
+    pub(crate) relevant_for_js: Vec<bool>,
+    /// A resource index, or -1 for none.
+    pub(crate) resource: Vec<i64>,
+    #[serde(skip_deserializing)]
+    pub(crate) file_name: Vec<Option<u32>>,
+    #[serde(skip_deserializing)]
+    pub(crate) line_number: Vec<Option<u32>>,
+    #[serde(skip_deserializing)]
+    pub(crate) column_number: Vec<Option<u32>>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceTable {
+    #[serde(skip_deserializing)]
+    pub(crate) length: usize,
+    #[serde(skip_deserializing)]
+    pub(crate) lib: Vec<Option<u32>>,
+    pub(crate) name: Vec<u32>,
+    #[serde(skip_deserializing)]
+    pub(crate) host: Vec<Option<u32>>,
+    #[serde(rename = "type", skip_deserializing)]
+    pub(crate) kind: Vec<u32>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NativeSymbols {
+    pub(crate) length: usize,
+    pub(crate) lib_index: Vec<u32>,
+    pub(crate) address: Vec<u64>,
+    pub(crate) name: Vec<u32>,
+    pub(crate) function_size: Vec<Option<u64>>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StackTable {
+    #[serde(skip_deserializing)]
+    pub(crate) length: usize,
+    pub(crate) prefix: Vec<Option<u32>>,
+    pub(crate) frame: Vec<u32>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Samples {
+    #[serde(skip_deserializing)]
+    pub(crate) length: usize,
+    pub(crate) stack: Vec<Option<u32>>,
+    /// Milliseconds since the previous sample (the first: since the start):
+    /// smaller than absolute times, and they compress better.
+    #[serde(skip_deserializing)]
+    pub(crate) time_deltas: Vec<f64>,
+    /// Always written (null without off-CPU time).
+    #[serde(default)]
+    pub(crate) weight: Option<Vec<f64>>,
+    /// `samples`, or `tracing-ms` when the weights are milliseconds.
+    #[serde(default)]
+    pub(crate) weight_type: Text,
+    /// CPU time since the previous sample, µs. Always written.
+    #[serde(rename = "threadCPUDelta", default)]
+    pub(crate) thread_cpu_delta: Option<Vec<Option<u64>>>,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Markers {
+    #[serde(skip_deserializing)]
+    pub(crate) length: usize,
+    #[serde(skip_deserializing)]
+    pub(crate) category: Vec<u32>,
+    /// Always a payload the writer sets; the format allows null.
+    pub(crate) data: Vec<Option<MarkerData>>,
+    pub(crate) end_time: Vec<Option<f64>>,
+    #[serde(skip_deserializing)]
+    pub(crate) name: Vec<u32>,
+    #[serde(skip_deserializing)]
+    pub(crate) phase: Vec<u8>,
+    pub(crate) start_time: Vec<Option<f64>>,
+}
+
+/// One marker's payload; `type` names its entry in `meta.markerSchema`.
+/// Read back: the waker, run delay and device (what `report` shows); a
+/// column of these is held whole when read, so the fields only written
+/// stay small (`&'static str`, a `u32` stack).
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "type", rename_all_fields = "camelCase")]
+pub enum MarkerData {
+    OffCpu {
+        #[serde(skip_deserializing)]
+        reason: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        run_delay: Option<f64>,
+        waker: String,
+        #[serde(skip_deserializing)]
+        waker_pid: Option<u32>,
+        #[serde(skip_deserializing)]
+        waker_tid: Option<u32>,
+        #[serde(skip_deserializing)]
+        waker_context: Option<&'static str>,
+        #[serde(skip_deserializing)]
+        cpu_out: u32,
+        #[serde(skip_deserializing)]
+        cpu_in: u32,
+        #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
+        cause: Option<Cause>,
+    },
+    #[serde(rename = "BlockIo")]
+    Io {
+        device: String,
+        #[serde(skip_deserializing)]
+        op: String,
+        #[serde(skip_deserializing)]
+        bytes: u64,
+        #[serde(skip_deserializing)]
+        sector: u64,
+        #[serde(skip_deserializing)]
+        queue_time: f64,
+        #[serde(skip_deserializing)]
+        service_time: f64,
+        #[serde(skip_deserializing)]
+        error: i32,
+        #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
+        cause: Option<Cause>,
+    },
+    OnCpu {
+        #[serde(skip_deserializing)]
+        thread: String,
+        #[serde(skip_deserializing)]
+        pid: u32,
+        #[serde(skip_deserializing)]
+        tid: u32,
+    },
+    /// A payload of a type sysprof does not write (read only).
+    #[serde(other)]
+    Other,
+}
+
+/// A marker's stack: an index into the thread's stack table.
+#[derive(Serialize, Deserialize)]
+pub struct Cause {
+    pub(crate) stack: u32,
+}

@@ -1,0 +1,179 @@
+//! A thread's tables, built as its samples and markers meet frames.
+//!
+//! In: the recording's global frames and stack nodes, one at a time. Out:
+//! the thread's own string, frame, func, resource, native-symbol and stack
+//! tables (version 55 wants them per thread): one frame per (address,
+//! inline depth), one func per (library, name), one stack per (prefix,
+//! frame), each made once and memoized.
+
+use rustc_hash::FxHashMap;
+
+use crate::model::recording::{FrameRecord, LibRecord, Recording, NO_LIB};
+use crate::model::stack_tree::NO_PARENT;
+use crate::model::strings::Interner;
+
+use super::category;
+use super::schema::{FrameTable, FuncTable, NativeSymbols, ResourceTable, StackTable};
+
+/// Per-thread table builder.
+#[derive(Default)]
+pub(super) struct ThreadTables {
+    pub(super) strings: Interner,
+    pub(super) frames: FrameTable,
+    pub(super) funcs: FuncTable,
+    pub(super) resources: ResourceTable,
+    pub(super) symbols: NativeSymbols,
+    pub(super) stacks: StackTable,
+    resource_of_lib: FxHashMap<u32, u32>,
+    func_of: FxHashMap<(i64, u32), u32>,
+    symbol_of: FxHashMap<(u32, u64), u32>,
+    /// global frame -> first and last thread frame (outermost..innermost inline depth)
+    frames_of: FxHashMap<u32, (u32, u32)>,
+    stack_of_global: FxHashMap<u32, u32>,
+    stack_index: FxHashMap<(Option<u32>, u32), u32>,
+}
+
+impl ThreadTables {
+    fn resource(&mut self, libs: &[LibRecord], lib: u32) -> i64 {
+        if lib == NO_LIB {
+            return -1;
+        }
+        if let Some(&r) = self.resource_of_lib.get(&lib) {
+            return r as i64;
+        }
+        let name = self.strings.intern(&libs[lib as usize].name);
+        let r = self.resources.length as u32;
+        self.resources.lib.push(Some(lib));
+        self.resources.name.push(name);
+        self.resources.host.push(None);
+        self.resources.kind.push(1); // library
+        self.resources.length += 1;
+        self.resource_of_lib.insert(lib, r);
+        r as i64
+    }
+
+    fn func(&mut self, resource: i64, name: &str, file: Option<&str>) -> u32 {
+        let name = self.strings.intern(name);
+        if let Some(&f) = self.func_of.get(&(resource, name)) {
+            return f;
+        }
+        let file = file.map(|f| self.strings.intern(f));
+        let f = self.funcs.length as u32;
+        self.funcs.name.push(name);
+        self.funcs.is_js.push(false);
+        self.funcs.relevant_for_js.push(false);
+        self.funcs.resource.push(resource);
+        self.funcs.file_name.push(file);
+        self.funcs.line_number.push(None);
+        self.funcs.column_number.push(None);
+        self.funcs.length += 1;
+        self.func_of.insert((resource, name), f);
+        f
+    }
+
+    fn native_symbol(&mut self, lib: u32, address: u64, name: &str, size: Option<u64>) -> Option<u32> {
+        if lib == NO_LIB {
+            return None;
+        }
+        if let Some(&s) = self.symbol_of.get(&(lib, address)) {
+            return Some(s);
+        }
+        let name = self.strings.intern(name);
+        let s = self.symbols.length as u32;
+        self.symbols.lib_index.push(lib);
+        self.symbols.address.push(address);
+        self.symbols.name.push(name);
+        self.symbols.function_size.push(size);
+        self.symbols.length += 1;
+        self.symbol_of.insert((lib, address), s);
+        Some(s)
+    }
+
+    fn push_frame(&mut self, address: i64, depth: u32, category: u32, func: u32, sym: Option<u32>, line: Option<u32>) -> u32 {
+        let i = self.frames.length as u32;
+        self.frames.address.push(address);
+        self.frames.inline_depth.push(depth);
+        self.frames.category.push(Some(category));
+        self.frames.subcategory.push(0);
+        self.frames.func.push(func);
+        self.frames.native_symbol.push(sym);
+        self.frames.inner_window_id.push(None);
+        self.frames.line.push(line);
+        self.frames.column.push(None);
+        self.frames.length += 1;
+        i
+    }
+
+    /// Thread frames for a global frame: one per inline depth, outermost first.
+    fn frames_for(&mut self, rec: &Recording, g: u32, idle: bool) -> (u32, u32) {
+        if let Some(&r) = self.frames_of.get(&g) {
+            return r;
+        }
+        let f: &FrameRecord = &rec.frames[g as usize];
+        let category = if f.pseudo {
+            if f.symbols.funcs.first().is_some_and(|x| x.name.contains("off-CPU")) {
+                category::OFF_CPU
+            } else {
+                category::OTHER
+            }
+        } else if idle {
+            category::IDLE
+        } else if f.kernel {
+            category::KERNEL
+        } else {
+            category::USER
+        };
+        let resource = self.resource(&rec.libs, f.lib);
+        let address = if f.pseudo { -1 } else { f.address as i64 };
+        let range = if f.symbols.funcs.is_empty() {
+            let name = format!("0x{:x}", f.address);
+            let func = self.func(resource, &name, None);
+            let i = self.push_frame(address, 0, category, func, None, None);
+            (i, i)
+        } else {
+            let outer = &f.symbols.funcs[0];
+            // Symbol start in the frame's address space: blazesym's offset is
+            // relative to the looked-up address, whatever space that was in.
+            let sym_start = f.address.saturating_sub(f.symbols.symbol_offset);
+            let sym = if f.pseudo { None } else { self.native_symbol(f.lib, sym_start, &outer.name, f.symbols.symbol_size) };
+            let mut first = None;
+            let mut last = 0;
+            for (depth, fa) in f.symbols.funcs.iter().enumerate() {
+                let func = self.func(resource, &fa.name, fa.file.as_deref());
+                last = self.push_frame(address, depth as u32, category, func, sym, fa.line);
+                first.get_or_insert(last);
+            }
+            (first.unwrap(), last)
+        };
+        self.frames_of.insert(g, range);
+        range
+    }
+
+    fn stack(&mut self, prefix: Option<u32>, frame: u32) -> u32 {
+        if let Some(&s) = self.stack_index.get(&(prefix, frame)) {
+            return s;
+        }
+        let s = self.stacks.length as u32;
+        self.stacks.prefix.push(prefix);
+        self.stacks.frame.push(frame);
+        self.stacks.length += 1;
+        self.stack_index.insert((prefix, frame), s);
+        s
+    }
+
+    /// The thread stack for a global stack node (memoized; walks to the root once).
+    pub(super) fn stack_for(&mut self, rec: &Recording, node: u32, idle: bool) -> u32 {
+        if let Some(&s) = self.stack_of_global.get(&node) {
+            return s;
+        }
+        let parent = rec.stacks.parent(node);
+        let mut prefix = if parent == NO_PARENT { None } else { Some(self.stack_for(rec, parent, idle)) };
+        let (first, last) = self.frames_for(rec, rec.stacks.key(node) as u32, idle);
+        for frame in first..=last {
+            prefix = Some(self.stack(prefix, frame));
+        }
+        let s = prefix.expect("at least one frame");
+        self.stack_of_global.insert(node, s);
+        s
+    }
+}

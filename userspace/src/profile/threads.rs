@@ -1,0 +1,175 @@
+//! Tracks: one per thread, one per CPU, and which of them open visible.
+//!
+//! In: the recording's processes and threads (samples, off-CPU samples,
+//! markers) and per-CPU slices. Out: each track's [`Thread`], its samples
+//! merged in time order, and the tracks the Firefox Profiler shows and
+//! selects when the profile opens.
+
+use crate::model::recording::{MarkerRecord, ProcessRecord, Recording, ThreadRecord};
+
+use super::markers::build_markers;
+use super::schema::{process_display_name, Samples, Thread};
+use super::tables::ThreadTables;
+use super::{micros, CPU_TRACK_TID_BASE};
+
+/// Tracks shown when a system-wide profile opens, at most: the busiest
+/// threads fill a screen; the rest are one click away in the track menu.
+const MAX_INITIAL_VISIBLE: usize = 15;
+
+/// What [`initial_threads`] needs to know of a thread.
+pub(super) struct TrackFacts {
+    /// None for a per-CPU track.
+    pub(super) pid: Option<u32>,
+    pub(super) main: bool,
+    pub(super) profiler: bool,
+    pub(super) cpu_samples: usize,
+}
+
+/// The threads that open visible and the one that opens selected. Left to
+/// itself the Firefox Profiler shows and selects the busiest threads, and
+/// in a system-wide profile that is often sysprof itself. Visible: every
+/// thread of the focus process (the recorded command), the busiest others
+/// with CPU samples up to [`MAX_INITIAL_VISIBLE`], and the per-CPU tracks
+/// (asked for by name); never the profiler's own threads or the idle task
+/// (kept in the profile, shown from the track menu). Selected: the focus
+/// process's main thread, else the busiest visible thread.
+pub(super) fn initial_threads(tracks: &[TrackFacts], focus_pid: Option<u32>) -> (Vec<usize>, Vec<usize>) {
+    let focus = |t: &TrackFacts| focus_pid.is_some() && t.pid == focus_pid;
+    let mut busiest: Vec<usize> = (0..tracks.len())
+        .filter(|&i| {
+            let t = &tracks[i];
+            !t.profiler && t.pid.is_some_and(|p| p != 0) && t.cpu_samples > 0 && !focus(t)
+        })
+        .collect();
+    busiest.sort_by_key(|&i| std::cmp::Reverse(tracks[i].cpu_samples));
+    let focused: Vec<usize> = (0..tracks.len()).filter(|&i| focus(&tracks[i])).collect();
+    let room = MAX_INITIAL_VISIBLE.saturating_sub(focused.len());
+    let mut visible: Vec<usize> = focused.iter().copied().chain(busiest.iter().copied().take(room)).collect();
+    visible.extend((0..tracks.len()).filter(|&i| tracks[i].pid.is_none()));
+    if visible.is_empty() {
+        // Nothing ran: show what there is, still not the profiler.
+        visible = (0..tracks.len()).filter(|&i| !tracks[i].profiler).collect();
+    }
+    visible.sort_unstable();
+    let selected = focused
+        .iter()
+        .copied()
+        .find(|&i| tracks[i].main)
+        .or_else(|| focused.first().copied())
+        .or_else(|| busiest.first().copied())
+        .or_else(|| visible.first().copied());
+    (visible, selected.into_iter().collect())
+}
+
+
+pub(super) fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn Fn(u64) -> f64) -> Thread {
+    let idle = p.pid == 0;
+    let mut tables = ThreadTables::default();
+    let on = &t.samples;
+    let off = &t.off_cpu;
+    let n = on.time_ns.len() + off.time_ns.len();
+    let mut samples = Samples {
+        length: n,
+        weight_type: if rec.off_cpu { "tracing-ms" } else { "samples" }.into(),
+        ..Default::default()
+    };
+    samples.stack.reserve(n);
+    samples.time_deltas.reserve(n);
+    let mut last_us = 0i64;
+    let mut push_time = |samples: &mut Samples, ns: u64| {
+        let us = micros(ns as i64 - rec.start_ns as i64);
+        samples.time_deltas.push((us - last_us) as f64 / 1e3);
+        last_us = us;
+    };
+    let mut cpu_delta = Vec::with_capacity(n);
+    let mut weights = rec.off_cpu.then(|| Vec::with_capacity(n));
+    // Merge on-CPU and off-CPU samples by time. With off-CPU tracking every
+    // sample is weighted in ms: on-CPU ones by the sampling interval,
+    // off-CPU ones by the interval's length, so the call tree adds up to time.
+    let (mut i, mut j) = (0, 0);
+    while i < on.time_ns.len() || j < off.time_ns.len() {
+        let take_on = j >= off.time_ns.len() || (i < on.time_ns.len() && on.time_ns[i] <= off.time_ns[j]);
+        if take_on {
+            samples.stack.push(Some(tables.stack_for(rec, on.stack[i], idle)));
+            push_time(&mut samples, on.time_ns[i]);
+            cpu_delta.push(Some(on.cpu_delta_ns[i] / 1000));
+            if let Some(w) = weights.as_mut() {
+                w.push(rec.interval_ms);
+            }
+            i += 1;
+        } else {
+            samples.stack.push(Some(tables.stack_for(rec, off.stack[j], idle)));
+            push_time(&mut samples, off.time_ns[j]);
+            cpu_delta.push(Some(0));
+            if let Some(w) = weights.as_mut() {
+                w.push(off.duration_ns[j] as f64 / 1e6);
+            }
+            j += 1;
+        }
+    }
+    samples.weight = weights;
+    samples.thread_cpu_delta = Some(cpu_delta);
+    let markers = build_markers(rec, &t.markers, &mut tables, idle, ms);
+    let start = |ns: Option<u64>| ns.map(|v| ms(v).max(0.0)).unwrap_or(0.0);
+    let is_main = t.tid == p.pid;
+    // The container or service shows in the track's process name; the
+    // profiler says what it is, so nobody takes it for the workload.
+    let process_name = process_display_name(&p.name, p.cgroup.as_deref(), p.profiler);
+    Thread {
+        name: t.name.clone(),
+        pid: p.pid.to_string(),
+        tid: t.tid,
+        process_type: "default".into(),
+        process_name: Some(process_name),
+        process_executable: p.exe.clone(),
+        is_main_thread: is_main,
+        process_startup_time: start(p.start_ns),
+        process_shutdown_time: p.end_ns.map(ms),
+        register_time: start(t.start_ns),
+        unregister_time: t.end_ns.map(ms),
+        paused_ranges: Vec::new(),
+        show_markers_in_timeline: !t.markers.is_empty(),
+        context_switches: t.switches.map(|(v, i)| serde_json::json!({ "voluntary": v, "involuntary": i })),
+        cgroup: p.cgroup.clone(),
+        frame_table: tables.frames,
+        func_table: tables.funcs,
+        resource_table: tables.resources,
+        native_symbols: tables.symbols,
+        stack_table: tables.stacks,
+        samples,
+        markers,
+        string_array: tables.strings.into_strings(),
+    }
+}
+
+/// One track per CPU: its on-CPU slices as markers, no samples.
+pub(super) fn build_cpu_track(rec: &Recording, cpu: u32, markers: &[MarkerRecord], ms: &dyn Fn(u64) -> f64) -> Thread {
+    let mut tables = ThreadTables::default();
+    let markers = build_markers(rec, markers, &mut tables, false, ms);
+    Thread {
+        name: format!("CPU {cpu}"),
+        pid: "cpus".to_string(),
+        tid: CPU_TRACK_TID_BASE + cpu,
+        process_type: "default".into(),
+        process_name: Some("CPUs".to_string()),
+        process_executable: None,
+        is_main_thread: false,
+        process_startup_time: 0.0,
+        process_shutdown_time: None,
+        register_time: 0.0,
+        unregister_time: None,
+        paused_ranges: Vec::new(),
+        show_markers_in_timeline: true,
+        context_switches: None,
+        cgroup: None,
+        frame_table: tables.frames,
+        func_table: tables.funcs,
+        resource_table: tables.resources,
+        native_symbols: tables.symbols,
+        stack_table: tables.stacks,
+        samples: Samples { weight_type: "samples".into(), thread_cpu_delta: Some(Vec::new()), ..Default::default() },
+        markers,
+        string_array: tables.strings.into_strings(),
+    }
+}
+

@@ -1,0 +1,168 @@
+//! `sysprof report`: a profile read back and answered in the terminal, for
+//! servers with no browser (what `perf report --stdio`, BCC's `runqlat` and
+//! `biolatency` answer, from one file).
+//!
+//! In: a processed profile (`.json` or `.json.gz`) from `record` or `show`,
+//! and filters (pids, tids, a command name). Out: text on stdout (or `-o`):
+//! CPU per process; the top functions by self and by total CPU samples; off-CPU
+//! time per thread by reason; the top wakers; block I/O latency per device and
+//! run-queue delay per thread as log2 histograms. `--format folded` writes the
+//! CPU samples as collapsed stacks instead (flamegraph.pl, inferno).
+//!
+//! The profile is read into columns, as it is written: each thread's tables
+//! stay arrays of indexes, samples are counted per stack index first, and only
+//! distinct stacks are walked, so a report costs one pass over the samples and
+//! one over the distinct stacks. Only what sysprof's writer defines is read
+//! (meta's interval and categories; per thread the stack, frame, func and
+//! resource tables, samples, markers and strings); the categories are looked
+//! up by name, so a profile whose category order differs still reads right.
+//!
+//! The profile is read through the writer's own types
+//! (`crate::profile::schema`); `read` checks its indexes and reads its
+//! tables, `counts` counts a thread's samples, `text` writes the report,
+//! `folded` the collapsed stacks, `histogram` draws a log2 histogram.
+
+mod counts;
+mod folded;
+mod histogram;
+mod read;
+mod text;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+use crate::cli::ReportArgs;
+use crate::error::RecordError;
+use crate::profile::output::OutputFile;
+use crate::profile::schema::{process_display_name, MarkerData, Profile, Thread};
+
+use read::ThreadRead;
+
+/// Print the report `args` asks for; returns the exit status.
+pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
+    let profile = load(&args.path)?;
+    let filter = Filter { pids: args.pids.clone(), tids: args.tids.clone(), comm: args.comm.clone() };
+    if !profile.threads.iter().any(|t| filter.admits(t)) {
+        return Err(RecordError::Usage(format!(
+            "no thread in {} matches {}; `sysprof report {}` without it lists the processes",
+            args.path.display(),
+            match filter.describe() {
+                d if d.is_empty() => "anything".to_string(),
+                d => d,
+            },
+            args.path.display()
+        )));
+    }
+    let text = match args.format.as_str() {
+        "folded" => folded::folded(&profile, &filter),
+        _ => text::report(&profile, &filter, args.top.max(1), &args.path),
+    };
+    match &args.output {
+        Some(path) => {
+            let out = OutputFile::create(path)?;
+            out.commit_with(|w| std::io::Write::write_all(w, text.as_bytes()))?;
+        }
+        None => {
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            // A closed pipe (`| head`) is the reader's choice, not an error.
+            if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()) {
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    return Err(RecordError::Internal(format!("cannot write the report: {e}")));
+                }
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// Read and parse `path` (gzip by its magic, as the Firefox Profiler does,
+/// inflated within [`crate::profile::input`]'s limit); every string in it
+/// comes back with its control characters escaped, so no name reaches the
+/// terminal raw, in the tables or in folded lines.
+fn load(path: &Path) -> Result<Profile, RecordError> {
+    let bad = |what: String| RecordError::Usage(format!("{}: {what}; give a profile written by sysprof record or sysprof show", path.display()));
+    let bytes = crate::profile::input::read_profile_bytes(path).map_err(|e| match e.says_what_to_do() {
+        true => RecordError::Usage(e.to_string()),
+        false => RecordError::Usage(format!("{e}; give a profile written by sysprof record or sysprof show")),
+    })?;
+    let parsed = serde_json::from_slice(&bytes);
+    let mut profile: Profile = parsed.map_err(|e| bad(format!("not a processed profile ({e})")))?;
+    escape_strings(&mut profile);
+    for t in &profile.threads {
+        if !t.consistent() {
+            return Err(bad(format!("thread {} has tables of different lengths or indexes out of range", t.name)));
+        }
+    }
+    Ok(profile)
+}
+
+/// Escape every string a user may have chosen (names of processes,
+/// threads, functions, libraries, wakers, devices).
+fn escape_strings(profile: &mut Profile) {
+    let esc = |s: &mut String| {
+        if let std::borrow::Cow::Owned(e) = crate::escape::escape(s) {
+            *s = e;
+        }
+    };
+    for c in &mut profile.meta.categories {
+        esc(&mut c.name);
+    }
+    for t in &mut profile.threads {
+        esc(&mut t.name);
+        if let Some(p) = t.process_name.as_mut() {
+            esc(p);
+        }
+        t.string_array.iter_mut().for_each(esc);
+        for d in t.markers.data.iter_mut().flatten() {
+            match d {
+                MarkerData::OffCpu { waker, .. } => esc(waker),
+                MarkerData::Io { device, .. } => esc(device),
+                MarkerData::OnCpu { .. } | MarkerData::Other => {}
+            }
+        }
+    }
+}
+
+/// Which threads the report covers.
+struct Filter {
+    pids: Vec<u32>,
+    tids: Vec<u32>,
+    comm: Option<String>,
+}
+
+impl Filter {
+    fn admits(&self, t: &Thread) -> bool {
+        let (Some(pid), Some(tid)) = (t.pid(), t.tid()) else { return false };
+        if !self.pids.is_empty() && !self.pids.contains(&pid) {
+            return false;
+        }
+        if !self.tids.is_empty() && !self.tids.contains(&tid) {
+            return false;
+        }
+        match &self.comm {
+            // The track's process name carries its container or service:
+            // `c` names the process when that is what the writer would
+            // show for a process named `c` in the thread's cgroup.
+            Some(c) => t.name == *c || t.process_name() == c || t.process_name() == crate::escape::escape(&process_display_name(c, t.cgroup.as_deref(), false)),
+            None => true,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        if !self.pids.is_empty() {
+            parts.push(format!("pid {}", list(&self.pids)));
+        }
+        if !self.tids.is_empty() {
+            parts.push(format!("tid {}", list(&self.tids)));
+        }
+        if let Some(c) = &self.comm {
+            parts.push(format!("comm {c}"));
+        }
+        parts.join(", ")
+    }
+}
+
