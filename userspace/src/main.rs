@@ -5,7 +5,7 @@
 
 use clap::{CommandFactory, Parser};
 
-use sysprof::cli::{Cli, Command};
+use sysprof::cli::{Cli, Command, Generate};
 
 fn main() {
     let cli = Cli::parse();
@@ -45,7 +45,7 @@ fn main() {
                 e.exit_code()
             }
         },
-        Command::Generate { what, dir } => match generate(&what, &dir) {
+        Command::Generate { what, dir } => match generate(what, &dir) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
@@ -69,12 +69,12 @@ fn main() {
 /// The man pages (into `dir`, each through an unpredictable temporary
 /// renamed into place) or a shell's completion script (on stdout), from the
 /// clap definitions.
-fn generate(what: &str, dir: &std::path::Path) -> Result<(), sysprof::error::RecordError> {
+fn generate(what: Generate, dir: &std::path::Path) -> Result<(), sysprof::error::RecordError> {
     use clap_complete::Shell;
     use sysprof::error::RecordError;
     let mut command = Cli::command();
     let shell = match what {
-        "man" => {
+        Generate::Man => {
             command.build();
             let mut pages = vec![("sysprof".to_string(), command.clone())];
             for sub in command.get_subcommands().filter(|s| s.get_name() != "help") {
@@ -89,13 +89,13 @@ fn generate(what: &str, dir: &std::path::Path) -> Result<(), sysprof::error::Rec
             }
             return Ok(());
         }
-        "bash" => Shell::Bash,
-        "zsh" => Shell::Zsh,
-        "fish" => Shell::Fish,
-        _ => Shell::Elvish,
+        Generate::Bash => Shell::Bash,
+        Generate::Zsh => Shell::Zsh,
+        Generate::Fish => Shell::Fish,
+        Generate::Elvish => Shell::Elvish,
     };
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "sysprof", &mut script);
     use std::io::Write;
-    std::io::stdout().lock().write_all(&script).map_err(|e| RecordError::Internal(format!("cannot write to stdout: {e}")))
+    std::io::stdout().lock().write_all(&script).map_err(RecordError::Stdout)
 }

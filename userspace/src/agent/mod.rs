@@ -83,14 +83,14 @@ pub struct AgentCounters {
 
 /// Run the agent; returns its exit status.
 pub fn run(args: AgentArgs) -> Result<i32, RecordError> {
-    let cfg = AgentConfig::resolve(&args).map_err(RecordError::Usage)?;
+    let cfg = AgentConfig::resolve(&args).map_err(|e| RecordError::BadOption(e.into()))?;
     limit_malloc_arenas();
-    let store = Store::open(&cfg.store, true).map_err(|e| RecordError::Usage(format!("{e}; give another with --store")))?;
+    let store = Store::open(&cfg.store, true).map_err(|e| RecordError::Store { source: e.into(), hint: "give another with --store" })?;
     crate::sys::process::raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| RecordError::Internal(format!("cannot start the event loop: {e}")))?;
+        .map_err(RecordError::EventLoop)?;
     runtime.block_on(Box::pin(agent(cfg, store)))
 }
 
@@ -108,7 +108,7 @@ fn next_boundary_ms(now_ms: f64, window: Duration) -> f64 {
 
 async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let stale = store.remove_stale_temporaries();
-    let marker_min_ns = (cfg.off_cpu_threshold_ms * 1e6) as u64;
+    let marker_min_ns = cfg.sampling.off_cpu_threshold_ns();
     let mut collector = Collector::new(
         PidFilter::All,
         CollectorOptions {
@@ -116,7 +116,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             per_cpu: false,
             off_cpu: cfg.off_cpu,
             debuginfod: false,
-            dwarf: cfg.dwarf,
+            dwarf: cfg.sampling.call_graph.dwarf(),
             keep_short_lived: true,
             elf_limits: ElfLimits { max_dwarf_total_bytes: AGENT_MAX_DWARF_BYTES, ..ElfLimits::default() },
         },
@@ -124,8 +124,8 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let capture = CaptureOptions {
         frequency: cfg.frequency,
         target_tgid: 0,
-        stack_copy: if cfg.dwarf { cfg.stack_size } else { 0 },
-        kernel_unwind_rows: cfg.kernel_unwind_rows,
+        stack_copy: cfg.sampling.stack_copy(),
+        kernel_unwind_rows: cfg.sampling.kernel_unwind_rows(),
         kernel_unwind_processes: crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES,
         off_cpu: cfg.off_cpu,
         io: cfg.io,
@@ -138,15 +138,15 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let mut exporters: Vec<Box<dyn crate::export::Exporter>> = Vec::new();
     let e = &cfg.export;
     if let Some(dir) = &e.pprof_dir {
-        exporters.push(Box::new(crate::export::PprofDir::new(dir, labels.clone(), cfg.retain_size, cfg.retain_age).map_err(RecordError::Usage)?));
+        exporters.push(Box::new(crate::export::PprofDir::new(dir, labels.clone(), cfg.retain_size, cfg.retain_age).map_err(|e| RecordError::BadOption(e.into()))?));
     }
     if let Some(url) = &e.otlp_endpoint {
-        exporters.push(Box::new(crate::export::otlp::OtlpClient::new(url, e.otlp_ca.as_deref(), &e.otlp_headers, labels.clone()).map_err(RecordError::Usage)?));
+        exporters.push(Box::new(crate::export::otlp::OtlpClient::new(url, e.otlp_ca.as_deref(), &e.otlp_headers, labels.clone()).map_err(|e| RecordError::BadOption(e.into()))?));
     }
     if let Some(url) = &e.pyroscope_url {
         exporters.push(Box::new(
             crate::export::pyroscope::PyroscopeClient::new(url, e.pyroscope_basic.clone(), e.pyroscope_token.clone(), e.pyroscope_tenant.clone(), labels.clone())
-                .map_err(RecordError::Usage)?,
+                .map_err(|e| RecordError::BadOption(e.into()))?,
         ));
     }
     let counters = Arc::new(AgentCounters::default());
@@ -162,7 +162,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     if let Some(addr) = cfg.export.metrics {
         let (c, ex) = (counters.clone(), export_counters.clone());
         let render: crate::export::metrics::Render = Arc::new(move || metrics_text(&c, &ex));
-        crate::export::metrics::serve(addr, render).map_err(RecordError::Usage)?;
+        crate::export::metrics::serve(addr, render).map_err(|e| RecordError::BadOption(e.into()))?;
     }
     let mut session = CaptureSession::start(&capture, &mut collector)?;
     // Loading parsed the kernel's BTF (tens of MB, freed since).
@@ -178,8 +178,8 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         if stale > 0 { format!("; removed {stale} unfinished files of a previous run") } else { String::new() },
     );
 
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| RecordError::Internal(e.to_string()))?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RecordError::Internal(e.to_string()))?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(RecordError::Signals)?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(RecordError::Signals)?;
     let started = Instant::now();
     let mut last_health = Instant::now();
     let mut errors = ErrorLog::default();
@@ -238,7 +238,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             *r = collector.kernel_refusals();
         }
         if cfg.verbose {
-            eprintln!("sysprof agent: window {:.0}-{:.0}: {}", window_start_wall, end_wall, crate::record::stats_line(&rec));
+            eprintln!("sysprof agent: window {:.0}-{:.0}: {}", window_start_wall, end_wall, crate::summary::stats_line(&rec));
         }
         for w in &rec.warnings {
             errors.say(format!("warning: {w}"));
