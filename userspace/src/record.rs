@@ -407,17 +407,42 @@ fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// Why a file is not a valid profile (`sysprof validate`).
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidProfile {
+    /// It cannot be read (its message names it).
+    #[error(transparent)]
+    Read(std::io::Error),
+    /// It is not JSON.
+    #[error("{} is not a JSON profile: {source}", path.display())]
+    NotJson {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Where the parser stopped.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// It is JSON, not in the processed profile format.
+    #[error("{} is malformed: {}", path.display(), problems.join("; "))]
+    Malformed {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Each problem found.
+        problems: Vec<String>,
+    },
+}
+
 /// Read and validate a profile file; returns its thread count.
-pub fn validate_file(path: &Path) -> Result<usize, String> {
+pub fn validate_file(path: &Path) -> Result<usize, InvalidProfile> {
     // Gzip inflated within a limit; a FIFO or device refused.
-    let bytes = crate::profile::input::read_profile_bytes(path).map_err(|e| e.to_string())?;
-    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("{} is not a JSON profile: {e}", path.display()))?;
+    let bytes = crate::profile::input::read_profile_bytes(path).map_err(InvalidProfile::Read)?;
+    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|source| InvalidProfile::NotJson { path: path.to_path_buf(), source })?;
     drop(bytes);
     let problems = crate::profile::validate::validate(&json);
     if problems.is_empty() {
         Ok(json["threads"].as_array().map(|t| t.len()).unwrap_or(0))
     } else {
-        Err(format!("{} is malformed: {}", path.display(), problems.join("; ")))
+        Err(InvalidProfile::Malformed { path: path.to_path_buf(), problems })
     }
 }
 
