@@ -1,8 +1,9 @@
 //! Command-line arguments, in perf's conventions.
 //!
 //! In: argv. Out: a [`Cli`] with one variant per subcommand. Stage one of
-//! two: these are raw values; [`crate::record::RecordPlan`] checks them and
-//! turns them into the configured pipeline.
+//! two: these are raw values; the commands check them (the sampling
+//! options with [`crate::sampling::SamplingOptions::check`]) and turn them
+//! into the configured pipeline.
 
 use std::path::PathBuf;
 
@@ -323,4 +324,49 @@ pub struct ReportArgs {
     /// Write here instead of stdout.
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(argv: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("sysprof").chain(argv.iter().copied()))
+    }
+
+    /// Check that each accepted spelling of --call-graph, --format and
+    /// generate's argument parses to its own value, and that anything else
+    /// is clap's invalid-value error (exit 2), never a default such as Elvish.
+    #[test]
+    fn closed_choices_parse_or_are_refused() {
+        for (word, want) in [("fp", CallGraph::Fp), ("dwarf", CallGraph::Dwarf), ("dwarf-copy", CallGraph::DwarfCopy)] {
+            match parse(&["record", "-a", "--call-graph", word]).unwrap().command {
+                Command::Record(a) => assert_eq!(a.call_graph, want),
+                _ => unreachable!(),
+            }
+        }
+        match parse(&["record", "-a"]).unwrap().command {
+            Command::Record(a) => assert_eq!(a.call_graph, CallGraph::Dwarf, "the default"),
+            _ => unreachable!(),
+        }
+        for (word, want) in [("man", Generate::Man), ("bash", Generate::Bash), ("zsh", Generate::Zsh), ("fish", Generate::Fish), ("elvish", Generate::Elvish)] {
+            match parse(&["generate", word]).unwrap().command {
+                Command::Generate { what, .. } => assert_eq!(what, want),
+                _ => unreachable!(),
+            }
+        }
+        match parse(&["show", "--format", "pprof"]).unwrap().command {
+            Command::Show(a) => assert_eq!(a.format, ShowFormat::Pprof),
+            _ => unreachable!(),
+        }
+        match parse(&["report", "p.json", "--format", "folded"]).unwrap().command {
+            Command::Report(a) => assert_eq!(a.format, ReportFormat::Folded),
+            _ => unreachable!(),
+        }
+        for bad in [&["generate", "powershell"][..], &["record", "-a", "--call-graph", "lbr"], &["agent", "--call-graph", "Dwarf"], &["show", "--format", "json"], &["report", "p", "--format", "pprof"]] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad:?}");
+            assert_eq!(e.exit_code(), 2);
+        }
+    }
 }

@@ -470,5 +470,7 @@ mod tests {
             assert_eq!(e.to_string().lines().count(), 1);
         }
         assert!(check_args(&args(&["-a", "-d", "2.5"])).is_ok());
+        let e = check_args(&args(&["-a", "--stack-size", "100"])).unwrap_err();
+        assert_eq!((e.exit_code(), e.to_string()), (2, format!("--stack-size 100: use a multiple of 512 between 512 and {}", abi::MAX_STACK_COPY)));
     }
 }

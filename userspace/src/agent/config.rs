@@ -265,6 +265,31 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Check that the file's keys whose names differ from the fields
+    /// (off-cpu-threshold, otlp-header) and the call graph reach the
+    /// settings, and that keys no flag of the file has (verbose, config) are refused.
+    #[test]
+    fn file_keys_are_the_long_flag_names() {
+        let dir = std::env::temp_dir().join(format!("sysprof-agent-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("agent.toml");
+        std::fs::write(&f, "off-cpu-threshold = 2.5\notlp-header = [\"A=b\"]\ncall-graph = \"dwarf-copy\"\nstack-size = 8192\nno-off-cpu = true\n").unwrap();
+        let c = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap();
+        assert_eq!(c.sampling.off_cpu_threshold_ms, 2.5);
+        assert_eq!(c.export.otlp_headers, [("a".to_string(), "b".to_string())]);
+        assert_eq!((c.sampling.call_graph, c.sampling.stack_copy(), c.sampling.kernel_unwind_rows()), (crate::sampling::CallGraph::DwarfCopy, 8192, 0));
+        assert!(!c.off_cpu && c.io);
+        for key in ["verbose = true", "config = \"/x\""] {
+            std::fs::write(&f, key).unwrap();
+            let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap_err();
+            assert!(matches!(e, ConfigError::Parse { .. }), "{key}: {e}");
+        }
+        std::fs::write(&f, "stack-size = 100\n").unwrap();
+        let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap_err();
+        assert_eq!(e.to_string(), format!("stack-size 100: use a multiple of 512 between 512 and {}", crate::bpf::abi::MAX_STACK_COPY));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Check that the example config of packaging/ is read as it says:
     /// with its exporter lines uncommented, every exporter is configured.
     #[test]
