@@ -14,13 +14,11 @@
 //! channel: encoding, compression, fsync, retention and compaction never
 //! delay draining the rings, and a store that cannot keep up drops windows
 //! (counted, said) rather than grow memory. Nothing of a finished window
-//! stays in the collector ([`crate::collector`] forgets what ended).
+//! stays in the collector ([`crate::collector`] forgets what ended). What
+//! the agent says about itself (health line, metrics) is in `health.rs`.
 
 pub mod config;
 mod health;
-
-pub use health::AgentCounters;
-use health::{health_line, metrics_text};
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -41,6 +39,8 @@ use crate::store::segment::WindowSpan;
 use crate::store::Store;
 use crate::binaries::elf::ElfLimits;
 use config::AgentConfig;
+pub use health::AgentCounters;
+use health::{health_line, metrics_text};
 
 /// Records (sideband events, samples, intervals, requests) one window may
 /// hold before it is ended early: each costs about 500 bytes while the

@@ -16,7 +16,7 @@
 //! random bits besides: every other path is a 404. The bytes go out as
 //! they are on disk, without `Content-Encoding`: the profiler recognises
 //! gzip by its magic and inflates it itself. Starting the browser, as
-//! the user who ran sudo, is [`browser`]'s.
+//! the user who ran sudo, is in `browser.rs`.
 
 use std::convert::Infallible;
 use std::ffi::OsStr;
