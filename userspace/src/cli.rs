@@ -1,12 +1,16 @@
 //! Command-line arguments, in perf's conventions.
 //!
 //! In: argv. Out: a [`Cli`] with one variant per subcommand. Stage one of
-//! two: these are raw values; [`crate::record::RecordPlan`] checks them and
-//! turns them into the configured pipeline.
+//! two: these are raw values; the commands check them (the sampling
+//! options with [`crate::sampling::SamplingOptions::check`]) and turn them
+//! into the configured pipeline.
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+
+use crate::sampling::{CallGraph, SamplingOptions};
 
 /// The version `--version` prints: the crate's and the commit it was built from.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SYSPROF_GIT_COMMIT"), ")");
@@ -40,8 +44,7 @@ pub enum Command {
     /// stdout (see the README's Install).
     Generate {
         /// man (sysprof.1 and a page per subcommand), bash, zsh, fish or elvish.
-        #[arg(value_parser = ["man", "bash", "zsh", "fish", "elvish"])]
-        what: String,
+        what: Generate,
         /// Where the man pages go.
         #[arg(default_value = ".")]
         dir: PathBuf,
@@ -51,6 +54,34 @@ pub enum Command {
         /// The profile (.json or .json.gz).
         path: PathBuf,
     },
+}
+
+/// What `sysprof generate` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[expect(missing_docs, reason = "a doc comment on a variant would become its help text and change `--help`")]
+pub enum Generate {
+    Man,
+    Bash,
+    Zsh,
+    Fish,
+    Elvish,
+}
+
+/// What `sysprof show --format` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[expect(missing_docs, reason = "a doc comment on a variant would become its help text and change `--help`")]
+pub enum ShowFormat {
+    Firefox,
+    Folded,
+    Pprof,
+}
+
+/// What `sysprof report --format` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[expect(missing_docs, reason = "a doc comment on a variant would become its help text and change `--help`")]
+pub enum ReportFormat {
+    Text,
+    Folded,
 }
 
 /// `sysprof record` options.
@@ -78,8 +109,8 @@ pub struct RecordArgs {
     /// from each binary's .eh_frame: whole stacks at any depth, without frame
     /// pointers), dwarf-copy (copy the top of the stack, unwind it here; the
     /// old way, for comparison) or fp (frame pointers only).
-    #[arg(long = "call-graph", default_value = "dwarf", value_parser = ["fp", "dwarf", "dwarf-copy"])]
-    pub call_graph: String,
+    #[arg(long = "call-graph", value_enum, default_value_t = CallGraph::Dwarf)]
+    pub call_graph: CallGraph,
     /// Bytes of user stack copied for unwinding here: per sample with
     /// dwarf-copy; with dwarf only for off-CPU stacks and the first samples of a
     /// process whose tables are not loaded yet (a multiple of 512, at most 32768).
@@ -123,12 +154,28 @@ pub struct RecordArgs {
     pub command: Vec<String>,
 }
 
+impl RecordArgs {
+    /// The sampling options, to check and to configure the capture with.
+    pub fn sampling(&self) -> SamplingOptions {
+        SamplingOptions {
+            call_graph: self.call_graph,
+            stack_size: self.stack_size,
+            unwind_table_mb: self.unwind_table_mb,
+            off_cpu_threshold_ms: self.off_cpu_threshold_ms,
+        }
+    }
+}
+
 /// `sysprof agent` options. Every one can also be set in the config file
-/// (`/etc/sysprof/agent.toml`) under its long name; flags win.
-#[derive(Debug, Clone, Args)]
+/// (`/etc/sysprof/agent.toml`) under its long name; flags win. The file is
+/// read into this same struct (every key optional, unknown keys refused),
+/// and [`crate::agent::config::AgentConfig::resolve`] lays one over the other.
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct AgentArgs {
     /// Config file (default /etc/sysprof/agent.toml, if it exists).
     #[arg(long = "config")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Samples per second per CPU [default: 19].
     #[arg(short = 'F', long = "frequency")]
@@ -148,10 +195,11 @@ pub struct AgentArgs {
     /// Off-CPU intervals shorter than this (ms) are summed per thread and
     /// reason in the kernel, without a stack each [default: 1].
     #[arg(long = "off-cpu-threshold")]
+    #[serde(rename = "off-cpu-threshold")]
     pub off_cpu_threshold_ms: Option<f64>,
     /// How user stacks are walked: dwarf (in the kernel), dwarf-copy or fp [default: dwarf].
-    #[arg(long = "call-graph", value_parser = ["fp", "dwarf", "dwarf-copy"])]
-    pub call_graph: Option<String>,
+    #[arg(long = "call-graph", value_enum)]
+    pub call_graph: Option<CallGraph>,
     /// MiB of kernel memory for the in-kernel unwinder's tables [default: 64].
     #[arg(long = "unwind-table-mb")]
     pub unwind_table_mb: Option<u32>,
@@ -169,6 +217,7 @@ pub struct AgentArgs {
     pub health_interval: Option<f64>,
     /// Print a stats line (key=value) for every window.
     #[arg(short = 'v', long = "verbose")]
+    #[serde(skip)]
     pub verbose: bool,
     /// Also write each window as a gzip pprof file (profile.proto) in this directory.
     #[arg(long = "pprof-dir")]
@@ -181,6 +230,7 @@ pub struct AgentArgs {
     pub otlp_ca: Option<PathBuf>,
     /// gRPC metadata sent with every OTLP request, KEY=VALUE (repeatable).
     #[arg(long = "otlp-header")]
+    #[serde(rename = "otlp-header")]
     pub otlp_headers: Vec<String>,
     /// Send each window to a Pyroscope server (http://HOST:4040).
     #[arg(long = "pyroscope-url")]
@@ -230,8 +280,8 @@ pub struct ShowArgs {
     pub output: Option<PathBuf>,
     /// Output format: firefox (Firefox Profiler), folded (flamegraph.pl,
     /// inferno, speedscope) or pprof (gzip profile.proto).
-    #[arg(long = "format", default_value = "firefox", value_parser = ["firefox", "folded", "pprof"])]
-    pub format: String,
+    #[arg(long = "format", value_enum, default_value_t = ShowFormat::Firefox)]
+    pub format: ShowFormat,
     /// List the windows the store holds instead.
     #[arg(long = "list")]
     pub list: bool,
@@ -269,9 +319,54 @@ pub struct ReportArgs {
     pub comm: Option<String>,
     /// text (tables and histograms) or folded (collapsed stacks for
     /// flamegraph.pl and inferno, one line per stack, CPU samples).
-    #[arg(long = "format", default_value = "text", value_parser = ["text", "folded"])]
-    pub format: String,
+    #[arg(long = "format", value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
     /// Write here instead of stdout.
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(argv: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("sysprof").chain(argv.iter().copied()))
+    }
+
+    /// Check that each accepted spelling of --call-graph, --format and
+    /// generate's argument parses to its own value, and that anything else
+    /// is clap's invalid-value error (exit 2), never a default such as Elvish.
+    #[test]
+    fn closed_choices_parse_or_are_refused() {
+        for (word, want) in [("fp", CallGraph::Fp), ("dwarf", CallGraph::Dwarf), ("dwarf-copy", CallGraph::DwarfCopy)] {
+            match parse(&["record", "-a", "--call-graph", word]).unwrap().command {
+                Command::Record(a) => assert_eq!(a.call_graph, want),
+                _ => unreachable!(),
+            }
+        }
+        match parse(&["record", "-a"]).unwrap().command {
+            Command::Record(a) => assert_eq!(a.call_graph, CallGraph::Dwarf, "the default"),
+            _ => unreachable!(),
+        }
+        for (word, want) in [("man", Generate::Man), ("bash", Generate::Bash), ("zsh", Generate::Zsh), ("fish", Generate::Fish), ("elvish", Generate::Elvish)] {
+            match parse(&["generate", word]).unwrap().command {
+                Command::Generate { what, .. } => assert_eq!(what, want),
+                _ => unreachable!(),
+            }
+        }
+        match parse(&["show", "--format", "pprof"]).unwrap().command {
+            Command::Show(a) => assert_eq!(a.format, ShowFormat::Pprof),
+            _ => unreachable!(),
+        }
+        match parse(&["report", "p.json", "--format", "folded"]).unwrap().command {
+            Command::Report(a) => assert_eq!(a.format, ReportFormat::Folded),
+            _ => unreachable!(),
+        }
+        for bad in [&["generate", "powershell"][..], &["record", "-a", "--call-graph", "lbr"], &["agent", "--call-graph", "Dwarf"], &["show", "--format", "json"], &["report", "p", "--format", "pprof"]] {
+            let e = parse(bad).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad:?}");
+            assert_eq!(e.exit_code(), 2);
+        }
+    }
 }

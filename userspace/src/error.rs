@@ -1,11 +1,19 @@
-//! The errors `sysprof record` can end with, each one line that says what to do.
+//! The errors the commands can end with, each one line that says what to do.
 //!
 //! In: failures from loading BPF, opening perf events, reading `/proc`,
-//! writing the output. Out: a [`RecordError`] whose `Display` is the message
-//! shown to the user and whose [`RecordError::exit_code`] is the process's
-//! exit status (2 for a problem with what the user asked, 1 otherwise).
+//! checking options, opening the store, writing the output. Out: a
+//! [`RecordError`] whose `Display` is the message shown to the user and
+//! whose [`RecordError::exit_code`] is the process's exit status (2 for a
+//! problem with what the user asked, 1 otherwise).
+//!
+//! This module sits below everything that returns it, so a cause defined
+//! higher up (a command's option errors, the store's) travels boxed in
+//! [`RecordError::BadOption`] or [`RecordError::Store`], its type intact.
 
 use std::path::PathBuf;
+
+/// A cause defined in a layer above this one, kept as a typed error.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Why recording could not start or finish.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +80,65 @@ pub enum RecordError {
         /// The OS error (from epoll).
         source: std::io::Error,
     },
+    /// A flag's or setting's value cannot be used (out of range, malformed,
+    /// naming what is not there); the cause says which and what would be right.
+    #[error(transparent)]
+    BadOption(Cause),
+    /// The store cannot be opened or created.
+    #[error("{source}; {hint}")]
+    Store {
+        /// Why (the store's error).
+        #[source]
+        source: Cause,
+        /// Which flag names another.
+        hint: &'static str,
+    },
+    /// An address to serve on is taken or not ours.
+    #[error("cannot listen on {addr}: {source}; {hint}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// A profile given to serve or read is not usable as one.
+    #[error("cannot serve {}: {why}; give the path of a profile written by sysprof record (.json or .json.gz)", path.display())]
+    Unservable {
+        /// The path given.
+        path: PathBuf,
+        /// Why not.
+        why: String,
+    },
+    /// The store holds no window in the range asked for.
+    #[error("{} holds nothing between {since} and {until}; {held}", store.display())]
+    NothingInRange {
+        /// The store.
+        store: PathBuf,
+        /// The range's start, as local time.
+        since: String,
+        /// The range's end, as local time.
+        until: String,
+        /// What the store does hold.
+        held: String,
+    },
+    /// No process in the range matches the filters.
+    #[error("no process in that range matches -p, --comm or --container")]
+    NoProcessMatches,
+    /// The event loop (tokio's runtime) could not be built.
+    #[error("cannot start the event loop: {0}")]
+    EventLoop(#[source] std::io::Error),
+    /// SIGINT or SIGTERM cannot be watched for.
+    #[error("cannot watch for Ctrl-C: {0}")]
+    Signals(#[source] std::io::Error),
+    /// Writing to stdout failed.
+    #[error("cannot write to stdout: {0}")]
+    Stdout(#[source] std::io::Error),
+    /// The kernel's random generator cannot be read.
+    #[error("cannot read /dev/urandom: {0}; check that /dev is mounted")]
+    Random(#[source] std::io::Error),
     /// The options make no sense together.
     #[error("{0}")]
     Usage(String),
@@ -88,6 +155,10 @@ impl RecordError {
             RecordError::UnknownPid(_)
             | RecordError::OutputNotWritable { .. }
             | RecordError::Usage(_)
+            | RecordError::BadOption(_)
+            | RecordError::Store { .. }
+            | RecordError::Listen { .. }
+            | RecordError::Unservable { .. }
             | RecordError::Spawn { .. } => 2,
             _ => 1,
         }
@@ -98,11 +169,10 @@ impl RecordError {
         if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
             return RecordError::NoBtf;
         }
-        let text = error_chain(e);
-        if is_permission(&text) {
+        if is_permission_denied(e) {
             return RecordError::NotPermitted { what: "loading BPF".into(), paranoid: paranoid() };
         }
-        RecordError::BpfRejected { program: object.into(), detail: first_line(&text), kernel: kernel_release() }
+        RecordError::BpfRejected { program: object.into(), detail: first_line(&error_chain(e)), kernel: kernel_release() }
     }
 
     /// Classify an aya program-load failure (usually the verifier).
@@ -129,11 +199,10 @@ impl RecordError {
                 };
             }
         }
-        let text = error_chain(e);
-        if is_permission(&text) {
+        if is_permission_denied(e) {
             return RecordError::NotPermitted { what: format!("loading BPF program {program}"), paranoid: paranoid() };
         }
-        RecordError::BpfRejected { program: program.into(), detail: first_line(&text), kernel: kernel_release() }
+        RecordError::BpfRejected { program: program.into(), detail: first_line(&error_chain(e)), kernel: kernel_release() }
     }
 }
 
@@ -149,9 +218,33 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// Whether an error text says permission was denied.
-pub fn is_permission(text: &str) -> bool {
-    text.contains("Operation not permitted") || text.contains("Permission denied") || text.contains("EPERM")
+/// Whether `e` or one of its sources is an OS error EPERM or EACCES. aya
+/// wraps some of its `io::Error`s transparently (their `source()` skips
+/// them), so those are looked for in aya's own variants too.
+pub fn is_permission_denied(e: &(dyn std::error::Error + 'static)) -> bool {
+    use aya::maps::MapError;
+    use aya::programs::ProgramError;
+    let denied = |io: &std::io::Error| io.kind() == std::io::ErrorKind::PermissionDenied;
+    let mut next = Some(e);
+    while let Some(e) = next {
+        let io = e
+            .downcast_ref::<std::io::Error>()
+            .or_else(|| match e.downcast_ref::<ProgramError>() {
+                Some(ProgramError::IOError(io)) => Some(io),
+                Some(ProgramError::SyscallError(s)) => Some(&s.io_error),
+                _ => None,
+            })
+            .or_else(|| match e.downcast_ref::<MapError>() {
+                Some(MapError::IoError(io)) => Some(io),
+                Some(MapError::SyscallError(s)) => Some(&s.io_error),
+                _ => None,
+            });
+        if io.is_some_and(denied) {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 fn first_line(text: &str) -> String {
@@ -170,4 +263,30 @@ pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that EPERM and EACCES are told by their error code wherever
+    /// aya wraps them (directly, in a syscall error, behind a transparent
+    /// variant, under a map or program error of the object), and that
+    /// another error whose text only mentions them is not.
+    #[test]
+    fn permission_is_told_by_the_error_code() {
+        use aya::programs::ProgramError;
+        use aya::sys::SyscallError;
+        let eperm = || std::io::Error::from_raw_os_error(libc::EPERM);
+        let eacces = || std::io::Error::from_raw_os_error(libc::EACCES);
+        assert!(is_permission_denied(&eperm()));
+        assert!(is_permission_denied(&ProgramError::IOError(eacces())));
+        let syscall = ProgramError::SyscallError(SyscallError { call: "perf_event_open", io_error: eperm() });
+        assert!(is_permission_denied(&syscall));
+        assert!(is_permission_denied(&aya::EbpfError::ProgramError(syscall)));
+        let map = aya::maps::MapError::CreateError { name: "m".into(), io_error: eperm() };
+        assert!(is_permission_denied(&aya::EbpfError::MapError(map)));
+        assert!(!is_permission_denied(&std::io::Error::from_raw_os_error(libc::EINVAL)));
+        assert!(!is_permission_denied(&std::io::Error::other("Operation not permitted (EPERM) in a message")));
+    }
 }

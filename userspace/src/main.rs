@@ -5,53 +5,18 @@
 
 use clap::{CommandFactory, Parser};
 
-use sysprof::cli::{Cli, Command};
+use sysprof::cli::{Cli, Command, Generate};
+use sysprof::error::RecordError;
 
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
-        Command::Record(args) => match sysprof::record::run(args) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
-                e.exit_code()
-            }
-        },
-        Command::Agent(args) => match sysprof::agent::run(*args) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("sysprof agent: {}", sysprof::escape::escape(&e.to_string()));
-                e.exit_code()
-            }
-        },
-        Command::Show(args) => match sysprof::show::run(args) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
-                e.exit_code()
-            }
-        },
-        Command::View(args) => match sysprof::view::run(args) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
-                e.exit_code()
-            }
-        },
-        Command::Report(args) => match sysprof::report::run(args) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
-                e.exit_code()
-            }
-        },
-        Command::Generate { what, dir } => match generate(&what, &dir) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("sysprof: {}", sysprof::escape::escape(&e.to_string()));
-                e.exit_code()
-            }
-        },
+        Command::Record(args) => exit_code("sysprof", sysprof::record::run(args)),
+        Command::Agent(args) => exit_code("sysprof agent", sysprof::agent::run(*args)),
+        Command::Show(args) => exit_code("sysprof", sysprof::show::run(args)),
+        Command::View(args) => exit_code("sysprof", sysprof::view::run(args)),
+        Command::Report(args) => exit_code("sysprof", sysprof::report::run(args)),
+        Command::Generate { what, dir } => exit_code("sysprof", generate(what, &dir).map(|()| 0)),
         Command::Validate { path } => match sysprof::record::validate_file(&path) {
             Ok(threads) => {
                 println!("{}: valid ({threads} threads)", sysprof::escape::path(&path));
@@ -66,15 +31,25 @@ fn main() {
     std::process::exit(code);
 }
 
+/// A command's exit status; its error, if any, said on one line after `prefix`.
+fn exit_code(prefix: &str, result: Result<i32, RecordError>) -> i32 {
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{prefix}: {}", sysprof::escape::escape(&e.to_string()));
+            e.exit_code()
+        }
+    }
+}
+
 /// The man pages (into `dir`, each through an unpredictable temporary
 /// renamed into place) or a shell's completion script (on stdout), from the
 /// clap definitions.
-fn generate(what: &str, dir: &std::path::Path) -> Result<(), sysprof::error::RecordError> {
+fn generate(what: Generate, dir: &std::path::Path) -> Result<(), RecordError> {
     use clap_complete::Shell;
-    use sysprof::error::RecordError;
     let mut command = Cli::command();
     let shell = match what {
-        "man" => {
+        Generate::Man => {
             command.build();
             let mut pages = vec![("sysprof".to_string(), command.clone())];
             for sub in command.get_subcommands().filter(|s| s.get_name() != "help") {
@@ -89,13 +64,13 @@ fn generate(what: &str, dir: &std::path::Path) -> Result<(), sysprof::error::Rec
             }
             return Ok(());
         }
-        "bash" => Shell::Bash,
-        "zsh" => Shell::Zsh,
-        "fish" => Shell::Fish,
-        _ => Shell::Elvish,
+        Generate::Bash => Shell::Bash,
+        Generate::Zsh => Shell::Zsh,
+        Generate::Fish => Shell::Fish,
+        Generate::Elvish => Shell::Elvish,
     };
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "sysprof", &mut script);
     use std::io::Write;
-    std::io::stdout().lock().write_all(&script).map_err(|e| RecordError::Internal(format!("cannot write to stdout: {e}")))
+    std::io::stdout().lock().write_all(&script).map_err(RecordError::Stdout)
 }

@@ -22,6 +22,7 @@ use crate::error::RecordError;
 use crate::profile::output::OutputFile;
 use std::os::fd::AsFd;
 use crate::profile::{build_profile, HostInfo};
+use crate::sampling::{BadFlag, CallGraph};
 
 /// Off-CPU intervals shorter than this are folded in the kernel (summed per
 /// reason, no stack): bounds the event rate on switch-heavy machines.
@@ -51,19 +52,7 @@ fn check_args(args: &RecordArgs) -> Result<(), RecordError> {
             return Err(RecordError::UnknownPid(pid));
         }
     }
-    if args.call_graph != "fp" && (args.stack_size == 0 || args.stack_size as usize > abi::MAX_STACK_COPY || args.stack_size % 512 != 0) {
-        return Err(RecordError::Usage(format!(
-            "--stack-size {}: use a multiple of 512 between 512 and {}",
-            args.stack_size,
-            abi::MAX_STACK_COPY
-        )));
-    }
-    if args.call_graph == "dwarf" && !(1..=4096).contains(&args.unwind_table_mb) {
-        return Err(RecordError::Usage(format!("--unwind-table-mb {}: use 1 to 4096", args.unwind_table_mb)));
-    }
-    if !(args.off_cpu_threshold_ms >= 0.0 && args.off_cpu_threshold_ms.is_finite() && args.off_cpu_threshold_ms < 3.6e6) {
-        return Err(RecordError::Usage("--off-cpu-threshold: a number of milliseconds from 0 to 3600000".into()));
-    }
+    args.sampling().check().map_err(|e| RecordError::BadOption(BadFlag(e).into()))?;
     if let Some(d) = args.duration {
         // Duration::from_secs_f64 panics past u64 seconds; ten years is a bound no one meets.
         if !(d > 0.0 && d.is_finite() && d <= 315_360_000.0) {
@@ -85,7 +74,7 @@ pub fn run(args: RecordArgs) -> Result<i32, RecordError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| RecordError::Internal(format!("cannot start the event loop: {e}")))?;
+        .map_err(RecordError::EventLoop)?;
     // Boxed: the recording future holds the collector and the capture
     // session; on the stack it would make our own stacks deeper than the
     // copy that unwinds them when sysprof profiles itself.
@@ -100,29 +89,24 @@ pub fn run(args: RecordArgs) -> Result<i32, RecordError> {
     Ok(status)
 }
 
-/// Rows of unwind table that `mb` MiB hold.
-pub fn unwind_table_rows(mb: u32) -> u32 {
-    (mb as u64 * (1 << 20) / std::mem::size_of::<crate::unwind::tables::Row>() as u64).min(u32::MAX as u64 - 1) as u32
-}
-
 /// Record into `output`; returns the exit status, where the profile went
 /// and the signal actions the runtime had installed.
 async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path::PathBuf, [libc::sigaction; 2]), RecordError> {
-    let dwarf = args.call_graph != "fp";
+    let sampling = args.sampling();
     // Only a single -p process can be filtered in the kernel; a command's
     // descendants are only known later, so those are filtered in the collector.
     let target_tgid = if args.pids.len() == 1 && !args.all_cpus { args.pids[0] } else { 0 };
     let filter = if args.all_cpus { PidFilter::All } else { PidFilter::Tree(args.pids.clone()) };
-    let marker_min_ns = (args.off_cpu_threshold_ms * 1e6) as u64;
+    let marker_min_ns = sampling.off_cpu_threshold_ns();
     let mut collector = Collector::new(
         filter,
-        CollectorOptions { marker_min_ns, per_cpu: args.per_cpu, off_cpu: !args.no_off_cpu, debuginfod: args.debuginfod, dwarf, keep_short_lived: false, elf_limits: Default::default() },
+        CollectorOptions { marker_min_ns, per_cpu: args.per_cpu, off_cpu: !args.no_off_cpu, debuginfod: args.debuginfod, dwarf: sampling.call_graph.dwarf(), keep_short_lived: false, elf_limits: Default::default() },
     );
     let capture = CaptureOptions {
         frequency: args.frequency,
         target_tgid,
-        stack_copy: if dwarf { args.stack_size } else { 0 },
-        kernel_unwind_rows: if args.call_graph == "dwarf" { unwind_table_rows(args.unwind_table_mb) } else { 0 },
+        stack_copy: sampling.stack_copy(),
+        kernel_unwind_rows: sampling.kernel_unwind_rows(),
         kernel_unwind_processes: args.unwind_processes.clamp(16, crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES * 4),
         off_cpu: !args.no_off_cpu,
         io: !args.no_io,
@@ -163,8 +147,8 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
         child = Some(c);
     }
 
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| RecordError::Internal(e.to_string()))?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RecordError::Internal(e.to_string()))?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(RecordError::Signals)?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(RecordError::Signals)?;
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d));
     let targets = if args.all_cpus { Vec::new() } else { args.pids.clone() };
     let until = async {
@@ -333,7 +317,7 @@ fn print_summary(rec: &Recording, path: &Path, is_file: bool, bytes: u64, write_
     // one in a hundred the picture is missing its callers.
     let u = st.unwind;
     let cut = u.copy_exhausted - u.copy_exhausted_in_profiler;
-    if args.call_graph == "dwarf-copy" && cut * 100 > u.unwinds && args.stack_size as usize != abi::MAX_STACK_COPY {
+    if args.call_graph == CallGraph::DwarfCopy && cut * 100 > u.unwinds && args.stack_size as usize != abi::MAX_STACK_COPY {
         said.push(format!(
             "{cut} of {} user stacks cut at the {}-byte copy (--stack-size {} reaches deeper)",
             u.unwinds,
@@ -345,7 +329,7 @@ fn print_summary(rec: &Recording, path: &Path, is_file: bool, bytes: u64, write_
         eprintln!("sysprof: {}", said.join("; "));
     }
     if args.verbose {
-        eprintln!("sysprof: {}", stats_line(rec));
+        eprintln!("sysprof: {}", crate::summary::stats_line(rec));
     }
 }
 
@@ -358,45 +342,6 @@ fn shell_word(s: &str) -> String {
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
     }
-}
-
-/// Every total of a recording or window as `stats: key=value ...` (what
-/// `-v` prints, and what scripts and the benchmarks read).
-pub fn stats_line(rec: &Recording) -> String {
-    let st = &rec.stats;
-    let u = st.unwind;
-    format!(
-    "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} \
-         off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
-         stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
-         unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
-        st.samples,
-        st.samples_kept,
-        st.lost_samples,
-        st.kernel_stack_failures,
-        st.user_stack_failures,
-        st.off_cpu_intervals,
-        st.off_cpu_folded,
-        st.off_cpu_end_inferred,
-        st.stack_records,
-        st.io_requests,
-        st.io_untracked,
-        st.lost_events,
-        st.lost_stacks,
-        st.stack_read_failures,
-        st.stacks_not_kept,
-        st.lost_state,
-        st.lost_sideband,
-        st.malformed,
-        st.processes_without_data,
-        u.unwinds,
-        u.reached_root,
-        u.copy_exhausted,
-        u.no_unwind_info,
-        u.bad_return_address,
-        u.unwinds as f64 / (u.unwind_ns.max(1) as f64 / 1e9),
-        rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e9,
-    )
 }
 
 /// `SYSPROF_TIMING=1` prints how long each step after the stop takes, and
@@ -462,17 +407,42 @@ fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// Why a file is not a valid profile (`sysprof validate`).
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidProfile {
+    /// It cannot be read (its message names it).
+    #[error(transparent)]
+    Read(#[from] crate::profile::input::ReadError),
+    /// It is not JSON.
+    #[error("{} is not a JSON profile: {source}", path.display())]
+    NotJson {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Where the parser stopped.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// It is JSON, not in the processed profile format.
+    #[error("{} is malformed: {}", path.display(), problems.join("; "))]
+    Malformed {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Each problem found.
+        problems: Vec<String>,
+    },
+}
+
 /// Read and validate a profile file; returns its thread count.
-pub fn validate_file(path: &Path) -> Result<usize, String> {
+pub fn validate_file(path: &Path) -> Result<usize, InvalidProfile> {
     // Gzip inflated within a limit; a FIFO or device refused.
-    let bytes = crate::profile::input::read_profile_bytes(path).map_err(|e| e.to_string())?;
-    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| format!("{} is not a JSON profile: {e}", path.display()))?;
+    let bytes = crate::profile::input::read_profile_bytes(path)?;
+    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|source| InvalidProfile::NotJson { path: path.to_path_buf(), source })?;
     drop(bytes);
     let problems = crate::profile::validate::validate(&json);
     if problems.is_empty() {
         Ok(json["threads"].as_array().map(|t| t.len()).unwrap_or(0))
     } else {
-        Err(format!("{} is malformed: {}", path.display(), problems.join("; ")))
+        Err(InvalidProfile::Malformed { path: path.to_path_buf(), problems })
     }
 }
 
@@ -500,5 +470,7 @@ mod tests {
             assert_eq!(e.to_string().lines().count(), 1);
         }
         assert!(check_args(&args(&["-a", "-d", "2.5"])).is_ok());
+        let e = check_args(&args(&["-a", "--stack-size", "100"])).unwrap_err();
+        assert_eq!((e.exit_code(), e.to_string()), (2, format!("--stack-size 100: use a multiple of 512 between 512 and {}", abi::MAX_STACK_COPY)));
     }
 }

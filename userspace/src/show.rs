@@ -11,7 +11,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use crate::cli::ShowArgs;
+use crate::cli::{ShowArgs, ShowFormat};
 use crate::model::merge;
 use crate::model::recording::Recording;
 use crate::error::RecordError;
@@ -62,11 +62,41 @@ fn parse_clock(s: &str) -> Option<(u32, u32, f64)> {
     (it.next().is_none() && h < 24 && m < 60 && (0.0..61.0).contains(&sec)).then_some((h, m, sec))
 }
 
+/// Why a `--since` or `--until` was not understood; each says what works.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WhenError {
+    /// Has a `:` but is no clock time.
+    #[error("{0:?}: not a time (like 03:12, 03:12:30 or 2026-11-22T03:12:00)")]
+    NotATime(String),
+    /// The date part is no date.
+    #[error("{0:?}: not a date (write it 2026-11-22T03:12:00)")]
+    NotADate(String),
+    /// A date and time that local time skips.
+    #[error("{0:?}: no such local time")]
+    NoSuchTime(String),
+    /// A time today that local time skips.
+    #[error("{0:?}: no such local time today")]
+    NoSuchTimeToday(String),
+    /// Neither a duration nor a time.
+    #[error("{0:?}: give a duration ago (30s, 10m, 2h, 1d) or a time (03:12, 2026-11-22T03:12:00)")]
+    Unknown(String),
+}
+
+/// A bad `--since` or `--until`, said with its flag.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{flag} {error}")]
+pub struct BadWhen {
+    /// `--since` or `--until`.
+    pub flag: &'static str,
+    /// What is wrong with it.
+    pub error: WhenError,
+}
+
 /// A moment from `--since`/`--until`: `now`, a duration ago (`30s`, `10m`,
 /// `2h`, `1d`), a local time today (`03:12`, `03:12:30`; yesterday if that
 /// is still to come), or a local date and time (`2026-11-22T03:12:00`,
 /// `2026-11-22 03:12`). Returns ms since the epoch.
-pub fn parse_when(s: &str, now_ms: f64) -> Result<f64, String> {
+pub fn parse_when(s: &str, now_ms: f64) -> Result<f64, WhenError> {
     let t = s.trim();
     if t == "now" {
         return Ok(now_ms);
@@ -76,26 +106,26 @@ pub fn parse_when(s: &str, now_ms: f64) -> Result<f64, String> {
             Some((d, c)) => (Some(d), c),
             None => (None, t),
         };
-        let (h, m, sec) = parse_clock(clock).ok_or_else(|| format!("{s:?}: not a time (like 03:12, 03:12:30 or 2026-11-22T03:12:00)"))?;
+        let (h, m, sec) = parse_clock(clock).ok_or_else(|| WhenError::NotATime(s.into()))?;
         return match date {
             Some(d) => {
                 let mut parts = d.split('-');
                 let (y, mo, da) = (parts.next().and_then(|x| x.parse().ok()), parts.next().and_then(|x| x.parse().ok()), parts.next().and_then(|x| x.parse().ok()));
                 match (y, mo, da, parts.next()) {
                     (Some(y), Some(mo), Some(da), None) if (1..=12).contains(&mo) && (1..=31).contains(&da) => {
-                        local_ms(y, mo, da, h, m, sec).ok_or_else(|| format!("{s:?}: no such local time"))
+                        local_ms(y, mo, da, h, m, sec).ok_or_else(|| WhenError::NoSuchTime(s.into()))
                     }
-                    _ => Err(format!("{s:?}: not a date (write it 2026-11-22T03:12:00)")),
+                    _ => Err(WhenError::NotADate(s.into())),
                 }
             }
             None => {
                 let (y, mo, da) = today();
-                let at = local_ms(y, mo, da, h, m, sec).ok_or_else(|| format!("{s:?}: no such local time today"))?;
+                let at = local_ms(y, mo, da, h, m, sec).ok_or_else(|| WhenError::NoSuchTimeToday(s.into()))?;
                 Ok(if at > now_ms { at - 86_400_000.0 } else { at })
             }
         };
     }
-    let d = crate::units::parse_duration(t).map_err(|_| format!("{s:?}: give a duration ago (30s, 10m, 2h, 1d) or a time (03:12, 2026-11-22T03:12:00)"))?;
+    let d = crate::units::parse_duration(t).map_err(|_| WhenError::Unknown(s.into()))?;
     Ok(now_ms - d.as_secs_f64() * 1e3)
 }
 
@@ -113,24 +143,24 @@ pub fn local_time_string(ms: f64) -> String {
 
 /// Run `show`; returns the exit status.
 pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
-    let store = Store::open(&args.store, false).map_err(|e| RecordError::Usage(format!("{e}; give the agent's store with --store")))?;
+    let store = Store::open(&args.store, false).map_err(|e| RecordError::Store { source: e.into(), hint: "give the agent's store with --store" })?;
     if args.list {
         return list(&store);
     }
     let now = now_ms();
-    let since = parse_when(&args.since, now).map_err(|e| RecordError::Usage(format!("--since {e}")))?;
+    let since = parse_when(&args.since, now).map_err(|error| RecordError::BadOption(BadWhen { flag: "--since", error }.into()))?;
     let until = match &args.until {
-        Some(u) => parse_when(u, now).map_err(|e| RecordError::Usage(format!("--until {e}")))?,
+        Some(u) => parse_when(u, now).map_err(|error| RecordError::BadOption(BadWhen { flag: "--until", error }.into()))?,
         None => now,
     };
     if since >= until {
         return Err(RecordError::Usage(format!("--since ({}) is not before --until ({})", local_time_string(since), local_time_string(until))));
     }
-    let output = match (&args.output, args.format.as_str()) {
+    let output = match (&args.output, args.format) {
         (Some(p), _) => Some(p.clone()),
-        (None, "firefox") => Some(PathBuf::from("profile.json.gz")),
-        (None, "pprof") => Some(PathBuf::from("profile.pb.gz")),
-        (None, _) => None,
+        (None, ShowFormat::Firefox) => Some(PathBuf::from("profile.json.gz")),
+        (None, ShowFormat::Pprof) => Some(PathBuf::from("profile.pb.gz")),
+        (None, ShowFormat::Folded) => None,
     };
     let output = match output {
         // `-` too: written to stdout through the same path.
@@ -147,12 +177,7 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
             (Some(a), Some(b)) => format!("it holds {} to {}", local_time_string(a.header.start_ms), local_time_string(b.header.end_ms)),
             _ => "it is empty (is `sysprof agent` running with this --store?)".into(),
         };
-        return Err(RecordError::Internal(format!(
-            "{} holds nothing between {} and {}; {held}",
-            args.store.display(),
-            local_time_string(since),
-            local_time_string(until)
-        )));
+        return Err(RecordError::NothingInRange { store: args.store.clone(), since: local_time_string(since), until: local_time_string(until), held });
     }
     let mut rec = merge::merge(q.recordings);
     // Wall-clock range on the merged recording's clock.
@@ -161,32 +186,33 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
     rec.clip(a, b);
     narrow(&mut rec, &args);
     if rec.processes.is_empty() {
-        return Err(RecordError::Internal("no process in that range matches -p, --comm or --container".into()));
+        return Err(RecordError::NoProcessMatches);
     }
-    let written = match (args.format.as_str(), output) {
-        ("folded", None) => {
+    let written = match (args.format, output) {
+        (ShowFormat::Folded, None) => {
             let stdout = std::io::stdout();
             let mut lock = std::io::BufWriter::new(stdout.lock());
-            crate::profile::folded::write_folded(&rec, &mut lock).and_then(|n| lock.flush().map(|_| n)).map_err(|e| RecordError::Internal(format!("cannot write to stdout: {e}")))?;
+            crate::profile::folded::write_folded(&rec, &mut lock).and_then(|n| lock.flush().map(|_| n)).map_err(RecordError::Stdout)?;
             None
         }
-        ("folded", Some(out)) => {
+        (ShowFormat::Folded, Some(out)) => {
             let path = out.path().to_path_buf();
             let bytes = out.commit_with(|w| crate::profile::folded::write_folded(&rec, w).map(|_| ()))?;
             Some((path, bytes))
         }
-        ("pprof", Some(out)) => {
+        (ShowFormat::Pprof, Some(out)) => {
             let path = out.path().to_path_buf();
             let bytes = out.commit_with(|w| w.write_all(&crate::export::pprof::encode_gzip(&rec, &crate::export::Labels::local())))?;
             Some((path, bytes))
         }
-        (_, Some(out)) => {
+        (ShowFormat::Firefox, Some(out)) => {
             let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
             let profile = build_profile(&rec, &host, None);
             let path = out.path().to_path_buf();
             let bytes = out.commit(&profile)?;
             Some((path, bytes))
         }
+        // Firefox and pprof have a default file above.
         (_, None) => return Err(RecordError::Usage("give a file with -o for this format".into())),
     };
     if let Some((path, bytes)) = written {
@@ -199,7 +225,7 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
             rec.processes.len(),
             crate::escape::path(&path),
             crate::units::human_bytes(bytes),
-            if args.format == "firefox" { "; open it at https://profiler.firefox.com" } else { "" },
+            if args.format == ShowFormat::Firefox { "; open it at https://profiler.firefox.com" } else { "" },
         );
     }
     Ok(0)
@@ -274,7 +300,7 @@ mod tests {
         let real_now = now_ms();
         let t = parse_when("00:00", real_now).unwrap();
         assert!(t <= real_now && real_now - t < 86_400_000.0);
-        let e = parse_when("yesterday-ish", now).unwrap_err();
+        let e = parse_when("yesterday-ish", now).unwrap_err().to_string();
         assert!(e.contains("10m") && e.contains("03:12"), "{e}");
         assert!(parse_when("25:00", now).is_err());
         assert!(parse_when("2026-13-01T00:00", now).is_err());

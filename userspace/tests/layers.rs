@@ -18,7 +18,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("collector", &["collector"]),
     ("capture", &["capture"]),
     ("outputs", &["profile", "store", "export"]),
-    ("commands", &["record", "agent", "show", "report", "view", "cli"]),
+    ("commands", &["record", "agent", "show", "report", "view", "cli", "sampling", "summary"]),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

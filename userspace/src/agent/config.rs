@@ -2,18 +2,17 @@
 //!
 //! In: [`AgentArgs`] and, if present, `/etc/sysprof/agent.toml` (or
 //! `--config FILE`), whose keys are the long flag names
-//! (`frequency = 19`, `retain-size = "1GiB"`, `no-io = true`). Out: an
-//! [`AgentConfig`] with every value checked, or one line saying which value
-//! is wrong and what would be right. Also the parsers of sizes (`512MiB`)
-//! and durations (`7d`) that `show` uses for `--since`.
+//! (`frequency = 19`, `retain-size = "1GiB"`, `no-io = true`), read into an
+//! [`AgentArgs`] too. Out: an [`AgentConfig`] with every value checked (the
+//! sampling options by [`SamplingOptions::check`], as `record`'s), or a
+//! [`ConfigError`]: one line saying which value is wrong and what would be right.
 
-use crate::units::{parse_duration, parse_size};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::cli::AgentArgs;
+use crate::sampling::{SamplingError, SamplingOptions};
+use crate::units::{parse_duration, parse_size};
 
 /// Where the config file is read from when `--config` is not given.
 pub const DEFAULT_CONFIG: &str = "/etc/sysprof/agent.toml";
@@ -25,32 +24,59 @@ pub const DEFAULT_STORE: &str = "/var/lib/sysprof";
 /// `cargo xtask bench` (agent section, switch workload): see the README.
 pub const DEFAULT_OFF_CPU_THRESHOLD_MS: f64 = 1.0;
 
-/// The config file, as written. Every key is optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct FileConfig {
-    frequency: Option<u64>,
-    window: Option<f64>,
-    store: Option<PathBuf>,
-    retain_size: Option<String>,
-    retain_age: Option<String>,
-    off_cpu_threshold: Option<f64>,
-    call_graph: Option<String>,
-    stack_size: Option<u32>,
-    unwind_table_mb: Option<u32>,
-    no_off_cpu: Option<bool>,
-    no_io: Option<bool>,
-    health_interval: Option<f64>,
-    pprof_dir: Option<PathBuf>,
-    otlp_endpoint: Option<String>,
-    otlp_ca: Option<PathBuf>,
-    otlp_header: Option<Vec<String>>,
-    pyroscope_url: Option<String>,
-    pyroscope_user: Option<String>,
-    pyroscope_password: Option<String>,
-    pyroscope_token: Option<String>,
-    pyroscope_tenant: Option<String>,
-    metrics: Option<String>,
+/// Why the agent's settings are unusable; each names the setting by its
+/// long name (a flag or a config file key) and says what would be right.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file exists (or was named) and cannot be read.
+    #[error("cannot read the config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The config file is not TOML, or has an unknown key or a value of the wrong type.
+    #[error("config file {} ({position}): {cause}; its keys are the agent's long flag names (see `sysprof agent --help`)", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Where in it (toml's "at line 1, column 1").
+        position: String,
+        /// What is wrong there.
+        cause: String,
+    },
+    /// Samples per second out of range.
+    #[error("frequency {0}: use 1 to 10000 samples per second")]
+    Frequency(u64),
+    /// Window length out of range.
+    #[error("window {0}: use 1 to 3600 seconds")]
+    Window(f64),
+    /// Not a size.
+    #[error("retain-size: {0}")]
+    RetainSize(#[source] crate::units::ParseError),
+    /// Not a duration.
+    #[error("retain-age: {0}")]
+    RetainAge(#[source] crate::units::ParseError),
+    /// A sampling option out of range.
+    #[error(transparent)]
+    Sampling(#[from] SamplingError),
+    /// Health lines more often than every second.
+    #[error("health-interval {0}: at least 1 second")]
+    HealthInterval(f64),
+    /// An OTLP header without `=`.
+    #[error("otlp-header {0:?}: write it KEY=VALUE")]
+    OtlpHeader(String),
+    /// Not a socket address.
+    #[error("metrics {0:?}: give an address and port, like 127.0.0.1:9465")]
+    Metrics(String),
+    /// Not an http(s) URL.
+    #[error("otlp-endpoint {0:?}: give a URL, http://HOST:4317 or https://HOST:4317")]
+    OtlpEndpoint(String),
+    /// Not an http(s) URL.
+    #[error("pyroscope-url {0:?}: give a URL, like http://HOST:4040")]
+    PyroscopeUrl(String),
 }
 
 /// Where finished windows are sent besides the store.
@@ -89,14 +115,9 @@ pub struct AgentConfig {
     pub retain_size: u64,
     /// Oldest data the store keeps.
     pub retain_age: Duration,
-    /// Off-CPU intervals shorter than this (ms) are folded in the kernel.
-    pub off_cpu_threshold_ms: f64,
-    /// DWARF unwinding of copied user stacks (else frame pointers).
-    pub dwarf: bool,
-    /// Unwind in the kernel, with tables of this many rows (0: do not).
-    pub kernel_unwind_rows: u32,
-    /// User stack bytes copied per sample (DWARF mode).
-    pub stack_size: u32,
+    /// How stacks are walked, and the off-CPU threshold (intervals shorter
+    /// than it are folded in the kernel).
+    pub sampling: SamplingOptions,
     /// Trace context switches.
     pub off_cpu: bool,
     /// Trace block I/O.
@@ -109,72 +130,64 @@ pub struct AgentConfig {
     pub export: ExportConfig,
 }
 
-fn read_file_config(path: &Path, must_exist: bool) -> Result<FileConfig, String> {
+/// The config file at `path` (all unset when it is absent and need not exist).
+fn read_file_config(path: &Path, must_exist: bool) -> Result<AgentArgs, ConfigError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(FileConfig::default()),
-        Err(e) => return Err(format!("cannot read the config file {}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(AgentArgs::default()),
+        Err(source) => return Err(ConfigError::Read { path: path.to_path_buf(), source }),
     };
     toml::from_str(&text).map_err(|e| {
         // toml's message spans lines (position, the line quoted, a caret, the cause): keep the position and the cause.
         let text = e.to_string();
         let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-        let position = lines.first().copied().unwrap_or("").trim_start_matches("TOML parse error ");
-        let cause = lines.last().copied().unwrap_or("");
-        format!("config file {} ({position}): {cause}; its keys are the agent's long flag names (see `sysprof agent --help`)", path.display())
+        let position = lines.first().copied().unwrap_or("").trim_start_matches("TOML parse error ").to_string();
+        let cause = lines.last().copied().unwrap_or("").to_string();
+        ConfigError::Parse { path: path.to_path_buf(), position, cause }
     })
 }
 
 impl AgentConfig {
     /// Flags over the file over defaults, checked.
-    pub fn resolve(args: &AgentArgs) -> Result<AgentConfig, String> {
+    pub fn resolve(args: &AgentArgs) -> Result<AgentConfig, ConfigError> {
         let file = match &args.config {
             Some(p) => read_file_config(p, true)?,
             None => read_file_config(Path::new(DEFAULT_CONFIG), false)?,
         };
         let frequency = args.frequency.or(file.frequency).unwrap_or(19);
         if !(1..=10_000).contains(&frequency) {
-            return Err(format!("frequency {frequency}: use 1 to 10000 samples per second"));
+            return Err(ConfigError::Frequency(frequency));
         }
         let window = args.window.or(file.window).unwrap_or(10.0);
         if !(1.0..=3600.0).contains(&window) {
-            return Err(format!("window {window}: use 1 to 3600 seconds"));
+            return Err(ConfigError::Window(window));
         }
         let retain_size = match args.retain_size.as_deref().or(file.retain_size.as_deref()) {
-            Some(s) => parse_size(s).map_err(|e| format!("retain-size: {e}"))?,
+            Some(s) => parse_size(s).map_err(ConfigError::RetainSize)?,
             None => 1 << 30,
         };
         let retain_age = match args.retain_age.as_deref().or(file.retain_age.as_deref()) {
-            Some(s) => parse_duration(s).map_err(|e| format!("retain-age: {e}"))?,
+            Some(s) => parse_duration(s).map_err(ConfigError::RetainAge)?,
             None => Duration::from_secs(7 * 86400),
         };
-        let off_cpu_threshold_ms = args.off_cpu_threshold_ms.or(file.off_cpu_threshold).unwrap_or(DEFAULT_OFF_CPU_THRESHOLD_MS);
-        if !(0.0..3.6e6).contains(&off_cpu_threshold_ms) {
-            return Err("off-cpu-threshold: a number of milliseconds from 0 to 3600000".into());
-        }
-        let call_graph = args.call_graph.clone().or(file.call_graph).unwrap_or_else(|| "dwarf".into());
-        if !["dwarf", "dwarf-copy", "fp"].contains(&call_graph.as_str()) {
-            return Err(format!("call-graph {call_graph:?}: use dwarf, dwarf-copy or fp"));
-        }
-        let unwind_table_mb = args.unwind_table_mb.or(file.unwind_table_mb).unwrap_or(64);
-        if !(1..=4096).contains(&unwind_table_mb) {
-            return Err(format!("unwind-table-mb {unwind_table_mb}: use 1 to 4096"));
-        }
-        let stack_size = args.stack_size.or(file.stack_size).unwrap_or(16384);
-        if stack_size == 0 || stack_size as usize > crate::bpf::abi::MAX_STACK_COPY || stack_size % 512 != 0 {
-            return Err(format!("stack-size {stack_size}: use a multiple of 512 between 512 and {}", crate::bpf::abi::MAX_STACK_COPY));
-        }
+        let sampling = SamplingOptions {
+            call_graph: args.call_graph.or(file.call_graph).unwrap_or_default(),
+            stack_size: args.stack_size.or(file.stack_size).unwrap_or(16384),
+            unwind_table_mb: args.unwind_table_mb.or(file.unwind_table_mb).unwrap_or(64),
+            off_cpu_threshold_ms: args.off_cpu_threshold_ms.or(file.off_cpu_threshold_ms).unwrap_or(DEFAULT_OFF_CPU_THRESHOLD_MS),
+        };
+        sampling.check()?;
         let health = args.health_interval.or(file.health_interval).unwrap_or(300.0);
         if !(health >= 1.0 && health.is_finite()) {
-            return Err(format!("health-interval {health}: at least 1 second"));
+            return Err(ConfigError::HealthInterval(health));
         }
         let mut headers = Vec::new();
-        for h in args.otlp_headers.iter().chain(file.otlp_header.iter().flatten()) {
-            let (k, v) = h.split_once('=').ok_or_else(|| format!("otlp-header {h:?}: write it KEY=VALUE"))?;
+        for h in args.otlp_headers.iter().chain(&file.otlp_headers) {
+            let (k, v) = h.split_once('=').ok_or_else(|| ConfigError::OtlpHeader(h.clone()))?;
             headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
         }
         let metrics = match args.metrics.clone().or(file.metrics) {
-            Some(a) => Some(a.parse().map_err(|_| format!("metrics {a:?}: give an address and port, like 127.0.0.1:9465"))?),
+            Some(a) => Some(a.parse().map_err(|_| ConfigError::Metrics(a))?),
             None => None,
         };
         let pyroscope_user = args.pyroscope_user.clone().or(file.pyroscope_user);
@@ -192,12 +205,12 @@ impl AgentConfig {
         };
         if let Some(u) = &export.otlp_endpoint {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
-                return Err(format!("otlp-endpoint {u:?}: give a URL, http://HOST:4317 or https://HOST:4317"));
+                return Err(ConfigError::OtlpEndpoint(u.clone()));
             }
         }
         if let Some(u) = &export.pyroscope_url {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
-                return Err(format!("pyroscope-url {u:?}: give a URL, like http://HOST:4040"));
+                return Err(ConfigError::PyroscopeUrl(u.clone()));
             }
         }
         Ok(AgentConfig {
@@ -206,12 +219,9 @@ impl AgentConfig {
             store: args.store.clone().or(file.store).unwrap_or_else(|| PathBuf::from(DEFAULT_STORE)),
             retain_size,
             retain_age,
-            off_cpu_threshold_ms,
-            dwarf: call_graph != "fp",
-            kernel_unwind_rows: if call_graph == "dwarf" { crate::record::unwind_table_rows(unwind_table_mb) } else { 0 },
-            stack_size,
-            off_cpu: !(args.no_off_cpu || file.no_off_cpu == Some(true)),
-            io: !(args.no_io || file.no_io == Some(true)),
+            sampling,
+            off_cpu: !(args.no_off_cpu || file.no_off_cpu),
+            io: !(args.no_io || file.no_io),
             health_interval: Duration::from_secs_f64(health),
             verbose: args.verbose,
             export,
@@ -233,22 +243,6 @@ mod tests {
         }
     }
 
-    /// Check sizes and durations in the units people write, and that
-    /// nonsense is refused with the units that would work.
-    #[test]
-    fn sizes_and_durations() {
-        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
-        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
-        assert_eq!(parse_size("500MB").unwrap(), 500_000_000);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("1 parsec").unwrap_err().contains("MiB"));
-        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(604800));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("-5m").is_err());
-    }
-
     /// Check that the file's values apply, flags win over them, and an
     /// unknown key is one line naming the file.
     #[test]
@@ -264,10 +258,35 @@ mod tests {
         assert_eq!(c.store, PathBuf::from("/srv/prof"));
         assert_eq!(c.window, Duration::from_secs(10), "the default");
         std::fs::write(&f, "frequncy = 49\n").unwrap();
-        let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap_err();
+        let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap_err().to_string();
         assert!(e.contains("agent.toml") && e.contains("frequncy") && !e.contains('\n'), "{e}");
-        let e = AgentConfig::resolve(&args(&["--config", dir.join("missing.toml").to_str().unwrap()])).unwrap_err();
+        let e = AgentConfig::resolve(&args(&["--config", dir.join("missing.toml").to_str().unwrap()])).unwrap_err().to_string();
         assert!(e.contains("missing.toml"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Check that the file's keys whose names differ from the fields
+    /// (off-cpu-threshold, otlp-header) and the call graph reach the
+    /// settings, and that keys no flag of the file has (verbose, config) are refused.
+    #[test]
+    fn file_keys_are_the_long_flag_names() {
+        let dir = std::env::temp_dir().join(format!("sysprof-agent-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("agent.toml");
+        std::fs::write(&f, "off-cpu-threshold = 2.5\notlp-header = [\"A=b\"]\ncall-graph = \"dwarf-copy\"\nstack-size = 8192\nno-off-cpu = true\n").unwrap();
+        let c = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap();
+        assert_eq!(c.sampling.off_cpu_threshold_ms, 2.5);
+        assert_eq!(c.export.otlp_headers, [("a".to_string(), "b".to_string())]);
+        assert_eq!((c.sampling.call_graph, c.sampling.stack_copy(), c.sampling.kernel_unwind_rows()), (crate::sampling::CallGraph::DwarfCopy, 8192, 0));
+        assert!(!c.off_cpu && c.io);
+        for key in ["verbose = true", "config = \"/x\""] {
+            std::fs::write(&f, key).unwrap();
+            let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap_err();
+            assert!(matches!(e, ConfigError::Parse { .. }), "{key}: {e}");
+        }
+        std::fs::write(&f, "stack-size = 100\n").unwrap();
+        let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap_err();
+        assert_eq!(e.to_string(), format!("stack-size 100: use a multiple of 512 between 512 and {}", crate::bpf::abi::MAX_STACK_COPY));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -14,11 +14,13 @@
 //! channel: encoding, compression, fsync, retention and compaction never
 //! delay draining the rings, and a store that cannot keep up drops windows
 //! (counted, said) rather than grow memory. Nothing of a finished window
-//! stays in the collector ([`crate::collector`] forgets what ended).
+//! stays in the collector ([`crate::collector`] forgets what ended). What
+//! the agent says about itself (health line, metrics) is in `health.rs`.
 
 pub mod config;
+mod health;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +39,8 @@ use crate::store::segment::WindowSpan;
 use crate::store::Store;
 use crate::binaries::elf::ElfLimits;
 use config::AgentConfig;
+pub use health::AgentCounters;
+use health::{health_line, metrics_text};
 
 /// Records (sideband events, samples, intervals, requests) one window may
 /// hold before it is ended early: each costs about 500 bytes while the
@@ -55,42 +59,16 @@ const STORE_QUEUE: usize = 4;
 /// parsed binaries are freed.
 const SYMBOLIZER_IDLE_WINDOWS: u32 = 3;
 
-/// What the agent has done, for the health line (and the metrics endpoint).
-#[derive(Debug, Default)]
-pub struct AgentCounters {
-    /// Windows finished.
-    pub windows: AtomicU64,
-    /// Windows in the store.
-    pub stored: AtomicU64,
-    /// Windows the store could not write.
-    pub store_failed: AtomicU64,
-    /// Windows dropped because the store thread was behind.
-    pub dropped: AtomicU64,
-    /// On-CPU samples in finished windows.
-    pub samples: AtomicU64,
-    /// Records lost in the kernel or on the way.
-    pub lost: AtomicU64,
-    /// Bytes the store holds.
-    pub store_bytes: AtomicU64,
-    /// Segment files in the store.
-    pub store_files: AtomicU64,
-    /// Segments removed by retention.
-    pub retention_removed: AtomicU64,
-    /// What the in-kernel unwinder refused, per uid (process entries and
-    /// tables), all time.
-    pub unwind_refusals: std::sync::Mutex<Vec<(u32, crate::unwind::kernel::UidRefusals)>>,
-}
-
 /// Run the agent; returns its exit status.
 pub fn run(args: AgentArgs) -> Result<i32, RecordError> {
-    let cfg = AgentConfig::resolve(&args).map_err(RecordError::Usage)?;
+    let cfg = AgentConfig::resolve(&args).map_err(|e| RecordError::BadOption(e.into()))?;
     limit_malloc_arenas();
-    let store = Store::open(&cfg.store, true).map_err(|e| RecordError::Usage(format!("{e}; give another with --store")))?;
+    let store = Store::open(&cfg.store, true).map_err(|e| RecordError::Store { source: e.into(), hint: "give another with --store" })?;
     crate::sys::process::raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| RecordError::Internal(format!("cannot start the event loop: {e}")))?;
+        .map_err(RecordError::EventLoop)?;
     runtime.block_on(Box::pin(agent(cfg, store)))
 }
 
@@ -108,7 +86,7 @@ fn next_boundary_ms(now_ms: f64, window: Duration) -> f64 {
 
 async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let stale = store.remove_stale_temporaries();
-    let marker_min_ns = (cfg.off_cpu_threshold_ms * 1e6) as u64;
+    let marker_min_ns = cfg.sampling.off_cpu_threshold_ns();
     let mut collector = Collector::new(
         PidFilter::All,
         CollectorOptions {
@@ -116,7 +94,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             per_cpu: false,
             off_cpu: cfg.off_cpu,
             debuginfod: false,
-            dwarf: cfg.dwarf,
+            dwarf: cfg.sampling.call_graph.dwarf(),
             keep_short_lived: true,
             elf_limits: ElfLimits { max_dwarf_total_bytes: AGENT_MAX_DWARF_BYTES, ..ElfLimits::default() },
         },
@@ -124,8 +102,8 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let capture = CaptureOptions {
         frequency: cfg.frequency,
         target_tgid: 0,
-        stack_copy: if cfg.dwarf { cfg.stack_size } else { 0 },
-        kernel_unwind_rows: cfg.kernel_unwind_rows,
+        stack_copy: cfg.sampling.stack_copy(),
+        kernel_unwind_rows: cfg.sampling.kernel_unwind_rows(),
         kernel_unwind_processes: crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES,
         off_cpu: cfg.off_cpu,
         io: cfg.io,
@@ -138,15 +116,15 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let mut exporters: Vec<Box<dyn crate::export::Exporter>> = Vec::new();
     let e = &cfg.export;
     if let Some(dir) = &e.pprof_dir {
-        exporters.push(Box::new(crate::export::PprofDir::new(dir, labels.clone(), cfg.retain_size, cfg.retain_age).map_err(|e| RecordError::Usage(e.to_string()))?));
+        exporters.push(Box::new(crate::export::PprofDir::new(dir, labels.clone(), cfg.retain_size, cfg.retain_age).map_err(|e| RecordError::BadOption(e.into()))?));
     }
     if let Some(url) = &e.otlp_endpoint {
-        exporters.push(Box::new(crate::export::otlp::OtlpClient::new(url, e.otlp_ca.as_deref(), &e.otlp_headers, labels.clone()).map_err(|e| RecordError::Usage(e.to_string()))?));
+        exporters.push(Box::new(crate::export::otlp::OtlpClient::new(url, e.otlp_ca.as_deref(), &e.otlp_headers, labels.clone()).map_err(|e| RecordError::BadOption(e.into()))?));
     }
     if let Some(url) = &e.pyroscope_url {
         exporters.push(Box::new(
             crate::export::pyroscope::PyroscopeClient::new(url, e.pyroscope_basic.clone(), e.pyroscope_token.clone(), e.pyroscope_tenant.clone(), labels.clone())
-                .map_err(|e| RecordError::Usage(e.to_string()))?,
+                .map_err(|e| RecordError::BadOption(e.into()))?,
         ));
     }
     let counters = Arc::new(AgentCounters::default());
@@ -162,7 +140,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     if let Some(addr) = cfg.export.metrics {
         let (c, ex) = (counters.clone(), export_counters.clone());
         let render: crate::export::metrics::Render = Arc::new(move || metrics_text(&c, &ex));
-        crate::export::metrics::serve(addr, render).map_err(|e| RecordError::Usage(e.to_string()))?;
+        crate::export::metrics::serve(addr, render).map_err(|e| RecordError::BadOption(e.into()))?;
     }
     let mut session = CaptureSession::start(&capture, &mut collector)?;
     // Loading parsed the kernel's BTF (tens of MB, freed since).
@@ -178,8 +156,8 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         if stale > 0 { format!("; removed {stale} unfinished files of a previous run") } else { String::new() },
     );
 
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| RecordError::Internal(e.to_string()))?;
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| RecordError::Internal(e.to_string()))?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(RecordError::Signals)?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(RecordError::Signals)?;
     let started = Instant::now();
     let mut last_health = Instant::now();
     let mut errors = ErrorLog::default();
@@ -238,7 +216,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             *r = collector.kernel_refusals();
         }
         if cfg.verbose {
-            eprintln!("sysprof agent: window {:.0}-{:.0}: {}", window_start_wall, end_wall, crate::record::stats_line(&rec));
+            eprintln!("sysprof agent: window {:.0}-{:.0}: {}", window_start_wall, end_wall, crate::summary::stats_line(&rec));
         }
         for w in &rec.warnings {
             errors.say(format!("warning: {w}"));
@@ -356,116 +334,9 @@ fn spawn_store_thread(
 /// admits the debug files of libc (libc6-dbg) and of a CPython build.
 const AGENT_MAX_DWARF_BYTES: u64 = 32 << 20;
 
-/// The Prometheus text of the agent's counters.
-fn metrics_text(c: &AgentCounters, exporters: &[(&'static str, Arc<crate::export::ExportCounters>)]) -> String {
-    use crate::export::metrics::metric;
-    let mut out = String::new();
-    let v = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-    metric(&mut out, "sysprof_samples_total", "counter", "On-CPU samples in finished windows.", &[(String::new(), v(&c.samples))]);
-    metric(&mut out, "sysprof_lost_records_total", "counter", "Records lost in the kernel or on the way (samples, events, stacks, sideband).", &[(String::new(), v(&c.lost))]);
-    metric(&mut out, "sysprof_windows_total", "counter", "Windows finished.", &[(String::new(), v(&c.windows))]);
-    metric(&mut out, "sysprof_windows_stored_total", "counter", "Windows written to the store.", &[(String::new(), v(&c.stored))]);
-    metric(&mut out, "sysprof_windows_store_failed_total", "counter", "Windows the store could not write.", &[(String::new(), v(&c.store_failed))]);
-    metric(&mut out, "sysprof_windows_dropped_total", "counter", "Windows dropped because the store was behind.", &[(String::new(), v(&c.dropped))]);
-    let refusals = c.unwind_refusals.lock().map(|r| r.clone()).unwrap_or_default();
-    let per_uid = |f: fn(&crate::unwind::kernel::UidRefusals) -> u64| -> Vec<(String, f64)> {
-        refusals.iter().map(|(uid, r)| (format!("uid=\"{uid}\""), f(r) as f64)).collect()
-    };
-    metric(
-        &mut out,
-        "sysprof_unwind_entries_refused_total",
-        "counter",
-        "Processes the in-kernel unwinder gave no entry (their uid held its share, or evicted for another uid's), by uid: their stacks are unwound from copies.",
-        &per_uid(|r| r.entries),
-    );
-    metric(
-        &mut out,
-        "sysprof_unwind_tables_refused_total",
-        "counter",
-        "Unwind tables refused or evicted for want of room in the table budget, by the uid they are charged to: their frames are unwound from copies.",
-        &per_uid(|r| r.tables),
-    );
-    metric(&mut out, "sysprof_store_bytes", "gauge", "Bytes the store holds.", &[(String::new(), v(&c.store_bytes))]);
-    metric(&mut out, "sysprof_store_files", "gauge", "Segment files in the store.", &[(String::new(), v(&c.store_files))]);
-    let per = |f: fn(&crate::export::ExportCounters) -> &AtomicU64| -> Vec<(String, f64)> {
-        exporters.iter().map(|(n, e)| (format!("exporter=\"{n}\""), f(e).load(Ordering::Relaxed) as f64)).collect()
-    };
-    metric(&mut out, "sysprof_windows_exported_total", "counter", "Windows delivered by each exporter.", &per(|e| &e.sent));
-    metric(&mut out, "sysprof_export_failures_total", "counter", "Failed attempts to deliver (each retried).", &per(|e| &e.failed));
-    metric(&mut out, "sysprof_windows_export_dropped_total", "counter", "Windows an exporter gave up (backlog full, gone from the store, or refused for good).", &per(|e| &e.dropped));
-    metric(&mut out, "sysprof_export_backlog_windows", "gauge", "Windows stored and not delivered yet.", &per(|e| &e.backlog));
-    metric(&mut out, "sysprof_export_bytes_total", "counter", "Bytes each exporter sent.", &per(|e| &e.bytes));
-    metric(&mut out, "sysprof_agent_cpu_seconds_total", "counter", "CPU time the agent used (user and system).", &[(String::new(), process_cpu_seconds())]);
-    metric(&mut out, "sysprof_agent_resident_bytes", "gauge", "The agent's resident memory.", &[(String::new(), rss_bytes().0 as f64)]);
-    out
-}
-
-/// The health line's part on what the in-kernel unwinder refused, and whom
-/// (empty when nothing was).
-fn refusals_part(refusals: &[(u32, crate::unwind::kernel::UidRefusals)]) -> String {
-    if refusals.is_empty() {
-        return String::new();
-    }
-    format!("; kernel unwinder refused (stacks copied instead) {}", crate::unwind::kernel::refusals_text(refusals))
-}
-
-/// The health line: what was stored, lost and kept, and what it cost.
-fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collector, exporters: &[(&'static str, Arc<crate::export::ExportCounters>)]) -> String {
-    let (rss, peak) = rss_bytes();
-    let (processes, binaries, names) = collector.retained();
-    format!(
-        "sysprof agent: up {}; windows: {} stored, {} failed, {} dropped; {} samples, {} lost; store {} in {} files ({} removed by retention); \
-         RSS {} (peak {}); CPU {:.3}% of one CPU; tracking {} processes, {} binaries, {} of names",
-        human_duration(up),
-        c.stored.load(Ordering::Relaxed),
-        c.store_failed.load(Ordering::Relaxed),
-        c.dropped.load(Ordering::Relaxed),
-        c.samples.load(Ordering::Relaxed),
-        c.lost.load(Ordering::Relaxed),
-        crate::units::human_bytes(c.store_bytes.load(Ordering::Relaxed)),
-        c.store_files.load(Ordering::Relaxed),
-        c.retention_removed.load(Ordering::Relaxed),
-        crate::units::human_bytes(rss),
-        crate::units::human_bytes(peak),
-        cpu_pct,
-        processes,
-        binaries,
-        crate::units::human_bytes(names as u64),
-    ) + &refusals_part(&c.unwind_refusals.lock().map(|r| r.clone()).unwrap_or_default())
-        + &exporters
-        .iter()
-        .map(|(n, e)| {
-            format!(
-                "; {n}: {} sent, {} failed, {} dropped, {} waiting",
-                e.sent.load(Ordering::Relaxed),
-                e.failed.load(Ordering::Relaxed),
-                e.dropped.load(Ordering::Relaxed),
-                e.backlog.load(Ordering::Relaxed)
-            )
-        })
-        .collect::<String>()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Check that what the kernel unwinder refused reaches the metrics, per
-    /// uid, and the health line's part; and that nothing is said when
-    /// nothing was refused.
-    #[test]
-    fn unwind_refusals_reach_the_metrics_and_the_health_line() {
-        use crate::unwind::kernel::UidRefusals;
-        let c = AgentCounters::default();
-        assert_eq!(refusals_part(&c.unwind_refusals.lock().unwrap()), "");
-        *c.unwind_refusals.lock().unwrap() = vec![(65534, UidRefusals { entries: 845, tables: 2 }), (1000, UidRefusals { entries: 0, tables: 1 })];
-        let text = metrics_text(&c, &[]);
-        assert!(text.contains("sysprof_unwind_entries_refused_total{uid=\"65534\"} 845\n"), "{text}");
-        assert!(text.contains("sysprof_unwind_tables_refused_total{uid=\"65534\"} 2\n"), "{text}");
-        assert!(text.contains("sysprof_unwind_tables_refused_total{uid=\"1000\"} 1\n"), "{text}");
-        let part = refusals_part(&c.unwind_refusals.lock().unwrap());
-        assert_eq!(part, "; kernel unwinder refused (stacks copied instead) uid 65534: 845 processes, 2 tables; uid 1000: 0 processes, 1 tables");
-    }
 
     /// Check that windows end on multiples of the window length on the wall
     /// clock, and a first window is never shorter than half of one.

@@ -154,7 +154,7 @@ impl Sampler {
                 )
                 .map_err(|e| {
                     let text = crate::error::error_chain(&e);
-                    if crate::error::is_permission(&text) {
+                    if crate::error::is_permission_denied(&e) {
                         return RecordError::NotPermitted { what: format!("cpu-clock sampling on CPU {cpu}"), paranoid: crate::error::paranoid() };
                     }
                     RecordError::PerfEvent { what: format!("cpu-clock sampling on CPU {cpu}"), source: std::io::Error::other(text) }
@@ -404,7 +404,7 @@ fn attach_raw_tracepoint(ebpf: &mut Ebpf, prog: &str, names: &[&str]) -> Result<
     }
     let (name, e) = last_err.expect("at least one name");
     let text = crate::error::error_chain(&e);
-    if crate::error::is_permission(&text) {
+    if crate::error::is_permission_denied(&e) {
         return Err(RecordError::NotPermitted { what: format!("attaching to the tracepoint {name}"), paranoid: crate::error::paranoid() });
     }
     Err(RecordError::PerfEvent {

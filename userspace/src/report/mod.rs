@@ -54,9 +54,9 @@ pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
             args.path.display()
         )));
     }
-    let text = match args.format.as_str() {
-        "folded" => folded::folded(&profile, &filter),
-        _ => text::report(&profile, &filter, args.top.max(1), &args.path),
+    let text = match args.format {
+        crate::cli::ReportFormat::Folded => folded::folded(&profile, &filter),
+        crate::cli::ReportFormat::Text => text::report(&profile, &filter, args.top.max(1), &args.path),
     };
     match &args.output {
         Some(path) => {

@@ -1,0 +1,153 @@
+//! What the agent says about itself: its counters, the health line on
+//! stderr and the Prometheus text of `--metrics`.
+//!
+//! In: [`AgentCounters`] (updated by the window loop and the store thread),
+//! the exporters' counters, the collector's retained sizes and this
+//! process's CPU time and RSS. Out: one health line (`sysprof agent: up
+//! ...`) and the metrics text, both from the same numbers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::collector::Collector;
+use crate::sys::process::{process_cpu_seconds, rss_bytes};
+use crate::units::human_duration;
+
+/// What the agent has done, for the health line (and the metrics endpoint).
+#[derive(Debug, Default)]
+pub struct AgentCounters {
+    /// Windows finished.
+    pub windows: AtomicU64,
+    /// Windows in the store.
+    pub stored: AtomicU64,
+    /// Windows the store could not write.
+    pub store_failed: AtomicU64,
+    /// Windows dropped because the store thread was behind.
+    pub dropped: AtomicU64,
+    /// On-CPU samples in finished windows.
+    pub samples: AtomicU64,
+    /// Records lost in the kernel or on the way.
+    pub lost: AtomicU64,
+    /// Bytes the store holds.
+    pub store_bytes: AtomicU64,
+    /// Segment files in the store.
+    pub store_files: AtomicU64,
+    /// Segments removed by retention.
+    pub retention_removed: AtomicU64,
+    /// What the in-kernel unwinder refused, per uid (process entries and
+    /// tables), all time.
+    pub unwind_refusals: std::sync::Mutex<Vec<(u32, crate::unwind::kernel::UidRefusals)>>,
+}
+
+/// The Prometheus text of the agent's counters.
+pub(super) fn metrics_text(c: &AgentCounters, exporters: &[(&'static str, Arc<crate::export::ExportCounters>)]) -> String {
+    use crate::export::metrics::metric;
+    let mut out = String::new();
+    let v = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+    metric(&mut out, "sysprof_samples_total", "counter", "On-CPU samples in finished windows.", &[(String::new(), v(&c.samples))]);
+    metric(&mut out, "sysprof_lost_records_total", "counter", "Records lost in the kernel or on the way (samples, events, stacks, sideband).", &[(String::new(), v(&c.lost))]);
+    metric(&mut out, "sysprof_windows_total", "counter", "Windows finished.", &[(String::new(), v(&c.windows))]);
+    metric(&mut out, "sysprof_windows_stored_total", "counter", "Windows written to the store.", &[(String::new(), v(&c.stored))]);
+    metric(&mut out, "sysprof_windows_store_failed_total", "counter", "Windows the store could not write.", &[(String::new(), v(&c.store_failed))]);
+    metric(&mut out, "sysprof_windows_dropped_total", "counter", "Windows dropped because the store was behind.", &[(String::new(), v(&c.dropped))]);
+    let refusals = c.unwind_refusals.lock().map(|r| r.clone()).unwrap_or_default();
+    let per_uid = |f: fn(&crate::unwind::kernel::UidRefusals) -> u64| -> Vec<(String, f64)> {
+        refusals.iter().map(|(uid, r)| (format!("uid=\"{uid}\""), f(r) as f64)).collect()
+    };
+    metric(
+        &mut out,
+        "sysprof_unwind_entries_refused_total",
+        "counter",
+        "Processes the in-kernel unwinder gave no entry (their uid held its share, or evicted for another uid's), by uid: their stacks are unwound from copies.",
+        &per_uid(|r| r.entries),
+    );
+    metric(
+        &mut out,
+        "sysprof_unwind_tables_refused_total",
+        "counter",
+        "Unwind tables refused or evicted for want of room in the table budget, by the uid they are charged to: their frames are unwound from copies.",
+        &per_uid(|r| r.tables),
+    );
+    metric(&mut out, "sysprof_store_bytes", "gauge", "Bytes the store holds.", &[(String::new(), v(&c.store_bytes))]);
+    metric(&mut out, "sysprof_store_files", "gauge", "Segment files in the store.", &[(String::new(), v(&c.store_files))]);
+    let per = |f: fn(&crate::export::ExportCounters) -> &AtomicU64| -> Vec<(String, f64)> {
+        exporters.iter().map(|(n, e)| (format!("exporter=\"{n}\""), f(e).load(Ordering::Relaxed) as f64)).collect()
+    };
+    metric(&mut out, "sysprof_windows_exported_total", "counter", "Windows delivered by each exporter.", &per(|e| &e.sent));
+    metric(&mut out, "sysprof_export_failures_total", "counter", "Failed attempts to deliver (each retried).", &per(|e| &e.failed));
+    metric(&mut out, "sysprof_windows_export_dropped_total", "counter", "Windows an exporter gave up (backlog full, gone from the store, or refused for good).", &per(|e| &e.dropped));
+    metric(&mut out, "sysprof_export_backlog_windows", "gauge", "Windows stored and not delivered yet.", &per(|e| &e.backlog));
+    metric(&mut out, "sysprof_export_bytes_total", "counter", "Bytes each exporter sent.", &per(|e| &e.bytes));
+    metric(&mut out, "sysprof_agent_cpu_seconds_total", "counter", "CPU time the agent used (user and system).", &[(String::new(), process_cpu_seconds())]);
+    metric(&mut out, "sysprof_agent_resident_bytes", "gauge", "The agent's resident memory.", &[(String::new(), rss_bytes().0 as f64)]);
+    out
+}
+
+/// The health line's part on what the in-kernel unwinder refused, and whom
+/// (empty when nothing was).
+fn refusals_part(refusals: &[(u32, crate::unwind::kernel::UidRefusals)]) -> String {
+    if refusals.is_empty() {
+        return String::new();
+    }
+    format!("; kernel unwinder refused (stacks copied instead) {}", crate::unwind::kernel::refusals_text(refusals))
+}
+
+/// The health line: what was stored, lost and kept, and what it cost.
+pub(super) fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collector, exporters: &[(&'static str, Arc<crate::export::ExportCounters>)]) -> String {
+    let (rss, peak) = rss_bytes();
+    let (processes, binaries, names) = collector.retained();
+    format!(
+        "sysprof agent: up {}; windows: {} stored, {} failed, {} dropped; {} samples, {} lost; store {} in {} files ({} removed by retention); \
+         RSS {} (peak {}); CPU {:.3}% of one CPU; tracking {} processes, {} binaries, {} of names",
+        human_duration(up),
+        c.stored.load(Ordering::Relaxed),
+        c.store_failed.load(Ordering::Relaxed),
+        c.dropped.load(Ordering::Relaxed),
+        c.samples.load(Ordering::Relaxed),
+        c.lost.load(Ordering::Relaxed),
+        crate::units::human_bytes(c.store_bytes.load(Ordering::Relaxed)),
+        c.store_files.load(Ordering::Relaxed),
+        c.retention_removed.load(Ordering::Relaxed),
+        crate::units::human_bytes(rss),
+        crate::units::human_bytes(peak),
+        cpu_pct,
+        processes,
+        binaries,
+        crate::units::human_bytes(names as u64),
+    ) + &refusals_part(&c.unwind_refusals.lock().map(|r| r.clone()).unwrap_or_default())
+        + &exporters
+        .iter()
+        .map(|(n, e)| {
+            format!(
+                "; {n}: {} sent, {} failed, {} dropped, {} waiting",
+                e.sent.load(Ordering::Relaxed),
+                e.failed.load(Ordering::Relaxed),
+                e.dropped.load(Ordering::Relaxed),
+                e.backlog.load(Ordering::Relaxed)
+            )
+        })
+        .collect::<String>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that what the kernel unwinder refused reaches the metrics, per
+    /// uid, and the health line's part; and that nothing is said when
+    /// nothing was refused.
+    #[test]
+    fn unwind_refusals_reach_the_metrics_and_the_health_line() {
+        use crate::unwind::kernel::UidRefusals;
+        let c = AgentCounters::default();
+        assert_eq!(refusals_part(&c.unwind_refusals.lock().unwrap()), "");
+        *c.unwind_refusals.lock().unwrap() = vec![(65534, UidRefusals { entries: 845, tables: 2 }), (1000, UidRefusals { entries: 0, tables: 1 })];
+        let text = metrics_text(&c, &[]);
+        assert!(text.contains("sysprof_unwind_entries_refused_total{uid=\"65534\"} 845\n"), "{text}");
+        assert!(text.contains("sysprof_unwind_tables_refused_total{uid=\"65534\"} 2\n"), "{text}");
+        assert!(text.contains("sysprof_unwind_tables_refused_total{uid=\"1000\"} 1\n"), "{text}");
+        let part = refusals_part(&c.unwind_refusals.lock().unwrap());
+        assert_eq!(part, "; kernel unwinder refused (stacks copied instead) uid 65534: 845 processes, 2 tables; uid 1000: 0 processes, 1 tables");
+    }
+}

@@ -1,0 +1,152 @@
+//! How stacks are sampled: the options `record` and `agent` share, and
+//! their one check.
+//!
+//! In: `--call-graph`, `--stack-size`, `--unwind-table-mb` and
+//! `--off-cpu-threshold` as given (`record`'s flags; the agent's flags over
+//! its config file over defaults). Out: a checked [`SamplingOptions`] and
+//! what the capture needs from it (bytes of stack to copy, rows of kernel
+//! unwind table), or a [`SamplingError`] naming the value and what would be
+//! right.
+
+use serde::Deserialize;
+
+use crate::bpf::abi::MAX_STACK_COPY;
+
+/// How user stacks are walked (`--call-graph`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[expect(missing_docs, reason = "a doc comment on a variant would become its help text and change `--help`; the flags' help says what each is")]
+pub enum CallGraph {
+    // Frame pointers only.
+    Fp,
+    // In the kernel, with tables compiled from each binary's .eh_frame.
+    #[default]
+    Dwarf,
+    // Copy the top of the stack, unwind it here.
+    DwarfCopy,
+}
+
+impl CallGraph {
+    /// Whether stacks are unwound by DWARF (in the kernel or here), so that
+    /// user stack is copied for the samples the kernel cannot unwind.
+    pub fn dwarf(self) -> bool {
+        self != CallGraph::Fp
+    }
+}
+
+/// The sampling options, as given; [`SamplingOptions::check`] says whether
+/// they make sense.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingOptions {
+    /// How user stacks are walked.
+    pub call_graph: CallGraph,
+    /// Bytes of user stack copied per sample that is unwound here.
+    pub stack_size: u32,
+    /// MiB of kernel memory for the in-kernel unwinder's tables.
+    pub unwind_table_mb: u32,
+    /// Off-CPU intervals at least this long (ms) get a marker (shorter ones
+    /// are folded in the kernel).
+    pub off_cpu_threshold_ms: f64,
+}
+
+/// A sampling option out of range. Its text names the option without
+/// dashes (`stack-size 100: ...`): the agent's may come from its config
+/// file; `record` puts `--` before it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SamplingError {
+    /// The stack copy is not a multiple of 512 within what the kernel side copies.
+    #[error("stack-size {0}: use a multiple of 512 between 512 and {MAX_STACK_COPY}")]
+    StackSize(u32),
+    /// The kernel unwind tables would be empty or absurdly large.
+    #[error("unwind-table-mb {0}: use 1 to 4096")]
+    UnwindTableMb(u32),
+    /// The threshold is negative, not a number, or over an hour.
+    #[error("off-cpu-threshold: a number of milliseconds from 0 to 3600000")]
+    OffCpuThreshold,
+}
+
+/// A [`SamplingError`] in a command-line flag: said with the flag's `--`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("--{0}")]
+pub struct BadFlag(pub SamplingError);
+
+impl SamplingOptions {
+    /// Check every value, whatever the call graph (a value out of range is
+    /// a mistake even where this mode does not use it).
+    pub fn check(&self) -> Result<(), SamplingError> {
+        if self.stack_size == 0 || self.stack_size as usize > MAX_STACK_COPY || self.stack_size % 512 != 0 {
+            return Err(SamplingError::StackSize(self.stack_size));
+        }
+        if !(1..=4096).contains(&self.unwind_table_mb) {
+            return Err(SamplingError::UnwindTableMb(self.unwind_table_mb));
+        }
+        if !(self.off_cpu_threshold_ms >= 0.0 && self.off_cpu_threshold_ms < 3.6e6) {
+            return Err(SamplingError::OffCpuThreshold);
+        }
+        Ok(())
+    }
+
+    /// Bytes of user stack the kernel side copies per sample (0: none).
+    pub fn stack_copy(&self) -> u32 {
+        if self.call_graph.dwarf() {
+            self.stack_size
+        } else {
+            0
+        }
+    }
+
+    /// Rows of the in-kernel unwinder's tables (0: it is not used).
+    pub fn kernel_unwind_rows(&self) -> u32 {
+        if self.call_graph == CallGraph::Dwarf {
+            unwind_table_rows(self.unwind_table_mb)
+        } else {
+            0
+        }
+    }
+
+    /// The threshold in ns.
+    pub fn off_cpu_threshold_ns(&self) -> u64 {
+        (self.off_cpu_threshold_ms * 1e6) as u64
+    }
+}
+
+/// Rows of unwind table that `mb` MiB hold.
+pub fn unwind_table_rows(mb: u32) -> u32 {
+    (mb as u64 * (1 << 20) / std::mem::size_of::<crate::unwind::tables::Row>() as u64).min(u32::MAX as u64 - 1) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(stack_size: u32, unwind_table_mb: u32, off_cpu_threshold_ms: f64) -> SamplingOptions {
+        SamplingOptions { call_graph: CallGraph::Dwarf, stack_size, unwind_table_mb, off_cpu_threshold_ms }
+    }
+
+    /// Check that each value out of range is refused with the option's name
+    /// and the range that works, and that the defaults pass.
+    #[test]
+    fn out_of_range_values_are_named() {
+        assert_eq!(options(16384, 64, 1.0).check(), Ok(()));
+        assert_eq!(options(100, 64, 1.0).check(), Err(SamplingError::StackSize(100)));
+        assert_eq!(options(0, 64, 1.0).check(), Err(SamplingError::StackSize(0)));
+        assert_eq!(options(MAX_STACK_COPY as u32 + 512, 64, 1.0).check(), Err(SamplingError::StackSize(MAX_STACK_COPY as u32 + 512)));
+        assert_eq!(options(512, 0, 1.0).check(), Err(SamplingError::UnwindTableMb(0)));
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 3.6e6] {
+            assert_eq!(options(512, 1, bad).check(), Err(SamplingError::OffCpuThreshold), "{bad}");
+        }
+        assert_eq!(SamplingError::StackSize(100).to_string(), format!("stack-size 100: use a multiple of 512 between 512 and {MAX_STACK_COPY}"));
+    }
+
+    /// Check that frame pointers copy no stack and load no kernel tables,
+    /// and that only in-kernel DWARF takes tables.
+    #[test]
+    fn what_each_call_graph_uses() {
+        let mut o = options(8192, 64, 1.0);
+        assert_eq!((o.stack_copy(), o.kernel_unwind_rows()), (8192, unwind_table_rows(64)));
+        o.call_graph = CallGraph::DwarfCopy;
+        assert_eq!((o.stack_copy(), o.kernel_unwind_rows()), (8192, 0));
+        o.call_graph = CallGraph::Fp;
+        assert_eq!((o.stack_copy(), o.kernel_unwind_rows()), (0, 0));
+    }
+}

@@ -1,0 +1,46 @@
+//! The totals line `record -v` and `agent -v` print.
+//!
+//! In: a finished [`Recording`] (one recording, or one agent window). Out:
+//! `stats: key=value ...`, every counter of its stats in a fixed order: what
+//! scripts and the benchmarks read, so keys are only ever added.
+
+use crate::model::recording::Recording;
+
+/// Every total of a recording or window as `stats: key=value ...` (what
+/// `-v` prints, and what scripts and the benchmarks read).
+pub fn stats_line(rec: &Recording) -> String {
+    let st = &rec.stats;
+    let u = st.unwind;
+    format!(
+    "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} \
+         off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
+         stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
+         unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
+        st.samples,
+        st.samples_kept,
+        st.lost_samples,
+        st.kernel_stack_failures,
+        st.user_stack_failures,
+        st.off_cpu_intervals,
+        st.off_cpu_folded,
+        st.off_cpu_end_inferred,
+        st.stack_records,
+        st.io_requests,
+        st.io_untracked,
+        st.lost_events,
+        st.lost_stacks,
+        st.stack_read_failures,
+        st.stacks_not_kept,
+        st.lost_state,
+        st.lost_sideband,
+        st.malformed,
+        st.processes_without_data,
+        u.unwinds,
+        u.reached_root,
+        u.copy_exhausted,
+        u.no_unwind_info,
+        u.bad_return_address,
+        u.unwinds as f64 / (u.unwind_ns.max(1) as f64 / 1e9),
+        rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e9,
+    )
+}
