@@ -364,7 +364,10 @@ fn test(no_root_tests: bool, repeat: u32, beside: Option<Load>) -> Result<()> {
             bail!("the integration tests cannot run: {why}; `cargo xtask test --no-root-tests` runs the rest");
         }
         ensure_test_tools()?;
-        let bin = root().join("target/release/sysprof");
+        // Where cargo put it: CARGO_TARGET_DIR when set (a shared build
+        // directory), else the workspace's own target/.
+        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+        let bin = root().join(target).join("release/sysprof");
         // Build the test binaries once, outside the rounds.
         run(cargo().args(["test", "-p", "sysprof-tests", "--tests", "--no-run"]))?;
         let _load = beside.map(Beside::start).transpose()?;
