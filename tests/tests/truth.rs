@@ -525,22 +525,25 @@ fn jit_code_unwinds_with_its_jitdump_tables() {
 
 /// Check that the per-CPU tracks put each slice in the category of what
 /// ran: Idle for the idle task, Kernel for kernel threads, User for
-/// processes (the spinners).
+/// processes (the spinners); and that there are idle slices when
+/// `/proc/stat` says the CPUs idled.
 #[test]
 fn per_cpu_slices_are_idle_kernel_or_user() {
     if !can_record("per_cpu_slices_are_idle_kernel_or_user") {
         return;
     }
     let dir = scratch("truth-percpu");
-    let (profile, _) = {
+    let (profile, idle_ms) = {
         let out_path = dir.join("p.json.gz");
-        let rec = record_started(&["-a", "-q", "--per-cpu", "-d", "2"], &out_path);
-        // A user process spins; the machine otherwise idles (kernel threads wake now and then).
         let spin = build_c("spin", &dir.join("spin"), &[]);
+        let idle_before = idle_cpu_ms();
+        let rec = record_started(&["-a", "-q", "--per-cpu", "-d", "2"], &out_path);
+        // A user process spins; the machine otherwise idles (kernel threads
+        // wake now and then) unless other work keeps every CPU busy.
         let _ = Command::new(&spin).arg("0.5").output();
         let out = wait_with_timeout(rec, Duration::from_secs(30), "sysprof --per-cpu");
         assert_success(&out);
-        (Profile::load(&out_path), ())
+        (Profile::load(&out_path), idle_cpu_ms() - idle_before)
     };
     let cats = profile.categories();
     let mut by_cat: BTreeMap<String, usize> = BTreeMap::new();
@@ -566,8 +569,26 @@ fn per_cpu_slices_are_idle_kernel_or_user() {
     let kthreads = profile.threads().iter().filter(|t| t.t["pid"] != "cpus" && (t.process_name().starts_with("kworker") || t.process_name().starts_with("rcu_"))).count();
     eprintln!("per-cpu slices by category: {by_cat:?}; {kthreads} kernel threads in the profile; wrong: {wrong:?}");
     assert!(wrong.is_empty(), "{wrong:?}");
-    assert!(by_cat.get("Idle").copied().unwrap_or(0) >= 2 && by_cat.get("User").copied().unwrap_or(0) >= 1, "{by_cat:?}");
+    assert!(by_cat.get("User").copied().unwrap_or(0) >= 1, "the spinner ran: {by_cat:?}");
+    // Idle slices where the kernel says the CPUs idled (beside a busy
+    // machine they may not have: 1 idle slice in a run beside a spinner).
+    if idle_ms >= 200.0 {
+        assert!(by_cat.get("Idle").copied().unwrap_or(0) >= 1, "the CPUs idled {idle_ms:.0} ms: {by_cat:?}");
+    }
     if kthreads > 0 {
         assert!(by_cat.get("Kernel").copied().unwrap_or(0) >= 1, "kernel threads ran: their slices are Kernel: {by_cat:?}");
     }
+}
+
+/// Idle time of all CPUs so far, ms (`/proc/stat`'s idle and iowait).
+fn idle_cpu_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let cpu: Vec<f64> = stat.lines().next().unwrap().split_whitespace().skip(1).map(|v| v.parse().unwrap()).collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { sysconf(2) } as f64; // _SC_CLK_TCK
+    (cpu[3] + cpu[4]) / hz * 1e3
+}
+
+extern "C" {
+    fn sysconf(name: i32) -> i64;
 }
