@@ -224,12 +224,20 @@ fn cpu_usage_counter_follows_the_load() {
     let t0 = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_u64().unwrap();
     let ms = |ns: u64| (ns as f64 - t0 as f64) / 1e6;
     let counters = profile.json["counters"].as_array().unwrap();
-    let cpu = counters.iter().find(|c| c["name"] == "CPU usage" && c["pid"] == "0").expect("machine CPU usage counter");
+    // The machine's counters hang under the machine's own track, which opens visible.
+    let cpu = counters.iter().find(|c| c["name"] == "CPU usage" && c["pid"] == "machine").expect("machine CPU usage counter");
+    let machine = profile.json["threads"].as_array().unwrap().iter().position(|t| t["pid"] == "machine").expect("the machine's track");
+    assert_eq!(cpu["mainThreadIndex"], machine);
+    assert!(profile.json["meta"]["initialVisibleThreads"].as_array().unwrap().contains(&machine.into()), "the machine's track opens visible");
     let times: Vec<f64> = cpu["samples"]["time"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     let counts: Vec<f64> = cpu["samples"]["count"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    // Written as busy CPU-ms per interval, which the front end divides by the
+    // interval into a share (its `rate` shown as a percentage).
+    assert_eq!(cpu["display"]["tooltipRows"][0]["source"], "rate");
     for (spinners, start, end, oracle, others) in phases {
         // Each value covers (previous sample, this sample]: keep those inside the phase.
-        let inside: Vec<f64> = (1..times.len()).filter(|&i| times[i - 1] >= ms(start) && times[i] <= ms(end)).map(|i| counts[i]).collect();
+        let inside: Vec<f64> =
+            (1..times.len()).filter(|&i| times[i - 1] >= ms(start) && times[i] <= ms(end)).map(|i| counts[i] / (times[i] - times[i - 1]) * 100.0).collect();
         let avg = inside.iter().sum::<f64>() / inside.len().max(1) as f64;
         eprintln!("cpu usage, {spinners} spinner(s): counter {avg:.1}% over {} samples, task accounting {oracle:.1}%", inside.len());
         assert!(inside.len() >= 10, "{spinners} spinners: only {} counter samples inside the phase", inside.len());

@@ -38,6 +38,20 @@ pub struct FrameRecord {
     pub pseudo: bool,
 }
 
+impl FrameRecord {
+    /// The name of code no symbol covers: `lib+0xOFF` (the library's file
+    /// name and the address within it) wherever the library is known, as
+    /// functions found only by their unwind entries are named; a bare
+    /// `0xADDR` only for an address in no known mapping. One scheme for the
+    /// profile, folded stacks and the report.
+    pub fn unknown_code_name(&self, libs: &[LibRecord]) -> String {
+        match (self.lib != NO_LIB).then(|| libs.get(self.lib as usize)).flatten() {
+            Some(lib) => format!("{}+{:#x}", lib.name, self.address),
+            None => format!("{:#x}", self.address),
+        }
+    }
+}
+
 /// Off-CPU time of one thread, as weighted samples (columns of equal length).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OffCpuSamples {

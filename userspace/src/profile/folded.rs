@@ -18,7 +18,7 @@ use std::io::Write;
 
 use rustc_hash::FxHashMap;
 
-use crate::model::recording::{Recording, NO_LIB};
+use crate::model::recording::Recording;
 use crate::model::stack_tree::NO_PARENT;
 
 /// `name` as one frame of a line: control characters escaped, `;` (the
@@ -59,11 +59,7 @@ impl FoldedLines {
 fn frame_names(rec: &Recording, f: u32) -> Vec<String> {
     let frame = &rec.frames[f as usize];
     if frame.symbols.funcs.is_empty() {
-        let lib = (frame.lib != NO_LIB).then(|| rec.libs.get(frame.lib as usize).map(|l| l.name.as_str())).flatten();
-        return vec![match lib {
-            Some(l) => frame_name(&format!("{l}+{:#x}", frame.address), frame.kernel),
-            None => frame_name(&format!("{:#x}", frame.address), frame.kernel),
-        }];
+        return vec![frame_name(&frame.unknown_code_name(&rec.libs), frame.kernel)];
     }
     frame.symbols.funcs.iter().map(|fa| frame_name(&fa.name, frame.kernel)).collect()
 }

@@ -28,7 +28,7 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                     run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
                     waker: waker.as_ref().map(|w| w.label()).unwrap_or_else(|| "—".into()),
                     // An interrupt has no waker task: the task it interrupted is in the label.
-                    waker_pid: waker.as_ref().filter(|w| w.interrupt.is_none()).map(|w| w.pid),
+                    waker_pid: waker.as_ref().filter(|w| w.interrupt.is_none()).map(|w| w.pid.to_string()),
                     waker_tid: waker.as_ref().filter(|w| w.interrupt.is_none()).map(|w| w.tid),
                     waker_context: waker.as_ref().map(|w| match w.interrupt {
                         None => "task",
@@ -70,7 +70,7 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                 },
                 *start_ns,
                 *end_ns,
-                MarkerData::OnCpu { thread: name.clone(), pid: *pid, tid: *tid },
+                MarkerData::OnCpu { thread: name.clone(), pid: pid.to_string(), tid: *tid },
             ),
         };
         m.name.push(tables.strings.intern(&name));
@@ -104,8 +104,8 @@ pub(super) fn marker_schema() -> serde_json::Value {
                 { "key": "reason", "label": "Reason", "format": "string" },
                 { "key": "runDelay", "label": "Run-queue delay", "format": "duration" },
                 { "key": "waker", "label": "Woken by", "format": "string" },
-                { "key": "wakerPid", "label": "Waker pid", "format": "integer" },
-                { "key": "wakerTid", "label": "Waker tid", "format": "integer" },
+                { "key": "wakerPid", "label": "Waker pid", "format": "pid" },
+                { "key": "wakerTid", "label": "Waker tid", "format": "tid" },
                 { "key": "wakerContext", "label": "Woken from", "format": "string" },
                 { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
                 { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
@@ -137,8 +137,8 @@ pub(super) fn marker_schema() -> serde_json::Value {
             "description": "A thread running on this CPU (at sampling resolution)",
             "fields": [
                 { "key": "thread", "label": "Thread", "format": "string" },
-                { "key": "pid", "label": "pid", "format": "integer" },
-                { "key": "tid", "label": "tid", "format": "integer" },
+                { "key": "pid", "label": "pid", "format": "pid" },
+                { "key": "tid", "label": "tid", "format": "tid" },
             ],
         },
     ])

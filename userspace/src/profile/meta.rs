@@ -152,20 +152,144 @@ pub fn breakpad_id(build_id: Option<&[u8]>) -> String {
     format!("{}0", hex(&g).to_uppercase())
 }
 
-pub(super) fn counter_json(c: &CounterRecord, main_thread_index: usize, ms: &dyn Fn(u64) -> f64) -> serde_json::Value {
+/// One counter as the front end reads it, with its own `display`: the
+/// upgraders from version 55 fill `display` (graph, label, tooltip rows)
+/// only where it is missing, and their defaults are what a user tripped
+/// over (every disk counter labelled "Bandwidth" with "read/write operations
+/// since the previous sample: 1", CPU shown as a bare "Process CPU: 30").
+/// No `number` column: it is optional (v43) and the kernel gives no count
+/// of operations per sample. A percentage counter is written as CPU
+/// milliseconds per interval, which the front end's `rate` divides back
+/// into the kernel's own share (its `percent` format takes a ratio).
+/// `main_thread` is the thread its track hangs under and `pid` that
+/// track's process.
+pub(super) fn counter_json(c: &CounterRecord, pid: &str, main_thread: usize, interval_ms: f64, ms: &dyn Fn(u64) -> f64) -> serde_json::Value {
+    let time: Vec<f64> = c.time_ns.iter().map(|&t| ms(t)).collect();
+    let kind = CounterKind::of(c);
+    let count: Vec<f64> = match kind {
+        CounterKind::CpuShare { .. } => (0..c.count.len())
+            .map(|i| {
+                // The interval the front end divides by: the written times'
+                // difference (the first sample's is the profile's interval).
+                let dt = if i == 0 { interval_ms } else { time[i] - time[i - 1] };
+                c.count[i] / 100.0 * dt
+            })
+            .collect(),
+        _ => c.count.clone(),
+    };
     serde_json::json!({
         "name": c.name,
         "category": c.category,
         "description": c.description,
-        "color": if c.category == "Memory" { "orange" } else if c.category == "CPU" { "blue" } else { "green" },
-        "pid": c.pid.to_string(),
-        "mainThreadIndex": main_thread_index,
+        "pid": pid,
+        "mainThreadIndex": main_thread,
         "samples": {
             "length": c.time_ns.len(),
-            "time": c.time_ns.iter().map(|&t| ms(t)).collect::<Vec<_>>(),
-            "count": c.count,
-            "number": vec![1; c.time_ns.len()],
+            "time": time,
+            "count": count,
         },
+        "display": kind.display(c),
     })
+}
+
+/// Whether a counter's track would draw anything: the front end zeroes the
+/// first sample (it has no interval), draws a memory graph whose changes
+/// are all zero as nothing and a rate of zero as nothing. A `show` of a
+/// short range keeps one or two samples of a process's counters: blank
+/// tracks, which are left out.
+pub(super) fn counter_draws_something(c: &CounterRecord) -> bool {
+    c.count.len() >= 2 && c.count[1..].iter().any(|&v| v != 0.0)
+}
+
+/// What a counter measures, for how it is drawn and told.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum CounterKind {
+    /// A share of CPU time in % ("CPU usage" of the machine, "Process CPU").
+    CpuShare { machine: bool },
+    /// A change in bytes in use ("Memory", "RSS").
+    Memory { machine: bool },
+    /// Bytes moved per interval ("Disk read: vda", "Disk write: vda").
+    Transfer { write: bool },
+    /// Events per interval (cycles, instructions), or anything else.
+    Events,
+}
+
+impl CounterKind {
+    fn of(c: &CounterRecord) -> CounterKind {
+        let machine = c.pid == 0;
+        match c.category.as_str() {
+            "CPU" if c.name == "CPU usage" || c.name == "Process CPU" => CounterKind::CpuShare { machine },
+            "Memory" => CounterKind::Memory { machine },
+            "Bandwidth" => CounterKind::Transfer { write: c.name.starts_with("Disk write") },
+            _ => CounterKind::Events,
+        }
+    }
+
+    /// `display` as the front end's `CounterDisplayConfig` (format 62 on;
+    /// carried as is through the upgraders from 55).
+    fn display(self, c: &CounterRecord) -> serde_json::Value {
+        let row = |source: &str, unit: &str, label: &str| serde_json::json!({ "type": "value", "source": source, "format": { "unit": unit }, "label": label });
+        let (graph, color, weight, label, unit, rows) = match self {
+            CounterKind::CpuShare { machine: true } => (
+                "line-rate",
+                "blue",
+                10,
+                "CPU usage (all CPUs)".to_string(),
+                "percent",
+                vec![row("rate", "percent", "Busy share of all CPUs")],
+            ),
+            CounterKind::CpuShare { machine: false } => {
+                ("line-rate", "blue", 10, "CPU".to_string(), "percent", vec![row("rate", "percent", "CPU (100% = one CPU)")])
+            }
+            CounterKind::Memory { machine } => (
+                "line-accumulated",
+                "orange",
+                20,
+                if machine { "Memory in use".to_string() } else { "Memory (RSS)".to_string() },
+                "bytes",
+                vec![
+                    row("accumulated", "bytes", "In use, above the lowest point in view"),
+                    row("count", "bytes", "Change since the previous reading"),
+                    row("count-range", "bytes", "Range in view"),
+                ],
+            ),
+            CounterKind::Transfer { write } => {
+                let (verb, past) = if write { ("Write", "Written") } else { ("Read", "Read") };
+                let mut selection = row("selection-total", "bytes", &format!("{past} in the selection"));
+                selection["requiresPreviewSelection"] = serde_json::json!(true);
+                (
+                    "line-rate",
+                    if write { "red" } else { "teal" },
+                    if write { 31 } else { 30 },
+                    c.name.clone(),
+                    "bytes",
+                    vec![
+                        row("rate", "bytes-per-second", &format!("{verb} speed")),
+                        serde_json::json!({ "type": "separator" }),
+                        row("accumulated", "bytes", &format!("{past} up to this time")),
+                        row("count-range", "bytes", &format!("{past} in the visible range")),
+                        selection,
+                    ],
+                )
+            }
+            CounterKind::Events => (
+                "line-rate",
+                "grey",
+                40,
+                c.name.clone(),
+                "",
+                vec![row("rate", "number", &format!("{} per ms", c.name)), row("count", "number", "Since the previous reading")],
+            ),
+        };
+        serde_json::json!({
+            "graphType": graph,
+            "unit": unit,
+            "color": color,
+            "markerSchemaLocation": null,
+            "sortWeight": weight,
+            "label": label,
+            "tooltipRows": rows,
+        })
+    }
 }
 

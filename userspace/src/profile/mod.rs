@@ -31,11 +31,11 @@ mod threads;
 
 use rustc_hash::FxHashMap;
 
-use crate::model::recording::Recording;
+use crate::model::recording::{CounterRecord, Recording};
 
 pub use meta::{breakpad_id, HostInfo};
 pub use schema::Profile;
-use threads::{build_cpu_track, build_thread, initial_threads, TrackFacts};
+use threads::{build_cpu_track, build_machine_track, build_thread, initial_threads, TrackFacts, MACHINE_PID};
 
 /// The processed profile format version we write.
 pub const PREPROCESSED_PROFILE_VERSION: u32 = 55;
@@ -83,13 +83,23 @@ pub fn build_profile(rec: &Recording, host: &HostInfo, focus_pid: Option<u32>) -
         tracks.push(TrackFacts { pid: None, main: false, profiler: false, cpu_samples: 0 });
         threads.push(build_cpu_track(rec, *cpu, markers, &ms));
     }
+    // Counters with nothing to draw are left out (see `counter_draws_something`);
+    // the machine's hang under a track of their own, which opens visible.
+    let drawn: Vec<&CounterRecord> = rec.counters.iter().filter(|c| meta::counter_draws_something(c)).collect();
+    let machine = drawn.iter().any(|c| c.pid == 0).then(|| {
+        tracks.push(TrackFacts { pid: None, main: true, profiler: false, cpu_samples: 0 });
+        threads.push(build_machine_track());
+        threads.len() - 1
+    });
     let (visible, selected) = initial_threads(&tracks, focus_pid);
-    let counters: Vec<serde_json::Value> = rec
-        .counters
+    let counters: Vec<serde_json::Value> = drawn
         .iter()
         .filter_map(|c| {
-            let main = main_thread_index.get(&c.pid).copied().or_else(|| (c.pid == 0 && !threads.is_empty()).then_some(0))?;
-            Some(meta::counter_json(c, main, &ms))
+            let (pid, main) = match c.pid {
+                0 => (MACHINE_PID.to_string(), machine?),
+                pid => (pid.to_string(), *main_thread_index.get(&pid)?),
+            };
+            Some(meta::counter_json(c, &pid, main, rec.interval_ms, &ms))
         })
         .collect();
     Profile {

@@ -334,8 +334,10 @@ pub enum MarkerData {
         #[serde(skip_serializing_if = "Option::is_none", default)]
         run_delay: Option<f64>,
         waker: String,
+        /// A string: the front end's `pid` format finds the process's name
+        /// by the threads' (string) pids; a tid stays a number, as threads'.
         #[serde(skip_deserializing)]
-        waker_pid: Option<u32>,
+        waker_pid: Option<String>,
         #[serde(skip_deserializing)]
         waker_tid: Option<u32>,
         #[serde(skip_deserializing)]
@@ -368,8 +370,9 @@ pub enum MarkerData {
     OnCpu {
         #[serde(skip_deserializing)]
         thread: String,
+        /// A string, as `waker_pid`.
         #[serde(skip_deserializing)]
-        pid: u32,
+        pid: String,
         #[serde(skip_deserializing)]
         tid: u32,
     },

@@ -126,7 +126,7 @@ impl ThreadTables {
         let resource = self.resource(&rec.libs, f.lib);
         let address = if f.pseudo { -1 } else { f.address as i64 };
         let range = if f.symbols.funcs.is_empty() {
-            let name = format!("0x{:x}", f.address);
+            let name = f.unknown_code_name(&rec.libs);
             let func = self.func(resource, &name, None);
             let i = self.push_frame(address, 0, category, func, None, None);
             (i, i)

@@ -120,8 +120,8 @@ fn inlined_functions_get_their_own_frames_and_funcs() {
     assert!(stack_names(idle, 0).iter().all(|(_, _, c)| *c == category::IDLE as u64));
 }
 
-/// Check that an unresolved address keeps a hex name and no library, and
-/// that samples sharing a stack share the stack table row.
+/// Check that an unresolved address in no library keeps a bare hex name,
+/// and that samples sharing a stack share the stack table row.
 #[test]
 fn unresolved_frames_keep_hex_address() {
     let p = build_profile(&recording(), &host(), None).to_value();
@@ -287,7 +287,10 @@ fn full_recording() -> Recording {
         ],
     ));
     rec.counters.push(CounterRecord { name: "Memory".into(), category: "Memory".into(), description: "RSS, bytes".into(), pid: 42, time_ns: vec![1_000_000, 2_000_000], count: vec![4096.0, -1024.0] });
-    rec.counters.push(CounterRecord { name: "CPU usage".into(), category: "CPU".into(), description: "busy CPUs".into(), pid: 0, time_ns: vec![1_000_000], count: vec![1.5] });
+    rec.counters.push(CounterRecord { name: "CPU usage".into(), category: "CPU".into(), description: "busy CPUs".into(), pid: 0, time_ns: vec![1_000_000, 2_000_000, 3_500_000], count: vec![1.5, 50.0, 25.0] });
+    rec.counters.push(CounterRecord { name: "Disk read: vda".into(), category: "Bandwidth".into(), description: "read".into(), pid: 0, time_ns: vec![1_000_000, 2_000_000], count: vec![0.0, 8192.0] });
+    rec.counters.push(CounterRecord { name: "Disk write: vda".into(), category: "Bandwidth".into(), description: "written".into(), pid: 0, time_ns: vec![1_000_000, 2_000_000], count: vec![0.0, 4096.0] });
+    rec.counters.push(CounterRecord { name: "Process CPU".into(), category: "CPU".into(), description: "one sample".into(), pid: 42, time_ns: vec![1_000_000], count: vec![30.0] });
     rec.counters.push(CounterRecord { name: "gone".into(), category: "Bandwidth".into(), description: "of no process".into(), pid: 12345, time_ns: vec![1], count: vec![1.0] });
     rec.notes.push("a note".into());
     rec.warnings.push("a warning".into());
@@ -322,4 +325,127 @@ fn writes_the_golden_bytes() {
     }
     assert_eq!(validate::validate(&serde_json::from_str(&json).unwrap()), Vec::<String>::new());
     assert!(json == GOLDEN, "the profile's bytes changed; first difference at byte {}", json.bytes().zip(GOLDEN.bytes()).position(|(a, b)| a != b).unwrap_or(json.len().min(GOLDEN.len())));
+}
+
+/// Check that every counter says what it measures in the front end's own
+/// terms: its own `display` (so the upgraders leave it), no invented
+/// `number` column, a label no other counter of its process has, disk
+/// reads and writes told apart, and a CPU share written as busy ms per
+/// interval that the front end's `rate` turns back into the kernel's share.
+#[test]
+fn counters_say_what_they_measure() {
+    let rec = full_recording();
+    let p = build_profile(&rec, &host(), Some(42)).to_value();
+    let counters = p["counters"].as_array().unwrap();
+    assert!(!counters.is_empty());
+    let mut labels = std::collections::HashSet::new();
+    for c in counters {
+        assert!(c["samples"].get("number").is_none(), "no invented operation counts: {c}");
+        assert!(c.get("color").is_none(), "the colour is display's");
+        let rows = c["display"]["tooltipRows"].as_array().unwrap_or_else(|| panic!("{} has tooltip rows", c["name"]));
+        assert!(!rows.is_empty());
+        assert!(rows.iter().all(|r| r.get("labelKey").is_none()), "our labels, not the front end's translations");
+        assert!(labels.insert((c["pid"].to_string(), c["display"]["label"].to_string())), "two counters of one process share the label {}", c["display"]["label"]);
+    }
+    let by_name = |n: &str| counters.iter().find(|c| c["name"] == n).unwrap_or_else(|| panic!("counter {n}"));
+    let read = by_name("Disk read: vda");
+    let write = by_name("Disk write: vda");
+    assert_eq!(read["display"]["label"], "Disk read: vda");
+    assert_eq!(write["display"]["label"], "Disk write: vda");
+    assert_eq!(read["display"]["tooltipRows"][0]["label"], "Read speed");
+    assert_eq!(write["display"]["tooltipRows"][0]["label"], "Write speed");
+    assert_eq!(read["display"]["tooltipRows"][0]["format"]["unit"], "bytes-per-second");
+    assert_eq!(read["samples"]["count"], serde_json::json!([0.0, 8192.0]), "bytes as the kernel counted them");
+    // The share back from what the front end computes: count / dt.
+    let cpu = by_name("CPU usage");
+    let (t, c) = (cpu["samples"]["time"].as_array().unwrap(), cpu["samples"]["count"].as_array().unwrap());
+    for (i, pct) in [(1, 50.0), (2, 25.0)] {
+        let dt = t[i].as_f64().unwrap() - t[i - 1].as_f64().unwrap();
+        let share = c[i].as_f64().unwrap() / dt;
+        assert!((share - pct / 100.0).abs() < 1e-9, "sample {i}: {share} vs {pct}%");
+    }
+    assert_eq!(cpu["display"]["tooltipRows"][0]["source"], "rate");
+    assert_eq!(cpu["display"]["tooltipRows"][0]["format"]["unit"], "percent");
+}
+
+/// Check that the machine's counters hang under a track of their own that
+/// opens visible (under the idle task they were hidden), and that a counter
+/// with nothing to draw (one sample, or of no process in the profile) is
+/// left out rather than shown blank.
+#[test]
+fn machine_counters_open_visible_and_blank_ones_are_left_out() {
+    let rec = full_recording();
+    let p = build_profile(&rec, &host(), Some(42)).to_value();
+    let threads = p["threads"].as_array().unwrap();
+    let machine = threads.iter().position(|t| t["pid"] == "machine").expect("the machine's track");
+    assert_eq!(threads[machine]["isMainThread"], true);
+    assert!(p["meta"]["initialVisibleThreads"].as_array().unwrap().contains(&machine.into()));
+    assert!(!p["meta"]["initialSelectedThreads"].as_array().unwrap().contains(&machine.into()), "the command's thread opens selected");
+    let counters = p["counters"].as_array().unwrap();
+    for name in ["CPU usage", "Disk read: vda", "Disk write: vda"] {
+        let c = counters.iter().find(|c| c["name"] == name).unwrap();
+        assert_eq!((c["pid"].as_str(), c["mainThreadIndex"].as_u64()), (Some("machine"), Some(machine as u64)), "{name}");
+    }
+    let names: Vec<&str> = counters.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert!(!names.contains(&"Process CPU"), "one sample draws nothing: {names:?}");
+    assert!(!names.contains(&"gone"), "of no process: {names:?}");
+    assert_eq!(validate::validate(&p), Vec::<String>::new());
+    // Without machine counters there is no machine track.
+    let mut quiet = full_recording();
+    quiet.counters.retain(|c| c.pid != 0);
+    let q = build_profile(&quiet, &host(), Some(42)).to_value();
+    assert!(!q["threads"].as_array().unwrap().iter().any(|t| t["pid"] == "machine"));
+}
+
+/// Check that code no symbol covers is named one way wherever its library
+/// is known, `lib+0xOFF` (never a bare hex with a library attached), in the
+/// profile and in folded stacks alike.
+#[test]
+fn unknown_code_is_named_by_its_library() {
+    let mut rec = full_recording();
+    let unknown = rec.frames.len() as u64;
+    rec.frames.push(FrameRecord { lib: 0, address: 0x442f, kernel: false, symbols: AddrInfo::default(), pseudo: false });
+    let node = rec.stacks.child(NO_PARENT, unknown);
+    let t = &mut rec.processes[1].threads[0].samples;
+    t.time_ns.push(3_200_000);
+    t.stack.push(node);
+    t.cpu_delta_ns.push(1_000);
+    t.cpu.push(0);
+    let p = build_profile(&rec, &host(), Some(42)).to_value();
+    let mut seen = false;
+    for t in p["threads"].as_array().unwrap() {
+        let strings = t["stringArray"].as_array().unwrap();
+        let funcs = &t["funcTable"];
+        for i in 0..funcs["length"].as_u64().unwrap() as usize {
+            let name = strings[funcs["name"][i].as_u64().unwrap() as usize].as_str().unwrap();
+            let bare_hex = name.strip_prefix("0x").is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()));
+            assert!(!(bare_hex && funcs["resource"][i] != -1), "bare hex {name} with a library in {}", t["name"]);
+            seen |= name == "app+0x442f";
+        }
+    }
+    assert!(seen, "the unsymbolized frame is named app+0x442f");
+    let mut folded = Vec::new();
+    folded::write_folded(&rec, &mut folded).unwrap();
+    assert!(String::from_utf8(folded).unwrap().contains("app+0x442f"));
+}
+
+/// Check that the waker's and a CPU slice's pid and tid use the front
+/// end's `pid` and `tid` formats (a name beside the number, not "1,263"),
+/// the pid as a string (it is looked up by the threads' string pids) and
+/// the tid as a number (threads' tids are numbers).
+#[test]
+fn pids_and_tids_in_markers_are_shown_as_such() {
+    let p = build_profile(&full_recording(), &host(), Some(42)).to_value();
+    let schema = p["meta"]["markerSchema"].as_array().unwrap();
+    let format = |marker: &str, key: &str| {
+        let s = schema.iter().find(|s| s["name"] == marker).unwrap();
+        s["fields"].as_array().unwrap().iter().find(|f| f["key"] == key).unwrap()["format"].as_str().unwrap().to_string()
+    };
+    assert_eq!((format("OffCpu", "wakerPid"), format("OffCpu", "wakerTid")), ("pid".into(), "tid".into()));
+    assert_eq!((format("OnCpu", "pid"), format("OnCpu", "tid")), ("pid".into(), "tid".into()));
+    let app = p["threads"].as_array().unwrap().iter().find(|t| t["tid"] == 42).unwrap();
+    let woken = app["markers"]["data"].as_array().unwrap().iter().find(|d| d["wakerTid"] == 8).expect("the marker woken by tid 8");
+    assert_eq!(woken["wakerPid"], "7");
+    assert_eq!(app["tid"], 42, "threads' tids are numbers, as the markers' are");
+    assert!(app["pid"].is_string(), "threads' pids are strings, as the markers' are");
 }

@@ -18,7 +18,7 @@ const MAX_INITIAL_VISIBLE: usize = 15;
 
 /// What [`initial_threads`] needs to know of a thread.
 pub(super) struct TrackFacts {
-    /// None for a per-CPU track.
+    /// None for a track of the machine's (a CPU's, the machine counters').
     pub(super) pid: Option<u32>,
     pub(super) main: bool,
     pub(super) profiler: bool,
@@ -45,18 +45,21 @@ pub(super) fn initial_threads(tracks: &[TrackFacts], focus_pid: Option<u32>) -> 
     let focused: Vec<usize> = (0..tracks.len()).filter(|&i| focus(&tracks[i])).collect();
     let room = MAX_INITIAL_VISIBLE.saturating_sub(focused.len());
     let mut visible: Vec<usize> = focused.iter().copied().chain(busiest.iter().copied().take(room)).collect();
-    visible.extend((0..tracks.len()).filter(|&i| tracks[i].pid.is_none()));
     if visible.is_empty() {
-        // Nothing ran: show what there is, still not the profiler.
-        visible = (0..tracks.len()).filter(|&i| !tracks[i].profiler).collect();
+        // Nothing ran: show the processes there are, still not the profiler.
+        visible = (0..tracks.len()).filter(|&i| tracks[i].pid.is_some() && !tracks[i].profiler).collect();
     }
+    // The machine's and the CPUs' tracks always (asked for by name).
+    visible.extend((0..tracks.len()).filter(|&i| tracks[i].pid.is_none()));
     visible.sort_unstable();
+    visible.dedup();
     let selected = focused
         .iter()
         .copied()
         .find(|&i| tracks[i].main)
         .or_else(|| focused.first().copied())
         .or_else(|| busiest.first().copied())
+        .or_else(|| visible.iter().copied().find(|&i| tracks[i].pid.is_some()))
         .or_else(|| visible.first().copied());
     (visible, selected.into_iter().collect())
 }
@@ -172,4 +175,40 @@ pub(super) fn build_cpu_track(rec: &Recording, cpu: u32, markers: &[MarkerRecord
         string_array: tables.strings.into_strings(),
     }
 }
+
+/// The track machine-wide counters hang under (CPU usage, memory, disks):
+/// the front end shows a counter only as part of a process whose pid has a
+/// thread, and only while that process is visible. Under the idle task they
+/// were hidden; here they open visible, as "Machine".
+pub(super) fn build_machine_track() -> Thread {
+    let tables = ThreadTables::default();
+    Thread {
+        name: "Machine".to_string(),
+        pid: MACHINE_PID.to_string(),
+        tid: CPU_TRACK_TID_BASE - 1,
+        process_type: "default".into(),
+        process_name: Some("Machine".to_string()),
+        process_executable: None,
+        is_main_thread: true,
+        process_startup_time: 0.0,
+        process_shutdown_time: None,
+        register_time: 0.0,
+        unregister_time: None,
+        paused_ranges: Vec::new(),
+        show_markers_in_timeline: false,
+        context_switches: None,
+        cgroup: None,
+        frame_table: tables.frames,
+        func_table: tables.funcs,
+        resource_table: tables.resources,
+        native_symbols: tables.symbols,
+        stack_table: tables.stacks,
+        samples: Samples { weight_type: "samples".into(), thread_cpu_delta: Some(Vec::new()), ..Default::default() },
+        markers: Default::default(),
+        string_array: tables.strings.into_strings(),
+    }
+}
+
+/// The pid of the machine's track (pids are strings in the format).
+pub(super) const MACHINE_PID: &str = "machine";
 

@@ -123,7 +123,11 @@ impl CounterPoller {
                     }
                     self.push(pid, "RSS", "Memory", "Resident set size of the process, bytes", now_ns, rss as f64 - prss as f64);
                 }
-                None => self.push(pid, "RSS", "Memory", "Resident set size of the process, bytes", now_ns, rss as f64),
+                // A base, not a change: the front end adds every value to
+                // the one before (and drops the first), so an absolute RSS
+                // here — a process back after its base was dropped, or any
+                // window but the first in `show` — drew a jump of its whole RSS.
+                None => self.push(pid, "RSS", "Memory", "Resident set size of the process, bytes", now_ns, 0.0),
             }
             self.proc_prev.insert(pid, (ticks, now_ns, rss));
         }
