@@ -225,9 +225,15 @@ impl Profile {
 }
 
 impl ThreadView<'_> {
-    /// Process id.
+    /// Process id; `u64::MAX` for a track of no process (the machine's
+    /// counters, `"machine"`, and the per-CPU tracks, `"cpus"`), which no
+    /// real pid equals.
     pub fn pid(&self) -> u64 {
-        self.t["pid"].as_str().unwrap().parse().unwrap()
+        let pid = self.t["pid"].as_str().unwrap();
+        match pid {
+            "machine" | "cpus" => u64::MAX,
+            _ => pid.parse().unwrap(),
+        }
     }
     /// Thread id.
     pub fn tid(&self) -> u64 {

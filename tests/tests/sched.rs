@@ -462,7 +462,7 @@ fn per_cpu_tracks_show_who_ran() {
             let (s, e) = (d["startTime"].as_f64().unwrap(), d["endTime"].as_f64().unwrap());
             assert!(s >= last_end - 1.1, "slices on CPU {cpu} overlap: {s} < {last_end}");
             last_end = e;
-            if d["pid"].as_u64() == Some(pid) {
+            if d["pid"].as_str() == Some(pid.to_string().as_str()) {
                 spinner_ms += e - s;
             }
         }

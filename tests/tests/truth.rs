@@ -553,9 +553,11 @@ fn per_cpu_slices_are_idle_kernel_or_user() {
         for i in 0..m["length"].as_u64().unwrap() as usize {
             let cat = cats[m["category"][i].as_u64().unwrap() as usize].clone();
             let d = &m["data"][i];
-            let expected = if d["pid"] == 0 {
+            // A pid as the front end's `pid` format wants it: a string.
+            let pid: u64 = d["pid"].as_str().expect("a slice's pid is a string").parse().unwrap();
+            let expected = if pid == 0 {
                 "Idle"
-            } else if profile.threads().iter().any(|p| p.t["pid"] != "cpus" && p.pid() == d["pid"].as_u64().unwrap() && p.process_name().starts_with("spin")) {
+            } else if profile.threads().iter().any(|p| p.t["pid"] != "cpus" && p.t["pid"] != "machine" && p.pid() == pid && p.process_name().starts_with("spin")) {
                 "User"
             } else {
                 &cat
