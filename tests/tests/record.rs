@@ -184,7 +184,8 @@ fn pid_filter_records_only_that_process() {
     let _ = w.wait();
     assert_success(&out);
     let profile = Profile::load(&out_path);
-    let pids: std::collections::BTreeSet<u64> = profile.threads().iter().map(|t| t.pid()).collect();
+    // Processes only: the machine's counters have a track of their own.
+    let pids: std::collections::BTreeSet<u64> = profile.threads().iter().map(|t| t.pid()).filter(|&p| p != u64::MAX).collect();
     assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![pid]);
     let t = profile.thread(pid, pid).unwrap();
     let on_cpu = t.on_cpu_stacks(&profile.categories()).len() as f64;
@@ -277,10 +278,11 @@ fn deleted_and_truncated_binaries_still_give_a_profile() {
     // it needs enough samples for them to mean something, not a rate.
     assert!(sb.len() >= 50, "{} samples of the truncated library's user", sb.len());
     let resolved = sb.iter().filter(|s| names(s).contains(&"lib_spin")).count();
-    let hex = sb.iter().filter(|s| s.iter().any(|(n, _)| n.starts_with("0x"))).count();
+    // Code no symbol covers is named by its library and offset.
+    let hex = sb.iter().filter(|s| s.iter().any(|(n, _)| n.starts_with("libspin.so+0x"))).count();
     eprintln!("truncated lib: {resolved} resolved, {hex} with hex frames of {}; stderr: {stderr}", sb.len());
     assert_eq!(resolved, 0, "a truncated library cannot be symbolicated");
-    assert!(hex * 10 >= sb.len() * 9, "its frames keep a hex address");
+    assert!(hex * 10 >= sb.len() * 9, "its frames keep their library and a hex offset: {hex} of {}", sb.len());
     assert!(stderr.contains("warning") && stderr.contains("libspin.so"), "a warning names the library: {stderr}");
 }
 
