@@ -536,14 +536,18 @@ fn per_cpu_slices_are_idle_kernel_or_user() {
     let (profile, idle_ms) = {
         let out_path = dir.join("p.json.gz");
         let spin = build_c("spin", &dir.join("spin"), &[]);
-        let idle_before = idle_cpu_ms();
         let rec = record_started(&["-a", "-q", "--per-cpu", "-d", "2"], &out_path);
+        // Idle time while it records (its start-up, before, may idle a
+        // CPU for a second: 1,470 ms counted so once, beside a spinner).
+        let (started, idle_before) = (std::time::Instant::now(), idle_cpu_ms());
         // A user process spins; the machine otherwise idles (kernel threads
         // wake now and then) unless other work keeps every CPU busy.
         let _ = Command::new(&spin).arg("0.5").output();
+        std::thread::sleep(Duration::from_millis(1600).saturating_sub(started.elapsed()));
+        let idle_ms = idle_cpu_ms() - idle_before;
         let out = wait_with_timeout(rec, Duration::from_secs(30), "sysprof --per-cpu");
         assert_success(&out);
-        (Profile::load(&out_path), idle_cpu_ms() - idle_before)
+        (Profile::load(&out_path), idle_ms)
     };
     let cats = profile.categories();
     let mut by_cat: BTreeMap<String, usize> = BTreeMap::new();
@@ -569,11 +573,12 @@ fn per_cpu_slices_are_idle_kernel_or_user() {
         }
     }
     let kthreads = profile.threads().iter().filter(|t| t.t["pid"] != "cpus" && (t.process_name().starts_with("kworker") || t.process_name().starts_with("rcu_"))).count();
-    eprintln!("per-cpu slices by category: {by_cat:?}; {kthreads} kernel threads in the profile; wrong: {wrong:?}");
+    eprintln!("per-cpu slices by category: {by_cat:?}; CPUs idle {idle_ms:.0} ms while recording; {kthreads} kernel threads in the profile; wrong: {wrong:?}");
     assert!(wrong.is_empty(), "{wrong:?}");
     assert!(by_cat.get("User").copied().unwrap_or(0) >= 1, "the spinner ran: {by_cat:?}");
-    // Idle slices where the kernel says the CPUs idled (beside a busy
-    // machine they may not have: 1 idle slice in a run beside a spinner).
+    // Idle slices where the kernel says the CPUs idled while it recorded
+    // (beside a busy machine they may not have: 1 idle slice in a run
+    // beside a spinner).
     if idle_ms >= 200.0 {
         assert!(by_cat.get("Idle").copied().unwrap_or(0) >= 1, "the CPUs idled {idle_ms:.0} ms: {by_cat:?}");
     }
