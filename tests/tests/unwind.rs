@@ -275,7 +275,8 @@ fn processes_in_a_container_cgroup_are_labelled() {
 }
 
 /// Check that JIT frames are named from the jitdump file a process maps
-/// (`node --perf-prof` writes one; no perf map exists then).
+/// (`node --perf-prof` writes one; no perf map exists then): the hot
+/// function in at least 90 % of the samples its loop's own CPU time gives.
 #[test]
 fn node_jit_frames_are_named_from_its_jitdump() {
     let test = "node_jit_frames_are_named_from_its_jitdump";
@@ -302,7 +303,13 @@ fn node_jit_frames_are_named_from_its_jitdump() {
     eprintln!("jitdump: {named} of {total} main-thread samples in sysprofHotLoop; JIT libs {:?}", libs.iter().filter(|l| l.starts_with("JIT")).collect::<Vec<_>>());
     assert!(libs.contains(&format!("JIT (jit-{pid}.dump)")));
     assert!(total >= 1000, "node ran its hot loop for 1.5 s of its own CPU time: {total} samples");
-    assert!(named * 100 >= total * 90, "the hot JS function is named in {named} of {total} samples");
+    // Judged against the loop's own CPU time, not all of node's samples:
+    // its start-up (loading, snapshot, OpenSSL) is 150-230 samples, more
+    // on a busy machine (86 % of all samples named there, 97 % of the
+    // loop's).
+    let loop_ms: f64 = String::from_utf8_lossy(&out.stdout).lines().find_map(|l| l.strip_prefix("loop_ms=")).expect("hot.js says its loop's CPU time").parse().unwrap();
+    let in_loop = loop_ms * 999.0 / 1000.0;
+    assert!(named as f64 >= in_loop * 0.9, "the hot JS function is named in {named} samples of a loop of {loop_ms} ms of CPU at 999 Hz ({total} samples in all)");
 }
 
 /// Check that --debuginfod fetches a stripped binary's debug file from a
