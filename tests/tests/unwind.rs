@@ -137,8 +137,10 @@ fn node(test: &str) -> Option<std::path::PathBuf> {
     None
 }
 
-/// Samples of `node --perf-basic-prof` running hot.js, with `tamper` applied to its map.
-fn record_node(test: &str, tamper: &str) -> Option<(Profile, u64, String)> {
+/// Samples of `node --perf-basic-prof` running hot.js, with `tamper` applied
+/// to its map: the profile, node's pid, sysprof's stderr, and the hot
+/// loop's own CPU time in ms (as hot.js measured it).
+fn record_node(test: &str, tamper: &str) -> Option<(Profile, u64, String, f64)> {
     let node = node(test)?;
     let dir = scratch(test);
     let script = workspace_root().join("tests/workloads/hot.js");
@@ -154,7 +156,12 @@ fn record_node(test: &str, tamper: &str) -> Option<(Profile, u64, String)> {
     for suffix in ["", ".real"] {
         let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map{suffix}"));
     }
-    Some((Profile::load(&out_path), pid, String::from_utf8_lossy(&out.stderr).into_owned()))
+    Some((Profile::load(&out_path), pid, String::from_utf8_lossy(&out.stderr).into_owned(), loop_ms(&out.stdout)))
+}
+
+/// The CPU time of hot.js's loop, ms, from its `loop_ms=` line.
+fn loop_ms(stdout: &[u8]) -> f64 {
+    String::from_utf8_lossy(stdout).lines().find_map(|l| l.strip_prefix("loop_ms=")).expect("hot.js says its loop's CPU time").parse().unwrap()
 }
 
 fn hot_js_samples(profile: &Profile, pid: u64) -> (usize, usize) {
@@ -174,19 +181,22 @@ fn jit_samples(profile: &Profile, pid: u64) -> usize {
 }
 
 /// Check that the hot JavaScript function's name, from the perf map node
-/// writes, appears in the profile's frames for most of node's samples.
+/// writes, appears in the profile's frames: in at least 90 % of the samples
+/// its loop's own CPU time gives.
 #[test]
 fn node_jit_frames_are_named_from_the_perf_map() {
     if !can_record("node_jit_frames_are_named_from_the_perf_map") {
         return;
     }
-    let Some((profile, pid, _)) = record_node("node_jit_frames_are_named_from_the_perf_map", "") else { return };
+    let Some((profile, pid, _, loop_ms)) = record_node("node_jit_frames_are_named_from_the_perf_map", "") else { return };
     let (named, total) = hot_js_samples(&profile, pid);
-    eprintln!("node: {named} of {total} main-thread samples in sysprofHotLoop");
+    eprintln!("node: {named} of {total} main-thread samples in sysprofHotLoop, its loop {loop_ms} ms of CPU");
     assert!(total >= 1000, "node ran its hot loop for 1.5 s of its own CPU time: {total} samples");
-    // hot.js spends its time in one JIT-compiled loop; the rest is node's
-    // start-up and the compiler: 94-96% is what a correct profile shows.
-    assert!(named * 100 >= total * 90, "the hot JS function is named in {named} of {total} samples");
+    // Judged against the loop's own CPU time: node's start-up before it is
+    // 150-200 samples more on a busy machine (there 89 % of all samples
+    // were named, 97 % of the loop's).
+    let in_loop = loop_ms * 999.0 / 1000.0;
+    assert!(named as f64 >= in_loop * 0.9, "the hot JS function is named in {named} samples of a loop of {loop_ms} ms of CPU at 999 Hz ({total} samples in all)");
 }
 
 /// Check that a perf map owned by another user, or a symlink, is refused
@@ -198,7 +208,7 @@ fn hostile_perf_maps_are_refused_with_a_warning() {
         if !can_record(&test) {
             return;
         }
-        let Some((profile, pid, stderr)) = record_node(&test, tamper) else { return };
+        let Some((profile, pid, stderr, _)) = record_node(&test, tamper) else { return };
         let (named, total) = hot_js_samples(&profile, pid);
         let jit = jit_samples(&profile, pid);
         eprintln!("hostile {tamper}: {named} of {total} named, {jit} in JIT code; stderr: {}", stderr.lines().find(|l| l.contains("perf map")).unwrap_or(""));
@@ -307,7 +317,7 @@ fn node_jit_frames_are_named_from_its_jitdump() {
     // its start-up (loading, snapshot, OpenSSL) is 150-230 samples, more
     // on a busy machine (86 % of all samples named there, 97 % of the
     // loop's).
-    let loop_ms: f64 = String::from_utf8_lossy(&out.stdout).lines().find_map(|l| l.strip_prefix("loop_ms=")).expect("hot.js says its loop's CPU time").parse().unwrap();
+    let loop_ms = loop_ms(&out.stdout);
     let in_loop = loop_ms * 999.0 / 1000.0;
     assert!(named as f64 >= in_loop * 0.9, "the hot JS function is named in {named} samples of a loop of {loop_ms} ms of CPU at 999 Hz ({total} samples in all)");
 }
