@@ -77,10 +77,11 @@ impl CounterPoller {
     /// Take one reading at `now_ns`; `pids` ran since the previous one.
     pub fn poll(&mut self, now_ns: u64, pids: impl IntoIterator<Item = u32>) {
         if let Some(now) = read_cpu() {
-            if let Some(prev) = self.cpu_prev {
-                let pct = busy_pct(prev, now);
-                self.push(0, "CPU usage", "CPU", "Busy share of all CPUs since the previous sample (%), from /proc/stat", now_ns, pct);
-            }
+            // The first reading is a base sample (0): the front end drops
+            // every counter's first value (it has no interval), so without
+            // one the first interval's share or bytes were never shown.
+            let pct = self.cpu_prev.map(|prev| busy_pct(prev, now)).unwrap_or(0.0);
+            self.push(0, "CPU usage", "CPU", "Busy share of all CPUs since the previous sample (%), from /proc/stat", now_ns, pct);
             self.cpu_prev = Some(now);
         }
         if let Some(used) = read_mem_used() {
@@ -89,10 +90,10 @@ impl CounterPoller {
             self.push(0, "Memory", "Memory", "Machine memory in use (MemTotal - MemAvailable), bytes", now_ns, delta);
         }
         for (dev, (rd, wr)) in read_disks() {
-            if let Some(&(prd, pwr)) = self.disk_prev.get(&dev) {
-                self.push(0, &format!("Disk read: {dev}"), "Bandwidth", "Bytes read from the device since the previous sample", now_ns, rd.saturating_sub(prd) as f64);
-                self.push(0, &format!("Disk write: {dev}"), "Bandwidth", "Bytes written to the device since the previous sample", now_ns, wr.saturating_sub(pwr) as f64);
-            }
+            // A device's first reading is a base sample (0), as above.
+            let (prd, pwr) = self.disk_prev.get(&dev).copied().unwrap_or((rd, wr));
+            self.push(0, &format!("Disk read: {dev}"), "Bandwidth", "Bytes read from the device since the previous sample", now_ns, rd.saturating_sub(prd) as f64);
+            self.push(0, &format!("Disk write: {dev}"), "Bandwidth", "Bytes written to the device since the previous sample", now_ns, wr.saturating_sub(pwr) as f64);
             self.disk_prev.insert(dev, (rd, wr));
         }
         if !self.pmu.is_empty() {
