@@ -8,7 +8,7 @@
 use crate::model::recording::{MarkerRecord, ProcessRecord, Recording, ThreadRecord};
 
 use super::markers::build_markers;
-use super::schema::{process_display_name, Samples, Thread};
+use super::schema::{process_display_name, Markers, Samples, Thread};
 use super::tables::ThreadTables;
 use super::{micros, CPU_TRACK_TID_BASE};
 
@@ -149,31 +149,9 @@ pub(super) fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord,
 pub(super) fn build_cpu_track(rec: &Recording, cpu: u32, markers: &[MarkerRecord], ms: &dyn Fn(u64) -> f64) -> Thread {
     let mut tables = ThreadTables::default();
     let markers = build_markers(rec, markers, &mut tables, false, ms);
-    Thread {
-        name: format!("CPU {cpu}"),
-        pid: "cpus".to_string(),
-        tid: CPU_TRACK_TID_BASE + cpu,
-        process_type: "default".into(),
-        process_name: Some("CPUs".to_string()),
-        process_executable: None,
-        is_main_thread: false,
-        process_startup_time: 0.0,
-        process_shutdown_time: None,
-        register_time: 0.0,
-        unregister_time: None,
-        paused_ranges: Vec::new(),
-        show_markers_in_timeline: true,
-        context_switches: None,
-        cgroup: None,
-        frame_table: tables.frames,
-        func_table: tables.funcs,
-        resource_table: tables.resources,
-        native_symbols: tables.symbols,
-        stack_table: tables.stacks,
-        samples: Samples { weight_type: "samples".into(), thread_cpu_delta: Some(Vec::new()), ..Default::default() },
-        markers,
-        string_array: tables.strings.into_strings(),
-    }
+    let mut t = track_of_no_process(format!("CPU {cpu}"), "cpus", CPU_TRACK_TID_BASE + cpu, "CPUs", tables, markers);
+    t.show_markers_in_timeline = true;
+    t
 }
 
 /// The track machine-wide counters hang under (CPU usage, memory, disks):
@@ -181,15 +159,22 @@ pub(super) fn build_cpu_track(rec: &Recording, cpu: u32, markers: &[MarkerRecord
 /// thread, and only while that process is visible. Under the idle task they
 /// were hidden; here they open visible, as "Machine".
 pub(super) fn build_machine_track() -> Thread {
-    let tables = ThreadTables::default();
+    let mut t = track_of_no_process("Machine".to_string(), MACHINE_PID, CPU_TRACK_TID_BASE - 1, "Machine", ThreadTables::default(), Default::default());
+    t.is_main_thread = true;
+    t
+}
+
+/// A track with no samples that belongs to no process (a CPU's, the
+/// machine's): the parts the per-CPU and machine tracks share.
+fn track_of_no_process(name: String, pid: &str, tid: u32, process_name: &str, tables: ThreadTables, markers: Markers) -> Thread {
     Thread {
-        name: "Machine".to_string(),
-        pid: MACHINE_PID.to_string(),
-        tid: CPU_TRACK_TID_BASE - 1,
+        name,
+        pid: pid.to_string(),
+        tid,
         process_type: "default".into(),
-        process_name: Some("Machine".to_string()),
+        process_name: Some(process_name.to_string()),
         process_executable: None,
-        is_main_thread: true,
+        is_main_thread: false,
         process_startup_time: 0.0,
         process_shutdown_time: None,
         register_time: 0.0,
@@ -204,7 +189,7 @@ pub(super) fn build_machine_track() -> Thread {
         native_symbols: tables.symbols,
         stack_table: tables.stacks,
         samples: Samples { weight_type: "samples".into(), thread_cpu_delta: Some(Vec::new()), ..Default::default() },
-        markers: Default::default(),
+        markers,
         string_array: tables.strings.into_strings(),
     }
 }
