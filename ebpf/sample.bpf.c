@@ -65,6 +65,7 @@ static __always_inline void fill_sample(struct bpf_perf_event_data *ctx, struct 
 	e->cpu = bpf_get_smp_processor_id();
 	e->time_ns = bpf_ktime_get_ns();
 	e->sum_exec_runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
+	e->exec_start = BPF_CORE_READ(task, se.exec_start);
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
 	e->flags = 0;

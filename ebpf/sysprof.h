@@ -170,6 +170,11 @@ struct sample_event {
 	__u32 cpu;
 	__u64 time_ns;          /* CLOCK_MONOTONIC, bpf_ktime_get_ns() */
 	__u64 sum_exec_runtime; /* task->se.sum_exec_runtime, ns */
+	__u64 exec_start;       /* task->se.exec_start: when the scheduler last brought
+	                           sum_exec_runtime up to date (a tick, a switch), on its
+	                           own clock: userspace adds the time since, so a
+	                           thread's CPU time is exact between samples, not
+	                           stale by up to a tick */
 	__u32 pid;              /* tgid */
 	__u32 tid;
 	__u32 flags;            /* SAMPLE_FLAG_* */

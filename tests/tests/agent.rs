@@ -1,7 +1,7 @@
 //! `sysprof agent` and `sysprof show`: real BPF, root, one test at a time.
 //!
 //! Oracles the agent does not produce: a workload's own per-function CPU
-//! time and its thread's schedstat, the pids of processes the test started,
+//! time and its thread's own CPU clock, the pids of processes the test started,
 //! the bytes and names of the store's files as the file system sees them,
 //! the wall clock.
 
@@ -50,7 +50,7 @@ fn folded_count(text: &str, func: &str) -> usize {
 /// Check that a workload run beside the agent, with a 3:1 split of its own
 /// thread CPU time between two functions, comes back from `sysprof show`
 /// (which reads the stored windows) with that split (±5%), its thread's CPU
-/// time equal to its schedstat (nothing lost or counted twice at the seams
+/// time equal to its own CPU clock (nothing lost or counted twice at the seams
 /// of the windows it spanned), and the same counts in folded form.
 #[test]
 fn show_gives_the_cpu_split_of_a_workload_beside_the_agent() {
@@ -74,18 +74,18 @@ fn show_gives_the_cpu_split_of_a_workload_beside_the_agent() {
     let profile = Profile::load(&path);
     let (three, one, delta_ns) = split_of(&profile, pid);
     let ratio = three as f64 / one.max(1) as f64;
-    eprintln!("agent split: hot_three {three}, hot_one {one}, ratio {ratio:.2}; threadCPUDelta {:.3} ms, schedstat {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
+    eprintln!("agent split: hot_three {three}, hot_one {one}, ratio {ratio:.2}; threadCPUDelta {:.3} ms, its own clock {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
     assert!(three + one >= 1200, "3 s of CPU at 499 Hz: {} samples in the hot functions", three + one);
     assert!((2.85..=3.15).contains(&ratio), "ratio {ratio:.2} is not 3 ± 5%");
-    // schedstat is read by the thread near its end: the samples' deltas
-    // stop at its last sample before it. A tick samples whoever runs, so on
-    // a busy machine the thread's last sample can lie a few of its periods
-    // (2 ms) of its own CPU time before the end: 10 are allowed. A sample
-    // can also land after the read, on the exit path (fgets, printf, exit:
-    // CI saw 0.3 ms), so up to one period ahead. A window lost or counted
+    // Its whole CPU time, exit included, is ahead of the samples' deltas by
+    // the work after its last sample (a tick samples whoever runs, so on a
+    // busy machine a few of its periods, 2 ms, of its own CPU time) and by
+    // its first sample's staleness (a tick, 4 ms): 20 ms are allowed. The
+    // deltas can run ahead of the kernel's count by a tick and a period
+    // (steal time in a VM): 6 ms the other way. A window lost or counted
     // twice would be hundreds of ms off.
     let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
-    assert!((-2.0..=20.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
+    assert!((-6.0..=20.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind");
 
     let o = show(&["--store", store.to_str().unwrap(), "--since", "2m", "-p", &pid.to_string(), "--format", "folded"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -115,7 +115,7 @@ fn show_gives_the_cpu_split_of_a_workload_beside_the_agent() {
 /// and compacts them (a compaction bucket of 3 s here, so files are
 /// replaced under the readers many times), and that once compacted, the
 /// range holds each window once: a workload's thread CPU time in `show`
-/// equals its schedstat (a window counted twice would double it).
+/// equals its own CPU clock (a window counted twice would double it).
 #[test]
 fn show_reads_while_the_agent_writes_and_compacts() {
     if !can_record("show_reads_while_the_agent_writes_and_compacts") {
@@ -158,12 +158,13 @@ fn show_reads_while_the_agent_writes_and_compacts() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (_, _, delta_ns) = split_of(&Profile::load(&path), pid);
     let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
-    eprintln!("concurrent: threadCPUDelta {:.3} ms, schedstat {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
+    eprintln!("concurrent: threadCPUDelta {:.3} ms, its own clock {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
     // Its last sample may lie a few periods (5 ms at 199 Hz) of its own CPU
     // before its end on a busy machine (a tick samples whoever runs; 8.3 ms
-    // was seen beside a busy CPU): 10 are allowed. A window counted twice
-    // would put it ~1 s ahead, one lost as far behind.
-    assert!((-0.01..=50.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
+    // was seen beside a busy CPU): 10 are allowed; ahead of the kernel's
+    // count by a tick and a period at most (steal time in a VM). A window
+    // counted twice would put it ~1 s ahead, one lost as far behind.
+    assert!((-10.0..=50.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind");
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
 }

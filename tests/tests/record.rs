@@ -16,7 +16,7 @@ fn names(stack: &[(String, String)]) -> Vec<&str> {
 /// Check that a 3:1 split of thread CPU time between two functions shows up
 /// as a 3:1 split of samples (±10%), in the named thread with the right pid
 /// and tid, with the caller directly above each hot function; and that the
-/// thread's summed threadCPUDelta matches its CPU time from schedstat (±10%).
+/// thread's summed threadCPUDelta matches its own CPU clock (within a few sampling periods).
 #[test]
 fn cpu_split_between_functions_matches_the_workload() {
     if !can_record("cpu_split_between_functions_matches_the_workload") {
@@ -61,14 +61,18 @@ fn cpu_split_between_functions_matches_the_workload() {
     assert!((2.85..=3.15).contains(&ratio), "ratio {ratio:.2} is not 3 ± 5%");
 
     // The thread starts during the recording, so its deltas add up to its
-    // CPU time at its last sample; schedstat, read by the thread after its
-    // work, can only be ahead, by the work after the last sample: a few of
-    // its periods (1 ms) of its own CPU time on a busy machine, where a
-    // tick samples whoever runs; 10 are allowed.
+    // CPU time at its last sample (exact there, not a tick stale, but from a
+    // first sample that can be): its whole CPU time, exit included, can only
+    // be ahead, by that staleness (up to a tick, 4 ms at HZ=250) and the
+    // work after its last sample: a few of its periods (1 ms) on a busy
+    // machine, where a tick samples whoever runs. 10 ms are allowed. The
+    // deltas can run ahead of the kernel's count by the time since it last
+    // changed (the scheduler's clock leaves out a VM's steal time, the
+    // samples' does not): a tick and a period, 5 ms the other way.
     let delta_ns = t.cpu_delta_us() as f64 * 1000.0;
     let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
-    eprintln!("split: threadCPUDelta sum {:.3} ms, schedstat {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
-    assert!((-0.01..=10.0).contains(&behind_ms), "threadCPUDelta sum {delta_ns} ns vs schedstat {cpu_ns} ns: {behind_ms:.3} ms behind");
+    eprintln!("split: threadCPUDelta sum {:.3} ms, its own clock {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
+    assert!((-5.0..=10.0).contains(&behind_ms), "threadCPUDelta sum {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind");
 }
 
 /// Check that a thread spending its time in read(2) has stacks holding both

@@ -208,12 +208,16 @@ fn hostile_perf_maps_are_refused_with_a_warning() {
         if !can_record(&test) {
             return;
         }
-        let Some((profile, pid, stderr, _)) = record_node(&test, tamper) else { return };
+        let Some((profile, pid, stderr, loop_ms)) = record_node(&test, tamper) else { return };
         let (named, total) = hot_js_samples(&profile, pid);
         let jit = jit_samples(&profile, pid);
         eprintln!("hostile {tamper}: {named} of {total} named, {jit} in JIT code; stderr: {}", stderr.lines().find(|l| l.contains("perf map")).unwrap_or(""));
-        // The JIT code ran and was sampled (so names could have come from the map) ...
-        assert!(total >= 1000 && jit * 100 >= total * 80, "{jit} of {total} samples in JIT code");
+        // The JIT code ran and was sampled (so names could have come from
+        // the map): judged against the loop's own CPU time, as node's
+        // start-up is more of its samples on a busy machine (CI saw 1,380 of
+        // 1,881 in JIT code, 92 % of the loop's) ...
+        let in_loop = loop_ms * 999.0 / 1000.0;
+        assert!(total >= 1000 && jit as f64 >= in_loop * 0.8, "{jit} of {total} samples in JIT code, its loop {loop_ms} ms of CPU at 999 Hz");
         // ... but none was named from it.
         assert_eq!(named, 0, "a {tamper}ed perf map must not name frames");
         assert!(stderr.contains("warning") && stderr.contains(expected), "{tamper}: the warning says why: {stderr}");

@@ -166,8 +166,10 @@ pub struct SampleEvent {
     pub cpu: u32,
     /// CLOCK_MONOTONIC ns.
     pub time_ns: u64,
-    /// The task's CPU time so far, ns.
+    /// The task's CPU time so far, ns, as of `exec_start`.
     pub sum_exec_runtime: u64,
+    /// When the scheduler last updated `sum_exec_runtime`, on its own clock (ns).
+    pub exec_start: u64,
     /// Process id.
     pub pid: u32,
     /// Thread id.

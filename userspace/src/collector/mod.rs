@@ -58,6 +58,21 @@ use stacks::{StoredStack, ThreadStacks};
 pub use options::{CollectorOptions, PidFilter, WindowRange};
 use window::WindowData;
 
+/// A task's CPU time exactly at a sample, shifted by a constant: the
+/// scheduler brings `sum_exec_runtime` up to date only at a tick or a switch
+/// (every 4 ms at HZ=250 for a thread that runs on), so read as is, a
+/// running thread's deltas would be 0, 0, 0, 4 ms. It has run without a break
+/// since `exec_start` (set at each update and when it last came on the CPU),
+/// so its exact CPU time is `sum_exec_runtime + (now - exec_start)`, the
+/// difference taken on the scheduler's clock. The sample's time is on
+/// CLOCK_MONOTONIC, which differs from that clock by an offset that is the
+/// same for every sample of a recording (up to the clocks' rate difference,
+/// parts per million): that offset cancels in the difference of two samples,
+/// which is all a CPU delta needs. Wrapping: the offset can have either sign.
+pub(crate) fn runtime_clock(sum_exec_runtime: u64, exec_start: u64, time_ns: u64) -> u64 {
+    sum_exec_runtime.wrapping_add(time_ns).wrapping_sub(exec_start)
+}
+
 /// Ends a user stack in `out` with the raw key of its cut ([`StackEnd::raw_key`]:
 /// placed at the root end, where no code lives), nothing for a whole stack.
 fn push_cut(out: &mut Vec<u64>, end: StackEnd) {
@@ -278,6 +293,7 @@ impl Collector {
         w.samples.tid.push(s.tid);
         w.samples.cpu.push(s.cpu);
         w.samples.runtime_ns.push(s.sum_exec_runtime);
+        w.samples.runtime_clock_ns.push(runtime_clock(s.sum_exec_runtime, s.exec_start, s.time_ns));
         w.samples.raw_stack.push(node);
         self.recent_pids.insert(s.pid);
         let mut comm = [0u8; TASK_COMM_LEN];

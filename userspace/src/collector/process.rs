@@ -33,14 +33,77 @@ pub(super) fn is_anonymous(path: &str) -> bool {
     path.is_empty() || path.starts_with("//anon") || path.starts_with("[anon")
 }
 
+/// A thread's CPU time as its samples tell it, for each sample's delta.
+///
+/// Each sample carries the scheduler's `sum_exec_runtime`, stale by up to a
+/// tick, and [`super::runtime_clock`], exact but shifted by an offset between
+/// two clocks. Between two samples on one CPU the exact difference is used;
+/// across CPUs (whose scheduler clocks need not agree), and from a base
+/// that is not a sample, the stale value is: the thread's CPU time is then
+/// at least that. So deltas add up to the exact time at the last sample, less
+/// at most one tick, and never fall behind what the kernel itself counted.
+/// Nor do they run ahead of it by more than the time since its count was
+/// last seen to change: in a VM the scheduler's clock leaves out the time
+/// the host ran something else (steal), the samples' clock does not, and
+/// that difference must not pile up.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct CpuTime {
+    /// What the deltas so far add up to, from the base; None: no base known.
+    accounted: Option<u64>,
+    /// (`runtime_clock`, time, CPU) at the latest sample.
+    last: Option<(u64, u64, u32)>,
+    /// (runtime, a time before the kernel's update to it): its CPU time now
+    /// is at most that runtime plus the time since.
+    updated_after: Option<(u64, u64)>,
+}
+
+impl CpuTime {
+    /// From a known CPU time: at its start (0) or when the recording began.
+    pub(super) fn since(cpu_ns: u64) -> Self {
+        CpuTime { accounted: Some(cpu_ns), last: None, updated_after: None }
+    }
+
+    /// The delta of a sample with (`runtime`, `clock`) at `time` on `cpu`.
+    /// The first sample of a thread with no base gives 0.
+    pub(super) fn advance(&mut self, runtime: u64, clock: u64, time: u64, cpu: u32) -> u64 {
+        let previous_time = self.last.map(|(_, t, _)| t);
+        if self.updated_after.is_none_or(|(r, _)| r != runtime) {
+            self.updated_after = previous_time.map(|t| (runtime, t));
+        }
+        let Some(accounted) = self.accounted else {
+            *self = CpuTime { accounted: Some(runtime), last: Some((clock, time, cpu)), ..*self };
+            return 0;
+        };
+        let exact = match self.last {
+            // Never more than the wall time between the two samples.
+            Some((last_clock, last_time, last_cpu)) if last_cpu == cpu && time >= last_time => {
+                let d = clock.wrapping_sub(last_clock) as i64;
+                (d >= 0).then(|| (d as u64).min(time - last_time))
+            }
+            _ => None,
+        };
+        let mut delta = exact.unwrap_or(0);
+        if let Some((_, after)) = self.updated_after {
+            let at_most = runtime + time.saturating_sub(after);
+            delta = delta.min(at_most.saturating_sub(accounted));
+        }
+        let delta = delta.max(runtime.saturating_sub(accounted));
+        self.accounted = Some(accounted + delta);
+        if exact.is_some() || self.last.is_none_or(|(_, last_time, _)| time >= last_time) {
+            self.last = Some((clock, time, cpu));
+        }
+        delta
+    }
+}
+
 /// What is known of a thread across windows.
 #[derive(Debug, Clone, Default)]
 pub(super) struct ThreadState {
     pub name: String,
     pub start_ns: Option<u64>,
     pub end_ns: Option<u64>,
-    /// CPU time at its latest sample (the base of the next delta).
-    pub last_runtime: Option<u64>,
+    /// Its CPU time so far, the base of its samples' deltas.
+    pub cpu_time: CpuTime,
     /// (voluntary, involuntary) context switches, when known.
     pub switches: Option<(u64, u64)>,
 }
@@ -208,7 +271,7 @@ impl ProcessTable {
             for (tid, comm, cpu_ns) in &p.threads {
                 let t = state.thread(*tid);
                 t.name = comm.clone();
-                t.last_runtime = Some(*cpu_ns);
+                t.cpu_time = CpuTime::since(*cpu_ns);
             }
         }
     }
@@ -262,7 +325,7 @@ impl ProcessTable {
                 }
                 let t = self.process(*pid).thread(*tid);
                 t.start_ns = Some(*time);
-                t.last_runtime = Some(0);
+                t.cpu_time = CpuTime::since(0);
             }
             SidebandEvent::Exit { time, pid, tid } => {
                 let state = self.process(*pid);

@@ -137,13 +137,9 @@ impl<'a> Replay<'a> {
             node
         };
         let tid = w.samples.tid[i];
-        let runtime = w.samples.runtime_ns[i];
+        let (time, cpu) = (w.samples.time_ns[i], w.samples.cpu[i]);
         let t = self.table.process(pid).thread(tid);
-        let delta = match t.last_runtime {
-            Some(last) => runtime.saturating_sub(last),
-            None => 0,
-        };
-        t.last_runtime = Some(runtime.max(t.last_runtime.unwrap_or(0)));
+        let delta = t.cpu_time.advance(w.samples.runtime_ns[i], w.samples.runtime_clock_ns[i], time, cpu);
         let data = self.thread(pid, tid);
         data.samples.time_ns.push(w.samples.time_ns[i]);
         data.samples.stack.push(node);

@@ -32,11 +32,19 @@ fn mmap(time: u64, pid: u32, path: &str) -> MmapEvent {
     MmapEvent { time, pid, start: 0x40_0000, len: 0x1000, pgoff: 0x2000, path: path.into(), build_id: None, inode: None }
 }
 
+/// (`runtime` is exact at `time`: the scheduler updated it then.)
 fn sample(c: &mut Collector, time: u64, pid: u32, tid: u32, runtime: u64, ustack: &[u64], kstack: &[u64]) {
+    sample_updated_at(c, time, pid, tid, runtime, time, ustack, kstack);
+}
+
+/// A sample whose `runtime` the scheduler last updated at `exec_start` (its clock).
+#[allow(clippy::too_many_arguments)]
+fn sample_updated_at(c: &mut Collector, time: u64, pid: u32, tid: u32, runtime: u64, exec_start: u64, ustack: &[u64], kstack: &[u64]) {
     c.handle_sample(&SampleView {
         cpu: 0,
         time_ns: time,
         sum_exec_runtime: runtime,
+        exec_start,
         pid,
         tid,
         flags: 0,
@@ -131,7 +139,7 @@ fn replay_resolves_with_mappings_of_the_moment() {
     c.handle_sideband(SidebandEvent::Mmap(mmap(100, 10, "/nonexistent/a")));
     c.handle_sideband(SidebandEvent::Comm { time: 300, pid: 10, tid: 10, name: "b".into(), exec: true });
     c.handle_sideband(SidebandEvent::Mmap(mmap(301, 10, "/nonexistent/b")));
-    sample(&mut c, 400, 10, 10, 3000, &[0x40_0010, 0x40_0100], &[0xffff_ffff_8110_0410]);
+    sample(&mut c, 400, 10, 10, 1200, &[0x40_0010, 0x40_0100], &[0xffff_ffff_8110_0410]);
     c.handle_sideband(SidebandEvent::Fork { time: 500, pid: 11, ppid: 10, tid: 11 });
     sample(&mut c, 600, 11, 11, 5000, &[0x40_0020], &[]);
     c.handle_sideband(SidebandEvent::Exit { time: 700, pid: 11, tid: 11 });
@@ -152,7 +160,7 @@ fn replay_resolves_with_mappings_of_the_moment() {
     let p11 = r.processes.iter().find(|p| p.pid == 11).unwrap();
     assert_eq!((p11.start_ns, p11.end_ns), (Some(500), Some(700)));
     // Thread 10 had no baseline: first delta 0, then the difference.
-    assert_eq!(p10.threads[0].samples.cpu_delta_ns, vec![0, 2000]);
+    assert_eq!(p10.threads[0].samples.cpu_delta_ns, vec![0, 200]);
     // Thread 11 was forked during the recording: its baseline is 0.
     assert_eq!(p11.threads[0].samples.cpu_delta_ns, vec![5000]);
     assert!(r.warnings.iter().any(|w| w.contains("/nonexistent/a")), "{:?}", r.warnings);
@@ -276,6 +284,30 @@ fn everything_lies_inside_the_range() {
     assert_eq!((t.off_cpu.time_ns.clone(), t.off_cpu.duration_ns.clone()), (vec![500], vec![500]));
 }
 
+/// Check that a running thread's CPU deltas are exact between samples
+/// though the scheduler updates its CPU time only at ticks: a thread that
+/// runs on from its start at 0, sampled every 1,000 ns with a tick every
+/// 4,000 (and the scheduler's clock 5,000 ahead of the samples'), gets
+/// 1,000 per sample, not 0, 0, 0, 4,000, and its whole CPU time in all.
+#[test]
+fn cpu_deltas_are_exact_between_ticks() {
+    let mut c = collector(PidFilter::All);
+    c.handle_sideband(SidebandEvent::Fork { time: 0, pid: 80, ppid: 1, tid: 80 });
+    c.handle_sideband(SidebandEvent::Mmap(mmap(1, 80, "/nonexistent/spin")));
+    const AHEAD: u64 = 5_000;
+    for time in (1_000..=9_000).step_by(1_000) {
+        let last_tick = time / 4_000 * 4_000;
+        sample_updated_at(&mut c, time, 80, 80, last_tick, last_tick + AHEAD, &[0x40_0010], &[]);
+    }
+    let r = c.finish_window(range(0, 10_000));
+    let deltas = &thread(&r, 80, 80).samples.cpu_delta_ns;
+    // The first is as the scheduler last updated it (0 at 1,000, a tick
+    // stale); from there on exact, and the tick at 4,000 makes up the first's
+    // 1,000: the sum is the thread's whole CPU time.
+    assert_eq!(deltas, &vec![0, 1_000, 1_000, 2_000, 1_000, 1_000, 1_000, 1_000, 1_000]);
+    assert_eq!(deltas.iter().sum::<u64>(), 9_000);
+}
+
 /// Check that a window starts from where the previous one left the
 /// processes (mappings, names, CPU-time bases), and that a process that
 /// exited is forgotten after the window that reported it.
@@ -289,11 +321,11 @@ fn windows_carry_process_state_and_forget_the_dead() {
     c.handle_sideband(SidebandEvent::Exit { time: 200, pid: 71, tid: 71 });
     let first = c.finish_window(WindowRange { continuous: true, ..range(0, 1000) });
     assert_eq!(first.processes.len(), 1, "pid 71 had no data");
-    sample(&mut c, 1100, 70, 70, 4000, &[0x40_0020], &[]);
+    sample(&mut c, 1100, 70, 70, 1800, &[0x40_0020], &[]);
     let second = c.finish_window(WindowRange { continuous: true, ..range(1000, 2000) });
     assert_eq!(frames_of(&second, 70, 70, 0), vec![("/nonexistent/server".to_string(), 0x2020)]);
     assert_eq!(second.processes[0].name, "server");
-    assert_eq!(second.processes[0].threads[0].samples.cpu_delta_ns, vec![3000], "the CPU-time base carried over");
+    assert_eq!(second.processes[0].threads[0].samples.cpu_delta_ns, vec![800], "the CPU-time base carried over");
     assert!(!c.table.processes.contains_key(&71), "exited in the first window: forgotten");
 }
 
@@ -346,6 +378,7 @@ fn kernel_walks_end_in_the_frame_that_says_why() {
             cpu: 0,
             time_ns: 10 + i as u64,
             sum_exec_runtime: 0,
+            exec_start: 10 + i as u64,
             pid: 30,
             tid: 30,
             flags: abi::SAMPLE_FLAG_KERNEL_UNWOUND,
@@ -365,4 +398,40 @@ fn kernel_walks_end_in_the_frame_that_says_why() {
     }
     let u = r.stats.unwind;
     assert_eq!((u.unwinds, u.reached_root, u.bad_return_address, u.copy_exhausted, u.no_unwind_info), (10, 1, 1, 1, 7));
+}
+
+/// Check that a thread that moves to a CPU whose scheduler clock is far
+/// from the first's gets its deltas from the kernel's own count there, not
+/// from the two clocks' difference: nothing invented, nothing lost.
+#[test]
+fn cpu_deltas_across_cpus_do_not_compare_their_clocks() {
+    let mut t = super::process::CpuTime::since(0);
+    // CPU 0: its clock 5,000 ahead; exact 1,000 between samples.
+    assert_eq!(t.advance(0, super::runtime_clock(0, 5_000, 1_000), 1_000, 0), 0);
+    assert_eq!(t.advance(0, super::runtime_clock(0, 5_000, 2_000), 2_000, 0), 1_000);
+    // CPU 1, its clock 900,000 ahead (updated at 2,500): compared, the
+    // clocks would say it ran -897,500. The kernel counted 2,500 when it
+    // moved: 1,500 more than accounted.
+    assert_eq!(t.advance(2_500, super::runtime_clock(2_500, 902_500, 3_000), 3_000, 1), 1_500);
+    // On CPU 1 again: exact.
+    assert_eq!(t.advance(2_500, super::runtime_clock(2_500, 902_500, 4_000), 4_000, 1), 1_000);
+}
+
+/// Check that where the scheduler's clock runs slower than the samples'
+/// (a VM whose host ran something else: steal time), the deltas do not run
+/// ahead of the kernel's own count by more than the time since it changed.
+#[test]
+fn cpu_deltas_do_not_run_ahead_of_the_kernel_by_steal() {
+    let mut t = super::process::CpuTime::since(0);
+    // Runs on CPU 0 from 0; samples every 1,000; ticks every 4,000 of wall
+    // time, but the scheduler's clock counts only half of it (steal).
+    let mut total = 0;
+    for time in (1_000..=40_000u64).step_by(1_000) {
+        let tick = time / 4_000 * 4_000;
+        let (runtime, exec_start) = (tick / 2, tick / 2);
+        total += t.advance(runtime, super::runtime_clock(runtime, exec_start, time), time, 0);
+        let true_cpu = time / 2;
+        assert!(total <= true_cpu + 4_000, "at {time}: {total} accounted, the kernel's count is {runtime}");
+    }
+    assert!(total >= 20_000 - 4_000, "{total}");
 }

@@ -26,7 +26,11 @@ pub(super) struct SampleColumns {
     pub(super) pid: Vec<u32>,
     pub(super) tid: Vec<u32>,
     pub(super) cpu: Vec<u32>,
+    /// The task's CPU time as the scheduler last updated it (a tick, a switch).
     pub(super) runtime_ns: Vec<u64>,
+    /// The task's CPU time exactly at the sample, plus an unknown offset
+    /// that is the same for every sample (see `runtime_clock`).
+    pub(super) runtime_clock_ns: Vec<u64>,
     pub(super) raw_stack: Vec<NodeIndex>,
 }
 
@@ -279,6 +283,7 @@ pub(super) fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
             n.tid.push(s.tid[i]);
             n.cpu.push(s.cpu[i]);
             n.runtime_ns.push(s.runtime_ns[i]);
+            n.runtime_clock_ns.push(s.runtime_clock_ns[i]);
             n.raw_stack.push(move_node(&w.raw, &mut next.raw, s.raw_stack[i]));
         }
         // Out of this window's replay: its filter drops samples after the end.

@@ -147,8 +147,10 @@ pub struct SampleView<'a> {
     pub cpu: u32,
     /// CLOCK_MONOTONIC ns.
     pub time_ns: u64,
-    /// The task's CPU time so far, ns.
+    /// The task's CPU time so far, ns, as the scheduler last updated it.
     pub sum_exec_runtime: u64,
+    /// When the scheduler last updated `sum_exec_runtime`, on its own clock.
+    pub exec_start: u64,
     /// Process id.
     pub pid: u32,
     /// Thread id.
@@ -215,6 +217,7 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
         cpu: e.cpu,
         time_ns: e.time_ns,
         sum_exec_runtime: e.sum_exec_runtime,
+        exec_start: e.exec_start,
         pid: e.pid,
         tid: e.tid,
         flags: e.flags,

@@ -25,7 +25,7 @@ macro_rules! abi_items {
 #[test]
 fn abi_matches_c_header() {
     let items = abi_items!(
-        struct sample_event = SampleEvent { kind, cpu, time_ns, sum_exec_runtime, pid, tid, flags, kstack_len, ustack_len,
+        struct sample_event = SampleEvent { kind, cpu, time_ns, sum_exec_runtime, exec_start, pid, tid, flags, kstack_len, ustack_len,
             stack_size, unwind_end, comm, user_ip, user_sp, user_bp, kstack, ustack }
         struct unwind_row = Row { pc, kind, rbp_slot, cfa_off8 }
         struct unwind_mapping = UnwindMapping { start, end, bias, table_start, table_len }
