@@ -70,7 +70,9 @@ fn show_gives_the_cpu_split_of_a_workload_beside_the_agent() {
     let path = dir.join("show.json.gz");
     let o = show(&["--store", store.to_str().unwrap(), "--since", "2m", "-p", &pid.to_string(), "-o", path.to_str().unwrap()]);
     assert!(o.status.success(), "show failed: {}", String::from_utf8_lossy(&o.stderr));
-    assert!(!String::from_utf8_lossy(&o.stderr).contains("warning"), "{}", String::from_utf8_lossy(&o.stderr));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert!(stderr.contains(&format!("; open it: sysprof view {}", path.display())), "show says how to open what it wrote: {stderr}");
     let profile = Profile::load(&path);
     let (three, one, delta_ns) = split_of(&profile, pid);
     let ratio = three as f64 / one.max(1) as f64;

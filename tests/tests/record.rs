@@ -307,3 +307,92 @@ fn bad_requests_exit_2_with_one_clear_line() {
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.contains("cannot write /nonexistent-dir/p.json") && err.contains("-o"), "{err}");
 }
+
+/// Check that `record -- CMD`'s range starts with the command, not with the
+/// loading before it (0.4-0.8 s of verifier time that the profile showed
+/// greyed out): the profile's start (its CLOCK_MONOTONIC anchor plus
+/// `profilingStartTime`) lies before the command's own first reading of
+/// that clock, by at most 100 ms (its fork, exec and dynamic loading).
+#[test]
+fn the_range_starts_with_the_command() {
+    if !can_record("the_range_starts_with_the_command") {
+        return;
+    }
+    let dir = scratch("range-start");
+    let exe = build_c("spin", &dir.join("spin"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--no-io", "--", exe.to_str().unwrap(), "0.3"], &out_path);
+    assert_success(&out);
+    let command_start_ns = field(&out.stdout, "start_ns").expect("spin printed its start");
+    let profile = Profile::load(&out_path);
+    let meta = &profile.json["meta"];
+    let anchor_ns = meta["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_f64().expect("the profile's clock anchor");
+    let start_ns = anchor_ns + meta["profilingStartTime"].as_f64().unwrap_or(0.0) * 1e6;
+    let lead_ms = (command_start_ns as f64 - start_ns) / 1e6;
+    eprintln!("range start: {lead_ms:.1} ms before the command's main()");
+    assert!((0.0..=100.0).contains(&lead_ms), "the profile starts {lead_ms:.1} ms before the command did");
+}
+
+/// Check that `record -a` samples at its full rate from its first
+/// millisecond: a spinner that ran before sysprof started has, in each whole
+/// 250-ms slice of the range, the samples its own CPU time there gives at
+/// 999 Hz, within 10 % (its CPU time read from its own log of
+/// CLOCK_THREAD_CPUTIME_ID against CLOCK_MONOTONIC, so the slices it was
+/// preempted in count as such). Nothing may be lost or missing while
+/// sysprof is still starting (the first slice had 40 % of the rate when
+/// the tracer's load came after the range's start).
+#[test]
+fn all_cpus_are_sampled_at_full_rate_from_the_start() {
+    if !can_record("all_cpus_are_sampled_at_full_rate_from_the_start") {
+        return;
+    }
+    let dir = scratch("full-rate");
+    let exe = build_c("cpulog", &dir.join("cpulog"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let log_path = dir.join("cpu.log");
+    let spinner = Command::new(&exe).arg("6").arg(&log_path).stdout(Stdio::piped()).spawn().unwrap();
+    let out = record(&["-a", "-F", "999", "-d", "1.6", "--no-io"], &out_path);
+    let log = wait_with_timeout(spinner, Duration::from_secs(30), "cpulog");
+    assert_success(&out);
+    let pid = field(&log.stdout, "pid").unwrap();
+    // (CLOCK_MONOTONIC, its CPU time) readings, 2 ms apart.
+    let readings: Vec<(f64, f64)> = std::fs::read_to_string(&log_path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (at, cpu) = l.strip_prefix("at_ns=")?.split_once(" cpu_ns=")?;
+            Some((at.parse().ok()?, cpu.parse().ok()?))
+        })
+        .collect();
+    let cpu_at = |t: f64| -> f64 {
+        let i = readings.partition_point(|r| r.0 <= t).clamp(1, readings.len() - 1);
+        let ((t0, c0), (t1, c1)) = (readings[i - 1], readings[i]);
+        c0 + (c1 - c0) * ((t - t0) / (t1 - t0)).clamp(0.0, 1.0)
+    };
+
+    let profile = Profile::load(&out_path);
+    let meta = &profile.json["meta"];
+    let anchor_ns = meta["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_f64().unwrap();
+    let (start_ms, end_ms) = (meta["profilingStartTime"].as_f64().unwrap_or(0.0), meta["profilingEndTime"].as_f64().unwrap());
+    let slices = ((end_ms - start_ms) / 250.0).floor() as usize;
+    let t = profile.thread(pid, pid).expect("the spinner's thread");
+    let mut counts = vec![0usize; slices];
+    for time in t.times() {
+        let slice = ((time - start_ms) / 250.0).floor();
+        if slice >= 0.0 && (slice as usize) < slices {
+            counts[slice as usize] += 1;
+        }
+    }
+    let expected: Vec<f64> = (0..slices)
+        .map(|i| {
+            let from = anchor_ns + (start_ms + i as f64 * 250.0) * 1e6;
+            (cpu_at(from + 250e6) - cpu_at(from)) / 1e6 * 0.999
+        })
+        .collect();
+    eprintln!("full rate: the spinner's samples per 250 ms {counts:?}, its own CPU time gives {expected:.0?}; {}", stats_line(&out));
+    assert!(slices >= 5, "1.6 s recorded: {slices} whole slices");
+    assert!(readings.first().is_some_and(|r| r.0 < anchor_ns) && readings.last().is_some_and(|r| r.0 > anchor_ns + end_ms * 1e6), "the spinner ran all through the recording");
+    for (i, (&n, &e)) in counts.iter().zip(&expected).enumerate() {
+        assert!((n as f64 - e).abs() <= e * 0.1 + 2.0, "slice {i} ({}-{} ms): {n} samples, its CPU time gives {e:.0}: {counts:?} vs {expected:.0?}", i * 250, i * 250 + 250);
+    }
+}

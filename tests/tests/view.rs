@@ -175,6 +175,10 @@ fn view_serves_the_file_to_the_profiler_and_nobody_else() {
     let (file, bytes) = random_profile(&dir);
     let mut viewer = Viewer::start(&file, &[]);
     let port = viewer.port;
+    // Chrome blocks a public page's fetch from loopback until the user
+    // allows it: the user is told what it will ask, right under the link.
+    let chrome = viewer.wait_for_line(|l| l.starts_with("in Chrome"));
+    assert!(chrome.contains("access other apps and services on this device") && chrome.contains("allow it"), "{chrome}");
 
     let token = viewer.path.split('/').nth(1).unwrap().to_string();
     assert!(token.len() >= 32 && token.bytes().all(|b| b.is_ascii_hexdigit()), "a 128-bit hex token: {token}");

@@ -3,7 +3,8 @@
  * of wall time, then exits. Used for processes that start and end during a
  * recording, for -p, and for binaries deleted or truncated while they run.
  * With -DSPIN_IN_LIB the spinning function lives in libspin.so instead.
- * Prints "pid=" at start and "cpu_ns=" (its CPU time) at the end.
+ * Prints "start_ns=" (CLOCK_MONOTONIC as main begins) and "pid=" at start,
+ * and "cpu_ns=" (its CPU time) at the end.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,10 @@ __attribute__((noinline)) void short_lived_spin(double seconds)
 
 int main(int argc, char **argv)
 {
+	struct timespec started;
+	clock_gettime(CLOCK_MONOTONIC, &started);
 	double seconds = argc > 1 ? atof(argv[1]) : 0.5;
-	printf("pid=%d\n", getpid());
+	printf("start_ns=%lld\npid=%d\n", started.tv_sec * 1000000000LL + started.tv_nsec, getpid());
 	fflush(stdout);
 #ifdef SPIN_IN_LIB
 	lib_spin(seconds);

@@ -10,6 +10,9 @@
 //! 0x20, so one log line stays one line and no escape sequence reaches the
 //! terminal (window titles, cleared screens, forged lines).
 //!
+//! [`shell_word`] and [`open_hint`] quote a path as one shell word, for the
+//! `sysprof view FILE` the summaries end with.
+//!
 //! Backslashes are kept as they are: the aim is a safe display, not a
 //! reversible encoding (`ps` does the same).
 
@@ -45,9 +48,36 @@ pub fn path(p: &std::path::Path) -> String {
     escape(&p.to_string_lossy()).into_owned()
 }
 
+/// `s` as one shell word: as is when it is plain, else single-quoted.
+pub fn shell_word(s: &str) -> String {
+    // A path starting with `-` would read as an option.
+    let s = if s.starts_with('-') { format!("./{s}") } else { s.to_string() };
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c)) {
+        s
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// What the summaries of `record` and `show` end with: how to open the
+/// profile written at `path`, as a command the user can paste.
+pub fn open_hint(path: &std::path::Path) -> String {
+    format!("; open it: sysprof view {}", escape(&shell_word(&path.to_string_lossy())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Check that a path becomes one word a shell reads back as the same
+    /// path: plain ones as they are, others quoted, a leading `-` not an option.
+    #[test]
+    fn shell_words_read_back_as_the_path() {
+        assert_eq!(shell_word("/tmp/p.json.gz"), "/tmp/p.json.gz");
+        assert_eq!(shell_word("my profile's.json"), "'my profile'\\''s.json'");
+        assert_eq!(shell_word("-o.json"), "./-o.json");
+        assert_eq!(open_hint(std::path::Path::new("a b")), "; open it: sysprof view 'a b'");
+    }
 
     /// Check that a forged line and terminal escapes come out as visible
     /// text on one line, with printable UTF-8 untouched.

@@ -286,21 +286,9 @@ fn print_summary(rec: &Recording, path: &Path, is_file: bool, bytes: u64, write_
         rec.processes.len(),
         crate::units::human_bytes(bytes),
         write_time.as_secs_f64(),
-        if is_file { format!("; open it: sysprof view {}", crate::escape::escape(&shell_word(&path.to_string_lossy()))) } else { String::new() },
+        if is_file { crate::escape::open_hint(path) } else { String::new() },
     );
-    let mut lost = Vec::new();
-    if st.lost_samples > 0 {
-        lost.push(format!("{} samples (ring full: lower -F or --stack-size)", st.lost_samples));
-    }
-    if st.lost_events + st.lost_stacks > 0 {
-        lost.push(format!("{} off-CPU/I-O records and {} stacks (events ring full: raise --off-cpu-threshold)", st.lost_events, st.lost_stacks));
-    }
-    if st.lost_state > 0 {
-        lost.push(format!("{} threads or requests untracked (state maps full)", st.lost_state));
-    }
-    if st.lost_sideband + st.malformed > 0 {
-        lost.push(format!("{} process events (sideband ring full)", st.lost_sideband + st.malformed));
-    }
+    let lost = crate::summary::lost_parts(st, true);
     let mut said = Vec::new();
     if !lost.is_empty() {
         said.push(format!("lost {}", lost.join(", ")));
@@ -330,17 +318,6 @@ fn print_summary(rec: &Recording, path: &Path, is_file: bool, bytes: u64, write_
     }
     if args.verbose {
         eprintln!("sysprof: {}", crate::summary::stats_line(rec));
-    }
-}
-
-/// `s` as one shell word: as is when it is plain, else single-quoted.
-fn shell_word(s: &str) -> String {
-    // A path starting with `-` would read as an option.
-    let s = if s.starts_with('-') { format!("./{s}") } else { s.to_string() };
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c)) {
-        s
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 

@@ -225,8 +225,13 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
             rec.processes.len(),
             crate::escape::path(&path),
             crate::units::human_bytes(bytes),
-            if args.format == ShowFormat::Firefox { "; open it at https://profiler.firefox.com" } else { "" },
+            if args.format == ShowFormat::Firefox { crate::escape::open_hint(&path) } else { String::new() },
         );
+    }
+    // Said by kind (samples are not scheduler records), for the windows shown.
+    let lost = crate::summary::lost_parts(&rec.stats, false);
+    if !lost.is_empty() {
+        eprintln!("sysprof: the agent lost {} in the windows shown", lost.join(", "));
     }
     Ok(0)
 }

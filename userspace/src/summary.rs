@@ -1,10 +1,32 @@
-//! The totals line `record -v` and `agent -v` print.
+//! The totals line `record -v` and `agent -v` print, and what the
+//! summaries of `record` and `show` say was lost.
 //!
 //! In: a finished [`Recording`] (one recording, or one agent window). Out:
 //! `stats: key=value ...`, every counter of its stats in a fixed order: what
-//! scripts and the benchmarks read, so keys are only ever added.
+//! scripts and the benchmarks read, so keys are only ever added; and the
+//! losses by kind, in words.
 
-use crate::model::recording::Recording;
+use crate::model::recording::{Recording, RecordingStats};
+
+/// What was lost, one part per kind ("N samples", ...), each with the
+/// option of `record` that helps when `record_hints`.
+pub fn lost_parts(st: &RecordingStats, record_hints: bool) -> Vec<String> {
+    let hint = |h: &str| if record_hints { format!(" ({h})") } else { String::new() };
+    let mut lost = Vec::new();
+    if st.lost_samples > 0 {
+        lost.push(format!("{} samples{}", st.lost_samples, hint("ring full: lower -F or --stack-size")));
+    }
+    if st.lost_events + st.lost_stacks > 0 {
+        lost.push(format!("{} off-CPU/I-O records and {} stacks{}", st.lost_events, st.lost_stacks, hint("events ring full: raise --off-cpu-threshold")));
+    }
+    if st.lost_state > 0 {
+        lost.push(format!("{} threads or requests untracked{}", st.lost_state, hint("state maps full")));
+    }
+    if st.lost_sideband + st.malformed > 0 {
+        lost.push(format!("{} process events{}", st.lost_sideband + st.malformed, hint("sideband ring full")));
+    }
+    lost
+}
 
 /// Every total of a recording or window as `stats: key=value ...` (what
 /// `-v` prints, and what scripts and the benchmarks read).

@@ -177,6 +177,9 @@ async fn serve_until_signal(path: &Path, served: Arc<Served>, open: bool, port: 
         served.body.len()
     );
     println!("{link}");
+    // Chrome (142 on) asks before a public page may fetch from loopback,
+    // and until the user allows it the load just fails; Firefox does not ask.
+    println!("in Chrome: when profiler.firefox.com asks to access other apps and services on this device, allow it, or the profile cannot load");
     let user = env_var("SUDO_USER").or_else(|| env_var("USER"));
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let connection = session_var("SSH_CONNECTION");
