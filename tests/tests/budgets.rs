@@ -157,7 +157,17 @@ fn record_victim(dir: &Path, extra: &[&str], seconds: &str, link: &[&str]) -> (u
         }
     }
     eprintln!("victim: {whole} of {counted} whole (e.g. a cut one ends {example:?}); {}", stats_line(&out));
-    (whole, counted, stderr, profile_warnings(&profile))
+    let others = profile.json["meta"]["extra"][0]["entries"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["label"] == "Warnings about other users' binaries"))
+        .and_then(|e| e["value"].as_u64())
+        .unwrap_or(0);
+    let warnings = profile_warnings(&profile);
+    eprintln!("victim: profile warnings {warnings:?}; {others} about other users' binaries");
+    // Profile Info lists what concerns root (who recorded): warnings about
+    // nobody's files are counted, not listed.
+    assert!(!warnings.iter().any(|w| w.contains("/nobody/")), "nobody's files are not listed: {warnings:?}");
+    (whole, counted, stderr, warnings)
 }
 
 /// The warnings of a profile's meta (Profile Info).
@@ -259,6 +269,7 @@ fn a_user_cannot_take_the_table_budget_from_root() {
         "the refusal is said, for uid 65534: {stderr}"
     );
     assert!(warnings.iter().any(|w| w.starts_with("uid 65534: ") && w.contains("tables")), "the profile says it: {warnings:?}");
+    assert!(stderr.contains("librows0.so"), "-v lists every warning, nobody's files' too: {stderr}");
 }
 
 /// Check that a user cannot take the process map from root: with the map

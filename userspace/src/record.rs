@@ -224,8 +224,18 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let bytes = output.commit(&profile)?;
     timing.mark("write the profile");
 
-    for w in &recording.warnings {
+    // Other users' binaries' warnings are counted (-v lists them): on a
+    // shared machine they would bury the user's own.
+    let (shown, others) = if args.verbose {
+        (recording.warnings.iter().map(String::as_str).collect(), 0)
+    } else {
+        crate::profile::warnings::split(&recording.warnings, &host.viewers)
+    };
+    for w in shown {
         eprintln!("sysprof: warning: {}", crate::escape::escape(w));
+    }
+    if others > 0 {
+        eprintln!("sysprof: {others} warnings about other users' binaries (-v lists them)");
     }
     print_summary(&recording, &path, is_file, bytes, stopped.elapsed(), &args);
     Ok((exit_status(&stop, &args), path, tokio_signals))

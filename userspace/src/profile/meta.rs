@@ -28,6 +28,9 @@ pub struct HostInfo {
     pub hostname: String,
     /// The command line that recorded.
     pub arguments: String,
+    /// Whose binaries' warnings the reader wants listed: root's, and the
+    /// user's who ran sysprof (through sudo, theirs too); others are counted.
+    pub viewers: Vec<u32>,
 }
 
 impl HostInfo {
@@ -62,8 +65,20 @@ impl HostInfo {
             kernel_release: crate::error::kernel_release(),
             hostname: std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
             arguments,
+            viewers: current_viewers(),
         }
     }
+}
+
+/// Root, the effective user, and the user sudo was run by.
+fn current_viewers() -> Vec<u32> {
+    // SAFETY: geteuid cannot fail.
+    let mut uids = vec![0, unsafe { libc::geteuid() }];
+    if let Some(uid) = std::env::var("SUDO_UID").ok().and_then(|u| u.parse().ok()) {
+        uids.push(uid);
+    }
+    uids.dedup();
+    uids
 }
 
 /// `meta`: the recording's times, the machine, the categories and marker
@@ -73,8 +88,12 @@ pub(super) fn build_meta(rec: &Recording, host: &HostInfo, visible: Vec<usize>, 
     for n in &rec.notes {
         extra_entries.push(serde_json::json!({ "label": "Note", "format": "string", "value": n }));
     }
-    for w in &rec.warnings {
+    let (shown, others) = super::warnings::split(&rec.warnings, &host.viewers);
+    for w in shown {
         extra_entries.push(serde_json::json!({ "label": "Warning", "format": "string", "value": w }));
+    }
+    if others > 0 {
+        extra_entries.push(serde_json::json!({ "label": "Warnings about other users' binaries", "format": "integer", "value": others }));
     }
     let st = &rec.stats;
     extra_entries.push(serde_json::json!({ "label": "Samples lost", "format": "integer", "value": st.lost_samples }));

@@ -14,7 +14,8 @@
 //! In: a [`Recording`], the machine's facts, the process asked about.
 //! Out: a [`Profile`] to serialize. The format is `schema`; a thread's
 //! tables are built in `tables`, its track in `threads`, its markers in
-//! `markers`, `meta`, libs and counters in `meta`. Reading a profile back
+//! `markers`, `meta`, libs and counters in `meta`; which warnings Profile
+//! Info lists, [`warnings`]. Reading a profile back
 //! is [`input`], writing the file [`output`], folded stacks [`folded`],
 //! checking one [`validate`].
 
@@ -28,6 +29,7 @@ mod meta;
 pub(crate) mod schema;
 mod tables;
 mod threads;
+pub mod warnings;
 
 use rustc_hash::FxHashMap;
 

@@ -53,7 +53,7 @@ fn recording() -> Recording {
 }
 
 fn host() -> HostInfo {
-    HostInfo { cpu_name: "Test CPU".into(), logical_cpus: 2, physical_cpus: Some(2), main_memory: Some(1 << 30), kernel_release: "6.1.0".into(), hostname: "h".into(), arguments: "sysprof record -a".into() }
+    HostInfo { cpu_name: "Test CPU".into(), logical_cpus: 2, physical_cpus: Some(2), main_memory: Some(1 << 30), kernel_release: "6.1.0".into(), hostname: "h".into(), arguments: "sysprof record -a".into(), viewers: vec![0] }
 }
 
 fn stack_names(t: &serde_json::Value, sample: usize) -> Vec<(String, u64, u64)> {
