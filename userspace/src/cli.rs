@@ -82,6 +82,7 @@ pub enum ShowFormat {
 pub enum ReportFormat {
     Text,
     Folded,
+    Json,
 }
 
 /// `sysprof record` options.
@@ -318,9 +319,21 @@ pub struct ReportArgs {
     #[arg(long = "comm")]
     pub comm: Option<String>,
     /// text (tables and histograms) or folded (collapsed stacks for
-    /// flamegraph.pl and inferno, one line per stack, CPU samples).
+    /// flamegraph.pl and inferno, one line per stack, CPU samples); json
+    /// with --why.
     #[arg(long = "format", value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
+    /// Where the off-CPU time of this thread (a tid), or of every thread of
+    /// this process (a pid), went: charged along the chain of its wakers
+    /// to someone running, a run queue, a device, a timer.
+    #[arg(long = "why", value_name = "TID|PID")]
+    pub why: Option<u32>,
+    /// With --why: only from this time (ms into the profile).
+    #[arg(long = "from", value_name = "MS", requires = "why")]
+    pub from: Option<f64>,
+    /// With --why: only up to this time (ms into the profile).
+    #[arg(long = "to", value_name = "MS", requires = "why")]
+    pub to: Option<f64>,
     /// Write here instead of stdout.
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,

@@ -20,13 +20,15 @@
 //! The profile is read through the writer's own types
 //! (`crate::profile::schema`); `read` checks its indexes and reads its
 //! tables, `counts` counts a thread's samples, `text` writes the report,
-//! `folded` the collapsed stacks, `histogram` draws a log2 histogram.
+//! `folded` the collapsed stacks, `histogram` draws a log2 histogram;
+//! `why` charges a thread's waits along the chain of its wakers (`--why`).
 
 mod counts;
 mod folded;
 mod histogram;
 mod read;
 mod text;
+pub mod why;
 #[cfg(test)]
 mod tests;
 
@@ -42,6 +44,12 @@ use read::ThreadRead;
 /// Print the report `args` asks for; returns the exit status.
 pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
     let profile = load(&args.path)?;
+    if let Some(id) = args.why {
+        return write_out(&args, &why_text(&args, id)?);
+    }
+    if args.format == crate::cli::ReportFormat::Json {
+        return Err(RecordError::Usage("--format json is what --why TID writes; give --why, or --format text or folded".into()));
+    }
     let filter = Filter { pids: args.pids.clone(), tids: args.tids.clone(), comm: args.comm.clone() };
     if !profile.threads.iter().any(|t| filter.admits(t)) {
         return Err(RecordError::Usage(format!(
@@ -56,8 +64,36 @@ pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
     }
     let text = match args.format {
         crate::cli::ReportFormat::Folded => folded::folded(&profile, &filter),
-        crate::cli::ReportFormat::Text => text::report(&profile, &filter, args.top.max(1), &args.path),
+        crate::cli::ReportFormat::Text | crate::cli::ReportFormat::Json => text::report(&profile, &filter, args.top.max(1), &args.path),
     };
+    write_out(&args, &text)
+}
+
+/// `--why ID`: the profile read again as JSON (the off-CPU markers' waker
+/// fields are not in the report's types), answered as text or JSON.
+fn why_text(args: &ReportArgs, id: u32) -> Result<String, RecordError> {
+    let bytes = crate::profile::input::read_profile_bytes(&args.path).map_err(|e| RecordError::Usage(e.to_string()))?;
+    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| RecordError::Usage(format!("{}: not a processed profile ({e})", args.path.display())))?;
+    let threads = why::Threads::read(&json);
+    let tids = threads.resolve(id);
+    if tids.is_empty() {
+        return Err(RecordError::Usage(format!(
+            "no thread or process {id} in {}; `sysprof report {}` lists the processes",
+            args.path.display(),
+            args.path.display()
+        )));
+    }
+    let (from, to) = (args.from.unwrap_or(f64::NEG_INFINITY), args.to.unwrap_or(f64::INFINITY));
+    let why = threads.why(&tids, from, to, args.top.clamp(1, 20));
+    Ok(match args.format {
+        crate::cli::ReportFormat::Json => why::render_json(&threads, id, &tids, &why),
+        crate::cli::ReportFormat::Text => why::render_text(&threads, id, &tids, &why, args.top.max(1)),
+        crate::cli::ReportFormat::Folded => return Err(RecordError::Usage("--why writes text or json; --format folded is for CPU stacks".into())),
+    })
+}
+
+/// The report to `-o` or stdout.
+fn write_out(args: &ReportArgs, text: &str) -> Result<i32, RecordError> {
     match &args.output {
         Some(path) => {
             let out = OutputFile::create(path)?;

@@ -1,0 +1,440 @@
+//! `sysprof report --why ID`: where a thread's off-CPU time went, charged
+//! along the chain of who woke it.
+//!
+//! In: a profile's JSON (its off-CPU markers with reason, waker thread,
+//! waker context and run delay; its block I/O markers; its on-CPU sample
+//! times and stacks) and a tid or pid, with an optional time range. Out: the
+//! thread's off-CPU total and a blame table that sums to it exactly, and its
+//! longest waits each with where their time went; as text or as JSON.
+//!
+//! The charge of a wait of thread T (from its start to its wakeup; the rest,
+//! up to when T ran again, is T's own run-queue delay) follows its waker W
+//! over that span: the parts of the span W itself spent waiting are charged
+//! along W's own waits and wakers, recursively, and the rest of the span W
+//! was running. A wait ended from an interrupt is charged to the block I/O
+//! request T had in flight (by device) if there was one, else to a timer
+//! (hard IRQ) or a softirq; a wait with no waker seen, a waker not in the
+//! profile, a cycle, or a chain deeper than [`MAX_DEPTH`] ends at what is
+//! known. Every piece of T's waiting lands in exactly one row.
+//!
+//! Waits shorter than the recording's marker threshold (`--off-cpu-threshold`,
+//! 1 ms by default) have no marker, and so no waker: they are not in the
+//! total. Record with `--off-cpu-threshold 0.1` to see waits of 0.1 ms on.
+
+use rustc_hash::FxHashMap;
+use serde_json::Value;
+
+/// How many wakers deep a chain is followed.
+pub const MAX_DEPTH: usize = 12;
+
+/// One off-CPU interval of a thread, in profile ms.
+#[derive(Debug, Clone)]
+struct Wait {
+    start: f64,
+    end: f64,
+    reason: String,
+    /// When it was woken: `end` less its run-queue delay.
+    wake: f64,
+    waker_tid: Option<u32>,
+    /// "task", "hard IRQ", "softirq", or None when no waker was seen.
+    context: Option<String>,
+}
+
+/// What the report needs of one thread.
+#[derive(Debug, Default)]
+struct ThreadFacts {
+    pid: u32,
+    comm: String,
+    process: String,
+    /// Sorted by start; non-overlapping.
+    waits: Vec<Wait>,
+    /// (start, end, device) of the block requests it issued.
+    io: Vec<(f64, f64, String)>,
+    /// On-CPU sample times and their leaf function names.
+    samples: Vec<(f64, String)>,
+}
+
+/// What a piece of time was: someone running, someone runnable, a device.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Culprit {
+    /// The thread whose running, run queue, wait or request it was.
+    pub tid: u32,
+    /// "running", "runnable", "I/O", "timer", "softirq", "unknown waker", "waiting (cycle)", "waiting (chain too deep)".
+    pub what: &'static str,
+    /// The device of an "I/O" piece.
+    pub device: Option<String>,
+}
+
+/// A thread's off-CPU time and where it went.
+#[derive(Debug, Default)]
+pub struct Why {
+    /// Off-CPU time in the range, ms.
+    pub off_cpu_ms: f64,
+    /// Waits in the range.
+    pub waits: usize,
+    /// Where it went, largest first; sums to `off_cpu_ms`.
+    pub blame: Vec<(Culprit, f64)>,
+    /// The longest waits: (start, ms, reason, their own blame, largest first).
+    pub longest: Vec<(f64, f64, String, Vec<(Culprit, f64)>)>,
+}
+
+/// The threads of a profile, by tid, as `--why` reads them.
+pub struct Threads {
+    threads: FxHashMap<u32, ThreadFacts>,
+}
+
+impl Threads {
+    /// Read them from a profile's JSON; tracks of no process are skipped.
+    pub fn read(profile: &Value) -> Threads {
+        let categories: Vec<&str> = profile["meta"]["categories"].as_array().map(|c| c.iter().map(|c| c["name"].as_str().unwrap_or("")).collect()).unwrap_or_default();
+        let mut threads = FxHashMap::default();
+        for t in profile["threads"].as_array().into_iter().flatten() {
+            let (Some(pid), Some(tid)) = (t["pid"].as_str().and_then(|p| p.parse().ok()), t["tid"].as_u64()) else { continue };
+            let text = |v: &Value| crate::escape::escape(v.as_str().unwrap_or("")).into_owned();
+            let mut facts = ThreadFacts {
+                pid,
+                comm: text(&t["name"]),
+                process: text(&t["processName"]),
+                ..Default::default()
+            };
+            read_markers(t, &mut facts);
+            read_samples(t, &categories, &mut facts);
+            threads.insert(tid as u32, facts);
+        }
+        Threads { threads }
+    }
+
+    /// The tids `id` names: the thread with that tid, else every thread of
+    /// the process with that pid.
+    pub fn resolve(&self, id: u32) -> Vec<u32> {
+        if self.threads.contains_key(&id) {
+            return vec![id];
+        }
+        let mut tids: Vec<u32> = self.threads.iter().filter(|(_, t)| t.pid == id).map(|(&tid, _)| tid).collect();
+        tids.sort_unstable();
+        tids
+    }
+
+    /// "comm (process, pid/tid)".
+    pub fn describe(&self, tid: u32) -> String {
+        match self.threads.get(&tid) {
+            Some(t) => format!("{} ({}, {}/{tid})", t.comm, t.process, t.pid),
+            None => format!("tid {tid} (not recorded)"),
+        }
+    }
+
+    /// (pid, comm) of a thread, if in the profile.
+    pub fn identity(&self, tid: u32) -> Option<(u32, &str)> {
+        self.threads.get(&tid).map(|t| (t.pid, t.comm.as_str()))
+    }
+
+    /// The most sampled leaf functions of `tid` between `from` and `to`.
+    pub fn top_leaves(&self, tid: u32, spans: &[(f64, f64)], n: usize) -> Vec<(String, usize)> {
+        let Some(t) = self.threads.get(&tid) else { return Vec::new() };
+        let mut counts: FxHashMap<&str, usize> = FxHashMap::default();
+        for (time, leaf) in &t.samples {
+            if spans.iter().any(|&(a, b)| *time >= a && *time <= b) {
+                *counts.entry(leaf).or_default() += 1;
+            }
+        }
+        let mut v: Vec<(String, usize)> = counts.into_iter().map(|(k, c)| (k.to_string(), c)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.truncate(n);
+        v
+    }
+
+    /// Where the off-CPU time of `tids` between `from` and `to` went.
+    pub fn why(&self, tids: &[u32], from: f64, to: f64, longest: usize) -> Why {
+        let mut why = Why::default();
+        let mut blame: FxHashMap<Culprit, f64> = FxHashMap::default();
+        let mut each: Vec<(f64, f64, String, Vec<(Culprit, f64)>)> = Vec::new();
+        for &tid in tids {
+            let Some(t) = self.threads.get(&tid) else { continue };
+            for w in &t.waits {
+                let (a, b) = (w.start.max(from), w.end.min(to));
+                if a >= b {
+                    continue;
+                }
+                why.waits += 1;
+                why.off_cpu_ms += b - a;
+                let mut own: FxHashMap<Culprit, f64> = FxHashMap::default();
+                let mut chain = vec![tid];
+                self.charge_wait(tid, w, a, b, &mut chain, &mut own);
+                for (c, ms) in &own {
+                    *blame.entry(c.clone()).or_default() += ms;
+                }
+                each.push((a, b - a, w.reason.clone(), sorted(own)));
+            }
+        }
+        why.blame = sorted(blame);
+        each.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.total_cmp(&y.0)));
+        each.truncate(longest);
+        why.longest = each;
+        why
+    }
+
+    /// Charge `[a, b]` of wait `w` of thread `tid`.
+    fn charge_wait(&self, tid: u32, w: &Wait, a: f64, b: f64, chain: &mut Vec<u32>, out: &mut FxHashMap<Culprit, f64>) {
+        let mut put = |what: &'static str, who: u32, device: Option<String>, ms: f64| {
+            if ms > 0.0 {
+                *out.entry(Culprit { tid: who, what, device }).or_default() += ms;
+            }
+        };
+        if w.reason.starts_with("preempted") {
+            put("runnable", tid, None, b - a);
+            return;
+        }
+        // Woken at `wake`; runnable from then until it ran.
+        let wake = w.wake.clamp(a, b);
+        put("runnable", tid, None, b - wake);
+        let (a, b) = (a, wake);
+        if a >= b {
+            return;
+        }
+        match (w.context.as_deref(), w.waker_tid) {
+            (Some("task"), Some(waker)) if waker != tid => {
+                if chain.contains(&waker) {
+                    put("waiting (cycle)", waker, None, b - a);
+                } else if chain.len() > MAX_DEPTH {
+                    put("waiting (chain too deep)", waker, None, b - a);
+                } else if !self.threads.contains_key(&waker) {
+                    // A waker with no track (not recorded): it ran to wake us.
+                    put("running", waker, None, b - a);
+                } else {
+                    chain.push(waker);
+                    self.charge_activity(waker, a, b, chain, out);
+                    chain.pop();
+                }
+            }
+            (Some("hard IRQ" | "softirq"), _) => {
+                let t = &self.threads[&tid];
+                // The request it had in flight when woken, if any.
+                let io = t.io.iter().filter(|(s, e, _)| *s < w.wake && *e >= w.start).max_by(|x, y| x.1.total_cmp(&y.1));
+                match io {
+                    Some((_, _, device)) => put("I/O", tid, Some(device.clone()), b - a),
+                    None if w.context.as_deref() == Some("hard IRQ") => put("timer", tid, None, b - a),
+                    None => put("softirq", tid, None, b - a),
+                }
+            }
+            _ => put("unknown waker", tid, None, b - a),
+        }
+    }
+
+    /// Charge `[a, b]` of thread `tid`'s time: its waits inside it along
+    /// their own chains, the rest as running.
+    fn charge_activity(&self, tid: u32, a: f64, b: f64, chain: &mut Vec<u32>, out: &mut FxHashMap<Culprit, f64>) {
+        let t = &self.threads[&tid];
+        let mut waited = 0.0;
+        let first = t.waits.partition_point(|w| w.end <= a);
+        for w in t.waits[first..].iter().take_while(|w| w.start < b) {
+            let (x, y) = (w.start.max(a), w.end.min(b));
+            if x < y {
+                waited += y - x;
+                self.charge_wait(tid, w, x, y, chain, out);
+            }
+        }
+        let running = (b - a) - waited;
+        if running > 0.0 {
+            *out.entry(Culprit { tid, what: "running", device: None }).or_default() += running;
+        }
+    }
+}
+
+impl Culprit {
+    /// "I/O on vda", "running", ...
+    fn what_text(&self) -> String {
+        match &self.device {
+            Some(d) => format!("{} on {d}", self.what),
+            None => self.what.to_string(),
+        }
+    }
+}
+
+/// The answer as text: the total, where it went (with the functions the
+/// running parts ran), and the longest waits.
+pub fn render_text(threads: &Threads, id: u32, tids: &[u32], why: &Why, top: usize) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let who = if tids == [id] { threads.describe(id) } else { format!("process {id} ({} threads)", tids.len()) };
+    let _ = writeln!(s, "{who}: {:.3} ms off-CPU in {} waits (waits with a marker: --off-cpu-threshold and longer)", why.off_cpu_ms, why.waits);
+    if why.blame.is_empty() {
+        return s;
+    }
+    let _ = writeln!(s, "\nwhere it went:\n{:>12}  {:>6}  {:<28}  thread (process, pid/tid)", "ms", "share", "what");
+    for (c, ms) in why.blame.iter().take(top) {
+        let share = 100.0 * ms / why.off_cpu_ms.max(f64::MIN_POSITIVE);
+        let _ = writeln!(s, "{ms:>12.3}  {share:>5.1}%  {:<28}  {}", c.what_text(), threads.describe(c.tid));
+    }
+    if why.blame.len() > top {
+        let rest: f64 = why.blame[top..].iter().map(|(_, ms)| ms).sum();
+        let _ = writeln!(s, "{rest:>12.3}  {:>5.1}%  ({} more rows)", 100.0 * rest / why.off_cpu_ms, why.blame.len() - top);
+    }
+    let _ = writeln!(s, "\nlongest waits (start ms, length, reason: where it went):");
+    for (start, ms, reason, own) in &why.longest {
+        let parts: Vec<String> = own.iter().take(4).map(|(c, ms)| format!("{ms:.3} ms {} of {}", c.what_text(), threads.describe(c.tid))).collect();
+        let _ = writeln!(s, "  {start:>10.3}  {ms:>9.3} ms  {reason}: {}", parts.join("; "));
+    }
+    s
+}
+
+/// The answer as JSON: `{"tid"|"pid", "off_cpu_ms", "waits", "blame": [...],
+/// "longest": [...]}`, the blame summing to `off_cpu_ms`.
+pub fn render_json(threads: &Threads, id: u32, tids: &[u32], why: &Why) -> String {
+    let culprit = |c: &Culprit, ms: f64| {
+        let (pid, comm) = threads.identity(c.tid).map(|(p, n)| (Some(p), Some(n))).unwrap_or((None, None));
+        serde_json::json!({ "pid": pid, "tid": c.tid, "comm": comm, "what": c.what, "device": c.device, "ms": ms })
+    };
+    let key = if tids == [id] { "tid" } else { "pid" };
+    let v = serde_json::json!({
+        key: id,
+        "tids": tids,
+        "off_cpu_ms": why.off_cpu_ms,
+        "waits": why.waits,
+        "blame": why.blame.iter().map(|(c, ms)| culprit(c, *ms)).collect::<Vec<_>>(),
+        "longest": why.longest.iter().map(|(start, ms, reason, own)| serde_json::json!({
+            "start_ms": start, "ms": ms, "reason": reason,
+            "blame": own.iter().map(|(c, ms)| culprit(c, *ms)).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    });
+    format!("{v}\n")
+}
+
+/// Largest first, ties by culprit.
+fn sorted(m: FxHashMap<Culprit, f64>) -> Vec<(Culprit, f64)> {
+    let mut v: Vec<(Culprit, f64)> = m.into_iter().collect();
+    v.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+    v
+}
+
+/// A thread's markers: its waits and the block requests it issued.
+fn read_markers(t: &Value, facts: &mut ThreadFacts) {
+    let m = &t["markers"];
+    let (Some(data), Some(start), Some(end)) = (m["data"].as_array(), m["startTime"].as_array(), m["endTime"].as_array()) else { return };
+    for ((d, s), e) in data.iter().zip(start).zip(end) {
+        let (Some(s), Some(e)) = (s.as_f64(), e.as_f64()) else { continue };
+        match d["type"].as_str() {
+            Some("OffCpu") if e > s => facts.waits.push(Wait {
+                start: s,
+                end: e,
+                reason: d["reason"].as_str().unwrap_or("other").to_string(),
+                wake: e - d["runDelay"].as_f64().unwrap_or(0.0),
+                waker_tid: d["wakerTid"].as_u64().map(|t| t as u32),
+                context: d["wakerContext"].as_str().map(str::to_string),
+            }),
+            Some("BlockIo") => facts.io.push((s, e, crate::escape::escape(d["device"].as_str().unwrap_or("?")).into_owned())),
+            _ => {}
+        }
+    }
+    facts.waits.sort_by(|x, y| x.start.total_cmp(&y.start));
+    // Overlaps would be charged twice: keep each wait from the previous one's end.
+    let mut last_end = f64::NEG_INFINITY;
+    facts.waits.retain_mut(|w| {
+        w.start = w.start.max(last_end);
+        if w.start >= w.end {
+            return false;
+        }
+        last_end = w.end;
+        true
+    });
+}
+
+/// A thread's on-CPU samples: their times and leaf function names.
+fn read_samples(t: &Value, categories: &[&str], facts: &mut ThreadFacts) {
+    let s = &t["samples"];
+    let Some(times) = crate::profile::validate::sample_times(s) else { return };
+    let Some(stacks) = s["stack"].as_array() else { return };
+    let (stack_frame, frame_func, frame_cat, func_name, strings) = (
+        t["stackTable"]["frame"].as_array(),
+        t["frameTable"]["func"].as_array(),
+        t["frameTable"]["category"].as_array(),
+        t["funcTable"]["name"].as_array(),
+        t["stringArray"].as_array(),
+    );
+    let leaf = |stack: u64| -> Option<(&str, &str)> {
+        let frame = stack_frame?.get(stack as usize)?.as_u64()? as usize;
+        let func = frame_func?.get(frame)?.as_u64()? as usize;
+        let category = categories.get(frame_cat?.get(frame)?.as_u64()? as usize).copied().unwrap_or("");
+        let name = strings?.get(func_name?.get(func)?.as_u64()? as usize)?.as_str()?;
+        Some((name, category))
+    };
+    for (time, stack) in times.iter().zip(stacks) {
+        let Some((name, category)) = stack.as_u64().and_then(leaf) else { continue };
+        if category != "Off-CPU" && category != "I/O" {
+            facts.samples.push((*time, crate::escape::escape(name).into_owned()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(pid: u32, tid: u32, name: &str, markers: Vec<(f64, f64, Value)>) -> Value {
+        serde_json::json!({
+            "pid": pid.to_string(), "tid": tid, "name": name, "processName": "p",
+            "markers": {
+                "data": markers.iter().map(|m| m.2.clone()).collect::<Vec<_>>(),
+                "startTime": markers.iter().map(|m| m.0).collect::<Vec<_>>(),
+                "endTime": markers.iter().map(|m| m.1).collect::<Vec<_>>(),
+            },
+            "samples": { "length": 0, "stack": [], "time": [] },
+        })
+    }
+
+    fn off(reason: &str, run_delay: f64, waker: Option<u32>, context: Option<&str>) -> Value {
+        serde_json::json!({ "type": "OffCpu", "reason": reason, "runDelay": run_delay, "wakerTid": waker, "wakerContext": context })
+    }
+
+    /// Check a chain: a client waits 100 ms on a server (woken 1 ms late),
+    /// the server waits on a holder for 60 ms of it, the holder reads a
+    /// disk for 40 of those and runs 20; the rest the server ran. Every ms
+    /// lands once, the I/O on its device, the timer sleep on the timer.
+    #[test]
+    fn a_wait_is_charged_along_its_chain() {
+        let io = serde_json::json!({ "type": "BlockIo", "device": "vda" });
+        let profile = serde_json::json!({
+            "meta": { "categories": [] },
+            "threads": [
+                thread(1, 1, "client", vec![(0.0, 100.0, off("sleeping", 1.0, Some(2), Some("task"))), (200.0, 210.0, off("sleeping", 0.0, None, Some("hard IRQ")))]),
+                thread(2, 2, "server", vec![(10.0, 70.0, off("sleeping", 0.0, Some(3), Some("task")))]),
+                thread(2, 3, "holder", vec![(15.0, 55.0, off("blocked (uninterruptible)", 0.5, None, Some("hard IRQ"))), (14.0, 56.0, io)]),
+            ],
+        });
+        let threads = Threads::read(&profile);
+        let why = threads.why(&[1], 0.0, 1000.0, 5);
+        assert_eq!(why.waits, 2);
+        assert!((why.off_cpu_ms - 110.0).abs() < 1e-9);
+        let get = |tid: u32, what: &str| why.blame.iter().filter(|(c, _)| c.tid == tid && c.what == what).map(|(_, ms)| ms).sum::<f64>();
+        assert!((get(1, "runnable") - 1.0).abs() < 1e-9, "{:?}", why.blame);
+        assert!((get(1, "timer") - 10.0).abs() < 1e-9, "{:?}", why.blame);
+        // The server ran 0-10 and 70-99 of the client's wait: 39 ms.
+        assert!((get(2, "running") - 39.0).abs() < 1e-9, "{:?}", why.blame);
+        // The holder: I/O 15-54.5 (its wakeup 0.5 ms before it ran), runnable 0.5, running the rest of 10-70.
+        assert!((get(3, "I/O") - 39.5).abs() < 1e-9, "{:?}", why.blame);
+        assert!(why.blame.iter().any(|(c, _)| c.what == "I/O" && c.device.as_deref() == Some("vda")));
+        assert!((get(3, "runnable") - 0.5).abs() < 1e-9, "{:?}", why.blame);
+        assert!((get(3, "running") - 20.0).abs() < 1e-9, "{:?}", why.blame);
+        let total: f64 = why.blame.iter().map(|(_, ms)| ms).sum();
+        assert!((total - why.off_cpu_ms).abs() < 1e-9, "every ms once: {total} vs {}", why.off_cpu_ms);
+        assert_eq!(why.longest[0].1, 100.0);
+    }
+
+    /// Check that a cycle of wakers ends the chain instead of looping, and
+    /// that a range cuts the waits.
+    #[test]
+    fn cycles_end_the_chain_and_ranges_cut() {
+        let profile = serde_json::json!({
+            "meta": { "categories": [] },
+            "threads": [
+                thread(1, 1, "a", vec![(0.0, 10.0, off("sleeping", 0.0, Some(2), Some("task")))]),
+                thread(1, 2, "b", vec![(0.0, 10.0, off("sleeping", 0.0, Some(1), Some("task")))]),
+            ],
+        });
+        let threads = Threads::read(&profile);
+        let why = threads.why(&[1], 2.0, 6.0, 1);
+        assert!((why.off_cpu_ms - 4.0).abs() < 1e-9);
+        assert_eq!(why.blame, vec![(Culprit { tid: 1, what: "waiting (cycle)", device: None }, 4.0)]);
+        assert_eq!(threads.resolve(1), vec![1], "a tid first");
+        assert_eq!(threads.resolve(7), Vec::<u32>::new());
+    }
+}
