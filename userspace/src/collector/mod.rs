@@ -99,6 +99,9 @@ pub struct Collector {
     stacks: ThreadStacks,
     /// Windows finished, for what is done every few windows.
     windows_finished: u64,
+    /// The first window's start: nothing the collector reports begins
+    /// before it (the tracer runs a moment before the recording starts).
+    first_start_ns: Option<u64>,
     /// Processes sampled since the last [`Collector::take_recent_pids`].
     recent_pids: FxHashSet<u32>,
     /// Samples received, all windows.
@@ -129,6 +132,7 @@ impl Collector {
             kernel: Arc::new(KernelSymbols::default()),
             stacks: ThreadStacks::default(),
             windows_finished: 0,
+            first_start_ns: None,
             recent_pids: FxHashSet::default(),
             samples_total: 0,
             symbolicator: crate::symbolize::Symbolicator::new(),

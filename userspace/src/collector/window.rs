@@ -98,11 +98,14 @@ impl Collector {
         order.extend(w.samples.time_ns.iter().enumerate().filter(|(_, &t)| inside(t)).map(|(i, &t)| (t, ORDER_SAMPLE, i as u32)));
         // A recording's intervals are clipped to its range (one still open
         // at the end was closed there); requests must have completed in it.
-        if !range.continuous {
-            for o in &mut w.off_cpu {
+        // The agent's start at its first window's: the tracer is attached a
+        // moment before, and `show` drew its intervals at negative times.
+        let floor = *self.first_start_ns.get_or_insert(range.start_ns);
+        for o in &mut w.off_cpu {
+            if !range.continuous {
                 o.end_ns = o.end_ns.min(range.end_ns);
-                o.start_ns = o.start_ns.max(range.start_ns);
             }
+            o.start_ns = o.start_ns.max(if range.continuous { floor } else { range.start_ns });
         }
         order.extend(w.off_cpu.iter().enumerate().filter(|(_, o)| o.start_ns < o.end_ns).map(|(i, o)| (o.start_ns, ORDER_OFF_CPU, i as u32)));
         order.extend(w.io.iter().enumerate().filter(|(_, e)| inside(e.done_ns) && inside(e.start_ns)).map(|(i, e)| (e.start_ns, ORDER_IO, i as u32)));

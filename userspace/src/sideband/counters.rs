@@ -28,7 +28,14 @@ pub struct CounterPoller {
     page_size: u64,
     /// Notes for the profile's log.
     pub notes: Vec<String>,
+    /// When the last reading was taken.
+    last_reading_ns: Option<u64>,
 }
+
+/// The shortest time between two readings of CPU shares: 5 ticks of
+/// /proc's CPU times (a tick more or less is then 20 % of one CPU at most),
+/// and half of `record`'s 100-ms cadence, whose jitter must not skip one.
+pub const MIN_READING_NS: u64 = 50_000_000;
 
 impl CounterPoller {
     /// Start polling; opens hardware counters on `cpus` if the machine has a PMU.
@@ -58,6 +65,7 @@ impl CounterPoller {
             ticks_per_s: procfs::ticks_per_second().max(1) as f64,
             page_size: crate::sideband::perf_ring::page_size() as u64,
             notes,
+            last_reading_ns: None,
         }
     }
 
@@ -75,8 +83,17 @@ impl CounterPoller {
     }
 
     /// Take one reading at `now_ns`; `pids` ran since the previous one.
+    /// CPU shares are read at most every [`MIN_READING_NS`] (a reading
+    /// closer to the last waits for the next): /proc counts CPU time in ticks
+    /// (10 ms), so a reading 2 ms after the last (the one at the stop) gave
+    /// "720 % of one CPU" and a machine busy 329 % of its CPUs. Bytes are
+    /// exact and read every time.
     pub fn poll(&mut self, now_ns: u64, pids: impl IntoIterator<Item = u32>) {
-        if let Some(now) = read_cpu() {
+        let shares = self.last_reading_ns.is_none_or(|last| now_ns.saturating_sub(last) >= MIN_READING_NS);
+        if shares {
+            self.last_reading_ns = Some(now_ns);
+        }
+        if let Some(now) = read_cpu().filter(|_| shares) {
             // The first reading is a base sample (0): the front end drops
             // every counter's first value (it has no interval), so without
             // one the first interval's share or bytes were never shown.
@@ -116,12 +133,12 @@ impl CounterPoller {
             let Some((ticks, rss_pages)) = read_proc(pid) else { continue };
             let rss = rss_pages * self.page_size;
             match self.proc_prev.get(&pid).copied() {
+                // Too soon for a share: its base stays, for the next reading.
+                Some((_, ptime, _)) if now_ns.saturating_sub(ptime) < MIN_READING_NS => continue,
                 Some((pticks, ptime, prss)) => {
                     let dt = now_ns.saturating_sub(ptime) as f64 / 1e9;
-                    if dt > 0.0 {
-                        let pct = ticks.saturating_sub(pticks) as f64 / self.ticks_per_s / dt * 100.0;
-                        self.push(pid, "Process CPU", "CPU", "CPU used by the process since the previous sample (% of one CPU)", now_ns, pct);
-                    }
+                    let pct = ticks.saturating_sub(pticks) as f64 / self.ticks_per_s / dt * 100.0;
+                    self.push(pid, "Process CPU", "CPU", "CPU used by the process since the previous sample (% of one CPU)", now_ns, pct);
                     self.push(pid, "RSS", "Memory", "Resident set size of the process, bytes", now_ns, rss as f64 - prss as f64);
                 }
                 // A base, not a change: the front end adds every value to
@@ -310,7 +327,8 @@ mod tests {
     #[test]
     fn idle_disks_get_no_track() {
         let mut c = CounterPoller { series: BTreeMap::new(), cpu_prev: None, mem_prev: None, disk_prev: FxHashMap::default(),
-            proc_prev: FxHashMap::default(), pmu: Vec::new(), pmu_prev: (0, 0), ticks_per_s: 100.0, page_size: 4096, notes: Vec::new() };
+            proc_prev: FxHashMap::default(), pmu: Vec::new(), pmu_prev: (0, 0), ticks_per_s: 100.0, page_size: 4096, notes: Vec::new(),
+            last_reading_ns: None };
         for (t, busy, idle) in [(1, 0.0, 0.0), (2, 4096.0, 0.0), (3, 0.0, 0.0)] {
             c.push(0, "Disk read: busy", "Bandwidth", "", t, busy);
             c.push(0, "Disk read: idle", "Bandwidth", "", t, idle);
@@ -318,5 +336,23 @@ mod tests {
         }
         let names: Vec<(String, usize)> = c.finish().into_iter().map(|r| (r.name, r.count.len())).collect();
         assert_eq!(names, vec![("CPU usage".to_string(), 3), ("Disk read: busy".to_string(), 3)]);
+    }
+
+    /// Check that CPU shares are not read within 50 ms of the previous
+    /// reading (the ticks of /proc's CPU times would make hundreds of percent
+    /// of it): that time goes to the next reading's share.
+    #[test]
+    fn shares_too_close_together_wait_for_the_next() {
+        let mut c = CounterPoller::new(&[]);
+        let me = std::process::id();
+        let times = |c: &CounterPoller, pid: u32, name: &str| c.series.get(&(pid, name.to_string())).map(|s| s.time_ns.clone()).unwrap_or_default();
+        c.poll(1_000_000_000, [me]);
+        c.poll(1_002_000_000, [me]);
+        c.poll(1_040_000_000, [me]);
+        assert_eq!(times(&c, 0, "CPU usage"), vec![1_000_000_000], "only the first reading's share");
+        assert_eq!(times(&c, me, "Process CPU"), Vec::<u64>::new());
+        c.poll(1_200_000_000, [me]);
+        assert_eq!(times(&c, 0, "CPU usage"), vec![1_000_000_000, 1_200_000_000]);
+        assert_eq!(times(&c, me, "Process CPU"), vec![1_200_000_000], "from the base at 1.0 s");
     }
 }
