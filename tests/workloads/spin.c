@@ -3,7 +3,8 @@
  * of wall time, then exits. Used for processes that start and end during a
  * recording, for -p, and for binaries deleted or truncated while they run.
  * With -DSPIN_IN_LIB the spinning function lives in libspin.so instead.
- * Prints "start_ns=" (CLOCK_MONOTONIC as main begins) and "pid=" at start,
+ * Prints "pid=" (its first line: tests read it first) and "start_ns="
+ * (CLOCK_MONOTONIC as main begins) at start,
  * and "cpu_ns=" (its CPU time) at the end.
  */
 #include <stdio.h>
@@ -37,7 +38,7 @@ int main(int argc, char **argv)
 	struct timespec started;
 	clock_gettime(CLOCK_MONOTONIC, &started);
 	double seconds = argc > 1 ? atof(argv[1]) : 0.5;
-	printf("start_ns=%lld\npid=%d\n", started.tv_sec * 1000000000LL + started.tv_nsec, getpid());
+	printf("pid=%d\nstart_ns=%lld\n", getpid(), started.tv_sec * 1000000000LL + started.tv_nsec);
 	fflush(stdout);
 #ifdef SPIN_IN_LIB
 	lib_spin(seconds);
