@@ -203,7 +203,8 @@ fn pid_filter_records_only_that_process() {
     };
     let expected = (cpu_at(end) - cpu_at(start)) / 1e9 * 999.0;
     eprintln!("pid filter: {on_cpu} samples, {expected:.0} expected from its CPU time inside the recording");
-    assert!(expected >= 1000.0, "the target ran: {expected:.0} samples expected");
+    // It ran (beside a busy CPU it got 0.98 s of the 1.5 s).
+    assert!(expected >= 500.0, "the target ran: {expected:.0} samples expected");
     // Measured within 0.5%; the schedstat poll brackets each end by 5 ms.
     assert!((on_cpu - expected).abs() <= expected * 0.03, "{on_cpu} samples vs {expected:.0} expected");
 }
@@ -377,9 +378,12 @@ fn all_cpus_are_sampled_at_full_rate_from_the_start() {
     let slices = ((end_ms - start_ms) / 250.0).floor() as usize;
     let t = profile.thread(pid, pid).expect("the spinner's thread");
     let mut counts = vec![0usize; slices];
-    for time in t.times() {
+    // On-CPU samples only: its waits for a CPU beside a busy one are
+    // samples too (their stacks end in an off-CPU frame).
+    let on_cpu = t.stacks(&profile.categories()).into_iter().map(|s| s.last().is_none_or(|(_, c)| c != "Off-CPU" && c != "I/O"));
+    for (time, on) in t.times().into_iter().zip(on_cpu) {
         let slice = ((time - start_ms) / 250.0).floor();
-        if slice >= 0.0 && (slice as usize) < slices {
+        if on && slice >= 0.0 && (slice as usize) < slices {
             counts[slice as usize] += 1;
         }
     }

@@ -74,10 +74,14 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
 
     let n = why(&out_path, napper);
     let off_cpu = n["off_cpu_ms"].as_f64().unwrap();
-    let (timer, queued) = (blamed(&n, Some(napper), &["timer"]), blamed(&n, Some(napper), &["runnable"]));
+    let (timer, queued, unseen) =
+        (blamed(&n, Some(napper), &["timer"]), blamed(&n, Some(napper), &["runnable"]), blamed(&n, Some(napper), &["unknown waker"]));
     let run_delay_ms = f("napper_run_delay_ns") as f64 / 1e6;
-    eprintln!("why: napper off-CPU {off_cpu:.1} ms: timer {timer:.1}, runnable {queued:.1} (its schedstat run delay {run_delay_ms:.1}); {}", n["blame"]);
-    assert!((timer + queued - off_cpu).abs() < 1e-6 * off_cpu.max(1.0), "the napper waits only on its timer and for a CPU: {}", n["blame"]);
+    eprintln!("why: napper off-CPU {off_cpu:.1} ms: timer {timer:.1}, runnable {queued:.1}, no waker seen {unseen:.1} (its schedstat run delay {run_delay_ms:.1}); {}", n["blame"]);
+    // Nothing but its timer and a CPU; beside a busy CPU a few of its waits
+    // end with no wakeup traced (their end inferred: 2 % seen), said as such.
+    assert!((timer + queued + unseen - off_cpu).abs() < 1e-6 * off_cpu.max(1.0), "the napper waits only on its timer and for a CPU: {}", n["blame"]);
+    assert!(unseen <= off_cpu * 0.05, "{unseen:.1} ms of {off_cpu:.1} with no waker seen");
     // sysprof times a wait's run delay from its waking; schedstat from its
     // enqueue, which for a thread woken on another CPU comes after an IPI
     // (measured: 9 µs a wake here): up to 20 µs a wait more is allowed.
