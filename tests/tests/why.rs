@@ -78,9 +78,11 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
         (blamed(&n, Some(napper), &["timer"]), blamed(&n, Some(napper), &["runnable"]), blamed(&n, Some(napper), &["unknown waker"]));
     let run_delay_ms = f("napper_run_delay_ns") as f64 / 1e6;
     eprintln!("why: napper off-CPU {off_cpu:.1} ms: timer {timer:.1}, runnable {queued:.1}, no waker seen {unseen:.1} (its schedstat run delay {run_delay_ms:.1}); {}", n["blame"]);
-    // Nothing but its timer and a CPU; beside a busy CPU a few of its waits
-    // end with no wakeup traced (their end inferred: 2 % seen), said as such.
-    assert!((timer + queued + unseen - off_cpu).abs() < 1e-6 * off_cpu.max(1.0), "the napper waits only on its timer and for a CPU: {}", n["blame"]);
+    // Its timer and a CPU; beside a busy CPU a few of its waits end with no
+    // wakeup traced (their end inferred: 2 % seen), said as such; and its
+    // start (glibc's thread start waits on its creator: 0.06 ms seen).
+    let other = off_cpu - timer - queued - unseen;
+    assert!(timer >= off_cpu * 0.9 && other <= 1.0, "the napper waits on its timer and for a CPU: {}", n["blame"]);
     assert!(unseen <= off_cpu * 0.05, "{unseen:.1} ms of {off_cpu:.1} with no waker seen");
     // sysprof times a wait's run delay from its waking; schedstat from its
     // enqueue, which for a thread woken on another CPU comes after an IPI

@@ -142,8 +142,13 @@ impl Replay<'_> {
     }
 
     /// One track per CPU: runs of consecutive samples of the same thread.
-    /// Sample resolution (one interval), not exact switch times.
-    pub(super) fn cpu_tracks(&self, w: &WindowData, order: &[(u64, u8, u32)], interval_ms: f64) -> Vec<(u32, Vec<MarkerRecord>)> {
+    /// Sample resolution (one interval), not exact switch times. Where a CPU
+    /// has no sample for longer than two intervals and the window lost no
+    /// sample, it ran something sampling cannot see: its idle task, on
+    /// machines (VMs) where idle is not sampled on every CPU (here, CPU 1's,
+    /// for BPF and perf alike). Those stretches are idle slices named
+    /// "idle (no samples)", not holes; with samples lost they stay holes.
+    pub(super) fn cpu_tracks(&self, w: &WindowData, order: &[(u64, u8, u32)], interval_ms: f64, range: (u64, u64)) -> Vec<(u32, Vec<MarkerRecord>)> {
         let interval_ns = (interval_ms * 1e6) as u64;
         let mut tracks: std::collections::BTreeMap<u32, Vec<MarkerRecord>> = Default::default();
         let mut open: rustc_hash::FxHashMap<u32, (u32, u32, u64, u64)> = Default::default(); // cpu -> (pid, tid, start, last)
@@ -184,8 +189,36 @@ impl Replay<'_> {
         for (cpu, cur) in open {
             close(&mut tracks, cpu, cur);
         }
+        if w.stats.lost_samples == 0 {
+            for markers in tracks.values_mut() {
+                fill_unsampled(markers, interval_ns, range);
+            }
+        }
         tracks.into_iter().collect()
     }
+}
+
+/// Idle slices over the stretches of `range` longer than two intervals that
+/// no slice of this CPU covers.
+fn fill_unsampled(markers: &mut Vec<MarkerRecord>, interval_ns: u64, (start, end): (u64, u64)) {
+    let span = |m: &MarkerRecord| match m {
+        MarkerRecord::OnCpu { start_ns, end_ns, .. } => Some((*start_ns, *end_ns)),
+        _ => None,
+    };
+    let idle = |from: u64, to: u64| MarkerRecord::OnCpu { start_ns: from, end_ns: to, pid: 0, tid: 0, name: "idle (no samples)".to_string(), kind: SliceKind::Idle };
+    let mut gaps = Vec::new();
+    let mut covered = start;
+    for (s, e) in markers.iter().filter_map(span) {
+        if s > covered + 2 * interval_ns {
+            gaps.push(idle(covered, s));
+        }
+        covered = covered.max(e);
+    }
+    if end > covered + 2 * interval_ns {
+        gaps.push(idle(covered, end));
+    }
+    markers.extend(gaps);
+    markers.sort_by_key(|m| span(m).map_or(0, |(s, _)| s));
 }
 
 /// `sda`, `nvme0n1`, … for a kernel dev_t (major << 20 | minor), looked up
@@ -204,4 +237,26 @@ fn device_name(dev: u32) -> String {
                 .unwrap_or_else(|| format!("{major}:{minor}"))
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that stretches of a CPU's track longer than two intervals with
+    /// no slice become idle slices, and shorter ones stay as they are.
+    #[test]
+    fn unsampled_stretches_become_idle_slices() {
+        let run = |s: u64, e: u64| MarkerRecord::OnCpu { start_ns: s, end_ns: e, pid: 7, tid: 7, name: "t".into(), kind: SliceKind::User };
+        let mut m = vec![run(1_000, 3_000), run(4_000, 6_000), run(20_000, 30_000)];
+        fill_unsampled(&mut m, 1_000, (0, 40_000));
+        let spans: Vec<(u64, u64, bool)> = m
+            .iter()
+            .map(|m| match m {
+                MarkerRecord::OnCpu { start_ns, end_ns, kind, .. } => (*start_ns, *end_ns, *kind == SliceKind::Idle),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(spans, vec![(1_000, 3_000, false), (4_000, 6_000, false), (6_000, 20_000, true), (20_000, 30_000, false), (30_000, 40_000, true)]);
+    }
 }

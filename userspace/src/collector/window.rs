@@ -130,7 +130,7 @@ impl Collector {
         for e in &w.switch_totals {
             replay.table.process(e.pid).thread(e.tid).switches = Some((e.voluntary, e.involuntary));
         }
-        let cpu_tracks = if self.options.per_cpu { replay.cpu_tracks(&w, &order, range.interval_ms) } else { Vec::new() };
+        let cpu_tracks = if self.options.per_cpu { replay.cpu_tracks(&w, &order, range.interval_ms, (range.start_ns, range.end_ns)) } else { Vec::new() };
 
         let Replay { frame_keys, stacks, threads, .. } = replay;
         let mut warnings = std::mem::take(&mut w.warnings);
