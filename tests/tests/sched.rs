@@ -131,8 +131,15 @@ fn direct_reads_become_io_markers_and_counters_match_sysfs() {
     let reads: Vec<Value> = t.markers().into_iter().map(|(_, d)| d).filter(|d| on_disk(d) && d["op"].as_str().unwrap().starts_with("read")).collect();
     eprintln!("odirect: {} markers on {} ({} reads by the reader), sysfs {sysfs:?}", all.len(), disk.name, reads.len());
     assert_eq!(sysfs.reads, 200, "the workload made 200 reads and nothing else read {}", disk.name);
-    assert_eq!(all.len() as u64, sysfs.reads + sysfs.writes + sysfs.discards + sysfs.flushes, "one marker per request sysfs counts; {}", stats_line(&out));
-    assert_eq!(reads.len(), 200, "every read is a marker on the reading thread");
+    // One marker per request sysfs counts, but for those the summary says
+    // were seen at one end only (1 of 200 beside a busy CPU here, where
+    // what runs in CPU 1's idle context, as an interrupt that completes a
+    // request can, is invisible to BPF and to perf); said, never silent.
+    let stats = stats_line(&out);
+    let untracked: u64 = stats.split_whitespace().find_map(|kv| kv.strip_prefix("io_untracked=")).and_then(|v| v.parse().ok()).expect("io_untracked in the stats");
+    let requests = sysfs.reads + sysfs.writes + sysfs.discards + sysfs.flushes;
+    assert!(all.len() as u64 <= requests && all.len() as u64 + untracked >= requests && untracked <= 4, "one marker per request sysfs counts, the rest said: {stats}");
+    assert!(reads.len() as u64 + untracked >= 200 && reads.len() <= 200, "every read is a marker on the reading thread, or said: {} of 200", reads.len());
     for d in &reads {
         let latency = d["endTime"].as_f64().unwrap() - d["startTime"].as_f64().unwrap();
         assert!(latency > 0.0, "non-zero latency: {d}");
