@@ -15,7 +15,8 @@
  * CPU time and its run-queue delay over them (schedstat), and its CPU time),
  * "napper_run_delay_ns=" (the napper's schedstat run delay), and from the client
  * "client_pid=", "client=TID", "client_wait_ns=" (its round trips' wall
- * time less its own CPU time over them: the time it was off the CPU).
+ * time less its own CPU time over them: the time it was off the CPU) and
+ * "client_t0_ns=", "client_t1_ns=" (CLOCK_MONOTONIC around them).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -132,7 +133,7 @@ static void *napper(void *arg)
 static void client(int requests)
 {
 	prctl(PR_SET_NAME, "client");
-	long long wall = 0, cpu = 0;
+	long long wall = 0, cpu = 0, first = clock_ns(CLOCK_MONOTONIC);
 	char c = 'x';
 	for (int i = 0; i < requests; i++) {
 		long long t0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
@@ -141,7 +142,8 @@ static void client(int requests)
 		wall += clock_ns(CLOCK_MONOTONIC) - t0;
 		cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
 	}
-	printf("client_pid=%d\nclient=%ld\nclient_wait_ns=%lld\n", getpid(), (long)syscall(SYS_gettid), wall - cpu);
+	long long last = clock_ns(CLOCK_MONOTONIC);
+	printf("client_pid=%d\nclient=%ld\nclient_wait_ns=%lld\nclient_t0_ns=%lld\nclient_t1_ns=%lld\n", getpid(), (long)syscall(SYS_gettid), wall - cpu, first, last);
 	fflush(stdout);
 	exit(0);
 }
