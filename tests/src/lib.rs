@@ -169,6 +169,12 @@ pub fn stats_line(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).lines().find(|l| l.starts_with("sysprof: stats:")).unwrap_or("").to_string()
 }
 
+/// One total of `record -v`'s stats line (`key=value`); panics when absent.
+pub fn stat(out: &Output, key: &str) -> u64 {
+    let line = stats_line(out);
+    line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok()).unwrap_or_else(|| panic!("no {key} in the stats: {line}"))
+}
+
 /// Panic with sysprof's stderr unless it exited with success.
 pub fn assert_success(out: &Output) {
     assert!(out.status.success(), "sysprof failed ({}):\nstderr: {}", out.status, String::from_utf8_lossy(&out.stderr));

@@ -181,7 +181,7 @@ fn report_io_histogram_counts_what_the_disk_completed() {
     // were seen at one end only (10 of 681 beside a busy CPU here: a loss
     // named for the bounded-at-scale work, never silent).
     let stats = stats_line(&out);
-    let untracked: u64 = stats.split_whitespace().find_map(|kv| kv.strip_prefix("io_untracked=")).and_then(|v| v.parse().ok()).expect("io_untracked in the stats");
+    let untracked = stat(&out, "io_untracked");
     assert!(requests <= kernel && requests + untracked >= kernel && untracked <= kernel * 3 / 100 + 4, "the histogram counts every request the device completed, the rest said: {requests} of {kernel}; {stats}");
     assert_eq!(bars, requests, "the rows add up to the count");
 }

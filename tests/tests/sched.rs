@@ -136,7 +136,7 @@ fn direct_reads_become_io_markers_and_counters_match_sysfs() {
     // what runs in CPU 1's idle context, as an interrupt that completes a
     // request can, is invisible to BPF and to perf); said, never silent.
     let stats = stats_line(&out);
-    let untracked: u64 = stats.split_whitespace().find_map(|kv| kv.strip_prefix("io_untracked=")).and_then(|v| v.parse().ok()).expect("io_untracked in the stats");
+    let untracked = stat(&out, "io_untracked");
     let requests = sysfs.reads + sysfs.writes + sysfs.discards + sysfs.flushes;
     assert!(all.len() as u64 <= requests && all.len() as u64 + untracked >= requests && untracked <= 4, "one marker per request sysfs counts, the rest said: {stats}");
     assert!(reads.len() as u64 + untracked >= 200 && reads.len() <= 200, "every read is a marker on the reading thread, or said: {} of 200", reads.len());

@@ -43,10 +43,11 @@ use read::ThreadRead;
 
 /// Print the report `args` asks for; returns the exit status.
 pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
-    let profile = load(&args.path)?;
+    // --why reads the file as JSON itself: parsed once, not twice.
     if let Some(id) = args.why {
         return write_out(&args, &why_text(&args, id)?);
     }
+    let profile = load(&args.path)?;
     if args.format == crate::cli::ReportFormat::Json {
         return Err(RecordError::Usage("--format json is what --why TID writes; give --why, or --format text or folded".into()));
     }
