@@ -62,7 +62,9 @@ pub fn stats_line(rec: &Recording) -> String {
         u.copy_exhausted,
         u.no_unwind_info,
         u.bad_return_address,
-        u.unwinds as f64 / (u.unwind_ns.max(1) as f64 / 1e9),
+        // Stacks the kernel walked took none of unwind_ns: the rate is of
+        // those unwound here (0 when there were none, or read from the store).
+        if u.unwind_ns == 0 { 0.0 } else { u.unwinds_here as f64 / (u.unwind_ns as f64 / 1e9) },
         rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e9,
     )
 }

@@ -308,13 +308,17 @@ impl Beside {
     fn start(load: Load) -> Result<Self> {
         use std::os::unix::process::CommandExt;
         let scratch = std::env::temp_dir().join(format!("sysprof-beside-{}", std::process::id()));
+        // Each load ends by itself once this process is gone (`kill -0`
+        // fails): a run killed by SIGINT or SIGTERM never gets to Drop, and
+        // a load left spinning would sit beside whatever runs next.
+        let me = std::process::id();
         let script = match load {
-            Load::Busy => "while :; do :; done".to_string(),
+            Load::Busy => format!("i=0; while :; do i=$((i + 1)); if [ $i -ge 200000 ]; then i=0; kill -0 {me} 2>/dev/null || exit 0; fi; done"),
             Load::Build => {
                 let out = &scratch;
                 std::fs::create_dir_all(out)?;
                 format!(
-                    "while :; do for f in {}/tests/workloads/*.c; do gcc -O2 -pthread -c \"$f\" -o {}/x.o 2>/dev/null; done; done",
+                    "while :; do for f in {}/tests/workloads/*.c; do kill -0 {me} 2>/dev/null || exit 0; gcc -O2 -pthread -c \"$f\" -o {}/x.o 2>/dev/null; done; done",
                     root().display(),
                     out.display()
                 )

@@ -253,6 +253,7 @@ pub fn add_stats(into: &mut RecordingStats, s: &RecordingStats) {
     into.unwind.no_unwind_info += s.unwind.no_unwind_info;
     into.unwind.bad_return_address += s.unwind.bad_return_address;
     into.unwind.unwind_ns += s.unwind.unwind_ns;
+    into.unwind.unwinds_here += s.unwind.unwinds_here;
 }
 
 impl Recording {

@@ -468,6 +468,10 @@ pub struct UnwindStats {
     pub no_unwind_info: u64,
     /// Stopped at a return address outside any code.
     pub bad_return_address: u64,
-    /// Time spent unwinding, ns.
+    /// Time spent unwinding here (in userspace), ns.
     pub unwind_ns: u64,
+    /// Of `unwinds`, those unwound here from a copied stack (the rest the
+    /// kernel walked, in no time of ours): what `unwind_ns` was spent on.
+    /// Not kept by the store (its format predates it): 0 when read back.
+    pub unwinds_here: u64,
 }

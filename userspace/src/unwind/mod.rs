@@ -297,6 +297,7 @@ impl Unwinders {
         let end = self.unwind_inner(binaries, pid, regs, stack, out, max);
         self.stats.unwind_ns += started.elapsed().as_nanos() as u64;
         self.stats.unwinds += 1;
+        self.stats.unwinds_here += 1;
         match end {
             StackEnd::Root => self.stats.reached_root += 1,
             StackEnd::CopyExhausted => {

@@ -383,6 +383,8 @@ impl StoredStats {
                 no_unwind_info: u.no_unwind_info,
                 bad_return_address: u.bad_return_address,
                 unwind_ns: u.unwind_ns,
+                // Not in the stored format: see UnwindStats::unwinds_here.
+                unwinds_here: 0,
             },
         }
     }
