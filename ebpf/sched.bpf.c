@@ -501,6 +501,7 @@ static __always_inline void close_interval(__u32 tid, struct thread_state *t, __
 		t->short_ns[reason] += delta;
 		t->short_count[reason] += 1;
 		t->off_ts = 0;
+		t->off_flags = 0;
 		if (t->short_ns[0] + t->short_ns[1] + t->short_ns[2] + t->short_ns[3] >= fold_flush_ns ||
 		    end - t->short_first >= fold_span_ns)
 			flush_folded(tid, t);
@@ -511,6 +512,7 @@ static __always_inline void close_interval(__u32 tid, struct thread_state *t, __
 	if (!e) {
 		count_drop(DROP_EVENTS_FULL);
 		t->off_ts = 0;
+		t->off_flags = 0;
 		return;
 	}
 	e->kind = RECORD_OFFCPU;
@@ -522,7 +524,7 @@ static __always_inline void close_interval(__u32 tid, struct thread_state *t, __
 	e->cpu_out = t->off_cpu;
 	e->cpu_in = cpu;
 	e->stack_id = t->stack_id;
-	e->flags = flags;
+	e->flags = flags | t->off_flags;
 	e->_pad = 0;
 	if (comm_is_current)
 		bpf_get_current_comm(e->comm, TASK_COMM_LEN);
@@ -543,7 +545,43 @@ static __always_inline void close_interval(__u32 tid, struct thread_state *t, __
 		__builtin_memset(e->waker_comm, 0, TASK_COMM_LEN);
 	}
 	t->off_ts = 0;
+	t->off_flags = 0;
 	bpf_ringbuf_submit(e, submit_flags());
+}
+
+/* A thread of a tracked process seen for the first time while it is off the
+ * CPU (it runs, or is woken, before any switch-out of it was traced): it
+ * left the CPU before tracing began, or, if it is new, it has been runnable
+ * since it was created. Its interval starts at its creation, which
+ * userspace clips to the range: without it a thread asleep since before
+ * the recording had nothing until it woke (the front end hatched it as
+ * "no data" up to there). `state` is what it is off-CPU as (a wakee's
+ * sleep, or runnable). NULL when untracked or the map is full. */
+static __always_inline struct thread_state *first_seen(struct task_struct *task, __u32 tid, __u32 state, __u32 cpu)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+	struct thread_state *t;
+
+	if (!tracked(tgid))
+		return NULL;
+	struct thread_state zero = { .pid = tgid };
+
+	bpf_map_update_elem(&threads, &tid, &zero, BPF_NOEXIST);
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (!t) {
+		count_drop(DROP_STATE_FULL);
+		return NULL;
+	}
+	if (t->off_ts)
+		return t;
+	__u64 born = BPF_CORE_READ(task, start_time);
+
+	t->off_state = state;
+	t->off_cpu = cpu;
+	t->off_runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
+	t->off_flags = OFFCPU_START_UNSEEN;
+	t->off_ts = born ? born : 1;
+	return t;
 }
 
 /* prev, the current task, leaves the CPU in raw state `raw`. */
@@ -621,10 +659,12 @@ static __always_inline void switch_out(void *ctx, __u32 tid, bool preempt, unsig
 }
 
 /* next runs again: close its interval. */
-static __always_inline void switch_in(__u32 tid, const void *next_comm, __u64 now, __u32 cpu)
+static __always_inline void switch_in(struct task_struct *next, __u32 tid, const void *next_comm, __u64 now, __u32 cpu)
 {
 	struct thread_state *t = bpf_map_lookup_elem(&threads, &tid);
 
+	if (!t)
+		t = first_seen(next, tid, OFFCPU_PREEMPTED, cpu);
 	if (!t || !t->off_ts)
 		return;
 	close_interval(tid, t, now, cpu, next_comm, false, 0);
@@ -653,7 +693,7 @@ int on_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 	if (prev_tid)
 		switch_out(ctx, prev_tid, preempt, raw, now, cpu);
 	if (next_tid)
-		switch_in(next_tid, __builtin_preserve_access_index(&next->comm), now, cpu);
+		switch_in(next, next_tid, __builtin_preserve_access_index(&next->comm), now, cpu);
 	return 0;
 }
 
@@ -667,6 +707,11 @@ int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 	__u32 wakee = BPF_CORE_READ(p, pid);
 	struct thread_state *t = bpf_map_lookup_elem(&threads, &wakee);
 
+	/* Still in its sleep's state here: TASK_WAKING is set after this. A
+	 * wakee still on its CPU (woken between saying it sleeps and leaving)
+	 * never left: nothing to open. */
+	if (!t && !BPF_CORE_READ(p, on_cpu))
+		t = first_seen(p, wakee, fold_raw_state(false, BPF_CORE_READ(p, __state)), bpf_get_smp_processor_id());
 	if (!t || !t->off_ts)
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();

@@ -223,6 +223,10 @@ struct stack_event {
 #define OFFCPU_END_INFERRED 1 /* its switch back in was not traced (some kernels hide
                                  some tasks from tracepoints): the end comes from
                                  its CPU time when it next left the CPU */
+#define OFFCPU_START_UNSEEN 2 /* it left the CPU before it was first seen (before
+                                 tracing began, or it is new): start_ns is when
+                                 the task was created, userspace clips it to the
+                                 range */
 
 /* One off-CPU interval of a thread, sent when it runs again if it lasted at
  * least offcpu_min_ns; shorter ones are summed per reason in folded_event. */
@@ -242,7 +246,7 @@ struct offcpu_event {
 	__u64 waker_stack_id;   /* stack_event of waker_tid at the wakeup; 0: none */
 	__u8 comm[TASK_COMM_LEN];
 	__u8 waker_comm[TASK_COMM_LEN];
-	__u32 flags;            /* OFFCPU_END_INFERRED */
+	__u32 flags;            /* OFFCPU_END_INFERRED, OFFCPU_START_UNSEEN */
 	__u32 _pad;
 };
 
@@ -305,7 +309,7 @@ struct thread_state {
 	__u32 pid;
 	__u32 off_state;        /* OFFCPU_* of the open interval */
 	__u32 off_cpu;          /* CPU it left */
-	__u32 _pad;
+	__u32 off_flags;        /* OFFCPU_START_UNSEEN for the open interval */
 	__u64 off_runtime;      /* its CPU time (sum_exec_runtime) when it left */
 	__u64 stack_id;         /* stack_event where it left the CPU */
 	/* The last wakeup while off-CPU (sched_waking); wake_ts is written last. */

@@ -525,3 +525,61 @@ fn requests_seen_at_one_end_are_said_on_the_summary() {
     drop(reader);
     assert!(seen == 1, "5 recordings beside continuous reads, none with a request seen at one end only");
 }
+
+/// Check that a thread asleep since before the recording began is off-CPU,
+/// sleeping, from the recording's first moment until it woke (its own
+/// CLOCK_MONOTONIC as its nanosleep returned), not blank up to its wakeup:
+/// no switch-out of it was ever traced, so its interval opens at the
+/// range's start (the front end hatched it as "no data" until then).
+#[test]
+fn a_thread_asleep_before_the_recording_is_off_cpu_from_its_start() {
+    use std::io::BufRead;
+    if !can_record("a_thread_asleep_before_the_recording_is_off_cpu_from_its_start") {
+        return;
+    }
+    let dir = scratch("longnap");
+    let exe = build_c("longnap", &dir.join("longnap"), &[]);
+    let out_path = dir.join("p.json.gz");
+    // Long enough that sysprof attaches while it sleeps, beside any load.
+    let mut nap = std::process::Command::new(&exe).arg("4000").stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut stdout = std::io::BufReader::new(nap.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let pid = field(first.as_bytes(), "pid").expect("longnap's pid");
+    let started_ns = monotonic_ns();
+    let rec = record_started(&["-p", &pid.to_string(), "-d", "6", "--no-io"], &out_path);
+    let attached_ms = (monotonic_ns() - started_ns) as f64 / 1e6;
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(nap.wait().unwrap().success());
+    let out = rec.wait_with_output().unwrap();
+    assert_success(&out);
+    let woke_ns = field(rest.as_bytes(), "woke_ns").expect("longnap's wake time") as f64;
+    let profile = Profile::load(&out_path);
+    let meta = &profile.json["meta"];
+    let anchor_ns = meta["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_f64().expect("the profile's clock anchor");
+    let start_ms = meta["profilingStartTime"].as_f64().unwrap_or(0.0);
+    let woke_ms = (woke_ns - anchor_ns) / 1e6;
+    assert!(woke_ms > start_ms + 50.0, "longnap woke {:.1} ms after the range began (attaching took {attached_ms:.0} ms): it must sleep longer", woke_ms - start_ms);
+    let t = profile.thread(pid, pid).expect("longnap's thread");
+    let naps: Vec<_> = t.markers().into_iter().filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping").collect();
+    let nap_marker = naps.iter().find(|(_, d)| d["startTime"].as_f64().unwrap() <= start_ms + 1.0);
+    eprintln!("range {start_ms:.1} ms, woke at {woke_ms:.1} ms; sleeping markers (start, end): {:?}",
+        naps.iter().map(|(_, d)| (d["startTime"].as_f64().unwrap(), d["endTime"].as_f64().unwrap())).collect::<Vec<_>>());
+    let (_, d) = nap_marker.expect("a sleeping interval from the range's start");
+    let end_ms = d["endTime"].as_f64().unwrap();
+    // It was switched in before it read its clock, and beside a load may be
+    // preempted for a tick or two in between.
+    assert!((woke_ms - 20.0..=woke_ms).contains(&end_ms), "the sleep ends at its wakeup: marker ends {end_ms:.1} ms, it woke at {woke_ms:.1} ms");
+    // The samples say the same: off-CPU weight from the start to the wakeup.
+    let cats = profile.categories();
+    let asleep_ms: f64 = t
+        .stacks(&cats)
+        .iter()
+        .zip(t.weights())
+        .zip(t.times())
+        .filter(|((s, _), time)| leaf(s) == "[off-CPU: sleeping]" && *time <= start_ms + 1.0)
+        .map(|((_, w), _)| w)
+        .sum();
+    assert!(asleep_ms >= woke_ms - start_ms - 20.0, "{asleep_ms:.1} ms asleep from the start, it woke {:.1} ms in", woke_ms - start_ms);
+}

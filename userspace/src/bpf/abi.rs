@@ -39,6 +39,10 @@ pub const OFFCPU_REASONS: usize = 4;
 
 /// `OFFCPU_END_INFERRED`
 pub const OFFCPU_END_INFERRED: u32 = 1;
+/// `OFFCPU_START_UNSEEN`: the thread left the CPU before it was first seen
+/// (before tracing began, or it is new); the start is its creation, clipped
+/// to the range.
+pub const OFFCPU_START_UNSEEN: u32 = 2;
 
 /// `SAMPLE_FLAG_KSTACK_FAILED`
 pub const SAMPLE_FLAG_KSTACK_FAILED: u32 = 1;
@@ -378,8 +382,9 @@ pub struct ThreadState {
     pub off_state: u32,
     /// CPU it left.
     pub off_cpu: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// `OFFCPU_START_UNSEEN` when the open interval began before the thread
+    /// was first seen.
+    pub off_flags: u32,
     /// Its CPU time when it left, ns.
     pub off_runtime: u64,
     /// Stack record where it left the CPU.

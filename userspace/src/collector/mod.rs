@@ -491,7 +491,7 @@ impl Collector {
                     waker_stack_id: if waker { st.waker_stack_id } else { 0 },
                     comm: [0; TASK_COMM_LEN],
                     waker_comm: st.waker_comm,
-                    flags: 0,
+                    flags: st.off_flags,
                     _pad: 0,
                 });
             }
