@@ -70,7 +70,10 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                 },
                 *start_ns,
                 *end_ns,
-                MarkerData::OnCpu { thread: name.clone(), pid: pid.to_string(), tid: *tid },
+                match kind {
+                    SliceKind::Idle => MarkerData::CpuIdle { thread: name.clone() },
+                    _ => MarkerData::OnCpu { thread: name.clone(), pid: pid.to_string(), tid: *tid },
+                },
             ),
         };
         m.name.push(tables.strings.intern(&name));
@@ -92,10 +95,15 @@ fn marker_start(r: &MarkerRecord) -> u64 {
 
 pub(super) fn marker_schema() -> serde_json::Value {
     let display = serde_json::json!(["marker-chart", "marker-table", "timeline-overview"]);
+    // The overview above a track draws every marker as one black bar: off-CPU
+    // intervals there made sleeping threads look busy (the activity graph
+    // already shows them, in the Off-CPU category's purple), and idle CPUs
+    // look like running ones.
+    let not_in_overview = serde_json::json!(["marker-chart", "marker-table"]);
     serde_json::json!([
         {
             "name": "OffCpu",
-            "display": display,
+            "display": not_in_overview,
             "chartLabel": "{marker.data.reason}",
             "tooltipLabel": "Off-CPU: {marker.data.reason}, woken by {marker.data.waker}",
             "tableLabel": "{marker.data.reason}, woken by {marker.data.waker}, run delay {marker.data.runDelay}",
@@ -139,6 +147,17 @@ pub(super) fn marker_schema() -> serde_json::Value {
                 { "key": "thread", "label": "Thread", "format": "string" },
                 { "key": "pid", "label": "pid", "format": "pid" },
                 { "key": "tid", "label": "tid", "format": "tid" },
+            ],
+        },
+        {
+            "name": "CpuIdle",
+            "display": not_in_overview,
+            "chartLabel": "{marker.data.thread}",
+            "tooltipLabel": "{marker.data.thread}",
+            "tableLabel": "{marker.data.thread}",
+            "description": "This CPU idle (at sampling resolution)",
+            "fields": [
+                { "key": "thread", "label": "Idle", "format": "string" },
             ],
         },
     ])

@@ -376,6 +376,13 @@ pub enum MarkerData {
         #[serde(skip_deserializing)]
         tid: u32,
     },
+    /// A stretch a CPU was idle: its own type, kept out of the track's
+    /// overview, where every marker is drawn as the same black bar and an
+    /// idle CPU looked as busy as a running one.
+    CpuIdle {
+        #[serde(skip_deserializing)]
+        thread: String,
+    },
     /// A payload of a type sysprof does not write (read only).
     #[serde(other)]
     Other,

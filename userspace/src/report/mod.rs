@@ -156,7 +156,7 @@ fn escape_strings(profile: &mut Profile) {
             match d {
                 MarkerData::OffCpu { waker, .. } => esc(waker),
                 MarkerData::Io { device, .. } => esc(device),
-                MarkerData::OnCpu { .. } | MarkerData::Other => {}
+                MarkerData::OnCpu { .. } | MarkerData::CpuIdle { .. } | MarkerData::Other => {}
             }
         }
     }
