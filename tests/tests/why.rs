@@ -12,6 +12,8 @@ use std::process::Command;
 use serde_json::Value;
 use sysprof_tests::*;
 
+const SIGTERM: i32 = 15;
+
 /// `sysprof report FILE --why ID --format json [EXTRA]`, parsed.
 fn why(path: &std::path::Path, id: u64) -> Value {
     why_in(path, id, &[])
@@ -103,6 +105,48 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
         queued + unseen >= run_delay_ms - slack && queued <= run_delay_ms + slack + waits * 0.020,
         "its run-queue delay {queued:.1} ms (and {unseen:.1} ms with no wakeup seen) in {waits} waits vs schedstat {run_delay_ms:.1} ms"
     );
+}
+
+/// Check that `report --why` answers for a past incident from the agent's
+/// store: the same chain (client, server, holder and its disk) recorded by
+/// `sysprof agent` and written by `sysprof show` charges the client's
+/// off-CPU time over its loop within 2 % of its own clocks, every ms once,
+/// at least 60 % of it to the holder, the I/O on the holder's device.
+#[test]
+fn a_past_request_is_charged_along_its_chain_from_the_store() {
+    if !can_record("a_past_request_is_charged_along_its_chain_from_the_store") {
+        return;
+    }
+    let dir = scratch("why-show");
+    let exe = build_c("waitchain", &dir.join("waitchain"), &[]);
+    let disk = LoopDevice::new(&dir, 16);
+    let store = dir.join("store");
+    let agent = Agent::start(&store, &["--window", "1", "--off-cpu-threshold", "0.05", "--health-interval", "3600"], &[]);
+    let out = Command::new(&exe).args([disk.path.to_str().unwrap(), "200", "4", "2"]).output().unwrap();
+    assert!(out.status.success(), "waitchain: {}", String::from_utf8_lossy(&out.stderr));
+    agent.wait_for_window_ending_after(wall_ms() + 200.0, std::time::Duration::from_secs(30));
+    let (status, stderr) = agent.stop_with(SIGTERM);
+    assert!(status.success(), "{stderr}");
+    let f = |k: &str| field(&out.stdout, k).unwrap_or_else(|| panic!("waitchain printed no {k}"));
+    let (client, holder) = (f("client"), f("holder"));
+    let client_wait_ms = f("client_wait_ns") as f64 / 1e6;
+    let path = dir.join("show.json.gz");
+    let o = show(&["--store", store.to_str().unwrap(), "--since", "5m", "-o", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let profile = Profile::load(&path);
+    let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_f64().unwrap();
+    let ms = |ns: u64| format!("{:.3}", (ns as f64 - anchor_ns) / 1e6);
+    let r = why_in(&path, client, &["--from", &ms(f("client_t0_ns")), "--to", &ms(f("client_t1_ns"))]);
+    let off_cpu = r["off_cpu_ms"].as_f64().unwrap();
+    let total: f64 = r["blame"].as_array().unwrap().iter().map(|b| b["ms"].as_f64().unwrap()).sum();
+    let holder_ms = blamed(&r, Some(holder), &["running", "I/O", "runnable"]);
+    eprintln!("why from show: client off-CPU {off_cpu:.1} ms (its own clocks {client_wait_ms:.1}), blame sums to {total:.1}; holder {holder_ms:.1} ms; {}", r["blame"]);
+    assert!((total - off_cpu).abs() < 1e-6 * off_cpu.max(1.0), "every ms charged once: {total} of {off_cpu}");
+    assert!((off_cpu - client_wait_ms).abs() <= client_wait_ms * 0.02, "the client's off-CPU time {off_cpu:.1} ms vs its own clocks {client_wait_ms:.1} ms");
+    assert!(holder_ms >= off_cpu * 0.6, "the holder carries {holder_ms:.1} of {off_cpu:.1} ms");
+    let devices: Vec<&str> = r["blame"].as_array().unwrap().iter().filter(|b| b["what"] == "I/O").filter_map(|b| b["device"].as_str()).collect();
+    assert!(!devices.is_empty() && devices.iter().all(|d| *d == disk.name), "the I/O is on {}: {devices:?}", disk.name);
 }
 
 /// Check that threads that never sleep, on more threads than CPUs, have
