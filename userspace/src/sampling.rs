@@ -15,7 +15,8 @@ use crate::bpf::abi::MAX_STACK_COPY;
 /// How user stacks are walked (`--call-graph`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-#[expect(missing_docs, reason = "a doc comment on a variant would become its help text and change `--help`; the flags' help says what each is")]
+// No doc comments on the variants: one would become its help text and
+// change `--help` (the flags' help says what each is).
 pub enum CallGraph {
     // Frame pointers only.
     Fp,

@@ -113,8 +113,6 @@ pub struct CaptureSession {
     pub start_ns: u64,
     /// Wall clock at `start_ns`, ms since the Unix epoch.
     pub start_wall_ms: f64,
-    /// The kernel's symbols, read with our programs loaded.
-    pub kernel: Arc<KernelSymbols>,
 }
 
 /// Loss totals as the kernel and the sideband count them (they only grow).
@@ -232,7 +230,7 @@ impl CaptureSession {
                 Arc::new(KernelSymbols::default())
             }
         };
-        collector.set_kernel_symbols(kernel.clone());
+        collector.set_kernel_symbols(kernel);
         // The recording starts here, with everything loaded: nothing sampled
         // precedes it, and the samples' ring is drained from the first. The
         // tracer (whose load, the verifier's work, takes 0.4-0.8 s) was
@@ -257,7 +255,6 @@ impl CaptureSession {
             reported: Losses::default(),
             start_ns,
             start_wall_ms,
-            kernel,
         })
     }
 

@@ -57,11 +57,6 @@ pub fn service_name(p: &ProcessRecord) -> String {
     }
 }
 
-/// The recording's on-CPU sample count (for logs of what was sent).
-pub fn samples(rec: &Recording) -> u64 {
-    rec.sample_count()
-}
-
 /// A destination for finished windows.
 pub trait Exporter: Send {
     /// Short name: `pprof`, `otlp`, `pyroscope` (cursor file, health line, metrics).
@@ -220,7 +215,7 @@ pub fn spawn_delivery(
                     }
                     // Sending it again would fail the same way: give it up
                     // rather than hold up every window behind it forever.
-                    Err(e @ SendError::Permanent(_)) => {
+                    Err(e) if !e.is_transient() => {
                         counters.dropped.fetch_add(n, Ordering::Relaxed);
                         errors.say(format!("{name}: {e}; the window was dropped (sending it again would fail the same way)"));
                         cursor = seg.header.end_ms;

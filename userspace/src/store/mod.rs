@@ -47,8 +47,8 @@ use dir::DirHandle;
 use crate::model::recording::Recording;
 use crate::sys::atomic_file;
 pub use dir::{private_dir, DirError};
-pub use maintain::{bucket_ms, BUCKET_MS};
-pub use read::{BadSegment, ReadError};
+pub use maintain::bucket_ms;
+pub use read::ReadError;
 use segment::{SegmentError, SegmentHeader, WindowSpan};
 
 /// A store directory, checked and held open.

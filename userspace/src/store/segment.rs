@@ -425,35 +425,5 @@ fn deltas_to_times(rec: &mut StoredRecording) -> Result<(), SegmentError> {
     Ok(())
 }
 
-/// What each part of a recording costs in a segment (compressed alone, at
-/// `zlevel`): for working on the format, e.g. from a scratch tool.
-#[doc(hidden)]
-pub fn size_report(rec: Recording, zlevel: i32) -> Vec<(&'static str, usize)> {
-    let mut rec = StoredRecording::from(rec);
-    times_to_deltas(&mut rec);
-    fn z<T: serde::Serialize>(v: &T, zlevel: i32) -> usize {
-        zstd::bulk::compress(&postcard::to_stdvec(v).unwrap_or_default(), zlevel).map(|c| c.len()).unwrap_or(0)
-    }
-    let threads: Vec<_> = rec.processes.iter().flat_map(|p| p.threads.iter()).collect();
-    let samples: Vec<_> = threads.iter().map(|t| &t.samples).collect();
-    let off_cpu: Vec<_> = threads.iter().map(|t| &t.off_cpu).collect();
-    let markers: Vec<_> = threads.iter().map(|t| &t.markers).collect();
-    let meta: Vec<_> = rec.processes.iter().map(|p| (p.pid, &p.name, &p.exe, &p.cmdline, p.start_ns, p.end_ns, &p.cgroup)).collect();
-    let tmeta: Vec<_> = threads.iter().map(|t| (t.tid, &t.name, t.start_ns, t.end_ns, t.switches)).collect();
-    vec![
-        ("all", z(&rec, zlevel)),
-        ("libs", z(&rec.libs, zlevel)),
-        ("frames", z(&rec.frames, zlevel)),
-        ("stacks", z(&rec.stacks, zlevel)),
-        ("counters", z(&rec.counters, zlevel)),
-        ("process facts", z(&meta, zlevel)),
-        ("thread facts", z(&tmeta, zlevel)),
-        ("samples", z(&samples, zlevel)),
-        ("off-CPU samples", z(&off_cpu, zlevel)),
-        ("markers", z(&markers, zlevel)),
-        ("stats+notes", z(&(&rec.stats, &rec.warnings, &rec.notes), zlevel)),
-    ]
-}
-
 #[cfg(test)]
 pub(crate) mod tests;

@@ -1,6 +1,7 @@
 //! The store's tests: writing, querying, compaction, retention and its directory.
 use super::*;
 use crate::model::merge;
+use super::maintain::BUCKET_MS;
 
 fn dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("sysprof-store-{name}-{}", std::process::id()));
