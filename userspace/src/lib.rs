@@ -13,6 +13,9 @@
 //! benches use. The rest (capture, the store, exporters, the model, …) are
 //! the crate's own; the layers and what each may use are in ARCHITECTURE.md.
 #![deny(missing_docs)]
+// The docs are for working on sysprof (`cargo doc --document-private-items`):
+// a public module's doc may name the crate's own parts.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod agent;
 pub mod binaries;
