@@ -332,6 +332,15 @@ fn the_range_starts_with_the_command() {
     let lead_ms = (command_start_ns as f64 - start_ns) / 1e6;
     eprintln!("range start: {lead_ms:.1} ms before the command's main()");
     assert!((0.0..=100.0).contains(&lead_ms), "the profile starts {lead_ms:.1} ms before the command did");
+    // Its CPU counter starts with it too: a base at its start, so the first
+    // share covers its first 100 ms (the graph was blank for 200 ms, until
+    // a second reading of a process first seen at the first).
+    let pid = field(&out.stdout, "pid").expect("spin printed its pid");
+    let counter = profile.json["counters"].as_array().unwrap().iter().find(|c| c["name"] == "Process CPU" && c["pid"] == pid.to_string()).cloned().expect("the command's CPU counter");
+    let first_ms = counter["samples"]["time"][0].as_f64().expect("a first counter sample");
+    let command_ms = (command_start_ns as f64 - anchor_ns) / 1e6;
+    eprintln!("the command's CPU counter starts at {first_ms:.1} ms, the command at {command_ms:.1} ms");
+    assert!(first_ms <= command_ms + 1.0, "the CPU counter starts {:.1} ms after the command", first_ms - command_ms);
 }
 
 /// Check that `record -a` samples at its full rate from its first

@@ -34,7 +34,7 @@ pub fn stats_line(rec: &Recording) -> String {
     let st = &rec.stats;
     let u = st.unwind;
     format!(
-    "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} \
+    "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} handovers_skipped={} \
          off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
          stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
          unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
@@ -43,6 +43,7 @@ pub fn stats_line(rec: &Recording) -> String {
         st.lost_samples,
         st.kernel_stack_failures,
         st.user_stack_failures,
+        st.handovers_skipped,
         st.off_cpu_intervals,
         st.off_cpu_folded,
         st.off_cpu_end_inferred,

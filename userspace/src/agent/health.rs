@@ -29,6 +29,10 @@ pub struct AgentCounters {
     pub samples: AtomicU64,
     /// Records lost in the kernel or on the way.
     pub lost: AtomicU64,
+    /// The same losses by kind (only the loss totals are kept): the health
+    /// line says which, as `show` does. "269 samples, 700 lost" read as
+    /// samples lost, where 700 were off-CPU records and stacks.
+    pub losses: std::sync::Mutex<crate::model::recording::RecordingStats>,
     /// Bytes the store holds.
     pub store_bytes: AtomicU64,
     /// Segment files in the store.
@@ -93,19 +97,29 @@ fn refusals_part(refusals: &[(u32, crate::unwind::kernel::UidRefusals)]) -> Stri
     format!("; kernel unwinder refused (stacks copied instead) {}", crate::unwind::kernel::refusals_text(refusals))
 }
 
+/// "nothing lost", or "lost N samples, M off-CPU/I-O records and K stacks, …".
+fn lost_text(c: &AgentCounters) -> String {
+    let parts = c.losses.lock().map(|st| crate::summary::lost_parts(&st, false)).unwrap_or_default();
+    if parts.is_empty() {
+        "nothing lost".to_string()
+    } else {
+        format!("lost {}", parts.join(", "))
+    }
+}
+
 /// The health line: what was stored, lost and kept, and what it cost.
 pub(super) fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collector, exporters: &[(&'static str, Arc<crate::export::ExportCounters>)]) -> String {
     let (rss, peak) = rss_bytes();
     let (processes, binaries, names) = collector.retained();
     format!(
-        "sysprof agent: up {}; windows: {} stored, {} failed, {} dropped; {} samples, {} lost; store {} in {} files ({} removed by retention); \
+        "sysprof agent: up {}; windows: {} stored, {} failed, {} dropped; {} samples, {}; store {} in {} files ({} removed by retention); \
          RSS {} (peak {}); CPU {:.3}% of one CPU; tracking {} processes, {} binaries, {} of names",
         human_duration(up),
         c.stored.load(Ordering::Relaxed),
         c.store_failed.load(Ordering::Relaxed),
         c.dropped.load(Ordering::Relaxed),
         c.samples.load(Ordering::Relaxed),
-        c.lost.load(Ordering::Relaxed),
+        lost_text(c),
         crate::units::human_bytes(c.store_bytes.load(Ordering::Relaxed)),
         c.store_files.load(Ordering::Relaxed),
         c.retention_removed.load(Ordering::Relaxed),

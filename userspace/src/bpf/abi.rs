@@ -54,6 +54,10 @@ pub const SAMPLE_FLAG_USER_REGS: u32 = 4;
 pub const SAMPLE_FLAG_KERNEL_UNWOUND: u32 = 8;
 /// `user_ip/sp/bp` hold the leaf's user registers (no hand-over).
 pub const SAMPLE_FLAG_LEAF_REGS: u32 = 16;
+/// `SAMPLE_FLAG_HANDOVER_SKIPPED`: a hand-over sent without its stack copy
+/// (the ring was over a quarter full); the stack ends where the kernel's
+/// walk did.
+pub const SAMPLE_FLAG_HANDOVER_SKIPPED: u32 = 32;
 
 /// Most user frames the in-kernel unwinder sends.
 pub const UNWIND_MAX_FRAMES: usize = 1024;
@@ -109,6 +113,9 @@ pub const STACK_USER_REGS: u32 = 2;
 pub const STACK_KSTACK_FAILED: u32 = 4;
 /// `STACK_USTACK_FAILED`
 pub const STACK_USTACK_FAILED: u32 = 8;
+/// `STACK_HANDOVER_SKIPPED`: the kernel's walk so far without a copy to
+/// hand over (the events ring was over a quarter full).
+pub const STACK_HANDOVER_SKIPPED: u32 = 32;
 /// User frames unwound in the kernel follow the record.
 pub const STACK_KERNEL_UNWOUND: u32 = 16;
 

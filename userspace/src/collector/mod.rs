@@ -277,6 +277,9 @@ impl Collector {
         if s.flags & SAMPLE_FLAG_USTACK_FAILED != 0 {
             w.stats.user_stack_failures += 1;
         }
+        if s.flags & abi::SAMPLE_FLAG_HANDOVER_SKIPPED != 0 {
+            w.stats.handovers_skipped += 1;
+        }
         let node = match s.user {
             UserStack::KernelUnwound(k) => {
                 self.unwind_in_kernel(s.pid, &k);
@@ -324,6 +327,9 @@ impl Collector {
         self.window.stats.stack_records += 1;
         if e.flags & (STACK_KSTACK_FAILED | STACK_USTACK_FAILED) != 0 {
             self.window.stats.stack_read_failures += 1;
+        }
+        if e.flags & abi::STACK_HANDOVER_SKIPPED != 0 {
+            self.window.stats.handovers_skipped += 1;
         }
         let user: Box<[u64]> = match view.user {
             UserStack::KernelUnwound(k) => {

@@ -28,8 +28,10 @@ pub struct CounterPoller {
     page_size: u64,
     /// Notes for the profile's log.
     pub notes: Vec<String>,
-    /// When the last reading was taken.
+    /// When the last reading of CPU shares was taken.
     last_reading_ns: Option<u64>,
+    /// When the previous poll was (any reading).
+    last_poll_ns: Option<u64>,
 }
 
 /// The shortest time between two readings of CPU shares: 5 ticks of
@@ -66,6 +68,7 @@ impl CounterPoller {
             page_size: crate::sideband::perf_ring::page_size() as u64,
             notes,
             last_reading_ns: None,
+            last_poll_ns: None,
         }
     }
 
@@ -126,13 +129,32 @@ impl CounterPoller {
             }
             self.pmu_prev = (cyc, ins);
         }
+        let previous_poll = self.last_poll_ns.replace(now_ns);
         for pid in pids {
             if pid == 0 {
                 continue;
             }
-            let Some((ticks, rss_pages)) = read_proc(pid) else { continue };
+            let Some((ticks, rss_pages, start_ticks)) = read_proc(pid) else { continue };
             let rss = rss_pages * self.page_size;
-            match self.proc_prev.get(&pid).copied() {
+            let mut base = self.proc_prev.get(&pid).copied();
+            if base.is_none() {
+                // Started since the previous poll: it had no CPU time and no
+                // memory before, so its counters start at its start, not at
+                // the reading after (a command's CPU graph was blank for its
+                // first 200 ms, until a second reading gave a share).
+                // /proc gives the start in whole ticks, rounded down: a
+                // process that started less than a tick before the previous
+                // poll had less than a tick of CPU by then.
+                let tick_ns = 1_000_000_000 / self.ticks_per_s as u64;
+                let started = crate::sys::clock::boottime_to_monotonic_ns(start_ticks * tick_ns);
+                if let Some(started) = previous_poll.filter(|&p| started + tick_ns > p && started <= now_ns).map(|p| started.max(p)) {
+                    self.push(pid, "Process CPU", "CPU", "CPU used by the process since the previous sample (% of one CPU)", started, 0.0);
+                    self.push(pid, "RSS", "Memory", "Resident set size of the process, bytes", started, 0.0);
+                    base = Some((0, started, 0));
+                    self.proc_prev.insert(pid, (0, started, 0));
+                }
+            }
+            match base {
                 // Too soon for a share: its base stays, for the next reading.
                 Some((_, ptime, _)) if now_ns.saturating_sub(ptime) < MIN_READING_NS => continue,
                 Some((pticks, ptime, prss)) => {
@@ -280,14 +302,15 @@ fn parse_diskstats(text: &str, is_disk: impl Fn(&str) -> bool) -> Vec<(String, (
 }
 
 /// (utime + stime ticks, RSS pages) of a process.
-fn read_proc(pid: u32) -> Option<(u64, u64)> {
+fn read_proc(pid: u32) -> Option<(u64, u64, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    let start_ticks = f.get(19)?.parse::<u64>().ok()?;
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     let rss = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some((ticks, rss))
+    Some((ticks, rss, start_ticks))
 }
 
 #[cfg(test)]

@@ -14,6 +14,15 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CLOCK_MONOTONIC ns for a time given as CLOCK_BOOTTIME ns (as /proc's
+/// process start times are, in ticks): the clocks differ by the time the
+/// machine was suspended.
+pub fn boottime_to_monotonic_ns(boottime_ns: u64) -> u64 {
+    let mono = monotonic_ns();
+    let boot = clock_ns(libc::CLOCK_BOOTTIME);
+    boottime_ns.saturating_sub(boot.saturating_sub(mono))
+}
+
 /// One (wall clock ms, monotonic ns) pair read together: monotonic is read
 /// on both sides of the wall clock and averaged.
 pub fn clock_anchor() -> (f64, u64) {

@@ -361,6 +361,8 @@ impl StoredStats {
             lost_samples: self.lost_samples,
             kernel_stack_failures: self.kernel_stack_failures,
             user_stack_failures: self.user_stack_failures,
+            // Not in the stored format: see RecordingStats::handovers_skipped.
+            handovers_skipped: 0,
             lost_sideband: self.lost_sideband,
             malformed: self.malformed,
             off_cpu_intervals: self.off_cpu_intervals,
