@@ -96,9 +96,9 @@ fn marker_start(r: &MarkerRecord) -> u64 {
 pub(super) fn marker_schema() -> serde_json::Value {
     let display = serde_json::json!(["marker-chart", "marker-table", "timeline-overview"]);
     // The overview above a track draws every marker as one black bar: off-CPU
-    // intervals there made sleeping threads look busy (the activity graph
-    // already shows them, in the Off-CPU category's purple), and idle CPUs
-    // look like running ones.
+    // intervals there made sleeping threads look busy (the track's graph is
+    // CPU use, blank while it waits; the call tree and marker chart say
+    // why), and idle CPUs look like running ones.
     let not_in_overview = serde_json::json!(["marker-chart", "marker-table"]);
     serde_json::json!([
         {
