@@ -262,6 +262,10 @@ fn processes_of_20_ms_appear_in_show() {
     let dir = scratch("agent-brief");
     let exe = build_c("brief", &dir.join("brief"), &[]);
     let store = dir.join("store");
+    // Processes come and go while the agent starts: what they did before its
+    // first window (the tracer and sideband attach a moment before it) must
+    // not show at negative times.
+    let churn = Command::new("sh").args(["-c", "for i in $(seq 300); do /bin/true; sleep 0.01; done"]).spawn().unwrap();
     let agent = Agent::start(&store, &["--window", "1", "--health-interval", "3600"], &[]);
     let mut pids = Vec::new();
     let mut ran_at = Vec::new();
@@ -284,6 +288,35 @@ fn processes_of_20_ms_appear_in_show() {
     }
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
+    let _ = wait_with_timeout(churn, Duration::from_secs(30), "the process churn");
+    let path = dir.join("all.json.gz");
+    let o = show(&["--store", store.to_str().unwrap(), "--since", "5m", "-o", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let before_start = nothing_before_the_start(&Profile::load(&path));
+    assert!(before_start.is_empty(), "shown before the agent's first window: {before_start:?}");
+}
+
+/// What a profile shows before its range: samples, markers, and threads
+/// that end before they begin.
+fn nothing_before_the_start(profile: &Profile) -> Vec<String> {
+    let mut found = Vec::new();
+    for t in profile.threads() {
+        let name = format!("{} ({})", t.name(), t.tid());
+        if let Some(first) = t.times().into_iter().find(|&x| x < 0.0) {
+            found.push(format!("{name}: a sample at {first} ms"));
+        }
+        for (m, d) in t.markers() {
+            if d["startTime"].as_f64().is_some_and(|s| s < 0.0) {
+                found.push(format!("{name}: marker {m} at {}", d["startTime"]));
+            }
+        }
+        if let (Some(reg), Some(unreg)) = (t.t["registerTime"].as_f64(), t.t["unregisterTime"].as_f64()) {
+            if unreg < reg {
+                found.push(format!("{name}: ends at {unreg} ms, before it begins at {reg}"));
+            }
+        }
+    }
+    found
 }
 
 /// Check that a damaged window (a flipped byte) and a truncated one are each

@@ -93,14 +93,17 @@ impl Collector {
             // What ended after the cut is the next window's.
             self.window = carry_late(&mut w, range.end_ns);
         }
-        let inside = |t: u64| t <= range.end_ns && (range.continuous || t >= range.start_ns);
+        // The agent's windows take what came late from the ones before; not
+        // what predates its first: the tracer and the sideband attach a
+        // moment before it, and `show` drew the samples, requests and exits
+        // of processes gone by then at negative times (down to -133 ms).
+        let floor = *self.first_start_ns.get_or_insert(range.start_ns);
+        let inside = |t: u64| t <= range.end_ns && t >= if range.continuous { floor } else { range.start_ns };
         let mut order: Vec<(u64, u8, u32)> = Vec::with_capacity(w.samples.time_ns.len() + w.off_cpu.len() + w.io.len() + w.folded.len());
         order.extend(w.samples.time_ns.iter().enumerate().filter(|(_, &t)| inside(t)).map(|(i, &t)| (t, ORDER_SAMPLE, i as u32)));
         // A recording's intervals are clipped to its range (one still open
         // at the end was closed there); requests must have completed in it.
-        // The agent's start at its first window's: the tracer is attached a
-        // moment before, and `show` drew its intervals at negative times.
-        let floor = *self.first_start_ns.get_or_insert(range.start_ns);
+        // The agent's start at its first window's (the floor above).
         for o in &mut w.off_cpu {
             if !range.continuous {
                 o.end_ns = o.end_ns.min(range.end_ns);

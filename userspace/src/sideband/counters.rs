@@ -351,7 +351,7 @@ mod tests {
     fn idle_disks_get_no_track() {
         let mut c = CounterPoller { series: BTreeMap::new(), cpu_prev: None, mem_prev: None, disk_prev: FxHashMap::default(),
             proc_prev: FxHashMap::default(), pmu: Vec::new(), pmu_prev: (0, 0), ticks_per_s: 100.0, page_size: 4096, notes: Vec::new(),
-            last_reading_ns: None };
+            last_reading_ns: None, last_poll_ns: None };
         for (t, busy, idle) in [(1, 0.0, 0.0), (2, 4096.0, 0.0), (3, 0.0, 0.0)] {
             c.push(0, "Disk read: busy", "Bandwidth", "", t, busy);
             c.push(0, "Disk read: idle", "Bandwidth", "", t, idle);
