@@ -21,10 +21,21 @@ fn main() {
         // Existing paths only: cargo reruns the script, and recompiles the
         // crate, whenever one is missing. A directory is watched whole, so
         // `refs/heads` sees a branch's loose ref appear or change.
+        // Relative to this package where the git directory is the
+        // checkout's own: cargo shares a build between clones that use one
+        // target directory (the package's hash leaves out its path), and
+        // absolute paths kept watching the first clone's git, so every later
+        // clone's --version named that clone's commit.
+        let package = std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+        let checkout = package.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
         for path in ["HEAD", "packed-refs", "refs/heads"] {
             if let Some(file) = git(&["rev-parse", "--path-format=absolute", "--git-path", path]) {
-                if std::path::Path::new(&file).exists() {
-                    println!("cargo:rerun-if-changed={file}");
+                let file = std::path::PathBuf::from(file);
+                if file.exists() {
+                    match file.strip_prefix(&checkout) {
+                        Ok(inside) if !checkout.as_os_str().is_empty() => println!("cargo:rerun-if-changed=../{}", inside.display()),
+                        _ => println!("cargo:rerun-if-changed={}", file.display()),
+                    }
                 }
             }
         }
