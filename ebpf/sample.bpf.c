@@ -170,10 +170,10 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		sc->e.unwind_end = end;
 		size += (__u64)n * sizeof(__u64);
 		/* Userspace goes on from here with a copy, unless the reader is
-		 * behind: 32 KiB copies then fill the ring, and whole samples are
-		 * lost once it is full (an agent starting beside a build lost 700
-		 * of 970). Past a quarter full, the walk so far goes alone: a cut
-		 * stack, said as such, instead of a lost sample. */
+		 * behind: a 32 KiB copy takes the room of ~30 walked samples, and
+		 * once the ring is full whole samples are lost. Past a quarter
+		 * full, the walk so far goes alone: a cut stack, said as such
+		 * (handovers_skipped), rather than a lost sample. */
 		if (hand_over && unwind_hands_over(end, n, tgid) &&
 		    bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 4) {
 			sc->e.flags |= SAMPLE_FLAG_HANDOVER_SKIPPED;

@@ -188,10 +188,10 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 	n = unwind_user(pid, regs, sc->frames, &end, stack_copy != 0);
 	__u32 flags = STACK_KERNEL_UNWOUND;
 
-	/* The caller's copy is 32 KiB: with the reader behind (the ring over a
-	 * quarter full) those copies crowd out the intervals themselves (an
-	 * agent starting beside a build lost 3,344 records in 12 s). Then the
-	 * walk so far goes alone, a cut stack said as such. */
+	/* The caller's copy is 32 KiB, the room of many intervals: with the
+	 * reader behind (the ring over a quarter full) the walk so far goes
+	 * alone, a cut stack said as such (handovers_skipped), and the ring
+	 * keeps its room for the intervals themselves. */
 	if (stack_copy && unwind_hands_over(end, n, pid)) {
 		if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) <= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 4)
 			return 0;
