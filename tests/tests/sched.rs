@@ -134,11 +134,15 @@ fn direct_reads_become_io_markers_and_counters_match_sysfs() {
     // One marker per request sysfs counts, but for those the summary says
     // were seen at one end only (1 of 200 beside a busy CPU here, where
     // what runs in CPU 1's idle context, as an interrupt that completes a
-    // request can, is invisible to BPF and to perf); said, never silent.
+    // request can, is invisible to BPF and to perf); said, never silent,
+    // and at most 4 of the 200. The summary counts every device's: beside a
+    // compiler loop, vda's requests open at the start or end too (6 said,
+    // 2 of them this device's).
     let stats = stats_line(&out);
     let untracked = stat(&out, "io_untracked");
     let requests = sysfs.reads + sysfs.writes + sysfs.discards + sysfs.flushes;
-    assert!(all.len() as u64 <= requests && all.len() as u64 + untracked >= requests && untracked <= 4, "one marker per request sysfs counts, the rest said: {stats}");
+    let unseen = requests.saturating_sub(all.len() as u64);
+    assert!(all.len() as u64 <= requests && unseen <= untracked && unseen <= 4, "one marker per request sysfs counts, the rest said: {stats}");
     assert!(reads.len() as u64 + untracked >= 200 && reads.len() <= 200, "every read is a marker on the reading thread, or said: {} of 200", reads.len());
     for d in &reads {
         let latency = d["endTime"].as_f64().unwrap() - d["startTime"].as_f64().unwrap();
