@@ -171,11 +171,12 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		size += (__u64)n * sizeof(__u64);
 		/* Userspace goes on from here with a copy, unless the reader is
 		 * behind: a 32 KiB copy takes the room of ~30 walked samples, and
-		 * once the ring is full whole samples are lost. Past a quarter
-		 * full, the walk so far goes alone: a cut stack, said as such
-		 * (handovers_skipped), rather than a lost sample. */
+		 * once the ring is full whole samples are lost. Past half full,
+		 * the walk so far goes alone: a cut stack, said as such
+		 * (handovers_skipped), rather than a lost sample. (At a quarter,
+		 * a new process's first samples were cut beside a compiler loop.) */
 		if (hand_over && unwind_hands_over(end, n, tgid) &&
-		    bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 4) {
+		    bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2) {
 			sc->e.flags |= SAMPLE_FLAG_HANDOVER_SKIPPED;
 		} else if (hand_over && unwind_hands_over(end, n, tgid)) {
 			sc->e.flags &= ~SAMPLE_FLAG_LEAF_REGS;

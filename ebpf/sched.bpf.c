@@ -189,11 +189,11 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 	__u32 flags = STACK_KERNEL_UNWOUND;
 
 	/* The caller's copy is 32 KiB, the room of many intervals: with the
-	 * reader behind (the ring over a quarter full) the walk so far goes
-	 * alone, a cut stack said as such (handovers_skipped), and the ring
-	 * keeps its room for the intervals themselves. */
+	 * reader behind (the ring over half full) the walk so far goes alone,
+	 * a cut stack said as such (handovers_skipped), and the ring keeps its
+	 * room for the intervals themselves. */
 	if (stack_copy && unwind_hands_over(end, n, pid)) {
-		if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) <= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 4)
+		if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) <= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2)
 			return 0;
 		flags |= STACK_HANDOVER_SKIPPED;
 	}

@@ -47,7 +47,7 @@
                                         UNWIND_MAX_FRAMES * 8 bytes after the record. */
 #define SAMPLE_FLAG_LEAF_REGS 16  /* user_ip/sp/bp are the leaf's (kernel unwinding, no hand-over) */
 #define SAMPLE_FLAG_HANDOVER_SKIPPED 32 /* a hand-over sent without its stack copy: the
-                                           ring was over a quarter full (the reader behind);
+                                           ring was over half full (the reader behind);
                                            the stack ends where the kernel's walk did */
 
 /* A thread caches one stack per slot (stack_event.slot): where it was
@@ -69,8 +69,8 @@
 #define STACK_KERNEL_UNWOUND 16   /* ustack_len user frames, unwound in the kernel,
                                      follow the record; unwind_end says how it ended */
 #define STACK_HANDOVER_SKIPPED 32 /* as SAMPLE_FLAG_HANDOVER_SKIPPED: the walk so far,
-                                     without a copy, the events ring being over a
-                                     quarter full */
+                                     without a copy, the events ring being over
+                                     half full */
 
 /* blkio_event.flags: the request's flags when it was created (REQ_*). */
 #define IO_PREFLUSH 1   /* a cache flush before the data (an fsync's empty request has only this) */

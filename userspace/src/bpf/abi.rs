@@ -55,7 +55,7 @@ pub const SAMPLE_FLAG_KERNEL_UNWOUND: u32 = 8;
 /// `user_ip/sp/bp` hold the leaf's user registers (no hand-over).
 pub const SAMPLE_FLAG_LEAF_REGS: u32 = 16;
 /// `SAMPLE_FLAG_HANDOVER_SKIPPED`: a hand-over sent without its stack copy
-/// (the ring was over a quarter full); the stack ends where the kernel's
+/// (the ring was over half full); the stack ends where the kernel's
 /// walk did.
 pub const SAMPLE_FLAG_HANDOVER_SKIPPED: u32 = 32;
 
@@ -114,7 +114,7 @@ pub const STACK_KSTACK_FAILED: u32 = 4;
 /// `STACK_USTACK_FAILED`
 pub const STACK_USTACK_FAILED: u32 = 8;
 /// `STACK_HANDOVER_SKIPPED`: the kernel's walk so far without a copy to
-/// hand over (the events ring was over a quarter full).
+/// hand over (the events ring was over half full).
 pub const STACK_HANDOVER_SKIPPED: u32 = 32;
 /// User frames unwound in the kernel follow the record.
 pub const STACK_KERNEL_UNWOUND: u32 = 16;

@@ -350,7 +350,7 @@ pub struct RecordingStats {
     /// Samples kept without a user stack because reading it failed.
     pub user_stack_failures: u64,
     /// Samples and stack records whose hand-over to userspace went without
-    /// its stack copy because their ring was over a quarter full: kept,
+    /// its stack copy because their ring was over half full: kept,
     /// their user stacks cut where the kernel's walk ended. Not kept by the store (its format
     /// predates it): 0 when read back.
     pub handovers_skipped: u64,
