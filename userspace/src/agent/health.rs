@@ -29,8 +29,8 @@ pub struct AgentCounters {
     pub samples: AtomicU64,
     /// Records lost in the kernel or on the way.
     pub lost: AtomicU64,
-    /// The same losses by kind (only the loss totals are kept): the health
-    /// line says which, as `show` does. "269 samples, 700 lost" read as
+    /// Every window's stats summed: the health line says the losses by
+    /// kind from them, as `show` does. "269 samples, 700 lost" read as
     /// samples lost, where 700 were off-CPU records and stacks.
     pub losses: std::sync::Mutex<crate::model::recording::RecordingStats>,
     /// Bytes the store holds.

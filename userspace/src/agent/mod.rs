@@ -213,13 +213,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         counters.samples.fetch_add(rec.stats.samples_kept, Ordering::Relaxed);
         counters.lost.fetch_add(rec.stats.lost_total(), Ordering::Relaxed);
         if let Ok(mut l) = counters.losses.lock() {
-            let s = &rec.stats;
-            l.lost_samples += s.lost_samples;
-            l.lost_events += s.lost_events;
-            l.lost_stacks += s.lost_stacks;
-            l.lost_state += s.lost_state;
-            l.lost_sideband += s.lost_sideband;
-            l.malformed += s.malformed;
+            crate::model::merge::add_stats(&mut l, &rec.stats);
         }
         if let Ok(mut r) = counters.unwind_refusals.lock() {
             *r = collector.kernel_refusals();
