@@ -425,7 +425,9 @@ impl CaptureSession {
     }
 }
 
-/// Records handled between two reads of the sideband while draining a ring.
+/// Records handled between two reads of the sideband while draining the
+/// tracer's ring (its stack records carry no time; samples do, see
+/// [`drain_samples`]).
 ///
 /// A ring keeps filling while it is drained, and a record written after the
 /// sideband was read can come from code mapped after it (a library a new
@@ -436,15 +438,23 @@ impl CaptureSession {
 /// came out cut at libc when a drain of samples ran long.
 const SIDEBAND_EVERY: u32 = 32;
 
+/// Samples, each handled only once the sideband was read after its time:
+/// a sample is unwound with its process's mappings as they were when it was
+/// taken. (Reading it every 32 samples was not enough: beside a compiler
+/// loop, where hand-overs of new processes take milliseconds each to
+/// unwind, a command's exec was read 16 ms late, after its first samples
+/// had been unwound with the mappings it had before, sysprof's own,
+/// inherited at the fork: "return address outside any code" right below
+/// the leaf.)
 fn drain_samples(ring: &mut RingBuf<MapData>, collector: &mut Collector, errors: &mut u64, sideband: &mut Sideband) {
-    let mut n = 0u32;
     while let Some(item) = ring.next() {
-        n += 1;
-        if n % SIDEBAND_EVERY == 0 {
-            sideband.drain(&mut |e| collector.handle_sideband(e));
-        }
         match abi::decode_sample(&item) {
-            Ok(s) => collector.handle_sample(&s),
+            Ok(s) => {
+                if !sideband.covers(s.time_ns) {
+                    sideband.drain(&mut |e| collector.handle_sideband(e));
+                }
+                collector.handle_sample(&s)
+            }
             Err(_) => *errors += 1,
         }
     }
