@@ -83,27 +83,36 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
     let (share, own_share) = (io / (io + running), holder_blocked_ms / (holder_blocked_ms + holder_cpu_ms));
     assert!((share - own_share).abs() <= 0.10, "the holder's reads are {:.1} % of its part, {:.1} % by its own clocks", share * 100.0, own_share * 100.0);
 
-    let n = why(&out_path, napper);
+    // Over its naps only, as its own clocks measured them.
+    let n = why_in(&out_path, napper, &["--from", &ms(f("napper_t0_ns")), "--to", &ms(f("napper_t1_ns"))]);
     let off_cpu = n["off_cpu_ms"].as_f64().unwrap();
     let (timer, queued, unseen) =
         (blamed(&n, Some(napper), &["timer"]), blamed(&n, Some(napper), &["runnable"]), blamed(&n, Some(napper), &["unknown waker"]));
     let run_delay_ms = f("napper_run_delay_ns") as f64 / 1e6;
-    eprintln!("why: napper off-CPU {off_cpu:.1} ms: timer {timer:.1}, runnable {queued:.1}, no waker seen {unseen:.1} (its schedstat run delay {run_delay_ms:.1}); {}", n["blame"]);
+    let late_ms = f("napper_late_ns") as f64 / 1e6;
+    eprintln!(
+        "why: napper off-CPU {off_cpu:.1} ms: timer {timer:.1}, runnable {queued:.1}, no waker seen {unseen:.1} (its schedstat run delay {run_delay_ms:.1}, its naps {late_ms:.1} late); {}",
+        n["blame"]
+    );
     // Its timer and a CPU; beside a busy CPU a few of its waits end with no
-    // wakeup traced (their end inferred: 2 % seen), said as such; and its
-    // start (glibc's thread start waits on its creator: 0.06 ms seen).
+    // wakeup traced (their end inferred: 2 % seen), said as such.
     let other = off_cpu - timer - queued - unseen;
     assert!(timer >= off_cpu * 0.9 && other <= 1.0, "the napper waits on its timer and for a CPU: {}", n["blame"]);
     assert!(unseen <= off_cpu * 0.05, "{unseen:.1} ms of {off_cpu:.1} with no waker seen");
-    // sysprof times a wait's run delay from its waking; schedstat from its
-    // enqueue, which for a thread woken on another CPU comes after an IPI
-    // (measured: 9 µs a wake here): up to 20 µs a wait more is allowed.
     let waits = n["waits"].as_f64().unwrap();
     let slack = (run_delay_ms * 0.25).max(2.0);
-    // A wait whose wakeup went unseen holds its run delay too, not split out.
+    // sysprof times a wait's run delay from its waking. schedstat times it
+    // from its enqueue, which for a thread woken on another CPU comes after
+    // an interrupt between CPUs: beside a busy CPU on this VM, 37 us a wait
+    // more (8.3 ms in 226 naps). So schedstat is the floor (a wait whose
+    // wakeup went unseen holds its run delay too, not split out), and the
+    // ceiling is the naps' own lateness: a nap is woken no earlier than its
+    // timer expires, and runs again no later than it reads its clock. (Its
+    // rare preemptions, microseconds, are runnable time outside its naps:
+    // 1 ms is allowed for them.)
     assert!(
-        queued + unseen >= run_delay_ms - slack && queued <= run_delay_ms + slack + waits * 0.020,
-        "its run-queue delay {queued:.1} ms (and {unseen:.1} ms with no wakeup seen) in {waits} waits vs schedstat {run_delay_ms:.1} ms"
+        queued + unseen >= run_delay_ms - slack && queued <= late_ms + 1.0,
+        "its run-queue delay {queued:.1} ms (and {unseen:.1} ms with no wakeup seen) in {waits} waits vs schedstat {run_delay_ms:.1} ms and its naps' lateness {late_ms:.1} ms"
     );
 }
 

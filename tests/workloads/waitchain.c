@@ -13,7 +13,12 @@
  * "holder_blocked_ns=" and "holder_cpu_ns=" (while holding the mutex: the
  * time the holder was blocked in its reads, i.e. their wall time less its
  * CPU time and its run-queue delay over them (schedstat), and its CPU time),
- * "napper_run_delay_ns=" (the napper's schedstat run delay), and from the client
+ * "napper_run_delay_ns=" (the napper's schedstat run delay over its naps),
+ * "napper_late_ns=" (how much later than asked its naps ended, each measured
+ * with CLOCK_MONOTONIC around its nanosleep, with no timer slack: the time
+ * from its timer's expiry to running again, which holds its whole run-queue
+ * delay from its waking on), "napper_t0_ns=", "napper_t1_ns=" (CLOCK_MONOTONIC
+ * around its naps), and from the client
  * "client_pid=", "client=TID", "client_wait_ns=" (its round trips' wall
  * time less its own CPU time over them: the time it was off the CPU) and
  * "client_t0_ns=", "client_t1_ns=" (CLOCK_MONOTONIC around them).
@@ -41,7 +46,7 @@ static atomic_int done;
 static sem_t job, locked;
 static int req[2], rep[2];
 static long server_tid, holder_tid, napper_tid;
-static long long holder_blocked_ns, holder_cpu_ns, napper_run_delay_ns;
+static long long holder_blocked_ns, holder_cpu_ns, napper_run_delay_ns, napper_late_ns, napper_t0_ns, napper_t1_ns;
 static volatile unsigned long sink;
 
 static long long clock_ns(clockid_t id)
@@ -123,10 +128,18 @@ static void *napper(void *arg)
 	int sched = open("/proc/thread-self/schedstat", O_RDONLY);
 	if (sched < 0)
 		exit(1);
+	/* Its timer fires when asked, not up to 50 us later: the lateness it
+	 * measures is then the way from the timer to the CPU. */
+	prctl(PR_SET_TIMERSLACK, 1UL);
+	napper_t0_ns = clock_ns(CLOCK_MONOTONIC);
 	long long d0 = run_delay_ns(sched);
-	while (!atomic_load(&done))
+	while (!atomic_load(&done)) {
+		long long before = clock_ns(CLOCK_MONOTONIC);
 		nanosleep(&nap, NULL);
+		napper_late_ns += clock_ns(CLOCK_MONOTONIC) - before - 2000000;
+	}
 	napper_run_delay_ns = run_delay_ns(sched) - d0;
+	napper_t1_ns = clock_ns(CLOCK_MONOTONIC);
 	return NULL;
 }
 
@@ -179,7 +192,9 @@ int main(int argc, char **argv)
 	sem_post(&job);
 	pthread_join(h, NULL);
 	pthread_join(n, NULL);
-	printf("pid=%d\nserver=%ld\nholder=%ld\nnapper=%ld\nholder_blocked_ns=%lld\nholder_cpu_ns=%lld\nnapper_run_delay_ns=%lld\n", getpid(), server_tid, holder_tid,
-	       napper_tid, holder_blocked_ns, holder_cpu_ns, napper_run_delay_ns);
+	printf("pid=%d\nserver=%ld\nholder=%ld\nnapper=%ld\nholder_blocked_ns=%lld\nholder_cpu_ns=%lld\nnapper_run_delay_ns=%lld\n"
+	       "napper_late_ns=%lld\nnapper_t0_ns=%lld\nnapper_t1_ns=%lld\n",
+	       getpid(), server_tid, holder_tid, napper_tid, holder_blocked_ns, holder_cpu_ns, napper_run_delay_ns, napper_late_ns,
+	       napper_t0_ns, napper_t1_ns);
 	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 5;
 }
