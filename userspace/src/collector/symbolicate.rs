@@ -92,6 +92,18 @@ impl JitSources<'_> {
     fn dump(&self, pid: u32) -> Option<BinaryIndex> {
         self.0.live_of(pid).and_then(|l| l.jitdump)
     }
+
+    /// The anonymous executable region of `pid` holding `address`, as
+    /// (start, end), if it is in one.
+    fn anonymous_region(&self, pid: u32, address: u64) -> Option<(u64, u64)> {
+        let m = self.0.processes.get(&pid)?.lookup(address)?;
+        m.anon.then_some((m.start, m.end))
+    }
+
+    /// The runtime that made `pid`'s JIT code: the process's name (`java`, `node`).
+    fn runtime(&self, pid: u32) -> String {
+        self.0.processes.get(&pid).map(|p| p.display_name(pid)).unwrap_or_else(|| format!("pid {pid}"))
+    }
 }
 
 /// Symbolicate every distinct frame, one blazesym call per binary.
@@ -293,20 +305,43 @@ fn symbolicate_jit(
                 None => warn(format!("{}: not a readable jitdump file; its JIT frames stay unnamed", bin.path)),
             }
         }
-        let Some(map) = map else { continue };
+        // Code in anonymous memory that no map names is one function per
+        // process ("[JIT] java"), not one per address: a JVM without a perf
+        // map showed 746 nodes of bare addresses, each a few samples.
+        let regions: Vec<Option<(u64, u64)>> = idxs.iter().map(|&i| jit.anonymous_region(pid, keys[i].address())).collect();
+        if map.is_none() && regions.iter().all(Option::is_none) {
+            continue;
+        }
+        let runtime = jit.runtime(pid);
         let lib = libs.len() as u32;
-        let lib_name = lib_path.rsplit('/').next().unwrap_or(&lib_path).to_string();
-        libs.push(LibRecord { path: lib_path.clone(), name: format!("JIT ({lib_name})"), build_id: None });
-        for i in idxs {
+        if map.is_some() {
+            let lib_name = lib_path.rsplit('/').next().unwrap_or(&lib_path).to_string();
+            libs.push(LibRecord { path: lib_path.clone(), name: format!("JIT ({lib_name})"), build_id: None });
+        } else {
+            libs.push(LibRecord { path: format!("[anonymous code of pid {pid}]"), name: format!("JIT ({runtime})"), build_id: None });
+        }
+        for (i, region) in idxs.into_iter().zip(regions) {
             let f = &mut frames[i];
-            f.lib = lib;
-            if let Some(sym) = map.lookup(keys[i].address()) {
+            let address = keys[i].address();
+            if let Some(sym) = map.as_ref().and_then(|m| m.lookup(address)) {
+                f.lib = lib;
                 f.symbols = AddrInfo {
                     symbol_start: sym.start,
-                    symbol_offset: keys[i].address() - sym.start,
+                    symbol_offset: address - sym.start,
                     symbol_size: Some(sym.size),
                     funcs: vec![symbolize::FuncAtAddr { name: sym.name.clone(), file: None, line: None }],
                 };
+            } else if let Some((start, end)) = region {
+                f.lib = lib;
+                f.symbols = AddrInfo {
+                    symbol_start: start,
+                    symbol_offset: address - start,
+                    symbol_size: Some(end - start),
+                    funcs: vec![symbolize::FuncAtAddr { name: format!("[JIT] {runtime}"), file: None, line: None }],
+                };
+            } else if map.is_some() {
+                // In no mapping seen: kept as an address of the map's library.
+                f.lib = lib;
             }
         }
     }
