@@ -54,7 +54,7 @@ impl<'f> ElfReader<'f> {
             names.dedup();
             if names.len() > 1 {
                 let best = names.into_iter().min_by(public_name_order).expect("non-empty");
-                t.aliases.insert(addr, best.0.into_boxed_str());
+                t.aliases.insert(addr, demangle(&best.0).into_boxed_str());
             }
         }
         t.plt = self.plt_entries(&h);
@@ -140,6 +140,22 @@ fn alias_rank(bind: elf::SymbolBind, visibility: elf::SymbolVisibility) -> u8 {
     b * 2 + u8::from(visibility != elf::STV_DEFAULT)
 }
 
+/// A symbol's name as the symbolizer shows names: Rust's without its hash,
+/// C++'s with its parameters, others as they are (blazesym demangles with
+/// the same two crates, so an alias compares equal to its name). An alias
+/// left mangled showed in profiles as `_ZN7sysprof8sideband8Sideband5drain17h…E`.
+fn demangle(name: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        return format!("{rust:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Some(cpp) = cpp_demangle::Symbol::new(name).ok().and_then(|s| s.demangle().ok()) {
+            return cpp;
+        }
+    }
+    name.to_string()
+}
+
 /// The order in which aliases are preferred, as perf chooses: by binding
 /// and visibility, then fewer leading underscores (`malloc` over
 /// `__libc_malloc` over `__GI___libc_malloc`), then the shorter name.
@@ -199,6 +215,15 @@ mod tests {
         assert_eq!(pick(&[("__GI___libc_malloc", local), ("__libc_malloc", global), ("malloc", global)]), "malloc");
         assert_eq!(pick(&[("___pthread_mutex_lock", local), ("pthread_mutex_lock", global)]), "pthread_mutex_lock");
         assert_eq!(pick(&[("internal_hot", hidden), ("hot", local), ("hot_public", global)]), "hot_public");
+    }
+
+    /// Check that an alias is named as the symbolizer names functions.
+    #[test]
+    fn aliases_are_demangled() {
+        assert_eq!(demangle("_ZN7sysprof8sideband8Sideband5drain17h02f2fe9b92fa7918E"), "sysprof::sideband::Sideband::drain");
+        assert_eq!(demangle("_ZN11FileMapInfo33relocate_pointers_in_core_regionsEl"), "FileMapInfo::relocate_pointers_in_core_regions(long)");
+        assert_eq!(demangle("malloc"), "malloc");
+        assert_eq!(demangle("_Zbroken"), "_Zbroken", "what does not demangle stays as it is");
     }
 
 }
