@@ -22,6 +22,9 @@ pub fn lost_parts(st: &RecordingStats, record_hints: bool) -> Vec<String> {
     if st.lost_state > 0 {
         lost.push(format!("{} threads or requests untracked{}", st.lost_state, hint("state maps full")));
     }
+    if st.tracepoint_runs_missed > 0 {
+        lost.push(format!("{} tracepoint runs{}", st.tracepoint_runs_missed, hint("skipped by the kernel: another BPF program ran on that CPU")));
+    }
     if st.lost_sideband + st.malformed > 0 {
         lost.push(format!("{} process events{}", st.lost_sideband + st.malformed, hint("sideband ring full")));
     }
@@ -34,7 +37,7 @@ pub fn stats_line(rec: &Recording) -> String {
     let st = &rec.stats;
     let u = st.unwind;
     format!(
-    "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} handovers_skipped={} \
+    "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} handovers_skipped={} tracepoint_runs_missed={} \
          off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
          stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
          unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
@@ -44,6 +47,7 @@ pub fn stats_line(rec: &Recording) -> String {
         st.kernel_stack_failures,
         st.user_stack_failures,
         st.handovers_skipped,
+        st.tracepoint_runs_missed,
         st.off_cpu_intervals,
         st.off_cpu_folded,
         st.off_cpu_end_inferred,

@@ -181,6 +181,19 @@ impl Sampler {
     }
 }
 
+/// How many times the kernel skipped a run of the program behind `fd`
+/// because it was already running on that CPU (an interrupt's tracepoint
+/// inside the same program): `recursion_misses` in its fdinfo (Linux 5.12+),
+/// counted whether or not BPF statistics are on. 0 where it is not said.
+fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
+    use std::os::fd::AsRawFd;
+    fdinfo_recursion_misses(&std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).unwrap_or_default())
+}
+
+fn fdinfo_recursion_misses(info: &str) -> u64 {
+    info.lines().find_map(|l| l.strip_prefix("recursion_misses:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, RecordError> {
     ebpf.take_map(name)
         .ok_or_else(|| RecordError::Internal(format!("map {name} missing from object")))
@@ -297,6 +310,8 @@ pub struct TracerDrops {
     pub state_full: u64,
     /// Requests seen at one end only (see `RecordingStats::io_untracked`).
     pub io_untracked: u64,
+    /// Program runs the kernel skipped (see `RecordingStats::tracepoint_runs_missed`).
+    pub runs_missed: u64,
 }
 
 impl TracerDrops {
@@ -308,6 +323,7 @@ impl TracerDrops {
             stack_reads: self.stack_reads.saturating_sub(earlier.stack_reads),
             state_full: self.state_full.saturating_sub(earlier.state_full),
             io_untracked: self.io_untracked.saturating_sub(earlier.io_untracked),
+            runs_missed: self.runs_missed.saturating_sub(earlier.runs_missed),
         }
     }
 }
@@ -370,6 +386,7 @@ impl Tracer {
             stack_reads: sum(abi::DROP_KSTACK) + sum(abi::DROP_USTACK),
             state_full: sum(abi::DROP_STATE_FULL),
             io_untracked: sum(abi::DROP_IO_UNTRACKED),
+            runs_missed: self._ebpf.programs().filter_map(|(_, p)| p.fd().ok()).map(|fd| recursion_misses(std::os::fd::AsFd::as_fd(fd))).sum(),
         }
     }
 
@@ -419,4 +436,16 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
     let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
     let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     (ma, mi) >= (major, minor)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Check that a program's skipped runs are read from its fdinfo as the
+    /// kernel prints it (and that a kernel without the line gives 0).
+    #[test]
+    fn recursion_misses_are_read_from_fdinfo() {
+        let info = "pos:\t0\nflags:\t02000002\nprog_type:\t17\nrun_cnt:\t0\nrecursion_misses:\t42\nverified_insns:\t931\n";
+        assert_eq!(super::fdinfo_recursion_misses(info), 42);
+        assert_eq!(super::fdinfo_recursion_misses("prog_type:\t17\n"), 0);
+    }
 }

@@ -544,6 +544,7 @@ impl Collector {
         s.stack_read_failures += tracer.stack_reads;
         s.lost_state += tracer.state_full;
         s.io_untracked += tracer.io_untracked;
+        s.tracepoint_runs_missed += tracer.runs_missed;
     }
 }
 

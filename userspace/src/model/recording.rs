@@ -354,6 +354,12 @@ pub struct RecordingStats {
     /// their user stacks cut where the kernel's walk ended. Not kept by the store (its format
     /// predates it): 0 when read back.
     pub handovers_skipped: u64,
+    /// Runs of the tracer's programs the kernel skipped because one was
+    /// already running on that CPU (an interrupt's tracepoint inside
+    /// another's: `recursion_misses` in the programs' fdinfo): each a switch,
+    /// wake-up or request event never seen. Not kept by the store: 0 when
+    /// read back.
+    pub tracepoint_runs_missed: u64,
     /// Sideband records lost (perf ring full).
     pub lost_sideband: u64,
     /// Records that could not be decoded.
@@ -395,7 +401,7 @@ pub struct RecordingStats {
 impl RecordingStats {
     /// Everything lost in the kernel or on the way, as one total.
     pub fn lost_total(&self) -> u64 {
-        self.lost_samples + self.lost_sideband + self.malformed + self.lost_events + self.lost_stacks + self.lost_state
+        self.lost_samples + self.lost_sideband + self.malformed + self.lost_events + self.lost_stacks + self.lost_state + self.tracepoint_runs_missed
     }
 }
 

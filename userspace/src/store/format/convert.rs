@@ -363,6 +363,7 @@ impl StoredStats {
             user_stack_failures: self.user_stack_failures,
             // Not in the stored format: see RecordingStats::handovers_skipped.
             handovers_skipped: 0,
+            tracepoint_runs_missed: 0,
             lost_sideband: self.lost_sideband,
             malformed: self.malformed,
             off_cpu_intervals: self.off_cpu_intervals,

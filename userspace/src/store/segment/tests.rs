@@ -162,6 +162,7 @@ pub(crate) fn fixture_recording() -> Recording {
         kernel_stack_failures: 4,
         user_stack_failures: 5,
         handovers_skipped: 0,
+        tracepoint_runs_missed: 0,
         lost_sideband: 6,
         malformed: 7,
         off_cpu_intervals: 8,
