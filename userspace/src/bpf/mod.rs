@@ -58,7 +58,7 @@ pub struct SamplerOptions {
 /// [`Sampler::load`] returns beside it.
 pub struct Sampler {
     // Keeps programs and links alive; dropping it detaches everything.
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
     drops: PerCpuArray<MapData, u64>,
     frequency: u64,
     unwind_maps: Option<unwind_maps::KernelUnwindMaps>,
@@ -132,14 +132,14 @@ impl Sampler {
             .map_err(|e| RecordError::Internal(format!("samples ring: {e}")))?;
         let drops = PerCpuArray::try_from(take(&mut ebpf, "drops")?)
             .map_err(|e| RecordError::Internal(format!("drops map: {e}")))?;
-        Ok((Sampler { _ebpf: ebpf, drops, frequency: opts.frequency, unwind_maps }, ring))
+        Ok((Sampler { ebpf, drops, frequency: opts.frequency, unwind_maps }, ring))
     }
 
     /// Attach the sampler to a cpu-clock event on every online CPU: samples
     /// start now.
     pub fn attach(&mut self) -> Result<(), RecordError> {
         let program: &mut PerfEvent = self
-            ._ebpf
+            .ebpf
             .program_mut("sample_cpu_clock")
             .ok_or_else(|| RecordError::Internal("sample_cpu_clock missing from object".into()))?
             .try_into()
@@ -289,7 +289,7 @@ pub struct TracerOptions {
 /// The loaded and attached scheduler/I/O tracer. Its records arrive in the
 /// [`RingBuf`] that [`Tracer::start`] returns beside it.
 pub struct Tracer {
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
     drops: PerCpuArray<MapData, u64>,
     threads: aya::maps::HashMap<MapData, u32, abi::ThreadState>,
     /// `io_starts`: in-flight requests by `struct request *`; only counted
@@ -374,7 +374,7 @@ impl Tracer {
             .map_err(|e| RecordError::Internal(format!("threads map: {e}")))?;
         let io_starts = aya::maps::HashMap::try_from(take(&mut ebpf, "io_starts")?)
             .map_err(|e| RecordError::Internal(format!("io_starts map: {e}")))?;
-        Ok((Tracer { _ebpf: ebpf, drops, threads, io_starts }, ring))
+        Ok((Tracer { ebpf, drops, threads, io_starts }, ring))
     }
 
     /// Sum the per-CPU drop counters.
@@ -386,7 +386,7 @@ impl Tracer {
             stack_reads: sum(abi::DROP_KSTACK) + sum(abi::DROP_USTACK),
             state_full: sum(abi::DROP_STATE_FULL),
             io_untracked: sum(abi::DROP_IO_UNTRACKED),
-            runs_missed: self._ebpf.programs().filter_map(|(_, p)| p.fd().ok()).map(|fd| recursion_misses(std::os::fd::AsFd::as_fd(fd))).sum(),
+            runs_missed: self.ebpf.programs().filter_map(|(_, p)| p.fd().ok()).map(|fd| recursion_misses(std::os::fd::AsFd::as_fd(fd))).sum(),
         }
     }
 

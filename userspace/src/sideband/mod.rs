@@ -171,9 +171,7 @@ impl Sideband {
         self.lost += lost;
         self.malformed += malformed;
     }
-}
 
-impl Sideband {
     /// Whether everything that happened to processes up to `time_ns` was
     /// read: a record of that time must not be handled before (a sample is
     /// unwound with its process's mappings as they were then).
