@@ -33,6 +33,7 @@ const volatile __u32 kernel_unwind = 0;
 
 #include "ustack.bpf.h"
 #include "unwind.bpf.h"
+#include "python.bpf.h"
 
 /* Kernel-unwind mode builds each sample here, then sends only the part
  * used: most stacks are far shallower than UNWIND_MAX_FRAMES. */
@@ -71,7 +72,8 @@ static __always_inline void fill_sample(struct bpf_perf_event_data *ctx, struct 
 	e->flags = 0;
 	e->stack_size = 0;
 	e->unwind_end = 0;
-	e->_pad = 0;
+	e->py_len = 0;
+	e->py_end = 0;
 	e->ustack_len = 0;
 	e->user_ip = 0;
 	e->user_sp = 0;
@@ -140,7 +142,7 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct sample_scratch *sc = bpf_map_lookup_elem(&sample_scratch, &cpu);
 	__u64 size, regs[3], wake;
-	__u32 n, end, copied;
+	__u32 n, end, copied, py, py_end;
 
 	if (!sc) {
 		count_drop(DROP_RINGBUF_FULL);
@@ -168,7 +170,10 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		sc->e.flags |= SAMPLE_FLAG_KERNEL_UNWOUND;
 		sc->e.ustack_len = n;
 		sc->e.unwind_end = end;
-		size += (__u64)n * sizeof(__u64);
+		py = python_frames(tgid, (__u32)pid_tgid, task, sc->frames, n, &py_end);
+		sc->e.py_len = py;
+		sc->e.py_end = py_end;
+		size += (__u64)(n + 2 * py) * sizeof(__u64);
 		/* Userspace goes on from here with a copy, unless the reader is
 		 * behind: a 32 KiB copy takes the room of ~30 walked samples, and
 		 * once the ring is full whole samples are lost. Past half full,

@@ -160,6 +160,38 @@ struct unwind_process {
 	struct unwind_mapping m[UNWIND_MAX_MAPPINGS];
 };
 
+/* CPython frames (python.bpf.h): pairs {code object | PY_SEGMENT_END,
+ * instruction pointer} after a sample's native frames, leaf first. */
+#define PY_MAX_PROCESSES 16384
+#define PY_MAX_FRAMES 128         /* per sample */
+#define PY_FRAME_READ 80          /* bytes of a _PyInterpreterFrame read at once */
+#define PY_NO_OFFSET 0xffff
+#define PY_OWNED_BY_CSTACK 3      /* 3.12+: the shim frame a C-level eval call starts with */
+#define PY_SEGMENT_END 1          /* in the code word: the last frame of one C-level eval call */
+/* sample_event.py_end: how the Python walk ended */
+#define PY_END_NONE 0             /* not a Python process (py_len is 0) */
+#define PY_END_ROOT 1             /* the thread's first frame */
+#define PY_END_NO_THREAD 2        /* the thread has no Python state (not a Python thread) */
+#define PY_END_READ_FAILED 3      /* a frame could not be read */
+#define PY_END_MAX_FRAMES 4       /* PY_MAX_FRAMES, or the frame array, reached */
+
+/* Where a CPython process keeps each thread's state and the layout of its
+ * frames: written by userspace from the interpreter's binary and version. */
+struct python_process {
+	__u64 tss_addr;         /* &_PyRuntime's autoTSSkey (Py_tss_t {int init; int key}) */
+	__u32 version;          /* PY_VERSION_HEX >> 16 (0x030b for 3.11) */
+	__u16 tsd_offset;       /* glibc: struct pthread's specific_1stblock, from fsbase */
+	__u16 tstate_frame;     /* PyThreadState: cframe (3.11, 3.12) or current_frame */
+	__u16 cframe_current;   /* _PyCFrame.current_frame; PY_NO_OFFSET without a cframe */
+	__u16 tstate_native_tid;/* PyThreadState.native_thread_id */
+	__u16 frame_code;       /* _PyInterpreterFrame: f_code / f_executable */
+	__u16 frame_previous;
+	__u16 frame_instr;      /* prev_instr / instr_ptr */
+	__u16 frame_owner;
+	__u16 frame_is_entry;   /* 3.11's is_entry; PY_NO_OFFSET after */
+	__u16 _pad;
+};
+
 /* Indexes into the per-CPU `drops` array: why a record or part of it was lost. */
 #define DROP_RINGBUF_FULL 0   /* bpf_ringbuf_reserve failed: the whole sample is lost */
 #define DROP_KSTACK 1         /* reading a kernel stack failed: kept without it */
@@ -188,7 +220,8 @@ struct sample_event {
 	__u32 ustack_len;       /* number of valid entries in ustack (frame-pointer walk) */
 	__u32 stack_size;       /* dwarf mode: bytes of user stack copied after the record */
 	__u32 unwind_end;       /* SAMPLE_FLAG_KERNEL_UNWOUND: UNWIND_END_* */
-	__u32 _pad;
+	__u16 py_len;           /* CPython frame pairs after the ustack_len frames */
+	__u16 py_end;           /* PY_END_* */
 	__u8 comm[TASK_COMM_LEN];
 	__u64 user_ip;          /* dwarf mode: user registers at the sample */
 	__u64 user_sp;          /* (for a sample in the kernel: where it entered) */

@@ -167,6 +167,61 @@ pub const DROP_IO_UNTRACKED: u32 = 6;
 /// `DROP_MAX`
 pub const DROP_MAX: u32 = 7;
 
+/// `PY_MAX_PROCESSES`
+pub const PY_MAX_PROCESSES: u32 = 16384;
+/// `PY_MAX_FRAMES`
+pub const PY_MAX_FRAMES: usize = 128;
+/// `PY_FRAME_READ`
+pub const PY_FRAME_READ: u16 = 80;
+/// `PY_NO_OFFSET`
+pub const PY_NO_OFFSET: u16 = 0xffff;
+/// `PY_SEGMENT_END`
+pub const PY_SEGMENT_END: u64 = 1;
+/// `PY_END_NONE`
+pub const PY_END_NONE: u16 = 0;
+/// `PY_END_ROOT`
+pub const PY_END_ROOT: u16 = 1;
+/// `PY_END_NO_THREAD`
+pub const PY_END_NO_THREAD: u16 = 2;
+/// `PY_END_READ_FAILED`
+pub const PY_END_READ_FAILED: u16 = 3;
+/// `PY_END_MAX_FRAMES`
+pub const PY_END_MAX_FRAMES: u16 = 4;
+
+/// `struct python_process`: where a CPython process keeps each thread's
+/// state and how its frames are laid out (map `python_procs`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PythonProcess {
+    /// Address of `_PyRuntime`'s `autoTSSkey`.
+    pub tss_addr: u64,
+    /// `PY_VERSION_HEX >> 16`.
+    pub version: u32,
+    /// glibc's `specific_1stblock` from fsbase.
+    pub tsd_offset: u16,
+    /// `PyThreadState`: cframe or current_frame.
+    pub tstate_frame: u16,
+    /// `_PyCFrame.current_frame`, or `PY_NO_OFFSET`.
+    pub cframe_current: u16,
+    /// `PyThreadState.native_thread_id`.
+    pub tstate_native_tid: u16,
+    /// Frame: code object.
+    pub frame_code: u16,
+    /// Frame: previous frame.
+    pub frame_previous: u16,
+    /// Frame: instruction pointer.
+    pub frame_instr: u16,
+    /// Frame: owner.
+    pub frame_owner: u16,
+    /// Frame: 3.11's is_entry, or `PY_NO_OFFSET`.
+    pub frame_is_entry: u16,
+    /// Padding.
+    pub _pad: u16,
+}
+
+// SAFETY: plain old data.
+unsafe impl aya::Pod for PythonProcess {}
+
 /// `struct sample_event`: one cpu-clock sample.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -195,8 +250,10 @@ pub struct SampleEvent {
     pub stack_size: u32,
     /// `SAMPLE_FLAG_KERNEL_UNWOUND`: `UNWIND_END_*`.
     pub unwind_end: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// CPython frame pairs after the `ustack_len` frames.
+    pub py_len: u16,
+    /// `PY_END_*`.
+    pub py_end: u16,
     /// Thread name.
     pub comm: [u8; TASK_COMM_LEN],
     /// Dwarf mode: user registers.

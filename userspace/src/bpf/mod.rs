@@ -93,6 +93,7 @@ impl Sampler {
             .map_max_entries("samples", opts.ring_bytes)
             .map_max_entries("unwind_rows", opts.kernel_unwind_rows.max(1))
             .map_max_entries("unwind_processes", opts.kernel_unwind_processes.max(1))
+            .map_max_entries("python_procs", opts.kernel_unwind_processes.max(1))
             .map_max_entries("sample_scratch", if opts.kernel_unwind_rows > 0 { possible_cpus()? } else { 1 })
             .load(SAMPLE_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sample.bpf.o", &e))?;
@@ -121,10 +122,13 @@ impl Sampler {
                 .map_err(|e| RecordError::Internal(format!("unwind_processes map: {e}")))?;
             let refused = aya::maps::Array::try_from(take(&mut ebpf, "unwind_refused")?)
                 .map_err(|e| RecordError::Internal(format!("unwind_refused map: {e}")))?;
+            let python = aya::maps::HashMap::try_from(take(&mut ebpf, "python_procs")?)
+                .map_err(|e| RecordError::Internal(format!("python_procs map: {e}")))?;
             unwind_maps = Some(unwind_maps::KernelUnwindMaps {
                 rows,
                 processes,
                 refused,
+                python,
                 process_capacity: opts.kernel_unwind_processes.max(1),
             });
         }

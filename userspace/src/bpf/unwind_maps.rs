@@ -1,13 +1,13 @@
 //! The in-kernel unwinder's maps as the loader hands them over: the rows
 //! array (written through short-lived mappings of its pages), the process
-//! entries and the refused-pid bitmap. In: the loaded sampler's maps. Out:
+//! entries, the refused-pid bitmap and the CPython processes. In: the loaded sampler's maps. Out:
 //! [`KernelUnwindMaps`], which `unwind::kernel` fills.
 
 use std::os::fd::AsFd;
 
 use aya::maps::{Array as BpfArray, HashMap as BpfHashMap, MapData};
 
-use super::abi::{Row, UnwindProcess};
+use super::abi::{PythonProcess, Row, UnwindProcess};
 
 /// The BPF maps of the in-kernel unwinder, taken from the loaded sampler.
 pub struct KernelUnwindMaps {
@@ -17,6 +17,8 @@ pub struct KernelUnwindMaps {
     pub processes: BpfHashMap<MapData, u32, UnwindProcess>,
     /// `unwind_refused`: one bit per pid refused an entry.
     pub refused: BpfArray<MapData, u64>,
+    /// `python_procs`: where each CPython process keeps its threads' frames.
+    pub python: BpfHashMap<MapData, u32, PythonProcess>,
     /// Entries `processes` holds at most.
     pub process_capacity: u32,
 }

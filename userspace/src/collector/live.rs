@@ -54,11 +54,13 @@ impl Collector {
                 if let Some(u) = self.unwinders.as_mut() {
                     u.exec(*pid);
                 }
+                self.py_codes.forget(*pid);
             }
             SidebandEvent::Exit { time, pid, tid } if tid == pid => {
                 if let Some(u) = self.unwinders.as_mut() {
                     u.exit(*pid, *time);
                 }
+                self.py_codes.forget(*pid);
             }
             _ => {}
         }
@@ -135,9 +137,9 @@ impl Collector {
     }
 
     /// Sizes of what the collector keeps between windows, for the agent's
-    /// health line: (processes, open binaries, bytes of cached names).
+    /// health line: (processes, open binaries, bytes of cached names, Python code objects included).
     pub fn retained(&self) -> (usize, usize, usize) {
-        (self.table.processes.len(), self.binaries.open_count(), self.names.bytes())
+        (self.table.processes.len(), self.binaries.open_count(), self.names.bytes() + self.py_codes.bytes())
     }
 
     /// A process's cgroup as of the window's end. Containers move processes

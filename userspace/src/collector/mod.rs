@@ -26,6 +26,7 @@ mod kernel_unwinding;
 mod live;
 mod options;
 mod process;
+mod python;
 mod replay;
 mod sched;
 mod stacks;
@@ -117,6 +118,10 @@ pub struct Collector {
     unwound: Vec<u64>,
     /// Reused buffer for one raw stack.
     scratch: Vec<u64>,
+    /// Python code objects read from their processes.
+    py_codes: python::CodeCache,
+    /// Reused buffer for a stack with its Python frames.
+    merged: Vec<u64>,
 }
 
 impl Collector {
@@ -140,6 +145,8 @@ impl Collector {
             names: symbolicate::NameCache::default(),
             unwound: Vec::with_capacity(128),
             scratch: Vec::with_capacity(256),
+            py_codes: python::CodeCache::default(),
+            merged: Vec::with_capacity(128),
         }
     }
 
@@ -286,7 +293,13 @@ impl Collector {
                 if StackEnd::from_abi(k.end) == StackEnd::Unreadable && self.is_exiting(s.kstack) {
                     self.recover_unreadable(s.tid, k.leaf);
                 }
-                Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
+                match self.unwinders.as_ref().and_then(|u| u.python(s.pid)).filter(|_| !k.python.is_empty()) {
+                    Some(py) => {
+                        python::merge(&self.unwound, k.python, s.pid, py, &mut self.py_codes, &mut self.window.python, &mut self.merged);
+                        Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
+                    }
+                    None => Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack),
+                }
             }
             UserStack::Copy { regs, stack } if self.unwinders.is_some() => {
                 self.unwind_copy(s.pid, regs, stack);

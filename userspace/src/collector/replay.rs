@@ -29,6 +29,9 @@ pub(super) enum FrameKey {
     /// Code in anonymous memory or in no known mapping, at this absolute
     /// address of process `pid`: named from its perf map or jitdump.
     Jit { pid: u32, address: u64 },
+    /// A Python function at a line: an index into the window's
+    /// [`super::python::PythonFrames`].
+    Python(u32),
     /// Not code: why a thread was off-CPU, where a stack ends.
     Pseudo(PseudoFrame),
     /// The one frame of a sample with no usable frame at all.
@@ -42,7 +45,7 @@ impl FrameKey {
         match self {
             FrameKey::Binary { offset, .. } => offset,
             FrameKey::Kernel(a) | FrameKey::Jit { address: a, .. } => a,
-            FrameKey::Pseudo(_) | FrameKey::Empty => 0,
+            FrameKey::Pseudo(_) | FrameKey::Python(_) | FrameKey::Empty => 0,
         }
     }
 }
@@ -178,6 +181,7 @@ impl<'a> Replay<'a> {
             let lookup = if depth == leaf { addr } else { addr.saturating_sub(1) };
             let key = match StackEnd::from_raw_key(addr) {
                 Some(end) => FrameKey::Pseudo(PseudoFrame::End(end)),
+                None if super::python::is_python_key(addr) => FrameKey::Python((addr & !super::python::PY_KEY_BASE) as u32),
                 None if addr >= KERNEL_ADDR_MIN => FrameKey::Kernel(lookup),
                 None => match state.lookup(lookup) {
                     Some(m) if !m.anon => FrameKey::Binary { binary: m.binary, offset: lookup - m.start + m.pgoff },

@@ -117,6 +117,7 @@ pub(super) fn symbolicate(
     kernel: &KernelSymbols,
     keys: &[FrameKey],
     jit: &JitSources<'_>,
+    python: &super::python::PythonFrames,
     debuginfod: bool,
     limits: ElfLimits,
     warnings: &mut Vec<String>,
@@ -166,6 +167,25 @@ pub(super) fn symbolicate(
                 pseudo: false,
             },
             FrameKey::Jit { address, .. } => FrameRecord { lib: NO_LIB, address, kernel: false, symbols: AddrInfo::default(), pseudo: false },
+            // Named from its code object when it was sampled; no library
+            // (the interpreter's is the native eval frame it replaced).
+            FrameKey::Python(i) => FrameRecord {
+                lib: NO_LIB,
+                address: 0,
+                kernel: false,
+                symbols: match python.get(super::python::PY_KEY_BASE | i as u64) {
+                    Some((code, line)) => AddrInfo {
+                        funcs: vec![symbolize::FuncAtAddr {
+                            name: code.qualname.to_string(),
+                            file: Some(code.filename.to_string()),
+                            line: Some(*line),
+                        }],
+                        ..AddrInfo::default()
+                    },
+                    None => AddrInfo::default(),
+                },
+                pseudo: false,
+            },
             FrameKey::Empty => FrameRecord { lib: NO_LIB, address: 0, kernel: false, symbols: AddrInfo::default(), pseudo: false },
         })
         .collect();

@@ -373,7 +373,7 @@ fn kernel_walks_end_in_the_frame_that_says_why() {
     c.set_kernel_symbols(Arc::new(KernelSymbols::parse(KALLSYMS)));
     c.handle_sideband(SidebandEvent::Mmap(mmap(1, 30, "/nonexistent/k")));
     for (i, &(end, _)) in cases.iter().enumerate() {
-        let user = UserStack::KernelUnwound(KernelUnwound { frames: &[0x40_0010, 0x40_0100], end, handover: None, leaf: None });
+        let user = UserStack::KernelUnwound(KernelUnwound { frames: &[0x40_0010, 0x40_0100], end, handover: None, leaf: None, python: &[], python_end: 0 });
         c.handle_sample(&SampleView {
             cpu: 0,
             time_ns: 10 + i as u64,

@@ -53,6 +53,8 @@ pub(super) struct WindowData {
     pub(super) notes: Vec<String>,
     pub(super) warnings: Vec<String>,
     pub(super) stats: RecordingStats,
+    /// The Python frames the raw stacks refer to.
+    pub(super) python: super::python::PythonFrames,
 }
 
 /// Order keys of a window's replay.
@@ -149,6 +151,7 @@ impl Collector {
             &self.kernel,
             &frame_keys,
             &jit,
+            &w.python,
             self.options.debuginfod,
             self.options.elf_limits,
             &mut warnings,
@@ -272,17 +275,22 @@ impl Collector {
 pub(super) fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
     let mut next = WindowData::default();
     let mut path = Vec::new();
-    let mut move_node = |raw: &StackTree, next_raw: &mut StackTree, node: NodeIndex| -> NodeIndex {
+    let python = std::mem::take(&mut w.python);
+    let mut move_node = |raw: &StackTree, next: &mut WindowData, node: NodeIndex| -> NodeIndex {
         if node == NO_PARENT {
             return NO_PARENT;
         }
         raw.path(node, &mut path);
-        path.iter().fold(NO_PARENT, |p, &k| next_raw.child(p, k))
+        path.iter().fold(NO_PARENT, |p, &k| {
+            let k = if super::python::is_python_key(k) { next.python.carry(&python, k) } else { k };
+            next.raw.child(p, k)
+        })
     };
     let s = &w.samples;
     let late: Vec<usize> = (0..s.time_ns.len()).filter(|&i| s.time_ns[i] > end_ns).collect();
     if !late.is_empty() {
         for &i in &late {
+            let node = move_node(&w.raw, &mut next, s.raw_stack[i]);
             let n = &mut next.samples;
             n.time_ns.push(s.time_ns[i]);
             n.pid.push(s.pid[i]);
@@ -290,23 +298,23 @@ pub(super) fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
             n.cpu.push(s.cpu[i]);
             n.runtime_ns.push(s.runtime_ns[i]);
             n.runtime_clock_ns.push(s.runtime_clock_ns[i]);
-            n.raw_stack.push(move_node(&w.raw, &mut next.raw, s.raw_stack[i]));
+            n.raw_stack.push(node);
         }
         // Out of this window's replay: its filter drops samples after the end.
     }
     let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.off_cpu).into_iter().partition(|o| o.end_ns <= end_ns);
     w.off_cpu = keep;
     for mut o in late {
-        o.stack = move_node(&w.raw, &mut next.raw, o.stack);
+        o.stack = move_node(&w.raw, &mut next, o.stack);
         if let Some((_, node)) = o.waker.as_mut() {
-            *node = move_node(&w.raw, &mut next.raw, *node);
+            *node = move_node(&w.raw, &mut next, *node);
         }
         next.off_cpu.push(o);
     }
     let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.io).into_iter().partition(|e| e.done_ns <= end_ns);
     w.io = keep;
     for mut e in late {
-        e.stack = move_node(&w.raw, &mut next.raw, e.stack);
+        e.stack = move_node(&w.raw, &mut next, e.stack);
         next.io.push(e);
     }
     let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.folded).into_iter().partition(|f| f.last_ns <= end_ns);
@@ -316,6 +324,7 @@ pub(super) fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
     w.switch_totals = keep;
     next.switch_totals = late;
     next.sample_comm = w.sample_comm.clone();
+    w.python = python;
     next
 }
 

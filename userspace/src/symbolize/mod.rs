@@ -6,10 +6,12 @@
 //! nothing when it cannot be resolved (the reason becomes a warning; the
 //! frame keeps its library and address). Each unique address is symbolized
 //! exactly once, with one blazesym call per binary. Kernel addresses are
-//! named from the kallsyms snapshot in [`kernel`].
+//! named from the kallsyms snapshot in [`kernel`]; Python frames from their
+//! code objects in [`python`].
 
 pub mod kernel;
 pub mod names;
+pub mod python;
 
 use std::panic::AssertUnwindSafe;
 

@@ -27,6 +27,7 @@
 mod binary;
 pub mod kernel;
 mod process;
+pub mod python;
 pub mod tables;
 
 use std::sync::Arc;
@@ -66,6 +67,9 @@ pub struct Unwinders {
     layouts: FxHashMap<BinaryIndex, Option<Arc<Layout>>>,
     /// Bytes of CFI held from files root does not own.
     held_user_cfi: usize,
+    /// Per binary whose name may be an interpreter's: what CPython it is
+    /// (None: not one, or one this build cannot walk).
+    pythons: FxHashMap<BinaryIndex, Option<Arc<crate::binaries::python::PythonBinary>>>,
 }
 
 /// Exited processes are kept this long: their last samples may still be queued.
@@ -115,6 +119,7 @@ impl Unwinders {
                 self.held_user_cfi -= info.held_user_bytes;
             }
             self.layouts.remove(b);
+            self.pythons.remove(b);
             if let Some(k) = self.kernel.as_mut() {
                 k.forget(*b);
             }
@@ -233,6 +238,7 @@ impl Unwinders {
             };
             entry.clear();
             let mut entries = Vec::new();
+            let mut python = None;
             let mappings = p.mappings.clone();
             // JIT code with a jitdump: its tables are in the jitdump, which
             // only userspace reads; the kernel hands those stacks over.
@@ -264,18 +270,49 @@ impl Unwinders {
                     entries.push(base.wrapping_add(l.entry));
                     Some(base)
                 });
+                if let (Some(base), None) = (bias, &python) {
+                    python = self.python_binary(binaries, m.binary).map(|binary| python::PythonRuntime { binary, base });
+                }
                 // No bias (no segment the mapping begins): no table either,
                 // or its rows would be looked up at the wrong addresses.
                 entry.push((m.start, m.end, bias.unwrap_or(0), m.binary, jit_tables && layout.is_none(), bias.is_some()));
             }
             entries.sort_unstable();
             entries.dedup();
+            k.write_process(pid, &mut entry);
+            k.write_python(pid, python.as_ref().map(python::PythonRuntime::entry));
             if let Some(p) = self.processes.get_mut(&pid) {
                 p.entries = entries;
+                p.python = python;
             }
-            k.write_process(pid, &mut entry);
         }
         self.kernel = Some(k);
+    }
+
+    /// What CPython `binary` is, read once, and only if its name says it
+    /// may be one; a CPython this build cannot walk is said once.
+    fn python_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<crate::binaries::python::PythonBinary>> {
+        if let Some(known) = self.pythons.get(&binary) {
+            return known.clone();
+        }
+        let bin = binaries.get(binary);
+        let found = match bin.file.as_ref().filter(|_| crate::binaries::python::may_be_python(&bin.name)) {
+            None => None,
+            Some(file) => match crate::binaries::python::read(&crate::binaries::elf::ElfReader::new(file, Default::default())) {
+                Ok(p) => p.map(Arc::new),
+                Err(e) => {
+                    self.failures.push(format!("{}: no Python frames: {e}", crate::escape::escape(&bin.path)));
+                    None
+                }
+            },
+        };
+        self.pythons.insert(binary, found.clone());
+        found
+    }
+
+    /// The CPython interpreter `pid` runs, if it runs one this build reads.
+    pub fn python(&self, pid: u32) -> Option<&python::PythonRuntime> {
+        self.processes.get(&pid)?.python.as_ref()
     }
 
     /// Whether `addr` lies in an executable mapping of `pid`.

@@ -44,6 +44,8 @@ pub(super) struct ProcessUnwinder {
     pub(super) jit_modules: Vec<(u64, u64, Module<SectionBytes>)>,
     /// Monotonic ns of its exit, for pruning.
     pub(super) exited_ns: Option<u64>,
+    /// The CPython interpreter it runs, found when its entry is written.
+    pub(super) python: Option<super::python::PythonRuntime>,
 }
 
 /// How often a process's jitdump is read for new code.
@@ -87,7 +89,7 @@ pub fn is_jitdump(path: &str) -> bool {
 
 impl ProcessUnwinder {
     pub(super) fn new(mappings: Vec<Mapping>) -> ProcessUnwinder {
-        ProcessUnwinder { mappings, unwinder: None, entries: Vec::new(), jitdump: None, jit_modules: Vec::new(), exited_ns: None }
+        ProcessUnwinder { mappings, unwinder: None, entries: Vec::new(), jitdump: None, jit_modules: Vec::new(), exited_ns: None, python: None }
     }
 
     /// Read new code from the jitdump, at most every JITDUMP_POLL.

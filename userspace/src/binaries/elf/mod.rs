@@ -359,6 +359,13 @@ impl<'f> ElfReader<'f> {
         Ok(Some(info))
     }
 
+    /// `size` bytes of the file at `offset` (within the section limit, in
+    /// the file, over no hole), for a value a symbol points at.
+    pub fn read_checked(&self, what: &str, offset: u64, size: u64) -> Result<Vec<u8>, ElfError> {
+        self.check_range(what, offset, size, self.limits.max_section_bytes)?;
+        self.read_exact(what, offset, size)
+    }
+
     fn read_exact(&self, name: &str, offset: u64, size: u64) -> Result<Vec<u8>, ElfError> {
         let mut bytes = vec![0u8; size as usize];
         self.file.read_exact_at(&mut bytes, offset).map_err(|source| ElfError::Read { name: name.to_string(), source })?;

@@ -40,6 +40,32 @@ impl<'f> ElfReader<'f> {
         out
     }
 
+    /// Defined symbols of any type (functions, data, TLS) in `.symtab` and
+    /// `.dynsym` whose name `wanted` accepts: (name, address, size), as the
+    /// tables list them (a symbol in both comes twice). A damaged table gives
+    /// none.
+    pub fn symbols_where(&self, wanted: impl Fn(&[u8]) -> bool) -> Vec<(String, u64, u64)> {
+        let mut out = Vec::new();
+        let Ok(h) = self.headers() else { return out };
+        for sh_type in [elf::SHT_SYMTAB, elf::SHT_DYNSYM] {
+            let Some((index, section)) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == sh_type) else { continue };
+            if self.check_range("symbol table", section.sh_offset(h.endian), section.sh_size(h.endian), self.limits.max_section_bytes).is_err() {
+                continue;
+            }
+            let Ok(table) = object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section) else { continue };
+            for sym in table.iter() {
+                if sym.st_shndx(h.endian) == elf::SHN_UNDEF {
+                    continue;
+                }
+                let Ok(name) = sym.name(h.endian, table.strings()) else { continue };
+                if name.len() <= self.limits.max_name_len && wanted(name) {
+                    out.push((String::from_utf8_lossy(name).into_owned(), sym.st_value(h.endian), sym.st_size(h.endian)));
+                }
+            }
+        }
+        out
+    }
+
     /// Names the symbolizer does not give: see [`NameTables`].
     pub fn name_tables(&self) -> NameTables {
         let mut t = NameTables::default();

@@ -49,6 +49,11 @@ pub struct KernelUnwound<'a> {
     pub handover: Option<(Regs, &'a [u8])>,
     /// Without a hand-over: the leaf's user registers.
     pub leaf: Option<Regs>,
+    /// CPython frames the kernel read: pairs of (code object address, with
+    /// `PY_SEGMENT_END` in bit 0; instruction pointer), leaf first.
+    pub python: &'a [u64],
+    /// How the Python walk ended (`PY_END_*`).
+    pub python_end: u16,
 }
 
 impl<'a> UserStack<'a> {
@@ -120,7 +125,7 @@ pub fn decode_event(bytes: &[u8]) -> Result<EventRecord<'_>, DecodeError> {
                 // SAFETY: the tail starts 8-aligned (records are, and the
                 // record's size is a multiple of 8) and holds n u64s.
                 let frames = unsafe { std::slice::from_raw_parts(tail.as_ptr() as *const u64, n) };
-                UserStack::KernelUnwound(KernelUnwound { frames, end: e.unwind_end, handover: None, leaf: None })
+                UserStack::KernelUnwound(KernelUnwound { frames, end: e.unwind_end, handover: None, leaf: None, python: &[], python_end: 0 })
             } else if e.flags & STACK_USER_REGS != 0 {
                 let regs = Regs { ip: e.user_ip, sp: e.user_sp, bp: e.user_bp };
                 UserStack::Copy { regs, stack: &tail[..(e.stack_size as usize).min(tail.len())] }
@@ -197,9 +202,13 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
     let regs = Regs { ip: e.user_ip, sp: e.user_sp, bp: e.user_bp };
     let user = if e.flags & SAMPLE_FLAG_KERNEL_UNWOUND != 0 {
         let n = (e.ustack_len as usize).min(UNWIND_MAX_FRAMES).min(tail.len() / 8);
+        // Python pairs follow the native frames, inside the frame array.
+        let py = (2 * e.py_len as usize).min(2 * PY_MAX_FRAMES).min(UNWIND_MAX_FRAMES - n).min(tail.len() / 8 - n);
         // SAFETY: the tail starts 8-aligned (records are, and the record's
-        // size is a multiple of 8) and holds n u64s.
-        let frames = unsafe { std::slice::from_raw_parts(tail.as_ptr() as *const u64, n) };
+        // size is a multiple of 8) and holds n + py u64s.
+        let words = unsafe { std::slice::from_raw_parts(tail.as_ptr() as *const u64, n + py) };
+        let (frames, python) = words.split_at(n);
+        let python = &python[..py & !1];
         let copy = tail.get(UNWIND_MAX_FRAMES * 8..).unwrap_or(&[]);
         let stack = &copy[..(e.stack_size as usize).min(copy.len())];
         UserStack::KernelUnwound(KernelUnwound {
@@ -207,6 +216,8 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
             end: e.unwind_end,
             handover: (e.flags & SAMPLE_FLAG_USER_REGS != 0).then_some((regs, stack)),
             leaf: (e.flags & SAMPLE_FLAG_LEAF_REGS != 0).then_some(regs),
+            python,
+            python_end: e.py_end,
         })
     } else if e.flags & SAMPLE_FLAG_USER_REGS != 0 {
         UserStack::Copy { regs, stack: &tail[..(e.stack_size as usize).min(tail.len())] }

@@ -8,7 +8,7 @@
 
 use super::{KernelTables, SYSTEM_UID};
 use crate::binaries::BinaryIndex;
-use crate::bpf::abi::{UnwindMapping, UnwindProcess, UNWIND_MAX_MAPPINGS, UNWIND_PROCESS_CUT, UNWIND_REFUSED_WORDS, UNWIND_TABLE_USERSPACE};
+use crate::bpf::abi::{PythonProcess, UnwindMapping, UnwindProcess, UNWIND_MAX_MAPPINGS, UNWIND_PROCESS_CUT, UNWIND_REFUSED_WORDS, UNWIND_TABLE_USERSPACE};
 
 /// A process with an entry: whose it is, and when it was last sampled.
 #[derive(Debug, Clone, Copy)]
@@ -154,8 +154,26 @@ impl KernelTables {
     }
 
     /// Delete `pid`'s entry (it exited, or has no mappings left).
+    /// Where `pid`'s interpreter keeps its Python frames, for the kernel's
+    /// Python walk; None removes it. Only a process holding an entry gets
+    /// one (the same map size, so the same per-user shares), and it goes
+    /// with the entry.
+    pub(in crate::unwind) fn write_python(&mut self, pid: u32, python: Option<PythonProcess>) {
+        match python {
+            Some(p) if self.entries.contains_key(&pid) => {
+                if self.maps.python.insert(pid, p, 0).is_err() {
+                    self.stats.python_refused += 1;
+                }
+            }
+            _ => {
+                let _ = self.maps.python.remove(&pid);
+            }
+        }
+    }
+
     pub(in crate::unwind) fn remove_process(&mut self, pid: u32) {
         let _ = self.maps.processes.remove(&pid);
+        let _ = self.maps.python.remove(&pid);
         self.uncharge(pid);
         if self.refused.remove(&pid).is_some() {
             self.mark_refused(pid, false);

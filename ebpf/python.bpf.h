@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * python.bpf.h: the CPython frame chain of the sampled thread, read in the
+ * kernel at the sample, next to its native stack.
+ *
+ * In: `python_procs` (tgid -> where the interpreter keeps its per-thread
+ * state and the offsets of its structures, written by userspace from the
+ * binary it maps: binaries/python.rs) and the task's fsbase. Out: up to
+ * PY_MAX_FRAMES (code object, instruction pointer) pairs, leaf first, in
+ * the sample's frame array after its native frames; userspace names the
+ * code objects from the process's memory and puts the frames where the
+ * interpreter's native eval frames are.
+ *
+ * The thread's state is its own, not the GIL holder's: CPython keeps it
+ * under a pthread key (`autoTSSkey`), which glibc stores in the thread's
+ * descriptor at fsbase. The state read is checked to be this thread's
+ * (its native_thread_id), so a wrong layout gives no Python frames, never
+ * another thread's. Every read is of the thread's own memory; a read that
+ * fails ends the chain (PY_END_READ_FAILED).
+ */
+#ifndef __PYTHON_BPF_H
+#define __PYTHON_BPF_H
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct python_process);
+	__uint(max_entries, PY_MAX_PROCESSES);
+} python_procs SEC(".maps");
+
+/* One frame's first bytes, read at once: every field the walk needs lies
+ * in them (offsets below 64 for words, below PY_FRAME_READ for bytes). */
+struct py_frame_buf {
+	__u8 b[128];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct py_frame_buf);
+	__uint(max_entries, 1);
+} py_frame_buf SEC(".maps");
+
+/* The walk's state, on the caller's stack, shared with each iteration. */
+struct py_walk {
+	struct python_process *p;
+	__u64 *frames;     /* the sample's frame array */
+	__u8 *buf;         /* py_frame_buf */
+	__u64 frame;       /* the next _PyInterpreterFrame to read */
+	__u32 at;          /* next free slot of frames */
+	__u32 n;           /* pairs written */
+	__u32 end;         /* PY_END_* */
+};
+
+static __always_inline __u64 py_word(struct py_walk *w, __u16 off)
+{
+	return *(__u64 *)(w->buf + (off & 63));
+}
+
+static long py_step(__u64 i, struct py_walk *w)
+{
+	struct python_process *p = w->p;
+	__u64 code, previous, instr;
+	__u8 owner, entry;
+
+	if (!w->frame) {
+		w->end = PY_END_ROOT;
+		return 1;
+	}
+	if (w->at + 1 >= UNWIND_MAX_FRAMES) {
+		w->end = PY_END_MAX_FRAMES;
+		return 1;
+	}
+	if (bpf_probe_read_user(w->buf, PY_FRAME_READ, (void *)w->frame)) {
+		w->end = PY_END_READ_FAILED;
+		return 1;
+	}
+	code = py_word(w, p->frame_code);
+	previous = py_word(w, p->frame_previous);
+	instr = py_word(w, p->frame_instr);
+	owner = w->buf[p->frame_owner & 127];
+	entry = p->frame_is_entry != PY_NO_OFFSET && w->buf[p->frame_is_entry & 127];
+	w->frame = previous;
+	/* 3.12+: the frame a C-level eval call starts with is a shim owned by
+	 * the C stack; it ends the segment of the frames above it. */
+	if (owner == PY_OWNED_BY_CSTACK) {
+		if (w->n)
+			w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
+		return 0;
+	}
+	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (code & ~7ULL) | (entry ? PY_SEGMENT_END : 0);
+	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = instr;
+	w->at += 2;
+	w->n++;
+	return 0;
+}
+
+/* The thread's PyThreadState, or 0 when it has none (a thread Python
+ * does not know, an interpreter not started yet) or it cannot be read. */
+static __always_inline __u64 py_thread_state(struct python_process *p, struct task_struct *task, __u32 tid)
+{
+	__u64 fsbase = BPF_CORE_READ(task, thread.fsbase);
+	__u32 tss[2] = {}; /* Py_tss_t: {int _is_initialized; pthread_key_t _key} */
+	__u64 tstate = 0;
+	__s32 native_tid = 0;
+
+	if (!fsbase || bpf_probe_read_user(tss, sizeof(tss), (void *)p->tss_addr) || !tss[0] || tss[1] >= 32)
+		return 0;
+	/* glibc: struct pthread's specific_1stblock[32] of {seq, data}. */
+	if (bpf_probe_read_user(&tstate, sizeof(tstate), (void *)(fsbase + p->tsd_offset + 16 * (__u64)tss[1] + 8)) || !tstate)
+		return 0;
+	if (bpf_probe_read_user(&native_tid, sizeof(native_tid), (void *)(tstate + p->tstate_native_tid)) || native_tid != (__s32)tid)
+		return 0;
+	return tstate;
+}
+
+/* Walk the Python frames of the current thread into frames[at...]:
+ * returns the pairs written; *end says why the walk ended. */
+static __always_inline __u32 python_frames(__u32 tgid, __u32 tid, struct task_struct *task, __u64 *frames, __u32 at, __u32 *end)
+{
+	struct python_process *p = bpf_map_lookup_elem(&python_procs, &tgid);
+	struct py_walk w = {};
+	__u32 zero = 0;
+	__u64 tstate, frame = 0;
+
+	*end = PY_END_NONE;
+	if (!p)
+		return 0;
+	w.buf = bpf_map_lookup_elem(&py_frame_buf, &zero);
+	if (!w.buf)
+		return 0;
+	tstate = py_thread_state(p, task, tid);
+	if (!tstate) {
+		*end = PY_END_NO_THREAD;
+		return 0;
+	}
+	if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(tstate + p->tstate_frame))) {
+		*end = PY_END_READ_FAILED;
+		return 0;
+	}
+	/* 3.11/3.12: the state points at a _PyCFrame, which points at the frame. */
+	if (p->cframe_current != PY_NO_OFFSET && frame &&
+	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + p->cframe_current))) {
+		*end = PY_END_READ_FAILED;
+		return 0;
+	}
+	w.p = p;
+	w.frames = frames;
+	w.frame = frame;
+	w.at = at;
+	w.end = PY_END_MAX_FRAMES;
+	bpf_loop(PY_MAX_FRAMES, py_step, &w, 0);
+	*end = w.end;
+	return w.n;
+}
+
+#endif /* __PYTHON_BPF_H */

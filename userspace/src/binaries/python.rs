@@ -1,0 +1,231 @@
+//! What a CPython interpreter binary is: its version, where `_PyRuntime`
+//! and the eval loop are, and the layout of the structures the kernel walks
+//! and userspace reads for each version this build knows.
+//!
+//! In: an [`ElfReader`] over a mapped file (read as an attacker wrote it:
+//! symbol tables within the section limit, the version word through the
+//! load segments). Out: a [`PythonBinary`] for a CPython 3.11, 3.12 or 3.13
+//! interpreter (the executable itself, as Debian's `/usr/bin/python3.11`,
+//! or `libpythonX.Y.so`, as pyenv's `--enable-shared` builds), an error
+//! that names the version for another CPython, nothing for other files.
+//!
+//! The offsets are CPython's own structure layouts for x86_64 default (GIL)
+//! builds, per minor version, checked against the interpreters on this
+//! machine (3.11.2, 3.11.7, 3.12.1, 3.13.0) with ctypes reading their own
+//! memory; a patch release keeps them (CPython freezes a minor version's
+//! internal layout once it is released). 3.13 also publishes them
+//! (`_Py_DebugOffsets` at the start of `_PyRuntime`); the table agrees.
+
+use super::elf::{vaddr_to_offset, ElfReader};
+
+/// Structure offsets of one CPython minor version (bytes).
+#[derive(Debug, PartialEq, Eq)]
+pub struct PyLayout {
+    /// 11 for 3.11.
+    pub minor: u8,
+    /// `_PyRuntime` -> the `Py_tss_t` of `autoTSSkey` (`{int init; int key}`).
+    pub runtime_tss: u64,
+    /// `PyThreadState` -> `cframe` (3.11, 3.12) or `current_frame`.
+    pub tstate_frame: u16,
+    /// `_PyCFrame` -> `current_frame`, if the version has a cframe.
+    pub cframe_current: Option<u16>,
+    /// `PyThreadState.native_thread_id`.
+    pub tstate_native_tid: u16,
+    /// `_PyInterpreterFrame.f_code` (`f_executable` in 3.13).
+    pub frame_code: u16,
+    /// `_PyInterpreterFrame.previous`.
+    pub frame_previous: u16,
+    /// `_PyInterpreterFrame.prev_instr` (`instr_ptr` in 3.13).
+    pub frame_instr: u16,
+    /// `_PyInterpreterFrame.owner` (a byte).
+    pub frame_owner: u16,
+    /// 3.11's `_PyInterpreterFrame.is_entry` (a byte).
+    pub frame_is_entry: Option<u16>,
+    /// `PyCodeObject.co_firstlineno` (an int).
+    pub code_firstlineno: u64,
+    /// `PyCodeObject.co_filename`.
+    pub code_filename: u64,
+    /// `PyCodeObject.co_name`.
+    pub code_name: u64,
+    /// `PyCodeObject.co_qualname`.
+    pub code_qualname: u64,
+    /// `PyCodeObject.co_linetable` (bytes).
+    pub code_linetable: u64,
+    /// `PyCodeObject.co_code_adaptive`: where the bytecode starts.
+    pub code_bytecode: u64,
+    /// `PyObject.ob_type`.
+    pub ob_type: u64,
+    /// `PyASCIIObject.length`.
+    pub str_length: u64,
+    /// `PyASCIIObject.state` (bits: interned 2, kind 3, compact 1, ascii 1).
+    pub str_state: u64,
+    /// Where a compact ASCII string's characters start.
+    pub str_ascii_data: u64,
+    /// Where a compact non-ASCII string's characters start.
+    pub str_compact_data: u64,
+    /// `PyVarObject.ob_size` of a bytes object.
+    pub bytes_size: u64,
+    /// `PyBytesObject.ob_sval`.
+    pub bytes_data: u64,
+}
+
+const LAYOUTS: [PyLayout; 3] = [
+    PyLayout {
+        minor: 11,
+        runtime_tss: 0x250,
+        tstate_frame: 56,
+        cframe_current: Some(8),
+        tstate_native_tid: 160,
+        frame_code: 32,
+        frame_previous: 48,
+        frame_instr: 56,
+        frame_owner: 69,
+        frame_is_entry: Some(68),
+        code_firstlineno: 72,
+        code_filename: 112,
+        code_name: 120,
+        code_qualname: 128,
+        code_linetable: 136,
+        code_bytecode: 184,
+        ob_type: 8,
+        str_length: 16,
+        str_state: 32,
+        str_ascii_data: 48,
+        str_compact_data: 72,
+        bytes_size: 16,
+        bytes_data: 32,
+    },
+    PyLayout {
+        minor: 12,
+        runtime_tss: 0x608,
+        tstate_frame: 56,
+        cframe_current: Some(0),
+        tstate_native_tid: 144,
+        frame_code: 0,
+        frame_previous: 8,
+        frame_instr: 56,
+        frame_owner: 70,
+        frame_is_entry: None,
+        code_firstlineno: 68,
+        code_filename: 112,
+        code_name: 120,
+        code_qualname: 128,
+        code_linetable: 136,
+        code_bytecode: 192,
+        ob_type: 8,
+        str_length: 16,
+        str_state: 32,
+        str_ascii_data: 40,
+        str_compact_data: 56,
+        bytes_size: 16,
+        bytes_data: 32,
+    },
+    PyLayout {
+        minor: 13,
+        runtime_tss: 0x870,
+        tstate_frame: 72,
+        cframe_current: None,
+        tstate_native_tid: 160,
+        frame_code: 0,
+        frame_previous: 8,
+        frame_instr: 56,
+        frame_owner: 70,
+        frame_is_entry: None,
+        code_firstlineno: 68,
+        code_filename: 112,
+        code_name: 120,
+        code_qualname: 128,
+        code_linetable: 136,
+        code_bytecode: 200,
+        ob_type: 8,
+        str_length: 16,
+        str_state: 32,
+        str_ascii_data: 40,
+        str_compact_data: 56,
+        bytes_size: 16,
+        bytes_data: 32,
+    },
+];
+
+/// The layout of CPython 3.`minor`, if this build knows it.
+pub fn layout(minor: u8) -> Option<&'static PyLayout> {
+    LAYOUTS.iter().find(|l| l.minor == minor)
+}
+
+/// A CPython interpreter in a file: addresses in the file's address space.
+#[derive(Debug)]
+pub struct PythonBinary {
+    /// `PY_VERSION_HEX` (0x030b07f0 for 3.11.7).
+    pub version: u32,
+    /// `_PyRuntime`.
+    pub runtime: u64,
+    /// `PyCode_Type`: every code object's `ob_type`.
+    pub code_type: u64,
+    /// The eval loop (`_PyEval_EvalFrameDefault` and its `.cold` part):
+    /// [start, end) ranges.
+    pub eval: Vec<(u64, u64)>,
+    /// The version's structure layout.
+    pub layout: &'static PyLayout,
+}
+
+/// Whether a mapped file may be a CPython interpreter, by its name
+/// (`python3.11`, `libpython3.12.so.1.0`): only those are read, so the
+/// symbol tables of every other library are not. An interpreter embedded
+/// in a program under another name is not found.
+pub fn may_be_python(file_name: &str) -> bool {
+    file_name.starts_with("python") || file_name.starts_with("libpython")
+}
+
+/// Read what makes `elf` a CPython interpreter: Ok(None) for a file that
+/// is none (a launcher that only links libpython, any other program),
+/// Err for a CPython this build cannot walk (its version said).
+pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, String> {
+    let symbols = elf.symbols_where(|n| {
+        matches!(n, b"_PyRuntime" | b"Py_Version" | b"PyCode_Type") || n.starts_with(b"_PyEval_EvalFrameDefault")
+    });
+    let find = |name: &str| symbols.iter().find(|(n, _, _)| n == name).map(|&(_, addr, size)| (addr, size));
+    let (Some((runtime, _)), Some((version_at, _))) = (find("_PyRuntime"), find("Py_Version")) else { return Ok(None) };
+    let segments = elf.segments().map_err(|e| e.to_string())?;
+    let offset = vaddr_to_offset(&segments, version_at).ok_or("Py_Version lies in no segment")?;
+    let bytes = elf.read_checked("Py_Version", offset, 4).map_err(|e| e.to_string())?;
+    let version = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
+    let (major, minor) = (version >> 24, (version >> 16) & 0xff);
+    let layout = match layout(minor as u8) {
+        Some(l) if major == 3 => l,
+        _ => return Err(format!("CPython {major}.{minor}: this build reads the frames of 3.11 to 3.13")),
+    };
+    let code_type = find("PyCode_Type").map(|(a, _)| a).ok_or("no PyCode_Type symbol")?;
+    let mut eval: Vec<(u64, u64)> = symbols
+        .iter()
+        .filter(|(n, _, size)| (n == "_PyEval_EvalFrameDefault" || n.starts_with("_PyEval_EvalFrameDefault.cold")) && *size > 0)
+        .map(|&(_, addr, size)| (addr, addr.saturating_add(size)))
+        .collect();
+    eval.sort_unstable();
+    eval.dedup();
+    if eval.is_empty() {
+        return Err("no _PyEval_EvalFrameDefault symbol".into());
+    }
+    Ok(Some(PythonBinary { version, runtime, code_type, eval, layout }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check that each layout's offsets fit the kernel walker's reads: words
+    /// below 64 and bytes below PY_FRAME_READ of a frame (python.bpf.h masks
+    /// them so), and that the versions are the ones named.
+    #[test]
+    fn layouts_fit_the_kernel_walk() {
+        for l in &LAYOUTS {
+            for word in [l.frame_code, l.frame_previous, l.frame_instr] {
+                assert!(word + 8 <= 64, "3.{}: {word}", l.minor);
+            }
+            for byte in [Some(l.frame_owner), l.frame_is_entry].into_iter().flatten() {
+                assert!(byte < crate::bpf::abi::PY_FRAME_READ, "3.{}: {byte}", l.minor);
+            }
+            assert_eq!(layout(l.minor).map(|x| x.minor), Some(l.minor));
+        }
+        assert!(layout(10).is_none() && layout(14).is_none());
+    }
+}

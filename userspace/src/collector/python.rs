@@ -1,0 +1,182 @@
+//! Python frames into stacks: the chain the kernel read beside a sample's
+//! native stack, named and put where the interpreter runs it.
+//!
+//! In: a sample's native user frames (leaf first, perhaps ending in a cut),
+//! the (code object, instruction) pairs the kernel read, and the process's
+//! interpreter ([`PythonRuntime`]). Out: the same stack with each native
+//! frame of the eval loop replaced by the Python frames that call of it was
+//! running, as raw keys ([`PY_KEY_BASE`] | index) into the window's
+//! [`PythonFrames`] (name, file, line), which replay turns into frames.
+//!
+//! Code objects are read from the process as the samples arrive (they may
+//! be freed soon after), once per process and address, into a cache with a
+//! byte budget, dropped for a process at its exec and exit.
+//!
+//! The pairing, leaf first: the k-th eval-loop frame of the native stack
+//! runs the k-th segment of the chain (a segment ends at the frame a C-level
+//! call of the eval loop began with). One eval frame more than segments is
+//! a call entering or leaving the loop: the leaf-most stays a native frame.
+//! Segments left over (the native walk stopped short) go below the native
+//! frames, before the cut, so the Python callers are kept.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::bpf::abi::PY_SEGMENT_END;
+use crate::model::stack_end::StackEnd;
+use crate::symbolize::python::{read_code, CodeInfo};
+use crate::unwind::python::PythonRuntime;
+
+/// Raw keys of Python frames: above every user address, below the kernel's.
+pub(super) const PY_KEY_BASE: u64 = 0x4000_0000_0000_0000;
+const PY_KEY_MASK: u64 = 0xc000_0000_0000_0000;
+
+/// Whether a raw key is a Python frame's.
+pub(super) fn is_python_key(key: u64) -> bool {
+    key & PY_KEY_MASK == PY_KEY_BASE
+}
+
+/// Bytes of code objects' names and line tables kept, all processes.
+const CODE_CACHE_BYTES: usize = 16 << 20;
+
+/// The Python frames a window's stacks refer to: (code object, line).
+#[derive(Debug, Default)]
+pub(super) struct PythonFrames {
+    names: Vec<(Arc<CodeInfo>, u32)>,
+    index: FxHashMap<(usize, u32), u32>,
+}
+
+impl PythonFrames {
+    /// The raw key of `code` at `line`.
+    pub(super) fn key(&mut self, code: &Arc<CodeInfo>, line: u32) -> u64 {
+        let next = self.names.len() as u32;
+        let i = *self.index.entry((Arc::as_ptr(code) as usize, line)).or_insert_with(|| {
+            self.names.push((code.clone(), line));
+            next
+        });
+        PY_KEY_BASE | i as u64
+    }
+
+    /// The frame of a raw key.
+    pub(super) fn get(&self, key: u64) -> Option<&(Arc<CodeInfo>, u32)> {
+        self.names.get((key & !PY_KEY_MASK) as usize)
+    }
+
+    /// The key `key` of `from` has here (a stack carried to the next window).
+    pub(super) fn carry(&mut self, from: &PythonFrames, key: u64) -> u64 {
+        match from.get(key) {
+            Some((code, line)) => self.key(code, *line),
+            None => StackEnd::NotAvailable.raw_key().expect("a cut"),
+        }
+    }
+}
+
+/// Code objects read, per process, within [`CODE_CACHE_BYTES`].
+#[derive(Debug, Default)]
+pub(super) struct CodeCache {
+    by_pid: FxHashMap<u32, FxHashMap<u64, Option<Arc<CodeInfo>>>>,
+    bytes: usize,
+    /// Frames whose code object could not be read or was none (counted).
+    pub(super) unresolved: u64,
+}
+
+impl CodeCache {
+    /// `pid`'s code object at `addr`, read on first use.
+    fn code(&mut self, pid: u32, addr: u64, py: &PythonRuntime) -> Option<Arc<CodeInfo>> {
+        if let Some(known) = self.by_pid.get(&pid).and_then(|m| m.get(&addr)) {
+            return known.clone();
+        }
+        let read = read_code(pid, addr, py.binary.layout, py.code_type()).ok().map(Arc::new);
+        let size = read.as_ref().map_or(16, |c| c.bytes() + 16);
+        if self.bytes + size > CODE_CACHE_BYTES {
+            self.by_pid.clear();
+            self.bytes = 0;
+        }
+        self.bytes += size;
+        self.by_pid.entry(pid).or_default().insert(addr, read.clone());
+        read
+    }
+
+    /// `pid` exec'd or exited: its code objects are gone.
+    pub(super) fn forget(&mut self, pid: u32) {
+        if let Some(m) = self.by_pid.remove(&pid) {
+            self.bytes = self.bytes.saturating_sub(m.values().map(|c| c.as_ref().map_or(16, |c| c.bytes() + 16)).sum());
+        }
+    }
+
+    /// Bytes held.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// Merge the Python `pairs` (leaf first) into `stack` (native user frames,
+/// leaf first, perhaps ending in a cut key), writing the result to `out`.
+pub(super) fn merge(
+    stack: &[u64],
+    pairs: &[u64],
+    pid: u32,
+    py: &PythonRuntime,
+    codes: &mut CodeCache,
+    frames: &mut PythonFrames,
+    out: &mut Vec<u64>,
+) {
+    out.clear();
+    // Segments: ranges of pairs, leaf first.
+    let mut segments: Vec<(usize, usize)> = Vec::new();
+    let mut start = 0;
+    let n = pairs.len() / 2;
+    for i in 0..n {
+        if pairs[2 * i] & PY_SEGMENT_END != 0 || i + 1 == n {
+            segments.push((start, i + 1));
+            start = i + 1;
+        }
+    }
+    let cut = stack.last().is_some_and(|&k| StackEnd::from_raw_key(k).is_some());
+    let native = if cut { &stack[..stack.len() - 1] } else { stack };
+    // A return address is the instruction after the call: look up the call.
+    let is_eval = |depth: usize, addr: u64| py.in_eval_loop(if depth == 0 { addr } else { addr.wrapping_sub(1) });
+    let evals = native.iter().enumerate().filter(|&(d, &a)| is_eval(d, a)).count();
+    let skip = usize::from(evals == segments.len() + 1);
+    let mut next_segment = 0;
+    let mut seen = 0;
+    let mut push_segment = |s: (usize, usize), out: &mut Vec<u64>| {
+        for i in s.0..s.1 {
+            let (code, instr) = (pairs[2 * i] & !7, pairs[2 * i + 1]);
+            let key = match codes.code(pid, code, py) {
+                Some(info) => {
+                    let index = (instr as i64).wrapping_sub(code.wrapping_add(py.binary.layout.code_bytecode) as i64) / 2;
+                    frames.key(&info, info.line(index))
+                }
+                None => {
+                    codes.unresolved += 1;
+                    continue;
+                }
+            };
+            out.push(key);
+        }
+    };
+    for (depth, &addr) in native.iter().enumerate() {
+        if is_eval(depth, addr) {
+            seen += 1;
+            if seen > skip && next_segment < segments.len() {
+                push_segment(segments[next_segment], out);
+                next_segment += 1;
+                continue;
+            }
+        }
+        out.push(addr);
+    }
+    // The native walk stopped short of the callers' eval frames: their
+    // Python frames go below what it found, before the cut.
+    if cut || evals > 0 {
+        while next_segment < segments.len() {
+            push_segment(segments[next_segment], out);
+            next_segment += 1;
+        }
+    }
+    if cut {
+        out.push(*stack.last().expect("a cut"));
+    }
+}
