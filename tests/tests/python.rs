@@ -1,0 +1,117 @@
+//! Integration tests of Python frames: real CPython interpreters, real BPF,
+//! as root, one at a time. The oracle is the script's own CPU clock per
+//! function (`time.thread_time_ns` around each call), never the profiler.
+
+use std::path::PathBuf;
+
+use sysprof_tests::*;
+
+fn names(stack: &[(String, String)]) -> Vec<&str> {
+    stack.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+/// The interpreters to check: Debian's (3.11, the distribution's default,
+/// always there) and pyenv's 3.11, 3.12 and 3.13 where installed.
+fn interpreters() -> Vec<PathBuf> {
+    let mut found = vec![PathBuf::from("/usr/bin/python3")];
+    let mut pyenv: Vec<PathBuf> = std::fs::read_dir("/root/.pyenv/versions")
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    pyenv.sort();
+    for minor in ["3.11", "3.12", "3.13"] {
+        match pyenv.iter().find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{minor}."))) {
+            Some(p) => found.push(p.join("bin/python3")),
+            None => eprintln!("python: no pyenv CPython {minor} under /root/.pyenv/versions: not checked"),
+        }
+    }
+    found
+}
+
+fn script() -> PathBuf {
+    workspace_root().join("tests/workloads/pysplit.py")
+}
+
+/// Check, for each interpreter, that a Python program's samples carry its
+/// Python frames by name, with nothing asked of the program: the split of
+/// samples between `hot_three` and `hot_one` is the split of the thread's
+/// own CPU time the script measured (±3 points), each such stack holds the
+/// whole chain `<module>` -> `main` -> `work` -> `hot_*` in order, with the
+/// interpreter's native frames below `<module>` (down to `main` of the
+/// program) and no native eval-loop frame left between Python frames.
+#[test]
+fn python_frames_are_named_with_the_split_the_program_measured() {
+    if !can_record("python_frames_are_named_with_the_split_the_program_measured") {
+        return;
+    }
+    let dir = scratch("python-split");
+    for py in interpreters() {
+        let out_path = dir.join("p.json.gz");
+        let out = record(&["--", py.to_str().unwrap(), script().to_str().unwrap(), "split", "1.5"], &out_path);
+        assert_success(&out);
+        let pid = field(&out.stdout, "pid").expect("the script printed its pid");
+        let (three_ns, one_ns) = (field(&out.stdout, "three_ns").unwrap() as f64, field(&out.stdout, "one_ns").unwrap() as f64);
+        let expected = three_ns / (three_ns + one_ns);
+        let profile = Profile::load(&out_path);
+        let cats = profile.categories();
+        let threads = profile.process_threads(pid);
+        let t = threads.first().unwrap_or_else(|| panic!("{}: process {pid} is not in the profile", py.display()));
+        let stacks = t.on_cpu_stacks(&cats);
+        let (mut three, mut one, mut whole) = (0usize, 0usize, 0usize);
+        for s in &stacks {
+            let n = names(s);
+            let Some(hot) = n.iter().position(|f| *f == "hot_three" || *f == "hot_one") else { continue };
+            if n[hot] == "hot_three" {
+                three += 1;
+            } else {
+                one += 1;
+            }
+            let chain = n.iter().position(|f| *f == "<module>").map(|m| &n[m..=hot]);
+            if chain == Some(&["<module>", "main", "work", n[hot]][..]) {
+                whole += 1;
+            }
+            assert!(!n.iter().any(|f| f.starts_with("_PyEval_EvalFrameDefault")), "{}: an eval frame between Python frames: {n:?}", py.display());
+        }
+        let got = three as f64 / (three + one).max(1) as f64;
+        eprintln!(
+            "python {}: hot_three {three}, hot_one {one} of {} on-CPU samples: share {got:.3} vs {expected:.3} measured; {whole} whole chains",
+            py.display(),
+            stacks.len()
+        );
+        assert!(three + one >= 1000, "{}: 1.5 s of CPU at 999 Hz, {} samples in the hot functions", py.display(), three + one);
+        assert!((got - expected).abs() <= 0.03, "{}: share {got:.3} vs {expected:.3}", py.display());
+        assert!(whole * 100 >= (three + one) * 98, "{}: {whole} of {} stacks hold <module> -> main -> work -> hot_*", py.display(), three + one);
+        // Below <module>: the interpreter's own frames, down to the program's main.
+        let rooted = stacks.iter().filter(|s| names(s).first().is_some_and(|f| *f == "_start" || *f == "main" || *f == "__libc_start_main")).count();
+        assert!(rooted * 100 >= stacks.len() * 95, "{}: {rooted} of {} stacks reach the program's entry", py.display(), stacks.len());
+    }
+}
+
+/// Check that C code a Python function calls keeps its native frames above
+/// the Python frame that called it: `hashlib.sha256` over 16 MiB (OpenSSL)
+/// under `hash_work`, under `work`.
+#[test]
+fn native_code_called_from_python_sits_above_its_caller() {
+    if !can_record("native_code_called_from_python_sits_above_its_caller") {
+        return;
+    }
+    let dir = scratch("python-hash");
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--", "/usr/bin/python3", script().to_str().unwrap(), "hash", "1.0"], &out_path);
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").unwrap();
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let t = profile.process_threads(pid).into_iter().next().expect("the python process");
+    let stacks = t.on_cpu_stacks(&cats);
+    let hashing: Vec<Vec<&str>> = stacks.iter().map(|s| names(s)).filter(|n| n.iter().any(|f| *f == "hash_work")).collect();
+    let native_above = hashing
+        .iter()
+        .filter(|n| {
+            let at = n.iter().position(|f| *f == "hash_work").unwrap();
+            at + 1 < n.len() && n[at - 1] == "work" && n[at + 1..].iter().any(|f| f.to_lowercase().contains("sha256"))
+        })
+        .count();
+    eprintln!("python hash: {} of {} on-CPU samples under hash_work, {native_above} with sha256 code above it", hashing.len(), stacks.len());
+    assert!(hashing.len() * 10 >= stacks.len() * 8, "most samples hash: {} of {}", hashing.len(), stacks.len());
+    assert!(native_above * 10 >= hashing.len() * 8, "OpenSSL's frames above hash_work: {native_above} of {}", hashing.len());
+}

@@ -1,0 +1,55 @@
+# pysplit.py: a Python workload with a known split of its own CPU time.
+# `split SECONDS`: main -> work -> hot_three / hot_one, 3:1 by design,
+# each call timed with the thread's own CPU clock (time.thread_time_ns),
+# printed at the end on lines three_ns= and one_ns=. `hash SECONDS`: main ->
+# work -> hash_work -> hashlib.sha256 over 16 MiB (C code under a Python
+# frame). Prints pid= first.
+import hashlib
+import os
+import sys
+import time
+
+
+def hot_three(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def hot_one(n):
+    s = 0
+    for i in range(n):
+        s += i ^ 3
+    return s
+
+
+def hash_work(buf):
+    return hashlib.sha256(buf).hexdigest()
+
+
+def work(mode, seconds):
+    three = one = 0
+    buf = b"x" * (16 << 20)
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        if mode == "hash":
+            hash_work(buf)
+            continue
+        a = time.thread_time_ns()
+        hot_three(30000)
+        b = time.thread_time_ns()
+        hot_one(10000)
+        c = time.thread_time_ns()
+        three += b - a
+        one += c - b
+    return three, one
+
+
+def main():
+    print(f"pid={os.getpid()}", flush=True)
+    three, one = work(sys.argv[1], float(sys.argv[2]))
+    print(f"three_ns={three}\none_ns={one}", flush=True)
+
+
+main()
