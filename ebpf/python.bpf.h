@@ -44,12 +44,13 @@ struct {
 /* The walk's state, on the caller's stack, shared with each iteration. */
 struct py_walk {
 	struct python_process *p;
-	__u64 *frames;     /* the sample's frame array */
+	__u64 *frames;     /* the record's frame array; NULL: only hash the chain */
 	__u8 *buf;         /* py_frame_buf */
 	__u64 frame;       /* the next _PyInterpreterFrame to read */
 	__u32 at;          /* next free slot of frames */
 	__u32 n;           /* pairs written */
 	__u32 end;         /* PY_END_* */
+	__u64 hash;        /* of every (code, instruction) of the chain */
 };
 
 static __always_inline __u64 py_word(struct py_walk *w, __u16 off)
@@ -81,15 +82,18 @@ static long py_step(__u64 i, struct py_walk *w)
 	owner = w->buf[p->frame_owner & 127];
 	entry = p->frame_is_entry != PY_NO_OFFSET && w->buf[p->frame_is_entry & 127];
 	w->frame = previous;
+	w->hash = (w->hash ^ code ^ (instr << 17) ^ owner) * 0x100000001b3ULL;
 	/* 3.12+: the frame a C-level eval call starts with is a shim owned by
 	 * the C stack; it ends the segment of the frames above it. */
 	if (owner == PY_OWNED_BY_CSTACK) {
-		if (w->n)
+		if (w->n && w->frames)
 			w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
 		return 0;
 	}
-	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (code & ~7ULL) | (entry ? PY_SEGMENT_END : 0);
-	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = instr;
+	if (w->frames) {
+		w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (code & ~7ULL) | (entry ? PY_SEGMENT_END : 0);
+		w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = instr;
+	}
 	w->at += 2;
 	w->n++;
 	return 0;
@@ -114,16 +118,28 @@ static __always_inline __u64 py_thread_state(struct python_process *p, struct ta
 	return tstate;
 }
 
-/* Walk the Python frames of the current thread into frames[at...]:
- * returns the pairs written; *end says why the walk ended. */
-static __always_inline __u32 python_frames(__u32 tgid, __u32 tid, struct task_struct *task, __u64 *frames, __u32 at, __u32 *end)
+/* Where a walk writes, and what it found. */
+struct py_out {
+	__u32 at;   /* in: the first free slot of frames */
+	__u32 n;    /* out: pairs written */
+	__u32 end;  /* out: PY_END_* */
+	__u32 _pad;
+	__u64 hash; /* out: identifies the chain (0 for none) */
+};
+
+/* Walk the Python frames of the current thread into frames[out->at...]
+ * (frames NULL: nowhere). Not inlined: its state lives in its own stack
+ * frame, not in the tracepoint programs' (at their 512-byte limit). */
+static __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, struct task_struct *task, __u64 *frames)
 {
 	struct python_process *p = bpf_map_lookup_elem(&python_procs, &tgid);
 	struct py_walk w = {};
 	__u32 zero = 0;
 	__u64 tstate, frame = 0;
 
-	*end = PY_END_NONE;
+	out->n = 0;
+	out->end = PY_END_NONE;
+	out->hash = 0;
 	if (!p)
 		return 0;
 	w.buf = bpf_map_lookup_elem(&py_frame_buf, &zero);
@@ -131,27 +147,30 @@ static __always_inline __u32 python_frames(__u32 tgid, __u32 tid, struct task_st
 		return 0;
 	tstate = py_thread_state(p, task, tid);
 	if (!tstate) {
-		*end = PY_END_NO_THREAD;
+		out->end = PY_END_NO_THREAD;
 		return 0;
 	}
 	if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(tstate + p->tstate_frame))) {
-		*end = PY_END_READ_FAILED;
+		out->end = PY_END_READ_FAILED;
 		return 0;
 	}
 	/* 3.11/3.12: the state points at a _PyCFrame, which points at the frame. */
 	if (p->cframe_current != PY_NO_OFFSET && frame &&
 	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + p->cframe_current))) {
-		*end = PY_END_READ_FAILED;
+		out->end = PY_END_READ_FAILED;
 		return 0;
 	}
 	w.p = p;
 	w.frames = frames;
 	w.frame = frame;
-	w.at = at;
+	w.at = out->at;
 	w.end = PY_END_MAX_FRAMES;
+	w.hash = 0xcbf29ce484222325ULL;
 	bpf_loop(PY_MAX_FRAMES, py_step, &w, 0);
-	*end = w.end;
-	return w.n;
+	out->n = w.n;
+	out->end = w.end;
+	out->hash = w.hash;
+	return 0;
 }
 
 #endif /* __PYTHON_BPF_H */

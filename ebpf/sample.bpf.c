@@ -142,7 +142,8 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct sample_scratch *sc = bpf_map_lookup_elem(&sample_scratch, &cpu);
 	__u64 size, regs[3], wake;
-	__u32 n, end, copied, py, py_end;
+	struct py_out py = {};
+	__u32 n, end, copied;
 
 	if (!sc) {
 		count_drop(DROP_RINGBUF_FULL);
@@ -170,10 +171,11 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		sc->e.flags |= SAMPLE_FLAG_KERNEL_UNWOUND;
 		sc->e.ustack_len = n;
 		sc->e.unwind_end = end;
-		py = python_frames(tgid, (__u32)pid_tgid, task, sc->frames, n, &py_end);
-		sc->e.py_len = py;
-		sc->e.py_end = py_end;
-		size += (__u64)(n + 2 * py) * sizeof(__u64);
+		py.at = n;
+		python_frames(&py, tgid, (__u32)pid_tgid, task, sc->frames);
+		sc->e.py_len = py.n;
+		sc->e.py_end = py.end;
+		size += (__u64)(n + 2 * (py.n & (PY_MAX_FRAMES * 2 - 1))) * sizeof(__u64);
 		/* Userspace goes on from here with a copy, unless the reader is
 		 * behind: a 32 KiB copy takes the room of ~30 walked samples, and
 		 * once the ring is full whole samples are lost. Past half full,

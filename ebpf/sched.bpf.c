@@ -56,6 +56,7 @@ const volatile __u32 kernel_unwind = 0;
 
 #include "ustack.bpf.h"
 #include "unwind.bpf.h"
+#include "python.bpf.h"
 
 struct io_start {
 	__u64 ts;
@@ -180,12 +181,17 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 {
 	struct stack_scratch *sc = bpf_map_lookup_elem(&stack_scratch, &kbuf);
 	__u64 regs[3] = { ip, sp, bp }, size;
+	struct py_out py = {};
 	__u32 n, end;
 	long len;
 
 	if (!sc)
 		return 0;
 	n = unwind_user(pid, regs, sc->frames, &end, stack_copy != 0);
+	if (n > UNWIND_MAX_FRAMES)
+		n = UNWIND_MAX_FRAMES;
+	py.at = n;
+	python_frames(&py, pid, tid, (struct task_struct *)bpf_get_current_task(), sc->frames);
 	__u32 flags = STACK_KERNEL_UNWOUND;
 
 	/* The caller's copy is 32 KiB, the room of many intervals: with the
@@ -208,7 +214,8 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 	sc->e.stack_size = 0;
 	sc->e.slot = slot;
 	sc->e.unwind_end = end;
-	sc->e._pad = 0;
+	sc->e.py_len = py.n;
+	sc->e.py_end = py.end;
 	sc->e.user_ip = ip;
 	sc->e.user_sp = sp;
 	sc->e.user_bp = bp;
@@ -219,7 +226,7 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 		len = 0;
 	}
 	sc->e.kstack_len = len / sizeof(__u64);
-	size = sizeof(sc->e) + (__u64)n * sizeof(__u64);
+	size = sizeof(sc->e) + (__u64)(n + 2 * (py.n & (PY_MAX_FRAMES * 2 - 1))) * sizeof(__u64);
 	if (size > sizeof(*sc))
 		size = sizeof(*sc);
 	if (bpf_ringbuf_output(&events, sc, size, submit_flags())) {
@@ -256,7 +263,8 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 	e->stack_size = 0;
 	e->slot = slot;
 	e->unwind_end = 0;
-	e->_pad = 0;
+	e->py_len = 0;
+	e->py_end = 0;
 	e->user_ip = ip;
 	e->user_sp = sp;
 	e->user_bp = bp;
@@ -335,7 +343,8 @@ static __always_inline __u64 send_kstack(struct kstack_buf *b, __u32 len, __u32 
 	e->stack_size = 0;
 	e->slot = slot;
 	e->unwind_end = 0;
-	e->_pad = 0;
+	e->py_len = 0;
+	e->py_end = 0;
 	e->user_ip = 0;
 	e->user_sp = 0;
 	e->user_bp = 0;
@@ -388,10 +397,18 @@ static __always_inline __u64 stack_at(void *ctx, __u32 pid, __u32 tid, __u32 slo
 		if (!b)
 			return 0;
 	}
+	/* A Python thread's native place is the same wherever in its Python
+	 * code it is (Python calls do not nest C frames): its chain is part
+	 * of the place. Hashed without being kept: one read per frame. */
+	struct py_out py = {};
+
+	if (user && kernel_unwind)
+		python_frames(&py, pid, tid, (struct task_struct *)bpf_get_current_task(), NULL);
+	__u64 python = py.hash;
 	if (t) {
 		struct stack_cache *c = &t->cache[slot];
 
-		if (c->id && c->ip == ip && c->sp == sp && c->bp == bp && c->what == what)
+		if (c->id && c->ip == ip && c->sp == sp && c->bp == bp && c->what == what && c->python == python)
 			return c->id;
 	}
 	__u64 id = user ? send_stack(ctx, pid, tid, slot, ip, sp, bp, kbuf) : send_kstack(b, len, pid, tid, slot);
@@ -403,6 +420,7 @@ static __always_inline __u64 stack_at(void *ctx, __u32 pid, __u32 tid, __u32 slo
 		c->sp = sp;
 		c->bp = bp;
 		c->what = what;
+		c->python = python;
 		c->id = id;
 	}
 	return id;

@@ -249,7 +249,8 @@ struct stack_event {
 	__u32 stack_size;       /* dwarf mode: valid bytes of the copy after the record */
 	__u32 slot;             /* STACK_SLOT_*: which of the thread's cached stacks it replaces */
 	__u32 unwind_end;       /* STACK_KERNEL_UNWOUND: UNWIND_END_* */
-	__u32 _pad;
+	__u16 py_len;           /* CPython frame pairs after the ustack_len frames */
+	__u16 py_end;           /* PY_END_* */
 	__u64 user_ip;          /* user registers (where the thread entered the kernel) */
 	__u64 user_sp;
 	__u64 user_bp;
@@ -367,6 +368,7 @@ struct thread_state {
 		__u64 id;
 		__u32 what;
 		__u32 _pad;
+		__u64 python;   /* a hash of its Python frame chain; 0: none */
 	} cache[STACK_SLOTS];
 };
 

@@ -34,7 +34,7 @@ fn script() -> PathBuf {
 /// Check, for each interpreter, that a Python program's samples carry its
 /// Python frames by name, with nothing asked of the program: the split of
 /// samples between `hot_three` and `hot_one` is the split of the thread's
-/// own CPU time the script measured (±3 points), each such stack holds the
+/// own CPU time the script measured (±4 points), each such stack holds the
 /// whole chain `<module>` -> `main` -> `work` -> `hot_*` in order, with the
 /// interpreter's native frames below `<module>` (down to `main` of the
 /// program) and no native eval-loop frame left between Python frames.
@@ -46,7 +46,7 @@ fn python_frames_are_named_with_the_split_the_program_measured() {
     let dir = scratch("python-split");
     for py in interpreters() {
         let out_path = dir.join("p.json.gz");
-        let out = record(&["--", py.to_str().unwrap(), script().to_str().unwrap(), "split", "1.5"], &out_path);
+        let out = record(&["--", py.to_str().unwrap(), script().to_str().unwrap(), "split", "2.0"], &out_path);
         assert_success(&out);
         let pid = field(&out.stdout, "pid").expect("the script printed its pid");
         let (three_ns, one_ns) = (field(&out.stdout, "three_ns").unwrap() as f64, field(&out.stdout, "one_ns").unwrap() as f64);
@@ -77,8 +77,9 @@ fn python_frames_are_named_with_the_split_the_program_measured() {
             py.display(),
             stacks.len()
         );
-        assert!(three + one >= 1000, "{}: 1.5 s of CPU at 999 Hz, {} samples in the hot functions", py.display(), three + one);
-        assert!((got - expected).abs() <= 0.03, "{}: share {got:.3} vs {expected:.3}", py.display());
+        assert!(three + one >= 1400, "{}: 2 s of CPU at 999 Hz, {} samples in the hot functions", py.display(), three + one);
+        // Measured here: within 0.004 on a quiet machine, 0.015 beside a build.
+        assert!((got - expected).abs() <= 0.04, "{}: share {got:.3} vs {expected:.3}", py.display());
         assert!(whole * 100 >= (three + one) * 98, "{}: {whole} of {} stacks hold <module> -> main -> work -> hot_*", py.display(), three + one);
         // Below <module>: the interpreter's own frames, down to the program's main.
         let rooted = stacks.iter().filter(|s| names(s).first().is_some_and(|f| *f == "_start" || *f == "main" || *f == "__libc_start_main")).count();
@@ -114,4 +115,41 @@ fn native_code_called_from_python_sits_above_its_caller() {
     eprintln!("python hash: {} of {} on-CPU samples under hash_work, {native_above} with sha256 code above it", hashing.len(), stacks.len());
     assert!(hashing.len() * 10 >= stacks.len() * 8, "most samples hash: {} of {}", hashing.len(), stacks.len());
     assert!(native_above * 10 >= hashing.len() * 8, "OpenSSL's frames above hash_work: {native_above} of {}", hashing.len());
+}
+
+/// Check that off-CPU time carries the Python frames of the thread that
+/// waited: two functions sleep from the same native place (`time.sleep`),
+/// 5 ms and 15 ms at a time, and the off-CPU time under each is the time
+/// the script measured around its calls (CLOCK_MONOTONIC, ±5 %): a stack
+/// kept for a native place alone would give one function the other's waits.
+#[test]
+fn off_cpu_time_is_charged_to_the_python_function_that_waited() {
+    if !can_record("off_cpu_time_is_charged_to_the_python_function_that_waited") {
+        return;
+    }
+    let dir = scratch("python-naps");
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--", "/usr/bin/python3", script().to_str().unwrap(), "naps", "1.5"], &out_path);
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").unwrap();
+    let (a_ms, b_ms) = (field(&out.stdout, "nap_a_ns").unwrap() as f64 / 1e6, field(&out.stdout, "nap_b_ns").unwrap() as f64 / 1e6);
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let t = profile.process_threads(pid).into_iter().next().expect("the python process");
+    let (mut got_a, mut got_b) = (0.0, 0.0);
+    for (s, w) in t.stacks(&cats).iter().zip(t.weights()) {
+        let n = names(s);
+        if !n.last().is_some_and(|f| f.starts_with("[off-CPU: sleeping")) {
+            continue;
+        }
+        let chain = |f: &str| n.windows(3).any(|x| x == ["work", "naps", f]);
+        if chain("nap_a") {
+            got_a += w;
+        } else if chain("nap_b") {
+            got_b += w;
+        }
+    }
+    eprintln!("python naps: off-CPU under nap_a {got_a:.1} ms (measured {a_ms:.1}), nap_b {got_b:.1} ms (measured {b_ms:.1})");
+    assert!((got_a - a_ms).abs() <= a_ms * 0.05, "nap_a: {got_a:.1} ms off-CPU vs {a_ms:.1} ms measured");
+    assert!((got_b - b_ms).abs() <= b_ms * 0.05, "nap_b: {got_b:.1} ms off-CPU vs {b_ms:.1} ms measured");
 }

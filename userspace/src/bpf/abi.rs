@@ -292,8 +292,10 @@ pub struct StackEvent {
     pub slot: u32,
     /// `STACK_KERNEL_UNWOUND`: `UNWIND_END_*`.
     pub unwind_end: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// CPython frame pairs after the `ustack_len` frames.
+    pub py_len: u16,
+    /// `PY_END_*`.
+    pub py_end: u16,
     /// User instruction pointer.
     pub user_ip: u64,
     /// User stack pointer.
@@ -483,6 +485,8 @@ pub struct StackCache {
     pub what: u32,
     /// Padding.
     pub _pad: u32,
+    /// Hash of its Python frame chain; 0: none.
+    pub python: u64,
 }
 
 // SAFETY: plain old data, every bit pattern valid.

@@ -83,7 +83,8 @@ impl Sampler {
             loader
                 .map_pin_path("unwind_rows", dir.join("unwind_rows"))
                 .map_pin_path("unwind_processes", dir.join("unwind_processes"))
-                .map_pin_path("unwind_refused", dir.join("unwind_refused"));
+                .map_pin_path("unwind_refused", dir.join("unwind_refused"))
+                .map_pin_path("python_procs", dir.join("python_procs"));
         }
         let mut ebpf = loader
             .override_global("targ_tgid", &opts.target_tgid, true)
@@ -341,7 +342,8 @@ impl Tracer {
             loader
                 .map_pin_path("unwind_rows", dir.join("unwind_rows"))
                 .map_pin_path("unwind_processes", dir.join("unwind_processes"))
-                .map_pin_path("unwind_refused", dir.join("unwind_refused"));
+                .map_pin_path("unwind_refused", dir.join("unwind_refused"))
+                .map_pin_path("python_procs", dir.join("python_procs"));
         }
         let mut ebpf = loader
             .override_global("kernel_unwind", &(opts.kernel_unwind.is_some() as u32), true)

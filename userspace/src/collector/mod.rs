@@ -120,6 +120,8 @@ pub struct Collector {
     scratch: Vec<u64>,
     /// Python code objects read from their processes.
     py_codes: python::CodeCache,
+    /// Reused table for one stack record's Python frames.
+    py_record: python::PythonFrames,
     /// Reused buffer for a stack with its Python frames.
     merged: Vec<u64>,
 }
@@ -146,6 +148,7 @@ impl Collector {
             unwound: Vec::with_capacity(128),
             scratch: Vec::with_capacity(256),
             py_codes: python::CodeCache::default(),
+            py_record: python::PythonFrames::default(),
             merged: Vec::with_capacity(128),
         }
     }
@@ -344,11 +347,24 @@ impl Collector {
         if e.flags & abi::STACK_HANDOVER_SKIPPED != 0 {
             self.window.stats.handovers_skipped += 1;
         }
+        let mut python: Box<[_]> = Box::new([]);
         let user: Box<[u64]> = match view.user {
             UserStack::KernelUnwound(k) => {
                 // The tracer's walks hand nothing over: what the kernel walked is the stack.
                 self.unwind_in_kernel(e.pid, &k);
-                self.unwound.as_slice().into()
+                match self.unwinders.as_ref().and_then(|u| u.python(e.pid)).filter(|_| !k.python.is_empty()) {
+                    // Its Python frames keyed in a table of its own: the
+                    // record outlives the window.
+                    Some(py) => {
+                        let mut own = std::mem::take(&mut self.py_record);
+                        own.clear();
+                        python::merge(&self.unwound, k.python, e.pid, py, &mut self.py_codes, &mut own, &mut self.merged);
+                        python = own.names().into();
+                        self.py_record = own;
+                        self.merged.as_slice().into()
+                    }
+                    None => self.unwound.as_slice().into(),
+                }
             }
             UserStack::Copy { regs, stack } => {
                 self.unwind_copy(e.pid, regs, stack);
@@ -359,7 +375,7 @@ impl Collector {
         let kernel: Box<[u64]> = self.kernel.cut_tracing(view.kstack).into();
         let interrupt = self.kernel.interrupt_part(&kernel);
         let user_regs = Regs { ip: e.user_ip, sp: e.user_sp, bp: e.user_bp };
-        self.stacks.insert(e.tid, e.slot, StoredStack { id: e.id, user, kernel, user_regs, interrupt, interned: Default::default() });
+        self.stacks.insert(e.tid, e.slot, StoredStack { id: e.id, user, kernel, user_regs, interrupt, python, interned: Default::default() });
     }
 
     /// The raw stack of stack record `id` of `tid`, interned under `pid`;
@@ -369,6 +385,20 @@ impl Collector {
         match self.stacks.get(tid, id) {
             Some(s) => match s.interned.get() {
                 Some((w, p, node)) if w == self.windows_finished && p == pid => node,
+                _ if !s.python.is_empty() => {
+                    // Its Python keys are the record's: this window's instead.
+                    self.scratch.clear();
+                    for &k in s.user.iter() {
+                        let frame = python::is_python_key(k).then(|| s.python.get((k & !python::PY_KEY_BASE) as usize)).flatten();
+                        self.scratch.push(match frame {
+                            Some((code, line)) => self.window.python.key(code, *line),
+                            None => k,
+                        });
+                    }
+                    let node = Self::intern_raw(&mut self.window.raw, pid, &self.scratch, &s.kernel);
+                    s.interned.set(Some((self.windows_finished, pid, node)));
+                    node
+                }
                 _ => {
                     let node = Self::intern_raw(&mut self.window.raw, pid, &s.user, &s.kernel);
                     s.interned.set(Some((self.windows_finished, pid, node)));

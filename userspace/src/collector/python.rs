@@ -63,6 +63,17 @@ impl PythonFrames {
         self.names.get((key & !PY_KEY_MASK) as usize)
     }
 
+    /// Forget every frame (a table reused for one record's stack).
+    pub(super) fn clear(&mut self) {
+        self.names.clear();
+        self.index.clear();
+    }
+
+    /// The frames, in key order.
+    pub(super) fn names(&self) -> &[(Arc<CodeInfo>, u32)] {
+        &self.names
+    }
+
     /// The key `key` of `from` has here (a stack carried to the next window).
     pub(super) fn carry(&mut self, from: &PythonFrames, key: u64) -> u64 {
         match from.get(key) {

@@ -41,6 +41,9 @@ pub(super) struct StoredStack {
     /// When the kernel stack ran in an interrupt: which kind, and how many
     /// of its frames are the interrupt's (worked out once, when it arrives).
     pub interrupt: Option<(crate::model::recording::InterruptKind, usize)>,
+    /// The Python frames its `user` refers to: a Python key there is an
+    /// index into this, re-keyed into each window's frames as interned.
+    pub python: Box<[(std::sync::Arc<crate::symbolize::python::CodeInfo>, u32)]>,
     /// Its raw stack as last interned: (window number, pid, node). Events
     /// refer to the same stack record many times; it is interned once per
     /// window and process.
@@ -88,7 +91,8 @@ impl ThreadStacks {
         slots
             .iter()
             .flat_map(|q| q.iter().rev())
-            .find(|s| s.user_regs == regs && !s.user.is_empty() && s.user.last().is_some_and(|&a| a > 0x1000))
+            // Not one with Python frames: their keys are the record's own.
+            .find(|s| s.user_regs == regs && !s.user.is_empty() && s.user.last().is_some_and(|&a| a > 0x1000) && s.python.is_empty())
             .map(|s| &*s.user)
     }
 
@@ -130,7 +134,7 @@ mod tests {
     use super::*;
 
     fn stack(id: u64) -> StoredStack {
-        StoredStack { id, user: vec![id].into(), kernel: Box::new([]), user_regs: Regs::default(), interrupt: None, interned: Default::default() }
+        StoredStack { id, user: vec![id].into(), kernel: Box::new([]), user_regs: Regs::default(), interrupt: None, python: Box::new([]), interned: Default::default() }
     }
 
     /// Check that the last stacks of each slot of a thread are found by

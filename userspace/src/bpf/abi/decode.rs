@@ -121,11 +121,8 @@ pub fn decode_event(bytes: &[u8]) -> Result<EventRecord<'_>, DecodeError> {
             let e = view::<StackEvent>(bytes, kind)?;
             let tail = &bytes[std::mem::size_of::<StackEvent>()..];
             let user = if e.flags & STACK_KERNEL_UNWOUND != 0 {
-                let n = (e.ustack_len as usize).min(UNWIND_MAX_FRAMES).min(tail.len() / 8);
-                // SAFETY: the tail starts 8-aligned (records are, and the
-                // record's size is a multiple of 8) and holds n u64s.
-                let frames = unsafe { std::slice::from_raw_parts(tail.as_ptr() as *const u64, n) };
-                UserStack::KernelUnwound(KernelUnwound { frames, end: e.unwind_end, handover: None, leaf: None, python: &[], python_end: 0 })
+                let (frames, python) = kernel_frames(tail, e.ustack_len, e.py_len);
+                UserStack::KernelUnwound(KernelUnwound { frames, end: e.unwind_end, handover: None, leaf: None, python, python_end: e.py_end })
             } else if e.flags & STACK_USER_REGS != 0 {
                 let regs = Regs { ip: e.user_ip, sp: e.user_sp, bp: e.user_bp };
                 UserStack::Copy { regs, stack: &tail[..(e.stack_size as usize).min(tail.len())] }
@@ -189,6 +186,18 @@ pub enum DecodeError {
     UnknownKind(u32),
 }
 
+/// The frames the kernel walked, at the start of a record's tail: `n`
+/// native return addresses, then `py` Python pairs, each clamped to what
+/// the tail and the frame array hold.
+fn kernel_frames(tail: &[u8], n: u32, py: u16) -> (&[u64], &[u64]) {
+    let n = (n as usize).min(UNWIND_MAX_FRAMES).min(tail.len() / 8);
+    let py = (2 * py as usize).min(2 * PY_MAX_FRAMES).min(UNWIND_MAX_FRAMES - n).min(tail.len() / 8 - n) & !1;
+    // SAFETY: the tail starts 8-aligned (records are, and the record's size
+    // is a multiple of 8) and holds n + py u64s.
+    let words = unsafe { std::slice::from_raw_parts(tail.as_ptr() as *const u64, n + py) };
+    words.split_at(n)
+}
+
 /// Decode one sample record. The record is only borrowed; nothing is copied
 /// or allocated, and out-of-range stack lengths are clamped rather than trusted.
 pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
@@ -201,14 +210,7 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
     let tail = &bytes[std::mem::size_of::<SampleEvent>()..];
     let regs = Regs { ip: e.user_ip, sp: e.user_sp, bp: e.user_bp };
     let user = if e.flags & SAMPLE_FLAG_KERNEL_UNWOUND != 0 {
-        let n = (e.ustack_len as usize).min(UNWIND_MAX_FRAMES).min(tail.len() / 8);
-        // Python pairs follow the native frames, inside the frame array.
-        let py = (2 * e.py_len as usize).min(2 * PY_MAX_FRAMES).min(UNWIND_MAX_FRAMES - n).min(tail.len() / 8 - n);
-        // SAFETY: the tail starts 8-aligned (records are, and the record's
-        // size is a multiple of 8) and holds n + py u64s.
-        let words = unsafe { std::slice::from_raw_parts(tail.as_ptr() as *const u64, n + py) };
-        let (frames, python) = words.split_at(n);
-        let python = &python[..py & !1];
+        let (frames, python) = kernel_frames(tail, e.ustack_len, e.py_len);
         let copy = tail.get(UNWIND_MAX_FRAMES * 8..).unwrap_or(&[]);
         let stack = &copy[..(e.stack_size as usize).min(copy.len())];
         UserStack::KernelUnwound(KernelUnwound {

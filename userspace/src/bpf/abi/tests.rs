@@ -32,7 +32,7 @@ fn abi_matches_c_header() {
         struct unwind_row = Row { pc, kind, rbp_slot, cfa_off8 }
         struct unwind_mapping = UnwindMapping { start, end, bias, table_start, table_len }
         struct unwind_process = UnwindProcess { count, wake_until_ms, flags, m }
-        struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, unwind_end, user_ip, user_sp,
+        struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, unwind_end, py_len, py_end, user_ip, user_sp,
             user_bp, kstack, ustack }
         struct offcpu_event = OffCpuEvent { kind, state, start_ns, end_ns, wake_ns, pid, tid, cpu_out, cpu_in, waker_pid,
             waker_tid, stack_id, waker_stack_id, comm, waker_comm, flags }
@@ -42,7 +42,7 @@ fn abi_matches_c_header() {
             stack_id, comm }
         struct thread_state = ThreadState { off_ts, voluntary, involuntary, short_ns, short_count, short_first, short_last,
             pid, off_state, off_cpu, off_flags, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, cache }
-        struct stack_cache = StackCache { ip, sp, bp, id, what }
+        struct stack_cache = StackCache { ip, sp, bp, id, what, python }
         ;
         consts { TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE, RECORD_OFFCPU, RECORD_IO, RECORD_STACK, RECORD_FOLDED,
             RECORD_THREAD_END, STACK_SLOT_PREEMPTED, STACK_SLOT_WAITED, STACK_SLOT_CALL, STACK_SLOTS, STACK_SLOT_INTERRUPT, OFFCPU_END_INFERRED, OFFCPU_START_UNSEEN, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER, OFFCPU_REASONS,
