@@ -1,6 +1,7 @@
 //! Property tests of the parsers that read files any user can write: ELF
 //! (headers, sections, symbol tables, PLT, FDEs, debug links, and the
-//! symbolizer behind them), jitdump and perf maps. Each runs mutated and
+//! symbolizer behind them), jitdump and perf maps, CPython binaries and the
+//! code objects and line tables read from a Python process. Each runs mutated and
 //! truncated inputs for a few seconds (cargo fuzz needs a nightly
 //! toolchain; this runs on stable, in CI): no panic, no hang, and no single
 //! allocation larger than a limit however large the sizes the file claims
@@ -234,4 +235,58 @@ fn damaged_jitdumps_and_perf_maps_never_panic() {
     eprintln!("jitdump/perf map: {runs} damaged files, largest allocation {} KiB", largest >> 10);
     assert!(largest < MAX_ALLOCATION, "an allocation of {largest} bytes");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Check that what a Python process's memory or a CPython binary can hold
+/// never panics, hangs or blows up the reader: location tables of random
+/// bytes, code objects read from random memory (our own, a buffer of random
+/// words whose type field is made to match now and then, so the names and
+/// line table behind them are followed), and a damaged CPython executable.
+#[test]
+fn damaged_python_memory_and_binaries_never_panic() {
+    use sysprof::binaries::python;
+    use sysprof::symbolize::python::{location_line, read_code};
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let layout = python::layout(11).expect("3.11's layout");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut runs = 0;
+    let mut words = vec![0u64; 4096];
+    while Instant::now() < deadline {
+        let table: Vec<u8> = (0..rng.below(64)).map(|_| rng.next() as u8).collect();
+        let _ = location_line(&table, rng.next() as u32, rng.next() as i64 % 1000);
+        for w in words.iter_mut() {
+            // Pointers into the buffer itself, small numbers, or noise.
+            *w = match rng.below(3) {
+                0 => 0,
+                1 => rng.next() % 512,
+                _ => rng.next(),
+            };
+        }
+        let base = words.as_ptr() as u64;
+        for w in words.iter_mut().step_by(7) {
+            *w = base + (rng.next() % (4096 * 8 - 256)) & !7;
+        }
+        let at = base + (rng.below(2048) * 8) as u64;
+        let code_type = if rng.below(2) == 0 { words[((at - base) / 8 + 1) as usize] } else { 1 };
+        let _ = read_code(std::process::id(), at, layout, code_type);
+        runs += 1;
+    }
+    let interpreter = std::fs::read("/usr/bin/python3").unwrap_or_default();
+    let mut damaged = 0;
+    if !interpreter.is_empty() {
+        let dir = std::env::temp_dir().join(format!("sysprof-fuzz-py-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("python3");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            std::fs::write(&path, mutate(&interpreter, &mut rng)).unwrap();
+            let f = std::fs::File::open(&path).unwrap();
+            let _ = python::read(&ElfReader::new(&f, ElfLimits::default()));
+            damaged += 1;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let largest = LARGEST.load(Ordering::Relaxed);
+    eprintln!("python: {runs} code objects from random memory, {damaged} damaged interpreters, largest allocation {} KiB", largest >> 10);
+    assert!(runs > 100 && largest < MAX_ALLOCATION, "an allocation of {largest} bytes");
 }
