@@ -621,3 +621,49 @@ exec "$@""#;
     assert!(chains.len() >= 1000, "1.5 s of its own CPU at 999 Hz: {} samples in bottom", chains.len());
     assert!(whole * 100 >= chains.len() * 95, "{whole} of {} whole without tracefs", chains.len());
 }
+
+/// Check that a JVM started with no flag gets its compiled methods named:
+/// sysprof asks the running JVM for its perf map (HotSpot's attach, as
+/// `jcmd PID Compiler.perfmap`), and the split of samples between
+/// `hotThree` and `hotOne` is the split of the thread's own CPU time the
+/// program measured around each call (±4 points); the JVM ran to its end
+/// and printed its result (the attach did not stop it, nor print a thread
+/// dump on its output).
+#[test]
+fn jvm_methods_are_named_without_flags() {
+    if !can_record("jvm_methods_are_named_without_flags") {
+        return;
+    }
+    let Some(javac) = ["javac"].iter().find(|t| std::process::Command::new(t).arg("-version").output().is_ok_and(|o| o.status.success())) else {
+        skip("jvm_methods_are_named_without_flags", "javac (a JDK) is not installed");
+        return;
+    };
+    let dir = scratch("jvm-names");
+    let ok = std::process::Command::new(javac).arg("-d").arg(&dir).arg(workspace_root().join("tests/workloads/Hot.java")).status().unwrap().success();
+    assert!(ok, "javac failed");
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--", "java", "-cp", dir.to_str().unwrap(), "Hot", "2"], &out_path);
+    assert_success(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!stdout.contains("Full thread dump"), "a thread dump on the JVM's output: {stdout}");
+    let pid = field(&out.stdout, "pid").expect("the JVM printed its pid");
+    let (three_ns, one_ns) = (field(&out.stdout, "three_ns").expect("the JVM ran to its end") as f64, field(&out.stdout, "one_ns").unwrap() as f64);
+    let expected = three_ns / (three_ns + one_ns);
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let (mut three, mut one, mut total) = (0usize, 0usize, 0usize);
+    for t in profile.process_threads(pid) {
+        for s in t.on_cpu_stacks(&cats) {
+            total += 1;
+            match s.last().map(|(n, _)| n.as_str()) {
+                Some(n) if n.contains("Hot.hotThree") => three += 1,
+                Some(n) if n.contains("Hot.hotOne") => one += 1,
+                _ => {}
+            }
+        }
+    }
+    let got = three as f64 / (three + one).max(1) as f64;
+    eprintln!("jvm: hotThree {three}, hotOne {one} of {total} on-CPU samples: share {got:.3} vs {expected:.3} measured");
+    assert!(three + one >= 1000, "2 s of the JVM's CPU in its two methods: {} named samples of {total}", three + one);
+    assert!((got - expected).abs() <= 0.04, "share {got:.3} vs {expected:.3} measured");
+}

@@ -131,6 +131,10 @@ pub struct RecordArgs {
     /// Do not trace block I/O requests.
     #[arg(long = "no-io")]
     pub no_io: bool,
+    /// Do not ask running JVMs for their perf maps (which names their
+    /// compiled methods: HotSpot's attach, a SIGQUIT and a file in their /tmp).
+    #[arg(long = "no-jvm-attach")]
+    pub no_jvm_attach: bool,
     /// Off-CPU intervals at least this long (ms) get a marker.
     #[arg(long = "off-cpu-threshold", default_value_t = 1.0)]
     pub off_cpu_threshold_ms: f64,
@@ -213,6 +217,9 @@ pub struct AgentArgs {
     /// Do not trace block I/O.
     #[arg(long = "no-io")]
     pub no_io: bool,
+    /// Do not ask running JVMs for their perf maps.
+    #[arg(long = "no-jvm-attach")]
+    pub no_jvm_attach: bool,
     /// Seconds between health lines on stderr [default: 300].
     #[arg(long = "health-interval")]
     pub health_interval: Option<f64>,

@@ -95,7 +95,7 @@ fn ensure_toolchain() -> Result<()> {
     if have(CLANG) && have(STRIP) && headers {
         return Ok(());
     }
-    let install = "apt-get update && apt-get install -y clang-19 llvm-19 libbpf-dev";
+    let install = "apt-get -o DPkg::Lock::Timeout=600 update && apt-get -o DPkg::Lock::Timeout=600 install -y clang-19 llvm-19 libbpf-dev";
     if !is_root() || !have("apt-get") {
         bail!("the eBPF toolchain is missing: run `sudo sh -c '{install}'` (Debian/Ubuntu), then try again");
     }
@@ -105,16 +105,18 @@ fn ensure_toolchain() -> Result<()> {
 }
 
 /// The programs the integration tests run (workloads built with gcc, a JIT
-/// workload in node, objcopy/readelf/nm for stripped binaries, python3 as a
-/// debuginfod server), installed with apt-get when missing.
+/// workload in node, a JVM and its compiler, objcopy/readelf/nm for stripped
+/// binaries, python3 as a debuginfod server and a Python workload),
+/// installed with apt-get when missing.
 fn ensure_test_tools() -> Result<()> {
-    let needed = [("gcc", "gcc libc6-dev"), ("node", "nodejs"), ("python3", "python3"), ("objcopy", "binutils"), ("readelf", "binutils"), ("nm", "binutils"), ("go", "golang-go")];
+    let needed = [("gcc", "gcc libc6-dev"), ("node", "nodejs"), ("javac", "default-jdk-headless"), ("python3", "python3"), ("objcopy", "binutils"), ("readelf", "binutils"), ("nm", "binutils"), ("go", "golang-go")];
     let mut packages: Vec<&str> = needed.iter().filter(|(tool, _)| !have(tool)).map(|(_, p)| *p).collect();
     packages.dedup();
     if packages.is_empty() {
         return Ok(());
     }
-    let install = format!("apt-get update && apt-get install -y {}", packages.join(" "));
+    // Another apt run (unattended upgrades at boot) holds its lock: wait for it.
+    let install = format!("apt-get -o DPkg::Lock::Timeout=600 update && apt-get -o DPkg::Lock::Timeout=600 install -y {}", packages.join(" "));
     if !have("apt-get") {
         bail!("the integration tests need {}: install them (Debian: `{install}`), then try again", packages.join(", "));
     }

@@ -122,6 +122,8 @@ pub struct AgentConfig {
     pub off_cpu: bool,
     /// Trace block I/O.
     pub io: bool,
+    /// Ask the JVMs sampled for their perf maps.
+    pub jvm_attach: bool,
     /// How often the health line is printed.
     pub health_interval: Duration,
     /// Print a stats line per window.
@@ -222,6 +224,7 @@ impl AgentConfig {
             sampling,
             off_cpu: !(args.no_off_cpu || file.no_off_cpu),
             io: !(args.no_io || file.no_io),
+            jvm_attach: !(args.no_jvm_attach || file.no_jvm_attach),
             health_interval: Duration::from_secs_f64(health),
             verbose: args.verbose,
             export,

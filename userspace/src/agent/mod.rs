@@ -97,6 +97,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             dwarf: cfg.sampling.call_graph.dwarf(),
             keep_short_lived: true,
             elf_limits: ElfLimits { max_dwarf_total_bytes: AGENT_MAX_DWARF_BYTES, ..ElfLimits::default() },
+            jvm_attach: cfg.jvm_attach,
         },
     );
     let capture = CaptureOptions {

@@ -27,6 +27,10 @@ impl Collector {
         if let Some(u) = self.unwinders.as_mut() {
             u.sync_kernel(&self.binaries);
         }
+        // The same tick asks the JVMs due for their perf maps.
+        for w in self.jvms.tick(false) {
+            self.warn(w);
+        }
     }
 
     /// What the in-kernel unwinder refused, per uid, all time.

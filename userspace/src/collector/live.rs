@@ -55,12 +55,14 @@ impl Collector {
                     u.exec(*pid);
                 }
                 self.py_codes.forget(*pid);
+                self.jvms.gone(*pid);
             }
             SidebandEvent::Exit { time, pid, tid } if tid == pid => {
                 if let Some(u) = self.unwinders.as_mut() {
                     u.exit(*pid, *time);
                 }
                 self.py_codes.forget(*pid);
+                self.jvms.gone(*pid);
             }
             _ => {}
         }
@@ -71,6 +73,9 @@ impl Collector {
     pub(super) fn mapped(&mut self, pid: u32, start: u64, len: u64, pgoff: u64, path: &str, binary: BinaryIndex) {
         if is_anonymous(path) {
             self.table.live(pid).jit_identity.get_or_insert_with(|| crate::binaries::perfmap::process_identity(pid));
+        }
+        if self.options.jvm_attach {
+            self.jvms.mapped(pid, path);
         }
         let jitdump = crate::unwind::is_jitdump(path);
         if jitdump {

@@ -22,6 +22,7 @@
 //! processes that are gone ([`live`]). `record` finishes one window at the
 //! end; the agent finishes one every `--window` seconds.
 
+mod jvm;
 mod kernel_unwinding;
 mod live;
 mod options;
@@ -122,6 +123,8 @@ pub struct Collector {
     py_codes: python::CodeCache,
     /// Reused table for one stack record's Python frames.
     py_record: python::PythonFrames,
+    /// JVMs asked for their perf maps.
+    jvms: jvm::Jvms,
     /// Reused buffer for a stack with its Python frames.
     merged: Vec<u64>,
 }
@@ -149,6 +152,7 @@ impl Collector {
             scratch: Vec::with_capacity(256),
             py_codes: python::CodeCache::default(),
             py_record: python::PythonFrames::default(),
+            jvms: jvm::Jvms::default(),
             merged: Vec::with_capacity(128),
         }
     }
@@ -319,6 +323,7 @@ impl Collector {
         w.samples.runtime_clock_ns.push(runtime_clock(s.sum_exec_runtime, s.exec_start, s.time_ns));
         w.samples.raw_stack.push(node);
         self.recent_pids.insert(s.pid);
+        self.jvms.sampled(s.pid);
         let mut comm = [0u8; TASK_COMM_LEN];
         comm[..s.comm.len()].copy_from_slice(s.comm);
         if w.sample_comm.get(&s.tid) != Some(&comm) {

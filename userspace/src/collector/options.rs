@@ -31,6 +31,8 @@ pub struct CollectorOptions {
     pub keep_short_lived: bool,
     /// What reading one binary may cost (the agent reads less DWARF).
     pub elf_limits: crate::binaries::elf::ElfLimits,
+    /// Ask the JVMs sampled for their perf maps.
+    pub jvm_attach: bool,
 }
 
 impl Default for CollectorOptions {
@@ -43,6 +45,7 @@ impl Default for CollectorOptions {
             dwarf: false,
             keep_short_lived: false,
             elf_limits: Default::default(),
+            jvm_attach: false,
         }
     }
 }

@@ -8,6 +8,8 @@
 //! window's data ([`carry_late`]). The replay itself is [`super::replay`]
 //! and [`super::sched`]; naming frames is [`super::symbolicate`].
 
+use std::time::Duration;
+
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::replay::{Replay, ThreadData};
@@ -143,6 +145,9 @@ impl Collector {
             w.stats.unwind = u.take_stats();
             warnings.extend(u.take_warnings());
         }
+        // The JVMs sampled write their perf maps now, for this window's
+        // frames (a recording waits longer: it is its only window).
+        warnings.extend(self.jvms.refresh(if range.continuous { Duration::from_millis(500) } else { Duration::from_secs(3) }));
         let jit = symbolicate::JitSources(&self.table);
         let (libs, frames) = symbolicate::symbolicate(
             &mut self.binaries,

@@ -1,0 +1,117 @@
+//! Asking sampled JVMs for their perf maps while they run, so their compiled
+//! methods have names (see [`crate::symbolize::jvm`]).
+//!
+//! In: processes that map `libjvm.so` (from their mappings), the samples
+//! that show them running, the collector's periodic tick and each window's
+//! end. Out: requests on threads of their own (a JVM takes milliseconds to
+//! write its map; the drain loop must not wait), at most one at a time per
+//! JVM, the first as soon as it is sampled, the next ones ever further apart
+//! (2 s, 4 s, … at most a minute: most methods are compiled early); at a
+//! window's end one more, waited for, so the window's frames are named;
+//! failures said once per JVM as warnings.
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
+
+/// The first interval between two requests to one JVM, and the longest.
+const FIRST_INTERVAL: Duration = Duration::from_secs(2);
+const LONGEST_INTERVAL: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+struct Jvm {
+    sampled: bool,
+    pending: bool,
+    next: Option<Instant>,
+    interval: Duration,
+    warned: bool,
+}
+
+/// The JVMs of the machine (or of the recorded processes) and their requests.
+#[derive(Debug)]
+pub(super) struct Jvms {
+    jvms: FxHashMap<u32, Jvm>,
+    done_tx: Sender<(u32, Result<(), String>)>,
+    done_rx: Receiver<(u32, Result<(), String>)>,
+}
+
+impl Default for Jvms {
+    fn default() -> Self {
+        let (done_tx, done_rx) = channel();
+        Jvms { jvms: FxHashMap::default(), done_tx, done_rx }
+    }
+}
+
+impl Jvms {
+    /// `pid` mapped `path`: a JVM if it is HotSpot's library.
+    pub(super) fn mapped(&mut self, pid: u32, path: &str) {
+        if path.rsplit('/').next() == Some("libjvm.so") {
+            self.jvms.entry(pid).or_insert(Jvm { sampled: false, pending: false, next: None, interval: FIRST_INTERVAL, warned: false });
+        }
+    }
+
+    /// `pid` was sampled.
+    pub(super) fn sampled(&mut self, pid: u32) {
+        if let Some(j) = self.jvms.get_mut(&pid) {
+            j.sampled = true;
+        }
+    }
+
+    /// `pid` exec'd or exited: no JVM any more.
+    pub(super) fn gone(&mut self, pid: u32) {
+        self.jvms.remove(&pid);
+    }
+
+    /// Start the requests that are due (all of the sampled ones with
+    /// `now_all`); returns the warnings of those that failed since.
+    pub(super) fn tick(&mut self, now_all: bool) -> Vec<String> {
+        let now = Instant::now();
+        for (&pid, j) in self.jvms.iter_mut() {
+            if !j.sampled || j.pending || !(now_all || j.next.is_none_or(|t| now >= t)) {
+                continue;
+            }
+            j.pending = true;
+            j.next = Some(now + j.interval);
+            j.interval = (j.interval * 2).min(LONGEST_INTERVAL);
+            let tx = self.done_tx.clone();
+            let spawned = std::thread::Builder::new().name("sysprof-jvm".into()).spawn(move || {
+                let _ = tx.send((pid, crate::symbolize::jvm::write_perf_map(pid)));
+            });
+            if spawned.is_err() {
+                j.pending = false;
+            }
+        }
+        self.collect(None)
+    }
+
+    /// Results that arrived (waiting until `deadline` for all pending ones):
+    /// the warnings of failures, once per JVM.
+    fn collect(&mut self, deadline: Option<Instant>) -> Vec<String> {
+        let mut warnings = Vec::new();
+        loop {
+            let next = match deadline {
+                Some(d) if self.jvms.values().any(|j| j.pending) => self.done_rx.recv_timeout(d.saturating_duration_since(Instant::now())).ok(),
+                _ => self.done_rx.try_recv().ok(),
+            };
+            let Some((pid, result)) = next else { break };
+            let Some(j) = self.jvms.get_mut(&pid) else { continue };
+            j.pending = false;
+            if let Err(e) = result {
+                if !j.warned && std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    warnings.push(format!("JVM pid {pid}: its compiled methods stay unnamed: {e}"));
+                    j.warned = true;
+                }
+            }
+        }
+        warnings
+    }
+
+    /// At a window's end: ask every sampled JVM once more and wait for the
+    /// answers, at most `wait`.
+    pub(super) fn refresh(&mut self, wait: Duration) -> Vec<String> {
+        let mut warnings = self.tick(true);
+        warnings.extend(self.collect(Some(Instant::now() + wait)));
+        warnings
+    }
+}

@@ -1,0 +1,103 @@
+//! Names for a JVM's compiled code without a flag on it: sysprof asks the
+//! running JVM to write its perf map (`/tmp/perf-PID.map`), as `jcmd PID
+//! Compiler.perfmap` does, through HotSpot's attach mechanism.
+//!
+//! In: the pid of a process that maps `libjvm.so`. Out: the JVM wrote its
+//! map (read by [`crate::binaries::perfmap`] like any other), or why not, in
+//! one line. The protocol (HotSpot's `attachListener_linux.cpp`): a file
+//! `.attach_pid<PID>` in the JVM's /tmp and a SIGQUIT make it open the
+//! socket `/tmp/.java_pid<PID>`; a request is `1\0jcmd\0<command>\0\0\0`, the
+//! answer a status line then the command's output. Everything is done
+//! through `/proc/PID/root`, so a JVM in a container is asked in its own
+//! /tmp under its own pid.
+//!
+//! A SIGQUIT to a JVM that does not handle it (`-Xrs`, or one still
+//! starting) would end it, so the signal is sent only while the JVM's
+//! SIGQUIT handler is installed (`SigCgt` in its status); a JVM started
+//! with `-XX:+DisableAttachMechanism` is not asked (SIGQUIT would print a
+//! thread dump on its output). The trigger file is created with O_EXCL and
+//! O_NOFOLLOW in a directory its user may write, then given to the JVM's
+//! user, so no link can make root write or chown another file.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::time::{Duration, Instant};
+
+/// How long the JVM has to start its attach listener, and to answer.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most of an answer read (the perf map goes to its file, not here).
+const MAX_ANSWER: u64 = 64 << 10;
+
+/// What /proc says of a JVM: its user, its pid in its own namespace,
+/// whether it handles SIGQUIT now.
+struct JvmStatus {
+    uid: u32,
+    gid: u32,
+    ns_pid: u32,
+    handles_sigquit: bool,
+}
+
+fn status(pid: u32) -> Result<JvmStatus, String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| format!("pid {pid}: {e}"))?;
+    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::split_whitespace);
+    // Effective ids: the attach listener checks its peer and its trigger file against them.
+    let uid = field("Uid:").and_then(|mut f| f.nth(1)).and_then(|v| v.parse().ok()).ok_or("no Uid line")?;
+    let gid = field("Gid:").and_then(|mut f| f.nth(1)).and_then(|v| v.parse().ok()).ok_or("no Gid line")?;
+    let ns_pid = field("NSpid:").and_then(|f| f.last()).and_then(|v| v.parse().ok()).unwrap_or(pid);
+    let caught = field("SigCgt:").and_then(|mut f| f.next()).and_then(|v| u64::from_str_radix(v, 16).ok()).unwrap_or(0);
+    Ok(JvmStatus { uid, gid, ns_pid, handles_sigquit: caught & (1 << (libc::SIGQUIT - 1)) != 0 })
+}
+
+/// Ask JVM `pid` to write its perf map now.
+pub fn write_perf_map(pid: u32) -> Result<(), String> {
+    let st = status(pid)?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    if cmdline.split(|&b| b == 0).any(|a| a == b"-XX:+DisableAttachMechanism") {
+        return Err("started with -XX:+DisableAttachMechanism".into());
+    }
+    let tmp = format!("/proc/{pid}/root/tmp");
+    let socket = format!("{tmp}/.java_pid{}", st.ns_pid);
+    if !is_listener(&socket, st.uid) {
+        if !st.handles_sigquit {
+            return Err("it does not handle SIGQUIT (-Xrs, or still starting): not asked".into());
+        }
+        let trigger = format!("{tmp}/.attach_pid{}", st.ns_pid);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&trigger)
+            .map_err(|e| format!("cannot create its attach trigger: {e}"))?;
+        std::os::unix::fs::fchown(&file, Some(st.uid), Some(st.gid)).map_err(|e| format!("cannot give the attach trigger to uid {}: {e}", st.uid))?;
+        drop(file);
+        // SAFETY: kill(2) with a pid and a signal number.
+        let sent = unsafe { libc::kill(pid as libc::pid_t, libc::SIGQUIT) } == 0;
+        let start = Instant::now();
+        while sent && !is_listener(&socket, st.uid) && start.elapsed() < ATTACH_TIMEOUT {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_file(&trigger);
+        if !is_listener(&socket, st.uid) {
+            return Err("its attach listener did not start".into());
+        }
+    }
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| format!("cannot connect to its attach listener: {e}"))?;
+    stream.set_read_timeout(Some(ATTACH_TIMEOUT)).map_err(|e| e.to_string())?;
+    stream.set_write_timeout(Some(ATTACH_TIMEOUT)).map_err(|e| e.to_string())?;
+    stream.write_all(b"1\0jcmd\0Compiler.perfmap\0\0\0").map_err(|e| format!("asking it: {e}"))?;
+    let mut answer = Vec::new();
+    stream.take(MAX_ANSWER).read_to_end(&mut answer).map_err(|e| format!("its answer: {e}"))?;
+    let text = String::from_utf8_lossy(&answer);
+    match text.lines().next() {
+        Some("0") => Ok(()),
+        status => Err(format!("it refused (status {})", crate::escape::escape(status.unwrap_or("none")))),
+    }
+}
+
+/// Whether `path` is a socket of the JVM's user: its listener (a socket
+/// another user put there is not talked to).
+fn is_listener(path: &str, uid: u32) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket() && m.uid() == uid)
+}
