@@ -147,6 +147,7 @@ impl Unwinders {
         p.unwinder = None;
         p.jitdump = None;
         p.jit_modules.clear();
+        p.python = None;
         p.exited_ns = None;
         if let Some(k) = self.kernel.as_mut() {
             // The kernel dropped its entry at the exec, and its uid may have
