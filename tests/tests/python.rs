@@ -37,7 +37,8 @@ fn script() -> PathBuf {
 /// own CPU time the script measured (±4 points), each such stack holds the
 /// whole chain `<module>` -> `main` -> `work` -> `hot_*` in order, with the
 /// interpreter's native frames below `<module>` (down to `main` of the
-/// program) and no native eval-loop frame left between Python frames.
+/// program), no native eval-loop frame left between Python frames, and the
+/// Python frames in the profile's Python category.
 #[test]
 fn python_frames_are_named_with_the_split_the_program_measured() {
     if !can_record("python_frames_are_named_with_the_split_the_program_measured") {
@@ -60,6 +61,7 @@ fn python_frames_are_named_with_the_split_the_program_measured() {
         for s in &stacks {
             let n = names(s);
             let Some(hot) = n.iter().position(|f| *f == "hot_three" || *f == "hot_one") else { continue };
+            assert_eq!(s[hot].1, "Python", "{}: a Python frame's category", py.display());
             if n[hot] == "hot_three" {
                 three += 1;
             } else {

@@ -39,6 +39,14 @@ pub struct FrameRecord {
 }
 
 impl FrameRecord {
+    /// Whether it is interpreted code (a Python function): named from the
+    /// interpreter's own objects with its source file, in no library. The
+    /// only user frames with a file but no library, so the store's format
+    /// needs no new field for them.
+    pub fn is_interpreted(&self) -> bool {
+        !self.kernel && !self.pseudo && self.lib == NO_LIB && self.symbols.funcs.first().is_some_and(|f| f.file.is_some())
+    }
+
     /// The name of code no symbol covers: `lib+0xOFF` (the library's file
     /// name and the address within it) wherever the library is known, as
     /// functions found only by their unwind entries are named; a bare

@@ -56,6 +56,8 @@ pub mod category {
     pub const OFF_CPU: u32 = 4;
     /// Block I/O markers.
     pub const IO: u32 = 5;
+    /// Interpreted code (Python functions).
+    pub const INTERPRETED: u32 = 6;
 }
 
 /// Per-CPU tracks use tids from here up (real tids stay below 2^22).
