@@ -365,7 +365,9 @@ fn a_process_refused_an_entry_hands_over() {
         }
     }
     let line = kernel_line(&stderr);
-    let refused_walks = line.split("refused=").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+    // The walks' own count: after "walks:", where each key is one word.
+    let walks = line.split(" walks: ").nth(1).unwrap_or("");
+    let refused_walks = walks.split_whitespace().find_map(|kv| kv.strip_prefix("refused=")).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
     eprintln!("refused deep: {whole} of {} whole, {just_started} 'just started'; {line}", stacks.len());
     assert!(stacks.len() as f64 >= 2.0 * HZ * 0.93, "{} samples for 2 s of CPU", stacks.len());
     assert_eq!(just_started, 0, "a refused process is no process that just started");

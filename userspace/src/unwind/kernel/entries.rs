@@ -162,7 +162,7 @@ impl KernelTables {
         match python {
             Some(p) if self.entries.contains_key(&pid) => {
                 if self.maps.python.insert(pid, p, 0).is_err() {
-                    self.stats.python_refused += 1;
+                    self.stats.python_write_failures += 1;
                 }
             }
             _ => {

@@ -84,7 +84,7 @@ pub struct KernelTableStats {
     pub mappings_cut: u64,
     /// CPython process entries the kernel refused (`python_procs` full).
     #[serde(default)]
-    pub python_refused: u64,
+    pub python_write_failures: u64,
     /// Process entries the kernel refused (its map full).
     pub process_write_failures: u64,
     /// Processes refused an entry (their uid held its share, or the map was
@@ -106,7 +106,7 @@ impl KernelTableStats {
             ["root", "no_process", "pending", "bad_address", "unsupported", "read_failed", "no_info", "max_frames", "userspace", "refused"];
         let ends: Vec<String> = NAMES.iter().zip(self.ends).map(|(n, c)| format!("{n}={c}")).collect();
         format!(
-            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak) compile_ms={:.1} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} python_refused={} walks: {} recovered_from_switch={}",
+            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak) compile_ms={:.1} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} python_write_failures={} walks: {} recovered_from_switch={}",
             self.tables,
             self.rows_in_use,
             self.rows_peak,
@@ -121,7 +121,7 @@ impl KernelTableStats {
             self.process_refusals,
             self.process_evictions,
             self.mappings_cut,
-            self.python_refused,
+            self.python_write_failures,
             ends.join(" "),
             self.recovered_from_switch
         )
