@@ -9,7 +9,8 @@
 //! interval of `cpu`/`nanoseconds`, every sample's timestamp kept, which
 //! pprof cannot) and off-CPU time (`off_cpu`/`nanoseconds`, one value and
 //! timestamp per interval). Sample attributes: `thread.name`, `thread.id`,
-//! `cpu.logical_number`. One dictionary for the whole request, deduplicated
+//! `cpu.logical_number`; each location's `profile.frame.type` (`native`,
+//! `kernel`, `cpython`). One dictionary for the whole request, deduplicated
 //! (index 0 of every table is its zero value, as the protocol requires).
 //! The messages and the client are the `opentelemetry-proto` crate's.
 
@@ -129,7 +130,18 @@ impl Dictionary {
             })
             .collect();
         let i = self.d.location_table.len() as i32;
-        self.d.location_table.push(pb::Location { mapping_index, address: if frame.pseudo { 0 } else { frame.address }, lines, attribute_indices: Vec::new() });
+        // The frame's kind, as the OTel semantic conventions name it.
+        let kind = if frame.pseudo {
+            None
+        } else if frame.kernel {
+            Some("kernel")
+        } else if frame.is_interpreted() {
+            Some("cpython")
+        } else {
+            Some("native")
+        };
+        let attribute_indices = kind.map(|k| vec![self.attribute("profile.frame.type", AttrValue::Str(k.to_string()))]).unwrap_or_default();
+        self.d.location_table.push(pb::Location { mapping_index, address: if frame.pseudo { 0 } else { frame.address }, lines, attribute_indices });
         self.locations.insert(f, i);
         i
     }
@@ -440,5 +452,10 @@ mod tests {
         let mapped = d.location_table.iter().find(|l| l.address == 0x1234).unwrap();
         let m = &d.mapping_table[mapped.mapping_index as usize];
         assert_eq!(d.string_table[m.filename_strindex as usize], "/usr/bin/x");
+        // Each code frame says its kind.
+        let kind = |l: &pb::Location| {
+            l.attribute_indices.iter().map(|&i| &d.attribute_table[i as usize]).find(|a| d.string_table[a.key_strindex as usize] == "profile.frame.type").map(|a| format!("{:?}", a.value))
+        };
+        assert!(kind(mapped).is_some_and(|v| v.contains("native")), "{:?}", kind(mapped));
     }
 }
