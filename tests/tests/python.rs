@@ -2,9 +2,13 @@
 //! as root, one at a time. The oracle is the script's own CPU clock per
 //! function (`time.thread_time_ns` around each call), never the profiler.
 
+use std::io::BufRead;
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
 use sysprof_tests::*;
+
+const SIGTERM: i32 = 15;
 
 fn names(stack: &[(String, String)]) -> Vec<&str> {
     stack.iter().map(|(n, _)| n.as_str()).collect()
@@ -34,7 +38,7 @@ fn script() -> PathBuf {
 /// Check, for each interpreter, that a Python program's samples carry its
 /// Python frames by name, with nothing asked of the program: the split of
 /// samples between `hot_three` and `hot_one` is the split of the thread's
-/// own CPU time the script measured (±4 points), each such stack holds the
+/// own CPU time the script measured (±3 points), each such stack holds the
 /// whole chain `<module>` -> `main` -> `work` -> `hot_*` in order, with the
 /// interpreter's native frames below `<module>` (down to `main` of the
 /// program), no native eval-loop frame left between Python frames, and the
@@ -80,13 +84,110 @@ fn python_frames_are_named_with_the_split_the_program_measured() {
             stacks.len()
         );
         assert!(three + one >= 1400, "{}: 2 s of CPU at 999 Hz, {} samples in the hot functions", py.display(), three + one);
-        // Measured here: within 0.004 on a quiet machine, 0.015 beside a build.
-        assert!((got - expected).abs() <= 0.04, "{}: share {got:.3} vs {expected:.3}", py.display());
+        // Measured here: within 0.004 on a quiet machine, 0.012 beside a build.
+        assert!((got - expected).abs() <= 0.03, "{}: share {got:.3} vs {expected:.3}", py.display());
         assert!(whole * 100 >= (three + one) * 98, "{}: {whole} of {} stacks hold <module> -> main -> work -> hot_*", py.display(), three + one);
         // Below <module>: the interpreter's own frames, down to the program's main.
         let rooted = stacks.iter().filter(|s| names(s).first().is_some_and(|f| *f == "_start" || *f == "main" || *f == "__libc_start_main")).count();
         assert!(rooted * 100 >= stacks.len() * 95, "{}: {rooted} of {} stacks reach the program's entry", py.display(), stacks.len());
     }
+}
+
+/// The share of `hot_three` among the stacks of `pid` in the hot functions,
+/// their count, and how many hold the whole chain `<module>` -> `main` ->
+/// `work` -> `hot_*` in order.
+fn split_of(profile: &Profile, pid: u64) -> (f64, usize, usize) {
+    let cats = profile.categories();
+    let (mut three, mut one, mut whole) = (0usize, 0usize, 0usize);
+    for t in profile.process_threads(pid) {
+        for s in t.on_cpu_stacks(&cats) {
+            let n = names(&s);
+            let Some(hot) = n.iter().position(|f| *f == "hot_three" || *f == "hot_one") else { continue };
+            if n[hot] == "hot_three" {
+                three += 1;
+            } else {
+                one += 1;
+            }
+            let chain = n.iter().position(|f| *f == "<module>").map(|m| &n[m..=hot]);
+            whole += usize::from(chain == Some(&["<module>", "main", "work", n[hot]][..]));
+        }
+    }
+    (three as f64 / (three + one).max(1) as f64, three + one, whole)
+}
+
+/// The measured share of `hot_three` a run of the split printed.
+fn measured_share(stdout: &[u8]) -> f64 {
+    let (three, one) = (field(stdout, "three_ns").expect("the script ran to its end") as f64, field(stdout, "one_ns").unwrap() as f64);
+    three / (three + one)
+}
+
+/// Check that a Python process already running when `record -a` starts
+/// gets its Python frames from the first sample (its interpreter found from
+/// the /proc snapshot): the share of `hot_three` within 3 points of the
+/// share the script measured over its whole run (it splits its time the
+/// same way throughout), the whole chain in ≥ 98 % of its stacks, and as
+/// many samples as its CPU time while recorded (its schedstat) allows.
+#[test]
+fn python_frames_of_a_process_running_before_the_recording() {
+    if !can_record("python_frames_of_a_process_running_before_the_recording") {
+        return;
+    }
+    let dir = scratch("python-before");
+    let mut child = Command::new("/usr/bin/python3").arg(script()).args(["split", "4"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    let pid = field(first.as_bytes(), "pid").expect("the script printed its pid");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let cpu_ns = || std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap().split_whitespace().next().unwrap().parse::<u64>().unwrap();
+    let out_path = dir.join("p.json.gz");
+    let before = cpu_ns();
+    let out = record(&["-a", "-d", "1.5"], &out_path);
+    let cpu_ms = (cpu_ns() - before) as f64 / 1e6;
+    assert_success(&out);
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut stdout, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    let expected = measured_share(&rest);
+    let (got, hot, whole) = split_of(&Profile::load(&out_path), pid);
+    eprintln!("python before record -a: share {got:.3} vs {expected:.3} measured, {whole} of {hot} whole; {cpu_ms:.0} ms of CPU while recorded");
+    // Its CPU time from before the recording began (sysprof loads for a
+    // moment) to after it ended bounds its samples from above; at least
+    // 200 in 1.5 s of a busy process, even beside a build.
+    assert!(hot as f64 <= cpu_ms * 1.02 && hot >= 200, "{cpu_ms:.0} ms of CPU while recorded: {hot} samples in its hot functions");
+    assert!((got - expected).abs() <= 0.03, "share {got:.3} vs {expected:.3}");
+    assert!(whole * 100 >= hot * 98, "{whole} of {hot} whole chains");
+}
+
+/// Check that the agent stores Python frames and `show` gives them back:
+/// the same names, chain and split (at 999 Hz, within 3 points of the
+/// script's own measure), one sample per ms of the hot functions' CPU time
+/// (±10 %).
+#[test]
+fn python_frames_come_back_from_the_agents_store() {
+    if !can_record("python_frames_come_back_from_the_agents_store") {
+        return;
+    }
+    let dir = scratch("python-agent");
+    let store = dir.join("store");
+    let agent = Agent::start(&store, &["--window", "1", "-F", "999", "--health-interval", "3600"], &[]);
+    let out = Command::new("/usr/bin/python3").arg(script()).args(["split", "2"]).output().unwrap();
+    assert!(out.status.success());
+    agent.wait_for_window_ending_after(wall_ms() + 200.0, std::time::Duration::from_secs(30));
+    let (status, stderr) = agent.stop_with(SIGTERM);
+    assert!(status.success(), "{stderr}");
+    let pid = field(&out.stdout, "pid").unwrap();
+    let path = dir.join("show.json.gz");
+    let o = show(&["--store", store.to_str().unwrap(), "--since", "5m", "-o", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let expected = measured_share(&out.stdout);
+    let (got, hot, whole) = split_of(&Profile::load(&path), pid);
+    let hot_ms = (field(&out.stdout, "three_ns").unwrap() + field(&out.stdout, "one_ns").unwrap()) as f64 / 1e6;
+    eprintln!("python from the agent's store: share {got:.3} vs {expected:.3} measured, {whole} of {hot} whole; {hot_ms:.0} ms in the hot functions by the script's clock");
+    // One sample per ms of the hot functions' own CPU time, at 999 Hz.
+    assert!((hot as f64 - hot_ms).abs() <= hot_ms * 0.1, "{hot} samples in the hot functions for {hot_ms:.0} ms of their CPU");
+    assert!((got - expected).abs() <= 0.03, "share {got:.3} vs {expected:.3}");
+    assert!(whole * 100 >= hot * 98, "{whole} of {hot} whole chains");
 }
 
 /// Check that C code a Python function calls keeps its native frames above

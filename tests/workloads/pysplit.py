@@ -1,6 +1,6 @@
 # pysplit.py: a Python workload with a known split of its own CPU time.
-# `split SECONDS`: main -> work -> hot_three / hot_one, 3:1 by design,
-# each call timed with the thread's own CPU clock (time.thread_time_ns),
+# `split SECONDS`: main -> work -> hot_three / hot_one, 30 and 10 ms of
+# CPU at a time, each call timed with the thread's own CPU clock (time.thread_time_ns),
 # printed at the end on lines three_ns= and one_ns=. `hash SECONDS`: main ->
 # work -> hash_work -> hashlib.sha256 over 16 MiB (C code under a Python
 # frame). `naps SECONDS`: main -> work -> nap_a (5 ms sleeps) / nap_b (15 ms),
@@ -12,17 +12,23 @@ import sys
 import time
 
 
-def hot_three(n):
+def hot_three(ms):
+    # Runs `ms` of the thread's CPU time: phases far longer than a scheduler
+    # tick, so preemption beside a load cannot line up with them.
     s = 0
-    for i in range(n):
-        s += i * i
+    end = time.thread_time_ns() + ms * 1_000_000
+    while time.thread_time_ns() < end:
+        for i in range(2000):
+            s += i * i
     return s
 
 
-def hot_one(n):
+def hot_one(ms):
     s = 0
-    for i in range(n):
-        s += i ^ 3
+    end = time.thread_time_ns() + ms * 1_000_000
+    while time.thread_time_ns() < end:
+        for i in range(2000):
+            s += i ^ 3
     return s
 
 
@@ -64,9 +70,9 @@ def work(mode, seconds):
             hash_work(buf)
             continue
         a = time.thread_time_ns()
-        hot_three(30000)
+        hot_three(30)
         b = time.thread_time_ns()
-        hot_one(10000)
+        hot_one(10)
         c = time.thread_time_ns()
         three += b - a
         one += c - b

@@ -161,7 +161,8 @@ pub struct PythonBinary {
     pub runtime: u64,
     /// `PyCode_Type`: every code object's `ob_type`.
     pub code_type: u64,
-    /// The eval loop (`_PyEval_EvalFrameDefault` and its `.cold` part):
+    /// The eval loop (`_PyEval_EvalFrameDefault` and its `.cold` part, by
+    /// its symbol or, without one, found by the loop's jumps into it):
     /// [start, end) ranges.
     pub eval: Vec<(u64, u64)>,
     /// The version's structure layout.
@@ -205,7 +206,57 @@ pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, String> {
     if eval.is_empty() {
         return Err("no _PyEval_EvalFrameDefault symbol".into());
     }
+    if eval.len() == 1 {
+        if let Some(cold) = unnamed_cold_part(elf, &segments, eval[0]) {
+            eval.push(cold);
+        }
+    }
     Ok(Some(PythonBinary { version, runtime, code_type, eval, layout }))
+}
+
+/// Most bytes of the eval loop scanned for jumps out of it.
+const MAX_EVAL_BYTES: u64 = 1 << 20;
+
+/// The eval loop's cold part when no symbol names it (GCC moves the
+/// unlikely paths of `_PyEval_EvalFrameDefault` to a `.cold` block; Debian's
+/// stripped python3.11 keeps no symbol for it): the function's unwind entry
+/// (FDE) that most `jmp`/`jcc rel32` of the loop jump into. Decoded at
+/// every byte, as the loop's instruction boundaries are unknown: stray
+/// matches scatter, the ~300 real jumps all land in one FDE; at least 8 are
+/// asked for. x86_64 only.
+fn unnamed_cold_part(elf: &ElfReader<'_>, segments: &[super::elf::Segment], (start, end): (u64, u64)) -> Option<(u64, u64)> {
+    if end - start > MAX_EVAL_BYTES {
+        return None;
+    }
+    let offset = vaddr_to_offset(segments, start)?;
+    let code = elf.read_checked("_PyEval_EvalFrameDefault", offset, end - start).ok()?;
+    let mut targets = Vec::new();
+    for i in 0..code.len() {
+        let (len, at) = match (code[i], code.get(i + 1)) {
+            (0xe9, _) => (5, i + 1),
+            (0x0f, Some(b)) if (0x80..=0x8f).contains(b) => (6, i + 2),
+            _ => continue,
+        };
+        let Some(rel) = code.get(at..at + 4) else { continue };
+        let rel = i32::from_le_bytes(rel.try_into().expect("4 bytes")) as i64;
+        let target = (start + (i + len) as u64).wrapping_add_signed(rel);
+        if target < start || target >= end {
+            targets.push(target);
+        }
+    }
+    let fdes = elf.fde_ranges().ok()?;
+    let mut hits: Vec<((u64, u64), usize)> = Vec::new();
+    for t in targets {
+        let i = fdes.partition_point(|&(s, _)| s <= t);
+        let Some(&(s, e)) = i.checked_sub(1).and_then(|i| fdes.get(i)) else { continue };
+        if t < e && s != start {
+            match hits.iter_mut().find(|(r, _)| *r == (s, e)) {
+                Some((_, n)) => *n += 1,
+                None => hits.push(((s, e), 1)),
+            }
+        }
+    }
+    hits.into_iter().max_by_key(|&(_, n)| n).filter(|&(_, n)| n >= 8).map(|(r, _)| r)
 }
 
 #[cfg(test)]
@@ -227,5 +278,22 @@ mod tests {
             assert_eq!(layout(l.minor).map(|x| x.minor), Some(l.minor));
         }
         assert!(layout(10).is_none() && layout(14).is_none());
+    }
+
+    /// Check that Debian's python3.11, stripped, has its eval loop's
+    /// unnamed cold part found (0x430f05-0x43455e in 3.11.2, by its FDE),
+    /// so a sample there is known to run Python frames.
+    #[test]
+    fn the_unnamed_cold_part_of_debians_eval_loop_is_found() {
+        let Ok(f) = std::fs::File::open("/usr/bin/python3.11") else {
+            eprintln!("no /usr/bin/python3.11: not checked");
+            return;
+        };
+        let p = read(&ElfReader::new(&f, Default::default())).unwrap().expect("a CPython");
+        assert_eq!(p.layout.minor, 11);
+        assert_eq!(p.eval.len(), 2, "{:x?}", p.eval);
+        let (hot, cold) = if p.eval[0].1 - p.eval[0].0 > p.eval[1].1 - p.eval[1].0 { (p.eval[0], p.eval[1]) } else { (p.eval[1], p.eval[0]) };
+        assert!(hot.1 - hot.0 > 40_000 && cold.1 - cold.0 > 4_000 && cold.1 - cold.0 < hot.1 - hot.0, "{:x?}", p.eval);
+        eprintln!("eval loop {hot:x?}, cold part {cold:x?}");
     }
 }
