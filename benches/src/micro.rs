@@ -5,7 +5,8 @@
 //! so symbolication does real work). Out: per stage, items per second —
 //! decoding + collecting (samples/s), finishing (replay, resolve and
 //! symbolicate, samples/s), symbolizing with a warm cache (addresses/s),
-//! writing the gzip profile (samples/s).
+//! writing the gzip profile (samples/s), reading a Python code object from a
+//! live interpreter (code objects/s).
 
 use std::time::Instant;
 
@@ -112,5 +113,35 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
     let t = Instant::now();
     let _ = sym.symbolize_elf(&path, &offsets, true);
     out.push(("symbolize, warm cache (addresses)".to_string(), offsets.len() as f64 / t.elapsed().as_secs_f64()));
+    if let Some(rate) = python_code_objects() {
+        out.push(("read a Python code object from its process (code objects)".to_string(), rate));
+    }
     out
+}
+
+/// Code objects read per second from a live CPython (Debian's python3, left
+/// waiting on its stdin): names, file and line table each, as the collector
+/// reads a new one. None without that interpreter.
+fn python_code_objects() -> Option<f64> {
+    use std::io::{BufRead, Write};
+    let script = "import sys\nfs=[]\nfor i in range(2000):\n    exec(f'def f{i}(x):\\n    return x+{i}\\n', globals())\n    fs.append(globals()[f'f{i}'])\nprint(sys.version_info.minor, id(type(fs[0].__code__)), *[id(f.__code__) for f in fs], flush=True)\nsys.stdin.read()\n";
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take()?).read_line(&mut line).ok()?;
+    let words: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let layout = sysprof::binaries::python::layout(*words.first()? as u8)?;
+    let (code_type, codes) = (words[1], &words[2..]);
+    let t = Instant::now();
+    let read = codes.iter().filter(|&&c| sysprof::symbolize::python::read_code(child.id(), c, layout, code_type).is_ok()).count();
+    let rate = read as f64 / t.elapsed().as_secs_f64();
+    eprintln!("micro: {read} of {} Python code objects read", codes.len());
+    let _ = child.stdin.take().map(|mut s| s.write_all(b""));
+    let _ = child.kill();
+    let _ = child.wait();
+    (read == codes.len()).then_some(rate)
 }
