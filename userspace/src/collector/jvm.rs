@@ -7,8 +7,9 @@
 //! write its map; the drain loop must not wait), at most one at a time per
 //! JVM, the first as soon as it is sampled, the next ones ever further apart
 //! (2 s, 4 s, … at most a minute: most methods are compiled early); at a
-//! window's end one more, waited for, so the window's frames are named;
-//! failures said once per JVM as warnings.
+//! window's end one more, waited for, so the window's frames are named.
+//! A JVM that could not be asked is said once as a warning and not asked
+//! again.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::{Duration, Instant};
@@ -68,7 +69,7 @@ impl Jvms {
     pub(super) fn tick(&mut self, now_all: bool) -> Vec<String> {
         let now = Instant::now();
         for (&pid, j) in self.jvms.iter_mut() {
-            if !j.sampled || j.pending || !(now_all || j.next.is_none_or(|t| now >= t)) {
+            if !j.sampled || j.pending || j.warned || !(now_all || j.next.is_none_or(|t| now >= t)) {
                 continue;
             }
             j.pending = true;
@@ -97,11 +98,13 @@ impl Jvms {
             let Some((pid, result)) = next else { break };
             let Some(j) = self.jvms.get_mut(&pid) else { continue };
             j.pending = false;
+            // A JVM that could not be asked is not asked again: another
+            // SIGQUIT that starts no listener would print a thread dump.
             if let Err(e) = result {
-                if !j.warned && std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                if std::path::Path::new(&format!("/proc/{pid}")).exists() {
                     warnings.push(format!("JVM pid {pid}: its compiled methods stay unnamed: {e}"));
-                    j.warned = true;
                 }
+                j.warned = true;
             }
         }
         warnings
