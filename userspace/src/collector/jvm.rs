@@ -16,9 +16,13 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
+use crate::symbolize::jvm::AttachError;
+
 /// The first interval between two requests to one JVM, and the longest.
 const FIRST_INTERVAL: Duration = Duration::from_secs(2);
 const LONGEST_INTERVAL: Duration = Duration::from_secs(60);
+/// How soon a JVM not ready to be asked (no SIGQUIT handler yet) is tried again.
+const NOT_YET_RETRY: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
 struct Jvm {
@@ -26,15 +30,22 @@ struct Jvm {
     pending: bool,
     next: Option<Instant>,
     interval: Duration,
+    /// Not asked again (it failed, or must not be asked).
     warned: bool,
+    /// Why it was not asked yet (no SIGQUIT handler), said if it never is.
+    not_yet: Option<String>,
+    /// It wrote its map at least once.
+    answered: bool,
+    /// The process exec'd or exited: said and forgotten at the window's end.
+    gone: bool,
 }
 
 /// The JVMs of the machine (or of the recorded processes) and their requests.
 #[derive(Debug)]
 pub(super) struct Jvms {
     jvms: FxHashMap<u32, Jvm>,
-    done_tx: Sender<(u32, Result<(), String>)>,
-    done_rx: Receiver<(u32, Result<(), String>)>,
+    done_tx: Sender<(u32, Result<(), AttachError>)>,
+    done_rx: Receiver<(u32, Result<(), AttachError>)>,
 }
 
 impl Default for Jvms {
@@ -48,7 +59,7 @@ impl Jvms {
     /// `pid` mapped `path`: a JVM if it is HotSpot's library.
     pub(super) fn mapped(&mut self, pid: u32, path: &str) {
         if path.rsplit('/').next() == Some("libjvm.so") {
-            self.jvms.entry(pid).or_insert(Jvm { sampled: false, pending: false, next: None, interval: FIRST_INTERVAL, warned: false });
+            self.jvms.entry(pid).or_insert(Jvm { sampled: false, pending: false, next: None, interval: FIRST_INTERVAL, warned: false, not_yet: None, answered: false, gone: false });
         }
     }
 
@@ -59,9 +70,12 @@ impl Jvms {
         }
     }
 
-    /// `pid` exec'd or exited: no JVM any more.
+    /// `pid` exec'd or exited: no JVM any more (forgotten at the window's
+    /// end, when a request still out has answered).
     pub(super) fn gone(&mut self, pid: u32) {
-        self.jvms.remove(&pid);
+        if let Some(j) = self.jvms.get_mut(&pid) {
+            j.gone = true;
+        }
     }
 
     /// Start the requests that are due (all of the sampled ones with
@@ -69,7 +83,7 @@ impl Jvms {
     pub(super) fn tick(&mut self, now_all: bool) -> Vec<String> {
         let now = Instant::now();
         for (&pid, j) in self.jvms.iter_mut() {
-            if !j.sampled || j.pending || j.warned || !(now_all || j.next.is_none_or(|t| now >= t)) {
+            if !j.sampled || j.pending || j.warned || j.gone || !(now_all || j.next.is_none_or(|t| now >= t)) {
                 continue;
             }
             j.pending = true;
@@ -98,13 +112,23 @@ impl Jvms {
             let Some((pid, result)) = next else { break };
             let Some(j) = self.jvms.get_mut(&pid) else { continue };
             j.pending = false;
-            // A JVM that could not be asked is not asked again: another
-            // SIGQUIT that starts no listener would print a thread dump.
-            if let Err(e) = result {
-                if std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                    warnings.push(format!("JVM pid {pid}: its compiled methods stay unnamed: {e}"));
+            match result {
+                Ok(()) => j.answered = true,
+                // Nothing was sent: asked again soon (a JVM installs its
+                // handler a moment after it starts), without doubling.
+                Err(AttachError::NotYet(e)) => {
+                    j.not_yet = Some(e);
+                    j.next = Some(Instant::now() + NOT_YET_RETRY);
+                    j.interval = FIRST_INTERVAL;
                 }
-                j.warned = true;
+                // A JVM that could not be asked is not asked again: another
+                // SIGQUIT that starts no listener would print a thread dump.
+                Err(AttachError::Failed(e)) => {
+                    if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                        warnings.push(format!("JVM pid {pid}: its compiled methods stay unnamed: {e}"));
+                    }
+                    j.warned = true;
+                }
             }
         }
         warnings
@@ -115,6 +139,15 @@ impl Jvms {
     pub(super) fn refresh(&mut self, wait: Duration) -> Vec<String> {
         let mut warnings = self.tick(true);
         warnings.extend(self.collect(Some(Instant::now() + wait)));
+        // JVMs that are gone, and never were ready to be asked, say why.
+        for (pid, j) in &self.jvms {
+            if j.gone && !j.answered && !j.warned {
+                if let Some(e) = &j.not_yet {
+                    warnings.push(format!("JVM pid {pid}: its compiled methods stay unnamed: {e}"));
+                }
+            }
+        }
+        self.jvms.retain(|_, j| !j.gone || j.pending);
         warnings
     }
 }

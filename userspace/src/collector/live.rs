@@ -61,7 +61,7 @@ impl Collector {
                 if let Some(u) = self.unwinders.as_mut() {
                     u.exit(*pid, *time);
                 }
-                self.py_codes.forget(*pid);
+                self.py_codes.exited(*pid, *time);
                 self.jvms.gone(*pid);
             }
             _ => {}

@@ -10,7 +10,7 @@
 //!
 //! Code objects are read from the process as the samples arrive (they may
 //! be freed soon after), once per process and address, into a cache with a
-//! byte budget, dropped for a process at its exec and exit.
+//! byte budget, dropped for a process at its exec and 2 s after its exit.
 //!
 //! The pairing, leaf first: the k-th eval-loop frame of the native stack
 //! runs the k-th segment of the chain (a segment ends at the frame a C-level
@@ -36,6 +36,9 @@ const PY_KEY_MASK: u64 = 0xc000_0000_0000_0000;
 pub(super) fn is_python_key(key: u64) -> bool {
     key & PY_KEY_MASK == PY_KEY_BASE
 }
+
+/// How long an exited process's code objects stay: its last samples may still be queued.
+const KEEP_EXITED_NS: u64 = 2_000_000_000;
 
 /// Bytes of code objects' names and line tables kept, all processes.
 const CODE_CACHE_BYTES: usize = 16 << 20;
@@ -88,6 +91,8 @@ impl PythonFrames {
 pub(super) struct CodeCache {
     by_pid: FxHashMap<u32, FxHashMap<u64, Option<Arc<CodeInfo>>>>,
     bytes: usize,
+    /// Exits in order, (time, pid): forgotten 2 s later.
+    exited: std::collections::VecDeque<(u64, u32)>,
     /// Frames whose code object could not be read or was none (counted).
     pub(super) unresolved: u64,
 }
@@ -109,7 +114,24 @@ impl CodeCache {
         read
     }
 
-    /// `pid` exec'd or exited: its code objects are gone.
+    /// `pid` exited at `time_ns`: its code objects are forgotten once its
+    /// last samples are in (those of processes that exited 2 s before go
+    /// now). Forgotten at the exit itself, the samples still in the ring
+    /// (seconds of them in the agent, which drains lazily) read them again
+    /// from a process that is gone: a third of one run's stacks lost their
+    /// Python frames so.
+    pub(super) fn exited(&mut self, pid: u32, time_ns: u64) {
+        self.exited.push_back((time_ns, pid));
+        while let Some(&(t, old)) = self.exited.front() {
+            if time_ns.saturating_sub(t) < KEEP_EXITED_NS {
+                break;
+            }
+            self.exited.pop_front();
+            self.forget(old);
+        }
+    }
+
+    /// `pid` exec'd: its code objects are gone with its old image.
     pub(super) fn forget(&mut self, pid: u32) {
         if let Some(m) = self.by_pid.remove(&pid) {
             self.bytes = self.bytes.saturating_sub(m.values().map(|c| c.as_ref().map_or(16, |c| c.bytes() + 16)).sum());

@@ -11,9 +11,10 @@
 //! through `/proc/PID/root`, so a JVM in a container is asked in its own
 //! /tmp under its own pid.
 //!
-//! A SIGQUIT to a JVM that does not handle it (`-Xrs`, or one still
-//! starting) would end it, so the signal is sent only while the JVM's
-//! SIGQUIT handler is installed (`SigCgt` in its status); a JVM started
+//! A SIGQUIT to a JVM that does not handle it (one still starting; with
+//! `-Xrs`, until HotSpot installs its handler late) would end it, so the
+//! signal is sent only while the JVM's SIGQUIT handler is installed
+//! (`SigCgt` in its status: [`AttachError::NotYet`] otherwise); a JVM started
 //! with `-XX:+DisableAttachMechanism` is not asked (SIGQUIT would print a
 //! thread dump on its output). The trigger file is created with O_EXCL and
 //! O_NOFOLLOW in a directory its user may write, then given to the JVM's
@@ -48,19 +49,49 @@ fn status(pid: u32) -> Result<JvmStatus, String> {
     Ok(JvmStatus { uid, gid, ns_pid, handles_sigquit: caught & (1 << (libc::SIGQUIT - 1)) != 0 })
 }
 
+/// Why a JVM did not write its map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttachError {
+    /// Not asked now, nothing sent: its SIGQUIT handler is not installed
+    /// (still starting, or `-Xrs`); worth asking again later.
+    NotYet(String),
+    /// Asking it failed, or it must not be asked: not to be asked again.
+    Failed(String),
+}
+
+impl std::fmt::Display for AttachError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttachError::NotYet(s) | AttachError::Failed(s) => f.write_str(s),
+        }
+    }
+}
+
 /// Ask JVM `pid` to write its perf map now.
-pub fn write_perf_map(pid: u32) -> Result<(), String> {
-    let st = status(pid)?;
+pub fn write_perf_map(pid: u32) -> Result<(), AttachError> {
+    ask(pid).map_err(|e| match e {
+        Ok(not_yet) => AttachError::NotYet(not_yet),
+        Err(failed) => AttachError::Failed(failed),
+    })
+}
+
+/// The request; Err(Ok(_)) when nothing was sent and it may be tried again.
+fn ask(pid: u32) -> Result<(), Result<String, String>> {
+    let st = status(pid).map_err(Err)?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     if cmdline.split(|&b| b == 0).any(|a| a == b"-XX:+DisableAttachMechanism") {
-        return Err("started with -XX:+DisableAttachMechanism".into());
+        return Err(Err("started with -XX:+DisableAttachMechanism".into()));
     }
     let tmp = format!("/proc/{pid}/root/tmp");
     let socket = format!("{tmp}/.java_pid{}", st.ns_pid);
-    if !is_listener(&socket, st.uid) {
-        if !st.handles_sigquit {
-            return Err("it does not handle SIGQUIT (-Xrs, or still starting): not asked".into());
-        }
+    if !is_listener(&socket, st.uid) && !st.handles_sigquit {
+        return Err(Ok("it does not handle SIGQUIT (-Xrs, or still starting): not asked".into()));
+    }
+    send(pid, &st, &tmp, &socket).map_err(Err)
+}
+
+fn send(pid: u32, st: &JvmStatus, tmp: &str, socket: &str) -> Result<(), String> {
+    if !is_listener(socket, st.uid) {
         let trigger = format!("{tmp}/.attach_pid{}", st.ns_pid);
         let file = std::fs::OpenOptions::new()
             .write(true)
@@ -74,15 +105,15 @@ pub fn write_perf_map(pid: u32) -> Result<(), String> {
         // SAFETY: kill(2) with a pid and a signal number.
         let sent = unsafe { libc::kill(pid as libc::pid_t, libc::SIGQUIT) } == 0;
         let start = Instant::now();
-        while sent && !is_listener(&socket, st.uid) && start.elapsed() < ATTACH_TIMEOUT {
+        while sent && !is_listener(socket, st.uid) && start.elapsed() < ATTACH_TIMEOUT {
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = std::fs::remove_file(&trigger);
-        if !is_listener(&socket, st.uid) {
+        if !is_listener(socket, st.uid) {
             return Err("its attach listener did not start".into());
         }
     }
-    let mut stream = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| format!("cannot connect to its attach listener: {e}"))?;
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| format!("cannot connect to its attach listener: {e}"))?;
     stream.set_read_timeout(Some(ATTACH_TIMEOUT)).map_err(|e| e.to_string())?;
     stream.set_write_timeout(Some(ATTACH_TIMEOUT)).map_err(|e| e.to_string())?;
     stream.write_all(b"1\0jcmd\0Compiler.perfmap\0\0\0").map_err(|e| format!("asking it: {e}"))?;
