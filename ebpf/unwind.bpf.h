@@ -14,7 +14,9 @@
  * the caller's rbp where the row says it was saved, read from user memory.
  * The frames go one bpf_loop() iteration each, so the verifier checks one
  * frame's work, not a thousand. A mapping without a table (JIT code) or an
- * address without a row walks one frame by frame pointer; every later
+ * address without a row walks one frame by the code at the address where
+ * it is an `add $n, %rsp; ret` epilogue (CPython's perf trampolines), else
+ * by frame pointer; every later
  * address must lie in an executable mapping, so a frame pointer that is no
  * frame pointer ends the walk instead of inventing callers. Where the
  * tables are not there yet (a process that just started), or where only
@@ -190,12 +192,30 @@ static __always_inline struct unwind_row *unwind_find_row(__u32 start, __u32 len
 	return bpf_map_lookup_elem(&unwind_rows, &idx);
 }
 
+/* If the instruction at ip is `add $imm8, %rsp; ret` (48 83 c4 imm8 c3),
+ * the return address is at sp + imm8 whatever the code before it did, and
+ * rbp is still the caller's: the CFA is sp + imm8 + 8, returned; else 0.
+ * That is CPython's perf trampoline (`-X perf`, `-X perf_jit`: sub $8,
+ * %rsp; call *%rcx; add $8, %rsp; ret), copied into anonymous memory
+ * thousands of times with neither CFI nor a frame pointer, and every
+ * Python call goes through one. Exact, as it reads the code, not a guess. */
+static __always_inline __u32 epilogue_cfa_offset(__u64 ip)
+{
+	__u64 code = 0;
+
+	if (bpf_probe_read_user(&code, sizeof(code), (void *)ip))
+		return 0;
+	if ((code & 0xff87ffffffULL) != 0xc300c48348ULL) /* imm8 ≥ 0, 8-aligned */
+		return 0;
+	return ((code >> 24) & 0xff) + 8;
+}
+
 static long unwind_step(__u64 i, struct ustack_walk *s)
 {
 	struct unwind_mapping found, *m = NULL;
 	struct unwind_row *row = NULL;
 	__u64 ip = s->ip, sp = s->sp, bp = s->bp, cfa, ra = 0;
-	__u32 kind = ROW_NONE, slot = 0, off8 = 0;
+	__u32 kind = ROW_NONE, slot = 0, off8 = 0, epilogue = 0;
 
 	if (!s->proc) {
 		if (s->may_hand_over) {
@@ -220,7 +240,11 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 		s->end = UNWIND_END_PENDING;
 		return 1;
 	}
-	if (m && m->table_start == UNWIND_TABLE_USERSPACE && s->may_hand_over) {
+	/* Code without rows (JIT code) that returns right away: walked here,
+	 * even where a jitdump's tables would have it handed over. */
+	if (m && (m->table_len == 0 || m->table_start >= UNWIND_TABLE_USERSPACE))
+		epilogue = epilogue_cfa_offset(ip);
+	if (m && m->table_start == UNWIND_TABLE_USERSPACE && s->may_hand_over && !epilogue) {
 		s->end = UNWIND_END_USERSPACE;
 		return 1;
 	}
@@ -287,7 +311,13 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 		slot = 0;
 		break;
 	default:
-		/* No rule: a frame pointer frame, if rbp looks like one. */
+		/* No rule (JIT code, or code without CFI): the code itself
+		 * (above), else a frame pointer frame, if rbp looks like one. */
+		if (epilogue) {
+			cfa = sp + epilogue;
+			slot = 0;
+			break;
+		}
 		if (bp <= sp || (bp & 7)) {
 			s->end = UNWIND_END_NO_INFO;
 			return 1;

@@ -256,3 +256,73 @@ fn off_cpu_time_is_charged_to_the_python_function_that_waited() {
     assert!((got_a - a_ms).abs() <= a_ms * 0.05, "nap_a: {got_a:.1} ms off-CPU vs {a_ms:.1} ms measured");
     assert!((got_b - b_ms).abs() <= b_ms * 0.05, "nap_b: {got_b:.1} ms off-CPU vs {b_ms:.1} ms measured");
 }
+
+/// Check that `-X perf` (3.12+) and `-X perf_jit` (3.13+) keep stacks whole:
+/// every Python call then goes through a trampoline copied into anonymous
+/// memory with neither unwind tables nor a frame pointer (perf and samply
+/// stop there), and the kernel walks it by its code (`add $8, %rsp; ret`
+/// after the call). The split within 3 points of the script's measure, the
+/// Python frames `<module>` -> `main` -> `work` -> `hot_*` in order (native
+/// frames between them are the trampolines and the calls into them), and
+/// ≥ 95 % of the on-CPU stacks reaching the program's entry.
+#[test]
+fn perf_trampolines_keep_python_stacks_whole() {
+    if !can_record("perf_trampolines_keep_python_stacks_whole") {
+        return;
+    }
+    let dir = scratch("python-perf");
+    let mut runs = Vec::new();
+    for py in interpreters().into_iter().filter(|p| p.starts_with("/root/.pyenv")) {
+        let version = Command::new(&py).args(["-c", "import sys; print(sys.version_info[1])"]).output().unwrap();
+        let minor: u32 = String::from_utf8_lossy(&version.stdout).trim().parse().unwrap();
+        if minor >= 12 {
+            runs.push((py.clone(), "perf"));
+        }
+        if minor >= 13 {
+            runs.push((py, "perf_jit"));
+        }
+    }
+    if runs.is_empty() {
+        eprintln!("python: no pyenv CPython 3.12 or later under /root/.pyenv/versions: -X perf NOT CHECKED");
+        assert!(std::env::var_os("CI").is_none(), "CI has pyenv's 3.12 and 3.13");
+        return;
+    }
+    for (py, mode) in runs {
+        let out_path = dir.join("p.json.gz");
+        let out = record(&["--", py.to_str().unwrap(), "-X", mode, script().to_str().unwrap(), "split", "1.5"], &out_path);
+        assert_success(&out);
+        let pid = field(&out.stdout, "pid").unwrap();
+        let expected = measured_share(&out.stdout);
+        let profile = Profile::load(&out_path);
+        let cats = profile.categories();
+        let t = profile.process_threads(pid).into_iter().next().expect("the python process");
+        let stacks = t.on_cpu_stacks(&cats);
+        let (mut three, mut one, mut whole, mut trampolines) = (0usize, 0usize, 0usize, 0usize);
+        for s in &stacks {
+            let python: Vec<&str> = s.iter().filter(|(_, c)| c == "Python").map(|(n, _)| n.as_str()).collect();
+            let Some(hot) = python.iter().position(|f| *f == "hot_three" || *f == "hot_one") else { continue };
+            if python[hot] == "hot_three" {
+                three += 1;
+            } else {
+                one += 1;
+            }
+            let chain = python.iter().position(|f| *f == "<module>").map(|m| &python[m..=hot]);
+            whole += usize::from(chain == Some(&["<module>", "main", "work", python[hot]][..]));
+            trampolines += usize::from(s.iter().any(|(n, _)| n.starts_with("py::")));
+        }
+        let rooted = stacks.iter().filter(|s| names(s).first().is_some_and(|f| *f == "_start" || *f == "main" || *f == "__libc_start_main")).count();
+        let got = three as f64 / (three + one).max(1) as f64;
+        eprintln!(
+            "python {} -X {mode}: share {got:.3} vs {expected:.3} measured; {whole} of {} whole chains, {trampolines} through a trampoline; {rooted} of {} stacks reach the entry",
+            py.display(),
+            three + one,
+            stacks.len()
+        );
+        assert!(three + one >= 1000, "{} -X {mode}: {} samples in the hot functions", py.display(), three + one);
+        // The trampolines are there (or this checks nothing about them).
+        assert!(trampolines * 10 >= (three + one) * 9, "{} -X {mode}: {trampolines} stacks through a py:: trampoline", py.display());
+        assert!((got - expected).abs() <= 0.03, "{} -X {mode}: share {got:.3} vs {expected:.3}", py.display());
+        assert!(whole * 100 >= (three + one) * 98, "{} -X {mode}: {whole} of {} whole chains", py.display(), three + one);
+        assert!(rooted * 100 >= stacks.len() * 95, "{} -X {mode}: {rooted} of {} stacks reach the program's entry", py.display(), stacks.len());
+    }
+}
