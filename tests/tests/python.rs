@@ -326,3 +326,45 @@ fn perf_trampolines_keep_python_stacks_whole() {
         assert!(rooted * 100 >= stacks.len() * 95, "{} -X {mode}: {rooted} of {} stacks reach the program's entry", py.display(), stacks.len());
     }
 }
+
+/// Check that a CPython this build does not read (pyenv's 3.10 and older)
+/// never gets a wrong Python frame: its on-CPU stacks are native, and end
+/// in a root frame saying its Python frames were not read (≥ 95 %), and
+/// the run warns with its version.
+#[test]
+fn a_cpython_version_not_read_says_so_in_its_root_frame() {
+    if !can_record("a_cpython_version_not_read_says_so_in_its_root_frame") {
+        return;
+    }
+    let old: Vec<PathBuf> = ["3.10", "3.9", "3.8", "2.7"]
+        .iter()
+        .filter_map(|minor| {
+            std::fs::read_dir("/root/.pyenv/versions").ok()?.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{minor}.")))
+        })
+        .map(|p| p.join("bin/python"))
+        .collect();
+    if old.is_empty() {
+        eprintln!("python: no pyenv CPython older than 3.11 under /root/.pyenv/versions: NOT CHECKED");
+        assert!(std::env::var_os("CI").is_none(), "CI has pyenv's older interpreters");
+        return;
+    }
+    let dir = scratch("python-old");
+    for py in old.iter().take(2) {
+        let out_path = dir.join("p.json.gz");
+        let code = "import os, time\nprint('pid=%d' % os.getpid())\ne = time.time() + 1\nwhile time.time() < e: sum(range(1000))";
+        let out = record(&["--", py.to_str().unwrap(), "-c", code], &out_path);
+        assert_success(&out);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("no Python frames") && stderr.contains("3.11 to 3.13"), "{}: no warning: {stderr}", py.display());
+        let pid = field(&out.stdout, "pid").unwrap();
+        let profile = Profile::load(&out_path);
+        let cats = profile.categories();
+        let t = profile.process_threads(pid).into_iter().next().expect("the python process");
+        let stacks = t.on_cpu_stacks(&cats);
+        let said = stacks.iter().filter(|s| s.first().is_some_and(|(n, _)| n.starts_with("[no Python frames: a CPython version"))).count();
+        let python = stacks.iter().filter(|s| s.iter().any(|(_, c)| c == "Python")).count();
+        eprintln!("python {}: {said} of {} on-CPU stacks rooted in the not-read frame, {python} with a Python frame", py.display(), stacks.len());
+        assert_eq!(python, 0, "{}: a Python frame from an interpreter this build does not read", py.display());
+        assert!(stacks.len() >= 500 && said * 100 >= stacks.len() * 95, "{}: {said} of {} stacks say so", py.display(), stacks.len());
+    }
+}

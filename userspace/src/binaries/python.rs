@@ -177,23 +177,54 @@ pub fn may_be_python(file_name: &str) -> bool {
     file_name.starts_with("python") || file_name.starts_with("libpython")
 }
 
+/// Why a CPython interpreter's frames are not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotRead {
+    /// A version this build has no layout for: its stacks say so in their
+    /// root frame.
+    Version(String),
+    /// A file that claims to be one but lacks what the walk needs.
+    Damaged(String),
+}
+
+impl std::fmt::Display for NotRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotRead::Version(why) | NotRead::Damaged(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<&str> for NotRead {
+    fn from(why: &str) -> Self {
+        NotRead::Damaged(why.to_string())
+    }
+}
+
 /// Read what makes `elf` a CPython interpreter: Ok(None) for a file that
 /// is none (a launcher that only links libpython, any other program),
 /// Err for a CPython this build cannot walk (its version said).
-pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, String> {
+pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
     let symbols = elf.symbols_where(|n| {
-        matches!(n, b"_PyRuntime" | b"Py_Version" | b"PyCode_Type") || n.starts_with(b"_PyEval_EvalFrameDefault")
+        matches!(n, b"_PyRuntime" | b"Py_Version" | b"PyCode_Type" | b"PyEval_EvalFrameEx") || n.starts_with(b"_PyEval_EvalFrameDefault")
     });
     let find = |name: &str| symbols.iter().find(|(n, _, _)| n == name).map(|&(_, addr, size)| (addr, size));
-    let (Some((runtime, _)), Some((version_at, _))) = (find("_PyRuntime"), find("Py_Version")) else { return Ok(None) };
-    let segments = elf.segments().map_err(|e| e.to_string())?;
+    let (Some((runtime, _)), Some((version_at, _))) = (find("_PyRuntime"), find("Py_Version")) else {
+        // Py_Version is 3.11's; an eval loop defined here without it is an
+        // older interpreter (2.7 to 3.10), not a launcher.
+        if find("PyEval_EvalFrameEx").is_some() || find("_PyEval_EvalFrameDefault").is_some() {
+            return Err(NotRead::Version("CPython older than 3.11 (no Py_Version): this build reads the frames of 3.11 to 3.13".into()));
+        }
+        return Ok(None);
+    };
+    let segments = elf.segments().map_err(|e| NotRead::Damaged(e.to_string()))?;
     let offset = vaddr_to_offset(&segments, version_at).ok_or("Py_Version lies in no segment")?;
-    let bytes = elf.read_checked("Py_Version", offset, 4).map_err(|e| e.to_string())?;
+    let bytes = elf.read_checked("Py_Version", offset, 4).map_err(|e| NotRead::Damaged(e.to_string()))?;
     let version = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
     let (major, minor) = (version >> 24, (version >> 16) & 0xff);
     let layout = match layout(minor as u8) {
         Some(l) if major == 3 => l,
-        _ => return Err(format!("CPython {major}.{minor}: this build reads the frames of 3.11 to 3.13")),
+        _ => return Err(NotRead::Version(format!("CPython {major}.{minor}: this build reads the frames of 3.11 to 3.13"))),
     };
     let code_type = find("PyCode_Type").map(|(a, _)| a).ok_or("no PyCode_Type symbol")?;
     let mut eval: Vec<(u64, u64)> = symbols
@@ -295,5 +326,37 @@ mod tests {
         let (hot, cold) = if p.eval[0].1 - p.eval[0].0 > p.eval[1].1 - p.eval[1].0 { (p.eval[0], p.eval[1]) } else { (p.eval[1], p.eval[0]) };
         assert!(hot.1 - hot.0 > 40_000 && cold.1 - cold.0 > 4_000 && cold.1 - cold.0 < hot.1 - hot.0, "{:x?}", p.eval);
         eprintln!("eval loop {hot:x?}, cold part {cold:x?}");
+    }
+
+    /// Check that each interpreter pyenv installed is told apart: 3.11-3.13
+    /// read with their own layout, older ones (and a launcher that only
+    /// links libpython) never read with a wrong one: an older libpython is
+    /// a version this build does not read, a launcher no interpreter.
+    #[test]
+    fn pyenv_interpreters_are_told_apart_by_version() {
+        let Ok(dirs) = std::fs::read_dir("/root/.pyenv/versions") else {
+            eprintln!("no /root/.pyenv/versions: not checked");
+            return;
+        };
+        let mut checked = 0;
+        for d in dirs.filter_map(|e| e.ok()) {
+            let name = d.file_name().to_string_lossy().into_owned();
+            let mut parts = name.split('.').map(|p| p.parse::<u8>().unwrap_or(0));
+            let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+            let Some(lib) = std::fs::read_dir(d.path().join("lib")).ok().and_then(|l| {
+                l.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| p.to_string_lossy().contains(".so.1.0") && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libpython")))
+            }) else {
+                continue;
+            };
+            let f = std::fs::File::open(&lib).unwrap();
+            let got = read(&ElfReader::new(&f, Default::default()));
+            match got {
+                Ok(Some(p)) => assert!(major == 3 && (11..=13).contains(&minor) && p.layout.minor == minor, "{}: read as 3.{}", lib.display(), p.layout.minor),
+                Err(NotRead::Version(why)) => assert!(major < 3 || !(11..=13).contains(&minor), "{}: {why}", lib.display()),
+                other => panic!("{}: {other:?}", lib.display()),
+            }
+            checked += 1;
+        }
+        eprintln!("{checked} pyenv interpreters checked");
     }
 }

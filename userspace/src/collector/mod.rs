@@ -265,6 +265,16 @@ impl Collector {
 
     /// Intern a raw stack: `pid` root, then the user frames (leaf first in
     /// `user`, stored outermost first), then the kernel frames (leaf first).
+    /// End the unwound user stack of `pid` with a root frame saying its
+    /// Python frames were not read, when it runs a CPython of a version this
+    /// build does not read (a warning says which): the stack then does not
+    /// pass for one of a program without Python.
+    fn say_python_unread(&mut self, pid: u32) {
+        if !self.unwound.is_empty() && self.unwinders.as_ref().is_some_and(|u| u.python_unread(pid)) {
+            self.unwound.push(python::PY_NOT_READ_KEY);
+        }
+    }
+
     fn intern_raw(raw: &mut StackTree, pid: u32, user: &[u64], kernel: &[u64]) -> NodeIndex {
         let mut node = raw.child(NO_PARENT, pid as u64);
         for &addr in user.iter().rev() {
@@ -305,11 +315,15 @@ impl Collector {
                         python::merge(&self.unwound, k.python, s.pid, py, &mut self.py_codes, &mut self.window.python, &mut self.merged);
                         Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
                     }
-                    None => Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack),
+                    None => {
+                        self.say_python_unread(s.pid);
+                        Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
+                    }
                 }
             }
             UserStack::Copy { regs, stack } if self.unwinders.is_some() => {
                 self.unwind_copy(s.pid, regs, stack);
+                self.say_python_unread(s.pid);
                 Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
             }
             user => Self::intern_raw(&mut self.window.raw, s.pid, user.frames(), s.kstack),
@@ -368,11 +382,15 @@ impl Collector {
                         self.py_record = own;
                         self.merged.as_slice().into()
                     }
-                    None => self.unwound.as_slice().into(),
+                    None => {
+                        self.say_python_unread(e.pid);
+                        self.unwound.as_slice().into()
+                    }
                 }
             }
             UserStack::Copy { regs, stack } => {
                 self.unwind_copy(e.pid, regs, stack);
+                self.say_python_unread(e.pid);
                 self.unwound.as_slice().into()
             }
             UserStack::Frames(frames) => frames.into(),

@@ -32,6 +32,10 @@ use crate::unwind::python::PythonRuntime;
 pub(super) const PY_KEY_BASE: u64 = 0x4000_0000_0000_0000;
 const PY_KEY_MASK: u64 = 0xc000_0000_0000_0000;
 
+/// The raw key of the root frame of a stack whose CPython's version this
+/// build does not read: after the cuts' keys (1..=8), where no code lives.
+pub(super) const PY_NOT_READ_KEY: u64 = 9;
+
 /// Whether a raw key is a Python frame's.
 pub(super) fn is_python_key(key: u64) -> bool {
     key & PY_KEY_MASK == PY_KEY_BASE

@@ -59,6 +59,8 @@ pub(super) enum PseudoFrame {
     ShortWaits,
     /// Where a user stack was cut ([`StackEnd::Root`] is no frame).
     End(StackEnd),
+    /// The root of a stack of a CPython this build does not read.
+    PythonNotRead,
 }
 
 impl PseudoFrame {
@@ -68,6 +70,7 @@ impl PseudoFrame {
             PseudoFrame::OffCpu(r) => r.frame_name(),
             PseudoFrame::ShortWaits => "[short off-CPU waits: no stack]",
             PseudoFrame::End(e) => e.frame_name(),
+            PseudoFrame::PythonNotRead => "[no Python frames: a CPython version sysprof does not read (3.11-3.13 are)]",
         }
     }
 }
@@ -181,6 +184,7 @@ impl<'a> Replay<'a> {
             let lookup = if depth == leaf { addr } else { addr.saturating_sub(1) };
             let key = match StackEnd::from_raw_key(addr) {
                 Some(end) => FrameKey::Pseudo(PseudoFrame::End(end)),
+                None if addr == super::python::PY_NOT_READ_KEY => FrameKey::Pseudo(PseudoFrame::PythonNotRead),
                 None if super::python::is_python_key(addr) => FrameKey::Python((addr & !super::python::PY_KEY_BASE) as u32),
                 None if addr >= KERNEL_ADDR_MIN => FrameKey::Kernel(lookup),
                 None => match state.lookup(lookup) {

@@ -60,6 +60,8 @@ pub struct Unwinders {
     stats: UnwindStats,
     /// Binaries whose unwind data could not be read, with why.
     failures: Vec<String>,
+    /// Interpreters whose Python frames are not read, with why.
+    python_failures: Vec<String>,
     /// The in-kernel unwinder's tables and process entries, when it runs.
     kernel: Option<kernel::KernelTables>,
     /// Per binary, where its code lies in the file (for the kernel's
@@ -70,6 +72,8 @@ pub struct Unwinders {
     /// Per binary whose name may be an interpreter's: what CPython it is
     /// (None: not one, or one this build cannot walk).
     pythons: FxHashMap<BinaryIndex, Option<Arc<crate::binaries::python::PythonBinary>>>,
+    /// CPython interpreters of a version this build does not read.
+    unread_pythons: rustc_hash::FxHashSet<BinaryIndex>,
 }
 
 /// Exited processes are kept this long: their last samples may still be queued.
@@ -120,6 +124,7 @@ impl Unwinders {
             }
             self.layouts.remove(b);
             self.pythons.remove(b);
+            self.unread_pythons.remove(b);
             if let Some(k) = self.kernel.as_mut() {
                 k.forget(*b);
             }
@@ -240,6 +245,7 @@ impl Unwinders {
             entry.clear();
             let mut entries = Vec::new();
             let mut python = None;
+            let mut python_unread = false;
             let mappings = p.mappings.clone();
             // JIT code with a jitdump: its tables are in the jitdump, which
             // only userspace reads; the kernel hands those stacks over.
@@ -273,6 +279,7 @@ impl Unwinders {
                 });
                 if let (Some(base), None) = (bias, &python) {
                     python = self.python_binary(binaries, m.binary).map(|binary| python::PythonRuntime { binary, base });
+                    python_unread |= self.unread_pythons.contains(&m.binary);
                 }
                 // No bias (no segment the mapping begins): no table either,
                 // or its rows would be looked up at the wrong addresses.
@@ -284,6 +291,7 @@ impl Unwinders {
             k.write_python(pid, python.as_ref().map(python::PythonRuntime::entry));
             if let Some(p) = self.processes.get_mut(&pid) {
                 p.entries = entries;
+                p.python_unread = python_unread && python.is_none();
                 p.python = python;
             }
         }
@@ -302,7 +310,10 @@ impl Unwinders {
             Some(file) => match crate::binaries::python::read(&crate::binaries::elf::ElfReader::new(file, Default::default())) {
                 Ok(p) => p.map(Arc::new),
                 Err(e) => {
-                    self.failures.push(format!("{}: no Python frames: {e}", crate::escape::escape(&bin.path)));
+                    self.python_failures.push(format!("{}: no Python frames: {e}", crate::escape::escape(&bin.path)));
+                    if matches!(e, crate::binaries::python::NotRead::Version(_)) {
+                        self.unread_pythons.insert(binary);
+                    }
                     None
                 }
             },
@@ -314,6 +325,12 @@ impl Unwinders {
     /// The CPython interpreter `pid` runs, if it runs one this build reads.
     pub fn python(&self, pid: u32) -> Option<&python::PythonRuntime> {
         self.processes.get(&pid)?.python.as_ref()
+    }
+
+    /// Whether `pid` runs a CPython of a version this build does not read:
+    /// its stacks say so in their root frame.
+    pub fn python_unread(&self, pid: u32) -> bool {
+        self.processes.get(&pid).is_some_and(|p| p.python_unread)
     }
 
     /// Whether `addr` lies in an executable mapping of `pid`.
@@ -393,6 +410,7 @@ impl Unwinders {
     pub fn take_warnings(&mut self) -> Vec<String> {
         let mut warnings: Vec<String> =
             self.failures.drain(..).map(|f| format!("cannot read unwind information of {f}; its frames are walked by frame pointer")).collect();
+        warnings.append(&mut self.python_failures);
         if let Some(k) = self.kernel.as_mut() {
             warnings.extend(k.failures.drain(..).map(|f| format!("no in-kernel unwind table for {f}")));
             warnings.extend(k.take_refusal_warnings());

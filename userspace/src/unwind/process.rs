@@ -46,6 +46,8 @@ pub(super) struct ProcessUnwinder {
     pub(super) exited_ns: Option<u64>,
     /// The CPython interpreter it runs, found when its entry is written.
     pub(super) python: Option<super::python::PythonRuntime>,
+    /// It runs a CPython of a version this build does not read.
+    pub(super) python_unread: bool,
 }
 
 /// How often a process's jitdump is read for new code.
@@ -89,7 +91,7 @@ pub fn is_jitdump(path: &str) -> bool {
 
 impl ProcessUnwinder {
     pub(super) fn new(mappings: Vec<Mapping>) -> ProcessUnwinder {
-        ProcessUnwinder { mappings, unwinder: None, entries: Vec::new(), jitdump: None, jit_modules: Vec::new(), exited_ns: None, python: None }
+        ProcessUnwinder { mappings, unwinder: None, entries: Vec::new(), jitdump: None, jit_modules: Vec::new(), exited_ns: None, python: None, python_unread: false }
     }
 
     /// Read new code from the jitdump, at most every JITDUMP_POLL.
