@@ -47,7 +47,7 @@ struct Args {
     #[arg(long)]
     agent: bool,
     /// Only these workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "long", "agent", "depth"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "long", "agent", "depth"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
@@ -154,8 +154,25 @@ fn main() -> Result<()> {
         Workload { name: "fork", argv: vec![s(bin("fork")?), if quick { "800" } else { "2000" }.into()] },
         Workload { name: "io", argv: vec![s(bin("io")?), s(io_file.clone()), if quick { "10000" } else { "40000" }.into()] },
     ];
+    // Python: the same fixed work (a 10-frame Python chain under every
+    // sample) by Debian's python3, whose frames sysprof reads, and by a copy
+    // under a name it does not take for an interpreter (native frames only).
+    let mut workloads = workloads;
+    match std::fs::canonicalize("/usr/bin/python3") {
+        Ok(python) => {
+            let native = work.join("interp-native");
+            std::fs::copy(&python, &native)?;
+            let script = s(root.join("benches/workloads/py.py"));
+            let rounds = if quick { "12000" } else { "30000" }.to_string();
+            workloads.push(Workload { name: "python", argv: vec![s(python), script.clone(), rounds.clone()] });
+            workloads.push(Workload { name: "python-native", argv: vec![s(native), script, rounds] });
+        }
+        Err(e) => eprintln!("bench: no /usr/bin/python3 ({e}): the python workloads are skipped; install it with `apt-get install python3`"),
+    }
 
-    let sysprof = root.join("target/release/sysprof");
+    // Built beside this program (`cargo xtask bench` builds both), in
+    // whatever target directory cargo was given.
+    let sysprof = std::env::current_exe()?.with_file_name("sysprof");
     // The agent runs its workloads in a loop for a minute each: the cpu
     // workload's fixed work, the switch and fork runs as above.
     // The cpu workload runs as one process for the whole minute (its timed
@@ -181,7 +198,7 @@ fn main() -> Result<()> {
         return Ok(());
     }
     let workloads: Vec<Workload> =
-        workloads.into_iter().filter(|w| only.as_ref().is_none_or(|o| o.iter().any(|n| n == w.name))).collect();
+        workloads.into_iter().filter(|w| only.as_ref().is_none_or(|o| o.iter().any(|n| n == w.name.split('-').next().unwrap_or(w.name)))).collect();
     let perf = find_perf();
     if which("bpftool").is_none() {
         install_with_apt("bpftool");
@@ -657,9 +674,10 @@ fn wait_rusage(child: &mut Child, rss: PeakRss) -> Result<(f64, f64)> {
     Ok((tv(ru.ru_utime) + tv(ru.ru_stime), peak))
 }
 
-/// (name, run_cnt, run_time_ns) of the loaded BPF programs whose names
-/// start with one of `prefixes` (names are cut to 15 characters).
-fn bpf_programs(prefixes: &[&str]) -> Option<Vec<(String, u64, u64)>> {
+/// (name, run_cnt, run_time_ns) of the loaded BPF programs of process
+/// `owner` whose names start with one of `prefixes` (names are cut to 15
+/// characters).
+fn bpf_programs(prefixes: &[&str], owner: u32) -> Option<Vec<(String, u64, u64)>> {
     let out = Command::new("bpftool").args(["prog", "show", "--json"]).output().ok()?;
     let progs: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
     Some(
@@ -668,6 +686,13 @@ fn bpf_programs(prefixes: &[&str]) -> Option<Vec<(String, u64, u64)>> {
             .iter()
             .filter_map(|p| {
                 let name = p["name"].as_str()?;
+                // Only the programs of this run's profiler, where bpftool
+                // says whose they are (another sysprof may be running).
+                if let Some(pids) = p["pids"].as_array() {
+                    if !pids.iter().any(|q| q["pid"].as_u64() == Some(owner as u64)) {
+                        return None;
+                    }
+                }
                 prefixes.iter().any(|pre| name.starts_with(pre)).then(|| {
                     (name.to_string(), p["run_cnt"].as_u64().unwrap_or(0), p["run_time_ns"].as_u64().unwrap_or(0))
                 })
@@ -712,14 +737,25 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
     std::thread::sleep(SETTLE);
     let started = Instant::now();
     let busy0 = busy_ms();
-    let (elapsed_ms, _) = run_workload(w)?;
+    let (elapsed_ms, _) = match run_workload(w) {
+        Ok(r) => r,
+        Err(e) => {
+            // Not left running: a profiler from a failed run would load
+            // every later one (and its BPF programs would be counted).
+            if let Some(mut child) = child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            return Err(e);
+        }
+    };
     let busy1 = busy_ms();
     let window_ms = started.elapsed().as_secs_f64() * 1e3;
     let mut run = Run { elapsed_ms, busy_ms_per_s: (busy1 - busy0) / window_ms * 1000.0, busy_ms: busy1 - busy0, ..Default::default() };
     let Some(mut child) = child.take() else { return Ok(run) };
     if bpf_stats && c.profiler == Profiler::Sysprof {
         // sample_cpu_cloc, on_sched_switch(_raw), on_sched_waking(_raw), on_block_*.
-        if let Some(progs) = bpf_programs(&["sample_cpu", "on_sched", "on_block"]) {
+        if let Some(progs) = bpf_programs(&["sample_cpu", "on_sched", "on_block"], child.id()) {
             run.bpf_ms = Some(progs.iter().map(|p| p.2).sum::<u64>() as f64 / 1e6);
             run.bpf_programs = progs;
         }

@@ -127,13 +127,15 @@ fn measured_share(stdout: &[u8]) -> f64 {
 /// share the script measured over its whole run (it splits its time the
 /// same way throughout), the whole chain in ≥ 98 % of its stacks, and as
 /// many samples as its CPU time while recorded (its schedstat) allows.
+/// And one started once the recording runs (the newest pyenv interpreter,
+/// else Debian's), found from its exec: its split and whole chains too.
 #[test]
 fn python_frames_of_a_process_running_before_the_recording() {
     if !can_record("python_frames_of_a_process_running_before_the_recording") {
         return;
     }
     let dir = scratch("python-before");
-    let mut child = Command::new("/usr/bin/python3").arg(script()).args(["split", "4"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new("/usr/bin/python3").arg(script()).args(["split", "5"]).stdout(Stdio::piped()).spawn().unwrap();
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     stdout.read_line(&mut first).unwrap();
@@ -142,21 +144,33 @@ fn python_frames_of_a_process_running_before_the_recording() {
     let cpu_ns = || std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap().split_whitespace().next().unwrap().parse::<u64>().unwrap();
     let out_path = dir.join("p.json.gz");
     let before = cpu_ns();
-    let out = record(&["-a", "-d", "1.5"], &out_path);
+    let recording = record_started(&["-a", "-d", "4"], &out_path);
+    let before_ms = (cpu_ns() - before) as f64 / 1e6;
+    let later_py = interpreters().pop().expect("Debian's python3 at least");
+    let later = Command::new(&later_py).arg(script()).args(["split", "1"]).output().unwrap();
+    assert!(later.status.success());
+    let out = recording.wait_with_output().unwrap();
     let cpu_ms = (cpu_ns() - before) as f64 / 1e6;
     assert_success(&out);
     let mut rest = Vec::new();
     std::io::Read::read_to_end(&mut stdout, &mut rest).unwrap();
     assert!(child.wait().unwrap().success());
     let expected = measured_share(&rest);
-    let (got, hot, whole) = split_of(&Profile::load(&out_path), pid);
-    eprintln!("python before record -a: share {got:.3} vs {expected:.3} measured, {whole} of {hot} whole; {cpu_ms:.0} ms of CPU while recorded");
+    let profile = Profile::load(&out_path);
+    let (got, hot, whole) = split_of(&profile, pid);
+    eprintln!("python before record -a: share {got:.3} vs {expected:.3} measured, {whole} of {hot} whole; {cpu_ms:.0} ms of CPU from before it started ({before_ms:.0} ms while it attached) to its end");
     // Its CPU time from before the recording began (sysprof loads for a
     // moment) to after it ended bounds its samples from above; at least
-    // 200 in 1.5 s of a busy process, even beside a build.
-    assert!(hot as f64 <= cpu_ms * 1.02 && hot >= 200, "{cpu_ms:.0} ms of CPU while recorded: {hot} samples in its hot functions");
+    // 300 in 4 s of a busy process beside another, even beside a build.
+    assert!(hot as f64 <= cpu_ms * 1.02 && hot >= 300, "{cpu_ms:.0} ms of CPU while recorded: {hot} samples in its hot functions");
     assert!((got - expected).abs() <= 0.03, "share {got:.3} vs {expected:.3}");
     assert!(whole * 100 >= hot * 98, "{whole} of {hot} whole chains");
+    let later_pid = field(&later.stdout, "pid").unwrap();
+    let (later_expected, (later_got, later_hot, later_whole)) = (measured_share(&later.stdout), split_of(&profile, later_pid));
+    eprintln!("python {} started during record -a: share {later_got:.3} vs {later_expected:.3} measured, {later_whole} of {later_hot} whole", later_py.display());
+    assert!(later_hot >= 500, "{}: 1 s of CPU, {later_hot} samples in its hot functions", later_py.display());
+    assert!((later_got - later_expected).abs() <= 0.03, "share {later_got:.3} vs {later_expected:.3}");
+    assert!(later_whole * 100 >= later_hot * 98, "{later_whole} of {later_hot} whole chains");
 }
 
 /// Check that the agent stores Python frames and `show` gives them back:
