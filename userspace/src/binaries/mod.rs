@@ -93,7 +93,12 @@ impl Binaries {
                 Ok(f) => (Some(f), None),
                 Err(e) => (None, Some(format!("cannot copy the vDSO: {e}"))),
             }
-        } else if m.path.starts_with('/') {
+        } else if m.path.starts_with('/') && !m.path.starts_with("//anon") {
+            // (Anonymous memory is "//anon": no file. Opened through
+            // map_files, its range could be a library's by then, mapped
+            // over it since, and every process's JIT code would be walked
+            // with that library's rows: seen with JVMs started after a
+            // recording began.)
             match open_mapped_file(m) {
                 Ok(f) => (Some(f), None),
                 Err(e) => (None, Some(e.to_string())),
