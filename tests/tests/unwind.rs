@@ -622,6 +622,27 @@ exec "$@""#;
     assert!(whole * 100 >= chains.len() * 95, "{whole} of {} whole without tracefs", chains.len());
 }
 
+/// Of JVM `pid`'s on-CPU samples: those in `Hot.hotThree` and in
+/// `Hot.hotOne`, those of them whose stack reaches the thread's root
+/// (`clone3` or `start_thread`) through the launcher's `JavaMain`, and all.
+fn jvm_split(profile: &Profile, pid: u64) -> (usize, usize, usize, usize) {
+    let cats = profile.categories();
+    let (mut three, mut one, mut whole, mut total) = (0usize, 0usize, 0usize, 0usize);
+    for t in profile.process_threads(pid) {
+        for s in t.on_cpu_stacks(&cats) {
+            total += 1;
+            match s.last().map(|(n, _)| n.as_str()) {
+                Some(n) if n.contains("Hot.hotThree") => three += 1,
+                Some(n) if n.contains("Hot.hotOne") => one += 1,
+                _ => continue,
+            }
+            let rooted = s.first().is_some_and(|(n, _)| n.starts_with("clone3") || n.starts_with("start_thread"));
+            whole += usize::from(rooted && s.iter().any(|(n, _)| n == "JavaMain"));
+        }
+    }
+    (three, one, whole, total)
+}
+
 /// Check that a JVM started with no flag gets its compiled methods named:
 /// sysprof asks the running JVM for its perf map (HotSpot's attach, as
 /// `jcmd PID Compiler.perfmap`), and the split of samples between
@@ -629,7 +650,10 @@ exec "$@""#;
 /// program measured around each call (±4 points); the JVM ran to its end
 /// and printed its result (the attach did not stop it, nor print a thread
 /// dump on its output). A JVM with -Xrs runs to its end too; one with
-/// -XX:+DisableAttachMechanism is left alone, and said so.
+/// -XX:+DisableAttachMechanism is left alone, and said so. And that ≥ 90 %
+/// of the stacks in the hot methods reach the thread's root through
+/// `JavaMain` (compiled frames walked by their prologue's frame size), in a
+/// JVM started by `record` and in one running before `record -a`.
 #[test]
 fn jvm_methods_are_named_without_flags() {
     if !can_record("jvm_methods_are_named_without_flags") {
@@ -652,21 +676,28 @@ fn jvm_methods_are_named_without_flags() {
     let expected = three_ns / (three_ns + one_ns);
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
-    let (mut three, mut one, mut total) = (0usize, 0usize, 0usize);
-    for t in profile.process_threads(pid) {
-        for s in t.on_cpu_stacks(&cats) {
-            total += 1;
-            match s.last().map(|(n, _)| n.as_str()) {
-                Some(n) if n.contains("Hot.hotThree") => three += 1,
-                Some(n) if n.contains("Hot.hotOne") => one += 1,
-                _ => {}
-            }
-        }
-    }
+    let (three, one, whole, total) = jvm_split(&profile, pid);
     let got = three as f64 / (three + one).max(1) as f64;
-    eprintln!("jvm: hotThree {three}, hotOne {one} of {total} on-CPU samples: share {got:.3} vs {expected:.3} measured");
+    eprintln!("jvm: hotThree {three}, hotOne {one} of {total} on-CPU samples: share {got:.3} vs {expected:.3} measured; {whole} whole");
     assert!(three + one >= 1000, "2 s of the JVM's CPU in its two methods: {} named samples of {total}", three + one);
     assert!((got - expected).abs() <= 0.04, "share {got:.3} vs {expected:.3} measured");
+    // Stacks go on below the compiled methods (frame sizes from their
+    // prologues) to the thread's root through the launcher's JavaMain.
+    assert!(whole * 100 >= (three + one) * 90, "{whole} of {} stacks in the hot methods reach the thread's root", three + one);
+    // A JVM already running when `record -a` starts: the same.
+    let mut child = std::process::Command::new("java").args(["-cp", dir.to_str().unwrap(), "Hot", "5"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut first).unwrap();
+    let before_pid = field(first.as_bytes(), "pid").expect("the JVM printed its pid");
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let out = record(&["-a", "-d", "2"], &out_path);
+    assert_success(&out);
+    let _ = child.kill();
+    let _ = child.wait();
+    let (three, one, whole, total) = jvm_split(&Profile::load(&out_path), before_pid);
+    eprintln!("jvm running before record -a: hotThree {three}, hotOne {one} of {total} on-CPU samples; {whole} whole");
+    assert!(three + one >= 500 && three > one * 2, "its hot methods named: {three} and {one} of {total}");
+    assert!(whole * 100 >= (three + one) * 90, "{whole} of {} stacks in the hot methods reach the thread's root", three + one);
     // A JVM is signalled only while it handles SIGQUIT (with -Xrs, only
     // once HotSpot installs its handler late; before, the signal would end
     // it): it runs to its end. One that forbids attaching is not asked, and

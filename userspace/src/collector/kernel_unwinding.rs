@@ -31,6 +31,17 @@ impl Collector {
         for w in self.jvms.tick(false) {
             self.warn(w);
         }
+        self.give_jit_frames();
+    }
+
+    /// Hand the JVMs' compiled frames that arrived to the unwinders.
+    pub(super) fn give_jit_frames(&mut self) {
+        let frames = self.jvms.take_frames();
+        if let Some(u) = self.unwinders.as_mut() {
+            for (pid, f) in frames {
+                u.set_jit_frames(pid, f);
+            }
+        }
     }
 
     /// What the in-kernel unwinder refused, per uid, all time.

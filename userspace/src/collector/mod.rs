@@ -307,6 +307,11 @@ impl Collector {
         let node = match s.user {
             UserStack::KernelUnwound(k) => {
                 self.unwind_in_kernel(s.pid, &k);
+                if StackEnd::from_abi(k.end) == StackEnd::NoUnwindInfo {
+                    // In a JVM: most often a method compiled since its last
+                    // answer, whose frame size the kernel lacks.
+                    self.jvms.stack_cut(s.pid);
+                }
                 if StackEnd::from_abi(k.end) == StackEnd::Unreadable && self.is_exiting(s.kstack) {
                     self.recover_unreadable(s.tid, k.leaf);
                 }

@@ -27,6 +27,7 @@
 mod binary;
 pub mod kernel;
 mod process;
+pub mod jvm;
 pub mod python;
 pub mod tables;
 
@@ -106,6 +107,19 @@ impl Unwinders {
         self.process(pid).jitdump = Some((binary, JitdumpTail::default(), std::time::Instant::now()));
     }
 
+    /// The compiled Java methods of JVM `pid` (from its perf map, with the
+    /// frame sizes their prologues set up): the kernel walks its compiled
+    /// frames from these rows instead of stopping at the first.
+    pub fn set_jit_frames(&mut self, pid: u32, frames: jvm::JitFrames) {
+        let Some(p) = self.processes.get_mut(&pid).filter(|p| p.exited_ns.is_none()) else { return };
+        p.jit_base = (!frames.rows.is_empty()).then_some(frames.base);
+        if let Some(k) = self.kernel.as_mut() {
+            k.stats.jit_methods = frames.methods as u64;
+            k.put_jit_table(pid, kernel::process_uid(pid), frames.rows);
+            k.dirty.insert(pid);
+        }
+    }
+
     /// Add the binaries the unwinders hold to `live`.
     pub fn live_binaries(&self, live: &mut rustc_hash::FxHashSet<BinaryIndex>) {
         for p in self.processes.values() {
@@ -153,6 +167,7 @@ impl Unwinders {
         p.jitdump = None;
         p.jit_modules.clear();
         p.python = None;
+        p.jit_base = None;
         p.exited_ns = None;
         if let Some(k) = self.kernel.as_mut() {
             // The kernel dropped its entry at the exec, and its uid may have
@@ -230,7 +245,8 @@ impl Unwinders {
         if !ready.is_empty() {
             let ready: rustc_hash::FxHashSet<BinaryIndex> = ready.into_iter().collect();
             for (&pid, p) in &self.processes {
-                if p.exited_ns.is_none() && p.mappings.iter().any(|m| ready.contains(&m.binary)) {
+                let jit = p.jit_base.is_some() && ready.contains(&kernel::jit_table_index(pid));
+                if p.exited_ns.is_none() && (jit || p.mappings.iter().any(|m| ready.contains(&m.binary))) {
                     k.dirty.insert(pid);
                 }
             }
@@ -247,6 +263,7 @@ impl Unwinders {
             let mut python = None;
             let mut python_unread = false;
             let mappings = p.mappings.clone();
+            let jit_base = p.jit_base;
             // JIT code with a jitdump: its tables are in the jitdump, which
             // only userspace reads; the kernel hands those stacks over.
             let jit_tables = p.jitdump.is_some();
@@ -280,6 +297,14 @@ impl Unwinders {
                 if let (Some(base), None) = (bias, &python) {
                     python = self.python_binary(binaries, m.binary).map(|binary| python::PythonRuntime { binary, base });
                     python_unread |= self.unread_pythons.contains(&m.binary);
+                }
+                // Anonymous code of a JVM whose compiled methods have rows:
+                // those, relative to its lowest method (the code cache's
+                // mapping begins below it, with stubs: addresses below the
+                // base, or 4 GiB above, find no row, as in code without CFI).
+                if let Some(base) = jit_base.filter(|&b| bias.is_none() && m.end > b && m.start < b.saturating_add(1 << 32)) {
+                    entry.push((m.start, m.end, base, kernel::jit_table_index(pid), false, true));
+                    continue;
                 }
                 // No bias (no segment the mapping begins): no table either,
                 // or its rows would be looked up at the wrong addresses.

@@ -20,7 +20,7 @@ pub(super) struct Entry {
 
 /// The real uid of `pid` (its user, whatever it exec'd or made itself
 /// non-dumpable), or `u32::MAX` if it is gone.
-fn process_uid(pid: u32) -> u32 {
+pub(in crate::unwind) fn process_uid(pid: u32) -> u32 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
@@ -172,6 +172,7 @@ impl KernelTables {
     }
 
     pub(in crate::unwind) fn remove_process(&mut self, pid: u32) {
+        self.forget(super::rows::jit_table_index(pid));
         let _ = self.maps.processes.remove(&pid);
         let _ = self.maps.python.remove(&pid);
         self.uncharge(pid);

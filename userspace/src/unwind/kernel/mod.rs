@@ -48,6 +48,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::binaries::{Binary, BinaryIndex};
 use crate::bpf::abi::UNWIND_ENDS;
 use entries::Entry;
+pub(in crate::unwind) use entries::process_uid;
+pub(in crate::unwind) use rows::jit_table_index;
 use rows::{compile_table, table_max_rows, Compiled, TableError, TableRequest, TableState};
 
 /// Entries of the process map unless told otherwise (8 KiB each, allocated
@@ -85,6 +87,10 @@ pub struct KernelTableStats {
     /// CPython process entries the kernel refused (`python_procs` full).
     #[serde(default)]
     pub python_write_failures: u64,
+    /// Compiled Java methods in the last JVM table written (frame sizes from
+    /// their prologues: `unwind::jvm`).
+    #[serde(default)]
+    pub jit_methods: u64,
     /// Process entries the kernel refused (its map full).
     pub process_write_failures: u64,
     /// Processes refused an entry (their uid held its share, or the map was
@@ -106,7 +112,7 @@ impl KernelTableStats {
             ["root", "no_process", "pending", "bad_address", "unsupported", "read_failed", "no_info", "max_frames", "userspace", "refused"];
         let ends: Vec<String> = NAMES.iter().zip(self.ends).map(|(n, c)| format!("{n}={c}")).collect();
         format!(
-            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak) compile_ms={:.1} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} python_write_failures={} walks: {} recovered_from_switch={}",
+            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak) compile_ms={:.1} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} python_write_failures={} jit_methods={} walks: {} recovered_from_switch={}",
             self.tables,
             self.rows_in_use,
             self.rows_peak,
@@ -122,6 +128,7 @@ impl KernelTableStats {
             self.process_evictions,
             self.mappings_cut,
             self.python_write_failures,
+            self.jit_methods,
             ends.join(" "),
             self.recovered_from_switch
         )

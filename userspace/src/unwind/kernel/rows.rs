@@ -54,6 +54,12 @@ pub(super) struct Compiled {
     pub(super) ns: u64,
 }
 
+/// The table index of `pid`'s JIT code (`put_jit_table`): tables are kept
+/// by binary index, and binaries are numbered from 0, far below this bit.
+pub(in crate::unwind) fn jit_table_index(pid: u32) -> BinaryIndex {
+    0x8000_0000 | pid
+}
+
 /// Most rows one table may take: a quarter of the array.
 pub(super) fn table_max_rows(capacity: usize) -> usize {
     (capacity / 4).max(1)
@@ -312,6 +318,18 @@ impl KernelTables {
             len += next_len;
         }
         self.free.insert(start, len);
+    }
+
+    /// Put `rows` (JIT code's, made here: [`crate::unwind::jvm`]) in as
+    /// `pid`'s JIT table, charged to `owner` like a file's, in place of the
+    /// one it had; empty rows just free it.
+    pub(in crate::unwind) fn put_jit_table(&mut self, pid: u32, owner: u32, rows: Vec<crate::unwind::tables::Row>) {
+        let binary = jit_table_index(pid);
+        self.forget(binary);
+        self.owners.insert(binary, owner);
+        self.serial += 1;
+        self.tables.insert(binary, TableState::Pending(self.serial));
+        self.place(Compiled { binary, path: format!("compiled Java code of pid {pid}"), serial: self.serial, result: Ok(rows), ns: 0 });
     }
 
     /// `binary` is gone from every process: free its rows.
