@@ -1,6 +1,8 @@
 //! `cargo xtask bench`: sysprof side by side with `perf record` and samply.
 //!
-//! In: the workloads in `benches/workloads/*.c` (built here with gcc), the
+//! In: the workloads in `benches/workloads/*.c` (built here with gcc),
+//! `py.py` (by Debian's python3, and by a copy sysprof does not take for an
+//! interpreter) and `Work.java` (built here with javac), the
 //! profilers (sysprof from this workspace; perf and samply found on PATH or
 //! installed). Out: one table on stdout and `target/bench/results.{md,json}`.
 //! Every figure is a median over alternating runs (A B C … A B C …) with min
@@ -47,7 +49,7 @@ struct Args {
     #[arg(long)]
     agent: bool,
     /// Only these workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "long", "agent", "depth"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "java", "long", "agent", "depth"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
@@ -168,6 +170,17 @@ fn main() -> Result<()> {
             workloads.push(Workload { name: "python-native", argv: vec![s(native), script, rounds] });
         }
         Err(e) => eprintln!("bench: no /usr/bin/python3 ({e}): the python workloads are skipped; install it with `apt-get install python3`"),
+    }
+    // A JVM (no flags): fixed work in compiled Java code, for the JVM's
+    // slowdown and the BPF time per sample in it (sysprof also asks it for
+    // its perf map while it runs).
+    let javac = Command::new("javac").arg("-d").arg(&work).arg(root.join("benches/workloads/Work.java")).status();
+    match javac {
+        Ok(st) if st.success() => {
+            let rounds = if quick { "8000" } else { "20000" }.to_string();
+            workloads.push(Workload { name: "java", argv: vec!["java".into(), "-cp".into(), s(work.clone()), "Work".into(), rounds] });
+        }
+        _ => eprintln!("bench: javac failed or is missing: the java workload is skipped; install it with `apt-get install default-jdk-headless`"),
     }
 
     // Built beside this program (`cargo xtask bench` builds both), in
