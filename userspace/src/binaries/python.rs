@@ -178,21 +178,15 @@ pub fn may_be_python(file_name: &str) -> bool {
 }
 
 /// Why a CPython interpreter's frames are not read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotRead {
     /// A version this build has no layout for: its stacks say so in their
     /// root frame.
+    #[error("{0}")]
     Version(String),
     /// A file that claims to be one but lacks what the walk needs.
+    #[error("{0}")]
     Damaged(String),
-}
-
-impl std::fmt::Display for NotRead {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NotRead::Version(why) | NotRead::Damaged(why) => f.write_str(why),
-        }
-    }
 }
 
 impl From<&str> for NotRead {

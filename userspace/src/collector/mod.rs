@@ -263,8 +263,6 @@ impl Collector {
         push_cut(&mut self.unwound, end);
     }
 
-    /// Intern a raw stack: `pid` root, then the user frames (leaf first in
-    /// `user`, stored outermost first), then the kernel frames (leaf first).
     /// End the unwound user stack of `pid` with a root frame saying its
     /// Python frames were not read, when it runs a CPython of a version this
     /// build does not read (a warning says which): the stack then does not
@@ -275,6 +273,8 @@ impl Collector {
         }
     }
 
+    /// Intern a raw stack: `pid` root, then the user frames (leaf first in
+    /// `user`, stored outermost first), then the kernel frames (leaf first).
     fn intern_raw(raw: &mut StackTree, pid: u32, user: &[u64], kernel: &[u64]) -> NodeIndex {
         let mut node = raw.child(NO_PARENT, pid as u64);
         for &addr in user.iter().rev() {
@@ -307,12 +307,13 @@ impl Collector {
         let node = match s.user {
             UserStack::KernelUnwound(k) => {
                 self.unwind_in_kernel(s.pid, &k);
-                if StackEnd::from_abi(k.end) == StackEnd::NoUnwindInfo {
+                let end = StackEnd::from_abi(k.end);
+                if end == StackEnd::NoUnwindInfo {
                     // In a JVM: most often a method compiled since its last
                     // answer, whose frame size the kernel lacks.
                     self.jvms.stack_cut(s.pid);
                 }
-                if StackEnd::from_abi(k.end) == StackEnd::Unreadable && self.is_exiting(s.kstack) {
+                if end == StackEnd::Unreadable && self.is_exiting(s.kstack) {
                     self.recover_unreadable(s.tid, k.leaf);
                 }
                 match self.unwinders.as_ref().and_then(|u| u.python(s.pid)).filter(|_| !k.python.is_empty()) {
