@@ -675,7 +675,6 @@ fn jvm_methods_are_named_without_flags() {
     let (three_ns, one_ns) = (field(&out.stdout, "three_ns").expect("the JVM ran to its end") as f64, field(&out.stdout, "one_ns").unwrap() as f64);
     let expected = three_ns / (three_ns + one_ns);
     let profile = Profile::load(&out_path);
-    let cats = profile.categories();
     let (three, one, whole, total) = jvm_split(&profile, pid);
     let got = three as f64 / (three + one).max(1) as f64;
     eprintln!("jvm: hotThree {three}, hotOne {one} of {total} on-CPU samples: share {got:.3} vs {expected:.3} measured; {whole} whole");

@@ -1,4 +1,4 @@
-//! `sysprof record`: one capture session, one window, one profile file.
+//! `sysprof record`: one capture session, one profile file.
 //!
 //! In: [`RecordArgs`]. Out: the profile at `-o`, a one-line summary (and a
 //! second line only when something was lost). The output is created first
@@ -6,6 +6,13 @@
 //! Ctrl-C, SIGTERM, `-d`, the end of the command and the end of every `-p`
 //! target all stop recording the same way: drain what is buffered, detach,
 //! then finish the window and write it.
+//!
+//! A recording that holds more than [`RECORD_WINDOW_RECORDS`] records is
+//! cut into windows as the agent's is: each is finished (replayed,
+//! symbolicated: columns and names) when full, what ended in it forgotten,
+//! and the windows are merged at the end ([`crate::model::merge`], as
+//! `show` merges the agent's). Memory then follows what the profile holds,
+//! not every raw record since the start.
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -27,6 +34,14 @@ use crate::sampling::{BadFlag, CallGraph};
 /// Off-CPU intervals shorter than this are folded in the kernel (summed per
 /// reason, no stack): bounds the event rate on switch-heavy machines.
 const OFF_CPU_EMIT_NS: u64 = 100_000;
+
+/// Records (samples, sideband events, off-CPU intervals, requests) a
+/// recording's window holds before it is finished and a new one begun: each
+/// takes ~500 bytes until finished (measured: `record -a` beside a fork
+/// loop grew 3 MB/s, 263 MB in 60 s, all of it one window), several times
+/// what the finished window keeps of it. A few seconds of a busy machine;
+/// short recordings stay one window.
+const RECORD_WINDOW_RECORDS: usize = 100_000;
 
 /// How `record` ended.
 #[derive(Debug)]
@@ -186,11 +201,28 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
         }
     };
     let show_status = !args.quiet && std::io::stderr().is_terminal();
-    let stop = session
-        .run(&mut collector, until, show_status.then_some(Duration::from_millis(250)), |samples, lost| {
-            eprint!("\r\x1b[Ksysprof: recording {:.1} s, {samples} samples, {lost} lost", started.elapsed().as_secs_f64());
-        })
-        .await?;
+    let interval_ms = 1000.0 / args.frequency as f64;
+    let (start_ns, start_wall_ms) = (session.start_ns, session.start_wall_ms);
+    let wall_of = |ns: u64| start_wall_ms + (ns - start_ns) as f64 / 1e6;
+    tokio::pin!(until);
+    let mut windows: Vec<Recording> = Vec::new();
+    let mut window_start_ns = start_ns;
+    let stop = loop {
+        let ended = session
+            .run_bounded(&mut collector, &mut until, RECORD_WINDOW_RECORDS, show_status.then_some(Duration::from_millis(250)), |samples, lost| {
+                eprint!("\r\x1b[Ksysprof: recording {:.1} s, {samples} samples, {lost} lost", started.elapsed().as_secs_f64());
+            })
+            .await?;
+        if let Some(stop) = ended {
+            break stop;
+        }
+        // The window is full: finished now (what ended after the cut is
+        // carried into the next), the recording goes on.
+        let end_ns = session.cut(&mut collector);
+        let range = WindowRange { start_ns: window_start_ns, end_ns, start_wall_ms: wall_of(window_start_ns), interval_ms, continuous: true };
+        windows.push(collector.finish_window(range));
+        window_start_ns = end_ns;
+    };
     let stopped = Instant::now();
     // Recording is over: from now on Ctrl-C or SIGTERM end sysprof at once
     // (nothing half-written stays behind), whatever it is doing.
@@ -199,12 +231,13 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
         eprint!("\r\x1b[K");
     }
     let timing = Timing::new();
-    let (start_ns, start_wall_ms) = (session.start_ns, session.start_wall_ms);
     let end_ns = session.stop(&mut collector);
     timing.mark("drain and detach");
-    let range = WindowRange { start_ns, end_ns, start_wall_ms, interval_ms: 1000.0 / args.frequency as f64, continuous: false };
-    let recording = collector.finish_window(range);
+    let range = WindowRange { start_ns: window_start_ns, end_ns, start_wall_ms: wall_of(window_start_ns), interval_ms, continuous: false };
+    windows.push(collector.finish_window(range));
     timing.mark("replay, resolve and symbolicate");
+    let recording = crate::model::merge::merge(windows);
+    timing.mark("merge the windows");
     if args.verbose {
         if let Some(k) = collector.kernel_table_stats() {
             eprintln!("sysprof: {}", crate::escape::escape(&k.line()));

@@ -277,25 +277,11 @@ impl CaptureSession {
         self.sampler.as_ref().map(|s| s.drops().ring_full).unwrap_or(0)
     }
 
-    /// Drain the rings into `collector` until `until` completes; `status`
-    /// is called every `status_every` (if given) with the samples so far.
-    pub async fn run<T>(
-        &mut self,
-        collector: &mut Collector,
-        until: impl Future<Output = T>,
-        status_every: Option<Duration>,
-        status: impl FnMut(u64, u64),
-    ) -> Result<T, RecordError> {
-        match self.run_bounded(collector, until, usize::MAX, status_every, status).await? {
-            Some(out) => Ok(out),
-            None => unreachable!("no bound on what the window holds"),
-        }
-    }
-
-    /// As [`CaptureSession::run`], but also return (with None) as soon as
-    /// the collector's window holds `max_records` records: the agent then
-    /// ends its window early, so a fork storm cannot make one window, and
-    /// the memory it takes, grow without bound.
+    /// Drain the rings into `collector` until `until` completes (its
+    /// output), or until the collector's window holds `max_records` records
+    /// (None): the window is then ended early, so a fork storm cannot make
+    /// one window, and the memory it takes, grow without bound. `status` is
+    /// called every `status_every` (if given) with the samples so far.
     pub async fn run_bounded<T>(
         &mut self,
         collector: &mut Collector,

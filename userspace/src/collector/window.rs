@@ -101,8 +101,10 @@ impl Collector {
         // what predates its first: the tracer and the sideband attach a
         // moment before it, and `show` drew the samples, requests and exits
         // of processes gone by then at negative times (down to -133 ms).
+        // A recording's last window (not continuous) also takes what the
+        // windows before it carried over: its floor is the first's start.
         let floor = *self.first_start_ns.get_or_insert(range.start_ns);
-        let inside = |t: u64| t <= range.end_ns && t >= if range.continuous { floor } else { range.start_ns };
+        let inside = |t: u64| t <= range.end_ns && t >= floor;
         let mut order: Vec<(u64, u8, u32)> = Vec::with_capacity(w.samples.time_ns.len() + w.off_cpu.len() + w.io.len() + w.folded.len());
         order.extend(w.samples.time_ns.iter().enumerate().filter(|(_, &t)| inside(t)).map(|(i, &t)| (t, ORDER_SAMPLE, i as u32)));
         // A recording's intervals are clipped to its range (one still open
@@ -112,7 +114,7 @@ impl Collector {
             if !range.continuous {
                 o.end_ns = o.end_ns.min(range.end_ns);
             }
-            o.start_ns = o.start_ns.max(if range.continuous { floor } else { range.start_ns });
+            o.start_ns = o.start_ns.max(floor);
         }
         order.extend(w.off_cpu.iter().enumerate().filter(|(_, o)| o.start_ns < o.end_ns).map(|(i, o)| (o.start_ns, ORDER_OFF_CPU, i as u32)));
         order.extend(w.io.iter().enumerate().filter(|(_, e)| inside(e.done_ns) && inside(e.start_ns)).map(|(i, e)| (e.start_ns, ORDER_IO, i as u32)));
