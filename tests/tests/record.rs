@@ -418,3 +418,69 @@ fn all_cpus_are_sampled_at_full_rate_from_the_start() {
         assert!((n as f64 - e).abs() <= e * 0.1 + 2.0, "slice {i} ({}-{} ms): {n} samples, its CPU time gives {e:.0}: {counts:?} vs {expected:.0?}", i * 250, i * 250 + 250);
     }
 }
+
+/// Check that a recording cut into many windows (a hidden option shrinks
+/// them to 400 records; long or busy recordings are cut at 100,000) is the
+/// recording of one: the splitter's 3:1 split, one splitter thread whose
+/// threadCPUDelta sum is its own CPU clock (no sample lost or counted twice
+/// at a cut), and a sleeper's off-CPU time within 5 % of its own clock, one
+/// marker per 25-ms sleep, none cut in two where a window ended.
+#[test]
+fn a_recording_cut_into_windows_is_one_recording() {
+    if !can_record("a_recording_cut_into_windows_is_one_recording") {
+        return;
+    }
+    let dir = scratch("windows");
+    let split = build_c("split", &dir.join("split"), &[]);
+    let sleeper = build_c("sleeper", &dir.join("sleeper"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let windows = |out: &std::process::Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        stderr.lines().find_map(|l| l.strip_prefix("sysprof: ")?.split_once(" windows of at most")?.0.parse::<u32>().ok()).unwrap_or(1)
+    };
+
+    let out = record(&["--window-records", "400", "--", split.to_str().unwrap(), "2.0"], &out_path);
+    assert_success(&out);
+    let n = windows(&out);
+    assert!(n >= 4, "2 s at 999 Hz in windows of 400 records: {n} windows");
+    let pid = field(&out.stdout, "pid").expect("the workload printed its pid");
+    let cpu_ns = field(&out.stdout, "cpu_ns").expect("the workload printed its CPU time");
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let splitters: Vec<_> = profile.process_threads(pid).into_iter().filter(|t| t.name() == "splitter").collect();
+    assert_eq!(splitters.len(), 1, "one splitter thread over {n} windows");
+    let t = &splitters[0];
+    let (mut three, mut one) = (0usize, 0usize);
+    for s in t.on_cpu_stacks(&cats) {
+        let n = names(&s);
+        three += usize::from(n.contains(&"hot_three"));
+        one += usize::from(n.contains(&"hot_one"));
+    }
+    let ratio = three as f64 / one.max(1) as f64;
+    let delta_ns = t.cpu_delta_us() as f64 * 1000.0;
+    let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
+    eprintln!("windows: {n}; hot_three {three}, hot_one {one}, ratio {ratio:.2}; threadCPUDelta {:.1} ms vs its clock {:.1} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
+    assert!(three + one >= 1500, "2 s of CPU at 999 Hz: {} samples in the hot functions", three + one);
+    assert!((2.85..=3.15).contains(&ratio), "ratio {ratio:.2} is not 3 ± 5%");
+    assert!((-5.0..=10.0).contains(&behind_ms), "threadCPUDelta sum {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind");
+
+    let out = record(&["--window-records", "40", "--", sleeper.to_str().unwrap(), "40"], &out_path);
+    assert_success(&out);
+    let n = windows(&out);
+    assert!(n >= 4, "40 sleeps in windows of 40 records: {n} windows");
+    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let slept_ns = field(&out.stdout, "slept_ns").unwrap() as f64;
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let t = profile.thread(pid, tid).expect("the sleeper thread");
+    let off_ms: f64 = t.stacks(&cats).iter().zip(t.weights()).filter(|(s, _)| s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU"))).map(|(_, w)| w).sum();
+    let err = (off_ms * 1e6 - slept_ns).abs() / slept_ns;
+    let markers: Vec<_> = t.markers().into_iter().filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping").collect();
+    eprintln!("windows: {n}; sleeper off-CPU {off_ms:.1} ms vs slept {:.1} ms; {} sleeping markers", slept_ns / 1e6, markers.len());
+    assert!(err <= 0.05, "off-CPU time off by {:.1}% over {n} windows", err * 100.0);
+    assert!((38..=42).contains(&markers.len()), "one marker per 25 ms sleep over {n} windows: {}", markers.len());
+    for (_, d) in &markers {
+        let len = d["endTime"].as_f64().unwrap() - d["startTime"].as_f64().unwrap();
+        assert!((24.0..40.0).contains(&len), "a marker lasts about 25 ms, none cut at a window's end: {len}");
+    }
+}

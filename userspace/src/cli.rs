@@ -125,6 +125,10 @@ pub struct RecordArgs {
     /// it cheaply).
     #[arg(long = "unwind-processes", default_value_t = crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES, hide = true)]
     pub unwind_processes: u32,
+    /// Records a window holds before it is finished and the next begun
+    /// (tests shrink it to cut a short recording into many windows).
+    #[arg(long = "window-records", default_value_t = crate::record::RECORD_WINDOW_RECORDS, hide = true)]
+    pub window_records: usize,
     /// Do not trace context switches (off-CPU time, wakers, run-queue delay).
     #[arg(long = "no-off-cpu")]
     pub no_off_cpu: bool,

@@ -41,7 +41,7 @@ const OFF_CPU_EMIT_NS: u64 = 100_000;
 /// loop grew 3 MB/s, 263 MB in 60 s, all of it one window), several times
 /// what the finished window keeps of it. A few seconds of a busy machine;
 /// short recordings stay one window.
-const RECORD_WINDOW_RECORDS: usize = 100_000;
+pub const RECORD_WINDOW_RECORDS: usize = 100_000;
 
 /// How `record` ended.
 #[derive(Debug)]
@@ -209,7 +209,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let mut window_start_ns = start_ns;
     let stop = loop {
         let ended = session
-            .run_bounded(&mut collector, &mut until, RECORD_WINDOW_RECORDS, show_status.then_some(Duration::from_millis(250)), |samples, lost| {
+            .run_bounded(&mut collector, &mut until, args.window_records.max(1), show_status.then_some(Duration::from_millis(250)), |samples, lost| {
                 eprint!("\r\x1b[Ksysprof: recording {:.1} s, {samples} samples, {lost} lost", started.elapsed().as_secs_f64());
             })
             .await?;
@@ -222,6 +222,8 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
         let range = WindowRange { start_ns: window_start_ns, end_ns, start_wall_ms: wall_of(window_start_ns), interval_ms, continuous: true };
         windows.push(collector.finish_window(range));
         window_start_ns = end_ns;
+        // What the window's raw records took goes back to the kernel.
+        crate::sys::process::release_freed_memory();
     };
     let stopped = Instant::now();
     // Recording is over: from now on Ctrl-C or SIGTERM end sysprof at once
@@ -236,8 +238,12 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let range = WindowRange { start_ns: window_start_ns, end_ns, start_wall_ms: wall_of(window_start_ns), interval_ms, continuous: false };
     windows.push(collector.finish_window(range));
     timing.mark("replay, resolve and symbolicate");
+    let window_count = windows.len();
     let recording = crate::model::merge::merge(windows);
     timing.mark("merge the windows");
+    if args.verbose && window_count > 1 {
+        eprintln!("sysprof: {window_count} windows of at most {} records, merged", args.window_records);
+    }
     if args.verbose {
         if let Some(k) = collector.kernel_table_stats() {
             eprintln!("sysprof: {}", crate::escape::escape(&k.line()));
