@@ -22,6 +22,7 @@
 
 mod agent;
 mod depth;
+mod length;
 mod micro;
 
 use std::collections::BTreeMap;
@@ -49,7 +50,7 @@ struct Args {
     #[arg(long)]
     agent: bool,
     /// Only these workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "java", "long", "agent", "depth"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "java", "long", "agent", "depth", "length"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
@@ -402,11 +403,17 @@ fn main() -> Result<()> {
     } else {
         (String::new(), json!(null), (f64::NAN, f64::NAN, f64::NAN))
     };
+    let (length_md, length_json) = if only.as_ref().is_none_or(|o| o.iter().any(|n| n == "length")) {
+        length::section(&sysprof, perf.as_deref(), &work, quick)
+    } else {
+        (String::new(), json!(null))
+    };
+    md += &length_md;
     // The offline stage runs last: a large bench process would otherwise
     // hand its peak RSS to every profiler it spawns (ru_maxrss survives exec).
     let (micro_md, micro) = micro_section(quick);
     let goals_md = goals(&medians, &micro) + &agent_goals(agent_g);
-    let results = json!({ "micro": micro, "workloads": rows, "long_recording": long_rows, "agent": agent_json, "depth": depth_json });
+    let results = json!({ "micro": micro, "workloads": rows, "long_recording": long_rows, "agent": agent_json, "depth": depth_json, "length": length_json });
     let md = goals_md + &micro_md + &md + &depth_md + &agent_md + &bpf_md;
     println!("{md}");
     std::fs::write(out_dir.join("results.md"), &md)?;
