@@ -10,7 +10,7 @@
 //! pprof cannot) and off-CPU time (`off_cpu`/`nanoseconds`, one value and
 //! timestamp per interval). Sample attributes: `thread.name`, `thread.id`,
 //! `cpu.logical_number`; each location's `profile.frame.type` (`native`,
-//! `kernel`, `cpython`). One dictionary for the whole request, deduplicated
+//! `kernel`, `cpython`, and for JIT code `jvm` or `v8js` by its process). One dictionary for the whole request, deduplicated
 //! (index 0 of every table is its zero value, as the protocol requires).
 //! The messages and the client are the `opentelemetry-proto` crate's.
 
@@ -87,7 +87,9 @@ impl Dictionary {
         i
     }
 
-    fn location(&mut self, rec: &Recording, f: u32) -> i32 {
+    /// `jit`: the frame type of JIT code in the process the stack is of
+    /// (see [`jit_frame_type`]).
+    fn location(&mut self, rec: &Recording, f: u32, jit: Option<&'static str>) -> i32 {
         if let Some(&i) = self.locations.get(&f) {
             return i;
         }
@@ -137,6 +139,8 @@ impl Dictionary {
             Some("kernel")
         } else if frame.is_interpreted() {
             Some("cpython")
+        } else if let Some(kind) = jit.filter(|_| rec.libs.get(frame.lib as usize).is_some_and(|l| l.name.starts_with("JIT ("))) {
+            Some(kind)
         } else {
             Some("native")
         };
@@ -146,12 +150,13 @@ impl Dictionary {
         i
     }
 
-    /// The stack of node `node`, leaf first.
-    fn stack(&mut self, rec: &Recording, node: u32) -> i32 {
+    /// The stack of node `node`, leaf first, of a process whose JIT code
+    /// is of frame type `jit`.
+    fn stack(&mut self, rec: &Recording, node: u32, jit: Option<&'static str>) -> i32 {
         let mut locs = Vec::new();
         let mut n = node;
         while n != NO_PARENT {
-            locs.push(self.location(rec, rec.stacks.key(n) as u32));
+            locs.push(self.location(rec, rec.stacks.key(n) as u32, jit));
             n = rec.stacks.parent(n);
         }
         if let Some(&i) = self.stacks.get(&locs) {
@@ -161,6 +166,20 @@ impl Dictionary {
         self.d.stack_table.push(pb::Stack { location_indices: locs.clone() });
         self.stacks.insert(locs, i);
         i
+    }
+}
+
+/// The frame type of a process's JIT code (its perf map's or jitdump's
+/// frames, and `[JIT] …` regions), as the OTel semantic conventions name
+/// it: `jvm` for a JVM (HotSpot's compiled methods, interpreter and stubs),
+/// `v8js` for node; None (native) for any other JIT. A JIT library belongs
+/// to one process, so its frames are typed by that process.
+fn jit_frame_type(p: &ProcessRecord) -> Option<&'static str> {
+    let exe = p.exe.as_deref().and_then(|e| e.rsplit('/').next()).unwrap_or(&p.name);
+    match exe {
+        "java" => Some("jvm"),
+        "node" | "nodejs" => Some("v8js"),
+        _ => None,
     }
 }
 
@@ -230,18 +249,19 @@ pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
         // fixed-size key so grouping allocates nothing per sample.
         let mut on: FxHashMap<SampleKey, Vec<u64>> = FxHashMap::default();
         let mut off: FxHashMap<SampleKey, OffCpuValues> = FxHashMap::default();
+        let jit = jit_frame_type(p);
         for t in &p.threads {
             let tname = dict.attribute("thread.name", AttrValue::Str(t.name.clone()));
             let tid = dict.attribute("thread.id", AttrValue::Int(t.tid as i64));
             let s = &t.samples;
             for i in 0..s.time_ns.len() {
-                let stack = dict.stack(rec, s.stack[i]);
+                let stack = dict.stack(rec, s.stack[i], jit);
                 let cpu = s.cpu.get(i).map_or(NO_ATTRIBUTE, |&cpu| dict.attribute("cpu.logical_number", AttrValue::Int(cpu as i64)));
                 on.entry((stack, [tname, tid, cpu])).or_default().push(wall_ns(rec, s.time_ns[i]));
             }
             let o = &t.off_cpu;
             for i in 0..o.time_ns.len() {
-                let stack = dict.stack(rec, o.stack[i]);
+                let stack = dict.stack(rec, o.stack[i], jit);
                 let e = off.entry((stack, [tname, tid, NO_ATTRIBUTE])).or_default();
                 e.0.push(wall_ns(rec, o.time_ns[i]));
                 e.1.push(o.duration_ns[i] as i64);
@@ -396,6 +416,7 @@ impl super::Exporter for OtlpClient {
 mod tests {
     use super::*;
     use crate::store::segment::tests::sample_recording;
+    use crate::model::recording::{FrameRecord, LibRecord};
 
     fn labels() -> Labels {
         Labels { host_name: "h".into() }
@@ -457,5 +478,27 @@ mod tests {
             l.attribute_indices.iter().map(|&i| &d.attribute_table[i as usize]).find(|a| d.string_table[a.key_strindex as usize] == "profile.frame.type").map(|a| format!("{:?}", a.value))
         };
         assert!(kind(mapped).is_some_and(|v| v.contains("native")), "{:?}", kind(mapped));
+    }
+
+    /// Check that JIT frames are typed by the runtime of the process they
+    /// are in: a JVM's `jvm`, node's `v8js`, any other's `native`; and that
+    /// a JVM's library frames stay `native`.
+    #[test]
+    fn jit_frames_are_typed_by_their_runtime() {
+        for (exe, expected) in [("/usr/lib/jvm/java-17-openjdk-amd64/bin/java", "jvm"), ("/usr/bin/node", "v8js"), ("/usr/bin/luajit", "native")] {
+            let mut rec = sample_recording(5_000_000_000);
+            rec.processes[0].exe = Some(exe.into());
+            rec.libs.push(LibRecord { path: "/tmp/perf-7.map".into(), name: "JIT (perf-7.map)".into(), build_id: None });
+            rec.frames.push(FrameRecord { lib: 1, address: 0x7f00_0000_1000, kernel: false, symbols: Default::default(), pseudo: false });
+            let leaf = rec.stacks.child(rec.processes[0].threads[0].samples.stack[1], 2);
+            rec.processes[0].threads[0].samples.stack[2] = leaf;
+            let d = build(&rec, &labels()).dictionary.unwrap();
+            let kind = |address: u64| {
+                let l = d.location_table.iter().find(|l| l.address == address).expect("a location at the address");
+                l.attribute_indices.iter().map(|&i| &d.attribute_table[i as usize]).find(|a| d.string_table[a.key_strindex as usize] == "profile.frame.type").map(|a| format!("{:?}", a.value)).unwrap_or_default()
+            };
+            assert!(kind(0x7f00_0000_1000).contains(&format!("\"{expected}\"")), "{exe}: {}", kind(0x7f00_0000_1000));
+            assert!(kind(0x1234).contains("\"native\""), "{exe}: a library's frame: {}", kind(0x1234));
+        }
     }
 }
