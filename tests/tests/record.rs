@@ -484,3 +484,50 @@ fn a_recording_cut_into_windows_is_one_recording() {
         assert!((24.0..40.0).contains(&len), "a marker lasts about 25 ms, none cut at a window's end: {len}");
     }
 }
+
+/// Check that nothing is lost at default settings with both CPUs busy and
+/// 50 new processes a second: no sample, off-CPU or I/O record, stack,
+/// process event or tracepoint run lost (the stats line's counters the
+/// summary's loss line is made of), both CPUs sampled at the full rate
+/// (≥ 90 % of 2 × 5 s × 999 Hz), and the new processes all there.
+#[test]
+fn nothing_is_lost_at_defaults_on_a_busy_machine() {
+    if !can_record("nothing_is_lost_at_defaults_on_a_busy_machine") {
+        return;
+    }
+    let dir = scratch("no-loss");
+    let out_path = dir.join("p.json.gz");
+    let count_path = dir.join("spawned");
+    // One line appended per process spawned (an append is never seen half done).
+    let spawner_script = format!("while :; do /bin/true; echo >> {}; sleep 0.02; done", count_path.display());
+    let mut load: Vec<std::process::Child> = ["while :; do :; done", "while :; do :; done", spawner_script.as_str()]
+        .iter()
+        .map(|s| Command::new("sh").args(["-c", s]).spawn().unwrap())
+        .collect();
+    let spawned_so_far = || std::fs::read(&count_path).map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count() as u64);
+    std::thread::sleep(Duration::from_millis(500));
+    let recording = record_started(&["-a", "-d", "5"], &out_path);
+    // Those spawned well inside the recording's 5 s.
+    let before = spawned_so_far();
+    std::thread::sleep(Duration::from_millis(4500));
+    let after = spawned_so_far();
+    let out = wait_with_timeout(recording, Duration::from_secs(60), "sysprof record");
+    for c in &mut load {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert_success(&out);
+    let stats = stats_line(&out);
+    eprintln!("no loss: {stats}");
+    for key in ["lost_samples", "lost_events", "lost_stacks", "lost_state", "tracepoint_runs_missed", "lost_sideband", "malformed", "handovers_skipped"] {
+        assert_eq!(stat(&out, key), 0, "{key} at defaults beside two spinners and 50 processes a second: {stats}");
+    }
+    let samples = stat(&out, "samples");
+    assert!(samples as f64 >= 0.9 * 2.0 * 5.0 * 999.0, "both CPUs sampled at 999 Hz for 5 s: {samples}");
+    let profile = Profile::load(&out_path);
+    let trues = profile.threads().iter().filter(|t| t.process_name() == "true").count() as u64;
+    let spawned = after.saturating_sub(before);
+    eprintln!("no loss: {samples} samples; {trues} 'true' processes in the profile, {spawned} spawned while recording");
+    assert!(spawned >= 100, "the spawner ran: {spawned}");
+    assert!(trues >= spawned, "every process spawned while recording is in the profile: {trues} of {spawned}");
+}
