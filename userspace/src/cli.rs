@@ -127,7 +127,7 @@ pub struct RecordArgs {
     pub unwind_processes: u32,
     /// Records a window holds before it is finished and the next begun
     /// (tests shrink it to cut a short recording into many windows).
-    #[arg(long = "window-records", default_value_t = crate::record::RECORD_WINDOW_RECORDS, hide = true)]
+    #[arg(long = "window-records", default_value_t = crate::sampling::RECORD_WINDOW_RECORDS, hide = true)]
     pub window_records: usize,
     /// Do not trace context switches (off-CPU time, wakers, run-queue delay).
     #[arg(long = "no-off-cpu")]

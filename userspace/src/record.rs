@@ -7,7 +7,7 @@
 //! target all stop recording the same way: drain what is buffered, detach,
 //! then finish the window and write it.
 //!
-//! A recording that holds more than [`RECORD_WINDOW_RECORDS`] records is
+//! A recording that holds more than [`crate::sampling::RECORD_WINDOW_RECORDS`] records is
 //! cut into windows as the agent's is: each is finished (replayed,
 //! symbolicated: columns and names) when full, what ended in it forgotten,
 //! and the windows are merged at the end ([`crate::model::merge`], as
@@ -35,13 +35,6 @@ use crate::sampling::{BadFlag, CallGraph};
 /// reason, no stack): bounds the event rate on switch-heavy machines.
 const OFF_CPU_EMIT_NS: u64 = 100_000;
 
-/// Records (samples, sideband events, off-CPU intervals, requests) a
-/// recording's window holds before it is finished and a new one begun: each
-/// takes ~500 bytes until finished (measured: `record -a` beside a fork
-/// loop grew 3 MB/s, 263 MB in 60 s, all of it one window), several times
-/// what the finished window keeps of it. A few seconds of a busy machine;
-/// short recordings stay one window.
-pub const RECORD_WINDOW_RECORDS: usize = 100_000;
 
 /// How `record` ended.
 #[derive(Debug)]

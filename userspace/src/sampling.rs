@@ -12,6 +12,14 @@ use serde::Deserialize;
 
 use crate::bpf::abi::MAX_STACK_COPY;
 
+/// Records (samples, sideband events, off-CPU intervals, requests) a
+/// recording's window holds before it is finished and a new one begun: each
+/// takes ~500 bytes until finished (measured: `record -a` beside a fork
+/// loop grew 3 MB/s, 263 MB in 60 s, all of it one window), several times
+/// what the finished window keeps of it. A few seconds of a busy machine;
+/// short recordings stay one window.
+pub const RECORD_WINDOW_RECORDS: usize = 100_000;
+
 /// How user stacks are walked (`--call-graph`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
