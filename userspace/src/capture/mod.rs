@@ -379,6 +379,7 @@ impl CaptureSession {
     /// window's (see [`crate::collector::WindowRange::continuous`]).
     pub fn cut(&mut self, collector: &mut Collector) -> u64 {
         self.counters.poll(crate::sys::clock::monotonic_ns(), collector.take_recent_pids());
+        self.counters.window_cut();
         let end_ns = crate::sys::clock::monotonic_ns();
         self.drain(collector);
         let notes = std::mem::take(&mut self.counters.notes);

@@ -32,6 +32,9 @@ pub struct CounterPoller {
     last_reading_ns: Option<u64>,
     /// When the previous poll was (any reading).
     last_poll_ns: Option<u64>,
+    /// The poll before that one, unless a window was cut since
+    /// ([`CounterPoller::window_cut`]).
+    poll_before_last_ns: Option<u64>,
 }
 
 /// The shortest time between two readings of CPU shares: 5 ticks of
@@ -69,6 +72,7 @@ impl CounterPoller {
             notes,
             last_reading_ns: None,
             last_poll_ns: None,
+            poll_before_last_ns: None,
         }
     }
 
@@ -130,6 +134,14 @@ impl CounterPoller {
             self.pmu_prev = (cyc, ins);
         }
         let previous_poll = self.last_poll_ns.replace(now_ns);
+        // A process is read once it was sampled, and its samples reach the
+        // collector a drain after they were taken: one that started just
+        // before the previous poll is first read now. Its base goes at its
+        // start if that came after the poll before the previous one (a
+        // command started 1.7 ms into `record` had its first CPU share
+        // 200 ms late in 2 runs of 12: its start, rounded down to /proc's
+        // 10-ms tick, fell before the poll the loop makes as it begins).
+        let floor = std::mem::replace(&mut self.poll_before_last_ns, previous_poll).or(previous_poll);
         for pid in pids {
             if pid == 0 {
                 continue;
@@ -147,7 +159,7 @@ impl CounterPoller {
                 // poll had less than a tick of CPU by then.
                 let tick_ns = 1_000_000_000 / self.ticks_per_s as u64;
                 let started = crate::sys::clock::boottime_to_monotonic_ns(start_ticks * tick_ns);
-                if let Some(started) = previous_poll.filter(|&p| started + tick_ns > p && started <= now_ns).map(|p| started.max(p)) {
+                if let Some(started) = floor.filter(|&p| started + tick_ns > p && started <= now_ns).map(|p| started.max(p)) {
                     self.push(pid, "Process CPU", "CPU", "CPU used by the process since the previous sample (% of one CPU)", started, 0.0);
                     self.push(pid, "RSS", "Memory", "Resident set size of the process, bytes", started, 0.0);
                     base = Some((0, started, 0));
@@ -176,6 +188,11 @@ impl CounterPoller {
         if self.proc_prev.len() > 64 {
             self.proc_prev.retain(|_, (_, t, _)| now_ns.saturating_sub(*t) < 60_000_000_000);
         }
+    }
+
+    /// A window was cut at the last poll: no base goes before it.
+    pub fn window_cut(&mut self) {
+        self.poll_before_last_ns = None;
     }
 
     /// The counter tracks recorded. A disk that did no I/O at all during
@@ -351,7 +368,7 @@ mod tests {
     fn idle_disks_get_no_track() {
         let mut c = CounterPoller { series: BTreeMap::new(), cpu_prev: None, mem_prev: None, disk_prev: FxHashMap::default(),
             proc_prev: FxHashMap::default(), pmu: Vec::new(), pmu_prev: (0, 0), ticks_per_s: 100.0, page_size: 4096, notes: Vec::new(),
-            last_reading_ns: None, last_poll_ns: None };
+            last_reading_ns: None, last_poll_ns: None, poll_before_last_ns: None };
         for (t, busy, idle) in [(1, 0.0, 0.0), (2, 4096.0, 0.0), (3, 0.0, 0.0)] {
             c.push(0, "Disk read: busy", "Bandwidth", "", t, busy);
             c.push(0, "Disk read: idle", "Bandwidth", "", t, idle);
