@@ -35,7 +35,6 @@ use crate::sampling::{BadFlag, CallGraph};
 /// reason, no stack): bounds the event rate on switch-heavy machines.
 const OFF_CPU_EMIT_NS: u64 = 100_000;
 
-
 /// How `record` ended.
 #[derive(Debug)]
 enum Stop {

@@ -70,9 +70,7 @@ pub const CPU_TRACK_TID_BASE: u32 = 10_000_000;
 /// `focus_pid` is the process the user asked about (the command of `record
 /// -- CMD`): its main thread opens selected. See `threads::initial_threads`.
 pub fn build_profile<'a>(rec: &'a Recording, host: &HostInfo, focus_pid: Option<u32>) -> ProfileOut<'a> {
-    // Milliseconds since the start, rounded to the microsecond: the clock's
-    // nanoseconds would only lengthen every number in the file.
-    let ms = |ns: u64| -> f64 { micros(ns as i64 - rec.start_ns as i64) as f64 / 1e3 };
+    let ms = |ns: u64| ms_since(rec, ns);
     let mut main_thread_index: FxHashMap<u32, usize> = FxHashMap::default();
     let mut tracks = Vec::new();
     for p in &rec.processes {
@@ -151,7 +149,7 @@ impl serde::Serialize for ThreadsOut<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
         let rec = self.rec;
-        let ms = |ns: u64| -> f64 { micros(ns as i64 - rec.start_ns as i64) as f64 / 1e3 };
+        let ms = |ns: u64| ms_since(rec, ns);
         let count = rec.processes.iter().map(|p| p.threads.len()).sum::<usize>() + rec.cpu_tracks.len() + usize::from(self.machine);
         let mut seq = serializer.serialize_seq(Some(count))?;
         for p in &rec.processes {
@@ -167,6 +165,13 @@ impl serde::Serialize for ThreadsOut<'_> {
         }
         seq.end()
     }
+}
+
+/// Milliseconds from the recording's start to `ns`, rounded to the
+/// microsecond: the clock's nanoseconds would only lengthen every number in
+/// the file.
+fn ms_since(rec: &Recording, ns: u64) -> f64 {
+    micros(ns as i64 - rec.start_ns as i64) as f64 / 1e3
 }
 
 /// Nanoseconds to whole microseconds, rounded to nearest.
