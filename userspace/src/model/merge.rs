@@ -7,7 +7,9 @@
 //! process that spans windows one process (its threads' columns joined),
 //! counters joined per series, totals added. Times are kept on the first
 //! window's monotonic clock; a window from another boot (another clock) is
-//! placed by its wall-clock anchor.
+//! placed by its wall-clock anchor. [`Merger`] does the same a window at a
+//! time and gives back the processes that ended (`record` writes them out
+//! as it goes).
 
 use rustc_hash::FxHashMap;
 
@@ -20,21 +22,42 @@ pub fn merge(mut windows: Vec<Recording>) -> Recording {
     if windows.len() == 1 {
         return windows.pop().expect("one");
     }
-    let Some(first) = windows.first() else { return Recording::default() };
-    let mut out = Recording {
-        start_ns: first.start_ns,
-        start_wall_ms: first.start_wall_ms,
-        end_ns: first.start_ns,
-        interval_ms: first.interval_ms,
-        ..Default::default()
-    };
-    let base = (first.start_ns, first.start_wall_ms);
-    let mut libs: FxHashMap<(String, Option<Vec<u8>>), u32> = FxHashMap::default();
-    let mut frames: FxHashMap<FrameRecord, u32> = FxHashMap::default();
-    let mut processes: FxHashMap<(u32, Option<u64>), ProcessRecord> = FxHashMap::default();
-    let mut counters: FxHashMap<(u32, String), CounterRecord> = FxHashMap::default();
-    let mut cpu_tracks: std::collections::BTreeMap<u32, Vec<MarkerRecord>> = Default::default();
+    let mut merger = Merger::default();
     for w in windows {
+        merger.add(w);
+    }
+    merger.finish()
+}
+
+/// Windows merged one at a time, oldest first (what [`merge`] does with a
+/// sorted list), so that a caller can take finished processes out between
+/// windows ([`Merger::take_ended`]) and hold only what is still running:
+/// `record` writes those out as it goes.
+#[derive(Default)]
+pub struct Merger {
+    /// Everything merged but the processes, counters and CPU tracks (kept
+    /// in the maps below until [`Merger::finish`]).
+    out: Recording,
+    /// The first window's (monotonic ns, wall ms): every time is on its clock.
+    base: Option<(u64, f64)>,
+    libs: FxHashMap<(String, Option<Vec<u8>>), u32>,
+    frames: FxHashMap<FrameRecord, u32>,
+    processes: FxHashMap<(u32, Option<u64>), ProcessRecord>,
+    counters: FxHashMap<(u32, String), CounterRecord>,
+    cpu_tracks: std::collections::BTreeMap<u32, Vec<MarkerRecord>>,
+}
+
+impl Merger {
+    /// Merge the next window (windows come oldest first).
+    pub fn add(&mut self, w: Recording) {
+        let out = &mut self.out;
+        let base = *self.base.get_or_insert_with(|| {
+            out.start_ns = w.start_ns;
+            out.start_wall_ms = w.start_wall_ms;
+            out.end_ns = w.start_ns;
+            out.interval_ms = w.interval_ms;
+            (w.start_ns, w.start_wall_ms)
+        });
         // This window's times on the first window's clock.
         let shift = |t: u64| -> u64 {
             let wall_delta_ns = ((w.start_wall_ms - base.1) * 1e6).round() as i64;
@@ -45,6 +68,7 @@ pub fn merge(mut windows: Vec<Recording>) -> Recording {
         };
         out.end_ns = out.end_ns.max(shift(w.end_ns));
         out.off_cpu |= w.off_cpu;
+        let libs = &mut self.libs;
         let lib_map: Vec<u32> = w
             .libs
             .iter()
@@ -56,6 +80,7 @@ pub fn merge(mut windows: Vec<Recording>) -> Recording {
                 })
             })
             .collect();
+        let frames = &mut self.frames;
         let frame_map: Vec<u32> = w
             .frames
             .into_iter()
@@ -82,27 +107,27 @@ pub fn merge(mut windows: Vec<Recording>) -> Recording {
         for mut p in w.processes {
             shift_process(&mut p, &shift, &node);
             let key = (p.pid, p.start_ns);
-            match processes.get_mut(&key) {
+            match self.processes.get_mut(&key) {
                 Some(existing) => merge_process(existing, p),
                 None => {
-                    processes.insert(key, p);
+                    self.processes.insert(key, p);
                 }
             }
         }
         for mut c in w.counters {
             c.time_ns.iter_mut().for_each(|t| *t = shift(*t));
-            match counters.get_mut(&(c.pid, c.name.clone())) {
+            match self.counters.get_mut(&(c.pid, c.name.clone())) {
                 Some(e) => {
                     e.time_ns.extend(c.time_ns);
                     e.count.extend(c.count);
                 }
                 None => {
-                    counters.insert((c.pid, c.name.clone()), c);
+                    self.counters.insert((c.pid, c.name.clone()), c);
                 }
             }
         }
         for (cpu, markers) in w.cpu_tracks {
-            cpu_tracks.entry(cpu).or_default().extend(markers.into_iter().map(|mut m| {
+            self.cpu_tracks.entry(cpu).or_default().extend(markers.into_iter().map(|mut m| {
                 shift_marker(&mut m, &shift, &node);
                 m
             }));
@@ -119,20 +144,67 @@ pub fn merge(mut windows: Vec<Recording>) -> Recording {
             }
         }
     }
-    let mut processes: Vec<ProcessRecord> = processes.into_values().collect();
-    for p in &mut processes {
-        for t in &mut p.threads {
-            sort_thread(t);
-        }
-        p.threads.sort_by_key(|t| (t.tid != p.pid, t.tid));
+
+    /// The merged libraries, frames and stacks (and times, totals,
+    /// warnings): what a process taken out by [`Merger::take_ended`] is
+    /// written with. Its `processes`, `counters` and `cpu_tracks` are empty
+    /// until [`Merger::finish`].
+    pub fn tables(&self) -> &Recording {
+        &self.out
     }
-    processes.sort_by_key(|p| (p.pid, p.start_ns));
-    out.processes = processes;
-    let mut counters: Vec<CounterRecord> = counters.into_values().collect();
-    counters.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
-    out.counters = counters;
-    out.cpu_tracks = cpu_tracks.into_iter().collect();
-    out
+
+    /// Take out the processes that ended at or before `before_ns` (every
+    /// thread too), threads sorted as [`Merger::finish`] sorts them, with the
+    /// counters of their pids (unless another process still held has that
+    /// pid). No later window adds to them when `before_ns` is a cut a
+    /// window earlier than the last one added: a record drained late still
+    /// belongs to the window of its time.
+    pub fn take_ended(&mut self, before_ns: u64) -> (Vec<ProcessRecord>, Vec<CounterRecord>) {
+        let ended = |p: &ProcessRecord| {
+            p.end_ns.is_some_and(|e| e <= before_ns) && p.threads.iter().all(|t| t.end_ns.is_none_or(|e| e <= before_ns))
+        };
+        let keys: Vec<(u32, Option<u64>)> = self.processes.iter().filter(|(_, p)| ended(p)).map(|(k, _)| *k).collect();
+        let mut taken: Vec<ProcessRecord> = keys.iter().filter_map(|k| self.processes.remove(k)).collect();
+        for p in &mut taken {
+            finish_process(p);
+        }
+        taken.sort_by_key(|p| (p.pid, p.start_ns));
+        let held: rustc_hash::FxHashSet<u32> = self.processes.keys().map(|k| k.0).collect();
+        let mut counters = Vec::new();
+        for p in &taken {
+            if held.contains(&p.pid) {
+                continue;
+            }
+            let names: Vec<(u32, String)> = self.counters.keys().filter(|k| k.0 == p.pid).cloned().collect();
+            counters.extend(names.iter().filter_map(|k| self.counters.remove(k)));
+        }
+        counters.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
+        (taken, counters)
+    }
+
+    /// The merged recording.
+    pub fn finish(self) -> Recording {
+        let mut out = self.out;
+        let mut processes: Vec<ProcessRecord> = self.processes.into_values().collect();
+        for p in &mut processes {
+            finish_process(p);
+        }
+        processes.sort_by_key(|p| (p.pid, p.start_ns));
+        out.processes = processes;
+        let mut counters: Vec<CounterRecord> = self.counters.into_values().collect();
+        counters.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
+        out.counters = counters;
+        out.cpu_tracks = self.cpu_tracks.into_iter().collect();
+        out
+    }
+}
+
+/// A merged process's threads in time order, the main thread first.
+fn finish_process(p: &mut ProcessRecord) {
+    for t in &mut p.threads {
+        sort_thread(t);
+    }
+    p.threads.sort_by_key(|t| (t.tid != p.pid, t.tid));
 }
 
 fn shift_marker(m: &mut MarkerRecord, shift: &impl Fn(u64) -> u64, node: &impl Fn(u32) -> u32) {
@@ -389,5 +461,52 @@ mod tests {
         rec.clip(1_000, 5_000);
         let kept: Vec<u32> = rec.processes.iter().map(|p| p.pid).collect();
         assert_eq!(kept, vec![1, 2]);
+    }
+
+    /// Check that the merger takes out only what ended by the cut (its
+    /// threads joined across windows, sorted) with its counters, keeps what
+    /// still runs or ended later, and finishes with the rest.
+    #[test]
+    fn take_ended_takes_only_what_ended_by_the_cut() {
+        // Each window's one stack: node 0, one frame.
+        let window = |start: u64, end: u64, processes: Vec<ProcessRecord>| {
+            let mut stacks = super::super::stack_tree::StackTree::new();
+            stacks.child(NO_PARENT, 0);
+            Recording {
+                start_ns: start,
+                start_wall_ms: start as f64 / 1e6,
+                end_ns: end,
+                processes,
+                frames: vec![FrameRecord { lib: NO_LIB, address: 0x10, kernel: false, symbols: Default::default(), pseudo: false }],
+                stacks,
+                counters: vec![CounterRecord { name: "CPU".into(), category: "CPU".into(), description: String::new(), pid: 1, time_ns: vec![start], count: vec![1.0] }],
+                ..Default::default()
+            }
+        };
+        let with_sample = |mut t: ThreadRecord, at: u64| {
+            t.samples = ThreadSamples { time_ns: vec![at], stack: vec![0], cpu_delta_ns: vec![0], cpu: vec![0] };
+            t
+        };
+        let mut m = Merger::default();
+        // Process 1 runs in both windows and ends in the second; process 2
+        // ended in the first; process 3 runs on.
+        let mut p1 = process(1, with_sample(thread(1, Some(10), None), 100));
+        p1.end_ns = None;
+        m.add(window(0, 1_000, vec![p1, process(2, thread(2, Some(20), Some(500))), process(3, thread(3, Some(30), None))]));
+        let mut p1 = process(1, with_sample(thread(1, Some(10), Some(1_500)), 1_200));
+        p1.start_ns = Some(10);
+        m.add(window(1_000, 2_000, vec![p1]));
+        let (taken, counters) = m.take_ended(1_000);
+        assert_eq!(taken.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![2], "only what ended by the cut");
+        assert!(counters.is_empty(), "process 2 has no counter");
+        let (taken, counters) = m.take_ended(2_000);
+        assert_eq!(taken.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(taken[0].threads[0].samples.time_ns, vec![100, 1_200], "one thread, both windows' samples");
+        assert_eq!(counters.len(), 1);
+        assert_eq!(counters[0].time_ns, vec![0, 1_000], "its counter from both windows");
+        let rest = m.finish();
+        assert_eq!(rest.processes.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![3]);
+        assert!(rest.counters.is_empty());
+        assert_eq!((rest.start_ns, rest.end_ns), (0, 2_000));
     }
 }
