@@ -9,10 +9,13 @@
 //!
 //! A recording that holds more than [`crate::sampling::RECORD_WINDOW_RECORDS`] records is
 //! cut into windows as the agent's is: each is finished (replayed,
-//! symbolicated: columns and names) when full, what ended in it forgotten,
-//! and the windows are merged at the end ([`crate::model::merge`], as
-//! `show` merges the agent's). Memory then follows what the profile holds,
-//! not every raw record since the start.
+//! symbolicated: columns and names) when full, what ended in it forgotten
+//! by the collector, and merged into the windows before it
+//! ([`crate::model::merge::Merger`], as `show` merges the agent's). The
+//! processes that ended before the previous cut are then written into the
+//! output ([`crate::profile::ProfileWriter`]) and dropped. Memory then
+//! follows what is still running (and the threads that run on), not every
+//! process that came and went; the end writes only the rest.
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -28,7 +31,8 @@ use crate::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
 use crate::error::RecordError;
 use crate::profile::output::OutputFile;
 use std::os::fd::AsFd;
-use crate::profile::{build_profile, HostInfo};
+use crate::model::merge::Merger;
+use crate::profile::{HostInfo, ProfileWriter};
 use crate::sampling::{BadFlag, CallGraph};
 
 /// Off-CPU intervals shorter than this are folded in the kernel (summed per
@@ -197,7 +201,13 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let (start_ns, start_wall_ms) = (session.start_ns, session.start_wall_ms);
     let wall_of = |ns: u64| start_wall_ms + (ns - start_ns) as f64 / 1e6;
     tokio::pin!(until);
-    let mut windows: Vec<Recording> = Vec::new();
+    // Windows are merged as they finish; processes that ended a window
+    // earlier are written into the output then and forgotten.
+    let mut merger: Option<Merger> = None;
+    let mut writer = ProfileWriter::new(output.stream()?).map_err(|e| output_error(&output, e))?;
+    let mut write_failed = None;
+    let mut previous_cut_ns = start_ns;
+    let mut window_count = 1;
     let mut window_start_ns = start_ns;
     let stop = loop {
         let ended = session
@@ -212,7 +222,19 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
         // carried into the next), the recording goes on.
         let end_ns = session.cut(&mut collector);
         let range = WindowRange { start_ns: window_start_ns, end_ns, start_wall_ms: wall_of(window_start_ns), interval_ms, continuous: true };
-        windows.push(collector.finish_window(range));
+        let merged = merger.get_or_insert_with(Merger::default);
+        merged.add(collector.finish_window(range));
+        window_count += 1;
+        // What ended before the previous cut has nothing more to come: a
+        // record drained late is still in the window of its time.
+        if write_failed.is_none() {
+            let (processes, counters) = merged.take_ended(previous_cut_ns);
+            if let Err(e) = writer.write_ended(merged.tables(), &processes, &counters) {
+                // The end will fail on the same file: said there, once.
+                write_failed = Some(e);
+            }
+        }
+        previous_cut_ns = end_ns;
         window_start_ns = end_ns;
         // What the window's raw records took goes back to the kernel.
         crate::sys::process::release_freed_memory();
@@ -228,10 +250,15 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let end_ns = session.stop(&mut collector);
     timing.mark("drain and detach");
     let range = WindowRange { start_ns: window_start_ns, end_ns, start_wall_ms: wall_of(window_start_ns), interval_ms, continuous: false };
-    windows.push(collector.finish_window(range));
+    let last = collector.finish_window(range);
     timing.mark("replay, resolve and symbolicate");
-    let window_count = windows.len();
-    let recording = crate::model::merge::merge(windows);
+    let recording = match merger {
+        None => last,
+        Some(mut m) => {
+            m.add(last);
+            m.finish()
+        }
+    };
     timing.mark("merge the windows");
     if args.verbose && window_count > 1 {
         eprintln!("sysprof: {window_count} windows of at most {} records, merged", args.window_records);
@@ -248,11 +275,15 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
     // The process the user named opens selected: the command, or a single -p.
     let focus = command_pid.or_else(|| (args.pids.len() == 1).then(|| args.pids[0]));
-    let profile = build_profile(&recording, &host, focus);
-    timing.mark("build the profile");
     let path = output.path().to_path_buf();
     let is_file = output.is_file();
-    let bytes = output.commit(&profile)?;
+    let (written_processes, written_threads) = writer.written();
+    let stream = match write_failed {
+        Some(e) => Err(e),
+        None => writer.finish(&recording, &host, focus),
+    };
+    let stream = stream.map_err(|e| output_error(&output, e))?;
+    let bytes = output.commit_stream(stream)?;
     timing.mark("write the profile");
 
     // Other users' binaries' warnings are counted (-v lists them): on a
@@ -268,8 +299,13 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     if others > 0 {
         eprintln!("sysprof: {others} warnings about other users' binaries (-v lists them)");
     }
-    print_summary(&recording, &path, is_file, bytes, stopped.elapsed(), &args);
+    print_summary(&recording, (written_processes, written_threads), &path, is_file, bytes, stopped.elapsed(), &args);
     Ok((exit_status(&stop, &args), path, tokio_signals))
+}
+
+/// The one-line error for a profile that could not be written.
+fn output_error(output: &OutputFile, source: std::io::Error) -> RecordError {
+    RecordError::OutputNotWritable { path: output.path().to_path_buf(), source }
 }
 
 /// sysprof's exit status after `stop`: the command's own when it ended (a
@@ -316,15 +352,18 @@ fn signal_name(sig: i32) -> &'static str {
 /// The summary: one line with what was recorded and where it went; a second
 /// only when something was lost, saying what and what helps; with `-v`, every
 /// total as `key=value` (what scripts and the benchmarks read).
-fn print_summary(rec: &Recording, path: &Path, is_file: bool, bytes: u64, write_time: Duration, args: &RecordArgs) {
+///
+/// `written` counts the processes and threads written out during the
+/// recording (no longer in `rec`).
+fn print_summary(rec: &Recording, written: (usize, usize), path: &Path, is_file: bool, bytes: u64, write_time: Duration, args: &RecordArgs) {
     let st = &rec.stats;
-    let threads: usize = rec.processes.iter().map(|p| p.threads.len()).sum();
+    let threads: usize = written.1 + rec.processes.iter().map(|p| p.threads.len()).sum::<usize>();
     let shown = if path.as_os_str() == "-" { "stdout".to_string() } else { crate::escape::path(path) };
     eprintln!(
         "sysprof: {:.2} s, {} samples, {} processes, {threads} threads; wrote {shown} ({}) in {:.2} s{}",
         (rec.end_ns - rec.start_ns) as f64 / 1e9,
         st.samples_kept,
-        rec.processes.len(),
+        written.0 + rec.processes.len(),
         crate::units::human_bytes(bytes),
         write_time.as_secs_f64(),
         if is_file { crate::escape::open_hint(path) } else { String::new() },

@@ -16,7 +16,7 @@ use crate::model::merge;
 use crate::model::recording::Recording;
 use crate::error::RecordError;
 use crate::profile::output::OutputFile;
-use crate::profile::{build_profile, HostInfo};
+use crate::profile::{HostInfo, ProfileWriter};
 use crate::store::Store;
 
 /// Wall clock now, ms since the epoch.
@@ -207,9 +207,11 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
         }
         (ShowFormat::Firefox, Some(out)) => {
             let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
-            let profile = build_profile(&rec, &host, None);
             let path = out.path().to_path_buf();
-            let bytes = out.commit(&profile)?;
+            let written = out.stream().and_then(|s| {
+                ProfileWriter::new(s).and_then(|w| w.finish(&rec, &host, None)).map_err(|source| RecordError::OutputNotWritable { path: path.clone(), source })
+            })?;
+            let bytes = out.commit_stream(written)?;
             Some((path, bytes))
         }
         // Firefox and pprof have a default file above.

@@ -31,9 +31,11 @@ mod tables;
 mod threads;
 pub mod warnings;
 
+use std::io::Write;
+
 use rustc_hash::FxHashMap;
 
-use crate::model::recording::{CounterRecord, Recording};
+use crate::model::recording::{CounterRecord, ProcessRecord, Recording};
 
 pub use meta::{breakpad_id, HostInfo};
 pub use schema::Profile;
@@ -70,15 +72,22 @@ pub const CPU_TRACK_TID_BASE: u32 = 10_000_000;
 /// `focus_pid` is the process the user asked about (the command of `record
 /// -- CMD`): its main thread opens selected. See `threads::initial_threads`.
 pub fn build_profile<'a>(rec: &'a Recording, host: &HostInfo, focus_pid: Option<u32>) -> ProfileOut<'a> {
+    build_after(rec, host, focus_pid, &[])
+}
+
+/// [`build_profile`] for the threads that follow `before` (those a
+/// [`ProfileWriter`] wrote already): thread indexes count from there, and
+/// which threads open visible is chosen among all of them.
+fn build_after<'a>(rec: &'a Recording, host: &HostInfo, focus_pid: Option<u32>, before: &[TrackFacts]) -> ProfileOut<'a> {
     let ms = |ns: u64| ms_since(rec, ns);
     let mut main_thread_index: FxHashMap<u32, usize> = FxHashMap::default();
-    let mut tracks = Vec::new();
+    let mut tracks: Vec<TrackFacts> = before.to_vec();
     for p in &rec.processes {
         for t in &p.threads {
             if t.tid == p.pid || !main_thread_index.contains_key(&p.pid) {
                 main_thread_index.insert(p.pid, tracks.len());
             }
-            tracks.push(TrackFacts { pid: Some(p.pid), main: t.tid == p.pid, profiler: p.profiler, cpu_samples: t.samples.time_ns.len() });
+            tracks.push(TrackFacts::of(p, t));
         }
     }
     for _ in &rec.cpu_tracks {
@@ -103,27 +112,28 @@ pub fn build_profile<'a>(rec: &'a Recording, host: &HostInfo, focus_pid: Option<
         })
         .collect();
     ProfileOut {
+        threads: ThreadsOut { rec, machine: machine.is_some() },
         meta: meta::build_meta(rec, host, visible, selected, &ms),
         libs: rec.libs.iter().map(meta::lib_json).collect(),
-        threads: ThreadsOut { rec, machine: machine.is_some() },
         pages: [],
         counters,
         profiler_overhead: [],
     }
 }
 
-/// A profile as it is written: the fields of [`Profile`], in its order,
-/// with threads built one at a time while serialized ([`ThreadsOut`]). A
-/// thread's tables (strings, frames, funcs, stacks, per thread, as the
-/// format wants) took most of `record`'s peak memory when every thread's
-/// were held at once: 140 of 155 MB of heap for 20 s beside a fork loop
-/// (10,600 processes), found with heaptrack.
+/// A profile as it is written: the fields of [`Profile`], threads first
+/// (so that a [`ProfileWriter`] can write threads before the rest is
+/// known), with threads built one at a time while serialized
+/// ([`ThreadsOut`]). A thread's tables (strings, frames, funcs, stacks, per
+/// thread, as the format wants) took most of `record`'s peak memory when
+/// every thread's were held at once: 140 of 155 MB of heap for 20 s beside
+/// a fork loop (10,600 processes), found with heaptrack.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProfileOut<'a> {
+    threads: ThreadsOut<'a>,
     meta: schema::Meta,
     libs: Vec<serde_json::Value>,
-    threads: ThreadsOut<'a>,
     pages: [(); 0],
     counters: Vec<serde_json::Value>,
     profiler_overhead: [(); 0],
@@ -145,25 +155,124 @@ pub struct ThreadsOut<'a> {
     machine: bool,
 }
 
-impl serde::Serialize for ThreadsOut<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
+impl ThreadsOut<'_> {
+    /// How many threads there are.
+    fn len(&self) -> usize {
+        self.rec.processes.iter().map(|p| p.threads.len()).sum::<usize>() + self.rec.cpu_tracks.len() + usize::from(self.machine)
+    }
+
+    /// Build each thread in turn and hand it to `each`.
+    fn each<E>(&self, mut each: impl FnMut(&schema::Thread) -> Result<(), E>) -> Result<(), E> {
         let rec = self.rec;
         let ms = |ns: u64| ms_since(rec, ns);
-        let count = rec.processes.iter().map(|p| p.threads.len()).sum::<usize>() + rec.cpu_tracks.len() + usize::from(self.machine);
-        let mut seq = serializer.serialize_seq(Some(count))?;
         for p in &rec.processes {
             for t in &p.threads {
-                seq.serialize_element(&build_thread(rec, p, t, &ms))?;
+                each(&build_thread(rec, p, t, &ms))?;
             }
         }
         for (cpu, markers) in &rec.cpu_tracks {
-            seq.serialize_element(&build_cpu_track(rec, *cpu, markers, &ms))?;
+            each(&build_cpu_track(rec, *cpu, markers, &ms))?;
         }
         if self.machine {
-            seq.serialize_element(&build_machine_track())?;
+            each(&build_machine_track())?;
         }
+        Ok(())
+    }
+}
+
+impl serde::Serialize for ThreadsOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.len()))?;
+        self.each(|t| seq.serialize_element(t))?;
         seq.end()
+    }
+}
+
+/// A profile written as it is made: finished processes' threads first, as
+/// `record` takes them out between windows ([`ProfileWriter::write_ended`]),
+/// then at the end the rest of the recording ([`ProfileWriter::finish`]).
+/// What is written is no longer held, so `record`'s memory follows what is
+/// still running, not how long it ran. Its JSON is [`ProfileOut`]'s: the
+/// `threads` key comes first in the object, which JSON allows.
+pub struct ProfileWriter<W: Write> {
+    out: W,
+    /// The written threads, for which open visible and for thread indexes.
+    written: Vec<TrackFacts>,
+    /// The written processes' counters (JSON objects, comma-separated):
+    /// they come after every thread in the file.
+    counters: Vec<u8>,
+    processes: usize,
+}
+
+impl<W: Write> ProfileWriter<W> {
+    /// Start the profile on `out`.
+    pub fn new(mut out: W) -> std::io::Result<Self> {
+        out.write_all(b"{\"threads\":[")?;
+        Ok(ProfileWriter { out, written: Vec::new(), counters: Vec::new(), processes: 0 })
+    }
+
+    /// Processes written so far, and their threads.
+    pub fn written(&self) -> (usize, usize) {
+        (self.processes, self.written.len())
+    }
+
+    /// Write `processes` (taken out of a merge, with their `counters`) now;
+    /// `tables` holds the libraries, frames and stacks they refer to, and
+    /// the recording's start, which every later part keeps.
+    pub fn write_ended(&mut self, tables: &Recording, processes: &[ProcessRecord], counters: &[CounterRecord]) -> std::io::Result<()> {
+        let ms = |ns: u64| ms_since(tables, ns);
+        let mut main_thread_index: FxHashMap<u32, usize> = FxHashMap::default();
+        for p in processes {
+            for t in &p.threads {
+                if t.tid == p.pid || !main_thread_index.contains_key(&p.pid) {
+                    main_thread_index.insert(p.pid, self.written.len());
+                }
+                if !self.written.is_empty() {
+                    self.out.write_all(b",")?;
+                }
+                serde_json::to_writer(&mut self.out, &build_thread(tables, p, t, &ms))?;
+                self.written.push(TrackFacts::of(p, t));
+            }
+        }
+        self.processes += processes.len();
+        for c in counters.iter().filter(|c| meta::counter_draws_something(c)) {
+            let Some(&main) = main_thread_index.get(&c.pid) else { continue };
+            if !self.counters.is_empty() {
+                self.counters.push(b',');
+            }
+            serde_json::to_writer(&mut self.counters, &meta::counter_json(c, &c.pid.to_string(), main, tables.interval_ms, &ms))?;
+        }
+        Ok(())
+    }
+
+    /// Write the rest: `rec`'s threads after those written, then `meta`,
+    /// `libs` and every counter. `rec` is what the merge finished with: its
+    /// libraries are a superset of those the written threads point into,
+    /// at the same indexes. Returns the writer (to finish its compression).
+    pub fn finish(mut self, rec: &Recording, host: &HostInfo, focus_pid: Option<u32>) -> std::io::Result<W> {
+        let profile = build_after(rec, host, focus_pid, &self.written);
+        let mut first = self.written.is_empty();
+        profile.threads.each(|t| {
+            if !std::mem::take(&mut first) {
+                self.out.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut self.out, t).map_err(std::io::Error::from)
+        })?;
+        self.out.write_all(b"],\"meta\":")?;
+        serde_json::to_writer(&mut self.out, &profile.meta)?;
+        self.out.write_all(b",\"libs\":")?;
+        serde_json::to_writer(&mut self.out, &profile.libs)?;
+        self.out.write_all(b",\"pages\":[],\"counters\":[")?;
+        self.out.write_all(&self.counters)?;
+        for (i, c) in profile.counters.iter().enumerate() {
+            if i > 0 || !self.counters.is_empty() {
+                self.out.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut self.out, c)?;
+        }
+        self.out.write_all(b"],\"profilerOverhead\":[]}")?;
+        Ok(self.out)
     }
 }
 

@@ -74,6 +74,51 @@ impl Write for Sink<'_> {
     }
 }
 
+/// What [`OutputFile::stream`] hands out: the profile's bytes on their way.
+pub struct Stream {
+    sink: StreamSink,
+}
+
+/// Where a [`Stream`]'s bytes go.
+enum StreamSink {
+    /// The output file, gzip-compressed.
+    Gz(BufWriter<flate2::write::GzEncoder<File>>),
+    /// The output file, as they are.
+    File(BufWriter<File>),
+    /// An unnamed temporary file, copied through at the end.
+    Spool(BufWriter<File>),
+    /// Memory, copied through at the end (no temporary file could be made).
+    Memory(Vec<u8>),
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match &mut self.sink {
+            StreamSink::Gz(w) => w.write(buf),
+            StreamSink::File(w) | StreamSink::Spool(w) => w.write(buf),
+            StreamSink::Memory(v) => v.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match &mut self.sink {
+            StreamSink::Gz(w) => w.flush(),
+            StreamSink::File(w) | StreamSink::Spool(w) => w.flush(),
+            StreamSink::Memory(_) => Ok(()),
+        }
+    }
+}
+
+/// An unnamed file in the temporary directory (`O_TMPFILE`: gone with its
+/// descriptor, never under a name anyone could open or plant).
+fn unnamed_temp() -> Option<File> {
+    let dir = cstring(&std::env::temp_dir()).ok()?;
+    // SAFETY: a valid NUL-terminated path; the fd is checked and owned below.
+    let fd = unsafe { libc::open(dir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o600) };
+    // SAFETY: a new fd we own.
+    (fd >= 0).then(|| unsafe { File::from_raw_fd(fd) })
+}
+
 /// The descriptor a path names when it is one we inherited: `-`,
 /// `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, `/proc/self/fd/N`.
 fn inherited_fd(path: &Path) -> Option<i32> {
@@ -262,6 +307,67 @@ impl OutputFile {
             }
             Ok(())
         })
+    }
+
+    /// A writer for a profile made over time ([`super::ProfileWriter`]):
+    /// into the output file itself, compressed as it comes when the name
+    /// ends in .gz, when that is a file sysprof puts in place (nothing has
+    /// a name until [`OutputFile::commit_stream`]); else (stdout, a FIFO, a
+    /// device: written only at the end) into an unnamed temporary file, or
+    /// memory where there is none, copied through at the end.
+    pub fn stream(&self) -> Result<Stream, RecordError> {
+        let err = |source| RecordError::OutputNotWritable { path: self.final_path.clone(), source };
+        let gz = self.final_path.extension().is_some_and(|e| e == "gz");
+        let sink = match (&self.through, &self.file) {
+            (None, Some(file)) => {
+                let file = file.try_clone().map_err(err)?;
+                if gz {
+                    StreamSink::Gz(BufWriter::with_capacity(1 << 16, flate2::write::GzEncoder::new(file, flate2::Compression::new(6))))
+                } else {
+                    StreamSink::File(BufWriter::with_capacity(1 << 16, file))
+                }
+            }
+            _ => match unnamed_temp() {
+                Some(file) => StreamSink::Spool(BufWriter::with_capacity(1 << 16, file)),
+                None => StreamSink::Memory(Vec::new()),
+            },
+        };
+        Ok(Stream { sink })
+    }
+
+    /// Finish what [`OutputFile::stream`] began and put it in place, as
+    /// [`OutputFile::commit`]; returns the size written.
+    pub fn commit_stream(self, stream: Stream) -> Result<u64, RecordError> {
+        let final_path = self.final_path.clone();
+        let err = |source| RecordError::OutputNotWritable { path: final_path.clone(), source };
+        let gz = self.final_path.extension().is_some_and(|e| e == "gz");
+        // Written through at the end: the spooled bytes (compressed now if asked).
+        let copy_through = |w: &mut dyn Write, from: &mut dyn std::io::Read| -> std::io::Result<()> {
+            if gz {
+                let mut enc = flate2::write::GzEncoder::new(w, flate2::Compression::new(6));
+                std::io::copy(from, &mut enc)?;
+                enc.finish()?;
+            } else {
+                std::io::copy(from, w)?;
+            }
+            Ok(())
+        };
+        match stream.sink {
+            StreamSink::Gz(w) => {
+                w.into_inner().map_err(|e| err(e.into_error()))?.finish().map_err(err)?;
+                self.commit_with(|_| Ok(()))
+            }
+            StreamSink::File(w) => {
+                w.into_inner().map_err(|e| err(e.into_error()))?;
+                self.commit_with(|_| Ok(()))
+            }
+            StreamSink::Spool(w) => {
+                let mut file = w.into_inner().map_err(|e| err(e.into_error()))?;
+                std::io::Seek::rewind(&mut file).map_err(err)?;
+                self.commit_with(|w| copy_through(w, &mut std::io::BufReader::with_capacity(1 << 16, file)))
+            }
+            StreamSink::Memory(bytes) => self.commit_with(|w| copy_through(w, &mut bytes.as_slice())),
+        }
     }
 
     /// Write with `write` and put the file in place; returns its size.

@@ -318,13 +318,69 @@ fn normalized(json: &str) -> String {
 #[test]
 fn writes_the_golden_bytes() {
     let rec = full_recording();
-    let json = normalized(&serde_json::to_string(&build_profile(&rec, &host(), Some(42))).unwrap());
+    let bytes = ProfileWriter::new(Vec::new()).unwrap().finish(&rec, &host(), Some(42)).unwrap();
+    let json = normalized(&String::from_utf8(bytes).unwrap());
+    // The file and the value tree the other tests read are one profile.
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap(), serde_json::from_str::<serde_json::Value>(&normalized(&build_profile(&rec, &host(), Some(42)).to_value().to_string())).unwrap());
     if std::env::var_os("SYSPROF_BLESS").is_some() {
         std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/src/profile/testdata/full_recording.json"), &json).unwrap();
         return;
     }
     assert_eq!(validate::validate(&serde_json::from_str(&json).unwrap()), Vec::<String>::new());
     assert!(json == GOLDEN, "the profile's bytes changed; first difference at byte {}", json.bytes().zip(GOLDEN.bytes()).position(|(a, b)| a != b).unwrap_or(json.len().min(GOLDEN.len())));
+}
+
+/// Check that a process written before the rest (as `record` writes what
+/// ended between windows) gives the same profile as one written at once:
+/// the same threads, by (pid, tid), with the same tables; its counter under
+/// its own thread; the same threads open visible and selected; valid.
+#[test]
+fn a_process_written_early_is_the_same_profile() {
+    let rec = full_recording();
+    let whole = build_profile(&rec, &host(), Some(42)).to_value();
+    let mut rest = rec.clone();
+    let at = rest.processes.iter().position(|p| p.pid == 42).unwrap();
+    let early = vec![rest.processes.remove(at)];
+    let (counters, kept): (Vec<CounterRecord>, Vec<CounterRecord>) = rest.counters.drain(..).partition(|c| c.pid == 42);
+    rest.counters = kept;
+    let mut w = ProfileWriter::new(Vec::new()).unwrap();
+    w.write_ended(&rest, &early, &counters).unwrap();
+    assert_eq!(w.written(), (1, early[0].threads.len()));
+    let streamed: serde_json::Value = serde_json::from_slice(&w.finish(&rest, &host(), Some(42)).unwrap()).unwrap();
+    assert_eq!(validate::validate(&streamed), Vec::<String>::new());
+
+    let threads = |p: &serde_json::Value| -> Vec<serde_json::Value> { p["threads"].as_array().unwrap().clone() };
+    let key = |t: &serde_json::Value| (t["pid"].to_string(), t["tid"].to_string());
+    let (a, b) = (threads(&whole), threads(&streamed));
+    assert_eq!(a.len(), b.len());
+    assert_eq!(b[0]["pid"], "42", "the process written early comes first");
+    for t in &a {
+        let same = b.iter().find(|u| key(u) == key(t)).unwrap_or_else(|| panic!("thread {:?} is missing", key(t)));
+        assert_eq!(same, t, "thread {:?} differs", key(t));
+    }
+    // Indexes into threads, compared by the thread they name.
+    let named = |p: &serde_json::Value, field: &str| -> Vec<(String, String)> {
+        let ts = threads(p);
+        let mut v: Vec<_> = p["meta"][field].as_array().unwrap().iter().map(|i| key(&ts[i.as_u64().unwrap() as usize])).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(named(&whole, "initialVisibleThreads"), named(&streamed, "initialVisibleThreads"));
+    assert_eq!(named(&whole, "initialSelectedThreads"), named(&streamed, "initialSelectedThreads"));
+    let counters = |p: &serde_json::Value| -> Vec<(String, (String, String))> {
+        let ts = threads(p);
+        let mut v: Vec<_> =
+            p["counters"].as_array().unwrap().iter().map(|c| (c["name"].to_string(), key(&ts[c["mainThreadIndex"].as_u64().unwrap() as usize]))).collect();
+        v.sort();
+        v
+    };
+    assert!(counters(&whole).iter().any(|c| c.1 .0 == "\"42\""), "the test has a counter of the process written early");
+    assert_eq!(counters(&whole), counters(&streamed));
+    let mut meta = streamed["meta"].clone();
+    meta["initialVisibleThreads"] = whole["meta"]["initialVisibleThreads"].clone();
+    meta["initialSelectedThreads"] = whole["meta"]["initialSelectedThreads"].clone();
+    assert_eq!(meta, whole["meta"]);
+    assert_eq!(streamed["libs"], whole["libs"]);
 }
 
 /// Check that every counter says what it measures in the front end's own

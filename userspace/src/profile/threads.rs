@@ -17,12 +17,20 @@ use super::{micros, CPU_TRACK_TID_BASE};
 const MAX_INITIAL_VISIBLE: usize = 15;
 
 /// What [`initial_threads`] needs to know of a thread.
+#[derive(Clone)]
 pub(super) struct TrackFacts {
     /// None for a track of the machine's (a CPU's, the machine counters').
     pub(super) pid: Option<u32>,
     pub(super) main: bool,
     pub(super) profiler: bool,
     pub(super) cpu_samples: usize,
+}
+
+impl TrackFacts {
+    /// The facts of thread `t` of process `p`.
+    pub(super) fn of(p: &ProcessRecord, t: &ThreadRecord) -> TrackFacts {
+        TrackFacts { pid: Some(p.pid), main: t.tid == p.pid, profiler: p.profiler, cpu_samples: t.samples.time_ns.len() }
+    }
 }
 
 /// The threads that open visible and the one that opens selected. Left to
