@@ -118,22 +118,27 @@ impl Collector {
             u.forget_binaries(&released);
         }
         self.names.forget(&released);
-        if self.symbolicator_since.elapsed() > std::time::Duration::from_secs(3600) {
+        if self.symbolicator_since.elapsed() > SYMBOLIZER_MAX_AGE {
             self.symbolicator = crate::symbolize::Symbolicator::new();
             self.symbolicator_since = std::time::Instant::now();
         }
     }
 
     /// Let the symbolizer go if the last `windows` windows found every name
-    /// in the name cache: its thread ends and what it mapped and parsed of
-    /// binaries is freed. The agent asks after each window: while new
-    /// addresses keep coming the parsed binaries are worth keeping
+    /// in the name cache, or if the files it holds pass
+    /// [`SYMBOLIZER_HELD_BYTES`]: its thread ends and what it mapped and
+    /// parsed of binaries is freed. The agent asks after each window: while
+    /// new addresses keep coming the parsed binaries are worth keeping
     /// (re-reading a compressed debug file each window cost the agent 2%
     /// of a CPU); once the hot addresses are all named, keeping every
     /// parsed binary mapped would only cost tens of MB of resident memory.
+    /// The byte budget bounds a busy machine's: beside builds, an agent up
+    /// 40 minutes had 175 MB of binaries mapped (libLLVM, librustc_driver,
+    /// seven libpythons) and was never idle for three windows.
     /// Returns whether it was released.
     pub fn release_symbolizer_if_idle(&mut self, windows: u32) -> bool {
-        if self.names.idle_windows < windows || !self.symbolicator.is_running() {
+        let over = self.symbolicator.held_bytes() > SYMBOLIZER_HELD_BYTES;
+        if (self.names.idle_windows < windows && !over) || !self.symbolicator.is_running() {
             return false;
         }
         self.symbolicator = crate::symbolize::Symbolicator::new();
@@ -160,6 +165,16 @@ impl Collector {
         crate::sideband::proc_snapshot::read_cgroup(pid).or_else(|| cached.and_then(|c| c.0.clone()))
     }
 }
+
+/// Bytes of binaries the symbolizer may hold (file sizes) before the agent
+/// lets it go after a window. Above a build's working set, or it would
+/// re-read it every window: rustc's libLLVM and librustc_driver are 280 MB
+/// together; libc with its debug file is a few MB.
+pub const SYMBOLIZER_HELD_BYTES: u64 = 384 << 20;
+
+/// Longest the symbolizer keeps what it parsed: a busy machine's agent is
+/// never idle for long, and binaries it needed once stay mapped otherwise.
+const SYMBOLIZER_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 
 #[cfg(test)]
 mod tests {

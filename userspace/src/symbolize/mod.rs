@@ -72,6 +72,10 @@ pub enum SymbolizeError {
 pub struct Symbolicator {
     worker: Option<std::sync::mpsc::Sender<(Request, std::sync::mpsc::Sender<Reply>)>>,
     budget: std::time::Duration,
+    /// The files the worker's blazesym holds, by the path it knows them by
+    /// (it caches per path, and a path names one file at a time), and their
+    /// sizes: what it may have mapped and parsed.
+    held: rustc_hash::FxHashMap<String, u64>,
 }
 
 impl Default for Symbolicator {
@@ -86,7 +90,13 @@ const SYMBOLIZE_BUDGET: std::time::Duration = std::time::Duration::from_secs(30)
 impl Symbolicator {
     /// A symbolizer with file/line, inlined functions and demangling on.
     pub fn new() -> Symbolicator {
-        Symbolicator { worker: None, budget: SYMBOLIZE_BUDGET }
+        Symbolicator { worker: None, budget: SYMBOLIZE_BUDGET, held: Default::default() }
+    }
+
+    /// Bytes of the files its blazesym holds (their sizes: an upper bound
+    /// on what it mapped; what it parsed is a fraction of that).
+    pub fn held_bytes(&self) -> u64 {
+        self.held.values().sum()
     }
 
     /// Whether its thread runs (holding what it parsed).
@@ -125,6 +135,11 @@ impl Symbolicator {
     }
 
     fn call(&mut self, req: Request) -> Reply {
+        if self.worker.is_none() {
+            self.held.clear();
+        }
+        let size = std::fs::metadata(&req.path).map_or(0, |m| m.len());
+        self.held.insert(req.path.clone(), size);
         let worker = self.worker.get_or_insert_with(Self::spawn);
         let (reply_tx, reply_rx) = std::sync::mpsc::channel();
         if worker.send((req, reply_tx)).is_err() {
