@@ -531,3 +531,66 @@ fn nothing_is_lost_at_defaults_on_a_busy_machine() {
     assert!(spawned >= 100, "the spawner ran: {spawned}");
     assert!(trues >= spawned, "every process spawned while recording is in the profile: {trues} of {spawned}");
 }
+
+/// `sysprof record -v ARGS -o OUT`, its output and its peak resident memory
+/// in KiB: the kernel's `ru_maxrss` for that process (from `wait4`), not
+/// anything sysprof says of itself.
+fn record_with_peak_rss(args: &[&str], out: &std::path::Path) -> (std::process::Output, u64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(sysprof_bin())
+        .args(["record", "-v", "-o"])
+        .arg(out)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running sysprof");
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut said = Vec::new();
+        let _ = stderr.read_to_end(&mut said);
+        said
+    });
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(waited, child.id() as i32, "wait4 on sysprof: {}", std::io::Error::last_os_error());
+    let output = std::process::Output { status: std::process::ExitStatus::from_raw(status), stdout: Vec::new(), stderr: reader.join().unwrap() };
+    (output, usage.ru_maxrss as u64)
+}
+
+/// Check that a recording's memory does not grow with its length: `record
+/// -a` for 10 s and for 60 s beside a fork loop (about a thousand processes
+/// a second, each a process the profile keeps) and a spinner, peak RSS from
+/// the kernel, the longer within 1.5× of the shorter; and both profiles
+/// hold the processes the loop made.
+#[test]
+fn a_minute_of_recording_takes_little_more_memory_than_ten_seconds() {
+    if !can_record("a_minute_of_recording_takes_little_more_memory_than_ten_seconds") {
+        return;
+    }
+    let dir = scratch("length");
+    let out_path = dir.join("p.json.gz");
+    let mut peaks = Vec::new();
+    for seconds in ["10", "60"] {
+        let mut load: Vec<std::process::Child> =
+            ["while :; do /bin/true; done", "while :; do :; done"].iter().map(|s| Command::new("sh").args(["-c", s]).spawn().unwrap()).collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let (out, peak_kib) = record_with_peak_rss(&["-a", "-d", seconds], &out_path);
+        for c in &mut load {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert_success(&out);
+        let profile = Profile::load(&out_path);
+        let trues = profile.threads().iter().filter(|t| t.process_name() == "true").count();
+        eprintln!("length: {seconds} s: peak RSS {:.1} MB, {trues} 'true' processes", peak_kib as f64 / 1024.0);
+        assert!(trues >= 100 * seconds.parse::<usize>().unwrap(), "the fork loop's processes are in the {seconds}-s profile: {trues}");
+        peaks.push(peak_kib as f64);
+    }
+    let ratio = peaks[1] / peaks[0];
+    eprintln!("length: 60 s took {ratio:.2}x the memory of 10 s");
+    assert!(ratio <= 1.5, "peak RSS of 60 s is {ratio:.2}x that of 10 s ({:.0} vs {:.0} MB)", peaks[1] / 1024.0, peaks[0] / 1024.0);
+}
