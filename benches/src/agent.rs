@@ -1,6 +1,7 @@
 //! The agent section of `cargo xtask bench`, and its `--soak` mode.
 //!
-//! In: the sysprof binary and the cpu, switch and fork workloads. Out: a
+//! In: the sysprof binary and the cpu, switch and fork workloads and a
+//! compiler loop (gcc -O2 -c in a loop: a new cc1 every ~0.12 s). Out: a
 //! markdown table and JSON: per workload, the agent (defaults: 19 Hz,
 //! 10 s windows) running beside it for a minute after it settled: its own
 //! CPU in steady state (`/proc/PID/stat` utime + stime over the workload's

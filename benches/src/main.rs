@@ -196,6 +196,13 @@ fn main() -> Result<()> {
         .filter(|w| ["cpu", "switch", "fork"].contains(&w.name))
         .map(|w| (w.name, if w.name == "cpu" { vec![w.argv[0].clone(), if quick { "20s" } else { "60s" }.into()] } else { w.argv.clone() }))
         .collect();
+    // And a compiler loop, what a build machine runs: a new cc1 every
+    // ~0.12 s, each a new process with large binaries to name and unwind.
+    let mut agent_bins = agent_bins;
+    agent_bins.push((
+        "compiler loop",
+        ["gcc", "-O2", "-pthread", "-c"].into_iter().map(String::from).chain([s(root.join("tests/workloads/waitchain.c")), "-o".into(), s(work.join("cc.o"))]).collect(),
+    ));
     if let Some(minutes) = soak_minutes {
         let fork = agent_bins.iter().find(|b| b.0 == "fork").map(|b| b.1.clone()).expect("the fork workload");
         let md = agent::soak(&sysprof, &work, &fork, minutes)?;
