@@ -42,6 +42,10 @@ const volatile __u64 offcpu_min_ns = 100000;
  * once the first of them is this old (so a window's totals arrive in it). */
 const volatile __u64 fold_flush_ns = 10000000;
 const volatile __u64 fold_span_ns = 1000000000;
+/* A folded run whose waits were this long before their wakeups is sent when
+ * a wait with another waker comes, so it keeps its waker; a shorter one
+ * becomes FOLD_WAKER_MIXED. At least ten folded waits per record. */
+const volatile __u64 fold_waker_min_ns = 1000000;
 const volatile __u64 wakeup_bytes = 64 * 1024;
 /* Set by userspace on kernels >= 5.18, where sched_switch passes prev_state. */
 const volatile bool has_prev_state_arg = false;
@@ -83,6 +87,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct thread_state);
 } threads SEC(".maps");
+
+/* A zeroed thread_state to insert new threads from: the struct is too
+ * large for the BPF stack. Never written. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct thread_state);
+} empty_state SEC(".maps");
 
 /* In-flight block requests by `struct request *`. */
 struct {
@@ -444,16 +457,33 @@ static __always_inline __u64 task_stack_size(struct task_struct *task)
 	return 16384;
 }
 
-/* Whether the current context is an interrupt's: BPF programs run on the
- * current stack, and on x86_64 hard interrupts (and the softirqs run on
- * their exit) use per-CPU interrupt stacks, never the task's. */
-static __always_inline bool on_interrupt_stack(void)
+/* Whether the current context is an interrupt's: on x86_64 hard
+ * interrupts (and the softirqs run on their exit) use per-CPU interrupt
+ * stacks, never the task's. Where the traced code runs is told by the
+ * raw tracepoint's `ctx`, the argument array the kernel's trace stub built
+ * on the traced code's stack. Not by the address of a variable of this
+ * program: since Linux 6.13 the x86 JIT may give a tracing program a
+ * per-CPU stack of its own, and then every wakeup looked like an
+ * interrupt's (found on 6.18: task wakeups lost their waker's user stack,
+ * and every folded wait was charged to "an interrupt"). */
+static __always_inline bool on_interrupt_stack(void *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 here = (__u64)&task;
+	__u64 here = (__u64)ctx;
 	__u64 stack = (__u64)task->stack;
 
-	return here < stack || here >= stack + task_stack_size(task);
+	if (here < stack || here >= stack + task_stack_size(task))
+		return true;
+	/* On the task's own stack: a system call, a fault, or an interrupt
+	 * that came from user mode, which x86_64 runs there. The registers
+	 * the entry saved tell them apart: an interrupt stores a negative
+	 * orig_ax (its vector's complement, or -1), a system call its
+	 * number, a fault its error code. */
+	if (task->flags & PF_KTHREAD)
+		return false;
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+
+	return (long)regs->orig_ax < 0;
 }
 
 /* The stack of a wakeup from an interrupt: kernel only, cached per CPU. */
@@ -509,9 +539,60 @@ static __always_inline void flush_folded(__u32 tid, struct thread_state *t)
 		t->short_ns[i] = 0;
 		t->short_count[i] = 0;
 	}
+	e->wait_ns = t->short_wait_ns;
+	e->waker_pid = t->short_waker_pid;
+	e->waker_tid = t->short_waker_tid;
+	e->waker_kind = t->short_waker_kind;
+	e->_pad2 = 0;
 	t->short_first = 0;
 	t->short_last = 0;
+	t->short_wait_ns = 0;
+	t->short_waker_pid = 0;
+	t->short_waker_tid = 0;
+	t->short_waker_kind = FOLD_WAKER_UNSET;
 	bpf_ringbuf_submit(e, submit_flags());
+}
+
+/* Fold tid's short interval ending at `end` into its run. Not inlined:
+ * the switch program's own frame is near the stack limit. */
+static __noinline void fold_short(__u32 tid, struct thread_state *t, __u64 end)
+{
+	__u64 delta = end - t->off_ts;
+	__u32 reason = t->off_state & (OFFCPU_REASONS - 1);
+
+	if (reason != OFFCPU_PREEMPTED) {
+		/* A preemption has no waker: all of it is runnable. */
+		bool woken = t->wake_ts >= t->off_ts && t->wake_ts <= end;
+		__u32 kind = !woken ? FOLD_WAKER_UNSEEN : t->waker_irq ? FOLD_WAKER_IRQ : FOLD_WAKER_TASK;
+		__u32 waker_tid = kind == FOLD_WAKER_TASK ? t->waker_tid : 0;
+
+		if (t->short_first && t->short_waker_kind != FOLD_WAKER_UNSET &&
+		    (t->short_waker_kind != kind || t->short_waker_tid != waker_tid)) {
+			if (t->short_wait_ns >= fold_waker_min_ns) {
+				flush_folded(tid, t);
+			} else {
+				t->short_waker_kind = FOLD_WAKER_MIXED;
+				t->short_waker_pid = 0;
+				t->short_waker_tid = 0;
+			}
+		}
+		if (t->short_waker_kind == FOLD_WAKER_UNSET) {
+			t->short_waker_kind = kind;
+			t->short_waker_tid = waker_tid;
+			t->short_waker_pid = kind == FOLD_WAKER_TASK ? t->waker_pid : 0;
+		}
+		t->short_wait_ns += woken ? t->wake_ts - t->off_ts : delta;
+	}
+	if (!t->short_first)
+		t->short_first = t->off_ts;
+	t->short_last = end;
+	t->short_ns[reason] += delta;
+	t->short_count[reason] += 1;
+	t->off_ts = 0;
+	t->off_flags = 0;
+	if (t->short_ns[0] + t->short_ns[1] + t->short_ns[2] + t->short_ns[3] >= fold_flush_ns ||
+	    end - t->short_first >= fold_span_ns)
+		flush_folded(tid, t);
 }
 
 /* Close tid's open interval at `end`: fold it when short, else send it. */
@@ -519,19 +600,9 @@ static __always_inline void close_interval(__u32 tid, struct thread_state *t, __
 					   bool comm_is_current, __u32 flags)
 {
 	__u64 delta = end - t->off_ts;
-	__u32 reason = t->off_state & (OFFCPU_REASONS - 1);
 
 	if (delta < offcpu_min_ns) {
-		if (!t->short_first)
-			t->short_first = t->off_ts;
-		t->short_last = end;
-		t->short_ns[reason] += delta;
-		t->short_count[reason] += 1;
-		t->off_ts = 0;
-		t->off_flags = 0;
-		if (t->short_ns[0] + t->short_ns[1] + t->short_ns[2] + t->short_ns[3] >= fold_flush_ns ||
-		    end - t->short_first >= fold_span_ns)
-			flush_folded(tid, t);
+		fold_short(tid, t, end);
 		return;
 	}
 	struct offcpu_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -563,6 +634,7 @@ static __always_inline void close_interval(__u32 tid, struct thread_state *t, __
 		e->waker_pid = t->waker_pid;
 		e->waker_tid = t->waker_tid;
 		e->waker_stack_id = t->waker_stack_id;
+		e->flags |= t->waker_irq ? OFFCPU_WAKER_IRQ : OFFCPU_WAKER_TASK;
 		__builtin_memcpy(e->waker_comm, t->waker_comm, TASK_COMM_LEN);
 	} else {
 		e->wake_ns = 0;
@@ -574,6 +646,23 @@ static __always_inline void close_interval(__u32 tid, struct thread_state *t, __
 	t->off_ts = 0;
 	t->off_flags = 0;
 	bpf_ringbuf_submit(e, submit_flags());
+}
+
+/* tid's state, inserted zeroed (pid set) when it has none; NULL when the
+ * map is full. */
+static __always_inline struct thread_state *new_state(__u32 tid, __u32 tgid)
+{
+	__u32 zero = 0;
+	struct thread_state *empty = bpf_map_lookup_elem(&empty_state, &zero);
+	struct thread_state *t;
+
+	if (!empty)
+		return NULL;
+	bpf_map_update_elem(&threads, &tid, empty, BPF_NOEXIST);
+	t = bpf_map_lookup_elem(&threads, &tid);
+	if (t && !t->pid)
+		t->pid = tgid;
+	return t;
 }
 
 /* A thread of a tracked process seen for the first time while it is off the
@@ -591,10 +680,7 @@ static __always_inline struct thread_state *first_seen(struct task_struct *task,
 
 	if (!tracked(tgid))
 		return NULL;
-	struct thread_state zero = { .pid = tgid };
-
-	bpf_map_update_elem(&threads, &tid, &zero, BPF_NOEXIST);
-	t = bpf_map_lookup_elem(&threads, &tid);
+	t = new_state(tid, tgid);
 	if (!t) {
 		count_drop(DROP_STATE_FULL);
 		return NULL;
@@ -644,10 +730,7 @@ static __always_inline void switch_out(void *ctx, __u32 tid, bool preempt, unsig
 		return;
 	}
 	if (!t) {
-		struct thread_state zero = { .pid = tgid };
-
-		bpf_map_update_elem(&threads, &tid, &zero, BPF_NOEXIST);
-		t = bpf_map_lookup_elem(&threads, &tid);
+		t = new_state(tid, tgid);
 		if (!t) {
 			count_drop(DROP_STATE_FULL);
 			return;
@@ -745,13 +828,16 @@ int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 	__u64 now = bpf_ktime_get_ns();
 	__u32 waker_tid = (__u32)pid_tgid;
 
+	bool irq = on_interrupt_stack(ctx);
+
 	t->waker_pid = pid_tgid >> 32;
 	t->waker_tid = waker_tid;
+	t->waker_irq = irq;
 	bpf_get_current_comm(t->waker_comm, sizeof(t->waker_comm));
 	/* The waker's stacks are the costly part; a wakee that slept less
-	 * than offcpu_min_ns is folded, its waker never shown: skip them. */
+	 * than offcpu_min_ns is folded with its waker's ids only: skip them. */
 	if (now - t->off_ts >= offcpu_min_ns) {
-		if (on_interrupt_stack()) {
+		if (irq) {
 			/* The interrupted task is no waker: its user context means
 			 * nothing here, and its cached stacks stay its own. */
 			t->waker_stack_id = interrupt_stack(ctx);

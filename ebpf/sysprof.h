@@ -267,6 +267,10 @@ struct stack_event {
                                  tracing began, or it is new): start_ns is when
                                  the task was created, userspace clips it to the
                                  range */
+#define OFFCPU_WAKER_TASK 4   /* its waker ran in task context (the tracer's own
+                                 judgment, from where the wakeup ran: for when
+                                 there is no waker stack to tell) */
+#define OFFCPU_WAKER_IRQ 8    /* its waker was an interrupt */
 
 /* One off-CPU interval of a thread, sent when it runs again if it lasted at
  * least offcpu_min_ns; shorter ones are summed per reason in folded_event. */
@@ -290,9 +294,20 @@ struct offcpu_event {
 	__u32 _pad;
 };
 
+/* Who ended the (non-preempted) waits of a folded run. */
+#define FOLD_WAKER_UNSET 0  /* only preemptions were folded: no waker */
+#define FOLD_WAKER_UNSEEN 1 /* waits whose wakeup was not seen */
+#define FOLD_WAKER_TASK 2   /* waker_pid/waker_tid woke each of them */
+#define FOLD_WAKER_IRQ 3    /* interrupts woke them (timers, devices) */
+#define FOLD_WAKER_MIXED 4  /* several wakers, none with enough time for a run of its own */
+
 /* Off-CPU intervals shorter than offcpu_min_ns of one thread, summed per
  * reason (OFFCPU_*), sent once they add up to fold_flush_ns (and at the
- * thread's end); the rest is read from the thread's state at the end. */
+ * thread's end); the rest is read from the thread's state at the end. A
+ * run holds the waits of one waker: a wait woken by another sends the run
+ * first once its waited time reaches fold_waker_min_ns (else the run is
+ * FOLD_WAKER_MIXED), so a thread in short round trips with one peer is
+ * charged to that peer. */
 struct folded_event {
 	__u32 kind;             /* RECORD_FOLDED */
 	__u32 pid;
@@ -302,6 +317,11 @@ struct folded_event {
 	__u64 last_ns;          /* end of the last one */
 	__u64 ns[OFFCPU_REASONS];
 	__u32 count[OFFCPU_REASONS];
+	__u64 wait_ns;          /* of the non-preempted waits, the time before their wakeup (the rest of ns was runnable) */
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__u32 waker_kind;       /* FOLD_WAKER_* */
+	__u32 _pad2;
 };
 
 /* A thread's last switch: its context switch totals. Its state is then
@@ -358,6 +378,14 @@ struct thread_state {
 	__u32 waker_tid;
 	__u64 waker_stack_id;
 	__u8 waker_comm[TASK_COMM_LEN];
+	/* The folded run's waker (FOLD_WAKER_*, see folded_event) and waited time. */
+	__u64 short_wait_ns;
+	__u32 short_waker_pid;
+	__u32 short_waker_tid;
+	__u32 short_waker_kind;
+	__u32 waker_irq;        /* the last wakeup came from an interrupt */
+	__u32 wake_early;       /* the last wakeup came before its switch-out (see on_sched_waking) */
+	__u32 _pad_state;
 	/* Kernel-private: per slot, the user context and what it was (the
 	 * off-CPU state, or 1 for a wakeup and 2 for a request) of the last
 	 * stack sent, reused when it happens again from the same place. */

@@ -317,6 +317,23 @@ impl ThreadView<'_> {
             .collect()
     }
 
+    /// The function names of stack `node` of this thread's stack table,
+    /// root first (a marker's `cause.stack`).
+    pub fn stack_names(&self, node: u64) -> Vec<String> {
+        let t = self.t;
+        let strings = t["stringArray"].as_array().unwrap();
+        let mut out = Vec::new();
+        let mut node = Some(node);
+        while let Some(n) = node {
+            let frame = t["stackTable"]["frame"][n as usize].as_u64().unwrap() as usize;
+            let func = t["frameTable"]["func"][frame].as_u64().unwrap() as usize;
+            out.push(strings[t["funcTable"]["name"][func].as_u64().unwrap() as usize].as_str().unwrap().to_string());
+            node = t["stackTable"]["prefix"][n as usize].as_u64();
+        }
+        out.reverse();
+        out
+    }
+
     /// Each sample's stack as (function name, category name) pairs, root first.
     pub fn stacks(&self, categories: &[String]) -> Vec<Vec<(String, String)>> {
         let t = self.t;

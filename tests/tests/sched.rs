@@ -88,6 +88,17 @@ fn wakers_are_named_and_switch_counts_match_proc() {
     eprintln!("pingpong: {by_pinger} of {} ponger off-CPU markers woken by pinger ({pinger})", markers.len());
     assert!(markers.len() >= 270, "one ≥1 ms wait per round: {}", markers.len());
     assert!(by_pinger * 100 >= markers.len() * 95, "the waker is the pinger");
+    // The waker's stack goes on from its kernel path into its own code:
+    // the wakeup ran in its write(2). (On Linux 6.13+ the tracer once took
+    // every wakeup for an interrupt's and kept the kernel frames only.)
+    let with_user_code = markers
+        .iter()
+        .filter(|d| d["wakerTid"].as_u64() == Some(pinger))
+        .filter_map(|d| d["cause"]["stack"].as_u64())
+        .filter(|&s| tp.stack_names(s).iter().any(|n| n == "pinger"))
+        .count();
+    eprintln!("pingpong: {with_user_code} of {by_pinger} wakeups by the pinger have its function in their stack");
+    assert!(with_user_code * 100 >= by_pinger * 90, "the waker's stacks reach its code: {with_user_code} of {by_pinger}");
     for (who, tid) in [("pinger", pinger), ("ponger", ponger)] {
         let expected = field(&out.stdout, &format!("{who}_switches")).unwrap() as f64;
         let t = profile.thread(pid, tid).unwrap();

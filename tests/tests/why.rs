@@ -187,3 +187,74 @@ fn preempted_spinners_are_charged_to_the_run_queue() {
     assert!(off_cpu >= 100.0, "{} spinners on {cpus} CPUs for 1 s wait for one: {off_cpu:.1} ms", cpus + 1);
     assert!(queued >= off_cpu * 0.97, "the run queue carries {queued:.1} of {off_cpu:.1} ms");
 }
+
+/// Check waits too short for a marker each: a client process in round
+/// trips with a server process that computes 20 µs a request (waits the
+/// kernel folds), then 300 µs (waits sent, then summed by sysprof), at the
+/// default threshold (1 ms). Per phase, `report --why CLIENT` over the
+/// client's loop must:
+/// - account for the client's off-CPU time by its own clocks (wall less
+///   CPU time, within 5 %: a run's share of a range is estimated), less at
+///   most the machine's steal time (which its CPU clock leaves out while it
+///   ran), every ms once;
+/// - charge the server's running with at least 90 % of the compute the
+///   server did while the client waited for it (its requests times their
+///   CPU time: by construction inside the client's waits), and no more
+///   than the server's own CPU time over the phase plus steal;
+/// - charge the client's own run queue no less than its schedstat says
+///   (sysprof times a run delay from the waking; schedstat from the
+///   enqueue, after the IPI that wakes its CPU);
+/// - leave at most 8 % to anything else ("several wakers" where the
+///   kernel's runs mixed wakers, cycles).
+#[test]
+fn short_round_trips_are_charged_to_the_server() {
+    if !can_record("short_round_trips_are_charged_to_the_server") {
+        return;
+    }
+    let dir = scratch("why-short");
+    let exe = build_c("roundtrips", &dir.join("roundtrips"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let phases = [("p1", 20_000u64, 20u64), ("p2", 1_500, 300)];
+    let args: Vec<String> = phases.iter().flat_map(|&(_, n, us)| [n.to_string(), us.to_string()]).collect();
+    let mut argv = vec!["--", exe.to_str().unwrap()];
+    argv.extend(args.iter().map(String::as_str));
+    let out = record(&argv, &out_path);
+    assert_success(&out);
+    let f = |k: &str| field(&out.stdout, k).unwrap_or_else(|| panic!("roundtrips printed no {k}"));
+    let (client, server) = (f("client"), f("server"));
+    let profile = Profile::load(&out_path);
+    let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_f64().unwrap();
+    let ms = |ns: u64| format!("{:.3}", (ns as f64 - anchor_ns) / 1e6);
+    for (phase, requests, us) in phases {
+        let key = |k: &str| f(&format!("{phase}_{k}"));
+        let in_ms = |k: &str| key(k) as f64 / 1e6;
+        let (client_wait_ms, client_delay_ms, server_cpu_ms, steal_ms) = (in_ms("client_wait_ns"), in_ms("client_run_delay_ns"), in_ms("server_cpu_ns"), in_ms("steal_ns"));
+        let computed_ms = (requests * us) as f64 / 1e3;
+        let r = why_in(&out_path, client, &["--from", &ms(key("t0_ns")), "--to", &ms(key("t1_ns"))]);
+        let off_cpu = r["off_cpu_ms"].as_f64().unwrap();
+        let total: f64 = r["blame"].as_array().unwrap().iter().map(|b| b["ms"].as_f64().unwrap()).sum();
+        let own_queue = blamed(&r, Some(client), &["runnable"]);
+        let running = blamed(&r, Some(server), &["running"]);
+        let server_queue = blamed(&r, Some(server), &["runnable"]);
+        let rest = off_cpu - own_queue - running - server_queue;
+        eprintln!(
+            "why {phase}: client off-CPU {off_cpu:.1} ms (its own clocks {client_wait_ms:.1}, steal {steal_ms:.0}) in {} waits: server running {running:.1} \
+             (computed {computed_ms:.1}, its CPU {server_cpu_ms:.1}), server runnable {server_queue:.1}, client runnable {own_queue:.1} (schedstat {client_delay_ms:.1}), \
+             rest {rest:.1}; blame {}",
+            r["waits"],
+            r["blame"]
+        );
+        assert!((total - off_cpu).abs() < 1e-6 * off_cpu.max(1.0), "{phase}: every ms charged once: {total} of {off_cpu}");
+        assert!(
+            off_cpu <= client_wait_ms * 1.05 + 1.0 && off_cpu >= (client_wait_ms - steal_ms) * 0.95 - 1.0,
+            "{phase}: the client's off-CPU time {off_cpu:.1} ms vs its own clocks {client_wait_ms:.1} ms (steal {steal_ms:.0} ms)"
+        );
+        assert!(
+            running >= computed_ms * 0.9 && running <= (server_cpu_ms + steal_ms) * 1.02 + 1.0,
+            "{phase}: the server's running {running:.1} ms vs the {computed_ms:.1} ms it computed for the client and its CPU time {server_cpu_ms:.1} ms (steal {steal_ms:.0})"
+        );
+        let slack = (client_delay_ms * 0.25).max(2.0);
+        assert!(own_queue >= client_delay_ms - slack, "{phase}: the client's run queue {own_queue:.1} ms vs its schedstat {client_delay_ms:.1} ms");
+        assert!(rest <= off_cpu * 0.08, "{phase}: {rest:.1} ms of {off_cpu:.1} went elsewhere: {}", r["blame"]);
+    }
+}

@@ -36,6 +36,16 @@ pub const OFFCPU_BLOCKED: u32 = 2;
 pub const OFFCPU_OTHER: u32 = 3;
 /// `OFFCPU_REASONS`
 pub const OFFCPU_REASONS: usize = 4;
+/// A folded run's waits were only preemptions: no waker.
+pub const FOLD_WAKER_UNSET: u32 = 0;
+/// A folded run's waits ended with no wakeup seen.
+pub const FOLD_WAKER_UNSEEN: u32 = 1;
+/// One task (`waker_pid`, `waker_tid`) woke a folded run's waits.
+pub const FOLD_WAKER_TASK: u32 = 2;
+/// Interrupts woke a folded run's waits.
+pub const FOLD_WAKER_IRQ: u32 = 3;
+/// Several wakers, none with enough waited time for a run of its own.
+pub const FOLD_WAKER_MIXED: u32 = 4;
 
 /// `OFFCPU_END_INFERRED`
 pub const OFFCPU_END_INFERRED: u32 = 1;
@@ -43,6 +53,10 @@ pub const OFFCPU_END_INFERRED: u32 = 1;
 /// (before tracing began, or it is new); the start is its creation, clipped
 /// to the range.
 pub const OFFCPU_START_UNSEEN: u32 = 2;
+/// `OFFCPU_WAKER_TASK`: the tracer saw the wakeup run in task context.
+pub const OFFCPU_WAKER_TASK: u32 = 4;
+/// `OFFCPU_WAKER_IRQ`: the tracer saw the wakeup run in an interrupt.
+pub const OFFCPU_WAKER_IRQ: u32 = 8;
 
 /// `SAMPLE_FLAG_KSTACK_FAILED`
 pub const SAMPLE_FLAG_KSTACK_FAILED: u32 = 1;
@@ -368,6 +382,17 @@ pub struct FoldedEvent {
     pub ns: [u64; OFFCPU_REASONS],
     /// Intervals per reason.
     pub count: [u32; OFFCPU_REASONS],
+    /// Of the waits not preempted, the time before their wakeup, ns (the
+    /// rest of `ns` was runnable).
+    pub wait_ns: u64,
+    /// Their waker (`FOLD_WAKER_TASK`): process id.
+    pub waker_pid: u32,
+    /// Their waker: thread id.
+    pub waker_tid: u32,
+    /// `FOLD_WAKER_*`.
+    pub waker_kind: u32,
+    /// Padding.
+    pub _pad2: u32,
 }
 
 /// `struct thread_end_event`: a thread's last switch.
@@ -465,6 +490,20 @@ pub struct ThreadState {
     pub waker_stack_id: u64,
     /// Waker's name.
     pub waker_comm: [u8; TASK_COMM_LEN],
+    /// The folded run's waited time (before the wakeups), ns.
+    pub short_wait_ns: u64,
+    /// The folded run's waker (`FOLD_WAKER_TASK`): process id.
+    pub short_waker_pid: u32,
+    /// The folded run's waker: thread id.
+    pub short_waker_tid: u32,
+    /// `FOLD_WAKER_*`.
+    pub short_waker_kind: u32,
+    /// The last wakeup came from an interrupt.
+    pub waker_irq: u32,
+    /// The last wakeup came before its switch-out.
+    pub wake_early: u32,
+    /// Padding.
+    pub _pad_state: u32,
     /// Kernel-private: the last stack sent per slot.
     pub cache: [StackCache; STACK_SLOTS],
 }

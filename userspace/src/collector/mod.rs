@@ -460,10 +460,15 @@ impl Collector {
                 pid: e.waker_pid,
                 tid: e.waker_tid,
                 name: abi::comm_str(&e.waker_comm),
-                // Only the stack tells an interrupt from the task it
-                // interrupted (one that arrives in user mode runs on the
-                // task's stack): without it, say so rather than "task".
-                interrupt: if stored.is_none() { Some(InterruptKind::Unknown) } else { interrupt.map(|(kind, _)| kind) },
+                // The stack tells an interrupt from the task it
+                // interrupted, and which kind. Without one (lost, or not
+                // taken: a wakeup before the switch-out), the tracer's
+                // judgment says task or interrupt; without that, say so.
+                interrupt: match stored {
+                    Some(_) => interrupt.map(|(kind, _)| kind),
+                    None if e.flags & abi::OFFCPU_WAKER_TASK != 0 => None,
+                    None => Some(InterruptKind::Unknown),
+                },
             };
             let node = match (stored, interrupt) {
                 // An interrupt's stack is its own frames only: below its
@@ -515,7 +520,23 @@ impl Collector {
     /// Short off-CPU waits of a thread, summed per reason.
     pub fn handle_folded(&mut self, e: &FoldedEvent) {
         self.window.stats.off_cpu_folded += e.count.iter().map(|&c| c as u64).sum::<u64>();
-        self.window.folded.push(FoldedRecord { pid: e.pid, tid: e.tid, last_ns: e.last_ns, ns: e.ns });
+        let waker = match e.waker_kind {
+            abi::FOLD_WAKER_TASK => ShortWaker::Task { pid: e.waker_pid, tid: e.waker_tid },
+            abi::FOLD_WAKER_IRQ => ShortWaker::Interrupt,
+            abi::FOLD_WAKER_MIXED => ShortWaker::Several,
+            abi::FOLD_WAKER_UNSEEN => ShortWaker::Unseen,
+            _ => ShortWaker::Nobody,
+        };
+        self.window.folded.push(FoldedRecord {
+            pid: e.pid,
+            tid: e.tid,
+            first_ns: e.first_ns,
+            last_ns: e.last_ns,
+            ns: e.ns,
+            count: e.count.iter().sum(),
+            wait_ns: e.wait_ns,
+            waker,
+        });
     }
 
     /// A thread's last switch, with its switch totals.
@@ -549,6 +570,11 @@ impl Collector {
                     last_ns: st.short_last.min(end_ns),
                     ns: st.short_ns,
                     count: st.short_count,
+                    wait_ns: st.short_wait_ns,
+                    waker_pid: st.short_waker_pid,
+                    waker_tid: st.short_waker_tid,
+                    waker_kind: st.short_waker_kind,
+                    _pad2: 0,
                 });
             }
             if st.off_ts != 0 && st.off_ts < end_ns {

@@ -93,6 +93,8 @@ pub(super) struct Replay<'a> {
     resolved: FxHashMap<NodeIndex, (u32, NodeIndex)>,
     path: Vec<u64>,
     pub threads: FxHashMap<(u32, u32), ThreadData>,
+    /// Per (pid, tid): the short waits being summed (see `sched`).
+    pub(super) short_runs: FxHashMap<(u32, u32), super::sched::ShortRun>,
 }
 
 impl<'a> Replay<'a> {
@@ -105,6 +107,7 @@ impl<'a> Replay<'a> {
             resolved: FxHashMap::default(),
             path: Vec::with_capacity(256),
             threads: FxHashMap::default(),
+            short_runs: FxHashMap::default(),
         }
     }
 

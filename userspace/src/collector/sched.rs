@@ -8,7 +8,7 @@
 //! [`super::Collector::finish_window`]), each with its raw stacks. Out:
 //! fields of the replay's per-thread data.
 
-use crate::model::recording::{MarkerRecord, OffCpuReason, SliceKind, Waker, IoOp};
+use crate::model::recording::{IoOp, MarkerRecord, OffCpuReason, ShortWaker, SliceKind, Waker};
 use super::replay::{PseudoFrame, Replay};
 use crate::model::stack_tree::{NodeIndex, NO_PARENT};
 use super::WindowData;
@@ -32,15 +32,46 @@ pub(super) struct OffCpuRecord {
     pub comm: [u8; TASK_COMM_LEN],
 }
 
-/// Short waits of a thread, summed per reason.
+/// Short waits of a thread, summed per reason, and who woke them.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct FoldedRecord {
     pub pid: u32,
     pub tid: u32,
+    /// Start of the first folded wait.
+    pub first_ns: u64,
     /// End of the last folded wait: where the folded time is placed.
     pub last_ns: u64,
     pub ns: [u64; 4],
+    pub count: u32,
+    /// Of `ns`, the time before the wakeups.
+    pub wait_ns: u64,
+    pub waker: ShortWaker,
 }
+
+/// Waits longer than the kernel folds but shorter than a marker, of one
+/// thread and one waker, being summed into a [`MarkerRecord::ShortWaits`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ShortRun {
+    start_ns: u64,
+    end_ns: u64,
+    count: u32,
+    off_cpu_ns: u64,
+    waited_ns: u64,
+    waker: ShortWaker,
+}
+
+/// A run of short waits is closed once it spans this long, or once its
+/// waits add up to [`SHORT_RUN_MAX_NS`] (the kernel's `fold_span_ns` and
+/// `fold_flush_ns`): a run is charged as if its waits were spread evenly
+/// over its span, so a run must not hold both sides of a change (a 1-s run
+/// across two phases of a round-trip test put a quarter of one phase's
+/// time in the other).
+const SHORT_RUN_SPAN_NS: u64 = 1_000_000_000;
+const SHORT_RUN_MAX_NS: u64 = 10_000_000;
+/// A run is closed for another waker once its waits add up to this; a
+/// shorter one is merged and its waker becomes [`ShortWaker::Several`].
+/// The kernel's `fold_waker_min_ns`.
+const SHORT_RUN_WAKER_MIN_NS: u64 = 1_000_000;
 
 /// One block request, its issuing stack interned as a raw stack.
 #[derive(Debug, Clone)]
@@ -102,6 +133,71 @@ impl Replay<'_> {
                 cpus: (e.cpu_out, e.cpu_in),
                 waker_stack,
             });
+        } else {
+            // Too short for a marker: summed per waker, so `report --why`
+            // still knows who these waits were for.
+            let waited = match (e.reason, e.wake_ns) {
+                (OffCpuReason::Preempted, _) => 0,
+                (_, 0) => duration,
+                (_, wake) => wake.saturating_sub(e.start_ns).min(duration),
+            };
+            let short_waker = match (&waker, e.reason) {
+                (_, OffCpuReason::Preempted) => ShortWaker::Nobody,
+                (None, _) => ShortWaker::Unseen,
+                // Its stack was lost: a task or an interrupt, not known.
+                (Some((w, _)), _) if w.interrupt == Some(crate::model::recording::InterruptKind::Unknown) => ShortWaker::Unseen,
+                (Some((w, _)), _) if w.interrupt.is_some() => ShortWaker::Interrupt,
+                (Some((w, _)), _) => ShortWaker::Task { pid: w.pid, tid: w.tid },
+            };
+            self.add_short(e.pid, e.tid, ShortRun { start_ns: e.start_ns, end_ns: e.end_ns, count: 1, off_cpu_ns: duration, waited_ns: waited, waker: short_waker });
+        }
+    }
+
+    /// Add one short wait (or a run of them) to its thread's run; close
+    /// the run first when it spans too long, or when its waker differs and
+    /// it has enough waited time to stand alone.
+    fn add_short(&mut self, pid: u32, tid: u32, w: ShortRun) {
+        let key = (pid, tid);
+        if let Some(run) = self.short_runs.get_mut(&key) {
+            let other_waker = w.waker != ShortWaker::Nobody && run.waker != ShortWaker::Nobody && w.waker != run.waker;
+            let too_long = w.end_ns.saturating_sub(run.start_ns) > SHORT_RUN_SPAN_NS || run.off_cpu_ns >= SHORT_RUN_MAX_NS;
+            if too_long || (other_waker && run.waited_ns >= SHORT_RUN_WAKER_MIN_NS) {
+                let done = *run;
+                self.short_runs.remove(&key);
+                self.close_short(pid, tid, done);
+            } else {
+                run.end_ns = run.end_ns.max(w.end_ns);
+                run.count += w.count;
+                run.off_cpu_ns += w.off_cpu_ns;
+                run.waited_ns += w.waited_ns;
+                if run.waker == ShortWaker::Nobody {
+                    run.waker = w.waker;
+                } else if other_waker {
+                    run.waker = ShortWaker::Several;
+                }
+                return;
+            }
+        }
+        self.short_runs.insert(key, w);
+    }
+
+    fn close_short(&mut self, pid: u32, tid: u32, r: ShortRun) {
+        self.thread(pid, tid).markers.push(MarkerRecord::ShortWaits {
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+            count: r.count,
+            off_cpu_ns: r.off_cpu_ns,
+            waited_ns: r.waited_ns,
+            waker: r.waker,
+        });
+    }
+
+    /// Close every thread's run of short waits: the window is done.
+    pub(super) fn close_short_runs(&mut self) {
+        let mut runs: Vec<((u32, u32), ShortRun)> = self.short_runs.drain().collect();
+        runs.sort_unstable_by_key(|(k, _)| *k);
+        for ((pid, tid), r) in runs {
+            self.close_short(pid, tid, r);
         }
     }
 
@@ -119,6 +215,15 @@ impl Replay<'_> {
             data.off_cpu.time_ns.push(e.last_ns);
             data.off_cpu.stack.push(leaf);
             data.off_cpu.duration_ns.push(ns);
+        }
+        let off_cpu_ns: u64 = e.ns.iter().sum();
+        if off_cpu_ns > 0 {
+            // The kernel's runs are already one waker's: a marker each.
+            self.close_short(
+                e.pid,
+                e.tid,
+                ShortRun { start_ns: e.first_ns.min(e.last_ns), end_ns: e.last_ns, count: e.count, off_cpu_ns, waited_ns: e.wait_ns.min(off_cpu_ns), waker: e.waker },
+            );
         }
     }
 

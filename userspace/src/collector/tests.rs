@@ -242,7 +242,8 @@ fn wakers_from_interrupts_are_not_the_interrupted_task() {
 }
 
 /// Check that folded short waits keep their reason: one weighted sample per
-/// reason, each ending in that reason, adding up to the folded time.
+/// reason, each ending in that reason, adding up to the folded time; and
+/// one ShortWaits marker with their waker and their time before it.
 #[test]
 fn short_waits_keep_their_reason() {
     let mut c = collector(PidFilter::All);
@@ -255,6 +256,11 @@ fn short_waits_keep_their_reason() {
         last_ns: 900,
         ns: [300, 200, 0, 0],
         count: [3, 4, 0, 0],
+        wait_ns: 150,
+        waker_pid: 60,
+        waker_tid: 61,
+        waker_kind: abi::FOLD_WAKER_TASK,
+        _pad2: 0,
     });
     let r = c.finish_window(range(0, 1000));
     let t = thread(&r, 50, 51);
@@ -268,6 +274,57 @@ fn short_waits_keep_their_reason() {
         ]
     );
     assert_eq!(r.stats.off_cpu_folded, 7);
+    assert_eq!(
+        t.markers,
+        vec![MarkerRecord::ShortWaits { start_ns: 10, end_ns: 900, count: 7, off_cpu_ns: 500, waited_ns: 150, waker: ShortWaker::Task { pid: 60, tid: 61 } }]
+    );
+}
+
+/// Check that waits the kernel sent but too short for a marker are summed
+/// per thread and waker: one run while the waker stays (preemptions join
+/// it), a new one when another waker comes after enough waited time, a
+/// merged run ("several") when it comes before.
+#[test]
+fn waits_under_the_marker_threshold_are_summed_per_waker() {
+    let mut c = collector(PidFilter::All);
+    let wake_read = 0xffff_ffff_8110_0010;
+    for (n, waker) in [61u32, 62, 63].into_iter().enumerate() {
+        stack_record(&mut c, 60, waker, (n as u64 + 1) << 12, &[0x9500], &[0xffff_ffff_c000_1010, wake_read]);
+    }
+    let wait = |start: u64, end: u64, wake: u64, reason: u32, waker: u32| {
+        let mut e = off_cpu(50, 51, reason, start, end, 0);
+        if waker != 0 {
+            (e.wake_ns, e.waker_pid, e.waker_tid, e.waker_stack_id) = (wake, 60, waker, (waker as u64 - 60) << 12);
+        }
+        e
+    };
+    // 0.5 ms waits (under the 1 ms marker threshold), woken by 61 at 0.4 ms.
+    let mut t = 1_000_000;
+    for _ in 0..4 {
+        c.handle_offcpu(&wait(t, t + 500_000, t + 400_000, abi::OFFCPU_SLEEPING, 61));
+        t += 1_000_000;
+    }
+    c.handle_offcpu(&wait(t, t + 200_000, 0, abi::OFFCPU_PREEMPTED, 0));
+    t += 1_000_000;
+    // 1.6 ms waited by then: another waker starts a run of its own...
+    c.handle_offcpu(&wait(t, t + 500_000, t + 400_000, abi::OFFCPU_SLEEPING, 62));
+    t += 1_000_000;
+    // ...and a third one, after only 0.4 ms of it, merges into it.
+    c.handle_offcpu(&wait(t, t + 500_000, t + 400_000, abi::OFFCPU_SLEEPING, 63));
+    let r = c.finish_window(range(0, 100_000_000));
+    let mut runs: Vec<(u32, u64, u64, ShortWaker)> = thread(&r, 50, 51)
+        .markers
+        .iter()
+        .filter_map(|m| match m {
+            MarkerRecord::ShortWaits { count, off_cpu_ns, waited_ns, waker, .. } => Some((*count, *off_cpu_ns, *waited_ns, *waker)),
+            _ => None,
+        })
+        .collect();
+    runs.sort_by_key(|r| r.0);
+    assert_eq!(
+        runs,
+        vec![(2, 1_000_000, 800_000, ShortWaker::Several), (5, 2_200_000, 1_600_000, ShortWaker::Task { pid: 60, tid: 61 })]
+    );
 }
 
 /// Check that nothing lies outside a recording's range: samples before its

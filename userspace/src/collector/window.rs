@@ -135,6 +135,7 @@ impl Collector {
         for (e, b) in side {
             replay.table.apply(e, *b);
         }
+        replay.close_short_runs();
         // After the sideband: a thread's state is the one its fork made.
         for e in &w.switch_totals {
             replay.table.process(e.pid).thread(e.tid).switches = Some((e.voluntary, e.involuntary));

@@ -220,7 +220,7 @@ fn shift_marker(m: &mut MarkerRecord, shift: &impl Fn(u64) -> u64, node: &impl F
             *done_ns = shift(*done_ns);
             *stack = stack.map(node);
         }
-        MarkerRecord::OnCpu { start_ns, end_ns, .. } => {
+        MarkerRecord::OnCpu { start_ns, end_ns, .. } | MarkerRecord::ShortWaits { start_ns, end_ns, .. } => {
             *start_ns = shift(*start_ns);
             *end_ns = shift(*end_ns);
         }
@@ -401,16 +401,30 @@ fn retain_by<T>(v: &mut Vec<T>, keep: &[bool]) {
 /// Cut a marker to [start, end]; false if nothing of it is left.
 fn clip_marker(m: &mut MarkerRecord, start: u64, end: u64) -> bool {
     let (s, e) = match m {
-        MarkerRecord::OffCpu { start_ns, end_ns, .. } | MarkerRecord::OnCpu { start_ns, end_ns, .. } => (start_ns, end_ns),
+        MarkerRecord::OffCpu { start_ns, end_ns, .. } | MarkerRecord::OnCpu { start_ns, end_ns, .. } | MarkerRecord::ShortWaits { start_ns, end_ns, .. } => {
+            (start_ns, end_ns)
+        }
         MarkerRecord::Io { start_ns, done_ns, .. } => (start_ns, done_ns),
     };
     if *e < start || *s > end {
         return false;
     }
+    // Short waits are sums over their span: what is cut keeps its share.
+    let kept = if *s < start || *e > end {
+        let span = (*e - *s).max(1) as f64;
+        ((*e).min(end) - (*s).max(start)) as f64 / span
+    } else {
+        1.0
+    };
     *s = (*s).max(start);
     *e = (*e).min(end);
-    if let MarkerRecord::Io { issue_ns, .. } = m {
-        *issue_ns = (*issue_ns).clamp(start, end);
+    match m {
+        MarkerRecord::Io { issue_ns, .. } => *issue_ns = (*issue_ns).clamp(start, end),
+        MarkerRecord::ShortWaits { off_cpu_ns, waited_ns, .. } if kept < 1.0 => {
+            *off_cpu_ns = (*off_cpu_ns as f64 * kept) as u64;
+            *waited_ns = (*waited_ns as f64 * kept) as u64;
+        }
+        _ => {}
     }
     true
 }

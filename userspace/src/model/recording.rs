@@ -135,6 +135,50 @@ impl Waker {
     }
 }
 
+/// Who woke a run of short waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShortWaker {
+    /// Only preemptions: nobody (all of it was runnable).
+    Nobody,
+    /// Their wakeups were not seen.
+    Unseen,
+    /// One task woke each of them.
+    Task {
+        /// Its process.
+        pid: u32,
+        /// Its thread.
+        tid: u32,
+    },
+    /// Interrupts (timers, devices).
+    Interrupt,
+    /// Several wakers, none with a run of its own.
+    Several,
+}
+
+impl ShortWaker {
+    /// As shown in markers: "tid 13 (pid 12)", "an interrupt", ...
+    pub fn label(&self) -> String {
+        match self {
+            ShortWaker::Nobody => "— (preempted)".into(),
+            ShortWaker::Unseen => "— (wakeups not seen)".into(),
+            ShortWaker::Task { pid, tid } => format!("tid {tid} (pid {pid})"),
+            ShortWaker::Interrupt => "an interrupt".into(),
+            ShortWaker::Several => "several threads".into(),
+        }
+    }
+
+    /// Where it came from: "task", "interrupt", "several", "not seen", "none".
+    pub fn context(&self) -> &'static str {
+        match self {
+            ShortWaker::Nobody => "none",
+            ShortWaker::Unseen => "not seen",
+            ShortWaker::Task { .. } => "task",
+            ShortWaker::Interrupt => "interrupt",
+            ShortWaker::Several => "several",
+        }
+    }
+}
+
 /// What a block request did, from its operation and flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoOp {
@@ -250,6 +294,23 @@ pub enum MarkerRecord {
         error: i32,
         /// The issuing stack.
         stack: Option<u32>,
+    },
+    /// Off-CPU waits shorter than the marker threshold, summed over a span
+    /// per waker: what `report --why` charges short round trips to.
+    ShortWaits {
+        /// Start of the first, ns.
+        start_ns: u64,
+        /// End of the last, ns.
+        end_ns: u64,
+        /// How many waits.
+        count: u32,
+        /// Their off-CPU time, ns (less than the span: it ran in between).
+        off_cpu_ns: u64,
+        /// Of it, the time before their wakeups, ns; the rest was
+        /// runnable (preemptions, and run-queue delay after the wakeups).
+        waited_ns: u64,
+        /// Who woke them.
+        waker: ShortWaker,
     },
     /// A thread running on a CPU (per-CPU tracks).
     OnCpu {

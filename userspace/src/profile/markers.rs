@@ -5,7 +5,7 @@
 //! [`Markers`] columns, sorted by start, and the `markerSchema` that tells
 //! the Firefox Profiler how to show each kind.
 
-use crate::model::recording::{MarkerRecord, Recording, SliceKind};
+use crate::model::recording::{MarkerRecord, OffCpuReason, Recording, ShortWaker, SliceKind, Waker};
 
 use super::category;
 use super::schema::{Cause, MarkerData, Markers};
@@ -38,6 +38,7 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                     }),
                     cpu_out: cpus.0,
                     cpu_in: cpus.1,
+                    color: off_cpu_color(*reason, waker.as_ref()),
                     cause: cause(waker_stack),
                 },
             ),
@@ -59,6 +60,33 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                     service_time: done_ns.saturating_sub(*issue_ns) as f64 / 1e6,
                     error: *error,
                     cause: cause(stack),
+                },
+            ),
+            MarkerRecord::ShortWaits { start_ns, end_ns, count, off_cpu_ns, waited_ns, waker } => (
+                format!("{count} short waits"),
+                category::OFF_CPU,
+                *start_ns,
+                *end_ns,
+                MarkerData::ShortWaits {
+                    count: *count,
+                    off_cpu: *off_cpu_ns as f64 / 1e6,
+                    waited: *waited_ns as f64 / 1e6,
+                    waker: waker.label(),
+                    waker_pid: match waker {
+                        ShortWaker::Task { pid, .. } => Some(pid.to_string()),
+                        _ => None,
+                    },
+                    waker_tid: match waker {
+                        ShortWaker::Task { tid, .. } => Some(*tid),
+                        _ => None,
+                    },
+                    waker_context: waker.context(),
+                    color: match waker {
+                        ShortWaker::Task { .. } => COLOR_THREAD,
+                        ShortWaker::Interrupt => COLOR_INTERRUPT,
+                        ShortWaker::Nobody => COLOR_CPU,
+                        ShortWaker::Unseen | ShortWaker::Several => COLOR_UNKNOWN,
+                    },
                 },
             ),
             MarkerRecord::OnCpu { start_ns, end_ns, pid, tid, name, kind } => (
@@ -89,7 +117,33 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
 
 fn marker_start(r: &MarkerRecord) -> u64 {
     match r {
-        MarkerRecord::OffCpu { start_ns, .. } | MarkerRecord::Io { start_ns, .. } | MarkerRecord::OnCpu { start_ns, .. } => *start_ns,
+        MarkerRecord::OffCpu { start_ns, .. }
+        | MarkerRecord::Io { start_ns, .. }
+        | MarkerRecord::OnCpu { start_ns, .. }
+        | MarkerRecord::ShortWaits { start_ns, .. } => *start_ns,
+    }
+}
+
+// What ended a wait, as the marker chart colors it (the front end's
+// GraphColor names); the schema's descriptions say the same.
+/// Another thread woke it.
+const COLOR_THREAD: &str = "blue";
+/// It was blocked uninterruptibly (I/O, mostly).
+const COLOR_BLOCKED: &str = "orange";
+/// An interrupt woke it: a timer or a device.
+const COLOR_INTERRUPT: &str = "green";
+/// It waited for a CPU (preempted).
+const COLOR_CPU: &str = "red";
+/// Nobody seen.
+const COLOR_UNKNOWN: &str = "grey";
+
+fn off_cpu_color(reason: OffCpuReason, waker: Option<&Waker>) -> &'static str {
+    match (reason, waker) {
+        (OffCpuReason::Preempted, _) => COLOR_CPU,
+        (OffCpuReason::Blocked, _) => COLOR_BLOCKED,
+        (_, Some(w)) if w.interrupt.is_some() => COLOR_INTERRUPT,
+        (_, Some(_)) => COLOR_THREAD,
+        (_, None) => COLOR_UNKNOWN,
     }
 }
 
@@ -107,7 +161,8 @@ pub(super) fn marker_schema() -> serde_json::Value {
             "chartLabel": "{marker.data.reason}",
             "tooltipLabel": "Off-CPU: {marker.data.reason}, woken by {marker.data.waker}",
             "tableLabel": "{marker.data.reason}, woken by {marker.data.waker}, run delay {marker.data.runDelay}",
-            "description": "A thread not running: why, who woke it, how long it then waited for a CPU",
+            "description": "A thread not running: why, who woke it, how long it then waited for a CPU. Colored by what ended it: blue another thread, orange blocked (I/O, mostly), green an interrupt (a timer, a device), red waiting for a CPU, grey not seen",
+            "colorField": "color",
             "fields": [
                 { "key": "reason", "label": "Reason", "format": "string" },
                 { "key": "runDelay", "label": "Run-queue delay", "format": "duration" },
@@ -117,6 +172,26 @@ pub(super) fn marker_schema() -> serde_json::Value {
                 { "key": "wakerContext", "label": "Woken from", "format": "string" },
                 { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
                 { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
+                { "key": "color", "label": "Color", "format": "string", "hidden": true },
+            ],
+        },
+        {
+            "name": "ShortWaits",
+            "display": not_in_overview,
+            "chartLabel": "{marker.data.count} waits, {marker.data.offCpu}",
+            "tooltipLabel": "{marker.data.count} short waits: {marker.data.offCpu} off-CPU, woken by {marker.data.waker}",
+            "tableLabel": "{marker.data.count} short waits, {marker.data.offCpu} off-CPU, woken by {marker.data.waker}",
+            "description": "Waits shorter than --off-cpu-threshold, summed per waker over the marker's span (which holds their running in between too). Colored as off-CPU markers: blue another thread, green interrupts, red waiting for a CPU, grey not seen or several wakers",
+            "colorField": "color",
+            "fields": [
+                { "key": "count", "label": "Waits", "format": "integer" },
+                { "key": "offCpu", "label": "Off-CPU", "format": "duration" },
+                { "key": "waited", "label": "Before the wakeups", "format": "duration" },
+                { "key": "waker", "label": "Woken by", "format": "string" },
+                { "key": "wakerPid", "label": "Waker pid", "format": "pid" },
+                { "key": "wakerTid", "label": "Waker tid", "format": "tid" },
+                { "key": "wakerContext", "label": "Woken from", "format": "string" },
+                { "key": "color", "label": "Color", "format": "string", "hidden": true },
             ],
         },
         {

@@ -346,8 +346,33 @@ pub enum MarkerData {
         cpu_out: u32,
         #[serde(skip_deserializing)]
         cpu_in: u32,
+        /// What ended it, as the marker chart's color (`colorField`).
+        #[serde(skip_deserializing)]
+        color: &'static str,
         #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
         cause: Option<Cause>,
+    },
+    /// Waits too short for a marker each, summed over a span per waker.
+    ShortWaits {
+        #[serde(skip_deserializing)]
+        count: u32,
+        /// Their off-CPU time, ms.
+        #[serde(skip_deserializing)]
+        off_cpu: f64,
+        /// Of it, before their wakeups, ms.
+        #[serde(skip_deserializing)]
+        waited: f64,
+        #[serde(skip_deserializing)]
+        waker: String,
+        /// A string, as `OffCpu`'s.
+        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+        waker_pid: Option<String>,
+        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+        waker_tid: Option<u32>,
+        #[serde(skip_deserializing)]
+        waker_context: &'static str,
+        #[serde(skip_deserializing)]
+        color: &'static str,
     },
     #[serde(rename = "BlockIo")]
     Io {

@@ -247,6 +247,8 @@ fn full_recording() -> Recording {
         stack: Some(work),
     });
     t.markers.push(MarkerRecord::Io { start_ns: 2_000_000, issue_ns: 2_000_000, done_ns: 2_100_000, device: "nvme0n1".into(), op: IoOp::Flush, flags: io_flags::IO_PREFLUSH, bytes: 0, sector: 0, error: -5, stack: None });
+    t.markers.push(MarkerRecord::ShortWaits { start_ns: 2_200_000, end_ns: 2_900_000, count: 12, off_cpu_ns: 360_000, waited_ns: 300_000, waker: ShortWaker::Task { pid: 9, tid: 9 } });
+    t.markers.push(MarkerRecord::ShortWaits { start_ns: 2_300_000, end_ns: 2_400_000, count: 2, off_cpu_ns: 20_000, waited_ns: 20_000, waker: ShortWaker::Interrupt });
     let thread = |tid: u32, name: &str| ThreadRecord {
         tid,
         name: name.into(),

@@ -154,7 +154,7 @@ fn escape_strings(profile: &mut Profile) {
         t.string_array.iter_mut().for_each(esc);
         for d in t.markers.data.iter_mut().flatten() {
             match d {
-                MarkerData::OffCpu { waker, .. } => esc(waker),
+                MarkerData::OffCpu { waker, .. } | MarkerData::ShortWaits { waker, .. } => esc(waker),
                 MarkerData::Io { device, .. } => esc(device),
                 MarkerData::OnCpu { .. } | MarkerData::CpuIdle { .. } | MarkerData::Other => {}
             }

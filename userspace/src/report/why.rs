@@ -18,8 +18,14 @@
 //! known. Every piece of T's waiting lands in exactly one row.
 //!
 //! Waits shorter than the recording's marker threshold (`--off-cpu-threshold`,
-//! 1 ms by default) have no marker, and so no waker: they are not in the
-//! total. Record with `--off-cpu-threshold 0.1` to see waits of 0.1 ms on.
+//! 1 ms by default) come as runs: their sum over a span, per waker
+//! (`ShortWaits` markers). A run's time before its wakeups is charged to
+//! what its waker did over the part of the span asked for, less the waker's
+//! own waits on the chain (a waker is not waiting for the thread it is
+//! about to wake: in a round trip, the two take turns), scaled to the run's
+//! time; its time after them is the thread's run-queue delay. That is an
+//! estimate, where markers are exact: it assumes the waits were spread
+//! evenly over the span.
 
 use rustc_hash::FxHashMap;
 use serde_json::Value;
@@ -40,6 +46,25 @@ struct Wait {
     context: Option<String>,
 }
 
+/// A run of a thread's short waits: their sum over a span, per waker.
+#[derive(Debug, Clone)]
+struct ShortRun {
+    start: f64,
+    end: f64,
+    count: f64,
+    /// Their off-CPU time, ms.
+    off_cpu: f64,
+    /// Of it, the time before their wakeups, ms.
+    waited: f64,
+    waker_tid: Option<u32>,
+    /// "task", "interrupt", "several", "not seen" or "none".
+    context: String,
+}
+
+/// Calls of the charging functions one wait may make: short runs charge
+/// along their wakers' runs, which could branch at every level.
+const MAX_STEPS: usize = 200_000;
+
 /// What the report needs of one thread.
 #[derive(Debug, Default)]
 struct ThreadFacts {
@@ -48,6 +73,10 @@ struct ThreadFacts {
     process: String,
     /// Sorted by start; non-overlapping.
     waits: Vec<Wait>,
+    /// Sorted by start; they may overlap each other and the waits.
+    short: Vec<ShortRun>,
+    /// The longest span of a run in `short`.
+    short_span: f64,
     /// (start, end, device) of the block requests it issued.
     io: Vec<(f64, f64, String)>,
     /// On-CPU sample times and their leaf function names.
@@ -59,7 +88,9 @@ struct ThreadFacts {
 pub struct Culprit {
     /// The thread whose running, run queue, wait or request it was.
     pub tid: u32,
-    /// "running", "runnable", "I/O", "timer", "softirq", "unknown waker", "waiting (cycle)", "waiting (chain too deep)".
+    /// "running", "runnable", "I/O", "timer", "softirq", "interrupt" (a
+    /// short wait's: timer or device), "several wakers", "unknown waker",
+    /// "waiting (cycle)", "waiting (chain too deep)".
     pub what: &'static str,
     /// The device of an "I/O" piece.
     pub device: Option<String>,
@@ -81,6 +112,8 @@ pub struct Why {
 /// The threads of a profile, by tid, as `--why` reads them.
 pub struct Threads {
     threads: FxHashMap<u32, ThreadFacts>,
+    /// Charging calls left for the wait being charged (see [`MAX_STEPS`]).
+    steps: std::cell::Cell<usize>,
 }
 
 impl Threads {
@@ -101,7 +134,7 @@ impl Threads {
             read_samples(t, &categories, &mut facts);
             threads.insert(tid as u32, facts);
         }
-        Threads { threads }
+        Threads { threads, steps: std::cell::Cell::new(MAX_STEPS) }
     }
 
     /// The tids `id` names: the thread with that tid, else every thread of
@@ -159,11 +192,20 @@ impl Threads {
                 why.off_cpu_ms += b - a;
                 let mut own: FxHashMap<Culprit, f64> = FxHashMap::default();
                 let mut chain = vec![tid];
+                self.steps.set(MAX_STEPS);
                 self.charge_wait(tid, w, a, b, &mut chain, &mut own);
                 for (c, ms) in &own {
                     *blame.entry(c.clone()).or_default() += ms;
                 }
                 each.push((a, b - a, w.reason.clone(), sorted(own)));
+            }
+            for r in &t.short {
+                let Some((a, b, share)) = overlap(r, from, to) else { continue };
+                why.waits += (r.count * share).round() as usize;
+                why.off_cpu_ms += r.off_cpu * share;
+                let mut chain = vec![tid];
+                self.steps.set(MAX_STEPS);
+                self.charge_short(tid, r, a, b, share, &mut chain, &mut blame);
             }
         }
         why.blame = sorted(blame);
@@ -201,9 +243,7 @@ impl Threads {
                     // A waker with no track (not recorded): it ran to wake us.
                     put("running", waker, None, b - a);
                 } else {
-                    chain.push(waker);
-                    self.charge_activity(waker, a, b, chain, out);
-                    chain.pop();
+                    self.charge_waker(waker, a, b, b - a, chain, out);
                 }
             }
             (Some("hard IRQ" | "softirq"), _) => {
@@ -221,8 +261,15 @@ impl Threads {
     }
 
     /// Charge `[a, b]` of thread `tid`'s time: its waits inside it along
-    /// their own chains, the rest as running.
+    /// their own chains, its short waits' share likewise, the rest as
+    /// running.
     fn charge_activity(&self, tid: u32, a: f64, b: f64, chain: &mut Vec<u32>, out: &mut FxHashMap<Culprit, f64>) {
+        let steps = self.steps.get();
+        if steps == 0 {
+            *out.entry(Culprit { tid, what: "waiting (chain too deep)", device: None }).or_default() += b - a;
+            return;
+        }
+        self.steps.set(steps - 1);
         let t = &self.threads[&tid];
         let mut waited = 0.0;
         let first = t.waits.partition_point(|w| w.end <= a);
@@ -233,11 +280,109 @@ impl Threads {
                 self.charge_wait(tid, w, x, y, chain, out);
             }
         }
-        let running = (b - a) - waited;
+        // Short waits fill what the long ones left, at most.
+        let left = ((b - a) - waited).max(0.0);
+        let mut short: FxHashMap<Culprit, f64> = FxHashMap::default();
+        let first = t.short.partition_point(|r| r.start < a - t.short_span);
+        for r in t.short[first..].iter().take_while(|r| r.start <= b) {
+            if let Some((x, y, share)) = overlap(r, a, b) {
+                self.charge_short(tid, r, x, y, share, chain, &mut short);
+            }
+        }
+        let short_ms: f64 = short.values().sum();
+        let scale = if short_ms > left { left / short_ms } else { 1.0 };
+        for (c, ms) in short {
+            *out.entry(c).or_default() += ms * scale;
+        }
+        let running = left - short_ms.min(left);
         if running > 0.0 {
             *out.entry(Culprit { tid, what: "running", device: None }).or_default() += running;
         }
     }
+
+    /// Charge `ms` to what `waker` did over `[a, b]`: its activity there,
+    /// less its waits for threads already on the chain, scaled to `ms`. A
+    /// waker is not waiting on the chain while it is about to wake it:
+    /// such waits are a short run's spread over its span (in a round trip
+    /// the two take turns), and only when nothing else is left is the time
+    /// a cycle's.
+    fn charge_waker(&self, waker: u32, a: f64, b: f64, ms: f64, chain: &mut Vec<u32>, out: &mut FxHashMap<Culprit, f64>) {
+        let mut its: FxHashMap<Culprit, f64> = FxHashMap::default();
+        chain.push(waker);
+        self.charge_activity(waker, a, b, chain, &mut its);
+        chain.pop();
+        let total: f64 = its.values().sum();
+        let rest: f64 = its.iter().filter(|(c, _)| c.what != "waiting (cycle)").map(|(_, v)| v).sum();
+        if total <= 0.0 {
+            *out.entry(Culprit { tid: waker, what: "running", device: None }).or_default() += ms;
+            return;
+        }
+        let keep_cycles = rest <= total * 1e-9;
+        let scale = ms / if keep_cycles { total } else { rest };
+        for (c, v) in its {
+            if keep_cycles || c.what != "waiting (cycle)" {
+                *out.entry(c).or_default() += v * scale;
+            }
+        }
+    }
+
+    /// Charge `share` of run `r` of thread `tid` (its part in `[a, b]`):
+    /// after the wakeups, its run-queue delay; before, what the waker did
+    /// over `[a, b]`, less its waits on the chain, scaled to that time.
+    #[allow(clippy::too_many_arguments)]
+    fn charge_short(&self, tid: u32, r: &ShortRun, a: f64, b: f64, share: f64, chain: &mut Vec<u32>, out: &mut FxHashMap<Culprit, f64>) {
+        let mut put = |what: &'static str, who: u32, device: Option<String>, ms: f64| {
+            if ms > 0.0 {
+                *out.entry(Culprit { tid: who, what, device }).or_default() += ms;
+            }
+        };
+        let waited = r.waited.min(r.off_cpu) * share;
+        if r.context == "task" && r.waker_tid.is_some_and(|w| w != tid && chain.contains(&w)) {
+            // Woken by a thread already on the chain: this thread's waits
+            // and its run delays after them took turns with that thread's
+            // running, not with its waiting. All of it is the cycle's.
+            put("waiting (cycle)", r.waker_tid.unwrap_or(tid), None, r.off_cpu * share);
+            return;
+        }
+        put("runnable", tid, None, r.off_cpu * share - waited);
+        if waited <= 0.0 {
+            return;
+        }
+        match (r.context.as_str(), r.waker_tid) {
+            ("task", Some(waker)) if waker != tid => {
+                if chain.contains(&waker) {
+                    put("waiting (cycle)", waker, None, waited);
+                } else if chain.len() > MAX_DEPTH {
+                    put("waiting (chain too deep)", waker, None, waited);
+                } else if !self.threads.contains_key(&waker) || b <= a {
+                    put("running", waker, None, waited);
+                } else {
+                    self.charge_waker(waker, a, b, waited, chain, out);
+                }
+            }
+            ("interrupt", _) => {
+                let t = &self.threads[&tid];
+                let io = t.io.iter().filter(|(s, e, _)| *s < b && *e > a).max_by(|x, y| (x.1.min(b) - x.0.max(a)).total_cmp(&(y.1.min(b) - y.0.max(a))));
+                match io {
+                    Some((_, _, device)) => put("I/O", tid, Some(device.clone()), waited),
+                    None => put("interrupt", tid, None, waited),
+                }
+            }
+            ("several", _) => put("several wakers", tid, None, waited),
+            ("none", _) => put("runnable", tid, None, waited),
+            _ => put("unknown waker", tid, None, waited),
+        }
+    }
+}
+
+/// The part of run `r` in `[from, to]`: (start, end, share of the run).
+fn overlap(r: &ShortRun, from: f64, to: f64) -> Option<(f64, f64, f64)> {
+    let (a, b) = (r.start.max(from), r.end.min(to));
+    if r.end <= r.start {
+        // One instant: in or out.
+        return (r.start >= from && r.start <= to).then_some((r.start, r.start, 1.0));
+    }
+    (a < b).then(|| (a, b, (b - a) / (r.end - r.start)))
 }
 
 impl Culprit {
@@ -256,7 +401,7 @@ pub fn render_text(threads: &Threads, id: u32, tids: &[u32], why: &Why, top: usi
     use std::fmt::Write;
     let mut s = String::new();
     let who = if tids == [id] { threads.describe(id) } else { format!("process {id} ({} threads)", tids.len()) };
-    let _ = writeln!(s, "{who}: {:.3} ms off-CPU in {} waits (waits with a marker: --off-cpu-threshold and longer)", why.off_cpu_ms, why.waits);
+    let _ = writeln!(s, "{who}: {:.3} ms off-CPU in {} waits (those under --off-cpu-threshold are charged from their sums per waker: an estimate)", why.off_cpu_ms, why.waits);
     if why.blame.is_empty() {
         return s;
     }
@@ -322,9 +467,20 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts) {
                 context: d["wakerContext"].as_str().map(str::to_string),
             }),
             Some("BlockIo") => facts.io.push((s, e, crate::escape::escape(d["device"].as_str().unwrap_or("?")).into_owned())),
+            Some("ShortWaits") if e >= s => facts.short.push(ShortRun {
+                start: s,
+                end: e,
+                count: d["count"].as_f64().unwrap_or(0.0),
+                off_cpu: d["offCpu"].as_f64().unwrap_or(0.0).max(0.0),
+                waited: d["waited"].as_f64().unwrap_or(0.0).max(0.0),
+                waker_tid: d["wakerTid"].as_u64().map(|t| t as u32),
+                context: d["wakerContext"].as_str().unwrap_or("not seen").to_string(),
+            }),
             _ => {}
         }
     }
+    facts.short.sort_by(|x, y| x.start.total_cmp(&y.start));
+    facts.short_span = facts.short.iter().map(|r| r.end - r.start).fold(0.0, f64::max);
     facts.waits.sort_by(|x, y| x.start.total_cmp(&y.start));
     // Overlaps would be charged twice: keep each wait from the previous one's end.
     let mut last_end = f64::NEG_INFINITY;
@@ -417,6 +573,45 @@ mod tests {
         let total: f64 = why.blame.iter().map(|(_, ms)| ms).sum();
         assert!((total - why.off_cpu_ms).abs() < 1e-9, "every ms once: {total} vs {}", why.off_cpu_ms);
         assert_eq!(why.longest[0].1, 100.0);
+    }
+
+    fn short(count: u32, off_cpu: f64, waited: f64, waker: Option<u32>, context: &str) -> Value {
+        serde_json::json!({ "type": "ShortWaits", "count": count, "offCpu": off_cpu, "waited": waited, "wakerTid": waker, "wakerContext": context })
+    }
+
+    /// Check short waits: a client in round trips with a server (runs of
+    /// short waits each way) is charged, before its wakeups, to the
+    /// server's running (not to the server's own waits for the client),
+    /// and after them to its own run queue; a range takes its share of a
+    /// run; interrupts go to the request in flight; every ms once.
+    #[test]
+    fn short_waits_are_charged_to_their_waker() {
+        let io = serde_json::json!({ "type": "BlockIo", "device": "vdb" });
+        let profile = serde_json::json!({
+            "meta": { "categories": [] },
+            "threads": [
+                thread(1, 1, "client", vec![(0.0, 100.0, short(1000, 60.0, 50.0, Some(2), "task")), (200.0, 300.0, short(10, 8.0, 6.0, None, "interrupt")), (190.0, 310.0, io)]),
+                thread(2, 2, "server", vec![(0.0, 100.0, short(1000, 30.0, 30.0, Some(1), "task")), (40.0, 50.0, off("sleeping", 0.0, Some(3), Some("task")))]),
+                thread(3, 3, "third", vec![]),
+            ],
+        });
+        let threads = Threads::read(&profile);
+        let why = threads.why(&[1], 0.0, 1000.0, 5);
+        let get = |tid: u32, what: &str| why.blame.iter().filter(|(c, _)| c.tid == tid && c.what == what).map(|(_, ms)| ms).sum::<f64>();
+        assert!((why.off_cpu_ms - 68.0).abs() < 1e-9, "{}", why.off_cpu_ms);
+        assert_eq!(why.waits, 1010);
+        assert!((get(1, "runnable") - 12.0).abs() < 1e-9, "{:?}", why.blame);
+        // Over 0-100 the server waited 10 ms on the third thread (which ran
+        // then), 30 on the client (dropped: a cycle), and ran 60: the
+        // client's 50 ms go 60:10.
+        assert!((get(2, "running") - 50.0 * 60.0 / 70.0).abs() < 1e-9, "{:?}", why.blame);
+        assert!((get(3, "running") - 50.0 * 10.0 / 70.0).abs() < 1e-9, "{:?}", why.blame);
+        assert!(why.blame.iter().any(|(c, ms)| c.what == "I/O" && c.device.as_deref() == Some("vdb") && (ms - 6.0).abs() < 1e-9), "{:?}", why.blame);
+        let total: f64 = why.blame.iter().map(|(_, ms)| ms).sum();
+        assert!((total - why.off_cpu_ms).abs() < 1e-9, "every ms once: {total} vs {}", why.off_cpu_ms);
+        // Half the first run's span: half its time.
+        let half = threads.why(&[1], 0.0, 50.0, 5);
+        assert!((half.off_cpu_ms - 30.0).abs() < 1e-9, "{}", half.off_cpu_ms);
     }
 
     /// Check that a cycle of wakers ends the chain instead of looping, and

@@ -2,16 +2,18 @@
 //!
 //! In: a [`Recording`](crate::model::recording::Recording) (the collector's output, which may grow a field or a
 //! counter at any time). Out: a [`StoredRecording`] that postcard encodes
-//! as segment format VERSION 2, and back, checked.
+//! as segment format VERSION 3, and back, checked.
 //!
 //! Why separate types: postcard writes fields in declaration order with
 //! neither names nor a count, so a field added to the engine's structs
 //! (an unwinder counter in [`UnwindStats`](crate::model::recording::UnwindStats)) would silently change what a
 //! segment means and make every stored one decode wrong. Here each type
 //! mirrors, field for field and variant for variant in the same order,
-//! what VERSION 2 holds (tests/data/segment-v2.seg was written by the code
-//! before these types existed, and must still decode). A change to these
-//! types is a change of the format: it needs a new [`super::segment::VERSION`].
+//! what VERSION 3 holds (tests/data/segment-v2.seg was written by the code
+//! before these types existed, and must still decode: VERSION 3 only added
+//! the `ShortWaits` marker, as the last variant, so VERSION 2's bytes mean
+//! the same). A change to these types is a change of the format: it needs
+//! a new [`super::segment::VERSION`].
 //!
 //! Times are held as the model's ns here; [`super::segment`] turns them into
 //! µs differences in place before encoding (the same fields, other units).
@@ -191,6 +193,25 @@ pub enum StoredMarker {
         name: String,
         kind: StoredSliceKind,
     },
+    /// VERSION 3.
+    ShortWaits {
+        start_ns: u64,
+        end_ns: u64,
+        count: u32,
+        off_cpu_ns: u64,
+        waited_ns: u64,
+        waker: StoredShortWaker,
+    },
+}
+
+/// VERSION 3.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum StoredShortWaker {
+    Nobody,
+    Unseen,
+    Task { pid: u32, tid: u32 },
+    Interrupt,
+    Several,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -9,7 +9,8 @@
 //!
 //! ```text
 //! 0   8 bytes  magic "SYSPSEG\0"
-//! 8   u16      format version (2; 1 had no unknown run delays)
+//! 8   u16      format version (3; 2 had no short-wait markers and is read
+//!              as it is; 1 had no unknown run delays)
 //! 10  u16      reserved, 0
 //! 12  u32      header length H
 //! 16  u32      CRC-32 of the header
@@ -37,7 +38,10 @@ use crate::model::recording::Recording;
 /// First bytes of every segment.
 pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
 /// The format version written.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
+/// The oldest version read: 2's types are 3's less the `ShortWaits`
+/// marker, a variant added at the end, so 2's bytes decode as they are.
+pub const OLDEST_READ: u16 = 2;
 /// Fixed part before the header.
 const PREFIX: usize = 20;
 /// Largest header accepted (a header lists windows: a day of 10-s windows is ~200 KiB).
@@ -73,7 +77,7 @@ pub enum SegmentError {
     #[error("not a sysprof segment (bad magic)")]
     BadMagic,
     /// A format version this sysprof does not read.
-    #[error("segment format version {0}, this sysprof reads {VERSION}")]
+    #[error("segment format version {0}, this sysprof reads {OLDEST_READ} to {VERSION}")]
     Version(u16),
     /// The reserved bytes are not 0.
     #[error("reserved header bytes are set (damaged)")]
@@ -179,7 +183,7 @@ pub fn decode_header(bytes: &[u8], file_len: u64) -> Result<(SegmentHeader, usiz
         return Err(SegmentError::BadMagic);
     }
     let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-    if version != VERSION {
+    if !(OLDEST_READ..=VERSION).contains(&version) {
         return Err(SegmentError::Version(version));
     }
     if bytes[10] != 0 || bytes[11] != 0 {
@@ -304,6 +308,14 @@ fn marker_to_stored(m: &mut StoredMarker, prev: &mut i64) {
             *start_ns = zigzag(us(s) - *prev);
             *prev = us(s);
         }
+        StoredMarker::ShortWaits { start_ns, end_ns, off_cpu_ns, waited_ns, .. } => {
+            let s = *start_ns;
+            *end_ns = rel(*end_ns, s);
+            *off_cpu_ns = us(*off_cpu_ns) as u64;
+            *waited_ns = us(*waited_ns) as u64;
+            *start_ns = zigzag(us(s) - *prev);
+            *prev = us(s);
+        }
     }
 }
 
@@ -328,6 +340,12 @@ fn marker_from_stored(m: &mut StoredMarker, prev: &mut i64) {
         StoredMarker::OnCpu { start_ns, end_ns, .. } => {
             let s = start(start_ns, prev);
             *end_ns = s.saturating_add(end_ns.saturating_mul(1000));
+        }
+        StoredMarker::ShortWaits { start_ns, end_ns, off_cpu_ns, waited_ns, .. } => {
+            let s = start(start_ns, prev);
+            *end_ns = s.saturating_add(end_ns.saturating_mul(1000));
+            *off_cpu_ns = off_cpu_ns.saturating_mul(1000);
+            *waited_ns = waited_ns.saturating_mul(1000);
         }
     }
 }

@@ -9,7 +9,7 @@
 use super::*;
 use crate::model::recording::{
     CounterRecord, FrameRecord, InterruptKind, IoOp, LibRecord, MarkerRecord, OffCpuReason, OffCpuSamples, ProcessRecord, Recording, RecordingStats,
-    SliceKind, ThreadRecord, ThreadSamples, UnwindStats, Waker,
+    ShortWaker, SliceKind, ThreadRecord, ThreadSamples, UnwindStats, Waker,
 };
 use crate::model::stack_tree::{StackTree, NO_PARENT};
 use crate::model::symbols::{AddrInfo, FuncAtAddr};
@@ -145,6 +145,20 @@ impl From<MarkerRecord> for StoredMarker {
                     SliceKind::User => StoredSliceKind::User,
                     SliceKind::Kernel => StoredSliceKind::Kernel,
                     SliceKind::Idle => StoredSliceKind::Idle,
+                },
+            },
+            MarkerRecord::ShortWaits { start_ns, end_ns, count, off_cpu_ns, waited_ns, waker } => StoredMarker::ShortWaits {
+                start_ns,
+                end_ns,
+                count,
+                off_cpu_ns,
+                waited_ns,
+                waker: match waker {
+                    ShortWaker::Nobody => StoredShortWaker::Nobody,
+                    ShortWaker::Unseen => StoredShortWaker::Unseen,
+                    ShortWaker::Task { pid, tid } => StoredShortWaker::Task { pid, tid },
+                    ShortWaker::Interrupt => StoredShortWaker::Interrupt,
+                    ShortWaker::Several => StoredShortWaker::Several,
                 },
             },
         }
@@ -340,6 +354,20 @@ impl StoredMarker {
                     StoredSliceKind::User => SliceKind::User,
                     StoredSliceKind::Kernel => SliceKind::Kernel,
                     StoredSliceKind::Idle => SliceKind::Idle,
+                },
+            },
+            StoredMarker::ShortWaits { start_ns, end_ns, count, off_cpu_ns, waited_ns, waker } => MarkerRecord::ShortWaits {
+                start_ns,
+                end_ns,
+                count,
+                off_cpu_ns,
+                waited_ns,
+                waker: match waker {
+                    StoredShortWaker::Nobody => ShortWaker::Nobody,
+                    StoredShortWaker::Unseen => ShortWaker::Unseen,
+                    StoredShortWaker::Task { pid, tid } => ShortWaker::Task { pid, tid },
+                    StoredShortWaker::Interrupt => ShortWaker::Interrupt,
+                    StoredShortWaker::Several => ShortWaker::Several,
                 },
             },
         }

@@ -190,8 +190,9 @@ pub(crate) fn fixture_span() -> WindowSpan {
     WindowSpan { start_ms: 1.7e12, end_ms: 1.7e12 + 10_000.0 }
 }
 
-/// Check that the store's own types encode a recording to the very
-/// bytes the VERSION 2 code wrote: the fixture's header, and its
+/// Check that the store's own types encode a recording without short
+/// waits to the very bytes the VERSION 2 code wrote (VERSION 3 only added
+/// a marker variant at the end): the fixture's header, and its
 /// payload once decompressed (zstd's output may change with its version;
 /// what it decompresses to may not). The fixture was written at commit
 /// c9f9c20 (postcard of the engine's `Recording`) by
@@ -203,7 +204,8 @@ fn stored_types_encode_as_version_2_did() {
     let (old_header, at) = decode_header(&old, old.len() as u64).unwrap();
     let (new_header, new_at) = decode_header(&new, new.len() as u64).unwrap();
     assert_eq!(new[..8], old[..8], "magic");
-    assert_eq!(new[8..10], old[8..10], "version");
+    assert_eq!(new[8..10], 3u16.to_le_bytes(), "version");
+    assert_eq!(old[8..10], 2u16.to_le_bytes(), "the fixture's version");
     let raw = |b: &[u8], h: &SegmentHeader| zstd::bulk::decompress(b, h.raw_len as usize).unwrap();
     assert_eq!(raw(&new[new_at..], &new_header), raw(&old[at..], &old_header), "payload");
     assert_eq!((new_header.raw_len, new_header.samples, new_header.lost), (old_header.raw_len, old_header.samples, old_header.lost));
@@ -243,9 +245,24 @@ fn version_2_fixture_still_decodes() {
 #[test]
 fn unknown_version_is_refused_by_version() {
     let mut bytes = fixture_bytes();
-    bytes[8..10].copy_from_slice(&3u16.to_le_bytes());
+    bytes[8..10].copy_from_slice(&4u16.to_le_bytes());
     let e = decode(&bytes).unwrap_err().to_string();
-    assert_eq!(e, "segment format version 3, this sysprof reads 2");
+    assert_eq!(e, "segment format version 4, this sysprof reads 2 to 3");
+}
+
+/// Check that a recording with short-wait runs of every waker kind comes
+/// back from a segment as it went in, its times and sums in µs.
+#[test]
+fn short_waits_round_trip() {
+    let mut rec = fixture_recording();
+    let markers = &mut rec.processes[0].threads[0].markers;
+    for (i, waker) in [ShortWaker::Nobody, ShortWaker::Unseen, ShortWaker::Task { pid: 9, tid: 10 }, ShortWaker::Interrupt, ShortWaker::Several].into_iter().enumerate() {
+        let start = 3_060_000_000 + i as u64 * 1_000_000;
+        markers.push(MarkerRecord::ShortWaits { start_ns: start, end_ns: start + 900_000, count: 40 + i as u32, off_cpu_ns: 300_000, waited_ns: 120_000, waker });
+    }
+    let (_, bytes) = encode(rec.clone(), vec![fixture_span()], 0, 3).unwrap();
+    let (_, back) = decode(&bytes).unwrap();
+    assert_same(&back, &rec);
 }
 
 /// Check that a recording whose times are whole µs comes back as it went
