@@ -15,6 +15,24 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
     let mut m = Markers::default();
     let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
     sorted.sort_by_key(|r| marker_start(r));
+    // The thread's requests, for the waits they ended: (created, completed, index).
+    let requests: Vec<(u64, u64, usize)> = list
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| match m {
+            MarkerRecord::Io { start_ns, done_ns, .. } => Some((*start_ns, *done_ns, i)),
+            _ => None,
+        })
+        .collect();
+    let ended_by = |start: u64, end: u64, run_delay: Option<u64>| -> Option<String> {
+        // Woken at the request's completion: the last one in flight then.
+        let wake = end.saturating_sub(run_delay.unwrap_or(0));
+        let (_, _, i) = requests.iter().filter(|(s, d, _)| *s < wake && *d >= start && *d <= wake).max_by_key(|(_, d, _)| *d)?;
+        match &list[*i] {
+            MarkerRecord::Io { device, op, bytes, sector, .. } => Some(format!("{} {device}, {bytes} B at sector {sector}", op.name())),
+            _ => None,
+        }
+    };
     for r in sorted {
         let mut cause = |stack: &Option<u32>| stack.map(|node| Cause { stack: tables.stack_for(rec, node, idle) });
         let (name, cat, start, end, data) = match r {
@@ -39,6 +57,7 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                     cpu_out: cpus.0,
                     cpu_in: cpus.1,
                     color: off_cpu_color(*reason, waker.as_ref()),
+                    request: waker.as_ref().filter(|w| w.interrupt.is_some()).and_then(|_| ended_by(*start_ns, *end_ns, *run_delay_ns)),
                     cause: cause(waker_stack),
                 },
             ),
@@ -172,6 +191,7 @@ pub(super) fn marker_schema() -> serde_json::Value {
                 { "key": "wakerContext", "label": "Woken from", "format": "string" },
                 { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
                 { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
+                { "key": "request", "label": "Ended by request", "format": "string" },
                 { "key": "color", "label": "Color", "format": "string", "hidden": true },
             ],
         },

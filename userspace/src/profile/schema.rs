@@ -349,6 +349,10 @@ pub enum MarkerData {
         /// What ended it, as the marker chart's color (`colorField`).
         #[serde(skip_deserializing)]
         color: &'static str,
+        /// The thread's block request that completed as it was woken by
+        /// an interrupt: "read vda, 4096 B at sector 8".
+        #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
+        request: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
         cause: Option<Cause>,
     },

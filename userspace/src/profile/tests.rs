@@ -193,6 +193,48 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
     assert!(schema.iter().any(|s| s["name"] == "OffCpu" && s["fields"].as_array().unwrap().iter().any(|f| f["key"] == "runDelay")));
 }
 
+/// Check that a wait an interrupt ended names the thread's request that
+/// completed just before its wakeup, and is colored as blocked (I/O); a
+/// wait another thread ended names no request and is colored as such; a
+/// short-waits marker carries its sums and its waker.
+#[test]
+fn waits_name_the_request_that_ended_them_and_are_colored() {
+    let mut rec = recording();
+    rec.off_cpu = true;
+    let t = &mut rec.processes[1].threads[0];
+    let io = |start_ns: u64, done_ns: u64, sector: u64| MarkerRecord::Io {
+        start_ns,
+        issue_ns: start_ns,
+        done_ns,
+        device: "vda".into(),
+        op: IoOp::Read,
+        flags: 0,
+        bytes: 4096,
+        sector,
+        error: 0,
+        stack: None,
+    };
+    // Two requests in flight; the second completes at 4.9 ms, the wakeup.
+    t.markers.push(io(3_000_000, 4_000_000, 8));
+    t.markers.push(io(3_100_000, 4_900_000, 16));
+    t.markers.push(io(3_200_000, 6_000_000, 24));
+    let irq = Some(Waker { pid: 0, tid: 0, name: "swapper/1".into(), interrupt: Some(InterruptKind::Hard) });
+    t.markers.push(MarkerRecord::OffCpu { start_ns: 3_050_000, end_ns: 5_000_000, reason: OffCpuReason::Blocked, run_delay_ns: Some(100_000), waker: irq, cpus: (0, 0), waker_stack: None });
+    let task = Some(Waker { pid: 7, tid: 8, name: "waker".into(), interrupt: None });
+    t.markers.push(MarkerRecord::OffCpu { start_ns: 7_000_000, end_ns: 9_000_000, reason: OffCpuReason::Sleeping, run_delay_ns: Some(0), waker: task, cpus: (0, 0), waker_stack: None });
+    t.markers.push(MarkerRecord::ShortWaits { start_ns: 10_000_000, end_ns: 12_000_000, count: 30, off_cpu_ns: 900_000, waited_ns: 600_000, waker: ShortWaker::Task { pid: 7, tid: 8 } });
+    let p = build_profile(&rec, &host(), None).to_value();
+    assert_eq!(validate::validate(&p), Vec::<String>::new());
+    let data: Vec<&serde_json::Value> = p["threads"][1]["markers"]["data"].as_array().unwrap().iter().filter(|d| d["type"] != "BlockIo").collect();
+    assert_eq!((data[0]["request"].as_str(), data[0]["color"].as_str()), (Some("read vda, 4096 B at sector 16"), Some("orange")));
+    assert_eq!((data[1]["request"].as_str(), data[1]["color"].as_str()), (None, Some("blue")));
+    let short = data[2];
+    assert_eq!((short["type"].as_str(), short["count"].as_u64(), short["offCpu"].as_f64(), short["waited"].as_f64()), (Some("ShortWaits"), Some(30), Some(0.9), Some(0.6)));
+    assert_eq!((short["wakerTid"].as_u64(), short["wakerPid"].as_str(), short["wakerContext"].as_str(), short["color"].as_str()), (Some(8), Some("7"), Some("task"), Some("blue")));
+    let schema = p["meta"]["markerSchema"].as_array().unwrap();
+    assert!(schema.iter().filter(|s| s["name"] == "OffCpu" || s["name"] == "ShortWaits").all(|s| s["colorField"] == "color"));
+}
+
 /// [`recording`] with everything else the writer turns into JSON: a
 /// container's process, the profiler's own, off-CPU samples and markers of
 /// every kind (with and without a waker, an interrupt), block I/O with
