@@ -485,6 +485,42 @@ fn a_recording_cut_into_windows_is_one_recording() {
     }
 }
 
+/// Check that processes written into the file as they end (`record` writes
+/// what ended a window before the last cut, while it goes on recording) are
+/// each there once, whole: 40 processes that each spin 30 ms of their own
+/// CPU time, one after another, recorded in windows of 300 records, are 40
+/// tracks (by pid), each named and with at least half its 30 samples at
+/// 999 Hz, in a profile the validator accepts (checked by `Profile::load`).
+#[test]
+fn processes_written_as_they_end_are_each_there_once() {
+    if !can_record("processes_written_as_they_end_are_each_there_once") {
+        return;
+    }
+    let dir = scratch("written-early");
+    let brief = build_c("brief", &dir.join("brief"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let script = format!("for i in $(seq 40); do {} 30; done", brief.display());
+    let out = record(&["--window-records", "300", "--", "sh", "-c", &script], &out_path);
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let windows = stderr.lines().find_map(|l| l.strip_prefix("sysprof: ")?.split_once(" windows of at most")?.0.parse::<u32>().ok()).unwrap_or(1);
+    let pids: Vec<u64> = String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.strip_prefix("pid=")?.trim().parse().ok()).collect();
+    assert_eq!(pids.len(), 40, "every brief process said its pid");
+    let profile = Profile::load(&out_path);
+    let mut short = Vec::new();
+    for &pid in &pids {
+        let tracks = profile.process_threads(pid);
+        assert_eq!(tracks.len(), 1, "process {pid}: one track, written once ({windows} windows): {}", tracks.len());
+        let t = &tracks[0];
+        if t.sample_count() < 15 || t.name() != "brief" {
+            short.push((pid, t.name().to_string(), t.sample_count()));
+        }
+    }
+    eprintln!("written early: {} processes over {windows} windows; short or unnamed: {short:?}", pids.len());
+    assert!(windows >= 4, "1.2 s of CPU at 999 Hz in windows of 300 records: {windows} windows");
+    assert!(short.is_empty(), "each process has its samples and its name: {short:?}");
+}
+
 /// Check that nothing is lost at default settings with both CPUs busy and
 /// 50 new processes a second: no sample, off-CPU or I/O record, stack,
 /// process event or tracepoint run lost (the stats line's counters the

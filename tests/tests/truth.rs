@@ -228,6 +228,7 @@ fn short_pipe_waits_are_sleeping() {
     let (t0, t1, oracle) = (field(&out.stdout, "t0_ns").unwrap(), field(&out.stdout, "t1_ns").unwrap(), field(&out.stdout, "off_cpu_ns").unwrap() as f64 / 1e6);
     let waits = field(&out.stdout, "waits").unwrap() as f64;
     let run_delay = field(&out.stdout, "run_delay_ns").unwrap() as f64 / 1e6;
+    let steal = field(&out.stdout, "steal_ns").unwrap() as f64 / 1e6;
     let profile = Profile::load(&out_path);
     let start = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_u64().unwrap();
     let t = profile.thread(pid, tid).expect("the waiter thread");
@@ -237,7 +238,7 @@ fn short_pipe_waits_are_sleeping() {
     let preempted = by.get("[off-CPU: preempted, waiting for a CPU]").copied().unwrap_or(0.0);
     let folded = t.stacks(&profile.categories()).iter().filter(|s| s.first().is_some_and(|(n, _)| n.starts_with("[short off-CPU"))).count();
     eprintln!(
-        "pipes: off-CPU {total:.1} ms ({sleeping:.1} sleeping, {preempted:.1} preempted), own clocks {oracle:.1} ms over {waits} waits ({:.2} µs a wait apart), run delay {run_delay:.1} ms; {folded} folded samples; {by:?}",
+        "pipes: off-CPU {total:.1} ms ({sleeping:.1} sleeping, {preempted:.1} preempted), own clocks {oracle:.1} ms over {waits} waits ({:.2} µs a wait apart), run delay {run_delay:.1} ms, steal {steal:.0} ms; {folded} folded samples; {by:?}",
         (total - oracle) * 1e3 / waits
     );
     assert!(oracle >= 50.0, "the waiter waited: {oracle:.1} ms");
@@ -255,9 +256,17 @@ fn short_pipe_waits_are_sleeping() {
     // An interval runs from tracepoint to tracepoint; the thread's clocks
     // count it back on the CPU from when the scheduler picked it, a little
     // earlier (and sysprof's own work at the switch as its CPU time): about
-    // 1.3 µs a wait here, which 20000 waits of 20 µs make visible. Losing the
-    // folded waits (most of them) or their reason would be off by far more.
-    assert!((total - oracle).abs() <= oracle * 0.02 + waits * 0.003, "off-CPU {total:.1} ms vs {oracle:.1} ms by its own clocks over {waits} waits");
+    // 1.3 µs a wait here, which 20000 waits of 20 µs make visible (2.3-3.3
+    // µs since the tracer keeps each short wait's waker). Losing the folded
+    // waits (most of them) or their reason would be off by far more. Steal
+    // time (a vCPU the host did not run) is in neither the thread's CPU
+    // clock nor its off-CPU intervals, so its own clocks can be up to the
+    // machine's steal above the truth (CI once saw 1,840 ms against 1,415).
+    let margin = oracle * 0.02 + waits * 0.004;
+    assert!(
+        total <= oracle + margin && total >= oracle - steal - margin,
+        "off-CPU {total:.1} ms vs {oracle:.1} ms by its own clocks over {waits} waits (steal {steal:.0} ms)"
+    );
 }
 
 /// Check that a thread doing only O_DIRECT reads shows its waits as

@@ -8,7 +8,10 @@
  * its own CLOCK_THREAD_CPUTIME_ID: the time it was not on a CPU) and
  * "waits=" (its voluntary context switches, from /proc) and "run_delay_ns="
  * (the time it spent runnable but not running, from its schedstat: the
- * kernel's own account of its waits for a CPU). Main prints "pid=".
+ * kernel's own account of its waits for a CPU), and "steal_ns=" (the
+ * machine's steal time over its run, all CPUs, from /proc/stat: time a
+ * vCPU was not run by the host, which its CPU clock leaves out while it
+ * ran). Main prints "pid=".
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -52,12 +55,25 @@ static long long clock_ns(clockid_t c)
 	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* The machine's steal time so far, all CPUs, ns (USER_HZ ticks). */
+static long long steal_ns(void)
+{
+	long long v[8] = { 0 };
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8)
+		v[7] = 0;
+	fclose(f);
+	return v[7] * (1000000000LL / sysconf(_SC_CLK_TCK));
+}
+
 __attribute__((noinline)) void *waiter(void *arg)
 {
 	(void)arg;
 	char c = 0;
 	long v0 = voluntary_switches();
-	long long d0 = run_delay_ns();
+	long long d0 = run_delay_ns(), s0 = steal_ns();
 	long long t0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	for (int i = 0; i < rounds; i++) {
 		if (write(ab[1], &c, 1) != 1 || read(ba[0], &c, 1) != 1)
@@ -65,8 +81,9 @@ __attribute__((noinline)) void *waiter(void *arg)
 	}
 	long long c1 = clock_ns(CLOCK_THREAD_CPUTIME_ID), t1 = clock_ns(CLOCK_MONOTONIC);
 	long v1 = voluntary_switches();
-	long long d1 = run_delay_ns();
-	printf("tid=%ld\nt0_ns=%lld\nt1_ns=%lld\noff_cpu_ns=%lld\nwaits=%ld\nrun_delay_ns=%lld\n", (long)syscall(SYS_gettid), t0, t1, (t1 - t0) - (c1 - c0), v1 - v0, d1 - d0);
+	long long d1 = run_delay_ns(), s1 = steal_ns();
+	printf("tid=%ld\nt0_ns=%lld\nt1_ns=%lld\noff_cpu_ns=%lld\nwaits=%ld\nrun_delay_ns=%lld\nsteal_ns=%lld\n", (long)syscall(SYS_gettid), t0, t1, (t1 - t0) - (c1 - c0), v1 - v0,
+	       d1 - d0, s1 - s0);
 	return NULL;
 }
 

@@ -280,6 +280,35 @@ fn short_waits_keep_their_reason() {
     );
 }
 
+/// Check that a kernel's run of short waits that began before a window's
+/// range starts at the range, with the share of its sums its span keeps:
+/// the agent's `show` had short-waits markers before its first window.
+#[test]
+fn a_run_of_short_waits_starts_no_earlier_than_the_range() {
+    let mut c = collector(PidFilter::All);
+    c.handle_folded(&FoldedEvent {
+        kind: abi::RECORD_FOLDED,
+        pid: 50,
+        tid: 51,
+        _pad: 0,
+        first_ns: 1_000_000,
+        last_ns: 5_000_000,
+        ns: [0, 800_000, 0, 0],
+        count: [0, 40, 0, 0],
+        wait_ns: 400_000,
+        waker_pid: 60,
+        waker_tid: 61,
+        waker_kind: abi::FOLD_WAKER_TASK,
+        _pad2: 0,
+    });
+    let r = c.finish_window(range(3_000_000, 10_000_000));
+    let t = thread(&r, 50, 51);
+    assert_eq!(
+        t.markers,
+        vec![MarkerRecord::ShortWaits { start_ns: 3_000_000, end_ns: 5_000_000, count: 20, off_cpu_ns: 400_000, waited_ns: 200_000, waker: ShortWaker::Task { pid: 60, tid: 61 } }]
+    );
+}
+
 /// Check that waits the kernel sent but too short for a marker are summed
 /// per thread and waker: one run while the waker stays (preemptions join
 /// it), a new one when another waker comes after enough waited time, a

@@ -118,6 +118,18 @@ impl Collector {
         }
         order.extend(w.off_cpu.iter().enumerate().filter(|(_, o)| o.start_ns < o.end_ns).map(|(i, o)| (o.start_ns, ORDER_OFF_CPU, i as u32)));
         order.extend(w.io.iter().enumerate().filter(|(_, e)| inside(e.done_ns) && inside(e.start_ns)).map(|(i, e)| (e.start_ns, ORDER_IO, i as u32)));
+        // A run of short waits (the kernel's span up to a second) starts no
+        // earlier than the floor, as intervals do; it keeps the share of its
+        // sums its span keeps.
+        for f in &mut w.folded {
+            if f.first_ns < floor && f.last_ns > floor {
+                let kept = (f.last_ns - floor) as f64 / (f.last_ns - f.first_ns) as f64;
+                f.ns = f.ns.map(|ns| (ns as f64 * kept) as u64);
+                f.wait_ns = (f.wait_ns as f64 * kept) as u64;
+                f.count = (f.count as f64 * kept).ceil() as u32;
+                f.first_ns = floor;
+            }
+        }
         order.extend(w.folded.iter().enumerate().filter(|(_, f)| inside(f.last_ns)).map(|(i, f)| (f.last_ns, ORDER_FOLDED, i as u32)));
         order.sort_unstable();
         let mut side = w.sideband.iter().peekable();

@@ -82,7 +82,9 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                 },
             ),
             MarkerRecord::ShortWaits { start_ns, end_ns, count, off_cpu_ns, waited_ns, waker } => (
-                format!("{count} short waits"),
+                // One name, so the Marker Chart draws them on one row (it
+                // gives each name its own); the count is in the label.
+                "Off-CPU: short waits".to_string(),
                 category::OFF_CPU,
                 *start_ns,
                 *end_ns,
