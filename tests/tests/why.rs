@@ -203,7 +203,9 @@ fn preempted_spinners_are_charged_to_the_run_queue() {
 ///   than the server's own CPU time over the phase plus steal;
 /// - charge the client's own run queue no less than its schedstat says
 ///   (sysprof times a run delay from the waking; schedstat from the
-///   enqueue, after the IPI that wakes its CPU);
+///   enqueue, after the IPI that wakes its CPU) and no more than the time
+///   from the server's clock before each reply to the client's after it
+///   (which holds the wakeup, the wait for a CPU and both system calls);
 /// - leave at most 8 % to anything else ("several wakers" where the
 ///   kernel's runs mixed wakers, cycles).
 #[test]
@@ -229,6 +231,7 @@ fn short_round_trips_are_charged_to_the_server() {
         let key = |k: &str| f(&format!("{phase}_{k}"));
         let in_ms = |k: &str| key(k) as f64 / 1e6;
         let (client_wait_ms, client_delay_ms, server_cpu_ms, steal_ms) = (in_ms("client_wait_ns"), in_ms("client_run_delay_ns"), in_ms("server_cpu_ns"), in_ms("steal_ns"));
+        let client_woken_ms = in_ms("client_woken_ns");
         let computed_ms = (requests * us) as f64 / 1e3;
         let r = why_in(&out_path, client, &["--from", &ms(key("t0_ns")), "--to", &ms(key("t1_ns"))]);
         let off_cpu = r["off_cpu_ms"].as_f64().unwrap();
@@ -239,7 +242,7 @@ fn short_round_trips_are_charged_to_the_server() {
         let rest = off_cpu - own_queue - running - server_queue;
         eprintln!(
             "why {phase}: client off-CPU {off_cpu:.1} ms (its own clocks {client_wait_ms:.1}, steal {steal_ms:.0}) in {} waits: server running {running:.1} \
-             (computed {computed_ms:.1}, its CPU {server_cpu_ms:.1}), server runnable {server_queue:.1}, client runnable {own_queue:.1} (schedstat {client_delay_ms:.1}), \
+             (computed {computed_ms:.1}, its CPU {server_cpu_ms:.1}), server runnable {server_queue:.1}, client runnable {own_queue:.1} (schedstat {client_delay_ms:.1}, reply to running {client_woken_ms:.1}), \
              rest {rest:.1}; blame {}",
             r["waits"],
             r["blame"]
@@ -254,7 +257,10 @@ fn short_round_trips_are_charged_to_the_server() {
             "{phase}: the server's running {running:.1} ms vs the {computed_ms:.1} ms it computed for the client and its CPU time {server_cpu_ms:.1} ms (steal {steal_ms:.0})"
         );
         let slack = (client_delay_ms * 0.25).max(2.0);
-        assert!(own_queue >= client_delay_ms - slack, "{phase}: the client's run queue {own_queue:.1} ms vs its schedstat {client_delay_ms:.1} ms");
+        assert!(
+            own_queue >= client_delay_ms - slack && own_queue <= client_woken_ms * 1.05 + 1.0,
+            "{phase}: the client's run queue {own_queue:.1} ms vs its schedstat {client_delay_ms:.1} ms and its replies' {client_woken_ms:.1} ms to running"
+        );
         assert!(rest <= off_cpu * 0.08, "{phase}: {rest:.1} ms of {off_cpu:.1} went elsewhere: {}", r["blame"]);
     }
 }

@@ -11,7 +11,11 @@
  * "pN_client_wait_ns=" (the loop's wall time less the client's own CPU
  * time over it: the time the client was off the CPU) and
  * "pN_client_run_delay_ns=" (the client's run-queue delay over its loop,
- * from its schedstat), "pN_server_cpu_ns=" (the server's own CPU time
+ * from its schedstat), "pN_client_woken_ns=" (summed over the requests,
+ * from the server's clock just before it writes the reply to the client's
+ * just after its read returns: the time from its wakeup to running again,
+ * and a little of the two system calls; the server sends its clock as the
+ * reply), "pN_server_cpu_ns=" (the server's own CPU time
  * over the phase, from before it reads the first request to after it
  * writes the last reply), "pN_steal_ns=" (the machine's steal time over
  * the client's loop, all CPUs, from /proc/stat: time a vCPU was runnable
@@ -92,7 +96,8 @@ int main(int argc, char **argv)
 				if (read(req[0], &b, 1) != 1)
 					return 1;
 				compute(us[p]);
-				if (write(rep[1], &b, 1) != 1)
+				long long sent = clock_ns(CLOCK_MONOTONIC);
+				if (write(rep[1], &sent, sizeof(sent)) != sizeof(sent))
 					return 1;
 			}
 			cpu[p] = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
@@ -102,13 +107,15 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	printf("client=%ld\n", (long)syscall(SYS_gettid));
-	long long t[2][2], wait[2], delay[2], steal[2];
+	long long t[2][2], wait[2], delay[2], steal[2], woken[2] = { 0, 0 };
 	for (int p = 0; p < 2; p++) {
 		long long d0 = run_delay_ns(), s0 = steal_ns();
 		long long w0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 		for (long i = 0; i < n[p]; i++) {
-			if (write(req[1], &b, 1) != 1 || read(rep[0], &b, 1) != 1)
+			long long sent;
+			if (write(req[1], &b, 1) != 1 || read(rep[0], &sent, sizeof(sent)) != sizeof(sent))
 				return 1;
+			woken[p] += clock_ns(CLOCK_MONOTONIC) - sent;
 		}
 		long long w1 = clock_ns(CLOCK_MONOTONIC), c1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 		t[p][0] = w0;
@@ -122,7 +129,7 @@ int main(int argc, char **argv)
 		return 1;
 	waitpid(server, NULL, 0);
 	for (int p = 0; p < 2; p++) {
-		printf("p%d_steal_ns=%lld\n", p + 1, steal[p]);
+		printf("p%d_steal_ns=%lld\np%d_client_woken_ns=%lld\n", p + 1, steal[p], p + 1, woken[p]);
 		printf("p%d_t0_ns=%lld\np%d_t1_ns=%lld\np%d_client_wait_ns=%lld\np%d_client_run_delay_ns=%lld\np%d_server_cpu_ns=%lld\n", p + 1,
 		       t[p][0], p + 1, t[p][1], p + 1, wait[p], p + 1, delay[p], p + 1, cpu[p]);
 	}
