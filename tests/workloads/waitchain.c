@@ -21,7 +21,10 @@
  * around its naps), and from the client
  * "client_pid=", "client=TID", "client_wait_ns=" (its round trips' wall
  * time less its own CPU time over them: the time it was off the CPU) and
- * "client_t0_ns=", "client_t1_ns=" (CLOCK_MONOTONIC around them).
+ * "client_t0_ns=", "client_t1_ns=" (CLOCK_MONOTONIC around them),
+ * "client_steal_ns=" (the machine's steal time over them, all CPUs, from
+ * /proc/stat: time a vCPU was not run by the host, which the client's CPU
+ * clock leaves out while it ran).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -143,10 +146,23 @@ static void *napper(void *arg)
 	return NULL;
 }
 
+/* The machine's steal time so far, all CPUs, ns (USER_HZ ticks). */
+static long long steal_ns(void)
+{
+	long long v[8] = { 0 };
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8)
+		v[7] = 0;
+	fclose(f);
+	return v[7] * (1000000000LL / sysconf(_SC_CLK_TCK));
+}
+
 static void client(int requests)
 {
 	prctl(PR_SET_NAME, "client");
-	long long wall = 0, cpu = 0, first = clock_ns(CLOCK_MONOTONIC);
+	long long wall = 0, cpu = 0, steal = steal_ns(), first = clock_ns(CLOCK_MONOTONIC);
 	char c = 'x';
 	for (int i = 0; i < requests; i++) {
 		long long t0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
@@ -156,7 +172,9 @@ static void client(int requests)
 		cpu += clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
 	}
 	long long last = clock_ns(CLOCK_MONOTONIC);
-	printf("client_pid=%d\nclient=%ld\nclient_wait_ns=%lld\nclient_t0_ns=%lld\nclient_t1_ns=%lld\n", getpid(), (long)syscall(SYS_gettid), wall - cpu, first, last);
+	steal = steal_ns() - steal;
+	printf("client_pid=%d\nclient=%ld\nclient_wait_ns=%lld\nclient_t0_ns=%lld\nclient_t1_ns=%lld\nclient_steal_ns=%lld\n", getpid(), (long)syscall(SYS_gettid), wall - cpu,
+	       first, last, steal);
 	fflush(stdout);
 	exit(0);
 }
