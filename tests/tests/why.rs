@@ -217,7 +217,9 @@ fn preempted_spinners_are_charged_to_the_run_queue() {
 ///   (sysprof times a run delay from the waking; schedstat from the
 ///   enqueue, after the IPI that wakes its CPU) and no more than the time
 ///   from the server's clock before each reply to the client's after it
-///   (which holds the wakeup, the wait for a CPU and both system calls);
+///   (which holds the wakeup, the wait for a CPU and both system calls)
+///   plus that schedstat (preemptions while it ran its loop: CI, beside
+///   a busy machine, 40.7 ms against replies' 35.4 and schedstat's 28.5);
 /// - leave at most 8 % to anything else ("several wakers" where the
 ///   kernel's runs mixed wakers, cycles).
 #[test]
@@ -270,7 +272,7 @@ fn short_round_trips_are_charged_to_the_server() {
         );
         let slack = (client_delay_ms * 0.25).max(2.0);
         assert!(
-            own_queue >= client_delay_ms - slack && own_queue <= client_woken_ms * 1.05 + 1.0,
+            own_queue >= client_delay_ms - slack && own_queue <= (client_woken_ms + client_delay_ms) * 1.05 + 1.0,
             "{phase}: the client's run queue {own_queue:.1} ms vs its schedstat {client_delay_ms:.1} ms and its replies' {client_woken_ms:.1} ms to running"
         );
         assert!(rest <= off_cpu * 0.08, "{phase}: {rest:.1} ms of {off_cpu:.1} went elsewhere: {}", r["blame"]);

@@ -205,11 +205,13 @@ impl KernelSymbols {
                     return Some((InterruptKind::Hard, end));
                 }
                 FrameClass::Softirq => {
-                    // In ksoftirqd softirqs run in a thread, which is the waker.
-                    if stack[i..].iter().any(|&a| self.class(a) == FrameClass::Ksoftirqd) {
-                        return None;
-                    }
-                    // Below the softirq frames: the interrupt's exit or local_bh_enable.
+                    // Below the softirq frames: the interrupt's exit, local_bh_enable,
+                    // or ksoftirqd's loop. In ksoftirqd the softirq still ended
+                    // the wait (a block completion, a packet): the thread only
+                    // carried it, as an interrupt's exit does when softirqs pile
+                    // up (CI, beside a loaded host: half of 300 O_DIRECT reads
+                    // were completed there, and were charged to ksoftirqd's
+                    // running instead of the device).
                     let rest = &stack[i..];
                     if let Some(j) = rest.iter().position(|&a| self.class(a) == FrameClass::HardIrqEntry) {
                         let end = i + j + rest[j..].iter().take_while(|&&a| self.class(a) == FrameClass::HardIrqEntry).count();
@@ -281,7 +283,7 @@ ffffffffc0100000 t ext4_readdir\t[ext4]
     }
 
     /// Check that wakeups under an interrupt entry or softirq processing
-    /// are told apart from wakeups by a task, ksoftirqd included.
+    /// (in ksoftirqd too) are told apart from wakeups by a task.
     #[test]
     fn tells_interrupts_from_tasks() {
         let k = KernelSymbols::parse(KALLSYMS);
@@ -294,8 +296,8 @@ ffffffffc0100000 t ext4_readdir\t[ext4]
         assert_eq!(k.interrupt_part(&[wake, softirq, asm, task_frame]), Some((InterruptKind::Soft, 3)));
         // Softirq processed by a task re-enabling bottom halves.
         assert_eq!(k.interrupt_part(&[wake, softirq, do_softirq, bh, task_frame]), Some((InterruptKind::Soft, 3)));
-        // ksoftirqd is a thread: it is the waker.
-        assert_eq!(k.interrupt_part(&[wake, softirq, ksoftirqd]), None);
+        // Softirq processed in ksoftirqd: the softirq's frames, not the thread's loop.
+        assert_eq!(k.interrupt_part(&[wake, softirq, ksoftirqd]), Some((InterruptKind::Soft, 2)));
         // A plain task.
         assert_eq!(k.interrupt_part(&[wake, task_frame]), None);
     }
