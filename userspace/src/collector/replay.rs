@@ -93,8 +93,8 @@ pub(super) struct Replay<'a> {
     resolved: FxHashMap<NodeIndex, (u32, NodeIndex)>,
     path: Vec<u64>,
     pub threads: FxHashMap<(u32, u32), ThreadData>,
-    /// Per (pid, tid): the short waits being summed (see `sched`).
-    pub(super) short_runs: FxHashMap<(u32, u32), super::sched::ShortRun>,
+    /// Per (pid, tid, waker): the short waits being summed (see `sched`).
+    pub(super) short_runs: FxHashMap<(u32, u32, crate::model::recording::ShortWaker), super::sched::ShortRun>,
 }
 
 impl<'a> Replay<'a> {

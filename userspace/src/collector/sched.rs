@@ -49,7 +49,8 @@ pub(super) struct FoldedRecord {
 }
 
 /// Waits longer than the kernel folds but shorter than a marker, of one
-/// thread and one waker, being summed into a [`MarkerRecord::ShortWaits`].
+/// thread and one waker, being summed into a [`MarkerRecord::ShortWaits`]
+/// (a thread has one run per waker open at a time).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ShortRun {
     start_ns: u64,
@@ -68,10 +69,6 @@ pub(super) struct ShortRun {
 /// time in the other).
 const SHORT_RUN_SPAN_NS: u64 = 1_000_000_000;
 const SHORT_RUN_MAX_NS: u64 = 10_000_000;
-/// A run is closed for another waker once its waits add up to this; a
-/// shorter one is merged and its waker becomes [`ShortWaker::Several`].
-/// The kernel's `fold_waker_min_ns`.
-const SHORT_RUN_WAKER_MIN_NS: u64 = 1_000_000;
 
 /// One block request, its issuing stack interned as a raw stack.
 #[derive(Debug, Clone)]
@@ -157,26 +154,22 @@ impl Replay<'_> {
     /// the run first when it spans too long, or when its waker differs and
     /// it has enough waited time to stand alone.
     fn add_short(&mut self, pid: u32, tid: u32, w: ShortRun) {
-        let key = (pid, tid);
+        // One run per thread and waker at a time: here, unlike in the
+        // kernel, there is room for all of them, so wakers that take turns
+        // (a disk's interrupt and a flush worker, for fsync) keep their own.
+        let key = (pid, tid, w.waker);
         if let Some(run) = self.short_runs.get_mut(&key) {
-            let other_waker = w.waker != ShortWaker::Nobody && run.waker != ShortWaker::Nobody && w.waker != run.waker;
             let too_long = w.end_ns.saturating_sub(run.start_ns) > SHORT_RUN_SPAN_NS || run.off_cpu_ns >= SHORT_RUN_MAX_NS;
-            if too_long || (other_waker && run.waited_ns >= SHORT_RUN_WAKER_MIN_NS) {
-                let done = *run;
-                self.short_runs.remove(&key);
-                self.close_short(pid, tid, done);
-            } else {
+            if !too_long {
                 run.end_ns = run.end_ns.max(w.end_ns);
                 run.count += w.count;
                 run.off_cpu_ns += w.off_cpu_ns;
                 run.waited_ns += w.waited_ns;
-                if run.waker == ShortWaker::Nobody {
-                    run.waker = w.waker;
-                } else if other_waker {
-                    run.waker = ShortWaker::Several;
-                }
                 return;
             }
+            let done = *run;
+            self.short_runs.remove(&key);
+            self.close_short(pid, tid, done);
         }
         self.short_runs.insert(key, w);
     }
@@ -194,9 +187,9 @@ impl Replay<'_> {
 
     /// Close every thread's run of short waits: the window is done.
     pub(super) fn close_short_runs(&mut self) {
-        let mut runs: Vec<((u32, u32), ShortRun)> = self.short_runs.drain().collect();
-        runs.sort_unstable_by_key(|(k, _)| *k);
-        for ((pid, tid), r) in runs {
+        let mut runs: Vec<((u32, u32, ShortWaker), ShortRun)> = self.short_runs.drain().collect();
+        runs.sort_unstable_by_key(|((pid, tid, _), r)| (*pid, *tid, r.start_ns));
+        for ((pid, tid, _), r) in runs {
             self.close_short(pid, tid, r);
         }
     }

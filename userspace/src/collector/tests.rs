@@ -310,9 +310,8 @@ fn a_run_of_short_waits_starts_no_earlier_than_the_range() {
 }
 
 /// Check that waits the kernel sent but too short for a marker are summed
-/// per thread and waker: one run while the waker stays (preemptions join
-/// it), a new one when another waker comes after enough waited time, a
-/// merged run ("several") when it comes before.
+/// per thread and waker: one run per waker, each its own even when wakers
+/// take turns, preemptions (no waker) apart.
 #[test]
 fn waits_under_the_marker_threshold_are_summed_per_waker() {
     let mut c = collector(PidFilter::All);
@@ -335,11 +334,12 @@ fn waits_under_the_marker_threshold_are_summed_per_waker() {
     }
     c.handle_offcpu(&wait(t, t + 200_000, 0, abi::OFFCPU_PREEMPTED, 0));
     t += 1_000_000;
-    // 1.6 ms waited by then: another waker starts a run of its own...
+    // Another waker, then a third, then the first again: each its own run.
     c.handle_offcpu(&wait(t, t + 500_000, t + 400_000, abi::OFFCPU_SLEEPING, 62));
     t += 1_000_000;
-    // ...and a third one, after only 0.4 ms of it, merges into it.
     c.handle_offcpu(&wait(t, t + 500_000, t + 400_000, abi::OFFCPU_SLEEPING, 63));
+    t += 1_000_000;
+    c.handle_offcpu(&wait(t, t + 500_000, t + 400_000, abi::OFFCPU_SLEEPING, 61));
     let r = c.finish_window(range(0, 100_000_000));
     let mut runs: Vec<(u32, u64, u64, ShortWaker)> = thread(&r, 50, 51)
         .markers
@@ -349,10 +349,15 @@ fn waits_under_the_marker_threshold_are_summed_per_waker() {
             _ => None,
         })
         .collect();
-    runs.sort_by_key(|r| r.0);
+    runs.sort_by_key(|r| (r.0, r.1));
     assert_eq!(
         runs,
-        vec![(2, 1_000_000, 800_000, ShortWaker::Several), (5, 2_200_000, 1_600_000, ShortWaker::Task { pid: 60, tid: 61 })]
+        vec![
+            (1, 200_000, 0, ShortWaker::Nobody),
+            (1, 500_000, 400_000, ShortWaker::Task { pid: 60, tid: 62 }),
+            (1, 500_000, 400_000, ShortWaker::Task { pid: 60, tid: 63 }),
+            (5, 2_500_000, 2_000_000, ShortWaker::Task { pid: 60, tid: 61 }),
+        ]
     );
 }
 

@@ -136,7 +136,7 @@ impl Waker {
 }
 
 /// Who woke a run of short waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ShortWaker {
     /// Only preemptions: nobody (all of it was runnable).
     Nobody,
