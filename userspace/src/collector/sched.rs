@@ -1,6 +1,8 @@
 //! Replay of scheduler and block I/O records: off-CPU intervals become
-//! weighted samples and markers, folded short waits become weighted
-//! samples per reason, I/O requests become markers, and per-CPU tracks are
+//! weighted samples and markers (those under the marker threshold are
+//! summed per thread and waker into short-waits markers), the kernel's
+//! folded short waits become weighted samples per reason and a short-waits
+//! marker each, I/O requests become markers, and per-CPU tracks are
 //! derived from the samples.
 //!
 //! In: a window's [`OffCpuRecord`]s, [`FoldedRecord`]s and [`IoRecord`]s in

@@ -1,4 +1,5 @@
-//! Markers: a thread's off-CPU waits and block I/O, a CPU's slices.
+//! Markers: a thread's off-CPU waits (colored by what ended them), its
+//! short waits summed per waker, its block I/O; a CPU's slices.
 //!
 //! In: the recording's marker records of one track, the track's table
 //! builder (a marker's stack is a stack of its thread). Out: the track's
