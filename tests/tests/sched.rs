@@ -93,7 +93,7 @@ fn wakers_are_named_and_switch_counts_match_proc() {
     // every wakeup for an interrupt's and kept the kernel frames only.)
     let with_user_code = markers
         .iter()
-        .filter(|d| d["wakerTid"].as_u64() == Some(pinger))
+        .filter(|d| d["wakerTid"].as_u64() == Some(pinger) && d["waker"].as_str().unwrap().starts_with("pinger"))
         .filter_map(|d| d["cause"]["stack"].as_u64())
         .filter(|&s| tp.stack_names(s).iter().any(|n| n == "pinger"))
         .count();

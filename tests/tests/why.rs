@@ -87,7 +87,17 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
     let devices: Vec<&str> = r["blame"].as_array().unwrap().iter().filter(|b| b["what"] == "I/O").filter_map(|b| b["device"].as_str()).collect();
     assert!(!devices.is_empty() && devices.iter().all(|d| *d == disk.name), "the I/O is on {}: {devices:?}", disk.name);
     let (share, own_share) = (io / (io + running), holder_blocked_ms / (holder_blocked_ms + holder_cpu_ms));
-    assert!((share - own_share).abs() <= 0.10, "the holder's reads are {:.1} % of its part, {:.1} % by its own clocks", share * 100.0, own_share * 100.0);
+    // Its "blocked" is wall less CPU less run delay: steal while it computed
+    // is in it, and is running to sysprof (CI: 32.6 % against 44.6 %, its
+    // running 85 ms above its CPU time). The floor allows the machine's steal.
+    let own_floor = ((holder_blocked_ms - steal_ms).max(0.0)) / (holder_blocked_ms + holder_cpu_ms);
+    assert!(
+        share <= own_share + 0.10 && share >= own_floor - 0.10,
+        "the holder's reads are {:.1} % of its part, {:.1} % by its own clocks ({:.1} % less the machine's steal, {steal_ms:.0} ms)",
+        share * 100.0,
+        own_share * 100.0,
+        own_floor * 100.0
+    );
 
     // Over its naps only, as its own clocks measured them.
     let n = why_in(&out_path, napper, &["--from", &ms(f("napper_t0_ns")), "--to", &ms(f("napper_t1_ns"))]);
