@@ -211,7 +211,12 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 	 * reader behind (the ring over half full) the walk so far goes alone,
 	 * a cut stack said as such (handovers_skipped), and the ring keeps its
 	 * room for the intervals themselves. */
-	if (stack_copy && unwind_hands_over(end, n, pid)) {
+	/* A waker's stack is the context of a wakeup, not a sample: it is
+	 * never handed over as a copy, and ends where the walk did (its end
+	 * says why). Waking is the hottest path there is: beside a fork loop,
+	 * new processes' wakeups (their tables still pending) sent a copy
+	 * each, and the ring passed half full. */
+	if (stack_copy && unwind_hands_over(end, n, pid) && kbuf != KBUF_WAKING) {
 		if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) <= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2)
 			return 0;
 		flags |= STACK_HANDOVER_SKIPPED;
