@@ -91,19 +91,24 @@ static __always_inline void fill_sample(struct bpf_perf_event_data *ctx, struct 
 
 /* The user registers: the sample's if it interrupted user code, else
  * those saved when the task entered the kernel. */
-static __always_inline void user_regs(struct bpf_perf_event_data *ctx, __u64 regs[3])
+/* The user registers: ip, sp, bp; and r13, where HotSpot's interpreter
+ * keeps the bytecode pointer of the method it runs (the frame's copy is
+ * only updated at calls). */
+static __always_inline __u64 user_regs(struct bpf_perf_event_data *ctx, __u64 regs[3])
 {
 	/* User addresses have the top bit clear. */
 	if ((long)ctx->regs.ip >= 0) {
 		regs[0] = ctx->regs.ip;
 		regs[1] = ctx->regs.sp;
 		regs[2] = ctx->regs.bp;
+		return ctx->regs.r13;
 	} else {
 		struct pt_regs *r = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 
 		regs[0] = PT_REGS_IP_CORE(r);
 		regs[1] = PT_REGS_SP_CORE(r);
 		regs[2] = PT_REGS_FP_CORE(r);
+		return BPF_CORE_READ(r, r13);
 	}
 }
 
@@ -141,7 +146,7 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct sample_scratch *sc = bpf_map_lookup_elem(&sample_scratch, &cpu);
-	__u64 size, regs[3], wake;
+	__u64 size, regs[3], wake, r13;
 	struct py_out py = {};
 	__u32 n, end, copied;
 
@@ -158,7 +163,7 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		int hand_over = stack_copy && (bpf_map_lookup_elem(&unwind_processes, &tgid) || recently_started(task, tgid) ||
 					       process_refused(tgid));
 
-		user_regs(ctx, regs);
+		r13 = user_regs(ctx, regs);
 		/* The leaf's registers: userspace matches an unreadable stack
 		 * with one its thread had in the same system call. */
 		sc->e.user_ip = regs[0];
@@ -168,6 +173,10 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		n = unwind_user(tgid, regs, sc->frames, &end, hand_over);
 		if (n > UNWIND_MAX_FRAMES)
 			n = UNWIND_MAX_FRAMES;
+		/* Sampled in the interpreter itself: its bytecode pointer is the
+		 * register's (userspace takes it only if it lies in the method). */
+		if (n >= 3 && (sc->frames[1] >> 61) == (JAVA_FRAME_TAG >> 61) && r13 < (1ULL << 47))
+			sc->frames[2] = r13;
 		sc->e.flags |= SAMPLE_FLAG_KERNEL_UNWOUND;
 		sc->e.ustack_len = n;
 		sc->e.unwind_end = end;

@@ -108,6 +108,15 @@
  * entry holds (those cut are its smallest): an address in no listed
  * mapping may be code, and the walk hands over to userspace there. */
 #define UNWIND_PROCESS_CUT 1
+/* An interpreted Java frame (a frame whose address lies in the process's
+ * java_interp range) is three words in the frame array: its address, then
+ * JAVA_FRAME_TAG | the Method* it runs, then its bytecode pointer; read at
+ * fp + 8 * JAVA_FRAME_METHOD_SLOT and fp + 8 * JAVA_FRAME_BCP_SLOT (HotSpot's
+ * x86_64 interpreter frame: frame::interpreter_frame_method_offset -3,
+ * interpreter_frame_bcp_offset -8, JDK 8 to 26). No user address has bit 61. */
+#define JAVA_FRAME_TAG 0x2000000000000000ULL
+#define JAVA_FRAME_METHOD_SLOT -3
+#define JAVA_FRAME_BCP_SLOT -8
 /* Words of `unwind_refused`, one bit per pid up to the kernel's
  * PID_MAX_LIMIT (4194304): no number of processes can fill it. */
 #define UNWIND_REFUSED_WORDS 65536
@@ -157,6 +166,8 @@ struct unwind_process {
 	                           written, libraries may be mapped since */
 	__u32 flags;            /* UNWIND_PROCESS_CUT */
 	__u32 _pad;
+	__u64 java_interp_start; /* HotSpot's template interpreter, [start, end); 0: none */
+	__u64 java_interp_end;
 	struct unwind_mapping m[UNWIND_MAX_MAPPINGS];
 };
 

@@ -210,6 +210,26 @@ static __always_inline __u32 epilogue_cfa_offset(__u64 ip)
 	return ((code >> 24) & 0xff) + 8;
 }
 
+/* The Method* and bytecode pointer of the interpreted Java frame whose
+ * frame pointer is fp, after its address: the two words JAVA_FRAME_TAG
+ * describes. Nothing is added if they cannot be read or are no pointers. */
+static __noinline void java_frame(struct ustack_walk *s, __u64 fp)
+{
+	__u64 w[1 + JAVA_FRAME_METHOD_SLOT - JAVA_FRAME_BCP_SLOT];
+	__u64 method, bcp;
+
+	if (!s || fp < 8 * (__u64)(-JAVA_FRAME_BCP_SLOT) ||
+	    bpf_probe_read_user(w, sizeof(w), (void *)(fp + 8 * JAVA_FRAME_BCP_SLOT)))
+		return;
+	method = w[JAVA_FRAME_METHOD_SLOT - JAVA_FRAME_BCP_SLOT];
+	bcp = w[0];
+	if (!method || (method | bcp) >= (1ULL << 47) || (method & 7) || s->n + 2 > UNWIND_MAX_FRAMES)
+		return;
+	s->frames[s->n & (UNWIND_MAX_FRAMES - 1)] = JAVA_FRAME_TAG | method;
+	s->frames[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = bcp;
+	s->n += 2;
+}
+
 static long unwind_step(__u64 i, struct ustack_walk *s)
 {
 	struct unwind_mapping found, *m = NULL;
@@ -258,6 +278,11 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 		s->end = s->no_process_end;
 		return 1;
 	}
+	/* HotSpot's interpreter keeps rbp as the frame pointer of the method
+	 * it runs: the Method* and bytecode pointer are in its frame. Read
+	 * now, while the frame exists; userspace names the method. */
+	if (ip >= s->proc->java_interp_start && ip < s->proc->java_interp_end && s->n + 2 <= UNWIND_MAX_FRAMES)
+		java_frame(s, bp);
 
 	if (m && m->table_len && m->table_start < UNWIND_TABLE_USERSPACE) {
 		__u64 pc = ip - s->return_address - m->bias;

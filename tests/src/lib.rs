@@ -334,6 +334,31 @@ impl ThreadView<'_> {
         out
     }
 
+    /// Each sample's stack as (function name, line) pairs, root first (the
+    /// frame's line, where the profile has one).
+    pub fn stack_lines(&self) -> Vec<Vec<(String, Option<u64>)>> {
+        let t = self.t;
+        let strings = t["stringArray"].as_array().unwrap();
+        t["samples"]["stack"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let mut out = Vec::new();
+                let mut node = s.as_u64();
+                while let Some(n) = node {
+                    let frame = t["stackTable"]["frame"][n as usize].as_u64().unwrap() as usize;
+                    let func = t["frameTable"]["func"][frame].as_u64().unwrap() as usize;
+                    let name = strings[t["funcTable"]["name"][func].as_u64().unwrap() as usize].as_str().unwrap();
+                    out.push((name.to_string(), t["frameTable"]["line"][frame].as_u64()));
+                    node = t["stackTable"]["prefix"][n as usize].as_u64();
+                }
+                out.reverse();
+                out
+            })
+            .collect()
+    }
+
     /// Each sample's stack as (function name, category name) pairs, root first.
     pub fn stacks(&self, categories: &[String]) -> Vec<Vec<(String, String)>> {
         let t = self.t;

@@ -16,6 +16,7 @@ pub mod debugfile;
 pub mod elf;
 pub mod jitdump;
 pub mod perfmap;
+pub mod hotspot;
 pub mod python;
 
 use std::fs::File;

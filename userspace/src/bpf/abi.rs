@@ -83,6 +83,9 @@ pub const UNWIND_TABLE_PENDING: u32 = 0xffff_ffff;
 pub const UNWIND_TABLE_USERSPACE: u32 = 0xffff_fffe;
 /// `UnwindProcess::flags`: more executable mappings than an entry holds.
 pub const UNWIND_PROCESS_CUT: u32 = 1;
+/// In a user stack walked in the kernel, after an interpreted Java frame's
+/// address: `JAVA_FRAME_TAG | Method*`, then its bytecode pointer.
+pub const JAVA_FRAME_TAG: u64 = 0x2000_0000_0000_0000;
 /// Words of the `unwind_refused` bitmap (one bit per pid).
 pub const UNWIND_REFUSED_WORDS: usize = 65536;
 /// How the in-kernel walk ended: the thread's outermost frame.
@@ -560,6 +563,10 @@ pub struct UnwindProcess {
     pub flags: u32,
     /// Zero.
     pub _pad: u32,
+    /// HotSpot's template interpreter, `[start, end)`; 0, 0: none.
+    pub java_interp_start: u64,
+    /// End of the interpreter's code.
+    pub java_interp_end: u64,
     /// The mappings, by start address.
     pub m: [UnwindMapping; UNWIND_MAX_MAPPINGS],
 }

@@ -55,6 +55,8 @@ impl Collector {
                     u.exec(*pid);
                 }
                 self.py_codes.forget(*pid);
+                self.java.methods.forget(*pid);
+                self.java.gone(*pid);
                 self.jvms.gone(*pid);
             }
             SidebandEvent::Exit { time, pid, tid } if tid == pid => {
@@ -62,6 +64,8 @@ impl Collector {
                     u.exit(*pid, *time);
                 }
                 self.py_codes.exited(*pid, *time);
+                self.java.methods.exited(*pid, *time);
+                self.java.gone(*pid);
                 self.jvms.gone(*pid);
             }
             _ => {}
@@ -149,7 +153,7 @@ impl Collector {
     /// Sizes of what the collector keeps between windows, for the agent's
     /// health line: (processes, open binaries, bytes of cached names, Python code objects included).
     pub fn retained(&self) -> (usize, usize, usize) {
-        (self.table.processes.len(), self.binaries.open_count(), self.names.bytes() + self.py_codes.bytes())
+        (self.table.processes.len(), self.binaries.open_count(), self.names.bytes() + self.py_codes.bytes() + self.java.methods.bytes())
     }
 
     /// A process's cgroup as of the window's end. Containers move processes

@@ -22,6 +22,7 @@
 //! processes that are gone ([`live`]). `record` finishes one window at the
 //! end; the agent finishes one every `--window` seconds.
 
+mod hotspot;
 mod jvm;
 mod kernel_unwinding;
 mod live;
@@ -123,6 +124,8 @@ pub struct Collector {
     py_codes: python::CodeCache,
     /// Reused table for one stack record's Python frames.
     py_record: python::PythonFrames,
+    /// The JVMs' interpreters and the Java methods read from them.
+    java: hotspot::JavaFrames,
     /// JVMs asked for their perf maps.
     jvms: jvm::Jvms,
     /// Reused buffer for a stack with its Python frames.
@@ -152,6 +155,7 @@ impl Collector {
             scratch: Vec::with_capacity(256),
             py_codes: python::CodeCache::default(),
             py_record: python::PythonFrames::default(),
+            java: hotspot::JavaFrames::default(),
             jvms: jvm::Jvms::default(),
             merged: Vec::with_capacity(128),
         }
@@ -316,7 +320,11 @@ impl Collector {
                 if end == StackEnd::Unreadable && self.is_exiting(s.kstack) {
                     self.recover_unreadable(s.tid, k.leaf);
                 }
-                match self.unwinders.as_ref().and_then(|u| u.python(s.pid)).filter(|_| !k.python.is_empty()) {
+                if hotspot::JavaFrames::has_java_words(&self.unwound) {
+                    let java = self.unwinders.as_ref().and_then(|u| u.java(s.pid));
+                    self.java.merge(&self.unwound, s.pid, java, &mut self.window.python, &mut self.merged);
+                    Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
+                } else { match self.unwinders.as_ref().and_then(|u| u.python(s.pid)).filter(|_| !k.python.is_empty()) {
                     Some(py) => {
                         python::merge(&self.unwound, k.python, s.pid, py, &mut self.py_codes, &mut self.window.python, &mut self.merged);
                         Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
@@ -325,7 +333,7 @@ impl Collector {
                         self.say_python_unread(s.pid);
                         Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
                     }
-                }
+                } }
             }
             UserStack::Copy { regs, stack } if self.unwinders.is_some() => {
                 self.unwind_copy(s.pid, regs, stack);
@@ -348,6 +356,20 @@ impl Collector {
         comm[..s.comm.len()].copy_from_slice(s.comm);
         if w.sample_comm.get(&s.tid) != Some(&comm) {
             w.sample_comm.insert(s.tid, comm);
+        }
+        self.look_for_interpreter(s.pid, s.time_ns);
+    }
+
+    /// A sample of JVM `pid` whose interpreter the kernel's entry lacks:
+    /// look for it (every 20 ms while it is not generated yet).
+    fn look_for_interpreter(&mut self, pid: u32, now_ns: u64) {
+        let Some(u) = self.unwinders.as_mut() else { return };
+        let Some(java) = u.java(pid).filter(|j| j.interpreter.is_none()).cloned() else { return };
+        if let Some(range) = self.java.find_interpreter(pid, &java, now_ns) {
+            u.set_java_interpreter(pid, range);
+        }
+        for w in std::mem::take(&mut self.java.failures) {
+            self.warn(w);
         }
     }
 
@@ -377,7 +399,18 @@ impl Collector {
             UserStack::KernelUnwound(k) => {
                 // The tracer's walks hand nothing over: what the kernel walked is the stack.
                 self.unwind_in_kernel(e.pid, &k);
-                match self.unwinders.as_ref().and_then(|u| u.python(e.pid)).filter(|_| !k.python.is_empty()) {
+                let java = hotspot::JavaFrames::has_java_words(&self.unwound);
+                let py = if java { None } else { self.unwinders.as_ref().and_then(|u| u.python(e.pid)).filter(|_| !k.python.is_empty()) };
+                match py {
+                    // Its Java frames, as its Python ones, keyed in a table of its own.
+                    None if java => {
+                        let mut own = std::mem::take(&mut self.py_record);
+                        own.clear();
+                        self.java.merge(&self.unwound, e.pid, self.unwinders.as_ref().and_then(|u| u.java(e.pid)), &mut own, &mut self.merged);
+                        python = own.names().into();
+                        self.py_record = own;
+                        self.merged.as_slice().into()
+                    }
                     // Its Python frames keyed in a table of its own: the
                     // record outlives the window.
                     Some(py) => {

@@ -90,24 +90,52 @@ impl PythonFrames {
     }
 }
 
-/// Code objects read, per process, within [`CODE_CACHE_BYTES`].
-#[derive(Debug, Default)]
-pub(super) struct CodeCache {
-    by_pid: FxHashMap<u32, FxHashMap<u64, Option<Arc<CodeInfo>>>>,
+/// What a cache of objects read from processes holds, by its size.
+pub(super) trait Held {
+    /// Bytes held.
+    fn bytes(&self) -> usize;
+}
+
+impl Held for CodeInfo {
+    fn bytes(&self) -> usize {
+        CodeInfo::bytes(self)
+    }
+}
+
+/// Objects read from processes' memory (Python code objects, Java
+/// methods), per process and address, within [`CODE_CACHE_BYTES`]; what
+/// could not be read is remembered as such.
+#[derive(Debug)]
+pub(super) struct CodeCache<T = CodeInfo> {
+    by_pid: FxHashMap<u32, FxHashMap<u64, Option<Arc<T>>>>,
     bytes: usize,
     /// Exits in order, (time, pid): forgotten 2 s later.
     exited: std::collections::VecDeque<(u64, u32)>,
-    /// Frames whose code object could not be read or was none (counted).
+    /// Frames whose object could not be read or was none (counted).
     pub(super) unresolved: u64,
 }
 
-impl CodeCache {
+impl<T> Default for CodeCache<T> {
+    fn default() -> Self {
+        CodeCache { by_pid: FxHashMap::default(), bytes: 0, exited: Default::default(), unresolved: 0 }
+    }
+}
+
+impl CodeCache<CodeInfo> {
     /// `pid`'s code object at `addr`, read on first use.
     fn code(&mut self, pid: u32, addr: u64, py: &PythonRuntime) -> Option<Arc<CodeInfo>> {
+        self.get_or_read(pid, addr, || read_code(pid, addr, py.binary.layout, py.code_type()).ok())
+    }
+}
+
+impl<T: Held> CodeCache<T> {
+    /// `pid`'s object at `addr`, read with `read` on first use. Past the
+    /// budget every process's objects are dropped and read again as used.
+    pub(super) fn get_or_read(&mut self, pid: u32, addr: u64, read: impl FnOnce() -> Option<T>) -> Option<Arc<T>> {
         if let Some(known) = self.by_pid.get(&pid).and_then(|m| m.get(&addr)) {
             return known.clone();
         }
-        let read = read_code(pid, addr, py.binary.layout, py.code_type()).ok().map(Arc::new);
+        let read = read().map(Arc::new);
         let size = read.as_ref().map_or(16, |c| c.bytes() + 16);
         if self.bytes + size > CODE_CACHE_BYTES {
             self.by_pid.clear();

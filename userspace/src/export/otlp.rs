@@ -137,6 +137,8 @@ impl Dictionary {
             None
         } else if frame.kernel {
             Some("kernel")
+        } else if frame.is_interpreted_java() {
+            Some("jvm")
         } else if frame.is_interpreted() {
             Some("cpython")
         } else if let Some(kind) = jit.filter(|_| rec.libs.get(frame.lib as usize).is_some_and(|l| l.name.starts_with("JIT ("))) {

@@ -39,12 +39,19 @@ pub struct FrameRecord {
 }
 
 impl FrameRecord {
-    /// Whether it is interpreted code (a Python function): named from the
+    /// Whether it is interpreted code (a Python function or Java method): named from the
     /// interpreter's own objects with its source file, in no library. The
     /// only user frames with a file but no library, so the store's format
     /// needs no new field for them.
     pub fn is_interpreted(&self) -> bool {
         !self.kernel && !self.pseudo && self.lib == NO_LIB && self.symbols.funcs.first().is_some_and(|f| f.file.is_some())
+    }
+
+    /// Whether it is an interpreted Java method: named as HotSpot names
+    /// methods (`long Hot.hotOne(int)`, always ending in its parameter
+    /// list), which no Python qualified name does.
+    pub fn is_interpreted_java(&self) -> bool {
+        self.is_interpreted() && self.symbols.funcs.first().is_some_and(|f| f.name.ends_with(')'))
     }
 
     /// The name of code no symbol covers: `lib+0xOFF` (the library's file

@@ -60,6 +60,8 @@ pub mod category {
     pub const IO: u32 = 5;
     /// Interpreted code (Python functions).
     pub const INTERPRETED: u32 = 6;
+    /// Interpreted Java methods.
+    pub const JAVA: u32 = 7;
 }
 
 /// Per-CPU tracks use tids from here up (real tids stay below 2^22).

@@ -120,6 +120,8 @@ impl ThreadTables {
             category::IDLE
         } else if f.kernel {
             category::KERNEL
+        } else if f.is_interpreted_java() {
+            category::JAVA
         } else if f.is_interpreted() {
             category::INTERPRETED
         } else {

@@ -11,6 +11,7 @@
 
 pub mod kernel;
 pub mod names;
+pub mod hotspot;
 pub mod jvm;
 pub mod python;
 

@@ -75,6 +75,22 @@ pub struct Unwinders {
     pythons: FxHashMap<BinaryIndex, Option<Arc<crate::binaries::python::PythonBinary>>>,
     /// CPython interpreters of a version this build does not read.
     unread_pythons: rustc_hash::FxHashSet<BinaryIndex>,
+    /// Per binary named `libjvm.so`: the variables it exports (None: not all).
+    hotspots: FxHashMap<BinaryIndex, Option<Arc<crate::binaries::hotspot::HotSpotSymbols>>>,
+}
+
+/// HotSpot as one JVM maps it: what it exports, where, and where its
+/// interpreter is once the collector read it
+/// ([`crate::symbolize::hotspot`]).
+#[derive(Debug, Clone)]
+pub struct JavaRuntime {
+    /// The `gHotSpotVM*` variables, as file addresses.
+    pub symbols: Arc<crate::binaries::hotspot::HotSpotSymbols>,
+    /// Where libjvm's address 0 lands in the process.
+    pub base: u64,
+    /// The template interpreter's code: the kernel reads the method of
+    /// each frame in it.
+    pub interpreter: Option<(u64, u64)>,
 }
 
 /// Exited processes are kept this long: their last samples may still be queued.
@@ -139,6 +155,7 @@ impl Unwinders {
             self.layouts.remove(b);
             self.pythons.remove(b);
             self.unread_pythons.remove(b);
+            self.hotspots.remove(b);
             if let Some(k) = self.kernel.as_mut() {
                 k.forget(*b);
             }
@@ -168,6 +185,7 @@ impl Unwinders {
         p.jit_modules.clear();
         p.python = None;
         p.jit_base = None;
+        p.java = None;
         p.exited_ns = None;
         if let Some(k) = self.kernel.as_mut() {
             // The kernel dropped its entry at the exec, and its uid may have
@@ -261,9 +279,11 @@ impl Unwinders {
             entry.clear();
             let mut entries = Vec::new();
             let mut python = None;
+            let mut java: Option<JavaRuntime> = None;
             let mut python_unread = false;
             let mappings = p.mappings.clone();
             let jit_base = p.jit_base;
+            let java_before = p.java.clone();
             // JIT code with a jitdump: its tables are in the jitdump, which
             // only userspace reads; the kernel hands those stacks over.
             let jit_tables = p.jitdump.is_some();
@@ -294,6 +314,13 @@ impl Unwinders {
                     entries.push(base.wrapping_add(l.entry));
                     Some(base)
                 });
+                if let (Some(base), None) = (bias, &java) {
+                    java = self.hotspot_binary(binaries, m.binary).map(|symbols| {
+                        // The interpreter read before stays while libjvm stays where it was.
+                        let interpreter = java_before.as_ref().filter(|j| j.base == base && Arc::ptr_eq(&j.symbols, &symbols)).and_then(|j| j.interpreter);
+                        JavaRuntime { symbols, base, interpreter }
+                    });
+                }
                 if let (Some(base), None) = (bias, &python) {
                     python = self.python_binary(binaries, m.binary).map(|binary| python::PythonRuntime { binary, base });
                     python_unread |= self.unread_pythons.contains(&m.binary);
@@ -312,15 +339,47 @@ impl Unwinders {
             }
             entries.sort_unstable();
             entries.dedup();
-            k.write_process(pid, &mut entry);
+            k.write_process(pid, &mut entry, java.as_ref().and_then(|j| j.interpreter));
             k.write_python(pid, python.as_ref().map(python::PythonRuntime::entry));
             if let Some(p) = self.processes.get_mut(&pid) {
                 p.entries = entries;
                 p.python_unread = python_unread && python.is_none();
                 p.python = python;
+                p.java = java;
             }
         }
         self.kernel = Some(k);
+    }
+
+    /// What `binary` exports if it is HotSpot's library, read once.
+    fn hotspot_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<crate::binaries::hotspot::HotSpotSymbols>> {
+        if let Some(known) = self.hotspots.get(&binary) {
+            return known.clone();
+        }
+        let bin = binaries.get(binary);
+        let found = bin
+            .file
+            .as_ref()
+            .filter(|_| crate::binaries::hotspot::may_be_libjvm(&bin.name))
+            .and_then(|file| crate::binaries::hotspot::read(&crate::binaries::elf::ElfReader::new(file, Default::default())))
+            .map(Arc::new);
+        self.hotspots.insert(binary, found.clone());
+        found
+    }
+
+    /// The HotSpot JVM `pid` runs, if it is one.
+    pub fn java(&self, pid: u32) -> Option<&JavaRuntime> {
+        self.processes.get(&pid)?.java.as_ref()
+    }
+
+    /// JVM `pid`'s interpreter lies at `range`: its entry says so from the
+    /// next sync, and the kernel reads the method of each frame there.
+    pub fn set_java_interpreter(&mut self, pid: u32, range: (u64, u64)) {
+        let Some(j) = self.processes.get_mut(&pid).and_then(|p| p.java.as_mut()) else { return };
+        j.interpreter = Some(range);
+        if let Some(k) = self.kernel.as_mut() {
+            k.dirty.insert(pid);
+        }
     }
 
     /// What CPython `binary` is, read once, and only if its name says it

@@ -50,6 +50,8 @@ pub(super) struct ProcessUnwinder {
     pub(super) python_unread: bool,
     /// A JVM whose compiled methods have rows in the kernel: where they begin.
     pub(super) jit_base: Option<u64>,
+    /// The HotSpot it runs, found when its entry is written.
+    pub(super) java: Option<super::JavaRuntime>,
 }
 
 /// How often a process's jitdump is read for new code.
@@ -93,7 +95,7 @@ pub fn is_jitdump(path: &str) -> bool {
 
 impl ProcessUnwinder {
     pub(super) fn new(mappings: Vec<Mapping>) -> ProcessUnwinder {
-        ProcessUnwinder { mappings, unwinder: None, entries: Vec::new(), jitdump: None, jit_modules: Vec::new(), exited_ns: None, python: None, python_unread: false, jit_base: None }
+        ProcessUnwinder { mappings, unwinder: None, entries: Vec::new(), jitdump: None, jit_modules: Vec::new(), exited_ns: None, python: None, python_unread: false, jit_base: None, java: None }
     }
 
     /// Read new code from the jitdump, at most every JITDUMP_POLL.

@@ -36,7 +36,12 @@ const NEW_PROCESS_WAKE_MS: u64 = 100;
 impl KernelTables {
     /// Write `pid`'s entry: `mappings` as (start, end, bias, binary, walked
     /// in userspace only, bias known), or delete it when there are none.
-    pub(in crate::unwind) fn write_process(&mut self, pid: u32, mappings: &mut Vec<(u64, u64, u64, BinaryIndex, bool, bool)>) {
+    pub(in crate::unwind) fn write_process(
+        &mut self,
+        pid: u32,
+        mappings: &mut Vec<(u64, u64, u64, BinaryIndex, bool, bool)>,
+        java_interpreter: Option<(u64, u64)>,
+    ) {
         if mappings.is_empty() {
             self.remove_process(pid);
             return;
@@ -59,7 +64,15 @@ impl KernelTables {
         // entry is first written: their hand-overs wake us for 100 ms.
         let wake_until_ms = (crate::sys::clock::monotonic_ns() / 1_000_000 + NEW_PROCESS_WAKE_MS) as u32;
         let mut entry =
-            UnwindProcess { count: mappings.len() as u32, wake_until_ms, flags, _pad: 0, m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS] };
+            UnwindProcess {
+                count: mappings.len() as u32,
+                wake_until_ms,
+                flags,
+                _pad: 0,
+                java_interp_start: java_interpreter.map_or(0, |r| r.0),
+                java_interp_end: java_interpreter.map_or(0, |r| r.1),
+                m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS],
+            };
         for (slot, &(start, end, bias, binary, userspace, bias_known)) in entry.m.iter_mut().zip(mappings.iter()) {
             let (table_start, table_len) = match (userspace, bias_known) {
                 (true, _) => (UNWIND_TABLE_USERSPACE, 0),

@@ -1,0 +1,165 @@
+//! Interpreted Java frames into stacks: the methods the kernel found in
+//! HotSpot's interpreter frames, named, where those frames are.
+//!
+//! In: a JVM's [`JavaRuntime`] (from the unwinders), its samples, and their
+//! user stacks as the kernel walked them, where each interpreted frame's
+//! address is followed by `JAVA_FRAME_TAG | Method*` and its bytecode
+//! pointer. Out: the interpreter's code range for the kernel's entry (read
+//! from the JVM once it has generated it), and the same stacks with each
+//! interpreted frame as a raw key ([`super::python::PY_KEY_BASE`] | index)
+//! into the window's interpreted-frame table (name, file, line), the table
+//! Python frames use. A method that cannot be read keeps the interpreter's
+//! address (named `Interpreter` from the perf map, as before).
+//!
+//! The layout (field offsets from the JVM's own `gHotSpotVM*` tables) is read
+//! once per libjvm; methods are read as samples arrive (a class may be
+//! unloaded later), once per JVM and address, into the same kind of budgeted
+//! cache as Python's code objects, forgotten 2 s after the JVM's exit.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use super::python::{CodeCache, Held, PythonFrames};
+use crate::bpf::abi::JAVA_FRAME_TAG;
+use crate::symbolize::hotspot::{HotSpotLayout, JavaMethod, LayoutError};
+use crate::symbolize::python::CodeInfo;
+use crate::unwind::JavaRuntime;
+
+/// How often a JVM whose interpreter is not generated yet (or whose tables
+/// are not filled in) is looked at again, while it is sampled.
+const RETRY_NS: u64 = 20_000_000;
+
+/// A method as its frames are named.
+#[derive(Debug)]
+pub(super) struct JavaMethodInfo {
+    info: Arc<CodeInfo>,
+    method: JavaMethod,
+}
+
+impl Held for JavaMethodInfo {
+    fn bytes(&self) -> usize {
+        self.method.bytes() + self.info.bytes()
+    }
+}
+
+/// Whether a word of a kernel-walked user stack is an interpreted frame's method.
+fn is_java_word(w: u64) -> bool {
+    w >> 61 == JAVA_FRAME_TAG >> 61
+}
+
+/// The JVMs' layouts, interpreters and methods.
+#[derive(Debug, Default)]
+pub(super) struct JavaFrames {
+    /// Per libjvm (by its exported symbols, which the unwinders read once
+    /// per binary): its layout, or why it has none (NotYet is read again).
+    layouts: Vec<(Arc<crate::binaries::hotspot::HotSpotSymbols>, Result<Arc<HotSpotLayout>, LayoutError>)>,
+    /// Per JVM whose interpreter is not known yet: when to look again.
+    next_look: FxHashMap<u32, u64>,
+    /// Methods read, per JVM and address.
+    pub(super) methods: CodeCache<JavaMethodInfo>,
+    /// Layouts that could not be read, to be said once each.
+    pub(super) failures: Vec<String>,
+}
+
+impl JavaFrames {
+    /// JVM `pid`'s layout, read from it on first use (and again while the
+    /// JVM is still filling its tables in).
+    fn layout(&mut self, pid: u32, java: &JavaRuntime) -> Option<Arc<HotSpotLayout>> {
+        let known = self.layouts.iter().position(|(s, _)| Arc::ptr_eq(s, &java.symbols));
+        if let Some(i) = known {
+            match &self.layouts[i].1 {
+                Ok(l) => return Some(l.clone()),
+                Err(LayoutError::Missing(_)) => return None,
+                Err(_) => {}
+            }
+        }
+        let read = HotSpotLayout::read(pid, java.base, &java.symbols).map(Arc::new);
+        if let Err(e @ LayoutError::Missing(_)) = &read {
+            self.failures.push(format!("JVM {pid}: its interpreted Java frames stay unnamed: {e}"));
+        }
+        let out = read.as_ref().ok().cloned();
+        match known {
+            Some(i) => self.layouts[i].1 = read,
+            None => self.layouts.push((java.symbols.clone(), read)),
+        }
+        out
+    }
+
+    /// JVM `pid` was sampled at `now_ns` and its interpreter is not known:
+    /// its range, once the JVM has one (looked at every [`RETRY_NS`]).
+    pub(super) fn find_interpreter(&mut self, pid: u32, java: &JavaRuntime, now_ns: u64) -> Option<(u64, u64)> {
+        if self.next_look.get(&pid).is_some_and(|&t| now_ns < t) {
+            return None;
+        }
+        let found = self.layout(pid, java).and_then(|l| l.interpreter(pid));
+        match found {
+            Some(_) => self.next_look.remove(&pid),
+            None => self.next_look.insert(pid, now_ns + RETRY_NS),
+        };
+        found
+    }
+
+    /// `pid` exec'd or exited: nothing more to look for in it.
+    pub(super) fn gone(&mut self, pid: u32) {
+        self.next_look.remove(&pid);
+    }
+
+    /// Whether `stack` holds interpreted frames' methods.
+    pub(super) fn has_java_words(stack: &[u64]) -> bool {
+        stack.iter().any(|&w| is_java_word(w))
+    }
+
+    /// `stack` (kernel-walked, leaf first) with each interpreted frame named
+    /// from its method, into `out`; the method words never stay in it.
+    pub(super) fn merge(&mut self, stack: &[u64], pid: u32, java: Option<&JavaRuntime>, frames: &mut PythonFrames, out: &mut Vec<u64>) {
+        out.clear();
+        let layout = java.and_then(|j| self.layout(pid, j));
+        let mut i = 0;
+        while i < stack.len() {
+            let w = stack[i];
+            if !is_java_word(w) {
+                out.push(w);
+                i += 1;
+                continue;
+            }
+            let method = w & !JAVA_FRAME_TAG;
+            let bcp = stack.get(i + 1).copied().unwrap_or(0);
+            i += 2;
+            let Some(layout) = layout.as_deref() else { continue };
+            let read = self.methods.get_or_read(pid, method, || {
+                let m = layout.method(pid, method).ok()?;
+                let info = Arc::new(CodeInfo { qualname: m.name.as_str().into(), filename: m.file.as_str().into(), first_line: 0, line_table: Box::new([]) });
+                Some(JavaMethodInfo { info, method: m })
+            });
+            match read {
+                // The interpreter's address before it becomes the method's frame.
+                Some(m) if !out.is_empty() => {
+                    let key = frames.key(&m.info, m.method.line(bcp));
+                    *out.last_mut().expect("not empty") = key;
+                }
+                _ => self.methods.unresolved += 1,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_words_never_stay_in_a_stack() {
+        // No layout (not a JVM the unwinders know): the interpreter's
+        // addresses stay, the words after them go, a word cut at the end too.
+        let mut j = JavaFrames::default();
+        let mut frames = PythonFrames::default();
+        let mut out = Vec::new();
+        let stack = [0x1000, 0x7000, JAVA_FRAME_TAG | 0x5550, 0x6660, 0x2000, 0x7001, JAVA_FRAME_TAG | 0x5558];
+        assert!(JavaFrames::has_java_words(&stack));
+        j.merge(&stack, 1, None, &mut frames, &mut out);
+        assert_eq!(out, vec![0x1000, 0x7000, 0x2000, 0x7001]);
+        assert!(!JavaFrames::has_java_words(&out));
+        assert!(!JavaFrames::has_java_words(&[0x7fff_ffff_f000, 0xffff_ffff_8100_0000, 3, super::super::python::PY_KEY_BASE | 5]));
+    }
+}

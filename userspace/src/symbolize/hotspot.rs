@@ -1,0 +1,446 @@
+//! Interpreted Java frames by name: a HotSpot `Method*` read from the JVM's
+//! memory, and the line a bytecode pointer in it is on.
+//!
+//! In: a JVM's pid, where its `libjvm.so` lies and the file addresses of
+//! its `gHotSpotVM*` tables ([`HotSpotSymbols`]); then the (Method*,
+//! bytecode pointer) pairs the kernel read from interpreter frames. Out: a
+//! [`HotSpotLayout`] (the offsets of the few fields named here, from the
+//! JVM's own tables, so any JDK that exports them is read without a table
+//! of versions), the interpreter's code range (for the kernel's walker),
+//! and per method a [`JavaMethod`]: its name as the JVM's perf map writes
+//! compiled methods (`long Hot.hotOne(int)`, so an interpreted and a
+//! compiled frame of one method read the same), its source file, its line
+//! table. Everything is read with `process_vm_readv`, the JVM never stopped.
+//!
+//! The memory is the JVM's own, and whoever runs it can write any of it:
+//! every count, length and index is bounded, and a method is taken only if
+//! its constant pool's class points back at that constant pool; what fails
+//! is an unnamed frame, never a read outside that process.
+
+use crate::binaries::hotspot::HotSpotSymbols;
+use crate::sys::memory::read_process;
+
+/// Most entries of one `gHotSpotVM*` table read (JDK 17 has 788 fields).
+const MAX_TABLE_ENTRIES: u64 = 16_384;
+/// Longest type or field name compared.
+const MAX_TABLE_NAME: usize = 96;
+/// Longest symbol (class name, method name, signature) read.
+const MAX_SYMBOL: u16 = 4096;
+/// Most bytes of a line number table read.
+const MAX_LINE_TABLE: usize = 16 << 10;
+
+/// Where HotSpot's fields are, for the JVM build a process runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotSpotLayout {
+    method_const_method: u64,
+    const_method_constants: u64,
+    const_method_flags: u64,
+    const_method_code_size: u64,
+    const_method_name_index: u64,
+    const_method_signature_index: u64,
+    /// `sizeof(ConstMethod)`: the bytecodes follow it.
+    const_method_size: u64,
+    /// `ConstMethod::_has_linenumber_table`, if the JDK has it as a u2 flag.
+    has_line_table: Option<u16>,
+    pool_holder: u64,
+    pool_length: u64,
+    pool_source_file: Option<u64>,
+    /// `sizeof(ConstantPool)`: its slots follow it.
+    pool_size: u64,
+    klass_name: u64,
+    klass_constants: u64,
+    symbol_length: u64,
+    symbol_body: u64,
+    /// The address of `AbstractInterpreter::_code` (a `StubQueue*`).
+    interpreter_code: u64,
+    stub_buffer: u64,
+    stub_limit: u64,
+}
+
+/// Why a JVM's layout was not read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LayoutError {
+    /// Its memory could not be read (it exited).
+    #[error("its memory could not be read")]
+    Unreadable,
+    /// The JVM has not filled its tables yet (it is starting).
+    #[error("its structure tables are not filled in yet")]
+    NotYet,
+    /// A field this build needs is not in its tables.
+    #[error("its structure tables have no {0}")]
+    Missing(&'static str),
+}
+
+fn word(pid: u32, addr: u64) -> Option<u64> {
+    let mut b = [0u8; 8];
+    read_process(pid, addr, &mut b).ok()?;
+    Some(u64::from_le_bytes(b))
+}
+
+fn half(pid: u32, addr: u64) -> Option<u16> {
+    let mut b = [0u8; 2];
+    read_process(pid, addr, &mut b).ok()?;
+    Some(u16::from_le_bytes(b))
+}
+
+/// A NUL-terminated name of at most [`MAX_TABLE_NAME`] bytes (a longer one is none).
+fn c_name(pid: u32, addr: u64) -> Option<Vec<u8>> {
+    if addr == 0 {
+        return None;
+    }
+    let mut b = [0u8; MAX_TABLE_NAME + 1];
+    // The name may end near the end of its mapping: read less then.
+    let n = (0..4).map(|i| (MAX_TABLE_NAME + 1) >> i).find(|&n| read_process(pid, addr, &mut b[..n]).is_ok())?;
+    let end = b[..n].iter().position(|&c| c == 0)?;
+    Some(b[..end].to_vec())
+}
+
+/// One table of `gHotSpotVM*`: its entries' addresses until the one whose
+/// name is NULL (at most [`MAX_TABLE_ENTRIES`]), each with its name.
+fn table(pid: u32, first: u64, stride: u64, name_at: u64) -> Result<Vec<(u64, Vec<u8>)>, LayoutError> {
+    if first == 0 || stride == 0 || stride > 256 {
+        return Err(LayoutError::NotYet);
+    }
+    let mut out = Vec::new();
+    for i in 0..MAX_TABLE_ENTRIES {
+        let entry = first.wrapping_add(i * stride);
+        let name = word(pid, entry.wrapping_add(name_at)).ok_or(LayoutError::Unreadable)?;
+        if name == 0 {
+            break;
+        }
+        if let Some(n) = c_name(pid, name) {
+            out.push((entry, n));
+        }
+    }
+    Ok(out)
+}
+
+impl HotSpotLayout {
+    /// Read the layout from JVM `pid`, whose libjvm's address 0 is at `base`.
+    pub fn read(pid: u32, base: u64, s: &HotSpotSymbols) -> Result<HotSpotLayout, LayoutError> {
+        let var = |at: u64| word(pid, base.wrapping_add(at)).ok_or(LayoutError::Unreadable);
+        // The offsets within entries are filled as the JVM starts: 0 strides until then.
+        let structs = table(pid, var(s.structs)?, var(s.struct_stride)?, var(s.struct_type_name)?)?;
+        let (field_name, is_static, offset, address) = (var(s.struct_field_name)?, var(s.struct_is_static)?, var(s.struct_offset)?, var(s.struct_address)?);
+        let field = |ty: &'static str, name: &'static str| -> Result<u64, LayoutError> {
+            for (entry, t) in &structs {
+                if t.as_slice() != ty.as_bytes() {
+                    continue;
+                }
+                let Some(f) = word(pid, entry.wrapping_add(field_name)).and_then(|p| c_name(pid, p)) else { continue };
+                if f.as_slice() != name.as_bytes() {
+                    continue;
+                }
+                let statik = word(pid, entry.wrapping_add(is_static)).ok_or(LayoutError::Unreadable)? as u32 != 0;
+                let at = if statik { address } else { offset };
+                return word(pid, entry.wrapping_add(at)).ok_or(LayoutError::Unreadable);
+            }
+            Err(LayoutError::Missing(name))
+        };
+        let types = table(pid, var(s.types)?, var(s.type_stride)?, var(s.type_name)?)?;
+        let type_size = var(s.type_size)?;
+        let size = |ty: &'static str| -> Result<u64, LayoutError> {
+            let (entry, _) = types.iter().find(|(_, t)| t.as_slice() == ty.as_bytes()).ok_or(LayoutError::Missing(ty))?;
+            word(pid, entry.wrapping_add(type_size)).ok_or(LayoutError::Unreadable)
+        };
+        let ints = table(pid, var(s.int_constants)?, var(s.int_stride)?, var(s.int_name)?)?;
+        let int_value = var(s.int_value)?;
+        let constant = |name: &str| {
+            let (entry, _) = ints.iter().find(|(_, n)| n.as_slice() == name.as_bytes())?;
+            word(pid, entry.wrapping_add(int_value)).map(|v| v as u32 as i32)
+        };
+        // A u2 flags field holds the line table's bit through JDK 20; later
+        // JDKs keep their flags otherwise, and get no lines here.
+        let has_line_table = constant("ConstMethod::_has_linenumber_table").and_then(|v| u16::try_from(v).ok()).filter(|v| v.is_power_of_two());
+        Ok(HotSpotLayout {
+            method_const_method: field("Method", "_constMethod")?,
+            const_method_constants: field("ConstMethod", "_constants")?,
+            const_method_flags: field("ConstMethod", "_flags").unwrap_or(0),
+            const_method_code_size: field("ConstMethod", "_code_size")?,
+            const_method_name_index: field("ConstMethod", "_name_index")?,
+            const_method_signature_index: field("ConstMethod", "_signature_index")?,
+            const_method_size: size("ConstMethod")?,
+            has_line_table: has_line_table.filter(|_| field("ConstMethod", "_flags").is_ok()),
+            pool_holder: field("ConstantPool", "_pool_holder")?,
+            pool_length: field("ConstantPool", "_length")?,
+            pool_source_file: field("ConstantPool", "_source_file_name_index").ok(),
+            pool_size: size("ConstantPool")?,
+            klass_name: field("Klass", "_name")?,
+            klass_constants: field("InstanceKlass", "_constants")?,
+            symbol_length: field("Symbol", "_length")?,
+            symbol_body: field("Symbol", "_body").or_else(|_| field("Symbol", "_body[0]"))?,
+            interpreter_code: field("AbstractInterpreter", "_code")?,
+            stub_buffer: field("StubQueue", "_stub_buffer")?,
+            stub_limit: field("StubQueue", "_buffer_limit")?,
+        })
+    }
+
+    /// The template interpreter's code, `[start, end)`; None before the JVM
+    /// generated it (or if what is there is no range).
+    pub fn interpreter(&self, pid: u32) -> Option<(u64, u64)> {
+        let queue = word(pid, self.interpreter_code).filter(|&q| q != 0)?;
+        let start = word(pid, queue.wrapping_add(self.stub_buffer)).filter(|&s| s != 0)?;
+        let limit = word(pid, queue.wrapping_add(self.stub_limit))? as u32 as i32;
+        // The interpreter is ~100-300 KiB; a range of more than 16 MiB is no interpreter.
+        (limit > 0 && limit <= 16 << 20).then(|| (start, start + limit as u64))
+    }
+
+    /// The symbol at `sym`: its bytes, if at most [`MAX_SYMBOL`] long.
+    fn symbol(&self, pid: u32, sym: u64) -> Option<Vec<u8>> {
+        let len = half(pid, sym.wrapping_add(self.symbol_length))?;
+        if sym == 0 || len > MAX_SYMBOL {
+            return None;
+        }
+        let mut b = vec![0u8; len as usize];
+        read_process(pid, sym.wrapping_add(self.symbol_body), &mut b).ok()?;
+        Some(b)
+    }
+
+    /// The symbol of constant pool `pool`'s slot `index` (of `length`).
+    fn pool_symbol(&self, pid: u32, pool: u64, index: u16, length: u64) -> Option<Vec<u8>> {
+        if index == 0 || index as u64 >= length {
+            return None;
+        }
+        let sym = word(pid, pool.wrapping_add(self.pool_size).wrapping_add(8 * index as u64))?;
+        self.symbol(pid, sym)
+    }
+
+    /// Read the method at `method` of `pid`.
+    pub fn method(&self, pid: u32, method: u64) -> Result<JavaMethod, MethodError> {
+        let cm = word(pid, method.wrapping_add(self.method_const_method)).ok_or(MethodError::Unreadable)?;
+        let mut header = vec![0u8; self.const_method_size.min(256) as usize];
+        read_process(pid, cm, &mut header).map_err(|_| MethodError::Unreadable)?;
+        let u16_at = |at: u64| header.get(at as usize..at as usize + 2).map(|b| u16::from_le_bytes([b[0], b[1]])).ok_or(MethodError::NotMethod);
+        let pool = header
+            .get(self.const_method_constants as usize..self.const_method_constants as usize + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .ok_or(MethodError::NotMethod)?;
+        let (code_size, name_index, signature_index) = (u16_at(self.const_method_code_size)?, u16_at(self.const_method_name_index)?, u16_at(self.const_method_signature_index)?);
+        let holder = word(pid, pool.wrapping_add(self.pool_holder)).ok_or(MethodError::Unreadable)?;
+        // A method's constant pool is its class's: anything else is no method.
+        if holder == 0 || word(pid, holder.wrapping_add(self.klass_constants)) != Some(pool) {
+            return Err(MethodError::NotMethod);
+        }
+        let length = word(pid, pool.wrapping_add(self.pool_length)).ok_or(MethodError::Unreadable)? as u32 as u64;
+        let class = word(pid, holder.wrapping_add(self.klass_name)).and_then(|s| self.symbol(pid, s)).ok_or(MethodError::NotMethod)?;
+        let name = self.pool_symbol(pid, pool, name_index, length).ok_or(MethodError::NotMethod)?;
+        let signature = self.pool_symbol(pid, pool, signature_index, length).ok_or(MethodError::NotMethod)?;
+        let file = self
+            .pool_source_file
+            .and_then(|at| half(pid, pool.wrapping_add(at)))
+            .and_then(|i| self.pool_symbol(pid, pool, i, length))
+            .map(|f| String::from_utf8_lossy(&f).into_owned())
+            .unwrap_or_default();
+        let code_start = cm.wrapping_add(self.const_method_size);
+        let flags = u16_at(self.const_method_flags).unwrap_or(0);
+        let lines = match self.has_line_table {
+            Some(bit) if flags & bit != 0 => read_line_table(pid, code_start.wrapping_add(code_size as u64)),
+            _ => Vec::new(),
+        };
+        Ok(JavaMethod { name: external_name(&class, &name, &signature), file, code_start, code_size: code_size as u32, lines })
+    }
+}
+
+/// Why a method was not read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MethodError {
+    /// Its memory could not be read.
+    #[error("its memory could not be read")]
+    Unreadable,
+    /// What is there is no method (freed with its class, or no pointer).
+    #[error("no method there")]
+    NotMethod,
+}
+
+/// What names one method's interpreted frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JavaMethod {
+    /// As HotSpot's perf map names compiled methods: `long Hot.hotOne(int)`.
+    pub name: String,
+    /// Its class's source file (`Hot.java`), or empty.
+    pub file: String,
+    /// Where its bytecodes begin in the JVM.
+    pub code_start: u64,
+    /// Bytes of bytecode.
+    pub code_size: u32,
+    /// (bytecode index, line), in the table's order.
+    pub lines: Vec<(u32, u32)>,
+}
+
+impl JavaMethod {
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.name.len() + self.file.len() + self.lines.len() * 8
+    }
+
+    /// The line of the bytecode at `bcp`, as HotSpot finds it: the first
+    /// entry at its index, else the last with the greatest index before it;
+    /// 0 if unknown.
+    pub fn line(&self, bcp: u64) -> u32 {
+        let Some(bci) = bcp.checked_sub(self.code_start).filter(|&b| b < self.code_size.max(1) as u64) else { return 0 };
+        let mut best: Option<(u32, u32)> = None;
+        for &(b, line) in &self.lines {
+            if b as u64 == bci {
+                return line;
+            }
+            if (b as u64) < bci && best.is_none_or(|(bb, _)| b >= bb) {
+                best = Some((b, line));
+            }
+        }
+        best.or(self.lines.first().copied()).map_or(0, |(_, l)| l)
+    }
+}
+
+fn read_line_table(pid: u32, at: u64) -> Vec<(u32, u32)> {
+    let mut buf = vec![0u8; MAX_LINE_TABLE];
+    // Shorter reads where the table ends near the end of its mapping.
+    let Some(n) = (0..6).map(|i| MAX_LINE_TABLE >> (2 * i)).find(|&n| read_process(pid, at, &mut buf[..n]).is_ok()) else { return Vec::new() };
+    decode_line_table(&buf[..n])
+}
+
+/// HotSpot's compressed line number table (`CompressedLineNumberReadStream`):
+/// a byte `bci_delta << 3 | line_delta` (line_delta < 8), or 0xFF and two
+/// signed deltas in UNSIGNED5, until a 0 byte. A table cut short or
+/// malformed keeps the pairs read before.
+pub fn decode_line_table(b: &[u8]) -> Vec<(u32, u32)> {
+    let mut at = 0usize;
+    let mut next = || -> Option<u8> {
+        let v = *b.get(at)?;
+        at += 1;
+        Some(v)
+    };
+    // UNSIGNED5: bytes below 192 end a number; each byte past the first weighs 64 times more.
+    let unsigned5 = |next: &mut dyn FnMut() -> Option<u8>| -> Option<u32> {
+        let mut sum = 0u32;
+        let mut shift = 0u32;
+        for i in 0..5 {
+            let v = next()? as u32;
+            sum = sum.wrapping_add(v << shift);
+            if v < 192 || i == 4 {
+                return Some(sum);
+            }
+            shift += 6;
+        }
+        Some(sum)
+    };
+    let signed = |v: u32| ((v >> 1) as i32) ^ -((v & 1) as i32);
+    let (mut bci, mut line) = (0i64, 0i64);
+    let mut out = Vec::new();
+    while let Some(first) = next() {
+        match first {
+            0 => break,
+            0xff => {
+                let Some(db) = unsigned5(&mut next) else { break };
+                let Some(dl) = unsigned5(&mut next) else { break };
+                bci += signed(db) as i64;
+                line += signed(dl) as i64;
+            }
+            v => {
+                bci += (v >> 3) as i64;
+                line += (v & 7) as i64;
+            }
+        }
+        if !(0..=u32::MAX as i64).contains(&bci) || !(0..=u32::MAX as i64).contains(&line) || out.len() >= 1 << 16 {
+            break;
+        }
+        out.push((bci as u32, line as u32));
+    }
+    out
+}
+
+/// `java/lang/String` as Java writes it: `java.lang.String`.
+fn class_name(internal: &[u8]) -> String {
+    String::from_utf8_lossy(internal).replace('/', ".")
+}
+
+/// One type of a descriptor from `d[at..]`, as Java writes it, and where the next begins.
+fn descriptor_type(d: &[u8], mut at: usize) -> Option<(String, usize)> {
+    let mut dims = 0;
+    while d.get(at) == Some(&b'[') {
+        dims += 1;
+        at += 1;
+    }
+    let (base, next) = match *d.get(at)? {
+        b'B' => ("byte".to_string(), at + 1),
+        b'C' => ("char".to_string(), at + 1),
+        b'D' => ("double".to_string(), at + 1),
+        b'F' => ("float".to_string(), at + 1),
+        b'I' => ("int".to_string(), at + 1),
+        b'J' => ("long".to_string(), at + 1),
+        b'S' => ("short".to_string(), at + 1),
+        b'Z' => ("boolean".to_string(), at + 1),
+        b'V' => ("void".to_string(), at + 1),
+        b'L' => {
+            let end = at + d[at..].iter().position(|&c| c == b';')?;
+            (class_name(&d[at + 1..end]), end + 1)
+        }
+        _ => return None,
+    };
+    Some((format!("{base}{}", "[]".repeat(dims)), next))
+}
+
+/// A method's name as `Method::external_name` writes it (and so the JVM's
+/// perf map): `long Hot.hotOne(int)`. A signature that is no descriptor is
+/// written as it is.
+pub fn external_name(class: &[u8], name: &[u8], signature: &[u8]) -> String {
+    let (class, name) = (class_name(class), String::from_utf8_lossy(name));
+    let parsed = (|| {
+        let mut at = 1;
+        if signature.first() != Some(&b'(') {
+            return None;
+        }
+        let mut params = Vec::new();
+        while *signature.get(at)? != b')' {
+            let (t, next) = descriptor_type(signature, at)?;
+            params.push(t);
+            at = next;
+        }
+        let (ret, end) = descriptor_type(signature, at + 1)?;
+        (end == signature.len()).then(|| format!("{ret} {class}.{name}({})", params.join(", ")))
+    })();
+    parsed.unwrap_or_else(|| format!("{class}.{name}{}", String::from_utf8_lossy(signature)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_written_as_the_jvm_writes_them() {
+        assert_eq!(external_name(b"Hot", b"hotOne", b"(I)J"), "long Hot.hotOne(int)");
+        assert_eq!(external_name(b"Hot", b"main", b"([Ljava/lang/String;)V"), "void Hot.main(java.lang.String[])");
+        assert_eq!(
+            external_name(b"java/util/concurrent/ConcurrentHashMap", b"tabAt", b"([Ljava/util/concurrent/ConcurrentHashMap$Node;I)Ljava/util/concurrent/ConcurrentHashMap$Node;"),
+            "java.util.concurrent.ConcurrentHashMap$Node java.util.concurrent.ConcurrentHashMap.tabAt(java.util.concurrent.ConcurrentHashMap$Node[], int)"
+        );
+        assert_eq!(external_name(b"A", b"f", b"([[JZ)[[D"), "double[][] A.f(long[][], boolean)");
+        // Not a descriptor: kept as it is, never a panic.
+        assert_eq!(external_name(b"A", b"f", b"(Lunterminated"), "A.f(Lunterminated");
+        assert_eq!(external_name(b"A", b"f", b""), "A.f");
+    }
+
+    #[test]
+    fn line_tables_decode_and_lines_are_found_by_bytecode() {
+        // (0, 10) (4, 12) by single bytes; (300, 9) escaped: bci +296, line -3.
+        let mut t = vec![(0 << 3) | 7, (0 << 3) | 3, (4 << 3) | 2, 0xff];
+        // 296 zigzag = 592: 592 = 208 + 64 * 6 → first byte 208 (≥192), then 6.
+        t.extend([208, 6]);
+        // -3 zigzag = 5.
+        t.push(5);
+        t.push(0);
+        t.push(0x55); // after the end: not read
+        let lines = decode_line_table(&t);
+        assert_eq!(lines, vec![(0, 7), (0, 10), (4, 12), (300, 9)]);
+        let m = JavaMethod { name: String::new(), file: String::new(), code_start: 1000, code_size: 400, lines };
+        assert_eq!(m.line(1000), 7, "the first entry at its index");
+        assert_eq!(m.line(1003), 10, "the last of the greatest index before it");
+        assert_eq!(m.line(1004), 12);
+        assert_eq!(m.line(1299), 12);
+        assert_eq!(m.line(1300), 9);
+        assert_eq!(m.line(999), 0, "before the method");
+        assert_eq!(m.line(1400), 0, "past its code");
+        // Cut short, or all escapes: what was read is kept, nothing panics.
+        assert_eq!(decode_line_table(&[0x0a, 0xff, 200]), vec![(1, 2)]);
+        assert!(decode_line_table(&[0xff; 64]).len() <= 6);
+    }
+}
