@@ -183,6 +183,47 @@ fn jit_samples(profile: &Profile, pid: u64) -> (usize, usize) {
     (jit.len(), by_runtime)
 }
 
+/// Check that node with no flag (no perf map: V8's JIT code has no names
+/// sysprof can read) has its JIT code as one `[JIT] node` function, not one
+/// node per address, and its stacks go on below it by V8's frame pointers
+/// to the native callers: of the main thread's samples in JIT code (as
+/// many as the loop's own CPU time gives, ±15 %), ≥ 95 % are `[JIT] node`
+/// and ≥ 90 % reach `_start` through `node::Start`.
+#[test]
+fn node_without_flags_keeps_its_native_callers() {
+    let test = "node_without_flags_keeps_its_native_callers";
+    if !can_record(test) {
+        return;
+    }
+    let Some(node) = node(test) else { return };
+    let dir = scratch(test);
+    let script = workspace_root().join("tests/workloads/hot.js");
+    let out_path = dir.join("p.json.gz");
+    let out = std::process::Command::new(sysprof_bin())
+        .current_dir(&dir)
+        .args(["record", "--no-off-cpu", "-o"])
+        .arg(&out_path)
+        .args(["--", node.to_str().unwrap(), script.to_str().unwrap(), "1500"])
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").expect("node printed its pid");
+    let loop_ms = loop_ms(&out.stdout);
+    let profile = Profile::load(&out_path);
+    let (jit, by_runtime) = jit_samples(&profile, pid);
+    let t = profile.thread(pid, pid).expect("node's main thread");
+    let rooted = t
+        .on_cpu_stacks(&profile.categories())
+        .iter()
+        .filter(|s| s.last().is_some_and(|(n, _)| n == "[JIT] node"))
+        .filter(|s| s.first().is_some_and(|(n, _)| n == "_start") && s.iter().any(|(n, _)| n.starts_with("node::Start")))
+        .count();
+    eprintln!("node, no flag: {jit} samples in JIT code, {by_runtime} as [JIT] node, {rooted} of them reach _start; its loop {loop_ms} ms of CPU");
+    assert!(jit as f64 >= loop_ms * 0.85, "the loop's {loop_ms} ms of CPU in JIT code: {jit} samples");
+    assert!(by_runtime * 100 >= jit * 95, "{by_runtime} of {jit} JIT leaves are [JIT] node");
+    assert!(rooted * 100 >= by_runtime * 90, "{rooted} of {by_runtime} [JIT] node stacks reach _start through node::Start");
+}
+
 /// Check that the hot JavaScript function's name, from the perf map node
 /// writes, appears in the profile's frames: in at least 90 % of the samples
 /// its loop's own CPU time gives.
