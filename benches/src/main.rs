@@ -203,6 +203,12 @@ fn main() -> Result<()> {
         "compiler loop",
         ["gcc", "-O2", "-pthread", "-c"].into_iter().map(String::from).chain([s(root.join("tests/workloads/waitchain.c")), "-o".into(), s(work.join("cc.o"))]).collect(),
     ));
+    // And a JVM, run again and again: its interpreted and compiled frames
+    // named (the agent reads its methods, asks it for its perf map, and
+    // writes its compiled methods' frame sizes into the kernel's tables).
+    if let Some(java) = workloads.iter().find(|w| w.name == "java") {
+        agent_bins.push(("jvm", java.argv.clone()));
+    }
     if let Some(minutes) = soak_minutes {
         let fork = agent_bins.iter().find(|b| b.0 == "fork").map(|b| b.1.clone()).expect("the fork workload");
         let md = agent::soak(&sysprof, &work, &fork, minutes)?;
