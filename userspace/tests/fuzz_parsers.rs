@@ -290,3 +290,59 @@ fn damaged_python_memory_and_binaries_never_panic() {
     eprintln!("python: {runs} code objects from random memory, {damaged} damaged interpreters, largest allocation {} KiB", largest >> 10);
     assert!(runs > 100 && largest < MAX_ALLOCATION, "an allocation of {largest} bytes");
 }
+
+/// HotSpot's structure tables, methods' line tables and signatures, read
+/// from memory a JVM's user writes: random words (pointers into the buffer
+/// itself, small numbers, noise) as its tables, random bytes as its line
+/// tables and descriptors. No panic, no hang, bounded allocations.
+#[test]
+fn damaged_jvm_memory_never_panics() {
+    use sysprof::binaries::hotspot::HotSpotSymbols;
+    use sysprof::symbolize::hotspot::{decode_line_table, external_name, HotSpotLayout};
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let (mut runs, mut layouts) = (0, 0);
+    let mut words = vec![0u64; 4096];
+    while Instant::now() < deadline {
+        let bytes: Vec<u8> = (0..rng.below(96)).map(|_| rng.next() as u8).collect();
+        let _ = decode_line_table(&bytes);
+        let sig: Vec<u8> = bytes.iter().map(|b| b"()[LIJZV;/a"[*b as usize % 11]).collect();
+        let _ = external_name(&bytes, &bytes, &sig);
+        let base = words.as_ptr() as u64;
+        for w in words.iter_mut() {
+            *w = match rng.below(4) {
+                0 => 0,
+                1 => rng.next() % 64,
+                2 => base + (rng.next() % (4096 * 8 - 64)),
+                _ => rng.next(),
+            };
+        }
+        let mut at = || (rng.below(4096) * 8) as u64;
+        let s = HotSpotSymbols {
+            structs: at(),
+            struct_type_name: at(),
+            struct_field_name: at(),
+            struct_is_static: at(),
+            struct_offset: at(),
+            struct_address: at(),
+            struct_stride: at(),
+            types: at(),
+            type_name: at(),
+            type_size: at(),
+            type_stride: at(),
+            int_constants: at(),
+            int_name: at(),
+            int_value: at(),
+            int_stride: at(),
+        };
+        if let Ok(l) = HotSpotLayout::read(std::process::id(), base, &s) {
+            layouts += 1;
+            let _ = l.interpreter(std::process::id());
+            let _ = l.method(std::process::id(), base + at());
+        }
+        runs += 1;
+    }
+    let largest = LARGEST.load(Ordering::Relaxed);
+    eprintln!("jvm: {runs} layouts from random memory ({layouts} read), largest allocation {} KiB", largest >> 10);
+    assert!(runs > 50 && largest < MAX_ALLOCATION, "an allocation of {largest} bytes");
+}

@@ -30,6 +30,11 @@ use crate::unwind::JavaRuntime;
 /// are not filled in) is looked at again, while it is sampled.
 const RETRY_NS: u64 = 20_000_000;
 
+/// How often a libjvm whose JVM has not filled its tables in is read again
+/// (every [`RETRY_NS`] while sampled: a JVM fills them in its first
+/// milliseconds; one that never does is not read for ever).
+const MAX_NOT_YET: u32 = 500;
+
 /// A method as its frames are named.
 #[derive(Debug)]
 pub(super) struct JavaMethodInfo {
@@ -52,8 +57,9 @@ fn is_java_word(w: u64) -> bool {
 #[derive(Debug, Default)]
 pub(super) struct JavaFrames {
     /// Per libjvm (by its exported symbols, which the unwinders read once
-    /// per binary): its layout, or why it has none (NotYet is read again).
-    layouts: Vec<(Arc<crate::binaries::hotspot::HotSpotSymbols>, Result<Arc<HotSpotLayout>, LayoutError>)>,
+    /// per binary): its layout, or why it has none, and how often it was
+    /// read (NotYet is read again, up to [`MAX_NOT_YET`] times).
+    layouts: Vec<(Arc<crate::binaries::hotspot::HotSpotSymbols>, Result<Arc<HotSpotLayout>, LayoutError>, u32)>,
     /// Per JVM whose interpreter is not known yet: when to look again.
     next_look: FxHashMap<u32, u64>,
     /// Methods read, per JVM and address.
@@ -66,22 +72,26 @@ impl JavaFrames {
     /// JVM `pid`'s layout, read from it on first use (and again while the
     /// JVM is still filling its tables in).
     fn layout(&mut self, pid: u32, java: &JavaRuntime) -> Option<Arc<HotSpotLayout>> {
-        let known = self.layouts.iter().position(|(s, _)| Arc::ptr_eq(s, &java.symbols));
+        let known = self.layouts.iter().position(|(s, _, _)| Arc::ptr_eq(s, &java.symbols));
         if let Some(i) = known {
             match &self.layouts[i].1 {
                 Ok(l) => return Some(l.clone()),
-                Err(LayoutError::Missing(_)) => return None,
-                Err(_) => {}
+                // Only a JVM still starting is read again, a bounded number of times.
+                Err(LayoutError::NotYet) if self.layouts[i].2 < MAX_NOT_YET => {}
+                Err(_) => return None,
             }
         }
         let read = HotSpotLayout::read(pid, java.base, &java.symbols).map(Arc::new);
-        if let Err(e @ LayoutError::Missing(_)) = &read {
+        if let Some(e) = read.as_ref().err().filter(|e| **e != LayoutError::NotYet) {
             self.failures.push(format!("JVM {pid}: its interpreted Java frames stay unnamed: {e}"));
         }
         let out = read.as_ref().ok().cloned();
         match known {
-            Some(i) => self.layouts[i].1 = read,
-            None => self.layouts.push((java.symbols.clone(), read)),
+            Some(i) => {
+                self.layouts[i].1 = read;
+                self.layouts[i].2 += 1;
+            }
+            None => self.layouts.push((java.symbols.clone(), read, 1)),
         }
         out
     }

@@ -21,7 +21,7 @@ use crate::binaries::hotspot::HotSpotSymbols;
 use crate::sys::memory::read_process;
 
 /// Most entries of one `gHotSpotVM*` table read (JDK 17 has 788 fields).
-const MAX_TABLE_ENTRIES: u64 = 16_384;
+const MAX_TABLE_ENTRIES: u64 = 8192;
 /// Longest type or field name compared.
 const MAX_TABLE_NAME: usize = 96;
 /// Longest symbol (class name, method name, signature) read.
@@ -95,12 +95,15 @@ fn c_name(pid: u32, addr: u64) -> Option<Vec<u8>> {
     Some(b[..end].to_vec())
 }
 
+/// The types whose fields are looked up, and the most entries of each kept
+/// (JDK 17's InstanceKlass has 28): a table that lies costs bounded reads.
+const WANTED_TYPES: [&[u8]; 8] = [b"Method", b"ConstMethod", b"ConstantPool", b"Klass", b"InstanceKlass", b"Symbol", b"AbstractInterpreter", b"StubQueue"];
+const MAX_FIELDS_PER_TYPE: usize = 128;
+
 /// One table of `gHotSpotVM*`: its entries' addresses until the one whose
-/// name is NULL (at most [`MAX_TABLE_ENTRIES`]), each with its name.
-fn table(pid: u32, first: u64, stride: u64, name_at: u64) -> Result<Vec<(u64, Vec<u8>)>, LayoutError> {
-    if first == 0 || stride == 0 || stride > 256 {
-        return Err(LayoutError::NotYet);
-    }
+/// name is NULL (at most [`MAX_TABLE_ENTRIES`]), each with its name, if
+/// `keep` takes it.
+fn table(pid: u32, first: u64, stride: u64, name_at: u64, keep: impl Fn(&[u8]) -> bool) -> Result<Vec<(u64, Vec<u8>)>, LayoutError> {
     let mut out = Vec::new();
     for i in 0..MAX_TABLE_ENTRIES {
         let entry = first.wrapping_add(i * stride);
@@ -108,7 +111,7 @@ fn table(pid: u32, first: u64, stride: u64, name_at: u64) -> Result<Vec<(u64, Ve
         if name == 0 {
             break;
         }
-        if let Some(n) = c_name(pid, name) {
+        if let Some(n) = c_name(pid, name).filter(|n| keep(n)) {
             out.push((entry, n));
         }
     }
@@ -117,33 +120,41 @@ fn table(pid: u32, first: u64, stride: u64, name_at: u64) -> Result<Vec<(u64, Ve
 
 impl HotSpotLayout {
     /// Read the layout from JVM `pid`, whose libjvm's address 0 is at `base`.
+    /// [`LayoutError::NotYet`] comes before any table is read, so asking a
+    /// starting JVM again costs a few words.
     pub fn read(pid: u32, base: u64, s: &HotSpotSymbols) -> Result<HotSpotLayout, LayoutError> {
         let var = |at: u64| word(pid, base.wrapping_add(at)).ok_or(LayoutError::Unreadable);
-        // The offsets within entries are filled as the JVM starts: 0 strides until then.
-        let structs = table(pid, var(s.structs)?, var(s.struct_stride)?, var(s.struct_type_name)?)?;
+        // The tables' places and strides are filled as the JVM starts: 0 until then.
+        let places = [(var(s.structs)?, var(s.struct_stride)?), (var(s.types)?, var(s.type_stride)?), (var(s.int_constants)?, var(s.int_stride)?)];
+        if places.iter().any(|&(first, stride)| first == 0 || stride == 0 || stride > 256) {
+            return Err(LayoutError::NotYet);
+        }
+        let wanted = |t: &[u8]| WANTED_TYPES.contains(&t);
+        let structs = table(pid, places[0].0, places[0].1, var(s.struct_type_name)?, wanted)?;
         let (field_name, is_static, offset, address) = (var(s.struct_field_name)?, var(s.struct_is_static)?, var(s.struct_offset)?, var(s.struct_address)?);
-        let field = |ty: &'static str, name: &'static str| -> Result<u64, LayoutError> {
-            for (entry, t) in &structs {
-                if t.as_slice() != ty.as_bytes() {
-                    continue;
-                }
-                let Some(f) = word(pid, entry.wrapping_add(field_name)).and_then(|p| c_name(pid, p)) else { continue };
-                if f.as_slice() != name.as_bytes() {
-                    continue;
-                }
-                let statik = word(pid, entry.wrapping_add(is_static)).ok_or(LayoutError::Unreadable)? as u32 != 0;
-                let at = if statik { address } else { offset };
-                return word(pid, entry.wrapping_add(at)).ok_or(LayoutError::Unreadable);
+        // Each wanted type's fields, named once: (type, field, entry).
+        let mut fields: Vec<(&[u8], Vec<u8>, u64)> = Vec::new();
+        for (entry, t) in &structs {
+            let ty = WANTED_TYPES.iter().find(|w| **w == t.as_slice()).expect("kept only if wanted");
+            if fields.iter().filter(|f| f.0 == *ty).count() >= MAX_FIELDS_PER_TYPE {
+                continue;
             }
-            Err(LayoutError::Missing(name))
+            if let Some(f) = word(pid, entry.wrapping_add(field_name)).and_then(|p| c_name(pid, p)) {
+                fields.push((ty, f, *entry));
+            }
+        }
+        let field = |ty: &'static str, name: &'static str| -> Result<u64, LayoutError> {
+            let (_, _, entry) = fields.iter().find(|f| f.0 == ty.as_bytes() && f.1 == name.as_bytes()).ok_or(LayoutError::Missing(name))?;
+            let statik = word(pid, entry.wrapping_add(is_static)).ok_or(LayoutError::Unreadable)? as u32 != 0;
+            word(pid, entry.wrapping_add(if statik { address } else { offset })).ok_or(LayoutError::Unreadable)
         };
-        let types = table(pid, var(s.types)?, var(s.type_stride)?, var(s.type_name)?)?;
+        let types = table(pid, places[1].0, places[1].1, var(s.type_name)?, |t| t == b"ConstMethod" || t == b"ConstantPool")?;
         let type_size = var(s.type_size)?;
         let size = |ty: &'static str| -> Result<u64, LayoutError> {
             let (entry, _) = types.iter().find(|(_, t)| t.as_slice() == ty.as_bytes()).ok_or(LayoutError::Missing(ty))?;
             word(pid, entry.wrapping_add(type_size)).ok_or(LayoutError::Unreadable)
         };
-        let ints = table(pid, var(s.int_constants)?, var(s.int_stride)?, var(s.int_name)?)?;
+        let ints = table(pid, places[2].0, places[2].1, var(s.int_name)?, |n| n == b"ConstMethod::_has_linenumber_table")?;
         let int_value = var(s.int_value)?;
         let constant = |name: &str| {
             let (entry, _) = ints.iter().find(|(_, n)| n.as_slice() == name.as_bytes())?;
