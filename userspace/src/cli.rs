@@ -224,6 +224,10 @@ pub struct AgentArgs {
     /// Do not ask running JVMs for their perf maps.
     #[arg(long = "no-jvm-attach")]
     pub no_jvm_attach: bool,
+    /// Name code from DWARF too (inlined functions, source lines), not only
+    /// from symbol tables: 12-19 MB more beside compilers and JVMs.
+    #[arg(long = "dwarf-names")]
+    pub dwarf_names: bool,
     /// Seconds between health lines on stderr [default: 300].
     #[arg(long = "health-interval")]
     pub health_interval: Option<f64>,

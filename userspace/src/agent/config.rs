@@ -124,6 +124,8 @@ pub struct AgentConfig {
     pub io: bool,
     /// Ask the JVMs sampled for their perf maps.
     pub jvm_attach: bool,
+    /// Name code from DWARF too, not only from symbol tables.
+    pub dwarf_names: bool,
     /// How often the health line is printed.
     pub health_interval: Duration,
     /// Print a stats line per window.
@@ -225,6 +227,7 @@ impl AgentConfig {
             off_cpu: !(args.no_off_cpu || file.no_off_cpu),
             io: !(args.no_io || file.no_io),
             jvm_attach: !(args.no_jvm_attach || file.no_jvm_attach),
+            dwarf_names: args.dwarf_names || file.dwarf_names,
             health_interval: Duration::from_secs_f64(health),
             verbose: args.verbose,
             export,

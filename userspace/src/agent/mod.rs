@@ -96,7 +96,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             debuginfod: false,
             dwarf: cfg.sampling.call_graph.dwarf(),
             keep_short_lived: true,
-            elf_limits: ElfLimits { max_dwarf_total_bytes: AGENT_MAX_DWARF_BYTES, ..ElfLimits::default() },
+            elf_limits: ElfLimits { max_dwarf_total_bytes: AGENT_MAX_DWARF_BYTES, dwarf: cfg.dwarf_names, ..ElfLimits::default() },
             jvm_attach: cfg.jvm_attach,
         },
     );
@@ -330,7 +330,12 @@ fn spawn_store_thread(
     (tx, handle)
 }
 
-/// The most DWARF (all sections, decompressed) the agent reads from one
+/// The agent names code from symbol tables only unless `--dwarf-names`
+/// (`dwarf_names = true`): blazesym's parsed DWARF was 12-19 MB of its peak
+/// beside each of the bench's loads (compiler loop 74.9 → 60.4 MB, a JVM
+/// 79.1 → 60.1, `cargo xtask bench --agent --quick`), for inlined frames and
+/// lines a fleet's store rarely needs. With it:
+/// the most DWARF (all sections, decompressed) the agent reads from one
 /// file; a file with more is named from its symbol tables (no inlined calls
 /// or lines), with one warning. blazesym's working set grows with the DWARF
 /// it reads and the agent holds it while new addresses keep coming: beside a

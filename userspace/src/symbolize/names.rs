@@ -89,7 +89,8 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
     }
     p.tables = reader.name_tables();
     let own_link = reader.debuglink();
-    let own_dwarf = reader.dwarf_check();
+    // Without DWARF (the agent's default) no section is even looked at.
+    let own_dwarf = if limits.dwarf { reader.dwarf_check() } else { DwarfCheck::Absent };
     let warn = |w: String, p: &mut PreparedBinary| {
         if !p.warnings.contains(&w) {
             p.warnings.push(w);
@@ -113,7 +114,8 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
     }
     if let Some(d) = debug {
         let dreader = ElfReader::new(&d.file, limits);
-        let check = dreader.dwarf_check();
+        // Without DWARF a debug file still gives its full symbol table.
+        let check = if limits.dwarf { dreader.dwarf_check() } else { DwarfCheck::Absent };
         if let DwarfCheck::Refused(why) = &check {
             warn(format!("{} (debug file {}): DWARF not read: {why}", bin.path, d.path), &mut p);
         }

@@ -140,6 +140,9 @@ pub struct ElfLimits {
     pub max_dwarf_total_bytes: u64,
     /// Longest symbol name kept (longer ones are cut).
     pub max_name_len: usize,
+    /// Whether DWARF is read for names at all (inlined functions, source
+    /// lines); without it names come from the symbol tables only.
+    pub dwarf: bool,
 }
 
 impl Default for ElfLimits {
@@ -150,6 +153,7 @@ impl Default for ElfLimits {
             max_dwarf_section_bytes: 512 << 20,
             max_dwarf_total_bytes: 1 << 30,
             max_name_len: 1024,
+            dwarf: true,
         }
     }
 }
