@@ -53,13 +53,16 @@ fn is_java_word(w: u64) -> bool {
     w >> 61 == JAVA_FRAME_TAG >> 61
 }
 
+/// A libjvm's layout as read (or why not), and how often it was read.
+type LayoutRead = (Arc<crate::binaries::hotspot::HotSpotSymbols>, Result<Arc<HotSpotLayout>, LayoutError>, u32);
+
 /// The JVMs' layouts, interpreters and methods.
 #[derive(Debug, Default)]
 pub(super) struct JavaFrames {
     /// Per libjvm (by its exported symbols, which the unwinders read once
     /// per binary): its layout, or why it has none, and how often it was
     /// read (NotYet is read again, up to [`MAX_NOT_YET`] times).
-    layouts: Vec<(Arc<crate::binaries::hotspot::HotSpotSymbols>, Result<Arc<HotSpotLayout>, LayoutError>, u32)>,
+    layouts: Vec<LayoutRead>,
     /// Per JVM whose interpreter is not known yet: when to look again.
     next_look: FxHashMap<u32, u64>,
     /// Methods read, per JVM and address.
