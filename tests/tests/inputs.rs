@@ -315,7 +315,9 @@ fn hostile_names_reach_no_terminal_raw() {
 
 /// Check that the agent's log gets the same warning escaped: the agent
 /// records while the hostile binary runs, its stderr holds the warning
-/// with the escaped path and no raw control byte or forged line.
+/// with the escaped path and no raw control byte or forged line. (With
+/// `--dwarf-names`: without it the agent reads no DWARF, and the binary's
+/// bomb gives no warning.)
 #[test]
 fn hostile_names_reach_the_agent_log_escaped() {
     if !can_record("hostile_names_reach_the_agent_log_escaped") {
@@ -324,7 +326,7 @@ fn hostile_names_reach_the_agent_log_escaped() {
     let dir = scratch("inputs-names-agent");
     let exe = hostile_binary(&dir);
     let store = dir.join("store");
-    let agent = Agent::start(&store, &["--window", "1", "--health-interval", "1"], &[]);
+    let agent = Agent::start(&store, &["--window", "1", "--health-interval", "1", "--dwarf-names"], &[]);
     let w = Command::new(&exe).arg("1.5").stdout(Stdio::null()).status().unwrap();
     assert!(w.success());
     agent.wait_for_window_ending_after(wall_ms() + 500.0, Duration::from_secs(20));
