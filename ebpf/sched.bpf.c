@@ -423,6 +423,14 @@ static __always_inline __u64 stack_at(void *ctx, __u32 pid, __u32 tid, __u32 slo
 	if (user && kernel_unwind)
 		python_frames(&py, pid, tid, (struct task_struct *)bpf_get_current_task(), NULL);
 	__u64 python = py.hash;
+	/* A JVM's stacks read before its interpreter was known have no Java
+	 * methods: once it is, the same place is read again. */
+	if (user && kernel_unwind) {
+		struct unwind_process *up = bpf_map_lookup_elem(&unwind_processes, &pid);
+
+		if (up)
+			python ^= up->java_interp_start;
+	}
 	if (t) {
 		struct stack_cache *c = &t->cache[slot];
 

@@ -751,6 +751,47 @@ fn jvm_interpreted_methods_are_named_with_their_lines() {
     assert!(whole * 100 >= (three + one) * 90, "{whole} of {} stacks in the hot methods reach the thread's root", three + one);
 }
 
+/// Check that interpreted Java frames are in off-CPU stacks too (the
+/// tracer's walk at each switch-out reads them as the sampler's does): a
+/// JVM whose main thread sleeps 60 times 20 ms in `nap()` (-Xint keeps it
+/// interpreted) has ≥ 57 of those waits' stacks through `void Naps.nap()`
+/// and the native method `void java.lang.Thread.sleep(long)` above it.
+#[test]
+fn jvm_interpreted_methods_are_in_off_cpu_stacks() {
+    let test = "jvm_interpreted_methods_are_in_off_cpu_stacks";
+    if !can_record(test) {
+        return;
+    }
+    let Some(javac) = ["javac"].iter().find(|t| std::process::Command::new(t).arg("-version").output().is_ok_and(|o| o.status.success())) else {
+        skip(test, "javac (a JDK) is not installed");
+        return;
+    };
+    let dir = scratch("jvm-naps");
+    let ok = std::process::Command::new(javac).arg("-d").arg(&dir).arg(workspace_root().join("tests/workloads/Naps.java")).status().unwrap().success();
+    assert!(ok, "javac failed");
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--", "java", "-Xint", "-cp", dir.to_str().unwrap(), "Naps", "60"], &out_path);
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").expect("the JVM printed its pid");
+    assert_eq!(field(&out.stdout, "naps"), Some(60), "the JVM ran to its end");
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let naps = profile
+        .process_threads(pid)
+        .iter()
+        .flat_map(|t| t.stacks(&cats))
+        .filter(|s| s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU: sleeping")))
+        .filter(|s| {
+            let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
+            let nap = names.iter().position(|n| *n == "void Naps.nap()");
+            let sleep = names.iter().position(|n| *n == "void java.lang.Thread.sleep(long)");
+            matches!((nap, sleep), (Some(a), Some(b)) if a < b)
+        })
+        .count();
+    eprintln!("jvm naps: {naps} of 60 sleeping waits through Naps.nap and Thread.sleep");
+    assert!(naps >= 57, "{naps} of 60 naps' off-CPU stacks through Naps.nap and Thread.sleep");
+}
+
 /// Check that a JVM started with no flag gets its compiled methods named:
 /// sysprof asks the running JVM for its perf map (HotSpot's attach, as
 /// `jcmd PID Compiler.perfmap`), and the split of samples between

@@ -360,8 +360,8 @@ impl Collector {
         self.look_for_interpreter(s.pid, s.time_ns);
     }
 
-    /// A sample of JVM `pid` whose interpreter the kernel's entry lacks:
-    /// look for it (every 20 ms while it is not generated yet).
+    /// A sample or stack of JVM `pid` whose interpreter the kernel's entry
+    /// lacks: look for it (every 20 ms while it is not generated yet).
     fn look_for_interpreter(&mut self, pid: u32, now_ns: u64) {
         let Some(u) = self.unwinders.as_mut() else { return };
         let Some(java) = u.java(pid).filter(|j| j.interpreter.is_none()).cloned() else { return };
@@ -434,6 +434,8 @@ impl Collector {
             }
             UserStack::Frames(frames) => frames.into(),
         };
+        // A JVM that sleeps is seldom sampled: its switch-outs look for its interpreter too.
+        self.look_for_interpreter(e.pid, crate::sys::clock::monotonic_ns());
         let kernel: Box<[u64]> = self.kernel.cut_tracing(view.kstack).into();
         let interrupt = self.kernel.interrupt_part(&kernel);
         let user_regs = Regs { ip: e.user_ip, sp: e.user_sp, bp: e.user_bp };
