@@ -337,6 +337,19 @@ impl ThreadView<'_> {
     /// Each sample's stack as (function name, line) pairs, root first (the
     /// frame's line, where the profile has one).
     pub fn stack_lines(&self) -> Vec<Vec<(String, Option<u64>)>> {
+        self.sample_frames(|name, frame| (name.to_string(), self.t["frameTable"]["line"][frame].as_u64()))
+    }
+
+    /// Each sample's stack as (function name, category name) pairs, root first.
+    pub fn stacks(&self, categories: &[String]) -> Vec<Vec<(String, String)>> {
+        self.sample_frames(|name, frame| {
+            let cat = self.t["frameTable"]["category"][frame].as_u64().unwrap_or(0) as usize;
+            (name.to_string(), categories.get(cat).cloned().unwrap_or_default())
+        })
+    }
+
+    /// Each sample's stack, root first, as `describe(function name, frame index)` of each frame.
+    fn sample_frames<T>(&self, describe: impl Fn(&str, usize) -> T) -> Vec<Vec<T>> {
         let t = self.t;
         let strings = t["stringArray"].as_array().unwrap();
         t["samples"]["stack"]
@@ -350,34 +363,8 @@ impl ThreadView<'_> {
                     let frame = t["stackTable"]["frame"][n as usize].as_u64().unwrap() as usize;
                     let func = t["frameTable"]["func"][frame].as_u64().unwrap() as usize;
                     let name = strings[t["funcTable"]["name"][func].as_u64().unwrap() as usize].as_str().unwrap();
-                    out.push((name.to_string(), t["frameTable"]["line"][frame].as_u64()));
+                    out.push(describe(name, frame));
                     node = t["stackTable"]["prefix"][n as usize].as_u64();
-                }
-                out.reverse();
-                out
-            })
-            .collect()
-    }
-
-    /// Each sample's stack as (function name, category name) pairs, root first.
-    pub fn stacks(&self, categories: &[String]) -> Vec<Vec<(String, String)>> {
-        let t = self.t;
-        let strings = t["stringArray"].as_array().unwrap();
-        let col = |table: &str, c: &str, i: usize| t[table][c][i].clone();
-        t["samples"]["stack"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                let mut out = Vec::new();
-                let mut node = s.as_u64();
-                while let Some(n) = node {
-                    let frame = col("stackTable", "frame", n as usize).as_u64().unwrap() as usize;
-                    let func = col("frameTable", "func", frame).as_u64().unwrap() as usize;
-                    let name = strings[col("funcTable", "name", func).as_u64().unwrap() as usize].as_str().unwrap();
-                    let cat = col("frameTable", "category", frame).as_u64().unwrap_or(0) as usize;
-                    out.push((name.to_string(), categories.get(cat).cloned().unwrap_or_default()));
-                    node = col("stackTable", "prefix", n as usize).as_u64();
                 }
                 out.reverse();
                 out

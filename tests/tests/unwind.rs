@@ -684,6 +684,19 @@ fn jvm_split(profile: &Profile, pid: u64) -> (usize, usize, usize, usize) {
     (three, one, whole, total)
 }
 
+/// `tests/workloads/SOURCE` compiled by javac into scratch directory
+/// `dir`, or None after saying loudly that `test` is skipped (no JDK).
+fn compile_java(test: &str, dir: &str, source: &str) -> Option<std::path::PathBuf> {
+    let Some(javac) = ["javac"].iter().find(|t| std::process::Command::new(t).arg("-version").output().is_ok_and(|o| o.status.success())) else {
+        skip(test, "javac (a JDK) is not installed");
+        return None;
+    };
+    let dir = scratch(dir);
+    let ok = std::process::Command::new(javac).arg("-d").arg(&dir).arg(workspace_root().join("tests/workloads").join(source)).status().unwrap().success();
+    assert!(ok, "javac failed");
+    Some(dir)
+}
+
 /// The stacks (function, line; root first) of JVM `pid`'s on-CPU samples
 /// whose leaf is `Hot.hotThree` or `Hot.hotOne`.
 fn jvm_hot_stacks(profile: &Profile, pid: u64) -> Vec<Vec<(String, Option<u64>)>> {
@@ -715,13 +728,7 @@ fn jvm_interpreted_methods_are_named_with_their_lines() {
     if !can_record(test) {
         return;
     }
-    let Some(javac) = ["javac"].iter().find(|t| std::process::Command::new(t).arg("-version").output().is_ok_and(|o| o.status.success())) else {
-        skip(test, "javac (a JDK) is not installed");
-        return;
-    };
-    let dir = scratch("jvm-interpreted");
-    let ok = std::process::Command::new(javac).arg("-d").arg(&dir).arg(workspace_root().join("tests/workloads/Hot.java")).status().unwrap().success();
-    assert!(ok, "javac failed");
+    let Some(dir) = compile_java(test, "jvm-interpreted", "Hot.java") else { return };
     let out_path = dir.join("p.json.gz");
     let out = record(&["--no-off-cpu", "--", "java", "-Xint", "-XX:+DisableAttachMechanism", "-cp", dir.to_str().unwrap(), "Hot", "2"], &out_path);
     assert_success(&out);
@@ -762,13 +769,7 @@ fn jvm_interpreted_methods_are_in_off_cpu_stacks() {
     if !can_record(test) {
         return;
     }
-    let Some(javac) = ["javac"].iter().find(|t| std::process::Command::new(t).arg("-version").output().is_ok_and(|o| o.status.success())) else {
-        skip(test, "javac (a JDK) is not installed");
-        return;
-    };
-    let dir = scratch("jvm-naps");
-    let ok = std::process::Command::new(javac).arg("-d").arg(&dir).arg(workspace_root().join("tests/workloads/Naps.java")).status().unwrap().success();
-    assert!(ok, "javac failed");
+    let Some(dir) = compile_java(test, "jvm-naps", "Naps.java") else { return };
     let out_path = dir.join("p.json.gz");
     let out = record(&["--", "java", "-Xint", "-cp", dir.to_str().unwrap(), "Naps", "60"], &out_path);
     assert_success(&out);
@@ -808,13 +809,7 @@ fn jvm_methods_are_named_without_flags() {
     if !can_record("jvm_methods_are_named_without_flags") {
         return;
     }
-    let Some(javac) = ["javac"].iter().find(|t| std::process::Command::new(t).arg("-version").output().is_ok_and(|o| o.status.success())) else {
-        skip("jvm_methods_are_named_without_flags", "javac (a JDK) is not installed");
-        return;
-    };
-    let dir = scratch("jvm-names");
-    let ok = std::process::Command::new(javac).arg("-d").arg(&dir).arg(workspace_root().join("tests/workloads/Hot.java")).status().unwrap().success();
-    assert!(ok, "javac failed");
+    let Some(dir) = compile_java("jvm_methods_are_named_without_flags", "jvm-names", "Hot.java") else { return };
     let out_path = dir.join("p.json.gz");
     let out = record(&["--", "java", "-cp", dir.to_str().unwrap(), "Hot", "2"], &out_path);
     assert_success(&out);
