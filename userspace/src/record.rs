@@ -223,8 +223,9 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
         let end_ns = session.cut(&mut collector);
         let range = WindowRange { start_ns: window_start_ns, end_ns, start_wall_ms: wall_of(window_start_ns), interval_ms, continuous: true };
         let merged = merger.get_or_insert_with(Merger::default);
+        // Seconds of work beside a fork storm: the rings' reader keeps
+        // them drained meanwhile (see `capture`).
         merged.add(collector.finish_window(range));
-        window_count += 1;
         // What ended before the previous cut has nothing more to come: a
         // record drained late is still in the window of its time.
         if write_failed.is_none() {
@@ -234,10 +235,11 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
                 write_failed = Some(e);
             }
         }
-        previous_cut_ns = end_ns;
-        window_start_ns = end_ns;
         // What the window's raw records took goes back to the kernel.
         crate::sys::process::release_freed_memory();
+        window_count += 1;
+        previous_cut_ns = end_ns;
+        window_start_ns = end_ns;
     };
     let stopped = Instant::now();
     // Recording is over: from now on Ctrl-C or SIGTERM end sysprof at once

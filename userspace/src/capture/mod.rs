@@ -8,16 +8,19 @@
 //! sideband opens before `/proc` is read (no gap for new processes), the
 //! clock anchor is read before the sampler attaches (no sample precedes the
 //! recording's start), the kernel's symbols are read once every program is
-//! loaded (so our programs' frames get their own names). The event loop
-//! ([`CaptureSession::run`]) drains the rings until a future the caller
-//! gives completes: a deadline, a signal, the end of a command, a window's end.
+//! loaded (so our programs' frames get their own names). A thread of its
+//! own reads the rings (`pump`): the event loop ([`CaptureSession::run_bounded`])
+//! hands what it read to the collector until a future the caller gives
+//! completes (a deadline, a signal, the end of a command) or a window is full,
+//! and the rings are read meanwhile however long the collector takes.
+
+mod pump;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
-use tokio::io::unix::AsyncFd;
 
 use crate::bpf::{abi, Sampler, SamplerOptions, Tracer, TracerDrops, TracerOptions};
 use crate::collector::Collector;
@@ -29,10 +32,12 @@ use crate::symbolize::kernel::KernelSymbols;
 /// How often the rings are drained and counters read.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Polling {
-    /// Drain the sample and event rings without a wakeup from the kernel
-    /// (it wakes us when a ring is 1/16 full).
+    /// The reader reads the sample and event rings at least this often
+    /// (the kernel also wakes it when a ring is 1/`wakeup_divisor` full).
     pub rings: Duration,
-    /// Drain the sideband rings (512 KiB per CPU, no wakeups).
+    /// And the sideband rings (512 KiB per CPU, no wakeups): the reader
+    /// wakes every min(`rings`, `sideband`), and the event loop hands what
+    /// it read over at least every max of the two.
     pub sideband: Duration,
     /// Read counters from /proc.
     pub counters: Duration,
@@ -99,11 +104,10 @@ pub struct CaptureOptions {
 
 /// The running capture; see the module doc.
 pub struct CaptureSession {
-    sideband: Sideband,
+    /// The rings, read by a thread of their own; None once stopped.
+    pump: Option<pump::Pump>,
     sampler: Option<Sampler>,
-    samples: AsyncFd<RingBuf<MapData>>,
     tracer: Option<Tracer>,
-    events: Option<AsyncFd<RingBuf<MapData>>>,
     counters: CounterPoller,
     decode_errors: u64,
     polling: Polling,
@@ -124,20 +128,76 @@ struct Losses {
     tracer: TracerDrops,
 }
 
-fn register(ring: RingBuf<MapData>, what: &str) -> Result<AsyncFd<RingBuf<MapData>>, RecordError> {
-    // SAFETY: the RingBuf owns its map fd, which stays open for as long as
-    // the AsyncFd holds the RingBuf.
-    unsafe { AsyncFd::register(ring) }
-        .map_err(|e| e.into_parts().1)
-        .map_err(|source| RecordError::RingPoll { what: what.to_string(), source })
+/// The programs loaded, before sampling starts.
+struct Loaded {
+    sampler: Sampler,
+    samples: RingBuf<MapData>,
+    tracer: Option<Tracer>,
+    events: Option<RingBuf<MapData>>,
 }
+
 
 impl CaptureSession {
     /// Start capturing into `collector` (which gets the `/proc` snapshot and
     /// the kernel's symbols). Must run inside a tokio runtime.
     pub fn start(opts: &CaptureOptions, collector: &mut Collector) -> Result<CaptureSession, RecordError> {
         let cpus = crate::bpf::online_cpus()?;
-        let sideband = Sideband::open(&cpus)?;
+        let mut sideband = Sideband::open(&cpus)?;
+        // From here the machine's processes come and go into the sideband:
+        // the pump keeps it drained while /proc is read and the programs
+        // are loaded (a second or more; beside a fork loop its 512 KiB per
+        // CPU overflowed: 3,000 process events lost in a 4-s recording).
+        // Read every 10 ms meanwhile (no wakeups are waited for): the
+        // agent's 1-MiB tracer ring, attached here, overflowed in its 500 ms
+        // beside a fork loop (619 records lost in the first window).
+        let startup_period = Duration::from_millis(10);
+        let rings = pump::Rings { samples: None, events: None, sideband: &mut sideband };
+        let (loaded, mut pumped) = pump::while_busy(rings, startup_period, PUMP_BUDGET_BYTES, || Self::load(opts, collector, &cpus));
+        let Loaded { mut sampler, samples, tracer, mut events } = loaded?;
+        // Every program is loaded: their frames are in kallsyms now.
+        let rings = pump::Rings { samples: None, events: events.as_mut(), sideband: &mut sideband };
+        let (kernel, more) = pump::while_busy(rings, startup_period, PUMP_BUDGET_BYTES, KernelSymbols::snapshot);
+        pumped.append(more);
+        let kernel = match kernel {
+            Ok(k) => Arc::new(k),
+            Err(e) => {
+                collector.warn(format!("kernel frames stay unnamed: {e}"));
+                Arc::new(KernelSymbols::default())
+            }
+        };
+        collector.set_kernel_symbols(kernel);
+        // The recording starts here, with everything loaded: nothing sampled
+        // precedes it, and the samples' ring is drained from the first. The
+        // tracer (whose load, the verifier's work, takes 0.4-0.8 s) was
+        // loaded first: started before it, the range began that long before
+        // `record -- CMD` ran its command, and with `-a` a half-second ring
+        // that nobody read yet overflowed (40 % of the rate in the first
+        // 0.75 s).
+        let (start_wall_ms, start_ns) = crate::sys::clock::clock_anchor();
+        sampler.attach()?;
+        let mut counters = CounterPoller::new(&cpus);
+        // A baseline before anything runs, so even a short command gets deltas.
+        counters.poll(crate::sys::clock::monotonic_ns(), std::iter::empty());
+        let rings = pump::OwnedRings { samples, events, sideband };
+        let period = opts.polling.rings.min(opts.polling.sideband);
+        let pump = pump::Pump::start(rings, pumped, period, PUMP_BUDGET_BYTES)
+            .map_err(|source| RecordError::RingPoll { what: "the rings' reader".into(), source })?;
+        Ok(CaptureSession {
+            pump: Some(pump),
+            sampler: Some(sampler),
+            tracer,
+            counters,
+            decode_errors: 0,
+            polling: opts.polling,
+            reported: Losses::default(),
+            start_ns,
+            start_wall_ms,
+        })
+    }
+
+    /// The session's first part: `/proc` read into `collector`, the sampler
+    /// and the tracer loaded (the tracer attached), not yet sampling.
+    fn load(opts: &CaptureOptions, collector: &mut Collector, cpus: &[u32]) -> Result<Loaded, RecordError> {
         // Our own process too: the kernel unwinder needs its mappings, or
         // every sample of ours would be handed over with a stack copy.
         let mut only_pids = opts.target_pids.clone();
@@ -222,52 +282,49 @@ impl CaptureSession {
             (None, None)
         };
         drop(shared);
-        // Every program is loaded: their frames are in kallsyms now.
-        let kernel = match KernelSymbols::snapshot() {
-            Ok(k) => Arc::new(k),
-            Err(e) => {
-                collector.warn(format!("kernel frames stay unnamed: {e}"));
-                Arc::new(KernelSymbols::default())
-            }
-        };
-        collector.set_kernel_symbols(kernel);
-        // The recording starts here, with everything loaded: nothing sampled
-        // precedes it, and the samples' ring is drained from the first. The
-        // tracer (whose load, the verifier's work, takes 0.4-0.8 s) was
-        // loaded first: started before it, the range began that long before
-        // `record -- CMD` ran its command, and with `-a` a half-second ring
-        // that nobody read yet overflowed (40 % of the rate in the first
-        // 0.75 s).
-        let (start_wall_ms, start_ns) = crate::sys::clock::clock_anchor();
-        sampler.attach()?;
-        let mut counters = CounterPoller::new(&cpus);
-        // A baseline before anything runs, so even a short command gets deltas.
-        counters.poll(crate::sys::clock::monotonic_ns(), std::iter::empty());
-        Ok(CaptureSession {
-            sideband,
-            sampler: Some(sampler),
-            samples: register(samples, "sample")?,
-            tracer,
-            events: events.map(|r| register(r, "events")).transpose()?,
-            counters,
-            decode_errors: 0,
-            polling: opts.polling,
-            reported: Losses::default(),
-            start_ns,
-            start_wall_ms,
-        })
+        Ok(Loaded { sampler, samples, tracer, events })
     }
 
-    /// Hand everything buffered to the collector: the sideband first (a
-    /// sample is unwound with what its process had mapped), then samples,
-    /// then scheduler and I/O records.
+    /// Hand what the rings' reader has read to the collector.
     pub fn drain(&mut self, collector: &mut Collector) {
-        self.sideband.drain(&mut |e| collector.handle_sideband(e));
+        if let Some(p) = &self.pump {
+            let pumped = p.take();
+            self.hand(collector, pumped);
+        }
+    }
+
+    /// Hand everything up to now to the collector: what was read, and what
+    /// the rings hold (a cut).
+    fn drain_all(&mut self, collector: &mut Collector) {
+        if let Some(p) = &self.pump {
+            let pumped = p.take_all();
+            self.hand(collector, pumped);
+        }
+    }
+
+    /// Records read from the rings, to the collector: the sideband first
+    /// (every record was read before a sideband read that followed it, so
+    /// a sample is unwound with the mappings its process had at its time),
+    /// then samples, then the tracer's records.
+    fn hand(&mut self, collector: &mut Collector, pumped: pump::Pumped) {
+        if pumped.is_empty() {
+            return;
+        }
+        for e in pumped.sideband {
+            collector.handle_sideband(e);
+        }
         collector.sync_kernel_unwinding();
-        drain_samples(self.samples.get_mut(), collector, &mut self.decode_errors, &mut self.sideband);
-        if let Some(e) = self.events.as_mut() {
-            self.sideband.drain(&mut |e| collector.handle_sideband(e));
-            drain_events(e.get_mut(), collector, &mut self.decode_errors, &mut self.sideband);
+        for item in pumped.samples.iter() {
+            match abi::decode_sample(item) {
+                Ok(s) => collector.handle_sample(&s),
+                Err(_) => self.decode_errors += 1,
+            }
+        }
+        for item in pumped.events.iter() {
+            match abi::decode_event(item) {
+                Ok(e) => collector.handle_event(e),
+                Err(_) => self.decode_errors += 1,
+            }
         }
         collector.sync_kernel_unwinding();
     }
@@ -292,50 +349,34 @@ impl CaptureSession {
     ) -> Result<Option<T>, RecordError> {
         tokio::pin!(until);
         let mut counter_tick = tokio::time::interval(self.polling.counters);
-        let mut side_tick = tokio::time::interval(self.polling.sideband);
-        let mut ring_tick = tokio::time::interval(self.polling.rings);
-        for t in [&mut counter_tick, &mut side_tick, &mut ring_tick] {
+        // The reader tells when it read something; this tick is the floor.
+        let mut ring_tick = tokio::time::interval(self.polling.rings.max(self.polling.sideband));
+        for t in [&mut counter_tick, &mut ring_tick] {
             // Late ticks (a window being finished) are not made up in a burst.
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         }
         let mut status_tick = tokio::time::interval(status_every.unwrap_or(Duration::from_secs(3600)));
         enum Wake {
             Drain,
-            Sideband,
             Counters,
             Status,
         }
         loop {
-            let events_ready = async {
-                match self.events.as_ref() {
-                    Some(e) => {
-                        if let Ok(mut guard) = e.readable().await {
-                            guard.clear_ready();
-                        }
-                    }
+            let ready = async {
+                match &self.pump {
+                    Some(p) => p.ready().await,
                     None => std::future::pending().await,
-                }
-            };
-            let samples_ready = async {
-                if let Ok(mut guard) = self.samples.readable().await {
-                    guard.clear_ready();
                 }
             };
             let wake = tokio::select! {
                 out = &mut until => return Ok(Some(out)),
-                _ = events_ready => Wake::Drain,
-                _ = samples_ready => Wake::Drain,
+                _ = ready => Wake::Drain,
                 _ = ring_tick.tick() => Wake::Drain,
-                _ = side_tick.tick() => Wake::Sideband,
                 _ = counter_tick.tick() => Wake::Counters,
                 _ = status_tick.tick(), if status_every.is_some() => Wake::Status,
             };
             match wake {
                 Wake::Drain => self.drain(collector),
-                Wake::Sideband => {
-                    self.sideband.drain(&mut |e| collector.handle_sideband(e));
-                    collector.sync_kernel_unwinding();
-                }
                 Wake::Counters => self.counters.poll(crate::sys::clock::monotonic_ns(), collector.take_recent_pids()),
                 Wake::Status => status(collector.sample_count(), self.lost_samples()),
             }
@@ -354,11 +395,24 @@ impl CaptureSession {
         let end_ns = crate::sys::clock::monotonic_ns();
         let lost_samples = self.lost_samples();
         drop(self.sampler.take());
-        self.drain(collector);
+        // The reader ends; what it read and what the rings still hold go
+        // to the collector.
+        let mut sideband_losses = (0, 0);
+        if let Some(p) = self.pump.take() {
+            let (mut rings, mut pumped) = p.stop();
+            rings.lend().read(&mut pumped, usize::MAX);
+            sideband_losses = (rings.sideband.lost, rings.sideband.malformed);
+            self.hand(collector, pumped);
+        }
         let mut tracer_drops = TracerDrops::default();
         if let Some(tracer) = self.tracer.take() {
-            collector.handle_thread_states(&tracer.thread_states(), end_ns);
+            // Counted as the rings were last read: reading every thread's
+            // state takes a syscall per thread (100 ms and more beside a
+            // fork loop), and what the tracer cannot write meanwhile comes
+            // after the end (it was 2,000-4,000 "lost" records of an 8-s
+            // recording beside a fork loop).
             tracer_drops = tracer.drops();
+            collector.handle_thread_states(&tracer.thread_states(), end_ns);
             // Requests that will get no marker: counted as seen at one end.
             tracer_drops.io_untracked += tracer.requests_open();
             std::thread::spawn(move || drop(tracer));
@@ -368,7 +422,7 @@ impl CaptureSession {
         for n in notes {
             collector.note(n);
         }
-        self.report_losses(collector, lost_samples, tracer_drops);
+        self.report_losses(collector, lost_samples, tracer_drops, sideband_losses);
         end_ns
     }
 
@@ -381,7 +435,7 @@ impl CaptureSession {
         self.counters.poll(crate::sys::clock::monotonic_ns(), collector.take_recent_pids());
         self.counters.window_cut();
         let end_ns = crate::sys::clock::monotonic_ns();
-        self.drain(collector);
+        self.drain_all(collector);
         let notes = std::mem::take(&mut self.counters.notes);
         collector.handle_counters(self.counters.take());
         for n in notes {
@@ -389,16 +443,18 @@ impl CaptureSession {
         }
         let lost_samples = self.lost_samples();
         let tracer_drops = self.tracer.as_ref().map(|t| t.drops()).unwrap_or_default();
-        self.report_losses(collector, lost_samples, tracer_drops);
+        let sideband_losses = self.pump.as_ref().map(|p| p.sideband_losses()).unwrap_or_default();
+        self.report_losses(collector, lost_samples, tracer_drops, sideband_losses);
         end_ns
     }
 
     /// Give the collector the losses not reported yet.
-    fn report_losses(&mut self, collector: &mut Collector, lost_samples: u64, tracer: TracerDrops) {
+    /// `sideband`: (records lost, records malformed) so far.
+    fn report_losses(&mut self, collector: &mut Collector, lost_samples: u64, tracer: TracerDrops, sideband: (u64, u64)) {
         let now = Losses {
             samples: lost_samples,
-            sideband: self.sideband.lost,
-            malformed: self.sideband.malformed + self.decode_errors,
+            sideband: sideband.0,
+            malformed: sideband.1 + self.decode_errors,
             tracer,
         };
         let r = self.reported;
@@ -412,51 +468,8 @@ impl CaptureSession {
     }
 }
 
-/// Records handled between two reads of the sideband while draining the
-/// tracer's ring (its stack records carry no time; samples do, see
-/// [`drain_samples`]).
-///
-/// A ring keeps filling while it is drained, and a record written after the
-/// sideband was read can come from code mapped after it (a library a new
-/// process mapped a moment ago): it would be unwound without that mapping.
-/// Reading the sideband again every so often keeps that window to a few
-/// records' handling, however long a drain takes (a burst of stack copies
-/// unwound here takes milliseconds). Measured: a sleeper's off-CPU stacks
-/// came out cut at libc when a drain of samples ran long.
-const SIDEBAND_EVERY: u32 = 32;
-
-/// Samples, each handled only once the sideband was read after its time:
-/// a sample is unwound with its process's mappings as they were when it was
-/// taken. (Reading it every 32 samples was not enough: beside a compiler
-/// loop, where hand-overs of new processes take milliseconds each to
-/// unwind, a command's exec was read 16 ms late, after its first samples
-/// had been unwound with the mappings it had before, sysprof's own,
-/// inherited at the fork: "return address outside any code" right below
-/// the leaf.)
-fn drain_samples(ring: &mut RingBuf<MapData>, collector: &mut Collector, errors: &mut u64, sideband: &mut Sideband) {
-    while let Some(item) = ring.next() {
-        match abi::decode_sample(&item) {
-            Ok(s) => {
-                if !sideband.covers(s.time_ns) {
-                    sideband.drain(&mut |e| collector.handle_sideband(e));
-                }
-                collector.handle_sample(&s)
-            }
-            Err(_) => *errors += 1,
-        }
-    }
-}
-
-fn drain_events(ring: &mut RingBuf<MapData>, collector: &mut Collector, errors: &mut u64, sideband: &mut Sideband) {
-    let mut n = 0u32;
-    while let Some(item) = ring.next() {
-        n += 1;
-        if n % SIDEBAND_EVERY == 0 {
-            sideband.drain(&mut |e| collector.handle_sideband(e));
-        }
-        match abi::decode_event(&item) {
-            Ok(e) => collector.handle_event(e),
-            Err(_) => *errors += 1,
-        }
-    }
-}
+/// The most the rings' reader holds for the collector (past it the kernel
+/// drops and counts): beside a fork loop and a spinner the rings carry
+/// 5-20 MB a second (new processes' stacks are copies), and a window took
+/// up to 3 s to finish.
+const PUMP_BUDGET_BYTES: usize = 64 << 20;

@@ -105,15 +105,7 @@ pub struct Sideband {
     pub lost: u64,
     /// Records we could not parse.
     pub malformed: u64,
-    /// CLOCK_MONOTONIC ns just before the rings were last read: every
-    /// record of an event before it (less [`IN_FLIGHT_NS`]) was read then.
-    read_ns: u64,
 }
-
-/// How long after its timestamp a sideband record may still be on its way
-/// into the ring (stamped, then written, with preemption off: microseconds;
-/// a millisecond is ample and costs only a few more reads of empty rings).
-const IN_FLIGHT_NS: u64 = 1_000_000;
 
 /// Data pages per CPU ring (512 KiB with 4 KiB pages).
 const RING_PAGES: usize = 128;
@@ -144,7 +136,7 @@ impl Sideband {
                 .map_err(|e| RecordError::PerfEvent { what: format!("the sideband ring on CPU {cpu}"), source: e })?;
             rings.push(ring);
         }
-        Ok(Sideband { rings, pending: Vec::new(), parse_info: parse_info_for(&attr), lost: 0, malformed: 0, read_ns: 0 })
+        Ok(Sideband { rings, pending: Vec::new(), parse_info: parse_info_for(&attr), lost: 0, malformed: 0 })
     }
 
     /// Read every pending record of every CPU and hand the decoded events to
@@ -152,7 +144,6 @@ impl Sideband {
     /// migrates can exec on one CPU and map its libraries on another: applied
     /// ring by ring, the exec could come after the mappings it replaced.
     pub fn drain(&mut self, sink: &mut impl FnMut(SidebandEvent)) {
-        self.read_ns = crate::sys::clock::monotonic_ns();
         let parse_info = self.parse_info;
         let (mut lost, mut malformed) = (0u64, 0u64);
         let pending = &mut self.pending;
@@ -170,13 +161,6 @@ impl Sideband {
         }
         self.lost += lost;
         self.malformed += malformed;
-    }
-
-    /// Whether everything that happened to processes up to `time_ns` was
-    /// read: a record of that time must not be handled before (a sample is
-    /// unwound with its process's mappings as they were then).
-    pub fn covers(&self, time_ns: u64) -> bool {
-        time_ns.saturating_add(IN_FLIGHT_NS) < self.read_ns
     }
 }
 

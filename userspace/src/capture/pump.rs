@@ -1,0 +1,346 @@
+//! The rings, drained by a thread of their own.
+//!
+//! In: the sampler's ring, the tracer's ring and the sideband, owned by the
+//! pump's thread for the whole session (and lent, before it starts, while
+//! `/proc` is read and the programs load). Out: [`Pumped`], the records read
+//! so far, copied as they came, which the event loop takes and hands to the
+//! collector at its own pace.
+//!
+//! Why: the event loop both read the rings and fed the collector, so
+//! whenever the collector was busy (a window finished, merged and written;
+//! a burst of new processes' stacks unwound) nothing was read, and
+//! half-second rings overflowed. Measured beside a fork loop and a spinner:
+//! `record -a -d 20` cut into 3 windows lost 2,569 samples and 7,707 process
+//! events, where the same recording as one window lost no sample; a 4-s
+//! recording lost 3,002 process events while the programs loaded. The copy
+//! is all this thread does (no decoding, no unwinding), it is woken by the
+//! kernel at the rings' watermarks as the event loop was, and it runs at a
+//! higher priority than what is profiled, so a busy machine does not starve
+//! it. What it holds is bounded ([`Pump::start`]'s budget): past it the
+//! kernel drops, and counts, as before.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use aya::maps::{MapData, RingBuf};
+
+use crate::sideband::{Sideband, SidebandEvent};
+
+/// Records of one ring, copied: each starts 8-aligned, as in the ring
+/// (the decoders view records in place and check their alignment).
+#[derive(Default)]
+pub(super) struct Records {
+    words: Vec<u64>,
+    /// (first word, length in bytes) of each record.
+    spans: Vec<(usize, usize)>,
+}
+
+impl Records {
+    fn push(&mut self, bytes: &[u8]) {
+        let start = self.words.len();
+        self.words.resize(start + bytes.len().div_ceil(8), 0);
+        // SAFETY: the words just added are plain u64s, viewed as the bytes
+        // they hold (u8 has no alignment); the length is within them.
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().add(start) as *mut u8, bytes.len()) };
+        dst.copy_from_slice(bytes);
+        self.spans.push((start, bytes.len()));
+    }
+
+    fn append(&mut self, later: Records) {
+        let base = self.words.len();
+        self.words.extend(later.words);
+        self.spans.extend(later.spans.into_iter().map(|(start, len)| (base + start, len)));
+    }
+
+    /// The records, in the order read.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.spans.iter().map(|&(start, len)| {
+            // SAFETY: `push` wrote `len` bytes from word `start`, inside `words`.
+            unsafe { std::slice::from_raw_parts(self.words.as_ptr().add(start) as *const u8, len) }
+        })
+    }
+
+    fn bytes(&self) -> usize {
+        self.words.len() * 8 + self.spans.len() * 16
+    }
+
+    fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+}
+
+/// What was read from the rings while the collector was busy.
+#[derive(Default)]
+pub(super) struct Pumped {
+    /// Sideband events, in the order read (each read sorted by time).
+    pub(super) sideband: Vec<SidebandEvent>,
+    pub(super) samples: Records,
+    pub(super) events: Records,
+}
+
+impl Pumped {
+    pub(super) fn is_empty(&self) -> bool {
+        self.sideband.is_empty() && self.samples.is_empty() && self.events.is_empty()
+    }
+
+    /// `later` after these.
+    pub(super) fn append(&mut self, later: Pumped) {
+        self.sideband.extend(later.sideband);
+        self.samples.append(later.samples);
+        self.events.append(later.events);
+    }
+
+    fn bytes(&self) -> usize {
+        self.samples.bytes() + self.events.bytes() + self.sideband.len() * (std::mem::size_of::<SidebandEvent>() + 64)
+    }
+}
+
+/// The rings lent to a reader.
+pub(super) struct Rings<'a> {
+    pub(super) samples: Option<&'a mut RingBuf<MapData>>,
+    pub(super) events: Option<&'a mut RingBuf<MapData>>,
+    pub(super) sideband: &'a mut Sideband,
+}
+
+impl Rings<'_> {
+    /// One read of every ring, unless `into` already holds `budget` bytes
+    /// (the kernel then drops what does not fit, and counts it). Samples
+    /// and the tracer's records are read before the sideband: every record
+    /// copied here is covered by a sideband read that follows it, so the
+    /// event loop can hand the sideband over first (a sample is unwound
+    /// with the mappings its process had at its time).
+    pub(super) fn read(&mut self, into: &mut Pumped, budget: usize) {
+        if into.bytes() >= budget {
+            return;
+        }
+        if let Some(samples) = self.samples.as_mut() {
+            while let Some(item) = samples.next() {
+                into.samples.push(&item);
+            }
+        }
+        if let Some(events) = self.events.as_mut() {
+            while let Some(item) = events.next() {
+                into.events.push(&item);
+            }
+        }
+        self.sideband.drain(&mut |e| into.sideband.push(e));
+    }
+}
+
+/// Nice value of the pump's thread: it only copies, so its priority costs
+/// what is profiled little.
+const PUMP_NICE: i32 = -10;
+
+/// Run `work` while a thread of its own reads `rings` every `period` into
+/// memory (at most `budget` bytes); returns what `work` returned and what
+/// was read, the last read made after `work` ended.
+pub(super) fn while_busy<R>(mut rings: Rings<'_>, period: Duration, budget: usize, work: impl FnOnce() -> R) -> (R, Pumped) {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let pump = std::thread::Builder::new()
+            .name("sysprof-pump".into())
+            .spawn_scoped(scope, || {
+                crate::sys::process::raise_thread_priority(PUMP_NICE);
+                let mut pumped = Pumped::default();
+                loop {
+                    let last = done.load(Ordering::Acquire);
+                    rings.read(&mut pumped, budget);
+                    if last {
+                        return pumped;
+                    }
+                    std::thread::park_timeout(period);
+                }
+            });
+        let out = work();
+        done.store(true, Ordering::Release);
+        let pumped = match pump {
+            Ok(handle) => {
+                handle.thread().unpark();
+                handle.join().unwrap_or_default()
+            }
+            // No thread (out of threads): the rings are read afterwards, as before.
+            Err(_) => Pumped::default(),
+        };
+        (out, pumped)
+    })
+}
+
+/// The rings, owned.
+pub(super) struct OwnedRings {
+    pub(super) samples: RingBuf<MapData>,
+    pub(super) events: Option<RingBuf<MapData>>,
+    pub(super) sideband: Sideband,
+}
+
+impl OwnedRings {
+    pub(super) fn lend(&mut self) -> Rings<'_> {
+        Rings { samples: Some(&mut self.samples), events: self.events.as_mut(), sideband: &mut self.sideband }
+    }
+}
+
+struct State {
+    rings: OwnedRings,
+    pumped: Pumped,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    done: AtomicBool,
+    /// Told when records are waiting.
+    ready: tokio::sync::Notify,
+    /// Written to wake the thread at once (the end).
+    wake: OwnedFd,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding it (none is expected) leaves plain buffers.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The pump's thread and what it shares with the event loop.
+pub(super) struct Pump {
+    /// None once stopped.
+    shared: Option<Arc<Shared>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    budget: usize,
+}
+
+impl Pump {
+    /// Start reading `rings` (woken by the kernel at their watermarks, and
+    /// every `period` for the sideband, which sends no wakeups), holding at
+    /// most `budget` bytes; `pumped` is what was read before.
+    pub(super) fn start(rings: OwnedRings, pumped: Pumped, period: Duration, budget: usize) -> std::io::Result<Pump> {
+        // SAFETY: eventfd has no preconditions; the fd is owned from here.
+        let wake = unsafe {
+            let fd = libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            OwnedFd::from_raw_fd(fd)
+        };
+        let mut fds = vec![rings.samples.as_raw_fd(), wake.as_raw_fd()];
+        fds.extend(rings.events.as_ref().map(|e| e.as_raw_fd()));
+        let epoll = Epoll::new(&fds)?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State { rings, pumped }),
+            done: AtomicBool::new(false),
+            ready: tokio::sync::Notify::new(),
+            wake,
+        });
+        let thread = {
+            let shared = shared.clone();
+            std::thread::Builder::new().name("sysprof-pump".into()).spawn(move || {
+                crate::sys::process::raise_thread_priority(PUMP_NICE);
+                let timeout_ms = period.as_millis().clamp(1, i32::MAX as u128) as i32;
+                while !shared.done.load(Ordering::Acquire) {
+                    epoll.wait(timeout_ms);
+                    let waiting = {
+                        let mut state = shared.lock();
+                        let State { rings, pumped } = &mut *state;
+                        rings.lend().read(pumped, budget);
+                        !pumped.is_empty()
+                    };
+                    if waiting {
+                        shared.ready.notify_one();
+                    }
+                }
+            })?
+        };
+        Ok(Pump { shared: Some(shared), thread: Some(thread), budget })
+    }
+
+    /// Completes when records are waiting (or were, since the last take).
+    pub(super) async fn ready(&self) {
+        self.shared().ready.notified().await
+    }
+
+    /// What was read so far.
+    pub(super) fn take(&self) -> Pumped {
+        std::mem::take(&mut self.shared().lock().pumped)
+    }
+
+    /// What was read so far and what the rings hold now (a cut: everything
+    /// up to now).
+    pub(super) fn take_all(&self) -> Pumped {
+        let mut state = self.shared().lock();
+        let State { rings, pumped } = &mut *state;
+        rings.lend().read(pumped, self.budget);
+        std::mem::take(pumped)
+    }
+
+    /// The sideband's (records lost, records malformed).
+    pub(super) fn sideband_losses(&self) -> (u64, u64) {
+        let state = self.shared().lock();
+        (state.rings.sideband.lost, state.rings.sideband.malformed)
+    }
+
+    /// End the thread; the rings back, with what was read and not taken.
+    pub(super) fn stop(mut self) -> (OwnedRings, Pumped) {
+        self.end_thread();
+        let shared = self.shared.take().expect("a running pump has its state");
+        // The thread, joined, dropped its reference: this is the only one.
+        let shared = Arc::into_inner(shared).expect("the pump's thread has ended");
+        let state = shared.state.into_inner().unwrap_or_else(|e| e.into_inner());
+        (state.rings, state.pumped)
+    }
+
+    fn end_thread(&mut self) {
+        if let Some(shared) = &self.shared {
+            shared.done.store(true, Ordering::Release);
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: an 8-byte write from a local to the eventfd we own.
+            unsafe { libc::write(shared.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    fn shared(&self) -> &Shared {
+        self.shared.as_ref().expect("a running pump has its state")
+    }
+}
+
+impl Drop for Pump {
+    /// A session dropped without `stop` (an error): the thread ends with it.
+    fn drop(&mut self) {
+        self.end_thread();
+    }
+}
+
+/// An epoll set, edge-triggered as tokio's: a wait returns when the kernel
+/// woke a ring (at its watermark) or at the timeout, not while records sit
+/// in a ring that sent no wakeup.
+struct Epoll(OwnedFd);
+
+impl Epoll {
+    fn new(fds: &[RawFd]) -> std::io::Result<Epoll> {
+        // SAFETY: epoll_create1 has no preconditions; the fd is owned from here.
+        let ep = unsafe {
+            let fd = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            OwnedFd::from_raw_fd(fd)
+        };
+        for &fd in fds {
+            let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLET) as u32, u64: fd as u64 };
+            // SAFETY: both fds are open (owned by the caller's rings and by us), ev is a local.
+            if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(Epoll(ep))
+    }
+
+    /// Wait for a wakeup or `timeout_ms`.
+    fn wait(&self, timeout_ms: i32) {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
+        // SAFETY: the buffer is a local array of the length given.
+        unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, timeout_ms) };
+    }
+}
