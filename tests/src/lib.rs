@@ -901,3 +901,45 @@ pub fn send_signal(child: &std::process::Child, signal: i32) {
     // SAFETY: signalling our own child, by pid.
     unsafe { libc_kill(child.id() as i32, signal) };
 }
+
+/// Wait for `child` (its output piped) at most `timeout`, reading its peak
+/// resident set (VmHWM) from `/proc` every 20 ms: (its output, the last
+/// peak read, MiB). The kernel's figure, not the program's own.
+pub fn wait_with_peak_rss(mut child: std::process::Child, timeout: std::time::Duration, what: &str) -> (Output, f64) {
+    use std::io::Read;
+    let peak_kib = |pid: u32| -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()
+    };
+    // The pipes are read as the child writes, so a full pipe cannot stall it.
+    let pipe_reader = |p: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = p {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = pipe_reader(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = pipe_reader(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = std::time::Instant::now() + timeout;
+    let mut peak = 0u64;
+    let status = loop {
+        // Read before asking whether it ended: a zombie has no VmHWM left.
+        if let Some(kib) = peak_kib(child.id()) {
+            peak = peak.max(kib);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {timeout:?}; killed. stderr: {}", String::from_utf8_lossy(&stderr.join().unwrap_or_default()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() };
+    (out, peak as f64 / 1024.0)
+}

@@ -575,3 +575,56 @@ fn nothing_is_lost_at_defaults_on_a_busy_machine() {
     assert!(spawned >= 100, "the spawner ran: {spawned}");
     assert!(trues >= spawned, "every process spawned while recording is in the profile: {trues} of {spawned}");
 }
+
+/// Check that `record -a`'s memory follows what is running, not how long
+/// it records (issue 21): beside a fork loop and a spinner, the peak
+/// resident set of a 60-s recording (VmHWM from `/proc`, not sysprof's own
+/// figure) is within 1.5 times a 10-s one's. The 60-s recording sees six
+/// times the processes (each written out once it has ended).
+#[test]
+fn a_long_recording_needs_no_more_memory_than_a_short_one() {
+    if !can_record("a_long_recording_needs_no_more_memory_than_a_short_one") {
+        return;
+    }
+    let dir = scratch("length");
+    let mut load: Vec<std::process::Child> = ["while :; do /bin/true; done", "while :; do :; done"]
+        .iter()
+        .map(|s| Command::new("sh").args(["-c", s]).spawn().unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut runs = Vec::new();
+    for secs in [10u64, 60] {
+        let out_path = dir.join(format!("p{secs}.json.gz"));
+        let child = Command::new(sysprof_bin())
+            .args(["record", "-v", "-a", "-d", &secs.to_string(), "-o"])
+            .arg(&out_path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("running sysprof");
+        let (out, peak_mib) = wait_with_peak_rss(child, Duration::from_secs(secs + 120), "sysprof record");
+        assert_success(&out);
+        // From the summary line (`…, 39444 processes, …`): loading a
+        // profile of 35,000 processes here takes minutes.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let processes: usize = stderr
+            .lines()
+            .find_map(|l| l.split(", ").find_map(|part| part.strip_suffix(" processes")?.parse().ok()))
+            .unwrap_or_else(|| panic!("the summary says how many processes: {stderr}"));
+        eprintln!("length: {secs} s: peak RSS {peak_mib:.1} MiB, {processes} processes; {}", stats_line(&out));
+        runs.push((secs, peak_mib, processes));
+    }
+    for c in &mut load {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let (short, long) = (runs[0], runs[1]);
+    assert!(long.2 > 3 * short.2, "the fork loop ran through the long recording: {} vs {} processes", long.2, short.2);
+    assert!(
+        long.1 <= 1.5 * short.1,
+        "peak RSS of 60 s of `record -a` beside a fork loop {:.1} MiB, of 10 s {:.1} MiB: {:.2}x (at most 1.5x)",
+        long.1,
+        short.1,
+        long.1 / short.1
+    );
+}

@@ -16,9 +16,13 @@ use crate::bpf::abi::MAX_STACK_COPY;
 /// recording's window holds before it is finished and a new one begun: each
 /// takes ~500 bytes until finished (measured: `record -a` beside a fork
 /// loop grew 3 MB/s, 263 MB in 60 s, all of it one window), several times
-/// what the finished window keeps of it. A few seconds of a busy machine;
-/// short recordings stay one window.
-pub const RECORD_WINDOW_RECORDS: usize = 100_000;
+/// what the finished window keeps of it. About a second of a machine beside
+/// a fork loop; a quiet machine's short recordings stay one window. With
+/// 100,000 a window's raw records and its finishing were the peak: `record
+/// -a` beside a fork loop and a spinner peaked at 181 MB for 10 s and 354 MB
+/// for 60 s; with 10,000, 126 and 156 MB, at the same CPU (8.1 vs 7.6 s
+/// for 20 s), and the end wrote 60 s in 1.9 s instead of 2.5 s for 20 s.
+pub const RECORD_WINDOW_RECORDS: usize = 10_000;
 
 /// How user stacks are walked (`--call-graph`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
