@@ -58,6 +58,8 @@ const volatile __u32 stack_copy = 0;
  * loader hands this object the sampler's unwind_rows and unwind_processes). */
 const volatile __u32 kernel_unwind = 0;
 
+/* The main thread's short stacks are copied by copy_main_stack. */
+#define USTACK_NO_EXTENT
 #include "ustack.bpf.h"
 #include "unwind.bpf.h"
 #include "python.bpf.h"
@@ -159,6 +161,22 @@ struct {
 	__type(value, struct stack_scratch);
 } stack_scratch SEC(".maps");
 
+/* A stack record with its user stack copy, built here and sent at the size
+ * copied (a reservation is of a fixed size: every copy took the ring room of
+ * the largest). One per CPU and KBUF_* place (cpu * 3 + place); too large
+ * for a per-CPU map's value. */
+struct copy_scratch {
+	struct stack_event e;
+	__u8 copy[MAX_STACK_COPY];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* sized by userspace: 3 per possible CPU, with a copy */
+	__type(key, __u32);
+	__type(value, struct copy_scratch);
+} copy_scratch SEC(".maps");
+
 #include "drops.bpf.h"
 
 static __always_inline long submit_flags(void)
@@ -254,24 +272,28 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 	return sc->e.id;
 }
 
-/* Send the kernel and user stacks of the current task as a stack_event;
- * returns its id, or 0 if the ring was full. */
-static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp, __u32 kbuf)
+/* The main thread's stack (main_stack_extent), copied into cs in one read
+ * to just past its top; 0 where that does not apply (then copy_user_stack
+ * copies stack_copy bytes). A function of its own, verified once: inlined
+ * at each of send_stack's call sites, its length (known only at run time)
+ * made the verifier keep every path apart (3 s more of load, measured). */
+__noinline __u32 copy_main_stack(struct copy_scratch *cs, __u64 sp)
 {
-	struct stack_event *e;
+	if (!cs)
+		return 0;
+	__u32 extent = main_stack_extent(sp) & (MAX_STACK_COPY - 1);
+
+	if (extent && !bpf_probe_read_user(cs->copy, extent, (void *)sp))
+		return extent;
+	return 0;
+}
+
+/* The record's fields and its kernel stack; in frame-pointer mode (no
+ * copy) its user stack too. */
+static __always_inline void fill_stack_event(void *ctx, struct stack_event *e, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp)
+{
 	long len;
 
-	if (kernel_unwind) {
-		__u64 id = send_unwound_stack(ctx, pid, tid, slot, ip, sp, bp, kbuf);
-
-		if (id)
-			return id == STACK_DROPPED ? 0 : id;
-	}
-	e = bpf_ringbuf_reserve(&events, sizeof(*e) + stack_copy, 0);
-	if (!e) {
-		count_drop(DROP_STACK_RECORD);
-		return 0;
-	}
 	e->kind = RECORD_STACK;
 	e->id = next_stack_id();
 	e->flags = 0;
@@ -293,14 +315,7 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 		len = 0;
 	}
 	e->kstack_len = len / sizeof(__u64);
-	if (stack_copy) {
-		e->flags |= STACK_USER_REGS;
-		e->stack_size = copy_user_stack((__u8 *)(e + 1), sp);
-		if (!e->stack_size) {
-			e->flags |= STACK_USTACK_FAILED;
-			count_drop(DROP_USTACK);
-		}
-	} else {
+	if (!stack_copy) {
 		len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
 		if (len < 0) {
 			e->flags |= STACK_USTACK_FAILED;
@@ -309,9 +324,60 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 		}
 		e->ustack_len = len / sizeof(__u64);
 	}
-	__u64 id = e->id;
-	bpf_ringbuf_submit(e, submit_flags());
-	return id;
+}
+
+/* Send the kernel and user stacks of the current task as a stack_event;
+ * returns its id, or 0 if the ring was full. */
+static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp, __u32 kbuf)
+{
+	struct stack_event *e;
+
+	if (kernel_unwind) {
+		__u64 id = send_unwound_stack(ctx, pid, tid, slot, ip, sp, bp, kbuf);
+
+		if (id)
+			return id == STACK_DROPPED ? 0 : id;
+	}
+	if (!stack_copy) {
+		e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+		if (!e) {
+			count_drop(DROP_STACK_RECORD);
+			return 0;
+		}
+		fill_stack_event(ctx, e, pid, tid, slot, ip, sp, bp);
+		__u64 id = e->id;
+		bpf_ringbuf_submit(e, submit_flags());
+		return id;
+	}
+	/* With a copy: built in this CPU's scratch, sent at the size copied. */
+	__u32 key = bpf_get_smp_processor_id() * 3 + kbuf;
+	struct copy_scratch *cs = bpf_map_lookup_elem(&copy_scratch, &key);
+	__u64 size = sizeof(*e);
+
+	if (!cs) {
+		count_drop(DROP_STACK_RECORD);
+		return 0;
+	}
+	e = &cs->e;
+	fill_stack_event(ctx, e, pid, tid, slot, ip, sp, bp);
+	e->flags |= STACK_USER_REGS;
+	__u32 copied = copy_main_stack(cs, sp);
+
+	if (!copied)
+		copied = copy_user_stack(cs->copy, sp);
+	e->stack_size = copied;
+	if (!e->stack_size) {
+		e->flags |= STACK_USTACK_FAILED;
+		count_drop(DROP_USTACK);
+	}
+	size += copied & (MAX_STACK_COPY * 2 - 1);
+	if (size > sizeof(*cs))
+		size = sizeof(*cs);
+	if (bpf_ringbuf_output(&events, cs, size, submit_flags())) {
+		count_drop(DROP_STACK_RECORD);
+		return 0;
+	}
+	return e->id;
 }
 
 /* Read the current kernel stack into the per-CPU buffer `which`; returns

@@ -354,6 +354,8 @@ impl Tracer {
             .override_global("has_prev_state_arg", &(kernel_at_least(5, 18) as u8), true)
             .override_global("start_fires_once", &(kernel_at_least(6, 5) as u8), true)
             .map_max_entries("events", opts.ring_bytes)
+            // Stack records with a copy are built in a scratch per CPU and place.
+            .map_max_entries("copy_scratch", if opts.stack_copy > 0 { possible_cpus()? * 3 } else { 1 })
             .load(SCHED_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sched.bpf.o", &e))?;
         let mut wanted: Vec<(&str, &[&str])> = Vec::new();
