@@ -6,7 +6,7 @@
 //! exit 0 on SIGTERM/SIGINT once the window in progress is stored; exit 2
 //! with one line when the configuration or the store is unusable.
 //!
-//! Flow: one thread runs the event loop ([`CaptureSession::run`]) and, at
+//! Flow: one thread runs the event loop ([`CaptureSession::run_bounded`]) and, at
 //! each window's end (aligned to the wall clock, so windows of all hosts
 //! line up), cuts the capture and finishes the window in the collector
 //! (replay, unwinding, names from caches that outlive the window). The
