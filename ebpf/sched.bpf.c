@@ -37,6 +37,8 @@
 #define CALL_SITE_IO 2
 
 const volatile __u32 targ_tgid = 0;
+/* The profiler's own process (see sched_tracked()). */
+const volatile __u32 self_tgid = 0;
 const volatile __u64 offcpu_min_ns = 100000;
 /* Folded short waits of a thread are sent once they add up to this, or
  * once the first of them is this old (so a window's totals arrive in it). */
@@ -188,6 +190,17 @@ static __always_inline long submit_flags(void)
 static __always_inline bool tracked(__u32 tgid)
 {
 	return !targ_tgid || tgid == targ_tgid;
+}
+
+/* Whether a thread's switches and wakeups are traced: the profiler's own
+ * are not. Their waits are the rings' reader and the collector waiting for
+ * records, hundreds a second: a third of a busy recording's thread data,
+ * fed to the ring they are woken by. Its CPU samples are kept (the sampler
+ * has no such filter), and so is its block I/O (a completion without its
+ * start would count as a loss), so what it costs still shows. */
+static __always_inline bool sched_tracked(__u32 tgid)
+{
+	return tracked(tgid) && !(self_tgid && tgid == self_tgid);
 }
 
 static __always_inline __u64 next_stack_id(void)
@@ -757,7 +770,7 @@ static __always_inline struct thread_state *first_seen(struct task_struct *task,
 	__u32 tgid = BPF_CORE_READ(task, tgid);
 	struct thread_state *t;
 
-	if (!tracked(tgid))
+	if (!sched_tracked(tgid))
 		return NULL;
 	t = new_state(tid, tgid);
 	if (!t) {
@@ -782,7 +795,7 @@ static __always_inline void switch_out(void *ctx, __u32 tid, bool preempt, unsig
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct thread_state *t;
 
-	if (!tracked(tgid))
+	if (!sched_tracked(tgid))
 		return;
 	t = bpf_map_lookup_elem(&threads, &tid);
 	if (raw & TASK_DEAD) {

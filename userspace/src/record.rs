@@ -285,8 +285,9 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
         None => writer.finish(&recording, &host, focus),
     };
     let stream = stream.map_err(|e| output_error(&output, e))?;
+    timing.mark("write what is still running, meta and libs");
     let bytes = output.commit_stream(stream)?;
-    timing.mark("write the profile");
+    timing.mark("finish the compression, sync and rename");
 
     // Other users' binaries' warnings are counted (-v lists them): on a
     // shared machine they would bury the user's own.

@@ -348,6 +348,7 @@ impl Tracer {
         let mut ebpf = loader
             .override_global("kernel_unwind", &(opts.kernel_unwind.is_some() as u32), true)
             .override_global("targ_tgid", &opts.target_tgid, true)
+            .override_global("self_tgid", &std::process::id(), true)
             .override_global("offcpu_min_ns", &opts.off_cpu_min_ns, true)
             .override_global("stack_copy", &opts.stack_copy, true)
             .override_global("wakeup_bytes", &wakeup, true)

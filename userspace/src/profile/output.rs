@@ -36,6 +36,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::RecordError;
 
+/// zlib's level for `.json.gz` profiles.
+const PROFILE_GZIP_LEVEL: u32 = 3;
+
 /// A profile being written: the unnamed (or hidden) file and where it goes.
 pub struct OutputFile {
     final_path: PathBuf,
@@ -298,7 +301,7 @@ impl OutputFile {
                 // serde_json writes a few bytes at a time: buffered before the
                 // encoder, not passed to it call by call (its per-call work was
                 // a tenth of the write).
-                let enc = flate2::write::GzEncoder::new(w, flate2::Compression::new(6));
+                let enc = flate2::write::GzEncoder::new(w, flate2::Compression::new(PROFILE_GZIP_LEVEL));
                 let mut buffered = BufWriter::with_capacity(1 << 16, enc);
                 serde_json::to_writer(&mut buffered, profile).map_err(std::io::Error::from)?;
                 buffered.into_inner().map_err(|e| e.into_error())?.finish()?;
@@ -322,7 +325,7 @@ impl OutputFile {
             (None, Some(file)) => {
                 let file = file.try_clone().map_err(err)?;
                 if gz {
-                    StreamSink::Gz(BufWriter::with_capacity(1 << 16, flate2::write::GzEncoder::new(file, flate2::Compression::new(6))))
+                    StreamSink::Gz(BufWriter::with_capacity(1 << 16, flate2::write::GzEncoder::new(file, flate2::Compression::new(PROFILE_GZIP_LEVEL))))
                 } else {
                     StreamSink::File(BufWriter::with_capacity(1 << 16, file))
                 }
@@ -344,7 +347,7 @@ impl OutputFile {
         // Written through at the end: the spooled bytes (compressed now if asked).
         let copy_through = |w: &mut dyn Write, from: &mut dyn std::io::Read| -> std::io::Result<()> {
             if gz {
-                let mut enc = flate2::write::GzEncoder::new(w, flate2::Compression::new(6));
+                let mut enc = flate2::write::GzEncoder::new(w, flate2::Compression::new(PROFILE_GZIP_LEVEL));
                 std::io::copy(from, &mut enc)?;
                 enc.finish()?;
             } else {
