@@ -7,7 +7,9 @@
 //! starts it, ~600-1000 processes a second here) and a spinner, the peak
 //! RSS (VmHWM polled from `/proc` every 100 ms), the time from the end of
 //! the duration to the profiler's exit (stop → written), the file's size,
-//! and the long run's peak over the short one's. Nothing is asserted.
+//! and the long run's peak over the short one's; then `validate` and
+//! `report` on the long recording's file, their peak RSS and time. Nothing
+//! is asserted.
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -76,6 +78,46 @@ fn run(argv: &[String], secs: u64, out: &Path) -> Result<(f64, f64, u64)> {
     Ok((peak, stop_to_written_ms, std::fs::metadata(out).map(|m| m.len()).unwrap_or(0)))
 }
 
+/// Run `argv` to its end: (peak RSS MB, seconds).
+fn measure(argv: &[String]) -> Result<(f64, f64)> {
+    let started = Instant::now();
+    let mut child = Command::new(&argv[0]).args(&argv[1..]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("starting the tool")?;
+    let mut peak = 0.0f64;
+    let status = loop {
+        if let Some(mb) = peak_mb(child.id()) {
+            peak = peak.max(mb);
+        }
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    anyhow::ensure!(status.success(), "{} exited with {status}", argv.join(" "));
+    Ok((peak, started.elapsed().as_secs_f64()))
+}
+
+/// `sysprof validate` and `sysprof report` on the long recording's file:
+/// a markdown paragraph and JSON.
+fn read_back(sysprof: &Path, file: &Path) -> (String, serde_json::Value) {
+    let size_mb = std::fs::metadata(file).map(|m| m.len() as f64 / 1e6).unwrap_or(0.0);
+    let mut md = format!("\nReading the long recording's file back ({size_mb:.1} MB), the machine quiet: peak RSS (VmHWM every 20 ms) and time.\n\n| command | peak RSS MB | seconds |\n|---|---:|---:|\n");
+    let mut rows = Vec::new();
+    for args in [&["validate"][..], &["report"][..], &["report", "--format", "folded"][..]] {
+        let mut argv = vec![sysprof.display().to_string()];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv.push(file.display().to_string());
+        let name = format!("sysprof {}", args.join(" "));
+        match measure(&argv) {
+            Ok((peak, secs)) => {
+                md += &format!("| `{name}` | {peak:.0} | {secs:.2} |\n");
+                rows.push(json!({ "command": name, "peak_rss_mb": peak, "seconds": secs, "file_mb": size_mb }));
+            }
+            Err(e) => md += &format!("| `{name}` | failed: {e:#} | |\n"),
+        }
+    }
+    (md, json!(rows))
+}
+
 /// The section: see the module doc.
 pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> (String, serde_json::Value) {
     let (short, long) = (10u64, if quick { 30 } else { 60 });
@@ -107,12 +149,17 @@ pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> 
             &perf_out,
         ));
     }
+    let mut read_back_md = String::new();
+    let mut read_back_rows = json!([]);
     for (name, argv, out) in &profilers {
         eprintln!("bench: length: {name} for {short} s and {long} s");
         match (run(&argv(short), short, out), run(&argv(long), long, out)) {
             (Ok(a), Ok(b)) => {
                 md += &format!("| {name} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.1} |\n", a.0, b.0, b.0 / a.0, a.1, b.1, b.2 as f64 / 1e6);
                 rows.push(json!({ "profiler": name, "short_s": short, "long_s": long, "peak_rss_mb": [a.0, b.0], "stop_to_written_ms": [a.1, b.1], "file_bytes": [a.2, b.2] }));
+                if *out == sysprof_out.as_path() {
+                    (read_back_md, read_back_rows) = read_back(sysprof, out);
+                }
             }
             (a, b) => {
                 let e = a.err().or(b.err()).map(|e| format!("{e:#}")).unwrap_or_default();
@@ -122,5 +169,6 @@ pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> 
         }
     }
     let _ = std::fs::remove_file(&perf_out);
-    (md, json!(rows))
+    md += &read_back_md;
+    (md, json!({ "recordings": rows, "read_back": read_back_rows }))
 }

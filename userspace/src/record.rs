@@ -492,17 +492,24 @@ pub enum InvalidProfile {
     },
 }
 
-/// Read and validate a profile file; returns its thread count.
+/// Read and validate a profile file; returns its thread count. It is
+/// checked as it is inflated and parsed, a thread at a time.
 pub fn validate_file(path: &Path) -> Result<usize, InvalidProfile> {
     // Gzip inflated within a limit; a FIFO or device refused.
-    let bytes = crate::profile::input::read_profile_bytes(path)?;
-    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|source| InvalidProfile::NotJson { path: path.to_path_buf(), source })?;
-    drop(bytes);
-    let problems = crate::profile::validate::validate(&json);
-    if problems.is_empty() {
-        Ok(json["threads"].as_array().map(|t| t.len()).unwrap_or(0))
-    } else {
-        Err(InvalidProfile::Malformed { path: path.to_path_buf(), problems })
+    let reader = crate::profile::input::open_profile(path)?;
+    let watch = reader.watch();
+    let mut validator = crate::profile::validate::Validator::default();
+    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 16, reader));
+    let parsed = validator.read(&mut de).and_then(|()| de.end());
+    if let Err(source) = parsed {
+        return Err(match watch.error(&source) {
+            Some(e) => InvalidProfile::Read(e),
+            None => InvalidProfile::NotJson { path: path.to_path_buf(), source },
+        });
+    }
+    match validator.finish() {
+        (threads, problems) if problems.is_empty() => Ok(threads),
+        (_, problems) => Err(InvalidProfile::Malformed { path: path.to_path_buf(), problems }),
     }
 }
 

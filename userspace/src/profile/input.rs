@@ -1,16 +1,16 @@
 //! Reading a profile file back (`report`, `validate`), within bounds.
 //!
 //! In: a path some user named, holding JSON or gzip-compressed JSON. Out:
-//! the JSON bytes, or one line saying why not. The file must be a regular
-//! file (a FIFO or a device would never end). A gzip stream is inflated
-//! through a counting limit: at most [`MIN_INFLATED`] or [`MAX_RATIO`] times
-//! the compressed size, whichever is more. Profiles sysprof writes compress
-//! 6 to 10 times, so the limit never stops one, while a gzip bomb (which
-//! inflates a thousand times) is refused after at most that many bytes, so
-//! memory stays bounded by the file's size rather than by what it claims.
-//! Errors are [`ReadError`], each one line.
+//! a reader of its JSON bytes as they are inflated ([`ProfileReader`]), or
+//! one line saying why not. The file must be a regular file (a FIFO or a
+//! device would never end). A gzip stream is inflated through a counting
+//! limit: at most [`MIN_INFLATED`] or [`MAX_RATIO`] times the compressed
+//! size, whichever is more. Profiles sysprof writes compress 6 to 10 times,
+//! so the limit never stops one, while a gzip bomb (which inflates a
+//! thousand times) is refused after at most that many bytes. The JSON text
+//! is never held whole (a 100-MiB profile is a gigabyte of it): whoever
+//! parses it keeps what it needs. Errors are [`ReadError`], each one line.
 
-use std::io::Read;
 use std::path::Path;
 
 /// Inflated bytes always allowed, whatever the compressed size.
@@ -65,29 +65,83 @@ impl ReadError {
     }
 }
 
-/// The JSON of the profile at `path`, inflated when it is gzip.
-pub fn read_profile_bytes(path: &Path) -> Result<Vec<u8>, ReadError> {
+/// A profile read as it is inflated (`validate`, `report`): its JSON
+/// bytes, never more than [`inflated_limit`] of them, so whatever parses
+/// them holds what it keeps and not the file. Give it to serde by value in
+/// a `BufReader` (serde reads a byte at a time, which only a `BufReader` it
+/// owns serves from its buffer: through `&mut` it took twice as long), and
+/// keep its [`ProfileReader::watch`] to ask what a parse error was.
+pub struct ProfileReader {
+    source: Source,
+    inflated: u64,
+    watch: ReadWatch,
+}
+
+enum Source {
+    Plain(std::io::BufReader<std::fs::File>),
+    Gz(flate2::read::MultiGzDecoder<std::io::BufReader<std::fs::File>>),
+}
+
+impl std::io::Read for ProfileReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = match &mut self.source {
+            Source::Plain(r) => r.read(buf)?,
+            Source::Gz(r) => r.read(buf)?,
+        };
+        self.inflated += n as u64;
+        if self.watch.gz && self.inflated > self.watch.limit {
+            self.watch.over.set(true);
+            return Err(std::io::Error::other("the profile inflates past its limit"));
+        }
+        Ok(n)
+    }
+}
+
+impl ProfileReader {
+    /// What tells a parse error from the file apart from one in its JSON,
+    /// kept while the reader is parsed.
+    pub fn watch(&self) -> ReadWatch {
+        self.watch.clone()
+    }
+}
+
+/// A [`ProfileReader`]'s state, seen from outside while it is parsed.
+#[derive(Clone)]
+pub struct ReadWatch {
+    gz: bool,
+    limit: u64,
+    compressed: u64,
+    over: std::rc::Rc<std::cell::Cell<bool>>,
+    shown: String,
+}
+
+impl ReadWatch {
+    /// What a parse error is, if it came from the file (it inflates past
+    /// the limit, or is not gzip) rather than from its JSON.
+    pub fn error(&self, e: &serde_json::Error) -> Option<ReadError> {
+        if self.over.get() {
+            return Some(ReadError::TooLarge { path: self.shown.clone(), limit: self.limit, compressed: self.compressed as usize });
+        }
+        if self.gz && e.is_io() {
+            return Some(ReadError::NotGzip { path: self.shown.clone(), source: std::io::Error::other(e.to_string()) });
+        }
+        None
+    }
+}
+
+/// Open the profile at `path` to read as it is inflated (gzip by its magic).
+pub fn open_profile(path: &Path) -> Result<ProfileReader, ReadError> {
+    use std::io::BufRead;
     let shown = crate::escape::path(path);
     // Not a FIFO or a device: a read must end.
     let file = crate::binaries::open_regular(&path.to_string_lossy(), true)?;
-    let mut bytes = Vec::new();
-    { file }.read_to_end(&mut bytes).map_err(|source| ReadError::Read { path: shown.clone(), source })?;
-    if !bytes.starts_with(&[0x1f, 0x8b]) {
-        return Ok(bytes);
-    }
-    let limit = inflated_limit(bytes.len() as u64);
-    let not_gzip = |source: std::io::Error| ReadError::NotGzip { path: shown.clone(), source };
-    // Counted first, kept nowhere: a bomb is refused having held nothing,
-    // and a real profile is then inflated into a buffer of its exact size
-    // (a growing one held up to three times it while copying).
-    let inflated = std::io::copy(&mut flate2::read::MultiGzDecoder::new(&bytes[..]).take(limit + 1), &mut std::io::sink()).map_err(not_gzip)?;
-    if inflated > limit {
-        return Err(ReadError::TooLarge { path: shown.clone(), limit, compressed: bytes.len() });
-    }
-    // Inflated whole (serde reading through the decoder pulls a byte per call).
-    let mut json = Vec::with_capacity(inflated as usize);
-    flate2::read::MultiGzDecoder::new(&bytes[..]).take(inflated).read_to_end(&mut json).map_err(not_gzip)?;
-    Ok(json)
+    let compressed = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut file = std::io::BufReader::with_capacity(1 << 16, file);
+    let head = file.fill_buf().map_err(|source| ReadError::Read { path: shown.clone(), source })?;
+    let gz = head.starts_with(&[0x1f, 0x8b]);
+    let source = if gz { Source::Gz(flate2::read::MultiGzDecoder::new(file)) } else { Source::Plain(file) };
+    let watch = ReadWatch { gz, limit: inflated_limit(compressed), compressed, over: Default::default(), shown };
+    Ok(ProfileReader { source, inflated: 0, watch })
 }
 
 /// The most a gzip file of `compressed` bytes may inflate to.
@@ -98,6 +152,14 @@ pub fn inflated_limit(compressed: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Parse `path` as `report` does; the error as `ReadError` when it is the file's.
+    fn read_profile(path: &Path) -> Result<serde_json::Value, ReadError> {
+        let reader = open_profile(path)?;
+        let watch = reader.watch();
+        let parsed = serde_json::from_reader(std::io::BufReader::new(reader));
+        parsed.map_err(|e| watch.error(&e).expect("the file's error, not the JSON's"))
+    }
 
     /// Check that a gzip bomb (100 MiB of spaces in 100 KiB: a 1 MiB gzip
     /// member repeated, as gzip allows) is refused with one line naming the
@@ -111,7 +173,7 @@ mod tests {
         std::io::Write::write_all(&mut enc, &vec![b' '; 1 << 20]).unwrap();
         let member = enc.finish().unwrap();
         std::fs::write(&path, member.repeat(100)).unwrap();
-        let e = read_profile_bytes(&path).unwrap_err().to_string();
+        let e = read_profile(&path).unwrap_err().to_string();
         assert!(e.contains("inflates past 64 MiB") && !e.contains('\n'), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -132,9 +194,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("broken.json.gz");
         std::fs::write(&path, [0x1f, 0x8b, 0, 1, 2, 3]).unwrap();
-        let e = read_profile_bytes(&path).unwrap_err();
+        let e = read_profile(&path).unwrap_err();
         assert!(e.to_string().starts_with(&format!("{} is not gzip (", path.display())) && e.says_what_to_do(), "{e}");
-        let e = read_profile_bytes(&dir.join("missing.json")).unwrap_err();
+        let e = read_profile(&dir.join("missing.json")).unwrap_err();
         assert!(e.to_string().contains("missing.json") && !e.to_string().contains('\n') && !e.says_what_to_do(), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -4,7 +4,8 @@
 //! length differs from the table's `length`, indexes out of range (strings,
 //! frames, funcs, resources, libs, native symbols, stacks), stack prefixes
 //! that do not point backwards, sample times out of order. Used by the
-//! tests on every recorded profile and by `sysprof validate`.
+//! tests on every recorded profile and by `sysprof validate`, which parse
+//! it as it is read ([`Validator`]): one thread at a time is held.
 
 use serde_json::Value;
 
@@ -23,20 +24,103 @@ pub fn sample_times(samples: &Value) -> Option<Vec<f64>> {
     (times.len() == len).then_some(times)
 }
 
-/// Check a whole profile; an empty list means it is well formed.
+/// Check a whole profile held as a value; an empty list means it is well
+/// formed.
 pub fn validate(profile: &Value) -> Vec<String> {
-    let mut problems = Vec::new();
-    let libs = profile["libs"].as_array().map(|a| a.len()).unwrap_or(0);
-    if profile["meta"]["preprocessedProfileVersion"].as_u64().is_none() {
-        problems.push("meta.preprocessedProfileVersion is missing".into());
+    let mut v = Validator::default();
+    match v.read(profile) {
+        Ok(()) => v.finish().1,
+        Err(e) => vec![format!("not a profile: {e}")],
     }
-    let categories = profile["meta"]["categories"].as_array().map(|a| a.len()).unwrap_or(0);
-    let Some(threads) = profile["threads"].as_array() else {
-        problems.push("threads is not an array".into());
-        return problems;
-    };
-    for (ti, t) in threads.iter().enumerate() {
-        let mut p = |msg: String| problems.push(format!("thread {ti} ({}): {msg}", t["name"]));
+}
+
+/// The bound of an index column: known when its thread is read, or only
+/// once the whole profile was (our files write `threads` before `meta` and
+/// `libs`, so a thread is checked before the counts it refers to are read).
+#[derive(Clone, Copy)]
+enum Bound {
+    Known(usize),
+    Libs,
+    Categories,
+}
+
+/// The largest index a thread's column holds into the libraries or the
+/// categories, checked when their counts are known.
+struct Deferred {
+    thread: String,
+    column: &'static str,
+    index: usize,
+    value: i64,
+    bound: Bound,
+}
+
+/// A profile checked as it is parsed: each thread is checked as it is read
+/// and dropped, so what is held is one thread at a time (a 100-MiB profile
+/// inflates to a gigabyte of JSON, several as a `Value`).
+#[derive(Default)]
+pub struct Validator {
+    problems: Vec<String>,
+    threads: usize,
+    saw_threads: bool,
+    threads_not_array: bool,
+    version: bool,
+    libs: Option<usize>,
+    categories: Option<usize>,
+    deferred: Vec<Deferred>,
+    /// Problems found past [`MAX_PROBLEMS`].
+    more: u64,
+}
+
+/// Problems said one by one, at most; the rest are counted.
+const MAX_PROBLEMS: usize = 100;
+
+impl Validator {
+    /// Parse and check a profile from `deserializer` (a reader's or a value's).
+    pub fn read<'de, D: serde::Deserializer<'de>>(&mut self, deserializer: D) -> Result<(), D::Error> {
+        serde::de::DeserializeSeed::deserialize(ProfileSeed(self), deserializer)
+    }
+
+    /// The threads read, and every problem found (none: it is well formed).
+    pub fn finish(mut self) -> (usize, Vec<String>) {
+        let mut head = Vec::new();
+        if !self.version {
+            head.push("meta.preprocessedProfileVersion is missing".to_string());
+        }
+        if !self.saw_threads || self.threads_not_array {
+            head.push("threads is not an array".into());
+        }
+        let (libs, categories) = (self.libs.unwrap_or(0), self.categories.unwrap_or(0));
+        let late: Vec<String> = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .filter_map(|d| {
+                let bound = match d.bound {
+                    Bound::Known(b) => b,
+                    Bound::Libs => libs,
+                    Bound::Categories => categories,
+                };
+                (d.value as usize >= bound).then(|| format!("{}: {}[{}] = {} is out of range 0..{bound}", d.thread, d.column, d.index, d.value))
+            })
+            .collect();
+        self.push(late);
+        head.append(&mut self.problems);
+        if self.more > 0 {
+            head.push(format!("and {} more problems", self.more));
+        }
+        (self.threads, head)
+    }
+
+    /// Check one thread.
+    fn thread(&mut self, t: &Value) {
+        let ti = self.threads;
+        self.threads += 1;
+        if !t.is_object() {
+            // A bomb of `0,0,…` parses on: one problem each, not fifteen.
+            self.push(vec![format!("thread {ti} is not an object")]);
+            return;
+        }
+        let prefix = format!("thread {ti} ({})", t["name"]);
+        let mut problems = Vec::new();
+        let mut p = |msg: String| problems.push(format!("{prefix}: {msg}"));
         let strings = t["stringArray"].as_array().map(|a| a.len()).unwrap_or(0);
         let tables = [
             ("frameTable", &["address", "inlineDepth", "category", "subcategory", "func", "nativeSymbol", "innerWindowID", "line", "column"][..]),
@@ -62,30 +146,45 @@ pub fn validate(profile: &Value) -> Vec<String> {
                 }
             }
         }
-        let check = |table: &str, column: &str, bound: usize, nullable: bool, p: &mut dyn FnMut(String)| {
-            for (i, v) in t[table][column].as_array().into_iter().flatten().enumerate() {
-                match v.as_i64() {
-                    Some(x) if x >= 0 && (x as usize) < bound => {}
-                    Some(-1) if table == "funcTable" && column == "resource" => {}
-                    None if nullable && v.is_null() => {}
-                    _ => p(format!("{table}.{column}[{i}] = {v} is out of range 0..{bound}")),
+        let mut deferred: Vec<Deferred> = Vec::new();
+        let mut check = |column: &'static str, bound: Bound, nullable: bool, p: &mut dyn FnMut(String)| {
+            let (table, field) = column.split_once('.').expect("table.column");
+            let mut largest: Option<(usize, i64)> = None;
+            for (i, v) in t[table][field].as_array().into_iter().flatten().enumerate() {
+                match (v.as_i64(), bound) {
+                    (Some(-1), _) if column == "funcTable.resource" => {}
+                    (Some(x), Bound::Known(b)) if x >= 0 && (x as usize) < b => {}
+                    (Some(x), Bound::Libs | Bound::Categories) if x >= 0 => {
+                        if largest.is_none_or(|(_, m)| x > m) {
+                            largest = Some((i, x));
+                        }
+                    }
+                    (None, _) if nullable && v.is_null() => {}
+                    (_, Bound::Known(b)) => p(format!("{column}[{i}] = {v} is out of range 0..{b}")),
+                    (_, _) => p(format!("{column}[{i}] = {v} is not an index")),
                 }
             }
+            if let Some((index, value)) = largest {
+                deferred.push(Deferred { thread: prefix.clone(), column, index, value, bound });
+            }
         };
-        let l = |name: &str| len.get(name).copied().unwrap_or(0);
-        check("frameTable", "func", l("funcTable"), false, &mut p);
-        check("frameTable", "nativeSymbol", l("nativeSymbols"), true, &mut p);
-        check("frameTable", "category", categories, true, &mut p);
-        check("funcTable", "name", strings, false, &mut p);
-        check("funcTable", "resource", l("resourceTable"), false, &mut p);
-        check("funcTable", "fileName", strings, true, &mut p);
-        check("resourceTable", "lib", libs, true, &mut p);
-        check("resourceTable", "name", strings, false, &mut p);
-        check("nativeSymbols", "libIndex", libs, false, &mut p);
-        check("nativeSymbols", "name", strings, false, &mut p);
-        check("stackTable", "frame", l("frameTable"), false, &mut p);
-        check("samples", "stack", l("stackTable"), true, &mut p);
-        check("markers", "name", strings, false, &mut p);
+        let l = |name: &str| Bound::Known(len.get(name).copied().unwrap_or(0));
+        let known = |n: Option<usize>, otherwise: Bound| n.map_or(otherwise, Bound::Known);
+        let (libs, categories) = (known(self.libs, Bound::Libs), known(self.categories, Bound::Categories));
+        let strings = Bound::Known(strings);
+        check("frameTable.func", l("funcTable"), false, &mut p);
+        check("frameTable.nativeSymbol", l("nativeSymbols"), true, &mut p);
+        check("frameTable.category", categories, true, &mut p);
+        check("funcTable.name", strings, false, &mut p);
+        check("funcTable.resource", l("resourceTable"), false, &mut p);
+        check("funcTable.fileName", strings, true, &mut p);
+        check("resourceTable.lib", libs, true, &mut p);
+        check("resourceTable.name", strings, false, &mut p);
+        check("nativeSymbols.libIndex", libs, false, &mut p);
+        check("nativeSymbols.name", strings, false, &mut p);
+        check("stackTable.frame", l("frameTable"), false, &mut p);
+        check("samples.stack", l("stackTable"), true, &mut p);
+        check("markers.name", strings, false, &mut p);
         for (i, v) in t["stackTable"]["prefix"].as_array().into_iter().flatten().enumerate() {
             if let Some(x) = v.as_u64() {
                 if x as usize >= i {
@@ -112,8 +211,118 @@ pub fn validate(profile: &Value) -> Vec<String> {
         if !t["tid"].is_number() {
             p("tid is not a number".into());
         }
+        self.push(problems);
+        self.deferred.append(&mut deferred);
     }
-    problems
+
+    /// Keep the first [`MAX_PROBLEMS`] problems, count the rest: a file
+    /// any user wrote could hold millions.
+    fn push(&mut self, problems: Vec<String>) {
+        for p in problems {
+            if self.problems.len() < MAX_PROBLEMS {
+                self.problems.push(p);
+            } else {
+                self.more += 1;
+            }
+        }
+    }
+}
+
+/// The profile's top-level object: `threads` checked one by one, `meta`
+/// and `libs` counted, the rest skipped.
+struct ProfileSeed<'a>(&'a mut Validator);
+
+impl<'de> serde::de::DeserializeSeed<'de> for ProfileSeed<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ProfileSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a processed profile (an object)")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match &*key {
+                "threads" => {
+                    self.0.saw_threads = true;
+                    map.next_value_seed(ThreadsSeed(self.0))?;
+                }
+                "meta" => {
+                    let meta: Value = map.next_value()?;
+                    self.0.version = meta["preprocessedProfileVersion"].as_u64().is_some();
+                    self.0.categories = Some(meta["categories"].as_array().map(|a| a.len()).unwrap_or(0));
+                }
+                "libs" => {
+                    let libs: Value = map.next_value()?;
+                    self.0.libs = Some(libs.as_array().map(|a| a.len()).unwrap_or(0));
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `threads`: each element parsed, checked and dropped before the next.
+struct ThreadsSeed<'a>(&'a mut Validator);
+
+impl<'de> serde::de::DeserializeSeed<'de> for ThreadsSeed<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ThreadsSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("the threads array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(t) = seq.next_element::<Value>()? {
+            self.0.thread(&t);
+        }
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+        self.0.threads_not_array = true;
+        Ok(())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.0.threads_not_array = true;
+        Ok(())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.visit_unit()
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.visit_unit()
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.visit_unit()
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.visit_unit()
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        self.visit_unit()
+    }
 }
 
 #[cfg(test)]
@@ -145,6 +354,28 @@ mod tests {
     #[test]
     fn accepts_well_formed_profile() {
         assert_eq!(validate(&minimal()), Vec::<String>::new());
+    }
+
+    /// Check that a profile read as text with its threads first (as sysprof
+    /// writes them, before `meta` and `libs`) is checked against the counts
+    /// that come after, and that a well-formed one passes in that order.
+    #[test]
+    fn checks_threads_against_the_libs_and_categories_after_them() {
+        let read = |v: &Value| {
+            let text = format!("{{\"threads\":{},\"meta\":{},\"libs\":{}}}", v["threads"], v["meta"], v["libs"]);
+            let mut validator = Validator::default();
+            validator.read(&mut serde_json::Deserializer::from_str(&text)).unwrap();
+            validator.finish()
+        };
+        assert_eq!(read(&minimal()), (1, Vec::new()));
+        let mut v = minimal();
+        v["threads"][0]["resourceTable"]["lib"][0] = 3.into();
+        v["threads"][0]["frameTable"]["category"][1] = 2.into();
+        let (threads, problems) = read(&v);
+        assert_eq!(threads, 1);
+        assert!(problems.iter().any(|p| p.ends_with("resourceTable.lib[0] = 3 is out of range 0..1")), "{problems:?}");
+        assert!(problems.iter().any(|p| p.ends_with("frameTable.category[1] = 2 is out of range 0..2")), "{problems:?}");
+        assert_eq!(problems.len(), 2, "{problems:?}");
     }
 
     /// Check that each kind of breakage is reported.

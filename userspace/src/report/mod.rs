@@ -73,8 +73,10 @@ pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
 /// `--why ID`: the profile read again as JSON (the off-CPU markers' waker
 /// fields are not in the report's types), answered as text or JSON.
 fn why_text(args: &ReportArgs, id: u32) -> Result<String, RecordError> {
-    let bytes = crate::profile::input::read_profile_bytes(&args.path).map_err(|e| RecordError::Usage(e.to_string()))?;
-    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| RecordError::Usage(format!("{}: not a processed profile ({e})", args.path.display())))?;
+    let json: serde_json::Value = parse_profile(&args.path).map_err(|e| match e {
+        Unreadable::File(e) => RecordError::Usage(e.to_string()),
+        Unreadable::Json(e) => RecordError::Usage(format!("{}: not a processed profile ({e})", args.path.display())),
+    })?;
     let threads = why::Threads::read(&json);
     let tids = threads.resolve(id);
     if tids.is_empty() {
@@ -120,12 +122,11 @@ fn write_out(args: &ReportArgs, text: &str) -> Result<i32, RecordError> {
 /// terminal raw, in the tables or in folded lines.
 fn load(path: &Path) -> Result<Profile, RecordError> {
     let bad = |what: String| RecordError::Usage(format!("{}: {what}; give a profile written by sysprof record or sysprof show", path.display()));
-    let bytes = crate::profile::input::read_profile_bytes(path).map_err(|e| match e.says_what_to_do() {
-        true => RecordError::Usage(e.to_string()),
-        false => RecordError::Usage(format!("{e}; give a profile written by sysprof record or sysprof show")),
+    let mut profile: Profile = parse_profile(path).map_err(|e| match e {
+        Unreadable::File(e) if e.says_what_to_do() => RecordError::Usage(e.to_string()),
+        Unreadable::File(e) => RecordError::Usage(format!("{e}; give a profile written by sysprof record or sysprof show")),
+        Unreadable::Json(e) => bad(format!("not a processed profile ({e})")),
     })?;
-    let parsed = serde_json::from_slice(&bytes);
-    let mut profile: Profile = parsed.map_err(|e| bad(format!("not a processed profile ({e})")))?;
     escape_strings(&mut profile);
     for t in &profile.threads {
         if !t.consistent() {
@@ -133,6 +134,25 @@ fn load(path: &Path) -> Result<Profile, RecordError> {
         }
     }
     Ok(profile)
+}
+
+/// Why a profile was not parsed: the file (unreadable, not gzip, inflates
+/// past its limit) or its JSON.
+enum Unreadable {
+    File(crate::profile::input::ReadError),
+    Json(serde_json::Error),
+}
+
+/// Parse the profile at `path` as it is inflated: the JSON text (ten times
+/// the file) is never held, only what `T` keeps of it.
+fn parse_profile<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Unreadable> {
+    let reader = crate::profile::input::open_profile(path).map_err(Unreadable::File)?;
+    let watch = reader.watch();
+    let parsed = serde_json::from_reader(std::io::BufReader::with_capacity(1 << 16, reader));
+    parsed.map_err(|e| match watch.error(&e) {
+        Some(file) => Unreadable::File(file),
+        None => Unreadable::Json(e),
+    })
 }
 
 /// Escape every string a user may have chosen (names of processes,
