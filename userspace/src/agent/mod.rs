@@ -29,7 +29,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::capture::{CaptureOptions, CaptureSession, Polling};
 use crate::log::ErrorLog;
 use crate::sys::clock::clock_anchor;
-use crate::sys::process::{limit_malloc_arenas, process_cpu_seconds, release_freed_memory, rss_bytes};
+use crate::sys::process::{configure_malloc, process_cpu_seconds, release_freed_memory, rss_bytes};
 use crate::units::human_duration;
 use crate::cli::AgentArgs;
 use crate::model::recording::Recording;
@@ -62,7 +62,7 @@ const SYMBOLIZER_IDLE_WINDOWS: u32 = 3;
 /// Run the agent; returns its exit status.
 pub fn run(args: AgentArgs) -> Result<i32, RecordError> {
     let cfg = AgentConfig::resolve(&args).map_err(|e| RecordError::BadOption(e.into()))?;
-    limit_malloc_arenas();
+    configure_malloc();
     let store = Store::open(&cfg.store, true).map_err(|e| RecordError::Store { source: e.into(), hint: "give another with --store" })?;
     crate::sys::process::raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
