@@ -5,8 +5,8 @@
 //! JSON: for `sysprof record -a` and `perf record -a -g`, each run for a
 //! short and a long time beside a fork loop (`/bin/true` as fast as a shell
 //! starts it, ~600-1000 processes a second here) and a spinner, the peak
-//! RSS (VmHWM polled from `/proc` every 100 ms), the time from the end of
-//! the duration to the profiler's exit (stop → written), the file's size,
+//! RSS (VmHWM polled from `/proc` every 20 ms), the time from SIGINT to
+//! the profiler's exit (stop → written), the file's size,
 //! and the long run's peak over the short one's; then `validate` and
 //! `report` on the long recording's file, their peak RSS and time. Nothing
 //! is asserted.
@@ -56,7 +56,12 @@ fn peak_mb(pid: u32) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-/// One run: (peak RSS MB, stop → written ms, file bytes).
+/// Time a profiler is given to start (load its programs, read `/proc`)
+/// before its `secs` of recording are counted.
+const STARTUP: Duration = Duration::from_secs(3);
+
+/// One run of a profiler that records until SIGINT: (peak RSS MB, stop →
+/// written ms, file bytes). Stop → written is from the SIGINT to its exit.
 fn run(argv: &[String], secs: u64, out: &Path) -> Result<(f64, f64, u64)> {
     let _ = std::fs::remove_file(out);
     let _load = Load::start()?;
@@ -64,6 +69,7 @@ fn run(argv: &[String], secs: u64, out: &Path) -> Result<(f64, f64, u64)> {
     let started = Instant::now();
     let mut child = Command::new(&argv[0]).args(&argv[1..]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("starting the profiler")?;
     let mut peak = 0.0f64;
+    let mut stopped: Option<Instant> = None;
     let status = loop {
         if let Some(mb) = peak_mb(child.id()) {
             peak = peak.max(mb);
@@ -71,10 +77,15 @@ fn run(argv: &[String], secs: u64, out: &Path) -> Result<(f64, f64, u64)> {
         if let Some(s) = child.try_wait()? {
             break s;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        if stopped.is_none() && started.elapsed() >= STARTUP + Duration::from_secs(secs) {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            stopped = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(20));
     };
     anyhow::ensure!(status.success(), "{} exited with {status}", argv[0]);
-    let stop_to_written_ms = (started.elapsed().as_secs_f64() - secs as f64) * 1e3;
+    let stop_to_written_ms = stopped.map(|s| s.elapsed().as_secs_f64() * 1e3).unwrap_or(f64::NAN);
     Ok((peak, stop_to_written_ms, std::fs::metadata(out).map(|m| m.len()).unwrap_or(0)))
 }
 
@@ -123,7 +134,8 @@ pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> 
     let (short, long) = (10u64, if quick { 30 } else { 60 });
     let mut md = format!(
         "\n## Recording length: `record -a` for {short} s and {long} s beside a fork loop and a spinner\n\n\
-         Peak RSS: VmHWM polled every 100 ms. Stop → written: from the end of the duration to the profiler's exit. \
+         Peak RSS: VmHWM polled every 20 ms. Each profiler runs until SIGINT, 3 s longer than the duration (its start); \
+         stop → written: from the SIGINT to its exit. \
          One run each.\n\n\
          | profiler | peak RSS MB, {short} s | peak RSS MB, {long} s | {long} s / {short} s | stop→written ms, {short} s | stop→written ms, {long} s | file MB, {long} s |\n\
          |---|---:|---:|---:|---:|---:|---:|\n"
@@ -133,17 +145,17 @@ pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> 
     let perf_out = work.join("length.perf.data");
     let mut profilers: Vec<(&str, Box<dyn Fn(u64) -> Vec<String>>, &Path)> = vec![(
         "sysprof record -a",
-        Box::new(|secs: u64| vec![sysprof.display().to_string(), "record".into(), "-a".into(), "-q".into(), "-d".into(), secs.to_string(), "-o".into(), sysprof_out.display().to_string()]),
+        Box::new(|_: u64| vec![sysprof.display().to_string(), "record".into(), "-a".into(), "-q".into(), "-o".into(), sysprof_out.display().to_string()]),
         &sysprof_out,
     )];
     if let Some(perf) = perf {
         let (perf, data) = (perf.to_string(), perf_out.display().to_string());
         profilers.push((
             "perf record -a -g",
-            Box::new(move |secs: u64| {
+            Box::new(move |_: u64| {
                 let mut v = vec![perf.clone()];
                 v.extend(["record", "-q", "-a", "-g", "-F", "999", "-o"].map(String::from));
-                v.extend([data.clone(), "--".into(), "sleep".into(), secs.to_string()]);
+                v.push(data.clone());
                 v
             }),
             &perf_out,
