@@ -17,6 +17,12 @@
 //! resource tables, samples, markers and strings); the categories are looked
 //! up by name, so a profile whose category order differs still reads right.
 //!
+//! The file is read twice as it is inflated, never held: a first pass keeps
+//! `meta` (sysprof writes it after the threads), the second hands each
+//! thread to the counts as it is parsed and drops it, so memory is one
+//! thread and the tallies, whatever the profile's length (`--why` still
+//! holds the whole profile).
+//!
 //! The profile is read through the writer's own types
 //! (`crate::profile::schema`); `read` checks its indexes and reads its
 //! tables, `counts` counts a thread's samples, `text` writes the report,
@@ -37,7 +43,9 @@ use std::path::Path;
 use crate::cli::ReportArgs;
 use crate::error::RecordError;
 use crate::profile::output::OutputFile;
-use crate::profile::schema::{process_display_name, MarkerData, Profile, Thread};
+use crate::profile::schema::{process_display_name, MarkerData, Meta, Thread};
+#[cfg(test)]
+use crate::profile::schema::Profile;
 
 use read::ThreadRead;
 
@@ -47,12 +55,15 @@ pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
     if let Some(id) = args.why {
         return write_out(&args, &why_text(&args, id)?);
     }
-    let profile = load(&args.path)?;
+    // Two passes: `meta` first (which category is idle, off-CPU, kernel),
+    // then the threads one at a time; sysprof writes its threads first.
+    let meta = load_meta(&args.path)?;
     if args.format == crate::cli::ReportFormat::Json {
         return Err(RecordError::Usage("--format json is what --why TID writes; give --why, or --format text or folded".into()));
     }
     let filter = Filter { pids: args.pids.clone(), tids: args.tids.clone(), comm: args.comm.clone() };
-    if !profile.threads.iter().any(|t| filter.admits(t)) {
+    let (text, matched) = stream_report(&args.path, &meta, &filter, args.format, args.top.max(1))?;
+    if !matched {
         return Err(RecordError::Usage(format!(
             "no thread in {} matches {}; `sysprof report {}` without it lists the processes",
             args.path.display(),
@@ -63,11 +74,37 @@ pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
             args.path.display()
         )));
     }
-    let text = match args.format {
-        crate::cli::ReportFormat::Folded => folded::folded(&profile, &filter),
-        crate::cli::ReportFormat::Text | crate::cli::ReportFormat::Json => text::report(&profile, &filter, args.top.max(1), &args.path),
-    };
     write_out(&args, &text)
+}
+
+/// The report of the profile at `path` whose `meta` was read, as text or
+/// folded stacks, its threads read and counted one at a time (none is held
+/// past its turn); and whether `filter` admitted any.
+fn stream_report(path: &Path, meta: &Meta, filter: &Filter, format: crate::cli::ReportFormat, top: usize) -> Result<(String, bool), RecordError> {
+    let mut matched = false;
+    let text = match format {
+        crate::cli::ReportFormat::Folded => {
+            let mut f = folded::Folded::new(meta);
+            each_thread(path, |t| {
+                if filter.admits(t) {
+                    matched = true;
+                    f.add(t);
+                }
+            })?;
+            f.finish()
+        }
+        crate::cli::ReportFormat::Text | crate::cli::ReportFormat::Json => {
+            let mut r = text::TextReport::new(meta);
+            each_thread(path, |t| {
+                if filter.admits(t) {
+                    matched = true;
+                    r.add(t);
+                }
+            })?;
+            r.finish(meta, filter, top, path)
+        }
+    };
+    Ok((text, matched))
 }
 
 /// `--why ID`: the profile read again as JSON (the off-CPU markers' waker
@@ -116,21 +153,126 @@ fn write_out(args: &ReportArgs, text: &str) -> Result<i32, RecordError> {
     Ok(0)
 }
 
-/// Read and parse `path` (gzip by its magic, as the Firefox Profiler does,
-/// inflated within [`crate::profile::input`]'s limit); every string in it
-/// comes back with its control characters escaped, so no name reaches the
-/// terminal raw, in the tables or in folded lines.
-fn load(path: &Path) -> Result<Profile, RecordError> {
-    let bad = |what: String| RecordError::Usage(format!("{}: {what}; give a profile written by sysprof record or sysprof show", path.display()));
-    let mut profile: Profile = parse_profile(path).map_err(|e| match e {
+/// What a profile's parse failing says: `path` is not one.
+fn not_a_profile(path: &Path, what: String) -> RecordError {
+    RecordError::Usage(format!("{}: {what}; give a profile written by sysprof record or sysprof show", path.display()))
+}
+
+/// A parse error of the file at `path` as one line.
+fn unreadable(path: &Path, e: Unreadable) -> RecordError {
+    match e {
         Unreadable::File(e) if e.says_what_to_do() => RecordError::Usage(e.to_string()),
         Unreadable::File(e) => RecordError::Usage(format!("{e}; give a profile written by sysprof record or sysprof show")),
-        Unreadable::Json(e) => bad(format!("not a processed profile ({e})")),
-    })?;
-    escape_strings(&mut profile);
-    for t in &profile.threads {
+        Unreadable::Json(e) => not_a_profile(path, format!("not a processed profile ({e})")),
+    }
+}
+
+/// The `meta` of the profile at `path` (gzip by its magic, as the Firefox
+/// Profiler does, inflated within [`crate::profile::input`]'s limit): the
+/// first pass, which skips the threads without keeping them.
+fn load_meta(path: &Path) -> Result<Meta, RecordError> {
+    #[derive(serde::Deserialize)]
+    struct MetaOnly {
+        meta: Meta,
+    }
+    let mut meta = parse_profile::<MetaOnly>(path).map_err(|e| unreadable(path, e))?.meta;
+    for c in &mut meta.categories {
+        escape_in_place(&mut c.name);
+    }
+    Ok(meta)
+}
+
+/// Hand each thread of the profile at `path` to `each`, one at a time as
+/// it is parsed, its strings escaped and its indexes checked (so nothing
+/// after can panic, whatever the file says); it is dropped after.
+fn each_thread(path: &Path, mut each: impl FnMut(&Thread)) -> Result<(), RecordError> {
+    let reader = crate::profile::input::open_profile(path).map_err(|e| unreadable(path, Unreadable::File(e)))?;
+    let watch = reader.watch();
+    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 16, reader));
+    let mut inconsistent: Option<String> = None;
+    let mut visit = |mut t: Thread| -> bool {
+        escape_thread(&mut t);
         if !t.consistent() {
-            return Err(bad(format!("thread {} has tables of different lengths or indexes out of range", t.name)));
+            inconsistent = Some(t.name.clone());
+            return false;
+        }
+        each(&t);
+        true
+    };
+    let parsed = serde::de::DeserializeSeed::deserialize(ThreadsOf(&mut visit), &mut de).and_then(|()| de.end());
+    if let Some(name) = inconsistent {
+        return Err(not_a_profile(path, format!("thread {name} has tables of different lengths or indexes out of range")));
+    }
+    parsed.map_err(|e| unreadable(path, watch.error(&e).map_or(Unreadable::Json(e), Unreadable::File)))
+}
+
+/// A profile's top-level object seen for its `threads` only, each handed
+/// to the function as it is parsed (false stops the parse).
+struct ThreadsOf<'a>(&'a mut dyn FnMut(Thread) -> bool);
+
+impl<'de> serde::de::DeserializeSeed<'de> for ThreadsOf<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ThreadsOf<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a processed profile (an object with threads)")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "threads" {
+                map.next_value_seed(EachThread(&mut *self.0))?;
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `threads` array, parsed one thread at a time.
+struct EachThread<'a>(&'a mut dyn FnMut(Thread) -> bool);
+
+impl<'de> serde::de::DeserializeSeed<'de> for EachThread<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for EachThread<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("the threads array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(t) = seq.next_element::<Thread>()? {
+            if !(self.0)(t) {
+                return Err(serde::de::Error::custom("an inconsistent thread"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Read and parse the whole profile at `path`, every string escaped and
+/// every thread checked (the unit tests' reader; `report` streams).
+#[cfg(test)]
+fn load(path: &Path) -> Result<Profile, RecordError> {
+    let mut profile: Profile = parse_profile(path).map_err(|e| unreadable(path, e))?;
+    for c in &mut profile.meta.categories {
+        escape_in_place(&mut c.name);
+    }
+    for t in &mut profile.threads {
+        escape_thread(t);
+        if !t.consistent() {
+            return Err(not_a_profile(path, format!("thread {} has tables of different lengths or indexes out of range", t.name)));
         }
     }
     Ok(profile)
@@ -155,29 +297,27 @@ fn parse_profile<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Unrea
     })
 }
 
-/// Escape every string a user may have chosen (names of processes,
-/// threads, functions, libraries, wakers, devices).
-fn escape_strings(profile: &mut Profile) {
-    let esc = |s: &mut String| {
-        if let std::borrow::Cow::Owned(e) = crate::escape::escape(s) {
-            *s = e;
-        }
-    };
-    for c in &mut profile.meta.categories {
-        esc(&mut c.name);
+/// Escape a string a user may have chosen, where it needs it.
+fn escape_in_place(s: &mut String) {
+    if let std::borrow::Cow::Owned(e) = crate::escape::escape(s) {
+        *s = e;
     }
-    for t in &mut profile.threads {
-        esc(&mut t.name);
-        if let Some(p) = t.process_name.as_mut() {
-            esc(p);
-        }
-        t.string_array.iter_mut().for_each(esc);
-        for d in t.markers.data.iter_mut().flatten() {
-            match d {
-                MarkerData::OffCpu { waker, .. } | MarkerData::ShortWaits { waker, .. } => esc(waker),
-                MarkerData::Io { device, .. } => esc(device),
-                MarkerData::OnCpu { .. } | MarkerData::CpuIdle { .. } | MarkerData::Other => {}
-            }
+}
+
+/// Escape every string of a thread a user may have chosen (names of
+/// processes, threads, functions, libraries, wakers, devices), so no name
+/// reaches the terminal raw, in the tables or in folded lines.
+fn escape_thread(t: &mut Thread) {
+    escape_in_place(&mut t.name);
+    if let Some(p) = t.process_name.as_mut() {
+        escape_in_place(p);
+    }
+    t.string_array.iter_mut().for_each(escape_in_place);
+    for d in t.markers.data.iter_mut().flatten() {
+        match d {
+            MarkerData::OffCpu { waker, .. } | MarkerData::ShortWaits { waker, .. } => escape_in_place(waker),
+            MarkerData::Io { device, .. } => escape_in_place(device),
+            MarkerData::OnCpu { .. } | MarkerData::CpuIdle { .. } | MarkerData::Other => {}
         }
     }
 }

@@ -127,6 +127,16 @@ fn the_golden_profile_reports_as_before() {
     }
     assert!(folded::folded(&profile, &nginx).starts_with("nginx [container abababababab];main;work;helper 1\n"), "{text}");
     assert_eq!(text, std::fs::read_to_string(expected).unwrap());
+    // What `sysprof report` writes, reading the file a thread at a time, is the same.
+    let path = Path::new(dir).join("full_recording.json");
+    let meta = load_meta(&path).unwrap();
+    let streamed = |filter: &Filter, format| stream_report(&path, &meta, filter, format, 10).unwrap();
+    let (text_all, matched) = streamed(&all, crate::cli::ReportFormat::Text);
+    assert!(matched);
+    assert_eq!(text_all, text::report(&profile, &all, 10, &path));
+    assert_eq!(streamed(&nginx, crate::cli::ReportFormat::Folded), (folded::folded(&profile, &nginx), true));
+    let nobody = Filter { pids: vec![999_999], tids: vec![], comm: None };
+    assert!(!streamed(&nobody, crate::cli::ReportFormat::Text).1);
 }
 
 /// Check that the report reads what the format allows beyond what sysprof

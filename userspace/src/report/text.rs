@@ -1,10 +1,11 @@
 //! The text report: what the profile's threads add up to, and the tables
 //! and histograms that show it.
 //!
-//! In: a profile read back, the threads the filter admits, how many rows
-//! a table shows. Out: the report's text, built in two named steps: a
-//! [`Tally`] of the admitted threads (per process, per function, per
-//! thread's waits, per waker, per device), then one section per table.
+//! In: a profile's `meta`, then the threads the filter admits, one at a
+//! time as they are read, and how many rows a table shows. Out: the
+//! report's text, built in two named steps: a [`Tally`] of the admitted
+//! threads (per process, per function, per thread's waits, per waker, per
+//! device; names copied, so no thread is held), then one section per table.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,7 +13,7 @@ use std::path::Path;
 
 use rustc_hash::FxHashMap;
 
-use crate::profile::schema::{MarkerData, Profile, Thread};
+use crate::profile::schema::{MarkerData, Meta, Thread};
 
 use super::counts::{count_stacks, func_totals, off_cpu_reason, Categories, StackCounts};
 use super::histogram::Log2Histogram;
@@ -41,56 +42,55 @@ struct ThreadRow {
 }
 
 /// Functions across threads, by (name, library), with their CPU samples
-/// as columns.
+/// as columns. The names are owned: the threads are read one at a time and
+/// dropped.
 #[derive(Default)]
-struct Functions<'a> {
-    ids: FxHashMap<(&'a str, &'a str), usize>,
-    keys: Vec<(&'a str, &'a str)>,
+struct Functions {
+    ids: FxHashMap<String, FxHashMap<String, usize>>,
+    keys: Vec<(String, String)>,
     self_samples: Vec<u64>,
     total_samples: Vec<u64>,
 }
 
-impl<'a> Functions<'a> {
-    fn id(&mut self, key: (&'a str, &'a str)) -> usize {
-        *self.ids.entry(key).or_insert_with(|| {
-            self.keys.push(key);
-            self.self_samples.push(0);
-            self.total_samples.push(0);
-            self.keys.len() - 1
-        })
+impl Functions {
+    fn id(&mut self, name: &str, lib: &str) -> usize {
+        if let Some(&id) = self.ids.get(name).and_then(|by_lib| by_lib.get(lib)) {
+            return id;
+        }
+        let id = self.keys.len();
+        self.ids.entry(name.to_string()).or_default().insert(lib.to_string(), id);
+        self.keys.push((name.to_string(), lib.to_string()));
+        self.self_samples.push(0);
+        self.total_samples.push(0);
+        id
     }
 }
 
-
 /// What the admitted threads add up to, for the sections to show.
 #[derive(Default)]
-struct Tally<'a> {
+struct Tally {
     processes: BTreeMap<u32, ProcessRow>,
     threads: Vec<ThreadRow>,
-    functions: Functions<'a>,
+    functions: Functions,
     /// Per waker: wakeups and the milliseconds they ended.
-    wakers: FxHashMap<&'a str, (u64, f64)>,
-    io_by_device: BTreeMap<&'a str, Log2Histogram>,
+    wakers: FxHashMap<String, (u64, f64)>,
+    io_by_device: BTreeMap<String, Log2Histogram>,
     /// CPU samples of every process but the idle one.
     cpu_samples_all: u64,
     off_cpu_markers: u64,
 }
 
-impl<'a> Tally<'a> {
-    /// Count every thread of `profile` that `filter` admits.
-    fn of(profile: &'a Profile, filter: &Filter, cats: &Categories) -> Tally<'a> {
-        let mut tally = Tally::default();
-        for t in profile.threads.iter().filter(|t| filter.admits(t)) {
-            let pid = t.pid().unwrap_or(0);
-            let counts = count_stacks(t, cats);
-            tally.add_to_process(t, pid, &counts);
-            if pid != 0 {
-                tally.cpu_samples_all = tally.cpu_samples_all.saturating_add(counts.cpu_samples);
-                tally.add_functions(t, &counts, cats);
-            }
-            tally.add_waits(t, &counts);
+impl Tally {
+    /// Count one admitted thread.
+    fn add(&mut self, t: &Thread, cats: &Categories) {
+        let pid = t.pid().unwrap_or(0);
+        let counts = count_stacks(t, cats);
+        self.add_to_process(t, pid, &counts);
+        if pid != 0 {
+            self.cpu_samples_all = self.cpu_samples_all.saturating_add(counts.cpu_samples);
+            self.add_functions(t, &counts, cats);
         }
-        tally
+        self.add_waits(t, &counts);
     }
 
     /// The thread's samples into its process's row.
@@ -108,12 +108,12 @@ impl<'a> Tally<'a> {
 
     /// The thread's funcs' self and total samples into the functions across
     /// threads, by (name, library).
-    fn add_functions(&mut self, t: &'a Thread, counts: &StackCounts, cats: &Categories) {
+    fn add_functions(&mut self, t: &Thread, counts: &StackCounts, cats: &Categories) {
         let functions = &mut self.functions;
         let (self_by_func, total_by_func) = func_totals(t, &counts.cpu, cats.idle);
         for (f, (&own, &total)) in self_by_func.iter().zip(&total_by_func).enumerate() {
             if total > 0 {
-                let g = functions.id((t.func_name(f as u32), t.func_library(f as u32)));
+                let g = functions.id(t.func_name(f as u32), t.func_library(f as u32));
                 functions.self_samples[g] = functions.self_samples[g].saturating_add(own);
                 functions.total_samples[g] = functions.total_samples[g].saturating_add(total);
             }
@@ -122,7 +122,7 @@ impl<'a> Tally<'a> {
 
     /// The thread's off-CPU time by reason, its run-queue delays, its
     /// wakers and its block I/O.
-    fn add_waits(&mut self, t: &'a Thread, counts: &StackCounts) {
+    fn add_waits(&mut self, t: &Thread, counts: &StackCounts) {
         let mut by_reason: BTreeMap<String, f64> = BTreeMap::new();
         for (&stack, &ms) in &counts.off_cpu_ms {
             let leaf = t.frame_table.func[t.stack_table.frame[stack as usize] as usize];
@@ -142,11 +142,19 @@ impl<'a> Tally<'a> {
                     }
                     // The writer's dash: no wakeup (preempted), or one not seen.
                     let waker = if waker == "—" { "(none seen: preempted, or woken before the wait was traced)" } else { waker.as_str() };
-                    let w = self.wakers.entry(waker).or_default();
+                    if !self.wakers.contains_key(waker) {
+                        self.wakers.insert(waker.to_string(), (0, 0.0));
+                    }
+                    let w = self.wakers.get_mut(waker).expect("inserted");
                     w.0 += 1;
                     w.1 += span;
                 }
-                Some(MarkerData::Io { device, .. }) => self.io_by_device.entry(device.as_str()).or_default().add(span * 1e3),
+                Some(MarkerData::Io { device, .. }) => {
+                    if !self.io_by_device.contains_key(device.as_str()) {
+                        self.io_by_device.insert(device.clone(), Log2Histogram::default());
+                    }
+                    self.io_by_device.get_mut(device.as_str()).expect("inserted").add(span * 1e3);
+                }
                 _ => {}
             }
         }
@@ -157,30 +165,59 @@ impl<'a> Tally<'a> {
     }
 }
 
-/// The report of the threads `filter` admits, `top` rows a table.
-pub(super) fn report(profile: &Profile, filter: &Filter, top: usize, path: &Path) -> String {
-    let cats = Categories::of(&profile.meta);
-    let tally = Tally::of(profile, filter, &cats);
-    let mut out = String::new();
-    write_header(&mut out, profile, &tally, filter, path);
-    if tally.processes.is_empty() {
-        let _ = writeln!(&mut out, "# no thread matches the filter");
-        return out;
+/// The text report, built a thread at a time ([`TextReport::add`]) from
+/// threads read one by one, then written ([`TextReport::finish`]).
+pub(super) struct TextReport {
+    cats: Categories,
+    tally: Tally,
+}
+
+impl TextReport {
+    /// A report of a profile with this `meta` (its categories by name).
+    pub(super) fn new(meta: &Meta) -> TextReport {
+        TextReport { cats: Categories::of(meta), tally: Tally::default() }
     }
-    write_processes(&mut out, &tally.processes, top);
-    if tally.cpu_samples_all > 0 {
-        write_functions(&mut out, &tally.functions, tally.cpu_samples_all, top);
+
+    /// Count a thread the filter admits.
+    pub(super) fn add(&mut self, t: &Thread) {
+        self.tally.add(t, &self.cats);
     }
-    write_off_cpu(&mut out, &tally.threads, top);
-    write_wakers(&mut out, tally.wakers, tally.off_cpu_markers, top);
-    write_io(&mut out, &tally.io_by_device);
-    write_run_queue(&mut out, &tally.threads, top);
-    out
+
+    /// The report's text, `top` rows a table.
+    pub(super) fn finish(self, meta: &Meta, filter: &Filter, top: usize, path: &Path) -> String {
+        let tally = self.tally;
+        let mut out = String::new();
+        write_header(&mut out, meta, &tally, filter, path);
+        if tally.processes.is_empty() {
+            let _ = writeln!(&mut out, "# no thread matches the filter");
+            return out;
+        }
+        write_processes(&mut out, &tally.processes, top);
+        if tally.cpu_samples_all > 0 {
+            write_functions(&mut out, &tally.functions, tally.cpu_samples_all, top);
+        }
+        write_off_cpu(&mut out, &tally.threads, top);
+        write_wakers(&mut out, tally.wakers, tally.off_cpu_markers, top);
+        write_io(&mut out, &tally.io_by_device);
+        write_run_queue(&mut out, &tally.threads, top);
+        out
+    }
+}
+
+/// The report of the threads `filter` admits, `top` rows a table, from a
+/// profile held whole.
+#[cfg(test)]
+pub(super) fn report(profile: &crate::profile::schema::Profile, filter: &Filter, top: usize, path: &Path) -> String {
+    let mut r = TextReport::new(&profile.meta);
+    for t in profile.threads.iter().filter(|t| filter.admits(t)) {
+        r.add(t);
+    }
+    r.finish(&profile.meta, filter, top, path)
 }
 
 /// The first line: the file, its length, what it holds and the filter.
-fn write_header(out: &mut String, profile: &Profile, tally: &Tally, filter: &Filter, path: &Path) {
-    let duration_ms = match (profile.meta.profiling_start_time, profile.meta.profiling_end_time) {
+fn write_header(out: &mut String, meta: &Meta, tally: &Tally, filter: &Filter, path: &Path) {
+    let duration_ms = match (meta.profiling_start_time, meta.profiling_end_time) {
         (Some(s), Some(e)) if e > s => e - s,
         _ => 0.0,
     };
@@ -192,7 +229,7 @@ fn write_header(out: &mut String, profile: &Profile, tally: &Tally, filter: &Fil
         tally.processes.len(),
         tally.processes.values().map(|p| p.threads).sum::<usize>(),
         tally.cpu_samples_all,
-        profile.meta.interval,
+        meta.interval,
         match filter.describe() {
             d if d.is_empty() => String::new(),
             d => format!(" (only {d})"),
@@ -233,7 +270,7 @@ fn write_functions(out: &mut String, functions: &Functions, cpu_samples_all: u64
         let _ = writeln!(out, "\n## Top functions by {title} (of {cpu_samples_all} CPU samples, idle left out)");
         let _ = writeln!(out, "{:>7} {:>7} {:>9}  function [library]", if title == "self" { "self" } else { "total" }, if title == "self" { "total" } else { "self" }, "samples");
         for &i in order.iter().take(top) {
-            let (name, lib) = func_keys[i];
+            let (name, lib) = (func_keys[i].0.as_str(), func_keys[i].1.as_str());
             let lib = lib.rsplit('/').next().unwrap_or(lib);
             // `[kernel.kallsyms]`, `[vdso]` are bracketed already.
             let lib = if lib.starts_with('[') { lib.to_string() } else if lib.is_empty() { String::new() } else { format!("[{lib}]") };
@@ -269,10 +306,10 @@ fn write_off_cpu(out: &mut String, threads: &[ThreadRow], top: usize) {
 }
 
 /// The top wakers.
-fn write_wakers(out: &mut String, wakers: FxHashMap<&str, (u64, f64)>, off_cpu_markers: u64, top: usize) {
+fn write_wakers(out: &mut String, wakers: FxHashMap<String, (u64, f64)>, off_cpu_markers: u64, top: usize) {
     if !wakers.is_empty() {
-        let mut order: Vec<(&str, (u64, f64))> = wakers.into_iter().collect();
-        order.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+        let mut order: Vec<(String, (u64, f64))> = wakers.into_iter().collect();
+        order.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
         let _ = writeln!(out, "\n## Top wakers (of {off_cpu_markers} waits long enough for a marker)");
         let _ = writeln!(out, "{:>9} {:>12}  waker", "wakeups", "woken ms");
         for (waker, (n, ms)) in order.iter().take(top) {
@@ -282,7 +319,7 @@ fn write_wakers(out: &mut String, wakers: FxHashMap<&str, (u64, f64)>, off_cpu_m
 }
 
 /// Block I/O latency per device.
-fn write_io(out: &mut String, io_by_device: &BTreeMap<&str, Log2Histogram>) {
+fn write_io(out: &mut String, io_by_device: &BTreeMap<String, Log2Histogram>) {
     if !io_by_device.is_empty() {
         let _ = writeln!(out, "\n## Block I/O latency per device, from creation to completion (as biolatency -Q)");
         for (device, h) in io_by_device {
