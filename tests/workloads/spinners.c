@@ -1,10 +1,11 @@
 /*
  * spinners: argv[1] threads named "spinner" burn CPU for argv[2] seconds of
  * wall time, on a machine with fewer CPUs, so they preempt each other. Each
- * thread prints, just before it ends, "spinner=TID run_delay_ns=R cpu_ns=C
- * wall_minus_cpu_ns=W t0_ns=A t1_ns=B in_t0_ns=C in_t1_ns=D": from its own
- * schedstat, the time it spent runnable but waiting for a CPU and on one,
- * between two reads of it; A and B (CLOCK_MONOTONIC) are taken just outside
+ * thread prints, just before it ends, "spinner=TID run_delay_ns=R waits=N
+ * cpu_ns=C wall_minus_cpu_ns=W t0_ns=A t1_ns=B in_t0_ns=C in_t1_ns=D": from
+ * its own schedstat, between two reads of it, the time it spent runnable but
+ * waiting for a CPU, the times it was put on one (each the end of a wait: its
+ * pcount) and the time it ran on one; A and B (CLOCK_MONOTONIC) are taken just outside
  * those reads, C and D just inside them, so every wait R counts lies in
  * [A, B] and every wait in [C, D] is counted in R (the thread can be
  * preempted during a read: that wait is in one span and not the other).
@@ -32,12 +33,12 @@ static long long now(void)
 	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void schedstat(long tid, unsigned long long *cpu, unsigned long long *delay)
+static void schedstat(long tid, unsigned long long *cpu, unsigned long long *delay, unsigned long long *arrivals)
 {
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/self/task/%ld/schedstat", tid);
 	FILE *f = fopen(path, "r");
-	if (!f || fscanf(f, "%llu %llu", cpu, delay) != 2)
+	if (!f || fscanf(f, "%llu %llu %llu", cpu, delay, arrivals) != 3)
 		exit(1);
 	fclose(f);
 }
@@ -46,10 +47,10 @@ __attribute__((noinline)) void *spin(void *arg)
 {
 	(void)arg;
 	long tid = syscall(SYS_gettid);
-	unsigned long long cpu0, delay0, cpu, delay;
+	unsigned long long cpu0, delay0, arrivals0, cpu, delay, arrivals;
 	struct timespec c0, c1;
 	long long t0 = now();
-	schedstat(tid, &cpu0, &delay0);
+	schedstat(tid, &cpu0, &delay0, &arrivals0);
 	long long in_t0 = now();
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 	long long end = now() + (long long)(seconds * 1e9);
@@ -58,12 +59,12 @@ __attribute__((noinline)) void *spin(void *arg)
 			sink = sink * 6364136223846793005UL + i;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
 	long long in_t1 = now();
-	schedstat(tid, &cpu, &delay);
+	schedstat(tid, &cpu, &delay, &arrivals);
 	long long t1 = now();
 	long long thread_cpu = (c1.tv_sec - c0.tv_sec) * 1000000000LL + (c1.tv_nsec - c0.tv_nsec);
 	pthread_mutex_lock(&print_lock);
-	printf("spinner=%ld run_delay_ns=%llu cpu_ns=%llu wall_minus_cpu_ns=%lld t0_ns=%lld t1_ns=%lld in_t0_ns=%lld in_t1_ns=%lld\n", tid,
-	       delay - delay0, cpu, (in_t1 - in_t0) - thread_cpu, t0, t1, in_t0, in_t1);
+	printf("spinner=%ld run_delay_ns=%llu waits=%llu cpu_ns=%llu wall_minus_cpu_ns=%lld t0_ns=%lld t1_ns=%lld in_t0_ns=%lld in_t1_ns=%lld\n", tid,
+	       delay - delay0, arrivals - arrivals0, cpu, (in_t1 - in_t0) - thread_cpu, t0, t1, in_t0, in_t1);
 	pthread_mutex_unlock(&print_lock);
 	return NULL;
 }
