@@ -111,7 +111,7 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let marker_min_ns = sampling.off_cpu_threshold_ns();
     let mut collector = Collector::new(
         filter,
-        CollectorOptions { marker_min_ns, per_cpu: args.per_cpu, off_cpu: !args.no_off_cpu, debuginfod: args.debuginfod, dwarf: sampling.call_graph.dwarf(), keep_short_lived: false, elf_limits: Default::default(), jvm_attach: !args.no_jvm_attach },
+        CollectorOptions { marker_min_ns, per_cpu: args.per_cpu, off_cpu: !args.no_off_cpu, debuginfod: args.debuginfod, dwarf: sampling.call_graph.dwarf(), keep_short_lived: false, elf_limits: Default::default(), jvm_attach: !args.no_jvm_attach, table_workers: 2 },
     );
     let capture = CaptureOptions {
         frequency: args.frequency,

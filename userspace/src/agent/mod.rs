@@ -98,6 +98,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             keep_short_lived: true,
             elf_limits: ElfLimits { max_dwarf_total_bytes: AGENT_MAX_DWARF_BYTES, dwarf: cfg.dwarf_names, ..ElfLimits::default() },
             jvm_attach: cfg.jvm_attach,
+            table_workers: 1,
         },
     );
     let capture = CaptureOptions {

@@ -13,7 +13,7 @@ impl Collector {
     /// Load the in-kernel unwinder's tables from now on, for every process known.
     pub fn enable_kernel_unwinding(&mut self, maps: crate::unwind::kernel::KernelUnwindMaps) {
         if let Some(u) = self.unwinders.as_mut() {
-            u.enable_kernel(maps);
+            u.enable_kernel(maps, self.options.table_workers);
             // The running processes' tables before the first sample (libc's
             // and a hundred more take ~0.3 s on two threads): until then
             // their samples would each hand over a stack copy, a burst the

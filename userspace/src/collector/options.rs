@@ -33,6 +33,11 @@ pub struct CollectorOptions {
     pub elf_limits: crate::binaries::elf::ElfLimits,
     /// Ask the JVMs sampled for their perf maps.
     pub jvm_attach: bool,
+    /// Threads compiling the in-kernel unwinder's large tables: `record`
+    /// two, so rustc's driver and LLVM arrive side by side; the agent one,
+    /// so it holds one large table's making at a time (each is ~30 MB for
+    /// a moment: its CFI, its rows and their ranges).
+    pub table_workers: usize,
 }
 
 impl Default for CollectorOptions {
@@ -46,6 +51,7 @@ impl Default for CollectorOptions {
             keep_short_lived: false,
             elf_limits: Default::default(),
             jvm_attach: false,
+            table_workers: 2,
         }
     }
 }

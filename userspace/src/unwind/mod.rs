@@ -231,8 +231,9 @@ impl Unwinders {
     }
 
     /// Start feeding the in-kernel unwinder: every process known gets its entry.
-    pub fn enable_kernel(&mut self, maps: kernel::KernelUnwindMaps) {
-        let mut k = kernel::KernelTables::new(maps);
+    /// `workers` threads compile the large tables.
+    pub fn enable_kernel(&mut self, maps: kernel::KernelUnwindMaps, workers: usize) {
+        let mut k = kernel::KernelTables::new(maps, workers);
         k.dirty.extend(self.processes.iter().filter(|(_, p)| p.exited_ns.is_none()).map(|(&pid, _)| pid));
         self.kernel = Some(k);
     }

@@ -43,7 +43,11 @@ impl ElfReader<'_> {
         let is_eh_frame = name == ".eh_frame";
         // What can be read: the section up to the budget and the first hole.
         let readable = info.size.min(self.limits.max_cfi_bytes).min(self.hole_at(info.offset).saturating_sub(info.offset));
-        let mut bytes: Vec<u8> = Vec::new();
+        // Reserved at once, not grown by doubling (each step copied what was
+        // read and held both: 12 MB for librustc_driver's 6.3). A reservation
+        // this large is mapped, not touched, so a section that claims more
+        // than it holds costs only the pages read.
+        let mut bytes: Vec<u8> = Vec::with_capacity(readable as usize);
         let (mut at, mut fdes) = (0u64, 0usize);
         // Make bytes[..want] present (false: the section cannot give them).
         let fill = |bytes: &mut Vec<u8>, want: u64| -> Result<bool, ElfError> {

@@ -7,37 +7,107 @@
 //! symbols share one, and the PLT stubs' ranges with the function each
 //! jumps to (decoded as perf does, x86_64 only).
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
 use object::elf;
 use object::read::elf::{SectionHeader, Sym};
 use rustc_hash::FxHashMap;
 
 use super::{ElfReader, Headers};
 
-impl<'f> ElfReader<'f> {
-    /// Function symbols of one symbol table section (`.symtab` or
-    /// `.dynsym`): (address, name, rank); a damaged table gives none.
-    fn functions(&self, h: &Headers<'_, 'f>, sh_type: elf::SectionType) -> Vec<(u64, String, u8)> {
-        let mut out = Vec::new();
-        let Some((index, section)) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == sh_type) else { return out };
-        if self.check_range("symbol table", section.sh_offset(h.endian), section.sh_size(h.endian), self.limits.max_section_bytes).is_err() {
-            return out;
+/// One function symbol, without its name: where it is, where its name
+/// lies in its table's strings, which table (0 `.symtab`, 1 `.dynsym`)
+/// and how public it is ([`alias_rank`]).
+#[derive(Clone, Copy)]
+struct FunctionSym {
+    addr: u64,
+    name: u32,
+    table: u8,
+    rank: u8,
+}
+
+/// A symbol table's strings, read a name at a time with one `pread` into
+/// one buffer. Why not through the reader's cache: object's `ReadCache`
+/// keeps every string read through it (a box and a hash entry each) for
+/// the reader's life, and reading every name of librustc_driver's and
+/// libLLVM's symbol tables (165,000 and 258,000 functions) that way, to
+/// find the few that share an address, was most of the agent's 181-MB
+/// peak beside a `cargo build` (heaptrack).
+struct Names<'f> {
+    file: &'f File,
+    start: u64,
+    end: u64,
+    max_len: usize,
+    buf: Vec<u8>,
+}
+
+impl<'f> Names<'f> {
+    /// The strings section linked from symbol table `section`.
+    fn of(reader: &ElfReader<'f>, h: &Headers<'_, 'f>, section: &object::elf::SectionHeader64<object::Endianness>) -> Option<Names<'f>> {
+        let strings = h.sections.section(object::SectionIndex(section.sh_link(h.endian) as usize)).ok()?;
+        if strings.sh_type(h.endian) != elf::SHT_STRTAB {
+            return None;
         }
-        let Ok(table) = object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section) else { return out };
-        let strings = table.strings();
-        for sym in table.iter() {
+        let (start, size) = (strings.sh_offset(h.endian), strings.sh_size(h.endian));
+        let end = start.checked_add(size)?.min(reader.file_len);
+        Some(Names { file: reader.file, start, end, max_len: reader.limits.max_name_len, buf: Vec::new() })
+    }
+
+    /// The name at `offset`, cut at the name limit; none when it runs past
+    /// its section without a NUL or cannot be read.
+    fn name(&mut self, offset: u32) -> Option<&[u8]> {
+        let at = self.start.checked_add(u64::from(offset)).filter(|&at| at < self.end)?;
+        // A name is found within the limit or cut there: at most one byte
+        // more is read, however long the string claims to be.
+        let want = ((self.end - at) as usize).min(self.max_len + 1);
+        self.buf.resize(want, 0);
+        let mut got = 0;
+        // Most names are short: a first read of 256 bytes, the rest only
+        // when no NUL came.
+        while got < want {
+            let upto = if got == 0 { want.min(256) } else { want };
+            match self.file.read_at(&mut self.buf[got..upto], at + got as u64) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if self.buf[got..got + n].contains(&0) {
+                        got += n;
+                        break;
+                    }
+                    got += n;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        match self.buf[..got].iter().position(|&b| b == 0) {
+            Some(len) => Some(&self.buf[..len.min(self.max_len)]),
+            // Past the limit without its end: cut, as every name is.
+            None if got > self.max_len => Some(&self.buf[..self.max_len]),
+            None => None,
+        }
+    }
+}
+
+impl<'f> ElfReader<'f> {
+    /// Append the function symbols of one symbol table section (`.symtab`
+    /// or `.dynsym`, numbered `table`) to `out`, and return its names; a
+    /// damaged table gives none.
+    fn function_syms(&self, h: &Headers<'_, 'f>, sh_type: elf::SectionType, table: u8, out: &mut Vec<FunctionSym>) -> Option<Names<'f>> {
+        let (index, section) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == sh_type)?;
+        self.check_range("symbol table", section.sh_offset(h.endian), section.sh_size(h.endian), self.limits.max_section_bytes).ok()?;
+        let symbols = object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section).ok()?;
+        for sym in symbols.iter() {
             let kind = sym.st_type();
             if !(kind == elf::STT_FUNC || kind == elf::STT_GNU_IFUNC) || sym.st_shndx(h.endian) == elf::SHN_UNDEF {
                 continue;
             }
-            let addr = sym.st_value(h.endian);
-            let Ok(name) = sym.name(h.endian, strings) else { continue };
-            if addr == 0 || name.is_empty() {
-                continue;
+            let (addr, name) = (sym.st_value(h.endian), sym.st_name(h.endian));
+            if addr != 0 && name != 0 {
+                out.push(FunctionSym { addr, name, table, rank: alias_rank(sym.st_bind(), sym.st_visibility()) });
             }
-            let name = String::from_utf8_lossy(&name[..name.len().min(self.limits.max_name_len)]).into_owned();
-            out.push((addr, name, alias_rank(sym.st_bind(), sym.st_visibility())));
         }
-        out
+        Names::of(self, h, section)
     }
 
     /// Defined symbols of any type (functions, data, TLS) in `.symtab` and
@@ -53,12 +123,13 @@ impl<'f> ElfReader<'f> {
                 continue;
             }
             let Ok(table) = object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section) else { continue };
+            let Some(mut names) = Names::of(self, &h, section) else { continue };
             for sym in table.iter() {
-                if sym.st_shndx(h.endian) == elf::SHN_UNDEF {
+                if sym.st_shndx(h.endian) == elf::SHN_UNDEF || sym.st_name(h.endian) == 0 {
                     continue;
                 }
-                let Ok(name) = sym.name(h.endian, table.strings()) else { continue };
-                if name.len() <= self.limits.max_name_len && wanted(name) {
+                let Some(name) = names.name(sym.st_name(h.endian)) else { continue };
+                if wanted(name) {
                     out.push((String::from_utf8_lossy(name).into_owned(), sym.st_value(h.endian), sym.st_size(h.endian)));
                 }
             }
@@ -66,21 +137,32 @@ impl<'f> ElfReader<'f> {
         out
     }
 
-    /// Names the symbolizer does not give: see [`NameTables`].
+    /// Names the symbolizer does not give: see [`NameTables`]. Only the
+    /// names of functions that share an address are read.
     pub fn name_tables(&self) -> NameTables {
         let mut t = NameTables::default();
         let Ok(h) = self.headers() else { return t };
-        // Aliases: several function symbols at one address.
-        let mut by_addr: FxHashMap<u64, Vec<(String, u8)>> = FxHashMap::default();
-        for (addr, name, rank) in self.functions(&h, elf::SHT_SYMTAB).into_iter().chain(self.functions(&h, elf::SHT_DYNSYM)) {
-            by_addr.entry(addr).or_default().push((name, rank));
-        }
-        for (addr, mut names) in by_addr {
-            names.sort();
-            names.dedup();
-            if names.len() > 1 {
-                let best = names.into_iter().min_by(public_name_order).expect("non-empty");
-                t.aliases.insert(addr, demangle(&best.0).into_boxed_str());
+        let mut syms = Vec::new();
+        let mut names = [self.function_syms(&h, elf::SHT_SYMTAB, 0, &mut syms), self.function_syms(&h, elf::SHT_DYNSYM, 1, &mut syms)];
+        syms.sort_unstable_by_key(|s| s.addr);
+        // Aliases: several function symbols at one address (a function
+        // exported is in both tables, under one name: no alias).
+        let mut group: Vec<(String, u8)> = Vec::new();
+        for run in syms.chunk_by(|a, b| a.addr == b.addr) {
+            if run.len() < 2 {
+                continue;
+            }
+            group.clear();
+            for s in run {
+                if let Some(name) = names[usize::from(s.table)].as_mut().and_then(|n| n.name(s.name)).filter(|n| !n.is_empty()) {
+                    group.push((String::from_utf8_lossy(name).into_owned(), s.rank));
+                }
+            }
+            group.sort();
+            group.dedup();
+            if group.len() > 1 {
+                let best = group.drain(..).min_by(public_name_order).expect("non-empty");
+                t.aliases.insert(run[0].addr, demangle(&best.0).into_boxed_str());
             }
         }
         t.plt = self.plt_entries(&h);
@@ -94,21 +176,12 @@ impl<'f> ElfReader<'f> {
         if h.header.e_machine.get(h.endian) != elf::EM_X86_64 {
             return Vec::new();
         }
-        // GOT slot address -> symbol name, from .rela.plt and .rela.dyn.
-        let dynsym: Vec<String> = {
-            let Some((index, section)) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == elf::SHT_DYNSYM) else { return Vec::new() };
-            match object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section) {
-                Ok(table) => table
-                    .iter()
-                    .map(|s| {
-                        s.name(h.endian, table.strings())
-                            .map(|n| String::from_utf8_lossy(&n[..n.len().min(self.limits.max_name_len)]).into_owned())
-                            .unwrap_or_default()
-                    })
-                    .collect(),
-                Err(_) => return Vec::new(),
-            }
-        };
+        // GOT slot address -> symbol, from .rela.plt and .rela.dyn; the
+        // names of the symbols a stub jumps through are read, no others.
+        let Some((index, section)) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == elf::SHT_DYNSYM) else { return Vec::new() };
+        let Ok(dynsym) = object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section) else { return Vec::new() };
+        let Some(mut names) = Names::of(self, h, section) else { return Vec::new() };
+        let dynsym = dynsym.symbols();
         let mut slots: FxHashMap<u64, usize> = FxHashMap::default();
         for rela in [".rela.plt", ".rela.dyn"] {
             let Ok(Some((_, bytes))) = self.section_data(rela) else { continue };
@@ -127,10 +200,9 @@ impl<'f> ElfReader<'f> {
             for (i, stub) in code.chunks(16).enumerate() {
                 let at = info.addr + i as u64 * 16;
                 let Some(slot) = stub_slot(stub, at) else { continue };
-                if let Some(&sym) = slots.get(&slot) {
-                    if !dynsym[sym].is_empty() {
-                        out.push((at, at + 16, format!("{}@plt", dynsym[sym]).into_boxed_str()));
-                    }
+                let Some(&sym) = slots.get(&slot) else { continue };
+                if let Some(name) = names.name(dynsym[sym].st_name(h.endian)).filter(|n| !n.is_empty()) {
+                    out.push((at, at + 16, format!("{}@plt", String::from_utf8_lossy(name)).into_boxed_str()));
                 }
             }
         }
@@ -241,6 +313,43 @@ mod tests {
         assert_eq!(pick(&[("__GI___libc_malloc", local), ("__libc_malloc", global), ("malloc", global)]), "malloc");
         assert_eq!(pick(&[("___pthread_mutex_lock", local), ("pthread_mutex_lock", global)]), "pthread_mutex_lock");
         assert_eq!(pick(&[("internal_hot", hidden), ("hot", local), ("hot_public", global)]), "hot_public");
+    }
+
+    /// Check that names are read one at a time as the tables say: cut at
+    /// the limit without reading on, none when the strings end without a
+    /// NUL or the offset is past them.
+    #[test]
+    fn names_are_read_within_their_section_and_the_limit() {
+        let dir = std::env::temp_dir().join(format!("sysprof-names-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("strings");
+        let mut bytes = b"\0short\0".to_vec();
+        bytes.extend(std::iter::repeat_n(b'x', 5000));
+        bytes.extend(b"\0unterminated");
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        let mut names = Names { file: &file, start: 0, end: bytes.len() as u64, max_len: 1024, buf: Vec::new() };
+        assert_eq!(names.name(1), Some(&b"short"[..]));
+        assert_eq!(names.name(0), Some(&b""[..]));
+        assert_eq!(names.name(7).map(<[u8]>::len), Some(1024), "a long name is cut at the limit");
+        assert_eq!(names.name(3), Some(&b"ort"[..]), "a name may start inside another (string tables share tails)");
+        assert_eq!(names.name(5008), None, "no NUL before the section's end");
+        assert_eq!(names.name(bytes.len() as u32), None, "past the section");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Check libc's tables as perf names them: `malloc` is the public name
+    /// of its aliases, and its PLT stubs are named after their targets.
+    #[test]
+    fn libc_aliases_and_plt_stubs_are_named() {
+        let Ok(file) = File::open("/usr/lib/x86_64-linux-gnu/libc.so.6") else {
+            eprintln!("SKIPPED libc_aliases_and_plt_stubs_are_named: no /usr/lib/x86_64-linux-gnu/libc.so.6");
+            return;
+        };
+        let t = ElfReader::new(&file, super::super::ElfLimits::default()).name_tables();
+        assert!(t.aliases.values().any(|n| &**n == "malloc"), "malloc among {} aliases", t.aliases.len());
+        assert!(!t.aliases.values().any(|n| n.starts_with("__GI_")), "internal names lose to public ones");
+        assert!(!t.plt.is_empty() && t.plt.iter().all(|p| p.2.ends_with("@plt") && p.1 == p.0 + 16), "{:?}", &t.plt[..t.plt.len().min(5)]);
     }
 
     /// Check that an alias is named as the symbolizer names functions.

@@ -200,12 +200,9 @@ pub fn table_owner(bin: &Binary) -> u32 {
     }
 }
 
-/// Threads compiling large tables.
-const TABLE_WORKERS: usize = 2;
-
 impl KernelTables {
-    /// Take over the maps; start the compiling worker.
-    pub fn new(maps: KernelUnwindMaps) -> KernelTables {
+    /// Take over the maps; start `workers` compiling threads (at least one).
+    pub fn new(maps: KernelUnwindMaps, workers: usize) -> KernelTables {
         let capacity = maps.rows.capacity() as u32;
         let (to_worker, requests) = std::sync::mpsc::channel::<TableRequest>();
         let (results, from_worker) = std::sync::mpsc::channel();
@@ -213,11 +210,11 @@ impl KernelTables {
         // millions of rows (any user can write one) cannot crowd out the rest,
         // nor make the compiler hold more than a few tens of MB.
         let max_rows = table_max_rows(capacity as usize);
-        // Two workers: a program's large libraries (rustc's driver and
-        // LLVM, ~90 ms each) arrive together and are compiled side by side.
+        // With two, a program's large libraries (rustc's driver and LLVM,
+        // ~0.4 s each) arrive together and are compiled side by side.
         let requests = Arc::new(std::sync::Mutex::new(requests));
         let mut spawned = Err(std::io::Error::other("no worker"));
-        for i in 0..TABLE_WORKERS {
+        for i in 0..workers.max(1) {
             let (requests, results) = (requests.clone(), results.clone());
             let worker = std::thread::Builder::new().name(format!("sysprof-tables{i}")).spawn(move || loop {
                 let next = requests.lock().map_err(|_| ()).and_then(|r| r.recv().map_err(|_| ()));
