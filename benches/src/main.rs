@@ -203,6 +203,32 @@ fn main() -> Result<()> {
         "compiler loop",
         ["gcc", "-O2", "-pthread", "-c"].into_iter().map(String::from).chain([s(root.join("tests/workloads/waitchain.c")), "-o".into(), s(work.join("cc.o"))]).collect(),
     ));
+    // And a `cargo build` from clean, again and again: rustc's driver and
+    // LLVM (350 MB of binaries) to name and unwind, build scripts and proc
+    // macros coming and going. A small crate of dependencies sysprof's own
+    // build left in cargo's cache (its lock file pins them), built offline.
+    let crate_dir = work.join("cargo-build");
+    std::fs::create_dir_all(crate_dir.join("src"))?;
+    std::fs::write(
+        crate_dir.join("Cargo.toml"),
+        "[package]\nname = \"bench-build\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\nserde_json = \"1\"\nclap = { version = \"4\", features = [\"derive\"] }\n\n[workspace]\n",
+    )?;
+    std::fs::write(crate_dir.join("src/main.rs"), "fn main() { println!(\"{}\", serde_json::json!({\"ok\": true})); }\n")?;
+    std::fs::copy(root.join("Cargo.lock"), crate_dir.join("Cargo.lock"))?;
+    let target = crate_dir.join("target");
+    agent_bins.push((
+        "cargo build",
+        vec![
+            "sh".into(),
+            "-c".into(),
+            format!(
+                "rm -rf '{}' && cargo build --release --offline -q --manifest-path '{}' --target-dir '{}'",
+                target.display(),
+                crate_dir.join("Cargo.toml").display(),
+                target.display()
+            ),
+        ],
+    ));
     // And a JVM, run again and again: its interpreted and compiled frames
     // named (the agent reads its methods, asks it for its perf map, and
     // writes its compiled methods' frame sizes into the kernel's tables).
