@@ -50,7 +50,7 @@ struct Args {
     #[arg(long)]
     agent: bool,
     /// Only these workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "java", "long", "agent", "depth", "length"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "java", "compiler", "build", "long", "agent", "depth", "length"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
@@ -184,6 +184,43 @@ fn main() -> Result<()> {
         _ => eprintln!("bench: javac failed or is missing: the java workload is skipped; install it with `apt-get install default-jdk-headless`"),
     }
 
+    // A `cargo build` from clean: rustc's driver and LLVM (350 MB of
+    // binaries) to name and unwind, build scripts and proc macros coming and
+    // going. A small crate of dependencies sysprof's own build left in
+    // cargo's cache (its lock file pins them), built offline (17 s here).
+    let crate_dir = work.join("cargo-build");
+    std::fs::create_dir_all(crate_dir.join("src"))?;
+    std::fs::write(
+        crate_dir.join("Cargo.toml"),
+        "[package]\nname = \"bench-build\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\nserde_json = \"1\"\nclap = { version = \"4\", features = [\"derive\"] }\n\n[workspace]\n",
+    )?;
+    std::fs::write(crate_dir.join("src/main.rs"), "fn main() { println!(\"{}\", serde_json::json!({\"ok\": true})); }\n")?;
+    std::fs::copy(root.join("Cargo.lock"), crate_dir.join("Cargo.lock"))?;
+    let target = crate_dir.join("target");
+    let cargo_build: Vec<String> = vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "rm -rf '{}' && cargo build --release --offline -q --manifest-path '{}' --target-dir '{}'",
+            target.display(),
+            crate_dir.join("Cargo.toml").display(),
+            target.display()
+        ),
+    ];
+    let compile_once: Vec<String> =
+        ["gcc", "-O2", "-pthread", "-c"].into_iter().map(String::from).chain([s(root.join("tests/workloads/waitchain.c")), "-o".into(), s(work.join("cc.o"))]).collect();
+    // What a build machine runs, for `record` as for the agent: a compiler
+    // loop (a new cc1 each ~0.12 s, fixed work) and a cargo build.
+    workloads.push(Workload {
+        name: "compiler",
+        argv: vec![
+            "sh".into(),
+            "-c".into(),
+            format!("i=0; while [ $i -lt {} ]; do {} || exit 1; i=$((i+1)); done", if quick { 15 } else { 40 }, compile_once.join(" ")),
+        ],
+    });
+    workloads.push(Workload { name: "build", argv: cargo_build.clone() });
+
     // Built beside this program (`cargo xtask bench` builds both), in
     // whatever target directory cargo was given.
     let sysprof = std::env::current_exe()?.with_file_name("sysprof");
@@ -199,36 +236,9 @@ fn main() -> Result<()> {
     // And a compiler loop, what a build machine runs: a new cc1 every
     // ~0.12 s, each a new process with large binaries to name and unwind.
     let mut agent_bins = agent_bins;
-    agent_bins.push((
-        "compiler loop",
-        ["gcc", "-O2", "-pthread", "-c"].into_iter().map(String::from).chain([s(root.join("tests/workloads/waitchain.c")), "-o".into(), s(work.join("cc.o"))]).collect(),
-    ));
-    // And a `cargo build` from clean, again and again: rustc's driver and
-    // LLVM (350 MB of binaries) to name and unwind, build scripts and proc
-    // macros coming and going. A small crate of dependencies sysprof's own
-    // build left in cargo's cache (its lock file pins them), built offline.
-    let crate_dir = work.join("cargo-build");
-    std::fs::create_dir_all(crate_dir.join("src"))?;
-    std::fs::write(
-        crate_dir.join("Cargo.toml"),
-        "[package]\nname = \"bench-build\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\nserde_json = \"1\"\nclap = { version = \"4\", features = [\"derive\"] }\n\n[workspace]\n",
-    )?;
-    std::fs::write(crate_dir.join("src/main.rs"), "fn main() { println!(\"{}\", serde_json::json!({\"ok\": true})); }\n")?;
-    std::fs::copy(root.join("Cargo.lock"), crate_dir.join("Cargo.lock"))?;
-    let target = crate_dir.join("target");
-    agent_bins.push((
-        "cargo build",
-        vec![
-            "sh".into(),
-            "-c".into(),
-            format!(
-                "rm -rf '{}' && cargo build --release --offline -q --manifest-path '{}' --target-dir '{}'",
-                target.display(),
-                crate_dir.join("Cargo.toml").display(),
-                target.display()
-            ),
-        ],
-    ));
+    agent_bins.push(("compiler loop", compile_once.clone()));
+    // And a `cargo build` from clean, again and again.
+    agent_bins.push(("cargo build", cargo_build.clone()));
     // And a JVM, run again and again: its interpreted and compiled frames
     // named (the agent reads its methods, asks it for its perf map, and
     // writes its compiled methods' frame sizes into the kernel's tables).
