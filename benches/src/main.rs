@@ -211,15 +211,15 @@ fn main() -> Result<()> {
         ["gcc", "-O2", "-pthread", "-c"].into_iter().map(String::from).chain([s(root.join("tests/workloads/waitchain.c")), "-o".into(), s(work.join("cc.o"))]).collect();
     // What a build machine runs, for `record` as for the agent: a compiler
     // loop (a new cc1 each ~0.12 s, fixed work) and a cargo build.
+    // Both print "elapsed_ms=" as the bench's own workloads do.
+    let timed = |script: String| -> Vec<String> {
+        vec!["sh".into(), "-c".into(), format!("s=$(date +%s%N); {script} || exit 1; e=$(date +%s%N); echo elapsed_ms=$(( (e - s) / 1000000 ))")]
+    };
     workloads.push(Workload {
         name: "compiler",
-        argv: vec![
-            "sh".into(),
-            "-c".into(),
-            format!("i=0; while [ $i -lt {} ]; do {} || exit 1; i=$((i+1)); done", if quick { 15 } else { 40 }, compile_once.join(" ")),
-        ],
+        argv: timed(format!("i=0; while [ $i -lt {} ]; do {} || exit 1; i=$((i+1)); done", if quick { 15 } else { 40 }, compile_once.join(" "))),
     });
-    workloads.push(Workload { name: "build", argv: cargo_build.clone() });
+    workloads.push(Workload { name: "build", argv: timed(cargo_build[2].clone()) });
 
     // Built beside this program (`cargo xtask bench` builds both), in
     // whatever target directory cargo was given.
