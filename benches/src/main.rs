@@ -197,16 +197,13 @@ fn main() -> Result<()> {
     std::fs::write(crate_dir.join("src/main.rs"), "fn main() { println!(\"{}\", serde_json::json!({\"ok\": true})); }\n")?;
     std::fs::copy(root.join("Cargo.lock"), crate_dir.join("Cargo.lock"))?;
     let target = crate_dir.join("target");
-    let cargo_build: Vec<String> = vec![
-        "sh".into(),
-        "-c".into(),
-        format!(
-            "rm -rf '{}' && cargo build --release --offline -q --manifest-path '{}' --target-dir '{}'",
-            target.display(),
-            crate_dir.join("Cargo.toml").display(),
-            target.display()
-        ),
-    ];
+    let cargo_build_script = format!(
+        "rm -rf '{}' && cargo build --release --offline -q --manifest-path '{}' --target-dir '{}'",
+        target.display(),
+        crate_dir.join("Cargo.toml").display(),
+        target.display()
+    );
+    let cargo_build: Vec<String> = vec!["sh".into(), "-c".into(), cargo_build_script.clone()];
     let compile_once: Vec<String> =
         ["gcc", "-O2", "-pthread", "-c"].into_iter().map(String::from).chain([s(root.join("tests/workloads/waitchain.c")), "-o".into(), s(work.join("cc.o"))]).collect();
     // What a build machine runs, for `record` as for the agent: a compiler
@@ -219,7 +216,7 @@ fn main() -> Result<()> {
         name: "compiler",
         argv: timed(format!("i=0; while [ $i -lt {} ]; do {} || exit 1; i=$((i+1)); done", if quick { 15 } else { 40 }, compile_once.join(" "))),
     });
-    workloads.push(Workload { name: "build", argv: timed(cargo_build[2].clone()) });
+    workloads.push(Workload { name: "build", argv: timed(cargo_build_script) });
 
     // Built beside this program (`cargo xtask bench` builds both), in
     // whatever target directory cargo was given.
