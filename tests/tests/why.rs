@@ -218,7 +218,13 @@ fn preempted_spinners_are_charged_to_the_run_queue() {
 /// - account for the client's off-CPU time by its own clocks (wall less
 ///   CPU time, within 5 %: a run's share of a range is estimated), less at
 ///   most the machine's steal time (which its CPU clock leaves out while it
-///   ran), every ms once;
+///   ran), every ms once. Above it, 4 µs a wait more: when a wakeup
+///   preempts (here mostly the idle task) the kernel skips the rq clock's
+///   update in the `__schedule` that follows (`wakeup_preempt` ->
+///   `rq_clock_skip_update`), so the client's CPU clock starts at its
+///   enqueue, not at the switch the profile times; measured 2-3 µs a wait
+///   in p1 and up to 6 in p2 here, 3.3 in CI's p1 (1335.3 ms against
+///   1270.1, 5.1 %);
 /// - charge the server's running with at least 90 % of the compute the
 ///   server did while the client waited for it (its requests times their
 ///   CPU time: by construction inside the client's waits), and no more
@@ -272,9 +278,11 @@ fn short_round_trips_are_charged_to_the_server() {
             r["blame"]
         );
         assert!((total - off_cpu).abs() < 1e-6 * off_cpu.max(1.0), "{phase}: every ms charged once: {total} of {off_cpu}");
+        let waits = r["waits"].as_f64().unwrap();
+        let skipped_clock_ms = waits * 0.004;
         assert!(
-            off_cpu <= client_wait_ms * 1.05 + 1.0 && off_cpu >= (client_wait_ms - steal_ms) * 0.95 - 1.0,
-            "{phase}: the client's off-CPU time {off_cpu:.1} ms vs its own clocks {client_wait_ms:.1} ms (steal {steal_ms:.0} ms)"
+            off_cpu <= client_wait_ms * 1.05 + skipped_clock_ms + 1.0 && off_cpu >= (client_wait_ms - steal_ms) * 0.95 - 1.0,
+            "{phase}: the client's off-CPU time {off_cpu:.1} ms vs its own clocks {client_wait_ms:.1} ms (steal {steal_ms:.0} ms, {waits} waits)"
         );
         assert!(
             running >= computed_ms * 0.9 && running <= (server_cpu_ms + steal_ms) * 1.02 + 1.0,
