@@ -10,6 +10,8 @@
 //! thousand times) is refused after at most that many bytes. The JSON text
 //! is never held whole (a 100-MiB profile is a gigabyte of it): whoever
 //! parses it keeps what it needs. Errors are [`ReadError`], each one line.
+//! [`read_threads`] parses the top-level object for both readers, handing
+//! each thread to a [`ThreadSink`] as it is parsed.
 
 use std::path::Path;
 
@@ -149,6 +151,131 @@ pub fn inflated_limit(compressed: u64) -> u64 {
     MIN_INFLATED.max(compressed.saturating_mul(MAX_RATIO))
 }
 
+/// Who is handed a profile's threads as they are parsed ([`read_threads`]):
+/// `validate` checks any shape (a [`serde_json::Value`] each), `report`
+/// reads the writer's own types. One thread is held at a time.
+pub trait ThreadSink {
+    /// A thread as this reader parses it.
+    type Thread: serde::de::DeserializeOwned;
+    /// One thread, parsed; false stops the parse with an error.
+    fn thread(&mut self, thread: Self::Thread) -> bool;
+    /// Whether the top-level `key` is wanted whole (then handed to
+    /// [`ThreadSink::kept`] where it is met); the rest are skipped unbuilt.
+    fn keeps(&self, _key: &str) -> bool {
+        false
+    }
+    /// A top-level value [`ThreadSink::keeps`] asked for.
+    fn kept(&mut self, _key: &str, _value: serde_json::Value) {}
+}
+
+/// What [`read_threads`] found of `threads` itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ThreadsShape {
+    /// No `threads` key.
+    #[default]
+    Missing,
+    /// An array, each element handed over.
+    Array,
+    /// Something else (skipped).
+    NotArray,
+}
+
+/// Parse a processed profile's top-level object from `deserializer`,
+/// handing each element of `threads` to `sink` as it is parsed and the
+/// values it keeps where they are met (sysprof writes `meta` and `libs`
+/// after the threads; other writers may not).
+pub fn read_threads<'de, D: serde::Deserializer<'de>, S: ThreadSink>(deserializer: D, sink: &mut S) -> Result<ThreadsShape, D::Error> {
+    serde::de::DeserializeSeed::deserialize(TopLevel(sink), deserializer)
+}
+
+/// The top-level object: `threads` streamed, kept keys built, the rest skipped.
+struct TopLevel<'a, S>(&'a mut S);
+
+impl<'de, S: ThreadSink> serde::de::DeserializeSeed<'de> for TopLevel<'_, S> {
+    type Value = ThreadsShape;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<ThreadsShape, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, S: ThreadSink> serde::de::Visitor<'de> for TopLevel<'_, S> {
+    type Value = ThreadsShape;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a processed profile (an object)")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ThreadsShape, A::Error> {
+        let mut shape = ThreadsShape::Missing;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key == "threads" {
+                shape = map.next_value_seed(EachThread(&mut *self.0))?;
+            } else if self.0.keeps(&key) {
+                let value = map.next_value()?;
+                self.0.kept(&key, value);
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(shape)
+    }
+}
+
+/// `threads`: each element parsed, handed over and dropped before the next;
+/// anything but an array skipped and said.
+struct EachThread<'a, S>(&'a mut S);
+
+impl<'de, S: ThreadSink> serde::de::DeserializeSeed<'de> for EachThread<'_, S> {
+    type Value = ThreadsShape;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<ThreadsShape, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, S: ThreadSink> serde::de::Visitor<'de> for EachThread<'_, S> {
+    type Value = ThreadsShape;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("the threads array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ThreadsShape, A::Error> {
+        while let Some(t) = seq.next_element::<S::Thread>()? {
+            if !self.0.thread(t) {
+                return Err(serde::de::Error::custom("a thread its reader refused"));
+            }
+        }
+        Ok(ThreadsShape::Array)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ThreadsShape, A::Error> {
+        while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+        Ok(ThreadsShape::NotArray)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<ThreadsShape, E> {
+        Ok(ThreadsShape::NotArray)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<ThreadsShape, E> {
+        self.visit_unit()
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<ThreadsShape, E> {
+        self.visit_unit()
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<ThreadsShape, E> {
+        self.visit_unit()
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<ThreadsShape, E> {
+        self.visit_unit()
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<ThreadsShape, E> {
+        self.visit_unit()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +286,42 @@ mod tests {
         let watch = reader.watch();
         let parsed = serde_json::from_reader(std::io::BufReader::new(reader));
         parsed.map_err(|e| watch.error(&e).expect("the file's error, not the JSON's"))
+    }
+
+    /// Check that threads are handed over one by one in order, kept keys
+    /// arrive whole wherever they stand, others are skipped, and a
+    /// `threads` that is no array is said, not an error.
+    #[test]
+    fn threads_stream_to_the_sink_and_kept_keys_are_built() {
+        #[derive(Default)]
+        struct Names(Vec<String>, Vec<(String, serde_json::Value)>);
+        impl ThreadSink for Names {
+            type Thread = serde_json::Value;
+            fn thread(&mut self, t: serde_json::Value) -> bool {
+                self.0.push(t["name"].as_str().unwrap_or("?").to_string());
+                t["name"] != "stop"
+            }
+            fn keeps(&self, key: &str) -> bool {
+                key == "meta"
+            }
+            fn kept(&mut self, key: &str, value: serde_json::Value) {
+                self.1.push((key.to_string(), value));
+            }
+        }
+        let read = |text: &str| {
+            let mut names = Names::default();
+            let shape = read_threads(&mut serde_json::Deserializer::from_str(text), &mut names).map_err(|e| e.to_string());
+            (shape, names.0, names.1)
+        };
+        let (shape, threads, kept) = read(r#"{"libs":[1],"threads":[{"name":"a"},{"name":"b"}],"meta":{"v":1}}"#);
+        assert_eq!(shape, Ok(ThreadsShape::Array));
+        assert_eq!(threads, ["a", "b"]);
+        assert_eq!(kept, [("meta".to_string(), serde_json::json!({"v": 1}))]);
+        assert_eq!(read(r#"{"threads":{"name":"a"}}"#).0, Ok(ThreadsShape::NotArray));
+        assert_eq!(read(r#"{"threads":7}"#).0, Ok(ThreadsShape::NotArray));
+        assert_eq!(read(r#"{"meta":{}}"#).0, Ok(ThreadsShape::Missing));
+        let (stopped, threads, _) = read(r#"{"threads":[{"name":"stop"},{"name":"never"}]}"#);
+        assert!(stopped.is_err() && threads == ["stop"], "{stopped:?} {threads:?}");
     }
 
     /// Check that a gzip bomb (100 MiB of spaces in 100 KiB: a 1 MiB gzip

@@ -61,8 +61,7 @@ struct Deferred {
 pub struct Validator {
     problems: Vec<String>,
     threads: usize,
-    saw_threads: bool,
-    threads_not_array: bool,
+    shape: crate::profile::input::ThreadsShape,
     version: bool,
     libs: Option<usize>,
     categories: Option<usize>,
@@ -77,7 +76,8 @@ const MAX_PROBLEMS: usize = 100;
 impl Validator {
     /// Parse and check a profile from `deserializer` (a reader's or a value's).
     pub fn read<'de, D: serde::Deserializer<'de>>(&mut self, deserializer: D) -> Result<(), D::Error> {
-        serde::de::DeserializeSeed::deserialize(ProfileSeed(self), deserializer)
+        self.shape = crate::profile::input::read_threads(deserializer, self)?;
+        Ok(())
     }
 
     /// The threads read, and every problem found (none: it is well formed).
@@ -86,7 +86,7 @@ impl Validator {
         if !self.version {
             head.push("meta.preprocessedProfileVersion is missing".to_string());
         }
-        if !self.saw_threads || self.threads_not_array {
+        if self.shape != crate::profile::input::ThreadsShape::Array {
             head.push("threads is not an array".into());
         }
         let (libs, categories) = (self.libs.unwrap_or(0), self.categories.unwrap_or(0));
@@ -110,7 +110,7 @@ impl Validator {
     }
 
     /// Check one thread.
-    fn thread(&mut self, t: &Value) {
+    fn check_thread(&mut self, t: &Value) {
         let ti = self.threads;
         self.threads += 1;
         if !t.is_object() {
@@ -228,100 +228,27 @@ impl Validator {
     }
 }
 
-/// The profile's top-level object: `threads` checked one by one, `meta`
-/// and `libs` counted, the rest skipped.
-struct ProfileSeed<'a>(&'a mut Validator);
+/// The validator reads threads as values (any shape is checked, none
+/// refused by a type) and keeps `meta` and `libs` for their counts.
+impl crate::profile::input::ThreadSink for Validator {
+    type Thread = Value;
 
-impl<'de> serde::de::DeserializeSeed<'de> for ProfileSeed<'_> {
-    type Value = ();
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for ProfileSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a processed profile (an object)")
+    fn thread(&mut self, t: Value) -> bool {
+        self.check_thread(&t);
+        true
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            match &*key {
-                "threads" => {
-                    self.0.saw_threads = true;
-                    map.next_value_seed(ThreadsSeed(self.0))?;
-                }
-                "meta" => {
-                    let meta: Value = map.next_value()?;
-                    self.0.version = meta["preprocessedProfileVersion"].as_u64().is_some();
-                    self.0.categories = Some(meta["categories"].as_array().map(|a| a.len()).unwrap_or(0));
-                }
-                "libs" => {
-                    let libs: Value = map.next_value()?;
-                    self.0.libs = Some(libs.as_array().map(|a| a.len()).unwrap_or(0));
-                }
-                _ => {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                }
-            }
+    fn keeps(&self, key: &str) -> bool {
+        matches!(key, "meta" | "libs")
+    }
+
+    fn kept(&mut self, key: &str, value: Value) {
+        if key == "meta" {
+            self.version = value["preprocessedProfileVersion"].as_u64().is_some();
+            self.categories = Some(value["categories"].as_array().map(|a| a.len()).unwrap_or(0));
+        } else {
+            self.libs = Some(value.as_array().map(|a| a.len()).unwrap_or(0));
         }
-        Ok(())
-    }
-}
-
-/// `threads`: each element parsed, checked and dropped before the next.
-struct ThreadsSeed<'a>(&'a mut Validator);
-
-impl<'de> serde::de::DeserializeSeed<'de> for ThreadsSeed<'_> {
-    type Value = ();
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for ThreadsSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("the threads array")
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(t) = seq.next_element::<Value>()? {
-            self.0.thread(&t);
-        }
-        Ok(())
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
-        self.0.threads_not_array = true;
-        Ok(())
-    }
-
-    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
-        self.0.threads_not_array = true;
-        Ok(())
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
-        self.visit_unit()
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
-        self.visit_unit()
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
-        self.visit_unit()
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
-        self.visit_unit()
-    }
-
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
-        self.visit_unit()
     }
 }
 

@@ -11,6 +11,7 @@ use crate::profile::schema::{Meta, Thread};
 use super::read::ThreadRead;
 
 /// The categories the report tells apart, by their names in `meta`.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Categories {
     pub(super) off_cpu: Option<u32>,
     pub(super) idle: Option<u32>,
@@ -21,6 +22,13 @@ impl Categories {
     pub(super) fn of(meta: &Meta) -> Categories {
         let find = |name: &str| meta.categories.iter().position(|c| c.name == name).map(|i| i as u32);
         Categories { off_cpu: find("Off-CPU"), idle: find("Idle"), kernel: find("Kernel") }
+    }
+
+    /// Where sysprof's writer puts them: what a profile is read with
+    /// before its `meta` (written after the threads) is met.
+    pub(super) fn written() -> Categories {
+        use crate::profile::category;
+        Categories { off_cpu: Some(category::OFF_CPU), idle: Some(category::IDLE), kernel: Some(category::KERNEL) }
     }
 }
 

@@ -7,7 +7,7 @@
 //! sorted), here from the profile's tables.
 
 use crate::profile::folded::{frame_name, FoldedLines};
-use crate::profile::schema::{Meta, Thread};
+use crate::profile::schema::Thread;
 
 use super::counts::{count_stacks, Categories};
 use super::read::ThreadRead;
@@ -22,9 +22,9 @@ pub(super) struct Folded {
 }
 
 impl Folded {
-    /// Collapsed stacks of a profile with this `meta` (its categories by name).
-    pub(super) fn new(meta: &Meta) -> Folded {
-        Folded { cats: Categories::of(meta), lines: FoldedLines::default() }
+    /// Collapsed stacks of a profile whose categories are `cats`.
+    pub(super) fn new(cats: Categories) -> Folded {
+        Folded { cats, lines: FoldedLines::default() }
     }
 
     /// Add the CPU samples (idle included, as perf's collapse does) of a
@@ -58,7 +58,7 @@ impl Folded {
 /// The collapsed stacks of the threads `filter` admits, from a profile held whole.
 #[cfg(test)]
 pub(super) fn folded(profile: &crate::profile::schema::Profile, filter: &Filter) -> String {
-    let mut f = Folded::new(&profile.meta);
+    let mut f = Folded::new(Categories::of(&profile.meta));
     for t in profile.threads.iter().filter(|t| filter.admits(t)) {
         f.add(t);
     }

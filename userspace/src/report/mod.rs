@@ -17,11 +17,12 @@
 //! resource tables, samples, markers and strings); the categories are looked
 //! up by name, so a profile whose category order differs still reads right.
 //!
-//! The file is read twice as it is inflated, never held: a first pass keeps
-//! `meta` (sysprof writes it after the threads), the second hands each
-//! thread to the counts as it is parsed and drops it, so memory is one
+//! The file is read once as it is inflated, never held: each thread is
+//! handed to the counts as it is parsed and dropped, so memory is one
 //! thread and the tallies, whatever the profile's length (`--why` still
-//! holds the whole profile).
+//! holds the whole profile). The threads come before `meta` in sysprof's
+//! files, so they are counted with the categories where sysprof's writer
+//! puts them; a profile whose `meta` says otherwise is read a second time.
 //!
 //! The profile is read through the writer's own types
 //! (`crate::profile::schema`); `read` checks its indexes and reads its
@@ -47,6 +48,7 @@ use crate::profile::schema::{process_display_name, MarkerData, Meta, Thread};
 #[cfg(test)]
 use crate::profile::schema::Profile;
 
+use counts::Categories;
 use read::ThreadRead;
 
 /// Print the report `args` asks for; returns the exit status.
@@ -55,14 +57,11 @@ pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
     if let Some(id) = args.why {
         return write_out(&args, &why_text(&args, id)?);
     }
-    // Two passes: `meta` first (which category is idle, off-CPU, kernel),
-    // then the threads one at a time; sysprof writes its threads first.
-    let meta = load_meta(&args.path)?;
     if args.format == crate::cli::ReportFormat::Json {
         return Err(RecordError::Usage("--format json is what --why TID writes; give --why, or --format text or folded".into()));
     }
     let filter = Filter { pids: args.pids.clone(), tids: args.tids.clone(), comm: args.comm.clone() };
-    let (text, matched) = stream_report(&args.path, &meta, &filter, args.format, args.top.max(1))?;
+    let (text, matched) = report_file(&args.path, &filter, args.format, args.top.max(1))?;
     if !matched {
         return Err(RecordError::Usage(format!(
             "no thread in {} matches {}; `sysprof report {}` without it lists the processes",
@@ -77,34 +76,61 @@ pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
     write_out(&args, &text)
 }
 
-/// The report of the profile at `path` whose `meta` was read, as text or
-/// folded stacks, its threads read and counted one at a time (none is held
-/// past its turn); and whether `filter` admitted any.
-fn stream_report(path: &Path, meta: &Meta, filter: &Filter, format: crate::cli::ReportFormat, top: usize) -> Result<(String, bool), RecordError> {
+/// The report of the profile at `path` as text or folded stacks, and
+/// whether `filter` admitted any thread. sysprof writes its threads before
+/// `meta`, which says which category is idle, off-CPU, kernel: they are
+/// counted as sysprof's writer places them, and counted again only if
+/// `meta`, met at the end, disagrees.
+fn report_file(path: &Path, filter: &Filter, format: crate::cli::ReportFormat, top: usize) -> Result<(String, bool), RecordError> {
+    match stream_report(path, Categories::written(), filter, format, top)? {
+        Streamed::Done(text, matched) => Ok((text, matched)),
+        Streamed::Recount(cats) => match stream_report(path, cats, filter, format, top)? {
+            Streamed::Done(text, matched) => Ok((text, matched)),
+            Streamed::Recount(_) => Err(not_a_profile(path, "its meta changed between two reads".into())),
+        },
+    }
+}
+
+/// What one pass over a profile gave: the report (and whether the filter
+/// admitted any thread), or the categories its `meta` holds when they
+/// differ from those it was counted with.
+enum Streamed {
+    Done(String, bool),
+    Recount(Categories),
+}
+
+/// The report of the profile at `path`, as text or folded stacks, its
+/// threads read and counted one at a time with `cats` (none is held past
+/// its turn), its `meta` read where it stands.
+fn stream_report(path: &Path, cats: Categories, filter: &Filter, format: crate::cli::ReportFormat, top: usize) -> Result<Streamed, RecordError> {
     let mut matched = false;
-    let text = match format {
+    let (meta, finish): (Meta, Box<dyn FnOnce(&Meta) -> String>) = match format {
         crate::cli::ReportFormat::Folded => {
-            let mut f = folded::Folded::new(meta);
-            each_thread(path, |t| {
+            let mut f = folded::Folded::new(cats);
+            let meta = each_thread(path, |t| {
                 if filter.admits(t) {
                     matched = true;
                     f.add(t);
                 }
             })?;
-            f.finish()
+            (meta, Box::new(move |_| f.finish()))
         }
         crate::cli::ReportFormat::Text | crate::cli::ReportFormat::Json => {
-            let mut r = text::TextReport::new(meta);
-            each_thread(path, |t| {
+            let mut r = text::TextReport::new(cats);
+            let meta = each_thread(path, |t| {
                 if filter.admits(t) {
                     matched = true;
                     r.add(t);
                 }
             })?;
-            r.finish(meta, filter, top, path)
+            (meta, Box::new(move |meta| r.finish(meta, filter, top, path)))
         }
     };
-    Ok((text, matched))
+    let actual = Categories::of(&meta);
+    if actual != cats {
+        return Ok(Streamed::Recount(actual));
+    }
+    Ok(Streamed::Done(finish(&meta), matched))
 }
 
 /// `--why ID`: the profile read again as JSON (the off-CPU markers' waker
@@ -167,97 +193,64 @@ fn unreadable(path: &Path, e: Unreadable) -> RecordError {
     }
 }
 
-/// The `meta` of the profile at `path` (gzip by its magic, as the Firefox
-/// Profiler does, inflated within [`crate::profile::input`]'s limit): the
-/// first pass, which skips the threads without keeping them.
-fn load_meta(path: &Path) -> Result<Meta, RecordError> {
-    #[derive(serde::Deserialize)]
-    struct MetaOnly {
-        meta: Meta,
-    }
-    let mut meta = parse_profile::<MetaOnly>(path).map_err(|e| unreadable(path, e))?.meta;
-    for c in &mut meta.categories {
-        escape_in_place(&mut c.name);
-    }
-    Ok(meta)
-}
-
 /// Hand each thread of the profile at `path` to `each`, one at a time as
 /// it is parsed, its strings escaped and its indexes checked (so nothing
-/// after can panic, whatever the file says); it is dropped after.
-fn each_thread(path: &Path, mut each: impl FnMut(&Thread)) -> Result<(), RecordError> {
+/// after can panic, whatever the file says); it is dropped after. Returns
+/// the profile's `meta`, its category names escaped. The file is read as
+/// it is inflated ([`crate::profile::input`]'s limit), never held.
+fn each_thread(path: &Path, each: impl FnMut(&Thread)) -> Result<Meta, RecordError> {
     let reader = crate::profile::input::open_profile(path).map_err(|e| unreadable(path, Unreadable::File(e)))?;
     let watch = reader.watch();
     let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 16, reader));
-    let mut inconsistent: Option<String> = None;
-    let mut visit = |mut t: Thread| -> bool {
-        escape_thread(&mut t);
-        if !t.consistent() {
-            inconsistent = Some(t.name.clone());
-            return false;
-        }
-        each(&t);
-        true
-    };
-    let parsed = serde::de::DeserializeSeed::deserialize(ThreadsOf(&mut visit), &mut de).and_then(|()| de.end());
-    if let Some(name) = inconsistent {
+    let mut sink = Checked { each, inconsistent: None, meta: None };
+    let parsed = crate::profile::input::read_threads(&mut de, &mut sink).and_then(|shape| de.end().map(|()| shape));
+    if let Some(name) = sink.inconsistent {
         return Err(not_a_profile(path, format!("thread {name} has tables of different lengths or indexes out of range")));
     }
-    parsed.map_err(|e| unreadable(path, watch.error(&e).map_or(Unreadable::Json(e), Unreadable::File)))
-}
-
-/// A profile's top-level object seen for its `threads` only, each handed
-/// to the function as it is parsed (false stops the parse).
-struct ThreadsOf<'a>(&'a mut dyn FnMut(Thread) -> bool);
-
-impl<'de> serde::de::DeserializeSeed<'de> for ThreadsOf<'_> {
-    type Value = ();
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
+    match parsed {
+        Ok(crate::profile::input::ThreadsShape::Array) => {}
+        Ok(_) => return Err(not_a_profile(path, "its threads are not an array".into())),
+        Err(e) => return Err(unreadable(path, watch.error(&e).map_or(Unreadable::Json(e), Unreadable::File))),
     }
-}
-
-impl<'de> serde::de::Visitor<'de> for ThreadsOf<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a processed profile (an object with threads)")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if key == "threads" {
-                map.next_value_seed(EachThread(&mut *self.0))?;
-            } else {
-                map.next_value::<serde::de::IgnoredAny>()?;
+    match sink.meta {
+        Some(Ok(mut meta)) => {
+            for c in &mut meta.categories {
+                escape_in_place(&mut c.name);
             }
+            Ok(meta)
         }
-        Ok(())
+        Some(Err(e)) => Err(not_a_profile(path, format!("not a processed profile (meta: {e})"))),
+        None => Err(not_a_profile(path, "not a processed profile (it has no meta)".into())),
     }
 }
 
-/// The `threads` array, parsed one thread at a time.
-struct EachThread<'a>(&'a mut dyn FnMut(Thread) -> bool);
-
-impl<'de> serde::de::DeserializeSeed<'de> for EachThread<'_> {
-    type Value = ();
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
+/// The report's reader of threads: each escaped and checked before `each`
+/// sees it; the first inconsistent one stops the parse.
+struct Checked<F> {
+    each: F,
+    inconsistent: Option<String>,
+    meta: Option<Result<Meta, serde_json::Error>>,
 }
 
-impl<'de> serde::de::Visitor<'de> for EachThread<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("the threads array")
+impl<F: FnMut(&Thread)> crate::profile::input::ThreadSink for Checked<F> {
+    type Thread = Thread;
+
+    fn thread(&mut self, mut t: Thread) -> bool {
+        escape_thread(&mut t);
+        if !t.consistent() {
+            self.inconsistent = Some(t.name);
+            return false;
+        }
+        (self.each)(&t);
+        true
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(t) = seq.next_element::<Thread>()? {
-            if !(self.0)(t) {
-                return Err(serde::de::Error::custom("an inconsistent thread"));
-            }
-        }
-        Ok(())
+    fn keeps(&self, key: &str) -> bool {
+        key == "meta"
+    }
+
+    fn kept(&mut self, _: &str, meta: serde_json::Value) {
+        self.meta = Some(serde_json::from_value(meta));
     }
 }
 

@@ -173,9 +173,9 @@ pub(super) struct TextReport {
 }
 
 impl TextReport {
-    /// A report of a profile with this `meta` (its categories by name).
-    pub(super) fn new(meta: &Meta) -> TextReport {
-        TextReport { cats: Categories::of(meta), tally: Tally::default() }
+    /// A report of a profile whose categories are `cats`.
+    pub(super) fn new(cats: Categories) -> TextReport {
+        TextReport { cats, tally: Tally::default() }
     }
 
     /// Count a thread the filter admits.
@@ -208,7 +208,7 @@ impl TextReport {
 /// profile held whole.
 #[cfg(test)]
 pub(super) fn report(profile: &crate::profile::schema::Profile, filter: &Filter, top: usize, path: &Path) -> String {
-    let mut r = TextReport::new(&profile.meta);
+    let mut r = TextReport::new(Categories::of(&profile.meta));
     for t in profile.threads.iter().filter(|t| filter.admits(t)) {
         r.add(t);
     }
