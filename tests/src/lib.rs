@@ -180,6 +180,18 @@ pub fn assert_success(out: &Output) {
     assert!(out.status.success(), "sysprof failed ({}):\nstderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
 }
 
+/// How far the share of `n` samples that fell in one of two functions may
+/// stand from the share of CPU time the workload measured for it
+/// (`expected`): each sample lands there with that chance, so the share
+/// spreads binomially by sqrt(p(1-p)/n); four of those (passed by chance
+/// once in 16,000) and a point for what is not chance (samples on a call's
+/// edge). For 2,000 samples at 0.75: 0.049. A fixed 0.02 was two of them,
+/// and failed CI by 0.004 (0.771 vs 0.747 of 1,959).
+pub fn share_tolerance(expected: f64, n: u64) -> f64 {
+    let p = expected.clamp(0.0, 1.0);
+    0.01 + 4.0 * (p * (1.0 - p) / n.max(1) as f64).sqrt()
+}
+
 /// Parse `key=value` from a workload's output.
 pub fn field(stdout: &[u8], key: &str) -> Option<u64> {
     String::from_utf8_lossy(stdout)
