@@ -82,6 +82,7 @@ pub fn run(args: RecordArgs) -> Result<i32, RecordError> {
         return Err(RecordError::Usage(format!("--open needs a file to open, not {}; name one with -o", crate::escape::path(&args.output))));
     }
     crate::sys::process::raise_fd_limit();
+    crate::sys::process::configure_malloc();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
