@@ -192,6 +192,14 @@ pub fn share_tolerance(expected: f64, n: u64) -> f64 {
     0.01 + 4.0 * (p * (1.0 - p) / n.max(1) as f64).sqrt()
 }
 
+/// The machine's steal time so far (a vCPU its host did not run), in
+/// milliseconds, from /proc/stat's `cpu` line (USER_HZ, 100 everywhere).
+pub fn steal_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let jiffies: u64 = stat.lines().next().and_then(|l| l.split_whitespace().nth(8)).and_then(|v| v.parse().ok()).unwrap_or(0);
+    jiffies as f64 * 10.0
+}
+
 /// Parse `key=value` from a workload's output.
 pub fn field(stdout: &[u8], key: &str) -> Option<u64> {
     String::from_utf8_lossy(stdout)

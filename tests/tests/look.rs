@@ -143,8 +143,9 @@ fn report_shows_off_cpu_time_by_reason_and_wakers() {
     let _ = label;
     let n: u64 = counts.split_whitespace().next().unwrap().parse().unwrap();
     // A run-queue delay for every wait whose wakeup was seen (a wait whose
-    // wakeup was lost, above, has none: its runnable time is unknown).
-    assert!(n >= wakeups.min(40) && n >= 38, "a run-queue delay per sleep woken: {n} delays, {wakeups} wakeups seen");
+    // wakeup was lost, above, has none: its runnable time is unknown; how
+    // many may be lost is bounded there, not again here).
+    assert!(n >= wakeups.min(40), "a run-queue delay per sleep woken: {n} delays, {wakeups} wakeups seen");
 }
 
 /// Check that the block I/O histogram of a loop device nothing else uses

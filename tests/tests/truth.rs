@@ -262,7 +262,10 @@ fn short_pipe_waits_are_sleeping() {
     // time (a vCPU the host did not run) is in neither the thread's CPU
     // clock nor its off-CPU intervals, so its own clocks can be up to the
     // machine's steal above the truth (CI once saw 1,840 ms against 1,415).
-    let margin = oracle * 0.02 + waits * 0.004;
+    // After a wakeup that preempts (the idle task, mostly) the kernel skips
+    // the rq clock's update, so the clock starts at the enqueue: CI's
+    // round trips in why.rs were 3.3 µs a wait over their own clocks.
+    let margin = oracle * 0.02 + waits * 0.005;
     assert!(
         total <= oracle + margin && total >= oracle - steal - margin,
         "off-CPU {total:.1} ms vs {oracle:.1} ms by its own clocks over {waits} waits (steal {steal:.0} ms)"
