@@ -335,7 +335,10 @@ fn pid_recording_ends_with_its_target() {
     let profile = Profile::load(&out_path);
     let samples = profile.thread(pid as u64, pid as u64).unwrap().sample_count();
     eprintln!("-p: sysprof ended {:.2} s after its target; {samples} samples, {expected:.0} expected from its CPU time while recorded", after.as_secs_f64());
-    assert!(after < Duration::from_millis(1500), "sysprof ended {after:?} after its target");
+    // Its target would have run 600 s: ending within 3 s of it (a 100-ms
+    // poll, the drain, the names and the write, on a loaded VM) is ending
+    // with it.
+    assert!(after < Duration::from_millis(3000), "sysprof ended {after:?} after its target");
     assert!(expected >= 450.0, "the target spun while recorded: {expected:.0} samples' worth");
     assert!(samples as f64 >= expected * 0.9, "{samples} samples, {expected:.0} expected from its CPU time");
 }

@@ -113,7 +113,10 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
     // Its timer and a CPU; beside a busy CPU a few of its waits end with no
     // wakeup traced (their end inferred: 2 % seen), said as such.
     let other = off_cpu - timer - queued - unseen;
-    assert!(timer >= off_cpu * 0.9 && other <= 1.0, "the napper waits on its timer and for a CPU: {}", n["blame"]);
+    // What is not its timer is its naps' lateness (the timer's expiry to
+    // running again, by its own clock) at most: a woken napper can wait a
+    // busy CPU's whole slice.
+    assert!(timer >= off_cpu - late_ms - unseen - 1.0 && other <= 1.0, "the napper waits on its timer and for a CPU ({late_ms:.1} ms late): {}", n["blame"]);
     assert!(unseen <= off_cpu * 0.05, "{unseen:.1} ms of {off_cpu:.1} with no waker seen");
     let waits = n["waits"].as_f64().unwrap();
     let slack = (run_delay_ms * 0.25).max(2.0);
