@@ -349,12 +349,25 @@ impl ColumnSummary {
     }
 }
 
-/// A table: its `length` (when a non-negative integer) and its columns
-/// that are arrays.
+/// The time columns a samples table may have besides those it must.
+const SAMPLE_TIMES: &[&str] = &["time", "timeDeltas"];
+
+/// The columns kept of table `table` (an index into [`TABLES`]): those it
+/// must have, and for samples its times. Each has a slot; others are
+/// skipped as they are parsed, so a thread costs the same whatever keys a
+/// file adds.
+fn wanted_columns(table: usize) -> impl Iterator<Item = &'static str> {
+    let times = if TABLES[table].0 == "samples" { SAMPLE_TIMES } else { &[] };
+    TABLES[table].1.iter().chain(times).copied()
+}
+
+/// A table: its `length` (when a non-negative integer) and, per column of
+/// [`wanted_columns`], its summary when it is an array. A key given twice
+/// counts as its last (as `JSON.parse`, and so the Firefox Profiler, reads it).
 #[derive(Default, Debug)]
 pub struct TableSummary {
     length: Option<u64>,
-    columns: Vec<(String, ColumnSummary)>,
+    columns: Vec<Option<ColumnSummary>>,
 }
 
 /// A thread as the validator sees it, gathered as it is parsed.
@@ -368,16 +381,20 @@ pub struct ThreadSummary {
     tid_number: bool,
     /// `stringArray`'s length (0 when it is none).
     strings: usize,
-    tables: Vec<(String, TableSummary)>,
+    /// Per table of [`TABLES`], its summary when the thread has it.
+    tables: Vec<Option<TableSummary>>,
 }
 
 impl ThreadSummary {
     fn table(&self, name: &str) -> Option<&TableSummary> {
-        self.tables.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+        let i = TABLES.iter().position(|(n, _)| *n == name)?;
+        self.tables.get(i)?.as_ref()
     }
 
     fn column(&self, table: &str, column: &str) -> Option<&ColumnSummary> {
-        self.table(table)?.columns.iter().find(|(n, _)| n == column).map(|(_, c)| c)
+        let i = TABLES.iter().position(|(n, _)| *n == table)?;
+        let j = wanted_columns(i).position(|c| c == column)?;
+        self.tables.get(i)?.as_ref()?.columns.get(j)?.as_ref()
     }
 }
 
@@ -396,7 +413,7 @@ impl<'de> serde::de::Visitor<'de> for ThreadVisitor {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ThreadSummary, A::Error> {
-        let mut t = ThreadSummary { object: true, name_shown: "null".into(), ..Default::default() };
+        let mut t = ThreadSummary { object: true, name_shown: "null".into(), tables: TABLES.iter().map(|_| None).collect(), ..Default::default() };
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match &*key {
                 "name" | "pid" | "processName" | "tid" => {
@@ -413,13 +430,11 @@ impl<'de> serde::de::Visitor<'de> for ThreadVisitor {
                 }
                 "stringArray" => {
                     let mut c = ColumnSummary::default();
-                    if map.next_value_seed(ColumnSeed(&mut c))? {
-                        t.strings = c.len;
-                    }
+                    t.strings = if map.next_value_seed(ColumnSeed(&mut c))? { c.len } else { 0 };
                 }
                 table if TABLES.iter().any(|(n, _)| *n == table) => {
-                    let summary = map.next_value_seed(TableSeed)?;
-                    t.tables.push((table.to_string(), summary));
+                    let i = TABLES.iter().position(|(n, _)| *n == table).expect("a table of TABLES");
+                    t.tables[i] = Some(map.next_value_seed(TableSeed(i))?);
                 }
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
@@ -517,8 +532,9 @@ impl<'de> serde::Deserialize<'de> for Scalar {
     }
 }
 
-/// A table object: `length` and each column that is an array, summarized.
-struct TableSeed;
+/// A table object (of [`TABLES`]' index): `length` and each wanted column
+/// that is an array, summarized.
+struct TableSeed(usize);
 
 impl<'de> serde::de::DeserializeSeed<'de> for TableSeed {
     type Value = TableSummary;
@@ -534,17 +550,17 @@ impl<'de> serde::de::Visitor<'de> for TableSeed {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TableSummary, A::Error> {
-        let mut t = TableSummary::default();
-        while let Some(key) = map.next_key::<String>()? {
+        let mut t = TableSummary { length: None, columns: wanted_columns(self.0).map(|_| None).collect() };
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             if key == "length" {
                 let mut c = ColumnSummary::default();
                 let v = map.next_value_seed(ElementSeed(&mut c))?;
                 t.length = v.filter(|&x| x >= 0).map(|x| x as u64);
-            } else {
+            } else if let Some(j) = wanted_columns(self.0).position(|c| c == key) {
                 let mut c = ColumnSummary::default();
-                if map.next_value_seed(ColumnSeed(&mut c))? {
-                    t.columns.push((key, c));
-                }
+                t.columns[j] = map.next_value_seed(ColumnSeed(&mut c))?.then_some(c);
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
             }
         }
         Ok(t)
@@ -763,6 +779,32 @@ mod tests {
         assert_eq!(problems.len(), 2, "{problems:?}");
     }
 
+    /// Check that a key given twice counts as its last, as `JSON.parse`
+    /// reads it (a broken table after a good one is found, a table after
+    /// it that is none makes it missing), and that keys the checks do not
+    /// read cost nothing however many there are.
+    #[test]
+    fn a_repeated_key_counts_as_its_last() {
+        let read = |thread_extra: &str| {
+            let v = minimal();
+            let thread = v["threads"][0].to_string();
+            let text = format!("{{\"threads\":[{},{thread_extra}}}],\"meta\":{},\"libs\":{}}}", &thread[..thread.len() - 1], v["meta"], v["libs"]);
+            let mut validator = Validator::default();
+            validator.read(&mut serde_json::Deserializer::from_str(&text)).unwrap();
+            validator.finish().1
+        };
+        let problems = read(r#""stackTable":{"length":2,"prefix":[1,0],"frame":[9,9]}"#);
+        assert!(problems.iter().any(|p| p.contains("does not point backwards")), "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("stackTable.frame[0] = 9 is out of range")), "{problems:?}");
+        let problems = read(r#""stackTable":null"#);
+        assert!(problems.iter().any(|p| p.contains("stackTable.length is missing")), "{problems:?}");
+        let problems = read(r#""funcTable":{"length":1,"name":[0],"isJS":[false],"relevantForJS":[false],"resource":[0],"fileName":[null],"lineNumber":[null],"columnNumber":[null],"name":[7]}"#);
+        assert!(problems.iter().any(|p| p.contains("funcTable.name[0] = 7 is out of range")), "{problems:?}");
+        let many: String = (0..10_000).map(|i| format!(r#""x{i}":[1,2],"#)).collect();
+        let problems = read(&format!(r#""markers":{{{many}"length":0,"category":[],"data":[],"endTime":[],"name":[],"phase":[],"startTime":[]}}"#));
+        assert_eq!(problems, Vec::<String>::new());
+    }
+
     /// Check that each kind of breakage is reported.
     #[test]
     fn reports_each_kind_of_breakage() {
@@ -782,6 +824,7 @@ mod tests {
             ("frameTable.func[0] = null is not an index", Box::new(|v| v["threads"][0]["frameTable"]["func"][0] = Value::Null)),
             ("stackTable.length is missing", Box::new(|v| v["threads"][0]["stackTable"]["length"] = "2".into())),
             ("name is not a string", Box::new(|v| v["threads"][0]["name"] = 3.into())),
+            ("funcTable.name[0] = 0 is out of range 0..0", Box::new(|v| v["threads"][0]["stringArray"] = Value::Null)),
             ("samples.time is not sorted at 0", Box::new(|v| {
                 let s = &mut v["threads"][0]["samples"];
                 s.as_object_mut().unwrap().remove("time");

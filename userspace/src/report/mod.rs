@@ -208,8 +208,9 @@ fn each_thread(path: &Path, each: impl FnMut(&Thread)) -> Result<Meta, RecordErr
         return Err(not_a_profile(path, format!("thread {name} has tables of different lengths or indexes out of range")));
     }
     match parsed {
-        Ok(crate::profile::input::ThreadsShape::Array) => {}
-        Ok(_) => return Err(not_a_profile(path, "its threads are not an array".into())),
+        // No threads at all reports as a profile of none.
+        Ok(crate::profile::input::ThreadsShape::Array | crate::profile::input::ThreadsShape::Missing) => {}
+        Ok(crate::profile::input::ThreadsShape::NotArray) => return Err(not_a_profile(path, "its threads are not an array".into())),
         Err(e) => return Err(unreadable(path, watch.error(&e).map_or(Unreadable::Json(e), Unreadable::File))),
     }
     match sink.meta {
