@@ -441,7 +441,9 @@ fn all_cpus_are_sampled_at_full_rate_from_the_start() {
 /// recording of one: the splitter's 3:1 split, one splitter thread whose
 /// threadCPUDelta sum is its own CPU clock (no sample lost or counted twice
 /// at a cut), and a sleeper's off-CPU time within 5 % of its own clock, one
-/// marker per 25-ms sleep, none cut in two where a window ended.
+/// marker per 25-ms sleep, none cut in two where a window ended (none
+/// shorter than a sleep) and none joined (none longer than the sleeper's
+/// own longest sleep: a loaded machine wakes some late).
 #[test]
 fn a_recording_cut_into_windows_is_one_recording() {
     if !can_record("a_recording_cut_into_windows_is_one_recording") {
@@ -487,6 +489,7 @@ fn a_recording_cut_into_windows_is_one_recording() {
     assert!(n >= 4, "40 sleeps in windows of 40 records: {n} windows");
     let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
     let slept_ns = field(&out.stdout, "slept_ns").unwrap() as f64;
+    let longest_ms = field(&out.stdout, "longest_ns").unwrap() as f64 / 1e6;
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
     let t = profile.thread(pid, tid).expect("the sleeper thread");
@@ -498,7 +501,7 @@ fn a_recording_cut_into_windows_is_one_recording() {
     assert!((38..=42).contains(&markers.len()), "one marker per 25 ms sleep over {n} windows: {}", markers.len());
     for (_, d) in &markers {
         let len = d["endTime"].as_f64().unwrap() - d["startTime"].as_f64().unwrap();
-        assert!((24.0..40.0).contains(&len), "a marker lasts about 25 ms, none cut at a window's end: {len}");
+        assert!((24.0..=longest_ms + 1.0).contains(&len), "a marker lasts a sleep (25 to {longest_ms:.1} ms by the sleeper's clock): none cut at a window's end, none joined: {len}");
     }
 }
 

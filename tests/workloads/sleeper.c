@@ -1,8 +1,9 @@
 /*
  * sleeper: a thread named "sleeper" calls nanosleep(25 ms) argv[1] times from
  * sleep_loop(), timing each sleep with CLOCK_MONOTONIC. Prints "pid=", "tid="
- * and "slept_ns=" (the summed wall time of the sleeps): the oracle for
- * off-CPU time. The syscall is inline for the same reason as in syscalls.c.
+ * "slept_ns=" (the summed wall time of the sleeps): the oracle for
+ * off-CPU time, and "longest_ns=" (the longest one: a loaded machine wakes a
+ * sleep late). The syscall is inline for the same reason as in syscalls.c.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -13,7 +14,7 @@
 #include <sys/syscall.h>
 
 static int count = 40;
-static long long slept_ns;
+static long long slept_ns, longest_ns;
 static long tid;
 
 static long long now(void)
@@ -40,7 +41,10 @@ __attribute__((noinline)) void sleep_loop(void)
 	for (int i = 0; i < count; i++) {
 		long long t0 = now();
 		raw_nanosleep(&req);
-		slept_ns += now() - t0;
+		long long took = now() - t0;
+		slept_ns += took;
+		if (took > longest_ns)
+			longest_ns = took;
 	}
 }
 
@@ -60,6 +64,6 @@ int main(int argc, char **argv)
 	pthread_create(&t, NULL, sleeper, NULL);
 	pthread_setname_np(t, "sleeper");
 	pthread_join(t, NULL);
-	printf("pid=%d\ntid=%ld\nslept_ns=%lld\n", getpid(), tid, slept_ns);
+	printf("pid=%d\ntid=%ld\nslept_ns=%lld\nlongest_ns=%lld\n", getpid(), tid, slept_ns, longest_ns);
 	return 0;
 }
