@@ -220,6 +220,34 @@ impl<'de, S: ThreadSink> serde::de::Visitor<'de> for TopLevel<'_, S> {
     }
 }
 
+/// The visitor methods for every scalar JSON value (null, a bool, a
+/// number, a string), each giving `$value`: what a visitor that expects a
+/// container says when it meets a scalar instead. One definition for the
+/// streamed readers here and in the validator.
+macro_rules! scalars_give {
+    ($ty:ty, $value:expr) => {
+        fn visit_unit<E: serde::de::Error>(self) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<$ty, E> {
+            Ok($value)
+        }
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<$ty, E> {
+            Ok($value)
+        }
+    };
+}
+pub(crate) use scalars_give;
+
 /// `threads`: each element parsed, handed over and dropped before the next;
 /// anything but an array skipped and said.
 struct EachThread<'a, S>(&'a mut S);
@@ -251,29 +279,7 @@ impl<'de, S: ThreadSink> serde::de::Visitor<'de> for EachThread<'_, S> {
         Ok(ThreadsShape::NotArray)
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<ThreadsShape, E> {
-        Ok(ThreadsShape::NotArray)
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<ThreadsShape, E> {
-        self.visit_unit()
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<ThreadsShape, E> {
-        self.visit_unit()
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<ThreadsShape, E> {
-        self.visit_unit()
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<ThreadsShape, E> {
-        self.visit_unit()
-    }
-
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<ThreadsShape, E> {
-        self.visit_unit()
-    }
+    scalars_give!(ThreadsShape, ThreadsShape::NotArray);
 }
 
 #[cfg(test)]

@@ -449,29 +449,7 @@ impl<'de> serde::de::Visitor<'de> for ThreadVisitor {
         Ok(ThreadSummary::default())
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<ThreadSummary, E> {
-        Ok(ThreadSummary::default())
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<ThreadSummary, E> {
-        self.visit_unit()
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<ThreadSummary, E> {
-        self.visit_unit()
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<ThreadSummary, E> {
-        self.visit_unit()
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<ThreadSummary, E> {
-        self.visit_unit()
-    }
-
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<ThreadSummary, E> {
-        self.visit_unit()
-    }
+    crate::profile::input::scalars_give!(ThreadSummary, ThreadSummary::default());
 }
 
 /// A thread's scalar field: a string (kept to be shown, cut), a number, or
@@ -571,29 +549,7 @@ impl<'de> serde::de::Visitor<'de> for TableSeed {
         Ok(TableSummary::default())
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<TableSummary, E> {
-        Ok(TableSummary::default())
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<TableSummary, E> {
-        self.visit_unit()
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<TableSummary, E> {
-        self.visit_unit()
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<TableSummary, E> {
-        self.visit_unit()
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<TableSummary, E> {
-        self.visit_unit()
-    }
-
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<TableSummary, E> {
-        self.visit_unit()
-    }
+    crate::profile::input::scalars_give!(TableSummary, TableSummary::default());
 }
 
 /// A column: true when it is an array, each element summarized.
@@ -624,29 +580,7 @@ impl<'de> serde::de::Visitor<'de> for ColumnSeed<'_> {
         Ok(false)
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<bool, E> {
-        Ok(false)
-    }
-
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<bool, E> {
-        Ok(false)
-    }
+    crate::profile::input::scalars_give!(bool, false);
 }
 
 /// One element of a column, added to its summary (at position `len`, which
