@@ -256,7 +256,11 @@ fn retention_keeps_the_newest_within_size_and_age() {
 }
 
 /// Check that processes living 20 ms (too short for the agent's 19 Hz to
-/// sample them, mostly) are in `show`, each under its pid with its name.
+/// sample them, mostly) are in `show`, each under its pid with its name,
+/// and that the `/bin/true`s run hundreds of times beside them are one
+/// track in `show` of everything ("true ×N"), N at least those the churn
+/// ran while the agent recorded (its own count), while the 5 rare ones keep
+/// their tracks.
 #[test]
 fn processes_of_20_ms_appear_in_show() {
     if !can_record("processes_of_20_ms_appear_in_show") {
@@ -268,8 +272,12 @@ fn processes_of_20_ms_appear_in_show() {
     // Processes come and go while the agent starts: what they did before its
     // first window (the tracer and sideband attach a moment before it) must
     // not show at negative times.
-    let churn = Command::new("sh").args(["-c", "for i in $(seq 300); do /bin/true; sleep 0.01; done"]).spawn().unwrap();
+    let ran = dir.join("trues");
+    let churn = Command::new("sh").arg("-c").arg(format!("for i in $(seq 300); do /bin/true; echo >> {}; sleep 0.01; done", ran.display())).spawn().unwrap();
+    let trues_ran = || std::fs::read(&ran).map_or(0, |b| b.len() as u64);
     let agent = Agent::start(&store, &["--window", "1", "--health-interval", "3600"], &[]);
+    // Ran after the agent was recording (the one running now may not count).
+    let trues_before = trues_ran() + 1;
     let mut pids = Vec::new();
     let mut ran_at = Vec::new();
     for _ in 0..5 {
@@ -279,6 +287,7 @@ fn processes_of_20_ms_appear_in_show() {
         std::thread::sleep(Duration::from_millis(100));
     }
     agent.wait_for_window_ending_after(wall_ms() + 200.0, Duration::from_secs(20));
+    let trues_seen = trues_ran().saturating_sub(trues_before);
     let list: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
     let path = dir.join("show.json.gz");
     let o = show(&["--store", store.to_str().unwrap(), "--since", "1m", "-p", &list.join(","), "-o", path.to_str().unwrap()]);
@@ -295,8 +304,25 @@ fn processes_of_20_ms_appear_in_show() {
     let path = dir.join("all.json.gz");
     let o = show(&["--store", store.to_str().unwrap(), "--since", "5m", "-o", path.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let before_start = nothing_before_the_start(&Profile::load(&path));
+    let all = Profile::load(&path);
+    let before_start = nothing_before_the_start(&all);
     assert!(before_start.is_empty(), "shown before the agent's first window: {before_start:?}");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let folded: Vec<u64> = all.threads().iter().filter_map(|t| t.process_name().strip_prefix("true ×")?.parse().ok()).collect();
+    let alone = all.threads().iter().filter(|t| t.process_name() == "true").count();
+    eprintln!("{trues_seen} trues ran while the agent recorded; show: folded {folded:?}, {alone} on their own; {}", stderr.trim());
+    assert!(trues_seen >= 50, "the churn ran beside the agent: {trues_seen}");
+    assert_eq!(folded.len(), 1, "the trues are one track: {folded:?}");
+    assert!(folded[0] >= trues_seen, "every true run while the agent recorded is in it: {} of {trues_seen}", folded[0]);
+    // Those that began before the agent did have no start: not brief.
+    assert!(alone <= 2, "{alone} trues on tracks of their own");
+    // The sleeps between the trues are folded too.
+    let said: Option<u64> = stderr.split_once(" brief ones of").and_then(|(a, _)| a.rsplit_once('(')?.1.parse().ok());
+    assert!(said.is_some_and(|n| n >= folded[0]), "the summary says what was folded: {stderr}");
+    for &pid in &pids {
+        let threads = all.process_threads(pid);
+        assert_eq!(threads.first().map(|t| t.process_name()), Some("brief"), "the rare brief process {pid} keeps its own track");
+    }
 }
 
 /// What a profile shows before its range: samples, markers, and threads

@@ -1,8 +1,10 @@
 //! `sysprof show`: a profile of any past range, from the agent's store.
 //!
 //! In: [`ShowArgs`]. Out: the windows overlapping `--since`..`--until`
-//! merged into one recording ([`crate::model::merge`]), cut to the
-//! range, narrowed to the processes asked for, and written through the
+//! merged into one recording ([`crate::model::merge`]) a segment at a
+//! time, narrowed to the processes asked for, brief processes of a name
+//! run often folded into one track ([`crate::model::fold`]), cut to the
+//! range, and written through the
 //! same writers as `record` (Firefox Profiler with its timeline, folded
 //! stacks, pprof); or with `--list`, the store's windows as a table.
 //! Damaged windows are skipped with a warning naming the file; the rest
@@ -12,8 +14,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use crate::cli::{ShowArgs, ShowFormat};
+use crate::model::fold::{Folded, Folder};
 use crate::model::merge;
-use crate::model::recording::Recording;
+use crate::model::recording::{CounterRecord, ProcessRecord, Recording};
 use crate::error::RecordError;
 use crate::profile::output::OutputFile;
 use crate::profile::{HostInfo, ProfileWriter};
@@ -167,24 +170,27 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
         Some(p) => Some(OutputFile::create(&p)?),
         None => None,
     };
-    let q = store.query(since, until);
-    for w in &q.warnings {
+    // One segment at a time: what ended a segment earlier is narrowed to
+    // the processes asked for and folded (brief ones of a name run often
+    // are one track), so an hour of a fork storm is neither held nor
+    // written one process at a time.
+    let (state, warnings) = store.query_each(since, until, ShowMerge::default, |m, window| m.add(window, &args));
+    for w in &warnings {
         eprintln!("sysprof: warning: {}", crate::escape::escape(w));
     }
-    if q.recordings.is_empty() {
+    let Some(state) = state.filter(|m| m.windows > 0) else {
         let (all, _) = store.list();
         let held = match (all.first(), all.last()) {
             (Some(a), Some(b)) => format!("it holds {} to {}", local_time_string(a.header.start_ms), local_time_string(b.header.end_ms)),
             _ => "it is empty (is `sysprof agent` running with this --store?)".into(),
         };
         return Err(RecordError::NothingInRange { store: args.store.clone(), since: local_time_string(since), until: local_time_string(until), held });
-    }
-    let mut rec = merge::merge(q.recordings);
+    };
+    let (mut rec, folded) = state.finish(&args);
     // Wall-clock range on the merged recording's clock.
     let to_ns = |ms: f64| (rec.start_ns as f64 + (ms - rec.start_wall_ms) * 1e6).max(0.0) as u64;
     let (a, b) = (to_ns(since), to_ns(until));
     rec.clip(a, b);
-    narrow(&mut rec, &args);
     if rec.processes.is_empty() {
         return Err(RecordError::NoProcessMatches);
     }
@@ -219,12 +225,16 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
     };
     if let Some((path, bytes)) = written {
         let threads: usize = rec.processes.iter().map(|p| p.threads.len()).sum();
+        let processes = rec.processes.len() as u64 + folded.processes - folded.tracks;
+        let folded_text = match folded.tracks {
+            0 => String::new(),
+            n => format!(" ({} brief ones of {n} names run often, one track per name)", folded.processes),
+        };
         eprintln!(
-            "sysprof: {} to {}: {} samples, {} processes, {threads} threads; wrote {} ({}){}",
+            "sysprof: {} to {}: {} samples, {processes} processes{folded_text}, {threads} threads; wrote {} ({}){}",
             local_time_string(rec.start_wall_ms),
             local_time_string(rec.start_wall_ms + (rec.end_ns - rec.start_ns) as f64 / 1e6),
             rec.sample_count(),
-            rec.processes.len(),
             crate::escape::path(&path),
             crate::units::human_bytes(bytes),
             if args.format == ShowFormat::Firefox { crate::escape::open_hint(&path) } else { String::new() },
@@ -238,18 +248,62 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
     Ok(0)
 }
 
-/// Keep the processes `-p`, `--comm` and `--container` ask for.
-fn narrow(rec: &mut Recording, args: &ShowArgs) {
+/// Whether `-p`, `--comm` and `--container` ask for process `p`.
+fn wanted(p: &ProcessRecord, args: &ShowArgs) -> bool {
     let container = args.container.as_deref();
-    rec.retain_processes(|p| {
-        (args.pids.is_empty() || args.pids.contains(&p.pid))
-            && args.comm.as_deref().is_none_or(|c| p.name == c || p.threads.first().is_some_and(|t| t.name == c))
-            && container.is_none_or(|c| {
-                p.cgroup.as_deref().is_some_and(|g| {
-                    g.contains(c) || crate::model::cgroup::CgroupIdentity::of_path(g).is_some_and(|id| id.matches(c))
-                })
-            })
-    });
+    (args.pids.is_empty() || args.pids.contains(&p.pid))
+        && args.comm.as_deref().is_none_or(|c| p.name == c || p.threads.first().is_some_and(|t| t.name == c))
+        && container.is_none_or(|c| {
+            p.cgroup.as_deref().is_some_and(|g| g.contains(c) || crate::model::cgroup::CgroupIdentity::of_path(g).is_some_and(|id| id.matches(c)))
+        })
+}
+
+/// The store's segments merged as they are read: processes that ended a
+/// segment earlier are taken out, narrowed and folded as they come.
+#[derive(Default)]
+struct ShowMerge {
+    merger: merge::Merger,
+    windows: usize,
+    /// Ended processes asked for that keep a track of their own.
+    ended: Vec<ProcessRecord>,
+    counters: Vec<CounterRecord>,
+    folder: Folder,
+}
+
+impl ShowMerge {
+    fn add(&mut self, window: Recording, args: &ShowArgs) {
+        // Segments come oldest first: nothing later adds to a process that
+        // ended before the last one began.
+        let cut = self.merger.last_start_ns();
+        self.merger.add(window);
+        self.windows += 1;
+        let (ended, counters) = self.merger.take_ended(cut);
+        for p in ended.into_iter().filter(|p| wanted(p, args)) {
+            self.ended.extend(self.folder.add(p));
+        }
+        self.counters.extend(counters);
+    }
+
+    /// The merged recording of what was asked for, and what was folded.
+    fn finish(self, args: &ShowArgs) -> (Recording, Folded) {
+        let mut rec = self.merger.finish();
+        rec.retain_processes(|p| wanted(p, args));
+        // Nothing more is coming: what ended in the last segments is folded too.
+        let mut folder = self.folder;
+        rec.processes = std::mem::take(&mut rec.processes).into_iter().filter_map(|p| folder.add(p)).collect();
+        let (held, groups, folded) = folder.finish();
+        rec.processes.extend(self.ended);
+        rec.processes.extend(held);
+        // A folded track's counters would be one member's (the memory of a
+        // millisecond's process): only tracks of one process keep theirs.
+        let one_process: rustc_hash::FxHashSet<u32> = rec.processes.iter().map(|p| p.pid).collect();
+        rec.counters.extend(self.counters);
+        rec.counters.retain(|c| c.pid == 0 || one_process.contains(&c.pid));
+        rec.counters.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
+        rec.processes.extend(groups);
+        rec.processes.sort_by_key(|p| (p.pid, p.start_ns));
+        (rec, folded)
+    }
 }
 
 /// `--list`: one line per segment, then the totals.

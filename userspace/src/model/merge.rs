@@ -45,6 +45,8 @@ pub struct Merger {
     processes: FxHashMap<(u32, Option<u64>), ProcessRecord>,
     counters: FxHashMap<(u32, String), CounterRecord>,
     cpu_tracks: std::collections::BTreeMap<u32, Vec<MarkerRecord>>,
+    /// The start of the window added last, on the first window's clock.
+    last_start_ns: u64,
 }
 
 impl Merger {
@@ -67,6 +69,7 @@ impl Merger {
             (t as i64 + delta).max(0) as u64
         };
         out.end_ns = out.end_ns.max(shift(w.end_ns));
+        self.last_start_ns = shift(w.start_ns);
         out.off_cpu |= w.off_cpu;
         let libs = &mut self.libs;
         let lib_map: Vec<u32> = w
@@ -143,6 +146,13 @@ impl Merger {
                 out.notes.push(x);
             }
         }
+    }
+
+    /// Where the window added last starts, on the merged clock: with
+    /// windows added oldest first, what ended before it has nothing more to
+    /// come ([`Merger::take_ended`]'s cut).
+    pub fn last_start_ns(&self) -> u64 {
+        self.last_start_ns
     }
 
     /// The merged libraries, frames and stacks (and times, totals,
@@ -277,7 +287,7 @@ fn merge_process(into: &mut ProcessRecord, p: ProcessRecord) {
 }
 
 /// Sort a thread's columns by time (windows may have arrived in any order).
-fn sort_thread(t: &mut ThreadRecord) {
+pub(super) fn sort_thread(t: &mut ThreadRecord) {
     let s = &mut t.samples;
     if !s.time_ns.windows(2).all(|w| w[0] <= w[1]) {
         let mut idx: Vec<usize> = (0..s.time_ns.len()).collect();

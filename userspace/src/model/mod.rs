@@ -3,10 +3,11 @@
 //! counters, what symbolication found for an address, where a process runs,
 //! the string table the writers share.
 //! In: nothing (plain data, with the operations on it: merging windows,
-//! clipping to a range). Out: the types the collector produces and the
+//! clipping to a range, folding brief processes of one name). Out: the types the collector produces and the
 //! profile writer, the store and the exporters read.
 
 pub mod cgroup;
+pub mod fold;
 pub mod merge;
 pub mod recording;
 pub mod stack_end;

@@ -368,7 +368,7 @@ pub struct ThreadSamples {
 }
 
 /// One thread.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ThreadRecord {
     /// Thread id.
     pub tid: u32,
@@ -389,7 +389,7 @@ pub struct ThreadRecord {
 }
 
 /// One process.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProcessRecord {
     /// Process id.
     pub pid: u32,

@@ -68,7 +68,9 @@ pub struct SegmentInfo {
     pub header: SegmentHeader,
 }
 
-/// Windows read back for a range, with what could not be read.
+/// Windows read back for a range, with what could not be read (the
+/// store's tests; `show` reads them one at a time).
+#[cfg(test)]
 #[derive(Debug, Default)]
 pub struct Query {
     /// The segments' recordings, each holding windows the others do not.

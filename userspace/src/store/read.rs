@@ -9,7 +9,9 @@ use std::io::Read;
 
 use super::dir::DirHandle;
 use super::segment::{self, SegmentError, SegmentHeader};
-use super::{file_name, Query, SegmentInfo, Store};
+#[cfg(test)]
+use super::Query;
+use super::{file_name, SegmentInfo, Store};
 use crate::model::recording::Recording;
 
 impl Store {
@@ -67,14 +69,28 @@ impl Store {
     /// The windows overlapping [since_ms, until_ms]. A damaged segment is a
     /// warning; one removed by compaction while we read makes us list again
     /// (its windows are in the compacted file by then).
+    #[cfg(test)]
     pub fn query(&self, since_ms: f64, until_ms: f64) -> Query {
+        let (recordings, warnings) = self.query_each(since_ms, until_ms, Vec::new, |all, r| all.push(r));
+        Query { recordings: recordings.unwrap_or_default(), warnings }
+    }
+
+    /// The windows overlapping [since_ms, until_ms], one segment's recording
+    /// at a time, oldest first, each handed to `add` and then dropped: what
+    /// `show` reads an hour of a busy machine with, holding one segment at a
+    /// time rather than all of them. `fresh` makes the state they are added
+    /// to; a segment removed by compaction while we read (its windows are in
+    /// the compacted file by then) makes us list again and start from a
+    /// fresh state. The state is `None` if the store kept changing (then the
+    /// last warning says so). Damaged segments are warnings.
+    pub fn query_each<S>(&self, since_ms: f64, until_ms: f64, mut fresh: impl FnMut() -> S, mut add: impl FnMut(&mut S, Recording)) -> (Option<S>, Vec<String>) {
         for _attempt in 0..5 {
             let (all, mut warnings) = self.list();
-            let mut q = Query::default();
+            let mut state = fresh();
             let mut raced = false;
             for seg in Self::select(&all, since_ms, until_ms) {
                 match self.read(&seg) {
-                    Ok(r) => q.recordings.push(r),
+                    Ok(r) => add(&mut state, r),
                     Err(ReadError::Gone) => {
                         raced = true;
                         break;
@@ -83,13 +99,11 @@ impl Store {
                 }
             }
             if !raced {
-                q.warnings = warnings;
-                return q;
+                return (Some(state), warnings);
             }
         }
-        Query { recordings: Vec::new(), warnings: vec!["the store kept changing while it was read; try again".into()] }
+        (None, vec!["the store kept changing while it was read; try again".into()])
     }
-
 }
 
 /// Why a segment could not be read.

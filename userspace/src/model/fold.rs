@@ -1,0 +1,327 @@
+//! Brief processes of one name, folded into one track.
+//!
+//! In: processes that ended, taken out of a merge one window at a time
+//! ([`super::merge::Merger::take_ended`]). Out: those that stay tracks of
+//! their own, and at the end one process per name standing for all the
+//! brief processes of that name (their samples, off-CPU time and markers
+//! joined in time order, on one thread).
+//!
+//! Why: an hour of the agent's store beside a fork storm holds 2.6 million
+//! processes that each lived about a millisecond. As one track each, `show`
+//! took 4 GB and 77 s and wrote a 308-MiB profile that no browser opens
+//! (`sysprof show --since 15:40 --until 17:00` of the bench's soak store, at
+//! 80e961b), for 109,121 samples. A name run thousands of times is one thing
+//! to a reader ("the build ran cc1 2,000 times"), as in perf's `--sort comm`;
+//! a name run a few times keeps a track per process, with its pid (a user
+//! looking for one short process still finds it). So a name's first
+//! [`FOLD_AFTER`] brief processes are held; the next one folds them all into
+//! the name's track, and every later one joins it. What is held and how many
+//! names get a track of their own are bounded too, for names an attacker
+//! can make up by the million.
+
+use rustc_hash::FxHashMap;
+
+use super::merge::sort_thread;
+use super::recording::{MarkerRecord, ProcessRecord, ThreadRecord};
+
+/// A process is brief when it started and ended less than this apart.
+pub const BRIEF_NS: u64 = 1_000_000_000;
+/// A name's brief processes keep tracks of their own up to this many.
+pub const FOLD_AFTER: usize = 16;
+/// Brief processes held as tracks of their own, at most (across names):
+/// past it, each new one folds its name's.
+pub const MAX_HELD: usize = 10_000;
+/// Names with a folded track, at most; past it, one more track takes the
+/// brief processes of every other name.
+pub const MAX_GROUPS: usize = 1_000;
+/// The name of that last track.
+pub const OTHER_NAMES: &str = "[brief processes of other names]";
+/// On a folded track, what each member has one of (its off-CPU time at one
+/// stack, its run of short waits) is summed per this span: 2.6 million
+/// processes have 2.6 million runs of short waits.
+pub const COARSE_NS: u64 = 1_000_000_000;
+
+/// The folding of one range's processes; see the module doc.
+#[derive(Default)]
+pub struct Folder {
+    held: FxHashMap<String, Vec<ProcessRecord>>,
+    held_count: usize,
+    groups: FxHashMap<String, Group>,
+}
+
+/// What folding did, for the summary line.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Folded {
+    /// Brief processes folded.
+    pub processes: u64,
+    /// Tracks they were folded into.
+    pub tracks: u64,
+}
+
+/// One name's folded track, and how many processes it stands for.
+struct Group {
+    track: ProcessRecord,
+    members: u64,
+}
+
+/// Whether `p` is brief: known start and end, less than [`BRIEF_NS`] apart;
+/// the profiler itself never is.
+pub fn is_brief(p: &ProcessRecord) -> bool {
+    !p.profiler && matches!((p.start_ns, p.end_ns), (Some(s), Some(e)) if e.saturating_sub(s) < BRIEF_NS)
+}
+
+impl Folder {
+    /// Take `p`, which ended: given back if it stays a track of its own (it
+    /// is not brief), else held or folded.
+    pub fn add(&mut self, p: ProcessRecord) -> Option<ProcessRecord> {
+        if !is_brief(&p) {
+            return Some(p);
+        }
+        if let Some(group) = self.groups.get_mut(&p.name) {
+            group.absorb(p);
+            return None;
+        }
+        let name = p.name.clone();
+        let held = self.held.entry(name.clone()).or_default();
+        held.push(p);
+        self.held_count += 1;
+        if held.len() > FOLD_AFTER || self.held_count > MAX_HELD {
+            let members = self.held.remove(&name).unwrap_or_default();
+            self.held_count -= members.len();
+            let key = if self.groups.len() < MAX_GROUPS || self.groups.contains_key(&name) { name } else { OTHER_NAMES.to_string() };
+            let group = self.groups.entry(key).or_insert_with(Group::empty);
+            for m in members {
+                group.absorb(m);
+            }
+        }
+        None
+    }
+
+    /// The processes still held (tracks of their own), one per folded
+    /// name, and what was folded.
+    pub fn finish(self) -> (Vec<ProcessRecord>, Vec<ProcessRecord>, Folded) {
+        let held: Vec<ProcessRecord> = self.held.into_values().flatten().collect();
+        let mut folded = Folded::default();
+        let mut groups = Vec::new();
+        for (name, group) in self.groups {
+            folded.processes += group.members;
+            folded.tracks += 1;
+            groups.push(group.finish(&name));
+        }
+        (held, groups, folded)
+    }
+}
+
+impl Group {
+    fn empty() -> Group {
+        Group { track: ProcessRecord::default(), members: 0 }
+    }
+
+    /// Join `p` into the track: its threads' columns and markers onto the
+    /// one thread, its lifetime into the track's span.
+    fn absorb(&mut self, p: ProcessRecord) {
+        let t = &mut self.track;
+        if self.members == 0 {
+            t.pid = p.pid;
+            t.exe = p.exe.clone();
+            t.cgroup = p.cgroup.clone();
+            t.start_ns = p.start_ns;
+            t.threads.push(ThreadRecord { tid: p.pid, start_ns: p.start_ns, end_ns: p.end_ns, ..Default::default() });
+        }
+        self.members += 1;
+        if t.exe != p.exe {
+            t.exe = None;
+        }
+        if t.cgroup != p.cgroup {
+            t.cgroup = None;
+        }
+        let min = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| a.min(b)).or(a).or(b);
+        let max = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| a.max(b)).or(a).or(b);
+        t.start_ns = min(t.start_ns, p.start_ns);
+        t.end_ns = max(t.end_ns, p.end_ns);
+        let into = &mut t.threads[0];
+        into.start_ns = t.start_ns;
+        into.end_ns = t.end_ns;
+        for x in p.threads {
+            if into.name.is_empty() {
+                into.name = x.name;
+            }
+            into.samples.time_ns.extend(x.samples.time_ns);
+            into.samples.stack.extend(x.samples.stack);
+            into.samples.cpu_delta_ns.extend(x.samples.cpu_delta_ns);
+            into.samples.cpu.extend(x.samples.cpu);
+            into.off_cpu.time_ns.extend(x.off_cpu.time_ns);
+            into.off_cpu.stack.extend(x.off_cpu.stack);
+            into.off_cpu.duration_ns.extend(x.off_cpu.duration_ns);
+            into.markers.extend(x.markers);
+            if let Some((v, i)) = x.switches {
+                let (tv, ti) = into.switches.unwrap_or((0, 0));
+                into.switches = Some((tv + v, ti + i));
+            }
+        }
+    }
+
+    /// The track as a process: named for what it stands for, its columns
+    /// in time order.
+    fn finish(mut self, name: &str) -> ProcessRecord {
+        let t = &mut self.track;
+        t.name = format!("{name} ×{}", self.members);
+        t.cmdline = format!("{} brief processes named {name} (each lived under {} s), folded into one track", self.members, BRIEF_NS / 1_000_000_000);
+        if let Some(thread) = t.threads.first_mut() {
+            if thread.name.is_empty() || name == OTHER_NAMES {
+                thread.name = name.to_string();
+            }
+            sort_thread(thread);
+            coarsen(thread);
+        }
+        self.track
+    }
+}
+
+/// Sum what a folded track's members each have one of: off-CPU intervals
+/// at the same stack starting in the same [`COARSE_NS`] span become one
+/// (at the first one's time, with their durations summed), and so do runs
+/// of short waits woken by the same waker. Totals are kept; the timeline
+/// is the span's. `t`'s columns are in time order, and stay so.
+fn coarsen(t: &mut ThreadRecord) {
+    let o = &mut t.off_cpu;
+    let (mut time_ns, mut stack, mut duration_ns) = (Vec::new(), Vec::new(), Vec::new());
+    let mut at: FxHashMap<u32, usize> = FxHashMap::default();
+    let mut span = u64::MAX;
+    for i in 0..o.time_ns.len() {
+        if o.time_ns[i] / COARSE_NS != span {
+            span = o.time_ns[i] / COARSE_NS;
+            at.clear();
+        }
+        match at.get(&o.stack[i]) {
+            Some(&j) => duration_ns[j] += o.duration_ns[i],
+            None => {
+                at.insert(o.stack[i], time_ns.len());
+                time_ns.push(o.time_ns[i]);
+                stack.push(o.stack[i]);
+                duration_ns.push(o.duration_ns[i]);
+            }
+        }
+    }
+    (o.time_ns, o.stack, o.duration_ns) = (time_ns, stack, duration_ns);
+
+    let mut markers = Vec::with_capacity(t.markers.len());
+    let mut runs = FxHashMap::default();
+    for m in std::mem::take(&mut t.markers) {
+        let MarkerRecord::ShortWaits { start_ns, end_ns, count, off_cpu_ns, waited_ns, waker } = m else {
+            markers.push(m);
+            continue;
+        };
+        match runs.get(&(start_ns / COARSE_NS, waker)) {
+            Some(&j) => {
+                if let MarkerRecord::ShortWaits { start_ns: s, end_ns: e, count: c, off_cpu_ns: o, waited_ns: w, .. } = &mut markers[j] {
+                    *s = (*s).min(start_ns);
+                    *e = (*e).max(end_ns);
+                    *c = c.saturating_add(count);
+                    *o += off_cpu_ns;
+                    *w += waited_ns;
+                }
+            }
+            None => {
+                runs.insert((start_ns / COARSE_NS, waker), markers.len());
+                markers.push(m);
+            }
+        }
+    }
+    t.markers = markers;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn brief(pid: u32, name: &str, start_ns: u64, samples: &[u64]) -> ProcessRecord {
+        let mut t = ThreadRecord { tid: pid, name: name.into(), start_ns: Some(start_ns), end_ns: Some(start_ns + 1_000_000), ..Default::default() };
+        for &s in samples {
+            t.samples.time_ns.push(s);
+            t.samples.stack.push(pid);
+            t.samples.cpu_delta_ns.push(1_000_000);
+            t.samples.cpu.push(0);
+        }
+        ProcessRecord { pid, name: name.into(), start_ns: Some(start_ns), end_ns: Some(start_ns + 1_000_000), threads: vec![t], ..Default::default() }
+    }
+
+    /// Check that a name's first 16 brief processes keep their tracks,
+    /// that the 17th folds them all into one track whose samples are every
+    /// member's in time order, that long processes are never folded, and
+    /// that the count is said.
+    #[test]
+    fn a_name_run_often_is_one_track_and_a_rare_one_keeps_its_own() {
+        let mut f = Folder::default();
+        let mut kept = Vec::new();
+        for i in 0..40u32 {
+            // Added out of time order: the folded track sorts its samples.
+            let start = 1_000_000_000 + u64::from(40 - i) * 10_000_000;
+            kept.extend(f.add(brief(1000 + i, "true", start, &[start + 100])));
+        }
+        for i in 0..5u32 {
+            kept.extend(f.add(brief(5000 + i, "brief", 2_000_000_000 + u64::from(i), &[])));
+        }
+        let mut long = brief(7000, "true", 0, &[5]);
+        long.end_ns = Some(5_000_000_000);
+        kept.extend(f.add(long));
+        assert_eq!(kept.len(), 1, "only the long process is given back");
+        let (held, groups, folded) = f.finish();
+        assert_eq!(folded, Folded { processes: 40, tracks: 1 });
+        assert_eq!(held.len(), 5, "a name seen 5 times keeps a track per process");
+        assert!(held.iter().all(|p| p.name == "brief"));
+        assert_eq!(groups.len(), 1);
+        let group = &groups[0];
+        assert_eq!(group.name, "true ×40");
+        assert_eq!(group.threads.len(), 1);
+        let times = &group.threads[0].samples.time_ns;
+        assert_eq!(times.len(), 40, "every member's sample");
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "in time order");
+        assert_eq!(group.start_ns, Some(1_010_000_000));
+        assert_eq!(group.end_ns, Some(1_000_000_000 + 40 * 10_000_000 + 1_000_000));
+    }
+
+    /// Check that on a folded track, each member's off-CPU interval at one
+    /// stack and its run of short waits are summed per second, totals kept.
+    #[test]
+    fn a_folded_track_sums_per_second_what_each_member_has_one_of() {
+        let mut f = Folder::default();
+        let waker = crate::model::recording::ShortWaker::Interrupt;
+        for i in 0..100u32 {
+            let start = 1_000_000_000 + u64::from(i) * 20_000_000;
+            let mut p = brief(1000 + i, "true", start, &[]);
+            let t = &mut p.threads[0];
+            t.off_cpu.time_ns.push(start + 10);
+            t.off_cpu.stack.push(7);
+            t.off_cpu.duration_ns.push(300_000);
+            t.markers.push(MarkerRecord::ShortWaits { start_ns: start, end_ns: start + 500_000, count: 3, off_cpu_ns: 200_000, waited_ns: 150_000, waker });
+            assert!(f.add(p).is_none());
+        }
+        let (_, groups, _) = f.finish();
+        let t = &groups[0].threads[0];
+        // 100 members 20 ms apart from 1.0 s: 50 in each of 2 seconds.
+        assert_eq!(t.off_cpu.time_ns.len(), 2);
+        assert_eq!(t.off_cpu.duration_ns, vec![50 * 300_000, 50 * 300_000]);
+        assert!(t.off_cpu.time_ns.windows(2).all(|w| w[0] <= w[1]));
+        let runs: Vec<_> = t.markers.iter().filter_map(|m| match m { MarkerRecord::ShortWaits { count, off_cpu_ns, waited_ns, .. } => Some((*count, *off_cpu_ns, *waited_ns)), _ => None }).collect();
+        assert_eq!(runs, vec![(150, 50 * 200_000, 50 * 150_000), (150, 50 * 200_000, 50 * 150_000)]);
+    }
+
+    /// Check that names made up by the million neither hold more than
+    /// `MAX_HELD` processes nor make more than `MAX_GROUPS` + 1 tracks.
+    #[test]
+    fn made_up_names_are_bounded() {
+        let mut f = Folder::default();
+        let n = (MAX_HELD + MAX_GROUPS * 3) as u32;
+        for i in 0..n {
+            assert!(f.add(brief(i, &format!("n{i}"), 1_000, &[])).is_none());
+            assert!(f.held_count <= MAX_HELD + 1);
+        }
+        let (held, groups, folded) = f.finish();
+        assert!(groups.len() <= MAX_GROUPS + 1, "{} tracks", groups.len());
+        assert_eq!(groups.len() as u64, folded.tracks);
+        assert!(held.len() <= MAX_HELD, "{} held", held.len());
+        assert_eq!(folded.processes as usize + held.len(), n as usize, "every process is in one track");
+        assert!(groups.iter().any(|p| p.name.starts_with(OTHER_NAMES)));
+    }
+}
