@@ -228,6 +228,7 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
         let processes = rec.processes.len() as u64 + folded.processes - folded.tracks;
         let folded_text = match folded.tracks {
             0 => String::new(),
+            1 => format!(" ({} brief ones of a name run often, as one track)", folded.processes),
             n => format!(" ({} brief ones of {n} names run often, one track per name)", folded.processes),
         };
         eprintln!(

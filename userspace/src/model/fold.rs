@@ -168,9 +168,9 @@ impl Group {
         t.name = format!("{name} ×{}", self.members);
         t.cmdline = format!("{} brief processes named {name} (each lived under {} s), folded into one track", self.members, BRIEF_NS / 1_000_000_000);
         if let Some(thread) = t.threads.first_mut() {
-            if thread.name.is_empty() || name == OTHER_NAMES {
-                thread.name = name.to_string();
-            }
+            // The front end labels a process's track with its main thread's
+            // name: the count shows there.
+            thread.name = t.name.clone();
             sort_thread(thread);
             coarsen(thread);
         }
