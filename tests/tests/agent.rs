@@ -286,6 +286,11 @@ fn processes_of_20_ms_appear_in_show() {
         pids.push(field(&out.stdout, "pid").unwrap());
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Enough trues for a name run often (a slow machine runs fewer a second).
+    let waited = std::time::Instant::now();
+    while trues_ran() < trues_before + 40 && waited.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     agent.wait_for_window_ending_after(wall_ms() + 200.0, Duration::from_secs(20));
     let trues_seen = trues_ran().saturating_sub(trues_before);
     let list: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
@@ -311,7 +316,7 @@ fn processes_of_20_ms_appear_in_show() {
     let folded: Vec<u64> = all.threads().iter().filter_map(|t| t.process_name().strip_prefix("true ×")?.parse().ok()).collect();
     let alone = all.threads().iter().filter(|t| t.process_name() == "true").count();
     eprintln!("{trues_seen} trues ran while the agent recorded; show: folded {folded:?}, {alone} on their own; {}", stderr.trim());
-    assert!(trues_seen >= 50, "the churn ran beside the agent: {trues_seen}");
+    assert!(trues_seen >= 40, "the churn ran beside the agent: {trues_seen}");
     assert_eq!(folded.len(), 1, "the trues are one track: {folded:?}");
     assert!(folded[0] >= trues_seen, "every true run while the agent recorded is in it: {} of {trues_seen}", folded[0]);
     // Those that began before the agent did have no start: not brief.
