@@ -337,7 +337,7 @@ fn damaged_jvm_memory_never_panics() {
         };
         if let Ok(l) = HotSpotLayout::read(std::process::id(), base, &s) {
             layouts += 1;
-            let _ = l.interpreter(std::process::id());
+            let _ = l.interpreter(std::process::id(), base);
             let _ = l.method(std::process::id(), base + at());
         }
         runs += 1;

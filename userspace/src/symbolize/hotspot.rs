@@ -51,7 +51,7 @@ pub struct HotSpotLayout {
     klass_constants: u64,
     symbol_length: u64,
     symbol_body: u64,
-    /// The address of `AbstractInterpreter::_code` (a `StubQueue*`).
+    /// Where `AbstractInterpreter::_code` (a `StubQueue*`) is, from libjvm's address 0.
     interpreter_code: u64,
     stub_buffer: u64,
     stub_limit: u64,
@@ -180,16 +180,20 @@ impl HotSpotLayout {
             klass_constants: field("InstanceKlass", "_constants")?,
             symbol_length: field("Symbol", "_length")?,
             symbol_body: field("Symbol", "_body").or_else(|_| field("Symbol", "_body[0]"))?,
-            interpreter_code: field("AbstractInterpreter", "_code")?,
+            // A static's address is this process's: kept relative to
+            // libjvm, as the layout serves every JVM of this libjvm (ASLR
+            // puts each one's elsewhere).
+            interpreter_code: field("AbstractInterpreter", "_code")?.wrapping_sub(base),
             stub_buffer: field("StubQueue", "_stub_buffer")?,
             stub_limit: field("StubQueue", "_buffer_limit")?,
         })
     }
 
-    /// The template interpreter's code, `[start, end)`; None before the JVM
-    /// generated it (or if what is there is no range).
-    pub fn interpreter(&self, pid: u32) -> Option<(u64, u64)> {
-        let queue = word(pid, self.interpreter_code).filter(|&q| q != 0)?;
+    /// The template interpreter's code, `[start, end)`, of JVM `pid` whose
+    /// libjvm's address 0 is at `base`; None before the JVM generated it (or
+    /// if what is there is no range).
+    pub fn interpreter(&self, pid: u32, base: u64) -> Option<(u64, u64)> {
+        let queue = word(pid, base.wrapping_add(self.interpreter_code)).filter(|&q| q != 0)?;
         let start = word(pid, queue.wrapping_add(self.stub_buffer)).filter(|&s| s != 0)?;
         let limit = word(pid, queue.wrapping_add(self.stub_limit))? as u32 as i32;
         // The interpreter is ~100-300 KiB; a range of more than 16 MiB is no interpreter.
