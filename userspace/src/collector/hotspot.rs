@@ -61,7 +61,8 @@ type LayoutRead = (Arc<crate::binaries::hotspot::HotSpotSymbols>, Result<Arc<Hot
 pub(super) struct JavaFrames {
     /// Per libjvm (by its exported symbols, which the unwinders read once
     /// per binary): its layout, or why it has none, and how often it was
-    /// read (NotYet is read again, up to [`MAX_NOT_YET`] times).
+    /// read (NotYet and Unreadable are read again, up to [`MAX_NOT_YET`]
+    /// times).
     layouts: Vec<LayoutRead>,
     /// Per JVM whose interpreter is not known yet: when to look again.
     next_look: FxHashMap<u32, u64>,
@@ -79,13 +80,23 @@ impl JavaFrames {
         if let Some(i) = known {
             match &self.layouts[i].1 {
                 Ok(l) => return Some(l.clone()),
-                // Only a JVM still starting is read again, a bounded number of times.
-                Err(LayoutError::NotYet) if self.layouts[i].2 < MAX_NOT_YET => {}
+                // A JVM still starting, or one whose memory could not be
+                // read (it exited: a `java -version` read as it ended), is
+                // no verdict on the next JVM of this libjvm: read again, a
+                // bounded number of times. Kept as the libjvm's, an
+                // `Unreadable` once left every later JVM unnamed.
+                Err(LayoutError::NotYet | LayoutError::Unreadable) if self.layouts[i].2 < MAX_NOT_YET => {}
                 Err(_) => return None,
             }
         }
         let read = HotSpotLayout::read(pid, java.base, &java.symbols).map(Arc::new);
-        if let Some(e) = read.as_ref().err().filter(|e| **e != LayoutError::NotYet) {
+        let reads = known.map_or(1, |i| self.layouts[i].2 + 1);
+        let said = match read.as_ref().err() {
+            None | Some(LayoutError::NotYet) => false,
+            Some(LayoutError::Unreadable) => reads == MAX_NOT_YET,
+            Some(LayoutError::Missing(_)) => true,
+        };
+        if let Some(e) = read.as_ref().err().filter(|_| said) {
             self.failures.push(format!("JVM {pid}: its interpreted Java frames stay unnamed: {e}"));
         }
         let out = read.as_ref().ok().cloned();
@@ -105,7 +116,7 @@ impl JavaFrames {
         if self.next_look.get(&pid).is_some_and(|&t| now_ns < t) {
             return None;
         }
-        let found = self.layout(pid, java).and_then(|l| l.interpreter(pid));
+        let found = self.layout(pid, java).and_then(|l| l.interpreter(pid, java.base));
         match found {
             Some(_) => self.next_look.remove(&pid),
             None => self.next_look.insert(pid, now_ns + RETRY_NS),
