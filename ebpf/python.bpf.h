@@ -29,9 +29,11 @@ struct {
 } python_procs SEC(".maps");
 
 /* One frame's first bytes, read at once: every field the walk needs lies
- * in them (offsets below 64 for words, below PY_FRAME_READ for bytes). */
+ * in them (offsets below 64 for words, below PY_FRAME_READ for bytes);
+ * then the code object's bytes its fingerprint is made of. 136: a word
+ * at any offset masked to 127 stays inside. */
 struct py_frame_buf {
-	__u8 b[128];
+	__u8 b[136];
 };
 
 struct {
@@ -56,6 +58,29 @@ struct py_walk {
 static __always_inline __u64 py_word(struct py_walk *w, __u16 off)
 {
 	return *(__u64 *)(w->buf + (off & 63));
+}
+
+/* A word of the code object's bytes read at PY_CODE_READ_AT. */
+static __always_inline __u64 py_code_word(struct py_walk *w, __u16 off)
+{
+	return *(__u64 *)(w->buf + ((off - PY_CODE_READ_AT) & 127));
+}
+
+/* The code object's fingerprint: its name, file and line table objects
+ * and first line, mixed (binaries/python.rs computes the same from what
+ * it reads). 0 when it cannot be read: userspace then names nothing. */
+static __always_inline __u32 py_fingerprint(struct py_walk *w, __u64 code)
+{
+	struct python_process *p = w->p;
+	__u64 h;
+
+	if (bpf_probe_read_user(w->buf, PY_CODE_READ, (void *)(code + PY_CODE_READ_AT)))
+		return 0;
+	h = py_code_word(w, p->code_qualname);
+	h = (h ^ py_code_word(w, p->code_filename)) * PY_FP_MUL;
+	h = (h ^ py_code_word(w, p->code_linetable)) * PY_FP_MUL;
+	h = (h ^ (__u32)py_code_word(w, p->code_firstlineno)) * PY_FP_MUL;
+	return h >> 32;
 }
 
 static long py_step(__u64 i, struct py_walk *w)
@@ -91,8 +116,12 @@ static long py_step(__u64 i, struct py_walk *w)
 		return 0;
 	}
 	if (w->frames) {
-		w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (code & ~7ULL) | (entry ? PY_SEGMENT_END : 0);
-		w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = instr;
+		/* After the frame's fields are out of the buffer: it is reused. */
+		__u64 fp = py_fingerprint(w, code);
+		__u64 addr = (1ULL << PY_ADDR_BITS) - 1;
+
+		w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (code & addr & ~7ULL) | (fp >> 16) << PY_ADDR_BITS | (entry ? PY_SEGMENT_END : 0);
+		w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = (instr & addr) | (fp & 0xffff) << PY_ADDR_BITS;
 	}
 	w->at += 2;
 	w->n++;

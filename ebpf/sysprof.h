@@ -172,13 +172,21 @@ struct unwind_process {
 };
 
 /* CPython frames (python.bpf.h): pairs {code object | PY_SEGMENT_END,
- * instruction pointer} after a sample's native frames, leaf first. */
+ * instruction pointer} after a sample's native frames, leaf first. Each
+ * word's top 16 bits (above every user address) carry half of the code
+ * object's fingerprint (PY_FP_*), read with it: userspace names a code
+ * object only if what it reads later has the same, so a freed object whose
+ * address another reuses never lends its name. */
 #define PY_MAX_PROCESSES 16384
 #define PY_MAX_FRAMES 128         /* per sample */
 #define PY_FRAME_READ 80          /* bytes of a _PyInterpreterFrame read at once */
 #define PY_NO_OFFSET 0xffff
 #define PY_OWNED_BY_CSTACK 3      /* 3.12+: the shim frame a C-level eval call starts with */
 #define PY_SEGMENT_END 1          /* in the code word: the last frame of one C-level eval call */
+#define PY_ADDR_BITS 48           /* of each word: the address; above: the fingerprint's half */
+#define PY_CODE_READ_AT 64        /* the code object's bytes read for its fingerprint: [64, 144) */
+#define PY_CODE_READ 80
+#define PY_FP_MUL 0x9e3779b97f4a7c15ULL /* the fingerprint's multiplier (userspace: the same) */
 /* sample_event.py_end: how the Python walk ended */
 #define PY_END_NONE 0             /* not a Python process (py_len is 0) */
 #define PY_END_ROOT 1             /* the thread's first frame */
@@ -200,7 +208,13 @@ struct python_process {
 	__u16 frame_instr;      /* prev_instr / instr_ptr */
 	__u16 frame_owner;
 	__u16 frame_is_entry;   /* 3.11's is_entry; PY_NO_OFFSET after */
-	__u16 _pad;
+	/* PyCodeObject fields the fingerprint is made of (immutable while the
+	 * object lives), each within [PY_CODE_READ_AT, +PY_CODE_READ - 8] */
+	__u16 code_firstlineno; /* an int */
+	__u16 code_filename;
+	__u16 code_qualname;
+	__u16 code_linetable;
+	__u16 _pad[3];
 };
 
 /* Indexes into the per-CPU `drops` array: why a record or part of it was lost. */

@@ -25,6 +25,14 @@ pub fn lost_parts(st: &RecordingStats, record_hints: bool) -> Vec<String> {
     if st.tracepoint_runs_missed > 0 {
         lost.push(format!("{} tracepoint runs{}", st.tracepoint_runs_missed, hint("skipped by the kernel: another BPF program ran on that CPU")));
     }
+    if st.python_frames_unnamed > 0 {
+        lost.push(format!(
+            "{} Python frames unnamed ({} of their code objects freed before they were read, {} unreadable)",
+            st.python_frames_unnamed,
+            st.python_frames_replaced,
+            st.python_frames_unnamed - st.python_frames_replaced.min(st.python_frames_unnamed)
+        ));
+    }
     if st.lost_sideband + st.malformed > 0 {
         lost.push(format!("{} process events{}", st.lost_sideband + st.malformed, hint("sideband ring full")));
     }
@@ -40,6 +48,7 @@ pub fn stats_line(rec: &Recording) -> String {
     "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} handovers_skipped={} tracepoint_runs_missed={} \
          off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
          stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
+         python_frames_unnamed={} python_frames_replaced={} \
          unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
         st.samples,
         st.samples_kept,
@@ -62,6 +71,8 @@ pub fn stats_line(rec: &Recording) -> String {
         st.lost_sideband,
         st.malformed,
         st.processes_without_data,
+        st.python_frames_unnamed,
+        st.python_frames_replaced,
         u.unwinds,
         u.reached_root,
         u.copy_exhausted,

@@ -245,7 +245,7 @@ fn damaged_jitdumps_and_perf_maps_never_panic() {
 #[test]
 fn damaged_python_memory_and_binaries_never_panic() {
     use sysprof::binaries::python;
-    use sysprof::symbolize::python::{location_line, read_code};
+    use sysprof::symbolize::python::{fingerprint, location_line, read_code};
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let layout = python::layout(11).expect("3.11's layout");
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -268,7 +268,14 @@ fn damaged_python_memory_and_binaries_never_panic() {
         }
         let at = base + (rng.below(2048) * 8) as u64;
         let code_type = if rng.below(2) == 0 { words[((at - base) / 8 + 1) as usize] } else { 1 };
-        let _ = read_code(std::process::id(), at, layout, code_type);
+        // The kernel's fingerprint: that of what is there now and then (so
+        // the names and line table are followed), else any.
+        let word = |off: u64| words.get(((at - base + off) / 8) as usize).copied().unwrap_or(0);
+        let expected = match rng.below(2) {
+            0 => fingerprint(word(layout.code_qualname), word(layout.code_filename), word(layout.code_linetable), word(layout.code_firstlineno) as u32),
+            _ => rng.next() as u32,
+        };
+        let _ = read_code(std::process::id(), at, expected, layout, code_type);
         runs += 1;
     }
     let interpreter = std::fs::read("/usr/bin/python3").unwrap_or_default();

@@ -194,6 +194,15 @@ pub const PY_FRAME_READ: u16 = 80;
 pub const PY_NO_OFFSET: u16 = 0xffff;
 /// `PY_SEGMENT_END`
 pub const PY_SEGMENT_END: u64 = 1;
+/// `PY_ADDR_BITS`: a frame pair's words hold an address below, half a
+/// fingerprint above.
+pub const PY_ADDR_BITS: u32 = 48;
+/// `PY_CODE_READ_AT`
+pub const PY_CODE_READ_AT: u16 = 64;
+/// `PY_CODE_READ`
+pub const PY_CODE_READ: u16 = 80;
+/// `PY_FP_MUL`
+pub const PY_FP_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 /// `PY_END_NONE`
 pub const PY_END_NONE: u16 = 0;
 /// `PY_END_ROOT`
@@ -232,8 +241,17 @@ pub struct PythonProcess {
     pub frame_owner: u16,
     /// Frame: 3.11's is_entry, or `PY_NO_OFFSET`.
     pub frame_is_entry: u16,
+    /// Code object: `co_firstlineno` (the fingerprint's fields, each
+    /// within `PY_CODE_READ_AT..PY_CODE_READ_AT + PY_CODE_READ - 8`).
+    pub code_firstlineno: u16,
+    /// Code object: `co_filename`.
+    pub code_filename: u16,
+    /// Code object: `co_qualname`.
+    pub code_qualname: u16,
+    /// Code object: `co_linetable`.
+    pub code_linetable: u16,
     /// Padding.
-    pub _pad: u16,
+    pub _pad: [u16; 3],
 }
 
 // SAFETY: plain old data.

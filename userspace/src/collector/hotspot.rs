@@ -151,7 +151,7 @@ impl JavaFrames {
             let bcp = stack.get(i + 1).copied().unwrap_or(0);
             i += 2;
             let Some(layout) = layout.as_deref() else { continue };
-            let read = self.methods.get_or_read(pid, method, || {
+            let read = self.methods.get_or_read(pid, method, 0, || {
                 let m = layout.method(pid, method).ok()?;
                 let info = Arc::new(CodeInfo { qualname: m.name.as_str().into(), filename: m.file.as_str().into(), first_line: 0, line_table: Box::new([]) });
                 Some(JavaMethodInfo { info, method: m })

@@ -9,7 +9,10 @@
 //! [`PythonFrames`] (name, file, line), which replay turns into frames.
 //!
 //! Code objects are read from the process as the samples arrive (they may
-//! be freed soon after), once per process and address, into a cache with a
+//! be freed soon after), once per process, address and fingerprint (what
+//! the kernel read of the object with its address: a freed object's
+//! address reused by another code object is another key, and the old one,
+//! read too late, is refused, not named as the new), into a cache with a
 //! byte budget, dropped for a process at its exec and 2 s after its exit.
 //!
 //! The pairing, leaf first: the k-th eval-loop frame of the native stack
@@ -23,9 +26,8 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::bpf::abi::PY_SEGMENT_END;
 use crate::model::stack_end::StackEnd;
-use crate::symbolize::python::{read_code, CodeInfo};
+use crate::symbolize::python::{read_code, CodeError, CodeInfo, KernelPyFrame};
 use crate::unwind::python::PythonRuntime;
 
 /// Raw keys of Python frames: above every user address, below the kernel's.
@@ -35,6 +37,11 @@ const PY_KEY_MASK: u64 = 0xc000_0000_0000_0000;
 /// The raw key of the root frame of a stack whose CPython's version this
 /// build does not read: after the cuts' keys (1..=8), where no code lives.
 pub(super) const PY_NOT_READ_KEY: u64 = 9;
+
+/// The raw key of a Python frame whose code object could not be named (it
+/// was freed and its address reused before it was read, or its memory is
+/// unreadable): kept in its place, so the caller chain stays true.
+pub(super) const PY_UNNAMED_KEY: u64 = 10;
 
 /// Whether a raw key is a Python frame's.
 pub(super) fn is_python_key(key: u64) -> bool {
@@ -103,36 +110,48 @@ impl Held for CodeInfo {
 }
 
 /// Objects read from processes' memory (Python code objects, Java
-/// methods), per process and address, within [`CODE_CACHE_BYTES`]; what
-/// could not be read is remembered as such.
+/// methods), per process, address and identity (the fingerprint the
+/// kernel read with the address, where it reads one), within
+/// [`CODE_CACHE_BYTES`]; what could not be read is remembered as such.
 #[derive(Debug)]
 pub(super) struct CodeCache<T = CodeInfo> {
-    by_pid: FxHashMap<u32, FxHashMap<u64, Option<Arc<T>>>>,
+    by_pid: FxHashMap<u32, FxHashMap<(u64, u32), Option<Arc<T>>>>,
     bytes: usize,
     /// Exits in order, (time, pid): forgotten 2 s later.
     exited: std::collections::VecDeque<(u64, u32)>,
     /// Frames whose object could not be read or was none (counted).
     pub(super) unresolved: u64,
+    /// Of those, objects freed after their sample, their address reused by
+    /// another one (counted: a name refused, not lent).
+    pub(super) replaced: u64,
 }
 
 impl<T> Default for CodeCache<T> {
     fn default() -> Self {
-        CodeCache { by_pid: FxHashMap::default(), bytes: 0, exited: Default::default(), unresolved: 0 }
+        CodeCache { by_pid: FxHashMap::default(), bytes: 0, exited: Default::default(), unresolved: 0, replaced: 0 }
     }
 }
 
 impl CodeCache<CodeInfo> {
-    /// `pid`'s code object at `addr`, read on first use.
-    fn code(&mut self, pid: u32, addr: u64, py: &PythonRuntime) -> Option<Arc<CodeInfo>> {
-        self.get_or_read(pid, addr, || read_code(pid, addr, py.binary.layout, py.code_type()).ok())
+    /// `pid`'s code object of `frame`, read on first use.
+    fn code(&mut self, pid: u32, frame: &KernelPyFrame, py: &PythonRuntime) -> Option<Arc<CodeInfo>> {
+        let mut replaced = false;
+        let code = self.get_or_read(pid, frame.code, frame.fingerprint, || {
+            let read = read_code(pid, frame.code, frame.fingerprint, py.binary.layout, py.code_type());
+            replaced = read == Err(CodeError::Replaced);
+            read.ok()
+        });
+        self.replaced += u64::from(replaced);
+        code
     }
 }
 
 impl<T: Held> CodeCache<T> {
-    /// `pid`'s object at `addr`, read with `read` on first use. Past the
-    /// budget every process's objects are dropped and read again as used.
-    pub(super) fn get_or_read(&mut self, pid: u32, addr: u64, read: impl FnOnce() -> Option<T>) -> Option<Arc<T>> {
-        if let Some(known) = self.by_pid.get(&pid).and_then(|m| m.get(&addr)) {
+    /// `pid`'s object at `addr` of `identity`, read with `read` on first
+    /// use. Past the budget every process's objects are dropped and read
+    /// again as used.
+    pub(super) fn get_or_read(&mut self, pid: u32, addr: u64, identity: u32, read: impl FnOnce() -> Option<T>) -> Option<Arc<T>> {
+        if let Some(known) = self.by_pid.get(&pid).and_then(|m| m.get(&(addr, identity))) {
             return known.clone();
         }
         let read = read().map(Arc::new);
@@ -142,7 +161,7 @@ impl<T: Held> CodeCache<T> {
             self.bytes = 0;
         }
         self.bytes += size;
-        self.by_pid.entry(pid).or_default().insert(addr, read.clone());
+        self.by_pid.entry(pid).or_default().insert((addr, identity), read.clone());
         read
     }
 
@@ -174,6 +193,11 @@ impl<T: Held> CodeCache<T> {
     pub(super) fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// The counts since the last call: (frames unnamed, of which replaced).
+    pub(super) fn take_counts(&mut self) -> (u64, u64) {
+        (std::mem::take(&mut self.unresolved), std::mem::take(&mut self.replaced))
+    }
 }
 
 /// Merge the Python `pairs` (leaf first) into `stack` (native user frames,
@@ -193,7 +217,7 @@ pub(super) fn merge(
     let mut start = 0;
     let n = pairs.len() / 2;
     for i in 0..n {
-        if pairs[2 * i] & PY_SEGMENT_END != 0 || i + 1 == n {
+        if KernelPyFrame::from_words(pairs[2 * i], pairs[2 * i + 1]).segment_end || i + 1 == n {
             segments.push((start, i + 1));
             start = i + 1;
         }
@@ -208,15 +232,15 @@ pub(super) fn merge(
     let mut seen = 0;
     let mut push_segment = |s: (usize, usize), out: &mut Vec<u64>| {
         for i in s.0..s.1 {
-            let (code, instr) = (pairs[2 * i] & !7, pairs[2 * i + 1]);
-            let key = match codes.code(pid, code, py) {
+            let frame = KernelPyFrame::from_words(pairs[2 * i], pairs[2 * i + 1]);
+            let key = match codes.code(pid, &frame, py) {
                 Some(info) => {
-                    let index = (instr as i64).wrapping_sub(code.wrapping_add(py.binary.layout.code_bytecode) as i64) / 2;
+                    let index = (frame.instr as i64).wrapping_sub(frame.code.wrapping_add(py.binary.layout.code_bytecode) as i64) / 2;
                     frames.key(&info, info.line(index))
                 }
                 None => {
                     codes.unresolved += 1;
-                    continue;
+                    PY_UNNAMED_KEY
                 }
             };
             out.push(key);

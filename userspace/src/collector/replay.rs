@@ -61,6 +61,8 @@ pub(super) enum PseudoFrame {
     End(StackEnd),
     /// The root of a stack of a CPython this build does not read.
     PythonNotRead,
+    /// A Python frame whose code object could not be named.
+    PythonUnnamed,
 }
 
 impl PseudoFrame {
@@ -71,6 +73,7 @@ impl PseudoFrame {
             PseudoFrame::ShortWaits => "[short off-CPU waits: no stack]",
             PseudoFrame::End(e) => e.frame_name(),
             PseudoFrame::PythonNotRead => "[no Python frames: a CPython version sysprof does not read (3.11-3.13 are)]",
+            PseudoFrame::PythonUnnamed => "[Python frame: its code object was gone before it was read]",
         }
     }
 }
@@ -188,6 +191,7 @@ impl<'a> Replay<'a> {
             let key = match StackEnd::from_raw_key(addr) {
                 Some(end) => FrameKey::Pseudo(PseudoFrame::End(end)),
                 None if addr == super::python::PY_NOT_READ_KEY => FrameKey::Pseudo(PseudoFrame::PythonNotRead),
+                None if addr == super::python::PY_UNNAMED_KEY => FrameKey::Pseudo(PseudoFrame::PythonUnnamed),
                 None if super::python::is_python_key(addr) => FrameKey::Python((addr & !super::python::PY_KEY_BASE) as u32),
                 None if addr >= KERNEL_ADDR_MIN => FrameKey::Kernel(lookup),
                 None => match state.lookup(lookup) {

@@ -315,6 +315,8 @@ pub fn add_stats(into: &mut RecordingStats, s: &RecordingStats) {
     into.kernel_stack_failures += s.kernel_stack_failures;
     into.user_stack_failures += s.user_stack_failures;
     into.handovers_skipped += s.handovers_skipped;
+    into.python_frames_unnamed += s.python_frames_unnamed;
+    into.python_frames_replaced += s.python_frames_replaced;
     into.tracepoint_runs_missed += s.tracepoint_runs_missed;
     into.lost_sideband += s.lost_sideband;
     into.malformed += s.malformed;

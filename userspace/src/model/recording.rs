@@ -470,6 +470,13 @@ pub struct RecordingStats {
     /// Processes that started and exited in the window without a single
     /// sample or event (a fork storm's children, mostly): not in the profile.
     pub processes_without_data: u64,
+    /// Python frames kept unnamed (`[Python frame: ...]`): their code
+    /// object could not be read. Not kept by the store: 0 when read back.
+    pub python_frames_unnamed: u64,
+    /// Of those, code objects freed after their sample whose address
+    /// another took: refused by their fingerprint, never named as the new
+    /// one. Not kept by the store.
+    pub python_frames_replaced: u64,
     /// User stacks unwound with DWARF (dwarf mode).
     pub unwind: UnwindStats,
 }

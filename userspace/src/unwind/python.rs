@@ -56,7 +56,11 @@ impl PythonRuntime {
             frame_instr: l.frame_instr,
             frame_owner: l.frame_owner,
             frame_is_entry: l.frame_is_entry.unwrap_or(PY_NO_OFFSET),
-            _pad: 0,
+            code_firstlineno: l.code_firstlineno as u16,
+            code_filename: l.code_filename as u16,
+            code_qualname: l.code_qualname as u16,
+            code_linetable: l.code_linetable as u16,
+            _pad: [0; 3],
         }
     }
 }
