@@ -25,7 +25,7 @@ fn kernel_addr_info(kernel: &KernelSymbols, addr: u64) -> AddrInfo {
             symbol_start: sym.start,
             symbol_offset: addr - sym.start,
             symbol_size: sym.size,
-            funcs: vec![symbolize::FuncAtAddr { name: sym.name.to_string(), file: None, line: None }],
+            funcs: vec![symbolize::FuncAtAddr { name: sym.name.to_string(), file: None, line: None, start_line: None }],
         },
         None => AddrInfo::default(),
     }
@@ -154,7 +154,7 @@ pub(super) fn symbolicate(
                 address: 0,
                 kernel: false,
                 symbols: AddrInfo {
-                    funcs: vec![symbolize::FuncAtAddr { name: p.name().to_string(), file: None, line: None }],
+                    funcs: vec![symbolize::FuncAtAddr { name: p.name().to_string(), file: None, line: None, start_line: None }],
                     ..AddrInfo::default()
                 },
                 pseudo: true,
@@ -179,6 +179,7 @@ pub(super) fn symbolicate(
                             name: code.qualname.to_string(),
                             file: Some(code.filename.to_string()),
                             line: Some(*line),
+                            start_line: Some(code.first_line),
                         }],
                         ..AddrInfo::default()
                     },
@@ -349,7 +350,7 @@ fn symbolicate_jit(
                     symbol_start: sym.start,
                     symbol_offset: address - sym.start,
                     symbol_size: Some(sym.size),
-                    funcs: vec![symbolize::FuncAtAddr { name: sym.name.clone(), file: None, line: None }],
+                    funcs: vec![symbolize::FuncAtAddr { name: sym.name.clone(), file: None, line: None, start_line: None }],
                 };
             } else if let Some((start, end)) = region {
                 f.lib = lib;
@@ -357,7 +358,7 @@ fn symbolicate_jit(
                     symbol_start: start,
                     symbol_offset: address - start,
                     symbol_size: Some(end - start),
-                    funcs: vec![symbolize::FuncAtAddr { name: format!("[JIT] {runtime}"), file: None, line: None }],
+                    funcs: vec![symbolize::FuncAtAddr { name: format!("[JIT] {runtime}"), file: None, line: None, start_line: None }],
                 };
             } else if map.is_some() {
                 // In no mapping seen: kept as an address of the map's library.

@@ -29,7 +29,7 @@ use crate::model::stack_tree::NO_PARENT;
 struct Dictionary {
     d: pb::ProfilesDictionary,
     strings: FxHashMap<String, i32>,
-    functions: FxHashMap<(i32, i32), i32>,
+    functions: FxHashMap<(i32, i32, i64), i32>,
     mappings: FxHashMap<u32, i32>,
     locations: FxHashMap<u32, i32>,
     stacks: FxHashMap<Vec<i32>, i32>,
@@ -119,12 +119,14 @@ impl Dictionary {
             .map(|fa| {
                 let name = self.string(&fa.name);
                 let file = self.string(fa.file.as_deref().unwrap_or(""));
-                let function_index = match self.functions.get(&(name, file)) {
+                // A Python function is also told apart by its first line.
+                let start_line = fa.start_line.unwrap_or(0) as i64;
+                let function_index = match self.functions.get(&(name, file, start_line)) {
                     Some(&i) => i,
                     None => {
                         let i = self.d.function_table.len() as i32;
-                        self.d.function_table.push(pb::Function { name_strindex: name, system_name_strindex: name, filename_strindex: file, start_line: 0 });
-                        self.functions.insert((name, file), i);
+                        self.d.function_table.push(pb::Function { name_strindex: name, system_name_strindex: name, filename_strindex: file, start_line });
+                        self.functions.insert((name, file, start_line), i);
                         i
                     }
                 };

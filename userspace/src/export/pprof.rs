@@ -187,7 +187,7 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
     let mut mappings: Vec<proto::Mapping> = Vec::new();
     let mut mapping_of_lib: FxHashMap<u32, u64> = FxHashMap::default();
     let mut functions: Vec<proto::Function> = Vec::new();
-    let mut function_of: FxHashMap<(String, Option<String>), u64> = FxHashMap::default();
+    let mut function_of: FxHashMap<(String, Option<String>, Option<u32>), u64> = FxHashMap::default();
     let mut locations: Vec<proto::Location> = Vec::new();
     let mut location_of_frame: FxHashMap<u32, u64> = FxHashMap::default();
 
@@ -232,11 +232,13 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
             .iter()
             .rev()
             .map(|fa| {
-                let key = (fa.name.clone(), fa.file.clone());
+                // A Python function is also told apart by its first line.
+                let key = (fa.name.clone(), fa.file.clone(), fa.start_line);
                 let function_id = *function_of.entry(key).or_insert_with(|| {
                     let id = functions.len() as u64 + 1;
                     let name = strings.get(&fa.name);
-                    functions.push(proto::Function { id, name, system_name: name, filename: strings.get(fa.file.as_deref().unwrap_or("")), start_line: 0 });
+                    let start_line = fa.start_line.unwrap_or(0) as i64;
+                    functions.push(proto::Function { id, name, system_name: name, filename: strings.get(fa.file.as_deref().unwrap_or("")), start_line });
                     id
                 });
                 proto::Line { function_id, line: fa.line.unwrap_or(0) as i64, column: 0 }

@@ -11,6 +11,12 @@ pub struct FuncAtAddr {
     pub file: Option<String>,
     /// Source line, if known.
     pub line: Option<u32>,
+    /// The function's first line, where it is part of what identifies the
+    /// function: a Python code object's `co_firstlineno` (two functions of
+    /// one qualified name in one file, a property's getter and setter, are
+    /// two functions). `None` for native code, whose name and library
+    /// identify it.
+    pub start_line: Option<u32>,
 }
 
 /// What is known about one address.

@@ -111,7 +111,7 @@ mod tests {
         let mut rec = Recording::default();
         rec.libs.push(LibRecord { path: "/bin/app".into(), name: "app".into(), build_id: None });
         let named = |names: &[&str]| AddrInfo {
-            funcs: names.iter().map(|n| FuncAtAddr { name: n.to_string(), file: None, line: None }).collect(),
+            funcs: names.iter().map(|n| FuncAtAddr { name: n.to_string(), file: None, line: None, start_line: None }).collect(),
             ..Default::default()
         };
         rec.frames.push(FrameRecord { lib: 0, address: 0x10, kernel: false, symbols: named(&["main"]), pseudo: false });

@@ -242,9 +242,11 @@ pub struct FuncTable {
     pub(crate) relevant_for_js: Vec<bool>,
     /// A resource index, or -1 for none.
     pub(crate) resource: Vec<i64>,
-    #[serde(skip_deserializing)]
+    /// Read back by `report`: an interpreted function (in no library) is
+    /// told apart by its file and first line.
+    #[serde(default)]
     pub(crate) file_name: Vec<Option<u32>>,
-    #[serde(skip_deserializing)]
+    #[serde(default)]
     pub(crate) line_number: Vec<Option<u32>>,
     #[serde(skip_deserializing)]
     pub(crate) column_number: Vec<Option<u32>>,

@@ -3,7 +3,9 @@
 //! In: the recording's global frames and stack nodes, one at a time. Out:
 //! the thread's own string, frame, func, resource, native-symbol and stack
 //! tables (version 55 wants them per thread): one frame per (address,
-//! inline depth), one func per (library, name), one stack per (prefix,
+//! inline depth), one func per (library, name) for native code and per
+//! (name, file, first line) for interpreted code (every `<module>` and
+//! `main` of a Python program is its own function), one stack per (prefix,
 //! frame), each made once and memoized.
 
 use rustc_hash::FxHashMap;
@@ -15,6 +17,16 @@ use crate::model::strings::Interner;
 use super::category;
 use super::schema::{FrameTable, FuncTable, NativeSymbols, ResourceTable, StackTable};
 
+/// What identifies a function: its library and name; for interpreted code
+/// (in no library) also its file and first line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FuncIdentity {
+    resource: i64,
+    name: u32,
+    file: Option<u32>,
+    start_line: Option<u32>,
+}
+
 /// Per-thread table builder.
 #[derive(Default)]
 pub(super) struct ThreadTables {
@@ -25,7 +37,7 @@ pub(super) struct ThreadTables {
     pub(super) symbols: NativeSymbols,
     pub(super) stacks: StackTable,
     resource_of_lib: FxHashMap<u32, u32>,
-    func_of: FxHashMap<(i64, u32), u32>,
+    func_of: FxHashMap<FuncIdentity, u32>,
     symbol_of: FxHashMap<(u32, u64), u32>,
     /// global frame -> first and last thread frame (outermost..innermost inline depth)
     frames_of: FxHashMap<u32, (u32, u32)>,
@@ -52,22 +64,30 @@ impl ThreadTables {
         r as i64
     }
 
-    fn func(&mut self, resource: i64, name: &str, file: Option<&str>) -> u32 {
+    /// The func of `name` in `resource`; `interpreted`: also told apart by
+    /// its file and first line. A native function's file is the first one
+    /// seen (its addresses' lines may lie in several).
+    fn func(&mut self, resource: i64, name: &str, file: Option<&str>, start_line: Option<u32>, interpreted: bool) -> u32 {
         let name = self.strings.intern(name);
-        if let Some(&f) = self.func_of.get(&(resource, name)) {
+        let file = file.map(|f| self.strings.intern(f));
+        let identity = if interpreted {
+            FuncIdentity { resource, name, file, start_line }
+        } else {
+            FuncIdentity { resource, name, file: None, start_line: None }
+        };
+        if let Some(&f) = self.func_of.get(&identity) {
             return f;
         }
-        let file = file.map(|f| self.strings.intern(f));
         let f = self.funcs.length as u32;
         self.funcs.name.push(name);
         self.funcs.is_js.push(false);
         self.funcs.relevant_for_js.push(false);
         self.funcs.resource.push(resource);
         self.funcs.file_name.push(file);
-        self.funcs.line_number.push(None);
+        self.funcs.line_number.push(identity.start_line);
         self.funcs.column_number.push(None);
         self.funcs.length += 1;
-        self.func_of.insert((resource, name), f);
+        self.func_of.insert(identity, f);
         f
     }
 
@@ -131,7 +151,7 @@ impl ThreadTables {
         let address = if f.pseudo { -1 } else { f.address as i64 };
         let range = if f.symbols.funcs.is_empty() {
             let name = f.unknown_code_name(&rec.libs);
-            let func = self.func(resource, &name, None);
+            let func = self.func(resource, &name, None, None, false);
             let i = self.push_frame(address, 0, category, func, None, None);
             (i, i)
         } else {
@@ -143,7 +163,7 @@ impl ThreadTables {
             let mut first = None;
             let mut last = 0;
             for (depth, fa) in f.symbols.funcs.iter().enumerate() {
-                let func = self.func(resource, &fa.name, fa.file.as_deref());
+                let func = self.func(resource, &fa.name, fa.file.as_deref(), fa.start_line, f.is_interpreted());
                 last = self.push_frame(address, depth as u32, category, func, sym, fa.line);
                 first.get_or_insert(last);
             }

@@ -6,7 +6,7 @@ use crate::model::stack_tree::{StackTree, NO_PARENT};
 use crate::model::symbols::{AddrInfo, FuncAtAddr};
 
 fn func(name: &str, line: u32) -> FuncAtAddr {
-    FuncAtAddr { name: name.into(), file: Some("/src/app.c".into()), line: Some(line) }
+    FuncAtAddr { name: name.into(), file: Some("/src/app.c".into()), line: Some(line), start_line: None }
 }
 
 /// Two processes, an inlined call, a kernel frame, an unresolved frame.
@@ -21,7 +21,7 @@ fn recording() -> Recording {
         // 1: work with helper inlined into it
         FrameRecord { lib: 0, address: 0x1210, kernel: false, symbols: AddrInfo { symbol_start: 0x1200, symbol_offset: 0x10, symbol_size: None, funcs: vec![func("work", 20), func("helper", 5)] }, pseudo: false },
         // 2: kernel
-        FrameRecord { lib: 1, address: 0x5000, kernel: true, symbols: AddrInfo { symbol_start: 0, symbol_offset: 8, symbol_size: None, funcs: vec![FuncAtAddr { name: "do_syscall_64".into(), file: None, line: None }] }, pseudo: false },
+        FrameRecord { lib: 1, address: 0x5000, kernel: true, symbols: AddrInfo { symbol_start: 0, symbol_offset: 8, symbol_size: None, funcs: vec![FuncAtAddr { name: "do_syscall_64".into(), file: None, line: None, start_line: None }] }, pseudo: false },
         // 3: unresolved
         FrameRecord { lib: NO_LIB, address: 0xdead, kernel: false, symbols: AddrInfo::default(), pseudo: false },
     ];
@@ -155,7 +155,7 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
         lib: NO_LIB,
         address: 0,
         kernel: false,
-        symbols: AddrInfo { funcs: vec![FuncAtAddr { name: "[off-CPU: sleeping]".into(), file: None, line: None }], ..AddrInfo::default() },
+        symbols: AddrInfo { funcs: vec![FuncAtAddr { name: "[off-CPU: sleeping]".into(), file: None, line: None, start_line: None }], ..AddrInfo::default() },
         pseudo: true,
     });
     let work = rec.processes[1].threads[0].samples.stack[0];
@@ -247,7 +247,7 @@ fn full_recording() -> Recording {
         lib: NO_LIB,
         address: 0,
         kernel: false,
-        symbols: AddrInfo { funcs: vec![FuncAtAddr { name: "[off-CPU: sleeping]".into(), file: None, line: None }], ..AddrInfo::default() },
+        symbols: AddrInfo { funcs: vec![FuncAtAddr { name: "[off-CPU: sleeping]".into(), file: None, line: None, start_line: None }], ..AddrInfo::default() },
         pseudo: true,
     });
     let work = rec.processes[1].threads[0].samples.stack[0];

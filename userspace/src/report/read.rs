@@ -21,8 +21,10 @@ pub(super) trait ThreadRead {
     fn process_name(&self) -> &str;
     /// A func's name.
     fn func_name(&self, func: u32) -> &str;
-    /// A func's library ("" for none).
-    fn func_library(&self, func: u32) -> &str;
+    /// A func's library; for code in none (Python, interpreted Java) its
+    /// file and first line, `file:line`, which with its name identify it;
+    /// "" for neither.
+    fn func_library(&self, func: u32) -> std::borrow::Cow<'_, str>;
     /// The category of a stack's leaf frame.
     fn leaf_category(&self, stack: u32) -> Option<u32>;
 }
@@ -39,6 +41,9 @@ impl ThreadRead for Thread {
             && self.func_table.resource.len() == funcs
             && self.func_table.name.iter().all(|&s| (s as usize) < strings)
             && self.func_table.resource.iter().all(|&r| r < 0 || (r as usize) < self.resource_table.name.len())
+            && (self.func_table.file_name.is_empty() || self.func_table.file_name.len() == funcs)
+            && (self.func_table.line_number.is_empty() || self.func_table.line_number.len() == funcs)
+            && self.func_table.file_name.iter().all(|s| s.is_none_or(|s| (s as usize) < strings))
             && self.resource_table.name.iter().all(|&s| (s as usize) < strings)
             && self.samples.stack.iter().all(|s| s.is_none_or(|s| (s as usize) < stacks))
             && self.samples.weight.as_ref().is_none_or(|w| w.len() == self.samples.stack.len() && w.iter().all(|&x| x.is_finite() && (0.0..=1e12).contains(&x)))
@@ -63,10 +68,17 @@ impl ThreadRead for Thread {
         &self.string_array[self.func_table.name[func as usize] as usize]
     }
 
-    fn func_library(&self, func: u32) -> &str {
+    fn func_library(&self, func: u32) -> std::borrow::Cow<'_, str> {
         match self.func_table.resource[func as usize] {
-            r if r < 0 => "",
-            r => &self.string_array[self.resource_table.name[r as usize] as usize],
+            r if r < 0 => {
+                let file = self.func_table.file_name.get(func as usize).copied().flatten().map(|s| self.string_array[s as usize].as_str());
+                match (file, self.func_table.line_number.get(func as usize).copied().flatten()) {
+                    (Some(file), Some(line)) => format!("{file}:{line}").into(),
+                    (Some(file), None) => file.into(),
+                    _ => "".into(),
+                }
+            }
+            r => self.string_array[self.resource_table.name[r as usize] as usize].as_str().into(),
         }
     }
 

@@ -113,7 +113,7 @@ impl Tally {
         let (self_by_func, total_by_func) = func_totals(t, &counts.cpu, cats.idle);
         for (f, (&own, &total)) in self_by_func.iter().zip(&total_by_func).enumerate() {
             if total > 0 {
-                let g = functions.id(t.func_name(f as u32), t.func_library(f as u32));
+                let g = functions.id(t.func_name(f as u32), &t.func_library(f as u32));
                 functions.self_samples[g] = functions.self_samples[g].saturating_add(own);
                 functions.total_samples[g] = functions.total_samples[g].saturating_add(total);
             }

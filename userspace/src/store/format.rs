@@ -2,7 +2,8 @@
 //!
 //! In: a [`Recording`](crate::model::recording::Recording) (the collector's output, which may grow a field or a
 //! counter at any time). Out: a [`StoredRecording`] that postcard encodes
-//! as segment format VERSION 3, and back, checked.
+//! as segment format VERSION 3, followed by [`StoredAdditions`] (VERSION 4),
+//! and back, checked.
 //!
 //! Why separate types: postcard writes fields in declaration order with
 //! neither names nor a count, so a field added to the engine's structs
@@ -40,6 +41,42 @@ pub struct StoredRecording {
     pub cpu_tracks: Vec<(u32, Vec<StoredMarker>)>,
     pub off_cpu: bool,
     pub notes: Vec<String>,
+}
+
+/// What VERSION 4 adds, encoded after the [`StoredRecording`] in the same
+/// payload (so VERSION 2 and 3 payloads, which end there, decode as they
+/// are, with none of it).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StoredAdditions {
+    /// Functions' first lines, where they identify the function (Python):
+    /// (frame index, inline depth, line).
+    pub start_lines: Vec<(u32, u32, u32)>,
+}
+
+impl StoredAdditions {
+    /// What `rec` holds beyond VERSION 3.
+    pub fn of(rec: &crate::model::recording::Recording) -> StoredAdditions {
+        let mut start_lines = Vec::new();
+        for (i, f) in rec.frames.iter().enumerate() {
+            for (depth, func) in f.symbols.funcs.iter().enumerate() {
+                if let Some(line) = func.start_line {
+                    start_lines.push((i as u32, depth as u32, line));
+                }
+            }
+        }
+        StoredAdditions { start_lines }
+    }
+
+    /// Put them into `rec`; false when one names a frame it does not have.
+    pub fn apply(self, rec: &mut crate::model::recording::Recording) -> bool {
+        for (frame, depth, line) in self.start_lines {
+            match rec.frames.get_mut(frame as usize).and_then(|f| f.symbols.funcs.get_mut(depth as usize)) {
+                Some(func) => func.start_line = Some(line),
+                None => return false,
+            }
+        }
+        true
+    }
 }
 
 /// The stack tree as two columns: each node's distance back to its parent

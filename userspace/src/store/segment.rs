@@ -32,13 +32,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::format::{StoredMarker, StoredRecording};
+use super::format::{StoredAdditions, StoredMarker, StoredRecording};
 use crate::model::recording::Recording;
 
 /// First bytes of every segment.
 pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
-/// The format version written.
-pub const VERSION: u16 = 3;
+/// The format version written: 4 is 3 followed, in the payload, by
+/// [`StoredAdditions`] (Python functions' first lines).
+pub const VERSION: u16 = 4;
 /// The oldest version read: 2's types are 3's less the `ShortWaits`
 /// marker, a variant added at the end, so 2's bytes decode as they are.
 pub const OLDEST_READ: u16 = 2;
@@ -147,9 +148,11 @@ pub fn encode(rec: Recording, windows: Vec<WindowSpan>, level: u8, zlevel: i32) 
     let samples = rec.sample_count();
     let processes = rec.processes.len() as u32;
     let lost = rec.stats.lost_total();
+    let additions = StoredAdditions::of(&rec);
     let mut stored = StoredRecording::from(rec);
     times_to_deltas(&mut stored);
-    let raw = postcard::to_stdvec(&stored).map_err(SegmentError::Encode)?;
+    let mut raw = postcard::to_stdvec(&stored).map_err(SegmentError::Encode)?;
+    raw.extend(postcard::to_stdvec(&additions).map_err(SegmentError::Encode)?);
     let payload = zstd::bulk::compress(&raw, zlevel).map_err(SegmentError::Compress)?;
     let header = SegmentHeader {
         level,
@@ -225,9 +228,16 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
         return Err(SegmentError::TooLarge(header.raw_len));
     }
     let raw = zstd::bulk::decompress(payload, header.raw_len as usize).map_err(SegmentError::Decompress)?;
-    let mut stored: StoredRecording = postcard::from_bytes(&raw).map_err(SegmentError::Payload)?;
+    let (mut stored, rest): (StoredRecording, &[u8]) = postcard::take_from_bytes(&raw).map_err(SegmentError::Payload)?;
+    let additions: StoredAdditions = match rest {
+        [] => StoredAdditions::default(),
+        rest => postcard::from_bytes(rest).map_err(SegmentError::Payload)?,
+    };
     deltas_to_times(&mut stored)?;
-    let rec = stored.into_model().ok_or(SegmentError::Inconsistent("a stack's parent does not precede it"))?;
+    let mut rec = stored.into_model().ok_or(SegmentError::Inconsistent("a stack's parent does not precede it"))?;
+    if !additions.apply(&mut rec) {
+        return Err(SegmentError::Inconsistent("a start line of a frame it does not have"));
+    }
     Ok((header, rec))
 }
 

@@ -177,6 +177,6 @@ fn a_segment_of_another_version_is_refused_by_name_and_version() {
     std::fs::write(&a.path, &bytes).unwrap();
     let q = store.query(0.0, f64::INFINITY);
     assert_eq!(q.recordings.len(), 1);
-    assert_eq!(q.warnings, vec![format!("skipping {}: segment format version 7, this sysprof reads 2 to 3", a.path.display())]);
+    assert_eq!(q.warnings, vec![format!("skipping {}: segment format version 7, this sysprof reads 2 to 4", a.path.display())]);
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -205,12 +205,14 @@ fn to_addr_info(s: Symbolized<'_>) -> AddrInfo {
         name: sym.name.to_string(),
         file: outer_loc.map(code_file),
         line: outer_loc.and_then(|c| c.line),
+        start_line: None,
     });
     for inl in sym.inlined.iter() {
         funcs.push(FuncAtAddr {
             name: inl.name.to_string(),
             file: inl.code_info.as_ref().map(code_file),
             line: inl.code_info.as_ref().and_then(|c| c.line),
+            start_line: None,
         });
     }
     AddrInfo { symbol_start: sym.addr, symbol_offset: sym.offset as u64, symbol_size: sym.size.map(|s| s as u64), funcs }

@@ -222,7 +222,7 @@ fn fix_names(info: &mut AddrInfo, vaddr: u64, offset: u64, tables: &NameTables, 
             symbol_start: offset - (vaddr - start),
             symbol_offset: vaddr - start,
             symbol_size: Some(16),
-            funcs: vec![FuncAtAddr { name: name.to_string(), file: None, line: None }],
+            funcs: vec![FuncAtAddr { name: name.to_string(), file: None, line: None, start_line: None }],
         };
         return;
     }
@@ -243,7 +243,7 @@ fn fix_names(info: &mut AddrInfo, vaddr: u64, offset: u64, tables: &NameTables, 
                 symbol_start: start_offset,
                 symbol_offset: vaddr - start,
                 symbol_size: Some(end - start),
-                funcs: vec![FuncAtAddr { name: format!("{lib}+0x{start_offset:x}"), file: None, line: None }],
+                funcs: vec![FuncAtAddr { name: format!("{lib}+0x{start_offset:x}"), file: None, line: None, start_line: None }],
             };
         }
     }

@@ -259,7 +259,8 @@ impl StoredFrame {
                 symbol_start: s.symbol_start,
                 symbol_offset: s.symbol_offset,
                 symbol_size: s.symbol_size,
-                funcs: s.funcs.into_iter().map(|f| FuncAtAddr { name: f.name, file: f.file, line: f.line }).collect(),
+                // Start lines come after the recording, in VERSION 4's additions.
+                funcs: s.funcs.into_iter().map(|f| FuncAtAddr { name: f.name, file: f.file, line: f.line, start_line: None }).collect(),
             },
             pseudo: self.pseudo,
         }
@@ -391,6 +392,8 @@ impl StoredStats {
             user_stack_failures: self.user_stack_failures,
             // Not in the stored format: see RecordingStats::handovers_skipped.
             handovers_skipped: 0,
+            python_frames_unnamed: 0,
+            python_frames_replaced: 0,
             tracepoint_runs_missed: 0,
             lost_sideband: self.lost_sideband,
             malformed: self.malformed,

@@ -64,8 +64,8 @@ pub(crate) fn fixture_recording() -> Recording {
             symbol_offset: 0x10,
             symbol_size: Some(64),
             funcs: vec![
-                FuncAtAddr { name: "outer".into(), file: Some("a.c".into()), line: Some(12) },
-                FuncAtAddr { name: "inlined".into(), file: None, line: None },
+                FuncAtAddr { name: "outer".into(), file: Some("a.c".into()), line: Some(12), start_line: None },
+                FuncAtAddr { name: "inlined".into(), file: None, line: None, start_line: None },
             ],
         },
         pseudo: false,
@@ -177,6 +177,8 @@ pub(crate) fn fixture_recording() -> Recording {
         lost_state: 17,
         io_untracked: 18,
         processes_without_data: 19,
+        python_frames_unnamed: 0,
+        python_frames_replaced: 0,
         unwind: UnwindStats { unwinds: 20, reached_root: 21, copy_exhausted: 22, copy_exhausted_in_profiler: 23, no_unwind_info: 24, bad_return_address: 25, unwind_ns: 26, unwinds_here: 0 },
     };
     rec.warnings = vec!["a warning".into()];
@@ -191,9 +193,10 @@ pub(crate) fn fixture_span() -> WindowSpan {
 }
 
 /// Check that the store's own types encode a recording without short
-/// waits to the very bytes the VERSION 2 code wrote (VERSION 3 only added
-/// a marker variant at the end): the fixture's header, and its
-/// payload once decompressed (zstd's output may change with its version;
+/// waits or start lines to the very bytes the VERSION 2 code wrote
+/// (VERSION 3 only added a marker variant at the end; VERSION 4 the
+/// additions after the recording, here an empty list, one byte): the
+/// fixture's header, and its payload once decompressed (zstd's output may change with its version;
 /// what it decompresses to may not). The fixture was written at commit
 /// c9f9c20 (postcard of the engine's `Recording`) by
 /// `encode(fixture_recording(), vec![fixture_span()], 0, 3)`.
@@ -204,11 +207,13 @@ fn stored_types_encode_as_version_2_did() {
     let (old_header, at) = decode_header(&old, old.len() as u64).unwrap();
     let (new_header, new_at) = decode_header(&new, new.len() as u64).unwrap();
     assert_eq!(new[..8], old[..8], "magic");
-    assert_eq!(new[8..10], 3u16.to_le_bytes(), "version");
+    assert_eq!(new[8..10], 4u16.to_le_bytes(), "version");
     assert_eq!(old[8..10], 2u16.to_le_bytes(), "the fixture's version");
     let raw = |b: &[u8], h: &SegmentHeader| zstd::bulk::decompress(b, h.raw_len as usize).unwrap();
-    assert_eq!(raw(&new[new_at..], &new_header), raw(&old[at..], &old_header), "payload");
-    assert_eq!((new_header.raw_len, new_header.samples, new_header.lost), (old_header.raw_len, old_header.samples, old_header.lost));
+    let (new_raw, old_raw) = (raw(&new[new_at..], &new_header), raw(&old[at..], &old_header));
+    assert_eq!(new_raw[..old_raw.len()], old_raw[..], "payload");
+    assert_eq!(new_raw[old_raw.len()..], [0u8], "the additions: no start lines");
+    assert_eq!((new_header.raw_len, new_header.samples, new_header.lost), (old_header.raw_len + 1, old_header.samples, old_header.lost));
     assert_eq!(new_header.windows, old_header.windows);
 }
 
@@ -245,9 +250,27 @@ fn version_2_fixture_still_decodes() {
 #[test]
 fn unknown_version_is_refused_by_version() {
     let mut bytes = fixture_bytes();
-    bytes[8..10].copy_from_slice(&4u16.to_le_bytes());
+    bytes[8..10].copy_from_slice(&5u16.to_le_bytes());
     let e = decode(&bytes).unwrap_err().to_string();
-    assert_eq!(e, "segment format version 4, this sysprof reads 2 to 3");
+    assert_eq!(e, "segment format version 5, this sysprof reads 2 to 4");
+}
+
+/// Check that Python functions' first lines (what tells two functions of
+/// one name and file apart) come back from a segment, and that an
+/// addition naming a frame the recording lacks is refused.
+#[test]
+fn start_lines_round_trip() {
+    let mut rec = fixture_recording();
+    let named = rec.frames.iter().position(|f| !f.symbols.funcs.is_empty()).expect("a named frame");
+    rec.frames[named].symbols.funcs[0].start_line = Some(41);
+    let (_, bytes) = encode(rec.clone(), vec![fixture_span()], 0, 3).unwrap();
+    let (_, back) = decode(&bytes).unwrap();
+    assert_eq!(back.frames[named].symbols.funcs[0].start_line, Some(41));
+    assert_same(&back, &rec);
+    let mut bad = crate::store::format::StoredAdditions { start_lines: vec![(rec.frames.len() as u32, 0, 1)] };
+    assert!(!bad.clone().apply(&mut rec));
+    bad.start_lines = vec![(0, 99, 1)];
+    assert!(!bad.apply(&mut rec));
 }
 
 /// Check that a recording with short-wait runs of every waker kind comes
