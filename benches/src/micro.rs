@@ -124,7 +124,9 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
 /// reads a new one. None without that interpreter.
 fn python_code_objects() -> Option<f64> {
     use std::io::{BufRead, Write};
-    let script = "import sys\nfs=[]\nfor i in range(2000):\n    exec(f'def f{i}(x):\\n    return x+{i}\\n', globals())\n    fs.append(globals()[f'f{i}'])\nprint(sys.version_info.minor, id(type(fs[0].__code__)), *[id(f.__code__) for f in fs], flush=True)\nsys.stdin.read()\n";
+    // Each code object with what its fingerprint is made of (the objects'
+    // ids are their addresses), as the kernel would read it.
+    let script = "import sys\nfs=[]\nfor i in range(2000):\n    exec(f'def f{i}(x):\\n    return x+{i}\\n', globals())\n    fs.append(globals()[f'f{i}'])\nc=[f.__code__ for f in fs]\nprint(sys.version_info.minor, id(type(c[0])), *[f'{id(x)},{id(x.co_qualname)},{id(x.co_filename)},{id(x.co_linetable)},{x.co_firstlineno}' for x in c], flush=True)\nsys.stdin.read()\n";
     let mut child = std::process::Command::new("/usr/bin/python3")
         .args(["-c", script])
         .stdin(std::process::Stdio::piped())
@@ -133,11 +135,17 @@ fn python_code_objects() -> Option<f64> {
         .ok()?;
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.take()?).read_line(&mut line).ok()?;
-    let words: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-    let layout = sysprof::binaries::python::layout(*words.first()? as u8)?;
-    let (code_type, codes) = (words[1], &words[2..]);
+    let mut words = line.split_whitespace();
+    let layout = sysprof::binaries::python::layout(words.next()?.parse().ok()?)?;
+    let code_type: u64 = words.next()?.parse().ok()?;
+    let codes: Vec<(u64, u32)> = words
+        .filter_map(|w| {
+            let v: Vec<u64> = w.split(',').filter_map(|x| x.parse().ok()).collect();
+            (v.len() == 5).then(|| (v[0], sysprof::symbolize::python::fingerprint(v[1], v[2], v[3], v[4] as u32)))
+        })
+        .collect();
     let t = Instant::now();
-    let read = codes.iter().filter(|&&c| sysprof::symbolize::python::read_code(child.id(), c, layout, code_type).is_ok()).count();
+    let read = codes.iter().filter(|&&(c, fp)| sysprof::symbolize::python::read_code(child.id(), c, fp, layout, code_type).is_ok()).count();
     let rate = read as f64 / t.elapsed().as_secs_f64();
     eprintln!("micro: {read} of {} Python code objects read", codes.len());
     let _ = child.stdin.take().map(|mut s| s.write_all(b""));

@@ -652,3 +652,68 @@ fn a_long_recording_needs_no_more_memory_than_a_short_one() {
         long.1 / short.1
     );
 }
+
+/// Check that no sample claims more CPU than time passed: with a process
+/// spinning since before `record -a` began (its thread's CPU time read from
+/// `/proc` before the programs loaded), every thread's samples in order
+/// have a `threadCPUDelta` no larger than the time since its previous
+/// sample, the first since the profile's start, give or take one
+/// scheduler tick (the kernel's count between ticks, 10 ms at HZ=100).
+/// Before the bases were read again at the sampler's attach, the spinner's
+/// first sample claimed the 0.8 s of CPU it had while sysprof loaded, in
+/// a 1-ms interval.
+#[test]
+fn no_sample_claims_more_cpu_than_time_passed() {
+    if !can_record("no_sample_claims_more_cpu_than_time_passed") {
+        return;
+    }
+    let dir = scratch("record-cpu-claims");
+    let spin = build_c("spin", &dir.join("spin"), &[]);
+    let _ = sysprof_bin(); // built first: the spinner must outlast the recording
+    let mut spinner = std::process::Command::new(&spin).arg("120").stdout(std::process::Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out_path = dir.join("claims.json.gz");
+    let out = record(&["-a", "-d", "1.5"], &out_path);
+    let early = spinner.try_wait().unwrap();
+    if early.is_some() {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut spinner.stdout.take().unwrap(), &mut s).unwrap();
+        panic!("the spinner ended before the recording did: {early:?}: {s}");
+    }
+    let _ = spinner.kill();
+    let _ = spinner.wait();
+    assert_success(&out);
+    let profile = Profile::load(&out_path);
+    const TICK_SLACK_MS: f64 = 10.0;
+    let (mut checked, mut spinner_samples) = (0usize, 0usize);
+    let mut worst: Option<(f64, String)> = None;
+    for t in profile.threads() {
+        let deltas = match t.t["samples"]["threadCPUDelta"].as_array() {
+            Some(d) => d.clone(),
+            None => continue,
+        };
+        let times = t.times();
+        let mut previous = 0.0f64;
+        for (i, d) in deltas.iter().enumerate() {
+            let Some(us) = d.as_f64() else { continue };
+            let claimed_ms = us / 1000.0;
+            let passed_ms = times[i] - previous;
+            let excess = claimed_ms - passed_ms;
+            if worst.as_ref().is_none_or(|(w, _)| excess > *w) {
+                worst = Some((excess, format!("{} ({}/{}) sample {i} at {:.3} ms: {claimed_ms:.3} ms of CPU in {passed_ms:.3} ms", t.name(), t.pid(), t.tid(), times[i])));
+            }
+            if us > 0.0 {
+                previous = times[i];
+            }
+            checked += 1;
+            if t.pid() == spinner.id() as u64 {
+                spinner_samples += 1;
+            }
+        }
+    }
+    assert!(spinner_samples >= 200, "the spinner ({}) has {spinner_samples} samples; threads: {:?}", spinner.id(), profile.threads().iter().map(|t| (t.pid(), t.name().to_string(), t.sample_count())).collect::<Vec<_>>());
+    let (excess, at) = worst.expect("samples");
+    eprintln!("{checked} samples checked; the largest claim over the time passed: {excess:.3} ms, {at}");
+    assert!(excess <= TICK_SLACK_MS, "a sample claims more CPU than time passed: {at}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

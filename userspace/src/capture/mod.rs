@@ -175,6 +175,7 @@ impl CaptureSession {
         // 0.75 s).
         let (start_wall_ms, start_ns) = crate::sys::clock::clock_anchor();
         sampler.attach()?;
+        collector.sampling_started();
         let mut counters = CounterPoller::new(&cpus);
         // A baseline before anything runs, so even a short command gets deltas.
         counters.poll(crate::sys::clock::monotonic_ns(), std::iter::empty());

@@ -168,6 +168,12 @@ impl Collector {
         self.kernel = kernel;
     }
 
+    /// Sampling has begun: the CPU bases of the threads that ran before are
+    /// read again (see [`process::ProcessTable::rebase_cpu_times`]).
+    pub fn sampling_started(&mut self) {
+        self.table.rebase_cpu_times(crate::sideband::proc_snapshot::thread_cpu_ns);
+    }
+
     /// Keep `pid` (and what it starts) too: the command `record` started.
     pub fn track(&mut self, pid: u32) {
         if let PidFilter::Tree(pids) = &mut self.filter {

@@ -104,6 +104,9 @@ pub(super) struct ThreadState {
     pub end_ns: Option<u64>,
     /// Its CPU time so far, the base of its samples' deltas.
     pub cpu_time: CpuTime,
+    /// That base was read from `/proc` before the recording began (it ran
+    /// already), so it is read again once sampling starts.
+    pub cpu_base_early: bool,
     /// (voluntary, involuntary) context switches, when known.
     pub switches: Option<(u64, u64)>,
 }
@@ -272,8 +275,32 @@ impl ProcessTable {
                 let t = state.thread(*tid);
                 t.name = comm.clone();
                 t.cpu_time = CpuTime::since(*cpu_ns);
+                t.cpu_base_early = true;
             }
         }
+    }
+
+    /// The threads that ran before the recording: their CPU time read again
+    /// with `cpu_ns(pid, tid)` now that sampling has begun. Their bases were
+    /// read with `/proc` before the programs loaded, and a thread that ran
+    /// meanwhile had that CPU time in its first sample: 767-921 ms in a
+    /// 1.1-ms interval, a spike that flattened every CPU graph. Read after
+    /// the sampler attached, a base is at least what the thread had at the
+    /// recording's start, so no first sample claims more than the time since.
+    pub fn rebase_cpu_times(&mut self, mut cpu_ns: impl FnMut(u32, u32) -> Option<u64>) -> usize {
+        let mut read = 0;
+        for (&pid, p) in self.processes.iter_mut() {
+            for (&tid, t) in p.threads.iter_mut() {
+                if !std::mem::take(&mut t.cpu_base_early) {
+                    continue;
+                }
+                if let Some(ns) = cpu_ns(pid, tid) {
+                    t.cpu_time = CpuTime::since(ns);
+                    read += 1;
+                }
+            }
+        }
+        read
     }
 
     /// Apply one sideband event (`binary` is the interned file of a mapping).
@@ -326,6 +353,7 @@ impl ProcessTable {
                 let t = self.process(*pid).thread(*tid);
                 t.start_ns = Some(*time);
                 t.cpu_time = CpuTime::since(0);
+                t.cpu_base_early = false;
             }
             SidebandEvent::Exit { time, pid, tid } => {
                 let state = self.process(*pid);
@@ -381,5 +409,44 @@ mod tests {
         table.prune(200);
         assert!(table.live_of(11).is_none(), "exited before the window's end: forgotten with all kept of it");
         assert!(table.live_of(10).is_some(), "the parent lives on");
+    }
+
+    /// Check that a thread that ran before the recording gets, in its first
+    /// sample, only the CPU time since its base was read again at the
+    /// sampler's attach, not what it used while the programs loaded; that a
+    /// thread forked during the recording keeps its exact base (0); and
+    /// that a base is read again once only.
+    #[test]
+    fn cpu_bases_read_before_the_recording_are_read_again_at_its_start() {
+        use crate::sideband::proc_snapshot::{ProcSnapshot, SnapshotProcess};
+        let mut table = ProcessTable::new(&PidFilter::All);
+        let snap = ProcSnapshot {
+            processes: vec![SnapshotProcess {
+                pid: 7,
+                ppid: 1,
+                comm: "busy".into(),
+                exe: None,
+                cmdline: String::new(),
+                start_ns: 0,
+                threads: vec![(7, "busy".into(), 1_000_000)],
+                mappings: Vec::new(),
+                cgroup: None,
+            }],
+        };
+        table.seed(&snap, &[Vec::new()]);
+        table.apply(&SidebandEvent::Fork { time: 5, pid: 7, ppid: 7, tid: 8 }, None);
+        // 800 ms of CPU while the programs loaded.
+        let mut asked = Vec::new();
+        let read = table.rebase_cpu_times(|pid, tid| {
+            asked.push((pid, tid));
+            Some(801_000_000)
+        });
+        assert_eq!((read, asked), (1, vec![(7, 7)]), "only the thread seeded from /proc is read again");
+        assert_eq!(table.rebase_cpu_times(|_, _| Some(u64::MAX)), 0, "once");
+        let t = table.process(7).thread(7);
+        // Its first sample, 1 ms of CPU after the attach.
+        assert_eq!(t.cpu_time.advance(802_000_000, 802_000_000, 2_000_000_000, 0), 1_000_000);
+        let forked = table.process(7).thread(8);
+        assert_eq!(forked.cpu_time.advance(3_000_000, 3_000_000, 2_000_000_000, 0), 3_000_000, "a thread forked since has its exact base");
     }
 }

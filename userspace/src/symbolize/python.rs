@@ -290,6 +290,66 @@ for start, end, line in c.co_lines():
         assert!(ran >= 1, "no CPython 3.11+ to check the location table against");
     }
 
+    /// Check, against every installed CPython 3.11+ reading its own code
+    /// objects, that the fingerprint's fields are the ones the layout says
+    /// (the ids of `co_qualname`, `co_filename`, `co_linetable` and
+    /// `co_firstlineno`, as the kernel reads them at those offsets): each
+    /// code object is read and named with its fingerprint, and refused as
+    /// replaced with any other.
+    #[test]
+    fn code_objects_are_read_only_with_their_own_fingerprint() {
+        use std::io::BufRead;
+        let script = "import sys\ndef f(x):\n    return x + 1\nclass C:\n    def m(self):\n        pass\nc = [f.__code__, C.m.__code__]\nprint(sys.version_info.minor, id(type(c[0])), *[f'{id(x)},{id(x.co_qualname)},{id(x.co_filename)},{id(x.co_linetable)},{x.co_firstlineno}' for x in c], flush=True)\nsys.stdin.read()\n";
+        let mut pythons: Vec<std::path::PathBuf> = vec!["/usr/bin/python3".into()];
+        if let Ok(dir) = std::fs::read_dir("/root/.pyenv/versions") {
+            pythons.extend(dir.filter_map(|e| e.ok()).map(|e| e.path().join("bin/python3")));
+        }
+        let mut checked = 0;
+        for py in pythons {
+            let Ok(mut child) = std::process::Command::new(&py)
+                .args(["-c", script])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null()) // before 3.11: no co_qualname, skipped below
+                .spawn()
+            else {
+                continue;
+            };
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+            let mut words = line.split_whitespace();
+            let minor: u8 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+            let Some(layout) = crate::binaries::python::layout(minor) else {
+                let _ = child.kill();
+                let _ = child.wait();
+                continue;
+            };
+            let code_type: u64 = words.next().unwrap().parse().unwrap();
+            let mut names = Vec::new();
+            for w in words {
+                let v: Vec<u64> = w.split(',').map(|x| x.parse().unwrap()).collect();
+                let fp = fingerprint(v[1], v[2], v[3], v[4] as u32);
+                let code = read_code(child.id(), v[0], fp, layout, code_type).unwrap_or_else(|e| panic!("{}: {e}", py.display()));
+                assert_eq!(code.first_line, v[4] as u32);
+                names.push(code.qualname.to_string());
+                assert_eq!(read_code(child.id(), v[0], fp ^ 1, layout, code_type), Err(CodeError::Replaced), "{}", py.display());
+            }
+            assert_eq!(names, ["f", "C.m"], "{}", py.display());
+            let _ = child.kill();
+            let _ = child.wait();
+            checked += 1;
+        }
+        assert!(checked >= 1, "no CPython 3.11+ to read code objects from");
+    }
+
+    /// Check that the halves of a fingerprint and the flags come apart
+    /// from the words the kernel wrote, and addresses keep their 48 bits.
+    #[test]
+    fn kernel_frame_words_split() {
+        let f = KernelPyFrame::from_words(0xabcd_7f12_3456_7891, 0x1234_7f12_3456_7a00);
+        assert_eq!(f, KernelPyFrame { code: 0x7f12_3456_7890, fingerprint: 0xabcd_1234, instr: 0x7f12_3456_7a00, segment_end: true });
+    }
+
     /// Check that a damaged table gives the first line, never a panic.
     #[test]
     fn damaged_tables_give_the_first_line() {
