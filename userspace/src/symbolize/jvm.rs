@@ -16,9 +16,14 @@
 //! signal is sent only while the JVM's SIGQUIT handler is installed
 //! (`SigCgt` in its status: [`AttachError::NotYet`] otherwise); a JVM started
 //! with `-XX:+DisableAttachMechanism` is not asked (SIGQUIT would print a
-//! thread dump on its output). The trigger file is created with O_EXCL and
-//! O_NOFOLLOW in a directory its user may write, then given to the JVM's
-//! user, so no link can make root write or chown another file.
+//! thread dump on its output). The trigger file is created, and removed,
+//! by a thread of ours whose filesystem credentials are the JVM's user's
+//! ([`as_user`]: its fsuid, fsgid and no supplementary groups, so the
+//! kernel checks every directory on the way as it would for that user): a
+//! JVM's user who bind-mounts `/etc` on its `/tmp` in a namespace of its
+//! own gets `EACCES`, not a file root made in `/etc` (which an O_NOFOLLOW
+//! on the last component did not prevent). O_EXCL and O_NOFOLLOW still
+//! keep a planted link or file from being followed or reused.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -93,22 +98,15 @@ fn ask(pid: u32) -> Result<(), Result<String, String>> {
 fn send(pid: u32, st: &JvmStatus, tmp: &str, socket: &str) -> Result<(), String> {
     if !is_listener(socket, st.uid) {
         let trigger = format!("{tmp}/.attach_pid{}", st.ns_pid);
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&trigger)
-            .map_err(|e| format!("cannot create its attach trigger: {e}"))?;
-        std::os::unix::fs::fchown(&file, Some(st.uid), Some(st.gid)).map_err(|e| format!("cannot give the attach trigger to uid {}: {e}", st.uid))?;
-        drop(file);
+        create_trigger(&trigger, st.uid, st.gid).map_err(|e| format!("cannot create its attach trigger as uid {}: {e}", st.uid))?;
         // SAFETY: kill(2) with a pid and a signal number.
         let sent = unsafe { libc::kill(pid as libc::pid_t, libc::SIGQUIT) } == 0;
         let start = Instant::now();
         while sent && !is_listener(socket, st.uid) && start.elapsed() < ATTACH_TIMEOUT {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let _ = std::fs::remove_file(&trigger);
+        let removing = trigger.clone();
+        let _ = as_user(st.uid, st.gid, move || std::fs::remove_file(&removing));
         if !is_listener(socket, st.uid) {
             return Err("its attach listener did not start".into());
         }
@@ -126,9 +124,95 @@ fn send(pid: u32, st: &JvmStatus, tmp: &str, socket: &str) -> Result<(), String>
     }
 }
 
+/// Create the attach trigger `path` as user `uid`:`gid` would (mode 0600,
+/// O_EXCL, O_NOFOLLOW): where that user may not write, it is not created.
+fn create_trigger(path: &str, uid: u32, gid: u32) -> std::io::Result<()> {
+    let path = path.to_string();
+    as_user(uid, gid, move || {
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&path).map(drop)
+    })
+}
+
+/// Run `f` on a thread of its own whose filesystem credentials are
+/// `uid`:`gid` with no supplementary groups. Linux keeps these per thread
+/// (the raw system calls: glibc's `setgroups` would change every thread's),
+/// and a nonzero fsuid clears the thread's CAP_DAC_OVERRIDE and the other
+/// filesystem capabilities, so the kernel judges every path `f` opens as it
+/// would that user's. The thread ends with `f`, and its credentials with it.
+fn as_user<T: Send + 'static>(uid: u32, gid: u32, f: impl FnOnce() -> std::io::Result<T> + Send + 'static) -> std::io::Result<T> {
+    std::thread::Builder::new()
+        .name("sysprof-as-user".into())
+        .spawn(move || {
+            // SAFETY: system calls on this thread's own credentials, with
+            // no pointers but a null list of zero groups.
+            unsafe {
+                if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::syscall(libc::SYS_setfsgid, gid);
+                libc::syscall(libc::SYS_setfsuid, uid);
+                // Each returns the previous value: asked again, it is the one set, or the change failed.
+                if libc::syscall(libc::SYS_setfsgid, gid) as u32 != gid || libc::syscall(libc::SYS_setfsuid, uid) as u32 != uid {
+                    return Err(std::io::Error::other("could not take the user's filesystem credentials"));
+                }
+            }
+            f()
+        })?
+        .join()
+        .map_err(|_| std::io::Error::other("the thread acting as the user panicked"))?
+}
+
 /// Whether `path` is a socket of the JVM's user: its listener (a socket
 /// another user put there is not talked to).
 fn is_listener(path: &str, uid: u32) -> bool {
     use std::os::unix::fs::FileTypeExt;
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket() && m.uid() == uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Check, as root, that the attach trigger is created as the JVM's
+    /// user would create it: not in a directory only root may write (the
+    /// `/etc` a user bind-mounts on its `/tmp`), and, in one the user may
+    /// write, owned by the user; and that root's credentials are untouched
+    /// on the calling thread. Without root it says so and checks nothing.
+    #[test]
+    fn the_attach_trigger_is_created_only_where_the_jvms_user_may_write() {
+        // SAFETY: geteuid has no arguments.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED the_attach_trigger_is_created_only_where_the_jvms_user_may_write: not root");
+            return;
+        }
+        let nobody = 65534;
+        let root_only = std::env::temp_dir().join(format!("sysprof-attach-root-{}", std::process::id()));
+        let users = std::env::temp_dir().join(format!("sysprof-attach-user-{}", std::process::id()));
+        for d in [&root_only, &users] {
+            let _ = std::fs::remove_dir_all(d);
+            std::fs::create_dir(d).unwrap();
+        }
+        std::fs::set_permissions(&root_only, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(&users, Some(nobody), Some(nobody)).unwrap();
+        let denied = root_only.join(".attach_pid1");
+        let e = create_trigger(denied.to_str().unwrap(), nobody, nobody).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        assert!(!denied.exists(), "root made a file where its user may not");
+        let made = users.join(".attach_pid1");
+        create_trigger(made.to_str().unwrap(), nobody, nobody).unwrap();
+        let m = std::fs::metadata(&made).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o777), (nobody, nobody, 0o600));
+        assert!(create_trigger(made.to_str().unwrap(), nobody, nobody).is_err(), "an existing file is not reused");
+        // This thread is still root: it can write where nobody cannot.
+        std::fs::write(root_only.join("still-root"), b"").unwrap();
+        as_user(nobody, nobody, {
+            let made = made.clone();
+            move || std::fs::remove_file(&made)
+        })
+        .unwrap();
+        assert!(!made.exists());
+        for d in [&root_only, &users] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 }
