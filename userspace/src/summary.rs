@@ -27,10 +27,8 @@ pub fn lost_parts(st: &RecordingStats, record_hints: bool) -> Vec<String> {
     }
     if st.python_frames_unnamed > 0 {
         lost.push(format!(
-            "{} Python frames unnamed ({} of their code objects freed before they were read, {} unreadable)",
-            st.python_frames_unnamed,
-            st.python_frames_replaced,
-            st.python_frames_unnamed - st.python_frames_replaced.min(st.python_frames_unnamed)
+            "{} Python frames unnamed (their code objects gone before they were read; {} freed and their addresses reused)",
+            st.python_frames_unnamed, st.python_codes_replaced
         ));
     }
     if st.lost_sideband + st.malformed > 0 {
@@ -48,7 +46,7 @@ pub fn stats_line(rec: &Recording) -> String {
     "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} handovers_skipped={} tracepoint_runs_missed={} \
          off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
          stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
-         python_frames_unnamed={} python_frames_replaced={} \
+         python_frames_unnamed={} python_codes_replaced={} \
          unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
         st.samples,
         st.samples_kept,
@@ -72,7 +70,7 @@ pub fn stats_line(rec: &Recording) -> String {
         st.malformed,
         st.processes_without_data,
         st.python_frames_unnamed,
-        st.python_frames_replaced,
+        st.python_codes_replaced,
         u.unwinds,
         u.reached_root,
         u.copy_exhausted,

@@ -121,8 +121,8 @@ pub(super) struct CodeCache<T = CodeInfo> {
     exited: std::collections::VecDeque<(u64, u32)>,
     /// Frames whose object could not be read or was none (counted).
     pub(super) unresolved: u64,
-    /// Of those, objects freed after their sample, their address reused by
-    /// another one (counted: a name refused, not lent).
+    /// Objects (once each, not per frame) freed after their sample, their
+    /// address reused by another one: a name refused, not lent.
     pub(super) replaced: u64,
 }
 
@@ -194,7 +194,7 @@ impl<T: Held> CodeCache<T> {
         self.bytes
     }
 
-    /// The counts since the last call: (frames unnamed, of which replaced).
+    /// The counts since the last call: (frames unnamed, objects replaced).
     pub(super) fn take_counts(&mut self) -> (u64, u64) {
         (std::mem::take(&mut self.unresolved), std::mem::take(&mut self.replaced))
     }

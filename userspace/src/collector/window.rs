@@ -156,7 +156,7 @@ impl Collector {
 
         let Replay { frame_keys, stacks, threads, .. } = replay;
         let mut warnings = std::mem::take(&mut w.warnings);
-        (w.stats.python_frames_unnamed, w.stats.python_frames_replaced) = self.py_codes.take_counts();
+        (w.stats.python_frames_unnamed, w.stats.python_codes_replaced) = self.py_codes.take_counts();
         if let Some(u) = self.unwinders.as_mut() {
             w.stats.unwind = u.take_stats();
             warnings.extend(u.take_warnings());

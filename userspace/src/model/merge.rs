@@ -316,7 +316,7 @@ pub fn add_stats(into: &mut RecordingStats, s: &RecordingStats) {
     into.user_stack_failures += s.user_stack_failures;
     into.handovers_skipped += s.handovers_skipped;
     into.python_frames_unnamed += s.python_frames_unnamed;
-    into.python_frames_replaced += s.python_frames_replaced;
+    into.python_codes_replaced += s.python_codes_replaced;
     into.tracepoint_runs_missed += s.tracepoint_runs_missed;
     into.lost_sideband += s.lost_sideband;
     into.malformed += s.malformed;

@@ -473,10 +473,10 @@ pub struct RecordingStats {
     /// Python frames kept unnamed (`[Python frame: ...]`): their code
     /// object could not be read. Not kept by the store: 0 when read back.
     pub python_frames_unnamed: u64,
-    /// Of those, code objects freed after their sample whose address
-    /// another took: refused by their fingerprint, never named as the new
-    /// one. Not kept by the store.
-    pub python_frames_replaced: u64,
+    /// Code objects (each counted once, however many frames it had) freed
+    /// after their sample whose address another took: refused by their
+    /// fingerprint, never named as the new one. Not kept by the store.
+    pub python_codes_replaced: u64,
     /// User stacks unwound with DWARF (dwarf mode).
     pub unwind: UnwindStats,
 }

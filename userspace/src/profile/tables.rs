@@ -69,15 +69,17 @@ impl ThreadTables {
     /// seen (its addresses' lines may lie in several).
     fn func(&mut self, resource: i64, name: &str, file: Option<&str>, start_line: Option<u32>, interpreted: bool) -> u32 {
         let name = self.strings.intern(name);
-        let file = file.map(|f| self.strings.intern(f));
         let identity = if interpreted {
-            FuncIdentity { resource, name, file, start_line }
+            FuncIdentity { resource, name, file: file.map(|f| self.strings.intern(f)), start_line }
         } else {
             FuncIdentity { resource, name, file: None, start_line: None }
         };
         if let Some(&f) = self.func_of.get(&identity) {
             return f;
         }
+        // A native function's file is interned only with its func (the
+        // string table holds no file no func names).
+        let file = if interpreted { identity.file } else { file.map(|f| self.strings.intern(f)) };
         let f = self.funcs.length as u32;
         self.funcs.name.push(name);
         self.funcs.is_js.push(false);

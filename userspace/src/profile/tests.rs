@@ -120,6 +120,57 @@ fn inlined_functions_get_their_own_frames_and_funcs() {
     assert!(stack_names(idle, 0).iter().all(|(_, _, c)| *c == category::IDLE as u64));
 }
 
+/// Check that Python functions are told apart by file and first line (two
+/// `main`s of two files, a getter and a setter of one name are four funcs,
+/// each with its first line), while a native function whose addresses'
+/// lines lie in two files stays one func.
+#[test]
+fn interpreted_functions_are_keyed_by_file_and_first_line() {
+    let py = |name: &str, file: &str, start: u32, line: u32| FrameRecord {
+        lib: NO_LIB,
+        address: 0,
+        kernel: false,
+        symbols: AddrInfo { funcs: vec![FuncAtAddr { name: name.into(), file: Some(file.into()), line: Some(line), start_line: Some(start) }], ..AddrInfo::default() },
+        pseudo: false,
+    };
+    let native = |file: &str, address: u64| FrameRecord {
+        lib: 0,
+        address,
+        kernel: false,
+        symbols: AddrInfo { symbol_start: 0x1000, symbol_offset: address - 0x1000, symbol_size: None, funcs: vec![FuncAtAddr { name: "native".into(), file: Some(file.into()), line: Some(1), start_line: None }] },
+        pseudo: false,
+    };
+    let mut rec = recording();
+    let base = rec.frames.len() as u64;
+    rec.frames.extend([py("main", "/a.py", 3, 4), py("main", "/b.py", 3, 5), py("Box.v", "/a.py", 9, 11), py("Box.v", "/a.py", 16, 18), py("main", "/a.py", 3, 6), native("/x.c", 0x1004), native("/x.h", 0x1008)]);
+    let mut stacks = Vec::new();
+    for i in 0..7 {
+        stacks.push(rec.stacks.child(NO_PARENT, base + i));
+    }
+    let n = stacks.len();
+    rec.processes[1].threads[0].samples = ThreadSamples { time_ns: (1..=n as u64).map(|i| i * 100_000).collect(), stack: stacks, cpu_delta_ns: vec![0; n], cpu: vec![0; n] };
+    let p = build_profile(&rec, &host(), None).to_value();
+    let app = &p["threads"][1];
+    let (funcs, strings) = (&app["funcTable"], app["stringArray"].as_array().unwrap());
+    let mut found: Vec<(String, String, Option<u64>)> = (0..funcs["length"].as_u64().unwrap() as usize)
+        .map(|i| {
+            let file = funcs["fileName"][i].as_u64().map(|s| strings[s as usize].as_str().unwrap().to_string()).unwrap_or_default();
+            (strings[funcs["name"][i].as_u64().unwrap() as usize].as_str().unwrap().to_string(), file, funcs["lineNumber"][i].as_u64())
+        })
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        vec![
+            ("Box.v".into(), "/a.py".into(), Some(9)),
+            ("Box.v".into(), "/a.py".into(), Some(16)),
+            ("main".into(), "/a.py".into(), Some(3)),
+            ("main".into(), "/b.py".into(), Some(3)),
+            ("native".into(), "/x.c".into(), None),
+        ]
+    );
+}
+
 /// Check that an unresolved address in no library keeps a bare hex name,
 /// and that samples sharing a stack share the stack table row.
 #[test]

@@ -393,7 +393,7 @@ impl StoredStats {
             // Not in the stored format: see RecordingStats::handovers_skipped.
             handovers_skipped: 0,
             python_frames_unnamed: 0,
-            python_frames_replaced: 0,
+            python_codes_replaced: 0,
             tracepoint_runs_missed: 0,
             lost_sideband: self.lost_sideband,
             malformed: self.malformed,

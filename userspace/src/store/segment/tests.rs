@@ -178,7 +178,7 @@ pub(crate) fn fixture_recording() -> Recording {
         io_untracked: 18,
         processes_without_data: 19,
         python_frames_unnamed: 0,
-        python_frames_replaced: 0,
+        python_codes_replaced: 0,
         unwind: UnwindStats { unwinds: 20, reached_root: 21, copy_exhausted: 22, copy_exhausted_in_profiler: 23, no_unwind_info: 24, bad_return_address: 25, unwind_ns: 26, unwinds_here: 0 },
     };
     rec.warnings = vec!["a warning".into()];
