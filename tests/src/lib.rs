@@ -836,6 +836,23 @@ pub fn otel_python(test: &str) -> Option<PathBuf> {
     None
 }
 
+/// py-spy (PyPI), in the test venv: an outside sampler of Python programs.
+/// None (said loudly; a failure under CI) when it cannot be had.
+pub fn py_spy(test: &str) -> Option<PathBuf> {
+    let venv = workspace_root().join("target/test-venv");
+    let spy = venv.join("bin/py-spy");
+    if !spy.exists() {
+        let _ = quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+            || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"])) && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+        let _ = quiet(Command::new(venv.join("bin/pip")).args(["install", "-q", "py-spy"]));
+    }
+    if spy.exists() {
+        return Some(spy);
+    }
+    skip(test, "py-spy could not be installed from PyPI into target/test-venv");
+    None
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
