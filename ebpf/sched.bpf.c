@@ -148,12 +148,32 @@ struct {
 	__type(value, __u64);
 } stack_seq SEC(".maps");
 
+/* Shared stacks by content (STACK_SHARED): the hash of a stack's words,
+ * its process and mm; and how many were inserted ([0], by this side) and
+ * deleted ([1], by userspace, once their process is gone), so an insert
+ * past STACK_SHARED_MAX, which would fail after the record said it was
+ * shared, is not tried. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, STACK_SHARED_MAX);
+	__type(key, __u64);
+	__type(value, __u8);
+} stack_ids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} stack_ids_used SEC(".maps");
+
 /* Kernel-unwind mode builds each stack record here, one buffer per kind of
  * place (KBUF_*: a wakeup from an interrupt can run inside a switch's
  * program on the same CPU), and sends only the frames used. */
 struct stack_scratch {
 	struct stack_event e;
-	__u64 frames[UNWIND_MAX_FRAMES];
+	/* the user part (at most UNWIND_MAX_FRAMES words), then the kernel's */
+	__u64 frames[UNWIND_MAX_FRAMES + MAX_STACK_DEPTH];
 };
 
 struct {
@@ -169,7 +189,8 @@ struct {
  * for a per-CPU map's value. */
 struct copy_scratch {
 	struct stack_event e;
-	__u8 copy[MAX_STACK_COPY];
+	/* the copy, padded to 8 bytes, then the kernel stack */
+	__u8 copy[MAX_STACK_COPY + MAX_STACK_DEPTH * sizeof(__u64)];
 };
 
 struct {
@@ -214,8 +235,79 @@ static __always_inline __u64 next_stack_id(void)
 	return (*seq << 12) | (bpf_get_smp_processor_id() & 0xfff);
 }
 
-/* send_unwound_stack: the record was lost (counted); stack ids are never this. */
+/* A stack record was lost (counted); stack ids are never this. */
 #define STACK_DROPPED ((__u64)-1)
+
+/* One step of hashing a stack record's words (bpf_loop: one iteration
+ * verified, not 1,151). */
+struct hash_walk {
+	__u64 *words;
+	__u64 h;
+};
+
+static long hash_step(__u32 i, void *ctx)
+{
+	struct hash_walk *w = ctx;
+
+	if (i >= UNWIND_MAX_FRAMES + MAX_STACK_DEPTH)
+		return 1;
+	w->h = (w->h ^ w->words[i]) * 0x100000001b3ULL;
+	w->h ^= w->h >> 29;
+	return 0;
+}
+
+/* Send the record built in `sc` (its `words` after the header, `size`
+ * bytes in all) once per process and content: a stack any thread of the
+ * process sent before is referred to by its content's hash, and not sent.
+ * On a switch-heavy server most switches are at a few places (a backend
+ * waiting for its client, for a lock, for the disk), reached by many
+ * threads: the per-thread cache sent each of them per thread and after
+ * every other place the thread went in between. Returns the id, or
+ * STACK_DROPPED. */
+static __always_inline __u64 send_scratch(struct stack_scratch *sc, __u32 words, __u64 size)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct hash_walk w = { .words = sc->frames };
+	__u32 zero = 0;
+
+	w.h = 0xcbf29ce484222325ULL ^ ((__u64)sc->e.pid << 32) ^ sc->e.flags;
+	/* Read, not loaded: the verifier lets no pointer into arithmetic. */
+	__u64 mm = (__u64)BPF_CORE_READ(task, mm);
+
+	w.h = (w.h ^ mm) * 0x100000001b3ULL;
+	w.h = (w.h ^ ((__u64)sc->e.ustack_len << 32 | sc->e.kstack_len)) * 0x100000001b3ULL;
+	w.h = (w.h ^ ((__u64)sc->e.py_len << 32 | (__u64)sc->e.py_end << 16 | sc->e.unwind_end)) * 0x100000001b3ULL;
+	if (words > UNWIND_MAX_FRAMES + MAX_STACK_DEPTH)
+		words = UNWIND_MAX_FRAMES + MAX_STACK_DEPTH;
+	bpf_loop(words, hash_step, &w, 0);
+	__u64 id = w.h | STACK_ID_SHARED;
+
+	if (bpf_map_lookup_elem(&stack_ids, &id))
+		return id;
+	__u32 one_key = 1;
+	__u64 *used = bpf_map_lookup_elem(&stack_ids_used, &zero);
+	__u64 *freed = bpf_map_lookup_elem(&stack_ids_used, &one_key);
+	/* Room kept for records of other CPUs between the check and their insert. */
+	bool share = used && freed && *used - *freed < STACK_SHARED_MAX - 64;
+
+	if (share) {
+		sc->e.id = id;
+		sc->e.flags |= STACK_SHARED;
+	}
+	if (bpf_ringbuf_output(&events, sc, size, submit_flags())) {
+		count_drop(DROP_STACK_RECORD);
+		return STACK_DROPPED;
+	}
+	/* Inserted once the record is in the ring, ahead of any record that
+	 * finds it; another CPU that sent the same stack meanwhile has inserted
+	 * it already (its record is as good as ours). */
+	__u8 one = 1;
+
+	if (share && !bpf_map_update_elem(&stack_ids, &id, &one, BPF_NOEXIST))
+		__sync_fetch_and_add(used, 1);
+	return sc->e.id;
+}
+
 
 /* Kernel-unwind mode: walk the user stack here and send the frames; 0
  * where the walk hands over (tables not loaded yet, JIT code only userspace
@@ -268,21 +360,21 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 	sc->e.user_ip = ip;
 	sc->e.user_sp = sp;
 	sc->e.user_bp = bp;
-	len = bpf_get_stack(ctx, sc->e.kstack, sizeof(sc->e.kstack), 0);
+	__u32 used = n + 2 * (py.n & (PY_MAX_FRAMES * 2 - 1));
+
+	if (used > UNWIND_MAX_FRAMES)
+		used = UNWIND_MAX_FRAMES;
+	len = bpf_get_stack(ctx, &sc->frames[used], MAX_STACK_DEPTH * sizeof(__u64), 0);
 	if (len < 0) {
 		sc->e.flags |= STACK_KSTACK_FAILED;
 		count_drop(DROP_KSTACK);
 		len = 0;
 	}
 	sc->e.kstack_len = len / sizeof(__u64);
-	size = sizeof(sc->e) + (__u64)(n + 2 * (py.n & (PY_MAX_FRAMES * 2 - 1))) * sizeof(__u64);
+	size = sizeof(sc->e) + (__u64)(used + sc->e.kstack_len) * sizeof(__u64);
 	if (size > sizeof(*sc))
 		size = sizeof(*sc);
-	if (bpf_ringbuf_output(&events, sc, size, submit_flags())) {
-		count_drop(DROP_STACK_RECORD);
-		return STACK_DROPPED;
-	}
-	return sc->e.id;
+	return send_scratch(sc, used + sc->e.kstack_len, size);
 }
 
 /* The main thread's stack (main_stack_extent), copied into cs in one read
@@ -301,17 +393,15 @@ __noinline __u32 copy_main_stack(struct copy_scratch *cs, __u64 sp)
 	return 0;
 }
 
-/* The record's fields and its kernel stack; in frame-pointer mode (no
- * copy) its user stack too. */
-static __always_inline void fill_stack_event(void *ctx, struct stack_event *e, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp)
+/* The record's fields, none of its stacks. */
+static __always_inline void stack_event_header(struct stack_event *e, __u32 flags, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp)
 {
-	long len;
-
 	e->kind = RECORD_STACK;
 	e->id = next_stack_id();
-	e->flags = 0;
+	e->flags = flags;
 	e->pid = pid;
 	e->tid = tid;
+	e->kstack_len = 0;
 	e->ustack_len = 0;
 	e->stack_size = 0;
 	e->slot = slot;
@@ -321,30 +411,26 @@ static __always_inline void fill_stack_event(void *ctx, struct stack_event *e, _
 	e->user_ip = ip;
 	e->user_sp = sp;
 	e->user_bp = bp;
-	len = bpf_get_stack(ctx, e->kstack, sizeof(e->kstack), 0);
+}
+
+/* The kernel stack into `at` (room for MAX_STACK_DEPTH words); its length. */
+static __always_inline __u32 read_kernel_part(void *ctx, struct stack_event *e, __u64 *at)
+{
+	long len = bpf_get_stack(ctx, at, MAX_STACK_DEPTH * sizeof(__u64), 0);
+
 	if (len < 0) {
 		e->flags |= STACK_KSTACK_FAILED;
 		count_drop(DROP_KSTACK);
-		len = 0;
+		return 0;
 	}
 	e->kstack_len = len / sizeof(__u64);
-	if (!stack_copy) {
-		len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
-		if (len < 0) {
-			e->flags |= STACK_USTACK_FAILED;
-			count_drop(DROP_USTACK);
-			len = 0;
-		}
-		e->ustack_len = len / sizeof(__u64);
-	}
+	return e->kstack_len;
 }
 
 /* Send the kernel and user stacks of the current task as a stack_event;
  * returns its id, or 0 if the ring was full. */
 static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp, __u32 kbuf)
 {
-	struct stack_event *e;
-
 	if (kernel_unwind) {
 		__u64 id = send_unwound_stack(ctx, pid, tid, slot, ip, sp, bp, kbuf);
 
@@ -352,28 +438,47 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 			return id == STACK_DROPPED ? 0 : id;
 	}
 	if (!stack_copy) {
-		e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-		if (!e) {
+		/* Frame pointers: the user frames, then the kernel's after them. */
+		struct stack_scratch *sc = bpf_map_lookup_elem(&stack_scratch, &kbuf);
+
+		if (!sc) {
 			count_drop(DROP_STACK_RECORD);
 			return 0;
 		}
-		fill_stack_event(ctx, e, pid, tid, slot, ip, sp, bp);
-		__u64 id = e->id;
-		bpf_ringbuf_submit(e, submit_flags());
-		return id;
+		stack_event_header(&sc->e, 0, pid, tid, slot, ip, sp, bp);
+		long len = bpf_get_stack(ctx, sc->frames, MAX_STACK_DEPTH * sizeof(__u64), BPF_F_USER_STACK);
+		__u32 used = 0;
+
+		if (len < 0) {
+			sc->e.flags |= STACK_USTACK_FAILED;
+			count_drop(DROP_USTACK);
+		} else {
+			used = (len / sizeof(__u64)) & 0xff;
+			if (used > MAX_STACK_DEPTH)
+				used = MAX_STACK_DEPTH;
+		}
+		sc->e.ustack_len = used;
+		__u32 klen = read_kernel_part(ctx, &sc->e, &sc->frames[used]);
+		__u64 size = sizeof(sc->e) + (__u64)(used + klen) * sizeof(__u64);
+
+		if (size > sizeof(*sc))
+			size = sizeof(*sc);
+		__u64 id = send_scratch(sc, used + klen, size);
+
+		return id == STACK_DROPPED ? 0 : id;
 	}
-	/* With a copy: built in this CPU's scratch, sent at the size copied. */
+	/* With a copy: built in this CPU's scratch, sent at the size copied,
+	 * the kernel stack after it. */
 	__u32 key = bpf_get_smp_processor_id() * 3 + kbuf;
 	struct copy_scratch *cs = bpf_map_lookup_elem(&copy_scratch, &key);
-	__u64 size = sizeof(*e);
 
 	if (!cs) {
 		count_drop(DROP_STACK_RECORD);
 		return 0;
 	}
-	e = &cs->e;
-	fill_stack_event(ctx, e, pid, tid, slot, ip, sp, bp);
-	e->flags |= STACK_USER_REGS;
+	struct stack_event *e = &cs->e;
+
+	stack_event_header(e, STACK_USER_REGS, pid, tid, slot, ip, sp, bp);
 	__u32 copied = copy_main_stack(cs, sp);
 
 	if (!copied)
@@ -383,7 +488,13 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 		e->flags |= STACK_USTACK_FAILED;
 		count_drop(DROP_USTACK);
 	}
-	size += copied & (MAX_STACK_COPY * 2 - 1);
+	__u32 padded = (copied + 7) & ~7U;
+
+	if (padded > MAX_STACK_COPY)
+		padded = MAX_STACK_COPY;
+	__u32 klen = read_kernel_part(ctx, e, (__u64 *)&cs->copy[padded]);
+	__u64 size = sizeof(*e) + padded + (__u64)klen * sizeof(__u64);
+
 	if (size > sizeof(*cs))
 		size = sizeof(*cs);
 	if (bpf_ringbuf_output(&events, cs, size, submit_flags())) {
@@ -421,34 +532,25 @@ static __always_inline struct kstack_buf *read_kstack(void *ctx, __u32 which, __
 }
 
 /* Send a kernel stack read by read_kstack (no user part); returns its id. */
-static __always_inline __u64 send_kstack(struct kstack_buf *b, __u32 len, __u32 pid, __u32 tid, __u32 slot)
+static __always_inline __u64 send_kstack(struct kstack_buf *b, __u32 len, __u32 pid, __u32 tid, __u32 slot, __u32 kbuf)
 {
-	/* No user stack copy: a kernel-only record is the record alone. */
-	struct stack_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	/* Built in the place's scratch and sent at the length read. */
+	struct stack_scratch *sc = bpf_map_lookup_elem(&stack_scratch, &kbuf);
 
-	if (!e) {
+	if (!sc) {
 		count_drop(DROP_STACK_RECORD);
 		return 0;
 	}
-	e->kind = RECORD_STACK;
-	e->id = next_stack_id();
-	e->flags = STACK_KERNEL_THREAD;
-	e->pid = pid;
-	e->tid = tid;
-	e->kstack_len = len > MAX_STACK_DEPTH ? MAX_STACK_DEPTH : len;
-	e->ustack_len = 0;
-	e->stack_size = 0;
-	e->slot = slot;
-	e->unwind_end = 0;
-	e->py_len = 0;
-	e->py_end = 0;
-	e->user_ip = 0;
-	e->user_sp = 0;
-	e->user_bp = 0;
-	__builtin_memcpy(e->kstack, b->ip, sizeof(e->kstack));
-	__u64 id = e->id;
-	bpf_ringbuf_submit(e, submit_flags());
-	return id;
+	stack_event_header(&sc->e, STACK_KERNEL_THREAD, pid, tid, slot, 0, 0, 0);
+	sc->e.kstack_len = len > MAX_STACK_DEPTH ? MAX_STACK_DEPTH : len;
+	__builtin_memcpy(sc->frames, b->ip, sizeof(b->ip));
+	__u64 size = sizeof(sc->e) + (__u64)sc->e.kstack_len * sizeof(__u64);
+
+	if (size > sizeof(*sc))
+		size = sizeof(*sc);
+	__u64 id = send_scratch(sc, sc->e.kstack_len, size);
+
+	return id == STACK_DROPPED ? 0 : id;
 }
 
 /* The current task's user registers (saved where it entered the kernel). */
@@ -516,7 +618,7 @@ static __always_inline __u64 stack_at(void *ctx, __u32 pid, __u32 tid, __u32 slo
 		if (c->id && c->ip == ip && c->sp == sp && c->bp == bp && c->what == what && c->python == python)
 			return c->id;
 	}
-	__u64 id = user ? send_stack(ctx, pid, tid, slot, ip, sp, bp, kbuf) : send_kstack(b, len, pid, tid, slot);
+	__u64 id = user ? send_stack(ctx, pid, tid, slot, ip, sp, bp, kbuf) : send_kstack(b, len, pid, tid, slot, kbuf);
 
 	if (t) {
 		struct stack_cache *c = &t->cache[slot];
@@ -591,7 +693,7 @@ static __always_inline __u64 interrupt_stack(void *ctx)
 	if (c->id && c->hash == hash)
 		return c->id;
 	c->hash = hash;
-	c->id = send_kstack(b, len, 0, 0, STACK_SLOT_INTERRUPT);
+	c->id = send_kstack(b, len, 0, 0, STACK_SLOT_INTERRUPT, KBUF_WAKING);
 	return c->id;
 }
 

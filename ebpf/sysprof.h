@@ -72,6 +72,14 @@
                                      without a copy, the events ring being over
                                      half full */
 
+#define STACK_SHARED 64           /* sent once for every thread of its process: the tracer
+                                     keeps its content's hash (its id) in `stack_ids`, and any
+                                     thread of the process that is at the same stack refers to
+                                     it by that id; userspace keeps it for as long */
+/* A shared stack's id: a hash of its content, with this bit (no sequence id has it). */
+#define STACK_ID_SHARED 0x8000000000000000ULL
+/* Stacks the tracer keeps shared at most; past that, stacks are sent per place as before. */
+#define STACK_SHARED_MAX 32768
 /* blkio_event.flags: the request's flags when it was created (REQ_*). */
 #define IO_PREFLUSH 1   /* a cache flush before the data (an fsync's empty request has only this) */
 #define IO_FUA 2
@@ -262,15 +270,25 @@ struct sample_event {
  * Sent once per distinct place (the thread's state caches the last one);
  * events refer to it by (tid, id). The kernel stack is read in the tracing
  * context, so its leaf frames are the tracepoint's and ours: userspace cuts
- * them. */
+ * them.
+ *
+ * The record is this header and only the words it uses (a switch-heavy
+ * server sends tens of thousands a second: with fixed arrays of 127 kernel
+ * and 127 user frames each record was 2 KiB, most of it zeros), in order:
+ *   STACK_KERNEL_UNWOUND: ustack_len user frames, py_len Python pairs
+ *     (2 words each), then kstack_len kernel frames;
+ *   STACK_USER_REGS (a copy): stack_size bytes of user stack, padded to 8,
+ *     then kstack_len kernel frames;
+ *   otherwise: ustack_len user frames (frame pointers), then kstack_len
+ *     kernel frames. */
 struct stack_event {
 	__u32 kind;             /* RECORD_STACK */
 	__u32 flags;            /* STACK_* */
 	__u64 id;               /* per-CPU sequence << 12 | cpu; never 0 */
 	__u32 pid;
 	__u32 tid;
-	__u32 kstack_len;       /* valid entries of kstack */
-	__u32 ustack_len;       /* frame-pointer mode: valid entries of ustack */
+	__u32 kstack_len;       /* kernel frames after the user part */
+	__u32 ustack_len;       /* user frames (frame pointers, or walked in the kernel) */
 	__u32 stack_size;       /* dwarf mode: valid bytes of the copy after the record */
 	__u32 slot;             /* STACK_SLOT_*: which of the thread's cached stacks it replaces */
 	__u32 unwind_end;       /* STACK_KERNEL_UNWOUND: UNWIND_END_* */
@@ -279,9 +297,6 @@ struct stack_event {
 	__u64 user_ip;          /* user registers (where the thread entered the kernel) */
 	__u64 user_sp;
 	__u64 user_bp;
-	__u64 kstack[MAX_STACK_DEPTH];
-	__u64 ustack[MAX_STACK_DEPTH];
-	/* dwarf mode: followed by the reserved copy size of user stack bytes. */
 };
 
 /* offcpu_event.flags */

@@ -6,7 +6,9 @@ use std::process::Command;
 
 fn git(args: &[&str]) -> Option<String> {
     let out = Command::new("git").args(args).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn main() {
@@ -26,14 +28,20 @@ fn main() {
         // target directory (the package's hash leaves out its path), and
         // absolute paths kept watching the first clone's git, so every later
         // clone's --version named that clone's commit.
-        let package = std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
-        let checkout = package.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+        let package =
+            std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+        let checkout = package
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default();
         for path in ["HEAD", "packed-refs", "refs/heads"] {
             if let Some(file) = git(&["rev-parse", "--path-format=absolute", "--git-path", path]) {
                 let file = std::path::PathBuf::from(file);
                 if file.exists() {
                     match file.strip_prefix(&checkout) {
-                        Ok(inside) if !checkout.as_os_str().is_empty() => println!("cargo:rerun-if-changed=../{}", inside.display()),
+                        Ok(inside) if !checkout.as_os_str().is_empty() => {
+                            println!("cargo:rerun-if-changed=../{}", inside.display())
+                        }
                         _ => println!("cargo:rerun-if-changed={}", file.display()),
                     }
                 }

@@ -41,7 +41,11 @@ fn process_cpu_ms(pid: u32) -> Option<f64> {
 fn status_kb(pid: u32, key: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
         .unwrap_or(f64::NAN)
 }
 
@@ -58,7 +62,11 @@ impl LoopedWorkload {
         while Instant::now() < until {
             let out = Command::new(&self.argv[0]).args(&self.argv[1..]).output()?;
             if !out.status.success() {
-                bail!("workload {} failed: {}", self.name, String::from_utf8_lossy(&out.stderr));
+                bail!(
+                    "workload {} failed: {}",
+                    self.name,
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
             runs += 1;
         }
@@ -82,11 +90,20 @@ impl RunningAgent {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log)?)
             .spawn()?;
-        let a = RunningAgent { child, log: log.to_path_buf() };
+        let a = RunningAgent {
+            child,
+            log: log.to_path_buf(),
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !std::fs::read_to_string(&a.log).unwrap_or_default().contains("recording every process") {
+        while !std::fs::read_to_string(&a.log)
+            .unwrap_or_default()
+            .contains("recording every process")
+        {
             if Instant::now() > deadline {
-                bail!("the agent did not start: {}", std::fs::read_to_string(&a.log).unwrap_or_default());
+                bail!(
+                    "the agent did not start: {}",
+                    std::fs::read_to_string(&a.log).unwrap_or_default()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -112,8 +129,13 @@ impl RunningAgent {
 
 /// Samples and bytes of the store's compacted segments, from `show --list`.
 fn compacted(sysprof: &Path, store: &Path) -> (f64, f64, f64, f64) {
-    let out = Command::new(sysprof).args(["show", "--list", "--store"]).arg(store).output();
-    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let out = Command::new(sysprof)
+        .args(["show", "--list", "--store"])
+        .arg(store)
+        .output();
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
     let (mut s1, mut b1, mut s_all, mut b_all) = (0.0, 0.0, 0.0, 0.0);
     for l in text.lines().filter(|l| l.ends_with(".seg")) {
         let f: Vec<&str> = l.split_whitespace().collect();
@@ -135,7 +157,12 @@ fn compacted(sysprof: &Path, store: &Path) -> (f64, f64, f64, f64) {
 
 /// The agent section: (markdown, JSON, medians for the goals:
 /// (agent CPU % on cpu, peak RSS MB max, bytes/sample compacted)).
-pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)], quick: bool) -> (String, serde_json::Value, (f64, f64, f64)) {
+pub fn section(
+    sysprof: &Path,
+    work: &Path,
+    bins: &[(&'static str, Vec<String>)],
+    quick: bool,
+) -> (String, serde_json::Value, (f64, f64, f64)) {
     let secs = if quick { 20.0 } else { 60.0 };
     let settle = Duration::from_secs(if quick { 12 } else { 25 });
     let store = work.join("agent-store");
@@ -156,7 +183,10 @@ pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)]
     // With every exporter on, beside the cpu and switch workloads: receivers
     // on loopback (the test suite's), and the bytes each format put on the wire.
     let receivers = Receivers::start(work);
-    let mut runs: Vec<(String, Vec<String>, Vec<String>)> = bins.iter().map(|(n, a)| (n.to_string(), a.clone(), Vec::new())).collect();
+    let mut runs: Vec<(String, Vec<String>, Vec<String>)> = bins
+        .iter()
+        .map(|(n, a)| (n.to_string(), a.clone(), Vec::new()))
+        .collect();
     match &receivers {
         Ok(r) => {
             for (n, a) in bins.iter().filter(|(n, _)| matches!(*n, "cpu" | "switch")) {
@@ -167,7 +197,10 @@ pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)]
     }
     for (name, argv, extra) in &runs {
         let name = name.as_str();
-        let w = LoopedWorkload { name: name.to_string(), argv: argv.clone() };
+        let w = LoopedWorkload {
+            name: name.to_string(),
+            argv: argv.clone(),
+        };
         let r = (|| -> Result<serde_json::Value> {
             // Without the agent.
             let b0 = crate::busy_ms();
@@ -213,11 +246,17 @@ pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)]
             }
             rss_goal = rss_goal.max(peak_mb);
             if s1 > 0.0 {
-                bps_goal = if bps_goal.is_nan() { b1 / s1 } else { bps_goal.max(b1 / s1) };
+                bps_goal = if bps_goal.is_nan() {
+                    b1 / s1
+                } else {
+                    bps_goal.max(b1 / s1)
+                };
             }
-            Ok(json!({ "workload": name, "agent_cpu_pct": agent_pct, "extra_machine_cpu_pct": extra, "peak_rss_mb": peak_mb,
+            Ok(
+                json!({ "workload": name, "agent_cpu_pct": agent_pct, "extra_machine_cpu_pct": extra, "peak_rss_mb": peak_mb,
                        "rss_end_mb": rss_end, "samples_stored": stored, "compacted_samples": s1, "compacted_bytes": b1,
-                       "all_samples": s_all, "all_bytes": b_all }))
+                       "all_samples": s_all, "all_bytes": b_all }),
+            )
         })();
         match r {
             Ok(v) => rows.push(v),
@@ -237,10 +276,19 @@ pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)]
     let (_, _, samples, bytes) = compacted(sysprof, &store);
     let out = work.join("agent-show.json.gz");
     let t = Instant::now();
-    let ok = Command::new(sysprof).args(["show", "--since", "1h", "--store"]).arg(&store).arg("-o").arg(&out).output().map(|o| o.status.success()).unwrap_or(false);
+    let ok = Command::new(sysprof)
+        .args(["show", "--since", "1h", "--store"])
+        .arg(&store)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     let show_s = t.elapsed().as_secs_f64();
     // An hour of this 2-CPU machine at 19 Hz: every CPU sampled (the idle task too).
-    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as f64;
     let hour_samples = 19.0 * 3600.0 * ncpu;
     md += &format!(
         "\n`sysprof show --since 1h` over the store ({samples:.0} samples, {:.0} KiB): {show_s:.2} s{}; at that rate an hour of this machine \
@@ -249,7 +297,11 @@ pub fn section(sysprof: &Path, work: &Path, bins: &[(&'static str, Vec<String>)]
         if ok { "" } else { " (**failed**)" },
         show_s * hour_samples / samples.max(1.0),
     );
-    (md, json!({ "runs": rows, "show_seconds": show_s, "show_samples": samples }), (cpu_goal, rss_goal, bps_goal))
+    (
+        md,
+        json!({ "runs": rows, "show_seconds": show_s, "show_samples": samples }),
+        (cpu_goal, rss_goal, bps_goal),
+    )
 }
 
 /// `--soak`: the agent beside a fork storm for `minutes`, RSS and CPU every
@@ -279,7 +331,14 @@ pub fn soak(sysprof: &Path, work: &Path, fork: &[String], minutes: u64) -> Resul
         std::thread::sleep(Duration::from_secs(60));
         let cpu = process_cpu_ms(pid).unwrap_or(f64::NAN);
         let files = std::fs::read_dir(&store).map(|d| d.count()).unwrap_or(0);
-        let bytes: u64 = std::fs::read_dir(&store).map(|d| d.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0);
+        let bytes: u64 = std::fs::read_dir(&store)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0);
         let line = format!(
             "| {m} | {:.1} | {:.1} | {:.3} | {files} | {:.1} |\n",
             status_kb(pid, "VmRSS:") / 1024.0,
@@ -296,7 +355,14 @@ pub fn soak(sysprof: &Path, work: &Path, fork: &[String], minutes: u64) -> Resul
     let log = agent.stop()?;
     let t = Instant::now();
     let out = work.join("soak-show.json.gz");
-    let ok = Command::new(sysprof).args(["show", "--since", "1h", "--store"]).arg(&store).arg("-o").arg(&out).output()?.status.success();
+    let ok = Command::new(sysprof)
+        .args(["show", "--since", "1h", "--store"])
+        .arg(&store)
+        .arg("-o")
+        .arg(&out)
+        .output()?
+        .status
+        .success();
     md += &format!(
         "\nFork storm runs: {storms} (each {} processes). `sysprof show --since 1h`: {:.2} s{}. Last health line: `{}`\n",
         fork.get(1).cloned().unwrap_or_default(),
@@ -319,25 +385,52 @@ struct Receivers {
 
 impl Receivers {
     fn start(work: &Path) -> Result<Receivers> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("workspace")
+            .to_path_buf();
         let venv = root.join("target/test-venv/bin/python");
         if !venv.exists() {
             bail!("no OTLP receiver: run `cargo test -p sysprof-tests --test export` once (it makes target/test-venv)");
         }
-        let port = || std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port());
+        let port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+        };
         let (otlp, pyro, metrics) = (port()?, port()?, port()?);
         let pprof_dir = work.join("agent-pprof");
         let _ = std::fs::remove_dir_all(&pprof_dir);
         let got = work.join("agent-pyroscope");
         let _ = std::fs::remove_dir_all(&got);
-        let mut r = Receivers { children: Vec::new(), agent_args: Vec::new(), metrics };
+        let mut r = Receivers {
+            children: Vec::new(),
+            agent_args: Vec::new(),
+            metrics,
+        };
         for (python, script, args) in [
-            (venv.clone(), "otlp_receiver.py", vec![otlp.to_string(), "/dev/null".into()]),
-            (PathBuf::from("python3"), "pyroscope_receiver.py", vec![pyro.to_string(), got.display().to_string()]),
+            (
+                venv.clone(),
+                "otlp_receiver.py",
+                vec![otlp.to_string(), "/dev/null".into()],
+            ),
+            (
+                PathBuf::from("python3"),
+                "pyroscope_receiver.py",
+                vec![pyro.to_string(), got.display().to_string()],
+            ),
         ] {
-            let mut child = Command::new(&python).arg(root.join("tests/receivers").join(script)).args(&args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
+            let mut child = Command::new(&python)
+                .arg(root.join("tests/receivers").join(script))
+                .args(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()?;
             let mut line = String::new();
-            std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().expect("piped")), &mut line)?;
+            std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(child.stdout.take().expect("piped")),
+                &mut line,
+            )?;
             r.children.push(child);
             if line.trim() != "ready" {
                 bail!("{script} did not start");
@@ -368,17 +461,28 @@ impl Receivers {
         .unwrap_or_default();
         let value = |metric: &str, exporter: &str| {
             let key = format!("{metric}{{exporter=\"{exporter}\"}} ");
-            text.lines().find_map(|l| l.strip_prefix(&key)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(f64::NAN)
+            text.lines()
+                .find_map(|l| l.strip_prefix(&key))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
         };
         let per_window = |e: &str| {
-            let (bytes, windows) = (value("sysprof_export_bytes_total", e), value("sysprof_windows_exported_total", e));
+            let (bytes, windows) = (
+                value("sysprof_export_bytes_total", e),
+                value("sysprof_windows_exported_total", e),
+            );
             if windows > 0.0 {
                 format!("{:.0} ({windows:.0} windows)", bytes / windows)
             } else {
                 "–".into()
             }
         };
-        format!("| {name} | {} | {} | {} |\n", per_window("pprof"), per_window("otlp"), per_window("pyroscope"))
+        format!(
+            "| {name} | {} | {} | {} |\n",
+            per_window("pprof"),
+            per_window("otlp"),
+            per_window("pyroscope")
+        )
     }
 }
 

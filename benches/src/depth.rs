@@ -21,7 +21,13 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 
 /// Frames a whole stack starts with (root first).
-const ROOTS: [&str; 5] = ["_start", "clone3", "__clone3", "start_thread", "_dl_start_user"];
+const ROOTS: [&str; 5] = [
+    "_start",
+    "clone3",
+    "__clone3",
+    "start_thread",
+    "_dl_start_user",
+];
 
 fn write_crate(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir.join("src"))?;
@@ -37,7 +43,11 @@ fn write_crate(dir: &Path) -> Result<()> {
          let p = Point { x: c[1].parse().unwrap(), y: c[2].parse().unwrap(), name: \"p\".into() };\n    \
          println!(\"{}\", serde_json::to_string(&p).unwrap());\n}\n",
     )?;
-    let ok = Command::new("cargo").arg("fetch").current_dir(dir).status().context("cargo fetch")?;
+    let ok = Command::new("cargo")
+        .arg("fetch")
+        .current_dir(dir)
+        .status()
+        .context("cargo fetch")?;
     if !ok.success() {
         bail!("cargo fetch failed (crates.io unreachable?)");
     }
@@ -48,14 +58,18 @@ fn write_crate(dir: &Path) -> Result<()> {
 fn classify_folded(folded: &str) -> (u64, u64, u64, u64) {
     let (mut whole, mut all, mut whole_live, mut all_live) = (0, 0, 0, 0);
     for line in folded.lines() {
-        let Some((stack, n)) = line.rsplit_once(' ') else { continue };
+        let Some((stack, n)) = line.rsplit_once(' ') else {
+            continue;
+        };
         let n: u64 = n.parse().unwrap_or(0);
         let frames: Vec<&str> = stack.split(';').collect();
         if frames.first() != Some(&"rustc") {
             continue;
         }
         let is_whole = frames.get(1).is_some_and(|f| ROOTS.contains(f));
-        let teardown = frames.iter().any(|f| *f == "do_exit_[k]" || *f == "__x64_sys_execve_[k]");
+        let teardown = frames
+            .iter()
+            .any(|f| *f == "do_exit_[k]" || *f == "__x64_sys_execve_[k]");
         all += n;
         whole += n * is_whole as u64;
         if !teardown {
@@ -76,9 +90,14 @@ fn classify_perf(script: &str) -> (u64, u64) {
         if head.split_whitespace().next() != Some("rustc") {
             continue;
         }
-        let root = lines.next_back().and_then(|l| l.split_whitespace().nth(1)).unwrap_or("");
+        let root = lines
+            .next_back()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or("");
         all += 1;
-        whole += ROOTS.iter().any(|r| root == *r || root.starts_with(&format!("{r}+"))) as u64;
+        whole += ROOTS
+            .iter()
+            .any(|r| root == *r || root.starts_with(&format!("{r}+"))) as u64;
     }
     (whole, all)
 }
@@ -89,7 +108,11 @@ fn cargo_clean(dir: &Path) -> Result<()> {
 }
 
 /// One sysprof build: (whole, all, whole_live, all_live, the -v kernel unwinding line).
-fn sysprof_build(sysprof: &Path, dir: &Path, call_graph: &str) -> Result<(u64, u64, u64, u64, String)> {
+fn sysprof_build(
+    sysprof: &Path,
+    dir: &Path,
+    call_graph: &str,
+) -> Result<(u64, u64, u64, u64, String)> {
     cargo_clean(dir)?;
     let out = dir.join(format!("{call_graph}.json.gz"));
     let run = Command::new(sysprof)
@@ -99,11 +122,22 @@ fn sysprof_build(sysprof: &Path, dir: &Path, call_graph: &str) -> Result<(u64, u
         .current_dir(dir)
         .output()?;
     if !run.status.success() {
-        bail!("sysprof record failed: {}", String::from_utf8_lossy(&run.stderr));
+        bail!(
+            "sysprof record failed: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
     }
     let stderr = String::from_utf8_lossy(&run.stderr);
-    let kernel_line = stderr.lines().find(|l| l.contains("kernel unwinding:")).unwrap_or("").to_string();
-    let report = Command::new(sysprof).arg("report").arg(&out).args(["--comm", "rustc", "--format", "folded"]).output()?;
+    let kernel_line = stderr
+        .lines()
+        .find(|l| l.contains("kernel unwinding:"))
+        .unwrap_or("")
+        .to_string();
+    let report = Command::new(sysprof)
+        .arg("report")
+        .arg(&out)
+        .args(["--comm", "rustc", "--format", "folded"])
+        .output()?;
     let (w, a, wl, al) = classify_folded(&String::from_utf8_lossy(&report.stdout));
     Ok((w, a, wl, al, kernel_line))
 }
@@ -112,38 +146,66 @@ fn perf_build(perf: &str, dir: &Path) -> Result<(u64, u64)> {
     cargo_clean(dir)?;
     let data = dir.join("perf.data");
     let run = Command::new(perf)
-        .args(["record", "-q", "-a", "-F", "999", "--call-graph", "dwarf,32768", "-o"])
+        .args([
+            "record",
+            "-q",
+            "-a",
+            "-F",
+            "999",
+            "--call-graph",
+            "dwarf,32768",
+            "-o",
+        ])
         .arg(&data)
         .args(["--", "cargo", "build", "--offline", "-q"])
         .current_dir(dir)
         .output()?;
     if !run.status.success() {
-        bail!("perf record failed: {}", String::from_utf8_lossy(&run.stderr));
+        bail!(
+            "perf record failed: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
     }
-    let script = Command::new(perf).arg("script").arg("-i").arg(&data).args(["--comms", "rustc", "--no-inline", "-F", "comm,ip,sym"]).output()?;
+    let script = Command::new(perf)
+        .arg("script")
+        .arg("-i")
+        .arg(&data)
+        .args(["--comms", "rustc", "--no-inline", "-F", "comm,ip,sym"])
+        .output()?;
     let _ = std::fs::remove_file(&data);
     Ok(classify_perf(&String::from_utf8_lossy(&script.stdout)))
 }
 
 fn pct(w: u64, a: u64) -> String {
-    if a == 0 { "–".into() } else { format!("{:.1}%", 100.0 * w as f64 / a as f64) }
+    if a == 0 {
+        "–".into()
+    } else {
+        format!("{:.1}%", 100.0 * w as f64 / a as f64)
+    }
 }
 
 /// rustc's two big libraries, from its sysroot.
 fn rustc_libraries() -> Vec<PathBuf> {
-    let Ok(out) = Command::new("rustc").args(["--print", "sysroot"]).output() else { return Vec::new() };
+    let Ok(out) = Command::new("rustc").args(["--print", "sysroot"]).output() else {
+        return Vec::new();
+    };
     let lib = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("lib");
     let mut found: Vec<PathBuf> = std::fs::read_dir(&lib)
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     found.retain(|p| {
-        let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let n = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         // (libLLVM-*.so is a linker script naming the real one.)
         let elf = std::fs::File::open(p).and_then(|mut f| {
             let mut magic = [0u8; 4];
             std::io::Read::read_exact(&mut f, &mut magic).map(|_| magic == *b"\x7fELF")
         });
-        (n.starts_with("librustc_driver-") || n.starts_with("libLLVM")) && n.contains(".so") && elf.unwrap_or(false)
+        (n.starts_with("librustc_driver-") || n.starts_with("libLLVM"))
+            && n.contains(".so")
+            && elf.unwrap_or(false)
     });
     found.sort();
     found.dedup_by(|a, b| std::fs::canonicalize(&*a).ok() == std::fs::canonicalize(&*b).ok());
@@ -151,7 +213,12 @@ fn rustc_libraries() -> Vec<PathBuf> {
 }
 
 /// The depth section: markdown and JSON.
-pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> (String, serde_json::Value) {
+pub fn section(
+    sysprof: &Path,
+    perf: Option<&str>,
+    work: &Path,
+    quick: bool,
+) -> (String, serde_json::Value) {
     let mut md = String::from("\n## Whole stacks of a deep program: rustc in a `cargo build` (serde, serde_json, regex; debug, clean)\n\n");
     md += "Share of rustc's on-CPU samples whose stack reaches its thread's root (`clone3`/`start_thread`, `_start`). \
            \"Live\": without the samples taken inside exit or execve, while the process's memory is being freed \
@@ -186,8 +253,14 @@ pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> 
             };
             match result {
                 Ok((w, a, live)) => {
-                    let live_pct = live.map(|(wl, al)| pct(wl, al)).unwrap_or_else(|| "–".into());
-                    md += &format!("| {} | {name} | {a} | {} | {live_pct} |\n", round + 1, pct(w, a));
+                    let live_pct = live
+                        .map(|(wl, al)| pct(wl, al))
+                        .unwrap_or_else(|| "–".into());
+                    md += &format!(
+                        "| {} | {name} | {a} | {} | {live_pct} |\n",
+                        round + 1,
+                        pct(w, a)
+                    );
                     rows.push(json!({ "round": round + 1, "config": config, "samples": a, "whole": w, "live": live }));
                 }
                 Err(e) => md += &format!("| {} | {name} | failed: {e:#} | | |\n", round + 1),
@@ -205,7 +278,10 @@ pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> 
     md += "\n## In-kernel unwind tables: build time and size\n\nOne table per file, compiled from its `.eh_frame` \
            (one thread; median of 5; the time includes reading the file), 8 bytes a row in the kernel's array.\n\n\
            | file | CFI KiB | rows | table MiB | build ms |\n|---|---:|---:|---:|---:|\n";
-    let mut files: Vec<PathBuf> = vec!["/lib/x86_64-linux-gnu/libc.so.6".into(), "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0".into()];
+    let mut files: Vec<PathBuf> = vec![
+        "/lib/x86_64-linux-gnu/libc.so.6".into(),
+        "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0".into(),
+    ];
     files.extend(rustc_libraries());
     let mut tables = Vec::new();
     for f in files.iter().filter(|f| f.exists()) {

@@ -52,7 +52,13 @@ impl Drop for Load {
 /// VmHWM of `pid` in MB, if it is still there.
 fn peak_mb(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    let kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
     Some(kb / 1024.0)
 }
 
@@ -67,7 +73,12 @@ fn run(argv: &[String], secs: u64, out: &Path) -> Result<(f64, f64, u64)> {
     let _load = Load::start()?;
     std::thread::sleep(Duration::from_secs(1));
     let started = Instant::now();
-    let mut child = Command::new(&argv[0]).args(&argv[1..]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("starting the profiler")?;
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the profiler")?;
     let mut peak = 0.0f64;
     let mut stopped: Option<Instant> = None;
     let status = loop {
@@ -87,16 +98,33 @@ fn run(argv: &[String], secs: u64, out: &Path) -> Result<(f64, f64, u64)> {
     // perf ends a recording on SIGINT by writing its file and raising the
     // signal again: killed by the SIGINT it was sent is its normal end.
     use std::os::unix::process::ExitStatusExt;
-    let ended_by_our_sigint = stopped.is_some() && status.signal() == Some(libc::SIGINT) && std::fs::metadata(out).is_ok_and(|m| m.len() > 0);
-    anyhow::ensure!(status.success() || ended_by_our_sigint, "{} exited with {status}", argv[0]);
-    let stop_to_written_ms = stopped.map(|s| s.elapsed().as_secs_f64() * 1e3).unwrap_or(f64::NAN);
-    Ok((peak, stop_to_written_ms, std::fs::metadata(out).map(|m| m.len()).unwrap_or(0)))
+    let ended_by_our_sigint = stopped.is_some()
+        && status.signal() == Some(libc::SIGINT)
+        && std::fs::metadata(out).is_ok_and(|m| m.len() > 0);
+    anyhow::ensure!(
+        status.success() || ended_by_our_sigint,
+        "{} exited with {status}",
+        argv[0]
+    );
+    let stop_to_written_ms = stopped
+        .map(|s| s.elapsed().as_secs_f64() * 1e3)
+        .unwrap_or(f64::NAN);
+    Ok((
+        peak,
+        stop_to_written_ms,
+        std::fs::metadata(out).map(|m| m.len()).unwrap_or(0),
+    ))
 }
 
 /// Run `argv` to its end: (peak RSS MB, seconds).
 fn measure(argv: &[String]) -> Result<(f64, f64)> {
     let started = Instant::now();
-    let mut child = Command::new(&argv[0]).args(&argv[1..]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().context("starting the tool")?;
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting the tool")?;
     let mut peak = 0.0f64;
     let status = loop {
         if let Some(mb) = peak_mb(child.id()) {
@@ -114,10 +142,16 @@ fn measure(argv: &[String]) -> Result<(f64, f64)> {
 /// `sysprof validate` and `sysprof report` on the long recording's file:
 /// a markdown paragraph and JSON.
 fn read_back(sysprof: &Path, file: &Path) -> (String, serde_json::Value) {
-    let size_mb = std::fs::metadata(file).map(|m| m.len() as f64 / 1e6).unwrap_or(0.0);
+    let size_mb = std::fs::metadata(file)
+        .map(|m| m.len() as f64 / 1e6)
+        .unwrap_or(0.0);
     let mut md = format!("\nReading the long recording's file back ({size_mb:.1} MB), the machine quiet: peak RSS (VmHWM every 20 ms) and time.\n\n| command | peak RSS MB | seconds |\n|---|---:|---:|\n");
     let mut rows = Vec::new();
-    for args in [&["validate"][..], &["report"][..], &["report", "--format", "folded"][..]] {
+    for args in [
+        &["validate"][..],
+        &["report"][..],
+        &["report", "--format", "folded"][..],
+    ] {
         let mut argv = vec![sysprof.display().to_string()];
         argv.extend(args.iter().map(|a| a.to_string()));
         argv.push(file.display().to_string());
@@ -134,7 +168,12 @@ fn read_back(sysprof: &Path, file: &Path) -> (String, serde_json::Value) {
 }
 
 /// The section: see the module doc.
-pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> (String, serde_json::Value) {
+pub fn section(
+    sysprof: &Path,
+    perf: Option<&str>,
+    work: &Path,
+    quick: bool,
+) -> (String, serde_json::Value) {
     let (short, long) = (10u64, if quick { 30 } else { 60 });
     let mut md = format!(
         "\n## Recording length: `record -a` for {short} s and {long} s beside a fork loop and a spinner\n\n\
@@ -149,7 +188,16 @@ pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> 
     let perf_out = work.join("length.perf.data");
     let mut profilers: Vec<(&str, Box<dyn Fn(u64) -> Vec<String>>, &Path)> = vec![(
         "sysprof record -a",
-        Box::new(|_: u64| vec![sysprof.display().to_string(), "record".into(), "-a".into(), "-q".into(), "-o".into(), sysprof_out.display().to_string()]),
+        Box::new(|_: u64| {
+            vec![
+                sysprof.display().to_string(),
+                "record".into(),
+                "-a".into(),
+                "-q".into(),
+                "-o".into(),
+                sysprof_out.display().to_string(),
+            ]
+        }),
         &sysprof_out,
     )];
     if let Some(perf) = perf {
@@ -171,14 +219,26 @@ pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> 
         eprintln!("bench: length: {name} for {short} s and {long} s");
         match (run(&argv(short), short, out), run(&argv(long), long, out)) {
             (Ok(a), Ok(b)) => {
-                md += &format!("| {name} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.1} |\n", a.0, b.0, b.0 / a.0, a.1, b.1, b.2 as f64 / 1e6);
+                md += &format!(
+                    "| {name} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.1} |\n",
+                    a.0,
+                    b.0,
+                    b.0 / a.0,
+                    a.1,
+                    b.1,
+                    b.2 as f64 / 1e6
+                );
                 rows.push(json!({ "profiler": name, "short_s": short, "long_s": long, "peak_rss_mb": [a.0, b.0], "stop_to_written_ms": [a.1, b.1], "file_bytes": [a.2, b.2] }));
                 if *out == sysprof_out.as_path() {
                     (read_back_md, read_back_rows) = read_back(sysprof, out);
                 }
             }
             (a, b) => {
-                let e = a.err().or(b.err()).map(|e| format!("{e:#}")).unwrap_or_default();
+                let e = a
+                    .err()
+                    .or(b.err())
+                    .map(|e| format!("{e:#}"))
+                    .unwrap_or_default();
                 eprintln!("bench: length: {name} failed: {e}");
                 md += &format!("| {name} | failed: {e} | | | | | |\n");
             }
@@ -186,5 +246,8 @@ pub fn section(sysprof: &Path, perf: Option<&str>, work: &Path, quick: bool) -> 
     }
     let _ = std::fs::remove_file(&perf_out);
     md += &read_back_md;
-    (md, json!({ "recordings": rows, "read_back": read_back_rows }))
+    (
+        md,
+        json!({ "recordings": rows, "read_back": read_back_rows }),
+    )
 }

@@ -113,7 +113,10 @@ fn main() -> Result<()> {
     let only_micro = args.micro;
     let reps = if quick { 1 } else { 3 };
     let only: Option<Vec<String>> = (!args.only.is_empty()).then(|| args.only.clone());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
     let out_dir = root.join("target/bench");
     std::fs::create_dir_all(&out_dir)?;
 
@@ -121,11 +124,16 @@ fn main() -> Result<()> {
         let (md, micro) = micro_section(quick);
         println!("{md}");
         std::fs::write(out_dir.join("results.md"), &md)?;
-        std::fs::write(out_dir.join("results.json"), serde_json::to_string_pretty(&json!({ "micro": micro }))?)?;
+        std::fs::write(
+            out_dir.join("results.json"),
+            serde_json::to_string_pretty(&json!({ "micro": micro }))?,
+        )?;
         return Ok(());
     }
     if unsafe { libc::geteuid() } != 0 {
-        bail!("the system-wide benchmarks need root (BPF, perf -a): run `sudo -E cargo xtask bench`");
+        bail!(
+            "the system-wide benchmarks need root (BPF, perf -a): run `sudo -E cargo xtask bench`"
+        );
     }
     let only_agent = args.agent;
     let soak_minutes = args.soak;
@@ -135,7 +143,12 @@ fn main() -> Result<()> {
     let bin = |name: &str| -> Result<PathBuf> {
         let out = work.join(name);
         let src = root.join("benches/workloads").join(format!("{name}.c"));
-        let ok = Command::new("gcc").args(["-O2", "-g", "-fno-omit-frame-pointer", "-pthread"]).arg(&src).arg("-o").arg(&out).status()?;
+        let ok = Command::new("gcc")
+            .args(["-O2", "-g", "-fno-omit-frame-pointer", "-pthread"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&out)
+            .status()?;
         if !ok.success() {
             bail!("compiling {} failed", src.display());
         }
@@ -152,10 +165,29 @@ fn main() -> Result<()> {
     }
     let s = |p: PathBuf| p.to_string_lossy().into_owned();
     let workloads = vec![
-        Workload { name: "cpu", argv: vec![s(bin("cpu")?), if quick { "150" } else { "300" }.into()] },
-        Workload { name: "switch", argv: vec![s(bin("switch")?), if quick { "150000" } else { "400000" }.into()] },
-        Workload { name: "fork", argv: vec![s(bin("fork")?), if quick { "800" } else { "2000" }.into()] },
-        Workload { name: "io", argv: vec![s(bin("io")?), s(io_file.clone()), if quick { "10000" } else { "40000" }.into()] },
+        Workload {
+            name: "cpu",
+            argv: vec![s(bin("cpu")?), if quick { "150" } else { "300" }.into()],
+        },
+        Workload {
+            name: "switch",
+            argv: vec![
+                s(bin("switch")?),
+                if quick { "150000" } else { "400000" }.into(),
+            ],
+        },
+        Workload {
+            name: "fork",
+            argv: vec![s(bin("fork")?), if quick { "800" } else { "2000" }.into()],
+        },
+        Workload {
+            name: "io",
+            argv: vec![
+                s(bin("io")?),
+                s(io_file.clone()),
+                if quick { "10000" } else { "40000" }.into(),
+            ],
+        },
     ];
     // Python: the same fixed work (a 10-frame Python chain under every
     // sample) by Debian's python3, whose frames sysprof reads, and by a copy
@@ -175,7 +207,11 @@ fn main() -> Result<()> {
     // A JVM (no flags): fixed work in compiled Java code, for the JVM's
     // slowdown and the BPF time per sample in it (sysprof also asks it for
     // its perf map while it runs).
-    let javac = Command::new("javac").arg("-d").arg(&work).arg(root.join("benches/workloads/Work.java")).status();
+    let javac = Command::new("javac")
+        .arg("-d")
+        .arg(&work)
+        .arg(root.join("benches/workloads/Work.java"))
+        .status();
     match javac {
         Ok(st) if st.success() => {
             let rounds = if quick { "8000" } else { "20000" }.to_string();
@@ -194,7 +230,10 @@ fn main() -> Result<()> {
         crate_dir.join("Cargo.toml"),
         "[package]\nname = \"bench-build\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\nserde_json = \"1\"\nclap = { version = \"4\", features = [\"derive\"] }\n\n[workspace]\n",
     )?;
-    std::fs::write(crate_dir.join("src/main.rs"), "fn main() { println!(\"{}\", serde_json::json!({\"ok\": true})); }\n")?;
+    std::fs::write(
+        crate_dir.join("src/main.rs"),
+        "fn main() { println!(\"{}\", serde_json::json!({\"ok\": true})); }\n",
+    )?;
     std::fs::copy(root.join("Cargo.lock"), crate_dir.join("Cargo.lock"))?;
     let target = crate_dir.join("target");
     let cargo_build_script = format!(
@@ -204,8 +243,15 @@ fn main() -> Result<()> {
         target.display()
     );
     let cargo_build: Vec<String> = vec!["sh".into(), "-c".into(), cargo_build_script.clone()];
-    let compile_once: Vec<String> =
-        ["gcc", "-O2", "-pthread", "-c"].into_iter().map(String::from).chain([s(root.join("tests/workloads/waitchain.c")), "-o".into(), s(work.join("cc.o"))]).collect();
+    let compile_once: Vec<String> = ["gcc", "-O2", "-pthread", "-c"]
+        .into_iter()
+        .map(String::from)
+        .chain([
+            s(root.join("tests/workloads/waitchain.c")),
+            "-o".into(),
+            s(work.join("cc.o")),
+        ])
+        .collect();
     // What a build machine runs, for `record` as for the agent: a compiler
     // loop (a new cc1 each ~0.12 s, fixed work) and a cargo build.
     // Both print "elapsed_ms=" as the bench's own workloads do.
@@ -214,9 +260,16 @@ fn main() -> Result<()> {
     };
     workloads.push(Workload {
         name: "compiler",
-        argv: timed(format!("i=0; while [ $i -lt {} ]; do {} || exit 1; i=$((i+1)); done", if quick { 15 } else { 40 }, compile_once.join(" "))),
+        argv: timed(format!(
+            "i=0; while [ $i -lt {} ]; do {} || exit 1; i=$((i+1)); done",
+            if quick { 15 } else { 40 },
+            compile_once.join(" ")
+        )),
     });
-    workloads.push(Workload { name: "build", argv: timed(cargo_build_script) });
+    workloads.push(Workload {
+        name: "build",
+        argv: timed(cargo_build_script),
+    });
 
     // Built beside this program (`cargo xtask bench` builds both), in
     // whatever target directory cargo was given.
@@ -228,7 +281,16 @@ fn main() -> Result<()> {
     let agent_bins: Vec<(&'static str, Vec<String>)> = workloads
         .iter()
         .filter(|w| ["cpu", "switch", "fork"].contains(&w.name))
-        .map(|w| (w.name, if w.name == "cpu" { vec![w.argv[0].clone(), if quick { "20s" } else { "60s" }.into()] } else { w.argv.clone() }))
+        .map(|w| {
+            (
+                w.name,
+                if w.name == "cpu" {
+                    vec![w.argv[0].clone(), if quick { "20s" } else { "60s" }.into()]
+                } else {
+                    w.argv.clone()
+                },
+            )
+        })
         .collect();
     // And a compiler loop, what a build machine runs: a new cc1 every
     // ~0.12 s, each a new process with large binaries to name and unwind.
@@ -243,7 +305,11 @@ fn main() -> Result<()> {
         agent_bins.push(("jvm", java.argv.clone()));
     }
     if let Some(minutes) = soak_minutes {
-        let fork = agent_bins.iter().find(|b| b.0 == "fork").map(|b| b.1.clone()).expect("the fork workload");
+        let fork = agent_bins
+            .iter()
+            .find(|b| b.0 == "fork")
+            .map(|b| b.1.clone())
+            .expect("the fork workload");
         let md = agent::soak(&sysprof, &work, &fork, minutes)?;
         println!("{md}");
         std::fs::write(out_dir.join("soak.md"), &md)?;
@@ -254,29 +320,59 @@ fn main() -> Result<()> {
         let md = agent_goals(g) + &md;
         println!("{md}");
         std::fs::write(out_dir.join("results.md"), &md)?;
-        std::fs::write(out_dir.join("results.json"), serde_json::to_string_pretty(&json!({ "agent": v }))?)?;
+        std::fs::write(
+            out_dir.join("results.json"),
+            serde_json::to_string_pretty(&json!({ "agent": v }))?,
+        )?;
         return Ok(());
     }
-    let workloads: Vec<Workload> =
-        workloads.into_iter().filter(|w| only.as_ref().is_none_or(|o| o.iter().any(|n| n == w.name.split('-').next().unwrap_or(w.name)))).collect();
+    let workloads: Vec<Workload> = workloads
+        .into_iter()
+        .filter(|w| {
+            only.as_ref().is_none_or(|o| {
+                o.iter()
+                    .any(|n| n == w.name.split('-').next().unwrap_or(w.name))
+            })
+        })
+        .collect();
     let perf = find_perf();
     if which("bpftool").is_none() {
         install_with_apt("bpftool");
     }
     let samply = find_samply();
     let f = FREQ.to_string();
-    let mut configs = vec![Config { name: "none", profiler: Profiler::None, args: vec![] }];
-    configs.push(Config { name: "sysprof -a", profiler: Profiler::Sysprof, args: vec!["-a".into()] });
-    configs.push(Config { name: "sysprof -a --call-graph fp", profiler: Profiler::Sysprof, args: vec!["-a".into(), "--call-graph".into(), "fp".into()] });
+    let mut configs = vec![Config {
+        name: "none",
+        profiler: Profiler::None,
+        args: vec![],
+    }];
+    configs.push(Config {
+        name: "sysprof -a",
+        profiler: Profiler::Sysprof,
+        args: vec!["-a".into()],
+    });
+    configs.push(Config {
+        name: "sysprof -a --call-graph fp",
+        profiler: Profiler::Sysprof,
+        args: vec!["-a".into(), "--call-graph".into(), "fp".into()],
+    });
     // Before the in-kernel unwinder: a 16 KiB stack copy per sample, unwound here.
     configs.push(Config {
         name: "sysprof -a --call-graph dwarf-copy",
         profiler: Profiler::Sysprof,
         args: vec!["-a".into(), "--call-graph".into(), "dwarf-copy".into()],
     });
-    configs.push(Config { name: "sysprof -a --no-off-cpu --no-io", profiler: Profiler::Sysprof, args: vec!["-a".into(), "--no-off-cpu".into(), "--no-io".into()] });
+    configs.push(Config {
+        name: "sysprof -a --no-off-cpu --no-io",
+        profiler: Profiler::Sysprof,
+        args: vec!["-a".into(), "--no-off-cpu".into(), "--no-io".into()],
+    });
     // Like samply: only the workload's processes (bytes per sample compare like for like).
-    configs.push(Config { name: "sysprof record -- CMD", profiler: Profiler::SysprofCommand, args: vec![] });
+    configs.push(Config {
+        name: "sysprof record -- CMD",
+        profiler: Profiler::SysprofCommand,
+        args: vec![],
+    });
     // What samply writes (samples and stacks, no off-CPU or I/O markers):
     // bytes per sample like for like.
     configs.push(Config {
@@ -293,11 +389,18 @@ fn main() -> Result<()> {
         None => eprintln!("bench: perf not found and not installed, skipping its configurations: install it with `apt-get install linux-perf`"),
     }
     match &samply {
-        Some(_) => configs.push(Config { name: "samply record", profiler: Profiler::Samply, args: vec![] }),
-        None => eprintln!("bench: samply not found, skipping it: install it with `cargo install --locked samply`"),
+        Some(_) => configs.push(Config {
+            name: "samply record",
+            profiler: Profiler::Samply,
+            args: vec![],
+        }),
+        None => eprintln!(
+            "bench: samply not found, skipping it: install it with `cargo install --locked samply`"
+        ),
     }
     // samply refuses to record above paranoid level 1, even as root.
-    let paranoid_before = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
+    let paranoid_before =
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap_or_default();
     let _ = std::fs::write("/proc/sys/kernel/perf_event_paranoid", "1");
 
     // The timed runs keep kernel.bpf_stats_enabled off: with it on, every
@@ -312,9 +415,23 @@ fn main() -> Result<()> {
                 }
                 eprintln!("bench: rep {}/{reps} {} × {}", rep + 1, w.name, c.name);
                 let r = match c.profiler {
-                    Profiler::Samply => run_samply(&[samply.as_deref().unwrap(), "record", "--save-only", "--no-open", "-r", &FREQ.to_string(), "-o"], w, &work, "samply.json.gz"),
+                    Profiler::Samply => run_samply(
+                        &[
+                            samply.as_deref().unwrap(),
+                            "record",
+                            "--save-only",
+                            "--no-open",
+                            "-r",
+                            &FREQ.to_string(),
+                            "-o",
+                        ],
+                        w,
+                        &work,
+                        "samply.json.gz",
+                    ),
                     Profiler::SysprofCommand => {
-                        let mut argv = vec![sysprof.to_str().unwrap(), "record", "-q", "-v", "-F", &f];
+                        let mut argv =
+                            vec![sysprof.to_str().unwrap(), "record", "-q", "-v", "-F", &f];
                         argv.extend(c.args.iter().map(String::as_str));
                         argv.push("-o");
                         run_samply(&argv, w, &work, "sysprof-cmd.json.gz")
@@ -330,7 +447,8 @@ fn main() -> Result<()> {
     }
     // One more run per sysprof system-wide configuration with BPF statistics
     // on, for the programs' run time alone.
-    let stats_before = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
+    let stats_before =
+        std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap_or_default();
     let _ = std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1");
     let mut bpf_ms: BTreeMap<(&str, &str), f64> = BTreeMap::new();
     let mut bpf_md = String::from(
@@ -340,13 +458,26 @@ fn main() -> Result<()> {
         for c in configs.iter().filter(|c| c.profiler == Profiler::Sysprof) {
             eprintln!("bench: BPF run time, {} × {}", w.name, c.name);
             match run_system_wide(c, w, &sysprof, perf.as_deref(), &work, true) {
-                Ok(Run { bpf_ms: Some(ms), bpf_programs, .. }) => {
+                Ok(Run {
+                    bpf_ms: Some(ms),
+                    bpf_programs,
+                    ..
+                }) => {
                     bpf_ms.insert((w.name, c.name), ms);
                     for (name, runs, ns) in bpf_programs.iter().filter(|p| p.1 > 0) {
-                        bpf_md += &format!("| {} | {} | {name} | {runs} | {:.0} | {:.1} |\n", w.name, c.name, *ns as f64 / *runs as f64, *ns as f64 / 1e6);
+                        bpf_md += &format!(
+                            "| {} | {} | {name} | {runs} | {:.0} | {:.1} |\n",
+                            w.name,
+                            c.name,
+                            *ns as f64 / *runs as f64,
+                            *ns as f64 / 1e6
+                        );
                     }
                 }
-                Ok(_) => eprintln!("bench: no BPF run time for {} × {} (is bpftool installed?)", w.name, c.name),
+                Ok(_) => eprintln!(
+                    "bench: no BPF run time for {} × {} (is bpftool installed?)",
+                    w.name, c.name
+                ),
                 Err(e) => eprintln!("bench: {} × {} failed: {e:#}", w.name, c.name),
             }
         }
@@ -355,14 +486,27 @@ fn main() -> Result<()> {
 
     // A ten-second recording with every CPU busy: the end-to-end goals (stop
     // to written, peak RSS) are stated for it.
-    let long = Workload { name: "cpu 10 s", argv: vec![s(bin("cpu")?), "10s".into()] };
-    let long_configs: Vec<&Config> =
-        configs.iter().filter(|c| matches!(c.profiler, Profiler::Sysprof | Profiler::Perf) && !c.name.contains("sched:")).collect();
+    let long = Workload {
+        name: "cpu 10 s",
+        argv: vec![s(bin("cpu")?), "10s".into()],
+    };
+    let long_configs: Vec<&Config> = configs
+        .iter()
+        .filter(|c| {
+            matches!(c.profiler, Profiler::Sysprof | Profiler::Perf) && !c.name.contains("sched:")
+        })
+        .collect();
     let mut long_runs: BTreeMap<&str, Vec<Run>> = BTreeMap::new();
     if only.as_ref().is_none_or(|o| o.iter().any(|n| n == "long")) {
         for rep in 0..reps.min(2) {
             for c in &long_configs {
-                eprintln!("bench: rep {}/{} {} × {}", rep + 1, reps.min(2), long.name, c.name);
+                eprintln!(
+                    "bench: rep {}/{} {} × {}",
+                    rep + 1,
+                    reps.min(2),
+                    long.name,
+                    c.name
+                );
                 match run_system_wide(c, &long, &sysprof, perf.as_deref(), &work, false) {
                     Ok(r) => long_runs.entry(c.name).or_default().push(r),
                     Err(e) => eprintln!("bench: {} × {} failed: {e:#}", long.name, c.name),
@@ -370,7 +514,10 @@ fn main() -> Result<()> {
             }
         }
     }
-    let _ = std::fs::write("/proc/sys/kernel/perf_event_paranoid", paranoid_before.trim());
+    let _ = std::fs::write(
+        "/proc/sys/kernel/perf_event_paranoid",
+        paranoid_before.trim(),
+    );
 
     let mut md = String::new();
     md += "\n## Workloads side by side (median [min–max] over alternating runs, 999 Hz)\n\n";
@@ -385,12 +532,16 @@ fn main() -> Result<()> {
     let mut rows = Vec::new();
     let mut medians: BTreeMap<(&str, &str), Medians> = BTreeMap::new();
     for w in &workloads {
-        let Some(base) = runs.get(&(w.name, "none")) else { continue };
+        let Some(base) = runs.get(&(w.name, "none")) else {
+            continue;
+        };
         let base_elapsed = median(base.iter().map(|r| r.elapsed_ms));
         let base_busy = median(base.iter().map(|r| r.busy_ms_per_s));
         let base_busy_run = median(base.iter().map(|r| r.busy_ms));
         for c in &configs {
-            let Some(rs) = runs.get(&(w.name, c.name)) else { continue };
+            let Some(rs) = runs.get(&(w.name, c.name)) else {
+                continue;
+            };
             let slow: Vec<f64> = rs.iter().map(|r| r.elapsed_ms / base_elapsed).collect();
             let extra: Vec<f64> = rs.iter().map(|r| r.busy_ms_per_s - base_busy).collect();
             let extra_run: Vec<f64> = rs.iter().map(|r| r.busy_ms - base_busy_run).collect();
@@ -423,16 +574,25 @@ fn main() -> Result<()> {
     md += "| configuration | profiler CPU ms | peak RSS MB | samples expected / written (lost) | stop→written ms | bytes/sample |\n|---|---:|---:|---:|---:|---:|\n";
     let mut long_rows = Vec::new();
     for c in &long_configs {
-        let Some(rs) = long_runs.get(c.name) else { continue };
+        let Some(rs) = long_runs.get(c.name) else {
+            continue;
+        };
         let p = profiler_columns(rs, false);
-        md += &format!("| {} | {} | {} | {} | {} | {} |\n", c.name, p[0], p[1], p[2], p[3], p[4]);
-        long_rows.push(json!({ "configuration": c.name, "runs": rs.iter().map(run_json).collect::<Vec<_>>() }));
+        md += &format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            c.name, p[0], p[1], p[2], p[3], p[4]
+        );
+        long_rows.push(
+            json!({ "configuration": c.name, "runs": rs.iter().map(run_json).collect::<Vec<_>>() }),
+        );
         medians.insert((long.name, c.name), Medians::of(rs, &[], &[], &[]));
     }
     md += "\n## DWARF unwinding in sysprof (median unwinds per second of unwinding time)\n\n| workload | configuration | unwinds/s |\n|---|---|---:|\n";
     for w in &workloads {
         for c in &configs {
-            let Some(rs) = runs.get(&(w.name, c.name)) else { continue };
+            let Some(rs) = runs.get(&(w.name, c.name)) else {
+                continue;
+            };
             let v: Vec<f64> = rs.iter().filter_map(|r| r.unwinds_per_s).collect();
             if !v.is_empty() {
                 md += &format!("| {} | {} | {} |\n", w.name, c.name, fmt_stat(&v, 0));
@@ -444,12 +604,16 @@ fn main() -> Result<()> {
     } else {
         (String::new(), json!(null))
     };
-    let (agent_md, agent_json, agent_g) = if only.as_ref().is_none_or(|o| o.iter().any(|n| n == "agent")) {
-        agent::section(&sysprof, &work, &agent_bins, quick)
-    } else {
-        (String::new(), json!(null), (f64::NAN, f64::NAN, f64::NAN))
-    };
-    let (length_md, length_json) = if only.as_ref().is_none_or(|o| o.iter().any(|n| n == "length")) {
+    let (agent_md, agent_json, agent_g) =
+        if only.as_ref().is_none_or(|o| o.iter().any(|n| n == "agent")) {
+            agent::section(&sysprof, &work, &agent_bins, quick)
+        } else {
+            (String::new(), json!(null), (f64::NAN, f64::NAN, f64::NAN))
+        };
+    let (length_md, length_json) = if only
+        .as_ref()
+        .is_none_or(|o| o.iter().any(|n| n == "length"))
+    {
         length::section(&sysprof, perf.as_deref(), &work, quick)
     } else {
         (String::new(), json!(null))
@@ -463,7 +627,10 @@ fn main() -> Result<()> {
     let md = goals_md + &micro_md + &md + &depth_md + &agent_md + &bpf_md;
     println!("{md}");
     std::fs::write(out_dir.join("results.md"), &md)?;
-    std::fs::write(out_dir.join("results.json"), serde_json::to_string_pretty(&results)?)?;
+    std::fs::write(
+        out_dir.join("results.json"),
+        serde_json::to_string_pretty(&results)?,
+    )?;
     eprintln!("bench: wrote {}", out_dir.join("results.md").display());
     Ok(())
 }
@@ -493,16 +660,25 @@ impl Medians {
             slowdown_range: range(slow),
             extra_per_s_range: range(extra),
             extra_per_run_range: range(extra_run),
-            lost: median(rs.iter().map(|r| r.lost.unwrap_or(f64::NAN) + r.sched_lost.unwrap_or(0.0))),
+            lost: median(
+                rs.iter()
+                    .map(|r| r.lost.unwrap_or(f64::NAN) + r.sched_lost.unwrap_or(0.0)),
+            ),
             stop_to_written_ms: median(rs.iter().map(|r| r.stop_to_written_ms)),
             rss_mb: median(rs.iter().map(|r| r.profiler_rss_mb)),
-            bytes_per_sample: median(rs.iter().filter_map(|r| r.written.filter(|w| *w > 0.0).map(|w| r.bytes / w))),
+            bytes_per_sample: median(
+                rs.iter()
+                    .filter_map(|r| r.written.filter(|w| *w > 0.0).map(|w| r.bytes / w)),
+            ),
         }
     }
 }
 
 fn range(v: &[f64]) -> (f64, f64) {
-    (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max))
+    (
+        v.iter().copied().fold(f64::INFINITY, f64::min),
+        v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    )
 }
 
 /// The issue's goals, each with the figures it compares and whether it is
@@ -514,51 +690,142 @@ fn goals(m: &BTreeMap<(&str, &str), Medians>, micro: &serde_json::Value) -> Stri
     let mut md = String::from("## Goals (medians of the tables below)\n\n| goal | sysprof | reference | met |\n|---|---:|---:|:---:|\n");
     // A comparison with a peer, both with their min–max range.
     let versus = |md: &mut String, goal: &str, ours: Stat, theirs: Stat, prec: usize| {
-        let cell = |x: Stat| x.map(|(v, (lo, hi))| format!("{v:.prec$} [{lo:.prec$}–{hi:.prec$}]")).unwrap_or_else(|| "–".into());
+        let cell = |x: Stat| {
+            x.map(|(v, (lo, hi))| format!("{v:.prec$} [{lo:.prec$}–{hi:.prec$}]"))
+                .unwrap_or_else(|| "–".into())
+        };
         let verdict = match (ours, theirs) {
             (Some((a, _)), Some((b, _))) if a <= b => "yes",
             (Some((_, (a_lo, _))), Some((_, (_, b_hi)))) if a_lo <= b_hi => "within noise",
             (Some(_), Some(_)) => "**no**",
             _ => "not measured",
         };
-        *md += &format!("| {goal} | {} | {} | {verdict} |\n", cell(ours), cell(theirs));
+        *md += &format!(
+            "| {goal} | {} | {} | {verdict} |\n",
+            cell(ours),
+            cell(theirs)
+        );
     };
     // A figure against a fixed target.
-    let target = |md: &mut String, goal: &str, ours: Option<f64>, reference: f64, prec: usize, ok: &dyn Fn(f64, f64) -> bool| {
+    let target = |md: &mut String,
+                  goal: &str,
+                  ours: Option<f64>,
+                  reference: f64,
+                  prec: usize,
+                  ok: &dyn Fn(f64, f64) -> bool| {
         let verdict = match ours {
             Some(a) if ok(a, reference) => "yes",
             Some(_) => "**no**",
             None => "not measured",
         };
-        *md += &format!("| {goal} | {} | {reference:.prec$} | {verdict} |\n", ours.map(|v| format!("{v:.prec$}")).unwrap_or_else(|| "–".into()));
+        *md += &format!(
+            "| {goal} | {} | {reference:.prec$} | {verdict} |\n",
+            ours.map(|v| format!("{v:.prec$}"))
+                .unwrap_or_else(|| "–".into())
+        );
     };
-    let pair = |w: &str, c: &str, f: fn(&Medians) -> (f64, (f64, f64))| m.get(&(w, c)).map(f).filter(|v| !v.0.is_nan());
-    let get = |w: &str, c: &str, f: fn(&Medians) -> f64| m.get(&(w, c)).map(f).filter(|v| !v.is_nan());
+    let pair = |w: &str, c: &str, f: fn(&Medians) -> (f64, (f64, f64))| {
+        m.get(&(w, c)).map(f).filter(|v| !v.0.is_nan())
+    };
+    let get =
+        |w: &str, c: &str, f: fn(&Medians) -> f64| m.get(&(w, c)).map(f).filter(|v| !v.is_nan());
     let slowdown = |x: &Medians| (x.slowdown, x.slowdown_range);
     let per_s = |x: &Medians| (x.extra_per_s, x.extra_per_s_range);
     let per_run = |x: &Medians| (x.extra_per_run, x.extra_per_run_range);
     let at_most = |a: f64, b: f64| a <= b;
     let below = |a: f64, b: f64| a < b;
-    for (ours, theirs) in [("sysprof -a --call-graph fp", "perf -a -g"), ("sysprof -a", "perf -a --call-graph dwarf")] {
-        versus(&mut md, &format!("cpu: slowdown, `{ours}` ≤ `{theirs}`"), pair("cpu", ours, slowdown), pair("cpu", theirs, slowdown), 3);
-        versus(&mut md, &format!("cpu: extra CPU ms/s, `{ours}` ≤ `{theirs}`"), pair("cpu", ours, per_s), pair("cpu", theirs, per_s), 0);
-        target(&mut md, &format!("cpu: samples lost, `{ours}`"), get("cpu", ours, |x| x.lost), 0.0, 0, &at_most);
+    for (ours, theirs) in [
+        ("sysprof -a --call-graph fp", "perf -a -g"),
+        ("sysprof -a", "perf -a --call-graph dwarf"),
+    ] {
+        versus(
+            &mut md,
+            &format!("cpu: slowdown, `{ours}` ≤ `{theirs}`"),
+            pair("cpu", ours, slowdown),
+            pair("cpu", theirs, slowdown),
+            3,
+        );
+        versus(
+            &mut md,
+            &format!("cpu: extra CPU ms/s, `{ours}` ≤ `{theirs}`"),
+            pair("cpu", ours, per_s),
+            pair("cpu", theirs, per_s),
+            0,
+        );
+        target(
+            &mut md,
+            &format!("cpu: samples lost, `{ours}`"),
+            get("cpu", ours, |x| x.lost),
+            0.0,
+            0,
+            &at_most,
+        );
     }
     let sched = "perf -a -e sched:sched_switch -g";
-    versus(&mut md, &format!("switch: extra CPU ms/s, `sysprof -a` ≤ `{sched}`"), pair("switch", "sysprof -a", per_s), pair("switch", sched, per_s), 0);
-    versus(&mut md, &format!("switch: extra CPU ms/run, `sysprof -a` ≤ `{sched}`"), pair("switch", "sysprof -a", per_run), pair("switch", sched, per_run), 0);
-    target(&mut md, "switch: samples and scheduler records lost, `sysprof -a`", get("switch", "sysprof -a", |x| x.lost), 0.0, 0, &at_most);
-    target(&mut md, "10 s recording: stop→written ms, `sysprof -a`, under", get("cpu 10 s", "sysprof -a", |x| x.stop_to_written_ms), 1000.0, 0, &below);
-    target(&mut md, "10 s recording: peak RSS MB, `sysprof -a`, under", get("cpu 10 s", "sysprof -a", |x| x.rss_mb), 150.0, 1, &below);
+    versus(
+        &mut md,
+        &format!("switch: extra CPU ms/s, `sysprof -a` ≤ `{sched}`"),
+        pair("switch", "sysprof -a", per_s),
+        pair("switch", sched, per_s),
+        0,
+    );
+    versus(
+        &mut md,
+        &format!("switch: extra CPU ms/run, `sysprof -a` ≤ `{sched}`"),
+        pair("switch", "sysprof -a", per_run),
+        pair("switch", sched, per_run),
+        0,
+    );
+    target(
+        &mut md,
+        "switch: samples and scheduler records lost, `sysprof -a`",
+        get("switch", "sysprof -a", |x| x.lost),
+        0.0,
+        0,
+        &at_most,
+    );
+    target(
+        &mut md,
+        "10 s recording: stop→written ms, `sysprof -a`, under",
+        get("cpu 10 s", "sysprof -a", |x| x.stop_to_written_ms),
+        1000.0,
+        0,
+        &below,
+    );
+    target(
+        &mut md,
+        "10 s recording: peak RSS MB, `sysprof -a`, under",
+        get("cpu 10 s", "sysprof -a", |x| x.rss_mb),
+        150.0,
+        1,
+        &below,
+    );
     let slowest = micro.as_array().and_then(|a| {
-        a.iter().filter(|s| s["name"].as_str().is_some_and(|n| n.contains("(samples)"))).filter_map(|s| s["per_second"].as_f64()).reduce(f64::min)
+        a.iter()
+            .filter(|s| s["name"].as_str().is_some_and(|n| n.contains("(samples)")))
+            .filter_map(|s| s["per_second"].as_f64())
+            .reduce(f64::min)
     });
-    target(&mut md, "offline: slowest stage, samples/s, at least", slowest, 200_000.0, 0, &|a, b| a >= b);
+    target(
+        &mut md,
+        "offline: slowest stage, samples/s, at least",
+        slowest,
+        200_000.0,
+        0,
+        &|a, b| a >= b,
+    );
     let like = "sysprof record --no-off-cpu --no-io -- CMD";
     for w in ["cpu", "switch", "fork", "io"] {
         let samply = get(w, "samply record", |x| x.bytes_per_sample);
         match samply {
-            Some(b) => target(&mut md, &format!("{w}: bytes/sample, `{like}`, at most samply's"), get(w, like, |x| x.bytes_per_sample), b, 0, &at_most),
+            Some(b) => target(
+                &mut md,
+                &format!("{w}: bytes/sample, `{like}`, at most samply's"),
+                get(w, like, |x| x.bytes_per_sample),
+                b,
+                0,
+                &at_most,
+            ),
             None => md += &format!("| {w}: bytes/sample vs samply | – | – | not measured |\n"),
         }
     }
@@ -572,13 +839,38 @@ fn goals(m: &BTreeMap<(&str, &str), Medians>, micro: &serde_json::Value) -> Stri
 /// RSS on any workload, bytes per sample once compacted.
 fn agent_goals((cpu, rss, bps): (f64, f64, f64)) -> String {
     let row = |goal: &str, v: f64, target: f64, prec: usize| {
-        let verdict = if v.is_nan() { "not measured" } else if v <= target { "yes" } else { "**no**" };
-        format!("| {goal} | {} | {target:.prec$} | {verdict} |\n", if v.is_nan() { "–".into() } else { format!("{v:.prec$}") })
+        let verdict = if v.is_nan() {
+            "not measured"
+        } else if v <= target {
+            "yes"
+        } else {
+            "**no**"
+        };
+        format!(
+            "| {goal} | {} | {target:.prec$} | {verdict} |\n",
+            if v.is_nan() {
+                "–".into()
+            } else {
+                format!("{v:.prec$}")
+            }
+        )
     };
-    let mut md = String::from("\n## Agent goals\n\n| goal | sysprof agent | target | met |\n|---|---:|---:|:---:|\n");
-    md += &row("agent CPU, % of one CPU, steady state beside the cpu workload, at most", cpu, 0.1, 3);
+    let mut md = String::from(
+        "\n## Agent goals\n\n| goal | sysprof agent | target | met |\n|---|---:|---:|:---:|\n",
+    );
+    md += &row(
+        "agent CPU, % of one CPU, steady state beside the cpu workload, at most",
+        cpu,
+        0.1,
+        3,
+    );
     md += &row("agent peak RSS MB (any workload), at most", rss, 50.0, 1);
-    md += &row("bytes per sample in the store, compacted, at most", bps, 8.0, 1);
+    md += &row(
+        "bytes per sample in the store, compacted, at most",
+        bps,
+        8.0,
+        1,
+    );
     md
 }
 
@@ -589,7 +881,11 @@ fn profiler_columns(rs: &[Run], no_profiler: bool) -> [String; 5] {
     }
     let opt = |f: &dyn Fn(&Run) -> Option<f64>, prec: usize| {
         let v: Vec<f64> = rs.iter().filter_map(f).collect();
-        if v.is_empty() { "–".to_string() } else { fmt_stat(&v, prec) }
+        if v.is_empty() {
+            "–".to_string()
+        } else {
+            fmt_stat(&v, prec)
+        }
     };
     let col = |v: Vec<f64>, prec: usize| fmt_stat(&v, prec);
     [
@@ -617,16 +913,30 @@ fn run_json(r: &Run) -> serde_json::Value {
 
 fn micro_section(quick: bool) -> (String, serde_json::Value) {
     let micro = micro::run(quick);
-    let mut md = String::from("## Userspace hot path (offline, synthetic stream)\n\n| stage | per second |\n|---|---:|\n");
+    let mut md = String::from(
+        "## Userspace hot path (offline, synthetic stream)\n\n| stage | per second |\n|---|---:|\n",
+    );
     for (k, v) in &micro {
         md += &format!("| {k} | {v:.0} |\n");
     }
-    (md, json!(micro.iter().map(|(k, v)| json!({"name": k, "per_second": v})).collect::<Vec<_>>()))
+    (
+        md,
+        json!(micro
+            .iter()
+            .map(|(k, v)| json!({"name": k, "per_second": v}))
+            .collect::<Vec<_>>()),
+    )
 }
 
 fn which(tool: &str) -> Option<String> {
-    let out = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// perf on PATH; installed from Debian's `linux-perf` when missing and
@@ -645,7 +955,12 @@ fn install_with_apt(package: &str) {
         return;
     }
     eprintln!("bench: installing {package} with `apt-get install -y {package}`");
-    let _ = Command::new("sh").arg("-c").arg(format!("apt-get update -qq && apt-get install -y -qq {package}")).status();
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "apt-get update -qq && apt-get install -y -qq {package}"
+        ))
+        .status();
 }
 
 /// samply on PATH or in ~/.cargo/bin; installed with cargo when missing
@@ -662,30 +977,55 @@ fn find_samply() -> Option<String> {
     if std::env::var_os("SYSPROF_BENCH_NO_INSTALL").is_some() {
         return None;
     }
-    eprintln!("bench: installing samply with `cargo install --locked samply` (a few minutes, once)");
-    let ok = Command::new("cargo").args(["install", "--locked", "samply"]).status().map(|s| s.success()).unwrap_or(false);
+    eprintln!(
+        "bench: installing samply with `cargo install --locked samply` (a few minutes, once)"
+    );
+    let ok = Command::new("cargo")
+        .args(["install", "--locked", "samply"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
     (ok && Path::new(&cargo_bin).exists()).then_some(cargo_bin)
 }
 
 /// Busy jiffies of the whole machine (everything but idle and iowait).
 pub(crate) fn busy_ms() -> f64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let cpu: Vec<f64> = stat.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    let cpu: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
     // user nice system idle iowait irq softirq steal
-    let busy = cpu.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4 && *i < 8).map(|(_, v)| v).sum::<f64>();
+    let busy = cpu
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4 && *i < 8)
+        .map(|(_, v)| v)
+        .sum::<f64>();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     busy * 1000.0 / hz
 }
 
 fn parse_field(text: &str, key: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(&format!("{key}=")).and_then(|v| v.trim().parse().ok()))
+    text.lines().find_map(|l| {
+        l.strip_prefix(&format!("{key}="))
+            .and_then(|v| v.trim().parse().ok())
+    })
 }
 
 fn run_workload(w: &Workload) -> Result<(f64, f64)> {
     let out = Command::new(&w.argv[0]).args(&w.argv[1..]).output()?;
     if !out.status.success() {
-        bail!("workload {} failed: {}", w.name, String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "workload {} failed: {}",
+            w.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let elapsed = parse_field(&text, "elapsed_ms").context("workload printed no elapsed_ms")?;
@@ -709,7 +1049,13 @@ impl PeakRss {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
                     if let Some(v) = s.lines().find_map(|l| l.strip_prefix("VmHWM:")) {
-                        peak_kb = peak_kb.max(v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0.0));
+                        peak_kb = peak_kb.max(
+                            v.trim()
+                                .trim_end_matches("kB")
+                                .trim()
+                                .parse()
+                                .unwrap_or(0.0),
+                        );
                     }
                 }
                 std::thread::sleep(Duration::from_millis(5));
@@ -744,7 +1090,10 @@ fn wait_rusage(child: &mut Child, rss: PeakRss) -> Result<(f64, f64)> {
 /// `owner` whose names start with one of `prefixes` (names are cut to 15
 /// characters).
 fn bpf_programs(prefixes: &[&str], owner: u32) -> Option<Vec<(String, u64, u64)>> {
-    let out = Command::new("bpftool").args(["prog", "show", "--json"]).output().ok()?;
+    let out = Command::new("bpftool")
+        .args(["prog", "show", "--json"])
+        .output()
+        .ok()?;
     let progs: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
     Some(
         progs
@@ -760,7 +1109,11 @@ fn bpf_programs(prefixes: &[&str], owner: u32) -> Option<Vec<(String, u64, u64)>
                     }
                 }
                 prefixes.iter().any(|pre| name.starts_with(pre)).then(|| {
-                    (name.to_string(), p["run_cnt"].as_u64().unwrap_or(0), p["run_time_ns"].as_u64().unwrap_or(0))
+                    (
+                        name.to_string(),
+                        p["run_cnt"].as_u64().unwrap_or(0),
+                        p["run_time_ns"].as_u64().unwrap_or(0),
+                    )
                 })
             })
             .collect(),
@@ -769,7 +1122,14 @@ fn bpf_programs(prefixes: &[&str], owner: u32) -> Option<Vec<(String, u64, u64)>
 
 /// One run of a workload under a system-wide profiler (or none). With
 /// `bpf_stats`, the run also reads the BPF programs' run time.
-fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>, work: &Path, bpf_stats: bool) -> Result<Run> {
+fn run_system_wide(
+    c: &Config,
+    w: &Workload,
+    sysprof: &Path,
+    perf: Option<&str>,
+    work: &Path,
+    bpf_stats: bool,
+) -> Result<Run> {
     let output = work.join(match c.profiler {
         Profiler::Sysprof => "out.json.gz",
         _ => "perf.data",
@@ -798,7 +1158,9 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
                 .stderr(std::fs::File::create(&log)?)
                 .spawn()?,
         ),
-        Profiler::Samply | Profiler::SysprofCommand => unreachable!("they launch the workload themselves"),
+        Profiler::Samply | Profiler::SysprofCommand => {
+            unreachable!("they launch the workload themselves")
+        }
     };
     std::thread::sleep(SETTLE);
     let started = Instant::now();
@@ -817,8 +1179,15 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
     };
     let busy1 = busy_ms();
     let window_ms = started.elapsed().as_secs_f64() * 1e3;
-    let mut run = Run { elapsed_ms, busy_ms_per_s: (busy1 - busy0) / window_ms * 1000.0, busy_ms: busy1 - busy0, ..Default::default() };
-    let Some(mut child) = child.take() else { return Ok(run) };
+    let mut run = Run {
+        elapsed_ms,
+        busy_ms_per_s: (busy1 - busy0) / window_ms * 1000.0,
+        busy_ms: busy1 - busy0,
+        ..Default::default()
+    };
+    let Some(mut child) = child.take() else {
+        return Ok(run);
+    };
     if bpf_stats && c.profiler == Profiler::Sysprof {
         // sample_cpu_cloc, on_sched_switch(_raw), on_sched_waking(_raw), on_block_*.
         if let Some(progs) = bpf_programs(&["sample_cpu", "on_sched", "on_block"], child.id()) {
@@ -834,12 +1203,16 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
     run.stop_to_written_ms = stop.elapsed().as_secs_f64() * 1e3;
     run.profiler_cpu_ms = cpu;
     run.profiler_rss_mb = rss;
-    run.bytes = std::fs::metadata(&output).map(|m| m.len() as f64).unwrap_or(0.0);
+    run.bytes = std::fs::metadata(&output)
+        .map(|m| m.len() as f64)
+        .unwrap_or(0.0);
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     // Every CPU at every tick; idle CPUs are sampled too (as the idle task)
     // but, on this VM, at about half the rate, so an idle stretch shows as
     // fewer written than expected without a loss.
-    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as f64;
     run.expected = FREQ as f64 * ncpu * (SETTLE.as_secs_f64() + window_ms / 1e3);
     match c.profiler {
         Profiler::Sysprof => {
@@ -850,15 +1223,26 @@ fn run_system_wide(c: &Config, w: &Workload, sysprof: &Path, perf: Option<&str>,
             if let Some(&secs) = stats.get("seconds") {
                 run.expected = FREQ as f64 * ncpu * secs;
             }
-            run.sched_lost = Some(["lost_events", "lost_stacks", "lost_state"].iter().filter_map(|k| stats.get(*k)).sum());
+            run.sched_lost = Some(
+                ["lost_events", "lost_stacks", "lost_state"]
+                    .iter()
+                    .filter_map(|k| stats.get(*k))
+                    .sum(),
+            );
             run.unwinds_per_s = stats.get("unwinds_per_s").copied();
         }
         Profiler::Perf => {
             // "[ perf record: Captured and wrote 1.234 MB perf.data (12345 samples) ]"
-            run.written = text.lines().find(|l| l.contains("samples) ]")).and_then(|l| number_before(l, " samples)"));
+            run.written = text
+                .lines()
+                .find(|l| l.contains("samples) ]"))
+                .and_then(|l| number_before(l, " samples)"));
             run.lost = Some(
                 // "Processed N events and lost M chunks!" (perf loses whole chunks)
-                text.lines().filter_map(|l| l.find("lost ").and_then(|i| first_number(&l[i..]))).sum::<f64>() + 0.0,
+                text.lines()
+                    .filter_map(|l| l.find("lost ").and_then(|i| first_number(&l[i..])))
+                    .sum::<f64>()
+                    + 0.0,
             );
             if c.args.iter().any(|a| a.starts_with("sched:")) {
                 run.expected = f64::NAN;
@@ -902,11 +1286,16 @@ fn run_samply(argv: &[&str], w: &Workload, work: &Path, out_name: &str) -> Resul
     }
     let (cpu, rss) = wait_rusage(&mut child, watch)?;
     let elapsed_ms: f64 = elapsed.with_context(|| {
-        format!("samply's workload printed no elapsed_ms; samply said: {}", std::fs::read_to_string(work.join("samply.log")).unwrap_or_default())
+        format!(
+            "samply's workload printed no elapsed_ms; samply said: {}",
+            std::fs::read_to_string(work.join("samply.log")).unwrap_or_default()
+        )
     })?;
     let ended = ended.unwrap();
     let window_ms = ended.duration_since(started).as_secs_f64() * 1e3;
-    let bytes = std::fs::metadata(&output).map(|m| m.len() as f64).unwrap_or(0.0);
+    let bytes = std::fs::metadata(&output)
+        .map(|m| m.len() as f64)
+        .unwrap_or(0.0);
     let written = samply_samples(&output);
     Ok(Run {
         elapsed_ms,
@@ -931,13 +1320,21 @@ fn run_samply(argv: &[&str], w: &Workload, work: &Path, out_name: &str) -> Resul
 fn samply_samples(path: &Path) -> Option<f64> {
     let f = std::fs::File::open(path).ok()?;
     let v: serde_json::Value = serde_json::from_reader(flate2::read::GzDecoder::new(f)).ok()?;
-    Some(v["threads"].as_array()?.iter().filter_map(|t| t["samples"]["length"].as_f64()).sum())
+    Some(
+        v["threads"]
+            .as_array()?
+            .iter()
+            .filter_map(|t| t["samples"]["length"].as_f64())
+            .sum(),
+    )
 }
 
 /// Threads that burn CPU in a workload (what samply, per process, can sample).
 fn thread_count(w: &Workload) -> f64 {
     match w.name {
-        "cpu" => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64,
+        "cpu" => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1) as f64,
         _ => 1.0,
     }
 }
@@ -946,18 +1343,28 @@ fn thread_count(w: &Workload) -> f64 {
 fn stats_values(text: &str) -> BTreeMap<String, f64> {
     text.lines()
         .find_map(|l| l.strip_prefix("sysprof: stats: "))
-        .map(|l| l.split_whitespace().filter_map(|kv| kv.split_once('=')).filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?))).collect())
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 fn number_before(line: &str, marker: &str) -> Option<f64> {
     let end = line.find(marker)?;
-    let start = line[..end].rfind(|c: char| !(c.is_ascii_digit() || c == '.')).map(|i| i + 1).unwrap_or(0);
+    let start = line[..end]
+        .rfind(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map(|i| i + 1)
+        .unwrap_or(0);
     line[start..end].parse().ok()
 }
 
 fn first_number(line: &str) -> Option<f64> {
-    line.split(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty()).and_then(|s| s.parse().ok())
+    line.split(|c: char| !c.is_ascii_digit())
+        .find(|s| !s.is_empty())
+        .and_then(|s| s.parse().ok())
 }
 
 fn median(v: impl Iterator<Item = f64>) -> f64 {
@@ -967,7 +1374,11 @@ fn median(v: impl Iterator<Item = f64>) -> f64 {
     }
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 fn fmt_stat(v: &[f64], prec: usize) -> String {

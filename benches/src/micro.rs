@@ -34,8 +34,12 @@ fn records(n: usize, text_len: u64) -> Vec<Vec<u64>> {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let stacks: Vec<(Vec<u64>, Vec<u64>)> = (0..1000)
         .map(|_| {
-            let user = (0..20).map(|_| BASE + 0x1000 + rng.next() % text_len.saturating_sub(0x2000).max(1)).collect();
-            let kernel = (0..8).map(|_| 0xffff_ffff_8100_0000 + rng.next() % 0x80_0000).collect();
+            let user = (0..20)
+                .map(|_| BASE + 0x1000 + rng.next() % text_len.saturating_sub(0x2000).max(1))
+                .collect();
+            let kernel = (0..8)
+                .map(|_| 0xffff_ffff_8100_0000 + rng.next() % 0x80_0000)
+                .collect();
             (user, kernel)
         })
         .collect();
@@ -56,7 +60,13 @@ fn records(n: usize, text_len: u64) -> Vec<Vec<u64>> {
             e.kstack[..k.len()].copy_from_slice(k);
             let mut buf = vec![0u64; words];
             // SAFETY: buf holds exactly size_of::<SampleEvent>() bytes.
-            unsafe { std::ptr::copy_nonoverlapping(&e as *const _ as *const u8, buf.as_mut_ptr() as *mut u8, words * 8) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    &e as *const _ as *const u8,
+                    buf.as_mut_ptr() as *mut u8,
+                    words * 8,
+                )
+            };
             buf
         })
         .collect()
@@ -69,7 +79,10 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
     let _ = quick;
     let n = 500_000;
     let exe = std::fs::read_link("/proc/self/exe").expect("own executable");
-    let text_len = std::fs::metadata(&exe).map(|m| m.len()).unwrap_or(1 << 20).min(8 << 20);
+    let text_len = std::fs::metadata(&exe)
+        .map(|m| m.len())
+        .unwrap_or(1 << 20)
+        .min(8 << 20);
     let recs = records(n, text_len);
     let mut out = Vec::new();
 
@@ -90,31 +103,59 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
         let bytes = unsafe { std::slice::from_raw_parts(r.as_ptr() as *const u8, r.len() * 8) };
         c.handle_sample(&decode_sample(bytes).expect("valid record"));
     }
-    out.push(("decode + collect (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
+    out.push((
+        "decode + collect (samples)".to_string(),
+        n as f64 / t.elapsed().as_secs_f64(),
+    ));
 
     let t = Instant::now();
-    let rec = c.finish_window(WindowRange { start_ns: 0, end_ns: n as u64 * 1_000_000 + 2_000_000, start_wall_ms: 0.0, interval_ms: 1.0, continuous: false });
-    out.push(("finish: replay, resolve, symbolicate (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
+    let rec = c.finish_window(WindowRange {
+        start_ns: 0,
+        end_ns: n as u64 * 1_000_000 + 2_000_000,
+        start_wall_ms: 0.0,
+        interval_ms: 1.0,
+        continuous: false,
+    });
+    out.push((
+        "finish: replay, resolve, symbolicate (samples)".to_string(),
+        n as f64 / t.elapsed().as_secs_f64(),
+    ));
 
     let t = Instant::now();
     let profile = build_profile(&rec, &HostInfo::default(), None);
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
     serde_json::to_writer(&mut gz, &profile).unwrap();
     let bytes = gz.finish().unwrap();
-    out.push(("write gzip profile (samples)".to_string(), n as f64 / t.elapsed().as_secs_f64()));
-    eprintln!("micro: {n} samples, {} frames, profile {} bytes ({:.1} bytes/sample)", rec.frames.len(), bytes.len(), bytes.len() as f64 / n as f64);
+    out.push((
+        "write gzip profile (samples)".to_string(),
+        n as f64 / t.elapsed().as_secs_f64(),
+    ));
+    eprintln!(
+        "micro: {n} samples, {} frames, profile {} bytes ({:.1} bytes/sample)",
+        rec.frames.len(),
+        bytes.len(),
+        bytes.len() as f64 / n as f64
+    );
 
     let mut sym = Symbolicator::new();
     let mut rng = Rng(7);
-    let mut offsets: Vec<u64> = (0..20_000).map(|_| 0x1000 + rng.next() % text_len.saturating_sub(0x2000).max(1)).collect();
+    let mut offsets: Vec<u64> = (0..20_000)
+        .map(|_| 0x1000 + rng.next() % text_len.saturating_sub(0x2000).max(1))
+        .collect();
     offsets.sort_unstable();
     let path = exe.to_string_lossy().into_owned();
     let _ = sym.symbolize_elf(&path, &offsets, true);
     let t = Instant::now();
     let _ = sym.symbolize_elf(&path, &offsets, true);
-    out.push(("symbolize, warm cache (addresses)".to_string(), offsets.len() as f64 / t.elapsed().as_secs_f64()));
+    out.push((
+        "symbolize, warm cache (addresses)".to_string(),
+        offsets.len() as f64 / t.elapsed().as_secs_f64(),
+    ));
     if let Some(rate) = python_code_objects() {
-        out.push(("read a Python code object from its process (code objects)".to_string(), rate));
+        out.push((
+            "read a Python code object from its process (code objects)".to_string(),
+            rate,
+        ));
     }
     out
 }
@@ -134,18 +175,30 @@ fn python_code_objects() -> Option<f64> {
         .spawn()
         .ok()?;
     let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take()?).read_line(&mut line).ok()?;
+    std::io::BufReader::new(child.stdout.take()?)
+        .read_line(&mut line)
+        .ok()?;
     let mut words = line.split_whitespace();
     let layout = sysprof::binaries::python::layout(words.next()?.parse().ok()?)?;
     let code_type: u64 = words.next()?.parse().ok()?;
     let codes: Vec<(u64, u32)> = words
         .filter_map(|w| {
             let v: Vec<u64> = w.split(',').filter_map(|x| x.parse().ok()).collect();
-            (v.len() == 5).then(|| (v[0], sysprof::symbolize::python::fingerprint(v[1], v[2], v[3], v[4] as u32)))
+            (v.len() == 5).then(|| {
+                (
+                    v[0],
+                    sysprof::symbolize::python::fingerprint(v[1], v[2], v[3], v[4] as u32),
+                )
+            })
         })
         .collect();
     let t = Instant::now();
-    let read = codes.iter().filter(|&&(c, fp)| sysprof::symbolize::python::read_code(child.id(), c, fp, layout, code_type).is_ok()).count();
+    let read = codes
+        .iter()
+        .filter(|&&(c, fp)| {
+            sysprof::symbolize::python::read_code(child.id(), c, fp, layout, code_type).is_ok()
+        })
+        .count();
     let rate = read as f64 / t.elapsed().as_secs_f64();
     eprintln!("micro: {read} of {} Python code objects read", codes.len());
     let _ = child.stdin.take().map(|mut s| s.write_all(b""));

@@ -32,7 +32,10 @@ pub fn sysprof_bin() -> PathBuf {
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// True when recording can run here. Without root it says so loudly; under
@@ -43,8 +46,18 @@ pub fn can_record(test: &str) -> bool {
     if root && btf {
         return true;
     }
-    let why = if !root { "not running as root" } else { "the kernel has no BTF (/sys/kernel/btf/vmlinux)" };
-    skip(test, &format!("cannot record: {why} (kernel {}); run `sudo -E cargo xtask test`", kernel_release()));
+    let why = if !root {
+        "not running as root"
+    } else {
+        "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
+    };
+    skip(
+        test,
+        &format!(
+            "cannot record: {why} (kernel {}); run `sudo -E cargo xtask test`",
+            kernel_release()
+        ),
+    );
     false
 }
 
@@ -61,7 +74,11 @@ pub fn skip(test: &str, why: &str) {
     unsafe { libc_write(2, line.as_ptr(), line.len()) };
     if let Some(log) = std::env::var_os("SYSPROF_SKIP_LOG") {
         use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
             let _ = writeln!(f, "{test}: {why}");
         }
     }
@@ -75,7 +92,10 @@ extern "C" {
 }
 
 fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 /// A scratch directory for one test, emptied first.
@@ -89,7 +109,9 @@ pub fn scratch(test: &str) -> PathBuf {
 /// Compile `tests/workloads/NAME.c` with gcc into `dir` as `out`, with
 /// frame pointers and symbols, plus `extra` flags.
 pub fn build_c(name: &str, out: &Path, extra: &[&str]) -> PathBuf {
-    let src = workspace_root().join("tests/workloads").join(format!("{name}.c"));
+    let src = workspace_root()
+        .join("tests/workloads")
+        .join(format!("{name}.c"));
     let status = Command::new("gcc")
         .args(["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"])
         .arg(&src)
@@ -138,7 +160,12 @@ pub fn record_started(args: &[&str], out: &Path) -> std::process::Child {
             match stderr.read(&mut byte) {
                 Ok(1) => {
                     said.push(byte[0]);
-                    if byte[0] == b'\n' && String::from_utf8_lossy(&said).lines().last().is_some_and(|l| l.starts_with("sysprof: recording; attached in")) {
+                    if byte[0] == b'\n'
+                        && String::from_utf8_lossy(&said)
+                            .lines()
+                            .last()
+                            .is_some_and(|l| l.starts_with("sysprof: recording; attached in"))
+                    {
                         break true;
                     }
                 }
@@ -166,18 +193,29 @@ pub fn record_started(args: &[&str], out: &Path) -> std::process::Child {
 
 /// The `sysprof: stats: ...` line of a `record -v` run.
 pub fn stats_line(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).lines().find(|l| l.starts_with("sysprof: stats:")).unwrap_or("").to_string()
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .find(|l| l.starts_with("sysprof: stats:"))
+        .unwrap_or("")
+        .to_string()
 }
 
 /// One total of `record -v`'s stats line (`key=value`); panics when absent.
 pub fn stat(out: &Output, key: &str) -> u64 {
     let line = stats_line(out);
-    line.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok()).unwrap_or_else(|| panic!("no {key} in the stats: {line}"))
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in the stats: {line}"))
 }
 
 /// Panic with sysprof's stderr unless it exited with success.
 pub fn assert_success(out: &Output) {
-    assert!(out.status.success(), "sysprof failed ({}):\nstderr: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "sysprof failed ({}):\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// How far the share of `n` samples that fell in one of two functions may
@@ -196,15 +234,21 @@ pub fn share_tolerance(expected: f64, n: u64) -> f64 {
 /// milliseconds, from /proc/stat's `cpu` line (USER_HZ, 100 everywhere).
 pub fn steal_ms() -> f64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let jiffies: u64 = stat.lines().next().and_then(|l| l.split_whitespace().nth(8)).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let jiffies: u64 = stat
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(8))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     jiffies as f64 * 10.0
 }
 
 /// Parse `key=value` from a workload's output.
 pub fn field(stdout: &[u8], key: &str) -> Option<u64> {
-    String::from_utf8_lossy(stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")).and_then(|v| v.trim().parse().ok()))
+    String::from_utf8_lossy(stdout).lines().find_map(|l| {
+        l.strip_prefix(&format!("{key}="))
+            .and_then(|v| v.trim().parse().ok())
+    })
 }
 
 /// A written profile.
@@ -223,30 +267,45 @@ impl Profile {
     /// Read a `.json` or `.json.gz` profile and check it with the structural
     /// validator; panics with every problem found.
     pub fn load(path: &Path) -> Profile {
-        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("no profile at {}: {e}", path.display()));
+        let bytes =
+            std::fs::read(path).unwrap_or_else(|e| panic!("no profile at {}: {e}", path.display()));
         let json: Value = if bytes.starts_with(&[0x1f, 0x8b]) {
             serde_json::from_reader(flate2::read::GzDecoder::new(&bytes[..])).expect("gzip JSON")
         } else {
             serde_json::from_slice(&bytes).expect("JSON")
         };
         let problems = sysprof::profile::validate::validate(&json);
-        assert!(problems.is_empty(), "the profile is malformed:\n{}", problems.join("\n"));
+        assert!(
+            problems.is_empty(),
+            "the profile is malformed:\n{}",
+            problems.join("\n")
+        );
         Profile { json }
     }
 
     /// Every thread.
     pub fn threads(&self) -> Vec<ThreadView<'_>> {
-        self.json["threads"].as_array().unwrap().iter().map(|t| ThreadView { t }).collect()
+        self.json["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| ThreadView { t })
+            .collect()
     }
 
     /// The thread with this tid in process pid.
     pub fn thread(&self, pid: u64, tid: u64) -> Option<ThreadView<'_>> {
-        self.threads().into_iter().find(|t| t.pid() == pid && t.tid() == tid)
+        self.threads()
+            .into_iter()
+            .find(|t| t.pid() == pid && t.tid() == tid)
     }
 
     /// Threads of process pid.
     pub fn process_threads(&self, pid: u64) -> Vec<ThreadView<'_>> {
-        self.threads().into_iter().filter(|t| t.pid() == pid).collect()
+        self.threads()
+            .into_iter()
+            .filter(|t| t.pid() == pid)
+            .collect()
     }
 }
 
@@ -279,7 +338,12 @@ impl ThreadView<'_> {
     }
     /// Sum of `threadCPUDelta` (µs).
     pub fn cpu_delta_us(&self) -> u64 {
-        self.t["samples"]["threadCPUDelta"].as_array().unwrap().iter().filter_map(Value::as_u64).sum()
+        self.t["samples"]["threadCPUDelta"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_u64)
+            .sum()
     }
 
     /// Each sample's time, ms since the profile's start.
@@ -301,7 +365,10 @@ impl ThreadView<'_> {
         let m = &self.t["markers"];
         (0..m["length"].as_u64().unwrap() as usize)
             .map(|i| {
-                let name = strings[m["name"][i].as_u64().unwrap() as usize].as_str().unwrap().to_string();
+                let name = strings[m["name"][i].as_u64().unwrap() as usize]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
                 let mut data = m["data"][i].clone();
                 data["startTime"] = m["startTime"][i].clone();
                 data["endTime"] = m["endTime"][i].clone();
@@ -330,7 +397,9 @@ impl ThreadView<'_> {
             .map(|s| {
                 let frame = t["stackTable"]["frame"][s.as_u64()? as usize].as_u64()? as usize;
                 let func = t["frameTable"]["func"][frame].as_u64()? as usize;
-                let resource = t["funcTable"]["resource"][func].as_i64().filter(|&r| r >= 0)? as usize;
+                let resource = t["funcTable"]["resource"][func]
+                    .as_i64()
+                    .filter(|&r| r >= 0)? as usize;
                 let lib = t["resourceTable"]["lib"][resource].as_u64()? as usize;
                 Some(libs[lib]["name"].as_str()?.to_string())
             })
@@ -347,7 +416,12 @@ impl ThreadView<'_> {
         while let Some(n) = node {
             let frame = t["stackTable"]["frame"][n as usize].as_u64().unwrap() as usize;
             let func = t["frameTable"]["func"][frame].as_u64().unwrap() as usize;
-            out.push(strings[t["funcTable"]["name"][func].as_u64().unwrap() as usize].as_str().unwrap().to_string());
+            out.push(
+                strings[t["funcTable"]["name"][func].as_u64().unwrap() as usize]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
             node = t["stackTable"]["prefix"][n as usize].as_u64();
         }
         out.reverse();
@@ -357,14 +431,24 @@ impl ThreadView<'_> {
     /// Each sample's stack as (function name, line) pairs, root first (the
     /// frame's line, where the profile has one).
     pub fn stack_lines(&self) -> Vec<Vec<(String, Option<u64>)>> {
-        self.sample_frames(|name, frame| (name.to_string(), self.t["frameTable"]["line"][frame].as_u64()))
+        self.sample_frames(|name, frame| {
+            (
+                name.to_string(),
+                self.t["frameTable"]["line"][frame].as_u64(),
+            )
+        })
     }
 
     /// Each sample's stack as (function name, category name) pairs, root first.
     pub fn stacks(&self, categories: &[String]) -> Vec<Vec<(String, String)>> {
         self.sample_frames(|name, frame| {
-            let cat = self.t["frameTable"]["category"][frame].as_u64().unwrap_or(0) as usize;
-            (name.to_string(), categories.get(cat).cloned().unwrap_or_default())
+            let cat = self.t["frameTable"]["category"][frame]
+                .as_u64()
+                .unwrap_or(0) as usize;
+            (
+                name.to_string(),
+                categories.get(cat).cloned().unwrap_or_default(),
+            )
         })
     }
 
@@ -382,7 +466,9 @@ impl ThreadView<'_> {
                 while let Some(n) = node {
                     let frame = t["stackTable"]["frame"][n as usize].as_u64().unwrap() as usize;
                     let func = t["frameTable"]["func"][frame].as_u64().unwrap() as usize;
-                    let name = strings[t["funcTable"]["name"][func].as_u64().unwrap() as usize].as_str().unwrap();
+                    let name = strings[t["funcTable"]["name"][func].as_u64().unwrap() as usize]
+                        .as_str()
+                        .unwrap();
                     out.push(describe(name, frame));
                     node = t["stackTable"]["prefix"][n as usize].as_u64();
                 }
@@ -453,7 +539,11 @@ impl LoopDevice {
             .arg(&backing)
             .output()
             .expect("losetup (util-linux) is needed for the block I/O tests");
-        assert!(out.status.success(), "losetup failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "losetup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         LoopDevice { path, name }
@@ -493,9 +583,19 @@ impl DiskStat {
     /// Read the counters of `/sys/block/NAME`.
     pub fn read(name: &str) -> DiskStat {
         let text = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
-        let f: Vec<u64> = text.split_whitespace().map(|v| v.parse().unwrap()).collect();
+        let f: Vec<u64> = text
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
         let at = |i: usize| f.get(i).copied().unwrap_or(0);
-        DiskStat { reads: at(0), read_sectors: at(2), writes: at(4), write_sectors: at(6), discards: at(11), flushes: at(15) }
+        DiskStat {
+            reads: at(0),
+            read_sectors: at(2),
+            writes: at(4),
+            write_sectors: at(6),
+            discards: at(11),
+            flushes: at(15),
+        }
     }
 
     /// What happened between `earlier` and `self`.
@@ -520,16 +620,33 @@ pub fn monotonic_ns() -> u64 {
 /// every `/proc/PID/task/TID/schedstat`, the kernel's per-task accounting), ns.
 pub fn all_tasks_cpu_ns() -> std::collections::HashMap<u64, u64> {
     let mut tasks_cpu = std::collections::HashMap::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else { return tasks_cpu };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return tasks_cpu;
+    };
     for p in procs.flatten() {
-        if !p.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+        if !p
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
             continue;
         }
-        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
+        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else {
+            continue;
+        };
         for t in tasks.flatten() {
-            let Ok(tid) = t.file_name().to_string_lossy().parse::<u64>() else { continue };
+            let Ok(tid) = t.file_name().to_string_lossy().parse::<u64>() else {
+                continue;
+            };
             if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
-                tasks_cpu.insert(tid, s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0));
+                tasks_cpu.insert(
+                    tid,
+                    s.split_whitespace()
+                        .next()
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0),
+                );
             }
         }
     }
@@ -539,13 +656,23 @@ pub fn all_tasks_cpu_ns() -> std::collections::HashMap<u64, u64> {
 /// CPU time all tasks used between two [`all_tasks_cpu_ns`] readings, ns:
 /// per task, so a task that exits in between takes only its last stretch
 /// with it, not everything it had used before.
-pub fn cpu_ns_between(before: &std::collections::HashMap<u64, u64>, after: &std::collections::HashMap<u64, u64>) -> u64 {
-    after.iter().map(|(tid, &ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0))).sum()
+pub fn cpu_ns_between(
+    before: &std::collections::HashMap<u64, u64>,
+    after: &std::collections::HashMap<u64, u64>,
+) -> u64 {
+    after
+        .iter()
+        .map(|(tid, &ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+        .sum()
 }
 
 /// Wait for `child` at most `timeout`; on timeout kill it and panic, so a
 /// sysprof that ignores a signal fails the test instead of hanging CI.
-pub fn wait_with_timeout(mut child: std::process::Child, timeout: std::time::Duration, what: &str) -> Output {
+pub fn wait_with_timeout(
+    mut child: std::process::Child,
+    timeout: std::time::Duration,
+    what: &str,
+) -> Output {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         match child.try_wait().unwrap() {
@@ -553,7 +680,10 @@ pub fn wait_with_timeout(mut child: std::process::Child, timeout: std::time::Dur
             None if std::time::Instant::now() >= deadline => {
                 let _ = child.kill();
                 let out = child.wait_with_output().unwrap();
-                panic!("{what}: still running after {timeout:?}; killed. stderr: {}", String::from_utf8_lossy(&out.stderr));
+                panic!(
+                    "{what}: still running after {timeout:?}; killed. stderr: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
             None => std::thread::sleep(std::time::Duration::from_millis(20)),
         }
@@ -580,7 +710,12 @@ pub fn elf_sections(elf: &[u8]) -> Vec<(String, ElfSection)> {
     let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
     let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
     let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap());
-    let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28) as usize, u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let (shoff, shentsize, shnum, shstrndx) = (
+        u64_at(0x28) as usize,
+        u16_at(0x3a),
+        u16_at(0x3c),
+        u16_at(0x3e),
+    );
     let header = |i: usize| shoff + i * shentsize;
     let strtab = u64_at(header(shstrndx) + 0x18) as usize;
     (0..shnum)
@@ -589,14 +724,27 @@ pub fn elf_sections(elf: &[u8]) -> Vec<(String, ElfSection)> {
             let name_at = strtab + u32_at(h) as usize;
             let end = elf[name_at..].iter().position(|&b| b == 0).unwrap();
             let name = String::from_utf8_lossy(&elf[name_at..name_at + end]).into_owned();
-            (name, ElfSection { header_at: h, kind: u32_at(h + 4), flags: u64_at(h + 8), offset: u64_at(h + 0x18), size: u64_at(h + 0x20) })
+            (
+                name,
+                ElfSection {
+                    header_at: h,
+                    kind: u32_at(h + 4),
+                    flags: u64_at(h + 8),
+                    offset: u64_at(h + 0x18),
+                    size: u64_at(h + 0x20),
+                },
+            )
         })
         .collect()
 }
 
 /// Find section `name` of `elf`.
 pub fn elf_section(elf: &[u8], name: &str) -> ElfSection {
-    elf_sections(elf).into_iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no section {name}")).1
+    elf_sections(elf)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no section {name}"))
+        .1
 }
 
 /// Rewrite a section header's flags, offset and size.
@@ -623,10 +771,21 @@ pub fn zlib_chdr(size: u64) -> Vec<u8> {
 /// user for the tests), with `setpriv`; panics if it fails.
 pub fn as_nobody(script: &str) {
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
         .output()
         .expect("setpriv (util-linux) runs commands as another user");
-    assert!(out.status.success(), "as nobody: {script}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "as nobody: {script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The largest resident set of any child this process has waited for, MiB.
@@ -665,7 +824,10 @@ impl Agent {
     pub fn start(store: &Path, args: &[&str], env: &[(&str, &str)]) -> Agent {
         use std::io::Read;
         let mut command = Command::new(sysprof_bin());
-        if !env.iter().any(|(k, _)| *k == "SYSPROF_STORE_BUCKET_SECONDS") {
+        if !env
+            .iter()
+            .any(|(k, _)| *k == "SYSPROF_STORE_BUCKET_SECONDS")
+        {
             command.env("SYSPROF_STORE_BUCKET_SECONDS", "1e12");
         }
         let mut child = command
@@ -687,19 +849,36 @@ impl Agent {
                 if n == 0 {
                     break;
                 }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        let mut agent = Agent { child: Some(child), stderr, reader: Some(reader), store: store.to_path_buf() };
+        let mut agent = Agent {
+            child: Some(child),
+            stderr,
+            reader: Some(reader),
+            store: store.to_path_buf(),
+        };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         // The whole line: stderr is unbuffered and a formatted line can
         // arrive in pieces (CI once read "recording every process at ").
-        let started = |s: &str| s.split_once("recording every process").is_some_and(|(_, rest)| rest.contains('\n'));
+        let started = |s: &str| {
+            s.split_once("recording every process")
+                .is_some_and(|(_, rest)| rest.contains('\n'))
+        };
         while !started(&agent.stderr()) {
             if let Some(status) = agent.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("sysprof agent exited ({status}) before it recorded: {}", agent.stderr());
+                panic!(
+                    "sysprof agent exited ({status}) before it recorded: {}",
+                    agent.stderr()
+                );
             }
-            assert!(std::time::Instant::now() < deadline, "sysprof agent did not start in 30 s: {}", agent.stderr());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sysprof agent did not start in 30 s: {}",
+                agent.stderr()
+            );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         agent
@@ -723,7 +902,11 @@ impl Agent {
             if store_segments(&self.store).iter().any(|s| s.2 >= wall_ms) {
                 return;
             }
-            assert!(std::time::Instant::now() < deadline, "no window ending after {wall_ms} within {timeout:?}: {}", self.stderr());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no window ending after {wall_ms} within {timeout:?}: {}",
+                self.stderr()
+            );
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
@@ -740,7 +923,10 @@ impl Agent {
             }
             if std::time::Instant::now() > deadline {
                 let _ = child.kill();
-                panic!("sysprof agent did not exit within 30 s of signal {signal}: {}", self.stderr());
+                panic!(
+                    "sysprof agent did not exit within 30 s of signal {signal}: {}",
+                    self.stderr()
+                );
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
@@ -787,28 +973,48 @@ pub fn store_segments(store: &Path) -> Vec<(PathBuf, f64, f64, u32)> {
 
 /// Wall clock now, ms since the epoch.
 pub fn wall_ms() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() * 1e3
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        * 1e3
 }
 
 /// Run `sysprof show ARGS`; returns the process output.
 pub fn show(args: &[&str]) -> Output {
-    Command::new(sysprof_bin()).arg("show").args(args).output().expect("running sysprof show")
+    Command::new(sysprof_bin())
+        .arg("show")
+        .args(args)
+        .output()
+        .expect("running sysprof show")
 }
 
 /// Run `cmd` quietly; true when it succeeded.
 fn quiet(cmd: &mut Command) -> bool {
-    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success())
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// `go` (for `go tool pprof`, Google's pprof reader), installed from Debian's
 /// `golang-go` when missing. None (said loudly; a failure under CI) when it
 /// cannot be had.
 pub fn go_tool(test: &str) -> Option<PathBuf> {
-    let found = || Command::new("go").arg("version").output().ok().filter(|o| o.status.success()).map(|_| PathBuf::from("go"));
+    let found = || {
+        Command::new("go")
+            .arg("version")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|_| PathBuf::from("go"))
+    };
     if let Some(g) = found() {
         return Some(g);
     }
-    let _ = quiet(Command::new("apt-get").args(["install", "-y", "golang-go"])) || (quiet(Command::new("apt-get").arg("update")) && quiet(Command::new("apt-get").args(["install", "-y", "golang-go"])));
+    let _ = quiet(Command::new("apt-get").args(["install", "-y", "golang-go"]))
+        || (quiet(Command::new("apt-get").arg("update"))
+            && quiet(Command::new("apt-get").args(["install", "-y", "golang-go"])));
     if let Some(g) = found() {
         return Some(g);
     }
@@ -822,13 +1028,21 @@ pub fn go_tool(test: &str) -> Option<PathBuf> {
 pub fn otel_python(test: &str) -> Option<PathBuf> {
     let venv = workspace_root().join("target/test-venv");
     let python = venv.join("bin/python");
-    let ready = || quiet(Command::new(&python).args(["-c", "import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc"]));
+    let ready = || {
+        quiet(Command::new(&python).args(["-c", "import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc"]))
+    };
     if python.exists() && ready() {
         return Some(python);
     }
     let _ = quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv))
-        || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"])) && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
-    let _ = quiet(Command::new(venv.join("bin/pip")).args(["install", "-q", "opentelemetry-proto>=1.39", "grpcio"]));
+        || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"]))
+            && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+    let _ = quiet(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "-q",
+        "opentelemetry-proto>=1.39",
+        "grpcio",
+    ]));
     if ready() {
         return Some(python);
     }
@@ -843,19 +1057,27 @@ pub fn py_spy(test: &str) -> Option<PathBuf> {
     let spy = venv.join("bin/py-spy");
     if !spy.exists() {
         let _ = quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv))
-            || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"])) && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+            || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"]))
+                && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
         let _ = quiet(Command::new(venv.join("bin/pip")).args(["install", "-q", "py-spy"]));
     }
     if spy.exists() {
         return Some(spy);
     }
-    skip(test, "py-spy could not be installed from PyPI into target/test-venv");
+    skip(
+        test,
+        "py-spy could not be installed from PyPI into target/test-venv",
+    );
     None
 }
 
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A test receiver (a script of tests/receivers/) running until dropped.
@@ -875,7 +1097,9 @@ impl Receiver {
             .spawn()
             .expect("starting a test receiver");
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
         assert_eq!(line.trim(), "ready", "{script} did not start");
         Receiver { child }
     }
@@ -929,7 +1153,11 @@ pub fn anon_rss_kib(pid: u32) -> u64 {
 fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -942,11 +1170,22 @@ pub fn send_signal(child: &std::process::Child, signal: i32) {
 /// Wait for `child` (its output piped) at most `timeout`, reading its peak
 /// resident set (VmHWM) from `/proc` every 20 ms: (its output, the last
 /// peak read, MiB). The kernel's figure, not the program's own.
-pub fn wait_with_peak_rss(mut child: std::process::Child, timeout: std::time::Duration, what: &str) -> (Output, f64) {
+pub fn wait_with_peak_rss(
+    mut child: std::process::Child,
+    timeout: std::time::Duration,
+    what: &str,
+) -> (Output, f64) {
     use std::io::Read;
     let peak_kib = |pid: u32| -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
     };
     // The pipes are read as the child writes, so a full pipe cannot stall it.
     let pipe_reader = |p: Option<Box<dyn Read + Send>>| {
@@ -958,8 +1197,18 @@ pub fn wait_with_peak_rss(mut child: std::process::Child, timeout: std::time::Du
             buf
         })
     };
-    let stdout = pipe_reader(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let stderr = pipe_reader(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stdout = pipe_reader(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = pipe_reader(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let deadline = std::time::Instant::now() + timeout;
     let mut peak = 0u64;
     let status = loop {
@@ -973,10 +1222,17 @@ pub fn wait_with_peak_rss(mut child: std::process::Child, timeout: std::time::Du
         if std::time::Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{what}: still running after {timeout:?}; killed. stderr: {}", String::from_utf8_lossy(&stderr.join().unwrap_or_default()));
+            panic!(
+                "{what}: still running after {timeout:?}; killed. stderr: {}",
+                String::from_utf8_lossy(&stderr.join().unwrap_or_default())
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    let out = Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() };
+    let out = Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
     (out, peak as f64 / 1024.0)
 }

@@ -25,7 +25,12 @@ fn split_of(profile: &Profile, pid: u64) -> (usize, usize, f64) {
     let t = threads
         .iter()
         .find(|t| t.name() == "splitter")
-        .unwrap_or_else(|| panic!("no thread named splitter in {pid}: {:?}", threads.iter().map(|t| t.name()).collect::<Vec<_>>()));
+        .unwrap_or_else(|| {
+            panic!(
+                "no thread named splitter in {pid}: {:?}",
+                threads.iter().map(|t| t.name()).collect::<Vec<_>>()
+            )
+        });
     assert_eq!(t.process_name(), "split");
     let (mut three, mut one) = (0, 0);
     for s in t.on_cpu_stacks(&cats) {
@@ -42,8 +47,14 @@ fn split_of(profile: &Profile, pid: u64) -> (usize, usize, f64) {
 /// Folded lines' counts for stacks through `func`.
 fn folded_count(text: &str, func: &str) -> usize {
     text.lines()
-        .filter(|l| l.split(';').any(|f| f == func || f.starts_with(&format!("{func} "))))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, n)| n.parse::<usize>().ok()))
+        .filter(|l| {
+            l.split(';')
+                .any(|f| f == func || f.starts_with(&format!("{func} ")))
+        })
+        .filter_map(|l| {
+            l.rsplit_once(' ')
+                .and_then(|(_, n)| n.parse::<usize>().ok())
+        })
         .sum()
 }
 
@@ -60,7 +71,11 @@ fn show_gives_the_cpu_split_of_a_workload_beside_the_agent() {
     let dir = scratch("agent-split");
     let exe = build_c("split", &dir.join("split"), &[]);
     let store = dir.join("store");
-    let agent = Agent::start(&store, &["--window", "1", "-F", "499", "--health-interval", "3600"], &[]);
+    let agent = Agent::start(
+        &store,
+        &["--window", "1", "-F", "499", "--health-interval", "3600"],
+        &[],
+    );
     let out = Command::new(&exe).arg("3.0").output().unwrap();
     assert!(out.status.success());
     let pid = field(&out.stdout, "pid").expect("the workload printed its pid");
@@ -68,17 +83,40 @@ fn show_gives_the_cpu_split_of_a_workload_beside_the_agent() {
     agent.wait_for_window_ending_after(wall_ms() + 200.0, Duration::from_secs(20));
 
     let path = dir.join("show.json.gz");
-    let o = show(&["--store", store.to_str().unwrap(), "--since", "2m", "-p", &pid.to_string(), "-o", path.to_str().unwrap()]);
-    assert!(o.status.success(), "show failed: {}", String::from_utf8_lossy(&o.stderr));
+    let o = show(&[
+        "--store",
+        store.to_str().unwrap(),
+        "--since",
+        "2m",
+        "-p",
+        &pid.to_string(),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "show failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!stderr.contains("warning"), "{stderr}");
-    assert!(stderr.contains(&format!("; open it: sysprof view {}", path.display())), "show says how to open what it wrote: {stderr}");
+    assert!(
+        stderr.contains(&format!("; open it: sysprof view {}", path.display())),
+        "show says how to open what it wrote: {stderr}"
+    );
     let profile = Profile::load(&path);
     let (three, one, delta_ns) = split_of(&profile, pid);
     let ratio = three as f64 / one.max(1) as f64;
     eprintln!("agent split: hot_three {three}, hot_one {one}, ratio {ratio:.2}; threadCPUDelta {:.3} ms, its own clock {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
-    assert!(three + one >= 1200, "3 s of CPU at 499 Hz: {} samples in the hot functions", three + one);
-    assert!((2.85..=3.15).contains(&ratio), "ratio {ratio:.2} is not 3 ± 5%");
+    assert!(
+        three + one >= 1200,
+        "3 s of CPU at 499 Hz: {} samples in the hot functions",
+        three + one
+    );
+    assert!(
+        (2.85..=3.15).contains(&ratio),
+        "ratio {ratio:.2} is not 3 ± 5%"
+    );
     // Its whole CPU time, exit included, is ahead of the samples' deltas by
     // the work after its last sample (a tick samples whoever runs, so on a
     // busy machine a few of its periods, 2 ms, of its own CPU time) and by
@@ -87,27 +125,60 @@ fn show_gives_the_cpu_split_of_a_workload_beside_the_agent() {
     // (steal time in a VM): 6 ms the other way. A window lost or counted
     // twice would be hundreds of ms off.
     let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
-    assert!((-6.0..=20.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind");
+    assert!(
+        (-6.0..=20.0).contains(&behind_ms),
+        "threadCPUDelta {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind"
+    );
 
-    let o = show(&["--store", store.to_str().unwrap(), "--since", "2m", "-p", &pid.to_string(), "--format", "folded"]);
+    let o = show(&[
+        "--store",
+        store.to_str().unwrap(),
+        "--since",
+        "2m",
+        "-p",
+        &pid.to_string(),
+        "--format",
+        "folded",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!((folded_count(&text, "hot_three"), folded_count(&text, "hot_one")), (three, one), "folded and Firefox agree");
-    assert!(text.lines().all(|l| l.starts_with("split;")), "every line starts with the process name");
+    assert_eq!(
+        (
+            folded_count(&text, "hot_three"),
+            folded_count(&text, "hot_one")
+        ),
+        (three, one),
+        "folded and Firefox agree"
+    );
+    assert!(
+        text.lines().all(|l| l.starts_with("split;")),
+        "every line starts with the process name"
+    );
 
     // `sysprof report` reads show's output as it reads record's: the same
     // samples under each function.
-    let o = Command::new(sysprof_bin()).args(["report", "--comm", "splitter", "--top", "40"]).arg(&path).output().unwrap();
+    let o = Command::new(sysprof_bin())
+        .args(["report", "--comm", "splitter", "--top", "40"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let report = String::from_utf8_lossy(&o.stdout);
     let total_of = |func: &str| -> usize {
-        let rows = report.split("## Top functions by total").nth(1).unwrap_or_else(|| panic!("no totals in:\n{report}"));
+        let rows = report
+            .split("## Top functions by total")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no totals in:\n{report}"));
         rows.lines()
             .find(|l| l.split_whitespace().nth(3) == Some(func))
             .and_then(|l| l.split_whitespace().nth(2)?.parse().ok())
             .unwrap_or_else(|| panic!("{func} is not in:\n{report}"))
     };
-    assert_eq!((total_of("hot_three"), total_of("hot_one")), (three, one), "report and the profile agree");
+    assert_eq!(
+        (total_of("hot_three"), total_of("hot_one")),
+        (three, one),
+        "report and the profile agree"
+    );
 
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "SIGTERM: exit 0, got {status}: {stderr}");
@@ -126,24 +197,51 @@ fn show_reads_while_the_agent_writes_and_compacts() {
     let dir = scratch("agent-concurrent");
     let exe = build_c("split", &dir.join("split"), &[]);
     let store = dir.join("store");
-    let agent = Agent::start(&store, &["--window", "1", "-F", "199", "--health-interval", "3600"], &[("SYSPROF_STORE_BUCKET_SECONDS", "3")]);
-    let workload = Command::new(&exe).arg("4.0").stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let agent = Agent::start(
+        &store,
+        &["--window", "1", "-F", "199", "--health-interval", "3600"],
+        &[("SYSPROF_STORE_BUCKET_SECONDS", "3")],
+    );
+    let workload = Command::new(&exe)
+        .arg("4.0")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     // From the first stored window on: before it the store is rightly
     // empty (on a loaded machine the first window, which symbolizes all
     // that runs, took longer than the 1.5 s this test once slept).
     let first = std::time::Instant::now() + Duration::from_secs(30);
     while store_segments(&store).is_empty() {
-        assert!(std::time::Instant::now() < first, "no window stored in 30 s: {}", agent.stderr());
+        assert!(
+            std::time::Instant::now() < first,
+            "no window stored in 30 s: {}",
+            agent.stderr()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let until = std::time::Instant::now() + Duration::from_secs(8);
     let mut reads = 0;
     while std::time::Instant::now() < until {
         let out = dir.join("live.folded");
-        let o = show(&["--store", store.to_str().unwrap(), "--since", "1m", "--format", "folded", "-o", out.to_str().unwrap()]);
+        let o = show(&[
+            "--store",
+            store.to_str().unwrap(),
+            "--since",
+            "1m",
+            "--format",
+            "folded",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
         let stderr = String::from_utf8_lossy(&o.stderr);
-        assert!(o.status.success(), "show failed while the agent wrote: {stderr}");
-        assert!(!stderr.contains("warning"), "show warned while the agent wrote: {stderr}");
+        assert!(
+            o.status.success(),
+            "show failed while the agent wrote: {stderr}"
+        );
+        assert!(
+            !stderr.contains("warning"),
+            "show warned while the agent wrote: {stderr}"
+        );
         assert!(std::fs::metadata(&out).unwrap().len() > 0);
         reads += 1;
     }
@@ -154,19 +252,39 @@ fn show_reads_while_the_agent_writes_and_compacts() {
     agent.wait_for_window_ending_after(wall_ms() + 3500.0, Duration::from_secs(30));
     let compacted = store_segments(&store).iter().filter(|s| s.3 == 1).count();
     eprintln!("concurrent: {reads} reads while writing; {compacted} compacted segments");
-    assert!(compacted >= 2, "compaction ran during the test: {:?}", store_segments(&store));
+    assert!(
+        compacted >= 2,
+        "compaction ran during the test: {:?}",
+        store_segments(&store)
+    );
     let path = dir.join("show.json.gz");
-    let o = show(&["--store", store.to_str().unwrap(), "--since", "2m", "-p", &pid.to_string(), "-o", path.to_str().unwrap()]);
+    let o = show(&[
+        "--store",
+        store.to_str().unwrap(),
+        "--since",
+        "2m",
+        "-p",
+        &pid.to_string(),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (_, _, delta_ns) = split_of(&Profile::load(&path), pid);
     let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
-    eprintln!("concurrent: threadCPUDelta {:.3} ms, its own clock {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
+    eprintln!(
+        "concurrent: threadCPUDelta {:.3} ms, its own clock {:.3} ms",
+        delta_ns / 1e6,
+        cpu_ns as f64 / 1e6
+    );
     // Its last sample may lie a few periods (5 ms at 199 Hz) of its own CPU
     // before its end on a busy machine (a tick samples whoever runs; 8.3 ms
     // was seen beside a busy CPU): 10 are allowed; ahead of the kernel's
     // count by a tick and a period at most (steal time in a VM). A window
     // counted twice would put it ~1 s ahead, one lost as far behind.
-    assert!((-10.0..=50.0).contains(&behind_ms), "threadCPUDelta {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind");
+    assert!(
+        (-10.0..=50.0).contains(&behind_ms),
+        "threadCPUDelta {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind"
+    );
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
 }
@@ -185,30 +303,68 @@ fn sigkill_mid_window_keeps_the_windows_before() {
     let agent = Agent::start(&store, &["--window", "1", "--health-interval", "3600"], &[]);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while store_segments(&store).len() < 3 {
-        assert!(std::time::Instant::now() < deadline, "no 3 windows in 20 s: {}", agent.stderr());
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no 3 windows in 20 s: {}",
+            agent.stderr()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     // Half a window into the next one.
     std::thread::sleep(Duration::from_millis(500));
-    let before: Vec<(std::path::PathBuf, Vec<u8>)> = store_segments(&store).into_iter().map(|s| (s.0.clone(), std::fs::read(&s.0).unwrap())).collect();
+    let before: Vec<(std::path::PathBuf, Vec<u8>)> = store_segments(&store)
+        .into_iter()
+        .map(|s| (s.0.clone(), std::fs::read(&s.0).unwrap()))
+        .collect();
     let (status, _) = agent.stop_with(SIGKILL);
     assert!(!status.success());
     for (path, bytes) in &before {
-        assert_eq!(&std::fs::read(path).unwrap(), bytes, "{} changed", path.display());
+        assert_eq!(
+            &std::fs::read(path).unwrap(),
+            bytes,
+            "{} changed",
+            path.display()
+        );
     }
-    let o = show(&["--store", store.to_str().unwrap(), "--since", "5m", "--format", "folded", "-o", dir.join("after.folded").to_str().unwrap()]);
+    let o = show(&[
+        "--store",
+        store.to_str().unwrap(),
+        "--since",
+        "5m",
+        "--format",
+        "folded",
+        "-o",
+        dir.join("after.folded").to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success() && !stderr.contains("warning"), "the store after SIGKILL: {stderr}");
+    assert!(
+        o.status.success() && !stderr.contains("warning"),
+        "the store after SIGKILL: {stderr}"
+    );
     let o = show(&["--store", store.to_str().unwrap(), "--list"]);
-    let listed = String::from_utf8_lossy(&o.stdout).lines().filter(|l| l.ends_with(".seg")).count();
-    assert!(listed >= before.len(), "--list shows {listed} segments, {} existed before the kill", before.len());
+    let listed = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.ends_with(".seg"))
+        .count();
+    assert!(
+        listed >= before.len(),
+        "--list shows {listed} segments, {} existed before the kill",
+        before.len()
+    );
     // A half-written segment of the killed agent (planted: the kill rarely
     // lands inside a write) is removed by the next one.
     let planted = store.join(".tmp-0123456789abcdef.seg");
     std::fs::write(&planted, b"half a segment").unwrap();
     let agent = Agent::start(&store, &["--window", "1", "--health-interval", "3600"], &[]);
-    assert!(!planted.exists(), "the next agent removes unfinished temporaries");
-    assert!(agent.stderr().contains("removed 1 unfinished"), "{}", agent.stderr());
+    assert!(
+        !planted.exists(),
+        "the next agent removes unfinished temporaries"
+    );
+    assert!(
+        agent.stderr().contains("removed 1 unfinished"),
+        "{}",
+        agent.stderr()
+    );
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
 }
@@ -227,22 +383,61 @@ fn retention_keeps_the_newest_within_size_and_age() {
     // newest few fit in it.
     let limit = 24 * 1024u64;
     let store = dir.join("by-size");
-    let agent = Agent::start(&store, &["--window", "1", "--retain-size", "24KiB", "--health-interval", "3600"], &[]);
+    let agent = Agent::start(
+        &store,
+        &[
+            "--window",
+            "1",
+            "--retain-size",
+            "24KiB",
+            "--health-interval",
+            "3600",
+        ],
+        &[],
+    );
     std::thread::sleep(Duration::from_secs(8));
     let stop_ms = wall_ms();
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
     let segs = store_segments(&store);
-    let bytes: u64 = segs.iter().map(|s| std::fs::metadata(&s.0).unwrap().len()).sum();
-    eprintln!("retention by size: {} segments, {bytes} bytes (limit {limit}); {}", segs.len(), stderr.lines().last().unwrap_or(""));
+    let bytes: u64 = segs
+        .iter()
+        .map(|s| std::fs::metadata(&s.0).unwrap().len())
+        .sum();
+    eprintln!(
+        "retention by size: {} segments, {bytes} bytes (limit {limit}); {}",
+        segs.len(),
+        stderr.lines().last().unwrap_or("")
+    );
     assert!(bytes <= limit, "{bytes} bytes kept, limit {limit}");
     assert!(!segs.is_empty(), "the newest windows are kept");
-    assert!(segs.last().unwrap().2 >= stop_ms - 1500.0, "the newest window ends at the stop: {:?}, stop {stop_ms}", segs.last());
-    assert!(segs.first().unwrap().1 > stop_ms - 7000.0, "the oldest windows went: {segs:?}");
-    assert!(!stderr.contains("(0 removed by retention)"), "the health line counts what retention removed: {stderr}");
+    assert!(
+        segs.last().unwrap().2 >= stop_ms - 1500.0,
+        "the newest window ends at the stop: {:?}, stop {stop_ms}",
+        segs.last()
+    );
+    assert!(
+        segs.first().unwrap().1 > stop_ms - 7000.0,
+        "the oldest windows went: {segs:?}"
+    );
+    assert!(
+        !stderr.contains("(0 removed by retention)"),
+        "the health line counts what retention removed: {stderr}"
+    );
 
     let store = dir.join("by-age");
-    let agent = Agent::start(&store, &["--window", "1", "--retain-age", "3s", "--health-interval", "3600"], &[]);
+    let agent = Agent::start(
+        &store,
+        &[
+            "--window",
+            "1",
+            "--retain-age",
+            "3s",
+            "--health-interval",
+            "3600",
+        ],
+        &[],
+    );
     std::thread::sleep(Duration::from_secs(7));
     let (status, stderr) = agent.stop_with(SIGTERM);
     let stop_ms = wall_ms();
@@ -251,7 +446,11 @@ fn retention_keeps_the_newest_within_size_and_age() {
     eprintln!("retention by age: {segs:?}");
     assert!(!segs.is_empty());
     for s in &segs {
-        assert!(s.2 >= stop_ms - 3000.0 - 1500.0, "{} ended more than 3 s before the last write", s.0.display());
+        assert!(
+            s.2 >= stop_ms - 3000.0 - 1500.0,
+            "{} ended more than 3 s before the last write",
+            s.0.display()
+        );
     }
 }
 
@@ -273,7 +472,14 @@ fn processes_of_20_ms_appear_in_show() {
     // first window (the tracer and sideband attach a moment before it) must
     // not show at negative times.
     let ran = dir.join("trues");
-    let churn = Command::new("sh").arg("-c").arg(format!("for i in $(seq 300); do /bin/true; echo >> {}; sleep 0.01; done", ran.display())).spawn().unwrap();
+    let churn = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "for i in $(seq 300); do /bin/true; echo >> {}; sleep 0.01; done",
+            ran.display()
+        ))
+        .spawn()
+        .unwrap();
     let trues_ran = || std::fs::read(&ran).map_or(0, |b| b.len() as u64);
     let agent = Agent::start(&store, &["--window", "1", "--health-interval", "3600"], &[]);
     // Ran after the agent was recording (the one running now may not count).
@@ -295,38 +501,88 @@ fn processes_of_20_ms_appear_in_show() {
     let trues_seen = trues_ran().saturating_sub(trues_before);
     let list: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
     let path = dir.join("show.json.gz");
-    let o = show(&["--store", store.to_str().unwrap(), "--since", "1m", "-p", &list.join(","), "-o", path.to_str().unwrap()]);
+    let o = show(&[
+        "--store",
+        store.to_str().unwrap(),
+        "--since",
+        "1m",
+        "-p",
+        &list.join(","),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let profile = Profile::load(&path);
     for (i, &pid) in pids.iter().enumerate() {
         let threads = profile.process_threads(pid);
-        assert!(!threads.is_empty(), "process {pid} (20 ms, {} of 5) is missing (started at {:.0} ms); windows {:?}; {}", i + 1, ran_at[i], store_segments(&store), agent.stderr());
+        assert!(
+            !threads.is_empty(),
+            "process {pid} (20 ms, {} of 5) is missing (started at {:.0} ms); windows {:?}; {}",
+            i + 1,
+            ran_at[i],
+            store_segments(&store),
+            agent.stderr()
+        );
         assert_eq!(threads[0].process_name(), "brief");
     }
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
     let _ = wait_with_timeout(churn, Duration::from_secs(30), "the process churn");
     let path = dir.join("all.json.gz");
-    let o = show(&["--store", store.to_str().unwrap(), "--since", "5m", "-o", path.to_str().unwrap()]);
+    let o = show(&[
+        "--store",
+        store.to_str().unwrap(),
+        "--since",
+        "5m",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let all = Profile::load(&path);
     let before_start = nothing_before_the_start(&all);
-    assert!(before_start.is_empty(), "shown before the agent's first window: {before_start:?}");
+    assert!(
+        before_start.is_empty(),
+        "shown before the agent's first window: {before_start:?}"
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
-    let folded: Vec<u64> = all.threads().iter().filter_map(|t| t.process_name().strip_prefix("true ×")?.parse().ok()).collect();
-    let alone = all.threads().iter().filter(|t| t.process_name() == "true").count();
+    let folded: Vec<u64> = all
+        .threads()
+        .iter()
+        .filter_map(|t| t.process_name().strip_prefix("true ×")?.parse().ok())
+        .collect();
+    let alone = all
+        .threads()
+        .iter()
+        .filter(|t| t.process_name() == "true")
+        .count();
     eprintln!("{trues_seen} trues ran while the agent recorded; show: folded {folded:?}, {alone} on their own; {}", stderr.trim());
-    assert!(trues_seen >= 40, "the churn ran beside the agent: {trues_seen}");
+    assert!(
+        trues_seen >= 40,
+        "the churn ran beside the agent: {trues_seen}"
+    );
     assert_eq!(folded.len(), 1, "the trues are one track: {folded:?}");
-    assert!(folded[0] >= trues_seen, "every true run while the agent recorded is in it: {} of {trues_seen}", folded[0]);
+    assert!(
+        folded[0] >= trues_seen,
+        "every true run while the agent recorded is in it: {} of {trues_seen}",
+        folded[0]
+    );
     // Those that began before the agent did have no start: not brief.
     assert!(alone <= 2, "{alone} trues on tracks of their own");
     // The sleeps between the trues are folded too.
-    let said: Option<u64> = stderr.split_once(" brief ones of").and_then(|(a, _)| a.rsplit_once('(')?.1.parse().ok());
-    assert!(said.is_some_and(|n| n >= folded[0]), "the summary says what was folded: {stderr}");
+    let said: Option<u64> = stderr
+        .split_once(" brief ones of")
+        .and_then(|(a, _)| a.rsplit_once('(')?.1.parse().ok());
+    assert!(
+        said.is_some_and(|n| n >= folded[0]),
+        "the summary says what was folded: {stderr}"
+    );
     for &pid in &pids {
         let threads = all.process_threads(pid);
-        assert_eq!(threads.first().map(|t| t.process_name()), Some("brief"), "the rare brief process {pid} keeps its own track");
+        assert_eq!(
+            threads.first().map(|t| t.process_name()),
+            Some("brief"),
+            "the rare brief process {pid} keeps its own track"
+        );
     }
 }
 
@@ -344,9 +600,13 @@ fn nothing_before_the_start(profile: &Profile) -> Vec<String> {
                 found.push(format!("{name}: marker {m} at {}", d["startTime"]));
             }
         }
-        if let (Some(reg), Some(unreg)) = (t.t["registerTime"].as_f64(), t.t["unregisterTime"].as_f64()) {
+        if let (Some(reg), Some(unreg)) =
+            (t.t["registerTime"].as_f64(), t.t["unregisterTime"].as_f64())
+        {
             if unreg < reg {
-                found.push(format!("{name}: ends at {unreg} ms, before it begins at {reg}"));
+                found.push(format!(
+                    "{name}: ends at {unreg} ms, before it begins at {reg}"
+                ));
             }
         }
     }
@@ -377,12 +637,29 @@ fn damaged_store_files_are_warnings_and_the_rest_is_shown() {
     let bytes = std::fs::read(truncated).unwrap();
     std::fs::write(truncated, &bytes[..bytes.len() / 3]).unwrap();
     let path = dir.join("show.json.gz");
-    let o = show(&["--store", store.to_str().unwrap(), "--since", "5m", "-o", path.to_str().unwrap()]);
+    let o = show(&[
+        "--store",
+        store.to_str().unwrap(),
+        "--since",
+        "5m",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     let name = |p: &std::path::Path| p.file_name().unwrap().to_string_lossy().into_owned();
-    assert!(stderr.lines().any(|l| l.contains("warning") && l.contains(&name(flipped))), "{stderr}");
-    assert!(stderr.lines().any(|l| l.contains("warning") && l.contains(&name(truncated))), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("warning") && l.contains(&name(flipped))),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("warning") && l.contains(&name(truncated))),
+        "{stderr}"
+    );
     let profile = Profile::load(&path);
     let samples: usize = profile.threads().iter().map(|t| t.sample_count()).sum();
     assert!(samples > 0, "the other windows are shown");
@@ -398,15 +675,27 @@ fn an_unwritable_store_is_one_line_and_exit_2() {
     let dir = scratch("agent-unwritable");
     let ro = dir.join("ro");
     std::fs::create_dir_all(&ro).unwrap();
-    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "ro,size=1m,mode=0700", "tmpfs"]).arg(&ro).status().unwrap().success();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "ro,size=1m,mode=0700", "tmpfs"])
+        .arg(&ro)
+        .status()
+        .unwrap()
+        .success();
     assert!(mounted, "mounting a read-only tmpfs for the test");
     for store in [std::path::PathBuf::from("/proc/version/store"), ro.clone()] {
-        let out = Command::new(sysprof_bin()).args(["agent", "--store"]).arg(&store).output().unwrap();
+        let out = Command::new(sysprof_bin())
+            .args(["agent", "--store"])
+            .arg(&store)
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprintln!("{}: {}", store.display(), stderr.trim());
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-        assert!(stderr.contains(&store.display().to_string()) && stderr.contains("--store"), "{stderr}");
+        assert!(
+            stderr.contains(&store.display().to_string()) && stderr.contains("--store"),
+            "{stderr}"
+        );
     }
     let _ = Command::new("umount").arg(&ro).status();
 }
@@ -432,25 +721,45 @@ fn a_store_inside_another_users_directory_is_refused() {
     std::os::unix::fs::chown(&userdir, Some(65534), Some(65534)).unwrap();
     let store = userdir.join("store");
     let listing = |d: &std::path::Path| {
-        let mut names: Vec<String> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut names: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         names.sort();
         names
     };
     let refused = |what: &str| {
-        let out = Command::new(sysprof_bin()).args(["agent", "--store"]).arg(&store).output().unwrap();
+        let out = Command::new(sysprof_bin())
+            .args(["agent", "--store"])
+            .arg(&store)
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprintln!("{what}: {}", stderr.trim());
         assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{what}: one line: {stderr}");
-        assert!(stderr.contains(&userdir.display().to_string()) && stderr.contains("uid 65534") && stderr.contains("--store"), "{what}: {stderr}");
+        assert!(
+            stderr.contains(&userdir.display().to_string())
+                && stderr.contains("uid 65534")
+                && stderr.contains("--store"),
+            "{what}: {stderr}"
+        );
     };
 
     refused("a missing store in nobody's directory");
-    assert!(listing(&userdir).is_empty(), "the store was created in nobody's directory: {:?}", listing(&userdir));
+    assert!(
+        listing(&userdir).is_empty(),
+        "the store was created in nobody's directory: {:?}",
+        listing(&userdir)
+    );
 
     // nobody plants the store as a link to root's directory.
     as_nobody(&format!("ln -s {} {}", target.display(), store.display()));
     refused("a store nobody planted as a link");
     assert_eq!(listing(&userdir), ["store"], "only nobody's link");
-    assert!(listing(&target).is_empty(), "written through nobody's link: {:?}", listing(&target));
+    assert!(
+        listing(&target).is_empty(),
+        "written through nobody's link: {:?}",
+        listing(&target)
+    );
 }

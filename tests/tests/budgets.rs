@@ -16,7 +16,12 @@ const HZ: f64 = 999.0;
 fn step_libraries(dir: &Path, n: usize) -> Vec<PathBuf> {
     let src = workspace_root().join("tests/workloads/chainstep.c");
     let lib = dir.join("libstep.so");
-    let status = Command::new("gcc").args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"]).arg(&lib).arg(&src).status().expect("gcc");
+    let status = Command::new("gcc")
+        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("gcc");
     assert!(status.success(), "building libstep.so failed");
     (0..n)
         .map(|i| {
@@ -29,7 +34,10 @@ fn step_libraries(dir: &Path, n: usize) -> Vec<PathBuf> {
 
 /// The `kernel unwinding:` line of a `record -v` stderr.
 fn kernel_line(stderr: &str) -> &str {
-    stderr.lines().find(|l| l.starts_with("sysprof: kernel unwinding:")).unwrap_or("")
+    stderr
+        .lines()
+        .find(|l| l.starts_with("sysprof: kernel unwinding:"))
+        .unwrap_or("")
 }
 
 /// Check that a process with 304 executable mappings (304 distinct
@@ -46,14 +54,21 @@ fn more_mappings_than_an_entry_holds_stay_whole() {
     }
     let dir = scratch("more_mappings_than_an_entry_holds_stay_whole");
     let libs = step_libraries(&dir, 304);
-    let exe = build_c("manylibs", &dir.join("manylibs"), &["-O2", "-fomit-frame-pointer", "-ldl"]);
+    let exe = build_c(
+        "manylibs",
+        &dir.join("manylibs"),
+        &["-O2", "-fomit-frame-pointer", "-ldl"],
+    );
     let out_path = dir.join("out.json.gz");
     let mut args: Vec<&str> = vec!["--no-off-cpu", "--", exe.to_str().unwrap(), "2.0"];
     args.extend(libs.iter().map(|l| l.to_str().unwrap()));
     let out = record(&args, &out_path);
     assert_success(&out);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let (pid, tid) = (
+        field(&out.stdout, "pid").unwrap(),
+        field(&out.stdout, "tid").unwrap(),
+    );
     assert_eq!(field(&out.stdout, "libs"), Some(304));
     let cpu_ms = field(&out.stdout, "cpu_ms").expect("the workload's CPU time");
     let profile = Profile::load(&out_path);
@@ -71,8 +86,15 @@ fn more_mappings_than_an_entry_holds_stay_whole() {
         let ok = root.is_some_and(|r| {
             let rest = &names[r + 1..];
             let descends = rest.iter().skip(1).take_while(|n| **n == "descend").count();
-            let steps = rest.iter().skip(1 + descends).take_while(|n| **n == "step").count();
-            rest.first() == Some(&"manylibs_thread") && descends == 65 && steps == 304 && rest.get(1 + descends + steps) == Some(&"bottom")
+            let steps = rest
+                .iter()
+                .skip(1 + descends)
+                .take_while(|n| **n == "step")
+                .count();
+            rest.first() == Some(&"manylibs_thread")
+                && descends == 65
+                && steps == 304
+                && rest.get(1 + descends + steps) == Some(&"bottom")
         });
         if ok {
             whole += 1;
@@ -80,16 +102,34 @@ fn more_mappings_than_an_entry_holds_stay_whole() {
             example = Some(names.iter().map(|n| n.to_string()).collect::<Vec<_>>());
         }
     }
-    eprintln!("manylibs: {whole} of {counted} whole, {outside} outside any code, cpu {cpu_ms} ms; {}", kernel_line(&stderr));
-    assert!(kernel_line(&stderr).contains("mappings_cut=") && !kernel_line(&stderr).contains("mappings_cut=0"), "the entry was cut: {}", kernel_line(&stderr));
-    assert!(counted as f64 >= cpu_ms as f64 * HZ / 1000.0 * 0.93, "{counted} samples for {cpu_ms} ms of CPU");
+    eprintln!(
+        "manylibs: {whole} of {counted} whole, {outside} outside any code, cpu {cpu_ms} ms; {}",
+        kernel_line(&stderr)
+    );
+    assert!(
+        kernel_line(&stderr).contains("mappings_cut=")
+            && !kernel_line(&stderr).contains("mappings_cut=0"),
+        "the entry was cut: {}",
+        kernel_line(&stderr)
+    );
+    assert!(
+        counted as f64 >= cpu_ms as f64 * HZ / 1000.0 * 0.93,
+        "{counted} samples for {cpu_ms} ms of CPU"
+    );
     // The one window left: samples in the first milliseconds after the
     // last dlopen, before the sideband brings its mappings and the entry is
     // rewritten, walk an entry that is neither new nor cut yet (14 of 1999,
     // all in the first 14 ms, once in three runs; an open defect). Before
     // the cut entry handed over, 833 of 875 ended so.
-    assert!(outside * 100 <= counted, "{outside} of {counted} stacks end outside any code");
-    assert!(whole * 100 >= counted * 95, "{whole} of {counted} whole; e.g. {:?}", example.map(|e| e.join(";")));
+    assert!(
+        outside * 100 <= counted,
+        "{outside} of {counted} stacks end outside any code"
+    );
+    assert!(
+        whole * 100 >= counted * 95,
+        "{whole} of {counted} whole; e.g. {:?}",
+        example.map(|e| e.join(";"))
+    );
 }
 
 /// Run `exe args` as nobody in the background; returns once it printed `ready` (a line starting so).
@@ -121,7 +161,12 @@ fn start_as_nobody(exe: &Path, args: &[&str], ready: &str) -> (Child, String) {
 /// What a 150-frame root victim (recurse.c: 512 bytes of locals a frame,
 /// beyond any stack copy) got: (whole stacks, samples in bottom, stderr,
 /// the profile's warnings).
-fn record_victim(dir: &Path, extra: &[&str], seconds: &str, link: &[&str]) -> (usize, usize, String, Vec<String>) {
+fn record_victim(
+    dir: &Path,
+    extra: &[&str],
+    seconds: &str,
+    link: &[&str],
+) -> (usize, usize, String, Vec<String>) {
     let mut flags = vec!["-O2", "-fomit-frame-pointer"];
     flags.extend_from_slice(link);
     let exe = build_c("recurse", &dir.join("recurse"), &flags);
@@ -136,7 +181,11 @@ fn record_victim(dir: &Path, extra: &[&str], seconds: &str, link: &[&str]) -> (u
     let profile = Profile::load(&out_path);
     let (mut whole, mut counted) = (0, 0);
     let mut example = None;
-    for t in profile.process_threads(pid).into_iter().filter(|t| t.name() == "recurse") {
+    for t in profile
+        .process_threads(pid)
+        .into_iter()
+        .filter(|t| t.name() == "recurse")
+    {
         for s in t.on_cpu_stacks(&profile.categories()) {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
             if !names.contains(&"bottom") && !names.iter().any(|n| n.starts_with("[truncated")) {
@@ -147,26 +196,45 @@ fn record_victim(dir: &Path, extra: &[&str], seconds: &str, link: &[&str]) -> (u
             let ok = root.is_some_and(|r| {
                 let rest = &names[r + 1..];
                 let descends = rest.iter().skip(1).take_while(|n| **n == "descend").count();
-                rest.first() == Some(&"recurse_thread") && descends == 150 && rest.get(1 + descends) == Some(&"bottom")
+                rest.first() == Some(&"recurse_thread")
+                    && descends == 150
+                    && rest.get(1 + descends) == Some(&"bottom")
             });
             if ok {
                 whole += 1;
             } else if example.is_none() {
-                example = Some(names.iter().rev().take(3).map(|n| n.to_string()).collect::<Vec<_>>().join(";"));
+                example = Some(
+                    names
+                        .iter()
+                        .rev()
+                        .take(3)
+                        .map(|n| n.to_string())
+                        .collect::<Vec<_>>()
+                        .join(";"),
+                );
             }
         }
     }
-    eprintln!("victim: {whole} of {counted} whole (e.g. a cut one ends {example:?}); {}", stats_line(&out));
+    eprintln!(
+        "victim: {whole} of {counted} whole (e.g. a cut one ends {example:?}); {}",
+        stats_line(&out)
+    );
     let others = profile.json["meta"]["extra"][0]["entries"]
         .as_array()
-        .and_then(|e| e.iter().find(|e| e["label"] == "Warnings about other users' binaries"))
+        .and_then(|e| {
+            e.iter()
+                .find(|e| e["label"] == "Warnings about other users' binaries")
+        })
         .and_then(|e| e["value"].as_u64())
         .unwrap_or(0);
     let warnings = profile_warnings(&profile);
     eprintln!("victim: profile warnings {warnings:?}; {others} about other users' binaries");
     // Profile Info lists what concerns root (who recorded): warnings about
     // nobody's files are counted, not listed.
-    assert!(!warnings.iter().any(|w| w.contains("/nobody/")), "nobody's files are not listed: {warnings:?}");
+    assert!(
+        !warnings.iter().any(|w| w.contains("/nobody/")),
+        "nobody's files are not listed: {warnings:?}"
+    );
     (whole, counted, stderr, warnings)
 }
 
@@ -197,7 +265,12 @@ fn profile_warnings(profile: &Profile) -> Vec<String> {
 fn many_rows_library(dir: &Path, name: &str, rows: usize) -> PathBuf {
     let src = many_rows_source(dir, name, rows);
     let lib = dir.join(format!("lib{name}.so"));
-    let status = Command::new("gcc").args(["-shared", "-o"]).arg(&lib).arg(&src).status().expect("gcc");
+    let status = Command::new("gcc")
+        .args(["-shared", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("gcc");
     assert!(status.success(), "assembling {name} failed");
     lib
 }
@@ -208,7 +281,11 @@ fn many_rows_source(dir: &Path, name: &str, rows: usize) -> PathBuf {
     let src = dir.join(format!("{name}.s"));
     let mut asm = String::from("\t.section .note.GNU-stack,\"\",@progbits\n\t.text\n");
     for f in 0..rows.div_ceil(ROWS_PER_FUNCTION) {
-        let fname = if f == 0 { name.to_string() } else { format!("{name}_{f}") };
+        let fname = if f == 0 {
+            name.to_string()
+        } else {
+            format!("{name}_{f}")
+        };
         asm += &format!(
             "\t.globl {fname}\n\t.type {fname},@function\n{fname}:\n\t.cfi_startproc\n\t.rept {}\n\tnop\n\t.cfi_adjust_cfa_offset 8\n\tnop\n\t.cfi_adjust_cfa_offset -8\n\t.endr\n\tret\n\t.cfi_endproc\n\t.size {fname}, .-{fname}\n",
             ROWS_PER_FUNCTION / 2
@@ -220,7 +297,11 @@ fn many_rows_source(dir: &Path, name: &str, rows: usize) -> PathBuf {
 
 /// Make `path` nobody's.
 fn give_to_nobody(path: &Path) {
-    let status = Command::new("chown").args(["65534:65534"]).arg(path).status().unwrap();
+    let status = Command::new("chown")
+        .args(["65534:65534"])
+        .arg(path)
+        .status()
+        .unwrap();
     assert!(status.success());
 }
 
@@ -257,19 +338,42 @@ fn a_user_cannot_take_the_table_budget_from_root() {
     let mut args = vec!["120"];
     args.extend(libs.iter().map(|l| l.to_str().unwrap()));
     let (mut attacker, said) = start_as_nobody(&hold, &args, "held=");
-    assert!(said.contains("held=4"), "the attacker holds its four files: {said}");
-    let (whole, counted, stderr, warnings) = record_victim(&dir, &["--unwind-table-mb", "32"], "3.0", &[pad.to_str().unwrap()]);
+    assert!(
+        said.contains("held=4"),
+        "the attacker holds its four files: {said}"
+    );
+    let (whole, counted, stderr, warnings) = record_victim(
+        &dir,
+        &["--unwind-table-mb", "32"],
+        "3.0",
+        &[pad.to_str().unwrap()],
+    );
     let _ = attacker.kill();
     let _ = attacker.wait();
     eprintln!("{}", kernel_line(&stderr));
-    assert!(counted as f64 >= 3.0 * HZ * 0.93, "{counted} samples for 3 s of CPU");
+    assert!(
+        counted as f64 >= 3.0 * HZ * 0.93,
+        "{counted} samples for 3 s of CPU"
+    );
     assert!(whole * 100 >= counted * 95, "{whole} of {counted} whole");
     assert!(
-        stderr.lines().any(|l| l.contains("kernel unwinding refused") && l.contains("uid 65534:") && !l.contains("uid 65534: 0 processes, 0 tables")),
+        stderr
+            .lines()
+            .any(|l| l.contains("kernel unwinding refused")
+                && l.contains("uid 65534:")
+                && !l.contains("uid 65534: 0 processes, 0 tables")),
         "the refusal is said, for uid 65534: {stderr}"
     );
-    assert!(warnings.iter().any(|w| w.starts_with("uid 65534: ") && w.contains("tables")), "the profile says it: {warnings:?}");
-    assert!(stderr.contains("librows0.so"), "-v lists every warning, nobody's files' too: {stderr}");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("uid 65534: ") && w.contains("tables")),
+        "the profile says it: {warnings:?}"
+    );
+    assert!(
+        stderr.contains("librows0.so"),
+        "-v lists every warning, nobody's files' too: {stderr}"
+    );
 }
 
 /// Check that a user cannot take the process map from root: with the map
@@ -288,16 +392,29 @@ fn a_user_cannot_take_the_process_map_from_root() {
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let forks = build_c("mapforks", &dir.join("mapforks"), &[]);
     let (mut attacker, said) = start_as_nobody(&forks, &["1100", "120"], "started=");
-    assert!(said.contains("started=1100"), "the attacker runs its processes: {said}");
+    assert!(
+        said.contains("started=1100"),
+        "the attacker runs its processes: {said}"
+    );
     // Every child has mapped its page once.
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let (whole, counted, stderr, warnings) = record_victim(&dir, &["--unwind-processes", "1024"], "3.0", &[]);
+    let (whole, counted, stderr, warnings) =
+        record_victim(&dir, &["--unwind-processes", "1024"], "3.0", &[]);
     // Its children die with it (PR_SET_PDEATHSIG).
     let _ = attacker.kill();
     let _ = attacker.wait();
     eprintln!("{}", kernel_line(&stderr));
-    eprintln!("{}", stderr.lines().find(|l| l.contains("kernel unwinding refused")).unwrap_or("no refusals"));
-    assert!(counted as f64 >= 3.0 * HZ * 0.93, "{counted} samples for 3 s of CPU");
+    eprintln!(
+        "{}",
+        stderr
+            .lines()
+            .find(|l| l.contains("kernel unwinding refused"))
+            .unwrap_or("no refusals")
+    );
+    assert!(
+        counted as f64 >= 3.0 * HZ * 0.93,
+        "{counted} samples for 3 s of CPU"
+    );
     assert!(whole * 100 >= counted * 95, "{whole} of {counted} whole");
     let refused = stderr
         .lines()
@@ -306,8 +423,16 @@ fn a_user_cannot_take_the_process_map_from_root() {
         .and_then(|r| r.split(' ').next())
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or(0);
-    assert!(refused >= 1100 - 256, "nobody's processes past its quarter are counted as refused: {refused}; {stderr}");
-    assert!(warnings.iter().any(|w| w.starts_with("uid 65534: ") && w.contains("processes got no entry")), "the profile says it: {warnings:?}");
+    assert!(
+        refused >= 1100 - 256,
+        "nobody's processes past its quarter are counted as refused: {refused}; {stderr}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("uid 65534: ") && w.contains("processes got no entry")),
+        "the profile says it: {warnings:?}"
+    );
 }
 
 /// Check that a process refused an entry (its user holds its quarter of
@@ -328,10 +453,23 @@ fn a_process_refused_an_entry_hands_over() {
     let forks = build_c("mapforks", &dir.join("mapforks"), &[]);
     let deep = build_c("deep", &dir.join("deep"), &["-O2", "-fomit-frame-pointer"]);
     let (mut attacker, said) = start_as_nobody(&forks, &["300", "120"], "started=");
-    assert!(said.contains("started=300"), "the attacker runs its processes: {said}");
+    assert!(
+        said.contains("started=300"),
+        "the attacker runs its processes: {said}"
+    );
     std::thread::sleep(std::time::Duration::from_secs(1));
     let out_path = dir.join("out.json.gz");
-    let rec = record_started(&["-a", "--no-off-cpu", "--unwind-processes", "1024", "-d", "120"], &out_path);
+    let rec = record_started(
+        &[
+            "-a",
+            "--no-off-cpu",
+            "--unwind-processes",
+            "1024",
+            "-d",
+            "120",
+        ],
+        &out_path,
+    );
     // Each of nobody's sleepers asks for its entry as its mappings change
     // (every 2 s): after two of those periods its quarter is taken (without
     // the wait, a busy machine once let deep in first: 0 walks refused).
@@ -342,14 +480,19 @@ fn a_process_refused_an_entry_hands_over() {
         .arg("2.0")
         .output()
         .expect("setpriv");
-    let _ = Command::new("kill").args(["-INT", &rec.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-INT", &rec.id().to_string()])
+        .status();
     let out = wait_with_timeout(rec, std::time::Duration::from_secs(120), "sysprof record");
     let _ = attacker.kill();
     let _ = attacker.wait();
     assert_success(&out);
     assert!(ran.status.success(), "deep ran");
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let (pid, tid) = (field(&ran.stdout, "pid").unwrap(), field(&ran.stdout, "tid").unwrap());
+    let (pid, tid) = (
+        field(&ran.stdout, "pid").unwrap(),
+        field(&ran.stdout, "tid").unwrap(),
+    );
     let profile = Profile::load(&out_path);
     let t = profile.thread(pid, tid).expect("the deep thread");
     const CHAIN: [&str; 6] = ["level1", "level2", "level3", "level4", "level5", "level6"];
@@ -358,8 +501,15 @@ fn a_process_refused_an_entry_hands_over() {
     for s in &stacks {
         let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
         just_started += names.iter().any(|n| n.contains("just started")) as usize;
-        let Some(root) = names.iter().position(|n| *n == "start_thread" || *n == "clone3" || n.starts_with("__clone")) else { continue };
-        let Some(i1) = names.iter().position(|n| *n == "level1") else { continue };
+        let Some(root) = names
+            .iter()
+            .position(|n| *n == "start_thread" || *n == "clone3" || n.starts_with("__clone"))
+        else {
+            continue;
+        };
+        let Some(i1) = names.iter().position(|n| *n == "level1") else {
+            continue;
+        };
         if i1 > root && names.get(i1 - 1) == Some(&"deep") && names[i1..].starts_with(&CHAIN) {
             whole += 1;
         }
@@ -367,10 +517,28 @@ fn a_process_refused_an_entry_hands_over() {
     let line = kernel_line(&stderr);
     // The walks' own count: after "walks:", where each key is one word.
     let walks = line.split(" walks: ").nth(1).unwrap_or("");
-    let refused_walks = walks.split_whitespace().find_map(|kv| kv.strip_prefix("refused=")).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
-    eprintln!("refused deep: {whole} of {} whole, {just_started} 'just started'; {line}", stacks.len());
-    assert!(stacks.len() as f64 >= 2.0 * HZ * 0.93, "{} samples for 2 s of CPU", stacks.len());
-    assert_eq!(just_started, 0, "a refused process is no process that just started");
+    let refused_walks = walks
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("refused="))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    eprintln!(
+        "refused deep: {whole} of {} whole, {just_started} 'just started'; {line}",
+        stacks.len()
+    );
+    assert!(
+        stacks.len() as f64 >= 2.0 * HZ * 0.93,
+        "{} samples for 2 s of CPU",
+        stacks.len()
+    );
+    assert_eq!(
+        just_started, 0,
+        "a refused process is no process that just started"
+    );
     assert!(refused_walks > 0, "the kernel's walks say refused: {line}");
-    assert!(whole * 100 >= stacks.len() * 95, "{whole} of {} whole", stacks.len());
+    assert!(
+        whole * 100 >= stacks.len() * 95,
+        "{whole} of {} whole",
+        stacks.len()
+    );
 }

@@ -15,15 +15,30 @@ use sysprof_tests::*;
 const SIGTERM: i32 = 15;
 
 /// `go tool pprof -top` flat sample counts per function, over `files`.
-fn pprof_top(go: &std::path::Path, files: &[std::path::PathBuf], extra: &[&str]) -> HashMap<String, f64> {
+fn pprof_top(
+    go: &std::path::Path,
+    files: &[std::path::PathBuf],
+    extra: &[&str],
+) -> HashMap<String, f64> {
     let out = Command::new(go)
-        .args(["tool", "pprof", "-top", "-nodefraction=0", "-nodecount=100000", "-sample_index=samples"])
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            "-nodefraction=0",
+            "-nodecount=100000",
+            "-sample_index=samples",
+        ])
         .args(extra)
         .args(files)
         .output()
         .expect("go tool pprof");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "go tool pprof failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "go tool pprof failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut m = HashMap::new();
     for l in text.lines() {
         let f: Vec<&str> = l.split_whitespace().collect();
@@ -52,40 +67,116 @@ fn pprof_files_read_by_go_tool_pprof_give_the_split() {
     if !can_record("pprof_files_read_by_go_tool_pprof_give_the_split") {
         return;
     }
-    let Some(go) = go_tool("pprof_files_read_by_go_tool_pprof_give_the_split") else { return };
+    let Some(go) = go_tool("pprof_files_read_by_go_tool_pprof_give_the_split") else {
+        return;
+    };
     let dir = scratch("export-pprof");
     let exe = build_c("split", &dir.join("split"), &[]);
     let store = dir.join("store");
     let pprof_dir = dir.join("pprof");
-    let agent = Agent::start(&store, &["--window", "1", "-F", "499", "--health-interval", "3600", "--pprof-dir", pprof_dir.to_str().unwrap()], &[]);
+    let agent = Agent::start(
+        &store,
+        &[
+            "--window",
+            "1",
+            "-F",
+            "499",
+            "--health-interval",
+            "3600",
+            "--pprof-dir",
+            pprof_dir.to_str().unwrap(),
+        ],
+        &[],
+    );
     let (_pid, _) = run_split(&exe, "3.0");
     agent.wait_for_window_ending_after(wall_ms() + 200.0, Duration::from_secs(20));
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
-    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&pprof_dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(".pb.gz")).collect();
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&pprof_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
+        .collect();
     assert!(files.len() >= 3, "a file per window: {files:?}");
     let top = pprof_top(&go, &files, &["-tagfocus=thread=splitter"]);
-    let (three, one) = (top.get("hot_three").copied().unwrap_or(0.0), top.get("hot_one").copied().unwrap_or(0.0));
-    eprintln!("pprof: hot_three {three}, hot_one {one}, ratio {:.2}", three / one.max(1.0));
+    let (three, one) = (
+        top.get("hot_three").copied().unwrap_or(0.0),
+        top.get("hot_one").copied().unwrap_or(0.0),
+    );
+    eprintln!(
+        "pprof: hot_three {three}, hot_one {one}, ratio {:.2}",
+        three / one.max(1.0)
+    );
     assert!(three + one >= 1200.0, "3 s at 499 Hz: {three} + {one}");
-    assert!((2.85..=3.15).contains(&(three / one)), "ratio {:.2} is not 3 ± 5%", three / one);
+    assert!(
+        (2.85..=3.15).contains(&(three / one)),
+        "ratio {:.2} is not 3 ± 5%",
+        three / one
+    );
     // Every window's file at once (pprof merges them): which windows hold
     // the workload depends on where the window boundaries fell.
-    let raw = Command::new(&go).args(["tool", "pprof", "-raw"]).args(&files).output().unwrap();
+    let raw = Command::new(&go)
+        .args(["tool", "pprof", "-raw"])
+        .args(&files)
+        .output()
+        .unwrap();
     let raw = String::from_utf8_lossy(&raw.stdout);
     // `-raw` prints the sample types as one line, the default one tagged
     // `[dflt]`: "samples/count[dflt] cpu/nanoseconds off_cpu/nanoseconds".
-    let types: Vec<&str> = raw.lines().skip_while(|l| !l.starts_with("Samples:")).nth(1).unwrap_or("").split_whitespace().map(|t| t.trim_end_matches("[dflt]")).collect();
-    assert_eq!(types, ["samples/count", "cpu/nanoseconds", "off_cpu/nanoseconds"], "three sample types: {}", &raw[..raw.len().min(400)]);
+    let types: Vec<&str> = raw
+        .lines()
+        .skip_while(|l| !l.starts_with("Samples:"))
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|t| t.trim_end_matches("[dflt]"))
+        .collect();
+    assert_eq!(
+        types,
+        ["samples/count", "cpu/nanoseconds", "off_cpu/nanoseconds"],
+        "three sample types: {}",
+        &raw[..raw.len().min(400)]
+    );
     // Mappings carry build ids: the split binary's is the one its ELF note holds.
-    let build_id = String::from_utf8_lossy(&Command::new("readelf").args(["-n"]).arg(&exe).output().unwrap().stdout).lines().find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string)).expect("split has a build id");
-    let mappings: Vec<&str> = raw.lines().skip_while(|l| !l.starts_with("Mappings")).collect();
-    assert!(mappings.iter().any(|l| l.contains(exe.to_str().unwrap()) && l.contains(&build_id)), "split's mapping with build id {build_id}: {mappings:?}");
-    assert!(mappings.iter().any(|l| l.contains("[kernel.kallsyms]")), "kernel mapping: {mappings:?}");
+    let build_id = String::from_utf8_lossy(
+        &Command::new("readelf")
+            .args(["-n"])
+            .arg(&exe)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .lines()
+    .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+    .expect("split has a build id");
+    let mappings: Vec<&str> = raw
+        .lines()
+        .skip_while(|l| !l.starts_with("Mappings"))
+        .collect();
+    assert!(
+        mappings
+            .iter()
+            .any(|l| l.contains(exe.to_str().unwrap()) && l.contains(&build_id)),
+        "split's mapping with build id {build_id}: {mappings:?}"
+    );
+    assert!(
+        mappings.iter().any(|l| l.contains("[kernel.kallsyms]")),
+        "kernel mapping: {mappings:?}"
+    );
 }
 
 fn attr_value(v: &Value) -> Value {
-    v.get("stringValue").cloned().or_else(|| v.get("intValue").and_then(|i| i.as_str().and_then(|s| s.parse::<i64>().ok()).map(Value::from))).unwrap_or(Value::Null)
+    v.get("stringValue")
+        .cloned()
+        .or_else(|| {
+            v.get("intValue").and_then(|i| {
+                i.as_str()
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .map(Value::from)
+            })
+        })
+        .unwrap_or(Value::Null)
 }
 
 /// Per request: (window start ms from its profiles, samples of `pid`'s
@@ -98,36 +189,84 @@ struct OtlpSeen {
 }
 
 fn read_otlp(path: &std::path::Path, pid: u64) -> OtlpSeen {
-    let mut seen = OtlpSeen { window_starts: Vec::new(), three: Vec::new(), one: Vec::new(), thread_names: Vec::new() };
+    let mut seen = OtlpSeen {
+        window_starts: Vec::new(),
+        three: Vec::new(),
+        one: Vec::new(),
+        thread_names: Vec::new(),
+    };
     for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
         let req: Value = serde_json::from_str(line).unwrap();
         let d = &req["dictionary"];
-        let strings: Vec<&str> = d["stringTable"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+        let strings: Vec<&str> = d["stringTable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
         let idx = |v: &Value| v.as_i64().unwrap_or(0) as usize;
         let func_name = |f: usize| strings[idx(&d["functionTable"][f]["nameStrindex"])];
         let stack_funcs = |s: usize| -> Vec<&str> {
             d["stackTable"][s]["locationIndices"]
                 .as_array()
-                .map(|a| a.iter().flat_map(|l| d["locationTable"][idx(l)]["lines"].as_array().cloned().unwrap_or_default()).map(|ln| func_name(idx(&ln["functionIndex"]))).collect())
+                .map(|a| {
+                    a.iter()
+                        .flat_map(|l| {
+                            d["locationTable"][idx(l)]["lines"]
+                                .as_array()
+                                .cloned()
+                                .unwrap_or_default()
+                        })
+                        .map(|ln| func_name(idx(&ln["functionIndex"])))
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         let attr = |i: usize| {
             let a = &d["attributeTable"][i];
-            (strings[idx(&a["keyStrindex"])].to_string(), attr_value(&a["value"]))
+            (
+                strings[idx(&a["keyStrindex"])].to_string(),
+                attr_value(&a["value"]),
+            )
         };
         let mut starts = Vec::new();
         for rp in req["resourceProfiles"].as_array().unwrap() {
-            let attrs: HashMap<String, Value> = rp["resource"]["attributes"].as_array().unwrap().iter().map(|kv| (kv["key"].as_str().unwrap().to_string(), attr_value(&kv["value"]))).collect();
+            let attrs: HashMap<String, Value> = rp["resource"]["attributes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|kv| {
+                    (
+                        kv["key"].as_str().unwrap().to_string(),
+                        attr_value(&kv["value"]),
+                    )
+                })
+                .collect();
             for sp in rp["scopeProfiles"].as_array().unwrap() {
                 for p in sp["profiles"].as_array().unwrap() {
-                    starts.push(p["timeUnixNano"].as_str().unwrap().parse::<u64>().unwrap() / 1_000_000);
-                    if attrs.get("process.pid") != Some(&Value::from(pid as i64)) || strings[idx(&p["sampleType"]["typeStrindex"])] != "samples" {
+                    starts.push(
+                        p["timeUnixNano"].as_str().unwrap().parse::<u64>().unwrap() / 1_000_000,
+                    );
+                    if attrs.get("process.pid") != Some(&Value::from(pid as i64))
+                        || strings[idx(&p["sampleType"]["typeStrindex"])] != "samples"
+                    {
                         continue;
                     }
                     for s in p["samples"].as_array().unwrap() {
                         let funcs = stack_funcs(idx(&s["stackIndex"]));
-                        let ts: Vec<u64> = s["timestampsUnixNano"].as_array().map(|a| a.iter().map(|t| t.as_str().unwrap().parse().unwrap()).collect()).unwrap_or_default();
-                        for a in s["attributeIndices"].as_array().cloned().unwrap_or_default() {
+                        let ts: Vec<u64> = s["timestampsUnixNano"]
+                            .as_array()
+                            .map(|a| {
+                                a.iter()
+                                    .map(|t| t.as_str().unwrap().parse().unwrap())
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        for a in s["attributeIndices"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default()
+                        {
                             let (k, v) = attr(idx(&a));
                             if k == "thread.name" {
                                 seen.thread_names.push(v.as_str().unwrap_or("").to_string());
@@ -159,15 +298,36 @@ fn otlp_requests_decode_with_the_official_classes() {
     if !can_record("otlp_requests_decode_with_the_official_classes") {
         return;
     }
-    let Some(python) = otel_python("otlp_requests_decode_with_the_official_classes") else { return };
+    let Some(python) = otel_python("otlp_requests_decode_with_the_official_classes") else {
+        return;
+    };
     let dir = scratch("export-otlp");
     let exe = build_c("split", &dir.join("split"), &[]);
     let port = free_port();
     let out = dir.join("otlp.jsonl");
-    let _receiver = Receiver::start(&python, "otlp_receiver.py", &[&port.to_string(), out.to_str().unwrap()]);
+    let _receiver = Receiver::start(
+        &python,
+        "otlp_receiver.py",
+        &[&port.to_string(), out.to_str().unwrap()],
+    );
     let store = dir.join("store");
     let endpoint = format!("http://127.0.0.1:{port}");
-    let agent = Agent::start(&store, &["--window", "1", "-F", "499", "--health-interval", "3600", "--otlp-endpoint", &endpoint, "--otlp-header", "x-tenant=test"], &[]);
+    let agent = Agent::start(
+        &store,
+        &[
+            "--window",
+            "1",
+            "-F",
+            "499",
+            "--health-interval",
+            "3600",
+            "--otlp-endpoint",
+            &endpoint,
+            "--otlp-header",
+            "x-tenant=test",
+        ],
+        &[],
+    );
     let t0 = (wall_ms() * 1e6) as u64;
     let (pid, _) = run_split(&exe, "3.0");
     let t1 = (wall_ms() * 1e6) as u64;
@@ -176,12 +336,27 @@ fn otlp_requests_decode_with_the_official_classes() {
     assert!(status.success(), "{stderr}");
     let seen = read_otlp(&out, pid);
     let (three, one) = (seen.three.len() as f64, seen.one.len() as f64);
-    eprintln!("otlp: {} requests; hot_three {three}, hot_one {one}, ratio {:.2}", seen.window_starts.len(), three / one.max(1.0));
+    eprintln!(
+        "otlp: {} requests; hot_three {three}, hot_one {one}, ratio {:.2}",
+        seen.window_starts.len(),
+        three / one.max(1.0)
+    );
     assert!(three + one >= 1200.0, "3 s at 499 Hz: {three} + {one}");
-    assert!((2.85..=3.15).contains(&(three / one)), "ratio {:.2} is not 3 ± 5%", three / one);
-    assert!(seen.thread_names.iter().any(|n| n == "splitter"), "thread.name: {:?}", seen.thread_names);
+    assert!(
+        (2.85..=3.15).contains(&(three / one)),
+        "ratio {:.2} is not 3 ± 5%",
+        three / one
+    );
+    assert!(
+        seen.thread_names.iter().any(|n| n == "splitter"),
+        "thread.name: {:?}",
+        seen.thread_names
+    );
     for &t in seen.three.iter().chain(&seen.one) {
-        assert!(t >= t0 && t <= t1, "a sample at {t} outside the workload's run [{t0}, {t1}]");
+        assert!(
+            t >= t0 && t <= t1,
+            "a sample at {t} outside the workload's run [{t0}, {t1}]"
+        );
     }
 }
 
@@ -192,19 +367,40 @@ fn otlp_backend_down_then_back_gets_every_window_once() {
     if !can_record("otlp_backend_down_then_back_gets_every_window_once") {
         return;
     }
-    let Some(python) = otel_python("otlp_backend_down_then_back_gets_every_window_once") else { return };
+    let Some(python) = otel_python("otlp_backend_down_then_back_gets_every_window_once") else {
+        return;
+    };
     let dir = scratch("export-otlp-outage");
     let port = free_port();
     let out = dir.join("otlp.jsonl");
     let store = dir.join("store");
     let endpoint = format!("http://127.0.0.1:{port}");
-    let agent = Agent::start(&store, &["--window", "1", "--health-interval", "3600", "--otlp-endpoint", &endpoint], &[]);
+    let agent = Agent::start(
+        &store,
+        &[
+            "--window",
+            "1",
+            "--health-interval",
+            "3600",
+            "--otlp-endpoint",
+            &endpoint,
+        ],
+        &[],
+    );
     std::thread::sleep(Duration::from_secs(4));
-    let receiver = Receiver::start(&python, "otlp_receiver.py", &[&port.to_string(), out.to_str().unwrap()]);
+    let receiver = Receiver::start(
+        &python,
+        "otlp_receiver.py",
+        &[&port.to_string(), out.to_str().unwrap()],
+    );
     std::thread::sleep(Duration::from_secs(5));
     drop(receiver);
     std::thread::sleep(Duration::from_secs(5));
-    let _receiver = Receiver::start(&python, "otlp_receiver.py", &[&port.to_string(), out.to_str().unwrap()]);
+    let _receiver = Receiver::start(
+        &python,
+        "otlp_receiver.py",
+        &[&port.to_string(), out.to_str().unwrap()],
+    );
     std::thread::sleep(Duration::from_secs(10));
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
@@ -214,16 +410,35 @@ fn otlp_backend_down_then_back_gets_every_window_once() {
     got.sort_unstable();
     let mut dedup = got.clone();
     dedup.dedup();
-    eprintln!("outage: {} windows stored, {} requests received ({} distinct); {}", stored.len(), got.len(), dedup.len(), stderr.lines().last().unwrap_or(""));
+    eprintln!(
+        "outage: {} windows stored, {} requests received ({} distinct); {}",
+        stored.len(),
+        got.len(),
+        dedup.len(),
+        stderr.lines().last().unwrap_or("")
+    );
     assert_eq!(got.len(), dedup.len(), "a window arrived twice: {got:?}");
     // The same start, to the ms: the store names a segment by its start
     // cut to whole ms, OTLP carries it in ns through an f64 (1.8e18 ns has
     // 256 ns steps), so a start of x.9999 ms may read as x+1.
-    let same = dedup.len() == stored.len() && dedup.iter().zip(&stored).all(|(a, b)| a.abs_diff(*b) <= 1);
-    assert!(same, "every stored window arrives once:\n  got    {dedup:?}\n  stored {stored:?}");
+    let same =
+        dedup.len() == stored.len() && dedup.iter().zip(&stored).all(|(a, b)| a.abs_diff(*b) <= 1);
+    assert!(
+        same,
+        "every stored window arrives once:\n  got    {dedup:?}\n  stored {stored:?}"
+    );
     let last = stderr.lines().last().unwrap_or("");
-    let failed: u64 = last.split("otlp: ").nth(1).and_then(|r| r.split(" failed").next()).and_then(|r| r.rsplit(' ').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
-    assert!(failed >= 1, "the failed attempts are counted in the health line: {last}");
+    let failed: u64 = last
+        .split("otlp: ")
+        .nth(1)
+        .and_then(|r| r.split(" failed").next())
+        .and_then(|r| r.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        failed >= 1,
+        "the failed attempts are counted in the health line: {last}"
+    );
 }
 
 /// Check that a backend that accepts and never answers costs the agent no
@@ -252,16 +467,31 @@ fn a_hung_backend_does_not_grow_memory() {
     if !can_record("a_hung_backend_does_not_grow_memory") {
         return;
     }
-    let Some(python) = otel_python("a_hung_backend_does_not_grow_memory") else { return };
+    let Some(python) = otel_python("a_hung_backend_does_not_grow_memory") else {
+        return;
+    };
     let dir = scratch("export-hung");
     let port = free_port();
-    let _hung = Receiver::start(&python, "otlp_receiver.py", &[&port.to_string(), "/dev/null", "--hang"]);
+    let _hung = Receiver::start(
+        &python,
+        "otlp_receiver.py",
+        &[&port.to_string(), "/dev/null", "--hang"],
+    );
     let store = dir.join("store");
     let endpoint = format!("http://127.0.0.1:{port}");
     let metrics = free_port();
     let naps = build_c("naps", &dir.join("naps"), &[]);
     let _load = Background::start(&naps, &["20"]);
-    let common = ["--window", "1", "-F", "99", "--off-cpu-threshold", "0", "--health-interval", "3600"];
+    let common = [
+        "--window",
+        "1",
+        "-F",
+        "99",
+        "--off-cpu-threshold",
+        "0",
+        "--health-interval",
+        "3600",
+    ];
     let metrics_addr = format!("127.0.0.1:{metrics}");
     let mut args = common.to_vec();
     args.extend(["--otlp-endpoint", &endpoint, "--metrics", &metrics_addr]);
@@ -292,7 +522,13 @@ fn a_hung_backend_does_not_grow_memory() {
         text
     };
     let text = scrape(());
-    let value = |name: &str| text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    let value = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
     let backlog = value("sysprof_export_backlog_windows{exporter=\"otlp\"}");
     let stored = value("sysprof_windows_stored_total");
     let growth = |i: usize| late[i] as i64 - early[i] as i64;
@@ -305,7 +541,10 @@ fn a_hung_backend_does_not_grow_memory() {
     let (status, stderr) = control.stop_with(SIGTERM);
     assert!(status.success(), "the control agent: {stderr}");
     assert!(stored >= 35.0, "windows go on being stored: {stored}");
-    assert!(backlog >= 25.0, "the windows wait in the store: backlog {backlog}");
+    assert!(
+        backlog >= 25.0,
+        "the windows wait in the store: backlog {backlog}"
+    );
     assert!(
         growth(0) <= growth(1) + 12 * 1024,
         "with a hung backend the anonymous RSS grew {} KiB (medians), the control's {} KiB",
@@ -323,15 +562,36 @@ fn pyroscope_ingest_gets_named_series_that_pprof_decodes() {
     if !can_record("pyroscope_ingest_gets_named_series_that_pprof_decodes") {
         return;
     }
-    let Some(go) = go_tool("pyroscope_ingest_gets_named_series_that_pprof_decodes") else { return };
+    let Some(go) = go_tool("pyroscope_ingest_gets_named_series_that_pprof_decodes") else {
+        return;
+    };
     let dir = scratch("export-pyroscope");
     let exe = build_c("split", &dir.join("split"), &[]);
     let port = free_port();
     let got = dir.join("got");
-    let _receiver = Receiver::start(std::path::Path::new("python3"), "pyroscope_receiver.py", &[&port.to_string(), got.to_str().unwrap()]);
+    let _receiver = Receiver::start(
+        std::path::Path::new("python3"),
+        "pyroscope_receiver.py",
+        &[&port.to_string(), got.to_str().unwrap()],
+    );
     let store = dir.join("store");
     let url = format!("http://127.0.0.1:{port}");
-    let agent = Agent::start(&store, &["--window", "1", "-F", "199", "--health-interval", "3600", "--pyroscope-url", &url, "--pyroscope-tenant", "team-a"], &[]);
+    let agent = Agent::start(
+        &store,
+        &[
+            "--window",
+            "1",
+            "-F",
+            "199",
+            "--health-interval",
+            "3600",
+            "--pyroscope-url",
+            &url,
+            "--pyroscope-tenant",
+            "team-a",
+        ],
+        &[],
+    );
     let (pid, _) = run_split(&exe, "2.0");
     agent.wait_for_window_ending_after(wall_ms() + 200.0, Duration::from_secs(20));
     let (status, stderr) = agent.stop_with(SIGTERM);
@@ -344,18 +604,39 @@ fn pyroscope_ingest_gets_named_series_that_pprof_decodes() {
             let name = meta["query"]["name"][0].as_str().unwrap().to_string();
             assert_eq!(meta["path"], "/ingest");
             assert_eq!(meta["query"]["format"][0], "pprof");
-            assert_eq!(meta["headers"]["x-scope-orgid"], "team-a", "the tenant header");
-            assert!(name.contains(".cpu{service_name=") && name.contains(",pid=") && name.contains(",hostname="), "{name}");
+            assert_eq!(
+                meta["headers"]["x-scope-orgid"], "team-a",
+                "the tenant header"
+            );
+            assert!(
+                name.contains(".cpu{service_name=")
+                    && name.contains(",pid=")
+                    && name.contains(",hostname="),
+                "{name}"
+            );
             if name.contains(&format!(",pid={pid},")) {
-                assert!(name.starts_with("split.cpu{service_name=split,") && name.contains(",comm=split,"), "{name}");
+                assert!(
+                    name.starts_with("split.cpu{service_name=split,")
+                        && name.contains(",comm=split,"),
+                    "{name}"
+                );
                 ours.push(p.with_extension("pb.gz"));
             }
         }
     }
     assert!(!ours.is_empty(), "a series for the workload");
     let top = pprof_top(&go, &ours, &[]);
-    eprintln!("pyroscope: {} requests for pid {pid}; hot_three {:?}, hot_one {:?}", ours.len(), top.get("hot_three"), top.get("hot_one"));
-    assert!(top.get("hot_three").copied().unwrap_or(0.0) > top.get("hot_one").copied().unwrap_or(0.0) && top.contains_key("hot_one"), "{top:?}");
+    eprintln!(
+        "pyroscope: {} requests for pid {pid}; hot_three {:?}, hot_one {:?}",
+        ours.len(),
+        top.get("hot_three"),
+        top.get("hot_one")
+    );
+    assert!(
+        top.get("hot_three").copied().unwrap_or(0.0) > top.get("hot_one").copied().unwrap_or(0.0)
+            && top.contains_key("hot_one"),
+        "{top:?}"
+    );
 }
 
 /// One scrape of `/metrics` on a new connection, given at most `limit`:
@@ -364,11 +645,14 @@ fn scrape_within(port: u16, limit: Duration) -> (Result<String, String>, Duratio
     use std::io::{Read, Write};
     let t = std::time::Instant::now();
     let result = (|| {
-        let mut s = std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), limit).map_err(|e| format!("connect: {e}"))?;
+        let mut s = std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), limit)
+            .map_err(|e| format!("connect: {e}"))?;
         s.set_read_timeout(Some(limit)).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").map_err(|e| format!("write: {e}"))?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .map_err(|e| format!("write: {e}"))?;
         let mut raw = Vec::new();
-        s.read_to_end(&mut raw).map_err(|e| format!("read after {} bytes: {e}", raw.len()))?;
+        s.read_to_end(&mut raw)
+            .map_err(|e| format!("read after {} bytes: {e}", raw.len()))?;
         let text = String::from_utf8_lossy(&raw).into_owned();
         match text.split_once("\r\n\r\n") {
             Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_string()),
@@ -393,7 +677,20 @@ fn metrics_answers_scrapes_beside_idle_and_slow_clients() {
     }
     let dir = scratch("export-metrics-flood");
     let port = free_port();
-    let agent = Agent::start(&dir.join("store"), &["--window", "1", "-F", "99", "--health-interval", "3600", "--metrics", &format!("127.0.0.1:{port}")], &[]);
+    let agent = Agent::start(
+        &dir.join("store"),
+        &[
+            "--window",
+            "1",
+            "-F",
+            "99",
+            "--health-interval",
+            "3600",
+            "--metrics",
+            &format!("127.0.0.1:{port}"),
+        ],
+        &[],
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
     // A connection that never sends or receives anything of ours, nonblocking.
@@ -432,7 +729,10 @@ fn metrics_answers_scrapes_beside_idle_and_slow_clients() {
             while !stop.load(Ordering::Relaxed) {
                 let mut s = open();
                 let t = std::time::Instant::now();
-                for b in b"GET /metrics HTTP/1.1\r\nX-Slow: ".iter().chain(std::iter::repeat(&b'a')) {
+                for b in b"GET /metrics HTTP/1.1\r\nX-Slow: "
+                    .iter()
+                    .chain(std::iter::repeat(&b'a'))
+                {
                     if stop.load(Ordering::Relaxed) {
                         return lasted;
                     }
@@ -459,14 +759,32 @@ fn metrics_answers_scrapes_beside_idle_and_slow_clients() {
     let reopened = idle.join().unwrap();
     let lasted = slow.join().unwrap();
     let (status, stderr) = agent.stop_with(SIGTERM);
-    let summary: Vec<String> = scrapes.iter().map(|(r, t)| format!("{} in {:.3} s", if r.is_ok() { "ok" } else { "FAILED" }, t.as_secs_f64())).collect();
+    let summary: Vec<String> = scrapes
+        .iter()
+        .map(|(r, t)| {
+            format!(
+                "{} in {:.3} s",
+                if r.is_ok() { "ok" } else { "FAILED" },
+                t.as_secs_f64()
+            )
+        })
+        .collect();
     eprintln!("metrics beside 100 idle connections ({reopened} reopened after the agent closed them) and a byte-a-second client (cut after {lasted:?}): {}", summary.join(", "));
     assert!(status.success(), "{stderr}");
     for (result, took) in &scrapes {
-        let body = result.as_ref().unwrap_or_else(|e| panic!("a scrape failed after {took:?}: {e}; all: {summary:?}"));
+        let body = result
+            .as_ref()
+            .unwrap_or_else(|e| panic!("a scrape failed after {took:?}: {e}; all: {summary:?}"));
         assert!(*took < Duration::from_secs(1), "a scrape took {took:?}");
-        assert!(body.lines().any(|l| l.starts_with("sysprof_samples_total ")), "no sysprof_samples_total: {body}");
+        assert!(
+            body.lines()
+                .any(|l| l.starts_with("sysprof_samples_total ")),
+            "no sysprof_samples_total: {body}"
+        );
     }
     assert!(!lasted.is_empty(), "the byte-a-second client was never cut");
-    assert!(lasted.iter().all(|d| *d < Duration::from_secs(5)), "the byte-a-second client lasted {lasted:?}");
+    assert!(
+        lasted.iter().all(|d| *d < Duration::from_secs(5)),
+        "the byte-a-second client lasted {lasted:?}"
+    );
 }

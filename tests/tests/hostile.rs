@@ -24,7 +24,11 @@ fn names_in(profile: &Profile, pid: u64) -> Vec<String> {
 
 fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// deep.c built without DWARF (so names come from symbol tables only).
@@ -50,15 +54,34 @@ fn planted_symlinks_and_files_are_never_written_through() {
         "echo precious > {d}/victim && ln -s {d}/victim {d}/p.json.gz && \
          for i in 1 2 3; do echo planted > {d}/.p.json.gz.$i.tmp; ln -s {d}/victim {d}/.p.json.gz.x$i.tmp; done"
     ));
-    let before: Vec<String> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let before: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
     let out = record(&["-a", "-d", "0.5", "-q"], &dir.join("p.json.gz"));
     assert_success(&out);
-    assert_eq!(std::fs::read_to_string(dir.join("victim")).unwrap(), "precious\n", "the symlink's target is untouched");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("victim")).unwrap(),
+        "precious\n",
+        "the symlink's target is untouched"
+    );
     let meta = std::fs::symlink_metadata(dir.join("p.json.gz")).unwrap();
-    assert!(meta.file_type().is_file() && meta.uid() == 0, "the profile is a root-owned regular file: {meta:?}");
+    assert!(
+        meta.file_type().is_file() && meta.uid() == 0,
+        "the profile is a root-owned regular file: {meta:?}"
+    );
     Profile::load(&dir.join("p.json.gz"));
-    let after: Vec<String> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-    assert_eq!(after.len(), before.len(), "nothing left behind: before {before:?}, after {after:?}");
+    let after: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        after.len(),
+        before.len(),
+        "nothing left behind: before {before:?}, after {after:?}"
+    );
 }
 
 /// Check that a binary whose debug link names a FIFO beside it cannot hang
@@ -70,25 +93,63 @@ fn a_fifo_debug_link_cannot_hang_sysprof() {
         return;
     }
     let dir = scratch("hostile-fifo");
-    let full = build_c("deep", &dir.join("deep.full"), &["-O2", "-fomit-frame-pointer"]);
+    let full = build_c(
+        "deep",
+        &dir.join("deep.full"),
+        &["-O2", "-fomit-frame-pointer"],
+    );
     let exe = dir.join("deep");
-    run(Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(dir.join("deep.debug")));
-    run(Command::new("objcopy").arg("--strip-debug").arg(format!("--add-gnu-debuglink={}", dir.join("deep.debug").display())).arg(&full).arg(&exe));
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&full)
+        .arg(dir.join("deep.debug")));
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(format!(
+            "--add-gnu-debuglink={}",
+            dir.join("deep.debug").display()
+        ))
+        .arg(&full)
+        .arg(&exe));
     std::fs::remove_file(dir.join("deep.debug")).unwrap();
     run(Command::new("mkfifo").arg(dir.join("deep.debug")));
     let out_path = dir.join("p.json.gz");
     let started = Instant::now();
-    let child = Command::new(sysprof_bin()).args(["record", "-v", "--no-off-cpu", "-o"]).arg(&out_path).args(["--", exe.to_str().unwrap(), "0.5"])
-        .stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let out = wait_with_timeout(child, Duration::from_secs(30), "sysprof with a FIFO debug link");
+    let child = Command::new(sysprof_bin())
+        .args(["record", "-v", "--no-off-cpu", "-o"])
+        .arg(&out_path)
+        .args(["--", exe.to_str().unwrap(), "0.5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_with_timeout(
+        child,
+        Duration::from_secs(30),
+        "sysprof with a FIFO debug link",
+    );
     assert_success(&out);
     let pid = field(&out.stdout, "pid").unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let names = names_in(&Profile::load(&out_path), pid);
-    eprintln!("fifo: done in {:.1} s; level6 named in {} frames; {}", started.elapsed().as_secs_f64(), names.iter().filter(|n| *n == "level6").count(), stderr.lines().find(|l| l.contains("debug link")).unwrap_or(""));
+    eprintln!(
+        "fifo: done in {:.1} s; level6 named in {} frames; {}",
+        started.elapsed().as_secs_f64(),
+        names.iter().filter(|n| *n == "level6").count(),
+        stderr
+            .lines()
+            .find(|l| l.contains("debug link"))
+            .unwrap_or("")
+    );
     assert!(started.elapsed() < Duration::from_secs(15));
-    assert!(names.iter().any(|n| n == "level6"), "the binary's own symbol table names it");
-    assert!(stderr.contains("debug link not followed") && stderr.contains("not a regular file"), "{stderr}");
+    assert!(
+        names.iter().any(|n| n == "level6"),
+        "the binary's own symbol table names it"
+    );
+    assert!(
+        stderr.contains("debug link not followed") && stderr.contains("not a regular file"),
+        "{stderr}"
+    );
 }
 
 /// Check that a debug link is a file name, never a path: a link that
@@ -107,15 +168,24 @@ fn debug_links_never_reach_files_the_user_could_not_read() {
     let secret = PathBuf::from("/root/sysprof-test-secret.debug");
     let renamed = dir.join("renamed");
     let mut redefine = Command::new("objcopy");
-    for f in ["deep", "level1", "level2", "level3", "level4", "level5", "level6"] {
+    for f in [
+        "deep", "level1", "level2", "level3", "level4", "level5", "level6",
+    ] {
         redefine.arg(format!("--redefine-sym={f}=secret_{f}"));
     }
     run(redefine.arg(&full).arg(&renamed));
-    run(Command::new("objcopy").arg("--only-keep-debug").arg(&renamed).arg(&secret));
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&renamed)
+        .arg(&secret));
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     let crc = crc32(&std::fs::read(&secret).unwrap());
     let stripped = dir.join("stripped");
-    run(Command::new("objcopy").arg("--strip-all").arg("--remove-section=.gnu_debuglink").arg(&full).arg(&stripped));
+    run(Command::new("objcopy")
+        .arg("--strip-all")
+        .arg("--remove-section=.gnu_debuglink")
+        .arg(&full)
+        .arg(&stripped));
     let with_link = |name: &str, path: &Path| {
         let mut data = name.as_bytes().to_vec();
         data.push(0);
@@ -123,10 +193,19 @@ fn debug_links_never_reach_files_the_user_could_not_read() {
         data.extend(crc.to_le_bytes());
         let section = dir.join("link.bin");
         std::fs::write(&section, data).unwrap();
-        run(Command::new("objcopy").arg(format!("--add-section=.gnu_debuglink={}", section.display())).arg(&stripped).arg(path));
+        run(Command::new("objcopy")
+            .arg(format!(
+                "--add-section=.gnu_debuglink={}",
+                section.display()
+            ))
+            .arg(&stripped)
+            .arg(path));
     };
     let climbing = dir.join("climbing");
-    with_link("../../../../../../../../root/sysprof-test-secret.debug", &climbing);
+    with_link(
+        "../../../../../../../../root/sysprof-test-secret.debug",
+        &climbing,
+    );
     let absolute = dir.join("absolute");
     with_link("/root/sysprof-test-secret.debug", &absolute);
     let linked = dir.join("linked");
@@ -136,16 +215,37 @@ fn debug_links_never_reach_files_the_user_could_not_read() {
     for exe in [&climbing, &absolute, &linked] {
         std::fs::set_permissions(exe, std::fs::Permissions::from_mode(0o755)).unwrap();
         let out_path = dir.join("p.json.gz");
-        let out = record(&["--no-off-cpu", "--", exe.to_str().unwrap(), "0.4"], &out_path);
+        let out = record(
+            &["--no-off-cpu", "--", exe.to_str().unwrap(), "0.4"],
+            &out_path,
+        );
         assert_success(&out);
         let text = flate2::read::GzDecoder::new(std::fs::File::open(&out_path).unwrap());
         let json = std::io::read_to_string(text).unwrap();
         let pid = field(&out.stdout, "pid").unwrap();
         let names = names_in(&Profile::load(&out_path), pid);
-        eprintln!("link {}: {} frames, {}", exe.display(), names.len(), String::from_utf8_lossy(&out.stderr).lines().find(|l| l.contains("debug link")).unwrap_or(""));
+        eprintln!(
+            "link {}: {} frames, {}",
+            exe.display(),
+            names.len(),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .find(|l| l.contains("debug link"))
+                .unwrap_or("")
+        );
         assert!(names.len() >= 200, "it ran and was sampled");
-        assert!(!json.contains("secret_level") && !json.contains("secret_deep"), "{}: the root-only debug file was read", exe.display());
-        assert!(names.iter().any(|n| n.starts_with(&format!("{}+0x", exe.file_name().unwrap().to_string_lossy()))), "its frames are grouped by FDE instead");
+        assert!(
+            !json.contains("secret_level") && !json.contains("secret_deep"),
+            "{}: the root-only debug file was read",
+            exe.display()
+        );
+        assert!(
+            names.iter().any(|n| n.starts_with(&format!(
+                "{}+0x",
+                exe.file_name().unwrap().to_string_lossy()
+            ))),
+            "its frames are grouped by FDE instead"
+        );
     }
     let _ = std::fs::remove_file(&secret);
 }
@@ -155,7 +255,11 @@ fn crc32(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= b as u32;
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -179,23 +283,61 @@ fn one_build_id_two_binaries_each_keeps_its_names() {
         redefine.arg(format!("--redefine-sym={f}=pwned_{f}"));
     }
     run(redefine.arg(&real).arg(&copy));
-    let notes = |p: &Path| String::from_utf8(Command::new("readelf").arg("-n").arg(p).output().unwrap().stdout).unwrap();
-    assert!(notes(&copy).contains("5eed0123456789abcdef"), "the copy keeps the build id");
+    let notes = |p: &Path| {
+        String::from_utf8(
+            Command::new("readelf")
+                .arg("-n")
+                .arg(p)
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap()
+    };
+    assert!(
+        notes(&copy).contains("5eed0123456789abcdef"),
+        "the copy keeps the build id"
+    );
     let out_path = dir.join("p.json.gz");
     let out = record(
-        &["--no-off-cpu", "--", "sh", "-c", &format!("{} 0.6 & {} 0.6 & wait", copy.display(), real.display())],
+        &[
+            "--no-off-cpu",
+            "--",
+            "sh",
+            "-c",
+            &format!("{} 0.6 & {} 0.6 & wait", copy.display(), real.display()),
+        ],
         &out_path,
     );
     assert_success(&out);
     let profile = Profile::load(&out_path);
     let by_name = |process: &str| -> Vec<String> {
-        profile.threads().iter().filter(|t| t.process_name() == process).flat_map(|t| t.on_cpu_stacks(&profile.categories())).flatten().map(|(n, _)| n).collect()
+        profile
+            .threads()
+            .iter()
+            .filter(|t| t.process_name() == process)
+            .flat_map(|t| t.on_cpu_stacks(&profile.categories()))
+            .flatten()
+            .map(|(n, _)| n)
+            .collect()
     };
     let (r, c) = (by_name("real"), by_name("copy"));
     let count = |v: &[String], s: &str| v.iter().filter(|n| *n == s).count();
-    eprintln!("build id: real {} level6, {} pwned_level6; copy {} level6, {} pwned_level6", count(&r, "level6"), count(&r, "pwned_level6"), count(&c, "level6"), count(&c, "pwned_level6"));
-    assert!(count(&r, "level6") >= 200 && count(&r, "pwned_level6") == 0, "the real program keeps its names");
-    assert!(count(&c, "pwned_level6") >= 200 && count(&c, "level6") == 0, "the copy keeps its own");
+    eprintln!(
+        "build id: real {} level6, {} pwned_level6; copy {} level6, {} pwned_level6",
+        count(&r, "level6"),
+        count(&r, "pwned_level6"),
+        count(&c, "level6"),
+        count(&c, "pwned_level6")
+    );
+    assert!(
+        count(&r, "level6") >= 200 && count(&r, "pwned_level6") == 0,
+        "the real program keeps its names"
+    );
+    assert!(
+        count(&c, "pwned_level6") >= 200 && count(&c, "level6") == 0,
+        "the copy keeps its own"
+    );
 }
 
 /// A copy of deep.full (with DWARF) whose .debug_info is replaced by
@@ -224,10 +366,19 @@ fn compressed_section_bombs_are_refused() {
         return;
     }
     let dir = scratch("hostile-bomb");
-    let full = build_c("deep", &dir.join("deep.full"), &["-O2", "-fomit-frame-pointer"]);
+    let full = build_c(
+        "deep",
+        &dir.join("deep.full"),
+        &["-O2", "-fomit-frame-pointer"],
+    );
     // 1 TiB claimed, a few bytes of data.
     let claim = dir.join("claim");
-    with_compressed_debug_info(&full, &claim, 1 << 40, &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01]);
+    with_compressed_debug_info(
+        &full,
+        &claim,
+        1 << 40,
+        &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
+    );
     // A real bomb: 2 GiB of zeros, deflated to ~2 MB.
     let bomb = dir.join("bomb");
     let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -238,15 +389,29 @@ fn compressed_section_bombs_are_refused() {
     with_compressed_debug_info(&full, &bomb, 2 << 30, &enc.finish().unwrap());
     for exe in [&claim, &bomb] {
         let out_path = dir.join("p.json.gz");
-        let out = record(&["--no-off-cpu", "--", exe.to_str().unwrap(), "0.4"], &out_path);
+        let out = record(
+            &["--no-off-cpu", "--", exe.to_str().unwrap(), "0.4"],
+            &out_path,
+        );
         assert_success(&out);
         let pid = field(&out.stdout, "pid").unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         let names = names_in(&Profile::load(&out_path), pid);
         let rss = children_peak_rss_mib();
-        eprintln!("bomb {}: level6 in {} frames; peak RSS so far {rss:.0} MiB; {}", exe.display(), names.iter().filter(|n| *n == "level6").count(), stderr.lines().find(|l| l.contains("DWARF")).unwrap_or(""));
-        assert!(stderr.contains("DWARF not read") && stderr.contains("MiB"), "a warning says why: {stderr}");
-        assert!(names.iter().any(|n| n == "level6"), "the symbol table still names it");
+        eprintln!(
+            "bomb {}: level6 in {} frames; peak RSS so far {rss:.0} MiB; {}",
+            exe.display(),
+            names.iter().filter(|n| *n == "level6").count(),
+            stderr.lines().find(|l| l.contains("DWARF")).unwrap_or("")
+        );
+        assert!(
+            stderr.contains("DWARF not read") && stderr.contains("MiB"),
+            "a warning says why: {stderr}"
+        );
+        assert!(
+            names.iter().any(|n| n == "level6"),
+            "the symbol table still names it"
+        );
         assert!(rss < 400.0, "peak RSS {rss:.0} MiB: nothing was inflated");
     }
 }
@@ -261,7 +426,11 @@ fn damaged_dwarf_or_symtab_costs_only_itself() {
         return;
     }
     let dir = scratch("hostile-damage");
-    let full = build_c("deep", &dir.join("deep.full"), &["-O2", "-fomit-frame-pointer"]);
+    let full = build_c(
+        "deep",
+        &dir.join("deep.full"),
+        &["-O2", "-fomit-frame-pointer"],
+    );
     let mut elf = std::fs::read(&full).unwrap();
     let info = elf_section(&elf, ".debug_info");
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -283,20 +452,47 @@ fn damaged_dwarf_or_symtab_costs_only_itself() {
     for exe in [&garbage_dwarf, &bad_symtab] {
         std::fs::set_permissions(exe, std::fs::Permissions::from_mode(0o755)).unwrap();
         let out_path = dir.join("p.json.gz");
-        let out = record(&["--no-off-cpu", "--", exe.to_str().unwrap(), "0.6"], &out_path);
+        let out = record(
+            &["--no-off-cpu", "--", exe.to_str().unwrap(), "0.6"],
+            &out_path,
+        );
         assert_success(&out);
-        let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+        let (pid, tid) = (
+            field(&out.stdout, "pid").unwrap(),
+            field(&out.stdout, "tid").unwrap(),
+        );
         let profile = Profile::load(&out_path);
-        let stacks = profile.thread(pid, tid).unwrap().on_cpu_stacks(&profile.categories());
-        let named = stacks.iter().filter(|s| s.iter().any(|(n, _)| n == "level6")).count();
+        let stacks = profile
+            .thread(pid, tid)
+            .unwrap()
+            .on_cpu_stacks(&profile.categories());
+        let named = stacks
+            .iter()
+            .filter(|s| s.iter().any(|(n, _)| n == "level6"))
+            .count();
         // The chain deep -> level1 ... level6 is 7 frames of this binary under start_thread.
-        let whole = stacks.iter().filter(|s| s.iter().any(|(n, _)| n == "start_thread" || n == "clone3") && s.len() >= 9).count();
-        eprintln!("damage {}: {named} of {} name level6, {whole} reach the thread's start; {}", exe.display(), stacks.len(), stats_line(&out));
+        let whole = stacks
+            .iter()
+            .filter(|s| s.iter().any(|(n, _)| n == "start_thread" || n == "clone3") && s.len() >= 9)
+            .count();
+        eprintln!(
+            "damage {}: {named} of {} name level6, {whole} reach the thread's start; {}",
+            exe.display(),
+            stacks.len(),
+            stats_line(&out)
+        );
         assert!(stacks.len() >= 400);
         if exe == &garbage_dwarf {
-            assert!(named * 100 >= stacks.len() * 95, "the symbol table names level6");
+            assert!(
+                named * 100 >= stacks.len() * 95,
+                "the symbol table names level6"
+            );
         }
-        assert!(whole * 100 >= stacks.len() * 95, "unwinding through .eh_frame works: {whole} of {}", stacks.len());
+        assert!(
+            whole * 100 >= stacks.len() * 95,
+            "unwinding through .eh_frame works: {whole} of {}",
+            stacks.len()
+        );
     }
 }
 
@@ -314,11 +510,23 @@ fn pid_recording_ends_with_its_target() {
     }
     let dir = scratch("hostile-pid");
     let spin = build_c("spin", &dir.join("spin"), &[]);
-    let mut w = Command::new(&spin).arg("600").stdout(Stdio::null()).spawn().unwrap();
+    let mut w = Command::new(&spin)
+        .arg("600")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let pid = w.id();
     let out_path = dir.join("p.json.gz");
     let rec = record_started(&["-q", "-p", &pid.to_string()], &out_path);
-    let cpu_ns = || -> u64 { std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap().split_whitespace().next().unwrap().parse().unwrap() };
+    let cpu_ns = || -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
     let cpu_at_start = cpu_ns();
     let deadline = Instant::now() + Duration::from_secs(60);
     while cpu_ns() - cpu_at_start < 500_000_000 && Instant::now() < deadline {
@@ -328,19 +536,35 @@ fn pid_recording_ends_with_its_target() {
     w.kill().unwrap();
     w.wait().unwrap();
     let exited = Instant::now();
-    let out = wait_with_timeout(rec, Duration::from_secs(20), "sysprof -p after its target exited");
+    let out = wait_with_timeout(
+        rec,
+        Duration::from_secs(20),
+        "sysprof -p after its target exited",
+    );
     let after = exited.elapsed();
     let expected = (cpu_at_end - cpu_at_start) as f64 * 999.0 / 1e9;
     assert_success(&out);
     let profile = Profile::load(&out_path);
-    let samples = profile.thread(pid as u64, pid as u64).unwrap().sample_count();
+    let samples = profile
+        .thread(pid as u64, pid as u64)
+        .unwrap()
+        .sample_count();
     eprintln!("-p: sysprof ended {:.2} s after its target; {samples} samples, {expected:.0} expected from its CPU time while recorded", after.as_secs_f64());
     // Its target would have run 600 s: ending within 3 s of it (a 100-ms
     // poll, the drain, the names and the write, on a loaded VM) is ending
     // with it.
-    assert!(after < Duration::from_millis(3000), "sysprof ended {after:?} after its target");
-    assert!(expected >= 450.0, "the target spun while recorded: {expected:.0} samples' worth");
-    assert!(samples as f64 >= expected * 0.9, "{samples} samples, {expected:.0} expected from its CPU time");
+    assert!(
+        after < Duration::from_millis(3000),
+        "sysprof ended {after:?} after its target"
+    );
+    assert!(
+        expected >= 450.0,
+        "the target spun while recorded: {expected:.0} samples' worth"
+    );
+    assert!(
+        samples as f64 >= expected * 0.9,
+        "{samples} samples, {expected:.0} expected from its CPU time"
+    );
 }
 
 /// Check that a duration no clock can hold is a usage error: one line, exit 2.
@@ -348,7 +572,11 @@ fn pid_recording_ends_with_its_target() {
 fn impossible_durations_are_usage_errors() {
     let dir = scratch("hostile-duration");
     for d in ["1e19", "inf", "NaN", "-1"] {
-        let out = Command::new(sysprof_bin()).args(["record", "-a", &format!("-d={d}"), "-o"]).arg(dir.join("p.json")).output().unwrap();
+        let out = Command::new(sysprof_bin())
+            .args(["record", "-a", &format!("-d={d}"), "-o"])
+            .arg(dir.join("p.json"))
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "-d {d}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "-d {d}: one line: {err}");
@@ -415,10 +643,17 @@ fn perf_maps_linked_to_root_files_are_refused() {
         eprintln!("perf map (hostile: {hostile}): {} frames, users_jit_function {}, secret_jit_function {}", names.len(), named("users_jit_function"), named("secret_jit_function"));
         assert!(names.len() >= 300, "the JIT code ran and was sampled");
         if hostile {
-            assert_eq!(named("secret_jit_function"), 0, "a root-only file named a user's frames");
+            assert_eq!(
+                named("secret_jit_function"),
+                0,
+                "a root-only file named a user's frames"
+            );
         } else {
             // 0.8 s of CPU in the JIT loop at 999 Hz.
-            assert!(named("users_jit_function") >= 500, "the user's own map names its JIT code");
+            assert!(
+                named("users_jit_function") >= 500,
+                "the user's own map names its JIT code"
+            );
         }
     }
 }

@@ -19,7 +19,10 @@ use sysprof_tests::*;
 /// process lives (a zombie has none).
 fn vm_hwm_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// Run `cmd` to its end (killed after `timeout`), returning its output, its
@@ -32,8 +35,21 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
 /// what the test process had resident when the child was spawned, so it is
 /// used only when nothing was read and the test's own peak is said.
 fn run_measured(cmd: &mut Command, timeout: Duration) -> (Output, u64, u32) {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    let mut pipes = [child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>), child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>)];
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut pipes = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ];
     let readers: Vec<_> = pipes
         .iter_mut()
         .map(|p| {
@@ -60,7 +76,10 @@ fn run_measured(cmd: &mut Command, timeout: Duration) -> (Output, u64, u32) {
         let reaped = unsafe { libc::wait4(pid, &mut raw_status, libc::WNOHANG, &mut usage) };
         assert!(reaped >= 0, "wait4: {}", std::io::Error::last_os_error());
         if reaped == pid {
-            break (std::os::unix::process::ExitStatusExt::from_raw(raw_status), usage.ru_maxrss as u64);
+            break (
+                std::os::unix::process::ExitStatusExt::from_raw(raw_status),
+                usage.ru_maxrss as u64,
+            );
         }
         if Instant::now() > deadline {
             let _ = child.kill();
@@ -74,7 +93,15 @@ fn run_measured(cmd: &mut Command, timeout: Duration) -> (Output, u64, u32) {
     }
     let mut outs = readers.into_iter().map(|r| r.join().unwrap());
     let (stdout, stderr) = (outs.next().unwrap(), outs.next().unwrap());
-    (Output { status, stdout, stderr }, peak, readings)
+    (
+        Output {
+            status,
+            stdout,
+            stderr,
+        },
+        peak,
+        readings,
+    )
 }
 
 /// Check that `record -a -o /dev/null` writes through the device and
@@ -86,11 +113,21 @@ fn output_to_dev_null_leaves_the_device() {
         return;
     }
     let before = std::fs::symlink_metadata("/dev/null").unwrap();
-    assert!(before.file_type().is_char_device(), "/dev/null is not a device before the test: {before:?}");
+    assert!(
+        before.file_type().is_char_device(),
+        "/dev/null is not a device before the test: {before:?}"
+    );
     let out = record(&["-a", "-d", "1", "-q"], Path::new("/dev/null"));
     let after = std::fs::symlink_metadata("/dev/null").unwrap();
-    assert!(after.file_type().is_char_device(), "/dev/null was replaced: {after:?}");
-    assert_eq!((after.rdev(), after.ino()), (before.rdev(), before.ino()), "/dev/null is another node now");
+    assert!(
+        after.file_type().is_char_device(),
+        "/dev/null was replaced: {after:?}"
+    );
+    assert_eq!(
+        (after.rdev(), after.ino()),
+        (before.rdev(), before.ino()),
+        "/dev/null is another node now"
+    );
     assert_success(&out);
 }
 
@@ -103,15 +140,34 @@ fn output_dash_is_a_profile_on_stdout() {
     }
     let dir = scratch("inputs-stdout");
     let exe = build_c("spin", &dir.join("spin"), &[]);
-    let out = Command::new(sysprof_bin()).args(["record", "-q", "-o", "-", "--"]).arg(&exe).arg("0.3").output().unwrap();
+    let out = Command::new(sysprof_bin())
+        .args(["record", "-q", "-o", "-", "--"])
+        .arg(&exe)
+        .arg("0.3")
+        .output()
+        .unwrap();
     assert_success(&out);
-    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", String::from_utf8_lossy(&out.stdout[..out.stdout.len().min(300)])));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {:?}",
+            String::from_utf8_lossy(&out.stdout[..out.stdout.len().min(300)])
+        )
+    });
     let problems = sysprof::profile::validate::validate(&json);
     assert!(problems.is_empty(), "{problems:?}");
-    let samples: u64 = json["threads"].as_array().unwrap().iter().map(|t| t["samples"]["length"].as_u64().unwrap()).sum();
+    let samples: u64 = json["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["samples"]["length"].as_u64().unwrap())
+        .sum();
     assert!(samples > 0, "no samples in the profile on stdout");
     // The command's own output went to stderr, not into the JSON.
-    assert!(String::from_utf8_lossy(&out.stderr).contains("pid="), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pid="),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Check that a FIFO named with -o is written through to its reader (a
@@ -131,13 +187,25 @@ fn output_fifo_is_written_through() {
         std::thread::sleep(Duration::from_millis(1500));
         std::fs::read(&f).unwrap()
     });
-    let child = Command::new(sysprof_bin()).args(["record", "-q", "-a", "-d", "0.5", "-o"]).arg(&fifo).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let child = Command::new(sysprof_bin())
+        .args(["record", "-q", "-a", "-d", "0.5", "-o"])
+        .arg(&fifo)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let out = wait_with_timeout(child, Duration::from_secs(60), "record into a FIFO");
     assert_success(&out);
     let bytes = reader.join().unwrap();
     let json: Value = serde_json::from_slice(&bytes).expect("the FIFO carried JSON");
     assert!(sysprof::profile::validate::validate(&json).is_empty());
-    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO was replaced");
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo(),
+        "the FIFO was replaced"
+    );
 }
 
 /// A gzip file of about 1 MiB that inflates to 1 GiB of a valid-looking
@@ -195,19 +263,33 @@ fn gzip_bombs_are_refused_in_bounded_memory() {
         let size = std::fs::metadata(bomb).unwrap().len();
         for sub in ["report", "validate"] {
             let started = Instant::now();
-            let (out, peak_kib, readings) = run_measured(Command::new(sysprof_bin()).arg(sub).arg(bomb), Duration::from_secs(120));
+            let (out, peak_kib, readings) = run_measured(
+                Command::new(sysprof_bin()).arg(sub).arg(bomb),
+                Duration::from_secs(120),
+            );
             let stderr = String::from_utf8_lossy(&out.stderr);
             eprintln!("{sub} of {} ({size} bytes): {:.2} s, peak RSS {} MiB ({readings} readings): {stderr}", bomb.display(), started.elapsed().as_secs_f64(), peak_kib / 1024);
             assert!(!out.status.success(), "{sub} accepted the bomb");
             assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-            let limit_said = stderr.contains("inflates past 6") && stderr.contains("MiB (64 times its");
+            let limit_said =
+                stderr.contains("inflates past 6") && stderr.contains("MiB (64 times its");
             if sub == "report" && bomb == &zeros {
-                assert!(limit_said || stderr.contains("not a processed profile"), "the refusal says why: {stderr}");
+                assert!(
+                    limit_said || stderr.contains("not a processed profile"),
+                    "the refusal says why: {stderr}"
+                );
             } else {
                 assert!(limit_said, "the limit is said: {stderr}");
             }
-            assert!(peak_kib > 0, "{sub}'s peak could not be read ({readings} readings)");
-            assert!(peak_kib < 64 * 1024, "{sub} peaked at {} MiB", peak_kib / 1024);
+            assert!(
+                peak_kib > 0,
+                "{sub}'s peak could not be read ({readings} readings)"
+            );
+            assert!(
+                peak_kib < 64 * 1024,
+                "{sub} peaked at {} MiB",
+                peak_kib / 1024
+            );
         }
     }
 }
@@ -219,7 +301,9 @@ fn deep_profile(depth: usize, samples: &[usize]) -> Value {
     let funcs = depth / 2;
     let mut strings: Vec<String> = (0..funcs).map(|f| format!("f{f}")).collect();
     strings.push("deep".into());
-    let prefix: Vec<Value> = (0..depth).map(|i| if i == 0 { Value::Null } else { json!(i - 1) }).collect();
+    let prefix: Vec<Value> = (0..depth)
+        .map(|i| if i == 0 { Value::Null } else { json!(i - 1) })
+        .collect();
     let frame: Vec<usize> = (0..depth).map(|i| i / 2).collect();
     json!({
         "meta": { "interval": 1.0, "categories": [{"name": "Other"}, {"name": "User"}] },
@@ -239,7 +323,10 @@ fn deep_profile(depth: usize, samples: &[usize]) -> Value {
 /// The samples column of each function row in the `## Top functions by
 /// {title}` table of a report.
 fn function_column(report: &str, title: &str) -> std::collections::HashMap<String, u64> {
-    let section = report.split("## ").find(|s| s.starts_with(&format!("Top functions by {title}"))).unwrap_or_else(|| panic!("no {title} table in {report}"));
+    let section = report
+        .split("## ")
+        .find(|s| s.starts_with(&format!("Top functions by {title}")))
+        .unwrap_or_else(|| panic!("no {title} table in {report}"));
     section
         .lines()
         .skip(2)
@@ -263,30 +350,67 @@ fn a_200000_deep_stack_reports_in_linear_time() {
     let path = dir.join("deep.json");
     let depth = 200_000;
     let every: Vec<usize> = (0..depth).collect();
-    std::fs::write(&path, serde_json::to_vec(&deep_profile(depth, &every)).unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        serde_json::to_vec(&deep_profile(depth, &every)).unwrap(),
+    )
+    .unwrap();
     let started = Instant::now();
-    let (out, _, _) = run_measured(Command::new(sysprof_bin()).args(["report", "--top", "100000"]).arg(&path), Duration::from_secs(60));
+    let (out, _, _) = run_measured(
+        Command::new(sysprof_bin())
+            .args(["report", "--top", "100000"])
+            .arg(&path),
+        Duration::from_secs(60),
+    );
     let took = started.elapsed();
     assert_success(&out);
     let text = String::from_utf8_lossy(&out.stdout);
-    eprintln!("report of a 200,000-deep stack, every depth sampled ({} bytes): {:.2} s", std::fs::metadata(&path).unwrap().len(), took.as_secs_f64());
+    eprintln!(
+        "report of a 200,000-deep stack, every depth sampled ({} bytes): {:.2} s",
+        std::fs::metadata(&path).unwrap().len(),
+        took.as_secs_f64()
+    );
     let own = function_column(&text, "self");
     let total = function_column(&text, "total");
-    assert_eq!((own.len(), total.len()), (100_000, 100_000), "every func has a row");
+    assert_eq!(
+        (own.len(), total.len()),
+        (100_000, 100_000),
+        "every func has a row"
+    );
     for f in 0..100_000u64 {
         let name = format!("f{f}");
-        assert_eq!((own[&name], total[&name]), (2, 200_000 - 2 * f), "self and total of {name}");
+        assert_eq!(
+            (own[&name], total[&name]),
+            (2, 200_000 - 2 * f),
+            "self and total of {name}"
+        );
     }
 
     let leaf = dir.join("leaf.json");
-    std::fs::write(&leaf, serde_json::to_vec(&deep_profile(depth, &[depth - 1; 3])).unwrap()).unwrap();
-    let (out, _, _) = run_measured(Command::new(sysprof_bin()).args(["report", "--format", "folded"]).arg(&leaf), Duration::from_secs(60));
+    std::fs::write(
+        &leaf,
+        serde_json::to_vec(&deep_profile(depth, &[depth - 1; 3])).unwrap(),
+    )
+    .unwrap();
+    let (out, _, _) = run_measured(
+        Command::new(sysprof_bin())
+            .args(["report", "--format", "folded"])
+            .arg(&leaf),
+        Duration::from_secs(60),
+    );
     assert_success(&out);
     let folded = String::from_utf8_lossy(&out.stdout);
     assert_eq!(folded.lines().count(), 1, "one stack");
     let line = folded.lines().next().unwrap();
-    assert_eq!(line.split(';').count(), 200_001, "process name plus every frame");
-    assert!(line.starts_with("deep;f0;f0;f1;f1;f2;") && line.ends_with(";f99999;f99999 3"), "root first");
+    assert_eq!(
+        line.split(';').count(),
+        200_001,
+        "process name plus every frame"
+    );
+    assert!(
+        line.starts_with("deep;f0;f0;f1;f1;f2;") && line.ends_with(";f99999;f99999 3"),
+        "root first"
+    );
 }
 
 /// The hostile name: a line break, a forged agent line, and escape codes
@@ -297,7 +421,11 @@ const HOSTILE: &str = "\x1b]0;PWNED\x07\nsysprof agent: forged\n\x1b[2J";
 /// A copy of deep (with DWARF) whose .debug_info claims to inflate to 1 TiB,
 /// so sysprof warns about it by path, at `dir/HOSTILE`.
 fn hostile_binary(dir: &Path) -> PathBuf {
-    let full = build_c("deep", &dir.join("deep.full"), &["-O2", "-fomit-frame-pointer"]);
+    let full = build_c(
+        "deep",
+        &dir.join("deep.full"),
+        &["-O2", "-fomit-frame-pointer"],
+    );
     let mut elf = std::fs::read(&full).unwrap();
     let s = elf_section(&elf, ".debug_info");
     let at = elf.len().next_multiple_of(8) as u64;
@@ -316,10 +444,16 @@ fn hostile_binary(dir: &Path) -> PathBuf {
 /// no line that starts as a forged agent line.
 fn assert_no_raw_control(what: &str, bytes: &[u8]) {
     let text = String::from_utf8_lossy(bytes);
-    if let Some(i) = bytes.iter().position(|&b| (b < 0x20 && b != b'\n') || b == 0x7f) {
+    if let Some(i) = bytes
+        .iter()
+        .position(|&b| (b < 0x20 && b != b'\n') || b == 0x7f)
+    {
         panic!("{what} holds raw byte {:#04x} at {i}: {text:?}", bytes[i]);
     }
-    assert!(!text.lines().any(|l| l.starts_with("sysprof agent: forged")), "{what} holds a forged line: {text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("sysprof agent: forged")),
+        "{what} holds a forged line: {text}"
+    );
 }
 
 /// Check that a binary whose path holds a newline, ESC and BEL, and which
@@ -335,25 +469,54 @@ fn hostile_names_reach_no_terminal_raw() {
     let exe = hostile_binary(&dir);
     let out_path = dir.join("p.json");
     let mut child = record_started(&["-a", "-d", "3", "--no-off-cpu"], &out_path);
-    let w = Command::new(&exe).arg("1").stdout(Stdio::null()).status().unwrap();
+    let w = Command::new(&exe)
+        .arg("1")
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
     assert!(w.success());
     let mut stderr = Vec::new();
-    child.stderr.take().unwrap().read_to_end(&mut stderr).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_end(&mut stderr)
+        .unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "{}", String::from_utf8_lossy(&stderr));
     assert_no_raw_control("record's stderr", &stderr);
     let said = String::from_utf8_lossy(&stderr);
-    assert!(said.contains("\\e]0;PWNED\\x07\\nsysprof agent: forged\\n") && said.contains("DWARF not read"), "the warning names the binary, escaped: {said}");
+    assert!(
+        said.contains("\\e]0;PWNED\\x07\\nsysprof agent: forged\\n")
+            && said.contains("DWARF not read"),
+        "the warning names the binary, escaped: {said}"
+    );
 
-    let report = Command::new(sysprof_bin()).arg("report").arg(&out_path).output().unwrap();
+    let report = Command::new(sysprof_bin())
+        .arg("report")
+        .arg(&out_path)
+        .output()
+        .unwrap();
     assert_success(&report);
     assert_no_raw_control("report", &report.stdout);
-    assert!(String::from_utf8_lossy(&report.stdout).contains("\\e]0;PWNED\\x07"), "the hostile process is in the report, escaped");
-    let folded = Command::new(sysprof_bin()).args(["report", "--format", "folded"]).arg(&out_path).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&report.stdout).contains("\\e]0;PWNED\\x07"),
+        "the hostile process is in the report, escaped"
+    );
+    let folded = Command::new(sysprof_bin())
+        .args(["report", "--format", "folded"])
+        .arg(&out_path)
+        .output()
+        .unwrap();
     assert_success(&folded);
     assert_no_raw_control("folded", &folded.stdout);
     // `;` is the folded separator: the name's own became `_`.
-    assert!(String::from_utf8_lossy(&folded.stdout).lines().any(|l| l.starts_with("\\e]0_PWNED\\x07")), "its folded lines start with the escaped name");
+    assert!(
+        String::from_utf8_lossy(&folded.stdout)
+            .lines()
+            .any(|l| l.starts_with("\\e]0_PWNED\\x07")),
+        "its folded lines start with the escaped name"
+    );
 }
 
 /// Check that the agent's log gets the same warning escaped: the agent
@@ -369,8 +532,16 @@ fn hostile_names_reach_the_agent_log_escaped() {
     let dir = scratch("inputs-names-agent");
     let exe = hostile_binary(&dir);
     let store = dir.join("store");
-    let agent = Agent::start(&store, &["--window", "1", "--health-interval", "1", "--dwarf-names"], &[]);
-    let w = Command::new(&exe).arg("1.5").stdout(Stdio::null()).status().unwrap();
+    let agent = Agent::start(
+        &store,
+        &["--window", "1", "--health-interval", "1", "--dwarf-names"],
+        &[],
+    );
+    let w = Command::new(&exe)
+        .arg("1.5")
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
     assert!(w.success());
     agent.wait_for_window_ending_after(wall_ms() + 500.0, Duration::from_secs(20));
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -379,5 +550,9 @@ fn hostile_names_reach_the_agent_log_escaped() {
     }
     let (_, log) = agent.stop_with(15);
     assert_no_raw_control("the agent's log", log.as_bytes());
-    assert!(log.contains("\\e]0;PWNED\\x07\\nsysprof agent: forged\\n") && log.contains("DWARF not read"), "the warning names the binary, escaped: {log}");
+    assert!(
+        log.contains("\\e]0;PWNED\\x07\\nsysprof agent: forged\\n")
+            && log.contains("DWARF not read"),
+        "the warning names the binary, escaped: {log}"
+    );
 }

@@ -13,18 +13,34 @@ use sysprof_tests::*;
 
 /// `sysprof report ARGS`.
 fn report(args: &[&str]) -> Output {
-    Command::new(sysprof_bin()).arg("report").args(args).output().expect("running sysprof report")
+    Command::new(sysprof_bin())
+        .arg("report")
+        .args(args)
+        .output()
+        .expect("running sysprof report")
 }
 
 fn stdout(o: &Output) -> String {
-    assert!(o.status.success(), "sysprof report failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "sysprof report failed ({}): {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// The rows of the section whose title starts with `title`.
 fn section<'a>(text: &'a str, title: &str) -> Vec<&'a str> {
-    let start = text.find(&format!("## {title}")).unwrap_or_else(|| panic!("no section {title:?} in:\n{text}"));
-    text[start..].lines().skip(1).take_while(|l| !l.starts_with("## ")).filter(|l| !l.trim().is_empty()).collect()
+    let start = text
+        .find(&format!("## {title}"))
+        .unwrap_or_else(|| panic!("no section {title:?} in:\n{text}"));
+    text[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| !l.trim().is_empty())
+        .collect()
 }
 
 /// In a functions table, the (first %, second %, samples) of `func`.
@@ -56,41 +72,82 @@ fn report_shows_the_cpu_split_of_a_workload() {
     assert_success(&out);
     let pid = field(&out.stdout, "pid").unwrap();
     let profile = Profile::load(&path);
-    let tid = profile.process_threads(pid).iter().find(|t| t.name() == "splitter").expect("the splitter thread").tid();
-    let text = stdout(&report(&[path.to_str().unwrap(), "--tid", &tid.to_string(), "--top", "10"]));
+    let tid = profile
+        .process_threads(pid)
+        .iter()
+        .find(|t| t.name() == "splitter")
+        .expect("the splitter thread")
+        .tid();
+    let text = stdout(&report(&[
+        path.to_str().unwrap(),
+        "--tid",
+        &tid.to_string(),
+        "--top",
+        "10",
+    ]));
     println!("{text}");
     let totals = section(&text, "Top functions by total");
     let (three, _, three_n) = function_row(&totals, "hot_three");
     let (one, _, one_n) = function_row(&totals, "hot_one");
     eprintln!("report: hot_three {three}% ({three_n}), hot_one {one}% ({one_n})");
-    assert!(three_n + one_n >= 4000, "3 s at 1999 Hz: {three_n} + {one_n} samples");
-    assert!((three - 75.0).abs() <= 2.0, "hot_three {three}% of the thread's CPU, the workload spent 75%");
-    assert!((one - 25.0).abs() <= 2.0, "hot_one {one}% of the thread's CPU, the workload spent 25%");
+    assert!(
+        three_n + one_n >= 4000,
+        "3 s at 1999 Hz: {three_n} + {one_n} samples"
+    );
+    assert!(
+        (three - 75.0).abs() <= 2.0,
+        "hot_three {three}% of the thread's CPU, the workload spent 75%"
+    );
+    assert!(
+        (one - 25.0).abs() <= 2.0,
+        "hot_one {one}% of the thread's CPU, the workload spent 25%"
+    );
 
     // The same counts, from this crate's reading of the profile.
     let cats = profile.categories();
     let t = profile.thread(pid, tid).expect("the splitter thread");
     let on_cpu = t.on_cpu_stacks(&cats);
-    let holding = |f: &str| on_cpu.iter().filter(|s| s.iter().any(|(n, _)| n == f)).count() as u64;
+    let holding = |f: &str| {
+        on_cpu
+            .iter()
+            .filter(|s| s.iter().any(|(n, _)| n == f))
+            .count() as u64
+    };
     assert_eq!(three_n, holding("hot_three"), "samples under hot_three");
     assert_eq!(one_n, holding("hot_one"), "samples under hot_one");
     let header = text.lines().next().unwrap();
-    assert!(header.contains(&format!("{} CPU samples", on_cpu.len())), "the header counts the thread's samples: {header}");
+    assert!(
+        header.contains(&format!("{} CPU samples", on_cpu.len())),
+        "the header counts the thread's samples: {header}"
+    );
 
-    let folded = stdout(&report(&[path.to_str().unwrap(), "--tid", &tid.to_string(), "--format", "folded"]));
+    let folded = stdout(&report(&[
+        path.to_str().unwrap(),
+        "--tid",
+        &tid.to_string(),
+        "--format",
+        "folded",
+    ]));
     let mut folded_three = 0;
     let mut folded_all = 0;
     for line in folded.lines() {
         let (stack, n) = line.rsplit_once(' ').expect("`stack count` lines");
         let n: u64 = n.parse().unwrap();
-        assert!(stack.starts_with("split;"), "the process name comes first: {line}");
+        assert!(
+            stack.starts_with("split;"),
+            "the process name comes first: {line}"
+        );
         folded_all += n;
         if stack.split(';').any(|f| f == "hot_three") {
             folded_three += n;
         }
     }
     assert_eq!(folded_three, three_n, "folded stacks under hot_three");
-    assert_eq!(folded_all, on_cpu.len() as u64, "every CPU sample of the thread is folded");
+    assert_eq!(
+        folded_all,
+        on_cpu.len() as u64,
+        "every CPU sample of the thread is folded"
+    );
 }
 
 /// Check the off-CPU table against a thread that sleeps 40 × 25 ms (its own
@@ -111,7 +168,10 @@ fn report_shows_off_cpu_time_by_reason_and_wakers() {
     let text = stdout(&report(&[path.to_str().unwrap()]));
     println!("{text}");
     let rows = section(&text, "Off-CPU time by reason");
-    let row = rows.iter().find(|l| l.contains(&format!(" tid {tid}:"))).unwrap_or_else(|| panic!("no row for tid {tid}:\n{text}"));
+    let row = rows
+        .iter()
+        .find(|l| l.contains(&format!(" tid {tid}:")))
+        .unwrap_or_else(|| panic!("no row for tid {tid}:\n{text}"));
     let sleeping: f64 = row
         .split(": ")
         .nth(1)
@@ -119,10 +179,17 @@ fn report_shows_off_cpu_time_by_reason_and_wakers() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no sleeping time in {row}"));
     eprintln!("report: sleeping {sleeping:.1} ms, the workload slept {slept_ms:.1} ms");
-    assert!((sleeping - slept_ms).abs() <= slept_ms * 0.05, "sleeping {sleeping:.1} ms vs {slept_ms:.1} ms slept");
+    assert!(
+        (sleeping - slept_ms).abs() <= slept_ms * 0.05,
+        "sleeping {sleeping:.1} ms vs {slept_ms:.1} ms slept"
+    );
 
     // The sleeper's own wakers (timer interrupts), not the "none seen" row.
-    let own = stdout(&report(&[path.to_str().unwrap(), "--tid", &tid.to_string()]));
+    let own = stdout(&report(&[
+        path.to_str().unwrap(),
+        "--tid",
+        &tid.to_string(),
+    ]));
     let count = |none_seen: bool| -> u64 {
         section(&own, "Top wakers")
             .iter()
@@ -138,14 +205,22 @@ fn report_shows_off_cpu_time_by_reason_and_wakers() {
     // waits then read as one). An open loss of sysprof's, named for the
     // bounded-at-scale issue; a report that lost its wakers would show none.
     assert!(wakeups >= 30, "the 25 ms sleeps end in wakeups seen with their waker: {wakeups} ({unseen} none seen)\n{own}");
-    let histogram = text.split("## Run-queue delay").nth(1).expect("a run-queue section");
-    let (label, counts) = histogram.split_once(&format!(" tid {tid}: ")).expect("the sleeper's histogram");
+    let histogram = text
+        .split("## Run-queue delay")
+        .nth(1)
+        .expect("a run-queue section");
+    let (label, counts) = histogram
+        .split_once(&format!(" tid {tid}: "))
+        .expect("the sleeper's histogram");
     let _ = label;
     let n: u64 = counts.split_whitespace().next().unwrap().parse().unwrap();
     // A run-queue delay for every wait whose wakeup was seen (a wait whose
     // wakeup was lost, above, has none: its runnable time is unknown; how
     // many may be lost is bounded there, not again here).
-    assert!(n >= wakeups.min(40), "a run-queue delay per sleep woken: {n} delays, {wakeups} wakeups seen");
+    assert!(
+        n >= wakeups.min(40),
+        "a run-queue delay per sleep woken: {n} delays, {wakeups} wakeups seen"
+    );
 }
 
 /// Check that the block I/O histogram of a loop device nothing else uses
@@ -161,23 +236,51 @@ fn report_io_histogram_counts_what_the_disk_completed() {
     let disk = LoopDevice::through_page_cache(&dir, 32);
     let path = dir.join("p.json.gz");
     let before = disk.stat();
-    let out = record(&["-a", "--", exe.to_str().unwrap(), disk.path.to_str().unwrap(), "300", "25", "6"], &path);
+    let out = record(
+        &[
+            "-a",
+            "--",
+            exe.to_str().unwrap(),
+            disk.path.to_str().unwrap(),
+            "300",
+            "25",
+            "6",
+        ],
+        &path,
+    );
     assert_success(&out);
     let done = disk.stat().since(&before);
     let text = stdout(&report(&[path.to_str().unwrap()]));
     let title = format!("device {}: ", disk.name);
-    let at = text.find(&title).unwrap_or_else(|| panic!("no histogram for {}:\n{text}", disk.name));
+    let at = text
+        .find(&title)
+        .unwrap_or_else(|| panic!("no histogram for {}:\n{text}", disk.name));
     let rest = &text[at + title.len()..];
     let requests: u64 = rest.split_whitespace().next().unwrap().parse().unwrap();
     let bars: u64 = rest
         .lines()
         .skip(2)
         .take_while(|l| l.contains(" -> "))
-        .map(|l| l.split(':').nth(1).unwrap().split_whitespace().next().unwrap().parse::<u64>().unwrap())
+        .map(|l| {
+            l.split(':')
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
         .sum();
     let kernel = done.reads + done.writes + done.flushes + done.discards;
-    eprintln!("report: {requests} requests on {}, histogram {bars}; sysfs {done:?}", disk.name);
-    assert_eq!(done.reads, 600, "two threads × 300 reads, nothing else read the device");
+    eprintln!(
+        "report: {requests} requests on {}, histogram {bars}; sysfs {done:?}",
+        disk.name
+    );
+    assert_eq!(
+        done.reads, 600,
+        "two threads × 300 reads, nothing else read the device"
+    );
     // Every request the device completed, but for those the summary says
     // were seen at one end only (a completion in the context of this VM's
     // PID 1, where no program runs: see LoopDevice::through_page_cache;
@@ -210,34 +313,82 @@ fn summary_is_short_and_the_command_opens_first() {
         .spawn()
         .unwrap();
     let sysprof_pid = child.id() as u64;
-    let out = wait_with_timeout(child, std::time::Duration::from_secs(120), "sysprof record -a -- split");
+    let out = wait_with_timeout(
+        child,
+        std::time::Duration::from_secs(120),
+        "sysprof record -a -- split",
+    );
     assert_success(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Warnings about other processes' files (a binary deleted while it
     // ran) are not the summary; on an idle machine there are none.
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("sysprof: warning:")).collect();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.starts_with("sysprof: warning:"))
+        .collect();
     eprintln!("summary:\n{stderr}");
-    assert!((1..=2).contains(&lines.len()), "one line, two when something was lost or cut: {stderr}");
+    assert!(
+        (1..=2).contains(&lines.len()),
+        "one line, two when something was lost or cut: {stderr}"
+    );
     for l in &lines {
-        assert!(l.chars().count() <= 200, "{} characters: {l}", l.chars().count());
+        assert!(
+            l.chars().count() <= 200,
+            "{} characters: {l}",
+            l.chars().count()
+        );
     }
-    assert!(lines[0].contains(&format!("sysprof view {}", path.display())), "the summary says how to open it: {}", lines[0]);
+    assert!(
+        lines[0].contains(&format!("sysprof view {}", path.display())),
+        "the summary says how to open it: {}",
+        lines[0]
+    );
 
     let pid = field(&out.stdout, "pid").unwrap();
     let profile = Profile::load(&path);
     let threads = profile.threads();
     let meta = &profile.json["meta"];
-    let index = |v: &serde_json::Value| -> Vec<usize> { v.as_array().expect("a list of thread indexes").iter().map(|i| i.as_u64().unwrap() as usize).collect() };
+    let index = |v: &serde_json::Value| -> Vec<usize> {
+        v.as_array()
+            .expect("a list of thread indexes")
+            .iter()
+            .map(|i| i.as_u64().unwrap() as usize)
+            .collect()
+    };
     let selected = index(&meta["initialSelectedThreads"]);
     assert_eq!(selected.len(), 1);
     let t = &threads[selected[0]];
-    assert_eq!((t.pid(), t.tid()), (pid, pid), "the command's main thread is selected, not {} ({})", t.name(), t.process_name());
-    let own: Vec<usize> = (0..threads.len()).filter(|&i| threads[i].pid() == sysprof_pid).collect();
-    assert!(!own.is_empty(), "sysprof's own process is kept in the profile");
-    assert!(own.iter().all(|&i| threads[i].process_name().contains("profiler")), "and named as the profiler: {}", threads[own[0]].process_name());
+    assert_eq!(
+        (t.pid(), t.tid()),
+        (pid, pid),
+        "the command's main thread is selected, not {} ({})",
+        t.name(),
+        t.process_name()
+    );
+    let own: Vec<usize> = (0..threads.len())
+        .filter(|&i| threads[i].pid() == sysprof_pid)
+        .collect();
+    assert!(
+        !own.is_empty(),
+        "sysprof's own process is kept in the profile"
+    );
+    assert!(
+        own.iter()
+            .all(|&i| threads[i].process_name().contains("profiler")),
+        "and named as the profiler: {}",
+        threads[own[0]].process_name()
+    );
     let visible = index(&meta["initialVisibleThreads"]);
-    assert!(own.iter().all(|i| !visible.contains(i)), "sysprof's threads are hidden at first");
-    assert!(visible.iter().any(|&i| threads[i].pid() == pid && threads[i].name() == "splitter"), "the command's busy thread is visible");
+    assert!(
+        own.iter().all(|i| !visible.contains(i)),
+        "sysprof's threads are hidden at first"
+    );
+    assert!(
+        visible
+            .iter()
+            .any(|&i| threads[i].pid() == pid && threads[i].name() == "splitter"),
+        "the command's busy thread is visible"
+    );
 }
 
 /// Check that the command's exit status is sysprof's, and that a death by a
@@ -248,10 +399,25 @@ fn the_commands_exit_status_is_sysprofs() {
         return;
     }
     let dir = scratch("look-status");
-    let run = |script: &str| Command::new(sysprof_bin()).args(["record", "-o"]).arg(dir.join("p.json.gz")).args(["--", "sh", "-c", script]).output().unwrap();
+    let run = |script: &str| {
+        Command::new(sysprof_bin())
+            .args(["record", "-o"])
+            .arg(dir.join("p.json.gz"))
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
     let out = run("exit 3");
-    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(dir.join("p.json.gz").exists(), "the profile is written all the same");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        dir.join("p.json.gz").exists(),
+        "the profile is written all the same"
+    );
     let out = run("kill -TERM $$");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(128 + 15), "{stderr}");
@@ -287,7 +453,10 @@ fn record_open_serves_the_profile_until_sigterm() {
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
             if line.starts_with("https://profiler.firefox.com/from-url/") {
                 let _ = tx.send(line);
             }
@@ -301,9 +470,17 @@ fn record_open_serves_the_profile_until_sigterm() {
     assert!(link.is_ok(), "the link is printed");
     // SAFETY: a plain kill(2) of our own child.
     unsafe { kill(pid, 15) };
-    let out = wait_with_timeout(child, std::time::Duration::from_secs(10), "sysprof record --open");
+    let out = wait_with_timeout(
+        child,
+        std::time::Duration::from_secs(10),
+        "sysprof record --open",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "SIGTERM ends the serving; the command's status stays: {stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "SIGTERM ends the serving; the command's status stays: {stderr}"
+    );
     assert!(stderr.contains("no browser started"), "{stderr}");
 }
 

@@ -23,9 +23,16 @@ fn interpreters() -> Vec<PathBuf> {
         .unwrap_or_default();
     pyenv.sort();
     for minor in ["3.11", "3.12", "3.13"] {
-        match pyenv.iter().find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{minor}."))) {
+        match pyenv.iter().find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{minor}."))
+        }) {
             Some(p) => found.push(p.join("bin/python3")),
-            None => eprintln!("python: no pyenv CPython {minor} under /root/.pyenv/versions: not checked"),
+            None => eprintln!(
+                "python: no pyenv CPython {minor} under /root/.pyenv/versions: not checked"
+            ),
         }
     }
     found
@@ -51,21 +58,42 @@ fn python_frames_are_named_with_the_split_the_program_measured() {
     let dir = scratch("python-split");
     for py in interpreters() {
         let out_path = dir.join("p.json.gz");
-        let out = record(&["--", py.to_str().unwrap(), script().to_str().unwrap(), "split", "2.0"], &out_path);
+        let out = record(
+            &[
+                "--",
+                py.to_str().unwrap(),
+                script().to_str().unwrap(),
+                "split",
+                "2.0",
+            ],
+            &out_path,
+        );
         assert_success(&out);
         let pid = field(&out.stdout, "pid").expect("the script printed its pid");
-        let (three_ns, one_ns) = (field(&out.stdout, "three_ns").unwrap() as f64, field(&out.stdout, "one_ns").unwrap() as f64);
+        let (three_ns, one_ns) = (
+            field(&out.stdout, "three_ns").unwrap() as f64,
+            field(&out.stdout, "one_ns").unwrap() as f64,
+        );
         let expected = three_ns / (three_ns + one_ns);
         let profile = Profile::load(&out_path);
         let cats = profile.categories();
         let threads = profile.process_threads(pid);
-        let t = threads.first().unwrap_or_else(|| panic!("{}: process {pid} is not in the profile", py.display()));
+        let t = threads
+            .first()
+            .unwrap_or_else(|| panic!("{}: process {pid} is not in the profile", py.display()));
         let stacks = t.on_cpu_stacks(&cats);
         let (mut three, mut one, mut whole) = (0usize, 0usize, 0usize);
         for s in &stacks {
             let n = names(s);
-            let Some(hot) = n.iter().position(|f| *f == "hot_three" || *f == "hot_one") else { continue };
-            assert_eq!(s[hot].1, "Python", "{}: a Python frame's category", py.display());
+            let Some(hot) = n.iter().position(|f| *f == "hot_three" || *f == "hot_one") else {
+                continue;
+            };
+            assert_eq!(
+                s[hot].1,
+                "Python",
+                "{}: a Python frame's category",
+                py.display()
+            );
             if n[hot] == "hot_three" {
                 three += 1;
             } else {
@@ -75,7 +103,11 @@ fn python_frames_are_named_with_the_split_the_program_measured() {
             if chain == Some(&["<module>", "main", "work", n[hot]][..]) {
                 whole += 1;
             }
-            assert!(!n.iter().any(|f| f.starts_with("_PyEval_EvalFrameDefault")), "{}: an eval frame between Python frames: {n:?}", py.display());
+            assert!(
+                !n.iter().any(|f| f.starts_with("_PyEval_EvalFrameDefault")),
+                "{}: an eval frame between Python frames: {n:?}",
+                py.display()
+            );
         }
         let got = three as f64 / (three + one).max(1) as f64;
         eprintln!(
@@ -83,13 +115,39 @@ fn python_frames_are_named_with_the_split_the_program_measured() {
             py.display(),
             stacks.len()
         );
-        assert!(three + one >= 1400, "{}: 2 s of CPU at 999 Hz, {} samples in the hot functions", py.display(), three + one);
+        assert!(
+            three + one >= 1400,
+            "{}: 2 s of CPU at 999 Hz, {} samples in the hot functions",
+            py.display(),
+            three + one
+        );
         // Measured here: within 0.004 on a quiet machine, 0.012 beside a build.
-        assert!((got - expected).abs() <= 0.03, "{}: share {got:.3} vs {expected:.3}", py.display());
-        assert!(whole * 100 >= (three + one) * 98, "{}: {whole} of {} stacks hold <module> -> main -> work -> hot_*", py.display(), three + one);
+        assert!(
+            (got - expected).abs() <= 0.03,
+            "{}: share {got:.3} vs {expected:.3}",
+            py.display()
+        );
+        assert!(
+            whole * 100 >= (three + one) * 98,
+            "{}: {whole} of {} stacks hold <module> -> main -> work -> hot_*",
+            py.display(),
+            three + one
+        );
         // Below <module>: the interpreter's own frames, down to the program's main.
-        let rooted = stacks.iter().filter(|s| names(s).first().is_some_and(|f| *f == "_start" || *f == "main" || *f == "__libc_start_main")).count();
-        assert!(rooted * 100 >= stacks.len() * 95, "{}: {rooted} of {} stacks reach the program's entry", py.display(), stacks.len());
+        let rooted = stacks
+            .iter()
+            .filter(|s| {
+                names(s)
+                    .first()
+                    .is_some_and(|f| *f == "_start" || *f == "main" || *f == "__libc_start_main")
+            })
+            .count();
+        assert!(
+            rooted * 100 >= stacks.len() * 95,
+            "{}: {rooted} of {} stacks reach the program's entry",
+            py.display(),
+            stacks.len()
+        );
     }
 }
 
@@ -102,7 +160,9 @@ fn split_of(profile: &Profile, pid: u64) -> (f64, usize, usize) {
     for t in profile.process_threads(pid) {
         for s in t.on_cpu_stacks(&cats) {
             let n = names(&s);
-            let Some(hot) = n.iter().position(|f| *f == "hot_three" || *f == "hot_one") else { continue };
+            let Some(hot) = n.iter().position(|f| *f == "hot_three" || *f == "hot_one") else {
+                continue;
+            };
             if n[hot] == "hot_three" {
                 three += 1;
             } else {
@@ -112,12 +172,19 @@ fn split_of(profile: &Profile, pid: u64) -> (f64, usize, usize) {
             whole += usize::from(chain == Some(&["<module>", "main", "work", n[hot]][..]));
         }
     }
-    (three as f64 / (three + one).max(1) as f64, three + one, whole)
+    (
+        three as f64 / (three + one).max(1) as f64,
+        three + one,
+        whole,
+    )
 }
 
 /// The measured share of `hot_three` a run of the split printed.
 fn measured_share(stdout: &[u8]) -> f64 {
-    let (three, one) = (field(stdout, "three_ns").expect("the script ran to its end") as f64, field(stdout, "one_ns").unwrap() as f64);
+    let (three, one) = (
+        field(stdout, "three_ns").expect("the script ran to its end") as f64,
+        field(stdout, "one_ns").unwrap() as f64,
+    );
     three / (three + one)
 }
 
@@ -135,19 +202,36 @@ fn python_frames_of_a_process_running_before_the_recording() {
         return;
     }
     let dir = scratch("python-before");
-    let mut child = Command::new("/usr/bin/python3").arg(script()).args(["split", "5"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new("/usr/bin/python3")
+        .arg(script())
+        .args(["split", "5"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     stdout.read_line(&mut first).unwrap();
     let pid = field(first.as_bytes(), "pid").expect("the script printed its pid");
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let cpu_ns = || std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap().split_whitespace().next().unwrap().parse::<u64>().unwrap();
+    let cpu_ns = || {
+        std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
     let out_path = dir.join("p.json.gz");
     let before = cpu_ns();
     let recording = record_started(&["-a", "-d", "4"], &out_path);
     let before_ms = (cpu_ns() - before) as f64 / 1e6;
     let later_py = interpreters().pop().expect("Debian's python3 at least");
-    let later = Command::new(&later_py).arg(script()).args(["split", "1"]).output().unwrap();
+    let later = Command::new(&later_py)
+        .arg(script())
+        .args(["split", "1"])
+        .output()
+        .unwrap();
     assert!(later.status.success());
     let out = recording.wait_with_output().unwrap();
     let cpu_ms = (cpu_ns() - before) as f64 / 1e6;
@@ -162,15 +246,32 @@ fn python_frames_of_a_process_running_before_the_recording() {
     // Its CPU time from before the recording began (sysprof loads for a
     // moment) to after it ended bounds its samples from above; at least
     // 300 in 4 s of a busy process beside another, even beside a build.
-    assert!(hot as f64 <= cpu_ms * 1.02 && hot >= 300, "{cpu_ms:.0} ms of CPU while recorded: {hot} samples in its hot functions");
-    assert!((got - expected).abs() <= 0.03, "share {got:.3} vs {expected:.3}");
+    assert!(
+        hot as f64 <= cpu_ms * 1.02 && hot >= 300,
+        "{cpu_ms:.0} ms of CPU while recorded: {hot} samples in its hot functions"
+    );
+    assert!(
+        (got - expected).abs() <= 0.03,
+        "share {got:.3} vs {expected:.3}"
+    );
     assert!(whole * 100 >= hot * 98, "{whole} of {hot} whole chains");
     let later_pid = field(&later.stdout, "pid").unwrap();
-    let (later_expected, (later_got, later_hot, later_whole)) = (measured_share(&later.stdout), split_of(&profile, later_pid));
+    let (later_expected, (later_got, later_hot, later_whole)) =
+        (measured_share(&later.stdout), split_of(&profile, later_pid));
     eprintln!("python {} started during record -a: share {later_got:.3} vs {later_expected:.3} measured, {later_whole} of {later_hot} whole", later_py.display());
-    assert!(later_hot >= 500, "{}: 1 s of CPU, {later_hot} samples in its hot functions", later_py.display());
-    assert!((later_got - later_expected).abs() <= 0.03, "share {later_got:.3} vs {later_expected:.3}");
-    assert!(later_whole * 100 >= later_hot * 98, "{later_whole} of {later_hot} whole chains");
+    assert!(
+        later_hot >= 500,
+        "{}: 1 s of CPU, {later_hot} samples in its hot functions",
+        later_py.display()
+    );
+    assert!(
+        (later_got - later_expected).abs() <= 0.03,
+        "share {later_got:.3} vs {later_expected:.3}"
+    );
+    assert!(
+        later_whole * 100 >= later_hot * 98,
+        "{later_whole} of {later_hot} whole chains"
+    );
 }
 
 /// Check that the agent stores Python frames and `show` gives them back:
@@ -184,23 +285,46 @@ fn python_frames_come_back_from_the_agents_store() {
     }
     let dir = scratch("python-agent");
     let store = dir.join("store");
-    let agent = Agent::start(&store, &["--window", "1", "-F", "999", "--health-interval", "3600"], &[]);
-    let out = Command::new("/usr/bin/python3").arg(script()).args(["split", "2"]).output().unwrap();
+    let agent = Agent::start(
+        &store,
+        &["--window", "1", "-F", "999", "--health-interval", "3600"],
+        &[],
+    );
+    let out = Command::new("/usr/bin/python3")
+        .arg(script())
+        .args(["split", "2"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     agent.wait_for_window_ending_after(wall_ms() + 200.0, std::time::Duration::from_secs(30));
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
     let pid = field(&out.stdout, "pid").unwrap();
     let path = dir.join("show.json.gz");
-    let o = show(&["--store", store.to_str().unwrap(), "--since", "5m", "-o", path.to_str().unwrap()]);
+    let o = show(&[
+        "--store",
+        store.to_str().unwrap(),
+        "--since",
+        "5m",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let expected = measured_share(&out.stdout);
     let (got, hot, whole) = split_of(&Profile::load(&path), pid);
-    let hot_ms = (field(&out.stdout, "three_ns").unwrap() + field(&out.stdout, "one_ns").unwrap()) as f64 / 1e6;
+    let hot_ms = (field(&out.stdout, "three_ns").unwrap() + field(&out.stdout, "one_ns").unwrap())
+        as f64
+        / 1e6;
     eprintln!("python from the agent's store: share {got:.3} vs {expected:.3} measured, {whole} of {hot} whole; {hot_ms:.0} ms in the hot functions by the script's clock");
     // One sample per ms of the hot functions' own CPU time, at 999 Hz.
-    assert!((hot as f64 - hot_ms).abs() <= hot_ms * 0.1, "{hot} samples in the hot functions for {hot_ms:.0} ms of their CPU");
-    assert!((got - expected).abs() <= 0.03, "share {got:.3} vs {expected:.3}");
+    assert!(
+        (hot as f64 - hot_ms).abs() <= hot_ms * 0.1,
+        "{hot} samples in the hot functions for {hot_ms:.0} ms of their CPU"
+    );
+    assert!(
+        (got - expected).abs() <= 0.03,
+        "share {got:.3} vs {expected:.3}"
+    );
     assert!(whole * 100 >= hot * 98, "{whole} of {hot} whole chains");
 }
 
@@ -214,24 +338,54 @@ fn native_code_called_from_python_sits_above_its_caller() {
     }
     let dir = scratch("python-hash");
     let out_path = dir.join("p.json.gz");
-    let out = record(&["--", "/usr/bin/python3", script().to_str().unwrap(), "hash", "1.0"], &out_path);
+    let out = record(
+        &[
+            "--",
+            "/usr/bin/python3",
+            script().to_str().unwrap(),
+            "hash",
+            "1.0",
+        ],
+        &out_path,
+    );
     assert_success(&out);
     let pid = field(&out.stdout, "pid").unwrap();
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
-    let t = profile.process_threads(pid).into_iter().next().expect("the python process");
+    let t = profile
+        .process_threads(pid)
+        .into_iter()
+        .next()
+        .expect("the python process");
     let stacks = t.on_cpu_stacks(&cats);
-    let hashing: Vec<Vec<&str>> = stacks.iter().map(|s| names(s)).filter(|n| n.iter().any(|f| *f == "hash_work")).collect();
+    let hashing: Vec<Vec<&str>> = stacks
+        .iter()
+        .map(|s| names(s))
+        .filter(|n| n.iter().any(|f| *f == "hash_work"))
+        .collect();
     let native_above = hashing
         .iter()
         .filter(|n| {
             let at = n.iter().position(|f| *f == "hash_work").unwrap();
-            at + 1 < n.len() && n[at - 1] == "work" && n[at + 1..].iter().any(|f| f.to_lowercase().contains("sha256"))
+            at + 1 < n.len()
+                && n[at - 1] == "work"
+                && n[at + 1..]
+                    .iter()
+                    .any(|f| f.to_lowercase().contains("sha256"))
         })
         .count();
     eprintln!("python hash: {} of {} on-CPU samples under hash_work, {native_above} with sha256 code above it", hashing.len(), stacks.len());
-    assert!(hashing.len() * 10 >= stacks.len() * 8, "most samples hash: {} of {}", hashing.len(), stacks.len());
-    assert!(native_above * 10 >= hashing.len() * 8, "OpenSSL's frames above hash_work: {native_above} of {}", hashing.len());
+    assert!(
+        hashing.len() * 10 >= stacks.len() * 8,
+        "most samples hash: {} of {}",
+        hashing.len(),
+        stacks.len()
+    );
+    assert!(
+        native_above * 10 >= hashing.len() * 8,
+        "OpenSSL's frames above hash_work: {native_above} of {}",
+        hashing.len()
+    );
 }
 
 /// Check that off-CPU time carries the Python frames of the thread that
@@ -246,17 +400,36 @@ fn off_cpu_time_is_charged_to_the_python_function_that_waited() {
     }
     let dir = scratch("python-naps");
     let out_path = dir.join("p.json.gz");
-    let out = record(&["--", "/usr/bin/python3", script().to_str().unwrap(), "naps", "1.5"], &out_path);
+    let out = record(
+        &[
+            "--",
+            "/usr/bin/python3",
+            script().to_str().unwrap(),
+            "naps",
+            "1.5",
+        ],
+        &out_path,
+    );
     assert_success(&out);
     let pid = field(&out.stdout, "pid").unwrap();
-    let (a_ms, b_ms) = (field(&out.stdout, "nap_a_ns").unwrap() as f64 / 1e6, field(&out.stdout, "nap_b_ns").unwrap() as f64 / 1e6);
+    let (a_ms, b_ms) = (
+        field(&out.stdout, "nap_a_ns").unwrap() as f64 / 1e6,
+        field(&out.stdout, "nap_b_ns").unwrap() as f64 / 1e6,
+    );
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
-    let t = profile.process_threads(pid).into_iter().next().expect("the python process");
+    let t = profile
+        .process_threads(pid)
+        .into_iter()
+        .next()
+        .expect("the python process");
     let (mut got_a, mut got_b) = (0.0, 0.0);
     for (s, w) in t.stacks(&cats).iter().zip(t.weights()) {
         let n = names(s);
-        if !n.last().is_some_and(|f| f.starts_with("[off-CPU: sleeping")) {
+        if !n
+            .last()
+            .is_some_and(|f| f.starts_with("[off-CPU: sleeping"))
+        {
             continue;
         }
         let chain = |f: &str| n.windows(3).any(|x| x == ["work", "naps", f]);
@@ -267,8 +440,14 @@ fn off_cpu_time_is_charged_to_the_python_function_that_waited() {
         }
     }
     eprintln!("python naps: off-CPU under nap_a {got_a:.1} ms (measured {a_ms:.1}), nap_b {got_b:.1} ms (measured {b_ms:.1})");
-    assert!((got_a - a_ms).abs() <= a_ms * 0.05, "nap_a: {got_a:.1} ms off-CPU vs {a_ms:.1} ms measured");
-    assert!((got_b - b_ms).abs() <= b_ms * 0.05, "nap_b: {got_b:.1} ms off-CPU vs {b_ms:.1} ms measured");
+    assert!(
+        (got_a - a_ms).abs() <= a_ms * 0.05,
+        "nap_a: {got_a:.1} ms off-CPU vs {a_ms:.1} ms measured"
+    );
+    assert!(
+        (got_b - b_ms).abs() <= b_ms * 0.05,
+        "nap_b: {got_b:.1} ms off-CPU vs {b_ms:.1} ms measured"
+    );
 }
 
 /// Check that `-X perf` (3.12+) and `-X perf_jit` (3.13+) keep stacks whole:
@@ -286,9 +465,18 @@ fn perf_trampolines_keep_python_stacks_whole() {
     }
     let dir = scratch("python-perf");
     let mut runs = Vec::new();
-    for py in interpreters().into_iter().filter(|p| p.starts_with("/root/.pyenv")) {
-        let version = Command::new(&py).args(["-c", "import sys; print(sys.version_info[1])"]).output().unwrap();
-        let minor: u32 = String::from_utf8_lossy(&version.stdout).trim().parse().unwrap();
+    for py in interpreters()
+        .into_iter()
+        .filter(|p| p.starts_with("/root/.pyenv"))
+    {
+        let version = Command::new(&py)
+            .args(["-c", "import sys; print(sys.version_info[1])"])
+            .output()
+            .unwrap();
+        let minor: u32 = String::from_utf8_lossy(&version.stdout)
+            .trim()
+            .parse()
+            .unwrap();
         if minor >= 12 {
             runs.push((py.clone(), "perf"));
         }
@@ -298,33 +486,70 @@ fn perf_trampolines_keep_python_stacks_whole() {
     }
     if runs.is_empty() {
         eprintln!("python: no pyenv CPython 3.12 or later under /root/.pyenv/versions: -X perf NOT CHECKED");
-        assert!(std::env::var_os("CI").is_none(), "CI has pyenv's 3.12 and 3.13");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI has pyenv's 3.12 and 3.13"
+        );
         return;
     }
     for (py, mode) in runs {
         let out_path = dir.join("p.json.gz");
-        let out = record(&["--", py.to_str().unwrap(), "-X", mode, script().to_str().unwrap(), "split", "1.5"], &out_path);
+        let out = record(
+            &[
+                "--",
+                py.to_str().unwrap(),
+                "-X",
+                mode,
+                script().to_str().unwrap(),
+                "split",
+                "1.5",
+            ],
+            &out_path,
+        );
         assert_success(&out);
         let pid = field(&out.stdout, "pid").unwrap();
         let expected = measured_share(&out.stdout);
         let profile = Profile::load(&out_path);
         let cats = profile.categories();
-        let t = profile.process_threads(pid).into_iter().next().expect("the python process");
+        let t = profile
+            .process_threads(pid)
+            .into_iter()
+            .next()
+            .expect("the python process");
         let stacks = t.on_cpu_stacks(&cats);
         let (mut three, mut one, mut whole, mut trampolines) = (0usize, 0usize, 0usize, 0usize);
         for s in &stacks {
-            let python: Vec<&str> = s.iter().filter(|(_, c)| c == "Python").map(|(n, _)| n.as_str()).collect();
-            let Some(hot) = python.iter().position(|f| *f == "hot_three" || *f == "hot_one") else { continue };
+            let python: Vec<&str> = s
+                .iter()
+                .filter(|(_, c)| c == "Python")
+                .map(|(n, _)| n.as_str())
+                .collect();
+            let Some(hot) = python
+                .iter()
+                .position(|f| *f == "hot_three" || *f == "hot_one")
+            else {
+                continue;
+            };
             if python[hot] == "hot_three" {
                 three += 1;
             } else {
                 one += 1;
             }
-            let chain = python.iter().position(|f| *f == "<module>").map(|m| &python[m..=hot]);
+            let chain = python
+                .iter()
+                .position(|f| *f == "<module>")
+                .map(|m| &python[m..=hot]);
             whole += usize::from(chain == Some(&["<module>", "main", "work", python[hot]][..]));
             trampolines += usize::from(s.iter().any(|(n, _)| n.starts_with("py::")));
         }
-        let rooted = stacks.iter().filter(|s| names(s).first().is_some_and(|f| *f == "_start" || *f == "main" || *f == "__libc_start_main")).count();
+        let rooted = stacks
+            .iter()
+            .filter(|s| {
+                names(s)
+                    .first()
+                    .is_some_and(|f| *f == "_start" || *f == "main" || *f == "__libc_start_main")
+            })
+            .count();
         let got = three as f64 / (three + one).max(1) as f64;
         eprintln!(
             "python {} -X {mode}: share {got:.3} vs {expected:.3} measured; {whole} of {} whole chains, {trampolines} through a trampoline; {rooted} of {} stacks reach the entry",
@@ -332,12 +557,35 @@ fn perf_trampolines_keep_python_stacks_whole() {
             three + one,
             stacks.len()
         );
-        assert!(three + one >= 1000, "{} -X {mode}: {} samples in the hot functions", py.display(), three + one);
+        assert!(
+            three + one >= 1000,
+            "{} -X {mode}: {} samples in the hot functions",
+            py.display(),
+            three + one
+        );
         // The trampolines are there (or this checks nothing about them).
-        assert!(trampolines * 10 >= (three + one) * 9, "{} -X {mode}: {trampolines} stacks through a py:: trampoline", py.display());
-        assert!((got - expected).abs() <= 0.03, "{} -X {mode}: share {got:.3} vs {expected:.3}", py.display());
-        assert!(whole * 100 >= (three + one) * 98, "{} -X {mode}: {whole} of {} whole chains", py.display(), three + one);
-        assert!(rooted * 100 >= stacks.len() * 95, "{} -X {mode}: {rooted} of {} stacks reach the program's entry", py.display(), stacks.len());
+        assert!(
+            trampolines * 10 >= (three + one) * 9,
+            "{} -X {mode}: {trampolines} stacks through a py:: trampoline",
+            py.display()
+        );
+        assert!(
+            (got - expected).abs() <= 0.03,
+            "{} -X {mode}: share {got:.3} vs {expected:.3}",
+            py.display()
+        );
+        assert!(
+            whole * 100 >= (three + one) * 98,
+            "{} -X {mode}: {whole} of {} whole chains",
+            py.display(),
+            three + one
+        );
+        assert!(
+            rooted * 100 >= stacks.len() * 95,
+            "{} -X {mode}: {rooted} of {} stacks reach the program's entry",
+            py.display(),
+            stacks.len()
+        );
     }
 }
 
@@ -356,7 +604,16 @@ fn a_cpython_version_not_read_says_so_in_its_root_frame() {
     let mut old: Vec<PathBuf> = ["3.10", "3.9"]
         .iter()
         .filter_map(|minor| {
-            std::fs::read_dir("/root/.pyenv/versions").ok()?.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{minor}.")))
+            std::fs::read_dir("/root/.pyenv/versions")
+                .ok()?
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .find(|p| {
+                    p.file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .starts_with(&format!("{minor}."))
+                })
         })
         .map(|p| p.join("bin/python"))
         .collect();
@@ -370,17 +627,44 @@ fn a_cpython_version_not_read_says_so_in_its_root_frame() {
         let out = record(&["--", py.to_str().unwrap(), "-c", code], &out_path);
         assert_success(&out);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("no Python frames") && stderr.contains("3.11 to 3.13"), "{}: no warning: {stderr}", py.display());
+        assert!(
+            stderr.contains("no Python frames") && stderr.contains("3.11 to 3.13"),
+            "{}: no warning: {stderr}",
+            py.display()
+        );
         let pid = field(&out.stdout, "pid").unwrap();
         let profile = Profile::load(&out_path);
         let cats = profile.categories();
-        let t = profile.process_threads(pid).into_iter().next().expect("the python process");
+        let t = profile
+            .process_threads(pid)
+            .into_iter()
+            .next()
+            .expect("the python process");
         let stacks = t.on_cpu_stacks(&cats);
-        let said = stacks.iter().filter(|s| s.first().is_some_and(|(n, _)| n.starts_with("[no Python frames: a CPython version"))).count();
-        let python = stacks.iter().filter(|s| s.iter().any(|(_, c)| c == "Python")).count();
+        let said = stacks
+            .iter()
+            .filter(|s| {
+                s.first()
+                    .is_some_and(|(n, _)| n.starts_with("[no Python frames: a CPython version"))
+            })
+            .count();
+        let python = stacks
+            .iter()
+            .filter(|s| s.iter().any(|(_, c)| c == "Python"))
+            .count();
         eprintln!("python {}: {said} of {} on-CPU stacks rooted in the not-read frame, {python} with a Python frame", py.display(), stacks.len());
-        assert_eq!(python, 0, "{}: a Python frame from an interpreter this build does not read", py.display());
-        assert!(stacks.len() >= 500 && said * 100 >= stacks.len() * 95, "{}: {said} of {} stacks say so", py.display(), stacks.len());
+        assert_eq!(
+            python,
+            0,
+            "{}: a Python frame from an interpreter this build does not read",
+            py.display()
+        );
+        assert!(
+            stacks.len() >= 500 && said * 100 >= stacks.len() * 95,
+            "{}: {said} of {} stacks say so",
+            py.display(),
+            stacks.len()
+        );
     }
 }
 
@@ -393,10 +677,18 @@ fn claiming_version(dir: &std::path::Path, version: u32) -> PathBuf {
     let mut bytes = std::fs::read(&real).unwrap();
     let file = std::fs::File::open(&real).unwrap();
     let elf = ElfReader::new(&file, Default::default());
-    let (_, at, _) = elf.symbols_where(|n| n == b"Py_Version").into_iter().next().expect("Py_Version in Debian's python3");
+    let (_, at, _) = elf
+        .symbols_where(|n| n == b"Py_Version")
+        .into_iter()
+        .next()
+        .expect("Py_Version in Debian's python3");
     let offset = vaddr_to_offset(&elf.segments().unwrap(), at).unwrap() as usize;
     bytes[offset..offset + 4].copy_from_slice(&version.to_le_bytes());
-    let path = dir.join(format!("python{}.{}", version >> 24, (version >> 16) & 0xff));
+    let path = dir.join(format!(
+        "python{}.{}",
+        version >> 24,
+        (version >> 16) & 0xff
+    ));
     std::fs::write(&path, bytes).unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     path
@@ -411,7 +703,11 @@ struct SourceCheck {
     text: String,
 }
 
-fn check_against_source(py: &std::path::Path, profile: &std::path::Path, pid: Option<u64>) -> SourceCheck {
+fn check_against_source(
+    py: &std::path::Path,
+    profile: &std::path::Path,
+    pid: Option<u64>,
+) -> SourceCheck {
     let oracle = workspace_root().join("tests/oracles/py_frames_vs_source.py");
     let mut cmd = Command::new(py);
     cmd.arg(&oracle).arg(profile);
@@ -419,7 +715,11 @@ fn check_against_source(py: &std::path::Path, profile: &std::path::Path, pid: Op
         cmd.arg(pid.to_string());
     }
     let out = cmd.output().expect("running the source oracle");
-    assert!(out.status.success(), "the source oracle failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "the source oracle failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let v: serde_json::Value = serde_json::from_str(&text).expect("the oracle's JSON");
     SourceCheck {
@@ -461,59 +761,153 @@ fn python_frames_agree_with_the_programs_source() {
             .unwrap();
         assert!(made.success(), "{who}: writing the JSON input");
         let jt = dir.join("jt.json.gz");
-        let out = record(&["--", py.to_str().unwrap(), "-m", "json.tool", big.to_str().unwrap(), dir.join("out.json").to_str().unwrap()], &jt);
+        let out = record(
+            &[
+                "--",
+                py.to_str().unwrap(),
+                "-m",
+                "json.tool",
+                big.to_str().unwrap(),
+                dir.join("out.json").to_str().unwrap(),
+            ],
+            &jt,
+        );
         assert_success(&out);
         let c = check_against_source(&py, &jt, None);
         eprintln!("{who}: json.tool: {}", c.text);
-        assert!(c.samples_with_python >= 200 && c.frames_checked >= 20, "{who}: json.tool: too few Python samples to judge: {}", c.text);
-        assert!(c.contradicted as f64 <= 0.005 * c.samples_with_python as f64, "{who}: json.tool: frames the source contradicts: {}", c.text);
+        assert!(
+            c.samples_with_python >= 200 && c.frames_checked >= 20,
+            "{who}: json.tool: too few Python samples to judge: {}",
+            c.text
+        );
+        assert!(
+            c.contradicted as f64 <= 0.005 * c.samples_with_python as f64,
+            "{who}: json.tool: frames the source contradicts: {}",
+            c.text
+        );
 
         // compileall over copies of stdlib packages (their code objects are
         // made and freed all along; its imports run and free module code).
-        let stdlib = Command::new(&py).arg("-c").arg("import sysconfig; print(sysconfig.get_paths()['stdlib'])").output().unwrap();
+        let stdlib = Command::new(&py)
+            .arg("-c")
+            .arg("import sysconfig; print(sysconfig.get_paths()['stdlib'])")
+            .output()
+            .unwrap();
         let stdlib = std::path::PathBuf::from(String::from_utf8_lossy(&stdlib.stdout).trim());
         let tree = dir.join("compile");
         let _ = std::fs::remove_dir_all(&tree);
         std::fs::create_dir_all(&tree).unwrap();
-        for pkg in ["json", "email", "http", "xml", "unittest", "asyncio", "logging"] {
-            let status = Command::new("cp").arg("-r").arg(stdlib.join(pkg)).arg(&tree).status().unwrap();
+        for pkg in [
+            "json", "email", "http", "xml", "unittest", "asyncio", "logging",
+        ] {
+            let status = Command::new("cp")
+                .arg("-r")
+                .arg(stdlib.join(pkg))
+                .arg(&tree)
+                .status()
+                .unwrap();
             assert!(status.success(), "{who}: copying {pkg}");
         }
         let cc = dir.join("cc.json.gz");
-        let out = record(&["--", py.to_str().unwrap(), "-m", "compileall", "-f", "-q", tree.to_str().unwrap()], &cc);
+        let out = record(
+            &[
+                "--",
+                py.to_str().unwrap(),
+                "-m",
+                "compileall",
+                "-f",
+                "-q",
+                tree.to_str().unwrap(),
+            ],
+            &cc,
+        );
         assert_success(&out);
         let c = check_against_source(&py, &cc, None);
         eprintln!("{who}: compileall: {}", c.text);
-        assert!(c.samples_with_python >= 50, "{who}: compileall: too few Python samples to judge: {}", c.text);
-        assert!(c.contradicted as f64 <= 0.005 * c.samples_with_python as f64, "{who}: compileall: frames the source contradicts: {}", c.text);
+        assert!(
+            c.samples_with_python >= 50,
+            "{who}: compileall: too few Python samples to judge: {}",
+            c.text
+        );
+        assert!(
+            c.contradicted as f64 <= 0.005 * c.samples_with_python as f64,
+            "{who}: compileall: frames the source contradicts: {}",
+            c.text
+        );
 
         // Two modules' `work`, a getter and a setter of one name.
         let main = workspace_root().join("tests/workloads/pytwo/main.py");
         let two = dir.join("two.json.gz");
-        let out = record(&["--", py.to_str().unwrap(), main.to_str().unwrap(), "1.5"], &two);
+        let out = record(
+            &["--", py.to_str().unwrap(), main.to_str().unwrap(), "1.5"],
+            &two,
+        );
         assert_success(&out);
         let pid = field(&out.stdout, "pid").expect("the script printed its pid");
         let c = check_against_source(&py, &two, Some(pid));
         eprintln!("{who}: two modules: {}", c.text);
-        assert!(c.samples_with_python >= 500, "{who}: two modules: too few Python samples: {}", c.text);
-        assert!(c.contradicted as f64 <= 0.005 * c.samples_with_python as f64, "{who}: two modules: frames the source contradicts: {}", c.text);
+        assert!(
+            c.samples_with_python >= 500,
+            "{who}: two modules: too few Python samples: {}",
+            c.text
+        );
+        assert!(
+            c.contradicted as f64 <= 0.005 * c.samples_with_python as f64,
+            "{who}: two modules: frames the source contradicts: {}",
+            c.text
+        );
         let profile = Profile::load(&two);
-        let t = profile.process_threads(pid).into_iter().next().unwrap_or_else(|| panic!("{who}: process {pid} is not in the profile"));
+        let t = profile
+            .process_threads(pid)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("{who}: process {pid} is not in the profile"));
         let (funcs, strings) = (&t.t["funcTable"], t.t["stringArray"].as_array().unwrap());
         let mut found: Vec<(String, String, Option<u64>)> = Vec::new();
         for i in 0..funcs["name"].as_array().unwrap().len() {
-            let name = strings[funcs["name"][i].as_u64().unwrap() as usize].as_str().unwrap().to_string();
-            let file = funcs["fileName"][i].as_u64().map(|s| strings[s as usize].as_str().unwrap().to_string()).unwrap_or_default();
+            let name = strings[funcs["name"][i].as_u64().unwrap() as usize]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let file = funcs["fileName"][i]
+                .as_u64()
+                .map(|s| strings[s as usize].as_str().unwrap().to_string())
+                .unwrap_or_default();
             found.push((name, file, funcs["lineNumber"][i].as_u64()));
         }
-        let of = |name: &str, file: &str| -> Vec<Option<u64>> { found.iter().filter(|(n, f, _)| n == name && f.ends_with(file)).map(|x| x.2).collect() };
-        assert_eq!(of("work", "/moda.py"), vec![Some(24)], "{who}: moda's work: {found:?}");
-        assert_eq!(of("work", "/modb.py"), vec![Some(29)], "{who}: modb's work: {found:?}");
+        let of = |name: &str, file: &str| -> Vec<Option<u64>> {
+            found
+                .iter()
+                .filter(|(n, f, _)| n == name && f.ends_with(file))
+                .map(|x| x.2)
+                .collect()
+        };
+        assert_eq!(
+            of("work", "/moda.py"),
+            vec![Some(24)],
+            "{who}: moda's work: {found:?}"
+        );
+        assert_eq!(
+            of("work", "/modb.py"),
+            vec![Some(29)],
+            "{who}: modb's work: {found:?}"
+        );
         let mut box_v = of("Box.v", "/moda.py");
         box_v.sort();
-        assert_eq!(box_v, vec![Some(9), Some(16)], "{who}: the getter and the setter of Box.v: {found:?}");
-        assert_eq!(of("main", "/main.py"), vec![Some(13)], "{who}: main of main.py: {found:?}");
-        assert!(!of("<module>", "/main.py").is_empty(), "{who}: main.py's module code: {found:?}");
+        assert_eq!(
+            box_v,
+            vec![Some(9), Some(16)],
+            "{who}: the getter and the setter of Box.v: {found:?}"
+        );
+        assert_eq!(
+            of("main", "/main.py"),
+            vec![Some(13)],
+            "{who}: main of main.py: {found:?}"
+        );
+        assert!(
+            !of("<module>", "/main.py").is_empty(),
+            "{who}: main.py's module code: {found:?}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -521,13 +915,24 @@ fn python_frames_agree_with_the_programs_source() {
 /// The share of samples whose leaf-most Python frame is each function,
 /// keyed (name, file's base name, first line), over the on-CPU samples of
 /// `pid` that have a Python frame.
-fn leaf_python_shares(profile: &Profile, pid: u64) -> (std::collections::HashMap<(String, String, u64), f64>, usize) {
+fn leaf_python_shares(
+    profile: &Profile,
+    pid: u64,
+) -> (std::collections::HashMap<(String, String, u64), f64>, usize) {
     let cats = profile.categories();
-    let (python, off_cpu) = (cats.iter().position(|c| c == "Python").unwrap() as u64, cats.iter().position(|c| c == "Off-CPU").unwrap() as u64);
+    let (python, off_cpu) = (
+        cats.iter().position(|c| c == "Python").unwrap() as u64,
+        cats.iter().position(|c| c == "Off-CPU").unwrap() as u64,
+    );
     let mut counts: std::collections::HashMap<(String, String, u64), usize> = Default::default();
     let mut total = 0;
     for t in profile.process_threads(pid) {
-        let (st, ft, funcs, strings) = (&t.t["stackTable"], &t.t["frameTable"], &t.t["funcTable"], t.t["stringArray"].as_array().unwrap());
+        let (st, ft, funcs, strings) = (
+            &t.t["stackTable"],
+            &t.t["frameTable"],
+            &t.t["funcTable"],
+            t.t["stringArray"].as_array().unwrap(),
+        );
         for s in t.t["samples"]["stack"].as_array().unwrap() {
             let Some(mut node) = s.as_u64() else { continue };
             let leaf = st["frame"][node as usize].as_u64().unwrap() as usize;
@@ -538,10 +943,18 @@ fn leaf_python_shares(profile: &Profile, pid: u64) -> (std::collections::HashMap
                 let frame = st["frame"][node as usize].as_u64().unwrap() as usize;
                 if ft["category"][frame].as_u64() == Some(python) {
                     let f = ft["func"][frame].as_u64().unwrap() as usize;
-                    let name = strings[funcs["name"][f].as_u64().unwrap() as usize].as_str().unwrap().to_string();
-                    let file = funcs["fileName"][f].as_u64().map(|i| strings[i as usize].as_str().unwrap()).unwrap_or("");
+                    let name = strings[funcs["name"][f].as_u64().unwrap() as usize]
+                        .as_str()
+                        .unwrap()
+                        .to_string();
+                    let file = funcs["fileName"][f]
+                        .as_u64()
+                        .map(|i| strings[i as usize].as_str().unwrap())
+                        .unwrap_or("");
                     let base = file.rsplit('/').next().unwrap_or(file).to_string();
-                    *counts.entry((name, base, funcs["lineNumber"][f].as_u64().unwrap_or(0))).or_default() += 1;
+                    *counts
+                        .entry((name, base, funcs["lineNumber"][f].as_u64().unwrap_or(0)))
+                        .or_default() += 1;
                     total += 1;
                     break;
                 }
@@ -552,7 +965,13 @@ fn leaf_python_shares(profile: &Profile, pid: u64) -> (std::collections::HashMap
             }
         }
     }
-    (counts.into_iter().map(|(k, n)| (k, n as f64 / total.max(1) as f64)).collect(), total)
+    (
+        counts
+            .into_iter()
+            .map(|(k, n)| (k, n as f64 / total.max(1) as f64))
+            .collect(),
+        total,
+    )
 }
 
 /// The same from py-spy's raw output (`-F -f raw`: `func (file:first line);... count`, root first).
@@ -560,17 +979,29 @@ fn py_spy_shares(raw: &str) -> (std::collections::HashMap<(String, String, u64),
     let mut counts: std::collections::HashMap<(String, String, u64), usize> = Default::default();
     let mut total = 0;
     for line in raw.lines() {
-        let Some((stack, n)) = line.rsplit_once(' ') else { continue };
+        let Some((stack, n)) = line.rsplit_once(' ') else {
+            continue;
+        };
         let Ok(n) = n.parse::<usize>() else { continue };
         let leaf = stack.rsplit(';').next().unwrap_or(stack);
-        let Some((name, place)) = leaf.rsplit_once(" (") else { continue };
+        let Some((name, place)) = leaf.rsplit_once(" (") else {
+            continue;
+        };
         let place = place.trim_end_matches(')');
         let (file, first) = place.rsplit_once(':').unwrap_or((place, "0"));
         let base = file.rsplit('/').next().unwrap_or(file).to_string();
-        *counts.entry((name.to_string(), base, first.parse().unwrap_or(0))).or_default() += n;
+        *counts
+            .entry((name.to_string(), base, first.parse().unwrap_or(0)))
+            .or_default() += n;
         total += n;
     }
-    (counts.into_iter().map(|(k, n)| (k, n as f64 / total.max(1) as f64)).collect(), total)
+    (
+        counts
+            .into_iter()
+            .map(|(k, n)| (k, n as f64 / total.max(1) as f64))
+            .collect(),
+        total,
+    )
 }
 
 /// Check `json.tool` (the stdlib's, on a 29-MB file) against py-spy
@@ -597,7 +1028,9 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
     if !can_record("python_top_functions_match_py_spy_on_the_same_run") {
         return;
     }
-    let Some(spy) = py_spy("python_top_functions_match_py_spy_on_the_same_run") else { return };
+    let Some(spy) = py_spy("python_top_functions_match_py_spy_on_the_same_run") else {
+        return;
+    };
     let dir = scratch("python-py-spy");
     let _ = sysprof_bin();
     for py in interpreters() {
@@ -617,14 +1050,24 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
         let mut rec = Command::new(sysprof_bin())
             .args(["record", "-v", "-o"])
             .arg(&out_path)
-            .args(["--", py.to_str().unwrap(), script.to_str().unwrap(), big.to_str().unwrap(), dir.join("out.json").to_str().unwrap()])
+            .args([
+                "--",
+                py.to_str().unwrap(),
+                script.to_str().unwrap(),
+                big.to_str().unwrap(),
+                dir.join("out.json").to_str().unwrap(),
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let mut lines = std::io::BufReader::new(rec.stdout.take().unwrap()).lines();
-        let pid: u64 = lines.by_ref().map_while(Result::ok).find_map(|l| l.strip_prefix("pid=").and_then(|p| p.trim().parse().ok())).expect("the script's pid");
+        let pid: u64 = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("pid=").and_then(|p| p.trim().parse().ok()))
+            .expect("the script's pid");
         let spy_out = dir.join("spy.txt");
         let spying = Command::new(&spy)
             .args(["record", "-F", "-f", "raw", "-r", "500", "-o"])
@@ -637,15 +1080,30 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
         std::thread::sleep(std::time::Duration::from_millis(1500));
         rec.stdin.take().unwrap().write_all(b"go\n").unwrap();
         let spied = wait_with_timeout(spying, std::time::Duration::from_secs(120), "py-spy");
-        let recorded = wait_with_timeout(rec, std::time::Duration::from_secs(120), "sysprof record");
-        assert!(recorded.status.success(), "{who}: record failed: {}", String::from_utf8_lossy(&recorded.stderr));
-        let raw = std::fs::read_to_string(&spy_out).unwrap_or_else(|e| panic!("{who}: no py-spy output ({e}): {}", String::from_utf8_lossy(&spied.stderr)));
-        let wrapper = |m: &mut std::collections::HashMap<(String, String, u64), f64>| m.retain(|k, _| k.1 != "pyspy_jsontool.py");
+        let recorded =
+            wait_with_timeout(rec, std::time::Duration::from_secs(120), "sysprof record");
+        assert!(
+            recorded.status.success(),
+            "{who}: record failed: {}",
+            String::from_utf8_lossy(&recorded.stderr)
+        );
+        let raw = std::fs::read_to_string(&spy_out).unwrap_or_else(|e| {
+            panic!(
+                "{who}: no py-spy output ({e}): {}",
+                String::from_utf8_lossy(&spied.stderr)
+            )
+        });
+        let wrapper = |m: &mut std::collections::HashMap<(String, String, u64), f64>| {
+            m.retain(|k, _| k.1 != "pyspy_jsontool.py")
+        };
         let (mut theirs, their_n) = py_spy_shares(&raw);
         let (mut ours, our_n) = leaf_python_shares(&Profile::load(&out_path), pid);
         wrapper(&mut theirs);
         wrapper(&mut ours);
-        assert!(their_n >= 700 && our_n >= 1000, "{who}: too few samples to compare: py-spy {their_n}, sysprof {our_n}");
+        assert!(
+            their_n >= 700 && our_n >= 1000,
+            "{who}: too few samples to compare: py-spy {their_n}, sysprof {our_n}"
+        );
         let top = |m: &std::collections::HashMap<(String, String, u64), f64>| {
             let mut v: Vec<_> = m.iter().map(|(k, s)| (k.clone(), *s)).collect();
             v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -658,19 +1116,42 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
         keys.sort();
         keys.dedup();
         for k in &keys {
-            let (a, b) = (ours.get(k).copied().unwrap_or(0.0), theirs.get(k).copied().unwrap_or(0.0));
+            let (a, b) = (
+                ours.get(k).copied().unwrap_or(0.0),
+                theirs.get(k).copied().unwrap_or(0.0),
+            );
             worst = worst.max((a - b).abs());
-            report.push_str(&format!("  {:>5.1}% {:>5.1}%  {} ({}:{})\n", a * 100.0, b * 100.0, k.0, k.1, k.2));
+            report.push_str(&format!(
+                "  {:>5.1}% {:>5.1}%  {} ({}:{})\n",
+                a * 100.0,
+                b * 100.0,
+                k.0,
+                k.1,
+                k.2
+            ));
         }
         eprintln!("{who}: sysprof {our_n} samples, py-spy {their_n}; sysprof vs py-spy:\n{report}");
         // Every top function of either with 2 % or more is one the other
         // found too: the same name, file and first line.
         for k in top(&theirs).iter().chain(&top(&ours)) {
-            if ours.get(k).copied().unwrap_or(0.0).max(theirs.get(k).copied().unwrap_or(0.0)) >= 0.02 {
-                assert!(ours.contains_key(k) && theirs.contains_key(k), "{who}: {k:?} is only in one profiler's samples:\n{report}");
+            if ours
+                .get(k)
+                .copied()
+                .unwrap_or(0.0)
+                .max(theirs.get(k).copied().unwrap_or(0.0))
+                >= 0.02
+            {
+                assert!(
+                    ours.contains_key(k) && theirs.contains_key(k),
+                    "{who}: {k:?} is only in one profiler's samples:\n{report}"
+                );
             }
         }
-        assert!(worst <= SHARE_POINTS, "{who}: a top function's share differs from py-spy's by {:.1} points:\n{report}", worst * 100.0);
+        assert!(
+            worst <= SHARE_POINTS,
+            "{who}: a top function's share differs from py-spy's by {:.1} points:\n{report}",
+            worst * 100.0
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,7 +12,6 @@ fn names(stack: &[(String, String)]) -> Vec<&str> {
     stack.iter().map(|(n, _)| n.as_str()).collect()
 }
 
-
 /// Check that a 3:1 split of thread CPU time between two functions shows up
 /// as a 3:1 split of samples (±10%), in the named thread with the right pid
 /// and tid, with the caller directly above each hot function; and that the
@@ -33,11 +32,19 @@ fn cpu_split_between_functions_matches_the_workload() {
     let cats = profile.categories();
 
     let threads = profile.process_threads(pid);
-    assert!(!threads.is_empty(), "process {pid} is missing from the profile");
+    assert!(
+        !threads.is_empty(),
+        "process {pid} is missing from the profile"
+    );
     let t = threads
         .iter()
         .find(|t| t.name() == "splitter")
-        .unwrap_or_else(|| panic!("no thread named splitter in {pid}: {:?}", threads.iter().map(|t| t.name()).collect::<Vec<_>>()));
+        .unwrap_or_else(|| {
+            panic!(
+                "no thread named splitter in {pid}: {:?}",
+                threads.iter().map(|t| t.name()).collect::<Vec<_>>()
+            )
+        });
     assert_eq!(t.process_name(), "split");
     assert_ne!(t.tid(), pid, "the splitter is not the main thread");
 
@@ -53,21 +60,38 @@ fn cpu_split_between_functions_matches_the_workload() {
                 if i == 1 && n[0].starts_with("[truncated") {
                     cut += 1;
                 } else {
-                    assert!(i > 0 && n[i - 1] == "worker", "{hot} must be called by worker: {n:?}");
+                    assert!(
+                        i > 0 && n[i - 1] == "worker",
+                        "{hot} must be called by worker: {n:?}"
+                    );
                 }
                 *count += 1;
             }
         }
     }
     let skipped = stat(&out, "handovers_skipped");
-    assert!(cut <= skipped, "{cut} stacks cut below the leaf, {skipped} hand-overs skipped (-v's stats)");
+    assert!(
+        cut <= skipped,
+        "{cut} stacks cut below the leaf, {skipped} hand-overs skipped (-v's stats)"
+    );
     let ratio = three as f64 / one.max(1) as f64;
     eprintln!("split: hot_three {three} samples, hot_one {one}, ratio {ratio:.2} (expected 3.00)");
-    assert!(three + one >= stacks.len() * 9 / 10, "most samples are in the hot functions: {three}+{one} of {}", stacks.len());
+    assert!(
+        three + one >= stacks.len() * 9 / 10,
+        "most samples are in the hot functions: {three}+{one} of {}",
+        stacks.len()
+    );
     // The split is of the thread's own CPU time, so preemption cannot skew
     // it; ~2000 samples at a fixed period leave well under 5% of noise.
-    assert!(three + one >= 1500, "2 s of CPU at 999 Hz: {} samples in the hot functions", three + one);
-    assert!((2.85..=3.15).contains(&ratio), "ratio {ratio:.2} is not 3 ± 5%");
+    assert!(
+        three + one >= 1500,
+        "2 s of CPU at 999 Hz: {} samples in the hot functions",
+        three + one
+    );
+    assert!(
+        (2.85..=3.15).contains(&ratio),
+        "ratio {ratio:.2} is not 3 ± 5%"
+    );
 
     // The thread starts during the recording, so its deltas add up to its
     // CPU time at its last sample (exact there, not a tick stale, but from a
@@ -80,8 +104,15 @@ fn cpu_split_between_functions_matches_the_workload() {
     // samples' does not): a tick and a period, 5 ms the other way.
     let delta_ns = t.cpu_delta_us() as f64 * 1000.0;
     let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
-    eprintln!("split: threadCPUDelta sum {:.3} ms, its own clock {:.3} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
-    assert!((-5.0..=10.0).contains(&behind_ms), "threadCPUDelta sum {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind");
+    eprintln!(
+        "split: threadCPUDelta sum {:.3} ms, its own clock {:.3} ms",
+        delta_ns / 1e6,
+        cpu_ns as f64 / 1e6
+    );
+    assert!(
+        (-5.0..=10.0).contains(&behind_ms),
+        "threadCPUDelta sum {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind"
+    );
 }
 
 /// Check that a thread spending its time in read(2) has stacks holding both
@@ -100,22 +131,38 @@ fn syscall_stacks_hold_kernel_and_user_frames() {
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
     let threads = profile.process_threads(pid);
-    let t = threads.iter().find(|t| t.name() == "reader").expect("thread named reader");
+    let t = threads
+        .iter()
+        .find(|t| t.name() == "reader")
+        .expect("thread named reader");
     let stacks = t.on_cpu_stacks(&cats);
     let both = stacks
         .iter()
         .filter(|s| {
             let user = s.iter().position(|(n, c)| n == "read_loop" && c == "User");
-            let kernel = s.iter().position(|(n, c)| n.contains("read") && n != "read_loop" && c == "Kernel");
+            let kernel = s
+                .iter()
+                .position(|(n, c)| n.contains("read") && n != "read_loop" && c == "Kernel");
             matches!((user, kernel), (Some(u), Some(k)) if u < k)
         })
         .count();
-    eprintln!("syscalls: {both} of {} samples hold read_loop above a kernel read frame", stacks.len());
-    assert!(stacks.len() >= 1000, "1.5 s of its own CPU time in reads at 999 Hz: {} samples", stacks.len());
+    eprintln!(
+        "syscalls: {both} of {} samples hold read_loop above a kernel read frame",
+        stacks.len()
+    );
+    assert!(
+        stacks.len() >= 1000,
+        "1.5 s of its own CPU time in reads at 999 Hz: {} samples",
+        stacks.len()
+    );
     // The thread only loops on read(2): a sample outside the kernel's read
     // path lands in the loop's own few instructions or the syscall entry
     // and exit. 95-98% is what a correct profile shows.
-    assert!(both * 100 >= stacks.len() * 90, "{both} of {} samples have read_loop above a kernel read frame", stacks.len());
+    assert!(
+        both * 100 >= stacks.len() * 90,
+        "{both} of {} samples have read_loop above a kernel read frame",
+        stacks.len()
+    );
 }
 
 /// Check that a process that starts and exits during a system-wide
@@ -140,19 +187,39 @@ fn short_lived_process_is_named_and_symbolicated() {
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
     let threads = profile.process_threads(pid);
-    assert_eq!(threads.len(), 1, "process {pid} has one thread in the profile");
+    assert_eq!(
+        threads.len(),
+        1,
+        "process {pid} has one thread in the profile"
+    );
     let t = &threads[0];
     assert_eq!(t.process_name(), "shortlived");
     assert_eq!(t.tid(), pid);
     assert!(t.t["isMainThread"].as_bool().unwrap());
     assert!(t.t["processShutdownTime"].is_number(), "exit time recorded");
-    assert!(t.t["processStartupTime"].as_f64().unwrap() > 0.0, "start time is within the recording");
+    assert!(
+        t.t["processStartupTime"].as_f64().unwrap() > 0.0,
+        "start time is within the recording"
+    );
     let stacks = t.on_cpu_stacks(&cats);
-    let named = stacks.iter().filter(|s| names(s).contains(&"short_lived_spin")).count();
-    eprintln!("shortlived: {named} of {} samples in short_lived_spin", stacks.len());
+    let named = stacks
+        .iter()
+        .filter(|s| names(s).contains(&"short_lived_spin"))
+        .count();
+    eprintln!(
+        "shortlived: {named} of {} samples in short_lived_spin",
+        stacks.len()
+    );
     let expected = cpu_ns / 1e9 * 999.0;
-    eprintln!("shortlived: {} samples for {:.0} ms of CPU (expected {expected:.0})", stacks.len(), cpu_ns / 1e6);
-    assert!(expected >= 100.0, "the workload got too little CPU to judge: {cpu_ns} ns");
+    eprintln!(
+        "shortlived: {} samples for {:.0} ms of CPU (expected {expected:.0})",
+        stacks.len(),
+        cpu_ns / 1e6
+    );
+    assert!(
+        expected >= 100.0,
+        "the workload got too little CPU to judge: {cpu_ns} ns"
+    );
     // cpu-clock fires every 1/999 s of the CPU's time; the workload's CPU
     // time includes its start (before exec's mappings) and exit, a few ms.
     // Steal is not in its CPU time, but a stolen stretch still ends in a
@@ -163,10 +230,21 @@ fn short_lived_process_is_named_and_symbolicated() {
         "samples {} vs CPU time × 999 Hz = {expected:.0} (steal {steal:.0} ms over {wall:.0} ms)",
         stacks.len()
     );
-    assert!(named * 100 >= stacks.len() * 95, "≥95% of samples symbolicated to short_lived_spin: {named} of {}", stacks.len());
+    assert!(
+        named * 100 >= stacks.len() * 95,
+        "≥95% of samples symbolicated to short_lived_spin: {named} of {}",
+        stacks.len()
+    );
     let libs = profile.json["libs"].as_array().unwrap();
-    let lib = libs.iter().find(|l| l["path"].as_str() == exe.to_str()).expect("the workload is in libs");
-    assert_eq!(lib["codeId"].as_str().map(str::len), Some(40), "the build id is recorded: {lib}");
+    let lib = libs
+        .iter()
+        .find(|l| l["path"].as_str() == exe.to_str())
+        .expect("the workload is in libs");
+    assert_eq!(
+        lib["codeId"].as_str().map(str::len),
+        Some(40),
+        "the build id is recorded: {lib}"
+    );
 }
 
 /// Check that -p records only the given process, with as many samples
@@ -180,7 +258,11 @@ fn pid_filter_records_only_that_process() {
     }
     let dir = scratch("pidfilter");
     let exe = build_c("spin", &dir.join("spin"), &[]);
-    let mut w = Command::new(&exe).arg("4").stdout(Stdio::piped()).spawn().unwrap();
+    let mut w = Command::new(&exe)
+        .arg("4")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid = w.id() as u64;
     std::thread::sleep(Duration::from_millis(200));
     let out_path = dir.join("p.json");
@@ -192,7 +274,10 @@ fn pid_filter_records_only_that_process() {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 let t = monotonic_ns();
                 if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/schedstat")) {
-                    readings.push((t, s.split_whitespace().next().unwrap().parse::<u64>().unwrap()));
+                    readings.push((
+                        t,
+                        s.split_whitespace().next().unwrap().parse::<u64>().unwrap(),
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -209,22 +294,35 @@ fn pid_filter_records_only_that_process() {
     assert_success(&out);
     let profile = Profile::load(&out_path);
     // Processes only: the machine's counters have a track of their own.
-    let pids: std::collections::BTreeSet<u64> = profile.threads().iter().map(|t| t.pid()).filter(|&p| p != u64::MAX).collect();
+    let pids: std::collections::BTreeSet<u64> = profile
+        .threads()
+        .iter()
+        .map(|t| t.pid())
+        .filter(|&p| p != u64::MAX)
+        .collect();
     assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![pid]);
     let t = profile.thread(pid, pid).unwrap();
     let on_cpu = t.on_cpu_stacks(&profile.categories()).len() as f64;
-    let start = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_u64().unwrap();
+    let start = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_u64()
+        .unwrap();
     let end = start + (profile.json["meta"]["profilingEndTime"].as_f64().unwrap() * 1e6) as u64;
     let cpu_at = |t: u64| -> f64 {
         let i = readings.partition_point(|r| r.0 <= t);
-        assert!(i > 0 && i < readings.len(), "schedstat was polled around {t}");
+        assert!(
+            i > 0 && i < readings.len(),
+            "schedstat was polled around {t}"
+        );
         let ((t0, c0), (t1, c1)) = (readings[i - 1], readings[i]);
         c0 as f64 + (c1 as f64 - c0 as f64) * (t - t0) as f64 / (t1 - t0) as f64
     };
     let expected = (cpu_at(end) - cpu_at(start)) / 1e9 * 999.0;
     eprintln!("pid filter: {on_cpu} samples, {expected:.0} expected from its CPU time inside the recording");
     // It ran (beside a busy CPU it got 0.98 s of the 1.5 s).
-    assert!(expected >= 500.0, "the target ran: {expected:.0} samples expected");
+    assert!(
+        expected >= 500.0,
+        "the target ran: {expected:.0} samples expected"
+    );
     // Measured within 0.5%; the schedstat poll brackets each end by 5 ms.
     // Steal (the host ran another vCPU) is not in schedstat, but a stolen
     // stretch still ends in a sample: up to the machine's share of it more.
@@ -252,13 +350,31 @@ fn sigterm_stops_recording_and_writes_the_profile() {
     let out = wait_with_timeout(child, Duration::from_secs(20), "sysprof after SIGTERM");
     assert_success(&out);
     let profile = Profile::load(&out_path);
-    assert!(profile.threads().iter().map(|t| t.sample_count()).sum::<usize>() > 500);
-    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().filter(|e| e.file_name() != "p.json.gz").collect();
-    assert!(leftovers.is_empty(), "no temporary file is left behind: {leftovers:?}");
+    assert!(
+        profile
+            .threads()
+            .iter()
+            .map(|t| t.sample_count())
+            .sum::<usize>()
+            > 500
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != "p.json.gz")
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "no temporary file is left behind: {leftovers:?}"
+    );
 }
 
 fn unsafe_kill(pid: u32, sig: i32) {
-    Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().unwrap();
+    Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
 }
 
 /// Check that a binary deleted while it runs still symbolicates (it was
@@ -276,17 +392,35 @@ fn deleted_and_truncated_binaries_still_give_a_profile() {
     let user = build_c(
         "spin",
         &dir.join("lib_user"),
-        &["-DSPIN_IN_LIB", &format!("-L{}", dir.display()), "-lspin", &format!("-Wl,-rpath,{}", dir.display())],
+        &[
+            "-DSPIN_IN_LIB",
+            &format!("-L{}", dir.display()),
+            "-lspin",
+            &format!("-Wl,-rpath,{}", dir.display()),
+        ],
     );
     let out_path = dir.join("p.json.gz");
     let rec = record_started(&["-a", "-d", "2.5", "-q"], &out_path);
-    let a = Command::new(&deleted).arg("1.2").stdout(Stdio::piped()).spawn().unwrap();
-    let b = Command::new(&user).arg("1.2").stdout(Stdio::piped()).spawn().unwrap();
+    let a = Command::new(&deleted)
+        .arg("1.2")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b = Command::new(&user)
+        .arg("1.2")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let (pid_a, pid_b) = (a.id() as u64, b.id() as u64);
     std::thread::sleep(Duration::from_millis(400));
     std::fs::remove_file(&deleted).unwrap();
     // Truncating a mapped library: the process may die of SIGBUS, which is fine.
-    std::fs::OpenOptions::new().write(true).open(&lib).unwrap().set_len(64).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&lib)
+        .unwrap()
+        .set_len(64)
+        .unwrap();
     let _ = a.wait_with_output();
     let _ = b.wait_with_output();
     let out = rec.wait_with_output().unwrap();
@@ -295,26 +429,58 @@ fn deleted_and_truncated_binaries_still_give_a_profile() {
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
 
-    let ta = profile.thread(pid_a, pid_a).expect("the deleted binary's process is in the profile");
+    let ta = profile
+        .thread(pid_a, pid_a)
+        .expect("the deleted binary's process is in the profile");
     let sa = ta.on_cpu_stacks(&cats);
-    let named = sa.iter().filter(|s| names(s).contains(&"short_lived_spin")).count();
-    assert!(sa.len() >= 500, "1.2 s of CPU at 999 Hz: {} samples of the deleted binary", sa.len());
-    assert!(named * 100 >= sa.len() * 95, "the deleted binary still symbolicates: {named} of {}", sa.len());
+    let named = sa
+        .iter()
+        .filter(|s| names(s).contains(&"short_lived_spin"))
+        .count();
+    assert!(
+        sa.len() >= 500,
+        "1.2 s of CPU at 999 Hz: {} samples of the deleted binary",
+        sa.len()
+    );
+    assert!(
+        named * 100 >= sa.len() * 95,
+        "the deleted binary still symbolicates: {named} of {}",
+        sa.len()
+    );
 
-    let tb = profile.thread(pid_b, pid_b).expect("the truncated library's user is in the profile");
+    let tb = profile
+        .thread(pid_b, pid_b)
+        .expect("the truncated library's user is in the profile");
     let sb = tb.on_cpu_stacks(&cats);
     // It ran ~0.4 s of wall time before the truncation (and may have died of
     // SIGBUS after), beside the deleted binary's spinner: idle, about 400
     // samples; beside a busy CPU, 195 were seen. What follows are shares, so
     // it needs enough samples for them to mean something, not a rate.
-    assert!(sb.len() >= 50, "{} samples of the truncated library's user", sb.len());
+    assert!(
+        sb.len() >= 50,
+        "{} samples of the truncated library's user",
+        sb.len()
+    );
     let resolved = sb.iter().filter(|s| names(s).contains(&"lib_spin")).count();
     // Code no symbol covers is named by its library and offset.
-    let hex = sb.iter().filter(|s| s.iter().any(|(n, _)| n.starts_with("libspin.so+0x"))).count();
-    eprintln!("truncated lib: {resolved} resolved, {hex} with hex frames of {}; stderr: {stderr}", sb.len());
+    let hex = sb
+        .iter()
+        .filter(|s| s.iter().any(|(n, _)| n.starts_with("libspin.so+0x")))
+        .count();
+    eprintln!(
+        "truncated lib: {resolved} resolved, {hex} with hex frames of {}; stderr: {stderr}",
+        sb.len()
+    );
     assert_eq!(resolved, 0, "a truncated library cannot be symbolicated");
-    assert!(hex * 10 >= sb.len() * 9, "its frames keep their library and a hex offset: {hex} of {}", sb.len());
-    assert!(stderr.contains("warning") && stderr.contains("libspin.so"), "a warning names the library: {stderr}");
+    assert!(
+        hex * 10 >= sb.len() * 9,
+        "its frames keep their library and a hex offset: {hex} of {}",
+        sb.len()
+    );
+    assert!(
+        stderr.contains("warning") && stderr.contains("libspin.so"),
+        "a warning names the library: {stderr}"
+    );
 }
 
 /// Check that an unknown pid and an unwritable output path give one clear
@@ -328,11 +494,17 @@ fn bad_requests_exit_2_with_one_clear_line() {
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.contains("no process with pid 999999999"), "{err}");
 
-    let out = record(&["-a", "-d", "1"], std::path::Path::new("/nonexistent-dir/p.json"));
+    let out = record(
+        &["-a", "-d", "1"],
+        std::path::Path::new("/nonexistent-dir/p.json"),
+    );
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert!(err.contains("cannot write /nonexistent-dir/p.json") && err.contains("-o"), "{err}");
+    assert!(
+        err.contains("cannot write /nonexistent-dir/p.json") && err.contains("-o"),
+        "{err}"
+    );
 }
 
 /// Check that `record -- CMD`'s range starts with the command, not with the
@@ -353,20 +525,39 @@ fn the_range_starts_with_the_command() {
     let command_start_ns = field(&out.stdout, "start_ns").expect("spin printed its start");
     let profile = Profile::load(&out_path);
     let meta = &profile.json["meta"];
-    let anchor_ns = meta["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_f64().expect("the profile's clock anchor");
+    let anchor_ns = meta["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_f64()
+        .expect("the profile's clock anchor");
     let start_ns = anchor_ns + meta["profilingStartTime"].as_f64().unwrap_or(0.0) * 1e6;
     let lead_ms = (command_start_ns as f64 - start_ns) / 1e6;
     eprintln!("range start: {lead_ms:.1} ms before the command's main()");
-    assert!((0.0..=100.0).contains(&lead_ms), "the profile starts {lead_ms:.1} ms before the command did");
+    assert!(
+        (0.0..=100.0).contains(&lead_ms),
+        "the profile starts {lead_ms:.1} ms before the command did"
+    );
     // Its CPU counter starts with it too: a base at its start, so the first
     // share covers its first 100 ms (the graph was blank for 200 ms, until
     // a second reading of a process first seen at the first).
     let pid = field(&out.stdout, "pid").expect("spin printed its pid");
-    let counter = profile.json["counters"].as_array().unwrap().iter().find(|c| c["name"] == "Process CPU" && c["pid"] == pid.to_string()).cloned().expect("the command's CPU counter");
-    let first_ms = counter["samples"]["time"][0].as_f64().expect("a first counter sample");
+    let counter = profile.json["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "Process CPU" && c["pid"] == pid.to_string())
+        .cloned()
+        .expect("the command's CPU counter");
+    let first_ms = counter["samples"]["time"][0]
+        .as_f64()
+        .expect("a first counter sample");
     let command_ms = (command_start_ns as f64 - anchor_ns) / 1e6;
-    eprintln!("the command's CPU counter starts at {first_ms:.1} ms, the command at {command_ms:.1} ms");
-    assert!(first_ms <= command_ms + 1.0, "the CPU counter starts {:.1} ms after the command", first_ms - command_ms);
+    eprintln!(
+        "the command's CPU counter starts at {first_ms:.1} ms, the command at {command_ms:.1} ms"
+    );
+    assert!(
+        first_ms <= command_ms + 1.0,
+        "the CPU counter starts {:.1} ms after the command",
+        first_ms - command_ms
+    );
 }
 
 /// Check that `record -a` samples at its full rate from its first
@@ -386,7 +577,12 @@ fn all_cpus_are_sampled_at_full_rate_from_the_start() {
     let exe = build_c("cpulog", &dir.join("cpulog"), &[]);
     let out_path = dir.join("p.json.gz");
     let log_path = dir.join("cpu.log");
-    let spinner = Command::new(&exe).arg("6").arg(&log_path).stdout(Stdio::piped()).spawn().unwrap();
+    let spinner = Command::new(&exe)
+        .arg("6")
+        .arg(&log_path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let out = record(&["-a", "-F", "999", "-d", "1.6", "--no-io"], &out_path);
     let log = wait_with_timeout(spinner, Duration::from_secs(30), "cpulog");
     assert_success(&out);
@@ -401,21 +597,31 @@ fn all_cpus_are_sampled_at_full_rate_from_the_start() {
         })
         .collect();
     let cpu_at = |t: f64| -> f64 {
-        let i = readings.partition_point(|r| r.0 <= t).clamp(1, readings.len() - 1);
+        let i = readings
+            .partition_point(|r| r.0 <= t)
+            .clamp(1, readings.len() - 1);
         let ((t0, c0), (t1, c1)) = (readings[i - 1], readings[i]);
         c0 + (c1 - c0) * ((t - t0) / (t1 - t0)).clamp(0.0, 1.0)
     };
 
     let profile = Profile::load(&out_path);
     let meta = &profile.json["meta"];
-    let anchor_ns = meta["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_f64().unwrap();
-    let (start_ms, end_ms) = (meta["profilingStartTime"].as_f64().unwrap_or(0.0), meta["profilingEndTime"].as_f64().unwrap());
+    let anchor_ns = meta["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_f64()
+        .unwrap();
+    let (start_ms, end_ms) = (
+        meta["profilingStartTime"].as_f64().unwrap_or(0.0),
+        meta["profilingEndTime"].as_f64().unwrap(),
+    );
     let slices = ((end_ms - start_ms) / 250.0).floor() as usize;
     let t = profile.thread(pid, pid).expect("the spinner's thread");
     let mut counts = vec![0usize; slices];
     // On-CPU samples only: its waits for a CPU beside a busy one are
     // samples too (their stacks end in an off-CPU frame).
-    let on_cpu = t.stacks(&profile.categories()).into_iter().map(|s| s.last().is_none_or(|(_, c)| c != "Off-CPU" && c != "I/O"));
+    let on_cpu = t
+        .stacks(&profile.categories())
+        .into_iter()
+        .map(|s| s.last().is_none_or(|(_, c)| c != "Off-CPU" && c != "I/O"));
     for (time, on) in t.times().into_iter().zip(on_cpu) {
         let slice = ((time - start_ms) / 250.0).floor();
         if on && slice >= 0.0 && (slice as usize) < slices {
@@ -430,7 +636,13 @@ fn all_cpus_are_sampled_at_full_rate_from_the_start() {
         .collect();
     eprintln!("full rate: the spinner's samples per 250 ms {counts:?}, its own CPU time gives {expected:.0?}; {}", stats_line(&out));
     assert!(slices >= 5, "1.6 s recorded: {slices} whole slices");
-    assert!(readings.first().is_some_and(|r| r.0 < anchor_ns) && readings.last().is_some_and(|r| r.0 > anchor_ns + end_ms * 1e6), "the spinner ran all through the recording");
+    assert!(
+        readings.first().is_some_and(|r| r.0 < anchor_ns)
+            && readings
+                .last()
+                .is_some_and(|r| r.0 > anchor_ns + end_ms * 1e6),
+        "the spinner ran all through the recording"
+    );
     for (i, (&n, &e)) in counts.iter().zip(&expected).enumerate() {
         assert!((n as f64 - e).abs() <= e * 0.1 + 2.0, "slice {i} ({}-{} ms): {n} samples, its CPU time gives {e:.0}: {counts:?} vs {expected:.0?}", i * 250, i * 250 + 250);
     }
@@ -455,18 +667,43 @@ fn a_recording_cut_into_windows_is_one_recording() {
     let out_path = dir.join("p.json.gz");
     let windows = |out: &std::process::Output| {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        stderr.lines().find_map(|l| l.strip_prefix("sysprof: ")?.split_once(" windows of at most")?.0.parse::<u32>().ok()).unwrap_or(1)
+        stderr
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("sysprof: ")?
+                    .split_once(" windows of at most")?
+                    .0
+                    .parse::<u32>()
+                    .ok()
+            })
+            .unwrap_or(1)
     };
 
-    let out = record(&["--window-records", "400", "--", split.to_str().unwrap(), "2.0"], &out_path);
+    let out = record(
+        &[
+            "--window-records",
+            "400",
+            "--",
+            split.to_str().unwrap(),
+            "2.0",
+        ],
+        &out_path,
+    );
     assert_success(&out);
     let n = windows(&out);
-    assert!(n >= 4, "2 s at 999 Hz in windows of 400 records: {n} windows");
+    assert!(
+        n >= 4,
+        "2 s at 999 Hz in windows of 400 records: {n} windows"
+    );
     let pid = field(&out.stdout, "pid").expect("the workload printed its pid");
     let cpu_ns = field(&out.stdout, "cpu_ns").expect("the workload printed its CPU time");
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
-    let splitters: Vec<_> = profile.process_threads(pid).into_iter().filter(|t| t.name() == "splitter").collect();
+    let splitters: Vec<_> = profile
+        .process_threads(pid)
+        .into_iter()
+        .filter(|t| t.name() == "splitter")
+        .collect();
     assert_eq!(splitters.len(), 1, "one splitter thread over {n} windows");
     let t = &splitters[0];
     let (mut three, mut one) = (0usize, 0usize);
@@ -479,26 +716,70 @@ fn a_recording_cut_into_windows_is_one_recording() {
     let delta_ns = t.cpu_delta_us() as f64 * 1000.0;
     let behind_ms = (cpu_ns as f64 - delta_ns) / 1e6;
     eprintln!("windows: {n}; hot_three {three}, hot_one {one}, ratio {ratio:.2}; threadCPUDelta {:.1} ms vs its clock {:.1} ms", delta_ns / 1e6, cpu_ns as f64 / 1e6);
-    assert!(three + one >= 1500, "2 s of CPU at 999 Hz: {} samples in the hot functions", three + one);
-    assert!((2.85..=3.15).contains(&ratio), "ratio {ratio:.2} is not 3 ± 5%");
-    assert!((-5.0..=10.0).contains(&behind_ms), "threadCPUDelta sum {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind");
+    assert!(
+        three + one >= 1500,
+        "2 s of CPU at 999 Hz: {} samples in the hot functions",
+        three + one
+    );
+    assert!(
+        (2.85..=3.15).contains(&ratio),
+        "ratio {ratio:.2} is not 3 ± 5%"
+    );
+    assert!(
+        (-5.0..=10.0).contains(&behind_ms),
+        "threadCPUDelta sum {delta_ns} ns vs its own clock {cpu_ns} ns: {behind_ms:.3} ms behind"
+    );
 
-    let out = record(&["--window-records", "40", "--", sleeper.to_str().unwrap(), "40"], &out_path);
+    let out = record(
+        &[
+            "--window-records",
+            "40",
+            "--",
+            sleeper.to_str().unwrap(),
+            "40",
+        ],
+        &out_path,
+    );
     assert_success(&out);
     let n = windows(&out);
     assert!(n >= 4, "40 sleeps in windows of 40 records: {n} windows");
-    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let (pid, tid) = (
+        field(&out.stdout, "pid").unwrap(),
+        field(&out.stdout, "tid").unwrap(),
+    );
     let slept_ns = field(&out.stdout, "slept_ns").unwrap() as f64;
     let longest_ms = field(&out.stdout, "longest_ns").unwrap() as f64 / 1e6;
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
     let t = profile.thread(pid, tid).expect("the sleeper thread");
-    let off_ms: f64 = t.stacks(&cats).iter().zip(t.weights()).filter(|(s, _)| s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU"))).map(|(_, w)| w).sum();
+    let off_ms: f64 = t
+        .stacks(&cats)
+        .iter()
+        .zip(t.weights())
+        .filter(|(s, _)| s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU")))
+        .map(|(_, w)| w)
+        .sum();
     let err = (off_ms * 1e6 - slept_ns).abs() / slept_ns;
-    let markers: Vec<_> = t.markers().into_iter().filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping").collect();
-    eprintln!("windows: {n}; sleeper off-CPU {off_ms:.1} ms vs slept {:.1} ms; {} sleeping markers", slept_ns / 1e6, markers.len());
-    assert!(err <= 0.05, "off-CPU time off by {:.1}% over {n} windows", err * 100.0);
-    assert!((38..=42).contains(&markers.len()), "one marker per 25 ms sleep over {n} windows: {}", markers.len());
+    let markers: Vec<_> = t
+        .markers()
+        .into_iter()
+        .filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping")
+        .collect();
+    eprintln!(
+        "windows: {n}; sleeper off-CPU {off_ms:.1} ms vs slept {:.1} ms; {} sleeping markers",
+        slept_ns / 1e6,
+        markers.len()
+    );
+    assert!(
+        err <= 0.05,
+        "off-CPU time off by {:.1}% over {n} windows",
+        err * 100.0
+    );
+    assert!(
+        (38..=42).contains(&markers.len()),
+        "one marker per 25 ms sleep over {n} windows: {}",
+        markers.len()
+    );
     for (_, d) in &markers {
         let len = d["endTime"].as_f64().unwrap() - d["startTime"].as_f64().unwrap();
         assert!((24.0..=longest_ms + 1.0).contains(&len), "a marker lasts a sleep (25 to {longest_ms:.1} ms by the sleeper's clock): none cut at a window's end, none joined: {len}");
@@ -520,25 +801,54 @@ fn processes_written_as_they_end_are_each_there_once() {
     let brief = build_c("brief", &dir.join("brief"), &[]);
     let out_path = dir.join("p.json.gz");
     let script = format!("for i in $(seq 40); do {} 30; done", brief.display());
-    let out = record(&["--window-records", "300", "--", "sh", "-c", &script], &out_path);
+    let out = record(
+        &["--window-records", "300", "--", "sh", "-c", &script],
+        &out_path,
+    );
     assert_success(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let windows = stderr.lines().find_map(|l| l.strip_prefix("sysprof: ")?.split_once(" windows of at most")?.0.parse::<u32>().ok()).unwrap_or(1);
-    let pids: Vec<u64> = String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.strip_prefix("pid=")?.trim().parse().ok()).collect();
+    let windows = stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("sysprof: ")?
+                .split_once(" windows of at most")?
+                .0
+                .parse::<u32>()
+                .ok()
+        })
+        .unwrap_or(1);
+    let pids: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("pid=")?.trim().parse().ok())
+        .collect();
     assert_eq!(pids.len(), 40, "every brief process said its pid");
     let profile = Profile::load(&out_path);
     let mut short = Vec::new();
     for &pid in &pids {
         let tracks = profile.process_threads(pid);
-        assert_eq!(tracks.len(), 1, "process {pid}: one track, written once ({windows} windows): {}", tracks.len());
+        assert_eq!(
+            tracks.len(),
+            1,
+            "process {pid}: one track, written once ({windows} windows): {}",
+            tracks.len()
+        );
         let t = &tracks[0];
         if t.sample_count() < 15 || t.name() != "brief" {
             short.push((pid, t.name().to_string(), t.sample_count()));
         }
     }
-    eprintln!("written early: {} processes over {windows} windows; short or unnamed: {short:?}", pids.len());
-    assert!(windows >= 4, "1.2 s of CPU at 999 Hz in windows of 300 records: {windows} windows");
-    assert!(short.is_empty(), "each process has its samples and its name: {short:?}");
+    eprintln!(
+        "written early: {} processes over {windows} windows; short or unnamed: {short:?}",
+        pids.len()
+    );
+    assert!(
+        windows >= 4,
+        "1.2 s of CPU at 999 Hz in windows of 300 records: {windows} windows"
+    );
+    assert!(
+        short.is_empty(),
+        "each process has its samples and its name: {short:?}"
+    );
 }
 
 /// Check that nothing is lost at default settings with both CPUs busy and
@@ -556,12 +866,21 @@ fn nothing_is_lost_at_defaults_on_a_busy_machine() {
     let out_path = dir.join("p.json.gz");
     let count_path = dir.join("spawned");
     // One line appended per process spawned (an append is never seen half done).
-    let spawner_script = format!("while :; do /bin/true; echo >> {}; sleep 0.02; done", count_path.display());
-    let mut load: Vec<std::process::Child> = ["while :; do :; done", "while :; do :; done", spawner_script.as_str()]
-        .iter()
-        .map(|s| Command::new("sh").args(["-c", s]).spawn().unwrap())
-        .collect();
-    let spawned_so_far = || std::fs::read(&count_path).map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count() as u64);
+    let spawner_script = format!(
+        "while :; do /bin/true; echo >> {}; sleep 0.02; done",
+        count_path.display()
+    );
+    let mut load: Vec<std::process::Child> = [
+        "while :; do :; done",
+        "while :; do :; done",
+        spawner_script.as_str(),
+    ]
+    .iter()
+    .map(|s| Command::new("sh").args(["-c", s]).spawn().unwrap())
+    .collect();
+    let spawned_so_far = || {
+        std::fs::read(&count_path).map_or(0, |b| b.iter().filter(|&&c| c == b'\n').count() as u64)
+    };
     std::thread::sleep(Duration::from_millis(500));
     let recording = record_started(&["-a", "-d", "5"], &out_path);
     let steal_before = steal_ms();
@@ -578,8 +897,20 @@ fn nothing_is_lost_at_defaults_on_a_busy_machine() {
     assert_success(&out);
     let stats = stats_line(&out);
     eprintln!("no loss: {stats}");
-    for key in ["lost_samples", "lost_events", "lost_stacks", "lost_state", "tracepoint_runs_missed", "lost_sideband", "malformed"] {
-        assert_eq!(stat(&out, key), 0, "{key} at defaults beside two spinners and 50 processes a second: {stats}");
+    for key in [
+        "lost_samples",
+        "lost_events",
+        "lost_stacks",
+        "lost_state",
+        "tracepoint_runs_missed",
+        "lost_sideband",
+        "malformed",
+    ] {
+        assert_eq!(
+            stat(&out, key),
+            0,
+            "{key} at defaults beside two spinners and 50 processes a second: {stats}"
+        );
     }
     let samples = stat(&out, "samples");
     // A skipped hand-over is no lost sample: the sample is kept with the
@@ -591,13 +922,23 @@ fn nothing_is_lost_at_defaults_on_a_busy_machine() {
     assert!(skipped * 100 <= samples, "handovers_skipped {skipped} of {samples} samples at defaults beside two spinners and 50 processes a second: {stats}");
     // A stolen stretch of a vCPU (its host ran something else) gives it one
     // sample, not one a ms: the CPU time the host gave, not the wall's.
-    assert!(samples as f64 >= 0.9 * (2.0 * 5.0 - steal_s) * 999.0, "both CPUs sampled at 999 Hz for 5 s, less {steal_s:.2} s stolen: {samples}");
+    assert!(
+        samples as f64 >= 0.9 * (2.0 * 5.0 - steal_s) * 999.0,
+        "both CPUs sampled at 999 Hz for 5 s, less {steal_s:.2} s stolen: {samples}"
+    );
     let profile = Profile::load(&out_path);
-    let trues = profile.threads().iter().filter(|t| t.process_name() == "true").count() as u64;
+    let trues = profile
+        .threads()
+        .iter()
+        .filter(|t| t.process_name() == "true")
+        .count() as u64;
     let spawned = after.saturating_sub(before);
     eprintln!("no loss: {samples} samples; {trues} 'true' processes in the profile, {spawned} spawned while recording");
     assert!(spawned >= 100, "the spawner ran: {spawned}");
-    assert!(trues >= spawned, "every process spawned while recording is in the profile: {trues} of {spawned}");
+    assert!(
+        trues >= spawned,
+        "every process spawned while recording is in the profile: {trues} of {spawned}"
+    );
 }
 
 /// Check that `record -a`'s memory follows what is running, not how long
@@ -626,16 +967,23 @@ fn a_long_recording_needs_no_more_memory_than_a_short_one() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("running sysprof");
-        let (out, peak_mib) = wait_with_peak_rss(child, Duration::from_secs(secs + 120), "sysprof record");
+        let (out, peak_mib) =
+            wait_with_peak_rss(child, Duration::from_secs(secs + 120), "sysprof record");
         assert_success(&out);
         // From the summary line (`…, 39444 processes, …`): loading a
         // profile of 35,000 processes here takes minutes.
         let stderr = String::from_utf8_lossy(&out.stderr);
         let processes: usize = stderr
             .lines()
-            .find_map(|l| l.split(", ").find_map(|part| part.strip_suffix(" processes")?.parse().ok()))
+            .find_map(|l| {
+                l.split(", ")
+                    .find_map(|part| part.strip_suffix(" processes")?.parse().ok())
+            })
             .unwrap_or_else(|| panic!("the summary says how many processes: {stderr}"));
-        eprintln!("length: {secs} s: peak RSS {peak_mib:.1} MiB, {processes} processes; {}", stats_line(&out));
+        eprintln!(
+            "length: {secs} s: peak RSS {peak_mib:.1} MiB, {processes} processes; {}",
+            stats_line(&out)
+        );
         runs.push((secs, peak_mib, processes));
     }
     for c in &mut load {
@@ -643,7 +991,12 @@ fn a_long_recording_needs_no_more_memory_than_a_short_one() {
         let _ = c.wait();
     }
     let (short, long) = (runs[0], runs[1]);
-    assert!(long.2 > 3 * short.2, "the fork loop ran through the long recording: {} vs {} processes", long.2, short.2);
+    assert!(
+        long.2 > 3 * short.2,
+        "the fork loop ran through the long recording: {} vs {} processes",
+        long.2,
+        short.2
+    );
     assert!(
         long.1 <= 1.5 * short.1,
         "peak RSS of 60 s of `record -a` beside a fork loop {:.1} MiB, of 10 s {:.1} MiB: {:.2}x (at most 1.5x)",
@@ -670,7 +1023,11 @@ fn no_sample_claims_more_cpu_than_time_passed() {
     let dir = scratch("record-cpu-claims");
     let spin = build_c("spin", &dir.join("spin"), &[]);
     let _ = sysprof_bin(); // built first: the spinner must outlast the recording
-    let mut spinner = std::process::Command::new(&spin).arg("120").stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut spinner = std::process::Command::new(&spin)
+        .arg("120")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let out_path = dir.join("claims.json.gz");
     let out = record(&["-a", "-d", "1.5"], &out_path);
@@ -711,9 +1068,23 @@ fn no_sample_claims_more_cpu_than_time_passed() {
             }
         }
     }
-    assert!(spinner_samples >= 200, "the spinner ({}) has {spinner_samples} samples; threads: {:?}", spinner.id(), profile.threads().iter().map(|t| (t.pid(), t.name().to_string(), t.sample_count())).collect::<Vec<_>>());
+    assert!(
+        spinner_samples >= 200,
+        "the spinner ({}) has {spinner_samples} samples; threads: {:?}",
+        spinner.id(),
+        profile
+            .threads()
+            .iter()
+            .map(|t| (t.pid(), t.name().to_string(), t.sample_count()))
+            .collect::<Vec<_>>()
+    );
     let (excess, at) = worst.expect("samples");
-    eprintln!("{checked} samples checked; the largest claim over the time passed: {excess:.3} ms, {at}");
-    assert!(excess <= TICK_SLACK_MS, "a sample claims more CPU than time passed: {at}");
+    eprintln!(
+        "{checked} samples checked; the largest claim over the time passed: {excess:.3} ms, {at}"
+    );
+    assert!(
+        excess <= TICK_SLACK_MS,
+        "a sample claims more CPU than time passed: {at}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

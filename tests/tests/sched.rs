@@ -3,10 +3,8 @@
 //! workloads' own clocks, /proc/PID/task/TID/status, /proc/stat and
 //! /sys/block/DEV/stat.
 
-
 use serde_json::Value;
 use sysprof_tests::*;
-
 
 fn leaf(stack: &[(String, String)]) -> &str {
     stack.last().map(|(n, _)| n.as_str()).unwrap_or("")
@@ -26,7 +24,10 @@ fn sleeping_thread_off_cpu_time_matches_its_clock() {
     let out_path = dir.join("p.json.gz");
     let out = record(&["--", exe.to_str().unwrap(), "40"], &out_path);
     assert_success(&out);
-    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let (pid, tid) = (
+        field(&out.stdout, "pid").unwrap(),
+        field(&out.stdout, "tid").unwrap(),
+    );
     let slept_ns = field(&out.stdout, "slept_ns").unwrap() as f64;
     let longest_ms = field(&out.stdout, "longest_ns").unwrap() as f64 / 1e6;
     let profile = Profile::load(&out_path);
@@ -55,13 +56,30 @@ fn sleeping_thread_off_cpu_time_matches_its_clock() {
     let err = (off_ms * 1e6 - slept_ns).abs() / slept_ns;
     eprintln!("sleeper: off-CPU {off_ms:.1} ms vs slept {:.1} ms ({:.2}%); {sleeping_with_stack}/{sleeping} sleeping stacks hold sleep_loop above nanosleep", slept_ns / 1e6, err * 100.0);
     assert!(err <= 0.05, "off-CPU time off by {:.1}%", err * 100.0);
-    assert!(sleeping >= 38, "one sleeping interval per nanosleep: {sleeping}");
-    assert!(sleeping_with_stack * 100 >= sleeping * 95, "stacks show sleep_loop and the kernel sleep path: {sleeping_with_stack} of {sleeping}");
-    let markers: Vec<_> = t.markers().into_iter().filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping").collect();
-    assert!((38..=42).contains(&markers.len()), "one marker per 25 ms sleep: {}", markers.len());
+    assert!(
+        sleeping >= 38,
+        "one sleeping interval per nanosleep: {sleeping}"
+    );
+    assert!(
+        sleeping_with_stack * 100 >= sleeping * 95,
+        "stacks show sleep_loop and the kernel sleep path: {sleeping_with_stack} of {sleeping}"
+    );
+    let markers: Vec<_> = t
+        .markers()
+        .into_iter()
+        .filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping")
+        .collect();
+    assert!(
+        (38..=42).contains(&markers.len()),
+        "one marker per 25 ms sleep: {}",
+        markers.len()
+    );
     for (_, d) in &markers {
         let len = d["endTime"].as_f64().unwrap() - d["startTime"].as_f64().unwrap();
-        assert!((24.0..=longest_ms + 1.0).contains(&len), "a marker lasts one sleep (25 to {longest_ms:.1} ms by the sleeper's clock): {len}");
+        assert!(
+            (24.0..=longest_ms + 1.0).contains(&len),
+            "a marker lasts one sleep (25 to {longest_ms:.1} ms by the sleeper's clock): {len}"
+        );
     }
 }
 
@@ -84,23 +102,50 @@ fn wakers_are_named_and_switch_counts_match_proc() {
     let ponger = field(&out.stdout, "ponger_tid").unwrap();
     let profile = Profile::load(&out_path);
     let tp = profile.thread(pid, ponger).expect("ponger");
-    let markers: Vec<Value> = tp.markers().into_iter().map(|(_, d)| d).filter(|d| d["type"] == "OffCpu").collect();
-    let by_pinger = markers.iter().filter(|d| d["wakerTid"].as_u64() == Some(pinger) && d["waker"].as_str().unwrap().starts_with("pinger")).count();
-    eprintln!("pingpong: {by_pinger} of {} ponger off-CPU markers woken by pinger ({pinger})", markers.len());
-    assert!(markers.len() >= 270, "one ≥1 ms wait per round: {}", markers.len());
-    assert!(by_pinger * 100 >= markers.len() * 95, "the waker is the pinger");
+    let markers: Vec<Value> = tp
+        .markers()
+        .into_iter()
+        .map(|(_, d)| d)
+        .filter(|d| d["type"] == "OffCpu")
+        .collect();
+    let by_pinger = markers
+        .iter()
+        .filter(|d| {
+            d["wakerTid"].as_u64() == Some(pinger)
+                && d["waker"].as_str().unwrap().starts_with("pinger")
+        })
+        .count();
+    eprintln!(
+        "pingpong: {by_pinger} of {} ponger off-CPU markers woken by pinger ({pinger})",
+        markers.len()
+    );
+    assert!(
+        markers.len() >= 270,
+        "one ≥1 ms wait per round: {}",
+        markers.len()
+    );
+    assert!(
+        by_pinger * 100 >= markers.len() * 95,
+        "the waker is the pinger"
+    );
     // The waker's stack is its wakeup in write(2), not an interrupt's: the
     // pipe's kernel path. (On Linux 6.13+ the tracer once took every
     // wakeup for an interrupt's.) Its user frames come only where the
     // kernel's walk gets through: a waker's stack is never a 32-KiB copy.
     let in_write = markers
         .iter()
-        .filter(|d| d["wakerTid"].as_u64() == Some(pinger) && d["waker"].as_str().unwrap().starts_with("pinger"))
+        .filter(|d| {
+            d["wakerTid"].as_u64() == Some(pinger)
+                && d["waker"].as_str().unwrap().starts_with("pinger")
+        })
         .filter_map(|d| d["cause"]["stack"].as_u64())
         .filter(|&s| tp.stack_names(s).iter().any(|n| n.contains("pipe_write")))
         .count();
     eprintln!("pingpong: {in_write} of {by_pinger} wakeups by the pinger have its pipe write in their stack");
-    assert!(in_write * 100 >= by_pinger * 90, "the waker's stacks are its pipe write: {in_write} of {by_pinger}");
+    assert!(
+        in_write * 100 >= by_pinger * 90,
+        "the waker's stacks are its pipe write: {in_write} of {by_pinger}"
+    );
     for (who, tid) in [("pinger", pinger), ("ponger", ponger)] {
         let expected = field(&out.stdout, &format!("{who}_switches")).unwrap() as f64;
         let t = profile.thread(pid, tid).unwrap();
@@ -113,7 +158,10 @@ fn wakers_are_named_and_switch_counts_match_proc() {
         // wakes the joining main thread, a preemption. Measured here: +1 or
         // +2 in every run; up to 4 allowed, never fewer than the oracle.
         let extra = got - expected;
-        assert!((0.0..=4.0).contains(&extra), "{who}: {got} in the profile vs {expected} in /proc before its exit");
+        assert!(
+            (0.0..=4.0).contains(&extra),
+            "{who}: {got} in the profile vs {expected} in /proc before its exit"
+        );
     }
 }
 
@@ -133,17 +181,48 @@ fn direct_reads_become_io_markers_and_counters_match_sysfs() {
     let disk = LoopDevice::through_page_cache(&dir, 16);
     let out_path = dir.join("p.json.gz");
     let before = disk.stat();
-    let out = record(&["--", exe.to_str().unwrap(), disk.path.to_str().unwrap(), "200"], &out_path);
+    let out = record(
+        &[
+            "--",
+            exe.to_str().unwrap(),
+            disk.path.to_str().unwrap(),
+            "200",
+        ],
+        &out_path,
+    );
     let sysfs = disk.stat().since(&before);
     assert_success(&out);
-    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let (pid, tid) = (
+        field(&out.stdout, "pid").unwrap(),
+        field(&out.stdout, "tid").unwrap(),
+    );
     let profile = Profile::load(&out_path);
     let on_disk = |d: &Value| d["type"] == "BlockIo" && d["device"] == disk.name.as_str();
-    let all: Vec<Value> = profile.threads().iter().flat_map(|t| t.markers()).map(|(_, d)| d).filter(on_disk).collect();
+    let all: Vec<Value> = profile
+        .threads()
+        .iter()
+        .flat_map(|t| t.markers())
+        .map(|(_, d)| d)
+        .filter(on_disk)
+        .collect();
     let t = profile.thread(pid, tid).expect("the reading thread");
-    let reads: Vec<Value> = t.markers().into_iter().map(|(_, d)| d).filter(|d| on_disk(d) && d["op"].as_str().unwrap().starts_with("read")).collect();
-    eprintln!("odirect: {} markers on {} ({} reads by the reader), sysfs {sysfs:?}", all.len(), disk.name, reads.len());
-    assert_eq!(sysfs.reads, 200, "the workload made 200 reads and nothing else read {}", disk.name);
+    let reads: Vec<Value> = t
+        .markers()
+        .into_iter()
+        .map(|(_, d)| d)
+        .filter(|d| on_disk(d) && d["op"].as_str().unwrap().starts_with("read"))
+        .collect();
+    eprintln!(
+        "odirect: {} markers on {} ({} reads by the reader), sysfs {sysfs:?}",
+        all.len(),
+        disk.name,
+        reads.len()
+    );
+    assert_eq!(
+        sysfs.reads, 200,
+        "the workload made 200 reads and nothing else read {}",
+        disk.name
+    );
     // One marker per request sysfs counts, but for those the summary says
     // were seen at one end only; said, never silent, and at most 4 of the
     // 200. The device completes its requests in its worker, not in an
@@ -155,18 +234,40 @@ fn direct_reads_become_io_markers_and_counters_match_sysfs() {
     let untracked = stat(&out, "io_untracked");
     let requests = sysfs.reads + sysfs.writes + sysfs.discards + sysfs.flushes;
     let unseen = requests.saturating_sub(all.len() as u64);
-    assert!(all.len() as u64 <= requests && unseen <= untracked && unseen <= 4, "one marker per request sysfs counts, the rest said: {stats}");
-    assert!(reads.len() as u64 + untracked >= 200 && reads.len() <= 200, "every read is a marker on the reading thread, or said: {} of 200", reads.len());
+    assert!(
+        all.len() as u64 <= requests && unseen <= untracked && unseen <= 4,
+        "one marker per request sysfs counts, the rest said: {stats}"
+    );
+    assert!(
+        reads.len() as u64 + untracked >= 200 && reads.len() <= 200,
+        "every read is a marker on the reading thread, or said: {} of 200",
+        reads.len()
+    );
     for d in &reads {
         let latency = d["endTime"].as_f64().unwrap() - d["startTime"].as_f64().unwrap();
         assert!(latency > 0.0, "non-zero latency: {d}");
         assert_eq!(d["bytes"], 4096, "{d}");
     }
     let counters = profile.json["counters"].as_array().unwrap();
-    let c = counters.iter().find(|c| c["name"] == format!("Disk read: {}", disk.name)).expect("a read counter for the device");
-    let counted: f64 = c["samples"]["count"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).sum();
-    eprintln!("odirect: counter {counted} bytes, sysfs {} bytes", sysfs.read_sectors * 512);
-    assert_eq!(counted, (sysfs.read_sectors * 512) as f64, "the counter adds up to what sysfs counted");
+    let c = counters
+        .iter()
+        .find(|c| c["name"] == format!("Disk read: {}", disk.name))
+        .expect("a read counter for the device");
+    let counted: f64 = c["samples"]["count"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .sum();
+    eprintln!(
+        "odirect: counter {counted} bytes, sysfs {} bytes",
+        sysfs.read_sectors * 512
+    );
+    assert_eq!(
+        counted,
+        (sysfs.read_sectors * 512) as f64,
+        "the counter adds up to what sysfs counted"
+    );
 }
 
 /// Spin `n` threads for `d`; returns once they stopped spinning, with the
@@ -184,7 +285,9 @@ fn spin_threads(n: usize, d: std::time::Duration) -> impl FnOnce() {
                 let mut x = 1u64;
                 while std::time::Instant::now() < end {
                     for i in 0..10_000u64 {
-                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(i),
+                        );
                     }
                 }
                 spun.wait();
@@ -207,7 +310,11 @@ fn spin_threads(n: usize, d: std::time::Duration) -> impl FnOnce() {
 /// All CPUs' steal time so far, in USER_HZ ticks (/proc/stat's eighth column).
 fn steal_jiffies() -> u64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap();
-    stat.lines().next().and_then(|l| l.split_whitespace().nth(8)).and_then(|v| v.parse().ok()).unwrap_or(0)
+    stat.lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(8))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// USER_HZ, the unit of /proc/stat: 100 on every architecture Linux has
@@ -230,7 +337,10 @@ fn cpu_usage_counter_follows_the_load() {
     let out_path = dir.join("p.json.gz");
     let ncpu = std::thread::available_parallelism().unwrap().get();
     let phase = std::time::Duration::from_millis(1500);
-    let rec = record_started(&["-a", "-q", "--no-off-cpu", "--no-io", "-d", "60"], &out_path);
+    let rec = record_started(
+        &["-a", "-q", "--no-off-cpu", "--no-io", "-d", "60"],
+        &out_path,
+    );
     // (start ns, end ns, busy % of all CPUs per the kernel's task accounting)
     let mut phases = Vec::new();
     for spinners in [0, 1, ncpu] {
@@ -240,17 +350,35 @@ fn cpu_usage_counter_follows_the_load() {
         // spinners were created (the kernel's last pid moved more) is
         // measured again; the oracle holds for what stays.
         for attempt in 1.. {
-            let (p0, t0, c0, s0) = (last_pid(), monotonic_ns(), all_tasks_cpu_ns(), steal_jiffies());
+            let (p0, t0, c0, s0) = (
+                last_pid(),
+                monotonic_ns(),
+                all_tasks_cpu_ns(),
+                steal_jiffies(),
+            );
             let release = spin_threads(spinners, phase);
-            let (t1, c1, p1, s1) = (monotonic_ns(), all_tasks_cpu_ns(), last_pid(), steal_jiffies());
+            let (t1, c1, p1, s1) = (
+                monotonic_ns(),
+                all_tasks_cpu_ns(),
+                last_pid(),
+                steal_jiffies(),
+            );
             release();
             let others = p1.wrapping_sub(p0).saturating_sub(spinners as u64);
             if others == 0 || attempt == 5 {
                 // Steal (the host ran something else) is busy in the counter
                 // and in no task's runtime: its share of the phase, in points.
-                let steal = (s1 - s0) as f64 * 1e9 / clock_ticks() as f64 * 100.0 / ((t1 - t0) as f64 * ncpu as f64);
+                let steal = (s1 - s0) as f64 * 1e9 / clock_ticks() as f64 * 100.0
+                    / ((t1 - t0) as f64 * ncpu as f64);
                 eprintln!("cpu usage, {spinners} spinner(s): attempt {attempt}, {others} other tasks created, steal {steal:.1} points");
-                phases.push((spinners, t0, t1, cpu_ns_between(&c0, &c1) as f64 * 100.0 / ((t1 - t0) as f64 * ncpu as f64), others, steal));
+                phases.push((
+                    spinners,
+                    t0,
+                    t1,
+                    cpu_ns_between(&c0, &c1) as f64 * 100.0 / ((t1 - t0) as f64 * ncpu as f64),
+                    others,
+                    steal,
+                ));
                 break;
             }
         }
@@ -260,26 +388,58 @@ fn cpu_usage_counter_follows_the_load() {
     let out = wait_with_timeout(rec, std::time::Duration::from_secs(30), "sysprof record -a");
     assert_success(&out);
     let profile = Profile::load(&out_path);
-    let t0 = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_u64().unwrap();
+    let t0 = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_u64()
+        .unwrap();
     let ms = |ns: u64| (ns as f64 - t0 as f64) / 1e6;
     let counters = profile.json["counters"].as_array().unwrap();
     // The machine's counters hang under the machine's own track, which opens visible.
-    let cpu = counters.iter().find(|c| c["name"] == "CPU usage" && c["pid"] == "machine").expect("machine CPU usage counter");
-    let machine = profile.json["threads"].as_array().unwrap().iter().position(|t| t["pid"] == "machine").expect("the machine's track");
+    let cpu = counters
+        .iter()
+        .find(|c| c["name"] == "CPU usage" && c["pid"] == "machine")
+        .expect("machine CPU usage counter");
+    let machine = profile.json["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|t| t["pid"] == "machine")
+        .expect("the machine's track");
     assert_eq!(cpu["mainThreadIndex"], machine);
-    assert!(profile.json["meta"]["initialVisibleThreads"].as_array().unwrap().contains(&machine.into()), "the machine's track opens visible");
-    let times: Vec<f64> = cpu["samples"]["time"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-    let counts: Vec<f64> = cpu["samples"]["count"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert!(
+        profile.json["meta"]["initialVisibleThreads"]
+            .as_array()
+            .unwrap()
+            .contains(&machine.into()),
+        "the machine's track opens visible"
+    );
+    let times: Vec<f64> = cpu["samples"]["time"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let counts: Vec<f64> = cpu["samples"]["count"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
     // Written as busy CPU-ms per interval, which the front end divides by the
     // interval into a share (its `rate` shown as a percentage).
     assert_eq!(cpu["display"]["tooltipRows"][0]["source"], "rate");
     for (spinners, start, end, oracle, others, steal) in phases {
         // Each value covers (previous sample, this sample]: keep those inside the phase.
-        let inside: Vec<f64> =
-            (1..times.len()).filter(|&i| times[i - 1] >= ms(start) && times[i] <= ms(end)).map(|i| counts[i] / (times[i] - times[i - 1]) * 100.0).collect();
+        let inside: Vec<f64> = (1..times.len())
+            .filter(|&i| times[i - 1] >= ms(start) && times[i] <= ms(end))
+            .map(|i| counts[i] / (times[i] - times[i - 1]) * 100.0)
+            .collect();
         let avg = inside.iter().sum::<f64>() / inside.len().max(1) as f64;
         eprintln!("cpu usage, {spinners} spinner(s): counter {avg:.1}% over {} samples, task accounting {oracle:.1}%", inside.len());
-        assert!(inside.len() >= 10, "{spinners} spinners: only {} counter samples inside the phase", inside.len());
+        assert!(
+            inside.len() >= 10,
+            "{spinners} spinners: only {} counter samples inside the phase",
+            inside.len()
+        );
         // Jiffies (the counter) vs. exact task runtimes (the oracle): ticks
         // quantize each 100 ms sample, and interrupt time is busy in
         // /proc/stat but in no task's runtime. Measured differences stay
@@ -321,8 +481,11 @@ fn spinner_oracles(stdout: &[u8]) -> Vec<Spinner> {
         .lines()
         .filter(|l| l.starts_with("spinner="))
         .map(|l| {
-            let kv: std::collections::HashMap<&str, u64> =
-                l.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k, v.parse().unwrap())).collect();
+            let kv: std::collections::HashMap<&str, u64> = l
+                .split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k, v.parse().unwrap()))
+                .collect();
             Spinner {
                 tid: kv["spinner"],
                 run_delay_ns: kv["run_delay_ns"] as f64,
@@ -360,13 +523,18 @@ fn preempted_spinners_off_cpu_time_matches_their_run_delay() {
     let exe = build_c("spinners", &dir.join("spinners"), &[]);
     let ncpu = std::thread::available_parallelism().unwrap().get();
     let out_path = dir.join("p.json.gz");
-    let out = record(&["--", exe.to_str().unwrap(), &(ncpu + 1).to_string(), "2.0"], &out_path);
+    let out = record(
+        &["--", exe.to_str().unwrap(), &(ncpu + 1).to_string(), "2.0"],
+        &out_path,
+    );
     assert_success(&out);
     let pid = field(&out.stdout, "pid").unwrap();
     let oracles = spinner_oracles(&out.stdout);
     assert_eq!(oracles.len(), ncpu + 1, "every spinner reported");
     let profile = Profile::load(&out_path);
-    let start_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_u64().unwrap();
+    let start_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_u64()
+        .unwrap();
     let cats = profile.categories();
     let mut total = 0;
     let mut preempted_with_delay = 0;
@@ -387,7 +555,10 @@ fn preempted_spinners_off_cpu_time_matches_their_run_delay() {
             by_reason
         };
         const PREEMPTED: &str = "[off-CPU: preempted, waiting for a CPU]";
-        let (outer, inner) = (by_reason_in(ms(o.t0_ns), ms(o.t1_ns)), by_reason_in(ms(o.in_t0_ns), ms(o.in_t1_ns)));
+        let (outer, inner) = (
+            by_reason_in(ms(o.t0_ns), ms(o.t1_ns)),
+            by_reason_in(ms(o.in_t0_ns), ms(o.in_t1_ns)),
+        );
         let preempted_outer = outer.get(PREEMPTED).copied().unwrap_or(0.0);
         let preempted_inner = inner.get(PREEMPTED).copied().unwrap_or(0.0);
         let off_inner: f64 = inner.values().sum();
@@ -396,8 +567,14 @@ fn preempted_spinners_off_cpu_time_matches_their_run_delay() {
             "spinner {}: preempted {preempted_inner:.1} ms inside its reads, {preempted_outer:.1} ms outside them; run_delay {run_delay_ms:.1} ms over {} waits, own clocks {oracle_ms:.1} ms; {inner:?}",
             o.tid, o.waits
         );
-        assert!(run_delay_ms >= 100.0, "the spinners must compete for the CPUs: {run_delay_ms:.1} ms waiting");
-        assert!(off_inner - preempted_inner <= 1.0, "while it spins a spinner only waits for a CPU: {inner:?}");
+        assert!(
+            run_delay_ms >= 100.0,
+            "the spinners must compete for the CPUs: {run_delay_ms:.1} ms waiting"
+        );
+        assert!(
+            off_inner - preempted_inner <= 1.0,
+            "while it spins a spinner only waits for a CPU: {inner:?}"
+        );
         // Its waits, each ended by a switch in: an off-CPU marker is one,
         // a run of folded short waits counts them. Those that end inside
         // the reads are all in pcount; pcount's are all outside them.
@@ -405,17 +582,28 @@ fn preempted_spinners_off_cpu_time_matches_their_run_delay() {
             t.markers()
                 .iter()
                 .map(|(_, d)| {
-                    let (start, end) = (d["startTime"].as_f64().unwrap_or(f64::NAN), d["endTime"].as_f64().unwrap_or(f64::NAN));
+                    let (start, end) = (
+                        d["startTime"].as_f64().unwrap_or(f64::NAN),
+                        d["endTime"].as_f64().unwrap_or(f64::NAN),
+                    );
                     match d["type"].as_str() {
                         Some("OffCpu") if end >= lo && end <= hi => 1,
                         // A run's waits end between its start and its end.
-                        Some("ShortWaits") if (whole_run && start >= lo && end <= hi) || (!whole_run && end >= lo && start <= hi) => d["count"].as_u64().unwrap_or(0),
+                        Some("ShortWaits")
+                            if (whole_run && start >= lo && end <= hi)
+                                || (!whole_run && end >= lo && start <= hi) =>
+                        {
+                            d["count"].as_u64().unwrap_or(0)
+                        }
                         _ => 0,
                     }
                 })
                 .sum()
         };
-        let (waits_inner, waits_outer) = (waits_ending_in(ms(o.in_t0_ns), ms(o.in_t1_ns), true), waits_ending_in(ms(o.t0_ns), ms(o.t1_ns), false));
+        let (waits_inner, waits_outer) = (
+            waits_ending_in(ms(o.in_t0_ns), ms(o.in_t1_ns), true),
+            waits_ending_in(ms(o.t0_ns), ms(o.t1_ns), false),
+        );
         eprintln!("spinner {}: {waits_inner} waits end inside its reads, {waits_outer} outside them; pcount {}", o.tid, o.waits);
         assert!(
             waits_inner <= o.waits && waits_outer >= o.waits,
@@ -444,7 +632,8 @@ fn preempted_spinners_off_cpu_time_matches_their_run_delay() {
             // Inside the span it spun: before it a spinner waits for its
             // start and after it for its join (sleeping, rightly; seen in
             // 1 of 3 runs beside a busy CPU).
-            let inside = d["startTime"].as_f64().is_some_and(|s| s >= lo) && d["endTime"].as_f64().is_some_and(|e| e <= hi);
+            let inside = d["startTime"].as_f64().is_some_and(|s| s >= lo)
+                && d["endTime"].as_f64().is_some_and(|e| e <= hi);
             if d["type"] != "OffCpu" || !inside {
                 continue;
             }
@@ -454,27 +643,67 @@ fn preempted_spinners_off_cpu_time_matches_their_run_delay() {
             }
         }
     }
-    eprintln!("spinners: {preempted_with_delay} of {total} off-CPU markers preempted with a run delay");
+    eprintln!(
+        "spinners: {preempted_with_delay} of {total} off-CPU markers preempted with a run delay"
+    );
     assert!(total >= 10, "spinners wait for a CPU: {total} markers");
-    assert!(preempted_with_delay == total, "every marker of a spinner is a preemption with a run delay");
+    assert!(
+        preempted_with_delay == total,
+        "every marker of a spinner is a preemption with a run delay"
+    );
 }
 
 /// Off-CPU samples, I/O markers, off-CPU markers and the weight type of the
 /// reading thread in a recording of 100 O_DIRECT reads from `disk`, each
 /// after a 2 ms sleep, with `flags`.
-fn direct_reads_with(flags: &[&str], exe: &std::path::Path, disk: &LoopDevice, out_path: &std::path::Path) -> (usize, usize, usize, String) {
+fn direct_reads_with(
+    flags: &[&str],
+    exe: &std::path::Path,
+    disk: &LoopDevice,
+    out_path: &std::path::Path,
+) -> (usize, usize, usize, String) {
     let mut args = flags.to_vec();
-    args.extend(["--", exe.to_str().unwrap(), disk.path.to_str().unwrap(), "100", "2000"]);
+    args.extend([
+        "--",
+        exe.to_str().unwrap(),
+        disk.path.to_str().unwrap(),
+        "100",
+        "2000",
+    ]);
     let out = record(&args, out_path);
     assert_success(&out);
-    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let (pid, tid) = (
+        field(&out.stdout, "pid").unwrap(),
+        field(&out.stdout, "tid").unwrap(),
+    );
     let profile = Profile::load(out_path);
-    let t = profile.thread(pid, tid).expect("the reading thread is in the profile");
-    let off_cpu = t.stacks(&profile.categories()).iter().filter(|s| leaf(s).starts_with("[off-CPU")).count();
+    let t = profile
+        .thread(pid, tid)
+        .expect("the reading thread is in the profile");
+    let off_cpu = t
+        .stacks(&profile.categories())
+        .iter()
+        .filter(|s| leaf(s).starts_with("[off-CPU"))
+        .count();
     let markers = t.markers();
-    let io = markers.iter().filter(|(_, d)| d["type"] == "BlockIo").count();
-    let off = markers.iter().filter(|(_, d)| d["type"] == "OffCpu").count();
-    (off_cpu, io, off, format!("{}; {}", t.t["samples"]["weightType"].as_str().unwrap(), stats_line(&out)))
+    let io = markers
+        .iter()
+        .filter(|(_, d)| d["type"] == "BlockIo")
+        .count();
+    let off = markers
+        .iter()
+        .filter(|(_, d)| d["type"] == "OffCpu")
+        .count();
+    (
+        off_cpu,
+        io,
+        off,
+        format!(
+            "{}; {}",
+            t.t["samples"]["weightType"].as_str().unwrap(),
+            stats_line(&out)
+        ),
+    )
 }
 
 /// Check that --no-off-cpu and --no-io turn the tracing off: a thread that
@@ -489,26 +718,52 @@ fn off_cpu_and_io_can_be_turned_off() {
     let dir = scratch("nooffcpu");
     let exe = build_c("odirect", &dir.join("odirect"), &[]);
     let disk = LoopDevice::through_page_cache(&dir, 16);
-    let (off_cpu, io, off_markers, weight) = direct_reads_with(&[], &exe, &disk, &dir.join("on.json.gz"));
+    let (off_cpu, io, off_markers, weight) =
+        direct_reads_with(&[], &exe, &disk, &dir.join("on.json.gz"));
     eprintln!("tracing on: {off_cpu} off-CPU samples, {io} I/O markers, {off_markers} off-CPU markers, weights {weight}");
     // 95, not 100: a completion can still land where no program runs (in
     // the context of this VM's PID 1; see LoopDevice::through_page_cache).
     // Such a loss is counted: its request starts again with its entry
     // still there, or the entry is left at the end (io_untracked).
-    let untracked = |stats: &str| stats.split_whitespace().find_map(|kv| kv.strip_prefix("io_untracked=")).and_then(|v| v.parse::<usize>().ok()).unwrap();
-    assert!(off_cpu >= 100 && io >= 95 && off_markers >= 100, "the control run must see the sleeps and the reads: {io} I/O markers; {weight}");
-    assert!(io + untracked(&weight) >= 100, "a read without a marker is counted: {io} I/O markers; {weight}");
+    let untracked = |stats: &str| {
+        stats
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("io_untracked="))
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap()
+    };
+    assert!(
+        off_cpu >= 100 && io >= 95 && off_markers >= 100,
+        "the control run must see the sleeps and the reads: {io} I/O markers; {weight}"
+    );
+    assert!(
+        io + untracked(&weight) >= 100,
+        "a read without a marker is counted: {io} I/O markers; {weight}"
+    );
     assert!(weight.starts_with("tracing-ms;"), "{weight}");
-    let (off_cpu, io, off_markers, weight) = direct_reads_with(&["--no-off-cpu", "--no-io"], &exe, &disk, &dir.join("off.json.gz"));
+    let (off_cpu, io, off_markers, weight) = direct_reads_with(
+        &["--no-off-cpu", "--no-io"],
+        &exe,
+        &disk,
+        &dir.join("off.json.gz"),
+    );
     eprintln!("tracing off: {off_cpu} off-CPU samples, {io} I/O markers, {off_markers} off-CPU markers, weights {weight}");
     assert_eq!((off_cpu, io, off_markers), (0, 0, 0), "{weight}");
     assert!(weight.starts_with("samples;"), "{weight}");
     // Each flag alone turns off only its own part.
-    let (off_cpu, io, _, stats) = direct_reads_with(&["--no-io"], &exe, &disk, &dir.join("noio.json.gz"));
-    assert!(off_cpu >= 100 && io == 0, "--no-io: {off_cpu} off-CPU samples, {io} I/O markers; {stats}");
-    let (off_cpu, io, _, stats) = direct_reads_with(&["--no-off-cpu"], &exe, &disk, &dir.join("nooff.json.gz"));
+    let (off_cpu, io, _, stats) =
+        direct_reads_with(&["--no-io"], &exe, &disk, &dir.join("noio.json.gz"));
+    assert!(
+        off_cpu >= 100 && io == 0,
+        "--no-io: {off_cpu} off-CPU samples, {io} I/O markers; {stats}"
+    );
+    let (off_cpu, io, _, stats) =
+        direct_reads_with(&["--no-off-cpu"], &exe, &disk, &dir.join("nooff.json.gz"));
     // The same allowance, each loss counted as untracked.
-    assert!(off_cpu == 0 && io >= 95 && io + untracked(&stats) >= 100, "--no-off-cpu: {off_cpu} off-CPU samples, {io} I/O markers; {stats}");
+    assert!(
+        off_cpu == 0 && io >= 95 && io + untracked(&stats) >= 100,
+        "--no-off-cpu: {off_cpu} off-CPU samples, {io} I/O markers; {stats}"
+    );
 }
 
 /// Check that --per-cpu adds one track per CPU whose on-CPU slices do not
@@ -522,18 +777,37 @@ fn per_cpu_tracks_show_who_ran() {
     let exe = build_c("spinners", &dir.join("spinners"), &[]);
     let ncpu = std::thread::available_parallelism().unwrap().get();
     let out_path = dir.join("p.json.gz");
-    let out = record(&["--per-cpu", "--", exe.to_str().unwrap(), &(ncpu + 1).to_string(), "1.5"], &out_path);
+    let out = record(
+        &[
+            "--per-cpu",
+            "--",
+            exe.to_str().unwrap(),
+            &(ncpu + 1).to_string(),
+            "1.5",
+        ],
+        &out_path,
+    );
     assert_success(&out);
     let pid = field(&out.stdout, "pid").unwrap();
     let cpu_ms = field(&out.stdout, "cpu_ns").unwrap() as f64 / 1e6;
     let profile = Profile::load(&out_path);
     let mut spinner_ms = 0.0;
     for cpu in 0..ncpu {
-        let track = profile.threads().into_iter().find(|t| t.name() == format!("CPU {cpu}")).expect("a track per CPU");
+        let track = profile
+            .threads()
+            .into_iter()
+            .find(|t| t.name() == format!("CPU {cpu}"))
+            .expect("a track per CPU");
         let mut last_end = f64::MIN;
         for (_, d) in track.markers() {
-            let (s, e) = (d["startTime"].as_f64().unwrap(), d["endTime"].as_f64().unwrap());
-            assert!(s >= last_end - 1.1, "slices on CPU {cpu} overlap: {s} < {last_end}");
+            let (s, e) = (
+                d["startTime"].as_f64().unwrap(),
+                d["endTime"].as_f64().unwrap(),
+            );
+            assert!(
+                s >= last_end - 1.1,
+                "slices on CPU {cpu} overlap: {s} < {last_end}"
+            );
             last_end = e;
             if d["pid"].as_str() == Some(pid.to_string().as_str()) {
                 spinner_ms += e - s;
@@ -542,13 +816,22 @@ fn per_cpu_tracks_show_who_ran() {
     }
     eprintln!("per-cpu: spinner slices {spinner_ms:.0} ms, spinners' CPU time {cpu_ms:.0} ms");
     assert!(cpu_ms >= 1000.0, "the spinners ran: {cpu_ms:.0} ms of CPU");
-    assert!((spinner_ms - cpu_ms).abs() <= cpu_ms * 0.10, "slices {spinner_ms:.0} ms vs CPU time {cpu_ms:.0} ms");
+    assert!(
+        (spinner_ms - cpu_ms).abs() <= cpu_ms * 0.10,
+        "slices {spinner_ms:.0} ms vs CPU time {cpu_ms:.0} ms"
+    );
 }
 
 /// The last pid the kernel handed out (`/proc/loadavg`'s last field):
 /// counts every task created since an earlier reading.
 fn last_pid() -> u64 {
-    std::fs::read_to_string("/proc/loadavg").unwrap().split_whitespace().last().unwrap().parse().unwrap()
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap()
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 extern "C" {
@@ -576,20 +859,35 @@ fn requests_seen_at_one_end_are_said_on_the_summary() {
         assert_success(&out);
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();
         let stats = stats_line(&out);
-        let untracked: u64 = stats.split_whitespace().find_map(|kv| kv.strip_prefix("io_untracked=")).and_then(|v| v.parse().ok()).expect("io_untracked in -v's stats");
-        let said = stderr.lines().find(|l| l.contains("block I/O requests seen at one end only"));
+        let untracked: u64 = stats
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("io_untracked="))
+            .and_then(|v| v.parse().ok())
+            .expect("io_untracked in -v's stats");
+        let said = stderr
+            .lines()
+            .find(|l| l.contains("block I/O requests seen at one end only"));
         eprintln!("attempt {attempt}: io_untracked={untracked}; said: {said:?}");
         if untracked == 0 {
             assert!(said.is_none(), "nothing untracked, nothing said: {stderr}");
             continue;
         }
-        let said = said.unwrap_or_else(|| panic!("{untracked} untracked requests, not said on the summary: {stderr}"));
-        assert!(said.starts_with("sysprof: ") && said.contains(&format!("{untracked} block I/O requests")), "{said}");
+        let said = said.unwrap_or_else(|| {
+            panic!("{untracked} untracked requests, not said on the summary: {stderr}")
+        });
+        assert!(
+            said.starts_with("sysprof: ")
+                && said.contains(&format!("{untracked} block I/O requests")),
+            "{said}"
+        );
         seen += 1;
         break;
     }
     drop(reader);
-    assert!(seen == 1, "5 recordings beside continuous reads, none with a request seen at one end only");
+    assert!(
+        seen == 1,
+        "5 recordings beside continuous reads, none with a request seen at one end only"
+    );
 }
 
 /// Check that a thread asleep since before the recording began is off-CPU,
@@ -607,7 +905,11 @@ fn a_thread_asleep_before_the_recording_is_off_cpu_from_its_start() {
     let exe = build_c("longnap", &dir.join("longnap"), &[]);
     let out_path = dir.join("p.json.gz");
     // Long enough that sysprof attaches while it sleeps, beside any load.
-    let mut nap = std::process::Command::new(&exe).arg("4000").stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut nap = std::process::Command::new(&exe)
+        .arg("4000")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut stdout = std::io::BufReader::new(nap.stdout.take().unwrap());
     let mut first = String::new();
     stdout.read_line(&mut first).unwrap();
@@ -623,20 +925,38 @@ fn a_thread_asleep_before_the_recording_is_off_cpu_from_its_start() {
     let woke_ns = field(rest.as_bytes(), "woke_ns").expect("longnap's wake time") as f64;
     let profile = Profile::load(&out_path);
     let meta = &profile.json["meta"];
-    let anchor_ns = meta["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_f64().expect("the profile's clock anchor");
+    let anchor_ns = meta["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_f64()
+        .expect("the profile's clock anchor");
     let start_ms = meta["profilingStartTime"].as_f64().unwrap_or(0.0);
     let woke_ms = (woke_ns - anchor_ns) / 1e6;
     assert!(woke_ms > start_ms + 50.0, "longnap woke {:.1} ms after the range began (attaching took {attached_ms:.0} ms): it must sleep longer", woke_ms - start_ms);
     let t = profile.thread(pid, pid).expect("longnap's thread");
-    let naps: Vec<_> = t.markers().into_iter().filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping").collect();
-    let nap_marker = naps.iter().find(|(_, d)| d["startTime"].as_f64().unwrap() <= start_ms + 1.0);
-    eprintln!("range {start_ms:.1} ms, woke at {woke_ms:.1} ms; sleeping markers (start, end): {:?}",
-        naps.iter().map(|(_, d)| (d["startTime"].as_f64().unwrap(), d["endTime"].as_f64().unwrap())).collect::<Vec<_>>());
+    let naps: Vec<_> = t
+        .markers()
+        .into_iter()
+        .filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping")
+        .collect();
+    let nap_marker = naps
+        .iter()
+        .find(|(_, d)| d["startTime"].as_f64().unwrap() <= start_ms + 1.0);
+    eprintln!(
+        "range {start_ms:.1} ms, woke at {woke_ms:.1} ms; sleeping markers (start, end): {:?}",
+        naps.iter()
+            .map(|(_, d)| (
+                d["startTime"].as_f64().unwrap(),
+                d["endTime"].as_f64().unwrap()
+            ))
+            .collect::<Vec<_>>()
+    );
     let (_, d) = nap_marker.expect("a sleeping interval from the range's start");
     let end_ms = d["endTime"].as_f64().unwrap();
     // It was switched in before it read its clock, and beside a load may be
     // preempted for a tick or two in between.
-    assert!((woke_ms - 20.0..=woke_ms).contains(&end_ms), "the sleep ends at its wakeup: marker ends {end_ms:.1} ms, it woke at {woke_ms:.1} ms");
+    assert!(
+        (woke_ms - 20.0..=woke_ms).contains(&end_ms),
+        "the sleep ends at its wakeup: marker ends {end_ms:.1} ms, it woke at {woke_ms:.1} ms"
+    );
     // The samples say the same: off-CPU weight from the start to the wakeup.
     let cats = profile.categories();
     let asleep_ms: f64 = t
@@ -647,5 +967,9 @@ fn a_thread_asleep_before_the_recording_is_off_cpu_from_its_start() {
         .filter(|((s, _), time)| leaf(s) == "[off-CPU: sleeping]" && *time <= start_ms + 1.0)
         .map(|((_, w), _)| w)
         .sum();
-    assert!(asleep_ms >= woke_ms - start_ms - 20.0, "{asleep_ms:.1} ms asleep from the start, it woke {:.1} ms in", woke_ms - start_ms);
+    assert!(
+        asleep_ms >= woke_ms - start_ms - 20.0,
+        "{asleep_ms:.1} ms asleep from the start, it woke {:.1} ms in",
+        woke_ms - start_ms
+    );
 }

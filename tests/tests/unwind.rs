@@ -3,25 +3,51 @@
 
 use sysprof_tests::*;
 
-
 const CHAIN: [&str; 6] = ["level1", "level2", "level3", "level4", "level5", "level6"];
 
 /// Share of on-CPU samples in level6 whose stack holds the whole chain, in
 /// order, right under the thread's start (start_thread or clone3).
-fn whole_chain_share(call_graph: &str, exe: &std::path::Path, dir: &std::path::Path) -> (usize, usize) {
+fn whole_chain_share(
+    call_graph: &str,
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+) -> (usize, usize) {
     let out_path = dir.join(format!("{call_graph}.json.gz"));
-    let out = record(&["--call-graph", call_graph, "--no-off-cpu", "--", exe.to_str().unwrap(), "1.5"], &out_path);
+    let out = record(
+        &[
+            "--call-graph",
+            call_graph,
+            "--no-off-cpu",
+            "--",
+            exe.to_str().unwrap(),
+            "1.5",
+        ],
+        &out_path,
+    );
     assert_success(&out);
-    eprintln!("{call_graph}: {}", String::from_utf8_lossy(&out.stderr).trim());
-    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    eprintln!(
+        "{call_graph}: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let (pid, tid) = (
+        field(&out.stdout, "pid").unwrap(),
+        field(&out.stdout, "tid").unwrap(),
+    );
     let profile = Profile::load(&out_path);
     let t = profile.thread(pid, tid).expect("the deep thread");
     let stacks = t.on_cpu_stacks(&profile.categories());
     let mut whole = 0;
     for s in &stacks {
         let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
-        let Some(root) = names.iter().position(|n| *n == "start_thread" || *n == "clone3" || n.starts_with("__clone")) else { continue };
-        let Some(i1) = names.iter().position(|n| *n == "level1") else { continue };
+        let Some(root) = names
+            .iter()
+            .position(|n| *n == "start_thread" || *n == "clone3" || n.starts_with("__clone"))
+        else {
+            continue;
+        };
+        let Some(i1) = names.iter().position(|n| *n == "level1") else {
+            continue;
+        };
         // deep -> level1 -> ... -> level6, below the thread root.
         if i1 > root && names.get(i1 - 1) == Some(&"deep") && names[i1..].starts_with(&CHAIN) {
             whole += 1;
@@ -47,8 +73,14 @@ fn dwarf_unwinding_reaches_the_thread_root_without_frame_pointers() {
         dwarf_whole as f64 * 100.0 / dwarf_total.max(1) as f64,
         fp_whole as f64 * 100.0 / fp_total.max(1) as f64
     );
-    assert!(dwarf_total >= 1000, "1.5 s of CPU at 999 Hz: {dwarf_total} samples");
-    assert!(dwarf_whole * 100 >= dwarf_total * 95, "dwarf: {dwarf_whole} of {dwarf_total} samples have the whole chain");
+    assert!(
+        dwarf_total >= 1000,
+        "1.5 s of CPU at 999 Hz: {dwarf_total} samples"
+    );
+    assert!(
+        dwarf_whole * 100 >= dwarf_total * 95,
+        "dwarf: {dwarf_whole} of {dwarf_total} samples have the whole chain"
+    );
 }
 
 /// Check the same for a binary linked by lld (the linker rustc uses; its
@@ -60,38 +92,84 @@ fn dwarf_unwinding_works_in_an_lld_linked_binary() {
     if !can_record("dwarf_unwinding_works_in_an_lld_linked_binary") {
         return;
     }
-    let sysroot = std::process::Command::new("rustc").args(["--print", "sysroot"]).output().expect("rustc");
-    let gcc_ld = std::path::Path::new(String::from_utf8_lossy(&sysroot.stdout).trim()).join("lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld");
-    assert!(gcc_ld.join("ld.lld").exists(), "the Rust toolchain has no ld.lld at {}", gcc_ld.display());
+    let sysroot = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .expect("rustc");
+    let gcc_ld = std::path::Path::new(String::from_utf8_lossy(&sysroot.stdout).trim())
+        .join("lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld");
+    assert!(
+        gcc_ld.join("ld.lld").exists(),
+        "the Rust toolchain has no ld.lld at {}",
+        gcc_ld.display()
+    );
     let dir = scratch("deep-lld");
     let b = format!("-B{}", gcc_ld.display());
-    let exe = build_c("deep", &dir.join("deep"), &["-O2", "-fomit-frame-pointer", &b, "-fuse-ld=lld"]);
+    let exe = build_c(
+        "deep",
+        &dir.join("deep"),
+        &["-O2", "-fomit-frame-pointer", &b, "-fuse-ld=lld"],
+    );
     // The layout this test is about: the executable segment's address is
     // not its file offset (GNU ld keeps them equal).
-    let headers = std::process::Command::new("readelf").args(["-lW"]).arg(&exe).output().unwrap();
+    let headers = std::process::Command::new("readelf")
+        .args(["-lW"])
+        .arg(&exe)
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&headers.stdout);
-    let code = text.lines().find(|l| l.trim_start().starts_with("LOAD") && l.contains(" R E ")).expect("an executable segment");
+    let code = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("LOAD") && l.contains(" R E "))
+        .expect("an executable segment");
     let hex = |v: &str| u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap();
     let f: Vec<&str> = code.split_whitespace().collect();
-    assert_ne!(hex(f[1]), hex(f[2]), "lld laid the code out at its file offset: {code}");
+    assert_ne!(
+        hex(f[1]),
+        hex(f[2]),
+        "lld laid the code out at its file offset: {code}"
+    );
     let (whole, total) = whole_chain_share("dwarf", &exe, &dir);
-    eprintln!("deep (lld): whole chain to the thread root: {whole}/{total} ({:.1}%)", whole as f64 * 100.0 / total.max(1) as f64);
+    eprintln!(
+        "deep (lld): whole chain to the thread root: {whole}/{total} ({:.1}%)",
+        whole as f64 * 100.0 / total.max(1) as f64
+    );
     assert!(total >= 1000, "1.5 s of CPU at 999 Hz: {total} samples");
-    assert!(whole * 100 >= total * 95, "lld: {whole} of {total} samples have the whole chain");
+    assert!(
+        whole * 100 >= total * 95,
+        "lld: {whole} of {total} samples have the whole chain"
+    );
 }
 
 /// deep.c built without frame pointers (`deep.full`, with a build id) and a
 /// stripped copy (`deep`); returns (full, stripped, build id in hex).
 fn stripped_deep(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
-    let full = build_c("deep", &dir.join("deep.full"), &["-O2", "-fomit-frame-pointer", "-Wl,--build-id=sha1"]);
+    let full = build_c(
+        "deep",
+        &dir.join("deep.full"),
+        &["-O2", "-fomit-frame-pointer", "-Wl,--build-id=sha1"],
+    );
     let stripped = dir.join("deep");
-    let st = std::process::Command::new("objcopy").arg("--strip-all").arg(&full).arg(&stripped).status().expect("objcopy (binutils)");
+    let st = std::process::Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(&full)
+        .arg(&stripped)
+        .status()
+        .expect("objcopy (binutils)");
     assert!(st.success());
     // The build id, from the ELF note, names the debug file.
-    let notes = std::process::Command::new("readelf").arg("-n").arg(&stripped).output().unwrap();
+    let notes = std::process::Command::new("readelf")
+        .arg("-n")
+        .arg(&stripped)
+        .output()
+        .unwrap();
     let id = String::from_utf8_lossy(&notes.stdout)
         .lines()
-        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(|s| s.trim().to_string()))
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Build ID: ")
+                .map(|s| s.trim().to_string())
+        })
         .expect("a build id");
     (full, stripped, id)
 }
@@ -108,30 +186,63 @@ fn stripped_binary_gets_names_from_its_build_id_debug_file() {
     let debug_dir = std::path::PathBuf::from(format!("/usr/lib/debug/.build-id/{}", &id[..2]));
     std::fs::create_dir_all(&debug_dir).unwrap();
     let debug_file = debug_dir.join(format!("{}.debug", &id[2..]));
-    let st = std::process::Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(&debug_file).status().unwrap();
+    let st = std::process::Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&full)
+        .arg(&debug_file)
+        .status()
+        .unwrap();
     assert!(st.success());
-    let nm = std::process::Command::new("nm").arg(&stripped).output().unwrap();
-    assert!(!String::from_utf8_lossy(&nm.stdout).contains("level6"), "the binary is stripped");
+    let nm = std::process::Command::new("nm")
+        .arg(&stripped)
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&nm.stdout).contains("level6"),
+        "the binary is stripped"
+    );
 
     let out_path = dir.join("p.json.gz");
-    let out = record(&["--no-off-cpu", "--", stripped.to_str().unwrap(), "1.0"], &out_path);
+    let out = record(
+        &["--no-off-cpu", "--", stripped.to_str().unwrap(), "1.0"],
+        &out_path,
+    );
     let _ = std::fs::remove_file(&debug_file);
     assert_success(&out);
-    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let (pid, tid) = (
+        field(&out.stdout, "pid").unwrap(),
+        field(&out.stdout, "tid").unwrap(),
+    );
     let profile = Profile::load(&out_path);
     let t = profile.thread(pid, tid).expect("the deep thread");
     let stacks = t.on_cpu_stacks(&profile.categories());
-    let named = stacks.iter().filter(|s| s.iter().any(|(n, _)| n == "level6")).count();
+    let named = stacks
+        .iter()
+        .filter(|s| s.iter().any(|(n, _)| n == "level6"))
+        .count();
     eprintln!("stripped: {named} of {} samples name level6", stacks.len());
-    assert!(stacks.len() >= 500, "1 s of CPU at 999 Hz: {} samples", stacks.len());
-    assert!(named * 100 >= stacks.len() * 95, "{named} of {} samples name level6", stacks.len());
+    assert!(
+        stacks.len() >= 500,
+        "1 s of CPU at 999 Hz: {} samples",
+        stacks.len()
+    );
+    assert!(
+        named * 100 >= stacks.len() * 95,
+        "{named} of {} samples name level6",
+        stacks.len()
+    );
 }
 
 /// node, or None after saying loudly that `test` is skipped (a failure under CI).
 fn node(test: &str) -> Option<std::path::PathBuf> {
-    let out = std::process::Command::new("sh").args(["-c", "command -v node"]).output().ok();
+    let out = std::process::Command::new("sh")
+        .args(["-c", "command -v node"])
+        .output()
+        .ok();
     if let Some(out) = out.filter(|o| o.status.success()) {
-        return Some(std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+        return Some(std::path::PathBuf::from(
+            String::from_utf8_lossy(&out.stdout).trim(),
+        ));
     }
     skip(test, "node is needed (Debian: apt-get install nodejs)");
     None
@@ -145,29 +256,56 @@ fn record_node(test: &str, tamper: &str) -> Option<(Profile, u64, String, f64)> 
     let dir = scratch(test);
     let script = workspace_root().join("tests/workloads/hot.js");
     let out_path = dir.join("p.json.gz");
-    let mut args = vec!["--no-off-cpu", "--", node.to_str().unwrap(), "--perf-basic-prof", script.to_str().unwrap(), "1500"];
+    let mut args = vec![
+        "--no-off-cpu",
+        "--",
+        node.to_str().unwrap(),
+        "--perf-basic-prof",
+        script.to_str().unwrap(),
+        "1500",
+    ];
     if !tamper.is_empty() {
         args.push(tamper);
     }
     // node leaves isolate-*.log files in its working directory: keep them in the scratch one.
-    let out = std::process::Command::new(sysprof_bin()).current_dir(&dir).arg("record").arg("-o").arg(&out_path).args(&args).output().unwrap();
+    let out = std::process::Command::new(sysprof_bin())
+        .current_dir(&dir)
+        .arg("record")
+        .arg("-o")
+        .arg(&out_path)
+        .args(&args)
+        .output()
+        .unwrap();
     assert_success(&out);
     let pid = field(&out.stdout, "pid").expect("node printed its pid");
     for suffix in ["", ".real"] {
         let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map{suffix}"));
     }
-    Some((Profile::load(&out_path), pid, String::from_utf8_lossy(&out.stderr).into_owned(), loop_ms(&out.stdout)))
+    Some((
+        Profile::load(&out_path),
+        pid,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        loop_ms(&out.stdout),
+    ))
 }
 
 /// The CPU time of hot.js's loop, ms, from its `loop_ms=` line.
 fn loop_ms(stdout: &[u8]) -> f64 {
-    String::from_utf8_lossy(stdout).lines().find_map(|l| l.strip_prefix("loop_ms=")).expect("hot.js says its loop's CPU time").parse().unwrap()
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("loop_ms="))
+        .expect("hot.js says its loop's CPU time")
+        .parse()
+        .unwrap()
 }
 
 fn hot_js_samples(profile: &Profile, pid: u64) -> (usize, usize) {
     let t = profile.thread(pid, pid).expect("node's main thread");
     let stacks = t.on_cpu_stacks(&profile.categories());
-    let named = stacks.iter().filter(|s| s.iter().any(|(n, _)| n.contains("sysprofHotLoop"))).count();
+    let named = stacks
+        .iter()
+        .filter(|s| s.iter().any(|(n, _)| n.contains("sysprofHotLoop")))
+        .count();
     (named, stacks.len())
 }
 
@@ -178,8 +316,18 @@ fn jit_samples(profile: &Profile, pid: u64) -> (usize, usize) {
     let t = profile.thread(pid, pid).expect("node's main thread");
     let stacks = t.on_cpu_stacks(&profile.categories());
     let leaf_libs = t.leaf_libs(&profile.json);
-    let jit: Vec<_> = stacks.iter().zip(leaf_libs).filter(|(s, lib)| s.last().is_some_and(|(_, c)| c == "User") && lib.as_deref().is_none_or(|l| l.starts_with("JIT"))).collect();
-    let by_runtime = jit.iter().filter(|(s, _)| s.last().is_some_and(|(n, _)| n == "[JIT] node")).count();
+    let jit: Vec<_> = stacks
+        .iter()
+        .zip(leaf_libs)
+        .filter(|(s, lib)| {
+            s.last().is_some_and(|(_, c)| c == "User")
+                && lib.as_deref().is_none_or(|l| l.starts_with("JIT"))
+        })
+        .collect();
+    let by_runtime = jit
+        .iter()
+        .filter(|(s, _)| s.last().is_some_and(|(n, _)| n == "[JIT] node"))
+        .count();
     (jit.len(), by_runtime)
 }
 
@@ -203,7 +351,12 @@ fn node_without_flags_keeps_its_native_callers() {
         .current_dir(&dir)
         .args(["record", "--no-off-cpu", "-o"])
         .arg(&out_path)
-        .args(["--", node.to_str().unwrap(), script.to_str().unwrap(), "1500"])
+        .args([
+            "--",
+            node.to_str().unwrap(),
+            script.to_str().unwrap(),
+            "1500",
+        ])
         .output()
         .unwrap();
     assert_success(&out);
@@ -216,12 +369,24 @@ fn node_without_flags_keeps_its_native_callers() {
         .on_cpu_stacks(&profile.categories())
         .iter()
         .filter(|s| s.last().is_some_and(|(n, _)| n == "[JIT] node"))
-        .filter(|s| s.first().is_some_and(|(n, _)| n == "_start") && s.iter().any(|(n, _)| n.starts_with("node::Start")))
+        .filter(|s| {
+            s.first().is_some_and(|(n, _)| n == "_start")
+                && s.iter().any(|(n, _)| n.starts_with("node::Start"))
+        })
         .count();
     eprintln!("node, no flag: {jit} samples in JIT code, {by_runtime} as [JIT] node, {rooted} of them reach _start; its loop {loop_ms} ms of CPU");
-    assert!(jit as f64 >= loop_ms * 0.85, "the loop's {loop_ms} ms of CPU in JIT code: {jit} samples");
-    assert!(by_runtime * 100 >= jit * 95, "{by_runtime} of {jit} JIT leaves are [JIT] node");
-    assert!(rooted * 100 >= by_runtime * 90, "{rooted} of {by_runtime} [JIT] node stacks reach _start through node::Start");
+    assert!(
+        jit as f64 >= loop_ms * 0.85,
+        "the loop's {loop_ms} ms of CPU in JIT code: {jit} samples"
+    );
+    assert!(
+        by_runtime * 100 >= jit * 95,
+        "{by_runtime} of {jit} JIT leaves are [JIT] node"
+    );
+    assert!(
+        rooted * 100 >= by_runtime * 90,
+        "{rooted} of {by_runtime} [JIT] node stacks reach _start through node::Start"
+    );
 }
 
 /// Check that the hot JavaScript function's name, from the perf map node
@@ -232,10 +397,17 @@ fn node_jit_frames_are_named_from_the_perf_map() {
     if !can_record("node_jit_frames_are_named_from_the_perf_map") {
         return;
     }
-    let Some((profile, pid, _, loop_ms)) = record_node("node_jit_frames_are_named_from_the_perf_map", "") else { return };
+    let Some((profile, pid, _, loop_ms)) =
+        record_node("node_jit_frames_are_named_from_the_perf_map", "")
+    else {
+        return;
+    };
     let (named, total) = hot_js_samples(&profile, pid);
     eprintln!("node: {named} of {total} main-thread samples in sysprofHotLoop, its loop {loop_ms} ms of CPU");
-    assert!(total >= 1000, "node ran its hot loop for 1.5 s of its own CPU time: {total} samples");
+    assert!(
+        total >= 1000,
+        "node ran its hot loop for 1.5 s of its own CPU time: {total} samples"
+    );
     // Judged against the loop's own CPU time: node's start-up before it is
     // 150-200 samples more on a busy machine (there 89 % of all samples
     // were named, 97 % of the loop's).
@@ -252,7 +424,9 @@ fn hostile_perf_maps_are_refused_with_a_warning() {
         if !can_record(&test) {
             return;
         }
-        let Some((profile, pid, stderr, loop_ms)) = record_node(&test, tamper) else { return };
+        let Some((profile, pid, stderr, loop_ms)) = record_node(&test, tamper) else {
+            return;
+        };
         let (named, total) = hot_js_samples(&profile, pid);
         let (jit, by_runtime) = jit_samples(&profile, pid);
         eprintln!("hostile {tamper}: {named} of {total} named, {jit} in JIT code, {by_runtime} of them as [JIT] node; stderr: {}", stderr.lines().find(|l| l.contains("perf map")).unwrap_or(""));
@@ -261,13 +435,22 @@ fn hostile_perf_maps_are_refused_with_a_warning() {
         // start-up is more of its samples on a busy machine (CI saw 1,380 of
         // 1,881 in JIT code, 92 % of the loop's) ...
         let in_loop = loop_ms * 999.0 / 1000.0;
-        assert!(total >= 1000 && jit as f64 >= in_loop * 0.8, "{jit} of {total} samples in JIT code, its loop {loop_ms} ms of CPU at 999 Hz");
+        assert!(
+            total >= 1000 && jit as f64 >= in_loop * 0.8,
+            "{jit} of {total} samples in JIT code, its loop {loop_ms} ms of CPU at 999 Hz"
+        );
         // ... but none was named from it: JIT code without names is one
         // function of node's, not one node per address (V8's code space is
         // anonymous memory the sideband saw mapped).
         assert_eq!(named, 0, "a {tamper}ed perf map must not name frames");
-        assert!(by_runtime as f64 >= jit as f64 * 0.95, "{by_runtime} of {jit} JIT leaves are [JIT] node");
-        assert!(stderr.contains("warning") && stderr.contains(expected), "{tamper}: the warning says why: {stderr}");
+        assert!(
+            by_runtime as f64 >= jit as f64 * 0.95,
+            "{by_runtime} of {jit} JIT leaves are [JIT] node"
+        );
+        assert!(
+            stderr.contains("warning") && stderr.contains(expected),
+            "{tamper}: the warning says why: {stderr}"
+        );
     }
 }
 
@@ -279,27 +462,50 @@ fn off_cpu_stacks_unwind_without_frame_pointers() {
         return;
     }
     let dir = scratch("sleeper-nofp");
-    let exe = build_c("sleeper", &dir.join("sleeper"), &["-O2", "-fomit-frame-pointer"]);
+    let exe = build_c(
+        "sleeper",
+        &dir.join("sleeper"),
+        &["-O2", "-fomit-frame-pointer"],
+    );
     let out_path = dir.join("p.json.gz");
     let out = record(&["--", exe.to_str().unwrap(), "30"], &out_path);
     assert_success(&out);
-    let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+    let (pid, tid) = (
+        field(&out.stdout, "pid").unwrap(),
+        field(&out.stdout, "tid").unwrap(),
+    );
     let profile = Profile::load(&out_path);
     let t = profile.thread(pid, tid).expect("the sleeper thread");
     let stacks = t.stacks(&profile.categories());
-    let sleeping: Vec<_> = stacks.iter().filter(|s| s.last().is_some_and(|(n, _)| n == "[off-CPU: sleeping]")).collect();
+    let sleeping: Vec<_> = stacks
+        .iter()
+        .filter(|s| s.last().is_some_and(|(n, _)| n == "[off-CPU: sleeping]"))
+        .collect();
     let whole = sleeping
         .iter()
         .filter(|s| {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
-            let root = names.iter().position(|n| *n == "start_thread" || *n == "clone3");
+            let root = names
+                .iter()
+                .position(|n| *n == "start_thread" || *n == "clone3");
             let f = names.iter().position(|n| *n == "sleep_loop");
             matches!((root, f), (Some(r), Some(f)) if r < f)
         })
         .count();
-    eprintln!("sleeper-nofp: {whole} of {} sleeping stacks reach the thread root through sleep_loop", sleeping.len());
-    assert!(sleeping.len() >= 28, "one sleeping interval per sleep: {}", sleeping.len());
-    assert!(whole * 100 >= sleeping.len() * 95, "{whole} of {} reach the root", sleeping.len());
+    eprintln!(
+        "sleeper-nofp: {whole} of {} sleeping stacks reach the thread root through sleep_loop",
+        sleeping.len()
+    );
+    assert!(
+        sleeping.len() >= 28,
+        "one sleeping interval per sleep: {}",
+        sleeping.len()
+    );
+    assert!(
+        whole * 100 >= sleeping.len() * 95,
+        "{whole} of {} reach the root",
+        sleeping.len()
+    );
 }
 
 /// Check that a process in a container's cgroup is labelled with the
@@ -319,9 +525,14 @@ fn processes_in_a_container_cgroup_are_labelled() {
     let _ = std::fs::create_dir(&cg);
     let dir = scratch("container");
     let exe = build_c("spin", &dir.join("contained"), &[]);
-    let mut w = std::process::Command::new(&exe).arg("2").stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut w = std::process::Command::new(&exe)
+        .arg("2")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid = w.id() as u64;
-    std::fs::write(format!("{cg}/cgroup.procs"), pid.to_string()).expect("moving the workload into the cgroup");
+    std::fs::write(format!("{cg}/cgroup.procs"), pid.to_string())
+        .expect("moving the workload into the cgroup");
     let out_path = dir.join("p.json.gz");
     let out = record(&["-p", &pid.to_string(), "-d", "0.5"], &out_path);
     let _ = w.kill();
@@ -330,9 +541,16 @@ fn processes_in_a_container_cgroup_are_labelled() {
     assert_success(&out);
     let profile = Profile::load(&out_path);
     let t = profile.thread(pid, pid).expect("the contained process");
-    eprintln!("container: processName {:?}, cgroup {}", t.process_name(), t.t["cgroup"]);
+    eprintln!(
+        "container: processName {:?}, cgroup {}",
+        t.process_name(),
+        t.t["cgroup"]
+    );
     assert_eq!(t.process_name(), "contained [container 5a1b2c3d4e5f]");
-    assert!(t.t["cgroup"].as_str().unwrap().ends_with(&format!("docker-{id}.scope")));
+    assert!(t.t["cgroup"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("docker-{id}.scope")));
 }
 
 /// Check that JIT frames are named from the jitdump file a process maps
@@ -353,17 +571,37 @@ fn node_jit_frames_are_named_from_its_jitdump() {
         .current_dir(&dir)
         .args(["record", "-o"])
         .arg(&out_path)
-        .args(["--no-off-cpu", "--", node.to_str().unwrap(), "--perf-prof", script.to_str().unwrap(), "1500"])
+        .args([
+            "--no-off-cpu",
+            "--",
+            node.to_str().unwrap(),
+            "--perf-prof",
+            script.to_str().unwrap(),
+            "1500",
+        ])
         .output()
         .unwrap();
     assert_success(&out);
     let pid = field(&out.stdout, "pid").unwrap();
     let profile = Profile::load(&out_path);
     let (named, total) = hot_js_samples(&profile, pid);
-    let libs: Vec<String> = profile.json["libs"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap().to_string()).collect();
-    eprintln!("jitdump: {named} of {total} main-thread samples in sysprofHotLoop; JIT libs {:?}", libs.iter().filter(|l| l.starts_with("JIT")).collect::<Vec<_>>());
+    let libs: Vec<String> = profile.json["libs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_string())
+        .collect();
+    eprintln!(
+        "jitdump: {named} of {total} main-thread samples in sysprofHotLoop; JIT libs {:?}",
+        libs.iter()
+            .filter(|l| l.starts_with("JIT"))
+            .collect::<Vec<_>>()
+    );
     assert!(libs.contains(&format!("JIT (jit-{pid}.dump)")));
-    assert!(total >= 1000, "node ran its hot loop for 1.5 s of its own CPU time: {total} samples");
+    assert!(
+        total >= 1000,
+        "node ran its hot loop for 1.5 s of its own CPU time: {total} samples"
+    );
     // Judged against the loop's own CPU time, not all of node's samples:
     // its start-up (loading, snapshot, OpenSSL) is 150-230 samples, more
     // on a busy machine (86 % of all samples named there, 97 % of the
@@ -385,10 +623,27 @@ fn debuginfod_fetches_missing_debug_files() {
     let (full, stripped, id) = stripped_deep(&dir);
     let served = dir.join(format!("srv/buildid/{id}"));
     std::fs::create_dir_all(&served).unwrap();
-    assert!(std::process::Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(served.join("debuginfo")).status().unwrap().success());
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    assert!(std::process::Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&full)
+        .arg(served.join("debuginfo"))
+        .status()
+        .unwrap()
+        .success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut server = std::process::Command::new("python3")
-        .args(["-m", "http.server", "--bind", "127.0.0.1", &port.to_string(), "--directory"])
+        .args([
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            &port.to_string(),
+            "--directory",
+        ])
         .arg(dir.join("srv"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -407,21 +662,40 @@ fn debuginfod_fetches_missing_debug_files() {
             .output()
             .unwrap();
         assert_success(&out);
-        let (pid, tid) = (field(&out.stdout, "pid").unwrap(), field(&out.stdout, "tid").unwrap());
+        let (pid, tid) = (
+            field(&out.stdout, "pid").unwrap(),
+            field(&out.stdout, "tid").unwrap(),
+        );
         let profile = Profile::load(&out_path);
         let t = profile.thread(pid, tid).expect("the deep thread");
         let stacks = t.on_cpu_stacks(&profile.categories());
-        let named = stacks.iter().filter(|s| s.iter().any(|(n, _)| n == "level6")).count();
+        let named = stacks
+            .iter()
+            .filter(|s| s.iter().any(|(n, _)| n == "level6"))
+            .count();
         (named, stacks.len())
     };
     let without = run(&[], "without.json.gz");
     let with = run(&["--debuginfod"], "with.json.gz");
     let _ = server.kill();
     let _ = server.wait();
-    eprintln!("debuginfod: without the flag {}/{} named, with it {}/{}", without.0, without.1, with.0, with.1);
-    assert!(without.1 >= 250 && with.1 >= 250, "0.5 s of CPU at 999 Hz each: {} and {} samples", without.1, with.1);
+    eprintln!(
+        "debuginfod: without the flag {}/{} named, with it {}/{}",
+        without.0, without.1, with.0, with.1
+    );
+    assert!(
+        without.1 >= 250 && with.1 >= 250,
+        "0.5 s of CPU at 999 Hz each: {} and {} samples",
+        without.1,
+        with.1
+    );
     assert_eq!(without.0, 0, "nothing is fetched without --debuginfod");
-    assert!(with.0 * 100 >= with.1 * 95, "the fetched debug file names level6 in {} of {}", with.0, with.1);
+    assert!(
+        with.0 * 100 >= with.1 * 95,
+        "the fetched debug file names level6 in {} of {}",
+        with.0,
+        with.1
+    );
     assert!(dir.join("cache").exists(), "fetched files are cached");
 }
 
@@ -442,9 +716,15 @@ fn chain_of(names: &[&str], through_signal: bool) -> Chain {
     if names.first().is_some_and(|n| n.starts_with("[truncated")) {
         return Chain::Truncated;
     }
-    let Some(root) = names.iter().position(|n| *n == "start_thread") else { return Chain::Wrong };
+    let Some(root) = names.iter().position(|n| *n == "start_thread") else {
+        return Chain::Wrong;
+    };
     // Above the thread root, only clone3.
-    if !names[..root].iter().all(|n| *n == "clone3" || n.starts_with("__clone")) || names.get(root + 1) != Some(&"recurse_thread") {
+    if !names[..root]
+        .iter()
+        .all(|n| *n == "clone3" || n.starts_with("__clone"))
+        || names.get(root + 1) != Some(&"recurse_thread")
+    {
         return Chain::Wrong;
     }
     let rest = &names[root + 2..];
@@ -455,11 +735,19 @@ fn chain_of(names: &[&str], through_signal: bool) -> Chain {
         let h = after.iter().position(|n| *n == "handler");
         after.first() == Some(&"under_signal")
             && after.get(1) == Some(&"raise")
-            && h.is_some_and(|h| h >= 3 && after.get(h + 1) == Some(&"in_handler") && after.get(h + 2) == Some(&"bottom"))
+            && h.is_some_and(|h| {
+                h >= 3
+                    && after.get(h + 1) == Some(&"in_handler")
+                    && after.get(h + 2) == Some(&"bottom")
+            })
     } else {
         after.first() == Some(&"bottom")
     };
-    if ok { Chain::Whole(descends) } else { Chain::Wrong }
+    if ok {
+        Chain::Whole(descends)
+    } else {
+        Chain::Wrong
+    }
 }
 
 /// A stack as text, runs of one name shown once with their count.
@@ -468,7 +756,11 @@ fn compress(names: &[&str]) -> String {
     let mut i = 0;
     while i < names.len() {
         let run = names[i..].iter().take_while(|n| **n == names[i]).count();
-        out.push(if run > 1 { format!("{} x{run}", names[i]) } else { names[i].to_string() });
+        out.push(if run > 1 {
+            format!("{} x{run}", names[i])
+        } else {
+            names[i].to_string()
+        });
         i += run;
     }
     out.join(";")
@@ -476,9 +768,20 @@ fn compress(names: &[&str]) -> String {
 
 /// Record the recurse workload; the chains of its samples in `bottom`, per
 /// image (an exec gives a second one), and the stderr summary.
-fn recurse_chains(dir: &std::path::Path, exe: &std::path::Path, args: &[&str], call_graph: &str) -> (Vec<Chain>, String) {
+fn recurse_chains(
+    dir: &std::path::Path,
+    exe: &std::path::Path,
+    args: &[&str],
+    call_graph: &str,
+) -> (Vec<Chain>, String) {
     let out_path = dir.join(format!("{call_graph}.json.gz"));
-    let mut record_args = vec!["--call-graph", call_graph, "--no-off-cpu", "--", exe.to_str().unwrap()];
+    let mut record_args = vec![
+        "--call-graph",
+        call_graph,
+        "--no-off-cpu",
+        "--",
+        exe.to_str().unwrap(),
+    ];
     record_args.extend_from_slice(args);
     let out = record(&record_args, &out_path);
     assert_success(&out);
@@ -487,7 +790,11 @@ fn recurse_chains(dir: &std::path::Path, exe: &std::path::Path, args: &[&str], c
     let profile = Profile::load(&out_path);
     let through_signal = args.contains(&"signal");
     let mut chains = Vec::new();
-    for t in profile.process_threads(pid).into_iter().filter(|t| t.name() == "recurse") {
+    for t in profile
+        .process_threads(pid)
+        .into_iter()
+        .filter(|t| t.name() == "recurse")
+    {
         for s in t.on_cpu_stacks(&profile.categories()) {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
             // Only samples in bottom count (the thread's start and end run
@@ -515,24 +822,55 @@ fn kernel_unwinding_reaches_the_root_of_a_200_frame_stack() {
         return;
     }
     let dir = scratch("kernel_unwinding_reaches_the_root_of_a_200_frame_stack");
-    let exe = build_c("recurse", &dir.join("recurse"), &["-O2", "-fomit-frame-pointer"]);
+    let exe = build_c(
+        "recurse",
+        &dir.join("recurse"),
+        &["-O2", "-fomit-frame-pointer"],
+    );
     let (chains, stderr) = recurse_chains(&dir, &exe, &["2.0", "200"], "dwarf");
     let whole = chains.iter().filter(|c| **c == Chain::Whole(200)).count();
-    let wrong: Vec<&Chain> = chains.iter().filter(|c| matches!(c, Chain::Wrong | Chain::Whole(_)) && **c != Chain::Whole(200)).collect();
-    eprintln!("dwarf: {whole} of {} samples whole at 200 frames; {}", chains.len(), stats_line_of(&stderr));
-    assert!(chains.len() >= 1000, "only {} samples in bottom", chains.len());
-    assert!(wrong.is_empty(), "{} stacks claim to be whole and are not: {:?}", wrong.len(), &wrong[..wrong.len().min(5)]);
-    assert!(whole * 100 >= chains.len() * 99, "{whole} of {} whole", chains.len());
+    let wrong: Vec<&Chain> = chains
+        .iter()
+        .filter(|c| matches!(c, Chain::Wrong | Chain::Whole(_)) && **c != Chain::Whole(200))
+        .collect();
+    eprintln!(
+        "dwarf: {whole} of {} samples whole at 200 frames; {}",
+        chains.len(),
+        stats_line_of(&stderr)
+    );
+    assert!(
+        chains.len() >= 1000,
+        "only {} samples in bottom",
+        chains.len()
+    );
+    assert!(
+        wrong.is_empty(),
+        "{} stacks claim to be whole and are not: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    assert!(
+        whole * 100 >= chains.len() * 99,
+        "{whole} of {} whole",
+        chains.len()
+    );
 
     let (copied, _) = recurse_chains(&dir, &exe, &["1.0", "200"], "dwarf-copy");
     let copied_whole = copied.iter().filter(|c| **c == Chain::Whole(200)).count();
     eprintln!("dwarf-copy: {copied_whole} of {} whole", copied.len());
-    assert!(copied_whole * 2 < copied.len(), "the copy unwinder cannot see 100 KiB deep: {copied_whole} of {}", copied.len());
+    assert!(
+        copied_whole * 2 < copied.len(),
+        "the copy unwinder cannot see 100 KiB deep: {copied_whole} of {}",
+        copied.len()
+    );
 }
 
 /// The `stats:` line of a `record -v` stderr.
 fn stats_line_of(stderr: &str) -> &str {
-    stderr.lines().find(|l| l.starts_with("sysprof: stats:")).unwrap_or("")
+    stderr
+        .lines()
+        .find(|l| l.starts_with("sysprof: stats:"))
+        .unwrap_or("")
 }
 
 /// Check that the in-kernel unwinder walks through a signal frame: samples
@@ -544,14 +882,33 @@ fn kernel_unwinding_crosses_a_signal_frame() {
         return;
     }
     let dir = scratch("kernel_unwinding_crosses_a_signal_frame");
-    let exe = build_c("recurse", &dir.join("recurse"), &["-O2", "-fomit-frame-pointer"]);
+    let exe = build_c(
+        "recurse",
+        &dir.join("recurse"),
+        &["-O2", "-fomit-frame-pointer"],
+    );
     let (chains, stderr) = recurse_chains(&dir, &exe, &["1.5", "100", "signal"], "dwarf");
     let whole = chains.iter().filter(|c| **c == Chain::Whole(100)).count();
-    eprintln!("{whole} of {} samples whole through the signal frame; {}", chains.len(), stats_line_of(&stderr));
-    let wrong = chains.iter().filter(|c| matches!(c, Chain::Wrong | Chain::Whole(_)) && **c != Chain::Whole(100)).count();
-    assert!(chains.len() >= 700, "only {} samples in the handler", chains.len());
+    eprintln!(
+        "{whole} of {} samples whole through the signal frame; {}",
+        chains.len(),
+        stats_line_of(&stderr)
+    );
+    let wrong = chains
+        .iter()
+        .filter(|c| matches!(c, Chain::Wrong | Chain::Whole(_)) && **c != Chain::Whole(100))
+        .count();
+    assert!(
+        chains.len() >= 700,
+        "only {} samples in the handler",
+        chains.len()
+    );
     assert_eq!(wrong, 0, "stacks that claim to be whole and are not");
-    assert!(whole * 100 >= chains.len() * 99, "{whole} of {} whole", chains.len());
+    assert!(
+        whole * 100 >= chains.len() * 99,
+        "{whole} of {} whole",
+        chains.len()
+    );
 }
 
 /// Check a process whose program changes under the profiler: recurse runs
@@ -564,16 +921,32 @@ fn kernel_unwinding_follows_an_exec() {
         return;
     }
     let dir = scratch("kernel_unwinding_follows_an_exec");
-    let exe = build_c("recurse", &dir.join("recurse"), &["-O2", "-fomit-frame-pointer"]);
+    let exe = build_c(
+        "recurse",
+        &dir.join("recurse"),
+        &["-O2", "-fomit-frame-pointer"],
+    );
     let (chains, stderr) = recurse_chains(&dir, &exe, &["1.0", "50", "exec"], "dwarf");
     let before = chains.iter().filter(|c| **c == Chain::Whole(50)).count();
     let after = chains.iter().filter(|c| **c == Chain::Whole(200)).count();
     let truncated = chains.iter().filter(|c| **c == Chain::Truncated).count();
     let wrong = chains.len() - before - after - truncated;
-    eprintln!("{before} whole at 50, {after} at 200, {truncated} truncated, {wrong} wrong of {}; {}", chains.len(), stats_line_of(&stderr));
+    eprintln!(
+        "{before} whole at 50, {after} at 200, {truncated} truncated, {wrong} wrong of {}; {}",
+        chains.len(),
+        stats_line_of(&stderr)
+    );
     assert_eq!(wrong, 0, "stacks that claim to be whole and are not");
-    assert!(before >= 600 && after >= 600, "both programs sampled whole: {before} and {after}");
-    assert!((before + after) * 100 >= chains.len() * 98, "{} of {} whole", before + after, chains.len());
+    assert!(
+        before >= 600 && after >= 600,
+        "both programs sampled whole: {before} and {after}"
+    );
+    assert!(
+        (before + after) * 100 >= chains.len() * 98,
+        "{} of {} whole",
+        before + after,
+        chains.len()
+    );
 }
 
 /// Check that a binary whose .eh_frame is damaged (every CIE's version
@@ -585,7 +958,11 @@ fn damaged_eh_frame_gives_truncated_stacks_and_a_warning() {
         return;
     }
     let dir = scratch("damaged_eh_frame_gives_truncated_stacks_and_a_warning");
-    let exe = build_c("recurse", &dir.join("recurse.good"), &["-O2", "-fomit-frame-pointer"]);
+    let exe = build_c(
+        "recurse",
+        &dir.join("recurse.good"),
+        &["-O2", "-fomit-frame-pointer"],
+    );
     let mut elf = std::fs::read(&exe).unwrap();
     let eh = elf_section(&elf, ".eh_frame");
     // Walk the CIE/FDE records: length, CIE id (0 for a CIE), then a CIE's version.
@@ -609,11 +986,26 @@ fn damaged_eh_frame_gives_truncated_stacks_and_a_warning() {
     std::fs::set_permissions(&bad, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let (chains, stderr) = recurse_chains(&dir, &bad, &["1.0", "60"], "dwarf");
     let truncated = chains.iter().filter(|c| **c == Chain::Truncated).count();
-    eprintln!("{truncated} of {} truncated; {}", chains.len(), stats_line_of(&stderr));
+    eprintln!(
+        "{truncated} of {} truncated; {}",
+        chains.len(),
+        stats_line_of(&stderr)
+    );
     assert!(chains.len() >= 500, "only {} samples", chains.len());
-    assert_eq!(truncated, chains.len(), "every stack says it was cut: {:?}", chains.iter().find(|c| **c != Chain::Truncated));
-    let why = format!("no in-kernel unwind table for {}: .eh_frame: unknown DWARF version", bad.display());
-    assert!(stderr.contains(&why), "a warning says which file and why: {stderr}");
+    assert_eq!(
+        truncated,
+        chains.len(),
+        "every stack says it was cut: {:?}",
+        chains.iter().find(|c| **c != Chain::Truncated)
+    );
+    let why = format!(
+        "no in-kernel unwind table for {}: .eh_frame: unknown DWARF version",
+        bad.display()
+    );
+    assert!(
+        stderr.contains(&why),
+        "a warning says which file and why: {stderr}"
+    );
 }
 
 /// Check that sysprof needs no tracefs: in a mount namespace of its own
@@ -628,7 +1020,11 @@ fn recording_needs_no_tracefs() {
         return;
     }
     let dir = scratch("bare-mounts");
-    let exe = build_c("recurse", &dir.join("recurse"), &["-O2", "-fomit-frame-pointer"]);
+    let exe = build_c(
+        "recurse",
+        &dir.join("recurse"),
+        &["-O2", "-fomit-frame-pointer"],
+    );
     let out_path = dir.join("p.json.gz");
     // Unmount every tracefs in a private mount namespace, prove none is
     // left, then become sysprof there.
@@ -636,7 +1032,15 @@ fn recording_needs_no_tracefs() {
 if awk '$9 == "tracefs" { found = 1 } END { exit !found }' /proc/self/mountinfo; then echo "tracefs still mounted" >&2; exit 98; fi
 exec "$@""#;
     let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
         .arg(sysprof_bin())
         .args(["record", "-v", "--no-off-cpu", "-o"])
         .arg(&out_path)
@@ -645,11 +1049,18 @@ exec "$@""#;
         .expect("unshare (util-linux)");
     assert_success(&out);
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!stderr.contains("tracefs"), "nothing asks for tracefs: {stderr}");
+    assert!(
+        !stderr.contains("tracefs"),
+        "nothing asks for tracefs: {stderr}"
+    );
     let pid = field(&out.stdout, "pid").unwrap();
     let profile = Profile::load(&out_path);
     let mut chains = Vec::new();
-    for t in profile.process_threads(pid).into_iter().filter(|t| t.name() == "recurse") {
+    for t in profile
+        .process_threads(pid)
+        .into_iter()
+        .filter(|t| t.name() == "recurse")
+    {
         for s in t.on_cpu_stacks(&profile.categories()) {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
             if names.contains(&"bottom") || names.iter().any(|n| n.starts_with("[truncated")) {
@@ -658,9 +1069,21 @@ exec "$@""#;
         }
     }
     let whole = chains.iter().filter(|c| **c == Chain::Whole(150)).count();
-    eprintln!("no tracefs: {whole} of {} samples whole at 150 frames; {}", chains.len(), stats_line_of(&stderr));
-    assert!(chains.len() >= 1000, "1.5 s of its own CPU at 999 Hz: {} samples in bottom", chains.len());
-    assert!(whole * 100 >= chains.len() * 95, "{whole} of {} whole without tracefs", chains.len());
+    eprintln!(
+        "no tracefs: {whole} of {} samples whole at 150 frames; {}",
+        chains.len(),
+        stats_line_of(&stderr)
+    );
+    assert!(
+        chains.len() >= 1000,
+        "1.5 s of its own CPU at 999 Hz: {} samples in bottom",
+        chains.len()
+    );
+    assert!(
+        whole * 100 >= chains.len() * 95,
+        "{whole} of {} whole without tracefs",
+        chains.len()
+    );
 }
 
 /// Of JVM `pid`'s on-CPU samples: those in `Hot.hotThree` and in
@@ -677,7 +1100,9 @@ fn jvm_split(profile: &Profile, pid: u64) -> (usize, usize, usize, usize) {
                 Some(n) if n.contains("Hot.hotOne") => one += 1,
                 _ => continue,
             }
-            let rooted = s.first().is_some_and(|(n, _)| n.starts_with("clone3") || n.starts_with("start_thread"));
+            let rooted = s
+                .first()
+                .is_some_and(|(n, _)| n.starts_with("clone3") || n.starts_with("start_thread"));
             whole += usize::from(rooted && s.iter().any(|(n, _)| n == "JavaMain"));
         }
     }
@@ -687,12 +1112,23 @@ fn jvm_split(profile: &Profile, pid: u64) -> (usize, usize, usize, usize) {
 /// `tests/workloads/SOURCE` compiled by javac into scratch directory
 /// `dir`, or None after saying loudly that `test` is skipped (no JDK).
 fn compile_java(test: &str, dir: &str, source: &str) -> Option<std::path::PathBuf> {
-    let Some(javac) = ["javac"].iter().find(|t| std::process::Command::new(t).arg("-version").output().is_ok_and(|o| o.status.success())) else {
+    let Some(javac) = ["javac"].iter().find(|t| {
+        std::process::Command::new(t)
+            .arg("-version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) else {
         skip(test, "javac (a JDK) is not installed");
         return None;
     };
     let dir = scratch(dir);
-    let ok = std::process::Command::new(javac).arg("-d").arg(&dir).arg(workspace_root().join("tests/workloads").join(source)).status().unwrap().success();
+    let ok = std::process::Command::new(javac)
+        .arg("-d")
+        .arg(&dir)
+        .arg(workspace_root().join("tests/workloads").join(source))
+        .status()
+        .unwrap()
+        .success();
     assert!(ok, "javac failed");
     Some(dir)
 }
@@ -705,7 +1141,10 @@ fn jvm_hot_stacks(profile: &Profile, pid: u64) -> Vec<Vec<(String, Option<u64>)>
         let cats = t.stacks(&profile.categories());
         for (s, c) in t.stack_lines().into_iter().zip(cats) {
             let on_cpu = !c.last().is_some_and(|(n, _)| n.starts_with("[off-CPU"));
-            if on_cpu && s.last().is_some_and(|(n, _)| n.contains("Hot.hotThree") || n.contains("Hot.hotOne")) {
+            if on_cpu
+                && s.last()
+                    .is_some_and(|(n, _)| n.contains("Hot.hotThree") || n.contains("Hot.hotOne"))
+            {
                 out.push(s);
             }
         }
@@ -728,12 +1167,30 @@ fn jvm_interpreted_methods_are_named_with_their_lines() {
     if !can_record(test) {
         return;
     }
-    let Some(dir) = compile_java(test, "jvm-interpreted", "Hot.java") else { return };
+    let Some(dir) = compile_java(test, "jvm-interpreted", "Hot.java") else {
+        return;
+    };
     let out_path = dir.join("p.json.gz");
-    let out = record(&["--no-off-cpu", "--", "java", "-Xint", "-XX:+DisableAttachMechanism", "-cp", dir.to_str().unwrap(), "Hot", "2"], &out_path);
+    let out = record(
+        &[
+            "--no-off-cpu",
+            "--",
+            "java",
+            "-Xint",
+            "-XX:+DisableAttachMechanism",
+            "-cp",
+            dir.to_str().unwrap(),
+            "Hot",
+            "2",
+        ],
+        &out_path,
+    );
     assert_success(&out);
     let pid = field(&out.stdout, "pid").expect("the JVM printed its pid");
-    let (three_ns, one_ns) = (field(&out.stdout, "three_ns").expect("the JVM ran to its end") as f64, field(&out.stdout, "one_ns").unwrap() as f64);
+    let (three_ns, one_ns) = (
+        field(&out.stdout, "three_ns").expect("the JVM ran to its end") as f64,
+        field(&out.stdout, "one_ns").unwrap() as f64,
+    );
     let expected = three_ns / (three_ns + one_ns);
     let profile = Profile::load(&out_path);
     let (three, one, whole, total) = jvm_split(&profile, pid);
@@ -746,17 +1203,47 @@ fn jvm_interpreted_methods_are_named_with_their_lines() {
             let (leaf, caller) = (&s[n - 1], &s[n.saturating_sub(2)]);
             let leaf_line = if leaf.0.contains("hotThree") { 13 } else { 19 };
             let call_line = if leaf.0.contains("hotThree") { 31 } else { 33 };
-            leaf.1 == Some(leaf_line) && caller.0 == "void Hot.main(java.lang.String[])" && caller.1 == Some(call_line)
+            leaf.1 == Some(leaf_line)
+                && caller.0 == "void Hot.main(java.lang.String[])"
+                && caller.1 == Some(call_line)
         })
         .count();
-    let java_category = profile.process_threads(pid).iter().flat_map(|t| t.on_cpu_stacks(&profile.categories())).filter(|s| s.last().is_some_and(|(n, c)| n.contains("Hot.hot") && c == "Java")).count();
+    let java_category = profile
+        .process_threads(pid)
+        .iter()
+        .flat_map(|t| t.on_cpu_stacks(&profile.categories()))
+        .filter(|s| {
+            s.last()
+                .is_some_and(|(n, c)| n.contains("Hot.hot") && c == "Java")
+        })
+        .count();
     eprintln!("jvm -Xint: hotThree {three}, hotOne {one} of {total}: share {got:.3} vs {expected:.3} measured; {lines_right} on the loop's line under main's call; {whole} whole; {java_category} in the Java category");
-    assert!(three + one >= 1000, "2 s of the JVM's CPU in its two methods: {} named samples of {total}", three + one);
+    assert!(
+        three + one >= 1000,
+        "2 s of the JVM's CPU in its two methods: {} named samples of {total}",
+        three + one
+    );
     let tolerance = share_tolerance(expected, (three + one) as u64);
-    assert!((got - expected).abs() <= tolerance, "share {got:.3} vs {expected:.3} measured (±{tolerance:.3} for {} samples)", three + one);
-    assert_eq!(java_category, three + one, "interpreted frames are in the Java category");
-    assert!(lines_right * 100 >= (three + one) * 90, "{lines_right} of {} on the loop's line under main's call", three + one);
-    assert!(whole * 100 >= (three + one) * 90, "{whole} of {} stacks in the hot methods reach the thread's root", three + one);
+    assert!(
+        (got - expected).abs() <= tolerance,
+        "share {got:.3} vs {expected:.3} measured (±{tolerance:.3} for {} samples)",
+        three + one
+    );
+    assert_eq!(
+        java_category,
+        three + one,
+        "interpreted frames are in the Java category"
+    );
+    assert!(
+        lines_right * 100 >= (three + one) * 90,
+        "{lines_right} of {} on the loop's line under main's call",
+        three + one
+    );
+    assert!(
+        whole * 100 >= (three + one) * 90,
+        "{whole} of {} stacks in the hot methods reach the thread's root",
+        three + one
+    );
 }
 
 /// Check that interpreted Java frames are in off-CPU stacks too (the
@@ -776,29 +1263,46 @@ fn jvm_interpreted_methods_are_in_off_cpu_stacks() {
     if !can_record(test) {
         return;
     }
-    let Some(dir) = compile_java(test, "jvm-naps", "Naps.java") else { return };
+    let Some(dir) = compile_java(test, "jvm-naps", "Naps.java") else {
+        return;
+    };
     let out_path = dir.join("p.json.gz");
-    let naps = format!("java -version 2>/dev/null; exec java -Xint -cp '{}' Naps 60", dir.display());
+    let naps = format!(
+        "java -version 2>/dev/null; exec java -Xint -cp '{}' Naps 60",
+        dir.display()
+    );
     let out = record(&["--", "sh", "-c", &naps], &out_path);
     assert_success(&out);
     let pid = field(&out.stdout, "pid").expect("the JVM printed its pid");
-    assert_eq!(field(&out.stdout, "naps"), Some(60), "the JVM ran to its end");
+    assert_eq!(
+        field(&out.stdout, "naps"),
+        Some(60),
+        "the JVM ran to its end"
+    );
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
     let naps = profile
         .process_threads(pid)
         .iter()
         .flat_map(|t| t.stacks(&cats))
-        .filter(|s| s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU: sleeping")))
+        .filter(|s| {
+            s.last()
+                .is_some_and(|(n, _)| n.starts_with("[off-CPU: sleeping"))
+        })
         .filter(|s| {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
             let nap = names.iter().position(|n| *n == "void Naps.nap()");
-            let sleep = names.iter().position(|n| *n == "void java.lang.Thread.sleep(long)");
+            let sleep = names
+                .iter()
+                .position(|n| *n == "void java.lang.Thread.sleep(long)");
             matches!((nap, sleep), (Some(a), Some(b)) if a < b)
         })
         .count();
     eprintln!("jvm naps: {naps} of 60 sleeping waits through Naps.nap and Thread.sleep");
-    assert!(naps >= 57, "{naps} of 60 naps' off-CPU stacks through Naps.nap and Thread.sleep");
+    assert!(
+        naps >= 57,
+        "{naps} of 60 naps' off-CPU stacks through Naps.nap and Thread.sleep"
+    );
 }
 
 /// Check that a JVM started with no flag gets its compiled methods named:
@@ -817,34 +1321,82 @@ fn jvm_methods_are_named_without_flags() {
     if !can_record("jvm_methods_are_named_without_flags") {
         return;
     }
-    let Some(dir) = compile_java("jvm_methods_are_named_without_flags", "jvm-names", "Hot.java") else { return };
+    let Some(dir) = compile_java(
+        "jvm_methods_are_named_without_flags",
+        "jvm-names",
+        "Hot.java",
+    ) else {
+        return;
+    };
     let out_path = dir.join("p.json.gz");
-    let out = record(&["--", "java", "-cp", dir.to_str().unwrap(), "Hot", "2"], &out_path);
+    let out = record(
+        &["--", "java", "-cp", dir.to_str().unwrap(), "Hot", "2"],
+        &out_path,
+    );
     assert_success(&out);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(!stdout.contains("Full thread dump"), "a thread dump on the JVM's output: {stdout}");
+    assert!(
+        !stdout.contains("Full thread dump"),
+        "a thread dump on the JVM's output: {stdout}"
+    );
     let pid = field(&out.stdout, "pid").expect("the JVM printed its pid");
-    let (three_ns, one_ns) = (field(&out.stdout, "three_ns").expect("the JVM ran to its end") as f64, field(&out.stdout, "one_ns").unwrap() as f64);
+    let (three_ns, one_ns) = (
+        field(&out.stdout, "three_ns").expect("the JVM ran to its end") as f64,
+        field(&out.stdout, "one_ns").unwrap() as f64,
+    );
     let expected = three_ns / (three_ns + one_ns);
     let profile = Profile::load(&out_path);
     let (three, one, whole, total) = jvm_split(&profile, pid);
     let got = three as f64 / (three + one).max(1) as f64;
     eprintln!("jvm: hotThree {three}, hotOne {one} of {total} on-CPU samples: share {got:.3} vs {expected:.3} measured; {whole} whole");
-    assert!(three + one >= 1000, "2 s of the JVM's CPU in its two methods: {} named samples of {total}", three + one);
+    assert!(
+        three + one >= 1000,
+        "2 s of the JVM's CPU in its two methods: {} named samples of {total}",
+        three + one
+    );
     let tolerance = share_tolerance(expected, (three + one) as u64);
-    assert!((got - expected).abs() <= tolerance, "share {got:.3} vs {expected:.3} measured (±{tolerance:.3} for {} samples)", three + one);
+    assert!(
+        (got - expected).abs() <= tolerance,
+        "share {got:.3} vs {expected:.3} measured (±{tolerance:.3} for {} samples)",
+        three + one
+    );
     // The caller, main, by name too: interpreted (its frame read from the
     // interpreter's) or compiled on the stack (its perf map's).
-    let through_main = jvm_hot_stacks(&profile, pid).iter().filter(|s| s.iter().any(|(n, _)| n == "void Hot.main(java.lang.String[])")).count();
-    eprintln!("jvm: {through_main} of {} hot stacks through Hot.main", three + one);
-    assert!(through_main * 100 >= (three + one) * 90, "{through_main} of {} hot stacks through Hot.main", three + one);
+    let through_main = jvm_hot_stacks(&profile, pid)
+        .iter()
+        .filter(|s| {
+            s.iter()
+                .any(|(n, _)| n == "void Hot.main(java.lang.String[])")
+        })
+        .count();
+    eprintln!(
+        "jvm: {through_main} of {} hot stacks through Hot.main",
+        three + one
+    );
+    assert!(
+        through_main * 100 >= (three + one) * 90,
+        "{through_main} of {} hot stacks through Hot.main",
+        three + one
+    );
     // Stacks go on below the compiled methods (frame sizes from their
     // prologues) to the thread's root through the launcher's JavaMain.
-    assert!(whole * 100 >= (three + one) * 90, "{whole} of {} stacks in the hot methods reach the thread's root", three + one);
+    assert!(
+        whole * 100 >= (three + one) * 90,
+        "{whole} of {} stacks in the hot methods reach the thread's root",
+        three + one
+    );
     // A JVM already running when `record -a` starts: the same.
-    let mut child = std::process::Command::new("java").args(["-cp", dir.to_str().unwrap(), "Hot", "5"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut child = std::process::Command::new("java")
+        .args(["-cp", dir.to_str().unwrap(), "Hot", "5"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut first = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut first).unwrap();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut first,
+    )
+    .unwrap();
     let before_pid = field(first.as_bytes(), "pid").expect("the JVM printed its pid");
     std::thread::sleep(std::time::Duration::from_millis(1000));
     let out = record(&["-a", "-d", "2"], &out_path);
@@ -853,20 +1405,46 @@ fn jvm_methods_are_named_without_flags() {
     let _ = child.wait();
     let (three, one, whole, total) = jvm_split(&Profile::load(&out_path), before_pid);
     eprintln!("jvm running before record -a: hotThree {three}, hotOne {one} of {total} on-CPU samples; {whole} whole");
-    assert!(three + one >= 500 && three > one * 2, "its hot methods named: {three} and {one} of {total}");
-    assert!(whole * 100 >= (three + one) * 90, "{whole} of {} stacks in the hot methods reach the thread's root", three + one);
+    assert!(
+        three + one >= 500 && three > one * 2,
+        "its hot methods named: {three} and {one} of {total}"
+    );
+    assert!(
+        whole * 100 >= (three + one) * 90,
+        "{whole} of {} stacks in the hot methods reach the thread's root",
+        three + one
+    );
     // A JVM is signalled only while it handles SIGQUIT (with -Xrs, only
     // once HotSpot installs its handler late; before, the signal would end
     // it): it runs to its end. One that forbids attaching is not asked, and
     // a warning says why.
-    for (flag, why) in [("-Xrs", None), ("-XX:+DisableAttachMechanism", Some("DisableAttachMechanism"))] {
-        let out = record(&["--", "java", flag, "-cp", dir.to_str().unwrap(), "Hot", "1"], &out_path);
+    for (flag, why) in [
+        ("-Xrs", None),
+        (
+            "-XX:+DisableAttachMechanism",
+            Some("DisableAttachMechanism"),
+        ),
+    ] {
+        let out = record(
+            &["--", "java", flag, "-cp", dir.to_str().unwrap(), "Hot", "1"],
+            &out_path,
+        );
         assert_success(&out);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(field(&out.stdout, "one_ns").is_some(), "java {flag} ran to its end: {}", String::from_utf8_lossy(&out.stdout));
-        assert!(!String::from_utf8_lossy(&out.stdout).contains("Full thread dump"), "java {flag}: a thread dump on its output");
+        assert!(
+            field(&out.stdout, "one_ns").is_some(),
+            "java {flag} ran to its end: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("Full thread dump"),
+            "java {flag}: a thread dump on its output"
+        );
         if let Some(why) = why {
-            assert!(stderr.contains("its compiled methods stay unnamed") && stderr.contains(why), "java {flag}: {stderr}");
+            assert!(
+                stderr.contains("its compiled methods stay unnamed") && stderr.contains(why),
+                "java {flag}: {stderr}"
+            );
         }
     }
 }

@@ -55,10 +55,25 @@ impl Viewer {
                 }
             }
         });
-        let mut viewer = Viewer { child, lines, printed: Vec::new(), port: 0, path: String::new() };
+        let mut viewer = Viewer {
+            child,
+            lines,
+            printed: Vec::new(),
+            port: 0,
+            path: String::new(),
+        };
         let link = viewer.wait_for_line(|l| l.starts_with(PROFILER));
-        let url = percent_decode(link.strip_prefix(PROFILER).unwrap().strip_suffix('/').expect("the link ends with /"));
-        let (authority, path) = url.strip_prefix("http://").unwrap().split_once('/').unwrap();
+        let url = percent_decode(
+            link.strip_prefix(PROFILER)
+                .unwrap()
+                .strip_suffix('/')
+                .expect("the link ends with /"),
+        );
+        let (authority, path) = url
+            .strip_prefix("http://")
+            .unwrap()
+            .split_once('/')
+            .unwrap();
         let (host, port) = authority.split_once(':').unwrap();
         assert_eq!(host, "127.0.0.1", "served on loopback only: {url}");
         viewer.port = port.parse().unwrap();
@@ -74,7 +89,10 @@ impl Viewer {
             match self.lines.recv_timeout(left) {
                 Ok(line) if wanted(&line) => return line,
                 Ok(line) => self.printed.push(line),
-                Err(e) => panic!("sysprof view did not print the expected line ({e}); it printed {:?}", self.printed),
+                Err(e) => panic!(
+                    "sysprof view did not print the expected line ({e}); it printed {:?}",
+                    self.printed
+                ),
             }
         }
     }
@@ -88,7 +106,10 @@ impl Viewer {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "sysprof view still runs 5 s after SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "sysprof view still runs 5 s after SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -111,7 +132,10 @@ struct Answer {
 
 impl Answer {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -128,18 +152,29 @@ fn request(port: u16, method: &str, path: &str, extra: &str) -> Answer {
     .unwrap();
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).expect("reading the answer");
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("an HTTP head");
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP head");
     let head = String::from_utf8(raw[..end].to_vec()).unwrap();
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap();
-    let status = status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{status_line}"));
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{status_line}"));
     let headers = lines
         .map(|l| {
             let (name, value) = l.split_once(':').unwrap();
             (name.trim().to_ascii_lowercase(), value.trim().to_string())
         })
         .collect();
-    Answer { status, headers, body: raw[end + 4..].to_vec() }
+    Answer {
+        status,
+        headers,
+        body: raw[end + 4..].to_vec(),
+    }
 }
 
 /// `%XX` escapes back to bytes.
@@ -160,7 +195,10 @@ fn percent_decode(s: &str) -> String {
 /// ~100 KB of random bytes named like a compressed profile.
 fn random_profile(dir: &Path) -> (std::path::PathBuf, Vec<u8>) {
     let mut bytes = vec![0u8; 100_000];
-    std::fs::File::open("/dev/urandom").unwrap().read_exact(&mut bytes).unwrap();
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut bytes)
+        .unwrap();
     let path = dir.join("profile.json.gz");
     std::fs::write(&path, &bytes).unwrap();
     (path, bytes)
@@ -178,25 +216,49 @@ fn view_serves_the_file_to_the_profiler_and_nobody_else() {
     // Chrome blocks a public page's fetch from loopback until the user
     // allows it: the user is told what it will ask, right under the link.
     let chrome = viewer.wait_for_line(|l| l.starts_with("in Chrome"));
-    assert!(chrome.contains("access other apps and services on this device") && chrome.contains("allow it"), "{chrome}");
+    assert!(
+        chrome.contains("access other apps and services on this device")
+            && chrome.contains("allow it"),
+        "{chrome}"
+    );
 
     let token = viewer.path.split('/').nth(1).unwrap().to_string();
-    assert!(token.len() >= 32 && token.bytes().all(|b| b.is_ascii_hexdigit()), "a 128-bit hex token: {token}");
+    assert!(
+        token.len() >= 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "a 128-bit hex token: {token}"
+    );
 
     let got = request(port, "GET", &viewer.path, "");
     assert_eq!(got.status, 200);
-    assert!(got.body == bytes, "the body is the file byte for byte ({} bytes, file {})", got.body.len(), bytes.len());
-    assert!(got.header("access-control-allow-origin").is_some(), "CORS: {:?}", got.headers);
-    assert_eq!(got.header("content-length"), Some(bytes.len().to_string().as_str()));
+    assert!(
+        got.body == bytes,
+        "the body is the file byte for byte ({} bytes, file {})",
+        got.body.len(),
+        bytes.len()
+    );
+    assert!(
+        got.header("access-control-allow-origin").is_some(),
+        "CORS: {:?}",
+        got.headers
+    );
+    assert_eq!(
+        got.header("content-length"),
+        Some(bytes.len().to_string().as_str())
+    );
     assert_eq!(got.header("content-encoding"), None, "served as on disk");
 
     let flipped = if token.starts_with('0') { '1' } else { '0' };
-    let wrong = viewer.path.replacen(&token, &format!("{flipped}{}", &token[1..]), 1);
+    let wrong = viewer
+        .path
+        .replacen(&token, &format!("{flipped}{}", &token[1..]), 1);
     assert_eq!(request(port, "GET", &wrong, "").status, 404, "{wrong}");
     assert_eq!(request(port, "GET", "/", "").status, 404);
 
     // Loopback only: 127.0.0.2 is loopback too, but not the address bound.
-    assert!(TcpStream::connect(("127.0.0.2", port)).is_err(), "listening beyond 127.0.0.1");
+    assert!(
+        TcpStream::connect(("127.0.0.2", port)).is_err(),
+        "listening beyond 127.0.0.1"
+    );
     // Another local user who has the whole URL (a browser's command line
     // shows it) gets the connection closed, no answer: bash's /dev/tcp as
     // nobody, its reply's first line written to a file we can read. SIGPIPE
@@ -212,15 +274,33 @@ fn view_serves_the_file_to_the_profiler_and_nobody_else() {
         reply.display()
     ));
     let answered = std::fs::read_to_string(&reply).unwrap();
-    assert!(answered.is_empty(), "another user got an answer: {answered:?}");
+    assert!(
+        answered.is_empty(),
+        "another user got an answer: {answered:?}"
+    );
     // The same request from us is answered (the check above is not a broken request).
     assert_eq!(request(port, "GET", &viewer.path, "").status, 200);
 
-    let preflight = request(port, "OPTIONS", &viewer.path, "Access-Control-Request-Method: GET\r\n");
-    assert!((200..300).contains(&preflight.status), "preflight status {}", preflight.status);
-    assert!(preflight.header("access-control-allow-origin").is_some(), "{:?}", preflight.headers);
+    let preflight = request(
+        port,
+        "OPTIONS",
+        &viewer.path,
+        "Access-Control-Request-Method: GET\r\n",
+    );
     assert!(
-        preflight.header("access-control-allow-methods").is_some_and(|m| m.contains("GET")),
+        (200..300).contains(&preflight.status),
+        "preflight status {}",
+        preflight.status
+    );
+    assert!(
+        preflight.header("access-control-allow-origin").is_some(),
+        "{:?}",
+        preflight.headers
+    );
+    assert!(
+        preflight
+            .header("access-control-allow-methods")
+            .is_some_and(|m| m.contains("GET")),
         "{:?}",
         preflight.headers
     );
@@ -233,7 +313,10 @@ fn view_serves_the_file_to_the_profiler_and_nobody_else() {
 /// line on stderr.
 #[test]
 fn view_of_a_missing_file_says_so_in_one_line() {
-    let out = Command::new(sysprof_bin()).args(["view", "--no-open", "/nonexistent"]).output().unwrap();
+    let out = Command::new(sysprof_bin())
+        .args(["view", "--no-open", "/nonexistent"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr:?}");
@@ -247,8 +330,14 @@ fn view_over_ssh_prints_the_tunnel_command() {
     let mut viewer = Viewer::start(&file, &[("SSH_CONNECTION", "10.0.0.1 5555 10.0.0.2 22")]);
     let port = viewer.port;
     let hint = viewer.wait_for_line(|l| l.contains("ssh -L"));
-    assert!(hint.contains(&format!("ssh -L {port}:127.0.0.1:{port} ")), "{hint}");
-    assert!(hint.contains("10.0.0.2"), "the host the SSH client connected to: {hint}");
+    assert!(
+        hint.contains(&format!("ssh -L {port}:127.0.0.1:{port} ")),
+        "{hint}"
+    );
+    assert!(
+        hint.contains("10.0.0.2"),
+        "the host the SSH client connected to: {hint}"
+    );
 }
 
 /// Check that `--version` names the commit the binary was built from (as
@@ -257,24 +346,62 @@ fn view_over_ssh_prints_the_tunnel_command() {
 /// bash completion know `--off-cpu-threshold`.
 #[test]
 fn version_man_pages_and_completions_come_from_the_build() {
-    let head = Command::new("git").args(["rev-parse", "--short=10", "HEAD"]).current_dir(workspace_root()).output().unwrap();
-    let version = Command::new(sysprof_bin()).arg("--version").output().unwrap();
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=10", "HEAD"])
+        .current_dir(workspace_root())
+        .output()
+        .unwrap();
+    let version = Command::new(sysprof_bin())
+        .arg("--version")
+        .output()
+        .unwrap();
     let version = String::from_utf8_lossy(&version.stdout);
     if head.status.success() {
         let head = String::from_utf8_lossy(&head.stdout);
-        assert!(version.contains(&format!("(commit {})", head.trim())), "{version} vs HEAD {head}");
+        assert!(
+            version.contains(&format!("(commit {})", head.trim())),
+            "{version} vs HEAD {head}"
+        );
     } else {
-        assert!(version.contains("(commit unknown)"), "outside git: {version}");
+        assert!(
+            version.contains("(commit unknown)"),
+            "outside git: {version}"
+        );
     }
     let dir = scratch("generate-man");
-    let out = Command::new(sysprof_bin()).args(["generate", "man"]).arg(&dir).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for sub in ["", "-record", "-agent", "-show", "-view", "-report", "-validate"] {
-        assert!(dir.join(format!("sysprof{sub}.1")).exists(), "sysprof{sub}.1");
+    let out = Command::new(sysprof_bin())
+        .args(["generate", "man"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for sub in [
+        "",
+        "-record",
+        "-agent",
+        "-show",
+        "-view",
+        "-report",
+        "-validate",
+    ] {
+        assert!(
+            dir.join(format!("sysprof{sub}.1")).exists(),
+            "sysprof{sub}.1"
+        );
     }
     let page = std::fs::read_to_string(dir.join("sysprof-record.1")).unwrap();
-    assert!(page.contains(".TH") && page.contains("off\\-cpu\\-threshold"), "{page}");
-    let bash = Command::new(sysprof_bin()).args(["generate", "bash"]).output().unwrap();
+    assert!(
+        page.contains(".TH") && page.contains("off\\-cpu\\-threshold"),
+        "{page}"
+    );
+    let bash = Command::new(sysprof_bin())
+        .args(["generate", "bash"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&bash.stdout).contains("--off-cpu-threshold"));
 }
 
@@ -282,7 +409,9 @@ fn version_man_pages_and_completions_come_from_the_build() {
 fn process_cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     // Fields after the command name, which ends at the last ')': state is 3, utime 14, stime 15.
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
     let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
     // USER_HZ is 100 on every Linux architecture sysprof runs on.
     ticks / 100.0
@@ -291,7 +420,9 @@ fn process_cpu_seconds(pid: u32) -> f64 {
 /// `connflood`'s count of `key` in its result file.
 fn flood_count(result: &Path, key: &str) -> u64 {
     let text = std::fs::read_to_string(result).unwrap();
-    text.lines().find_map(|l| l.strip_prefix(key)?.trim().parse().ok()).unwrap_or_else(|| panic!("no {key} in {text:?}"))
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text:?}"))
 }
 
 /// Check that a flood of connections from another user (nobody, two
@@ -302,7 +433,9 @@ fn flood_count(result: &Path, key: &str) -> u64 {
 /// bytes can tell). Download times and the server's CPU time are printed.
 #[test]
 fn a_connection_flood_from_another_user_neither_gets_answers_nor_starves_the_owner() {
-    if !can_record("a_connection_flood_from_another_user_neither_gets_answers_nor_starves_the_owner") {
+    if !can_record(
+        "a_connection_flood_from_another_user_neither_gets_answers_nor_starves_the_owner",
+    ) {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
@@ -315,11 +448,20 @@ fn a_connection_flood_from_another_user_neither_gets_answers_nor_starves_the_own
 
     // The owner's own flood, briefly: answered.
     let ours = dir.join("flood-owner");
-    let status = Command::new(&flood).args([port.as_str(), path.as_str(), "0.5"]).arg(&ours).status().unwrap();
+    let status = Command::new(&flood)
+        .args([port.as_str(), path.as_str(), "0.5"])
+        .arg(&ours)
+        .status()
+        .unwrap();
     assert!(status.success());
-    assert!(flood_count(&ours, "answered_bytes") > 0, "the owner's connections were not answered either");
+    assert!(
+        flood_count(&ours, "answered_bytes") > 0,
+        "the owner's connections were not answered either"
+    );
 
-    let results: Vec<std::path::PathBuf> = (0..2).map(|i| dir.join(format!("flood-nobody-{i}"))).collect();
+    let results: Vec<std::path::PathBuf> = (0..2)
+        .map(|i| dir.join(format!("flood-nobody-{i}")))
+        .collect();
     let floods: Vec<Child> = results
         .iter()
         .map(|result| {
@@ -344,16 +486,30 @@ fn a_connection_flood_from_another_user_neither_gets_answers_nor_starves_the_own
         let got = request(viewer.port, "GET", &path, "");
         downloads.push(t.elapsed());
         assert_eq!(got.status, 200);
-        assert!(got.body == bytes, "the owner got {} bytes, not the file's {}", got.body.len(), bytes.len());
+        assert!(
+            got.body == bytes,
+            "the owner got {} bytes, not the file's {}",
+            got.body.len(),
+            bytes.len()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let cpu = process_cpu_seconds(viewer.child.id()) - cpu_before;
     let wall = started.elapsed();
     for (mut child, result) in floods.into_iter().zip(&results) {
-        assert!(child.wait().unwrap().success(), "the flood as nobody failed");
-        let (connections, answered) = (flood_count(result, "connections"), flood_count(result, "answered_bytes"));
+        assert!(
+            child.wait().unwrap().success(),
+            "the flood as nobody failed"
+        );
+        let (connections, answered) = (
+            flood_count(result, "connections"),
+            flood_count(result, "answered_bytes"),
+        );
         eprintln!("flood as nobody: {connections} connections, {answered} bytes answered");
-        assert!(connections >= 100, "the flood made only {connections} connections");
+        assert!(
+            connections >= 100,
+            "the flood made only {connections} connections"
+        );
         assert_eq!(answered, 0, "another user's connections were answered");
     }
     downloads.sort();
@@ -366,6 +522,10 @@ fn a_connection_flood_from_another_user_neither_gets_answers_nor_starves_the_own
         wall.as_secs_f64()
     );
     assert!(!downloads.is_empty());
-    assert!(*downloads.last().unwrap() < Duration::from_secs(10), "a download took {:?}", downloads.last());
+    assert!(
+        *downloads.last().unwrap() < Duration::from_secs(10),
+        "a download took {:?}",
+        downloads.last()
+    );
     assert_eq!(viewer.terminate().code(), Some(0));
 }

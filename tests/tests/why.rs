@@ -20,9 +20,23 @@ fn why(path: &std::path::Path, id: u64) -> Value {
 }
 
 fn why_in(path: &std::path::Path, id: u64, extra: &[&str]) -> Value {
-    let out = Command::new(sysprof_bin()).args(["report", "--format", "json", "--why", &id.to_string()]).args(extra).arg(path).output().unwrap();
-    assert!(out.status.success(), "report --why {id}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("report --why {id} printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    let out = Command::new(sysprof_bin())
+        .args(["report", "--format", "json", "--why", &id.to_string()])
+        .args(extra)
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "report --why {id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "report --why {id} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
 }
 
 /// The ms of `blame` entries of `tid` (any tid when None) whose `what` is in `whats`.
@@ -31,7 +45,9 @@ fn blamed(report: &Value, tid: Option<u64>, whats: &[&str]) -> f64 {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|b| tid.is_none_or(|t| b["tid"] == t) && whats.contains(&b["what"].as_str().unwrap()))
+        .filter(|b| {
+            tid.is_none_or(|t| b["tid"] == t) && whats.contains(&b["what"].as_str().unwrap())
+        })
         .map(|b| b["ms"].as_f64().unwrap())
         .sum()
 }
@@ -53,29 +69,66 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
     let exe = build_c("waitchain", &dir.join("waitchain"), &[]);
     let disk = LoopDevice::new(&dir, 16);
     let out_path = dir.join("p.json.gz");
-    let out = record(&["--off-cpu-threshold", "0.05", "--", exe.to_str().unwrap(), disk.path.to_str().unwrap(), "200", "4", "2"], &out_path);
+    let out = record(
+        &[
+            "--off-cpu-threshold",
+            "0.05",
+            "--",
+            exe.to_str().unwrap(),
+            disk.path.to_str().unwrap(),
+            "200",
+            "4",
+            "2",
+        ],
+        &out_path,
+    );
     assert_success(&out);
     let f = |k: &str| field(&out.stdout, k).unwrap_or_else(|| panic!("waitchain printed no {k}"));
     let (client, holder, napper) = (f("client"), f("holder"), f("napper"));
     let client_wait_ms = f("client_wait_ns") as f64 / 1e6;
-    let (holder_blocked_ms, holder_cpu_ms) = (f("holder_blocked_ns") as f64 / 1e6, f("holder_cpu_ns") as f64 / 1e6);
+    let (holder_blocked_ms, holder_cpu_ms) = (
+        f("holder_blocked_ns") as f64 / 1e6,
+        f("holder_cpu_ns") as f64 / 1e6,
+    );
 
     // Over the client's loop only (its start-up and exit are waits too,
     // preempted beside a busy CPU: 12.7 ms of them once), in profile ms.
     let profile = Profile::load(&out_path);
-    let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_f64().unwrap();
+    let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_f64()
+        .unwrap();
     let ms = |ns: u64| format!("{:.3}", (ns as f64 - anchor_ns) / 1e6);
-    let r = why_in(&out_path, client, &["--from", &ms(f("client_t0_ns")), "--to", &ms(f("client_t1_ns"))]);
+    let r = why_in(
+        &out_path,
+        client,
+        &[
+            "--from",
+            &ms(f("client_t0_ns")),
+            "--to",
+            &ms(f("client_t1_ns")),
+        ],
+    );
     let off_cpu = r["off_cpu_ms"].as_f64().unwrap();
-    let total: f64 = r["blame"].as_array().unwrap().iter().map(|b| b["ms"].as_f64().unwrap()).sum();
+    let total: f64 = r["blame"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["ms"].as_f64().unwrap())
+        .sum();
     let holder_ms = blamed(&r, Some(holder), &["running", "I/O", "runnable"]);
-    let (io, running) = (blamed(&r, Some(holder), &["I/O"]), blamed(&r, Some(holder), &["running"]));
+    let (io, running) = (
+        blamed(&r, Some(holder), &["I/O"]),
+        blamed(&r, Some(holder), &["running"]),
+    );
     eprintln!(
         "why: client off-CPU {off_cpu:.1} ms (its own clocks {client_wait_ms:.1}), blame sums to {total:.1}; holder {holder_ms:.1} ms: I/O {io:.1}, running {running:.1} \
          (its own: blocked {holder_blocked_ms:.1}, CPU {holder_cpu_ms:.1}); blame {}",
         r["blame"]
     );
-    assert!((total - off_cpu).abs() < 1e-6 * off_cpu.max(1.0), "every ms charged once: {total} of {off_cpu}");
+    assert!(
+        (total - off_cpu).abs() < 1e-6 * off_cpu.max(1.0),
+        "every ms charged once: {total} of {off_cpu}"
+    );
     // Steal time (a vCPU the host did not run) is in neither its CPU clock
     // nor its waits: its own clocks may be up to the machine's above.
     let steal_ms = f("client_steal_ns") as f64 / 1e6;
@@ -83,10 +136,26 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
         off_cpu <= client_wait_ms * 1.02 && off_cpu >= (client_wait_ms - steal_ms) * 0.98,
         "the client's off-CPU time {off_cpu:.1} ms vs its own clocks {client_wait_ms:.1} ms (steal {steal_ms:.0} ms)"
     );
-    assert!(holder_ms >= off_cpu * 0.6, "the holder carries {holder_ms:.1} of {off_cpu:.1} ms");
-    let devices: Vec<&str> = r["blame"].as_array().unwrap().iter().filter(|b| b["what"] == "I/O").filter_map(|b| b["device"].as_str()).collect();
-    assert!(!devices.is_empty() && devices.iter().all(|d| *d == disk.name), "the I/O is on {}: {devices:?}", disk.name);
-    let (share, own_share) = (io / (io + running), holder_blocked_ms / (holder_blocked_ms + holder_cpu_ms));
+    assert!(
+        holder_ms >= off_cpu * 0.6,
+        "the holder carries {holder_ms:.1} of {off_cpu:.1} ms"
+    );
+    let devices: Vec<&str> = r["blame"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["what"] == "I/O")
+        .filter_map(|b| b["device"].as_str())
+        .collect();
+    assert!(
+        !devices.is_empty() && devices.iter().all(|d| *d == disk.name),
+        "the I/O is on {}: {devices:?}",
+        disk.name
+    );
+    let (share, own_share) = (
+        io / (io + running),
+        holder_blocked_ms / (holder_blocked_ms + holder_cpu_ms),
+    );
     // Its "blocked" is wall less CPU less run delay: steal while it computed
     // is in it, and is running to sysprof (CI: 32.6 % against 44.6 %, its
     // running 85 ms above its CPU time). The floor allows the machine's steal.
@@ -100,10 +169,22 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
     );
 
     // Over its naps only, as its own clocks measured them.
-    let n = why_in(&out_path, napper, &["--from", &ms(f("napper_t0_ns")), "--to", &ms(f("napper_t1_ns"))]);
+    let n = why_in(
+        &out_path,
+        napper,
+        &[
+            "--from",
+            &ms(f("napper_t0_ns")),
+            "--to",
+            &ms(f("napper_t1_ns")),
+        ],
+    );
     let off_cpu = n["off_cpu_ms"].as_f64().unwrap();
-    let (timer, queued, unseen) =
-        (blamed(&n, Some(napper), &["timer"]), blamed(&n, Some(napper), &["runnable"]), blamed(&n, Some(napper), &["unknown waker"]));
+    let (timer, queued, unseen) = (
+        blamed(&n, Some(napper), &["timer"]),
+        blamed(&n, Some(napper), &["runnable"]),
+        blamed(&n, Some(napper), &["unknown waker"]),
+    );
     let run_delay_ms = f("napper_run_delay_ns") as f64 / 1e6;
     let late_ms = f("napper_late_ns") as f64 / 1e6;
     eprintln!(
@@ -116,8 +197,15 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
     // What is not its timer is its naps' lateness (the timer's expiry to
     // running again, by its own clock) at most: a woken napper can wait a
     // busy CPU's whole slice.
-    assert!(timer >= off_cpu - late_ms - unseen - 1.0 && other <= 1.0, "the napper waits on its timer and for a CPU ({late_ms:.1} ms late): {}", n["blame"]);
-    assert!(unseen <= off_cpu * 0.05, "{unseen:.1} ms of {off_cpu:.1} with no waker seen");
+    assert!(
+        timer >= off_cpu - late_ms - unseen - 1.0 && other <= 1.0,
+        "the napper waits on its timer and for a CPU ({late_ms:.1} ms late): {}",
+        n["blame"]
+    );
+    assert!(
+        unseen <= off_cpu * 0.05,
+        "{unseen:.1} ms of {off_cpu:.1} with no waker seen"
+    );
     let waits = n["waits"].as_f64().unwrap();
     let slack = (run_delay_ms * 0.25).max(2.0);
     // sysprof times a wait's run delay from its waking. schedstat times it
@@ -149,9 +237,27 @@ fn a_past_request_is_charged_along_its_chain_from_the_store() {
     let exe = build_c("waitchain", &dir.join("waitchain"), &[]);
     let disk = LoopDevice::new(&dir, 16);
     let store = dir.join("store");
-    let agent = Agent::start(&store, &["--window", "1", "--off-cpu-threshold", "0.05", "--health-interval", "3600"], &[]);
-    let out = Command::new(&exe).args([disk.path.to_str().unwrap(), "200", "4", "2"]).output().unwrap();
-    assert!(out.status.success(), "waitchain: {}", String::from_utf8_lossy(&out.stderr));
+    let agent = Agent::start(
+        &store,
+        &[
+            "--window",
+            "1",
+            "--off-cpu-threshold",
+            "0.05",
+            "--health-interval",
+            "3600",
+        ],
+        &[],
+    );
+    let out = Command::new(&exe)
+        .args([disk.path.to_str().unwrap(), "200", "4", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "waitchain: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     agent.wait_for_window_ending_after(wall_ms() + 200.0, std::time::Duration::from_secs(30));
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
@@ -159,18 +265,44 @@ fn a_past_request_is_charged_along_its_chain_from_the_store() {
     let (client, holder) = (f("client"), f("holder"));
     let client_wait_ms = f("client_wait_ns") as f64 / 1e6;
     let path = dir.join("show.json.gz");
-    let o = show(&["--store", store.to_str().unwrap(), "--since", "5m", "-o", path.to_str().unwrap()]);
+    let o = show(&[
+        "--store",
+        store.to_str().unwrap(),
+        "--since",
+        "5m",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     let profile = Profile::load(&path);
-    let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_f64().unwrap();
+    let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_f64()
+        .unwrap();
     let ms = |ns: u64| format!("{:.3}", (ns as f64 - anchor_ns) / 1e6);
-    let r = why_in(&path, client, &["--from", &ms(f("client_t0_ns")), "--to", &ms(f("client_t1_ns"))]);
+    let r = why_in(
+        &path,
+        client,
+        &[
+            "--from",
+            &ms(f("client_t0_ns")),
+            "--to",
+            &ms(f("client_t1_ns")),
+        ],
+    );
     let off_cpu = r["off_cpu_ms"].as_f64().unwrap();
-    let total: f64 = r["blame"].as_array().unwrap().iter().map(|b| b["ms"].as_f64().unwrap()).sum();
+    let total: f64 = r["blame"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["ms"].as_f64().unwrap())
+        .sum();
     let holder_ms = blamed(&r, Some(holder), &["running", "I/O", "runnable"]);
     eprintln!("why from show: client off-CPU {off_cpu:.1} ms (its own clocks {client_wait_ms:.1}), blame sums to {total:.1}; holder {holder_ms:.1} ms; {}", r["blame"]);
-    assert!((total - off_cpu).abs() < 1e-6 * off_cpu.max(1.0), "every ms charged once: {total} of {off_cpu}");
+    assert!(
+        (total - off_cpu).abs() < 1e-6 * off_cpu.max(1.0),
+        "every ms charged once: {total} of {off_cpu}"
+    );
     // Steal time (a vCPU the host did not run) is in neither its CPU clock
     // nor its waits: its own clocks may be up to the machine's above.
     let steal_ms = f("client_steal_ns") as f64 / 1e6;
@@ -178,9 +310,22 @@ fn a_past_request_is_charged_along_its_chain_from_the_store() {
         off_cpu <= client_wait_ms * 1.02 && off_cpu >= (client_wait_ms - steal_ms) * 0.98,
         "the client's off-CPU time {off_cpu:.1} ms vs its own clocks {client_wait_ms:.1} ms (steal {steal_ms:.0} ms)"
     );
-    assert!(holder_ms >= off_cpu * 0.6, "the holder carries {holder_ms:.1} of {off_cpu:.1} ms");
-    let devices: Vec<&str> = r["blame"].as_array().unwrap().iter().filter(|b| b["what"] == "I/O").filter_map(|b| b["device"].as_str()).collect();
-    assert!(!devices.is_empty() && devices.iter().all(|d| *d == disk.name), "the I/O is on {}: {devices:?}", disk.name);
+    assert!(
+        holder_ms >= off_cpu * 0.6,
+        "the holder carries {holder_ms:.1} of {off_cpu:.1} ms"
+    );
+    let devices: Vec<&str> = r["blame"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["what"] == "I/O")
+        .filter_map(|b| b["device"].as_str())
+        .collect();
+    assert!(
+        !devices.is_empty() && devices.iter().all(|d| *d == disk.name),
+        "the I/O is on {}: {devices:?}",
+        disk.name
+    );
 }
 
 /// Check that threads that never sleep, on more threads than CPUs, have
@@ -194,7 +339,10 @@ fn preempted_spinners_are_charged_to_the_run_queue() {
     let exe = build_c("spinners", &dir.join("spinners"), &[]);
     let out_path = dir.join("p.json.gz");
     let cpus = std::thread::available_parallelism().unwrap().get();
-    let out = record(&["--", exe.to_str().unwrap(), &(cpus + 1).to_string(), "1.0"], &out_path);
+    let out = record(
+        &["--", exe.to_str().unwrap(), &(cpus + 1).to_string(), "1.0"],
+        &out_path,
+    );
     assert_success(&out);
     let spinners: Vec<u64> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -209,8 +357,15 @@ fn preempted_spinners_are_charged_to_the_run_queue() {
         eprintln!("why: spinner {tid}: {}", r["blame"]);
     }
     eprintln!("why: spinners off-CPU {off_cpu:.1} ms, runnable {queued:.1}");
-    assert!(off_cpu >= 100.0, "{} spinners on {cpus} CPUs for 1 s wait for one: {off_cpu:.1} ms", cpus + 1);
-    assert!(queued >= off_cpu * 0.97, "the run queue carries {queued:.1} of {off_cpu:.1} ms");
+    assert!(
+        off_cpu >= 100.0,
+        "{} spinners on {cpus} CPUs for 1 s wait for one: {off_cpu:.1} ms",
+        cpus + 1
+    );
+    assert!(
+        queued >= off_cpu * 0.97,
+        "the run queue carries {queued:.1} of {off_cpu:.1} ms"
+    );
 }
 
 /// Check waits too short for a marker each: a client process in round
@@ -250,7 +405,10 @@ fn short_round_trips_are_charged_to_the_server() {
     let exe = build_c("roundtrips", &dir.join("roundtrips"), &[]);
     let out_path = dir.join("p.json.gz");
     let phases = [("p1", 20_000u64, 20u64), ("p2", 1_500, 300)];
-    let args: Vec<String> = phases.iter().flat_map(|&(_, n, us)| [n.to_string(), us.to_string()]).collect();
+    let args: Vec<String> = phases
+        .iter()
+        .flat_map(|&(_, n, us)| [n.to_string(), us.to_string()])
+        .collect();
     let mut argv = vec!["--", exe.to_str().unwrap()];
     argv.extend(args.iter().map(String::as_str));
     let out = record(&argv, &out_path);
@@ -258,17 +416,33 @@ fn short_round_trips_are_charged_to_the_server() {
     let f = |k: &str| field(&out.stdout, k).unwrap_or_else(|| panic!("roundtrips printed no {k}"));
     let (client, server) = (f("client"), f("server"));
     let profile = Profile::load(&out_path);
-    let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"].as_f64().unwrap();
+    let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_f64()
+        .unwrap();
     let ms = |ns: u64| format!("{:.3}", (ns as f64 - anchor_ns) / 1e6);
     for (phase, requests, us) in phases {
         let key = |k: &str| f(&format!("{phase}_{k}"));
         let in_ms = |k: &str| key(k) as f64 / 1e6;
-        let (client_wait_ms, client_delay_ms, server_cpu_ms, steal_ms) = (in_ms("client_wait_ns"), in_ms("client_run_delay_ns"), in_ms("server_cpu_ns"), in_ms("steal_ns"));
+        let (client_wait_ms, client_delay_ms, server_cpu_ms, steal_ms) = (
+            in_ms("client_wait_ns"),
+            in_ms("client_run_delay_ns"),
+            in_ms("server_cpu_ns"),
+            in_ms("steal_ns"),
+        );
         let client_woken_ms = in_ms("client_woken_ns");
         let computed_ms = (requests * us) as f64 / 1e3;
-        let r = why_in(&out_path, client, &["--from", &ms(key("t0_ns")), "--to", &ms(key("t1_ns"))]);
+        let r = why_in(
+            &out_path,
+            client,
+            &["--from", &ms(key("t0_ns")), "--to", &ms(key("t1_ns"))],
+        );
         let off_cpu = r["off_cpu_ms"].as_f64().unwrap();
-        let total: f64 = r["blame"].as_array().unwrap().iter().map(|b| b["ms"].as_f64().unwrap()).sum();
+        let total: f64 = r["blame"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["ms"].as_f64().unwrap())
+            .sum();
         let own_queue = blamed(&r, Some(client), &["runnable"]);
         let running = blamed(&r, Some(server), &["running"]);
         let server_queue = blamed(&r, Some(server), &["runnable"]);
@@ -280,7 +454,10 @@ fn short_round_trips_are_charged_to_the_server() {
             r["waits"],
             r["blame"]
         );
-        assert!((total - off_cpu).abs() < 1e-6 * off_cpu.max(1.0), "{phase}: every ms charged once: {total} of {off_cpu}");
+        assert!(
+            (total - off_cpu).abs() < 1e-6 * off_cpu.max(1.0),
+            "{phase}: every ms charged once: {total} of {off_cpu}"
+        );
         let waits = r["waits"].as_f64().unwrap();
         let skipped_clock_ms = waits * 0.004;
         assert!(
@@ -296,6 +473,10 @@ fn short_round_trips_are_charged_to_the_server() {
             own_queue >= client_delay_ms - slack && own_queue <= (client_woken_ms + client_delay_ms) * 1.05 + 1.0,
             "{phase}: the client's run queue {own_queue:.1} ms vs its schedstat {client_delay_ms:.1} ms and its replies' {client_woken_ms:.1} ms to running"
         );
-        assert!(rest <= off_cpu * 0.08, "{phase}: {rest:.1} ms of {off_cpu:.1} went elsewhere: {}", r["blame"]);
+        assert!(
+            rest <= off_cpu * 0.08,
+            "{phase}: {rest:.1} ms of {off_cpu:.1} went elsewhere: {}",
+            r["blame"]
+        );
     }
 }

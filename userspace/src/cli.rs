@@ -13,7 +13,12 @@ use serde::Deserialize;
 use crate::sampling::{CallGraph, SamplingOptions};
 
 /// The version `--version` prints: the crate's and the commit it was built from.
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("SYSPROF_GIT_COMMIT"), ")");
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SYSPROF_GIT_COMMIT"),
+    ")"
+);
 
 /// sysprof: a system-wide profiler writing Firefox Profiler profiles.
 #[derive(Debug, Parser)]
@@ -58,7 +63,10 @@ pub enum Command {
 
 /// What `sysprof generate` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-#[expect(missing_docs, reason = "a doc comment on a variant would become its help text and change `--help`")]
+#[expect(
+    missing_docs,
+    reason = "a doc comment on a variant would become its help text and change `--help`"
+)]
 pub enum Generate {
     Man,
     Bash,
@@ -69,7 +77,10 @@ pub enum Generate {
 
 /// What `sysprof show --format` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-#[expect(missing_docs, reason = "a doc comment on a variant would become its help text and change `--help`")]
+#[expect(
+    missing_docs,
+    reason = "a doc comment on a variant would become its help text and change `--help`"
+)]
 pub enum ShowFormat {
     Firefox,
     Folded,
@@ -78,7 +89,10 @@ pub enum ShowFormat {
 
 /// What `sysprof report --format` writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-#[expect(missing_docs, reason = "a doc comment on a variant would become its help text and change `--help`")]
+#[expect(
+    missing_docs,
+    reason = "a doc comment on a variant would become its help text and change `--help`"
+)]
 pub enum ReportFormat {
     Text,
     Folded,
@@ -367,8 +381,15 @@ mod tests {
     /// is clap's invalid-value error (exit 2), never a default such as Elvish.
     #[test]
     fn closed_choices_parse_or_are_refused() {
-        for (word, want) in [("fp", CallGraph::Fp), ("dwarf", CallGraph::Dwarf), ("dwarf-copy", CallGraph::DwarfCopy)] {
-            match parse(&["record", "-a", "--call-graph", word]).unwrap().command {
+        for (word, want) in [
+            ("fp", CallGraph::Fp),
+            ("dwarf", CallGraph::Dwarf),
+            ("dwarf-copy", CallGraph::DwarfCopy),
+        ] {
+            match parse(&["record", "-a", "--call-graph", word])
+                .unwrap()
+                .command
+            {
                 Command::Record(a) => assert_eq!(a.call_graph, want),
                 _ => unreachable!(),
             }
@@ -377,7 +398,13 @@ mod tests {
             Command::Record(a) => assert_eq!(a.call_graph, CallGraph::Dwarf, "the default"),
             _ => unreachable!(),
         }
-        for (word, want) in [("man", Generate::Man), ("bash", Generate::Bash), ("zsh", Generate::Zsh), ("fish", Generate::Fish), ("elvish", Generate::Elvish)] {
+        for (word, want) in [
+            ("man", Generate::Man),
+            ("bash", Generate::Bash),
+            ("zsh", Generate::Zsh),
+            ("fish", Generate::Fish),
+            ("elvish", Generate::Elvish),
+        ] {
             match parse(&["generate", word]).unwrap().command {
                 Command::Generate { what, .. } => assert_eq!(what, want),
                 _ => unreachable!(),
@@ -387,11 +414,20 @@ mod tests {
             Command::Show(a) => assert_eq!(a.format, ShowFormat::Pprof),
             _ => unreachable!(),
         }
-        match parse(&["report", "p.json", "--format", "folded"]).unwrap().command {
+        match parse(&["report", "p.json", "--format", "folded"])
+            .unwrap()
+            .command
+        {
             Command::Report(a) => assert_eq!(a.format, ReportFormat::Folded),
             _ => unreachable!(),
         }
-        for bad in [&["generate", "powershell"][..], &["record", "-a", "--call-graph", "lbr"], &["agent", "--call-graph", "Dwarf"], &["show", "--format", "json"], &["report", "p", "--format", "pprof"]] {
+        for bad in [
+            &["generate", "powershell"][..],
+            &["record", "-a", "--call-graph", "lbr"],
+            &["agent", "--call-graph", "Dwarf"],
+            &["show", "--format", "json"],
+            &["report", "p", "--format", "pprof"],
+        ] {
             let e = parse(bad).unwrap_err();
             assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{bad:?}");
             assert_eq!(e.exit_code(), 2);

@@ -170,14 +170,25 @@ impl RecordError {
             return RecordError::NoBtf;
         }
         if is_permission_denied(e) {
-            return RecordError::NotPermitted { what: "loading BPF".into(), paranoid: paranoid() };
+            return RecordError::NotPermitted {
+                what: "loading BPF".into(),
+                paranoid: paranoid(),
+            };
         }
-        RecordError::BpfRejected { program: object.into(), detail: first_line(&error_chain(e)), kernel: kernel_release() }
+        RecordError::BpfRejected {
+            program: object.into(),
+            detail: first_line(&error_chain(e)),
+            kernel: kernel_release(),
+        }
     }
 
     /// Classify an aya program-load failure (usually the verifier).
     pub fn from_program_load(program: &str, e: &aya::programs::ProgramError) -> RecordError {
-        if let aya::programs::ProgramError::LoadError { io_error, verifier_log } = e {
+        if let aya::programs::ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } = e
+        {
             let log = verifier_log.to_string();
             if !log.trim().is_empty() {
                 // The verifier said why: that is a rejection, not a privilege problem.
@@ -189,7 +200,10 @@ impl RecordError {
                     .rev()
                     .find(|l| {
                         let l = l.trim();
-                        !l.is_empty() && !["processed ", "verification time", "stack depth"].iter().any(|p| l.starts_with(p))
+                        !l.is_empty()
+                            && !["processed ", "verification time", "stack depth"]
+                                .iter()
+                                .any(|p| l.starts_with(p))
                     })
                     .unwrap_or("");
                 return RecordError::BpfRejected {
@@ -200,9 +214,16 @@ impl RecordError {
             }
         }
         if is_permission_denied(e) {
-            return RecordError::NotPermitted { what: format!("loading BPF program {program}"), paranoid: paranoid() };
+            return RecordError::NotPermitted {
+                what: format!("loading BPF program {program}"),
+                paranoid: paranoid(),
+            };
         }
-        RecordError::BpfRejected { program: program.into(), detail: first_line(&error_chain(e)), kernel: kernel_release() }
+        RecordError::BpfRejected {
+            program: program.into(),
+            detail: first_line(&error_chain(e)),
+            kernel: kernel_release(),
+        }
     }
 }
 
@@ -248,7 +269,12 @@ pub fn is_permission_denied(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 fn first_line(text: &str) -> String {
-    text.lines().next().unwrap_or("").chars().take(300).collect()
+    text.lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(300)
+        .collect()
 }
 
 /// `/proc/sys/kernel/perf_event_paranoid`, for error messages.
@@ -281,12 +307,22 @@ mod tests {
         let eacces = || std::io::Error::from_raw_os_error(libc::EACCES);
         assert!(is_permission_denied(&eperm()));
         assert!(is_permission_denied(&ProgramError::IOError(eacces())));
-        let syscall = ProgramError::SyscallError(SyscallError { call: "perf_event_open", io_error: eperm() });
+        let syscall = ProgramError::SyscallError(SyscallError {
+            call: "perf_event_open",
+            io_error: eperm(),
+        });
         assert!(is_permission_denied(&syscall));
         assert!(is_permission_denied(&aya::EbpfError::ProgramError(syscall)));
-        let map = aya::maps::MapError::CreateError { name: "m".into(), io_error: eperm() };
+        let map = aya::maps::MapError::CreateError {
+            name: "m".into(),
+            io_error: eperm(),
+        };
         assert!(is_permission_denied(&aya::EbpfError::MapError(map)));
-        assert!(!is_permission_denied(&std::io::Error::from_raw_os_error(libc::EINVAL)));
-        assert!(!is_permission_denied(&std::io::Error::other("Operation not permitted (EPERM) in a message")));
+        assert!(!is_permission_denied(&std::io::Error::from_raw_os_error(
+            libc::EINVAL
+        )));
+        assert!(!is_permission_denied(&std::io::Error::other(
+            "Operation not permitted (EPERM) in a message"
+        )));
     }
 }

@@ -20,7 +20,8 @@ use std::borrow::Cow;
 
 /// Whether `c` must not reach a terminal raw.
 fn is_unsafe(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
 }
 
 /// `s` with its control characters escaped; borrowed when there is none.
@@ -35,7 +36,9 @@ pub fn escape(s: &str) -> Cow<'_, str> {
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
             '\x1b' => out.push_str("\\e"),
-            c if (c as u32) < 0x100 && is_unsafe(c) => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x100 && is_unsafe(c) => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
             c if is_unsafe(c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
             c => out.push(c),
         }
@@ -51,8 +54,15 @@ pub fn path(p: &std::path::Path) -> String {
 /// `s` as one shell word: as is when it is plain, else single-quoted.
 pub fn shell_word(s: &str) -> String {
     // A path starting with `-` would read as an option.
-    let s = if s.starts_with('-') { format!("./{s}") } else { s.to_string() };
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c)) {
+    let s = if s.starts_with('-') {
+        format!("./{s}")
+    } else {
+        s.to_string()
+    };
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c))
+    {
         s
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
@@ -62,7 +72,10 @@ pub fn shell_word(s: &str) -> String {
 /// What the summaries of `record` and `show` end with: how to open the
 /// profile written at `path`, as a command the user can paste.
 pub fn open_hint(path: &std::path::Path) -> String {
-    format!("; open it: sysprof view {}", escape(&shell_word(&path.to_string_lossy())))
+    format!(
+        "; open it: sysprof view {}",
+        escape(&shell_word(&path.to_string_lossy()))
+    )
 }
 
 #[cfg(test)]
@@ -76,7 +89,10 @@ mod tests {
         assert_eq!(shell_word("/tmp/p.json.gz"), "/tmp/p.json.gz");
         assert_eq!(shell_word("my profile's.json"), "'my profile'\\''s.json'");
         assert_eq!(shell_word("-o.json"), "./-o.json");
-        assert_eq!(open_hint(std::path::Path::new("a b")), "; open it: sysprof view 'a b'");
+        assert_eq!(
+            open_hint(std::path::Path::new("a b")),
+            "; open it: sysprof view 'a b'"
+        );
     }
 
     /// Check that a forged line and terminal escapes come out as visible
@@ -85,7 +101,10 @@ mod tests {
     fn control_characters_become_visible_escapes() {
         let s = "x\nsysprof agent: forged\n\x1b]0;PWNED\x07 \t\r\x7f\u{9b}\u{202e}é中";
         let e = escape(s);
-        assert_eq!(e, "x\\nsysprof agent: forged\\n\\e]0;PWNED\\x07 \\t\\r\\x7f\\x9b\\u{202e}é中");
+        assert_eq!(
+            e,
+            "x\\nsysprof agent: forged\\n\\e]0;PWNED\\x07 \\t\\r\\x7f\\x9b\\u{202e}é中"
+        );
         assert!(e.bytes().all(|b| b >= 0x20 && b != 0x7f), "{e}");
         assert!(matches!(escape("plain name é"), Cow::Borrowed(_)));
     }

@@ -26,7 +26,8 @@ impl ErrorLog {
         // Lines not said for two minutes are forgotten (their suppressed
         // count with them): lines hold names and counts that change, and the
         // map must not grow with the agent's age.
-        self.last.retain(|_, (at, _)| now.duration_since(*at) < ERROR_REPEAT * 2);
+        self.last
+            .retain(|_, (at, _)| now.duration_since(*at) < ERROR_REPEAT * 2);
         match self.last.get_mut(&line) {
             Some((at, suppressed)) if now.duration_since(*at) < ERROR_REPEAT => *suppressed += 1,
             Some((at, suppressed)) => {

@@ -19,7 +19,10 @@ fn main() {
         Command::Generate { what, dir } => exit_code("sysprof", generate(what, &dir).map(|()| 0)),
         Command::Validate { path } => match sysprof::record::validate_file(&path) {
             Ok(threads) => {
-                println!("{}: valid ({threads} threads)", sysprof::escape::path(&path));
+                println!(
+                    "{}: valid ({threads} threads)",
+                    sysprof::escape::path(&path)
+                );
                 0
             }
             Err(e) => {
@@ -72,5 +75,8 @@ fn generate(what: Generate, dir: &std::path::Path) -> Result<(), RecordError> {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command, "sysprof", &mut script);
     use std::io::Write;
-    std::io::stdout().lock().write_all(&script).map_err(RecordError::Stdout)
+    std::io::stdout()
+        .lock()
+        .write_all(&script)
+        .map_err(RecordError::Stdout)
 }

@@ -26,14 +26,14 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::bpf::abi;
 use crate::capture::{CaptureOptions, CaptureSession};
 use crate::cli::RecordArgs;
-use crate::model::recording::Recording;
 use crate::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
 use crate::error::RecordError;
-use crate::profile::output::OutputFile;
-use std::os::fd::AsFd;
 use crate::model::merge::Merger;
+use crate::model::recording::Recording;
+use crate::profile::output::OutputFile;
 use crate::profile::{HostInfo, ProfileWriter};
 use crate::sampling::{BadFlag, CallGraph};
+use std::os::fd::AsFd;
 
 /// Off-CPU intervals shorter than this are folded in the kernel (summed per
 /// reason, no stack): bounds the event rate on switch-heavy machines.
@@ -53,21 +53,29 @@ enum Stop {
 /// Check the arguments that clap cannot: what was asked makes sense.
 fn check_args(args: &RecordArgs) -> Result<(), RecordError> {
     if !args.all_cpus && args.pids.is_empty() && args.command.is_empty() {
-        return Err(RecordError::Usage("say what to record: -a for the whole system, -p PID, or -- COMMAND".into()));
+        return Err(RecordError::Usage(
+            "say what to record: -a for the whole system, -p PID, or -- COMMAND".into(),
+        ));
     }
     if !args.pids.is_empty() && !args.command.is_empty() {
-        return Err(RecordError::Usage("use either -p or a command, not both".into()));
+        return Err(RecordError::Usage(
+            "use either -p or a command, not both".into(),
+        ));
     }
     for &pid in &args.pids {
         if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
             return Err(RecordError::UnknownPid(pid));
         }
     }
-    args.sampling().check().map_err(|e| RecordError::BadOption(BadFlag(e).into()))?;
+    args.sampling()
+        .check()
+        .map_err(|e| RecordError::BadOption(BadFlag(e).into()))?;
     if let Some(d) = args.duration {
         // Duration::from_secs_f64 panics past u64 seconds; ten years is a bound no one meets.
         if !(d > 0.0 && d.is_finite() && d <= 315_360_000.0) {
-            return Err(RecordError::Usage(format!("-d {d}: the duration must be a number of seconds above 0 and at most 315360000")));
+            return Err(RecordError::Usage(format!(
+                "-d {d}: the duration must be a number of seconds above 0 and at most 315360000"
+            )));
         }
     }
     Ok(())
@@ -79,7 +87,10 @@ pub fn run(args: RecordArgs) -> Result<i32, RecordError> {
     check_args(&args)?;
     let output = OutputFile::create(&args.output)?;
     if args.open && !output.is_file() {
-        return Err(RecordError::Usage(format!("--open needs a file to open, not {}; name one with -o", crate::escape::path(&args.output))));
+        return Err(RecordError::Usage(format!(
+            "--open needs a file to open, not {}; name one with -o",
+            crate::escape::path(&args.output)
+        )));
     }
     crate::sys::process::raise_fd_limit();
     crate::sys::process::configure_malloc();
@@ -103,23 +114,46 @@ pub fn run(args: RecordArgs) -> Result<i32, RecordError> {
 
 /// Record into `output`; returns the exit status, where the profile went
 /// and the signal actions the runtime had installed.
-async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path::PathBuf, [libc::sigaction; 2]), RecordError> {
+async fn record(
+    args: RecordArgs,
+    output: OutputFile,
+) -> Result<(i32, std::path::PathBuf, [libc::sigaction; 2]), RecordError> {
     let sampling = args.sampling();
     // Only a single -p process can be filtered in the kernel; a command's
     // descendants are only known later, so those are filtered in the collector.
-    let target_tgid = if args.pids.len() == 1 && !args.all_cpus { args.pids[0] } else { 0 };
-    let filter = if args.all_cpus { PidFilter::All } else { PidFilter::Tree(args.pids.clone()) };
+    let target_tgid = if args.pids.len() == 1 && !args.all_cpus {
+        args.pids[0]
+    } else {
+        0
+    };
+    let filter = if args.all_cpus {
+        PidFilter::All
+    } else {
+        PidFilter::Tree(args.pids.clone())
+    };
     let marker_min_ns = sampling.off_cpu_threshold_ns();
     let mut collector = Collector::new(
         filter,
-        CollectorOptions { marker_min_ns, per_cpu: args.per_cpu, off_cpu: !args.no_off_cpu, debuginfod: args.debuginfod, dwarf: sampling.call_graph.dwarf(), keep_short_lived: false, elf_limits: Default::default(), jvm_attach: !args.no_jvm_attach, table_workers: 2 },
+        CollectorOptions {
+            marker_min_ns,
+            per_cpu: args.per_cpu,
+            off_cpu: !args.no_off_cpu,
+            debuginfod: args.debuginfod,
+            dwarf: sampling.call_graph.dwarf(),
+            keep_short_lived: false,
+            elf_limits: Default::default(),
+            jvm_attach: !args.no_jvm_attach,
+            table_workers: 2,
+        },
     );
     let capture = CaptureOptions {
         frequency: args.frequency,
         target_tgid,
         stack_copy: sampling.stack_copy(),
         kernel_unwind_rows: sampling.kernel_unwind_rows(),
-        kernel_unwind_processes: args.unwind_processes.clamp(16, crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES * 4),
+        kernel_unwind_processes: args
+            .unwind_processes
+            .clamp(16, crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES * 4),
         off_cpu: !args.no_off_cpu,
         io: !args.no_io,
         off_cpu_min_ns: OFF_CPU_EMIT_NS.min(marker_min_ns),
@@ -133,7 +167,10 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     if args.verbose {
         // From here on everything is seen: scripts (and the tests) that
         // start a workload beside `record -a` wait for this line.
-        eprintln!("sysprof: recording; attached in {} ms", started.duration_since(attaching).as_millis());
+        eprintln!(
+            "sysprof: recording; attached in {} ms",
+            started.duration_since(attaching).as_millis()
+        );
     }
 
     let mut child = None;
@@ -148,9 +185,10 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
                 command.stdout(std::process::Stdio::from(stderr));
             }
         }
-        let c = command
-            .spawn()
-            .map_err(|source| RecordError::Spawn { command: args.command[0].clone(), source })?;
+        let c = command.spawn().map_err(|source| RecordError::Spawn {
+            command: args.command[0].clone(),
+            source,
+        })?;
         command_pid = c.id();
         if !args.all_cpus {
             // The command and its descendants are what we record.
@@ -161,8 +199,14 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
 
     let mut sigint = signal(SignalKind::interrupt()).map_err(RecordError::Signals)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(RecordError::Signals)?;
-    let deadline = args.duration.map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d));
-    let targets = if args.all_cpus { Vec::new() } else { args.pids.clone() };
+    let deadline = args
+        .duration
+        .map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d));
+    let targets = if args.all_cpus {
+        Vec::new()
+    } else {
+        args.pids.clone()
+    };
     let until = async {
         let until_deadline = async {
             match deadline {
@@ -212,9 +256,18 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let mut window_start_ns = start_ns;
     let stop = loop {
         let ended = session
-            .run_bounded(&mut collector, &mut until, args.window_records.max(1), show_status.then_some(Duration::from_millis(250)), |samples, lost| {
-                eprint!("\r\x1b[Ksysprof: recording {:.1} s, {samples} samples, {lost} lost", started.elapsed().as_secs_f64());
-            })
+            .run_bounded(
+                &mut collector,
+                &mut until,
+                args.window_records.max(1),
+                show_status.then_some(Duration::from_millis(250)),
+                |samples, lost| {
+                    eprint!(
+                        "\r\x1b[Ksysprof: recording {:.1} s, {samples} samples, {lost} lost",
+                        started.elapsed().as_secs_f64()
+                    );
+                },
+            )
             .await?;
         if let Some(stop) = ended {
             break stop;
@@ -222,7 +275,13 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
         // The window is full: finished now (what ended after the cut is
         // carried into the next), the recording goes on.
         let end_ns = session.cut(&mut collector);
-        let range = WindowRange { start_ns: window_start_ns, end_ns, start_wall_ms: wall_of(window_start_ns), interval_ms, continuous: true };
+        let range = WindowRange {
+            start_ns: window_start_ns,
+            end_ns,
+            start_wall_ms: wall_of(window_start_ns),
+            interval_ms,
+            continuous: true,
+        };
         let merged = merger.get_or_insert_with(Merger::default);
         // Seconds of work beside a fork storm: the rings' reader keeps
         // them drained meanwhile (see `capture`).
@@ -252,7 +311,13 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     let timing = Timing::new();
     let end_ns = session.stop(&mut collector);
     timing.mark("drain and detach");
-    let range = WindowRange { start_ns: window_start_ns, end_ns, start_wall_ms: wall_of(window_start_ns), interval_ms, continuous: false };
+    let range = WindowRange {
+        start_ns: window_start_ns,
+        end_ns,
+        start_wall_ms: wall_of(window_start_ns),
+        interval_ms,
+        continuous: false,
+    };
     let last = collector.finish_window(range);
     timing.mark("replay, resolve and symbolicate");
     let recording = match merger {
@@ -264,14 +329,20 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     };
     timing.mark("merge the windows");
     if args.verbose && window_count > 1 {
-        eprintln!("sysprof: {window_count} windows of at most {} records, merged", args.window_records);
+        eprintln!(
+            "sysprof: {window_count} windows of at most {} records, merged",
+            args.window_records
+        );
     }
     if args.verbose {
         if let Some(k) = collector.kernel_table_stats() {
             eprintln!("sysprof: {}", crate::escape::escape(&k.line()));
             let refusals = collector.kernel_refusals();
             if !refusals.is_empty() {
-                eprintln!("sysprof: kernel unwinding refused: {}", crate::unwind::kernel::refusals_text(&refusals));
+                eprintln!(
+                    "sysprof: kernel unwinding refused: {}",
+                    crate::unwind::kernel::refusals_text(&refusals)
+                );
             }
         }
     }
@@ -303,13 +374,24 @@ async fn record(args: RecordArgs, output: OutputFile) -> Result<(i32, std::path:
     if others > 0 {
         eprintln!("sysprof: {others} warnings about other users' binaries (-v lists them)");
     }
-    print_summary(&recording, (written_processes, written_threads), &path, is_file, bytes, stopped.elapsed(), &args);
+    print_summary(
+        &recording,
+        (written_processes, written_threads),
+        &path,
+        is_file,
+        bytes,
+        stopped.elapsed(),
+        &args,
+    );
     Ok((exit_status(&stop, &args), path, tokio_signals))
 }
 
 /// The one-line error for a profile that could not be written.
 fn output_error(output: &OutputFile, source: std::io::Error) -> RecordError {
-    RecordError::OutputNotWritable { path: output.path().to_path_buf(), source }
+    RecordError::OutputNotWritable {
+        path: output.path().to_path_buf(),
+        source,
+    }
 }
 
 /// sysprof's exit status after `stop`: the command's own when it ended (a
@@ -320,7 +402,11 @@ fn exit_status(stop: &Stop, args: &RecordArgs) -> i32 {
         Stop::Command(Some(status)) => match (status.code(), status.signal()) {
             (Some(code), _) => code,
             (None, Some(sig)) => {
-                eprintln!("sysprof: {} was killed by signal {sig} ({})", crate::escape::escape(&args.command[0]), signal_name(sig));
+                eprintln!(
+                    "sysprof: {} was killed by signal {sig} ({})",
+                    crate::escape::escape(&args.command[0]),
+                    signal_name(sig)
+                );
                 128 + sig
             }
             _ => 0,
@@ -359,10 +445,22 @@ fn signal_name(sig: i32) -> &'static str {
 ///
 /// `written` counts the processes and threads written out during the
 /// recording (no longer in `rec`).
-fn print_summary(rec: &Recording, written: (usize, usize), path: &Path, is_file: bool, bytes: u64, write_time: Duration, args: &RecordArgs) {
+fn print_summary(
+    rec: &Recording,
+    written: (usize, usize),
+    path: &Path,
+    is_file: bool,
+    bytes: u64,
+    write_time: Duration,
+    args: &RecordArgs,
+) {
     let st = &rec.stats;
     let threads: usize = written.1 + rec.processes.iter().map(|p| p.threads.len()).sum::<usize>();
-    let shown = if path.as_os_str() == "-" { "stdout".to_string() } else { crate::escape::path(path) };
+    let shown = if path.as_os_str() == "-" {
+        "stdout".to_string()
+    } else {
+        crate::escape::path(path)
+    };
     eprintln!(
         "sysprof: {:.2} s, {} samples, {} processes, {threads} threads; wrote {shown} ({}) in {:.2} s{}",
         (rec.end_ns - rec.start_ns) as f64 / 1e9,
@@ -389,7 +487,10 @@ fn print_summary(rec: &Recording, written: (usize, usize), path: &Path, is_file:
     // one in a hundred the picture is missing its callers.
     let u = st.unwind;
     let cut = u.copy_exhausted - u.copy_exhausted_in_profiler;
-    if args.call_graph == CallGraph::DwarfCopy && cut * 100 > u.unwinds && args.stack_size as usize != abi::MAX_STACK_COPY {
+    if args.call_graph == CallGraph::DwarfCopy
+        && cut * 100 > u.unwinds
+        && args.stack_size as usize != abi::MAX_STACK_COPY
+    {
         said.push(format!(
             "{cut} of {} user stacks cut at the {}-byte copy (--stack-size {} reaches deeper)",
             u.unwinds,
@@ -414,15 +515,22 @@ struct Timing {
 
 impl Timing {
     fn new() -> Timing {
-        Timing { on: std::env::var_os("SYSPROF_TIMING").is_some(), last: std::cell::Cell::new(Instant::now()) }
+        Timing {
+            on: std::env::var_os("SYSPROF_TIMING").is_some(),
+            last: std::cell::Cell::new(Instant::now()),
+        }
     }
 
     fn mark(&self, what: &str) {
         if self.on {
             let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
             let mb = |key: &str| {
-                let kb = status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
-                kb.map(|kb| format!("{:.1}", kb / 1024.0)).unwrap_or_else(|| "?".into())
+                let kb = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
+                kb.map(|kb| format!("{:.1}", kb / 1024.0))
+                    .unwrap_or_else(|| "?".into())
             };
             eprintln!(
                 "sysprof: timing: {what}: {:.1} ms, RSS {} MB (peak {} MB)",
@@ -463,7 +571,10 @@ fn reinstate_signals(saved: &[libc::sigaction; 2]) {
 /// Whether process `pid` exists (and is not a zombie waiting for its parent).
 fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next()).is_some_and(|s| s != "Z" && s != "X"),
+        Ok(stat) => stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next())
+            .is_some_and(|s| s != "Z" && s != "X"),
         Err(_) => false,
     }
 }
@@ -500,17 +611,24 @@ pub fn validate_file(path: &Path) -> Result<usize, InvalidProfile> {
     let reader = crate::profile::input::open_profile(path)?;
     let watch = reader.watch();
     let mut validator = crate::profile::validate::Validator::default();
-    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 16, reader));
+    let mut de =
+        serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 16, reader));
     let parsed = validator.read(&mut de).and_then(|()| de.end());
     if let Err(source) = parsed {
         return Err(match watch.error(&source) {
             Some(e) => InvalidProfile::Read(e),
-            None => InvalidProfile::NotJson { path: path.to_path_buf(), source },
+            None => InvalidProfile::NotJson {
+                path: path.to_path_buf(),
+                source,
+            },
         });
     }
     match validator.finish() {
         (threads, problems) if problems.is_empty() => Ok(threads),
-        (_, problems) => Err(InvalidProfile::Malformed { path: path.to_path_buf(), problems }),
+        (_, problems) => Err(InvalidProfile::Malformed {
+            path: path.to_path_buf(),
+            problems,
+        }),
     }
 }
 
@@ -532,13 +650,29 @@ mod tests {
     /// nonsense combinations, are usage errors (exit 2), never panics.
     #[test]
     fn rejects_what_cannot_be_recorded() {
-        for bad in [&["-a", "-d", "1e19"][..], &["-a", "-d", "inf"], &["-a", "-d", "0"], &["-a", "-d=-3"], &["-a", "--off-cpu-threshold", "1e300"], &[]] {
+        for bad in [
+            &["-a", "-d", "1e19"][..],
+            &["-a", "-d", "inf"],
+            &["-a", "-d", "0"],
+            &["-a", "-d=-3"],
+            &["-a", "--off-cpu-threshold", "1e300"],
+            &[],
+        ] {
             let e = check_args(&args(bad)).unwrap_err();
             assert_eq!(e.exit_code(), 2, "{bad:?}: {e}");
             assert_eq!(e.to_string().lines().count(), 1);
         }
         assert!(check_args(&args(&["-a", "-d", "2.5"])).is_ok());
         let e = check_args(&args(&["-a", "--stack-size", "100"])).unwrap_err();
-        assert_eq!((e.exit_code(), e.to_string()), (2, format!("--stack-size 100: use a multiple of 512 between 512 and {}", abi::MAX_STACK_COPY)));
+        assert_eq!(
+            (e.exit_code(), e.to_string()),
+            (
+                2,
+                format!(
+                    "--stack-size 100: use a multiple of 512 between 512 and {}",
+                    abi::MAX_STACK_COPY
+                )
+            )
+        );
     }
 }

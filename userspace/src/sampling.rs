@@ -87,7 +87,10 @@ impl SamplingOptions {
     /// Check every value, whatever the call graph (a value out of range is
     /// a mistake even where this mode does not use it).
     pub fn check(&self) -> Result<(), SamplingError> {
-        if self.stack_size == 0 || self.stack_size as usize > MAX_STACK_COPY || self.stack_size % 512 != 0 {
+        if self.stack_size == 0
+            || self.stack_size as usize > MAX_STACK_COPY
+            || self.stack_size % 512 != 0
+        {
             return Err(SamplingError::StackSize(self.stack_size));
         }
         if !(1..=4096).contains(&self.unwind_table_mb) {
@@ -125,15 +128,25 @@ impl SamplingOptions {
 
 /// Rows of unwind table that `mb` MiB hold.
 pub fn unwind_table_rows(mb: u32) -> u32 {
-    (mb as u64 * (1 << 20) / std::mem::size_of::<crate::unwind::tables::Row>() as u64).min(u32::MAX as u64 - 1) as u32
+    (mb as u64 * (1 << 20) / std::mem::size_of::<crate::unwind::tables::Row>() as u64)
+        .min(u32::MAX as u64 - 1) as u32
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn options(stack_size: u32, unwind_table_mb: u32, off_cpu_threshold_ms: f64) -> SamplingOptions {
-        SamplingOptions { call_graph: CallGraph::Dwarf, stack_size, unwind_table_mb, off_cpu_threshold_ms }
+    fn options(
+        stack_size: u32,
+        unwind_table_mb: u32,
+        off_cpu_threshold_ms: f64,
+    ) -> SamplingOptions {
+        SamplingOptions {
+            call_graph: CallGraph::Dwarf,
+            stack_size,
+            unwind_table_mb,
+            off_cpu_threshold_ms,
+        }
     }
 
     /// Check that each value out of range is refused with the option's name
@@ -141,14 +154,33 @@ mod tests {
     #[test]
     fn out_of_range_values_are_named() {
         assert_eq!(options(16384, 64, 1.0).check(), Ok(()));
-        assert_eq!(options(100, 64, 1.0).check(), Err(SamplingError::StackSize(100)));
-        assert_eq!(options(0, 64, 1.0).check(), Err(SamplingError::StackSize(0)));
-        assert_eq!(options(MAX_STACK_COPY as u32 + 512, 64, 1.0).check(), Err(SamplingError::StackSize(MAX_STACK_COPY as u32 + 512)));
-        assert_eq!(options(512, 0, 1.0).check(), Err(SamplingError::UnwindTableMb(0)));
+        assert_eq!(
+            options(100, 64, 1.0).check(),
+            Err(SamplingError::StackSize(100))
+        );
+        assert_eq!(
+            options(0, 64, 1.0).check(),
+            Err(SamplingError::StackSize(0))
+        );
+        assert_eq!(
+            options(MAX_STACK_COPY as u32 + 512, 64, 1.0).check(),
+            Err(SamplingError::StackSize(MAX_STACK_COPY as u32 + 512))
+        );
+        assert_eq!(
+            options(512, 0, 1.0).check(),
+            Err(SamplingError::UnwindTableMb(0))
+        );
         for bad in [-1.0, f64::NAN, f64::INFINITY, 3.6e6] {
-            assert_eq!(options(512, 1, bad).check(), Err(SamplingError::OffCpuThreshold), "{bad}");
+            assert_eq!(
+                options(512, 1, bad).check(),
+                Err(SamplingError::OffCpuThreshold),
+                "{bad}"
+            );
         }
-        assert_eq!(SamplingError::StackSize(100).to_string(), format!("stack-size 100: use a multiple of 512 between 512 and {MAX_STACK_COPY}"));
+        assert_eq!(
+            SamplingError::StackSize(100).to_string(),
+            format!("stack-size 100: use a multiple of 512 between 512 and {MAX_STACK_COPY}")
+        );
     }
 
     /// Check that frame pointers copy no stack and load no kernel tables,
@@ -156,7 +188,10 @@ mod tests {
     #[test]
     fn what_each_call_graph_uses() {
         let mut o = options(8192, 64, 1.0);
-        assert_eq!((o.stack_copy(), o.kernel_unwind_rows()), (8192, unwind_table_rows(64)));
+        assert_eq!(
+            (o.stack_copy(), o.kernel_unwind_rows()),
+            (8192, unwind_table_rows(64))
+        );
         o.call_graph = CallGraph::DwarfCopy;
         assert_eq!((o.stack_copy(), o.kernel_unwind_rows()), (8192, 0));
         o.call_graph = CallGraph::Fp;

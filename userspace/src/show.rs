@@ -14,10 +14,10 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use crate::cli::{ShowArgs, ShowFormat};
+use crate::error::RecordError;
 use crate::model::fold::{Folded, Folder};
 use crate::model::merge;
 use crate::model::recording::{CounterRecord, ProcessRecord, Recording};
-use crate::error::RecordError;
 use crate::profile::output::OutputFile;
 use crate::profile::{HostInfo, ProfileWriter};
 use crate::store::Store;
@@ -81,7 +81,9 @@ pub enum WhenError {
     #[error("{0:?}: no such local time today")]
     NoSuchTimeToday(String),
     /// Neither a duration nor a time.
-    #[error("{0:?}: give a duration ago (30s, 10m, 2h, 1d) or a time (03:12, 2026-11-22T03:12:00)")]
+    #[error(
+        "{0:?}: give a duration ago (30s, 10m, 2h, 1d) or a time (03:12, 2026-11-22T03:12:00)"
+    )]
     Unknown(String),
 }
 
@@ -113,17 +115,25 @@ pub fn parse_when(s: &str, now_ms: f64) -> Result<f64, WhenError> {
         return match date {
             Some(d) => {
                 let mut parts = d.split('-');
-                let (y, mo, da) = (parts.next().and_then(|x| x.parse().ok()), parts.next().and_then(|x| x.parse().ok()), parts.next().and_then(|x| x.parse().ok()));
+                let (y, mo, da) = (
+                    parts.next().and_then(|x| x.parse().ok()),
+                    parts.next().and_then(|x| x.parse().ok()),
+                    parts.next().and_then(|x| x.parse().ok()),
+                );
                 match (y, mo, da, parts.next()) {
-                    (Some(y), Some(mo), Some(da), None) if (1..=12).contains(&mo) && (1..=31).contains(&da) => {
-                        local_ms(y, mo, da, h, m, sec).ok_or_else(|| WhenError::NoSuchTime(s.into()))
+                    (Some(y), Some(mo), Some(da), None)
+                        if (1..=12).contains(&mo) && (1..=31).contains(&da) =>
+                    {
+                        local_ms(y, mo, da, h, m, sec)
+                            .ok_or_else(|| WhenError::NoSuchTime(s.into()))
                     }
                     _ => Err(WhenError::NotADate(s.into())),
                 }
             }
             None => {
                 let (y, mo, da) = today();
-                let at = local_ms(y, mo, da, h, m, sec).ok_or_else(|| WhenError::NoSuchTimeToday(s.into()))?;
+                let at = local_ms(y, mo, da, h, m, sec)
+                    .ok_or_else(|| WhenError::NoSuchTimeToday(s.into()))?;
                 Ok(if at > now_ms { at - 86_400_000.0 } else { at })
             }
         };
@@ -141,23 +151,54 @@ pub fn local_time_string(ms: f64) -> String {
         libc::localtime_r(&t, &mut tm);
         tm
     };
-    format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
 }
 
 /// Run `show`; returns the exit status.
 pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
-    let store = Store::open(&args.store, false).map_err(|e| RecordError::Store { source: e.into(), hint: "give the agent's store with --store" })?;
+    let store = Store::open(&args.store, false).map_err(|e| RecordError::Store {
+        source: e.into(),
+        hint: "give the agent's store with --store",
+    })?;
     if args.list {
         return list(&store);
     }
     let now = now_ms();
-    let since = parse_when(&args.since, now).map_err(|error| RecordError::BadOption(BadWhen { flag: "--since", error }.into()))?;
+    let since = parse_when(&args.since, now).map_err(|error| {
+        RecordError::BadOption(
+            BadWhen {
+                flag: "--since",
+                error,
+            }
+            .into(),
+        )
+    })?;
     let until = match &args.until {
-        Some(u) => parse_when(u, now).map_err(|error| RecordError::BadOption(BadWhen { flag: "--until", error }.into()))?,
+        Some(u) => parse_when(u, now).map_err(|error| {
+            RecordError::BadOption(
+                BadWhen {
+                    flag: "--until",
+                    error,
+                }
+                .into(),
+            )
+        })?,
         None => now,
     };
     if since >= until {
-        return Err(RecordError::Usage(format!("--since ({}) is not before --until ({})", local_time_string(since), local_time_string(until))));
+        return Err(RecordError::Usage(format!(
+            "--since ({}) is not before --until ({})",
+            local_time_string(since),
+            local_time_string(until)
+        )));
     }
     let output = match (&args.output, args.format) {
         (Some(p), _) => Some(p.clone()),
@@ -174,17 +215,28 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
     // the processes asked for and folded (brief ones of a name run often
     // are one track), so an hour of a fork storm is neither held nor
     // written one process at a time.
-    let (state, warnings) = store.query_each(since, until, ShowMerge::default, |m, window| m.add(window, &args));
+    let (state, warnings) = store.query_each(since, until, ShowMerge::default, |m, window| {
+        m.add(window, &args)
+    });
     for w in &warnings {
         eprintln!("sysprof: warning: {}", crate::escape::escape(w));
     }
     let Some(state) = state.filter(|m| m.windows > 0) else {
         let (all, _) = store.list();
         let held = match (all.first(), all.last()) {
-            (Some(a), Some(b)) => format!("it holds {} to {}", local_time_string(a.header.start_ms), local_time_string(b.header.end_ms)),
+            (Some(a), Some(b)) => format!(
+                "it holds {} to {}",
+                local_time_string(a.header.start_ms),
+                local_time_string(b.header.end_ms)
+            ),
             _ => "it is empty (is `sysprof agent` running with this --store?)".into(),
         };
-        return Err(RecordError::NothingInRange { store: args.store.clone(), since: local_time_string(since), until: local_time_string(until), held });
+        return Err(RecordError::NothingInRange {
+            store: args.store.clone(),
+            since: local_time_string(since),
+            until: local_time_string(until),
+            held,
+        });
     };
     let (mut rec, folded) = state.finish(&args);
     // Wall-clock range on the merged recording's clock.
@@ -198,38 +250,61 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
         (ShowFormat::Folded, None) => {
             let stdout = std::io::stdout();
             let mut lock = std::io::BufWriter::new(stdout.lock());
-            crate::profile::folded::write_folded(&rec, &mut lock).and_then(|n| lock.flush().map(|_| n)).map_err(RecordError::Stdout)?;
+            crate::profile::folded::write_folded(&rec, &mut lock)
+                .and_then(|n| lock.flush().map(|_| n))
+                .map_err(RecordError::Stdout)?;
             None
         }
         (ShowFormat::Folded, Some(out)) => {
             let path = out.path().to_path_buf();
-            let bytes = out.commit_with(|w| crate::profile::folded::write_folded(&rec, w).map(|_| ()))?;
+            let bytes =
+                out.commit_with(|w| crate::profile::folded::write_folded(&rec, w).map(|_| ()))?;
             Some((path, bytes))
         }
         (ShowFormat::Pprof, Some(out)) => {
             let path = out.path().to_path_buf();
-            let bytes = out.commit_with(|w| w.write_all(&crate::export::pprof::encode_gzip(&rec, &crate::export::Labels::local())))?;
+            let bytes = out.commit_with(|w| {
+                w.write_all(&crate::export::pprof::encode_gzip(
+                    &rec,
+                    &crate::export::Labels::local(),
+                ))
+            })?;
             Some((path, bytes))
         }
         (ShowFormat::Firefox, Some(out)) => {
             let host = HostInfo::current(std::env::args().collect::<Vec<_>>().join(" "));
             let path = out.path().to_path_buf();
             let written = out.stream().and_then(|s| {
-                ProfileWriter::new(s).and_then(|w| w.finish(&rec, &host, None)).map_err(|source| RecordError::OutputNotWritable { path: path.clone(), source })
+                ProfileWriter::new(s)
+                    .and_then(|w| w.finish(&rec, &host, None))
+                    .map_err(|source| RecordError::OutputNotWritable {
+                        path: path.clone(),
+                        source,
+                    })
             })?;
             let bytes = out.commit_stream(written)?;
             Some((path, bytes))
         }
         // Firefox and pprof have a default file above.
-        (_, None) => return Err(RecordError::Usage("give a file with -o for this format".into())),
+        (_, None) => {
+            return Err(RecordError::Usage(
+                "give a file with -o for this format".into(),
+            ))
+        }
     };
     if let Some((path, bytes)) = written {
         let threads: usize = rec.processes.iter().map(|p| p.threads.len()).sum();
         let processes = rec.processes.len() as u64 + folded.processes - folded.tracks;
         let folded_text = match folded.tracks {
             0 => String::new(),
-            1 => format!(" ({} brief ones of a name run often, as one track)", folded.processes),
-            n => format!(" ({} brief ones of {n} names run often, one track per name)", folded.processes),
+            1 => format!(
+                " ({} brief ones of a name run often, as one track)",
+                folded.processes
+            ),
+            n => format!(
+                " ({} brief ones of {n} names run often, one track per name)",
+                folded.processes
+            ),
         };
         eprintln!(
             "sysprof: {} to {}: {} samples, {processes} processes{folded_text}, {threads} threads; wrote {} ({}){}",
@@ -244,7 +319,10 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
     // Said by kind (samples are not scheduler records), for the windows shown.
     let lost = crate::summary::lost_parts(&rec.stats, false);
     if !lost.is_empty() {
-        eprintln!("sysprof: the agent lost {} in the windows shown", lost.join(", "));
+        eprintln!(
+            "sysprof: the agent lost {} in the windows shown",
+            lost.join(", ")
+        );
     }
     Ok(0)
 }
@@ -253,9 +331,16 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
 fn wanted(p: &ProcessRecord, args: &ShowArgs) -> bool {
     let container = args.container.as_deref();
     (args.pids.is_empty() || args.pids.contains(&p.pid))
-        && args.comm.as_deref().is_none_or(|c| p.name == c || p.threads.first().is_some_and(|t| t.name == c))
+        && args
+            .comm
+            .as_deref()
+            .is_none_or(|c| p.name == c || p.threads.first().is_some_and(|t| t.name == c))
         && container.is_none_or(|c| {
-            p.cgroup.as_deref().is_some_and(|g| g.contains(c) || crate::model::cgroup::CgroupIdentity::of_path(g).is_some_and(|id| id.matches(c)))
+            p.cgroup.as_deref().is_some_and(|g| {
+                g.contains(c)
+                    || crate::model::cgroup::CgroupIdentity::of_path(g)
+                        .is_some_and(|id| id.matches(c))
+            })
         })
 }
 
@@ -291,7 +376,10 @@ impl ShowMerge {
         rec.retain_processes(|p| wanted(p, args));
         // Nothing more is coming: what ended in the last segments is folded too.
         let mut folder = self.folder;
-        rec.processes = std::mem::take(&mut rec.processes).into_iter().filter_map(|p| folder.add(p)).collect();
+        rec.processes = std::mem::take(&mut rec.processes)
+            .into_iter()
+            .filter_map(|p| folder.add(p))
+            .collect();
         let (held, groups, folded) = folder.finish();
         rec.processes.extend(self.ended);
         rec.processes.extend(held);
@@ -299,8 +387,10 @@ impl ShowMerge {
         // millisecond's process): only tracks of one process keep theirs.
         let one_process: rustc_hash::FxHashSet<u32> = rec.processes.iter().map(|p| p.pid).collect();
         rec.counters.extend(self.counters);
-        rec.counters.retain(|c| c.pid == 0 || one_process.contains(&c.pid));
-        rec.counters.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
+        rec.counters
+            .retain(|c| c.pid == 0 || one_process.contains(&c.pid));
+        rec.counters
+            .sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
         rec.processes.extend(groups);
         rec.processes.sort_by_key(|p| (p.pid, p.start_ns));
         (rec, folded)
@@ -314,7 +404,11 @@ fn list(store: &Store) -> Result<i32, RecordError> {
         eprintln!("sysprof: warning: {}", crate::escape::escape(w));
     }
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{:<19}  {:<19}  {:>7}  {:>9}  {:>9}  {:>10}  file", "from", "to", "windows", "samples", "processes", "bytes");
+    let _ = writeln!(
+        out,
+        "{:<19}  {:<19}  {:>7}  {:>9}  {:>9}  {:>10}  file",
+        "from", "to", "windows", "samples", "processes", "bytes"
+    );
     let (mut samples, mut bytes) = (0u64, 0u64);
     for s in &segs {
         let h = &s.header;
@@ -329,7 +423,10 @@ fn list(store: &Store) -> Result<i32, RecordError> {
             h.samples,
             h.processes,
             s.bytes,
-            s.path.file_name().map(|n| crate::escape::escape(&n.to_string_lossy()).into_owned()).unwrap_or_default()
+            s.path
+                .file_name()
+                .map(|n| crate::escape::escape(&n.to_string_lossy()).into_owned())
+                .unwrap_or_default()
         );
     }
     let _ = writeln!(

@@ -49,7 +49,13 @@ pub fn tcp_socket_uid(local: SocketAddr, remote: SocketAddr) -> std::io::Result<
         _ => return Ok(None),
     };
     // SAFETY: socket() takes no pointers.
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, libc::NETLINK_SOCK_DIAG) };
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -106,16 +112,37 @@ fn sockid(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
 
 /// The uid in the kernel's `reply`, checked to describe the socket asked
 /// for; `Ok(None)` for "no such socket", an error for any other error.
-fn parse_reply(reply: &[u8], local: SocketAddr, remote: SocketAddr) -> std::io::Result<Option<u32>> {
-    let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("sock_diag answered {why}"));
-    let u32_at = |at: usize| reply.get(at..at + 4).map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")));
-    let kind = reply.get(4..6).map(|b| u16::from_ne_bytes([b[0], b[1]])).ok_or_else(|| bad("less than a message header"))?;
+fn parse_reply(
+    reply: &[u8],
+    local: SocketAddr,
+    remote: SocketAddr,
+) -> std::io::Result<Option<u32>> {
+    let bad = |why: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("sock_diag answered {why}"),
+        )
+    };
+    let u32_at = |at: usize| {
+        reply
+            .get(at..at + 4)
+            .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+    };
+    let kind = reply
+        .get(4..6)
+        .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+        .ok_or_else(|| bad("less than a message header"))?;
     let len = u32_at(0).ok_or_else(|| bad("less than a message header"))? as usize;
-    let payload = reply.get(NLMSG_HDR..len.min(reply.len())).ok_or_else(|| bad("a message shorter than its header"))?;
+    let payload = reply
+        .get(NLMSG_HDR..len.min(reply.len()))
+        .ok_or_else(|| bad("a message shorter than its header"))?;
     match kind {
         NLMSG_ERROR => {
             // struct nlmsgerr: a negative errno first.
-            let errno = payload.get(..4).map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes"))).ok_or_else(|| bad("a short error"))?;
+            let errno = payload
+                .get(..4)
+                .map(|b| i32::from_ne_bytes(b.try_into().expect("4 bytes")))
+                .ok_or_else(|| bad("a short error"))?;
             match -errno {
                 libc::ENOENT => Ok(None),
                 e => Err(std::io::Error::from_raw_os_error(e)),
@@ -123,11 +150,15 @@ fn parse_reply(reply: &[u8], local: SocketAddr, remote: SocketAddr) -> std::io::
         }
         SOCK_DIAG_BY_FAMILY => {
             // The reply names the socket found: it must be the one asked for.
-            let id = payload.get(4..4 + SOCKID).ok_or_else(|| bad("a short socket"))?;
+            let id = payload
+                .get(4..4 + SOCKID)
+                .ok_or_else(|| bad("a short socket"))?;
             if id[..36] != sockid(local, remote)[..36] {
                 return Err(bad("another socket than the one asked for"));
             }
-            let uid = payload.get(MSG_UID..MSG_UID + 4).ok_or_else(|| bad("a short socket"))?;
+            let uid = payload
+                .get(MSG_UID..MSG_UID + 4)
+                .ok_or_else(|| bad("a short socket"))?;
             Ok(Some(u32::from_ne_bytes(uid.try_into().expect("4 bytes"))))
         }
         other => Err(bad(&format!("message type {other}"))),
@@ -150,35 +181,62 @@ mod tests {
         assert_eq!(peer, client.local_addr().unwrap());
         // The kernel's other word for it: the uid column of /proc/net/tcp.
         let hex = |a: SocketAddr| match a {
-            SocketAddr::V4(a) => format!("{:08X}:{:04X}", u32::from_ne_bytes(a.ip().octets()), a.port()),
+            SocketAddr::V4(a) => format!(
+                "{:08X}:{:04X}",
+                u32::from_ne_bytes(a.ip().octets()),
+                a.port()
+            ),
             SocketAddr::V6(_) => unreachable!(),
         };
         let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
         let row_uid = table
             .lines()
             .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .find(|f| f.get(1) == Some(&hex(peer).as_str()) && f.get(2) == Some(&hex(server_addr).as_str()))
+            .find(|f| {
+                f.get(1) == Some(&hex(peer).as_str())
+                    && f.get(2) == Some(&hex(server_addr).as_str())
+            })
             .and_then(|f| f[7].parse::<u32>().ok())
             .expect("the client's row in /proc/net/tcp");
         // SAFETY: geteuid cannot fail.
         assert_eq!(row_uid, unsafe { libc::geteuid() });
-        assert_eq!(tcp_socket_uid(peer, server_addr).unwrap(), Some(row_uid), "the client's socket");
-        assert_eq!(tcp_socket_uid(server_addr, peer).unwrap(), Some(row_uid), "the accepted socket");
+        assert_eq!(
+            tcp_socket_uid(peer, server_addr).unwrap(),
+            Some(row_uid),
+            "the client's socket"
+        );
+        assert_eq!(
+            tcp_socket_uid(server_addr, peer).unwrap(),
+            Some(row_uid),
+            "the accepted socket"
+        );
         // A port nothing holds: one the kernel just gave and took back (a
         // fixed port may have a listener of anybody's on it).
-        let elsewhere = std::net::TcpListener::bind(SocketAddr::new(peer.ip(), 0)).unwrap().local_addr().unwrap();
-        assert_eq!(tcp_socket_uid(elsewhere, server_addr).unwrap(), None, "no socket there");
+        let elsewhere = std::net::TcpListener::bind(SocketAddr::new(peer.ip(), 0))
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        assert_eq!(
+            tcp_socket_uid(elsewhere, server_addr).unwrap(),
+            None,
+            "no socket there"
+        );
     }
 
     /// Check that an IPv6 loopback connection is found too.
     #[test]
     fn ipv6_connections_are_found() {
-        let Ok(listener) = std::net::TcpListener::bind("[::1]:0") else { return };
+        let Ok(listener) = std::net::TcpListener::bind("[::1]:0") else {
+            return;
+        };
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (_server, _) = listener.accept().unwrap();
         // SAFETY: geteuid cannot fail.
         let us = unsafe { libc::geteuid() };
-        assert_eq!(tcp_socket_uid(client.local_addr().unwrap(), listener.local_addr().unwrap()).unwrap(), Some(us));
+        assert_eq!(
+            tcp_socket_uid(client.local_addr().unwrap(), listener.local_addr().unwrap()).unwrap(),
+            Some(us)
+        );
     }
 
     /// Check that a reply describing another socket than the one asked for

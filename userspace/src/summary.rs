@@ -11,19 +11,42 @@ use crate::model::recording::{Recording, RecordingStats};
 /// What was lost, one part per kind ("N samples", ...), each with the
 /// option of `record` that helps when `record_hints`.
 pub fn lost_parts(st: &RecordingStats, record_hints: bool) -> Vec<String> {
-    let hint = |h: &str| if record_hints { format!(" ({h})") } else { String::new() };
+    let hint = |h: &str| {
+        if record_hints {
+            format!(" ({h})")
+        } else {
+            String::new()
+        }
+    };
     let mut lost = Vec::new();
     if st.lost_samples > 0 {
-        lost.push(format!("{} samples{}", st.lost_samples, hint("ring full: lower -F or --stack-size")));
+        lost.push(format!(
+            "{} samples{}",
+            st.lost_samples,
+            hint("ring full: lower -F or --stack-size")
+        ));
     }
     if st.lost_events + st.lost_stacks > 0 {
-        lost.push(format!("{} off-CPU/I-O records and {} stacks{}", st.lost_events, st.lost_stacks, hint("events ring full: raise --off-cpu-threshold")));
+        lost.push(format!(
+            "{} off-CPU/I-O records and {} stacks{}",
+            st.lost_events,
+            st.lost_stacks,
+            hint("events ring full: raise --off-cpu-threshold")
+        ));
     }
     if st.lost_state > 0 {
-        lost.push(format!("{} threads or requests untracked{}", st.lost_state, hint("state maps full")));
+        lost.push(format!(
+            "{} threads or requests untracked{}",
+            st.lost_state,
+            hint("state maps full")
+        ));
     }
     if st.tracepoint_runs_missed > 0 {
-        lost.push(format!("{} tracepoint runs{}", st.tracepoint_runs_missed, hint("skipped by the kernel: another BPF program ran on that CPU")));
+        lost.push(format!(
+            "{} tracepoint runs{}",
+            st.tracepoint_runs_missed,
+            hint("skipped by the kernel: another BPF program ran on that CPU")
+        ));
     }
     if st.python_frames_unnamed > 0 {
         lost.push(format!(
@@ -32,7 +55,11 @@ pub fn lost_parts(st: &RecordingStats, record_hints: bool) -> Vec<String> {
         ));
     }
     if st.lost_sideband + st.malformed > 0 {
-        lost.push(format!("{} process events{}", st.lost_sideband + st.malformed, hint("sideband ring full")));
+        lost.push(format!(
+            "{} process events{}",
+            st.lost_sideband + st.malformed,
+            hint("sideband ring full")
+        ));
     }
     lost
 }

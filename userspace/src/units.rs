@@ -58,7 +58,9 @@ pub fn human_duration(d: Duration) -> String {
 /// Bytes from `512MiB`, `1GiB`, `2G` (binary), `500MB` (decimal), `4096`.
 pub fn parse_size(s: &str) -> Result<u64, ParseError> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: f64 = num.parse().map_err(|_| ParseError::NotASize(s.into()))?;
     let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
@@ -71,7 +73,12 @@ pub fn parse_size(s: &str) -> Result<u64, ParseError> {
         "gb" => 1e9,
         "t" | "tib" => 1099511627776.0,
         "tb" => 1e12,
-        _ => return Err(ParseError::SizeUnit { input: s.into(), unit: unit.into() }),
+        _ => {
+            return Err(ParseError::SizeUnit {
+                input: s.into(),
+                unit: unit.into(),
+            })
+        }
     };
     let v = n * mult;
     if !(0.0..=1.8e19).contains(&v) {
@@ -83,9 +90,13 @@ pub fn parse_size(s: &str) -> Result<u64, ParseError> {
 /// A duration from `30s`, `10m`, `2h`, `7d`, `1w`, `250ms`, or a number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, ParseError> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| ParseError::NotADuration(s.into()))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| ParseError::NotADuration(s.into()))?;
     let secs = match unit.trim() {
         "" | "s" | "sec" => n,
         "ms" => n / 1e3,
@@ -93,7 +104,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, ParseError> {
         "h" => n * 3600.0,
         "d" => n * 86400.0,
         "w" => n * 7.0 * 86400.0,
-        u => return Err(ParseError::DurationUnit { input: s.into(), unit: u.into() }),
+        u => {
+            return Err(ParseError::DurationUnit {
+                input: s.into(),
+                unit: u.into(),
+            })
+        }
     };
     if !(0.0..=3.2e9).contains(&secs) {
         return Err(ParseError::OutOfRange(s.into()));
@@ -113,7 +129,10 @@ mod tests {
         assert_eq!(parse_size("512M").unwrap(), 512 << 20);
         assert_eq!(parse_size("500MB").unwrap(), 500_000_000);
         assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("1 parsec").unwrap_err().to_string().contains("MiB"));
+        assert!(parse_size("1 parsec")
+            .unwrap_err()
+            .to_string()
+            .contains("MiB"));
         assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(604800));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));

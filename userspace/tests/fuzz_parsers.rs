@@ -11,10 +11,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use sysprof::binaries::{Binaries, BinaryIndex};
 use sysprof::binaries::elf::{ElfLimits, ElfReader};
 use sysprof::binaries::jitdump::{self, JitdumpTail};
 use sysprof::binaries::perfmap::PerfMap;
+use sysprof::binaries::{Binaries, BinaryIndex};
 use sysprof::symbolize::{names, Symbolicator};
 
 /// Records the largest single allocation.
@@ -65,7 +65,14 @@ fn sample_elf() -> Vec<u8> {
     let src = dir.join("a.c");
     std::fs::write(&src, "#include <stdio.h>\nstatic int f(int x) { return x * 3; }\nint g(int x) { return f(x) + 1; }\nint main(int c, char **v) { printf(\"%d\\n\", g(c)); return 0; }\n").unwrap();
     let exe = dir.join("a");
-    let ok = std::process::Command::new("cc").args(["-g", "-O1", "-Wl,--build-id"]).arg(&src).arg("-o").arg(&exe).status().expect("cc is needed").success();
+    let ok = std::process::Command::new("cc")
+        .args(["-g", "-O1", "-Wl,--build-id"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("cc is needed")
+        .success();
     assert!(ok);
     let bytes = std::fs::read(&exe).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
@@ -148,15 +155,27 @@ fn damaged_elf_files_never_panic_hang_or_blow_up() {
                 build_id: None,
                 inode: None,
             });
-            let n = names::symbolize_binary(&mut symbolizer, binaries.get(b), &[0x1040, 0x1100, 0x1200, 0x2000], ElfLimits::default(), None);
+            let n = names::symbolize_binary(
+                &mut symbolizer,
+                binaries.get(b),
+                &[0x1040, 0x1100, 0x1200, 0x2000],
+                ElfLimits::default(),
+                None,
+            );
             assert_eq!(n.infos.len(), 4);
         }
         runs += 1;
     }
     let largest = LARGEST.load(Ordering::Relaxed);
-    eprintln!("elf: {runs} damaged files, largest allocation {} KiB", largest >> 10);
+    eprintln!(
+        "elf: {runs} damaged files, largest allocation {} KiB",
+        largest >> 10
+    );
     assert!(runs >= 100, "the loop ran: {runs}");
-    assert!(largest < MAX_ALLOCATION, "an allocation of {largest} bytes: a claimed size was believed");
+    assert!(
+        largest < MAX_ALLOCATION,
+        "an allocation of {largest} bytes: a claimed size was believed"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -206,8 +225,20 @@ fn damaged_jitdumps_and_perf_maps_never_panic() {
     std::fs::write(&path, &good).unwrap();
     let f = std::fs::File::open(&path).unwrap();
     let codes = JitdumpTail::default().poll(&f, 1 << 20);
-    assert_eq!(codes.len(), 1, "the intact dump has one code load with unwind tables");
-    assert_eq!((codes[0].start, codes[0].size, codes[0].eh_frame.len(), codes[0].eh_frame_hdr.len()), (0x7f00_0000_1000, 11, 48, 20));
+    assert_eq!(
+        codes.len(),
+        1,
+        "the intact dump has one code load with unwind tables"
+    );
+    assert_eq!(
+        (
+            codes[0].start,
+            codes[0].size,
+            codes[0].eh_frame.len(),
+            codes[0].eh_frame_hdr.len()
+        ),
+        (0x7f00_0000_1000, 11, 48, 20)
+    );
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let deadline = Instant::now() + Duration::from_secs(3);
     let mut runs = 0;
@@ -226,13 +257,19 @@ fn damaged_jitdumps_and_perf_maps_never_panic() {
         let mut tail = JitdumpTail::default();
         let _ = tail.poll(&f, 1 << 20);
         let _ = tail.poll(&f, 1 << 20);
-        let text: Vec<u8> = m.iter().map(|&b| b"0123456789abcdef \n"[b as usize % 18]).collect();
+        let text: Vec<u8> = m
+            .iter()
+            .map(|&b| b"0123456789abcdef \n"[b as usize % 18])
+            .collect();
         let map = PerfMap::parse(&text);
         let _ = map.lookup(rng.next());
         runs += 1;
     }
     let largest = LARGEST.load(Ordering::Relaxed);
-    eprintln!("jitdump/perf map: {runs} damaged files, largest allocation {} KiB", largest >> 10);
+    eprintln!(
+        "jitdump/perf map: {runs} damaged files, largest allocation {} KiB",
+        largest >> 10
+    );
     assert!(largest < MAX_ALLOCATION, "an allocation of {largest} bytes");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -267,12 +304,26 @@ fn damaged_python_memory_and_binaries_never_panic() {
             *w = base + (rng.next() % (4096 * 8 - 256)) & !7;
         }
         let at = base + (rng.below(2048) * 8) as u64;
-        let code_type = if rng.below(2) == 0 { words[((at - base) / 8 + 1) as usize] } else { 1 };
+        let code_type = if rng.below(2) == 0 {
+            words[((at - base) / 8 + 1) as usize]
+        } else {
+            1
+        };
         // The kernel's fingerprint: that of what is there now and then (so
         // the names and line table are followed), else any.
-        let word = |off: u64| words.get(((at - base + off) / 8) as usize).copied().unwrap_or(0);
+        let word = |off: u64| {
+            words
+                .get(((at - base + off) / 8) as usize)
+                .copied()
+                .unwrap_or(0)
+        };
         let expected = match rng.below(2) {
-            0 => fingerprint(word(layout.code_qualname), word(layout.code_filename), word(layout.code_linetable), word(layout.code_firstlineno) as u32),
+            0 => fingerprint(
+                word(layout.code_qualname),
+                word(layout.code_filename),
+                word(layout.code_linetable),
+                word(layout.code_firstlineno) as u32,
+            ),
             _ => rng.next() as u32,
         };
         let _ = read_code(std::process::id(), at, expected, layout, code_type);
@@ -295,7 +346,10 @@ fn damaged_python_memory_and_binaries_never_panic() {
     }
     let largest = LARGEST.load(Ordering::Relaxed);
     eprintln!("python: {runs} code objects from random memory, {damaged} damaged interpreters, largest allocation {} KiB", largest >> 10);
-    assert!(runs > 100 && largest < MAX_ALLOCATION, "an allocation of {largest} bytes");
+    assert!(
+        runs > 100 && largest < MAX_ALLOCATION,
+        "an allocation of {largest} bytes"
+    );
 }
 
 /// HotSpot's structure tables, methods' line tables and signatures, read
@@ -313,7 +367,10 @@ fn damaged_jvm_memory_never_panics() {
     while Instant::now() < deadline {
         let bytes: Vec<u8> = (0..rng.below(96)).map(|_| rng.next() as u8).collect();
         let _ = decode_line_table(&bytes);
-        let sig: Vec<u8> = bytes.iter().map(|b| b"()[LIJZV;/a"[*b as usize % 11]).collect();
+        let sig: Vec<u8> = bytes
+            .iter()
+            .map(|b| b"()[LIJZV;/a"[*b as usize % 11])
+            .collect();
         let _ = external_name(&bytes, &bytes, &sig);
         let base = words.as_ptr() as u64;
         for w in words.iter_mut() {
@@ -350,6 +407,12 @@ fn damaged_jvm_memory_never_panics() {
         runs += 1;
     }
     let largest = LARGEST.load(Ordering::Relaxed);
-    eprintln!("jvm: {runs} layouts from random memory ({layouts} read), largest allocation {} KiB", largest >> 10);
-    assert!(runs > 50 && largest < MAX_ALLOCATION, "an allocation of {largest} bytes");
+    eprintln!(
+        "jvm: {runs} layouts from random memory ({layouts} read), largest allocation {} KiB",
+        largest >> 10
+    );
+    assert!(
+        runs > 50 && largest < MAX_ALLOCATION,
+        "an allocation of {largest} bytes"
+    );
 }

@@ -10,7 +10,10 @@ use std::path::Path;
 /// Top-level modules by layer, lowest first. A module may use its own
 /// layer and those below it, never one above.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("sys", &["sys", "escape", "units", "log", "error", "sock_diag"]),
+    (
+        "sys",
+        &["sys", "escape", "units", "log", "error", "sock_diag"],
+    ),
     ("model", &["model"]),
     ("kernel interfaces", &["bpf", "sideband"]),
     ("binaries", &["binaries"]),
@@ -18,7 +21,12 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("collector", &["collector"]),
     ("capture", &["capture"]),
     ("outputs", &["profile", "store", "export"]),
-    ("commands", &["record", "agent", "show", "report", "view", "cli", "sampling", "summary"]),
+    (
+        "commands",
+        &[
+            "record", "agent", "show", "report", "view", "cli", "sampling", "summary",
+        ],
+    ),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -27,7 +35,10 @@ fn layer_of(module: &str) -> Option<usize> {
 
 /// The source without `//` comments (doc links name modules freely).
 fn code_only(src: &str) -> String {
-    src.lines().map(|l| l.find("//").map_or(l, |i| &l[..i])).collect::<Vec<_>>().join("\n")
+    src.lines()
+        .map(|l| l.find("//").map_or(l, |i| &l[..i]))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Modules named by `crate::name` and `crate::{a, b::c}` in `code`.
@@ -48,7 +59,10 @@ fn used_modules(code: &str) -> BTreeSet<String> {
                     '}' => depth -= 1,
                     ',' if depth == 0 => item_start = true,
                     c if item_start && (c.is_alphanumeric() || c == '_') => {
-                        let name: String = group[j..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                        let name: String = group[j..]
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
                         out.insert(name);
                         item_start = false;
                     }
@@ -56,7 +70,10 @@ fn used_modules(code: &str) -> BTreeSet<String> {
                 }
             }
         } else {
-            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
             if !name.is_empty() {
                 out.insert(name);
             }
@@ -84,14 +101,22 @@ fn edges() -> BTreeMap<(String, String), String> {
     let mut out = BTreeMap::new();
     for f in files {
         let rel = f.strip_prefix(&src).unwrap();
-        let top = rel.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
+        let top = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_string();
         if top == "lib" || top == "main" {
             continue;
         }
         let code = code_only(&std::fs::read_to_string(&f).unwrap());
         for used in used_modules(&code) {
             if used != top {
-                out.entry((top.clone(), used)).or_insert_with(|| rel.display().to_string());
+                out.entry((top.clone(), used))
+                    .or_insert_with(|| rel.display().to_string());
             }
         }
     }
@@ -106,15 +131,25 @@ fn dependencies_point_down_the_layers() {
     let mut problems = Vec::new();
     for ((from, to), file) in edges() {
         match (layer_of(&from), layer_of(&to)) {
-            (None, _) => problems.push(format!("{from} (in {file}) is in no layer: add it to LAYERS and ARCHITECTURE.md")),
-            (_, None) => problems.push(format!("{from} uses {to} (in {file}), which is in no layer")),
-            (Some(a), Some(b)) if b > a => {
-                problems.push(format!("{from} ({}) uses {to} ({}) in {file}: that points up", LAYERS[a].0, LAYERS[b].0))
-            }
+            (None, _) => problems.push(format!(
+                "{from} (in {file}) is in no layer: add it to LAYERS and ARCHITECTURE.md"
+            )),
+            (_, None) => problems.push(format!(
+                "{from} uses {to} (in {file}), which is in no layer"
+            )),
+            (Some(a), Some(b)) if b > a => problems.push(format!(
+                "{from} ({}) uses {to} ({}) in {file}: that points up",
+                LAYERS[a].0, LAYERS[b].0
+            )),
             _ => {}
         }
     }
-    assert!(problems.is_empty(), "{} upward dependencies:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} upward dependencies:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 /// Check that the modules within a layer have no cycle among them either
@@ -127,7 +162,12 @@ fn no_cycle_among_top_level_modules() {
         graph.entry(from).or_default().push(to);
     }
     // Depth-first search with colours; a grey node met again closes a cycle.
-    fn visit<'a>(n: &'a str, g: &BTreeMap<&'a str, Vec<&'a str>>, colour: &mut BTreeMap<&'a str, u8>, path: &mut Vec<&'a str>) -> Option<Vec<&'a str>> {
+    fn visit<'a>(
+        n: &'a str,
+        g: &BTreeMap<&'a str, Vec<&'a str>>,
+        colour: &mut BTreeMap<&'a str, u8>,
+        path: &mut Vec<&'a str>,
+    ) -> Option<Vec<&'a str>> {
         colour.insert(n, 1);
         path.push(n);
         for &m in g.get(n).map(|v| v.as_slice()).unwrap_or(&[]) {

@@ -64,7 +64,11 @@ enum Task {
 fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Task::BuildEbpf { check } => build_ebpf(check),
-        Task::Test { no_root_tests, repeat, beside } => test(no_root_tests, repeat, beside),
+        Task::Test {
+            no_root_tests,
+            repeat,
+            beside,
+        } => test(no_root_tests, repeat, beside),
         Task::Bench { args } => bench(&args),
     };
     match result {
@@ -78,15 +82,27 @@ fn main() -> std::process::ExitCode {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
 }
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false)
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false)
 }
 
 fn have(tool: &str) -> bool {
-    Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 /// Make sure clang-19, llvm-strip-19 and the libbpf headers are installed.
@@ -100,8 +116,10 @@ fn ensure_toolchain() -> Result<()> {
         bail!("the eBPF toolchain is missing: run `sudo sh -c '{install}'` (Debian/Ubuntu), then try again");
     }
     eprintln!("xtask: installing the eBPF toolchain: {install}");
-    run(Command::new("sh").arg("-c").arg(format!("DEBIAN_FRONTEND=noninteractive {install} >/dev/null")))
-        .context("installing clang-19, llvm-19 and libbpf-dev")
+    run(Command::new("sh").arg("-c").arg(format!(
+        "DEBIAN_FRONTEND=noninteractive {install} >/dev/null"
+    )))
+    .context("installing clang-19, llvm-19 and libbpf-dev")
 }
 
 /// The programs the integration tests run (workloads built with gcc, a JIT
@@ -109,8 +127,21 @@ fn ensure_toolchain() -> Result<()> {
 /// binaries, python3 as a debuginfod server and a Python workload),
 /// installed with apt-get when missing.
 fn ensure_test_tools() -> Result<()> {
-    let needed = [("gcc", "gcc libc6-dev"), ("node", "nodejs"), ("javac", "default-jdk-headless"), ("python3", "python3"), ("objcopy", "binutils"), ("readelf", "binutils"), ("nm", "binutils"), ("go", "golang-go")];
-    let mut packages: Vec<&str> = needed.iter().filter(|(tool, _)| !have(tool)).map(|(_, p)| *p).collect();
+    let needed = [
+        ("gcc", "gcc libc6-dev"),
+        ("node", "nodejs"),
+        ("javac", "default-jdk-headless"),
+        ("python3", "python3"),
+        ("objcopy", "binutils"),
+        ("readelf", "binutils"),
+        ("nm", "binutils"),
+        ("go", "golang-go"),
+    ];
+    let mut packages: Vec<&str> = needed
+        .iter()
+        .filter(|(tool, _)| !have(tool))
+        .map(|(_, p)| *p)
+        .collect();
     packages.dedup();
     if packages.is_empty() {
         return Ok(());
@@ -118,11 +149,16 @@ fn ensure_test_tools() -> Result<()> {
     // Another apt run (unattended upgrades at boot) holds its lock: wait for it.
     let install = format!("apt-get -o DPkg::Lock::Timeout=600 update && apt-get -o DPkg::Lock::Timeout=600 install -y {}", packages.join(" "));
     if !have("apt-get") {
-        bail!("the integration tests need {}: install them (Debian: `{install}`), then try again", packages.join(", "));
+        bail!(
+            "the integration tests need {}: install them (Debian: `{install}`), then try again",
+            packages.join(", ")
+        );
     }
     eprintln!("xtask: installing what the integration tests run: {install}");
-    run(Command::new("sh").arg("-c").arg(format!("DEBIAN_FRONTEND=noninteractive {install} >/dev/null")))
-        .with_context(|| format!("installing {}", packages.join(" ")))
+    run(Command::new("sh").arg("-c").arg(format!(
+        "DEBIAN_FRONTEND=noninteractive {install} >/dev/null"
+    )))
+    .with_context(|| format!("installing {}", packages.join(" ")))
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
@@ -147,7 +183,16 @@ fn compile(src: &Path, out: &Path) -> Result<()> {
     run(Command::new(CLANG)
         .current_dir(ebpf)
         // -mcpu=v3: atomic fetch-and-add (kernel 5.12+; we need 5.15 for bpf_task_pt_regs).
-        .args(["-target", "bpf", "-mcpu=v3", "-g", "-O2", "-Wall", "-Werror", target_arch_define()])
+        .args([
+            "-target",
+            "bpf",
+            "-mcpu=v3",
+            "-g",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            target_arch_define(),
+        ])
         // No trailing slash: the compilation directory itself must be mapped too,
         // or its absolute path stays in the BTF line info.
         .arg(format!("-ffile-prefix-map={}=.", ebpf.display()))
@@ -203,10 +248,18 @@ fn build_ebpf(check: bool) -> Result<()> {
     let tmp = PathBuf::from(EBPF_BUILD_DIR).join("out");
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
-    let mut sources: Vec<PathBuf> = inputs.iter().filter(|p| p.to_string_lossy().ends_with(".bpf.c")).map(|p| build_dir.join(p.file_name().unwrap())).collect();
+    let mut sources: Vec<PathBuf> = inputs
+        .iter()
+        .filter(|p| p.to_string_lossy().ends_with(".bpf.c"))
+        .map(|p| build_dir.join(p.file_name().unwrap()))
+        .collect();
     sources.sort();
     for src in &sources {
-        let name = src.file_name().unwrap().to_string_lossy().replace(".bpf.c", ".bpf.o");
+        let name = src
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace(".bpf.c", ".bpf.o");
         let fresh = tmp.join(&name);
         compile(src, &fresh)?;
         let committed = ebpf.join(&name);
@@ -228,7 +281,10 @@ fn build_ebpf(check: bool) -> Result<()> {
         );
     }
     if check {
-        eprintln!("xtask: {} eBPF object(s) are fresh and reproducible", sources.len());
+        eprintln!(
+            "xtask: {} eBPF object(s) are fresh and reproducible",
+            sources.len()
+        );
     }
     Ok(())
 }
@@ -256,13 +312,19 @@ struct Totals {
 /// totals, not as an error: the caller decides what failed means.
 fn run_tests(cmd: &mut Command, totals: &mut Totals) -> Result<bool> {
     use std::io::{BufRead, BufReader};
-    let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().with_context(|| format!("running {cmd:?}"))?;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {cmd:?}"))?;
     for line in BufReader::new(child.stdout.take().expect("piped")).lines() {
         let line = line?;
         println!("{line}");
         if let Some(rest) = line.strip_prefix("test result: ") {
             let count = |what: &str| -> u64 {
-                rest.split(';').find_map(|p| p.trim().strip_suffix(what)).and_then(|n| n.trim().rsplit(' ').next()?.parse().ok()).unwrap_or(0)
+                rest.split(';')
+                    .find_map(|p| p.trim().strip_suffix(what))
+                    .and_then(|n| n.trim().rsplit(' ').next()?.parse().ok())
+                    .unwrap_or(0)
             };
             totals.passed += count("passed");
             totals.failed += count("failed");
@@ -285,7 +347,9 @@ fn run_tests(cmd: &mut Command, totals: &mut Totals) -> Result<bool> {
 /// a test checks that.)
 fn root_test_blocker() -> Option<String> {
     if !is_root() {
-        return Some("not running as root: run `sudo -E env \"PATH=$PATH\" cargo xtask test`".into());
+        return Some(
+            "not running as root: run `sudo -E env \"PATH=$PATH\" cargo xtask test`".into(),
+        );
     }
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         return Some("the kernel has no BTF (/sys/kernel/btf/vmlinux): use a distribution kernel 5.15 or newer".into());
@@ -337,14 +401,23 @@ impl Beside {
             .stdin(std::process::Stdio::null())
             .spawn()
             .context("starting the load beside the tests")?;
-        eprintln!("xtask: integration tests beside a load (`{}`, process group {})", match load { Load::Busy => "busy", Load::Build => "build" }, child.id());
+        eprintln!(
+            "xtask: integration tests beside a load (`{}`, process group {})",
+            match load {
+                Load::Busy => "busy",
+                Load::Build => "build",
+            },
+            child.id()
+        );
         Ok(Beside { child, scratch })
     }
 }
 
 impl Drop for Beside {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).status();
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
@@ -353,7 +426,9 @@ impl Drop for Beside {
 fn test(no_root_tests: bool, repeat: u32, beside: Option<Load>) -> Result<()> {
     let ci = std::env::var_os("CI").is_some();
     if no_root_tests && ci {
-        bail!("--no-root-tests is refused under CI=true: CI must run the integration tests (as root)");
+        bail!(
+            "--no-root-tests is refused under CI=true: CI must run the integration tests (as root)"
+        );
     }
     build_ebpf(true)?;
     let mut totals = Totals::default();
@@ -361,12 +436,17 @@ fn test(no_root_tests: bool, repeat: u32, beside: Option<Load>) -> Result<()> {
     let skip_log = std::env::temp_dir().join(format!("sysprof-skipped-{}", std::process::id()));
     let _ = std::fs::remove_file(&skip_log);
     let result = (|| {
-        if !run_tests(cargo().args(["test", "--workspace", "--exclude", "sysprof-tests"]), &mut totals)? {
+        if !run_tests(
+            cargo().args(["test", "--workspace", "--exclude", "sysprof-tests"]),
+            &mut totals,
+        )? {
             bail!("unit tests failed");
         }
         run(cargo().args(["build", "--release", "-p", "sysprof"]))?;
         if no_root_tests {
-            eprintln!("xtask: SKIPPING the integration tests (--no-root-tests): they need root and BPF");
+            eprintln!(
+                "xtask: SKIPPING the integration tests (--no-root-tests): they need root and BPF"
+            );
             return Ok(());
         }
         if let Some(why) = root_test_blocker() {
@@ -375,7 +455,9 @@ fn test(no_root_tests: bool, repeat: u32, beside: Option<Load>) -> Result<()> {
         ensure_test_tools()?;
         // Where cargo put it: CARGO_TARGET_DIR when set (a shared build
         // directory), else the workspace's own target/.
-        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root().join("target"));
         let bin = root().join(target).join("release/sysprof");
         // Build the test binaries once, outside the rounds.
         run(cargo().args(["test", "-p", "sysprof-tests", "--tests", "--no-run"]))?;
@@ -391,7 +473,15 @@ fn test(no_root_tests: bool, repeat: u32, beside: Option<Load>) -> Result<()> {
                     .env("SYSPROF_SKIP_LOG", &skip_log)
                     // --no-fail-fast: every suite runs in every round, so
                     // --repeat counts each test's failures over all rounds.
-                    .args(["test", "-p", "sysprof-tests", "--tests", "--no-fail-fast", "--", "--test-threads=1"]),
+                    .args([
+                        "test",
+                        "-p",
+                        "sysprof-tests",
+                        "--tests",
+                        "--no-fail-fast",
+                        "--",
+                        "--test-threads=1",
+                    ]),
                 &mut totals,
             )?;
         }
@@ -400,17 +490,27 @@ fn test(no_root_tests: bool, repeat: u32, beside: Option<Load>) -> Result<()> {
                 .per_test
                 .iter()
                 .filter(|(_, (_, failed))| *failed > 0)
-                .map(|(name, (passed, failed))| format!("{name}: failed {failed} of {}", passed + failed))
+                .map(|(name, (passed, failed))| {
+                    format!("{name}: failed {failed} of {}", passed + failed)
+                })
                 .collect();
-            println!("xtask: {repeat} rounds; {}", if flaky.is_empty() { "no test failed in any round".to_string() } else { flaky.join("; ") });
+            println!(
+                "xtask: {repeat} rounds; {}",
+                if flaky.is_empty() {
+                    "no test failed in any round".to_string()
+                } else {
+                    flaky.join("; ")
+                }
+            );
         }
         if !ok {
             bail!("integration tests failed");
         }
         Ok(())
     })();
-    let skipped: Vec<String> =
-        std::fs::read_to_string(&skip_log).map(|s| s.lines().map(str::to_string).collect()).unwrap_or_default();
+    let skipped: Vec<String> = std::fs::read_to_string(&skip_log)
+        .map(|s| s.lines().map(str::to_string).collect())
+        .unwrap_or_default();
     let _ = std::fs::remove_file(&skip_log);
     for s in &skipped {
         println!("xtask: SKIPPED {s}");
@@ -418,11 +518,26 @@ fn test(no_root_tests: bool, repeat: u32, beside: Option<Load>) -> Result<()> {
     // One closing line with every test counted, whatever happened. A skipped
     // test also reported itself as passed; it is counted as skipped only.
     let skipped_count = skipped.len() as u64;
-    println!("{} passed, {} failed, {} skipped", totals.passed.saturating_sub(skipped_count), totals.failed, skipped_count);
+    println!(
+        "{} passed, {} failed, {} skipped",
+        totals.passed.saturating_sub(skipped_count),
+        totals.failed,
+        skipped_count
+    );
     result
 }
 
 fn bench(args: &[String]) -> Result<()> {
-    run(cargo().args(["build", "--release", "-p", "sysprof", "-p", "sysprof-benches"]))?;
-    run(cargo().arg("run").args(["--release", "-q", "-p", "sysprof-benches", "--"]).args(args))
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "sysprof",
+        "-p",
+        "sysprof-benches",
+    ]))?;
+    run(cargo()
+        .arg("run")
+        .args(["--release", "-q", "-p", "sysprof-benches", "--"])
+        .args(args))
 }

@@ -138,16 +138,36 @@ pub struct AgentConfig {
 fn read_file_config(path: &Path, must_exist: bool) -> Result<AgentArgs, ConfigError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => return Ok(AgentArgs::default()),
-        Err(source) => return Err(ConfigError::Read { path: path.to_path_buf(), source }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => {
+            return Ok(AgentArgs::default())
+        }
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
     };
     toml::from_str(&text).map_err(|e| {
         // toml's message spans lines (position, the line quoted, a caret, the cause): keep the position and the cause.
         let text = e.to_string();
-        let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-        let position = lines.first().copied().unwrap_or("").trim_start_matches("TOML parse error ").to_string();
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let position = lines
+            .first()
+            .copied()
+            .unwrap_or("")
+            .trim_start_matches("TOML parse error ")
+            .to_string();
         let cause = lines.last().copied().unwrap_or("").to_string();
-        ConfigError::Parse { path: path.to_path_buf(), position, cause }
+        ConfigError::Parse {
+            path: path.to_path_buf(),
+            position,
+            cause,
+        }
     })
 }
 
@@ -178,16 +198,24 @@ impl AgentConfig {
             call_graph: args.call_graph.or(file.call_graph).unwrap_or_default(),
             stack_size: args.stack_size.or(file.stack_size).unwrap_or(16384),
             unwind_table_mb: args.unwind_table_mb.or(file.unwind_table_mb).unwrap_or(64),
-            off_cpu_threshold_ms: args.off_cpu_threshold_ms.or(file.off_cpu_threshold_ms).unwrap_or(DEFAULT_OFF_CPU_THRESHOLD_MS),
+            off_cpu_threshold_ms: args
+                .off_cpu_threshold_ms
+                .or(file.off_cpu_threshold_ms)
+                .unwrap_or(DEFAULT_OFF_CPU_THRESHOLD_MS),
         };
         sampling.check()?;
-        let health = args.health_interval.or(file.health_interval).unwrap_or(300.0);
+        let health = args
+            .health_interval
+            .or(file.health_interval)
+            .unwrap_or(300.0);
         if !(health >= 1.0 && health.is_finite()) {
             return Err(ConfigError::HealthInterval(health));
         }
         let mut headers = Vec::new();
         for h in args.otlp_headers.iter().chain(&file.otlp_headers) {
-            let (k, v) = h.split_once('=').ok_or_else(|| ConfigError::OtlpHeader(h.clone()))?;
+            let (k, v) = h
+                .split_once('=')
+                .ok_or_else(|| ConfigError::OtlpHeader(h.clone()))?;
             headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
         }
         let metrics = match args.metrics.clone().or(file.metrics) {
@@ -195,7 +223,11 @@ impl AgentConfig {
             None => None,
         };
         let pyroscope_user = args.pyroscope_user.clone().or(file.pyroscope_user);
-        let pyroscope_password = args.pyroscope_password.clone().or(file.pyroscope_password).or_else(|| std::env::var("SYSPROF_PYROSCOPE_PASSWORD").ok());
+        let pyroscope_password = args
+            .pyroscope_password
+            .clone()
+            .or(file.pyroscope_password)
+            .or_else(|| std::env::var("SYSPROF_PYROSCOPE_PASSWORD").ok());
         let export = ExportConfig {
             pprof_dir: args.pprof_dir.clone().or(file.pprof_dir),
             otlp_endpoint: args.otlp_endpoint.clone().or(file.otlp_endpoint),
@@ -203,7 +235,11 @@ impl AgentConfig {
             otlp_headers: headers,
             pyroscope_url: args.pyroscope_url.clone().or(file.pyroscope_url),
             pyroscope_basic: pyroscope_user.map(|u| (u, pyroscope_password.unwrap_or_default())),
-            pyroscope_token: args.pyroscope_token.clone().or(file.pyroscope_token).or_else(|| std::env::var("SYSPROF_PYROSCOPE_TOKEN").ok()),
+            pyroscope_token: args
+                .pyroscope_token
+                .clone()
+                .or(file.pyroscope_token)
+                .or_else(|| std::env::var("SYSPROF_PYROSCOPE_TOKEN").ok()),
             pyroscope_tenant: args.pyroscope_tenant.clone().or(file.pyroscope_tenant),
             metrics,
         };
@@ -220,7 +256,11 @@ impl AgentConfig {
         Ok(AgentConfig {
             frequency,
             window: Duration::from_secs_f64(window),
-            store: args.store.clone().or(file.store).unwrap_or_else(|| PathBuf::from(DEFAULT_STORE)),
+            store: args
+                .store
+                .clone()
+                .or(file.store)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_STORE)),
             retain_size,
             retain_age,
             sampling,
@@ -256,17 +296,32 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sysprof-agent-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("agent.toml");
-        std::fs::write(&f, "frequency = 49\nretain-size = \"64MiB\"\nno-io = true\nstore = \"/srv/prof\"\n").unwrap();
-        let c = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap(), "-F", "29"])).unwrap();
+        std::fs::write(
+            &f,
+            "frequency = 49\nretain-size = \"64MiB\"\nno-io = true\nstore = \"/srv/prof\"\n",
+        )
+        .unwrap();
+        let c =
+            AgentConfig::resolve(&args(&["--config", f.to_str().unwrap(), "-F", "29"])).unwrap();
         assert_eq!(c.frequency, 29, "the flag wins");
         assert_eq!(c.retain_size, 64 << 20, "from the file");
         assert!(!c.io);
         assert_eq!(c.store, PathBuf::from("/srv/prof"));
         assert_eq!(c.window, Duration::from_secs(10), "the default");
         std::fs::write(&f, "frequncy = 49\n").unwrap();
-        let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap_err().to_string();
-        assert!(e.contains("agent.toml") && e.contains("frequncy") && !e.contains('\n'), "{e}");
-        let e = AgentConfig::resolve(&args(&["--config", dir.join("missing.toml").to_str().unwrap()])).unwrap_err().to_string();
+        let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("agent.toml") && e.contains("frequncy") && !e.contains('\n'),
+            "{e}"
+        );
+        let e = AgentConfig::resolve(&args(&[
+            "--config",
+            dir.join("missing.toml").to_str().unwrap(),
+        ]))
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("missing.toml"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -283,7 +338,14 @@ mod tests {
         let c = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap();
         assert_eq!(c.sampling.off_cpu_threshold_ms, 2.5);
         assert_eq!(c.export.otlp_headers, [("a".to_string(), "b".to_string())]);
-        assert_eq!((c.sampling.call_graph, c.sampling.stack_copy(), c.sampling.kernel_unwind_rows()), (crate::sampling::CallGraph::DwarfCopy, 8192, 0));
+        assert_eq!(
+            (
+                c.sampling.call_graph,
+                c.sampling.stack_copy(),
+                c.sampling.kernel_unwind_rows()
+            ),
+            (crate::sampling::CallGraph::DwarfCopy, 8192, 0)
+        );
         assert!(!c.off_cpu && c.io);
         for key in ["verbose = true", "config = \"/x\""] {
             std::fs::write(&f, key).unwrap();
@@ -292,7 +354,13 @@ mod tests {
         }
         std::fs::write(&f, "stack-size = 100\n").unwrap();
         let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap_err();
-        assert_eq!(e.to_string(), format!("stack-size 100: use a multiple of 512 between 512 and {}", crate::bpf::abi::MAX_STACK_COPY));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "stack-size 100: use a multiple of 512 between 512 and {}",
+                crate::bpf::abi::MAX_STACK_COPY
+            )
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -301,17 +369,33 @@ mod tests {
     #[test]
     fn the_packaged_example_parses() {
         let example = include_str!("../../../packaging/agent.toml");
-        let dir = std::env::temp_dir().join(format!("sysprof-agent-example-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("sysprof-agent-example-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("agent.toml");
         std::fs::write(&f, example).unwrap();
         let c = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap();
-        assert_eq!((c.frequency, c.window, c.retain_size), (19, Duration::from_secs(10), 1 << 30));
+        assert_eq!(
+            (c.frequency, c.window, c.retain_size),
+            (19, Duration::from_secs(10), 1 << 30)
+        );
         assert_eq!(c.export.metrics, Some("127.0.0.1:9465".parse().unwrap()));
-        let uncommented: String = example.lines().map(|l| l.strip_prefix("# ").filter(|l| l.contains(" = ")).unwrap_or(l)).collect::<Vec<_>>().join("\n");
+        let uncommented: String = example
+            .lines()
+            .map(|l| {
+                l.strip_prefix("# ")
+                    .filter(|l| l.contains(" = "))
+                    .unwrap_or(l)
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
         std::fs::write(&f, uncommented).unwrap();
         let c = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap();
-        assert!(c.export.pprof_dir.is_some() && c.export.otlp_endpoint.is_some() && c.export.pyroscope_url.is_some());
+        assert!(
+            c.export.pprof_dir.is_some()
+                && c.export.otlp_endpoint.is_some()
+                && c.export.pyroscope_url.is_some()
+        );
         assert_eq!(c.export.otlp_headers.len(), 2);
         let _ = std::fs::remove_dir_all(&dir);
     }

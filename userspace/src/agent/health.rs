@@ -45,19 +45,65 @@ pub struct AgentCounters {
 }
 
 /// The Prometheus text of the agent's counters.
-pub(super) fn metrics_text(c: &AgentCounters, exporters: &[(&'static str, Arc<crate::export::ExportCounters>)]) -> String {
+pub(super) fn metrics_text(
+    c: &AgentCounters,
+    exporters: &[(&'static str, Arc<crate::export::ExportCounters>)],
+) -> String {
     use crate::export::metrics::metric;
     let mut out = String::new();
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-    metric(&mut out, "sysprof_samples_total", "counter", "On-CPU samples in finished windows.", &[(String::new(), v(&c.samples))]);
-    metric(&mut out, "sysprof_lost_records_total", "counter", "Records lost in the kernel or on the way (samples, events, stacks, sideband).", &[(String::new(), v(&c.lost))]);
-    metric(&mut out, "sysprof_windows_total", "counter", "Windows finished.", &[(String::new(), v(&c.windows))]);
-    metric(&mut out, "sysprof_windows_stored_total", "counter", "Windows written to the store.", &[(String::new(), v(&c.stored))]);
-    metric(&mut out, "sysprof_windows_store_failed_total", "counter", "Windows the store could not write.", &[(String::new(), v(&c.store_failed))]);
-    metric(&mut out, "sysprof_windows_dropped_total", "counter", "Windows dropped because the store was behind.", &[(String::new(), v(&c.dropped))]);
-    let refusals = c.unwind_refusals.lock().map(|r| r.clone()).unwrap_or_default();
+    metric(
+        &mut out,
+        "sysprof_samples_total",
+        "counter",
+        "On-CPU samples in finished windows.",
+        &[(String::new(), v(&c.samples))],
+    );
+    metric(
+        &mut out,
+        "sysprof_lost_records_total",
+        "counter",
+        "Records lost in the kernel or on the way (samples, events, stacks, sideband).",
+        &[(String::new(), v(&c.lost))],
+    );
+    metric(
+        &mut out,
+        "sysprof_windows_total",
+        "counter",
+        "Windows finished.",
+        &[(String::new(), v(&c.windows))],
+    );
+    metric(
+        &mut out,
+        "sysprof_windows_stored_total",
+        "counter",
+        "Windows written to the store.",
+        &[(String::new(), v(&c.stored))],
+    );
+    metric(
+        &mut out,
+        "sysprof_windows_store_failed_total",
+        "counter",
+        "Windows the store could not write.",
+        &[(String::new(), v(&c.store_failed))],
+    );
+    metric(
+        &mut out,
+        "sysprof_windows_dropped_total",
+        "counter",
+        "Windows dropped because the store was behind.",
+        &[(String::new(), v(&c.dropped))],
+    );
+    let refusals = c
+        .unwind_refusals
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default();
     let per_uid = |f: fn(&crate::unwind::kernel::UidRefusals) -> u64| -> Vec<(String, f64)> {
-        refusals.iter().map(|(uid, r)| (format!("uid=\"{uid}\""), f(r) as f64)).collect()
+        refusals
+            .iter()
+            .map(|(uid, r)| (format!("uid=\"{uid}\""), f(r) as f64))
+            .collect()
     };
     metric(
         &mut out,
@@ -73,18 +119,80 @@ pub(super) fn metrics_text(c: &AgentCounters, exporters: &[(&'static str, Arc<cr
         "Unwind tables refused or evicted for want of room in the table budget, by the uid they are charged to: their frames are unwound from copies.",
         &per_uid(|r| r.tables),
     );
-    metric(&mut out, "sysprof_store_bytes", "gauge", "Bytes the store holds.", &[(String::new(), v(&c.store_bytes))]);
-    metric(&mut out, "sysprof_store_files", "gauge", "Segment files in the store.", &[(String::new(), v(&c.store_files))]);
+    metric(
+        &mut out,
+        "sysprof_store_bytes",
+        "gauge",
+        "Bytes the store holds.",
+        &[(String::new(), v(&c.store_bytes))],
+    );
+    metric(
+        &mut out,
+        "sysprof_store_files",
+        "gauge",
+        "Segment files in the store.",
+        &[(String::new(), v(&c.store_files))],
+    );
     let per = |f: fn(&crate::export::ExportCounters) -> &AtomicU64| -> Vec<(String, f64)> {
-        exporters.iter().map(|(n, e)| (format!("exporter=\"{n}\""), f(e).load(Ordering::Relaxed) as f64)).collect()
+        exporters
+            .iter()
+            .map(|(n, e)| {
+                (
+                    format!("exporter=\"{n}\""),
+                    f(e).load(Ordering::Relaxed) as f64,
+                )
+            })
+            .collect()
     };
-    metric(&mut out, "sysprof_windows_exported_total", "counter", "Windows delivered by each exporter.", &per(|e| &e.sent));
-    metric(&mut out, "sysprof_export_failures_total", "counter", "Failed attempts to deliver (each retried).", &per(|e| &e.failed));
-    metric(&mut out, "sysprof_windows_export_dropped_total", "counter", "Windows an exporter gave up (backlog full, gone from the store, or refused for good).", &per(|e| &e.dropped));
-    metric(&mut out, "sysprof_export_backlog_windows", "gauge", "Windows stored and not delivered yet.", &per(|e| &e.backlog));
-    metric(&mut out, "sysprof_export_bytes_total", "counter", "Bytes each exporter sent.", &per(|e| &e.bytes));
-    metric(&mut out, "sysprof_agent_cpu_seconds_total", "counter", "CPU time the agent used (user and system).", &[(String::new(), process_cpu_seconds())]);
-    metric(&mut out, "sysprof_agent_resident_bytes", "gauge", "The agent's resident memory.", &[(String::new(), rss_bytes().0 as f64)]);
+    metric(
+        &mut out,
+        "sysprof_windows_exported_total",
+        "counter",
+        "Windows delivered by each exporter.",
+        &per(|e| &e.sent),
+    );
+    metric(
+        &mut out,
+        "sysprof_export_failures_total",
+        "counter",
+        "Failed attempts to deliver (each retried).",
+        &per(|e| &e.failed),
+    );
+    metric(
+        &mut out,
+        "sysprof_windows_export_dropped_total",
+        "counter",
+        "Windows an exporter gave up (backlog full, gone from the store, or refused for good).",
+        &per(|e| &e.dropped),
+    );
+    metric(
+        &mut out,
+        "sysprof_export_backlog_windows",
+        "gauge",
+        "Windows stored and not delivered yet.",
+        &per(|e| &e.backlog),
+    );
+    metric(
+        &mut out,
+        "sysprof_export_bytes_total",
+        "counter",
+        "Bytes each exporter sent.",
+        &per(|e| &e.bytes),
+    );
+    metric(
+        &mut out,
+        "sysprof_agent_cpu_seconds_total",
+        "counter",
+        "CPU time the agent used (user and system).",
+        &[(String::new(), process_cpu_seconds())],
+    );
+    metric(
+        &mut out,
+        "sysprof_agent_resident_bytes",
+        "gauge",
+        "The agent's resident memory.",
+        &[(String::new(), rss_bytes().0 as f64)],
+    );
     out
 }
 
@@ -94,12 +202,19 @@ fn refusals_part(refusals: &[(u32, crate::unwind::kernel::UidRefusals)]) -> Stri
     if refusals.is_empty() {
         return String::new();
     }
-    format!("; kernel unwinder refused (stacks copied instead) {}", crate::unwind::kernel::refusals_text(refusals))
+    format!(
+        "; kernel unwinder refused (stacks copied instead) {}",
+        crate::unwind::kernel::refusals_text(refusals)
+    )
 }
 
 /// "nothing lost", or "lost N samples, M off-CPU/I-O records and K stacks, …".
 fn lost_text(c: &AgentCounters) -> String {
-    let parts = c.losses.lock().map(|st| crate::summary::lost_parts(&st, false)).unwrap_or_default();
+    let parts = c
+        .losses
+        .lock()
+        .map(|st| crate::summary::lost_parts(&st, false))
+        .unwrap_or_default();
     if parts.is_empty() {
         "nothing lost".to_string()
     } else {
@@ -108,7 +223,13 @@ fn lost_text(c: &AgentCounters) -> String {
 }
 
 /// The health line: what was stored, lost and kept, and what it cost.
-pub(super) fn health_line(c: &AgentCounters, up: Duration, cpu_pct: f64, collector: &Collector, exporters: &[(&'static str, Arc<crate::export::ExportCounters>)]) -> String {
+pub(super) fn health_line(
+    c: &AgentCounters,
+    up: Duration,
+    cpu_pct: f64,
+    collector: &Collector,
+    exporters: &[(&'static str, Arc<crate::export::ExportCounters>)],
+) -> String {
     let (rss, peak) = rss_bytes();
     let (processes, binaries, names) = collector.retained();
     format!(
@@ -156,11 +277,35 @@ mod tests {
         use crate::unwind::kernel::UidRefusals;
         let c = AgentCounters::default();
         assert_eq!(refusals_part(&c.unwind_refusals.lock().unwrap()), "");
-        *c.unwind_refusals.lock().unwrap() = vec![(65534, UidRefusals { entries: 845, tables: 2 }), (1000, UidRefusals { entries: 0, tables: 1 })];
+        *c.unwind_refusals.lock().unwrap() = vec![
+            (
+                65534,
+                UidRefusals {
+                    entries: 845,
+                    tables: 2,
+                },
+            ),
+            (
+                1000,
+                UidRefusals {
+                    entries: 0,
+                    tables: 1,
+                },
+            ),
+        ];
         let text = metrics_text(&c, &[]);
-        assert!(text.contains("sysprof_unwind_entries_refused_total{uid=\"65534\"} 845\n"), "{text}");
-        assert!(text.contains("sysprof_unwind_tables_refused_total{uid=\"65534\"} 2\n"), "{text}");
-        assert!(text.contains("sysprof_unwind_tables_refused_total{uid=\"1000\"} 1\n"), "{text}");
+        assert!(
+            text.contains("sysprof_unwind_entries_refused_total{uid=\"65534\"} 845\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sysprof_unwind_tables_refused_total{uid=\"65534\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sysprof_unwind_tables_refused_total{uid=\"1000\"} 1\n"),
+            "{text}"
+        );
         let part = refusals_part(&c.unwind_refusals.lock().unwrap());
         assert_eq!(part, "; kernel unwinder refused (stacks copied instead) uid 65534: 845 processes, 2 tables; uid 1000: 0 processes, 1 tables");
     }

@@ -26,18 +26,18 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::binaries::elf::ElfLimits;
 use crate::capture::{CaptureOptions, CaptureSession, Polling};
+use crate::cli::AgentArgs;
+use crate::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
+use crate::error::RecordError;
 use crate::log::ErrorLog;
+use crate::model::recording::Recording;
+use crate::store::segment::WindowSpan;
+use crate::store::Store;
 use crate::sys::clock::clock_anchor;
 use crate::sys::process::{configure_malloc, process_cpu_seconds, release_freed_memory, rss_bytes};
 use crate::units::human_duration;
-use crate::cli::AgentArgs;
-use crate::model::recording::Recording;
-use crate::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
-use crate::error::RecordError;
-use crate::store::segment::WindowSpan;
-use crate::store::Store;
-use crate::binaries::elf::ElfLimits;
 use config::AgentConfig;
 pub use health::AgentCounters;
 use health::{health_line, metrics_text};
@@ -63,7 +63,10 @@ const SYMBOLIZER_IDLE_WINDOWS: u32 = 3;
 pub fn run(args: AgentArgs) -> Result<i32, RecordError> {
     let cfg = AgentConfig::resolve(&args).map_err(|e| RecordError::BadOption(e.into()))?;
     configure_malloc();
-    let store = Store::open(&cfg.store, true).map_err(|e| RecordError::Store { source: e.into(), hint: "give another with --store" })?;
+    let store = Store::open(&cfg.store, true).map_err(|e| RecordError::Store {
+        source: e.into(),
+        hint: "give another with --store",
+    })?;
     crate::sys::process::raise_fd_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -71,7 +74,6 @@ pub fn run(args: AgentArgs) -> Result<i32, RecordError> {
         .map_err(RecordError::EventLoop)?;
     runtime.block_on(Box::pin(agent(cfg, store)))
 }
-
 
 /// The next multiple of `window` on the wall clock after `now_ms`, at least
 /// half a window away (a first window shorter than that is merged into the next).
@@ -96,7 +98,11 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             debuginfod: false,
             dwarf: cfg.sampling.call_graph.dwarf(),
             keep_short_lived: true,
-            elf_limits: ElfLimits { max_dwarf_total_bytes: AGENT_MAX_DWARF_BYTES, dwarf: cfg.dwarf_names, ..ElfLimits::default() },
+            elf_limits: ElfLimits {
+                max_dwarf_total_bytes: AGENT_MAX_DWARF_BYTES,
+                dwarf: cfg.dwarf_names,
+                ..ElfLimits::default()
+            },
             jvm_attach: cfg.jvm_attach,
             table_workers: 1,
         },
@@ -118,15 +124,32 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let mut exporters: Vec<Box<dyn crate::export::Exporter>> = Vec::new();
     let e = &cfg.export;
     if let Some(dir) = &e.pprof_dir {
-        exporters.push(Box::new(crate::export::PprofDir::new(dir, labels.clone(), cfg.retain_size, cfg.retain_age).map_err(|e| RecordError::BadOption(e.into()))?));
+        exporters.push(Box::new(
+            crate::export::PprofDir::new(dir, labels.clone(), cfg.retain_size, cfg.retain_age)
+                .map_err(|e| RecordError::BadOption(e.into()))?,
+        ));
     }
     if let Some(url) = &e.otlp_endpoint {
-        exporters.push(Box::new(crate::export::otlp::OtlpClient::new(url, e.otlp_ca.as_deref(), &e.otlp_headers, labels.clone()).map_err(|e| RecordError::BadOption(e.into()))?));
+        exporters.push(Box::new(
+            crate::export::otlp::OtlpClient::new(
+                url,
+                e.otlp_ca.as_deref(),
+                &e.otlp_headers,
+                labels.clone(),
+            )
+            .map_err(|e| RecordError::BadOption(e.into()))?,
+        ));
     }
     if let Some(url) = &e.pyroscope_url {
         exporters.push(Box::new(
-            crate::export::pyroscope::PyroscopeClient::new(url, e.pyroscope_basic.clone(), e.pyroscope_token.clone(), e.pyroscope_tenant.clone(), labels.clone())
-                .map_err(|e| RecordError::BadOption(e.into()))?,
+            crate::export::pyroscope::PyroscopeClient::new(
+                url,
+                e.pyroscope_basic.clone(),
+                e.pyroscope_token.clone(),
+                e.pyroscope_tenant.clone(),
+                labels.clone(),
+            )
+            .map_err(|e| RecordError::BadOption(e.into()))?,
         ));
     }
     let counters = Arc::new(AgentCounters::default());
@@ -137,17 +160,26 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     for exporter in exporters {
         let c = Arc::new(crate::export::ExportCounters::default());
         export_counters.push((exporter.name(), c.clone()));
-        deliveries.push(crate::export::spawn_delivery(exporter, store.clone(), feed.clone(), c, started_wall, EXPORT_BACKLOG_WINDOWS));
+        deliveries.push(crate::export::spawn_delivery(
+            exporter,
+            store.clone(),
+            feed.clone(),
+            c,
+            started_wall,
+            EXPORT_BACKLOG_WINDOWS,
+        ));
     }
     if let Some(addr) = cfg.export.metrics {
         let (c, ex) = (counters.clone(), export_counters.clone());
         let render: crate::export::metrics::Render = Arc::new(move || metrics_text(&c, &ex));
-        crate::export::metrics::serve(addr, render).map_err(|e| RecordError::BadOption(e.into()))?;
+        crate::export::metrics::serve(addr, render)
+            .map_err(|e| RecordError::BadOption(e.into()))?;
     }
     let mut session = CaptureSession::start(&capture, &mut collector)?;
     // Loading parsed the kernel's BTF (tens of MB, freed since).
     release_freed_memory();
-    let (store_tx, store_thread) = spawn_store_thread(store.clone(), cfg.clone(), counters.clone(), feed.clone());
+    let (store_tx, store_thread) =
+        spawn_store_thread(store.clone(), cfg.clone(), counters.clone(), feed.clone());
     eprintln!(
         "sysprof agent: recording every process at {} Hz into {} (windows of {} s; keeping {} or {}, whichever is less){}",
         cfg.frequency,
@@ -193,11 +225,19 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             Some(stop) => (stop, false),
             None => (false, true),
         };
-        let timing = std::env::var_os("SYSPROF_TIMING").is_some().then(|| (Instant::now(), process_cpu_seconds()));
+        let timing = std::env::var_os("SYSPROF_TIMING")
+            .is_some()
+            .then(|| (Instant::now(), process_cpu_seconds()));
         let end_ns = session.cut(&mut collector);
         let (wall_now, mono_now) = clock_anchor();
         let end_wall = wall_now - (mono_now.saturating_sub(end_ns)) as f64 / 1e6;
-        let range = WindowRange { start_ns: window_start_ns, end_ns, start_wall_ms: window_start_wall, interval_ms, continuous: true };
+        let range = WindowRange {
+            start_ns: window_start_ns,
+            end_ns,
+            start_wall_ms: window_start_wall,
+            interval_ms,
+            continuous: true,
+        };
         let rec = collector.finish_window(range);
         collector.release_symbolizer_if_idle(SYMBOLIZER_IDLE_WINDOWS);
         if let Some((at, cpu)) = timing {
@@ -212,8 +252,12 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             );
         }
         counters.windows.fetch_add(1, Ordering::Relaxed);
-        counters.samples.fetch_add(rec.stats.samples_kept, Ordering::Relaxed);
-        counters.lost.fetch_add(rec.stats.lost_total(), Ordering::Relaxed);
+        counters
+            .samples
+            .fetch_add(rec.stats.samples_kept, Ordering::Relaxed);
+        counters
+            .lost
+            .fetch_add(rec.stats.lost_total(), Ordering::Relaxed);
         if let Ok(mut l) = counters.losses.lock() {
             crate::model::merge::add_stats(&mut l, &rec.stats);
         }
@@ -221,12 +265,20 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             *r = collector.kernel_refusals();
         }
         if cfg.verbose {
-            eprintln!("sysprof agent: window {:.0}-{:.0}: {}", window_start_wall, end_wall, crate::summary::stats_line(&rec));
+            eprintln!(
+                "sysprof agent: window {:.0}-{:.0}: {}",
+                window_start_wall,
+                end_wall,
+                crate::summary::stats_line(&rec)
+            );
         }
         for w in &rec.warnings {
             errors.say(format!("warning: {w}"));
         }
-        let span = WindowSpan { start_ms: window_start_wall, end_ms: end_wall };
+        let span = WindowSpan {
+            start_ms: window_start_wall,
+            end_ms: end_wall,
+        };
         match store_tx.try_send((rec, span)) {
             Ok(()) => {}
             Err(std::sync::mpsc::TrySendError::Full(_)) => {
@@ -234,7 +286,9 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
                 errors.say("the store is behind (slow disk?): a window was dropped".into());
             }
             Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {
-                return Err(RecordError::Internal("the store thread ended unexpectedly".into()));
+                return Err(RecordError::Internal(
+                    "the store thread ended unexpectedly".into(),
+                ));
             }
         }
         (window_start_ns, window_start_wall) = (end_ns, end_wall);
@@ -251,7 +305,16 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         if last_health.elapsed() >= cfg.health_interval {
             let cpu = process_cpu_seconds();
             let share = (cpu - cpu_at_health) / last_health.elapsed().as_secs_f64() * 100.0;
-            eprintln!("{}", crate::escape::escape(&health_line(&counters, started.elapsed(), share, &collector, &export_counters)));
+            eprintln!(
+                "{}",
+                crate::escape::escape(&health_line(
+                    &counters,
+                    started.elapsed(),
+                    share,
+                    &collector,
+                    &export_counters
+                ))
+            );
             cpu_at_health = cpu;
             last_health = Instant::now();
         }
@@ -270,7 +333,16 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    eprintln!("{}", crate::escape::escape(&health_line(&counters, started.elapsed(), process_cpu_seconds() / started.elapsed().as_secs_f64() * 100.0, &collector, &export_counters)));
+    eprintln!(
+        "{}",
+        crate::escape::escape(&health_line(
+            &counters,
+            started.elapsed(),
+            process_cpu_seconds() / started.elapsed().as_secs_f64() * 100.0,
+            &collector,
+            &export_counters
+        ))
+    );
     Ok(0)
 }
 
@@ -281,7 +353,10 @@ fn spawn_store_thread(
     cfg: AgentConfig,
     counters: Arc<AgentCounters>,
     feed: Arc<crate::export::StoreFeed>,
-) -> (std::sync::mpsc::SyncSender<(Recording, WindowSpan)>, std::thread::JoinHandle<()>) {
+) -> (
+    std::sync::mpsc::SyncSender<(Recording, WindowSpan)>,
+    std::thread::JoinHandle<()>,
+) {
     let (tx, rx) = std::sync::mpsc::sync_channel::<(Recording, WindowSpan)>(STORE_QUEUE);
     let handle = std::thread::Builder::new()
         .name("sysprof-store".into())
@@ -318,10 +393,18 @@ fn spawn_store_thread(
                     }
                 }
                 let (wall_ms, _) = clock_anchor();
-                let r = store.enforce_retention(&mut index, cfg.retain_size, wall_ms - cfg.retain_age.as_secs_f64() * 1e3);
-                counters.retention_removed.fetch_add(r.removed, Ordering::Relaxed);
+                let r = store.enforce_retention(
+                    &mut index,
+                    cfg.retain_size,
+                    wall_ms - cfg.retain_age.as_secs_f64() * 1e3,
+                );
+                counters
+                    .retention_removed
+                    .fetch_add(r.removed, Ordering::Relaxed);
                 counters.store_bytes.store(r.bytes, Ordering::Relaxed);
-                counters.store_files.store(index.len() as u64, Ordering::Relaxed);
+                counters
+                    .store_files
+                    .store(index.len() as u64, Ordering::Relaxed);
                 feed.publish(&index);
                 // The window is written and gone: what it took goes back to the kernel.
                 release_freed_memory();
@@ -354,7 +437,11 @@ mod tests {
     fn boundaries_align_to_the_wall_clock() {
         let w = Duration::from_secs(10);
         assert_eq!(next_boundary_ms(1_000_001_000.0, w), 1_000_010_000.0);
-        assert_eq!(next_boundary_ms(1_000_008_000.0, w), 1_000_020_000.0, "2 s left: merged into the next");
+        assert_eq!(
+            next_boundary_ms(1_000_008_000.0, w),
+            1_000_020_000.0,
+            "2 s left: merged into the next"
+        );
         assert_eq!(next_boundary_ms(1_000_000_000.0, w), 1_000_010_000.0);
     }
 }

@@ -99,14 +99,22 @@ pub enum Untrusted {
 }
 
 fn runs_as(uid: &Option<u32>) -> String {
-    uid.map(|u| u.to_string()).unwrap_or_else(|| "an unknown user".into())
+    uid.map(|u| u.to_string())
+        .unwrap_or_else(|| "an unknown user".into())
 }
 
 /// The debug file a `.gnu_debuglink` names (`name`, `crc`), for `bin`.
 /// `Ok(None)`: no such file anywhere.
 pub fn by_debuglink(bin: &Binary, name: &[u8], crc: u32) -> Result<Option<DebugFile>, LinkRefused> {
-    let name = std::str::from_utf8(name).map_err(|_| LinkRefused::NotAFileName("not UTF-8".into()))?;
-    if name.is_empty() || name.len() > 255 || name.contains('/') || name == "." || name == ".." || name.contains('\0') {
+    let name =
+        std::str::from_utf8(name).map_err(|_| LinkRefused::NotAFileName("not UTF-8".into()))?;
+    if name.is_empty()
+        || name.len() > 255
+        || name.contains('/')
+        || name == "."
+        || name == ".."
+        || name.contains('\0')
+    {
         return Err(LinkRefused::NotAFileName(name.chars().take(80).collect()));
     }
     let dir = match bin.path.rsplit_once('/') {
@@ -121,7 +129,12 @@ pub fn by_debuglink(bin: &Binary, name: &[u8], crc: u32) -> Result<Option<DebugF
         }
         match open_owned_by(&candidate, bin.owner_uid) {
             Ok(file) => match crc_matches(&file, crc) {
-                Ok(true) => return Ok(Some(DebugFile { path: candidate, file })),
+                Ok(true) => {
+                    return Ok(Some(DebugFile {
+                        path: candidate,
+                        file,
+                    }))
+                }
                 Ok(false) => refused = Some(Untrusted::CrcMismatch { path: candidate }),
                 Err(e) => refused = Some(e),
             },
@@ -135,8 +148,13 @@ pub fn by_debuglink(bin: &Binary, name: &[u8], crc: u32) -> Result<Option<DebugF
             continue;
         }
         if let Ok(file) = open_regular(&candidate, true) {
-            if file.metadata().is_ok_and(|m| m.uid() == 0) && crc_matches(&file, crc).unwrap_or(false) {
-                return Ok(Some(DebugFile { path: candidate, file }));
+            if file.metadata().is_ok_and(|m| m.uid() == 0)
+                && crc_matches(&file, crc).unwrap_or(false)
+            {
+                return Ok(Some(DebugFile {
+                    path: candidate,
+                    file,
+                }));
             }
         }
     }
@@ -159,7 +177,12 @@ fn open_owned_by(path: &str, uid: Option<u32>) -> Result<File, Untrusted> {
         None => false,
     };
     if !ok {
-        return Err(Untrusted::NotOwned { path: path.to_string(), file_uid: meta.uid(), mode: mode & 0o7777, uid });
+        return Err(Untrusted::NotOwned {
+            path: path.to_string(),
+            file_uid: meta.uid(),
+            mode: mode & 0o7777,
+            uid,
+        });
     }
     Ok(file)
 }
@@ -207,16 +230,27 @@ mod tests {
             open_error: None,
             owner_uid: Some(uid),
         };
-        let found = by_debuglink(&bin, b"prog.debug", 0x3610a686).unwrap().unwrap();
+        let found = by_debuglink(&bin, b"prog.debug", 0x3610a686)
+            .unwrap()
+            .unwrap();
         assert_eq!(found.path, format!("{}/prog.debug", dir.display()));
         match by_debuglink(&bin, b"prog.debug", 0x3610a687) {
             Err(LinkRefused::Untrusted(e)) => {
                 assert!(matches!(e, Untrusted::CrcMismatch { .. }), "{e}");
-                assert_eq!(e.to_string(), format!("{}/prog.debug: its CRC does not match the debug link's", dir.display()));
+                assert_eq!(
+                    e.to_string(),
+                    format!(
+                        "{}/prog.debug: its CRC does not match the debug link's",
+                        dir.display()
+                    )
+                );
             }
             other => panic!("a wrong CRC was not refused: {other:?}"),
         }
-        assert!(matches!(by_debuglink(&bin, b"../prog.debug", 0), Err(LinkRefused::NotAFileName(_))));
+        assert!(matches!(
+            by_debuglink(&bin, b"../prog.debug", 0),
+            Err(LinkRefused::NotAFileName(_))
+        ));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -81,27 +81,49 @@ impl JitdumpTail {
         }
         let mut used = 0usize;
         while used < budget {
-            let Some(prefix) = read(self.offset, 16) else { break };
-            let (id, size) = (u32_at(&prefix, 0, self.swap).unwrap_or(0), u32_at(&prefix, 4, self.swap).unwrap_or(0) as usize);
+            let Some(prefix) = read(self.offset, 16) else {
+                break;
+            };
+            let (id, size) = (
+                u32_at(&prefix, 0, self.swap).unwrap_or(0),
+                u32_at(&prefix, 4, self.swap).unwrap_or(0) as usize,
+            );
             if !(16..=MAX_RECORD).contains(&size) {
                 self.dead = true;
                 break;
             }
             // A record being written is not complete yet: read it next time.
-            let Some(record) = read(self.offset, size) else { break };
+            let Some(record) = read(self.offset, size) else {
+                break;
+            };
             let body = &record[16..];
             match id {
                 JIT_CODE_UNWINDING_INFO => {
-                    let (total, hdr) = (u64_at(body, 0, self.swap).unwrap_or(0) as usize, u64_at(body, 8, self.swap).unwrap_or(0) as usize);
-                    self.pending = body.get(24..24usize.saturating_add(total)).filter(|_| hdr <= total).map(|d| {
-                        let (eh, h) = d.split_at(total - hdr);
-                        (eh.to_vec(), h.to_vec())
-                    });
+                    let (total, hdr) = (
+                        u64_at(body, 0, self.swap).unwrap_or(0) as usize,
+                        u64_at(body, 8, self.swap).unwrap_or(0) as usize,
+                    );
+                    self.pending = body
+                        .get(24..24usize.saturating_add(total))
+                        .filter(|_| hdr <= total)
+                        .map(|d| {
+                            let (eh, h) = d.split_at(total - hdr);
+                            (eh.to_vec(), h.to_vec())
+                        });
                 }
                 JIT_CODE_LOAD => {
-                    if let (Some(start), Some(size), Some((eh_frame, eh_frame_hdr))) = (u64_at(body, 16, self.swap), u64_at(body, 24, self.swap), self.pending.take()) {
+                    if let (Some(start), Some(size), Some((eh_frame, eh_frame_hdr))) = (
+                        u64_at(body, 16, self.swap),
+                        u64_at(body, 24, self.swap),
+                        self.pending.take(),
+                    ) {
                         if size > 0 && !eh_frame.is_empty() {
-                            out.push(JitCode { start, size, eh_frame, eh_frame_hdr });
+                            out.push(JitCode {
+                                start,
+                                size,
+                                eh_frame,
+                                eh_frame_hdr,
+                            });
                         }
                     }
                 }
@@ -137,7 +159,9 @@ pub fn parse(bytes: &[u8]) -> Option<PerfMap> {
     let mut map = PerfMap::default();
     let mut at = header_size.max(40);
     while at + 16 <= bytes.len() {
-        let (Some(id), Some(size)) = (u32_at(bytes, at, swap), u32_at(bytes, at + 4, swap)) else { break };
+        let (Some(id), Some(size)) = (u32_at(bytes, at, swap), u32_at(bytes, at + 4, swap)) else {
+            break;
+        };
         let size = size as usize;
         if size < 16 || at.checked_add(size).is_none_or(|end| end > bytes.len()) {
             map.malformed += 1;
@@ -146,7 +170,11 @@ pub fn parse(bytes: &[u8]) -> Option<PerfMap> {
         let body = &bytes[at + 16..at + size];
         match id {
             // pid, tid, vma, code_addr, code_size, code_index, name\0, code
-            JIT_CODE_LOAD => match (u64_at(body, 16, swap), u64_at(body, 24, swap), body.get(40..)) {
+            JIT_CODE_LOAD => match (
+                u64_at(body, 16, swap),
+                u64_at(body, 24, swap),
+                body.get(40..),
+            ) {
                 (Some(code_addr), Some(code_size), Some(rest)) if code_size > 0 => {
                     let name_len = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
                     map.symbols.push(JitSymbol {
@@ -158,10 +186,18 @@ pub fn parse(bytes: &[u8]) -> Option<PerfMap> {
                 _ => map.malformed += 1,
             },
             // pid, tid, vma, old_code_addr, new_code_addr, code_size, code_index
-            JIT_CODE_MOVE => match (u64_at(body, 16, swap), u64_at(body, 24, swap), u64_at(body, 32, swap)) {
+            JIT_CODE_MOVE => match (
+                u64_at(body, 16, swap),
+                u64_at(body, 24, swap),
+                u64_at(body, 32, swap),
+            ) {
                 (Some(old), Some(new), Some(code_size)) => {
                     if let Some(s) = map.symbols.iter().rev().find(|s| s.start == old).cloned() {
-                        map.symbols.push(JitSymbol { start: new, size: code_size, ..s });
+                        map.symbols.push(JitSymbol {
+                            start: new,
+                            size: code_size,
+                            ..s
+                        });
                     }
                 }
                 _ => map.malformed += 1,

@@ -14,9 +14,9 @@
 
 pub mod debugfile;
 pub mod elf;
+pub mod hotspot;
 pub mod jitdump;
 pub mod perfmap;
-pub mod hotspot;
 pub mod python;
 
 use std::fs::File;
@@ -52,7 +52,9 @@ impl Binary {
     /// A path that opens exactly the file we opened: our descriptor under
     /// `/proc/self/fd` (the original path may name another file by now).
     pub fn open_path(&self) -> Option<String> {
-        self.file.as_ref().map(|f| format!("/proc/self/fd/{}", f.as_raw_fd()))
+        self.file
+            .as_ref()
+            .map(|f| format!("/proc/self/fd/{}", f.as_raw_fd()))
     }
 }
 
@@ -83,7 +85,9 @@ impl Binaries {
     /// The binary behind `m`, opened now if it is new.
     pub fn intern(&mut self, m: &MmapEvent) -> BinaryIndex {
         let key = match m.inode {
-            Some((maj, min, ino)) if ino != 0 && m.path.starts_with('/') => BinaryKey::Inode(maj, min, ino),
+            Some((maj, min, ino)) if ino != 0 && m.path.starts_with('/') => {
+                BinaryKey::Inode(maj, min, ino)
+            }
             _ => BinaryKey::Path(m.path.clone()),
         };
         if let Some(&i) = self.by_key.get(&key) {
@@ -109,7 +113,14 @@ impl Binaries {
         };
         let name = m.path.rsplit('/').next().unwrap_or(&m.path).to_string();
         let owner_uid = process_uid(m.pid);
-        let binary = Binary { path: m.path.clone(), name, file, build_id: m.build_id.clone(), open_error, owner_uid };
+        let binary = Binary {
+            path: m.path.clone(),
+            name,
+            file,
+            build_id: m.build_id.clone(),
+            open_error,
+            owner_uid,
+        };
         let index = match self.free.pop() {
             Some(i) => {
                 self.list[i as usize] = binary;
@@ -127,7 +138,10 @@ impl Binaries {
     /// Close every binary that `live` does not hold (no live process maps
     /// it any more); their indices are reused, so whoever caches anything
     /// by index must forget the ones returned.
-    pub fn release_unused(&mut self, live: &rustc_hash::FxHashSet<BinaryIndex>) -> Vec<BinaryIndex> {
+    pub fn release_unused(
+        &mut self,
+        live: &rustc_hash::FxHashSet<BinaryIndex>,
+    ) -> Vec<BinaryIndex> {
         let mut released = Vec::new();
         self.by_key.retain(|_, i| {
             let keep = live.contains(i);
@@ -198,7 +212,10 @@ fn own_vdso_image() -> std::io::Result<File> {
         .find_map(|l| {
             let (range, _) = l.split_once(' ')?;
             let (a, b) = range.split_once('-')?;
-            let (a, b) = (usize::from_str_radix(a, 16).ok()?, usize::from_str_radix(b, 16).ok()?);
+            let (a, b) = (
+                usize::from_str_radix(a, 16).ok()?,
+                usize::from_str_radix(b, 16).ok()?,
+            );
             (a == base).then_some(b - a)
         })
         .ok_or_else(|| std::io::Error::other("no [vdso] line in /proc/self/maps"))?;
@@ -263,7 +280,9 @@ impl OpenError {
     /// The OS error behind it, if one is.
     pub fn io_error(&self) -> Option<&std::io::Error> {
         match self {
-            OpenError::Open { source, .. } | OpenError::Stat { source, .. } | OpenError::MappedStat(source) => Some(source),
+            OpenError::Open { source, .. }
+            | OpenError::Stat { source, .. }
+            | OpenError::MappedStat(source) => Some(source),
             OpenError::NotRegular { .. } | OpenError::Replaced { .. } => None,
         }
     }
@@ -271,7 +290,8 @@ impl OpenError {
     /// Its kind, for callers that tell a missing file or a refusal from
     /// the rest (never by the message's words).
     pub fn kind(&self) -> std::io::ErrorKind {
-        self.io_error().map_or(std::io::ErrorKind::Other, std::io::Error::kind)
+        self.io_error()
+            .map_or(std::io::ErrorKind::Other, std::io::Error::kind)
     }
 }
 
@@ -294,10 +314,18 @@ pub fn open_regular(path: &str, follow: bool) -> Result<File, OpenError> {
         .read(true)
         .custom_flags(flags)
         .open(path)
-        .map_err(|source| OpenError::Open { path: path.to_string(), source })?;
-    let meta = f.metadata().map_err(|source| OpenError::Stat { path: path.to_string(), source })?;
+        .map_err(|source| OpenError::Open {
+            path: path.to_string(),
+            source,
+        })?;
+    let meta = f.metadata().map_err(|source| OpenError::Stat {
+        path: path.to_string(),
+        source,
+    })?;
     if !meta.file_type().is_file() {
-        return Err(OpenError::NotRegular { path: path.to_string() });
+        return Err(OpenError::NotRegular {
+            path: path.to_string(),
+        });
     }
     Ok(f)
 }
@@ -306,19 +334,29 @@ pub fn open_regular(path: &str, follow: bool) -> Result<File, OpenError> {
 /// sure it is the inode that was mapped.
 fn open_mapped_file(m: &MmapEvent) -> Result<File, OpenError> {
     // map_files names the mapped inode itself; it needs CAP_SYS_ADMIN.
-    let by_map = format!("/proc/{}/map_files/{:x}-{:x}", m.pid, m.start, m.start + m.len);
+    let by_map = format!(
+        "/proc/{}/map_files/{:x}-{:x}",
+        m.pid,
+        m.start,
+        m.start + m.len
+    );
     let file = match open_regular(&by_map, true) {
         Ok(f) => f,
         // Through the process's root (containers), then ours: paths its
         // owner controls, so the inode must be the mapped one.
-        Err(_) => open_regular(&format!("/proc/{}/root{}", m.pid, m.path), false).or_else(|_| open_regular(&m.path, false))?,
+        Err(_) => open_regular(&format!("/proc/{}/root{}", m.pid, m.path), false)
+            .or_else(|_| open_regular(&m.path, false))?,
     };
     if let Some((maj, min, ino)) = m.inode {
         let meta = file.metadata().map_err(OpenError::MappedStat)?;
         let dev = meta.dev();
         let (fmaj, fmin) = (libc::major(dev), libc::minor(dev));
         if ino != 0 && (meta.ino() != ino || fmaj != maj || fmin != min) {
-            return Err(OpenError::Replaced { path: m.path.clone(), mapped: ino, now: meta.ino() });
+            return Err(OpenError::Replaced {
+                path: m.path.clone(),
+                mapped: ino,
+                now: meta.ino(),
+            });
         }
     }
     Ok(file)
@@ -338,21 +376,34 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sysprof-open-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let missing = dir.join("missing");
-        assert_eq!(std::fs::metadata(&missing).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(
+            std::fs::metadata(&missing).unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
         let missing = missing.to_str().unwrap();
         let e = open_regular(missing, true).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
-        assert!(e.to_string().starts_with(&format!("cannot open {missing}: ")), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("cannot open {missing}: ")),
+            "{e}"
+        );
         assert_eq!(std::io::Error::from(e).kind(), std::io::ErrorKind::NotFound);
         let fifo = dir.join("fifo");
         let _ = std::fs::remove_file(&fifo);
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
         let e = open_regular(fifo.to_str().unwrap(), false).unwrap_err();
         assert!(matches!(e, OpenError::NotRegular { .. }), "{e}");
-        assert_eq!(e.to_string(), format!("{} is not a regular file", fifo.display()));
+        assert_eq!(
+            e.to_string(),
+            format!("{} is not a regular file", fifo.display())
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

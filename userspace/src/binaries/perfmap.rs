@@ -71,7 +71,11 @@ impl PerfMap {
                 let start = u64::from_str_radix(parts.next()?.trim_start_matches("0x"), 16).ok()?;
                 let size = u64::from_str_radix(parts.next()?.trim_start_matches("0x"), 16).ok()?;
                 let name = parts.next()?.trim();
-                (!name.is_empty() && size > 0).then(|| JitSymbol { start, size, name: cap_name(name) })
+                (!name.is_empty() && size > 0).then(|| JitSymbol {
+                    start,
+                    size,
+                    name: cap_name(name),
+                })
             })();
             match parsed {
                 Some(s) => map.symbols.push(s),
@@ -163,7 +167,10 @@ impl PerfMapError {
 /// namespace (which names the file), `root` its root directory.
 pub fn load(uid: Option<u32>, ns_pid: u32, root: &str) -> Result<PerfMap, PerfMapError> {
     let path = format!("{root}/tmp/perf-{ns_pid}.map");
-    let io = |source| PerfMapError::Io { path: path.clone(), source };
+    let io = |source| PerfMapError::Io {
+        path: path.clone(),
+        source,
+    };
     let meta = std::fs::symlink_metadata(&path).map_err(io)?;
     if meta.file_type().is_symlink() {
         return Err(PerfMapError::Symlink { path });
@@ -175,23 +182,40 @@ pub fn load(uid: Option<u32>, ns_pid: u32, root: &str) -> Result<PerfMap, PerfMa
         return Err(PerfMapError::UnknownUser { path });
     };
     if meta.uid() != uid {
-        return Err(PerfMapError::NotOwned { path, owner: meta.uid(), uid });
+        return Err(PerfMapError::NotOwned {
+            path,
+            owner: meta.uid(),
+            uid,
+        });
     }
     if meta.nlink() != 1 {
-        return Err(PerfMapError::Links { path, links: meta.nlink() });
+        return Err(PerfMapError::Links {
+            path,
+            links: meta.nlink(),
+        });
     }
     if meta.permissions().mode() & 0o400 == 0 {
         return Err(PerfMapError::Unreadable { path });
     }
     let mut text = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(&file, MAX_PERF_MAP_BYTES), &mut text).map_err(io)?;
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(&file, MAX_PERF_MAP_BYTES),
+        &mut text,
+    )
+    .map_err(io)?;
     Ok(PerfMap::parse(&text))
 }
 
 /// (uid, in-namespace pid) of a live process, from /proc/PID/status.
 pub fn process_identity(pid: u32) -> Option<(u32, u32)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
     let ns_pid = status
         .lines()
         .find_map(|l| l.strip_prefix("NSpid:"))
@@ -241,10 +265,16 @@ mod tests {
     /// map another user owns is refused with a kind that is.
     #[test]
     fn missing_map_is_not_found() {
-        let dir = std::env::temp_dir().join(format!("sysprof-perfmap-missing-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("sysprof-perfmap-missing-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("tmp")).unwrap();
         let root = dir.to_str().unwrap();
-        assert_eq!(std::fs::metadata(dir.join("tmp/perf-9.map")).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(
+            std::fs::metadata(dir.join("tmp/perf-9.map"))
+                .unwrap_err()
+                .kind(),
+            std::io::ErrorKind::NotFound
+        );
         let e = load(Some(0), 9, root).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
         std::fs::write(dir.join("tmp/perf-9.map"), "1000 10 f\n").unwrap();
@@ -252,7 +282,13 @@ mod tests {
         let other = unsafe { libc::geteuid() } + 1;
         let e = load(Some(other), 9, root).unwrap_err();
         assert_ne!(e.kind(), std::io::ErrorKind::NotFound);
-        assert!(e.to_string().ends_with(&format!("perf-9.map is owned by uid {} but the process runs as {other}; ignored", other - 1)), "{e}");
+        assert!(
+            e.to_string().ends_with(&format!(
+                "perf-9.map is owned by uid {} but the process runs as {other}; ignored",
+                other - 1
+            )),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -266,7 +302,11 @@ mod tests {
         std::os::unix::fs::symlink(dir.join("real.map"), dir.join("tmp/perf-7.map")).unwrap();
         let err = load(Some(0), 7, dir.to_str().unwrap()).unwrap_err();
         assert!(matches!(err, PerfMapError::Symlink { .. }), "{err}");
-        assert!(err.to_string().ends_with("perf-7.map is a symlink; ignored"), "{err}");
+        assert!(
+            err.to_string()
+                .ends_with("perf-7.map is a symlink; ignored"),
+            "{err}"
+        );
         std::fs::remove_file(dir.join("tmp/perf-7.map")).unwrap();
         std::fs::write(dir.join("tmp/perf-7.map"), "1000 10 f\n").unwrap();
         let m = load(Some(unsafe { libc::geteuid() }), 7, dir.to_str().unwrap()).unwrap();

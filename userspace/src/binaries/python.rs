@@ -200,10 +200,19 @@ impl From<&str> for NotRead {
 /// Err for a CPython this build cannot walk (its version said).
 pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
     let symbols = elf.symbols_where(|n| {
-        matches!(n, b"_PyRuntime" | b"Py_Version" | b"PyCode_Type" | b"PyEval_EvalFrameEx") || n.starts_with(b"_PyEval_EvalFrameDefault")
+        matches!(
+            n,
+            b"_PyRuntime" | b"Py_Version" | b"PyCode_Type" | b"PyEval_EvalFrameEx"
+        ) || n.starts_with(b"_PyEval_EvalFrameDefault")
     });
-    let find = |name: &str| symbols.iter().find(|(n, _, _)| n == name).map(|&(_, addr, size)| (addr, size));
-    let (Some((runtime, _)), Some((version_at, _))) = (find("_PyRuntime"), find("Py_Version")) else {
+    let find = |name: &str| {
+        symbols
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|&(_, addr, size)| (addr, size))
+    };
+    let (Some((runtime, _)), Some((version_at, _))) = (find("_PyRuntime"), find("Py_Version"))
+    else {
         // Py_Version is 3.11's; an eval loop defined here without it is an
         // older interpreter (2.7 to 3.10), not a launcher.
         if find("PyEval_EvalFrameEx").is_some() || find("_PyEval_EvalFrameDefault").is_some() {
@@ -211,19 +220,32 @@ pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
         }
         return Ok(None);
     };
-    let segments = elf.segments().map_err(|e| NotRead::Damaged(e.to_string()))?;
+    let segments = elf
+        .segments()
+        .map_err(|e| NotRead::Damaged(e.to_string()))?;
     let offset = vaddr_to_offset(&segments, version_at).ok_or("Py_Version lies in no segment")?;
-    let bytes = elf.read_checked("Py_Version", offset, 4).map_err(|e| NotRead::Damaged(e.to_string()))?;
+    let bytes = elf
+        .read_checked("Py_Version", offset, 4)
+        .map_err(|e| NotRead::Damaged(e.to_string()))?;
     let version = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
     let (major, minor) = (version >> 24, (version >> 16) & 0xff);
     let layout = match layout(minor as u8) {
         Some(l) if major == 3 => l,
-        _ => return Err(NotRead::Version(format!("CPython {major}.{minor}: this build reads the frames of 3.11 to 3.13"))),
+        _ => {
+            return Err(NotRead::Version(format!(
+                "CPython {major}.{minor}: this build reads the frames of 3.11 to 3.13"
+            )))
+        }
     };
-    let code_type = find("PyCode_Type").map(|(a, _)| a).ok_or("no PyCode_Type symbol")?;
+    let code_type = find("PyCode_Type")
+        .map(|(a, _)| a)
+        .ok_or("no PyCode_Type symbol")?;
     let mut eval: Vec<(u64, u64)> = symbols
         .iter()
-        .filter(|(n, _, size)| (n == "_PyEval_EvalFrameDefault" || n.starts_with("_PyEval_EvalFrameDefault.cold")) && *size > 0)
+        .filter(|(n, _, size)| {
+            (n == "_PyEval_EvalFrameDefault" || n.starts_with("_PyEval_EvalFrameDefault.cold"))
+                && *size > 0
+        })
         .map(|&(_, addr, size)| (addr, addr.saturating_add(size)))
         .collect();
     eval.sort_unstable();
@@ -236,7 +258,13 @@ pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
             eval.push(cold);
         }
     }
-    Ok(Some(PythonBinary { version, runtime, code_type, eval, layout }))
+    Ok(Some(PythonBinary {
+        version,
+        runtime,
+        code_type,
+        eval,
+        layout,
+    }))
 }
 
 /// Most bytes of the eval loop scanned for jumps out of it.
@@ -249,12 +277,18 @@ const MAX_EVAL_BYTES: u64 = 1 << 20;
 /// every byte, as the loop's instruction boundaries are unknown: stray
 /// matches scatter, the ~300 real jumps all land in one FDE; at least 8 are
 /// asked for. x86_64 only.
-fn unnamed_cold_part(elf: &ElfReader<'_>, segments: &[super::elf::Segment], (start, end): (u64, u64)) -> Option<(u64, u64)> {
+fn unnamed_cold_part(
+    elf: &ElfReader<'_>,
+    segments: &[super::elf::Segment],
+    (start, end): (u64, u64),
+) -> Option<(u64, u64)> {
     if end - start > MAX_EVAL_BYTES {
         return None;
     }
     let offset = vaddr_to_offset(segments, start)?;
-    let code = elf.read_checked("_PyEval_EvalFrameDefault", offset, end - start).ok()?;
+    let code = elf
+        .read_checked("_PyEval_EvalFrameDefault", offset, end - start)
+        .ok()?;
     let mut targets = Vec::new();
     for i in 0..code.len() {
         let (len, at) = match (code[i], code.get(i + 1)) {
@@ -262,7 +296,9 @@ fn unnamed_cold_part(elf: &ElfReader<'_>, segments: &[super::elf::Segment], (sta
             (0x0f, Some(b)) if (0x80..=0x8f).contains(b) => (6, i + 2),
             _ => continue,
         };
-        let Some(rel) = code.get(at..at + 4) else { continue };
+        let Some(rel) = code.get(at..at + 4) else {
+            continue;
+        };
         let rel = i32::from_le_bytes(rel.try_into().expect("4 bytes")) as i64;
         let target = (start + (i + len) as u64).wrapping_add_signed(rel);
         if target < start || target >= end {
@@ -273,7 +309,9 @@ fn unnamed_cold_part(elf: &ElfReader<'_>, segments: &[super::elf::Segment], (sta
     let mut hits: Vec<((u64, u64), usize)> = Vec::new();
     for t in targets {
         let i = fdes.partition_point(|&(s, _)| s <= t);
-        let Some(&(s, e)) = i.checked_sub(1).and_then(|i| fdes.get(i)) else { continue };
+        let Some(&(s, e)) = i.checked_sub(1).and_then(|i| fdes.get(i)) else {
+            continue;
+        };
         if t < e && s != start {
             match hits.iter_mut().find(|(r, _)| *r == (s, e)) {
                 Some((_, n)) => *n += 1,
@@ -281,7 +319,10 @@ fn unnamed_cold_part(elf: &ElfReader<'_>, segments: &[super::elf::Segment], (sta
             }
         }
     }
-    hits.into_iter().max_by_key(|&(_, n)| n).filter(|&(_, n)| n >= 8).map(|(r, _)| r)
+    hits.into_iter()
+        .max_by_key(|&(_, n)| n)
+        .filter(|&(_, n)| n >= 8)
+        .map(|(r, _)| r)
 }
 
 #[cfg(test)]
@@ -297,8 +338,15 @@ mod tests {
             for word in [l.frame_code, l.frame_previous, l.frame_instr] {
                 assert!(word + 8 <= 64, "3.{}: {word}", l.minor);
             }
-            for byte in [Some(l.frame_owner), l.frame_is_entry].into_iter().flatten() {
-                assert!(byte < crate::bpf::abi::PY_FRAME_READ, "3.{}: {byte}", l.minor);
+            for byte in [Some(l.frame_owner), l.frame_is_entry]
+                .into_iter()
+                .flatten()
+            {
+                assert!(
+                    byte < crate::bpf::abi::PY_FRAME_READ,
+                    "3.{}: {byte}",
+                    l.minor
+                );
             }
             assert_eq!(layout(l.minor).map(|x| x.minor), Some(l.minor));
         }
@@ -314,11 +362,21 @@ mod tests {
             eprintln!("no /usr/bin/python3.11: not checked");
             return;
         };
-        let p = read(&ElfReader::new(&f, Default::default())).unwrap().expect("a CPython");
+        let p = read(&ElfReader::new(&f, Default::default()))
+            .unwrap()
+            .expect("a CPython");
         assert_eq!(p.layout.minor, 11);
         assert_eq!(p.eval.len(), 2, "{:x?}", p.eval);
-        let (hot, cold) = if p.eval[0].1 - p.eval[0].0 > p.eval[1].1 - p.eval[1].0 { (p.eval[0], p.eval[1]) } else { (p.eval[1], p.eval[0]) };
-        assert!(hot.1 - hot.0 > 40_000 && cold.1 - cold.0 > 4_000 && cold.1 - cold.0 < hot.1 - hot.0, "{:x?}", p.eval);
+        let (hot, cold) = if p.eval[0].1 - p.eval[0].0 > p.eval[1].1 - p.eval[1].0 {
+            (p.eval[0], p.eval[1])
+        } else {
+            (p.eval[1], p.eval[0])
+        };
+        assert!(
+            hot.1 - hot.0 > 40_000 && cold.1 - cold.0 > 4_000 && cold.1 - cold.0 < hot.1 - hot.0,
+            "{:x?}",
+            p.eval
+        );
         eprintln!("eval loop {hot:x?}, cold part {cold:x?}");
     }
 
@@ -338,15 +396,28 @@ mod tests {
             let mut parts = name.split('.').map(|p| p.parse::<u8>().unwrap_or(0));
             let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
             let Some(lib) = std::fs::read_dir(d.path().join("lib")).ok().and_then(|l| {
-                l.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| p.to_string_lossy().contains(".so.1.0") && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libpython")))
+                l.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| {
+                    p.to_string_lossy().contains(".so.1.0")
+                        && p.file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with("libpython"))
+                })
             }) else {
                 continue;
             };
             let f = std::fs::File::open(&lib).unwrap();
             let got = read(&ElfReader::new(&f, Default::default()));
             match got {
-                Ok(Some(p)) => assert!(major == 3 && (11..=13).contains(&minor) && p.layout.minor == minor, "{}: read as 3.{}", lib.display(), p.layout.minor),
-                Err(NotRead::Version(why)) => assert!(major < 3 || !(11..=13).contains(&minor), "{}: {why}", lib.display()),
+                Ok(Some(p)) => assert!(
+                    major == 3 && (11..=13).contains(&minor) && p.layout.minor == minor,
+                    "{}: read as 3.{}",
+                    lib.display(),
+                    p.layout.minor
+                ),
+                Err(NotRead::Version(why)) => assert!(
+                    major < 3 || !(11..=13).contains(&minor),
+                    "{}: {why}",
+                    lib.display()
+                ),
                 other => panic!("{}: {other:?}", lib.display()),
             }
             checked += 1;

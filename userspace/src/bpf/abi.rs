@@ -133,6 +133,14 @@ pub const STACK_USTACK_FAILED: u32 = 8;
 /// `STACK_HANDOVER_SKIPPED`: the kernel's walk so far without a copy to
 /// hand over (the events ring was over half full).
 pub const STACK_HANDOVER_SKIPPED: u32 = 32;
+/// `STACK_SHARED`: sent once for every thread of its process; its id (a
+/// hash of its content, with [`STACK_ID_SHARED`]) is referred to by any of
+/// them for the rest of the session.
+pub const STACK_SHARED: u32 = 64;
+/// `STACK_ID_SHARED`: the bit of a shared stack's id.
+pub const STACK_ID_SHARED: u64 = 0x8000_0000_0000_0000;
+/// `STACK_SHARED_MAX`: shared stacks the tracer keeps at most.
+pub const STACK_SHARED_MAX: u32 = 32768;
 /// User frames unwound in the kernel follow the record.
 pub const STACK_KERNEL_UNWOUND: u32 = 16;
 
@@ -303,7 +311,9 @@ pub struct SampleEvent {
     pub ustack: [u64; MAX_STACK_DEPTH],
 }
 
-/// `struct stack_event`: a thread's stacks at one place.
+/// `struct stack_event`: a thread's stacks at one place. The header only:
+/// the words it uses follow it in the record (user part, then the kernel
+/// stack; the C header says the order per mode).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct StackEvent {
@@ -317,9 +327,9 @@ pub struct StackEvent {
     pub pid: u32,
     /// Thread id.
     pub tid: u32,
-    /// Valid entries of `kstack`.
+    /// Kernel frames, after the user part.
     pub kstack_len: u32,
-    /// Valid entries of `ustack`.
+    /// User frames (frame pointers, or walked in the kernel), first in the tail.
     pub ustack_len: u32,
     /// Dwarf mode: valid stack bytes after the record.
     pub stack_size: u32,
@@ -337,10 +347,6 @@ pub struct StackEvent {
     pub user_sp: u64,
     /// User frame pointer.
     pub user_bp: u64,
-    /// Kernel return addresses, leaf first (leaf frames are the tracing path's).
-    pub kstack: [u64; MAX_STACK_DEPTH],
-    /// User return addresses (frame-pointer mode), leaf first.
-    pub ustack: [u64; MAX_STACK_DEPTH],
 }
 
 /// `struct offcpu_event`: one off-CPU interval of a thread.

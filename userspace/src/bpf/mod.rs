@@ -90,12 +90,23 @@ impl Sampler {
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("wakeup_bytes", &opts.wakeup_bytes, true)
             .override_global("stack_copy", &opts.stack_copy, true)
-            .override_global("kernel_unwind", &((opts.kernel_unwind_rows > 0) as u32), true)
+            .override_global(
+                "kernel_unwind",
+                &((opts.kernel_unwind_rows > 0) as u32),
+                true,
+            )
             .map_max_entries("samples", opts.ring_bytes)
             .map_max_entries("unwind_rows", opts.kernel_unwind_rows.max(1))
             .map_max_entries("unwind_processes", opts.kernel_unwind_processes.max(1))
             .map_max_entries("python_procs", opts.kernel_unwind_processes.max(1))
-            .map_max_entries("sample_scratch", if opts.kernel_unwind_rows > 0 { possible_cpus()? } else { 1 })
+            .map_max_entries(
+                "sample_scratch",
+                if opts.kernel_unwind_rows > 0 {
+                    possible_cpus()?
+                } else {
+                    1
+                },
+            )
             .load(SAMPLE_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sample.bpf.o", &e))?;
         let program: &mut PerfEvent = ebpf
@@ -103,22 +114,31 @@ impl Sampler {
             .ok_or_else(|| RecordError::Internal("sample_cpu_clock missing from object".into()))?
             .try_into()
             .map_err(|e| RecordError::Internal(format!("sample_cpu_clock: {e}")))?;
-        program.load().map_err(|e| RecordError::from_program_load("sample_cpu_clock", &e))?;
+        program
+            .load()
+            .map_err(|e| RecordError::from_program_load("sample_cpu_clock", &e))?;
         let mut unwind_maps = None;
         if opts.kernel_unwind_rows > 0 {
             let exec: &mut aya::programs::RawTracePoint = ebpf
                 .program_mut("forget_exec_mappings")
-                .ok_or_else(|| RecordError::Internal("forget_exec_mappings missing from object".into()))?
+                .ok_or_else(|| {
+                    RecordError::Internal("forget_exec_mappings missing from object".into())
+                })?
                 .try_into()
                 .map_err(|e| RecordError::Internal(format!("forget_exec_mappings: {e}")))?;
-            exec.load().map_err(|e| RecordError::from_program_load("forget_exec_mappings", &e))?;
-            exec.attach("sched_process_exec").map_err(|e| RecordError::Internal(format!("attaching forget_exec_mappings: {e}")))?;
+            exec.load()
+                .map_err(|e| RecordError::from_program_load("forget_exec_mappings", &e))?;
+            exec.attach("sched_process_exec").map_err(|e| {
+                RecordError::Internal(format!("attaching forget_exec_mappings: {e}"))
+            })?;
             let rows = match take(&mut ebpf, "unwind_rows")? {
                 aya::maps::Map::Array(m) => m,
                 _ => return Err(RecordError::Internal("unwind_rows is not an array".into())),
             };
             let rows = unwind_maps::RowsMapping::new(rows, opts.kernel_unwind_rows as usize)
-                .map_err(|e| RecordError::Internal(format!("cannot map the unwind table array: {e}")))?;
+                .map_err(|e| {
+                    RecordError::Internal(format!("cannot map the unwind table array: {e}"))
+                })?;
             let processes = aya::maps::HashMap::try_from(take(&mut ebpf, "unwind_processes")?)
                 .map_err(|e| RecordError::Internal(format!("unwind_processes map: {e}")))?;
             let refused = aya::maps::Array::try_from(take(&mut ebpf, "unwind_refused")?)
@@ -137,7 +157,15 @@ impl Sampler {
             .map_err(|e| RecordError::Internal(format!("samples ring: {e}")))?;
         let drops = PerCpuArray::try_from(take(&mut ebpf, "drops")?)
             .map_err(|e| RecordError::Internal(format!("drops map: {e}")))?;
-        Ok((Sampler { ebpf, drops, frequency: opts.frequency, unwind_maps }, ring))
+        Ok((
+            Sampler {
+                ebpf,
+                drops,
+                frequency: opts.frequency,
+                unwind_maps,
+            },
+            ring,
+        ))
     }
 
     /// Attach the sampler to a cpu-clock event on every online CPU: samples
@@ -160,9 +188,15 @@ impl Sampler {
                 .map_err(|e| {
                     let text = crate::error::error_chain(&e);
                     if crate::error::is_permission_denied(&e) {
-                        return RecordError::NotPermitted { what: format!("cpu-clock sampling on CPU {cpu}"), paranoid: crate::error::paranoid() };
+                        return RecordError::NotPermitted {
+                            what: format!("cpu-clock sampling on CPU {cpu}"),
+                            paranoid: crate::error::paranoid(),
+                        };
                     }
-                    RecordError::PerfEvent { what: format!("cpu-clock sampling on CPU {cpu}"), source: std::io::Error::other(text) }
+                    RecordError::PerfEvent {
+                        what: format!("cpu-clock sampling on CPU {cpu}"),
+                        source: std::io::Error::other(text),
+                    }
                 })?;
         }
         Ok(())
@@ -176,7 +210,10 @@ impl Sampler {
     /// Sum the per-CPU drop counters.
     pub fn drops(&self) -> KernelDrops {
         let sum = |reason: u32| -> u64 {
-            self.drops.get(&reason, 0).map(|v| v.iter().sum()).unwrap_or(0)
+            self.drops
+                .get(&reason, 0)
+                .map(|v| v.iter().sum())
+                .unwrap_or(0)
         };
         KernelDrops {
             ring_full: sum(abi::DROP_RINGBUF_FULL),
@@ -192,11 +229,17 @@ impl Sampler {
 /// counted whether or not BPF statistics are on. 0 where it is not said.
 fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
     use std::os::fd::AsRawFd;
-    fdinfo_recursion_misses(&std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).unwrap_or_default())
+    fdinfo_recursion_misses(
+        &std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+            .unwrap_or_default(),
+    )
 }
 
 fn fdinfo_recursion_misses(info: &str) -> u64 {
-    info.lines().find_map(|l| l.strip_prefix("recursion_misses:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    info.lines()
+        .find_map(|l| l.strip_prefix("recursion_misses:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, RecordError> {
@@ -217,15 +260,29 @@ impl SharedMapDir {
     /// Mount a fresh bpffs on a new directory of our own.
     pub fn new() -> std::io::Result<SharedMapDir> {
         use std::os::unix::fs::DirBuilderExt;
-        let base = if std::path::Path::new("/run").is_dir() { std::path::PathBuf::from("/run") } else { std::env::temp_dir() };
-        let dir = base.join(format!("sysprof-bpf-{}", crate::sys::random::random_suffix()));
+        let base = if std::path::Path::new("/run").is_dir() {
+            std::path::PathBuf::from("/run")
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(format!(
+            "sysprof-bpf-{}",
+            crate::sys::random::random_suffix()
+        ));
         // mkdir fails on anything already there (a symlink planted by a
         // local user included); nobody but root can enter it.
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)?;
+        let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+            .map_err(std::io::Error::other)?;
         // SAFETY: mounting a new bpffs instance on a directory we created.
         let r = unsafe {
-            libc::mount(c"bpf".as_ptr(), path.as_ptr(), c"bpf".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, std::ptr::null())
+            libc::mount(
+                c"bpf".as_ptr(),
+                path.as_ptr(),
+                c"bpf".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            )
         };
         if r != 0 {
             let e = std::io::Error::last_os_error();
@@ -258,7 +315,9 @@ impl Drop for SharedMapDir {
 
 /// How many CPUs there can be (`bpf_get_smp_processor_id()` is below it).
 fn possible_cpus() -> Result<u32, RecordError> {
-    aya::util::nr_cpus().map(|n| n as u32).map_err(|(path, e)| RecordError::Internal(format!("{path}: {e}")))
+    aya::util::nr_cpus()
+        .map(|n| n as u32)
+        .map_err(|(path, e)| RecordError::Internal(format!("{path}: {e}")))
 }
 
 /// The online CPUs, from `/sys/devices/system/cpu/online`.
@@ -300,6 +359,11 @@ pub struct Tracer {
     /// `io_starts`: in-flight requests by `struct request *`; only counted
     /// here, so its value (`struct io_start`, 72 bytes) stays opaque.
     io_starts: aya::maps::HashMap<MapData, u64, [u64; 9]>,
+    /// `stack_ids`: shared stacks' ids (`STACK_SHARED`), kept until their
+    /// process is gone; `stack_ids_used[1]` counts those deleted here.
+    stack_ids: aya::maps::HashMap<MapData, u64, u8>,
+    stack_ids_used: aya::maps::Array<MapData, u64>,
+    shared_forgotten: u64,
 }
 
 /// What the tracer lost, per reason.
@@ -346,7 +410,11 @@ impl Tracer {
                 .map_pin_path("python_procs", dir.join("python_procs"));
         }
         let mut ebpf = loader
-            .override_global("kernel_unwind", &(opts.kernel_unwind.is_some() as u32), true)
+            .override_global(
+                "kernel_unwind",
+                &(opts.kernel_unwind.is_some() as u32),
+                true,
+            )
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("self_tgid", &std::process::id(), true)
             .override_global("offcpu_min_ns", &opts.off_cpu_min_ns, true)
@@ -356,7 +424,14 @@ impl Tracer {
             .override_global("start_fires_once", &(kernel_at_least(6, 5) as u8), true)
             .map_max_entries("events", opts.ring_bytes)
             // Stack records with a copy are built in a scratch per CPU and place.
-            .map_max_entries("copy_scratch", if opts.stack_copy > 0 { possible_cpus()? * 3 } else { 1 })
+            .map_max_entries(
+                "copy_scratch",
+                if opts.stack_copy > 0 {
+                    possible_cpus()? * 3
+                } else {
+                    1
+                },
+            )
             .load(SCHED_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sched.bpf.o", &e))?;
         let mut wanted: Vec<(&str, &[&str])> = Vec::new();
@@ -383,19 +458,60 @@ impl Tracer {
             .map_err(|e| RecordError::Internal(format!("threads map: {e}")))?;
         let io_starts = aya::maps::HashMap::try_from(take(&mut ebpf, "io_starts")?)
             .map_err(|e| RecordError::Internal(format!("io_starts map: {e}")))?;
-        Ok((Tracer { ebpf, drops, threads, io_starts }, ring))
+        let stack_ids = aya::maps::HashMap::try_from(take(&mut ebpf, "stack_ids")?)
+            .map_err(|e| RecordError::Internal(format!("stack_ids map: {e}")))?;
+        let stack_ids_used = aya::maps::Array::try_from(take(&mut ebpf, "stack_ids_used")?)
+            .map_err(|e| RecordError::Internal(format!("stack_ids_used map: {e}")))?;
+        Ok((
+            Tracer {
+                ebpf,
+                drops,
+                threads,
+                io_starts,
+                stack_ids,
+                stack_ids_used,
+                shared_forgotten: 0,
+            },
+            ring,
+        ))
+    }
+
+    /// Delete shared stacks whose process is gone, so their room in the
+    /// kernel's table serves new ones (a fork storm's processes would fill
+    /// it in seconds and stacks would be sent per place again).
+    pub fn forget_shared(&mut self, ids: &[u64]) {
+        if ids.is_empty() {
+            return;
+        }
+        for id in ids {
+            if self.stack_ids.remove(id).is_ok() {
+                self.shared_forgotten += 1;
+            }
+        }
+        // Written by this side only; the kernel only reads it.
+        let _ = self.stack_ids_used.set(1, self.shared_forgotten, 0);
     }
 
     /// Sum the per-CPU drop counters.
     pub fn drops(&self) -> TracerDrops {
-        let sum = |reason: u32| -> u64 { self.drops.get(&reason, 0).map(|v| v.iter().sum()).unwrap_or(0) };
+        let sum = |reason: u32| -> u64 {
+            self.drops
+                .get(&reason, 0)
+                .map(|v| v.iter().sum())
+                .unwrap_or(0)
+        };
         TracerDrops {
             events_full: sum(abi::DROP_EVENTS_FULL),
             stack_records: sum(abi::DROP_STACK_RECORD),
             stack_reads: sum(abi::DROP_KSTACK) + sum(abi::DROP_USTACK),
             state_full: sum(abi::DROP_STATE_FULL),
             io_untracked: sum(abi::DROP_IO_UNTRACKED),
-            runs_missed: self.ebpf.programs().filter_map(|(_, p)| p.fd().ok()).map(|fd| recursion_misses(std::os::fd::AsFd::as_fd(fd))).sum(),
+            runs_missed: self
+                .ebpf
+                .programs()
+                .filter_map(|(_, p)| p.fd().ok())
+                .map(|fd| recursion_misses(std::os::fd::AsFd::as_fd(fd)))
+                .sum(),
         }
     }
 
@@ -420,7 +536,8 @@ fn attach_raw_tracepoint(ebpf: &mut Ebpf, prog: &str, names: &[&str]) -> Result<
         .ok_or_else(|| RecordError::Internal(format!("{prog} missing from sched.bpf.o")))?
         .try_into()
         .map_err(|e| RecordError::Internal(format!("{prog}: {e}")))?;
-    p.load().map_err(|e| RecordError::from_program_load(prog, &e))?;
+    p.load()
+        .map_err(|e| RecordError::from_program_load(prog, &e))?;
     let mut last_err = None;
     for name in names {
         match p.attach(name) {
@@ -431,7 +548,10 @@ fn attach_raw_tracepoint(ebpf: &mut Ebpf, prog: &str, names: &[&str]) -> Result<
     let (name, e) = last_err.expect("at least one name");
     let text = crate::error::error_chain(&e);
     if crate::error::is_permission_denied(&e) {
-        return Err(RecordError::NotPermitted { what: format!("attaching to the tracepoint {name}"), paranoid: crate::error::paranoid() });
+        return Err(RecordError::NotPermitted {
+            what: format!("attaching to the tracepoint {name}"),
+            paranoid: crate::error::paranoid(),
+        });
     }
     Err(RecordError::PerfEvent {
         what: format!("the tracepoint {}", names.join(" or ")),
@@ -442,7 +562,9 @@ fn attach_raw_tracepoint(ebpf: &mut Ebpf, prog: &str, names: &[&str]) -> Result<
 /// Whether the running kernel is at least major.minor.
 fn kernel_at_least(major: u32, minor: u32) -> bool {
     let release = crate::error::kernel_release();
-    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
     let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     (ma, mi) >= (major, minor)
 }

@@ -58,7 +58,14 @@ impl RowsMapping {
         // SAFETY: a shared mapping of pages of the array that lie within it
         // (the kernel checks the range against the map's size).
         let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), map_start as libc::off_t)
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                map_start as libc::off_t,
+            )
         };
         if ptr == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
@@ -66,7 +73,11 @@ impl RowsMapping {
         // SAFETY: [first, end) lies in the mapping, which nothing else uses;
         // Row is plain old data.
         unsafe {
-            std::ptr::copy_nonoverlapping(rows.as_ptr() as *const u8, (ptr as *mut u8).add(first - map_start), end - first);
+            std::ptr::copy_nonoverlapping(
+                rows.as_ptr() as *const u8,
+                (ptr as *mut u8).add(first - map_start),
+                end - first,
+            );
             libc::munmap(ptr, map_len);
         }
         Ok(())

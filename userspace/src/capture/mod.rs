@@ -136,11 +136,13 @@ struct Loaded {
     events: Option<RingBuf<MapData>>,
 }
 
-
 impl CaptureSession {
     /// Start capturing into `collector` (which gets the `/proc` snapshot and
     /// the kernel's symbols). Must run inside a tokio runtime.
-    pub fn start(opts: &CaptureOptions, collector: &mut Collector) -> Result<CaptureSession, RecordError> {
+    pub fn start(
+        opts: &CaptureOptions,
+        collector: &mut Collector,
+    ) -> Result<CaptureSession, RecordError> {
         let cpus = crate::bpf::online_cpus()?;
         let mut sideband = Sideband::open(&cpus)?;
         // From here the machine's processes come and go into the sideband:
@@ -151,12 +153,33 @@ impl CaptureSession {
         // agent's 1-MiB tracer ring, attached here, overflowed in its 500 ms
         // beside a fork loop (619 records lost in the first window).
         let startup_period = Duration::from_millis(10);
-        let rings = pump::Rings { samples: None, events: None, sideband: &mut sideband };
-        let (loaded, mut pumped) = pump::while_busy(rings, startup_period, PUMP_BUDGET_BYTES, || Self::load(opts, collector, &cpus));
-        let Loaded { mut sampler, samples, tracer, mut events } = loaded?;
+        let rings = pump::Rings {
+            samples: None,
+            events: None,
+            sideband: &mut sideband,
+        };
+        let (loaded, mut pumped) =
+            pump::while_busy(rings, startup_period, PUMP_BUDGET_BYTES, || {
+                Self::load(opts, collector, &cpus)
+            });
+        let Loaded {
+            mut sampler,
+            samples,
+            tracer,
+            mut events,
+        } = loaded?;
         // Every program is loaded: their frames are in kallsyms now.
-        let rings = pump::Rings { samples: None, events: events.as_mut(), sideband: &mut sideband };
-        let (kernel, more) = pump::while_busy(rings, startup_period, PUMP_BUDGET_BYTES, KernelSymbols::snapshot);
+        let rings = pump::Rings {
+            samples: None,
+            events: events.as_mut(),
+            sideband: &mut sideband,
+        };
+        let (kernel, more) = pump::while_busy(
+            rings,
+            startup_period,
+            PUMP_BUDGET_BYTES,
+            KernelSymbols::snapshot,
+        );
         pumped.append(more);
         let kernel = match kernel {
             Ok(k) => Arc::new(k),
@@ -179,10 +202,19 @@ impl CaptureSession {
         let mut counters = CounterPoller::new(&cpus);
         // A baseline before anything runs, so even a short command gets deltas.
         counters.poll(crate::sys::clock::monotonic_ns(), std::iter::empty());
-        let rings = pump::OwnedRings { samples, events, sideband };
+        let rings = pump::OwnedRings {
+            samples,
+            events,
+            sideband,
+        };
         let period = opts.polling.rings.min(opts.polling.sideband);
-        let pump = pump::Pump::start(rings, pumped, period, PUMP_BUDGET_BYTES)
-            .map_err(|source| RecordError::RingPoll { what: "the rings' reader".into(), source })?;
+        let pump =
+            pump::Pump::start(rings, pumped, period, PUMP_BUDGET_BYTES).map_err(|source| {
+                RecordError::RingPoll {
+                    what: "the rings' reader".into(),
+                    source,
+                }
+            })?;
         Ok(CaptureSession {
             pump: Some(pump),
             sampler: Some(sampler),
@@ -198,7 +230,11 @@ impl CaptureSession {
 
     /// The session's first part: `/proc` read into `collector`, the sampler
     /// and the tracer loaded (the tracer attached), not yet sampling.
-    fn load(opts: &CaptureOptions, collector: &mut Collector, cpus: &[u32]) -> Result<Loaded, RecordError> {
+    fn load(
+        opts: &CaptureOptions,
+        collector: &mut Collector,
+        cpus: &[u32],
+    ) -> Result<Loaded, RecordError> {
         // Our own process too: the kernel unwinder needs its mappings, or
         // every sample of ours would be handed over with a stack copy.
         let mut only_pids = opts.target_pids.clone();
@@ -214,12 +250,17 @@ impl CaptureSession {
         // With kernel unwinding a sample carries its frames (a deep stack is
         // a few hundred bytes of addresses), not a stack copy.
         let ring_for = |per_sample: u64| -> u32 {
-            let record_bytes = (std::mem::size_of::<abi::SampleEvent>() as u64 + per_sample + 8) * opts.frequency;
+            let record_bytes =
+                (std::mem::size_of::<abi::SampleEvent>() as u64 + per_sample + 8) * opts.frequency;
             let min = opts.polling.ring_min_bytes as u64;
             let want = (cpus.len() as f64 * record_bytes as f64 * opts.polling.ring_seconds) as u64;
             want.next_power_of_two().clamp(min, (256 << 20).max(min)) as u32
         };
-        let ring_bytes = ring_for(if opts.kernel_unwind_rows > 0 { 1024 } else { opts.stack_copy as u64 });
+        let ring_bytes = ring_for(if opts.kernel_unwind_rows > 0 {
+            1024
+        } else {
+            opts.stack_copy as u64
+        });
         // The tracer walks off-CPU stacks with the sampler's tables: the two
         // objects share the maps through a private bpffs. Without one (no
         // mount allowed) the tracer copies stacks as before.
@@ -241,7 +282,11 @@ impl CaptureSession {
             wakeup_bytes: ring_bytes as u64 / opts.polling.wakeup_divisor.max(1) as u64,
             // Handed-over samples are few (a process's first milliseconds) and
             // sent at their size: they get the deepest copy there is.
-            stack_copy: if opts.kernel_unwind_rows > 0 && opts.stack_copy > 0 { abi::MAX_STACK_COPY as u32 } else { opts.stack_copy },
+            stack_copy: if opts.kernel_unwind_rows > 0 && opts.stack_copy > 0 {
+                abi::MAX_STACK_COPY as u32
+            } else {
+                opts.stack_copy
+            },
             kernel_unwind_rows: opts.kernel_unwind_rows,
             kernel_unwind_processes: opts.kernel_unwind_processes,
             share_unwind_maps: shared.as_ref().map(|d| d.path().to_path_buf()),
@@ -250,12 +295,15 @@ impl CaptureSession {
             // A kernel without bpf_loop (before 5.17) rejects the walker:
             // stacks are then copied and unwound here, as before.
             Err(e) if sampler_opts.kernel_unwind_rows > 0 => {
-                collector.warn(format!("user stacks are copied and unwound here, not in the kernel: {e}"));
+                collector.warn(format!(
+                    "user stacks are copied and unwound here, not in the kernel: {e}"
+                ));
                 sampler_opts.kernel_unwind_rows = 0;
                 sampler_opts.stack_copy = opts.stack_copy;
                 sampler_opts.share_unwind_maps = None;
                 sampler_opts.ring_bytes = ring_for(opts.stack_copy as u64);
-                sampler_opts.wakeup_bytes = sampler_opts.ring_bytes as u64 / opts.polling.wakeup_divisor.max(1) as u64;
+                sampler_opts.wakeup_bytes =
+                    sampler_opts.ring_bytes as u64 / opts.polling.wakeup_divisor.max(1) as u64;
                 shared = None;
                 Sampler::load(&sampler_opts)?
             }
@@ -273,7 +321,9 @@ impl CaptureSession {
                 // Room for 256 stack records with their user stack copies:
                 // a switch-heavy machine sends them in bursts (measured with
                 // the agent's 1 MiB ring: 300 lost of 3000 in 30 s).
-                ring_bytes: (ring_bytes / 2).max(opts.polling.ring_min_bytes).max((256 * opts.stack_copy).next_power_of_two()),
+                ring_bytes: (ring_bytes / 2)
+                    .max(opts.polling.ring_min_bytes)
+                    .max((256 * opts.stack_copy).next_power_of_two()),
                 stack_copy: opts.stack_copy,
                 wakeup_divisor: opts.polling.wakeup_divisor,
                 kernel_unwind: shared.as_ref().map(|d| d.path().to_path_buf()),
@@ -283,7 +333,12 @@ impl CaptureSession {
             (None, None)
         };
         drop(shared);
-        Ok(Loaded { sampler, samples, tracer, events })
+        Ok(Loaded {
+            sampler,
+            samples,
+            tracer,
+            events,
+        })
     }
 
     /// Hand what the rings' reader has read to the collector.
@@ -328,11 +383,17 @@ impl CaptureSession {
             }
         }
         collector.sync_kernel_unwinding();
+        if let Some(tracer) = &mut self.tracer {
+            tracer.forget_shared(&collector.take_forgotten_stacks());
+        }
     }
 
     /// Samples lost so far because the sampler's ring was full.
     pub fn lost_samples(&self) -> u64 {
-        self.sampler.as_ref().map(|s| s.drops().ring_full).unwrap_or(0)
+        self.sampler
+            .as_ref()
+            .map(|s| s.drops().ring_full)
+            .unwrap_or(0)
     }
 
     /// Drain the rings into `collector` until `until` completes (its
@@ -356,7 +417,8 @@ impl CaptureSession {
             // Late ticks (a window being finished) are not made up in a burst.
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         }
-        let mut status_tick = tokio::time::interval(status_every.unwrap_or(Duration::from_secs(3600)));
+        let mut status_tick =
+            tokio::time::interval(status_every.unwrap_or(Duration::from_secs(3600)));
         enum Wake {
             Drain,
             Counters,
@@ -378,7 +440,10 @@ impl CaptureSession {
             };
             match wake {
                 Wake::Drain => self.drain(collector),
-                Wake::Counters => self.counters.poll(crate::sys::clock::monotonic_ns(), collector.take_recent_pids()),
+                Wake::Counters => self.counters.poll(
+                    crate::sys::clock::monotonic_ns(),
+                    collector.take_recent_pids(),
+                ),
                 Wake::Status => status(collector.sample_count(), self.lost_samples()),
             }
             if collector.window_records() >= max_records {
@@ -392,7 +457,10 @@ impl CaptureSession {
     /// intervals still open, count what was lost, and detach the tracer
     /// (beside the rest of the work: it waits for RCU grace periods).
     pub fn stop(mut self, collector: &mut Collector) -> u64 {
-        self.counters.poll(crate::sys::clock::monotonic_ns(), collector.take_recent_pids());
+        self.counters.poll(
+            crate::sys::clock::monotonic_ns(),
+            collector.take_recent_pids(),
+        );
         let end_ns = crate::sys::clock::monotonic_ns();
         let lost_samples = self.lost_samples();
         drop(self.sampler.take());
@@ -433,7 +501,10 @@ impl CaptureSession {
     /// Records read after the cut that belong after it are the next
     /// window's (see [`crate::collector::WindowRange::continuous`]).
     pub fn cut(&mut self, collector: &mut Collector) -> u64 {
-        self.counters.poll(crate::sys::clock::monotonic_ns(), collector.take_recent_pids());
+        self.counters.poll(
+            crate::sys::clock::monotonic_ns(),
+            collector.take_recent_pids(),
+        );
         self.counters.window_cut();
         let end_ns = crate::sys::clock::monotonic_ns();
         self.drain_all(collector);
@@ -444,14 +515,24 @@ impl CaptureSession {
         }
         let lost_samples = self.lost_samples();
         let tracer_drops = self.tracer.as_ref().map(|t| t.drops()).unwrap_or_default();
-        let sideband_losses = self.pump.as_ref().map(|p| p.sideband_losses()).unwrap_or_default();
+        let sideband_losses = self
+            .pump
+            .as_ref()
+            .map(|p| p.sideband_losses())
+            .unwrap_or_default();
         self.report_losses(collector, lost_samples, tracer_drops, sideband_losses);
         end_ns
     }
 
     /// Give the collector the losses not reported yet.
     /// `sideband`: (records lost, records malformed) so far.
-    fn report_losses(&mut self, collector: &mut Collector, lost_samples: u64, tracer: TracerDrops, sideband: (u64, u64)) {
+    fn report_losses(
+        &mut self,
+        collector: &mut Collector,
+        lost_samples: u64,
+        tracer: TracerDrops,
+        sideband: (u64, u64),
+    ) {
         let now = Losses {
             samples: lost_samples,
             sideband: sideband.0,

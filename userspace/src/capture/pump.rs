@@ -43,7 +43,12 @@ impl Records {
         self.words.resize(start + bytes.len().div_ceil(8), 0);
         // SAFETY: the words just added are plain u64s, viewed as the bytes
         // they hold (u8 has no alignment); the length is within them.
-        let dst = unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().add(start) as *mut u8, bytes.len()) };
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.words.as_mut_ptr().add(start) as *mut u8,
+                bytes.len(),
+            )
+        };
         dst.copy_from_slice(bytes);
         self.spans.push((start, bytes.len()));
     }
@@ -51,7 +56,12 @@ impl Records {
     fn append(&mut self, later: Records) {
         let base = self.words.len();
         self.words.extend(later.words);
-        self.spans.extend(later.spans.into_iter().map(|(start, len)| (base + start, len)));
+        self.spans.extend(
+            later
+                .spans
+                .into_iter()
+                .map(|(start, len)| (base + start, len)),
+        );
     }
 
     /// The records, in the order read.
@@ -93,7 +103,9 @@ impl Pumped {
     }
 
     fn bytes(&self) -> usize {
-        self.samples.bytes() + self.events.bytes() + self.sideband.len() * (std::mem::size_of::<SidebandEvent>() + 64)
+        self.samples.bytes()
+            + self.events.bytes()
+            + self.sideband.len() * (std::mem::size_of::<SidebandEvent>() + 64)
     }
 }
 
@@ -136,7 +148,12 @@ const PUMP_NICE: i32 = -10;
 /// Run `work` while a thread of its own reads `rings` every `period` into
 /// memory (at most `budget` bytes); returns what `work` returned and what
 /// was read, the last read made after `work` ended.
-pub(super) fn while_busy<R>(mut rings: Rings<'_>, period: Duration, budget: usize, work: impl FnOnce() -> R) -> (R, Pumped) {
+pub(super) fn while_busy<R>(
+    mut rings: Rings<'_>,
+    period: Duration,
+    budget: usize,
+    work: impl FnOnce() -> R,
+) -> (R, Pumped) {
     let done = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let pump = std::thread::Builder::new()
@@ -176,7 +193,11 @@ pub(super) struct OwnedRings {
 
 impl OwnedRings {
     pub(super) fn lend(&mut self) -> Rings<'_> {
-        Rings { samples: Some(&mut self.samples), events: self.events.as_mut(), sideband: &mut self.sideband }
+        Rings {
+            samples: Some(&mut self.samples),
+            events: self.events.as_mut(),
+            sideband: &mut self.sideband,
+        }
     }
 }
 
@@ -213,7 +234,12 @@ impl Pump {
     /// Start reading `rings` (woken by the kernel at their watermarks, and
     /// every `period` for the sideband, which sends no wakeups), holding at
     /// most `budget` bytes; `pumped` is what was read before.
-    pub(super) fn start(rings: OwnedRings, pumped: Pumped, period: Duration, budget: usize) -> std::io::Result<Pump> {
+    pub(super) fn start(
+        rings: OwnedRings,
+        pumped: Pumped,
+        period: Duration,
+        budget: usize,
+    ) -> std::io::Result<Pump> {
         // SAFETY: eventfd has no preconditions; the fd is owned from here.
         let wake = unsafe {
             let fd = libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK);
@@ -233,24 +259,30 @@ impl Pump {
         });
         let thread = {
             let shared = shared.clone();
-            std::thread::Builder::new().name("sysprof-pump".into()).spawn(move || {
-                crate::sys::process::raise_thread_priority(PUMP_NICE);
-                let timeout_ms = period.as_millis().clamp(1, i32::MAX as u128) as i32;
-                while !shared.done.load(Ordering::Acquire) {
-                    epoll.wait(timeout_ms);
-                    let waiting = {
-                        let mut state = shared.lock();
-                        let State { rings, pumped } = &mut *state;
-                        rings.lend().read(pumped, budget);
-                        !pumped.is_empty()
-                    };
-                    if waiting {
-                        shared.ready.notify_one();
+            std::thread::Builder::new()
+                .name("sysprof-pump".into())
+                .spawn(move || {
+                    crate::sys::process::raise_thread_priority(PUMP_NICE);
+                    let timeout_ms = period.as_millis().clamp(1, i32::MAX as u128) as i32;
+                    while !shared.done.load(Ordering::Acquire) {
+                        epoll.wait(timeout_ms);
+                        let waiting = {
+                            let mut state = shared.lock();
+                            let State { rings, pumped } = &mut *state;
+                            rings.lend().read(pumped, budget);
+                            !pumped.is_empty()
+                        };
+                        if waiting {
+                            shared.ready.notify_one();
+                        }
                     }
-                }
-            })?
+                })?
         };
-        Ok(Pump { shared: Some(shared), thread: Some(thread), budget })
+        Ok(Pump {
+            shared: Some(shared),
+            thread: Some(thread),
+            budget,
+        })
     }
 
     /// Completes when records are waiting (or were, since the last take).
@@ -328,7 +360,10 @@ impl Epoll {
             OwnedFd::from_raw_fd(fd)
         };
         for &fd in fds {
-            let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLET) as u32, u64: fd as u64 };
+            let mut ev = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+                u64: fd as u64,
+            };
             // SAFETY: both fds are open (owned by the caller's rings and by us), ev is a local.
             if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
                 return Err(std::io::Error::last_os_error());
@@ -341,6 +376,13 @@ impl Epoll {
     fn wait(&self, timeout_ms: i32) {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 4];
         // SAFETY: the buffer is a local array of the length given.
-        unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, timeout_ms) };
+        unsafe {
+            libc::epoll_wait(
+                self.0.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                timeout_ms,
+            )
+        };
     }
 }

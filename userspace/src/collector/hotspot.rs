@@ -54,7 +54,11 @@ fn is_java_word(w: u64) -> bool {
 }
 
 /// A libjvm's layout as read (or why not), and how often it was read.
-type LayoutRead = (Arc<crate::binaries::hotspot::HotSpotSymbols>, Result<Arc<HotSpotLayout>, LayoutError>, u32);
+type LayoutRead = (
+    Arc<crate::binaries::hotspot::HotSpotSymbols>,
+    Result<Arc<HotSpotLayout>, LayoutError>,
+    u32,
+);
 
 /// The JVMs' layouts, interpreters and methods.
 #[derive(Debug, Default)]
@@ -76,7 +80,10 @@ impl JavaFrames {
     /// JVM `pid`'s layout, read from it on first use (and again while the
     /// JVM is still filling its tables in).
     fn layout(&mut self, pid: u32, java: &JavaRuntime) -> Option<Arc<HotSpotLayout>> {
-        let known = self.layouts.iter().position(|(s, _, _)| Arc::ptr_eq(s, &java.symbols));
+        let known = self
+            .layouts
+            .iter()
+            .position(|(s, _, _)| Arc::ptr_eq(s, &java.symbols));
         if let Some(i) = known {
             match &self.layouts[i].1 {
                 Ok(l) => return Some(l.clone()),
@@ -85,7 +92,8 @@ impl JavaFrames {
                 // no verdict on the next JVM of this libjvm: read again, a
                 // bounded number of times. Kept as the libjvm's, an
                 // `Unreadable` once left every later JVM unnamed.
-                Err(LayoutError::NotYet | LayoutError::Unreadable) if self.layouts[i].2 < MAX_NOT_YET => {}
+                Err(LayoutError::NotYet | LayoutError::Unreadable)
+                    if self.layouts[i].2 < MAX_NOT_YET => {}
                 Err(_) => return None,
             }
         }
@@ -97,7 +105,9 @@ impl JavaFrames {
             Some(LayoutError::Missing(_)) => true,
         };
         if let Some(e) = read.as_ref().err().filter(|_| said) {
-            self.failures.push(format!("JVM {pid}: its interpreted Java frames stay unnamed: {e}"));
+            self.failures.push(format!(
+                "JVM {pid}: its interpreted Java frames stay unnamed: {e}"
+            ));
         }
         let out = read.as_ref().ok().cloned();
         match known {
@@ -112,11 +122,18 @@ impl JavaFrames {
 
     /// JVM `pid` was sampled at `now_ns` and its interpreter is not known:
     /// its range, once the JVM has one (looked at every [`RETRY_NS`]).
-    pub(super) fn find_interpreter(&mut self, pid: u32, java: &JavaRuntime, now_ns: u64) -> Option<(u64, u64)> {
+    pub(super) fn find_interpreter(
+        &mut self,
+        pid: u32,
+        java: &JavaRuntime,
+        now_ns: u64,
+    ) -> Option<(u64, u64)> {
         if self.next_look.get(&pid).is_some_and(|&t| now_ns < t) {
             return None;
         }
-        let found = self.layout(pid, java).and_then(|l| l.interpreter(pid, java.base));
+        let found = self
+            .layout(pid, java)
+            .and_then(|l| l.interpreter(pid, java.base));
         match found {
             Some(_) => self.next_look.remove(&pid),
             None => self.next_look.insert(pid, now_ns + RETRY_NS),
@@ -136,7 +153,14 @@ impl JavaFrames {
 
     /// `stack` (kernel-walked, leaf first) with each interpreted frame named
     /// from its method, into `out`; the method words never stay in it.
-    pub(super) fn merge(&mut self, stack: &[u64], pid: u32, java: Option<&JavaRuntime>, frames: &mut PythonFrames, out: &mut Vec<u64>) {
+    pub(super) fn merge(
+        &mut self,
+        stack: &[u64],
+        pid: u32,
+        java: Option<&JavaRuntime>,
+        frames: &mut PythonFrames,
+        out: &mut Vec<u64>,
+    ) {
         out.clear();
         let layout = java.and_then(|j| self.layout(pid, j));
         let mut i = 0;
@@ -150,10 +174,17 @@ impl JavaFrames {
             let method = w & !JAVA_FRAME_TAG;
             let bcp = stack.get(i + 1).copied().unwrap_or(0);
             i += 2;
-            let Some(layout) = layout.as_deref() else { continue };
+            let Some(layout) = layout.as_deref() else {
+                continue;
+            };
             let read = self.methods.get_or_read(pid, method, 0, || {
                 let m = layout.method(pid, method).ok()?;
-                let info = Arc::new(CodeInfo { qualname: m.name.as_str().into(), filename: m.file.as_str().into(), first_line: 0, line_table: Box::new([]) });
+                let info = Arc::new(CodeInfo {
+                    qualname: m.name.as_str().into(),
+                    filename: m.file.as_str().into(),
+                    first_line: 0,
+                    line_table: Box::new([]),
+                });
                 Some(JavaMethodInfo { info, method: m })
             });
             match read {
@@ -179,11 +210,24 @@ mod tests {
         let mut j = JavaFrames::default();
         let mut frames = PythonFrames::default();
         let mut out = Vec::new();
-        let stack = [0x1000, 0x7000, JAVA_FRAME_TAG | 0x5550, 0x6660, 0x2000, 0x7001, JAVA_FRAME_TAG | 0x5558];
+        let stack = [
+            0x1000,
+            0x7000,
+            JAVA_FRAME_TAG | 0x5550,
+            0x6660,
+            0x2000,
+            0x7001,
+            JAVA_FRAME_TAG | 0x5558,
+        ];
         assert!(JavaFrames::has_java_words(&stack));
         j.merge(&stack, 1, None, &mut frames, &mut out);
         assert_eq!(out, vec![0x1000, 0x7000, 0x2000, 0x7001]);
         assert!(!JavaFrames::has_java_words(&out));
-        assert!(!JavaFrames::has_java_words(&[0x7fff_ffff_f000, 0xffff_ffff_8100_0000, 3, super::super::python::PY_KEY_BASE | 5]));
+        assert!(!JavaFrames::has_java_words(&[
+            0x7fff_ffff_f000,
+            0xffff_ffff_8100_0000,
+            3,
+            super::super::python::PY_KEY_BASE | 5
+        ]));
     }
 }

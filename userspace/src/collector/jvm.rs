@@ -83,7 +83,12 @@ pub(super) struct Jvms {
 impl Default for Jvms {
     fn default() -> Self {
         let (done_tx, done_rx) = channel();
-        Jvms { jvms: FxHashMap::default(), done_tx, done_rx, frames: Vec::new() }
+        Jvms {
+            jvms: FxHashMap::default(),
+            done_tx,
+            done_rx,
+            frames: Vec::new(),
+        }
     }
 }
 
@@ -96,7 +101,9 @@ fn ask(pid: u32) -> Result<JitFrames, AttachError> {
     };
     // The map is checked as any perf map is (owner, regular file, size).
     let frames = match crate::binaries::perfmap::load(uid, ns_pid, &format!("/proc/{pid}/root")) {
-        Ok(map) => crate::unwind::jvm::frames(&map, |addr, buf| crate::sys::memory::read_process(pid, addr, buf).is_ok()),
+        Ok(map) => crate::unwind::jvm::frames(&map, |addr, buf| {
+            crate::sys::memory::read_process(pid, addr, buf).is_ok()
+        }),
         Err(_) => JitFrames::default(),
     };
     Ok(frames)
@@ -148,7 +155,11 @@ impl Jvms {
     /// is a JVM that answered before, its new methods are asked for soon
     /// (see [`CUT_RETRY_MIN`]), not at the next doubling.
     pub(super) fn stack_cut(&mut self, pid: u32) {
-        if let Some(j) = self.jvms.get_mut(&pid).filter(|j| j.answered && !j.warned && !j.gone) {
+        if let Some(j) = self
+            .jvms
+            .get_mut(&pid)
+            .filter(|j| j.answered && !j.warned && !j.gone)
+        {
             let soon = j.asked.map_or_else(Instant::now, |t| t + j.cut_retry);
             if j.next.is_none_or(|t| t > soon) {
                 j.next = Some(soon);
@@ -169,7 +180,12 @@ impl Jvms {
     pub(super) fn tick(&mut self, now_all: bool) -> Vec<String> {
         let now = Instant::now();
         for (&pid, j) in self.jvms.iter_mut() {
-            if !j.sampled || j.pending || j.warned || j.gone || !(now_all || j.next.is_none_or(|t| now >= t)) {
+            if !j.sampled
+                || j.pending
+                || j.warned
+                || j.gone
+                || !(now_all || j.next.is_none_or(|t| now >= t))
+            {
                 continue;
             }
             j.pending = true;
@@ -177,11 +193,13 @@ impl Jvms {
             j.next = Some(now + j.interval);
             j.interval = (j.interval * 2).min(LONGEST_INTERVAL);
             let tx = self.done_tx.clone();
-            let spawned = std::thread::Builder::new().name("sysprof-jvm".into()).spawn(move || {
-                let started = Instant::now();
-                let answer = ask(pid);
-                let _ = tx.send((pid, answer, started.elapsed()));
-            });
+            let spawned = std::thread::Builder::new()
+                .name("sysprof-jvm".into())
+                .spawn(move || {
+                    let started = Instant::now();
+                    let answer = ask(pid);
+                    let _ = tx.send((pid, answer, started.elapsed()));
+                });
             if spawned.is_err() {
                 j.pending = false;
             }
@@ -195,15 +213,28 @@ impl Jvms {
         let mut warnings = Vec::new();
         loop {
             let next = match deadline {
-                Some(d) if self.jvms.values().any(|j| j.pending) => self.done_rx.recv_timeout(d.saturating_duration_since(Instant::now())).ok(),
+                Some(d) if self.jvms.values().any(|j| j.pending) => self
+                    .done_rx
+                    .recv_timeout(d.saturating_duration_since(Instant::now()))
+                    .ok(),
                 _ => self.done_rx.try_recv().ok(),
             };
-            let Some((pid, result, took)) = next else { break };
-            let Some(j) = self.jvms.get_mut(&pid) else { continue };
+            let Some((pid, result, took)) = next else {
+                break;
+            };
+            let Some(j) = self.jvms.get_mut(&pid) else {
+                continue;
+            };
             j.pending = false;
             match result {
                 Ok(frames) => {
-                    let held = (frames.methods, frames.rows.iter().fold(frames.base, |a, r| a.wrapping_add(u64::from(r.pc))));
+                    let held = (
+                        frames.methods,
+                        frames
+                            .rows
+                            .iter()
+                            .fold(frames.base, |a, r| a.wrapping_add(u64::from(r.pc))),
+                    );
                     j.cut_retry = cut_retry(j.cut_retry, j.last == Some(held), j.answered, took);
                     j.last = Some(held);
                     j.answered = true;
@@ -222,7 +253,9 @@ impl Jvms {
                 // SIGQUIT that starts no listener would print a thread dump.
                 Err(AttachError::Failed(e)) => {
                     if std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                        warnings.push(format!("JVM pid {pid}: its compiled methods stay unnamed: {e}"));
+                        warnings.push(format!(
+                            "JVM pid {pid}: its compiled methods stay unnamed: {e}"
+                        ));
                     }
                     j.warned = true;
                 }
@@ -245,7 +278,9 @@ impl Jvms {
         for (pid, j) in &self.jvms {
             if j.gone && !j.answered && !j.warned {
                 if let Some(e) = &j.not_yet {
-                    warnings.push(format!("JVM pid {pid}: its compiled methods stay unnamed: {e}"));
+                    warnings.push(format!(
+                        "JVM pid {pid}: its compiled methods stay unnamed: {e}"
+                    ));
                 }
             }
         }
@@ -264,7 +299,11 @@ mod tests {
     #[test]
     fn cut_retry_follows_the_cost_and_backs_off() {
         let ms = Duration::from_millis;
-        assert_eq!(cut_retry(ms(25), false, false, ms(41)), CUT_RETRY_MIN, "the first request started the listener");
+        assert_eq!(
+            cut_retry(ms(25), false, false, ms(41)),
+            CUT_RETRY_MIN,
+            "the first request started the listener"
+        );
         assert_eq!(cut_retry(ms(25), false, true, ms(2)), ms(40));
         assert_eq!(cut_retry(ms(25), false, true, ms(1)), CUT_RETRY_MIN);
         assert_eq!(cut_retry(ms(40), true, true, ms(2)), ms(80));

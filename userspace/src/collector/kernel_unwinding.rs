@@ -18,7 +18,10 @@ impl Collector {
             // and a hundred more take ~0.3 s on two threads): until then
             // their samples would each hand over a stack copy, a burst the
             // ring cannot hold while the rest of the start runs.
-            u.sync_kernel_waiting(&self.binaries, std::time::Instant::now() + KERNEL_TABLES_AT_START);
+            u.sync_kernel_waiting(
+                &self.binaries,
+                std::time::Instant::now() + KERNEL_TABLES_AT_START,
+            );
         }
     }
 
@@ -46,7 +49,10 @@ impl Collector {
 
     /// What the in-kernel unwinder refused, per uid, all time.
     pub fn kernel_refusals(&self) -> Vec<(u32, crate::unwind::kernel::UidRefusals)> {
-        self.unwinders.as_ref().map(|u| u.kernel_refusals()).unwrap_or_default()
+        self.unwinders
+            .as_ref()
+            .map(|u| u.kernel_refusals())
+            .unwrap_or_default()
     }
 
     /// The in-kernel unwinder's table totals, if it runs.

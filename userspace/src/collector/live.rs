@@ -44,13 +44,20 @@ impl Collector {
                 // A child starts in its parent's cgroup: take the parent's
                 // when known (a fork storm would otherwise cost a /proc read each).
                 let inherited = self.table.live_of(*ppid).and_then(|l| l.cgroup.clone());
-                let entry = inherited.unwrap_or_else(|| (crate::sideband::proc_snapshot::read_cgroup(*pid), crate::sys::clock::monotonic_ns()));
+                let entry = inherited.unwrap_or_else(|| {
+                    (
+                        crate::sideband::proc_snapshot::read_cgroup(*pid),
+                        crate::sys::clock::monotonic_ns(),
+                    )
+                });
                 self.table.live(*pid).cgroup = Some(entry);
                 if let Some(u) = self.unwinders.as_mut() {
                     u.fork(*ppid, *pid);
                 }
             }
-            SidebandEvent::Comm { pid, exec: true, .. } => {
+            SidebandEvent::Comm {
+                pid, exec: true, ..
+            } => {
                 if let Some(u) = self.unwinders.as_mut() {
                     u.exec(*pid);
                 }
@@ -74,9 +81,20 @@ impl Collector {
 
     /// `pid` mapped `binary` (at start, or as the mapping arrives): noted if
     /// it is JIT code or a jitdump, and told to the unwinders.
-    pub(super) fn mapped(&mut self, pid: u32, start: u64, len: u64, pgoff: u64, path: &str, binary: BinaryIndex) {
+    pub(super) fn mapped(
+        &mut self,
+        pid: u32,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        path: &str,
+        binary: BinaryIndex,
+    ) {
         if is_anonymous(path) {
-            self.table.live(pid).jit_identity.get_or_insert_with(|| crate::binaries::perfmap::process_identity(pid));
+            self.table
+                .live(pid)
+                .jit_identity
+                .get_or_insert_with(|| crate::binaries::perfmap::process_identity(pid));
         }
         if self.options.jvm_attach {
             self.jvms.mapped(pid, path);
@@ -103,7 +121,8 @@ impl Collector {
         // Exits are seen in the sideband; looking for the ones it lost costs
         // a lookup per process, so only every few windows.
         let look = self.windows_finished % GONE_CHECK_WINDOWS == 0;
-        let exists = |pid: u32| !look || pid == 0 || std::path::Path::new(&format!("/proc/{pid}")).exists();
+        let exists =
+            |pid: u32| !look || pid == 0 || std::path::Path::new(&format!("/proc/{pid}")).exists();
         for (&pid, p) in self.table.processes.iter_mut() {
             if p.end_ns.is_none() && !exists(pid) {
                 p.end_ns = Some(now_ns);
@@ -153,7 +172,11 @@ impl Collector {
     /// Sizes of what the collector keeps between windows, for the agent's
     /// health line: (processes, open binaries, bytes of cached names, Python code objects included).
     pub fn retained(&self) -> (usize, usize, usize) {
-        (self.table.processes.len(), self.binaries.open_count(), self.names.bytes() + self.py_codes.bytes() + self.java.methods.bytes())
+        (
+            self.table.processes.len(),
+            self.binaries.open_count(),
+            self.names.bytes() + self.py_codes.bytes() + self.java.methods.bytes(),
+        )
     }
 
     /// A process's cgroup as of the window's end. Containers move processes
@@ -162,11 +185,14 @@ impl Collector {
     /// every process's cgroup every window was a tenth of its CPU time).
     pub(super) fn cgroup_now(&self, pid: u32, range: &WindowRange) -> Option<String> {
         let cached = self.table.live_of(pid).and_then(|l| l.cgroup.as_ref());
-        let fresh = cached.is_some_and(|(_, at)| range.continuous && range.end_ns.saturating_sub(*at) < CGROUP_REFRESH_NS);
+        let fresh = cached.is_some_and(|(_, at)| {
+            range.continuous && range.end_ns.saturating_sub(*at) < CGROUP_REFRESH_NS
+        });
         if fresh {
             return cached.and_then(|c| c.0.clone());
         }
-        crate::sideband::proc_snapshot::read_cgroup(pid).or_else(|| cached.and_then(|c| c.0.clone()))
+        crate::sideband::proc_snapshot::read_cgroup(pid)
+            .or_else(|| cached.and_then(|c| c.0.clone()))
     }
 }
 
@@ -191,7 +217,13 @@ mod tests {
     const CHILD: u32 = 5_000_002;
 
     fn window(start_ns: u64, end_ns: u64) -> WindowRange {
-        WindowRange { start_ns, end_ns, start_wall_ms: 0.0, interval_ms: 1.0, continuous: true }
+        WindowRange {
+            start_ns,
+            end_ns,
+            start_wall_ms: 0.0,
+            interval_ms: 1.0,
+            continuous: true,
+        }
     }
 
     /// Check that a new process's cgroup is the one its parent had as the
@@ -201,7 +233,13 @@ mod tests {
     #[test]
     fn a_child_inherits_its_parents_cgroup_and_it_goes_with_it() {
         // Short-lived processes are reported without a sample (as the agent does).
-        let mut c = Collector::new(PidFilter::All, CollectorOptions { keep_short_lived: true, ..Default::default() });
+        let mut c = Collector::new(
+            PidFilter::All,
+            CollectorOptions {
+                keep_short_lived: true,
+                ..Default::default()
+            },
+        );
         let parent = SnapshotProcess {
             pid: PARENT,
             ppid: 1,
@@ -213,13 +251,34 @@ mod tests {
             mappings: Vec::new(),
             cgroup: Some("/system.slice/app.service".into()),
         };
-        c.handle_snapshot(ProcSnapshot { processes: vec![parent] });
-        c.handle_sideband(SidebandEvent::Fork { time: 110, pid: CHILD, ppid: PARENT, tid: CHILD });
-        c.handle_sideband(SidebandEvent::Exit { time: 130, pid: CHILD, tid: CHILD });
+        c.handle_snapshot(ProcSnapshot {
+            processes: vec![parent],
+        });
+        c.handle_sideband(SidebandEvent::Fork {
+            time: 110,
+            pid: CHILD,
+            ppid: PARENT,
+            tid: CHILD,
+        });
+        c.handle_sideband(SidebandEvent::Exit {
+            time: 130,
+            pid: CHILD,
+            tid: CHILD,
+        });
         let rec = c.finish_window(window(100, 200));
-        let child = rec.processes.iter().find(|p| p.pid == CHILD).expect("the short-lived child is reported");
+        let child = rec
+            .processes
+            .iter()
+            .find(|p| p.pid == CHILD)
+            .expect("the short-lived child is reported");
         assert_eq!(child.cgroup.as_deref(), Some("/system.slice/app.service"));
-        assert!(c.table.live_of(CHILD).is_none(), "exited and reported: nothing of it kept");
-        assert!(c.table.live_of(PARENT).is_some_and(|l| l.cgroup.is_some()), "the parent's stays");
+        assert!(
+            c.table.live_of(CHILD).is_none(),
+            "exited and reported: nothing of it kept"
+        );
+        assert!(
+            c.table.live_of(PARENT).is_some_and(|l| l.cgroup.is_some()),
+            "the parent's stays"
+        );
     }
 }

@@ -39,26 +39,26 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashSet;
 
+use crate::binaries::{Binaries, BinaryIndex};
 use crate::bpf::abi::{
-    self, EventRecord, FoldedEvent, IoEvent, OffCpuEvent, SampleView, StackEvent, StackView, ThreadEndEvent,
-    ThreadState as KernelThreadState, SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED, STACK_KSTACK_FAILED,
-    STACK_USTACK_FAILED, TASK_COMM_LEN,
+    self, EventRecord, FoldedEvent, IoEvent, OffCpuEvent, SampleView, StackEvent, StackView,
+    ThreadEndEvent, ThreadState as KernelThreadState, SAMPLE_FLAG_KSTACK_FAILED,
+    SAMPLE_FLAG_USTACK_FAILED, STACK_KSTACK_FAILED, STACK_USTACK_FAILED, TASK_COMM_LEN,
 };
+use crate::bpf::abi::{KernelUnwound, Regs, UserStack};
+use crate::model::recording::*;
+use crate::model::stack_end::StackEnd;
+use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
 use crate::sideband::proc_snapshot::ProcSnapshot;
-use crate::sideband::SidebandEvent;
 #[cfg(test)]
 use crate::sideband::MmapEvent;
-use crate::binaries::{BinaryIndex, Binaries};
+use crate::sideband::SidebandEvent;
 use crate::symbolize::kernel::{InterruptKind, KernelSymbols};
-use crate::bpf::abi::{KernelUnwound, Regs, UserStack};
-use crate::model::stack_end::StackEnd;
 use crate::unwind::Unwinders;
-use process::ProcessTable;
-use crate::model::recording::*;
-use sched::{FoldedRecord, IoRecord, OffCpuRecord};
-use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
-use stacks::{StoredStack, ThreadStacks};
 pub use options::{CollectorOptions, PidFilter, WindowRange};
+use process::ProcessTable;
+use sched::{FoldedRecord, IoRecord, OffCpuRecord};
+use stacks::{StoredStack, ThreadStacks};
 use window::WindowData;
 
 /// A task's CPU time exactly at a sample, shifted by a constant: the
@@ -73,7 +73,9 @@ use window::WindowData;
 /// parts per million): that offset cancels in the difference of two samples,
 /// which is all a CPU delta needs. Wrapping: the offset can have either sign.
 pub(crate) fn runtime_clock(sum_exec_runtime: u64, exec_start: u64, time_ns: u64) -> u64 {
-    sum_exec_runtime.wrapping_add(time_ns).wrapping_sub(exec_start)
+    sum_exec_runtime
+        .wrapping_add(time_ns)
+        .wrapping_sub(exec_start)
 }
 
 /// Ends a user stack in `out` with the raw key of its cut ([`StackEnd::raw_key`]:
@@ -88,7 +90,6 @@ const KERNEL_ADDR_MIN: u64 = 0x8000_0000_0000_0000;
 /// Most frames kept of one user stack.
 const MAX_USER_FRAMES: usize = 127;
 
-
 /// Accumulates what is recorded; see the module doc.
 pub struct Collector {
     options: CollectorOptions,
@@ -102,6 +103,9 @@ pub struct Collector {
     stacks: ThreadStacks,
     /// Windows finished, for what is done every few windows.
     windows_finished: u64,
+    /// Shared stacks of processes that are gone, for the tracer to delete
+    /// from the kernel's table (`take_forgotten_stacks`).
+    shared_stacks_forgotten: Vec<u64>,
     /// The first window's start: nothing the collector reports begins
     /// before it (the tracer runs a moment before the recording starts).
     first_start_ns: Option<u64>,
@@ -145,6 +149,7 @@ impl Collector {
             kernel: Arc::new(KernelSymbols::default()),
             stacks: ThreadStacks::default(),
             windows_finished: 0,
+            shared_stacks_forgotten: Vec::new(),
             first_start_ns: None,
             recent_pids: FxHashSet::default(),
             samples_total: 0,
@@ -171,7 +176,8 @@ impl Collector {
     /// Sampling has begun: the CPU bases of the threads that ran before are
     /// read again (see [`process::ProcessTable::rebase_cpu_times`]).
     pub fn sampling_started(&mut self) {
-        self.table.rebase_cpu_times(crate::sideband::proc_snapshot::thread_cpu_ns);
+        self.table
+            .rebase_cpu_times(crate::sideband::proc_snapshot::thread_cpu_ns);
     }
 
     /// Keep `pid` (and what it starts) too: the command `record` started.
@@ -200,11 +206,15 @@ impl Collector {
 
     /// Processes that already ran at start, from `/proc`.
     pub fn handle_snapshot(&mut self, snapshot: ProcSnapshot) {
-        let bins: Vec<Vec<BinaryIndex>> =
-            snapshot.processes.iter().map(|p| p.mappings.iter().map(|m| self.binaries.intern(m)).collect()).collect();
+        let bins: Vec<Vec<BinaryIndex>> = snapshot
+            .processes
+            .iter()
+            .map(|p| p.mappings.iter().map(|m| self.binaries.intern(m)).collect())
+            .collect();
         self.table.seed(&snapshot, &bins);
         for (p, b) in snapshot.processes.iter().zip(&bins) {
-            self.table.live(p.pid).cgroup = Some((p.cgroup.clone(), crate::sys::clock::monotonic_ns()));
+            self.table.live(p.pid).cgroup =
+                Some((p.cgroup.clone(), crate::sys::clock::monotonic_ns()));
             for (m, &binary) in p.mappings.iter().zip(b) {
                 self.mapped(p.pid, m.start, m.len, m.pgoff, &m.path, binary);
             }
@@ -217,23 +227,40 @@ impl Collector {
     fn unwind_in_kernel(&mut self, pid: u32, k: &KernelUnwound<'_>) {
         self.unwound.clear();
         self.unwound.extend_from_slice(k.frames);
-        let Some(u) = self.unwinders.as_mut() else { return };
+        let Some(u) = self.unwinders.as_mut() else {
+            return;
+        };
         u.kernel_walked(pid, k.end);
         // The kernel sends registers and a copy only where it hands over. At
         // an address its entry did not cover: code mapped since, or no code
         // (then the walk ends there, as the kernel said); the leaf is kept.
-        let handover =
-            k.handover.filter(|(regs, _)| k.end != abi::UNWIND_END_BAD_ADDRESS || k.frames.is_empty() || u.is_code(pid, regs.ip));
+        let handover = k.handover.filter(|(regs, _)| {
+            k.end != abi::UNWIND_END_BAD_ADDRESS || k.frames.is_empty() || u.is_code(pid, regs.ip)
+        });
         if let Some((regs, stack)) = handover {
             // As deep as the kernel walks: a copy of 32 KiB may hold hundreds of small frames.
-            let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, abi::UNWIND_MAX_FRAMES.max(MAX_USER_FRAMES + k.frames.len()));
+            let end = u.unwind(
+                &self.binaries,
+                pid,
+                regs,
+                stack,
+                &mut self.unwound,
+                abi::UNWIND_MAX_FRAMES.max(MAX_USER_FRAMES + k.frames.len()),
+            );
             push_cut(&mut self.unwound, end);
             return;
         }
         // A walk that ended in a program's entry function (hand-written
         // `_start` without CFI) reached the bottom whatever it read below.
-        let at_entry = k.frames.last().is_some_and(|&a| k.frames.len() > 1 && u.is_entry(pid, a));
-        let end = if at_entry { StackEnd::Root } else { StackEnd::from_abi(k.end) };
+        let at_entry = k
+            .frames
+            .last()
+            .is_some_and(|&a| k.frames.len() > 1 && u.is_entry(pid, a));
+        let end = if at_entry {
+            StackEnd::Root
+        } else {
+            StackEnd::from_abi(k.end)
+        };
         // Counted as the copy unwinder counts its own stacks.
         u.count_kernel_end(end);
         push_cut(&mut self.unwound, end);
@@ -243,7 +270,9 @@ impl Collector {
     /// never returns to user mode, so the user registers it entered the
     /// kernel with belong to its last system call.
     fn is_exiting(&self, kstack: &[u64]) -> bool {
-        kstack.iter().any(|&a| self.kernel.lookup(a).is_some_and(|s| s.name == "do_exit"))
+        kstack
+            .iter()
+            .any(|&a| self.kernel.lookup(a).is_some_and(|s| s.name == "do_exit"))
     }
 
     /// A sample of an exiting thread whose user stack could not be read (its
@@ -268,8 +297,17 @@ impl Collector {
     /// first, ending with a truncation marker when it stopped early.
     fn unwind_copy(&mut self, pid: u32, regs: Regs, stack: &[u8]) {
         self.unwound.clear();
-        let Some(u) = self.unwinders.as_mut() else { return };
-        let end = u.unwind(&self.binaries, pid, regs, stack, &mut self.unwound, MAX_USER_FRAMES);
+        let Some(u) = self.unwinders.as_mut() else {
+            return;
+        };
+        let end = u.unwind(
+            &self.binaries,
+            pid,
+            regs,
+            stack,
+            &mut self.unwound,
+            MAX_USER_FRAMES,
+        );
         push_cut(&mut self.unwound, end);
     }
 
@@ -278,7 +316,12 @@ impl Collector {
     /// build does not read (a warning says which): the stack then does not
     /// pass for one of a program without Python.
     fn say_python_unread(&mut self, pid: u32) {
-        if !self.unwound.is_empty() && self.unwinders.as_ref().is_some_and(|u| u.python_unread(pid)) {
+        if !self.unwound.is_empty()
+            && self
+                .unwinders
+                .as_ref()
+                .is_some_and(|u| u.python_unread(pid))
+        {
             self.unwound.push(python::PY_NOT_READ_KEY);
         }
     }
@@ -328,18 +371,39 @@ impl Collector {
                 }
                 if hotspot::JavaFrames::has_java_words(&self.unwound) {
                     let java = self.unwinders.as_ref().and_then(|u| u.java(s.pid));
-                    self.java.merge(&self.unwound, s.pid, java, &mut self.window.python, &mut self.merged);
+                    self.java.merge(
+                        &self.unwound,
+                        s.pid,
+                        java,
+                        &mut self.window.python,
+                        &mut self.merged,
+                    );
                     Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
-                } else { match self.unwinders.as_ref().and_then(|u| u.python(s.pid)).filter(|_| !k.python.is_empty()) {
-                    Some(py) => {
-                        python::merge(&self.unwound, k.python, s.pid, py, &mut self.py_codes, &mut self.window.python, &mut self.merged);
-                        Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
+                } else {
+                    match self
+                        .unwinders
+                        .as_ref()
+                        .and_then(|u| u.python(s.pid))
+                        .filter(|_| !k.python.is_empty())
+                    {
+                        Some(py) => {
+                            python::merge(
+                                &self.unwound,
+                                k.python,
+                                s.pid,
+                                py,
+                                &mut self.py_codes,
+                                &mut self.window.python,
+                                &mut self.merged,
+                            );
+                            Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
+                        }
+                        None => {
+                            self.say_python_unread(s.pid);
+                            Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
+                        }
                     }
-                    None => {
-                        self.say_python_unread(s.pid);
-                        Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
-                    }
-                } }
+                }
             }
             UserStack::Copy { regs, stack } if self.unwinders.is_some() => {
                 self.unwind_copy(s.pid, regs, stack);
@@ -354,7 +418,9 @@ impl Collector {
         w.samples.tid.push(s.tid);
         w.samples.cpu.push(s.cpu);
         w.samples.runtime_ns.push(s.sum_exec_runtime);
-        w.samples.runtime_clock_ns.push(runtime_clock(s.sum_exec_runtime, s.exec_start, s.time_ns));
+        w.samples
+            .runtime_clock_ns
+            .push(runtime_clock(s.sum_exec_runtime, s.exec_start, s.time_ns));
         w.samples.raw_stack.push(node);
         self.recent_pids.insert(s.pid);
         self.jvms.sampled(s.pid);
@@ -369,14 +435,24 @@ impl Collector {
     /// A sample or stack of JVM `pid` whose interpreter the kernel's entry
     /// lacks: look for it (every 20 ms while it is not generated yet).
     fn look_for_interpreter(&mut self, pid: u32, now_ns: u64) {
-        let Some(u) = self.unwinders.as_mut() else { return };
-        let Some(java) = u.java(pid).filter(|j| j.interpreter.is_none()).cloned() else { return };
+        let Some(u) = self.unwinders.as_mut() else {
+            return;
+        };
+        let Some(java) = u.java(pid).filter(|j| j.interpreter.is_none()).cloned() else {
+            return;
+        };
         if let Some(range) = self.java.find_interpreter(pid, &java, now_ns) {
             u.set_java_interpreter(pid, range);
         }
         for w in std::mem::take(&mut self.java.failures) {
             self.warn(w);
         }
+    }
+
+    /// The shared stacks forgotten since last asked (their processes are
+    /// gone): the tracer deletes them from the kernel's table.
+    pub fn take_forgotten_stacks(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.shared_stacks_forgotten)
     }
 
     /// One record of the scheduler/I-O tracer's ring.
@@ -406,13 +482,26 @@ impl Collector {
                 // The tracer's walks hand nothing over: what the kernel walked is the stack.
                 self.unwind_in_kernel(e.pid, &k);
                 let java = hotspot::JavaFrames::has_java_words(&self.unwound);
-                let py = if java { None } else { self.unwinders.as_ref().and_then(|u| u.python(e.pid)).filter(|_| !k.python.is_empty()) };
+                let py = if java {
+                    None
+                } else {
+                    self.unwinders
+                        .as_ref()
+                        .and_then(|u| u.python(e.pid))
+                        .filter(|_| !k.python.is_empty())
+                };
                 match py {
                     // Its Java frames, as its Python ones, keyed in a table of its own.
                     None if java => {
                         let mut own = std::mem::take(&mut self.py_record);
                         own.clear();
-                        self.java.merge(&self.unwound, e.pid, self.unwinders.as_ref().and_then(|u| u.java(e.pid)), &mut own, &mut self.merged);
+                        self.java.merge(
+                            &self.unwound,
+                            e.pid,
+                            self.unwinders.as_ref().and_then(|u| u.java(e.pid)),
+                            &mut own,
+                            &mut self.merged,
+                        );
                         python = own.names().into();
                         self.py_record = own;
                         self.merged.as_slice().into()
@@ -422,7 +511,15 @@ impl Collector {
                     Some(py) => {
                         let mut own = std::mem::take(&mut self.py_record);
                         own.clear();
-                        python::merge(&self.unwound, k.python, e.pid, py, &mut self.py_codes, &mut own, &mut self.merged);
+                        python::merge(
+                            &self.unwound,
+                            k.python,
+                            e.pid,
+                            py,
+                            &mut self.py_codes,
+                            &mut own,
+                            &mut self.merged,
+                        );
                         python = own.names().into();
                         self.py_record = own;
                         self.merged.as_slice().into()
@@ -444,8 +541,25 @@ impl Collector {
         self.look_for_interpreter(e.pid, crate::sys::clock::monotonic_ns());
         let kernel: Box<[u64]> = self.kernel.cut_tracing(view.kstack).into();
         let interrupt = self.kernel.interrupt_part(&kernel);
-        let user_regs = Regs { ip: e.user_ip, sp: e.user_sp, bp: e.user_bp };
-        self.stacks.insert(e.tid, e.slot, StoredStack { id: e.id, user, kernel, user_regs, interrupt, python, interned: Default::default() });
+        let user_regs = Regs {
+            ip: e.user_ip,
+            sp: e.user_sp,
+            bp: e.user_bp,
+        };
+        self.stacks.insert(
+            e.pid,
+            e.tid,
+            e.slot,
+            StoredStack {
+                id: e.id,
+                user,
+                kernel,
+                user_regs,
+                interrupt,
+                python,
+                interned: Default::default(),
+            },
+        );
     }
 
     /// The raw stack of stack record `id` of `tid`, interned under `pid`;
@@ -459,13 +573,16 @@ impl Collector {
                     // Its Python keys are the record's: this window's instead.
                     self.scratch.clear();
                     for &k in s.user.iter() {
-                        let frame = python::is_python_key(k).then(|| s.python.get((k & !python::PY_KEY_BASE) as usize)).flatten();
+                        let frame = python::is_python_key(k)
+                            .then(|| s.python.get((k & !python::PY_KEY_BASE) as usize))
+                            .flatten();
                         self.scratch.push(match frame {
                             Some((code, line)) => self.window.python.key(code, *line),
                             None => k,
                         });
                     }
-                    let node = Self::intern_raw(&mut self.window.raw, pid, &self.scratch, &s.kernel);
+                    let node =
+                        Self::intern_raw(&mut self.window.raw, pid, &self.scratch, &s.kernel);
                     s.interned.set(Some((self.windows_finished, pid, node)));
                     node
                 }
@@ -480,7 +597,9 @@ impl Collector {
                     self.window.stats.stacks_not_kept += 1;
                 }
                 let root = self.window.raw.child(NO_PARENT, pid as u64);
-                self.window.raw.child(root, StackEnd::NotAvailable.raw_key().expect("a cut"))
+                self.window
+                    .raw
+                    .child(root, StackEnd::NotAvailable.raw_key().expect("a cut"))
             }
         }
     }
@@ -562,7 +681,10 @@ impl Collector {
     pub fn handle_folded(&mut self, e: &FoldedEvent) {
         self.window.stats.off_cpu_folded += e.count.iter().map(|&c| c as u64).sum::<u64>();
         let waker = match e.waker_kind {
-            abi::FOLD_WAKER_TASK => ShortWaker::Task { pid: e.waker_pid, tid: e.waker_tid },
+            abi::FOLD_WAKER_TASK => ShortWaker::Task {
+                pid: e.waker_pid,
+                tid: e.waker_tid,
+            },
             abi::FOLD_WAKER_IRQ => ShortWaker::Interrupt,
             abi::FOLD_WAKER_MIXED => ShortWaker::Several,
             abi::FOLD_WAKER_UNSEEN => ShortWaker::Unseen,
@@ -673,7 +795,13 @@ impl Collector {
 
     /// What was lost outside the collector: samples (sampler ring full),
     /// sideband records, undecodable records, and the tracer's losses.
-    pub fn handle_losses(&mut self, lost_samples: u64, lost_sideband: u64, malformed: u64, tracer: crate::bpf::TracerDrops) {
+    pub fn handle_losses(
+        &mut self,
+        lost_samples: u64,
+        lost_sideband: u64,
+        malformed: u64,
+        tracer: crate::bpf::TracerDrops,
+    ) {
         let s = &mut self.window.stats;
         s.lost_samples += lost_samples;
         s.lost_sideband += lost_sideband;

@@ -13,9 +13,9 @@
 use rustc_hash::FxHashMap;
 
 use super::PidFilter;
+use crate::binaries::BinaryIndex;
 use crate::sideband::proc_snapshot::ProcSnapshot;
 use crate::sideband::SidebandEvent;
-use crate::binaries::BinaryIndex;
 
 /// A mapping in a process's address space.
 #[derive(Debug, Clone, Copy)]
@@ -60,7 +60,11 @@ pub(super) struct CpuTime {
 impl CpuTime {
     /// From a known CPU time: at its start (0) or when the recording began.
     pub(super) fn since(cpu_ns: u64) -> Self {
-        CpuTime { accounted: Some(cpu_ns), last: None, updated_after: None }
+        CpuTime {
+            accounted: Some(cpu_ns),
+            last: None,
+            updated_after: None,
+        }
     }
 
     /// The delta of a sample with (`runtime`, `clock`) at `time` on `cpu`.
@@ -71,7 +75,11 @@ impl CpuTime {
             self.updated_after = previous_time.map(|t| (runtime, t));
         }
         let Some(accounted) = self.accounted else {
-            *self = CpuTime { accounted: Some(runtime), last: Some((clock, time, cpu)), ..*self };
+            *self = CpuTime {
+                accounted: Some(runtime),
+                last: Some((clock, time, cpu)),
+                ..*self
+            };
             return 0;
         };
         let exact = match self.last {
@@ -178,11 +186,15 @@ impl ProcessState {
 
     pub fn thread(&mut self, tid: u32) -> &mut ThreadState {
         let comm = &self.comm;
-        self.threads.entry(tid).or_insert_with(|| ThreadState { name: comm.clone(), ..Default::default() })
+        self.threads.entry(tid).or_insert_with(|| ThreadState {
+            name: comm.clone(),
+            ..Default::default()
+        })
     }
 
     fn add_mapping(&mut self, m: Mapping) {
-        self.mappings.retain(|o| o.end <= m.start || o.start >= m.end);
+        self.mappings
+            .retain(|o| o.end <= m.start || o.start >= m.end);
         let at = self.mappings.partition_point(|o| o.start < m.start);
         self.mappings.insert(at, m);
         self.epoch = self.epoch.wrapping_add(1);
@@ -206,7 +218,12 @@ impl ProcessState {
             return self.comm.clone();
         }
         match &self.exe {
-            Some(exe) => exe.rsplit('/').next().unwrap_or(exe).trim_end_matches(" (deleted)").to_string(),
+            Some(exe) => exe
+                .rsplit('/')
+                .next()
+                .unwrap_or(exe)
+                .trim_end_matches(" (deleted)")
+                .to_string(),
             None => format!("pid {pid}"),
         }
     }
@@ -227,12 +244,17 @@ impl ProcessTable {
                 processes.insert(pid, ProcessState::new(true));
             }
         }
-        ProcessTable { processes, tracking_all: matches!(filter, PidFilter::All) }
+        ProcessTable {
+            processes,
+            tracking_all: matches!(filter, PidFilter::All),
+        }
     }
 
     pub fn process(&mut self, pid: u32) -> &mut ProcessState {
         let all = self.tracking_all;
-        self.processes.entry(pid).or_insert_with(|| ProcessState::new(all))
+        self.processes
+            .entry(pid)
+            .or_insert_with(|| ProcessState::new(all))
     }
 
     /// What is kept of `pid` as its records arrive (creating its entry).
@@ -269,7 +291,13 @@ impl ProcessTable {
             state.kernel = p.pid == 2 || p.ppid == 2;
             state.start_ns = Some(p.start_ns);
             for (m, &binary) in p.mappings.iter().zip(bins) {
-                state.add_mapping(Mapping { start: m.start, end: m.start + m.len, pgoff: m.pgoff, binary, anon: is_anonymous(&m.path) });
+                state.add_mapping(Mapping {
+                    start: m.start,
+                    end: m.start + m.len,
+                    pgoff: m.pgoff,
+                    binary,
+                    anon: is_anonymous(&m.path),
+                });
             }
             for (tid, comm, cpu_ns) in &p.threads {
                 let t = state.thread(*tid);
@@ -313,9 +341,21 @@ impl ProcessTable {
                     state.exe = Some(m.path.clone());
                     state.awaiting_exe = false;
                 }
-                state.add_mapping(Mapping { start: m.start, end: m.start + m.len, pgoff: m.pgoff, binary, anon: is_anonymous(&m.path) });
+                state.add_mapping(Mapping {
+                    start: m.start,
+                    end: m.start + m.len,
+                    pgoff: m.pgoff,
+                    binary,
+                    anon: is_anonymous(&m.path),
+                });
             }
-            SidebandEvent::Comm { pid, tid, name, exec, .. } => {
+            SidebandEvent::Comm {
+                pid,
+                tid,
+                name,
+                exec,
+                ..
+            } => {
                 let state = self.process(*pid);
                 if *exec {
                     state.mappings.clear();
@@ -329,14 +369,27 @@ impl ProcessTable {
                 }
                 state.thread(*tid).name = name.clone();
             }
-            SidebandEvent::Fork { time, pid, ppid, tid } => {
+            SidebandEvent::Fork {
+                time,
+                pid,
+                ppid,
+                tid,
+            } => {
                 if is_new_process(*pid, *ppid, *tid) {
                     // A new process: it starts as a copy of its parent.
                     let all = self.tracking_all;
-                    let (comm, exe, cmdline, mappings, tracked, kernel) = match self.processes.get(ppid) {
-                        Some(p) => (p.comm.clone(), p.exe.clone(), p.cmdline.clone(), p.mappings.clone(), p.tracked, p.kernel),
-                        None => (String::new(), None, String::new(), Vec::new(), all, false),
-                    };
+                    let (comm, exe, cmdline, mappings, tracked, kernel) =
+                        match self.processes.get(ppid) {
+                            Some(p) => (
+                                p.comm.clone(),
+                                p.exe.clone(),
+                                p.cmdline.clone(),
+                                p.mappings.clone(),
+                                p.tracked,
+                                p.kernel,
+                            ),
+                            None => (String::new(), None, String::new(), Vec::new(), all, false),
+                        };
                     let already = self.processes.get(pid).is_some_and(|p| p.tracked);
                     let mut state = ProcessState::new(tracked || already || all);
                     state.comm = comm;
@@ -347,7 +400,11 @@ impl ProcessTable {
                     state.kernel = kernel || *ppid == 2;
                     state.start_ns = Some(*time);
                     // Noted as the fork arrived, before this replay reached it.
-                    state.live = self.processes.get_mut(pid).map(|p| std::mem::take(&mut p.live)).unwrap_or_default();
+                    state.live = self
+                        .processes
+                        .get_mut(pid)
+                        .map(|p| std::mem::take(&mut p.live))
+                        .unwrap_or_default();
                     self.processes.insert(*pid, state);
                 }
                 let t = self.process(*pid).thread(*tid);
@@ -377,9 +434,11 @@ impl ProcessTable {
     /// all that is kept of them), and exited threads of live ones. Their
     /// last window has reported them.
     pub fn prune(&mut self, before_ns: u64) {
-        self.processes.retain(|_, p| p.end_ns.is_none_or(|e| e >= before_ns));
+        self.processes
+            .retain(|_, p| p.end_ns.is_none_or(|e| e >= before_ns));
         for p in self.processes.values_mut() {
-            p.threads.retain(|_, t| t.end_ns.is_none_or(|e| e >= before_ns));
+            p.threads
+                .retain(|_, t| t.end_ns.is_none_or(|e| e >= before_ns));
         }
     }
 }
@@ -400,14 +459,35 @@ mod tests {
         table.live(11).cgroup = Some((Some("/c.slice".into()), 5));
         table.live(11).jitdump = Some(3);
         // The window's replay.
-        table.apply(&SidebandEvent::Fork { time: 100, pid: 11, ppid: 10, tid: 11 }, None);
+        table.apply(
+            &SidebandEvent::Fork {
+                time: 100,
+                pid: 11,
+                ppid: 10,
+                tid: 11,
+            },
+            None,
+        );
         let child = &table.processes[&11];
-        assert_eq!(child.comm, "parent", "a child starts as a copy of its parent");
+        assert_eq!(
+            child.comm, "parent",
+            "a child starts as a copy of its parent"
+        );
         assert_eq!(child.live.cgroup, Some((Some("/c.slice".into()), 5)));
         assert_eq!(child.live.jitdump, Some(3));
-        table.apply(&SidebandEvent::Exit { time: 150, pid: 11, tid: 11 }, None);
+        table.apply(
+            &SidebandEvent::Exit {
+                time: 150,
+                pid: 11,
+                tid: 11,
+            },
+            None,
+        );
         table.prune(200);
-        assert!(table.live_of(11).is_none(), "exited before the window's end: forgotten with all kept of it");
+        assert!(
+            table.live_of(11).is_none(),
+            "exited before the window's end: forgotten with all kept of it"
+        );
         assert!(table.live_of(10).is_some(), "the parent lives on");
     }
 
@@ -434,19 +514,41 @@ mod tests {
             }],
         };
         table.seed(&snap, &[Vec::new()]);
-        table.apply(&SidebandEvent::Fork { time: 5, pid: 7, ppid: 7, tid: 8 }, None);
+        table.apply(
+            &SidebandEvent::Fork {
+                time: 5,
+                pid: 7,
+                ppid: 7,
+                tid: 8,
+            },
+            None,
+        );
         // 800 ms of CPU while the programs loaded.
         let mut asked = Vec::new();
         let read = table.rebase_cpu_times(|pid, tid| {
             asked.push((pid, tid));
             Some(801_000_000)
         });
-        assert_eq!((read, asked), (1, vec![(7, 7)]), "only the thread seeded from /proc is read again");
+        assert_eq!(
+            (read, asked),
+            (1, vec![(7, 7)]),
+            "only the thread seeded from /proc is read again"
+        );
         assert_eq!(table.rebase_cpu_times(|_, _| Some(u64::MAX)), 0, "once");
         let t = table.process(7).thread(7);
         // Its first sample, 1 ms of CPU after the attach.
-        assert_eq!(t.cpu_time.advance(802_000_000, 802_000_000, 2_000_000_000, 0), 1_000_000);
+        assert_eq!(
+            t.cpu_time
+                .advance(802_000_000, 802_000_000, 2_000_000_000, 0),
+            1_000_000
+        );
         let forked = table.process(7).thread(8);
-        assert_eq!(forked.cpu_time.advance(3_000_000, 3_000_000, 2_000_000_000, 0), 3_000_000, "a thread forked since has its exact base");
+        assert_eq!(
+            forked
+                .cpu_time
+                .advance(3_000_000, 3_000_000, 2_000_000_000, 0),
+            3_000_000,
+            "a thread forked since has its exact base"
+        );
     }
 }

@@ -65,10 +65,13 @@ impl PythonFrames {
     /// The raw key of `code` at `line`.
     pub(super) fn key(&mut self, code: &Arc<CodeInfo>, line: u32) -> u64 {
         let next = self.names.len() as u32;
-        let i = *self.index.entry((Arc::as_ptr(code) as usize, line)).or_insert_with(|| {
-            self.names.push((code.clone(), line));
-            next
-        });
+        let i = *self
+            .index
+            .entry((Arc::as_ptr(code) as usize, line))
+            .or_insert_with(|| {
+                self.names.push((code.clone(), line));
+                next
+            });
         PY_KEY_BASE | i as u64
     }
 
@@ -128,16 +131,33 @@ pub(super) struct CodeCache<T = CodeInfo> {
 
 impl<T> Default for CodeCache<T> {
     fn default() -> Self {
-        CodeCache { by_pid: FxHashMap::default(), bytes: 0, exited: Default::default(), unresolved: 0, replaced: 0 }
+        CodeCache {
+            by_pid: FxHashMap::default(),
+            bytes: 0,
+            exited: Default::default(),
+            unresolved: 0,
+            replaced: 0,
+        }
     }
 }
 
 impl CodeCache<CodeInfo> {
     /// `pid`'s code object of `frame`, read on first use.
-    fn code(&mut self, pid: u32, frame: &KernelPyFrame, py: &PythonRuntime) -> Option<Arc<CodeInfo>> {
+    fn code(
+        &mut self,
+        pid: u32,
+        frame: &KernelPyFrame,
+        py: &PythonRuntime,
+    ) -> Option<Arc<CodeInfo>> {
         let mut replaced = false;
         let code = self.get_or_read(pid, frame.code, frame.fingerprint, || {
-            let read = read_code(pid, frame.code, frame.fingerprint, py.binary.layout, py.code_type());
+            let read = read_code(
+                pid,
+                frame.code,
+                frame.fingerprint,
+                py.binary.layout,
+                py.code_type(),
+            );
             replaced = read == Err(CodeError::Replaced);
             read.ok()
         });
@@ -150,7 +170,13 @@ impl<T: Held> CodeCache<T> {
     /// `pid`'s object at `addr` of `identity`, read with `read` on first
     /// use. Past the budget every process's objects are dropped and read
     /// again as used.
-    pub(super) fn get_or_read(&mut self, pid: u32, addr: u64, identity: u32, read: impl FnOnce() -> Option<T>) -> Option<Arc<T>> {
+    pub(super) fn get_or_read(
+        &mut self,
+        pid: u32,
+        addr: u64,
+        identity: u32,
+        read: impl FnOnce() -> Option<T>,
+    ) -> Option<Arc<T>> {
         if let Some(known) = self.by_pid.get(&pid).and_then(|m| m.get(&(addr, identity))) {
             return known.clone();
         }
@@ -161,7 +187,10 @@ impl<T: Held> CodeCache<T> {
             self.bytes = 0;
         }
         self.bytes += size;
-        self.by_pid.entry(pid).or_default().insert((addr, identity), read.clone());
+        self.by_pid
+            .entry(pid)
+            .or_default()
+            .insert((addr, identity), read.clone());
         read
     }
 
@@ -185,7 +214,11 @@ impl<T: Held> CodeCache<T> {
     /// `pid` exec'd: its code objects are gone with its old image.
     pub(super) fn forget(&mut self, pid: u32) {
         if let Some(m) = self.by_pid.remove(&pid) {
-            self.bytes = self.bytes.saturating_sub(m.values().map(|c| c.as_ref().map_or(16, |c| c.bytes() + 16)).sum());
+            self.bytes = self.bytes.saturating_sub(
+                m.values()
+                    .map(|c| c.as_ref().map_or(16, |c| c.bytes() + 16))
+                    .sum(),
+            );
         }
     }
 
@@ -196,7 +229,10 @@ impl<T: Held> CodeCache<T> {
 
     /// The counts since the last call: (frames unnamed, objects replaced).
     pub(super) fn take_counts(&mut self) -> (u64, u64) {
-        (std::mem::take(&mut self.unresolved), std::mem::take(&mut self.replaced))
+        (
+            std::mem::take(&mut self.unresolved),
+            std::mem::take(&mut self.replaced),
+        )
     }
 }
 
@@ -222,11 +258,27 @@ pub(super) fn merge(
             start = i + 1;
         }
     }
-    let cut = stack.last().is_some_and(|&k| StackEnd::from_raw_key(k).is_some());
-    let native = if cut { &stack[..stack.len() - 1] } else { stack };
+    let cut = stack
+        .last()
+        .is_some_and(|&k| StackEnd::from_raw_key(k).is_some());
+    let native = if cut {
+        &stack[..stack.len() - 1]
+    } else {
+        stack
+    };
     // A return address is the instruction after the call: look up the call.
-    let is_eval = |depth: usize, addr: u64| py.in_eval_loop(if depth == 0 { addr } else { addr.wrapping_sub(1) });
-    let evals = native.iter().enumerate().filter(|&(d, &a)| is_eval(d, a)).count();
+    let is_eval = |depth: usize, addr: u64| {
+        py.in_eval_loop(if depth == 0 {
+            addr
+        } else {
+            addr.wrapping_sub(1)
+        })
+    };
+    let evals = native
+        .iter()
+        .enumerate()
+        .filter(|&(d, &a)| is_eval(d, a))
+        .count();
     let skip = usize::from(evals == segments.len() + 1);
     let mut next_segment = 0;
     let mut seen = 0;
@@ -235,7 +287,9 @@ pub(super) fn merge(
             let frame = KernelPyFrame::from_words(pairs[2 * i], pairs[2 * i + 1]);
             let key = match codes.code(pid, &frame, py) {
                 Some(info) => {
-                    let index = (frame.instr as i64).wrapping_sub(frame.code.wrapping_add(py.binary.layout.code_bytecode) as i64) / 2;
+                    let index = (frame.instr as i64).wrapping_sub(
+                        frame.code.wrapping_add(py.binary.layout.code_bytecode) as i64,
+                    ) / 2;
                     frames.key(&info, info.line(index))
                 }
                 None => {

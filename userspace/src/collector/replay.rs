@@ -12,12 +12,12 @@
 use rustc_hash::FxHashMap;
 
 use super::process::ProcessTable;
-use crate::model::recording::{MarkerRecord, OffCpuSamples, ThreadSamples};
-use crate::binaries::BinaryIndex;
-use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
 use super::{WindowData, KERNEL_ADDR_MIN};
+use crate::binaries::BinaryIndex;
 use crate::model::recording::OffCpuReason;
+use crate::model::recording::{MarkerRecord, OffCpuSamples, ThreadSamples};
 use crate::model::stack_end::StackEnd;
+use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
 
 /// A frame before symbolication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,8 +72,12 @@ impl PseudoFrame {
             PseudoFrame::OffCpu(r) => r.frame_name(),
             PseudoFrame::ShortWaits => "[short off-CPU waits: no stack]",
             PseudoFrame::End(e) => e.frame_name(),
-            PseudoFrame::PythonNotRead => "[no Python frames: a CPython version sysprof does not read (3.11-3.13 are)]",
-            PseudoFrame::PythonUnnamed => "[Python frame: its code object was gone before it was read]",
+            PseudoFrame::PythonNotRead => {
+                "[no Python frames: a CPython version sysprof does not read (3.11-3.13 are)]"
+            }
+            PseudoFrame::PythonUnnamed => {
+                "[Python frame: its code object was gone before it was read]"
+            }
         }
     }
 }
@@ -97,7 +101,8 @@ pub(super) struct Replay<'a> {
     path: Vec<u64>,
     pub threads: FxHashMap<(u32, u32), ThreadData>,
     /// Per (pid, tid, waker): the short waits being summed (see `sched`).
-    pub(super) short_runs: FxHashMap<(u32, u32, crate::model::recording::ShortWaker), super::sched::ShortRun>,
+    pub(super) short_runs:
+        FxHashMap<(u32, u32, crate::model::recording::ShortWaker), super::sched::ShortRun>,
 }
 
 impl<'a> Replay<'a> {
@@ -151,7 +156,12 @@ impl<'a> Replay<'a> {
         let tid = w.samples.tid[i];
         let (time, cpu) = (w.samples.time_ns[i], w.samples.cpu[i]);
         let t = self.table.process(pid).thread(tid);
-        let delta = t.cpu_time.advance(w.samples.runtime_ns[i], w.samples.runtime_clock_ns[i], time, cpu);
+        let delta = t.cpu_time.advance(
+            w.samples.runtime_ns[i],
+            w.samples.runtime_clock_ns[i],
+            time,
+            cpu,
+        );
         let data = self.thread(pid, tid);
         data.samples.time_ns.push(w.samples.time_ns[i]);
         data.samples.stack.push(node);
@@ -182,23 +192,41 @@ impl<'a> Replay<'a> {
     /// Map absolute addresses, root first, to a node of frame indices
     /// (NO_PARENT for an empty stack), with `pid`'s mappings of the moment.
     fn resolve_addrs(&mut self, pid: u32, frames: &[u64]) -> NodeIndex {
-        let Some(state) = self.table.processes.get(&pid) else { return NO_PARENT };
+        let Some(state) = self.table.processes.get(&pid) else {
+            return NO_PARENT;
+        };
         let mut node = NO_PARENT;
         let leaf = frames.len().saturating_sub(1);
         for (depth, &addr) in frames.iter().enumerate() {
             // Return addresses point after the call; look up the call itself.
-            let lookup = if depth == leaf { addr } else { addr.saturating_sub(1) };
+            let lookup = if depth == leaf {
+                addr
+            } else {
+                addr.saturating_sub(1)
+            };
             let key = match StackEnd::from_raw_key(addr) {
                 Some(end) => FrameKey::Pseudo(PseudoFrame::End(end)),
-                None if addr == super::python::PY_NOT_READ_KEY => FrameKey::Pseudo(PseudoFrame::PythonNotRead),
-                None if addr == super::python::PY_UNNAMED_KEY => FrameKey::Pseudo(PseudoFrame::PythonUnnamed),
-                None if super::python::is_python_key(addr) => FrameKey::Python((addr & !super::python::PY_KEY_BASE) as u32),
+                None if addr == super::python::PY_NOT_READ_KEY => {
+                    FrameKey::Pseudo(PseudoFrame::PythonNotRead)
+                }
+                None if addr == super::python::PY_UNNAMED_KEY => {
+                    FrameKey::Pseudo(PseudoFrame::PythonUnnamed)
+                }
+                None if super::python::is_python_key(addr) => {
+                    FrameKey::Python((addr & !super::python::PY_KEY_BASE) as u32)
+                }
                 None if addr >= KERNEL_ADDR_MIN => FrameKey::Kernel(lookup),
                 None => match state.lookup(lookup) {
-                    Some(m) if !m.anon => FrameKey::Binary { binary: m.binary, offset: lookup - m.start + m.pgoff },
+                    Some(m) if !m.anon => FrameKey::Binary {
+                        binary: m.binary,
+                        offset: lookup - m.start + m.pgoff,
+                    },
                     // Anonymous memory, or in no mapping we saw: JIT code
                     // (perf maps and jitdumps name absolute addresses).
-                    _ => FrameKey::Jit { pid, address: lookup },
+                    _ => FrameKey::Jit {
+                        pid,
+                        address: lookup,
+                    },
                 },
             };
             let next = self.frame_keys.len() as u32;
@@ -221,19 +249,55 @@ mod tests {
     #[test]
     fn pseudo_frames_keep_their_names() {
         let old: [(PseudoFrame, &str); 13] = [
-            (PseudoFrame::OffCpu(OffCpuReason::Preempted), "[off-CPU: preempted, waiting for a CPU]"),
-            (PseudoFrame::OffCpu(OffCpuReason::Sleeping), "[off-CPU: sleeping]"),
-            (PseudoFrame::OffCpu(OffCpuReason::Blocked), "[off-CPU: blocked, uninterruptible (I/O)]"),
-            (PseudoFrame::OffCpu(OffCpuReason::Other), "[off-CPU: other state]"),
+            (
+                PseudoFrame::OffCpu(OffCpuReason::Preempted),
+                "[off-CPU: preempted, waiting for a CPU]",
+            ),
+            (
+                PseudoFrame::OffCpu(OffCpuReason::Sleeping),
+                "[off-CPU: sleeping]",
+            ),
+            (
+                PseudoFrame::OffCpu(OffCpuReason::Blocked),
+                "[off-CPU: blocked, uninterruptible (I/O)]",
+            ),
+            (
+                PseudoFrame::OffCpu(OffCpuReason::Other),
+                "[off-CPU: other state]",
+            ),
             (PseudoFrame::ShortWaits, "[short off-CPU waits: no stack]"),
-            (PseudoFrame::End(StackEnd::CopyExhausted), "[truncated: user stack copy exhausted (--stack-size)]"),
-            (PseudoFrame::End(StackEnd::NoUnwindInfo), "[truncated: no unwind information]"),
-            (PseudoFrame::End(StackEnd::BadReturnAddress), "[truncated: return address outside any code]"),
-            (PseudoFrame::End(StackEnd::NotAvailable), "[stack not available]"),
-            (PseudoFrame::End(StackEnd::TablesNotReady), "[truncated: unwind tables not loaded yet (the process had just started)]"),
-            (PseudoFrame::End(StackEnd::Unreadable), "[truncated: user stack not readable (not resident)]"),
-            (PseudoFrame::End(StackEnd::UnsupportedRule), "[truncated: an unwind rule the kernel unwinder cannot follow]"),
-            (PseudoFrame::End(StackEnd::MaxDepth), "[truncated: 1024 frames]"),
+            (
+                PseudoFrame::End(StackEnd::CopyExhausted),
+                "[truncated: user stack copy exhausted (--stack-size)]",
+            ),
+            (
+                PseudoFrame::End(StackEnd::NoUnwindInfo),
+                "[truncated: no unwind information]",
+            ),
+            (
+                PseudoFrame::End(StackEnd::BadReturnAddress),
+                "[truncated: return address outside any code]",
+            ),
+            (
+                PseudoFrame::End(StackEnd::NotAvailable),
+                "[stack not available]",
+            ),
+            (
+                PseudoFrame::End(StackEnd::TablesNotReady),
+                "[truncated: unwind tables not loaded yet (the process had just started)]",
+            ),
+            (
+                PseudoFrame::End(StackEnd::Unreadable),
+                "[truncated: user stack not readable (not resident)]",
+            ),
+            (
+                PseudoFrame::End(StackEnd::UnsupportedRule),
+                "[truncated: an unwind rule the kernel unwinder cannot follow]",
+            ),
+            (
+                PseudoFrame::End(StackEnd::MaxDepth),
+                "[truncated: 1024 frames]",
+            ),
         ];
         for (p, name) in old {
             assert_eq!(p.name(), name);

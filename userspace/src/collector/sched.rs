@@ -10,11 +10,11 @@
 //! [`super::Collector::finish_window`]), each with its raw stacks. Out:
 //! fields of the replay's per-thread data.
 
-use crate::model::recording::{IoOp, MarkerRecord, OffCpuReason, ShortWaker, SliceKind, Waker};
 use super::replay::{PseudoFrame, Replay};
-use crate::model::stack_tree::{NodeIndex, NO_PARENT};
 use super::WindowData;
 use crate::bpf::abi::{comm_str, TASK_COMM_LEN};
+use crate::model::recording::{IoOp, MarkerRecord, OffCpuReason, ShortWaker, SliceKind, Waker};
+use crate::model::stack_tree::{NodeIndex, NO_PARENT};
 
 /// One off-CPU interval, its stacks interned as raw stacks of the window.
 #[derive(Debug, Clone)]
@@ -144,11 +144,29 @@ impl Replay<'_> {
                 (_, OffCpuReason::Preempted) => ShortWaker::Nobody,
                 (None, _) => ShortWaker::Unseen,
                 // Its stack was lost: a task or an interrupt, not known.
-                (Some((w, _)), _) if w.interrupt == Some(crate::model::recording::InterruptKind::Unknown) => ShortWaker::Unseen,
+                (Some((w, _)), _)
+                    if w.interrupt == Some(crate::model::recording::InterruptKind::Unknown) =>
+                {
+                    ShortWaker::Unseen
+                }
                 (Some((w, _)), _) if w.interrupt.is_some() => ShortWaker::Interrupt,
-                (Some((w, _)), _) => ShortWaker::Task { pid: w.pid, tid: w.tid },
+                (Some((w, _)), _) => ShortWaker::Task {
+                    pid: w.pid,
+                    tid: w.tid,
+                },
             };
-            self.add_short(e.pid, e.tid, ShortRun { start_ns: e.start_ns, end_ns: e.end_ns, count: 1, off_cpu_ns: duration, waited_ns: waited, waker: short_waker });
+            self.add_short(
+                e.pid,
+                e.tid,
+                ShortRun {
+                    start_ns: e.start_ns,
+                    end_ns: e.end_ns,
+                    count: 1,
+                    off_cpu_ns: duration,
+                    waited_ns: waited,
+                    waker: short_waker,
+                },
+            );
         }
     }
 
@@ -161,7 +179,8 @@ impl Replay<'_> {
         // (a disk's interrupt and a flush worker, for fsync) keep their own.
         let key = (pid, tid, w.waker);
         if let Some(run) = self.short_runs.get_mut(&key) {
-            let too_long = w.end_ns.saturating_sub(run.start_ns) > SHORT_RUN_SPAN_NS || run.off_cpu_ns >= SHORT_RUN_MAX_NS;
+            let too_long = w.end_ns.saturating_sub(run.start_ns) > SHORT_RUN_SPAN_NS
+                || run.off_cpu_ns >= SHORT_RUN_MAX_NS;
             if !too_long {
                 run.end_ns = run.end_ns.max(w.end_ns);
                 run.count += w.count;
@@ -177,14 +196,16 @@ impl Replay<'_> {
     }
 
     fn close_short(&mut self, pid: u32, tid: u32, r: ShortRun) {
-        self.thread(pid, tid).markers.push(MarkerRecord::ShortWaits {
-            start_ns: r.start_ns,
-            end_ns: r.end_ns,
-            count: r.count,
-            off_cpu_ns: r.off_cpu_ns,
-            waited_ns: r.waited_ns,
-            waker: r.waker,
-        });
+        self.thread(pid, tid)
+            .markers
+            .push(MarkerRecord::ShortWaits {
+                start_ns: r.start_ns,
+                end_ns: r.end_ns,
+                count: r.count,
+                off_cpu_ns: r.off_cpu_ns,
+                waited_ns: r.waited_ns,
+                waker: r.waker,
+            });
     }
 
     /// Close every thread's run of short waits: the window is done.
@@ -205,7 +226,10 @@ impl Replay<'_> {
                 continue;
             }
             let root = self.pseudo(NO_PARENT, PseudoFrame::ShortWaits);
-            let leaf = self.pseudo(root, PseudoFrame::OffCpu(OffCpuReason::from_abi(reason as u32)));
+            let leaf = self.pseudo(
+                root,
+                PseudoFrame::OffCpu(OffCpuReason::from_abi(reason as u32)),
+            );
             let data = self.thread(e.pid, e.tid);
             data.off_cpu.time_ns.push(e.last_ns);
             data.off_cpu.stack.push(leaf);
@@ -217,7 +241,14 @@ impl Replay<'_> {
             self.close_short(
                 e.pid,
                 e.tid,
-                ShortRun { start_ns: e.first_ns.min(e.last_ns), end_ns: e.last_ns, count: e.count, off_cpu_ns, waited_ns: e.wait_ns.min(off_cpu_ns), waker: e.waker },
+                ShortRun {
+                    start_ns: e.first_ns.min(e.last_ns),
+                    end_ns: e.last_ns,
+                    count: e.count,
+                    off_cpu_ns,
+                    waited_ns: e.wait_ns.min(off_cpu_ns),
+                    waker: e.waker,
+                },
             );
         }
     }
@@ -229,7 +260,11 @@ impl Replay<'_> {
         let node = self.resolve_raw(w, e.pid, e.stack);
         self.thread(e.pid, e.tid).markers.push(MarkerRecord::Io {
             start_ns: e.start_ns,
-            issue_ns: if e.issue_ns != 0 { e.issue_ns } else { e.start_ns },
+            issue_ns: if e.issue_ns != 0 {
+                e.issue_ns
+            } else {
+                e.start_ns
+            },
             done_ns: e.done_ns,
             device: device_name(e.dev),
             op: e.op,
@@ -248,13 +283,22 @@ impl Replay<'_> {
     /// machines (VMs) where idle is not sampled on every CPU (here, CPU 1's,
     /// for BPF and perf alike). Those stretches are idle slices named
     /// "idle (no samples)", not holes; with samples lost they stay holes.
-    pub(super) fn cpu_tracks(&self, w: &WindowData, order: &[(u64, u8, u32)], interval_ms: f64, range: (u64, u64)) -> Vec<(u32, Vec<MarkerRecord>)> {
+    pub(super) fn cpu_tracks(
+        &self,
+        w: &WindowData,
+        order: &[(u64, u8, u32)],
+        interval_ms: f64,
+        range: (u64, u64),
+    ) -> Vec<(u32, Vec<MarkerRecord>)> {
         let interval_ns = (interval_ms * 1e6) as u64;
         let mut tracks: std::collections::BTreeMap<u32, Vec<MarkerRecord>> = Default::default();
         let mut open: rustc_hash::FxHashMap<u32, (u32, u32, u64, u64)> = Default::default(); // cpu -> (pid, tid, start, last)
         let label = |pid: u32, tid: u32| -> (String, SliceKind) {
             let p = self.table.processes.get(&pid);
-            let t = p.and_then(|p| p.threads.get(&tid)).map(|t| t.name.clone()).unwrap_or_default();
+            let t = p
+                .and_then(|p| p.threads.get(&tid))
+                .map(|t| t.name.clone())
+                .unwrap_or_default();
             let pn = p.map(|p| p.display_name(pid)).unwrap_or_default();
             let kind = match (pid, p.is_some_and(|p| p.kernel)) {
                 (0, _) => SliceKind::Idle,
@@ -267,9 +311,18 @@ impl Replay<'_> {
                 (format!("{t} ({pn}, {tid})"), kind)
             }
         };
-        let close = |tracks: &mut std::collections::BTreeMap<u32, Vec<MarkerRecord>>, cpu: u32, (pid, tid, start, last): (u32, u32, u64, u64)| {
+        let close = |tracks: &mut std::collections::BTreeMap<u32, Vec<MarkerRecord>>,
+                     cpu: u32,
+                     (pid, tid, start, last): (u32, u32, u64, u64)| {
             let (name, kind) = label(pid, tid);
-            tracks.entry(cpu).or_default().push(MarkerRecord::OnCpu { start_ns: start, end_ns: last + interval_ns, pid, tid, name, kind });
+            tracks.entry(cpu).or_default().push(MarkerRecord::OnCpu {
+                start_ns: start,
+                end_ns: last + interval_ns,
+                pid,
+                tid,
+                name,
+                kind,
+            });
         };
         for &(t, kind, i) in order {
             if kind != super::window::ORDER_SAMPLE {
@@ -302,10 +355,19 @@ impl Replay<'_> {
 /// no slice of this CPU covers.
 fn fill_unsampled(markers: &mut Vec<MarkerRecord>, interval_ns: u64, (start, end): (u64, u64)) {
     let span = |m: &MarkerRecord| match m {
-        MarkerRecord::OnCpu { start_ns, end_ns, .. } => Some((*start_ns, *end_ns)),
+        MarkerRecord::OnCpu {
+            start_ns, end_ns, ..
+        } => Some((*start_ns, *end_ns)),
         _ => None,
     };
-    let idle = |from: u64, to: u64| MarkerRecord::OnCpu { start_ns: from, end_ns: to, pid: 0, tid: 0, name: "idle (no samples)".to_string(), kind: SliceKind::Idle };
+    let idle = |from: u64, to: u64| MarkerRecord::OnCpu {
+        start_ns: from,
+        end_ns: to,
+        pid: 0,
+        tid: 0,
+        name: "idle (no samples)".to_string(),
+        kind: SliceKind::Idle,
+    };
     let mut gaps = Vec::new();
     let mut covered = start;
     for (s, e) in markers.iter().filter_map(span) {
@@ -324,7 +386,8 @@ fn fill_unsampled(markers: &mut Vec<MarkerRecord>, interval_ns: u64, (start, end
 /// `sda`, `nvme0n1`, … for a kernel dev_t (major << 20 | minor), looked up
 /// in sysfs once per device.
 fn device_name(dev: u32) -> String {
-    static NAMES: std::sync::Mutex<Option<rustc_hash::FxHashMap<u32, String>>> = std::sync::Mutex::new(None);
+    static NAMES: std::sync::Mutex<Option<rustc_hash::FxHashMap<u32, String>>> =
+        std::sync::Mutex::new(None);
     let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
     names
         .get_or_insert_with(Default::default)
@@ -333,7 +396,10 @@ fn device_name(dev: u32) -> String {
             let (major, minor) = (dev >> 20, dev & 0xfffff);
             std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent"))
                 .ok()
-                .and_then(|u| u.lines().find_map(|l| l.strip_prefix("DEVNAME=").map(str::to_string)))
+                .and_then(|u| {
+                    u.lines()
+                        .find_map(|l| l.strip_prefix("DEVNAME=").map(str::to_string))
+                })
                 .unwrap_or_else(|| format!("{major}:{minor}"))
         })
         .clone()
@@ -347,16 +413,37 @@ mod tests {
     /// no slice become idle slices, and shorter ones stay as they are.
     #[test]
     fn unsampled_stretches_become_idle_slices() {
-        let run = |s: u64, e: u64| MarkerRecord::OnCpu { start_ns: s, end_ns: e, pid: 7, tid: 7, name: "t".into(), kind: SliceKind::User };
+        let run = |s: u64, e: u64| MarkerRecord::OnCpu {
+            start_ns: s,
+            end_ns: e,
+            pid: 7,
+            tid: 7,
+            name: "t".into(),
+            kind: SliceKind::User,
+        };
         let mut m = vec![run(1_000, 3_000), run(4_000, 6_000), run(20_000, 30_000)];
         fill_unsampled(&mut m, 1_000, (0, 40_000));
         let spans: Vec<(u64, u64, bool)> = m
             .iter()
             .map(|m| match m {
-                MarkerRecord::OnCpu { start_ns, end_ns, kind, .. } => (*start_ns, *end_ns, *kind == SliceKind::Idle),
+                MarkerRecord::OnCpu {
+                    start_ns,
+                    end_ns,
+                    kind,
+                    ..
+                } => (*start_ns, *end_ns, *kind == SliceKind::Idle),
                 _ => unreachable!(),
             })
             .collect();
-        assert_eq!(spans, vec![(1_000, 3_000, false), (4_000, 6_000, false), (6_000, 20_000, true), (20_000, 30_000, false), (30_000, 40_000, true)]);
+        assert_eq!(
+            spans,
+            vec![
+                (1_000, 3_000, false),
+                (4_000, 6_000, false),
+                (6_000, 20_000, true),
+                (20_000, 30_000, false),
+                (30_000, 40_000, true)
+            ]
+        );
     }
 }

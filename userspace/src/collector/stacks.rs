@@ -13,12 +13,18 @@
 //! replaced; so keeping the last two stacks of each slot of each thread
 //! keeps every stack that can still be referred to: memory is bounded by
 //! the live threads, whatever the recording's length.
+//!
+//! Most stacks are *shared* (`STACK_SHARED`): sent once per process and
+//! content, referred to by any of its threads for the rest of the session
+//! by an id that is the content's hash. Those are kept by id until their
+//! process has ended; the kernel keeps at most `STACK_SHARED_MAX` of them,
+//! which bounds this side too.
 
 use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use crate::bpf::abi::{Regs, STACK_SLOTS, STACK_SLOT_INTERRUPT};
+use crate::bpf::abi::{Regs, STACK_ID_SHARED, STACK_SLOTS, STACK_SLOT_INTERRUPT};
 
 /// Stacks kept per thread and slot: the cached one and those it replaced
 /// (a wakee can refer to its waker's stack, a request to its submitter's,
@@ -63,13 +69,29 @@ pub(super) struct ThreadStacks {
     interrupts: FxHashMap<u32, VecDeque<StoredStack>>,
     /// Threads that ended, with when: forgotten once a window closed after that.
     ended: Vec<(u32, u64)>,
+    /// Shared stacks by id (see the module's doc).
+    shared: FxHashMap<u64, StoredStack>,
+    /// The ids of each process's shared stacks.
+    shared_of: FxHashMap<u32, Vec<u64>>,
 }
 
 impl ThreadStacks {
     /// Keep a stack record of `tid` in `slot`.
-    pub fn insert(&mut self, tid: u32, slot: u32, stack: StoredStack) {
+    pub fn insert(&mut self, pid: u32, tid: u32, slot: u32, stack: StoredStack) {
+        if stack.id & STACK_ID_SHARED != 0 {
+            // Two CPUs may send one new stack at once: kept once.
+            let id = stack.id;
+            if let std::collections::hash_map::Entry::Vacant(v) = self.shared.entry(id) {
+                v.insert(stack);
+                self.shared_of.entry(pid).or_default().push(id);
+            }
+            return;
+        }
         let (q, keep) = if slot == STACK_SLOT_INTERRUPT {
-            (self.interrupts.entry(cpu_of(stack.id)).or_default(), PER_CPU_INTERRUPT)
+            (
+                self.interrupts.entry(cpu_of(stack.id)).or_default(),
+                PER_CPU_INTERRUPT,
+            )
         } else {
             let slots = self.by_tid.entry(tid).or_default();
             (&mut slots[(slot as usize).min(STACK_SLOTS - 1)], PER_SLOT)
@@ -92,7 +114,12 @@ impl ThreadStacks {
             .iter()
             .flat_map(|q| q.iter().rev())
             // Not one with Python frames: their keys are the record's own.
-            .find(|s| s.user_regs == regs && !s.user.is_empty() && s.user.last().is_some_and(|&a| a > 0x1000) && s.python.is_empty())
+            .find(|s| {
+                s.user_regs == regs
+                    && !s.user.is_empty()
+                    && s.user.last().is_some_and(|&a| a > 0x1000)
+                    && s.python.is_empty()
+            })
             .map(|s| &*s.user)
     }
 
@@ -100,19 +127,52 @@ impl ThreadStacks {
         if id == 0 {
             return None;
         }
-        let of_thread = self.by_tid.get(&tid).and_then(|slots| slots.iter().flat_map(|q| q.iter().rev()).find(|s| s.id == id));
-        of_thread.or_else(|| self.interrupts.get(&cpu_of(id))?.iter().rev().find(|s| s.id == id))
+        if id & STACK_ID_SHARED != 0 {
+            return self.shared.get(&id);
+        }
+        let of_thread = self.by_tid.get(&tid).and_then(|slots| {
+            slots
+                .iter()
+                .flat_map(|q| q.iter().rev())
+                .find(|s| s.id == id)
+        });
+        of_thread.or_else(|| {
+            self.interrupts
+                .get(&cpu_of(id))?
+                .iter()
+                .rev()
+                .find(|s| s.id == id)
+        })
     }
 
     /// (threads, stacks, ended) held, for debugging memory.
     pub fn sizes(&self) -> (usize, usize, usize) {
-        (self.by_tid.len(), self.by_tid.values().flat_map(|s| s.iter()).map(|q| q.len()).sum(), self.ended.len())
+        (
+            self.by_tid.len(),
+            self.by_tid
+                .values()
+                .flat_map(|s| s.iter())
+                .map(|q| q.len())
+                .sum(),
+            self.ended.len(),
+        )
     }
 
     /// `tid` ended at `time_ns`: its stacks go after the window that holds
     /// its end (requests it started may still complete until then).
     pub fn thread_ended(&mut self, tid: u32, time_ns: u64) {
         self.ended.push((tid, time_ns));
+    }
+
+    /// Forget the shared stacks of processes that are gone; their ids are
+    /// added to `forgotten` (for the kernel's table to forget them too).
+    pub fn forget_processes(&mut self, pids: impl Iterator<Item = u32>, forgotten: &mut Vec<u64>) {
+        for pid in pids {
+            for id in self.shared_of.remove(&pid).unwrap_or_default() {
+                self.shared.remove(&id);
+                forgotten.push(id);
+            }
+        }
     }
 
     /// Forget the stacks of threads that ended before `before_ns`.
@@ -133,8 +193,49 @@ impl ThreadStacks {
 mod tests {
     use super::*;
 
+    /// Check that a shared stack sent by one thread is found by any id
+    /// lookup (any thread of its process refers to it), outlives every
+    /// per-slot eviction, and goes, its id handed back, when its process
+    /// is gone.
+    #[test]
+    fn shared_stacks_are_kept_per_process_until_it_is_gone() {
+        let mut s = ThreadStacks::default();
+        let shared = STACK_ID_SHARED | 0x1234;
+        s.insert(7, 8, STACK_SLOT_WAITED_FOR_TEST, stack(shared));
+        s.insert(7, 8, STACK_SLOT_WAITED_FOR_TEST, stack(shared));
+        for id in 1..=20 {
+            s.insert(7, 8, STACK_SLOT_WAITED_FOR_TEST, stack(id << 12));
+        }
+        assert_eq!(
+            s.get(9, shared).map(|x| x.id),
+            Some(shared),
+            "another thread of the process finds it"
+        );
+        let mut forgotten = Vec::new();
+        s.forget_processes([5].into_iter(), &mut forgotten);
+        assert!(
+            forgotten.is_empty() && s.get(8, shared).is_some(),
+            "another process's end forgets nothing of it"
+        );
+        s.forget_processes([7].into_iter(), &mut forgotten);
+        assert_eq!(
+            forgotten,
+            vec![shared],
+            "its process gone: forgotten once, its id handed back"
+        );
+        assert!(s.get(8, shared).is_none());
+    }
+
     fn stack(id: u64) -> StoredStack {
-        StoredStack { id, user: vec![id].into(), kernel: Box::new([]), user_regs: Regs::default(), interrupt: None, python: Box::new([]), interned: Default::default() }
+        StoredStack {
+            id,
+            user: vec![id].into(),
+            kernel: Box::new([]),
+            user_regs: Regs::default(),
+            interrupt: None,
+            python: Box::new([]),
+            interned: Default::default(),
+        }
     }
 
     /// Check that the last stacks of each slot of a thread are found by
@@ -143,17 +244,27 @@ mod tests {
     #[test]
     fn keeps_recent_stacks_per_thread_and_slot() {
         let mut s = ThreadStacks::default();
-        s.insert(7, 1, stack(100));
+        s.insert(7, 7, 1, stack(100));
         for id in 1..=(PER_SLOT as u64 + 2) {
-            s.insert(7, 0, stack(id));
+            s.insert(7, 7, 0, stack(id));
         }
-        assert_eq!(s.get(7, 100).unwrap().id, 100, "another slot's stack outlives this slot's churn");
-        assert!(s.get(7, 2).is_none(), "only the last {PER_SLOT} of a slot are kept");
+        assert_eq!(
+            s.get(7, 100).unwrap().id,
+            100,
+            "another slot's stack outlives this slot's churn"
+        );
+        assert!(
+            s.get(7, 2).is_none(),
+            "only the last {PER_SLOT} of a slot are kept"
+        );
         assert_eq!(s.get(7, 3).unwrap().id, 3);
-        assert_eq!(s.get(7, PER_SLOT as u64 + 2).unwrap().id, PER_SLOT as u64 + 2);
+        assert_eq!(
+            s.get(7, PER_SLOT as u64 + 2).unwrap().id,
+            PER_SLOT as u64 + 2
+        );
         assert!(s.get(7, 0).is_none());
         // A stack read in an interrupt on CPU 1 is found by id whatever the tid.
-        s.insert(0, STACK_SLOT_INTERRUPT, stack((9 << 12) | 1));
+        s.insert(0, 0, STACK_SLOT_INTERRUPT, stack((9 << 12) | 1));
         assert!(s.get(7, (9 << 12) | 1).is_some());
         assert!(s.get(8, 6).is_none());
         s.thread_ended(7, 100);
@@ -170,15 +281,56 @@ mod tests {
     #[test]
     fn user_stack_at_matches_thread_and_registers() {
         let mut s = ThreadStacks::default();
-        let regs = Regs { ip: 0x7f00_0000_1234, sp: 0x7ffc_0000_0100, bp: 0 };
-        let whole = StoredStack { user: vec![0x7f00_0000_1234, 0x5555_0000_0042].into(), user_regs: regs, ..stack(1) };
-        let cut = StoredStack { user: vec![0x7f00_0000_1234, 2].into(), user_regs: Regs { ip: 1, sp: 2, bp: 3 }, ..stack(2) };
-        s.insert(7, STACK_SLOT_WAITED_FOR_TEST, whole);
-        s.insert(7, 0, cut.clone());
-        assert_eq!(s.user_stack_at(7, regs), Some(&[0x7f00_0000_1234u64, 0x5555_0000_0042][..]));
+        let regs = Regs {
+            ip: 0x7f00_0000_1234,
+            sp: 0x7ffc_0000_0100,
+            bp: 0,
+        };
+        let whole = StoredStack {
+            user: vec![0x7f00_0000_1234, 0x5555_0000_0042].into(),
+            user_regs: regs,
+            ..stack(1)
+        };
+        let cut = StoredStack {
+            user: vec![0x7f00_0000_1234, 2].into(),
+            user_regs: Regs {
+                ip: 1,
+                sp: 2,
+                bp: 3,
+            },
+            ..stack(2)
+        };
+        s.insert(7, 7, STACK_SLOT_WAITED_FOR_TEST, whole);
+        s.insert(7, 7, 0, cut.clone());
+        assert_eq!(
+            s.user_stack_at(7, regs),
+            Some(&[0x7f00_0000_1234u64, 0x5555_0000_0042][..])
+        );
         assert_eq!(s.user_stack_at(8, regs), None, "another thread");
-        assert_eq!(s.user_stack_at(7, Regs { ip: 9, sp: 9, bp: 9 }), None, "other registers");
-        assert_eq!(s.user_stack_at(7, Regs { ip: 1, sp: 2, bp: 3 }), None, "a stack that ends in a truncation marker");
+        assert_eq!(
+            s.user_stack_at(
+                7,
+                Regs {
+                    ip: 9,
+                    sp: 9,
+                    bp: 9
+                }
+            ),
+            None,
+            "other registers"
+        );
+        assert_eq!(
+            s.user_stack_at(
+                7,
+                Regs {
+                    ip: 1,
+                    sp: 2,
+                    bp: 3
+                }
+            ),
+            None,
+            "a stack that ends in a truncation marker"
+        );
     }
 
     const STACK_SLOT_WAITED_FOR_TEST: u32 = crate::bpf::abi::STACK_SLOT_WAITED;

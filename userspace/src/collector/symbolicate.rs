@@ -9,13 +9,13 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::model::recording::{FrameRecord, LibRecord, NO_LIB};
 use super::process::ProcessTable;
 use super::replay::FrameKey;
-use crate::binaries::{BinaryIndex, Binaries};
-use crate::binaries::elf::{ElfLimits, ElfReader};
-use crate::symbolize::kernel::KernelSymbols;
 use crate::binaries::debugfile;
+use crate::binaries::elf::{ElfLimits, ElfReader};
+use crate::binaries::{Binaries, BinaryIndex};
+use crate::model::recording::{FrameRecord, LibRecord, NO_LIB};
+use crate::symbolize::kernel::KernelSymbols;
 use crate::symbolize::{self, names, AddrInfo, Symbolicator};
 
 /// A kernel address from the snapshot: the function it is in.
@@ -25,7 +25,12 @@ fn kernel_addr_info(kernel: &KernelSymbols, addr: u64) -> AddrInfo {
             symbol_start: sym.start,
             symbol_offset: addr - sym.start,
             symbol_size: sym.size,
-            funcs: vec![symbolize::FuncAtAddr { name: sym.name.to_string(), file: None, line: None, start_line: None }],
+            funcs: vec![symbolize::FuncAtAddr {
+                name: sym.name.to_string(),
+                file: None,
+                line: None,
+                start_line: None,
+            }],
         },
         None => AddrInfo::default(),
     }
@@ -53,7 +58,12 @@ const NAME_CACHE_BYTES: usize = 16 << 20;
 
 impl NameCache {
     fn insert(&mut self, binary: BinaryIndex, address: u64, info: &AddrInfo) {
-        let size = 96 + info.funcs.iter().map(|f| 48 + f.name.len() + f.file.as_ref().map_or(0, |x| x.len())).sum::<usize>();
+        let size = 96
+            + info
+                .funcs
+                .iter()
+                .map(|f| 48 + f.name.len() + f.file.as_ref().map_or(0, |x| x.len()))
+                .sum::<usize>();
         if self.bytes + size > NAME_CACHE_BYTES {
             self.map = FxHashMap::default();
             self.bytes = 0;
@@ -102,7 +112,11 @@ impl JitSources<'_> {
 
     /// The runtime that made `pid`'s JIT code: the process's name (`java`, `node`).
     fn runtime(&self, pid: u32) -> String {
-        self.0.processes.get(&pid).map(|p| p.display_name(pid)).unwrap_or_else(|| format!("pid {pid}"))
+        self.0
+            .processes
+            .get(&pid)
+            .map(|p| p.display_name(pid))
+            .unwrap_or_else(|| format!("pid {pid}"))
     }
 }
 
@@ -135,9 +149,17 @@ pub(super) fn symbolicate(
     }
     // The libraries of this window: the binaries its frames point into,
     // then the kernel, then JIT code (added by symbolicate_jit).
-    let mut used: Vec<BinaryIndex> = by_binary.keys().copied().filter(|&b| (b as usize) < binaries.len()).collect();
+    let mut used: Vec<BinaryIndex> = by_binary
+        .keys()
+        .copied()
+        .filter(|&b| (b as usize) < binaries.len())
+        .collect();
     used.sort_unstable();
-    let lib_of: FxHashMap<BinaryIndex, u32> = used.iter().enumerate().map(|(i, &b)| (b, i as u32)).collect();
+    let lib_of: FxHashMap<BinaryIndex, u32> = used
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| (b, i as u32))
+        .collect();
     let kernel_lib = used.len() as u32;
     let mut frames: Vec<FrameRecord> = keys
         .iter()
@@ -154,7 +176,12 @@ pub(super) fn symbolicate(
                 address: 0,
                 kernel: false,
                 symbols: AddrInfo {
-                    funcs: vec![symbolize::FuncAtAddr { name: p.name().to_string(), file: None, line: None, start_line: None }],
+                    funcs: vec![symbolize::FuncAtAddr {
+                        name: p.name().to_string(),
+                        file: None,
+                        line: None,
+                        start_line: None,
+                    }],
                     ..AddrInfo::default()
                 },
                 pseudo: true,
@@ -166,7 +193,13 @@ pub(super) fn symbolicate(
                 symbols: AddrInfo::default(),
                 pseudo: false,
             },
-            FrameKey::Jit { address, .. } => FrameRecord { lib: NO_LIB, address, kernel: false, symbols: AddrInfo::default(), pseudo: false },
+            FrameKey::Jit { address, .. } => FrameRecord {
+                lib: NO_LIB,
+                address,
+                kernel: false,
+                symbols: AddrInfo::default(),
+                pseudo: false,
+            },
             // Named from its code object when it was sampled; no library
             // (the interpreter's is the native eval frame it replaced).
             FrameKey::Python(i) => FrameRecord {
@@ -187,7 +220,13 @@ pub(super) fn symbolicate(
                 },
                 pseudo: false,
             },
-            FrameKey::Empty => FrameRecord { lib: NO_LIB, address: 0, kernel: false, symbols: AddrInfo::default(), pseudo: false },
+            FrameKey::Empty => FrameRecord {
+                lib: NO_LIB,
+                address: 0,
+                kernel: false,
+                symbols: AddrInfo::default(),
+                pseudo: false,
+            },
         })
         .collect();
     // Addresses named in an earlier window take that name; the rest are looked up.
@@ -201,7 +240,11 @@ pub(super) fn symbolicate(
         }
     }
     cache.last_lookups = missing.values().map(Vec::len).sum();
-    cache.idle_windows = if cache.last_lookups == 0 { cache.idle_windows + 1 } else { 0 };
+    cache.idle_windows = if cache.last_lookups == 0 {
+        cache.idle_windows + 1
+    } else {
+        0
+    };
     // Debug files from debuginfod for sampled binaries that have none here.
     let mut fetched: FxHashMap<u32, String> = FxHashMap::default();
     if debuginfod {
@@ -211,7 +254,10 @@ pub(super) fn symbolicate(
             .filter_map(|&b| {
                 let bin = binaries.get_mut(b);
                 if bin.build_id.is_none() {
-                    bin.build_id = bin.file.as_ref().and_then(|f| ElfReader::new(f, ElfLimits::default()).build_id());
+                    bin.build_id = bin
+                        .file
+                        .as_ref()
+                        .and_then(|f| ElfReader::new(f, ElfLimits::default()).build_id());
                 }
                 let id = bin.build_id.clone()?;
                 debugfile::by_build_id(&id).is_none().then_some((b, id))
@@ -224,7 +270,9 @@ pub(super) fn symbolicate(
         }
     }
     for &b in &used {
-        let Some(idxs) = missing.get(&b) else { continue };
+        let Some(idxs) = missing.get(&b) else {
+            continue;
+        };
         let addrs: Vec<u64> = idxs.iter().map(|&i| keys[i as usize].address()).collect();
         if !cache.prepared.contains_key(&b) {
             let p = names::prepare(binaries.get(b), limits, fetched.get(&b).map(String::as_str));
@@ -236,7 +284,8 @@ pub(super) fn symbolicate(
             cache.prepared.insert(b, p);
         }
         let prepared = cache.prepared.get_mut(&b).expect("inserted above");
-        let names = names::symbolize_prepared(symbolicator, binaries.get(b), prepared, &addrs, limits);
+        let names =
+            names::symbolize_prepared(symbolicator, binaries.get(b), prepared, &addrs, limits);
         for (&i, info) in idxs.iter().zip(names.infos) {
             cache.insert(b, keys[i as usize].address(), &info);
             frames[i as usize].symbols = info;
@@ -249,9 +298,17 @@ pub(super) fn symbolicate(
     let mut libs = Vec::with_capacity(used.len() + 1);
     for &b in &used {
         let bin = binaries.get(b);
-        libs.push(LibRecord { path: bin.path.clone(), name: bin.name.clone(), build_id: bin.build_id.clone() });
+        libs.push(LibRecord {
+            path: bin.path.clone(),
+            name: bin.name.clone(),
+            build_id: bin.build_id.clone(),
+        });
     }
-    libs.push(LibRecord { path: "[kernel.kallsyms]".into(), name: "[kernel.kallsyms]".into(), build_id: symbolize::kernel_build_id() });
+    libs.push(LibRecord {
+        path: "[kernel.kallsyms]".into(),
+        name: "[kernel.kallsyms]".into(),
+        build_id: symbolize::kernel_build_id(),
+    });
     symbolicate_jit(keys, &mut frames, &mut libs, jit, binaries, warnings);
     (libs, frames)
 }
@@ -278,7 +335,9 @@ fn symbolicate_jit(
         }
     }
     for (pid, idxs) in by_pid {
-        let identity = jit.identity(pid).or_else(|| crate::binaries::perfmap::process_identity(pid));
+        let identity = jit
+            .identity(pid)
+            .or_else(|| crate::binaries::perfmap::process_identity(pid));
         let (uid, ns_pid) = match identity {
             Some((u, n)) => (Some(u), n),
             None => (None, pid),
@@ -286,7 +345,11 @@ fn symbolicate_jit(
         // The map lives in the process's own /tmp: through its root while it
         // runs (containers), in ours once it has exited.
         let root = format!("/proc/{pid}/root");
-        let root = if std::path::Path::new(&root).exists() { root } else { String::new() };
+        let root = if std::path::Path::new(&root).exists() {
+            root
+        } else {
+            String::new()
+        };
         let mut map = match crate::binaries::perfmap::load(uid, ns_pid, &root) {
             Ok(m) => Some(m),
             Err(e) => {
@@ -304,7 +367,12 @@ fn symbolicate_jit(
             // whoever read it before (the unwinder looked for ELF sections).
             let dump = bin.file.as_ref().and_then(|f| {
                 use std::os::unix::fs::FileExt;
-                let len = f.metadata().ok()?.len().min(crate::binaries::perfmap::MAX_PERF_MAP_BYTES) as usize;
+                let len = f
+                    .metadata()
+                    .ok()?
+                    .len()
+                    .min(crate::binaries::perfmap::MAX_PERF_MAP_BYTES)
+                    as usize;
                 let mut bytes = vec![0u8; len];
                 let mut done = 0;
                 while done < len {
@@ -323,13 +391,19 @@ fn symbolicate_jit(
                     m.symbols.sort_by_key(|s| s.start);
                     lib_path = bin.path.clone();
                 }
-                None => warn(format!("{}: not a readable jitdump file; its JIT frames stay unnamed", bin.path)),
+                None => warn(format!(
+                    "{}: not a readable jitdump file; its JIT frames stay unnamed",
+                    bin.path
+                )),
             }
         }
         // Code in anonymous memory that no map names is one function per
         // process ("[JIT] java"), not one per address: a JVM without a perf
         // map showed 746 nodes of bare addresses, each a few samples.
-        let regions: Vec<Option<(u64, u64)>> = idxs.iter().map(|&i| jit.anonymous_region(pid, keys[i].address())).collect();
+        let regions: Vec<Option<(u64, u64)>> = idxs
+            .iter()
+            .map(|&i| jit.anonymous_region(pid, keys[i].address()))
+            .collect();
         if map.is_none() && regions.iter().all(Option::is_none) {
             continue;
         }
@@ -337,9 +411,17 @@ fn symbolicate_jit(
         let lib = libs.len() as u32;
         if map.is_some() {
             let lib_name = lib_path.rsplit('/').next().unwrap_or(&lib_path).to_string();
-            libs.push(LibRecord { path: lib_path.clone(), name: format!("JIT ({lib_name})"), build_id: None });
+            libs.push(LibRecord {
+                path: lib_path.clone(),
+                name: format!("JIT ({lib_name})"),
+                build_id: None,
+            });
         } else {
-            libs.push(LibRecord { path: format!("[anonymous code of pid {pid}]"), name: format!("JIT ({runtime})"), build_id: None });
+            libs.push(LibRecord {
+                path: format!("[anonymous code of pid {pid}]"),
+                name: format!("JIT ({runtime})"),
+                build_id: None,
+            });
         }
         for (i, region) in idxs.into_iter().zip(regions) {
             let f = &mut frames[i];
@@ -350,7 +432,12 @@ fn symbolicate_jit(
                     symbol_start: sym.start,
                     symbol_offset: address - sym.start,
                     symbol_size: Some(sym.size),
-                    funcs: vec![symbolize::FuncAtAddr { name: sym.name.clone(), file: None, line: None, start_line: None }],
+                    funcs: vec![symbolize::FuncAtAddr {
+                        name: sym.name.clone(),
+                        file: None,
+                        line: None,
+                        start_line: None,
+                    }],
                 };
             } else if let Some((start, end)) = region {
                 f.lib = lib;
@@ -358,7 +445,12 @@ fn symbolicate_jit(
                     symbol_start: start,
                     symbol_offset: address - start,
                     symbol_size: Some(end - start),
-                    funcs: vec![symbolize::FuncAtAddr { name: format!("[JIT] {runtime}"), file: None, line: None, start_line: None }],
+                    funcs: vec![symbolize::FuncAtAddr {
+                        name: format!("[JIT] {runtime}"),
+                        file: None,
+                        line: None,
+                        start_line: None,
+                    }],
                 };
             } else if map.is_some() {
                 // In no mapping seen: kept as an address of the map's library.
@@ -367,4 +459,3 @@ fn symbolicate_jit(
         }
     }
 }
-

@@ -19,27 +19,65 @@ ffffffffc0001000 t bpf_prog_6deef7357e7b4530_on_sched_switch\t[bpf]
 ";
 
 fn collector(filter: PidFilter) -> Collector {
-    let mut c = Collector::new(filter, CollectorOptions { off_cpu: true, ..Default::default() });
+    let mut c = Collector::new(
+        filter,
+        CollectorOptions {
+            off_cpu: true,
+            ..Default::default()
+        },
+    );
     c.set_kernel_symbols(Arc::new(KernelSymbols::parse(KALLSYMS)));
     c
 }
 
 fn range(start: u64, end: u64) -> WindowRange {
-    WindowRange { start_ns: start, end_ns: end, start_wall_ms: 0.0, interval_ms: 1.0, continuous: false }
+    WindowRange {
+        start_ns: start,
+        end_ns: end,
+        start_wall_ms: 0.0,
+        interval_ms: 1.0,
+        continuous: false,
+    }
 }
 
 fn mmap(time: u64, pid: u32, path: &str) -> MmapEvent {
-    MmapEvent { time, pid, start: 0x40_0000, len: 0x1000, pgoff: 0x2000, path: path.into(), build_id: None, inode: None }
+    MmapEvent {
+        time,
+        pid,
+        start: 0x40_0000,
+        len: 0x1000,
+        pgoff: 0x2000,
+        path: path.into(),
+        build_id: None,
+        inode: None,
+    }
 }
 
 /// (`runtime` is exact at `time`: the scheduler updated it then.)
-fn sample(c: &mut Collector, time: u64, pid: u32, tid: u32, runtime: u64, ustack: &[u64], kstack: &[u64]) {
+fn sample(
+    c: &mut Collector,
+    time: u64,
+    pid: u32,
+    tid: u32,
+    runtime: u64,
+    ustack: &[u64],
+    kstack: &[u64],
+) {
     sample_updated_at(c, time, pid, tid, runtime, time, ustack, kstack);
 }
 
 /// A sample whose `runtime` the scheduler last updated at `exec_start` (its clock).
 #[allow(clippy::too_many_arguments)]
-fn sample_updated_at(c: &mut Collector, time: u64, pid: u32, tid: u32, runtime: u64, exec_start: u64, ustack: &[u64], kstack: &[u64]) {
+fn sample_updated_at(
+    c: &mut Collector,
+    time: u64,
+    pid: u32,
+    tid: u32,
+    runtime: u64,
+    exec_start: u64,
+    ustack: &[u64],
+    kstack: &[u64],
+) {
     c.handle_sample(&SampleView {
         cpu: 0,
         time_ns: time,
@@ -56,7 +94,7 @@ fn sample_updated_at(c: &mut Collector, time: u64, pid: u32, tid: u32, runtime: 
 
 /// A stack record of `tid` (frame-pointer mode).
 fn stack_record(c: &mut Collector, pid: u32, tid: u32, id: u64, user: &[u64], kernel: &[u64]) {
-    let mut e = StackEvent {
+    let e = StackEvent {
         kind: abi::RECORD_STACK,
         flags: 0,
         id,
@@ -72,12 +110,11 @@ fn stack_record(c: &mut Collector, pid: u32, tid: u32, id: u64, user: &[u64], ke
         user_ip: 0,
         user_sp: 0,
         user_bp: 0,
-        kstack: [0; abi::MAX_STACK_DEPTH],
-        ustack: [0; abi::MAX_STACK_DEPTH],
     };
-    e.kstack[..kernel.len()].copy_from_slice(kernel);
-    e.ustack[..user.len()].copy_from_slice(user);
-    let view = StackView { kstack: &e.kstack[..kernel.len()], user: UserStack::Frames(&e.ustack[..user.len()]) };
+    let view = StackView {
+        kstack: kernel,
+        user: UserStack::Frames(user),
+    };
     c.handle_event(EventRecord::Stack(&e, view));
 }
 
@@ -105,13 +142,25 @@ fn off_cpu(pid: u32, tid: u32, state: u32, start: u64, end: u64, stack_id: u64) 
 
 /// (library path, library-relative address) of each frame of a thread's sample, root first.
 fn frames_of(r: &Recording, pid: u32, tid: u32, i: usize) -> Vec<(String, u64)> {
-    let t = r.processes.iter().find(|p| p.pid == pid).unwrap().threads.iter().find(|t| t.tid == tid).unwrap();
+    let t = r
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .unwrap()
+        .threads
+        .iter()
+        .find(|t| t.tid == tid)
+        .unwrap();
     let mut keys = Vec::new();
     r.stacks.path(t.samples.stack[i], &mut keys);
     keys.iter()
         .map(|&k| {
             let f = &r.frames[k as usize];
-            let lib = if f.lib == NO_LIB { "?".to_string() } else { r.libs[f.lib as usize].path.clone() };
+            let lib = if f.lib == NO_LIB {
+                "?".to_string()
+            } else {
+                r.libs[f.lib as usize].path.clone()
+            };
             (lib, f.address)
         })
         .collect()
@@ -121,11 +170,27 @@ fn frames_of(r: &Recording, pid: u32, tid: u32, i: usize) -> Vec<(String, u64)> 
 fn names(r: &Recording, node: u32) -> Vec<String> {
     let mut keys = Vec::new();
     r.stacks.path(node, &mut keys);
-    keys.iter().map(|&k| r.frames[k as usize].symbols.funcs.first().map(|f| f.name.clone()).unwrap_or_else(|| "?".into())).collect()
+    keys.iter()
+        .map(|&k| {
+            r.frames[k as usize]
+                .symbols
+                .funcs
+                .first()
+                .map(|f| f.name.clone())
+                .unwrap_or_else(|| "?".into())
+        })
+        .collect()
 }
 
 fn thread(r: &Recording, pid: u32, tid: u32) -> &ThreadRecord {
-    r.processes.iter().find(|p| p.pid == pid).unwrap().threads.iter().find(|t| t.tid == tid).unwrap()
+    r.processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .unwrap()
+        .threads
+        .iter()
+        .find(|t| t.tid == tid)
+        .unwrap()
 }
 
 /// Check that samples are resolved with the mappings their process had
@@ -138,22 +203,54 @@ fn replay_resolves_with_mappings_of_the_moment() {
     // Arrives before the mapping it needs, but is later in time.
     sample(&mut c, 200, 10, 10, 1000, &[0x40_0010, 0x40_0100], &[]);
     c.handle_sideband(SidebandEvent::Mmap(mmap(100, 10, "/nonexistent/a")));
-    c.handle_sideband(SidebandEvent::Comm { time: 300, pid: 10, tid: 10, name: "b".into(), exec: true });
+    c.handle_sideband(SidebandEvent::Comm {
+        time: 300,
+        pid: 10,
+        tid: 10,
+        name: "b".into(),
+        exec: true,
+    });
     c.handle_sideband(SidebandEvent::Mmap(mmap(301, 10, "/nonexistent/b")));
-    sample(&mut c, 400, 10, 10, 1200, &[0x40_0010, 0x40_0100], &[0xffff_ffff_8110_0410]);
-    c.handle_sideband(SidebandEvent::Fork { time: 500, pid: 11, ppid: 10, tid: 11 });
+    sample(
+        &mut c,
+        400,
+        10,
+        10,
+        1200,
+        &[0x40_0010, 0x40_0100],
+        &[0xffff_ffff_8110_0410],
+    );
+    c.handle_sideband(SidebandEvent::Fork {
+        time: 500,
+        pid: 11,
+        ppid: 10,
+        tid: 11,
+    });
     sample(&mut c, 600, 11, 11, 5000, &[0x40_0020], &[]);
-    c.handle_sideband(SidebandEvent::Exit { time: 700, pid: 11, tid: 11 });
+    c.handle_sideband(SidebandEvent::Exit {
+        time: 700,
+        pid: 11,
+        tid: 11,
+    });
     let r = c.finish_window(range(0, 1000));
 
     let a = "/nonexistent/a".to_string();
     let b = "/nonexistent/b".to_string();
-    assert_eq!(frames_of(&r, 10, 10, 0), vec![(a.clone(), 0x20ff), (a, 0x2010)]);
+    assert_eq!(
+        frames_of(&r, 10, 10, 0),
+        vec![(a.clone(), 0x20ff), (a, 0x2010)]
+    );
     let after_exec = frames_of(&r, 10, 10, 1);
     // In a kernel-mode sample the user "leaf" is where the syscall returns
     // to, so it is looked up one byte back like any return address.
     assert_eq!(after_exec[..2], [(b.clone(), 0x20ff), (b.clone(), 0x200f)]);
-    assert_eq!(names(&r, thread(&r, 10, 10).samples.stack[1]).last().unwrap(), "__schedule", "kernel frames named from the snapshot");
+    assert_eq!(
+        names(&r, thread(&r, 10, 10).samples.stack[1])
+            .last()
+            .unwrap(),
+        "__schedule",
+        "kernel frames named from the snapshot"
+    );
     assert_eq!(frames_of(&r, 11, 11, 0), vec![(b, 0x2020)]);
 
     let p10 = r.processes.iter().find(|p| p.pid == 10).unwrap();
@@ -164,7 +261,11 @@ fn replay_resolves_with_mappings_of_the_moment() {
     assert_eq!(p10.threads[0].samples.cpu_delta_ns, vec![0, 200]);
     // Thread 11 was forked during the recording: its baseline is 0.
     assert_eq!(p11.threads[0].samples.cpu_delta_ns, vec![5000]);
-    assert!(r.warnings.iter().any(|w| w.contains("/nonexistent/a")), "{:?}", r.warnings);
+    assert!(
+        r.warnings.iter().any(|w| w.contains("/nonexistent/a")),
+        "{:?}",
+        r.warnings
+    );
 }
 
 /// Check that a Tree filter keeps the root and the processes it forks,
@@ -174,8 +275,18 @@ fn tree_filter_follows_forks() {
     let mut c = collector(PidFilter::Tree(vec![20]));
     sample(&mut c, 100, 20, 20, 0, &[0x1234], &[]);
     sample(&mut c, 100, 30, 30, 0, &[0x1234], &[]);
-    c.handle_sideband(SidebandEvent::Fork { time: 150, pid: 21, ppid: 20, tid: 21 });
-    c.handle_sideband(SidebandEvent::Fork { time: 150, pid: 31, ppid: 30, tid: 31 });
+    c.handle_sideband(SidebandEvent::Fork {
+        time: 150,
+        pid: 21,
+        ppid: 20,
+        tid: 21,
+    });
+    c.handle_sideband(SidebandEvent::Fork {
+        time: 150,
+        pid: 31,
+        ppid: 30,
+        tid: 31,
+    });
     sample(&mut c, 200, 21, 21, 0, &[0x1234], &[]);
     sample(&mut c, 200, 31, 31, 0, &[0x1234], &[]);
     let r = c.finish_window(range(0, 1000));
@@ -189,17 +300,54 @@ fn tree_filter_follows_forks() {
 #[test]
 fn off_cpu_stacks_end_where_the_thread_left_the_cpu() {
     let mut c = collector(PidFilter::All);
-    let (bpf, traceiter, run4) = (0xffff_ffff_c000_1010, 0xffff_ffff_8130_0010, 0xffff_ffff_8130_0110);
-    let (sched, schedule, nanosleep) = (0xffff_ffff_8110_0410, 0xffff_ffff_8110_0910, 0xffff_ffff_8110_0a10);
-    stack_record(&mut c, 40, 41, 7 << 12, &[0x7000, 0x7100], &[bpf, run4, traceiter, sched, schedule, nanosleep]);
-    c.handle_offcpu(&off_cpu(40, 41, abi::OFFCPU_SLEEPING, 100, 2_000_100, 7 << 12));
+    let (bpf, traceiter, run4) = (
+        0xffff_ffff_c000_1010,
+        0xffff_ffff_8130_0010,
+        0xffff_ffff_8130_0110,
+    );
+    let (sched, schedule, nanosleep) = (
+        0xffff_ffff_8110_0410,
+        0xffff_ffff_8110_0910,
+        0xffff_ffff_8110_0a10,
+    );
+    stack_record(
+        &mut c,
+        40,
+        41,
+        7 << 12,
+        &[0x7000, 0x7100],
+        &[bpf, run4, traceiter, sched, schedule, nanosleep],
+    );
+    c.handle_offcpu(&off_cpu(
+        40,
+        41,
+        abi::OFFCPU_SLEEPING,
+        100,
+        2_000_100,
+        7 << 12,
+    ));
     let r = c.finish_window(range(0, 3_000_000));
     let t = thread(&r, 40, 41);
     assert_eq!(t.off_cpu.duration_ns, vec![2_000_000]);
     let n = names(&r, t.off_cpu.stack[0]);
-    assert_eq!(&n[2..], ["do_nanosleep", "schedule", "__schedule", "[off-CPU: sleeping]"], "{n:?}");
+    assert_eq!(
+        &n[2..],
+        [
+            "do_nanosleep",
+            "schedule",
+            "__schedule",
+            "[off-CPU: sleeping]"
+        ],
+        "{n:?}"
+    );
     assert_eq!(n.len(), 6, "two user frames (unnamed here) above: {n:?}");
-    assert!(matches!(t.markers[..], [MarkerRecord::OffCpu { reason: OffCpuReason::Sleeping, .. }]));
+    assert!(matches!(
+        t.markers[..],
+        [MarkerRecord::OffCpu {
+            reason: OffCpuReason::Sleeping,
+            ..
+        }]
+    ));
     assert_eq!(r.stats.stacks_not_kept, 0);
 }
 
@@ -209,17 +357,47 @@ fn off_cpu_stacks_end_where_the_thread_left_the_cpu() {
 #[test]
 fn wakers_from_interrupts_are_not_the_interrupted_task() {
     let mut c = collector(PidFilter::All);
-    let (wake, blk, common, asm, read) = (0xffff_ffff_8110_0010, 0xffff_ffff_8160_0010, 0xffff_ffff_8150_0010, 0xffff_ffff_8100_0d50, 0xffff_ffff_8170_0010);
+    let (wake, blk, common, asm, read) = (
+        0xffff_ffff_8110_0010,
+        0xffff_ffff_8160_0010,
+        0xffff_ffff_8150_0010,
+        0xffff_ffff_8100_0d50,
+        0xffff_ffff_8170_0010,
+    );
     stack_record(&mut c, 40, 41, 1 << 12, &[0x7000], &[0xffff_ffff_8110_0410]);
     // The interrupt arrived while pid 90 was in read(2).
-    stack_record(&mut c, 90, 91, 2 << 12, &[0x9000], &[0xffff_ffff_c000_1010, wake, blk, common, asm, read]);
+    stack_record(
+        &mut c,
+        90,
+        91,
+        2 << 12,
+        &[0x9000],
+        &[0xffff_ffff_c000_1010, wake, blk, common, asm, read],
+    );
     // A task wakeup by pid 95.
-    stack_record(&mut c, 95, 96, 3 << 12, &[0x9500], &[0xffff_ffff_c000_1010, wake, read]);
+    stack_record(
+        &mut c,
+        95,
+        96,
+        3 << 12,
+        &[0x9500],
+        &[0xffff_ffff_c000_1010, wake, read],
+    );
     let mut by_irq = off_cpu(40, 41, abi::OFFCPU_BLOCKED, 100, 5_000_000, 1 << 12);
-    (by_irq.wake_ns, by_irq.waker_pid, by_irq.waker_tid, by_irq.waker_stack_id) = (4_000_000, 90, 91, 2 << 12);
+    (
+        by_irq.wake_ns,
+        by_irq.waker_pid,
+        by_irq.waker_tid,
+        by_irq.waker_stack_id,
+    ) = (4_000_000, 90, 91, 2 << 12);
     by_irq.waker_comm[..7].copy_from_slice(b"sysprof");
     let mut by_task = off_cpu(40, 41, abi::OFFCPU_SLEEPING, 6_000_000, 9_000_000, 1 << 12);
-    (by_task.wake_ns, by_task.waker_pid, by_task.waker_tid, by_task.waker_stack_id) = (8_000_000, 95, 96, 3 << 12);
+    (
+        by_task.wake_ns,
+        by_task.waker_pid,
+        by_task.waker_tid,
+        by_task.waker_stack_id,
+    ) = (8_000_000, 95, 96, 3 << 12);
     by_task.waker_comm[..6].copy_from_slice(b"pinger");
     c.handle_offcpu(&by_irq);
     c.handle_offcpu(&by_task);
@@ -229,16 +407,35 @@ fn wakers_from_interrupts_are_not_the_interrupted_task() {
         .markers
         .iter()
         .map(|m| match m {
-            MarkerRecord::OffCpu { waker: Some(w), waker_stack: Some(s), .. } => (w, names(&r, *s)),
+            MarkerRecord::OffCpu {
+                waker: Some(w),
+                waker_stack: Some(s),
+                ..
+            } => (w, names(&r, *s)),
             other => panic!("{other:?}"),
         })
         .collect();
     assert_eq!(markers[0].0.interrupt, Some(InterruptKind::Hard));
-    assert_eq!(markers[0].0.label(), "an interrupt (while sysprof ran, pid 90, tid 91)");
-    assert_eq!(markers[0].1, ["asm_common_interrupt", "common_interrupt", "blk_mq_complete_request", "try_to_wake_up"]);
+    assert_eq!(
+        markers[0].0.label(),
+        "an interrupt (while sysprof ran, pid 90, tid 91)"
+    );
+    assert_eq!(
+        markers[0].1,
+        [
+            "asm_common_interrupt",
+            "common_interrupt",
+            "blk_mq_complete_request",
+            "try_to_wake_up"
+        ]
+    );
     assert_eq!(markers[1].0.interrupt, None);
     assert_eq!(markers[1].0.label(), "pinger (pid 95, tid 96)");
-    assert_eq!(markers[1].1[1..], ["ksys_read", "try_to_wake_up"], "the task's user frame, then its kernel path");
+    assert_eq!(
+        markers[1].1[1..],
+        ["ksys_read", "try_to_wake_up"],
+        "the task's user frame, then its kernel path"
+    );
 }
 
 /// Check that folded short waits keep their reason: one weighted sample per
@@ -264,19 +461,44 @@ fn short_waits_keep_their_reason() {
     });
     let r = c.finish_window(range(0, 1000));
     let t = thread(&r, 50, 51);
-    let mut got: Vec<(Vec<String>, u64)> = t.off_cpu.stack.iter().zip(&t.off_cpu.duration_ns).map(|(&s, &d)| (names(&r, s), d)).collect();
+    let mut got: Vec<(Vec<String>, u64)> = t
+        .off_cpu
+        .stack
+        .iter()
+        .zip(&t.off_cpu.duration_ns)
+        .map(|(&s, &d)| (names(&r, s), d))
+        .collect();
     got.sort();
     assert_eq!(
         got,
         vec![
-            (vec!["[short off-CPU waits: no stack]".to_string(), "[off-CPU: preempted, waiting for a CPU]".to_string()], 300),
-            (vec!["[short off-CPU waits: no stack]".to_string(), "[off-CPU: sleeping]".to_string()], 200),
+            (
+                vec![
+                    "[short off-CPU waits: no stack]".to_string(),
+                    "[off-CPU: preempted, waiting for a CPU]".to_string()
+                ],
+                300
+            ),
+            (
+                vec![
+                    "[short off-CPU waits: no stack]".to_string(),
+                    "[off-CPU: sleeping]".to_string()
+                ],
+                200
+            ),
         ]
     );
     assert_eq!(r.stats.off_cpu_folded, 7);
     assert_eq!(
         t.markers,
-        vec![MarkerRecord::ShortWaits { start_ns: 10, end_ns: 900, count: 7, off_cpu_ns: 500, waited_ns: 150, waker: ShortWaker::Task { pid: 60, tid: 61 } }]
+        vec![MarkerRecord::ShortWaits {
+            start_ns: 10,
+            end_ns: 900,
+            count: 7,
+            off_cpu_ns: 500,
+            waited_ns: 150,
+            waker: ShortWaker::Task { pid: 60, tid: 61 }
+        }]
     );
 }
 
@@ -305,7 +527,14 @@ fn a_run_of_short_waits_starts_no_earlier_than_the_range() {
     let t = thread(&r, 50, 51);
     assert_eq!(
         t.markers,
-        vec![MarkerRecord::ShortWaits { start_ns: 3_000_000, end_ns: 5_000_000, count: 20, off_cpu_ns: 400_000, waited_ns: 200_000, waker: ShortWaker::Task { pid: 60, tid: 61 } }]
+        vec![MarkerRecord::ShortWaits {
+            start_ns: 3_000_000,
+            end_ns: 5_000_000,
+            count: 20,
+            off_cpu_ns: 400_000,
+            waited_ns: 200_000,
+            waker: ShortWaker::Task { pid: 60, tid: 61 }
+        }]
     );
 }
 
@@ -317,12 +546,20 @@ fn waits_under_the_marker_threshold_are_summed_per_waker() {
     let mut c = collector(PidFilter::All);
     let wake_read = 0xffff_ffff_8110_0010;
     for (n, waker) in [61u32, 62, 63].into_iter().enumerate() {
-        stack_record(&mut c, 60, waker, (n as u64 + 1) << 12, &[0x9500], &[0xffff_ffff_c000_1010, wake_read]);
+        stack_record(
+            &mut c,
+            60,
+            waker,
+            (n as u64 + 1) << 12,
+            &[0x9500],
+            &[0xffff_ffff_c000_1010, wake_read],
+        );
     }
     let wait = |start: u64, end: u64, wake: u64, reason: u32, waker: u32| {
         let mut e = off_cpu(50, 51, reason, start, end, 0);
         if waker != 0 {
-            (e.wake_ns, e.waker_pid, e.waker_tid, e.waker_stack_id) = (wake, 60, waker, (waker as u64 - 60) << 12);
+            (e.wake_ns, e.waker_pid, e.waker_tid, e.waker_stack_id) =
+                (wake, 60, waker, (waker as u64 - 60) << 12);
         }
         e
     };
@@ -345,7 +582,13 @@ fn waits_under_the_marker_threshold_are_summed_per_waker() {
         .markers
         .iter()
         .filter_map(|m| match m {
-            MarkerRecord::ShortWaits { count, off_cpu_ns, waited_ns, waker, .. } => Some((*count, *off_cpu_ns, *waited_ns, *waker)),
+            MarkerRecord::ShortWaits {
+                count,
+                off_cpu_ns,
+                waited_ns,
+                waker,
+                ..
+            } => Some((*count, *off_cpu_ns, *waited_ns, *waker)),
             _ => None,
         })
         .collect();
@@ -356,7 +599,12 @@ fn waits_under_the_marker_threshold_are_summed_per_waker() {
             (1, 200_000, 0, ShortWaker::Nobody),
             (1, 500_000, 400_000, ShortWaker::Task { pid: 60, tid: 62 }),
             (1, 500_000, 400_000, ShortWaker::Task { pid: 60, tid: 63 }),
-            (5, 2_500_000, 2_000_000, ShortWaker::Task { pid: 60, tid: 61 }),
+            (
+                5,
+                2_500_000,
+                2_000_000,
+                ShortWaker::Task { pid: 60, tid: 61 }
+            ),
         ]
     );
 }
@@ -373,7 +621,10 @@ fn everything_lies_inside_the_range() {
     let r = c.finish_window(range(100, 1000));
     let t = thread(&r, 60, 60);
     assert_eq!(t.samples.time_ns, vec![150, 950]);
-    assert_eq!((t.off_cpu.time_ns.clone(), t.off_cpu.duration_ns.clone()), (vec![500], vec![500]));
+    assert_eq!(
+        (t.off_cpu.time_ns.clone(), t.off_cpu.duration_ns.clone()),
+        (vec![500], vec![500])
+    );
 }
 
 /// Check that a running thread's CPU deltas are exact between samples
@@ -384,19 +635,36 @@ fn everything_lies_inside_the_range() {
 #[test]
 fn cpu_deltas_are_exact_between_ticks() {
     let mut c = collector(PidFilter::All);
-    c.handle_sideband(SidebandEvent::Fork { time: 0, pid: 80, ppid: 1, tid: 80 });
+    c.handle_sideband(SidebandEvent::Fork {
+        time: 0,
+        pid: 80,
+        ppid: 1,
+        tid: 80,
+    });
     c.handle_sideband(SidebandEvent::Mmap(mmap(1, 80, "/nonexistent/spin")));
     const AHEAD: u64 = 5_000;
     for time in (1_000..=9_000).step_by(1_000) {
         let last_tick = time / 4_000 * 4_000;
-        sample_updated_at(&mut c, time, 80, 80, last_tick, last_tick + AHEAD, &[0x40_0010], &[]);
+        sample_updated_at(
+            &mut c,
+            time,
+            80,
+            80,
+            last_tick,
+            last_tick + AHEAD,
+            &[0x40_0010],
+            &[],
+        );
     }
     let r = c.finish_window(range(0, 10_000));
     let deltas = &thread(&r, 80, 80).samples.cpu_delta_ns;
     // The first is as the scheduler last updated it (0 at 1,000, a tick
     // stale); from there on exact, and the tick at 4,000 makes up the first's
     // 1,000: the sum is the thread's whole CPU time.
-    assert_eq!(deltas, &vec![0, 1_000, 1_000, 2_000, 1_000, 1_000, 1_000, 1_000, 1_000]);
+    assert_eq!(
+        deltas,
+        &vec![0, 1_000, 1_000, 2_000, 1_000, 1_000, 1_000, 1_000, 1_000]
+    );
     assert_eq!(deltas.iter().sum::<u64>(), 9_000);
 }
 
@@ -406,19 +674,50 @@ fn cpu_deltas_are_exact_between_ticks() {
 #[test]
 fn windows_carry_process_state_and_forget_the_dead() {
     let mut c = collector(PidFilter::All);
-    c.handle_sideband(SidebandEvent::Comm { time: 10, pid: 70, tid: 70, name: "server".into(), exec: true });
+    c.handle_sideband(SidebandEvent::Comm {
+        time: 10,
+        pid: 70,
+        tid: 70,
+        name: "server".into(),
+        exec: true,
+    });
     c.handle_sideband(SidebandEvent::Mmap(mmap(11, 70, "/nonexistent/server")));
     sample(&mut c, 100, 70, 70, 1000, &[0x40_0010], &[]);
-    c.handle_sideband(SidebandEvent::Fork { time: 150, pid: 71, ppid: 70, tid: 71 });
-    c.handle_sideband(SidebandEvent::Exit { time: 200, pid: 71, tid: 71 });
-    let first = c.finish_window(WindowRange { continuous: true, ..range(0, 1000) });
+    c.handle_sideband(SidebandEvent::Fork {
+        time: 150,
+        pid: 71,
+        ppid: 70,
+        tid: 71,
+    });
+    c.handle_sideband(SidebandEvent::Exit {
+        time: 200,
+        pid: 71,
+        tid: 71,
+    });
+    let first = c.finish_window(WindowRange {
+        continuous: true,
+        ..range(0, 1000)
+    });
     assert_eq!(first.processes.len(), 1, "pid 71 had no data");
     sample(&mut c, 1100, 70, 70, 1800, &[0x40_0020], &[]);
-    let second = c.finish_window(WindowRange { continuous: true, ..range(1000, 2000) });
-    assert_eq!(frames_of(&second, 70, 70, 0), vec![("/nonexistent/server".to_string(), 0x2020)]);
+    let second = c.finish_window(WindowRange {
+        continuous: true,
+        ..range(1000, 2000)
+    });
+    assert_eq!(
+        frames_of(&second, 70, 70, 0),
+        vec![("/nonexistent/server".to_string(), 0x2020)]
+    );
     assert_eq!(second.processes[0].name, "server");
-    assert_eq!(second.processes[0].threads[0].samples.cpu_delta_ns, vec![800], "the CPU-time base carried over");
-    assert!(!c.table.processes.contains_key(&71), "exited in the first window: forgotten");
+    assert_eq!(
+        second.processes[0].threads[0].samples.cpu_delta_ns,
+        vec![800],
+        "the CPU-time base carried over"
+    );
+    assert!(
+        !c.table.processes.contains_key(&71),
+        "exited in the first window: forgotten"
+    );
 }
 
 /// Check that in continuous windows (the agent) what ended after a window's
@@ -428,19 +727,42 @@ fn windows_carry_process_state_and_forget_the_dead() {
 #[test]
 fn continuous_windows_carry_what_ended_after_the_cut() {
     let mut c = collector(PidFilter::All);
-    c.handle_sideband(SidebandEvent::Comm { time: 10, pid: 80, tid: 80, name: "w".into(), exec: true });
+    c.handle_sideband(SidebandEvent::Comm {
+        time: 10,
+        pid: 80,
+        tid: 80,
+        name: "w".into(),
+        exec: true,
+    });
     sample(&mut c, 900, 80, 80, 1000, &[0x1234], &[]);
     sample(&mut c, 1100, 80, 80, 2000, &[0x5678], &[]);
     c.handle_offcpu(&off_cpu(80, 80, abi::OFFCPU_SLEEPING, 950, 1200, 0));
-    let first = c.finish_window(WindowRange { continuous: true, ..range(0, 1000) });
+    let first = c.finish_window(WindowRange {
+        continuous: true,
+        ..range(0, 1000)
+    });
     let t = thread(&first, 80, 80);
     assert_eq!(t.samples.time_ns, vec![900]);
-    assert!(t.off_cpu.time_ns.is_empty(), "the interval ended after the cut");
-    let second = c.finish_window(WindowRange { continuous: true, ..range(1000, 2000) });
+    assert!(
+        t.off_cpu.time_ns.is_empty(),
+        "the interval ended after the cut"
+    );
+    let second = c.finish_window(WindowRange {
+        continuous: true,
+        ..range(1000, 2000)
+    });
     let t = thread(&second, 80, 80);
     assert_eq!(t.samples.time_ns, vec![1100]);
-    assert_eq!((t.off_cpu.time_ns.clone(), t.off_cpu.duration_ns.clone()), (vec![950], vec![250]), "kept whole where it ended");
-    assert_eq!(frames_of(&second, 80, 80, 0).len(), 1, "the carried sample kept its stack");
+    assert_eq!(
+        (t.off_cpu.time_ns.clone(), t.off_cpu.duration_ns.clone()),
+        (vec![950], vec![250]),
+        "kept whole where it ended"
+    );
+    assert_eq!(
+        frames_of(&second, 80, 80, 0).len(),
+        1,
+        "the carried sample kept its stack"
+    );
 }
 
 /// Check that a user stack the kernel walked ends, at its root, in the
@@ -451,21 +773,58 @@ fn continuous_windows_carry_what_ended_after_the_cut() {
 fn kernel_walks_end_in_the_frame_that_says_why() {
     let cases: [(u32, Option<&str>); 10] = [
         (abi::UNWIND_END_ROOT, None),
-        (abi::UNWIND_END_NO_PROCESS, Some("[truncated: unwind tables not loaded yet (the process had just started)]")),
-        (abi::UNWIND_END_PENDING, Some("[truncated: unwind tables not loaded yet (the process had just started)]")),
-        (abi::UNWIND_END_BAD_ADDRESS, Some("[truncated: return address outside any code]")),
-        (abi::UNWIND_END_UNSUPPORTED, Some("[truncated: an unwind rule the kernel unwinder cannot follow]")),
-        (abi::UNWIND_END_READ_FAILED, Some("[truncated: user stack not readable (not resident)]")),
-        (abi::UNWIND_END_NO_INFO, Some("[truncated: no unwind information]")),
+        (
+            abi::UNWIND_END_NO_PROCESS,
+            Some("[truncated: unwind tables not loaded yet (the process had just started)]"),
+        ),
+        (
+            abi::UNWIND_END_PENDING,
+            Some("[truncated: unwind tables not loaded yet (the process had just started)]"),
+        ),
+        (
+            abi::UNWIND_END_BAD_ADDRESS,
+            Some("[truncated: return address outside any code]"),
+        ),
+        (
+            abi::UNWIND_END_UNSUPPORTED,
+            Some("[truncated: an unwind rule the kernel unwinder cannot follow]"),
+        ),
+        (
+            abi::UNWIND_END_READ_FAILED,
+            Some("[truncated: user stack not readable (not resident)]"),
+        ),
+        (
+            abi::UNWIND_END_NO_INFO,
+            Some("[truncated: no unwind information]"),
+        ),
         (abi::UNWIND_END_MAX_FRAMES, Some("[truncated: 1024 frames]")),
-        (abi::UNWIND_END_USERSPACE, Some("[truncated: no unwind information]")),
-        (abi::UNWIND_END_REFUSED, Some("[truncated: no unwind information]")),
+        (
+            abi::UNWIND_END_USERSPACE,
+            Some("[truncated: no unwind information]"),
+        ),
+        (
+            abi::UNWIND_END_REFUSED,
+            Some("[truncated: no unwind information]"),
+        ),
     ];
-    let mut c = Collector::new(PidFilter::All, CollectorOptions { dwarf: true, ..Default::default() });
+    let mut c = Collector::new(
+        PidFilter::All,
+        CollectorOptions {
+            dwarf: true,
+            ..Default::default()
+        },
+    );
     c.set_kernel_symbols(Arc::new(KernelSymbols::parse(KALLSYMS)));
     c.handle_sideband(SidebandEvent::Mmap(mmap(1, 30, "/nonexistent/k")));
     for (i, &(end, _)) in cases.iter().enumerate() {
-        let user = UserStack::KernelUnwound(KernelUnwound { frames: &[0x40_0010, 0x40_0100], end, handover: None, leaf: None, python: &[], python_end: 0 });
+        let user = UserStack::KernelUnwound(KernelUnwound {
+            frames: &[0x40_0010, 0x40_0100],
+            end,
+            handover: None,
+            leaf: None,
+            python: &[],
+            python_end: 0,
+        });
         c.handle_sample(&SampleView {
             cpu: 0,
             time_ns: 10 + i as u64,
@@ -485,11 +844,24 @@ fn kernel_walks_end_in_the_frame_that_says_why() {
         let n = names(&r, t.samples.stack[i]);
         match marker {
             Some(m) => assert_eq!((n.len(), n[0].as_str()), (3, m), "UNWIND_END {end}"),
-            None => assert_eq!(n.len(), 2, "UNWIND_END {end}: a whole stack has no marker: {n:?}"),
+            None => assert_eq!(
+                n.len(),
+                2,
+                "UNWIND_END {end}: a whole stack has no marker: {n:?}"
+            ),
         }
     }
     let u = r.stats.unwind;
-    assert_eq!((u.unwinds, u.reached_root, u.bad_return_address, u.copy_exhausted, u.no_unwind_info), (10, 1, 1, 1, 7));
+    assert_eq!(
+        (
+            u.unwinds,
+            u.reached_root,
+            u.bad_return_address,
+            u.copy_exhausted,
+            u.no_unwind_info
+        ),
+        (10, 1, 1, 1, 7)
+    );
 }
 
 /// Check that a thread that moves to a CPU whose scheduler clock is far
@@ -499,14 +871,26 @@ fn kernel_walks_end_in_the_frame_that_says_why() {
 fn cpu_deltas_across_cpus_do_not_compare_their_clocks() {
     let mut t = super::process::CpuTime::since(0);
     // CPU 0: its clock 5,000 ahead; exact 1,000 between samples.
-    assert_eq!(t.advance(0, super::runtime_clock(0, 5_000, 1_000), 1_000, 0), 0);
-    assert_eq!(t.advance(0, super::runtime_clock(0, 5_000, 2_000), 2_000, 0), 1_000);
+    assert_eq!(
+        t.advance(0, super::runtime_clock(0, 5_000, 1_000), 1_000, 0),
+        0
+    );
+    assert_eq!(
+        t.advance(0, super::runtime_clock(0, 5_000, 2_000), 2_000, 0),
+        1_000
+    );
     // CPU 1, its clock 900,000 ahead (updated at 2,500): compared, the
     // clocks would say it ran -897,500. The kernel counted 2,500 when it
     // moved: 1,500 more than accounted.
-    assert_eq!(t.advance(2_500, super::runtime_clock(2_500, 902_500, 3_000), 3_000, 1), 1_500);
+    assert_eq!(
+        t.advance(2_500, super::runtime_clock(2_500, 902_500, 3_000), 3_000, 1),
+        1_500
+    );
     // On CPU 1 again: exact.
-    assert_eq!(t.advance(2_500, super::runtime_clock(2_500, 902_500, 4_000), 4_000, 1), 1_000);
+    assert_eq!(
+        t.advance(2_500, super::runtime_clock(2_500, 902_500, 4_000), 4_000, 1),
+        1_000
+    );
 }
 
 /// Check that where the scheduler's clock runs slower than the samples'
@@ -521,9 +905,17 @@ fn cpu_deltas_do_not_run_ahead_of_the_kernel_by_steal() {
     for time in (1_000..=40_000u64).step_by(1_000) {
         let tick = time / 4_000 * 4_000;
         let (runtime, exec_start) = (tick / 2, tick / 2);
-        total += t.advance(runtime, super::runtime_clock(runtime, exec_start, time), time, 0);
+        total += t.advance(
+            runtime,
+            super::runtime_clock(runtime, exec_start, time),
+            time,
+            0,
+        );
         let true_cpu = time / 2;
-        assert!(total <= true_cpu + 4_000, "at {time}: {total} accounted, the kernel's count is {runtime}");
+        assert!(
+            total <= true_cpu + 4_000,
+            "at {time}: {total} accounted, the kernel's count is {runtime}"
+        );
     }
     assert!(total >= 20_000 - 4_000, "{total}");
 }

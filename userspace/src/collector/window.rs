@@ -105,8 +105,17 @@ impl Collector {
         // windows before it carried over: its floor is the first's start.
         let floor = *self.first_start_ns.get_or_insert(range.start_ns);
         let inside = |t: u64| t <= range.end_ns && t >= floor;
-        let mut order: Vec<(u64, u8, u32)> = Vec::with_capacity(w.samples.time_ns.len() + w.off_cpu.len() + w.io.len() + w.folded.len());
-        order.extend(w.samples.time_ns.iter().enumerate().filter(|(_, &t)| inside(t)).map(|(i, &t)| (t, ORDER_SAMPLE, i as u32)));
+        let mut order: Vec<(u64, u8, u32)> = Vec::with_capacity(
+            w.samples.time_ns.len() + w.off_cpu.len() + w.io.len() + w.folded.len(),
+        );
+        order.extend(
+            w.samples
+                .time_ns
+                .iter()
+                .enumerate()
+                .filter(|(_, &t)| inside(t))
+                .map(|(i, &t)| (t, ORDER_SAMPLE, i as u32)),
+        );
         // A recording's intervals are clipped to its range (one still open
         // at the end was closed there); requests must have completed in it.
         // The agent's start at its first window's (the floor above).
@@ -116,8 +125,19 @@ impl Collector {
             }
             o.start_ns = o.start_ns.max(floor);
         }
-        order.extend(w.off_cpu.iter().enumerate().filter(|(_, o)| o.start_ns < o.end_ns).map(|(i, o)| (o.start_ns, ORDER_OFF_CPU, i as u32)));
-        order.extend(w.io.iter().enumerate().filter(|(_, e)| inside(e.done_ns) && inside(e.start_ns)).map(|(i, e)| (e.start_ns, ORDER_IO, i as u32)));
+        order.extend(
+            w.off_cpu
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| o.start_ns < o.end_ns)
+                .map(|(i, o)| (o.start_ns, ORDER_OFF_CPU, i as u32)),
+        );
+        order.extend(
+            w.io.iter()
+                .enumerate()
+                .filter(|(_, e)| inside(e.done_ns) && inside(e.start_ns))
+                .map(|(i, e)| (e.start_ns, ORDER_IO, i as u32)),
+        );
         // A run of short waits (the kernel's span up to a second) starts no
         // earlier than the floor, as intervals do; it keeps the share of its
         // sums its span keeps.
@@ -130,7 +150,13 @@ impl Collector {
                 f.first_ns = floor;
             }
         }
-        order.extend(w.folded.iter().enumerate().filter(|(_, f)| inside(f.last_ns)).map(|(i, f)| (f.last_ns, ORDER_FOLDED, i as u32)));
+        order.extend(
+            w.folded
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| inside(f.last_ns))
+                .map(|(i, f)| (f.last_ns, ORDER_FOLDED, i as u32)),
+        );
         order.sort_unstable();
         let mut side = w.sideband.iter().peekable();
         for &(t, kind, i) in &order {
@@ -139,7 +165,9 @@ impl Collector {
             }
             match kind {
                 ORDER_SAMPLE => replay.sample(&w, i as usize),
-                ORDER_OFF_CPU => replay.off_cpu(&w, &w.off_cpu[i as usize], self.options.marker_min_ns),
+                ORDER_OFF_CPU => {
+                    replay.off_cpu(&w, &w.off_cpu[i as usize], self.options.marker_min_ns)
+                }
                 ORDER_IO => replay.io(&w, &w.io[i as usize]),
                 _ => replay.folded(&w.folded[i as usize]),
             }
@@ -152,18 +180,37 @@ impl Collector {
         for e in &w.switch_totals {
             replay.table.process(e.pid).thread(e.tid).switches = Some((e.voluntary, e.involuntary));
         }
-        let cpu_tracks = if self.options.per_cpu { replay.cpu_tracks(&w, &order, range.interval_ms, (range.start_ns, range.end_ns)) } else { Vec::new() };
+        let cpu_tracks = if self.options.per_cpu {
+            replay.cpu_tracks(
+                &w,
+                &order,
+                range.interval_ms,
+                (range.start_ns, range.end_ns),
+            )
+        } else {
+            Vec::new()
+        };
 
-        let Replay { frame_keys, stacks, threads, .. } = replay;
+        let Replay {
+            frame_keys,
+            stacks,
+            threads,
+            ..
+        } = replay;
         let mut warnings = std::mem::take(&mut w.warnings);
-        (w.stats.python_frames_unnamed, w.stats.python_codes_replaced) = self.py_codes.take_counts();
+        (w.stats.python_frames_unnamed, w.stats.python_codes_replaced) =
+            self.py_codes.take_counts();
         if let Some(u) = self.unwinders.as_mut() {
             w.stats.unwind = u.take_stats();
             warnings.extend(u.take_warnings());
         }
         // The JVMs sampled write their perf maps now, for this window's
         // frames (a recording waits longer: it is its only window).
-        warnings.extend(self.jvms.refresh(if range.continuous { Duration::from_millis(500) } else { Duration::from_secs(3) }));
+        warnings.extend(self.jvms.refresh(if range.continuous {
+            Duration::from_millis(500)
+        } else {
+            Duration::from_secs(3)
+        }));
         self.give_jit_frames();
         let jit = symbolicate::JitSources(&self.table);
         let (libs, frames) = symbolicate::symbolicate(
@@ -184,13 +231,27 @@ impl Collector {
             .table
             .processes
             .iter()
-            .filter(|(pid, p)| p.tracked && p.start_ns.is_some() && p.end_ns.is_some() && !reported.contains(pid))
+            .filter(|(pid, p)| {
+                p.tracked && p.start_ns.is_some() && p.end_ns.is_some() && !reported.contains(pid)
+            })
             .count() as u64;
-        w.stats.samples_kept = processes.iter().flat_map(|p| &p.threads).map(|t| t.samples.time_ns.len() as u64).sum();
+        w.stats.samples_kept = processes
+            .iter()
+            .flat_map(|p| &p.threads)
+            .map(|t| t.samples.time_ns.len() as u64)
+            .sum();
 
         // A new window's raw stacks start from an empty tree.
         self.windows_finished += 1;
         // What ended in this window has been reported: forget it.
+        let gone = self
+            .table
+            .processes
+            .iter()
+            .filter(|(_, p)| p.end_ns.is_some_and(|e| e < range.end_ns))
+            .map(|(&pid, _)| pid);
+        self.stacks
+            .forget_processes(gone, &mut self.shared_stacks_forgotten);
         self.table.prune(range.end_ns);
         self.stacks.prune(range.end_ns);
         if range.continuous {
@@ -217,9 +278,15 @@ impl Collector {
     /// The window's processes: those with data, and with a pid filter every
     /// thread of the chosen processes (an idle thread is worth seeing there);
     /// main thread first, sorted by pid and tid.
-    fn window_processes(&self, mut threads: FxHashMap<(u32, u32), ThreadData>, sample_comm: &FxHashMap<u32, [u8; TASK_COMM_LEN]>, range: &WindowRange) -> Vec<ProcessRecord> {
+    fn window_processes(
+        &self,
+        mut threads: FxHashMap<(u32, u32), ThreadData>,
+        sample_comm: &FxHashMap<u32, [u8; TASK_COMM_LEN]>,
+        range: &WindowRange,
+    ) -> Vec<ProcessRecord> {
         let keep_idle = matches!(self.filter, PidFilter::Tree(_));
-        let in_window = |t: Option<u64>| t.is_some_and(|t| t >= range.start_ns && t <= range.end_ns);
+        let in_window =
+            |t: Option<u64>| t.is_some_and(|t| t >= range.start_ns && t <= range.end_ns);
         let mut out = Vec::new();
         for (&pid, p) in &self.table.processes {
             if !p.tracked && !matches!(self.filter, PidFilter::All) {
@@ -241,15 +308,25 @@ impl Collector {
                 // ones sampling misses, and knowing they ran is worth a
                 // track. Ended counts too: one forked just before a cut and
                 // exec'd after it has its name only in the later window.
-                let short_lived = self.options.keep_short_lived && tid == pid && (in_window(p.start_ns) || in_window(p.end_ns));
-                if !seen && !short_lived && !(keep_idle && (started_here || matches!(&self.filter, PidFilter::Tree(r) if r.contains(&pid)))) {
+                let short_lived = self.options.keep_short_lived
+                    && tid == pid
+                    && (in_window(p.start_ns) || in_window(p.end_ns));
+                if !seen
+                    && !short_lived
+                    && !(keep_idle
+                        && (started_here
+                            || matches!(&self.filter, PidFilter::Tree(r) if r.contains(&pid))))
+                {
                     continue;
                 }
                 let mut data = data.unwrap_or_default();
                 sort_off_cpu(&mut data.off_cpu);
                 let mut name = state.map(|t| t.name.clone()).unwrap_or_default();
                 if name.is_empty() {
-                    name = sample_comm.get(&tid).map(|c| abi::comm_str(c)).unwrap_or_default();
+                    name = sample_comm
+                        .get(&tid)
+                        .map(|c| abi::comm_str(c))
+                        .unwrap_or_default();
                 }
                 list.push(ThreadRecord {
                     tid,
@@ -290,7 +367,6 @@ impl Collector {
     }
 }
 
-
 /// Move what ended after `end_ns` out of `w` into a new window: samples
 /// taken after it, intervals and requests that ended after it, folded
 /// waits reported after it, with their raw stacks re-interned.
@@ -304,12 +380,18 @@ pub(super) fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
         }
         raw.path(node, &mut path);
         path.iter().fold(NO_PARENT, |p, &k| {
-            let k = if super::python::is_python_key(k) { next.python.carry(&python, k) } else { k };
+            let k = if super::python::is_python_key(k) {
+                next.python.carry(&python, k)
+            } else {
+                k
+            };
             next.raw.child(p, k)
         })
     };
     let s = &w.samples;
-    let late: Vec<usize> = (0..s.time_ns.len()).filter(|&i| s.time_ns[i] > end_ns).collect();
+    let late: Vec<usize> = (0..s.time_ns.len())
+        .filter(|&i| s.time_ns[i] > end_ns)
+        .collect();
     if !late.is_empty() {
         for &i in &late {
             let node = move_node(&w.raw, &mut next, s.raw_stack[i]);
@@ -324,7 +406,9 @@ pub(super) fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
         }
         // Out of this window's replay: its filter drops samples after the end.
     }
-    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.off_cpu).into_iter().partition(|o| o.end_ns <= end_ns);
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.off_cpu)
+        .into_iter()
+        .partition(|o| o.end_ns <= end_ns);
     w.off_cpu = keep;
     for mut o in late {
         o.stack = move_node(&w.raw, &mut next, o.stack);
@@ -333,16 +417,22 @@ pub(super) fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
         }
         next.off_cpu.push(o);
     }
-    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.io).into_iter().partition(|e| e.done_ns <= end_ns);
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.io)
+        .into_iter()
+        .partition(|e| e.done_ns <= end_ns);
     w.io = keep;
     for mut e in late {
         e.stack = move_node(&w.raw, &mut next, e.stack);
         next.io.push(e);
     }
-    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.folded).into_iter().partition(|f| f.last_ns <= end_ns);
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.folded)
+        .into_iter()
+        .partition(|f| f.last_ns <= end_ns);
     w.folded = keep;
     next.folded = late;
-    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.switch_totals).into_iter().partition(|e| e.time_ns <= end_ns);
+    let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.switch_totals)
+        .into_iter()
+        .partition(|e| e.time_ns <= end_ns);
     w.switch_totals = keep;
     next.switch_totals = late;
     next.sample_comm = w.sample_comm.clone();

@@ -120,19 +120,43 @@ mod tests {
     #[test]
     fn only_what_the_request_got_wrong_is_permanent() {
         for status in [400, 404, 413, 415, 422] {
-            assert!(!SendError::http(status, String::new()).is_transient(), "HTTP {status}");
+            assert!(
+                !SendError::http(status, String::new()).is_transient(),
+                "HTTP {status}"
+            );
         }
         for status in [401, 403, 408, 429, 500, 502, 503, 504, 599] {
-            assert!(SendError::http(status, String::new()).is_transient(), "HTTP {status}");
+            assert!(
+                SendError::http(status, String::new()).is_transient(),
+                "HTTP {status}"
+            );
         }
         use tonic::Code;
         for code in [Code::InvalidArgument, Code::Unimplemented, Code::NotFound] {
-            assert!(!SendError::grpc(code, String::new()).is_transient(), "{code:?}");
+            assert!(
+                !SendError::grpc(code, String::new()).is_transient(),
+                "{code:?}"
+            );
         }
-        for code in [Code::Unavailable, Code::DeadlineExceeded, Code::ResourceExhausted, Code::Internal, Code::Aborted, Code::Unknown, Code::Unauthenticated, Code::PermissionDenied] {
-            assert!(SendError::grpc(code, String::new()).is_transient(), "{code:?}");
+        for code in [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::ResourceExhausted,
+            Code::Internal,
+            Code::Aborted,
+            Code::Unknown,
+            Code::Unauthenticated,
+            Code::PermissionDenied,
+        ] {
+            assert!(
+                SendError::grpc(code, String::new()).is_transient(),
+                "{code:?}"
+            );
         }
         // The line is the message, whichever kind.
-        assert_eq!(SendError::http(503, "x answered 503".into()).to_string(), "x answered 503");
+        assert_eq!(
+            SendError::http(503, "x answered 503".into()).to_string(),
+            "x answered 503"
+        );
     }
 }

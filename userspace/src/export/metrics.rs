@@ -58,11 +58,19 @@ pub const MAX_HEAD_BYTES: usize = 8192;
 /// its own; returns the address bound (the port, when `addr`'s is 0).
 pub fn serve(addr: SocketAddr, render: Render) -> Result<SocketAddr, ExportError> {
     let cannot = |source: std::io::Error| ExportError::Listen { addr, source };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ExportError::MetricsRuntime)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ExportError::MetricsRuntime)?;
     // Bound here, not in the thread: a taken address is an error at start.
     let listener = {
         let _context = runtime.enter();
-        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }.map_err(cannot)?;
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()
+        } else {
+            tokio::net::TcpSocket::new_v6()
+        }
+        .map_err(cannot)?;
         socket.set_reuseaddr(true).map_err(cannot)?;
         socket.bind(addr).map_err(cannot)?;
         socket.listen(1024).map_err(cannot)?
@@ -108,7 +116,10 @@ async fn serve_connection(stream: tokio::net::TcpStream, render: Render) {
     let service = service_fn(move |_: Request<Incoming>| {
         let body = render();
         let mut response = Response::new(Full::new(Bytes::from(body)));
-        response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
         async move { Ok::<_, Infallible>(response) }
     });
     let connection = http1::Builder::new()
@@ -141,7 +152,11 @@ mod tests {
     use std::time::Instant;
 
     fn server() -> SocketAddr {
-        serve("127.0.0.1:0".parse().unwrap(), Arc::new(|| "up 1\n".to_string())).unwrap()
+        serve(
+            "127.0.0.1:0".parse().unwrap(),
+            Arc::new(|| "up 1\n".to_string()),
+        )
+        .unwrap()
     }
 
     /// One scrape on a new connection: (status line, body), and how long it took.
@@ -149,11 +164,16 @@ mod tests {
         let t = Instant::now();
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
         let mut text = String::new();
         s.read_to_string(&mut text).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        (head.lines().next().unwrap_or("").to_string(), body.to_string(), t.elapsed())
+        (
+            head.lines().next().unwrap_or("").to_string(),
+            body.to_string(),
+            t.elapsed(),
+        )
     }
 
     /// How long until the server closes `s` (read returns 0 or an error).
@@ -175,7 +195,9 @@ mod tests {
     #[test]
     fn idle_connections_do_not_delay_scrapes() {
         let addr = server();
-        let idle: Vec<TcpStream> = (0..MAX_CONNECTIONS + 44).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let idle: Vec<TcpStream> = (0..MAX_CONNECTIONS + 44)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
         for _ in 0..5 {
             let (status, body, took) = scrape(addr);
             assert_eq!(status, "HTTP/1.1 200 OK");
@@ -185,7 +207,10 @@ mod tests {
         // The first connection was ended for a newer one, long before its deadline.
         let first = idle.into_iter().next().unwrap();
         let closed = time_to_close(first, Duration::from_secs(10));
-        assert!(closed < HEAD_DEADLINE / 2, "the oldest idle connection ended after {closed:?}");
+        assert!(
+            closed < HEAD_DEADLINE / 2,
+            "the oldest idle connection ended after {closed:?}"
+        );
     }
 
     /// Check that a client sending its head one byte every 300 ms is cut at
@@ -198,7 +223,11 @@ mod tests {
         let reader = slow.try_clone().unwrap();
         let closer = std::thread::spawn(move || time_to_close(reader, Duration::from_secs(20)));
         let t = Instant::now();
-        for b in b"GET /metrics HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".iter().cycle().take(30) {
+        for b in b"GET /metrics HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+            .iter()
+            .cycle()
+            .take(30)
+        {
             if slow.write_all(&[*b]).is_err() || closer.is_finished() {
                 break;
             }
@@ -208,8 +237,15 @@ mod tests {
             std::thread::sleep(Duration::from_millis(300));
         }
         let closed = closer.join().unwrap();
-        assert!(closed < HEAD_DEADLINE + Duration::from_millis(700), "the slow client was cut after {closed:?}");
-        assert!(t.elapsed() < Duration::from_secs(5), "bytes kept the slow client alive for {:?}", t.elapsed());
+        assert!(
+            closed < HEAD_DEADLINE + Duration::from_millis(700),
+            "the slow client was cut after {closed:?}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "bytes kept the slow client alive for {:?}",
+            t.elapsed()
+        );
     }
 
     /// Check that an HTTP/1.0 request without a Host header (as a shell
@@ -222,7 +258,10 @@ mod tests {
         s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
         let mut text = String::new();
         s.read_to_string(&mut text).unwrap();
-        assert!(text.starts_with("HTTP/1.0 200 OK\r\n") && text.ends_with("\r\n\r\nup 1\n"), "{text:?}");
+        assert!(
+            text.starts_with("HTTP/1.0 200 OK\r\n") && text.ends_with("\r\n\r\nup 1\n"),
+            "{text:?}"
+        );
     }
 
     /// Check that a head longer than the cap gets no metrics and is closed.
@@ -238,7 +277,10 @@ mod tests {
         let mut text = Vec::new();
         let _ = s.read_to_end(&mut text);
         let text = String::from_utf8_lossy(&text);
-        assert!(!text.contains("up 1"), "an oversized head was answered: {text}");
+        assert!(
+            !text.contains("up 1"),
+            "an oversized head was answered: {text}"
+        );
         let (status, _, _) = scrape(addr);
         assert_eq!(status, "HTTP/1.1 200 OK");
     }

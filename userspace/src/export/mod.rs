@@ -34,8 +34,16 @@ pub struct Labels {
 impl Labels {
     /// This host's.
     pub fn local() -> Labels {
-        let name = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
-        Labels { host_name: if name.is_empty() { "localhost".into() } else { name } }
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        Labels {
+            host_name: if name.is_empty() {
+                "localhost".into()
+            } else {
+                name
+            },
+        }
     }
 }
 
@@ -51,8 +59,13 @@ pub fn cgroup_identity(p: &ProcessRecord) -> Option<CgroupIdentity> {
 /// its container, else its executable's name.
 pub fn service_name(p: &ProcessRecord) -> String {
     match cgroup_identity(p) {
-        Some(CgroupIdentity::Unit(u)) => u.trim_end_matches(".service").trim_end_matches(".scope").to_string(),
-        Some(CgroupIdentity::Container(id)) => format!("container-{}", CgroupIdentity::short_id(&id)),
+        Some(CgroupIdentity::Unit(u)) => u
+            .trim_end_matches(".service")
+            .trim_end_matches(".scope")
+            .to_string(),
+        Some(CgroupIdentity::Container(id)) => {
+            format!("container-{}", CgroupIdentity::short_id(&id))
+        }
         None => p.name.clone(),
     }
 }
@@ -253,24 +266,35 @@ pub struct PprofDir {
 
 impl PprofDir {
     /// Write into `dir` (created mode 0700 if missing).
-    pub fn new(dir: &std::path::Path, labels: Labels, max_bytes: u64, max_age: Duration) -> Result<PprofDir, ExportError> {
+    pub fn new(
+        dir: &std::path::Path,
+        labels: Labels,
+        max_bytes: u64,
+        max_age: Duration,
+    ) -> Result<PprofDir, ExportError> {
         // The files hold every process's command lines and stacks: as the store.
         crate::store::private_dir(dir, "the pprof directory")?;
-        Ok(PprofDir { dir: dir.to_path_buf(), labels, max_bytes, max_age })
+        Ok(PprofDir {
+            dir: dir.to_path_buf(),
+            labels,
+            max_bytes,
+            max_age,
+        })
     }
 
     fn retain(&self) {
-        let mut files: Vec<(std::time::SystemTime, u64, std::path::PathBuf)> = std::fs::read_dir(&self.dir)
-            .map(|rd| {
-                rd.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().ends_with(".pb.gz"))
-                    .filter_map(|e| {
-                        let m = e.metadata().ok()?;
-                        Some((m.modified().ok()?, m.len(), e.path()))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut files: Vec<(std::time::SystemTime, u64, std::path::PathBuf)> =
+            std::fs::read_dir(&self.dir)
+                .map(|rd| {
+                    rd.flatten()
+                        .filter(|e| e.file_name().to_string_lossy().ends_with(".pb.gz"))
+                        .filter_map(|e| {
+                            let m = e.metadata().ok()?;
+                            Some((m.modified().ok()?, m.len(), e.path()))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
         files.sort();
         let mut total: u64 = files.iter().map(|f| f.1).sum();
         let now = std::time::SystemTime::now();
@@ -294,10 +318,17 @@ impl Exporter for PprofDir {
     fn send(&mut self, rec: &Recording) -> Result<u64, SendError> {
         let bytes = pprof::encode_gzip(rec, &self.labels);
         let end = rec.start_wall_ms + rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e6;
-        let path = self.dir.join(format!("{:013}-{:013}.pb.gz", rec.start_wall_ms.max(0.0) as u64, end.max(0.0) as u64));
+        let path = self.dir.join(format!(
+            "{:013}-{:013}.pb.gz",
+            rec.start_wall_ms.max(0.0) as u64,
+            end.max(0.0) as u64
+        ));
         if let Err(e) = crate::sys::atomic_file::write(&path, ".pb.gz", &bytes) {
             // A full disk frees up; a directory made read-only is fixed.
-            return Err(SendError::Transient(format!("cannot write {}: {e}", path.display())));
+            return Err(SendError::Transient(format!(
+                "cannot write {}: {e}",
+                path.display()
+            )));
         }
         self.retain();
         Ok(bytes.len() as u64)
@@ -329,26 +360,39 @@ mod tests {
     /// Two windows in a fresh store, delivered by an exporter that answers
     /// `answers` first; returns its calls (by window start) and counters
     /// once the second window is delivered.
-    fn deliver(name: &str, answers: Vec<Result<u64, SendError>>) -> (Vec<f64>, Arc<ExportCounters>) {
-        let d = std::env::temp_dir().join(format!("sysprof-delivery-{name}-{}", std::process::id()));
+    fn deliver(
+        name: &str,
+        answers: Vec<Result<u64, SendError>>,
+    ) -> (Vec<f64>, Arc<ExportCounters>) {
+        let d =
+            std::env::temp_dir().join(format!("sysprof-delivery-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let store = Store::open(&d, true).unwrap();
         let t0 = 1_800_000_000_000.0;
         let mut index = Vec::new();
         for i in 0..2u64 {
-            let mut r = crate::store::segment::tests::sample_recording(1_000_000_000 + i * 10_000_000_000);
+            let mut r =
+                crate::store::segment::tests::sample_recording(1_000_000_000 + i * 10_000_000_000);
             r.start_wall_ms = t0 + i as f64 * 10_000.0;
-            let span = crate::store::segment::WindowSpan { start_ms: r.start_wall_ms, end_ms: r.start_wall_ms + 10_000.0 };
+            let span = crate::store::segment::WindowSpan {
+                start_ms: r.start_wall_ms,
+                end_ms: r.start_wall_ms + 10_000.0,
+            };
             index.push(store.write(r, vec![span], 0).unwrap());
         }
         let feed = Arc::new(StoreFeed::default());
         feed.publish(&index);
         let calls = Arc::new(Mutex::new(Vec::new()));
         let counters = Arc::new(ExportCounters::default());
-        let exporter = Box::new(Scripted { answers: answers.into(), calls: calls.clone() });
+        let exporter = Box::new(Scripted {
+            answers: answers.into(),
+            calls: calls.clone(),
+        });
         let thread = spawn_delivery(exporter, store, feed.clone(), counters.clone(), 0.0, 100);
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while calls.lock().unwrap().last() != Some(&(t0 + 10_000.0)) && std::time::Instant::now() < deadline {
+        while calls.lock().unwrap().last() != Some(&(t0 + 10_000.0))
+            && std::time::Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
         feed.stopping.store(true, Ordering::Relaxed);
@@ -366,13 +410,45 @@ mod tests {
     #[test]
     fn permanent_errors_drop_the_window_and_transient_ones_retry_it() {
         let t0 = 1_800_000_000_000.0;
-        let (calls, c) = deliver("permanent", vec![Err(SendError::Permanent("x answered 400 Bad Request".into()))]);
-        assert_eq!(calls, vec![t0, t0 + 10_000.0], "the refused window is not sent again");
-        assert_eq!((c.sent.load(Ordering::Relaxed), c.dropped.load(Ordering::Relaxed), c.failed.load(Ordering::Relaxed)), (1, 1, 0));
+        let (calls, c) = deliver(
+            "permanent",
+            vec![Err(SendError::Permanent(
+                "x answered 400 Bad Request".into(),
+            ))],
+        );
+        assert_eq!(
+            calls,
+            vec![t0, t0 + 10_000.0],
+            "the refused window is not sent again"
+        );
+        assert_eq!(
+            (
+                c.sent.load(Ordering::Relaxed),
+                c.dropped.load(Ordering::Relaxed),
+                c.failed.load(Ordering::Relaxed)
+            ),
+            (1, 1, 0)
+        );
 
-        let (calls, c) = deliver("transient", vec![Err(SendError::Transient("x answered 503 Service Unavailable".into()))]);
-        assert_eq!(calls, vec![t0, t0, t0 + 10_000.0], "the window that failed is sent again");
-        assert_eq!((c.sent.load(Ordering::Relaxed), c.dropped.load(Ordering::Relaxed), c.failed.load(Ordering::Relaxed)), (2, 0, 1));
+        let (calls, c) = deliver(
+            "transient",
+            vec![Err(SendError::Transient(
+                "x answered 503 Service Unavailable".into(),
+            ))],
+        );
+        assert_eq!(
+            calls,
+            vec![t0, t0, t0 + 10_000.0],
+            "the window that failed is sent again"
+        );
+        assert_eq!(
+            (
+                c.sent.load(Ordering::Relaxed),
+                c.dropped.load(Ordering::Relaxed),
+                c.failed.load(Ordering::Relaxed)
+            ),
+            (2, 0, 1)
+        );
     }
 
     /// Check that a pprof directory others can write, a symlink and another
@@ -381,24 +457,38 @@ mod tests {
     fn pprof_dirs_others_can_write_are_refused() {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("sysprof-pprofdir-{}", std::process::id()));
-        let labels = || Labels { host_name: "h".into() };
+        let labels = || Labels {
+            host_name: "h".into(),
+        };
         let private = dir.join("private");
         assert!(PprofDir::new(&private, labels(), 1 << 20, Duration::from_secs(60)).is_ok());
         let open = dir.join("open");
         std::fs::create_dir_all(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = PprofDir::new(&open, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused").to_string();
-        assert!(e.contains("can be written by others") && e.contains("--pprof-dir"), "{e}");
+        let e = PprofDir::new(&open, labels(), 1 << 20, Duration::from_secs(60))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            e.contains("can be written by others") && e.contains("--pprof-dir"),
+            "{e}"
+        );
         let link = dir.join("link");
         std::os::unix::fs::symlink(&private, &link).unwrap();
-        let e = PprofDir::new(&link, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused").to_string();
+        let e = PprofDir::new(&link, labels(), 1 << 20, Duration::from_secs(60))
+            .err()
+            .expect("refused")
+            .to_string();
         assert!(e.contains("is a symlink"), "{e}");
         // Another user's directory (only root can make one to test with).
         if unsafe { libc::geteuid() } == 0 {
             let theirs = dir.join("theirs");
             std::fs::create_dir_all(&theirs).unwrap();
             std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
-            let e = PprofDir::new(&theirs, labels(), 1 << 20, Duration::from_secs(60)).err().expect("refused").to_string();
+            let e = PprofDir::new(&theirs, labels(), 1 << 20, Duration::from_secs(60))
+                .err()
+                .expect("refused")
+                .to_string();
             assert!(e.contains("belongs to uid 65534"), "{e}");
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -82,7 +82,11 @@ impl Dictionary {
             return i;
         }
         let i = self.d.attribute_table.len() as i32;
-        self.d.attribute_table.push(pb::KeyValueAndUnit { key_strindex: k, value: Some(any(&value)), unit_strindex: 0 });
+        self.d.attribute_table.push(pb::KeyValueAndUnit {
+            key_strindex: k,
+            value: Some(any(&value)),
+            unit_strindex: 0,
+        });
         self.attributes.insert((k, value), i);
         i
     }
@@ -102,11 +106,20 @@ impl Dictionary {
             let lib = &rec.libs[frame.lib as usize];
             let filename_strindex = self.string(&lib.path);
             let attribute_indices = match &lib.build_id {
-                Some(id) => vec![self.attribute("process.executable.build_id.gnu", AttrValue::Str(id.iter().map(|b| format!("{b:02x}")).collect()))],
+                Some(id) => vec![self.attribute(
+                    "process.executable.build_id.gnu",
+                    AttrValue::Str(id.iter().map(|b| format!("{b:02x}")).collect()),
+                )],
                 None => Vec::new(),
             };
             let m = self.d.mapping_table.len() as i32;
-            self.d.mapping_table.push(pb::Mapping { memory_start: 0, memory_limit: 0, file_offset: 0, filename_strindex, attribute_indices });
+            self.d.mapping_table.push(pb::Mapping {
+                memory_start: 0,
+                memory_limit: 0,
+                file_offset: 0,
+                filename_strindex,
+                attribute_indices,
+            });
             self.mappings.insert(frame.lib, m);
             m
         };
@@ -125,12 +138,21 @@ impl Dictionary {
                     Some(&i) => i,
                     None => {
                         let i = self.d.function_table.len() as i32;
-                        self.d.function_table.push(pb::Function { name_strindex: name, system_name_strindex: name, filename_strindex: file, start_line });
+                        self.d.function_table.push(pb::Function {
+                            name_strindex: name,
+                            system_name_strindex: name,
+                            filename_strindex: file,
+                            start_line,
+                        });
                         self.functions.insert((name, file, start_line), i);
                         i
                     }
                 };
-                pb::Line { function_index, line: fa.line.unwrap_or(0) as i64, column: 0 }
+                pb::Line {
+                    function_index,
+                    line: fa.line.unwrap_or(0) as i64,
+                    column: 0,
+                }
             })
             .collect();
         let i = self.d.location_table.len() as i32;
@@ -143,13 +165,24 @@ impl Dictionary {
             Some("jvm")
         } else if frame.is_interpreted() {
             Some("cpython")
-        } else if let Some(kind) = jit.filter(|_| rec.libs.get(frame.lib as usize).is_some_and(|l| l.name.starts_with("JIT ("))) {
+        } else if let Some(kind) = jit.filter(|_| {
+            rec.libs
+                .get(frame.lib as usize)
+                .is_some_and(|l| l.name.starts_with("JIT ("))
+        }) {
             Some(kind)
         } else {
             Some("native")
         };
-        let attribute_indices = kind.map(|k| vec![self.attribute("profile.frame.type", AttrValue::Str(k.to_string()))]).unwrap_or_default();
-        self.d.location_table.push(pb::Location { mapping_index, address: if frame.pseudo { 0 } else { frame.address }, lines, attribute_indices });
+        let attribute_indices = kind
+            .map(|k| vec![self.attribute("profile.frame.type", AttrValue::Str(k.to_string()))])
+            .unwrap_or_default();
+        self.d.location_table.push(pb::Location {
+            mapping_index,
+            address: if frame.pseudo { 0 } else { frame.address },
+            lines,
+            attribute_indices,
+        });
         self.locations.insert(f, i);
         i
     }
@@ -167,7 +200,9 @@ impl Dictionary {
             return i;
         }
         let i = self.d.stack_table.len() as i32;
-        self.d.stack_table.push(pb::Stack { location_indices: locs.clone() });
+        self.d.stack_table.push(pb::Stack {
+            location_indices: locs.clone(),
+        });
         self.stacks.insert(locs, i);
         i
     }
@@ -179,7 +214,11 @@ impl Dictionary {
 /// `v8js` for node; None (native) for any other JIT. A JIT library belongs
 /// to one process, so its frames are typed by that process.
 fn jit_frame_type(p: &ProcessRecord) -> Option<&'static str> {
-    let exe = p.exe.as_deref().and_then(|e| e.rsplit('/').next()).unwrap_or(&p.name);
+    let exe = p
+        .exe
+        .as_deref()
+        .and_then(|e| e.rsplit('/').next())
+        .unwrap_or(&p.name);
     match exe {
         "java" => Some("jvm"),
         "node" | "nodejs" => Some("v8js"),
@@ -197,7 +236,11 @@ fn any(v: &AttrValue) -> AnyValue {
 }
 
 fn kv(key: &str, v: AttrValue) -> KeyValue {
-    KeyValue { key: key.to_string(), value: Some(any(&v)), key_strindex: 0 }
+    KeyValue {
+        key: key.to_string(),
+        value: Some(any(&v)),
+        key_strindex: 0,
+    }
 }
 
 /// Wall-clock ns of a recording time.
@@ -218,12 +261,19 @@ fn resource(p: &ProcessRecord, labels: &Labels) -> Resource {
         attributes.push(kv("process.executable.path", AttrValue::Str(exe.clone())));
     }
     if !p.cmdline.is_empty() {
-        attributes.push(kv("process.command_line", AttrValue::Str(p.cmdline.clone())));
+        attributes.push(kv(
+            "process.command_line",
+            AttrValue::Str(p.cmdline.clone()),
+        ));
     }
     if let Some(CgroupIdentity::Container(id)) = super::cgroup_identity(p) {
         attributes.push(kv("container.id", AttrValue::Str(id)));
     }
-    Resource { attributes, dropped_attributes_count: 0, entity_refs: Vec::new() }
+    Resource {
+        attributes,
+        dropped_attributes_count: 0,
+        entity_refs: Vec::new(),
+    }
 }
 
 /// A sample's stack index and attribute indices (NO_ATTRIBUTE for none).
@@ -239,13 +289,27 @@ fn attribute_list(attrs: [i32; 3]) -> Vec<i32> {
 /// `rec` as one OTLP profiles request.
 pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
     let mut dict = Dictionary::new();
-    let samples_type = pb::ValueType { type_strindex: dict.string("samples"), unit_strindex: dict.string("count") };
-    let cpu_type = pb::ValueType { type_strindex: dict.string("cpu"), unit_strindex: dict.string("nanoseconds") };
-    let off_cpu_type = pb::ValueType { type_strindex: dict.string("off_cpu"), unit_strindex: dict.string("nanoseconds") };
+    let samples_type = pb::ValueType {
+        type_strindex: dict.string("samples"),
+        unit_strindex: dict.string("count"),
+    };
+    let cpu_type = pb::ValueType {
+        type_strindex: dict.string("cpu"),
+        unit_strindex: dict.string("nanoseconds"),
+    };
+    let off_cpu_type = pb::ValueType {
+        type_strindex: dict.string("off_cpu"),
+        unit_strindex: dict.string("nanoseconds"),
+    };
     let period = (rec.interval_ms * 1e6).round() as i64;
     let time_unix_nano = (rec.start_wall_ms * 1e6).max(0.0) as u64;
     let duration_nano = rec.end_ns.saturating_sub(rec.start_ns);
-    let scope = InstrumentationScope { name: "sysprof".into(), version: env!("CARGO_PKG_VERSION").into(), attributes: Vec::new(), dropped_attributes_count: 0 };
+    let scope = InstrumentationScope {
+        name: "sysprof".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        attributes: Vec::new(),
+        dropped_attributes_count: 0,
+    };
     let mut resource_profiles = Vec::new();
     for p in &rec.processes {
         // Samples grouped by (stack, attributes); the attributes are the
@@ -260,8 +324,12 @@ pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
             let s = &t.samples;
             for i in 0..s.time_ns.len() {
                 let stack = dict.stack(rec, s.stack[i], jit);
-                let cpu = s.cpu.get(i).map_or(NO_ATTRIBUTE, |&cpu| dict.attribute("cpu.logical_number", AttrValue::Int(cpu as i64)));
-                on.entry((stack, [tname, tid, cpu])).or_default().push(wall_ns(rec, s.time_ns[i]));
+                let cpu = s.cpu.get(i).map_or(NO_ATTRIBUTE, |&cpu| {
+                    dict.attribute("cpu.logical_number", AttrValue::Int(cpu as i64))
+                });
+                on.entry((stack, [tname, tid, cpu]))
+                    .or_default()
+                    .push(wall_ns(rec, s.time_ns[i]));
             }
             let o = &t.off_cpu;
             for i in 0..o.time_ns.len() {
@@ -277,7 +345,9 @@ pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
         let mut profiles = Vec::new();
         let sorted = |m: Vec<pb::Sample>| {
             let mut m = m;
-            m.sort_by(|a, b| (a.stack_index, &a.attribute_indices).cmp(&(b.stack_index, &b.attribute_indices)));
+            m.sort_by(|a, b| {
+                (a.stack_index, &a.attribute_indices).cmp(&(b.stack_index, &b.attribute_indices))
+            });
             m
         };
         if !on.is_empty() {
@@ -287,7 +357,13 @@ pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
                     ts.sort_unstable();
                     let attribute_indices = attribute_list(attrs);
                     // One timestamp per sample; the value (a count of one each) is implied.
-                    pb::Sample { stack_index, attribute_indices, link_index: 0, values: Vec::new(), timestamps_unix_nano: ts }
+                    pb::Sample {
+                        stack_index,
+                        attribute_indices,
+                        link_index: 0,
+                        values: Vec::new(),
+                        timestamps_unix_nano: ts,
+                    }
                 })
                 .collect();
             profiles.push(pb::Profile {
@@ -303,7 +379,13 @@ pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
         if !off.is_empty() {
             let samples = off
                 .into_iter()
-                .map(|((stack_index, attrs), (ts, values))| pb::Sample { stack_index, attribute_indices: attribute_list(attrs), link_index: 0, values, timestamps_unix_nano: ts })
+                .map(|((stack_index, attrs), (ts, values))| pb::Sample {
+                    stack_index,
+                    attribute_indices: attribute_list(attrs),
+                    link_index: 0,
+                    values,
+                    timestamps_unix_nano: ts,
+                })
                 .collect();
             profiles.push(pb::Profile {
                 sample_type: Some(off_cpu_type),
@@ -317,18 +399,28 @@ pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
         }
         resource_profiles.push(pb::ResourceProfiles {
             resource: Some(resource(p, labels)),
-            scope_profiles: vec![pb::ScopeProfiles { scope: Some(scope.clone()), profiles, schema_url: String::new() }],
+            scope_profiles: vec![pb::ScopeProfiles {
+                scope: Some(scope.clone()),
+                profiles,
+                schema_url: String::new(),
+            }],
             schema_url: "https://opentelemetry.io/schemas/1.38.0".into(),
         });
     }
-    ExportProfilesServiceRequest { resource_profiles, dictionary: Some(dict.d) }
+    ExportProfilesServiceRequest {
+        resource_profiles,
+        dictionary: Some(dict.d),
+    }
 }
 
 /// A connection to an OTLP endpoint (made on first use, remade after an error).
 pub struct OtlpClient {
     endpoint: String,
     ca: Option<Vec<u8>>,
-    headers: Vec<(tonic::metadata::AsciiMetadataKey, tonic::metadata::AsciiMetadataValue)>,
+    headers: Vec<(
+        tonic::metadata::AsciiMetadataKey,
+        tonic::metadata::AsciiMetadataValue,
+    )>,
     runtime: tokio::runtime::Runtime,
     client: Option<ProfilesServiceClient<tonic::transport::Channel>>,
     labels: Labels,
@@ -340,9 +432,17 @@ const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 impl OtlpClient {
     /// A client for `endpoint` (`http://` or `https://`), with `ca` (PEM)
     /// instead of the system's roots, and `headers` on every request.
-    pub fn new(endpoint: &str, ca: Option<&std::path::Path>, headers: &[(String, String)], labels: Labels) -> Result<OtlpClient, ExportError> {
+    pub fn new(
+        endpoint: &str,
+        ca: Option<&std::path::Path>,
+        headers: &[(String, String)],
+        labels: Labels,
+    ) -> Result<OtlpClient, ExportError> {
         let ca = match ca {
-            Some(p) => Some(std::fs::read(p).map_err(|source| ExportError::ReadCa { path: p.to_path_buf(), source })?),
+            Some(p) => Some(std::fs::read(p).map_err(|source| ExportError::ReadCa {
+                path: p.to_path_buf(),
+                source,
+            })?),
             None => None,
         };
         let mut parsed = Vec::new();
@@ -351,8 +451,18 @@ impl OtlpClient {
             let value = v.parse().map_err(|_| ExportError::HeaderValue(k.clone()))?;
             parsed.push((key, value));
         }
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ExportError::OtlpRuntime)?;
-        Ok(OtlpClient { endpoint: endpoint.to_string(), ca, headers: parsed, runtime, client: None, labels })
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(ExportError::OtlpRuntime)?;
+        Ok(OtlpClient {
+            endpoint: endpoint.to_string(),
+            ca,
+            headers: parsed,
+            runtime,
+            client: None,
+            labels,
+        })
     }
 
     async fn connect(&self) -> Result<ProfilesServiceClient<tonic::transport::Channel>, SendError> {
@@ -367,11 +477,18 @@ impl OtlpClient {
                 Some(pem) => tls.ca_certificate(tonic::transport::Certificate::from_pem(pem)),
                 None => tls.with_native_roots(),
             };
-            ep = ep.tls_config(tls).map_err(|e| SendError::Permanent(format!("TLS for {}: {e}", self.endpoint)))?;
+            ep = ep
+                .tls_config(tls)
+                .map_err(|e| SendError::Permanent(format!("TLS for {}: {e}", self.endpoint)))?;
         }
         // Refused, reset, unreachable, a handshake cut short: it may be up later.
-        let channel =
-            ep.connect().await.map_err(|e| SendError::Transient(format!("cannot connect to {}: {}", self.endpoint, crate::error::error_chain(&e))))?;
+        let channel = ep.connect().await.map_err(|e| {
+            SendError::Transient(format!(
+                "cannot connect to {}: {}",
+                self.endpoint,
+                crate::error::error_chain(&e)
+            ))
+        })?;
         Ok(ProfilesServiceClient::new(channel)
             .send_compressed(tonic::codec::CompressionEncoding::Gzip)
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
@@ -400,18 +517,39 @@ impl super::Exporter for OtlpClient {
             req.metadata_mut().insert(k.clone(), v.clone());
         }
         let mut c = client.clone();
-        let result = self.runtime.block_on(async { tokio::time::timeout(TIMEOUT, c.export(req)).await });
+        let result = self
+            .runtime
+            .block_on(async { tokio::time::timeout(TIMEOUT, c.export(req)).await });
         match result {
             Ok(Ok(resp)) => {
                 self.client = Some(client);
-                if let Some(p) = resp.into_inner().partial_success.filter(|p| p.rejected_profiles > 0) {
+                if let Some(p) = resp
+                    .into_inner()
+                    .partial_success
+                    .filter(|p| p.rejected_profiles > 0)
+                {
                     // It took the rest: sending it all again would duplicate that.
-                    return Err(SendError::Permanent(format!("{} rejected {} profiles: {}", self.endpoint, p.rejected_profiles, p.error_message)));
+                    return Err(SendError::Permanent(format!(
+                        "{} rejected {} profiles: {}",
+                        self.endpoint, p.rejected_profiles, p.error_message
+                    )));
                 }
                 Ok(bytes)
             }
-            Ok(Err(status)) => Err(SendError::grpc(status.code(), format!("{} answered {:?}: {}", self.endpoint, status.code(), status.message()))),
-            Err(_) => Err(SendError::Transient(format!("{} did not answer within {} s", self.endpoint, TIMEOUT.as_secs()))),
+            Ok(Err(status)) => Err(SendError::grpc(
+                status.code(),
+                format!(
+                    "{} answered {:?}: {}",
+                    self.endpoint,
+                    status.code(),
+                    status.message()
+                ),
+            )),
+            Err(_) => Err(SendError::Transient(format!(
+                "{} did not answer within {} s",
+                self.endpoint,
+                TIMEOUT.as_secs()
+            ))),
         }
     }
 }
@@ -419,11 +557,13 @@ impl super::Exporter for OtlpClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::segment::tests::sample_recording;
     use crate::model::recording::{FrameRecord, LibRecord};
+    use crate::store::segment::tests::sample_recording;
 
     fn labels() -> Labels {
-        Labels { host_name: "h".into() }
+        Labels {
+            host_name: "h".into(),
+        }
     }
 
     /// Check that each sample of the recording is one timestamp of the
@@ -440,27 +580,57 @@ mod tests {
         strings.sort();
         strings.dedup();
         assert_eq!(strings.len(), d.string_table.len(), "strings interned once");
-        let mut stacks: Vec<&Vec<i32>> = d.stack_table.iter().map(|s| &s.location_indices).collect();
+        let mut stacks: Vec<&Vec<i32>> =
+            d.stack_table.iter().map(|s| &s.location_indices).collect();
         stacks.sort();
         stacks.dedup();
         assert_eq!(stacks.len(), d.stack_table.len(), "stacks interned once");
         assert_eq!(req.resource_profiles.len(), 1);
         let rp = &req.resource_profiles[0];
-        let pid = rp.resource.as_ref().unwrap().attributes.iter().find(|a| a.key == "process.pid").unwrap();
-        assert_eq!(pid.value.as_ref().unwrap().value, Some(any_value::Value::IntValue(7)));
+        let pid = rp
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes
+            .iter()
+            .find(|a| a.key == "process.pid")
+            .unwrap();
+        assert_eq!(
+            pid.value.as_ref().unwrap().value,
+            Some(any_value::Value::IntValue(7))
+        );
         let profiles = &rp.scope_profiles[0].profiles;
         let name = |i: i32| d.string_table[i as usize].as_str();
-        let on = profiles.iter().find(|p| name(p.sample_type.unwrap().type_strindex) == "samples").unwrap();
-        let mut times: Vec<u64> = on.samples.iter().flat_map(|s| s.timestamps_unix_nano.clone()).collect();
+        let on = profiles
+            .iter()
+            .find(|p| name(p.sample_type.unwrap().type_strindex) == "samples")
+            .unwrap();
+        let mut times: Vec<u64> = on
+            .samples
+            .iter()
+            .flat_map(|s| s.timestamps_unix_nano.clone())
+            .collect();
         times.sort_unstable();
-        let want: Vec<u64> = rec.processes[0].threads[0].samples.time_ns.iter().map(|&t| wall_ns(&rec, t)).collect();
+        let want: Vec<u64> = rec.processes[0].threads[0]
+            .samples
+            .time_ns
+            .iter()
+            .map(|&t| wall_ns(&rec, t))
+            .collect();
         assert_eq!(times, want);
         assert_eq!(times[0], 1_700_000_000_000_005_000, "1.7e12 ms + 5 µs");
         for s in &on.samples {
-            let keys: Vec<&str> = s.attribute_indices.iter().map(|&a| name(d.attribute_table[a as usize].key_strindex)).collect();
+            let keys: Vec<&str> = s
+                .attribute_indices
+                .iter()
+                .map(|&a| name(d.attribute_table[a as usize].key_strindex))
+                .collect();
             assert_eq!(keys, ["thread.name", "thread.id", "cpu.logical_number"]);
         }
-        let off = profiles.iter().find(|p| name(p.sample_type.unwrap().type_strindex) == "off_cpu").unwrap();
+        let off = profiles
+            .iter()
+            .find(|p| name(p.sample_type.unwrap().type_strindex) == "off_cpu")
+            .unwrap();
         let total: i64 = off.samples.iter().flat_map(|s| s.values.iter()).sum();
         assert_eq!(total, 5_001_000);
     }
@@ -473,15 +643,30 @@ mod tests {
         let req = build(&rec, &labels());
         let d = req.dictionary.unwrap();
         let addresses: Vec<u64> = d.location_table.iter().skip(1).map(|l| l.address).collect();
-        assert!(addresses.contains(&0x1234) && addresses.contains(&0x99), "{addresses:?}");
-        let mapped = d.location_table.iter().find(|l| l.address == 0x1234).unwrap();
+        assert!(
+            addresses.contains(&0x1234) && addresses.contains(&0x99),
+            "{addresses:?}"
+        );
+        let mapped = d
+            .location_table
+            .iter()
+            .find(|l| l.address == 0x1234)
+            .unwrap();
         let m = &d.mapping_table[mapped.mapping_index as usize];
         assert_eq!(d.string_table[m.filename_strindex as usize], "/usr/bin/x");
         // Each code frame says its kind.
         let kind = |l: &pb::Location| {
-            l.attribute_indices.iter().map(|&i| &d.attribute_table[i as usize]).find(|a| d.string_table[a.key_strindex as usize] == "profile.frame.type").map(|a| format!("{:?}", a.value))
+            l.attribute_indices
+                .iter()
+                .map(|&i| &d.attribute_table[i as usize])
+                .find(|a| d.string_table[a.key_strindex as usize] == "profile.frame.type")
+                .map(|a| format!("{:?}", a.value))
         };
-        assert!(kind(mapped).is_some_and(|v| v.contains("native")), "{:?}", kind(mapped));
+        assert!(
+            kind(mapped).is_some_and(|v| v.contains("native")),
+            "{:?}",
+            kind(mapped)
+        );
     }
 
     /// Check that JIT frames are typed by the runtime of the process they
@@ -489,20 +674,53 @@ mod tests {
     /// a JVM's library frames stay `native`.
     #[test]
     fn jit_frames_are_typed_by_their_runtime() {
-        for (exe, expected) in [("/usr/lib/jvm/java-17-openjdk-amd64/bin/java", "jvm"), ("/usr/bin/node", "v8js"), ("/usr/bin/luajit", "native")] {
+        for (exe, expected) in [
+            ("/usr/lib/jvm/java-17-openjdk-amd64/bin/java", "jvm"),
+            ("/usr/bin/node", "v8js"),
+            ("/usr/bin/luajit", "native"),
+        ] {
             let mut rec = sample_recording(5_000_000_000);
             rec.processes[0].exe = Some(exe.into());
-            rec.libs.push(LibRecord { path: "/tmp/perf-7.map".into(), name: "JIT (perf-7.map)".into(), build_id: None });
-            rec.frames.push(FrameRecord { lib: 1, address: 0x7f00_0000_1000, kernel: false, symbols: Default::default(), pseudo: false });
-            let leaf = rec.stacks.child(rec.processes[0].threads[0].samples.stack[1], 2);
+            rec.libs.push(LibRecord {
+                path: "/tmp/perf-7.map".into(),
+                name: "JIT (perf-7.map)".into(),
+                build_id: None,
+            });
+            rec.frames.push(FrameRecord {
+                lib: 1,
+                address: 0x7f00_0000_1000,
+                kernel: false,
+                symbols: Default::default(),
+                pseudo: false,
+            });
+            let leaf = rec
+                .stacks
+                .child(rec.processes[0].threads[0].samples.stack[1], 2);
             rec.processes[0].threads[0].samples.stack[2] = leaf;
             let d = build(&rec, &labels()).dictionary.unwrap();
             let kind = |address: u64| {
-                let l = d.location_table.iter().find(|l| l.address == address).expect("a location at the address");
-                l.attribute_indices.iter().map(|&i| &d.attribute_table[i as usize]).find(|a| d.string_table[a.key_strindex as usize] == "profile.frame.type").map(|a| format!("{:?}", a.value)).unwrap_or_default()
+                let l = d
+                    .location_table
+                    .iter()
+                    .find(|l| l.address == address)
+                    .expect("a location at the address");
+                l.attribute_indices
+                    .iter()
+                    .map(|&i| &d.attribute_table[i as usize])
+                    .find(|a| d.string_table[a.key_strindex as usize] == "profile.frame.type")
+                    .map(|a| format!("{:?}", a.value))
+                    .unwrap_or_default()
             };
-            assert!(kind(0x7f00_0000_1000).contains(&format!("\"{expected}\"")), "{exe}: {}", kind(0x7f00_0000_1000));
-            assert!(kind(0x1234).contains("\"native\""), "{exe}: a library's frame: {}", kind(0x1234));
+            assert!(
+                kind(0x7f00_0000_1000).contains(&format!("\"{expected}\"")),
+                "{exe}: {}",
+                kind(0x7f00_0000_1000)
+            );
+            assert!(
+                kind(0x1234).contains("\"native\""),
+                "{exe}: a library's frame: {}",
+                kind(0x1234)
+            );
         }
     }
 }

@@ -179,21 +179,33 @@ pub fn build(rec: &Recording, labels: &Labels) -> proto::Profile {
 /// `rec` as a pprof Profile, with the processes `keep` accepts.
 pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>) -> proto::Profile {
     let mut strings = Strings::new();
-    let vt = |s: &mut Strings, t: &str, u: &str| proto::ValueType { r#type: s.get(t), unit: s.get(u) };
-    let sample_type = vec![vt(&mut strings, "samples", "count"), vt(&mut strings, "cpu", "nanoseconds"), vt(&mut strings, "off_cpu", "nanoseconds")];
+    let vt = |s: &mut Strings, t: &str, u: &str| proto::ValueType {
+        r#type: s.get(t),
+        unit: s.get(u),
+    };
+    let sample_type = vec![
+        vt(&mut strings, "samples", "count"),
+        vt(&mut strings, "cpu", "nanoseconds"),
+        vt(&mut strings, "off_cpu", "nanoseconds"),
+    ];
     let period_type = vt(&mut strings, "cpu", "nanoseconds");
     let period = (rec.interval_ms * 1e6).round() as i64;
 
     let mut mappings: Vec<proto::Mapping> = Vec::new();
     let mut mapping_of_lib: FxHashMap<u32, u64> = FxHashMap::default();
     let mut functions: Vec<proto::Function> = Vec::new();
-    let mut function_of: FxHashMap<(String, Option<String>, Option<u32>), u64> = FxHashMap::default();
+    let mut function_of: FxHashMap<(String, Option<String>, Option<u32>), u64> =
+        FxHashMap::default();
     let mut locations: Vec<proto::Location> = Vec::new();
     let mut location_of_frame: FxHashMap<u32, u64> = FxHashMap::default();
 
     // Which libraries have a named frame (one pass; not one per mapping).
     let mut lib_named = vec![false; rec.libs.len()];
-    for f in rec.frames.iter().filter(|f| f.lib != NO_LIB && !f.symbols.funcs.is_empty()) {
+    for f in rec
+        .frames
+        .iter()
+        .filter(|f| f.lib != NO_LIB && !f.symbols.funcs.is_empty())
+    {
         if let Some(n) = lib_named.get_mut(f.lib as usize) {
             *n = true;
         }
@@ -216,7 +228,12 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
                     memory_limit: 0,
                     file_offset: 0,
                     filename: strings.get(&lib.path),
-                    build_id: strings.get(&lib.build_id.as_deref().map(crate::sys::hex::hex).unwrap_or_default()),
+                    build_id: strings.get(
+                        &lib.build_id
+                            .as_deref()
+                            .map(crate::sys::hex::hex)
+                            .unwrap_or_default(),
+                    ),
                     has_functions: named,
                     has_filenames: named,
                     has_line_numbers: named,
@@ -238,14 +255,30 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
                     let id = functions.len() as u64 + 1;
                     let name = strings.get(&fa.name);
                     let start_line = fa.start_line.unwrap_or(0) as i64;
-                    functions.push(proto::Function { id, name, system_name: name, filename: strings.get(fa.file.as_deref().unwrap_or("")), start_line });
+                    functions.push(proto::Function {
+                        id,
+                        name,
+                        system_name: name,
+                        filename: strings.get(fa.file.as_deref().unwrap_or("")),
+                        start_line,
+                    });
                     id
                 });
-                proto::Line { function_id, line: fa.line.unwrap_or(0) as i64, column: 0 }
+                proto::Line {
+                    function_id,
+                    line: fa.line.unwrap_or(0) as i64,
+                    column: 0,
+                }
             })
             .collect();
         let id = locations.len() as u64 + 1;
-        locations.push(proto::Location { id, mapping_id, address: if frame.pseudo { 0 } else { frame.address }, line, is_folded: false });
+        locations.push(proto::Location {
+            id,
+            mapping_id,
+            address: if frame.pseudo { 0 } else { frame.address },
+            line,
+            is_folded: false,
+        });
         location_of_frame.insert(f, id);
         id
     };
@@ -290,21 +323,50 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
             n = rec.stacks.parent(n);
         }
         // Leaf first.
-        let location_id: Vec<u64> = path.iter().map(|&f| location_for(f, &mut strings)).collect();
-        let str_label = |s: &mut Strings, k: i64, v: &str| proto::Label { key: k, str: s.get(v), num: 0, num_unit: 0 };
+        let location_id: Vec<u64> = path
+            .iter()
+            .map(|&f| location_for(f, &mut strings))
+            .collect();
+        let str_label = |s: &mut Strings, k: i64, v: &str| proto::Label {
+            key: k,
+            str: s.get(v),
+            num: 0,
+            num_unit: 0,
+        };
         let mut label = vec![
-            proto::Label { key: k_pid, str: 0, num: p.pid as i64, num_unit: 0 },
-            proto::Label { key: k_tid, str: 0, num: t.tid as i64, num_unit: 0 },
+            proto::Label {
+                key: k_pid,
+                str: 0,
+                num: p.pid as i64,
+                num_unit: 0,
+            },
+            proto::Label {
+                key: k_tid,
+                str: 0,
+                num: t.tid as i64,
+                num_unit: 0,
+            },
             str_label(&mut strings, k_thread, &t.name),
             str_label(&mut strings, k_process, &p.name),
-            proto::Label { key: k_host, str: host, num: 0, num_unit: 0 },
+            proto::Label {
+                key: k_host,
+                str: host,
+                num: 0,
+                num_unit: 0,
+            },
         ];
         match super::cgroup_identity(p) {
-            Some(super::CgroupIdentity::Container(id)) => label.push(str_label(&mut strings, k_container, &id)),
+            Some(super::CgroupIdentity::Container(id)) => {
+                label.push(str_label(&mut strings, k_container, &id))
+            }
             Some(super::CgroupIdentity::Unit(u)) => label.push(str_label(&mut strings, k_unit, &u)),
             None => {}
         }
-        samples.push(proto::Sample { location_id, value: sums[&key].to_vec(), label });
+        samples.push(proto::Sample {
+            location_id,
+            value: sums[&key].to_vec(),
+            label,
+        });
     }
     proto::Profile {
         sample_type,
@@ -327,7 +389,10 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
 /// gzip of the encoded profile.
 pub fn gzip(p: &proto::Profile) -> Vec<u8> {
     let raw = prost::Message::encode_to_vec(p);
-    let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 3), flate2::Compression::new(6));
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(raw.len() / 3),
+        flate2::Compression::new(6),
+    );
     enc.write_all(&raw).expect("writing to memory");
     enc.finish().expect("writing to memory")
 }

@@ -28,24 +28,51 @@ pub struct PyroscopeClient {
 
 /// Label values may not hold the characters of the name's syntax.
 fn clean(v: &str) -> String {
-    v.chars().map(|c| if matches!(c, '{' | '}' | ',' | '=' | '"' | '\n') { '_' } else { c }).collect()
+    v.chars()
+        .map(|c| {
+            if matches!(c, '{' | '}' | ',' | '=' | '"' | '\n') {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 impl PyroscopeClient {
     /// A client for the server at `url`.
-    pub fn new(url: &str, basic: Option<(String, String)>, token: Option<String>, tenant: Option<String>, labels: Labels) -> Result<PyroscopeClient, ExportError> {
+    pub fn new(
+        url: &str,
+        basic: Option<(String, String)>,
+        token: Option<String>,
+        tenant: Option<String>,
+        labels: Labels,
+    ) -> Result<PyroscopeClient, ExportError> {
         let client = reqwest::blocking::Client::builder()
             .timeout(std::time::Duration::from_secs(30))
             .connect_timeout(std::time::Duration::from_secs(10))
             .build()
             .map_err(ExportError::HttpClient)?;
-        Ok(PyroscopeClient { url: url.trim_end_matches('/').to_string(), basic, token, tenant, client, labels, progress: None })
+        Ok(PyroscopeClient {
+            url: url.trim_end_matches('/').to_string(),
+            basic,
+            token,
+            tenant,
+            client,
+            labels,
+            progress: None,
+        })
     }
 
     /// The series name of process `p`.
     pub fn series_name(p: &crate::model::recording::ProcessRecord, labels: &Labels) -> String {
         let service = clean(&super::service_name(p));
-        let mut l = vec![format!("service_name={service}"), format!("pid={}", p.pid), format!("comm={}", clean(&p.name)), format!("hostname={}", clean(&labels.host_name))];
+        let mut l = vec![
+            format!("service_name={service}"),
+            format!("pid={}", p.pid),
+            format!("comm={}", clean(&p.name)),
+            format!("hostname={}", clean(&labels.host_name)),
+        ];
         match super::cgroup_identity(p) {
             Some(CgroupIdentity::Container(id)) => l.push(format!("container={}", clean(&id))),
             Some(CgroupIdentity::Unit(u)) => l.push(format!("unit={}", clean(&u))),
@@ -62,29 +89,47 @@ impl super::Exporter for PyroscopeClient {
 
     fn send(&mut self, rec: &Recording) -> Result<u64, SendError> {
         let from = (rec.start_wall_ms / 1e3).floor() as u64;
-        let until = ((rec.start_wall_ms + rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e6) / 1e3).ceil() as u64;
+        let until = ((rec.start_wall_ms + rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e6)
+            / 1e3)
+            .ceil() as u64;
         let rate = (1000.0 / rec.interval_ms).round() as u64;
         let mut bytes = 0;
         let window = rec.start_wall_ms.to_bits();
         if self.progress.as_ref().is_none_or(|(w, _)| *w != window) {
             self.progress = Some((window, Vec::new()));
         }
-        for p in rec.processes.iter().filter(|p| p.threads.iter().any(|t| !t.samples.time_ns.is_empty())) {
+        for p in rec
+            .processes
+            .iter()
+            .filter(|p| p.threads.iter().any(|t| !t.samples.time_ns.is_empty()))
+        {
             let pid = p.pid;
-            if self.progress.as_ref().is_some_and(|(_, done)| done.contains(&pid)) {
+            if self
+                .progress
+                .as_ref()
+                .is_some_and(|(_, done)| done.contains(&pid))
+            {
                 continue;
             }
             let start_ns = p.start_ns;
-            let body = super::pprof::gzip(&super::pprof::build_filtered(rec, &self.labels, &|q| q.pid == pid && q.start_ns == start_ns));
+            let body = super::pprof::gzip(&super::pprof::build_filtered(rec, &self.labels, &|q| {
+                q.pid == pid && q.start_ns == start_ns
+            }));
             bytes += body.len() as u64;
-            let part = reqwest::blocking::multipart::Part::bytes(body).file_name("profile.pprof").mime_str("application/octet-stream")
+            let part = reqwest::blocking::multipart::Part::bytes(body)
+                .file_name("profile.pprof")
+                .mime_str("application/octet-stream")
                 .map_err(|e| SendError::Permanent(e.to_string()))?;
             let form = reqwest::blocking::multipart::Form::new().part("profile", part);
             let name = Self::series_name(p, &self.labels);
             let mut req = self
                 .client
                 .post(format!("{}/ingest", self.url))
-                .query(&[("name", name.as_str()), ("format", "pprof"), ("spyName", "sysprof")])
+                .query(&[
+                    ("name", name.as_str()),
+                    ("format", "pprof"),
+                    ("spyName", "sysprof"),
+                ])
                 .query(&[("from", from), ("until", until), ("sampleRate", rate)])
                 .multipart(form);
             if let Some((u, pw)) = &self.basic {
@@ -109,7 +154,10 @@ impl super::Exporter for PyroscopeClient {
             if !resp.status().is_success() {
                 let status = resp.status();
                 let text: String = resp.text().unwrap_or_default().chars().take(200).collect();
-                return Err(SendError::http(status.as_u16(), format!("{} answered {status}: {}", self.url, text.trim())));
+                return Err(SendError::http(
+                    status.as_u16(),
+                    format!("{} answered {status}: {}", self.url, text.trim()),
+                ));
             }
             if let Some((_, done)) = self.progress.as_mut() {
                 done.push(pid);
@@ -131,10 +179,25 @@ mod tests {
     fn series_names_follow_pyroscope_conventions() {
         let mut rec = sample_recording(0);
         rec.processes[0].name = "we{ir}d,na=me".into();
-        let name = PyroscopeClient::series_name(&rec.processes[0], &Labels { host_name: "h1".into() });
-        assert!(name.contains("pid=7,comm=we_ir_d_na_me,hostname=h1"), "{name}");
+        let name = PyroscopeClient::series_name(
+            &rec.processes[0],
+            &Labels {
+                host_name: "h1".into(),
+            },
+        );
+        assert!(
+            name.contains("pid=7,comm=we_ir_d_na_me,hostname=h1"),
+            "{name}"
+        );
         let (service, labels) = name.split_once(".cpu{").unwrap();
-        assert!(labels.starts_with(&format!("service_name={service},")), "{name}");
-        assert_eq!(labels.matches('{').count() + labels.matches('}').count(), 1, "{name}");
+        assert!(
+            labels.starts_with(&format!("service_name={service},")),
+            "{name}"
+        );
+        assert_eq!(
+            labels.matches('{').count() + labels.matches('}').count(),
+            1,
+            "{name}"
+        );
     }
 }

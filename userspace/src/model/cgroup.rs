@@ -25,7 +25,8 @@ impl CgroupIdentity {
             }
         }
         let last = path.rsplit('/').next()?;
-        (last.ends_with(".service") || last.ends_with(".scope") && !last.starts_with("session-")).then(|| CgroupIdentity::Unit(last.to_string()))
+        (last.ends_with(".service") || last.ends_with(".scope") && !last.starts_with("session-"))
+            .then(|| CgroupIdentity::Unit(last.to_string()))
     }
 
     /// A container's short id: its first 12 digits, as `docker ps` shows it.
@@ -37,7 +38,9 @@ impl CgroupIdentity {
     /// container id, the label as shown, or the unit's name.
     pub fn matches(&self, asked: &str) -> bool {
         match self {
-            CgroupIdentity::Container(id) => id == asked || Self::short_id(id) == asked || self.to_string() == asked,
+            CgroupIdentity::Container(id) => {
+                id == asked || Self::short_id(id) == asked || self.to_string() == asked
+            }
             CgroupIdentity::Unit(u) => u == asked,
         }
     }
@@ -76,8 +79,17 @@ mod tests {
         let c = CgroupIdentity::Container(id.into());
         assert!(c.matches(id) && c.matches("4f3c2b1a09e8") && c.matches("container 4f3c2b1a09e8"));
         assert!(!c.matches("4f3c"));
-        assert_eq!(CgroupIdentity::of_path("/system.slice/ssh.service"), Some(CgroupIdentity::Unit("ssh.service".into())));
-        assert_eq!(CgroupIdentity::of_path("/user.slice/user-0.slice/session-3.scope"), None);
-        assert_eq!(CgroupIdentity::of_path("/process_api/feea0b42f8e2f25ba8680eb40b61003f"), None);
+        assert_eq!(
+            CgroupIdentity::of_path("/system.slice/ssh.service"),
+            Some(CgroupIdentity::Unit("ssh.service".into()))
+        );
+        assert_eq!(
+            CgroupIdentity::of_path("/user.slice/user-0.slice/session-3.scope"),
+            None
+        );
+        assert_eq!(
+            CgroupIdentity::of_path("/process_api/feea0b42f8e2f25ba8680eb40b61003f"),
+            None
+        );
     }
 }

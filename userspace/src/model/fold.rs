@@ -72,7 +72,8 @@ struct Group {
 /// Whether `p` is brief: known start and end, less than [`BRIEF_NS`] apart;
 /// the profiler itself never is.
 pub fn is_brief(p: &ProcessRecord) -> bool {
-    !p.profiler && matches!((p.start_ns, p.end_ns), (Some(s), Some(e)) if e.saturating_sub(s) < BRIEF_NS)
+    !p.profiler
+        && matches!((p.start_ns, p.end_ns), (Some(s), Some(e)) if e.saturating_sub(s) < BRIEF_NS)
 }
 
 impl Folder {
@@ -93,7 +94,11 @@ impl Folder {
         if held.len() > FOLD_AFTER || self.held_count > MAX_HELD {
             let members = self.held.remove(&name).unwrap_or_default();
             self.held_count -= members.len();
-            let key = if self.groups.len() < MAX_GROUPS || self.groups.contains_key(&name) { name } else { OTHER_NAMES.to_string() };
+            let key = if self.groups.len() < MAX_GROUPS || self.groups.contains_key(&name) {
+                name
+            } else {
+                OTHER_NAMES.to_string()
+            };
             let group = self.groups.entry(key).or_default();
             for m in members {
                 group.absorb(m);
@@ -132,7 +137,12 @@ impl Group {
             t.exe = p.exe.clone();
             t.cgroup = p.cgroup.clone();
             t.start_ns = p.start_ns;
-            t.threads.push(ThreadRecord { tid: p.pid, start_ns: p.start_ns, end_ns: p.end_ns, ..Default::default() });
+            t.threads.push(ThreadRecord {
+                tid: p.pid,
+                start_ns: p.start_ns,
+                end_ns: p.end_ns,
+                ..Default::default()
+            });
         }
         self.members += 1;
         if t.exe != p.exe {
@@ -165,7 +175,8 @@ impl Group {
                         o.duration_ns[j] += duration;
                     }
                     None => {
-                        self.off_cpu_at.insert((time / COARSE_NS, stack), o.time_ns.len());
+                        self.off_cpu_at
+                            .insert((time / COARSE_NS, stack), o.time_ns.len());
                         o.time_ns.push(time);
                         o.stack.push(stack);
                         o.duration_ns.push(duration);
@@ -173,13 +184,29 @@ impl Group {
                 }
             }
             for m in x.markers {
-                let MarkerRecord::ShortWaits { start_ns, end_ns, count, off_cpu_ns, waited_ns, waker } = m else {
+                let MarkerRecord::ShortWaits {
+                    start_ns,
+                    end_ns,
+                    count,
+                    off_cpu_ns,
+                    waited_ns,
+                    waker,
+                } = m
+                else {
                     into.markers.push(m);
                     continue;
                 };
                 match self.runs_at.get(&(start_ns / COARSE_NS, waker)) {
                     Some(&j) => {
-                        if let MarkerRecord::ShortWaits { start_ns: s, end_ns: e, count: c, off_cpu_ns: o, waited_ns: w, .. } = &mut into.markers[j] {
+                        if let MarkerRecord::ShortWaits {
+                            start_ns: s,
+                            end_ns: e,
+                            count: c,
+                            off_cpu_ns: o,
+                            waited_ns: w,
+                            ..
+                        } = &mut into.markers[j]
+                        {
                             *s = (*s).min(start_ns);
                             *e = (*e).max(end_ns);
                             *c = c.saturating_add(count);
@@ -188,7 +215,8 @@ impl Group {
                         }
                     }
                     None => {
-                        self.runs_at.insert((start_ns / COARSE_NS, waker), into.markers.len());
+                        self.runs_at
+                            .insert((start_ns / COARSE_NS, waker), into.markers.len());
                         into.markers.push(m);
                     }
                 }
@@ -205,14 +233,21 @@ impl Group {
     fn finish(mut self, name: &str) -> ProcessRecord {
         let t = &mut self.track;
         t.name = format!("{name} ×{}", self.members);
-        t.cmdline = format!("{} brief processes named {name} (each lived under {} s), folded into one track", self.members, BRIEF_NS / 1_000_000_000);
+        t.cmdline = format!(
+            "{} brief processes named {name} (each lived under {} s), folded into one track",
+            self.members,
+            BRIEF_NS / 1_000_000_000
+        );
         if let Some(thread) = t.threads.first_mut() {
             // The front end labels a process's track with its main thread's
             // name: the count shows there.
             thread.name = t.name.clone();
             sort_thread(thread);
             thread.markers.sort_by_key(|m| match m {
-                MarkerRecord::OffCpu { start_ns, .. } | MarkerRecord::Io { start_ns, .. } | MarkerRecord::OnCpu { start_ns, .. } | MarkerRecord::ShortWaits { start_ns, .. } => *start_ns,
+                MarkerRecord::OffCpu { start_ns, .. }
+                | MarkerRecord::Io { start_ns, .. }
+                | MarkerRecord::OnCpu { start_ns, .. }
+                | MarkerRecord::ShortWaits { start_ns, .. } => *start_ns,
             });
         }
         self.track
@@ -224,14 +259,27 @@ mod tests {
     use super::*;
 
     fn brief(pid: u32, name: &str, start_ns: u64, samples: &[u64]) -> ProcessRecord {
-        let mut t = ThreadRecord { tid: pid, name: name.into(), start_ns: Some(start_ns), end_ns: Some(start_ns + 1_000_000), ..Default::default() };
+        let mut t = ThreadRecord {
+            tid: pid,
+            name: name.into(),
+            start_ns: Some(start_ns),
+            end_ns: Some(start_ns + 1_000_000),
+            ..Default::default()
+        };
         for &s in samples {
             t.samples.time_ns.push(s);
             t.samples.stack.push(pid);
             t.samples.cpu_delta_ns.push(1_000_000);
             t.samples.cpu.push(0);
         }
-        ProcessRecord { pid, name: name.into(), start_ns: Some(start_ns), end_ns: Some(start_ns + 1_000_000), threads: vec![t], ..Default::default() }
+        ProcessRecord {
+            pid,
+            name: name.into(),
+            start_ns: Some(start_ns),
+            end_ns: Some(start_ns + 1_000_000),
+            threads: vec![t],
+            ..Default::default()
+        }
     }
 
     /// Check that a name's first 16 brief processes keep their tracks,
@@ -255,8 +303,18 @@ mod tests {
         kept.extend(f.add(long));
         assert_eq!(kept.len(), 1, "only the long process is given back");
         let (held, groups, folded) = f.finish();
-        assert_eq!(folded, Folded { processes: 40, tracks: 1 });
-        assert_eq!(held.len(), 5, "a name seen 5 times keeps a track per process");
+        assert_eq!(
+            folded,
+            Folded {
+                processes: 40,
+                tracks: 1
+            }
+        );
+        assert_eq!(
+            held.len(),
+            5,
+            "a name seen 5 times keeps a track per process"
+        );
         assert!(held.iter().all(|p| p.name == "brief"));
         assert_eq!(groups.len(), 1);
         let group = &groups[0];
@@ -266,7 +324,10 @@ mod tests {
         assert_eq!(times.len(), 40, "every member's sample");
         assert!(times.windows(2).all(|w| w[0] <= w[1]), "in time order");
         assert_eq!(group.start_ns, Some(1_010_000_000));
-        assert_eq!(group.end_ns, Some(1_000_000_000 + 40 * 10_000_000 + 1_000_000));
+        assert_eq!(
+            group.end_ns,
+            Some(1_000_000_000 + 40 * 10_000_000 + 1_000_000)
+        );
     }
 
     /// Check that on a folded track, each member's off-CPU interval at one
@@ -282,7 +343,14 @@ mod tests {
             t.off_cpu.time_ns.push(start + 10);
             t.off_cpu.stack.push(7);
             t.off_cpu.duration_ns.push(300_000);
-            t.markers.push(MarkerRecord::ShortWaits { start_ns: start, end_ns: start + 500_000, count: 3, off_cpu_ns: 200_000, waited_ns: 150_000, waker });
+            t.markers.push(MarkerRecord::ShortWaits {
+                start_ns: start,
+                end_ns: start + 500_000,
+                count: 3,
+                off_cpu_ns: 200_000,
+                waited_ns: 150_000,
+                waker,
+            });
             assert!(f.add(p).is_none());
         }
         let (_, groups, _) = f.finish();
@@ -291,8 +359,26 @@ mod tests {
         assert_eq!(t.off_cpu.time_ns.len(), 2);
         assert_eq!(t.off_cpu.duration_ns, vec![50 * 300_000, 50 * 300_000]);
         assert!(t.off_cpu.time_ns.windows(2).all(|w| w[0] <= w[1]));
-        let runs: Vec<_> = t.markers.iter().filter_map(|m| match m { MarkerRecord::ShortWaits { count, off_cpu_ns, waited_ns, .. } => Some((*count, *off_cpu_ns, *waited_ns)), _ => None }).collect();
-        assert_eq!(runs, vec![(150, 50 * 200_000, 50 * 150_000), (150, 50 * 200_000, 50 * 150_000)]);
+        let runs: Vec<_> = t
+            .markers
+            .iter()
+            .filter_map(|m| match m {
+                MarkerRecord::ShortWaits {
+                    count,
+                    off_cpu_ns,
+                    waited_ns,
+                    ..
+                } => Some((*count, *off_cpu_ns, *waited_ns)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            runs,
+            vec![
+                (150, 50 * 200_000, 50 * 150_000),
+                (150, 50 * 200_000, 50 * 150_000)
+            ]
+        );
     }
 
     /// Check that names made up by the million neither hold more than
@@ -309,7 +395,11 @@ mod tests {
         assert!(groups.len() <= MAX_GROUPS + 1, "{} tracks", groups.len());
         assert_eq!(groups.len() as u64, folded.tracks);
         assert!(held.len() <= MAX_HELD, "{} held", held.len());
-        assert_eq!(folded.processes as usize + held.len(), n as usize, "every process is in one track");
+        assert_eq!(
+            folded.processes as usize + held.len(),
+            n as usize,
+            "every process is in one track"
+        );
         assert!(groups.iter().any(|p| p.name.starts_with(OTHER_NAMES)));
     }
 }

@@ -65,7 +65,11 @@ impl Merger {
             let wall_delta_ns = ((w.start_wall_ms - base.1) * 1e6).round() as i64;
             let mono_delta = w.start_ns as i64 - base.0 as i64;
             // Same boot: the monotonic clock already agrees (to NTP slew).
-            let delta = if (wall_delta_ns - mono_delta).abs() < 1_000_000_000 { 0 } else { wall_delta_ns - mono_delta };
+            let delta = if (wall_delta_ns - mono_delta).abs() < 1_000_000_000 {
+                0
+            } else {
+                wall_delta_ns - mono_delta
+            };
             (t as i64 + delta).max(0) as u64
         };
         out.end_ns = out.end_ns.max(shift(w.end_ns));
@@ -77,10 +81,12 @@ impl Merger {
             .iter()
             .map(|l| {
                 let next = out.libs.len() as u32;
-                *libs.entry((l.path.clone(), l.build_id.clone())).or_insert_with(|| {
-                    out.libs.push(l.clone());
-                    next
-                })
+                *libs
+                    .entry((l.path.clone(), l.build_id.clone()))
+                    .or_insert_with(|| {
+                        out.libs.push(l.clone());
+                        next
+                    })
             })
             .collect();
         let frames = &mut self.frames;
@@ -102,7 +108,11 @@ impl Merger {
         let mut node_map: Vec<u32> = vec![NO_PARENT; w.stacks.len()];
         for n in 0..w.stacks.len() as u32 {
             let parent = w.stacks.parent(n);
-            let new_parent = if parent == NO_PARENT { NO_PARENT } else { node_map[parent as usize] };
+            let new_parent = if parent == NO_PARENT {
+                NO_PARENT
+            } else {
+                node_map[parent as usize]
+            };
             let frame = frame_map[w.stacks.key(n) as usize];
             node_map[n as usize] = out.stacks.child(new_parent, frame as u64);
         }
@@ -130,10 +140,13 @@ impl Merger {
             }
         }
         for (cpu, markers) in w.cpu_tracks {
-            self.cpu_tracks.entry(cpu).or_default().extend(markers.into_iter().map(|mut m| {
-                shift_marker(&mut m, &shift, &node);
-                m
-            }));
+            self.cpu_tracks
+                .entry(cpu)
+                .or_default()
+                .extend(markers.into_iter().map(|mut m| {
+                    shift_marker(&mut m, &shift, &node);
+                    m
+                }));
         }
         add_stats(&mut out.stats, &w.stats);
         for x in w.warnings {
@@ -171,10 +184,21 @@ impl Merger {
     /// belongs to the window of its time.
     pub fn take_ended(&mut self, before_ns: u64) -> (Vec<ProcessRecord>, Vec<CounterRecord>) {
         let ended = |p: &ProcessRecord| {
-            p.end_ns.is_some_and(|e| e <= before_ns) && p.threads.iter().all(|t| t.end_ns.is_none_or(|e| e <= before_ns))
+            p.end_ns.is_some_and(|e| e <= before_ns)
+                && p.threads
+                    .iter()
+                    .all(|t| t.end_ns.is_none_or(|e| e <= before_ns))
         };
-        let keys: Vec<(u32, Option<u64>)> = self.processes.iter().filter(|(_, p)| ended(p)).map(|(k, _)| *k).collect();
-        let mut taken: Vec<ProcessRecord> = keys.iter().filter_map(|k| self.processes.remove(k)).collect();
+        let keys: Vec<(u32, Option<u64>)> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| ended(p))
+            .map(|(k, _)| *k)
+            .collect();
+        let mut taken: Vec<ProcessRecord> = keys
+            .iter()
+            .filter_map(|k| self.processes.remove(k))
+            .collect();
         for p in &mut taken {
             finish_process(p);
         }
@@ -185,7 +209,12 @@ impl Merger {
             if held.contains(&p.pid) {
                 continue;
             }
-            let names: Vec<(u32, String)> = self.counters.keys().filter(|k| k.0 == p.pid).cloned().collect();
+            let names: Vec<(u32, String)> = self
+                .counters
+                .keys()
+                .filter(|k| k.0 == p.pid)
+                .cloned()
+                .collect();
             counters.extend(names.iter().filter_map(|k| self.counters.remove(k)));
         }
         counters.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
@@ -219,18 +248,34 @@ fn finish_process(p: &mut ProcessRecord) {
 
 fn shift_marker(m: &mut MarkerRecord, shift: &impl Fn(u64) -> u64, node: &impl Fn(u32) -> u32) {
     match m {
-        MarkerRecord::OffCpu { start_ns, end_ns, waker_stack, .. } => {
+        MarkerRecord::OffCpu {
+            start_ns,
+            end_ns,
+            waker_stack,
+            ..
+        } => {
             *start_ns = shift(*start_ns);
             *end_ns = shift(*end_ns);
             *waker_stack = waker_stack.map(node);
         }
-        MarkerRecord::Io { start_ns, issue_ns, done_ns, stack, .. } => {
+        MarkerRecord::Io {
+            start_ns,
+            issue_ns,
+            done_ns,
+            stack,
+            ..
+        } => {
             *start_ns = shift(*start_ns);
             *issue_ns = shift(*issue_ns);
             *done_ns = shift(*done_ns);
             *stack = stack.map(node);
         }
-        MarkerRecord::OnCpu { start_ns, end_ns, .. } | MarkerRecord::ShortWaits { start_ns, end_ns, .. } => {
+        MarkerRecord::OnCpu {
+            start_ns, end_ns, ..
+        }
+        | MarkerRecord::ShortWaits {
+            start_ns, end_ns, ..
+        } => {
             *start_ns = shift(*start_ns);
             *end_ns = shift(*end_ns);
         }
@@ -265,7 +310,11 @@ fn merge_process(into: &mut ProcessRecord, p: ProcessRecord) {
     into.end_ns = p.end_ns.or(into.end_ns);
     into.cgroup = p.cgroup.or(into.cgroup.take());
     for t in p.threads {
-        match into.threads.iter_mut().find(|x| x.tid == t.tid && x.start_ns == t.start_ns) {
+        match into
+            .threads
+            .iter_mut()
+            .find(|x| x.tid == t.tid && x.start_ns == t.start_ns)
+        {
             Some(x) => {
                 if !t.name.is_empty() {
                     x.name = t.name;
@@ -357,11 +406,19 @@ impl Recording {
                 retain_by(&mut s.cpu, &keep);
                 let o = &mut t.off_cpu;
                 for i in 0..o.time_ns.len() {
-                    let (a, b) = (o.time_ns[i].max(start_ns), (o.time_ns[i] + o.duration_ns[i]).min(end_ns));
+                    let (a, b) = (
+                        o.time_ns[i].max(start_ns),
+                        (o.time_ns[i] + o.duration_ns[i]).min(end_ns),
+                    );
                     o.time_ns[i] = a;
                     o.duration_ns[i] = b.saturating_sub(a);
                 }
-                let keep: Vec<bool> = o.time_ns.iter().zip(&o.duration_ns).map(|(&x, &d)| inside(x) && (d > 0 || x < end_ns)).collect();
+                let keep: Vec<bool> = o
+                    .time_ns
+                    .iter()
+                    .zip(&o.duration_ns)
+                    .map(|(&x, &d)| inside(x) && (d > 0 || x < end_ns))
+                    .collect();
                 retain_by(&mut o.time_ns, &keep);
                 retain_by(&mut o.stack, &keep);
                 retain_by(&mut o.duration_ns, &keep);
@@ -371,8 +428,14 @@ impl Recording {
             // data: the agent keeps a process of a few milliseconds that no
             // sample caught by its lifetime, and `show` must not lose it
             // (seen beside a compiler loop: 1 of 5 such processes gone).
-            let lived_here = |t: &ThreadRecord| t.start_ns.is_some_and(inside) || t.end_ns.is_some_and(inside);
-            p.threads.retain(|t| !t.samples.time_ns.is_empty() || !t.off_cpu.time_ns.is_empty() || !t.markers.is_empty() || lived_here(t));
+            let lived_here =
+                |t: &ThreadRecord| t.start_ns.is_some_and(inside) || t.end_ns.is_some_and(inside);
+            p.threads.retain(|t| {
+                !t.samples.time_ns.is_empty()
+                    || !t.off_cpu.time_ns.is_empty()
+                    || !t.markers.is_empty()
+                    || lived_here(t)
+            });
         }
         self.processes.retain(|p| !p.threads.is_empty());
         for c in &mut self.counters {
@@ -393,12 +456,17 @@ impl Recording {
     pub fn retain_processes(&mut self, keep: impl Fn(&ProcessRecord) -> bool) {
         self.processes.retain(|p| keep(p));
         let pids: rustc_hash::FxHashSet<u32> = self.processes.iter().map(|p| p.pid).collect();
-        self.counters.retain(|c| c.pid == 0 || pids.contains(&c.pid));
+        self.counters
+            .retain(|c| c.pid == 0 || pids.contains(&c.pid));
     }
 
     /// Samples in the recording (on-CPU).
     pub fn sample_count(&self) -> u64 {
-        self.processes.iter().flat_map(|p| &p.threads).map(|t| t.samples.time_ns.len() as u64).sum()
+        self.processes
+            .iter()
+            .flat_map(|p| &p.threads)
+            .map(|t| t.samples.time_ns.len() as u64)
+            .sum()
     }
 }
 
@@ -413,10 +481,18 @@ fn retain_by<T>(v: &mut Vec<T>, keep: &[bool]) {
 /// Cut a marker to [start, end]; false if nothing of it is left.
 fn clip_marker(m: &mut MarkerRecord, start: u64, end: u64) -> bool {
     let (s, e) = match m {
-        MarkerRecord::OffCpu { start_ns, end_ns, .. } | MarkerRecord::OnCpu { start_ns, end_ns, .. } | MarkerRecord::ShortWaits { start_ns, end_ns, .. } => {
-            (start_ns, end_ns)
+        MarkerRecord::OffCpu {
+            start_ns, end_ns, ..
         }
-        MarkerRecord::Io { start_ns, done_ns, .. } => (start_ns, done_ns),
+        | MarkerRecord::OnCpu {
+            start_ns, end_ns, ..
+        }
+        | MarkerRecord::ShortWaits {
+            start_ns, end_ns, ..
+        } => (start_ns, end_ns),
+        MarkerRecord::Io {
+            start_ns, done_ns, ..
+        } => (start_ns, done_ns),
     };
     if *e < start || *s > end {
         return false;
@@ -432,7 +508,11 @@ fn clip_marker(m: &mut MarkerRecord, start: u64, end: u64) -> bool {
     *e = (*e).min(end);
     match m {
         MarkerRecord::Io { issue_ns, .. } => *issue_ns = (*issue_ns).clamp(start, end),
-        MarkerRecord::ShortWaits { off_cpu_ns, waited_ns, .. } if kept < 1.0 => {
+        MarkerRecord::ShortWaits {
+            off_cpu_ns,
+            waited_ns,
+            ..
+        } if kept < 1.0 => {
             *off_cpu_ns = (*off_cpu_ns as f64 * kept) as u64;
             *waited_ns = (*waited_ns as f64 * kept) as u64;
         }
@@ -477,7 +557,11 @@ mod tests {
     /// outside it or has neither data nor a lifetime there.
     #[test]
     fn clip_keeps_unsampled_processes_that_lived_in_the_range() {
-        let mut rec = Recording { start_ns: 0, end_ns: 10_000, ..Default::default() };
+        let mut rec = Recording {
+            start_ns: 0,
+            end_ns: 10_000,
+            ..Default::default()
+        };
         rec.processes = vec![
             process(1, thread(1, Some(2_000), Some(2_020))),
             process(2, thread(2, None, Some(4_500))),
@@ -503,14 +587,32 @@ mod tests {
                 start_wall_ms: start as f64 / 1e6,
                 end_ns: end,
                 processes,
-                frames: vec![FrameRecord { lib: NO_LIB, address: 0x10, kernel: false, symbols: Default::default(), pseudo: false }],
+                frames: vec![FrameRecord {
+                    lib: NO_LIB,
+                    address: 0x10,
+                    kernel: false,
+                    symbols: Default::default(),
+                    pseudo: false,
+                }],
                 stacks,
-                counters: vec![CounterRecord { name: "CPU".into(), category: "CPU".into(), description: String::new(), pid: 1, time_ns: vec![start], count: vec![1.0] }],
+                counters: vec![CounterRecord {
+                    name: "CPU".into(),
+                    category: "CPU".into(),
+                    description: String::new(),
+                    pid: 1,
+                    time_ns: vec![start],
+                    count: vec![1.0],
+                }],
                 ..Default::default()
             }
         };
         let with_sample = |mut t: ThreadRecord, at: u64| {
-            t.samples = ThreadSamples { time_ns: vec![at], stack: vec![0], cpu_delta_ns: vec![0], cpu: vec![0] };
+            t.samples = ThreadSamples {
+                time_ns: vec![at],
+                stack: vec![0],
+                cpu_delta_ns: vec![0],
+                cpu: vec![0],
+            };
             t
         };
         let mut m = Merger::default();
@@ -518,20 +620,43 @@ mod tests {
         // ended in the first; process 3 runs on.
         let mut p1 = process(1, with_sample(thread(1, Some(10), None), 100));
         p1.end_ns = None;
-        m.add(window(0, 1_000, vec![p1, process(2, thread(2, Some(20), Some(500))), process(3, thread(3, Some(30), None))]));
+        m.add(window(
+            0,
+            1_000,
+            vec![
+                p1,
+                process(2, thread(2, Some(20), Some(500))),
+                process(3, thread(3, Some(30), None)),
+            ],
+        ));
         let mut p1 = process(1, with_sample(thread(1, Some(10), Some(1_500)), 1_200));
         p1.start_ns = Some(10);
         m.add(window(1_000, 2_000, vec![p1]));
         let (taken, counters) = m.take_ended(1_000);
-        assert_eq!(taken.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![2], "only what ended by the cut");
+        assert_eq!(
+            taken.iter().map(|p| p.pid).collect::<Vec<_>>(),
+            vec![2],
+            "only what ended by the cut"
+        );
         assert!(counters.is_empty(), "process 2 has no counter");
         let (taken, counters) = m.take_ended(2_000);
         assert_eq!(taken.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![1]);
-        assert_eq!(taken[0].threads[0].samples.time_ns, vec![100, 1_200], "one thread, both windows' samples");
+        assert_eq!(
+            taken[0].threads[0].samples.time_ns,
+            vec![100, 1_200],
+            "one thread, both windows' samples"
+        );
         assert_eq!(counters.len(), 1);
-        assert_eq!(counters[0].time_ns, vec![0, 1_000], "its counter from both windows");
+        assert_eq!(
+            counters[0].time_ns,
+            vec![0, 1_000],
+            "its counter from both windows"
+        );
         let rest = m.finish();
-        assert_eq!(rest.processes.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![3]);
+        assert_eq!(
+            rest.processes.iter().map(|p| p.pid).collect::<Vec<_>>(),
+            vec![3]
+        );
         assert!(rest.counters.is_empty());
         assert_eq!((rest.start_ns, rest.end_ns), (0, 2_000));
     }

@@ -44,14 +44,22 @@ impl FrameRecord {
     /// only user frames with a file but no library, so the store's format
     /// needs no new field for them.
     pub fn is_interpreted(&self) -> bool {
-        !self.kernel && !self.pseudo && self.lib == NO_LIB && self.symbols.funcs.first().is_some_and(|f| f.file.is_some())
+        !self.kernel
+            && !self.pseudo
+            && self.lib == NO_LIB
+            && self.symbols.funcs.first().is_some_and(|f| f.file.is_some())
     }
 
     /// Whether it is an interpreted Java method: named as HotSpot names
     /// methods (`long Hot.hotOne(int)`, always ending in its parameter
     /// list), which no Python qualified name does.
     pub fn is_interpreted_java(&self) -> bool {
-        self.is_interpreted() && self.symbols.funcs.first().is_some_and(|f| f.name.ends_with(')'))
+        self.is_interpreted()
+            && self
+                .symbols
+                .funcs
+                .first()
+                .is_some_and(|f| f.name.ends_with(')'))
     }
 
     /// The name of code no symbol covers: `lib+0xOFF` (the library's file
@@ -60,7 +68,10 @@ impl FrameRecord {
     /// `0xADDR` only for an address in no known mapping. One scheme for the
     /// profile, folded stacks and the report.
     pub fn unknown_code_name(&self, libs: &[LibRecord]) -> String {
-        match (self.lib != NO_LIB).then(|| libs.get(self.lib as usize)).flatten() {
+        match (self.lib != NO_LIB)
+            .then(|| libs.get(self.lib as usize))
+            .flatten()
+        {
             Some(lib) => format!("{}+{:#x}", lib.name, self.address),
             None => format!("{:#x}", self.address),
         }
@@ -137,7 +148,13 @@ impl Waker {
                 format!("{} (pid {}, tid {}), or an interrupt while it ran (the waker's stack was lost)", self.name, self.pid, self.tid)
             }
             Some(kind) if self.pid == 0 => format!("{} (while the CPU was idle)", kind.label()),
-            Some(kind) => format!("{} (while {} ran, pid {}, tid {})", kind.label(), self.name, self.pid, self.tid),
+            Some(kind) => format!(
+                "{} (while {} ran, pid {}, tid {})",
+                kind.label(),
+                self.name,
+                self.pid,
+                self.tid
+            ),
         }
     }
 }
@@ -238,12 +255,18 @@ pub mod io_flags {
 /// The flags of a block request, as words: "preflush, sync".
 pub fn io_flag_names(flags: u32) -> String {
     use io_flags::*;
-    [(IO_PREFLUSH, "preflush"), (IO_FUA, "fua"), (IO_SYNC, "sync"), (IO_META, "meta"), (IO_READAHEAD, "readahead")]
-        .iter()
-        .filter(|(f, _)| flags & f != 0)
-        .map(|(_, n)| *n)
-        .collect::<Vec<_>>()
-        .join(", ")
+    [
+        (IO_PREFLUSH, "preflush"),
+        (IO_FUA, "fua"),
+        (IO_SYNC, "sync"),
+        (IO_META, "meta"),
+        (IO_READAHEAD, "readahead"),
+    ]
+    .iter()
+    .filter(|(f, _)| flags & f != 0)
+    .map(|(_, n)| *n)
+    .collect::<Vec<_>>()
+    .join(", ")
 }
 
 /// Who ran in a per-CPU slice, for its category.
@@ -484,7 +507,13 @@ pub struct RecordingStats {
 impl RecordingStats {
     /// Everything lost in the kernel or on the way, as one total.
     pub fn lost_total(&self) -> u64 {
-        self.lost_samples + self.lost_sideband + self.malformed + self.lost_events + self.lost_stacks + self.lost_state + self.tracepoint_runs_missed
+        self.lost_samples
+            + self.lost_sideband
+            + self.malformed
+            + self.lost_events
+            + self.lost_stacks
+            + self.lost_state
+            + self.tracepoint_runs_missed
     }
 }
 

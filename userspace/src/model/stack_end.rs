@@ -53,7 +53,9 @@ impl StackEnd {
 
     /// The cut a raw stack key stands for, `None` for an address.
     pub fn from_raw_key(key: u64) -> Option<StackEnd> {
-        key.checked_sub(1).and_then(|i| CUTS.get(i as usize)).copied()
+        key.checked_sub(1)
+            .and_then(|i| CUTS.get(i as usize))
+            .copied()
     }
 
     /// The name of the pseudo frame that ends a cut stack in the profile.
@@ -65,9 +67,13 @@ impl StackEnd {
             StackEnd::NoUnwindInfo => "[truncated: no unwind information]",
             StackEnd::BadReturnAddress => "[truncated: return address outside any code]",
             StackEnd::NotAvailable => "[stack not available]",
-            StackEnd::TablesNotReady => "[truncated: unwind tables not loaded yet (the process had just started)]",
+            StackEnd::TablesNotReady => {
+                "[truncated: unwind tables not loaded yet (the process had just started)]"
+            }
             StackEnd::Unreadable => "[truncated: user stack not readable (not resident)]",
-            StackEnd::UnsupportedRule => "[truncated: an unwind rule the kernel unwinder cannot follow]",
+            StackEnd::UnsupportedRule => {
+                "[truncated: an unwind rule the kernel unwinder cannot follow]"
+            }
             StackEnd::MaxDepth => "[truncated: 1024 frames]",
         }
     }

@@ -48,7 +48,10 @@ mod tests {
     #[test]
     fn interns_each_string_once_in_order() {
         let mut s = Interner::default();
-        assert_eq!([s.intern("b"), s.intern("a"), s.intern("b"), s.intern("")], [0, 1, 0, 2]);
+        assert_eq!(
+            [s.intern("b"), s.intern("a"), s.intern("b"), s.intern("")],
+            [0, 1, 0, 2]
+        );
         assert_eq!(s.into_strings(), ["b", "a", ""]);
     }
 }

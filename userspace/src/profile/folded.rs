@@ -59,9 +59,17 @@ impl FoldedLines {
 fn frame_names(rec: &Recording, f: u32) -> Vec<String> {
     let frame = &rec.frames[f as usize];
     if frame.symbols.funcs.is_empty() {
-        return vec![frame_name(&frame.unknown_code_name(&rec.libs), frame.kernel)];
+        return vec![frame_name(
+            &frame.unknown_code_name(&rec.libs),
+            frame.kernel,
+        )];
     }
-    frame.symbols.funcs.iter().map(|fa| frame_name(&fa.name, frame.kernel)).collect()
+    frame
+        .symbols
+        .funcs
+        .iter()
+        .map(|fa| frame_name(&fa.name, frame.kernel))
+        .collect()
 }
 
 /// Count the samples per stack node, then write one line per node.
@@ -109,15 +117,51 @@ mod tests {
     #[test]
     fn lines_root_first_with_counts() {
         let mut rec = Recording::default();
-        rec.libs.push(LibRecord { path: "/bin/app".into(), name: "app".into(), build_id: None });
+        rec.libs.push(LibRecord {
+            path: "/bin/app".into(),
+            name: "app".into(),
+            build_id: None,
+        });
         let named = |names: &[&str]| AddrInfo {
-            funcs: names.iter().map(|n| FuncAtAddr { name: n.to_string(), file: None, line: None, start_line: None }).collect(),
+            funcs: names
+                .iter()
+                .map(|n| FuncAtAddr {
+                    name: n.to_string(),
+                    file: None,
+                    line: None,
+                    start_line: None,
+                })
+                .collect(),
             ..Default::default()
         };
-        rec.frames.push(FrameRecord { lib: 0, address: 0x10, kernel: false, symbols: named(&["main"]), pseudo: false });
-        rec.frames.push(FrameRecord { lib: 0, address: 0x20, kernel: false, symbols: named(&["outer", "inlined"]), pseudo: false });
-        rec.frames.push(FrameRecord { lib: 0, address: 0x30, kernel: false, symbols: AddrInfo::default(), pseudo: false });
-        rec.frames.push(FrameRecord { lib: 1, address: 0x40, kernel: true, symbols: named(&["do_syscall_64"]), pseudo: false });
+        rec.frames.push(FrameRecord {
+            lib: 0,
+            address: 0x10,
+            kernel: false,
+            symbols: named(&["main"]),
+            pseudo: false,
+        });
+        rec.frames.push(FrameRecord {
+            lib: 0,
+            address: 0x20,
+            kernel: false,
+            symbols: named(&["outer", "inlined"]),
+            pseudo: false,
+        });
+        rec.frames.push(FrameRecord {
+            lib: 0,
+            address: 0x30,
+            kernel: false,
+            symbols: AddrInfo::default(),
+            pseudo: false,
+        });
+        rec.frames.push(FrameRecord {
+            lib: 1,
+            address: 0x40,
+            kernel: true,
+            symbols: named(&["do_syscall_64"]),
+            pseudo: false,
+        });
         let a = rec.stacks.child(NO_PARENT, 0);
         let b = rec.stacks.child(a, 1);
         let c = rec.stacks.child(b, 2);
@@ -127,7 +171,12 @@ mod tests {
             name: "t".into(),
             start_ns: None,
             end_ns: None,
-            samples: ThreadSamples { time_ns: vec![0; stacks.len()], cpu_delta_ns: vec![0; stacks.len()], cpu: vec![0; stacks.len()], stack: stacks },
+            samples: ThreadSamples {
+                time_ns: vec![0; stacks.len()],
+                cpu_delta_ns: vec![0; stacks.len()],
+                cpu: vec![0; stacks.len()],
+                stack: stacks,
+            },
             off_cpu: Default::default(),
             markers: vec![],
             switches: None,
@@ -146,6 +195,9 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(write_folded(&rec, &mut out).unwrap(), 2);
         let text = String::from_utf8(out).unwrap();
-        assert_eq!(text, "my app;main;do_syscall_64_[k] 1\nmy app;main;outer;inlined;app+0x30 3\n");
+        assert_eq!(
+            text,
+            "my app;main;do_syscall_64_[k] 1\nmy app;main;outer;inlined;app+0x30 3\n"
+        );
     }
 }

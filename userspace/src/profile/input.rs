@@ -122,10 +122,17 @@ impl ReadWatch {
     /// the limit, or is not gzip) rather than from its JSON.
     pub fn error(&self, e: &serde_json::Error) -> Option<ReadError> {
         if self.over.get() {
-            return Some(ReadError::TooLarge { path: self.shown.clone(), limit: self.limit, compressed: self.compressed as usize });
+            return Some(ReadError::TooLarge {
+                path: self.shown.clone(),
+                limit: self.limit,
+                compressed: self.compressed as usize,
+            });
         }
         if self.gz && e.is_io() {
-            return Some(ReadError::NotGzip { path: self.shown.clone(), source: std::io::Error::other(e.to_string()) });
+            return Some(ReadError::NotGzip {
+                path: self.shown.clone(),
+                source: std::io::Error::other(e.to_string()),
+            });
         }
         None
     }
@@ -139,11 +146,28 @@ pub fn open_profile(path: &Path) -> Result<ProfileReader, ReadError> {
     let file = crate::binaries::open_regular(&path.to_string_lossy(), true)?;
     let compressed = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut file = std::io::BufReader::with_capacity(1 << 16, file);
-    let head = file.fill_buf().map_err(|source| ReadError::Read { path: shown.clone(), source })?;
+    let head = file.fill_buf().map_err(|source| ReadError::Read {
+        path: shown.clone(),
+        source,
+    })?;
     let gz = head.starts_with(&[0x1f, 0x8b]);
-    let source = if gz { Source::Gz(flate2::read::MultiGzDecoder::new(file)) } else { Source::Plain(file) };
-    let watch = ReadWatch { gz, limit: inflated_limit(compressed), compressed, over: Default::default(), shown };
-    Ok(ProfileReader { source, inflated: 0, watch })
+    let source = if gz {
+        Source::Gz(flate2::read::MultiGzDecoder::new(file))
+    } else {
+        Source::Plain(file)
+    };
+    let watch = ReadWatch {
+        gz,
+        limit: inflated_limit(compressed),
+        compressed,
+        over: Default::default(),
+        shown,
+    };
+    Ok(ProfileReader {
+        source,
+        inflated: 0,
+        watch,
+    })
 }
 
 /// The most a gzip file of `compressed` bytes may inflate to.
@@ -184,7 +208,10 @@ pub enum ThreadsShape {
 /// handing each element of `threads` to `sink` as it is parsed and the
 /// values it keeps where they are met (sysprof writes `meta` and `libs`
 /// after the threads; other writers may not).
-pub fn read_threads<'de, D: serde::Deserializer<'de>, S: ThreadSink>(deserializer: D, sink: &mut S) -> Result<ThreadsShape, D::Error> {
+pub fn read_threads<'de, D: serde::Deserializer<'de>, S: ThreadSink>(
+    deserializer: D,
+    sink: &mut S,
+) -> Result<ThreadsShape, D::Error> {
     serde::de::DeserializeSeed::deserialize(TopLevel(sink), deserializer)
 }
 
@@ -275,7 +302,10 @@ impl<'de, S: ThreadSink> serde::de::Visitor<'de> for EachThread<'_, S> {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ThreadsShape, A::Error> {
-        while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
         Ok(ThreadsShape::NotArray)
     }
 
@@ -316,18 +346,26 @@ mod tests {
         }
         let read = |text: &str| {
             let mut names = Names::default();
-            let shape = read_threads(&mut serde_json::Deserializer::from_str(text), &mut names).map_err(|e| e.to_string());
+            let shape = read_threads(&mut serde_json::Deserializer::from_str(text), &mut names)
+                .map_err(|e| e.to_string());
             (shape, names.0, names.1)
         };
-        let (shape, threads, kept) = read(r#"{"libs":[1],"threads":[{"name":"a"},{"name":"b"}],"meta":{"v":1}}"#);
+        let (shape, threads, kept) =
+            read(r#"{"libs":[1],"threads":[{"name":"a"},{"name":"b"}],"meta":{"v":1}}"#);
         assert_eq!(shape, Ok(ThreadsShape::Array));
         assert_eq!(threads, ["a", "b"]);
         assert_eq!(kept, [("meta".to_string(), serde_json::json!({"v": 1}))]);
-        assert_eq!(read(r#"{"threads":{"name":"a"}}"#).0, Ok(ThreadsShape::NotArray));
+        assert_eq!(
+            read(r#"{"threads":{"name":"a"}}"#).0,
+            Ok(ThreadsShape::NotArray)
+        );
         assert_eq!(read(r#"{"threads":7}"#).0, Ok(ThreadsShape::NotArray));
         assert_eq!(read(r#"{"meta":{}}"#).0, Ok(ThreadsShape::Missing));
         let (stopped, threads, _) = read(r#"{"threads":[{"name":"stop"},{"name":"never"}]}"#);
-        assert!(stopped.is_err() && threads == ["stop"], "{stopped:?} {threads:?}");
+        assert!(
+            stopped.is_err() && threads == ["stop"],
+            "{stopped:?} {threads:?}"
+        );
     }
 
     /// Check that a gzip bomb (100 MiB of spaces in 100 KiB: a 1 MiB gzip
@@ -343,7 +381,10 @@ mod tests {
         let member = enc.finish().unwrap();
         std::fs::write(&path, member.repeat(100)).unwrap();
         let e = read_profile(&path).unwrap_err().to_string();
-        assert!(e.contains("inflates past 64 MiB") && !e.contains('\n'), "{e}");
+        assert!(
+            e.contains("inflates past 64 MiB") && !e.contains('\n'),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -364,9 +405,19 @@ mod tests {
         let path = dir.join("broken.json.gz");
         std::fs::write(&path, [0x1f, 0x8b, 0, 1, 2, 3]).unwrap();
         let e = read_profile(&path).unwrap_err();
-        assert!(e.to_string().starts_with(&format!("{} is not gzip (", path.display())) && e.says_what_to_do(), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{} is not gzip (", path.display()))
+                && e.says_what_to_do(),
+            "{e}"
+        );
         let e = read_profile(&dir.join("missing.json")).unwrap_err();
-        assert!(e.to_string().contains("missing.json") && !e.to_string().contains('\n') && !e.says_what_to_do(), "{e}");
+        assert!(
+            e.to_string().contains("missing.json")
+                && !e.to_string().contains('\n')
+                && !e.says_what_to_do(),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -6,13 +6,21 @@
 //! [`Markers`] columns, sorted by start, and the `markerSchema` that tells
 //! the Firefox Profiler how to show each kind.
 
-use crate::model::recording::{MarkerRecord, OffCpuReason, Recording, ShortWaker, SliceKind, Waker};
+use crate::model::recording::{
+    MarkerRecord, OffCpuReason, Recording, ShortWaker, SliceKind, Waker,
+};
 
 use super::category;
 use super::schema::{Cause, MarkerData, Markers};
 use super::tables::ThreadTables;
 
-pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut ThreadTables, idle: bool, ms: &dyn Fn(u64) -> f64) -> Markers {
+pub(super) fn build_markers(
+    rec: &Recording,
+    list: &[MarkerRecord],
+    tables: &mut ThreadTables,
+    idle: bool,
+    ms: &dyn Fn(u64) -> f64,
+) -> Markers {
     let mut m = Markers::default();
     let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
     sorted.sort_by_key(|r| marker_start(r));
@@ -21,23 +29,49 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
         .iter()
         .enumerate()
         .filter_map(|(i, m)| match m {
-            MarkerRecord::Io { start_ns, done_ns, .. } => Some((*start_ns, *done_ns, i)),
+            MarkerRecord::Io {
+                start_ns, done_ns, ..
+            } => Some((*start_ns, *done_ns, i)),
             _ => None,
         })
         .collect();
     let ended_by = |start: u64, end: u64, run_delay: Option<u64>| -> Option<String> {
         // Woken at the request's completion: the last one in flight then.
         let wake = end.saturating_sub(run_delay.unwrap_or(0));
-        let (_, _, i) = requests.iter().filter(|(s, d, _)| *s < wake && *d >= start && *d <= wake).max_by_key(|(_, d, _)| *d)?;
+        let (_, _, i) = requests
+            .iter()
+            .filter(|(s, d, _)| *s < wake && *d >= start && *d <= wake)
+            .max_by_key(|(_, d, _)| *d)?;
         match &list[*i] {
-            MarkerRecord::Io { device, op, bytes, sector, .. } => Some(format!("{} {device}, {bytes} B at sector {sector}", op.name())),
+            MarkerRecord::Io {
+                device,
+                op,
+                bytes,
+                sector,
+                ..
+            } => Some(format!(
+                "{} {device}, {bytes} B at sector {sector}",
+                op.name()
+            )),
             _ => None,
         }
     };
     for r in sorted {
-        let mut cause = |stack: &Option<u32>| stack.map(|node| Cause { stack: tables.stack_for(rec, node, idle) });
+        let mut cause = |stack: &Option<u32>| {
+            stack.map(|node| Cause {
+                stack: tables.stack_for(rec, node, idle),
+            })
+        };
         let (name, cat, start, end, data) = match r {
-            MarkerRecord::OffCpu { start_ns, end_ns, reason, run_delay_ns, waker, cpus, waker_stack } => (
+            MarkerRecord::OffCpu {
+                start_ns,
+                end_ns,
+                reason,
+                run_delay_ns,
+                waker,
+                cpus,
+                waker_stack,
+            } => (
                 format!("Off-CPU: {}", reason.label()),
                 category::OFF_CPU,
                 *start_ns,
@@ -45,24 +79,49 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                 MarkerData::OffCpu {
                     reason: reason.label(),
                     run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
-                    waker: waker.as_ref().map(|w| w.label()).unwrap_or_else(|| "—".into()),
+                    waker: waker
+                        .as_ref()
+                        .map(|w| w.label())
+                        .unwrap_or_else(|| "—".into()),
                     // An interrupt has no waker task: the task it interrupted is in the label.
-                    waker_pid: waker.as_ref().filter(|w| w.interrupt.is_none()).map(|w| w.pid.to_string()),
-                    waker_tid: waker.as_ref().filter(|w| w.interrupt.is_none()).map(|w| w.tid),
+                    waker_pid: waker
+                        .as_ref()
+                        .filter(|w| w.interrupt.is_none())
+                        .map(|w| w.pid.to_string()),
+                    waker_tid: waker
+                        .as_ref()
+                        .filter(|w| w.interrupt.is_none())
+                        .map(|w| w.tid),
                     waker_context: waker.as_ref().map(|w| match w.interrupt {
                         None => "task",
                         Some(crate::model::recording::InterruptKind::Hard) => "hard IRQ",
                         Some(crate::model::recording::InterruptKind::Soft) => "softirq",
-                        Some(crate::model::recording::InterruptKind::Unknown) => "unknown (stack lost)",
+                        Some(crate::model::recording::InterruptKind::Unknown) => {
+                            "unknown (stack lost)"
+                        }
                     }),
                     cpu_out: cpus.0,
                     cpu_in: cpus.1,
                     color: off_cpu_color(*reason, waker.as_ref()),
-                    request: waker.as_ref().filter(|w| w.interrupt.is_some()).and_then(|_| ended_by(*start_ns, *end_ns, *run_delay_ns)),
+                    request: waker
+                        .as_ref()
+                        .filter(|w| w.interrupt.is_some())
+                        .and_then(|_| ended_by(*start_ns, *end_ns, *run_delay_ns)),
                     cause: cause(waker_stack),
                 },
             ),
-            MarkerRecord::Io { start_ns, issue_ns, done_ns, device, op, flags, bytes, sector, error, stack } => (
+            MarkerRecord::Io {
+                start_ns,
+                issue_ns,
+                done_ns,
+                device,
+                op,
+                flags,
+                bytes,
+                sector,
+                error,
+                stack,
+            } => (
                 format!("I/O {} {device}", op.name()),
                 category::IO,
                 *start_ns,
@@ -70,7 +129,13 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                 MarkerData::Io {
                     device: device.clone(),
                     // A flush's preflush flag says nothing more than "flush".
-                    op: match crate::model::recording::io_flag_names(if *op == crate::model::recording::IoOp::Flush { flags & !crate::model::recording::io_flags::IO_PREFLUSH } else { *flags }) {
+                    op: match crate::model::recording::io_flag_names(
+                        if *op == crate::model::recording::IoOp::Flush {
+                            flags & !crate::model::recording::io_flags::IO_PREFLUSH
+                        } else {
+                            *flags
+                        },
+                    ) {
                         f if f.is_empty() => op.name(),
                         f => format!("{} ({f})", op.name()),
                     },
@@ -82,7 +147,14 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                     cause: cause(stack),
                 },
             ),
-            MarkerRecord::ShortWaits { start_ns, end_ns, count, off_cpu_ns, waited_ns, waker } => (
+            MarkerRecord::ShortWaits {
+                start_ns,
+                end_ns,
+                count,
+                off_cpu_ns,
+                waited_ns,
+                waker,
+            } => (
                 // One name, so the Marker Chart draws them on one row (it
                 // gives each name its own); the count is in the label.
                 "Off-CPU: short waits".to_string(),
@@ -111,7 +183,14 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                     },
                 },
             ),
-            MarkerRecord::OnCpu { start_ns, end_ns, pid, tid, name, kind } => (
+            MarkerRecord::OnCpu {
+                start_ns,
+                end_ns,
+                pid,
+                tid,
+                name,
+                kind,
+            } => (
                 name.clone(),
                 match kind {
                     SliceKind::User => category::USER,
@@ -121,8 +200,14 @@ pub(super) fn build_markers(rec: &Recording, list: &[MarkerRecord], tables: &mut
                 *start_ns,
                 *end_ns,
                 match kind {
-                    SliceKind::Idle => MarkerData::CpuIdle { thread: name.clone() },
-                    _ => MarkerData::OnCpu { thread: name.clone(), pid: pid.to_string(), tid: *tid },
+                    SliceKind::Idle => MarkerData::CpuIdle {
+                        thread: name.clone(),
+                    },
+                    _ => MarkerData::OnCpu {
+                        thread: name.clone(),
+                        pid: pid.to_string(),
+                        tid: *tid,
+                    },
                 },
             ),
         };
@@ -260,4 +345,3 @@ pub(super) fn marker_schema() -> serde_json::Value {
         },
     ])
 }
-

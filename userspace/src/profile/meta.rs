@@ -39,7 +39,11 @@ impl HostInfo {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_name = cpuinfo
             .lines()
-            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, v)| v.trim().to_string()))
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .and_then(|r| r.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
             .unwrap_or_else(|| std::env::consts::ARCH.to_string());
         let mut cores = std::collections::BTreeSet::new();
         let mut phys = String::new();
@@ -55,15 +59,22 @@ impl HostInfo {
             }
         }
         let main_memory = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-            m.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map(|kb| kb * 1024)
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .map(|kb| kb * 1024)
         });
         HostInfo {
             cpu_name,
-            logical_cpus: crate::bpf::online_cpus().map(|c| c.len() as u32).unwrap_or(1),
+            logical_cpus: crate::bpf::online_cpus()
+                .map(|c| c.len() as u32)
+                .unwrap_or(1),
             physical_cpus: (!cores.is_empty()).then_some(cores.len() as u32),
             main_memory,
             kernel_release: crate::error::kernel_release(),
-            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default(),
+            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
             arguments,
             viewers: current_viewers(),
         }
@@ -83,14 +94,21 @@ fn current_viewers() -> Vec<u32> {
 
 /// `meta`: the recording's times, the machine, the categories and marker
 /// schema, and what the recording lost or warned of.
-pub(super) fn build_meta(rec: &Recording, host: &HostInfo, visible: Vec<usize>, selected: Vec<usize>, ms: &dyn Fn(u64) -> f64) -> Meta {
+pub(super) fn build_meta(
+    rec: &Recording,
+    host: &HostInfo,
+    visible: Vec<usize>,
+    selected: Vec<usize>,
+    ms: &dyn Fn(u64) -> f64,
+) -> Meta {
     let mut extra_entries: Vec<serde_json::Value> = Vec::new();
     for n in &rec.notes {
         extra_entries.push(serde_json::json!({ "label": "Note", "format": "string", "value": n }));
     }
     let (shown, others) = super::warnings::split(&rec.warnings, &host.viewers);
     for w in shown {
-        extra_entries.push(serde_json::json!({ "label": "Warning", "format": "string", "value": w }));
+        extra_entries
+            .push(serde_json::json!({ "label": "Warning", "format": "string", "value": w }));
     }
     if others > 0 {
         extra_entries.push(serde_json::json!({ "label": "Warnings about other users' binaries", "format": "integer", "value": others }));
@@ -100,7 +118,11 @@ pub(super) fn build_meta(rec: &Recording, host: &HostInfo, visible: Vec<usize>, 
     extra_entries.push(serde_json::json!({ "label": "Scheduler/I/O records lost", "format": "integer", "value": st.lost_events }));
     extra_entries.push(serde_json::json!({ "label": "Stacks lost", "format": "integer", "value": st.lost_stacks + st.stacks_not_kept }));
     extra_entries.push(serde_json::json!({ "label": "Processes that lived and died unsampled", "format": "integer", "value": st.processes_without_data }));
-    let category = |name: &str, color: &'static str| Category { color: color.into(), name: name.to_string(), subcategories: vec!["Other".into()] };
+    let category = |name: &str, color: &'static str| Category {
+        color: color.into(),
+        name: name.to_string(),
+        subcategories: vec!["Other".into()],
+    };
     Meta {
         version: 24,
         preprocessed_profile_version: PREPROCESSED_PROFILE_VERSION,
@@ -184,7 +206,13 @@ pub fn breakpad_id(build_id: Option<&[u8]>) -> String {
 /// into the kernel's own share (its `percent` format takes a ratio).
 /// `main_thread` is the thread its track hangs under and `pid` that
 /// track's process.
-pub(super) fn counter_json(c: &CounterRecord, pid: &str, main_thread: usize, interval_ms: f64, ms: &dyn Fn(u64) -> f64) -> serde_json::Value {
+pub(super) fn counter_json(
+    c: &CounterRecord,
+    pid: &str,
+    main_thread: usize,
+    interval_ms: f64,
+    ms: &dyn Fn(u64) -> f64,
+) -> serde_json::Value {
     let time: Vec<f64> = c.time_ns.iter().map(|&t| ms(t)).collect();
     let kind = CounterKind::of(c);
     let count: Vec<f64> = match kind {
@@ -192,7 +220,11 @@ pub(super) fn counter_json(c: &CounterRecord, pid: &str, main_thread: usize, int
             .map(|i| {
                 // The interval the front end divides by: the written times'
                 // difference (the first sample's is the profile's interval).
-                let dt = if i == 0 { interval_ms } else { time[i] - time[i - 1] };
+                let dt = if i == 0 {
+                    interval_ms
+                } else {
+                    time[i] - time[i - 1]
+                };
                 c.count[i] / 100.0 * dt
             })
             .collect(),
@@ -239,9 +271,13 @@ impl CounterKind {
     fn of(c: &CounterRecord) -> CounterKind {
         let machine = c.pid == 0;
         match c.category.as_str() {
-            "CPU" if c.name == "CPU usage" || c.name == "Process CPU" => CounterKind::CpuShare { machine },
+            "CPU" if c.name == "CPU usage" || c.name == "Process CPU" => {
+                CounterKind::CpuShare { machine }
+            }
             "Memory" => CounterKind::Memory { machine },
-            "Bandwidth" => CounterKind::Transfer { write: c.name.starts_with("Disk write") },
+            "Bandwidth" => CounterKind::Transfer {
+                write: c.name.starts_with("Disk write"),
+            },
             _ => CounterKind::Events,
         }
     }
@@ -259,24 +295,45 @@ impl CounterKind {
                 "percent",
                 vec![row("rate", "percent", "Busy share of all CPUs")],
             ),
-            CounterKind::CpuShare { machine: false } => {
-                ("line-rate", "blue", 10, "CPU".to_string(), "percent", vec![row("rate", "percent", "CPU (100% = one CPU)")])
-            }
+            CounterKind::CpuShare { machine: false } => (
+                "line-rate",
+                "blue",
+                10,
+                "CPU".to_string(),
+                "percent",
+                vec![row("rate", "percent", "CPU (100% = one CPU)")],
+            ),
             CounterKind::Memory { machine } => (
                 "line-accumulated",
                 "orange",
                 20,
-                if machine { "Memory in use".to_string() } else { "Memory (RSS)".to_string() },
+                if machine {
+                    "Memory in use".to_string()
+                } else {
+                    "Memory (RSS)".to_string()
+                },
                 "bytes",
                 vec![
-                    row("accumulated", "bytes", "In use, above the lowest point in view"),
+                    row(
+                        "accumulated",
+                        "bytes",
+                        "In use, above the lowest point in view",
+                    ),
                     row("count", "bytes", "Change since the previous reading"),
                     row("count-range", "bytes", "Range in view"),
                 ],
             ),
             CounterKind::Transfer { write } => {
-                let (verb, past) = if write { ("Write", "Written") } else { ("Read", "Read") };
-                let mut selection = row("selection-total", "bytes", &format!("{past} in the selection"));
+                let (verb, past) = if write {
+                    ("Write", "Written")
+                } else {
+                    ("Read", "Read")
+                };
+                let mut selection = row(
+                    "selection-total",
+                    "bytes",
+                    &format!("{past} in the selection"),
+                );
                 selection["requiresPreviewSelection"] = serde_json::json!(true);
                 (
                     "line-rate",
@@ -288,7 +345,11 @@ impl CounterKind {
                         row("rate", "bytes-per-second", &format!("{verb} speed")),
                         serde_json::json!({ "type": "separator" }),
                         row("accumulated", "bytes", &format!("{past} up to this time")),
-                        row("count-range", "bytes", &format!("{past} in the visible range")),
+                        row(
+                            "count-range",
+                            "bytes",
+                            &format!("{past} in the visible range"),
+                        ),
                         selection,
                     ],
                 )
@@ -299,7 +360,10 @@ impl CounterKind {
                 40,
                 c.name.clone(),
                 "",
-                vec![row("rate", "number", &format!("{} per ms", c.name)), row("count", "number", "Since the previous reading")],
+                vec![
+                    row("rate", "number", &format!("{} per ms", c.name)),
+                    row("count", "number", "Since the previous reading"),
+                ],
             ),
         };
         serde_json::json!({
@@ -313,4 +377,3 @@ impl CounterKind {
         })
     }
 }
-

@@ -39,7 +39,9 @@ use crate::model::recording::{CounterRecord, ProcessRecord, Recording};
 
 pub use meta::{breakpad_id, HostInfo};
 pub use schema::Profile;
-use threads::{build_cpu_track, build_machine_track, build_thread, initial_threads, TrackFacts, MACHINE_PID};
+use threads::{
+    build_cpu_track, build_machine_track, build_thread, initial_threads, TrackFacts, MACHINE_PID,
+};
 
 /// The processed profile format version we write.
 pub const PREPROCESSED_PROFILE_VERSION: u32 = 55;
@@ -73,14 +75,23 @@ pub const CPU_TRACK_TID_BASE: u32 = 10_000_000;
 ///
 /// `focus_pid` is the process the user asked about (the command of `record
 /// -- CMD`): its main thread opens selected. See `threads::initial_threads`.
-pub fn build_profile<'a>(rec: &'a Recording, host: &HostInfo, focus_pid: Option<u32>) -> ProfileOut<'a> {
+pub fn build_profile<'a>(
+    rec: &'a Recording,
+    host: &HostInfo,
+    focus_pid: Option<u32>,
+) -> ProfileOut<'a> {
     build_after(rec, host, focus_pid, &[])
 }
 
 /// [`build_profile`] for the threads that follow `before` (those a
 /// [`ProfileWriter`] wrote already): thread indexes count from there, and
 /// which threads open visible is chosen among all of them.
-fn build_after<'a>(rec: &'a Recording, host: &HostInfo, focus_pid: Option<u32>, before: &[TrackFacts]) -> ProfileOut<'a> {
+fn build_after<'a>(
+    rec: &'a Recording,
+    host: &HostInfo,
+    focus_pid: Option<u32>,
+    before: &[TrackFacts],
+) -> ProfileOut<'a> {
     let ms = |ns: u64| ms_since(rec, ns);
     let mut main_thread_index: FxHashMap<u32, usize> = FxHashMap::default();
     let mut tracks: Vec<TrackFacts> = before.to_vec();
@@ -93,13 +104,27 @@ fn build_after<'a>(rec: &'a Recording, host: &HostInfo, focus_pid: Option<u32>, 
         }
     }
     for _ in &rec.cpu_tracks {
-        tracks.push(TrackFacts { pid: None, main: false, profiler: false, cpu_samples: 0 });
+        tracks.push(TrackFacts {
+            pid: None,
+            main: false,
+            profiler: false,
+            cpu_samples: 0,
+        });
     }
     // Counters with nothing to draw are left out (see `counter_draws_something`);
     // the machine's hang under a track of their own, which opens visible.
-    let drawn: Vec<&CounterRecord> = rec.counters.iter().filter(|c| meta::counter_draws_something(c)).collect();
+    let drawn: Vec<&CounterRecord> = rec
+        .counters
+        .iter()
+        .filter(|c| meta::counter_draws_something(c))
+        .collect();
     let machine = drawn.iter().any(|c| c.pid == 0).then(|| {
-        tracks.push(TrackFacts { pid: None, main: true, profiler: false, cpu_samples: 0 });
+        tracks.push(TrackFacts {
+            pid: None,
+            main: true,
+            profiler: false,
+            cpu_samples: 0,
+        });
         tracks.len() - 1
     });
     let (visible, selected) = initial_threads(&tracks, focus_pid);
@@ -114,7 +139,10 @@ fn build_after<'a>(rec: &'a Recording, host: &HostInfo, focus_pid: Option<u32>, 
         })
         .collect();
     ProfileOut {
-        threads: ThreadsOut { rec, machine: machine.is_some() },
+        threads: ThreadsOut {
+            rec,
+            machine: machine.is_some(),
+        },
         meta: meta::build_meta(rec, host, visible, selected, &ms),
         libs: rec.libs.iter().map(meta::lib_json).collect(),
         pages: [],
@@ -160,7 +188,13 @@ pub struct ThreadsOut<'a> {
 impl ThreadsOut<'_> {
     /// How many threads there are.
     fn len(&self) -> usize {
-        self.rec.processes.iter().map(|p| p.threads.len()).sum::<usize>() + self.rec.cpu_tracks.len() + usize::from(self.machine)
+        self.rec
+            .processes
+            .iter()
+            .map(|p| p.threads.len())
+            .sum::<usize>()
+            + self.rec.cpu_tracks.len()
+            + usize::from(self.machine)
     }
 
     /// Build each thread in turn and hand it to `each`.
@@ -211,7 +245,12 @@ impl<W: Write> ProfileWriter<W> {
     /// Start the profile on `out`.
     pub fn new(mut out: W) -> std::io::Result<Self> {
         out.write_all(b"{\"threads\":[")?;
-        Ok(ProfileWriter { out, written: Vec::new(), counters: Vec::new(), processes: 0 })
+        Ok(ProfileWriter {
+            out,
+            written: Vec::new(),
+            counters: Vec::new(),
+            processes: 0,
+        })
     }
 
     /// Processes written so far, and their threads.
@@ -222,7 +261,12 @@ impl<W: Write> ProfileWriter<W> {
     /// Write `processes` (taken out of a merge, with their `counters`) now;
     /// `tables` holds the libraries, frames and stacks they refer to, and
     /// the recording's start, which every later part keeps.
-    pub fn write_ended(&mut self, tables: &Recording, processes: &[ProcessRecord], counters: &[CounterRecord]) -> std::io::Result<()> {
+    pub fn write_ended(
+        &mut self,
+        tables: &Recording,
+        processes: &[ProcessRecord],
+        counters: &[CounterRecord],
+    ) -> std::io::Result<()> {
         let ms = |ns: u64| ms_since(tables, ns);
         let mut main_thread_index: FxHashMap<u32, usize> = FxHashMap::default();
         for p in processes {
@@ -239,11 +283,16 @@ impl<W: Write> ProfileWriter<W> {
         }
         self.processes += processes.len();
         for c in counters.iter().filter(|c| meta::counter_draws_something(c)) {
-            let Some(&main) = main_thread_index.get(&c.pid) else { continue };
+            let Some(&main) = main_thread_index.get(&c.pid) else {
+                continue;
+            };
             if !self.counters.is_empty() {
                 self.counters.push(b',');
             }
-            serde_json::to_writer(&mut self.counters, &meta::counter_json(c, &c.pid.to_string(), main, tables.interval_ms, &ms))?;
+            serde_json::to_writer(
+                &mut self.counters,
+                &meta::counter_json(c, &c.pid.to_string(), main, tables.interval_ms, &ms),
+            )?;
         }
         Ok(())
     }
@@ -252,7 +301,12 @@ impl<W: Write> ProfileWriter<W> {
     /// `libs` and every counter. `rec` is what the merge finished with: its
     /// libraries are a superset of those the written threads point into,
     /// at the same indexes. Returns the writer (to finish its compression).
-    pub fn finish(mut self, rec: &Recording, host: &HostInfo, focus_pid: Option<u32>) -> std::io::Result<W> {
+    pub fn finish(
+        mut self,
+        rec: &Recording,
+        host: &HostInfo,
+        focus_pid: Option<u32>,
+    ) -> std::io::Result<W> {
         let profile = build_after(rec, host, focus_pid, &self.written);
         let mut first = self.written.is_empty();
         profile.threads.each(|t| {

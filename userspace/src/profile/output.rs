@@ -101,16 +101,26 @@ impl GzPipe {
     fn new(file: File) -> std::io::Result<GzPipe> {
         let (to_thread, chunks) = std::sync::mpsc::sync_channel::<Vec<u8>>(GZ_CHUNKS_IN_FLIGHT);
         let (give_back, emptied) = std::sync::mpsc::channel::<Vec<u8>>();
-        let thread = std::thread::Builder::new().name("sysprof-gzip".into()).spawn(move || {
-            let mut enc = flate2::write::GzEncoder::new(file, flate2::Compression::new(PROFILE_GZIP_LEVEL));
-            for mut chunk in chunks {
-                enc.write_all(&chunk)?;
-                chunk.clear();
-                let _ = give_back.send(chunk);
-            }
-            enc.finish()
-        })?;
-        Ok(GzPipe { buf: Vec::with_capacity(GZ_CHUNK), to_thread: Some(to_thread), emptied, thread: Some(thread) })
+        let thread = std::thread::Builder::new()
+            .name("sysprof-gzip".into())
+            .spawn(move || {
+                let mut enc = flate2::write::GzEncoder::new(
+                    file,
+                    flate2::Compression::new(PROFILE_GZIP_LEVEL),
+                );
+                for mut chunk in chunks {
+                    enc.write_all(&chunk)?;
+                    chunk.clear();
+                    let _ = give_back.send(chunk);
+                }
+                enc.finish()
+            })?;
+        Ok(GzPipe {
+            buf: Vec::with_capacity(GZ_CHUNK),
+            to_thread: Some(to_thread),
+            emptied,
+            thread: Some(thread),
+        })
     }
 
     /// Hand the buffered bytes to the thread.
@@ -118,12 +128,18 @@ impl GzPipe {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let next = self.emptied.try_recv().unwrap_or_else(|_| Vec::with_capacity(GZ_CHUNK));
+        let next = self
+            .emptied
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(GZ_CHUNK));
         let chunk = std::mem::replace(&mut self.buf, next);
         match self.to_thread.as_ref().map(|t| t.send(chunk)) {
             Some(Ok(())) => Ok(()),
             // The thread stopped: its error.
-            _ => Err(self.end().err().unwrap_or_else(|| std::io::Error::other("the compressing thread stopped"))),
+            _ => Err(self
+                .end()
+                .err()
+                .unwrap_or_else(|| std::io::Error::other("the compressing thread stopped"))),
         }
     }
 
@@ -198,7 +214,13 @@ impl Write for Stream {
 fn unnamed_temp() -> Option<File> {
     let dir = cstring(&std::env::temp_dir()).ok()?;
     // SAFETY: a valid NUL-terminated path; the fd is checked and owned below.
-    let fd = unsafe { libc::open(dir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o600) };
+    let fd = unsafe {
+        libc::open(
+            dir.as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
     // SAFETY: a new fd we own.
     (fd >= 0).then(|| unsafe { File::from_raw_fd(fd) })
 }
@@ -244,7 +266,13 @@ fn open_through(path: &Path, follow: bool, wait: bool) -> std::io::Result<Option
     if !wait {
         // Writes block as usual from here on.
         // SAFETY: fcntl on an fd we own.
-        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) & !libc::O_NONBLOCK) };
+        unsafe {
+            libc::fcntl(
+                fd,
+                libc::F_SETFL,
+                libc::fcntl(fd, libc::F_GETFL) & !libc::O_NONBLOCK,
+            )
+        };
     }
     refuse_kind(&file.metadata()?, false)?;
     Ok(Some(file))
@@ -255,13 +283,17 @@ fn open_through(path: &Path, follow: bool, wait: bool) -> std::io::Result<Option
 fn refuse_kind(m: &std::fs::Metadata, regular_ok: bool) -> std::io::Result<()> {
     let t = m.file_type();
     if t.is_block_device() {
-        return Err(std::io::Error::other("it is a block device; sysprof never writes a profile onto a disk, name a file"));
+        return Err(std::io::Error::other(
+            "it is a block device; sysprof never writes a profile onto a disk, name a file",
+        ));
     }
     if t.is_dir() {
         return Err(std::io::Error::other("it is a directory"));
     }
     if t.is_file() && !regular_ok {
-        return Err(std::io::Error::other("it was replaced by a regular file while sysprof opened it; try again"));
+        return Err(std::io::Error::other(
+            "it was replaced by a regular file while sysprof opened it; try again",
+        ));
     }
     Ok(())
 }
@@ -272,22 +304,32 @@ fn refuse_kind(m: &std::fs::Metadata, regular_ok: bool) -> std::io::Result<()> {
 fn trusted_owner(uid: u32) -> bool {
     // SAFETY: geteuid cannot fail.
     let me = unsafe { libc::geteuid() };
-    let sudo_user = std::env::var("SUDO_UID").ok().and_then(|u| u.parse::<u32>().ok());
+    let sudo_user = std::env::var("SUDO_UID")
+        .ok()
+        .and_then(|u| u.parse::<u32>().ok());
     uid == 0 || uid == me || sudo_user == Some(uid)
 }
 
 fn cstring(p: &Path) -> std::io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| std::io::Error::other("the path contains a NUL byte"))
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("the path contains a NUL byte"))
 }
 
 impl OutputFile {
     /// Prepare to write `path`: create the unnamed file in its directory.
     pub fn create(path: &Path) -> Result<OutputFile, RecordError> {
-        let err = |source| RecordError::OutputNotWritable { path: path.to_path_buf(), source };
+        let err = |source| RecordError::OutputNotWritable {
+            path: path.to_path_buf(),
+            source,
+        };
         let through = |file: Option<File>, follow: bool| OutputFile {
             final_path: path.to_path_buf(),
             dir: PathBuf::new(),
-            through: Some(if file.is_some() { Through::Open } else { Through::Fifo { follow } }),
+            through: Some(if file.is_some() {
+                Through::Open
+            } else {
+                Through::Fifo { follow }
+            }),
             file,
             named_temp: None,
         };
@@ -310,7 +352,10 @@ impl OutputFile {
                 if trusted_owner(m.uid()) {
                     if let Ok(t) = std::fs::metadata(path).map(|t| t.file_type()) {
                         if !t.is_file() && !t.is_dir() {
-                            return Ok(through(open_through(path, true, false).map_err(err)?, true));
+                            return Ok(through(
+                                open_through(path, true, false).map_err(err)?,
+                                true,
+                            ));
                         }
                     }
                 }
@@ -319,7 +364,10 @@ impl OutputFile {
             // root writes (in /tmp) would hold the profile, or hang the
             // end of the recording, at its owner's will; it is replaced.
             Ok(m) if !m.is_file() && trusted_owner(m.uid()) => {
-                return Ok(through(open_through(path, false, false).map_err(err)?, false))
+                return Ok(through(
+                    open_through(path, false, false).map_err(err)?,
+                    false,
+                ))
             }
             _ => {}
         }
@@ -332,30 +380,58 @@ impl OutputFile {
         };
         let cdir = cstring(&dir).map_err(err)?;
         // SAFETY: a valid NUL-terminated path; the fd is checked and owned below.
-        let fd = unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC, 0o644) };
+        let fd = unsafe {
+            libc::open(
+                cdir.as_ptr(),
+                libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
         if fd >= 0 {
             // SAFETY: a new fd we own.
             let file = unsafe { File::from_raw_fd(fd) };
-            return Ok(OutputFile { final_path: path.to_path_buf(), dir, file: Some(file), named_temp: None, through: None });
+            return Ok(OutputFile {
+                final_path: path.to_path_buf(),
+                dir,
+                file: Some(file),
+                named_temp: None,
+                through: None,
+            });
         }
         let e = std::io::Error::last_os_error();
         // Not supported by this file system (or kernel): a named temporary.
-        if !matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)) {
+        if !matches!(
+            e.raw_os_error(),
+            Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
+        ) {
             return Err(err(e));
         }
         let name = path.file_name().expect("checked").to_string_lossy();
-        let temp = dir.join(format!(".{name}.{}.tmp", crate::sys::random::random_suffix()));
+        let temp = dir.join(format!(
+            ".{name}.{}.tmp",
+            crate::sys::random::random_suffix()
+        ));
         let ctemp = cstring(&temp).map_err(err)?;
         // SAFETY: as above. O_EXCL|O_NOFOLLOW: a new file, never one that exists.
         let fd = unsafe {
-            libc::open(ctemp.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC, 0o644)
+            libc::open(
+                ctemp.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644,
+            )
         };
         if fd < 0 {
             return Err(err(std::io::Error::last_os_error()));
         }
         // SAFETY: a new fd we own.
         let file = unsafe { File::from_raw_fd(fd) };
-        Ok(OutputFile { final_path: path.to_path_buf(), dir, file: Some(file), named_temp: Some(temp), through: None })
+        Ok(OutputFile {
+            final_path: path.to_path_buf(),
+            dir,
+            file: Some(file),
+            named_temp: Some(temp),
+            through: None,
+        })
     }
 
     /// Whether the profile goes to our standard output.
@@ -382,10 +458,14 @@ impl OutputFile {
                 // serde_json writes a few bytes at a time: buffered before the
                 // encoder, not passed to it call by call (its per-call work was
                 // a tenth of the write).
-                let enc = flate2::write::GzEncoder::new(w, flate2::Compression::new(PROFILE_GZIP_LEVEL));
+                let enc =
+                    flate2::write::GzEncoder::new(w, flate2::Compression::new(PROFILE_GZIP_LEVEL));
                 let mut buffered = BufWriter::with_capacity(1 << 16, enc);
                 serde_json::to_writer(&mut buffered, profile).map_err(std::io::Error::from)?;
-                buffered.into_inner().map_err(|e| e.into_error())?.finish()?;
+                buffered
+                    .into_inner()
+                    .map_err(|e| e.into_error())?
+                    .finish()?;
             } else {
                 serde_json::to_writer(&mut *w, profile).map_err(std::io::Error::from)?;
             }
@@ -400,7 +480,10 @@ impl OutputFile {
     /// device: written only at the end) into an unnamed temporary file, or
     /// memory where there is none, copied through at the end.
     pub fn stream(&self) -> Result<Stream, RecordError> {
-        let err = |source| RecordError::OutputNotWritable { path: self.final_path.clone(), source };
+        let err = |source| RecordError::OutputNotWritable {
+            path: self.final_path.clone(),
+            source,
+        };
         let gz = self.final_path.extension().is_some_and(|e| e == "gz");
         let sink = match (&self.through, &self.file) {
             (None, Some(file)) => {
@@ -423,12 +506,18 @@ impl OutputFile {
     /// [`OutputFile::commit`]; returns the size written.
     pub fn commit_stream(self, stream: Stream) -> Result<u64, RecordError> {
         let final_path = self.final_path.clone();
-        let err = |source| RecordError::OutputNotWritable { path: final_path.clone(), source };
+        let err = |source| RecordError::OutputNotWritable {
+            path: final_path.clone(),
+            source,
+        };
         let gz = self.final_path.extension().is_some_and(|e| e == "gz");
         // Written through at the end: the spooled bytes (compressed now if asked).
-        let copy_through = |w: &mut dyn Write, from: &mut dyn std::io::Read| -> std::io::Result<()> {
+        let copy_through = |w: &mut dyn Write,
+                            from: &mut dyn std::io::Read|
+         -> std::io::Result<()> {
             if gz {
-                let mut enc = flate2::write::GzEncoder::new(w, flate2::Compression::new(PROFILE_GZIP_LEVEL));
+                let mut enc =
+                    flate2::write::GzEncoder::new(w, flate2::Compression::new(PROFILE_GZIP_LEVEL));
                 std::io::copy(from, &mut enc)?;
                 enc.finish()?;
             } else {
@@ -448,29 +537,45 @@ impl OutputFile {
             StreamSink::Spool(w) => {
                 let mut file = w.into_inner().map_err(|e| err(e.into_error()))?;
                 std::io::Seek::rewind(&mut file).map_err(err)?;
-                self.commit_with(|w| copy_through(w, &mut std::io::BufReader::with_capacity(1 << 16, file)))
+                self.commit_with(|w| {
+                    copy_through(w, &mut std::io::BufReader::with_capacity(1 << 16, file))
+                })
             }
-            StreamSink::Memory(bytes) => self.commit_with(|w| copy_through(w, &mut bytes.as_slice())),
+            StreamSink::Memory(bytes) => {
+                self.commit_with(|w| copy_through(w, &mut bytes.as_slice()))
+            }
         }
     }
 
     /// Write with `write` and put the file in place; returns its size.
-    pub fn commit_with(mut self, write: impl FnOnce(&mut BufWriter<Sink<'_>>) -> std::io::Result<()>) -> Result<u64, RecordError> {
+    pub fn commit_with(
+        mut self,
+        write: impl FnOnce(&mut BufWriter<Sink<'_>>) -> std::io::Result<()>,
+    ) -> Result<u64, RecordError> {
         let final_path = self.final_path.clone();
-        let err = |source| RecordError::OutputNotWritable { path: final_path.clone(), source };
+        let err = |source| RecordError::OutputNotWritable {
+            path: final_path.clone(),
+            source,
+        };
         if let Some(Through::Fifo { follow }) = self.through {
             // The profile is ready: now wait for the FIFO's reader.
             self.file = open_through(&self.final_path, follow, true).map_err(err)?;
         }
         let file = self.file.take().expect("commit once");
         if self.through.is_some() {
-            let mut w = BufWriter::new(Sink { file: &file, written: 0 });
+            let mut w = BufWriter::new(Sink {
+                file: &file,
+                written: 0,
+            });
             write(&mut w).map_err(err)?;
             w.flush().map_err(err)?;
             return Ok(w.get_ref().written);
         }
         let result = (|| {
-            let mut w = BufWriter::new(Sink { file: &file, written: 0 });
+            let mut w = BufWriter::new(Sink {
+                file: &file,
+                written: 0,
+            });
             write(&mut w)?;
             w.flush()?;
             drop(w);
@@ -496,12 +601,29 @@ impl OutputFile {
         let temp = match self.named_temp.take() {
             Some(t) => t,
             None => {
-                let name = self.final_path.file_name().expect("checked").to_string_lossy().into_owned();
-                let temp = self.dir.join(format!(".{name}.{}.tmp", crate::sys::random::random_suffix()));
+                let name = self
+                    .final_path
+                    .file_name()
+                    .expect("checked")
+                    .to_string_lossy()
+                    .into_owned();
+                let temp = self.dir.join(format!(
+                    ".{name}.{}.tmp",
+                    crate::sys::random::random_suffix()
+                ));
                 let ctemp = cstring(&temp)?;
-                let proc_fd = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).expect("no NUL");
+                let proc_fd =
+                    CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).expect("no NUL");
                 // SAFETY: valid paths; linkat creates a new name or fails (EEXIST).
-                let r = unsafe { libc::linkat(libc::AT_FDCWD, proc_fd.as_ptr(), libc::AT_FDCWD, ctemp.as_ptr(), libc::AT_SYMLINK_FOLLOW) };
+                let r = unsafe {
+                    libc::linkat(
+                        libc::AT_FDCWD,
+                        proc_fd.as_ptr(),
+                        libc::AT_FDCWD,
+                        ctemp.as_ptr(),
+                        libc::AT_SYMLINK_FOLLOW,
+                    )
+                };
                 if r != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -552,9 +674,16 @@ mod tests {
         let o = OutputFile::create(&out).unwrap();
         o.commit(&serde_json::json!({"ok": true})).unwrap();
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
-        assert!(!std::fs::symlink_metadata(&out).unwrap().file_type().is_symlink());
+        assert!(!std::fs::symlink_metadata(&out)
+            .unwrap()
+            .file_type()
+            .is_symlink());
         assert_eq!(std::fs::read_to_string(&out).unwrap(), r#"{"ok":true}"#);
-        let names: Vec<_> = std::fs::read_dir(&d).unwrap().flatten().map(|e| e.file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
         assert_eq!(names.len(), 2, "{names:?}");
         let _ = std::fs::remove_dir_all(&d);
     }
@@ -562,7 +691,12 @@ mod tests {
     fn mkfifo(p: &Path) {
         let c = cstring(p).unwrap();
         // SAFETY: a valid path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", p.display());
+        assert_eq!(
+            unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
+            0,
+            "mkfifo {}",
+            p.display()
+        );
     }
 
     /// Check that a FIFO at the output path is written through to its
@@ -582,7 +716,10 @@ mod tests {
         let n = o.commit(&serde_json::json!({"ok": true})).unwrap();
         assert_eq!(reader.join().unwrap(), r#"{"ok":true}"#);
         assert_eq!(n, 11);
-        assert!(std::fs::symlink_metadata(&out).unwrap().file_type().is_fifo());
+        assert!(std::fs::symlink_metadata(&out)
+            .unwrap()
+            .file_type()
+            .is_fifo());
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
         let _ = std::fs::remove_dir_all(&d);
     }
@@ -605,8 +742,14 @@ mod tests {
         let o = OutputFile::create(&out).unwrap();
         assert!(o.is_file(), "not written through");
         o.commit(&serde_json::json!({"ok": true})).unwrap();
-        assert!(std::fs::symlink_metadata(&out).unwrap().file_type().is_file());
-        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        assert!(std::fs::symlink_metadata(&out)
+            .unwrap()
+            .file_type()
+            .is_file());
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -617,7 +760,9 @@ mod tests {
     fn another_users_fifo_is_replaced() {
         // SAFETY: geteuid cannot fail.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("SKIPPED another_users_fifo_is_replaced: needs root to give the FIFO to nobody");
+            eprintln!(
+                "SKIPPED another_users_fifo_is_replaced: needs root to give the FIFO to nobody"
+            );
             return;
         }
         let d = dir("their-fifo");
@@ -627,7 +772,10 @@ mod tests {
         let o = OutputFile::create(&out).unwrap();
         assert!(o.is_file(), "not written through");
         o.commit(&serde_json::json!({"ok": true})).unwrap();
-        assert!(std::fs::symlink_metadata(&out).unwrap().file_type().is_file());
+        assert!(std::fs::symlink_metadata(&out)
+            .unwrap()
+            .file_type()
+            .is_file());
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -646,8 +794,13 @@ mod tests {
     fn a_failed_write_leaves_nothing() {
         let d = dir("failed");
         let o = OutputFile::create(&d.join("p.json")).unwrap();
-        let e = o.commit_with(|_| Err(std::io::Error::other("disk full"))).unwrap_err();
-        assert!(e.to_string().contains("p.json") && e.to_string().contains("disk full"), "{e}");
+        let e = o
+            .commit_with(|_| Err(std::io::Error::other("disk full")))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("p.json") && e.to_string().contains("disk full"),
+            "{e}"
+        );
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -67,19 +67,40 @@ impl ThreadTables {
     /// The func of `name` in `resource`; `interpreted`: also told apart by
     /// its file and first line. A native function's file is the first one
     /// seen (its addresses' lines may lie in several).
-    fn func(&mut self, resource: i64, name: &str, file: Option<&str>, start_line: Option<u32>, interpreted: bool) -> u32 {
+    fn func(
+        &mut self,
+        resource: i64,
+        name: &str,
+        file: Option<&str>,
+        start_line: Option<u32>,
+        interpreted: bool,
+    ) -> u32 {
         let name = self.strings.intern(name);
         let identity = if interpreted {
-            FuncIdentity { resource, name, file: file.map(|f| self.strings.intern(f)), start_line }
+            FuncIdentity {
+                resource,
+                name,
+                file: file.map(|f| self.strings.intern(f)),
+                start_line,
+            }
         } else {
-            FuncIdentity { resource, name, file: None, start_line: None }
+            FuncIdentity {
+                resource,
+                name,
+                file: None,
+                start_line: None,
+            }
         };
         if let Some(&f) = self.func_of.get(&identity) {
             return f;
         }
         // A native function's file is interned only with its func (the
         // string table holds no file no func names).
-        let file = if interpreted { identity.file } else { file.map(|f| self.strings.intern(f)) };
+        let file = if interpreted {
+            identity.file
+        } else {
+            file.map(|f| self.strings.intern(f))
+        };
         let f = self.funcs.length as u32;
         self.funcs.name.push(name);
         self.funcs.is_js.push(false);
@@ -93,7 +114,13 @@ impl ThreadTables {
         f
     }
 
-    fn native_symbol(&mut self, lib: u32, address: u64, name: &str, size: Option<u64>) -> Option<u32> {
+    fn native_symbol(
+        &mut self,
+        lib: u32,
+        address: u64,
+        name: &str,
+        size: Option<u64>,
+    ) -> Option<u32> {
         if lib == NO_LIB {
             return None;
         }
@@ -111,7 +138,15 @@ impl ThreadTables {
         Some(s)
     }
 
-    fn push_frame(&mut self, address: i64, depth: u32, category: u32, func: u32, sym: Option<u32>, line: Option<u32>) -> u32 {
+    fn push_frame(
+        &mut self,
+        address: i64,
+        depth: u32,
+        category: u32,
+        func: u32,
+        sym: Option<u32>,
+        line: Option<u32>,
+    ) -> u32 {
         let i = self.frames.length as u32;
         self.frames.address.push(address);
         self.frames.inline_depth.push(depth);
@@ -133,7 +168,11 @@ impl ThreadTables {
         }
         let f: &FrameRecord = &rec.frames[g as usize];
         let category = if f.pseudo {
-            if f.symbols.funcs.first().is_some_and(|x| x.name.contains("off-CPU")) {
+            if f.symbols
+                .funcs
+                .first()
+                .is_some_and(|x| x.name.contains("off-CPU"))
+            {
                 category::OFF_CPU
             } else {
                 category::OTHER
@@ -161,11 +200,21 @@ impl ThreadTables {
             // Symbol start in the frame's address space: blazesym's offset is
             // relative to the looked-up address, whatever space that was in.
             let sym_start = f.address.saturating_sub(f.symbols.symbol_offset);
-            let sym = if f.pseudo { None } else { self.native_symbol(f.lib, sym_start, &outer.name, f.symbols.symbol_size) };
+            let sym = if f.pseudo {
+                None
+            } else {
+                self.native_symbol(f.lib, sym_start, &outer.name, f.symbols.symbol_size)
+            };
             let mut first = None;
             let mut last = 0;
             for (depth, fa) in f.symbols.funcs.iter().enumerate() {
-                let func = self.func(resource, &fa.name, fa.file.as_deref(), fa.start_line, f.is_interpreted());
+                let func = self.func(
+                    resource,
+                    &fa.name,
+                    fa.file.as_deref(),
+                    fa.start_line,
+                    f.is_interpreted(),
+                );
                 last = self.push_frame(address, depth as u32, category, func, sym, fa.line);
                 first.get_or_insert(last);
             }
@@ -193,7 +242,11 @@ impl ThreadTables {
             return s;
         }
         let parent = rec.stacks.parent(node);
-        let mut prefix = if parent == NO_PARENT { None } else { Some(self.stack_for(rec, parent, idle)) };
+        let mut prefix = if parent == NO_PARENT {
+            None
+        } else {
+            Some(self.stack_for(rec, parent, idle))
+        };
         let (first, last) = self.frames_for(rec, rec.stacks.key(node) as u32, idle);
         for frame in first..=last {
             prefix = Some(self.stack(prefix, frame));

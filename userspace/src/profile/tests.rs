@@ -6,42 +6,152 @@ use crate::model::stack_tree::{StackTree, NO_PARENT};
 use crate::model::symbols::{AddrInfo, FuncAtAddr};
 
 fn func(name: &str, line: u32) -> FuncAtAddr {
-    FuncAtAddr { name: name.into(), file: Some("/src/app.c".into()), line: Some(line), start_line: None }
+    FuncAtAddr {
+        name: name.into(),
+        file: Some("/src/app.c".into()),
+        line: Some(line),
+        start_line: None,
+    }
 }
 
 /// Two processes, an inlined call, a kernel frame, an unresolved frame.
 fn recording() -> Recording {
     let libs = vec![
-        LibRecord { path: "/usr/bin/app".into(), name: "app".into(), build_id: Some((1..=20).collect()) },
-        LibRecord { path: "[kernel.kallsyms]".into(), name: "[kernel.kallsyms]".into(), build_id: None },
+        LibRecord {
+            path: "/usr/bin/app".into(),
+            name: "app".into(),
+            build_id: Some((1..=20).collect()),
+        },
+        LibRecord {
+            path: "[kernel.kallsyms]".into(),
+            name: "[kernel.kallsyms]".into(),
+            build_id: None,
+        },
     ];
     let frames = vec![
         // 0: main
-        FrameRecord { lib: 0, address: 0x1100, kernel: false, symbols: AddrInfo { symbol_start: 0x1100, symbol_offset: 0, symbol_size: Some(0x40), funcs: vec![func("main", 10)] }, pseudo: false },
+        FrameRecord {
+            lib: 0,
+            address: 0x1100,
+            kernel: false,
+            symbols: AddrInfo {
+                symbol_start: 0x1100,
+                symbol_offset: 0,
+                symbol_size: Some(0x40),
+                funcs: vec![func("main", 10)],
+            },
+            pseudo: false,
+        },
         // 1: work with helper inlined into it
-        FrameRecord { lib: 0, address: 0x1210, kernel: false, symbols: AddrInfo { symbol_start: 0x1200, symbol_offset: 0x10, symbol_size: None, funcs: vec![func("work", 20), func("helper", 5)] }, pseudo: false },
+        FrameRecord {
+            lib: 0,
+            address: 0x1210,
+            kernel: false,
+            symbols: AddrInfo {
+                symbol_start: 0x1200,
+                symbol_offset: 0x10,
+                symbol_size: None,
+                funcs: vec![func("work", 20), func("helper", 5)],
+            },
+            pseudo: false,
+        },
         // 2: kernel
-        FrameRecord { lib: 1, address: 0x5000, kernel: true, symbols: AddrInfo { symbol_start: 0, symbol_offset: 8, symbol_size: None, funcs: vec![FuncAtAddr { name: "do_syscall_64".into(), file: None, line: None, start_line: None }] }, pseudo: false },
+        FrameRecord {
+            lib: 1,
+            address: 0x5000,
+            kernel: true,
+            symbols: AddrInfo {
+                symbol_start: 0,
+                symbol_offset: 8,
+                symbol_size: None,
+                funcs: vec![FuncAtAddr {
+                    name: "do_syscall_64".into(),
+                    file: None,
+                    line: None,
+                    start_line: None,
+                }],
+            },
+            pseudo: false,
+        },
         // 3: unresolved
-        FrameRecord { lib: NO_LIB, address: 0xdead, kernel: false, symbols: AddrInfo::default(), pseudo: false },
+        FrameRecord {
+            lib: NO_LIB,
+            address: 0xdead,
+            kernel: false,
+            symbols: AddrInfo::default(),
+            pseudo: false,
+        },
     ];
     let mut stacks = StackTree::new();
     let main = stacks.child(NO_PARENT, 0);
     let work = stacks.child(main, 1);
     let sys = stacks.child(work, 2);
     let lost = stacks.child(NO_PARENT, 3);
-    let samples = ThreadSamples { time_ns: vec![1_000_000, 2_000_000, 3_000_000], stack: vec![work, sys, work], cpu_delta_ns: vec![0, 1_000_000, 2_500], cpu: vec![0; 3] };
-    let thread = |tid: u32, name: &str, samples: ThreadSamples| ThreadRecord { tid, name: name.into(), start_ns: None, end_ns: None, samples, off_cpu: Default::default(), markers: Vec::new(), switches: None };
+    let samples = ThreadSamples {
+        time_ns: vec![1_000_000, 2_000_000, 3_000_000],
+        stack: vec![work, sys, work],
+        cpu_delta_ns: vec![0, 1_000_000, 2_500],
+        cpu: vec![0; 3],
+    };
+    let thread = |tid: u32, name: &str, samples: ThreadSamples| ThreadRecord {
+        tid,
+        name: name.into(),
+        start_ns: None,
+        end_ns: None,
+        samples,
+        off_cpu: Default::default(),
+        markers: Vec::new(),
+        switches: None,
+    };
     Recording {
         start_ns: 500_000,
         start_wall_ms: 1_700_000_000_000.0,
         end_ns: 4_000_000,
         interval_ms: 1.0,
         processes: vec![
-            ProcessRecord { pid: 0, name: "swapper".into(), exe: None, cmdline: String::new(), start_ns: None, end_ns: None, cgroup: None, profiler: false,
-                threads: vec![thread(0, "swapper/0", ThreadSamples { time_ns: vec![1_500_000], stack: vec![sys], cpu_delta_ns: vec![0], cpu: vec![0; 1] })] },
-            ProcessRecord { pid: 42, name: "app".into(), exe: Some("/usr/bin/app".into()), cmdline: "app".into(), start_ns: Some(0), end_ns: Some(3_500_000), cgroup: None, profiler: false,
-                threads: vec![thread(42, "app", samples), thread(43, "worker", ThreadSamples { time_ns: vec![2_000_000], stack: vec![lost], cpu_delta_ns: vec![7_000], cpu: vec![0; 1] })] },
+            ProcessRecord {
+                pid: 0,
+                name: "swapper".into(),
+                exe: None,
+                cmdline: String::new(),
+                start_ns: None,
+                end_ns: None,
+                cgroup: None,
+                profiler: false,
+                threads: vec![thread(
+                    0,
+                    "swapper/0",
+                    ThreadSamples {
+                        time_ns: vec![1_500_000],
+                        stack: vec![sys],
+                        cpu_delta_ns: vec![0],
+                        cpu: vec![0; 1],
+                    },
+                )],
+            },
+            ProcessRecord {
+                pid: 42,
+                name: "app".into(),
+                exe: Some("/usr/bin/app".into()),
+                cmdline: "app".into(),
+                start_ns: Some(0),
+                end_ns: Some(3_500_000),
+                cgroup: None,
+                profiler: false,
+                threads: vec![
+                    thread(42, "app", samples),
+                    thread(
+                        43,
+                        "worker",
+                        ThreadSamples {
+                            time_ns: vec![2_000_000],
+                            stack: vec![lost],
+                            cpu_delta_ns: vec![7_000],
+                            cpu: vec![0; 1],
+                        },
+                    ),
+                ],
+            },
         ],
         libs,
         frames,
@@ -53,7 +163,16 @@ fn recording() -> Recording {
 }
 
 fn host() -> HostInfo {
-    HostInfo { cpu_name: "Test CPU".into(), logical_cpus: 2, physical_cpus: Some(2), main_memory: Some(1 << 30), kernel_release: "6.1.0".into(), hostname: "h".into(), arguments: "sysprof record -a".into(), viewers: vec![0] }
+    HostInfo {
+        cpu_name: "Test CPU".into(),
+        logical_cpus: 2,
+        physical_cpus: Some(2),
+        main_memory: Some(1 << 30),
+        kernel_release: "6.1.0".into(),
+        hostname: "h".into(),
+        arguments: "sysprof record -a".into(),
+        viewers: vec![0],
+    }
 }
 
 fn stack_names(t: &serde_json::Value, sample: usize) -> Vec<(String, u64, u64)> {
@@ -63,8 +182,15 @@ fn stack_names(t: &serde_json::Value, sample: usize) -> Vec<(String, u64, u64)> 
     while let Some(n) = node {
         let f = t["stackTable"]["frame"][n as usize].as_u64().unwrap() as usize;
         let func = t["frameTable"]["func"][f].as_u64().unwrap() as usize;
-        let name = s[t["funcTable"]["name"][func].as_u64().unwrap() as usize].as_str().unwrap().to_string();
-        out.push((name, t["frameTable"]["inlineDepth"][f].as_u64().unwrap(), t["frameTable"]["category"][f].as_u64().unwrap()));
+        let name = s[t["funcTable"]["name"][func].as_u64().unwrap() as usize]
+            .as_str()
+            .unwrap()
+            .to_string();
+        out.push((
+            name,
+            t["frameTable"]["inlineDepth"][f].as_u64().unwrap(),
+            t["frameTable"]["category"][f].as_u64().unwrap(),
+        ));
         node = t["stackTable"]["prefix"][n as usize].as_u64();
     }
     out.reverse();
@@ -78,21 +204,40 @@ fn writes_valid_profile_with_threads_and_meta() {
     let p = build_profile(&recording(), &host(), None).to_value();
     assert_eq!(validate::validate(&p), Vec::<String>::new());
     assert_eq!(p["meta"]["preprocessedProfileVersion"], 55);
-    assert_eq!(p["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"], 500_000);
+    assert_eq!(
+        p["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"],
+        500_000
+    );
     assert_eq!(p["meta"]["symbolicated"], true);
     assert_eq!(p["meta"]["sampleUnits"]["threadCPUDelta"], "µs");
     assert_eq!(p["meta"]["logicalCPUs"], 2);
     let threads = p["threads"].as_array().unwrap();
     assert_eq!(threads.len(), 3);
     let app = &threads[1];
-    assert_eq!((app["pid"].as_str(), app["tid"].as_u64(), app["name"].as_str()), (Some("42"), Some(42), Some("app")));
+    assert_eq!(
+        (
+            app["pid"].as_str(),
+            app["tid"].as_u64(),
+            app["name"].as_str()
+        ),
+        (Some("42"), Some(42), Some("app"))
+    );
     assert_eq!(app["isMainThread"], true);
     assert_eq!(threads[2]["isMainThread"], false);
     assert_eq!(threads[2]["processName"], "app");
     assert_eq!(app["processShutdownTime"], 3.0);
-    assert_eq!(app["samples"]["timeDeltas"], serde_json::json!([0.5, 1.0, 1.0]));
-    assert_eq!(validate::sample_times(&app["samples"]), Some(vec![0.5, 1.5, 2.5]));
-    assert_eq!(app["samples"]["threadCPUDelta"], serde_json::json!([0, 1000, 2]));
+    assert_eq!(
+        app["samples"]["timeDeltas"],
+        serde_json::json!([0.5, 1.0, 1.0])
+    );
+    assert_eq!(
+        validate::sample_times(&app["samples"]),
+        Some(vec![0.5, 1.5, 2.5])
+    );
+    assert_eq!(
+        app["samples"]["threadCPUDelta"],
+        serde_json::json!([0, 1000, 2])
+    );
 }
 
 /// Check that an inlined call becomes a second frame at the same address
@@ -113,11 +258,22 @@ fn inlined_functions_get_their_own_frames_and_funcs() {
     );
     let frames = &app["frameTable"];
     let (work, helper) = (1usize, 2usize);
-    assert_eq!(frames["address"][work], frames["address"][helper], "same address, two depths");
-    assert_eq!(frames["nativeSymbol"][work], frames["nativeSymbol"][helper], "one native symbol for both");
-    assert_eq!(app["funcTable"]["length"], 4, "main, work, helper, do_syscall_64 once each");
+    assert_eq!(
+        frames["address"][work], frames["address"][helper],
+        "same address, two depths"
+    );
+    assert_eq!(
+        frames["nativeSymbol"][work], frames["nativeSymbol"][helper],
+        "one native symbol for both"
+    );
+    assert_eq!(
+        app["funcTable"]["length"], 4,
+        "main, work, helper, do_syscall_64 once each"
+    );
     let idle = &p["threads"][0];
-    assert!(stack_names(idle, 0).iter().all(|(_, _, c)| *c == category::IDLE as u64));
+    assert!(stack_names(idle, 0)
+        .iter()
+        .all(|(_, _, c)| *c == category::IDLE as u64));
 }
 
 /// Check that Python functions are told apart by file and first line (two
@@ -130,32 +286,74 @@ fn interpreted_functions_are_keyed_by_file_and_first_line() {
         lib: NO_LIB,
         address: 0,
         kernel: false,
-        symbols: AddrInfo { funcs: vec![FuncAtAddr { name: name.into(), file: Some(file.into()), line: Some(line), start_line: Some(start) }], ..AddrInfo::default() },
+        symbols: AddrInfo {
+            funcs: vec![FuncAtAddr {
+                name: name.into(),
+                file: Some(file.into()),
+                line: Some(line),
+                start_line: Some(start),
+            }],
+            ..AddrInfo::default()
+        },
         pseudo: false,
     };
     let native = |file: &str, address: u64| FrameRecord {
         lib: 0,
         address,
         kernel: false,
-        symbols: AddrInfo { symbol_start: 0x1000, symbol_offset: address - 0x1000, symbol_size: None, funcs: vec![FuncAtAddr { name: "native".into(), file: Some(file.into()), line: Some(1), start_line: None }] },
+        symbols: AddrInfo {
+            symbol_start: 0x1000,
+            symbol_offset: address - 0x1000,
+            symbol_size: None,
+            funcs: vec![FuncAtAddr {
+                name: "native".into(),
+                file: Some(file.into()),
+                line: Some(1),
+                start_line: None,
+            }],
+        },
         pseudo: false,
     };
     let mut rec = recording();
     let base = rec.frames.len() as u64;
-    rec.frames.extend([py("main", "/a.py", 3, 4), py("main", "/b.py", 3, 5), py("Box.v", "/a.py", 9, 11), py("Box.v", "/a.py", 16, 18), py("main", "/a.py", 3, 6), native("/x.c", 0x1004), native("/x.h", 0x1008)]);
+    rec.frames.extend([
+        py("main", "/a.py", 3, 4),
+        py("main", "/b.py", 3, 5),
+        py("Box.v", "/a.py", 9, 11),
+        py("Box.v", "/a.py", 16, 18),
+        py("main", "/a.py", 3, 6),
+        native("/x.c", 0x1004),
+        native("/x.h", 0x1008),
+    ]);
     let mut stacks = Vec::new();
     for i in 0..7 {
         stacks.push(rec.stacks.child(NO_PARENT, base + i));
     }
     let n = stacks.len();
-    rec.processes[1].threads[0].samples = ThreadSamples { time_ns: (1..=n as u64).map(|i| i * 100_000).collect(), stack: stacks, cpu_delta_ns: vec![0; n], cpu: vec![0; n] };
+    rec.processes[1].threads[0].samples = ThreadSamples {
+        time_ns: (1..=n as u64).map(|i| i * 100_000).collect(),
+        stack: stacks,
+        cpu_delta_ns: vec![0; n],
+        cpu: vec![0; n],
+    };
     let p = build_profile(&rec, &host(), None).to_value();
     let app = &p["threads"][1];
     let (funcs, strings) = (&app["funcTable"], app["stringArray"].as_array().unwrap());
-    let mut found: Vec<(String, String, Option<u64>)> = (0..funcs["length"].as_u64().unwrap() as usize)
+    let mut found: Vec<(String, String, Option<u64>)> = (0..funcs["length"].as_u64().unwrap()
+        as usize)
         .map(|i| {
-            let file = funcs["fileName"][i].as_u64().map(|s| strings[s as usize].as_str().unwrap().to_string()).unwrap_or_default();
-            (strings[funcs["name"][i].as_u64().unwrap() as usize].as_str().unwrap().to_string(), file, funcs["lineNumber"][i].as_u64())
+            let file = funcs["fileName"][i]
+                .as_u64()
+                .map(|s| strings[s as usize].as_str().unwrap().to_string())
+                .unwrap_or_default();
+            (
+                strings[funcs["name"][i].as_u64().unwrap() as usize]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                file,
+                funcs["lineNumber"][i].as_u64(),
+            )
         })
         .collect();
     found.sort();
@@ -177,7 +375,10 @@ fn interpreted_functions_are_keyed_by_file_and_first_line() {
 fn unresolved_frames_keep_hex_address() {
     let p = build_profile(&recording(), &host(), None).to_value();
     let worker = &p["threads"][2];
-    assert_eq!(stack_names(worker, 0), vec![("0xdead".into(), 0, category::USER as u64)]);
+    assert_eq!(
+        stack_names(worker, 0),
+        vec![("0xdead".into(), 0, category::USER as u64)]
+    );
     assert_eq!(worker["funcTable"]["resource"][0], -1);
     let app = &p["threads"][1];
     assert_eq!(app["samples"]["stack"][0], app["samples"]["stack"][2]);
@@ -190,7 +391,10 @@ fn breakpad_id_swaps_guid_fields() {
     assert_eq!(breakpad_id(Some(&id)), "0403020106050807090A0B0C0D0E0F100");
     assert_eq!(breakpad_id(None), "000000000000000000000000000000000");
     let p = build_profile(&recording(), &host(), None).to_value();
-    assert_eq!(p["libs"][0]["codeId"], "0102030405060708090a0b0c0d0e0f1011121314");
+    assert_eq!(
+        p["libs"][0]["codeId"],
+        "0102030405060708090a0b0c0d0e0f1011121314"
+    );
 }
 
 /// Check that with off-CPU tracking, on- and off-CPU samples are merged in
@@ -206,19 +410,36 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
         lib: NO_LIB,
         address: 0,
         kernel: false,
-        symbols: AddrInfo { funcs: vec![FuncAtAddr { name: "[off-CPU: sleeping]".into(), file: None, line: None, start_line: None }], ..AddrInfo::default() },
+        symbols: AddrInfo {
+            funcs: vec![FuncAtAddr {
+                name: "[off-CPU: sleeping]".into(),
+                file: None,
+                line: None,
+                start_line: None,
+            }],
+            ..AddrInfo::default()
+        },
         pseudo: true,
     });
     let work = rec.processes[1].threads[0].samples.stack[0];
     let sleeping = rec.stacks.child(work, pseudo as u64);
     let t = &mut rec.processes[1].threads[0];
-    t.off_cpu = OffCpuSamples { time_ns: vec![2_500_000], stack: vec![sleeping], duration_ns: vec![25_000_000] };
+    t.off_cpu = OffCpuSamples {
+        time_ns: vec![2_500_000],
+        stack: vec![sleeping],
+        duration_ns: vec![25_000_000],
+    };
     t.markers.push(MarkerRecord::OffCpu {
         start_ns: 2_500_000,
         end_ns: 27_500_000,
         reason: OffCpuReason::Sleeping,
         run_delay_ns: Some(50_000),
-        waker: Some(Waker { pid: 7, tid: 8, name: "waker".into(), interrupt: None }),
+        waker: Some(Waker {
+            pid: 7,
+            tid: 8,
+            name: "waker".into(),
+            interrupt: None,
+        }),
         cpus: (0, 1),
         waker_stack: Some(work),
     });
@@ -226,22 +447,50 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
     assert_eq!(validate::validate(&p), Vec::<String>::new());
     let app = &p["threads"][1];
     assert_eq!(app["samples"]["weightType"], "tracing-ms");
-    assert_eq!(validate::sample_times(&app["samples"]), Some(vec![0.5, 1.5, 2.0, 2.5]));
-    assert_eq!(app["samples"]["weight"], serde_json::json!([1.0, 1.0, 25.0, 1.0]));
+    assert_eq!(
+        validate::sample_times(&app["samples"]),
+        Some(vec![0.5, 1.5, 2.0, 2.5])
+    );
+    assert_eq!(
+        app["samples"]["weight"],
+        serde_json::json!([1.0, 1.0, 25.0, 1.0])
+    );
     assert_eq!(app["samples"]["threadCPUDelta"][2], 0);
     let names = stack_names(app, 2);
-    assert_eq!(names.last().unwrap(), &("[off-CPU: sleeping]".to_string(), 0, category::OFF_CPU as u64));
+    assert_eq!(
+        names.last().unwrap(),
+        &(
+            "[off-CPU: sleeping]".to_string(),
+            0,
+            category::OFF_CPU as u64
+        )
+    );
     let m = &app["markers"];
     assert_eq!(m["length"], 1);
     let data = &m["data"][0];
-    assert_eq!((data["type"].as_str(), data["reason"].as_str(), data["wakerTid"].as_u64()), (Some("OffCpu"), Some("sleeping"), Some(8)));
+    assert_eq!(
+        (
+            data["type"].as_str(),
+            data["reason"].as_str(),
+            data["wakerTid"].as_u64()
+        ),
+        (Some("OffCpu"), Some("sleeping"), Some(8))
+    );
     assert_eq!(data["runDelay"], 0.05);
     assert_eq!(m["startTime"][0], 2.0);
     assert_eq!(m["endTime"][0], 27.0);
     let cause = data["cause"]["stack"].as_u64().unwrap() as usize;
-    assert!(app["stackTable"]["frame"].as_array().unwrap().len() > cause, "the cause is a stack of this thread");
+    assert!(
+        app["stackTable"]["frame"].as_array().unwrap().len() > cause,
+        "the cause is a stack of this thread"
+    );
     let schema = p["meta"]["markerSchema"].as_array().unwrap();
-    assert!(schema.iter().any(|s| s["name"] == "OffCpu" && s["fields"].as_array().unwrap().iter().any(|f| f["key"] == "runDelay")));
+    assert!(schema.iter().any(|s| s["name"] == "OffCpu"
+        && s["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["key"] == "runDelay")));
 }
 
 /// Check that a wait an interrupt ended names the thread's request that
@@ -269,21 +518,84 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
     t.markers.push(io(3_000_000, 4_000_000, 8));
     t.markers.push(io(3_100_000, 4_900_000, 16));
     t.markers.push(io(3_200_000, 6_000_000, 24));
-    let irq = Some(Waker { pid: 0, tid: 0, name: "swapper/1".into(), interrupt: Some(InterruptKind::Hard) });
-    t.markers.push(MarkerRecord::OffCpu { start_ns: 3_050_000, end_ns: 5_000_000, reason: OffCpuReason::Blocked, run_delay_ns: Some(100_000), waker: irq, cpus: (0, 0), waker_stack: None });
-    let task = Some(Waker { pid: 7, tid: 8, name: "waker".into(), interrupt: None });
-    t.markers.push(MarkerRecord::OffCpu { start_ns: 7_000_000, end_ns: 9_000_000, reason: OffCpuReason::Sleeping, run_delay_ns: Some(0), waker: task, cpus: (0, 0), waker_stack: None });
-    t.markers.push(MarkerRecord::ShortWaits { start_ns: 10_000_000, end_ns: 12_000_000, count: 30, off_cpu_ns: 900_000, waited_ns: 600_000, waker: ShortWaker::Task { pid: 7, tid: 8 } });
+    let irq = Some(Waker {
+        pid: 0,
+        tid: 0,
+        name: "swapper/1".into(),
+        interrupt: Some(InterruptKind::Hard),
+    });
+    t.markers.push(MarkerRecord::OffCpu {
+        start_ns: 3_050_000,
+        end_ns: 5_000_000,
+        reason: OffCpuReason::Blocked,
+        run_delay_ns: Some(100_000),
+        waker: irq,
+        cpus: (0, 0),
+        waker_stack: None,
+    });
+    let task = Some(Waker {
+        pid: 7,
+        tid: 8,
+        name: "waker".into(),
+        interrupt: None,
+    });
+    t.markers.push(MarkerRecord::OffCpu {
+        start_ns: 7_000_000,
+        end_ns: 9_000_000,
+        reason: OffCpuReason::Sleeping,
+        run_delay_ns: Some(0),
+        waker: task,
+        cpus: (0, 0),
+        waker_stack: None,
+    });
+    t.markers.push(MarkerRecord::ShortWaits {
+        start_ns: 10_000_000,
+        end_ns: 12_000_000,
+        count: 30,
+        off_cpu_ns: 900_000,
+        waited_ns: 600_000,
+        waker: ShortWaker::Task { pid: 7, tid: 8 },
+    });
     let p = build_profile(&rec, &host(), None).to_value();
     assert_eq!(validate::validate(&p), Vec::<String>::new());
-    let data: Vec<&serde_json::Value> = p["threads"][1]["markers"]["data"].as_array().unwrap().iter().filter(|d| d["type"] != "BlockIo").collect();
-    assert_eq!((data[0]["request"].as_str(), data[0]["color"].as_str()), (Some("read vda, 4096 B at sector 16"), Some("orange")));
-    assert_eq!((data[1]["request"].as_str(), data[1]["color"].as_str()), (None, Some("blue")));
+    let data: Vec<&serde_json::Value> = p["threads"][1]["markers"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["type"] != "BlockIo")
+        .collect();
+    assert_eq!(
+        (data[0]["request"].as_str(), data[0]["color"].as_str()),
+        (Some("read vda, 4096 B at sector 16"), Some("orange"))
+    );
+    assert_eq!(
+        (data[1]["request"].as_str(), data[1]["color"].as_str()),
+        (None, Some("blue"))
+    );
     let short = data[2];
-    assert_eq!((short["type"].as_str(), short["count"].as_u64(), short["offCpu"].as_f64(), short["waited"].as_f64()), (Some("ShortWaits"), Some(30), Some(0.9), Some(0.6)));
-    assert_eq!((short["wakerTid"].as_u64(), short["wakerPid"].as_str(), short["wakerContext"].as_str(), short["color"].as_str()), (Some(8), Some("7"), Some("task"), Some("blue")));
+    assert_eq!(
+        (
+            short["type"].as_str(),
+            short["count"].as_u64(),
+            short["offCpu"].as_f64(),
+            short["waited"].as_f64()
+        ),
+        (Some("ShortWaits"), Some(30), Some(0.9), Some(0.6))
+    );
+    assert_eq!(
+        (
+            short["wakerTid"].as_u64(),
+            short["wakerPid"].as_str(),
+            short["wakerContext"].as_str(),
+            short["color"].as_str()
+        ),
+        (Some(8), Some("7"), Some("task"), Some("blue"))
+    );
     let schema = p["meta"]["markerSchema"].as_array().unwrap();
-    assert!(schema.iter().filter(|s| s["name"] == "OffCpu" || s["name"] == "ShortWaits").all(|s| s["colorField"] == "color"));
+    assert!(schema
+        .iter()
+        .filter(|s| s["name"] == "OffCpu" || s["name"] == "ShortWaits")
+        .all(|s| s["colorField"] == "color"));
 }
 
 /// [`recording`] with everything else the writer turns into JSON: a
@@ -298,13 +610,25 @@ fn full_recording() -> Recording {
         lib: NO_LIB,
         address: 0,
         kernel: false,
-        symbols: AddrInfo { funcs: vec![FuncAtAddr { name: "[off-CPU: sleeping]".into(), file: None, line: None, start_line: None }], ..AddrInfo::default() },
+        symbols: AddrInfo {
+            funcs: vec![FuncAtAddr {
+                name: "[off-CPU: sleeping]".into(),
+                file: None,
+                line: None,
+                start_line: None,
+            }],
+            ..AddrInfo::default()
+        },
         pseudo: true,
     });
     let work = rec.processes[1].threads[0].samples.stack[0];
     let sleeping = rec.stacks.child(work, pseudo as u64);
     let t = &mut rec.processes[1].threads[0];
-    t.off_cpu = OffCpuSamples { time_ns: vec![2_500_000], stack: vec![sleeping], duration_ns: vec![25_000_000] };
+    t.off_cpu = OffCpuSamples {
+        time_ns: vec![2_500_000],
+        stack: vec![sleeping],
+        duration_ns: vec![25_000_000],
+    };
     t.switches = Some((3, 1));
     t.start_ns = Some(100_000);
     t.end_ns = Some(3_400_000);
@@ -313,7 +637,12 @@ fn full_recording() -> Recording {
         end_ns: 27_500_000,
         reason: OffCpuReason::Sleeping,
         run_delay_ns: Some(50_000),
-        waker: Some(Waker { pid: 7, tid: 8, name: "waker".into(), interrupt: None }),
+        waker: Some(Waker {
+            pid: 7,
+            tid: 8,
+            name: "waker".into(),
+            interrupt: None,
+        }),
         cpus: (0, 1),
         waker_stack: Some(work),
     });
@@ -322,11 +651,24 @@ fn full_recording() -> Recording {
         end_ns: 1_300_000,
         reason: OffCpuReason::Sleeping,
         run_delay_ns: None,
-        waker: Some(Waker { pid: 9, tid: 9, name: "irq".into(), interrupt: Some(InterruptKind::Hard) }),
+        waker: Some(Waker {
+            pid: 9,
+            tid: 9,
+            name: "irq".into(),
+            interrupt: Some(InterruptKind::Hard),
+        }),
         cpus: (1, 1),
         waker_stack: None,
     });
-    t.markers.push(MarkerRecord::OffCpu { start_ns: 1_250_000, end_ns: 1_260_000, reason: OffCpuReason::Sleeping, run_delay_ns: None, waker: None, cpus: (0, 0), waker_stack: None });
+    t.markers.push(MarkerRecord::OffCpu {
+        start_ns: 1_250_000,
+        end_ns: 1_260_000,
+        reason: OffCpuReason::Sleeping,
+        run_delay_ns: None,
+        waker: None,
+        cpus: (0, 0),
+        waker_stack: None,
+    });
     t.markers.push(MarkerRecord::Io {
         start_ns: 1_000_000,
         issue_ns: 1_100_000,
@@ -339,15 +681,45 @@ fn full_recording() -> Recording {
         error: 0,
         stack: Some(work),
     });
-    t.markers.push(MarkerRecord::Io { start_ns: 2_000_000, issue_ns: 2_000_000, done_ns: 2_100_000, device: "nvme0n1".into(), op: IoOp::Flush, flags: io_flags::IO_PREFLUSH, bytes: 0, sector: 0, error: -5, stack: None });
-    t.markers.push(MarkerRecord::ShortWaits { start_ns: 2_200_000, end_ns: 2_900_000, count: 12, off_cpu_ns: 360_000, waited_ns: 300_000, waker: ShortWaker::Task { pid: 9, tid: 9 } });
-    t.markers.push(MarkerRecord::ShortWaits { start_ns: 2_300_000, end_ns: 2_400_000, count: 2, off_cpu_ns: 20_000, waited_ns: 20_000, waker: ShortWaker::Interrupt });
+    t.markers.push(MarkerRecord::Io {
+        start_ns: 2_000_000,
+        issue_ns: 2_000_000,
+        done_ns: 2_100_000,
+        device: "nvme0n1".into(),
+        op: IoOp::Flush,
+        flags: io_flags::IO_PREFLUSH,
+        bytes: 0,
+        sector: 0,
+        error: -5,
+        stack: None,
+    });
+    t.markers.push(MarkerRecord::ShortWaits {
+        start_ns: 2_200_000,
+        end_ns: 2_900_000,
+        count: 12,
+        off_cpu_ns: 360_000,
+        waited_ns: 300_000,
+        waker: ShortWaker::Task { pid: 9, tid: 9 },
+    });
+    t.markers.push(MarkerRecord::ShortWaits {
+        start_ns: 2_300_000,
+        end_ns: 2_400_000,
+        count: 2,
+        off_cpu_ns: 20_000,
+        waited_ns: 20_000,
+        waker: ShortWaker::Interrupt,
+    });
     let thread = |tid: u32, name: &str| ThreadRecord {
         tid,
         name: name.into(),
         start_ns: None,
         end_ns: None,
-        samples: ThreadSamples { time_ns: vec![2_200_000], stack: vec![work], cpu_delta_ns: vec![1_000], cpu: vec![1] },
+        samples: ThreadSamples {
+            time_ns: vec![2_200_000],
+            stack: vec![work],
+            cpu_delta_ns: vec![1_000],
+            cpu: vec![1],
+        },
         off_cpu: Default::default(),
         markers: Vec::new(),
         switches: None,
@@ -377,16 +749,72 @@ fn full_recording() -> Recording {
     rec.cpu_tracks.push((
         1,
         vec![
-            MarkerRecord::OnCpu { start_ns: 2_000_000, end_ns: 2_400_000, pid: 42, tid: 42, name: "app (app, 42)".into(), kind: SliceKind::User },
-            MarkerRecord::OnCpu { start_ns: 1_000_000, end_ns: 2_000_000, pid: 0, tid: 0, name: "swapper/1".into(), kind: SliceKind::Idle },
+            MarkerRecord::OnCpu {
+                start_ns: 2_000_000,
+                end_ns: 2_400_000,
+                pid: 42,
+                tid: 42,
+                name: "app (app, 42)".into(),
+                kind: SliceKind::User,
+            },
+            MarkerRecord::OnCpu {
+                start_ns: 1_000_000,
+                end_ns: 2_000_000,
+                pid: 0,
+                tid: 0,
+                name: "swapper/1".into(),
+                kind: SliceKind::Idle,
+            },
         ],
     ));
-    rec.counters.push(CounterRecord { name: "Memory".into(), category: "Memory".into(), description: "RSS, bytes".into(), pid: 42, time_ns: vec![1_000_000, 2_000_000], count: vec![4096.0, -1024.0] });
-    rec.counters.push(CounterRecord { name: "CPU usage".into(), category: "CPU".into(), description: "busy CPUs".into(), pid: 0, time_ns: vec![1_000_000, 2_000_000, 3_500_000], count: vec![1.5, 50.0, 25.0] });
-    rec.counters.push(CounterRecord { name: "Disk read: vda".into(), category: "Bandwidth".into(), description: "read".into(), pid: 0, time_ns: vec![1_000_000, 2_000_000], count: vec![0.0, 8192.0] });
-    rec.counters.push(CounterRecord { name: "Disk write: vda".into(), category: "Bandwidth".into(), description: "written".into(), pid: 0, time_ns: vec![1_000_000, 2_000_000], count: vec![0.0, 4096.0] });
-    rec.counters.push(CounterRecord { name: "Process CPU".into(), category: "CPU".into(), description: "one sample".into(), pid: 42, time_ns: vec![1_000_000], count: vec![30.0] });
-    rec.counters.push(CounterRecord { name: "gone".into(), category: "Bandwidth".into(), description: "of no process".into(), pid: 12345, time_ns: vec![1], count: vec![1.0] });
+    rec.counters.push(CounterRecord {
+        name: "Memory".into(),
+        category: "Memory".into(),
+        description: "RSS, bytes".into(),
+        pid: 42,
+        time_ns: vec![1_000_000, 2_000_000],
+        count: vec![4096.0, -1024.0],
+    });
+    rec.counters.push(CounterRecord {
+        name: "CPU usage".into(),
+        category: "CPU".into(),
+        description: "busy CPUs".into(),
+        pid: 0,
+        time_ns: vec![1_000_000, 2_000_000, 3_500_000],
+        count: vec![1.5, 50.0, 25.0],
+    });
+    rec.counters.push(CounterRecord {
+        name: "Disk read: vda".into(),
+        category: "Bandwidth".into(),
+        description: "read".into(),
+        pid: 0,
+        time_ns: vec![1_000_000, 2_000_000],
+        count: vec![0.0, 8192.0],
+    });
+    rec.counters.push(CounterRecord {
+        name: "Disk write: vda".into(),
+        category: "Bandwidth".into(),
+        description: "written".into(),
+        pid: 0,
+        time_ns: vec![1_000_000, 2_000_000],
+        count: vec![0.0, 4096.0],
+    });
+    rec.counters.push(CounterRecord {
+        name: "Process CPU".into(),
+        category: "CPU".into(),
+        description: "one sample".into(),
+        pid: 42,
+        time_ns: vec![1_000_000],
+        count: vec![30.0],
+    });
+    rec.counters.push(CounterRecord {
+        name: "gone".into(),
+        category: "Bandwidth".into(),
+        description: "of no process".into(),
+        pid: 12345,
+        time_ns: vec![1],
+        count: vec![1.0],
+    });
     rec.notes.push("a note".into());
     rec.warnings.push("a warning".into());
     rec.stats.lost_samples = 3;
@@ -402,7 +830,14 @@ const GOLDEN: &str = include_str!("testdata/full_recording.json");
 
 /// `json` with this build's version and architecture as placeholders.
 fn normalized(json: &str) -> String {
-    json.replace(&format!("sysprof {} on", env!("CARGO_PKG_VERSION")), "sysprof VERSION on").replace(&format!("\"arch\":\"{}\"", std::env::consts::ARCH), "\"arch\":\"ARCH\"")
+    json.replace(
+        &format!("sysprof {} on", env!("CARGO_PKG_VERSION")),
+        "sysprof VERSION on",
+    )
+    .replace(
+        &format!("\"arch\":\"{}\"", std::env::consts::ARCH),
+        "\"arch\":\"ARCH\"",
+    )
 }
 
 /// Check that the writer writes exactly the bytes it wrote before the
@@ -413,16 +848,44 @@ fn normalized(json: &str) -> String {
 #[test]
 fn writes_the_golden_bytes() {
     let rec = full_recording();
-    let bytes = ProfileWriter::new(Vec::new()).unwrap().finish(&rec, &host(), Some(42)).unwrap();
+    let bytes = ProfileWriter::new(Vec::new())
+        .unwrap()
+        .finish(&rec, &host(), Some(42))
+        .unwrap();
     let json = normalized(&String::from_utf8(bytes).unwrap());
     // The file and the value tree the other tests read are one profile.
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&json).unwrap(), serde_json::from_str::<serde_json::Value>(&normalized(&build_profile(&rec, &host(), Some(42)).to_value().to_string())).unwrap());
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&json).unwrap(),
+        serde_json::from_str::<serde_json::Value>(&normalized(
+            &build_profile(&rec, &host(), Some(42))
+                .to_value()
+                .to_string()
+        ))
+        .unwrap()
+    );
     if std::env::var_os("SYSPROF_BLESS").is_some() {
-        std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/src/profile/testdata/full_recording.json"), &json).unwrap();
+        std::fs::write(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/profile/testdata/full_recording.json"
+            ),
+            &json,
+        )
+        .unwrap();
         return;
     }
-    assert_eq!(validate::validate(&serde_json::from_str(&json).unwrap()), Vec::<String>::new());
-    assert!(json == GOLDEN, "the profile's bytes changed; first difference at byte {}", json.bytes().zip(GOLDEN.bytes()).position(|(a, b)| a != b).unwrap_or(json.len().min(GOLDEN.len())));
+    assert_eq!(
+        validate::validate(&serde_json::from_str(&json).unwrap()),
+        Vec::<String>::new()
+    );
+    assert!(
+        json == GOLDEN,
+        "the profile's bytes changed; first difference at byte {}",
+        json.bytes()
+            .zip(GOLDEN.bytes())
+            .position(|(a, b)| a != b)
+            .unwrap_or(json.len().min(GOLDEN.len()))
+    );
 }
 
 /// Check that a process written before the rest (as `record` writes what
@@ -436,40 +899,70 @@ fn a_process_written_early_is_the_same_profile() {
     let mut rest = rec.clone();
     let at = rest.processes.iter().position(|p| p.pid == 42).unwrap();
     let early = vec![rest.processes.remove(at)];
-    let (counters, kept): (Vec<CounterRecord>, Vec<CounterRecord>) = rest.counters.drain(..).partition(|c| c.pid == 42);
+    let (counters, kept): (Vec<CounterRecord>, Vec<CounterRecord>) =
+        rest.counters.drain(..).partition(|c| c.pid == 42);
     rest.counters = kept;
     let mut w = ProfileWriter::new(Vec::new()).unwrap();
     w.write_ended(&rest, &early, &counters).unwrap();
     assert_eq!(w.written(), (1, early[0].threads.len()));
-    let streamed: serde_json::Value = serde_json::from_slice(&w.finish(&rest, &host(), Some(42)).unwrap()).unwrap();
+    let streamed: serde_json::Value =
+        serde_json::from_slice(&w.finish(&rest, &host(), Some(42)).unwrap()).unwrap();
     assert_eq!(validate::validate(&streamed), Vec::<String>::new());
 
-    let threads = |p: &serde_json::Value| -> Vec<serde_json::Value> { p["threads"].as_array().unwrap().clone() };
+    let threads = |p: &serde_json::Value| -> Vec<serde_json::Value> {
+        p["threads"].as_array().unwrap().clone()
+    };
     let key = |t: &serde_json::Value| (t["pid"].to_string(), t["tid"].to_string());
     let (a, b) = (threads(&whole), threads(&streamed));
     assert_eq!(a.len(), b.len());
     assert_eq!(b[0]["pid"], "42", "the process written early comes first");
     for t in &a {
-        let same = b.iter().find(|u| key(u) == key(t)).unwrap_or_else(|| panic!("thread {:?} is missing", key(t)));
+        let same = b
+            .iter()
+            .find(|u| key(u) == key(t))
+            .unwrap_or_else(|| panic!("thread {:?} is missing", key(t)));
         assert_eq!(same, t, "thread {:?} differs", key(t));
     }
     // Indexes into threads, compared by the thread they name.
     let named = |p: &serde_json::Value, field: &str| -> Vec<(String, String)> {
         let ts = threads(p);
-        let mut v: Vec<_> = p["meta"][field].as_array().unwrap().iter().map(|i| key(&ts[i.as_u64().unwrap() as usize])).collect();
+        let mut v: Vec<_> = p["meta"][field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| key(&ts[i.as_u64().unwrap() as usize]))
+            .collect();
         v.sort();
         v
     };
-    assert_eq!(named(&whole, "initialVisibleThreads"), named(&streamed, "initialVisibleThreads"));
-    assert_eq!(named(&whole, "initialSelectedThreads"), named(&streamed, "initialSelectedThreads"));
+    assert_eq!(
+        named(&whole, "initialVisibleThreads"),
+        named(&streamed, "initialVisibleThreads")
+    );
+    assert_eq!(
+        named(&whole, "initialSelectedThreads"),
+        named(&streamed, "initialSelectedThreads")
+    );
     let counters = |p: &serde_json::Value| -> Vec<(String, (String, String))> {
         let ts = threads(p);
-        let mut v: Vec<_> =
-            p["counters"].as_array().unwrap().iter().map(|c| (c["name"].to_string(), key(&ts[c["mainThreadIndex"].as_u64().unwrap() as usize]))).collect();
+        let mut v: Vec<_> = p["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].to_string(),
+                    key(&ts[c["mainThreadIndex"].as_u64().unwrap() as usize]),
+                )
+            })
+            .collect();
         v.sort();
         v
     };
-    assert!(counters(&whole).iter().any(|c| c.1 .0 == "\"42\""), "the test has a counter of the process written early");
+    assert!(
+        counters(&whole).iter().any(|c| c.1 .0 == "\"42\""),
+        "the test has a counter of the process written early"
+    );
     assert_eq!(counters(&whole), counters(&streamed));
     let mut meta = streamed["meta"].clone();
     meta["initialVisibleThreads"] = whole["meta"]["initialVisibleThreads"].clone();
@@ -491,32 +984,65 @@ fn counters_say_what_they_measure() {
     assert!(!counters.is_empty());
     let mut labels = std::collections::HashSet::new();
     for c in counters {
-        assert!(c["samples"].get("number").is_none(), "no invented operation counts: {c}");
+        assert!(
+            c["samples"].get("number").is_none(),
+            "no invented operation counts: {c}"
+        );
         assert!(c.get("color").is_none(), "the colour is display's");
-        let rows = c["display"]["tooltipRows"].as_array().unwrap_or_else(|| panic!("{} has tooltip rows", c["name"]));
+        let rows = c["display"]["tooltipRows"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{} has tooltip rows", c["name"]));
         assert!(!rows.is_empty());
-        assert!(rows.iter().all(|r| r.get("labelKey").is_none()), "our labels, not the front end's translations");
-        assert!(labels.insert((c["pid"].to_string(), c["display"]["label"].to_string())), "two counters of one process share the label {}", c["display"]["label"]);
+        assert!(
+            rows.iter().all(|r| r.get("labelKey").is_none()),
+            "our labels, not the front end's translations"
+        );
+        assert!(
+            labels.insert((c["pid"].to_string(), c["display"]["label"].to_string())),
+            "two counters of one process share the label {}",
+            c["display"]["label"]
+        );
     }
-    let by_name = |n: &str| counters.iter().find(|c| c["name"] == n).unwrap_or_else(|| panic!("counter {n}"));
+    let by_name = |n: &str| {
+        counters
+            .iter()
+            .find(|c| c["name"] == n)
+            .unwrap_or_else(|| panic!("counter {n}"))
+    };
     let read = by_name("Disk read: vda");
     let write = by_name("Disk write: vda");
     assert_eq!(read["display"]["label"], "Disk read: vda");
     assert_eq!(write["display"]["label"], "Disk write: vda");
     assert_eq!(read["display"]["tooltipRows"][0]["label"], "Read speed");
     assert_eq!(write["display"]["tooltipRows"][0]["label"], "Write speed");
-    assert_eq!(read["display"]["tooltipRows"][0]["format"]["unit"], "bytes-per-second");
-    assert_eq!(read["samples"]["count"], serde_json::json!([0.0, 8192.0]), "bytes as the kernel counted them");
+    assert_eq!(
+        read["display"]["tooltipRows"][0]["format"]["unit"],
+        "bytes-per-second"
+    );
+    assert_eq!(
+        read["samples"]["count"],
+        serde_json::json!([0.0, 8192.0]),
+        "bytes as the kernel counted them"
+    );
     // The share back from what the front end computes: count / dt.
     let cpu = by_name("CPU usage");
-    let (t, c) = (cpu["samples"]["time"].as_array().unwrap(), cpu["samples"]["count"].as_array().unwrap());
+    let (t, c) = (
+        cpu["samples"]["time"].as_array().unwrap(),
+        cpu["samples"]["count"].as_array().unwrap(),
+    );
     for (i, pct) in [(1, 50.0), (2, 25.0)] {
         let dt = t[i].as_f64().unwrap() - t[i - 1].as_f64().unwrap();
         let share = c[i].as_f64().unwrap() / dt;
-        assert!((share - pct / 100.0).abs() < 1e-9, "sample {i}: {share} vs {pct}%");
+        assert!(
+            (share - pct / 100.0).abs() < 1e-9,
+            "sample {i}: {share} vs {pct}%"
+        );
     }
     assert_eq!(cpu["display"]["tooltipRows"][0]["source"], "rate");
-    assert_eq!(cpu["display"]["tooltipRows"][0]["format"]["unit"], "percent");
+    assert_eq!(
+        cpu["display"]["tooltipRows"][0]["format"]["unit"],
+        "percent"
+    );
 }
 
 /// Check that the machine's counters hang under a track of their own that
@@ -528,24 +1054,50 @@ fn machine_counters_open_visible_and_blank_ones_are_left_out() {
     let rec = full_recording();
     let p = build_profile(&rec, &host(), Some(42)).to_value();
     let threads = p["threads"].as_array().unwrap();
-    let machine = threads.iter().position(|t| t["pid"] == "machine").expect("the machine's track");
+    let machine = threads
+        .iter()
+        .position(|t| t["pid"] == "machine")
+        .expect("the machine's track");
     assert_eq!(threads[machine]["isMainThread"], true);
-    assert!(p["meta"]["initialVisibleThreads"].as_array().unwrap().contains(&machine.into()));
-    assert!(!p["meta"]["initialSelectedThreads"].as_array().unwrap().contains(&machine.into()), "the command's thread opens selected");
+    assert!(p["meta"]["initialVisibleThreads"]
+        .as_array()
+        .unwrap()
+        .contains(&machine.into()));
+    assert!(
+        !p["meta"]["initialSelectedThreads"]
+            .as_array()
+            .unwrap()
+            .contains(&machine.into()),
+        "the command's thread opens selected"
+    );
     let counters = p["counters"].as_array().unwrap();
     for name in ["CPU usage", "Disk read: vda", "Disk write: vda"] {
         let c = counters.iter().find(|c| c["name"] == name).unwrap();
-        assert_eq!((c["pid"].as_str(), c["mainThreadIndex"].as_u64()), (Some("machine"), Some(machine as u64)), "{name}");
+        assert_eq!(
+            (c["pid"].as_str(), c["mainThreadIndex"].as_u64()),
+            (Some("machine"), Some(machine as u64)),
+            "{name}"
+        );
     }
-    let names: Vec<&str> = counters.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert!(!names.contains(&"Process CPU"), "one sample draws nothing: {names:?}");
+    let names: Vec<&str> = counters
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !names.contains(&"Process CPU"),
+        "one sample draws nothing: {names:?}"
+    );
     assert!(!names.contains(&"gone"), "of no process: {names:?}");
     assert_eq!(validate::validate(&p), Vec::<String>::new());
     // Without machine counters there is no machine track.
     let mut quiet = full_recording();
     quiet.counters.retain(|c| c.pid != 0);
     let q = build_profile(&quiet, &host(), Some(42)).to_value();
-    assert!(!q["threads"].as_array().unwrap().iter().any(|t| t["pid"] == "machine"));
+    assert!(!q["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["pid"] == "machine"));
 }
 
 /// Check that code no symbol covers is named one way wherever its library
@@ -555,7 +1107,13 @@ fn machine_counters_open_visible_and_blank_ones_are_left_out() {
 fn unknown_code_is_named_by_its_library() {
     let mut rec = full_recording();
     let unknown = rec.frames.len() as u64;
-    rec.frames.push(FrameRecord { lib: 0, address: 0x442f, kernel: false, symbols: AddrInfo::default(), pseudo: false });
+    rec.frames.push(FrameRecord {
+        lib: 0,
+        address: 0x442f,
+        kernel: false,
+        symbols: AddrInfo::default(),
+        pseudo: false,
+    });
     let node = rec.stacks.child(NO_PARENT, unknown);
     let t = &mut rec.processes[1].threads[0].samples;
     t.time_ns.push(3_200_000);
@@ -568,9 +1126,17 @@ fn unknown_code_is_named_by_its_library() {
         let strings = t["stringArray"].as_array().unwrap();
         let funcs = &t["funcTable"];
         for i in 0..funcs["length"].as_u64().unwrap() as usize {
-            let name = strings[funcs["name"][i].as_u64().unwrap() as usize].as_str().unwrap();
-            let bare_hex = name.strip_prefix("0x").is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()));
-            assert!(!(bare_hex && funcs["resource"][i] != -1), "bare hex {name} with a library in {}", t["name"]);
+            let name = strings[funcs["name"][i].as_u64().unwrap() as usize]
+                .as_str()
+                .unwrap();
+            let bare_hex = name
+                .strip_prefix("0x")
+                .is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()));
+            assert!(
+                !(bare_hex && funcs["resource"][i] != -1),
+                "bare hex {name} with a library in {}",
+                t["name"]
+            );
             seen |= name == "app+0x442f";
         }
     }
@@ -590,13 +1156,43 @@ fn pids_and_tids_in_markers_are_shown_as_such() {
     let schema = p["meta"]["markerSchema"].as_array().unwrap();
     let format = |marker: &str, key: &str| {
         let s = schema.iter().find(|s| s["name"] == marker).unwrap();
-        s["fields"].as_array().unwrap().iter().find(|f| f["key"] == key).unwrap()["format"].as_str().unwrap().to_string()
+        s["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["key"] == key)
+            .unwrap()["format"]
+            .as_str()
+            .unwrap()
+            .to_string()
     };
-    assert_eq!((format("OffCpu", "wakerPid"), format("OffCpu", "wakerTid")), ("pid".into(), "tid".into()));
-    assert_eq!((format("OnCpu", "pid"), format("OnCpu", "tid")), ("pid".into(), "tid".into()));
-    let app = p["threads"].as_array().unwrap().iter().find(|t| t["tid"] == 42).unwrap();
-    let woken = app["markers"]["data"].as_array().unwrap().iter().find(|d| d["wakerTid"] == 8).expect("the marker woken by tid 8");
+    assert_eq!(
+        (format("OffCpu", "wakerPid"), format("OffCpu", "wakerTid")),
+        ("pid".into(), "tid".into())
+    );
+    assert_eq!(
+        (format("OnCpu", "pid"), format("OnCpu", "tid")),
+        ("pid".into(), "tid".into())
+    );
+    let app = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == 42)
+        .unwrap();
+    let woken = app["markers"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["wakerTid"] == 8)
+        .expect("the marker woken by tid 8");
     assert_eq!(woken["wakerPid"], "7");
-    assert_eq!(app["tid"], 42, "threads' tids are numbers, as the markers' are");
-    assert!(app["pid"].is_string(), "threads' pids are strings, as the markers' are");
+    assert_eq!(
+        app["tid"], 42,
+        "threads' tids are numbers, as the markers' are"
+    );
+    assert!(
+        app["pid"].is_string(),
+        "threads' pids are strings, as the markers' are"
+    );
 }

@@ -29,7 +29,12 @@ pub(super) struct TrackFacts {
 impl TrackFacts {
     /// The facts of thread `t` of process `p`.
     pub(super) fn of(p: &ProcessRecord, t: &ThreadRecord) -> TrackFacts {
-        TrackFacts { pid: Some(p.pid), main: t.tid == p.pid, profiler: p.profiler, cpu_samples: t.samples.time_ns.len() }
+        TrackFacts {
+            pid: Some(p.pid),
+            main: t.tid == p.pid,
+            profiler: p.profiler,
+            cpu_samples: t.samples.time_ns.len(),
+        }
     }
 }
 
@@ -41,7 +46,10 @@ impl TrackFacts {
 /// (asked for by name); never the profiler's own threads or the idle task
 /// (kept in the profile, shown from the track menu). Selected: the focus
 /// process's main thread, else the busiest visible thread.
-pub(super) fn initial_threads(tracks: &[TrackFacts], focus_pid: Option<u32>) -> (Vec<usize>, Vec<usize>) {
+pub(super) fn initial_threads(
+    tracks: &[TrackFacts],
+    focus_pid: Option<u32>,
+) -> (Vec<usize>, Vec<usize>) {
     let focus = |t: &TrackFacts| focus_pid.is_some() && t.pid == focus_pid;
     let mut busiest: Vec<usize> = (0..tracks.len())
         .filter(|&i| {
@@ -52,10 +60,16 @@ pub(super) fn initial_threads(tracks: &[TrackFacts], focus_pid: Option<u32>) -> 
     busiest.sort_by_key(|&i| std::cmp::Reverse(tracks[i].cpu_samples));
     let focused: Vec<usize> = (0..tracks.len()).filter(|&i| focus(&tracks[i])).collect();
     let room = MAX_INITIAL_VISIBLE.saturating_sub(focused.len());
-    let mut visible: Vec<usize> = focused.iter().copied().chain(busiest.iter().copied().take(room)).collect();
+    let mut visible: Vec<usize> = focused
+        .iter()
+        .copied()
+        .chain(busiest.iter().copied().take(room))
+        .collect();
     if visible.is_empty() {
         // Nothing ran: show the processes there are, still not the profiler.
-        visible = (0..tracks.len()).filter(|&i| tracks[i].pid.is_some() && !tracks[i].profiler).collect();
+        visible = (0..tracks.len())
+            .filter(|&i| tracks[i].pid.is_some() && !tracks[i].profiler)
+            .collect();
     }
     // The machine's and the CPUs' tracks always (asked for by name).
     visible.extend((0..tracks.len()).filter(|&i| tracks[i].pid.is_none()));
@@ -72,8 +86,12 @@ pub(super) fn initial_threads(tracks: &[TrackFacts], focus_pid: Option<u32>) -> 
     (visible, selected.into_iter().collect())
 }
 
-
-pub(super) fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord, ms: &dyn Fn(u64) -> f64) -> Thread {
+pub(super) fn build_thread(
+    rec: &Recording,
+    p: &ProcessRecord,
+    t: &ThreadRecord,
+    ms: &dyn Fn(u64) -> f64,
+) -> Thread {
     let idle = p.pid == 0;
     let mut tables = ThreadTables::default();
     let on = &t.samples;
@@ -99,9 +117,12 @@ pub(super) fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord,
     // off-CPU ones by the interval's length, so the call tree adds up to time.
     let (mut i, mut j) = (0, 0);
     while i < on.time_ns.len() || j < off.time_ns.len() {
-        let take_on = j >= off.time_ns.len() || (i < on.time_ns.len() && on.time_ns[i] <= off.time_ns[j]);
+        let take_on =
+            j >= off.time_ns.len() || (i < on.time_ns.len() && on.time_ns[i] <= off.time_ns[j]);
         if take_on {
-            samples.stack.push(Some(tables.stack_for(rec, on.stack[i], idle)));
+            samples
+                .stack
+                .push(Some(tables.stack_for(rec, on.stack[i], idle)));
             push_time(&mut samples, on.time_ns[i]);
             cpu_delta.push(Some(on.cpu_delta_ns[i] / 1000));
             if let Some(w) = weights.as_mut() {
@@ -109,7 +130,9 @@ pub(super) fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord,
             }
             i += 1;
         } else {
-            samples.stack.push(Some(tables.stack_for(rec, off.stack[j], idle)));
+            samples
+                .stack
+                .push(Some(tables.stack_for(rec, off.stack[j], idle)));
             push_time(&mut samples, off.time_ns[j]);
             cpu_delta.push(Some(0));
             if let Some(w) = weights.as_mut() {
@@ -140,7 +163,9 @@ pub(super) fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord,
         unregister_time: t.end_ns.map(ms),
         paused_ranges: Vec::new(),
         show_markers_in_timeline: !t.markers.is_empty(),
-        context_switches: t.switches.map(|(v, i)| serde_json::json!({ "voluntary": v, "involuntary": i })),
+        context_switches: t
+            .switches
+            .map(|(v, i)| serde_json::json!({ "voluntary": v, "involuntary": i })),
         cgroup: p.cgroup.clone(),
         frame_table: tables.frames,
         func_table: tables.funcs,
@@ -154,10 +179,22 @@ pub(super) fn build_thread(rec: &Recording, p: &ProcessRecord, t: &ThreadRecord,
 }
 
 /// One track per CPU: its on-CPU slices as markers, no samples.
-pub(super) fn build_cpu_track(rec: &Recording, cpu: u32, markers: &[MarkerRecord], ms: &dyn Fn(u64) -> f64) -> Thread {
+pub(super) fn build_cpu_track(
+    rec: &Recording,
+    cpu: u32,
+    markers: &[MarkerRecord],
+    ms: &dyn Fn(u64) -> f64,
+) -> Thread {
     let mut tables = ThreadTables::default();
     let markers = build_markers(rec, markers, &mut tables, false, ms);
-    let mut t = track_of_no_process(format!("CPU {cpu}"), "cpus", CPU_TRACK_TID_BASE + cpu, "CPUs", tables, markers);
+    let mut t = track_of_no_process(
+        format!("CPU {cpu}"),
+        "cpus",
+        CPU_TRACK_TID_BASE + cpu,
+        "CPUs",
+        tables,
+        markers,
+    );
     t.show_markers_in_timeline = true;
     t
 }
@@ -167,14 +204,28 @@ pub(super) fn build_cpu_track(rec: &Recording, cpu: u32, markers: &[MarkerRecord
 /// thread, and only while that process is visible. Under the idle task they
 /// were hidden; here they open visible, as "Machine".
 pub(super) fn build_machine_track() -> Thread {
-    let mut t = track_of_no_process("Machine".to_string(), MACHINE_PID, CPU_TRACK_TID_BASE - 1, "Machine", ThreadTables::default(), Default::default());
+    let mut t = track_of_no_process(
+        "Machine".to_string(),
+        MACHINE_PID,
+        CPU_TRACK_TID_BASE - 1,
+        "Machine",
+        ThreadTables::default(),
+        Default::default(),
+    );
     t.is_main_thread = true;
     t
 }
 
 /// A track with no samples that belongs to no process (a CPU's, the
 /// machine's): the parts the per-CPU and machine tracks share.
-fn track_of_no_process(name: String, pid: &str, tid: u32, process_name: &str, tables: ThreadTables, markers: Markers) -> Thread {
+fn track_of_no_process(
+    name: String,
+    pid: &str,
+    tid: u32,
+    process_name: &str,
+    tables: ThreadTables,
+    markers: Markers,
+) -> Thread {
     Thread {
         name,
         pid: pid.to_string(),
@@ -196,7 +247,11 @@ fn track_of_no_process(name: String, pid: &str, tid: u32, process_name: &str, ta
         resource_table: tables.resources,
         native_symbols: tables.symbols,
         stack_table: tables.stacks,
-        samples: Samples { weight_type: "samples".into(), thread_cpu_delta: Some(Vec::new()), ..Default::default() },
+        samples: Samples {
+            weight_type: "samples".into(),
+            thread_cpu_delta: Some(Vec::new()),
+            ..Default::default()
+        },
         markers,
         string_array: tables.strings.into_strings(),
     }
@@ -204,4 +259,3 @@ fn track_of_no_process(name: String, pid: &str, tid: u32, process_name: &str, ta
 
 /// The pid of the machine's track (pids are strings in the format).
 pub(super) const MACHINE_PID: &str = "machine";
-

@@ -20,10 +20,15 @@ pub fn sample_times(samples: &Value) -> Option<Vec<f64>> {
         t.iter().filter_map(Value::as_f64).collect()
     } else {
         let mut acc = 0.0;
-        samples["timeDeltas"].as_array()?.iter().filter_map(Value::as_f64).map(|d| {
-            acc += d;
-            acc
-        }).collect()
+        samples["timeDeltas"]
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_f64)
+            .map(|d| {
+                acc += d;
+                acc
+            })
+            .collect()
     };
     (times.len() == len).then_some(times)
 }
@@ -79,7 +84,10 @@ const MAX_PROBLEMS: usize = 100;
 
 impl Validator {
     /// Parse and check a profile from `deserializer` (a reader's or a value's).
-    pub fn read<'de, D: serde::Deserializer<'de>>(&mut self, deserializer: D) -> Result<(), D::Error> {
+    pub fn read<'de, D: serde::Deserializer<'de>>(
+        &mut self,
+        deserializer: D,
+    ) -> Result<(), D::Error> {
         self.shape = crate::profile::input::read_threads(deserializer, self)?;
         Ok(())
     }
@@ -102,7 +110,12 @@ impl Validator {
                     Bound::Libs => libs,
                     Bound::Categories => categories,
                 };
-                (d.value as usize >= bound).then(|| format!("{}: {}[{}] = {} is out of range 0..{bound}", d.thread, d.column, d.index, d.value))
+                (d.value as usize >= bound).then(|| {
+                    format!(
+                        "{}: {}[{}] = {} is out of range 0..{bound}",
+                        d.thread, d.column, d.index, d.value
+                    )
+                })
             })
             .collect();
         self.push(late);
@@ -141,40 +154,62 @@ impl Validator {
             for c in *columns {
                 match t.column(table, c) {
                     Some(col) if col.len == n as usize => {}
-                    Some(col) => p(format!("{table}.{c} has {} entries, length is {n}", col.len)),
+                    Some(col) => p(format!(
+                        "{table}.{c} has {} entries, length is {n}",
+                        col.len
+                    )),
                     None => p(format!("{table}.{c} is missing")),
                 }
             }
         }
         let mut deferred: Vec<Deferred> = Vec::new();
-        let mut check = |column: &'static str, bound: Bound, nullable: bool, p: &mut dyn FnMut(String)| {
-            let (table, field) = column.split_once('.').expect("table.column");
-            let Some(col) = t.column(table, field) else { return };
-            if let Some((i, shown)) = &col.first_other {
-                p(format!("{column}[{i}] = {shown} is not an index"));
-            }
-            if let (Some(i), false) = (col.first_null, nullable) {
-                p(format!("{column}[{i}] = null is not an index"));
-            }
-            let minus_one_allowed = column == "funcTable.resource";
-            let negative = col.first_negative.filter(|&(_, x)| !(minus_one_allowed && x == -1)).or(col.first_below_minus_one);
-            if let Some((i, x)) = negative {
-                match bound {
-                    Bound::Known(b) => p(format!("{column}[{i}] = {x} is out of range 0..{b}")),
-                    Bound::Libs | Bound::Categories => p(format!("{column}[{i}] = {x} is not an index")),
+        let mut check =
+            |column: &'static str, bound: Bound, nullable: bool, p: &mut dyn FnMut(String)| {
+                let (table, field) = column.split_once('.').expect("table.column");
+                let Some(col) = t.column(table, field) else {
+                    return;
+                };
+                if let Some((i, shown)) = &col.first_other {
+                    p(format!("{column}[{i}] = {shown} is not an index"));
                 }
-            }
-            match (col.max, bound) {
-                (Some((i, x)), Bound::Known(b)) if x >= 0 && x as usize >= b => p(format!("{column}[{i}] = {x} is out of range 0..{b}")),
-                (Some((index, value)), Bound::Libs | Bound::Categories) if value >= 0 => {
-                    deferred.push(Deferred { thread: prefix.clone(), column, index, value, bound });
+                if let (Some(i), false) = (col.first_null, nullable) {
+                    p(format!("{column}[{i}] = null is not an index"));
                 }
-                _ => {}
-            }
-        };
+                let minus_one_allowed = column == "funcTable.resource";
+                let negative = col
+                    .first_negative
+                    .filter(|&(_, x)| !(minus_one_allowed && x == -1))
+                    .or(col.first_below_minus_one);
+                if let Some((i, x)) = negative {
+                    match bound {
+                        Bound::Known(b) => p(format!("{column}[{i}] = {x} is out of range 0..{b}")),
+                        Bound::Libs | Bound::Categories => {
+                            p(format!("{column}[{i}] = {x} is not an index"))
+                        }
+                    }
+                }
+                match (col.max, bound) {
+                    (Some((i, x)), Bound::Known(b)) if x >= 0 && x as usize >= b => {
+                        p(format!("{column}[{i}] = {x} is out of range 0..{b}"))
+                    }
+                    (Some((index, value)), Bound::Libs | Bound::Categories) if value >= 0 => {
+                        deferred.push(Deferred {
+                            thread: prefix.clone(),
+                            column,
+                            index,
+                            value,
+                            bound,
+                        });
+                    }
+                    _ => {}
+                }
+            };
         let l = |name: &str| Bound::Known(len.get(name).copied().unwrap_or(0));
         let known = |n: Option<usize>, otherwise: Bound| n.map_or(otherwise, Bound::Known);
-        let (libs, categories) = (known(self.libs, Bound::Libs), known(self.categories, Bound::Categories));
+        let (libs, categories) = (
+            known(self.libs, Bound::Libs),
+            known(self.categories, Bound::Categories),
+        );
         let strings = Bound::Known(strings);
         check("frameTable.func", l("funcTable"), false, &mut p);
         check("frameTable.nativeSymbol", l("nativeSymbols"), true, &mut p);
@@ -191,7 +226,9 @@ impl Validator {
         check("markers.name", strings, false, &mut p);
         if let Some(col) = t.column("stackTable", "prefix") {
             if let Some((i, x)) = col.first_not_backwards {
-                p(format!("stackTable.prefix[{i}] = {x} does not point backwards"));
+                p(format!(
+                    "stackTable.prefix[{i}] = {x} does not point backwards"
+                ));
             }
             if let Some((i, shown)) = &col.first_other {
                 p(format!("stackTable.prefix[{i}] = {shown} is not an index"));
@@ -201,8 +238,14 @@ impl Validator {
             }
         }
         // The times: `time`, or else `timeDeltas` added up, of the table's length.
-        let samples_len = t.table("samples").and_then(|tb| tb.length).map(|n| n as usize);
-        let times = match (t.column("samples", "time"), t.column("samples", "timeDeltas")) {
+        let samples_len = t
+            .table("samples")
+            .and_then(|tb| tb.length)
+            .map(|n| n as usize);
+        let times = match (
+            t.column("samples", "time"),
+            t.column("samples", "timeDeltas"),
+        ) {
             (Some(c), _) => Some((c, c.first_unsorted)),
             (None, Some(c)) => Some((c, c.first_unsorted_sum)),
             (None, None) => None,
@@ -215,7 +258,11 @@ impl Validator {
             }
             _ => p("samples has neither time nor timeDeltas of its length".into()),
         }
-        for (key, is) in [("pid", t.pid_string), ("name", t.name_string), ("processName", t.process_name_string)] {
+        for (key, is) in [
+            ("pid", t.pid_string),
+            ("name", t.name_string),
+            ("processName", t.process_name_string),
+        ] {
             if !is {
                 p(format!("{key} is not a string"));
             }
@@ -264,16 +311,45 @@ impl crate::profile::input::ThreadSink for Validator {
     }
 }
 
-
 /// The tables a thread must have, and the columns each must have.
 const TABLES: &[(&str, &[&str])] = &[
-    ("frameTable", &["address", "inlineDepth", "category", "subcategory", "func", "nativeSymbol", "innerWindowID", "line", "column"]),
-    ("funcTable", &["name", "isJS", "relevantForJS", "resource", "fileName", "lineNumber", "columnNumber"]),
+    (
+        "frameTable",
+        &[
+            "address",
+            "inlineDepth",
+            "category",
+            "subcategory",
+            "func",
+            "nativeSymbol",
+            "innerWindowID",
+            "line",
+            "column",
+        ],
+    ),
+    (
+        "funcTable",
+        &[
+            "name",
+            "isJS",
+            "relevantForJS",
+            "resource",
+            "fileName",
+            "lineNumber",
+            "columnNumber",
+        ],
+    ),
     ("resourceTable", &["lib", "name", "host", "type"]),
-    ("nativeSymbols", &["libIndex", "address", "name", "functionSize"]),
+    (
+        "nativeSymbols",
+        &["libIndex", "address", "name", "functionSize"],
+    ),
     ("stackTable", &["prefix", "frame"]),
     ("samples", &["stack", "threadCPUDelta"]),
-    ("markers", &["category", "data", "endTime", "name", "phase", "startTime"]),
+    (
+        "markers",
+        &["category", "data", "endTime", "name", "phase", "startTime"],
+    ),
 ];
 
 /// What the checks need of a column, gathered element by element as it
@@ -357,7 +433,11 @@ const SAMPLE_TIMES: &[&str] = &["time", "timeDeltas"];
 /// skipped as they are parsed, so a thread costs the same whatever keys a
 /// file adds.
 fn wanted_columns(table: usize) -> impl Iterator<Item = &'static str> {
-    let times = if TABLES[table].0 == "samples" { SAMPLE_TIMES } else { &[] };
+    let times = if TABLES[table].0 == "samples" {
+        SAMPLE_TIMES
+    } else {
+        &[]
+    };
     TABLES[table].1.iter().chain(times).copied()
 }
 
@@ -412,8 +492,16 @@ impl<'de> serde::de::Visitor<'de> for ThreadVisitor {
         f.write_str("a thread")
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ThreadSummary, A::Error> {
-        let mut t = ThreadSummary { object: true, name_shown: "null".into(), tables: TABLES.iter().map(|_| None).collect(), ..Default::default() };
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<ThreadSummary, A::Error> {
+        let mut t = ThreadSummary {
+            object: true,
+            name_shown: "null".into(),
+            tables: TABLES.iter().map(|_| None).collect(),
+            ..Default::default()
+        };
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match &*key {
                 "name" | "pid" | "processName" | "tid" => {
@@ -430,10 +518,17 @@ impl<'de> serde::de::Visitor<'de> for ThreadVisitor {
                 }
                 "stringArray" => {
                     let mut c = ColumnSummary::default();
-                    t.strings = if map.next_value_seed(ColumnSeed(&mut c))? { c.len } else { 0 };
+                    t.strings = if map.next_value_seed(ColumnSeed(&mut c))? {
+                        c.len
+                    } else {
+                        0
+                    };
                 }
                 table if TABLES.iter().any(|(n, _)| *n == table) => {
-                    let i = TABLES.iter().position(|(n, _)| *n == table).expect("a table of TABLES");
+                    let i = TABLES
+                        .iter()
+                        .position(|(n, _)| *n == table)
+                        .expect("a table of TABLES");
                     t.tables[i] = Some(map.next_value_seed(TableSeed(i))?);
                 }
                 _ => {
@@ -444,7 +539,10 @@ impl<'de> serde::de::Visitor<'de> for ThreadVisitor {
         Ok(t)
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ThreadSummary, A::Error> {
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> Result<ThreadSummary, A::Error> {
         while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
         Ok(ThreadSummary::default())
     }
@@ -497,12 +595,21 @@ impl<'de> serde::Deserialize<'de> for Scalar {
             fn visit_unit<E: serde::de::Error>(self) -> Result<Scalar, E> {
                 Ok(Scalar::Other)
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Scalar, A::Error> {
                 while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
                 Ok(Scalar::Other)
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
-                while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Scalar, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
                 Ok(Scalar::Other)
             }
         }
@@ -528,7 +635,10 @@ impl<'de> serde::de::Visitor<'de> for TableSeed {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TableSummary, A::Error> {
-        let mut t = TableSummary { length: None, columns: wanted_columns(self.0).map(|_| None).collect() };
+        let mut t = TableSummary {
+            length: None,
+            columns: wanted_columns(self.0).map(|_| None).collect(),
+        };
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             if key == "length" {
                 let mut c = ColumnSummary::default();
@@ -576,7 +686,10 @@ impl<'de> serde::de::Visitor<'de> for ColumnSeed<'_> {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-        while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
         Ok(false)
     }
 
@@ -635,7 +748,8 @@ impl<'de> serde::de::Visitor<'de> for ElementSeed<'_> {
     }
 
     fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Option<i64>, E> {
-        self.0.other(|| Value::String(s.chars().take(100).collect()).to_string());
+        self.0
+            .other(|| Value::String(s.chars().take(100).collect()).to_string());
         Ok(None)
     }
 
@@ -646,7 +760,10 @@ impl<'de> serde::de::Visitor<'de> for ElementSeed<'_> {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Option<i64>, A::Error> {
-        while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
         self.0.other(|| "an object".into());
         Ok(None)
     }
@@ -697,9 +814,14 @@ mod tests {
     #[test]
     fn checks_threads_against_the_libs_and_categories_after_them() {
         let read = |v: &Value| {
-            let text = format!("{{\"threads\":{},\"meta\":{},\"libs\":{}}}", v["threads"], v["meta"], v["libs"]);
+            let text = format!(
+                "{{\"threads\":{},\"meta\":{},\"libs\":{}}}",
+                v["threads"], v["meta"], v["libs"]
+            );
             let mut validator = Validator::default();
-            validator.read(&mut serde_json::Deserializer::from_str(&text)).unwrap();
+            validator
+                .read(&mut serde_json::Deserializer::from_str(&text))
+                .unwrap();
             validator.finish()
         };
         assert_eq!(read(&minimal()), (1, Vec::new()));
@@ -708,8 +830,18 @@ mod tests {
         v["threads"][0]["frameTable"]["category"][1] = 2.into();
         let (threads, problems) = read(&v);
         assert_eq!(threads, 1);
-        assert!(problems.iter().any(|p| p.ends_with("resourceTable.lib[0] = 3 is out of range 0..1")), "{problems:?}");
-        assert!(problems.iter().any(|p| p.ends_with("frameTable.category[1] = 2 is out of range 0..2")), "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.ends_with("resourceTable.lib[0] = 3 is out of range 0..1")),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.ends_with("frameTable.category[1] = 2 is out of range 0..2")),
+            "{problems:?}"
+        );
         assert_eq!(problems.len(), 2, "{problems:?}");
     }
 
@@ -722,20 +854,51 @@ mod tests {
         let read = |thread_extra: &str| {
             let v = minimal();
             let thread = v["threads"][0].to_string();
-            let text = format!("{{\"threads\":[{},{thread_extra}}}],\"meta\":{},\"libs\":{}}}", &thread[..thread.len() - 1], v["meta"], v["libs"]);
+            let text = format!(
+                "{{\"threads\":[{},{thread_extra}}}],\"meta\":{},\"libs\":{}}}",
+                &thread[..thread.len() - 1],
+                v["meta"],
+                v["libs"]
+            );
             let mut validator = Validator::default();
-            validator.read(&mut serde_json::Deserializer::from_str(&text)).unwrap();
+            validator
+                .read(&mut serde_json::Deserializer::from_str(&text))
+                .unwrap();
             validator.finish().1
         };
         let problems = read(r#""stackTable":{"length":2,"prefix":[1,0],"frame":[9,9]}"#);
-        assert!(problems.iter().any(|p| p.contains("does not point backwards")), "{problems:?}");
-        assert!(problems.iter().any(|p| p.contains("stackTable.frame[0] = 9 is out of range")), "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("does not point backwards")),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("stackTable.frame[0] = 9 is out of range")),
+            "{problems:?}"
+        );
         let problems = read(r#""stackTable":null"#);
-        assert!(problems.iter().any(|p| p.contains("stackTable.length is missing")), "{problems:?}");
-        let problems = read(r#""funcTable":{"length":1,"name":[0],"isJS":[false],"relevantForJS":[false],"resource":[0],"fileName":[null],"lineNumber":[null],"columnNumber":[null],"name":[7]}"#);
-        assert!(problems.iter().any(|p| p.contains("funcTable.name[0] = 7 is out of range")), "{problems:?}");
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("stackTable.length is missing")),
+            "{problems:?}"
+        );
+        let problems = read(
+            r#""funcTable":{"length":1,"name":[0],"isJS":[false],"relevantForJS":[false],"resource":[0],"fileName":[null],"lineNumber":[null],"columnNumber":[null],"name":[7]}"#,
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("funcTable.name[0] = 7 is out of range")),
+            "{problems:?}"
+        );
         let many: String = (0..10_000).map(|i| format!(r#""x{i}":[1,2],"#)).collect();
-        let problems = read(&format!(r#""markers":{{{many}"length":0,"category":[],"data":[],"endTime":[],"name":[],"phase":[],"startTime":[]}}"#));
+        let problems = read(&format!(
+            r#""markers":{{{many}"length":0,"category":[],"data":[],"endTime":[],"name":[],"phase":[],"startTime":[]}}"#
+        ));
         assert_eq!(problems, Vec::<String>::new());
     }
 
@@ -744,32 +907,83 @@ mod tests {
     fn reports_each_kind_of_breakage() {
         type Breakage = Box<dyn Fn(&mut Value)>;
         let cases: Vec<(&str, Breakage)> = vec![
-            ("has 1 entries", Box::new(|v| v["threads"][0]["frameTable"]["func"] = serde_json::json!([0]))),
-            ("frameTable.func[1]", Box::new(|v| v["threads"][0]["frameTable"]["func"][1] = 5.into())),
-            ("does not point backwards", Box::new(|v| v["threads"][0]["stackTable"]["prefix"][0] = 1.into())),
-            ("not sorted", Box::new(|v| v["threads"][0]["samples"]["time"][0] = 9.0.into())),
-            ("neither time nor timeDeltas", Box::new(|v| v["threads"][0]["samples"]["time"] = serde_json::json!([0.0]))),
-            ("resourceTable.lib[0]", Box::new(|v| v["threads"][0]["resourceTable"]["lib"][0] = 3.into())),
-            ("funcTable.name[0]", Box::new(|v| v["threads"][0]["funcTable"]["name"][0] = 7.into())),
-            ("samples.stack[0]", Box::new(|v| v["threads"][0]["samples"]["stack"][0] = 2.into())),
-            ("frameTable.func[1] = 0.5 is not an index", Box::new(|v| v["threads"][0]["frameTable"]["func"][1] = 0.5.into())),
-            ("funcTable.resource[0] = -2 is out of range", Box::new(|v| v["threads"][0]["funcTable"]["resource"][0] = (-2).into())),
-            ("stackTable.prefix[1] = -1 is not an index", Box::new(|v| v["threads"][0]["stackTable"]["prefix"][1] = (-1).into())),
-            ("frameTable.func[0] = null is not an index", Box::new(|v| v["threads"][0]["frameTable"]["func"][0] = Value::Null)),
-            ("stackTable.length is missing", Box::new(|v| v["threads"][0]["stackTable"]["length"] = "2".into())),
-            ("name is not a string", Box::new(|v| v["threads"][0]["name"] = 3.into())),
-            ("funcTable.name[0] = 0 is out of range 0..0", Box::new(|v| v["threads"][0]["stringArray"] = Value::Null)),
-            ("samples.time is not sorted at 0", Box::new(|v| {
-                let s = &mut v["threads"][0]["samples"];
-                s.as_object_mut().unwrap().remove("time");
-                s["timeDeltas"] = serde_json::json!([1.0, -0.5]);
-            })),
+            (
+                "has 1 entries",
+                Box::new(|v| v["threads"][0]["frameTable"]["func"] = serde_json::json!([0])),
+            ),
+            (
+                "frameTable.func[1]",
+                Box::new(|v| v["threads"][0]["frameTable"]["func"][1] = 5.into()),
+            ),
+            (
+                "does not point backwards",
+                Box::new(|v| v["threads"][0]["stackTable"]["prefix"][0] = 1.into()),
+            ),
+            (
+                "not sorted",
+                Box::new(|v| v["threads"][0]["samples"]["time"][0] = 9.0.into()),
+            ),
+            (
+                "neither time nor timeDeltas",
+                Box::new(|v| v["threads"][0]["samples"]["time"] = serde_json::json!([0.0])),
+            ),
+            (
+                "resourceTable.lib[0]",
+                Box::new(|v| v["threads"][0]["resourceTable"]["lib"][0] = 3.into()),
+            ),
+            (
+                "funcTable.name[0]",
+                Box::new(|v| v["threads"][0]["funcTable"]["name"][0] = 7.into()),
+            ),
+            (
+                "samples.stack[0]",
+                Box::new(|v| v["threads"][0]["samples"]["stack"][0] = 2.into()),
+            ),
+            (
+                "frameTable.func[1] = 0.5 is not an index",
+                Box::new(|v| v["threads"][0]["frameTable"]["func"][1] = 0.5.into()),
+            ),
+            (
+                "funcTable.resource[0] = -2 is out of range",
+                Box::new(|v| v["threads"][0]["funcTable"]["resource"][0] = (-2).into()),
+            ),
+            (
+                "stackTable.prefix[1] = -1 is not an index",
+                Box::new(|v| v["threads"][0]["stackTable"]["prefix"][1] = (-1).into()),
+            ),
+            (
+                "frameTable.func[0] = null is not an index",
+                Box::new(|v| v["threads"][0]["frameTable"]["func"][0] = Value::Null),
+            ),
+            (
+                "stackTable.length is missing",
+                Box::new(|v| v["threads"][0]["stackTable"]["length"] = "2".into()),
+            ),
+            (
+                "name is not a string",
+                Box::new(|v| v["threads"][0]["name"] = 3.into()),
+            ),
+            (
+                "funcTable.name[0] = 0 is out of range 0..0",
+                Box::new(|v| v["threads"][0]["stringArray"] = Value::Null),
+            ),
+            (
+                "samples.time is not sorted at 0",
+                Box::new(|v| {
+                    let s = &mut v["threads"][0]["samples"];
+                    s.as_object_mut().unwrap().remove("time");
+                    s["timeDeltas"] = serde_json::json!([1.0, -0.5]);
+                }),
+            ),
         ];
         for (needle, breakit) in cases {
             let mut v = minimal();
             breakit(&mut v);
             let problems = validate(&v);
-            assert!(problems.iter().any(|p| p.contains(needle)), "expected {needle:?} in {problems:?}");
+            assert!(
+                problems.iter().any(|p| p.contains(needle)),
+                "expected {needle:?} in {problems:?}"
+            );
         }
     }
 }

@@ -20,18 +20,30 @@ pub(super) struct Categories {
 
 impl Categories {
     pub(super) fn of(meta: &Meta) -> Categories {
-        let find = |name: &str| meta.categories.iter().position(|c| c.name == name).map(|i| i as u32);
-        Categories { off_cpu: find("Off-CPU"), idle: find("Idle"), kernel: find("Kernel") }
+        let find = |name: &str| {
+            meta.categories
+                .iter()
+                .position(|c| c.name == name)
+                .map(|i| i as u32)
+        };
+        Categories {
+            off_cpu: find("Off-CPU"),
+            idle: find("Idle"),
+            kernel: find("Kernel"),
+        }
     }
 
     /// Where sysprof's writer puts them: what a profile is read with
     /// before its `meta` (written after the threads) is met.
     pub(super) fn written() -> Categories {
         use crate::profile::category;
-        Categories { off_cpu: Some(category::OFF_CPU), idle: Some(category::IDLE), kernel: Some(category::KERNEL) }
+        Categories {
+            off_cpu: Some(category::OFF_CPU),
+            idle: Some(category::IDLE),
+            kernel: Some(category::KERNEL),
+        }
     }
 }
-
 
 /// A sample's kind, from its leaf frame's category (and the idle process).
 #[derive(Clone, Copy, PartialEq)]
@@ -53,7 +65,13 @@ pub(super) struct StackCounts {
 }
 
 pub(super) fn count_stacks(t: &Thread, cats: &Categories) -> StackCounts {
-    let mut c = StackCounts { cpu: FxHashMap::default(), off_cpu_ms: FxHashMap::default(), cpu_samples: 0, idle_samples: 0, cpu_delta_us: 0.0 };
+    let mut c = StackCounts {
+        cpu: FxHashMap::default(),
+        off_cpu_ms: FxHashMap::default(),
+        cpu_samples: 0,
+        idle_samples: 0,
+        cpu_delta_us: 0.0,
+    };
     let idle_thread = t.pid() == Some(0);
     let traced = t.samples.weight_type == "tracing-ms";
     for (i, stack) in t.samples.stack.iter().enumerate() {
@@ -71,7 +89,11 @@ pub(super) fn count_stacks(t: &Thread, cats: &Categories) -> StackCounts {
             Kind::OffCpu => *c.off_cpu_ms.entry(stack).or_default() += weight.unwrap_or(0.0),
             Kind::Cpu | Kind::Idle => {
                 // With off-CPU time the weights are milliseconds: a CPU sample is one sample.
-                let n = if traced { 1 } else { weight.map(|w| w.max(0.0) as u64).unwrap_or(1) };
+                let n = if traced {
+                    1
+                } else {
+                    weight.map(|w| w.max(0.0) as u64).unwrap_or(1)
+                };
                 if kind == Kind::Idle {
                     c.idle_samples = c.idle_samples.saturating_add(n);
                 } else {
@@ -79,7 +101,12 @@ pub(super) fn count_stacks(t: &Thread, cats: &Categories) -> StackCounts {
                 }
                 let slot = c.cpu.entry(stack).or_default();
                 *slot = slot.saturating_add(n);
-                c.cpu_delta_us += t.samples.thread_cpu_delta.as_ref().and_then(|d| d[i]).unwrap_or(0) as f64;
+                c.cpu_delta_us += t
+                    .samples
+                    .thread_cpu_delta
+                    .as_ref()
+                    .and_then(|d| d[i])
+                    .unwrap_or(0) as f64;
             }
         }
     }
@@ -97,7 +124,11 @@ pub(super) fn count_stacks(t: &Thread, cats: &Categories) -> StackCounts {
 /// total only where it is the func's outermost frame. (Collecting each
 /// stack's funcs by walking it took time quadratic in its depth: 112 s for
 /// one 200,000-frame stack.)
-pub(super) fn func_totals(t: &Thread, cpu: &FxHashMap<u32, u64>, idle: Option<u32>) -> (Vec<u64>, Vec<u64>) {
+pub(super) fn func_totals(
+    t: &Thread,
+    cpu: &FxHashMap<u32, u64>,
+    idle: Option<u32>,
+) -> (Vec<u64>, Vec<u64>) {
     let n = t.stack_table.frame.len();
     let funcs = t.func_table.name.len();
     let func_of = |i: usize| t.frame_table.func[t.stack_table.frame[i] as usize] as usize;
@@ -118,7 +149,11 @@ pub(super) fn func_totals(t: &Thread, cpu: &FxHashMap<u32, u64>, idle: Option<u3
         }
     }
     // Children of each node (CSR), for the walk; only nodes with samples below.
-    let sampled_child = |i: usize| t.stack_table.prefix[i].filter(|_| subtree[i] > 0).map(|p| p as usize);
+    let sampled_child = |i: usize| {
+        t.stack_table.prefix[i]
+            .filter(|_| subtree[i] > 0)
+            .map(|p| p as usize)
+    };
     let mut first = vec![0u32; n + 1];
     for p in (0..n).filter_map(sampled_child) {
         first[p + 1] += 1;
@@ -134,7 +169,10 @@ pub(super) fn func_totals(t: &Thread, cpu: &FxHashMap<u32, u64>, idle: Option<u3
     }
     let mut on_path = vec![0u32; funcs];
     // (node, entered): a node is pushed once to enter and once to leave.
-    let mut todo: Vec<(u32, bool)> = (0..n).filter(|&i| t.stack_table.prefix[i].is_none() && subtree[i] > 0).map(|i| (i as u32, false)).collect();
+    let mut todo: Vec<(u32, bool)> = (0..n)
+        .filter(|&i| t.stack_table.prefix[i].is_none() && subtree[i] > 0)
+        .map(|i| (i as u32, false))
+        .collect();
     while let Some((i, entered)) = todo.pop() {
         let f = func_of(i as usize);
         if entered {
@@ -154,6 +192,7 @@ pub(super) fn func_totals(t: &Thread, cpu: &FxHashMap<u32, u64>, idle: Option<u3
 
 /// The reason an off-CPU leaf names: `[off-CPU: sleeping]` → `sleeping`.
 pub(super) fn off_cpu_reason(name: &str) -> &str {
-    name.strip_prefix("[off-CPU: ").and_then(|r| r.strip_suffix(']')).unwrap_or(name)
+    name.strip_prefix("[off-CPU: ")
+        .and_then(|r| r.strip_suffix(']'))
+        .unwrap_or(name)
 }
-

@@ -24,7 +24,10 @@ pub(super) struct Folded {
 impl Folded {
     /// Collapsed stacks of a profile whose categories are `cats`.
     pub(super) fn new(cats: Categories) -> Folded {
-        Folded { cats, lines: FoldedLines::default() }
+        Folded {
+            cats,
+            lines: FoldedLines::default(),
+        }
     }
 
     /// Add the CPU samples (idle included, as perf's collapse does) of a
@@ -37,7 +40,8 @@ impl Folded {
             let mut s = Some(stack);
             while let Some(i) = s {
                 let frame = t.stack_table.frame[i as usize] as usize;
-                let kernel = t.frame_table.category[frame].is_some() && t.frame_table.category[frame] == self.cats.kernel;
+                let kernel = t.frame_table.category[frame].is_some()
+                    && t.frame_table.category[frame] == self.cats.kernel;
                 frames.push(frame_name(t.func_name(t.frame_table.func[frame]), kernel));
                 s = t.stack_table.prefix[i as usize];
             }

@@ -21,7 +21,11 @@ impl Log2Histogram {
         // Bucket 0 holds 0-1 µs, bucket k holds [2^k, 2^(k+1)).
         let v = us.max(0.0) as u64;
         // At most bucket 62, so its upper bound fits in a u64.
-        let bucket = if v < 2 { 0 } else { (63 - v.leading_zeros() as usize).min(62) };
+        let bucket = if v < 2 {
+            0
+        } else {
+            (63 - v.leading_zeros() as usize).min(62)
+        };
         if self.counts.len() <= bucket {
             self.counts.resize(bucket + 1, 0);
         }
@@ -39,10 +43,17 @@ impl Log2Histogram {
         let first = self.counts.iter().position(|&c| c > 0).unwrap_or(0);
         let _ = writeln!(out, "     {unit:>19} : count    distribution");
         for (k, &count) in self.counts.iter().enumerate().skip(first) {
-            let (lo, hi) = if k == 0 { (0u64, 1u64) } else { (1u64 << k, (1u64 << (k + 1)) - 1) };
-            let bar = "*".repeat(((count as u128 * BAR_WIDTH as u128).div_ceil(max as u128)) as usize);
-            let _ = writeln!(out, "     {lo:>8} -> {hi:<8} : {count:<8} |{bar:<BAR_WIDTH$}|");
+            let (lo, hi) = if k == 0 {
+                (0u64, 1u64)
+            } else {
+                (1u64 << k, (1u64 << (k + 1)) - 1)
+            };
+            let bar =
+                "*".repeat(((count as u128 * BAR_WIDTH as u128).div_ceil(max as u128)) as usize);
+            let _ = writeln!(
+                out,
+                "     {lo:>8} -> {hi:<8} : {count:<8} |{bar:<BAR_WIDTH$}|"
+            );
         }
     }
 }
-

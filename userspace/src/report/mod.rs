@@ -34,19 +34,19 @@ mod counts;
 mod folded;
 mod histogram;
 mod read;
-mod text;
-pub mod why;
 #[cfg(test)]
 mod tests;
+mod text;
+pub mod why;
 
 use std::path::Path;
 
 use crate::cli::ReportArgs;
 use crate::error::RecordError;
 use crate::profile::output::OutputFile;
-use crate::profile::schema::{process_display_name, MarkerData, Meta, Thread};
 #[cfg(test)]
 use crate::profile::schema::Profile;
+use crate::profile::schema::{process_display_name, MarkerData, Meta, Thread};
 
 use counts::Categories;
 use read::ThreadRead;
@@ -58,9 +58,15 @@ pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
         return write_out(&args, &why_text(&args, id)?);
     }
     if args.format == crate::cli::ReportFormat::Json {
-        return Err(RecordError::Usage("--format json is what --why TID writes; give --why, or --format text or folded".into()));
+        return Err(RecordError::Usage(
+            "--format json is what --why TID writes; give --why, or --format text or folded".into(),
+        ));
     }
-    let filter = Filter { pids: args.pids.clone(), tids: args.tids.clone(), comm: args.comm.clone() };
+    let filter = Filter {
+        pids: args.pids.clone(),
+        tids: args.tids.clone(),
+        comm: args.comm.clone(),
+    };
     let (text, matched) = report_file(&args.path, &filter, args.format, args.top.max(1))?;
     if !matched {
         return Err(RecordError::Usage(format!(
@@ -81,12 +87,20 @@ pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
 /// `meta`, which says which category is idle, off-CPU, kernel: they are
 /// counted as sysprof's writer places them, and counted again only if
 /// `meta`, met at the end, disagrees.
-fn report_file(path: &Path, filter: &Filter, format: crate::cli::ReportFormat, top: usize) -> Result<(String, bool), RecordError> {
+fn report_file(
+    path: &Path,
+    filter: &Filter,
+    format: crate::cli::ReportFormat,
+    top: usize,
+) -> Result<(String, bool), RecordError> {
     match stream_report(path, Categories::written(), filter, format, top)? {
         Streamed::Done(text, matched) => Ok((text, matched)),
         Streamed::Recount(cats) => match stream_report(path, cats, filter, format, top)? {
             Streamed::Done(text, matched) => Ok((text, matched)),
-            Streamed::Recount(_) => Err(not_a_profile(path, "its meta changed between two reads".into())),
+            Streamed::Recount(_) => Err(not_a_profile(
+                path,
+                "its meta changed between two reads".into(),
+            )),
         },
     }
 }
@@ -102,7 +116,13 @@ enum Streamed {
 /// The report of the profile at `path`, as text or folded stacks, its
 /// threads read and counted one at a time with `cats` (none is held past
 /// its turn), its `meta` read where it stands.
-fn stream_report(path: &Path, cats: Categories, filter: &Filter, format: crate::cli::ReportFormat, top: usize) -> Result<Streamed, RecordError> {
+fn stream_report(
+    path: &Path,
+    cats: Categories,
+    filter: &Filter,
+    format: crate::cli::ReportFormat,
+    top: usize,
+) -> Result<Streamed, RecordError> {
     let mut matched = false;
     let (meta, finish): (Meta, Box<dyn FnOnce(&Meta) -> String>) = match format {
         crate::cli::ReportFormat::Folded => {
@@ -123,7 +143,10 @@ fn stream_report(path: &Path, cats: Categories, filter: &Filter, format: crate::
                     r.add(t);
                 }
             })?;
-            (meta, Box::new(move |meta| r.finish(meta, filter, top, path)))
+            (
+                meta,
+                Box::new(move |meta| r.finish(meta, filter, top, path)),
+            )
         }
     };
     let actual = Categories::of(&meta);
@@ -138,7 +161,10 @@ fn stream_report(path: &Path, cats: Categories, filter: &Filter, format: crate::
 fn why_text(args: &ReportArgs, id: u32) -> Result<String, RecordError> {
     let json: serde_json::Value = parse_profile(&args.path).map_err(|e| match e {
         Unreadable::File(e) => RecordError::Usage(e.to_string()),
-        Unreadable::Json(e) => RecordError::Usage(format!("{}: not a processed profile ({e})", args.path.display())),
+        Unreadable::Json(e) => RecordError::Usage(format!(
+            "{}: not a processed profile ({e})",
+            args.path.display()
+        )),
     })?;
     let threads = why::Threads::read(&json);
     let tids = threads.resolve(id);
@@ -149,12 +175,21 @@ fn why_text(args: &ReportArgs, id: u32) -> Result<String, RecordError> {
             args.path.display()
         )));
     }
-    let (from, to) = (args.from.unwrap_or(f64::NEG_INFINITY), args.to.unwrap_or(f64::INFINITY));
+    let (from, to) = (
+        args.from.unwrap_or(f64::NEG_INFINITY),
+        args.to.unwrap_or(f64::INFINITY),
+    );
     let why = threads.why(&tids, from, to, args.top.clamp(1, 20));
     Ok(match args.format {
         crate::cli::ReportFormat::Json => why::render_json(&threads, id, &tids, &why),
-        crate::cli::ReportFormat::Text => why::render_text(&threads, id, &tids, &why, args.top.max(1)),
-        crate::cli::ReportFormat::Folded => return Err(RecordError::Usage("--why writes text or json; --format folded is for CPU stacks".into())),
+        crate::cli::ReportFormat::Text => {
+            why::render_text(&threads, id, &tids, &why, args.top.max(1))
+        }
+        crate::cli::ReportFormat::Folded => {
+            return Err(RecordError::Usage(
+                "--why writes text or json; --format folded is for CPU stacks".into(),
+            ))
+        }
     })
 }
 
@@ -169,9 +204,14 @@ fn write_out(args: &ReportArgs, text: &str) -> Result<i32, RecordError> {
             use std::io::Write;
             let mut stdout = std::io::stdout().lock();
             // A closed pipe (`| head`) is the reader's choice, not an error.
-            if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|_| stdout.flush()) {
+            if let Err(e) = stdout
+                .write_all(text.as_bytes())
+                .and_then(|_| stdout.flush())
+            {
                 if e.kind() != std::io::ErrorKind::BrokenPipe {
-                    return Err(RecordError::Internal(format!("cannot write the report: {e}")));
+                    return Err(RecordError::Internal(format!(
+                        "cannot write the report: {e}"
+                    )));
                 }
             }
         }
@@ -181,14 +221,19 @@ fn write_out(args: &ReportArgs, text: &str) -> Result<i32, RecordError> {
 
 /// What a profile's parse failing says: `path` is not one.
 fn not_a_profile(path: &Path, what: String) -> RecordError {
-    RecordError::Usage(format!("{}: {what}; give a profile written by sysprof record or sysprof show", path.display()))
+    RecordError::Usage(format!(
+        "{}: {what}; give a profile written by sysprof record or sysprof show",
+        path.display()
+    ))
 }
 
 /// A parse error of the file at `path` as one line.
 fn unreadable(path: &Path, e: Unreadable) -> RecordError {
     match e {
         Unreadable::File(e) if e.says_what_to_do() => RecordError::Usage(e.to_string()),
-        Unreadable::File(e) => RecordError::Usage(format!("{e}; give a profile written by sysprof record or sysprof show")),
+        Unreadable::File(e) => RecordError::Usage(format!(
+            "{e}; give a profile written by sysprof record or sysprof show"
+        )),
         Unreadable::Json(e) => not_a_profile(path, format!("not a processed profile ({e})")),
     }
 }
@@ -199,19 +244,41 @@ fn unreadable(path: &Path, e: Unreadable) -> RecordError {
 /// the profile's `meta`, its category names escaped. The file is read as
 /// it is inflated ([`crate::profile::input`]'s limit), never held.
 fn each_thread(path: &Path, each: impl FnMut(&Thread)) -> Result<Meta, RecordError> {
-    let reader = crate::profile::input::open_profile(path).map_err(|e| unreadable(path, Unreadable::File(e)))?;
+    let reader = crate::profile::input::open_profile(path)
+        .map_err(|e| unreadable(path, Unreadable::File(e)))?;
     let watch = reader.watch();
-    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 16, reader));
-    let mut sink = Checked { each, inconsistent: None, meta: None };
-    let parsed = crate::profile::input::read_threads(&mut de, &mut sink).and_then(|shape| de.end().map(|()| shape));
+    let mut de =
+        serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 16, reader));
+    let mut sink = Checked {
+        each,
+        inconsistent: None,
+        meta: None,
+    };
+    let parsed = crate::profile::input::read_threads(&mut de, &mut sink)
+        .and_then(|shape| de.end().map(|()| shape));
     if let Some(name) = sink.inconsistent {
-        return Err(not_a_profile(path, format!("thread {name} has tables of different lengths or indexes out of range")));
+        return Err(not_a_profile(
+            path,
+            format!("thread {name} has tables of different lengths or indexes out of range"),
+        ));
     }
     match parsed {
         // No threads at all reports as a profile of none.
-        Ok(crate::profile::input::ThreadsShape::Array | crate::profile::input::ThreadsShape::Missing) => {}
-        Ok(crate::profile::input::ThreadsShape::NotArray) => return Err(not_a_profile(path, "its threads are not an array".into())),
-        Err(e) => return Err(unreadable(path, watch.error(&e).map_or(Unreadable::Json(e), Unreadable::File))),
+        Ok(
+            crate::profile::input::ThreadsShape::Array
+            | crate::profile::input::ThreadsShape::Missing,
+        ) => {}
+        Ok(crate::profile::input::ThreadsShape::NotArray) => {
+            return Err(not_a_profile(path, "its threads are not an array".into()))
+        }
+        Err(e) => {
+            return Err(unreadable(
+                path,
+                watch
+                    .error(&e)
+                    .map_or(Unreadable::Json(e), Unreadable::File),
+            ))
+        }
     }
     match sink.meta {
         Some(Ok(mut meta)) => {
@@ -220,8 +287,14 @@ fn each_thread(path: &Path, each: impl FnMut(&Thread)) -> Result<Meta, RecordErr
             }
             Ok(meta)
         }
-        Some(Err(e)) => Err(not_a_profile(path, format!("not a processed profile (meta: {e})"))),
-        None => Err(not_a_profile(path, "not a processed profile (it has no meta)".into())),
+        Some(Err(e)) => Err(not_a_profile(
+            path,
+            format!("not a processed profile (meta: {e})"),
+        )),
+        None => Err(not_a_profile(
+            path,
+            "not a processed profile (it has no meta)".into(),
+        )),
     }
 }
 
@@ -266,7 +339,13 @@ fn load(path: &Path) -> Result<Profile, RecordError> {
     for t in &mut profile.threads {
         escape_thread(t);
         if !t.consistent() {
-            return Err(not_a_profile(path, format!("thread {} has tables of different lengths or indexes out of range", t.name)));
+            return Err(not_a_profile(
+                path,
+                format!(
+                    "thread {} has tables of different lengths or indexes out of range",
+                    t.name
+                ),
+            ));
         }
     }
     Ok(profile)
@@ -309,7 +388,9 @@ fn escape_thread(t: &mut Thread) {
     t.string_array.iter_mut().for_each(escape_in_place);
     for d in t.markers.data.iter_mut().flatten() {
         match d {
-            MarkerData::OffCpu { waker, .. } | MarkerData::ShortWaits { waker, .. } => escape_in_place(waker),
+            MarkerData::OffCpu { waker, .. } | MarkerData::ShortWaits { waker, .. } => {
+                escape_in_place(waker)
+            }
             MarkerData::Io { device, .. } => escape_in_place(device),
             MarkerData::OnCpu { .. } | MarkerData::CpuIdle { .. } | MarkerData::Other => {}
         }
@@ -325,7 +406,9 @@ struct Filter {
 
 impl Filter {
     fn admits(&self, t: &Thread) -> bool {
-        let (Some(pid), Some(tid)) = (t.pid(), t.tid()) else { return false };
+        let (Some(pid), Some(tid)) = (t.pid(), t.tid()) else {
+            return false;
+        };
         if !self.pids.is_empty() && !self.pids.contains(&pid) {
             return false;
         }
@@ -336,7 +419,16 @@ impl Filter {
             // The track's process name carries its container or service:
             // `c` names the process when that is what the writer would
             // show for a process named `c` in the thread's cgroup.
-            Some(c) => t.name == *c || t.process_name() == c || t.process_name() == crate::escape::escape(&process_display_name(c, t.cgroup.as_deref(), false)),
+            Some(c) => {
+                t.name == *c
+                    || t.process_name() == c
+                    || t.process_name()
+                        == crate::escape::escape(&process_display_name(
+                            c,
+                            t.cgroup.as_deref(),
+                            false,
+                        ))
+            }
             None => true,
         }
     }
@@ -356,4 +448,3 @@ impl Filter {
         parts.join(", ")
     }
 }
-

@@ -6,8 +6,9 @@ use std::path::Path;
 use super::histogram::Log2Histogram;
 use super::read::ThreadRead;
 use super::*;
-use crate::profile::schema::{Category, FrameTable, FuncTable, Meta, ResourceTable, Samples, StackTable};
-
+use crate::profile::schema::{
+    Category, FrameTable, FuncTable, Meta, ResourceTable, Samples, StackTable,
+};
 
 /// Check that the log2 buckets are BCC's: 0-1, 2-3, 4-7, ...
 #[test]
@@ -25,7 +26,12 @@ fn histogram_buckets_are_powers_of_two() {
     assert_eq!(text.lines().count(), 1 + 10);
 }
 
-fn thread(stacks: &[(Option<u32>, u32)], frames: &[(u32, u32)], funcs: &[&str], samples: &[u32]) -> Thread {
+fn thread(
+    stacks: &[(Option<u32>, u32)],
+    frames: &[(u32, u32)],
+    funcs: &[&str],
+    samples: &[u32],
+) -> Thread {
     let mut strings: Vec<String> = funcs.iter().map(|s| s.to_string()).collect();
     strings.push("libx.so".into());
     Thread {
@@ -33,19 +39,52 @@ fn thread(stacks: &[(Option<u32>, u32)], frames: &[(u32, u32)], funcs: &[&str], 
         pid: "7".into(),
         tid: 8,
         process_name: Some("proc".into()),
-        stack_table: StackTable { prefix: stacks.iter().map(|s| s.0).collect(), frame: stacks.iter().map(|s| s.1).collect(), ..Default::default() },
-        frame_table: FrameTable { func: frames.iter().map(|f| f.0).collect(), category: frames.iter().map(|f| Some(f.1)).collect(), ..Default::default() },
-        func_table: FuncTable { name: (0..funcs.len() as u32).collect(), resource: vec![0; funcs.len()], ..Default::default() },
-        resource_table: ResourceTable { name: vec![funcs.len() as u32], ..Default::default() },
-        samples: Samples { stack: samples.iter().map(|&s| Some(s)).collect(), ..Default::default() },
+        stack_table: StackTable {
+            prefix: stacks.iter().map(|s| s.0).collect(),
+            frame: stacks.iter().map(|s| s.1).collect(),
+            ..Default::default()
+        },
+        frame_table: FrameTable {
+            func: frames.iter().map(|f| f.0).collect(),
+            category: frames.iter().map(|f| Some(f.1)).collect(),
+            ..Default::default()
+        },
+        func_table: FuncTable {
+            name: (0..funcs.len() as u32).collect(),
+            resource: vec![0; funcs.len()],
+            ..Default::default()
+        },
+        resource_table: ResourceTable {
+            name: vec![funcs.len() as u32],
+            ..Default::default()
+        },
+        samples: Samples {
+            stack: samples.iter().map(|&s| Some(s)).collect(),
+            ..Default::default()
+        },
         string_array: strings,
         ..Default::default()
     }
 }
 
 fn meta() -> Meta {
-    let cat = |n: &str| Category { name: n.into(), ..Default::default() };
-    Meta { interval: 1.0, profiling_start_time: Some(0.0), profiling_end_time: Some(10.0), categories: vec![cat("Other"), cat("Idle"), cat("User"), cat("Kernel"), cat("Off-CPU")], ..Default::default() }
+    let cat = |n: &str| Category {
+        name: n.into(),
+        ..Default::default()
+    };
+    Meta {
+        interval: 1.0,
+        profiling_start_time: Some(0.0),
+        profiling_end_time: Some(10.0),
+        categories: vec![
+            cat("Other"),
+            cat("Idle"),
+            cat("User"),
+            cat("Kernel"),
+            cat("Off-CPU"),
+        ],
+        ..Default::default()
+    }
 }
 
 /// Check self and total on a small tree: main -> a -> a (recursion) and
@@ -53,22 +92,58 @@ fn meta() -> Meta {
 #[test]
 fn self_and_total_count_each_function_once_per_sample() {
     // funcs: 0 main, 1 a, 2 b; frames: one per func, user category.
-    let t = thread(&[(None, 0), (Some(0), 1), (Some(1), 1), (Some(0), 2)], &[(0, 2), (1, 2), (2, 2)], &["main", "a", "b"], &[2, 2, 2, 3]);
-    let profile = Profile { meta: meta(), threads: vec![t], ..Default::default() };
+    let t = thread(
+        &[(None, 0), (Some(0), 1), (Some(1), 1), (Some(0), 2)],
+        &[(0, 2), (1, 2), (2, 2)],
+        &["main", "a", "b"],
+        &[2, 2, 2, 3],
+    );
+    let profile = Profile {
+        meta: meta(),
+        threads: vec![t],
+        ..Default::default()
+    };
     assert!(profile.threads[0].consistent());
-    let filter = Filter { pids: vec![], tids: vec![], comm: None };
+    let filter = Filter {
+        pids: vec![],
+        tids: vec![],
+        comm: None,
+    };
     let text = text::report(&profile, &filter, 10, Path::new("p.json"));
     let line = |title: &str, func: &str| -> String {
-        let section = text.split("## ").find(|s| s.starts_with(title)).unwrap_or_else(|| panic!("{text}"));
-        section.lines().find(|l| l.ends_with(&format!(" {func} [libx.so]"))).unwrap_or_else(|| panic!("{func} in {section}")).to_string()
+        let section = text
+            .split("## ")
+            .find(|s| s.starts_with(title))
+            .unwrap_or_else(|| panic!("{text}"));
+        section
+            .lines()
+            .find(|l| l.ends_with(&format!(" {func} [libx.so]")))
+            .unwrap_or_else(|| panic!("{func} in {section}"))
+            .to_string()
     };
     let columns = |l: String| l.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
-    assert_eq!(columns(line("Top functions by self", "a")), "75.0% 75.0% 3", "{text}");
-    assert_eq!(columns(line("Top functions by total", "main")), "100.0% 0.0% 4", "{text}");
-    assert_eq!(columns(line("Top functions by total", "b")), "25.0% 25.0% 1", "{text}");
+    assert_eq!(
+        columns(line("Top functions by self", "a")),
+        "75.0% 75.0% 3",
+        "{text}"
+    );
+    assert_eq!(
+        columns(line("Top functions by total", "main")),
+        "100.0% 0.0% 4",
+        "{text}"
+    );
+    assert_eq!(
+        columns(line("Top functions by total", "b")),
+        "25.0% 25.0% 1",
+        "{text}"
+    );
     let folded = folded::folded(&profile, &filter);
     assert_eq!(folded, "proc;main;a;a 3\nproc;main;b 1\n");
-    let other = Filter { pids: vec![9], tids: vec![], comm: None };
+    let other = Filter {
+        pids: vec![9],
+        tids: vec![],
+        comm: None,
+    };
     assert!(text::report(&profile, &other, 10, Path::new("p.json")).contains("no thread matches"));
 }
 
@@ -99,7 +174,10 @@ fn absurd_durations_do_not_overflow_the_histogram() {
     let mut text = String::new();
     h.write(&mut text, "usecs");
     assert_eq!(h.total(), 5);
-    assert!(text.contains("4611686018427387904 -> 9223372036854775807"), "{text}");
+    assert!(
+        text.contains("4611686018427387904 -> 9223372036854775807"),
+        "{text}"
+    );
 }
 
 /// Check that the report and the folded stacks of the profile writer's
@@ -111,8 +189,16 @@ fn absurd_durations_do_not_overflow_the_histogram() {
 fn the_golden_profile_reports_as_before() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/profile/testdata/");
     let profile = load(&Path::new(dir).join("full_recording.json")).unwrap();
-    let all = Filter { pids: vec![], tids: vec![], comm: None };
-    let nginx = Filter { pids: vec![], tids: vec![], comm: Some("nginx".into()) };
+    let all = Filter {
+        pids: vec![],
+        tids: vec![],
+        comm: None,
+    };
+    let nginx = Filter {
+        pids: vec![],
+        tids: vec![],
+        comm: Some("nginx".into()),
+    };
     let text = [
         text::report(&profile, &all, 10, Path::new("golden.json")),
         folded::folded(&profile, &all),
@@ -120,12 +206,19 @@ fn the_golden_profile_reports_as_before() {
         folded::folded(&profile, &nginx),
     ]
     .join("\n----\n");
-    let expected = concat!(env!("CARGO_MANIFEST_DIR"), "/src/profile/testdata/full_recording.report.txt");
+    let expected = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/profile/testdata/full_recording.report.txt"
+    );
     if std::env::var_os("SYSPROF_BLESS").is_some() {
         std::fs::write(expected, &text).unwrap();
         return;
     }
-    assert!(folded::folded(&profile, &nginx).starts_with("nginx [container abababababab];main;work;helper 1\n"), "{text}");
+    assert!(
+        folded::folded(&profile, &nginx)
+            .starts_with("nginx [container abababababab];main;work;helper 1\n"),
+        "{text}"
+    );
     assert_eq!(text, std::fs::read_to_string(expected).unwrap());
     // What `sysprof report` writes, reading the file a thread at a time, is the same.
     let path = Path::new(dir).join("full_recording.json");
@@ -133,12 +226,20 @@ fn the_golden_profile_reports_as_before() {
     let (text_all, matched) = streamed(&all, crate::cli::ReportFormat::Text);
     assert!(matched);
     assert_eq!(text_all, text::report(&profile, &all, 10, &path));
-    assert_eq!(streamed(&nginx, crate::cli::ReportFormat::Folded), (folded::folded(&profile, &nginx), true));
-    let nobody = Filter { pids: vec![999_999], tids: vec![], comm: None };
+    assert_eq!(
+        streamed(&nginx, crate::cli::ReportFormat::Folded),
+        (folded::folded(&profile, &nginx), true)
+    );
+    let nobody = Filter {
+        pids: vec![999_999],
+        tids: vec![],
+        comm: None,
+    };
     assert!(!streamed(&nobody, crate::cli::ReportFormat::Text).1);
     // A profile whose categories stand elsewhere (counted first as
     // sysprof's writer places them, then again by its meta) reads the same.
-    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let categories = json["meta"]["categories"].as_array_mut().unwrap();
     let n = categories.len() as u64;
     categories.reverse();
@@ -149,11 +250,15 @@ fn the_golden_profile_reports_as_before() {
             }
         }
     }
-    let moved = std::env::temp_dir().join(format!("sysprof-report-moved-{}.json", std::process::id()));
+    let moved =
+        std::env::temp_dir().join(format!("sysprof-report-moved-{}.json", std::process::id()));
     std::fs::write(&moved, json.to_string()).unwrap();
     let (text_moved, _) = report_file(&moved, &all, crate::cli::ReportFormat::Text, 10).unwrap();
     assert_eq!(text_moved, text::report(&profile, &all, 10, &moved));
-    assert_eq!(report_file(&moved, &nginx, crate::cli::ReportFormat::Folded, 10).unwrap(), (folded::folded(&profile, &nginx), true));
+    assert_eq!(
+        report_file(&moved, &nginx, crate::cli::ReportFormat::Folded, 10).unwrap(),
+        (folded::folded(&profile, &nginx), true)
+    );
     let _ = std::fs::remove_file(&moved);
 }
 
@@ -174,8 +279,15 @@ fn reads_the_format_leniently() {
     let profile: Profile = serde_json::from_str(json).unwrap();
     let t = &profile.threads[0];
     assert!(t.consistent());
-    assert_eq!((t.pid(), t.tid(), t.process_name()), (Some(7), Some(8), "t"));
+    assert_eq!(
+        (t.pid(), t.tid(), t.process_name()),
+        (Some(7), Some(8), "t")
+    );
     assert!(matches!(t.markers.data[1], Some(MarkerData::Other)));
-    let all = Filter { pids: vec![], tids: vec![], comm: None };
+    let all = Filter {
+        pids: vec![],
+        tids: vec![],
+        comm: None,
+    };
     assert_eq!(folded::folded(&profile, &all), "t;main 1\n");
 }

@@ -58,7 +58,10 @@ impl Functions {
             return id;
         }
         let id = self.keys.len();
-        self.ids.entry(name.to_string()).or_default().insert(lib.to_string(), id);
+        self.ids
+            .entry(name.to_string())
+            .or_default()
+            .insert(lib.to_string(), id);
         self.keys.push((name.to_string(), lib.to_string()));
         self.self_samples.push(0);
         self.total_samples.push(0);
@@ -126,7 +129,9 @@ impl Tally {
         let mut by_reason: BTreeMap<String, f64> = BTreeMap::new();
         for (&stack, &ms) in &counts.off_cpu_ms {
             let leaf = t.frame_table.func[t.stack_table.frame[stack as usize] as usize];
-            *by_reason.entry(off_cpu_reason(t.func_name(leaf)).to_string()).or_default() += ms;
+            *by_reason
+                .entry(off_cpu_reason(t.func_name(leaf)).to_string())
+                .or_default() += ms;
         }
         let mut run_delays_us = Vec::new();
         for (i, data) in t.markers.data.iter().enumerate() {
@@ -135,13 +140,19 @@ impl Tally {
                 _ => 0.0,
             };
             match data {
-                Some(MarkerData::OffCpu { run_delay, waker, .. }) => {
+                Some(MarkerData::OffCpu {
+                    run_delay, waker, ..
+                }) => {
                     self.off_cpu_markers += 1;
                     if let Some(d) = run_delay {
                         run_delays_us.push(d * 1e3);
                     }
                     // The writer's dash: no wakeup (preempted), or one not seen.
-                    let waker = if waker == "—" { "(none seen: preempted, or woken before the wait was traced)" } else { waker.as_str() };
+                    let waker = if waker == "—" {
+                        "(none seen: preempted, or woken before the wait was traced)"
+                    } else {
+                        waker.as_str()
+                    };
                     if !self.wakers.contains_key(waker) {
                         self.wakers.insert(waker.to_string(), (0, 0.0));
                     }
@@ -151,16 +162,30 @@ impl Tally {
                 }
                 Some(MarkerData::Io { device, .. }) => {
                     if !self.io_by_device.contains_key(device.as_str()) {
-                        self.io_by_device.insert(device.clone(), Log2Histogram::default());
+                        self.io_by_device
+                            .insert(device.clone(), Log2Histogram::default());
                     }
-                    self.io_by_device.get_mut(device.as_str()).expect("inserted").add(span * 1e3);
+                    self.io_by_device
+                        .get_mut(device.as_str())
+                        .expect("inserted")
+                        .add(span * 1e3);
                 }
                 _ => {}
             }
         }
         if !by_reason.is_empty() || !run_delays_us.is_empty() {
-            let label = format!("{} ({}) pid {} tid {}", t.name, t.process_name(), t.pid().unwrap_or(0), t.tid().unwrap_or(0));
-            self.threads.push(ThreadRow { label, off_cpu_by_reason: by_reason, run_delays_us });
+            let label = format!(
+                "{} ({}) pid {} tid {}",
+                t.name,
+                t.process_name(),
+                t.pid().unwrap_or(0),
+                t.tid().unwrap_or(0)
+            );
+            self.threads.push(ThreadRow {
+                label,
+                off_cpu_by_reason: by_reason,
+                run_delays_us,
+            });
         }
     }
 }
@@ -175,7 +200,10 @@ pub(super) struct TextReport {
 impl TextReport {
     /// A report of a profile whose categories are `cats`.
     pub(super) fn new(cats: Categories) -> TextReport {
-        TextReport { cats, tally: Tally::default() }
+        TextReport {
+            cats,
+            tally: Tally::default(),
+        }
     }
 
     /// Count a thread the filter admits.
@@ -207,7 +235,12 @@ impl TextReport {
 /// The report of the threads `filter` admits, `top` rows a table, from a
 /// profile held whole.
 #[cfg(test)]
-pub(super) fn report(profile: &crate::profile::schema::Profile, filter: &Filter, top: usize, path: &Path) -> String {
+pub(super) fn report(
+    profile: &crate::profile::schema::Profile,
+    filter: &Filter,
+    top: usize,
+    path: &Path,
+) -> String {
     let mut r = TextReport::new(Categories::of(&profile.meta));
     for t in profile.threads.iter().filter(|t| filter.admits(t)) {
         r.add(t);
@@ -240,13 +273,28 @@ fn write_header(out: &mut String, meta: &Meta, tally: &Tally, filter: &Filter, p
 /// CPU per process.
 fn write_processes(out: &mut String, processes: &BTreeMap<u32, ProcessRow>, top: usize) {
     let _ = writeln!(out, "\n## CPU by process (samples; CPU ms as the kernel accounted it for the sampled intervals)");
-    let _ = writeln!(out, "{:>9} {:>7} {:>10} {:>11} {:>8}  {:<7} process", "samples", "share", "CPU ms", "off-CPU ms", "threads", "pid");
+    let _ = writeln!(
+        out,
+        "{:>9} {:>7} {:>10} {:>11} {:>8}  {:<7} process",
+        "samples", "share", "CPU ms", "off-CPU ms", "threads", "pid"
+    );
     let mut rows: Vec<(&u32, &ProcessRow)> = processes.iter().collect();
-    rows.sort_by(|a, b| (b.1.cpu_samples + b.1.idle_samples).cmp(&(a.1.cpu_samples + a.1.idle_samples)).then(a.0.cmp(b.0)));
-    let all_samples: u64 = processes.values().map(|p| p.cpu_samples + p.idle_samples).sum();
+    rows.sort_by(|a, b| {
+        (b.1.cpu_samples + b.1.idle_samples)
+            .cmp(&(a.1.cpu_samples + a.1.idle_samples))
+            .then(a.0.cmp(b.0))
+    });
+    let all_samples: u64 = processes
+        .values()
+        .map(|p| p.cpu_samples + p.idle_samples)
+        .sum();
     for (pid, p) in rows.iter().take(top) {
         let n = p.cpu_samples + p.idle_samples;
-        let name = if **pid == 0 { format!("{} (idle)", p.name) } else { p.name.clone() };
+        let name = if **pid == 0 {
+            format!("{} (idle)", p.name)
+        } else {
+            p.name.clone()
+        };
         let _ = writeln!(
             out,
             "{n:>9} {:>6.1}% {:>10.1} {:>11.1} {:>8}  {pid:<7} {name}",
@@ -257,7 +305,12 @@ fn write_processes(out: &mut String, processes: &BTreeMap<u32, ProcessRow>, top:
         );
     }
     if rows.len() > top {
-        let _ = writeln!(out, "{:>9} ({} more processes; --top N shows more)", "", rows.len() - top);
+        let _ = writeln!(
+            out,
+            "{:>9} ({} more processes; --top N shows more)",
+            "",
+            rows.len() - top
+        );
     }
 }
 
@@ -266,38 +319,84 @@ fn write_functions(out: &mut String, functions: &Functions, cpu_samples_all: u64
     let func_keys = &functions.keys;
     let by = |column: &Vec<u64>, other: &Vec<u64>, title: &str, out: &mut String| {
         let mut order: Vec<usize> = (0..func_keys.len()).filter(|&i| column[i] > 0).collect();
-        order.sort_by(|&a, &b| column[b].cmp(&column[a]).then(func_keys[a].cmp(&func_keys[b])));
-        let _ = writeln!(out, "\n## Top functions by {title} (of {cpu_samples_all} CPU samples, idle left out)");
-        let _ = writeln!(out, "{:>7} {:>7} {:>9}  function [library]", if title == "self" { "self" } else { "total" }, if title == "self" { "total" } else { "self" }, "samples");
+        order.sort_by(|&a, &b| {
+            column[b]
+                .cmp(&column[a])
+                .then(func_keys[a].cmp(&func_keys[b]))
+        });
+        let _ = writeln!(
+            out,
+            "\n## Top functions by {title} (of {cpu_samples_all} CPU samples, idle left out)"
+        );
+        let _ = writeln!(
+            out,
+            "{:>7} {:>7} {:>9}  function [library]",
+            if title == "self" { "self" } else { "total" },
+            if title == "self" { "total" } else { "self" },
+            "samples"
+        );
         for &i in order.iter().take(top) {
             let (name, lib) = (func_keys[i].0.as_str(), func_keys[i].1.as_str());
             let lib = lib.rsplit('/').next().unwrap_or(lib);
             // `[kernel.kallsyms]`, `[vdso]` are bracketed already.
-            let lib = if lib.starts_with('[') { lib.to_string() } else if lib.is_empty() { String::new() } else { format!("[{lib}]") };
+            let lib = if lib.starts_with('[') {
+                lib.to_string()
+            } else if lib.is_empty() {
+                String::new()
+            } else {
+                format!("[{lib}]")
+            };
             let _ = writeln!(
                 out,
                 "{:>6.1}% {:>6.1}% {:>9}  {name}{}",
                 percent(column[i], cpu_samples_all),
                 percent(other[i], cpu_samples_all),
                 column[i],
-                if lib.is_empty() { String::new() } else { format!(" {lib}") }
+                if lib.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {lib}")
+                }
             );
         }
     };
-    by(&functions.self_samples, &functions.total_samples, "self", out);
-    by(&functions.total_samples, &functions.self_samples, "total", out);
+    by(
+        &functions.self_samples,
+        &functions.total_samples,
+        "self",
+        out,
+    );
+    by(
+        &functions.total_samples,
+        &functions.self_samples,
+        "total",
+        out,
+    );
 }
 
 /// Off-CPU time by reason, per thread.
 fn write_off_cpu(out: &mut String, threads: &[ThreadRow], top: usize) {
-    let mut off: Vec<&ThreadRow> = threads.iter().filter(|t| !t.off_cpu_by_reason.is_empty()).collect();
+    let mut off: Vec<&ThreadRow> = threads
+        .iter()
+        .filter(|t| !t.off_cpu_by_reason.is_empty())
+        .collect();
     if !off.is_empty() {
         let total = |t: &ThreadRow| t.off_cpu_by_reason.values().sum::<f64>();
         off.sort_by(|a, b| total(b).total_cmp(&total(a)));
         let _ = writeln!(out, "\n## Off-CPU time by reason, per thread (ms; every wait, the short ones summed in the kernel)");
         for t in off.iter().take(top) {
-            let reasons: Vec<String> = t.off_cpu_by_reason.iter().map(|(r, ms)| format!("{r} {ms:.1}")).collect();
-            let _ = writeln!(out, "{:>10.1}  {}: {}", total(t), t.label, reasons.join(", "));
+            let reasons: Vec<String> = t
+                .off_cpu_by_reason
+                .iter()
+                .map(|(r, ms)| format!("{r} {ms:.1}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "{:>10.1}  {}: {}",
+                total(t),
+                t.label,
+                reasons.join(", ")
+            );
         }
         if off.len() > top {
             let _ = writeln!(out, "{:>10} ({} more threads)", "", off.len() - top);
@@ -306,11 +405,19 @@ fn write_off_cpu(out: &mut String, threads: &[ThreadRow], top: usize) {
 }
 
 /// The top wakers.
-fn write_wakers(out: &mut String, wakers: FxHashMap<String, (u64, f64)>, off_cpu_markers: u64, top: usize) {
+fn write_wakers(
+    out: &mut String,
+    wakers: FxHashMap<String, (u64, f64)>,
+    off_cpu_markers: u64,
+    top: usize,
+) {
     if !wakers.is_empty() {
         let mut order: Vec<(String, (u64, f64))> = wakers.into_iter().collect();
         order.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
-        let _ = writeln!(out, "\n## Top wakers (of {off_cpu_markers} waits long enough for a marker)");
+        let _ = writeln!(
+            out,
+            "\n## Top wakers (of {off_cpu_markers} waits long enough for a marker)"
+        );
         let _ = writeln!(out, "{:>9} {:>12}  waker", "wakeups", "woken ms");
         for (waker, (n, ms)) in order.iter().take(top) {
             let _ = writeln!(out, "{n:>9} {ms:>12.1}  {waker}");
@@ -321,7 +428,10 @@ fn write_wakers(out: &mut String, wakers: FxHashMap<String, (u64, f64)>, off_cpu
 /// Block I/O latency per device.
 fn write_io(out: &mut String, io_by_device: &BTreeMap<String, Log2Histogram>) {
     if !io_by_device.is_empty() {
-        let _ = writeln!(out, "\n## Block I/O latency per device, from creation to completion (as biolatency -Q)");
+        let _ = writeln!(
+            out,
+            "\n## Block I/O latency per device, from creation to completion (as biolatency -Q)"
+        );
         for (device, h) in io_by_device {
             let _ = writeln!(out, "\ndevice {device}: {} requests", h.total());
             h.write(out, "usecs");
@@ -331,7 +441,10 @@ fn write_io(out: &mut String, io_by_device: &BTreeMap<String, Log2Histogram>) {
 
 /// Run-queue delay per thread, for the threads that waited most.
 fn write_run_queue(out: &mut String, threads: &[ThreadRow], top: usize) {
-    let mut delayed: Vec<&ThreadRow> = threads.iter().filter(|t| !t.run_delays_us.is_empty()).collect();
+    let mut delayed: Vec<&ThreadRow> = threads
+        .iter()
+        .filter(|t| !t.run_delays_us.is_empty())
+        .collect();
     if !delayed.is_empty() {
         let total = |t: &ThreadRow| t.run_delays_us.iter().sum::<f64>();
         delayed.sort_by(|a, b| total(b).total_cmp(&total(a)));
@@ -340,7 +453,13 @@ fn write_run_queue(out: &mut String, threads: &[ThreadRow], top: usize) {
         for t in delayed.iter().take(shown) {
             let mut h = Log2Histogram::default();
             t.run_delays_us.iter().for_each(|&us| h.add(us));
-            let _ = writeln!(out, "\n{}: {} waits, {:.1} ms of them runnable, waiting for a CPU", t.label, h.total(), total(t) / 1e3);
+            let _ = writeln!(
+                out,
+                "\n{}: {} waits, {:.1} ms of them runnable, waiting for a CPU",
+                t.label,
+                h.total(),
+                total(t) / 1e3
+            );
             h.write(out, "usecs");
         }
     }

@@ -119,10 +119,18 @@ pub struct Threads {
 impl Threads {
     /// Read them from a profile's JSON; tracks of no process are skipped.
     pub fn read(profile: &Value) -> Threads {
-        let categories: Vec<&str> = profile["meta"]["categories"].as_array().map(|c| c.iter().map(|c| c["name"].as_str().unwrap_or("")).collect()).unwrap_or_default();
+        let categories: Vec<&str> = profile["meta"]["categories"]
+            .as_array()
+            .map(|c| c.iter().map(|c| c["name"].as_str().unwrap_or("")).collect())
+            .unwrap_or_default();
         let mut threads = FxHashMap::default();
         for t in profile["threads"].as_array().into_iter().flatten() {
-            let (Some(pid), Some(tid)) = (t["pid"].as_str().and_then(|p| p.parse().ok()), t["tid"].as_u64()) else { continue };
+            let (Some(pid), Some(tid)) = (
+                t["pid"].as_str().and_then(|p| p.parse().ok()),
+                t["tid"].as_u64(),
+            ) else {
+                continue;
+            };
             let text = |v: &Value| crate::escape::escape(v.as_str().unwrap_or("")).into_owned();
             let mut facts = ThreadFacts {
                 pid,
@@ -134,7 +142,10 @@ impl Threads {
             read_samples(t, &categories, &mut facts);
             threads.insert(tid as u32, facts);
         }
-        Threads { threads, steps: std::cell::Cell::new(MAX_STEPS) }
+        Threads {
+            threads,
+            steps: std::cell::Cell::new(MAX_STEPS),
+        }
     }
 
     /// The tids `id` names: the thread with that tid, else every thread of
@@ -143,7 +154,12 @@ impl Threads {
         if self.threads.contains_key(&id) {
             return vec![id];
         }
-        let mut tids: Vec<u32> = self.threads.iter().filter(|(_, t)| t.pid == id).map(|(&tid, _)| tid).collect();
+        let mut tids: Vec<u32> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| t.pid == id)
+            .map(|(&tid, _)| tid)
+            .collect();
         tids.sort_unstable();
         tids
     }
@@ -163,14 +179,19 @@ impl Threads {
 
     /// The most sampled leaf functions of `tid` between `from` and `to`.
     pub fn top_leaves(&self, tid: u32, spans: &[(f64, f64)], n: usize) -> Vec<(String, usize)> {
-        let Some(t) = self.threads.get(&tid) else { return Vec::new() };
+        let Some(t) = self.threads.get(&tid) else {
+            return Vec::new();
+        };
         let mut counts: FxHashMap<&str, usize> = FxHashMap::default();
         for (time, leaf) in &t.samples {
             if spans.iter().any(|&(a, b)| *time >= a && *time <= b) {
                 *counts.entry(leaf).or_default() += 1;
             }
         }
-        let mut v: Vec<(String, usize)> = counts.into_iter().map(|(k, c)| (k.to_string(), c)).collect();
+        let mut v: Vec<(String, usize)> = counts
+            .into_iter()
+            .map(|(k, c)| (k.to_string(), c))
+            .collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         v.truncate(n);
         v
@@ -182,7 +203,9 @@ impl Threads {
         let mut blame: FxHashMap<Culprit, f64> = FxHashMap::default();
         let mut each: Vec<(f64, f64, String, Vec<(Culprit, f64)>)> = Vec::new();
         for &tid in tids {
-            let Some(t) = self.threads.get(&tid) else { continue };
+            let Some(t) = self.threads.get(&tid) else {
+                continue;
+            };
             for w in &t.waits {
                 let (a, b) = (w.start.max(from), w.end.min(to));
                 if a >= b {
@@ -200,7 +223,9 @@ impl Threads {
                 each.push((a, b - a, w.reason.clone(), sorted(own)));
             }
             for r in &t.short {
-                let Some((a, b, share)) = overlap(r, from, to) else { continue };
+                let Some((a, b, share)) = overlap(r, from, to) else {
+                    continue;
+                };
                 why.waits += (r.count * share).round() as usize;
                 why.off_cpu_ms += r.off_cpu * share;
                 let mut chain = vec![tid];
@@ -216,10 +241,23 @@ impl Threads {
     }
 
     /// Charge `[a, b]` of wait `w` of thread `tid`.
-    fn charge_wait(&self, tid: u32, w: &Wait, a: f64, b: f64, chain: &mut Vec<u32>, out: &mut FxHashMap<Culprit, f64>) {
+    fn charge_wait(
+        &self,
+        tid: u32,
+        w: &Wait,
+        a: f64,
+        b: f64,
+        chain: &mut Vec<u32>,
+        out: &mut FxHashMap<Culprit, f64>,
+    ) {
         let mut put = |what: &'static str, who: u32, device: Option<String>, ms: f64| {
             if ms > 0.0 {
-                *out.entry(Culprit { tid: who, what, device }).or_default() += ms;
+                *out.entry(Culprit {
+                    tid: who,
+                    what,
+                    device,
+                })
+                .or_default() += ms;
             }
         };
         if w.reason.starts_with("preempted") {
@@ -249,10 +287,15 @@ impl Threads {
             (Some("hard IRQ" | "softirq"), _) => {
                 let t = &self.threads[&tid];
                 // The request it had in flight when woken, if any.
-                let io = t.io.iter().filter(|(s, e, _)| *s < w.wake && *e >= w.start).max_by(|x, y| x.1.total_cmp(&y.1));
+                let io =
+                    t.io.iter()
+                        .filter(|(s, e, _)| *s < w.wake && *e >= w.start)
+                        .max_by(|x, y| x.1.total_cmp(&y.1));
                 match io {
                     Some((_, _, device)) => put("I/O", tid, Some(device.clone()), b - a),
-                    None if w.context.as_deref() == Some("hard IRQ") => put("timer", tid, None, b - a),
+                    None if w.context.as_deref() == Some("hard IRQ") => {
+                        put("timer", tid, None, b - a)
+                    }
                     None => put("softirq", tid, None, b - a),
                 }
             }
@@ -263,10 +306,22 @@ impl Threads {
     /// Charge `[a, b]` of thread `tid`'s time: its waits inside it along
     /// their own chains, its short waits' share likewise, the rest as
     /// running.
-    fn charge_activity(&self, tid: u32, a: f64, b: f64, chain: &mut Vec<u32>, out: &mut FxHashMap<Culprit, f64>) {
+    fn charge_activity(
+        &self,
+        tid: u32,
+        a: f64,
+        b: f64,
+        chain: &mut Vec<u32>,
+        out: &mut FxHashMap<Culprit, f64>,
+    ) {
         let steps = self.steps.get();
         if steps == 0 {
-            *out.entry(Culprit { tid, what: "waiting (chain too deep)", device: None }).or_default() += b - a;
+            *out.entry(Culprit {
+                tid,
+                what: "waiting (chain too deep)",
+                device: None,
+            })
+            .or_default() += b - a;
             return;
         }
         self.steps.set(steps - 1);
@@ -290,13 +345,22 @@ impl Threads {
             }
         }
         let short_ms: f64 = short.values().sum();
-        let scale = if short_ms > left { left / short_ms } else { 1.0 };
+        let scale = if short_ms > left {
+            left / short_ms
+        } else {
+            1.0
+        };
         for (c, ms) in short {
             *out.entry(c).or_default() += ms * scale;
         }
         let running = left - short_ms.min(left);
         if running > 0.0 {
-            *out.entry(Culprit { tid, what: "running", device: None }).or_default() += running;
+            *out.entry(Culprit {
+                tid,
+                what: "running",
+                device: None,
+            })
+            .or_default() += running;
         }
     }
 
@@ -306,15 +370,32 @@ impl Threads {
     /// such waits are a short run's spread over its span (in a round trip
     /// the two take turns), and only when nothing else is left is the time
     /// a cycle's.
-    fn charge_waker(&self, waker: u32, a: f64, b: f64, ms: f64, chain: &mut Vec<u32>, out: &mut FxHashMap<Culprit, f64>) {
+    fn charge_waker(
+        &self,
+        waker: u32,
+        a: f64,
+        b: f64,
+        ms: f64,
+        chain: &mut Vec<u32>,
+        out: &mut FxHashMap<Culprit, f64>,
+    ) {
         let mut its: FxHashMap<Culprit, f64> = FxHashMap::default();
         chain.push(waker);
         self.charge_activity(waker, a, b, chain, &mut its);
         chain.pop();
         let total: f64 = its.values().sum();
-        let rest: f64 = its.iter().filter(|(c, _)| c.what != "waiting (cycle)").map(|(_, v)| v).sum();
+        let rest: f64 = its
+            .iter()
+            .filter(|(c, _)| c.what != "waiting (cycle)")
+            .map(|(_, v)| v)
+            .sum();
         if total <= 0.0 {
-            *out.entry(Culprit { tid: waker, what: "running", device: None }).or_default() += ms;
+            *out.entry(Culprit {
+                tid: waker,
+                what: "running",
+                device: None,
+            })
+            .or_default() += ms;
             return;
         }
         let keep_cycles = rest <= total * 1e-9;
@@ -330,10 +411,24 @@ impl Threads {
     /// after the wakeups, its run-queue delay; before, what the waker did
     /// over `[a, b]`, less its waits on the chain, scaled to that time.
     #[allow(clippy::too_many_arguments)]
-    fn charge_short(&self, tid: u32, r: &ShortRun, a: f64, b: f64, share: f64, chain: &mut Vec<u32>, out: &mut FxHashMap<Culprit, f64>) {
+    fn charge_short(
+        &self,
+        tid: u32,
+        r: &ShortRun,
+        a: f64,
+        b: f64,
+        share: f64,
+        chain: &mut Vec<u32>,
+        out: &mut FxHashMap<Culprit, f64>,
+    ) {
         let mut put = |what: &'static str, who: u32, device: Option<String>, ms: f64| {
             if ms > 0.0 {
-                *out.entry(Culprit { tid: who, what, device }).or_default() += ms;
+                *out.entry(Culprit {
+                    tid: who,
+                    what,
+                    device,
+                })
+                .or_default() += ms;
             }
         };
         let waited = r.waited.min(r.off_cpu) * share;
@@ -341,7 +436,12 @@ impl Threads {
             // Woken by a thread already on the chain: this thread's waits
             // and its run delays after them took turns with that thread's
             // running, not with its waiting. All of it is the cycle's.
-            put("waiting (cycle)", r.waker_tid.unwrap_or(tid), None, r.off_cpu * share);
+            put(
+                "waiting (cycle)",
+                r.waker_tid.unwrap_or(tid),
+                None,
+                r.off_cpu * share,
+            );
             return;
         }
         put("runnable", tid, None, r.off_cpu * share - waited);
@@ -362,7 +462,11 @@ impl Threads {
             }
             ("interrupt", _) => {
                 let t = &self.threads[&tid];
-                let io = t.io.iter().filter(|(s, e, _)| *s < b && *e > a).max_by(|x, y| (x.1.min(b) - x.0.max(a)).total_cmp(&(y.1.min(b) - y.0.max(a))));
+                let io = t
+                    .io
+                    .iter()
+                    .filter(|(s, e, _)| *s < b && *e > a)
+                    .max_by(|x, y| (x.1.min(b) - x.0.max(a)).total_cmp(&(y.1.min(b) - y.0.max(a))));
                 match io {
                     Some((_, _, device)) => put("I/O", tid, Some(device.clone()), waited),
                     None => put("interrupt", tid, None, waited),
@@ -400,24 +504,59 @@ impl Culprit {
 pub fn render_text(threads: &Threads, id: u32, tids: &[u32], why: &Why, top: usize) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let who = if tids == [id] { threads.describe(id) } else { format!("process {id} ({} threads)", tids.len()) };
+    let who = if tids == [id] {
+        threads.describe(id)
+    } else {
+        format!("process {id} ({} threads)", tids.len())
+    };
     let _ = writeln!(s, "{who}: {:.3} ms off-CPU in {} waits (those under --off-cpu-threshold are charged from their sums per waker: an estimate)", why.off_cpu_ms, why.waits);
     if why.blame.is_empty() {
         return s;
     }
-    let _ = writeln!(s, "\nwhere it went:\n{:>12}  {:>6}  {:<28}  thread (process, pid/tid)", "ms", "share", "what");
+    let _ = writeln!(
+        s,
+        "\nwhere it went:\n{:>12}  {:>6}  {:<28}  thread (process, pid/tid)",
+        "ms", "share", "what"
+    );
     for (c, ms) in why.blame.iter().take(top) {
         let share = 100.0 * ms / why.off_cpu_ms.max(f64::MIN_POSITIVE);
-        let _ = writeln!(s, "{ms:>12.3}  {share:>5.1}%  {:<28}  {}", c.what_text(), threads.describe(c.tid));
+        let _ = writeln!(
+            s,
+            "{ms:>12.3}  {share:>5.1}%  {:<28}  {}",
+            c.what_text(),
+            threads.describe(c.tid)
+        );
     }
     if why.blame.len() > top {
         let rest: f64 = why.blame[top..].iter().map(|(_, ms)| ms).sum();
-        let _ = writeln!(s, "{rest:>12.3}  {:>5.1}%  ({} more rows)", 100.0 * rest / why.off_cpu_ms, why.blame.len() - top);
+        let _ = writeln!(
+            s,
+            "{rest:>12.3}  {:>5.1}%  ({} more rows)",
+            100.0 * rest / why.off_cpu_ms,
+            why.blame.len() - top
+        );
     }
-    let _ = writeln!(s, "\nlongest waits (start ms, length, reason: where it went):");
+    let _ = writeln!(
+        s,
+        "\nlongest waits (start ms, length, reason: where it went):"
+    );
     for (start, ms, reason, own) in &why.longest {
-        let parts: Vec<String> = own.iter().take(4).map(|(c, ms)| format!("{ms:.3} ms {} of {}", c.what_text(), threads.describe(c.tid))).collect();
-        let _ = writeln!(s, "  {start:>10.3}  {ms:>9.3} ms  {reason}: {}", parts.join("; "));
+        let parts: Vec<String> = own
+            .iter()
+            .take(4)
+            .map(|(c, ms)| {
+                format!(
+                    "{ms:.3} ms {} of {}",
+                    c.what_text(),
+                    threads.describe(c.tid)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  {start:>10.3}  {ms:>9.3} ms  {reason}: {}",
+            parts.join("; ")
+        );
     }
     s
 }
@@ -426,7 +565,10 @@ pub fn render_text(threads: &Threads, id: u32, tids: &[u32], why: &Why, top: usi
 /// "longest": [...]}`, the blame summing to `off_cpu_ms`.
 pub fn render_json(threads: &Threads, id: u32, tids: &[u32], why: &Why) -> String {
     let culprit = |c: &Culprit, ms: f64| {
-        let (pid, comm) = threads.identity(c.tid).map(|(p, n)| (Some(p), Some(n))).unwrap_or((None, None));
+        let (pid, comm) = threads
+            .identity(c.tid)
+            .map(|(p, n)| (Some(p), Some(n)))
+            .unwrap_or((None, None));
         serde_json::json!({ "pid": pid, "tid": c.tid, "comm": comm, "what": c.what, "device": c.device, "ms": ms })
     };
     let key = if tids == [id] { "tid" } else { "pid" };
@@ -454,9 +596,17 @@ fn sorted(m: FxHashMap<Culprit, f64>) -> Vec<(Culprit, f64)> {
 /// A thread's markers: its waits and the block requests it issued.
 fn read_markers(t: &Value, facts: &mut ThreadFacts) {
     let m = &t["markers"];
-    let (Some(data), Some(start), Some(end)) = (m["data"].as_array(), m["startTime"].as_array(), m["endTime"].as_array()) else { return };
+    let (Some(data), Some(start), Some(end)) = (
+        m["data"].as_array(),
+        m["startTime"].as_array(),
+        m["endTime"].as_array(),
+    ) else {
+        return;
+    };
     for ((d, s), e) in data.iter().zip(start).zip(end) {
-        let (Some(s), Some(e)) = (s.as_f64(), e.as_f64()) else { continue };
+        let (Some(s), Some(e)) = (s.as_f64(), e.as_f64()) else {
+            continue;
+        };
         match d["type"].as_str() {
             Some("OffCpu") if e > s => facts.waits.push(Wait {
                 start: s,
@@ -466,7 +616,11 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts) {
                 waker_tid: d["wakerTid"].as_u64().map(|t| t as u32),
                 context: d["wakerContext"].as_str().map(str::to_string),
             }),
-            Some("BlockIo") => facts.io.push((s, e, crate::escape::escape(d["device"].as_str().unwrap_or("?")).into_owned())),
+            Some("BlockIo") => facts.io.push((
+                s,
+                e,
+                crate::escape::escape(d["device"].as_str().unwrap_or("?")).into_owned(),
+            )),
             Some("ShortWaits") if e >= s => facts.short.push(ShortRun {
                 start: s,
                 end: e,
@@ -480,7 +634,11 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts) {
         }
     }
     facts.short.sort_by(|x, y| x.start.total_cmp(&y.start));
-    facts.short_span = facts.short.iter().map(|r| r.end - r.start).fold(0.0, f64::max);
+    facts.short_span = facts
+        .short
+        .iter()
+        .map(|r| r.end - r.start)
+        .fold(0.0, f64::max);
     facts.waits.sort_by(|x, y| x.start.total_cmp(&y.start));
     // Overlaps would be charged twice: keep each wait from the previous one's end.
     let mut last_end = f64::NEG_INFINITY;
@@ -497,8 +655,12 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts) {
 /// A thread's on-CPU samples: their times and leaf function names.
 fn read_samples(t: &Value, categories: &[&str], facts: &mut ThreadFacts) {
     let s = &t["samples"];
-    let Some(times) = crate::profile::validate::sample_times(s) else { return };
-    let Some(stacks) = s["stack"].as_array() else { return };
+    let Some(times) = crate::profile::validate::sample_times(s) else {
+        return;
+    };
+    let Some(stacks) = s["stack"].as_array() else {
+        return;
+    };
     let (stack_frame, frame_func, frame_cat, func_name, strings) = (
         t["stackTable"]["frame"].as_array(),
         t["frameTable"]["func"].as_array(),
@@ -509,14 +671,23 @@ fn read_samples(t: &Value, categories: &[&str], facts: &mut ThreadFacts) {
     let leaf = |stack: u64| -> Option<(&str, &str)> {
         let frame = stack_frame?.get(stack as usize)?.as_u64()? as usize;
         let func = frame_func?.get(frame)?.as_u64()? as usize;
-        let category = categories.get(frame_cat?.get(frame)?.as_u64()? as usize).copied().unwrap_or("");
-        let name = strings?.get(func_name?.get(func)?.as_u64()? as usize)?.as_str()?;
+        let category = categories
+            .get(frame_cat?.get(frame)?.as_u64()? as usize)
+            .copied()
+            .unwrap_or("");
+        let name = strings?
+            .get(func_name?.get(func)?.as_u64()? as usize)?
+            .as_str()?;
         Some((name, category))
     };
     for (time, stack) in times.iter().zip(stacks) {
-        let Some((name, category)) = stack.as_u64().and_then(leaf) else { continue };
+        let Some((name, category)) = stack.as_u64().and_then(leaf) else {
+            continue;
+        };
         if category != "Off-CPU" && category != "I/O" {
-            facts.samples.push((*time, crate::escape::escape(name).into_owned()));
+            facts
+                .samples
+                .push((*time, crate::escape::escape(name).into_owned()));
         }
     }
 }
@@ -560,18 +731,31 @@ mod tests {
         let why = threads.why(&[1], 0.0, 1000.0, 5);
         assert_eq!(why.waits, 2);
         assert!((why.off_cpu_ms - 110.0).abs() < 1e-9);
-        let get = |tid: u32, what: &str| why.blame.iter().filter(|(c, _)| c.tid == tid && c.what == what).map(|(_, ms)| ms).sum::<f64>();
+        let get = |tid: u32, what: &str| {
+            why.blame
+                .iter()
+                .filter(|(c, _)| c.tid == tid && c.what == what)
+                .map(|(_, ms)| ms)
+                .sum::<f64>()
+        };
         assert!((get(1, "runnable") - 1.0).abs() < 1e-9, "{:?}", why.blame);
         assert!((get(1, "timer") - 10.0).abs() < 1e-9, "{:?}", why.blame);
         // The server ran 0-10 and 70-99 of the client's wait: 39 ms.
         assert!((get(2, "running") - 39.0).abs() < 1e-9, "{:?}", why.blame);
         // The holder: I/O 15-54.5 (its wakeup 0.5 ms before it ran), runnable 0.5, running the rest of 10-70.
         assert!((get(3, "I/O") - 39.5).abs() < 1e-9, "{:?}", why.blame);
-        assert!(why.blame.iter().any(|(c, _)| c.what == "I/O" && c.device.as_deref() == Some("vda")));
+        assert!(why
+            .blame
+            .iter()
+            .any(|(c, _)| c.what == "I/O" && c.device.as_deref() == Some("vda")));
         assert!((get(3, "runnable") - 0.5).abs() < 1e-9, "{:?}", why.blame);
         assert!((get(3, "running") - 20.0).abs() < 1e-9, "{:?}", why.blame);
         let total: f64 = why.blame.iter().map(|(_, ms)| ms).sum();
-        assert!((total - why.off_cpu_ms).abs() < 1e-9, "every ms once: {total} vs {}", why.off_cpu_ms);
+        assert!(
+            (total - why.off_cpu_ms).abs() < 1e-9,
+            "every ms once: {total} vs {}",
+            why.off_cpu_ms
+        );
         assert_eq!(why.longest[0].1, 100.0);
     }
 
@@ -597,18 +781,42 @@ mod tests {
         });
         let threads = Threads::read(&profile);
         let why = threads.why(&[1], 0.0, 1000.0, 5);
-        let get = |tid: u32, what: &str| why.blame.iter().filter(|(c, _)| c.tid == tid && c.what == what).map(|(_, ms)| ms).sum::<f64>();
+        let get = |tid: u32, what: &str| {
+            why.blame
+                .iter()
+                .filter(|(c, _)| c.tid == tid && c.what == what)
+                .map(|(_, ms)| ms)
+                .sum::<f64>()
+        };
         assert!((why.off_cpu_ms - 68.0).abs() < 1e-9, "{}", why.off_cpu_ms);
         assert_eq!(why.waits, 1010);
         assert!((get(1, "runnable") - 12.0).abs() < 1e-9, "{:?}", why.blame);
         // Over 0-100 the server waited 10 ms on the third thread (which ran
         // then), 30 on the client (dropped: a cycle), and ran 60: the
         // client's 50 ms go 60:10.
-        assert!((get(2, "running") - 50.0 * 60.0 / 70.0).abs() < 1e-9, "{:?}", why.blame);
-        assert!((get(3, "running") - 50.0 * 10.0 / 70.0).abs() < 1e-9, "{:?}", why.blame);
-        assert!(why.blame.iter().any(|(c, ms)| c.what == "I/O" && c.device.as_deref() == Some("vdb") && (ms - 6.0).abs() < 1e-9), "{:?}", why.blame);
+        assert!(
+            (get(2, "running") - 50.0 * 60.0 / 70.0).abs() < 1e-9,
+            "{:?}",
+            why.blame
+        );
+        assert!(
+            (get(3, "running") - 50.0 * 10.0 / 70.0).abs() < 1e-9,
+            "{:?}",
+            why.blame
+        );
+        assert!(
+            why.blame.iter().any(|(c, ms)| c.what == "I/O"
+                && c.device.as_deref() == Some("vdb")
+                && (ms - 6.0).abs() < 1e-9),
+            "{:?}",
+            why.blame
+        );
         let total: f64 = why.blame.iter().map(|(_, ms)| ms).sum();
-        assert!((total - why.off_cpu_ms).abs() < 1e-9, "every ms once: {total} vs {}", why.off_cpu_ms);
+        assert!(
+            (total - why.off_cpu_ms).abs() < 1e-9,
+            "every ms once: {total} vs {}",
+            why.off_cpu_ms
+        );
         // Half the first run's span: half its time.
         let half = threads.why(&[1], 0.0, 50.0, 5);
         assert!((half.off_cpu_ms - 30.0).abs() < 1e-9, "{}", half.off_cpu_ms);
@@ -628,7 +836,17 @@ mod tests {
         let threads = Threads::read(&profile);
         let why = threads.why(&[1], 2.0, 6.0, 1);
         assert!((why.off_cpu_ms - 4.0).abs() < 1e-9);
-        assert_eq!(why.blame, vec![(Culprit { tid: 1, what: "waiting (cycle)", device: None }, 4.0)]);
+        assert_eq!(
+            why.blame,
+            vec![(
+                Culprit {
+                    tid: 1,
+                    what: "waiting (cycle)",
+                    device: None
+                },
+                4.0
+            )]
+        );
         assert_eq!(threads.resolve(1), vec![1], "a tid first");
         assert_eq!(threads.resolve(7), Vec::<u32>::new());
     }

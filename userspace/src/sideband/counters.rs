@@ -48,7 +48,10 @@ impl CounterPoller {
         let mut notes = Vec::new();
         let mut pmu = Vec::new();
         for &cpu in cpus {
-            match (open_hw(sys::bindings::PERF_COUNT_HW_CPU_CYCLES, cpu), open_hw(sys::bindings::PERF_COUNT_HW_INSTRUCTIONS, cpu)) {
+            match (
+                open_hw(sys::bindings::PERF_COUNT_HW_CPU_CYCLES, cpu),
+                open_hw(sys::bindings::PERF_COUNT_HW_INSTRUCTIONS, cpu),
+            ) {
                 (Ok(c), Ok(i)) => pmu.push((c, i)),
                 (Err(e), _) | (_, Err(e)) => {
                     notes.push(format!(
@@ -77,14 +80,17 @@ impl CounterPoller {
     }
 
     fn push(&mut self, pid: u32, name: &str, category: &str, description: &str, t: u64, v: f64) {
-        let s = self.series.entry((pid, name.to_string())).or_insert_with(|| CounterRecord {
-            name: name.to_string(),
-            category: category.to_string(),
-            description: description.to_string(),
-            pid,
-            time_ns: Vec::new(),
-            count: Vec::new(),
-        });
+        let s = self
+            .series
+            .entry((pid, name.to_string()))
+            .or_insert_with(|| CounterRecord {
+                name: name.to_string(),
+                category: category.to_string(),
+                description: description.to_string(),
+                pid,
+                time_ns: Vec::new(),
+                count: Vec::new(),
+            });
         s.time_ns.push(t);
         s.count.push(v);
     }
@@ -96,7 +102,9 @@ impl CounterPoller {
     /// "720 % of one CPU" and a machine busy 329 % of its CPUs. Bytes are
     /// exact and read every time.
     pub fn poll(&mut self, now_ns: u64, pids: impl IntoIterator<Item = u32>) {
-        let shares = self.last_reading_ns.is_none_or(|last| now_ns.saturating_sub(last) >= MIN_READING_NS);
+        let shares = self
+            .last_reading_ns
+            .is_none_or(|last| now_ns.saturating_sub(last) >= MIN_READING_NS);
         if shares {
             self.last_reading_ns = Some(now_ns);
         }
@@ -105,19 +113,47 @@ impl CounterPoller {
             // every counter's first value (it has no interval), so without
             // one the first interval's share or bytes were never shown.
             let pct = self.cpu_prev.map(|prev| busy_pct(prev, now)).unwrap_or(0.0);
-            self.push(0, "CPU usage", "CPU", "Busy share of all CPUs since the previous sample (%), from /proc/stat", now_ns, pct);
+            self.push(
+                0,
+                "CPU usage",
+                "CPU",
+                "Busy share of all CPUs since the previous sample (%), from /proc/stat",
+                now_ns,
+                pct,
+            );
             self.cpu_prev = Some(now);
         }
         if let Some(used) = read_mem_used() {
             let delta = used as f64 - self.mem_prev.unwrap_or(0) as f64;
             self.mem_prev = Some(used);
-            self.push(0, "Memory", "Memory", "Machine memory in use (MemTotal - MemAvailable), bytes", now_ns, delta);
+            self.push(
+                0,
+                "Memory",
+                "Memory",
+                "Machine memory in use (MemTotal - MemAvailable), bytes",
+                now_ns,
+                delta,
+            );
         }
         for (dev, (rd, wr)) in read_disks() {
             // A device's first reading is a base sample (0), as above.
             let (prd, pwr) = self.disk_prev.get(&dev).copied().unwrap_or((rd, wr));
-            self.push(0, &format!("Disk read: {dev}"), "Bandwidth", "Bytes read from the device since the previous sample", now_ns, rd.saturating_sub(prd) as f64);
-            self.push(0, &format!("Disk write: {dev}"), "Bandwidth", "Bytes written to the device since the previous sample", now_ns, wr.saturating_sub(pwr) as f64);
+            self.push(
+                0,
+                &format!("Disk read: {dev}"),
+                "Bandwidth",
+                "Bytes read from the device since the previous sample",
+                now_ns,
+                rd.saturating_sub(prd) as f64,
+            );
+            self.push(
+                0,
+                &format!("Disk write: {dev}"),
+                "Bandwidth",
+                "Bytes written to the device since the previous sample",
+                now_ns,
+                wr.saturating_sub(pwr) as f64,
+            );
             self.disk_prev.insert(dev, (rd, wr));
         }
         if !self.pmu.is_empty() {
@@ -128,8 +164,22 @@ impl CounterPoller {
             }
             let (pc, pi) = self.pmu_prev;
             if pc != 0 {
-                self.push(0, "Cycles", "CPU", "CPU cycles on all CPUs since the previous sample", now_ns, cyc.saturating_sub(pc) as f64);
-                self.push(0, "Instructions", "CPU", "Instructions retired on all CPUs since the previous sample", now_ns, ins.saturating_sub(pi) as f64);
+                self.push(
+                    0,
+                    "Cycles",
+                    "CPU",
+                    "CPU cycles on all CPUs since the previous sample",
+                    now_ns,
+                    cyc.saturating_sub(pc) as f64,
+                );
+                self.push(
+                    0,
+                    "Instructions",
+                    "CPU",
+                    "Instructions retired on all CPUs since the previous sample",
+                    now_ns,
+                    ins.saturating_sub(pi) as f64,
+                );
             }
             self.pmu_prev = (cyc, ins);
         }
@@ -141,12 +191,15 @@ impl CounterPoller {
         // command started 1.7 ms into `record` had its first CPU share
         // 200 ms late in 2 runs of 12: its start, rounded down to /proc's
         // 10-ms tick, fell before the poll the loop makes as it begins).
-        let floor = std::mem::replace(&mut self.poll_before_last_ns, previous_poll).or(previous_poll);
+        let floor =
+            std::mem::replace(&mut self.poll_before_last_ns, previous_poll).or(previous_poll);
         for pid in pids {
             if pid == 0 {
                 continue;
             }
-            let Some((ticks, rss_pages, start_ticks)) = read_proc(pid) else { continue };
+            let Some((ticks, rss_pages, start_ticks)) = read_proc(pid) else {
+                continue;
+            };
             let rss = rss_pages * self.page_size;
             let mut base = self.proc_prev.get(&pid).copied();
             if base.is_none() {
@@ -159,9 +212,26 @@ impl CounterPoller {
                 // poll had less than a tick of CPU by then.
                 let tick_ns = 1_000_000_000 / self.ticks_per_s as u64;
                 let started = crate::sys::clock::boottime_to_monotonic_ns(start_ticks * tick_ns);
-                if let Some(started) = floor.filter(|&p| started + tick_ns > p && started <= now_ns).map(|p| started.max(p)) {
-                    self.push(pid, "Process CPU", "CPU", "CPU used by the process since the previous sample (% of one CPU)", started, 0.0);
-                    self.push(pid, "RSS", "Memory", "Resident set size of the process, bytes", started, 0.0);
+                if let Some(started) = floor
+                    .filter(|&p| started + tick_ns > p && started <= now_ns)
+                    .map(|p| started.max(p))
+                {
+                    self.push(
+                        pid,
+                        "Process CPU",
+                        "CPU",
+                        "CPU used by the process since the previous sample (% of one CPU)",
+                        started,
+                        0.0,
+                    );
+                    self.push(
+                        pid,
+                        "RSS",
+                        "Memory",
+                        "Resident set size of the process, bytes",
+                        started,
+                        0.0,
+                    );
                     base = Some((0, started, 0));
                     self.proc_prev.insert(pid, (0, started, 0));
                 }
@@ -172,21 +242,43 @@ impl CounterPoller {
                 Some((pticks, ptime, prss)) => {
                     let dt = now_ns.saturating_sub(ptime) as f64 / 1e9;
                     let pct = ticks.saturating_sub(pticks) as f64 / self.ticks_per_s / dt * 100.0;
-                    self.push(pid, "Process CPU", "CPU", "CPU used by the process since the previous sample (% of one CPU)", now_ns, pct);
-                    self.push(pid, "RSS", "Memory", "Resident set size of the process, bytes", now_ns, rss as f64 - prss as f64);
+                    self.push(
+                        pid,
+                        "Process CPU",
+                        "CPU",
+                        "CPU used by the process since the previous sample (% of one CPU)",
+                        now_ns,
+                        pct,
+                    );
+                    self.push(
+                        pid,
+                        "RSS",
+                        "Memory",
+                        "Resident set size of the process, bytes",
+                        now_ns,
+                        rss as f64 - prss as f64,
+                    );
                 }
                 // A base, not a change: the front end adds every value to
                 // the one before (and drops the first), so an absolute RSS
                 // here — a process back after its base was dropped, or any
                 // window but the first in `show` — drew a jump of its whole RSS.
-                None => self.push(pid, "RSS", "Memory", "Resident set size of the process, bytes", now_ns, 0.0),
+                None => self.push(
+                    pid,
+                    "RSS",
+                    "Memory",
+                    "Resident set size of the process, bytes",
+                    now_ns,
+                    0.0,
+                ),
             }
             self.proc_prev.insert(pid, (ticks, now_ns, rss));
         }
         // Bases of processes not sampled for a minute go (exited, or idle:
         // an idle one starts again from a fresh base).
         if self.proc_prev.len() > 64 {
-            self.proc_prev.retain(|_, (_, t, _)| now_ns.saturating_sub(*t) < 60_000_000_000);
+            self.proc_prev
+                .retain(|_, (_, t, _)| now_ns.saturating_sub(*t) < 60_000_000_000);
         }
     }
 
@@ -219,7 +311,15 @@ fn open_hw(config: u32, cpu: u32) -> std::io::Result<OwnedFd> {
         ..Default::default()
     };
     // SAFETY: valid attr; a counting event on one CPU.
-    let fd = unsafe { sys::perf_event_open(&mut attr, -1, cpu as i32, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as _) };
+    let fd = unsafe {
+        sys::perf_event_open(
+            &mut attr,
+            -1,
+            cpu as i32,
+            -1,
+            sys::bindings::PERF_FLAG_FD_CLOEXEC as _,
+        )
+    };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -231,7 +331,11 @@ fn read_u64(fd: &OwnedFd) -> u64 {
     let mut v = 0u64;
     // SAFETY: reading 8 bytes into a u64.
     let n = unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
-    if n == 8 { v } else { 0 }
+    if n == 8 {
+        v
+    } else {
+        0
+    }
 }
 
 /// (busy, total) jiffies of all CPUs from /proc/stat. Busy excludes idle and iowait.
@@ -244,7 +348,11 @@ pub fn read_cpu() -> Option<(u64, u64)> {
 /// idle and iowait.
 fn parse_cpu(stat: &str) -> Option<(u64, u64)> {
     let line = stat.lines().next()?.strip_prefix("cpu ")?;
-    let v: Vec<u64> = line.split_whitespace().take(8).filter_map(|x| x.parse().ok()).collect();
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .take(8)
+        .filter_map(|x| x.parse().ok())
+        .collect();
     if v.len() < 8 {
         return None;
     }
@@ -264,14 +372,18 @@ fn busy_pct((prev_busy, prev_total): (u64, u64), (busy, total): (u64, u64)) -> f
 fn read_mem_used() -> Option<u64> {
     let m = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kb = |key: &str| -> Option<u64> {
-        m.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        m.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
     };
     Some((kb("MemTotal:")? - kb("MemAvailable:")?) * 1024)
 }
 
 /// (bytes read, bytes written) per whole disk, from /proc/diskstats.
 pub fn read_disks() -> Vec<(String, (u64, u64))> {
-    let Ok(text) = std::fs::read_to_string("/proc/diskstats") else { return Vec::new() };
+    let Ok(text) = std::fs::read_to_string("/proc/diskstats") else {
+        return Vec::new();
+    };
     // Whole disks (loop devices and zram included) have a /sys/block entry;
     // partitions, which would count their disk's bytes twice, do not.
     parse_diskstats(&text, |name| whole_disks().contains(name))
@@ -280,10 +392,21 @@ pub fn read_disks() -> Vec<(String, (u64, u64))> {
 /// The names under /sys/block, read again at most every ten seconds (a
 /// lookup per device per poll was most of what polling disks cost).
 fn whole_disks() -> std::sync::MutexGuard<'static, DiskNames> {
-    static NAMES: std::sync::Mutex<DiskNames> = std::sync::Mutex::new(DiskNames { names: Vec::new(), read_at: None });
+    static NAMES: std::sync::Mutex<DiskNames> = std::sync::Mutex::new(DiskNames {
+        names: Vec::new(),
+        read_at: None,
+    });
     let mut g = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    if g.read_at.is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(10)) {
-        g.names = std::fs::read_dir("/sys/block").map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+    if g.read_at
+        .is_none_or(|t| t.elapsed() > std::time::Duration::from_secs(10))
+    {
+        g.names = std::fs::read_dir("/sys/block")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
         g.read_at = Some(std::time::Instant::now());
     }
     g
@@ -359,23 +482,51 @@ mod tests {
     fn diskstats_bytes_of_whole_disks() {
         let text = "   7       0 loop0 200 0 1600 12 3 0 24 1 0 20 13 0 0 0 0 1 0\n                     254       0 vda 10 1 80 2 5 2 40 3 0 6 5 0 0 0 0 0 0\n                     254       1 vda1 9 1 72 2 5 2 40 3 0 6 5 0 0 0 0 0 0\n";
         let disks = parse_diskstats(text, |n| n == "vda" || n == "loop0");
-        assert_eq!(disks, vec![("loop0".to_string(), (1600 * 512, 24 * 512)), ("vda".to_string(), (80 * 512, 40 * 512))]);
+        assert_eq!(
+            disks,
+            vec![
+                ("loop0".to_string(), (1600 * 512, 24 * 512)),
+                ("vda".to_string(), (80 * 512, 40 * 512))
+            ]
+        );
     }
 
     /// Check that a disk that did no I/O gets no track, one that did keeps
     /// every sample (zeros included), and other counters are untouched.
     #[test]
     fn idle_disks_get_no_track() {
-        let mut c = CounterPoller { series: BTreeMap::new(), cpu_prev: None, mem_prev: None, disk_prev: FxHashMap::default(),
-            proc_prev: FxHashMap::default(), pmu: Vec::new(), pmu_prev: (0, 0), ticks_per_s: 100.0, page_size: 4096, notes: Vec::new(),
-            last_reading_ns: None, last_poll_ns: None, poll_before_last_ns: None };
+        let mut c = CounterPoller {
+            series: BTreeMap::new(),
+            cpu_prev: None,
+            mem_prev: None,
+            disk_prev: FxHashMap::default(),
+            proc_prev: FxHashMap::default(),
+            pmu: Vec::new(),
+            pmu_prev: (0, 0),
+            ticks_per_s: 100.0,
+            page_size: 4096,
+            notes: Vec::new(),
+            last_reading_ns: None,
+            last_poll_ns: None,
+            poll_before_last_ns: None,
+        };
         for (t, busy, idle) in [(1, 0.0, 0.0), (2, 4096.0, 0.0), (3, 0.0, 0.0)] {
             c.push(0, "Disk read: busy", "Bandwidth", "", t, busy);
             c.push(0, "Disk read: idle", "Bandwidth", "", t, idle);
             c.push(0, "CPU usage", "CPU", "", t, 0.0);
         }
-        let names: Vec<(String, usize)> = c.finish().into_iter().map(|r| (r.name, r.count.len())).collect();
-        assert_eq!(names, vec![("CPU usage".to_string(), 3), ("Disk read: busy".to_string(), 3)]);
+        let names: Vec<(String, usize)> = c
+            .finish()
+            .into_iter()
+            .map(|r| (r.name, r.count.len()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("CPU usage".to_string(), 3),
+                ("Disk read: busy".to_string(), 3)
+            ]
+        );
     }
 
     /// Check that CPU shares are not read within 50 ms of the previous
@@ -385,14 +536,30 @@ mod tests {
     fn shares_too_close_together_wait_for_the_next() {
         let mut c = CounterPoller::new(&[]);
         let me = std::process::id();
-        let times = |c: &CounterPoller, pid: u32, name: &str| c.series.get(&(pid, name.to_string())).map(|s| s.time_ns.clone()).unwrap_or_default();
+        let times = |c: &CounterPoller, pid: u32, name: &str| {
+            c.series
+                .get(&(pid, name.to_string()))
+                .map(|s| s.time_ns.clone())
+                .unwrap_or_default()
+        };
         c.poll(1_000_000_000, [me]);
         c.poll(1_002_000_000, [me]);
         c.poll(1_040_000_000, [me]);
-        assert_eq!(times(&c, 0, "CPU usage"), vec![1_000_000_000], "only the first reading's share");
+        assert_eq!(
+            times(&c, 0, "CPU usage"),
+            vec![1_000_000_000],
+            "only the first reading's share"
+        );
         assert_eq!(times(&c, me, "Process CPU"), Vec::<u64>::new());
         c.poll(1_200_000_000, [me]);
-        assert_eq!(times(&c, 0, "CPU usage"), vec![1_000_000_000, 1_200_000_000]);
-        assert_eq!(times(&c, me, "Process CPU"), vec![1_200_000_000], "from the base at 1.0 s");
+        assert_eq!(
+            times(&c, 0, "CPU usage"),
+            vec![1_000_000_000, 1_200_000_000]
+        );
+        assert_eq!(
+            times(&c, me, "Process CPU"),
+            vec![1_200_000_000],
+            "from the base at 1.0 s"
+        );
     }
 }

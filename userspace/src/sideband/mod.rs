@@ -118,25 +118,44 @@ impl Sideband {
         for &cpu in cpus {
             // SAFETY: attr is a valid, fully initialized perf_event_attr.
             let fd = unsafe {
-                sys::perf_event_open(&mut attr, -1, cpu as i32, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as _)
+                sys::perf_event_open(
+                    &mut attr,
+                    -1,
+                    cpu as i32,
+                    -1,
+                    sys::bindings::PERF_FLAG_FD_CLOEXEC as _,
+                )
             };
             if fd < 0 {
                 let err = std::io::Error::last_os_error();
-                if err.raw_os_error() == Some(libc::EACCES) || err.raw_os_error() == Some(libc::EPERM) {
+                if err.raw_os_error() == Some(libc::EACCES)
+                    || err.raw_os_error() == Some(libc::EPERM)
+                {
                     return Err(RecordError::NotPermitted {
                         what: "perf_event_open (sideband)".into(),
                         paranoid: crate::error::paranoid(),
                     });
                 }
-                return Err(RecordError::PerfEvent { what: format!("the sideband event on CPU {cpu}"), source: err });
+                return Err(RecordError::PerfEvent {
+                    what: format!("the sideband event on CPU {cpu}"),
+                    source: err,
+                });
             }
             // SAFETY: perf_event_open returned a new fd we own.
             let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            let ring = PerfRing::new(fd, RING_PAGES)
-                .map_err(|e| RecordError::PerfEvent { what: format!("the sideband ring on CPU {cpu}"), source: e })?;
+            let ring = PerfRing::new(fd, RING_PAGES).map_err(|e| RecordError::PerfEvent {
+                what: format!("the sideband ring on CPU {cpu}"),
+                source: e,
+            })?;
             rings.push(ring);
         }
-        Ok(Sideband { rings, pending: Vec::new(), parse_info: parse_info_for(&attr), lost: 0, malformed: 0 })
+        Ok(Sideband {
+            rings,
+            pending: Vec::new(),
+            parse_info: parse_info_for(&attr),
+            lost: 0,
+            malformed: 0,
+        })
     }
 
     /// Read every pending record of every CPU and hand the decoded events to
@@ -169,8 +188,9 @@ fn dummy_attr() -> sys::bindings::perf_event_attr {
         type_: sys::bindings::PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
         config: sys::bindings::PERF_COUNT_SW_DUMMY as u64,
-        sample_type: (sys::bindings::PERF_SAMPLE_TID | sys::bindings::PERF_SAMPLE_TIME | sys::bindings::PERF_SAMPLE_CPU)
-            as u64,
+        sample_type: (sys::bindings::PERF_SAMPLE_TID
+            | sys::bindings::PERF_SAMPLE_TIME
+            | sys::bindings::PERF_SAMPLE_CPU) as u64,
         clockid: libc::CLOCK_MONOTONIC,
         ..Default::default()
     };
@@ -194,9 +214,13 @@ fn parse_info_for(attr: &sys::bindings::perf_event_attr) -> RecordParseInfo {
             std::mem::size_of::<sys::bindings::perf_event_attr>(),
         )
     };
-    let (parsed, _) =
-        PerfEventAttr::parse::<_, byteorder::NativeEndian>(bytes).expect("our own perf_event_attr parses");
-    let endian = if cfg!(target_endian = "little") { Endianness::LittleEndian } else { Endianness::BigEndian };
+    let (parsed, _) = PerfEventAttr::parse::<_, byteorder::NativeEndian>(bytes)
+        .expect("our own perf_event_attr parses");
+    let endian = if cfg!(target_endian = "little") {
+        Endianness::LittleEndian
+    } else {
+        Endianness::BigEndian
+    };
     RecordParseInfo::new(&parsed, endian)
 }
 
@@ -209,8 +233,14 @@ enum Decoded {
 
 fn decode(hdr: RecordHeader, body: RawData<'_>, parse_info: RecordParseInfo) -> Decoded {
     let record = RawEventRecord::new(RecordType(hdr.kind), hdr.misc, body, parse_info);
-    let time = record.common_data().ok().and_then(|c| c.timestamp).unwrap_or(0);
-    let Ok(parsed) = record.parse() else { return Decoded::Malformed };
+    let time = record
+        .common_data()
+        .ok()
+        .and_then(|c| c.timestamp)
+        .unwrap_or(0);
+    let Ok(parsed) = record.parse() else {
+        return Decoded::Malformed;
+    };
     match parsed {
         EventRecord::Mmap2(m) => {
             if m.cpu_mode != CpuMode::User && m.pid != -1 {
@@ -245,9 +275,11 @@ fn decode(hdr: RecordHeader, body: RawData<'_>, parse_info: RecordParseInfo) -> 
             ppid: f.ppid as u32,
             tid: f.tid as u32,
         }),
-        EventRecord::Exit(f) => {
-            Decoded::Event(SidebandEvent::Exit { time: f.timestamp, pid: f.pid as u32, tid: f.tid as u32 })
-        }
+        EventRecord::Exit(f) => Decoded::Event(SidebandEvent::Exit {
+            time: f.timestamp,
+            pid: f.pid as u32,
+            tid: f.tid as u32,
+        }),
         EventRecord::Lost(l) => Decoded::Lost(l.count),
         _ => Decoded::Ignored,
     }

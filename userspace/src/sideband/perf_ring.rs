@@ -55,10 +55,20 @@ impl PerfRing {
         }
         let meta = base as *const perf_event_mmap_page;
         // SAFETY: the first page is the metadata page.
-        let (data_offset, data_size) = unsafe { ((*meta).data_offset as usize, (*meta).data_size as usize) };
         let (data_offset, data_size) =
-            if data_size == 0 { (page, page * data_pages) } else { (data_offset, data_size) };
-        Ok(PerfRing { fd, base: base as *mut u8, map_len, data_offset, data_size })
+            unsafe { ((*meta).data_offset as usize, (*meta).data_size as usize) };
+        let (data_offset, data_size) = if data_size == 0 {
+            (page, page * data_pages)
+        } else {
+            (data_offset, data_size)
+        };
+        Ok(PerfRing {
+            fd,
+            base: base as *mut u8,
+            map_len,
+            data_offset,
+            data_size,
+        })
     }
 
     /// The event's fd.
@@ -85,7 +95,8 @@ impl PerfRing {
         let head_pos = head.load(Ordering::Acquire);
         let mut pos = tail.load(Ordering::Relaxed);
         // SAFETY: the data area is data_size bytes at data_offset inside the mapping.
-        let data = unsafe { std::slice::from_raw_parts(self.base.add(self.data_offset), self.data_size) };
+        let data =
+            unsafe { std::slice::from_raw_parts(self.base.add(self.data_offset), self.data_size) };
         let mut count = 0;
         while pos + 8 <= head_pos {
             let at = (pos % self.data_size as u64) as usize;

@@ -52,7 +52,10 @@ pub fn snapshot(only: Option<&[u32]>) -> ProcSnapshot {
     let ticks = procfs::ticks_per_second().max(1);
     let mut processes = Vec::new();
     let candidates: Vec<Process> = match only {
-        Some(pids) => pids.iter().filter_map(|&p| Process::new(p as i32).ok()).collect(),
+        Some(pids) => pids
+            .iter()
+            .filter_map(|&p| Process::new(p as i32).ok())
+            .collect(),
         None => match procfs::process::all_processes() {
             Ok(all) => all.filter_map(Result::ok).collect(),
             Err(_) => Vec::new(),
@@ -122,9 +125,15 @@ fn read_process(proc: &Process, ticks: u64) -> Option<SnapshotProcess> {
 /// cut to [`MAX_CMDLINE_BYTES`] on a character boundary.
 pub fn read_cmdline(pid: u32) -> String {
     use std::io::Read;
-    let Ok(file) = std::fs::File::open(format!("/proc/{pid}/cmdline")) else { return String::new() };
+    let Ok(file) = std::fs::File::open(format!("/proc/{pid}/cmdline")) else {
+        return String::new();
+    };
     let mut bytes = Vec::with_capacity(MAX_CMDLINE_BYTES + 1);
-    if file.take(MAX_CMDLINE_BYTES as u64 + 1).read_to_end(&mut bytes).is_err() {
+    if file
+        .take(MAX_CMDLINE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .is_err()
+    {
         return String::new();
     }
     join_cmdline(&bytes)
@@ -153,9 +162,14 @@ fn join_cmdline(bytes: &[u8]) -> String {
 /// hybrid system the first controller path that is not the root.
 pub fn read_cgroup(pid: u32) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let paths: Vec<&str> = text.lines().filter_map(|l| l.splitn(3, ':').nth(2)).collect();
+    let paths: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .collect();
     let v2 = text.lines().find_map(|l| l.strip_prefix("0::"));
-    v2.filter(|p| *p != "/").or_else(|| paths.iter().copied().find(|p| *p != "/")).map(str::to_string)
+    v2.filter(|p| *p != "/")
+        .or_else(|| paths.iter().copied().find(|p| *p != "/"))
+        .map(str::to_string)
 }
 
 /// A thread's CPU time so far, from `/proc/PID/task/TID/schedstat` (ns).
@@ -177,8 +191,16 @@ mod tests {
         let mut long = b"x\0".to_vec();
         long.extend("é".repeat(MAX_CMDLINE_BYTES).as_bytes());
         let line = join_cmdline(&long[..MAX_CMDLINE_BYTES + 1]);
-        assert!(line.ends_with('…') && line.starts_with("x é"), "{}", &line[..10]);
-        assert!(line.len() <= MAX_CMDLINE_BYTES + '…'.len_utf8(), "{}", line.len());
+        assert!(
+            line.ends_with('…') && line.starts_with("x é"),
+            "{}",
+            &line[..10]
+        );
+        assert!(
+            line.len() <= MAX_CMDLINE_BYTES + '…'.len_utf8(),
+            "{}",
+            line.len()
+        );
         // Our own, read from /proc, is what we were started with.
         let own: Vec<String> = std::env::args().collect();
         let joined = own.join(" ");

@@ -126,13 +126,24 @@ const ANCESTOR_RULE: &str = "every directory above it must be root's and not wri
 /// the directory, or one on its way, by a link to a place of their choosing
 /// before it is opened. Checks only what exists; creates nothing.
 pub fn check_ancestors(path: &Path, what: &'static str) -> Result<(), DirError> {
-    let absolute = std::path::absolute(path).map_err(|source| DirError::Locate { what, path: path.to_path_buf(), source })?;
+    let absolute = std::path::absolute(path).map_err(|source| DirError::Locate {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })?;
     check_ancestors_of(&absolute, path, what)?;
     // The same with symlinks resolved, from the deepest part that exists.
-    let existing = absolute.ancestors().find(|a| a.exists()).unwrap_or(Path::new("/"));
+    let existing = absolute
+        .ancestors()
+        .find(|a| a.exists())
+        .unwrap_or(Path::new("/"));
     if let Ok(real) = std::fs::canonicalize(existing) {
         // The existing part itself is an ancestor too, unless it is the path.
-        let probe = if existing == absolute { real } else { real.join("x") };
+        let probe = if existing == absolute {
+            real
+        } else {
+            real.join("x")
+        };
         check_ancestors_of(&probe, path, what)?;
     }
     Ok(())
@@ -143,12 +154,24 @@ fn check_ancestors_of(absolute: &Path, given: &Path, what: &'static str) -> Resu
     // SAFETY: geteuid cannot fail.
     let euid = unsafe { libc::geteuid() };
     for ancestor in absolute.ancestors().skip(1) {
-        let Ok(meta) = std::fs::symlink_metadata(ancestor) else { continue };
+        let Ok(meta) = std::fs::symlink_metadata(ancestor) else {
+            continue;
+        };
         if meta.uid() != 0 && meta.uid() != euid {
-            return Err(DirError::AncestorOwner { what, path: given.to_path_buf(), ancestor: ancestor.to_path_buf(), uid: meta.uid() });
+            return Err(DirError::AncestorOwner {
+                what,
+                path: given.to_path_buf(),
+                ancestor: ancestor.to_path_buf(),
+                uid: meta.uid(),
+            });
         }
         if meta.is_dir() && meta.mode() & 0o022 != 0 && meta.mode() & libc::S_ISVTX == 0 {
-            return Err(DirError::AncestorWritable { what, path: given.to_path_buf(), ancestor: ancestor.to_path_buf(), mode: meta.mode() & 0o7777 });
+            return Err(DirError::AncestorWritable {
+                what,
+                path: given.to_path_buf(),
+                ancestor: ancestor.to_path_buf(),
+                mode: meta.mode() & 0o7777,
+            });
         }
     }
     Ok(())
@@ -162,8 +185,20 @@ fn check_ancestors_of(absolute: &Path, given: &Path, what: &'static str) -> Resu
 pub fn private_dir(dir: &Path, what: &'static str) -> Result<(), DirError> {
     check_ancestors(dir, what)?;
     let path = || dir.to_path_buf();
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|source| DirError::Create { what, path: path(), source })?;
-    let meta = std::fs::symlink_metadata(dir).map_err(|source| DirError::Open { what, path: path(), source })?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| DirError::Create {
+            what,
+            path: path(),
+            source,
+        })?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|source| DirError::Open {
+        what,
+        path: path(),
+        source,
+    })?;
     if meta.file_type().is_symlink() {
         return Err(DirError::Symlink { what, path: path() });
     }
@@ -173,10 +208,19 @@ pub fn private_dir(dir: &Path, what: &'static str) -> Result<(), DirError> {
     // SAFETY: geteuid cannot fail.
     let euid = unsafe { libc::geteuid() };
     if meta.uid() != euid {
-        return Err(DirError::NotOurs { what, path: path(), uid: meta.uid(), euid });
+        return Err(DirError::NotOurs {
+            what,
+            path: path(),
+            uid: meta.uid(),
+            euid,
+        });
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(DirError::WritableByOthers { what, path: path(), mode: meta.mode() & 0o7777 });
+        return Err(DirError::WritableByOthers {
+            what,
+            path: path(),
+            mode: meta.mode() & 0o7777,
+        });
     }
     Ok(())
 }
@@ -202,11 +246,18 @@ mod tests {
         let shared = d.join("shared");
         std::fs::create_dir(&shared).unwrap();
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = check_ancestors(&shared.join("a/store"), "the store").unwrap_err().to_string();
-        assert!(e.contains("others can write") && e.contains("shared") && !e.contains('\n'), "{e}");
+        let e = check_ancestors(&shared.join("a/store"), "the store")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("others can write") && e.contains("shared") && !e.contains('\n'),
+            "{e}"
+        );
         // Through a link that hides it.
         std::os::unix::fs::symlink(&shared, d.join("link")).unwrap();
-        let e = check_ancestors(&d.join("link/store"), "the store").unwrap_err().to_string();
+        let e = check_ancestors(&d.join("link/store"), "the store")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("others can write"), "{e}");
         std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
         check_ancestors(&shared.join("a/store"), "the store").unwrap();

@@ -21,7 +21,6 @@
 
 use serde::{Deserialize, Serialize};
 
-
 mod convert;
 
 /// A recording as a segment holds it ([`Recording`](crate::model::recording::Recording)'s fields, in its order).
@@ -70,7 +69,11 @@ impl StoredAdditions {
     /// Put them into `rec`; false when one names a frame it does not have.
     pub fn apply(self, rec: &mut crate::model::recording::Recording) -> bool {
         for (frame, depth, line) in self.start_lines {
-            match rec.frames.get_mut(frame as usize).and_then(|f| f.symbols.funcs.get_mut(depth as usize)) {
+            match rec
+                .frames
+                .get_mut(frame as usize)
+                .and_then(|f| f.symbols.funcs.get_mut(depth as usize))
+            {
                 Some(func) => func.start_line = Some(line),
                 None => return false,
             }

@@ -42,7 +42,8 @@ impl Store {
         let mut n = 0;
         for name in self.dir.names().unwrap_or_default() {
             let Some(name) = name.to_str() else { continue };
-            if name.starts_with(".tmp-") && name.ends_with(".seg") && self.dir.remove(name).is_ok() {
+            if name.starts_with(".tmp-") && name.ends_with(".seg") && self.dir.remove(name).is_ok()
+            {
                 n += 1;
             }
         }
@@ -52,7 +53,12 @@ impl Store {
     /// Remove the oldest segments of `index` (the writer's view of the
     /// store, kept up to date by it) until the store holds at most
     /// `max_bytes` and nothing that ended before `oldest_ms`.
-    pub fn enforce_retention(&self, index: &mut Vec<SegmentInfo>, max_bytes: u64, oldest_ms: f64) -> Retained {
+    pub fn enforce_retention(
+        &self,
+        index: &mut Vec<SegmentInfo>,
+        max_bytes: u64,
+        oldest_ms: f64,
+    ) -> Retained {
         index.sort_by(|a, b| a.header.end_ms.total_cmp(&b.header.end_ms));
         let mut total: u64 = index.iter().map(|s| s.bytes).sum();
         let mut r = Retained::default();
@@ -82,7 +88,12 @@ impl Store {
     /// and holds more than one segment into one level-1 segment. Returns
     /// the segments written; a bucket whose inputs cannot all be read is
     /// left as it is (with a warning), never half compacted.
-    pub fn compact(&self, index: &mut Vec<SegmentInfo>, now_ms: f64, warnings: &mut Vec<String>) -> u64 {
+    pub fn compact(
+        &self,
+        index: &mut Vec<SegmentInfo>,
+        now_ms: f64,
+        warnings: &mut Vec<String>,
+    ) -> u64 {
         let mut buckets: std::collections::BTreeMap<i64, Vec<SegmentInfo>> = Default::default();
         let bucket = bucket_ms();
         for s in index.iter() {
@@ -114,7 +125,12 @@ impl Store {
     }
 
     /// Compact one run of segments into one; see [`Store::compact`].
-    fn compact_run(&self, index: &mut Vec<SegmentInfo>, group: Vec<SegmentInfo>, warnings: &mut Vec<String>) -> u64 {
+    fn compact_run(
+        &self,
+        index: &mut Vec<SegmentInfo>,
+        group: Vec<SegmentInfo>,
+        warnings: &mut Vec<String>,
+    ) -> u64 {
         if group.len() < 2 {
             return 0;
         }

@@ -139,24 +139,48 @@ impl Store {
         if create {
             private_dir(dir, WHAT)?;
         } else {
-            let meta = std::fs::symlink_metadata(dir).map_err(|source| DirError::Open { what: WHAT, path: path(), source })?;
+            let meta = std::fs::symlink_metadata(dir).map_err(|source| DirError::Open {
+                what: WHAT,
+                path: path(),
+                source,
+            })?;
             if meta.file_type().is_symlink() {
-                return Err(DirError::Symlink { what: WHAT, path: path() }.into());
+                return Err(DirError::Symlink {
+                    what: WHAT,
+                    path: path(),
+                }
+                .into());
             }
             if !meta.is_dir() {
-                return Err(DirError::NotADirectory { what: WHAT, path: path() }.into());
+                return Err(DirError::NotADirectory {
+                    what: WHAT,
+                    path: path(),
+                }
+                .into());
             }
         }
-        let handle = DirHandle::open(dir).map_err(|source| DirError::Open { what: WHAT, path: path(), source })?;
+        let handle = DirHandle::open(dir).map_err(|source| DirError::Open {
+            what: WHAT,
+            path: path(),
+            source,
+        })?;
         let store = Store { dir: handle };
         if create {
             // Checked again on what was opened: the path may have changed
             // hands between the check and the open.
-            let meta = store.dir.metadata().map_err(|source| DirError::Open { what: WHAT, path: path(), source })?;
+            let meta = store.dir.metadata().map_err(|source| DirError::Open {
+                what: WHAT,
+                path: path(),
+                source,
+            })?;
             // SAFETY: geteuid cannot fail.
             let euid = unsafe { libc::geteuid() };
             if meta.st_uid != euid || meta.st_mode & 0o022 != 0 {
-                return Err(StoreError::Changed { path: path(), uid: meta.st_uid, mode: meta.st_mode & 0o7777 });
+                return Err(StoreError::Changed {
+                    path: path(),
+                    uid: meta.st_uid,
+                    mode: meta.st_mode & 0o7777,
+                });
             }
             // Fail now, not at the first window: a read-only mount, a full disk.
             let probe = atomic_file::temp_name(SEGMENT_SUFFIX);
@@ -164,7 +188,12 @@ impl Store {
                 Ok(_) => {
                     let _ = store.dir.remove(&probe);
                 }
-                Err(source) => return Err(StoreError::NotWritable { path: path(), source }),
+                Err(source) => {
+                    return Err(StoreError::NotWritable {
+                        path: path(),
+                        source,
+                    })
+                }
             }
         }
         Ok(store)
@@ -195,21 +224,33 @@ impl Store {
 
     /// Write `rec` (holding `windows`) as a segment at `level`; in place
     /// completely or not at all when this returns.
-    pub fn write(&self, rec: Recording, windows: Vec<WindowSpan>, level: u8) -> Result<SegmentInfo, StoreError> {
+    pub fn write(
+        &self,
+        rec: Recording,
+        windows: Vec<WindowSpan>,
+        level: u8,
+    ) -> Result<SegmentInfo, StoreError> {
         // Compacted segments at zstd 6, not higher: on a soak's 1.9-MB
         // compaction inputs level 12 saved 0.5 % of the bytes and its match
         // tables took 31 MB against 9 MB (`zstd -6`/`-12`, max RSS), the
         // largest single allocation of the agent's peak (heaptrack).
         let zlevel = if level == 0 { 3 } else { 6 };
         let (header, bytes) = segment::encode(rec, windows, level, zlevel)?;
-        let name = format!("{:013}-{:013}.L{level}.seg", header.start_ms.max(0.0) as u64, header.end_ms.max(0.0).ceil() as u64);
+        let name = format!(
+            "{:013}-{:013}.L{level}.seg",
+            header.start_ms.max(0.0) as u64,
+            header.end_ms.max(0.0).ceil() as u64
+        );
         let path = self.dir.display_path(&name);
         if let Err(source) = atomic_file::write_in(&self.dir, &name, SEGMENT_SUFFIX, &bytes) {
             return Err(StoreError::Write { path, source });
         }
-        Ok(SegmentInfo { path, bytes: bytes.len() as u64, header })
+        Ok(SegmentInfo {
+            path,
+            bytes: bytes.len() as u64,
+            header,
+        })
     }
-
 }
 
 /// How segments' names end, their temporaries' too (`.tmp-<random>.seg`).
@@ -217,7 +258,9 @@ const SEGMENT_SUFFIX: &str = ".seg";
 
 /// The name in the store of a segment's `path` (made by [`DirHandle::display_path`]).
 fn file_name(path: &Path) -> &str {
-    path.file_name().and_then(|n| n.to_str()).unwrap_or_default()
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -21,7 +21,15 @@ impl Store {
         let mut warnings = Vec::new();
         let names = match self.dir.names() {
             Ok(names) => names,
-            Err(e) => return (out, vec![format!("cannot list the store: {}: {e}", self.dir.path().display())]),
+            Err(e) => {
+                return (
+                    out,
+                    vec![format!(
+                        "cannot list the store: {}: {e}",
+                        self.dir.path().display()
+                    )],
+                )
+            }
         };
         for name in names {
             // Ours are ASCII; another name is no segment of ours.
@@ -31,25 +39,47 @@ impl Store {
             }
             let path = self.dir.display_path(name);
             match read_header(&self.dir, name) {
-                Ok((header, bytes)) => out.push(SegmentInfo { path, bytes, header }),
+                Ok((header, bytes)) => out.push(SegmentInfo {
+                    path,
+                    bytes,
+                    header,
+                }),
                 // Removed by compaction or retention since the listing: not damage.
                 Err(ReadError::Gone) => {}
-                Err(ReadError::Bad(why)) => warnings.push(format!("skipping {}: {why}", path.display())),
+                Err(ReadError::Bad(why)) => {
+                    warnings.push(format!("skipping {}: {why}", path.display()))
+                }
             }
         }
-        out.sort_by(|a, b| a.header.start_ms.total_cmp(&b.header.start_ms).then(b.header.level.cmp(&a.header.level)));
+        out.sort_by(|a, b| {
+            a.header
+                .start_ms
+                .total_cmp(&b.header.start_ms)
+                .then(b.header.level.cmp(&a.header.level))
+        });
         (out, warnings)
     }
 
     /// Segments whose windows overlap [since_ms, until_ms], each window
     /// once: compacted segments are preferred over the windows they hold.
     pub fn select(segments: &[SegmentInfo], since_ms: f64, until_ms: f64) -> Vec<SegmentInfo> {
-        let mut by_level: Vec<&SegmentInfo> = segments.iter().filter(|s| s.header.end_ms >= since_ms && s.header.start_ms <= until_ms).collect();
-        by_level.sort_by(|a, b| b.header.level.cmp(&a.header.level).then(a.header.start_ms.total_cmp(&b.header.start_ms)));
+        let mut by_level: Vec<&SegmentInfo> = segments
+            .iter()
+            .filter(|s| s.header.end_ms >= since_ms && s.header.start_ms <= until_ms)
+            .collect();
+        by_level.sort_by(|a, b| {
+            b.header
+                .level
+                .cmp(&a.header.level)
+                .then(a.header.start_ms.total_cmp(&b.header.start_ms))
+        });
         let mut chosen: Vec<SegmentInfo> = Vec::new();
         let mut held: Vec<(f64, f64)> = Vec::new();
         for s in by_level {
-            let dup = s.header.windows.iter().any(|w| held.iter().any(|&(a, b)| w.start_ms >= a - 0.5 && w.end_ms <= b + 0.5));
+            let dup = s.header.windows.iter().any(|w| {
+                held.iter()
+                    .any(|&(a, b)| w.start_ms >= a - 0.5 && w.end_ms <= b + 0.5)
+            });
             if dup {
                 continue;
             }
@@ -71,8 +101,12 @@ impl Store {
     /// (its windows are in the compacted file by then).
     #[cfg(test)]
     pub fn query(&self, since_ms: f64, until_ms: f64) -> Query {
-        let (recordings, warnings) = self.query_each(since_ms, until_ms, Vec::new, |all, r| all.push(r));
-        Query { recordings: recordings.unwrap_or_default(), warnings }
+        let (recordings, warnings) =
+            self.query_each(since_ms, until_ms, Vec::new, |all, r| all.push(r));
+        Query {
+            recordings: recordings.unwrap_or_default(),
+            warnings,
+        }
     }
 
     /// The windows overlapping [since_ms, until_ms], one segment's recording
@@ -83,7 +117,13 @@ impl Store {
     /// the compacted file by then) makes us list again and start from a
     /// fresh state. The state is `None` if the store kept changing (then the
     /// last warning says so). Damaged segments are warnings.
-    pub fn query_each<S>(&self, since_ms: f64, until_ms: f64, mut fresh: impl FnMut() -> S, mut add: impl FnMut(&mut S, Recording)) -> (Option<S>, Vec<String>) {
+    pub fn query_each<S>(
+        &self,
+        since_ms: f64,
+        until_ms: f64,
+        mut fresh: impl FnMut() -> S,
+        mut add: impl FnMut(&mut S, Recording),
+    ) -> (Option<S>, Vec<String>) {
         for _attempt in 0..5 {
             let (all, mut warnings) = self.list();
             let mut state = fresh();
@@ -95,14 +135,19 @@ impl Store {
                         raced = true;
                         break;
                     }
-                    Err(ReadError::Bad(why)) => warnings.push(format!("skipping {}: {why}", seg.path.display())),
+                    Err(ReadError::Bad(why)) => {
+                        warnings.push(format!("skipping {}: {why}", seg.path.display()))
+                    }
                 }
             }
             if !raced {
                 return (Some(state), warnings);
             }
         }
-        (None, vec!["the store kept changing while it was read; try again".into()])
+        (
+            None,
+            vec!["the store kept changing while it was read; try again".into()],
+        )
     }
 }
 
@@ -163,7 +208,13 @@ impl From<SegmentError> for ReadError {
 const MAX_SEGMENT: u64 = 1 << 30;
 
 fn open_segment(dir: &DirHandle, name: &str) -> Result<(std::fs::File, u64), ReadError> {
-    let f = dir.open_read(name).map_err(|e| if e.kind() == std::io::ErrorKind::NotFound { ReadError::Gone } else { e.into() })?;
+    let f = dir.open_read(name).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ReadError::Gone
+        } else {
+            e.into()
+        }
+    })?;
     let meta = f.metadata()?;
     if !meta.is_file() {
         return Err(BadSegment::NotRegular.into());
@@ -174,7 +225,8 @@ fn open_segment(dir: &DirHandle, name: &str) -> Result<(std::fs::File, u64), Rea
 fn read_header(dir: &DirHandle, name: &str) -> Result<(SegmentHeader, u64), ReadError> {
     let (mut f, len) = open_segment(dir, name)?;
     let mut prefix = [0u8; 20];
-    f.read_exact(&mut prefix).map_err(|_| BadSegment::ShortPrefix)?;
+    f.read_exact(&mut prefix)
+        .map_err(|_| BadSegment::ShortPrefix)?;
     let need = segment::header_read_len(&prefix).ok_or(BadSegment::HeaderLengthOutOfRange)?;
     if need as u64 > len {
         return Err(BadSegment::ShortHeader.into());

@@ -144,7 +144,12 @@ pub struct SegmentHeader {
 }
 
 /// Encode `rec` (holding `windows`) as a segment at `level`, zstd level `zlevel`.
-pub fn encode(rec: Recording, windows: Vec<WindowSpan>, level: u8, zlevel: i32) -> Result<(SegmentHeader, Vec<u8>), SegmentError> {
+pub fn encode(
+    rec: Recording,
+    windows: Vec<WindowSpan>,
+    level: u8,
+    zlevel: i32,
+) -> Result<(SegmentHeader, Vec<u8>), SegmentError> {
     let samples = rec.sample_count();
     let processes = rec.processes.len() as u32;
     let lost = rec.stats.lost_total();
@@ -156,8 +161,14 @@ pub fn encode(rec: Recording, windows: Vec<WindowSpan>, level: u8, zlevel: i32) 
     let payload = zstd::bulk::compress(&raw, zlevel).map_err(SegmentError::Compress)?;
     let header = SegmentHeader {
         level,
-        start_ms: windows.iter().map(|w| w.start_ms).fold(f64::INFINITY, f64::min),
-        end_ms: windows.iter().map(|w| w.end_ms).fold(f64::NEG_INFINITY, f64::max),
+        start_ms: windows
+            .iter()
+            .map(|w| w.start_ms)
+            .fold(f64::INFINITY, f64::min),
+        end_ms: windows
+            .iter()
+            .map(|w| w.end_ms)
+            .fold(f64::NEG_INFINITY, f64::max),
         windows,
         samples,
         processes,
@@ -203,7 +214,10 @@ pub fn decode_header(bytes: &[u8], file_len: u64) -> Result<(SegmentHeader, usiz
     }
     let header: SegmentHeader = postcard::from_bytes(hbytes).map_err(SegmentError::Header)?;
     if (PREFIX + hlen) as u64 + header.payload_len != file_len {
-        return Err(SegmentError::Size { found: file_len, expected: (PREFIX + hlen) as u64 + header.payload_len });
+        return Err(SegmentError::Size {
+            found: file_len,
+            expected: (PREFIX + hlen) as u64 + header.payload_len,
+        });
     }
     Ok((header, PREFIX + hlen))
 }
@@ -227,16 +241,22 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
     if header.raw_len > MAX_RAW_PAYLOAD {
         return Err(SegmentError::TooLarge(header.raw_len));
     }
-    let raw = zstd::bulk::decompress(payload, header.raw_len as usize).map_err(SegmentError::Decompress)?;
-    let (mut stored, rest): (StoredRecording, &[u8]) = postcard::take_from_bytes(&raw).map_err(SegmentError::Payload)?;
+    let raw = zstd::bulk::decompress(payload, header.raw_len as usize)
+        .map_err(SegmentError::Decompress)?;
+    let (mut stored, rest): (StoredRecording, &[u8]) =
+        postcard::take_from_bytes(&raw).map_err(SegmentError::Payload)?;
     let additions: StoredAdditions = match rest {
         [] => StoredAdditions::default(),
         rest => postcard::from_bytes(rest).map_err(SegmentError::Payload)?,
     };
     deltas_to_times(&mut stored)?;
-    let mut rec = stored.into_model().ok_or(SegmentError::Inconsistent("a stack's parent does not precede it"))?;
+    let mut rec = stored.into_model().ok_or(SegmentError::Inconsistent(
+        "a stack's parent does not precede it",
+    ))?;
     if !additions.apply(&mut rec) {
-        return Err(SegmentError::Inconsistent("a start line of a frame it does not have"));
+        return Err(SegmentError::Inconsistent(
+            "a start line of a frame it does not have",
+        ));
     }
     Ok((header, rec))
 }
@@ -298,27 +318,45 @@ fn from_amounts(v: &mut [u64]) {
 fn marker_to_stored(m: &mut StoredMarker, prev: &mut i64) {
     let rel = |t: u64, start: u64| (us(t) - us(start)).max(0) as u64;
     match m {
-        StoredMarker::OffCpu { start_ns, end_ns, run_delay_ns, .. } => {
+        StoredMarker::OffCpu {
+            start_ns,
+            end_ns,
+            run_delay_ns,
+            ..
+        } => {
             let s = *start_ns;
             *end_ns = rel(*end_ns, s);
             *run_delay_ns = run_delay_ns.map(|d| us(d) as u64);
             *start_ns = zigzag(us(s) - *prev);
             *prev = us(s);
         }
-        StoredMarker::Io { start_ns, issue_ns, done_ns, .. } => {
+        StoredMarker::Io {
+            start_ns,
+            issue_ns,
+            done_ns,
+            ..
+        } => {
             let s = *start_ns;
             *issue_ns = rel(*issue_ns, s);
             *done_ns = rel(*done_ns, s);
             *start_ns = zigzag(us(s) - *prev);
             *prev = us(s);
         }
-        StoredMarker::OnCpu { start_ns, end_ns, .. } => {
+        StoredMarker::OnCpu {
+            start_ns, end_ns, ..
+        } => {
             let s = *start_ns;
             *end_ns = rel(*end_ns, s);
             *start_ns = zigzag(us(s) - *prev);
             *prev = us(s);
         }
-        StoredMarker::ShortWaits { start_ns, end_ns, off_cpu_ns, waited_ns, .. } => {
+        StoredMarker::ShortWaits {
+            start_ns,
+            end_ns,
+            off_cpu_ns,
+            waited_ns,
+            ..
+        } => {
             let s = *start_ns;
             *end_ns = rel(*end_ns, s);
             *off_cpu_ns = us(*off_cpu_ns) as u64;
@@ -337,21 +375,39 @@ fn marker_from_stored(m: &mut StoredMarker, prev: &mut i64) {
         *z
     };
     match m {
-        StoredMarker::OffCpu { start_ns, end_ns, run_delay_ns, .. } => {
+        StoredMarker::OffCpu {
+            start_ns,
+            end_ns,
+            run_delay_ns,
+            ..
+        } => {
             let s = start(start_ns, prev);
             *end_ns = s.saturating_add(end_ns.saturating_mul(1000));
             *run_delay_ns = run_delay_ns.map(|d| d.saturating_mul(1000));
         }
-        StoredMarker::Io { start_ns, issue_ns, done_ns, .. } => {
+        StoredMarker::Io {
+            start_ns,
+            issue_ns,
+            done_ns,
+            ..
+        } => {
             let s = start(start_ns, prev);
             *issue_ns = s.saturating_add(issue_ns.saturating_mul(1000));
             *done_ns = s.saturating_add(done_ns.saturating_mul(1000));
         }
-        StoredMarker::OnCpu { start_ns, end_ns, .. } => {
+        StoredMarker::OnCpu {
+            start_ns, end_ns, ..
+        } => {
             let s = start(start_ns, prev);
             *end_ns = s.saturating_add(end_ns.saturating_mul(1000));
         }
-        StoredMarker::ShortWaits { start_ns, end_ns, off_cpu_ns, waited_ns, .. } => {
+        StoredMarker::ShortWaits {
+            start_ns,
+            end_ns,
+            off_cpu_ns,
+            waited_ns,
+            ..
+        } => {
             let s = start(start_ns, prev);
             *end_ns = s.saturating_add(end_ns.saturating_mul(1000));
             *off_cpu_ns = off_cpu_ns.saturating_mul(1000);
@@ -369,7 +425,12 @@ fn times_to_deltas(rec: &mut StoredRecording) {
         to_deltas(&mut t.samples.time_ns, base);
         to_amounts(&mut t.samples.cpu_delta_ns);
         // Durations from the rounded start to the rounded end.
-        for (start, d) in t.off_cpu.time_ns.iter().zip(t.off_cpu.duration_ns.iter_mut()) {
+        for (start, d) in t
+            .off_cpu
+            .time_ns
+            .iter()
+            .zip(t.off_cpu.duration_ns.iter_mut())
+        {
             *d = (us(start.saturating_add(*d)) - us(*start)).max(0) as u64;
         }
         to_deltas(&mut t.off_cpu.time_ns, base);
@@ -397,14 +458,24 @@ fn deltas_to_times(rec: &mut StoredRecording) -> Result<(), SegmentError> {
     let nodes = rec.stacks.key.len() as u32;
     let frames = rec.frames.len() as u64;
     if rec.stacks.back.len() != rec.stacks.key.len() {
-        return Err(SegmentError::Inconsistent("a stack's parent does not precede it"));
+        return Err(SegmentError::Inconsistent(
+            "a stack's parent does not precede it",
+        ));
     }
     if rec.stacks.key.iter().any(|&k| k >= frames) {
-        return Err(SegmentError::Inconsistent("a stack names a frame that does not exist"));
+        return Err(SegmentError::Inconsistent(
+            "a stack names a frame that does not exist",
+        ));
     }
     let libs = rec.libs.len() as u32;
-    if rec.frames.iter().any(|f| f.lib != crate::model::recording::NO_LIB && f.lib >= libs) {
-        return Err(SegmentError::Inconsistent("a frame names a library that does not exist"));
+    if rec
+        .frames
+        .iter()
+        .any(|f| f.lib != crate::model::recording::NO_LIB && f.lib >= libs)
+    {
+        return Err(SegmentError::Inconsistent(
+            "a frame names a library that does not exist",
+        ));
     }
     for t in rec.processes.iter_mut().flat_map(|p| p.threads.iter_mut()) {
         let s = &mut t.samples;
@@ -415,17 +486,26 @@ fn deltas_to_times(rec: &mut StoredRecording) -> Result<(), SegmentError> {
             || o.time_ns.len() != o.stack.len()
             || o.time_ns.len() != o.duration_ns.len()
         {
-            return Err(SegmentError::Inconsistent("columns of a thread differ in length"));
+            return Err(SegmentError::Inconsistent(
+                "columns of a thread differ in length",
+            ));
         }
         if s.stack.iter().chain(&o.stack).any(|&n| n >= nodes) {
-            return Err(SegmentError::Inconsistent("a sample names a stack that does not exist"));
+            return Err(SegmentError::Inconsistent(
+                "a sample names a stack that does not exist",
+            ));
         }
         for m in &t.markers {
-            if let StoredMarker::OffCpu { waker_stack: Some(n), .. }
+            if let StoredMarker::OffCpu {
+                waker_stack: Some(n),
+                ..
+            }
             | StoredMarker::Io { stack: Some(n), .. } = m
             {
                 if *n >= nodes {
-                    return Err(SegmentError::Inconsistent("a marker names a stack that does not exist"));
+                    return Err(SegmentError::Inconsistent(
+                        "a marker names a stack that does not exist",
+                    ));
                 }
             }
         }
@@ -446,7 +526,9 @@ fn deltas_to_times(rec: &mut StoredRecording) -> Result<(), SegmentError> {
     }
     for c in &mut rec.counters {
         if c.time_ns.len() != c.count.len() {
-            return Err(SegmentError::Inconsistent("columns of a counter differ in length"));
+            return Err(SegmentError::Inconsistent(
+                "columns of a counter differ in length",
+            ));
         }
         from_deltas(&mut c.time_ns, base);
     }

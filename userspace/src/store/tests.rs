@@ -1,7 +1,7 @@
 //! The store's tests: writing, querying, compaction, retention and its directory.
+use super::maintain::BUCKET_MS;
 use super::*;
 use crate::model::merge;
-use super::maintain::BUCKET_MS;
 
 fn dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("sysprof-store-{name}-{}", std::process::id()));
@@ -12,7 +12,13 @@ fn dir(name: &str) -> PathBuf {
 fn window(start_ms: f64, start_ns: u64) -> (Recording, Vec<WindowSpan>) {
     let mut r = segment::tests::sample_recording(start_ns);
     r.start_wall_ms = start_ms;
-    (r, vec![WindowSpan { start_ms, end_ms: start_ms + 10_000.0 }])
+    (
+        r,
+        vec![WindowSpan {
+            start_ms,
+            end_ms: start_ms + 10_000.0,
+        }],
+    )
 }
 
 /// Check that windows written come back by range, that compaction
@@ -37,12 +43,19 @@ fn write_query_compact_retain() {
 
     // A compacted copy beside its inputs (as a killed compaction leaves it).
     let recs: Vec<Recording> = inputs.iter().map(|s| store.read(s).unwrap()).collect();
-    let windows: Vec<WindowSpan> = inputs.iter().flat_map(|s| s.header.windows.clone()).collect();
+    let windows: Vec<WindowSpan> = inputs
+        .iter()
+        .flat_map(|s| s.header.windows.clone())
+        .collect();
     let merged = merge::merge(recs);
     assert_eq!(merged.sample_count(), 18);
     store.write(merged, windows, 1).unwrap();
     let q = store.query(t0, t0 + 60_000.0);
-    assert_eq!(q.recordings.len(), 1, "the compacted segment, not its inputs too");
+    assert_eq!(
+        q.recordings.len(),
+        1,
+        "the compacted segment, not its inputs too"
+    );
     assert_eq!(q.recordings[0].sample_count(), 18);
     // The inputs a killed compaction left are removed.
     let mut index = store.list().0;
@@ -52,16 +65,30 @@ fn write_query_compact_retain() {
     // Compaction of a finished bucket; an unfinished one is left alone.
     let t1 = t0 + BUCKET_MS;
     for i in 0..3 {
-        let (r, w) = window(t1 + i as f64 * 10_000.0, 700_000_000_000 + i * 10_000_000_000);
+        let (r, w) = window(
+            t1 + i as f64 * 10_000.0,
+            700_000_000_000 + i * 10_000_000_000,
+        );
         index.push(store.write(r, w, 0).unwrap());
     }
     let mut warnings = Vec::new();
-    assert_eq!(store.compact(&mut index, t1 + 30_000.0, &mut warnings), 0, "its bucket is not over");
-    assert_eq!(store.compact(&mut index, t1 + BUCKET_MS, &mut warnings), 1, "{warnings:?}");
+    assert_eq!(
+        store.compact(&mut index, t1 + 30_000.0, &mut warnings),
+        0,
+        "its bucket is not over"
+    );
+    assert_eq!(
+        store.compact(&mut index, t1 + BUCKET_MS, &mut warnings),
+        1,
+        "{warnings:?}"
+    );
     assert_eq!(index.len(), 2);
     assert_eq!(store.list().0.len(), 2);
     let q = store.query(t1, t1 + BUCKET_MS);
-    assert_eq!(q.recordings.iter().map(|r| r.sample_count()).sum::<u64>(), 9);
+    assert_eq!(
+        q.recordings.iter().map(|r| r.sample_count()).sum::<u64>(),
+        9
+    );
 
     // Retention: everything older than the age limit goes, then by size.
     let r = store.enforce_retention(&mut index, u64::MAX, t1);
@@ -82,7 +109,9 @@ fn damaged_segment_is_a_warning() {
     let store = Store::open(&d, true).unwrap();
     let t0 = 1_800_000_000_000.0;
     let a = store.write(window(t0, 1).0, window(t0, 1).1, 0).unwrap();
-    store.write(window(t0 + 10_000.0, 2).0, window(t0 + 10_000.0, 2).1, 0).unwrap();
+    store
+        .write(window(t0 + 10_000.0, 2).0, window(t0 + 10_000.0, 2).1, 0)
+        .unwrap();
     let mut bytes = std::fs::read(&a.path).unwrap();
     let n = bytes.len();
     bytes[n - 3] ^= 0xff;
@@ -91,7 +120,13 @@ fn damaged_segment_is_a_warning() {
     let q = store.query(0.0, f64::INFINITY);
     assert_eq!(q.recordings.len(), 1);
     assert_eq!(q.warnings.len(), 2, "{:?}", q.warnings);
-    assert!(q.warnings.iter().any(|w| w.contains(&a.path.display().to_string()) && w.contains("checksum")), "{:?}", q.warnings);
+    assert!(
+        q.warnings
+            .iter()
+            .any(|w| w.contains(&a.path.display().to_string()) && w.contains("checksum")),
+        "{:?}",
+        q.warnings
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -113,15 +148,30 @@ fn a_store_swapped_for_a_symlink_keeps_writing_where_it_was_opened() {
     let (r, w) = window(t0, 1);
     let seg = store.write(r, w, 0).unwrap();
     let name = seg.path.file_name().unwrap().to_owned();
-    assert!(moved.join(&name).is_file(), "the segment is in the directory opened");
-    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0, "nothing was written through the link");
-    assert_eq!(store.query(0.0, f64::INFINITY).recordings.len(), 1, "read back through the handle");
+    assert!(
+        moved.join(&name).is_file(),
+        "the segment is in the directory opened"
+    );
+    assert_eq!(
+        std::fs::read_dir(&target).unwrap().count(),
+        0,
+        "nothing was written through the link"
+    );
+    assert_eq!(
+        store.query(0.0, f64::INFINITY).recordings.len(),
+        1,
+        "read back through the handle"
+    );
 
     std::fs::write(target.join(&name), b"not ours").unwrap();
     let mut index = store.list().0;
     assert_eq!(store.enforce_retention(&mut index, 0, 0.0).removed, 1);
     assert!(!moved.join(&name).exists(), "retention removed our segment");
-    assert_eq!(std::fs::read(target.join(&name)).unwrap(), b"not ours", "retention deleted through the link");
+    assert_eq!(
+        std::fs::read(target.join(&name)).unwrap(),
+        b"not ours",
+        "retention deleted through the link"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -134,8 +184,14 @@ fn small_files_are_replaced_and_links_not_followed() {
     let store = Store::open(&d, true).unwrap();
     store.replace_small(".export-x.cursor", b"1.000\n").unwrap();
     store.replace_small(".export-x.cursor", b"2.000\n").unwrap();
-    assert_eq!(store.read_small(".export-x.cursor").as_deref(), Some("2.000\n"));
-    let names: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(
+        store.read_small(".export-x.cursor").as_deref(),
+        Some("2.000\n")
+    );
+    let names: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names, [".export-x.cursor"], "no temporary left");
     let secret = d.with_extension("secret");
     std::fs::write(&secret, b"3.000\n").unwrap();
@@ -171,12 +227,20 @@ fn a_segment_of_another_version_is_refused_by_name_and_version() {
     let store = Store::open(&d, true).unwrap();
     let t0 = 1_800_000_000_000.0;
     let a = store.write(window(t0, 1).0, window(t0, 1).1, 0).unwrap();
-    store.write(window(t0 + 10_000.0, 2).0, window(t0 + 10_000.0, 2).1, 0).unwrap();
+    store
+        .write(window(t0 + 10_000.0, 2).0, window(t0 + 10_000.0, 2).1, 0)
+        .unwrap();
     let mut bytes = std::fs::read(&a.path).unwrap();
     bytes[8..10].copy_from_slice(&7u16.to_le_bytes());
     std::fs::write(&a.path, &bytes).unwrap();
     let q = store.query(0.0, f64::INFINITY);
     assert_eq!(q.recordings.len(), 1);
-    assert_eq!(q.warnings, vec![format!("skipping {}: segment format version 7, this sysprof reads 2 to 4", a.path.display())]);
+    assert_eq!(
+        q.warnings,
+        vec![format!(
+            "skipping {}: segment format version 7, this sysprof reads 2 to 4",
+            a.path.display()
+        )]
+    );
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -90,20 +90,37 @@ fn c_name(pid: u32, addr: u64) -> Option<Vec<u8>> {
     }
     let mut b = [0u8; MAX_TABLE_NAME + 1];
     // The name may end near the end of its mapping: read less then.
-    let n = (0..4).map(|i| (MAX_TABLE_NAME + 1) >> i).find(|&n| read_process(pid, addr, &mut b[..n]).is_ok())?;
+    let n = (0..4)
+        .map(|i| (MAX_TABLE_NAME + 1) >> i)
+        .find(|&n| read_process(pid, addr, &mut b[..n]).is_ok())?;
     let end = b[..n].iter().position(|&c| c == 0)?;
     Some(b[..end].to_vec())
 }
 
 /// The types whose fields are looked up, and the most entries of each kept
 /// (JDK 17's InstanceKlass has 28): a table that lies costs bounded reads.
-const WANTED_TYPES: [&[u8]; 8] = [b"Method", b"ConstMethod", b"ConstantPool", b"Klass", b"InstanceKlass", b"Symbol", b"AbstractInterpreter", b"StubQueue"];
+const WANTED_TYPES: [&[u8]; 8] = [
+    b"Method",
+    b"ConstMethod",
+    b"ConstantPool",
+    b"Klass",
+    b"InstanceKlass",
+    b"Symbol",
+    b"AbstractInterpreter",
+    b"StubQueue",
+];
 const MAX_FIELDS_PER_TYPE: usize = 128;
 
 /// One table of `gHotSpotVM*`: its entries' addresses until the one whose
 /// name is NULL (at most [`MAX_TABLE_ENTRIES`]), each with its name, if
 /// `keep` takes it.
-fn table(pid: u32, first: u64, stride: u64, name_at: u64, keep: impl Fn(&[u8]) -> bool) -> Result<Vec<(u64, Vec<u8>)>, LayoutError> {
+fn table(
+    pid: u32,
+    first: u64,
+    stride: u64,
+    name_at: u64,
+    keep: impl Fn(&[u8]) -> bool,
+) -> Result<Vec<(u64, Vec<u8>)>, LayoutError> {
     let mut out = Vec::new();
     for i in 0..MAX_TABLE_ENTRIES {
         let entry = first.wrapping_add(i * stride);
@@ -125,36 +142,74 @@ impl HotSpotLayout {
     pub fn read(pid: u32, base: u64, s: &HotSpotSymbols) -> Result<HotSpotLayout, LayoutError> {
         let var = |at: u64| word(pid, base.wrapping_add(at)).ok_or(LayoutError::Unreadable);
         // The tables' places and strides are filled as the JVM starts: 0 until then.
-        let places = [(var(s.structs)?, var(s.struct_stride)?), (var(s.types)?, var(s.type_stride)?), (var(s.int_constants)?, var(s.int_stride)?)];
-        if places.iter().any(|&(first, stride)| first == 0 || stride == 0 || stride > 256) {
+        let places = [
+            (var(s.structs)?, var(s.struct_stride)?),
+            (var(s.types)?, var(s.type_stride)?),
+            (var(s.int_constants)?, var(s.int_stride)?),
+        ];
+        if places
+            .iter()
+            .any(|&(first, stride)| first == 0 || stride == 0 || stride > 256)
+        {
             return Err(LayoutError::NotYet);
         }
         let wanted = |t: &[u8]| WANTED_TYPES.contains(&t);
-        let structs = table(pid, places[0].0, places[0].1, var(s.struct_type_name)?, wanted)?;
-        let (field_name, is_static, offset, address) = (var(s.struct_field_name)?, var(s.struct_is_static)?, var(s.struct_offset)?, var(s.struct_address)?);
+        let structs = table(
+            pid,
+            places[0].0,
+            places[0].1,
+            var(s.struct_type_name)?,
+            wanted,
+        )?;
+        let (field_name, is_static, offset, address) = (
+            var(s.struct_field_name)?,
+            var(s.struct_is_static)?,
+            var(s.struct_offset)?,
+            var(s.struct_address)?,
+        );
         // Each wanted type's fields, named once: (type, field, entry).
         let mut fields: Vec<(&[u8], Vec<u8>, u64)> = Vec::new();
         for (entry, t) in &structs {
-            let ty = WANTED_TYPES.iter().find(|w| **w == t.as_slice()).expect("kept only if wanted");
+            let ty = WANTED_TYPES
+                .iter()
+                .find(|w| **w == t.as_slice())
+                .expect("kept only if wanted");
             if fields.iter().filter(|f| f.0 == *ty).count() >= MAX_FIELDS_PER_TYPE {
                 continue;
             }
-            if let Some(f) = word(pid, entry.wrapping_add(field_name)).and_then(|p| c_name(pid, p)) {
+            if let Some(f) = word(pid, entry.wrapping_add(field_name)).and_then(|p| c_name(pid, p))
+            {
                 fields.push((ty, f, *entry));
             }
         }
         let field = |ty: &'static str, name: &'static str| -> Result<u64, LayoutError> {
-            let (_, _, entry) = fields.iter().find(|f| f.0 == ty.as_bytes() && f.1 == name.as_bytes()).ok_or(LayoutError::Missing(name))?;
-            let statik = word(pid, entry.wrapping_add(is_static)).ok_or(LayoutError::Unreadable)? as u32 != 0;
-            word(pid, entry.wrapping_add(if statik { address } else { offset })).ok_or(LayoutError::Unreadable)
+            let (_, _, entry) = fields
+                .iter()
+                .find(|f| f.0 == ty.as_bytes() && f.1 == name.as_bytes())
+                .ok_or(LayoutError::Missing(name))?;
+            let statik = word(pid, entry.wrapping_add(is_static)).ok_or(LayoutError::Unreadable)?
+                as u32
+                != 0;
+            word(
+                pid,
+                entry.wrapping_add(if statik { address } else { offset }),
+            )
+            .ok_or(LayoutError::Unreadable)
         };
-        let types = table(pid, places[1].0, places[1].1, var(s.type_name)?, |t| t == b"ConstMethod" || t == b"ConstantPool")?;
+        let types = table(pid, places[1].0, places[1].1, var(s.type_name)?, |t| {
+            t == b"ConstMethod" || t == b"ConstantPool"
+        })?;
         let type_size = var(s.type_size)?;
         let size = |ty: &'static str| -> Result<u64, LayoutError> {
-            let (entry, _) = types.iter().find(|(_, t)| t.as_slice() == ty.as_bytes()).ok_or(LayoutError::Missing(ty))?;
+            let (entry, _) = types
+                .iter()
+                .find(|(_, t)| t.as_slice() == ty.as_bytes())
+                .ok_or(LayoutError::Missing(ty))?;
             word(pid, entry.wrapping_add(type_size)).ok_or(LayoutError::Unreadable)
         };
-        let ints = table(pid, places[2].0, places[2].1, var(s.int_name)?, |n| n == b"ConstMethod::_has_linenumber_table")?;
+        let ints = table(pid, places[2].0, places[2].1, var(s.int_name)?, |n| {
+            n == b"ConstMethod::_has_linenumber_table"
+        })?;
         let int_value = var(s.int_value)?;
         let constant = |name: &str| {
             let (entry, _) = ints.iter().find(|(_, n)| n.as_slice() == name.as_bytes())?;
@@ -162,7 +217,9 @@ impl HotSpotLayout {
         };
         // A u2 flags field holds the line table's bit through JDK 20; later
         // JDKs keep their flags otherwise, and get no lines here.
-        let has_line_table = constant("ConstMethod::_has_linenumber_table").and_then(|v| u16::try_from(v).ok()).filter(|v| v.is_power_of_two());
+        let has_line_table = constant("ConstMethod::_has_linenumber_table")
+            .and_then(|v| u16::try_from(v).ok())
+            .filter(|v| v.is_power_of_two());
         Ok(HotSpotLayout {
             method_const_method: field("Method", "_constMethod")?,
             const_method_constants: field("ConstMethod", "_constants")?,
@@ -216,30 +273,52 @@ impl HotSpotLayout {
         if index == 0 || index as u64 >= length {
             return None;
         }
-        let sym = word(pid, pool.wrapping_add(self.pool_size).wrapping_add(8 * index as u64))?;
+        let sym = word(
+            pid,
+            pool.wrapping_add(self.pool_size)
+                .wrapping_add(8 * index as u64),
+        )?;
         self.symbol(pid, sym)
     }
 
     /// Read the method at `method` of `pid`.
     pub fn method(&self, pid: u32, method: u64) -> Result<JavaMethod, MethodError> {
-        let cm = word(pid, method.wrapping_add(self.method_const_method)).ok_or(MethodError::Unreadable)?;
+        let cm = word(pid, method.wrapping_add(self.method_const_method))
+            .ok_or(MethodError::Unreadable)?;
         let mut header = vec![0u8; self.const_method_size.min(256) as usize];
         read_process(pid, cm, &mut header).map_err(|_| MethodError::Unreadable)?;
-        let u16_at = |at: u64| header.get(at as usize..at as usize + 2).map(|b| u16::from_le_bytes([b[0], b[1]])).ok_or(MethodError::NotMethod);
+        let u16_at = |at: u64| {
+            header
+                .get(at as usize..at as usize + 2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                .ok_or(MethodError::NotMethod)
+        };
         let pool = header
             .get(self.const_method_constants as usize..self.const_method_constants as usize + 8)
             .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
             .ok_or(MethodError::NotMethod)?;
-        let (code_size, name_index, signature_index) = (u16_at(self.const_method_code_size)?, u16_at(self.const_method_name_index)?, u16_at(self.const_method_signature_index)?);
-        let holder = word(pid, pool.wrapping_add(self.pool_holder)).ok_or(MethodError::Unreadable)?;
+        let (code_size, name_index, signature_index) = (
+            u16_at(self.const_method_code_size)?,
+            u16_at(self.const_method_name_index)?,
+            u16_at(self.const_method_signature_index)?,
+        );
+        let holder =
+            word(pid, pool.wrapping_add(self.pool_holder)).ok_or(MethodError::Unreadable)?;
         // A method's constant pool is its class's: anything else is no method.
         if holder == 0 || word(pid, holder.wrapping_add(self.klass_constants)) != Some(pool) {
             return Err(MethodError::NotMethod);
         }
-        let length = word(pid, pool.wrapping_add(self.pool_length)).ok_or(MethodError::Unreadable)? as u32 as u64;
-        let class = word(pid, holder.wrapping_add(self.klass_name)).and_then(|s| self.symbol(pid, s)).ok_or(MethodError::NotMethod)?;
-        let name = self.pool_symbol(pid, pool, name_index, length).ok_or(MethodError::NotMethod)?;
-        let signature = self.pool_symbol(pid, pool, signature_index, length).ok_or(MethodError::NotMethod)?;
+        let length = word(pid, pool.wrapping_add(self.pool_length))
+            .ok_or(MethodError::Unreadable)? as u32 as u64;
+        let class = word(pid, holder.wrapping_add(self.klass_name))
+            .and_then(|s| self.symbol(pid, s))
+            .ok_or(MethodError::NotMethod)?;
+        let name = self
+            .pool_symbol(pid, pool, name_index, length)
+            .ok_or(MethodError::NotMethod)?;
+        let signature = self
+            .pool_symbol(pid, pool, signature_index, length)
+            .ok_or(MethodError::NotMethod)?;
         let file = self
             .pool_source_file
             .and_then(|at| half(pid, pool.wrapping_add(at)))
@@ -249,10 +328,18 @@ impl HotSpotLayout {
         let code_start = cm.wrapping_add(self.const_method_size);
         let flags = u16_at(self.const_method_flags).unwrap_or(0);
         let lines = match self.has_line_table {
-            Some(bit) if flags & bit != 0 => read_line_table(pid, code_start.wrapping_add(code_size as u64)),
+            Some(bit) if flags & bit != 0 => {
+                read_line_table(pid, code_start.wrapping_add(code_size as u64))
+            }
             _ => Vec::new(),
         };
-        Ok(JavaMethod { name: external_name(&class, &name, &signature), file, code_start, code_size: code_size as u32, lines })
+        Ok(JavaMethod {
+            name: external_name(&class, &name, &signature),
+            file,
+            code_start,
+            code_size: code_size as u32,
+            lines,
+        })
     }
 }
 
@@ -292,7 +379,12 @@ impl JavaMethod {
     /// entry at its index, else the last with the greatest index before it;
     /// 0 if unknown.
     pub fn line(&self, bcp: u64) -> u32 {
-        let Some(bci) = bcp.checked_sub(self.code_start).filter(|&b| b < self.code_size.max(1) as u64) else { return 0 };
+        let Some(bci) = bcp
+            .checked_sub(self.code_start)
+            .filter(|&b| b < self.code_size.max(1) as u64)
+        else {
+            return 0;
+        };
         let mut best: Option<(u32, u32)> = None;
         for &(b, line) in &self.lines {
             if b as u64 == bci {
@@ -309,7 +401,12 @@ impl JavaMethod {
 fn read_line_table(pid: u32, at: u64) -> Vec<(u32, u32)> {
     let mut buf = vec![0u8; MAX_LINE_TABLE];
     // Shorter reads where the table ends near the end of its mapping.
-    let Some(n) = (0..6).map(|i| MAX_LINE_TABLE >> (2 * i)).find(|&n| read_process(pid, at, &mut buf[..n]).is_ok()) else { return Vec::new() };
+    let Some(n) = (0..6)
+        .map(|i| MAX_LINE_TABLE >> (2 * i))
+        .find(|&n| read_process(pid, at, &mut buf[..n]).is_ok())
+    else {
+        return Vec::new();
+    };
     decode_line_table(&buf[..n])
 }
 
@@ -345,8 +442,12 @@ pub fn decode_line_table(b: &[u8]) -> Vec<(u32, u32)> {
         match first {
             0 => break,
             0xff => {
-                let Some(db) = unsigned5(&mut next) else { break };
-                let Some(dl) = unsigned5(&mut next) else { break };
+                let Some(db) = unsigned5(&mut next) else {
+                    break;
+                };
+                let Some(dl) = unsigned5(&mut next) else {
+                    break;
+                };
                 bci += signed(db) as i64;
                 line += signed(dl) as i64;
             }
@@ -355,7 +456,10 @@ pub fn decode_line_table(b: &[u8]) -> Vec<(u32, u32)> {
                 line += (v & 7) as i64;
             }
         }
-        if !(0..=u32::MAX as i64).contains(&bci) || !(0..=u32::MAX as i64).contains(&line) || out.len() >= 1 << 16 {
+        if !(0..=u32::MAX as i64).contains(&bci)
+            || !(0..=u32::MAX as i64).contains(&line)
+            || out.len() >= 1 << 16
+        {
             break;
         }
         out.push((bci as u32, line as u32));
@@ -422,15 +526,27 @@ mod tests {
 
     #[test]
     fn names_are_written_as_the_jvm_writes_them() {
-        assert_eq!(external_name(b"Hot", b"hotOne", b"(I)J"), "long Hot.hotOne(int)");
-        assert_eq!(external_name(b"Hot", b"main", b"([Ljava/lang/String;)V"), "void Hot.main(java.lang.String[])");
+        assert_eq!(
+            external_name(b"Hot", b"hotOne", b"(I)J"),
+            "long Hot.hotOne(int)"
+        );
+        assert_eq!(
+            external_name(b"Hot", b"main", b"([Ljava/lang/String;)V"),
+            "void Hot.main(java.lang.String[])"
+        );
         assert_eq!(
             external_name(b"java/util/concurrent/ConcurrentHashMap", b"tabAt", b"([Ljava/util/concurrent/ConcurrentHashMap$Node;I)Ljava/util/concurrent/ConcurrentHashMap$Node;"),
             "java.util.concurrent.ConcurrentHashMap$Node java.util.concurrent.ConcurrentHashMap.tabAt(java.util.concurrent.ConcurrentHashMap$Node[], int)"
         );
-        assert_eq!(external_name(b"A", b"f", b"([[JZ)[[D"), "double[][] A.f(long[][], boolean)");
+        assert_eq!(
+            external_name(b"A", b"f", b"([[JZ)[[D"),
+            "double[][] A.f(long[][], boolean)"
+        );
         // Not a descriptor: kept as it is, never a panic.
-        assert_eq!(external_name(b"A", b"f", b"(Lunterminated"), "A.f(Lunterminated");
+        assert_eq!(
+            external_name(b"A", b"f", b"(Lunterminated"),
+            "A.f(Lunterminated"
+        );
         assert_eq!(external_name(b"A", b"f", b""), "A.f");
     }
 
@@ -446,7 +562,13 @@ mod tests {
         t.push(0x55); // after the end: not read
         let lines = decode_line_table(&t);
         assert_eq!(lines, vec![(0, 7), (0, 10), (4, 12), (300, 9)]);
-        let m = JavaMethod { name: String::new(), file: String::new(), code_start: 1000, code_size: 400, lines };
+        let m = JavaMethod {
+            name: String::new(),
+            file: String::new(),
+            code_start: 1000,
+            code_size: 400,
+            lines,
+        };
         assert_eq!(m.line(1000), 7, "the first entry at its index");
         assert_eq!(m.line(1003), 10, "the last of the greatest index before it");
         assert_eq!(m.line(1004), 12);

@@ -44,14 +44,36 @@ struct JvmStatus {
 }
 
 fn status(pid: u32) -> Result<JvmStatus, String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| format!("pid {pid}: {e}"))?;
-    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::split_whitespace);
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("pid {pid}: {e}"))?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::split_whitespace)
+    };
     // Effective ids: the attach listener checks its peer and its trigger file against them.
-    let uid = field("Uid:").and_then(|mut f| f.nth(1)).and_then(|v| v.parse().ok()).ok_or("no Uid line")?;
-    let gid = field("Gid:").and_then(|mut f| f.nth(1)).and_then(|v| v.parse().ok()).ok_or("no Gid line")?;
-    let ns_pid = field("NSpid:").and_then(|f| f.last()).and_then(|v| v.parse().ok()).unwrap_or(pid);
-    let caught = field("SigCgt:").and_then(|mut f| f.next()).and_then(|v| u64::from_str_radix(v, 16).ok()).unwrap_or(0);
-    Ok(JvmStatus { uid, gid, ns_pid, handles_sigquit: caught & (1 << (libc::SIGQUIT - 1)) != 0 })
+    let uid = field("Uid:")
+        .and_then(|mut f| f.nth(1))
+        .and_then(|v| v.parse().ok())
+        .ok_or("no Uid line")?;
+    let gid = field("Gid:")
+        .and_then(|mut f| f.nth(1))
+        .and_then(|v| v.parse().ok())
+        .ok_or("no Gid line")?;
+    let ns_pid = field("NSpid:")
+        .and_then(|f| f.last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(pid);
+    let caught = field("SigCgt:")
+        .and_then(|mut f| f.next())
+        .and_then(|v| u64::from_str_radix(v, 16).ok())
+        .unwrap_or(0);
+    Ok(JvmStatus {
+        uid,
+        gid,
+        ns_pid,
+        handles_sigquit: caught & (1 << (libc::SIGQUIT - 1)) != 0,
+    })
 }
 
 /// Why a JVM did not write its map.
@@ -84,13 +106,18 @@ pub fn write_perf_map(pid: u32) -> Result<(), AttachError> {
 fn ask(pid: u32) -> Result<(), Result<String, String>> {
     let st = status(pid).map_err(Err)?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    if cmdline.split(|&b| b == 0).any(|a| a == b"-XX:+DisableAttachMechanism") {
+    if cmdline
+        .split(|&b| b == 0)
+        .any(|a| a == b"-XX:+DisableAttachMechanism")
+    {
         return Err(Err("started with -XX:+DisableAttachMechanism".into()));
     }
     let tmp = format!("/proc/{pid}/root/tmp");
     let socket = format!("{tmp}/.java_pid{}", st.ns_pid);
     if !is_listener(&socket, st.uid) && !st.handles_sigquit {
-        return Err(Ok("it does not handle SIGQUIT (-Xrs, or still starting): not asked".into()));
+        return Err(Ok(
+            "it does not handle SIGQUIT (-Xrs, or still starting): not asked".into(),
+        ));
     }
     send(pid, &st, &tmp, &socket).map_err(Err)
 }
@@ -98,7 +125,8 @@ fn ask(pid: u32) -> Result<(), Result<String, String>> {
 fn send(pid: u32, st: &JvmStatus, tmp: &str, socket: &str) -> Result<(), String> {
     if !is_listener(socket, st.uid) {
         let trigger = format!("{tmp}/.attach_pid{}", st.ns_pid);
-        create_trigger(&trigger, st.uid, st.gid).map_err(|e| format!("cannot create its attach trigger as uid {}: {e}", st.uid))?;
+        create_trigger(&trigger, st.uid, st.gid)
+            .map_err(|e| format!("cannot create its attach trigger as uid {}: {e}", st.uid))?;
         // SAFETY: kill(2) with a pid and a signal number.
         let sent = unsafe { libc::kill(pid as libc::pid_t, libc::SIGQUIT) } == 0;
         let start = Instant::now();
@@ -111,16 +139,29 @@ fn send(pid: u32, st: &JvmStatus, tmp: &str, socket: &str) -> Result<(), String>
             return Err("its attach listener did not start".into());
         }
     }
-    let mut stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| format!("cannot connect to its attach listener: {e}"))?;
-    stream.set_read_timeout(Some(ATTACH_TIMEOUT)).map_err(|e| e.to_string())?;
-    stream.set_write_timeout(Some(ATTACH_TIMEOUT)).map_err(|e| e.to_string())?;
-    stream.write_all(b"1\0jcmd\0Compiler.perfmap\0\0\0").map_err(|e| format!("asking it: {e}"))?;
+    let mut stream = std::os::unix::net::UnixStream::connect(socket)
+        .map_err(|e| format!("cannot connect to its attach listener: {e}"))?;
+    stream
+        .set_read_timeout(Some(ATTACH_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    stream
+        .set_write_timeout(Some(ATTACH_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"1\0jcmd\0Compiler.perfmap\0\0\0")
+        .map_err(|e| format!("asking it: {e}"))?;
     let mut answer = Vec::new();
-    stream.take(MAX_ANSWER).read_to_end(&mut answer).map_err(|e| format!("its answer: {e}"))?;
+    stream
+        .take(MAX_ANSWER)
+        .read_to_end(&mut answer)
+        .map_err(|e| format!("its answer: {e}"))?;
     let text = String::from_utf8_lossy(&answer);
     match text.lines().next() {
         Some("0") => Ok(()),
-        status => Err(format!("it refused (status {})", crate::escape::escape(status.unwrap_or("none")))),
+        status => Err(format!(
+            "it refused (status {})",
+            crate::escape::escape(status.unwrap_or("none"))
+        )),
     }
 }
 
@@ -129,7 +170,13 @@ fn send(pid: u32, st: &JvmStatus, tmp: &str, socket: &str) -> Result<(), String>
 fn create_trigger(path: &str, uid: u32, gid: u32) -> std::io::Result<()> {
     let path = path.to_string();
     as_user(uid, gid, move || {
-        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&path).map(drop)
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map(drop)
     })
 }
 
@@ -139,7 +186,11 @@ fn create_trigger(path: &str, uid: u32, gid: u32) -> std::io::Result<()> {
 /// and a nonzero fsuid clears the thread's CAP_DAC_OVERRIDE and the other
 /// filesystem capabilities, so the kernel judges every path `f` opens as it
 /// would that user's. The thread ends with `f`, and its credentials with it.
-fn as_user<T: Send + 'static>(uid: u32, gid: u32, f: impl FnOnce() -> std::io::Result<T> + Send + 'static) -> std::io::Result<T> {
+fn as_user<T: Send + 'static>(
+    uid: u32,
+    gid: u32,
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
     std::thread::Builder::new()
         .name("sysprof-as-user".into())
         .spawn(move || {
@@ -152,8 +203,12 @@ fn as_user<T: Send + 'static>(uid: u32, gid: u32, f: impl FnOnce() -> std::io::R
                 libc::syscall(libc::SYS_setfsgid, gid);
                 libc::syscall(libc::SYS_setfsuid, uid);
                 // Each returns the previous value: asked again, it is the one set, or the change failed.
-                if libc::syscall(libc::SYS_setfsgid, gid) as u32 != gid || libc::syscall(libc::SYS_setfsuid, uid) as u32 != uid {
-                    return Err(std::io::Error::other("could not take the user's filesystem credentials"));
+                if libc::syscall(libc::SYS_setfsgid, gid) as u32 != gid
+                    || libc::syscall(libc::SYS_setfsuid, uid) as u32 != uid
+                {
+                    return Err(std::io::Error::other(
+                        "could not take the user's filesystem credentials",
+                    ));
                 }
             }
             f()
@@ -186,13 +241,19 @@ mod tests {
             return;
         }
         let nobody = 65534;
-        let root_only = std::env::temp_dir().join(format!("sysprof-attach-root-{}", std::process::id()));
-        let users = std::env::temp_dir().join(format!("sysprof-attach-user-{}", std::process::id()));
+        let root_only =
+            std::env::temp_dir().join(format!("sysprof-attach-root-{}", std::process::id()));
+        let users =
+            std::env::temp_dir().join(format!("sysprof-attach-user-{}", std::process::id()));
         for d in [&root_only, &users] {
             let _ = std::fs::remove_dir_all(d);
             std::fs::create_dir(d).unwrap();
         }
-        std::fs::set_permissions(&root_only, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(
+            &root_only,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         std::os::unix::fs::chown(&users, Some(nobody), Some(nobody)).unwrap();
         let denied = root_only.join(".attach_pid1");
         let e = create_trigger(denied.to_str().unwrap(), nobody, nobody).unwrap_err();
@@ -201,8 +262,14 @@ mod tests {
         let made = users.join(".attach_pid1");
         create_trigger(made.to_str().unwrap(), nobody, nobody).unwrap();
         let m = std::fs::metadata(&made).unwrap();
-        assert_eq!((m.uid(), m.gid(), m.mode() & 0o777), (nobody, nobody, 0o600));
-        assert!(create_trigger(made.to_str().unwrap(), nobody, nobody).is_err(), "an existing file is not reused");
+        assert_eq!(
+            (m.uid(), m.gid(), m.mode() & 0o777),
+            (nobody, nobody, 0o600)
+        );
+        assert!(
+            create_trigger(made.to_str().unwrap(), nobody, nobody).is_err(),
+            "an existing file is not reused"
+        );
         // This thread is still root: it can write where nobody cannot.
         std::fs::write(root_only.join("still-root"), b"").unwrap();
         as_user(nobody, nobody, {

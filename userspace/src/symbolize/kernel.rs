@@ -66,7 +66,9 @@ pub enum KallsymsError {
     #[error("/proc/kallsyms: {0}")]
     Read(#[source] std::io::Error),
     /// It could, but `kptr_restrict` hides every address from us.
-    #[error("/proc/kallsyms shows no addresses: run as root or grant CAP_SYSLOG (kernel.kptr_restrict)")]
+    #[error(
+        "/proc/kallsyms shows no addresses: run as root or grant CAP_SYSLOG (kernel.kptr_restrict)"
+    )]
     Hidden,
 }
 
@@ -115,8 +117,12 @@ impl KernelSymbols {
         let mut text_addr = 0;
         for line in text.lines() {
             let mut f = line.split_ascii_whitespace();
-            let (Some(addr), Some(kind), Some(name)) = (f.next(), f.next(), f.next()) else { continue };
-            let Ok(addr) = u64::from_str_radix(addr, 16) else { continue };
+            let (Some(addr), Some(kind), Some(name)) = (f.next(), f.next(), f.next()) else {
+                continue;
+            };
+            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+                continue;
+            };
             if addr == 0 || !matches!(kind, "t" | "T" | "w" | "W") {
                 continue;
             }
@@ -127,9 +133,17 @@ impl KernelSymbols {
             entries.push((addr, name, bpf));
         }
         entries.sort_by_key(|e| e.0);
-        let mut t = KernelSymbols { text: text_addr, ..Default::default() };
+        let mut t = KernelSymbols {
+            text: text_addr,
+            ..Default::default()
+        };
         t.starts.reserve(entries.len());
-        let ends: Vec<u64> = entries.iter().skip(1).map(|e| e.0).chain(std::iter::once(u64::MAX)).collect();
+        let ends: Vec<u64> = entries
+            .iter()
+            .skip(1)
+            .map(|e| e.0)
+            .chain(std::iter::once(u64::MAX))
+            .collect();
         for ((addr, name, bpf), end) in entries.into_iter().zip(ends) {
             let class = if bpf || TRACING_PREFIXES.iter().any(|p| name.starts_with(p)) {
                 FrameClass::Tracing
@@ -189,7 +203,10 @@ impl KernelSymbols {
     /// A kernel stack read inside a tracepoint (leaf first), without the
     /// tracing path and BPF program frames it starts with.
     pub fn cut_tracing<'a>(&self, stack: &'a [u64]) -> &'a [u64] {
-        let skip = stack.iter().take_while(|&&a| self.class(a) == FrameClass::Tracing).count();
+        let skip = stack
+            .iter()
+            .take_while(|&&a| self.class(a) == FrameClass::Tracing)
+            .count();
         &stack[skip..]
     }
 
@@ -201,7 +218,10 @@ impl KernelSymbols {
             match self.class(a) {
                 FrameClass::HardIrqEntry => {
                     // The entry may be several frames (C handler, asm stub): keep them all.
-                    let end = i + stack[i..].iter().take_while(|&&a| self.class(a) == FrameClass::HardIrqEntry).count();
+                    let end = i + stack[i..]
+                        .iter()
+                        .take_while(|&&a| self.class(a) == FrameClass::HardIrqEntry)
+                        .count();
                     return Some((InterruptKind::Hard, end));
                 }
                 FrameClass::Softirq => {
@@ -213,11 +233,22 @@ impl KernelSymbols {
                     // were completed there, and were charged to ksoftirqd's
                     // running instead of the device).
                     let rest = &stack[i..];
-                    if let Some(j) = rest.iter().position(|&a| self.class(a) == FrameClass::HardIrqEntry) {
-                        let end = i + j + rest[j..].iter().take_while(|&&a| self.class(a) == FrameClass::HardIrqEntry).count();
+                    if let Some(j) = rest
+                        .iter()
+                        .position(|&a| self.class(a) == FrameClass::HardIrqEntry)
+                    {
+                        let end = i
+                            + j
+                            + rest[j..]
+                                .iter()
+                                .take_while(|&&a| self.class(a) == FrameClass::HardIrqEntry)
+                                .count();
                         return Some((InterruptKind::Soft, end));
                     }
-                    let end = i + rest.iter().take_while(|&&a| self.class(a) == FrameClass::Softirq).count();
+                    let end = i + rest
+                        .iter()
+                        .take_while(|&&a| self.class(a) == FrameClass::Softirq)
+                        .count();
                     return Some((InterruptKind::Soft, end));
                 }
                 FrameClass::Ksoftirqd => return None,
@@ -229,7 +260,6 @@ impl KernelSymbols {
 }
 
 pub use crate::model::recording::InterruptKind;
-
 
 #[cfg(test)]
 mod tests {
@@ -263,10 +293,23 @@ ffffffffc0100000 t ext4_readdir\t[ext4]
         let k = KernelSymbols::parse(KALLSYMS);
         assert_eq!(k.text, 0xffffffff81000000);
         let s = k.lookup(0xffffffff81100410).unwrap();
-        assert_eq!((s.name, s.start, s.size), ("__schedule", 0xffffffff81100400, Some(0x500)));
-        assert_eq!(k.lookup(0xffffffff81400010).unwrap().name, "bpf_trace_run4", "data symbols are not code");
-        assert_eq!(k.lookup(0xffffffffc0001080).unwrap().name, "bpf_prog_6deef7357e7b4530_on_sched_switch");
-        assert_eq!(k.lookup(0xffffffffc0002080).unwrap().name, "bpf_prog_1122334455667788_sample_cpu_clock");
+        assert_eq!(
+            (s.name, s.start, s.size),
+            ("__schedule", 0xffffffff81100400, Some(0x500))
+        );
+        assert_eq!(
+            k.lookup(0xffffffff81400010).unwrap().name,
+            "bpf_trace_run4",
+            "data symbols are not code"
+        );
+        assert_eq!(
+            k.lookup(0xffffffffc0001080).unwrap().name,
+            "bpf_prog_6deef7357e7b4530_on_sched_switch"
+        );
+        assert_eq!(
+            k.lookup(0xffffffffc0002080).unwrap().name,
+            "bpf_prog_1122334455667788_sample_cpu_clock"
+        );
         assert_eq!(k.lookup(0xffffffffc0100010).unwrap().name, "ext4_readdir");
         assert!(k.lookup(0x1000).is_none());
     }
@@ -276,7 +319,13 @@ ffffffffc0100000 t ext4_readdir\t[ext4]
     #[test]
     fn cuts_the_tracing_path() {
         let k = KernelSymbols::parse(KALLSYMS);
-        let stack = [0xffffffffc0001010, 0xffffffff81300110, 0xffffffff81300010, 0xffffffff81100410, 0xffffffff81100910];
+        let stack = [
+            0xffffffffc0001010,
+            0xffffffff81300110,
+            0xffffffff81300010,
+            0xffffffff81100410,
+            0xffffffff81100910,
+        ];
         assert_eq!(k.cut_tracing(&stack), &stack[3..]);
         assert_eq!(k.cut_tracing(&stack[3..]), &stack[3..]);
         assert_eq!(k.cut_tracing(&stack[..2]), &[] as &[u64]);
@@ -287,17 +336,39 @@ ffffffffc0100000 t ext4_readdir\t[ext4]
     #[test]
     fn tells_interrupts_from_tasks() {
         let k = KernelSymbols::parse(KALLSYMS);
-        let (wake, blk, common, asm) = (0xffffffff81100010, 0xffffffff81600010, 0xffffffff81500010, 0xffffffff81000d50);
-        let (softirq, ksoftirqd, do_softirq, bh) = (0xffffffff81200010, 0xffffffff81200310, 0xffffffff81200410, 0xffffffff81700010);
+        let (wake, blk, common, asm) = (
+            0xffffffff81100010,
+            0xffffffff81600010,
+            0xffffffff81500010,
+            0xffffffff81000d50,
+        );
+        let (softirq, ksoftirqd, do_softirq, bh) = (
+            0xffffffff81200010,
+            0xffffffff81200310,
+            0xffffffff81200410,
+            0xffffffff81700010,
+        );
         let task_frame = 0xffffffff81100910;
         // A hard interrupt that interrupted a task in the kernel.
-        assert_eq!(k.interrupt_part(&[wake, blk, common, asm, task_frame]), Some((InterruptKind::Hard, 4)));
+        assert_eq!(
+            k.interrupt_part(&[wake, blk, common, asm, task_frame]),
+            Some((InterruptKind::Hard, 4))
+        );
         // Softirq on interrupt exit.
-        assert_eq!(k.interrupt_part(&[wake, softirq, asm, task_frame]), Some((InterruptKind::Soft, 3)));
+        assert_eq!(
+            k.interrupt_part(&[wake, softirq, asm, task_frame]),
+            Some((InterruptKind::Soft, 3))
+        );
         // Softirq processed by a task re-enabling bottom halves.
-        assert_eq!(k.interrupt_part(&[wake, softirq, do_softirq, bh, task_frame]), Some((InterruptKind::Soft, 3)));
+        assert_eq!(
+            k.interrupt_part(&[wake, softirq, do_softirq, bh, task_frame]),
+            Some((InterruptKind::Soft, 3))
+        );
         // Softirq processed in ksoftirqd: the softirq's frames, not the thread's loop.
-        assert_eq!(k.interrupt_part(&[wake, softirq, ksoftirqd]), Some((InterruptKind::Soft, 2)));
+        assert_eq!(
+            k.interrupt_part(&[wake, softirq, ksoftirqd]),
+            Some((InterruptKind::Soft, 2))
+        );
         // A plain task.
         assert_eq!(k.interrupt_part(&[wake, task_frame]), None);
     }

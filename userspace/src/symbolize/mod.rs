@@ -9,10 +9,10 @@
 //! named from the kallsyms snapshot in [`kernel`]; Python frames from their
 //! code objects in [`python`].
 
-pub mod kernel;
-pub mod names;
 pub mod hotspot;
 pub mod jvm;
+pub mod kernel;
+pub mod names;
 pub mod python;
 
 use std::panic::AssertUnwindSafe;
@@ -91,7 +91,11 @@ const SYMBOLIZE_BUDGET: std::time::Duration = std::time::Duration::from_secs(30)
 impl Symbolicator {
     /// A symbolizer with file/line, inlined functions and demangling on.
     pub fn new() -> Symbolicator {
-        Symbolicator { worker: None, budget: SYMBOLIZE_BUDGET, held: Default::default() }
+        Symbolicator {
+            worker: None,
+            budget: SYMBOLIZE_BUDGET,
+            held: Default::default(),
+        }
     }
 
     /// Bytes of the files its blazesym holds (their sizes: an upper bound
@@ -152,21 +156,43 @@ impl Symbolicator {
             Err(_) => {
                 // Leave that thread to finish or hang on its own.
                 self.worker = None;
-                Err(SymbolizeError::TimedOut { secs: self.budget.as_secs() })
+                Err(SymbolizeError::TimedOut {
+                    secs: self.budget.as_secs(),
+                })
             }
         }
     }
 
     /// Symbolize file offsets in the ELF file at `path`. Returns one entry
     /// per offset, or why the file could not be read at all.
-    pub fn symbolize_elf(&mut self, path: &str, file_offsets: &[u64], debug_syms: bool) -> Result<Vec<AddrInfo>, SymbolizeError> {
-        self.call(Request { path: path.to_string(), addrs: file_offsets.to_vec(), virt: false, debug_syms })
+    pub fn symbolize_elf(
+        &mut self,
+        path: &str,
+        file_offsets: &[u64],
+        debug_syms: bool,
+    ) -> Result<Vec<AddrInfo>, SymbolizeError> {
+        self.call(Request {
+            path: path.to_string(),
+            addrs: file_offsets.to_vec(),
+            virt: false,
+            debug_syms,
+        })
     }
 
     /// Symbolize virtual offsets (ELF addresses) in the ELF file at `path`,
     /// e.g. a separate debug file, whose file offsets mean nothing for code.
-    pub fn symbolize_elf_virt(&mut self, path: &str, virt_offsets: &[u64], debug_syms: bool) -> Result<Vec<AddrInfo>, SymbolizeError> {
-        self.call(Request { path: path.to_string(), addrs: virt_offsets.to_vec(), virt: true, debug_syms })
+    pub fn symbolize_elf_virt(
+        &mut self,
+        path: &str,
+        virt_offsets: &[u64],
+        debug_syms: bool,
+    ) -> Result<Vec<AddrInfo>, SymbolizeError> {
+        self.call(Request {
+            path: path.to_string(),
+            addrs: virt_offsets.to_vec(),
+            virt: true,
+            debug_syms,
+        })
     }
 }
 
@@ -174,7 +200,11 @@ fn run(inner: &Symbolizer, req: &Request) -> Reply {
     let mut elf = Elf::new(&req.path);
     elf.debug_syms = req.debug_syms;
     let src = Source::Elf(elf);
-    let input = if req.virt { Input::VirtOffset(&req.addrs[..]) } else { Input::FileOffset(&req.addrs[..]) };
+    let input = if req.virt {
+        Input::VirtOffset(&req.addrs[..])
+    } else {
+        Input::FileOffset(&req.addrs[..])
+    };
     // Malformed files must not take the recording down with them: a parser
     // panic becomes an error like any other.
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| inner.symbolize(&src, input)));
@@ -190,7 +220,9 @@ fn run(inner: &Symbolizer, req: &Request) -> Reply {
 }
 
 fn to_addr_info(s: Symbolized<'_>) -> AddrInfo {
-    let Symbolized::Sym(sym) = s else { return AddrInfo::default() };
+    let Symbolized::Sym(sym) = s else {
+        return AddrInfo::default();
+    };
     let code_file = |ci: &blazesym::symbolize::CodeInfo<'_>| -> String {
         match &ci.dir {
             Some(dir) => dir.join(&ci.file).to_string_lossy().into_owned(),
@@ -215,7 +247,12 @@ fn to_addr_info(s: Symbolized<'_>) -> AddrInfo {
             start_line: None,
         });
     }
-    AddrInfo { symbol_start: sym.addr, symbol_offset: sym.offset as u64, symbol_size: sym.size.map(|s| s as u64), funcs }
+    AddrInfo {
+        symbol_start: sym.addr,
+        symbol_offset: sym.offset as u64,
+        symbol_size: sym.size.map(|s| s as u64),
+        funcs,
+    }
 }
 
 /// Fetch the debug files of these build ids from the debuginfod servers in
@@ -225,9 +262,18 @@ fn to_addr_info(s: Symbolized<'_>) -> AddrInfo {
 /// Returns the paths found, and why the others are missing.
 pub fn fetch_debuginfod(build_ids: Vec<(u32, Vec<u8>)>) -> (Vec<(u32, String)>, Vec<String>) {
     std::thread::spawn(move || {
-        let client = match debuginfod::Client::builder().http_client(reqwest::blocking::Client::new()).build_from_env() {
+        let client = match debuginfod::Client::builder()
+            .http_client(reqwest::blocking::Client::new())
+            .build_from_env()
+        {
             Ok(Some(c)) => c,
-            Ok(None) => return (Vec::new(), vec!["--debuginfod: DEBUGINFOD_URLS is not set; set it to your debuginfod server(s)".into()]),
+            Ok(None) => return (
+                Vec::new(),
+                vec![
+                    "--debuginfod: DEBUGINFOD_URLS is not set; set it to your debuginfod server(s)"
+                        .into(),
+                ],
+            ),
             Err(e) => return (Vec::new(), vec![format!("--debuginfod: {e:#}")]),
         };
         let client = match debuginfod::CachingClient::from_env(client) {
@@ -247,10 +293,17 @@ pub fn fetch_debuginfod(build_ids: Vec<(u32, Vec<u8>)>) -> (Vec<(u32, String)>, 
         (found, errors)
     })
     .join()
-    .unwrap_or_else(|_| (Vec::new(), vec!["debuginfod: the fetching thread panicked".into()]))
+    .unwrap_or_else(|_| {
+        (
+            Vec::new(),
+            vec!["debuginfod: the fetching thread panicked".into()],
+        )
+    })
 }
 
 /// The running kernel's build id, for the kernel "library".
 pub fn kernel_build_id() -> Option<Vec<u8>> {
-    std::fs::read("/sys/kernel/notes").ok().and_then(|n| crate::binaries::elf::gnu_build_id_from_notes(&n))
+    std::fs::read("/sys/kernel/notes")
+        .ok()
+        .and_then(|n| crate::binaries::elf::gnu_build_id_from_notes(&n))
 }

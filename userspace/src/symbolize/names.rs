@@ -13,10 +13,12 @@
 //! them), aliased functions take their public name (`malloc`, not
 //! `__GI___libc_malloc`).
 
-use crate::binaries::Binary;
+use super::{AddrInfo, FuncAtAddr, Symbolicator, SymbolizeError};
 use crate::binaries::debugfile::{self, LinkRefused};
-use crate::binaries::elf::{offset_to_vaddr, vaddr_to_offset, DwarfCheck, ElfLimits, ElfReader, NameTables, Segment};
-use super::{AddrInfo, FuncAtAddr, SymbolizeError, Symbolicator};
+use crate::binaries::elf::{
+    offset_to_vaddr, vaddr_to_offset, DwarfCheck, ElfLimits, ElfReader, NameTables, Segment,
+};
+use crate::binaries::Binary;
 
 /// Where a binary's names come from, and what went wrong on the way.
 pub struct BinaryNames {
@@ -53,8 +55,18 @@ pub struct PreparedBinary {
 impl PreparedBinary {
     /// Bytes it holds (roughly), for the cache's budget.
     pub fn bytes(&self) -> usize {
-        256 + self.tables.aliases.values().map(|n| 32 + n.len()).sum::<usize>()
-            + self.tables.plt.iter().map(|p| 32 + p.2.len()).sum::<usize>()
+        256 + self
+            .tables
+            .aliases
+            .values()
+            .map(|n| 32 + n.len())
+            .sum::<usize>()
+            + self
+                .tables
+                .plt
+                .iter()
+                .map(|p| 32 + p.2.len())
+                .sum::<usize>()
             + self.fdes.as_ref().map_or(0, |f| f.len() * 16)
     }
 }
@@ -73,14 +85,23 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
         warnings: Vec::new(),
     };
     let Some(file) = bin.file.as_ref() else {
-        p.unusable = Some(format!("cannot symbolize {}: {}; its frames keep library and address", bin.path, bin.open_error.clone().unwrap_or_else(|| "not a file".into())));
+        p.unusable = Some(format!(
+            "cannot symbolize {}: {}; its frames keep library and address",
+            bin.path,
+            bin.open_error
+                .clone()
+                .unwrap_or_else(|| "not a file".into())
+        ));
         return p;
     };
     let reader = ElfReader::new(file, limits);
     p.segments = match reader.segments() {
         Ok(s) => s,
         Err(e) => {
-            p.unusable = Some(format!("cannot symbolize {}: {e}; its frames keep library and address", bin.path));
+            p.unusable = Some(format!(
+                "cannot symbolize {}: {e}; its frames keep library and address",
+                bin.path
+            ));
             return p;
         }
     };
@@ -90,7 +111,11 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
     p.tables = reader.name_tables();
     let own_link = reader.debuglink();
     // Without DWARF (the agent's default) no section is even looked at.
-    let own_dwarf = if limits.dwarf { reader.dwarf_check() } else { DwarfCheck::Absent };
+    let own_dwarf = if limits.dwarf {
+        reader.dwarf_check()
+    } else {
+        DwarfCheck::Absent
+    };
     let warn = |w: String, p: &mut PreparedBinary| {
         if !p.warnings.contains(&w) {
             p.warnings.push(w);
@@ -102,22 +127,46 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
         if let Some((name, crc)) = &own_link {
             match debugfile::by_debuglink(bin, name, *crc) {
                 Ok(found) => debug = found,
-                Err(LinkRefused::NotAFileName(n)) => warn(format!("{}: its debug link {n:?} is not a file name; ignored", bin.path), &mut p),
-                Err(LinkRefused::Untrusted(why)) => warn(format!("{}: debug link not followed: {why}", bin.path), &mut p),
+                Err(LinkRefused::NotAFileName(n)) => warn(
+                    format!(
+                        "{}: its debug link {n:?} is not a file name; ignored",
+                        bin.path
+                    ),
+                    &mut p,
+                ),
+                Err(LinkRefused::Untrusted(why)) => warn(
+                    format!("{}: debug link not followed: {why}", bin.path),
+                    &mut p,
+                ),
             }
         }
     }
     if debug.is_none() {
         if let Some(f) = fetched {
-            debug = crate::binaries::open_regular(f, true).ok().map(|file| debugfile::DebugFile { path: f.to_string(), file });
+            debug = crate::binaries::open_regular(f, true)
+                .ok()
+                .map(|file| debugfile::DebugFile {
+                    path: f.to_string(),
+                    file,
+                });
         }
     }
     if let Some(d) = debug {
         let dreader = ElfReader::new(&d.file, limits);
         // Without DWARF a debug file still gives its full symbol table.
-        let check = if limits.dwarf { dreader.dwarf_check() } else { DwarfCheck::Absent };
+        let check = if limits.dwarf {
+            dreader.dwarf_check()
+        } else {
+            DwarfCheck::Absent
+        };
         if let DwarfCheck::Refused(why) = &check {
-            warn(format!("{} (debug file {}): DWARF not read: {why}", bin.path, d.path), &mut p);
+            warn(
+                format!(
+                    "{} (debug file {}): DWARF not read: {why}",
+                    bin.path, d.path
+                ),
+                &mut p,
+            );
         }
         // A debug file with a debug link of its own would send the
         // symbolizer after it: read only its symbol table then.
@@ -127,7 +176,13 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
     // The binary's own DWARF unless it is refused or the binary carries a
     // debug link (the symbolizer would follow it by path).
     if let DwarfCheck::Refused(why) = &own_dwarf {
-        warn(format!("{}: DWARF not read: {why}; names come from its symbol table", bin.path), &mut p);
+        warn(
+            format!(
+                "{}: DWARF not read: {why}; names come from its symbol table",
+                bin.path
+            ),
+            &mut p,
+        );
     }
     p.own_debug_syms = matches!(own_dwarf, DwarfCheck::Usable) && own_link.is_none();
     p
@@ -135,20 +190,38 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
 
 /// Name `offsets` (file offsets) of `bin`. `fetched` is a debug file
 /// debuginfod gave for its build id.
-pub fn symbolize_binary(sym: &mut Symbolicator, bin: &Binary, offsets: &[u64], limits: ElfLimits, fetched: Option<&str>) -> BinaryNames {
+pub fn symbolize_binary(
+    sym: &mut Symbolicator,
+    bin: &Binary,
+    offsets: &[u64],
+    limits: ElfLimits,
+    fetched: Option<&str>,
+) -> BinaryNames {
     let mut prepared = prepare(bin, limits, fetched);
     symbolize_prepared(sym, bin, &mut prepared, offsets, limits)
 }
 
 /// Name `offsets` (file offsets) of `bin`, prepared by [`prepare`]. The
 /// preparation's warnings are given once (the first call).
-pub fn symbolize_prepared(sym: &mut Symbolicator, bin: &Binary, p: &mut PreparedBinary, offsets: &[u64], limits: ElfLimits) -> BinaryNames {
-    let mut out = BinaryNames { infos: vec![AddrInfo::default(); offsets.len()], warnings: std::mem::take(&mut p.warnings), build_id: p.build_id.clone() };
+pub fn symbolize_prepared(
+    sym: &mut Symbolicator,
+    bin: &Binary,
+    p: &mut PreparedBinary,
+    offsets: &[u64],
+    limits: ElfLimits,
+) -> BinaryNames {
+    let mut out = BinaryNames {
+        infos: vec![AddrInfo::default(); offsets.len()],
+        warnings: std::mem::take(&mut p.warnings),
+        build_id: p.build_id.clone(),
+    };
     if let Some(why) = &p.unusable {
         out.warnings.push(why.clone());
         return out;
     }
-    let (Some(file), Some(path)) = (bin.file.as_ref(), bin.open_path()) else { return out };
+    let (Some(file), Some(path)) = (bin.file.as_ref(), bin.open_path()) else {
+        return out;
+    };
     let mut warn = |w: String| {
         if !out.warnings.contains(&w) {
             out.warnings.push(w);
@@ -157,11 +230,17 @@ pub fn symbolize_prepared(sym: &mut Symbolicator, bin: &Binary, p: &mut Prepared
     let mut pending: Vec<usize> = (0..offsets.len()).collect();
     // 1. The separate debug file.
     if let Some((d, debug_syms)) = &p.debug {
-        let virt: Vec<u64> = pending.iter().map(|&i| offset_to_vaddr(&p.segments, offsets[i]).unwrap_or(0)).collect();
+        let virt: Vec<u64> = pending
+            .iter()
+            .map(|&i| offset_to_vaddr(&p.segments, offsets[i]).unwrap_or(0))
+            .collect();
         let dpath = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&d.file));
         match attempt(sym, &dpath, &virt, true, *debug_syms) {
             Ok(infos) => fill(&mut out.infos, &mut pending, infos, offsets, true),
-            Err(e) => warn(format!("{} (debug file {}): {e}; using the binary's own symbols", bin.path, d.path)),
+            Err(e) => warn(format!(
+                "{} (debug file {}): {e}; using the binary's own symbols",
+                bin.path, d.path
+            )),
         }
     }
     // 2. The binary itself.
@@ -169,37 +248,73 @@ pub fn symbolize_prepared(sym: &mut Symbolicator, bin: &Binary, p: &mut Prepared
         let addrs: Vec<u64> = pending.iter().map(|&i| offsets[i]).collect();
         match attempt(sym, &path, &addrs, false, p.own_debug_syms) {
             Ok(infos) => fill(&mut out.infos, &mut pending, infos, offsets, false),
-            Err(e) => warn(format!("cannot symbolize {}: {e}; its frames keep library and address", bin.path)),
+            Err(e) => warn(format!(
+                "cannot symbolize {}: {e}; its frames keep library and address",
+                bin.path
+            )),
         }
     }
     // 3. Fix names from the binary's own tables; group what is still
     // unnamed by the function its FDE describes.
     if !pending.is_empty() && p.fdes.is_none() {
-        p.fdes = Some(ElfReader::new(file, limits).fde_ranges().unwrap_or_default());
+        p.fdes = Some(
+            ElfReader::new(file, limits)
+                .fde_ranges()
+                .unwrap_or_default(),
+        );
     }
     let fdes = p.fdes.as_deref().unwrap_or(&[]);
     for (i, info) in out.infos.iter_mut().enumerate() {
-        let Some(vaddr) = offset_to_vaddr(&p.segments, offsets[i]) else { continue };
-        fix_names(info, vaddr, offsets[i], &p.tables, &p.segments, fdes, &bin.name);
+        let Some(vaddr) = offset_to_vaddr(&p.segments, offsets[i]) else {
+            continue;
+        };
+        fix_names(
+            info,
+            vaddr,
+            offsets[i],
+            &p.tables,
+            &p.segments,
+            fdes,
+            &bin.name,
+        );
     }
     out
 }
 
 /// Symbolize, and when reading DWARF fails, once more from the symbol tables.
-fn attempt(sym: &mut Symbolicator, path: &str, addrs: &[u64], virt: bool, debug_syms: bool) -> Result<Vec<AddrInfo>, SymbolizeError> {
+fn attempt(
+    sym: &mut Symbolicator,
+    path: &str,
+    addrs: &[u64],
+    virt: bool,
+    debug_syms: bool,
+) -> Result<Vec<AddrInfo>, SymbolizeError> {
     let call = |sym: &mut Symbolicator, debug_syms| {
-        if virt { sym.symbolize_elf_virt(path, addrs, debug_syms) } else { sym.symbolize_elf(path, addrs, debug_syms) }
+        if virt {
+            sym.symbolize_elf_virt(path, addrs, debug_syms)
+        } else {
+            sym.symbolize_elf(path, addrs, debug_syms)
+        }
     };
     match call(sym, debug_syms) {
         Ok(v) => Ok(v),
-        Err(e) if debug_syms => call(sym, false).map_err(|e2| SymbolizeError::WithoutDwarf { with: Box::new(e), without: Box::new(e2) }),
+        Err(e) if debug_syms => call(sym, false).map_err(|e2| SymbolizeError::WithoutDwarf {
+            with: Box::new(e),
+            without: Box::new(e2),
+        }),
         Err(e) => Err(e),
     }
 }
 
 /// Put resolved answers in place; keep the unresolved pending. Symbol
 /// starts of a debug file's answers are addresses: make them file offsets.
-fn fill(infos: &mut [AddrInfo], pending: &mut Vec<usize>, answers: Vec<AddrInfo>, offsets: &[u64], virt: bool) {
+fn fill(
+    infos: &mut [AddrInfo],
+    pending: &mut Vec<usize>,
+    answers: Vec<AddrInfo>,
+    offsets: &[u64],
+    virt: bool,
+) {
     let mut still = Vec::new();
     for (&i, mut a) in pending.iter().zip(answers) {
         if a.funcs.is_empty() {
@@ -216,13 +331,26 @@ fn fill(infos: &mut [AddrInfo], pending: &mut Vec<usize>, answers: Vec<AddrInfo>
 }
 
 /// Names from the binary's tables: PLT stubs, public aliases, FDE groups.
-fn fix_names(info: &mut AddrInfo, vaddr: u64, offset: u64, tables: &NameTables, segments: &[Segment], fdes: &[(u64, u64)], lib: &str) {
+fn fix_names(
+    info: &mut AddrInfo,
+    vaddr: u64,
+    offset: u64,
+    tables: &NameTables,
+    segments: &[Segment],
+    fdes: &[(u64, u64)],
+    lib: &str,
+) {
     if let Some((start, name)) = tables.plt_at(vaddr) {
         *info = AddrInfo {
             symbol_start: offset - (vaddr - start),
             symbol_offset: vaddr - start,
             symbol_size: Some(16),
-            funcs: vec![FuncAtAddr { name: name.to_string(), file: None, line: None, start_line: None }],
+            funcs: vec![FuncAtAddr {
+                name: name.to_string(),
+                file: None,
+                line: None,
+                start_line: None,
+            }],
         };
         return;
     }
@@ -243,7 +371,12 @@ fn fix_names(info: &mut AddrInfo, vaddr: u64, offset: u64, tables: &NameTables, 
                 symbol_start: start_offset,
                 symbol_offset: vaddr - start,
                 symbol_size: Some(end - start),
-                funcs: vec![FuncAtAddr { name: format!("{lib}+0x{start_offset:x}"), file: None, line: None, start_line: None }],
+                funcs: vec![FuncAtAddr {
+                    name: format!("{lib}+0x{start_offset:x}"),
+                    file: None,
+                    line: None,
+                    start_line: None,
+                }],
             };
         }
     }
@@ -261,9 +394,14 @@ mod tests {
         assert!(!std::path::Path::new(path).exists());
         let mut sym = Symbolicator::new();
         let e = attempt(&mut sym, path, &[0x1000], false, true).unwrap_err();
-        let SymbolizeError::WithoutDwarf { with, without } = &e else { panic!("{e}") };
+        let SymbolizeError::WithoutDwarf { with, without } = &e else {
+            panic!("{e}")
+        };
         assert_eq!(e.to_string(), format!("{with}; without DWARF: {without}"));
-        assert!(matches!(**without, SymbolizeError::Blazesym(_)), "{without}");
+        assert!(
+            matches!(**without, SymbolizeError::Blazesym(_)),
+            "{without}"
+        );
         let e = attempt(&mut sym, path, &[0x1000], false, false).unwrap_err();
         assert!(matches!(e, SymbolizeError::Blazesym(_)), "{e}");
     }

@@ -82,7 +82,10 @@ pub struct CodeInfo {
 impl CodeInfo {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.qualname.len() + self.filename.len() + self.line_table.len()
+        std::mem::size_of::<Self>()
+            + self.qualname.len()
+            + self.filename.len()
+            + self.line_table.len()
     }
 
     /// The line of the instruction `index` code units (2 bytes each) into
@@ -112,7 +115,9 @@ pub enum CodeError {
 
 fn read_u64(buf: &[u8], at: u64) -> Option<u64> {
     let at = usize::try_from(at).ok()?;
-    Some(u64::from_le_bytes(buf.get(at..at.checked_add(8)?)?.try_into().ok()?))
+    Some(u64::from_le_bytes(
+        buf.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
 }
 
 fn read_word(pid: u32, addr: u64) -> Result<u64, CodeError> {
@@ -126,32 +131,60 @@ fn read_word(pid: u32, addr: u64) -> Result<u64, CodeError> {
 fn read_str(pid: u32, addr: u64, l: &PyLayout, max: u64) -> Result<String, CodeError> {
     let length = read_word(pid, addr.wrapping_add(l.str_length))?;
     let state = read_word(pid, addr.wrapping_add(l.str_state))? as u32;
-    let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
+    let (kind, compact, ascii) = (
+        (state >> 2) & 7,
+        (state >> 5) & 1 == 1,
+        (state >> 6) & 1 == 1,
+    );
     if !compact || length > max || !matches!(kind, 1 | 2 | 4) {
         return Err(CodeError::Malformed("string"));
     }
-    let data = addr.wrapping_add(if ascii { l.str_ascii_data } else { l.str_compact_data });
+    let data = addr.wrapping_add(if ascii {
+        l.str_ascii_data
+    } else {
+        l.str_compact_data
+    });
     let mut bytes = vec![0u8; (length * kind as u64) as usize];
     read_process(pid, data, &mut bytes).map_err(|_| CodeError::Unreadable)?;
     let chars: Option<String> = match kind {
-        1 if ascii => std::str::from_utf8(&bytes).ok().filter(|s| s.is_ascii()).map(str::to_string),
+        1 if ascii => std::str::from_utf8(&bytes)
+            .ok()
+            .filter(|s| s.is_ascii())
+            .map(str::to_string),
         1 => Some(bytes.iter().map(|&b| b as char).collect()),
-        2 => bytes.chunks_exact(2).map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32)).collect(),
-        _ => bytes.chunks_exact(4).map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+        2 => bytes
+            .chunks_exact(2)
+            .map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32))
+            .collect(),
+        _ => bytes
+            .chunks_exact(4)
+            .map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
     };
     chars.ok_or(CodeError::Malformed("string"))
 }
 
 /// Read the code object at `addr` of `pid`, whose `PyCode_Type` lies at
 /// `code_type`, if it is still the one of fingerprint `expected`.
-pub fn read_code(pid: u32, addr: u64, expected: u32, l: &PyLayout, code_type: u64) -> Result<CodeInfo, CodeError> {
+pub fn read_code(
+    pid: u32,
+    addr: u64,
+    expected: u32,
+    l: &PyLayout,
+    code_type: u64,
+) -> Result<CodeInfo, CodeError> {
     let mut header = vec![0u8; l.code_bytecode as usize];
     read_process(pid, addr, &mut header).map_err(|_| CodeError::Unreadable)?;
     let field = |at: u64| read_u64(&header, at).ok_or(CodeError::NotCode);
     if field(l.ob_type)? != code_type {
         return Err(CodeError::NotCode);
     }
-    let found = fingerprint(field(l.code_qualname)?, field(l.code_filename)?, field(l.code_linetable)?, field(l.code_firstlineno)? as u32);
+    let found = fingerprint(
+        field(l.code_qualname)?,
+        field(l.code_filename)?,
+        field(l.code_linetable)?,
+        field(l.code_firstlineno)? as u32,
+    );
     if found != expected {
         return Err(CodeError::Replaced);
     }
@@ -164,7 +197,8 @@ pub fn read_code(pid: u32, addr: u64, expected: u32, l: &PyLayout, code_type: u6
         return Err(CodeError::Malformed("line table"));
     }
     let mut line_table = vec![0u8; size as usize];
-    read_process(pid, table.wrapping_add(l.bytes_data), &mut line_table).map_err(|_| CodeError::Unreadable)?;
+    read_process(pid, table.wrapping_add(l.bytes_data), &mut line_table)
+        .map_err(|_| CodeError::Unreadable)?;
     Ok(CodeInfo {
         qualname: qualname.into(),
         filename: filename.into(),
@@ -196,7 +230,13 @@ pub fn location_line(table: &[u8], first_line: u32, index: i64) -> u32 {
             }
         }
     };
-    let signed = |v: u64| if v & 1 == 1 { -((v >> 1) as i64) } else { (v >> 1) as i64 };
+    let signed = |v: u64| {
+        if v & 1 == 1 {
+            -((v >> 1) as i64)
+        } else {
+            (v >> 1) as i64
+        }
+    };
     while let Some(&first) = table.get(at) {
         if first & 0x80 == 0 {
             break; // not an entry's start: a damaged table
@@ -261,18 +301,41 @@ for start, end, line in c.co_lines():
         let mut ran = 0;
         let mut pythons: Vec<std::path::PathBuf> = vec!["/usr/bin/python3".into()];
         if let Ok(dir) = std::fs::read_dir("/root/.pyenv/versions") {
-            pythons.extend(dir.filter_map(|e| e.ok()).map(|e| e.path().join("bin/python3")));
+            pythons.extend(
+                dir.filter_map(|e| e.ok())
+                    .map(|e| e.path().join("bin/python3")),
+            );
         }
         for py in pythons {
-            let Ok(out) = std::process::Command::new(&py).arg("-c").arg(script).output() else { continue };
+            let Ok(out) = std::process::Command::new(&py)
+                .arg("-c")
+                .arg(script)
+                .output()
+            else {
+                continue;
+            };
             let text = String::from_utf8_lossy(&out.stdout);
             let mut lines = text.lines();
             let Some(head) = lines.next() else { continue };
             let (first, hex) = head.split_once(' ').unwrap();
-            let Ok(first) = first.parse::<u32>() else { continue };
-            let table: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
-            let version = std::process::Command::new(&py).arg("-c").arg("import sys; print(sys.version_info[1])").output().unwrap();
-            if String::from_utf8_lossy(&version.stdout).trim().parse::<u32>().unwrap_or(0) < 11 {
+            let Ok(first) = first.parse::<u32>() else {
+                continue;
+            };
+            let table: Vec<u8> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            let version = std::process::Command::new(&py)
+                .arg("-c")
+                .arg("import sys; print(sys.version_info[1])")
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&version.stdout)
+                .trim()
+                .parse::<u32>()
+                .unwrap_or(0)
+                < 11
+            {
                 continue;
             }
             let mut checked = 0;
@@ -280,14 +343,22 @@ for start, end, line in c.co_lines():
                 let (i, line) = l.split_once(' ').unwrap();
                 let (i, line): (i64, i64) = (i.parse().unwrap(), line.parse().unwrap());
                 if line >= 0 {
-                    assert_eq!(location_line(&table, first, i) as i64, line, "{}: instruction {i}", py.display());
+                    assert_eq!(
+                        location_line(&table, first, i) as i64,
+                        line,
+                        "{}: instruction {i}",
+                        py.display()
+                    );
                     checked += 1;
                 }
             }
             assert!(checked > 10, "{}: {checked} instructions", py.display());
             ran += 1;
         }
-        assert!(ran >= 1, "no CPython 3.11+ to check the location table against");
+        assert!(
+            ran >= 1,
+            "no CPython 3.11+ to check the location table against"
+        );
     }
 
     /// Check, against every installed CPython 3.11+ reading its own code
@@ -302,7 +373,10 @@ for start, end, line in c.co_lines():
         let script = "import sys\ndef f(x):\n    return x + 1\nclass C:\n    def m(self):\n        pass\nc = [f.__code__, C.m.__code__]\nprint(sys.version_info.minor, id(type(c[0])), *[f'{id(x)},{id(x.co_qualname)},{id(x.co_filename)},{id(x.co_linetable)},{x.co_firstlineno}' for x in c], flush=True)\nsys.stdin.read()\n";
         let mut pythons: Vec<std::path::PathBuf> = vec!["/usr/bin/python3".into()];
         if let Ok(dir) = std::fs::read_dir("/root/.pyenv/versions") {
-            pythons.extend(dir.filter_map(|e| e.ok()).map(|e| e.path().join("bin/python3")));
+            pythons.extend(
+                dir.filter_map(|e| e.ok())
+                    .map(|e| e.path().join("bin/python3")),
+            );
         }
         let mut checked = 0;
         for py in pythons {
@@ -329,10 +403,16 @@ for start, end, line in c.co_lines():
             for w in words {
                 let v: Vec<u64> = w.split(',').map(|x| x.parse().unwrap()).collect();
                 let fp = fingerprint(v[1], v[2], v[3], v[4] as u32);
-                let code = read_code(child.id(), v[0], fp, layout, code_type).unwrap_or_else(|e| panic!("{}: {e}", py.display()));
+                let code = read_code(child.id(), v[0], fp, layout, code_type)
+                    .unwrap_or_else(|e| panic!("{}: {e}", py.display()));
                 assert_eq!(code.first_line, v[4] as u32);
                 names.push(code.qualname.to_string());
-                assert_eq!(read_code(child.id(), v[0], fp ^ 1, layout, code_type), Err(CodeError::Replaced), "{}", py.display());
+                assert_eq!(
+                    read_code(child.id(), v[0], fp ^ 1, layout, code_type),
+                    Err(CodeError::Replaced),
+                    "{}",
+                    py.display()
+                );
             }
             assert_eq!(names, ["f", "C.m"], "{}", py.display());
             let _ = child.kill();
@@ -347,13 +427,28 @@ for start, end, line in c.co_lines():
     #[test]
     fn kernel_frame_words_split() {
         let f = KernelPyFrame::from_words(0xabcd_7f12_3456_7891, 0x1234_7f12_3456_7a00);
-        assert_eq!(f, KernelPyFrame { code: 0x7f12_3456_7890, fingerprint: 0xabcd_1234, instr: 0x7f12_3456_7a00, segment_end: true });
+        assert_eq!(
+            f,
+            KernelPyFrame {
+                code: 0x7f12_3456_7890,
+                fingerprint: 0xabcd_1234,
+                instr: 0x7f12_3456_7a00,
+                segment_end: true
+            }
+        );
     }
 
     /// Check that a damaged table gives the first line, never a panic.
     #[test]
     fn damaged_tables_give_the_first_line() {
-        for table in [&[][..], &[0x00, 0x12][..], &[0xf0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff][..], &[0xe8][..]] {
+        for table in [
+            &[][..],
+            &[0x00, 0x12][..],
+            &[
+                0xf0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            ][..],
+            &[0xe8][..],
+        ] {
             let _ = location_line(table, 7, 3);
         }
         assert_eq!(location_line(&[], 7, 3), 7);

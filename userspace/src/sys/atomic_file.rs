@@ -43,7 +43,10 @@ pub fn write_in(dir: &DirHandle, name: &str, suffix: &str, bytes: &[u8]) -> std:
 /// during the write moves nothing.
 pub fn write(path: &Path, suffix: &str, bytes: &[u8]) -> std::io::Result<()> {
     let invalid = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name");
-    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(invalid)?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(invalid)?;
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -69,13 +72,24 @@ mod tests {
         write(&path, ".bin", b"one").unwrap();
         write(&path, ".bin", b"two").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        let names = || std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect::<Vec<_>>();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let names = || {
+            std::fs::read_dir(&d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(names(), ["a.bin"], "no temporary left");
 
         std::fs::create_dir(d.join("sub")).unwrap();
         std::fs::write(d.join("sub/x"), b"").unwrap();
-        assert!(write(&d.join("sub"), ".bin", b"three").is_err(), "a non-empty directory cannot be renamed over");
+        assert!(
+            write(&d.join("sub"), ".bin", b"three").is_err(),
+            "a non-empty directory cannot be renamed over"
+        );
         let mut left = names();
         left.sort();
         assert_eq!(left, ["a.bin", "sub"], "no temporary left after a failure");
@@ -84,7 +98,11 @@ mod tests {
         std::fs::write(&target, b"theirs").unwrap();
         std::os::unix::fs::symlink(&target, d.join("link")).unwrap();
         write(&d.join("link"), ".bin", b"ours").unwrap();
-        assert_eq!(std::fs::read(&target).unwrap(), b"theirs", "not written through the link");
+        assert_eq!(
+            std::fs::read(&target).unwrap(),
+            b"theirs",
+            "not written through the link"
+        );
         assert!(std::fs::symlink_metadata(d.join("link")).unwrap().is_file());
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -3,5 +3,6 @@
 
 /// The online CPUs, by number.
 pub fn online() -> std::io::Result<Vec<u32>> {
-    aya::util::online_cpus().map_err(|(path, e)| std::io::Error::new(e.kind(), format!("{path}: {e}")))
+    aya::util::online_cpus()
+        .map_err(|(path, e)| std::io::Error::new(e.kind(), format!("{path}: {e}")))
 }

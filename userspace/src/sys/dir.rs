@@ -25,8 +25,15 @@ pub struct DirHandle {
 impl DirHandle {
     /// Open the directory `path` itself (a symlink in its place is refused).
     pub fn open(path: &Path) -> std::io::Result<DirHandle> {
-        let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
-        Ok(DirHandle { path: path.to_path_buf(), fd: Arc::new(fd) })
+        let fd = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(DirHandle {
+            path: path.to_path_buf(),
+            fd: Arc::new(fd),
+        })
     }
 
     /// The path it was opened at, for messages.
@@ -47,7 +54,8 @@ impl DirHandle {
     /// Create `name` (mode 0600) for writing; fails if anything, a symlink
     /// included, is there.
     pub fn create_new(&self, name: &str) -> std::io::Result<std::fs::File> {
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         Ok(rustix::fs::openat(&*self.fd, name, flags, Mode::from_raw_mode(0o600))?.into())
     }
 
@@ -112,11 +120,22 @@ mod tests {
         std::fs::write(target.join("victim.seg"), b"theirs").unwrap();
         std::io::Write::write_all(&mut handle.create_new(".tmp").unwrap(), b"ours").unwrap();
         handle.rename(".tmp", "a.seg").unwrap();
-        assert_eq!(handle.remove("victim.seg").unwrap_err().kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(
+            handle.remove("victim.seg").unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
         assert_eq!(std::fs::read(moved.join("a.seg")).unwrap(), b"ours");
         assert_eq!(handle.names().unwrap(), vec![OsString::from("a.seg")]);
-        assert_eq!(std::fs::read(target.join("victim.seg")).unwrap(), b"theirs", "the target's file is untouched");
-        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 1, "nothing was created in the target");
+        assert_eq!(
+            std::fs::read(target.join("victim.seg")).unwrap(),
+            b"theirs",
+            "the target's file is untouched"
+        );
+        assert_eq!(
+            std::fs::read_dir(&target).unwrap().count(),
+            1,
+            "nothing was created in the target"
+        );
         // And a symlink in the store's place is not opened at all.
         assert!(DirHandle::open(&store).is_err());
         let _ = std::fs::remove_dir_all(&d);

@@ -8,8 +8,14 @@ pub fn read_process(pid: u32, addr: u64, buf: &mut [u8]) -> std::io::Result<()> 
     if buf.is_empty() {
         return Ok(());
     }
-    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
     // SAFETY: one local iovec over `buf`, which we own mutably; the remote
     // one is only an address for the kernel to check.
     let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
@@ -17,7 +23,10 @@ pub fn read_process(pid: u32, addr: u64, buf: &mut [u8]) -> std::io::Result<()> 
         return Err(std::io::Error::last_os_error());
     }
     if n as usize != buf.len() {
-        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "a partial read"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "a partial read",
+        ));
     }
     Ok(())
 }

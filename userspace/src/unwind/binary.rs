@@ -16,7 +16,7 @@ use framehop::{ExplicitModuleSectionInfo, Module};
 use rustc_hash::FxHashMap;
 
 use crate::binaries::elf::{ElfLimits, ElfReader};
-use crate::binaries::{BinaryIndex, Binaries};
+use crate::binaries::{Binaries, BinaryIndex};
 
 /// Why a binary's unwind data could not be read (one line, after its path).
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +38,13 @@ impl UnwindInfoError {
 /// The binary's open file, or why there is none.
 fn open_file(binaries: &Binaries, index: BinaryIndex) -> Result<&std::fs::File, UnwindInfoError> {
     let bin = binaries.get(index);
-    bin.file.as_ref().ok_or_else(|| UnwindInfoError::NotOpen(bin.open_error.clone().unwrap_or_else(|| "not a file".into())))
+    bin.file.as_ref().ok_or_else(|| {
+        UnwindInfoError::NotOpen(
+            bin.open_error
+                .clone()
+                .unwrap_or_else(|| "not a file".into()),
+        )
+    })
 }
 
 /// A section's bytes, shared between the processes that map the binary
@@ -83,7 +89,10 @@ impl BinaryUnwindInfo {
     /// `.eh_frame_hdr` is read as far as the FDEs it indexes, and
     /// `.debug_frame` only when `.eh_frame` has none (framehop, like the
     /// table compiler, then never looks at it).
-    pub(super) fn read(binaries: &Binaries, index: BinaryIndex) -> Result<BinaryUnwindInfo, UnwindInfoError> {
+    pub(super) fn read(
+        binaries: &Binaries,
+        index: BinaryIndex,
+    ) -> Result<BinaryUnwindInfo, UnwindInfoError> {
         let elf = ElfReader::new(open_file(binaries, index)?, ElfLimits::default());
         let segments = code_segments(&elf)?;
         let eh_frame = elf.cfi(".eh_frame").ok().flatten().filter(|c| c.fdes > 0);
@@ -91,14 +100,29 @@ impl BinaryUnwindInfo {
         // Compressed .debug_frame is left out (cfi refuses it).
         let debug_frame = match &eh_frame {
             Some(_) => None,
-            None => elf.cfi(".debug_frame").ok().flatten().filter(|c| c.fdes > 0).map(|c| SectionBytes(Arc::new(c.bytes))),
+            None => elf
+                .cfi(".debug_frame")
+                .ok()
+                .flatten()
+                .filter(|c| c.fdes > 0)
+                .map(|c| SectionBytes(Arc::new(c.bytes))),
         };
         // Without unwind tables the module still serves: framehop walks
         // its frames by frame pointer. A section's range is what was read
         // of it (framehop resolves addresses relative to its start).
         Ok(BinaryUnwindInfo {
-            eh_frame: eh_frame.map(|c| (c.info.addr..c.info.addr + c.bytes.len() as u64, SectionBytes(Arc::new(c.bytes)))),
-            eh_frame_hdr: eh_frame_hdr.map(|(info, bytes)| (info.addr..info.addr + info.size, SectionBytes(Arc::new(bytes)))),
+            eh_frame: eh_frame.map(|c| {
+                (
+                    c.info.addr..c.info.addr + c.bytes.len() as u64,
+                    SectionBytes(Arc::new(c.bytes)),
+                )
+            }),
+            eh_frame_hdr: eh_frame_hdr.map(|(info, bytes)| {
+                (
+                    info.addr..info.addr + info.size,
+                    SectionBytes(Arc::new(bytes)),
+                )
+            }),
             debug_frame,
             got: elf.section(".got").map(|s| s.addr..s.addr + s.size),
             segments,
@@ -109,11 +133,19 @@ impl BinaryUnwindInfo {
 
     /// Bytes of CFI it holds.
     pub(super) fn cfi_bytes(&self) -> usize {
-        self.eh_frame.as_ref().map_or(0, |e| e.1.len()) + self.eh_frame_hdr.as_ref().map_or(0, |h| h.1.len()) + self.debug_frame.as_ref().map_or(0, |d| d.len())
+        self.eh_frame.as_ref().map_or(0, |e| e.1.len())
+            + self.eh_frame_hdr.as_ref().map_or(0, |h| h.1.len())
+            + self.debug_frame.as_ref().map_or(0, |d| d.len())
     }
 
     /// A framehop module for this binary mapped at `start..end` from file offset `pgoff`.
-    pub(super) fn module(&self, name: &str, start: u64, end: u64, pgoff: u64) -> Option<Module<SectionBytes>> {
+    pub(super) fn module(
+        &self,
+        name: &str,
+        start: u64,
+        end: u64,
+        pgoff: u64,
+    ) -> Option<Module<SectionBytes>> {
         let base_avma = base_avma(&self.segments, start, pgoff)?;
         let info = ExplicitModuleSectionInfo {
             base_svma: 0,
@@ -142,7 +174,11 @@ impl BinaryUnwindInfo {
 /// code shares its first file page); all of them if none is marked so.
 fn code_segments(elf: &ElfReader) -> Result<Vec<(u64, u64, u64)>, UnwindInfoError> {
     let all = elf.segments().map_err(UnwindInfoError::elf)?;
-    let mut segments: Vec<(u64, u64, u64)> = all.iter().filter(|s| s.executable).map(|s| (s.vaddr, s.offset, s.filesz)).collect();
+    let mut segments: Vec<(u64, u64, u64)> = all
+        .iter()
+        .filter(|s| s.executable)
+        .map(|s| (s.vaddr, s.offset, s.filesz))
+        .collect();
     if segments.is_empty() {
         segments = all.iter().map(|s| (s.vaddr, s.offset, s.filesz)).collect();
     }
@@ -159,9 +195,17 @@ fn code_segments(elf: &ElfReader) -> Result<Vec<(u64, u64, u64)>, UnwindInfoErro
 /// unwind through the module goes astray.
 pub(super) fn base_avma(segments: &[(u64, u64, u64)], start: u64, pgoff: u64) -> Option<u64> {
     const PAGE: u64 = 4096;
-    let &(vaddr, offset, _) =
-        segments.iter().filter(|(_, off, _)| off & !(PAGE - 1) <= pgoff).max_by_key(|(_, off, _)| *off).or_else(|| segments.first())?;
-    Some(start.wrapping_sub(pgoff).wrapping_add(offset).wrapping_sub(vaddr))
+    let &(vaddr, offset, _) = segments
+        .iter()
+        .filter(|(_, off, _)| off & !(PAGE - 1) <= pgoff)
+        .max_by_key(|(_, off, _)| *off)
+        .or_else(|| segments.first())?;
+    Some(
+        start
+            .wrapping_sub(pgoff)
+            .wrapping_add(offset)
+            .wrapping_sub(vaddr),
+    )
 }
 
 /// What the kernel's process entries need of a binary.
@@ -176,7 +220,10 @@ impl Layout {
     /// Read from the binary's headers (no section is read).
     pub(super) fn read(binaries: &Binaries, index: BinaryIndex) -> Result<Layout, UnwindInfoError> {
         let elf = ElfReader::new(open_file(binaries, index)?, ElfLimits::default());
-        Ok(Layout { segments: code_segments(&elf)?, entry: elf.entry().map_err(UnwindInfoError::elf)? })
+        Ok(Layout {
+            segments: code_segments(&elf)?,
+            entry: elf.entry().map_err(UnwindInfoError::elf)?,
+        })
     }
 }
 
@@ -243,22 +290,35 @@ mod tests {
         // 0x20f840/0x20e840, RW ...), mapped r-xp at 0x558d90789000 from
         // pgoff 0x20e000, with the first (r--p) mapping at 0x558d9057a000.
         let code = [(0x20f840, 0x20e840, 0x4f04a0)];
-        assert_eq!(base_avma(&code, 0x558d_9078_9000, 0x20e000), Some(0x558d_9057_a000));
+        assert_eq!(
+            base_avma(&code, 0x558d_9078_9000, 0x20e000),
+            Some(0x558d_9057_a000)
+        );
         // A small lld binary: the code's segment begins inside the first
         // file page (R E at offset 0x8f0, address 0x18f0), so its mapping has
         // pgoff 0 like the read-only one before it.
-        assert_eq!(base_avma(&[(0x18f0, 0x8f0, 0x3a0)], 0x5555_0000_1000, 0), Some(0x5555_0000_0000));
+        assert_eq!(
+            base_avma(&[(0x18f0, 0x8f0, 0x3a0)], 0x5555_0000_1000, 0),
+            Some(0x5555_0000_0000)
+        );
         // GNU ld's layout (address = offset in every segment) is unchanged.
-        let gnu = [(0x0, 0x0, 0x628), (0x1000, 0x1000, 0x1d5), (0x2000, 0x2000, 0x10c)];
-        assert_eq!(base_avma(&gnu, 0x5600_0000_1000, 0x1000), Some(0x5600_0000_0000));
+        let gnu = [
+            (0x0, 0x0, 0x628),
+            (0x1000, 0x1000, 0x1d5),
+            (0x2000, 0x2000, 0x10c),
+        ];
+        assert_eq!(
+            base_avma(&gnu, 0x5600_0000_1000, 0x1000),
+            Some(0x5600_0000_0000)
+        );
     }
 }
 
 #[cfg(test)]
 mod held_tests {
     use super::*;
-    use crate::unwind::Unwinders;
     use crate::sideband::MmapEvent;
+    use crate::unwind::Unwinders;
 
     /// Check that the CFI of files root does not own is held within one
     /// budget in all: past it a file's CFI is dropped (and said), a file
@@ -268,7 +328,10 @@ mod held_tests {
         let libc = "/lib/x86_64-linux-gnu/libc.so.6";
         let dir = std::env::temp_dir().join(format!("sysprof-held-cfi-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let copies: Vec<String> = ["a.so", "b.so"].iter().map(|n| dir.join(n).to_string_lossy().into_owned()).collect();
+        let copies: Vec<String> = ["a.so", "b.so"]
+            .iter()
+            .map(|n| dir.join(n).to_string_lossy().into_owned())
+            .collect();
         for c in &copies {
             if std::fs::copy(libc, c).is_err() {
                 eprintln!("SKIPPED: no {libc} to copy");
@@ -280,24 +343,61 @@ mod held_tests {
                 std::os::unix::fs::chown(c, Some(65534), Some(65534)).unwrap();
             }
         }
-        let ev = |path: &str| MmapEvent { time: 0, pid: std::process::id(), start: 0x1000, len: 0x1000, pgoff: 0, path: path.to_string(), build_id: None, inode: None };
+        let ev = |path: &str| MmapEvent {
+            time: 0,
+            pid: std::process::id(),
+            start: 0x1000,
+            len: 0x1000,
+            pgoff: 0,
+            path: path.to_string(),
+            build_id: None,
+            inode: None,
+        };
         let mut binaries = Binaries::new();
-        let (a, b, system) = (binaries.intern(&ev(&copies[0])), binaries.intern(&ev(&copies[1])), binaries.intern(&ev(libc)));
+        let (a, b, system) = (
+            binaries.intern(&ev(&copies[0])),
+            binaries.intern(&ev(&copies[1])),
+            binaries.intern(&ev(libc)),
+        );
         let mut u = Unwinders::new();
         // A budget that holds one copy's CFI, not two.
         let one = BinaryUnwindInfo::read(&binaries, a).unwrap().cfi_bytes();
         assert!(one > 100_000, "libc has {one} bytes of CFI");
         let limit = one + one / 2;
-        let info = |u: &mut Unwinders, binary| binary_info(&mut u.binaries, &mut u.failures, (&mut u.held_user_cfi, limit), &binaries, binary).unwrap();
+        let info = |u: &mut Unwinders, binary| {
+            binary_info(
+                &mut u.binaries,
+                &mut u.failures,
+                (&mut u.held_user_cfi, limit),
+                &binaries,
+                binary,
+            )
+            .unwrap()
+        };
         assert!(info(&mut u, a).eh_frame.is_some());
         assert_eq!(u.held_user_cfi, one);
-        assert!(info(&mut u, b).eh_frame.is_none(), "past the budget, no CFI is kept");
-        assert!(u.failures.iter().any(|f| f.contains("b.so") && f.contains("not kept")), "{:?}", u.failures);
-        assert!(info(&mut u, system).eh_frame.is_some(), "root's files do not count");
+        assert!(
+            info(&mut u, b).eh_frame.is_none(),
+            "past the budget, no CFI is kept"
+        );
+        assert!(
+            u.failures
+                .iter()
+                .any(|f| f.contains("b.so") && f.contains("not kept")),
+            "{:?}",
+            u.failures
+        );
+        assert!(
+            info(&mut u, system).eh_frame.is_some(),
+            "root's files do not count"
+        );
         assert_eq!(u.held_user_cfi, one);
         u.forget_binaries(&[a, b]);
         assert_eq!(u.held_user_cfi, 0, "a released file gives its share back");
-        assert!(info(&mut u, b).eh_frame.is_some(), "and the next file has it");
+        assert!(
+            info(&mut u, b).eh_frame.is_some(),
+            "and the next file has it"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -63,7 +63,10 @@ pub struct Prologue {
 fn sub_rsp(code: &[u8], i: usize) -> Option<(u32, usize)> {
     match code.get(i..i + 3)? {
         [0x48, 0x83, 0xec] => Some((*code.get(i + 3)? as u32, 4)),
-        [0x48, 0x81, 0xec] => Some((u32::from_le_bytes(code.get(i + 3..i + 7)?.try_into().ok()?), 7)),
+        [0x48, 0x81, 0xec] => Some((
+            u32::from_le_bytes(code.get(i + 3..i + 7)?.try_into().ok()?),
+            7,
+        )),
         _ => None,
     }
 }
@@ -72,7 +75,10 @@ fn sub_rsp(code: &[u8], i: usize) -> Option<(u32, usize)> {
 fn store_rbp(code: &[u8], i: usize) -> Option<(u32, usize)> {
     match code.get(i..i + 4)? {
         [0x48, 0x89, 0x6c, 0x24] => Some((*code.get(i + 4)? as u32, 5)),
-        [0x48, 0x89, 0xac, 0x24] => Some((u32::from_le_bytes(code.get(i + 4..i + 8)?.try_into().ok()?), 8)),
+        [0x48, 0x89, 0xac, 0x24] => Some((
+            u32::from_le_bytes(code.get(i + 4..i + 8)?.try_into().ok()?),
+            8,
+        )),
         _ => None,
     }
 }
@@ -95,15 +101,28 @@ pub fn prologue(code: &[u8]) -> Option<Prologue> {
             // C1: push first, then the frame below it.
             let mut i = at + 1;
             // -XX:+PreserveFramePointer: mov %rsp, %rbp (48 89 e5 or 48 8b ec).
-            if code.get(i..i + 3).is_some_and(|b| b == [0x48, 0x89, 0xe5] || b == [0x48, 0x8b, 0xec]) {
+            if code
+                .get(i..i + 3)
+                .is_some_and(|b| b == [0x48, 0x89, 0xe5] || b == [0x48, 0x8b, 0xec])
+            {
                 i += 3;
             }
-            sub_rsp(code, i).map(|(size, len)| Prologue { body_at: (i + len) as u32, cfa: size + 16, saved_at: at as u32 + 1, saved_cfa: 16 })
+            sub_rsp(code, i).map(|(size, len)| Prologue {
+                body_at: (i + len) as u32,
+                cfa: size + 16,
+                saved_at: at as u32 + 1,
+                saved_cfa: 16,
+            })
         } else {
             // C2: the whole frame at once, rbp stored at its top.
             sub_rsp(code, at).and_then(|(size, len)| {
                 let (disp, slen) = store_rbp(code, at + len)?;
-                (disp + 8 == size).then_some(Prologue { body_at: (at + len) as u32, cfa: size + 8, saved_at: (at + len + slen) as u32, saved_cfa: size + 8 })
+                (disp + 8 == size).then_some(Prologue {
+                    body_at: (at + len) as u32,
+                    cfa: size + 8,
+                    saved_at: (at + len + slen) as u32,
+                    saved_cfa: size + 8,
+                })
             })
         };
         // Frames are 8-byte multiples; a larger one than a megabyte is no frame.
@@ -130,7 +149,12 @@ pub struct JitFrames {
 /// A CFA = rsp + `cfa` row at `pc`, with the caller's rbp at CFA - 16 when `saved_rbp`.
 fn rsp_row(pc: u32, cfa: u32, saved_rbp: bool) -> Row {
     let off8 = cfa / 8;
-    Row { pc, kind: ROW_CFA_RSP | ((off8 >> 16) << 3) as u8, rbp_slot: if saved_rbp { 2 } else { 0 }, cfa_off8: off8 as u16 }
+    Row {
+        pc,
+        kind: ROW_CFA_RSP | ((off8 >> 16) << 3) as u8,
+        rbp_slot: if saved_rbp { 2 } else { 0 },
+        cfa_off8: off8 as u16,
+    }
 }
 
 /// The rows for the methods of `map` whose prologue `read` gives (`read`
@@ -160,25 +184,40 @@ pub fn frames(map: &PerfMap, mut read: impl FnMut(u64, &mut [u8]) -> bool) -> Ji
         if out.rows.is_empty() {
             out.base = s.start;
         }
-        let (Some(start), Some(end)) = (rel(out.base, s.start), rel(out.base, s.start.saturating_add(s.size))) else { continue };
+        let (Some(start), Some(end)) = (
+            rel(out.base, s.start),
+            rel(out.base, s.start.saturating_add(s.size)),
+        ) else {
+            continue;
+        };
         if p.body_at.max(p.saved_at) as u64 >= s.size {
             continue;
         }
         // A method ending where this one starts: its "no rule" row goes.
-        if out.rows.last().is_some_and(|r| r.pc == start && r.kind == ROW_NONE) {
+        if out
+            .rows
+            .last()
+            .is_some_and(|r| r.pc == start && r.kind == ROW_NONE)
+        {
             out.rows.pop();
         }
         out.rows.push(rsp_row(start, 8, false));
         if p.saved_at < p.body_at {
             // C1: rbp pushed, then the frame.
-            out.rows.push(rsp_row(start + p.saved_at, p.saved_cfa, true));
+            out.rows
+                .push(rsp_row(start + p.saved_at, p.saved_cfa, true));
             out.rows.push(rsp_row(start + p.body_at, p.cfa, true));
         } else {
             // C2: the frame, then rbp stored in it.
             out.rows.push(rsp_row(start + p.body_at, p.cfa, false));
             out.rows.push(rsp_row(start + p.saved_at, p.cfa, true));
         }
-        out.rows.push(Row { pc: end, kind: ROW_NONE, rbp_slot: 0, cfa_off8: 0 });
+        out.rows.push(Row {
+            pc: end,
+            kind: ROW_NONE,
+            rbp_slot: 0,
+            cfa_off8: 0,
+        });
         out.methods += 1;
         last_end = s.start + s.size;
     }
@@ -202,22 +241,75 @@ mod tests {
     /// code that is no prologue.
     #[test]
     fn prologues_of_hotspot_methods_are_read() {
-        let c1 = [0x89, 0x84, 0x24, 0x00, 0xc0, 0xfe, 0xff, 0x55, 0x48, 0x83, 0xec, 0x40, 0x48, 0xbf];
-        assert_eq!(prologue(&c1), Some(Prologue { body_at: 12, cfa: 0x50, saved_at: 8, saved_cfa: 16 }));
-        let c1_not_entrant = [0xe9, 0xbb, 0x99, 0x56, 0x07, 0xfe, 0xff, 0x55, 0x48, 0x83, 0xec, 0x30, 0x48, 0xb8];
-        assert_eq!(prologue(&c1_not_entrant), Some(Prologue { body_at: 12, cfa: 0x40, saved_at: 8, saved_cfa: 16 }));
-        let c2 = [0x48, 0x81, 0xec, 0x18, 0, 0, 0, 0x48, 0x89, 0x6c, 0x24, 0x10, 0x33, 0xc0];
-        assert_eq!(prologue(&c2), Some(Prologue { body_at: 7, cfa: 0x20, saved_at: 12, saved_cfa: 0x20 }));
-        let mut c2_osr = vec![0xe8, 0x1b, 0x2a, 0x55, 0x15, 0x66, 0x66, 0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0];
+        let c1 = [
+            0x89, 0x84, 0x24, 0x00, 0xc0, 0xfe, 0xff, 0x55, 0x48, 0x83, 0xec, 0x40, 0x48, 0xbf,
+        ];
+        assert_eq!(
+            prologue(&c1),
+            Some(Prologue {
+                body_at: 12,
+                cfa: 0x50,
+                saved_at: 8,
+                saved_cfa: 16
+            })
+        );
+        let c1_not_entrant = [
+            0xe9, 0xbb, 0x99, 0x56, 0x07, 0xfe, 0xff, 0x55, 0x48, 0x83, 0xec, 0x30, 0x48, 0xb8,
+        ];
+        assert_eq!(
+            prologue(&c1_not_entrant),
+            Some(Prologue {
+                body_at: 12,
+                cfa: 0x40,
+                saved_at: 8,
+                saved_cfa: 16
+            })
+        );
+        let c2 = [
+            0x48, 0x81, 0xec, 0x18, 0, 0, 0, 0x48, 0x89, 0x6c, 0x24, 0x10, 0x33, 0xc0,
+        ];
+        assert_eq!(
+            prologue(&c2),
+            Some(Prologue {
+                body_at: 7,
+                cfa: 0x20,
+                saved_at: 12,
+                saved_cfa: 0x20
+            })
+        );
+        let mut c2_osr = vec![
+            0xe8, 0x1b, 0x2a, 0x55, 0x15, 0x66, 0x66, 0x66, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0,
+        ];
         c2_osr.extend_from_slice(&c2);
-        assert_eq!(prologue(&c2_osr), Some(Prologue { body_at: 23, cfa: 0x20, saved_at: 28, saved_cfa: 0x20 }));
-        let big = [0x89, 0x84, 0x24, 0x00, 0xc0, 0xfe, 0xff, 0x55, 0x48, 0x89, 0xe5, 0x48, 0x81, 0xec, 0x00, 0x02, 0x00, 0x00, 0x90];
-        assert_eq!(prologue(&big), Some(Prologue { body_at: 18, cfa: 0x210, saved_at: 8, saved_cfa: 16 }));
+        assert_eq!(
+            prologue(&c2_osr),
+            Some(Prologue {
+                body_at: 23,
+                cfa: 0x20,
+                saved_at: 28,
+                saved_cfa: 0x20
+            })
+        );
+        let big = [
+            0x89, 0x84, 0x24, 0x00, 0xc0, 0xfe, 0xff, 0x55, 0x48, 0x89, 0xe5, 0x48, 0x81, 0xec,
+            0x00, 0x02, 0x00, 0x00, 0x90,
+        ];
+        assert_eq!(
+            prologue(&big),
+            Some(Prologue {
+                body_at: 18,
+                cfa: 0x210,
+                saved_at: 8,
+                saved_cfa: 16
+            })
+        );
         // 0x55 inside an instruction, not after a bang nor aligned: no frame.
         let stray = [0x90, 0x41, 0x55, 0x48, 0x83, 0xec, 0x30, 0xc3];
         assert_eq!(prologue(&stray), None);
         // A size that is no frame's; C2's store at the wrong place.
-        let odd = [0x89, 0x84, 0x24, 0x00, 0xc0, 0xfe, 0xff, 0x55, 0x48, 0x83, 0xec, 0x31];
+        let odd = [
+            0x89, 0x84, 0x24, 0x00, 0xc0, 0xfe, 0xff, 0x55, 0x48, 0x83, 0xec, 0x31,
+        ];
         assert_eq!(prologue(&odd), None);
         let c2_wrong = [0x48, 0x83, 0xec, 0x18, 0x48, 0x89, 0x6c, 0x24, 0x08];
         assert_eq!(prologue(&c2_wrong), None);
@@ -231,7 +323,13 @@ mod tests {
     #[test]
     fn random_code_never_panics() {
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let pieces: [&[u8]; 5] = [&[0x55], &[0x48, 0x83, 0xec], &[0x48, 0x81, 0xec], &[0x48, 0x89, 0x6c, 0x24], &[0x89, 0x84, 0x24]];
+        let pieces: [&[u8]; 5] = [
+            &[0x55],
+            &[0x48, 0x83, 0xec],
+            &[0x48, 0x81, 0xec],
+            &[0x48, 0x89, 0x6c, 0x24],
+            &[0x89, 0x84, 0x24],
+        ];
         for _ in 0..20_000 {
             let mut code = Vec::new();
             let len = (x >> 58) as usize;
@@ -246,7 +344,12 @@ mod tests {
                 }
             }
             if let Some(p) = prologue(&code) {
-                assert!(p.body_at as usize <= code.len() && p.saved_at as usize <= code.len() && p.cfa % 8 == 0, "{p:?} from {code:x?}");
+                assert!(
+                    p.body_at as usize <= code.len()
+                        && p.saved_at as usize <= code.len()
+                        && p.cfa % 8 == 0,
+                    "{p:?} from {code:x?}"
+                );
             }
         }
     }
@@ -256,10 +359,22 @@ mod tests {
     /// end; methods without a prologue, overlapping, or unreadable get none.
     #[test]
     fn rows_follow_each_prologue() {
-        let c1 = [0x89u8, 0x84, 0x24, 0x00, 0xc0, 0xfe, 0xff, 0x55, 0x48, 0x83, 0xec, 0x40, 0x90, 0x90];
+        let c1 = [
+            0x89u8, 0x84, 0x24, 0x00, 0xc0, 0xfe, 0xff, 0x55, 0x48, 0x83, 0xec, 0x40, 0x90, 0x90,
+        ];
         let mut map = PerfMap::default();
-        let sym = |start: u64, size: u64| JitSymbol { start, size, name: String::new() };
-        map.symbols = vec![sym(0x1000, 0x100), sym(0x1100, 0x80), sym(0x1140, 0x100), sym(0x2000, 0x40), sym(0x3000, 0x40)];
+        let sym = |start: u64, size: u64| JitSymbol {
+            start,
+            size,
+            name: String::new(),
+        };
+        map.symbols = vec![
+            sym(0x1000, 0x100),
+            sym(0x1100, 0x80),
+            sym(0x1140, 0x100),
+            sym(0x2000, 0x40),
+            sym(0x3000, 0x40),
+        ];
         let f = frames(&map, |addr, buf| match addr {
             0x1000 | 0x1100 | 0x1140 => {
                 let n = buf.len().min(c1.len());
@@ -274,10 +389,22 @@ mod tests {
         });
         assert_eq!(f.base, 0x1000);
         assert_eq!((f.methods, f.without_prologue), (2, 1));
-        let rules: Vec<(u32, u8, u16, u8)> = f.rows.iter().map(|r| (r.pc, r.kind, r.cfa_off8, r.rbp_slot)).collect();
+        let rules: Vec<(u32, u8, u16, u8)> = f
+            .rows
+            .iter()
+            .map(|r| (r.pc, r.kind, r.cfa_off8, r.rbp_slot))
+            .collect();
         assert_eq!(
             rules,
-            vec![(0, 1, 1, 0), (8, 1, 2, 2), (12, 1, 10, 2), (0x100, 1, 1, 0), (0x108, 1, 2, 2), (0x10c, 1, 10, 2), (0x180, 0, 0, 0)]
+            vec![
+                (0, 1, 1, 0),
+                (8, 1, 2, 2),
+                (12, 1, 10, 2),
+                (0x100, 1, 1, 0),
+                (0x108, 1, 2, 2),
+                (0x10c, 1, 10, 2),
+                (0x180, 0, 0, 0)
+            ]
         );
     }
 }

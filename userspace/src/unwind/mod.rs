@@ -25,9 +25,9 @@
 //! [`tables`] compiles its tables; this module holds them together.
 
 mod binary;
+pub mod jvm;
 pub mod kernel;
 mod process;
-pub mod jvm;
 pub mod python;
 pub mod tables;
 
@@ -38,16 +38,15 @@ use framehop::Unwinder;
 use rustc_hash::FxHashMap;
 
 use crate::binaries::jitdump::JitdumpTail;
-use crate::binaries::{BinaryIndex, Binaries};
+use crate::binaries::{Binaries, BinaryIndex};
 use binary::{base_avma, binary_info, BinaryUnwindInfo, Layout, MAX_HELD_USER_CFI_BYTES};
 pub use binary::{SectionBytes, UnwindInfoError};
-use process::{Mapping, ProcessUnwinder};
 pub use process::is_jitdump;
+use process::{Mapping, ProcessUnwinder};
 
 pub use crate::bpf::abi::Regs;
-pub use crate::model::stack_end::StackEnd;
 pub use crate::model::recording::UnwindStats;
-
+pub use crate::model::stack_end::StackEnd;
 
 /// Per-process unwinders over shared per-binary unwind data.
 #[derive(Default)]
@@ -99,11 +98,16 @@ const KEEP_EXITED_NS: u64 = 2_000_000_000;
 impl Unwinders {
     /// No processes yet.
     pub fn new() -> Unwinders {
-        Unwinders { cache: Some(Box::new(CacheX86_64::new())), ..Default::default() }
+        Unwinders {
+            cache: Some(Box::new(CacheX86_64::new())),
+            ..Default::default()
+        }
     }
 
     fn process(&mut self, pid: u32) -> &mut ProcessUnwinder {
-        self.processes.entry(pid).or_insert_with(|| ProcessUnwinder::new(Vec::new()))
+        self.processes
+            .entry(pid)
+            .or_insert_with(|| ProcessUnwinder::new(Vec::new()))
     }
 
     /// An executable mapping appeared in `pid`.
@@ -111,7 +115,12 @@ impl Unwinders {
         let end = start.saturating_add(len);
         let p = self.process(pid);
         p.mappings.retain(|m| m.end <= start || m.start >= end);
-        p.mappings.push(Mapping { start, end, pgoff, binary });
+        p.mappings.push(Mapping {
+            start,
+            end,
+            pgoff,
+            binary,
+        });
         p.unwinder = None;
         if let Some(k) = self.kernel.as_mut() {
             k.dirty.insert(pid);
@@ -120,14 +129,21 @@ impl Unwinders {
 
     /// `pid` mapped a jitdump file: its JIT code's unwind tables come from it.
     pub fn add_jitdump(&mut self, pid: u32, binary: BinaryIndex) {
-        self.process(pid).jitdump = Some((binary, JitdumpTail::default(), std::time::Instant::now()));
+        self.process(pid).jitdump =
+            Some((binary, JitdumpTail::default(), std::time::Instant::now()));
     }
 
     /// The compiled Java methods of JVM `pid` (from its perf map, with the
     /// frame sizes their prologues set up): the kernel walks its compiled
     /// frames from these rows instead of stopping at the first.
     pub fn set_jit_frames(&mut self, pid: u32, frames: jvm::JitFrames) {
-        let Some(p) = self.processes.get_mut(&pid).filter(|p| p.exited_ns.is_none()) else { return };
+        let Some(p) = self
+            .processes
+            .get_mut(&pid)
+            .filter(|p| p.exited_ns.is_none())
+        else {
+            return;
+        };
         p.jit_base = (!frames.rows.is_empty()).then_some(frames.base);
         if let Some(k) = self.kernel.as_mut() {
             k.stats.jit_methods = frames.methods as u64;
@@ -199,7 +215,11 @@ impl Unwinders {
 
     /// `child` was forked from `parent`: it starts with the same mappings.
     pub fn fork(&mut self, parent: u32, child: u32) {
-        let mappings = self.processes.get(&parent).map(|p| p.mappings.clone()).unwrap_or_default();
+        let mappings = self
+            .processes
+            .get(&parent)
+            .map(|p| p.mappings.clone())
+            .unwrap_or_default();
         self.processes.insert(child, ProcessUnwinder::new(mappings));
         if let Some(k) = self.kernel.as_mut() {
             k.dirty.insert(child);
@@ -224,7 +244,11 @@ impl Unwinders {
             }
             self.exited.pop_front();
             // Unless the pid was reused since (a new process under it has not exited).
-            if self.processes.get(&old).is_some_and(|p| p.exited_ns == Some(t)) {
+            if self
+                .processes
+                .get(&old)
+                .is_some_and(|p| p.exited_ns == Some(t))
+            {
                 self.processes.remove(&old);
             }
         }
@@ -234,7 +258,12 @@ impl Unwinders {
     /// `workers` threads compile the large tables.
     pub fn enable_kernel(&mut self, maps: kernel::KernelUnwindMaps, workers: usize) {
         let mut k = kernel::KernelTables::new(maps, workers);
-        k.dirty.extend(self.processes.iter().filter(|(_, p)| p.exited_ns.is_none()).map(|(&pid, _)| pid));
+        k.dirty.extend(
+            self.processes
+                .iter()
+                .filter(|(_, p)| p.exited_ns.is_none())
+                .map(|(&pid, _)| pid),
+        );
         self.kernel = Some(k);
     }
 
@@ -256,7 +285,9 @@ impl Unwinders {
     }
 
     fn sync_kernel_until(&mut self, binaries: &Binaries, deadline: Option<std::time::Instant>) {
-        let Some(mut k) = self.kernel.take() else { return };
+        let Some(mut k) = self.kernel.take() else {
+            return;
+        };
         let ready = match deadline {
             Some(d) => k.wait_pending(d),
             None => k.receive(),
@@ -265,7 +296,9 @@ impl Unwinders {
             let ready: rustc_hash::FxHashSet<BinaryIndex> = ready.into_iter().collect();
             for (&pid, p) in &self.processes {
                 let jit = p.jit_base.is_some() && ready.contains(&kernel::jit_table_index(pid));
-                if p.exited_ns.is_none() && (jit || p.mappings.iter().any(|m| ready.contains(&m.binary))) {
+                if p.exited_ns.is_none()
+                    && (jit || p.mappings.iter().any(|m| ready.contains(&m.binary)))
+                {
                     k.dirty.insert(pid);
                 }
             }
@@ -318,25 +351,50 @@ impl Unwinders {
                 if let (Some(base), None) = (bias, &java) {
                     java = self.hotspot_binary(binaries, m.binary).map(|symbols| {
                         // The interpreter read before stays while libjvm stays where it was.
-                        let interpreter = java_before.as_ref().filter(|j| j.base == base && Arc::ptr_eq(&j.symbols, &symbols)).and_then(|j| j.interpreter);
-                        JavaRuntime { symbols, base, interpreter }
+                        let interpreter = java_before
+                            .as_ref()
+                            .filter(|j| j.base == base && Arc::ptr_eq(&j.symbols, &symbols))
+                            .and_then(|j| j.interpreter);
+                        JavaRuntime {
+                            symbols,
+                            base,
+                            interpreter,
+                        }
                     });
                 }
                 if let (Some(base), None) = (bias, &python) {
-                    python = self.python_binary(binaries, m.binary).map(|binary| python::PythonRuntime { binary, base });
+                    python = self
+                        .python_binary(binaries, m.binary)
+                        .map(|binary| python::PythonRuntime { binary, base });
                     python_unread |= self.unread_pythons.contains(&m.binary);
                 }
                 // Anonymous code of a JVM whose compiled methods have rows:
                 // those, relative to its lowest method (the code cache's
                 // mapping begins below it, with stubs: addresses below the
                 // base, or 4 GiB above, find no row, as in code without CFI).
-                if let Some(base) = jit_base.filter(|&b| bias.is_none() && m.end > b && m.start < b.saturating_add(1 << 32)) {
-                    entry.push((m.start, m.end, base, kernel::jit_table_index(pid), false, true));
+                if let Some(base) = jit_base
+                    .filter(|&b| bias.is_none() && m.end > b && m.start < b.saturating_add(1 << 32))
+                {
+                    entry.push((
+                        m.start,
+                        m.end,
+                        base,
+                        kernel::jit_table_index(pid),
+                        false,
+                        true,
+                    ));
                     continue;
                 }
                 // No bias (no segment the mapping begins): no table either,
                 // or its rows would be looked up at the wrong addresses.
-                entry.push((m.start, m.end, bias.unwrap_or(0), m.binary, jit_tables && layout.is_none(), bias.is_some()));
+                entry.push((
+                    m.start,
+                    m.end,
+                    bias.unwrap_or(0),
+                    m.binary,
+                    jit_tables && layout.is_none(),
+                    bias.is_some(),
+                ));
             }
             entries.sort_unstable();
             entries.dedup();
@@ -353,7 +411,11 @@ impl Unwinders {
     }
 
     /// What `binary` exports if it is HotSpot's library, read once.
-    fn hotspot_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<crate::binaries::hotspot::HotSpotSymbols>> {
+    fn hotspot_binary(
+        &mut self,
+        binaries: &Binaries,
+        binary: BinaryIndex,
+    ) -> Option<Arc<crate::binaries::hotspot::HotSpotSymbols>> {
         if let Some(known) = self.hotspots.get(&binary) {
             return known.clone();
         }
@@ -362,7 +424,12 @@ impl Unwinders {
             .file
             .as_ref()
             .filter(|_| crate::binaries::hotspot::may_be_libjvm(&bin.name))
-            .and_then(|file| crate::binaries::hotspot::read(&crate::binaries::elf::ElfReader::new(file, Default::default())))
+            .and_then(|file| {
+                crate::binaries::hotspot::read(&crate::binaries::elf::ElfReader::new(
+                    file,
+                    Default::default(),
+                ))
+            })
             .map(Arc::new);
         self.hotspots.insert(binary, found.clone());
         found
@@ -376,7 +443,9 @@ impl Unwinders {
     /// JVM `pid`'s interpreter lies at `range`: its entry says so from the
     /// next sync, and the kernel reads the method of each frame there.
     pub fn set_java_interpreter(&mut self, pid: u32, range: (u64, u64)) {
-        let Some(j) = self.processes.get_mut(&pid).and_then(|p| p.java.as_mut()) else { return };
+        let Some(j) = self.processes.get_mut(&pid).and_then(|p| p.java.as_mut()) else {
+            return;
+        };
         j.interpreter = Some(range);
         if let Some(k) = self.kernel.as_mut() {
             k.dirty.insert(pid);
@@ -385,17 +454,30 @@ impl Unwinders {
 
     /// What CPython `binary` is, read once, and only if its name says it
     /// may be one; a CPython this build cannot walk is said once.
-    fn python_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<crate::binaries::python::PythonBinary>> {
+    fn python_binary(
+        &mut self,
+        binaries: &Binaries,
+        binary: BinaryIndex,
+    ) -> Option<Arc<crate::binaries::python::PythonBinary>> {
         if let Some(known) = self.pythons.get(&binary) {
             return known.clone();
         }
         let bin = binaries.get(binary);
-        let found = match bin.file.as_ref().filter(|_| crate::binaries::python::may_be_python(&bin.name)) {
+        let found = match bin
+            .file
+            .as_ref()
+            .filter(|_| crate::binaries::python::may_be_python(&bin.name))
+        {
             None => None,
-            Some(file) => match crate::binaries::python::read(&crate::binaries::elf::ElfReader::new(file, Default::default())) {
+            Some(file) => match crate::binaries::python::read(
+                &crate::binaries::elf::ElfReader::new(file, Default::default()),
+            ) {
                 Ok(p) => p.map(Arc::new),
                 Err(e) => {
-                    self.python_failures.push(format!("{}: no Python frames: {e}", crate::escape::escape(&bin.path)));
+                    self.python_failures.push(format!(
+                        "{}: no Python frames: {e}",
+                        crate::escape::escape(&bin.path)
+                    ));
                     if matches!(e, crate::binaries::python::NotRead::Version(_)) {
                         self.unread_pythons.insert(binary);
                     }
@@ -432,7 +514,15 @@ impl Unwinders {
 
     /// Unwind one sample of `pid` from `regs` over `stack`
     /// (bytes from sp up). Appends return addresses, leaf (ip) first, to `out`.
-    pub fn unwind(&mut self, binaries: &Binaries, pid: u32, regs: Regs, stack: &[u8], out: &mut Vec<u64>, max: usize) -> StackEnd {
+    pub fn unwind(
+        &mut self,
+        binaries: &Binaries,
+        pid: u32,
+        regs: Regs,
+        stack: &[u8],
+        out: &mut Vec<u64>,
+        max: usize,
+    ) -> StackEnd {
         let started = std::time::Instant::now();
         let end = self.unwind_inner(binaries, pid, regs, stack, out, max);
         self.stats.unwind_ns += started.elapsed().as_nanos() as u64;
@@ -493,11 +583,22 @@ impl Unwinders {
     /// What went wrong since the last call, one line each: unwind data that
     /// could not be read, tables not built, processes refused an entry.
     pub fn take_warnings(&mut self) -> Vec<String> {
-        let mut warnings: Vec<String> =
-            self.failures.drain(..).map(|f| format!("cannot read unwind information of {f}; its frames are walked by frame pointer")).collect();
+        let mut warnings: Vec<String> = self
+            .failures
+            .drain(..)
+            .map(|f| {
+                format!(
+                    "cannot read unwind information of {f}; its frames are walked by frame pointer"
+                )
+            })
+            .collect();
         warnings.append(&mut self.python_failures);
         if let Some(k) = self.kernel.as_mut() {
-            warnings.extend(k.failures.drain(..).map(|f| format!("no in-kernel unwind table for {f}")));
+            warnings.extend(
+                k.failures
+                    .drain(..)
+                    .map(|f| format!("no in-kernel unwind table for {f}")),
+            );
             warnings.extend(k.take_refusal_warnings());
         }
         warnings
@@ -505,7 +606,10 @@ impl Unwinders {
 
     /// What the in-kernel unwinder refused, per uid, all time (empty when it does not run).
     pub fn kernel_refusals(&self) -> Vec<(u32, kernel::UidRefusals)> {
-        self.kernel.as_ref().map(|k| k.refusals()).unwrap_or_default()
+        self.kernel
+            .as_ref()
+            .map(|k| k.refusals())
+            .unwrap_or_default()
     }
 
     /// The in-kernel unwinder's table totals, if it runs.
@@ -513,7 +617,15 @@ impl Unwinders {
         self.kernel.as_ref().map(|k| k.stats)
     }
 
-    fn unwind_inner(&mut self, binaries: &Binaries, pid: u32, regs: Regs, stack: &[u8], out: &mut Vec<u64>, max: usize) -> StackEnd {
+    fn unwind_inner(
+        &mut self,
+        binaries: &Binaries,
+        pid: u32,
+        regs: Regs,
+        stack: &[u8],
+        out: &mut Vec<u64>,
+        max: usize,
+    ) -> StackEnd {
         let Some(p) = self.processes.get_mut(&pid) else {
             // Unknown process (its mappings not seen): keep the leaf.
             out.push(regs.ip);
@@ -524,13 +636,24 @@ impl Unwinders {
             let mappings = p.mappings.clone();
             let mut unwinder = UnwinderX86_64::new();
             let mut entries = Vec::new();
-            for m in mappings.iter().filter(|m| !is_jitdump(&binaries.get(m.binary).path)) {
-                let info = binary_info(&mut self.binaries, &mut self.failures, (&mut self.held_user_cfi, MAX_HELD_USER_CFI_BYTES), binaries, m.binary);
+            for m in mappings
+                .iter()
+                .filter(|m| !is_jitdump(&binaries.get(m.binary).path))
+            {
+                let info = binary_info(
+                    &mut self.binaries,
+                    &mut self.failures,
+                    (&mut self.held_user_cfi, MAX_HELD_USER_CFI_BYTES),
+                    binaries,
+                    m.binary,
+                );
                 if let Some(info) = info {
                     if let Some(base) = base_avma(&info.segments, m.start, m.pgoff) {
                         entries.push(base.wrapping_add(info.entry));
                     }
-                    if let Some(module) = info.module(&binaries.get(m.binary).path, m.start, m.end, m.pgoff) {
+                    if let Some(module) =
+                        info.module(&binaries.get(m.binary).path, m.start, m.end, m.pgoff)
+                    {
                         unwinder.add_module(module);
                     }
                 }
@@ -553,7 +676,12 @@ impl Unwinders {
             Ok(u64::from_ne_bytes(bytes.try_into().map_err(|_| ())?))
         };
         let cache = self.cache.as_mut().expect("cache");
-        let mut frames = unwinder.iter_frames(ip, UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read_stack);
+        let mut frames = unwinder.iter_frames(
+            ip,
+            UnwindRegsX86_64::new(ip, sp, bp),
+            cache,
+            &mut read_stack,
+        );
         let stack_end = sp + stack.len() as u64;
         let first = out.len();
         loop {
@@ -572,8 +700,12 @@ impl Unwinders {
                     continue;
                 }
                 Ok(None) => return StackEnd::Root,
-                Err(framehop::Error::CouldNotReadStack(addr)) if addr >= stack_end.saturating_sub(8) => StackEnd::CopyExhausted,
-                Err(_) => StackEnd::NoUnwindInfo
+                Err(framehop::Error::CouldNotReadStack(addr))
+                    if addr >= stack_end.saturating_sub(8) =>
+                {
+                    StackEnd::CopyExhausted
+                }
+                Err(_) => StackEnd::NoUnwindInfo,
             };
             // A stack that reached a program's entry function is whole,
             // whatever the unwinder makes of the nothing below it.

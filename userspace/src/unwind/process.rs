@@ -14,7 +14,7 @@ use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 
 use super::binary::SectionBytes;
 use crate::binaries::jitdump::{JitCode, JitdumpTail};
-use crate::binaries::{BinaryIndex, Binaries};
+use crate::binaries::{Binaries, BinaryIndex};
 
 /// A mapping as the unwinder needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +67,12 @@ fn jit_module(code: &JitCode) -> Module<SectionBytes> {
     let start = code.start;
     let eh_start = start + code.size.next_multiple_of(8);
     let eh_end = eh_start + code.eh_frame.len() as u64;
-    let hdr = (!code.eh_frame_hdr.is_empty()).then(|| (eh_end..eh_end + code.eh_frame_hdr.len() as u64, SectionBytes(Arc::new(code.eh_frame_hdr.clone()))));
+    let hdr = (!code.eh_frame_hdr.is_empty()).then(|| {
+        (
+            eh_end..eh_end + code.eh_frame_hdr.len() as u64,
+            SectionBytes(Arc::new(code.eh_frame_hdr.clone())),
+        )
+    });
     let info = ExplicitModuleSectionInfo {
         base_svma: start,
         text_svma: Some(start..start + code.size),
@@ -84,7 +89,12 @@ fn jit_module(code: &JitCode) -> Module<SectionBytes> {
         text_segment_svma: None,
         text_segment: None,
     };
-    Module::new(format!("JIT code at {start:#x}"), start..start + code.size, start, info)
+    Module::new(
+        format!("JIT code at {start:#x}"),
+        start..start + code.size,
+        start,
+        info,
+    )
 }
 
 /// jitdump files are mapped executable so profilers find them; they are no ELF.
@@ -95,17 +105,32 @@ pub fn is_jitdump(path: &str) -> bool {
 
 impl ProcessUnwinder {
     pub(super) fn new(mappings: Vec<Mapping>) -> ProcessUnwinder {
-        ProcessUnwinder { mappings, unwinder: None, entries: Vec::new(), jitdump: None, jit_modules: Vec::new(), exited_ns: None, python: None, python_unread: false, jit_base: None, java: None }
+        ProcessUnwinder {
+            mappings,
+            unwinder: None,
+            entries: Vec::new(),
+            jitdump: None,
+            jit_modules: Vec::new(),
+            exited_ns: None,
+            python: None,
+            python_unread: false,
+            jit_base: None,
+            java: None,
+        }
     }
 
     /// Read new code from the jitdump, at most every JITDUMP_POLL.
     pub(super) fn poll_jitdump(&mut self, binaries: &Binaries) {
-        let Some((binary, tail, last)) = self.jitdump.as_mut() else { return };
+        let Some((binary, tail, last)) = self.jitdump.as_mut() else {
+            return;
+        };
         if last.elapsed() < JITDUMP_POLL && !self.jit_modules.is_empty() {
             return;
         }
         *last = std::time::Instant::now();
-        let Some(file) = binaries.get(*binary).file.as_ref() else { return };
+        let Some(file) = binaries.get(*binary).file.as_ref() else {
+            return;
+        };
         for code in tail.poll(file, JITDUMP_POLL_BYTES) {
             let (start, end) = (code.start, code.start + code.size);
             // Code memory is reused: a new load replaces what overlapped it.
@@ -128,12 +153,16 @@ impl ProcessUnwinder {
 
     /// Whether `addr` lies in an executable mapping of the process.
     pub(super) fn is_code(&self, addr: u64) -> bool {
-        self.mappings.iter().any(|m| m.start <= addr && addr < m.end)
+        self.mappings
+            .iter()
+            .any(|m| m.start <= addr && addr < m.end)
     }
 
     /// Whether `addr` is in an entry function: a stack that reached it is whole.
     pub(super) fn is_entry(&self, addr: u64) -> bool {
-        self.entries.iter().any(|&e| addr > e && addr - e <= ENTRY_FUNCTION_BYTES)
+        self.entries
+            .iter()
+            .any(|&e| addr > e && addr - e <= ENTRY_FUNCTION_BYTES)
     }
 }
 
@@ -177,15 +206,35 @@ mod jit_tests {
         let a = 0x7f00_0000_1000u64;
         let (eh_frame, eh_frame_hdr) = tables(a);
         for with_hdr in [true, false] {
-            let code = JitCode { start: a, size: 11, eh_frame: eh_frame.clone(), eh_frame_hdr: if with_hdr { eh_frame_hdr.clone() } else { Vec::new() } };
+            let code = JitCode {
+                start: a,
+                size: 11,
+                eh_frame: eh_frame.clone(),
+                eh_frame_hdr: if with_hdr {
+                    eh_frame_hdr.clone()
+                } else {
+                    Vec::new()
+                },
+            };
             let mut unwinder = UnwinderX86_64::new();
             unwinder.add_module(jit_module(&code));
             let mut cache = CacheX86_64::new();
             // At a+6 (just returned from the call): rsp+8 holds the return address into the caller.
             let sp = 0x7ffc_0000_0000u64;
             let caller_ret = 0x5555_0000_1234u64;
-            let mut read_stack = |addr: u64| -> Result<u64, ()> { if addr == sp + 8 { Ok(caller_ret) } else { Ok(0) } };
-            let mut frames = unwinder.iter_frames(a + 6, UnwindRegsX86_64::new(a + 6, sp, 0), &mut cache, &mut read_stack);
+            let mut read_stack = |addr: u64| -> Result<u64, ()> {
+                if addr == sp + 8 {
+                    Ok(caller_ret)
+                } else {
+                    Ok(0)
+                }
+            };
+            let mut frames = unwinder.iter_frames(
+                a + 6,
+                UnwindRegsX86_64::new(a + 6, sp, 0),
+                &mut cache,
+                &mut read_stack,
+            );
             let mut got = Vec::new();
             while let Ok(Some(f)) = frames.next() {
                 got.push(f.address());

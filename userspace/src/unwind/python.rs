@@ -45,7 +45,10 @@ impl PythonRuntime {
     pub fn entry(&self) -> PythonProcess {
         let l = self.binary.layout;
         PythonProcess {
-            tss_addr: self.base.wrapping_add(self.binary.runtime).wrapping_add(l.runtime_tss),
+            tss_addr: self
+                .base
+                .wrapping_add(self.binary.runtime)
+                .wrapping_add(l.runtime_tss),
             version: self.binary.version >> 16,
             tsd_offset: GLIBC_TSD_OFFSET,
             tstate_frame: l.tstate_frame,

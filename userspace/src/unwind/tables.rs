@@ -22,7 +22,9 @@
 
 use gimli::{BaseAddresses, CfaRule, CieOrFde, RegisterRule, UnwindContext, UnwindSection};
 
-pub use crate::bpf::abi::{Row, ROW_CFA_RBP, ROW_CFA_RSP, ROW_END, ROW_NONE, ROW_PLT, ROW_SIGNAL, ROW_UNSUPPORTED};
+pub use crate::bpf::abi::{
+    Row, ROW_CFA_RBP, ROW_CFA_RSP, ROW_END, ROW_NONE, ROW_PLT, ROW_SIGNAL, ROW_UNSUPPORTED,
+};
 
 /// CFA offsets / 8 below this fit a row (21 bits: 16 MiB frames).
 const MAX_CFA_OFF8: i64 = 1 << 21;
@@ -59,7 +61,9 @@ const RA: gimli::Register = gimli::X86_64::RA;
 pub enum CfiError {
     /// More rows than a table may take, while reading its FDEs: the CFI
     /// is fine, only too large for the kernel (userspace walks it).
-    #[error("{section}: more than {max_rows} rows (a table may take a quarter of --unwind-table-mb)")]
+    #[error(
+        "{section}: more than {max_rows} rows (a table may take a quarter of --unwind-table-mb)"
+    )]
     TooManyRows {
         /// `.eh_frame` or `.debug_frame`.
         section: &'static str,
@@ -134,11 +138,22 @@ struct Range {
 
 impl Range {
     fn new(start: u32, end: u32, r: Row) -> Range {
-        Range { start, end, kind: r.kind, rbp_slot: r.rbp_slot, cfa_off8: r.cfa_off8 }
+        Range {
+            start,
+            end,
+            kind: r.kind,
+            rbp_slot: r.rbp_slot,
+            cfa_off8: r.cfa_off8,
+        }
     }
 
     fn row(&self) -> Row {
-        Row { pc: self.start, kind: self.kind, rbp_slot: self.rbp_slot, cfa_off8: self.cfa_off8 }
+        Row {
+            pc: self.start,
+            kind: self.kind,
+            rbp_slot: self.rbp_slot,
+            cfa_off8: self.cfa_off8,
+        }
     }
 }
 
@@ -149,7 +164,9 @@ const MIN_CFI_BYTES_PER_ROW: usize = 5;
 
 /// Compile a section into a table of at most `max_rows` rows.
 pub fn compile(section: &CfiSection, max_rows: usize) -> Result<Table, CfiError> {
-    let mut ranges: Vec<Range> = Vec::with_capacity((section.bytes.len() / MIN_CFI_BYTES_PER_ROW).min(max_rows.saturating_add(1)));
+    let mut ranges: Vec<Range> = Vec::with_capacity(
+        (section.bytes.len() / MIN_CFI_BYTES_PER_ROW).min(max_rows.saturating_add(1)),
+    );
     let mut unsupported_fdes = 0u32;
     let endian = gimli::LittleEndian;
     let result = if section.is_eh_frame {
@@ -159,9 +176,19 @@ pub fn compile(section: &CfiSection, max_rows: usize) -> Result<Table, CfiError>
     } else {
         let mut df = gimli::DebugFrame::new(section.bytes, endian);
         df.set_address_size(8);
-        collect(&df, &BaseAddresses::default(), &mut ranges, &mut unsupported_fdes, max_rows)
+        collect(
+            &df,
+            &BaseAddresses::default(),
+            &mut ranges,
+            &mut unsupported_fdes,
+            max_rows,
+        )
     };
-    let section_name = if section.is_eh_frame { ".eh_frame" } else { ".debug_frame" };
+    let section_name = if section.is_eh_frame {
+        ".eh_frame"
+    } else {
+        ".debug_frame"
+    };
     let section = section_name;
     let damaged = result.map_err(|e| match e {
         gimli::Error::TooManyRegisterRules => CfiError::TooManyRows { section, max_rows },
@@ -172,7 +199,10 @@ pub fn compile(section: &CfiSection, max_rows: usize) -> Result<Table, CfiError>
         return Err(CfiError::NoReadableFde { fdes: damaged });
     }
     let rows = flatten(ranges, max_rows)?;
-    Ok(Table { rows, unsupported_fdes })
+    Ok(Table {
+        rows,
+        unsupported_fdes,
+    })
 }
 
 /// Every FDE row as (start, end, row).
@@ -190,7 +220,9 @@ where
     let mut entries = section.entries(bases);
     let mut damaged = 0u32;
     while let Some(entry) = entries.next()? {
-        let CieOrFde::Fde(partial) = entry else { continue };
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
         // One bad FDE costs its function, not the table.
         let Ok(fde) = partial.parse(S::cie_from_offset) else {
             damaged += 1;
@@ -208,12 +240,22 @@ where
                 Ok(None) => break,
                 Err(_) => break,
             };
-            let r = if signal { Row { pc: 0, kind: ROW_SIGNAL, rbp_slot: 0, cfa_off8: 0 } } else { encode(row, section) };
+            let r = if signal {
+                Row {
+                    pc: 0,
+                    kind: ROW_SIGNAL,
+                    rbp_slot: 0,
+                    cfa_off8: 0,
+                }
+            } else {
+                encode(row, section)
+            };
             unsupported |= r.kind == ROW_UNSUPPORTED;
             if row.start_address() < row.end_address() {
                 // Addresses past 4 GiB have no row (the kernel's are 32-bit):
                 // the table says so when flattened.
-                let start = u32::try_from(row.start_address()).map_err(|_| gimli::Error::AddressOverflow)?;
+                let start = u32::try_from(row.start_address())
+                    .map_err(|_| gimli::Error::AddressOverflow)?;
                 let end = u32::try_from(row.end_address()).unwrap_or(u32::MAX);
                 ranges.push(Range::new(start, end, r));
             }
@@ -228,16 +270,33 @@ where
 }
 
 /// One gimli row as the kernel's row (its `pc` is set by the caller).
-fn encode<'a, S: UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>>(row: &gimli::UnwindTableRow<usize>, section: &S) -> Row {
-    let unsupported = Row { pc: 0, kind: ROW_UNSUPPORTED, rbp_slot: 0, cfa_off8: 0 };
+fn encode<'a, S: UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>>(
+    row: &gimli::UnwindTableRow<usize>,
+    section: &S,
+) -> Row {
+    let unsupported = Row {
+        pc: 0,
+        kind: ROW_UNSUPPORTED,
+        rbp_slot: 0,
+        cfa_off8: 0,
+    };
     match row.register(RA) {
-        Some(RegisterRule::Undefined) => return Row { pc: 0, kind: ROW_END, rbp_slot: 0, cfa_off8: 0 },
+        Some(RegisterRule::Undefined) => {
+            return Row {
+                pc: 0,
+                kind: ROW_END,
+                rbp_slot: 0,
+                cfa_off8: 0,
+            }
+        }
         Some(RegisterRule::Offset(-8)) => {}
         _ => return unsupported,
     }
     let rbp_slot = match row.register(RBP) {
         None | Some(RegisterRule::Undefined | RegisterRule::SameValue) => 0,
-        Some(RegisterRule::Offset(o)) if o < 0 && o % 8 == 0 && -o / 8 <= u8::MAX as i64 => (-o / 8) as u8,
+        Some(RegisterRule::Offset(o)) if o < 0 && o % 8 == 0 && -o / 8 <= u8::MAX as i64 => {
+            (-o / 8) as u8
+        }
         _ => return unsupported,
     };
     match row.cfa() {
@@ -251,10 +310,24 @@ fn encode<'a, S: UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>>(row
                 return unsupported;
             }
             let off8 = (offset / 8) as u32;
-            Row { pc: 0, kind: kind | ((off8 >> 16) << 3) as u8, rbp_slot, cfa_off8: off8 as u16 }
+            Row {
+                pc: 0,
+                kind: kind | ((off8 >> 16) << 3) as u8,
+                rbp_slot,
+                cfa_off8: off8 as u16,
+            }
         }
-        CfaRule::Expression(expr) => match expr.get(section).ok().and_then(|e| plt_threshold(e.0.slice())) {
-            Some(threshold) => Row { pc: 0, kind: ROW_PLT, rbp_slot: threshold, cfa_off8: 1 },
+        CfaRule::Expression(expr) => match expr
+            .get(section)
+            .ok()
+            .and_then(|e| plt_threshold(e.0.slice()))
+        {
+            Some(threshold) => Row {
+                pc: 0,
+                kind: ROW_PLT,
+                rbp_slot: threshold,
+                cfa_off8: 1,
+            },
             None => unsupported,
         },
     }
@@ -266,7 +339,11 @@ fn plt_threshold(expr: &[u8]) -> Option<u8> {
     // DW_OP_breg7 8, DW_OP_breg16 0, DW_OP_lit15, DW_OP_and, DW_OP_litN,
     // DW_OP_ge, DW_OP_lit3, DW_OP_shl, DW_OP_plus
     match expr {
-        [0x77, 8, 0x80, 0, 0x3f, 0x1a, lit, 0x2a, 0x33, 0x24, 0x22] if (0x30..=0x3f).contains(lit) => Some(lit - 0x30),
+        [0x77, 8, 0x80, 0, 0x3f, 0x1a, lit, 0x2a, 0x33, 0x24, 0x22]
+            if (0x30..=0x3f).contains(lit) =>
+        {
+            Some(lit - 0x30)
+        }
         _ => None,
     }
 }
@@ -284,7 +361,11 @@ fn flatten(mut ranges: Vec<Range>, max_rows: usize) -> Result<Vec<Row>, CfiError
         let row = Row { pc, ..r };
         match last {
             Some(l) if l.pc == pc => {}
-            Some(l) if (l.kind, l.rbp_slot, l.cfa_off8) == (row.kind, row.rbp_slot, row.cfa_off8) => return Ok(()),
+            Some(l)
+                if (l.kind, l.rbp_slot, l.cfa_off8) == (row.kind, row.rbp_slot, row.cfa_off8) =>
+            {
+                return Ok(())
+            }
             _ => count += 1,
         }
         last = Some(row);
@@ -298,7 +379,9 @@ fn flatten(mut ranges: Vec<Range>, max_rows: usize) -> Result<Vec<Row>, CfiError
         let row = Row { pc, ..r };
         match rows.last_mut() {
             Some(last) if last.pc == pc => *last = row,
-            Some(last) if (last.kind, last.rbp_slot, last.cfa_off8) == (row.kind, row.rbp_slot, row.cfa_off8) => {}
+            Some(last)
+                if (last.kind, last.rbp_slot, last.cfa_off8)
+                    == (row.kind, row.rbp_slot, row.cfa_off8) => {}
             _ => rows.push(row),
         }
         Ok(())
@@ -309,7 +392,10 @@ fn flatten(mut ranges: Vec<Range>, max_rows: usize) -> Result<Vec<Row>, CfiError
 /// Call `push(pc, row)` for each row the sorted `ranges` give, in order:
 /// each range's rule at its start, and no rule (`ROW_NONE`) where coverage
 /// ends before the next range starts.
-fn walk(ranges: &[Range], mut push: impl FnMut(u32, Row) -> Result<(), CfiError>) -> Result<(), CfiError> {
+fn walk(
+    ranges: &[Range],
+    mut push: impl FnMut(u32, Row) -> Result<(), CfiError>,
+) -> Result<(), CfiError> {
     let mut covered_to = 0u32;
     for (i, range) in ranges.iter().enumerate() {
         push(range.start, range.row())?;
@@ -329,14 +415,31 @@ fn walk(ranges: &[Range], mut push: impl FnMut(u32, Row) -> Result<(), CfiError>
 /// within its budgets). Returns the table and the bytes of CFI it came from.
 pub fn compile_file(path: &std::path::Path, max_rows: usize) -> Result<(Table, usize), CfiError> {
     use object::{Object, ObjectSection};
-    let bytes = std::fs::read(path).map_err(|source| CfiError::Read { path: path.to_path_buf(), source })?;
-    let file = object::File::parse(&*bytes).map_err(|source| CfiError::Parse { path: path.to_path_buf(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| CfiError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = object::File::parse(&*bytes).map_err(|source| CfiError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let (section, is_eh_frame) = match file.section_by_name(".eh_frame") {
         Some(s) => (s, true),
-        None => (file.section_by_name(".debug_frame").ok_or(CfiError::NoCfi)?, false),
+        None => (
+            file.section_by_name(".debug_frame")
+                .ok_or(CfiError::NoCfi)?,
+            false,
+        ),
     };
     let data = section.data().map_err(CfiError::SectionData)?;
-    let table = compile(&CfiSection { bytes: data, addr: section.address(), is_eh_frame }, max_rows)?;
+    let table = compile(
+        &CfiSection {
+            bytes: data,
+            addr: section.address(),
+            is_eh_frame,
+        },
+        max_rows,
+    )?;
     Ok((table, data.len()))
 }
 
@@ -368,13 +471,34 @@ mod tests {
             eprintln!("SKIPPED: no /lib/x86_64-linux-gnu/libc.so.6 to read");
             return;
         };
-        let t = compile(&CfiSection { bytes: &eh, addr, is_eh_frame: true }, 1 << 22).unwrap();
+        let t = compile(
+            &CfiSection {
+                bytes: &eh,
+                addr,
+                is_eh_frame: true,
+            },
+            1 << 22,
+        )
+        .unwrap();
         assert!(t.rows.len() > 10_000, "{} rows", t.rows.len());
-        assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc), "sorted, one row per address");
-        assert!(t.rows.iter().any(|r| r.kind == ROW_END), "clone3/start_thread mark the end");
+        assert!(
+            t.rows.windows(2).all(|w| w[0].pc < w[1].pc),
+            "sorted, one row per address"
+        );
+        assert!(
+            t.rows.iter().any(|r| r.kind == ROW_END),
+            "clone3/start_thread mark the end"
+        );
         assert!(t.rows.iter().any(|r| r.kind == ROW_SIGNAL), "__restore_rt");
-        assert!(t.rows.iter().all(|r| r.kind & ROW_KIND_MASK <= ROW_UNSUPPORTED));
-        let entries = t.rows.iter().filter(|r| r.kind == ROW_CFA_RSP && r.cfa_off8 == 1).count();
+        assert!(t
+            .rows
+            .iter()
+            .all(|r| r.kind & ROW_KIND_MASK <= ROW_UNSUPPORTED));
+        let entries = t
+            .rows
+            .iter()
+            .filter(|r| r.kind == ROW_CFA_RSP && r.cfa_off8 == 1)
+            .count();
         assert!(entries > 1000, "function entries with CFA=rsp+8: {entries}");
     }
 
@@ -382,24 +506,75 @@ mod tests {
     /// overlapping ranges keep the later start.
     #[test]
     fn ranges_flatten_into_rows() {
-        let rsp8 = Row { pc: 0, kind: ROW_CFA_RSP, rbp_slot: 0, cfa_off8: 1 };
-        let rsp16 = Row { cfa_off8: 2, ..rsp8 };
-        let ranges = |v: Vec<(u32, u32, Row)>| v.into_iter().map(|(s, e, r)| Range::new(s, e, r)).collect::<Vec<_>>();
-        let rows = flatten(ranges(vec![(0x100, 0x104, rsp8), (0x104, 0x110, rsp16), (0x110, 0x120, rsp8), (0x130, 0x140, rsp8), (0x140, 0x150, rsp8)]), 100).unwrap();
+        let rsp8 = Row {
+            pc: 0,
+            kind: ROW_CFA_RSP,
+            rbp_slot: 0,
+            cfa_off8: 1,
+        };
+        let rsp16 = Row {
+            cfa_off8: 2,
+            ..rsp8
+        };
+        let ranges = |v: Vec<(u32, u32, Row)>| {
+            v.into_iter()
+                .map(|(s, e, r)| Range::new(s, e, r))
+                .collect::<Vec<_>>()
+        };
+        let rows = flatten(
+            ranges(vec![
+                (0x100, 0x104, rsp8),
+                (0x104, 0x110, rsp16),
+                (0x110, 0x120, rsp8),
+                (0x130, 0x140, rsp8),
+                (0x140, 0x150, rsp8),
+            ]),
+            100,
+        )
+        .unwrap();
         let got: Vec<(u32, u8, u16)> = rows.iter().map(|r| (r.pc, r.kind, r.cfa_off8)).collect();
-        assert_eq!(got, vec![(0x100, 1, 1), (0x104, 1, 2), (0x110, 1, 1), (0x120, 0, 0), (0x130, 1, 1), (0x150, 0, 0)]);
+        assert_eq!(
+            got,
+            vec![
+                (0x100, 1, 1),
+                (0x104, 1, 2),
+                (0x110, 1, 1),
+                (0x120, 0, 0),
+                (0x130, 1, 1),
+                (0x150, 0, 0)
+            ]
+        );
         assert_eq!(lookup(&rows, 0x105).unwrap().cfa_off8, 2);
         assert_eq!(lookup(&rows, 0x125).unwrap().kind, ROW_NONE);
         assert!(lookup(&rows, 0xff).is_none());
         // A 527 KiB frame (rustc's run_compiler closure): the offset's high bits ride in `kind`.
         let off8 = 540080u32 / 8;
-        let big = Row { pc: 0, kind: ROW_CFA_RSP | ((off8 >> 16) << 3) as u8, rbp_slot: 2, cfa_off8: off8 as u16 };
+        let big = Row {
+            pc: 0,
+            kind: ROW_CFA_RSP | ((off8 >> 16) << 3) as u8,
+            rbp_slot: 2,
+            cfa_off8: off8 as u16,
+        };
         assert_eq!(big.kind & ROW_KIND_MASK, ROW_CFA_RSP);
-        assert_eq!((big.cfa_off8 as u32 | ((big.kind >> 3) as u32) << 16) * 8, 540080);
-        assert!(flatten(ranges((0..10u32).map(|i| (i * 16, i * 16 + 8, rsp8)).collect()), 5).is_err());
+        assert_eq!(
+            (big.cfa_off8 as u32 | ((big.kind >> 3) as u32) << 16) * 8,
+            540080
+        );
+        assert!(flatten(
+            ranges((0..10u32).map(|i| (i * 16, i * 16 + 8, rsp8)).collect()),
+            5
+        )
+        .is_err());
         // Overlaps: the later start wins at a shared address.
-        let rows = flatten(ranges(vec![(0x100, 0x120, rsp8), (0x100, 0x108, rsp16)]), 100).unwrap();
-        assert_eq!(rows.iter().map(|r| (r.pc, r.cfa_off8)).collect::<Vec<_>>(), vec![(0x100, 2), (0x120, 0)]);
+        let rows = flatten(
+            ranges(vec![(0x100, 0x120, rsp8), (0x100, 0x108, rsp16)]),
+            100,
+        )
+        .unwrap();
+        assert_eq!(
+            rows.iter().map(|r| (r.pc, r.cfa_off8)).collect::<Vec<_>>(),
+            vec![(0x100, 2), (0x120, 0)]
+        );
     }
 
     /// Check that damaged CFI gives an error or fewer rows, never a panic.
@@ -419,10 +594,24 @@ mod tests {
                 let i = (seed as usize) % bad.len();
                 bad[i] = (seed >> 32) as u8;
             }
-            let _ = compile(&CfiSection { bytes: &bad, addr, is_eh_frame: true }, 1 << 22);
+            let _ = compile(
+                &CfiSection {
+                    bytes: &bad,
+                    addr,
+                    is_eh_frame: true,
+                },
+                1 << 22,
+            );
         }
         // Cut in half: the FDEs before the cut still make a table.
-        let half = compile(&CfiSection { bytes: &eh[..eh.len() / 2], addr, is_eh_frame: true }, 1 << 22);
+        let half = compile(
+            &CfiSection {
+                bytes: &eh[..eh.len() / 2],
+                addr,
+                is_eh_frame: true,
+            },
+            1 << 22,
+        );
         assert!(half.is_err() || half.is_ok_and(|t| !t.rows.is_empty()));
     }
 }

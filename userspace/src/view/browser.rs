@@ -18,7 +18,11 @@ use super::env_var;
 /// so when no browser starts, one line says so and serving goes on.
 pub(super) fn open_browser(link: &str) {
     let commands: Vec<String> = match env_var("BROWSER") {
-        Some(list) => list.split(':').filter(|c| !c.trim().is_empty()).map(String::from).collect(),
+        Some(list) => list
+            .split(':')
+            .filter(|c| !c.trim().is_empty())
+            .map(String::from)
+            .collect(),
         // Without a display xdg-open falls back to text browsers, which
         // cannot run without our terminal.
         None if env_var("DISPLAY").is_none() && env_var("WAYLAND_DISPLAY").is_none() => {
@@ -74,7 +78,10 @@ fn browser_argv(command: &str, link: &str) -> Vec<String> {
 
 /// Start `argv` detached: stdio on /dev/null, in a session of its own, as
 /// `invoker` when there is one.
-fn spawn_browser(argv: &[String], invoker: Option<&Invoker>) -> std::io::Result<tokio::process::Child> {
+fn spawn_browser(
+    argv: &[String],
+    invoker: Option<&Invoker>,
+) -> std::io::Result<tokio::process::Child> {
     let mut command = tokio::process::Command::new(&argv[0]);
     command
         .args(&argv[1..])
@@ -131,7 +138,13 @@ impl Invoker {
         let gid = env_var("SUDO_GID")?.parse().ok()?;
         let name = env_var("SUDO_USER")?;
         let c_name = CString::new(name.as_str()).ok()?;
-        Some(Invoker { groups: groups_of(&c_name, gid), home: home_of(&c_name), name, uid, gid })
+        Some(Invoker {
+            groups: groups_of(&c_name, gid),
+            home: home_of(&c_name),
+            name,
+            uid,
+            gid,
+        })
     }
 
     /// What a desktop program needs to find the user's session.
@@ -146,7 +159,10 @@ impl Invoker {
         }
         let bus = runtime_dir.join("bus");
         if env_var("DBUS_SESSION_BUS_ADDRESS").is_none() && bus.exists() {
-            command.env("DBUS_SESSION_BUS_ADDRESS", format!("unix:path={}", bus.display()));
+            command.env(
+                "DBUS_SESSION_BUS_ADDRESS",
+                format!("unix:path={}", bus.display()),
+            );
         }
     }
 }
@@ -159,7 +175,15 @@ fn home_of(user: &CStr) -> Option<PathBuf> {
     let mut found = std::ptr::null_mut();
     // SAFETY: every pointer is valid for the call; the strings it stores
     // in `entry` point into `buf`, which outlives their use below.
-    let rc = unsafe { libc::getpwnam_r(user.as_ptr(), &mut entry, buf.as_mut_ptr(), buf.len(), &mut found) };
+    let rc = unsafe {
+        libc::getpwnam_r(
+            user.as_ptr(),
+            &mut entry,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
+    };
     if rc != 0 || found.is_null() || entry.pw_dir.is_null() {
         return None;
     }
@@ -192,7 +216,13 @@ mod tests {
     #[test]
     fn browser_commands() {
         assert_eq!(browser_argv("firefox", "L"), ["firefox", "L"]);
-        assert_eq!(browser_argv("firefox --new-window", "L"), ["firefox", "--new-window", "L"]);
-        assert_eq!(browser_argv("open-it --url=%s --now", "L"), ["open-it", "--url=L", "--now"]);
+        assert_eq!(
+            browser_argv("firefox --new-window", "L"),
+            ["firefox", "--new-window", "L"]
+        );
+        assert_eq!(
+            browser_argv("open-it --url=%s --now", "L"),
+            ["open-it", "--url=L", "--now"]
+        );
     }
 }

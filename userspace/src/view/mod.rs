@@ -48,7 +48,11 @@ const PROFILER_FROM_URL: &str = "https://profiler.firefox.com/from-url/";
 /// Everything but RFC 3986's unreserved characters (as JavaScript's
 /// `encodeURIComponent`, which also spares `!*'()`): the serving URL must
 /// travel as a single path segment of the profiler's URL.
-const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// The methods the served path answers.
 const ALLOWED_METHODS: &str = "GET, HEAD, OPTIONS";
@@ -83,14 +87,35 @@ struct Served {
 impl Served {
     /// Read the profile at `path` to serve it under `token`.
     fn read(path: &Path, token: &str) -> Result<Served, RecordError> {
-        let unusable = |why: String| RecordError::Unservable { path: path.to_path_buf(), why };
+        let unusable = |why: String| RecordError::Unservable {
+            path: path.to_path_buf(),
+            why,
+        };
         // Not a FIFO or a device swapped in after a check: opened as what it must be.
-        let mut file = crate::binaries::open_regular(&path.to_string_lossy(), true).map_err(|e| unusable(e.io_error().map_or_else(|| e.to_string(), ToString::to_string)))?;
+        let mut file =
+            crate::binaries::open_regular(&path.to_string_lossy(), true).map_err(|e| {
+                unusable(
+                    e.io_error()
+                        .map_or_else(|| e.to_string(), ToString::to_string),
+                )
+            })?;
         let mut body = Vec::new();
-        file.read_to_end(&mut body).map_err(|e| unusable(e.to_string()))?;
-        let name = path.file_name().map(OsStr::to_string_lossy).unwrap_or_default();
-        let content_type = if name.ends_with(".gz") { "application/gzip" } else { "application/json" };
-        Ok(Served { route: route(token, &name), body: body.into(), content_type })
+        file.read_to_end(&mut body)
+            .map_err(|e| unusable(e.to_string()))?;
+        let name = path
+            .file_name()
+            .map(OsStr::to_string_lossy)
+            .unwrap_or_default();
+        let content_type = if name.ends_with(".gz") {
+            "application/gzip"
+        } else {
+            "application/json"
+        };
+        Ok(Served {
+            route: route(token, &name),
+            body: body.into(),
+            content_type,
+        })
     }
 }
 
@@ -109,14 +134,23 @@ fn token() -> Result<String, RecordError> {
 fn route(token: &str, file_name: &str) -> String {
     let name: String = file_name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("/{token}/{name}")
 }
 
 /// The Firefox Profiler link that loads the profile at `url`.
 fn profiler_link(url: &str) -> String {
-    format!("{PROFILER_FROM_URL}{}/", utf8_percent_encode(url, COMPONENT))
+    format!(
+        "{PROFILER_FROM_URL}{}/",
+        utf8_percent_encode(url, COMPONENT)
+    )
 }
 
 /// The answer to `method path`: the file at its route, 404 anywhere else.
@@ -136,17 +170,32 @@ fn respond(served: &Served, method: &Method, path: &str) -> Response<Full<Bytes>
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
     match status {
         StatusCode::OK => {
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(served.content_type));
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(served.content_type),
+            );
             // Set by hand so that HEAD, which sends no body, tells the length too.
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(served.body.len()));
         }
         StatusCode::NO_CONTENT => {
-            headers.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static(ALLOWED_METHODS));
-            headers.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("*"));
-            headers.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static(ALLOWED_METHODS),
+            );
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                HeaderValue::from_static("*"),
+            );
+            headers.insert(
+                header::ACCESS_CONTROL_MAX_AGE,
+                HeaderValue::from_static("86400"),
+            );
         }
         StatusCode::METHOD_NOT_ALLOWED => {
             headers.insert(header::ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
@@ -158,16 +207,28 @@ fn respond(served: &Served, method: &Method, path: &str) -> Response<Full<Bytes>
 
 /// Listen, print the link (and the SSH hint), start the browser, then
 /// answer connections, each on its own task, until SIGINT or SIGTERM.
-async fn serve_until_signal(path: &Path, served: Arc<Served>, open: bool, port: u16) -> Result<i32, RecordError> {
+async fn serve_until_signal(
+    path: &Path,
+    served: Arc<Served>,
+    open: bool,
+    port: u16,
+) -> Result<i32, RecordError> {
     // Before the link is printed: whoever reads it may stop us right away.
     let watch = |kind| signal(kind).map_err(RecordError::Signals);
-    let (mut sigint, mut sigterm) = (watch(SignalKind::interrupt())?, watch(SignalKind::terminate())?);
-    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).await.map_err(|source| RecordError::Listen {
-        addr: format!("127.0.0.1:{port}"),
-        source,
-        hint: "choose another port with --port, or leave it out",
-    })?;
-    let ours = listener.local_addr().map_err(|e| RecordError::Internal(format!("cannot tell the port served: {e}")))?;
+    let (mut sigint, mut sigterm) = (
+        watch(SignalKind::interrupt())?,
+        watch(SignalKind::terminate())?,
+    );
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+        .await
+        .map_err(|source| RecordError::Listen {
+            addr: format!("127.0.0.1:{port}"),
+            source,
+            hint: "choose another port with --port, or leave it out",
+        })?;
+    let ours = listener
+        .local_addr()
+        .map_err(|e| RecordError::Internal(format!("cannot tell the port served: {e}")))?;
     let port = ours.port();
 
     let link = profiler_link(&format!("http://127.0.0.1:{port}{}", served.route));
@@ -184,7 +245,13 @@ async fn serve_until_signal(path: &Path, served: Arc<Served>, open: bool, port: 
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let connection = session_var("SSH_CONNECTION");
     let client = session_var("SSH_CLIENT");
-    if let Some(tunnel) = ssh_tunnel(connection.as_deref(), client.as_deref(), user.as_deref(), hostname.trim(), port) {
+    if let Some(tunnel) = ssh_tunnel(
+        connection.as_deref(),
+        client.as_deref(),
+        user.as_deref(),
+        hostname.trim(),
+        port,
+    ) {
         println!("over SSH: run `{tunnel}` on your own machine, then open the link there");
     }
     if open {
@@ -240,7 +307,9 @@ fn peer_uid(peer: std::net::SocketAddr, ours: std::net::SocketAddr) -> Option<u3
     match crate::sock_diag::tcp_socket_uid(peer, ours) {
         Ok(uid) => uid,
         Err(_) => match (peer, ours) {
-            (std::net::SocketAddr::V4(peer), std::net::SocketAddr::V4(ours)) if *ours.ip() == Ipv4Addr::LOCALHOST => {
+            (std::net::SocketAddr::V4(peer), std::net::SocketAddr::V4(ours))
+                if *ours.ip() == Ipv4Addr::LOCALHOST =>
+            {
                 let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
                 peer_uid_in(&table, peer, ours.port())
             }
@@ -252,11 +321,16 @@ fn peer_uid(peer: std::net::SocketAddr, ours: std::net::SocketAddr) -> Option<u3
 /// [`peer_uid`] over the text of a `/proc/net/tcp`: addresses are the
 /// address's bytes as a native-endian hex word, ports big-endian hex.
 fn peer_uid_in(table: &str, peer: std::net::SocketAddrV4, server_port: u16) -> Option<u32> {
-    let hex = |ip: Ipv4Addr, port: u16| format!("{:08X}:{port:04X}", u32::from_ne_bytes(ip.octets()));
-    let (local, remote) = (hex(*peer.ip(), peer.port()), hex(Ipv4Addr::LOCALHOST, server_port));
+    let hex =
+        |ip: Ipv4Addr, port: u16| format!("{:08X}:{port:04X}", u32::from_ne_bytes(ip.octets()));
+    let (local, remote) = (
+        hex(*peer.ip(), peer.port()),
+        hex(Ipv4Addr::LOCALHOST, server_port),
+    );
     table.lines().skip(1).find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        (fields.get(1) == Some(&local.as_str()) && fields.get(2) == Some(&remote.as_str())).then(|| fields.get(7)?.parse().ok())?
+        (fields.get(1) == Some(&local.as_str()) && fields.get(2) == Some(&remote.as_str()))
+            .then(|| fields.get(7)?.parse().ok())?
     })
 }
 
@@ -270,7 +344,11 @@ pub(crate) fn env_var(name: &str) -> Option<String> {
 fn session_var(name: &str) -> Option<String> {
     env_var(name).or_else(|| {
         env_var("SUDO_USER")?;
-        let environ = std::fs::read(format!("/proc/{}/environ", std::os::unix::process::parent_id())).ok()?;
+        let environ = std::fs::read(format!(
+            "/proc/{}/environ",
+            std::os::unix::process::parent_id()
+        ))
+        .ok()?;
         environ_var(&environ, name)
     })
 }
@@ -319,8 +397,19 @@ mod tests {
    2: 0100007F:9C40 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1000        0 333 1\n";
         let peer = std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0x9C40);
         assert_eq!(peer_uid_in(table, peer, 0x1F90), Some(1000));
-        assert_eq!(peer_uid_in(table, peer, 0x1F91), None, "another server port");
-        assert_eq!(peer_uid_in(table, std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1), 0x1F90), None);
+        assert_eq!(
+            peer_uid_in(table, peer, 0x1F91),
+            None,
+            "another server port"
+        );
+        assert_eq!(
+            peer_uid_in(
+                table,
+                std::net::SocketAddrV4::new(Ipv4Addr::LOCALHOST, 1),
+                0x1F90
+            ),
+            None
+        );
     }
 
     const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -342,15 +431,24 @@ mod tests {
             link,
             format!("https://profiler.firefox.com/from-url/http%3A%2F%2F127.0.0.1%3A8000%2F{TOKEN}%2Fa-b_c.json.gz/")
         );
-        assert_eq!(profiler_link("a b~?&=#"), "https://profiler.firefox.com/from-url/a%20b~%3F%26%3D%23/");
+        assert_eq!(
+            profiler_link("a b~?&=#"),
+            "https://profiler.firefox.com/from-url/a%20b~%3F%26%3D%23/"
+        );
     }
 
     /// Check that the route keeps the file's name when safe and replaces
     /// what a client could encode differently.
     #[test]
     fn route_needs_no_escaping() {
-        assert_eq!(route(TOKEN, "prof-1_a.json.gz"), format!("/{TOKEN}/prof-1_a.json.gz"));
-        assert_eq!(route(TOKEN, "my prof%20é.json"), format!("/{TOKEN}/my_prof_20_.json"));
+        assert_eq!(
+            route(TOKEN, "prof-1_a.json.gz"),
+            format!("/{TOKEN}/prof-1_a.json.gz")
+        );
+        assert_eq!(
+            route(TOKEN, "my prof%20é.json"),
+            format!("/{TOKEN}/my_prof_20_.json")
+        );
     }
 
     /// Check that only the exact route is served, with CORS and the file's bytes.
@@ -361,14 +459,25 @@ mod tests {
         assert_eq!(ok.status(), StatusCode::OK);
         assert_eq!(ok.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
         assert_eq!(ok.headers()[header::CONTENT_TYPE], "application/gzip");
-        assert_eq!(ok.headers()[header::CONTENT_LENGTH], served.body.len().to_string().as_str());
+        assert_eq!(
+            ok.headers()[header::CONTENT_LENGTH],
+            served.body.len().to_string().as_str()
+        );
         assert!(ok.headers().get(header::CONTENT_ENCODING).is_none());
 
         let wrong_token = served.route.replacen('0', "1", 1);
-        for path in
-            [wrong_token.as_str(), "/", &format!("/{TOKEN}"), &format!("/{TOKEN}/"), &format!("{}/x", served.route)]
-        {
-            assert_eq!(respond(&served, &Method::GET, path).status(), StatusCode::NOT_FOUND, "{path}");
+        for path in [
+            wrong_token.as_str(),
+            "/",
+            &format!("/{TOKEN}"),
+            &format!("/{TOKEN}/"),
+            &format!("{}/x", served.route),
+        ] {
+            assert_eq!(
+                respond(&served, &Method::GET, path).status(),
+                StatusCode::NOT_FOUND,
+                "{path}"
+            );
         }
     }
 
@@ -379,12 +488,21 @@ mod tests {
         let served = served();
         let head = respond(&served, &Method::HEAD, &served.route);
         assert_eq!(head.status(), StatusCode::OK);
-        assert_eq!(head.headers()[header::CONTENT_LENGTH], served.body.len().to_string().as_str());
+        assert_eq!(
+            head.headers()[header::CONTENT_LENGTH],
+            served.body.len().to_string().as_str()
+        );
 
         let preflight = respond(&served, &Method::OPTIONS, &served.route);
         assert_eq!(preflight.status(), StatusCode::NO_CONTENT);
-        assert_eq!(preflight.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
-        assert_eq!(preflight.headers()[header::ACCESS_CONTROL_ALLOW_METHODS], ALLOWED_METHODS);
+        assert_eq!(
+            preflight.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN],
+            "*"
+        );
+        assert_eq!(
+            preflight.headers()[header::ACCESS_CONTROL_ALLOW_METHODS],
+            ALLOWED_METHODS
+        );
 
         let post = respond(&served, &Method::POST, &served.route);
         assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
@@ -397,7 +515,14 @@ mod tests {
     #[test]
     fn ssh_tunnel_from_the_environment() {
         assert_eq!(
-            ssh_tunnel(Some("10.0.0.1 5555 10.0.0.2 22"), None, Some("ann"), "box", 4000).as_deref(),
+            ssh_tunnel(
+                Some("10.0.0.1 5555 10.0.0.2 22"),
+                None,
+                Some("ann"),
+                "box",
+                4000
+            )
+            .as_deref(),
             Some("ssh -L 4000:127.0.0.1:4000 ann@10.0.0.2")
         );
         assert_eq!(
@@ -412,7 +537,10 @@ mod tests {
     #[test]
     fn environ_lookup() {
         let environ = b"SSH_CONNECTION_X=no\0SSH_CONNECTION=1 2 3 4\0EMPTY=\0";
-        assert_eq!(environ_var(environ, "SSH_CONNECTION").as_deref(), Some("1 2 3 4"));
+        assert_eq!(
+            environ_var(environ, "SSH_CONNECTION").as_deref(),
+            Some("1 2 3 4")
+        );
         assert_eq!(environ_var(environ, "EMPTY"), None);
         assert_eq!(environ_var(environ, "SSH"), None);
     }
@@ -422,7 +550,9 @@ mod tests {
     fn unusable_paths_are_usage_errors() {
         for path in ["/nonexistent/profile.json", "/"] {
             match Served::read(Path::new(path), TOKEN) {
-                Err(e @ RecordError::Unservable { .. }) => assert!(e.exit_code() == 2 && !e.to_string().contains('\n')),
+                Err(e @ RecordError::Unservable { .. }) => {
+                    assert!(e.exit_code() == 2 && !e.to_string().contains('\n'))
+                }
                 other => panic!("{path}: {:?}", other.map(|s| s.route)),
             }
         }

@@ -36,13 +36,26 @@ impl ElfReader<'_> {
     /// longer than any real one, or a hole. A section of zeros costs one
     /// small read, whatever its header claims.
     pub fn cfi(&self, name: &str) -> Result<Option<Cfi>, ElfError> {
-        let Some(info) = self.stored_section(name)? else { return Ok(None) };
-        if info.offset.checked_add(info.size).is_none_or(|end| end > self.file_len) {
-            return Err(ElfError::PastEnd { name: name.to_string(), size: info.size, offset: info.offset });
+        let Some(info) = self.stored_section(name)? else {
+            return Ok(None);
+        };
+        if info
+            .offset
+            .checked_add(info.size)
+            .is_none_or(|end| end > self.file_len)
+        {
+            return Err(ElfError::PastEnd {
+                name: name.to_string(),
+                size: info.size,
+                offset: info.offset,
+            });
         }
         let is_eh_frame = name == ".eh_frame";
         // What can be read: the section up to the budget and the first hole.
-        let readable = info.size.min(self.limits.max_cfi_bytes).min(self.hole_at(info.offset).saturating_sub(info.offset));
+        let readable = info
+            .size
+            .min(self.limits.max_cfi_bytes)
+            .min(self.hole_at(info.offset).saturating_sub(info.offset));
         // Reserved at once, not grown by doubling (each step copied what was
         // read and held both: 12 MB for librustc_driver's 6.3). A reservation
         // this large is mapped, not touched, so a section that claims more
@@ -57,10 +70,17 @@ impl ElfReader<'_> {
             if want as usize > bytes.len() {
                 // Read ahead in growing steps (a syscall per entry would be
                 // slow), never past what can be read.
-                let to = want.max((bytes.len() as u64 * 2).max(64 << 10)).min(readable) as usize;
+                let to = want
+                    .max((bytes.len() as u64 * 2).max(64 << 10))
+                    .min(readable) as usize;
                 let from = bytes.len();
                 bytes.resize(to, 0);
-                self.file.read_exact_at(&mut bytes[from..], info.offset + from as u64).map_err(|source| ElfError::Read { name: name.to_string(), source })?;
+                self.file
+                    .read_exact_at(&mut bytes[from..], info.offset + from as u64)
+                    .map_err(|source| ElfError::Read {
+                        name: name.to_string(),
+                        source,
+                    })?;
             }
             Ok(true)
         };
@@ -74,7 +94,10 @@ impl ElfReader<'_> {
                 if !fill(&mut bytes, at + 12)? {
                     break;
                 }
-                (12, u64::from_le_bytes(bytes[i + 4..i + 12].try_into().expect("8 bytes")))
+                (
+                    12,
+                    u64::from_le_bytes(bytes[i + 4..i + 12].try_into().expect("8 bytes")),
+                )
             } else {
                 (4, len32 as u64)
             };
@@ -92,7 +115,11 @@ impl ElfReader<'_> {
             } else {
                 u32::from_le_bytes(bytes[j..j + 4].try_into().expect("4 bytes")) as u64
             };
-            let cie = if is_eh_frame { id == 0 } else { id == u32::MAX as u64 || id == u64::MAX };
+            let cie = if is_eh_frame {
+                id == 0
+            } else {
+                id == u32::MAX as u64 || id == u64::MAX
+            };
             fdes += usize::from(!cie);
             at += header + len;
         }
@@ -107,7 +134,12 @@ impl ElfReader<'_> {
     /// (its user then indexes `.eh_frame` itself).
     pub fn eh_frame_hdr(&self, fdes: usize) -> Option<(SectionInfo, Vec<u8>)> {
         let info = self.section(".eh_frame_hdr")?;
-        if info.compressed || info.size < 12 || self.check_range(".eh_frame_hdr", info.offset, 12, 12).is_err() {
+        if info.compressed
+            || info.size < 12
+            || self
+                .check_range(".eh_frame_hdr", info.offset, 12, 12)
+                .is_err()
+        {
             return None;
         }
         let head = self.read_exact(".eh_frame_hdr", info.offset, 12).ok()?;
@@ -117,7 +149,17 @@ impl ElfReader<'_> {
         }
         let count = u32::from_le_bytes(head[8..12].try_into().ok()?) as u64;
         let size = 12 + count * 8;
-        if count as usize > fdes || size > info.size || self.check_range(".eh_frame_hdr", info.offset, size, self.limits.max_cfi_bytes).is_err() {
+        if count as usize > fdes
+            || size > info.size
+            || self
+                .check_range(
+                    ".eh_frame_hdr",
+                    info.offset,
+                    size,
+                    self.limits.max_cfi_bytes,
+                )
+                .is_err()
+        {
             return None;
         }
         let bytes = self.read_exact(".eh_frame_hdr", info.offset, size).ok()?;
@@ -142,7 +184,10 @@ impl ElfReader<'_> {
                 Ok(Some(gimli::CieOrFde::Fde(partial))) => {
                     if let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) {
                         if fde.len() > 0 {
-                            out.push((fde.initial_address(), fde.initial_address().saturating_add(fde.len())));
+                            out.push((
+                                fde.initial_address(),
+                                fde.initial_address().saturating_add(fde.len()),
+                            ));
                         }
                     }
                 }
@@ -172,15 +217,29 @@ mod tests {
     /// `.debug_frame` each claim `claim` bytes, with `eh` written at the
     /// start of `.eh_frame` and the rest left a hole (sparse) or written
     /// as zeros.
-    fn claiming_file(name: &str, claim: u64, eh: &[u8], sparse: bool) -> (std::path::PathBuf, File) {
-        let path = std::env::temp_dir().join(format!("sysprof-elf-test-{}-{name}", std::process::id()));
+    fn claiming_file(
+        name: &str,
+        claim: u64,
+        eh: &[u8],
+        sparse: bool,
+    ) -> (std::path::PathBuf, File) {
+        let path =
+            std::env::temp_dir().join(format!("sysprof-elf-test-{}-{name}", std::process::id()));
         let shstr = b"\0.eh_frame\0.eh_frame_hdr\0.debug_frame\0.shstrtab\0";
-        let name_at = |n: &str| shstr.windows(n.len() + 1).position(|w| &w[..n.len()] == n.as_bytes() && w[n.len()] == 0).unwrap() as u32;
+        let name_at = |n: &str| {
+            shstr
+                .windows(n.len() + 1)
+                .position(|w| &w[..n.len()] == n.as_bytes() && w[n.len()] == 0)
+                .unwrap() as u32
+        };
         let mut f = vec![0u8; 0x3000];
         f[..8].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0]);
-        let put16 = |f: &mut [u8], at: usize, v: u16| f[at..at + 2].copy_from_slice(&v.to_le_bytes());
-        let put32 = |f: &mut [u8], at: usize, v: u32| f[at..at + 4].copy_from_slice(&v.to_le_bytes());
-        let put64 = |f: &mut [u8], at: usize, v: u64| f[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        let put16 =
+            |f: &mut [u8], at: usize, v: u16| f[at..at + 2].copy_from_slice(&v.to_le_bytes());
+        let put32 =
+            |f: &mut [u8], at: usize, v: u32| f[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        let put64 =
+            |f: &mut [u8], at: usize, v: u64| f[at..at + 8].copy_from_slice(&v.to_le_bytes());
         put16(&mut f, 16, 3);
         put16(&mut f, 18, 62);
         put32(&mut f, 20, 1);
@@ -195,7 +254,12 @@ mod tests {
         put32(&mut f, 68, 5);
         put64(&mut f, 64 + 32, 0x3000);
         put64(&mut f, 64 + 40, 0x3000);
-        let sections = [(".eh_frame", 1u32, 0x10_0000u64, 0x3000u64, claim), (".eh_frame_hdr", 1, 0x10_0000 + claim, 0x3000 + claim, claim), (".debug_frame", 1, 0, 0x3000 + 2 * claim, claim), (".shstrtab", 3, 0, 0x2000, shstr.len() as u64)];
+        let sections = [
+            (".eh_frame", 1u32, 0x10_0000u64, 0x3000u64, claim),
+            (".eh_frame_hdr", 1, 0x10_0000 + claim, 0x3000 + claim, claim),
+            (".debug_frame", 1, 0, 0x3000 + 2 * claim, claim),
+            (".shstrtab", 3, 0, 0x2000, shstr.len() as u64),
+        ];
         for (i, (n, kind, addr, offset, size)) in sections.into_iter().enumerate() {
             let h = 0x1000 + 64 * (i + 1);
             put32(&mut f, h, name_at(n));
@@ -212,7 +276,12 @@ mod tests {
         }
         std::fs::write(&path, &f).unwrap();
         let file = File::open(&path).unwrap();
-        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(total).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(total)
+            .unwrap();
         (path, file)
     }
 
@@ -239,13 +308,20 @@ mod tests {
         assert_eq!(elf.cfi(".debug_frame").unwrap().unwrap().bytes.len(), 0);
         match elf.dwarf_check() {
             DwarfCheck::Refused(e @ DwarfRefused::OverHole { .. }) => {
-                assert_eq!(e.to_string(), ".debug_frame lies over a hole of a sparse file (bytes it only claims)")
+                assert_eq!(
+                    e.to_string(),
+                    ".debug_frame lies over a hole of a sparse file (bytes it only claims)"
+                )
             }
             other => panic!("DWARF over a hole was not refused: {other:?}"),
         }
         let err = elf.section_data(".eh_frame").unwrap_err();
         assert!(matches!(err, ElfError::OverHole { .. }), "{err}");
-        assert!(err.to_string().ends_with("that the file does not hold (a hole in a sparse file)"), "{err}");
+        assert!(
+            err.to_string()
+                .ends_with("that the file does not hold (a hole in a sparse file)"),
+            "{err}"
+        );
         std::fs::remove_file(path).unwrap();
     }
 
@@ -261,9 +337,18 @@ mod tests {
         assert_eq!((cfi.bytes.len(), cfi.fdes), (0, 0));
         // Its 1-MiB .debug_frame is in the file: usable, unless the total allowed is less.
         assert!(matches!(elf.dwarf_check(), DwarfCheck::Usable));
-        let strict = ElfReader::new(&file, ElfLimits { max_dwarf_total_bytes: 1, ..ElfLimits::default() });
+        let strict = ElfReader::new(
+            &file,
+            ElfLimits {
+                max_dwarf_total_bytes: 1,
+                ..ElfLimits::default()
+            },
+        );
         match strict.dwarf_check() {
-            DwarfCheck::Refused(e @ DwarfRefused::TotalTooLarge { .. }) => assert_eq!(e.to_string(), "its DWARF is 1 MiB, more than the 0 MiB allowed"),
+            DwarfCheck::Refused(e @ DwarfRefused::TotalTooLarge { .. }) => assert_eq!(
+                e.to_string(),
+                "its DWARF is 1 MiB, more than the 0 MiB allowed"
+            ),
             other => panic!("DWARF past the total allowed was not refused: {other:?}"),
         }
         std::fs::remove_file(path).unwrap();
@@ -282,8 +367,18 @@ mod tests {
         let elf = ElfReader::new(&file, ElfLimits::default());
         let cfi = elf.cfi(".eh_frame").unwrap().unwrap();
         assert_eq!(cfi.bytes, cie, "the CIE, then nothing of the long entry");
-        let small = ElfReader::new(&file, ElfLimits { max_cfi_bytes: 8, ..ElfLimits::default() });
-        assert_eq!(small.cfi(".eh_frame").unwrap().unwrap().bytes.len(), 0, "a CIE past the budget is not read");
+        let small = ElfReader::new(
+            &file,
+            ElfLimits {
+                max_cfi_bytes: 8,
+                ..ElfLimits::default()
+            },
+        );
+        assert_eq!(
+            small.cfi(".eh_frame").unwrap().unwrap().bytes.len(),
+            0,
+            "a CIE past the budget is not read"
+        );
         std::fs::remove_file(path).unwrap();
     }
 
@@ -300,11 +395,19 @@ mod tests {
         let (_, whole) = elf.section_data(".eh_frame").unwrap().unwrap();
         let cfi = elf.cfi(".eh_frame").unwrap().unwrap();
         assert!(cfi.fdes > 1000, "{} FDEs", cfi.fdes);
-        assert!(whole.len() - cfi.bytes.len() <= 4, "all but the terminator: {} of {}", cfi.bytes.len(), whole.len());
+        assert!(
+            whole.len() - cfi.bytes.len() <= 4,
+            "all but the terminator: {} of {}",
+            cfi.bytes.len(),
+            whole.len()
+        );
         assert_eq!(cfi.bytes[..], whole[..cfi.bytes.len()]);
         let (_, hdr) = elf.section_data(".eh_frame_hdr").unwrap().unwrap();
         let (info, bounded) = elf.eh_frame_hdr(cfi.fdes).unwrap();
         assert_eq!((bounded, info.size), (hdr.clone(), hdr.len() as u64));
-        assert!(elf.eh_frame_hdr(cfi.fdes - 1).is_none(), "a header indexing more FDEs than there are is not read");
+        assert!(
+            elf.eh_frame_hdr(cfi.fdes - 1).is_none(),
+            "a header indexing more FDEs than there are is not read"
+        );
     }
 }

@@ -38,7 +38,9 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 use object::elf;
-use object::read::elf::{CompressionHeader, FileHeader, ProgramHeader, SectionHeader, SectionTable};
+use object::read::elf::{
+    CompressionHeader, FileHeader, ProgramHeader, SectionHeader, SectionTable,
+};
 use object::read::ReadCache;
 use object::Endianness;
 
@@ -293,15 +295,30 @@ impl<'f> ElfReader<'f> {
     pub fn new(file: &'f File, limits: ElfLimits) -> ElfReader<'f> {
         // fstat: the file's real length, against which every claim is checked.
         let file_len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        ElfReader { file, data: ReadCache::new(At { file, pos: 0, len: file_len }), file_len, limits }
+        ElfReader {
+            file,
+            data: ReadCache::new(At {
+                file,
+                pos: 0,
+                len: file_len,
+            }),
+            file_len,
+            limits,
+        }
     }
 
     fn headers(&self) -> Result<Headers<'_, 'f>, ElfError> {
         let data = &self.data;
         let header = Elf64::parse(data).map_err(ElfError::NotElf)?;
         let endian = header.endian().map_err(ElfError::Endian)?;
-        let sections = header.sections(endian, data).map_err(ElfError::SectionHeaders)?;
-        Ok(Headers { header, endian, sections })
+        let sections = header
+            .sections(endian, data)
+            .map_err(ElfError::SectionHeaders)?;
+        Ok(Headers {
+            header,
+            endian,
+            sections,
+        })
     }
 
     /// The entry point (e_entry).
@@ -315,7 +332,9 @@ impl<'f> ElfReader<'f> {
         let data = &self.data;
         let header = Elf64::parse(data).map_err(ElfError::NotElf)?;
         let endian = header.endian().map_err(ElfError::Endian)?;
-        let phdrs = header.program_headers(endian, data).map_err(ElfError::ProgramHeaders)?;
+        let phdrs = header
+            .program_headers(endian, data)
+            .map_err(ElfError::ProgramHeaders)?;
         Ok(phdrs
             .iter()
             .filter(|p| p.p_type(endian) == elf::PT_LOAD)
@@ -342,7 +361,9 @@ impl<'f> ElfReader<'f> {
 
     /// The bytes of an uncompressed section, within the file and the limit.
     pub fn section_data(&self, name: &str) -> Result<Option<(SectionInfo, Vec<u8>)>, ElfError> {
-        let Some(info) = self.stored_section(name)? else { return Ok(None) };
+        let Some(info) = self.stored_section(name)? else {
+            return Ok(None);
+        };
         self.check_range(name, info.offset, info.size, self.limits.max_section_bytes)?;
         // Straight into its buffer, once (through the cache it would be held twice).
         Ok(Some((info, self.read_exact(name, info.offset, info.size)?)))
@@ -351,14 +372,21 @@ impl<'f> ElfReader<'f> {
     /// Where section `name` lies when it has bytes of its own in the file
     /// (not NOBITS) that can be read as they are (not compressed).
     fn stored_section(&self, name: &str) -> Result<Option<SectionInfo>, ElfError> {
-        let Some(info) = self.section(name) else { return Ok(None) };
+        let Some(info) = self.section(name) else {
+            return Ok(None);
+        };
         let h = self.headers()?;
-        let (_, s) = h.sections.section_by_name(h.endian, name.as_bytes()).ok_or(ElfError::SectionVanished)?;
+        let (_, s) = h
+            .sections
+            .section_by_name(h.endian, name.as_bytes())
+            .ok_or(ElfError::SectionVanished)?;
         if s.sh_type(h.endian) == elf::SHT_NOBITS {
             return Ok(None);
         }
         if info.compressed {
-            return Err(ElfError::Compressed { name: name.to_string() });
+            return Err(ElfError::Compressed {
+                name: name.to_string(),
+            });
         }
         Ok(Some(info))
     }
@@ -372,7 +400,12 @@ impl<'f> ElfReader<'f> {
 
     fn read_exact(&self, name: &str, offset: u64, size: u64) -> Result<Vec<u8>, ElfError> {
         let mut bytes = vec![0u8; size as usize];
-        self.file.read_exact_at(&mut bytes, offset).map_err(|source| ElfError::Read { name: name.to_string(), source })?;
+        self.file
+            .read_exact_at(&mut bytes, offset)
+            .map_err(|source| ElfError::Read {
+                name: name.to_string(),
+                source,
+            })?;
         Ok(bytes)
     }
 
@@ -381,14 +414,29 @@ impl<'f> ElfReader<'f> {
     /// holes read as zeros but cost it nothing on disk, and no linker
     /// leaves a hole inside a section we read).
     fn check_range(&self, name: &str, offset: u64, size: u64, limit: u64) -> Result<(), ElfError> {
-        if offset.checked_add(size).is_none_or(|end| end > self.file_len) {
-            return Err(ElfError::PastEnd { name: name.to_string(), size, offset });
+        if offset
+            .checked_add(size)
+            .is_none_or(|end| end > self.file_len)
+        {
+            return Err(ElfError::PastEnd {
+                name: name.to_string(),
+                size,
+                offset,
+            });
         }
         if size > limit {
-            return Err(ElfError::TooLarge { name: name.to_string(), size, limit });
+            return Err(ElfError::TooLarge {
+                name: name.to_string(),
+                size,
+                limit,
+            });
         }
         if size > 0 && self.hole_at(offset) < offset + size {
-            return Err(ElfError::OverHole { name: name.to_string(), size, offset });
+            return Err(ElfError::OverHole {
+                name: name.to_string(),
+                size,
+                offset,
+            });
         }
         Ok(())
     }
@@ -396,7 +444,9 @@ impl<'f> ElfReader<'f> {
     /// Where the first hole at or after `offset` begins: the file's end
     /// when it has none there (or its file system cannot say).
     fn hole_at(&self, offset: u64) -> u64 {
-        let Ok(at) = libc::off_t::try_from(offset) else { return self.file_len };
+        let Ok(at) = libc::off_t::try_from(offset) else {
+            return self.file_len;
+        };
         // SAFETY: lseek on a descriptor we hold; it moves only the file's
         // offset, which no read here uses (they are positional).
         let hole = unsafe { libc::lseek(self.file.as_raw_fd(), at, libc::SEEK_HOLE) };
@@ -413,7 +463,9 @@ impl<'f> ElfReader<'f> {
         let mut any = false;
         let mut total = 0u64;
         for s in h.sections.iter() {
-            let Ok(name) = h.sections.section_name(h.endian, s) else { continue };
+            let Ok(name) = h.sections.section_name(h.endian, s) else {
+                continue;
+            };
             if name.starts_with(b".zdebug_") {
                 return DwarfCheck::Refused(DwarfRefused::Zdebug);
             }
@@ -423,38 +475,67 @@ impl<'f> ElfReader<'f> {
             any = true;
             let name = String::from_utf8_lossy(name);
             let (offset, size) = (s.sh_offset(h.endian), s.sh_size(h.endian));
-            if offset.checked_add(size).is_none_or(|end| end > self.file_len) {
-                return DwarfCheck::Refused(DwarfRefused::PastEnd { name: name.into_owned() });
+            if offset
+                .checked_add(size)
+                .is_none_or(|end| end > self.file_len)
+            {
+                return DwarfCheck::Refused(DwarfRefused::PastEnd {
+                    name: name.into_owned(),
+                });
             }
             if size > 0 && self.hole_at(offset) < offset + size {
-                return DwarfCheck::Refused(DwarfRefused::OverHole { name: name.into_owned() });
+                return DwarfCheck::Refused(DwarfRefused::OverHole {
+                    name: name.into_owned(),
+                });
             }
             let full = match s.compression(h.endian, &self.data) {
                 Ok(Some((ch, _, _))) => ch.ch_size(h.endian),
                 Ok(None) => size,
-                Err(source) => return DwarfCheck::Refused(DwarfRefused::Compression { name: name.into_owned(), source }),
+                Err(source) => {
+                    return DwarfCheck::Refused(DwarfRefused::Compression {
+                        name: name.into_owned(),
+                        source,
+                    })
+                }
             };
             if full > self.limits.max_dwarf_section_bytes {
-                return DwarfCheck::Refused(DwarfRefused::SectionTooLarge { name: name.into_owned(), size: full, limit: self.limits.max_dwarf_section_bytes });
+                return DwarfCheck::Refused(DwarfRefused::SectionTooLarge {
+                    name: name.into_owned(),
+                    size: full,
+                    limit: self.limits.max_dwarf_section_bytes,
+                });
             }
             total = total.saturating_add(full);
         }
         if total > self.limits.max_dwarf_total_bytes {
-            return DwarfCheck::Refused(DwarfRefused::TotalTooLarge { size: total, limit: self.limits.max_dwarf_total_bytes });
+            return DwarfCheck::Refused(DwarfRefused::TotalTooLarge {
+                size: total,
+                limit: self.limits.max_dwarf_total_bytes,
+            });
         }
-        if any { DwarfCheck::Usable } else { DwarfCheck::Absent }
+        if any {
+            DwarfCheck::Usable
+        } else {
+            DwarfCheck::Absent
+        }
     }
 }
 
 /// File offset -> address in the file's address space, through the load
 /// segment that holds it.
 pub fn offset_to_vaddr(segments: &[Segment], offset: u64) -> Option<u64> {
-    segments.iter().find(|s| offset >= s.offset && offset - s.offset < s.filesz).map(|s| offset - s.offset + s.vaddr)
+    segments
+        .iter()
+        .find(|s| offset >= s.offset && offset - s.offset < s.filesz)
+        .map(|s| offset - s.offset + s.vaddr)
 }
 
 /// Address in the file's address space -> file offset.
 pub fn vaddr_to_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
-    segments.iter().find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz).map(|s| vaddr - s.vaddr + s.offset)
+    segments
+        .iter()
+        .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)
+        .map(|s| vaddr - s.vaddr + s.offset)
 }
 
 #[cfg(test)]
@@ -466,9 +547,24 @@ mod tests {
     #[test]
     fn converts_offsets_and_addresses() {
         let segs = [
-            Segment { vaddr: 0, offset: 0, filesz: 0x628, executable: false },
-            Segment { vaddr: 0x1000, offset: 0x1000, filesz: 0x1d5, executable: true },
-            Segment { vaddr: 0x3df0, offset: 0x2df0, filesz: 0x220, executable: false },
+            Segment {
+                vaddr: 0,
+                offset: 0,
+                filesz: 0x628,
+                executable: false,
+            },
+            Segment {
+                vaddr: 0x1000,
+                offset: 0x1000,
+                filesz: 0x1d5,
+                executable: true,
+            },
+            Segment {
+                vaddr: 0x3df0,
+                offset: 0x2df0,
+                filesz: 0x220,
+                executable: false,
+            },
         ];
         assert_eq!(offset_to_vaddr(&segs, 0x1010), Some(0x1010));
         assert_eq!(offset_to_vaddr(&segs, 0x2e00), Some(0x3e00));

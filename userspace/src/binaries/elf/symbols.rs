@@ -44,20 +44,36 @@ struct Names<'f> {
 
 impl<'f> Names<'f> {
     /// The strings section linked from symbol table `section`.
-    fn of(reader: &ElfReader<'f>, h: &Headers<'_, 'f>, section: &object::elf::SectionHeader64<object::Endianness>) -> Option<Names<'f>> {
-        let strings = h.sections.section(object::SectionIndex(section.sh_link(h.endian) as usize)).ok()?;
+    fn of(
+        reader: &ElfReader<'f>,
+        h: &Headers<'_, 'f>,
+        section: &object::elf::SectionHeader64<object::Endianness>,
+    ) -> Option<Names<'f>> {
+        let strings = h
+            .sections
+            .section(object::SectionIndex(section.sh_link(h.endian) as usize))
+            .ok()?;
         if strings.sh_type(h.endian) != elf::SHT_STRTAB {
             return None;
         }
         let (start, size) = (strings.sh_offset(h.endian), strings.sh_size(h.endian));
         let end = start.checked_add(size)?.min(reader.file_len);
-        Some(Names { file: reader.file, start, end, max_len: reader.limits.max_name_len, buf: Vec::new() })
+        Some(Names {
+            file: reader.file,
+            start,
+            end,
+            max_len: reader.limits.max_name_len,
+            buf: Vec::new(),
+        })
     }
 
     /// The name at `offset`, cut at the name limit; none when it runs past
     /// its section without a NUL or cannot be read.
     fn name(&mut self, offset: u32) -> Option<&[u8]> {
-        let at = self.start.checked_add(u64::from(offset)).filter(|&at| at < self.end)?;
+        let at = self
+            .start
+            .checked_add(u64::from(offset))
+            .filter(|&at| at < self.end)?;
         // A name is found within the limit or cut there: at most one byte
         // more is read, however long the string claims to be.
         let want = ((self.end - at) as usize).min(self.max_len + 1);
@@ -93,18 +109,47 @@ impl<'f> ElfReader<'f> {
     /// Append the function symbols of one symbol table section (`.symtab`
     /// or `.dynsym`, numbered `table`) to `out`, and return its names; a
     /// damaged table gives none.
-    fn function_syms(&self, h: &Headers<'_, 'f>, sh_type: elf::SectionType, table: u8, out: &mut Vec<FunctionSym>) -> Option<Names<'f>> {
-        let (index, section) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == sh_type)?;
-        self.check_range("symbol table", section.sh_offset(h.endian), section.sh_size(h.endian), self.limits.max_section_bytes).ok()?;
-        let symbols = object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section).ok()?;
+    fn function_syms(
+        &self,
+        h: &Headers<'_, 'f>,
+        sh_type: elf::SectionType,
+        table: u8,
+        out: &mut Vec<FunctionSym>,
+    ) -> Option<Names<'f>> {
+        let (index, section) = h
+            .sections
+            .enumerate()
+            .find(|(_, s)| s.sh_type(h.endian) == sh_type)?;
+        self.check_range(
+            "symbol table",
+            section.sh_offset(h.endian),
+            section.sh_size(h.endian),
+            self.limits.max_section_bytes,
+        )
+        .ok()?;
+        let symbols = object::read::elf::SymbolTable::parse(
+            h.endian,
+            &self.data,
+            &h.sections,
+            index,
+            section,
+        )
+        .ok()?;
         for sym in symbols.iter() {
             let kind = sym.st_type();
-            if !(kind == elf::STT_FUNC || kind == elf::STT_GNU_IFUNC) || sym.st_shndx(h.endian) == elf::SHN_UNDEF {
+            if !(kind == elf::STT_FUNC || kind == elf::STT_GNU_IFUNC)
+                || sym.st_shndx(h.endian) == elf::SHN_UNDEF
+            {
                 continue;
             }
             let (addr, name) = (sym.st_value(h.endian), sym.st_name(h.endian));
             if addr != 0 && name != 0 {
-                out.push(FunctionSym { addr, name, table, rank: alias_rank(sym.st_bind(), sym.st_visibility()) });
+                out.push(FunctionSym {
+                    addr,
+                    name,
+                    table,
+                    rank: alias_rank(sym.st_bind(), sym.st_visibility()),
+                });
             }
         }
         Names::of(self, h, section)
@@ -118,19 +163,49 @@ impl<'f> ElfReader<'f> {
         let mut out = Vec::new();
         let Ok(h) = self.headers() else { return out };
         for sh_type in [elf::SHT_SYMTAB, elf::SHT_DYNSYM] {
-            let Some((index, section)) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == sh_type) else { continue };
-            if self.check_range("symbol table", section.sh_offset(h.endian), section.sh_size(h.endian), self.limits.max_section_bytes).is_err() {
+            let Some((index, section)) = h
+                .sections
+                .enumerate()
+                .find(|(_, s)| s.sh_type(h.endian) == sh_type)
+            else {
+                continue;
+            };
+            if self
+                .check_range(
+                    "symbol table",
+                    section.sh_offset(h.endian),
+                    section.sh_size(h.endian),
+                    self.limits.max_section_bytes,
+                )
+                .is_err()
+            {
                 continue;
             }
-            let Ok(table) = object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section) else { continue };
-            let Some(mut names) = Names::of(self, &h, section) else { continue };
+            let Ok(table) = object::read::elf::SymbolTable::parse(
+                h.endian,
+                &self.data,
+                &h.sections,
+                index,
+                section,
+            ) else {
+                continue;
+            };
+            let Some(mut names) = Names::of(self, &h, section) else {
+                continue;
+            };
             for sym in table.iter() {
                 if sym.st_shndx(h.endian) == elf::SHN_UNDEF || sym.st_name(h.endian) == 0 {
                     continue;
                 }
-                let Some(name) = names.name(sym.st_name(h.endian)) else { continue };
+                let Some(name) = names.name(sym.st_name(h.endian)) else {
+                    continue;
+                };
                 if wanted(name) {
-                    out.push((String::from_utf8_lossy(name).into_owned(), sym.st_value(h.endian), sym.st_size(h.endian)));
+                    out.push((
+                        String::from_utf8_lossy(name).into_owned(),
+                        sym.st_value(h.endian),
+                        sym.st_size(h.endian),
+                    ));
                 }
             }
         }
@@ -143,7 +218,10 @@ impl<'f> ElfReader<'f> {
         let mut t = NameTables::default();
         let Ok(h) = self.headers() else { return t };
         let mut syms = Vec::new();
-        let mut names = [self.function_syms(&h, elf::SHT_SYMTAB, 0, &mut syms), self.function_syms(&h, elf::SHT_DYNSYM, 1, &mut syms)];
+        let mut names = [
+            self.function_syms(&h, elf::SHT_SYMTAB, 0, &mut syms),
+            self.function_syms(&h, elf::SHT_DYNSYM, 1, &mut syms),
+        ];
         syms.sort_unstable_by_key(|s| s.addr);
         // Aliases: several function symbols at one address (a function
         // exported is in both tables, under one name: no alias).
@@ -154,15 +232,23 @@ impl<'f> ElfReader<'f> {
             }
             group.clear();
             for s in run {
-                if let Some(name) = names[usize::from(s.table)].as_mut().and_then(|n| n.name(s.name)).filter(|n| !n.is_empty()) {
+                if let Some(name) = names[usize::from(s.table)]
+                    .as_mut()
+                    .and_then(|n| n.name(s.name))
+                    .filter(|n| !n.is_empty())
+                {
                     group.push((String::from_utf8_lossy(name).into_owned(), s.rank));
                 }
             }
             group.sort();
             group.dedup();
             if group.len() > 1 {
-                let best = group.drain(..).min_by(public_name_order).expect("non-empty");
-                t.aliases.insert(run[0].addr, demangle(&best.0).into_boxed_str());
+                let best = group
+                    .drain(..)
+                    .min_by(public_name_order)
+                    .expect("non-empty");
+                t.aliases
+                    .insert(run[0].addr, demangle(&best.0).into_boxed_str());
             }
         }
         t.plt = self.plt_entries(&h);
@@ -178,31 +264,65 @@ impl<'f> ElfReader<'f> {
         }
         // GOT slot address -> symbol, from .rela.plt and .rela.dyn; the
         // names of the symbols a stub jumps through are read, no others.
-        let Some((index, section)) = h.sections.enumerate().find(|(_, s)| s.sh_type(h.endian) == elf::SHT_DYNSYM) else { return Vec::new() };
-        let Ok(dynsym) = object::read::elf::SymbolTable::parse(h.endian, &self.data, &h.sections, index, section) else { return Vec::new() };
-        let Some(mut names) = Names::of(self, h, section) else { return Vec::new() };
+        let Some((index, section)) = h
+            .sections
+            .enumerate()
+            .find(|(_, s)| s.sh_type(h.endian) == elf::SHT_DYNSYM)
+        else {
+            return Vec::new();
+        };
+        let Ok(dynsym) = object::read::elf::SymbolTable::parse(
+            h.endian,
+            &self.data,
+            &h.sections,
+            index,
+            section,
+        ) else {
+            return Vec::new();
+        };
+        let Some(mut names) = Names::of(self, h, section) else {
+            return Vec::new();
+        };
         let dynsym = dynsym.symbols();
         let mut slots: FxHashMap<u64, usize> = FxHashMap::default();
         for rela in [".rela.plt", ".rela.dyn"] {
-            let Ok(Some((_, bytes))) = self.section_data(rela) else { continue };
+            let Ok(Some((_, bytes))) = self.section_data(rela) else {
+                continue;
+            };
             for r in bytes.chunks_exact(24) {
                 let offset = u64::from_le_bytes(r[0..8].try_into().expect("8 bytes"));
                 let info = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
                 let (sym, kind) = ((info >> 32) as usize, info as u32);
-                if (kind == elf::R_X86_64_JUMP_SLOT.0 || kind == elf::R_X86_64_GLOB_DAT.0) && sym != 0 && sym < dynsym.len() {
+                if (kind == elf::R_X86_64_JUMP_SLOT.0 || kind == elf::R_X86_64_GLOB_DAT.0)
+                    && sym != 0
+                    && sym < dynsym.len()
+                {
                     slots.insert(offset, sym);
                 }
             }
         }
         let mut out = Vec::new();
         for plt in [".plt", ".plt.sec", ".plt.got"] {
-            let Ok(Some((info, code))) = self.section_data(plt) else { continue };
+            let Ok(Some((info, code))) = self.section_data(plt) else {
+                continue;
+            };
             for (i, stub) in code.chunks(16).enumerate() {
                 let at = info.addr + i as u64 * 16;
-                let Some(slot) = stub_slot(stub, at) else { continue };
-                let Some(&sym) = slots.get(&slot) else { continue };
-                if let Some(name) = names.name(dynsym[sym].st_name(h.endian)).filter(|n| !n.is_empty()) {
-                    out.push((at, at + 16, format!("{}@plt", String::from_utf8_lossy(name)).into_boxed_str()));
+                let Some(slot) = stub_slot(stub, at) else {
+                    continue;
+                };
+                let Some(&sym) = slots.get(&slot) else {
+                    continue;
+                };
+                if let Some(name) = names
+                    .name(dynsym[sym].st_name(h.endian))
+                    .filter(|n| !n.is_empty())
+                {
+                    out.push((
+                        at,
+                        at + 16,
+                        format!("{}@plt", String::from_utf8_lossy(name)).into_boxed_str(),
+                    ));
                 }
             }
         }
@@ -247,7 +367,10 @@ fn demangle(name: &str) -> String {
         return format!("{rust:#}");
     }
     if name.starts_with("_Z") {
-        if let Some(cpp) = cpp_demangle::Symbol::new(name).ok().and_then(|s| s.demangle().ok()) {
+        if let Some(cpp) = cpp_demangle::Symbol::new(name)
+            .ok()
+            .and_then(|s| s.demangle().ok())
+        {
             return cpp;
         }
     }
@@ -258,7 +381,9 @@ fn demangle(name: &str) -> String {
 /// and visibility, then fewer leading underscores (`malloc` over
 /// `__libc_malloc` over `__GI___libc_malloc`), then the shorter name.
 fn public_name_order(a: &(String, u8), b: &(String, u8)) -> std::cmp::Ordering {
-    let underscores = |s: &str| s.bytes().take_while(|&c| c == b'_').count() + if s.contains("__GI_") { 4 } else { 0 };
+    let underscores = |s: &str| {
+        s.bytes().take_while(|&c| c == b'_').count() + if s.contains("__GI_") { 4 } else { 0 }
+    };
     (a.1, underscores(&a.0), a.0.len(), &a.0).cmp(&(b.1, underscores(&b.0), b.0.len(), &b.0))
 }
 
@@ -289,13 +414,22 @@ mod tests {
     #[test]
     fn decodes_plt_stubs() {
         // jmp *0x2fe2(%rip) at 0x1030: next instruction 0x1036.
-        let classic = [0xff, 0x25, 0xe2, 0x2f, 0x00, 0x00, 0x68, 0x00, 0x00, 0x00, 0x00, 0xe9, 0xe0, 0xff, 0xff, 0xff];
+        let classic = [
+            0xff, 0x25, 0xe2, 0x2f, 0x00, 0x00, 0x68, 0x00, 0x00, 0x00, 0x00, 0xe9, 0xe0, 0xff,
+            0xff, 0xff,
+        ];
         assert_eq!(stub_slot(&classic, 0x1030), Some(0x1036 + 0x2fe2));
         // endbr64; bnd jmp *0x2fd5(%rip) at 0x1060: next instruction 0x106b.
-        let sec = [0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, 0xd5, 0x2f, 0x00, 0x00, 0x0f, 0x1f, 0x44, 0x00, 0x00];
+        let sec = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, 0xd5, 0x2f, 0x00, 0x00, 0x0f, 0x1f, 0x44,
+            0x00, 0x00,
+        ];
         assert_eq!(stub_slot(&sec, 0x1060), Some(0x106b + 0x2fd5));
         // PLT0: push GOT+8; jmp *GOT+16 — begins with ff 35: not a stub.
-        let plt0 = [0xff, 0x35, 0x9a, 0x2f, 0x00, 0x00, 0xff, 0x25, 0x9c, 0x2f, 0x00, 0x00, 0x0f, 0x1f, 0x40, 0x00];
+        let plt0 = [
+            0xff, 0x35, 0x9a, 0x2f, 0x00, 0x00, 0xff, 0x25, 0x9c, 0x2f, 0x00, 0x00, 0x0f, 0x1f,
+            0x40, 0x00,
+        ];
         assert_eq!(stub_slot(&plt0, 0x1020), None);
         assert_eq!(stub_slot(&[0xff], 0), None, "a cut stub is no stub");
     }
@@ -310,9 +444,29 @@ mod tests {
         let global = alias_rank(elf::STB_GLOBAL, elf::STV_DEFAULT);
         let local = alias_rank(elf::STB_LOCAL, elf::STV_DEFAULT);
         let hidden = alias_rank(elf::STB_GLOBAL, elf::STV_HIDDEN);
-        assert_eq!(pick(&[("__GI___libc_malloc", local), ("__libc_malloc", global), ("malloc", global)]), "malloc");
-        assert_eq!(pick(&[("___pthread_mutex_lock", local), ("pthread_mutex_lock", global)]), "pthread_mutex_lock");
-        assert_eq!(pick(&[("internal_hot", hidden), ("hot", local), ("hot_public", global)]), "hot_public");
+        assert_eq!(
+            pick(&[
+                ("__GI___libc_malloc", local),
+                ("__libc_malloc", global),
+                ("malloc", global)
+            ]),
+            "malloc"
+        );
+        assert_eq!(
+            pick(&[
+                ("___pthread_mutex_lock", local),
+                ("pthread_mutex_lock", global)
+            ]),
+            "pthread_mutex_lock"
+        );
+        assert_eq!(
+            pick(&[
+                ("internal_hot", hidden),
+                ("hot", local),
+                ("hot_public", global)
+            ]),
+            "hot_public"
+        );
     }
 
     /// Check that names are read one at a time as the tables say: cut at
@@ -328,11 +482,25 @@ mod tests {
         bytes.extend(b"\0unterminated");
         std::fs::write(&path, &bytes).unwrap();
         let file = File::open(&path).unwrap();
-        let mut names = Names { file: &file, start: 0, end: bytes.len() as u64, max_len: 1024, buf: Vec::new() };
+        let mut names = Names {
+            file: &file,
+            start: 0,
+            end: bytes.len() as u64,
+            max_len: 1024,
+            buf: Vec::new(),
+        };
         assert_eq!(names.name(1), Some(&b"short"[..]));
         assert_eq!(names.name(0), Some(&b""[..]));
-        assert_eq!(names.name(7).map(<[u8]>::len), Some(1024), "a long name is cut at the limit");
-        assert_eq!(names.name(3), Some(&b"ort"[..]), "a name may start inside another (string tables share tails)");
+        assert_eq!(
+            names.name(7).map(<[u8]>::len),
+            Some(1024),
+            "a long name is cut at the limit"
+        );
+        assert_eq!(
+            names.name(3),
+            Some(&b"ort"[..]),
+            "a name may start inside another (string tables share tails)"
+        );
         assert_eq!(names.name(5008), None, "no NUL before the section's end");
         assert_eq!(names.name(bytes.len() as u32), None, "past the section");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -347,18 +515,41 @@ mod tests {
             return;
         };
         let t = ElfReader::new(&file, super::super::ElfLimits::default()).name_tables();
-        assert!(t.aliases.values().any(|n| &**n == "malloc"), "malloc among {} aliases", t.aliases.len());
-        assert!(!t.aliases.values().any(|n| n.starts_with("__GI_")), "internal names lose to public ones");
-        assert!(!t.plt.is_empty() && t.plt.iter().all(|p| p.2.ends_with("@plt") && p.1 == p.0 + 16), "{:?}", &t.plt[..t.plt.len().min(5)]);
+        assert!(
+            t.aliases.values().any(|n| &**n == "malloc"),
+            "malloc among {} aliases",
+            t.aliases.len()
+        );
+        assert!(
+            !t.aliases.values().any(|n| n.starts_with("__GI_")),
+            "internal names lose to public ones"
+        );
+        assert!(
+            !t.plt.is_empty()
+                && t.plt
+                    .iter()
+                    .all(|p| p.2.ends_with("@plt") && p.1 == p.0 + 16),
+            "{:?}",
+            &t.plt[..t.plt.len().min(5)]
+        );
     }
 
     /// Check that an alias is named as the symbolizer names functions.
     #[test]
     fn aliases_are_demangled() {
-        assert_eq!(demangle("_ZN7sysprof8sideband8Sideband5drain17h02f2fe9b92fa7918E"), "sysprof::sideband::Sideband::drain");
-        assert_eq!(demangle("_ZN11FileMapInfo33relocate_pointers_in_core_regionsEl"), "FileMapInfo::relocate_pointers_in_core_regions(long)");
+        assert_eq!(
+            demangle("_ZN7sysprof8sideband8Sideband5drain17h02f2fe9b92fa7918E"),
+            "sysprof::sideband::Sideband::drain"
+        );
+        assert_eq!(
+            demangle("_ZN11FileMapInfo33relocate_pointers_in_core_regionsEl"),
+            "FileMapInfo::relocate_pointers_in_core_regions(long)"
+        );
         assert_eq!(demangle("malloc"), "malloc");
-        assert_eq!(demangle("_Zbroken"), "_Zbroken", "what does not demangle stays as it is");
+        assert_eq!(
+            demangle("_Zbroken"),
+            "_Zbroken",
+            "what does not demangle stays as it is"
+        );
     }
-
 }

@@ -93,7 +93,10 @@ pub struct StackView<'a> {
 
 fn view<T>(bytes: &[u8], kind: u32) -> Result<&T, DecodeError> {
     if bytes.len() < std::mem::size_of::<T>() {
-        return Err(DecodeError::Short { kind, len: bytes.len() });
+        return Err(DecodeError::Short {
+            kind,
+            len: bytes.len(),
+        });
     }
     if bytes.as_ptr().align_offset(std::mem::align_of::<T>()) != 0 {
         return Err(DecodeError::Misaligned);
@@ -105,7 +108,10 @@ fn view<T>(bytes: &[u8], kind: u32) -> Result<&T, DecodeError> {
 fn kind_of(bytes: &[u8]) -> Result<u32, DecodeError> {
     match bytes.get(0..4) {
         Some(k) => Ok(u32::from_ne_bytes(k.try_into().expect("4 bytes"))),
-        None => Err(DecodeError::Short { kind: 0, len: bytes.len() }),
+        None => Err(DecodeError::Short {
+            kind: 0,
+            len: bytes.len(),
+        }),
     }
 }
 
@@ -120,17 +126,42 @@ pub fn decode_event(bytes: &[u8]) -> Result<EventRecord<'_>, DecodeError> {
         RECORD_STACK => {
             let e = view::<StackEvent>(bytes, kind)?;
             let tail = &bytes[std::mem::size_of::<StackEvent>()..];
-            let user = if e.flags & STACK_KERNEL_UNWOUND != 0 {
+            // The user part first, then the kernel's (see `struct stack_event`).
+            let (user, kernel_at) = if e.flags & STACK_KERNEL_UNWOUND != 0 {
                 let (frames, python) = kernel_frames(tail, e.ustack_len, e.py_len);
-                UserStack::KernelUnwound(KernelUnwound { frames, end: e.unwind_end, handover: None, leaf: None, python, python_end: e.py_end })
+                let user = UserStack::KernelUnwound(KernelUnwound {
+                    frames,
+                    end: e.unwind_end,
+                    handover: None,
+                    leaf: None,
+                    python,
+                    python_end: e.py_end,
+                });
+                (user, (frames.len() + python.len()) * 8)
             } else if e.flags & STACK_USER_REGS != 0 {
-                let regs = Regs { ip: e.user_ip, sp: e.user_sp, bp: e.user_bp };
-                UserStack::Copy { regs, stack: &tail[..(e.stack_size as usize).min(tail.len())] }
+                let regs = Regs {
+                    ip: e.user_ip,
+                    sp: e.user_sp,
+                    bp: e.user_bp,
+                };
+                let size = (e.stack_size as usize).min(tail.len());
+                (
+                    UserStack::Copy {
+                        regs,
+                        stack: &tail[..size],
+                    },
+                    size.next_multiple_of(8),
+                )
             } else {
-                UserStack::Frames(&e.ustack[..(e.ustack_len as usize).min(MAX_STACK_DEPTH)])
+                let frames = words(tail, e.ustack_len as usize, MAX_STACK_DEPTH);
+                (UserStack::Frames(frames), frames.len() * 8)
             };
-            let stack = StackView { kstack: &e.kstack[..(e.kstack_len as usize).min(MAX_STACK_DEPTH)], user };
-            Ok(EventRecord::Stack(e, stack))
+            let kstack = words(
+                tail.get(kernel_at..).unwrap_or_default(),
+                e.kstack_len as usize,
+                MAX_STACK_DEPTH,
+            );
+            Ok(EventRecord::Stack(e, StackView { kstack, user }))
         }
         other => Err(DecodeError::UnknownKind(other)),
     }
@@ -186,12 +217,24 @@ pub enum DecodeError {
     UnknownKind(u32),
 }
 
+/// `n` words (at most `max`) at the start of `bytes`, as many as it holds.
+fn words(bytes: &[u8], n: usize, max: usize) -> &[u64] {
+    let n = n.min(max).min(bytes.len() / 8);
+    // SAFETY: every tail offset used is a multiple of 8 from an 8-aligned
+    // record (its header's size is a multiple of 8), and it holds n u64s.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const u64, n) }
+}
+
 /// The frames the kernel walked, at the start of a record's tail: `n`
 /// native return addresses, then `py` Python pairs, each clamped to what
 /// the tail and the frame array hold.
 fn kernel_frames(tail: &[u8], n: u32, py: u16) -> (&[u64], &[u64]) {
     let n = (n as usize).min(UNWIND_MAX_FRAMES).min(tail.len() / 8);
-    let py = (2 * py as usize).min(2 * PY_MAX_FRAMES).min(UNWIND_MAX_FRAMES - n).min(tail.len() / 8 - n) & !1;
+    let py = (2 * py as usize)
+        .min(2 * PY_MAX_FRAMES)
+        .min(UNWIND_MAX_FRAMES - n)
+        .min(tail.len() / 8 - n)
+        & !1;
     // SAFETY: the tail starts 8-aligned (records are, and the record's size
     // is a multiple of 8) and holds n + py u64s.
     let words = unsafe { std::slice::from_raw_parts(tail.as_ptr() as *const u64, n + py) };
@@ -208,7 +251,11 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
     let e = view::<SampleEvent>(bytes, kind)?;
     let comm_len = e.comm.iter().position(|&b| b == 0).unwrap_or(TASK_COMM_LEN);
     let tail = &bytes[std::mem::size_of::<SampleEvent>()..];
-    let regs = Regs { ip: e.user_ip, sp: e.user_sp, bp: e.user_bp };
+    let regs = Regs {
+        ip: e.user_ip,
+        sp: e.user_sp,
+        bp: e.user_bp,
+    };
     let user = if e.flags & SAMPLE_FLAG_KERNEL_UNWOUND != 0 {
         let (frames, python) = kernel_frames(tail, e.ustack_len, e.py_len);
         let copy = tail.get(UNWIND_MAX_FRAMES * 8..).unwrap_or(&[]);
@@ -222,7 +269,10 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
             python_end: e.py_end,
         })
     } else if e.flags & SAMPLE_FLAG_USER_REGS != 0 {
-        UserStack::Copy { regs, stack: &tail[..(e.stack_size as usize).min(tail.len())] }
+        UserStack::Copy {
+            regs,
+            stack: &tail[..(e.stack_size as usize).min(tail.len())],
+        }
     } else {
         UserStack::Frames(&e.ustack[..(e.ustack_len as usize).min(MAX_STACK_DEPTH)])
     };
@@ -243,7 +293,9 @@ pub fn decode_sample(bytes: &[u8]) -> Result<SampleView<'_>, DecodeError> {
 /// The model's io flag bits are the ABI's, so a request's flags pass as is.
 const _: () = {
     use crate::model::recording::io_flags as model;
-    assert!(IO_PREFLUSH == model::IO_PREFLUSH && IO_FUA == model::IO_FUA && IO_SYNC == model::IO_SYNC);
+    assert!(
+        IO_PREFLUSH == model::IO_PREFLUSH && IO_FUA == model::IO_FUA && IO_SYNC == model::IO_SYNC
+    );
     assert!(IO_META == model::IO_META && IO_READAHEAD == model::IO_READAHEAD);
 };
 

@@ -33,7 +33,7 @@ fn abi_matches_c_header() {
         struct unwind_mapping = UnwindMapping { start, end, bias, table_start, table_len }
         struct unwind_process = UnwindProcess { count, wake_until_ms, flags, java_interp_start, java_interp_end, m }
         struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, unwind_end, py_len, py_end, user_ip, user_sp,
-            user_bp, kstack, ustack }
+            user_bp }
         struct offcpu_event = OffCpuEvent { kind, state, start_ns, end_ns, wake_ns, pid, tid, cpu_out, cpu_in, waker_pid,
             waker_tid, stack_id, waker_stack_id, comm, waker_comm, flags }
         struct folded_event = FoldedEvent { kind, pid, tid, first_ns, last_ns, ns, count, wait_ns, waker_pid, waker_tid, waker_kind }
@@ -47,7 +47,7 @@ fn abi_matches_c_header() {
         consts { TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE, RECORD_OFFCPU, RECORD_IO, RECORD_STACK, RECORD_FOLDED,
             RECORD_THREAD_END, STACK_SLOT_PREEMPTED, STACK_SLOT_WAITED, STACK_SLOT_CALL, STACK_SLOTS, STACK_SLOT_INTERRUPT, OFFCPU_END_INFERRED, OFFCPU_START_UNSEEN, OFFCPU_WAKER_TASK, OFFCPU_WAKER_IRQ, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER, OFFCPU_REASONS, FOLD_WAKER_UNSET, FOLD_WAKER_UNSEEN, FOLD_WAKER_TASK, FOLD_WAKER_IRQ, FOLD_WAKER_MIXED,
             SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED, SAMPLE_FLAG_USER_REGS, SAMPLE_FLAG_HANDOVER_SKIPPED, STACK_KERNEL_THREAD,
-            STACK_USER_REGS, STACK_KSTACK_FAILED, STACK_USTACK_FAILED, STACK_HANDOVER_SKIPPED, IO_PREFLUSH, IO_FUA, IO_SYNC, IO_META,
+            STACK_USER_REGS, STACK_KSTACK_FAILED, STACK_USTACK_FAILED, STACK_HANDOVER_SKIPPED, STACK_SHARED, STACK_ID_SHARED, STACK_SHARED_MAX, IO_PREFLUSH, IO_FUA, IO_SYNC, IO_META,
             IO_READAHEAD, IO_START_AT_ISSUE, IO_OP_READ, IO_OP_WRITE, IO_OP_FLUSH, IO_OP_DISCARD, IO_OP_SECURE_ERASE,
             IO_OP_WRITE_ZEROES, MAX_STACK_COPY, STACK_COPY_CHUNK, DROP_RINGBUF_FULL, DROP_KSTACK, DROP_USTACK,
             DROP_EVENTS_FULL, DROP_STACK_RECORD, DROP_STATE_FULL, DROP_IO_UNTRACKED, DROP_MAX,
@@ -60,7 +60,10 @@ fn abi_matches_c_header() {
     let header = concat!(env!("CARGO_MANIFEST_DIR"), "/../ebpf/sysprof.h");
     let dir = std::env::temp_dir().join(format!("sysprof-abi-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let prints: String = items.iter().map(|(c, _)| format!("  printf(\"%zu\\n\", (size_t)({c}));\n")).collect();
+    let prints: String = items
+        .iter()
+        .map(|(c, _)| format!("  printf(\"%zu\\n\", (size_t)({c}));\n"))
+        .collect();
     let src = dir.join("abi.c");
     std::fs::write(
         &src,
@@ -76,7 +79,11 @@ fn abi_matches_c_header() {
         .expect("the host C compiler `cc` is needed for this test");
     assert!(status.success(), "compiling the ABI probe failed");
     let out = std::process::Command::new(&exe).output().unwrap();
-    let c: Vec<usize> = String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    let c: Vec<usize> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
     assert_eq!(c.len(), items.len());
     let mismatches: Vec<String> = items
         .iter()
@@ -85,7 +92,11 @@ fn abi_matches_c_header() {
         .map(|((name, r), c)| format!("{name}: C {c}, Rust {r}"))
         .collect();
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(mismatches.is_empty(), "the ABI drifted:\n{}", mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "the ABI drifted:\n{}",
+        mismatches.join("\n")
+    );
 }
 
 /// Check that lengths larger than a record holds are clamped, and short
@@ -105,12 +116,122 @@ fn decoding_clamps_and_rejects() {
     b[ss..ss + 4].copy_from_slice(&u32::MAX.to_ne_bytes());
     let s = decode_sample(b).unwrap();
     assert_eq!(s.kstack.len(), MAX_STACK_DEPTH);
-    let UserStack::Copy { stack, .. } = s.user else { panic!("a sample with user registers is a stack copy") };
+    let UserStack::Copy { stack, .. } = s.user else {
+        panic!("a sample with user registers is a stack copy")
+    };
     assert_eq!(stack.len(), 64, "stack bytes clamped to the record's tail");
-    assert!(matches!(decode_sample(&b[..100]), Err(DecodeError::Short { .. })));
+    assert!(matches!(
+        decode_sample(&b[..100]),
+        Err(DecodeError::Short { .. })
+    ));
     b[0..4].copy_from_slice(&99u32.to_ne_bytes());
     assert!(matches!(decode_event(b), Err(DecodeError::UnknownKind(99))));
     assert!(decode_event(&b[..2]).is_err());
+}
+
+/// A stack record as the tracer sends it: the header, then `tail` words.
+fn stack_record(
+    flags: u32,
+    ustack_len: u32,
+    py_len: u16,
+    stack_size: u32,
+    kstack_len: u32,
+    tail: &[u64],
+) -> Vec<u64> {
+    let mut e: StackEvent = unsafe { std::mem::zeroed() };
+    e.kind = RECORD_STACK;
+    e.flags = flags;
+    e.ustack_len = ustack_len;
+    e.py_len = py_len;
+    e.stack_size = stack_size;
+    e.kstack_len = kstack_len;
+    let mut words = vec![0u64; size_of::<StackEvent>() / 8];
+    // SAFETY: words holds exactly size_of::<StackEvent>() bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            &e as *const _ as *const u8,
+            words.as_mut_ptr() as *mut u8,
+            size_of::<StackEvent>(),
+        )
+    };
+    words.extend_from_slice(tail);
+    words
+}
+
+fn as_bytes(words: &[u64]) -> &[u8] {
+    // SAFETY: u64s viewed as their bytes.
+    unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, words.len() * 8) }
+}
+
+/// Check that a stack record's tail is read in the order the tracer writes
+/// it in each mode (user part, then the kernel frames after it), and that
+/// lengths past the record are clamped.
+#[test]
+fn stack_records_carry_only_the_words_they_use() {
+    assert_eq!(
+        size_of::<StackEvent>(),
+        72,
+        "the header alone: no fixed frame arrays"
+    );
+    // Walked in the kernel: 2 user frames, 1 Python pair, 3 kernel frames.
+    let r = stack_record(
+        STACK_KERNEL_UNWOUND,
+        2,
+        1,
+        0,
+        3,
+        &[0x10, 0x11, 0x7000, 0x7001, 0xff01, 0xff02, 0xff03],
+    );
+    let Ok(EventRecord::Stack(_, v)) = decode_event(as_bytes(&r)) else {
+        panic!("a stack record")
+    };
+    let UserStack::KernelUnwound(k) = v.user else {
+        panic!("kernel-unwound")
+    };
+    assert_eq!(
+        (k.frames, k.python, v.kstack),
+        (
+            &[0x10, 0x11][..],
+            &[0x7000, 0x7001][..],
+            &[0xff01, 0xff02, 0xff03][..]
+        )
+    );
+    // Frame pointers: 1 user frame, 2 kernel frames.
+    let r = stack_record(0, 1, 0, 0, 2, &[0x20, 0xff04, 0xff05]);
+    let Ok(EventRecord::Stack(_, v)) = decode_event(as_bytes(&r)) else {
+        panic!("a stack record")
+    };
+    assert_eq!(
+        (v.user.frames(), v.kstack),
+        (&[0x20][..], &[0xff04, 0xff05][..])
+    );
+    // A copy of 12 bytes, padded to 16, then 1 kernel frame.
+    let r = stack_record(
+        STACK_USER_REGS,
+        0,
+        0,
+        12,
+        1,
+        &[0x0102030405060708, 0x0000_0000_1112_1314, 0xff06],
+    );
+    let Ok(EventRecord::Stack(_, v)) = decode_event(as_bytes(&r)) else {
+        panic!("a stack record")
+    };
+    let UserStack::Copy { stack, .. } = v.user else {
+        panic!("a copy")
+    };
+    assert_eq!((stack.len(), v.kstack), (12, &[0xff06][..]));
+    // Lengths past the record: clamped, not read beyond it.
+    let r = stack_record(0, 1000, 0, 0, 1000, &[0x20, 0xff04]);
+    let Ok(EventRecord::Stack(_, v)) = decode_event(as_bytes(&r)) else {
+        panic!("a stack record")
+    };
+    assert_eq!((v.user.frames().len(), v.kstack.len()), (2, 0));
+    let r = stack_record(STACK_USER_REGS, 0, 0, u32::MAX, 5, &[1, 2]);
+    let Ok(EventRecord::Stack(_, v)) = decode_event(as_bytes(&r)) else {
+        panic!("a stack record")
+    };
+    assert_eq!(v.kstack.len(), 0);
 }
 
 /// Check that each way the in-kernel walk ends means the cut it meant when

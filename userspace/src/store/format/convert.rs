@@ -8,8 +8,9 @@
 
 use super::*;
 use crate::model::recording::{
-    CounterRecord, FrameRecord, InterruptKind, IoOp, LibRecord, MarkerRecord, OffCpuReason, OffCpuSamples, ProcessRecord, Recording, RecordingStats,
-    ShortWaker, SliceKind, ThreadRecord, ThreadSamples, UnwindStats, Waker,
+    CounterRecord, FrameRecord, InterruptKind, IoOp, LibRecord, MarkerRecord, OffCpuReason,
+    OffCpuSamples, ProcessRecord, Recording, RecordingStats, ShortWaker, SliceKind, ThreadRecord,
+    ThreadSamples, UnwindStats, Waker,
 };
 use crate::model::stack_tree::{StackTree, NO_PARENT};
 use crate::model::symbols::{AddrInfo, FuncAtAddr};
@@ -19,20 +20,39 @@ use crate::model::symbols::{AddrInfo, FuncAtAddr};
 impl From<Recording> for StoredRecording {
     fn from(r: Recording) -> StoredRecording {
         let (parent, key) = r.stacks.columns();
-        let back = parent.iter().enumerate().map(|(n, &p)| if p == NO_PARENT { 0 } else { n as u32 - p }).collect();
+        let back = parent
+            .iter()
+            .enumerate()
+            .map(|(n, &p)| if p == NO_PARENT { 0 } else { n as u32 - p })
+            .collect();
         StoredRecording {
             start_ns: r.start_ns,
             start_wall_ms: r.start_wall_ms,
             end_ns: r.end_ns,
             interval_ms: r.interval_ms,
-            stacks: StoredStacks { back, key: key.to_vec() },
+            stacks: StoredStacks {
+                back,
+                key: key.to_vec(),
+            },
             processes: r.processes.into_iter().map(StoredProcess::from).collect(),
-            libs: r.libs.into_iter().map(|l| StoredLib { path: l.path, name: l.name, build_id: l.build_id }).collect(),
+            libs: r
+                .libs
+                .into_iter()
+                .map(|l| StoredLib {
+                    path: l.path,
+                    name: l.name,
+                    build_id: l.build_id,
+                })
+                .collect(),
             frames: r.frames.into_iter().map(StoredFrame::from).collect(),
             stats: r.stats.into(),
             warnings: r.warnings,
             counters: r.counters.into_iter().map(StoredCounter::from).collect(),
-            cpu_tracks: r.cpu_tracks.into_iter().map(|(cpu, ms)| (cpu, ms.into_iter().map(StoredMarker::from).collect())).collect(),
+            cpu_tracks: r
+                .cpu_tracks
+                .into_iter()
+                .map(|(cpu, ms)| (cpu, ms.into_iter().map(StoredMarker::from).collect()))
+                .collect(),
             off_cpu: r.off_cpu,
             notes: r.notes,
         }
@@ -50,7 +70,15 @@ impl From<FrameRecord> for StoredFrame {
                 symbol_start: s.symbol_start,
                 symbol_offset: s.symbol_offset,
                 symbol_size: s.symbol_size,
-                funcs: s.funcs.into_iter().map(|f| StoredFunc { name: f.name, file: f.file, line: f.line }).collect(),
+                funcs: s
+                    .funcs
+                    .into_iter()
+                    .map(|f| StoredFunc {
+                        name: f.name,
+                        file: f.file,
+                        line: f.line,
+                    })
+                    .collect(),
             },
             pseudo: f.pseudo,
         }
@@ -81,8 +109,17 @@ impl From<ThreadRecord> for StoredThread {
             name: t.name,
             start_ns: t.start_ns,
             end_ns: t.end_ns,
-            samples: StoredSamples { time_ns: s.time_ns, stack: s.stack, cpu_delta_ns: s.cpu_delta_ns, cpu: s.cpu },
-            off_cpu: StoredOffCpu { time_ns: o.time_ns, stack: o.stack, duration_ns: o.duration_ns },
+            samples: StoredSamples {
+                time_ns: s.time_ns,
+                stack: s.stack,
+                cpu_delta_ns: s.cpu_delta_ns,
+                cpu: s.cpu,
+            },
+            off_cpu: StoredOffCpu {
+                time_ns: o.time_ns,
+                stack: o.stack,
+                duration_ns: o.duration_ns,
+            },
             markers: t.markers.into_iter().map(StoredMarker::from).collect(),
             switches: t.switches,
         }
@@ -92,7 +129,15 @@ impl From<ThreadRecord> for StoredThread {
 impl From<MarkerRecord> for StoredMarker {
     fn from(m: MarkerRecord) -> StoredMarker {
         match m {
-            MarkerRecord::OffCpu { start_ns, end_ns, reason, run_delay_ns, waker, cpus, waker_stack } => StoredMarker::OffCpu {
+            MarkerRecord::OffCpu {
+                start_ns,
+                end_ns,
+                reason,
+                run_delay_ns,
+                waker,
+                cpus,
+                waker_stack,
+            } => StoredMarker::OffCpu {
                 start_ns,
                 end_ns,
                 reason: match reason {
@@ -115,7 +160,18 @@ impl From<MarkerRecord> for StoredMarker {
                 cpus,
                 waker_stack,
             },
-            MarkerRecord::Io { start_ns, issue_ns, done_ns, device, op, flags, bytes, sector, error, stack } => StoredMarker::Io {
+            MarkerRecord::Io {
+                start_ns,
+                issue_ns,
+                done_ns,
+                device,
+                op,
+                flags,
+                bytes,
+                sector,
+                error,
+                stack,
+            } => StoredMarker::Io {
                 start_ns,
                 issue_ns,
                 done_ns,
@@ -135,7 +191,14 @@ impl From<MarkerRecord> for StoredMarker {
                 error,
                 stack,
             },
-            MarkerRecord::OnCpu { start_ns, end_ns, pid, tid, name, kind } => StoredMarker::OnCpu {
+            MarkerRecord::OnCpu {
+                start_ns,
+                end_ns,
+                pid,
+                tid,
+                name,
+                kind,
+            } => StoredMarker::OnCpu {
                 start_ns,
                 end_ns,
                 pid,
@@ -147,7 +210,14 @@ impl From<MarkerRecord> for StoredMarker {
                     SliceKind::Idle => StoredSliceKind::Idle,
                 },
             },
-            MarkerRecord::ShortWaits { start_ns, end_ns, count, off_cpu_ns, waited_ns, waker } => StoredMarker::ShortWaits {
+            MarkerRecord::ShortWaits {
+                start_ns,
+                end_ns,
+                count,
+                off_cpu_ns,
+                waited_ns,
+                waker,
+            } => StoredMarker::ShortWaits {
                 start_ns,
                 end_ns,
                 count,
@@ -167,7 +237,14 @@ impl From<MarkerRecord> for StoredMarker {
 
 impl From<CounterRecord> for StoredCounter {
     fn from(c: CounterRecord) -> StoredCounter {
-        StoredCounter { name: c.name, category: c.category, description: c.description, pid: c.pid, time_ns: c.time_ns, count: c.count }
+        StoredCounter {
+            name: c.name,
+            category: c.category,
+            description: c.description,
+            pid: c.pid,
+            time_ns: c.time_ns,
+            count: c.count,
+        }
     }
 }
 
@@ -235,13 +312,37 @@ impl StoredRecording {
             end_ns: self.end_ns,
             interval_ms: self.interval_ms,
             stacks: self.stacks.into_tree()?,
-            processes: self.processes.into_iter().map(StoredProcess::into_model).collect(),
-            libs: self.libs.into_iter().map(|l| LibRecord { path: l.path, name: l.name, build_id: l.build_id }).collect(),
-            frames: self.frames.into_iter().map(StoredFrame::into_model).collect(),
+            processes: self
+                .processes
+                .into_iter()
+                .map(StoredProcess::into_model)
+                .collect(),
+            libs: self
+                .libs
+                .into_iter()
+                .map(|l| LibRecord {
+                    path: l.path,
+                    name: l.name,
+                    build_id: l.build_id,
+                })
+                .collect(),
+            frames: self
+                .frames
+                .into_iter()
+                .map(StoredFrame::into_model)
+                .collect(),
             stats: self.stats.into_model(),
             warnings: self.warnings,
-            counters: self.counters.into_iter().map(StoredCounter::into_model).collect(),
-            cpu_tracks: self.cpu_tracks.into_iter().map(|(cpu, ms)| (cpu, ms.into_iter().map(StoredMarker::into_model).collect())).collect(),
+            counters: self
+                .counters
+                .into_iter()
+                .map(StoredCounter::into_model)
+                .collect(),
+            cpu_tracks: self
+                .cpu_tracks
+                .into_iter()
+                .map(|(cpu, ms)| (cpu, ms.into_iter().map(StoredMarker::into_model).collect()))
+                .collect(),
             off_cpu: self.off_cpu,
             notes: self.notes,
         })
@@ -260,7 +361,16 @@ impl StoredFrame {
                 symbol_offset: s.symbol_offset,
                 symbol_size: s.symbol_size,
                 // Start lines come after the recording, in VERSION 4's additions.
-                funcs: s.funcs.into_iter().map(|f| FuncAtAddr { name: f.name, file: f.file, line: f.line, start_line: None }).collect(),
+                funcs: s
+                    .funcs
+                    .into_iter()
+                    .map(|f| FuncAtAddr {
+                        name: f.name,
+                        file: f.file,
+                        line: f.line,
+                        start_line: None,
+                    })
+                    .collect(),
             },
             pseudo: self.pseudo,
         }
@@ -278,7 +388,11 @@ impl StoredProcess {
             end_ns: self.end_ns,
             cgroup: self.cgroup,
             profiler: self.profiler,
-            threads: self.threads.into_iter().map(StoredThread::into_model).collect(),
+            threads: self
+                .threads
+                .into_iter()
+                .map(StoredThread::into_model)
+                .collect(),
         }
     }
 }
@@ -291,9 +405,22 @@ impl StoredThread {
             name: self.name,
             start_ns: self.start_ns,
             end_ns: self.end_ns,
-            samples: ThreadSamples { time_ns: s.time_ns, stack: s.stack, cpu_delta_ns: s.cpu_delta_ns, cpu: s.cpu },
-            off_cpu: OffCpuSamples { time_ns: o.time_ns, stack: o.stack, duration_ns: o.duration_ns },
-            markers: self.markers.into_iter().map(StoredMarker::into_model).collect(),
+            samples: ThreadSamples {
+                time_ns: s.time_ns,
+                stack: s.stack,
+                cpu_delta_ns: s.cpu_delta_ns,
+                cpu: s.cpu,
+            },
+            off_cpu: OffCpuSamples {
+                time_ns: o.time_ns,
+                stack: o.stack,
+                duration_ns: o.duration_ns,
+            },
+            markers: self
+                .markers
+                .into_iter()
+                .map(StoredMarker::into_model)
+                .collect(),
             switches: self.switches,
         }
     }
@@ -302,7 +429,15 @@ impl StoredThread {
 impl StoredMarker {
     fn into_model(self) -> MarkerRecord {
         match self {
-            StoredMarker::OffCpu { start_ns, end_ns, reason, run_delay_ns, waker, cpus, waker_stack } => MarkerRecord::OffCpu {
+            StoredMarker::OffCpu {
+                start_ns,
+                end_ns,
+                reason,
+                run_delay_ns,
+                waker,
+                cpus,
+                waker_stack,
+            } => MarkerRecord::OffCpu {
                 start_ns,
                 end_ns,
                 reason: match reason {
@@ -325,7 +460,18 @@ impl StoredMarker {
                 cpus,
                 waker_stack,
             },
-            StoredMarker::Io { start_ns, issue_ns, done_ns, device, op, flags, bytes, sector, error, stack } => MarkerRecord::Io {
+            StoredMarker::Io {
+                start_ns,
+                issue_ns,
+                done_ns,
+                device,
+                op,
+                flags,
+                bytes,
+                sector,
+                error,
+                stack,
+            } => MarkerRecord::Io {
                 start_ns,
                 issue_ns,
                 done_ns,
@@ -345,7 +491,14 @@ impl StoredMarker {
                 error,
                 stack,
             },
-            StoredMarker::OnCpu { start_ns, end_ns, pid, tid, name, kind } => MarkerRecord::OnCpu {
+            StoredMarker::OnCpu {
+                start_ns,
+                end_ns,
+                pid,
+                tid,
+                name,
+                kind,
+            } => MarkerRecord::OnCpu {
                 start_ns,
                 end_ns,
                 pid,
@@ -357,7 +510,14 @@ impl StoredMarker {
                     StoredSliceKind::Idle => SliceKind::Idle,
                 },
             },
-            StoredMarker::ShortWaits { start_ns, end_ns, count, off_cpu_ns, waited_ns, waker } => MarkerRecord::ShortWaits {
+            StoredMarker::ShortWaits {
+                start_ns,
+                end_ns,
+                count,
+                off_cpu_ns,
+                waited_ns,
+                waker,
+            } => MarkerRecord::ShortWaits {
                 start_ns,
                 end_ns,
                 count,
@@ -377,7 +537,14 @@ impl StoredMarker {
 
 impl StoredCounter {
     fn into_model(self) -> CounterRecord {
-        CounterRecord { name: self.name, category: self.category, description: self.description, pid: self.pid, time_ns: self.time_ns, count: self.count }
+        CounterRecord {
+            name: self.name,
+            category: self.category,
+            description: self.description,
+            pid: self.pid,
+            time_ns: self.time_ns,
+            count: self.count,
+        }
     }
 }
 

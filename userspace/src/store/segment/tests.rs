@@ -5,13 +5,44 @@ use crate::model::recording::*;
 use crate::model::stack_tree::NO_PARENT;
 
 pub(crate) fn sample_recording(start_ns: u64) -> Recording {
-    let mut rec = Recording { start_ns, end_ns: start_ns + 10_000_000_000, start_wall_ms: 1.7e12, interval_ms: 52.6, ..Default::default() };
-    rec.libs.push(LibRecord { path: "/usr/bin/x".into(), name: "x".into(), build_id: Some(vec![1, 2, 3]) });
-    rec.frames.push(FrameRecord { lib: 0, address: 0x1234, kernel: false, symbols: Default::default(), pseudo: false });
-    rec.frames.push(FrameRecord { lib: NO_LIB, address: 0x99, kernel: false, symbols: Default::default(), pseudo: false });
+    let mut rec = Recording {
+        start_ns,
+        end_ns: start_ns + 10_000_000_000,
+        start_wall_ms: 1.7e12,
+        interval_ms: 52.6,
+        ..Default::default()
+    };
+    rec.libs.push(LibRecord {
+        path: "/usr/bin/x".into(),
+        name: "x".into(),
+        build_id: Some(vec![1, 2, 3]),
+    });
+    rec.frames.push(FrameRecord {
+        lib: 0,
+        address: 0x1234,
+        kernel: false,
+        symbols: Default::default(),
+        pseudo: false,
+    });
+    rec.frames.push(FrameRecord {
+        lib: NO_LIB,
+        address: 0x99,
+        kernel: false,
+        symbols: Default::default(),
+        pseudo: false,
+    });
     let a = rec.stacks.child(NO_PARENT, 0);
     let b = rec.stacks.child(a, 1);
-    let samples = ThreadSamples { time_ns: vec![start_ns + 5000, start_ns + 52_000_000, start_ns + 104_000_000], stack: vec![a, b, b], cpu_delta_ns: vec![1000, 2000, 3000], cpu: vec![0; 3] };
+    let samples = ThreadSamples {
+        time_ns: vec![
+            start_ns + 5000,
+            start_ns + 52_000_000,
+            start_ns + 104_000_000,
+        ],
+        stack: vec![a, b, b],
+        cpu_delta_ns: vec![1000, 2000, 3000],
+        cpu: vec![0; 3],
+    };
     rec.processes.push(ProcessRecord {
         pid: 7,
         name: "x".into(),
@@ -27,7 +58,11 @@ pub(crate) fn sample_recording(start_ns: u64) -> Recording {
             start_ns: None,
             end_ns: None,
             samples,
-            off_cpu: OffCpuSamples { time_ns: vec![start_ns.saturating_sub(3_000_000), start_ns + 7_000_000], stack: vec![a, b], duration_ns: vec![5_000_000, 1000] },
+            off_cpu: OffCpuSamples {
+                time_ns: vec![start_ns.saturating_sub(3_000_000), start_ns + 7_000_000],
+                stack: vec![a, b],
+                duration_ns: vec![5_000_000, 1000],
+            },
             markers: vec![
                 MarkerRecord::OffCpu {
                     start_ns: start_ns.saturating_sub(3_000_000),
@@ -38,12 +73,30 @@ pub(crate) fn sample_recording(start_ns: u64) -> Recording {
                     cpus: (0, 1),
                     waker_stack: Some(b),
                 },
-                MarkerRecord::Io { start_ns: start_ns + 1000, issue_ns: start_ns + 2000, done_ns: start_ns + 9000, device: "sda".into(), op: IoOp::Read, flags: 0, bytes: 4096, sector: 8, error: 0, stack: None },
+                MarkerRecord::Io {
+                    start_ns: start_ns + 1000,
+                    issue_ns: start_ns + 2000,
+                    done_ns: start_ns + 9000,
+                    device: "sda".into(),
+                    op: IoOp::Read,
+                    flags: 0,
+                    bytes: 4096,
+                    sector: 8,
+                    error: 0,
+                    stack: None,
+                },
             ],
             switches: None,
         }],
     });
-    rec.counters.push(CounterRecord { name: "CPU usage".into(), category: "CPU".into(), description: String::new(), pid: 0, time_ns: vec![start_ns + 1000, start_ns + 2000], count: vec![1.0, 2.0] });
+    rec.counters.push(CounterRecord {
+        name: "CPU usage".into(),
+        category: "CPU".into(),
+        description: String::new(),
+        pid: 0,
+        time_ns: vec![start_ns + 1000, start_ns + 2000],
+        count: vec![1.0, 2.0],
+    });
     rec
 }
 
@@ -54,7 +107,11 @@ pub(crate) fn fixture_recording() -> Recording {
     use crate::model::symbols::{AddrInfo, FuncAtAddr};
     let start_ns = 3_000_000_000;
     let mut rec = sample_recording(start_ns);
-    rec.libs.push(LibRecord { path: "[kernel.kallsyms]".into(), name: "kernel".into(), build_id: None });
+    rec.libs.push(LibRecord {
+        path: "[kernel.kallsyms]".into(),
+        name: "kernel".into(),
+        build_id: None,
+    });
     rec.frames.push(FrameRecord {
         lib: 1,
         address: 0xffff_0000,
@@ -64,13 +121,29 @@ pub(crate) fn fixture_recording() -> Recording {
             symbol_offset: 0x10,
             symbol_size: Some(64),
             funcs: vec![
-                FuncAtAddr { name: "outer".into(), file: Some("a.c".into()), line: Some(12), start_line: None },
-                FuncAtAddr { name: "inlined".into(), file: None, line: None, start_line: None },
+                FuncAtAddr {
+                    name: "outer".into(),
+                    file: Some("a.c".into()),
+                    line: Some(12),
+                    start_line: None,
+                },
+                FuncAtAddr {
+                    name: "inlined".into(),
+                    file: None,
+                    line: None,
+                    start_line: None,
+                },
             ],
         },
         pseudo: false,
     });
-    rec.frames.push(FrameRecord { lib: NO_LIB, address: 0, kernel: false, symbols: Default::default(), pseudo: true });
+    rec.frames.push(FrameRecord {
+        lib: NO_LIB,
+        address: 0,
+        kernel: false,
+        symbols: Default::default(),
+        pseudo: true,
+    });
     let c = rec.stacks.child(NO_PARENT, 2);
     let d = rec.stacks.child(c, 3);
     let p = &mut rec.processes[0];
@@ -87,7 +160,12 @@ pub(crate) fn fixture_recording() -> Recording {
         end_ns: start_ns + 30_000_000,
         reason: OffCpuReason::Blocked,
         run_delay_ns: None,
-        waker: Some(Waker { pid: 9, tid: 10, name: "w".into(), interrupt: None }),
+        waker: Some(Waker {
+            pid: 9,
+            tid: 10,
+            name: "w".into(),
+            interrupt: None,
+        }),
         cpus: (2, 3),
         waker_stack: None,
     });
@@ -105,12 +183,27 @@ pub(crate) fn fixture_recording() -> Recording {
             end_ns: s + 500_000,
             reason,
             run_delay_ns: Some(7_000),
-            waker: Some(Waker { pid: 0, tid: 0, name: "swapper".into(), interrupt: Some(kind) }),
+            waker: Some(Waker {
+                pid: 0,
+                tid: 0,
+                name: "swapper".into(),
+                interrupt: Some(kind),
+            }),
             cpus: (1, 1),
             waker_stack: Some(d),
         });
     }
-    for (i, op) in [IoOp::Write, IoOp::Flush, IoOp::Discard, IoOp::SecureErase, IoOp::WriteZeroes, IoOp::Other(17)].into_iter().enumerate() {
+    for (i, op) in [
+        IoOp::Write,
+        IoOp::Flush,
+        IoOp::Discard,
+        IoOp::SecureErase,
+        IoOp::WriteZeroes,
+        IoOp::Other(17),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let s = start_ns + 50_000_000 + i as u64 * 1_000_000;
         t.markers.push(MarkerRecord::Io {
             start_ns: s,
@@ -130,7 +223,12 @@ pub(crate) fn fixture_recording() -> Recording {
         name: "worker".into(),
         start_ns: None,
         end_ns: None,
-        samples: ThreadSamples { time_ns: vec![start_ns + 1_000, start_ns + 3_000], stack: vec![d, c], cpu_delta_ns: vec![0, 7_000], cpu: vec![3, 1] },
+        samples: ThreadSamples {
+            time_ns: vec![start_ns + 1_000, start_ns + 3_000],
+            stack: vec![d, c],
+            cpu_delta_ns: vec![0, 7_000],
+            cpu: vec![3, 1],
+        },
         off_cpu: OffCpuSamples::default(),
         markers: Vec::new(),
         switches: None,
@@ -149,12 +247,43 @@ pub(crate) fn fixture_recording() -> Recording {
     rec.cpu_tracks.push((
         0,
         vec![
-            MarkerRecord::OnCpu { start_ns: start_ns + 1_000, end_ns: start_ns + 9_000, pid: 7, tid: 7, name: "x (x, 7)".into(), kind: SliceKind::User },
-            MarkerRecord::OnCpu { start_ns: start_ns + 10_000, end_ns: start_ns + 19_000, pid: 0, tid: 0, name: "swapper".into(), kind: SliceKind::Idle },
+            MarkerRecord::OnCpu {
+                start_ns: start_ns + 1_000,
+                end_ns: start_ns + 9_000,
+                pid: 7,
+                tid: 7,
+                name: "x (x, 7)".into(),
+                kind: SliceKind::User,
+            },
+            MarkerRecord::OnCpu {
+                start_ns: start_ns + 10_000,
+                end_ns: start_ns + 19_000,
+                pid: 0,
+                tid: 0,
+                name: "swapper".into(),
+                kind: SliceKind::Idle,
+            },
         ],
     ));
-    rec.cpu_tracks.push((3, vec![MarkerRecord::OnCpu { start_ns: start_ns + 4_000, end_ns: start_ns + 5_000, pid: 2, tid: 2, name: "kthreadd".into(), kind: SliceKind::Kernel }]));
-    rec.counters.push(CounterRecord { name: "Memory".into(), category: "Memory".into(), description: "RSS, bytes".into(), pid: 7, time_ns: vec![start_ns + 5_000], count: vec![-4096.5] });
+    rec.cpu_tracks.push((
+        3,
+        vec![MarkerRecord::OnCpu {
+            start_ns: start_ns + 4_000,
+            end_ns: start_ns + 5_000,
+            pid: 2,
+            tid: 2,
+            name: "kthreadd".into(),
+            kind: SliceKind::Kernel,
+        }],
+    ));
+    rec.counters.push(CounterRecord {
+        name: "Memory".into(),
+        category: "Memory".into(),
+        description: "RSS, bytes".into(),
+        pid: 7,
+        time_ns: vec![start_ns + 5_000],
+        count: vec![-4096.5],
+    });
     rec.stats = RecordingStats {
         samples: 1,
         samples_kept: 2,
@@ -179,7 +308,16 @@ pub(crate) fn fixture_recording() -> Recording {
         processes_without_data: 19,
         python_frames_unnamed: 0,
         python_codes_replaced: 0,
-        unwind: UnwindStats { unwinds: 20, reached_root: 21, copy_exhausted: 22, copy_exhausted_in_profiler: 23, no_unwind_info: 24, bad_return_address: 25, unwind_ns: 26, unwinds_here: 0 },
+        unwind: UnwindStats {
+            unwinds: 20,
+            reached_root: 21,
+            copy_exhausted: 22,
+            copy_exhausted_in_profiler: 23,
+            no_unwind_info: 24,
+            bad_return_address: 25,
+            unwind_ns: 26,
+            unwinds_here: 0,
+        },
     };
     rec.warnings = vec!["a warning".into()];
     rec.notes = vec!["a note".into(), "another".into()];
@@ -189,7 +327,10 @@ pub(crate) fn fixture_recording() -> Recording {
 
 /// The window the fixture holds.
 pub(crate) fn fixture_span() -> WindowSpan {
-    WindowSpan { start_ms: 1.7e12, end_ms: 1.7e12 + 10_000.0 }
+    WindowSpan {
+        start_ms: 1.7e12,
+        end_ms: 1.7e12 + 10_000.0,
+    }
 }
 
 /// Check that the store's own types encode a recording without short
@@ -210,16 +351,41 @@ fn stored_types_encode_as_version_2_did() {
     assert_eq!(new[8..10], 4u16.to_le_bytes(), "version");
     assert_eq!(old[8..10], 2u16.to_le_bytes(), "the fixture's version");
     let raw = |b: &[u8], h: &SegmentHeader| zstd::bulk::decompress(b, h.raw_len as usize).unwrap();
-    let (new_raw, old_raw) = (raw(&new[new_at..], &new_header), raw(&old[at..], &old_header));
+    let (new_raw, old_raw) = (
+        raw(&new[new_at..], &new_header),
+        raw(&old[at..], &old_header),
+    );
     assert_eq!(new_raw[..old_raw.len()], old_raw[..], "payload");
-    assert_eq!(new_raw[old_raw.len()..], [0u8], "the additions: no start lines");
-    assert_eq!((new_header.raw_len, new_header.samples, new_header.lost), (old_header.raw_len + 1, old_header.samples, old_header.lost));
+    assert_eq!(
+        new_raw[old_raw.len()..],
+        [0u8],
+        "the additions: no start lines"
+    );
+    assert_eq!(
+        (new_header.raw_len, new_header.samples, new_header.lost),
+        (old_header.raw_len + 1, old_header.samples, old_header.lost)
+    );
     assert_eq!(new_header.windows, old_header.windows);
 }
 
 /// Field by field (a recording has no `PartialEq`: its stack tree's index).
 pub(crate) fn assert_same(a: &Recording, b: &Recording) {
-    assert_eq!((a.start_ns, a.start_wall_ms, a.end_ns, a.interval_ms, a.off_cpu), (b.start_ns, b.start_wall_ms, b.end_ns, b.interval_ms, b.off_cpu));
+    assert_eq!(
+        (
+            a.start_ns,
+            a.start_wall_ms,
+            a.end_ns,
+            a.interval_ms,
+            a.off_cpu
+        ),
+        (
+            b.start_ns,
+            b.start_wall_ms,
+            b.end_ns,
+            b.interval_ms,
+            b.off_cpu
+        )
+    );
     assert_eq!(a.processes, b.processes);
     assert_eq!(a.libs, b.libs);
     assert_eq!(a.frames, b.frames);
@@ -231,7 +397,10 @@ pub(crate) fn assert_same(a: &Recording, b: &Recording) {
 }
 
 fn fixture_bytes() -> Vec<u8> {
-    std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/segment-v2.seg")).unwrap()
+    std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/segment-v2.seg"),
+    )
+    .unwrap()
 }
 
 /// Check that the VERSION 2 segment committed as a fixture (written by
@@ -241,7 +410,10 @@ fn fixture_bytes() -> Vec<u8> {
 fn version_2_fixture_still_decodes() {
     let (header, rec) = decode(&fixture_bytes()).unwrap();
     assert_eq!(header.windows, vec![fixture_span()]);
-    assert_eq!((header.level, header.samples, header.processes, header.lost), (0, 5, 2, 3 + 6 + 7 + 12 + 13 + 17));
+    assert_eq!(
+        (header.level, header.samples, header.processes, header.lost),
+        (0, 5, 2, 3 + 6 + 7 + 12 + 13 + 17)
+    );
     assert_same(&rec, &fixture_recording());
 }
 
@@ -261,13 +433,19 @@ fn unknown_version_is_refused_by_version() {
 #[test]
 fn start_lines_round_trip() {
     let mut rec = fixture_recording();
-    let named = rec.frames.iter().position(|f| !f.symbols.funcs.is_empty()).expect("a named frame");
+    let named = rec
+        .frames
+        .iter()
+        .position(|f| !f.symbols.funcs.is_empty())
+        .expect("a named frame");
     rec.frames[named].symbols.funcs[0].start_line = Some(41);
     let (_, bytes) = encode(rec.clone(), vec![fixture_span()], 0, 3).unwrap();
     let (_, back) = decode(&bytes).unwrap();
     assert_eq!(back.frames[named].symbols.funcs[0].start_line, Some(41));
     assert_same(&back, &rec);
-    let mut bad = crate::store::format::StoredAdditions { start_lines: vec![(rec.frames.len() as u32, 0, 1)] };
+    let mut bad = crate::store::format::StoredAdditions {
+        start_lines: vec![(rec.frames.len() as u32, 0, 1)],
+    };
     assert!(!bad.clone().apply(&mut rec));
     bad.start_lines = vec![(0, 99, 1)];
     assert!(!bad.apply(&mut rec));
@@ -279,9 +457,25 @@ fn start_lines_round_trip() {
 fn short_waits_round_trip() {
     let mut rec = fixture_recording();
     let markers = &mut rec.processes[0].threads[0].markers;
-    for (i, waker) in [ShortWaker::Nobody, ShortWaker::Unseen, ShortWaker::Task { pid: 9, tid: 10 }, ShortWaker::Interrupt, ShortWaker::Several].into_iter().enumerate() {
+    for (i, waker) in [
+        ShortWaker::Nobody,
+        ShortWaker::Unseen,
+        ShortWaker::Task { pid: 9, tid: 10 },
+        ShortWaker::Interrupt,
+        ShortWaker::Several,
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let start = 3_060_000_000 + i as u64 * 1_000_000;
-        markers.push(MarkerRecord::ShortWaits { start_ns: start, end_ns: start + 900_000, count: 40 + i as u32, off_cpu_ns: 300_000, waited_ns: 120_000, waker });
+        markers.push(MarkerRecord::ShortWaits {
+            start_ns: start,
+            end_ns: start + 900_000,
+            count: 40 + i as u32,
+            off_cpu_ns: 300_000,
+            waited_ns: 120_000,
+            waker,
+        });
     }
     let (_, bytes) = encode(rec.clone(), vec![fixture_span()], 0, 3).unwrap();
     let (_, back) = decode(&bytes).unwrap();
@@ -296,13 +490,26 @@ fn short_waits_round_trip() {
 fn times_round_to_microseconds_and_sums_hold() {
     let mut rec = sample_recording(5_000_000_000);
     let t = &mut rec.processes[0].threads[0];
-    t.samples.time_ns = (0..1000).map(|i| 5_000_000_000 + i * 52_631_579 + (i * 7919) % 1000).collect();
-    t.samples.cpu_delta_ns = (0..1000).map(|i| 52_000_000 + (i * 104_729) % 999).collect();
+    t.samples.time_ns = (0..1000)
+        .map(|i| 5_000_000_000 + i * 52_631_579 + (i * 7919) % 1000)
+        .collect();
+    t.samples.cpu_delta_ns = (0..1000)
+        .map(|i| 52_000_000 + (i * 104_729) % 999)
+        .collect();
     t.samples.stack = vec![0; 1000];
     t.samples.cpu = vec![1; 1000];
     let want_sum: u64 = t.samples.cpu_delta_ns.iter().sum();
     let want_times = t.samples.time_ns.clone();
-    let (_, bytes) = encode(rec, vec![WindowSpan { start_ms: 0.0, end_ms: 1.0 }], 0, 3).unwrap();
+    let (_, bytes) = encode(
+        rec,
+        vec![WindowSpan {
+            start_ms: 0.0,
+            end_ms: 1.0,
+        }],
+        0,
+        3,
+    )
+    .unwrap();
     let (_, back) = decode(&bytes).unwrap();
     let t = &back.processes[0].threads[0];
     let sum: u64 = t.samples.cpu_delta_ns.iter().sum();
@@ -316,7 +523,10 @@ fn times_round_to_microseconds_and_sums_hold() {
 #[test]
 fn round_trips() {
     let rec = sample_recording(5_000_000_000);
-    let span = WindowSpan { start_ms: 1.7e12, end_ms: 1.7e12 + 10_000.0 };
+    let span = WindowSpan {
+        start_ms: 1.7e12,
+        end_ms: 1.7e12 + 10_000.0,
+    };
     let (h, bytes) = encode(rec.clone(), vec![span], 0, 3).unwrap();
     let (h2, back) = decode(&bytes).unwrap();
     assert_eq!(h, h2);
@@ -325,7 +535,11 @@ fn round_trips() {
     assert_eq!(back.counters, rec.counters);
     assert_eq!(back.frames, rec.frames);
     assert_eq!(back.stacks.columns(), rec.stacks.columns());
-    let (h3, at) = decode_header(&bytes[..header_read_len(&bytes[..20]).unwrap()], bytes.len() as u64).unwrap();
+    let (h3, at) = decode_header(
+        &bytes[..header_read_len(&bytes[..20]).unwrap()],
+        bytes.len() as u64,
+    )
+    .unwrap();
     assert_eq!(h3, h);
     assert!(at < bytes.len());
 }
@@ -334,14 +548,26 @@ fn round_trips() {
 /// error, never a panic or a wrong recording.
 #[test]
 fn damage_is_an_error() {
-    let (_, bytes) = encode(sample_recording(1), vec![WindowSpan { start_ms: 0.0, end_ms: 1.0 }], 0, 3).unwrap();
+    let (_, bytes) = encode(
+        sample_recording(1),
+        vec![WindowSpan {
+            start_ms: 0.0,
+            end_ms: 1.0,
+        }],
+        0,
+        3,
+    )
+    .unwrap();
     for i in 0..bytes.len() {
         let mut d = bytes.clone();
         d[i] ^= 0x5a;
         assert!(decode(&d).is_err(), "byte {i} flipped went unnoticed");
     }
     for n in 0..bytes.len() {
-        assert!(decode(&bytes[..n]).is_err(), "truncated to {n} went unnoticed");
+        assert!(
+            decode(&bytes[..n]).is_err(),
+            "truncated to {n} went unnoticed"
+        );
     }
 }
 
@@ -351,7 +577,16 @@ fn damage_is_an_error() {
 fn inconsistent_payload_is_refused() {
     let mut rec = sample_recording(1);
     rec.processes[0].threads[0].samples.stack[1] = 99;
-    let (_, bytes) = encode(rec, vec![WindowSpan { start_ms: 0.0, end_ms: 1.0 }], 0, 3).unwrap();
+    let (_, bytes) = encode(
+        rec,
+        vec![WindowSpan {
+            start_ms: 0.0,
+            end_ms: 1.0,
+        }],
+        0,
+        3,
+    )
+    .unwrap();
     let e = decode(&bytes).unwrap_err().to_string();
     assert!(e.contains("stack that does not exist"), "{e}");
 }

@@ -8,7 +8,10 @@
 
 use super::{KernelTables, SYSTEM_UID};
 use crate::binaries::BinaryIndex;
-use crate::bpf::abi::{PythonProcess, UnwindMapping, UnwindProcess, UNWIND_MAX_MAPPINGS, UNWIND_PROCESS_CUT, UNWIND_REFUSED_WORDS, UNWIND_TABLE_USERSPACE};
+use crate::bpf::abi::{
+    PythonProcess, UnwindMapping, UnwindProcess, UNWIND_MAX_MAPPINGS, UNWIND_PROCESS_CUT,
+    UNWIND_REFUSED_WORDS, UNWIND_TABLE_USERSPACE,
+};
 
 /// A process with an entry: whose it is, and when it was last sampled.
 #[derive(Debug, Clone, Copy)]
@@ -62,24 +65,32 @@ impl KernelTables {
         }
         // Processes that just started map libraries for a while after their
         // entry is first written: their hand-overs wake us for 100 ms.
-        let wake_until_ms = (crate::sys::clock::monotonic_ns() / 1_000_000 + NEW_PROCESS_WAKE_MS) as u32;
-        let mut entry =
-            UnwindProcess {
-                count: mappings.len() as u32,
-                wake_until_ms,
-                flags,
-                _pad: 0,
-                java_interp_start: java_interpreter.map_or(0, |r| r.0),
-                java_interp_end: java_interpreter.map_or(0, |r| r.1),
-                m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS],
-            };
-        for (slot, &(start, end, bias, binary, userspace, bias_known)) in entry.m.iter_mut().zip(mappings.iter()) {
+        let wake_until_ms =
+            (crate::sys::clock::monotonic_ns() / 1_000_000 + NEW_PROCESS_WAKE_MS) as u32;
+        let mut entry = UnwindProcess {
+            count: mappings.len() as u32,
+            wake_until_ms,
+            flags,
+            _pad: 0,
+            java_interp_start: java_interpreter.map_or(0, |r| r.0),
+            java_interp_end: java_interpreter.map_or(0, |r| r.1),
+            m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS],
+        };
+        for (slot, &(start, end, bias, binary, userspace, bias_known)) in
+            entry.m.iter_mut().zip(mappings.iter())
+        {
             let (table_start, table_len) = match (userspace, bias_known) {
                 (true, _) => (UNWIND_TABLE_USERSPACE, 0),
                 (false, false) => (0, 0),
                 (false, true) => self.table_of(binary),
             };
-            *slot = UnwindMapping { start, end, bias, table_start, table_len };
+            *slot = UnwindMapping {
+                start,
+                end,
+                bias,
+                table_start,
+                table_len,
+            };
         }
         self.stats.process_writes += 1;
         // The map full all the same (the count is ours, the map the
@@ -112,10 +123,18 @@ impl KernelTables {
             let victim_uid = self
                 .uid_entries
                 .iter()
-                .filter(|&(&u, &n)| u != SYSTEM_UID && u != uid && n > 0 && (uid == SYSTEM_UID || n > held + 1))
+                .filter(|&(&u, &n)| {
+                    u != SYSTEM_UID && u != uid && n > 0 && (uid == SYSTEM_UID || n > held + 1)
+                })
                 .max_by_key(|&(&u, &n)| (n, u))
                 .map(|(&u, _)| u);
-            let victim = victim_uid.and_then(|v| self.entries.iter().filter(|(_, e)| e.uid == v).min_by_key(|&(&p, e)| (e.last_sampled, p)).map(|(&p, _)| p));
+            let victim = victim_uid.and_then(|v| {
+                self.entries
+                    .iter()
+                    .filter(|(_, e)| e.uid == v)
+                    .min_by_key(|&(&p, e)| (e.last_sampled, p))
+                    .map(|(&p, _)| p)
+            });
             let Some(victim) = victim else {
                 self.refuse(pid, uid);
                 return false;
@@ -125,7 +144,13 @@ impl KernelTables {
             self.stats.process_evictions += 1;
             self.refuse(victim, victim_uid);
         }
-        self.entries.insert(pid, Entry { uid, last_sampled: self.sample_clock });
+        self.entries.insert(
+            pid,
+            Entry {
+                uid,
+                last_sampled: self.sample_clock,
+            },
+        );
         *self.uid_entries.entry(uid).or_default() += 1;
         true
     }

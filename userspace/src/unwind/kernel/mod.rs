@@ -47,8 +47,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::binaries::{Binary, BinaryIndex};
 use crate::bpf::abi::UNWIND_ENDS;
-use entries::Entry;
 pub(in crate::unwind) use entries::process_uid;
+use entries::Entry;
 pub(in crate::unwind) use rows::jit_table_index;
 use rows::{compile_table, table_max_rows, Compiled, TableError, TableRequest, TableState};
 
@@ -108,9 +108,23 @@ pub struct KernelTableStats {
 impl KernelTableStats {
     /// One line for `record -v`: the tables and how the walks ended.
     pub fn line(&self) -> String {
-        const NAMES: [&str; UNWIND_ENDS] =
-            ["root", "no_process", "pending", "bad_address", "unsupported", "read_failed", "no_info", "max_frames", "userspace", "refused"];
-        let ends: Vec<String> = NAMES.iter().zip(self.ends).map(|(n, c)| format!("{n}={c}")).collect();
+        const NAMES: [&str; UNWIND_ENDS] = [
+            "root",
+            "no_process",
+            "pending",
+            "bad_address",
+            "unsupported",
+            "read_failed",
+            "no_info",
+            "max_frames",
+            "userspace",
+            "refused",
+        ];
+        let ends: Vec<String> = NAMES
+            .iter()
+            .zip(self.ends)
+            .map(|(n, c)| format!("{n}={c}"))
+            .collect();
         format!(
             "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak) compile_ms={:.1} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} python_write_failures={} jit_methods={} walks: {} recovered_from_switch={}",
             self.tables,
@@ -146,7 +160,11 @@ pub struct UidRefusals {
 
 /// The refusals per uid as one line's part: `uid 65534: 14452 processes, 2 tables`.
 pub fn refusals_text(refusals: &[(u32, UidRefusals)]) -> String {
-    refusals.iter().map(|(uid, r)| format!("uid {uid}: {} processes, {} tables", r.entries, r.tables)).collect::<Vec<_>>().join("; ")
+    refusals
+        .iter()
+        .map(|(uid, r)| format!("uid {uid}: {} processes, {} tables", r.entries, r.tables))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The in-kernel unwinder's userspace half.
@@ -190,11 +208,16 @@ pub struct KernelTables {
 /// can map root's files, but only root can put them in root's directories).
 pub fn table_owner(bin: &Binary) -> u32 {
     use std::os::unix::fs::MetadataExt;
-    let Some(meta) = bin.file.as_ref().and_then(|f| f.metadata().ok()) else { return u32::MAX };
+    let Some(meta) = bin.file.as_ref().and_then(|f| f.metadata().ok()) else {
+        return u32::MAX;
+    };
     if meta.uid() != SYSTEM_UID {
         return meta.uid();
     }
-    match std::path::Path::new(&bin.path).parent().and_then(|d| std::fs::metadata(d).ok()) {
+    match std::path::Path::new(&bin.path)
+        .parent()
+        .and_then(|d| std::fs::metadata(d).ok())
+    {
         Some(d) if d.uid() != SYSTEM_UID => d.uid(),
         _ => SYSTEM_UID,
     }
@@ -216,19 +239,37 @@ impl KernelTables {
         let mut spawned = Err(std::io::Error::other("no worker"));
         for i in 0..workers.max(1) {
             let (requests, results) = (requests.clone(), results.clone());
-            let worker = std::thread::Builder::new().name(format!("sysprof-tables{i}")).spawn(move || loop {
-                let next = requests.lock().map_err(|_| ()).and_then(|r| r.recv().map_err(|_| ()));
-                let Ok((binary, serial, file, path)) = next else { break };
-                let started = std::time::Instant::now();
-                // A file that makes the compiler panic must not leave its
-                // table pending for ever (every sample would hand over).
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_table(&file, max_rows)))
+            let worker = std::thread::Builder::new()
+                .name(format!("sysprof-tables{i}"))
+                .spawn(move || loop {
+                    let next = requests
+                        .lock()
+                        .map_err(|_| ())
+                        .and_then(|r| r.recv().map_err(|_| ()));
+                    let Ok((binary, serial, file, path)) = next else {
+                        break;
+                    };
+                    let started = std::time::Instant::now();
+                    // A file that makes the compiler panic must not leave its
+                    // table pending for ever (every sample would hand over).
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        compile_table(&file, max_rows)
+                    }))
                     .unwrap_or(Err(TableError::Panicked));
-                let ns = started.elapsed().as_nanos() as u64;
-                if results.send(Compiled { binary, path, serial, result, ns }).is_err() {
-                    break;
-                }
-            });
+                    let ns = started.elapsed().as_nanos() as u64;
+                    if results
+                        .send(Compiled {
+                            binary,
+                            path,
+                            serial,
+                            result,
+                            ns,
+                        })
+                        .is_err()
+                    {
+                        break;
+                    }
+                });
             spawned = spawned.or(worker.map(|_| ()));
         }
         let mut free = BTreeMap::new();
@@ -241,7 +282,10 @@ impl KernelTables {
             to_worker: spawned.is_ok().then_some(to_worker),
             from_worker,
             dirty: FxHashSet::default(),
-            stats: KernelTableStats { rows_capacity: capacity as u64, ..Default::default() },
+            stats: KernelTableStats {
+                rows_capacity: capacity as u64,
+                ..Default::default()
+            },
             failures: Vec::new(),
             owners: FxHashMap::default(),
             owner_rows: FxHashMap::default(),
@@ -289,7 +333,10 @@ impl KernelTables {
             if r.tables > before.tables {
                 parts.push(format!("{} of its tables got no room in --unwind-table-mb or were evicted for another user's", r.tables - before.tables));
             }
-            out.push(format!("uid {uid}: {}; those stacks were unwound from stack copies", parts.join(", and ")));
+            out.push(format!(
+                "uid {uid}: {}; those stacks were unwound from stack copies",
+                parts.join(", and ")
+            ));
             self.refusals_warned.insert(uid, r);
         }
         out

@@ -76,9 +76,23 @@ pub(super) fn compile_table(file: &std::fs::File, max_rows: usize) -> Result<Vec
     let elf = ElfReader::new(file, ElfLimits::default());
     let cfi = |name| elf.cfi(name).map_err(|e| TableError::Elf(e.to_string()));
     let table = if let Some(eh) = cfi(".eh_frame")?.filter(|c| c.fdes > 0) {
-        compile(&CfiSection { bytes: &eh.bytes, addr: eh.info.addr, is_eh_frame: true }, max_rows)?
+        compile(
+            &CfiSection {
+                bytes: &eh.bytes,
+                addr: eh.info.addr,
+                is_eh_frame: true,
+            },
+            max_rows,
+        )?
     } else if let Some(df) = cfi(".debug_frame")?.filter(|c| c.fdes > 0) {
-        compile(&CfiSection { bytes: &df.bytes, addr: 0, is_eh_frame: false }, max_rows)?
+        compile(
+            &CfiSection {
+                bytes: &df.bytes,
+                addr: 0,
+                is_eh_frame: false,
+            },
+            max_rows,
+        )?
     } else {
         // No FDEs (a file of zeros claims none either): frame pointers.
         return Ok(Vec::new());
@@ -94,7 +108,13 @@ impl KernelTables {
     /// from its next sample; a large one goes to the worker. The size is the
     /// section header's claim, used only to choose where: what is read is
     /// bounded either way.
-    pub(in crate::unwind) fn want(&mut self, binary: BinaryIndex, path: &str, owner: u32, file: Option<&std::fs::File>) {
+    pub(in crate::unwind) fn want(
+        &mut self,
+        binary: BinaryIndex,
+        path: &str,
+        owner: u32,
+        file: Option<&std::fs::File>,
+    ) {
         if self.tables.contains_key(&binary) {
             return;
         }
@@ -127,7 +147,13 @@ impl KernelTables {
             let result = compile_table(file, table_max_rows(self.stats.rows_capacity as usize));
             self.serial += 1;
             self.tables.insert(binary, TableState::Pending(self.serial));
-            self.place(Compiled { binary, path: path.to_string(), serial: self.serial, result, ns: started.elapsed().as_nanos() as u64 });
+            self.place(Compiled {
+                binary,
+                path: path.to_string(),
+                serial: self.serial,
+                result,
+                ns: started.elapsed().as_nanos() as u64,
+            });
             return;
         }
         let state = match (&self.to_worker, file.try_clone()) {
@@ -158,11 +184,20 @@ impl KernelTables {
 
     /// Wait (at most until `deadline`) for every table asked for to be
     /// compiled and placed; returns the binaries now ready.
-    pub(in crate::unwind) fn wait_pending(&mut self, deadline: std::time::Instant) -> Vec<BinaryIndex> {
+    pub(in crate::unwind) fn wait_pending(
+        &mut self,
+        deadline: std::time::Instant,
+    ) -> Vec<BinaryIndex> {
         let mut ready = self.receive();
         ready.append(&mut self.evicted);
-        while self.tables.values().any(|t| matches!(t, TableState::Pending(_))) {
-            let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else { break };
+        while self
+            .tables
+            .values()
+            .any(|t| matches!(t, TableState::Pending(_)))
+        {
+            let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else {
+                break;
+            };
             match self.from_worker.recv_timeout(left) {
                 Ok(c) => {
                     let binary = c.binary;
@@ -180,7 +215,8 @@ impl KernelTables {
     /// it was forgotten (or replaced) since it was asked for.
     fn place(&mut self, c: Compiled) -> bool {
         {
-            if !matches!(self.tables.get(&c.binary), Some(TableState::Pending(s)) if *s == c.serial) {
+            if !matches!(self.tables.get(&c.binary), Some(TableState::Pending(s)) if *s == c.serial)
+            {
                 return false;
             }
             self.stats.compile_ns += c.ns;
@@ -188,7 +224,8 @@ impl KernelTables {
             let len = c.result.as_ref().map(|r| r.len() as u64).unwrap_or(0);
             // A user other than the system may hold half the rows: the
             // rest stays for the system's and other users' binaries.
-            let over_share = owner != SYSTEM_UID && self.rows_of(owner) + len > self.stats.rows_capacity / 2;
+            let over_share =
+                owner != SYSTEM_UID && self.rows_of(owner) + len > self.stats.rows_capacity / 2;
             let state = match c.result {
                 Ok(rows) if !rows.is_empty() && over_share => {
                     self.stats.over_budget += 1;
@@ -203,11 +240,17 @@ impl KernelTables {
                     }
                     TableState::Userspace
                 }
-                Ok(rows) if !rows.is_empty() => match self.allocate(rows.len() as u32).or_else(|| self.evict_for(owner, rows.len() as u32)) {
+                Ok(rows) if !rows.is_empty() => match self
+                    .allocate(rows.len() as u32)
+                    .or_else(|| self.evict_for(owner, rows.len() as u32))
+                {
                     Some(start) if self.maps.rows.write(start as usize, &rows).is_err() => {
                         self.release(start, rows.len() as u32);
                         if self.failures.len() < 100 {
-                            self.failures.push(format!("{}: cannot write its table into the kernel's array", c.path));
+                            self.failures.push(format!(
+                                "{}: cannot write its table into the kernel's array",
+                                c.path
+                            ));
                         }
                         TableState::Userspace
                     }
@@ -216,7 +259,10 @@ impl KernelTables {
                         *self.owner_rows.entry(owner).or_default() += rows.len() as u64;
                         self.stats.rows_in_use += rows.len() as u64;
                         self.stats.rows_peak = self.stats.rows_peak.max(self.stats.rows_in_use);
-                        TableState::Ready { start, len: rows.len() as u32 }
+                        TableState::Ready {
+                            start,
+                            len: rows.len() as u32,
+                        }
                     }
                     None => {
                         self.stats.over_budget += 1;
@@ -236,8 +282,13 @@ impl KernelTables {
                     // Too large for a table: its CFI is fine, userspace walks it.
                     let too_large = matches!(e, TableError::Cfi(CfiError::TooManyRows { .. }));
                     if self.failures.len() < 100 {
-                        let how = if too_large { "unwound from stack copies" } else { "walked by frame pointer" };
-                        self.failures.push(format!("{}: {e}; its frames are {how}", c.path));
+                        let how = if too_large {
+                            "unwound from stack copies"
+                        } else {
+                            "walked by frame pointer"
+                        };
+                        self.failures
+                            .push(format!("{}: {e}; its frames are {how}", c.path));
                     }
                     if too_large {
                         self.refusals.entry(owner).or_default().tables += 1;
@@ -269,14 +320,21 @@ impl KernelTables {
             let victim = self
                 .owner_rows
                 .iter()
-                .filter(|&(&o, &rows)| o != SYSTEM_UID && o != owner && rows > 0 && (owner == SYSTEM_UID || rows > after))
+                .filter(|&(&o, &rows)| {
+                    o != SYSTEM_UID
+                        && o != owner
+                        && rows > 0
+                        && (owner == SYSTEM_UID || rows > after)
+                })
                 .max_by_key(|&(&o, &rows)| (rows, o))
                 .map(|(&o, _)| o)?;
             let (binary, start, table_len) = self
                 .tables
                 .iter()
                 .filter_map(|(b, t)| match t {
-                    TableState::Ready { start, len } if self.owners.get(b) == Some(&victim) => Some((*b, *start, *len)),
+                    TableState::Ready { start, len } if self.owners.get(b) == Some(&victim) => {
+                        Some((*b, *start, *len))
+                    }
                     _ => None,
                 })
                 .max_by_key(|&(b, _, len)| (len, b))?;
@@ -323,13 +381,24 @@ impl KernelTables {
     /// Put `rows` (JIT code's, made here: [`crate::unwind::jvm`]) in as
     /// `pid`'s JIT table, charged to `owner` like a file's, in place of the
     /// one it had; empty rows just free it.
-    pub(in crate::unwind) fn put_jit_table(&mut self, pid: u32, owner: u32, rows: Vec<crate::unwind::tables::Row>) {
+    pub(in crate::unwind) fn put_jit_table(
+        &mut self,
+        pid: u32,
+        owner: u32,
+        rows: Vec<crate::unwind::tables::Row>,
+    ) {
         let binary = jit_table_index(pid);
         self.forget(binary);
         self.owners.insert(binary, owner);
         self.serial += 1;
         self.tables.insert(binary, TableState::Pending(self.serial));
-        self.place(Compiled { binary, path: format!("compiled Java code of pid {pid}"), serial: self.serial, result: Ok(rows), ns: 0 });
+        self.place(Compiled {
+            binary,
+            path: format!("compiled Java code of pid {pid}"),
+            serial: self.serial,
+            result: Ok(rows),
+            ns: 0,
+        });
     }
 
     /// `binary` is gone from every process: free its rows.
