@@ -164,7 +164,7 @@ pub fn record_started(args: &[&str], out: &Path) -> std::process::Child {
                         && String::from_utf8_lossy(&said)
                             .lines()
                             .last()
-                            .is_some_and(|l| l.starts_with("sysprof: recording; attached in"))
+                            .is_some_and(|l| l.starts_with("sysprof: recording; sampling from"))
                     {
                         break true;
                     }

@@ -161,15 +161,19 @@ async fn record(
         target_pids: args.pids.clone(),
         polling: crate::capture::Polling::RECORD,
     };
-    let attaching = Instant::now();
+    let attaching_ns = crate::sys::clock::monotonic_ns();
     let mut session = CaptureSession::start(&capture, &mut collector)?;
-    let started = Instant::now();
+    let started_ns = crate::sys::clock::monotonic_ns();
+    // The range began when sampling did, before the tracer was attached.
+    let sampling_for = Duration::from_nanos(started_ns.saturating_sub(session.start_ns));
+    let session_start_ns = session.start_ns;
     if args.verbose {
         // From here on everything is seen: scripts (and the tests) that
         // start a workload beside `record -a` wait for this line.
         eprintln!(
-            "sysprof: recording; attached in {} ms",
-            started.duration_since(attaching).as_millis()
+            "sysprof: recording; sampling from {} ms, everything attached in {} ms",
+            session.start_ns.saturating_sub(attaching_ns) / 1_000_000,
+            started_ns.saturating_sub(attaching_ns) / 1_000_000
         );
     }
 
@@ -199,9 +203,10 @@ async fn record(
 
     let mut sigint = signal(SignalKind::interrupt()).map_err(RecordError::Signals)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(RecordError::Signals)?;
-    let deadline = args
-        .duration
-        .map(|d| tokio::time::Instant::now() + Duration::from_secs_f64(d));
+    // `-d` counts from the range's start.
+    let deadline = args.duration.map(|d| {
+        tokio::time::Instant::now() + Duration::from_secs_f64(d).saturating_sub(sampling_for)
+    });
     let targets = if args.all_cpus {
         Vec::new()
     } else {
@@ -264,7 +269,8 @@ async fn record(
                 |samples, lost| {
                     eprint!(
                         "\r\x1b[Ksysprof: recording {:.1} s, {samples} samples, {lost} lost",
-                        started.elapsed().as_secs_f64()
+                        (crate::sys::clock::monotonic_ns().saturating_sub(session_start_ns)) as f64
+                            / 1e9
                     );
                 },
             )

@@ -53,17 +53,6 @@ impl Records {
         self.spans.push((start, bytes.len()));
     }
 
-    fn append(&mut self, later: Records) {
-        let base = self.words.len();
-        self.words.extend(later.words);
-        self.spans.extend(
-            later
-                .spans
-                .into_iter()
-                .map(|(start, len)| (base + start, len)),
-        );
-    }
-
     /// The records, in the order read.
     pub(super) fn iter(&self) -> impl Iterator<Item = &[u8]> {
         self.spans.iter().map(|&(start, len)| {
@@ -93,13 +82,6 @@ pub(super) struct Pumped {
 impl Pumped {
     pub(super) fn is_empty(&self) -> bool {
         self.sideband.is_empty() && self.samples.is_empty() && self.events.is_empty()
-    }
-
-    /// `later` after these.
-    pub(super) fn append(&mut self, later: Pumped) {
-        self.sideband.extend(later.sideband);
-        self.samples.append(later.samples);
-        self.events.append(later.events);
     }
 
     fn bytes(&self) -> usize {
@@ -213,6 +195,8 @@ struct Shared {
     ready: tokio::sync::Notify,
     /// Written to wake the thread at once (the end).
     wake: OwnedFd,
+    /// What the thread waits on: the rings' fds and `wake`.
+    epoll: Epoll,
 }
 
 impl Shared {
@@ -256,6 +240,7 @@ impl Pump {
             done: AtomicBool::new(false),
             ready: tokio::sync::Notify::new(),
             wake,
+            epoll,
         });
         let thread = {
             let shared = shared.clone();
@@ -265,7 +250,7 @@ impl Pump {
                     crate::sys::process::raise_thread_priority(PUMP_NICE);
                     let timeout_ms = period.as_millis().clamp(1, i32::MAX as u128) as i32;
                     while !shared.done.load(Ordering::Acquire) {
-                        epoll.wait(timeout_ms);
+                        shared.epoll.wait(timeout_ms);
                         let waiting = {
                             let mut state = shared.lock();
                             let State { rings, pumped } = &mut *state;
@@ -283,6 +268,15 @@ impl Pump {
             thread: Some(thread),
             budget,
         })
+    }
+
+    /// Read the tracer's ring too, from now on (it is loaded after sampling
+    /// began).
+    pub(super) fn add_events(&self, events: RingBuf<MapData>) -> std::io::Result<()> {
+        let shared = self.shared();
+        shared.epoll.add(events.as_raw_fd())?;
+        shared.lock().rings.events = Some(events);
+        Ok(())
     }
 
     /// Completes when records are waiting (or were, since the last take).
@@ -359,17 +353,24 @@ impl Epoll {
             }
             OwnedFd::from_raw_fd(fd)
         };
+        let epoll = Epoll(ep);
         for &fd in fds {
-            let mut ev = libc::epoll_event {
-                events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-                u64: fd as u64,
-            };
-            // SAFETY: both fds are open (owned by the caller's rings and by us), ev is a local.
-            if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            epoll.add(fd)?;
         }
-        Ok(Epoll(ep))
+        Ok(epoll)
+    }
+
+    /// Wait on `fd` too (edge-triggered; allowed while another thread waits).
+    fn add(&self, fd: RawFd) -> std::io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: fd is open (owned by the caller's rings or by us), ev is a local.
+        if unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Wait for a wakeup or `timeout_ms`.

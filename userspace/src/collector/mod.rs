@@ -37,7 +37,7 @@ mod window;
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::binaries::{Binaries, BinaryIndex};
 use crate::bpf::abi::{
@@ -103,6 +103,11 @@ pub struct Collector {
     stacks: ThreadStacks,
     /// Windows finished, for what is done every few windows.
     windows_finished: u64,
+    /// When the tracer was attached (sampling starts before it), and each
+    /// thread's last sample before then: a thread the tracer first sees
+    /// off the CPU left it after its last sample, not at its creation.
+    tracing_start_ns: Option<u64>,
+    sampled_before_tracing: FxHashMap<u32, u64>,
     /// Shared stacks of processes that are gone, for the tracer to delete
     /// from the kernel's table (`take_forgotten_stacks`).
     shared_stacks_forgotten: Vec<u64>,
@@ -150,6 +155,8 @@ impl Collector {
             stacks: ThreadStacks::default(),
             windows_finished: 0,
             shared_stacks_forgotten: Vec::new(),
+            tracing_start_ns: None,
+            sampled_before_tracing: FxHashMap::default(),
             first_start_ns: None,
             recent_pids: FxHashSet::default(),
             samples_total: 0,
@@ -178,6 +185,11 @@ impl Collector {
     pub fn sampling_started(&mut self) {
         self.table
             .rebase_cpu_times(crate::sideband::proc_snapshot::thread_cpu_ns);
+    }
+
+    /// The tracer was attached at `time_ns` (sampling began before it).
+    pub fn tracing_started(&mut self, time_ns: u64) {
+        self.tracing_start_ns = Some(time_ns);
     }
 
     /// Keep `pid` (and what it starts) too: the command `record` started.
@@ -346,6 +358,10 @@ impl Collector {
     /// One cpu-clock sample. Allocation-free once the stack tree holds the stack.
     pub fn handle_sample(&mut self, s: &SampleView<'_>) {
         self.samples_total += 1;
+        if self.tracing_start_ns.is_some_and(|t| s.time_ns < t) {
+            let last = self.sampled_before_tracing.entry(s.tid).or_default();
+            *last = (*last).max(s.time_ns);
+        }
         let w = &mut self.window;
         w.stats.samples += 1;
         if s.flags & SAMPLE_FLAG_KSTACK_FAILED != 0 {
@@ -642,8 +658,16 @@ impl Collector {
             };
             Some((waker, node))
         };
+        // Off the CPU since before the tracer was attached: since its last
+        // sample, if sampling saw it run meanwhile.
+        let start_ns = match self.sampled_before_tracing.get(&e.tid) {
+            Some(&ran) if e.flags & abi::OFFCPU_START_UNSEEN != 0 && ran < e.end_ns => {
+                e.start_ns.max(ran)
+            }
+            _ => e.start_ns,
+        };
         self.window.off_cpu.push(OffCpuRecord {
-            start_ns: e.start_ns,
+            start_ns,
             end_ns: e.end_ns,
             wake_ns: e.wake_ns,
             pid: e.pid,

@@ -267,13 +267,15 @@ pub fn fetch_debuginfod(build_ids: Vec<(u32, Vec<u8>)>) -> (Vec<(u32, String)>, 
             .build_from_env()
         {
             Ok(Some(c)) => c,
-            Ok(None) => return (
-                Vec::new(),
-                vec![
+            Ok(None) => {
+                return (
+                    Vec::new(),
+                    vec![
                     "--debuginfod: DEBUGINFOD_URLS is not set; set it to your debuginfod server(s)"
                         .into(),
                 ],
-            ),
+                )
+            }
             Err(e) => return (Vec::new(), vec![format!("--debuginfod: {e:#}")]),
         };
         let client = match debuginfod::CachingClient::from_env(client) {

@@ -74,6 +74,33 @@ pub fn rss_bytes() -> (u64, u64) {
     (kb("VmRSS:"), kb("VmHWM:"))
 }
 
+/// The calling thread at nice `nice` (if allowed) until dropped, then at
+/// its nice before.
+pub struct RaisedPriority(Option<i32>);
+
+impl RaisedPriority {
+    /// Raise the calling thread's priority to nice `nice`; the guard must be
+    /// dropped on the same thread.
+    pub fn new(nice: i32) -> RaisedPriority {
+        // SAFETY: getpriority has no preconditions; errno is cleared first
+        // since -1 is a valid nice value.
+        let before = unsafe {
+            *libc::__errno_location() = 0;
+            let n = libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t);
+            (*libc::__errno_location() == 0).then_some(n)
+        };
+        RaisedPriority(before.filter(|&b| b > nice && raise_thread_priority(nice)))
+    }
+}
+
+impl Drop for RaisedPriority {
+    fn drop(&mut self) {
+        if let Some(before) = self.0 {
+            raise_thread_priority(before);
+        }
+    }
+}
+
 /// Run the calling thread at a higher scheduling priority (nice `nice`, a
 /// negative number) if allowed; without CAP_SYS_NICE it stays as it was.
 /// For short, cheap work that must not wait behind what is profiled.
