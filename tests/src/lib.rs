@@ -1236,3 +1236,99 @@ pub fn wait_with_peak_rss(
     };
     (out, peak as f64 / 1024.0)
 }
+
+/// A PostgreSQL cluster for a test (Debian's packages: `pg_lsclusters`,
+/// `pg_ctlcluster`), started if it was down and stopped again when dropped,
+/// with a scratch database pgbench initialised.
+pub struct Postgres {
+    version: String,
+    cluster: String,
+    started_here: bool,
+}
+
+/// The scratch database's name.
+const PG_DATABASE: &str = "sysprof_bench";
+
+impl Postgres {
+    /// The first cluster, running, with the database ready; None (said as a
+    /// skip, which fails in CI) without PostgreSQL.
+    pub fn start(test: &str) -> Option<Postgres> {
+        let listed = Command::new("pg_lsclusters").arg("--no-header").output();
+        let Some(line) = listed.ok().and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_string)
+        }) else {
+            skip(test, "PostgreSQL is not installed (Debian: apt-get install postgresql; `cargo xtask test` installs it)");
+            return None;
+        };
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (version, cluster, status) = (fields[0].to_string(), fields[1].to_string(), fields[3]);
+        let started_here = status != "online";
+        if started_here {
+            let ok = Command::new("pg_ctlcluster")
+                .args([&version, &cluster, "start"])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "pg_ctlcluster {version} {cluster} start failed");
+        }
+        let pg = Postgres {
+            version,
+            cluster,
+            started_here,
+        };
+        let exists = pg.as_postgres(
+            "psql",
+            &[
+                "-tAc",
+                &format!("select 1 from pg_database where datname = '{PG_DATABASE}'"),
+            ],
+        );
+        if String::from_utf8_lossy(&exists.stdout).trim() != "1" {
+            let made = pg.as_postgres("createdb", &[PG_DATABASE]);
+            assert!(
+                made.status.success(),
+                "createdb: {}",
+                String::from_utf8_lossy(&made.stderr)
+            );
+            let init = pg.as_postgres("pgbench", &["-i", "-q", "-s", "5", PG_DATABASE]);
+            assert!(
+                init.status.success(),
+                "pgbench -i: {}",
+                String::from_utf8_lossy(&init.stderr)
+            );
+        }
+        Some(pg)
+    }
+
+    fn as_postgres(&self, program: &str, args: &[&str]) -> Output {
+        Command::new("runuser")
+            .args(["-u", "postgres", "--", program])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("runuser {program}: {e}"))
+    }
+
+    /// pgbench on the scratch database with `args`, running (its output piped).
+    pub fn pgbench(&self, args: &[&str]) -> std::process::Child {
+        Command::new("runuser")
+            .args(["-u", "postgres", "--", "pgbench"])
+            .args(args)
+            .arg(PG_DATABASE)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runuser pgbench")
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if self.started_here {
+            let _ = Command::new("pg_ctlcluster")
+                .args([&self.version, &self.cluster, "stop"])
+                .status();
+        }
+    }
+}

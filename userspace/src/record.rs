@@ -147,6 +147,8 @@ async fn record(
         },
     );
     let capture = CaptureOptions {
+        // A command's range starts with it (it runs once everything is loaded).
+        sample_first: args.command.is_empty(),
         frequency: args.frequency,
         target_tgid,
         stack_copy: sampling.stack_copy(),

@@ -73,7 +73,7 @@ pub fn stats_line(rec: &Recording) -> String {
     "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} handovers_skipped={} tracepoint_runs_missed={} \
          off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
          stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
-         python_frames_unnamed={} python_codes_replaced={} \
+         python_frames_unnamed={} python_codes_replaced={} tracer_bytes={} \
          unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
         st.samples,
         st.samples_kept,
@@ -98,6 +98,7 @@ pub fn stats_line(rec: &Recording) -> String {
         st.processes_without_data,
         st.python_frames_unnamed,
         st.python_codes_replaced,
+        st.tracer_bytes,
         u.unwinds,
         u.reached_root,
         u.copy_exhausted,

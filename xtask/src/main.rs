@@ -124,7 +124,8 @@ fn ensure_toolchain() -> Result<()> {
 
 /// The programs the integration tests run (workloads built with gcc, a JIT
 /// workload in node, a JVM and its compiler, objcopy/readelf/nm for stripped
-/// binaries, python3 as a debuginfod server and a Python workload),
+/// binaries, python3 as a debuginfod server and a Python workload,
+/// PostgreSQL and its pgbench),
 /// installed with apt-get when missing.
 fn ensure_test_tools() -> Result<()> {
     let needed = [
@@ -136,6 +137,8 @@ fn ensure_test_tools() -> Result<()> {
         ("readelf", "binutils"),
         ("nm", "binutils"),
         ("go", "golang-go"),
+        // A server under load beside `record -a` (tests/tests/server.rs).
+        ("pgbench", "postgresql"),
     ];
     let mut packages: Vec<&str> = needed
         .iter()

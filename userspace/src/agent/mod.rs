@@ -108,6 +108,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         },
     );
     let capture = CaptureOptions {
+        sample_first: true,
         frequency: cfg.frequency,
         target_tgid: 0,
         stack_copy: cfg.sampling.stack_copy(),

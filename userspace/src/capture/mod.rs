@@ -77,6 +77,11 @@ impl Polling {
 /// What to capture.
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
+    /// Start sampling as soon as the sampler is loaded, before the tracer
+    /// and the `/proc` snapshot (what runs already is what is recorded:
+    /// `-a`, `-p`, the agent); else once everything is loaded (`record --
+    /// CMD`, whose command starts after: its range then starts with it).
+    pub sample_first: bool,
     /// Samples per second per CPU.
     pub frequency: u64,
     /// Filter in the kernel to this process (0: every process).
@@ -184,27 +189,42 @@ impl CaptureSession {
             ring_bytes,
         } = loaded?;
         // The recording starts here: nothing sampled precedes it.
-        let (start_wall_ms, start_ns) = crate::sys::clock::clock_anchor();
-        sampler.attach()?;
-        collector.sampling_started();
+        let mut anchor = (0.0, 0);
         let mut counters = CounterPoller::new(&cpus);
-        // A baseline before anything runs, so even a short command gets deltas.
-        counters.poll(crate::sys::clock::monotonic_ns(), std::iter::empty());
-        let rings = pump::OwnedRings {
-            samples,
-            events: None,
-            sideband,
-        };
         let period = opts.polling.rings.min(opts.polling.sideband);
-        let pump =
+        let start_pump = |rings: pump::OwnedRings, pumped: pump::Pumped| {
             pump::Pump::start(rings, pumped, period, PUMP_BUDGET_BYTES).map_err(|source| {
                 RecordError::RingPoll {
                     what: "the rings' reader".into(),
                     source,
                 }
-            })?;
-        // The rest, while sampling: the tracer loads on a thread of its own
-        // (the verifier's work, per program) beside the `/proc` snapshot.
+            })
+        };
+        let mut start_sampling =
+            |sampler: &mut Sampler, collector: &mut Collector, counters: &mut CounterPoller| {
+                anchor = crate::sys::clock::clock_anchor();
+                sampler.attach()?;
+                collector.sampling_started();
+                // A baseline before anything runs, so even a short command gets deltas.
+                counters.poll(crate::sys::clock::monotonic_ns(), std::iter::empty());
+                Ok::<_, RecordError>(())
+            };
+        let (mut running, mut waiting) = (None, None);
+        if opts.sample_first {
+            start_sampling(&mut sampler, collector, &mut counters)?;
+            running = Some(start_pump(
+                pump::OwnedRings {
+                    samples,
+                    events: None,
+                    sideband,
+                },
+                pumped,
+            )?);
+        } else {
+            waiting = Some((samples, sideband, pumped));
+        }
+        // The rest: the tracer loads on a thread of its own (the verifier's
+        // work, per program) beside the `/proc` snapshot.
         let tracer_opts = (opts.off_cpu || opts.io).then(|| TracerOptions {
             target_tgid: opts.target_tgid,
             off_cpu: opts.off_cpu,
@@ -220,48 +240,59 @@ impl CaptureSession {
             wakeup_divisor: opts.polling.wakeup_divisor,
             kernel_unwind: shared.as_ref().map(|d| d.path().to_path_buf()),
         });
-        let tracer = std::thread::scope(|scope| {
-            let tracer = tracer_opts.as_ref().map(|t| {
-                std::thread::Builder::new()
-                    .name("sysprof-load".into())
-                    .spawn_scoped(scope, || {
-                        crate::sys::process::raise_thread_priority(LOAD_NICE);
-                        Tracer::start(t)
-                    })
-            });
-            // Our own process too: the kernel unwinder needs its mappings, or
-            // every sample of ours would be handed over with a stack copy.
-            let mut only_pids = opts.target_pids.clone();
-            only_pids.push(std::process::id());
-            let only = (!opts.snapshot_all).then_some(only_pids.as_slice());
-            collector.handle_snapshot(proc_snapshot::snapshot(only));
-            if let Some(maps) = sampler.take_unwind_maps() {
-                collector.enable_kernel_unwinding(maps);
+        let rest = |collector: &mut Collector, sampler: &mut Sampler| {
+            std::thread::scope(|scope| {
+                let tracer = tracer_opts.as_ref().map(|t| {
+                    std::thread::Builder::new()
+                        .name("sysprof-load".into())
+                        .spawn_scoped(scope, || {
+                            crate::sys::process::raise_thread_priority(LOAD_NICE);
+                            Tracer::start(t)
+                        })
+                });
+                // Our own process too: the kernel unwinder needs its mappings, or
+                // every sample of ours would be handed over with a stack copy.
+                let mut only_pids = opts.target_pids.clone();
+                only_pids.push(std::process::id());
+                let only = (!opts.snapshot_all).then_some(only_pids.as_slice());
+                collector.handle_snapshot(proc_snapshot::snapshot(only));
+                if let Some(maps) = sampler.take_unwind_maps() {
+                    collector.enable_kernel_unwinding(maps);
+                }
+                match tracer {
+                    None => Ok(None),
+                    Some(Ok(handle)) => handle
+                        .join()
+                        .unwrap_or_else(|_| {
+                            Err(RecordError::Internal("the tracer's loader panicked".into()))
+                        })
+                        .map(Some),
+                    // No thread to spare: loaded here.
+                    Some(Err(_)) => tracer_opts.as_ref().map(Tracer::start).transpose(),
+                }
+            })
+        };
+        let tracer = match &mut waiting {
+            None => rest(collector, &mut sampler),
+            // Not sampling yet: the sideband is read meanwhile.
+            Some((_, sideband, pumped)) => {
+                let rings = pump::Rings {
+                    samples: None,
+                    events: None,
+                    sideband,
+                };
+                let (tracer, more) =
+                    pump::while_busy(rings, startup_period, PUMP_BUDGET_BYTES, || {
+                        rest(collector, &mut sampler)
+                    });
+                pumped.append(more);
+                tracer
             }
-            match tracer {
-                None => Ok(None),
-                Some(Ok(handle)) => handle
-                    .join()
-                    .unwrap_or_else(|_| {
-                        Err(RecordError::Internal("the tracer's loader panicked".into()))
-                    })
-                    .map(Some),
-                // No thread to spare: loaded here.
-                Some(Err(_)) => tracer_opts.as_ref().map(Tracer::start).transpose(),
-            }
-        });
+        };
         drop(shared);
-        let tracer = match tracer? {
-            Some((tracer, events)) => {
-                pump.add_events(events)
-                    .map_err(|source| RecordError::RingPoll {
-                        what: "the tracer's ring".into(),
-                        source,
-                    })?;
-                collector.tracing_started(crate::sys::clock::monotonic_ns());
-                Some(tracer)
-            }
-            None => None,
+        let (tracer, mut events) = match tracer? {
+            Some((tracer, events)) => (Some(tracer), Some(events)),
+            None => (None, None),
         };
         // Every program is loaded: their frames are in kallsyms now.
         let kernel = match KernelSymbols::snapshot() {
@@ -272,6 +303,34 @@ impl CaptureSession {
             }
         };
         collector.set_kernel_symbols(kernel);
+        let pump = match (running, waiting) {
+            (Some(pump), _) => {
+                if let Some(events) = events.take() {
+                    pump.add_events(events)
+                        .map_err(|source| RecordError::RingPoll {
+                            what: "the tracer's ring".into(),
+                            source,
+                        })?;
+                }
+                pump
+            }
+            (None, Some((samples, sideband, pumped))) => {
+                start_sampling(&mut sampler, collector, &mut counters)?;
+                start_pump(
+                    pump::OwnedRings {
+                        samples,
+                        events: events.take(),
+                        sideband,
+                    },
+                    pumped,
+                )?
+            }
+            (None, None) => unreachable!("sampling is started or waiting"),
+        };
+        if tracer.is_some() {
+            collector.tracing_started(crate::sys::clock::monotonic_ns());
+        }
+        let (start_wall_ms, start_ns) = anchor;
         Ok(CaptureSession {
             pump: Some(pump),
             sampler: Some(sampler),
@@ -403,7 +462,8 @@ impl CaptureSession {
         }
         for item in pumped.events.iter() {
             match abi::decode_event(item) {
-                Ok(e) => collector.handle_event(e),
+                // The ring's own 8-byte header too: what the record took of it.
+                Ok(e) => collector.handle_event_bytes(e, item.len() + 8),
                 Err(_) => self.decode_errors += 1,
             }
         }

@@ -471,6 +471,12 @@ impl Collector {
         std::mem::take(&mut self.shared_stacks_forgotten)
     }
 
+    /// One record of the scheduler/I-O tracer's ring, `bytes` long.
+    pub fn handle_event_bytes(&mut self, e: EventRecord<'_>, bytes: usize) {
+        self.window.stats.tracer_bytes += bytes as u64;
+        self.handle_event(e);
+    }
+
     /// One record of the scheduler/I-O tracer's ring.
     pub fn handle_event(&mut self, e: EventRecord<'_>) {
         match e {

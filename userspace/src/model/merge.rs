@@ -366,6 +366,7 @@ pub fn add_stats(into: &mut RecordingStats, s: &RecordingStats) {
     into.handovers_skipped += s.handovers_skipped;
     into.python_frames_unnamed += s.python_frames_unnamed;
     into.python_codes_replaced += s.python_codes_replaced;
+    into.tracer_bytes += s.tracer_bytes;
     into.tracepoint_runs_missed += s.tracepoint_runs_missed;
     into.lost_sideband += s.lost_sideband;
     into.malformed += s.malformed;

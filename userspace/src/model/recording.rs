@@ -500,6 +500,9 @@ pub struct RecordingStats {
     /// after their sample whose address another took: refused by their
     /// fingerprint, never named as the new one. Not kept by the store.
     pub python_codes_replaced: u64,
+    /// Bytes of the tracer's records read (off-CPU, I/O, folded, stack
+    /// records, thread ends): what its ring carried. Not kept by the store.
+    pub tracer_bytes: u64,
     /// User stacks unwound with DWARF (dwarf mode).
     pub unwind: UnwindStats,
 }

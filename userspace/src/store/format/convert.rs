@@ -561,6 +561,7 @@ impl StoredStats {
             handovers_skipped: 0,
             python_frames_unnamed: 0,
             python_codes_replaced: 0,
+            tracer_bytes: 0,
             tracepoint_runs_missed: 0,
             lost_sideband: self.lost_sideband,
             malformed: self.malformed,

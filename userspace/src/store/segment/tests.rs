@@ -308,6 +308,7 @@ pub(crate) fn fixture_recording() -> Recording {
         processes_without_data: 19,
         python_frames_unnamed: 0,
         python_codes_replaced: 0,
+        tracer_bytes: 0,
         unwind: UnwindStats {
             unwinds: 20,
             reached_root: 21,

@@ -1,0 +1,377 @@
+//! The server section of `cargo xtask bench`: PostgreSQL's own pgbench
+//! (8 clients, 2 threads) alone and under each system-wide profiler.
+//!
+//! In: the sysprof binary, perf if installed, PostgreSQL from Debian's
+//! packages (installed with apt when missing; its first cluster started for
+//! the section and stopped again if it was down). Out: a markdown table and
+//! JSON, per configuration over alternating rounds: pgbench's throughput
+//! and its change from alone, the profiler's own CPU (wait4's rusage, its
+//! children included) and peak RSS (VmHWM), what it lost (sysprof's stats
+//! line; perf's "lost" chunks and samples), and for sysprof the time from
+//! its launch to its first sample and to everything attached. Nothing is
+//! asserted.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+
+/// The scratch database's name (the tests use the same one).
+const DATABASE: &str = "sysprof_bench";
+
+/// The first cluster, running; stopped on drop if it was started here.
+struct Cluster {
+    version: String,
+    name: String,
+    started_here: bool,
+}
+
+impl Cluster {
+    fn start() -> Result<Cluster> {
+        if Command::new("pgbench").arg("--version").output().is_err() {
+            super::install_with_apt("postgresql");
+        }
+        let listed = Command::new("pg_lsclusters")
+            .arg("--no-header")
+            .output()
+            .context("pg_lsclusters (PostgreSQL from Debian's packages)")?;
+        let text = String::from_utf8_lossy(&listed.stdout).into_owned();
+        let fields: Vec<&str> = text
+            .lines()
+            .next()
+            .context("no PostgreSQL cluster (pg_lsclusters lists none)")?
+            .split_whitespace()
+            .collect();
+        if fields.len() < 4 {
+            bail!("pg_lsclusters: {text}");
+        }
+        let mut cluster = Cluster {
+            version: fields[0].into(),
+            name: fields[1].into(),
+            started_here: false,
+        };
+        if fields[3] != "online" {
+            let ok = Command::new("pg_ctlcluster")
+                .args([&cluster.version, &cluster.name, "start"])
+                .status()?
+                .success();
+            if !ok {
+                bail!(
+                    "pg_ctlcluster {} {} start failed",
+                    cluster.version,
+                    cluster.name
+                );
+            }
+            cluster.started_here = true;
+        }
+        let exists = as_postgres(
+            "psql",
+            &[
+                "-tAc",
+                &format!("select 1 from pg_database where datname = '{DATABASE}'"),
+            ],
+        )?;
+        if String::from_utf8_lossy(&exists.stdout).trim() != "1" {
+            as_postgres("createdb", &[DATABASE])?;
+            as_postgres("pgbench", &["-i", "-q", "-s", "5", DATABASE])?;
+        }
+        Ok(cluster)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.started_here {
+            let _ = Command::new("pg_ctlcluster")
+                .args([&self.version, &self.name, "stop"])
+                .status();
+        }
+    }
+}
+
+fn as_postgres(program: &str, args: &[&str]) -> Result<std::process::Output> {
+    let out = Command::new("runuser")
+        .args(["-u", "postgres", "--", program])
+        .args(args)
+        .output()?;
+    if !out.status.success() {
+        bail!("{program}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(out)
+}
+
+/// pgbench for `secs`: its throughput (transactions a second, without the
+/// initial connection time).
+fn pgbench(secs: u64) -> Result<f64> {
+    let out = as_postgres(
+        "pgbench",
+        &["-c", "8", "-j", "2", "-T", &secs.to_string(), DATABASE],
+    )?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find(|l| l.starts_with("tps = "))
+        .and_then(|l| l["tps = ".len()..].split_whitespace().next()?.parse().ok())
+        .with_context(|| format!("no tps in pgbench's output: {text}"))
+}
+
+/// One configuration's run.
+#[derive(Default, Clone)]
+struct Run {
+    tps: f64,
+    cpu_ms: f64,
+    rss_mb: f64,
+    lost: f64,
+    first_sample_ms: Option<f64>,
+    attached_ms: Option<f64>,
+    bytes_per_switch: Option<f64>,
+}
+
+/// Start `argv` (a profiler recording until SIGINT), let it attach, run
+/// pgbench beside it, stop it.
+fn profiled(
+    argv: &[String],
+    ready_line: Option<&str>,
+    secs: u64,
+    stderr_path: &Path,
+) -> Result<Run> {
+    let launched = Instant::now();
+    let mut child: Child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(stderr_path)?)
+        .spawn()
+        .with_context(|| format!("starting {}", argv[0]))?;
+    let rss = super::PeakRss::watch(child.id());
+    // Attached: sysprof says so; perf is given a second.
+    match ready_line {
+        Some(line) => loop {
+            if std::fs::read_to_string(stderr_path).is_ok_and(|s| s.contains(line)) {
+                break;
+            }
+            if launched.elapsed() > Duration::from_secs(60) || child.try_wait()?.is_some() {
+                bail!(
+                    "{} did not start: {}",
+                    argv[0],
+                    std::fs::read_to_string(stderr_path).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        },
+        None => std::thread::sleep(Duration::from_secs(1)),
+    }
+    let tps = pgbench(secs);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let (cpu_ms, rss_mb) = super::wait_rusage(&mut child, rss)?;
+    let mut said = String::new();
+    std::fs::File::open(stderr_path)?.read_to_string(&mut said)?;
+    Ok(Run {
+        tps: tps?,
+        cpu_ms,
+        rss_mb,
+        ..Run::default()
+    }
+    .with_losses(&said))
+}
+
+impl Run {
+    /// What the profiler's stderr says it lost, and when sysprof started.
+    fn with_losses(mut self, said: &str) -> Run {
+        let stats = super::stats_values(said);
+        if !stats.is_empty() {
+            self.lost = [
+                "lost_samples",
+                "lost_events",
+                "lost_stacks",
+                "lost_state",
+                "lost_sideband",
+            ]
+            .iter()
+            .map(|k| stats.get(*k).copied().unwrap_or(0.0))
+            .sum();
+            // The tracer's ring bytes per switch it saw (each switch of a
+            // thread that ran again: an interval sent or folded).
+            let switches = stats.get("off_cpu_intervals").copied().unwrap_or(0.0)
+                + stats.get("off_cpu_folded").copied().unwrap_or(0.0);
+            self.bytes_per_switch = stats
+                .get("tracer_bytes")
+                .filter(|_| switches > 0.0)
+                .map(|b| b / switches);
+        } else {
+            // perf: "Processed N events and lost M chunks!" and "N samples lost".
+            self.lost = said
+                .lines()
+                .filter_map(|l| {
+                    super::number_before(l, " chunks")
+                        .or_else(|| super::number_before(l, " samples lost"))
+                })
+                .sum();
+        }
+        for l in said.lines() {
+            if let Some(rest) = l.strip_prefix("sysprof: recording; sampling from ") {
+                self.first_sample_ms = super::first_number(rest);
+                self.attached_ms = rest
+                    .split("attached in ")
+                    .nth(1)
+                    .and_then(super::first_number);
+            }
+        }
+        self
+    }
+}
+
+/// The section: see the module doc.
+pub fn section(
+    sysprof: &Path,
+    perf: Option<&str>,
+    work: &Path,
+    quick: bool,
+) -> (String, serde_json::Value) {
+    let mut md = String::from(
+        "\n## A server under load: pgbench (8 clients, 2 threads) beside each profiler\n\n",
+    );
+    let cluster = match Cluster::start() {
+        Ok(c) => c,
+        Err(e) => {
+            md += &format!("Not run: {e:#}\n");
+            return (md, json!(null));
+        }
+    };
+    let (rounds, secs) = if quick { (1, 8) } else { (3, 10) };
+    let stderr_path = work.join("pgbench.stderr");
+    let sysprof_out = work.join("pgbench.json.gz");
+    let perf_out = work.join("pgbench.perf.data");
+    // Every profiler records until SIGINT.
+    let mut configs: Vec<(&str, Option<Vec<String>>, Option<&str>)> = vec![
+        ("alone", None, None),
+        (
+            "sysprof record -a",
+            Some(vec![
+                sysprof.display().to_string(),
+                "record".into(),
+                "-a".into(),
+                "-v".into(),
+                "-o".into(),
+                sysprof_out.display().to_string(),
+            ]),
+            Some("sysprof: recording;"),
+        ),
+    ];
+    if let Some(perf) = perf {
+        let out = perf_out.display().to_string();
+        configs.push((
+            "perf record -a -g",
+            Some(vec![
+                perf.into(),
+                "record".into(),
+                "-a".into(),
+                "-g".into(),
+                "-o".into(),
+                out.clone(),
+            ]),
+            None,
+        ));
+        configs.push((
+            "perf sched record -a -g",
+            Some(vec![
+                perf.into(),
+                "sched".into(),
+                "record".into(),
+                "-a".into(),
+                "-g".into(),
+                "-o".into(),
+                out,
+            ]),
+            None,
+        ));
+    }
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); configs.len()];
+    let mut failures = Vec::new();
+    for _ in 0..rounds {
+        for (i, (name, argv, ready)) in configs.iter().enumerate() {
+            let run = match argv {
+                None => pgbench(secs).map(|tps| Run {
+                    tps,
+                    ..Run::default()
+                }),
+                Some(argv) => profiled(argv, *ready, secs, &stderr_path),
+            };
+            match run {
+                Ok(r) => runs[i].push(r),
+                Err(e) => failures.push(format!("{name}: {e:#}")),
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    drop(cluster);
+    let alone = super::median(runs[0].iter().map(|r| r.tps));
+    md += &format!(
+        "Alternating rounds ({rounds}), pgbench -T {secs} each; the profiler starts first and is stopped by SIGINT after pgbench ends. \
+         Median [min–max]. CPU: the profiler's own (rusage, its children included), over its whole run; \
+         lost: what its summary says it lost (sysprof: samples, off-CPU/I-O records, stacks, thread states, sideband; \
+         perf: lost chunks and samples). First sample / attached: from sysprof's launch.\n\n\
+         Ring bytes / switch: sysprof's tracer ring over the switches it saw (sent as intervals or folded), stack records included.\n\n\
+         | configuration | tps | vs alone | profiler CPU ms | peak RSS MB | lost | first sample ms | attached ms | ring bytes / switch |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    );
+    let mut rows = Vec::new();
+    for ((name, ..), rs) in configs.iter().zip(&runs) {
+        if rs.is_empty() {
+            continue;
+        }
+        let col = |f: &dyn Fn(&Run) -> Option<f64>, prec: usize| {
+            let v: Vec<f64> = rs.iter().filter_map(f).collect();
+            if v.is_empty() {
+                "—".to_string()
+            } else {
+                super::fmt_stat(&v, prec)
+            }
+        };
+        let change: Vec<f64> = rs.iter().map(|r| (r.tps / alone - 1.0) * 100.0).collect();
+        let profiled = *name != "alone";
+        md += &format!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            col(&|r| Some(r.tps), 0),
+            if profiled {
+                format!("{} %", super::fmt_stat(&change, 1))
+            } else {
+                "—".into()
+            },
+            if profiled {
+                col(&|r| Some(r.cpu_ms), 0)
+            } else {
+                "—".into()
+            },
+            if profiled {
+                col(&|r| Some(r.rss_mb), 1)
+            } else {
+                "—".into()
+            },
+            if profiled {
+                col(&|r| Some(r.lost), 0)
+            } else {
+                "—".into()
+            },
+            col(&|r| r.first_sample_ms, 0),
+            col(&|r| r.attached_ms, 0),
+            col(&|r| r.bytes_per_switch, 0),
+        );
+        rows.push(json!({
+            "configuration": name,
+            "tps": rs.iter().map(|r| r.tps).collect::<Vec<_>>(),
+            "profiler_cpu_ms": rs.iter().map(|r| r.cpu_ms).collect::<Vec<_>>(),
+            "peak_rss_mb": rs.iter().map(|r| r.rss_mb).collect::<Vec<_>>(),
+            "lost": rs.iter().map(|r| r.lost).collect::<Vec<_>>(),
+            "first_sample_ms": rs.iter().map(|r| r.first_sample_ms).collect::<Vec<_>>(),
+            "attached_ms": rs.iter().map(|r| r.attached_ms).collect::<Vec<_>>(),
+            "bytes_per_switch": rs.iter().map(|r| r.bytes_per_switch).collect::<Vec<_>>(),
+        }));
+    }
+    for f in &failures {
+        md += &format!("\nFailed: {f}\n");
+    }
+    (md, json!(rows))
+}

@@ -1,0 +1,132 @@
+//! `record -a` beside a real server under load: PostgreSQL 15 from Debian's
+//! packages and its own `pgbench` (8 clients, 2 threads), the switch- and
+//! I/O-heavy case the tracer's ring and the start of a recording are sized
+//! for.
+//!
+//! In: a running cluster (started here when it is down, stopped again
+//! after), a scratch database initialised by pgbench. Out: assertions that
+//! nothing was lost at defaults, that the server's backends are in the
+//! profile with their CPU and their waits, and that no sample claims more
+//! CPU than time passed. Costs (throughput under the profiler, its CPU, the
+//! time to the first sample) are the bench's (`cargo xtask bench --only
+//! pgbench`), not timed assertions here.
+
+use std::process::Command;
+use std::time::Duration;
+
+use sysprof_tests::*;
+
+/// Check that `record -a` started while pgbench runs loses nothing: every
+/// sample, off-CPU and I/O record and stack kept (a switch-heavy server
+/// sends ~20,000 switches a second per CPU), the backends' samples and
+/// waits are there, and no sample claims more CPU than time passed since
+/// its thread's previous one (the first: since the range began).
+#[test]
+fn nothing_is_lost_beside_pgbench() {
+    if !can_record("nothing_is_lost_beside_pgbench") {
+        return;
+    }
+    let Some(pg) = Postgres::start("nothing_is_lost_beside_pgbench") else {
+        return;
+    };
+    let dir = scratch("pgbench");
+    let out_path = dir.join("p.json.gz");
+    let mut bench = pg.pgbench(&["-c", "8", "-j", "2", "-T", "14"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let recording = record_started(&["-a", "-d", "6"], &out_path);
+    let out = wait_with_timeout(recording, Duration::from_secs(90), "sysprof record");
+    let bench_out = bench.wait_with_output().expect("pgbench ran");
+    assert_success(&out);
+    let tps = String::from_utf8_lossy(&bench_out.stdout)
+        .lines()
+        .find(|l| l.starts_with("tps"))
+        .unwrap_or("no tps line")
+        .to_string();
+    assert!(
+        bench_out.status.success(),
+        "pgbench failed: {}",
+        String::from_utf8_lossy(&bench_out.stderr)
+    );
+    let stats = stats_line(&out);
+    eprintln!("beside pgbench ({tps}): {stats}");
+    for key in [
+        "lost_samples",
+        "lost_events",
+        "lost_stacks",
+        "lost_state",
+        "tracepoint_runs_missed",
+        "lost_sideband",
+        "malformed",
+        "stacks_not_kept",
+    ] {
+        assert_eq!(
+            stat(&out, key),
+            0,
+            "{key} at defaults beside pgbench: {stats}"
+        );
+    }
+    // A busy server: this many switches reached the tracer.
+    let intervals = stat(&out, "off_cpu_intervals") + stat(&out, "off_cpu_folded");
+    assert!(
+        intervals >= 50_000,
+        "only {intervals} off-CPU intervals beside pgbench: {stats}"
+    );
+
+    let profile = Profile::load(&out_path);
+    let backends: Vec<_> = profile
+        .threads()
+        .into_iter()
+        .filter(|t| t.name() == "postgres")
+        .collect();
+    let sampled = backends.iter().filter(|t| t.sample_count() > 0).count();
+    assert!(
+        sampled >= 4,
+        "{sampled} postgres threads have samples, of {}",
+        backends.len()
+    );
+    // Their waits: off-CPU samples (the client's next query, the WAL's fsync).
+    let waiting = backends
+        .iter()
+        .filter(|t| {
+            t.stack_lines()
+                .iter()
+                .any(|s| s.last().is_some_and(|(f, _)| f.starts_with("[off-CPU")))
+        })
+        .count();
+    assert!(waiting >= 4, "{waiting} postgres threads have off-CPU time");
+
+    // No sample claims more CPU than time passed (one tick of slack).
+    let mut worst: Option<(f64, String)> = None;
+    for t in profile.threads() {
+        let Some(deltas) = t.t["samples"]["threadCPUDelta"].as_array().cloned() else {
+            continue;
+        };
+        let times = t.times();
+        let mut previous = 0.0f64;
+        for (i, d) in deltas.iter().enumerate() {
+            let Some(us) = d.as_f64() else { continue };
+            let excess = us / 1000.0 - (times[i] - previous);
+            if worst.as_ref().is_none_or(|(w, _)| excess > *w) {
+                worst = Some((
+                    excess,
+                    format!(
+                        "{} ({}) sample {i} at {:.3} ms: {:.3} ms of CPU",
+                        t.name(),
+                        t.tid(),
+                        times[i],
+                        us / 1000.0
+                    ),
+                ));
+            }
+            if us > 0.0 {
+                previous = times[i];
+            }
+        }
+    }
+    let (excess, at) = worst.expect("samples");
+    assert!(
+        excess <= 10.0,
+        "a sample claims more CPU than time passed: {at}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
