@@ -11,10 +11,11 @@
  * totals stay exact whatever is dropped. A thread's last switch (it died)
  * sends its totals and deletes its state, so the map holds live threads only.
  *
- * Stacks are sent inline as stack_events (see sysprof.h), once per distinct
- * place: each thread caches, per slot (preempted, waiting, waking or
- * starting a request), the user context of the last stack it sent there,
- * and reuses its id.
+ * Stacks are sent inline as stack_events (see sysprof.h), once per process
+ * and content (send_scratch), and only the words they use: each thread
+ * caches, per slot (preempted, waiting, waking or starting a request), the
+ * user context of the last stack it used there, and reuses its id without
+ * walking; a walk whose stack its process already sent refers to that.
  *
  * Block requests are keyed by the request itself (raw tracepoints pass it)
  * from creation to their final completion, so concurrent requests for the

@@ -8,10 +8,13 @@
  * headers.
  *
  * Stacks travel inline in the ring, never through a stack-trace map (whose
- * hash buckets collide and lose stacks under load): a thread's stacks are
- * sent once per distinct context as a stack_event, and the events that need
- * them refer to (tid, id). Userspace keeps the last few stacks of each
- * thread, which is every stack the kernel side can still refer to.
+ * hash buckets collide and lose stacks under load): a stack is sent once
+ * per process and content as a stack_event (STACK_SHARED: its id is a hash
+ * of its words, kept by the tracer until userspace says its process is
+ * gone), or, past STACK_SHARED_MAX, once per thread and distinct context;
+ * the events that need one refer to it by id. Userspace keeps the shared
+ * ones by id and the last few others of each thread, which is every stack
+ * the kernel side can still refer to.
  */
 #ifndef __SYSPROF_H
 #define __SYSPROF_H

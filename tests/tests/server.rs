@@ -31,10 +31,17 @@ fn nothing_is_lost_beside_pgbench() {
     };
     let dir = scratch("pgbench");
     let out_path = dir.join("p.json.gz");
+    // Built before the load starts (a build inside the recording's start
+    // would outlast it).
+    sysprof_bin();
     let mut bench = pg.pgbench(&["-c", "8", "-j", "2", "-T", "14"]);
     std::thread::sleep(Duration::from_secs(2));
     let recording = record_started(&["-a", "-d", "6"], &out_path);
     let out = wait_with_timeout(recording, Duration::from_secs(90), "sysprof record");
+    assert!(
+        bench.try_wait().unwrap().is_none(),
+        "pgbench ended before the recording did: the load must outlast it"
+    );
     let bench_out = bench.wait_with_output().expect("pgbench ran");
     assert_success(&out);
     let tps = String::from_utf8_lossy(&bench_out.stdout)
@@ -127,6 +134,88 @@ fn nothing_is_lost_beside_pgbench() {
     assert!(
         excess <= 10.0,
         "a sample claims more CPU than time passed: {at}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Check that an I/O-heavy program (two threads' O_DIRECT reads of one
+/// block, a thread's fdatasyncs, short waits on pipes: tens of thousands
+/// of requests and hundreds of thousands of switches a second) loses
+/// nothing at defaults, and that its requests are there: the reads seen
+/// on its device are those its own count says it made while recording,
+/// within the recording's edges.
+#[test]
+fn nothing_is_lost_beside_an_io_storm() {
+    if !can_record("nothing_is_lost_beside_an_io_storm") {
+        return;
+    }
+    let dir = scratch("iostorm");
+    let exe = build_c("iostorm", &dir.join("iostorm"), &["-pthread"]);
+    let disk = LoopDevice::through_page_cache(&dir, 16);
+    let out_path = dir.join("p.json.gz");
+    sysprof_bin();
+    let mut storm = Command::new(&exe)
+        .args([
+            disk.path.to_str().unwrap(),
+            "12",
+            dir.join("synced").to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("iostorm");
+    std::thread::sleep(Duration::from_secs(1));
+    let recording = record_started(&["-a", "-d", "4"], &out_path);
+    // Everything is attached once record_started returns.
+    let before = disk.stat();
+    let out = wait_with_timeout(recording, Duration::from_secs(90), "sysprof record");
+    let sysfs = disk.stat().since(&before);
+    assert!(
+        storm.try_wait().unwrap().is_none(),
+        "iostorm ended before the recording did: the load must outlast it"
+    );
+    let storm_out = storm.wait_with_output().expect("iostorm ran");
+    assert!(storm_out.status.success(), "iostorm failed");
+    assert_success(&out);
+    let stats = stats_line(&out);
+    eprintln!(
+        "beside iostorm ({}): {stats}",
+        String::from_utf8_lossy(&storm_out.stdout).replace('\n', " ")
+    );
+    for key in [
+        "lost_samples",
+        "lost_events",
+        "lost_stacks",
+        "lost_state",
+        "tracepoint_runs_missed",
+        "lost_sideband",
+        "malformed",
+        "stacks_not_kept",
+    ] {
+        assert_eq!(
+            stat(&out, key),
+            0,
+            "{key} at defaults beside an I/O storm: {stats}"
+        );
+    }
+    let profile = Profile::load(&out_path);
+    let on_disk = profile
+        .threads()
+        .iter()
+        .flat_map(|t| t.markers())
+        .filter(|(_, d)| d["type"] == "BlockIo" && d["device"] == disk.name.as_str())
+        .count() as f64;
+    // The device's reads from sysfs span from everything attached to after
+    // sysprof exited (the profile's writing, ~0.5 s more than the range).
+    let reads = sysfs.reads as f64;
+    assert!(
+        reads >= 10_000.0,
+        "only {reads} reads reached {} while recording",
+        disk.name
+    );
+    assert!(
+        on_disk >= 0.5 * reads && on_disk <= reads,
+        "{on_disk} requests on {} in the profile, {reads} in sysfs over a slightly longer span",
+        disk.name
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -177,6 +177,12 @@ async fn record(
             session.start_ns.saturating_sub(attaching_ns) / 1_000_000,
             started_ns.saturating_sub(attaching_ns) / 1_000_000
         );
+        let loads: Vec<String> = session
+            .load_times()
+            .iter()
+            .map(|(what, d)| format!("{what} {:.1}", d.as_secs_f64() * 1e3))
+            .collect();
+        eprintln!("sysprof: loaded (ms): {}", loads.join(", "));
     }
 
     let mut child = None;

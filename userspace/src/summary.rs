@@ -31,7 +31,7 @@ pub fn lost_parts(st: &RecordingStats, record_hints: bool) -> Vec<String> {
             "{} off-CPU/I-O records and {} stacks{}",
             st.lost_events,
             st.lost_stacks,
-            hint("events ring full: raise --off-cpu-threshold")
+            hint("events ring full: its reader fell behind; a higher --off-cpu-threshold folds more waits into fewer records")
         ));
     }
     if st.lost_state > 0 {

@@ -62,7 +62,13 @@ pub struct Sampler {
     drops: PerCpuArray<MapData, u64>,
     frequency: u64,
     unwind_maps: Option<unwind_maps::KernelUnwindMaps>,
+    /// How long each step of its load took (see [`LoadTimes`]).
+    pub load_times: LoadTimes,
 }
+
+/// How long loading took, per step: an object (its maps and BTF) or a
+/// program (the kernel's verifier): the wait before recording starts.
+pub type LoadTimes = Vec<(&'static str, std::time::Duration)>;
 
 /// Per-reason totals of what the kernel side lost.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +92,8 @@ impl Sampler {
                 .map_pin_path("unwind_refused", dir.join("unwind_refused"))
                 .map_pin_path("python_procs", dir.join("python_procs"));
         }
+        let mut load_times = LoadTimes::new();
+        let object_started = std::time::Instant::now();
         let mut ebpf = loader
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("wakeup_bytes", &opts.wakeup_bytes, true)
@@ -109,14 +117,17 @@ impl Sampler {
             )
             .load(SAMPLE_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sample.bpf.o", &e))?;
+        load_times.push(("sample.bpf.o", object_started.elapsed()));
         let program: &mut PerfEvent = ebpf
             .program_mut("sample_cpu_clock")
             .ok_or_else(|| RecordError::Internal("sample_cpu_clock missing from object".into()))?
             .try_into()
             .map_err(|e| RecordError::Internal(format!("sample_cpu_clock: {e}")))?;
+        let verify_started = std::time::Instant::now();
         program
             .load()
             .map_err(|e| RecordError::from_program_load("sample_cpu_clock", &e))?;
+        load_times.push(("sample_cpu_clock", verify_started.elapsed()));
         let mut unwind_maps = None;
         if opts.kernel_unwind_rows > 0 {
             let exec: &mut aya::programs::RawTracePoint = ebpf
@@ -126,8 +137,10 @@ impl Sampler {
                 })?
                 .try_into()
                 .map_err(|e| RecordError::Internal(format!("forget_exec_mappings: {e}")))?;
+            let verify_started = std::time::Instant::now();
             exec.load()
                 .map_err(|e| RecordError::from_program_load("forget_exec_mappings", &e))?;
+            load_times.push(("forget_exec_mappings", verify_started.elapsed()));
             exec.attach("sched_process_exec").map_err(|e| {
                 RecordError::Internal(format!("attaching forget_exec_mappings: {e}"))
             })?;
@@ -163,6 +176,7 @@ impl Sampler {
                 drops,
                 frequency: opts.frequency,
                 unwind_maps,
+                load_times,
             },
             ring,
         ))
@@ -364,6 +378,8 @@ pub struct Tracer {
     stack_ids: aya::maps::HashMap<MapData, u64, u8>,
     stack_ids_used: aya::maps::Array<MapData, u64>,
     shared_forgotten: u64,
+    /// How long each step of its load took.
+    pub load_times: LoadTimes,
 }
 
 /// What the tracer lost, per reason.
@@ -409,6 +425,8 @@ impl Tracer {
                 .map_pin_path("unwind_refused", dir.join("unwind_refused"))
                 .map_pin_path("python_procs", dir.join("python_procs"));
         }
+        let mut load_times = LoadTimes::new();
+        let object_started = std::time::Instant::now();
         let mut ebpf = loader
             .override_global(
                 "kernel_unwind",
@@ -434,6 +452,7 @@ impl Tracer {
             )
             .load(SCHED_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sched.bpf.o", &e))?;
+        load_times.push(("sched.bpf.o", object_started.elapsed()));
         let mut wanted: Vec<(&str, &[&str])> = Vec::new();
         if opts.off_cpu {
             wanted.push(("on_sched_switch", &["sched_switch"]));
@@ -448,7 +467,7 @@ impl Tracer {
             wanted.push(("on_block_complete", &["block_rq_complete"]));
         }
         for (prog, names) in wanted {
-            attach_raw_tracepoint(&mut ebpf, prog, names)?;
+            load_times.push((prog, attach_raw_tracepoint(&mut ebpf, prog, names)?));
         }
         let ring = RingBuf::try_from(take(&mut ebpf, "events")?)
             .map_err(|e| RecordError::Internal(format!("events ring: {e}")))?;
@@ -471,6 +490,7 @@ impl Tracer {
                 stack_ids,
                 stack_ids_used,
                 shared_forgotten: 0,
+                load_times,
             },
             ring,
         ))
@@ -529,19 +549,26 @@ impl Tracer {
     }
 }
 
-/// Load `prog` and attach it to the first raw tracepoint of `names` that exists.
-fn attach_raw_tracepoint(ebpf: &mut Ebpf, prog: &str, names: &[&str]) -> Result<(), RecordError> {
+/// Load `prog` and attach it to the first raw tracepoint of `names` that
+/// exists; how long its verification took.
+fn attach_raw_tracepoint(
+    ebpf: &mut Ebpf,
+    prog: &str,
+    names: &[&str],
+) -> Result<std::time::Duration, RecordError> {
     let p: &mut aya::programs::RawTracePoint = ebpf
         .program_mut(prog)
         .ok_or_else(|| RecordError::Internal(format!("{prog} missing from sched.bpf.o")))?
         .try_into()
         .map_err(|e| RecordError::Internal(format!("{prog}: {e}")))?;
+    let verify_started = std::time::Instant::now();
     p.load()
         .map_err(|e| RecordError::from_program_load(prog, &e))?;
+    let verified = verify_started.elapsed();
     let mut last_err = None;
     for name in names {
         match p.attach(name) {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(verified),
             Err(e) => last_err = Some((name, e)),
         }
     }

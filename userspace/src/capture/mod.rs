@@ -473,6 +473,23 @@ impl CaptureSession {
         }
     }
 
+    /// How long each object and program took to load (the verifier's work),
+    /// the sampler's first.
+    pub fn load_times(&self) -> crate::bpf::LoadTimes {
+        let mut times = self
+            .sampler
+            .as_ref()
+            .map(|s| s.load_times.clone())
+            .unwrap_or_default();
+        times.extend(
+            self.tracer
+                .as_ref()
+                .map(|t| t.load_times.clone())
+                .unwrap_or_default(),
+        );
+        times
+    }
+
     /// Samples lost so far because the sampler's ring was full.
     pub fn lost_samples(&self) -> u64 {
         self.sampler
@@ -552,11 +569,13 @@ impl CaptureSession {
         // The reader ends; what it read and what the rings still hold go
         // to the collector.
         let mut sideband_losses = (0, 0);
+        let mut rings = None;
         if let Some(p) = self.pump.take() {
-            let (mut rings, mut pumped) = p.stop();
-            rings.lend().read(&mut pumped, usize::MAX);
-            sideband_losses = (rings.sideband.lost, rings.sideband.malformed);
+            let (mut owned, mut pumped) = p.stop();
+            owned.lend().read(&mut pumped, usize::MAX);
+            sideband_losses = (owned.sideband.lost, owned.sideband.malformed);
             self.hand(collector, pumped);
+            rings = Some(owned);
         }
         let mut tracer_drops = TracerDrops::default();
         if let Some(tracer) = self.tracer.take() {
@@ -566,7 +585,22 @@ impl CaptureSession {
             // after the end (it was 2,000-4,000 "lost" records of an 8-s
             // recording beside a fork loop).
             tracer_drops = tracer.drops();
-            collector.handle_thread_states(&tracer.thread_states(), end_ns);
+            let states = tracer.thread_states();
+            // The tracer still runs: a thread that left the CPU after the
+            // ring's last read has its stack in the ring, not read yet, and
+            // its state refers to it (a stack "not kept" at the end, beside
+            // an I/O storm). Its stack records are read now; nothing else
+            // of what came after the end.
+            if let Some(rings) = rings.as_mut() {
+                let mut after = pump::Pumped::default();
+                rings.lend().read(&mut after, usize::MAX);
+                for item in after.events.iter() {
+                    if let Ok(e @ abi::EventRecord::Stack(..)) = abi::decode_event(item) {
+                        collector.handle_event(e);
+                    }
+                }
+            }
+            collector.handle_thread_states(&states, end_ns);
             // Requests that will get no marker: counted as seen at one end.
             tracer_drops.io_untracked += tracer.requests_open();
             std::thread::spawn(move || drop(tracer));
