@@ -208,7 +208,8 @@ impl Run {
                     super::number_before(l, " chunks")
                         .or_else(|| super::number_before(l, " samples lost"))
                 })
-                .sum();
+                .sum::<f64>()
+                + 0.0; // an empty sum is -0
         }
         for l in said.lines() {
             if let Some(rest) = l.strip_prefix("sysprof: recording; sampling from ") {
@@ -240,7 +241,7 @@ pub fn section(
             return (md, json!(null));
         }
     };
-    let (rounds, secs) = if quick { (1, 8) } else { (3, 10) };
+    let (rounds, secs) = if quick { (2, 8) } else { (3, 10) };
     let stderr_path = work.join("pgbench.stderr");
     let sysprof_out = work.join("pgbench.json.gz");
     let perf_out = work.join("pgbench.perf.data");
