@@ -1109,6 +1109,36 @@ fn jvm_split(profile: &Profile, pid: u64) -> (usize, usize, usize, usize) {
     (three, one, whole, total)
 }
 
+/// When `record -a`'s tables for the processes already running are in
+/// place, at the latest (their compile took 560 ms here beside a JVM).
+const JVM_TABLES_MS: f64 = 1000.0;
+
+/// Of `pid`'s samples in `Hot.hotThree`/`Hot.hotOne` from `from_ms` into
+/// the range on: (those whose stack reaches the thread's root through
+/// `JavaMain`, all of them).
+fn jvm_whole_from(profile: &Profile, pid: u64, from_ms: f64) -> (usize, usize) {
+    let start_ms = profile.json["meta"]["profilingStartTime"]
+        .as_f64()
+        .unwrap_or(0.0);
+    let (mut whole, mut hot) = (0usize, 0usize);
+    for t in profile.process_threads(pid) {
+        for (time, s) in t.times().into_iter().zip(t.stack_lines()) {
+            let leaf_hot = s
+                .last()
+                .is_some_and(|(n, _)| n.contains("Hot.hotThree") || n.contains("Hot.hotOne"));
+            if !leaf_hot || time - start_ms < from_ms {
+                continue;
+            }
+            hot += 1;
+            let rooted = s
+                .first()
+                .is_some_and(|(n, _)| n.starts_with("clone3") || n.starts_with("start_thread"));
+            whole += usize::from(rooted && s.iter().any(|(n, _)| n == "JavaMain"));
+        }
+    }
+    (whole, hot)
+}
+
 /// `tests/workloads/SOURCE` compiled by javac into scratch directory
 /// `dir`, or None after saying loudly that `test` is skipped (no JDK).
 fn compile_java(test: &str, dir: &str, source: &str) -> Option<std::path::PathBuf> {
@@ -1403,14 +1433,29 @@ fn jvm_methods_are_named_without_flags() {
     assert_success(&out);
     let _ = child.kill();
     let _ = child.wait();
-    let (three, one, whole, total) = jvm_split(&Profile::load(&out_path), before_pid);
-    eprintln!("jvm running before record -a: hotThree {three}, hotOne {one} of {total} on-CPU samples; {whole} whole");
+    let profile = Profile::load(&out_path);
+    let (three, one, whole, total) = jvm_split(&profile, before_pid);
+    let (whole_later, hot_later) = jvm_whole_from(&profile, before_pid, JVM_TABLES_MS);
+    eprintln!(
+        "jvm running before record -a: hotThree {three}, hotOne {one} of {total} on-CPU samples; {whole} whole; \
+         from {JVM_TABLES_MS} ms into the range {whole_later} of {hot_later}"
+    );
     assert!(
         three + one >= 500 && three > one * 2,
         "its hot methods named: {three} and {one} of {total}"
     );
+    // `record -a` samples before the running processes' tables are
+    // compiled (decision 17): a JVM's samples meanwhile are handed over as
+    // copies, and no copy walks JIT frames (their sizes are the kernel
+    // table's). Measured: 0 of 139 whole in the first 0.5 s (the tables'
+    // compile took 560 ms), 1,433 of 1,474 after. Whole from then on; and
+    // the early part bounded.
     assert!(
-        whole * 100 >= (three + one) * 90,
+        whole_later * 100 >= hot_later * 90 && hot_later >= 300,
+        "{whole_later} of {hot_later} stacks in the hot methods reach the thread's root from {JVM_TABLES_MS} ms on"
+    );
+    assert!(
+        whole * 100 >= (three + one) * 60,
         "{whole} of {} stacks in the hot methods reach the thread's root",
         three + one
     );
