@@ -7,8 +7,12 @@
 //! counters polled from `/proc`. The order of the start matters: the
 //! sideband opens before `/proc` is read (no gap for new processes), the
 //! clock anchor is read before the sampler attaches (no sample precedes the
-//! recording's start), the kernel's symbols are read once every program is
-//! loaded (so our programs' frames get their own names). A thread of its
+//! recording's start), the sampler attaches before the tracer loads and
+//! `/proc` is read when what runs already is recorded (`sample_first`:
+//! the first sample comes after the sampler's verification alone), after
+//! them for a command (its range starts with it), and the kernel's symbols
+//! are read once every program is loaded (so our programs' frames get
+//! their own names). A thread of its
 //! own reads the rings (`pump`): the event loop ([`CaptureSession::run_bounded`])
 //! hands what it read to the collector until a future the caller gives
 //! completes (a deadline, a signal, the end of a command) or a window is full,
