@@ -123,9 +123,11 @@ struct {
 	__type(value, struct irq_stack_cache);
 } irq_cache SEC(".maps");
 
-/* Per CPU and program (switch, waking, block): a kernel stack being read.
- * One entry per program: a program interrupted by an interrupt that runs
- * another must not share its buffer. */
+/* Per CPU and program (switch, waking, block start, block issue): a kernel
+ * stack being read. One entry per program: a program interrupted by an
+ * interrupt that runs another must not share its buffer (a request issued
+ * from a disk's completion, inside a task's block_io_start, overwrote the
+ * record being built there: its id was kept for a stack never sent). */
 struct kstack_buf {
 	__u64 ip[MAX_STACK_DEPTH];
 };
@@ -133,10 +135,12 @@ struct kstack_buf {
 #define KBUF_SWITCH 0
 #define KBUF_WAKING 1
 #define KBUF_BLOCK 2
+#define KBUF_ISSUE 3
+#define KBUFS 4
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, KBUFS);
 	__type(key, __u32);
 	__type(value, struct kstack_buf);
 } kstack_bufs SEC(".maps");
@@ -179,14 +183,14 @@ struct stack_scratch {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, KBUFS);
 	__type(key, __u32);
 	__type(value, struct stack_scratch);
 } stack_scratch SEC(".maps");
 
 /* A stack record with its user stack copy, built here and sent at the size
  * copied (a reservation is of a fixed size: every copy took the ring room of
- * the largest). One per CPU and KBUF_* place (cpu * 3 + place); too large
+ * the largest). One per CPU and KBUF_* place (cpu * KBUFS + place); too large
  * for a per-CPU map's value. */
 struct copy_scratch {
 	struct stack_event e;
@@ -196,7 +200,7 @@ struct copy_scratch {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1); /* sized by userspace: 3 per possible CPU, with a copy */
+	__uint(max_entries, 1); /* sized by userspace: KBUFS per possible CPU, with a copy */
 	__type(key, __u32);
 	__type(value, struct copy_scratch);
 } copy_scratch SEC(".maps");
@@ -477,7 +481,7 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 	}
 	/* With a copy: built in this CPU's scratch, sent at the size copied,
 	 * the kernel stack after it. */
-	__u32 key = bpf_get_smp_processor_id() * 3 + kbuf;
+	__u32 key = bpf_get_smp_processor_id() * KBUFS + kbuf;
 	struct copy_scratch *cs = bpf_map_lookup_elem(&copy_scratch, &key);
 
 	if (!cs) {
@@ -1084,7 +1088,7 @@ static __always_inline __u32 io_flags(__u32 cmd_flags)
 
 /* A request is created in the context of the task submitting it (or, for
  * flushes and requests issued directly, first seen at issue). */
-static __always_inline int start_request(void *ctx, struct request *rq, bool at_issue)
+static __always_inline int start_request(void *ctx, struct request *rq, bool at_issue, __u32 kbuf)
 {
 	__u64 key = (__u64)rq;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -1107,7 +1111,7 @@ static __always_inline int start_request(void *ctx, struct request *rq, bool at_
 	bpf_get_current_comm(s.comm, sizeof(s.comm));
 	struct thread_state *t = tid ? bpf_map_lookup_elem(&threads, &tid) : NULL;
 
-	s.stack_id = stack_at(ctx, s.pid, tid, STACK_SLOT_CALL, CALL_SITE_IO, t, KBUF_BLOCK);
+	s.stack_id = stack_at(ctx, s.pid, tid, STACK_SLOT_CALL, CALL_SITE_IO, t, kbuf);
 	if (start_fires_once && !at_issue) {
 		/* A request (the same `struct request`, reused) can only start
 		 * again after it ended: an entry still here is a request whose
@@ -1132,7 +1136,7 @@ static __always_inline int start_request(void *ctx, struct request *rq, bool at_
 SEC("raw_tracepoint/block_io_start")
 int on_block_start(struct bpf_raw_tracepoint_args *ctx)
 {
-	return start_request(ctx, (struct request *)((__u64 *)ctx)[0], false);
+	return start_request(ctx, (struct request *)((__u64 *)ctx)[0], false, KBUF_BLOCK);
 }
 
 /* Sent to the device. A request never started (flush requests, direct
@@ -1145,7 +1149,7 @@ int on_block_issue(struct bpf_raw_tracepoint_args *ctx)
 	struct io_start *s = bpf_map_lookup_elem(&io_starts, &key);
 
 	if (!s)
-		return start_request(ctx, rq, true);
+		return start_request(ctx, rq, true, KBUF_ISSUE);
 	if (!s->issue_ts)
 		s->issue_ts = bpf_ktime_get_ns();
 	return 0;

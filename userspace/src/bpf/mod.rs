@@ -445,7 +445,8 @@ impl Tracer {
             .map_max_entries(
                 "copy_scratch",
                 if opts.stack_copy > 0 {
-                    possible_cpus()? * 3
+                    // sched.bpf.c's KBUFS places: switch, waking, block start, block issue.
+                    possible_cpus()? * 4
                 } else {
                     1
                 },
