@@ -1007,7 +1007,7 @@ fn py_spy_shares(raw: &str) -> (std::collections::HashMap<(String, String, u64),
 /// Check `json.tool` (the stdlib's, on a 29-MB file) against py-spy
 /// sampling the same run (by function, 500 Hz, pausing it): each of either
 /// profiler's ten busiest Python functions (by samples whose leaf-most
-/// Python frame it is) has the same share in the other within 6 points,
+/// Python frame it is) has the same share in the other within 7 points,
 /// name, file and first line alike.
 #[test]
 fn python_top_functions_match_py_spy_on_the_same_run() {
@@ -1019,11 +1019,16 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
     // sysprof (20.5 %): its unpaused reads are what differs. Paused, the
     // widest gap of the program's own functions per run was 2.9-4.7 points
     // over eight runs (py-spy samples 1,100-1,500 times here: one point is
-    // about its standard error); 6 points keeps CI from failing on chance,
-    // and the 3 is not shown.
+    // about its standard error). One CI run then failed at 6.3 points, all
+    // of it `dump` (9.7 % here, 16.0 % by py-spy): over eight more runs of
+    // the four interpreters py-spy put `dump` 2.2-5.2 points above sysprof
+    // every time (with the output to /dev/null too), while perf (`-X perf`,
+    // DWARF, 3.12) put it at 12.9 % where sysprof had 10.1-12.5 % and py-spy
+    // 12.3-15.2 %. That gap plus py-spy's noise reaches 6 points by chance;
+    // 7 does not, and the 3 is not shown.
     // The wrapper script's own `<module>` (it waits on stdin until py-spy
     // has attached) is not the program's, and is left out.
-    const SHARE_POINTS: f64 = 0.06;
+    const SHARE_POINTS: f64 = 0.07;
     use std::io::Write;
     if !can_record("python_top_functions_match_py_spy_on_the_same_run") {
         return;

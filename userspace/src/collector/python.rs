@@ -124,8 +124,8 @@ pub(super) struct CodeCache<T = CodeInfo> {
     exited: std::collections::VecDeque<(u64, u32)>,
     /// Frames whose object could not be read or was none (counted).
     pub(super) unresolved: u64,
-    /// Objects (once each, not per frame) freed after their sample, their
-    /// address reused by another one: a name refused, not lent.
+    /// Objects (once each, not per frame) freed after their sample (their
+    /// address reused by another one, or not yet): a name refused, not lent.
     pub(super) replaced: u64,
 }
 
@@ -158,7 +158,7 @@ impl CodeCache<CodeInfo> {
                 py.binary.layout,
                 py.code_type(),
             );
-            replaced = read == Err(CodeError::Replaced);
+            replaced = matches!(read, Err(CodeError::Replaced | CodeError::Freed));
             read.ok()
         });
         self.replaced += u64::from(replaced);

@@ -23,6 +23,12 @@ use crate::binaries::python::PyLayout;
 use crate::bpf::abi::{PY_ADDR_BITS, PY_FP_MUL};
 use crate::sys::memory::read_process;
 
+/// `PyObject.ob_refcnt`, first in every object of the builds read here
+/// (not the free-threaded ones).
+const OB_REFCNT: u64 = 0;
+/// More references than any live object has; less than any heap pointer.
+const MAX_REFERENCES: u64 = 1 << 40;
+
 /// A code object's fingerprint from its header's words, as the kernel
 /// mixes them (`py_fingerprint` in `ebpf/python.bpf.h`).
 pub fn fingerprint(qualname: u64, filename: u64, linetable: u64, first_line: u32) -> u32 {
@@ -107,6 +113,10 @@ pub enum CodeError {
     /// A name, file or line table that is no valid one.
     #[error("a malformed {0}")]
     Malformed(&'static str),
+    /// A code object freed since the kernel saw it, its memory not yet
+    /// reused: what it points to may be.
+    #[error("the code object sampled there was freed")]
+    Freed,
     /// A code object, but not the one the kernel saw there: that one was
     /// freed and its address reused.
     #[error("the code object sampled there was freed and its address reused")]
@@ -178,6 +188,16 @@ pub fn read_code(
     let field = |at: u64| read_u64(&header, at).ok_or(CodeError::NotCode);
     if field(l.ob_type)? != code_type {
         return Err(CodeError::NotCode);
+    }
+    // A freed object keeps its type word until its memory is taken again,
+    // but its allocator writes over the reference count (pymalloc: the next
+    // free block, a pointer or 0). Such a code object's name and file may
+    // already be freed and reused: `importlib/readers.py`'s `<module>` was
+    // once named "lib" that way. A live object counts 1 to 2^32 references
+    // (3.12+'s immortal ones 2^32 - 1); a pointer is above 2^44.
+    let references = field(OB_REFCNT)?;
+    if references == 0 || references > MAX_REFERENCES {
+        return Err(CodeError::Freed);
     }
     let found = fingerprint(
         field(l.code_qualname)?,
@@ -370,7 +390,7 @@ for start, end, line in c.co_lines():
     #[test]
     fn code_objects_are_read_only_with_their_own_fingerprint() {
         use std::io::BufRead;
-        let script = "import sys\ndef f(x):\n    return x + 1\nclass C:\n    def m(self):\n        pass\nc = [f.__code__, C.m.__code__]\nprint(sys.version_info.minor, id(type(c[0])), *[f'{id(x)},{id(x.co_qualname)},{id(x.co_filename)},{id(x.co_linetable)},{x.co_firstlineno}' for x in c], flush=True)\nsys.stdin.read()\n";
+        let script = "import sys\ndef f(x):\n    return x + 1\nclass C:\n    def m(self):\n        pass\nc = [f.__code__, C.m.__code__, compile('z = 1', 'gone.py', 'exec')]\nw = [f'{id(x)},{id(x.co_qualname)},{id(x.co_filename)},{id(x.co_linetable)},{x.co_firstlineno}' for x in c]\nt = id(type(c[0]))\ndel c[2]\nprint(sys.version_info.minor, t, *w, flush=True)\nsys.stdin.read()\n";
         let mut pythons: Vec<std::path::PathBuf> = vec!["/usr/bin/python3".into()];
         if let Ok(dir) = std::fs::read_dir("/root/.pyenv/versions") {
             pythons.extend(
@@ -400,6 +420,8 @@ for start, end, line in c.co_lines():
             };
             let code_type: u64 = words.next().unwrap().parse().unwrap();
             let mut names = Vec::new();
+            let mut words: Vec<&str> = words.collect();
+            let freed = words.pop().unwrap();
             for w in words {
                 let v: Vec<u64> = w.split(',').map(|x| x.parse().unwrap()).collect();
                 let fp = fingerprint(v[1], v[2], v[3], v[4] as u32);
@@ -415,6 +437,11 @@ for start, end, line in c.co_lines():
                 );
             }
             assert_eq!(names, ["f", "C.m"], "{}", py.display());
+            // The last: a code object already freed when it is read.
+            let v: Vec<u64> = freed.split(',').map(|x| x.parse().unwrap()).collect();
+            let fp = fingerprint(v[1], v[2], v[3], v[4] as u32);
+            let read = read_code(child.id(), v[0], fp, layout, code_type);
+            assert_eq!(read, Err(CodeError::Freed), "{}", py.display());
             let _ = child.kill();
             let _ = child.wait();
             checked += 1;
