@@ -13,8 +13,10 @@
 //! [`shell_word`] and [`open_hint`] quote a path as one shell word, for the
 //! `sysprof view FILE` the summaries end with.
 //!
-//! Backslashes are kept as they are: the aim is a safe display, not a
-//! reversible encoding (`ps` does the same).
+//! A backslash is written `\\`, so that no text can pass for an escape
+//! (a name holding the four characters `\x1b` reads `\\x1b`, not as if
+//! it held ESC). The one exception is [`open_hint`]'s command, whose path
+//! is single-quoted for the shell, where a backslash is itself.
 
 use std::borrow::Cow;
 
@@ -24,14 +26,20 @@ fn is_unsafe(c: char) -> bool {
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
 }
 
-/// `s` with its control characters escaped; borrowed when there is none.
+/// `s` with its control characters and backslashes escaped; borrowed
+/// when there is none.
 pub fn escape(s: &str) -> Cow<'_, str> {
-    if !s.chars().any(is_unsafe) {
+    escape_with(s, true)
+}
+
+fn escape_with(s: &str, backslashes: bool) -> Cow<'_, str> {
+    if !s.chars().any(|c| is_unsafe(c) || (backslashes && c == '\\')) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
+            '\\' if backslashes => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
@@ -74,7 +82,9 @@ pub fn shell_word(s: &str) -> String {
 pub fn open_hint(path: &std::path::Path) -> String {
     format!(
         "; open it: sysprof view {}",
-        escape(&shell_word(&path.to_string_lossy()))
+        // Quoted for the shell, a backslash is itself: doubled, the
+        // command would name another file.
+        escape_with(&shell_word(&path.to_string_lossy()), false)
     )
 }
 
@@ -107,5 +117,12 @@ mod tests {
         );
         assert!(e.bytes().all(|b| b >= 0x20 && b != 0x7f), "{e}");
         assert!(matches!(escape("plain name é"), Cow::Borrowed(_)));
+        // A backslash cannot pass for an escape: the text `\o` or `\x1b`
+        // is told apart from anything escape() writes for a control.
+        assert_eq!(escape("a\\o \\x1b\x1b"), "a\\\\o \\\\x1b\\e");
+        assert_eq!(
+            open_hint(std::path::Path::new("a\\b")),
+            "; open it: sysprof view 'a\\b'"
+        );
     }
 }
