@@ -788,3 +788,104 @@ fn metrics_answers_scrapes_beside_idle_and_slow_clients() {
         "the byte-a-second client lasted {lasted:?}"
     );
 }
+
+/// A Pyroscope endpoint that answers every request 429 with a
+/// `Content-Length` of 1 GiB and sends zeros until the client hangs up;
+/// the bytes it managed to send, per connection, are kept.
+fn start_huge_429_server() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<u64>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = sent.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let record = record.clone();
+            std::thread::spawn(move || {
+                let mut conn = conn;
+                let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
+                // The request: read what comes within half a second.
+                let mut buf = [0u8; 64 << 10];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                let head = b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: text/plain\r\nContent-Length: 1073741824\r\n\r\nslow down\x1b[2J";
+                let mut total = 0u64;
+                if conn.write_all(head).is_ok() {
+                    let zeros = vec![b'z'; 1 << 20];
+                    while total < 1 << 30 {
+                        match conn.write(&zeros) {
+                            Ok(n) if n > 0 => total += n as u64,
+                            _ => break,
+                        }
+                    }
+                }
+                record.lock().unwrap().push(total);
+            });
+        }
+    });
+    (port, sent)
+}
+
+/// Check that an exporter reads only the head of an error answer, whatever
+/// length it claims: against an endpoint answering 429 with a 1-GiB body,
+/// the agent's peak resident set (VmHWM) stays within 64 MB of a control
+/// agent's without exporters (it reached 2.14 GB when the body was read
+/// whole), the server gets to send little of its gigabyte, the windows go
+/// on being stored, and the warning holds no escape sequence.
+#[test]
+fn a_huge_error_answer_does_not_grow_the_agent() {
+    if !can_record("a_huge_error_answer_does_not_grow_the_agent") {
+        return;
+    }
+    let dir = scratch("export-huge-429");
+    let (port, sent) = start_huge_429_server();
+    let url = format!("http://127.0.0.1:{port}");
+    let common = ["--window", "1", "-F", "99", "--health-interval", "3600"];
+    let mut args = common.to_vec();
+    args.extend(["--pyroscope-url", &url]);
+    let agent = Agent::start(&dir.join("store"), &args, &[]);
+    let control = Agent::start(&dir.join("control-store"), &common, &[]);
+    let started = wall_ms();
+    // The retries back off: 12 s gives several answers.
+    std::thread::sleep(Duration::from_secs(12));
+    let hwm = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    let (peak, control_peak) = (hwm(agent.pid()), hwm(control.pid()));
+    let stored = store_segments(&dir.join("store"))
+        .iter()
+        .filter(|s| s.2 >= started)
+        .count();
+    let (status, stderr) = agent.stop_with(SIGTERM);
+    let (control_status, _) = control.stop_with(SIGTERM);
+    let answers = sent.lock().unwrap().clone();
+    eprintln!(
+        "huge 429: agent peak {peak} KiB, control {control_peak} KiB; {} answers, bytes sent each {answers:?}; {stored} windows stored",
+        answers.len()
+    );
+    assert!(status.success() && control_status.success(), "{stderr}");
+    assert!(!answers.is_empty(), "the agent never asked the endpoint");
+    assert!(
+        stderr.contains("429") && !stderr.contains('\x1b'),
+        "the warning says what came back, escaped: {stderr}"
+    );
+    assert!(
+        answers.iter().all(|&b| b < 64 << 20),
+        "an answer read far past its head: {answers:?}"
+    );
+    assert!(
+        peak <= control_peak + 64 * 1024,
+        "peak {peak} KiB against the control's {control_peak} KiB"
+    );
+    assert!(stored >= 8, "windows go on being stored: {stored}");
+}

@@ -33,7 +33,10 @@ pub fn escape(s: &str) -> Cow<'_, str> {
 }
 
 fn escape_with(s: &str, backslashes: bool) -> Cow<'_, str> {
-    if !s.chars().any(|c| is_unsafe(c) || (backslashes && c == '\\')) {
+    if !s
+        .chars()
+        .any(|c| is_unsafe(c) || (backslashes && c == '\\'))
+    {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);

@@ -11,6 +11,27 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// The most of an error answer's body read, whatever its `Content-Length`
+/// says (a server, or a user bound to its port, answering 429 with a
+/// 1-GiB body once took the agent to 2.14 GB).
+pub const MAX_ANSWER_READ: u64 = 4 << 10;
+/// The most of a destination's text (a body, a gRPC status message) put in
+/// a message, in characters.
+pub const MAX_ANSWER_CHARS: usize = 200;
+
+/// What a destination said, for a message: its first
+/// [`MAX_ANSWER_CHARS`] characters, trimmed, with controls escaped (it is
+/// whatever the other end chose to send).
+pub fn answer_text(text: &str) -> String {
+    let cut: String = text.trim().chars().take(MAX_ANSWER_CHARS).collect();
+    let more = if text.trim().chars().nth(MAX_ANSWER_CHARS).is_some() {
+        "..."
+    } else {
+        ""
+    };
+    format!("{}{more}", crate::escape::escape(&cut))
+}
+
 /// Why an exporter could not be set up (each a line the agent prints).
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {

@@ -470,7 +470,10 @@ impl OtlpClient {
         let mut ep = tonic::transport::Endpoint::from_shared(self.endpoint.clone())
             .map_err(|e| SendError::Permanent(format!("{}: {e}", self.endpoint)))?
             .connect_timeout(std::time::Duration::from_secs(10))
-            .timeout(TIMEOUT);
+            .timeout(TIMEOUT)
+            // An answer is a few bytes and a status: headers (where a gRPC
+            // status message travels) are held to 64 KiB, not h2's 16 MiB.
+            .http2_max_header_list_size(64 << 10);
         if self.endpoint.starts_with("https://") {
             let mut tls = tonic::transport::ClientTlsConfig::new();
             tls = match &self.ca {
@@ -492,7 +495,7 @@ impl OtlpClient {
         Ok(ProfilesServiceClient::new(channel)
             .send_compressed(tonic::codec::CompressionEncoding::Gzip)
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
-            .max_decoding_message_size(4 << 20))
+            .max_decoding_message_size(64 << 10))
     }
 }
 
@@ -531,7 +534,9 @@ impl super::Exporter for OtlpClient {
                     // It took the rest: sending it all again would duplicate that.
                     return Err(SendError::Permanent(format!(
                         "{} rejected {} profiles: {}",
-                        self.endpoint, p.rejected_profiles, p.error_message
+                        self.endpoint,
+                        p.rejected_profiles,
+                        super::error::answer_text(&p.error_message)
                     )));
                 }
                 Ok(bytes)
@@ -542,7 +547,7 @@ impl super::Exporter for OtlpClient {
                     "{} answered {:?}: {}",
                     self.endpoint,
                     status.code(),
-                    status.message()
+                    super::error::answer_text(status.message())
                 ),
             )),
             Err(_) => Err(SendError::Transient(format!(

@@ -153,10 +153,19 @@ impl super::Exporter for PyroscopeClient {
             })?;
             if !resp.status().is_success() {
                 let status = resp.status();
-                let text: String = resp.text().unwrap_or_default().chars().take(200).collect();
+                // Only the head of the body: its length is the server's say.
+                let mut head = Vec::new();
+                let _ = std::io::Read::read_to_end(
+                    &mut std::io::Read::take(resp, super::error::MAX_ANSWER_READ),
+                    &mut head,
+                );
                 return Err(SendError::http(
                     status.as_u16(),
-                    format!("{} answered {status}: {}", self.url, text.trim()),
+                    format!(
+                        "{} answered {status}: {}",
+                        self.url,
+                        super::error::answer_text(&String::from_utf8_lossy(&head))
+                    ),
                 ));
             }
             if let Some((_, done)) = self.progress.as_mut() {
