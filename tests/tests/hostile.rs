@@ -657,3 +657,87 @@ fn perf_maps_linked_to_root_files_are_refused() {
         }
     }
 }
+
+/// Check that the JVM attach writes nowhere the JVM's user could not: a
+/// process of nobody's that maps `libjvm.so` and handles SIGQUIT, in a user
+/// and mount namespace of its own with `/etc` bind-mounted on its `/tmp`,
+/// is sampled by root's `record -a`; the attach trigger is refused (said
+/// on the summary), `/etc` gets no `.attach_pid` file, and no SIGQUIT is
+/// sent. Before, root created `/etc/.attach_pidN`, owned by nobody.
+#[test]
+fn the_jvm_attach_writes_nowhere_its_user_could_not() {
+    if !can_record("the_jvm_attach_writes_nowhere_its_user_could_not") {
+        return;
+    }
+    let Some(libjvm) = std::fs::read_dir("/usr/lib/jvm")
+        .ok()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("lib/server/libjvm.so"))
+        .find(|p| p.exists())
+    else {
+        skip(
+            "the_jvm_attach_writes_nowhere_its_user_could_not",
+            "no libjvm.so under /usr/lib/jvm (`cargo xtask test` installs a JDK)",
+        );
+        return;
+    };
+    let dir = scratch("hostile-jvm-attach");
+    let out_path = dir.join("p.json.gz");
+    let script = format!(
+        "import ctypes, os, signal, time\nctypes.CDLL({:?})\ngot = []\nsignal.signal(signal.SIGQUIT, lambda *a: got.append(1))\nprint(f'pid={{os.getpid()}}', flush=True)\nend = time.time() + 3\nwhile time.time() < end:\n    pass\nprint(f'sigquit={{len(got)}}', flush=True)\n",
+        libjvm.to_str().unwrap()
+    );
+    let rec = record_started(&["-a"], &out_path);
+    let w = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["unshare", "-Urm", "sh", "-c"])
+        .arg("mount --bind /etc /tmp && exec python3 -c \"$0\"")
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_with_timeout(w, Duration::from_secs(60), "the namespaced libjvm process");
+    send_signal(&rec, 2);
+    let recorded = wait_with_timeout(rec, Duration::from_secs(120), "sysprof -a");
+    assert_success(&recorded);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the workload: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let field = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+    };
+    let (pid, sigquits) = (field("pid="), field("sigquit="));
+    let stderr = String::from_utf8_lossy(&recorded.stderr);
+    let said = stderr
+        .lines()
+        .find(|l| l.contains(&format!("JVM pid {pid}:")))
+        .unwrap_or("");
+    let planted = [
+        format!("/etc/.attach_pid{pid}"),
+        format!("/etc/.java_pid{pid}"),
+    ];
+    let made: Vec<_> = planted.iter().filter(|p| Path::new(p).exists()).collect();
+    for p in &made {
+        let _ = std::fs::remove_file(p);
+    }
+    eprintln!("jvm attach in a namespace: pid {pid}, SIGQUITs {sigquits}; files in /etc: {made:?}; said: {said}");
+    assert!(
+        made.is_empty(),
+        "root made {made:?} where nobody may not write"
+    );
+    assert!(
+        said.contains("cannot create its attach trigger"),
+        "the attach was tried and refused (the process was taken for a JVM): {stderr}"
+    );
+    assert_eq!(sigquits, 0, "a SIGQUIT was sent with no trigger in place");
+}

@@ -1463,17 +1463,36 @@ fn jvm_methods_are_named_without_flags() {
     // once HotSpot installs its handler late; before, the signal would end
     // it): it runs to its end. One that forbids attaching is not asked, and
     // a warning says why.
+    // The flag counts wherever the JVM read it from (its own flag table
+    // says): the environment (a user's JAVA_TOOL_OPTIONS), an argument
+    // file, an options file.
+    let argfile = dir.join("no-attach.args");
+    std::fs::write(&argfile, "-XX:+DisableAttachMechanism\n").unwrap();
+    let options = dir.join("no-attach.options");
+    std::fs::write(&options, "-XX:+DisableAttachMechanism\n").unwrap();
+    let at_argfile = format!("@{}", argfile.display());
+    let options_file = format!("-XX:VMOptionsFile={}", options.display());
     for (flag, why) in [
         ("-Xrs", None),
         (
             "-XX:+DisableAttachMechanism",
             Some("DisableAttachMechanism"),
         ),
+        (
+            "JAVA_TOOL_OPTIONS=-XX:+DisableAttachMechanism",
+            Some("DisableAttachMechanism"),
+        ),
+        (at_argfile.as_str(), Some("DisableAttachMechanism")),
+        (options_file.as_str(), Some("DisableAttachMechanism")),
     ] {
-        let out = record(
-            &["--", "java", flag, "-cp", dir.to_str().unwrap(), "Hot", "1"],
-            &out_path,
-        );
+        let cp = dir.to_str().unwrap();
+        let command: Vec<&str> = match flag.split_once('=') {
+            Some((var, _)) if !var.starts_with('-') => {
+                vec!["--", "env", flag, "java", "-cp", cp, "Hot", "1"]
+            }
+            _ => vec!["--", "java", flag, "-cp", cp, "Hot", "1"],
+        };
+        let out = record(&command, &out_path);
         assert_success(&out);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(

@@ -68,6 +68,9 @@ struct Jvm {
     /// What its last answer held: (methods, its rows' addresses summed), to tell
     /// whether an answer brought new code.
     last: Option<(usize, u64)>,
+    /// Its libjvm's tables, once the unwinders know them: its own flags
+    /// say whether it may be asked.
+    hotspot: Option<HotSpotAt>,
 }
 
 /// The JVMs of the machine (or of the recorded processes) and their requests.
@@ -92,9 +95,15 @@ impl Default for Jvms {
     }
 }
 
+/// A libjvm's structure-table symbols and where its address 0 lies in a JVM.
+type HotSpotAt = (
+    std::sync::Arc<crate::binaries::hotspot::HotSpotSymbols>,
+    u64,
+);
+
 /// Ask JVM `pid` for its perf map, then read its compiled methods' frames.
-fn ask(pid: u32) -> Result<JitFrames, AttachError> {
-    crate::symbolize::jvm::write_perf_map(pid)?;
+fn ask(pid: u32, hotspot: Option<HotSpotAt>) -> Result<JitFrames, AttachError> {
+    crate::symbolize::jvm::write_perf_map(pid, hotspot.as_ref().map(|(s, b)| (&**s, *b)))?;
     let (uid, ns_pid) = match crate::binaries::perfmap::process_identity(pid) {
         Some((u, n)) => (Some(u), n),
         None => (None, pid),
@@ -140,14 +149,18 @@ impl Jvms {
                 asked: None,
                 cut_retry: CUT_RETRY_MIN,
                 last: None,
+                hotspot: None,
             });
         }
     }
 
-    /// `pid` was sampled.
-    pub(super) fn sampled(&mut self, pid: u32) {
+    /// `pid` was sampled; `hotspot` gives its libjvm's tables, if known.
+    pub(super) fn sampled(&mut self, pid: u32, hotspot: impl FnOnce() -> Option<HotSpotAt>) {
         if let Some(j) = self.jvms.get_mut(&pid) {
             j.sampled = true;
+            if j.hotspot.is_none() {
+                j.hotspot = hotspot();
+            }
         }
     }
 
@@ -193,11 +206,12 @@ impl Jvms {
             j.next = Some(now + j.interval);
             j.interval = (j.interval * 2).min(LONGEST_INTERVAL);
             let tx = self.done_tx.clone();
+            let hotspot = j.hotspot.clone();
             let spawned = std::thread::Builder::new()
                 .name("sysprof-jvm".into())
                 .spawn(move || {
                     let started = Instant::now();
-                    let answer = ask(pid);
+                    let answer = ask(pid, hotspot);
                     let _ = tx.send((pid, answer, started.elapsed()));
                 });
             if spawned.is_err() {

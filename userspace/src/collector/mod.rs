@@ -439,7 +439,12 @@ impl Collector {
             .push(runtime_clock(s.sum_exec_runtime, s.exec_start, s.time_ns));
         w.samples.raw_stack.push(node);
         self.recent_pids.insert(s.pid);
-        self.jvms.sampled(s.pid);
+        let unwinders = self.unwinders.as_ref();
+        self.jvms.sampled(s.pid, || {
+            unwinders
+                .and_then(|u| u.java(s.pid))
+                .map(|j| (j.symbols.clone(), j.base))
+        });
         let mut comm = [0u8; TASK_COMM_LEN];
         comm[..s.comm.len()].copy_from_slice(s.comm);
         if w.sample_comm.get(&s.tid) != Some(&comm) {

@@ -14,20 +14,32 @@
 //! A SIGQUIT to a JVM that does not handle it (one still starting; with
 //! `-Xrs`, until HotSpot installs its handler late) would end it, so the
 //! signal is sent only while the JVM's SIGQUIT handler is installed
-//! (`SigCgt` in its status: [`AttachError::NotYet`] otherwise); a JVM started
-//! with `-XX:+DisableAttachMechanism` is not asked (SIGQUIT would print a
-//! thread dump on its output). The trigger file is created, and removed,
-//! by a thread of ours whose filesystem credentials are the JVM's user's
-//! ([`as_user`]: its fsuid, fsgid and no supplementary groups, so the
-//! kernel checks every directory on the way as it would for that user): a
-//! JVM's user who bind-mounts `/etc` on its `/tmp` in a namespace of its
-//! own gets `EACCES`, not a file root made in `/etc` (which an O_NOFOLLOW
-//! on the last component did not prevent). O_EXCL and O_NOFOLLOW still
-//! keep a planted link or file from being followed or reused.
+//! (`SigCgt` in its status: [`AttachError::NotYet`] otherwise), through a
+//! pidfd opened before /proc was looked at (the pid cannot be another's by
+//! then). A JVM that forbids attaching (`-XX:+DisableAttachMechanism`) is
+//! not asked (SIGQUIT would print a thread dump on its output): its own
+//! flag is read from its flag table, so the flag counts wherever the JVM
+//! took it from (`JAVA_TOOL_OPTIONS`, an `@argfile`, `-XX:VMOptionsFile`);
+//! where that table cannot be read, its command line and option variables
+//! are, and a JVM that takes options from a file is not asked.
+//!
+//! Everything done in the JVM's /tmp, which its user chooses (a bind mount
+//! of `/etc` in a namespace of its own, links), is done by a thread of ours
+//! whose filesystem credentials are the JVM's user's ([`as_user`]: its
+//! fsuid, fsgid and no supplementary groups, so the kernel checks every
+//! directory on the way as it would for that user): the look for its
+//! socket, the trigger file made and removed, the connection. Such a user
+//! gets `EACCES`, not a file root made in `/etc` (which an O_NOFOLLOW on
+//! the last component did not prevent), nor root's connection to another
+//! socket its link points at. O_EXCL and O_NOFOLLOW still keep a planted
+//! link or file from being followed or reused.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::time::{Duration, Instant};
+
+use crate::binaries::hotspot::HotSpotSymbols;
+use crate::symbolize::hotspot::LayoutError;
 
 /// How long the JVM has to start its attach listener, and to answer.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -37,6 +49,7 @@ const MAX_ANSWER: u64 = 64 << 10;
 /// What /proc says of a JVM: its user, its pid in its own namespace,
 /// whether it handles SIGQUIT now.
 struct JvmStatus {
+    pid: u32,
     uid: u32,
     gid: u32,
     ns_pid: u32,
@@ -69,6 +82,7 @@ fn status(pid: u32) -> Result<JvmStatus, String> {
         .and_then(|v| u64::from_str_radix(v, 16).ok())
         .unwrap_or(0);
     Ok(JvmStatus {
+        pid,
         uid,
         gid,
         ns_pid,
@@ -94,47 +108,147 @@ impl std::fmt::Display for AttachError {
     }
 }
 
-/// Ask JVM `pid` to write its perf map now.
-pub fn write_perf_map(pid: u32) -> Result<(), AttachError> {
-    ask(pid).map_err(|e| match e {
+/// Ask JVM `pid` to write its perf map now. `hotspot` (its libjvm's
+/// structure-table symbols and where its address 0 lies), when known,
+/// reads whether it forbids attaching from its own flag.
+pub fn write_perf_map(
+    pid: u32,
+    hotspot: Option<(&HotSpotSymbols, u64)>,
+) -> Result<(), AttachError> {
+    ask(pid, hotspot).map_err(|e| match e {
         Ok(not_yet) => AttachError::NotYet(not_yet),
         Err(failed) => AttachError::Failed(failed),
     })
 }
 
-/// The request; Err(Ok(_)) when nothing was sent and it may be tried again.
-fn ask(pid: u32) -> Result<(), Result<String, String>> {
-    let st = status(pid).map_err(Err)?;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    if cmdline
-        .split(|&b| b == 0)
-        .any(|a| a == b"-XX:+DisableAttachMechanism")
-    {
-        return Err(Err("started with -XX:+DisableAttachMechanism".into()));
+/// The variables that add to a JVM's options: the JVM's own two, and the
+/// `java` launcher's.
+const OPTION_VARIABLES: [&[u8]; 3] = [
+    b"JAVA_TOOL_OPTIONS=",
+    b"_JAVA_OPTIONS=",
+    b"JDK_JAVA_OPTIONS=",
+];
+const DISABLE_ATTACH: &[u8] = b"-XX:+DisableAttachMechanism";
+
+/// Whether `haystack` holds `needle`.
+fn holds(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Why JVM `pid` must not be asked, if it forbids attaching: from its own
+/// flag where it can be read; else from its command line and environment,
+/// and a JVM that may take options from a file (an `@argfile`,
+/// `-XX:Flags=`, `-XX:VMOptionsFile=`) is then not asked either: those
+/// files are its user's, not read here.
+fn attach_forbidden(
+    pid: u32,
+    hotspot: Option<(&HotSpotSymbols, u64)>,
+) -> Result<Option<String>, String> {
+    if let Some((symbols, base)) = hotspot {
+        match crate::symbolize::hotspot::bool_flag(pid, base, symbols, "DisableAttachMechanism") {
+            Ok(true) => return Ok(Some("it runs with -XX:+DisableAttachMechanism".into())),
+            Ok(false) => return Ok(None),
+            // Its flags are set before it fills its tables: asked again later.
+            Err(LayoutError::NotYet) => return Err("its flags are not readable yet".into()),
+            Err(_) => {}
+        }
     }
-    let tmp = format!("/proc/{pid}/root/tmp");
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let args = cmdline.split(|&b| b == 0);
+    let mut options = environ
+        .split(|&b| b == 0)
+        .filter(|v| OPTION_VARIABLES.iter().any(|o| v.starts_with(o)));
+    if args.clone().any(|a| a == DISABLE_ATTACH) || options.any(|v| holds(v, DISABLE_ATTACH)) {
+        return Ok(Some("started with -XX:+DisableAttachMechanism".into()));
+    }
+    let from_file = args.skip(1).any(|a| {
+        a.starts_with(b"@") || a.starts_with(b"-XX:Flags=") || a.starts_with(b"-XX:VMOptionsFile=")
+    });
+    if from_file {
+        return Ok(Some(
+            "its flags could not be read and it takes options from a file (which may forbid attaching)".into(),
+        ));
+    }
+    Ok(None)
+}
+
+/// The request; Err(Ok(_)) when nothing was sent and it may be tried again.
+fn ask(pid: u32, hotspot: Option<(&HotSpotSymbols, u64)>) -> Result<(), Result<String, String>> {
+    // Held from before the look at /proc to the signal: the pid cannot
+    // become another process's meanwhile.
+    let process = Pidfd::open(pid).map_err(|e| Err(format!("pid {pid}: {e}")))?;
+    let st = status(pid).map_err(Err)?;
+    match attach_forbidden(pid, hotspot) {
+        Ok(Some(why)) => return Err(Err(why)),
+        Ok(None) => {}
+        Err(not_yet) => return Err(Ok(not_yet)),
+    }
+    let (uid, gid) = (st.uid, st.gid);
+    as_user(uid, gid, move || Ok(send(&process, &st)))
+        .map_err(|e| Err(format!("cannot act as its user, uid {uid}: {e}")))?
+}
+
+/// A process held by a pidfd: signalled as that process, whatever its pid
+/// is given to later.
+struct Pidfd(std::os::fd::OwnedFd);
+
+impl Pidfd {
+    fn open(pid: u32) -> std::io::Result<Pidfd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open(2) takes a pid and flags and returns a new fd.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a new fd of our own.
+        Ok(Pidfd(unsafe {
+            std::os::fd::OwnedFd::from_raw_fd(fd as i32)
+        }))
+    }
+
+    fn signal(&self, signal: i32) -> bool {
+        use std::os::fd::AsRawFd;
+        // SAFETY: pidfd_send_signal(2) with our fd, a signal and no info.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            ) == 0
+        }
+    }
+}
+
+/// Everything said to the JVM, on a thread acting as its user ([`as_user`]):
+/// its /tmp is looked at, the trigger made and removed, the socket
+/// connected to as that user could. A path its user laid (a bind mount, a
+/// link to another socket) leads only where that user may go.
+/// Err(Ok(_)) when nothing was sent and it may be tried again.
+fn send(process: &Pidfd, st: &JvmStatus) -> Result<(), Result<String, String>> {
+    let tmp = format!("/proc/{}/root/tmp", st.pid);
     let socket = format!("{tmp}/.java_pid{}", st.ns_pid);
     if !is_listener(&socket, st.uid) && !st.handles_sigquit {
         return Err(Ok(
             "it does not handle SIGQUIT (-Xrs, or still starting): not asked".into(),
         ));
     }
-    send(pid, &st, &tmp, &socket).map_err(Err)
+    talk(process, st, &tmp, &socket).map_err(Err)
 }
 
-fn send(pid: u32, st: &JvmStatus, tmp: &str, socket: &str) -> Result<(), String> {
+fn talk(process: &Pidfd, st: &JvmStatus, tmp: &str, socket: &str) -> Result<(), String> {
     if !is_listener(socket, st.uid) {
         let trigger = format!("{tmp}/.attach_pid{}", st.ns_pid);
-        create_trigger(&trigger, st.uid, st.gid)
+        create_trigger(&trigger)
             .map_err(|e| format!("cannot create its attach trigger as uid {}: {e}", st.uid))?;
-        // SAFETY: kill(2) with a pid and a signal number.
-        let sent = unsafe { libc::kill(pid as libc::pid_t, libc::SIGQUIT) } == 0;
+        let sent = process.signal(libc::SIGQUIT);
         let start = Instant::now();
         while sent && !is_listener(socket, st.uid) && start.elapsed() < ATTACH_TIMEOUT {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let removing = trigger.clone();
-        let _ = as_user(st.uid, st.gid, move || std::fs::remove_file(&removing));
+        let _ = std::fs::remove_file(&trigger);
         if !is_listener(socket, st.uid) {
             return Err("its attach listener did not start".into());
         }
@@ -165,19 +279,17 @@ fn send(pid: u32, st: &JvmStatus, tmp: &str, socket: &str) -> Result<(), String>
     }
 }
 
-/// Create the attach trigger `path` as user `uid`:`gid` would (mode 0600,
-/// O_EXCL, O_NOFOLLOW): where that user may not write, it is not created.
-fn create_trigger(path: &str, uid: u32, gid: u32) -> std::io::Result<()> {
-    let path = path.to_string();
-    as_user(uid, gid, move || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map(drop)
-    })
+/// Create the attach trigger `path` (mode 0600, O_EXCL, O_NOFOLLOW), on a
+/// thread acting as the JVM's user: where that user may not write, it is
+/// not created.
+fn create_trigger(path: &str) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map(drop)
 }
 
 /// Run `f` on a thread of its own whose filesystem credentials are
@@ -231,7 +343,8 @@ mod tests {
     /// Check, as root, that the attach trigger is created as the JVM's
     /// user would create it: not in a directory only root may write (the
     /// `/etc` a user bind-mounts on its `/tmp`), and, in one the user may
-    /// write, owned by the user; and that root's credentials are untouched
+    /// write, owned by the user; that a link the user lays to root's socket
+    /// is not connected through; and that root's credentials are untouched
     /// on the calling thread. Without root it says so and checks nothing.
     #[test]
     fn the_attach_trigger_is_created_only_where_the_jvms_user_may_write() {
@@ -256,20 +369,43 @@ mod tests {
         .unwrap();
         std::os::unix::fs::chown(&users, Some(nobody), Some(nobody)).unwrap();
         let denied = root_only.join(".attach_pid1");
-        let e = create_trigger(denied.to_str().unwrap(), nobody, nobody).unwrap_err();
+        let as_nobody = |p: &std::path::Path| {
+            let p = p.to_path_buf();
+            as_user(nobody, nobody, move || create_trigger(p.to_str().unwrap()))
+        };
+        let e = as_nobody(&denied).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
         assert!(!denied.exists(), "root made a file where its user may not");
         let made = users.join(".attach_pid1");
-        create_trigger(made.to_str().unwrap(), nobody, nobody).unwrap();
+        as_nobody(&made).unwrap();
         let m = std::fs::metadata(&made).unwrap();
         assert_eq!(
             (m.uid(), m.gid(), m.mode() & 0o777),
             (nobody, nobody, 0o600)
         );
+        assert!(as_nobody(&made).is_err(), "an existing file is not reused");
+        // A link the user laid to root's socket leads nowhere as the user.
+        let root_socket = root_only.join("root.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&root_socket).unwrap();
+        std::fs::set_permissions(
+            &root_socket,
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        let link = users.join(".java_pid1");
+        std::os::unix::fs::symlink(&root_socket, &link).unwrap();
+        let through = link.clone();
+        let e = as_user(nobody, nobody, move || {
+            std::os::unix::net::UnixStream::connect(&through)
+        })
+        .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
         assert!(
-            create_trigger(made.to_str().unwrap(), nobody, nobody).is_err(),
-            "an existing file is not reused"
+            !is_listener(link.to_str().unwrap(), nobody),
+            "a link is no listener"
         );
+        std::os::unix::net::UnixStream::connect(&link).expect("root's own connect, the control");
+        std::fs::remove_file(&link).unwrap();
         // This thread is still root: it can write where nobody cannot.
         std::fs::write(root_only.join("still-root"), b"").unwrap();
         as_user(nobody, nobody, {
