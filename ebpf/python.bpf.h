@@ -23,6 +23,7 @@
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* per Python process, not 2 MB up front */
 	__type(key, __u32);
 	__type(value, struct python_process);
 	__uint(max_entries, PY_MAX_PROCESSES);

@@ -86,6 +86,9 @@ struct {
 	__uint(max_entries, 4 * 1024 * 1024);
 } events SEC(".maps");
 
+/* Preallocated (allocated as threads appear, one in a run was lost to an
+ * empty allocation cache beside pgbench): sized by userspace from the
+ * threads the machine has, 16,384 to 65,536 entries of ~0.4 KiB. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -102,7 +105,8 @@ struct {
 	__type(value, struct thread_state);
 } empty_state SEC(".maps");
 
-/* In-flight block requests by `struct request *`. */
+/* In-flight block requests by `struct request *`: sized by userspace from
+ * what the machine's block devices can hold in flight. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -160,6 +164,7 @@ struct {
  * shared, is not tried. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* per stack shared, not 2.6 MB up front */
 	__uint(max_entries, STACK_SHARED_MAX);
 	__type(key, __u64);
 	__type(value, __u8);

@@ -413,6 +413,51 @@ impl TracerDrops {
     }
 }
 
+/// Entries of the tracer's thread map: four times the threads the machine
+/// has now (`/proc/loadavg`'s count of scheduling entities), 16,384 to
+/// 65,536. A thread past them is not traced, counted as `lost_state`.
+fn thread_entries() -> u32 {
+    let threads = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(3)?
+                .split_once('/')?
+                .1
+                .parse::<u32>()
+                .ok()
+        })
+        .unwrap_or(u32::MAX / 4);
+    threads
+        .saturating_mul(4)
+        .clamp(16384, 65536)
+        .next_power_of_two()
+}
+
+/// Entries of the tracer's request map: what the block devices can hold
+/// (each device's `nr_requests` times its hardware queues), twice, 4,096 to
+/// 65,536. A request past them is counted as `lost_state`.
+fn request_entries() -> u32 {
+    let mut total = 0u64;
+    for dev in std::fs::read_dir("/sys/block")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let path = dev.path();
+        let depth: u64 = std::fs::read_to_string(path.join("queue/nr_requests"))
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let queues = std::fs::read_dir(path.join("mq"))
+            .map(|d| d.count() as u64)
+            .unwrap_or(1)
+            .max(1);
+        total = total.saturating_add(depth.saturating_mul(queues));
+    }
+    total.saturating_mul(2).clamp(4096, 65536) as u32
+}
+
 impl Tracer {
     /// Load the tracer and attach what `opts` asks for.
     pub fn start(opts: &TracerOptions) -> Result<(Tracer, RingBuf<MapData>), RecordError> {
@@ -441,6 +486,10 @@ impl Tracer {
             .override_global("has_prev_state_arg", &(kernel_at_least(5, 18) as u8), true)
             .override_global("start_fires_once", &(kernel_at_least(6, 5) as u8), true)
             .map_max_entries("events", opts.ring_bytes)
+            // Both preallocated, in the kernel memory of sysprof's cgroup:
+            // 27 and 9 MB at 65,536 entries each, the most they may hold.
+            .map_max_entries("threads", thread_entries())
+            .map_max_entries("io_starts", request_entries())
             // Stack records with a copy are built in a scratch per CPU and place.
             .map_max_entries(
                 "copy_scratch",
