@@ -89,6 +89,97 @@ extern "C" {
     fn libc_geteuid() -> u32;
     #[link_name = "write"]
     fn libc_write(fd: i32, buf: *const u8, len: usize) -> isize;
+    #[link_name = "open"]
+    fn libc_open(path: *const std::ffi::c_char, flags: i32, ...) -> i32;
+    #[link_name = "close"]
+    fn libc_close(fd: i32) -> i32;
+}
+
+/// A memory cgroup made for a test (v1's controller or v2's, as the
+/// machine has), limited to `limit` bytes; removed when dropped.
+pub struct MemoryCgroup {
+    /// Its directory.
+    pub dir: PathBuf,
+    v2: bool,
+}
+
+impl MemoryCgroup {
+    /// Make it, or None (said why) if the machine has no memory controller.
+    pub fn make(name: &str, limit: u64) -> Option<MemoryCgroup> {
+        let v1 = PathBuf::from("/sys/fs/cgroup/memory");
+        let (dir, v2) = if v1.join("memory.limit_in_bytes").exists() {
+            (v1.join(name), false)
+        } else if std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control")
+            .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory"))
+        {
+            (PathBuf::from("/sys/fs/cgroup").join(name), true)
+        } else {
+            return None;
+        };
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).ok()?;
+        let file = if v2 {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        std::fs::write(dir.join(file), limit.to_string()).ok()?;
+        Some(MemoryCgroup { dir, v2 })
+    }
+
+    /// Its `cgroup.procs`.
+    pub fn procs(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    fn number(&self, file: &str) -> u64 {
+        std::fs::read_to_string(self.dir.join(file))
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Bytes charged now (page cache, anonymous and kernel memory).
+    pub fn usage(&self) -> u64 {
+        self.number(if self.v2 {
+            "memory.current"
+        } else {
+            "memory.usage_in_bytes"
+        })
+    }
+
+    /// The most charged so far (v1's own figure; v2's `memory.peak` where
+    /// the kernel has it, else 0).
+    pub fn peak(&self) -> u64 {
+        self.number(if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        })
+    }
+
+    /// Processes of it the kernel's OOM killer ended.
+    pub fn oom_kills(&self) -> u64 {
+        let file = if self.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        std::fs::read_to_string(self.dir.join(file))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("oom_kill "))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
 
 fn kernel_release() -> String {
@@ -822,8 +913,41 @@ impl Agent {
     /// business, not every other test's. The bucket here (10^12 s) has no
     /// boundary after 1970.
     pub fn start(store: &Path, args: &[&str], env: &[(&str, &str)]) -> Agent {
+        Agent::start_in(store, args, env, None)
+    }
+
+    /// [`Agent::start`], the agent in the cgroup whose `cgroup.procs` is
+    /// `procs` from before it runs (so the kernel memory of the BPF maps it
+    /// makes is charged there, as under a systemd unit).
+    pub fn start_in(
+        store: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        procs: Option<&Path>,
+    ) -> Agent {
         use std::io::Read;
         let mut command = Command::new(sysprof_bin());
+        if let Some(procs) = procs {
+            use std::os::unix::process::CommandExt;
+            let path = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: between fork and exec only async-signal-safe calls
+            // (open, write, close) on memory prepared before the fork.
+            unsafe {
+                command.pre_exec(move || {
+                    let fd = libc_open(path.as_ptr(), 1 /* O_WRONLY */);
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // "0": the writing process itself.
+                    let written = libc_write(fd, b"0".as_ptr(), 1);
+                    libc_close(fd);
+                    if written != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         if !env
             .iter()
             .any(|(k, _)| *k == "SYSPROF_STORE_BUCKET_SECONDS")

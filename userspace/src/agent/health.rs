@@ -42,6 +42,9 @@ pub struct AgentCounters {
     /// What the in-kernel unwinder refused, per uid (process entries and
     /// tables), all time.
     pub unwind_refusals: std::sync::Mutex<Vec<(u32, crate::unwind::kernel::UidRefusals)>>,
+    /// Times memory pressure (its cgroup near its limit) cut a window and
+    /// dropped the caches.
+    pub memory_sheds: AtomicU64,
 }
 
 /// The Prometheus text of the agent's counters.
@@ -72,6 +75,13 @@ pub(super) fn metrics_text(
         "counter",
         "Windows finished.",
         &[(String::new(), v(&c.windows))],
+    );
+    metric(
+        &mut out,
+        "sysprof_memory_sheds_total",
+        "counter",
+        "Times the agent's cgroup neared its memory limit: a window cut short, caches dropped.",
+        &[(String::new(), v(&c.memory_sheds))],
     );
     metric(
         &mut out,
@@ -234,7 +244,7 @@ pub(super) fn health_line(
     let (processes, binaries, names) = collector.retained();
     format!(
         "sysprof agent: up {}; windows: {} stored, {} failed, {} dropped; {} samples, {}; store {} in {} files ({} removed by retention); \
-         RSS {} (peak {}); CPU {:.3}% of one CPU; tracking {} processes, {} binaries, {} of names",
+         RSS {} (peak {}); {} memory sheds; CPU {:.3}% of one CPU; tracking {} processes, {} binaries, {} of names",
         human_duration(up),
         c.stored.load(Ordering::Relaxed),
         c.store_failed.load(Ordering::Relaxed),
@@ -246,6 +256,7 @@ pub(super) fn health_line(
         c.retention_removed.load(Ordering::Relaxed),
         crate::units::human_bytes(rss),
         crate::units::human_bytes(peak),
+        c.memory_sheds.load(Ordering::Relaxed),
         cpu_pct,
         processes,
         binaries,

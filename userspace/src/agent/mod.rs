@@ -48,6 +48,24 @@ use health::{health_line, metrics_text};
 /// second filled 10-s windows with 110,000 records and took the agent's
 /// RSS past 110 MB; ended at 40,000 records, 71 MB).
 const MAX_WINDOW_RECORDS: usize = 20_000;
+
+/// How often the agent reads its cgroup's memory, and at what share of the
+/// limit it sheds (cuts the window, drops its caches): at most once per
+/// [`SHED_INTERVAL`], so memory the caches do not hold (the BPF maps) cannot
+/// cut every window.
+const PRESSURE_CHECK: Duration = Duration::from_secs(1);
+const SHED_AT_PERCENT: u64 = 85;
+const SHED_INTERVAL: Duration = Duration::from_secs(30);
+
+/// [`SHED_AT_PERCENT`], or `SYSPROF_SHED_AT_PERCENT` (1-100): the
+/// integration test sets it low to see a shed without starving the agent.
+fn shed_at_percent() -> u64 {
+    std::env::var("SYSPROF_SHED_AT_PERCENT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|p| (1..=100).contains(p))
+        .unwrap_or(SHED_AT_PERCENT)
+}
 /// Windows an exporter may owe before it gives up the oldest: a day of
 /// 10-s windows (they wait on disk, in the store, not in memory).
 const EXPORT_BACKLOG_WINDOWS: usize = 8640;
@@ -200,7 +218,32 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let (mut window_start_ns, mut window_start_wall) = (session.start_ns, session.start_wall_ms);
     let mut boundary_ms = next_boundary_ms(window_start_wall, cfg.window);
     let mut cpu_at_health = process_cpu_seconds();
+    let memory = crate::sys::cgroup_memory::CgroupMemory::of_self();
+    let shed_percent = shed_at_percent();
+    let mut last_shed: Option<Instant> = None;
     loop {
+        // Near its cgroup's limit (the BPF maps' kernel memory included),
+        // the agent cuts the window (its records stored, not held) and drops
+        // its caches rather than be OOM-killed with the window in progress.
+        let pressured = std::cell::Cell::new(None);
+        let pressure = async {
+            let Some(m) = memory
+                .as_ref()
+                .filter(|_| last_shed.is_none_or(|t| t.elapsed() >= SHED_INTERVAL))
+            else {
+                return std::future::pending().await;
+            };
+            loop {
+                tokio::time::sleep(PRESSURE_CHECK).await;
+                if let Some(r) = m
+                    .reading()
+                    .filter(|r| r.working_set > r.limit / 100 * shed_percent)
+                {
+                    pressured.set(Some(r));
+                    return;
+                }
+            }
+        };
         // Sleep on the monotonic clock until the wall-clock boundary.
         let (now_wall, _) = clock_anchor();
         let wait = Duration::from_secs_f64(((boundary_ms - now_wall) / 1e3).max(0.0));
@@ -213,6 +256,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
                         _ = tokio::time::sleep_until(deadline) => false,
                         _ = sigint.recv() => true,
                         _ = sigterm.recv() => true,
+                        _ = pressure => false,
                     }
                 },
                 MAX_WINDOW_RECORDS,
@@ -223,7 +267,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         // None: the window is full before its time (a fork storm); it ends
         // now and the next one runs to the same boundary.
         let (stop, early) = match ended {
-            Some(stop) => (stop, false),
+            Some(stop) => (stop, pressured.get().is_some()),
             None => (false, true),
         };
         let timing = std::env::var_os("SYSPROF_TIMING")
@@ -291,6 +335,19 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
                     "the store thread ended unexpectedly".into(),
                 ));
             }
+        }
+        if let Some(r) = pressured.get() {
+            let dropped = collector.shed_caches();
+            release_freed_memory();
+            last_shed = Some(Instant::now());
+            counters.memory_sheds.fetch_add(1, Ordering::Relaxed);
+            let mib = |b: u64| b as f64 / (1 << 20) as f64;
+            errors.say(format!(
+                "memory at {:.0} of its cgroup's {:.0} MiB limit (kernel memory of its BPF maps included): the window was cut short and {:.1} MiB of caches dropped",
+                mib(r.working_set),
+                mib(r.limit),
+                mib(dropped as u64)
+            ));
         }
         (window_start_ns, window_start_wall) = (end_ns, end_wall);
         if !early {

@@ -169,6 +169,20 @@ impl Collector {
         true
     }
 
+    /// Under memory pressure: drop what is kept between windows only to
+    /// save work (names, Python code objects, Java methods, the symbolizer
+    /// and its open files), all read again as needed. The bytes of it
+    /// (an estimate; the symbolizer's not counted).
+    pub fn shed_caches(&mut self) -> usize {
+        let held = self.names.bytes() + self.py_codes.bytes() + self.java.methods.bytes();
+        self.names.clear();
+        self.py_codes.clear();
+        self.java.methods.clear();
+        self.symbolicator = crate::symbolize::Symbolicator::new();
+        self.symbolicator_since = std::time::Instant::now();
+        held
+    }
+
     /// Sizes of what the collector keeps between windows, for the agent's
     /// health line: (processes, open binaries, bytes of cached names, Python code objects included).
     pub fn retained(&self) -> (usize, usize, usize) {

@@ -227,6 +227,12 @@ impl<T: Held> CodeCache<T> {
         self.bytes
     }
 
+    /// Forget every object read (read again as used); the exits and counts stay.
+    pub(super) fn clear(&mut self) {
+        self.by_pid = FxHashMap::default();
+        self.bytes = 0;
+    }
+
     /// The counts since the last call: (frames unnamed, objects replaced).
     pub(super) fn take_counts(&mut self) -> (u64, u64) {
         (

@@ -93,6 +93,11 @@ impl NameCache {
     pub fn bytes(&self) -> usize {
         self.bytes + self.prepared_bytes
     }
+
+    /// Forget every name and prepared binary (looked up again as needed).
+    pub fn clear(&mut self) {
+        *self = NameCache::default();
+    }
 }
 
 /// Where JIT frames get their names: perf maps (found by pid) and jitdump

@@ -1,10 +1,11 @@
 //! The bottom layer: what sysprof asks of the operating system directly,
 //! with its `unsafe` in one place. In: libc and `/proc/self`. Out: the
-//! clock, random names, this process's resources, the online CPUs, a
+//! clock, random names, this process's resources (its cgroup's memory too), the online CPUs, a
 //! directory held open and files replaced whole in it; hex of bytes;
 //! another process's memory.
 
 pub mod atomic_file;
+pub mod cgroup_memory;
 pub mod clock;
 pub mod cpus;
 pub mod dir;
