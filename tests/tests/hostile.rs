@@ -860,7 +860,7 @@ fn huge_perf_maps_cost_only_their_users_share() {
         clean.1
     );
     assert!(
-        maps.3.contains("perf maps of uid 65534") && maps.3.contains("not read"),
+        maps.3.contains("perf maps and jitdumps of uid 65534") && maps.3.contains("not read"),
         "what was not read is said: {}",
         maps.3
     );

@@ -404,16 +404,16 @@ fn symbolicate_jit(
         // The jitdump the process mapped: read through the descriptor opened
         // when it was mapped, so it is the file the JIT wrote.
         if let Some(bin) = jit.dump(pid).map(|b| binaries.get(b)) {
+            // Within the same share of the user's as its perf maps.
+            let used = read_by_user.entry(uid).or_default();
             // Positional reads: the descriptor's offset is shared with
             // whoever read it before (the unwinder looked for ELF sections).
             let dump = bin.file.as_ref().and_then(|f| {
                 use std::os::unix::fs::FileExt;
-                let len = f
-                    .metadata()
-                    .ok()?
-                    .len()
+                let size = f.metadata().ok()?.len();
+                let len = size
                     .min(crate::binaries::perfmap::MAX_PERF_MAP_BYTES)
-                    as usize;
+                    .min(share.saturating_sub(*used)) as usize;
                 let mut bytes = vec![0u8; len];
                 let mut done = 0;
                 while done < len {
@@ -423,7 +423,19 @@ fn symbolicate_jit(
                     }
                 }
                 bytes.truncate(done);
-                crate::binaries::jitdump::parse(&bytes)
+                *used += done as u64;
+                if size > done as u64 {
+                    let cut = cut_by_user.entry(uid).or_default();
+                    cut.0 += size - done as u64;
+                    cut.1 += 1;
+                }
+                let mut d = crate::binaries::jitdump::parse(&bytes)?;
+                // Only the sampled symbols are kept, as of a perf map.
+                d.symbols.retain(|s| {
+                    let i = wanted.partition_point(|&a| a < s.start);
+                    wanted.get(i).is_some_and(|&a| a - s.start < s.size)
+                });
+                Some(d)
             });
             match dump {
                 Some(d) => {
@@ -504,7 +516,7 @@ fn symbolicate_jit(
     for (uid, (left, maps)) in cut {
         let who = uid.map_or_else(|| "an unknown user".to_string(), |u| format!("uid {u}"));
         warn(format!(
-            "perf maps of {who}: {:.1} MiB of {maps} map(s) not read, past the user's share of {} MiB a window; JIT frames named there stay unnamed",
+            "perf maps and jitdumps of {who}: {:.1} MiB of {maps} file(s) not read, past the user's share of {} MiB a window; JIT frames named there stay unnamed",
             left as f64 / (1 << 20) as f64,
             share >> 20
         ));
