@@ -13,10 +13,15 @@
 //! [`shell_word`] and [`open_hint`] quote a path as one shell word, for the
 //! `sysprof view FILE` the summaries end with.
 //!
-//! A backslash is written `\\`, so that no text can pass for an escape
-//! (a name holding the four characters `\x1b` reads `\\x1b`, not as if
-//! it held ESC). The one exception is [`open_hint`]'s command, whose path
-//! is single-quoted for the shell, where a backslash is itself.
+//! A backslash that does not begin one of these escapes (nor `\\`) is
+//! written `\\`: a garbage answer's `\o` reads `\\o`, not as if it were an
+//! escape. One that does is kept, so that escaping what was escaped changes
+//! nothing: names are escaped where they are read and their messages again
+//! where they are printed, and a strict `\\` for every backslash doubled
+//! them at each pass (`report --format folded` showed `\\e` for ESC). What
+//! stays: a name holding the text `\e` reads as one holding ESC would.
+//! [`open_hint`]'s command keeps its backslashes: its path is single-quoted
+//! for the shell, where a backslash is itself.
 
 use std::borrow::Cow;
 
@@ -26,23 +31,53 @@ fn is_unsafe(c: char) -> bool {
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}')
 }
 
-/// `s` with its control characters and backslashes escaped; borrowed
-/// when there is none.
+/// `s` with its control characters escaped, and its backslashes that
+/// begin no escape; borrowed when there is none.
 pub fn escape(s: &str) -> Cow<'_, str> {
     escape_with(s, true)
 }
 
+/// Whether the backslash at the start of `rest` begins an escape this
+/// module writes (`\\`, `\n`, `\t`, `\r`, `\e`, `\xNN`, `\u{N...}`), or
+/// how many bytes of it do.
+fn escape_at(rest: &str) -> Option<usize> {
+    let b = rest.as_bytes();
+    match b.get(1)? {
+        b'\\' | b'n' | b't' | b'r' | b'e' => Some(2),
+        b'x' if b.len() >= 4 && b[2].is_ascii_hexdigit() && b[3].is_ascii_hexdigit() => Some(4),
+        b'u' if b.get(2) == Some(&b'{') => {
+            let digits = b[3..].iter().take_while(|c| c.is_ascii_hexdigit()).count();
+            (1..=6).contains(&digits).then_some(())?;
+            (b.get(3 + digits) == Some(&b'}')).then_some(4 + digits)
+        }
+        _ => None,
+    }
+}
+
 fn escape_with(s: &str, backslashes: bool) -> Cow<'_, str> {
+    let lone_backslash = |i: usize| backslashes && escape_at(&s[i..]).is_none();
     if !s
-        .chars()
-        .any(|c| is_unsafe(c) || (backslashes && c == '\\'))
+        .char_indices()
+        .any(|(i, c)| is_unsafe(c) || (c == '\\' && lone_backslash(i)))
     {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
+    let mut kept_until = 0;
+    for (i, c) in s.char_indices() {
+        if i < kept_until {
+            out.push(c);
+            continue;
+        }
         match c {
-            '\\' if backslashes => out.push_str("\\\\"),
+            '\\' if backslashes => match escape_at(&s[i..]) {
+                // An escape already: kept whole (its second backslash too).
+                Some(n) => {
+                    kept_until = i + n;
+                    out.push('\\');
+                }
+                None => out.push_str("\\\\"),
+            },
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
@@ -120,9 +155,24 @@ mod tests {
         );
         assert!(e.bytes().all(|b| b >= 0x20 && b != 0x7f), "{e}");
         assert!(matches!(escape("plain name é"), Cow::Borrowed(_)));
-        // A backslash cannot pass for an escape: the text `\o` or `\x1b`
-        // is told apart from anything escape() writes for a control.
-        assert_eq!(escape("a\\o \\x1b\x1b"), "a\\\\o \\\\x1b\\e");
+        // A backslash that begins no escape cannot pass for one; one that
+        // does is kept, so escaping twice is escaping once.
+        assert_eq!(
+            escape("a\\o \\x1 \\u{zz} \\\x1b"),
+            "a\\\\o \\\\x1 \\\\u{zz} \\\\\\e"
+        );
+        for s in [
+            s,
+            "a\\o\\",
+            "\\\\\\",
+            "\\x1b\\u{202e}\\n",
+            "\\u{1234567}\\",
+            "é\\é\x07",
+        ] {
+            let once = escape(s).into_owned();
+            assert_eq!(escape(&once), once, "escaping {s:?} twice");
+            assert!(once.bytes().all(|b| b >= 0x20 && b != 0x7f), "{once}");
+        }
         assert_eq!(
             open_hint(std::path::Path::new("a\\b")),
             "; open it: sysprof view 'a\\b'"
