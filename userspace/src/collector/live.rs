@@ -149,7 +149,7 @@ impl Collector {
 
     /// Let the symbolizer go if the last `windows` windows found every name
     /// in the name cache, or if the files it holds pass
-    /// [`SYMBOLIZER_HELD_BYTES`]: its thread ends and what it mapped and
+    /// [`SYMBOLIZER_HELD_BYTES`] or [`SYMBOLIZER_HELD_FILES`]: its thread ends and what it mapped and
     /// parsed of binaries is freed. The agent asks after each window: while
     /// new addresses keep coming the parsed binaries are worth keeping
     /// (re-reading a compressed debug file each window cost the agent 2%
@@ -160,7 +160,8 @@ impl Collector {
     /// seven libpythons) and was never idle for three windows.
     /// Returns whether it was released.
     pub fn release_symbolizer_if_idle(&mut self, windows: u32) -> bool {
-        let over = self.symbolicator.held_bytes() > SYMBOLIZER_HELD_BYTES;
+        let over = self.symbolicator.held_bytes() > SYMBOLIZER_HELD_BYTES
+            || self.symbolicator.held_files() > SYMBOLIZER_HELD_FILES;
         if (self.names.idle_windows < windows && !over) || !self.symbolicator.is_running() {
             return false;
         }
@@ -215,6 +216,13 @@ impl Collector {
 /// re-read it every window: rustc's libLLVM and librustc_driver are 280 MB
 /// together; libc with its debug file is a few MB.
 pub const SYMBOLIZER_HELD_BYTES: u64 = 384 << 20;
+
+/// Most files the symbolizer holds before the agent lets it go after a
+/// window. Beside a user starting 150 new binaries a second (16 KB each) it
+/// held thousands, deleted ones too, far below [`SYMBOLIZER_HELD_BYTES`]:
+/// the agent's VmRSS reached 259 MiB of their pages (charged to that user's
+/// cgroup, pinned by the agent). A machine's usual binaries are a few hundred.
+pub const SYMBOLIZER_HELD_FILES: usize = 1024;
 
 /// Longest the symbolizer keeps what it parsed: a busy machine's agent is
 /// never idle for long, and binaries it needed once stay mapped otherwise.

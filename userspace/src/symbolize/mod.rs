@@ -104,6 +104,11 @@ impl Symbolicator {
         self.held.values().sum()
     }
 
+    /// Files its blazesym holds (each mapped and parsed until it is let go).
+    pub fn held_files(&self) -> usize {
+        self.held.len()
+    }
+
     /// Whether its thread runs (holding what it parsed).
     pub fn is_running(&self) -> bool {
         self.worker.is_some()
