@@ -686,7 +686,7 @@ fn the_jvm_attach_writes_nowhere_its_user_could_not() {
     let dir = scratch("hostile-jvm-attach");
     let out_path = dir.join("p.json.gz");
     let script = format!(
-        "import ctypes, os, signal, time\nctypes.CDLL({:?})\ngot = []\nsignal.signal(signal.SIGQUIT, lambda *a: got.append(1))\nprint(f'pid={{os.getpid()}}', flush=True)\nend = time.time() + 3\nwhile time.time() < end:\n    pass\nprint(f'sigquit={{len(got)}}', flush=True)\n",
+        "import ctypes, os, signal, time\nctypes.CDLL({:?})\ngot = []\nsignal.signal(signal.SIGQUIT, lambda *a: got.append(1))\nprint(f'pid={{os.getpid()}}', flush=True)\nend = time.time() + 5\nwhile time.time() < end:\n    pass\nprint(f'sigquit={{len(got)}}', flush=True)\n",
         libjvm.to_str().unwrap()
     );
     let rec = record_started(&["-a"], &out_path);
