@@ -1291,6 +1291,20 @@ pub fn send_signal(child: &std::process::Child, signal: i32) {
     unsafe { libc_kill(child.id() as i32, signal) };
 }
 
+/// The peak resident set (`VmHWM`, KiB) in /proc/PID/status; None once the
+/// process is gone (a zombie has none).
+pub fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Wait for `child` (its output piped) at most `timeout`, reading its peak
 /// resident set (VmHWM) from `/proc` every 20 ms: (its output, the last
 /// peak read, MiB). The kernel's figure, not the program's own.
@@ -1300,17 +1314,7 @@ pub fn wait_with_peak_rss(
     what: &str,
 ) -> (Output, f64) {
     use std::io::Read;
-    let peak_kib = |pid: u32| -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))?
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()
-    };
+    let peak_kib = vm_hwm_kib;
     // The pipes are read as the child writes, so a full pipe cannot stall it.
     let pipe_reader = |p: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {

@@ -851,16 +851,7 @@ fn a_huge_error_answer_does_not_grow_the_agent() {
     let started = wall_ms();
     // The retries back off: 12 s gives several answers.
     std::thread::sleep(Duration::from_secs(12));
-    let hwm = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmHWM:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            })
-            .unwrap_or(0)
-    };
+    let hwm = |pid: u32| vm_hwm_kib(pid).unwrap_or(0);
     let (peak, control_peak) = (hwm(agent.pid()), hwm(control.pid()));
     let stored = store_segments(&dir.join("store"))
         .iter()

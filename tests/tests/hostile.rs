@@ -583,6 +583,31 @@ fn impossible_durations_are_usage_errors() {
     }
 }
 
+/// Start the anonspin workload (`tests/workloads/anonspin.c`) as nobody for
+/// `seconds` of CPU: (it, its pid, the address of its JIT code).
+fn anonspin_as_nobody(exe: &Path, seconds: &str) -> (std::process::Child, u64, u64) {
+    let mut w = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(exe)
+        .arg(seconds)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = std::io::BufReader::new(w.stdout.take().unwrap());
+    let (mut pid, mut code) = (0u64, 0u64);
+    for _ in 0..2 {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+        if let Some(v) = line.trim().strip_prefix("pid=") {
+            pid = v.parse().unwrap();
+        }
+        if let Some(v) = line.trim().strip_prefix("code=") {
+            code = u64::from_str_radix(v, 16).unwrap();
+        }
+    }
+    (w, pid, code)
+}
+
 /// Check that a perf map is only trusted when its owner is the process's
 /// user: a map the process's user wrote names its JIT code (the control),
 /// a hard link to a root-only file (root-owned, two links) names nothing.
@@ -602,26 +627,7 @@ fn perf_maps_linked_to_root_files_are_refused() {
         // Until the JIT workload is done (Ctrl-C then): a fixed duration
         // ended first on a loaded machine, where 0.8 s of CPU took longer.
         let rec = record_started(&["-a", "-q"], &out_path);
-        let mut w = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(&exe)
-            .arg("0.8")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut reader = std::io::BufReader::new(w.stdout.take().unwrap());
-        let mut line = String::new();
-        let (mut pid, mut code) = (0u64, 0u64);
-        for _ in 0..2 {
-            line.clear();
-            std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
-            if let Some(v) = line.trim().strip_prefix("pid=") {
-                pid = v.parse().unwrap();
-            }
-            if let Some(v) = line.trim().strip_prefix("code=") {
-                code = u64::from_str_radix(v, 16).unwrap();
-            }
-        }
+        let (mut w, pid, code) = anonspin_as_nobody(&exe, "0.8");
         let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
         let _ = std::fs::remove_file(&map);
         if hostile {
@@ -774,25 +780,7 @@ fn huge_perf_maps_cost_only_their_users_share() {
         let mut spinners = Vec::new();
         let mut pids = Vec::new();
         for _ in 0..4 {
-            let mut w = Command::new("setpriv")
-                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(&exe)
-                .arg("8")
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut reader = std::io::BufReader::new(w.stdout.take().unwrap());
-            let (mut pid, mut code) = (0u64, 0u64);
-            for _ in 0..2 {
-                let mut line = String::new();
-                std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
-                if let Some(v) = line.trim().strip_prefix("pid=") {
-                    pid = v.parse().unwrap();
-                }
-                if let Some(v) = line.trim().strip_prefix("code=") {
-                    code = u64::from_str_radix(v, 16).unwrap();
-                }
-            }
+            let (w, pid, code) = anonspin_as_nobody(&exe, "8");
             let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
             let _ = std::fs::remove_file(&map);
             if with_maps {

@@ -15,16 +15,6 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use sysprof_tests::*;
 
-/// The `VmHWM` (peak resident set, KiB) in /proc/PID/status, while the
-/// process lives (a zombie has none).
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// Run `cmd` to its end (killed after `timeout`), returning its output, its
 /// peak resident set in KiB and how many /proc readings there were. The
 /// peak is the highest `VmHWM` read from its /proc status while it ran

@@ -210,8 +210,7 @@ pub fn load_wanted(
         allowance.min(MAX_PERF_MAP_BYTES),
         |line| match parse_line(line) {
             Some((start, len, name)) => {
-                let i = wanted.partition_point(|&a| a < start);
-                if wanted.get(i).is_some_and(|&a| a - start < len) {
+                if holds_any(wanted, start, len) {
                     map.symbols.push(JitSymbol {
                         start,
                         size: len,
@@ -226,6 +225,12 @@ pub fn load_wanted(
     out.left = size.saturating_sub(out.read);
     out.map.finish();
     Ok(out)
+}
+
+/// Whether `[start, start + size)` holds one of `wanted` (sorted).
+pub fn holds_any(wanted: &[u64], start: u64, size: u64) -> bool {
+    let i = wanted.partition_point(|&a| a < start);
+    wanted.get(i).is_some_and(|&a| a - start < size)
 }
 
 /// Open a process's perf map if it may be trusted: (the file, its path).

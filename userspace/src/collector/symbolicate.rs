@@ -431,10 +431,8 @@ fn symbolicate_jit(
                 }
                 let mut d = crate::binaries::jitdump::parse(&bytes)?;
                 // Only the sampled symbols are kept, as of a perf map.
-                d.symbols.retain(|s| {
-                    let i = wanted.partition_point(|&a| a < s.start);
-                    wanted.get(i).is_some_and(|&a| a - s.start < s.size)
-                });
+                d.symbols
+                    .retain(|s| crate::binaries::perfmap::holds_any(&wanted, s.start, s.size));
                 Some(d)
             });
             match dump {
