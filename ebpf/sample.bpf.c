@@ -9,7 +9,9 @@
  * pointers). In kernel-unwind mode it walks the user stack itself with
  * the tables userspace loaded (unwind.bpf.h) and sends the return
  * addresses, handing over to userspace (registers and a stack copy) only
- * where a process's tables are not there yet. Every failure is counted in
+ * where a process's tables are not there yet; until userspace has that
+ * walker verified, `sample_first` copies stacks instead, so sampling starts
+ * without waiting for the verifier. Every failure is counted in
  * the per-CPU `drops` array so userspace can report exactly what was lost.
  */
 #include "vmlinux.h"
@@ -220,6 +222,82 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 	if (bpf_ringbuf_output(&samples, sc, size, wake))
 		count_drop(DROP_RINGBUF_FULL);
 	return 0;
+}
+
+/* Kernel-unwind mode, until the walker is verified and in `walker`: the
+ * registers and a copy of the stack (frame pointers without a copy), sent
+ * at their size, for userspace to unwind as it does a handed-over sample.
+ * The walker takes the verifier 130-140 ms; this, a few: sampling starts
+ * that much sooner. */
+static __always_inline int sample_copying(struct bpf_perf_event_data *ctx, struct task_struct *task, __u64 pid_tgid)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct sample_scratch *sc = bpf_map_lookup_elem(&sample_scratch, &cpu);
+	__u64 size, regs[3];
+	__u32 copied;
+	long len;
+
+	if (!sc) {
+		count_drop(DROP_RINGBUF_FULL);
+		return 0;
+	}
+	fill_sample(ctx, &sc->e, task, pid_tgid);
+	size = sizeof(sc->e);
+	if (BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */) {
+		/* nothing */
+	} else if (stack_copy) {
+		user_regs(ctx, regs);
+		sc->e.user_ip = regs[0];
+		sc->e.user_sp = regs[1];
+		sc->e.user_bp = regs[2];
+		sc->e.flags |= SAMPLE_FLAG_USER_REGS;
+		/* Right after the event: the copy path's layout. The frames and
+		 * copy areas are contiguous, room for MAX_STACK_COPY. */
+		copied = copy_user_stack((__u8 *)sc->frames, regs[1]);
+		if (copied > MAX_STACK_COPY)
+			copied = MAX_STACK_COPY;
+		if (!copied) {
+			sc->e.flags |= SAMPLE_FLAG_USTACK_FAILED;
+			count_drop(DROP_USTACK);
+		}
+		sc->e.stack_size = copied;
+		size += copied;
+	} else {
+		len = bpf_get_stack(ctx, sc->e.ustack, sizeof(sc->e.ustack), BPF_F_USER_STACK);
+		if (len < 0) {
+			sc->e.flags |= SAMPLE_FLAG_USTACK_FAILED;
+			count_drop(DROP_USTACK);
+			len = 0;
+		}
+		sc->e.ustack_len = len / sizeof(__u64);
+	}
+	if (size > sizeof(*sc))
+		size = sizeof(*sc);
+	if (bpf_ringbuf_output(&samples, sc, size, wakeup_flag()))
+		count_drop(DROP_RINGBUF_FULL);
+	return 0;
+}
+
+/* The walker (sample_cpu_clock), put here by userspace once verified. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} walker SEC(".maps");
+
+/* Kernel-unwind mode's program on the cpu-clock events: the walker once
+ * userspace has put it in `walker` (one tail call, no re-attach, so no
+ * tick is sampled twice or missed at the switch), copies before. */
+SEC("perf_event")
+int sample_first(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	if (targ_tgid && (__u32)(pid_tgid >> 32) != targ_tgid)
+		return 0;
+	bpf_tail_call(ctx, &walker, 0);
+	return sample_copying(ctx, (struct task_struct *)bpf_get_current_task(), pid_tgid);
 }
 
 SEC("perf_event")

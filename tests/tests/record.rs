@@ -1088,3 +1088,82 @@ fn no_sample_claims_more_cpu_than_time_passed() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Check that samples taken before the in-kernel walker is verified are
+/// whole: `record -a` samples with a program that copies stacks (verified
+/// in a few ms) while the walker (130-300 ms of the verifier) is loaded, and
+/// userspace unwinds those copies. A spinner built without frame pointers,
+/// running before the recording: every one of its samples earlier than the
+/// walker's verification time (from `-v`'s load times: the walker is
+/// verified after the sampler is attached, so no sample before that time
+/// was walked by it) reaches `_start` through `main` and the spinning
+/// function, and there are samples in that span (the spinner has a CPU of
+/// its own on two).
+#[test]
+fn samples_before_the_walker_is_in_are_whole() {
+    if !can_record("samples_before_the_walker_is_in_are_whole") {
+        return;
+    }
+    let dir = scratch("record-before-walker");
+    let spin = build_c(
+        "spin",
+        &dir.join("spin"),
+        &["-O2", "-fomit-frame-pointer"],
+    );
+    let _ = sysprof_bin();
+    let mut spinner = std::process::Command::new(&spin)
+        .arg("60")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out_path = dir.join("first.json.gz");
+    let out = record(&["-a", "-d", "1"], &out_path);
+    let _ = spinner.kill();
+    let _ = spinner.wait();
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let walker_ms: f64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("sysprof: loaded (ms): "))
+        .and_then(|l| {
+            l.split(", ")
+                .find_map(|p| p.strip_prefix("sample_cpu_clock "))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no walker load time in -v's output: {stderr}"));
+    let profile = Profile::load(&out_path);
+    let categories = profile.categories();
+    let (mut early, mut whole) = (0usize, 0usize);
+    let mut broken = Vec::new();
+    for t in profile.process_threads(spinner.id() as u64) {
+        let times = t.times();
+        for (i, s) in t.stacks(&categories).iter().enumerate() {
+            // On-CPU samples: a wait for a CPU has no user stack to walk.
+            let on_cpu = s.last().is_none_or(|(_, c)| c != "Off-CPU" && c != "I/O");
+            if times[i] >= walker_ms || !on_cpu {
+                continue;
+            }
+            early += 1;
+            let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
+            if names.first() == Some(&"_start")
+                && names.contains(&"main")
+                && names.contains(&"short_lived_spin")
+            {
+                whole += 1;
+            } else if broken.len() < 5 {
+                broken.push(names.join(" > "));
+            }
+        }
+    }
+    eprintln!(
+        "{whole} of {early} spinner samples in the first {walker_ms:.1} ms (before the walker) whole"
+    );
+    assert!(
+        early >= 20,
+        "{early} spinner samples before the walker was in ({walker_ms:.1} ms): {}",
+        stats_line(&out)
+    );
+    assert_eq!(whole, early, "stacks not whole: {broken:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -64,6 +64,11 @@ pub struct Sampler {
     unwind_maps: Option<unwind_maps::KernelUnwindMaps>,
     /// How long each step of its load took (see [`LoadTimes`]).
     pub load_times: LoadTimes,
+    /// The program on the cpu-clock events: `sample_cpu_clock`, or with
+    /// kernel unwinding `sample_first` until the walker is in.
+    entry: &'static str,
+    /// `sample_first` is on the events and the walker not yet loaded.
+    walker_pending: bool,
 }
 
 /// How long loading took, per step: an object (its maps and BTF) or a
@@ -118,16 +123,19 @@ impl Sampler {
             .load(SAMPLE_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sample.bpf.o", &e))?;
         load_times.push(("sample.bpf.o", object_started.elapsed()));
-        let program: &mut PerfEvent = ebpf
-            .program_mut("sample_cpu_clock")
-            .ok_or_else(|| RecordError::Internal("sample_cpu_clock missing from object".into()))?
-            .try_into()
-            .map_err(|e| RecordError::Internal(format!("sample_cpu_clock: {e}")))?;
+        // With kernel unwinding, the walker is most of the verifier's time:
+        // the events get a program that copies stacks, and the walker joins
+        // it later (load_walker).
+        let entry = if opts.kernel_unwind_rows > 0 {
+            "sample_first"
+        } else {
+            "sample_cpu_clock"
+        };
         let verify_started = std::time::Instant::now();
-        program
+        perf_program(&mut ebpf, entry)?
             .load()
-            .map_err(|e| RecordError::from_program_load("sample_cpu_clock", &e))?;
-        load_times.push(("sample_cpu_clock", verify_started.elapsed()));
+            .map_err(|e| RecordError::from_program_load(entry, &e))?;
+        load_times.push((entry, verify_started.elapsed()));
         let mut unwind_maps = None;
         if opts.kernel_unwind_rows > 0 {
             let exec: &mut aya::programs::RawTracePoint = ebpf
@@ -177,20 +185,60 @@ impl Sampler {
                 frequency: opts.frequency,
                 unwind_maps,
                 load_times,
+                entry,
+                walker_pending: entry == "sample_first",
             },
             ring,
         ))
     }
 
+    /// Whether the walker is still to be loaded ([`Sampler::load_walker`]).
+    pub fn walker_pending(&self) -> bool {
+        self.walker_pending
+    }
+
+    /// Verify the in-kernel walker and hand the events over to it: from the
+    /// next tick on, stacks are walked in the kernel (until now they were
+    /// copied). Fails on kernels without `bpf_loop` (before 5.17): stacks
+    /// are then copied for the whole recording, and the unwind maps are
+    /// let go (nobody walks with them).
+    pub fn load_walker(&mut self) -> Result<(), RecordError> {
+        self.walker_pending = false;
+        let result = self.try_load_walker();
+        if result.is_err() {
+            self.unwind_maps = None;
+        }
+        result
+    }
+
+    fn try_load_walker(&mut self) -> Result<(), RecordError> {
+        let verify_started = std::time::Instant::now();
+        let program = perf_program(&mut self.ebpf, "sample_cpu_clock")?;
+        program
+            .load()
+            .map_err(|e| RecordError::from_program_load("sample_cpu_clock", &e))?;
+        self.load_times
+            .push(("sample_cpu_clock", verify_started.elapsed()));
+        let fd = program
+            .fd()
+            .map_err(|e| RecordError::Internal(format!("sample_cpu_clock: {e}")))?
+            .try_clone()
+            .map_err(|e| RecordError::Internal(format!("sample_cpu_clock: {e}")))?;
+        let map = self
+            .ebpf
+            .map_mut("walker")
+            .ok_or_else(|| RecordError::Internal("map walker missing from object".into()))?;
+        let mut walker = aya::maps::ProgramArray::try_from(map)
+            .map_err(|e| RecordError::Internal(format!("walker map: {e}")))?;
+        walker
+            .set(0, &fd, 0)
+            .map_err(|e| RecordError::Internal(format!("putting the walker in place: {e}")))
+    }
+
     /// Attach the sampler to a cpu-clock event on every online CPU: samples
     /// start now.
     pub fn attach(&mut self) -> Result<(), RecordError> {
-        let program: &mut PerfEvent = self
-            .ebpf
-            .program_mut("sample_cpu_clock")
-            .ok_or_else(|| RecordError::Internal("sample_cpu_clock missing from object".into()))?
-            .try_into()
-            .map_err(|e| RecordError::Internal(format!("sample_cpu_clock: {e}")))?;
+        let program = perf_program(&mut self.ebpf, self.entry)?;
         for cpu in online_cpus()? {
             program
                 .attach(
@@ -254,6 +302,14 @@ fn fdinfo_recursion_misses(info: &str) -> u64 {
         .find_map(|l| l.strip_prefix("recursion_misses:"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The perf_event program `name` of `ebpf`.
+fn perf_program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut PerfEvent, RecordError> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| RecordError::Internal(format!("{name} missing from object")))?
+        .try_into()
+        .map_err(|e| RecordError::Internal(format!("{name}: {e}")))
 }
 
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, RecordError> {

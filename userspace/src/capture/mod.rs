@@ -254,6 +254,17 @@ impl CaptureSession {
                             Tracer::start(t)
                         })
                 });
+                // The walker, while the tracer's programs are verified beside
+                // it: until now the sampler copied stacks.
+                let mut walker_failed = false;
+                if sampler.walker_pending() {
+                    if let Err(e) = sampler.load_walker() {
+                        collector.warn(format!(
+                            "user stacks are copied and unwound here, not in the kernel: {e}"
+                        ));
+                        walker_failed = true;
+                    }
+                }
                 // Our own process too: the kernel unwinder needs its mappings, or
                 // every sample of ours would be handed over with a stack copy.
                 let mut only_pids = opts.target_pids.clone();
@@ -263,7 +274,7 @@ impl CaptureSession {
                 if let Some(maps) = sampler.take_unwind_maps() {
                     collector.enable_kernel_unwinding(maps);
                 }
-                match tracer {
+                let loaded = match tracer {
                     None => Ok(None),
                     Some(Ok(handle)) => handle
                         .join()
@@ -273,6 +284,18 @@ impl CaptureSession {
                         .map(Some),
                     // No thread to spare: loaded here.
                     Some(Err(_)) => tracer_opts.as_ref().map(Tracer::start).transpose(),
+                };
+                match (loaded, &tracer_opts) {
+                    // The kernel that refused the walker refuses the tracer's
+                    // too: off-CPU stacks are copied.
+                    (Err(_), Some(t)) if walker_failed && t.kernel_unwind.is_some() => {
+                        let copying = TracerOptions {
+                            kernel_unwind: None,
+                            ..t.clone()
+                        };
+                        Tracer::start(&copying).map(Some)
+                    }
+                    (loaded, _) => loaded,
                 }
             })
         };
