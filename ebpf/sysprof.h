@@ -115,6 +115,9 @@
 #define UNWIND_TABLE_PENDING 0xffffffffu
 /* ... for code only userspace can walk (JIT code described by a jitdump). */
 #define UNWIND_TABLE_USERSPACE 0xfffffffeu
+/* ... for a JVM's code heap (java_code.heap[the mapping's bias]): frames
+ * walked by their code blobs' own frame sizes. */
+#define UNWIND_TABLE_HOTSPOT 0xfffffffdu
 /* unwind_process.flags: the process has more executable mappings than an
  * entry holds (those cut are its smallest): an address in no listed
  * mapping may be code, and the walk hands over to userspace there. */
@@ -128,6 +131,10 @@
 #define JAVA_FRAME_TAG 0x2000000000000000ULL
 #define JAVA_FRAME_METHOD_SLOT -3
 #define JAVA_FRAME_BCP_SLOT -8
+/* ... and the caller's stack pointer before the interpreter or an adapter
+ * extended it (frame::interpreter_frame_sender_sp_offset -1): a compiled
+ * caller's frame begins there, not right above the interpreter frame. */
+#define JAVA_FRAME_SENDER_SP_SLOT -1
 /* Words of `unwind_refused`, one bit per pid up to the kernel's
  * PID_MAX_LIMIT (4194304): no number of processes can fill it. */
 #define UNWIND_REFUSED_WORDS 65536
@@ -170,6 +177,36 @@ struct unwind_mapping {
 	__u32 table_len;        /* rows; 0: no table (frame pointers only) */
 };
 
+/* HotSpot's code cache, for walking compiled frames by their blob's own
+ * frame size (read at the sample, so a method compiled a moment ago, or
+ * freed and its place reused, is walked as it is now): up to
+ * HOTSPOT_HEAPS code heaps (non-nmethods, profiled, non-profiled), each
+ * with its segment map (a byte per segment: 0 at a block's first, else how
+ * many segments back to hop, 0xff free), and where the fields of a
+ * CodeBlob are, from the JVM's own vmStructs tables. */
+#define HOTSPOT_HEAPS 3
+#define HOTSPOT_HEAPS_ROOM 4      /* heap[] entries: a power of two, for the verifier */
+#define HOTSPOT_MAX_HOPS 64       /* segment-map hops to a block's start */
+#define HOTSPOT_MAX_FRAME_WORDS 65536
+
+struct hotspot_heap {
+	__u64 low;              /* the heap's reserved range, [low, end); 0: none */
+	__u64 end;
+	__u64 segmap;           /* its segment map's first byte */
+	__u32 log2_segment;     /* segment size, log2 */
+	__u32 _pad;
+};
+
+struct hotspot_code {
+	struct hotspot_heap heap[HOTSPOT_HEAPS_ROOM]; /* the last one unused */
+	__u64 low;               /* the heaps' union, [low, end) */
+	__u64 end;
+	__u16 block_header;      /* sizeof(HeapBlock): the blob follows */
+	__u16 frame_size_at;     /* CodeBlob::_frame_size (int, words, return address included) */
+	__u16 frame_complete_at; /* CodeBlob::_frame_complete_offset (int, bytes after code begin) */
+	__u16 code_begin_at;     /* CodeBlob::_code_begin (address) */
+};
+
 struct unwind_process {
 	__u32 count;            /* mappings, sorted by start */
 	__u32 wake_until_ms;    /* bpf_ktime_get_ns() / 1e6 (truncated) until which a walk
@@ -179,6 +216,7 @@ struct unwind_process {
 	__u32 _pad;
 	__u64 java_interp_start; /* HotSpot's template interpreter, [start, end); 0: none */
 	__u64 java_interp_end;
+	struct hotspot_code java_code; /* heap[0].low 0: not a JVM, or not read */
 	struct unwind_mapping m[UNWIND_MAX_MAPPINGS];
 };
 

@@ -1512,3 +1512,87 @@ fn jvm_methods_are_named_without_flags() {
         }
     }
 }
+
+/// Check that a compiling JVM's stacks are whole: javac, a program nobody
+/// here wrote, compiling a generated source of 4,000 methods (its own
+/// compilers busy beside it, methods compiled, recompiled and freed while
+/// it is sampled). At least 95 % of the on-CPU samples of its threads that
+/// hold Java frames (interpreted methods, or code its perf map names) must
+/// reach the thread's root (`start_thread` or `clone3`, under which the
+/// launcher runs `JavaMain`); before compiled frames were walked by their
+/// code blobs' own frame sizes, and a compiled caller of an interpreted
+/// method was looked for where the interpreter's frame ends rather than
+/// where the caller's stack pointer was, 29-68 % did.
+#[test]
+fn javac_stacks_reach_the_thread_root() {
+    let test = "javac_stacks_reach_the_thread_root";
+    if !can_record(test) {
+        return;
+    }
+    let Some(dir) = compile_java(test, "javac-whole", "Hot.java") else {
+        return;
+    };
+    let mut source = String::from("public class Big {\n");
+    for i in 0..4000 {
+        let callee = i.max(1) - 1;
+        source.push_str(&format!(
+            "  static int f{i}(int x) {{ int s = x; for (int k = 0; k < {}; k++) {{ s += k * {i} + (s >> 3); if (s % 5 == {}) s ^= {i}; }} java.util.List<String> l = new java.util.ArrayList<>(); l.add(\"v\" + s); return s + l.size() + (x > 0 ? f{callee}(x - 1) : 0); }}\n",
+            i % 7 + 1,
+            i % 5
+        ));
+    }
+    source.push_str("  public static void main(String[] a) { int t = 0;\n");
+    for i in (0..4000).step_by(3) {
+        source.push_str(&format!("    t += f{i}({});\n", i % 4));
+    }
+    source.push_str("    System.out.println(t); } }\n");
+    std::fs::write(dir.join("Big.java"), source).unwrap();
+    let out_path = dir.join("javac.json.gz");
+    let classes = dir.join("classes");
+    let out = record(
+        &[
+            "--",
+            "javac",
+            "-d",
+            classes.to_str().unwrap(),
+            dir.join("Big.java").to_str().unwrap(),
+        ],
+        &out_path,
+    );
+    assert_success(&out);
+    assert!(classes.join("Big.class").exists(), "javac compiled nothing");
+    let profile = Profile::load(&out_path);
+    let categories = profile.categories();
+    let (mut java, mut whole) = (0usize, 0usize);
+    let mut cut: std::collections::BTreeMap<String, usize> = Default::default();
+    for t in profile.threads() {
+        if t.process_name() != "javac" && t.process_name() != "java" {
+            continue;
+        }
+        for s in t.stack_resources(&categories) {
+            let on_cpu = s.last().is_none_or(|(_, c, _)| c != "Off-CPU" && c != "I/O");
+            let has_java = s
+                .iter()
+                .any(|(_, c, r)| c == "Java" || r.starts_with("JIT ("));
+            if !on_cpu || !has_java {
+                continue;
+            }
+            java += 1;
+            let root = s.first().map(|(n, _, _)| n.as_str()).unwrap_or("");
+            if root.starts_with("start_thread") || root.starts_with("clone3") {
+                whole += 1;
+            } else {
+                *cut.entry(root.to_string()).or_default() += 1;
+            }
+        }
+    }
+    eprintln!(
+        "javac: {whole} of {java} samples with Java frames reach the thread root; the others' roots: {cut:?}; {}",
+        stats_line_of(&String::from_utf8_lossy(&out.stderr))
+    );
+    assert!(java >= 500, "only {java} samples with Java frames");
+    assert!(
+        whole * 100 >= java * 95,
+        "{whole} of {java} reach the thread root: {cut:?}"
+    );
+}

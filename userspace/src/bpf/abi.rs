@@ -574,6 +574,54 @@ pub struct UnwindMapping {
     pub table_len: u32,
 }
 
+/// `HOTSPOT_HEAPS`
+pub const HOTSPOT_HEAPS: usize = 3;
+/// `HOTSPOT_HEAPS_ROOM`: entries of `hotspot_code.heap`.
+pub const HOTSPOT_HEAPS_ROOM: usize = 4;
+/// `HOTSPOT_MAX_HOPS`
+pub const HOTSPOT_MAX_HOPS: usize = 64;
+/// `HOTSPOT_MAX_FRAME_WORDS`
+pub const HOTSPOT_MAX_FRAME_WORDS: usize = 65536;
+/// `UNWIND_TABLE_HOTSPOT`: a JVM code heap's mapping, walked by its blobs' frame sizes.
+pub const UNWIND_TABLE_HOTSPOT: u32 = 0xffff_fffd;
+
+/// `struct hotspot_heap`: one code heap of a JVM and its segment map.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HotSpotHeap {
+    /// The heap's reserved range, `[low, end)`; 0: none.
+    pub low: u64,
+    /// End of the range.
+    pub end: u64,
+    /// Its segment map's first byte.
+    pub segmap: u64,
+    /// Segment size, log2.
+    pub log2_segment: u32,
+    /// Zero.
+    pub _pad: u32,
+}
+
+/// `struct hotspot_code`: a JVM's code cache as the kernel's walker reads
+/// it (frame sizes of compiled methods and stubs from their blobs).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HotSpotCode {
+    /// The code heaps.
+    pub heap: [HotSpotHeap; HOTSPOT_HEAPS_ROOM],
+    /// The heaps' union: lowest `low`.
+    pub low: u64,
+    /// Highest `end`.
+    pub end: u64,
+    /// `sizeof(HeapBlock)`.
+    pub block_header: u16,
+    /// `CodeBlob::_frame_size`.
+    pub frame_size_at: u16,
+    /// `CodeBlob::_frame_complete_offset`.
+    pub frame_complete_at: u16,
+    /// `CodeBlob::_code_begin`.
+    pub code_begin_at: u16,
+}
+
 /// `struct unwind_process`: a process's executable mappings, sorted.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -591,6 +639,8 @@ pub struct UnwindProcess {
     pub java_interp_start: u64,
     /// End of the interpreter's code.
     pub java_interp_end: u64,
+    /// Its code cache (`heap[0].low` 0: none).
+    pub java_code: HotSpotCode,
     /// The mappings, by start address.
     pub m: [UnwindMapping; UNWIND_MAX_MAPPINGS],
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use super::python::{CodeCache, Held, PythonFrames};
-use crate::bpf::abi::JAVA_FRAME_TAG;
+use crate::bpf::abi::{HotSpotCode, JAVA_FRAME_TAG};
 use crate::symbolize::hotspot::{HotSpotLayout, JavaMethod, LayoutError};
 use crate::symbolize::python::CodeInfo;
 use crate::unwind::JavaRuntime;
@@ -127,13 +127,14 @@ impl JavaFrames {
         pid: u32,
         java: &JavaRuntime,
         now_ns: u64,
-    ) -> Option<(u64, u64)> {
+    ) -> Option<((u64, u64), Option<HotSpotCode>)> {
         if self.next_look.get(&pid).is_some_and(|&t| now_ns < t) {
             return None;
         }
-        let found = self
-            .layout(pid, java)
-            .and_then(|l| l.interpreter(pid, java.base));
+        let found = self.layout(pid, java).and_then(|l| {
+            let range = l.interpreter(pid, java.base)?;
+            Some((range, l.code_cache(pid, java.base)))
+        });
         match found {
             Some(_) => self.next_look.remove(&pid),
             None => self.next_look.insert(pid, now_ns + RETRY_NS),

@@ -462,8 +462,8 @@ impl Collector {
         let Some(java) = u.java(pid).filter(|j| j.interpreter.is_none()).cloned() else {
             return;
         };
-        if let Some(range) = self.java.find_interpreter(pid, &java, now_ns) {
-            u.set_java_interpreter(pid, range);
+        if let Some((range, code)) = self.java.find_interpreter(pid, &java, now_ns) {
+            u.set_java_interpreter(pid, range, code);
         }
         for w in std::mem::take(&mut self.java.failures) {
             self.warn(w);

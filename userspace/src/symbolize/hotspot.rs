@@ -55,6 +55,30 @@ pub struct HotSpotLayout {
     interpreter_code: u64,
     stub_buffer: u64,
     stub_limit: u64,
+    /// Where the code cache's heaps are described, if this JDK says.
+    code: Option<CodeCacheLayout>,
+}
+
+/// Where HotSpot describes its code cache: `CodeCache::_heaps` (a
+/// `GrowableArray<CodeHeap*>*`), each heap's reserved memory and segment
+/// map, and the fields of a `CodeBlob` the kernel's walker reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CodeCacheLayout {
+    /// `CodeCache::_heaps`, from libjvm's address 0.
+    heaps: u64,
+    array_len: u64,
+    array_data: u64,
+    heap_memory: u64,
+    heap_segmap: u64,
+    heap_log2_segment: u64,
+    space_low: u64,
+    space_low_boundary: u64,
+    space_high_boundary: u64,
+    block_header: u64,
+    frame_size: u64,
+    frame_complete: u64,
+    /// `CodeBlob::_code_begin` (JDK 9-22; later JDKs keep an offset).
+    code_begin: Option<u64>,
 }
 
 /// Why a JVM's layout was not read.
@@ -99,7 +123,7 @@ fn c_name(pid: u32, addr: u64) -> Option<Vec<u8>> {
 
 /// The types whose fields are looked up, and the most entries of each kept
 /// (JDK 17's InstanceKlass has 28): a table that lies costs bounded reads.
-const WANTED_TYPES: [&[u8]; 8] = [
+const WANTED_TYPES: [&[u8]; 14] = [
     b"Method",
     b"ConstMethod",
     b"ConstantPool",
@@ -108,6 +132,12 @@ const WANTED_TYPES: [&[u8]; 8] = [
     b"Symbol",
     b"AbstractInterpreter",
     b"StubQueue",
+    b"CodeCache",
+    b"CodeHeap",
+    b"CodeBlob",
+    b"VirtualSpace",
+    b"GrowableArrayBase",
+    b"GrowableArray<int>",
 ];
 const MAX_FIELDS_PER_TYPE: usize = 128;
 
@@ -273,7 +303,7 @@ impl HotSpotLayout {
             .ok_or(LayoutError::Unreadable)
         };
         let types = table(pid, places[1].0, places[1].1, var(s.type_name)?, |t| {
-            t == b"ConstMethod" || t == b"ConstantPool"
+            t == b"ConstMethod" || t == b"ConstantPool" || t == b"HeapBlock"
         })?;
         let type_size = var(s.type_size)?;
         let size = |ty: &'static str| -> Result<u64, LayoutError> {
@@ -296,7 +326,28 @@ impl HotSpotLayout {
         let has_line_table = constant("ConstMethod::_has_linenumber_table")
             .and_then(|v| u16::try_from(v).ok())
             .filter(|v| v.is_power_of_two());
+        // Without these, compiled frames are walked by the rows their
+        // methods' prologues give (decision 21), as before.
+        let code = (|| -> Result<CodeCacheLayout, LayoutError> {
+            Ok(CodeCacheLayout {
+                heaps: field("CodeCache", "_heaps")?.wrapping_sub(base),
+                array_len: field("GrowableArrayBase", "_len")?,
+                array_data: field("GrowableArray<int>", "_data")?,
+                heap_memory: field("CodeHeap", "_memory")?,
+                heap_segmap: field("CodeHeap", "_segmap")?,
+                heap_log2_segment: field("CodeHeap", "_log2_segment_size")?,
+                space_low: field("VirtualSpace", "_low")?,
+                space_low_boundary: field("VirtualSpace", "_low_boundary")?,
+                space_high_boundary: field("VirtualSpace", "_high_boundary")?,
+                block_header: size("HeapBlock")?,
+                frame_size: field("CodeBlob", "_frame_size")?,
+                frame_complete: field("CodeBlob", "_frame_complete_offset")?,
+                code_begin: field("CodeBlob", "_code_begin").ok(),
+            })
+        })()
+        .ok();
         Ok(HotSpotLayout {
+            code,
             method_const_method: field("Method", "_constMethod")?,
             const_method_constants: field("ConstMethod", "_constants")?,
             const_method_flags: field("ConstMethod", "_flags").unwrap_or(0),
@@ -331,6 +382,58 @@ impl HotSpotLayout {
         let limit = word(pid, queue.wrapping_add(self.stub_limit))? as u32 as i32;
         // The interpreter is ~100-300 KiB; a range of more than 16 MiB is no interpreter.
         (limit > 0 && limit <= 16 << 20).then(|| (start, start + limit as u64))
+    }
+
+    /// JVM `pid`'s code cache as the kernel's walker reads it (libjvm's
+    /// address 0 at `base`): each code heap's reserved range and segment map,
+    /// and where a blob keeps its frame size. None if this JDK does not say,
+    /// or what is there is no code cache (a heap of more than 4 GiB, a
+    /// segment not between 16 bytes and 64 KiB, a field past a blob's first
+    /// KiB).
+    pub fn code_cache(&self, pid: u32, base: u64) -> Option<crate::bpf::abi::HotSpotCode> {
+        use crate::bpf::abi::{HotSpotCode, HotSpotHeap, HOTSPOT_HEAPS};
+        let c = self.code.as_ref()?;
+        let small = |at: u64| u16::try_from(at).ok().filter(|&v| v < 1024);
+        let mut code = HotSpotCode {
+            block_header: small(c.block_header)?,
+            frame_size_at: small(c.frame_size)?,
+            frame_complete_at: small(c.frame_complete)?,
+            code_begin_at: c.code_begin.and_then(small).unwrap_or(0),
+            ..Default::default()
+        };
+        let array = word(pid, base.wrapping_add(c.heaps)).filter(|&a| a != 0)?;
+        let len = word(pid, array.wrapping_add(c.array_len))? as u32 as i32;
+        let data = word(pid, array.wrapping_add(c.array_data))?;
+        if len <= 0 || len as usize > HOTSPOT_HEAPS {
+            return None;
+        }
+        for (i, slot) in code.heap.iter_mut().enumerate().take(len as usize) {
+            let heap = word(pid, data.wrapping_add(8 * i as u64)).filter(|&h| h != 0)?;
+            let memory = heap.wrapping_add(c.heap_memory);
+            let low = word(pid, memory.wrapping_add(c.space_low_boundary))?;
+            let end = word(pid, memory.wrapping_add(c.space_high_boundary))?;
+            let segmap = word(
+                pid,
+                heap.wrapping_add(c.heap_segmap).wrapping_add(c.space_low),
+            )?;
+            let mut b = [0u8; 4];
+            read_process(pid, heap.wrapping_add(c.heap_log2_segment), &mut b).ok()?;
+            let log2 = u32::from_le_bytes(b);
+            if low == 0 || end <= low || end - low > 1 << 32 || !(4..=16).contains(&log2) || segmap == 0 {
+                return None;
+            }
+            *slot = HotSpotHeap {
+                low,
+                end,
+                segmap,
+                log2_segment: log2,
+                _pad: 0,
+            };
+        }
+        let used = &code.heap[..len as usize];
+        code.low = used.iter().map(|h| h.low).min()?;
+        code.end = used.iter().map(|h| h.end).max()?;
+        Some(code)
     }
 
     /// The symbol at `sym`: its bytes, if at most [`MAX_SYMBOL`] long.

@@ -90,6 +90,9 @@ pub struct JavaRuntime {
     /// The template interpreter's code: the kernel reads the method of
     /// each frame in it.
     pub interpreter: Option<(u64, u64)>,
+    /// Its code cache: the kernel walks compiled frames by their blobs'
+    /// frame sizes.
+    pub code: Option<crate::bpf::abi::HotSpotCode>,
 }
 
 /// Exited processes are kept this long: their last samples may still be queued.
@@ -351,14 +354,14 @@ impl Unwinders {
                 if let (Some(base), None) = (bias, &java) {
                     java = self.hotspot_binary(binaries, m.binary).map(|symbols| {
                         // The interpreter read before stays while libjvm stays where it was.
-                        let interpreter = java_before
+                        let before = java_before
                             .as_ref()
-                            .filter(|j| j.base == base && Arc::ptr_eq(&j.symbols, &symbols))
-                            .and_then(|j| j.interpreter);
+                            .filter(|j| j.base == base && Arc::ptr_eq(&j.symbols, &symbols));
                         JavaRuntime {
                             symbols,
                             base,
-                            interpreter,
+                            interpreter: before.and_then(|j| j.interpreter),
+                            code: before.and_then(|j| j.code),
                         }
                     });
                 }
@@ -396,9 +399,29 @@ impl Unwinders {
                     bias.is_some(),
                 ));
             }
+            // A JVM's code heaps, once read: walked by their blobs' own
+            // frame sizes, in place of the anonymous mappings they cover
+            // (and their rows from the perf map's methods).
+            if let Some(code) = java.as_ref().and_then(|j| j.code) {
+                // The mapping's bias is the heap's index (the kernel's
+                // walker takes it from there).
+                let heaps: Vec<(u64, u64, u64)> = (0..code.heap.len())
+                    .map(|i| (code.heap[i].low, code.heap[i].end, i as u64))
+                    .filter(|&(lo, hi, _)| lo != 0 && hi > lo)
+                    .collect();
+                entry.retain(|m| !heaps.iter().any(|&(lo, hi, _)| m.0 < hi && m.1 > lo));
+                for (lo, hi, i) in heaps {
+                    entry.push((lo, hi, i, kernel::HOTSPOT_TABLE_INDEX, false, true));
+                }
+            }
             entries.sort_unstable();
             entries.dedup();
-            k.write_process(pid, &mut entry, java.as_ref().and_then(|j| j.interpreter));
+            k.write_process(
+                pid,
+                &mut entry,
+                java.as_ref().and_then(|j| j.interpreter),
+                java.as_ref().and_then(|j| j.code),
+            );
             k.write_python(pid, python.as_ref().map(python::PythonRuntime::entry));
             if let Some(p) = self.processes.get_mut(&pid) {
                 p.entries = entries;
@@ -442,11 +465,17 @@ impl Unwinders {
 
     /// JVM `pid`'s interpreter lies at `range`: its entry says so from the
     /// next sync, and the kernel reads the method of each frame there.
-    pub fn set_java_interpreter(&mut self, pid: u32, range: (u64, u64)) {
+    pub fn set_java_interpreter(
+        &mut self,
+        pid: u32,
+        range: (u64, u64),
+        code: Option<crate::bpf::abi::HotSpotCode>,
+    ) {
         let Some(j) = self.processes.get_mut(&pid).and_then(|p| p.java.as_mut()) else {
             return;
         };
         j.interpreter = Some(range);
+        j.code = code;
         if let Some(k) = self.kernel.as_mut() {
             k.dirty.insert(pid);
         }

@@ -44,6 +44,7 @@ impl KernelTables {
         pid: u32,
         mappings: &mut Vec<(u64, u64, u64, BinaryIndex, bool, bool)>,
         java_interpreter: Option<(u64, u64)>,
+        java_code: Option<crate::bpf::abi::HotSpotCode>,
     ) {
         if mappings.is_empty() {
             self.remove_process(pid);
@@ -74,6 +75,7 @@ impl KernelTables {
             _pad: 0,
             java_interp_start: java_interpreter.map_or(0, |r| r.0),
             java_interp_end: java_interpreter.map_or(0, |r| r.1),
+            java_code: java_code.unwrap_or_default(),
             m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS],
         };
         for (slot, &(start, end, bias, binary, userspace, bias_known)) in

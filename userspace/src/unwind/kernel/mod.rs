@@ -48,6 +48,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::binaries::{Binary, BinaryIndex};
 use crate::bpf::abi::UNWIND_ENDS;
 pub(in crate::unwind) use entries::process_uid;
+pub(in crate::unwind) use rows::HOTSPOT_TABLE_INDEX;
 use entries::Entry;
 pub(in crate::unwind) use rows::jit_table_index;
 use rows::{compile_table, table_max_rows, Compiled, TableError, TableRequest, TableState};

@@ -60,6 +60,11 @@ pub(in crate::unwind) fn jit_table_index(pid: u32) -> BinaryIndex {
     0x8000_0000 | pid
 }
 
+/// The table index a JVM's code heap's mapping names: no rows, the
+/// kernel walks its frames by their blobs' frame sizes
+/// (`UNWIND_TABLE_HOTSPOT`). Below the JIT tables' bit, above any binary.
+pub(in crate::unwind) const HOTSPOT_TABLE_INDEX: BinaryIndex = 0x7fff_ffff;
+
 /// Most rows one table may take: a quarter of the array.
 pub(super) fn table_max_rows(capacity: usize) -> usize {
     (capacity / 4).max(1)
@@ -415,6 +420,9 @@ impl KernelTables {
 
     /// The kernel's view of one mapping's table.
     pub(in crate::unwind) fn table_of(&self, binary: BinaryIndex) -> (u32, u32) {
+        if binary == HOTSPOT_TABLE_INDEX {
+            return (crate::bpf::abi::UNWIND_TABLE_HOTSPOT, 0);
+        }
         match self.tables.get(&binary) {
             Some(TableState::Ready { start, len }) => (*start, *len),
             Some(TableState::Pending(_)) => (UNWIND_TABLE_PENDING, 0),
