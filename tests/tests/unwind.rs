@@ -1595,4 +1595,18 @@ fn javac_stacks_reach_the_thread_root() {
         whole * 100 >= java * 95,
         "{whole} of {java} reach the thread root: {cut:?}"
     );
+    // It opens on the thread that ran javac's main(), not on the launcher
+    // waiting for it.
+    let selected = profile.json["meta"]["initialSelectedThreads"][0]
+        .as_u64()
+        .expect("a selected thread") as usize;
+    let t = &profile.threads()[selected];
+    assert!(
+        t.process_name() == "javac" && t.name() == "javac" && t.tid() != t.pid(),
+        "opens on {} ({}/{}) of {}",
+        t.name(),
+        t.pid(),
+        t.tid(),
+        t.process_name()
+    );
 }

@@ -107,6 +107,7 @@ fn build_after<'a>(
         tracks.push(TrackFacts {
             pid: None,
             main: false,
+            named_like_process: false,
             profiler: false,
             cpu_samples: 0,
         });
@@ -122,6 +123,7 @@ fn build_after<'a>(
         tracks.push(TrackFacts {
             pid: None,
             main: true,
+            named_like_process: false,
             profiler: false,
             cpu_samples: 0,
         });

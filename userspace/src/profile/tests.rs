@@ -1196,3 +1196,31 @@ fn pids_and_tids_in_markers_are_shown_as_such() {
         "threads' pids are strings, as the markers' are"
     );
 }
+
+/// A JVM launched by `record -- java`: its main thread waits in
+/// JLI_Launch, the thread running main() (named as the process) works, and
+/// a compiler thread works more. The profile opens on the thread running
+/// main(); a program whose main thread works opens on that.
+#[test]
+fn the_command_opens_on_its_busiest_thread_named_as_it() {
+    use super::threads::{initial_threads, TrackFacts};
+    let track = |main: bool, named: bool, cpu: usize| TrackFacts {
+        pid: Some(100),
+        main,
+        named_like_process: named,
+        profiler: false,
+        cpu_samples: cpu,
+    };
+    // Launcher (main, 2 samples), main() thread (900), C2 compiler (1,500).
+    let jvm = [track(true, true, 2), track(false, true, 900), track(false, false, 1500)];
+    let (_, selected) = initial_threads(&jvm, Some(100));
+    assert_eq!(selected, vec![1], "the thread running main()");
+    // A program whose main thread does the work, beside a worker named as it.
+    let plain = [track(true, true, 800), track(false, true, 300)];
+    let (_, selected) = initial_threads(&plain, Some(100));
+    assert_eq!(selected, vec![0], "its main thread");
+    // Nothing sampled: the main thread.
+    let idle = [track(false, true, 0), track(true, true, 0)];
+    let (_, selected) = initial_threads(&idle, Some(100));
+    assert_eq!(selected, vec![1], "the main thread when nothing ran");
+}

@@ -22,6 +22,9 @@ pub(super) struct TrackFacts {
     /// None for a track of the machine's (a CPU's, the machine counters').
     pub(super) pid: Option<u32>,
     pub(super) main: bool,
+    /// A thread named as its process is (`comm` cut to 15 bytes): the
+    /// program's own, not a runtime's helper (`C2 CompilerThre`, `GC Thread#0`).
+    pub(super) named_like_process: bool,
     pub(super) profiler: bool,
     pub(super) cpu_samples: usize,
 }
@@ -32,6 +35,9 @@ impl TrackFacts {
         TrackFacts {
             pid: Some(p.pid),
             main: t.tid == p.pid,
+            named_like_process: !t.name.is_empty()
+                && p.name.as_bytes().starts_with(t.name.as_bytes())
+                && (t.name.len() == p.name.len() || t.name.len() >= 15),
             profiler: p.profiler,
             cpu_samples: t.samples.time_ns.len(),
         }
@@ -75,10 +81,15 @@ pub(super) fn initial_threads(
     visible.extend((0..tracks.len()).filter(|&i| tracks[i].pid.is_none()));
     visible.sort_unstable();
     visible.dedup();
+    // The command's thread that ran most of its own code: its main thread,
+    // unless a thread named as the program ran more (a JVM's launcher
+    // waits in JLI_Launch while the thread running main() works; its
+    // compiler and GC threads are not the program).
     let selected = focused
         .iter()
         .copied()
-        .find(|&i| tracks[i].main)
+        .filter(|&i| tracks[i].main || tracks[i].named_like_process)
+        .max_by_key(|&i| (tracks[i].cpu_samples, tracks[i].main))
         .or_else(|| focused.first().copied())
         .or_else(|| busiest.first().copied())
         .or_else(|| visible.iter().copied().find(|&i| tracks[i].pid.is_some()))
