@@ -50,8 +50,9 @@ pub(super) fn build_markers(
                 sector,
                 ..
             } => Some(format!(
-                "{} {device}, {bytes} B at sector {sector}",
-                op.name()
+                "{} {device}, {}B at sector {sector}",
+                op.name(),
+                thousands(*bytes as u64)
             )),
             _ => None,
         }
@@ -79,10 +80,7 @@ pub(super) fn build_markers(
                 MarkerData::OffCpu {
                     reason: reason.label(),
                     run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
-                    waker: waker
-                        .as_ref()
-                        .map(|w| w.label())
-                        .unwrap_or_else(|| "—".into()),
+                    waker: waker.as_ref().map(|w| w.label()),
                     // An interrupt has no waker task: the task it interrupted is in the label.
                     waker_pid: waker
                         .as_ref()
@@ -143,7 +141,7 @@ pub(super) fn build_markers(
                     sector: *sector,
                     queue_time: issue_ns.saturating_sub(*start_ns) as f64 / 1e6,
                     service_time: done_ns.saturating_sub(*issue_ns) as f64 / 1e6,
-                    error: *error,
+                    error: (*error != 0).then_some(*error),
                     cause: cause(stack),
                 },
             ),
@@ -164,7 +162,7 @@ pub(super) fn build_markers(
                 MarkerData::ShortWaits {
                     count: *count,
                     off_cpu: *off_cpu_ns as f64 / 1e6,
-                    waited: *waited_ns as f64 / 1e6,
+                    waited: (*waited_ns > 0).then(|| *waited_ns as f64 / 1e6),
                     waker: waker.label(),
                     waker_pid: match waker {
                         ShortWaker::Task { pid, .. } => Some(pid.to_string()),
@@ -274,8 +272,8 @@ pub(super) fn marker_schema() -> serde_json::Value {
                 { "key": "reason", "label": "Reason", "format": "string" },
                 { "key": "runDelay", "label": "Run-queue delay", "format": "duration" },
                 { "key": "waker", "label": "Woken by", "format": "string" },
-                { "key": "wakerPid", "label": "Waker pid", "format": "pid" },
-                { "key": "wakerTid", "label": "Waker tid", "format": "tid" },
+                { "key": "wakerPid", "label": "Waker", "format": "pid" },
+                { "key": "wakerTid", "label": "Waker thread", "format": "tid" },
                 { "key": "wakerContext", "label": "Woken from", "format": "string" },
                 { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
                 { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
@@ -296,8 +294,8 @@ pub(super) fn marker_schema() -> serde_json::Value {
                 { "key": "offCpu", "label": "Off-CPU", "format": "duration" },
                 { "key": "waited", "label": "Before the wakeups", "format": "duration" },
                 { "key": "waker", "label": "Woken by", "format": "string" },
-                { "key": "wakerPid", "label": "Waker pid", "format": "pid" },
-                { "key": "wakerTid", "label": "Waker tid", "format": "tid" },
+                { "key": "wakerPid", "label": "Waker", "format": "pid" },
+                { "key": "wakerTid", "label": "Waker thread", "format": "tid" },
                 { "key": "wakerContext", "label": "Woken from", "format": "string" },
                 { "key": "color", "label": "Color", "format": "string", "hidden": true },
             ],
@@ -344,4 +342,18 @@ pub(super) fn marker_schema() -> serde_json::Value {
             ],
         },
     ])
+}
+
+/// `n` with thousands separators, as the Firefox Profiler writes byte
+/// counts in the same tooltip ("8,192B").
+pub(super) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

@@ -335,7 +335,11 @@ pub enum MarkerData {
         reason: &'static str,
         #[serde(skip_serializing_if = "Option::is_none", default)]
         run_delay: Option<f64>,
-        waker: String,
+        /// None where no wakeup was seen (a preempted thread is not woken):
+        /// the field is left out rather than shown empty. Profiles written
+        /// before say "—".
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        waker: Option<String>,
         /// A string: the front end's `pid` format finds the process's name
         /// by the threads' (string) pids; a tid stays a number, as threads'.
         #[serde(skip_deserializing)]
@@ -365,9 +369,9 @@ pub enum MarkerData {
         /// Their off-CPU time, ms.
         #[serde(skip_deserializing)]
         off_cpu: f64,
-        /// Of it, before their wakeups, ms.
-        #[serde(skip_deserializing)]
-        waited: f64,
+        /// Of it, before their wakeups, ms (left out where none: preempted waits).
+        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+        waited: Option<f64>,
         #[serde(skip_deserializing)]
         waker: String,
         /// A string, as `OffCpu`'s.
@@ -393,8 +397,9 @@ pub enum MarkerData {
         queue_time: f64,
         #[serde(skip_deserializing)]
         service_time: f64,
-        #[serde(skip_deserializing)]
-        error: i32,
+        /// The request's error; left out where it succeeded.
+        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+        error: Option<i32>,
         #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
         cause: Option<Cause>,
     },

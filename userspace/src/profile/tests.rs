@@ -566,7 +566,7 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
         .collect();
     assert_eq!(
         (data[0]["request"].as_str(), data[0]["color"].as_str()),
-        (Some("read vda, 4096 B at sector 16"), Some("orange"))
+        (Some("read vda, 4,096B at sector 16"), Some("orange"))
     );
     assert_eq!(
         (data[1]["request"].as_str(), data[1]["color"].as_str()),
@@ -1223,4 +1223,59 @@ fn the_command_opens_on_its_busiest_thread_named_as_it() {
     let idle = [track(false, true, 0), track(true, true, 0)];
     let (_, selected) = initial_threads(&idle, Some(100));
     assert_eq!(selected, vec![1], "the main thread when nothing ran");
+}
+
+/// Tooltips say nothing empty: no "Woken by —" for a preempted wait, no
+/// "Error: 0" on a request that succeeded, no "Before the wakeups: 0s";
+/// the waker's pid is labelled once ("Waker: PID: 7", not "Waker pid:
+/// PID: 7"); a request's size is written as the front end writes bytes.
+#[test]
+fn tooltips_leave_out_empty_fields() {
+    use super::schema::MarkerData;
+    let schema = super::markers::marker_schema();
+    let text = serde_json::to_string(&schema).unwrap();
+    assert!(!text.contains("Waker pid") && !text.contains("Waker tid"), "{text}");
+    // The payloads, as serialized.
+    let off = serde_json::to_value(MarkerData::OffCpu {
+        reason: "preempted (runnable)",
+        run_delay: Some(1.0),
+        waker: None,
+        waker_pid: None,
+        waker_tid: None,
+        waker_context: None,
+        cpu_out: 0,
+        cpu_in: 1,
+        color: "grey",
+        request: None,
+        cause: None,
+    })
+    .unwrap();
+    assert!(off.get("waker").is_none(), "{off}");
+    let io = serde_json::to_value(MarkerData::Io {
+        device: "vda".into(),
+        op: "read".into(),
+        bytes: 8192,
+        sector: 1,
+        queue_time: 0.1,
+        service_time: 0.2,
+        error: None,
+        cause: None,
+    })
+    .unwrap();
+    assert!(io.get("error").is_none(), "{io}");
+    let short = serde_json::to_value(MarkerData::ShortWaits {
+        count: 3,
+        off_cpu: 0.3,
+        waited: None,
+        waker: "preempted".into(),
+        waker_pid: None,
+        waker_tid: None,
+        waker_context: "none",
+        color: "grey",
+    })
+    .unwrap();
+    assert!(short.get("waited").is_none(), "{short}");
+    assert_eq!(super::markers::thousands(8192), "8,192");
+    assert_eq!(super::markers::thousands(999), "999");
+    assert_eq!(super::markers::thousands(1_234_567), "1,234,567");
 }

@@ -388,9 +388,12 @@ fn escape_thread(t: &mut Thread) {
     t.string_array.iter_mut().for_each(escape_in_place);
     for d in t.markers.data.iter_mut().flatten() {
         match d {
-            MarkerData::OffCpu { waker, .. } | MarkerData::ShortWaits { waker, .. } => {
-                escape_in_place(waker)
+            MarkerData::OffCpu { waker, .. } => {
+                if let Some(w) = waker.as_mut() {
+                    escape_in_place(w)
+                }
             }
+            MarkerData::ShortWaits { waker, .. } => escape_in_place(waker),
             MarkerData::Io { device, .. } => escape_in_place(device),
             MarkerData::OnCpu { .. } | MarkerData::CpuIdle { .. } | MarkerData::Other => {}
         }

@@ -147,11 +147,13 @@ impl Tally {
                     if let Some(d) = run_delay {
                         run_delays_us.push(d * 1e3);
                     }
-                    // The writer's dash: no wakeup (preempted), or one not seen.
-                    let waker = if waker == "—" {
-                        "(none seen: preempted, or woken before the wait was traced)"
-                    } else {
-                        waker.as_str()
+                    // No waker written (or the dash of older profiles): no
+                    // wakeup (preempted), or one not seen.
+                    let waker = match waker.as_deref() {
+                        None | Some("—") => {
+                            "(none seen: preempted, or woken before the wait was traced)"
+                        }
+                        Some(w) => w,
                     };
                     if !self.wakers.contains_key(waker) {
                         self.wakers.insert(waker.to_string(), (0, 0.0));
