@@ -32,6 +32,13 @@ const volatile __u64 wakeup_bytes = 256 * 1024;
 const volatile __u32 stack_copy = 0;
 /* Unwind user stacks in the kernel with the tables in unwind_rows. */
 const volatile __u32 kernel_unwind = 0;
+/* Kernel-unwind mode, until the walker is in: bytes of each thread's stack
+ * copied (a multiple of STACK_COPY_CHUNK; 0 walks frame pointers). Less
+ * than a hand-over's: every sample of that first half second or so is
+ * copied, and the reader holds what the collector, busy loading, has yet
+ * to take, up to a budget; copies of 32 KiB from two CPUs filled it in a
+ * second beside an I/O storm, and then the tracer's ring overflowed. */
+const volatile __u32 first_stack_copy = 0;
 
 #include "ustack.bpf.h"
 #include "unwind.bpf.h"
@@ -245,7 +252,12 @@ static __always_inline int sample_copying(struct bpf_perf_event_data *ctx, struc
 	size = sizeof(sc->e);
 	if (BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */) {
 		/* nothing */
-	} else if (stack_copy) {
+	} else if (first_stack_copy &&
+		   bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 4) {
+		/* The reader is behind: the kernel stack alone, said as a cut
+		 * stack (handovers_skipped), rather than a lost sample. */
+		sc->e.flags |= SAMPLE_FLAG_HANDOVER_SKIPPED;
+	} else if (first_stack_copy) {
 		user_regs(ctx, regs);
 		sc->e.user_ip = regs[0];
 		sc->e.user_sp = regs[1];
@@ -253,7 +265,7 @@ static __always_inline int sample_copying(struct bpf_perf_event_data *ctx, struc
 		sc->e.flags |= SAMPLE_FLAG_USER_REGS;
 		/* Right after the event: the copy path's layout. The frames and
 		 * copy areas are contiguous, room for MAX_STACK_COPY. */
-		copied = copy_user_stack((__u8 *)sc->frames, regs[1]);
+		copied = copy_user_stack_max((__u8 *)sc->frames, regs[1], first_stack_copy);
 		if (copied > MAX_STACK_COPY)
 			copied = MAX_STACK_COPY;
 		if (!copied) {

@@ -35,11 +35,11 @@ static __always_inline __u32 main_stack_extent(__u64 sp)
  * the includer defines USTACK_NO_EXTENT and does that itself); otherwise
  * stack_copy bytes in chunks, stopping at the first that cannot be
  * read (the top of the stack) after retrying it in smaller pieces. Returns
- * the number of bytes copied into dst (at most stack_copy). The chunked
- * loops keep stack_copy, a constant at load, as their bound: a bound only
+ * the number of bytes copied into dst (at most limit). The chunked
+ * loops keep limit, a constant at load, as their bound: a bound only
  * known at run time made the verifier walk every count of both loops
  * (seconds of load, measured). */
-static __always_inline __u32 copy_user_stack(__u8 *dst, __u64 sp)
+static __always_inline __u32 copy_user_stack_max(__u8 *dst, __u64 sp, __u32 limit)
 {
 	__u32 copied = 0;
 #ifndef USTACK_NO_EXTENT
@@ -49,20 +49,26 @@ static __always_inline __u32 copy_user_stack(__u8 *dst, __u64 sp)
 		return extent;
 #endif
 	for (int i = 0; i < MAX_STACK_COPY / STACK_COPY_CHUNK; i++) {
-		if (copied + STACK_COPY_CHUNK > stack_copy || copied > MAX_STACK_COPY - STACK_COPY_CHUNK)
+		if (copied + STACK_COPY_CHUNK > limit || copied > MAX_STACK_COPY - STACK_COPY_CHUNK)
 			return copied;
 		if (bpf_probe_read_user(dst + copied, STACK_COPY_CHUNK, (void *)(sp + copied)))
 			break;
 		copied += STACK_COPY_CHUNK;
 	}
 	for (int i = 0; i < STACK_COPY_CHUNK / STACK_COPY_TAIL; i++) {
-		if (copied + STACK_COPY_TAIL > stack_copy || copied > MAX_STACK_COPY - STACK_COPY_TAIL)
+		if (copied + STACK_COPY_TAIL > limit || copied > MAX_STACK_COPY - STACK_COPY_TAIL)
 			return copied;
 		if (bpf_probe_read_user(dst + copied, STACK_COPY_TAIL, (void *)(sp + copied)))
 			break;
 		copied += STACK_COPY_TAIL;
 	}
 	return copied;
+}
+
+/* copy_user_stack_max with the includer's configured `stack_copy`. */
+static __always_inline __u32 copy_user_stack(__u8 *dst, __u64 sp)
+{
+	return copy_user_stack_max(dst, sp, stack_copy);
 }
 
 #endif /* __USTACK_BPF_H */

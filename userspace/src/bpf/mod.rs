@@ -45,6 +45,9 @@ pub struct SamplerOptions {
     /// Dwarf mode: bytes of user stack copied per sample (0: frame pointers).
     /// With kernel unwinding, only where the kernel hands a sample over.
     pub stack_copy: u32,
+    /// With kernel unwinding, bytes copied per sample until the walker is
+    /// in (`sample_first`; 0: frame pointers).
+    pub first_stack_copy: u32,
     /// Unwind user stacks in the kernel, with room for this many table rows
     /// (0: do not).
     pub kernel_unwind_rows: u32,
@@ -103,6 +106,7 @@ impl Sampler {
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("wakeup_bytes", &opts.wakeup_bytes, true)
             .override_global("stack_copy", &opts.stack_copy, true)
+            .override_global("first_stack_copy", &opts.first_stack_copy, true)
             .override_global(
                 "kernel_unwind",
                 &((opts.kernel_unwind_rows > 0) as u32),

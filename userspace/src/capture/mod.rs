@@ -422,6 +422,12 @@ impl CaptureSession {
             } else {
                 opts.stack_copy
             },
+            // Until the walker is in, every sample is a copy: the user's
+            // size, at most 8 KiB (two CPUs' copies of 32 KiB filled the
+            // reader's budget while the collector loaded beside an I/O
+            // storm, and the tracer's ring overflowed).
+            first_stack_copy: opts.stack_copy.min(8192) / abi::STACK_COPY_CHUNK as u32
+                * abi::STACK_COPY_CHUNK as u32,
             kernel_unwind_rows: opts.kernel_unwind_rows,
             kernel_unwind_processes: opts.kernel_unwind_processes,
             share_unwind_maps: shared.as_ref().map(|d| d.path().to_path_buf()),
