@@ -215,6 +215,21 @@ pub fn build_c(name: &str, out: &Path, extra: &[&str]) -> PathBuf {
     out.to_path_buf()
 }
 
+/// The in-kernel walker's verification time, ms, from `record -v`'s load
+/// times (`sample_cpu_clock`): it is verified once sampling began, so no
+/// sample earlier than this into the range was walked by it.
+pub fn walker_ms(stderr: &[u8]) -> f64 {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .find_map(|l| l.strip_prefix("sysprof: loaded (ms): "))
+        .and_then(|l| {
+            l.split(", ")
+                .find_map(|p| p.strip_prefix("sample_cpu_clock "))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no walker load time in -v's output: {text}"))
+}
+
 /// Run `sysprof record -v ARGS -o OUT`; returns the process output (whose
 /// stderr ends with the `sysprof: stats:` line, for failure messages).
 pub fn record(args: &[&str], out: &Path) -> Output {

@@ -1122,16 +1122,7 @@ fn samples_before_the_walker_is_in_are_whole() {
     let _ = spinner.kill();
     let _ = spinner.wait();
     assert_success(&out);
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let walker_ms: f64 = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("sysprof: loaded (ms): "))
-        .and_then(|l| {
-            l.split(", ")
-                .find_map(|p| p.strip_prefix("sample_cpu_clock "))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or_else(|| panic!("no walker load time in -v's output: {stderr}"));
+    let walker_ms = walker_ms(&out.stderr);
     let profile = Profile::load(&out_path);
     let categories = profile.categories();
     let (mut early, mut whole) = (0usize, 0usize);

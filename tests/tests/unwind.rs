@@ -1115,20 +1115,6 @@ fn jvm_split(profile: &Profile, pid: u64) -> (usize, usize, usize, usize) {
 /// began, 0.4-0.65 s on a quiet VM, longer on a busy one).
 const JVM_TABLES_MS: f64 = 1000.0;
 
-/// The walker's verification time, ms, from `record -v`'s load times: it is
-/// verified once sampling began, so it is in place no earlier than this
-/// into the range.
-fn walker_ms(stderr: &[u8]) -> f64 {
-    let text = String::from_utf8_lossy(stderr);
-    text.lines()
-        .find_map(|l| l.strip_prefix("sysprof: loaded (ms): "))
-        .and_then(|l| {
-            l.split(", ")
-                .find_map(|p| p.strip_prefix("sample_cpu_clock "))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or_else(|| panic!("no walker load time in -v's output: {text}"))
-}
 
 /// Of `pid`'s samples in `Hot.hotThree`/`Hot.hotOne` from `from_ms` into
 /// the range on: (those whose stack reaches the thread's root through
