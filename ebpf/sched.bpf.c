@@ -589,65 +589,234 @@ static __always_inline bool current_user_regs(__u64 *ip, __u64 *sp, __u64 *bp)
 	return true;
 }
 
-/* The stack id of the current thread at one place: `what` happened there
- * (an off-CPU state, or CALL_SITE_*), cached in `slot` of its state `t`
- * (which may be NULL for a thread we keep no state for). A thread that
- * does the same thing from the same place as last time in that slot
- * reuses the stack sent then: the common case on a switch-heavy machine,
- * where walking (or copying) stacks is the tracer's main cost. The place
- * is the user context (ip, sp, bp) for a user thread (found without
- * walking anything), the kernel stack itself for a kernel thread. One
- * slot per kind of place, so a thread that alternates between being
- * preempted in one place and sleeping in another keeps both. */
-static __always_inline __u64 stack_at(void *ctx, __u32 pid, __u32 tid, __u32 slot, __u32 what, struct thread_state *t, __u32 kbuf)
-{
-	__u64 ip, sp, bp;
-	bool user = current_user_regs(&ip, &sp, &bp);
-	struct kstack_buf *b = NULL;
-	__u32 len = 0;
+/* What a tracer program asks of a stack (stack_then_finish): whose stack,
+ * at which place, which thread's state caches it, and what to do with its
+ * id, which finish_stack does where the id is known: in the program itself
+ * for a kernel thread, in walk_stack for a user thread. One per CPU and
+ * place (KBUF_*); a place's program never nests in itself. */
+struct stack_request {
+	__u64 now;              /* a wakeup: its time (wake_ts, written last) */
+	__u64 rq;               /* a request: its key in io_starts */
+	__u32 pid;
+	__u32 tid;
+	__u32 slot;             /* STACK_SLOT_* */
+	__u32 what;             /* the off-CPU state, or CALL_SITE_* */
+	__u32 cache_tid;        /* whose thread state caches the stack (0: none) */
+	__u32 target_tid;       /* a switch: the thread leaving; a wakeup: the wakee */
+	__u32 below;            /* stack_pending before this request (see there) */
+	__u32 at_issue;         /* a request first seen at issue */
+	struct io_start io;     /* a request: its start, sent to io_starts with the id */
+};
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KBUFS);
+	__type(key, __u32);
+	__type(value, struct stack_request);
+} stack_requests SEC(".maps");
+
+/* Per CPU: the place (KBUF_* + 1; 0: none) whose request walk_stack is
+ * to serve. A tail call passes nothing but the context, so the caller
+ * writes its place here. An interrupt between that write and walk_stack's
+ * read can run another place's program on this CPU, which writes its own:
+ * each request keeps the value it found (`below`) and walk_stack puts it
+ * back as soon as it has read its own, so nested requests unwind in order. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} stack_pending SEC(".maps");
+
+/* walk_stack, put here by userspace once verified. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} stack_walker SEC(".maps");
+
+/* Do what `r` asked with the stack id `id` (0: none). `place` is a constant
+ * in the tracer programs (the verifier keeps one branch) and read from the
+ * request in walk_stack. */
+static __always_inline void finish_stack(struct stack_request *r, __u32 place, __u64 id)
+{
+	if (place == KBUF_SWITCH) {
+		struct thread_state *t = bpf_map_lookup_elem(&threads, &r->target_tid);
+
+		if (t)
+			t->stack_id = id;
+	} else if (place == KBUF_WAKING) {
+		struct thread_state *t = bpf_map_lookup_elem(&threads, &r->target_tid);
+
+		if (t) {
+			t->waker_stack_id = id;
+			/* Last: the switch-in trusts the waker fields once it sees this. */
+			t->wake_ts = r->now;
+		}
+	} else {
+		__u64 key = r->rq;
+
+		r->io.stack_id = id;
+		if (start_fires_once && !r->at_issue) {
+			/* A request (the same `struct request`, reused) can only start
+			 * again after it ended: an entry still here is a request whose
+			 * completion the program never saw. Rare (7 of 12,000 reads
+			 * after 2 ms sleeps, the loop request and the one under it
+			 * together; the kernel counts no recursion miss); counted, and
+			 * replaced so that this request gets its own times. */
+			if (bpf_map_lookup_elem(&io_starts, &key))
+				count_drop(DROP_IO_UNTRACKED);
+			if (bpf_map_update_elem(&io_starts, &key, &r->io, BPF_ANY))
+				count_drop(DROP_STATE_FULL);
+			return;
+		}
+		/* NOEXIST: a requeued request keeps its first start. */
+		if (bpf_map_update_elem(&io_starts, &key, &r->io, BPF_NOEXIST) && !bpf_map_lookup_elem(&io_starts, &key))
+			count_drop(DROP_STATE_FULL);
+	}
+}
+
+/* The cache entry of `t` (NULL: none) for `r`'s slot. */
+static __always_inline struct stack_cache *stack_cache_of(struct thread_state *t, struct stack_request *r)
+{
+	__u32 slot = r->slot;
+
+	if (!t)
+		return NULL;
 	if (slot >= STACK_SLOTS)
 		slot = STACK_SLOT_CALL;
-	if (!user) {
-		b = read_kstack(ctx, kbuf, &len, &ip);
-		if (!b)
-			return 0;
+	return &t->cache[slot];
+}
+
+/* A kernel thread's stack id at `r`'s place: its kernel stack, which is
+ * also what identifies the place (no user context). Cached in `t`. */
+static __always_inline __u64 kernel_thread_stack(void *ctx, struct stack_request *r, struct thread_state *t, __u32 kbuf)
+{
+	__u32 len = 0;
+	__u64 hash = 0;
+	struct kstack_buf *b = read_kstack(ctx, kbuf, &len, &hash);
+	struct stack_cache *c = stack_cache_of(t, r);
+
+	if (!b)
+		return 0;
+	if (c && c->id && c->ip == hash && !c->sp && !c->bp && c->what == r->what && !c->python)
+		return c->id;
+	__u64 id = send_kstack(b, len, r->pid, r->tid, r->slot, kbuf);
+
+	if (c) {
+		c->ip = hash;
+		c->sp = 0;
+		c->bp = 0;
+		c->what = r->what;
+		c->python = 0;
+		c->id = id;
 	}
+	return id;
+}
+
+/* The current user thread's stack id at `r`'s place (walk_stack only).
+ * A thread that does the same thing from the same place as last time in
+ * that slot reuses the stack sent then: the common case on a switch-heavy
+ * machine, where walking (or copying) stacks is the tracer's main cost.
+ * The place is the user context (ip, sp, bp), found without walking
+ * anything. One slot per kind of place, so a thread that alternates
+ * between being preempted in one place and sleeping in another keeps both. */
+static __always_inline __u64 user_stack_at(void *ctx, struct stack_request *r, __u32 kbuf)
+{
+	__u64 ip, sp, bp;
+
+	if (!current_user_regs(&ip, &sp, &bp))
+		return 0;
 	/* A Python thread's native place is the same wherever in its Python
 	 * code it is (Python calls do not nest C frames): its chain is part
 	 * of the place. Hashed without being kept: one read per frame. */
 	struct py_out py = {};
 
-	if (user && kernel_unwind)
-		python_frames(&py, pid, tid, (struct task_struct *)bpf_get_current_task(), NULL);
+	if (kernel_unwind)
+		python_frames(&py, r->pid, r->tid, (struct task_struct *)bpf_get_current_task(), NULL);
 	__u64 python = py.hash;
 	/* A JVM's stacks read before its interpreter was known have no Java
 	 * methods: once it is, the same place is read again. */
-	if (user && kernel_unwind) {
-		struct unwind_process *up = bpf_map_lookup_elem(&unwind_processes, &pid);
+	if (kernel_unwind) {
+		struct unwind_process *up = bpf_map_lookup_elem(&unwind_processes, &r->pid);
 
 		if (up)
 			python ^= up->java_interp_start;
 	}
-	if (t) {
-		struct stack_cache *c = &t->cache[slot];
+	struct thread_state *t = r->cache_tid ? bpf_map_lookup_elem(&threads, &r->cache_tid) : NULL;
+	struct stack_cache *c = stack_cache_of(t, r);
 
-		if (c->id && c->ip == ip && c->sp == sp && c->bp == bp && c->what == what && c->python == python)
-			return c->id;
-	}
-	__u64 id = user ? send_stack(ctx, pid, tid, slot, ip, sp, bp, kbuf) : send_kstack(b, len, pid, tid, slot, kbuf);
+	if (c && c->id && c->ip == ip && c->sp == sp && c->bp == bp && c->what == r->what && c->python == python)
+		return c->id;
+	__u64 id = send_stack(ctx, r->pid, r->tid, r->slot, ip, sp, bp, kbuf);
 
-	if (t) {
-		struct stack_cache *c = &t->cache[slot];
-
+	if (c) {
 		c->ip = ip;
 		c->sp = sp;
 		c->bp = bp;
-		c->what = what;
+		c->what = r->what;
 		c->python = python;
 		c->id = id;
 	}
 	return id;
+}
+
+/* The current thread's stack at `place`, then what `r` asks done with its
+ * id. A kernel thread's here; a user thread's in walk_stack, tail-called:
+ * the walker is verified once for the four places rather than in each of
+ * their programs (it was 0.6 s of a start, most of the tracer's load). Does
+ * not return where the tail call is made: nothing may follow it in the
+ * caller. `cache` is the state caching the stack (NULL: none); r->cache_tid
+ * names it for walk_stack. */
+static __always_inline void stack_then_finish(void *ctx, struct stack_request *r, __u32 place, struct thread_state *cache)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u32 zero = 0;
+
+	if (task->flags & PF_KTHREAD) {
+		finish_stack(r, place, kernel_thread_stack(ctx, r, cache, place));
+		return;
+	}
+	__u32 *pending = bpf_map_lookup_elem(&stack_pending, &zero);
+
+	if (pending) {
+		r->below = *pending;
+		*pending = place + 1;
+		bpf_tail_call(ctx, &stack_walker, 0);
+		/* Not in place (never, once loaded): no stack. */
+		*pending = r->below;
+	}
+	count_drop(DROP_STACK_RECORD);
+	finish_stack(r, place, 0);
+}
+
+/* The stack walker of the tracer's four places (see stack_then_finish). */
+SEC("raw_tracepoint")
+int walk_stack(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 zero = 0;
+	__u32 *pending = bpf_map_lookup_elem(&stack_pending, &zero);
+
+	if (!pending)
+		return 0;
+	__u32 place = *pending - 1;
+
+	if (place >= KBUFS)
+		return 0;
+	struct stack_request *r = bpf_map_lookup_elem(&stack_requests, &place);
+
+	if (!r)
+		return 0;
+	*pending = r->below;
+	finish_stack(r, place, user_stack_at(ctx, r, place));
+	return 0;
+}
+
+/* This CPU's request for `place`. */
+static __always_inline struct stack_request *stack_request_for(__u32 place)
+{
+	return bpf_map_lookup_elem(&stack_requests, &place);
 }
 
 /* The size of the current task's kernel stack (THREAD_SIZE): the pages of
@@ -976,7 +1145,18 @@ static __always_inline void switch_out(void *ctx, __u32 tid, bool preempt, unsig
 	 * anywhere until it is fully off this CPU. */
 	t->stack_id = 0;
 	t->off_ts = now;
-	t->stack_id = stack_at(ctx, tgid, tid, state == OFFCPU_PREEMPTED ? STACK_SLOT_PREEMPTED : STACK_SLOT_WAITED, state, t, KBUF_SWITCH);
+	struct stack_request *r = stack_request_for(KBUF_SWITCH);
+
+	if (!r)
+		return;
+	r->pid = tgid;
+	r->tid = tid;
+	r->slot = state == OFFCPU_PREEMPTED ? STACK_SLOT_PREEMPTED : STACK_SLOT_WAITED;
+	r->what = state;
+	r->cache_tid = tid;
+	r->target_tid = tid;
+	/* Last: a user thread's stack is walked in a tail call. */
+	stack_then_finish(ctx, r, KBUF_SWITCH, t);
 }
 
 /* next runs again: close its interval. */
@@ -1011,10 +1191,13 @@ int on_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 	__u32 prev_tid = (__u32)bpf_get_current_pid_tgid();
 	__u32 next_tid = BPF_CORE_READ(next, pid);
 
-	if (prev_tid)
-		switch_out(ctx, prev_tid, preempt, raw, now, cpu);
+	/* next first: prev's switch-out ends in a tail call when its stack is
+	 * walked. The two threads' states are apart; only their records'
+	 * order in the ring changes. */
 	if (next_tid)
 		switch_in(next, next_tid, __builtin_preserve_access_index(&next->comm), now, cpu);
+	if (prev_tid)
+		switch_out(ctx, prev_tid, preempt, raw, now, cpu);
 	return 0;
 }
 
@@ -1047,16 +1230,27 @@ int on_sched_waking(struct bpf_raw_tracepoint_args *ctx)
 	bpf_get_current_comm(t->waker_comm, sizeof(t->waker_comm));
 	/* The waker's stacks are the costly part; a wakee that slept less
 	 * than offcpu_min_ns is folded with its waker's ids only: skip them. */
-	if (now - t->off_ts >= offcpu_min_ns) {
-		if (irq) {
-			/* The interrupted task is no waker: its user context means
-			 * nothing here, and its cached stacks stay its own. */
-			t->waker_stack_id = interrupt_stack(ctx);
-		} else {
-			struct thread_state *w = waker_tid ? bpf_map_lookup_elem(&threads, &waker_tid) : NULL;
+	if (now - t->off_ts >= offcpu_min_ns && !irq) {
+		struct stack_request *r = stack_request_for(KBUF_WAKING);
 
-			t->waker_stack_id = stack_at(ctx, pid_tgid >> 32, waker_tid, STACK_SLOT_CALL, CALL_SITE_WAKEUP, w, KBUF_WAKING);
+		if (r) {
+			r->pid = pid_tgid >> 32;
+			r->tid = waker_tid;
+			r->slot = STACK_SLOT_CALL;
+			r->what = CALL_SITE_WAKEUP;
+			r->cache_tid = waker_tid;
+			r->target_tid = wakee;
+			r->now = now;
+			/* Writes the id, then wake_ts; last (a tail call). */
+			stack_then_finish(ctx, r, KBUF_WAKING,
+					  waker_tid ? bpf_map_lookup_elem(&threads, &waker_tid) : NULL);
+			return 0;
 		}
+		t->waker_stack_id = 0;
+	} else if (now - t->off_ts >= offcpu_min_ns) {
+		/* The interrupted task is no waker: its user context means
+		 * nothing here, and its cached stacks stay its own. */
+		t->waker_stack_id = interrupt_stack(ctx);
 	} else {
 		t->waker_stack_id = 0;
 	}
@@ -1095,44 +1289,42 @@ static __always_inline __u32 io_flags(__u32 cmd_flags)
  * flushes and requests issued directly, first seen at issue). */
 static __always_inline int start_request(void *ctx, struct request *rq, bool at_issue, __u32 kbuf)
 {
-	__u64 key = (__u64)rq;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid;
-	struct io_start s = {
-		.ts = bpf_ktime_get_ns(),
-		.pid = pid_tgid >> 32,
-		.tid = tid,
-		.bytes = BPF_CORE_READ(rq, __data_len),
-		.sector = BPF_CORE_READ(rq, __sector),
-		.dev = request_dev(rq),
-		.cmd_flags = BPF_CORE_READ(rq, cmd_flags),
-		.flags = at_issue ? IO_START_AT_ISSUE : 0,
-	};
+	__u32 pid = pid_tgid >> 32;
 
-	if (!tracked(s.pid))
+	if (!tracked(pid))
 		return 0;
-	if (at_issue)
-		s.issue_ts = s.ts;
-	bpf_get_current_comm(s.comm, sizeof(s.comm));
-	struct thread_state *t = tid ? bpf_map_lookup_elem(&threads, &tid) : NULL;
+	struct stack_request *r = stack_request_for(kbuf);
 
-	s.stack_id = stack_at(ctx, s.pid, tid, STACK_SLOT_CALL, CALL_SITE_IO, t, kbuf);
-	if (start_fires_once && !at_issue) {
-		/* A request (the same `struct request`, reused) can only start
-		 * again after it ended: an entry still here is a request whose
-		 * completion the program never saw. Rare (7 of 12,000 reads
-		 * after 2 ms sleeps, the loop request and the one under it
-		 * together; the kernel counts no recursion miss); counted, and
-		 * replaced so that this request gets its own times. */
-		if (bpf_map_lookup_elem(&io_starts, &key))
-			count_drop(DROP_IO_UNTRACKED);
-		if (bpf_map_update_elem(&io_starts, &key, &s, BPF_ANY))
-			count_drop(DROP_STATE_FULL);
+	if (!r) {
+		count_drop(DROP_STATE_FULL);
 		return 0;
 	}
-	/* NOEXIST: a requeued request keeps its first start. */
-	if (bpf_map_update_elem(&io_starts, &key, &s, BPF_NOEXIST) && !bpf_map_lookup_elem(&io_starts, &key))
-		count_drop(DROP_STATE_FULL);
+	struct io_start *s = &r->io;
+
+	s->ts = bpf_ktime_get_ns();
+	s->issue_ts = at_issue ? s->ts : 0;
+	s->stack_id = 0;
+	s->pid = pid;
+	s->tid = tid;
+	s->bytes = BPF_CORE_READ(rq, __data_len);
+	s->sector = BPF_CORE_READ(rq, __sector);
+	s->dev = request_dev(rq);
+	s->cmd_flags = BPF_CORE_READ(rq, cmd_flags);
+	s->flags = at_issue ? IO_START_AT_ISSUE : 0;
+	bpf_get_current_comm(s->comm, sizeof(s->comm));
+	r->rq = (__u64)rq;
+	r->at_issue = at_issue;
+	r->pid = pid;
+	r->tid = tid;
+	r->slot = STACK_SLOT_CALL;
+	r->what = CALL_SITE_IO;
+	r->cache_tid = tid;
+	r->target_tid = tid;
+	/* Last: the request goes to io_starts with its stack's id, after a
+	 * tail call for a user thread's. */
+	stack_then_finish(ctx, r, kbuf, tid ? bpf_map_lookup_elem(&threads, &tid) : NULL);
 	return 0;
 }
 

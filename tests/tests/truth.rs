@@ -148,7 +148,8 @@ fn stacks_end_where_threads_were_and_everything_lies_in_the_range() {
                         "on_block_start",
                         "on_block_issue",
                         "on_block_merge",
-                        "on_block_complete"
+                        "on_block_complete",
+                        "walk_stack"
                     ]
                     .contains(&prog),
                     "{n}"

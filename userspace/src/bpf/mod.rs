@@ -576,10 +576,17 @@ impl Tracer {
             wanted.push(("on_block_merge", &["block_rq_merge"]));
             wanted.push(("on_block_complete", &["block_rq_complete"]));
         }
-        load_times.extend(verify_in_parallel(
-            &mut ebpf,
-            &wanted.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
-        )?);
+        // The four places that take stacks tail-call one walker
+        // (sched.bpf.c walk_stack), verified once beside them and put in
+        // place before any of them runs.
+        let mut verified: Vec<&'static str> = wanted.iter().map(|(p, _)| *p).collect();
+        if !wanted.is_empty() {
+            verified.push("walk_stack");
+        }
+        load_times.extend(verify_in_parallel(&mut ebpf, &verified)?);
+        if !wanted.is_empty() {
+            put_walker_in_place(&mut ebpf)?;
+        }
         for (prog, names) in wanted {
             attach_raw_tracepoint(&mut ebpf, prog, names)?;
         }
@@ -709,6 +716,23 @@ fn verify_in_parallel(ebpf: &mut Ebpf, progs: &[&'static str]) -> Result<LoadTim
             })
             .collect()
     })
+}
+
+/// Put the loaded `walk_stack` in the tracer's `stack_walker` array.
+fn put_walker_in_place(ebpf: &mut Ebpf) -> Result<(), RecordError> {
+    let fd = ebpf
+        .program("walk_stack")
+        .ok_or_else(|| RecordError::Internal("walk_stack missing from sched.bpf.o".into()))?
+        .fd()
+        .and_then(|fd| fd.try_clone().map_err(Into::into))
+        .map_err(|e| RecordError::Internal(format!("walk_stack: {e}")))?;
+    let map = ebpf
+        .map_mut("stack_walker")
+        .ok_or_else(|| RecordError::Internal("map stack_walker missing from sched.bpf.o".into()))?;
+    aya::maps::ProgramArray::try_from(map)
+        .map_err(|e| RecordError::Internal(format!("stack_walker map: {e}")))?
+        .set(0, &fd, 0)
+        .map_err(|e| RecordError::Internal(format!("putting the stack walker in place: {e}")))
 }
 
 /// Attach the loaded `prog` to the first raw tracepoint of `names` that exists.
