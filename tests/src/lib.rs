@@ -417,7 +417,8 @@ impl Profile {
 
 impl ThreadView<'_> {
     /// Process id; `u64::MAX` for a track of no process (the machine's
-    /// counters, `"machine"`, and the per-CPU tracks, `"cpus"`), which no
+    /// counters and the per-CPU tracks, `"machine"`; `"cpus"` in older
+    /// profiles), which no
     /// real pid equals.
     pub fn pid(&self) -> u64 {
         let pid = self.t["pid"].as_str().unwrap();

@@ -119,7 +119,8 @@ fn build_after<'a>(
         .iter()
         .filter(|c| meta::counter_draws_something(c))
         .collect();
-    let machine = drawn.iter().any(|c| c.pid == 0).then(|| {
+    // The CPUs' tracks are the machine's too: written with it.
+    let machine = (!rec.cpu_tracks.is_empty() || drawn.iter().any(|c| c.pid == 0)).then(|| {
         tracks.push(TrackFacts {
             pid: None,
             main: true,
@@ -183,7 +184,8 @@ impl ProfileOut<'_> {
 /// built when serialized.
 pub struct ThreadsOut<'a> {
     rec: &'a Recording,
-    /// Whether the machine's track is written (it has counters to draw).
+    /// Whether the machine's track is written (it has counters to draw, or
+    /// CPU tracks to hold).
     machine: bool,
 }
 
@@ -212,7 +214,7 @@ impl ThreadsOut<'_> {
             each(&build_cpu_track(rec, *cpu, markers, &ms))?;
         }
         if self.machine {
-            each(&build_machine_track())?;
+            each(&build_machine_track(rec, &ms))?;
         }
         Ok(())
     }

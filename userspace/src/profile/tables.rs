@@ -224,6 +224,14 @@ impl ThreadTables {
         range
     }
 
+    /// A stack of one frame named `name`, of no library: a summary sample
+    /// no code ran (the machine's). Call once per name.
+    pub(super) fn label_stack(&mut self, name: &str, category: u32) -> u32 {
+        let func = self.func(-1, name, None, None, false);
+        let frame = self.push_frame(-1, 0, category, func, None, None);
+        self.stack(None, frame)
+    }
+
     fn stack(&mut self, prefix: Option<u32>, frame: u32) -> u32 {
         if let Some(&s) = self.stack_index.get(&(prefix, frame)) {
             return s;

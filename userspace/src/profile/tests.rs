@@ -1056,7 +1056,7 @@ fn machine_counters_open_visible_and_blank_ones_are_left_out() {
     let threads = p["threads"].as_array().unwrap();
     let machine = threads
         .iter()
-        .position(|t| t["pid"] == "machine")
+        .position(|t| t["pid"] == "machine" && t["name"] == "Machine")
         .expect("the machine's track");
     assert_eq!(threads[machine]["isMainThread"], true);
     assert!(p["meta"]["initialVisibleThreads"]
@@ -1089,9 +1089,10 @@ fn machine_counters_open_visible_and_blank_ones_are_left_out() {
     );
     assert!(!names.contains(&"gone"), "of no process: {names:?}");
     assert_eq!(validate::validate(&p), Vec::<String>::new());
-    // Without machine counters there is no machine track.
+    // Without machine counters or CPU tracks there is no machine track.
     let mut quiet = full_recording();
     quiet.counters.retain(|c| c.pid != 0);
+    quiet.cpu_tracks.clear();
     let q = build_profile(&quiet, &host(), Some(42)).to_value();
     assert!(!q["threads"]
         .as_array()
@@ -1278,4 +1279,64 @@ fn tooltips_leave_out_empty_fields() {
     assert_eq!(super::markers::thousands(8192), "8,192");
     assert_eq!(super::markers::thousands(999), "999");
     assert_eq!(super::markers::thousands(1_234_567), "1,234,567");
+}
+
+/// Check what the Firefox Profiler orders global tracks by
+/// (`_getDefaultGlobalTrackOrder`: its parent process, `processType`
+/// "default", first; the others by their main thread's CPU): in a
+/// system-wide profile the machine's track is the only "default" one, the
+/// CPUs' tracks are under it (its pid), and its row's samples carry the
+/// machine's busy CPU as its "CPU usage" counter read it.
+#[test]
+fn the_machine_and_its_cpus_come_first() {
+    let rec = full_recording();
+    assert!(!rec.cpu_tracks.is_empty(), "the recording has CPU tracks");
+    let p = build_profile(&rec, &host(), None).to_value();
+    let threads = p["threads"].as_array().unwrap();
+    let default: Vec<(&str, &str)> = threads
+        .iter()
+        .filter(|t| t["processType"] == "default")
+        .map(|t| (t["pid"].as_str().unwrap(), t["name"].as_str().unwrap()))
+        .collect();
+    let machine_pid = threads.iter().filter(|t| t["pid"] == "machine");
+    assert_eq!(
+        default.len(),
+        machine_pid.clone().count(),
+        "only the machine's tracks are the parent process: {default:?}"
+    );
+    assert!(default.iter().all(|(pid, _)| *pid == "machine"), "{default:?}");
+    let cpus = machine_pid
+        .clone()
+        .filter(|t| t["name"].as_str().unwrap().starts_with("CPU "))
+        .count();
+    assert_eq!(cpus, rec.cpu_tracks.len(), "every CPU track under the machine");
+    let mains: Vec<&serde_json::Value> =
+        machine_pid.filter(|t| t["isMainThread"] == true).collect();
+    assert_eq!(mains.len(), 1, "one row for the machine");
+    // Its samples: the counter's busy share times each reading's span, µs.
+    let usage = rec
+        .counters
+        .iter()
+        .find(|c| c.pid == 0 && c.name == "CPU usage")
+        .unwrap();
+    let want: u64 = (1..usage.time_ns.len())
+        .map(|i| {
+            let span_us = (usage.time_ns[i] - usage.time_ns[i - 1]) as f64 / 1e3;
+            (usage.count[i] / 100.0 * span_us).round() as u64
+        })
+        .sum();
+    let got: u64 = mains[0]["samples"]["threadCPUDelta"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap())
+        .sum();
+    assert!(want > 0, "the test's counter says the machine was busy");
+    assert_eq!(got, want);
+    assert_eq!(
+        mains[0]["samples"]["length"].as_u64().unwrap() as usize,
+        usage.time_ns.len() - 1,
+        "one sample per reading after the first"
+    );
+    assert_eq!(validate::validate(&p), Vec::<String>::new());
 }

@@ -164,7 +164,10 @@ pub(super) fn build_thread(
         name: t.name.clone(),
         pid: p.pid.to_string(),
         tid: t.tid,
-        process_type: "default".into(),
+        // Not "default": the front end puts "default" processes (its
+        // parent process) first, and that is the machine's track; the
+        // processes follow it, busiest first.
+        process_type: PROCESS_TYPE.into(),
         process_name: Some(process_name),
         process_executable: p.exe.clone(),
         is_main_thread: is_main,
@@ -198,11 +201,13 @@ pub(super) fn build_cpu_track(
 ) -> Thread {
     let mut tables = ThreadTables::default();
     let markers = build_markers(rec, markers, &mut tables, false, ms);
+    // Under the machine's track (its pid): the front end lists a process's
+    // tracks under it, and puts the machine first (see track_of_no_process).
     let mut t = track_of_no_process(
         format!("CPU {cpu}"),
-        "cpus",
+        MACHINE_PID,
         CPU_TRACK_TID_BASE + cpu,
-        "CPUs",
+        "Machine",
         tables,
         markers,
     );
@@ -214,21 +219,64 @@ pub(super) fn build_cpu_track(
 /// the front end shows a counter only as part of a process whose pid has a
 /// thread, and only while that process is visible. Under the idle task they
 /// were hidden; here they open visible, as "Machine".
-pub(super) fn build_machine_track() -> Thread {
+///
+/// Its row draws the whole machine's CPU: one sample per reading of the
+/// machine's "CPU usage" counter (`/proc/stat`), its CPU delta the busy
+/// share of all CPUs over the time since the reading before, so a full
+/// graph is every CPU busy. Without it the row was empty.
+pub(super) fn build_machine_track(rec: &Recording, ms: &dyn Fn(u64) -> f64) -> Thread {
+    let mut tables = ThreadTables::default();
+    let mut samples = Samples {
+        weight_type: "samples".into(),
+        ..Default::default()
+    };
+    let mut cpu_delta = Vec::new();
+    let usage = rec
+        .counters
+        .iter()
+        .find(|c| c.pid == 0 && c.name == MACHINE_CPU_COUNTER);
+    if let Some(c) = usage.filter(|c| c.time_ns.len() >= 2) {
+        let stack = tables.label_stack(MACHINE_BUSY_FRAME, crate::profile::category::OTHER);
+        let mut last_ms = 0.0;
+        for i in 1..c.time_ns.len().min(c.count.len()) {
+            let at = ms(c.time_ns[i]);
+            if at < 0.0 {
+                continue;
+            }
+            let span_us = c.time_ns[i].saturating_sub(c.time_ns[i - 1]) as f64 / 1e3;
+            let busy = (c.count[i] / 100.0).clamp(0.0, 1.0);
+            samples.stack.push(Some(stack));
+            samples.time_deltas.push(at - last_ms);
+            last_ms = at;
+            cpu_delta.push(Some((busy * span_us).round() as u64));
+        }
+    }
+    samples.length = samples.stack.len();
     let mut t = track_of_no_process(
         "Machine".to_string(),
         MACHINE_PID,
         CPU_TRACK_TID_BASE - 1,
         "Machine",
-        ThreadTables::default(),
+        tables,
         Default::default(),
     );
+    samples.thread_cpu_delta = Some(cpu_delta);
+    t.samples = samples;
     t.is_main_thread = true;
     t
 }
 
+/// The machine's counter its track's samples are read from.
+pub(super) const MACHINE_CPU_COUNTER: &str = "CPU usage";
+
+/// The one frame of the machine track's samples.
+pub(super) const MACHINE_BUSY_FRAME: &str = "CPUs busy (share of all CPUs, from /proc/stat)";
+
 /// A track with no samples that belongs to no process (a CPU's, the
-/// machine's): the parts the per-CPU and machine tracks share.
+/// machine's): the parts the per-CPU and machine tracks share. Their
+/// process type is the front end's parent process ("default"), which it
+/// lists first whatever the other processes' activity; every process's
+/// tracks are [`PROCESS_TYPE`].
 fn track_of_no_process(
     name: String,
     pid: &str,
@@ -270,3 +318,7 @@ fn track_of_no_process(
 
 /// The pid of the machine's track (pids are strings in the format).
 pub(super) const MACHINE_PID: &str = "machine";
+
+/// The process type of every process's tracks: not the front end's parent
+/// process ("default", the machine's), so they sort by activity after it.
+pub(super) const PROCESS_TYPE: &str = "unknown";
