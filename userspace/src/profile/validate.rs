@@ -75,6 +75,10 @@ pub struct Validator {
     libs: Option<usize>,
     categories: Option<usize>,
     deferred: Vec<Deferred>,
+    /// Each thread's pid, in order (None: not a string).
+    thread_pids: Vec<Option<String>>,
+    /// `counters`, kept to be checked once every thread is read.
+    counters: Option<Value>,
     /// Problems found past [`MAX_PROBLEMS`].
     more: u64,
 }
@@ -94,6 +98,7 @@ impl Validator {
 
     /// The threads read, and every problem found (none: it is well formed).
     pub fn finish(mut self) -> (usize, Vec<String>) {
+        self.check_counters();
         let mut head = Vec::new();
         if !self.version {
             head.push("meta.preprocessedProfileVersion is missing".to_string());
@@ -138,6 +143,7 @@ impl Validator {
             } else {
                 self.more += 1;
             }
+            self.thread_pids.push(None);
             return;
         }
         let prefix = format!("thread {ti} ({})", t.name_shown);
@@ -237,6 +243,17 @@ impl Validator {
                 p(format!("stackTable.prefix[{i}] = {x} is not an index"));
             }
         }
+        if let Some(col) = t.column("markers", "data") {
+            let stacks = len.get("stackTable").copied().unwrap_or(0);
+            if let Some((i, x)) = col.max_cause_stack.filter(|&(_, x)| x as usize >= stacks) {
+                p(format!(
+                    "markers.data[{i}].cause.stack = {x} is out of range 0..{stacks}"
+                ));
+            }
+            if let Some((i, shown)) = &col.first_bad_cause_stack {
+                p(format!("markers.data[{i}].cause.stack = {shown} is not an index"));
+            }
+        }
         // The times: `time`, or else `timeDeltas` added up, of the table's length.
         let samples_len = t
             .table("samples")
@@ -272,6 +289,56 @@ impl Validator {
         }
         self.push(problems);
         self.deferred.append(&mut deferred);
+        self.thread_pids.push(t.pid.clone());
+    }
+
+    /// The counters' cross-references: each counter's `mainThreadIndex` a
+    /// thread of its own `pid` (the front end draws a counter under that
+    /// thread's process, and fails on one that is not there), its samples'
+    /// columns of their length. Checked once every thread is read.
+    fn check_counters(&mut self) {
+        let Some(counters) = self.counters.take() else {
+            return;
+        };
+        let Some(counters) = counters.as_array() else {
+            self.push(vec!["counters is not an array".into()]);
+            return;
+        };
+        let mut problems = Vec::new();
+        for (i, c) in counters.iter().enumerate() {
+            let name: String = c["name"].as_str().unwrap_or("?").chars().take(100).collect();
+            let prefix = format!("counter {i} ({:?})", name);
+            match c["mainThreadIndex"].as_u64() {
+                Some(m) if (m as usize) < self.thread_pids.len() => {
+                    let pid = c["pid"].as_str();
+                    if pid.is_none() || self.thread_pids[m as usize].as_deref() != pid {
+                        problems.push(format!(
+                            "{prefix}: pid {} but its mainThreadIndex {m} is a thread of pid {}",
+                            c["pid"],
+                            self.thread_pids[m as usize].as_deref().unwrap_or("none")
+                        ));
+                    }
+                }
+                Some(m) => problems.push(format!(
+                    "{prefix}: mainThreadIndex {m} is out of range 0..{}",
+                    self.thread_pids.len()
+                )),
+                None => problems.push(format!("{prefix}: mainThreadIndex is not an index")),
+            }
+            let samples = &c["samples"];
+            let length = samples["length"].as_u64();
+            for column in ["time", "count"] {
+                let n = samples[column].as_array().map(|a| a.len() as u64);
+                if n.is_none() || n != length {
+                    problems.push(format!(
+                        "{prefix}: samples.{column} has {} entries, length is {}",
+                        n.map_or("no".to_string(), |n| n.to_string()),
+                        length.map_or("missing".to_string(), |n| n.to_string())
+                    ));
+                }
+            }
+        }
+        self.push(problems);
     }
 
     /// Keep the first [`MAX_PROBLEMS`] problems, count the rest: a file
@@ -298,11 +365,13 @@ impl crate::profile::input::ThreadSink for Validator {
     }
 
     fn keeps(&self, key: &str) -> bool {
-        matches!(key, "meta" | "libs")
+        matches!(key, "meta" | "libs" | "counters")
     }
 
     fn kept(&mut self, key: &str, value: Value) {
-        if key == "meta" {
+        if key == "counters" {
+            self.counters = Some(value);
+        } else if key == "meta" {
             self.version = value["preprocessedProfileVersion"].as_u64().is_some();
             self.categories = Some(value["categories"].as_array().map(|a| a.len()).unwrap_or(0));
         } else {
@@ -369,6 +438,10 @@ pub struct ColumnSummary {
     first_null: Option<usize>,
     /// The first element neither an integer nor null, as shown.
     first_other: Option<(usize, String)>,
+    /// Markers' payloads: the largest `cause.stack`, where it first is,
+    /// and the first that is not an index.
+    max_cause_stack: Option<(usize, i64)>,
+    first_bad_cause_stack: Option<(usize, String)>,
     /// The first integer not below its own position (a stack prefix
     /// must point backwards).
     first_not_backwards: Option<(usize, i64)>,
@@ -457,6 +530,8 @@ pub struct ThreadSummary {
     name_shown: String,
     name_string: bool,
     pid_string: bool,
+    /// The pid, when a string (cut to 64 characters).
+    pid: Option<String>,
     process_name_string: bool,
     tid_number: bool,
     /// `stringArray`'s length (0 when it is none).
@@ -511,7 +586,12 @@ impl<'de> serde::de::Visitor<'de> for ThreadVisitor {
                             t.name_string = matches!(v, Scalar::Str(_));
                             t.name_shown = v.shown();
                         }
-                        "pid" => t.pid_string = matches!(v, Scalar::Str(_)),
+                        "pid" => {
+                            t.pid_string = matches!(v, Scalar::Str(_));
+                            if let Scalar::Str(pid) = &v {
+                                t.pid = Some(pid.chars().take(64).collect());
+                            }
+                        }
                         "processName" => t.process_name_string = matches!(v, Scalar::Str(_)),
                         _ => t.tid_number = matches!(v, Scalar::Number),
                     }
@@ -759,11 +839,32 @@ impl<'de> serde::de::Visitor<'de> for ElementSeed<'_> {
         Ok(None)
     }
 
+    /// An object: a marker's payload, whose `cause.stack` (the stack the
+    /// front end draws in its tooltip and sidebar) is kept to be checked.
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Option<i64>, A::Error> {
-        while map
-            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-            .is_some()
-        {}
+        let at = self.0.len;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if key != "cause" {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            }
+            let cause: Value = map.next_value()?;
+            let Some(stack) = cause.get("stack") else {
+                continue;
+            };
+            match stack.as_i64().filter(|&x| x >= 0) {
+                Some(x) => {
+                    if self.0.max_cause_stack.is_none_or(|(_, m)| x > m) {
+                        self.0.max_cause_stack = Some((at, x));
+                    }
+                }
+                None if !stack.is_null() && self.0.first_bad_cause_stack.is_none() => {
+                    let shown: String = stack.to_string().chars().take(100).collect();
+                    self.0.first_bad_cause_stack = Some((at, shown));
+                }
+                None => {}
+            }
+        }
         self.0.other(|| "an object".into());
         Ok(None)
     }
@@ -800,6 +901,15 @@ mod tests {
     #[test]
     fn accepts_well_formed_profile() {
         assert_eq!(validate(&minimal()), Vec::<String>::new());
+        // A marker whose cause is a stack of its thread; a counter under
+        // a thread of its own pid.
+        let mut v = minimal();
+        v["threads"][0]["markers"] = serde_json::json!({ "length": 1, "category": [0],
+            "data": [{ "type": "OffCpu", "cause": { "tid": 1, "stack": 1, "time": 0.0 } }],
+            "endTime": [1.0], "name": [0], "phase": [1], "startTime": [0.0] });
+        v["counters"] = serde_json::json!([{ "name": "CPU usage", "pid": "1", "mainThreadIndex": 0,
+            "samples": { "length": 2, "time": [0.0, 1.0], "count": [0.0, 1.0] } }]);
+        assert_eq!(validate(&v), Vec::<String>::new());
         let mut v = minimal();
         v["threads"][0]["funcTable"]["resource"][0] = (-1).into();
         let s = &mut v["threads"][0]["samples"];
@@ -906,7 +1016,36 @@ mod tests {
     #[test]
     fn reports_each_kind_of_breakage() {
         type Breakage = Box<dyn Fn(&mut Value)>;
+        let with_marker = |v: &mut Value, cause: Value| {
+            v["threads"][0]["markers"] = serde_json::json!({ "length": 1, "category": [0],
+                "data": [{ "type": "OffCpu", "cause": cause }], "endTime": [1.0], "name": [0],
+                "phase": [1], "startTime": [0.0] });
+        };
+        let with_counter = |v: &mut Value, pid: &str, main: u64, times: Value| {
+            v["counters"] = serde_json::json!([{ "name": "CPU usage", "pid": pid, "mainThreadIndex": main,
+                "samples": { "length": 2, "time": times, "count": [0.0, 1.0] } }]);
+        };
         let cases: Vec<(&str, Breakage)> = vec![
+            (
+                "markers.data[0].cause.stack = 2 is out of range 0..2",
+                Box::new(move |v| with_marker(v, serde_json::json!({ "tid": 1, "stack": 2, "time": 0.0 }))),
+            ),
+            (
+                "markers.data[0].cause.stack = \"a\" is not an index",
+                Box::new(move |v| with_marker(v, serde_json::json!({ "stack": "a" }))),
+            ),
+            (
+                "counter 0 (\"CPU usage\"): mainThreadIndex 1 is out of range 0..1",
+                Box::new(move |v| with_counter(v, "1", 1, serde_json::json!([0.0, 1.0]))),
+            ),
+            (
+                "counter 0 (\"CPU usage\"): pid \"7\" but its mainThreadIndex 0 is a thread of pid 1",
+                Box::new(move |v| with_counter(v, "7", 0, serde_json::json!([0.0, 1.0]))),
+            ),
+            (
+                "counter 0 (\"CPU usage\"): samples.time has 1 entries, length is 2",
+                Box::new(move |v| with_counter(v, "1", 0, serde_json::json!([0.0]))),
+            ),
             (
                 "has 1 entries",
                 Box::new(|v| v["threads"][0]["frameTable"]["func"] = serde_json::json!([0])),
