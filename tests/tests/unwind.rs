@@ -673,10 +673,16 @@ fn debuginfod_fetches_missing_debug_files() {
             .iter()
             .filter(|s| s.iter().any(|(n, _)| n == "level6"))
             .count();
-        (named, stacks.len())
+        // What the summary says of code without names.
+        let said = String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .find(|l| l.contains("ran in code without symbols"))
+            .map(str::to_string);
+        (named, stacks.len(), said)
     };
-    let without = run(&[], "without.json.gz");
-    let with = run(&["--debuginfod"], "with.json.gz");
+    // DEBUGINFOD_URLS set: fetched unless told not to (as perf does).
+    let without = run(&["--no-debuginfod"], "without.json.gz");
+    let with = run(&[], "with.json.gz");
     let _ = server.kill();
     let _ = server.wait();
     eprintln!(
@@ -689,7 +695,23 @@ fn debuginfod_fetches_missing_debug_files() {
         without.1,
         with.1
     );
-    assert_eq!(without.0, 0, "nothing is fetched without --debuginfod");
+    assert_eq!(without.0, 0, "nothing is fetched with --no-debuginfod");
+    // The stripped program spins in its own code: the summary names it,
+    // with its share, and says how to get its names; once they are there
+    // it says nothing.
+    let said = without.2.expect("the summary says the program has no symbols");
+    assert!(
+        said.contains(stripped.to_str().unwrap()) && said.contains("DEBUGINFOD_URLS"),
+        "{said}"
+    );
+    let share: f64 = said
+        .split("sysprof: ")
+        .last()
+        .and_then(|l| l.split('%').next())
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a share in the line");
+    assert!(share >= 90.0, "the program's own code is most user samples: {said}");
+    assert_eq!(with.2, None, "named: nothing to say");
     assert!(
         with.0 * 100 >= with.1 * 95,
         "the fetched debug file names level6 in {} of {}",

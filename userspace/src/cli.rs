@@ -156,9 +156,13 @@ pub struct RecordArgs {
     /// Off-CPU intervals at least this long (ms) get a marker.
     #[arg(long = "off-cpu-threshold", default_value_t = 1.0)]
     pub off_cpu_threshold_ms: f64,
-    /// Fetch missing debug files from the debuginfod servers in DEBUGINFOD_URLS.
-    #[arg(long = "debuginfod")]
+    /// Fetch missing debug files from the debuginfod servers in
+    /// DEBUGINFOD_URLS (the default when it is set), for at most 10 s in all.
+    #[arg(long = "debuginfod", conflicts_with = "no_debuginfod")]
     pub debuginfod: bool,
+    /// Fetch nothing from debuginfod, even with DEBUGINFOD_URLS set.
+    #[arg(long = "no-debuginfod")]
+    pub no_debuginfod: bool,
     /// Add one track per CPU showing which thread ran when.
     #[arg(long = "per-cpu")]
     pub per_cpu: bool,

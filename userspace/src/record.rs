@@ -132,13 +132,15 @@ async fn record(
         PidFilter::Tree(args.pids.clone())
     };
     let marker_min_ns = sampling.off_cpu_threshold_ns();
+    let debuginfod_on =
+        args.debuginfod || (!args.no_debuginfod && crate::symbolize::debuginfod_configured());
     let mut collector = Collector::new(
         filter,
         CollectorOptions {
             marker_min_ns,
             per_cpu: args.per_cpu,
             off_cpu: !args.no_off_cpu,
-            debuginfod: args.debuginfod,
+            debuginfod: debuginfod_on,
             dwarf: sampling.call_graph.dwarf(),
             keep_short_lived: false,
             elf_limits: Default::default(),
@@ -262,6 +264,7 @@ async fn record(
     // Windows are merged as they finish; processes that ended a window
     // earlier are written into the output then and forgotten.
     let mut merger: Option<Merger> = None;
+    let mut missing_symbols = crate::summary::MissingSymbols::default();
     let mut writer = ProfileWriter::new(output.stream()?).map_err(|e| output_error(&output, e))?;
     let mut write_failed = None;
     let mut previous_cut_ns = start_ns;
@@ -299,7 +302,9 @@ async fn record(
         let merged = merger.get_or_insert_with(Merger::default);
         // Seconds of work beside a fork storm: the rings' reader keeps
         // them drained meanwhile (see `capture`).
-        merged.add(collector.finish_window(range));
+        let window = collector.finish_window(range);
+        missing_symbols.add(&window);
+        merged.add(window);
         // What ended before the previous cut has nothing more to come: a
         // record drained late is still in the window of its time.
         if write_failed.is_none() {
@@ -333,6 +338,7 @@ async fn record(
         continuous: false,
     };
     let last = collector.finish_window(range);
+    missing_symbols.add(&last);
     timing.mark("replay, resolve and symbolicate");
     let recording = match merger {
         None => last,
@@ -397,6 +403,9 @@ async fn record(
         stopped.elapsed(),
         &args,
     );
+    if let Some(line) = missing_symbols_line(&missing_symbols, debuginfod_on) {
+        eprintln!("sysprof: {line}");
+    }
     Ok((exit_status(&stop, &args), path, tokio_signals))
 }
 
@@ -517,6 +526,92 @@ fn print_summary(
     }
     if args.verbose {
         eprintln!("sysprof: {}", crate::summary::stats_line(rec));
+    }
+}
+
+/// What the summary says of code without names, when at least 1 % of the
+/// user samples ran in it: the binaries (at least 0.5 % each, three at
+/// most) and how to get their names here (debuginfod, the distribution's
+/// debug packages). None when there is nothing worth saying.
+fn missing_symbols_line(m: &crate::summary::MissingSymbols, debuginfod_on: bool) -> Option<String> {
+    let all: u64 = m.by_binary.values().sum();
+    if m.user_samples == 0 || all * 100 < m.user_samples {
+        return None;
+    }
+    let worst = m.worst(0.5);
+    let shown: Vec<String> = worst
+        .iter()
+        .take(3)
+        .map(|(path, _, pct)| format!("{} ({pct:.1}%)", crate::escape::escape(path)))
+        .collect();
+    let packages: Vec<String> = worst
+        .iter()
+        .take(3)
+        .filter_map(|(path, _, _)| debian_package_of(path))
+        .map(|p| format!("{p}-dbgsym"))
+        .collect();
+    let mut how = Vec::new();
+    if debuginfod_on {
+        how.push("debuginfod (DEBUGINFOD_URLS) gave none for them".to_string());
+    } else {
+        how.push(format!(
+            "set DEBUGINFOD_URLS={} and sysprof fetches their debug files",
+            debuginfod_server_hint()
+        ));
+    }
+    if !packages.is_empty() {
+        how.push(format!(
+            "or install {} (Debian's debian-debug archive)",
+            crate::escape::escape(&packages.join(" "))
+        ));
+    }
+    Some(format!(
+        "{:.1}% of user samples ran in code without symbols: {}; {}",
+        all as f64 * 100.0 / m.user_samples as f64,
+        shown.join(", "),
+        how.join(", ")
+    ))
+}
+
+/// The package holding `path` (`dpkg-query -S`), where dpkg is the package
+/// manager; a merged /usr's file is also looked for where the package put
+/// it (`/usr/bin/gzip` is `/bin/gzip` to dpkg). Asked with the path as one
+/// argument (no shell).
+fn debian_package_of(path: &str) -> Option<String> {
+    dpkg_owner(path).or_else(|| dpkg_owner(path.strip_prefix("/usr")?))
+}
+
+fn dpkg_owner(path: &str) -> Option<String> {
+    let out = std::process::Command::new("dpkg-query")
+        .arg("-S")
+        .arg(path)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let package = text.lines().next()?.split(':').next()?.trim();
+    // "pkg" or "pkg:arch"; a diversion line names no package.
+    (!package.is_empty() && !package.contains(' ')).then(|| package.to_string())
+}
+
+/// The distribution's debuginfod server (from /etc/os-release), else a
+/// placeholder the user fills in.
+fn debuginfod_server_hint() -> &'static str {
+    let release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    let id = release
+        .lines()
+        .find_map(|l| l.strip_prefix("ID="))
+        .unwrap_or("")
+        .trim_matches('"');
+    match id {
+        "debian" => "https://debuginfod.debian.net",
+        "ubuntu" => "https://debuginfod.ubuntu.com",
+        "fedora" => "https://debuginfod.fedoraproject.org",
+        "arch" => "https://debuginfod.archlinux.org",
+        _ => "<your distribution's debuginfod server>",
     }
 }
 

@@ -110,3 +110,81 @@ pub fn stats_line(rec: &Recording) -> String {
         rec.end_ns.saturating_sub(rec.start_ns) as f64 / 1e9,
     )
 }
+
+/// Samples whose own frame (the code running) is in a binary's code that
+/// has no name: a stripped binary without its debug file here. Counted per
+/// window as `record` merges them, said at the end with how to get names.
+#[derive(Default, Debug)]
+pub struct MissingSymbols {
+    /// Samples of user code (not the kernel's, not a pseudo-frame).
+    pub user_samples: u64,
+    /// Per binary (its path as the process saw it): samples without a name.
+    pub by_binary: std::collections::BTreeMap<String, u64>,
+}
+
+impl MissingSymbols {
+    /// Count the on-CPU samples of `rec` (one window, before it is merged).
+    pub fn add(&mut self, rec: &Recording) {
+        use crate::model::recording::NO_LIB;
+        // Per frame: None for kernel and pseudo frames, else the binary
+        // it lacks a name in (or "" for a named frame).
+        let mut verdict: Vec<Option<Option<u32>>> = vec![None; rec.frames.len()];
+        for (i, f) in rec.frames.iter().enumerate() {
+            verdict[i] = if f.kernel || f.pseudo {
+                None
+            } else if f.lib != NO_LIB && unnamed(f, rec) {
+                Some(Some(f.lib))
+            } else {
+                Some(None)
+            };
+        }
+        for p in &rec.processes {
+            for t in &p.threads {
+                for &node in &t.samples.stack {
+                    if node as usize >= rec.stacks.len() {
+                        continue;
+                    }
+                    let frame = rec.stacks.key(node) as usize;
+                    match verdict.get(frame).copied().flatten() {
+                        None => {}
+                        Some(None) => self.user_samples += 1,
+                        Some(Some(lib)) => {
+                            self.user_samples += 1;
+                            if let Some(l) = rec.libs.get(lib as usize) {
+                                *self.by_binary.entry(l.path.clone()).or_default() += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The binaries most samples lack names in, most first, with their
+    /// share of the user samples (%), those of at least `min_pct`.
+    pub fn worst(&self, min_pct: f64) -> Vec<(String, u64, f64)> {
+        let mut v: Vec<(String, u64, f64)> = self
+            .by_binary
+            .iter()
+            .map(|(b, &n)| (b.clone(), n, n as f64 * 100.0 / self.user_samples.max(1) as f64))
+            .filter(|(_, _, pct)| *pct >= min_pct)
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v
+    }
+}
+
+/// Whether a native frame has no name: none at all, or only the one its
+/// binary's unwind table gives a function it does not name
+/// (`lib+0xOFFSET`, see `symbolize::names`).
+fn unnamed(f: &crate::model::recording::FrameRecord, rec: &Recording) -> bool {
+    match f.symbols.funcs.as_slice() {
+        [] => true,
+        [only] => rec.libs.get(f.lib as usize).is_some_and(|lib| {
+            only.name
+                .strip_prefix(lib.name.as_str())
+                .is_some_and(|rest| rest.starts_with("+0x"))
+        }),
+        _ => false,
+    }
+}

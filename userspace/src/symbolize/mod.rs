@@ -260,17 +260,57 @@ fn to_addr_info(s: Symbolized<'_>) -> AddrInfo {
     }
 }
 
+/// How long one sysprof process may spend fetching from debuginfod, in
+/// all: what a recording's end can wait for it (`--help` says so).
+pub const DEBUGINFOD_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether debug files are fetched when the user said neither
+/// `--debuginfod` nor `--no-debuginfod`: when `DEBUGINFOD_URLS` names a
+/// server, as perf and GNOME Sysprof do.
+pub fn debuginfod_configured() -> bool {
+    std::env::var_os("DEBUGINFOD_URLS").is_some_and(|v| !v.to_string_lossy().trim().is_empty())
+}
+
+/// What this process spent on debuginfod, and the build ids it asked for
+/// (each is asked once: a server without it would be asked every window).
+static DEBUGINFOD_SPENT: std::sync::Mutex<(std::time::Duration, Vec<Vec<u8>>)> =
+    std::sync::Mutex::new((std::time::Duration::ZERO, Vec::new()));
+
 /// Fetch the debug files of these build ids from the debuginfod servers in
 /// `DEBUGINFOD_URLS` (cached under `DEBUGINFOD_CACHE_PATH` or
-/// ~/.cache/debuginfod_client), with the debuginfod crate. Runs on its own
-/// thread: the blocking HTTP client must not run inside the async recorder.
-/// Returns the paths found, and why the others are missing.
+/// ~/.cache/debuginfod_client), with the debuginfod crate, within what is
+/// left of [`DEBUGINFOD_BUDGET`]; each build id is asked once per process.
+/// Runs on its own thread: the blocking HTTP client must not run inside the
+/// async recorder. Returns the paths found, and why the others are missing.
 pub fn fetch_debuginfod(build_ids: Vec<(u32, Vec<u8>)>) -> (Vec<(u32, String)>, Vec<String>) {
+    let wanted: Vec<(u32, Vec<u8>)> = {
+        let mut spent = DEBUGINFOD_SPENT.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh: Vec<(u32, Vec<u8>)> = build_ids
+            .into_iter()
+            .filter(|(_, id)| !spent.1.contains(id))
+            .collect();
+        spent.1.extend(fresh.iter().map(|(_, id)| id.clone()));
+        fresh
+    };
+    if wanted.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
     std::thread::spawn(move || {
-        let client = match debuginfod::Client::builder()
-            .http_client(reqwest::blocking::Client::new())
-            .build_from_env()
-        {
+        let spent_before = DEBUGINFOD_SPENT.lock().map(|s| s.0).unwrap_or(DEBUGINFOD_BUDGET);
+        let Some(left) = DEBUGINFOD_BUDGET.checked_sub(spent_before).filter(|d| !d.is_zero()) else {
+            return (Vec::new(), vec![format!(
+                "debuginfod: {} debug files not asked for: its {}-s budget is spent",
+                wanted.len(),
+                DEBUGINFOD_BUDGET.as_secs()
+            )]);
+        };
+        let started = std::time::Instant::now();
+        // Every request ends within what is left of the budget.
+        let http = match reqwest::blocking::Client::builder().timeout(left).build() {
+            Ok(h) => h,
+            Err(e) => return (Vec::new(), vec![format!("debuginfod: {e:#}")]),
+        };
+        let client = match debuginfod::Client::builder().http_client(http).build_from_env() {
             Ok(Some(c)) => c,
             Ok(None) => {
                 return (
@@ -281,21 +321,44 @@ pub fn fetch_debuginfod(build_ids: Vec<(u32, Vec<u8>)>) -> (Vec<(u32, String)>, 
                 ],
                 )
             }
-            Err(e) => return (Vec::new(), vec![format!("--debuginfod: {e:#}")]),
+            Err(e) => return (Vec::new(), vec![format!("debuginfod: {e:#}")]),
         };
         let client = match debuginfod::CachingClient::from_env(client) {
             Ok(c) => c,
-            Err(e) => return (Vec::new(), vec![format!("--debuginfod: {e:#}")]),
+            Err(e) => return (Vec::new(), vec![format!("debuginfod: {e:#}")]),
         };
         let mut found = Vec::new();
         let mut errors = Vec::new();
-        for (key, id) in build_ids {
+        let mut unasked = 0;
+        for (key, id) in wanted {
+            if started.elapsed() >= left {
+                unasked += 1;
+                continue;
+            }
             let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
             match client.fetch_debug_info(&debuginfod::BuildId::raw(id)) {
                 Ok(Some(path)) => found.push((key, path.to_string_lossy().into_owned())),
                 Ok(None) => {}
-                Err(e) => errors.push(format!("debuginfod: build id {hex}: {e:#}")),
+                Err(e) => {
+                    // The client's errors repeat their cause two or three
+                    // times over (1-2 KiB): the root cause says it.
+                    let text = e.root_cause().to_string();
+                    let mut cut: String = text.chars().take(200).collect();
+                    if cut.len() < text.len() {
+                        cut.push('…');
+                    }
+                    errors.push(format!("debuginfod: build id {hex}: {cut}"))
+                }
             }
+        }
+        if unasked > 0 {
+            errors.push(format!(
+                "debuginfod: {unasked} debug files not asked for: its {}-s budget is spent",
+                DEBUGINFOD_BUDGET.as_secs()
+            ));
+        }
+        if let Ok(mut s) = DEBUGINFOD_SPENT.lock() {
+            s.0 += started.elapsed();
         }
         (found, errors)
     })
