@@ -1,7 +1,7 @@
 // Hot.java: a JVM workload with a known split of its own CPU time. `main`
 // calls hotThree and hotOne, three parts to one by design, and times each
 // call with the thread's own CPU clock (ThreadMXBean, CLOCK_THREAD_CPUTIME_ID);
-// prints pid= first, then three_ns= and one_ns= at the end.
+// prints pid= first; three_ns=, one_ns=, thread_names= (a|b|…) at the end.
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
 
@@ -37,5 +37,11 @@ public class Hot {
         }
         System.out.println("three_ns=" + three);
         System.out.println("one_ns=" + one);
+        StringBuilder names = new StringBuilder();
+        for (Thread t : Thread.getAllStackTraces().keySet()) {
+            if (names.length() > 0) names.append('|');
+            names.append(t.getName());
+        }
+        System.out.println("thread_names=" + names);
     }
 }

@@ -22,9 +22,13 @@ use rustc_hash::FxHashMap;
 use crate::symbolize::jvm::AttachError;
 use crate::unwind::jvm::JitFrames;
 
-/// What a request gives: the JVM's compiled frames, or why it was not asked,
-/// and how long it took (the JVM's map written, its prologues read).
-type Answer = (u32, Result<JitFrames, AttachError>, Duration);
+/// What a request gives: the JVM's compiled frames (and, at a window's
+/// end, its threads' full names), or why it was not asked, and how long it
+/// took (the JVM's map written, its prologues read).
+type Answer = (u32, Result<(JitFrames, Option<ThreadNames>), AttachError>, Duration);
+
+/// A JVM's threads' full names by tid.
+type ThreadNames = FxHashMap<u32, String>;
 
 /// The first interval between two requests to one JVM, and the longest.
 const FIRST_INTERVAL: Duration = Duration::from_millis(500);
@@ -71,6 +75,11 @@ struct Jvm {
     /// Its libjvm's tables, once the unwinders know them: its own flags
     /// say whether it may be asked.
     hotspot: Option<HotSpotAt>,
+    /// Its threads' full names, from its last answer that had them.
+    names: ThreadNames,
+    /// When its threads' names are asked for next, and the interval after.
+    names_next: Option<Instant>,
+    names_interval: Duration,
 }
 
 /// The JVMs of the machine (or of the recorded processes) and their requests.
@@ -81,6 +90,9 @@ pub(super) struct Jvms {
     done_rx: Receiver<Answer>,
     /// Compiled frames that arrived, for the unwinders ([`Jvms::take_frames`]).
     frames: Vec<(u32, JitFrames)>,
+    /// The thread names of JVMs forgotten at this window's end: its
+    /// threads are named after that ([`Jvms::full_name`]).
+    departed: FxHashMap<u32, ThreadNames>,
 }
 
 impl Default for Jvms {
@@ -91,6 +103,7 @@ impl Default for Jvms {
             done_tx,
             done_rx,
             frames: Vec::new(),
+            departed: FxHashMap::default(),
         }
     }
 }
@@ -101,9 +114,27 @@ type HotSpotAt = (
     u64,
 );
 
-/// Ask JVM `pid` for its perf map, then read its compiled methods' frames.
-fn ask(pid: u32, hotspot: Option<HotSpotAt>) -> Result<JitFrames, AttachError> {
-    crate::symbolize::jvm::write_perf_map(pid, hotspot.as_ref().map(|(s, b)| (&**s, *b)))?;
+/// Ask JVM `pid` for its perf map, then read its compiled methods' frames;
+/// `with_names`: then its threads' names too (a second request, on its own
+/// schedule: it prints every thread's stack at a safepoint).
+fn ask(
+    pid: u32,
+    hotspot: Option<HotSpotAt>,
+    with_names: bool,
+) -> Result<(JitFrames, Option<ThreadNames>), AttachError> {
+    let at = hotspot.as_ref().map(|(s, b)| (&**s, *b));
+    crate::symbolize::jvm::write_perf_map(pid, at)?;
+    // A JVM that answered the first request answers this one; a failure
+    // here costs the names only.
+    let names = with_names
+        .then(|| crate::symbolize::jvm::thread_names(pid, at).ok())
+        .flatten()
+        .map(|v| v.into_iter().collect());
+    Ok((ask_frames(pid), names))
+}
+
+/// Read JVM `pid`'s perf map (just written) and its compiled methods' frames.
+fn ask_frames(pid: u32) -> JitFrames {
     let (uid, ns_pid) = match crate::binaries::perfmap::process_identity(pid) {
         Some((u, n)) => (Some(u), n),
         None => (None, pid),
@@ -115,7 +146,7 @@ fn ask(pid: u32, hotspot: Option<HotSpotAt>) -> Result<JitFrames, AttachError> {
         }),
         Err(_) => JitFrames::default(),
     };
-    Ok(frames)
+    frames
 }
 
 /// How soon after a request that took `took` a cut stack asks again: see
@@ -150,6 +181,9 @@ impl Jvms {
                 cut_retry: CUT_RETRY_MIN,
                 last: None,
                 hotspot: None,
+                names: ThreadNames::default(),
+                names_next: None,
+                names_interval: FIRST_INTERVAL,
             });
         }
     }
@@ -201,6 +235,14 @@ impl Jvms {
             {
                 continue;
             }
+            // Names with the request when they are due: as requests
+            // start (0.5 s, 1 s, 2 s … apart, a minute at most), not with
+            // the quick ones a cut stack asks for; and at a window's end.
+            let with_names = now_all || j.names_next.is_none_or(|t| now >= t);
+            if with_names {
+                j.names_next = Some(now + j.names_interval);
+                j.names_interval = (j.names_interval * 2).min(LONGEST_INTERVAL);
+            }
             j.pending = true;
             j.asked = Some(now);
             j.next = Some(now + j.interval);
@@ -211,7 +253,7 @@ impl Jvms {
                 .name("sysprof-jvm".into())
                 .spawn(move || {
                     let started = Instant::now();
-                    let answer = ask(pid, hotspot);
+                    let answer = ask(pid, hotspot, with_names);
                     let _ = tx.send((pid, answer, started.elapsed()));
                 });
             if spawned.is_err() {
@@ -241,7 +283,10 @@ impl Jvms {
             };
             j.pending = false;
             match result {
-                Ok(frames) => {
+                Ok((frames, names)) => {
+                    if let Some(names) = names {
+                        j.names = names;
+                    }
                     let held = (
                         frames.methods,
                         frames
@@ -278,6 +323,21 @@ impl Jvms {
         warnings
     }
 
+    /// The full name of JVM `pid`'s thread `tid`, where the kernel's
+    /// (`comm`, 15 bytes) is it cut: a name the JVM says that does not
+    /// begin with what the kernel has is not taken.
+    pub(super) fn full_name(&self, pid: u32, tid: u32, comm: &str) -> Option<&str> {
+        let names = match self.jvms.get(&pid) {
+            Some(j) => &j.names,
+            None => self.departed.get(&pid)?,
+        };
+        let full = names.get(&tid)?;
+        (comm.len() == crate::bpf::abi::TASK_COMM_LEN - 1
+            && full.len() > comm.len()
+            && full.starts_with(comm))
+        .then_some(full.as_str())
+    }
+
     /// The compiled frames of the JVMs that answered since the last call.
     pub(super) fn take_frames(&mut self) -> Vec<(u32, JitFrames)> {
         std::mem::take(&mut self.frames)
@@ -296,6 +356,12 @@ impl Jvms {
                         "JVM pid {pid}: its compiled methods stay unnamed: {e}"
                     ));
                 }
+            }
+        }
+        self.departed.clear();
+        for (&pid, j) in self.jvms.iter_mut() {
+            if j.gone && !j.pending {
+                self.departed.insert(pid, std::mem::take(&mut j.names));
             }
         }
         self.jvms.retain(|_, j| !j.gone || j.pending);

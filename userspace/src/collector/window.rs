@@ -328,6 +328,11 @@ impl Collector {
                         .map(|c| abi::comm_str(c))
                         .unwrap_or_default();
                 }
+                // A JVM's thread by the name it gave it, not the kernel's
+                // 15 bytes of it ("C2 CompilerThre").
+                if let Some(full) = self.jvms.full_name(pid, tid, &name) {
+                    name = full.to_string();
+                }
                 list.push(ThreadRecord {
                     tid,
                     name,

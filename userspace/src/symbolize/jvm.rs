@@ -115,10 +115,88 @@ pub fn write_perf_map(
     pid: u32,
     hotspot: Option<(&HotSpotSymbols, u64)>,
 ) -> Result<(), AttachError> {
-    ask(pid, hotspot).map_err(|e| match e {
+    ask(pid, hotspot, PERF_MAP)
+        .map(drop)
+        .map_err(|e| match e {
+            Ok(not_yet) => AttachError::NotYet(not_yet),
+            Err(failed) => AttachError::Failed(failed),
+        })
+}
+
+/// The threads of JVM `pid` by their full names, as it says them
+/// (`jcmd PID Thread.print`): the kernel keeps 15 bytes of a thread's name
+/// ("C2 CompilerThre", "Reference Handl"). Keyed by tid as sysprof sees
+/// it (a JVM in a container says its own namespace's). Asked as
+/// [`write_perf_map`] asks, with the same checks.
+pub fn thread_names(
+    pid: u32,
+    hotspot: Option<(&HotSpotSymbols, u64)>,
+) -> Result<Vec<(u32, String)>, AttachError> {
+    let answer = ask(pid, hotspot, THREAD_PRINT).map_err(|e| match e {
         Ok(not_yet) => AttachError::NotYet(not_yet),
         Err(failed) => AttachError::Failed(failed),
-    })
+    })?;
+    let named = parse_thread_names(&answer);
+    let ns_pid = status(pid).map(|s| s.ns_pid).unwrap_or(pid);
+    if ns_pid == pid {
+        return Ok(named);
+    }
+    // Its namespace's tids, to ours (NSpid: ours first, its own last).
+    let mut ours = rustc_hash::FxHashMap::default();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        let ids: Vec<u32> = text
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .map(|l| l.split_whitespace().filter_map(|v| v.parse().ok()).collect())
+            .unwrap_or_default();
+        if let (Some(&host), Some(&inner)) = (ids.first(), ids.last()) {
+            ours.insert(inner, host);
+        }
+    }
+    Ok(named
+        .into_iter()
+        .filter_map(|(tid, name)| Some((*ours.get(&tid)?, name)))
+        .collect())
+}
+
+/// The longest thread name kept (a JVM's user names its threads).
+const MAX_THREAD_NAME: usize = 128;
+
+/// Each thread's (native tid, name) from a `Thread.print` answer: its
+/// header lines, `"NAME" #N daemon prio=5 os_prio=0 ... nid=0x1a2b ...`
+/// (JDK 17 writes the tid in hex, 19 on in decimal) and the VM's own
+/// threads' `"NAME" os_prio=0 ... nid=...`. The name is what lies between
+/// the first quote and the last quote before ` os_prio=`.
+fn parse_thread_names(answer: &[u8]) -> Vec<(u32, String)> {
+    let text = String::from_utf8_lossy(answer);
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with('"')) {
+        let Some(prio) = line.rfind(" os_prio=") else {
+            continue;
+        };
+        let Some(end) = line[..prio].rfind('"').filter(|&e| e > 0) else {
+            continue;
+        };
+        let Some(nid) = line[prio..].split_whitespace().find_map(|f| f.strip_prefix("nid=")) else {
+            continue;
+        };
+        let tid = match nid.strip_prefix("0x") {
+            Some(hex) => u32::from_str_radix(hex, 16).ok(),
+            None => nid.parse().ok(),
+        };
+        let name: String = line[1..end]
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(MAX_THREAD_NAME)
+            .collect();
+        if let Some(tid) = tid.filter(|&t| t > 0) {
+            out.push((tid, name));
+        }
+    }
+    out
 }
 
 /// The variables that add to a JVM's options: the JVM's own two, and the
@@ -173,8 +251,31 @@ fn attach_forbidden(
     Ok(None)
 }
 
-/// The request; Err(Ok(_)) when nothing was sent and it may be tried again.
-fn ask(pid: u32, hotspot: Option<(&HotSpotSymbols, u64)>) -> Result<(), Result<String, String>> {
+/// A request: the command, and the most of its answer read.
+struct Command {
+    request: &'static [u8],
+    max_answer: u64,
+}
+
+const PERF_MAP: Command = Command {
+    request: b"1\0jcmd\0Compiler.perfmap\0\0\0",
+    max_answer: MAX_ANSWER,
+};
+
+/// Every thread's header and stack: the headers are what is read of it,
+/// and a JVM of thousands of threads writes megabytes (read to 4 MiB).
+const THREAD_PRINT: Command = Command {
+    request: b"1\0jcmd\0Thread.print\0\0\0",
+    max_answer: 4 << 20,
+};
+
+/// The request; its answer's output (after the status line).
+/// Err(Ok(_)) when nothing was sent and it may be tried again.
+fn ask(
+    pid: u32,
+    hotspot: Option<(&HotSpotSymbols, u64)>,
+    command: Command,
+) -> Result<Vec<u8>, Result<String, String>> {
     // Held from before the look at /proc to the signal: the pid cannot
     // become another process's meanwhile.
     let process = Pidfd::open(pid).map_err(|e| Err(format!("pid {pid}: {e}")))?;
@@ -185,7 +286,7 @@ fn ask(pid: u32, hotspot: Option<(&HotSpotSymbols, u64)>) -> Result<(), Result<S
         Err(not_yet) => return Err(Ok(not_yet)),
     }
     let (uid, gid) = (st.uid, st.gid);
-    as_user(uid, gid, move || Ok(send(&process, &st)))
+    as_user(uid, gid, move || Ok(send(&process, &st, &command)))
         .map_err(|e| Err(format!("cannot act as its user, uid {uid}: {e}")))?
 }
 
@@ -227,7 +328,7 @@ impl Pidfd {
 /// connected to as that user could. A path its user laid (a bind mount, a
 /// link to another socket) leads only where that user may go.
 /// Err(Ok(_)) when nothing was sent and it may be tried again.
-fn send(process: &Pidfd, st: &JvmStatus) -> Result<(), Result<String, String>> {
+fn send(process: &Pidfd, st: &JvmStatus, command: &Command) -> Result<Vec<u8>, Result<String, String>> {
     let tmp = format!("/proc/{}/root/tmp", st.pid);
     let socket = format!("{tmp}/.java_pid{}", st.ns_pid);
     if !is_listener(&socket, st.uid) && !st.handles_sigquit {
@@ -235,10 +336,16 @@ fn send(process: &Pidfd, st: &JvmStatus) -> Result<(), Result<String, String>> {
             "it does not handle SIGQUIT (-Xrs, or still starting): not asked".into(),
         ));
     }
-    talk(process, st, &tmp, &socket).map_err(Err)
+    talk(process, st, &tmp, &socket, command).map_err(Err)
 }
 
-fn talk(process: &Pidfd, st: &JvmStatus, tmp: &str, socket: &str) -> Result<(), String> {
+fn talk(
+    process: &Pidfd,
+    st: &JvmStatus,
+    tmp: &str,
+    socket: &str,
+    command: &Command,
+) -> Result<Vec<u8>, String> {
     if !is_listener(socket, st.uid) {
         let trigger = format!("{tmp}/.attach_pid{}", st.ns_pid);
         create_trigger(&trigger)
@@ -262,19 +369,19 @@ fn talk(process: &Pidfd, st: &JvmStatus, tmp: &str, socket: &str) -> Result<(), 
         .set_write_timeout(Some(ATTACH_TIMEOUT))
         .map_err(|e| e.to_string())?;
     stream
-        .write_all(b"1\0jcmd\0Compiler.perfmap\0\0\0")
+        .write_all(command.request)
         .map_err(|e| format!("asking it: {e}"))?;
     let mut answer = Vec::new();
     stream
-        .take(MAX_ANSWER)
+        .take(command.max_answer)
         .read_to_end(&mut answer)
         .map_err(|e| format!("its answer: {e}"))?;
-    let text = String::from_utf8_lossy(&answer);
-    match text.lines().next() {
-        Some("0") => Ok(()),
+    let status_end = answer.iter().position(|&b| b == b'\n').unwrap_or(answer.len());
+    match &answer[..status_end] {
+        b"0" => Ok(answer.split_off((status_end + 1).min(answer.len()))),
         status => Err(format!(
             "it refused (status {})",
-            crate::escape::escape(status.unwrap_or("none"))
+            crate::escape::escape(&String::from_utf8_lossy(status))
         )),
     }
 }
@@ -334,6 +441,39 @@ fn as_user<T: Send + 'static>(
 fn is_listener(path: &str, uid: u32) -> bool {
     use std::os::unix::fs::FileTypeExt;
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket() && m.uid() == uid)
+}
+
+#[cfg(test)]
+mod thread_name_tests {
+    use super::parse_thread_names;
+
+    /// JDK 17's headers (hex nid), JDK 21's (decimal), the VM's own
+    /// threads', a name with quotes and " os_prio=" in it; stack lines and
+    /// a header without a nid are not names.
+    #[test]
+    fn thread_print_headers_give_full_names() {
+        let answer = br#"2026-11-29 04:40:00
+Full thread dump OpenJDK 64-Bit Server VM (17.0.13+11-Debian-2deb12u1 mixed mode, sharing):
+
+"main" #1 prio=5 os_prio=0 cpu=812.51ms elapsed=1.20s tid=0x00007f3c6c024ec0 nid=0x1d2e runnable  [0x00007f3c73b6a000]
+   java.lang.Thread.State: RUNNABLE
+	at Spin.main(Spin.java:5)
+
+"C2 CompilerThread0" #5 daemon prio=9 os_prio=0 cpu=100.00ms elapsed=1.19s tid=0x00007f3c6c0f1000 nid=7475 waiting on condition  [0x0000000000000000]
+"a "quoted" os_prio=1 name" #17 prio=5 os_prio=0 cpu=0.10ms elapsed=0.50s tid=0x1 nid=0x1d40 waiting
+"VM Periodic Task Thread" os_prio=0 cpu=1.10ms elapsed=1.18s tid=0x00007f3c6c13e000 nid=0x1d3a waiting on condition
+"no nid" os_prio=0 cpu=1ms
+"#;
+        assert_eq!(
+            parse_thread_names(answer),
+            vec![
+                (0x1d2e, "main".to_string()),
+                (7475, "C2 CompilerThread0".to_string()),
+                (0x1d40, "a \"quoted\" os_prio=1 name".to_string()),
+                (0x1d3a, "VM Periodic Task Thread".to_string()),
+            ]
+        );
+    }
 }
 
 #[cfg(test)]
