@@ -441,6 +441,11 @@ impl Recording {
         self.processes.retain(|p| !p.threads.is_empty());
         for c in &mut self.counters {
             let keep: Vec<bool> = c.time_ns.iter().map(|&x| inside(x)).collect();
+            // A level's changes before the first kept sample move into its base.
+            if let Some(base) = c.base.as_mut() {
+                let first = keep.iter().position(|&k| k).unwrap_or(keep.len());
+                *base += c.count.iter().take(first).sum::<f64>();
+            }
             retain_by(&mut c.time_ns, &keep);
             retain_by(&mut c.count, &keep);
         }
@@ -603,6 +608,7 @@ mod tests {
                     pid: 1,
                     time_ns: vec![start],
                     count: vec![1.0],
+                    base: None,
                 }],
                 ..Default::default()
             }

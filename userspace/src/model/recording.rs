@@ -375,6 +375,10 @@ pub struct CounterRecord {
     /// Values: for category "Memory", the change since the previous sample
     /// (the Firefox Profiler accumulates them); otherwise the value itself.
     pub count: Vec<f64>,
+    /// For category "Memory": the level before the first sample's change,
+    /// so the level at sample i is `base + count[0..=i]` summed; None where
+    /// it is not known (read from the store, which keeps the changes only).
+    pub base: Option<f64>,
 }
 
 /// Samples of one thread, as columns of equal length, sorted by time.

@@ -230,17 +230,32 @@ pub(super) fn counter_json(
             .collect(),
         _ => c.count.clone(),
     };
+    let mut samples = serde_json::json!({
+        "length": c.time_ns.len(),
+        "time": time,
+        "count": count,
+    });
+    // A level's own value at each sample, for the tooltip's "In use" (the
+    // front end draws the changes accumulated from the lowest point in view).
+    if let (CounterKind::Memory { .. }, Some(base)) = (kind, c.base) {
+        let mut level = base;
+        let number: Vec<f64> = c
+            .count
+            .iter()
+            .map(|d| {
+                level += d;
+                level.max(0.0).round()
+            })
+            .collect();
+        samples["number"] = number.into();
+    }
     serde_json::json!({
         "name": c.name,
         "category": c.category,
         "description": c.description,
         "pid": pid,
         "mainThreadIndex": main_thread,
-        "samples": {
-            "length": c.time_ns.len(),
-            "time": time,
-            "count": count,
-        },
+        "samples": samples,
         "display": kind.display(c),
     })
 }
@@ -313,15 +328,27 @@ impl CounterKind {
                     "Memory (RSS)".to_string()
                 },
                 "bytes",
-                vec![
-                    row(
+                {
+                    // The level itself where it is known (`number`, see
+                    // counter_json); the drawn line is its change from the
+                    // lowest point in view, said as such.
+                    let mut rows = Vec::new();
+                    if c.base.is_some() {
+                        rows.push(row(
+                            "sample-number",
+                            "bytes",
+                            if machine { "In use" } else { "Resident" },
+                        ));
+                    }
+                    rows.push(row(
                         "accumulated",
                         "bytes",
-                        "In use, above the lowest point in view",
-                    ),
-                    row("count", "bytes", "Change since the previous reading"),
-                    row("count-range", "bytes", "Range in view"),
-                ],
+                        "Above the lowest point in view",
+                    ));
+                    rows.push(row("count", "bytes", "Change since the previous reading"));
+                    rows.push(row("count-range", "bytes", "Range in view"));
+                    rows
+                },
             ),
             CounterKind::Transfer { write } => {
                 let (verb, past) = if write {

@@ -774,6 +774,7 @@ fn full_recording() -> Recording {
         pid: 42,
         time_ns: vec![1_000_000, 2_000_000],
         count: vec![4096.0, -1024.0],
+        base: Some(1_048_576.0),
     });
     rec.counters.push(CounterRecord {
         name: "CPU usage".into(),
@@ -782,6 +783,7 @@ fn full_recording() -> Recording {
         pid: 0,
         time_ns: vec![1_000_000, 2_000_000, 3_500_000],
         count: vec![1.5, 50.0, 25.0],
+        base: None,
     });
     rec.counters.push(CounterRecord {
         name: "Disk read: vda".into(),
@@ -790,6 +792,7 @@ fn full_recording() -> Recording {
         pid: 0,
         time_ns: vec![1_000_000, 2_000_000],
         count: vec![0.0, 8192.0],
+        base: None,
     });
     rec.counters.push(CounterRecord {
         name: "Disk write: vda".into(),
@@ -798,6 +801,7 @@ fn full_recording() -> Recording {
         pid: 0,
         time_ns: vec![1_000_000, 2_000_000],
         count: vec![0.0, 4096.0],
+        base: None,
     });
     rec.counters.push(CounterRecord {
         name: "Process CPU".into(),
@@ -806,6 +810,7 @@ fn full_recording() -> Recording {
         pid: 42,
         time_ns: vec![1_000_000],
         count: vec![30.0],
+        base: None,
     });
     rec.counters.push(CounterRecord {
         name: "gone".into(),
@@ -814,6 +819,7 @@ fn full_recording() -> Recording {
         pid: 12345,
         time_ns: vec![1],
         count: vec![1.0],
+        base: None,
     });
     rec.notes.push("a note".into());
     rec.warnings.push("a warning".into());
@@ -972,8 +978,10 @@ fn a_process_written_early_is_the_same_profile() {
 }
 
 /// Check that every counter says what it measures in the front end's own
-/// terms: its own `display` (so the upgraders leave it), no invented
-/// `number` column, a label no other counter of its process has, disk
+/// terms: its own `display` (so the upgraders leave it), a `number` column
+/// only for a memory level (no invented operation counts; see
+/// `memory_counters_say_their_level_where_it_is_known`), a label no other
+/// counter of its process has, disk
 /// reads and writes told apart, and a CPU share written as busy ms per
 /// interval that the front end's `rate` turns back into the kernel's share.
 #[test]
@@ -985,7 +993,7 @@ fn counters_say_what_they_measure() {
     let mut labels = std::collections::HashSet::new();
     for c in counters {
         assert!(
-            c["samples"].get("number").is_none(),
+            c["samples"].get("number").is_none() || c["category"] == "Memory",
             "no invented operation counts: {c}"
         );
         assert!(c.get("color").is_none(), "the colour is display's");
@@ -1339,4 +1347,41 @@ fn the_machine_and_its_cpus_come_first() {
         "one sample per reading after the first"
     );
     assert_eq!(validate::validate(&p), Vec::<String>::new());
+}
+
+/// Check that a memory counter whose level is known carries it (`number`:
+/// the level at each sample) under a tooltip row that says it, and one whose
+/// level is not known (read back from the store) says only what the line
+/// is: its change from the lowest point in view.
+#[test]
+fn memory_counters_say_their_level_where_it_is_known() {
+    let rec = full_recording();
+    let p = build_profile(&rec, &host(), Some(42)).to_value();
+    let c = p["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "Memory")
+        .unwrap()
+        .clone();
+    assert_eq!(c["samples"]["number"], serde_json::json!([1_052_672.0, 1_051_648.0]));
+    let rows = c["display"]["tooltipRows"].as_array().unwrap();
+    assert_eq!(rows[0]["source"], "sample-number");
+    assert_eq!(rows[0]["label"], "Resident");
+    assert!(rows.iter().all(|r| r["label"] != "In use, above the lowest point in view"));
+    let mut unknown = full_recording();
+    for c in &mut unknown.counters {
+        c.base = None;
+    }
+    let q = build_profile(&unknown, &host(), Some(42)).to_value();
+    let c = q["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "Memory")
+        .unwrap();
+    assert!(c["samples"].get("number").is_none());
+    let rows = c["display"]["tooltipRows"].as_array().unwrap();
+    assert!(rows.iter().all(|r| r["source"] != "sample-number"));
+    assert_eq!(rows[0]["label"], "Above the lowest point in view");
 }

@@ -80,6 +80,22 @@ impl CounterPoller {
     }
 
     fn push(&mut self, pid: u32, name: &str, category: &str, description: &str, t: u64, v: f64) {
+        self.push_level(pid, name, category, description, t, v, None);
+    }
+
+    /// [`Self::push`] for a change of a level (memory) that was `before`
+    /// until this reading: the series' base when this starts it.
+    #[allow(clippy::too_many_arguments)]
+    fn push_level(
+        &mut self,
+        pid: u32,
+        name: &str,
+        category: &str,
+        description: &str,
+        t: u64,
+        v: f64,
+        before: Option<f64>,
+    ) {
         let s = self
             .series
             .entry((pid, name.to_string()))
@@ -90,6 +106,7 @@ impl CounterPoller {
                 pid,
                 time_ns: Vec::new(),
                 count: Vec::new(),
+                base: before,
             });
         s.time_ns.push(t);
         s.count.push(v);
@@ -124,15 +141,17 @@ impl CounterPoller {
             self.cpu_prev = Some(now);
         }
         if let Some(used) = read_mem_used() {
-            let delta = used as f64 - self.mem_prev.unwrap_or(0) as f64;
+            let before = self.mem_prev.unwrap_or(0) as f64;
+            let delta = used as f64 - before;
             self.mem_prev = Some(used);
-            self.push(
+            self.push_level(
                 0,
                 "Memory",
                 "Memory",
                 "Machine memory in use (MemTotal - MemAvailable), bytes",
                 now_ns,
                 delta,
+                Some(before),
             );
         }
         for (dev, (rd, wr)) in read_disks() {
@@ -224,13 +243,14 @@ impl CounterPoller {
                         started,
                         0.0,
                     );
-                    self.push(
+                    self.push_level(
                         pid,
                         "RSS",
                         "Memory",
                         "Resident set size of the process, bytes",
                         started,
                         0.0,
+                        Some(0.0),
                     );
                     base = Some((0, started, 0));
                     self.proc_prev.insert(pid, (0, started, 0));
@@ -250,26 +270,28 @@ impl CounterPoller {
                         now_ns,
                         pct,
                     );
-                    self.push(
+                    self.push_level(
                         pid,
                         "RSS",
                         "Memory",
                         "Resident set size of the process, bytes",
                         now_ns,
                         rss as f64 - prss as f64,
+                        Some(prss as f64),
                     );
                 }
                 // A base, not a change: the front end adds every value to
                 // the one before (and drops the first), so an absolute RSS
                 // here — a process back after its base was dropped, or any
                 // window but the first in `show` — drew a jump of its whole RSS.
-                None => self.push(
+                None => self.push_level(
                     pid,
                     "RSS",
                     "Memory",
                     "Resident set size of the process, bytes",
                     now_ns,
                     0.0,
+                    Some(rss as f64),
                 ),
             }
             self.proc_prev.insert(pid, (ticks, now_ns, rss));

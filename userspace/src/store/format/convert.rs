@@ -544,6 +544,8 @@ impl StoredCounter {
             pid: self.pid,
             time_ns: self.time_ns,
             count: self.count,
+            // The store keeps the changes only.
+            base: None,
         }
     }
 }

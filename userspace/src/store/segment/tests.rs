@@ -96,6 +96,7 @@ pub(crate) fn sample_recording(start_ns: u64) -> Recording {
         pid: 0,
         time_ns: vec![start_ns + 1000, start_ns + 2000],
         count: vec![1.0, 2.0],
+        base: None,
     });
     rec
 }
@@ -283,6 +284,8 @@ pub(crate) fn fixture_recording() -> Recording {
         pid: 7,
         time_ns: vec![start_ns + 5_000],
         count: vec![-4096.5],
+        // Not stored: a level read back is not known.
+        base: None,
     });
     rec.stats = RecordingStats {
         samples: 1,
