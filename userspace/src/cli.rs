@@ -46,7 +46,7 @@ pub enum Command {
     /// and run-queue delay in the terminal (or its stacks, folded).
     Report(ReportArgs),
     /// Write the man pages into a directory, or a shell's completions to
-    /// stdout (see the README's Install).
+    /// stdout (see docs/recording.md).
     Generate {
         /// man (sysprof.1 and a page per subcommand), bash, zsh, fish or elvish.
         what: Generate,

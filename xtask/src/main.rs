@@ -11,7 +11,7 @@
 //!   and lists every test that failed in any round (flake hunting);
 //!   `--beside` runs them beside a load xtask starts and stops itself (one
 //!   busy CPU, or a compiler loop), as users' machines are.
-//! - `bench`: the benchmarks in `benches/` (see the README's Benchmarks section).
+//! - `bench`: the benchmarks in `benches/` (see docs/benchmarks.md).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -21,7 +21,7 @@ pub const DEFAULT_STORE: &str = "/var/lib/sysprof";
 
 /// Off-CPU intervals shorter than this are folded in the kernel by default
 /// (summed per thread and reason, no stack, no event each). Chosen from
-/// `cargo xtask bench` (agent section, switch workload): see the README.
+/// `cargo xtask bench` (agent section, switch workload): see docs/agent.md.
 pub const DEFAULT_OFF_CPU_THRESHOLD_MS: f64 = 1.0;
 
 /// Why the agent's settings are unusable; each names the setting by its
