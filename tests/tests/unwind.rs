@@ -1439,6 +1439,29 @@ fn jvm_methods_are_named_without_flags() {
     eprintln!("jvm thread names: {full} of {} long names in full, cut: {cut:?}; tracks {tracks:?}", said.len());
     assert!(cut.is_empty(), "threads shown by the kernel's 15 bytes: {cut:?}");
     assert!(full >= 1, "no long thread name in full: {said:?} vs {tracks:?}");
+    // A Java method is one function in one category, compiled or
+    // interpreted: every frame of Hot's methods is "Java", and each
+    // method's name is one func per thread.
+    let cats = profile.categories();
+    let mut hot_frames = 0;
+    for t in profile.process_threads(pid) {
+        for s in t.on_cpu_stacks(&cats) {
+            for (n, c) in s.iter().filter(|(n, _)| n.contains(" Hot.")) {
+                hot_frames += 1;
+                assert_eq!(c, "Java", "{n} in {c}");
+            }
+        }
+        let strings = t.t["stringArray"].as_array().unwrap();
+        let mut funcs: std::collections::BTreeMap<&str, usize> = Default::default();
+        for name in t.t["funcTable"]["name"].as_array().unwrap() {
+            let n = strings[name.as_u64().unwrap() as usize].as_str().unwrap();
+            if n.contains(" Hot.") {
+                *funcs.entry(n).or_default() += 1;
+            }
+        }
+        assert!(funcs.values().all(|&k| k == 1), "a method as two funcs: {funcs:?}");
+    }
+    assert!(hot_frames >= 1000, "{hot_frames} frames of Hot's methods");
     let (three, one, whole, total) = jvm_split(&profile, pid);
     let got = three as f64 / (three + one).max(1) as f64;
     eprintln!("jvm: hotThree {three}, hotOne {one} of {total} on-CPU samples: share {got:.3} vs {expected:.3} measured; {whole} whole");

@@ -549,7 +549,13 @@ fn missing_symbols_line(m: &crate::summary::MissingSymbols, debuginfod_on: bool)
         .take(3)
         .filter_map(|(path, _, _)| debian_package_of(path))
         .map(|p| format!("{p}-dbgsym"))
-        .collect();
+        .fold(Vec::new(), |mut v: Vec<String>, p| {
+            // Two binaries of one package: the package once.
+            if !v.contains(&p) {
+                v.push(p);
+            }
+            v
+        });
     let mut how = Vec::new();
     if debuginfod_on {
         how.push("debuginfod (DEBUGINFOD_URLS) gave none for them".to_string());

@@ -181,14 +181,18 @@ impl ThreadTables {
             category::IDLE
         } else if f.kernel {
             category::KERNEL
-        } else if f.is_interpreted_java() {
+        } else if f.is_interpreted_java() || is_compiled_java(f, &rec.libs) {
             category::JAVA
         } else if f.is_interpreted() {
             category::INTERPRETED
         } else {
             category::USER
         };
-        let resource = self.resource(&rec.libs, f.lib);
+        // A Java method is the same function compiled or interpreted: no
+        // library (the JIT's perf map is where its name came from, not
+        // where it lives), keyed by its name (class, method, signature).
+        let java = f.is_interpreted_java() || is_compiled_java(f, &rec.libs);
+        let resource = if java { -1 } else { self.resource(&rec.libs, f.lib) };
         let address = if f.pseudo { -1 } else { f.address as i64 };
         let range = if f.symbols.funcs.is_empty() {
             let name = f.unknown_code_name(&rec.libs);
@@ -213,7 +217,7 @@ impl ThreadTables {
                     &fa.name,
                     fa.file.as_deref(),
                     fa.start_line,
-                    f.is_interpreted(),
+                    f.is_interpreted() && !java,
                 );
                 last = self.push_frame(address, depth as u32, category, func, sym, fa.line);
                 first.get_or_insert(last);
@@ -262,5 +266,72 @@ impl ThreadTables {
         let s = prefix.expect("at least one frame");
         self.stack_of_global.insert(node, s);
         s
+    }
+}
+
+/// Whether `f` is a compiled Java method: a frame of a JIT's perf map named
+/// as HotSpot names methods (`void Spin.run()`: a return type, a space, a
+/// qualified name with a dot, its parameter list), which neither V8's
+/// (`JS:*foo file.js:1`) nor CPython's (`py::foo:file.py`) names are.
+pub(super) fn is_compiled_java(f: &FrameRecord, libs: &[crate::model::recording::LibRecord]) -> bool {
+    if f.kernel || f.pseudo {
+        return false;
+    }
+    let Some(lib) = libs.get(f.lib as usize) else {
+        return false;
+    };
+    if !lib.name.starts_with("JIT (") {
+        return false;
+    }
+    let [only] = f.symbols.funcs.as_slice() else {
+        return false;
+    };
+    looks_like_java_method(&only.name) || only.name == "[JIT] java"
+}
+
+/// `ret pkg.Class.method(args)`, as HotSpot writes a method.
+fn looks_like_java_method(name: &str) -> bool {
+    let Some(open) = name.find('(') else {
+        return false;
+    };
+    if !name.ends_with(')') {
+        return false;
+    }
+    let head = &name[..open];
+    match head.rfind(' ') {
+        Some(space) => {
+            let qualified = &head[space + 1..];
+            space > 0 && qualified.contains('.') && !qualified.contains(':')
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::looks_like_java_method;
+
+    /// HotSpot's method names are told from V8's, CPython's and C++'s.
+    #[test]
+    fn java_methods_are_told_from_other_jit_names() {
+        for java in [
+            "void Spin.lambda$main$0()",
+            "int java.lang.Long.numberOfTrailingZeros(long)",
+            "void Spin$$Lambda$1+0x00007f3f68000a08.run()",
+            "java.lang.String java.lang.String.valueOf(java.lang.Object)",
+        ] {
+            assert!(looks_like_java_method(java), "{java}");
+        }
+        for other in [
+            "JS:*foo /app/x.js:1:2",
+            "RegExp:(a|b)",
+            "py::main:/app/x.py",
+            "StubRoutines (1)",
+            "counter_overflow Runtime1 stub",
+            "std::vector<int>::push_back(int const&)",
+            "Interpreter",
+        ] {
+            assert!(!looks_like_java_method(other), "{other}");
+        }
     }
 }
