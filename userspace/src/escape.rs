@@ -37,6 +37,23 @@ pub fn escape(s: &str) -> Cow<'_, str> {
     escape_with(s, true)
 }
 
+/// The most characters of one warning printed: a file or an answer any
+/// user controls can make one kilobytes long (a debuginfod client's error
+/// repeated its cause three times over).
+pub const WARNING_MAX_CHARS: usize = 400;
+
+/// A warning as printed: escaped, and cut at [`WARNING_MAX_CHARS`] with
+/// how much was left out.
+pub fn warning(s: &str) -> String {
+    let e = escape(s);
+    let n = e.chars().count();
+    if n <= WARNING_MAX_CHARS {
+        return e.into_owned();
+    }
+    let cut: String = e.chars().take(WARNING_MAX_CHARS).collect();
+    format!("{cut}… ({} more characters)", n - WARNING_MAX_CHARS)
+}
+
 /// Whether the backslash at the start of `rest` begins an escape this
 /// module writes (`\\`, `\n`, `\t`, `\r`, `\e`, `\xNN`, `\u{N...}`), or
 /// how many bytes of it do.
@@ -128,6 +145,17 @@ pub fn open_hint(path: &std::path::Path) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// A long warning is cut and says by how much; a short one is only escaped.
+    #[test]
+    fn warnings_are_cut_and_escaped() {
+        assert_eq!(warning("a\x1bb"), "a\\eb");
+        let long = "x".repeat(1000);
+        let w = warning(&long);
+        assert!(w.starts_with(&"x".repeat(WARNING_MAX_CHARS)));
+        assert!(w.ends_with("… (600 more characters)"), "{w}");
+    }
+
     use super::*;
 
     /// Check that a path becomes one word a shell reads back as the same

@@ -15,13 +15,12 @@ pub struct ErrorLog {
 
 impl ErrorLog {
     /// Say `line` (prefixed "sysprof agent: "), unless it was said less than a minute ago.
-    /// Escaped first: a line may hold paths and names others chose, and one
-    /// log line must stay one line.
+    /// Escaped and cut first ([`crate::escape::warning`]): a line may hold
+    /// paths and names others chose, and one log line must stay one line.
     pub fn say(&mut self, line: String) {
-        let line = match crate::escape::escape(&line) {
-            std::borrow::Cow::Owned(e) => e,
-            std::borrow::Cow::Borrowed(_) => line,
-        };
+        // Cut too: one answer or file another user wrote can make a line
+        // kilobytes long.
+        let line = crate::escape::warning(&line);
         let now = Instant::now();
         // Lines not said for two minutes are forgotten (their suppressed
         // count with them): lines hold names and counts that change, and the

@@ -389,7 +389,7 @@ async fn record(
         crate::profile::warnings::split(&recording.warnings, &host.viewers)
     };
     for w in shown {
-        eprintln!("sysprof: warning: {}", crate::escape::escape(w));
+        eprintln!("sysprof: warning: {}", crate::escape::warning(w));
     }
     if others > 0 {
         eprintln!("sysprof: {others} warnings about other users' binaries (-v lists them)");

@@ -219,7 +219,7 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
         m.add(window, &args)
     });
     for w in &warnings {
-        eprintln!("sysprof: warning: {}", crate::escape::escape(w));
+        eprintln!("sysprof: warning: {}", crate::escape::warning(w));
     }
     let Some(state) = state.filter(|m| m.windows > 0) else {
         let (all, _) = store.list();
@@ -401,7 +401,7 @@ impl ShowMerge {
 fn list(store: &Store) -> Result<i32, RecordError> {
     let (segs, warnings) = store.list();
     for w in &warnings {
-        eprintln!("sysprof: warning: {}", crate::escape::escape(w));
+        eprintln!("sysprof: warning: {}", crate::escape::warning(w));
     }
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
