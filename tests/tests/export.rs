@@ -880,3 +880,97 @@ fn a_huge_error_answer_does_not_grow_the_agent() {
     );
     assert!(stored >= 8, "windows go on being stored: {stored}");
 }
+
+/// The kernel memory of `pid`'s BPF maps as the kernel counts it (each map
+/// once by id, its `memlock` in `/proc/PID/fdinfo`), and how many maps.
+fn maps_memlock(pid: u32) -> (u64, usize) {
+    let mut by_id = std::collections::BTreeMap::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let is_map = std::fs::read_link(fd.path())
+            .is_ok_and(|t| t.to_string_lossy() == "anon_inode:bpf-map");
+        if !is_map {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        let get = |k: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let (Some(id), Some(bytes)) = (get("map_id:"), get("memlock:")) {
+            by_id.insert(id, bytes);
+        }
+    }
+    (by_id.values().sum(), by_id.len())
+}
+
+/// Check that the agent says the kernel memory its BPF maps hold (what its
+/// cgroup pays and RSS does not show) in `/metrics` and on its health line,
+/// equal to what the kernel counts for its maps (read here from its fds),
+/// and that it is most of what the agent costs.
+#[test]
+fn the_agent_says_its_bpf_maps_kernel_memory() {
+    if !can_record("the_agent_says_its_bpf_maps_kernel_memory") {
+        return;
+    }
+    let dir = scratch("export-map-memory");
+    let port = free_port();
+    let agent = Agent::start(
+        &dir.join("store"),
+        &[
+            "--window",
+            "1",
+            "--health-interval",
+            "1",
+            "--metrics",
+            &format!("127.0.0.1:{port}"),
+        ],
+        &[],
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let before = maps_memlock(agent.pid());
+    let (body, _) = scrape_within(port, Duration::from_secs(2));
+    let after = maps_memlock(agent.pid());
+    let body = body.expect("a scrape");
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {body}"))
+    };
+    let (said, maps) = (
+        value("sysprof_agent_bpf_map_bytes"),
+        value("sysprof_agent_bpf_maps"),
+    );
+    let rss = value("sysprof_agent_resident_bytes");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (status, stderr) = agent.stop_with(SIGTERM);
+    eprintln!(
+        "agent BPF maps: said {said} bytes in {maps} maps; the kernel's memlock {before:?} before and {after:?} after the scrape; RSS {rss}"
+    );
+    assert!(status.success(), "{stderr}");
+    // Maps allocated per entry (the shared stacks, Python processes) can
+    // change between the reads: the metric lies between them, within 1 %.
+    let (lo, hi) = (before.0.min(after.0) as f64, before.0.max(after.0) as f64);
+    assert!(
+        said >= lo * 0.99 && said <= hi * 1.01,
+        "said {said}, the kernel's {lo}..{hi}"
+    );
+    assert!(
+        maps as usize >= before.1.min(after.1) && maps as usize <= before.1.max(after.1),
+        "{maps} maps said, {} / {} counted",
+        before.1,
+        after.1
+    );
+    assert!(said > 1e6, "the agent's maps hold megabytes: {said}");
+    assert!(
+        stderr.lines().any(|l| l.contains("; BPF maps ")),
+        "the health line says it: {stderr}"
+    );
+}

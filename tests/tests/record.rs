@@ -1105,11 +1105,7 @@ fn samples_before_the_walker_is_in_are_whole() {
         return;
     }
     let dir = scratch("record-before-walker");
-    let spin = build_c(
-        "spin",
-        &dir.join("spin"),
-        &["-O2", "-fomit-frame-pointer"],
-    );
+    let spin = build_c("spin", &dir.join("spin"), &["-O2", "-fomit-frame-pointer"]);
     let _ = sysprof_bin();
     let mut spinner = std::process::Command::new(&spin)
         .arg("60")

@@ -699,7 +699,9 @@ fn debuginfod_fetches_missing_debug_files() {
     // The stripped program spins in its own code: the summary names it,
     // with its share, and says how to get its names; once they are there
     // it says nothing.
-    let said = without.2.expect("the summary says the program has no symbols");
+    let said = without
+        .2
+        .expect("the summary says the program has no symbols");
     assert!(
         said.contains(stripped.to_str().unwrap()) && said.contains("DEBUGINFOD_URLS"),
         "{said}"
@@ -710,7 +712,10 @@ fn debuginfod_fetches_missing_debug_files() {
         .and_then(|l| l.split('%').next())
         .and_then(|n| n.trim().parse().ok())
         .expect("a share in the line");
-    assert!(share >= 90.0, "the program's own code is most user samples: {said}");
+    assert!(
+        share >= 90.0,
+        "the program's own code is most user samples: {said}"
+    );
     assert_eq!(with.2, None, "named: nothing to say");
     assert!(
         with.0 * 100 >= with.1 * 95,
@@ -1137,7 +1142,6 @@ fn jvm_split(profile: &Profile, pid: u64) -> (usize, usize, usize, usize) {
 /// began, 0.4-0.65 s on a quiet VM, longer on a busy one).
 const JVM_TABLES_MS: f64 = 1000.0;
 
-
 /// Of `pid`'s samples in `Hot.hotThree`/`Hot.hotOne` from `from_ms` into
 /// the range on: (those whose stack reaches the thread's root through
 /// `JavaMain`, all of them).
@@ -1415,11 +1419,26 @@ fn jvm_methods_are_named_without_flags() {
         .iter()
         .map(|t| t.name().to_string())
         .collect();
-    let cut: Vec<&&str> = said.iter().filter(|n| tracks.iter().any(|t| t == &n[..15])).collect();
-    let full = said.iter().filter(|n| tracks.iter().any(|t| t == *n)).count();
-    eprintln!("jvm thread names: {full} of {} long names in full, cut: {cut:?}; tracks {tracks:?}", said.len());
-    assert!(cut.is_empty(), "threads shown by the kernel's 15 bytes: {cut:?}");
-    assert!(full >= 1, "no long thread name in full: {said:?} vs {tracks:?}");
+    let cut: Vec<&&str> = said
+        .iter()
+        .filter(|n| tracks.iter().any(|t| t == &n[..15]))
+        .collect();
+    let full = said
+        .iter()
+        .filter(|n| tracks.iter().any(|t| t == *n))
+        .count();
+    eprintln!(
+        "jvm thread names: {full} of {} long names in full, cut: {cut:?}; tracks {tracks:?}",
+        said.len()
+    );
+    assert!(
+        cut.is_empty(),
+        "threads shown by the kernel's 15 bytes: {cut:?}"
+    );
+    assert!(
+        full >= 1,
+        "no long thread name in full: {said:?} vs {tracks:?}"
+    );
     // Its threads by the names it gave them, which the kernel keeps 15
     // bytes of ("Reference Handl"): the program's own list is the oracle.
     let said: Vec<&str> = stdout
@@ -1434,11 +1453,26 @@ fn jvm_methods_are_named_without_flags() {
         .iter()
         .map(|t| t.name().to_string())
         .collect();
-    let cut: Vec<&&str> = said.iter().filter(|n| tracks.iter().any(|t| t == &n[..15])).collect();
-    let full = said.iter().filter(|n| tracks.iter().any(|t| t == *n)).count();
-    eprintln!("jvm thread names: {full} of {} long names in full, cut: {cut:?}; tracks {tracks:?}", said.len());
-    assert!(cut.is_empty(), "threads shown by the kernel's 15 bytes: {cut:?}");
-    assert!(full >= 1, "no long thread name in full: {said:?} vs {tracks:?}");
+    let cut: Vec<&&str> = said
+        .iter()
+        .filter(|n| tracks.iter().any(|t| t == &n[..15]))
+        .collect();
+    let full = said
+        .iter()
+        .filter(|n| tracks.iter().any(|t| t == *n))
+        .count();
+    eprintln!(
+        "jvm thread names: {full} of {} long names in full, cut: {cut:?}; tracks {tracks:?}",
+        said.len()
+    );
+    assert!(
+        cut.is_empty(),
+        "threads shown by the kernel's 15 bytes: {cut:?}"
+    );
+    assert!(
+        full >= 1,
+        "no long thread name in full: {said:?} vs {tracks:?}"
+    );
     // A Java method is one function in one category, compiled or
     // interpreted: every frame of Hot's methods is "Java", and each
     // method's name is one func per thread.
@@ -1459,7 +1493,10 @@ fn jvm_methods_are_named_without_flags() {
                 *funcs.entry(n).or_default() += 1;
             }
         }
-        assert!(funcs.values().all(|&k| k == 1), "a method as two funcs: {funcs:?}");
+        assert!(
+            funcs.values().all(|&k| k == 1),
+            "a method as two funcs: {funcs:?}"
+        );
     }
     assert!(hot_frames >= 1000, "{hot_frames} frames of Hot's methods");
     let (three, one, whole, total) = jvm_split(&profile, pid);
@@ -1657,7 +1694,9 @@ fn javac_stacks_reach_the_thread_root() {
             continue;
         }
         for s in t.stack_resources(&categories) {
-            let on_cpu = s.last().is_none_or(|(_, c, _)| c != "Off-CPU" && c != "I/O");
+            let on_cpu = s
+                .last()
+                .is_none_or(|(_, c, _)| c != "Off-CPU" && c != "I/O");
             let has_java = s
                 .iter()
                 .any(|(_, c, r)| c == "Java" || r.starts_with("JIT ("));

@@ -166,7 +166,13 @@ impl MissingSymbols {
         let mut v: Vec<(String, u64, f64)> = self
             .by_binary
             .iter()
-            .map(|(b, &n)| (b.clone(), n, n as f64 * 100.0 / self.user_samples.max(1) as f64))
+            .map(|(b, &n)| {
+                (
+                    b.clone(),
+                    n,
+                    n as f64 * 100.0 / self.user_samples.max(1) as f64,
+                )
+            })
             .filter(|(_, _, pct)| *pct >= min_pct)
             .collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));

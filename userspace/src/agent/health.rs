@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::collector::Collector;
-use crate::sys::process::{process_cpu_seconds, rss_bytes};
+use crate::sys::process::{bpf_map_memory, process_cpu_seconds, rss_bytes};
 use crate::units::human_duration;
 
 /// What the agent has done, for the health line (and the metrics endpoint).
@@ -203,6 +203,21 @@ pub(super) fn metrics_text(
         "The agent's resident memory.",
         &[(String::new(), rss_bytes().0 as f64)],
     );
+    let (map_bytes, maps) = bpf_map_memory();
+    metric(
+        &mut out,
+        "sysprof_agent_bpf_map_bytes",
+        "gauge",
+        "Kernel memory of the agent's BPF maps (their memlock in /proc/PID/fdinfo): its cgroup pays it, RSS does not show it.",
+        &[(String::new(), map_bytes as f64)],
+    );
+    metric(
+        &mut out,
+        "sysprof_agent_bpf_maps",
+        "gauge",
+        "BPF maps the agent holds.",
+        &[(String::new(), maps as f64)],
+    );
     out
 }
 
@@ -241,10 +256,11 @@ pub(super) fn health_line(
     exporters: &[(&'static str, Arc<crate::export::ExportCounters>)],
 ) -> String {
     let (rss, peak) = rss_bytes();
+    let (map_bytes, maps) = bpf_map_memory();
     let (processes, binaries, names) = collector.retained();
     format!(
         "sysprof agent: up {}; windows: {} stored, {} failed, {} dropped; {} samples, {}; store {} in {} files ({} removed by retention); \
-         RSS {} (peak {}); {} memory sheds; CPU {:.3}% of one CPU; tracking {} processes, {} binaries, {} of names",
+         RSS {} (peak {}); BPF maps {} in {maps}; {} memory sheds; CPU {:.3}% of one CPU; tracking {} processes, {} binaries, {} of names",
         human_duration(up),
         c.stored.load(Ordering::Relaxed),
         c.store_failed.load(Ordering::Relaxed),
@@ -256,6 +272,7 @@ pub(super) fn health_line(
         c.retention_removed.load(Ordering::Relaxed),
         crate::units::human_bytes(rss),
         crate::units::human_bytes(peak),
+        crate::units::human_bytes(map_bytes),
         c.memory_sheds.load(Ordering::Relaxed),
         cpu_pct,
         processes,

@@ -25,7 +25,11 @@ use crate::unwind::jvm::JitFrames;
 /// What a request gives: the JVM's compiled frames (and, at a window's
 /// end, its threads' full names), or why it was not asked, and how long it
 /// took (the JVM's map written, its prologues read).
-type Answer = (u32, Result<(JitFrames, Option<ThreadNames>), AttachError>, Duration);
+type Answer = (
+    u32,
+    Result<(JitFrames, Option<ThreadNames>), AttachError>,
+    Duration,
+);
 
 /// A JVM's threads' full names by tid.
 type ThreadNames = FxHashMap<u32, String>;

@@ -192,7 +192,11 @@ impl ThreadTables {
         // library (the JIT's perf map is where its name came from, not
         // where it lives), keyed by its name (class, method, signature).
         let java = f.is_interpreted_java() || is_compiled_java(f, &rec.libs);
-        let resource = if java { -1 } else { self.resource(&rec.libs, f.lib) };
+        let resource = if java {
+            -1
+        } else {
+            self.resource(&rec.libs, f.lib)
+        };
         let address = if f.pseudo { -1 } else { f.address as i64 };
         let range = if f.symbols.funcs.is_empty() {
             let name = f.unknown_code_name(&rec.libs);
@@ -273,7 +277,10 @@ impl ThreadTables {
 /// as HotSpot names methods (`void Spin.run()`: a return type, a space, a
 /// qualified name with a dot, its parameter list), which neither V8's
 /// (`JS:*foo file.js:1`) nor CPython's (`py::foo:file.py`) names are.
-pub(super) fn is_compiled_java(f: &FrameRecord, libs: &[crate::model::recording::LibRecord]) -> bool {
+pub(super) fn is_compiled_java(
+    f: &FrameRecord,
+    libs: &[crate::model::recording::LibRecord],
+) -> bool {
     if f.kernel || f.pseudo {
         return false;
     }

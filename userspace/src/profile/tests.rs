@@ -1221,7 +1221,11 @@ fn the_command_opens_on_its_busiest_thread_named_as_it() {
         cpu_samples: cpu,
     };
     // Launcher (main, 2 samples), main() thread (900), C2 compiler (1,500).
-    let jvm = [track(true, true, 2), track(false, true, 900), track(false, false, 1500)];
+    let jvm = [
+        track(true, true, 2),
+        track(false, true, 900),
+        track(false, false, 1500),
+    ];
     let (_, selected) = initial_threads(&jvm, Some(100));
     assert_eq!(selected, vec![1], "the thread running main()");
     // A program whose main thread does the work, beside a worker named as it.
@@ -1243,7 +1247,10 @@ fn tooltips_leave_out_empty_fields() {
     use super::schema::MarkerData;
     let schema = super::markers::marker_schema();
     let text = serde_json::to_string(&schema).unwrap();
-    assert!(!text.contains("Waker pid") && !text.contains("Waker tid"), "{text}");
+    assert!(
+        !text.contains("Waker pid") && !text.contains("Waker tid"),
+        "{text}"
+    );
     // The payloads, as serialized.
     let off = serde_json::to_value(MarkerData::OffCpu {
         reason: "preempted (runnable)",
@@ -1312,12 +1319,19 @@ fn the_machine_and_its_cpus_come_first() {
         machine_pid.clone().count(),
         "only the machine's tracks are the parent process: {default:?}"
     );
-    assert!(default.iter().all(|(pid, _)| *pid == "machine"), "{default:?}");
+    assert!(
+        default.iter().all(|(pid, _)| *pid == "machine"),
+        "{default:?}"
+    );
     let cpus = machine_pid
         .clone()
         .filter(|t| t["name"].as_str().unwrap().starts_with("CPU "))
         .count();
-    assert_eq!(cpus, rec.cpu_tracks.len(), "every CPU track under the machine");
+    assert_eq!(
+        cpus,
+        rec.cpu_tracks.len(),
+        "every CPU track under the machine"
+    );
     let mains: Vec<&serde_json::Value> =
         machine_pid.filter(|t| t["isMainThread"] == true).collect();
     assert_eq!(mains.len(), 1, "one row for the machine");
@@ -1364,11 +1378,16 @@ fn memory_counters_say_their_level_where_it_is_known() {
         .find(|c| c["name"] == "Memory")
         .unwrap()
         .clone();
-    assert_eq!(c["samples"]["number"], serde_json::json!([1_052_672.0, 1_051_648.0]));
+    assert_eq!(
+        c["samples"]["number"],
+        serde_json::json!([1_052_672.0, 1_051_648.0])
+    );
     let rows = c["display"]["tooltipRows"].as_array().unwrap();
     assert_eq!(rows[0]["source"], "sample-number");
     assert_eq!(rows[0]["label"], "Resident");
-    assert!(rows.iter().all(|r| r["label"] != "In use, above the lowest point in view"));
+    assert!(rows
+        .iter()
+        .all(|r| r["label"] != "In use, above the lowest point in view"));
     let mut unknown = full_recording();
     for c in &mut unknown.counters {
         c.base = None;

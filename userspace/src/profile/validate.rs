@@ -251,7 +251,9 @@ impl Validator {
                 ));
             }
             if let Some((i, shown)) = &col.first_bad_cause_stack {
-                p(format!("markers.data[{i}].cause.stack = {shown} is not an index"));
+                p(format!(
+                    "markers.data[{i}].cause.stack = {shown} is not an index"
+                ));
             }
         }
         // The times: `time`, or else `timeDeltas` added up, of the table's length.
@@ -306,7 +308,12 @@ impl Validator {
         };
         let mut problems = Vec::new();
         for (i, c) in counters.iter().enumerate() {
-            let name: String = c["name"].as_str().unwrap_or("?").chars().take(100).collect();
+            let name: String = c["name"]
+                .as_str()
+                .unwrap_or("?")
+                .chars()
+                .take(100)
+                .collect();
             let prefix = format!("counter {i} ({:?})", name);
             match c["mainThreadIndex"].as_u64() {
                 Some(m) if (m as usize) < self.thread_pids.len() => {
@@ -853,16 +860,14 @@ impl<'de> serde::de::Visitor<'de> for ElementSeed<'_> {
                 continue;
             };
             match stack.as_i64().filter(|&x| x >= 0) {
-                Some(x) => {
-                    if self.0.max_cause_stack.is_none_or(|(_, m)| x > m) {
-                        self.0.max_cause_stack = Some((at, x));
-                    }
+                Some(x) if self.0.max_cause_stack.is_none_or(|(_, m)| x > m) => {
+                    self.0.max_cause_stack = Some((at, x));
                 }
                 None if !stack.is_null() && self.0.first_bad_cause_stack.is_none() => {
                     let shown: String = stack.to_string().chars().take(100).collect();
                     self.0.first_bad_cause_stack = Some((at, shown));
                 }
-                None => {}
+                _ => {}
             }
         }
         self.0.other(|| "an object".into());

@@ -419,7 +419,12 @@ impl HotSpotLayout {
             let mut b = [0u8; 4];
             read_process(pid, heap.wrapping_add(c.heap_log2_segment), &mut b).ok()?;
             let log2 = u32::from_le_bytes(b);
-            if low == 0 || end <= low || end - low > 1 << 32 || !(4..=16).contains(&log2) || segmap == 0 {
+            if low == 0
+                || end <= low
+                || end - low > 1 << 32
+                || !(4..=16).contains(&log2)
+                || segmap == 0
+            {
                 return None;
             }
             *slot = HotSpotHeap {

@@ -115,12 +115,10 @@ pub fn write_perf_map(
     pid: u32,
     hotspot: Option<(&HotSpotSymbols, u64)>,
 ) -> Result<(), AttachError> {
-    ask(pid, hotspot, PERF_MAP)
-        .map(drop)
-        .map_err(|e| match e {
-            Ok(not_yet) => AttachError::NotYet(not_yet),
-            Err(failed) => AttachError::Failed(failed),
-        })
+    ask(pid, hotspot, PERF_MAP).map(drop).map_err(|e| match e {
+        Ok(not_yet) => AttachError::NotYet(not_yet),
+        Err(failed) => AttachError::Failed(failed),
+    })
 }
 
 /// The threads of JVM `pid` by their full names, as it says them
@@ -143,14 +141,22 @@ pub fn thread_names(
     }
     // Its namespace's tids, to ours (NSpid: ours first, its own last).
     let mut ours = rustc_hash::FxHashMap::default();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let Ok(text) = std::fs::read_to_string(task.path().join("status")) else {
             continue;
         };
         let ids: Vec<u32> = text
             .lines()
             .find_map(|l| l.strip_prefix("NSpid:"))
-            .map(|l| l.split_whitespace().filter_map(|v| v.parse().ok()).collect())
+            .map(|l| {
+                l.split_whitespace()
+                    .filter_map(|v| v.parse().ok())
+                    .collect()
+            })
             .unwrap_or_default();
         if let (Some(&host), Some(&inner)) = (ids.first(), ids.last()) {
             ours.insert(inner, host);
@@ -180,7 +186,10 @@ fn parse_thread_names(answer: &[u8]) -> Vec<(u32, String)> {
         let Some(end) = line[..prio].rfind('"').filter(|&e| e > 0) else {
             continue;
         };
-        let Some(nid) = line[prio..].split_whitespace().find_map(|f| f.strip_prefix("nid=")) else {
+        let Some(nid) = line[prio..]
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("nid="))
+        else {
             continue;
         };
         let tid = match nid.strip_prefix("0x") {
@@ -328,7 +337,11 @@ impl Pidfd {
 /// connected to as that user could. A path its user laid (a bind mount, a
 /// link to another socket) leads only where that user may go.
 /// Err(Ok(_)) when nothing was sent and it may be tried again.
-fn send(process: &Pidfd, st: &JvmStatus, command: &Command) -> Result<Vec<u8>, Result<String, String>> {
+fn send(
+    process: &Pidfd,
+    st: &JvmStatus,
+    command: &Command,
+) -> Result<Vec<u8>, Result<String, String>> {
     let tmp = format!("/proc/{}/root/tmp", st.pid);
     let socket = format!("{tmp}/.java_pid{}", st.ns_pid);
     if !is_listener(&socket, st.uid) && !st.handles_sigquit {
@@ -376,7 +389,10 @@ fn talk(
         .take(command.max_answer)
         .read_to_end(&mut answer)
         .map_err(|e| format!("its answer: {e}"))?;
-    let status_end = answer.iter().position(|&b| b == b'\n').unwrap_or(answer.len());
+    let status_end = answer
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(answer.len());
     match &answer[..status_end] {
         b"0" => Ok(answer.split_off((status_end + 1).min(answer.len()))),
         status => Err(format!(

@@ -296,13 +296,22 @@ pub fn fetch_debuginfod(build_ids: Vec<(u32, Vec<u8>)>) -> (Vec<(u32, String)>, 
         return (Vec::new(), Vec::new());
     }
     std::thread::spawn(move || {
-        let spent_before = DEBUGINFOD_SPENT.lock().map(|s| s.0).unwrap_or(DEBUGINFOD_BUDGET);
-        let Some(left) = DEBUGINFOD_BUDGET.checked_sub(spent_before).filter(|d| !d.is_zero()) else {
-            return (Vec::new(), vec![format!(
-                "debuginfod: {} debug files not asked for: its {}-s budget is spent",
-                wanted.len(),
-                DEBUGINFOD_BUDGET.as_secs()
-            )]);
+        let spent_before = DEBUGINFOD_SPENT
+            .lock()
+            .map(|s| s.0)
+            .unwrap_or(DEBUGINFOD_BUDGET);
+        let Some(left) = DEBUGINFOD_BUDGET
+            .checked_sub(spent_before)
+            .filter(|d| !d.is_zero())
+        else {
+            return (
+                Vec::new(),
+                vec![format!(
+                    "debuginfod: {} debug files not asked for: its {}-s budget is spent",
+                    wanted.len(),
+                    DEBUGINFOD_BUDGET.as_secs()
+                )],
+            );
         };
         let started = std::time::Instant::now();
         // Every request ends within what is left of the budget.
@@ -310,7 +319,10 @@ pub fn fetch_debuginfod(build_ids: Vec<(u32, Vec<u8>)>) -> (Vec<(u32, String)>, 
             Ok(h) => h,
             Err(e) => return (Vec::new(), vec![format!("debuginfod: {e:#}")]),
         };
-        let client = match debuginfod::Client::builder().http_client(http).build_from_env() {
+        let client = match debuginfod::Client::builder()
+            .http_client(http)
+            .build_from_env()
+        {
             Ok(Some(c)) => c,
             Ok(None) => {
                 return (

@@ -48,9 +48,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::binaries::{Binary, BinaryIndex};
 use crate::bpf::abi::UNWIND_ENDS;
 pub(in crate::unwind) use entries::process_uid;
-pub(in crate::unwind) use rows::HOTSPOT_TABLE_INDEX;
 use entries::Entry;
 pub(in crate::unwind) use rows::jit_table_index;
+pub(in crate::unwind) use rows::HOTSPOT_TABLE_INDEX;
 use rows::{compile_table, table_max_rows, Compiled, TableError, TableRequest, TableState};
 
 /// Entries of the process map unless told otherwise (8 KiB each, allocated
