@@ -190,6 +190,255 @@ pub trait ThreadSink {
     }
     /// A top-level value [`ThreadSink::keeps`] asked for.
     fn kept(&mut self, _key: &str, _value: serde_json::Value) {}
+    /// Whether `counters` is streamed to [`ThreadSink::counter`], each
+    /// element summarized as it is parsed (never built whole: a file any
+    /// user wrote can hold millions).
+    fn streams_counters(&self) -> bool {
+        false
+    }
+    /// One counter of `counters`, summarized; None when `counters` is not
+    /// an array.
+    fn counter(&mut self, _counter: Option<CounterSummary>) {}
+}
+
+/// A counter as [`ThreadSink::counter`] gets it: what its cross-references
+/// need, gathered as it is parsed (its columns counted, not kept).
+#[derive(Debug, Default, Clone)]
+pub struct CounterSummary {
+    /// It was an object.
+    pub object: bool,
+    /// Its name, when a string (cut to 100 characters).
+    pub name: Option<String>,
+    /// Its pid, when a string (cut to 64 characters).
+    pub pid: Option<String>,
+    /// `mainThreadIndex`, when a non-negative integer.
+    pub main_thread: Option<u64>,
+    /// `samples.length`, when a non-negative integer.
+    pub length: Option<u64>,
+    /// How many elements `samples.time` has, when an array.
+    pub time_len: Option<u64>,
+    /// How many elements `samples.count` has, when an array.
+    pub count_len: Option<u64>,
+}
+
+impl<'de> serde::Deserialize<'de> for CounterSummary {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CounterVisitor { samples: false })
+    }
+}
+
+/// A counter object (or, with `samples`, its `samples` object) summarized.
+struct CounterVisitor {
+    samples: bool,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for CounterVisitor {
+    type Value = CounterSummary;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<CounterSummary, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for CounterVisitor {
+    type Value = CounterSummary;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a counter")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<CounterSummary, A::Error> {
+        let mut c = CounterSummary {
+            object: true,
+            ..Default::default()
+        };
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match (self.samples, &*key) {
+                (false, "name") => c.name = map.next_value::<Small>()?.text(100),
+                (false, "pid") => c.pid = map.next_value::<Small>()?.text(64),
+                (false, "mainThreadIndex") => c.main_thread = map.next_value::<Small>()?.index(),
+                (false, "samples") => {
+                    let s = map.next_value_seed(CounterVisitor { samples: true })?;
+                    (c.length, c.time_len, c.count_len) = (s.length, s.time_len, s.count_len);
+                }
+                (true, "length") => c.length = map.next_value::<Small>()?.index(),
+                (true, "time") => c.time_len = map.next_value::<Small>()?.elements(),
+                (true, "count") => c.count_len = map.next_value::<Small>()?.elements(),
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> Result<CounterSummary, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(CounterSummary::default())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<CounterSummary, E> {
+        Ok(CounterSummary::default())
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<CounterSummary, E> {
+        Ok(CounterSummary::default())
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<CounterSummary, E> {
+        Ok(CounterSummary::default())
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<CounterSummary, E> {
+        Ok(CounterSummary::default())
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<CounterSummary, E> {
+        Ok(CounterSummary::default())
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<CounterSummary, E> {
+        Ok(CounterSummary::default())
+    }
+}
+
+/// A counter's field as far as it is checked: a string (kept, cut), an
+/// integer, an array (its elements counted), or anything else.
+enum Small {
+    Text(String),
+    Integer(i64),
+    Elements(u64),
+    Other,
+}
+
+impl Small {
+    fn text(self, max: usize) -> Option<String> {
+        match self {
+            Small::Text(t) => Some(t.chars().take(max).collect()),
+            _ => None,
+        }
+    }
+    fn index(self) -> Option<u64> {
+        match self {
+            Small::Integer(i) if i >= 0 => Some(i as u64),
+            _ => None,
+        }
+    }
+    fn elements(self) -> Option<u64> {
+        match self {
+            Small::Elements(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Small {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Small;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a value")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Small, E> {
+                // Cut here: a string of megabytes is not held.
+                Ok(Small::Text(s.chars().take(200).collect()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, x: i64) -> Result<Small, E> {
+                Ok(Small::Integer(x))
+            }
+            fn visit_u64<E: serde::de::Error>(self, x: u64) -> Result<Small, E> {
+                Ok(i64::try_from(x).map_or(Small::Other, Small::Integer))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Small, E> {
+                Ok(Small::Other)
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Small, E> {
+                Ok(Small::Other)
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Small, E> {
+                Ok(Small::Other)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Small, A::Error> {
+                let mut n = 0;
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    n += 1;
+                }
+                Ok(Small::Elements(n))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Small, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Small::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `counters`: each element summarized and handed over.
+struct EachCounter<'a, S>(&'a mut S);
+
+impl<'de, S: ThreadSink> serde::de::DeserializeSeed<'de> for EachCounter<'_, S> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, S: ThreadSink> serde::de::Visitor<'de> for EachCounter<'_, S> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("the counters array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(c) = seq.next_element::<CounterSummary>()? {
+            self.0.counter(Some(c));
+        }
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        self.0.counter(None);
+        Ok(())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.0.counter(None);
+        Ok(())
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.0.counter(None);
+        Ok(())
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.0.counter(None);
+        Ok(())
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.0.counter(None);
+        Ok(())
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.0.counter(None);
+        Ok(())
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        self.0.counter(None);
+        Ok(())
+    }
 }
 
 /// What [`read_threads`] found of `threads` itself.
@@ -236,6 +485,8 @@ impl<'de, S: ThreadSink> serde::de::Visitor<'de> for TopLevel<'_, S> {
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             if key == "threads" {
                 shape = map.next_value_seed(EachThread(&mut *self.0))?;
+            } else if key == "counters" && self.0.streams_counters() {
+                map.next_value_seed(EachCounter(&mut *self.0))?;
             } else if self.0.keeps(&key) {
                 let value = map.next_value()?;
                 self.0.kept(&key, value);

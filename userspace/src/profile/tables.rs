@@ -95,11 +95,15 @@ impl ThreadTables {
             return f;
         }
         // A native function's file is interned only with its func (the
-        // string table holds no file no func names).
+        // string table holds no file no func names). A relative one is the
+        // path a distribution's build wrote (`./csu/../csu/libc-start.c`):
+        // left out, so the front end shows the library instead, which says
+        // more. The frame keeps its line.
         let file = if interpreted {
             identity.file
         } else {
-            file.map(|f| self.strings.intern(f))
+            file.filter(|f| f.starts_with('/'))
+                .map(|f| self.strings.intern(f))
         };
         let f = self.funcs.length as u32;
         self.funcs.name.push(name);

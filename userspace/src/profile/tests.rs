@@ -1404,3 +1404,65 @@ fn memory_counters_say_their_level_where_it_is_known() {
     assert!(rows.iter().all(|r| r["source"] != "sample-number"));
     assert_eq!(rows[0]["label"], "Above the lowest point in view");
 }
+
+/// Check that a native function whose DWARF file is relative (the path a
+/// distribution's build wrote, `./csu/../csu/libc-start.c`) has no file,
+/// so the front end names its library; an absolute one keeps it; both keep
+/// their frames' lines.
+#[test]
+fn relative_build_paths_give_way_to_the_library() {
+    let native = |name: &str, file: &str, address: u64| FrameRecord {
+        lib: 0,
+        address,
+        kernel: false,
+        symbols: AddrInfo {
+            symbol_start: address,
+            symbol_offset: 0,
+            symbol_size: None,
+            funcs: vec![FuncAtAddr {
+                name: name.into(),
+                file: Some(file.into()),
+                line: Some(7),
+                start_line: None,
+            }],
+        },
+        pseudo: false,
+    };
+    let mut rec = recording();
+    let base = rec.frames.len() as u64;
+    rec.frames.extend([
+        native(
+            "__libc_start_main_impl",
+            "./csu/../csu/libc-start.c",
+            0x2000,
+        ),
+        native("mine", "/src/mine.c", 0x3000),
+    ]);
+    let stacks: Vec<u32> = (0..2)
+        .map(|i| rec.stacks.child(NO_PARENT, base + i))
+        .collect();
+    rec.processes[1].threads[0].samples = ThreadSamples {
+        time_ns: vec![100_000, 200_000],
+        stack: stacks,
+        cpu_delta_ns: vec![0; 2],
+        cpu: vec![0; 2],
+    };
+    let p = build_profile(&rec, &host(), None).to_value();
+    let app = &p["threads"][1];
+    let (funcs, strings) = (&app["funcTable"], app["stringArray"].as_array().unwrap());
+    let file_of = |name: &str| {
+        let i = (0..funcs["length"].as_u64().unwrap() as usize)
+            .find(|&i| strings[funcs["name"][i].as_u64().unwrap() as usize] == name)
+            .unwrap();
+        funcs["fileName"][i]
+            .as_u64()
+            .map(|s| strings[s as usize].as_str().unwrap().to_string())
+    };
+    assert_eq!(file_of("__libc_start_main_impl"), None);
+    assert_eq!(file_of("mine"), Some("/src/mine.c".to_string()));
+    let lines = app["frameTable"]["line"].as_array().unwrap();
+    assert!(
+        lines.iter().filter(|l| l.as_u64() == Some(7)).count() >= 2,
+        "lines kept"
+    );
+}

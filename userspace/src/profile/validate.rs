@@ -75,16 +75,82 @@ pub struct Validator {
     libs: Option<usize>,
     categories: Option<usize>,
     deferred: Vec<Deferred>,
-    /// Each thread's pid, in order (None: not a string).
-    thread_pids: Vec<Option<String>>,
-    /// `counters`, kept to be checked once every thread is read.
-    counters: Option<Value>,
+    /// Each thread's pid, by runs (see [`ThreadPids`]).
+    thread_pids: ThreadPids,
+    /// `counters`, summarized, to be checked once every thread is read (at
+    /// most [`MAX_COUNTERS`]); whether it was not an array.
+    counters: Vec<(usize, crate::profile::input::CounterSummary)>,
+    counters_seen: usize,
+    counters_not_array: bool,
     /// Problems found past [`MAX_PROBLEMS`].
     more: u64,
 }
 
 /// Problems said one by one, at most; the rest are counted.
 const MAX_PROBLEMS: usize = 100;
+
+/// Counters checked, at most (a profile writes one per process and kind).
+const MAX_COUNTERS: usize = 100_000;
+
+/// Each thread's pid for the counters' check, as runs of threads of one pid
+/// (a process's threads are written together) over an interned list: a
+/// file of millions of threads costs its runs, at most [`MAX_PID_RUNS`] of
+/// them and [`MAX_PIDS`] distinct pids; past either, pids are not known.
+#[derive(Default)]
+struct ThreadPids {
+    /// (first thread, pid's index in `pids` or `u32::MAX` for none).
+    runs: Vec<(u32, u32)>,
+    pids: Vec<String>,
+    index: rustc_hash::FxHashMap<String, u32>,
+    overflow: bool,
+}
+
+const MAX_PID_RUNS: usize = 1 << 20;
+const MAX_PIDS: usize = 1 << 16;
+
+impl ThreadPids {
+    fn push(&mut self, thread: usize, pid: Option<&str>) {
+        if self.overflow {
+            return;
+        }
+        let id = match pid {
+            None => u32::MAX,
+            Some(p) => match self.index.get(p) {
+                Some(&id) => id,
+                None if self.pids.len() < MAX_PIDS => {
+                    let id = self.pids.len() as u32;
+                    self.pids.push(p.to_string());
+                    self.index.insert(p.to_string(), id);
+                    id
+                }
+                None => {
+                    self.overflow = true;
+                    return;
+                }
+            },
+        };
+        if self.runs.last().map(|r| r.1) != Some(id) {
+            if self.runs.len() >= MAX_PID_RUNS {
+                self.overflow = true;
+                return;
+            }
+            self.runs.push((thread as u32, id));
+        }
+    }
+
+    /// Thread `i`'s pid (its inner None: it has none); None when not known.
+    fn get(&self, i: usize) -> Option<Option<&str>> {
+        if self.overflow {
+            return None;
+        }
+        let at = self
+            .runs
+            .partition_point(|r| r.0 as usize <= i)
+            .checked_sub(1)?;
+        let id = self.runs[at].1;
+        Some((id != u32::MAX).then(|| self.pids[id as usize].as_str()))
+    }
+}
 
 impl Validator {
     /// Parse and check a profile from `deserializer` (a reader's or a value's).
@@ -143,7 +209,7 @@ impl Validator {
             } else {
                 self.more += 1;
             }
-            self.thread_pids.push(None);
+            self.thread_pids.push(ti, None);
             return;
         }
         let prefix = format!("thread {ti} ({})", t.name_shown);
@@ -291,7 +357,7 @@ impl Validator {
         }
         self.push(problems);
         self.deferred.append(&mut deferred);
-        self.thread_pids.push(t.pid.clone());
+        self.thread_pids.push(ti, t.pid.as_deref());
     }
 
     /// The counters' cross-references: each counter's `mainThreadIndex` a
@@ -299,51 +365,52 @@ impl Validator {
     /// thread's process, and fails on one that is not there), its samples'
     /// columns of their length. Checked once every thread is read.
     fn check_counters(&mut self) {
-        let Some(counters) = self.counters.take() else {
-            return;
-        };
-        let Some(counters) = counters.as_array() else {
-            self.push(vec!["counters is not an array".into()]);
-            return;
-        };
+        // Said as found: past MAX_PROBLEMS each is only counted.
         let mut problems = Vec::new();
-        for (i, c) in counters.iter().enumerate() {
-            let name: String = c["name"]
-                .as_str()
-                .unwrap_or("?")
-                .chars()
-                .take(100)
-                .collect();
-            let prefix = format!("counter {i} ({:?})", name);
-            match c["mainThreadIndex"].as_u64() {
-                Some(m) if (m as usize) < self.thread_pids.len() => {
-                    let pid = c["pid"].as_str();
-                    if pid.is_none() || self.thread_pids[m as usize].as_deref() != pid {
-                        problems.push(format!(
-                            "{prefix}: pid {} but its mainThreadIndex {m} is a thread of pid {}",
-                            c["pid"],
-                            self.thread_pids[m as usize].as_deref().unwrap_or("none")
-                        ));
+        if self.counters_not_array {
+            problems.push("counters is not an array".to_string());
+        }
+        let threads = self.threads;
+        for (i, c) in std::mem::take(&mut self.counters) {
+            self.push(std::mem::take(&mut problems));
+            let prefix = format!("counter {i} ({:?})", c.name.as_deref().unwrap_or("?"));
+            if !c.object {
+                problems.push(format!("counter {i} is not an object"));
+                continue;
+            }
+            match c.main_thread {
+                Some(m) if (m as usize) < threads => {
+                    // Unknown past the table's bounds: not said.
+                    if let Some(of) = self.thread_pids.get(m as usize) {
+                        if c.pid.is_none() || of != c.pid.as_deref() {
+                            problems.push(format!(
+                                "{prefix}: pid {:?} but its mainThreadIndex {m} is a thread of pid {}",
+                                c.pid.as_deref().unwrap_or("none"),
+                                of.unwrap_or("none")
+                            ));
+                        }
                     }
                 }
                 Some(m) => problems.push(format!(
-                    "{prefix}: mainThreadIndex {m} is out of range 0..{}",
-                    self.thread_pids.len()
+                    "{prefix}: mainThreadIndex {m} is out of range 0..{threads}"
                 )),
                 None => problems.push(format!("{prefix}: mainThreadIndex is not an index")),
             }
-            let samples = &c["samples"];
-            let length = samples["length"].as_u64();
-            for column in ["time", "count"] {
-                let n = samples[column].as_array().map(|a| a.len() as u64);
-                if n.is_none() || n != length {
+            for (column, n) in [("time", c.time_len), ("count", c.count_len)] {
+                if n.is_none() || n != c.length {
                     problems.push(format!(
                         "{prefix}: samples.{column} has {} entries, length is {}",
                         n.map_or("no".to_string(), |n| n.to_string()),
-                        length.map_or("missing".to_string(), |n| n.to_string())
+                        c.length.map_or("missing".to_string(), |n| n.to_string())
                     ));
                 }
             }
+        }
+        if self.counters_seen > MAX_COUNTERS {
+            problems.push(format!(
+                "{} counters past the first {MAX_COUNTERS} not checked",
+                self.counters_seen - MAX_COUNTERS
+            ));
         }
         self.push(problems);
     }
@@ -372,13 +439,27 @@ impl crate::profile::input::ThreadSink for Validator {
     }
 
     fn keeps(&self, key: &str) -> bool {
-        matches!(key, "meta" | "libs" | "counters")
+        matches!(key, "meta" | "libs")
+    }
+
+    fn streams_counters(&self) -> bool {
+        true
+    }
+
+    fn counter(&mut self, counter: Option<crate::profile::input::CounterSummary>) {
+        match counter {
+            None => self.counters_not_array = true,
+            Some(c) => {
+                if self.counters.len() < MAX_COUNTERS {
+                    self.counters.push((self.counters_seen, c));
+                }
+                self.counters_seen += 1;
+            }
+        }
     }
 
     fn kept(&mut self, key: &str, value: Value) {
-        if key == "counters" {
-            self.counters = Some(value);
-        } else if key == "meta" {
+        if key == "meta" {
             self.version = value["preprocessedProfileVersion"].as_u64().is_some();
             self.categories = Some(value["categories"].as_array().map(|a| a.len()).unwrap_or(0));
         } else {
@@ -900,6 +981,37 @@ mod tests {
         })
     }
 
+    /// Threads' pids are kept as runs: looked up by thread, none for a
+    /// thread without one, unknown past the table's bounds.
+    #[test]
+    fn thread_pids_are_kept_as_runs() {
+        let mut t = ThreadPids::default();
+        for (i, pid) in [Some("1"), Some("1"), None, Some("2"), Some("1")]
+            .iter()
+            .enumerate()
+        {
+            t.push(i, *pid);
+        }
+        assert_eq!(t.runs.len(), 4);
+        assert_eq!(t.pids.len(), 2);
+        let got: Vec<_> = (0..5).map(|i| t.get(i)).collect();
+        assert_eq!(
+            got,
+            vec![
+                Some(Some("1")),
+                Some(Some("1")),
+                Some(None),
+                Some(Some("2")),
+                Some(Some("1"))
+            ]
+        );
+        let mut many = ThreadPids::default();
+        for i in 0..=MAX_PIDS {
+            many.push(i, Some(&i.to_string()));
+        }
+        assert_eq!(many.get(0), None, "past its bounds a pid is not known");
+    }
+
     /// Check that a well-formed profile passes, and what the format allows
     /// does too: a func with no resource (-1), a thread's samples as
     /// deltas.
@@ -1050,6 +1162,14 @@ mod tests {
             (
                 "counter 0 (\"CPU usage\"): samples.time has 1 entries, length is 2",
                 Box::new(move |v| with_counter(v, "1", 0, serde_json::json!([0.0]))),
+            ),
+            (
+                "counters is not an array",
+                Box::new(|v| v["counters"] = 5.into()),
+            ),
+            (
+                "counter 0 is not an object",
+                Box::new(|v| v["counters"] = serde_json::json!([0])),
             ),
             (
                 "has 1 entries",
