@@ -112,6 +112,9 @@ pub struct Why {
 /// The threads of a profile, by tid, as `--why` reads them.
 pub struct Threads {
     threads: FxHashMap<u32, ThreadFacts>,
+    /// Wakers with no track of their own (no sample, no wait recorded), as
+    /// the markers of those they woke name them: tid → (pid, name).
+    named_by_wakees: FxHashMap<u32, (u32, String)>,
     /// Charging calls left for the wait being charged (see [`MAX_STEPS`]).
     steps: std::cell::Cell<usize>,
 }
@@ -124,7 +127,9 @@ impl Threads {
             .map(|c| c.iter().map(|c| c["name"].as_str().unwrap_or("")).collect())
             .unwrap_or_default();
         let mut threads = FxHashMap::default();
+        let mut named_by_wakees = FxHashMap::default();
         for t in profile["threads"].as_array().into_iter().flatten() {
+            wakers_named(t, &mut named_by_wakees);
             let (Some(pid), Some(tid)) = (
                 t["pid"].as_str().and_then(|p| p.parse().ok()),
                 t["tid"].as_u64(),
@@ -142,8 +147,10 @@ impl Threads {
             read_samples(t, &categories, &mut facts);
             threads.insert(tid as u32, facts);
         }
+        named_by_wakees.retain(|tid, _| !threads.contains_key(tid));
         Threads {
             threads,
+            named_by_wakees,
             steps: std::cell::Cell::new(MAX_STEPS),
         }
     }
@@ -168,7 +175,12 @@ impl Threads {
     pub fn describe(&self, tid: u32) -> String {
         match self.threads.get(&tid) {
             Some(t) => format!("{} ({}, {}/{tid})", t.comm, t.process, t.pid),
-            None => format!("tid {tid} (not recorded)"),
+            // Named as its wakees' markers name it: it woke them, and
+            // had no sample or wait of its own in the profile.
+            None => match self.named_by_wakees.get(&tid) {
+                Some((pid, name)) => format!("{name} ({pid}/{tid}, no track of its own)"),
+                None => format!("tid {tid} (not recorded)"),
+            },
         }
     }
 
@@ -594,6 +606,32 @@ fn sorted(m: FxHashMap<Culprit, f64>) -> Vec<(Culprit, f64)> {
 }
 
 /// A thread's markers: its waits and the block requests it issued.
+/// The task wakers `t`'s off-CPU markers name: "name (pid P, tid T)" with
+/// `wakerPid` and `wakerTid` (an interrupt's label names what it
+/// interrupted, not a waker: left out).
+fn wakers_named(t: &Value, out: &mut FxHashMap<u32, (u32, String)>) {
+    let Some(data) = t["markers"]["data"].as_array() else {
+        return;
+    };
+    for d in data {
+        if d["type"] != "OffCpu" || d["wakerContext"] != "task" {
+            continue;
+        }
+        let (Some(tid), Some(pid), Some(label)) = (
+            d["wakerTid"].as_u64(),
+            d["wakerPid"].as_str().and_then(|p| p.parse::<u32>().ok()),
+            d["waker"].as_str(),
+        ) else {
+            continue;
+        };
+        let Some(name) = label.strip_suffix(&format!(" (pid {pid}, tid {tid})")) else {
+            continue;
+        };
+        out.entry(tid as u32)
+            .or_insert_with(|| (pid, crate::escape::escape(name).into_owned()));
+    }
+}
+
 fn read_markers(t: &Value, facts: &mut ThreadFacts) {
     let m = &t["markers"];
     let (Some(data), Some(start), Some(end)) = (
@@ -710,6 +748,34 @@ mod tests {
 
     fn off(reason: &str, run_delay: f64, waker: Option<u32>, context: Option<&str>) -> Value {
         serde_json::json!({ "type": "OffCpu", "reason": reason, "runDelay": run_delay, "wakerTid": waker, "wakerContext": context })
+    }
+
+    /// A waker with no track of its own is named as the markers of the
+    /// threads it woke name it, not as "tid N (not recorded)"; one no
+    /// marker names stays so.
+    #[test]
+    fn wakers_without_a_track_are_named_by_their_wakees_markers() {
+        let mut woken = off("sleeping", 0.0, Some(77), Some("task"));
+        woken["waker"] = "kworker/u8:3 (pid 77, tid 77)".into();
+        woken["wakerPid"] = "77".into();
+        let profile = serde_json::json!({
+            "meta": { "categories": [] },
+            "threads": [thread(1, 1, "client", vec![(0.0, 10.0, woken), (20.0, 30.0, off("sleeping", 0.0, Some(78), Some("task")))])],
+        });
+        let threads = Threads::read(&profile);
+        assert_eq!(
+            threads.describe(77),
+            "kworker/u8:3 (77/77, no track of its own)"
+        );
+        assert_eq!(threads.describe(78), "tid 78 (not recorded)");
+        let why = threads.why(&[1], 0.0, 100.0, 5);
+        assert!(
+            why.blame
+                .iter()
+                .any(|(c, _)| c.tid == 77 && c.what == "running"),
+            "{:?}",
+            why.blame
+        );
     }
 
     /// Check a chain: a client waits 100 ms on a server (woken 1 ms late),
