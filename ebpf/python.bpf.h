@@ -158,15 +158,21 @@ struct py_out {
 };
 
 /* Walk the Python frames of the current thread into frames[out->at...]
- * (frames NULL: nowhere). Not inlined: its state lives in its own stack
- * frame, not in the tracepoint programs' (at their 512-byte limit). */
-static __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, struct task_struct *task, __u64 *frames)
+ * (frames NULL: nowhere). A global function: its state lives in its own
+ * stack frame, not in the tracepoint programs' (at their 512-byte limit),
+ * and the verifier checks it once per program, with unknown inputs, not
+ * once per call site's state. The task comes as a number (a global
+ * function takes no kernel pointer); it is read through probe reads. */
+__noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 task_addr, struct unwind_frames *frames)
 {
+	struct task_struct *task = (struct task_struct *)task_addr;
 	struct python_process *p = bpf_map_lookup_elem(&python_procs, &tgid);
 	struct py_walk w = {};
 	__u32 zero = 0;
 	__u64 tstate, frame = 0;
 
+	if (!out)
+		return 0;
 	out->n = 0;
 	out->end = PY_END_NONE;
 	out->hash = 0;
@@ -191,7 +197,7 @@ static __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, s
 		return 0;
 	}
 	w.p = p;
-	w.frames = frames;
+	w.frames = frames ? frames->f : NULL;
 	w.frame = frame;
 	w.at = out->at;
 	w.end = PY_END_MAX_FRAMES;

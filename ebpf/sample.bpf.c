@@ -190,7 +190,7 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		sc->e.ustack_len = n;
 		sc->e.unwind_end = end;
 		py.at = n;
-		python_frames(&py, tgid, (__u32)pid_tgid, task, sc->frames);
+		python_frames(&py, tgid, (__u32)pid_tgid, (__u64)task, (struct unwind_frames *)sc->frames);
 		sc->e.py_len = py.n;
 		sc->e.py_end = py.end;
 		size += (__u64)(n + 2 * (py.n & (PY_MAX_FRAMES * 2 - 1))) * sizeof(__u64);

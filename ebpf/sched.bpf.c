@@ -344,7 +344,7 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 	if (n > UNWIND_MAX_FRAMES)
 		n = UNWIND_MAX_FRAMES;
 	py.at = n;
-	python_frames(&py, pid, tid, (struct task_struct *)bpf_get_current_task(), sc->frames);
+	python_frames(&py, pid, tid, bpf_get_current_task(), (struct unwind_frames *)sc->frames);
 	__u32 flags = STACK_KERNEL_UNWOUND;
 
 	/* The caller's copy is 32 KiB, the room of many intervals: with the
@@ -521,6 +521,22 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 	return e->id;
 }
 
+/* One step of hashing a kernel stack (bpf_loop: the verifier checks one
+ * step, not MAX_STACK_DEPTH unrolled ones in each program reading one). */
+struct kstack_hash {
+	__u64 *ip;
+	__u64 len;
+	__u64 h;
+};
+
+static long kstack_hash_step(__u32 i, struct kstack_hash *c)
+{
+	if (i >= c->len || i >= MAX_STACK_DEPTH)
+		return 1;
+	c->h = (c->h ^ c->ip[i]) * 0x100000001b3ULL;
+	return 0;
+}
+
 /* Read the current kernel stack into the per-CPU buffer `which`; returns
  * the buffer and its length (entries) and a hash of it, which is what
  * identifies a kernel thread's or an interrupt's place (no user context). */
@@ -537,14 +553,10 @@ static __always_inline struct kstack_buf *read_kstack(void *ctx, __u32 which, __
 		return NULL;
 	}
 	*len = (n / sizeof(__u64)) & 0xff;
-	__u64 h = 0xcbf29ce484222325ULL;
+	struct kstack_hash c = { .ip = b->ip, .len = *len, .h = 0xcbf29ce484222325ULL };
 
-	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
-		if (i >= *len)
-			break;
-		h = (h ^ b->ip[i]) * 0x100000001b3ULL;
-	}
-	*hash = h;
+	bpf_loop(MAX_STACK_DEPTH, kstack_hash_step, &c, 0);
+	*hash = c.h;
 	return b;
 }
 
@@ -734,7 +746,7 @@ static __always_inline __u64 user_stack_at(void *ctx, struct stack_request *r, _
 	struct py_out py = {};
 
 	if (kernel_unwind)
-		python_frames(&py, r->pid, r->tid, (struct task_struct *)bpf_get_current_task(), NULL);
+		python_frames(&py, r->pid, r->tid, bpf_get_current_task(), NULL);
 	__u64 python = py.hash;
 	/* A JVM's stacks read before its interpreter was known have no Java
 	 * methods: once it is, the same place is read again. */

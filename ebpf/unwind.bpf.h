@@ -65,19 +65,34 @@ static __always_inline int process_refused(__u32 tgid)
 	return bits && (*bits >> (tgid % 64)) & 1;
 }
 
-/* The walk's state, on the caller's stack, shared with each iteration. */
+/* The walk's state, on the caller's stack, shared with each iteration:
+ * scalars only, as the verifier forgets what pointers were kept in memory
+ * a global function may have written (struct ustack_loop keeps them). */
 struct ustack_walk {
 	__u64 ip;
 	__u64 sp;
 	__u64 bp;
-	struct unwind_process *proc;
-	__u64 *frames;
 	__u32 n;
 	__u32 end;
 	__u32 return_address; /* ip came from the stack: look up ip - 1 (inside the call) */
 	__u32 may_hand_over;  /* a stack copy is configured: stop where tables are missing */
 	__u32 no_process_end; /* without an entry: UNWIND_END_NO_PROCESS or _REFUSED */
+	__u32 _pad;           /* named: a global function reads the whole struct */
 	__u64 sender_sp;      /* an interpreted frame's caller's unextended sp (0: none) */
+};
+
+/* A walk's frame array, as a type: a global function's pointer argument
+ * is checked against its type's size. */
+struct unwind_frames {
+	__u64 f[UNWIND_MAX_FRAMES];
+};
+
+/* What each iteration of the walk's loop gets: the state, and the pointers
+ * the frame's work needs beside it. */
+struct ustack_loop {
+	struct unwind_process *proc;
+	struct unwind_frames *frames;
+	struct ustack_walk s;
 };
 
 /* A binary search of a process's mappings (sorted by start) for the last
@@ -215,12 +230,12 @@ static __always_inline __u32 epilogue_cfa_offset(__u64 ip)
  * frame pointer is fp, after its address: the two words JAVA_FRAME_TAG
  * describes. Nothing is added if they cannot be read or are no pointers.
  * Its caller's unextended stack pointer goes to s->sender_sp. */
-static __noinline void java_frame(struct ustack_walk *s, __u64 fp)
+static __noinline void java_frame(struct ustack_walk *s, struct unwind_frames *frames, __u64 fp)
 {
 	__u64 w[1 + JAVA_FRAME_SENDER_SP_SLOT - JAVA_FRAME_BCP_SLOT];
 	__u64 method, bcp;
 
-	if (!s || fp < 8 * (__u64)(-JAVA_FRAME_BCP_SLOT) ||
+	if (!s || !frames || fp < 8 * (__u64)(-JAVA_FRAME_BCP_SLOT) ||
 	    bpf_probe_read_user(w, sizeof(w), (void *)(fp + 8 * JAVA_FRAME_BCP_SLOT)))
 		return;
 	s->sender_sp = w[JAVA_FRAME_SENDER_SP_SLOT - JAVA_FRAME_BCP_SLOT];
@@ -228,8 +243,8 @@ static __noinline void java_frame(struct ustack_walk *s, __u64 fp)
 	bcp = w[0];
 	if (!method || (method | bcp) >= (1ULL << 47) || (method & 7) || s->n + 2 > UNWIND_MAX_FRAMES)
 		return;
-	s->frames[s->n & (UNWIND_MAX_FRAMES - 1)] = JAVA_FRAME_TAG | method;
-	s->frames[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = bcp;
+	frames->f[s->n & (UNWIND_MAX_FRAMES - 1)] = JAVA_FRAME_TAG | method;
+	frames->f[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = bcp;
 	s->n += 2;
 }
 
@@ -313,19 +328,30 @@ __noinline __u32 hotspot_frame(struct unwind_process *p, __u64 heap, __u64 ip, _
 	return (__u32)words * 8 | 2;
 }
 
-static long unwind_step(__u64 i, struct ustack_walk *s)
+/* One frame of the walk: 0 to go on, 1 where it ended (s->end says why).
+ * A global function, so the verifier checks it once per program with
+ * unknown inputs instead of once per state the loop's callback reaches it
+ * in; the process entry and the frame array come as arguments, as a
+ * global function cannot follow pointers kept in memory. */
+__noinline long unwind_frame(struct ustack_walk *s, struct unwind_process *proc, struct unwind_frames *frames)
 {
 	struct unwind_mapping found, *m = NULL;
 	struct unwind_row *row = NULL;
-	__u64 ip = s->ip, sp = s->sp, bp = s->bp, cfa, ra = 0;
+	__u64 ip, sp, bp, cfa, ra = 0;
 	__u32 kind = ROW_NONE, slot = 0, off8 = 0, epilogue = 0;
 
-	if (!s->proc) {
+	if (!s || !frames)
+		return 1;
+	ip = s->ip;
+	sp = s->sp;
+	bp = s->bp;
+
+	if (!proc) {
 		if (s->may_hand_over) {
 			s->end = s->no_process_end;
 			return 1;
 		}
-	} else if (unwind_find_mapping(s->proc, ip, &found)) {
+	} else if (unwind_find_mapping(proc, ip, &found)) {
 		/* (Caching the last frame's mapping here, as callers are mostly
 		 * in the same binary, made the tracer's programs take 0.4 s more
 		 * to verify.) */
@@ -335,8 +361,8 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 	 * (the walk went wrong) or code mapped since the entry was written;
 	 * at the leaf, the latter or JIT code. Userspace, which knows every
 	 * mapping, tells them apart when the walk can hand over. */
-	if (!m && (s->n > 0 || (s->proc && s->may_hand_over))) {
-		s->end = s->proc ? UNWIND_END_BAD_ADDRESS : s->no_process_end;
+	if (!m && (s->n > 0 || (proc && s->may_hand_over))) {
+		s->end = proc ? UNWIND_END_BAD_ADDRESS : s->no_process_end;
 		return 1;
 	}
 	if (m && m->table_start == UNWIND_TABLE_PENDING && s->may_hand_over) {
@@ -346,7 +372,7 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 	/* Code without rows (JIT code) that returns right away: walked here,
 	 * even where a jitdump's tables would have it handed over. */
 	if (m && m->table_start == UNWIND_TABLE_HOTSPOT)
-		epilogue = hotspot_frame(s->proc, m->bias, ip - s->return_address, sp, !s->return_address);
+		epilogue = hotspot_frame(proc, m->bias, ip - s->return_address, sp, !s->return_address);
 	else if (m && (m->table_len == 0 || m->table_start >= UNWIND_TABLE_USERSPACE))
 		epilogue = epilogue_cfa_offset(ip);
 	if (m && m->table_start == UNWIND_TABLE_USERSPACE && s->may_hand_over && !epilogue) {
@@ -357,17 +383,17 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 		s->end = UNWIND_END_MAX_FRAMES;
 		return 1;
 	}
-	s->frames[s->n & (UNWIND_MAX_FRAMES - 1)] = ip;
+	frames->f[s->n & (UNWIND_MAX_FRAMES - 1)] = ip;
 	s->n++;
-	if (!s->proc) {
+	if (!proc) {
 		s->end = s->no_process_end;
 		return 1;
 	}
 	/* HotSpot's interpreter keeps rbp as the frame pointer of the method
 	 * it runs: the Method* and bytecode pointer are in its frame. Read
 	 * now, while the frame exists; userspace names the method. */
-	if (ip >= s->proc->java_interp_start && ip < s->proc->java_interp_end && s->n + 2 <= UNWIND_MAX_FRAMES)
-		java_frame(s, bp);
+	if (ip >= proc->java_interp_start && ip < proc->java_interp_end && s->n + 2 <= UNWIND_MAX_FRAMES)
+		java_frame(s, frames, bp);
 
 	if (m && m->table_len && m->table_start < UNWIND_TABLE_USERSPACE) {
 		__u64 pc = ip - s->return_address - m->bias;
@@ -468,28 +494,41 @@ static long unwind_step(__u64 i, struct ustack_walk *s)
 	return 0;
 }
 
+static long unwind_step(__u64 i, struct ustack_loop *l)
+{
+	long done = unwind_frame(&l->s, l->proc, l->frames);
+
+	/* The verifier knows nothing of a global function's result, and a
+	 * callback must return 0 or 1: clang, which knows it is, would drop
+	 * the test without this barrier. */
+	asm volatile("" : "+r"(done));
+	return done ? 1 : 0;
+}
+
 /* Walk the user stack of the current task from (ip, sp, bp) into frames.
  * Returns the number of frames; *end says why it stopped, and on a hand
  * over *regs are the registers of the frame it stopped at. */
 static __always_inline __u32 unwind_user(__u32 tgid, __u64 regs[3], __u64 *frames, __u32 *end, __u32 may_hand_over)
 {
-	struct ustack_walk s = {
-		.ip = regs[0],
-		.sp = regs[1],
-		.bp = regs[2],
-		.frames = frames,
-		.end = UNWIND_END_MAX_FRAMES,
-		.may_hand_over = may_hand_over,
+	struct ustack_loop l = {
+		.frames = (struct unwind_frames *)frames,
+		.s = {
+			.ip = regs[0],
+			.sp = regs[1],
+			.bp = regs[2],
+			.end = UNWIND_END_MAX_FRAMES,
+			.may_hand_over = may_hand_over,
+		},
 	};
 
-	s.proc = bpf_map_lookup_elem(&unwind_processes, &tgid);
-	s.no_process_end = !s.proc && process_refused(tgid) ? UNWIND_END_REFUSED : UNWIND_END_NO_PROCESS;
-	bpf_loop(UNWIND_MAX_FRAMES + 1, unwind_step, &s, 0);
-	*end = s.end;
-	regs[0] = s.ip;
-	regs[1] = s.sp;
-	regs[2] = s.bp;
-	return s.n;
+	l.proc = bpf_map_lookup_elem(&unwind_processes, &tgid);
+	l.s.no_process_end = !l.proc && process_refused(tgid) ? UNWIND_END_REFUSED : UNWIND_END_NO_PROCESS;
+	bpf_loop(UNWIND_MAX_FRAMES + 1, unwind_step, &l, 0);
+	*end = l.s.end;
+	regs[0] = l.s.ip;
+	regs[1] = l.s.sp;
+	regs[2] = l.s.bp;
+	return l.s.n;
 }
 
 #endif /* __UNWIND_BPF_H */
