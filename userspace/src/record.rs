@@ -544,10 +544,15 @@ fn missing_symbols_line(m: &crate::summary::MissingSymbols, debuginfod_on: bool)
         .take(3)
         .map(|(path, _, pct)| format!("{} ({pct:.1}%)", crate::escape::escape(path)))
         .collect();
-    let packages: Vec<String> = worst
+    let paths: Vec<&str> = worst
         .iter()
         .take(3)
-        .filter_map(|(path, _, _)| debian_package_of(path))
+        .map(|(path, _, _)| path.as_str())
+        .collect();
+    let owners = debian_packages_of(&paths);
+    let packages: Vec<String> = paths
+        .iter()
+        .filter_map(|path| owners.get(*path))
         .map(|p| format!("{p}-dbgsym"))
         .fold(Vec::new(), |mut v: Vec<String>, p| {
             // Two binaries of one package: the package once.
@@ -579,28 +584,53 @@ fn missing_symbols_line(m: &crate::summary::MissingSymbols, debuginfod_on: bool)
     ))
 }
 
-/// The package holding `path` (`dpkg-query -S`), where dpkg is the package
+/// The packages holding `paths` (`dpkg-query -S`, once for all: each run
+/// reads dpkg's whole file list, ~70 ms), where dpkg is the package
 /// manager; a merged /usr's file is also looked for where the package put
-/// it (`/usr/bin/gzip` is `/bin/gzip` to dpkg). Asked with the path as one
-/// argument (no shell).
-fn debian_package_of(path: &str) -> Option<String> {
-    dpkg_owner(path).or_else(|| dpkg_owner(path.strip_prefix("/usr")?))
-}
-
-fn dpkg_owner(path: &str) -> Option<String> {
-    let out = std::process::Command::new("dpkg-query")
+/// it (`/usr/bin/gzip` is `/bin/gzip` to dpkg). Paths go as arguments (no
+/// shell). Returns path → package for those found.
+fn debian_packages_of(paths: &[&str]) -> std::collections::HashMap<String, String> {
+    let mut owners = std::collections::HashMap::new();
+    if paths.is_empty() {
+        return owners;
+    }
+    let asked: Vec<&str> = paths
+        .iter()
+        .flat_map(|p| std::iter::once(*p).chain(p.strip_prefix("/usr")))
+        .collect();
+    let Ok(out) = std::process::Command::new("dpkg-query")
         .arg("-S")
-        .arg(path)
+        .args(&asked)
         .stderr(std::process::Stdio::null())
         .output()
-        .ok()?;
-    if !out.status.success() {
+    else {
+        return owners;
+    };
+    // Not all found is a failure status; the lines found still count.
+    for (owned, package) in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(dpkg_owner_line)
+    {
+        for path in paths {
+            if owned == *path || path.strip_prefix("/usr") == Some(owned) {
+                owners
+                    .entry(path.to_string())
+                    .or_insert_with(|| package.to_string());
+            }
+        }
+    }
+    owners
+}
+
+/// One line of `dpkg-query -S`: ("path", "package") for "package: path" or
+/// "package:arch: path"; None for a diversion line or several packages.
+fn dpkg_owner_line(line: &str) -> Option<(&str, &str)> {
+    if line.starts_with("diversion ") {
         return None;
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let package = text.lines().next()?.split(':').next()?.trim();
-    // "pkg" or "pkg:arch"; a diversion line names no package.
-    (!package.is_empty() && !package.contains(' ')).then(|| package.to_string())
+    let (owner, path) = line.split_once(": ")?;
+    let package = owner.split(':').next()?.trim();
+    (!package.is_empty() && !package.contains([' ', ','])).then_some((path.trim(), package))
 }
 
 /// The distribution's debuginfod server (from /etc/os-release), else a
@@ -759,6 +789,22 @@ mod tests {
             crate::cli::Command::Record(a) => a,
             _ => unreachable!(),
         }
+    }
+
+    /// Check that a line of `dpkg-query -S` gives its path and package, and
+    /// that diversions and shared paths give none.
+    #[test]
+    fn reads_dpkg_owner_lines() {
+        assert_eq!(
+            dpkg_owner_line("python3.11-minimal: /usr/bin/python3.11"),
+            Some(("/usr/bin/python3.11", "python3.11-minimal"))
+        );
+        assert_eq!(
+            dpkg_owner_line("libc6:amd64: /lib/x86_64-linux-gnu/libc.so.6"),
+            Some(("/lib/x86_64-linux-gnu/libc.so.6", "libc6"))
+        );
+        assert_eq!(dpkg_owner_line("diversion by dash from: /bin/sh"), None);
+        assert_eq!(dpkg_owner_line("libfoo, libbar: /usr/share/doc"), None);
     }
 
     /// Check that durations and thresholds a Duration cannot hold, and
