@@ -1091,14 +1091,16 @@ fn no_sample_claims_more_cpu_than_time_passed() {
 
 /// Check that samples taken before the in-kernel walker is verified are
 /// whole: `record -a` samples with a program that copies stacks (verified
-/// in a few ms) while the walker (130-300 ms of the verifier) is loaded, and
+/// in a few ms) while the walker (~20 ms of the verifier) is loaded, and
 /// userspace unwinds those copies. A spinner built without frame pointers,
 /// running before the recording: every one of its samples earlier than the
 /// walker's verification time (from `-v`'s load times: the walker is
 /// verified after the sampler is attached, so no sample before that time
 /// was walked by it) reaches `_start` through `main` and the spinning
 /// function, and there are samples in that span (the spinner has a CPU of
-/// its own on two).
+/// its own on two). Since the walker's steps are global functions
+/// (ARCHITECTURE 37) that span is ~20 ms, not 130-300: a few samples (5 of
+/// a quiet run), so at least one is asked for.
 #[test]
 fn samples_before_the_walker_is_in_are_whole() {
     if !can_record("samples_before_the_walker_is_in_are_whole") {
@@ -1147,7 +1149,7 @@ fn samples_before_the_walker_is_in_are_whole() {
         "{whole} of {early} spinner samples in the first {walker_ms:.1} ms (before the walker) whole"
     );
     assert!(
-        early >= 20,
+        early >= 1,
         "{early} spinner samples before the walker was in ({walker_ms:.1} ms): {}",
         stats_line(&out)
     );
