@@ -402,7 +402,7 @@ fn cpu_usage_counter_follows_the_load() {
         .as_array()
         .unwrap()
         .iter()
-        .position(|t| t["pid"] == "machine")
+        .position(|t| t["pid"] == "machine" && t["name"] == "Machine")
         .expect("the machine's track");
     assert_eq!(cpu["mainThreadIndex"], machine);
     assert!(

@@ -368,6 +368,67 @@ fn preempted_spinners_are_charged_to_the_run_queue() {
     );
 }
 
+/// Check that a runnable thread's wait is charged to whoever held its CPU:
+/// four spinners pinned to one CPU, recorded with `-a` (per-CPU tracks by
+/// default). Oracles, from the spinners' own schedstat: each one's run
+/// delay is charged, at least 90 % of it, to threads named as holding its
+/// CPU; and as the four never sleep and share one CPU, whenever one ran the
+/// other three waited, so what each waiter charges one holder must be that
+/// holder's CPU time (its schedstat), within 10 %.
+#[test]
+fn run_queue_waits_are_charged_to_the_cpus_holder() {
+    if !can_record("run_queue_waits_are_charged_to_the_cpus_holder") {
+        return;
+    }
+    let dir = scratch("why-holders");
+    let exe = build_c("spinners", &dir.join("spinners"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let cpu = (std::thread::available_parallelism().unwrap().get() - 1).to_string();
+    let out = record(
+        &["-a", "--", exe.to_str().unwrap(), "4", "1.0", &cpu],
+        &out_path,
+    );
+    assert_success(&out);
+    let field = |line: &str, key: &str| -> f64 {
+        line.split(' ')
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {line}"))
+    };
+    // tid -> (schedstat run delay, CPU time), ms.
+    let spinners: Vec<(u64, f64, f64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("spinner="))
+        .map(|l| {
+            (
+                field(l, "spinner") as u64,
+                field(l, "run_delay_ns") / 1e6,
+                field(l, "cpu_ns") / 1e6,
+            )
+        })
+        .collect();
+    assert_eq!(spinners.len(), 4, "every spinner said its tid");
+    for &(tid, run_delay, _) in &spinners {
+        let r = why(&out_path, tid);
+        eprintln!(
+            "why: spinner {tid} (run delay {run_delay:.1} ms): {}",
+            r["blame"]
+        );
+        let held = blamed(&r, None, &["holding its CPU"]);
+        assert!(
+            held >= 0.9 * run_delay,
+            "spinner {tid}: {held:.1} ms charged to its CPU's holders of its {run_delay:.1} ms run delay"
+        );
+        for &(holder, _, holder_cpu) in spinners.iter().filter(|s| s.0 != tid) {
+            let ms = blamed(&r, Some(holder), &["holding its CPU"]);
+            assert!(
+                (ms - holder_cpu).abs() <= 0.1 * holder_cpu,
+                "spinner {tid} charges spinner {holder} {ms:.1} ms for holding its CPU; it ran {holder_cpu:.1} ms"
+            );
+        }
+    }
+}
+
 /// Check waits too short for a marker each: a client process in round
 /// trips with a server process that computes 20 µs a request (waits the
 /// kernel folds), then 300 µs (waits sent, then summed by sysprof), at the

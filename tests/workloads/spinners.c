@@ -12,7 +12,8 @@
  * Between C and D its wall time minus its own CLOCK_THREAD_CPUTIME_ID is W:
  * the time it was off the CPU, which for a thread that never sleeps is all
  * waiting for a CPU. Main prints "pid=" and, at the end, "cpu_ns=" (the
- * process's CPU time).
+ * process's CPU time). With argv[3], every spinner is pinned to that CPU
+ * (so they wait for one another there, whatever the machine's size).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -78,6 +79,12 @@ int main(int argc, char **argv)
 	printf("pid=%d\n", getpid());
 	for (int i = 0; i < n && i < 64; i++) {
 		pthread_create(&t[i], NULL, spin, NULL);
+		if (argc > 3) {
+			cpu_set_t one;
+			CPU_ZERO(&one);
+			CPU_SET(atoi(argv[3]), &one);
+			pthread_setaffinity_np(t[i], sizeof(one), &one);
+		}
 		pthread_setname_np(t[i], "spinner");
 	}
 	for (int i = 0; i < n && i < 64; i++)

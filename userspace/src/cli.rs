@@ -163,9 +163,13 @@ pub struct RecordArgs {
     /// Fetch nothing from debuginfod, even with DEBUGINFOD_URLS set.
     #[arg(long = "no-debuginfod")]
     pub no_debuginfod: bool,
-    /// Add one track per CPU showing which thread ran when.
-    #[arg(long = "per-cpu")]
+    /// Add one track per CPU showing which thread ran when (the default
+    /// with -a: `report --why` charges run-queue waits to who held the CPU).
+    #[arg(long = "per-cpu", conflicts_with = "no_per_cpu")]
     pub per_cpu: bool,
+    /// No per-CPU tracks, even with -a.
+    #[arg(long = "no-per-cpu")]
+    pub no_per_cpu: bool,
     /// Print no live status line.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,

@@ -138,7 +138,7 @@ async fn record(
         filter,
         CollectorOptions {
             marker_min_ns,
-            per_cpu: args.per_cpu,
+            per_cpu: args.per_cpu || (args.all_cpus && !args.no_per_cpu),
             off_cpu: !args.no_off_cpu,
             debuginfod: debuginfod_on,
             dwarf: sampling.call_graph.dwarf(),

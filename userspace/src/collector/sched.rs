@@ -317,7 +317,9 @@ impl Replay<'_> {
             let (name, kind) = label(pid, tid);
             tracks.entry(cpu).or_default().push(MarkerRecord::OnCpu {
                 start_ns: start,
-                end_ns: last + interval_ns,
+                // An interval past the last sample, not past the range: a
+                // slice ending after the recording was drawn outside it.
+                end_ns: (last + interval_ns).min(range.1.max(start)),
                 pid,
                 tid,
                 name,

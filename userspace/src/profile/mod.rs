@@ -39,9 +39,8 @@ use crate::model::recording::{CounterRecord, ProcessRecord, Recording};
 
 pub use meta::{breakpad_id, HostInfo};
 pub use schema::Profile;
-use threads::{
-    build_cpu_track, build_machine_track, build_thread, initial_threads, TrackFacts, MACHINE_PID,
-};
+pub use threads::MACHINE_PID;
+use threads::{build_cpu_track, build_machine_track, build_thread, initial_threads, TrackFacts};
 
 /// The processed profile format version we write.
 pub const PREPROCESSED_PROFILE_VERSION: u32 = 55;

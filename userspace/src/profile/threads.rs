@@ -317,7 +317,7 @@ fn track_of_no_process(
 }
 
 /// The pid of the machine's track (pids are strings in the format).
-pub(super) const MACHINE_PID: &str = "machine";
+pub const MACHINE_PID: &str = "machine";
 
 /// The process type of every process's tracks: not the front end's parent
 /// process ("default", the machine's), so they sort by activity after it.
