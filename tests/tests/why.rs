@@ -221,6 +221,72 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
         queued + unseen >= run_delay_ms - slack && queued <= late_ms + 1.0,
         "its run-queue delay {queued:.1} ms (and {unseen:.1} ms with no wakeup seen) in {waits} waits vs schedstat {run_delay_ms:.1} ms and its naps' lateness {late_ms:.1} ms"
     );
+
+    // What each waited on, by construction of the workload: the client
+    // reads its replies from a pipe, the napper sleeps on a timer ("timer"), the
+    // holder's blocked waits are its O_DIRECT reads, the server waits on
+    // the holder's mutex (and on the pipe for the next request). Over each
+    // thread's off-CPU markers that are no preemption, by their time.
+    let waited_on = |tid: u64| -> (f64, std::collections::HashMap<String, f64>) {
+        let t = profile
+            .threads()
+            .into_iter()
+            .find(|t| t.tid() == tid)
+            .unwrap_or_else(|| panic!("no track of {tid}"));
+        let mut by_kind: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
+        let mut total = 0.0;
+        for (_, d) in t.markers() {
+            let reason = d["reason"].as_str().unwrap_or("");
+            if d["type"] != "OffCpu" || reason.starts_with("preempted") {
+                continue;
+            }
+            let ms = d["endTime"].as_f64().unwrap() - d["startTime"].as_f64().unwrap();
+            total += ms;
+            let kind = d["waitedOn"].as_str().unwrap_or("(none)");
+            *by_kind.entry(format!("{reason}: {kind}")).or_default() += ms;
+        }
+        (total, by_kind)
+    };
+    let share = |by: &std::collections::HashMap<String, f64>, total: f64, kinds: &[&str]| -> f64 {
+        by.iter()
+            .filter(|(k, _)| kinds.iter().any(|w| k.ends_with(&format!(": {w}"))))
+            .map(|(_, ms)| ms)
+            .sum::<f64>()
+            / total.max(f64::MIN_POSITIVE)
+    };
+    let server = f("server");
+    for (tid, who, kinds) in [
+        (client, "client", &["pipe"][..]),
+        (napper, "napper", &["timer"]),
+        (server, "server", &["lock (futex)", "pipe"]),
+    ] {
+        let (total, by) = waited_on(tid);
+        eprintln!("why: {who} waited on: {by:?} of {total:.1} ms");
+        assert!(
+            total > 0.0 && share(&by, total, kinds) >= 0.9,
+            "the {who} waited on {kinds:?}: {by:?} of {total:.1} ms"
+        );
+    }
+    let (_, by) = waited_on(server);
+    assert!(
+        by.keys().any(|k| k.ends_with(": lock (futex)")),
+        "the server waited on the holder's mutex: {by:?}"
+    );
+    let (_, by) = waited_on(holder);
+    let blocked: f64 = by
+        .iter()
+        .filter(|(k, _)| k.starts_with("blocked"))
+        .map(|(_, ms)| ms)
+        .sum();
+    let on_disk = by
+        .get("blocked (uninterruptible): disk I/O")
+        .copied()
+        .unwrap_or(0.0);
+    eprintln!("why: holder waited on: {by:?}");
+    assert!(
+        blocked > 0.0 && on_disk >= 0.9 * blocked,
+        "the holder's blocked waits are its reads: {on_disk:.1} of {blocked:.1} ms on disk I/O: {by:?}"
+    );
 }
 
 /// Check that `report --why` answers for a past incident from the agent's
@@ -325,6 +391,21 @@ fn a_past_request_is_charged_along_its_chain_from_the_store() {
         !devices.is_empty() && devices.iter().all(|d| *d == disk.name),
         "the I/O is on {}: {devices:?}",
         disk.name
+    );
+    // What the client waited on survives the store: its replies' pipe.
+    let kinds: Vec<String> = profile
+        .threads()
+        .into_iter()
+        .filter(|t| t.tid() == client)
+        .flat_map(|t| t.markers())
+        .filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping")
+        .map(|(_, d)| d["waitedOn"].as_str().unwrap_or("(none)").to_string())
+        .collect();
+    let pipe = kinds.iter().filter(|k| *k == "pipe").count();
+    assert!(
+        !kinds.is_empty() && pipe * 10 >= kinds.len() * 9,
+        "the client's sleeps from the store waited on its pipe: {pipe} of {}",
+        kinds.len()
     );
 }
 

@@ -14,3 +14,4 @@ pub mod stack_end;
 pub mod stack_tree;
 pub mod strings;
 pub mod symbols;
+pub mod wait_kind;

@@ -2,13 +2,16 @@
 //! short waits summed per waker, its block I/O; a CPU's slices.
 //!
 //! In: the recording's marker records of one track, the track's table
-//! builder (a marker's stack is a stack of its thread). Out: the track's
+//! builder (a marker's stack is a stack of its thread), and its off-CPU
+//! samples (a wait's own stack: what it waited on, from its kernel
+//! functions, `model::wait_kind`). Out: the track's
 //! [`Markers`] columns, sorted by start, and the `markerSchema` that tells
 //! the Firefox Profiler how to show each kind.
 
 use crate::model::recording::{
-    MarkerRecord, OffCpuReason, Recording, ShortWaker, SliceKind, Waker,
+    MarkerRecord, OffCpuReason, OffCpuSamples, Recording, ShortWaker, SliceKind, Waker,
 };
+use crate::model::stack_tree::NO_PARENT;
 
 use super::category;
 use super::schema::{Cause, MarkerData, Markers};
@@ -17,11 +20,13 @@ use super::tables::ThreadTables;
 pub(super) fn build_markers(
     rec: &Recording,
     list: &[MarkerRecord],
+    waits: Option<&OffCpuSamples>,
     tables: &mut ThreadTables,
     idle: bool,
     ms: &dyn Fn(u64) -> f64,
 ) -> Markers {
     let mut m = Markers::default();
+    let waited_on = waited_on(rec, list, waits);
     let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
     sorted.sort_by_key(|r| marker_start(r));
     // The thread's requests, for the waits they ended: (created, completed, index).
@@ -73,7 +78,12 @@ pub(super) fn build_markers(
                 cpus,
                 waker_stack,
             } => (
-                format!("Off-CPU: {}", reason.label()),
+                // What it waited on in the name too: the Marker Chart gives
+                // each name a row (locks apart from pipes), the table shows it.
+                match waited_on.get(start_ns) {
+                    Some(on) => format!("Off-CPU: {} on {on}", reason.label()),
+                    None => format!("Off-CPU: {}", reason.label()),
+                },
                 category::OFF_CPU,
                 *start_ns,
                 *end_ns,
@@ -100,6 +110,7 @@ pub(super) fn build_markers(
                     }),
                     cpu_out: cpus.0,
                     cpu_in: cpus.1,
+                    waited_on: waited_on.get(start_ns).copied(),
                     color: off_cpu_color(*reason, waker.as_ref()),
                     request: waker
                         .as_ref()
@@ -220,6 +231,55 @@ pub(super) fn build_markers(
     m
 }
 
+/// What each off-CPU marker's wait waited on, by its start: the kernel
+/// functions of the off-CPU sample that starts with it (the same interval).
+/// Only the markers' starts are looked up, not every short wait's.
+fn waited_on(
+    rec: &Recording,
+    list: &[MarkerRecord],
+    waits: Option<&OffCpuSamples>,
+) -> rustc_hash::FxHashMap<u64, &'static str> {
+    let mut out = rustc_hash::FxHashMap::default();
+    let Some(waits) = waits else {
+        return out;
+    };
+    let starts: rustc_hash::FxHashSet<u64> = list
+        .iter()
+        .filter_map(|m| match m {
+            // A preempted thread waited for a CPU, whatever it was doing.
+            MarkerRecord::OffCpu {
+                start_ns, reason, ..
+            } if *reason != OffCpuReason::Preempted => Some(*start_ns),
+            _ => None,
+        })
+        .collect();
+    if starts.is_empty() {
+        return out;
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (&t, &stack) in waits.time_ns.iter().zip(&waits.stack) {
+        if !starts.contains(&t) || out.contains_key(&t) {
+            continue;
+        }
+        names.clear();
+        let mut node = stack;
+        while node != NO_PARENT && (node as usize) < rec.stacks.len() {
+            if let Some(f) = rec.frames.get(rec.stacks.key(node) as usize) {
+                if f.kernel {
+                    // Inlined functions innermost first, as the stack runs.
+                    names.extend(f.symbols.funcs.iter().rev().map(|s| s.name.as_str()));
+                }
+            }
+            node = rec.stacks.parent(node);
+        }
+        names.reverse();
+        if let Some(kind) = crate::model::wait_kind::classify(&names) {
+            out.insert(t, kind);
+        }
+    }
+    out
+}
+
 fn marker_start(r: &MarkerRecord) -> u64 {
     match r {
         MarkerRecord::OffCpu { start_ns, .. }
@@ -270,6 +330,7 @@ pub(super) fn marker_schema() -> serde_json::Value {
             "colorField": "color",
             "fields": [
                 { "key": "reason", "label": "Reason", "format": "string" },
+                { "key": "waitedOn", "label": "Waited on", "format": "string" },
                 { "key": "runDelay", "label": "Run-queue delay", "format": "duration" },
                 { "key": "waker", "label": "Woken by", "format": "string" },
                 { "key": "wakerPid", "label": "Waker", "format": "pid" },

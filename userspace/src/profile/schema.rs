@@ -352,6 +352,10 @@ pub enum MarkerData {
         cpu_out: u32,
         #[serde(skip_deserializing)]
         cpu_in: u32,
+        /// What it waited on (a lock, a pipe, the disk...), from its stack's
+        /// kernel functions; left out where they do not say.
+        #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
+        waited_on: Option<&'static str>,
         /// What ended it, as the marker chart's color (`colorField`).
         #[serde(skip_deserializing)]
         color: &'static str,

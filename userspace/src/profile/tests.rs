@@ -1261,6 +1261,7 @@ fn tooltips_leave_out_empty_fields() {
         waker_context: None,
         cpu_out: 0,
         cpu_in: 1,
+        waited_on: None,
         color: "grey",
         request: None,
         cause: None,

@@ -737,7 +737,10 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts) {
             Some("OffCpu") if e > s => facts.waits.push(Wait {
                 start: s,
                 end: e,
-                reason: d["reason"].as_str().unwrap_or("other").to_string(),
+                reason: match (d["reason"].as_str(), d["waitedOn"].as_str()) {
+                    (r, Some(on)) => format!("{} on {on}", r.unwrap_or("other")),
+                    (r, None) => r.unwrap_or("other").to_string(),
+                },
                 wake: e - d["runDelay"].as_f64().unwrap_or(0.0),
                 waker_tid: d["wakerTid"].as_u64().map(|t| t as u32),
                 context: d["wakerContext"].as_str().map(str::to_string),
