@@ -40,7 +40,9 @@
 //! what its waker did over the part of the span asked for, less the waker's
 //! own waits on the chain (a waker is not waiting for the thread it is
 //! about to wake: in a round trip, the two take turns), scaled to the run's
-//! time; its time after them is the thread's run-queue delay. That is an
+//! time; its time after them is the thread's run-queue delay, charged to
+//! the threads that held the CPUs it ran on over the span, by how long each
+//! held them (the run says neither its CPU nor its moments). That is an
 //! estimate, where markers are exact: it assumes the waits were spread
 //! evenly over the span.
 
@@ -403,6 +405,49 @@ impl Threads {
         put("runnable", tid, None, ((b - a) - held).max(0.0));
     }
 
+    /// Charge `ms` of thread `tid`'s run-queue time somewhere in `[a, b]`
+    /// (a short run's: its CPU and moments are not known) to the threads
+    /// that held the CPUs it ran on there (all CPUs if it ran on none), by
+    /// how long each held them: an estimate, as the run's other charges
+    /// are. Without per-CPU tracks, or nobody else on them, its own queue.
+    fn charge_queue_spread(
+        &self,
+        tid: u32,
+        a: f64,
+        b: f64,
+        ms: f64,
+        put: &mut impl FnMut(&'static str, u32, Option<String>, f64),
+    ) {
+        if ms <= 0.0 {
+            return;
+        }
+        let ran_on = |slices: &&Vec<Slice>| overlapping(slices, a, b).any(|(t, _)| t == tid);
+        let mine: Vec<&Vec<Slice>> = self.cpus.values().filter(ran_on).collect();
+        let cpus: Vec<&Vec<Slice>> = if mine.is_empty() {
+            self.cpus.values().collect()
+        } else {
+            mine
+        };
+        let mut held: FxHashMap<u32, f64> = FxHashMap::default();
+        for slices in cpus {
+            for (t, ms) in overlapping(slices, a, b) {
+                if t != tid && ms > 0.0 {
+                    *held.entry(t).or_default() += ms;
+                }
+            }
+        }
+        let total: f64 = held.values().sum();
+        if total <= 0.0 {
+            put("runnable", tid, None, ms);
+            return;
+        }
+        let mut holders: Vec<(u32, f64)> = held.into_iter().collect();
+        holders.sort_unstable_by_key(|&(t, _)| t);
+        for (holder, w) in holders {
+            put("holding its CPU", holder, None, ms * w / total);
+        }
+    }
+
     /// Charge `[a, b]` of thread `tid`'s time: its waits inside it along
     /// their own chains, its short waits' share likewise, the rest as
     /// running.
@@ -544,7 +589,7 @@ impl Threads {
             );
             return;
         }
-        put("runnable", tid, None, r.off_cpu * share - waited);
+        self.charge_queue_spread(tid, a, b, r.off_cpu * share - waited, &mut put);
         if waited <= 0.0 {
             return;
         }
@@ -573,10 +618,20 @@ impl Threads {
                 }
             }
             ("several", _) => put("several wakers", tid, None, waited),
-            ("none", _) => put("runnable", tid, None, waited),
+            ("none", _) => self.charge_queue_spread(tid, a, b, waited, &mut put),
             _ => put("unknown waker", tid, None, waited),
         }
     }
+}
+
+/// The slices of one CPU (sorted, apart) that overlap `[a, b]`: (tid, ms
+/// of overlap).
+fn overlapping(slices: &[Slice], a: f64, b: f64) -> impl Iterator<Item = (u32, f64)> + '_ {
+    let first = slices.partition_point(|s| s.end <= a);
+    slices[first..]
+        .iter()
+        .take_while(move |s| s.start < b)
+        .map(move |s| (s.tid, s.end.min(b) - s.start.max(a)))
 }
 
 /// The part of run `r` in `[from, to]`: (start, end, share of the run).
@@ -980,6 +1035,54 @@ mod tests {
             "{total} vs {}",
             why.off_cpu_ms
         );
+    }
+
+    /// Check a short run's run-queue time: 3 of its 4 ms were runnable
+    /// (1 before its wakeup, by a thread with no track), charged to the
+    /// threads that held the CPU it ran on over its span, by how long:
+    /// thread 3 held CPU 0 6 ms of it and thread 4 2 ms (CPU 1, where it
+    /// did not run, does not count).
+    #[test]
+    fn short_waits_queue_is_charged_to_the_cpus_holders() {
+        let on = |tid: u32| serde_json::json!({ "type": "OnCpu", "tid": tid });
+        let cpu = |n: u32, slices: Vec<(f64, f64, Value)>| {
+            let mut t = thread(0, 10_000_000 + n, &format!("CPU {n}"), slices);
+            t["pid"] = "machine".into();
+            t
+        };
+        let profile = serde_json::json!({
+            "meta": { "categories": [], "interval": 1.0 },
+            "threads": [
+                thread(1, 1, "client", vec![(0.0, 10.0, short(5, 4.0, 1.0, Some(9), "task"))]),
+                thread(1, 3, "a", vec![]),
+                thread(1, 4, "b", vec![]),
+                thread(1, 5, "c", vec![]),
+                // Read half an interval earlier: 1 on 0-2, 3 on 2-8, 4 on 8-10.
+                cpu(0, vec![(0.5, 2.5, on(1)), (2.5, 8.5, on(3)), (8.5, 10.5, on(4))]),
+                cpu(1, vec![(0.5, 10.5, on(5))]),
+            ],
+        });
+        let why = Threads::read(&profile).why(&[1], 0.0, 10.0, 5);
+        let get = |tid: u32, what: &str| -> f64 {
+            why.blame
+                .iter()
+                .filter(|(c, _)| c.tid == tid && c.what == what)
+                .map(|(_, ms)| ms)
+                .sum()
+        };
+        assert!(
+            (get(3, "holding its CPU") - 2.25).abs() < 1e-9,
+            "{:?}",
+            why.blame
+        );
+        assert!(
+            (get(4, "holding its CPU") - 0.75).abs() < 1e-9,
+            "{:?}",
+            why.blame
+        );
+        assert_eq!(get(5, "holding its CPU"), 0.0, "{:?}", why.blame);
+        assert!((get(9, "running") - 1.0).abs() < 1e-9, "{:?}", why.blame);
+        assert!((why.off_cpu_ms - 4.0).abs() < 1e-9, "{}", why.off_cpu_ms);
     }
 
     /// Check a chain: a client waits 100 ms on a server (woken 1 ms late),
