@@ -775,19 +775,23 @@ fn wakers_named(t: &Value, out: &mut FxHashMap<u32, (u32, String)>) {
     }
 }
 
-fn read_markers(t: &Value, facts: &mut ThreadFacts) {
-    let m = &t["markers"];
-    let (Some(data), Some(start), Some(end)) = (
-        m["data"].as_array(),
-        m["startTime"].as_array(),
-        m["endTime"].as_array(),
-    ) else {
-        return;
+/// A track's markers: (data, start, end), those with both times.
+fn markers_of(t: &Value) -> impl Iterator<Item = (&Value, f64, f64)> {
+    let column = |key: &str| {
+        t["markers"][key]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     };
-    for ((d, s), e) in data.iter().zip(start).zip(end) {
-        let (Some(s), Some(e)) = (s.as_f64(), e.as_f64()) else {
-            continue;
-        };
+    let (data, start, end) = (column("data"), column("startTime"), column("endTime"));
+    data.iter()
+        .zip(start)
+        .zip(end)
+        .filter_map(|((d, s), e)| Some((d, s.as_f64()?, e.as_f64()?)))
+}
+
+fn read_markers(t: &Value, facts: &mut ThreadFacts) {
+    for (d, s, e) in markers_of(t) {
         match d["type"].as_str() {
             Some("OffCpu") if e > s => facts.waits.push(Wait {
                 start: s,
@@ -850,22 +854,9 @@ fn read_cpu_track(t: &Value, interval: f64, cpus: &mut FxHashMap<u32, Vec<Slice>
     else {
         return;
     };
-    let m = &t["markers"];
-    let (Some(data), Some(start), Some(end)) = (
-        m["data"].as_array(),
-        m["startTime"].as_array(),
-        m["endTime"].as_array(),
-    ) else {
-        return;
-    };
     let slices = cpus.entry(cpu).or_default();
-    for ((d, s), e) in data.iter().zip(start).zip(end) {
-        if let (Some("OnCpu"), Some(s), Some(e), Some(tid)) = (
-            d["type"].as_str(),
-            s.as_f64(),
-            e.as_f64(),
-            d["tid"].as_u64(),
-        ) {
+    for (d, s, e) in markers_of(t) {
+        if let (Some("OnCpu"), Some(tid)) = (d["type"].as_str(), d["tid"].as_u64()) {
             if e > s {
                 slices.push(Slice {
                     start: s - interval / 2.0,
@@ -945,6 +936,42 @@ mod tests {
         serde_json::json!({ "type": "OffCpu", "reason": reason, "runDelay": run_delay, "wakerTid": waker, "wakerContext": context })
     }
 
+    /// A per-CPU track of CPU `n` with these slices (OnCpu or CpuIdle data).
+    fn cpu_track(n: u32, slices: Vec<(f64, f64, Value)>) -> Value {
+        let mut t = thread(
+            0,
+            crate::profile::CPU_TRACK_TID_BASE + n,
+            &format!("CPU {n}"),
+            slices,
+        );
+        t["pid"] = crate::profile::MACHINE_PID.into();
+        t
+    }
+
+    /// A slice of `tid` running.
+    fn on(tid: u32) -> Value {
+        serde_json::json!({ "type": "OnCpu", "tid": tid })
+    }
+
+    /// Check that `why` charges `ms` to `tid` as `what`.
+    fn assert_charged(why: &Why, tid: u32, what: &str, ms: f64) {
+        let got = charged(why, tid, what);
+        assert!(
+            (got - ms).abs() < 1e-9,
+            "{tid} {what}: {got} ms, not {ms}: {:?}",
+            why.blame
+        );
+    }
+
+    /// The ms `why` charges to `tid` as `what`.
+    fn charged(why: &Why, tid: u32, what: &str) -> f64 {
+        why.blame
+            .iter()
+            .filter(|(c, _)| c.tid == tid && c.what == what)
+            .map(|(_, ms)| ms)
+            .sum()
+    }
+
     /// A waker with no track of its own is named as the markers of the
     /// threads it woke name it, not as "tid N (not recorded)"; one no
     /// marker names stays so.
@@ -986,13 +1013,7 @@ mod tests {
         let mut woken = off("sleeping", 4.0, Some(9), Some("hard IRQ"));
         woken["cpuOut"] = 1.into();
         woken["cpuIn"] = 0.into();
-        let on = |tid: u32| serde_json::json!({ "type": "OnCpu", "tid": tid });
         let idle = serde_json::json!({ "type": "CpuIdle" });
-        let cpu = |n: u32, slices: Vec<(f64, f64, Value)>| {
-            let mut t = thread(0, 10_000_000 + n, &format!("CPU {n}"), slices);
-            t["pid"] = "machine".into();
-            t
-        };
         let profile = serde_json::json!({
             "meta": { "categories": [], "interval": 1.0 },
             "threads": [
@@ -1002,33 +1023,18 @@ mod tests {
                 // Read as [x - 0.5, y - 0.5]: the waiter's own slice ends at
                 // 10.2 (a gap to a's at 10.5 that is a's), a 10.5-20.5,
                 // b 20.5-29.7 (a trailing gap of 0.3 that is b's).
-                cpu(1, vec![(5.0, 10.7, on(1)), (11.0, 21.0, on(2)), (21.0, 30.2, on(3)), (30.5, 40.0, on(1))]),
+                cpu_track(1, vec![(5.0, 10.7, on(1)), (11.0, 21.0, on(2)), (21.0, 30.2, on(3)), (30.5, 40.0, on(1))]),
                 // 50-51 a, 51-53 idle, 53-54 b.
-                cpu(0, vec![(50.5, 51.5, on(2)), (51.5, 53.5, idle), (53.5, 60.5, on(3))]),
+                cpu_track(0, vec![(50.5, 51.5, on(2)), (51.5, 53.5, idle), (53.5, 60.5, on(3))]),
             ],
         });
         let why = Threads::read(&profile).why(&[1], 0.0, 100.0, 5);
-        let get = |tid: u32, what: &str| -> f64 {
-            why.blame
-                .iter()
-                .filter(|(c, _)| c.tid == tid && c.what == what)
-                .map(|(_, ms)| ms)
-                .sum()
-        };
         // a: 10-20.5 (its lead gap 10-10.5 included) and 50-51; b: 20.5-30
         // (its trailing gap 29.7-30 included) and 53-54.
-        assert!(
-            (get(2, "holding its CPU") - 11.5).abs() < 1e-9,
-            "{:?}",
-            why.blame
-        );
-        assert!(
-            (get(3, "holding its CPU") - 10.5).abs() < 1e-9,
-            "{:?}",
-            why.blame
-        );
-        assert!((get(1, "timer") - 10.0).abs() < 1e-9, "{:?}", why.blame);
-        assert!((get(1, "runnable") - 2.0).abs() < 1e-9, "{:?}", why.blame);
+        assert_charged(&why, 2, "holding its CPU", 11.5);
+        assert_charged(&why, 3, "holding its CPU", 10.5);
+        assert_charged(&why, 1, "timer", 10.0);
+        assert_charged(&why, 1, "runnable", 2.0);
         let total: f64 = why.blame.iter().map(|(_, ms)| ms).sum();
         assert!(
             (total - why.off_cpu_ms).abs() < 1e-9,
@@ -1044,12 +1050,6 @@ mod tests {
     /// did not run, does not count).
     #[test]
     fn short_waits_queue_is_charged_to_the_cpus_holders() {
-        let on = |tid: u32| serde_json::json!({ "type": "OnCpu", "tid": tid });
-        let cpu = |n: u32, slices: Vec<(f64, f64, Value)>| {
-            let mut t = thread(0, 10_000_000 + n, &format!("CPU {n}"), slices);
-            t["pid"] = "machine".into();
-            t
-        };
         let profile = serde_json::json!({
             "meta": { "categories": [], "interval": 1.0 },
             "threads": [
@@ -1058,30 +1058,16 @@ mod tests {
                 thread(1, 4, "b", vec![]),
                 thread(1, 5, "c", vec![]),
                 // Read half an interval earlier: 1 on 0-2, 3 on 2-8, 4 on 8-10.
-                cpu(0, vec![(0.5, 2.5, on(1)), (2.5, 8.5, on(3)), (8.5, 10.5, on(4))]),
-                cpu(1, vec![(0.5, 10.5, on(5))]),
+                cpu_track(0, vec![(0.5, 2.5, on(1)), (2.5, 8.5, on(3)), (8.5, 10.5, on(4))]),
+                cpu_track(1, vec![(0.5, 10.5, on(5))]),
             ],
         });
         let why = Threads::read(&profile).why(&[1], 0.0, 10.0, 5);
-        let get = |tid: u32, what: &str| -> f64 {
-            why.blame
-                .iter()
-                .filter(|(c, _)| c.tid == tid && c.what == what)
-                .map(|(_, ms)| ms)
-                .sum()
-        };
-        assert!(
-            (get(3, "holding its CPU") - 2.25).abs() < 1e-9,
-            "{:?}",
-            why.blame
-        );
-        assert!(
-            (get(4, "holding its CPU") - 0.75).abs() < 1e-9,
-            "{:?}",
-            why.blame
-        );
+        let get = |tid: u32, what: &str| charged(&why, tid, what);
+        assert_charged(&why, 3, "holding its CPU", 2.25);
+        assert_charged(&why, 4, "holding its CPU", 0.75);
         assert_eq!(get(5, "holding its CPU"), 0.0, "{:?}", why.blame);
-        assert!((get(9, "running") - 1.0).abs() < 1e-9, "{:?}", why.blame);
+        assert_charged(&why, 9, "running", 1.0);
         assert!((why.off_cpu_ms - 4.0).abs() < 1e-9, "{}", why.off_cpu_ms);
     }
 
@@ -1104,25 +1090,18 @@ mod tests {
         let why = threads.why(&[1], 0.0, 1000.0, 5);
         assert_eq!(why.waits, 2);
         assert!((why.off_cpu_ms - 110.0).abs() < 1e-9);
-        let get = |tid: u32, what: &str| {
-            why.blame
-                .iter()
-                .filter(|(c, _)| c.tid == tid && c.what == what)
-                .map(|(_, ms)| ms)
-                .sum::<f64>()
-        };
-        assert!((get(1, "runnable") - 1.0).abs() < 1e-9, "{:?}", why.blame);
-        assert!((get(1, "timer") - 10.0).abs() < 1e-9, "{:?}", why.blame);
+        assert_charged(&why, 1, "runnable", 1.0);
+        assert_charged(&why, 1, "timer", 10.0);
         // The server ran 0-10 and 70-99 of the client's wait: 39 ms.
-        assert!((get(2, "running") - 39.0).abs() < 1e-9, "{:?}", why.blame);
+        assert_charged(&why, 2, "running", 39.0);
         // The holder: I/O 15-54.5 (its wakeup 0.5 ms before it ran), runnable 0.5, running the rest of 10-70.
-        assert!((get(3, "I/O") - 39.5).abs() < 1e-9, "{:?}", why.blame);
+        assert_charged(&why, 3, "I/O", 39.5);
         assert!(why
             .blame
             .iter()
             .any(|(c, _)| c.what == "I/O" && c.device.as_deref() == Some("vda")));
-        assert!((get(3, "runnable") - 0.5).abs() < 1e-9, "{:?}", why.blame);
-        assert!((get(3, "running") - 20.0).abs() < 1e-9, "{:?}", why.blame);
+        assert_charged(&why, 3, "runnable", 0.5);
+        assert_charged(&why, 3, "running", 20.0);
         let total: f64 = why.blame.iter().map(|(_, ms)| ms).sum();
         assert!(
             (total - why.off_cpu_ms).abs() < 1e-9,
@@ -1154,16 +1133,10 @@ mod tests {
         });
         let threads = Threads::read(&profile);
         let why = threads.why(&[1], 0.0, 1000.0, 5);
-        let get = |tid: u32, what: &str| {
-            why.blame
-                .iter()
-                .filter(|(c, _)| c.tid == tid && c.what == what)
-                .map(|(_, ms)| ms)
-                .sum::<f64>()
-        };
+        let get = |tid: u32, what: &str| charged(&why, tid, what);
         assert!((why.off_cpu_ms - 68.0).abs() < 1e-9, "{}", why.off_cpu_ms);
         assert_eq!(why.waits, 1010);
-        assert!((get(1, "runnable") - 12.0).abs() < 1e-9, "{:?}", why.blame);
+        assert_charged(&why, 1, "runnable", 12.0);
         // Over 0-100 the server waited 10 ms on the third thread (which ran
         // then), 30 on the client (dropped: a cycle), and ran 60: the
         // client's 50 ms go 60:10.
