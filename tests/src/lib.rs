@@ -416,14 +416,15 @@ impl Profile {
 }
 
 impl ThreadView<'_> {
-    /// Process id; `u64::MAX` for a track of no process (the machine's
-    /// counters and the per-CPU tracks, `"machine"`; `"cpus"` in older
-    /// profiles), which no
-    /// real pid equals.
+    /// Process id; `u64::MAX` for a track of no process (the machine's and
+    /// the per-CPU tracks: pid "0" as the idle task's, but the front end's
+    /// parent process type "default"; `"machine"` or `"cpus"` in older
+    /// profiles), which no real pid equals.
     pub fn pid(&self) -> u64 {
         let pid = self.t["pid"].as_str().unwrap();
         match pid {
             "machine" | "cpus" => u64::MAX,
+            _ if self.t["processType"] == "default" => u64::MAX,
             _ => pid.parse().unwrap(),
         }
     }

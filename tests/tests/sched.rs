@@ -396,13 +396,13 @@ fn cpu_usage_counter_follows_the_load() {
     // The machine's counters hang under the machine's own track, which opens visible.
     let cpu = counters
         .iter()
-        .find(|c| c["name"] == "CPU usage" && c["pid"] == "machine")
+        .find(|c| c["name"] == "CPU usage" && c["pid"] == "0")
         .expect("machine CPU usage counter");
     let machine = profile.json["threads"]
         .as_array()
         .unwrap()
         .iter()
-        .position(|t| t["pid"] == "machine" && t["name"] == "Machine")
+        .position(|t| t["pid"] == "0" && t["name"] == "Machine")
         .expect("the machine's track");
     assert_eq!(cpu["mainThreadIndex"], machine);
     assert!(

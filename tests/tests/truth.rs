@@ -1001,6 +1001,7 @@ fn per_cpu_slices_are_idle_kernel_or_user() {
             } else if profile.threads().iter().any(|p| {
                 p.t["pid"] != "cpus"
                     && p.t["pid"] != "machine"
+                    && p.t["processType"] != "default"
                     && p.pid() == pid
                     && p.process_name().starts_with("spin")
             }) {

@@ -39,8 +39,8 @@ use crate::model::recording::{CounterRecord, ProcessRecord, Recording};
 
 pub use meta::{breakpad_id, HostInfo};
 pub use schema::Profile;
-pub use threads::MACHINE_PID;
 use threads::{build_cpu_track, build_machine_track, build_thread, initial_threads, TrackFacts};
+pub use threads::{is_machine_track, MACHINE_PID, OLD_MACHINE_PID};
 
 /// The processed profile format version we write.
 pub const PREPROCESSED_PROFILE_VERSION: u32 = 55;
@@ -119,7 +119,7 @@ fn build_after<'a>(
         .filter(|c| meta::counter_draws_something(c))
         .collect();
     // The CPUs' tracks are the machine's too: written with it.
-    let machine = (!rec.cpu_tracks.is_empty() || drawn.iter().any(|c| c.pid == 0)).then(|| {
+    let machine = threads::has_machine_track(rec).then(|| {
         tracks.push(TrackFacts {
             pid: None,
             main: true,

@@ -1064,7 +1064,7 @@ fn machine_counters_open_visible_and_blank_ones_are_left_out() {
     let threads = p["threads"].as_array().unwrap();
     let machine = threads
         .iter()
-        .position(|t| t["pid"] == "machine" && t["name"] == "Machine")
+        .position(|t| t["pid"] == MACHINE_PID && t["name"] == "Machine")
         .expect("the machine's track");
     assert_eq!(threads[machine]["isMainThread"], true);
     assert!(p["meta"]["initialVisibleThreads"]
@@ -1083,7 +1083,7 @@ fn machine_counters_open_visible_and_blank_ones_are_left_out() {
         let c = counters.iter().find(|c| c["name"] == name).unwrap();
         assert_eq!(
             (c["pid"].as_str(), c["mainThreadIndex"].as_u64()),
-            (Some("machine"), Some(machine as u64)),
+            (Some(MACHINE_PID), Some(machine as u64)),
             "{name}"
         );
     }
@@ -1102,11 +1102,13 @@ fn machine_counters_open_visible_and_blank_ones_are_left_out() {
     quiet.counters.retain(|c| c.pid != 0);
     quiet.cpu_tracks.clear();
     let q = build_profile(&quiet, &host(), Some(42)).to_value();
-    assert!(!q["threads"]
-        .as_array()
-        .unwrap()
+    let q_threads = q["threads"].as_array().unwrap();
+    assert!(!q_threads
         .iter()
-        .any(|t| t["pid"] == "machine"));
+        .any(|t| t["processType"] == "default" || t["name"] == "Machine"));
+    // The idle task is then its process's main thread, as any other.
+    let idle = q_threads.iter().find(|t| t["pid"] == "0").unwrap();
+    assert_eq!(idle["isMainThread"], true);
 }
 
 /// Check that code no symbol covers is named one way wherever its library
@@ -1314,16 +1316,28 @@ fn the_machine_and_its_cpus_come_first() {
         .filter(|t| t["processType"] == "default")
         .map(|t| (t["pid"].as_str().unwrap(), t["name"].as_str().unwrap()))
         .collect();
-    let machine_pid = threads.iter().filter(|t| t["pid"] == "machine");
+    // The machine's pid is the kernel's, 0, which the front end does not
+    // write under the track's name ("PID: machine" it did write).
+    assert_eq!(MACHINE_PID, "0");
+    let machine_pid = threads
+        .iter()
+        .filter(|t| t["pid"] == MACHINE_PID && t["processType"] == "default");
     assert_eq!(
         default.len(),
         machine_pid.clone().count(),
         "only the machine's tracks are the parent process: {default:?}"
     );
-    assert!(
-        default.iter().all(|(pid, _)| *pid == "machine"),
-        "{default:?}"
-    );
+    // The idle task's thread joins them, and does not lead them: one main
+    // thread for pid 0, the machine's.
+    let pid0_main: Vec<&str> = threads
+        .iter()
+        .filter(|t| t["pid"] == MACHINE_PID && t["isMainThread"] == true)
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(pid0_main, ["Machine"]);
+    assert!(threads
+        .iter()
+        .any(|t| t["pid"] == MACHINE_PID && t["name"] == "swapper/0"));
     let cpus = machine_pid
         .clone()
         .filter(|t| t["name"].as_str().unwrap().starts_with("CPU "))

@@ -156,7 +156,8 @@ pub(super) fn build_thread(
     samples.thread_cpu_delta = Some(cpu_delta);
     let markers = build_markers(rec, &t.markers, Some(&t.off_cpu), &mut tables, idle, ms);
     let start = |ns: Option<u64>| ns.map(|v| ms(v).max(0.0)).unwrap_or(0.0);
-    let is_main = t.tid == p.pid;
+    // The idle task shares pid 0 with the machine's track, which leads.
+    let is_main = t.tid == p.pid && !(idle && has_machine_track(rec));
     // The container or service shows in the track's process name; the
     // profiler says what it is, so nobody takes it for the workload.
     let process_name = process_display_name(&p.name, p.cgroup.as_deref(), p.profiler);
@@ -289,7 +290,7 @@ fn track_of_no_process(
         name,
         pid: pid.to_string(),
         tid,
-        process_type: "default".into(),
+        process_type: MACHINE_PROCESS_TYPE.into(),
         process_name: Some(process_name.to_string()),
         process_executable: None,
         is_main_thread: false,
@@ -316,8 +317,35 @@ fn track_of_no_process(
     }
 }
 
-/// The pid of the machine's track (pids are strings in the format).
-pub const MACHINE_PID: &str = "machine";
+/// The pid of the machine's tracks (pids are strings in the format): the
+/// kernel's own, the idle task's, whose track joins them. The front end
+/// writes "PID: N" under every process's name but pid 0's; the machine's
+/// row read "PID: machine" when it had a pid of its own.
+pub const MACHINE_PID: &str = "0";
+
+/// Whether a track of `process_type` is one of the machine's (the front
+/// end's parent process type, which no process's track has).
+pub fn is_machine_track(process_type: &str) -> bool {
+    process_type == MACHINE_PROCESS_TYPE
+}
+
+/// The process type of the machine's tracks.
+const MACHINE_PROCESS_TYPE: &str = "default";
+
+/// The machine's tracks' pid in profiles written before it was
+/// [`MACHINE_PID`] (`report` reads those too).
+pub const OLD_MACHINE_PID: &str = "machine";
+
+/// Whether the recording has a machine track ([`build_machine_track`]):
+/// CPUs' tracks to hold, or machine-wide counters to draw. Then the idle
+/// task's thread (pid 0) sits under it, and is not its main thread.
+pub(super) fn has_machine_track(rec: &Recording) -> bool {
+    !rec.cpu_tracks.is_empty()
+        || rec
+            .counters
+            .iter()
+            .any(|c| c.pid == 0 && super::meta::counter_draws_something(c))
+}
 
 /// The process type of every process's tracks: not the front end's parent
 /// process ("default", the machine's), so they sort by activity after it.

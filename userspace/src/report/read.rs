@@ -13,7 +13,8 @@ pub(super) trait ThreadRead {
     /// Every index the report follows stays in its table, so reading it
     /// cannot panic whatever the file says.
     fn consistent(&self) -> bool;
-    /// The pid, None for a track of no process (the per-CPU tracks).
+    /// The pid, None for a track of no process (the machine's and the
+    /// per-CPU tracks).
     fn pid(&self) -> Option<u32>;
     /// The tid.
     fn tid(&self) -> Option<u32>;
@@ -91,6 +92,9 @@ impl ThreadRead for Thread {
     }
 
     fn pid(&self) -> Option<u32> {
+        if crate::profile::is_machine_track(&self.process_type) {
+            return None;
+        }
         self.pid.parse().ok()
     }
 

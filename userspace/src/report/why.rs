@@ -170,8 +170,12 @@ impl Threads {
         for t in profile["threads"].as_array().into_iter().flatten() {
             wakers_named(t, &mut named_by_wakees);
             read_cpu_track(t, interval, &mut cpus);
+            let machine = crate::profile::is_machine_track(t["processType"].as_str().unwrap_or(""));
             let (Some(pid), Some(tid)) = (
-                t["pid"].as_str().and_then(|p| p.parse().ok()),
+                t["pid"]
+                    .as_str()
+                    .filter(|_| !machine)
+                    .and_then(|p| p.parse().ok()),
                 t["tid"].as_u64(),
             ) else {
                 continue;
@@ -844,12 +848,16 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts) {
 
 /// A per-CPU track's slices (`OnCpu` markers; idle ones are `CpuIdle`),
 /// into `cpus`; any other track adds nothing. The track is the machine's
-/// (pid "machine") with tid CPU_TRACK_TID_BASE + cpu.
+/// (its pid, "0", or "machine" in older profiles) with tid
+/// CPU_TRACK_TID_BASE + cpu.
 fn read_cpu_track(t: &Value, interval: f64, cpus: &mut FxHashMap<u32, Vec<Slice>>) {
     let base = crate::profile::CPU_TRACK_TID_BASE as u64;
     let Some(cpu) = t["tid"]
         .as_u64()
-        .filter(|&tid| t["pid"] == crate::profile::MACHINE_PID && tid >= base)
+        .filter(|&tid| {
+            (t["pid"] == crate::profile::MACHINE_PID || t["pid"] == crate::profile::OLD_MACHINE_PID)
+                && tid >= base
+        })
         .map(|tid| (tid - base) as u32)
     else {
         return;
