@@ -184,7 +184,7 @@ fn record_victim(
     for t in profile
         .process_threads(pid)
         .into_iter()
-        .filter(|t| t.name() == "recurse")
+        .filter(|t| t.name().starts_with("recurse"))
     {
         for s in t.on_cpu_stacks(&profile.categories()) {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();

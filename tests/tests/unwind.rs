@@ -820,7 +820,7 @@ fn recurse_chains(
     for t in profile
         .process_threads(pid)
         .into_iter()
-        .filter(|t| t.name() == "recurse")
+        .filter(|t| t.name().starts_with("recurse"))
     {
         for s in t.on_cpu_stacks(&profile.categories()) {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
@@ -1086,7 +1086,7 @@ exec "$@""#;
     for t in profile
         .process_threads(pid)
         .into_iter()
-        .filter(|t| t.name() == "recurse")
+        .filter(|t| t.name().starts_with("recurse"))
     {
         for s in t.on_cpu_stacks(&profile.categories()) {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
@@ -1694,11 +1694,88 @@ fn javac_stacks_reach_the_thread_root() {
         .expect("a selected thread") as usize;
     let t = &profile.threads()[selected];
     assert!(
-        t.process_name() == "javac" && t.name() == "javac" && t.tid() != t.pid(),
+        t.process_name() == "javac" && t.name().starts_with("javac") && t.tid() != t.pid(),
         "opens on {} ({}/{}) of {}",
         t.name(),
         t.pid(),
         t.tid(),
         t.process_name()
+    );
+}
+
+/// Check that threads nobody named are told apart by the routine they were
+/// started with: node's three worker threads (all "node" to the kernel)
+/// are `node (Worker::StartThread #K)`, K node's own `threadId` for the
+/// thread each worker said it ran on (`workers.js`, from
+/// `/proc/thread-self/stat`); no two of node's threads share a name (one
+/// whose stacks never reached its start is `node (tid N)`), and the main
+/// thread keeps its own.
+#[test]
+fn unnamed_threads_are_named_by_their_start_routine() {
+    let test = "unnamed_threads_are_named_by_their_start_routine";
+    if !can_record(test) {
+        return;
+    }
+    let Some(node) = node(test) else {
+        return;
+    };
+    let dir = scratch(test);
+    let out_path = dir.join("p.json.gz");
+    let script = workspace_root().join("tests/workloads/workers.js");
+    let out = std::process::Command::new(sysprof_bin())
+        .current_dir(&dir)
+        .args(["record", "-o"])
+        .arg(&out_path)
+        .arg("--")
+        .arg(&node)
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").expect("workers.js printed its pid");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    let workers: Vec<(u64, u64)> = said
+        .lines()
+        .filter_map(|l| {
+            let l = l.strip_prefix("worker ")?;
+            let num = |key: &str| -> Option<u64> {
+                l.split(' ')
+                    .find_map(|kv| kv.strip_prefix(key))?
+                    .parse()
+                    .ok()
+            };
+            Some((num("thread_id=")?, num("tid=")?))
+        })
+        .collect();
+    assert_eq!(workers.len(), 3, "three workers said their thread: {said}");
+    let profile = Profile::load(&out_path);
+    let threads = profile.process_threads(pid);
+    let names: Vec<(u64, String)> = threads
+        .iter()
+        .map(|t| (t.tid(), t.name().to_string()))
+        .collect();
+    for (thread_id, tid) in &workers {
+        let name = names
+            .iter()
+            .find(|(t, _)| t == tid)
+            .map(|(_, n)| n.as_str());
+        assert_eq!(
+            name,
+            Some(format!("node (Worker::StartThread #{thread_id})").as_str()),
+            "worker {thread_id} ran on tid {tid}: {names:?}"
+        );
+    }
+    let main = names
+        .iter()
+        .find(|(t, _)| *t == pid)
+        .map(|(_, n)| n.as_str());
+    assert_eq!(main, Some("node"), "{names:?}");
+    let mut unique: Vec<&str> = names.iter().map(|(_, n)| n.as_str()).collect();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        names.len(),
+        "no two threads share a name: {names:?}"
     );
 }

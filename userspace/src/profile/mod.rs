@@ -28,6 +28,7 @@ mod markers;
 mod meta;
 pub(crate) mod schema;
 mod tables;
+mod thread_names;
 mod threads;
 pub mod warnings;
 
@@ -205,8 +206,9 @@ impl ThreadsOut<'_> {
         let rec = self.rec;
         let ms = |ns: u64| ms_since(rec, ns);
         for p in &rec.processes {
-            for t in &p.threads {
-                each(&build_thread(rec, p, t, &ms))?;
+            let names = thread_names::thread_names(rec, p);
+            for (t, name) in p.threads.iter().zip(names) {
+                each(&build_thread(rec, p, t, name, &ms))?;
             }
         }
         for (cpu, markers) in &rec.cpu_tracks {
@@ -273,14 +275,15 @@ impl<W: Write> ProfileWriter<W> {
         let ms = |ns: u64| ms_since(tables, ns);
         let mut main_thread_index: FxHashMap<u32, usize> = FxHashMap::default();
         for p in processes {
-            for t in &p.threads {
+            let names = thread_names::thread_names(tables, p);
+            for (t, name) in p.threads.iter().zip(names) {
                 if t.tid == p.pid || !main_thread_index.contains_key(&p.pid) {
                     main_thread_index.insert(p.pid, self.written.len());
                 }
                 if !self.written.is_empty() {
                     self.out.write_all(b",")?;
                 }
-                serde_json::to_writer(&mut self.out, &build_thread(tables, p, t, &ms))?;
+                serde_json::to_writer(&mut self.out, &build_thread(tables, p, t, name, &ms))?;
                 self.written.push(TrackFacts::of(p, t));
             }
         }

@@ -97,10 +97,13 @@ pub(super) fn initial_threads(
     (visible, selected.into_iter().collect())
 }
 
+/// Thread `t` of process `p`'s track, named `name` (see
+/// [`super::thread_names`]).
 pub(super) fn build_thread(
     rec: &Recording,
     p: &ProcessRecord,
     t: &ThreadRecord,
+    name: String,
     ms: &dyn Fn(u64) -> f64,
 ) -> Thread {
     let idle = p.pid == 0;
@@ -162,7 +165,7 @@ pub(super) fn build_thread(
     // profiler says what it is, so nobody takes it for the workload.
     let process_name = process_display_name(&p.name, p.cgroup.as_deref(), p.profiler);
     Thread {
-        name: t.name.clone(),
+        name,
         pid: p.pid.to_string(),
         tid: t.tid,
         // Not "default": the front end puts "default" processes (its
