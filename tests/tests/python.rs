@@ -1160,3 +1160,76 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Check, for each interpreter, that Python threads are named as the
+/// program named them with `threading` (CPython before 3.14 leaves them
+/// all "python3" in the kernel): every thread of `pythreads.py`, by the
+/// native id and name the thread itself printed — one longer than the
+/// kernel's 15 bytes, one not ASCII — is a track of that name, and the
+/// main thread keeps the program's name.
+#[test]
+fn python_threads_are_named_as_threading_named_them() {
+    let test = "python_threads_are_named_as_threading_named_them";
+    if !can_record(test) {
+        return;
+    }
+    let dir = scratch("python-threads");
+    let script = workspace_root().join("tests/workloads/pythreads.py");
+    for py in interpreters() {
+        let out_path = dir.join("p.json.gz");
+        let out = Command::new(sysprof_bin())
+            .args(["record", "--no-off-cpu", "-o"])
+            .arg(&out_path)
+            .arg("--")
+            .arg(&py)
+            .arg(&script)
+            .output()
+            .unwrap();
+        assert_success(&out);
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        let pid = field(&out.stdout, "pid").expect("pythreads.py printed its pid");
+        let threads: Vec<(String, u64)> = said
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("thread name=")?;
+                let (name, tid) = rest.rsplit_once(" tid=")?;
+                Some((name.to_string(), tid.parse().ok()?))
+            })
+            .collect();
+        assert_eq!(
+            threads.len(),
+            3,
+            "{}: three threads said their names: {said} {}",
+            py.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let profile = Profile::load(&out_path);
+        let tracks: Vec<(u64, String)> = profile
+            .process_threads(pid)
+            .iter()
+            .map(|t| (t.tid(), t.name().to_string()))
+            .collect();
+        for (name, tid) in &threads {
+            let track = tracks
+                .iter()
+                .find(|(t, _)| t == tid)
+                .map(|(_, n)| n.as_str());
+            assert_eq!(
+                track,
+                Some(name.as_str()),
+                "{}: thread {tid} is named {name} by threading: {tracks:?}",
+                py.display()
+            );
+        }
+        let main = tracks
+            .iter()
+            .find(|(t, _)| *t == pid)
+            .map(|(_, n)| n.as_str());
+        assert!(
+            main.is_some_and(|n| n.starts_with("python")),
+            "{}: the main thread keeps the program's name: {tracks:?}",
+            py.display()
+        );
+        eprintln!("python threads: {}: {tracks:?}", py.display());
+    }
+}

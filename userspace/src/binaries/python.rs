@@ -67,6 +67,12 @@ pub struct PyLayout {
     pub bytes_size: u64,
     /// `PyBytesObject.ob_sval`.
     pub bytes_data: u64,
+    /// `_PyRuntime.interpreters.head`: the main interpreter's state.
+    pub runtime_interp_head: u64,
+    /// `PyInterpreterState.modules` (`imports.modules` from 3.12): `sys.modules`.
+    pub interp_modules: u64,
+    /// `PyHeapTypeObject.ht_cached_keys`: the keys a class's instances share.
+    pub heaptype_cached_keys: u64,
 }
 
 const LAYOUTS: [PyLayout; 3] = [
@@ -94,6 +100,9 @@ const LAYOUTS: [PyLayout; 3] = [
         str_compact_data: 72,
         bytes_size: 16,
         bytes_data: 32,
+        runtime_interp_head: 40,
+        interp_modules: 888,
+        heaptype_cached_keys: 872,
     },
     PyLayout {
         minor: 12,
@@ -119,6 +128,9 @@ const LAYOUTS: [PyLayout; 3] = [
         str_compact_data: 56,
         bytes_size: 16,
         bytes_data: 32,
+        runtime_interp_head: 40,
+        interp_modules: 944,
+        heaptype_cached_keys: 880,
     },
     PyLayout {
         minor: 13,
@@ -144,6 +156,9 @@ const LAYOUTS: [PyLayout; 3] = [
         str_compact_data: 56,
         bytes_size: 16,
         bytes_data: 32,
+        runtime_interp_head: 632,
+        interp_modules: 7656,
+        heaptype_cached_keys: 880,
     },
 ];
 

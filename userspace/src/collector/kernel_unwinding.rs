@@ -35,6 +35,32 @@ impl Collector {
             self.warn(w);
         }
         self.give_jit_frames();
+        self.read_python_thread_names(false);
+    }
+
+    /// Read the CPython processes' thread names, every
+    /// [`PYTHON_NAMES_EVERY_NS`] unless `now` (a window's end): a thread
+    /// leaves `threading._active` as it ends, so names are read while the
+    /// threads run, not only when their window is written.
+    pub(super) fn read_python_thread_names(&mut self, now: bool) {
+        let Some(u) = self.unwinders.as_ref() else {
+            return;
+        };
+        let at = crate::sys::clock::monotonic_ns();
+        if !now
+            && at
+                < self
+                    .py_thread_names_at
+                    .saturating_add(PYTHON_NAMES_EVERY_NS)
+        {
+            return;
+        }
+        self.py_thread_names_at = at;
+        for pid in self.py_thread_names.take_sampled() {
+            if let Some(py) = u.python(pid) {
+                self.py_thread_names.refresh(pid, py, at);
+            }
+        }
     }
 
     /// Hand the JVMs' compiled frames that arrived to the unwinders.
@@ -60,3 +86,6 @@ impl Collector {
         self.unwinders.as_ref().and_then(|u| u.kernel_table_stats())
     }
 }
+
+/// How often CPython processes' thread names are read, ns.
+const PYTHON_NAMES_EVERY_NS: u64 = 250_000_000;

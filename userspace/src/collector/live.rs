@@ -136,6 +136,9 @@ impl Collector {
             u.retain_processes(|pid| self.table.processes.contains_key(&pid) || exists(pid));
             u.live_binaries(&mut live);
         }
+        let table = &self.table;
+        self.py_thread_names
+            .forget(|pid| !table.processes.contains_key(&pid) && !exists(pid));
         let released = self.binaries.release_unused(&live);
         if let Some(u) = self.unwinders.as_mut() {
             u.forget_binaries(&released);

@@ -29,6 +29,7 @@ mod live;
 mod options;
 mod process;
 mod python;
+mod python_threads;
 mod replay;
 mod sched;
 mod stacks;
@@ -137,6 +138,10 @@ pub struct Collector {
     java: hotspot::JavaFrames,
     /// JVMs asked for their perf maps.
     jvms: jvm::Jvms,
+    /// Python threads' names (`threading`), read from the interpreters.
+    py_thread_names: python_threads::PythonThreadNames,
+    /// When they were last read (a monotonic ns).
+    py_thread_names_at: u64,
     /// Reused buffer for a stack with its Python frames.
     merged: Vec<u64>,
 }
@@ -169,6 +174,8 @@ impl Collector {
             py_record: python::PythonFrames::default(),
             java: hotspot::JavaFrames::default(),
             jvms: jvm::Jvms::default(),
+            py_thread_names: Default::default(),
+            py_thread_names_at: 0,
             merged: Vec::with_capacity(128),
         }
     }
@@ -403,6 +410,7 @@ impl Collector {
                         .filter(|_| !k.python.is_empty())
                     {
                         Some(py) => {
+                            self.py_thread_names.sampled(s.pid);
                             python::merge(
                                 &self.unwound,
                                 k.python,

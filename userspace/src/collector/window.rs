@@ -225,6 +225,7 @@ impl Collector {
             self.options.elf_limits,
             &mut warnings,
         );
+        self.read_python_thread_names(true);
         let processes = self.window_processes(threads, &w.sample_comm, &range);
         let reported: FxHashSet<u32> = processes.iter().map(|p| p.pid).collect();
         w.stats.processes_without_data = self
@@ -332,6 +333,9 @@ impl Collector {
                 // 15 bytes of it ("C2 CompilerThre").
                 if let Some(full) = self.jvms.full_name(pid, tid, &name) {
                     name = full.to_string();
+                } else if let Some(given) = self.py_thread_names.name(pid, tid, &name, &p.comm) {
+                    // A Python thread by the name `threading` gave it.
+                    name = given.to_string();
                 }
                 list.push(ThreadRecord {
                     tid,

@@ -14,6 +14,7 @@ pub mod jvm;
 pub mod kernel;
 pub mod names;
 pub mod python;
+pub mod python_threads;
 
 use std::panic::AssertUnwindSafe;
 
