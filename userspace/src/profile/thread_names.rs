@@ -47,6 +47,8 @@ pub(super) fn thread_names(rec: &Recording, p: &ProcessRecord) -> Vec<String> {
             continue;
         }
         match start_routine(rec, t) {
+            // Named as its routine is: the routine says nothing more.
+            Some(routine) if routine == t.name => names.push(t.name.clone()),
             Some(routine) => {
                 let name = format!("{} ({routine})", t.name);
                 derived.entry(name.clone()).or_default().push(i);
