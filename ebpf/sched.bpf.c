@@ -909,9 +909,57 @@ static __always_inline __u32 fold_raw_state(bool preempt, unsigned long state)
 	return OFFCPU_OTHER;
 }
 
+/* Send the thread's short waits an interrupt woke, a run over the same
+ * span as its others, and reset them. */
+static __always_inline void flush_folded_irq(__u32 tid, struct thread_state *t)
+{
+	if (!t->irq_count[0] && !t->irq_count[1])
+		return;
+	struct folded_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		/* Kept: the next flush (or the end of the recording) carries them. */
+		count_drop(DROP_EVENTS_FULL);
+		return;
+	}
+	e->kind = RECORD_FOLDED;
+	e->pid = t->pid;
+	e->tid = tid;
+	e->_pad = 0;
+	e->first_ns = t->short_first;
+	e->last_ns = t->short_last;
+	e->ns[OFFCPU_PREEMPTED] = 0;
+	e->count[OFFCPU_PREEMPTED] = 0;
+	e->ns[OFFCPU_SLEEPING] = t->irq_ns[0];
+	e->count[OFFCPU_SLEEPING] = t->irq_count[0];
+	e->ns[OFFCPU_BLOCKED] = t->irq_ns[1];
+	e->count[OFFCPU_BLOCKED] = t->irq_count[1];
+	e->ns[OFFCPU_OTHER] = 0;
+	e->count[OFFCPU_OTHER] = 0;
+	e->wait_ns = t->irq_wait_ns;
+	e->waker_pid = 0;
+	e->waker_tid = 0;
+	e->waker_kind = FOLD_WAKER_IRQ;
+	e->_pad2 = 0;
+	t->irq_ns[0] = 0;
+	t->irq_ns[1] = 0;
+	t->irq_count[0] = 0;
+	t->irq_count[1] = 0;
+	t->irq_wait_ns = 0;
+	bpf_ringbuf_submit(e, submit_flags());
+}
+
 /* Send the thread's folded short waits and reset them. */
 static __always_inline void flush_folded(__u32 tid, struct thread_state *t)
 {
+	flush_folded_irq(tid, t);
+	if (t->irq_count[0] || t->irq_count[1])
+		return; /* the ring is full: all of the run waits for the next flush */
+	if (!t->short_count[0] && !t->short_count[1] && !t->short_count[2] && !t->short_count[3]) {
+		t->short_first = 0;
+		t->short_last = 0;
+		return;
+	}
 	struct folded_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 
 	if (!e) {
@@ -958,6 +1006,24 @@ static __noinline void fold_short(__u32 tid, struct thread_state *t, __u64 end)
 		__u32 kind = !woken ? FOLD_WAKER_UNSEEN : t->waker_irq ? FOLD_WAKER_IRQ : FOLD_WAKER_TASK;
 		__u32 waker_tid = kind == FOLD_WAKER_TASK ? t->waker_tid : 0;
 
+		if (kind == FOLD_WAKER_IRQ && (reason == OFFCPU_SLEEPING || reason == OFFCPU_BLOCKED)) {
+			__u32 slot = (reason - OFFCPU_SLEEPING) & 1;
+
+			t->irq_ns[slot] += delta;
+			t->irq_count[slot] += 1;
+			t->irq_wait_ns += t->wake_ts - t->off_ts;
+			if (!t->short_first)
+				t->short_first = t->off_ts;
+			t->short_last = end;
+			t->off_ts = 0;
+			t->off_flags = 0;
+			if (t->irq_ns[0] + t->irq_ns[1] + t->short_ns[0] + t->short_ns[1] + t->short_ns[2] + t->short_ns[3] >=
+				    fold_flush_ns ||
+			    end - t->short_first >= fold_span_ns)
+				flush_folded(tid, t);
+			return;
+		}
+
 		if (t->short_first && t->short_waker_kind != FOLD_WAKER_UNSET &&
 		    (t->short_waker_kind != kind || t->short_waker_tid != waker_tid)) {
 			if (t->short_wait_ns >= fold_waker_min_ns) {
@@ -982,7 +1048,8 @@ static __noinline void fold_short(__u32 tid, struct thread_state *t, __u64 end)
 	t->short_count[reason] += 1;
 	t->off_ts = 0;
 	t->off_flags = 0;
-	if (t->short_ns[0] + t->short_ns[1] + t->short_ns[2] + t->short_ns[3] >= fold_flush_ns ||
+	if (t->irq_ns[0] + t->irq_ns[1] + t->short_ns[0] + t->short_ns[1] + t->short_ns[2] + t->short_ns[3] >=
+		    fold_flush_ns ||
 	    end - t->short_first >= fold_span_ns)
 		flush_folded(tid, t);
 }

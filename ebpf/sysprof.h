@@ -467,6 +467,15 @@ struct thread_state {
 	__u32 waker_irq;        /* the last wakeup came from an interrupt */
 	__u32 wake_early;       /* the last wakeup came before its switch-out (see on_sched_waking) */
 	__u32 _pad_state;
+	/* The folded run's waits an interrupt woke (a device's completion, a
+	 * timer), sleeping [0] and blocked [1]: summed apart from its other
+	 * waits, sent as a run of their own over the same span, so they keep
+	 * their waker whoever else woke the thread between them (a server's
+	 * fdatasyncs, between requests its client wakes it for, were "several
+	 * wakers"). */
+	__u64 irq_ns[2];
+	__u64 irq_wait_ns;
+	__u32 irq_count[2];
 	/* Kernel-private: per slot, the user context and what it was (the
 	 * off-CPU state, or 1 for a wakeup and 2 for a request) of the last
 	 * stack sent, reused when it happens again from the same place. */

@@ -289,6 +289,108 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
     );
 }
 
+/// The block device a file lives on, as the kernel names the disk
+/// (`vda` for a file on `/dev/vda` or on a partition of it).
+fn disk_of(path: &std::path::Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).unwrap().dev();
+    let (major, minor) = (libc_major(dev), libc_minor(dev));
+    let sys = std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}"))
+        .unwrap_or_else(|e| panic!("no block device {major}:{minor} under /sys/dev/block: {e}"));
+    let disk = if sys.join("partition").exists() {
+        sys.parent().unwrap().to_path_buf()
+    } else {
+        sys
+    };
+    disk.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+fn libc_major(dev: u64) -> u64 {
+    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff)
+}
+
+fn libc_minor(dev: u64) -> u64 {
+    ((dev >> 12) & 0xffff_ff00) | (dev & 0xff)
+}
+
+/// Check that a request's wait on a server's fdatasync is charged to the
+/// disk, at the default marker threshold, where most of the server's waits
+/// in its syncs are too short for a marker each (`syncserve`: 64 KiB
+/// written and synced per request, ~0.2 ms a sync here). Of the client's
+/// off-CPU time over its requests, `report --why CLIENT` must charge to
+/// I/O on the file's disk at least 80 % of the time the server itself
+/// spent off the CPU in its fdatasyncs (their wall time less its CPU time:
+/// every sync lies inside one of the client's waits), and the blame must
+/// sum to the client's off-CPU time. Those short waits came as runs per
+/// waker; the server's, woken by turns by the client (its next request)
+/// and by the disk's completions, were one run of "several wakers" (20 of
+/// 79 ms of the client's wait, 47 % of the sync time charged to the disk).
+#[test]
+fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
+    let test = "fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold";
+    if !can_record(test) {
+        return;
+    }
+    let dir = scratch("why-fdatasync");
+    let exe = build_c("syncserve", &dir.join("syncserve"), &[]);
+    let data = dir.join("data");
+    let out_path = dir.join("p.json.gz");
+    let out = record(
+        &["--", exe.to_str().unwrap(), data.to_str().unwrap(), "300"],
+        &out_path,
+    );
+    assert_success(&out);
+    let f = |k: &str| field(&out.stdout, k).unwrap_or_else(|| panic!("syncserve printed no {k}"));
+    let client = f("client");
+    let sync_wait_ms = f("sync_wait_ns") as f64 / 1e6;
+    let sync_ms = f("sync_ns") as f64 / 1e6;
+    let disk = disk_of(&data);
+    let profile = Profile::load(&out_path);
+    let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_f64()
+        .unwrap();
+    let ms = |ns: u64| format!("{:.3}", (ns as f64 - anchor_ns) / 1e6);
+    let r = why_in(
+        &out_path,
+        client,
+        &[
+            "--from",
+            &ms(f("client_t0_ns")),
+            "--to",
+            &ms(f("client_t1_ns")),
+        ],
+    );
+    let off_cpu = r["off_cpu_ms"].as_f64().unwrap();
+    let total: f64 = r["blame"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["ms"].as_f64().unwrap())
+        .sum();
+    let on_disk: f64 = r["blame"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["what"] == "I/O" && b["device"] == disk.as_str())
+        .map(|b| b["ms"].as_f64().unwrap())
+        .sum();
+    let several = blamed(&r, None, &["several wakers"]);
+    eprintln!(
+        "why: client off-CPU {off_cpu:.1} ms, blame sums to {total:.1}; I/O on {disk} {on_disk:.1} ms, several wakers {several:.1}; \
+         the server's fdatasyncs {sync_ms:.1} ms, {sync_wait_ms:.1} of them off-CPU; blame {}",
+        r["blame"]
+    );
+    assert!(
+        (total - off_cpu).abs() <= 0.02 * off_cpu.max(1.0),
+        "every ms charged once: {total} of {off_cpu}"
+    );
+    assert!(
+        on_disk >= 0.8 * sync_wait_ms,
+        "{on_disk:.1} ms of the client's wait charged to {disk}, of the server's {sync_wait_ms:.1} ms off-CPU in fdatasync: {}",
+        r["blame"]
+    );
+}
+
 /// Check that `report --why` answers for a past incident from the agent's
 /// store: the same chain (client, server, holder and its disk) recorded by
 /// `sysprof agent` and written by `sysprof show` charges the client's

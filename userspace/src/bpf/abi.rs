@@ -531,6 +531,12 @@ pub struct ThreadState {
     pub wake_early: u32,
     /// Padding.
     pub _pad_state: u32,
+    /// The folded run's waits an interrupt woke, sleeping and blocked: time, ns.
+    pub irq_ns: [u64; 2],
+    /// Their time before their wakeups, ns.
+    pub irq_wait_ns: u64,
+    /// Their counts.
+    pub irq_count: [u32; 2],
     /// Kernel-private: the last stack sent per slot.
     pub cache: [StackCache; STACK_SLOTS],
 }

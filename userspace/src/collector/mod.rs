@@ -783,6 +783,24 @@ impl Collector {
                     _pad2: 0,
                 });
             }
+            if st.irq_count.iter().any(|&c| c > 0) {
+                // The run's waits an interrupt woke, over the same span.
+                self.handle_folded(&FoldedEvent {
+                    kind: abi::RECORD_FOLDED,
+                    pid: st.pid,
+                    tid: *tid,
+                    _pad: 0,
+                    first_ns: st.short_first,
+                    last_ns: st.short_last.min(end_ns),
+                    ns: [0, st.irq_ns[0], st.irq_ns[1], 0],
+                    count: [0, st.irq_count[0], st.irq_count[1], 0],
+                    wait_ns: st.irq_wait_ns,
+                    waker_pid: 0,
+                    waker_tid: 0,
+                    waker_kind: abi::FOLD_WAKER_IRQ,
+                    _pad2: 0,
+                });
+            }
             if st.off_ts != 0 && st.off_ts < end_ns {
                 let waker = st.wake_ts >= st.off_ts && st.wake_ts != 0;
                 self.handle_offcpu(&OffCpuEvent {

@@ -43,7 +43,7 @@ fn abi_matches_c_header() {
         struct blkio_event = IoEvent { kind, dev, sector, start_ns, issue_ns, done_ns, bytes, error, pid, tid, op, flags,
             stack_id, comm }
         struct thread_state = ThreadState { off_ts, voluntary, involuntary, short_ns, short_count, short_first, short_last,
-            pid, off_state, off_cpu, off_flags, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, short_wait_ns, short_waker_pid, short_waker_tid, short_waker_kind, waker_irq, wake_early, cache }
+            pid, off_state, off_cpu, off_flags, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, short_wait_ns, short_waker_pid, short_waker_tid, short_waker_kind, waker_irq, wake_early, irq_ns, irq_wait_ns, irq_count, cache }
         struct stack_cache = StackCache { ip, sp, bp, id, what, python }
         ;
         consts { TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE, RECORD_OFFCPU, RECORD_IO, RECORD_STACK, RECORD_FOLDED,
