@@ -54,7 +54,8 @@ fn blamed(report: &Value, tid: Option<u64>, whats: &[&str]) -> f64 {
 
 /// Check the chain of a request: a client waits on a server over a pipe,
 /// the server waits on a mutex a holder keeps while it reads a disk with
-/// O_DIRECT and computes. `report --why CLIENT` must account for the
+/// O_DIRECT and computes; recorded at the default marker threshold (most
+/// of the holder's reads are shorter). `report --why CLIENT` must account for the
 /// client's own off-CPU time (within 2 %, every ms once), charge at least
 /// 60 % of it to the holder, and split the holder's part between its reads
 /// (on the device) and its computing within 10 points of the holder's own
@@ -71,8 +72,6 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
     let out_path = dir.join("p.json.gz");
     let out = record(
         &[
-            "--off-cpu-threshold",
-            "0.05",
             "--",
             exe.to_str().unwrap(),
             disk.path.to_str().unwrap(),
