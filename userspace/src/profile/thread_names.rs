@@ -97,7 +97,8 @@ fn start_routine(rec: &Recording, t: &ThreadRecord) -> Option<String> {
             let frame = rec.frames.get(rec.stacks.key(node) as usize)?;
             Some(frame.symbols.funcs.first()?.name.as_str())
         });
-        if let Some(routine) = routine_of(funcs) {
+        // Code no symbol names (`pgbench+0xfb30`) names no thread.
+        if let Some(routine) = routine_of(funcs).filter(|r| !r.contains("+0x")) {
             *seen.entry(routine).or_default() += 1;
         }
     }
