@@ -13,8 +13,9 @@
 //! `node::PlatformWorkerThread`). Such a thread is named
 //! `node (Worker::StartThread)`, numbered in the order the threads appear
 //! where several share a name (`… #1`, `… #2`). One whose stacks do not
-//! reach its start (it never ran whole while recorded) is `node (tid N)`:
-//! not the main thread's name.
+//! reach its start (it never ran whole while recorded), or whose routine
+//! no symbol names (`pgbench+0xfb30` in a stripped program), is
+//! `node (tid N)`: not the main thread's name.
 
 use rustc_hash::FxHashMap;
 
