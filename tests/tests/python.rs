@@ -1024,11 +1024,15 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
     // the four interpreters py-spy put `dump` 2.2-5.2 points above sysprof
     // every time (with the output to /dev/null too), while perf (`-X perf`,
     // DWARF, 3.12) put it at 12.9 % where sysprof had 10.1-12.5 % and py-spy
-    // 12.3-15.2 %. That gap plus py-spy's noise reaches 6 points by chance;
-    // 7 does not, and the 3 is not shown.
+    // 12.3-15.2 %. That gap plus py-spy's noise reached 6.3 points once,
+    // and in a full CI run of 2026-11-29 7.6 (`dump` 8.7 % here, 16.3 % by
+    // py-spy; 0.2-3.9 points in the eight interpreter-runs after it): 9
+    // allows that, and still fails a function named as another (the
+    // misnamed `_iterencode_list` moved 20 points and more). The 3
+    // is not shown.
     // The wrapper script's own `<module>` (it waits on stdin until py-spy
     // has attached) is not the program's, and is left out.
-    const SHARE_POINTS: f64 = 0.07;
+    const SHARE_POINTS: f64 = 0.09;
     use std::io::Write;
     if !can_record("python_top_functions_match_py_spy_on_the_same_run") {
         return;
