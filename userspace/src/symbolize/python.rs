@@ -156,8 +156,14 @@ fn read_str(pid: u32, addr: u64, l: &PyLayout, max: u64) -> Result<String, CodeE
     });
     let mut bytes = vec![0u8; (length * kind as u64) as usize];
     read_process(pid, data, &mut bytes).map_err(|_| CodeError::Unreadable)?;
-    let chars: Option<String> = match kind {
-        1 if ascii => std::str::from_utf8(&bytes)
+    decode_compact(kind, ascii, &bytes).ok_or(CodeError::Malformed("string"))
+}
+
+/// The characters of a compact `str` of `kind` (1, 2 or 4 bytes each;
+/// ASCII-only when `ascii`), or None where they are no valid ones.
+pub(super) fn decode_compact(kind: u32, ascii: bool, bytes: &[u8]) -> Option<String> {
+    match kind {
+        1 if ascii => std::str::from_utf8(bytes)
             .ok()
             .filter(|s| s.is_ascii())
             .map(str::to_string),
@@ -170,8 +176,7 @@ fn read_str(pid: u32, addr: u64, l: &PyLayout, max: u64) -> Result<String, CodeE
             .chunks_exact(4)
             .map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
             .collect(),
-    };
-    chars.ok_or(CodeError::Malformed("string"))
+    }
 }
 
 /// Read the code object at `addr` of `pid`, whose `PyCode_Type` lies at

@@ -326,18 +326,7 @@ impl<M: Memory> Interpreter<'_, M> {
         if !self.memory.read(data, &mut bytes) {
             return Err(NamesError::Unreadable);
         }
-        let chars: Option<String> = match kind {
-            1 => Some(bytes.iter().map(|&b| b as char).collect()),
-            2 => bytes
-                .chunks_exact(2)
-                .map(|c| char::from_u32(u16::from_le_bytes([c[0], c[1]]) as u32))
-                .collect(),
-            _ => bytes
-                .chunks_exact(4)
-                .map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-                .collect(),
-        };
-        chars.ok_or(NamesError::Malformed("string"))
+        super::python::decode_compact(kind, ascii, &bytes).ok_or(NamesError::Malformed("string"))
     }
 
     /// An int of one or two 30-bit digits, positive (a thread id), or None.
