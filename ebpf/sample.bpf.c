@@ -183,8 +183,10 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		if (n > UNWIND_MAX_FRAMES)
 			n = UNWIND_MAX_FRAMES;
 		/* Sampled in the interpreter itself: its bytecode pointer is the
-		 * register's (userspace takes it only if it lies in the method). */
-		if (n >= 3 && (sc->frames[1] >> 61) == (JAVA_FRAME_TAG >> 61) && r13 < (1ULL << 47))
+		 * register's (userspace takes it only if it lies in the method).
+		 * A compiled leaf's third word is its blob, kept. */
+		if (n >= 3 && (sc->frames[1] >> 61) == (JAVA_FRAME_TAG >> 61) &&
+		    !(sc->frames[2] & JAVA_COMPILED_BLOB) && r13 < (1ULL << 47))
 			sc->frames[2] = r13;
 		sc->e.flags |= SAMPLE_FLAG_KERNEL_UNWOUND;
 		sc->e.ustack_len = n;

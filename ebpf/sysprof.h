@@ -129,6 +129,11 @@
  * x86_64 interpreter frame: frame::interpreter_frame_method_offset -3,
  * interpreter_frame_bcp_offset -8, JDK 8 to 26). No user address has bit 61. */
 #define JAVA_FRAME_TAG 0x2000000000000000ULL
+/* A compiled Java frame (in a HotSpot code blob with a frame) is three
+ * words too: its address, JAVA_FRAME_TAG | the Method* its nmethod runs
+ * (CompiledMethod::_method, read at sample time: the JVM reuses code
+ * addresses), then JAVA_COMPILED_BLOB | the blob's address. */
+#define JAVA_COMPILED_BLOB 0x4000000000000000ULL
 #define JAVA_FRAME_METHOD_SLOT -3
 #define JAVA_FRAME_BCP_SLOT -8
 /* ... and the caller's stack pointer before the interpreter or an adapter
@@ -205,6 +210,8 @@ struct hotspot_code {
 	__u16 frame_size_at;     /* CodeBlob::_frame_size (int, words, return address included) */
 	__u16 frame_complete_at; /* CodeBlob::_frame_complete_offset (int, bytes after code begin) */
 	__u16 code_begin_at;     /* CodeBlob::_code_begin (address) */
+	__u16 method_at;         /* CompiledMethod::_method (Method*); 0: not read */
+	__u16 _pad[3];
 };
 
 struct unwind_process {

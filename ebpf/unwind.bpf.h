@@ -79,6 +79,7 @@ struct ustack_walk {
 	__u32 no_process_end; /* without an entry: UNWIND_END_NO_PROCESS or _REFUSED */
 	__u32 _pad;           /* named: a global function reads the whole struct */
 	__u64 sender_sp;      /* an interpreted frame's caller's unextended sp (0: none) */
+	__u64 blob;           /* the HotSpot code blob of this frame (0: none), from hotspot_frame */
 };
 
 /* A walk's frame array, as a type: a global function's pointer argument
@@ -248,6 +249,25 @@ static __noinline void java_frame(struct ustack_walk *s, struct unwind_frames *f
 	s->n += 2;
 }
 
+/* The Method* of the compiled Java frame whose code blob's `_method` is
+ * at `at`, after its address: JAVA_FRAME_TAG | Method*, then
+ * JAVA_COMPILED_BLOB | the blob (where a bytecode pointer would be). Other
+ * blobs with frames (runtime stubs, adapters) have something else there:
+ * only what looks like a pointer goes out, and userspace takes it only if
+ * it reads as a method. */
+static __noinline void compiled_java_frame(struct ustack_walk *s, struct unwind_frames *frames, __u64 at)
+{
+	__u64 method = 0;
+
+	if (!s || !frames || s->n + 2 > UNWIND_MAX_FRAMES || bpf_probe_read_user(&method, sizeof(method), (void *)at))
+		return;
+	if (!method || method >= (1ULL << 47) || (method & 7) || s->blob >= (1ULL << 47))
+		return;
+	frames->f[s->n & (UNWIND_MAX_FRAMES - 1)] = JAVA_FRAME_TAG | method;
+	frames->f[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = JAVA_COMPILED_BLOB | s->blob;
+	s->n += 2;
+}
+
 /* One segment-map hop back toward a block's first segment, per bpf_loop()
  * iteration (the verifier checks one hop, not HOTSPOT_MAX_HOPS). */
 struct hotspot_hops {
@@ -282,18 +302,23 @@ static long hotspot_hop(__u64 i, struct hotspot_hops *c)
  * before its frame is complete (in the prologue) has only its return
  * address pushed: 8, no slot. Whoever runs the JVM can write its memory: what is
  * read is bounded, and a wrong size ends the walk at an address in no
- * code, never in a read outside the process. A global function: the
+ * code, never in a read outside the process. The blob of a frame that
+ * has one goes to s->blob (0 otherwise). A global function: the
  * verifier checks it once per program, not at every state the walk's
  * callback reaches it in (as a static one, the walker took 0.97 s to
  * verify instead of 0.13-0.3). */
-__noinline __u32 hotspot_frame(struct unwind_process *p, __u64 heap, __u64 ip, __u64 sp, __u32 leaf)
+__noinline __u32 hotspot_frame(struct ustack_walk *s, struct unwind_process *p, __u64 heap, __u64 ip, __u64 sp)
 {
 	struct hotspot_hops c = {};
 	struct hotspot_heap *h;
 	__u64 blob, code_begin = 0;
 	__s32 words = 0, complete = -1;
-	__u32 log2;
+	__u32 log2, leaf;
 
+	if (!s)
+		return 0;
+	s->blob = 0;
+	leaf = !s->return_address;
 	if (!p || (ip >= p->java_interp_start && ip < p->java_interp_end))
 		return 0;
 	h = &p->java_code.heap[heap & (HOTSPOT_HEAPS_ROOM - 1)];
@@ -320,6 +345,9 @@ __noinline __u32 hotspot_frame(struct unwind_process *p, __u64 heap, __u64 ip, _
 			return 0;
 		return ra >= p->java_code.low && ra < p->java_code.end ? 8 : 0;
 	}
+	/* A blob with a frame of its own: a compiled method's, whose Method*
+	 * unwind_frame reads now, while the code is this method's. */
+	s->blob = blob;
 	if (leaf && p->java_code.code_begin_at &&
 	    !bpf_probe_read_user(&complete, sizeof(complete), (void *)(blob + p->java_code.frame_complete_at)) &&
 	    !bpf_probe_read_user(&code_begin, sizeof(code_begin), (void *)(blob + p->java_code.code_begin_at)) &&
@@ -372,7 +400,7 @@ __noinline long unwind_frame(struct ustack_walk *s, struct unwind_process *proc,
 	/* Code without rows (JIT code) that returns right away: walked here,
 	 * even where a jitdump's tables would have it handed over. */
 	if (m && m->table_start == UNWIND_TABLE_HOTSPOT)
-		epilogue = hotspot_frame(proc, m->bias, ip - s->return_address, sp, !s->return_address);
+		epilogue = hotspot_frame(s, proc, m->bias, ip - s->return_address, sp);
 	else if (m && (m->table_len == 0 || m->table_start >= UNWIND_TABLE_USERSPACE))
 		epilogue = epilogue_cfa_offset(ip);
 	if (m && m->table_start == UNWIND_TABLE_USERSPACE && s->may_hand_over && !epilogue) {
@@ -394,6 +422,11 @@ __noinline long unwind_frame(struct ustack_walk *s, struct unwind_process *proc,
 	 * now, while the frame exists; userspace names the method. */
 	if (ip >= proc->java_interp_start && ip < proc->java_interp_end && s->n + 2 <= UNWIND_MAX_FRAMES)
 		java_frame(s, frames, bp);
+	/* A compiled method's frame: its Method* read now, not named later
+	 * from a perf map by its address, which the JVM reuses for other
+	 * methods as it frees and compiles code. */
+	else if (epilogue && s->blob && proc->java_code.method_at && s->n + 2 <= UNWIND_MAX_FRAMES)
+		compiled_java_frame(s, frames, s->blob + proc->java_code.method_at);
 
 	if (m && m->table_len && m->table_start < UNWIND_TABLE_USERSPACE) {
 		__u64 pc = ip - s->return_address - m->bias;

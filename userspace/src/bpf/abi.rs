@@ -86,6 +86,10 @@ pub const UNWIND_PROCESS_CUT: u32 = 1;
 /// In a user stack walked in the kernel, after an interpreted Java frame's
 /// address: `JAVA_FRAME_TAG | Method*`, then its bytecode pointer.
 pub const JAVA_FRAME_TAG: u64 = 0x2000_0000_0000_0000;
+/// A compiled Java frame is three words too: its address, `JAVA_FRAME_TAG |
+/// Method*` (read at sample time from its nmethod), then
+/// `JAVA_COMPILED_BLOB | ` the code blob's address.
+pub const JAVA_COMPILED_BLOB: u64 = 0x4000_0000_0000_0000;
 /// Words of the `unwind_refused` bitmap (one bit per pid).
 pub const UNWIND_REFUSED_WORDS: usize = 65536;
 /// How the in-kernel walk ended: the thread's outermost frame.
@@ -626,6 +630,10 @@ pub struct HotSpotCode {
     pub frame_complete_at: u16,
     /// `CodeBlob::_code_begin`.
     pub code_begin_at: u16,
+    /// `CompiledMethod::_method` (`nmethod::_method` from JDK 23); 0: not read.
+    pub method_at: u16,
+    /// Room to the struct's 8-byte alignment, as the C header has it.
+    pub _pad: [u16; 3],
 }
 
 /// `struct unwind_process`: a process's executable mappings, sorted.

@@ -1,10 +1,14 @@
-//! Interpreted Java frames into stacks: the methods the kernel found in
-//! HotSpot's interpreter frames, named, where those frames are.
+//! Java frames into stacks: the methods the kernel found in HotSpot's
+//! interpreter frames and compiled methods' code blobs, named, where those
+//! frames are.
 //!
 //! In: a JVM's [`JavaRuntime`] (from the unwinders), its samples, and their
 //! user stacks as the kernel walked them, where each interpreted frame's
 //! address is followed by `JAVA_FRAME_TAG | Method*` and its bytecode
-//! pointer. Out: the interpreter's code range for the kernel's entry (read
+//! pointer (a compiled frame's by `JAVA_FRAME_TAG | Method*` and
+//! `JAVA_COMPILED_BLOB | blob`: the method its nmethod ran when sampled,
+//! which a perf map written later cannot say once the JVM has reused the
+//! address). Out: the interpreter's code range for the kernel's entry (read
 //! from the JVM once it has generated it), and the same stacks with each
 //! interpreted frame as a raw key ([`super::python::PY_KEY_BASE`] | index)
 //! into the window's interpreted-frame table (name, file, line), the table
@@ -21,7 +25,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use super::python::{CodeCache, Held, PythonFrames};
-use crate::bpf::abi::{HotSpotCode, JAVA_FRAME_TAG};
+use crate::bpf::abi::{HotSpotCode, JAVA_COMPILED_BLOB, JAVA_FRAME_TAG};
 use crate::symbolize::hotspot::{HotSpotLayout, JavaMethod, LayoutError};
 use crate::symbolize::python::CodeInfo;
 use crate::unwind::JavaRuntime;
@@ -174,6 +178,10 @@ impl JavaFrames {
             }
             let method = w & !JAVA_FRAME_TAG;
             let bcp = stack.get(i + 1).copied().unwrap_or(0);
+            // A compiled frame's second word is its blob, not a bytecode
+            // pointer: its line is not known (inlined scopes not read).
+            let compiled = bcp & JAVA_COMPILED_BLOB != 0;
+            let bcp = if compiled { 0 } else { bcp };
             i += 2;
             let Some(layout) = layout.as_deref() else {
                 continue;
@@ -194,6 +202,10 @@ impl JavaFrames {
                     let key = frames.key(&m.info, m.method.line(bcp));
                     *out.last_mut().expect("not empty") = key;
                 }
+                // A compiled frame's word that is no method (a stub's blob
+                // holds something else there) keeps its address, named
+                // from the perf map as before.
+                _ if compiled => {}
                 _ => self.methods.unresolved += 1,
             }
         }
@@ -217,12 +229,16 @@ mod tests {
             JAVA_FRAME_TAG | 0x5550,
             0x6660,
             0x2000,
+            // A compiled frame: its method and its blob go, its address stays.
+            0x7f00_0000_1234,
+            JAVA_FRAME_TAG | 0x5560,
+            JAVA_COMPILED_BLOB | 0x7f00_0000_1000,
             0x7001,
             JAVA_FRAME_TAG | 0x5558,
         ];
         assert!(JavaFrames::has_java_words(&stack));
         j.merge(&stack, 1, None, &mut frames, &mut out);
-        assert_eq!(out, vec![0x1000, 0x7000, 0x2000, 0x7001]);
+        assert_eq!(out, vec![0x1000, 0x7000, 0x2000, 0x7f00_0000_1234, 0x7001]);
         assert!(!JavaFrames::has_java_words(&out));
         assert!(!JavaFrames::has_java_words(&[
             0x7fff_ffff_f000,

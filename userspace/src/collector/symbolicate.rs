@@ -223,8 +223,9 @@ pub(super) fn symbolicate(
                         funcs: vec![symbolize::FuncAtAddr {
                             name: code.qualname.to_string(),
                             file: Some(code.filename.to_string()),
-                            line: Some(*line),
-                            start_line: Some(code.first_line),
+                            // 0: not known (a compiled Java frame's line).
+                            line: (*line != 0).then_some(*line),
+                            start_line: (code.first_line != 0).then_some(code.first_line),
                         }],
                         ..AddrInfo::default()
                     },

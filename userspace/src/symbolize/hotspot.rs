@@ -79,6 +79,9 @@ struct CodeCacheLayout {
     frame_complete: u64,
     /// `CodeBlob::_code_begin` (JDK 9-22; later JDKs keep an offset).
     code_begin: Option<u64>,
+    /// Where an nmethod keeps its `Method*` (`CompiledMethod::_method`
+    /// through JDK 22, `nmethod::_method` after).
+    method: Option<u64>,
 }
 
 /// Why a JVM's layout was not read.
@@ -123,7 +126,7 @@ fn c_name(pid: u32, addr: u64) -> Option<Vec<u8>> {
 
 /// The types whose fields are looked up, and the most entries of each kept
 /// (JDK 17's InstanceKlass has 28): a table that lies costs bounded reads.
-const WANTED_TYPES: [&[u8]; 14] = [
+const WANTED_TYPES: [&[u8]; 16] = [
     b"Method",
     b"ConstMethod",
     b"ConstantPool",
@@ -138,6 +141,8 @@ const WANTED_TYPES: [&[u8]; 14] = [
     b"VirtualSpace",
     b"GrowableArrayBase",
     b"GrowableArray<int>",
+    b"CompiledMethod",
+    b"nmethod",
 ];
 const MAX_FIELDS_PER_TYPE: usize = 128;
 
@@ -343,6 +348,9 @@ impl HotSpotLayout {
                 frame_size: field("CodeBlob", "_frame_size")?,
                 frame_complete: field("CodeBlob", "_frame_complete_offset")?,
                 code_begin: field("CodeBlob", "_code_begin").ok(),
+                method: field("CompiledMethod", "_method")
+                    .or_else(|_| field("nmethod", "_method"))
+                    .ok(),
             })
         })()
         .ok();
@@ -399,6 +407,7 @@ impl HotSpotLayout {
             frame_size_at: small(c.frame_size)?,
             frame_complete_at: small(c.frame_complete)?,
             code_begin_at: c.code_begin.and_then(small).unwrap_or(0),
+            method_at: c.method.and_then(small).unwrap_or(0),
             ..Default::default()
         };
         let array = word(pid, base.wrapping_add(c.heaps)).filter(|&a| a != 0)?;
