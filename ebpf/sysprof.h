@@ -132,8 +132,12 @@
 /* A compiled Java frame (in a HotSpot code blob with a frame) is three
  * words too: its address, JAVA_FRAME_TAG | the Method* its nmethod runs
  * (CompiledMethod::_method, read at sample time: the JVM reuses code
- * addresses), then JAVA_COMPILED_BLOB | the blob's address. */
+ * addresses), then JAVA_COMPILED_BLOB | the blob's address | its
+ * nmethod's compile id's low 14 bits << JAVA_COMPILE_ID_SHIFT (so that
+ * what userspace reads of the blob later is known to be that nmethod's). */
 #define JAVA_COMPILED_BLOB 0x4000000000000000ULL
+#define JAVA_COMPILE_ID_SHIFT 47
+#define JAVA_COMPILE_ID_MASK 0x3fffULL
 #define JAVA_FRAME_METHOD_SLOT -3
 #define JAVA_FRAME_BCP_SLOT -8
 /* ... and the caller's stack pointer before the interpreter or an adapter
@@ -211,7 +215,8 @@ struct hotspot_code {
 	__u16 frame_complete_at; /* CodeBlob::_frame_complete_offset (int, bytes after code begin) */
 	__u16 code_begin_at;     /* CodeBlob::_code_begin (address) */
 	__u16 method_at;         /* CompiledMethod::_method (Method*); 0: not read */
-	__u16 _pad[3];
+	__u16 compile_id_at;     /* nmethod::_compile_id (int); 0: not read */
+	__u16 _pad[2];
 };
 
 struct unwind_process {

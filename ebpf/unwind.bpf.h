@@ -249,22 +249,28 @@ static __noinline void java_frame(struct ustack_walk *s, struct unwind_frames *f
 	s->n += 2;
 }
 
-/* The Method* of the compiled Java frame whose code blob's `_method` is
- * at `at`, after its address: JAVA_FRAME_TAG | Method*, then
- * JAVA_COMPILED_BLOB | the blob (where a bytecode pointer would be). Other
+/* The Method* of the compiled Java frame whose code blob is s->blob,
+ * after its address: JAVA_FRAME_TAG | Method*, then JAVA_COMPILED_BLOB |
+ * its compile id's low bits | the blob (where a bytecode pointer would be). Other
  * blobs with frames (runtime stubs, adapters) have something else there:
  * only what looks like a pointer goes out, and userspace takes it only if
  * it reads as a method. */
-static __noinline void compiled_java_frame(struct ustack_walk *s, struct unwind_frames *frames, __u64 at)
+static __noinline void compiled_java_frame(struct ustack_walk *s, struct unwind_frames *frames,
+					   struct unwind_process *p)
 {
-	__u64 method = 0;
+	__u64 method = 0, id = 0;
+	__s32 compile_id = 0;
 
-	if (!s || !frames || s->n + 2 > UNWIND_MAX_FRAMES || bpf_probe_read_user(&method, sizeof(method), (void *)at))
+	if (!s || !frames || !p || s->n + 2 > UNWIND_MAX_FRAMES ||
+	    bpf_probe_read_user(&method, sizeof(method), (void *)(s->blob + p->java_code.method_at)))
 		return;
 	if (!method || method >= (1ULL << 47) || (method & 7) || s->blob >= (1ULL << 47))
 		return;
+	if (p->java_code.compile_id_at &&
+	    !bpf_probe_read_user(&compile_id, sizeof(compile_id), (void *)(s->blob + p->java_code.compile_id_at)))
+		id = ((__u64)(__u32)compile_id & JAVA_COMPILE_ID_MASK) << JAVA_COMPILE_ID_SHIFT;
 	frames->f[s->n & (UNWIND_MAX_FRAMES - 1)] = JAVA_FRAME_TAG | method;
-	frames->f[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = JAVA_COMPILED_BLOB | s->blob;
+	frames->f[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = JAVA_COMPILED_BLOB | id | s->blob;
 	s->n += 2;
 }
 
@@ -426,7 +432,7 @@ __noinline long unwind_frame(struct ustack_walk *s, struct unwind_process *proc,
 	 * from a perf map by its address, which the JVM reuses for other
 	 * methods as it frees and compiles code. */
 	else if (epilogue && s->blob && proc->java_code.method_at && s->n + 2 <= UNWIND_MAX_FRAMES)
-		compiled_java_frame(s, frames, s->blob + proc->java_code.method_at);
+		compiled_java_frame(s, frames, proc);
 
 	if (m && m->table_len && m->table_start < UNWIND_TABLE_USERSPACE) {
 		__u64 pc = ip - s->return_address - m->bias;

@@ -1603,6 +1603,194 @@ fn jvm_methods_are_named_without_flags() {
     }
 }
 
+/// A Java source of 4,000 methods for javac to compile (`Big.java`):
+/// enough work for its parser, attribution and code generation to be
+/// compiled, recompiled and freed while it is sampled.
+fn big_java_source() -> String {
+    let mut source = String::from("public class Big {\n");
+    for i in 0..4000 {
+        let callee = i.max(1) - 1;
+        source.push_str(&format!(
+            "  static int f{i}(int x) {{ int s = x; for (int k = 0; k < {}; k++) {{ s += k * {i} + (s >> 3); if (s % 5 == {}) s ^= {i}; }} java.util.List<String> l = new java.util.ArrayList<>(); l.add(\"v\" + s); return s + l.size() + (x > 0 ? f{callee}(x - 1) : 0); }}\n",
+            i % 7 + 1,
+            i % 5
+        ));
+    }
+    source.push_str("  public static void main(String[] a) { int t = 0;\n");
+    for i in (0..4000).step_by(3) {
+        source.push_str(&format!("    t += f{i}({});\n", i % 4));
+    }
+    source.push_str("    System.out.println(t); } }\n");
+    source
+}
+
+/// `pkg.Class.method` of a Java frame as sysprof names it
+/// (`long pkg.Class.method(int)`).
+fn java_method_key(name: &str) -> &str {
+    let head = name.split('(').next().unwrap_or(name);
+    head.rsplit(' ').next().unwrap_or(head)
+}
+
+/// Check javac's methods against JFR, the JVM's own sampler, in the same
+/// run: javac (a program nobody here wrote) compiles `Big.java` with a
+/// flight recording at 1 ms. Of the samples whose leaf is a Java method
+/// (JFR's ExecutionSamples; sysprof's on-CPU samples of javac whose leaf
+/// frame is Java), JFR's ten leaf methods with most samples must have
+/// within 2 points (or 4 standard errors of the two counts, if more) of
+/// the share sysprof gives them; and the methods JFR sees mostly inlined
+/// into their callers (its frame type "Inlined": ~40 % of javac's leaves)
+/// must be named as the leaf in at least 60 % of the share JFR gives them
+/// (sysprof 31 % against JFR's 41 % here; before compiled frames were read
+/// through their nmethods' debug information it named only the method
+/// compiled, so an inlined leaf was its caller).
+#[test]
+fn javac_methods_match_jfr_with_inlined_methods() {
+    let test = "javac_methods_match_jfr_with_inlined_methods";
+    if !can_record(test) {
+        return;
+    }
+    if !std::process::Command::new("jfr")
+        .arg("help")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        skip(
+            test,
+            "jfr (the JDK's flight recording tool) is not installed",
+        );
+        return;
+    }
+    let Some(dir) = compile_java(test, "javac-jfr", "Hot.java") else {
+        return;
+    };
+    std::fs::write(dir.join("Big.java"), big_java_source()).unwrap();
+    let (out_path, jfr_path) = (dir.join("javac.json.gz"), dir.join("javac.jfr"));
+    let flight = format!(
+        "-J-XX:StartFlightRecording=filename={},settings=profile,jdk.ExecutionSample#period=1ms",
+        jfr_path.display()
+    );
+    let classes = dir.join("classes");
+    let out = record(
+        &[
+            "--",
+            "javac",
+            &flight,
+            "-d",
+            classes.to_str().unwrap(),
+            dir.join("Big.java").to_str().unwrap(),
+        ],
+        &out_path,
+    );
+    assert_success(&out);
+    assert!(classes.join("Big.class").exists(), "javac compiled nothing");
+    let printed = std::process::Command::new("jfr")
+        .args([
+            "print",
+            "--json",
+            "--events",
+            "jdk.ExecutionSample",
+            "--stack-depth",
+            "1",
+        ])
+        .arg(&jfr_path)
+        .output()
+        .unwrap();
+    assert!(
+        printed.status.success(),
+        "jfr print: {}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&printed.stdout).expect("jfr's JSON");
+    // JFR's leaves: (samples, of them inlined) per method.
+    let mut jfr: std::collections::HashMap<String, (usize, usize)> = Default::default();
+    for e in json["recording"]["events"].as_array().expect("events") {
+        let f = &e["values"]["stackTrace"]["frames"][0];
+        let class = f["method"]["type"]["name"]
+            .as_str()
+            .unwrap_or("?")
+            .replace('/', ".");
+        let key = format!("{class}.{}", f["method"]["name"].as_str().unwrap_or("?"));
+        let c = jfr.entry(key).or_default();
+        c.0 += 1;
+        c.1 += usize::from(f["type"] == "Inlined");
+    }
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let mut ours: std::collections::HashMap<String, usize> = Default::default();
+    for t in profile.threads() {
+        if t.process_name() != "javac" {
+            continue;
+        }
+        for s in t.on_cpu_stacks(&cats) {
+            if let Some((n, _)) = s.last().filter(|(_, c)| c == "Java") {
+                *ours.entry(java_method_key(n).to_string()).or_default() += 1;
+            }
+        }
+    }
+    let jfr_total: usize = jfr.values().map(|c| c.0).sum();
+    let our_total: usize = ours.values().sum();
+    assert!(
+        jfr_total >= 1000 && our_total >= 1000,
+        "too few samples to compare: JFR {jfr_total}, sysprof {our_total} with a Java leaf"
+    );
+    let mut top: Vec<(&String, &(usize, usize))> = jfr.iter().collect();
+    top.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+    let share = |n: usize, of: usize| n as f64 / of as f64;
+    let mut off: Vec<&String> = Vec::new();
+    let mut table = String::new();
+    for (method, &(n, inlined)) in top.iter().take(10) {
+        let (theirs, mine) = (
+            share(n, jfr_total),
+            share(ours.get(*method).copied().unwrap_or(0), our_total),
+        );
+        let sigma = (theirs * (1.0 - theirs) / jfr_total as f64
+            + mine * (1.0 - mine) / our_total as f64)
+            .sqrt();
+        let tolerance = 0.02f64.max(4.0 * sigma);
+        table.push_str(&format!(
+            "\n  JFR {:5.2} % ({inlined} of {n} inlined), sysprof {:5.2} %  {method}",
+            100.0 * theirs,
+            100.0 * mine
+        ));
+        if (theirs - mine).abs() > tolerance {
+            off.push(method);
+        }
+    }
+    let mostly_inlined: Vec<&String> = jfr
+        .iter()
+        .filter(|(_, c)| c.1 * 2 > c.0)
+        .map(|(m, _)| m)
+        .collect();
+    let inlined_jfr = share(mostly_inlined.iter().map(|m| jfr[*m].0).sum(), jfr_total);
+    let inlined_ours = share(
+        mostly_inlined
+            .iter()
+            .map(|m| ours.get(*m).copied().unwrap_or(0))
+            .sum(),
+        our_total,
+    );
+    eprintln!(
+        "javac against JFR: {jfr_total} JFR samples, {our_total} of sysprof's with a Java leaf; JFR's top 10:{table}\n  methods mostly inlined: JFR {:.1} %, sysprof {:.1} %",
+        100.0 * inlined_jfr,
+        100.0 * inlined_ours
+    );
+    assert!(
+        off.is_empty(),
+        "{off:?} off JFR's share by more than the tolerance:{table}"
+    );
+    assert!(
+        inlined_jfr >= 0.10,
+        "JFR saw few inlined leaves ({:.1} %): the check would not bite",
+        100.0 * inlined_jfr
+    );
+    assert!(
+        inlined_ours >= 0.6 * inlined_jfr,
+        "methods JFR saw inlined are {:.1} % of sysprof's Java leaves against JFR's {:.1} %",
+        100.0 * inlined_ours,
+        100.0 * inlined_jfr
+    );
+}
+
 /// Check that a compiling JVM's stacks are whole: javac, a program nobody
 /// here wrote, compiling a generated source of 4,000 methods (its own
 /// compilers busy beside it, methods compiled, recompiled and freed while
@@ -1622,21 +1810,7 @@ fn javac_stacks_reach_the_thread_root() {
     let Some(dir) = compile_java(test, "javac-whole", "Hot.java") else {
         return;
     };
-    let mut source = String::from("public class Big {\n");
-    for i in 0..4000 {
-        let callee = i.max(1) - 1;
-        source.push_str(&format!(
-            "  static int f{i}(int x) {{ int s = x; for (int k = 0; k < {}; k++) {{ s += k * {i} + (s >> 3); if (s % 5 == {}) s ^= {i}; }} java.util.List<String> l = new java.util.ArrayList<>(); l.add(\"v\" + s); return s + l.size() + (x > 0 ? f{callee}(x - 1) : 0); }}\n",
-            i % 7 + 1,
-            i % 5
-        ));
-    }
-    source.push_str("  public static void main(String[] a) { int t = 0;\n");
-    for i in (0..4000).step_by(3) {
-        source.push_str(&format!("    t += f{i}({});\n", i % 4));
-    }
-    source.push_str("    System.out.println(t); } }\n");
-    std::fs::write(dir.join("Big.java"), source).unwrap();
+    std::fs::write(dir.join("Big.java"), big_java_source()).unwrap();
     let out_path = dir.join("javac.json.gz");
     let classes = dir.join("classes");
     let out = record(

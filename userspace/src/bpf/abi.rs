@@ -88,8 +88,12 @@ pub const UNWIND_PROCESS_CUT: u32 = 1;
 pub const JAVA_FRAME_TAG: u64 = 0x2000_0000_0000_0000;
 /// A compiled Java frame is three words too: its address, `JAVA_FRAME_TAG |
 /// Method*` (read at sample time from its nmethod), then
-/// `JAVA_COMPILED_BLOB | ` the code blob's address.
+/// `JAVA_COMPILED_BLOB |` its compile id's low bits `|` the code blob's address.
 pub const JAVA_COMPILED_BLOB: u64 = 0x4000_0000_0000_0000;
+/// Where the low 14 bits of its nmethod's compile id are, in that word.
+pub const JAVA_COMPILE_ID_SHIFT: u32 = 47;
+/// The compile id's bits kept.
+pub const JAVA_COMPILE_ID_MASK: u64 = 0x3fff;
 /// Words of the `unwind_refused` bitmap (one bit per pid).
 pub const UNWIND_REFUSED_WORDS: usize = 65536;
 /// How the in-kernel walk ended: the thread's outermost frame.
@@ -632,8 +636,10 @@ pub struct HotSpotCode {
     pub code_begin_at: u16,
     /// `CompiledMethod::_method` (`nmethod::_method` from JDK 23); 0: not read.
     pub method_at: u16,
+    /// `nmethod::_compile_id`; 0: not read.
+    pub compile_id_at: u16,
     /// Room to the struct's 8-byte alignment, as the C header has it.
-    pub _pad: [u16; 3],
+    pub _pad: [u16; 2],
 }
 
 /// `struct unwind_process`: a process's executable mappings, sorted.

@@ -25,8 +25,10 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use super::python::{CodeCache, Held, PythonFrames};
-use crate::bpf::abi::{HotSpotCode, JAVA_COMPILED_BLOB, JAVA_FRAME_TAG};
-use crate::symbolize::hotspot::{HotSpotLayout, JavaMethod, LayoutError};
+use crate::bpf::abi::{
+    HotSpotCode, JAVA_COMPILED_BLOB, JAVA_COMPILE_ID_MASK, JAVA_COMPILE_ID_SHIFT, JAVA_FRAME_TAG,
+};
+use crate::symbolize::hotspot::{CompiledCode, HotSpotLayout, JavaMethod, LayoutError};
 use crate::symbolize::python::CodeInfo;
 use crate::unwind::JavaRuntime;
 
@@ -52,7 +54,13 @@ impl Held for JavaMethodInfo {
     }
 }
 
-/// Whether a word of a kernel-walked user stack is an interpreted frame's method.
+impl Held for CompiledCode {
+    fn bytes(&self) -> usize {
+        CompiledCode::bytes(self)
+    }
+}
+
+/// Whether a word of a kernel-walked user stack is a Java frame's method.
 fn is_java_word(w: u64) -> bool {
     w >> 61 == JAVA_FRAME_TAG >> 61
 }
@@ -76,6 +84,10 @@ pub(super) struct JavaFrames {
     next_look: FxHashMap<u32, u64>,
     /// Methods read, per JVM and address.
     pub(super) methods: CodeCache<JavaMethodInfo>,
+    /// Compiled methods' debug information (their inlined scopes), per
+    /// JVM, blob address and compile id: a blob freed and reused by another
+    /// nmethod is another entry.
+    pub(super) compiled: CodeCache<CompiledCode>,
     /// Layouts that could not be read, to be said once each.
     pub(super) failures: Vec<String>,
 }
@@ -146,6 +158,75 @@ impl JavaFrames {
         found
     }
 
+    /// JVM `pid`'s method at `method`, read on first use.
+    fn method(
+        &mut self,
+        layout: &HotSpotLayout,
+        pid: u32,
+        method: u64,
+    ) -> Option<Arc<JavaMethodInfo>> {
+        self.methods.get_or_read(pid, method, 0, || {
+            let m = layout.method(pid, method).ok()?;
+            let info = Arc::new(CodeInfo {
+                qualname: m.name.as_str().into(),
+                filename: m.file.as_str().into(),
+                first_line: 0,
+                line_table: Box::new([]),
+            });
+            Some(JavaMethodInfo { info, method: m })
+        })
+    }
+
+    /// The compiled frame last in `out` (its address) as the methods its
+    /// nmethod at `blob` (compile id `id`, as the kernel read it) runs
+    /// there: the deepest inlined one in its place, its callers after it
+    /// up to the nmethod's own `method`, each at its line. False, `out`
+    /// untouched, where the nmethod's debug information cannot be read or
+    /// does not end in `method` (the blob is another nmethod's by now).
+    #[allow(clippy::too_many_arguments)]
+    fn inlined(
+        &mut self,
+        layout: &HotSpotLayout,
+        pid: u32,
+        method: u64,
+        blob: u64,
+        id: u32,
+        exact: bool,
+        frames: &mut PythonFrames,
+        out: &mut Vec<u64>,
+    ) -> bool {
+        let Some(code) = self
+            .compiled
+            .get_or_read(pid, blob, id, || layout.compiled(pid, blob))
+        else {
+            return false;
+        };
+        let pc = *out.last().expect("not empty");
+        let scopes = code.scopes(pc, exact);
+        if scopes.last().map(|s| s.0) != Some(method) {
+            return false;
+        }
+        let at = out.len() - 1;
+        let mut keys = [0u64; 64];
+        let mut n = 0;
+        for &(m, bci) in &scopes {
+            let Some(info) = self.method(layout, pid, m) else {
+                self.methods.unresolved += 1;
+                return false;
+            };
+            let bcp = if bci >= 0 {
+                info.method.code_start + bci as u64
+            } else {
+                0
+            };
+            keys[n] = frames.key(&info.info, info.method.line(bcp));
+            n += 1;
+        }
+        out.truncate(at);
+        out.extend_from_slice(&keys[..n]);
+        true
+    }
+
     /// `pid` exec'd or exited: nothing more to look for in it.
     pub(super) fn gone(&mut self, pid: u32) {
         self.next_look.remove(&pid);
@@ -178,24 +259,23 @@ impl JavaFrames {
             }
             let method = w & !JAVA_FRAME_TAG;
             let bcp = stack.get(i + 1).copied().unwrap_or(0);
-            // A compiled frame's second word is its blob, not a bytecode
-            // pointer: its line is not known (inlined scopes not read).
+            // A compiled frame's second word is its blob, not a bytecode pointer.
             let compiled = bcp & JAVA_COMPILED_BLOB != 0;
-            let bcp = if compiled { 0 } else { bcp };
             i += 2;
             let Some(layout) = layout.as_deref() else {
                 continue;
             };
-            let read = self.methods.get_or_read(pid, method, 0, || {
-                let m = layout.method(pid, method).ok()?;
-                let info = Arc::new(CodeInfo {
-                    qualname: m.name.as_str().into(),
-                    filename: m.file.as_str().into(),
-                    first_line: 0,
-                    line_table: Box::new([]),
-                });
-                Some(JavaMethodInfo { info, method: m })
-            });
+            if compiled && !out.is_empty() {
+                let blob = bcp & ((1 << JAVA_COMPILE_ID_SHIFT) - 1);
+                let id = ((bcp >> JAVA_COMPILE_ID_SHIFT) & JAVA_COMPILE_ID_MASK) as u32;
+                // The leaf is any instruction; a caller's is a return address.
+                let exact = out.len() > 1;
+                if self.inlined(layout, pid, method, blob, id, exact, frames, out) {
+                    continue;
+                }
+            }
+            let bcp = if compiled { 0 } else { bcp };
+            let read = self.method(layout, pid, method);
             match read {
                 // The interpreter's address before it becomes the method's frame.
                 Some(m) if !out.is_empty() => {

@@ -63,6 +63,7 @@ impl Collector {
                 }
                 self.py_codes.forget(*pid);
                 self.java.methods.forget(*pid);
+                self.java.compiled.forget(*pid);
                 self.java.gone(*pid);
                 self.jvms.gone(*pid);
             }
@@ -72,6 +73,7 @@ impl Collector {
                 }
                 self.py_codes.exited(*pid, *time);
                 self.java.methods.exited(*pid, *time);
+                self.java.compiled.exited(*pid, *time);
                 self.java.gone(*pid);
                 self.jvms.gone(*pid);
             }
@@ -178,10 +180,14 @@ impl Collector {
     /// and its open files), all read again as needed. The bytes of it
     /// (an estimate; the symbolizer's not counted).
     pub fn shed_caches(&mut self) -> usize {
-        let held = self.names.bytes() + self.py_codes.bytes() + self.java.methods.bytes();
+        let held = self.names.bytes()
+            + self.py_codes.bytes()
+            + self.java.methods.bytes()
+            + self.java.compiled.bytes();
         self.names.clear();
         self.py_codes.clear();
         self.java.methods.clear();
+        self.java.compiled.clear();
         self.symbolicator = crate::symbolize::Symbolicator::new();
         self.symbolicator_since = std::time::Instant::now();
         held
@@ -193,7 +199,10 @@ impl Collector {
         (
             self.table.processes.len(),
             self.binaries.open_count(),
-            self.names.bytes() + self.py_codes.bytes() + self.java.methods.bytes(),
+            self.names.bytes()
+                + self.py_codes.bytes()
+                + self.java.methods.bytes()
+                + self.java.compiled.bytes(),
         )
     }
 

@@ -82,6 +82,38 @@ struct CodeCacheLayout {
     /// Where an nmethod keeps its `Method*` (`CompiledMethod::_method`
     /// through JDK 22, `nmethod::_method` after).
     method: Option<u64>,
+    /// `nmethod::_compile_id`.
+    compile_id: Option<u64>,
+    /// Where an nmethod's debug information is (its inlined scopes), if
+    /// this JDK lays it out as JDK 9-22 do.
+    debug: Option<DebugInfoLayout>,
+}
+
+/// Where an nmethod (JDK 9-22) keeps the debug information that says, for
+/// each place in its code, which methods the compiler inlined there and at
+/// which bytecode: its `PcDesc` table, its scopes stream, its metadata
+/// (the `Method*`s the stream names by index). Offsets are from the
+/// nmethod's start unless said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DebugInfoLayout {
+    /// `CodeBlob::_size` (int): the blob's bytes.
+    size: u64,
+    /// `CodeBlob::_code_begin` (address).
+    code_begin: u64,
+    /// `nmethod::_metadata_offset` (int): the metadata's first slot.
+    metadata: u64,
+    /// `CompiledMethod::_scopes_data_begin` (address): the scopes stream,
+    /// which the metadata ends at.
+    scopes_data_begin: u64,
+    /// `nmethod::_scopes_pcs_offset` (int): the `PcDesc`s, which the
+    /// scopes stream ends at.
+    scopes_pcs: u64,
+    /// `nmethod::_dependencies_offset` (int): where the `PcDesc`s end.
+    dependencies: u64,
+    /// `sizeof(PcDesc)`, `PcDesc::_pc_offset`, `PcDesc::_scope_decode_offset`.
+    pc_desc_size: u64,
+    pc_desc_pc: u64,
+    pc_desc_scope: u64,
 }
 
 /// Why a JVM's layout was not read.
@@ -126,7 +158,7 @@ fn c_name(pid: u32, addr: u64) -> Option<Vec<u8>> {
 
 /// The types whose fields are looked up, and the most entries of each kept
 /// (JDK 17's InstanceKlass has 28): a table that lies costs bounded reads.
-const WANTED_TYPES: [&[u8]; 16] = [
+const WANTED_TYPES: [&[u8]; 17] = [
     b"Method",
     b"ConstMethod",
     b"ConstantPool",
@@ -143,6 +175,7 @@ const WANTED_TYPES: [&[u8]; 16] = [
     b"GrowableArray<int>",
     b"CompiledMethod",
     b"nmethod",
+    b"PcDesc",
 ];
 const MAX_FIELDS_PER_TYPE: usize = 128;
 
@@ -308,7 +341,7 @@ impl HotSpotLayout {
             .ok_or(LayoutError::Unreadable)
         };
         let types = table(pid, places[1].0, places[1].1, var(s.type_name)?, |t| {
-            t == b"ConstMethod" || t == b"ConstantPool" || t == b"HeapBlock"
+            t == b"ConstMethod" || t == b"ConstantPool" || t == b"HeapBlock" || t == b"PcDesc"
         })?;
         let type_size = var(s.type_size)?;
         let size = |ty: &'static str| -> Result<u64, LayoutError> {
@@ -351,6 +384,21 @@ impl HotSpotLayout {
                 method: field("CompiledMethod", "_method")
                     .or_else(|_| field("nmethod", "_method"))
                     .ok(),
+                compile_id: field("nmethod", "_compile_id").ok(),
+                debug: (|| -> Result<DebugInfoLayout, LayoutError> {
+                    Ok(DebugInfoLayout {
+                        size: field("CodeBlob", "_size")?,
+                        code_begin: field("CodeBlob", "_code_begin")?,
+                        metadata: field("nmethod", "_metadata_offset")?,
+                        scopes_data_begin: field("CompiledMethod", "_scopes_data_begin")?,
+                        scopes_pcs: field("nmethod", "_scopes_pcs_offset")?,
+                        dependencies: field("nmethod", "_dependencies_offset")?,
+                        pc_desc_size: size("PcDesc")?,
+                        pc_desc_pc: field("PcDesc", "_pc_offset")?,
+                        pc_desc_scope: field("PcDesc", "_scope_decode_offset")?,
+                    })
+                })()
+                .ok(),
             })
         })()
         .ok();
@@ -408,6 +456,7 @@ impl HotSpotLayout {
             frame_complete_at: small(c.frame_complete)?,
             code_begin_at: c.code_begin.and_then(small).unwrap_or(0),
             method_at: c.method.and_then(small).unwrap_or(0),
+            compile_id_at: c.compile_id.and_then(small).unwrap_or(0),
             ..Default::default()
         };
         let array = word(pid, base.wrapping_add(c.heaps)).filter(|&a| a != 0)?;
@@ -536,6 +585,186 @@ impl HotSpotLayout {
     }
 }
 
+impl HotSpotLayout {
+    /// The debug information of the nmethod at `blob` of JVM `pid`: what
+    /// says which methods its compiler inlined at each place in its code.
+    /// None if this JDK does not say where it is, or what is there is no
+    /// nmethod's (regions out of order, outside the blob, or larger than
+    /// [`MAX_DEBUG_INFO`]).
+    pub fn compiled(&self, pid: u32, blob: u64) -> Option<CompiledCode> {
+        let d = self.code.as_ref()?.debug.as_ref()?;
+        let fields = [
+            d.size,
+            d.code_begin,
+            d.metadata,
+            d.scopes_data_begin,
+            d.scopes_pcs,
+            d.dependencies,
+        ];
+        let len = fields.iter().max()? + 8;
+        if len > 4096 || d.pc_desc_size == 0 || d.pc_desc_size > 64 {
+            return None;
+        }
+        let mut header = vec![0u8; len as usize];
+        read_process(pid, blob, &mut header).ok()?;
+        let int = |at: u64| {
+            i32::from_le_bytes(
+                header[at as usize..at as usize + 4]
+                    .try_into()
+                    .expect("4 bytes"),
+            )
+        };
+        let address = |at: u64| {
+            u64::from_le_bytes(
+                header[at as usize..at as usize + 8]
+                    .try_into()
+                    .expect("8 bytes"),
+            )
+        };
+        let offset = |at: u64| u64::try_from(int(at)).ok().map(|o| blob + o);
+        let size = u64::try_from(int(d.size)).ok()?;
+        let (metadata, scopes, pcs, end) = (
+            offset(d.metadata)?,
+            address(d.scopes_data_begin),
+            offset(d.scopes_pcs)?,
+            offset(d.dependencies)?,
+        );
+        let code_begin = address(d.code_begin);
+        let in_order = blob <= metadata && metadata <= scopes && scopes <= pcs && pcs <= end;
+        if !in_order
+            || end > blob.saturating_add(size)
+            || end - metadata > MAX_DEBUG_INFO
+            || !(blob..blob.saturating_add(size)).contains(&code_begin)
+        {
+            return None;
+        }
+        let read = |from: u64, to: u64| -> Option<Vec<u8>> {
+            let mut b = vec![0u8; (to - from) as usize];
+            read_process(pid, from, &mut b).ok()?;
+            Some(b)
+        };
+        let slots = read(metadata, scopes)?;
+        let stream = read(scopes, pcs)?;
+        let descs = read(pcs, end)?;
+        let (pc_at, scope_at) = (d.pc_desc_pc as usize, d.pc_desc_scope as usize);
+        let desc_size = d.pc_desc_size as usize;
+        if pc_at + 4 > desc_size || scope_at + 4 > desc_size {
+            return None;
+        }
+        let i32_at =
+            |b: &[u8], at: usize| i32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        Some(CompiledCode {
+            code_begin,
+            pcs: descs
+                .chunks_exact(desc_size)
+                .map(|p| (i32_at(p, pc_at), i32_at(p, scope_at)))
+                .collect(),
+            stream,
+            metadata: slots
+                .chunks_exact(8)
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+                .collect(),
+        })
+    }
+}
+
+/// Most bytes of one nmethod's debug information read (metadata, scopes
+/// and `PcDesc`s together; javac's largest methods have tens of KiB).
+pub const MAX_DEBUG_INFO: u64 = 1 << 20;
+/// Most scopes one place in compiled code is read as (HotSpot inlines 15
+/// levels deep at most by default).
+const MAX_INLINE_DEPTH: usize = 64;
+
+/// One nmethod's debug information, as read: where its code begins, its
+/// `PcDesc`s (code offset, scope offset), its scopes stream, its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledCode {
+    /// Where its instructions begin (`PcDesc` offsets count from here).
+    pub code_begin: u64,
+    pcs: Vec<(i32, i32)>,
+    stream: Vec<u8>,
+    metadata: Vec<u64>,
+}
+
+impl CompiledCode {
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.pcs.len() * 8
+            + self.stream.len()
+            + self.metadata.len() * 8
+    }
+
+    /// The methods running at `pc`, innermost (inlined deepest) first, each
+    /// with its bytecode index (-1: its entry): as HotSpot's `ScopeDesc`s
+    /// read them. A return address (`exact`) is a call's `PcDesc`; any
+    /// other place (a sampled leaf) takes the first `PcDesc` at or after it,
+    /// as HotSpot does for a pc between two. Empty where nothing describes
+    /// `pc`, or the stream is malformed (a chain that does not go back, an
+    /// index outside the metadata, a number cut short).
+    pub fn scopes(&self, pc: u64, exact: bool) -> Vec<(u64, i32)> {
+        let Some(rel) = pc
+            .checked_sub(self.code_begin)
+            .and_then(|r| i32::try_from(r).ok())
+        else {
+            return Vec::new();
+        };
+        let found = exact
+            .then(|| self.pcs.iter().find(|p| p.0 == rel))
+            .flatten()
+            .or_else(|| self.pcs.iter().filter(|p| p.0 >= rel).min_by_key(|p| p.0));
+        let Some(&(_, first)) = found else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut at = first;
+        // 0 is HotSpot's serialized null: no (more) scope.
+        while at > 0 && out.len() < MAX_INLINE_DEPTH {
+            let mut i = at as usize;
+            let (Some(sender), Some(index), Some(bci)) = (
+                read_unsigned5(&self.stream, &mut i),
+                read_unsigned5(&self.stream, &mut i),
+                read_unsigned5(&self.stream, &mut i),
+            ) else {
+                return Vec::new();
+            };
+            let method = match (index as usize).checked_sub(1) {
+                Some(slot) => match self.metadata.get(slot) {
+                    Some(&m) if m != 0 => m,
+                    _ => return Vec::new(),
+                },
+                None => return Vec::new(),
+            };
+            // A bci is written +1 (InvocationEntryBci is -1).
+            out.push((method, bci as i32 - 1));
+            // A sender is written before its inlinees: a chain that does not go back is no chain.
+            if sender as i64 >= at as i64 {
+                return Vec::new();
+            }
+            at = sender as i32;
+        }
+        out
+    }
+}
+
+/// One number of HotSpot's `CompressedReadStream` (UNSIGNED5, JDK 8-20):
+/// bytes below 192 end it, each byte past the first weighs 64 times more,
+/// five bytes at most. None where the bytes end first.
+fn read_unsigned5(b: &[u8], at: &mut usize) -> Option<u32> {
+    let mut sum = 0u32;
+    let mut shift = 0u32;
+    for i in 0..5 {
+        let v = *b.get(*at)? as u32;
+        *at += 1;
+        sum = sum.wrapping_add(v << shift);
+        if v < 192 || i == 4 {
+            break;
+        }
+        shift += 6;
+    }
+    Some(sum)
+}
+
 /// Why a method was not read.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum MethodError {
@@ -609,36 +838,18 @@ fn read_line_table(pid: u32, at: u64) -> Vec<(u32, u32)> {
 /// malformed keeps the pairs read before.
 pub fn decode_line_table(b: &[u8]) -> Vec<(u32, u32)> {
     let mut at = 0usize;
-    let mut next = || -> Option<u8> {
-        let v = *b.get(at)?;
-        at += 1;
-        Some(v)
-    };
-    // UNSIGNED5: bytes below 192 end a number; each byte past the first weighs 64 times more.
-    let unsigned5 = |next: &mut dyn FnMut() -> Option<u8>| -> Option<u32> {
-        let mut sum = 0u32;
-        let mut shift = 0u32;
-        for i in 0..5 {
-            let v = next()? as u32;
-            sum = sum.wrapping_add(v << shift);
-            if v < 192 || i == 4 {
-                return Some(sum);
-            }
-            shift += 6;
-        }
-        Some(sum)
-    };
     let signed = |v: u32| ((v >> 1) as i32) ^ -((v & 1) as i32);
     let (mut bci, mut line) = (0i64, 0i64);
     let mut out = Vec::new();
-    while let Some(first) = next() {
+    while let Some(&first) = b.get(at) {
+        at += 1;
         match first {
             0 => break,
             0xff => {
-                let Some(db) = unsigned5(&mut next) else {
+                let Some(db) = read_unsigned5(b, &mut at) else {
                     break;
                 };
-                let Some(dl) = unsigned5(&mut next) else {
+                let Some(dl) = read_unsigned5(b, &mut at) else {
                     break;
                 };
                 bci += signed(db) as i64;
@@ -741,6 +952,50 @@ mod tests {
             "A.f(Lunterminated"
         );
         assert_eq!(external_name(b"A", b"f", b""), "A.f");
+    }
+
+    #[test]
+    fn inlined_scopes_are_read_innermost_first_and_malformed_ones_refused() {
+        // Offset 0 is HotSpot's null; at 1 the nmethod's own scope (no
+        // sender, metadata slot 1, bci 4 written +1); at 4 an inlinee
+        // (sender 1, slot 2, its entry: bci -1 written 0).
+        let code = |stream: Vec<u8>| CompiledCode {
+            code_begin: 0x1000,
+            pcs: vec![(-1, 0), (10, 4), (20, 1), (30, 0)],
+            stream,
+            metadata: vec![0xa000, 0xb000],
+        };
+        let good = code(vec![0, 0, 1, 5, 1, 2, 0]);
+        assert_eq!(good.scopes(0x100a, true), vec![(0xb000, -1), (0xa000, 4)]);
+        // A leaf between two: the next PcDesc's scopes; a return address
+        // without its own PcDesc is taken so too.
+        assert_eq!(good.scopes(0x100f, false), vec![(0xa000, 4)]);
+        assert_eq!(good.scopes(0x100f, true), vec![(0xa000, 4)]);
+        assert_eq!(good.scopes(0x1019, false), Vec::new(), "a null scope");
+        assert_eq!(
+            good.scopes(0x2000, false),
+            Vec::new(),
+            "past the last PcDesc"
+        );
+        assert_eq!(good.scopes(0x0fff, false), Vec::new(), "before the code");
+        // A sender that does not go back, a slot outside the metadata, a
+        // null slot, a stream cut short: nothing, never a loop or a panic.
+        assert_eq!(
+            code(vec![0, 4, 1, 5, 1, 2, 0]).scopes(0x100a, true),
+            Vec::new()
+        );
+        assert_eq!(
+            code(vec![0, 0, 3, 5, 1, 2, 0]).scopes(0x100a, true),
+            Vec::new()
+        );
+        assert_eq!(
+            code(vec![0, 0, 0, 5, 1, 2, 0]).scopes(0x100a, true),
+            Vec::new()
+        );
+        assert_eq!(
+            code(vec![0, 0, 1, 5, 1, 0xff]).scopes(0x100a, true),
+            Vec::new()
+        );
     }
 
     #[test]
