@@ -191,7 +191,7 @@ impl JavaFrames {
         method: u64,
         blob: u64,
         id: u32,
-        exact: bool,
+        return_address: bool,
         frames: &mut PythonFrames,
         out: &mut Vec<u64>,
     ) -> bool {
@@ -202,7 +202,7 @@ impl JavaFrames {
             return false;
         };
         let pc = *out.last().expect("not empty");
-        let scopes = code.scopes(pc, exact);
+        let scopes = code.scopes(pc, return_address);
         if scopes.last().map(|s| s.0) != Some(method) {
             return false;
         }
@@ -269,8 +269,8 @@ impl JavaFrames {
                 let blob = bcp & ((1 << JAVA_COMPILE_ID_SHIFT) - 1);
                 let id = ((bcp >> JAVA_COMPILE_ID_SHIFT) & JAVA_COMPILE_ID_MASK) as u32;
                 // The leaf is any instruction; a caller's is a return address.
-                let exact = out.len() > 1;
-                if self.inlined(layout, pid, method, blob, id, exact, frames, out) {
+                let return_address = out.len() > 1;
+                if self.inlined(layout, pid, method, blob, id, return_address, frames, out) {
                     continue;
                 }
             }

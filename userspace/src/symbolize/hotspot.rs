@@ -697,23 +697,23 @@ impl CompiledCode {
 
     /// The methods running at `pc`, innermost (inlined deepest) first, each
     /// with its bytecode index (-1: its entry): as HotSpot's `ScopeDesc`s
-    /// read them. A return address (`exact`) is a call's `PcDesc`; any
-    /// other place (a sampled leaf) takes the first `PcDesc` at or after it,
-    /// as HotSpot does for a pc between two. Empty where nothing describes
+    /// read them. A return address is described by the `PcDesc` at it; any
+    /// other place (a sampled leaf) by the first after it, as HotSpot's own
+    /// samplers take it (`pc_desc_near(pc + 1)`). A binary search: the
+    /// `PcDesc`s are in code order (one out of order finds a wrong scope or
+    /// none, never a read outside them). Empty where nothing describes
     /// `pc`, or the stream is malformed (a chain that does not go back, an
     /// index outside the metadata, a number cut short).
-    pub fn scopes(&self, pc: u64, exact: bool) -> Vec<(u64, i32)> {
+    pub fn scopes(&self, pc: u64, return_address: bool) -> Vec<(u64, i32)> {
         let Some(rel) = pc
             .checked_sub(self.code_begin)
             .and_then(|r| i32::try_from(r).ok())
+            .map(|r| if return_address { r } else { r.saturating_add(1) })
         else {
             return Vec::new();
         };
-        let found = exact
-            .then(|| self.pcs.iter().find(|p| p.0 == rel))
-            .flatten()
-            .or_else(|| self.pcs.iter().filter(|p| p.0 >= rel).min_by_key(|p| p.0));
-        let Some(&(_, first)) = found else {
+        let i = self.pcs.partition_point(|p| p.0 < rel);
+        let Some(&(_, first)) = self.pcs.get(i) else {
             return Vec::new();
         };
         let mut out = Vec::new();
@@ -967,9 +967,11 @@ mod tests {
         };
         let good = code(vec![0, 0, 1, 5, 1, 2, 0]);
         assert_eq!(good.scopes(0x100a, true), vec![(0xb000, -1), (0xa000, 4)]);
-        // A leaf between two: the next PcDesc's scopes; a return address
+        // A leaf: the next PcDesc's scopes, at one too; a return address
         // without its own PcDesc is taken so too.
         assert_eq!(good.scopes(0x100f, false), vec![(0xa000, 4)]);
+        assert_eq!(good.scopes(0x100a, false), vec![(0xa000, 4)]);
+        assert_eq!(good.scopes(0x1009, false), vec![(0xb000, -1), (0xa000, 4)]);
         assert_eq!(good.scopes(0x100f, true), vec![(0xa000, 4)]);
         assert_eq!(good.scopes(0x1019, false), Vec::new(), "a null scope");
         assert_eq!(
