@@ -90,6 +90,10 @@ pub(super) struct JavaFrames {
     pub(super) compiled: CodeCache<CompiledCode>,
     /// Layouts that could not be read, to be said once each.
     pub(super) failures: Vec<String>,
+    /// JVMs whose compiled frames were named from their memory; those gone
+    /// are forgotten at the window's end, once its warnings are said.
+    compiled_named: rustc_hash::FxHashSet<u32>,
+    departed: Vec<u32>,
 }
 
 impl JavaFrames {
@@ -224,12 +228,29 @@ impl JavaFrames {
         }
         out.truncate(at);
         out.extend_from_slice(&keys[..n]);
+        self.compiled_named.insert(pid);
         true
+    }
+
+    /// Whether JVM `pid`'s compiled frames were named from its memory
+    /// (its nmethods' `Method*`s), so they need no perf map.
+    pub(super) fn names_compiled(&self, pid: u32) -> bool {
+        self.compiled_named.contains(&pid)
+    }
+
+    /// A window's end: the JVMs gone during it are forgotten.
+    pub(super) fn window_done(&mut self) {
+        for pid in self.departed.drain(..) {
+            self.compiled_named.remove(&pid);
+        }
     }
 
     /// `pid` exec'd or exited: nothing more to look for in it.
     pub(super) fn gone(&mut self, pid: u32) {
         self.next_look.remove(&pid);
+        if self.compiled_named.contains(&pid) {
+            self.departed.push(pid);
+        }
     }
 
     /// Whether `stack` holds interpreted frames' methods.
@@ -276,6 +297,9 @@ impl JavaFrames {
             }
             let bcp = if compiled { 0 } else { bcp };
             let read = self.method(layout, pid, method);
+            if compiled && read.is_some() {
+                self.compiled_named.insert(pid);
+            }
             match read {
                 // The interpreter's address before it becomes the method's frame.
                 Some(m) if !out.is_empty() => {

@@ -65,6 +65,9 @@ struct Jvm {
     not_yet: Option<String>,
     /// It wrote its map at least once.
     answered: bool,
+    /// Why it could not be asked, said at the window's end (where what its
+    /// frames got without its map is known).
+    failed: Option<String>,
     /// The process exec'd or exited: said and forgotten at the window's end.
     gone: bool,
     /// When it was last asked.
@@ -180,6 +183,7 @@ impl Jvms {
                 warned: false,
                 not_yet: None,
                 answered: false,
+                failed: None,
                 gone: false,
                 asked: None,
                 cut_retry: CUT_RETRY_MIN,
@@ -227,8 +231,8 @@ impl Jvms {
     }
 
     /// Start the requests that are due (all of the sampled ones with
-    /// `now_all`); returns the warnings of those that failed since.
-    pub(super) fn tick(&mut self, now_all: bool) -> Vec<String> {
+    /// `now_all`), and take the answers that arrived.
+    pub(super) fn tick(&mut self, now_all: bool) {
         let now = Instant::now();
         for (&pid, j) in self.jvms.iter_mut() {
             if !j.sampled
@@ -267,10 +271,9 @@ impl Jvms {
         self.collect(None)
     }
 
-    /// Results that arrived (waiting until `deadline` for all pending ones):
-    /// the warnings of failures, once per JVM.
-    fn collect(&mut self, deadline: Option<Instant>) -> Vec<String> {
-        let mut warnings = Vec::new();
+    /// Results that arrived (waiting until `deadline` for all pending ones);
+    /// failures are kept to be said at the window's end, once per JVM.
+    fn collect(&mut self, deadline: Option<Instant>) {
         loop {
             let next = match deadline {
                 Some(d) if self.jvms.values().any(|j| j.pending) => self
@@ -316,15 +319,12 @@ impl Jvms {
                 // SIGQUIT that starts no listener would print a thread dump.
                 Err(AttachError::Failed(e)) => {
                     if std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                        warnings.push(format!(
-                            "JVM pid {pid}: its compiled methods stay unnamed: {e}"
-                        ));
+                        j.failed = Some(e.to_string());
                     }
                     j.warned = true;
                 }
             }
         }
-        warnings
     }
 
     /// The full name of JVM `pid`'s thread `tid`, where the kernel's
@@ -349,16 +349,34 @@ impl Jvms {
 
     /// At a window's end: ask every sampled JVM once more and wait for the
     /// answers, at most `wait`.
-    pub(super) fn refresh(&mut self, wait: Duration) -> Vec<String> {
-        let mut warnings = self.tick(true);
-        warnings.extend(self.collect(Some(Instant::now() + wait)));
+    /// `names_compiled(pid)`: whether JVM `pid`'s compiled frames were named
+    /// from its memory (what a JVM not asked still gets).
+    pub(super) fn refresh(
+        &mut self,
+        wait: Duration,
+        names_compiled: impl Fn(u32) -> bool,
+    ) -> Vec<String> {
+        self.tick(true);
+        self.collect(Some(Instant::now() + wait));
+        let mut warnings = Vec::new();
+        for (pid, j) in &mut self.jvms {
+            if let Some(e) = j.failed.take() {
+                warnings.push(if names_compiled(*pid) {
+                    format!("JVM pid {pid}: not asked for its perf map ({e}): its compiled methods are named from its memory, but its stubs stay `[JIT] java` and its threads keep the kernel's 15-byte names")
+                } else {
+                    format!("JVM pid {pid}: its compiled methods stay unnamed: {e}")
+                });
+            }
+        }
         // JVMs that are gone, and never were ready to be asked, say why.
         for (pid, j) in &self.jvms {
             if j.gone && !j.answered && !j.warned {
                 if let Some(e) = &j.not_yet {
-                    warnings.push(format!(
-                        "JVM pid {pid}: its compiled methods stay unnamed: {e}"
-                    ));
+                    warnings.push(if names_compiled(*pid) {
+                        format!("JVM pid {pid}: not asked for its perf map ({e}): its compiled methods are named from its memory, but its stubs stay `[JIT] java` and its threads keep the kernel's 15-byte names")
+                    } else {
+                        format!("JVM pid {pid}: its compiled methods stay unnamed: {e}")
+                    });
                 }
             }
         }

@@ -31,9 +31,7 @@ impl Collector {
             u.sync_kernel(&self.binaries);
         }
         // The same tick asks the JVMs due for their perf maps.
-        for w in self.jvms.tick(false) {
-            self.warn(w);
-        }
+        self.jvms.tick(false);
         self.give_jit_frames();
         self.read_python_thread_names(false);
     }

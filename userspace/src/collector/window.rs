@@ -206,11 +206,16 @@ impl Collector {
         }
         // The JVMs sampled write their perf maps now, for this window's
         // frames (a recording waits longer: it is its only window).
-        warnings.extend(self.jvms.refresh(if range.continuous {
-            Duration::from_millis(500)
-        } else {
-            Duration::from_secs(3)
-        }));
+        let java = &self.java;
+        warnings.extend(self.jvms.refresh(
+            if range.continuous {
+                Duration::from_millis(500)
+            } else {
+                Duration::from_secs(3)
+            },
+            |pid| java.names_compiled(pid),
+        ));
+        self.java.window_done();
         self.give_jit_frames();
         let jit = symbolicate::JitSources(&self.table);
         let (libs, frames) = symbolicate::symbolicate(

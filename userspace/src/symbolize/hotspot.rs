@@ -708,7 +708,13 @@ impl CompiledCode {
         let Some(rel) = pc
             .checked_sub(self.code_begin)
             .and_then(|r| i32::try_from(r).ok())
-            .map(|r| if return_address { r } else { r.saturating_add(1) })
+            .map(|r| {
+                if return_address {
+                    r
+                } else {
+                    r.saturating_add(1)
+                }
+            })
         else {
             return Vec::new();
         };
