@@ -651,6 +651,9 @@ impl Collector {
         } else {
             let stored = self.stacks.get(e.waker_tid, e.waker_stack_id);
             let interrupt = stored.and_then(|s| s.interrupt);
+            if self.window.waker_comm.len() < window::MAX_WAKER_NAMES {
+                self.window.waker_comm.insert(e.waker_tid, e.waker_comm);
+            }
             let waker = Waker {
                 pid: e.waker_pid,
                 tid: e.waker_tid,

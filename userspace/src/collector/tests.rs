@@ -502,6 +502,41 @@ fn short_waits_keep_their_reason() {
     );
 }
 
+/// Check that the wakers of short waits are named: one that is no thread
+/// of the recording (here this test's own process, outside the filter) by
+/// its `/proc/TID/comm`, one that woke a long wait by the comm its record
+/// carried; a waker that is gone keeps its tid alone.
+#[test]
+fn the_wakers_of_short_waits_are_named() {
+    let mut c = collector(PidFilter::All);
+    let me = std::process::id();
+    let comm = std::fs::read_to_string(format!("/proc/{me}/comm")).unwrap();
+    let folded = |tid: u32, waker_tid: u32| FoldedEvent {
+        kind: abi::RECORD_FOLDED,
+        pid: 50,
+        tid,
+        _pad: 0,
+        first_ns: 100,
+        last_ns: 900,
+        ns: [0, 500, 0, 0],
+        count: [0, 7, 0, 0],
+        wait_ns: 150,
+        waker_pid: waker_tid,
+        waker_tid,
+        waker_kind: abi::FOLD_WAKER_TASK,
+        _pad2: 0,
+    };
+    c.handle_folded(&folded(51, me));
+    // A pid above the kernel's limit: no such task.
+    c.handle_folded(&folded(52, 4_194_305));
+    let r = c.finish_window(range(0, 1000));
+    assert_eq!(
+        r.waker_names.get(&me).map(String::as_str),
+        Some(comm.trim_end())
+    );
+    assert_eq!(r.waker_names.get(&4_194_305), None);
+}
+
 /// Check that a kernel's run of short waits that began before a window's
 /// range starts at the range, with the share of its sums its span keeps:
 /// the agent's `show` had short-waits markers before its first window.

@@ -44,6 +44,9 @@ pub(super) struct WindowData {
     pub(super) raw: StackTree,
     /// Latest comm seen in a sample per tid, to name threads whose COMM event we missed.
     pub(super) sample_comm: FxHashMap<u32, [u8; TASK_COMM_LEN]>,
+    /// The comm of each task seen waking a thread (from its off-CPU
+    /// records), to name the wakers of short waits: at most [`MAX_WAKER_NAMES`].
+    pub(super) waker_comm: FxHashMap<u32, [u8; TASK_COMM_LEN]>,
     pub(super) sideband: Vec<(SidebandEvent, Option<BinaryIndex>)>,
     pub(super) off_cpu: Vec<OffCpuRecord>,
     pub(super) folded: Vec<FoldedRecord>,
@@ -232,6 +235,7 @@ impl Collector {
         );
         self.read_python_thread_names(true);
         let processes = self.window_processes(threads, &w.sample_comm, &range);
+        let waker_names = short_waker_names(&processes, &w.waker_comm, &w.sample_comm);
         let reported: FxHashSet<u32> = processes.iter().map(|p| p.pid).collect();
         w.stats.processes_without_data = self
             .table
@@ -278,6 +282,7 @@ impl Collector {
             stacks,
             stats: w.stats,
             warnings,
+            waker_names,
         }
     }
 
@@ -465,4 +470,63 @@ pub(super) fn sort_off_cpu(o: &mut OffCpuSamples) {
     o.time_ns = idx.iter().map(|&i| o.time_ns[i]).collect();
     o.stack = idx.iter().map(|&i| o.stack[i]).collect();
     o.duration_ns = idx.iter().map(|&i| o.duration_ns[i]).collect();
+}
+
+/// Most wakers of short waits named per window, and most of them read
+/// from `/proc` (a waker that is no thread of the profile's).
+pub(super) const MAX_WAKER_NAMES: usize = 16_384;
+const MAX_WAKER_NAME_READS: usize = 1_024;
+
+/// The names of the tasks that woke the short waits of `processes`, by
+/// tid: as the profile's own threads are named, else as their off-CPU
+/// records or samples named them, else as `/proc/TID/comm` says now (a
+/// waker outside `record -- CMD` that never woke anyone for long), else
+/// none (it exited). Bounded: [`MAX_WAKER_NAMES`] names, of them
+/// [`MAX_WAKER_NAME_READS`] read.
+fn short_waker_names(
+    processes: &[ProcessRecord],
+    waker_comm: &FxHashMap<u32, [u8; TASK_COMM_LEN]>,
+    sample_comm: &FxHashMap<u32, [u8; TASK_COMM_LEN]>,
+) -> std::collections::HashMap<u32, String> {
+    let mut wanted: FxHashSet<u32> = FxHashSet::default();
+    for t in processes.iter().flat_map(|p| &p.threads) {
+        for m in &t.markers {
+            if let MarkerRecord::ShortWaits {
+                waker: ShortWaker::Task { tid, .. },
+                ..
+            } = m
+            {
+                if wanted.len() < MAX_WAKER_NAMES {
+                    wanted.insert(*tid);
+                }
+            }
+        }
+    }
+    let mut names = std::collections::HashMap::new();
+    for t in processes.iter().flat_map(|p| &p.threads) {
+        if wanted.remove(&t.tid) {
+            names.insert(t.tid, t.name.clone());
+        }
+    }
+    let mut reads = 0;
+    let mut wanted: Vec<u32> = wanted.into_iter().collect();
+    wanted.sort_unstable();
+    for tid in wanted {
+        let comm = waker_comm.get(&tid).or_else(|| sample_comm.get(&tid));
+        let name = match comm {
+            Some(c) => Some(crate::bpf::abi::comm_str(c)),
+            None if reads < MAX_WAKER_NAME_READS => {
+                reads += 1;
+                std::fs::read_to_string(format!("/proc/{tid}/comm"))
+                    .ok()
+                    .map(|c| c.trim_end_matches('\n').to_string())
+                    .filter(|c| !c.is_empty())
+            }
+            None => None,
+        };
+        if let Some(n) = name {
+            names.insert(tid, n);
+        }
+    }
+    names
 }

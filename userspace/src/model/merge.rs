@@ -159,6 +159,7 @@ impl Merger {
                 out.notes.push(x);
             }
         }
+        out.waker_names.extend(w.waker_names);
     }
 
     /// Where the window added last starts, on the merged clock: with

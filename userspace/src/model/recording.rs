@@ -555,6 +555,11 @@ pub struct Recording {
     pub off_cpu: bool,
     /// Notes for the profile's log (not warnings: e.g. "no hardware PMU").
     pub notes: Vec<String>,
+    /// The names (`comm`) of the threads that woke its short waits, by tid,
+    /// those with no track of their own included (a waker outside `record
+    /// -- CMD`): short waits name their waker as long ones do. Not kept by
+    /// the store: empty when read back.
+    pub waker_names: std::collections::HashMap<u32, String>,
 }
 
 /// Which kind of interrupt a kernel stack ran in.

@@ -174,7 +174,14 @@ pub(super) fn build_markers(
                     count: *count,
                     off_cpu: *off_cpu_ns as f64 / 1e6,
                     waited: (*waited_ns > 0).then(|| *waited_ns as f64 / 1e6),
-                    waker: waker.label(),
+                    // By name where the recording knows it, as long waits' wakers.
+                    waker: match waker {
+                        ShortWaker::Task { pid, tid } => match rec.waker_names.get(tid) {
+                            Some(name) => format!("{name} (pid {pid}, tid {tid})"),
+                            None => waker.label(),
+                        },
+                        _ => waker.label(),
+                    },
                     waker_pid: match waker {
                         ShortWaker::Task { pid, .. } => Some(pid.to_string()),
                         _ => None,

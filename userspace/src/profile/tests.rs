@@ -556,6 +556,8 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
         waited_ns: 600_000,
         waker: ShortWaker::Task { pid: 7, tid: 8 },
     });
+    // Its waker by name, as a long wait's: the recording knows it.
+    rec.waker_names.insert(8, "pinger".into());
     let p = build_profile(&rec, &host(), None).to_value();
     assert_eq!(validate::validate(&p), Vec::<String>::new());
     let data: Vec<&serde_json::Value> = p["threads"][1]["markers"]["data"]
@@ -591,6 +593,7 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
         ),
         (Some(8), Some("7"), Some("task"), Some("blue"))
     );
+    assert_eq!(short["waker"].as_str(), Some("pinger (pid 7, tid 8)"));
     let schema = p["meta"]["markerSchema"].as_array().unwrap();
     assert!(schema
         .iter()

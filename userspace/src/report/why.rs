@@ -761,7 +761,7 @@ fn wakers_named(t: &Value, out: &mut FxHashMap<u32, (u32, String)>) {
         return;
     };
     for d in data {
-        if d["type"] != "OffCpu" || d["wakerContext"] != "task" {
+        if (d["type"] != "OffCpu" && d["type"] != "ShortWaits") || d["wakerContext"] != "task" {
             continue;
         }
         let (Some(tid), Some(pid), Some(label)) = (
@@ -988,15 +988,19 @@ mod tests {
         let mut woken = off("sleeping", 0.0, Some(77), Some("task"));
         woken["waker"] = "kworker/u8:3 (pid 77, tid 77)".into();
         woken["wakerPid"] = "77".into();
+        // A waker of short waits only, named by their marker.
+        let short = serde_json::json!({ "type": "ShortWaits", "count": 3, "offCpu": 0.3,
+            "waker": "server (pid 90, tid 91)", "wakerPid": "90", "wakerTid": 91, "wakerContext": "task" });
         let profile = serde_json::json!({
             "meta": { "categories": [] },
-            "threads": [thread(1, 1, "client", vec![(0.0, 10.0, woken), (20.0, 30.0, off("sleeping", 0.0, Some(78), Some("task")))])],
+            "threads": [thread(1, 1, "client", vec![(0.0, 10.0, woken), (20.0, 30.0, off("sleeping", 0.0, Some(78), Some("task"))), (40.0, 41.0, short)])],
         });
         let threads = Threads::read(&profile);
         assert_eq!(
             threads.describe(77),
             "kworker/u8:3 (77/77, no track of its own)"
         );
+        assert_eq!(threads.describe(91), "server (90/91, no track of its own)");
         assert_eq!(threads.describe(78), "tid 78 (not recorded)");
         let why = threads.why(&[1], 0.0, 100.0, 5);
         assert!(

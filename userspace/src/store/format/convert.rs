@@ -333,6 +333,8 @@ impl StoredRecording {
                 .collect(),
             stats: self.stats.into_model(),
             warnings: self.warnings,
+            // Not in the store's format: short waits' wakers by tid only.
+            waker_names: Default::default(),
             counters: self
                 .counters
                 .into_iter()
