@@ -1638,6 +1638,32 @@ fn big_java_source() -> String {
     source
 }
 
+/// `record -- javac [extra] -d classes Big.java` in `dir`: the profile's
+/// path, once javac compiled it.
+fn record_javac_big(dir: &std::path::Path, extra: &[&str]) -> std::path::PathBuf {
+    record_javac_big_with_output(dir, extra).0
+}
+
+/// The same, and sysprof's output.
+fn record_javac_big_with_output(
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> (std::path::PathBuf, std::process::Output) {
+    std::fs::write(dir.join("Big.java"), big_java_source()).unwrap();
+    let (out_path, classes, source) = (
+        dir.join("javac.json.gz"),
+        dir.join("classes"),
+        dir.join("Big.java"),
+    );
+    let mut argv = vec!["--", "javac"];
+    argv.extend_from_slice(extra);
+    argv.extend(["-d", classes.to_str().unwrap(), source.to_str().unwrap()]);
+    let out = record(&argv, &out_path);
+    assert_success(&out);
+    assert!(classes.join("Big.class").exists(), "javac compiled nothing");
+    (out_path, out)
+}
+
 /// `pkg.Class.method` of a Java frame as sysprof names it
 /// (`long pkg.Class.method(int)`).
 fn java_method_key(name: &str) -> &str {
@@ -1677,26 +1703,12 @@ fn javac_methods_match_jfr_with_inlined_methods() {
     let Some(dir) = compile_java(test, "javac-jfr", "Hot.java") else {
         return;
     };
-    std::fs::write(dir.join("Big.java"), big_java_source()).unwrap();
-    let (out_path, jfr_path) = (dir.join("javac.json.gz"), dir.join("javac.jfr"));
+    let jfr_path = dir.join("javac.jfr");
     let flight = format!(
         "-J-XX:StartFlightRecording=filename={},settings=profile,jdk.ExecutionSample#period=1ms",
         jfr_path.display()
     );
-    let classes = dir.join("classes");
-    let out = record(
-        &[
-            "--",
-            "javac",
-            &flight,
-            "-d",
-            classes.to_str().unwrap(),
-            dir.join("Big.java").to_str().unwrap(),
-        ],
-        &out_path,
-    );
-    assert_success(&out);
-    assert!(classes.join("Big.class").exists(), "javac compiled nothing");
+    let out_path = record_javac_big(&dir, &[&flight]);
     let printed = std::process::Command::new("jfr")
         .args([
             "print",
@@ -1824,21 +1836,7 @@ fn javac_stacks_reach_the_thread_root() {
     let Some(dir) = compile_java(test, "javac-whole", "Hot.java") else {
         return;
     };
-    std::fs::write(dir.join("Big.java"), big_java_source()).unwrap();
-    let out_path = dir.join("javac.json.gz");
-    let classes = dir.join("classes");
-    let out = record(
-        &[
-            "--",
-            "javac",
-            "-d",
-            classes.to_str().unwrap(),
-            dir.join("Big.java").to_str().unwrap(),
-        ],
-        &out_path,
-    );
-    assert_success(&out);
-    assert!(classes.join("Big.class").exists(), "javac compiled nothing");
+    let (out_path, out) = record_javac_big_with_output(&dir, &[]);
     let profile = Profile::load(&out_path);
     let categories = profile.categories();
     let (mut java, mut whole) = (0usize, 0usize);
