@@ -94,6 +94,8 @@ pub(super) struct JavaFrames {
     /// are forgotten at the window's end, once its warnings are said.
     compiled_named: rustc_hash::FxHashSet<u32>,
     departed: Vec<u32>,
+    /// The scopes of the compiled frame being named (reused).
+    scopes: Vec<(u64, i32)>,
 }
 
 impl JavaFrames {
@@ -206,16 +208,34 @@ impl JavaFrames {
             return false;
         };
         let pc = *out.last().expect("not empty");
-        let scopes = code.scopes(pc, return_address);
-        if scopes.last().map(|s| s.0) != Some(method) {
-            return false;
+        // One buffer for every frame's scopes: no allocation per frame.
+        let mut scopes = std::mem::take(&mut self.scopes);
+        code.scopes(pc, return_address, &mut scopes);
+        let named = scopes.last().map(|s| s.0) == Some(method)
+            && self.push_scopes(layout, pid, &scopes, frames, out);
+        self.scopes = scopes;
+        if named {
+            self.compiled_named.insert(pid);
         }
+        named
+    }
+
+    /// `out` with its last word (a compiled frame's address) replaced by
+    /// `scopes`' methods, each keyed at its line; false, `out` untouched,
+    /// where one of them cannot be read.
+    fn push_scopes(
+        &mut self,
+        layout: &HotSpotLayout,
+        pid: u32,
+        scopes: &[(u64, i32)],
+        frames: &mut PythonFrames,
+        out: &mut Vec<u64>,
+    ) -> bool {
         let at = out.len() - 1;
-        let mut keys = [0u64; 64];
-        let mut n = 0;
-        for &(m, bci) in &scopes {
+        for &(m, bci) in scopes {
             let Some(info) = self.method(layout, pid, m) else {
                 self.methods.unresolved += 1;
+                out.truncate(at + 1);
                 return false;
             };
             let bcp = if bci >= 0 {
@@ -223,12 +243,10 @@ impl JavaFrames {
             } else {
                 0
             };
-            keys[n] = frames.key(&info.info, info.method.line(bcp));
-            n += 1;
+            out.push(frames.key(&info.info, info.method.line(bcp)));
         }
-        out.truncate(at);
-        out.extend_from_slice(&keys[..n]);
-        self.compiled_named.insert(pid);
+        // The address goes; the keys, pushed after it, take its place.
+        out.remove(at);
         true
     }
 

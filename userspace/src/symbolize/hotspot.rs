@@ -704,7 +704,16 @@ impl CompiledCode {
     /// none, never a read outside them). Empty where nothing describes
     /// `pc`, or the stream is malformed (a chain that does not go back, an
     /// index outside the metadata, a number cut short).
-    pub fn scopes(&self, pc: u64, return_address: bool) -> Vec<(u64, i32)> {
+    pub fn scopes(&self, pc: u64, return_address: bool, out: &mut Vec<(u64, i32)>) {
+        out.clear();
+        if !self.read_scopes(pc, return_address, out) {
+            out.clear();
+        }
+    }
+
+    /// [`Self::scopes`] into `out`; false where malformed (`out` then holds
+    /// what was read before).
+    fn read_scopes(&self, pc: u64, return_address: bool, out: &mut Vec<(u64, i32)>) -> bool {
         let Some(rel) = pc
             .checked_sub(self.code_begin)
             .and_then(|r| i32::try_from(r).ok())
@@ -716,14 +725,12 @@ impl CompiledCode {
                 }
             })
         else {
-            return Vec::new();
+            return false;
         };
         let i = self.pcs.partition_point(|p| p.0 < rel);
-        let Some(&(_, first)) = self.pcs.get(i) else {
-            return Vec::new();
+        let Some(&(_, mut at)) = self.pcs.get(i) else {
+            return false;
         };
-        let mut out = Vec::new();
-        let mut at = first;
         // 0 is HotSpot's serialized null: no (more) scope.
         while at > 0 && out.len() < MAX_INLINE_DEPTH {
             let mut i = at as usize;
@@ -732,24 +739,21 @@ impl CompiledCode {
                 read_unsigned5(&self.stream, &mut i),
                 read_unsigned5(&self.stream, &mut i),
             ) else {
-                return Vec::new();
+                return false;
             };
-            let method = match (index as usize).checked_sub(1) {
-                Some(slot) => match self.metadata.get(slot) {
-                    Some(&m) if m != 0 => m,
-                    _ => return Vec::new(),
-                },
-                None => return Vec::new(),
+            let slot = (index as usize).checked_sub(1);
+            let Some(&method) = slot.and_then(|s| self.metadata.get(s)).filter(|&&m| m != 0) else {
+                return false;
             };
             // A bci is written +1 (InvocationEntryBci is -1).
             out.push((method, bci as i32 - 1));
             // A sender is written before its inlinees: a chain that does not go back is no chain.
             if sender as i64 >= at as i64 {
-                return Vec::new();
+                return false;
             }
             at = sender as i32;
         }
-        out
+        true
     }
 }
 
@@ -971,37 +975,45 @@ mod tests {
             stream,
             metadata: vec![0xa000, 0xb000],
         };
+        let scopes = |c: &CompiledCode, pc: u64, return_address: bool| {
+            let mut out = vec![(1, 1)];
+            c.scopes(pc, return_address, &mut out);
+            out
+        };
         let good = code(vec![0, 0, 1, 5, 1, 2, 0]);
-        assert_eq!(good.scopes(0x100a, true), vec![(0xb000, -1), (0xa000, 4)]);
+        assert_eq!(scopes(&good, 0x100a, true), vec![(0xb000, -1), (0xa000, 4)]);
         // A leaf: the next PcDesc's scopes, at one too; a return address
         // without its own PcDesc is taken so too.
-        assert_eq!(good.scopes(0x100f, false), vec![(0xa000, 4)]);
-        assert_eq!(good.scopes(0x100a, false), vec![(0xa000, 4)]);
-        assert_eq!(good.scopes(0x1009, false), vec![(0xb000, -1), (0xa000, 4)]);
-        assert_eq!(good.scopes(0x100f, true), vec![(0xa000, 4)]);
-        assert_eq!(good.scopes(0x1019, false), Vec::new(), "a null scope");
+        assert_eq!(scopes(&good, 0x100f, false), vec![(0xa000, 4)]);
+        assert_eq!(scopes(&good, 0x100a, false), vec![(0xa000, 4)]);
         assert_eq!(
-            good.scopes(0x2000, false),
+            scopes(&good, 0x1009, false),
+            vec![(0xb000, -1), (0xa000, 4)]
+        );
+        assert_eq!(scopes(&good, 0x100f, true), vec![(0xa000, 4)]);
+        assert_eq!(scopes(&good, 0x1019, false), Vec::new(), "a null scope");
+        assert_eq!(
+            scopes(&good, 0x2000, false),
             Vec::new(),
             "past the last PcDesc"
         );
-        assert_eq!(good.scopes(0x0fff, false), Vec::new(), "before the code");
+        assert_eq!(scopes(&good, 0x0fff, false), Vec::new(), "before the code");
         // A sender that does not go back, a slot outside the metadata, a
         // null slot, a stream cut short: nothing, never a loop or a panic.
         assert_eq!(
-            code(vec![0, 4, 1, 5, 1, 2, 0]).scopes(0x100a, true),
+            scopes(&code(vec![0, 4, 1, 5, 1, 2, 0]), 0x100a, true),
             Vec::new()
         );
         assert_eq!(
-            code(vec![0, 0, 3, 5, 1, 2, 0]).scopes(0x100a, true),
+            scopes(&code(vec![0, 0, 3, 5, 1, 2, 0]), 0x100a, true),
             Vec::new()
         );
         assert_eq!(
-            code(vec![0, 0, 0, 5, 1, 2, 0]).scopes(0x100a, true),
+            scopes(&code(vec![0, 0, 0, 5, 1, 2, 0]), 0x100a, true),
             Vec::new()
         );
         assert_eq!(
-            code(vec![0, 0, 1, 5, 1, 0xff]).scopes(0x100a, true),
+            scopes(&code(vec![0, 0, 1, 5, 1, 0xff]), 0x100a, true),
             Vec::new()
         );
     }
