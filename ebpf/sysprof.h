@@ -144,6 +144,16 @@
  * extended it (frame::interpreter_frame_sender_sp_offset -1): a compiled
  * caller's frame begins there, not right above the interpreter frame. */
 #define JAVA_FRAME_SENDER_SP_SLOT -1
+/* A JavaScript frame of V8 (a frame walked by frame pointer, in code
+ * without unwind rows, whose context slot holds a heap object) is three
+ * words: its address, V8_FRAME_TAG | its function's SharedFunctionInfo
+ * (a tagged pointer), then that object's name-or-scope-info word, read at
+ * the sample: V8 moves and frees objects, and userspace names the frame
+ * only if what it reads there later is the same. No user address has
+ * bits 61 and 62, and JAVA_FRAME_TAG's third word never has bit 61. */
+#define V8_FRAME_TAG 0x6000000000000000ULL
+#define V8_HEAP_OBJECT_TAG 1ULL   /* V8's tagged pointers: (word & 3) == 1 */
+#define V8_HEAP_OBJECT_TAG_MASK 3ULL
 /* Words of `unwind_refused`, one bit per pid up to the kernel's
  * PID_MAX_LIMIT (4194304): no number of processes can fill it. */
 #define UNWIND_REFUSED_WORDS 65536
@@ -219,6 +229,17 @@ struct hotspot_code {
 	__u16 _pad[2];
 };
 
+/* Where a V8 frame and objects keep what the walker reads (the v8dbg_
+ * constants of the process's binary, read by userspace): offsets from the
+ * frame pointer, and within a JSFunction and a SharedFunctionInfo
+ * (from the object's address, tag removed). function_at 0: not V8. */
+struct v8_frames {
+	__s32 marker_at;        /* v8dbg_off_fp_context_or_frame_type: -8 */
+	__s32 function_at;      /* v8dbg_off_fp_function: -16 */
+	__u32 shared_at;        /* JSFunction::shared */
+	__u32 name_at;          /* SharedFunctionInfo::name_or_scope_info */
+};
+
 struct unwind_process {
 	__u32 count;            /* mappings, sorted by start */
 	__u32 wake_until_ms;    /* bpf_ktime_get_ns() / 1e6 (truncated) until which a walk
@@ -229,6 +250,7 @@ struct unwind_process {
 	__u64 java_interp_start; /* HotSpot's template interpreter, [start, end); 0: none */
 	__u64 java_interp_end;
 	struct hotspot_code java_code; /* heap[0].low 0: not a JVM, or not read */
+	struct v8_frames v8;
 	struct unwind_mapping m[UNWIND_MAX_MAPPINGS];
 };
 

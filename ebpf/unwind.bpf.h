@@ -274,6 +274,36 @@ static __noinline void compiled_java_frame(struct ustack_walk *s, struct unwind_
 	s->n += 2;
 }
 
+/* The JavaScript function of the V8 frame whose frame pointer is fp, after
+ * its address: V8_FRAME_TAG | its SharedFunctionInfo, then that object's
+ * name-or-scope-info word. Only a frame whose context slot holds a heap
+ * object is a JavaScript frame (V8's other frames keep a small integer
+ * there, their type); the function and its shared info must be tagged
+ * heap pointers too. Userspace reads the rest, and names the frame only
+ * if the object is a SharedFunctionInfo whose word is still this one.
+ */
+static __noinline void v8_frame(struct ustack_walk *s, struct unwind_frames *frames, struct unwind_process *p, __u64 fp)
+{
+	__u64 marker = 0, function = 0, shared = 0, name = 0;
+
+	if (!s || !frames || !p || s->n + 2 > UNWIND_MAX_FRAMES || fp < 64)
+		return;
+	if (bpf_probe_read_user(&marker, sizeof(marker), (void *)(fp + (__s64)p->v8.marker_at)) ||
+	    (marker & V8_HEAP_OBJECT_TAG_MASK) != V8_HEAP_OBJECT_TAG)
+		return;
+	if (bpf_probe_read_user(&function, sizeof(function), (void *)(fp + (__s64)p->v8.function_at)) ||
+	    (function & V8_HEAP_OBJECT_TAG_MASK) != V8_HEAP_OBJECT_TAG || function >= (1ULL << 47))
+		return;
+	if (bpf_probe_read_user(&shared, sizeof(shared), (void *)(function - 1 + p->v8.shared_at)) ||
+	    (shared & V8_HEAP_OBJECT_TAG_MASK) != V8_HEAP_OBJECT_TAG || shared >= (1ULL << 47))
+		return;
+	if (bpf_probe_read_user(&name, sizeof(name), (void *)(shared - 1 + p->v8.name_at)))
+		return;
+	frames->f[s->n & (UNWIND_MAX_FRAMES - 1)] = V8_FRAME_TAG | shared;
+	frames->f[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = name;
+	s->n += 2;
+}
+
 /* One segment-map hop back toward a block's first segment, per bpf_loop()
  * iteration (the verifier checks one hop, not HOTSPOT_MAX_HOPS). */
 struct hotspot_hops {
@@ -499,6 +529,11 @@ __noinline long unwind_frame(struct ustack_walk *s, struct unwind_process *proc,
 			s->end = UNWIND_END_NO_INFO;
 			return 1;
 		}
+		/* V8 keeps a frame pointer in all its code (its builtins and
+		 * what it compiles, neither with unwind rows): the frame's
+		 * function is in the frame, read now. */
+		if (proc->v8.function_at && s->n + 2 <= UNWIND_MAX_FRAMES)
+			v8_frame(s, frames, proc, bp);
 		cfa = bp + 16;
 		slot = 2;
 		break;

@@ -560,6 +560,39 @@ impl ThreadView<'_> {
         })
     }
 
+    /// Each sample's stack as (function name, category name, file name)
+    /// triples, root first (the file is "" for a function without one).
+    pub fn stack_files(&self, categories: &[String]) -> Vec<Vec<(String, String, String)>> {
+        let strings = self.t["stringArray"].as_array().unwrap();
+        self.sample_frames(|name, frame| {
+            let cat = self.t["frameTable"]["category"][frame]
+                .as_u64()
+                .unwrap_or(0) as usize;
+            let func = self.t["frameTable"]["func"][frame].as_u64().unwrap() as usize;
+            let file = self.t["funcTable"]["fileName"][func]
+                .as_u64()
+                .and_then(|n| strings[n as usize].as_str())
+                .unwrap_or("")
+                .to_string();
+            (
+                name.to_string(),
+                categories.get(cat).cloned().unwrap_or_default(),
+                file,
+            )
+        })
+    }
+
+    /// The files of this thread's functions named `name`.
+    pub fn func_files(&self, name: &str) -> Vec<String> {
+        let strings = self.t["stringArray"].as_array().unwrap();
+        let f = &self.t["funcTable"];
+        (0..f["length"].as_u64().unwrap() as usize)
+            .filter(|&i| strings[f["name"][i].as_u64().unwrap() as usize].as_str() == Some(name))
+            .filter_map(|i| f["fileName"][i].as_u64())
+            .filter_map(|n| strings[n as usize].as_str().map(str::to_string))
+            .collect()
+    }
+
     /// Each sample's stack as (function name, category name, resource
     /// name) triples, root first (the resource is "" for a frame without one).
     pub fn stack_resources(&self, categories: &[String]) -> Vec<Vec<(String, String, String)>> {

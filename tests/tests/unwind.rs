@@ -309,37 +309,15 @@ fn hot_js_samples(profile: &Profile, pid: u64) -> (usize, usize) {
     (named, stacks.len())
 }
 
-/// Samples of node's main thread whose leaf is JIT code: in no file-backed
-/// library (a hex address, or a frame of a "JIT (...)" library), and of
-/// those, the ones whose leaf is named `[JIT] node` (code no map names).
-fn jit_samples(profile: &Profile, pid: u64) -> (usize, usize) {
-    let t = profile.thread(pid, pid).expect("node's main thread");
-    let stacks = t.on_cpu_stacks(&profile.categories());
-    let leaf_libs = t.leaf_libs(&profile.json);
-    let jit: Vec<_> = stacks
-        .iter()
-        .zip(leaf_libs)
-        .filter(|(s, lib)| {
-            s.last().is_some_and(|(_, c)| c == "User")
-                && lib.as_deref().is_none_or(|l| l.starts_with("JIT"))
-        })
-        .collect();
-    let by_runtime = jit
-        .iter()
-        .filter(|(s, _)| s.last().is_some_and(|(n, _)| n == "[JIT] node"))
-        .count();
-    (jit.len(), by_runtime)
-}
-
-/// Check that node with no flag (no perf map: V8's JIT code has no names
-/// sysprof can read) has its JIT code as one `[JIT] node` function, not one
-/// node per address, and its stacks go on below it by V8's frame pointers
-/// to the native callers: of the main thread's samples in JIT code (as
-/// many as the loop's own CPU time gives, ±15 %), ≥ 95 % are `[JIT] node`
-/// and ≥ 90 % reach `_start` through `node::Start`.
+/// Check that node with no flag (no perf map, no jitdump) has its
+/// JavaScript functions named from V8's own objects, read at the sample:
+/// of the main thread's samples, as many as the hot loop's own CPU time
+/// gives (−15 %) have `sysprofHotLoop` (category JavaScript, file hot.js)
+/// as their innermost JavaScript frame, and ≥ 90 % of those reach `_start`
+/// through `node::Start` by V8's frame pointers.
 #[test]
-fn node_without_flags_keeps_its_native_callers() {
-    let test = "node_without_flags_keeps_its_native_callers";
+fn node_functions_are_named_without_flags() {
+    let test = "node_functions_are_named_without_flags";
     if !can_record(test) {
         return;
     }
@@ -363,29 +341,39 @@ fn node_without_flags_keeps_its_native_callers() {
     let pid = field(&out.stdout, "pid").expect("node printed its pid");
     let loop_ms = loop_ms(&out.stdout);
     let profile = Profile::load(&out_path);
-    let (jit, by_runtime) = jit_samples(&profile, pid);
     let t = profile.thread(pid, pid).expect("node's main thread");
-    let rooted = t
-        .on_cpu_stacks(&profile.categories())
+    let stacks = t.on_cpu_stacks(&profile.categories());
+    let hot: Vec<_> = stacks
         .iter()
-        .filter(|s| s.last().is_some_and(|(n, _)| n == "[JIT] node"))
+        .filter(|s| {
+            s.iter()
+                .rev()
+                .find(|(_, c)| c == "JavaScript")
+                .is_some_and(|(n, _)| n == "sysprofHotLoop")
+        })
+        .collect();
+    let rooted = hot
+        .iter()
         .filter(|s| {
             s.first().is_some_and(|(n, _)| n == "_start")
                 && s.iter().any(|(n, _)| n.starts_with("node::Start"))
         })
         .count();
-    eprintln!("node, no flag: {jit} samples in JIT code, {by_runtime} as [JIT] node, {rooted} of them reach _start; its loop {loop_ms} ms of CPU");
+    let files = t.func_files("sysprofHotLoop");
+    eprintln!("node, no flag: {} samples in sysprofHotLoop (files {files:?}), {rooted} of them reach _start; its loop {loop_ms} ms of CPU", hot.len());
     assert!(
-        jit as f64 >= loop_ms * 0.85,
-        "the loop's {loop_ms} ms of CPU in JIT code: {jit} samples"
+        hot.len() as f64 >= loop_ms * 0.85,
+        "the loop's {loop_ms} ms of CPU: {} samples in sysprofHotLoop",
+        hot.len()
     );
     assert!(
-        by_runtime * 100 >= jit * 95,
-        "{by_runtime} of {jit} JIT leaves are [JIT] node"
+        files.iter().all(|f| f.ends_with("tests/workloads/hot.js")) && !files.is_empty(),
+        "sysprofHotLoop's file is hot.js: {files:?}"
     );
     assert!(
-        rooted * 100 >= by_runtime * 90,
-        "{rooted} of {by_runtime} [JIT] node stacks reach _start through node::Start"
+        rooted * 100 >= hot.len() * 90,
+        "{rooted} of {} sysprofHotLoop stacks reach _start through node::Start",
+        hot.len()
     );
 }
 
@@ -428,24 +416,37 @@ fn hostile_perf_maps_are_refused_with_a_warning() {
             return;
         };
         let (named, total) = hot_js_samples(&profile, pid);
-        let (jit, by_runtime) = jit_samples(&profile, pid);
-        eprintln!("hostile {tamper}: {named} of {total} named, {jit} in JIT code, {by_runtime} of them as [JIT] node; stderr: {}", stderr.lines().find(|l| l.contains("perf map")).unwrap_or(""));
+        eprintln!(
+            "hostile {tamper}: {named} of {total} named; stderr: {}",
+            stderr
+                .lines()
+                .find(|l| l.contains("perf map"))
+                .unwrap_or("")
+        );
         // The JIT code ran and was sampled (so names could have come from
         // the map): judged against the loop's own CPU time, as node's
-        // start-up is more of its samples on a busy machine (CI saw 1,380 of
-        // 1,881 in JIT code, 92 % of the loop's) ...
+        // start-up is more of its samples on a busy machine ...
         let in_loop = loop_ms * 999.0 / 1000.0;
         assert!(
-            total >= 1000 && jit as f64 >= in_loop * 0.8,
-            "{jit} of {total} samples in JIT code, its loop {loop_ms} ms of CPU at 999 Hz"
+            total >= 1000,
+            "{total} samples, its loop {loop_ms} ms of CPU at 999 Hz"
         );
-        // ... but none was named from it: JIT code without names is one
-        // function of node's, not one node per address (V8's code space is
-        // anonymous memory the sideband saw mapped).
-        assert_eq!(named, 0, "a {tamper}ed perf map must not name frames");
+        // ... but none was named from it (the map names a function
+        // `JS:*sysprofHotLoop …`, in a JIT library): the function is named
+        // from V8's own objects, as without a map.
+        let t = profile.thread(pid, pid).expect("node's main thread");
+        let from_map = t
+            .on_cpu_stacks(&profile.categories())
+            .iter()
+            .filter(|s| {
+                s.iter()
+                    .any(|(n, c)| n.contains("sysprofHotLoop") && c != "JavaScript")
+            })
+            .count();
+        assert_eq!(from_map, 0, "a {tamper}ed perf map must not name frames");
         assert!(
-            by_runtime as f64 >= jit as f64 * 0.95,
-            "{by_runtime} of {jit} JIT leaves are [JIT] node"
+            named as f64 >= in_loop * 0.8,
+            "{named} samples in sysprofHotLoop, named from V8's objects, of a loop of {loop_ms} ms of CPU"
         );
         assert!(
             stderr.contains("warning") && stderr.contains(expected),
@@ -1963,5 +1964,169 @@ fn unnamed_threads_are_named_by_their_start_routine() {
         unique.len(),
         names.len(),
         "no two threads share a name: {names:?}"
+    );
+}
+
+/// Check JavaScript names against V8's own sampler in the same run: node
+/// (no perf-map flag) runs npm's own semver, diff and minimatch
+/// (`npmwork.js`) under sysprof and `node --cpu-prof`. The main thread's
+/// samples' JavaScript frames (category JavaScript) are held against the
+/// cpu-prof profile's functions, by name and file:
+/// - ≥ 98 % of sysprof's samples' innermost JavaScript function is one
+///   cpu-prof knows (a name the program's code really has, in that file);
+/// - of cpu-prof's ten named functions on most samples (inclusive), at
+///   least four within 3 pp: the module loader's chain every sample of the
+///   program runs under (stacks whole to node's entry). The rest are
+///   printed, not judged: sysprof does not yet name what V8's optimizing
+///   compiler inlined (cpu-prof does), so an inlined function's share is
+///   below cpu-prof's, and its caller's self share above.
+#[test]
+fn node_functions_match_cpu_prof() {
+    let test = "node_functions_match_cpu_prof";
+    if !can_record(test) {
+        return;
+    }
+    let Some(node) = node(test) else { return };
+    let npm = std::path::Path::new("/usr/lib/node_modules/npm/node_modules");
+    if !npm.join("semver").is_dir() {
+        skip(
+            test,
+            "npm's bundled packages are needed (/usr/lib/node_modules/npm)",
+        );
+        return;
+    }
+    let dir = scratch(test);
+    let prof_dir = dir.join("cpuprof");
+    let _ = std::fs::remove_dir_all(&prof_dir);
+    let script = workspace_root().join("tests/workloads/npmwork.js");
+    let out_path = dir.join("p.json.gz");
+    let out = std::process::Command::new(sysprof_bin())
+        .current_dir(&dir)
+        .args(["record", "--no-off-cpu", "-o"])
+        .arg(&out_path)
+        .arg("--")
+        .arg(&node)
+        .arg("--cpu-prof")
+        .arg("--cpu-prof-dir")
+        .arg(&prof_dir)
+        .arg(&script)
+        .arg("3000")
+        .output()
+        .unwrap();
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").expect("npmwork.js printed its pid");
+    let cpuprof_path = std::fs::read_dir(&prof_dir)
+        .expect("node wrote its CPU profile")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "cpuprofile"))
+        .expect("a .cpuprofile");
+    let cp: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cpuprof_path).unwrap()).unwrap();
+    let base = |url: &str| url.rsplit('/').next().unwrap_or("").to_string();
+    // cpu-prof's nodes: id -> (function, parent).
+    type Func = (String, String);
+    let mut func_of: std::collections::HashMap<u64, Option<Func>> = Default::default();
+    let mut parent: std::collections::HashMap<u64, u64> = Default::default();
+    for n in cp["nodes"].as_array().unwrap() {
+        let id = n["id"].as_u64().unwrap();
+        let cf = &n["callFrame"];
+        let url = cf["url"].as_str().unwrap_or("");
+        let name = cf["functionName"].as_str().unwrap_or("");
+        let f = (!url.is_empty()).then(|| {
+            (
+                if name.is_empty() {
+                    "(anonymous)".to_string()
+                } else {
+                    name.to_string()
+                },
+                base(url),
+            )
+        });
+        func_of.insert(id, f);
+        for c in n["children"].as_array().into_iter().flatten() {
+            parent.insert(c.as_u64().unwrap(), id);
+        }
+    }
+    let known: std::collections::HashSet<&Func> = func_of.values().flatten().collect();
+    let mut theirs: std::collections::HashMap<Func, usize> = Default::default();
+    let mut their_total = 0usize;
+    for s in cp["samples"].as_array().unwrap() {
+        let mut chain = std::collections::HashSet::new();
+        let mut id = Some(s.as_u64().unwrap());
+        while let Some(i) = id {
+            if let Some(Some(f)) = func_of.get(&i) {
+                chain.insert(f.clone());
+            }
+            id = parent.get(&i).copied();
+        }
+        // (program), (garbage collector), (idle): no JavaScript frame.
+        if chain.is_empty() {
+            continue;
+        }
+        their_total += 1;
+        for f in chain {
+            *theirs.entry(f).or_default() += 1;
+        }
+    }
+    let profile = Profile::load(&out_path);
+    let t = profile.thread(pid, pid).expect("node's main thread");
+    let mut ours: std::collections::HashMap<Func, usize> = Default::default();
+    let (mut our_total, mut innermost_known, mut gc) = (0usize, 0usize, 0usize);
+    for s in t.stack_files(&profile.categories()) {
+        // V8's sampler puts garbage collection apart; so does this count.
+        if s.iter()
+            .any(|(n, _, _)| n.contains("Heap::CollectGarbage") || n.contains("Scavenger"))
+        {
+            gc += 1;
+            continue;
+        }
+        let js: Vec<Func> = s
+            .iter()
+            .filter(|(_, c, _)| c == "JavaScript")
+            .map(|(n, _, f)| (n.clone(), base(f)))
+            .collect();
+        let Some(innermost) = js.last() else { continue };
+        our_total += 1;
+        innermost_known += usize::from(known.contains(innermost));
+        for f in js.into_iter().collect::<std::collections::HashSet<_>>() {
+            *ours.entry(f).or_default() += 1;
+        }
+    }
+    let mut top: Vec<(&Func, &usize)> = theirs
+        .iter()
+        .filter(|(f, _)| f.0 != "(anonymous)")
+        .collect();
+    top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let share = |n: usize, of: usize| n as f64 / of as f64;
+    let (mut close, mut table) = (0, String::new());
+    for (f, &n) in top.iter().take(10) {
+        let (th, mi) = (
+            share(n, their_total),
+            share(ours.get(*f).copied().unwrap_or(0), our_total),
+        );
+        close += usize::from((mi - th).abs() <= 0.03);
+        table.push_str(&format!(
+            "\n  cpu-prof {:6.2} %, sysprof {:6.2} %  {} ({})",
+            th * 100.0,
+            mi * 100.0,
+            f.0,
+            f.1
+        ));
+    }
+    eprintln!(
+        "node + npm's packages: {our_total} sysprof samples with JavaScript frames ({gc} in GC left out), {their_total} cpu-prof's; innermost function known to cpu-prof in {innermost_known}; inclusive shares of cpu-prof's top ten:{table}"
+    );
+    assert!(
+        our_total >= 1000 && their_total >= 1000,
+        "too few samples to compare: sysprof {our_total}, cpu-prof {their_total}"
+    );
+    assert!(
+        innermost_known * 100 >= our_total * 98,
+        "{innermost_known} of {our_total} samples' innermost JavaScript function is one cpu-prof knows"
+    );
+    assert!(
+        close >= 4,
+        "{close} of cpu-prof's ten top functions within 3 pp:{table}"
     );
 }

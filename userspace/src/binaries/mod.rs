@@ -18,6 +18,7 @@ pub mod hotspot;
 pub mod jitdump;
 pub mod perfmap;
 pub mod python;
+pub mod v8;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -90,6 +90,14 @@ pub const JAVA_FRAME_TAG: u64 = 0x2000_0000_0000_0000;
 /// Method*` (read at sample time from its nmethod), then
 /// `JAVA_COMPILED_BLOB |` its compile id's low bits `|` the code blob's address.
 pub const JAVA_COMPILED_BLOB: u64 = 0x4000_0000_0000_0000;
+/// A V8 JavaScript frame is three words: its address, `V8_FRAME_TAG |` its
+/// function's SharedFunctionInfo (tagged), then that object's
+/// name-or-scope-info word as the kernel read it.
+pub const V8_FRAME_TAG: u64 = 0x6000_0000_0000_0000;
+/// V8's tagged heap pointers: `(word & V8_HEAP_OBJECT_TAG_MASK) == V8_HEAP_OBJECT_TAG`.
+pub const V8_HEAP_OBJECT_TAG: u64 = 1;
+/// See [`V8_HEAP_OBJECT_TAG`].
+pub const V8_HEAP_OBJECT_TAG_MASK: u64 = 3;
 /// Where the low 14 bits of its nmethod's compile id are, in that word.
 pub const JAVA_COMPILE_ID_SHIFT: u32 = 47;
 /// The compile id's bits kept.
@@ -642,6 +650,21 @@ pub struct HotSpotCode {
     pub _pad: [u16; 2],
 }
 
+/// `struct v8_frames`: where the walker reads a V8 frame's function, from
+/// the process's own `v8dbg_` constants.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct V8Frames {
+    /// The frame's context-or-type slot, from its frame pointer (-8).
+    pub marker_at: i32,
+    /// The frame's JSFunction slot, from its frame pointer (-16); 0: not V8.
+    pub function_at: i32,
+    /// `JSFunction::shared` within the object.
+    pub shared_at: u32,
+    /// `SharedFunctionInfo::name_or_scope_info` within the object.
+    pub name_at: u32,
+}
+
 /// `struct unwind_process`: a process's executable mappings, sorted.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -661,6 +684,8 @@ pub struct UnwindProcess {
     pub java_interp_end: u64,
     /// Its code cache (`heap[0].low` 0: none).
     pub java_code: HotSpotCode,
+    /// Where V8 keeps a frame's function (`function_at` 0: not V8).
+    pub v8: V8Frames,
     /// The mappings, by start address.
     pub m: [UnwindMapping; UNWIND_MAX_MAPPINGS],
 }

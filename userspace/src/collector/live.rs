@@ -65,6 +65,8 @@ impl Collector {
                 self.java.methods.forget(*pid);
                 self.java.compiled.forget(*pid);
                 self.java.gone(*pid);
+                self.js.functions.forget(*pid);
+                self.js.gone(*pid);
                 self.jvms.gone(*pid);
             }
             SidebandEvent::Exit { time, pid, tid } if tid == pid => {
@@ -75,6 +77,8 @@ impl Collector {
                 self.java.methods.exited(*pid, *time);
                 self.java.compiled.exited(*pid, *time);
                 self.java.gone(*pid);
+                self.js.functions.exited(*pid, *time);
+                self.js.gone(*pid);
                 self.jvms.gone(*pid);
             }
             _ => {}
@@ -183,8 +187,10 @@ impl Collector {
         let held = self.names.bytes()
             + self.py_codes.bytes()
             + self.java.methods.bytes()
-            + self.java.compiled.bytes();
+            + self.java.compiled.bytes()
+            + self.js.functions.bytes();
         self.names.clear();
+        self.js.functions.clear();
         self.py_codes.clear();
         self.java.methods.clear();
         self.java.compiled.clear();
@@ -202,7 +208,8 @@ impl Collector {
             self.names.bytes()
                 + self.py_codes.bytes()
                 + self.java.methods.bytes()
-                + self.java.compiled.bytes(),
+                + self.java.compiled.bytes()
+                + self.js.functions.bytes(),
         )
     }
 

@@ -34,6 +34,7 @@ mod replay;
 mod sched;
 mod stacks;
 mod symbolicate;
+mod v8;
 mod window;
 
 use std::sync::Arc;
@@ -136,6 +137,8 @@ pub struct Collector {
     py_record: python::PythonFrames,
     /// The JVMs' interpreters and the Java methods read from them.
     java: hotspot::JavaFrames,
+    /// V8 processes' constants and JavaScript functions.
+    js: v8::JsFrames,
     /// JVMs asked for their perf maps.
     jvms: jvm::Jvms,
     /// Python threads' names (`threading`), read from the interpreters.
@@ -173,6 +176,7 @@ impl Collector {
             py_codes: python::CodeCache::default(),
             py_record: python::PythonFrames::default(),
             java: hotspot::JavaFrames::default(),
+            js: v8::JsFrames::default(),
             jvms: jvm::Jvms::default(),
             py_thread_names: Default::default(),
             py_thread_names_at: 0,
@@ -402,6 +406,16 @@ impl Collector {
                         &mut self.merged,
                     );
                     Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
+                } else if v8::JsFrames::has_v8_words(&self.unwound) {
+                    let v8 = self.unwinders.as_ref().and_then(|u| u.v8(s.pid));
+                    self.js.merge(
+                        &self.unwound,
+                        s.pid,
+                        v8,
+                        &mut self.window.python,
+                        &mut self.merged,
+                    );
+                    Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
                 } else {
                     match self
                         .unwinders
@@ -459,6 +473,24 @@ impl Collector {
             w.sample_comm.insert(s.tid, comm);
         }
         self.look_for_interpreter(s.pid, s.time_ns);
+        self.look_for_v8_frames(s.pid, s.time_ns);
+    }
+
+    /// A sample of V8 process `pid` whose frames the kernel does not read
+    /// yet: read its constants and have the kernel read them.
+    fn look_for_v8_frames(&mut self, pid: u32, now_ns: u64) {
+        let Some(u) = self.unwinders.as_mut() else {
+            return;
+        };
+        let Some(v8) = u.v8(pid).filter(|v| v.frames.is_none()).cloned() else {
+            return;
+        };
+        if let Some(frames) = self.js.find_frames(pid, &v8, now_ns) {
+            u.set_v8_frames(pid, frames);
+        }
+        for w in std::mem::take(&mut self.js.failures) {
+            self.warn(w);
+        }
     }
 
     /// A sample or stack of JVM `pid` whose interpreter the kernel's entry
@@ -517,7 +549,8 @@ impl Collector {
                 // The tracer's walks hand nothing over: what the kernel walked is the stack.
                 self.unwind_in_kernel(e.pid, &k);
                 let java = hotspot::JavaFrames::has_java_words(&self.unwound);
-                let py = if java {
+                let js = !java && v8::JsFrames::has_v8_words(&self.unwound);
+                let py = if java || js {
                     None
                 } else {
                     self.unwinders
@@ -534,6 +567,20 @@ impl Collector {
                             &self.unwound,
                             e.pid,
                             self.unwinders.as_ref().and_then(|u| u.java(e.pid)),
+                            &mut own,
+                            &mut self.merged,
+                        );
+                        python = own.names().into();
+                        self.py_record = own;
+                        self.merged.as_slice().into()
+                    }
+                    None if js => {
+                        let mut own = std::mem::take(&mut self.py_record);
+                        own.clear();
+                        self.js.merge(
+                            &self.unwound,
+                            e.pid,
+                            self.unwinders.as_ref().and_then(|u| u.v8(e.pid)),
                             &mut own,
                             &mut self.merged,
                         );

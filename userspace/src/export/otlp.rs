@@ -163,6 +163,8 @@ impl Dictionary {
             Some("kernel")
         } else if frame.is_interpreted_java() {
             Some("jvm")
+        } else if frame.is_interpreted_javascript() {
+            Some("v8js")
         } else if frame.is_interpreted() {
             Some("cpython")
         } else if let Some(kind) = jit.filter(|_| {

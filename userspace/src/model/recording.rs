@@ -62,6 +62,20 @@ impl FrameRecord {
                 .is_some_and(|f| f.name.ends_with(')'))
     }
 
+    /// Whether it is a JavaScript function of V8, named from its own
+    /// objects: its file is a script's name as V8 keeps it (a `.js`,
+    /// `.mjs` or `.cjs` path or URL, or one of node's own `node:` modules),
+    /// which no Python file and no Java source is.
+    pub fn is_interpreted_javascript(&self) -> bool {
+        self.is_interpreted()
+            && self.symbols.funcs.first().is_some_and(|f| {
+                f.file.as_deref().is_some_and(|file| {
+                    file.starts_with("node:")
+                        || [".js", ".mjs", ".cjs"].iter().any(|e| file.ends_with(e))
+                })
+            })
+    }
+
     /// The name of code no symbol covers: `lib+0xOFF` (the library's file
     /// name and the address within it) wherever the library is known, as
     /// functions found only by their unwind entries are named; a bare

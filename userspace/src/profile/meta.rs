@@ -162,6 +162,7 @@ pub(super) fn build_meta(
             category("I/O", "blue"),
             category("Python", "green"),
             category("Java", "lightblue"),
+            category("JavaScript", "magenta"),
         ],
         marker_schema: super::markers::marker_schema(),
         extra: serde_json::json!([{ "label": "sysprof", "entries": extra_entries }]),

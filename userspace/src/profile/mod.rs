@@ -64,6 +64,8 @@ pub mod category {
     pub const INTERPRETED: u32 = 6;
     /// Interpreted Java methods.
     pub const JAVA: u32 = 7;
+    /// JavaScript functions (V8's).
+    pub const JAVASCRIPT: u32 = 8;
 }
 
 /// Per-CPU tracks use tids from here up (real tids stay below 2^22).

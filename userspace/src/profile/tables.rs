@@ -187,6 +187,8 @@ impl ThreadTables {
             category::KERNEL
         } else if f.is_interpreted_java() || is_compiled_java(f, &rec.libs) {
             category::JAVA
+        } else if f.is_interpreted_javascript() {
+            category::JAVASCRIPT
         } else if f.is_interpreted() {
             category::INTERPRETED
         } else {

@@ -15,6 +15,7 @@ pub mod kernel;
 pub mod names;
 pub mod python;
 pub mod python_threads;
+pub mod v8;
 
 use std::panic::AssertUnwindSafe;
 

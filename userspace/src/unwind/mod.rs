@@ -76,6 +76,8 @@ pub struct Unwinders {
     unread_pythons: rustc_hash::FxHashSet<BinaryIndex>,
     /// Per binary named `libjvm.so`: the variables it exports (None: not all).
     hotspots: FxHashMap<BinaryIndex, Option<Arc<crate::binaries::hotspot::HotSpotSymbols>>>,
+    /// Per binary named as V8's embedders are: its constants (None: not all).
+    v8s: FxHashMap<BinaryIndex, Option<Arc<crate::binaries::v8::V8Symbols>>>,
 }
 
 /// HotSpot as one JVM maps it: what it exports, where, and where its
@@ -93,6 +95,19 @@ pub struct JavaRuntime {
     /// Its code cache: the kernel walks compiled frames by their blobs'
     /// frame sizes.
     pub code: Option<crate::bpf::abi::HotSpotCode>,
+}
+
+/// V8 as one process maps it: what its binary exports, where, and what
+/// the kernel reads of its frames once the collector read the constants
+/// ([`crate::symbolize::v8`]).
+#[derive(Debug, Clone)]
+pub struct V8Runtime {
+    /// The `v8dbg_` constants, as file addresses.
+    pub symbols: Arc<crate::binaries::v8::V8Symbols>,
+    /// Where the binary's address 0 lands in the process.
+    pub base: u64,
+    /// The frame slots and fields the kernel reads; None until read.
+    pub frames: Option<crate::bpf::abi::V8Frames>,
 }
 
 /// Exited processes are kept this long: their last samples may still be queued.
@@ -205,6 +220,7 @@ impl Unwinders {
         p.python = None;
         p.jit_base = None;
         p.java = None;
+        p.v8 = None;
         p.exited_ns = None;
         if let Some(k) = self.kernel.as_mut() {
             // The kernel dropped its entry at the exec, and its uid may have
@@ -317,6 +333,8 @@ impl Unwinders {
             let mut entries = Vec::new();
             let mut python = None;
             let mut java: Option<JavaRuntime> = None;
+            let mut v8: Option<V8Runtime> = None;
+            let v8_before = p.v8.clone();
             let mut python_unread = false;
             let mappings = p.mappings.clone();
             let jit_base = p.jit_base;
@@ -362,6 +380,18 @@ impl Unwinders {
                             base,
                             interpreter: before.and_then(|j| j.interpreter),
                             code: before.and_then(|j| j.code),
+                        }
+                    });
+                }
+                if let (Some(base), None) = (bias, &v8) {
+                    v8 = self.v8_binary(binaries, m.binary).map(|symbols| {
+                        let before = v8_before
+                            .as_ref()
+                            .filter(|v| v.base == base && Arc::ptr_eq(&v.symbols, &symbols));
+                        V8Runtime {
+                            symbols,
+                            base,
+                            frames: before.and_then(|v| v.frames),
                         }
                     });
                 }
@@ -421,6 +451,7 @@ impl Unwinders {
                 &mut entry,
                 java.as_ref().and_then(|j| j.interpreter),
                 java.as_ref().and_then(|j| j.code),
+                v8.as_ref().and_then(|v| v.frames),
             );
             k.write_python(pid, python.as_ref().map(python::PythonRuntime::entry));
             if let Some(p) = self.processes.get_mut(&pid) {
@@ -428,6 +459,7 @@ impl Unwinders {
                 p.python_unread = python_unread && python.is_none();
                 p.python = python;
                 p.java = java;
+                p.v8 = v8;
             }
         }
         self.kernel = Some(k);
@@ -456,6 +488,48 @@ impl Unwinders {
             .map(Arc::new);
         self.hotspots.insert(binary, found.clone());
         found
+    }
+
+    /// What `binary` exports if it embeds V8, read once.
+    fn v8_binary(
+        &mut self,
+        binaries: &Binaries,
+        binary: BinaryIndex,
+    ) -> Option<Arc<crate::binaries::v8::V8Symbols>> {
+        if let Some(known) = self.v8s.get(&binary) {
+            return known.clone();
+        }
+        let bin = binaries.get(binary);
+        let found = bin
+            .file
+            .as_ref()
+            .filter(|_| crate::binaries::v8::may_be_v8(&bin.name))
+            .and_then(|file| {
+                crate::binaries::v8::read(&crate::binaries::elf::ElfReader::new(
+                    file,
+                    Default::default(),
+                ))
+            })
+            .map(Arc::new);
+        self.v8s.insert(binary, found.clone());
+        found
+    }
+
+    /// The V8 `pid` embeds, if it does.
+    pub fn v8(&self, pid: u32) -> Option<&V8Runtime> {
+        self.processes.get(&pid)?.v8.as_ref()
+    }
+
+    /// V8 process `pid`'s frames are read so: its entry says so from the
+    /// next sync, and the kernel reads the function of each frame.
+    pub fn set_v8_frames(&mut self, pid: u32, frames: crate::bpf::abi::V8Frames) {
+        let Some(v) = self.processes.get_mut(&pid).and_then(|p| p.v8.as_mut()) else {
+            return;
+        };
+        v.frames = Some(frames);
+        if let Some(k) = self.kernel.as_mut() {
+            k.dirty.insert(pid);
+        }
     }
 
     /// The HotSpot JVM `pid` runs, if it is one.

@@ -52,6 +52,8 @@ pub(super) struct ProcessUnwinder {
     pub(super) jit_base: Option<u64>,
     /// The HotSpot it runs, found when its entry is written.
     pub(super) java: Option<super::JavaRuntime>,
+    /// The V8 it embeds (node), if any.
+    pub(super) v8: Option<super::V8Runtime>,
 }
 
 /// How often a process's jitdump is read for new code.
@@ -116,6 +118,7 @@ impl ProcessUnwinder {
             python_unread: false,
             jit_base: None,
             java: None,
+            v8: None,
         }
     }
 

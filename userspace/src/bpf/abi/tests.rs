@@ -31,7 +31,8 @@ fn abi_matches_c_header() {
             frame_code, frame_previous, frame_instr, frame_owner, frame_is_entry, code_firstlineno, code_filename, code_qualname, code_linetable }
         struct unwind_row = Row { pc, kind, rbp_slot, cfa_off8 }
         struct unwind_mapping = UnwindMapping { start, end, bias, table_start, table_len }
-        struct unwind_process = UnwindProcess { count, wake_until_ms, flags, java_interp_start, java_interp_end, java_code, m }
+        struct unwind_process = UnwindProcess { count, wake_until_ms, flags, java_interp_start, java_interp_end, java_code, v8, m }
+        struct v8_frames = V8Frames { marker_at, function_at, shared_at, name_at }
         struct hotspot_heap = HotSpotHeap { low, end, segmap, log2_segment }
         struct hotspot_code = HotSpotCode { heap, low, end, block_header, frame_size_at, frame_complete_at, code_begin_at, method_at, compile_id_at }
         struct stack_event = StackEvent { kind, flags, id, pid, tid, kstack_len, ustack_len, stack_size, slot, unwind_end, py_len, py_end, user_ip, user_sp,
@@ -55,7 +56,7 @@ fn abi_matches_c_header() {
             DROP_EVENTS_FULL, DROP_STACK_RECORD, DROP_STATE_FULL, DROP_IO_UNTRACKED, DROP_MAX,
             SAMPLE_FLAG_KERNEL_UNWOUND, SAMPLE_FLAG_LEAF_REGS, STACK_KERNEL_UNWOUND, UNWIND_MAX_FRAMES, UNWIND_MAX_MAPPINGS, UNWIND_TABLE_PENDING, UNWIND_END_ROOT,
             UNWIND_END_NO_PROCESS, UNWIND_END_PENDING, UNWIND_END_BAD_ADDRESS, UNWIND_END_UNSUPPORTED,
-            UNWIND_END_READ_FAILED, UNWIND_END_NO_INFO, UNWIND_END_MAX_FRAMES, UNWIND_END_USERSPACE, UNWIND_END_REFUSED, UNWIND_ENDS, UNWIND_PROCESS_CUT, UNWIND_REFUSED_WORDS, UNWIND_TABLE_USERSPACE, JAVA_FRAME_TAG, JAVA_COMPILED_BLOB, JAVA_COMPILE_ID_SHIFT, JAVA_COMPILE_ID_MASK, ROW_NONE, ROW_CFA_RSP, ROW_CFA_RBP,
+            UNWIND_END_READ_FAILED, UNWIND_END_NO_INFO, UNWIND_END_MAX_FRAMES, UNWIND_END_USERSPACE, UNWIND_END_REFUSED, UNWIND_ENDS, UNWIND_PROCESS_CUT, UNWIND_REFUSED_WORDS, UNWIND_TABLE_USERSPACE, JAVA_FRAME_TAG, JAVA_COMPILED_BLOB, JAVA_COMPILE_ID_SHIFT, JAVA_COMPILE_ID_MASK, V8_FRAME_TAG, V8_HEAP_OBJECT_TAG, V8_HEAP_OBJECT_TAG_MASK, ROW_NONE, ROW_CFA_RSP, ROW_CFA_RBP,
             ROW_PLT, ROW_SIGNAL, ROW_END, ROW_UNSUPPORTED, UNWIND_TABLE_HOTSPOT, HOTSPOT_HEAPS, HOTSPOT_HEAPS_ROOM, HOTSPOT_MAX_HOPS, HOTSPOT_MAX_FRAME_WORDS, PY_MAX_PROCESSES, PY_MAX_FRAMES, PY_FRAME_READ, PY_NO_OFFSET,
             PY_SEGMENT_END, PY_ADDR_BITS, PY_CODE_READ_AT, PY_CODE_READ, PY_FP_MUL, PY_END_NONE, PY_END_ROOT, PY_END_NO_THREAD, PY_END_READ_FAILED, PY_END_MAX_FRAMES }
     );

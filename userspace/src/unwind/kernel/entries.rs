@@ -45,6 +45,7 @@ impl KernelTables {
         mappings: &mut Vec<(u64, u64, u64, BinaryIndex, bool, bool)>,
         java_interpreter: Option<(u64, u64)>,
         java_code: Option<crate::bpf::abi::HotSpotCode>,
+        v8: Option<crate::bpf::abi::V8Frames>,
     ) {
         if mappings.is_empty() {
             self.remove_process(pid);
@@ -76,6 +77,7 @@ impl KernelTables {
             java_interp_start: java_interpreter.map_or(0, |r| r.0),
             java_interp_end: java_interpreter.map_or(0, |r| r.1),
             java_code: java_code.unwrap_or_default(),
+            v8: v8.unwrap_or_default(),
             m: [UnwindMapping::default(); UNWIND_MAX_MAPPINGS],
         };
         for (slot, &(start, end, bias, binary, userspace, bias_known)) in
