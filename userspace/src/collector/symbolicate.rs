@@ -222,7 +222,14 @@ pub(super) fn symbolicate(
                     Some((code, line)) => AddrInfo {
                         funcs: vec![symbolize::FuncAtAddr {
                             name: code.qualname.to_string(),
-                            file: Some(code.filename.to_string()),
+                            // None: a V8 builtin written in JavaScript
+                            // (`forEach`), which has no script (V8's
+                            // sampler gives it no URL either), so is no
+                            // Python function. A Java method without a
+                            // source file keeps its empty one: its name
+                            // (ending in its parameter list) says Java.
+                            file: (!code.filename.is_empty() || code.qualname.ends_with(')'))
+                                .then(|| code.filename.to_string()),
                             // 0: not known (a compiled Java frame's line).
                             line: (*line != 0).then_some(*line),
                             start_line: (code.first_line != 0).then_some(code.first_line),
