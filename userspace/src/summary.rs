@@ -54,6 +54,12 @@ pub fn lost_parts(st: &RecordingStats, record_hints: bool) -> Vec<String> {
             st.python_frames_unnamed, st.python_codes_replaced
         ));
     }
+    if st.js_frames_unnamed > 0 {
+        lost.push(format!(
+            "{} JavaScript frames unnamed (their process exited, or V8 moved or freed their functions, before they were read: shown as the code they ran in)",
+            st.js_frames_unnamed
+        ));
+    }
     if st.lost_sideband + st.malformed > 0 {
         lost.push(format!(
             "{} process events{}",
@@ -73,7 +79,7 @@ pub fn stats_line(rec: &Recording) -> String {
     "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} handovers_skipped={} tracepoint_runs_missed={} \
          off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
          stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
-         python_frames_unnamed={} python_codes_replaced={} tracer_bytes={} \
+         python_frames_unnamed={} python_codes_replaced={} js_frames_unnamed={} tracer_bytes={} \
          unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
         st.samples,
         st.samples_kept,
@@ -98,6 +104,7 @@ pub fn stats_line(rec: &Recording) -> String {
         st.processes_without_data,
         st.python_frames_unnamed,
         st.python_codes_replaced,
+        st.js_frames_unnamed,
         st.tracer_bytes,
         u.unwinds,
         u.reached_root,

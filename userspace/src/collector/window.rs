@@ -203,6 +203,7 @@ impl Collector {
         let mut warnings = std::mem::take(&mut w.warnings);
         (w.stats.python_frames_unnamed, w.stats.python_codes_replaced) =
             self.py_codes.take_counts();
+        w.stats.js_frames_unnamed = std::mem::take(&mut self.js.functions.unresolved);
         if let Some(u) = self.unwinders.as_mut() {
             w.stats.unwind = u.take_stats();
             warnings.extend(u.take_warnings());

@@ -366,6 +366,7 @@ pub fn add_stats(into: &mut RecordingStats, s: &RecordingStats) {
     into.user_stack_failures += s.user_stack_failures;
     into.handovers_skipped += s.handovers_skipped;
     into.python_frames_unnamed += s.python_frames_unnamed;
+    into.js_frames_unnamed += s.js_frames_unnamed;
     into.python_codes_replaced += s.python_codes_replaced;
     into.tracer_bytes += s.tracer_bytes;
     into.tracepoint_runs_missed += s.tracepoint_runs_missed;

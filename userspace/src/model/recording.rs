@@ -521,6 +521,10 @@ pub struct RecordingStats {
     /// after their sample whose address another took: refused by their
     /// fingerprint, never named as the new one. Not kept by the store.
     pub python_codes_replaced: u64,
+    /// JavaScript frames kept as their code's address (a builtin's, or
+    /// `[JIT] node`): the process exited, or V8 moved or freed the
+    /// function's object, before it was read. Not kept by the store.
+    pub js_frames_unnamed: u64,
     /// Bytes of the tracer's records read (off-CPU, I/O, folded, stack
     /// records, thread ends): what its ring carried. Not kept by the store.
     pub tracer_bytes: u64,

@@ -564,6 +564,7 @@ impl StoredStats {
             // Not in the stored format: see RecordingStats::handovers_skipped.
             handovers_skipped: 0,
             python_frames_unnamed: 0,
+            js_frames_unnamed: 0,
             python_codes_replaced: 0,
             tracer_bytes: 0,
             tracepoint_runs_missed: 0,

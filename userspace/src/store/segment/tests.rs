@@ -310,6 +310,7 @@ pub(crate) fn fixture_recording() -> Recording {
         io_untracked: 18,
         processes_without_data: 19,
         python_frames_unnamed: 0,
+        js_frames_unnamed: 0,
         python_codes_replaced: 0,
         tracer_bytes: 0,
         unwind: UnwindStats {
