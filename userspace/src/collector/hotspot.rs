@@ -314,7 +314,22 @@ impl JavaFrames {
                 }
             }
             let bcp = if compiled { 0 } else { bcp };
-            let read = self.method(layout, pid, method);
+            let mut read = self.method(layout, pid, method);
+            // A caller's bytecode pointer lies in its method's bytecodes.
+            // One that does not is another method's: the class was
+            // unloaded and its Method*'s memory taken by another, which is
+            // read now, not named as the first. (Not at the leaf, whose
+            // bytecode pointer may still be its caller's in the method's
+            // first instructions.)
+            if !compiled
+                && bcp != 0
+                && out.len() > 1
+                && read.as_ref().is_some_and(|m| !m.method.holds(bcp))
+            {
+                self.methods.forget_one(pid, method, 0);
+                self.methods.replaced += 1;
+                read = self.method(layout, pid, method);
+            }
             if compiled && read.is_some() {
                 self.compiled_named.insert(pid);
             }
@@ -337,6 +352,40 @@ impl JavaFrames {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_method_is_forgotten_and_its_bytes_given_back() {
+        let mut j = JavaFrames::default();
+        let info = || {
+            Some(JavaMethodInfo {
+                info: Arc::new(CodeInfo {
+                    qualname: "long Hot.hotOne(int)".into(),
+                    filename: "Hot.java".into(),
+                    first_line: 0,
+                    line_table: Box::new([]),
+                }),
+                method: crate::symbolize::hotspot::JavaMethod {
+                    name: "long Hot.hotOne(int)".into(),
+                    file: "Hot.java".into(),
+                    code_start: 0x7000,
+                    code_size: 40,
+                    lines: vec![],
+                },
+            })
+        };
+        j.methods.get_or_read(1, 0x5550, 0, info);
+        let held = j.methods.bytes();
+        j.methods.get_or_read(1, 0x5560, 0, info);
+        j.methods.forget_one(1, 0x5560, 0);
+        assert_eq!(j.methods.bytes(), held);
+        // Read again on next use, not kept as it was.
+        let mut read_again = false;
+        j.methods.get_or_read(1, 0x5560, 0, || {
+            read_again = true;
+            info()
+        });
+        assert!(read_again);
+    }
 
     #[test]
     fn method_words_never_stay_in_a_stack() {

@@ -211,6 +211,19 @@ impl<T: Held> CodeCache<T> {
         }
     }
 
+    /// One entry forgotten: its object was found to be another's since.
+    pub(super) fn forget_one(&mut self, pid: u32, addr: u64, identity: u32) {
+        if let Some(old) = self
+            .by_pid
+            .get_mut(&pid)
+            .and_then(|m| m.remove(&(addr, identity)))
+        {
+            self.bytes = self
+                .bytes
+                .saturating_sub(old.as_ref().map_or(16, |c| c.bytes() + 16));
+        }
+    }
+
     /// `pid` exec'd: its code objects are gone with its old image.
     pub(super) fn forget(&mut self, pid: u32) {
         if let Some(m) = self.by_pid.remove(&pid) {

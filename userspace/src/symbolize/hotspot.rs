@@ -807,6 +807,12 @@ impl JavaMethod {
         std::mem::size_of::<Self>() + self.name.len() + self.file.len() + self.lines.len() * 8
     }
 
+    /// Whether `bcp` points into its bytecodes.
+    pub fn holds(&self, bcp: u64) -> bool {
+        bcp.checked_sub(self.code_start)
+            .is_some_and(|b| b < self.code_size as u64)
+    }
+
     /// The line of the bytecode at `bcp`, as HotSpot finds it: the first
     /// entry at its index, else the last with the greatest index before it;
     /// 0 if unknown.
@@ -937,6 +943,20 @@ pub fn external_name(class: &[u8], name: &[u8], signature: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bytecode_pointer_is_held_only_by_its_methods_bytecodes() {
+        let m = JavaMethod {
+            name: "long Hot.hotOne(int)".into(),
+            file: "Hot.java".into(),
+            code_start: 0x7000,
+            code_size: 40,
+            lines: vec![(0, 19)],
+        };
+        assert!(m.holds(0x7000) && m.holds(0x7027));
+        // Another method's (its Method* reused after its class was unloaded).
+        assert!(!m.holds(0x7028) && !m.holds(0x6fff) && !m.holds(0));
+    }
 
     #[test]
     fn names_are_written_as_the_jvm_writes_them() {
