@@ -1972,8 +1972,10 @@ fn unnamed_threads_are_named_by_their_start_routine() {
 /// (`npmwork.js`) under sysprof and `node --cpu-prof`. The main thread's
 /// samples' JavaScript frames (category JavaScript) are held against the
 /// cpu-prof profile's functions, by name and file:
-/// - ≥ 98 % of sysprof's samples' innermost JavaScript function is one
-///   cpu-prof knows (a name the program's code really has, in that file);
+/// - every function that is the innermost JavaScript one of ≥ 0.5 % of
+///   sysprof's samples is one cpu-prof knows (a name the program's code
+///   really has, in that file), and so is that of ≥ 95 % of the samples
+///   (rarer ones V8's sampler may never have caught);
 /// - of cpu-prof's ten named functions on most samples (inclusive), at
 ///   least four within 3 pp: the module loader's chain every sample of the
 ///   program runs under (stacks whole to node's entry). The rest are
@@ -2072,7 +2074,8 @@ fn node_functions_match_cpu_prof() {
     let profile = Profile::load(&out_path);
     let t = profile.thread(pid, pid).expect("node's main thread");
     let mut ours: std::collections::HashMap<Func, usize> = Default::default();
-    let (mut our_total, mut innermost_known, mut gc) = (0usize, 0usize, 0usize);
+    let (mut our_total, mut gc) = (0usize, 0usize);
+    let mut innermost: std::collections::HashMap<Func, usize> = Default::default();
     for s in t.stack_files(&profile.categories()) {
         // V8's sampler puts garbage collection apart; so does this count.
         if s.iter()
@@ -2086,9 +2089,9 @@ fn node_functions_match_cpu_prof() {
             .filter(|(_, c, _)| c == "JavaScript")
             .map(|(n, _, f)| (n.clone(), base(f)))
             .collect();
-        let Some(innermost) = js.last() else { continue };
+        let Some(inner) = js.last() else { continue };
         our_total += 1;
-        innermost_known += usize::from(known.contains(innermost));
+        *innermost.entry(inner.clone()).or_default() += 1;
         for f in js.into_iter().collect::<std::collections::HashSet<_>>() {
             *ours.entry(f).or_default() += 1;
         }
@@ -2114,15 +2117,32 @@ fn node_functions_match_cpu_prof() {
             f.1
         ));
     }
+    // A function V8's sampler never caught (it samples less often beside a
+    // busy CPU) is not judged if rare; one on ≥ 0.5 % of samples must be
+    // one it knows.
+    let innermost_known: usize = innermost
+        .iter()
+        .filter(|(f, _)| known.contains(f))
+        .map(|(_, &n)| n)
+        .sum();
+    let unknown: Vec<&Func> = innermost
+        .iter()
+        .filter(|(f, &n)| !known.contains(f) && n * 200 >= our_total)
+        .map(|(f, _)| f)
+        .collect();
     eprintln!(
-        "node + npm's packages: {our_total} sysprof samples with JavaScript frames ({gc} in GC left out), {their_total} cpu-prof's; innermost function known to cpu-prof in {innermost_known}; inclusive shares of cpu-prof's top ten:{table}"
+        "node + npm's packages: {our_total} sysprof samples with JavaScript frames ({gc} in GC left out), {their_total} cpu-prof's; innermost function known to cpu-prof in {innermost_known}, unknown with ≥ 0.5 %: {unknown:?}; inclusive shares of cpu-prof's top ten:{table}"
     );
     assert!(
         our_total >= 1000 && their_total >= 1000,
         "too few samples to compare: sysprof {our_total}, cpu-prof {their_total}"
     );
     assert!(
-        innermost_known * 100 >= our_total * 98,
+        unknown.is_empty(),
+        "functions on ≥ 0.5 % of samples that cpu-prof never saw: {unknown:?}"
+    );
+    assert!(
+        innermost_known * 100 >= our_total * 95,
         "{innermost_known} of {our_total} samples' innermost JavaScript function is one cpu-prof knows"
     );
     assert!(

@@ -66,7 +66,6 @@ impl Collector {
                 self.java.compiled.forget(*pid);
                 self.java.gone(*pid);
                 self.js.functions.forget(*pid);
-                self.js.gone(*pid);
                 self.jvms.gone(*pid);
             }
             SidebandEvent::Exit { time, pid, tid } if tid == pid => {
@@ -78,7 +77,6 @@ impl Collector {
                 self.java.compiled.exited(*pid, *time);
                 self.java.gone(*pid);
                 self.js.functions.exited(*pid, *time);
-                self.js.gone(*pid);
                 self.jvms.gone(*pid);
             }
             _ => {}

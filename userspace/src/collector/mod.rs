@@ -473,24 +473,6 @@ impl Collector {
             w.sample_comm.insert(s.tid, comm);
         }
         self.look_for_interpreter(s.pid, s.time_ns);
-        self.look_for_v8_frames(s.pid, s.time_ns);
-    }
-
-    /// A sample of V8 process `pid` whose frames the kernel does not read
-    /// yet: read its constants and have the kernel read them.
-    fn look_for_v8_frames(&mut self, pid: u32, now_ns: u64) {
-        let Some(u) = self.unwinders.as_mut() else {
-            return;
-        };
-        let Some(v8) = u.v8(pid).filter(|v| v.frames.is_none()).cloned() else {
-            return;
-        };
-        if let Some(frames) = self.js.find_frames(pid, &v8, now_ns) {
-            u.set_v8_frames(pid, frames);
-        }
-        for w in std::mem::take(&mut self.js.failures) {
-            self.warn(w);
-        }
     }
 
     /// A sample or stack of JVM `pid` whose interpreter the kernel's entry

@@ -5,34 +5,25 @@
 //! their user stacks as the kernel walked them, where a JavaScript frame's
 //! address is followed by `V8_FRAME_TAG | SharedFunctionInfo` and the
 //! word the kernel read at that object's name-or-scope-info field. Out:
-//! what the kernel reads of V8's frames, for its entry (read from the
-//! process once it is sampled), and the same stacks with each JavaScript
+//! the same stacks with each JavaScript
 //! frame as a raw key ([`super::python::PY_KEY_BASE`] | index) into the
 //! window's interpreted-frame table (name, file), the table Python and
 //! Java frames use. A frame whose function cannot be read (freed or moved
 //! since, or unreadable) keeps its address (`[JIT] node`, or the builtin
 //! it ran in), counted as unresolved.
 //!
-//! The constants are read once per binary (from the first process of it);
-//! functions as samples arrive, once per process, object and name word,
+//! The constants are the binary's, read by the unwinders with its
+//! symbols; functions are read as samples arrive, once per process, object and name word,
 //! into the budgeted cache Python's code objects and Java's methods use,
 //! forgotten 2 s after the process's exit.
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
-
 use super::python::{CodeCache, Held, PythonFrames};
 use crate::bpf::abi::V8_FRAME_TAG;
 use crate::symbolize::python::CodeInfo;
-use crate::symbolize::v8::{LayoutError, V8Layout};
+use crate::symbolize::v8::V8Layout;
 use crate::unwind::V8Runtime;
-
-/// How often a V8 process whose constants could not be read is looked at
-/// again, while it is sampled.
-const RETRY_NS: u64 = 50_000_000;
-/// Reads of a binary's constants before it is given up on.
-const MAX_TRIES: u32 = 20;
 
 /// A function as its frames are named.
 #[derive(Debug)]
@@ -51,86 +42,29 @@ fn is_v8_word(w: u64) -> bool {
     w >> 61 == V8_FRAME_TAG >> 61
 }
 
-/// A binary's constants as read (or why not), and how often they were read.
-type LayoutRead = (
-    Arc<crate::binaries::v8::V8Symbols>,
-    Result<Arc<V8Layout>, LayoutError>,
-    u32,
-);
-
-/// The V8 processes' layouts and functions.
+/// The V8 processes' functions.
 #[derive(Debug, Default)]
 pub(super) struct JsFrames {
-    layouts: Vec<LayoutRead>,
-    /// Per process whose constants could not be read yet: when to look again.
-    next_look: FxHashMap<u32, u64>,
+    /// Per binary (by its constants, which the unwinders read once per
+    /// binary): the layout objects are read with.
+    layouts: Vec<(Arc<crate::binaries::v8::V8Symbols>, Arc<V8Layout>)>,
     /// Functions read, per process, object and name word.
     pub(super) functions: CodeCache<JsFunctionInfo>,
-    /// Layouts that could not be read, to be said once each.
-    pub(super) failures: Vec<String>,
 }
 
 impl JsFrames {
-    /// Process `pid`'s constants, read on first use (again, a bounded
-    /// number of times, where its memory could not be read).
-    fn layout(&mut self, pid: u32, v8: &V8Runtime) -> Option<Arc<V8Layout>> {
-        let known = self
+    /// The layout of the V8 `v8` is.
+    fn layout(&mut self, v8: &V8Runtime) -> Arc<V8Layout> {
+        if let Some((_, l)) = self
             .layouts
             .iter()
-            .position(|(s, _, _)| Arc::ptr_eq(s, &v8.symbols));
-        if let Some(i) = known {
-            match &self.layouts[i].1 {
-                Ok(l) => return Some(l.clone()),
-                Err(LayoutError::Unreadable) if self.layouts[i].2 < MAX_TRIES => {}
-                Err(_) => return None,
-            }
+            .find(|(s, _)| Arc::ptr_eq(s, &v8.symbols))
+        {
+            return l.clone();
         }
-        let read = V8Layout::read(pid, v8.base, &v8.symbols).map(Arc::new);
-        let tries = known.map_or(1, |i| self.layouts[i].2 + 1);
-        let say = match &read {
-            Ok(_) => false,
-            Err(LayoutError::Unreadable) => tries == MAX_TRIES,
-            Err(LayoutError::Implausible(_)) => true,
-        };
-        if let Some(e) = read.as_ref().err().filter(|_| say) {
-            self.failures.push(format!(
-                "V8 process {pid}: its JavaScript frames stay unnamed: {e}"
-            ));
-        }
-        let out = read.as_ref().ok().cloned();
-        match known {
-            Some(i) => {
-                self.layouts[i].1 = read;
-                self.layouts[i].2 = tries;
-            }
-            None => self.layouts.push((v8.symbols.clone(), read, 1)),
-        }
-        out
-    }
-
-    /// V8 process `pid` was sampled at `now_ns` and the kernel does not
-    /// read its frames yet: what it should read, once the constants are
-    /// read (tried every [`RETRY_NS`]).
-    pub(super) fn find_frames(
-        &mut self,
-        pid: u32,
-        v8: &V8Runtime,
-        now_ns: u64,
-    ) -> Option<crate::bpf::abi::V8Frames> {
-        if self.next_look.get(&pid).is_some_and(|&t| now_ns < t) {
-            return None;
-        }
-        let found = self.layout(pid, v8).map(|l| l.kernel());
-        match found {
-            Some(_) => self.next_look.remove(&pid),
-            None => self.next_look.insert(pid, now_ns + RETRY_NS),
-        };
-        found
-    }
-
-    /// `pid` exec'd or exited.
-    pub(super) fn gone(&mut self, pid: u32) {
-        self.next_look.remove(&pid);
+        let l = Arc::new(V8Layout::new(&v8.symbols));
+        self.layouts.push((v8.symbols.clone(), l.clone()));
+        l
     }
 
     /// Whether `stack` holds JavaScript frames' functions.
@@ -149,7 +83,7 @@ impl JsFrames {
         out: &mut Vec<u64>,
     ) {
         out.clear();
-        let layout = v8.and_then(|v| self.layout(pid, v));
+        let layout = v8.map(|v| self.layout(v));
         let mut i = 0;
         while i < stack.len() {
             let w = stack[i];

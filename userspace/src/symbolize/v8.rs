@@ -1,12 +1,11 @@
 //! V8's JavaScript functions named from the process's memory: the
 //! function's name and its script's, as V8's own profiler names them.
 //!
-//! In: a V8 process's pid, where its binary lies ([`crate::unwind::V8Runtime`])
-//! and the `v8dbg_` constants' addresses ([`crate::binaries::v8`]); then,
-//! per JavaScript frame the kernel walked, the SharedFunctionInfo it read
-//! and the word it read at the object's name-or-scope-info field. Out: the
-//! frame slots and field offsets for the kernel's entry ([`V8Layout::kernel`])
-//! and each function's name and file ([`V8Layout::function`]).
+//! In: a V8 process's pid and its binary's `v8dbg_` constants
+//! ([`crate::binaries::v8`]); then, per JavaScript frame the kernel walked,
+//! the SharedFunctionInfo it read and the word it read at the object's
+//! name-or-scope-info field. Out: each function's name and file
+//! ([`V8Layout::function`]).
 //!
 //! V8 moves and frees its objects: a function is named only if the object
 //! is still a SharedFunctionInfo (its map says so) holding the word the
@@ -18,74 +17,27 @@
 //! thin or sliced links; nothing from the process sizes an allocation
 //! beyond those bounds.
 
-use crate::binaries::v8::{V8Symbols, WANTED};
-use crate::bpf::abi::{V8Frames, V8_HEAP_OBJECT_TAG, V8_HEAP_OBJECT_TAG_MASK};
+use crate::binaries::v8::{k, V8Symbols, SCOPE_INFO_SLOTS};
+use crate::bpf::abi::{V8_HEAP_OBJECT_TAG, V8_HEAP_OBJECT_TAG_MASK};
 use crate::sys::memory::read_process;
 
 /// Characters of a name or file kept.
 pub const MAX_CHARS: usize = 1024;
+/// A ScopeInfo's context locals' names are inline below this many (V8's
+/// kScopeInfoMaxInlinedLocalNamesSize), one hash table from it on.
+const MAX_INLINE_LOCAL_NAMES: usize = 75;
+/// Context locals a ScopeInfo is believed to have (a lying count is no
+/// reason to read far).
+const MAX_CONTEXT_LOCALS: usize = 1 << 16;
+/// Slots after the locals where the function's name may be.
+const NAME_SLOTS: usize = 4;
 /// Cons, thin and sliced strings followed per name.
 const MAX_STRING_HOPS: u32 = 16;
-/// Slots of a ScopeInfo looked through for its function's name.
-const SCOPE_INFO_SLOTS: usize = 16;
 
-/// Why a V8 process's layout could not be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LayoutError {
-    /// Its memory could not be read (it exited).
-    Unreadable,
-    /// A constant holds a value no V8 has (a binary that lies).
-    Implausible(&'static str),
-}
-
-impl std::fmt::Display for LayoutError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LayoutError::Unreadable => write!(f, "its V8 constants could not be read"),
-            LayoutError::Implausible(n) => write!(f, "its V8 constant {n} is implausible"),
-        }
-    }
-}
-
-/// The constants, read from one process.
+/// A V8's constants (its binary's, checked), as objects are read with them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct V8Layout {
     v: Vec<i64>,
-}
-
-/// Indices into [`WANTED`].
-mod k {
-    pub const FP_MARKER: usize = 0;
-    pub const FP_FUNCTION: usize = 1;
-    pub const FUNCTION_SHARED: usize = 2;
-    pub const SHARED_NAME: usize = 3;
-    pub const SHARED_SCRIPT: usize = 4;
-    pub const OBJECT_MAP: usize = 5;
-    pub const MAP_TYPE: usize = 6;
-    pub const SCRIPT_NAME: usize = 7;
-    pub const STRING_LENGTH: usize = 8;
-    pub const ONE_BYTE_CHARS: usize = 9;
-    pub const TWO_BYTE_CHARS: usize = 10;
-    pub const CONS_FIRST: usize = 11;
-    pub const CONS_SECOND: usize = 12;
-    pub const THIN_ACTUAL: usize = 13;
-    pub const SLICED_PARENT: usize = 14;
-    pub const SLICED_OFFSET: usize = 15;
-    pub const TYPE_SHARED: usize = 16;
-    pub const TYPE_SCOPE_INFO: usize = 17;
-    pub const TYPE_SCRIPT: usize = 18;
-    pub const FIRST_NONSTRING: usize = 19;
-    pub const REPRESENTATION_MASK: usize = 20;
-    pub const ENCODING_MASK: usize = 21;
-    pub const SEQ: usize = 22;
-    pub const CONS: usize = 23;
-    pub const SLICED: usize = 24;
-    pub const THIN: usize = 25;
-    pub const ONE_BYTE: usize = 26;
-    pub const SCOPE_FIRST_VARS: usize = 27;
-    pub const SCOPE_CONTEXT_LOCALS: usize = 28;
-    pub const SMI_TAG_SIZE: usize = 29;
-    pub const SMI_SHIFT_SIZE: usize = 30;
 }
 
 /// A JavaScript function, as named.
@@ -108,55 +60,15 @@ fn read_u64(pid: u32, addr: u64) -> Option<u64> {
 }
 
 impl V8Layout {
-    /// The constants of V8 process `pid`, whose binary's address 0 is at `base`.
-    pub fn read(pid: u32, base: u64, symbols: &V8Symbols) -> Result<V8Layout, LayoutError> {
-        let mut v = Vec::with_capacity(WANTED.len());
-        for &at in &symbols.at {
-            let mut b = [0u8; 4];
-            read_process(pid, base.wrapping_add(at), &mut b)
-                .map_err(|_| LayoutError::Unreadable)?;
-            v.push(i32::from_le_bytes(b) as i64);
+    /// The layout a binary's constants describe.
+    pub fn new(symbols: &V8Symbols) -> V8Layout {
+        V8Layout {
+            v: symbols.values.clone(),
         }
-        let l = V8Layout { v };
-        l.check()?;
-        Ok(l)
-    }
-
-    /// Each value within what any V8 has: frame slots just below the frame
-    /// pointer, fields within a few hundred bytes, a 64-bit Smi shift.
-    fn check(&self) -> Result<(), LayoutError> {
-        for (i, name) in WANTED.iter().enumerate() {
-            let x = self.v[i];
-            let ok = match i {
-                k::FP_MARKER | k::FP_FUNCTION => (-64..0).contains(&x) && x % 8 == 0,
-                k::SMI_TAG_SIZE => x == 1,
-                // 31: 64-bit Smis and pointers; 0 would be pointer
-                // compression (32-bit fields), which is not read.
-                k::SMI_SHIFT_SIZE => x == 31,
-                k::SCOPE_FIRST_VARS | k::SCOPE_CONTEXT_LOCALS => {
-                    (0..SCOPE_INFO_SLOTS as i64).contains(&x)
-                }
-                _ => (0..0x1_0000).contains(&x),
-            };
-            if !ok {
-                return Err(LayoutError::Implausible(name));
-            }
-        }
-        Ok(())
     }
 
     fn at(&self, i: usize) -> u64 {
         self.v[i] as u64
-    }
-
-    /// What the kernel's walker reads of each frame.
-    pub fn kernel(&self) -> V8Frames {
-        V8Frames {
-            marker_at: self.v[k::FP_MARKER] as i32,
-            function_at: self.v[k::FP_FUNCTION] as i32,
-            shared_at: self.v[k::FUNCTION_SHARED] as u32,
-            name_at: self.v[k::SHARED_NAME] as u32,
-        }
     }
 
     /// The instance type of the object at tagged pointer `w`.
@@ -223,29 +135,43 @@ impl V8Layout {
     /// locals' names and infos (its function variable's name, else its
     /// inferred name).
     fn scope_info_name(&self, pid: u32, scope: u64, out: &mut String) {
-        let mut slots = [0u8; 8 * SCOPE_INFO_SLOTS];
         // The slots follow the map.
-        if read_process(pid, scope - 1 + self.at(k::OBJECT_MAP) + 8, &mut slots).is_err() {
+        let slots_at = scope - 1 + self.at(k::OBJECT_MAP) + 8;
+        let mut head = [0u8; 8 * SCOPE_INFO_SLOTS];
+        if read_process(pid, slots_at, &mut head).is_err() {
             return;
         }
-        let slot = |i: usize| u64::from_le_bytes(slots[i * 8..i * 8 + 8].try_into().expect("8"));
-        let locals = self
-            .smi(slot(self.v[k::SCOPE_CONTEXT_LOCALS] as usize))
-            .unwrap_or(0);
-        let first = self.v[k::SCOPE_FIRST_VARS] as usize;
-        let Some(from) = usize::try_from(locals)
-            .ok()
-            .and_then(|l| first.checked_add(l.checked_mul(2)?))
-        else {
+        let count_slot = self.v[k::SCOPE_CONTEXT_LOCALS] as usize;
+        let count = u64::from_le_bytes(
+            head[count_slot * 8..count_slot * 8 + 8]
+                .try_into()
+                .expect("8"),
+        );
+        let Some(locals) = self.smi(count).and_then(|l| usize::try_from(l).ok()) else {
             return;
         };
+        // Each context local has its name and its info; beyond V8's inline
+        // limit the names are one hash table instead.
+        let local_slots = if locals < MAX_INLINE_LOCAL_NAMES {
+            2 * locals
+        } else {
+            1 + locals
+        };
+        if locals > MAX_CONTEXT_LOCALS {
+            return;
+        }
+        let from = self.v[k::SCOPE_FIRST_VARS] as usize + local_slots;
+        let mut after = [0u8; 8 * NAME_SLOTS];
+        if read_process(pid, slots_at + 8 * from as u64, &mut after).is_err() {
+            return;
+        }
         // After the locals: a saved class variable's index (a Smi), the
         // function variable (its name, a Smi slot), the inferred name (a
         // string or undefined); then positions and the outer ScopeInfo. So
         // the name is among the next four, and the first other heap object
         // ends the search: past it lie other fields, or another object.
-        for i in from..(from + 4).min(SCOPE_INFO_SLOTS) {
-            let w = slot(i);
+        for i in 0..NAME_SLOTS {
+            let w = u64::from_le_bytes(after[i * 8..i * 8 + 8].try_into().expect("8"));
             if !is_heap_object(w) {
                 continue;
             }
@@ -352,45 +278,12 @@ impl V8Layout {
 mod tests {
     use super::*;
 
-    fn layout(v: Vec<i64>) -> V8Layout {
-        V8Layout { v }
-    }
-
-    fn node20() -> Vec<i64> {
-        // Node 20.20's values, as read from a running node's memory.
-        vec![
-            -8, -16, 24, 16, 32, 0, 12, 16, 12, 16, 16, 16, 24, 16, 16, 24, 262, 261, 167, 128, 7,
-            8, 0, 1, 3, 5, 8, 3, 2, 1, 31,
-        ]
-    }
-
-    #[test]
-    fn plausible_constants_are_taken_and_lying_ones_refused() {
-        let l = layout(node20());
-        assert!(l.check().is_ok());
-        assert_eq!(
-            l.kernel(),
-            V8Frames {
-                marker_at: -8,
-                function_at: -16,
-                shared_at: 24,
-                name_at: 16
-            }
-        );
-        let mut lying = node20();
-        lying[k::FP_FUNCTION] = 4096;
-        assert_eq!(
-            layout(lying).check(),
-            Err(LayoutError::Implausible("v8dbg_off_fp_function"))
-        );
-        let mut lying = node20();
-        lying[k::SCOPE_FIRST_VARS] = 1 << 20;
-        assert!(layout(lying).check().is_err());
-    }
-
     #[test]
     fn smis_decode_and_heap_pointers_are_told_apart() {
-        let l = layout(node20());
+        let mut values = vec![0; crate::binaries::v8::WANTED.len()];
+        values[k::SMI_TAG_SIZE] = 1;
+        values[k::SMI_SHIFT_SIZE] = 31;
+        let l = V8Layout::new(&V8Symbols { values });
         assert_eq!(l.smi(7 << 32), Some(7));
         assert_eq!(l.smi(0x7f00_0000_1001), None);
         assert!(is_heap_object(0x7f00_0000_1001));

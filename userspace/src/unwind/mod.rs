@@ -97,17 +97,13 @@ pub struct JavaRuntime {
     pub code: Option<crate::bpf::abi::HotSpotCode>,
 }
 
-/// V8 as one process maps it: what its binary exports, where, and what
-/// the kernel reads of its frames once the collector read the constants
+/// V8 as one process embeds it: its binary's constants, from which the
+/// kernel reads its frames and the collector its functions
 /// ([`crate::symbolize::v8`]).
 #[derive(Debug, Clone)]
 pub struct V8Runtime {
-    /// The `v8dbg_` constants, as file addresses.
+    /// The `v8dbg_` constants' values.
     pub symbols: Arc<crate::binaries::v8::V8Symbols>,
-    /// Where the binary's address 0 lands in the process.
-    pub base: u64,
-    /// The frame slots and fields the kernel reads; None until read.
-    pub frames: Option<crate::bpf::abi::V8Frames>,
 }
 
 /// Exited processes are kept this long: their last samples may still be queued.
@@ -334,7 +330,6 @@ impl Unwinders {
             let mut python = None;
             let mut java: Option<JavaRuntime> = None;
             let mut v8: Option<V8Runtime> = None;
-            let v8_before = p.v8.clone();
             let mut python_unread = false;
             let mappings = p.mappings.clone();
             let jit_base = p.jit_base;
@@ -383,17 +378,10 @@ impl Unwinders {
                         }
                     });
                 }
-                if let (Some(base), None) = (bias, &v8) {
-                    v8 = self.v8_binary(binaries, m.binary).map(|symbols| {
-                        let before = v8_before
-                            .as_ref()
-                            .filter(|v| v.base == base && Arc::ptr_eq(&v.symbols, &symbols));
-                        V8Runtime {
-                            symbols,
-                            base,
-                            frames: before.and_then(|v| v.frames),
-                        }
-                    });
+                if let (Some(_), None) = (bias, &v8) {
+                    v8 = self
+                        .v8_binary(binaries, m.binary)
+                        .map(|symbols| V8Runtime { symbols });
                 }
                 if let (Some(base), None) = (bias, &python) {
                     python = self
@@ -451,7 +439,7 @@ impl Unwinders {
                 &mut entry,
                 java.as_ref().and_then(|j| j.interpreter),
                 java.as_ref().and_then(|j| j.code),
-                v8.as_ref().and_then(|v| v.frames),
+                v8.as_ref().map(|v| v.symbols.kernel()),
             );
             k.write_python(pid, python.as_ref().map(python::PythonRuntime::entry));
             if let Some(p) = self.processes.get_mut(&pid) {
@@ -500,7 +488,7 @@ impl Unwinders {
             return known.clone();
         }
         let bin = binaries.get(binary);
-        let found = bin
+        let read = bin
             .file
             .as_ref()
             .filter(|_| crate::binaries::v8::may_be_v8(&bin.name))
@@ -509,8 +497,18 @@ impl Unwinders {
                     file,
                     Default::default(),
                 ))
-            })
-            .map(Arc::new);
+            });
+        let found = match read {
+            Some(Ok(s)) => Some(Arc::new(s)),
+            Some(Err(e)) => {
+                self.python_failures.push(format!(
+                    "{}: its JavaScript functions stay unnamed: {e}",
+                    crate::escape::escape(&bin.path)
+                ));
+                None
+            }
+            None => None,
+        };
         self.v8s.insert(binary, found.clone());
         found
     }
@@ -518,18 +516,6 @@ impl Unwinders {
     /// The V8 `pid` embeds, if it does.
     pub fn v8(&self, pid: u32) -> Option<&V8Runtime> {
         self.processes.get(&pid)?.v8.as_ref()
-    }
-
-    /// V8 process `pid`'s frames are read so: its entry says so from the
-    /// next sync, and the kernel reads the function of each frame.
-    pub fn set_v8_frames(&mut self, pid: u32, frames: crate::bpf::abi::V8Frames) {
-        let Some(v) = self.processes.get_mut(&pid).and_then(|p| p.v8.as_mut()) else {
-            return;
-        };
-        v.frames = Some(frames);
-        if let Some(k) = self.kernel.as_mut() {
-            k.dirty.insert(pid);
-        }
     }
 
     /// The HotSpot JVM `pid` runs, if it is one.
