@@ -312,7 +312,7 @@ fn hot_js_samples(profile: &Profile, pid: u64) -> (usize, usize) {
 /// Check that node with no flag (no perf map, no jitdump) has its
 /// JavaScript functions named from V8's own objects, read at the sample:
 /// of the main thread's samples, as many as the hot loop's own CPU time
-/// gives (−15 %) have `sysprofHotLoop` (category JavaScript, file hot.js)
+/// gives (−20 %) have `sysprofHotLoop` (category JavaScript, file hot.js)
 /// as their innermost JavaScript frame, and ≥ 90 % of those reach `_start`
 /// through `node::Start` by V8's frame pointers.
 #[test]
@@ -361,8 +361,10 @@ fn node_functions_are_named_without_flags() {
         .count();
     let files = t.func_files("sysprofHotLoop");
     eprintln!("node, no flag: {} samples in sysprofHotLoop (files {files:?}), {rooted} of them reach _start; its loop {loop_ms} ms of CPU", hot.len());
+    // The loop's time includes its schedstat reads (readFileSync: ~5 % of
+    // its samples), which are not sysprofHotLoop's.
     assert!(
-        hot.len() as f64 >= loop_ms * 0.85,
+        hot.len() as f64 >= loop_ms * 0.8,
         "the loop's {loop_ms} ms of CPU: {} samples in sysprofHotLoop",
         hot.len()
     );

@@ -13,7 +13,7 @@
 //! ScopeInfo when it has one; V8 publishes no layout for that, so, as the
 //! OpenTelemetry profiler does, the first string after the context locals
 //! is taken, looked for only where V8 puts it. Every read goes through `process_vm_readv`, bounded: strings
-//! to [`MAX_CHARS`] characters through at most [`MAX_STRING_HOPS`] cons,
+//! to [`MAX_CHARS`] characters through at most [`MAX_STRING_PARTS`] cons,
 //! thin or sliced links; nothing from the process sizes an allocation
 //! beyond those bounds.
 
@@ -31,8 +31,10 @@ const MAX_INLINE_LOCAL_NAMES: usize = 75;
 const MAX_CONTEXT_LOCALS: usize = 1 << 16;
 /// Slots after the locals where the function's name may be.
 const NAME_SLOTS: usize = 4;
-/// Cons, thin and sliced strings followed per name.
-const MAX_STRING_HOPS: u32 = 16;
+/// Parts (cons, thin and sliced links, and their pieces) of one string
+/// read at most: a tree of empty cons strings cannot make a name cost
+/// more reads than this.
+const MAX_STRING_PARTS: u32 = 64;
 
 /// A V8's constants (its binary's, checked), as objects are read with them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +103,15 @@ impl V8Layout {
         let mut name = String::new();
         match self.type_of(pid, name_word) {
             Some(t) if (t as i64) < self.v[k::FIRST_NONSTRING] => {
-                self.string(pid, name_word, t, 0, MAX_CHARS, 0, &mut name)?;
+                self.string(
+                    pid,
+                    name_word,
+                    t,
+                    0,
+                    MAX_CHARS,
+                    &mut MAX_STRING_PARTS.clone(),
+                    &mut name,
+                )?;
             }
             Some(t) if t == self.at(k::TYPE_SCOPE_INFO) as u16 => {
                 self.scope_info_name(pid, name_word, &mut name);
@@ -121,7 +131,15 @@ impl V8Layout {
             {
                 // A script without a readable name keeps none.
                 if self
-                    .string(pid, script_name, t, 0, MAX_CHARS, 0, &mut file)
+                    .string(
+                        pid,
+                        script_name,
+                        t,
+                        0,
+                        MAX_CHARS,
+                        &mut MAX_STRING_PARTS.clone(),
+                        &mut file,
+                    )
                     .is_none()
                 {
                     file.clear();
@@ -181,7 +199,11 @@ impl V8Layout {
             else {
                 return;
             };
-            if self.string(pid, w, t, 0, MAX_CHARS, 0, out).is_some() && !out.is_empty() {
+            if self
+                .string(pid, w, t, 0, MAX_CHARS, &mut MAX_STRING_PARTS.clone(), out)
+                .is_some()
+                && !out.is_empty()
+            {
                 return;
             }
             out.clear();
@@ -199,12 +221,13 @@ impl V8Layout {
         t: u16,
         start: usize,
         max: usize,
-        hops: u32,
+        parts: &mut u32,
         out: &mut String,
     ) -> Option<()> {
-        if hops > MAX_STRING_HOPS || max == 0 {
+        if *parts == 0 || max == 0 {
             return Some(());
         }
+        *parts -= 1;
         let obj = w - 1;
         let mut lb = [0u8; 4];
         read_process(pid, obj + self.at(k::STRING_LENGTH), &mut lb).ok()?;
@@ -244,25 +267,25 @@ impl V8Layout {
         if rep == self.at(k::CONS) {
             let (first, ft) = follow(k::CONS_FIRST)?;
             let before = out.chars().count();
-            self.string(pid, first, ft, start, take, hops + 1, out)?;
+            self.string(pid, first, ft, start, take, parts, out)?;
             let got = out.chars().count() - before;
             let first_len = self.length(pid, first)?;
             if got < take {
                 let (second, st) = follow(k::CONS_SECOND)?;
                 let from = start.saturating_sub(first_len);
-                self.string(pid, second, st, from, take - got, hops + 1, out)?;
+                self.string(pid, second, st, from, take - got, parts, out)?;
             }
             return Some(());
         }
         if rep == self.at(k::THIN) {
             let (actual, at) = follow(k::THIN_ACTUAL)?;
-            return self.string(pid, actual, at, start, take, hops + 1, out);
+            return self.string(pid, actual, at, start, take, parts, out);
         }
         if rep == self.at(k::SLICED) {
             let (parent, pt) = follow(k::SLICED_PARENT)?;
             let offset = self.smi(read_u64(pid, obj + self.at(k::SLICED_OFFSET))?)?;
             let offset = usize::try_from(offset).ok()?;
-            return self.string(pid, parent, pt, offset + start, take, hops + 1, out);
+            return self.string(pid, parent, pt, offset + start, take, parts, out);
         }
         None
     }
