@@ -297,7 +297,9 @@ static __noinline void v8_frame(struct ustack_walk *s, struct unwind_frames *fra
 	if (bpf_probe_read_user(&shared, sizeof(shared), (void *)(function - 1 + p->v8.shared_at)) ||
 	    (shared & V8_HEAP_OBJECT_TAG_MASK) != V8_HEAP_OBJECT_TAG || shared >= (1ULL << 47))
 		return;
-	if (bpf_probe_read_user(&name, sizeof(name), (void *)(shared - 1 + p->v8.name_at)))
+	/* A tagged pointer or small integer: never a word with the tags'
+	 * bits, which userspace would take for another frame's tag. */
+	if (bpf_probe_read_user(&name, sizeof(name), (void *)(shared - 1 + p->v8.name_at)) || (name >> 61))
 		return;
 	frames->f[s->n & (UNWIND_MAX_FRAMES - 1)] = V8_FRAME_TAG | shared;
 	frames->f[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = name;
