@@ -541,31 +541,31 @@ impl Collector {
                         .filter(|_| !k.python.is_empty())
                 };
                 match py {
-                    // Its Java frames, as its Python ones, keyed in a table of its own.
-                    None if java => {
+                    // Its Java or JavaScript frames, as its Python ones,
+                    // keyed in a table of its own.
+                    None if java || js => {
                         let mut own = std::mem::take(&mut self.py_record);
                         own.clear();
-                        self.java.merge(
-                            &self.unwound,
-                            e.pid,
-                            self.unwinders.as_ref().and_then(|u| u.java(e.pid)),
-                            &mut own,
-                            &mut self.merged,
-                        );
-                        python = own.names().into();
-                        self.py_record = own;
-                        self.merged.as_slice().into()
-                    }
-                    None if js => {
-                        let mut own = std::mem::take(&mut self.py_record);
-                        own.clear();
-                        self.js.merge(
-                            &self.unwound,
-                            e.pid,
-                            self.unwinders.as_ref().and_then(|u| u.v8(e.pid)),
-                            &mut own,
-                            &mut self.merged,
-                        );
+                        let u = self.unwinders.as_ref();
+                        if java {
+                            let runtime = u.and_then(|u| u.java(e.pid));
+                            self.java.merge(
+                                &self.unwound,
+                                e.pid,
+                                runtime,
+                                &mut own,
+                                &mut self.merged,
+                            );
+                        } else {
+                            let runtime = u.and_then(|u| u.v8(e.pid));
+                            self.js.merge(
+                                &self.unwound,
+                                e.pid,
+                                runtime,
+                                &mut own,
+                                &mut self.merged,
+                            );
+                        }
                         python = own.names().into();
                         self.py_record = own;
                         self.merged.as_slice().into()
