@@ -226,6 +226,9 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 				wake = BPF_RB_FORCE_WAKEUP;
 		}
 	}
+	/* The verifier must see this bound: clang, which can prove it from
+	 * the copy's, would drop it without the barrier. */
+	asm volatile("" : "+r"(size));
 	if (size > sizeof(*sc))
 		size = sizeof(*sc);
 	if (bpf_ringbuf_output(&samples, sc, size, wake))
@@ -233,12 +236,14 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 	return 0;
 }
 
-/* Kernel-unwind mode, until the walker is verified and in `walker`: the
- * registers and a copy of the stack (frame pointers without a copy), sent
- * at their size, for userspace to unwind as it does a handed-over sample.
- * The walker takes the verifier 130-140 ms; this, a few: sampling starts
- * that much sooner. */
-static __always_inline int sample_copying(struct bpf_perf_event_data *ctx, struct task_struct *task, __u64 pid_tgid)
+/* The registers and a copy of limit bytes of the stack (frame pointers
+ * where limit is 0), sent at their size, for userspace to unwind: dwarf
+ * mode's samples, and kernel-unwind mode's until the walker is verified
+ * and in `walker` (the walker takes the verifier 130-140 ms; this, a few:
+ * sampling starts that much sooner). In the latter, a reader behind by a
+ * quarter of the ring gets the kernel stack alone (cut_when_behind). */
+static __always_inline int sample_copying(struct bpf_perf_event_data *ctx, struct task_struct *task, __u64 pid_tgid,
+					  __u32 limit, int cut_when_behind)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct sample_scratch *sc = bpf_map_lookup_elem(&sample_scratch, &cpu);
@@ -254,12 +259,12 @@ static __always_inline int sample_copying(struct bpf_perf_event_data *ctx, struc
 	size = sizeof(sc->e);
 	if (BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */) {
 		/* nothing */
-	} else if (first_stack_copy &&
+	} else if (limit && cut_when_behind &&
 		   bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 4) {
 		/* The reader is behind: the kernel stack alone, said as a cut
 		 * stack (handovers_skipped), rather than a lost sample. */
 		sc->e.flags |= SAMPLE_FLAG_HANDOVER_SKIPPED;
-	} else if (first_stack_copy) {
+	} else if (limit) {
 		user_regs(ctx, regs);
 		sc->e.user_ip = regs[0];
 		sc->e.user_sp = regs[1];
@@ -267,7 +272,7 @@ static __always_inline int sample_copying(struct bpf_perf_event_data *ctx, struc
 		sc->e.flags |= SAMPLE_FLAG_USER_REGS;
 		/* Right after the event: the copy path's layout. The frames and
 		 * copy areas are contiguous, room for MAX_STACK_COPY. */
-		copied = copy_user_stack_max((__u8 *)sc->frames, regs[1], first_stack_copy);
+		copied = copy_user_stack_max((__u8 *)sc->frames, regs[1], limit);
 		if (copied > MAX_STACK_COPY)
 			copied = MAX_STACK_COPY;
 		if (!copied) {
@@ -285,6 +290,9 @@ static __always_inline int sample_copying(struct bpf_perf_event_data *ctx, struc
 		}
 		sc->e.ustack_len = len / sizeof(__u64);
 	}
+	/* The verifier must see this bound: clang, which can prove it from
+	 * the copy's, would drop it without the barrier. */
+	asm volatile("" : "+r"(size));
 	if (size > sizeof(*sc))
 		size = sizeof(*sc);
 	if (bpf_ringbuf_output(&samples, sc, size, wakeup_flag()))
@@ -311,7 +319,7 @@ int sample_first(struct bpf_perf_event_data *ctx)
 	if (targ_tgid && (__u32)(pid_tgid >> 32) != targ_tgid)
 		return 0;
 	bpf_tail_call(ctx, &walker, 0);
-	return sample_copying(ctx, (struct task_struct *)bpf_get_current_task(), pid_tgid);
+	return sample_copying(ctx, (struct task_struct *)bpf_get_current_task(), pid_tgid, first_stack_copy, 1);
 }
 
 SEC("perf_event")
@@ -320,52 +328,13 @@ int sample_cpu_clock(struct bpf_perf_event_data *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
 	struct task_struct *task;
-	struct sample_event *e;
-	__u64 regs[3];
-	long len;
 
 	if (targ_tgid && tgid != targ_tgid)
 		return 0;
 	task = (struct task_struct *)bpf_get_current_task();
 	if (kernel_unwind)
 		return sample_unwinding(ctx, task, pid_tgid);
-
-	/* A constant-size reservation keeps the verifier simple and needs no
-	 * scratch copy; userspace reads only the valid part of each stack. */
-	e = bpf_ringbuf_reserve(&samples, sizeof(*e) + stack_copy, 0);
-	if (!e) {
-		count_drop(DROP_RINGBUF_FULL);
-		return 0;
-	}
-	fill_sample(ctx, e, task, pid_tgid);
-
-	len = 0;
-	/* Kernel threads have no user stack: an empty one is not a failure. */
-	if (BPF_CORE_READ(task, flags) & 0x00200000 /* PF_KTHREAD */) {
-		/* nothing */
-	} else if (stack_copy) {
-		user_regs(ctx, regs);
-		e->user_ip = regs[0];
-		e->user_sp = regs[1];
-		e->user_bp = regs[2];
-		e->flags |= SAMPLE_FLAG_USER_REGS;
-		e->stack_size = copy_user_stack((__u8 *)(e + 1), e->user_sp);
-		if (!e->stack_size) {
-			e->flags |= SAMPLE_FLAG_USTACK_FAILED;
-			count_drop(DROP_USTACK);
-		}
-	} else {
-		len = bpf_get_stack(ctx, e->ustack, sizeof(e->ustack), BPF_F_USER_STACK);
-		if (len < 0) {
-			e->flags |= SAMPLE_FLAG_USTACK_FAILED;
-			count_drop(DROP_USTACK);
-			len = 0;
-		}
-	}
-	e->ustack_len = len / sizeof(__u64);
-
-	bpf_ringbuf_submit(e, wakeup_flag());
-	return 0;
+	return sample_copying(ctx, task, pid_tgid, stack_copy, 0);
 }
 
 /* An exec replaces every mapping: its old tables must not walk the new

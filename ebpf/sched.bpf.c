@@ -994,9 +994,14 @@ static __always_inline void flush_folded(__u32 tid, struct thread_state *t)
 }
 
 /* Fold tid's short interval ending at `end` into its run. Not inlined:
- * the switch program's own frame is near the stack limit. */
-static __noinline void fold_short(__u32 tid, struct thread_state *t, __u64 end)
+ * the switch program's own frame is near the stack limit; and global, so
+ * the verifier checks it once, not at every state the switch program
+ * reaches it in (it was 8,600 of that program's 12,400 verified
+ * instructions; 5,300 in all now). */
+__noinline int fold_short(__u32 tid, struct thread_state *t, __u64 end)
 {
+	if (!t)
+		return 0;
 	__u64 delta = end - t->off_ts;
 	__u32 reason = t->off_state & (OFFCPU_REASONS - 1);
 
@@ -1021,7 +1026,7 @@ static __noinline void fold_short(__u32 tid, struct thread_state *t, __u64 end)
 				    fold_flush_ns ||
 			    end - t->short_first >= fold_span_ns)
 				flush_folded(tid, t);
-			return;
+			return 0;
 		}
 
 		if (t->short_first && t->short_waker_kind != FOLD_WAKER_UNSET &&
@@ -1052,6 +1057,7 @@ static __noinline void fold_short(__u32 tid, struct thread_state *t, __u64 end)
 		    fold_flush_ns ||
 	    end - t->short_first >= fold_span_ns)
 		flush_folded(tid, t);
+	return 0;
 }
 
 /* Close tid's open interval at `end`: fold it when short, else send it. */

@@ -231,22 +231,23 @@ static __always_inline __u32 epilogue_cfa_offset(__u64 ip)
  * frame pointer is fp, after its address: the two words JAVA_FRAME_TAG
  * describes. Nothing is added if they cannot be read or are no pointers.
  * Its caller's unextended stack pointer goes to s->sender_sp. */
-static __noinline void java_frame(struct ustack_walk *s, struct unwind_frames *frames, __u64 fp)
+__noinline int java_frame(struct ustack_walk *s, struct unwind_frames *frames, __u64 fp)
 {
 	__u64 w[1 + JAVA_FRAME_SENDER_SP_SLOT - JAVA_FRAME_BCP_SLOT];
 	__u64 method, bcp;
 
 	if (!s || !frames || fp < 8 * (__u64)(-JAVA_FRAME_BCP_SLOT) ||
 	    bpf_probe_read_user(w, sizeof(w), (void *)(fp + 8 * JAVA_FRAME_BCP_SLOT)))
-		return;
+		return 0;
 	s->sender_sp = w[JAVA_FRAME_SENDER_SP_SLOT - JAVA_FRAME_BCP_SLOT];
 	method = w[JAVA_FRAME_METHOD_SLOT - JAVA_FRAME_BCP_SLOT];
 	bcp = w[0];
 	if (!method || (method | bcp) >= (1ULL << 47) || (method & 7) || s->n + 2 > UNWIND_MAX_FRAMES)
-		return;
+		return 0;
 	frames->f[s->n & (UNWIND_MAX_FRAMES - 1)] = JAVA_FRAME_TAG | method;
 	frames->f[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = bcp;
 	s->n += 2;
+	return 0;
 }
 
 /* The Method* of the compiled Java frame whose code blob is s->blob,
@@ -255,7 +256,7 @@ static __noinline void java_frame(struct ustack_walk *s, struct unwind_frames *f
  * blobs with frames (runtime stubs, adapters) have something else there:
  * only what looks like a pointer goes out, and userspace takes it only if
  * it reads as a method. */
-static __noinline void compiled_java_frame(struct ustack_walk *s, struct unwind_frames *frames,
+__noinline int compiled_java_frame(struct ustack_walk *s, struct unwind_frames *frames,
 					   struct unwind_process *p)
 {
 	__u64 method = 0, id = 0;
@@ -263,15 +264,16 @@ static __noinline void compiled_java_frame(struct ustack_walk *s, struct unwind_
 
 	if (!s || !frames || !p || s->n + 2 > UNWIND_MAX_FRAMES ||
 	    bpf_probe_read_user(&method, sizeof(method), (void *)(s->blob + p->java_code.method_at)))
-		return;
+		return 0;
 	if (!method || method >= (1ULL << 47) || (method & 7) || s->blob >= (1ULL << 47))
-		return;
+		return 0;
 	if (p->java_code.compile_id_at &&
 	    !bpf_probe_read_user(&compile_id, sizeof(compile_id), (void *)(s->blob + p->java_code.compile_id_at)))
 		id = ((__u64)(__u32)compile_id & JAVA_COMPILE_ID_MASK) << JAVA_COMPILE_ID_SHIFT;
 	frames->f[s->n & (UNWIND_MAX_FRAMES - 1)] = JAVA_FRAME_TAG | method;
 	frames->f[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = JAVA_COMPILED_BLOB | id | s->blob;
 	s->n += 2;
+	return 0;
 }
 
 /* The JavaScript function of the V8 frame whose frame pointer is fp, after
@@ -282,28 +284,29 @@ static __noinline void compiled_java_frame(struct ustack_walk *s, struct unwind_
  * heap pointers too. Userspace reads the rest, and names the frame only
  * if the object is a SharedFunctionInfo whose word is still this one.
  */
-static __noinline void v8_frame(struct ustack_walk *s, struct unwind_frames *frames, struct unwind_process *p, __u64 fp)
+__noinline int v8_frame(struct ustack_walk *s, struct unwind_frames *frames, struct unwind_process *p, __u64 fp)
 {
 	__u64 marker = 0, function = 0, shared = 0, name = 0;
 
 	if (!s || !frames || !p || s->n + 2 > UNWIND_MAX_FRAMES || fp < 64)
-		return;
+		return 0;
 	if (bpf_probe_read_user(&marker, sizeof(marker), (void *)(fp + (__s64)p->v8.marker_at)) ||
 	    (marker & V8_HEAP_OBJECT_TAG_MASK) != V8_HEAP_OBJECT_TAG)
-		return;
+		return 0;
 	if (bpf_probe_read_user(&function, sizeof(function), (void *)(fp + (__s64)p->v8.function_at)) ||
 	    (function & V8_HEAP_OBJECT_TAG_MASK) != V8_HEAP_OBJECT_TAG || function >= (1ULL << 47))
-		return;
+		return 0;
 	if (bpf_probe_read_user(&shared, sizeof(shared), (void *)(function - 1 + p->v8.shared_at)) ||
 	    (shared & V8_HEAP_OBJECT_TAG_MASK) != V8_HEAP_OBJECT_TAG || shared >= (1ULL << 47))
-		return;
+		return 0;
 	/* A tagged pointer or small integer: never a word with the tags'
 	 * bits, which userspace would take for another frame's tag. */
 	if (bpf_probe_read_user(&name, sizeof(name), (void *)(shared - 1 + p->v8.name_at)) || (name >> 61))
-		return;
+		return 0;
 	frames->f[s->n & (UNWIND_MAX_FRAMES - 1)] = V8_FRAME_TAG | shared;
 	frames->f[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = name;
 	s->n += 2;
+	return 0;
 }
 
 /* One segment-map hop back toward a block's first segment, per bpf_loop()

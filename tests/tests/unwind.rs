@@ -57,8 +57,9 @@ fn whole_chain_share(
 }
 
 /// Check that without frame pointers at least 95% of samples unwind through
-/// all six functions, in order, to the thread's start with DWARF unwinding
-/// (and report what frame pointers give on the same binary).
+/// all six functions, in order, to the thread's start with DWARF unwinding,
+/// walked in the kernel and from stack copies (and report what frame
+/// pointers give on the same binary).
 #[test]
 fn dwarf_unwinding_reaches_the_thread_root_without_frame_pointers() {
     if !can_record("dwarf_unwinding_reaches_the_thread_root_without_frame_pointers") {
@@ -80,6 +81,14 @@ fn dwarf_unwinding_reaches_the_thread_root_without_frame_pointers() {
     assert!(
         dwarf_whole * 100 >= dwarf_total * 95,
         "dwarf: {dwarf_whole} of {dwarf_total} samples have the whole chain"
+    );
+    // The same in userspace from each sample's stack copy (the mode the
+    // kernel's walker falls back to), whose copy is read in halves.
+    let (copy_whole, copy_total) = whole_chain_share("dwarf-copy", &exe, &dir);
+    eprintln!("deep: dwarf-copy {copy_whole}/{copy_total}");
+    assert!(
+        copy_total >= 1000 && copy_whole * 100 >= copy_total * 95,
+        "dwarf-copy: {copy_whole} of {copy_total} samples have the whole chain"
     );
 }
 

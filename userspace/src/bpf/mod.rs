@@ -116,14 +116,8 @@ impl Sampler {
             .map_max_entries("unwind_rows", opts.kernel_unwind_rows.max(1))
             .map_max_entries("unwind_processes", opts.kernel_unwind_processes.max(1))
             .map_max_entries("python_procs", opts.kernel_unwind_processes.max(1))
-            .map_max_entries(
-                "sample_scratch",
-                if opts.kernel_unwind_rows > 0 {
-                    possible_cpus()?
-                } else {
-                    1
-                },
-            )
+            // Every mode builds its sample here before sending it.
+            .map_max_entries("sample_scratch", possible_cpus()?)
             .load(SAMPLE_BPF_OBJECT)
             .map_err(|e| RecordError::from_bpf_load("sample.bpf.o", &e))?;
         load_times.push(("sample.bpf.o", object_started.elapsed()));
