@@ -464,20 +464,44 @@ fn parse_diskstats(text: &str, is_disk: impl Fn(&str) -> bool) -> Vec<(String, (
 }
 
 /// (utime + stime ticks, RSS pages) of a process.
+/// A process's CPU ticks (user + system), resident pages and start time in
+/// ticks, from its `/proc/PID/stat` alone: its `rss` field is the count
+/// `statm`'s second field gives (both the kernel's `get_mm_rss`), so one
+/// read per process and poll, not two.
 fn read_proc(pid: u32) -> Option<(u64, u64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
+    parse_proc_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The fields [`read_proc`] takes from a `/proc/PID/stat` line (after the
+/// command's closing parenthesis, which the command itself may contain).
+fn parse_proc_stat(stat: &str) -> Option<(u64, u64, u64)> {
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    let start_ticks = f.get(19)?.parse::<u64>().ok()?;
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let rss = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some((ticks, rss, start_ticks))
+    let number = |i: usize| f.get(i)?.parse::<u64>().ok();
+    let ticks = number(11)? + number(12)?;
+    Some((ticks, number(21)?, number(19)?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Check the fields read from `/proc/PID/stat` against a line written
+    /// by hand (a command with a parenthesis and spaces in it), and this
+    /// process's resident pages against `statm`'s count of them.
+    #[test]
+    fn proc_stat_gives_ticks_rss_and_start() {
+        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 987 12345678 321 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(parse_proc_stat(line), Some((12, 321, 987)));
+        assert_eq!(parse_proc_stat("4242 (x S 1"), None, "no closing parenthesis");
+        assert_eq!(parse_proc_stat("4242 (x) S 1 2"), None, "too few fields");
+        let pid = std::process::id();
+        let (_, rss, _) = read_proc(pid).expect("our own stat");
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let statm_rss: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+        // Read a moment apart, by a process that allocates: close, not equal.
+        assert!(rss.abs_diff(statm_rss) * 10 <= statm_rss.max(10), "stat {rss} vs statm {statm_rss} pages");
+    }
 
     /// Check the busy share against a hand computation: user+nice+system+irq+
     /// softirq+steal are busy, idle and iowait are not, and guest columns
