@@ -101,8 +101,8 @@
 
 /* Bytes of user stack copied per sample in dwarf mode: at most this much. */
 #define MAX_STACK_COPY 32768
-/* The copy goes in pieces of this size; the piece that crosses the top of the
- * stack is retried in pieces of STACK_COPY_TAIL. */
+/* Copy sizes are multiples of this; the copy is read by halves, to pieces of
+ * STACK_COPY_TAIL (ustack.bpf.h copy_user_stack_max). */
 #define STACK_COPY_CHUNK 512
 #define STACK_COPY_TAIL 64
 
