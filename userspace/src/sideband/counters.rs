@@ -493,14 +493,21 @@ mod tests {
     fn proc_stat_gives_ticks_rss_and_start() {
         let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 987 12345678 321 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
         assert_eq!(parse_proc_stat(line), Some((12, 321, 987)));
-        assert_eq!(parse_proc_stat("4242 (x S 1"), None, "no closing parenthesis");
+        assert_eq!(
+            parse_proc_stat("4242 (x S 1"),
+            None,
+            "no closing parenthesis"
+        );
         assert_eq!(parse_proc_stat("4242 (x) S 1 2"), None, "too few fields");
         let pid = std::process::id();
         let (_, rss, _) = read_proc(pid).expect("our own stat");
         let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
         let statm_rss: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
         // Read a moment apart, by a process that allocates: close, not equal.
-        assert!(rss.abs_diff(statm_rss) * 10 <= statm_rss.max(10), "stat {rss} vs statm {statm_rss} pages");
+        assert!(
+            rss.abs_diff(statm_rss) * 10 <= statm_rss.max(10),
+            "stat {rss} vs statm {statm_rss} pages"
+        );
     }
 
     /// Check the busy share against a hand computation: user+nice+system+irq+
