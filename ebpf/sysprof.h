@@ -145,12 +145,14 @@
  * caller's frame begins there, not right above the interpreter frame. */
 #define JAVA_FRAME_SENDER_SP_SLOT -1
 /* A JavaScript frame of V8 (a frame walked by frame pointer, in code
- * without unwind rows, whose context slot holds a heap object) is three
+ * without unwind rows, whose context slot holds a heap object) is four
  * words: its address, V8_FRAME_TAG | its function's SharedFunctionInfo
  * (a tagged pointer), then that object's name-or-scope-info word, read at
  * the sample: V8 moves and frees objects, and userspace names the frame
- * only if what it reads there later is the same. No user address has
- * bits 61 and 62, and JAVA_FRAME_TAG's third word never has bit 61. */
+ * only if what it reads there later is the same; then the JSFunction
+ * (a tagged pointer), whose optimized code tells userspace what was
+ * inlined at the frame's address. No user address has bits 61 and 62,
+ * and JAVA_FRAME_TAG's third word never has bit 61. */
 #define V8_FRAME_TAG 0x6000000000000000ULL
 #define V8_HEAP_OBJECT_TAG 1ULL   /* V8's tagged pointers: (word & 3) == 1 */
 #define V8_HEAP_OBJECT_TAG_MASK 3ULL

@@ -288,7 +288,7 @@ __noinline int v8_frame(struct ustack_walk *s, struct unwind_frames *frames, str
 {
 	__u64 marker = 0, function = 0, shared = 0, name = 0;
 
-	if (!s || !frames || !p || s->n + 2 > UNWIND_MAX_FRAMES || fp < 64)
+	if (!s || !frames || !p || s->n + 3 > UNWIND_MAX_FRAMES || fp < 64)
 		return 0;
 	if (bpf_probe_read_user(&marker, sizeof(marker), (void *)(fp + (__s64)p->v8.marker_at)) ||
 	    (marker & V8_HEAP_OBJECT_TAG_MASK) != V8_HEAP_OBJECT_TAG)
@@ -305,7 +305,11 @@ __noinline int v8_frame(struct ustack_walk *s, struct unwind_frames *frames, str
 		return 0;
 	frames->f[s->n & (UNWIND_MAX_FRAMES - 1)] = V8_FRAME_TAG | shared;
 	frames->f[(s->n + 1) & (UNWIND_MAX_FRAMES - 1)] = name;
-	s->n += 2;
+	/* The JSFunction (a tagged pointer below 2^47, checked above): its
+	 * code, which userspace reads, says which functions the optimizing
+	 * compiler inlined where the frame is. */
+	frames->f[(s->n + 2) & (UNWIND_MAX_FRAMES - 1)] = function;
+	s->n += 3;
 	return 0;
 }
 

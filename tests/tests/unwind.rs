@@ -1988,11 +1988,14 @@ fn unnamed_threads_are_named_by_their_start_routine() {
 ///   really has, in that file), and so is that of ≥ 95 % of the samples
 ///   (rarer ones V8's sampler may never have caught);
 /// - of cpu-prof's ten named functions on most samples (inclusive), at
-///   least four within 3 pp: the module loader's chain every sample of the
-///   program runs under (stacks whole to node's entry). The rest are
-///   printed, not judged: sysprof does not yet name what V8's optimizing
-///   compiler inlined (cpu-prof does), so an inlined function's share is
-///   below cpu-prof's, and its caller's self share above.
+///   least eight within 3 pp and every one within 10 pp. The functions
+///   V8's optimizing compiler inlined are among them (`test` in
+///   `maxSatisfying`'s callback, `Minimatch` in `minimatch`: without their
+///   inlined functions named they were at 0.4 % and 3.6 % against 39 %
+///   and 26 %). `SemVer` and `test` are 2.5-7 pp above cpu-prof's in every
+///   run: sysprof's samples in SemVer's own code are ~15 % more than V8's
+///   under each of its callers alike (its self share 37.6 % against 33.2 %),
+///   not taken from another function's; not explained.
 #[test]
 fn node_functions_match_cpu_prof() {
     let test = "node_functions_match_cpu_prof";
@@ -2113,13 +2116,14 @@ fn node_functions_match_cpu_prof() {
         .collect();
     top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let share = |n: usize, of: usize| n as f64 / of as f64;
-    let (mut close, mut table) = (0, String::new());
+    let (mut close, mut far, mut table) = (0, 0, String::new());
     for (f, &n) in top.iter().take(10) {
         let (th, mi) = (
             share(n, their_total),
             share(ours.get(*f).copied().unwrap_or(0), our_total),
         );
         close += usize::from((mi - th).abs() <= 0.03);
+        far += usize::from((mi - th).abs() > 0.10);
         table.push_str(&format!(
             "\n  cpu-prof {:6.2} %, sysprof {:6.2} %  {} ({})",
             th * 100.0,
@@ -2157,7 +2161,7 @@ fn node_functions_match_cpu_prof() {
         "{innermost_known} of {our_total} samples' innermost JavaScript function is one cpu-prof knows"
     );
     assert!(
-        close >= 4,
-        "{close} of cpu-prof's ten top functions within 3 pp:{table}"
+        close >= 8 && far == 0,
+        "{close} of cpu-prof's ten top functions within 3 pp, {far} more than 10 pp off:{table}"
     );
 }

@@ -18,6 +18,75 @@ use super::elf::ElfReader;
 pub struct V8Symbols {
     /// Every wanted constant's value, in [`WANTED`]'s order.
     pub values: Vec<i64>,
+    /// The constants optimized code is read with, in [`CODE_WANTED`]'s
+    /// order: -1 where the binary has none of a constant's names.
+    pub code: Vec<i64>,
+}
+
+/// The constants optimized code is read with (which functions the
+/// compiler inlined where), each by the names V8 versions gave it; a
+/// binary without some reads its frames' own functions only. Indices in
+/// [`c`].
+pub const CODE_WANTED: &[&[&str]] = &[
+    &[
+        "v8dbg_class_JSFunction__code__Code",
+        "v8dbg_class_JSFunction__code__Tagged_Code_",
+    ],
+    &["v8dbg_class_JSFunction__raw_feedback_cell__FeedbackCell"],
+    &["v8dbg_class_JSFunction__prototype_or_initial_map__HeapObject"],
+    &["v8dbg_class_FeedbackCell__value__HeapObject"],
+    &["v8dbg_type_Code__CODE_TYPE"],
+    &["v8dbg_class_Code__deoptimization_data__FixedArray"],
+    &["v8dbg_class_Code__source_position_table__ByteArray"],
+    &[
+        "v8dbg_class_Code__instruction_start__uintptr_t",
+        "v8dbg_class_Code__instruction_start__Address",
+    ],
+    &["v8dbg_class_Code__instruction_size__int"],
+    &["v8dbg_class_InstructionStream__instruction_start__uintptr_t"],
+    &["v8dbg_type_InstructionStream__INSTRUCTION_STREAM_TYPE"],
+    &["v8dbg_CodeKindFieldMask"],
+    &["v8dbg_CodeKindFieldShift"],
+    &["v8dbg_CodeKindBaseline"],
+    &["v8dbg_DeoptimizationDataInlinedFunctionCountIndex"],
+    &["v8dbg_DeoptimizationDataLiteralArrayIndex"],
+    &["v8dbg_DeoptimizationDataSharedFunctionInfoIndex"],
+    &["v8dbg_DeoptimizationDataInliningPositionsIndex"],
+    &["v8dbg_class_FixedArrayBase__length__SMI"],
+    &["v8dbg_class_FixedArray__data__uintptr_t"],
+    &["v8dbg_type_ByteArray__BYTE_ARRAY_TYPE"],
+    &["v8dbg_type_FixedArray__FIXED_ARRAY_TYPE"],
+    &["v8dbg_type_WeakFixedArray__WEAK_FIXED_ARRAY_TYPE"],
+    &["v8dbg_type_FeedbackVector__FEEDBACK_VECTOR_TYPE"],
+];
+
+/// Indices into [`CODE_WANTED`] (and [`V8Symbols::code`]).
+#[allow(missing_docs)]
+pub mod c {
+    pub const FUNCTION_CODE: usize = 0;
+    pub const FUNCTION_FEEDBACK_CELL: usize = 1;
+    pub const FUNCTION_PROTOTYPE: usize = 2;
+    pub const FEEDBACK_CELL_VALUE: usize = 3;
+    pub const TYPE_CODE: usize = 4;
+    pub const CODE_DEOPT_DATA: usize = 5;
+    pub const CODE_POSITIONS: usize = 6;
+    pub const CODE_START: usize = 7;
+    pub const CODE_SIZE: usize = 8;
+    pub const STREAM_START: usize = 9;
+    pub const TYPE_STREAM: usize = 10;
+    pub const KIND_MASK: usize = 11;
+    pub const KIND_SHIFT: usize = 12;
+    pub const KIND_BASELINE: usize = 13;
+    pub const DEOPT_INLINED_COUNT: usize = 14;
+    pub const DEOPT_LITERALS: usize = 15;
+    pub const DEOPT_SHARED: usize = 16;
+    pub const DEOPT_INLINING: usize = 17;
+    pub const ARRAY_LENGTH: usize = 18;
+    pub const ARRAY_DATA: usize = 19;
+    pub const TYPE_BYTE_ARRAY: usize = 20;
+    pub const TYPE_FIXED_ARRAY: usize = 21;
+    pub const TYPE_WEAK_FIXED_ARRAY: usize = 22;
+    pub const TYPE_FEEDBACK_VECTOR: usize = 23;
 }
 
 /// The constants read, in the order [`crate::symbolize::v8`] takes them.
@@ -142,7 +211,30 @@ pub fn read(elf: &ElfReader<'_>) -> Option<Result<V8Symbols, NotRead>> {
         };
         values.push(value);
     }
-    let symbols = V8Symbols { values };
+    let mut code = Vec::with_capacity(CODE_WANTED.len());
+    for names in CODE_WANTED {
+        let found = names.iter().find_map(|w| {
+            found
+                .iter()
+                .find(|(n, _, _)| n == w)
+                .map(|&(_, a, _)| (a, *w))
+        });
+        let value = match found {
+            None => -1,
+            Some((vaddr, name)) => match super::elf::vaddr_to_offset(&segments, vaddr) {
+                Some(offset) => match elf.read_checked(name, offset, 4) {
+                    // A value no V8 has is as good as none.
+                    Ok(b) => Some(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)
+                        .filter(|v| (0..0x1_0000).contains(v))
+                        .unwrap_or(-1),
+                    Err(_) => -1,
+                },
+                None => 0,
+            },
+        };
+        code.push(value);
+    }
+    let symbols = V8Symbols { values, code };
     Some(symbols.check().map(|()| symbols))
 }
 
@@ -185,15 +277,20 @@ impl V8Symbols {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn node20() -> V8Symbols {
+    /// Node 20.20's constants (V8 11.3), as its file holds them.
+    pub(crate) fn node20() -> V8Symbols {
         // Node 20.20's values, as its file holds them (.bss ones zero).
         V8Symbols {
             values: vec![
                 -8, -16, 24, 16, 32, 0, 12, 16, 12, 16, 16, 16, 24, 16, 16, 24, 262, 261, 167, 128,
                 7, 8, 0, 1, 3, 5, 8, 3, 2, 1, 31,
+            ],
+            code: vec![
+                -1, 40, 56, 8, 245, 16, 24, -1, -1, 16, 252, 15, 0, 11, 1, 2, 6, 7, 8, 16, 190,
+                175, 240, 249,
             ],
         }
     }
@@ -223,7 +320,12 @@ mod tests {
         let mut compressed = node20();
         compressed.values[k::SMI_SHIFT_SIZE] = 0;
         assert!(compressed.check().is_err());
-        assert!(V8Symbols { values: vec![1, 2] }.check().is_err());
+        assert!(V8Symbols {
+            values: vec![1, 2],
+            code: vec![]
+        }
+        .check()
+        .is_err());
     }
 
     #[test]
@@ -236,7 +338,13 @@ mod tests {
         };
         let elf = ElfReader::new(&file, Default::default());
         match read(&elf) {
-            Some(Ok(s)) => assert_eq!(s.kernel().function_at, -16),
+            Some(Ok(s)) => {
+                assert_eq!(s.kernel().function_at, -16);
+                // Node 20's (V8 11.3's) code constants, the ones it has.
+                if s.values == node20().values {
+                    assert_eq!(s.code, node20().code);
+                }
+            }
             Some(Err(e)) => panic!("node's V8 constants: {e}"),
             None => eprintln!("NOTE: /usr/bin/node exports no v8dbg_ constants"),
         }

@@ -90,9 +90,10 @@ pub const JAVA_FRAME_TAG: u64 = 0x2000_0000_0000_0000;
 /// Method*` (read at sample time from its nmethod), then
 /// `JAVA_COMPILED_BLOB |` its compile id's low bits `|` the code blob's address.
 pub const JAVA_COMPILED_BLOB: u64 = 0x4000_0000_0000_0000;
-/// A V8 JavaScript frame is three words: its address, `V8_FRAME_TAG |` its
-/// function's SharedFunctionInfo (tagged), then that object's
-/// name-or-scope-info word as the kernel read it.
+/// A V8 JavaScript frame is four words: its address, `V8_FRAME_TAG |` its
+/// function's SharedFunctionInfo (tagged), that object's
+/// name-or-scope-info word as the kernel read it, then the JSFunction
+/// (tagged; its code says what was inlined there).
 pub const V8_FRAME_TAG: u64 = 0x6000_0000_0000_0000;
 /// V8's tagged heap pointers: `(word & V8_HEAP_OBJECT_TAG_MASK) == V8_HEAP_OBJECT_TAG`.
 pub const V8_HEAP_OBJECT_TAG: u64 = 1;

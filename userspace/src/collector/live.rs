@@ -65,7 +65,7 @@ impl Collector {
                 self.java.methods.forget(*pid);
                 self.java.compiled.forget(*pid);
                 self.java.gone(*pid);
-                self.js.functions.forget(*pid);
+                self.js.forget(*pid);
                 self.jvms.gone(*pid);
             }
             SidebandEvent::Exit { time, pid, tid } if tid == pid => {
@@ -76,7 +76,7 @@ impl Collector {
                 self.java.methods.exited(*pid, *time);
                 self.java.compiled.exited(*pid, *time);
                 self.java.gone(*pid);
-                self.js.functions.exited(*pid, *time);
+                self.js.exited(*pid, *time);
                 self.jvms.gone(*pid);
             }
             _ => {}
@@ -186,9 +186,9 @@ impl Collector {
             + self.py_codes.bytes()
             + self.java.methods.bytes()
             + self.java.compiled.bytes()
-            + self.js.functions.bytes();
+            + self.js.bytes();
         self.names.clear();
-        self.js.functions.clear();
+        self.js.clear();
         self.py_codes.clear();
         self.java.methods.clear();
         self.java.compiled.clear();
@@ -207,7 +207,7 @@ impl Collector {
                 + self.py_codes.bytes()
                 + self.java.methods.bytes()
                 + self.java.compiled.bytes()
-                + self.js.functions.bytes(),
+                + self.js.bytes(),
         )
     }
 

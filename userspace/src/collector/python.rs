@@ -194,6 +194,24 @@ impl<T: Held> CodeCache<T> {
         read
     }
 
+    /// `pid`'s object at `addr` of `identity` if known: `Some(None)` where
+    /// it was found unreadable or none; never reads.
+    pub(super) fn get(&self, pid: u32, addr: u64, identity: u32) -> Option<Option<Arc<T>>> {
+        self.by_pid.get(&pid)?.get(&(addr, identity)).cloned()
+    }
+
+    /// `pid`'s object at `addr` of `identity` is `object` now (read anew).
+    pub(super) fn put(
+        &mut self,
+        pid: u32,
+        addr: u64,
+        identity: u32,
+        object: Option<T>,
+    ) -> Option<Arc<T>> {
+        self.forget_one(pid, addr, identity);
+        self.get_or_read(pid, addr, identity, || object)
+    }
+
     /// `pid` exited at `time_ns`: its code objects are forgotten once its
     /// last samples are in (those of processes that exited 2 s before go
     /// now). Forgotten at the exit itself, the samples still in the ring

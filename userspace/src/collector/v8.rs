@@ -22,7 +22,7 @@ use std::sync::Arc;
 use super::python::{CodeCache, Held, PythonFrames};
 use crate::bpf::abi::V8_FRAME_TAG;
 use crate::symbolize::python::CodeInfo;
-use crate::symbolize::v8::V8Layout;
+use crate::symbolize::v8::{JsCode, V8Layout};
 use crate::unwind::V8Runtime;
 
 /// A function as its frames are named.
@@ -34,6 +34,34 @@ pub(super) struct JsFunctionInfo {
 impl Held for JsFunctionInfo {
     fn bytes(&self) -> usize {
         self.info.bytes()
+    }
+}
+
+/// A function's optimized code objects seen holding its frames (its
+/// current code and on-stack-replaced loops), newest last.
+#[derive(Debug)]
+pub(super) struct FunctionCodes {
+    codes: Vec<Arc<JsCode>>,
+}
+
+/// Code objects remembered per function: its current code, code for its
+/// loops, and one it was replaced by.
+const CODES_PER_FUNCTION: usize = 4;
+
+impl Held for FunctionCodes {
+    fn bytes(&self) -> usize {
+        self.codes.iter().map(|c| c.bytes()).sum()
+    }
+}
+
+/// No optimized code holds that frame's address (it runs interpreted,
+/// or in baseline code): remembered so as not to look again.
+#[derive(Debug)]
+pub(super) struct NoCode;
+
+impl Held for NoCode {
+    fn bytes(&self) -> usize {
+        0
     }
 }
 
@@ -50,6 +78,15 @@ pub(super) struct JsFrames {
     layouts: Vec<(Arc<crate::binaries::v8::V8Symbols>, Arc<V8Layout>)>,
     /// Functions read, per process, object and name word.
     pub(super) functions: CodeCache<JsFunctionInfo>,
+    /// Optimized code, per process, SharedFunctionInfo and name word.
+    pub(super) codes: CodeCache<FunctionCodes>,
+    /// Frame addresses in no optimized code, per process, address and
+    /// SharedFunctionInfo.
+    pub(super) no_code: CodeCache<NoCode>,
+    /// The functions of one frame's scopes (reused: no allocation per frame).
+    scopes: Vec<(i32, u32)>,
+    /// Their keys, innermost first (reused).
+    keys: Vec<u64>,
 }
 
 impl JsFrames {
@@ -65,6 +102,151 @@ impl JsFrames {
         let l = Arc::new(V8Layout::new(&v8.symbols));
         self.layouts.push((v8.symbols.clone(), l.clone()));
         l
+    }
+
+    /// `pid` exec'd: what was read of its old image is forgotten.
+    pub(super) fn forget(&mut self, pid: u32) {
+        self.functions.forget(pid);
+        self.codes.forget(pid);
+        self.no_code.forget(pid);
+    }
+
+    /// `pid` exited at `time_ns`: forgotten once its last samples are in.
+    pub(super) fn exited(&mut self, pid: u32, time_ns: u64) {
+        self.functions.exited(pid, time_ns);
+        self.codes.exited(pid, time_ns);
+        self.no_code.exited(pid, time_ns);
+    }
+
+    /// Bytes held.
+    pub(super) fn bytes(&self) -> usize {
+        self.functions.bytes() + self.codes.bytes() + self.no_code.bytes()
+    }
+
+    /// Forget everything read (read again as used).
+    pub(super) fn clear(&mut self) {
+        self.functions.clear();
+        self.codes.clear();
+        self.no_code.clear();
+    }
+
+    /// The function whose SharedFunctionInfo is `shared`, as named (read
+    /// on first use, if it still holds `name_word`).
+    fn function(
+        &mut self,
+        layout: &V8Layout,
+        pid: u32,
+        shared: u64,
+        name_word: u64,
+    ) -> Option<Arc<JsFunctionInfo>> {
+        // The name word is part of the key: an object freed and its
+        // address reused holds another, and is another entry.
+        let identity = (name_word ^ (name_word >> 32)) as u32;
+        self.functions.get_or_read(pid, shared, identity, || {
+            let f = layout.function(pid, shared, name_word)?;
+            Some(JsFunctionInfo {
+                info: Arc::new(CodeInfo {
+                    qualname: f.name.into(),
+                    filename: f.file.into(),
+                    first_line: 0,
+                    line_table: Box::new([]),
+                }),
+            })
+        })
+    }
+
+    /// The optimized code of `function` (whose SharedFunctionInfo the
+    /// kernel read as `shared`, holding `name_word`) that holds `pc`:
+    /// remembered per SharedFunctionInfo (the closures of one function
+    /// share its code, and most die young), read through the frame's
+    /// JSFunction where none remembered holds it.
+    fn code(
+        &mut self,
+        layout: &V8Layout,
+        pid: u32,
+        function: u64,
+        shared: u64,
+        name_word: u64,
+        pc: u64,
+    ) -> Option<Arc<JsCode>> {
+        let code_layout = layout.code.as_ref()?;
+        let identity = (name_word ^ (name_word >> 32)) as u32;
+        let known = self.codes.get(pid, shared, identity).flatten();
+        if let Some(c) = known
+            .as_ref()
+            .and_then(|k| k.codes.iter().find(|c| c.holds(pc)))
+        {
+            return Some(c.clone());
+        }
+        let at = (shared ^ (shared >> 32)) as u32;
+        if self.no_code.get(pid, pc, at).is_some() {
+            return None;
+        }
+        let read = match layout.code_at(pid, code_layout, function, shared, pc) {
+            Ok(Some(read)) => read,
+            Ok(None) => {
+                self.no_code.put(pid, pc, at, None);
+                return None;
+            }
+            // Another closure of the function may tell, later.
+            Err(_) => return None,
+        };
+        let read = Arc::new(read);
+        let mut codes: Vec<Arc<JsCode>> = known.map(|k| k.codes.clone()).unwrap_or_default();
+        // A code at the same place is the one it replaces.
+        codes.retain(|c| c.start + c.size <= read.start || c.start >= read.start + read.size);
+        if codes.len() >= CODES_PER_FUNCTION {
+            codes.remove(0);
+        }
+        codes.push(read.clone());
+        self.codes
+            .put(pid, shared, identity, Some(FunctionCodes { codes }));
+        Some(read)
+    }
+
+    /// The frame last in `out` (its address, `pc`) as the functions `code`
+    /// runs there, innermost first, up to `own`; false, `out` untouched,
+    /// where nothing was inlined there or an inlined function cannot be read.
+    fn push_inlined(
+        &mut self,
+        layout: &V8Layout,
+        pid: u32,
+        code: &JsCode,
+        own: &Arc<JsFunctionInfo>,
+        frames: &mut PythonFrames,
+        out: &mut Vec<u64>,
+    ) -> bool {
+        let pc = *out.last().expect("not empty");
+        // The leaf is any instruction; a caller's is a return address.
+        let return_address = out.len() > 1;
+        let mut scopes = std::mem::take(&mut self.scopes);
+        let mut keys = std::mem::take(&mut self.keys);
+        code.scopes(pc, return_address, &mut scopes);
+        keys.clear();
+        let mut whole = scopes.len() > 1;
+        for &(i, _) in &scopes {
+            if !whole {
+                break;
+            }
+            let f = match usize::try_from(i) {
+                Ok(i) => {
+                    let (shared, name) = code.inlined[i];
+                    self.function(layout, pid, shared, name)
+                }
+                Err(_) => Some(own.clone()),
+            };
+            match f {
+                Some(f) => keys.push(frames.key(&f.info, 0)),
+                None => whole = false,
+            }
+        }
+        if whole {
+            out.pop();
+            out.extend_from_slice(&keys);
+        }
+        self.scopes = scopes;
+        self.keys = keys;
+        whole
     }
 
     /// Whether `stack` holds JavaScript frames' functions.
@@ -94,29 +276,24 @@ impl JsFrames {
             }
             let shared = w & !V8_FRAME_TAG;
             let name_word = stack.get(i + 1).copied().unwrap_or(0);
-            i += 2;
+            let function = stack.get(i + 2).copied().unwrap_or(0);
+            i += 3;
             let (Some(layout), false) = (layout.as_deref(), out.is_empty()) else {
                 continue;
             };
-            // The name word is part of the key: an object freed and its
-            // address reused holds another, and is another entry.
-            let identity = (name_word ^ (name_word >> 32)) as u32;
-            let read = self.functions.get_or_read(pid, shared, identity, || {
-                let f = layout.function(pid, shared, name_word)?;
-                Some(JsFunctionInfo {
-                    info: Arc::new(CodeInfo {
-                        qualname: f.name.into(),
-                        filename: f.file.into(),
-                        first_line: 0,
-                        line_table: Box::new([]),
-                    }),
-                })
-            });
-            match read {
-                // The builtin's or JIT code's address becomes the function's frame.
-                Some(f) => *out.last_mut().expect("not empty") = frames.key(&f.info, 0),
-                None => self.functions.unresolved += 1,
+            let Some(f) = self.function(layout, pid, shared, name_word) else {
+                self.functions.unresolved += 1;
+                continue;
+            };
+            let pc = *out.last().expect("not empty");
+            let code = self.code(layout, pid, function, shared, name_word, pc);
+            if let Some(code) = code {
+                if self.push_inlined(layout, pid, &code, &f, frames, out) {
+                    continue;
+                }
             }
+            // The builtin's or JIT code's address becomes the function's frame.
+            *out.last_mut().expect("not empty") = frames.key(&f.info, 0);
         }
     }
 }
@@ -135,6 +312,7 @@ mod tests {
             0x1000,
             V8_FRAME_TAG | 0x7f00_0000_1001,
             0x7f00_0000_2001,
+            0x7f00_0000_3001,
             0x2000,
         ];
         assert!(JsFrames::has_v8_words(&stack));
