@@ -837,7 +837,10 @@ mod tests {
         named.code[c::CODE_START] = 48;
         named.code[c::CODE_SIZE] = 64;
         let l = CodeLayout::new(&named).expect("named");
-        assert_eq!((l.function_code, l.start, l.size, l.stream), (16, 48, 64, None));
+        assert_eq!(
+            (l.function_code, l.start, l.size, l.stream),
+            (16, 48, 64, None)
+        );
     }
 
     #[test]

@@ -27,11 +27,14 @@ struct FunctionSym {
     rank: u8,
 }
 
-/// A symbol table's strings, read a name at a time with one `pread` into
-/// one buffer. Why not through the reader's cache: object's `ReadCache`
-/// keeps every string read through it (a box and a hash entry each) for
-/// the reader's life, and reading every name of librustc_driver's and
-/// libLLVM's symbol tables (165,000 and 258,000 functions) that way, to
+/// A symbol table's strings, read through one window of [`NAMES_WINDOW`]
+/// bytes with `pread`: names of neighbouring symbols lie near each other,
+/// so most come from the window already read (one `pread` per name cost
+/// libpython's 15,000 symbols 20 ms, the time a new Python process went
+/// without Python frames). Why not through the reader's cache: object's
+/// `ReadCache` keeps every string read through it (a box and a hash entry
+/// each) for the reader's life, and reading every name of librustc_driver's
+/// and libLLVM's symbol tables (165,000 and 258,000 functions) that way, to
 /// find the few that share an address, was most of the agent's 181-MB
 /// peak beside a `cargo build` (heaptrack).
 struct Names<'f> {
@@ -39,8 +42,14 @@ struct Names<'f> {
     start: u64,
     end: u64,
     max_len: usize,
+    /// The window: `buf[..window_len]` holds the file's bytes from `window_at`.
     buf: Vec<u8>,
+    window_at: u64,
+    window_len: usize,
 }
+
+/// Bytes of a strings section read at once.
+const NAMES_WINDOW: usize = 64 << 10;
 
 impl<'f> Names<'f> {
     /// The strings section linked from symbol table `section`.
@@ -64,6 +73,8 @@ impl<'f> Names<'f> {
             end,
             max_len: reader.limits.max_name_len,
             buf: Vec::new(),
+            window_at: 0,
+            window_len: 0,
         })
     }
 
@@ -75,31 +86,37 @@ impl<'f> Names<'f> {
             .checked_add(u64::from(offset))
             .filter(|&at| at < self.end)?;
         // A name is found within the limit or cut there: at most one byte
-        // more is read, however long the string claims to be.
+        // more than the limit decides it, however long the string claims
+        // to be.
         let want = ((self.end - at) as usize).min(self.max_len + 1);
-        self.buf.resize(want, 0);
-        let mut got = 0;
-        // Most names are short: a first read of 256 bytes, the rest only
-        // when no NUL came.
-        while got < want {
-            let upto = if got == 0 { want.min(256) } else { want };
-            match self.file.read_at(&mut self.buf[got..upto], at + got as u64) {
-                Ok(0) => break,
-                Ok(n) => {
-                    if self.buf[got..got + n].contains(&0) {
-                        got += n;
-                        break;
+        let in_window =
+            at >= self.window_at && at + want as u64 <= self.window_at + self.window_len as u64;
+        if !in_window {
+            let len = ((self.end - at) as usize).min(NAMES_WINDOW.max(want));
+            self.buf.resize(len, 0);
+            self.window_at = at;
+            self.window_len = 0;
+            while self.window_len < len {
+                match self.file.read_at(
+                    &mut self.buf[self.window_len..len],
+                    at + self.window_len as u64,
+                ) {
+                    Ok(0) => break,
+                    Ok(n) => self.window_len += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        self.window_len = 0;
+                        return None;
                     }
-                    got += n;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return None,
             }
         }
-        match self.buf[..got].iter().position(|&b| b == 0) {
-            Some(len) => Some(&self.buf[..len.min(self.max_len)]),
+        let from = (at - self.window_at) as usize;
+        let name = &self.buf[from..(from + want).min(self.window_len)];
+        match name.iter().position(|&b| b == 0) {
+            Some(len) => Some(&name[..len.min(self.max_len)]),
             // Past the limit without its end: cut, as every name is.
-            None if got > self.max_len => Some(&self.buf[..self.max_len]),
+            None if name.len() > self.max_len => Some(&name[..self.max_len]),
             None => None,
         }
     }
@@ -488,6 +505,8 @@ mod tests {
             end: bytes.len() as u64,
             max_len: 1024,
             buf: Vec::new(),
+            window_at: 0,
+            window_len: 0,
         };
         assert_eq!(names.name(1), Some(&b"short"[..]));
         assert_eq!(names.name(0), Some(&b""[..]));
@@ -503,6 +522,27 @@ mod tests {
         );
         assert_eq!(names.name(5008), None, "no NUL before the section's end");
         assert_eq!(names.name(bytes.len() as u32), None, "past the section");
+        // Names across the window's end, and before the window, are whole.
+        let mut long = vec![b'a'; NAMES_WINDOW - 4];
+        long[0] = 0;
+        long[100..106].copy_from_slice(b"first\0");
+        long.extend(b"across\0after\0");
+        std::fs::write(&path, &long).unwrap();
+        let file = File::open(&path).unwrap();
+        let mut names = Names {
+            file: &file,
+            start: 0,
+            end: long.len() as u64,
+            max_len: 1024,
+            buf: Vec::new(),
+            window_at: 0,
+            window_len: 0,
+        };
+        assert_eq!(names.name(100), Some(&b"first"[..]));
+        let across = (NAMES_WINDOW - 4) as u32;
+        assert_eq!(names.name(across), Some(&b"across"[..]));
+        assert_eq!(names.name(across + 7), Some(&b"after"[..]));
+        assert_eq!(names.name(100), Some(&b"first"[..]));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
