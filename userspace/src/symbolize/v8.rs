@@ -19,7 +19,7 @@
 
 use crate::binaries::v8::{c, k, V8Symbols, SCOPE_INFO_SLOTS};
 use crate::bpf::abi::{V8_HEAP_OBJECT_TAG, V8_HEAP_OBJECT_TAG_MASK};
-use crate::sys::memory::read_process;
+use crate::sys::memory::{read_process, read_process_words};
 
 /// Characters of a name or file kept.
 pub const MAX_CHARS: usize = 1024;
@@ -335,8 +335,14 @@ pub struct CodeLayout {
 /// source position table, inlined functions) read at most.
 const MAX_POSITION_BYTES: usize = 1 << 18;
 const MAX_INLINED: usize = 4096;
-/// Feedback slots looked through for a function's on-stack-replaced code.
+/// Feedback slots looked through for a function's on-stack-replaced code
+/// (their objects' maps read in one call per 1,024), and objects among
+/// them with a Code's map read as code at most.
 const MAX_FEEDBACK_SLOTS: usize = 4096;
+const MAX_FEEDBACK_CODES: usize = 8;
+/// Functions one frame is made of at most (V8 inlines a few levels deep; a
+/// table that claims more has its innermost ones left out).
+pub const MAX_SCOPES: usize = 64;
 
 impl CodeLayout {
     /// The layout `s` describes, if it describes one.
@@ -494,6 +500,10 @@ impl JsCode {
             last = id;
             out.push((function, script(pos)));
             pos = call;
+        }
+        // The outermost ones kept: the frame still joins its callers.
+        if out.len() >= MAX_SCOPES {
+            out.drain(..out.len() + 1 - MAX_SCOPES);
         }
         out.push((-1, script(pos)));
     }
@@ -696,10 +706,28 @@ impl V8Layout {
             .min(MAX_FEEDBACK_SLOTS);
         let mut b = vec![0u8; (slots + 8) * 8];
         read_process(pid, vector - 1 + 16, &mut b).ok()?;
-        b.chunks_exact(8)
+        // Code objects share one map, the current code's (a builtin's
+        // where the function is not optimized): only objects with it are
+        // read as code.
+        let code_map = read_u64(pid, current.checked_sub(1)? + self.at(k::OBJECT_MAP))?;
+        // A cleared weak reference is 3: no object.
+        let weak: Vec<u64> = b
+            .chunks_exact(8)
             .map(|w| u64::from_le_bytes(w.try_into().expect("8")))
-            .filter(|&w| w & 3 == 3 && w < 1 << 47 && w != (current | 2))
-            .find_map(|w| self.read_code(pid, cl, w & !2).filter(holds))
+            .filter(|&w| w & 3 == 3 && w > 0xffff && w < 1 << 47 && w != (current | 2))
+            .map(|w| w & !2)
+            .collect();
+        let maps_at: Vec<u64> = weak
+            .iter()
+            .map(|w| w - 1 + self.at(k::OBJECT_MAP))
+            .collect();
+        let mut maps = Vec::new();
+        read_process_words(pid, &maps_at, &mut maps);
+        weak.iter()
+            .zip(&maps)
+            .filter(|(_, &m)| m == Some(code_map))
+            .take(MAX_FEEDBACK_CODES)
+            .find_map(|(&w, _)| self.read_code(pid, cl, w).filter(holds))
     }
 }
 
@@ -812,6 +840,20 @@ mod tests {
         };
         past.scopes(0x10_0000, false, &mut out);
         assert_eq!(out, vec![(-1, 6)]);
+        // A chain of 200 inlinings (each the next one's caller) gives at
+        // most MAX_SCOPES functions, the outer function last.
+        let deep = JsCode {
+            inlining: (0..200u64)
+                .map(|i| (position(i, i), 0))
+                .collect::<Vec<_>>()
+                .into(),
+            positions: vec![(0, position(999, 200))].into(),
+            ..past
+        };
+        deep.scopes(0x10_0000, false, &mut out);
+        assert_eq!(out.len(), MAX_SCOPES);
+        assert_eq!(out.last(), Some(&(-1, 1)));
+        assert_eq!(out[out.len() - 2], (0, 2));
     }
 
     #[test]
