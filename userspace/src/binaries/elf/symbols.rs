@@ -28,8 +28,8 @@ struct FunctionSym {
 }
 
 /// A symbol table's strings, read through one window of [`NAMES_WINDOW`]
-/// bytes with `pread`: names of neighbouring symbols lie near each other,
-/// so most come from the window already read (one `pread` per name cost
+/// bytes with `pread`: names of neighbouring symbols usually lie near each
+/// other, so most come from the window already read (one `pread` per name cost
 /// libpython's 15,000 symbols 20 ms, the time a new Python process went
 /// without Python frames). Why not through the reader's cache: object's
 /// `ReadCache` keeps every string read through it (a box and a hash entry
@@ -48,8 +48,12 @@ struct Names<'f> {
     window_len: usize,
 }
 
-/// Bytes of a strings section read at once.
-const NAMES_WINDOW: usize = 64 << 10;
+/// Bytes of a strings section read at once: a page. Where names lie in
+/// the order of their symbols (libpython) a window serves hundreds; where
+/// the linker merged them out of order (node's 7.5 MB of names) each may
+/// need its own read, which a bigger window would make a bigger copy
+/// (64 KiB made node's constants take 0.35 s to find).
+const NAMES_WINDOW: usize = 4 << 10;
 
 impl<'f> Names<'f> {
     /// The strings section linked from symbol table `section`.
