@@ -1998,7 +1998,9 @@ fn unnamed_threads_are_named_by_their_start_routine() {
 ///   `SemVer` is 4.5-10.3 pp above cpu-prof's in every run, `test` 1.7-5.3:
 ///   sysprof's samples in SemVer's own code are ~15 % more than V8's under
 ///   each of its callers alike (its self share 37.6 % against 33.2 %), not
-///   taken from another function's; not explained.
+///   taken from another function's; not explained (what was ruled out,
+///   and where V8 puts those ticks instead, `test`'s own line 203 `new
+///   SemVer(...)`: ARCHITECTURE.md decision 44).
 #[test]
 fn node_functions_match_cpu_prof() {
     let test = "node_functions_match_cpu_prof";
