@@ -83,6 +83,10 @@
 #define STACK_ID_SHARED 0x8000000000000000ULL
 /* Stacks the tracer keeps shared at most; past that, stacks are sent per place as before. */
 #define STACK_SHARED_MAX 32768
+/* Places remembered beyond each thread's last (place_ids in sched.bpf.c). */
+#define PLACE_IDS_MAX 8192
+/* Bytes at the top of a user stack that are part of its place. */
+#define PLACE_TOP_BYTES 128
 /* blkio_event.flags: the request's flags when it was created (REQ_*). */
 #define IO_PREFLUSH 1   /* a cache flush before the data (an fsync's empty request has only this) */
 #define IO_FUA 2
@@ -522,7 +526,8 @@ struct thread_state {
 		__u64 id;
 		__u32 what;
 		__u32 _pad;
-		__u64 python;   /* a hash of its Python frame chain; 0: none */
+		__u64 python;   /* a hash of its Python frame chain (or JVM's interpreter) and the
+		                   top of its user stack (PLACE_TOP_BYTES) */
 	} cache[STACK_SLOTS];
 };
 

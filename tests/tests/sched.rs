@@ -973,3 +973,72 @@ fn a_thread_asleep_before_the_recording_is_off_cpu_from_its_start() {
         woke_ms - start_ms
     );
 }
+
+/// Check that a wait's stack is the one it waited with when another place
+/// looks the same: `places` sleeps from nap_a and nap_b (3 ms each), then
+/// from nap_c and nap_d (200 µs each, folded in the kernel), the two of
+/// each pair the same code at the same depth with the same locals, so the
+/// same user registers at the system call; only their return addresses
+/// differ. The tracer reuses a stack sent before for the same place
+/// (ARCHITECTURE 45); the off-CPU time under each function must be the
+/// time the program measured around its calls (CLOCK_MONOTONIC), within
+/// 5 % (10 % and 2 ms for the short ones, whose sum folds the wakeup's
+/// run delay the same way for both). Sharing one place's stack, nap_b's
+/// waits were nap_a's.
+#[test]
+fn waits_from_look_alike_places_keep_their_own_stacks() {
+    let test = "waits_from_look_alike_places_keep_their_own_stacks";
+    if !can_record(test) {
+        return;
+    }
+    let dir = scratch("places");
+    let exe = build_c("places", &dir.join("places"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--no-io", "--", exe.to_str().unwrap(), "1.5"], &out_path);
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").expect("places printed its pid");
+    let measured: Vec<f64> = ["a_ns", "b_ns", "c_ns", "d_ns"]
+        .iter()
+        .map(|k| field(&out.stdout, k).expect("places printed its times") as f64 / 1e6)
+        .collect();
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let t = profile.thread(pid, pid).expect("the places thread");
+    let mut got = [0.0f64; 4];
+    let mut both = 0usize;
+    for (s, w) in t.stacks(&cats).iter().zip(t.weights()) {
+        if !s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU")) {
+            continue;
+        }
+        let under: Vec<usize> = ["nap_a", "nap_b", "nap_c", "nap_d"]
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| s.iter().any(|(n, _)| n == *f))
+            .map(|(i, _)| i)
+            .collect();
+        match under[..] {
+            [i] => got[i] += w,
+            [] => {}
+            _ => both += 1,
+        }
+    }
+    eprintln!(
+        "places: off-CPU ms under nap_a/b/c/d {:.1} / {:.1} / {:.1} / {:.1}, measured {:.1} / {:.1} / {:.1} / {:.1}; {}",
+        got[0], got[1], got[2], got[3], measured[0], measured[1], measured[2], measured[3],
+        stats_line(&out)
+    );
+    assert_eq!(both, 0, "no stack holds two of the naps");
+    for (i, name) in ["nap_a", "nap_b", "nap_c", "nap_d"].iter().enumerate() {
+        let slack = if i < 2 {
+            measured[i] * 0.05
+        } else {
+            (measured[i] * 0.10).max(2.0)
+        };
+        assert!(
+            (got[i] - measured[i]).abs() <= slack,
+            "{name}: {:.1} ms off-CPU under it, {:.1} ms measured around its calls",
+            got[i],
+            measured[i]
+        );
+    }
+}
