@@ -712,7 +712,7 @@ static __always_inline __u64 kernel_thread_stack(void *ctx, struct stack_request
 
 	if (!b)
 		return 0;
-	if (c && c->id && c->ip == hash && !c->sp && !c->bp && c->what == r->what && !c->python)
+	if (c && c->id && c->ip == hash && !c->sp && !c->bp && c->what == r->what && !c->context)
 		return c->id;
 	__u64 id = send_kstack(b, len, r->pid, r->tid, r->slot, kbuf);
 
@@ -721,7 +721,7 @@ static __always_inline __u64 kernel_thread_stack(void *ctx, struct stack_request
 		c->sp = 0;
 		c->bp = 0;
 		c->what = r->what;
-		c->python = 0;
+		c->context = 0;
 		c->id = id;
 	}
 	return id;
@@ -737,7 +737,7 @@ struct place_key {
 	__u64 ip;
 	__u64 sp;
 	__u64 bp;
-	__u64 python;   /* as stack_cache's */
+	__u64 context;  /* as stack_cache's */
 };
 
 /* The stack ids of the places threads were at before their last, by
@@ -790,25 +790,25 @@ static __always_inline __u64 user_stack_at(void *ctx, struct stack_request *r, _
 
 	if (kernel_unwind)
 		python_frames(&py, r->pid, r->tid, bpf_get_current_task(), NULL);
-	__u64 python = py.hash;
+	__u64 context = py.hash;
 	/* A JVM's stacks read before its interpreter was known have no Java
 	 * methods: once it is, the same place is read again. */
 	if (kernel_unwind) {
 		struct unwind_process *up = bpf_map_lookup_elem(&unwind_processes, &r->pid);
 
 		if (up)
-			python ^= up->java_interp_start;
+			context ^= up->java_interp_start;
 	}
 	/* Two places can have the same registers: the same call into libc at
 	 * the same depth from two functions (nap_a and nap_b in the tests'
 	 * places.c, or a handler called from two loops). What sits at the
 	 * top of the stack tells them apart: the return addresses into the
 	 * callers, and the locals of the frames there. */
-	python ^= stack_top_hash(sp, kbuf);
+	context ^= stack_top_hash(sp, kbuf);
 	struct thread_state *t = r->cache_tid ? bpf_map_lookup_elem(&threads, &r->cache_tid) : NULL;
 	struct stack_cache *c = stack_cache_of(t, r);
 
-	if (c && c->id && c->ip == ip && c->sp == sp && c->bp == bp && c->what == r->what && c->python == python)
+	if (c && c->id && c->ip == ip && c->sp == sp && c->bp == bp && c->what == r->what && c->context == context)
 		return c->id;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct place_key k = {
@@ -819,7 +819,7 @@ static __always_inline __u64 user_stack_at(void *ctx, struct stack_request *r, _
 		.ip = ip,
 		.sp = sp,
 		.bp = bp,
-		.python = python,
+		.context = context,
 	};
 	__u64 *known = r->tid ? bpf_map_lookup_elem(&place_ids, &k) : NULL;
 	__u64 id = known ? *known : 0;
@@ -837,7 +837,7 @@ static __always_inline __u64 user_stack_at(void *ctx, struct stack_request *r, _
 		c->sp = sp;
 		c->bp = bp;
 		c->what = r->what;
-		c->python = python;
+		c->context = context;
 		c->id = id;
 	}
 	return id;

@@ -526,8 +526,9 @@ struct thread_state {
 		__u64 id;
 		__u32 what;
 		__u32 _pad;
-		__u64 python;   /* a hash of its Python frame chain (or JVM's interpreter) and the
-		                   top of its user stack (PLACE_TOP_BYTES) */
+		__u64 context;  /* a hash of what tells places with the same registers apart: the
+		                   Python frame chain, the JVM's interpreter, the top of the user
+		                   stack (PLACE_TOP_BYTES); 0 for a kernel thread */
 	} cache[STACK_SLOTS];
 };
 

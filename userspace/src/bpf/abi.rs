@@ -574,8 +574,9 @@ pub struct StackCache {
     pub what: u32,
     /// Padding.
     pub _pad: u32,
-    /// Hash of its Python frame chain; 0: none.
-    pub python: u64,
+    /// Hash of what tells places with the same registers apart (Python
+    /// chain, JVM interpreter, top of the user stack); 0: a kernel thread.
+    pub context: u64,
 }
 
 // SAFETY: plain old data, every bit pattern valid.

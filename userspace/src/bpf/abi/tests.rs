@@ -45,7 +45,7 @@ fn abi_matches_c_header() {
             stack_id, comm }
         struct thread_state = ThreadState { off_ts, voluntary, involuntary, short_ns, short_count, short_first, short_last,
             pid, off_state, off_cpu, off_flags, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, short_wait_ns, short_waker_pid, short_waker_tid, short_waker_kind, waker_irq, wake_early, irq_ns, irq_wait_ns, irq_count, cache }
-        struct stack_cache = StackCache { ip, sp, bp, id, what, python }
+        struct stack_cache = StackCache { ip, sp, bp, id, what, context }
         ;
         consts { TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE, RECORD_OFFCPU, RECORD_IO, RECORD_STACK, RECORD_FOLDED,
             RECORD_THREAD_END, STACK_SLOT_PREEMPTED, STACK_SLOT_WAITED, STACK_SLOT_CALL, STACK_SLOTS, STACK_SLOT_INTERRUPT, OFFCPU_END_INFERRED, OFFCPU_START_UNSEEN, OFFCPU_WAKER_TASK, OFFCPU_WAKER_IRQ, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER, OFFCPU_REASONS, FOLD_WAKER_UNSET, FOLD_WAKER_UNSEEN, FOLD_WAKER_TASK, FOLD_WAKER_IRQ, FOLD_WAKER_MIXED,
