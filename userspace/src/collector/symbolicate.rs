@@ -370,6 +370,9 @@ fn symbolicate_jit(
     let share = PERF_MAPS_PER_WINDOW / users.len().max(1) as u64;
     let mut read_by_user: FxHashMap<Option<u32>, u64> = FxHashMap::default();
     let mut cut_by_user: FxHashMap<Option<u32>, (u64, u32)> = FxHashMap::default();
+    // Perf maps not read because their process's user is unknown: how
+    // many, and the first's path.
+    let mut unknown_user: (usize, Option<String>) = (0, None);
     let mut by_pid: Vec<(u32, Vec<usize>)> = by_pid.into_iter().collect();
     by_pid.sort_unstable_by_key(|(pid, _)| *pid);
     for (pid, idxs) in by_pid {
@@ -400,6 +403,16 @@ fn symbolicate_jit(
                     cut.1 += 1;
                 }
                 Some(m.map)
+            }
+            // A process gone before its user was read: a file by its pid in
+            // /tmp is as likely an earlier process's, left behind (node
+            // --perf-basic-prof leaves one per run). One line for all of
+            // them, not one per pid: a `record -a` beside a shell loop
+            // printed 48.
+            Err(crate::binaries::perfmap::PerfMapError::UnknownUser { path }) => {
+                unknown_user.0 += 1;
+                unknown_user.1.get_or_insert(path);
+                None
             }
             Err(e) => {
                 if e.kind() != std::io::ErrorKind::NotFound {
@@ -516,6 +529,11 @@ fn symbolicate_jit(
                 f.lib = lib;
             }
         }
+    }
+    if let (n, Some(first)) = unknown_user {
+        warn(format!(
+            "{n} perf map(s) of processes gone before their user was known ignored (e.g. {first}): a file by their pid may be an earlier process's; their JIT frames stay unnamed"
+        ));
     }
     let mut cut: Vec<_> = cut_by_user.into_iter().collect();
     cut.sort_unstable();

@@ -954,3 +954,60 @@ fn cpu_deltas_do_not_run_ahead_of_the_kernel_by_steal() {
     }
     assert!(total >= 20_000 - 4_000, "{total}");
 }
+
+/// Stale perf maps in /tmp of processes that were gone before their user
+/// was known (left by earlier processes with the same pid) are not read,
+/// and say so in one line, not one per pid.
+#[test]
+fn perf_maps_of_gone_processes_are_ignored_in_one_line() {
+    let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(32768);
+    // Two pids no process has (checked just before use).
+    let gone: Vec<u32> = (1..pid_max)
+        .rev()
+        .filter(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        .take(2)
+        .collect();
+    let maps: Vec<String> = gone.iter().map(|p| format!("/tmp/perf-{p}.map")).collect();
+    for m in &maps {
+        // A symbol covering the sampled address: read, it would name it.
+        std::fs::write(m, "7f0000001000 100 stale_jit_function\n").unwrap();
+    }
+    let mut c = collector(PidFilter::All);
+    for (i, &pid) in gone.iter().enumerate() {
+        // In no mapping: a JIT frame, named from the pid's perf map if trusted.
+        sample(
+            &mut c,
+            100 + i as u64,
+            pid,
+            pid,
+            1000,
+            &[0x7f00_0000_1010],
+            &[],
+        );
+    }
+    let r = c.finish_window(range(0, 1000));
+    for m in &maps {
+        let _ = std::fs::remove_file(m);
+    }
+    let about: Vec<&String> = r
+        .warnings
+        .iter()
+        .filter(|w| w.contains("perf map"))
+        .collect();
+    assert_eq!(about.len(), 1, "one line for both: {:?}", r.warnings);
+    assert!(
+        about[0].starts_with("2 perf map(s) of processes gone before their user was known ignored"),
+        "{}",
+        about[0]
+    );
+    for &pid in &gone {
+        let names = frames_of(&r, pid, pid, 0);
+        assert!(
+            names.iter().all(|(n, _)| !n.contains("stale_jit_function")),
+            "pid {pid}'s frame named from a file nobody vouched for: {names:?}"
+        );
+    }
+}
