@@ -114,6 +114,11 @@
  * each binary's .eh_frame, rows of all binaries in one array (`unwind_rows`),
  * per process its executable mappings (`unwind_processes`, key tgid). */
 #define UNWIND_MAX_FRAMES 1024
+/* The rows array is cut into chunks of this many rows (2 MiB), each its own
+ * map in `unwind_rows`, created by userspace when rows first go there: the
+ * kernel memory is what the tables take, not the whole budget up front. */
+#define UNWIND_CHUNK_SHIFT 18
+#define UNWIND_CHUNK_ROWS (1u << UNWIND_CHUNK_SHIFT)
 #define UNWIND_MAX_MAPPINGS 256   /* executable mappings per process */
 /* unwind_mapping.table_start for a mapping whose table is still being built. */
 #define UNWIND_TABLE_PENDING 0xffffffffu

@@ -27,13 +27,35 @@
 #ifndef __UNWIND_BPF_H
 #define __UNWIND_BPF_H
 
-struct {
+/* One chunk of rows (row idx is chunk idx >> UNWIND_CHUNK_SHIFT, at idx's
+ * low bits in it). */
+struct unwind_chunk {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE); /* userspace writes the rows through a mapping */
+	/* Sizes, not types: clang gives the struct only as a forward
+	 * declaration here, which the loader cannot size. */
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct unwind_row));
+	__uint(max_entries, UNWIND_CHUNK_ROWS);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__type(key, __u32);
-	__type(value, struct unwind_row);
-	__uint(max_entries, 1); /* sized by userspace: the table budget */
+	__uint(max_entries, 1); /* sized by userspace: the table budget in chunks */
+	__array(values, struct unwind_chunk);
 } unwind_rows SEC(".maps");
+
+/* Row idx of the tables, or NULL (its chunk not created: no table there). */
+static __always_inline struct unwind_row *unwind_row_at(__u32 idx)
+{
+	__u32 chunk = idx >> UNWIND_CHUNK_SHIFT, at = idx & (UNWIND_CHUNK_ROWS - 1);
+	void *rows = bpf_map_lookup_elem(&unwind_rows, &chunk);
+
+	if (!rows)
+		return NULL;
+	return bpf_map_lookup_elem(rows, &at);
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -183,7 +205,7 @@ static long unwind_search_step(__u64 i, struct row_search *c)
 		return 1;
 	mid = c->lo + (c->hi - c->lo) / 2;
 	idx = c->start + mid;
-	r = bpf_map_lookup_elem(&unwind_rows, &idx);
+	r = unwind_row_at(idx);
 	if (!r) {
 		c->lo = 0; /* not found */
 		c->hi = 0;
@@ -206,7 +228,7 @@ static __always_inline struct unwind_row *unwind_find_row(__u32 start, __u32 len
 	if (c.lo == 0)
 		return NULL;
 	idx = start + c.lo - 1;
-	return bpf_map_lookup_elem(&unwind_rows, &idx);
+	return unwind_row_at(idx);
 }
 
 /* If the instruction at ip is `add $imm8, %rsp; ret` (48 83 c4 imm8 c3),

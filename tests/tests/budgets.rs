@@ -1,6 +1,6 @@
 //! The in-kernel unwinder's shared budgets against a hostile local user:
 //! table rows, process entries, and a process with more executable mappings
-//! than an entry holds. The attacker runs as `nobody`; the victim is root's
+//! than an entry holds; and the rows' kernel memory, taken as tables need it. The attacker runs as `nobody`; the victim is root's
 //! and is judged by its own call chain and its own CPU time.
 
 use std::io::{BufRead, BufReader};
@@ -540,5 +540,148 @@ fn a_process_refused_an_entry_hands_over() {
         whole * 100 >= stacks.len() * 95,
         "{whole} of {} whole",
         stacks.len()
+    );
+}
+
+/// `/proc/PID/fdinfo` of each of `pid`'s BPF maps, once per map id: the
+/// kernel's own account (map type, size, memory), not sysprof's.
+fn kernel_maps(pid: u32) -> Vec<(u64, u64, u64)> {
+    let mut by_id = std::collections::BTreeMap::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let is_map = std::fs::read_link(fd.path())
+            .is_ok_and(|t| t.to_string_lossy() == "anon_inode:bpf-map");
+        if !is_map {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        let get = |k: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let (Some(id), Some(kind), Some(entries), Some(bytes)) = (
+            get("map_id:"),
+            get("map_type:"),
+            get("max_entries:"),
+            get("memlock:"),
+        ) {
+            by_id.insert(id, (kind, entries, bytes));
+        }
+    }
+    by_id.into_values().collect()
+}
+
+/// Rows of one chunk of the unwinder's table array (UNWIND_CHUNK_ROWS).
+const CHUNK_ROWS: u64 = 1 << 18;
+
+/// The kernel memory of `pid`'s unwind-row chunks (arrays of CHUNK_ROWS
+/// 8-byte rows) and of all its maps, bytes.
+fn chunk_and_total_bytes(pid: u32) -> (u64, u64) {
+    let maps = kernel_maps(pid);
+    let chunks = maps
+        .iter()
+        .filter(|(kind, entries, _)| *kind == 2 && *entries == CHUNK_ROWS)
+        .map(|m| m.2)
+        .sum();
+    (chunks, maps.iter().map(|m| m.2).sum())
+}
+
+/// Poll `pid`'s chunk memory for up to `secs` until `done` holds; the last value.
+fn chunks_until(pid: u32, secs: u64, done: impl Fn(u64) -> bool) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        let (chunks, _) = chunk_and_total_bytes(pid);
+        if done(chunks) || std::time::Instant::now() > deadline {
+            return chunks;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Check that the unwind tables take kernel memory as they are used, not
+/// the budget up front, and give it back: at the default 64 MiB budget,
+/// `record -a` on this machine holds chunks for what its processes' tables
+/// take (the kernel's own `memlock` of the maps, from fdinfo: at most a
+/// quarter of the budget, where the whole array was allocated before); a process
+/// that maps a library of 2,000,000 rows (15.3 MiB of rows) adds at least
+/// that and at most that plus two 2-MiB chunks; once it exits, the chunks
+/// its table took are freed again.
+#[test]
+fn unwind_tables_take_kernel_memory_as_they_are_used() {
+    if !can_record("unwind_tables_take_kernel_memory_as_they_are_used") {
+        return;
+    }
+    let dir = scratch("unwind_tables_take_kernel_memory_as_they_are_used");
+    let big = many_rows_library(&dir, "bigrows", 2_000_000);
+    let hold = build_c("holdlibs", &dir.join("holdlibs"), &["-ldl"]);
+    let out_path = dir.join("memory.json.gz");
+    // Exited processes' tables go between windows: small windows, so that
+    // an idle machine's recording finishes some every second.
+    let rec = record_started(&["-a", "--window-records", "200"], &out_path);
+    let pid = rec.id();
+    // The tables of what runs are compiled on a worker after attaching.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let (at_rest, total_at_rest) = chunk_and_total_bytes(pid);
+    let mut holder = Command::new(&hold)
+        .arg("60")
+        .arg(&big)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("holdlibs");
+    let mut line = String::new();
+    let mut reader = BufReader::new(holder.stdout.take().unwrap());
+    while !line.contains("held=") {
+        line.clear();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            panic!("holdlibs ended before holding its library");
+        }
+    }
+    let big_bytes = 2_000_000u64 * 8;
+    let holding = chunks_until(pid, 20, |c| c >= at_rest + big_bytes);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let after = chunks_until(pid, 30, |c| c + big_bytes - 2 * CHUNK_ROWS * 8 <= holding);
+    send_signal(&rec, 2);
+    let out = rec.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    eprintln!(
+        "unwind chunks: at rest {:.1} MiB (all maps {:.1} MiB), holding the library {:.1} MiB, after it exited {:.1} MiB; {}",
+        mib(at_rest),
+        mib(total_at_rest),
+        mib(holding),
+        mib(after),
+        kernel_line(&stderr)
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        at_rest > 0,
+        "the tables of what runs are in the kernel: {stderr}"
+    );
+    // This VM's processes' tables take 7-10 MiB; the array was 64.
+    assert!(
+        at_rest <= (64 << 20) / 4,
+        "{:.1} MiB of chunks at rest: the budget up front?",
+        mib(at_rest)
+    );
+    assert!(
+        holding >= at_rest + big_bytes && holding <= at_rest + big_bytes + 2 * CHUNK_ROWS * 8,
+        "holding a {:.1}-MiB table: {:.1} MiB of chunks from {:.1}",
+        mib(big_bytes),
+        mib(holding),
+        mib(at_rest)
+    );
+    assert!(
+        after + big_bytes - 2 * CHUNK_ROWS * 8 <= holding,
+        "its table's chunks were freed when it exited: {:.1} MiB after, {:.1} holding",
+        mib(after),
+        mib(holding)
     );
 }

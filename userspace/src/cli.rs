@@ -131,8 +131,9 @@ pub struct RecordArgs {
     /// process whose tables are not loaded yet (a multiple of 512, at most 32768).
     #[arg(long = "stack-size", default_value_t = 16384)]
     pub stack_size: u32,
-    /// MiB of kernel memory for the in-kernel unwinder's tables (8 bytes per
-    /// row: libc takes 0.2, rustc's two libraries 20).
+    /// Most MiB of kernel memory for the in-kernel unwinder's tables (8
+    /// bytes per row: libc takes 0.2, rustc's two libraries 20), taken in
+    /// 2-MiB chunks as tables need it.
     #[arg(long = "unwind-table-mb", default_value_t = 64)]
     pub unwind_table_mb: u32,
     /// Process entries of the in-kernel unwinder (tests shrink it to fill

@@ -113,7 +113,12 @@ impl Sampler {
                 true,
             )
             .map_max_entries("samples", opts.ring_bytes)
-            .map_max_entries("unwind_rows", opts.kernel_unwind_rows.max(1))
+            .map_max_entries(
+                "unwind_rows",
+                (opts.kernel_unwind_rows as usize)
+                    .div_ceil(unwind_maps::UNWIND_CHUNK_ROWS)
+                    .max(1) as u32,
+            )
             .map_max_entries("unwind_processes", opts.kernel_unwind_processes.max(1))
             .map_max_entries("python_procs", opts.kernel_unwind_processes.max(1))
             // Every mode builds its sample here before sending it.
@@ -151,8 +156,12 @@ impl Sampler {
                 RecordError::Internal(format!("attaching forget_exec_mappings: {e}"))
             })?;
             let rows = match take(&mut ebpf, "unwind_rows")? {
-                aya::maps::Map::Array(m) => m,
-                _ => return Err(RecordError::Internal("unwind_rows is not an array".into())),
+                aya::maps::Map::ArrayOfMaps(m) => m,
+                _ => {
+                    return Err(RecordError::Internal(
+                        "unwind_rows is not an array of maps".into(),
+                    ))
+                }
             };
             let rows = unwind_maps::RowsMapping::new(rows, opts.kernel_unwind_rows as usize)
                 .map_err(|e| {

@@ -1,11 +1,13 @@
 //! The in-kernel unwinder's maps as the loader hands them over: the rows
-//! array (written through short-lived mappings of its pages), the process
-//! entries, the refused-pid bitmap and the CPython processes. In: the loaded sampler's maps. Out:
-//! [`KernelUnwindMaps`], which `unwind::kernel` fills.
+//! (chunks created as tables need them, written through short-lived
+//! mappings of their pages, deleted when no table has rows there), the
+//! process entries, the refused-pid bitmap and the CPython processes. In:
+//! the loaded sampler's maps. Out: [`KernelUnwindMaps`], which
+//! `unwind::kernel` fills.
 
 use std::os::fd::AsFd;
 
-use aya::maps::{Array as BpfArray, HashMap as BpfHashMap, MapData};
+use aya::maps::{Array as BpfArray, ArrayOfMaps, HashMap as BpfHashMap, MapData, MapFd};
 
 use super::abi::{PythonProcess, Row, UnwindProcess};
 
@@ -23,19 +25,45 @@ pub struct KernelUnwindMaps {
     pub process_capacity: u32,
 }
 
-/// `unwind_rows` (a `BPF_F_MMAPABLE` array), written through a mapping of
-/// just the pages a table goes to, unmapped again at once: the array is
-/// kernel memory, and pages left mapped here would count in our resident
-/// set (rustc's tables alone are 20 MiB).
+/// `unwind_rows`: the rows, in chunks of [`UNWIND_CHUNK_ROWS`] (each a
+/// `BPF_F_MMAPABLE` array in the outer array of maps), each created when a
+/// table first goes there. The budget was one array allocated whole at
+/// load: 64 MiB of kernel memory for `--unwind-table-mb 64` while the tables
+/// of a busy VM took 7 MiB. Rows are written through a mapping of just the
+/// pages a table goes to, unmapped again at once: pages left mapped here
+/// would count in our resident set (rustc's tables alone are 20 MiB).
 pub struct RowsMapping {
-    map: MapData,
+    chunks_map: ArrayOfMaps<MapData, MapFd>,
+    /// The outer array's descriptor again, to delete chunks (aya's
+    /// `ArrayOfMaps` only sets them).
+    chunks_fd: std::os::fd::OwnedFd,
+    /// The chunks created, by index.
+    chunks: Vec<Option<MapData>>,
     len: usize,
 }
 
+/// Rows per chunk of `unwind_rows` (`UNWIND_CHUNK_ROWS` in sysprof.h).
+pub const UNWIND_CHUNK_ROWS: usize = 1 << 18;
+
 impl RowsMapping {
-    /// The array `map`, of `capacity` rows.
+    /// The outer array `map`, for `capacity` rows in all.
     pub fn new(map: MapData, capacity: usize) -> std::io::Result<RowsMapping> {
-        Ok(RowsMapping { map, len: capacity })
+        let chunks_fd = map.fd().as_fd().try_clone_to_owned()?;
+        let chunks_map = ArrayOfMaps::try_from(aya::maps::Map::ArrayOfMaps(map))
+            .map_err(std::io::Error::other)?;
+        let n = capacity.div_ceil(UNWIND_CHUNK_ROWS);
+        if (chunks_map.len() as usize) < n {
+            return Err(std::io::Error::other(format!(
+                "unwind_rows holds {} chunks, {n} wanted",
+                chunks_map.len()
+            )));
+        }
+        Ok(RowsMapping {
+            chunks_map,
+            chunks_fd,
+            chunks: (0..n).map(|_| None).collect(),
+            len: capacity,
+        })
     }
 
     /// Rows the array holds.
@@ -43,18 +71,113 @@ impl RowsMapping {
         self.len
     }
 
-    /// Write `rows` from row `start` on.
+    /// Kernel memory the chunks created take (their rows' bytes).
+    pub fn allocated_bytes(&self) -> u64 {
+        (self.chunks.iter().flatten().count() * UNWIND_CHUNK_ROWS * std::mem::size_of::<Row>())
+            as u64
+    }
+
+    /// Write `rows` from row `start` on, creating the chunks they go to.
     pub fn write(&mut self, start: usize, rows: &[Row]) -> std::io::Result<()> {
-        use std::os::fd::AsRawFd;
-        const PAGE: usize = 4096;
-        let size = std::mem::size_of::<Row>();
         if start + rows.len() > self.len {
             return Err(std::io::Error::other("rows past the array's end"));
         }
+        let mut at = start;
+        let mut rest = rows;
+        while !rest.is_empty() {
+            let (chunk, offset) = (at / UNWIND_CHUNK_ROWS, at % UNWIND_CHUNK_ROWS);
+            let n = rest.len().min(UNWIND_CHUNK_ROWS - offset);
+            let map = self.chunk(chunk)?;
+            write_rows(map.fd().as_fd(), offset, &rest[..n])?;
+            at += n;
+            rest = &rest[n..];
+        }
+        Ok(())
+    }
+
+    /// Give back the chunks wholly inside rows `[from, to)`, where no table
+    /// has rows: their kernel memory is freed once no walk still holds
+    /// them. Chunks that could not be deleted stay (and count).
+    pub fn release(&mut self, from: usize, to: usize) {
+        let first = from.div_ceil(UNWIND_CHUNK_ROWS);
+        let end = (to / UNWIND_CHUNK_ROWS).min(self.chunks.len());
+        for i in first..end {
+            if self.chunks[i].is_some() && delete_slot(self.chunks_fd.as_fd(), i as u32).is_ok() {
+                self.chunks[i] = None;
+            }
+        }
+    }
+
+    /// Chunk `i`, created (and put in the outer array) if it was not yet.
+    fn chunk(&mut self, i: usize) -> std::io::Result<&MapData> {
+        if self.chunks[i].is_none() {
+            let def = aya_obj::Map::new_from_params(
+                BPF_MAP_TYPE_ARRAY,
+                std::mem::size_of::<u32>() as u32,
+                std::mem::size_of::<Row>() as u32,
+                UNWIND_CHUNK_ROWS as u32,
+                BPF_F_MMAPABLE,
+            );
+            let chunk =
+                MapData::create(def, "unwind_chunk", None).map_err(std::io::Error::other)?;
+            self.chunks_map
+                .set(i as u32, chunk.fd(), 0)
+                .map_err(std::io::Error::other)?;
+            self.chunks[i] = Some(chunk);
+        }
+        Ok(self.chunks[i].as_ref().expect("just created"))
+    }
+}
+
+/// Empty slot `index` of the array of maps `fd` (`BPF_MAP_DELETE_ELEM`).
+fn delete_slot(fd: std::os::fd::BorrowedFd<'_>, index: u32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    /// `union bpf_attr` as the element commands read it (linux/bpf.h).
+    #[repr(C)]
+    struct ElemAttr {
+        map_fd: u32,
+        _pad: u32,
+        key: u64,
+        value: u64,
+        flags: u64,
+    }
+    const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+    let attr = ElemAttr {
+        map_fd: fd.as_raw_fd() as u32,
+        _pad: 0,
+        key: &index as *const u32 as u64,
+        value: 0,
+        flags: 0,
+    };
+    // SAFETY: a valid attribute of the size given; the key outlives the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_DELETE_ELEM,
+            &attr as *const ElemAttr,
+            std::mem::size_of::<ElemAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `BPF_F_MMAPABLE` (linux/bpf.h): an array userspace can map.
+const BPF_F_MMAPABLE: u32 = 1 << 10;
+/// `BPF_MAP_TYPE_ARRAY` (linux/bpf.h).
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
+
+/// Write `rows` into the mmapable array `fd` from row `start` on.
+fn write_rows(fd: std::os::fd::BorrowedFd<'_>, start: usize, rows: &[Row]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const PAGE: usize = 4096;
+    let size = std::mem::size_of::<Row>();
+    {
         let (first, end) = (start * size, (start + rows.len()) * size);
         let map_start = first / PAGE * PAGE;
         let map_len = end.next_multiple_of(PAGE) - map_start;
-        let fd = self.map.fd().as_fd();
         // SAFETY: a shared mapping of pages of the array that lie within it
         // (the kernel checks the range against the map's size).
         let ptr = unsafe {
@@ -80,6 +203,6 @@ impl RowsMapping {
             );
             libc::munmap(ptr, map_len);
         }
-        Ok(())
     }
+    Ok(())
 }

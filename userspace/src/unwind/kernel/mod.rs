@@ -73,6 +73,14 @@ pub struct KernelTableStats {
     pub rows_peak: u64,
     /// The rows array's size (the budget).
     pub rows_capacity: u64,
+    /// Kernel memory the rows' chunks take now (each created when a table
+    /// first goes there, freed when the tables at the end of the array are),
+    /// and the most at once.
+    #[serde(default)]
+    pub rows_kernel_bytes: u64,
+    /// The most of [`KernelTableStats::rows_kernel_bytes`] at once.
+    #[serde(default)]
+    pub rows_kernel_bytes_peak: u64,
     /// Time compiling tables on the worker, ns.
     pub compile_ns: u64,
     /// Tables that did not fit the budget (their frames are handed over).
@@ -127,12 +135,14 @@ impl KernelTableStats {
             .map(|(n, c)| format!("{n}={c}"))
             .collect();
         format!(
-            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak) compile_ms={:.1} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} python_write_failures={} jit_methods={} walks: {} recovered_from_switch={}",
+            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak; kernel memory {:.1} MiB, {:.1} MiB peak) compile_ms={:.1} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} python_write_failures={} jit_methods={} walks: {} recovered_from_switch={}",
             self.tables,
             self.rows_in_use,
             self.rows_peak,
             self.rows_capacity,
             self.rows_peak as f64 * 8.0 / (1 << 20) as f64,
+            self.rows_kernel_bytes as f64 / (1 << 20) as f64,
+            self.rows_kernel_bytes_peak as f64 / (1 << 20) as f64,
             self.compile_ns as f64 / 1e6,
             self.over_budget,
             self.tables_over_share,

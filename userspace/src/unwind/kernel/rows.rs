@@ -1,7 +1,8 @@
 //! The tables in the shared rows array: compiled once per binary (small
 //! ones here, large ones on a worker), placed first-fit within each owner's
 //! share, evicted for the system's or a smaller holder's, freed when no
-//! process maps the binary any more.
+//! process maps the binary any more (and the kernel memory of a chunk no
+//! table has rows in given back).
 //!
 //! In: binaries asked for by the process entries, with their files and
 //! owners. Out: each binary's [`TableState`] (rows, pending, none, or walked
@@ -264,6 +265,11 @@ impl KernelTables {
                         *self.owner_rows.entry(owner).or_default() += rows.len() as u64;
                         self.stats.rows_in_use += rows.len() as u64;
                         self.stats.rows_peak = self.stats.rows_peak.max(self.stats.rows_in_use);
+                        self.stats.rows_kernel_bytes = self.maps.rows.allocated_bytes();
+                        self.stats.rows_kernel_bytes_peak = self
+                            .stats
+                            .rows_kernel_bytes_peak
+                            .max(self.stats.rows_kernel_bytes);
                         TableState::Ready {
                             start,
                             len: rows.len() as u32,
@@ -381,6 +387,11 @@ impl KernelTables {
             len += next_len;
         }
         self.free.insert(start, len);
+        // The chunks wholly in the free range go back to the kernel.
+        self.maps
+            .rows
+            .release(start as usize, (start + len) as usize);
+        self.stats.rows_kernel_bytes = self.maps.rows.allocated_bytes();
     }
 
     /// Put `rows` (JIT code's, made here: [`crate::unwind::jvm`]) in as
