@@ -2170,3 +2170,104 @@ fn node_functions_match_cpu_prof() {
         "{close} of cpu-prof's ten top functions within 3 pp, {far} more than 15 pp off:{table}"
     );
 }
+
+/// `tables_cached=N` of a `record -v` stderr's kernel-unwinding line.
+fn tables_cached(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("sysprof: kernel unwinding:"))
+        .and_then(|l| l.split("tables_cached=").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no tables_cached in {stderr}"))
+}
+
+/// Sets an environment variable for the sysprof runs of one test, and
+/// removes it when the test ends, passed or not.
+struct EnvFor(&'static str);
+impl EnvFor {
+    fn set(name: &'static str, value: &std::path::Path) -> EnvFor {
+        std::env::set_var(name, value);
+        EnvFor(name)
+    }
+}
+impl Drop for EnvFor {
+    fn drop(&mut self) {
+        std::env::remove_var(self.0);
+    }
+}
+
+/// Check that the system's compiled unwind tables are kept on disk and read
+/// back by the next run, and never for a file that changed since: the
+/// 200-frame victim (root's, in a root directory) recorded three times with
+/// a cache of its own. The second run reads its tables from the cache and
+/// its stacks are as whole as the first's (at least 99 % of the samples in
+/// `bottom`, none wrong); the victim rebuilt with other flags at the same
+/// path (other code, other CFI) is compiled again, one cache hit fewer, and
+/// its stacks are still whole: a stale table would cut them.
+#[test]
+fn kernel_unwinding_tables_are_kept_between_runs() {
+    if !can_record("kernel_unwinding_tables_are_kept_between_runs") {
+        return;
+    }
+    let dir = scratch("kernel_unwinding_tables_are_kept_between_runs");
+    let cache = dir.join("tables");
+    let _env = EnvFor::set("SYSPROF_TABLE_CACHE", &cache);
+    let exe = dir.join("recurse");
+    let mut hits = Vec::new();
+    for (run, flags) in [
+        ["-O2", "-fomit-frame-pointer"],
+        ["-O2", "-fomit-frame-pointer"],
+        ["-O1", "-fomit-frame-pointer"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        if run != 1 {
+            let _ = std::fs::remove_file(&exe);
+            build_c("recurse", &exe, flags);
+        }
+        let (chains, stderr) = recurse_chains(&dir, &exe, &["1.0", "200"], "dwarf");
+        let whole = chains.iter().filter(|c| **c == Chain::Whole(200)).count();
+        let wrong = chains
+            .iter()
+            .filter(|c| matches!(c, Chain::Wrong | Chain::Whole(_)) && **c != Chain::Whole(200))
+            .count();
+        let kept = std::fs::read_dir(&cache).map(|d| d.count()).unwrap_or(0);
+        hits.push(tables_cached(&stderr));
+        eprintln!(
+            "run {run} ({flags:?}): {whole} of {} whole, {wrong} wrong; {} tables from the cache, {kept} files in it; {}",
+            chains.len(),
+            hits[run],
+            stderr.lines().find(|l| l.starts_with("sysprof: kernel unwinding:")).unwrap_or("")
+        );
+        assert!(
+            chains.len() >= 500,
+            "run {run}: only {} samples in bottom",
+            chains.len()
+        );
+        assert_eq!(
+            wrong, 0,
+            "run {run}: stacks that claim to be whole and are not"
+        );
+        assert!(
+            whole * 100 >= chains.len() * 99,
+            "run {run}: {whole} of {} whole",
+            chains.len()
+        );
+        assert!(
+            kept >= 2,
+            "run {run}: the program's and libc's tables are kept: {kept} files"
+        );
+    }
+    assert_eq!(hits[0], 0, "a cold cache gives nothing");
+    assert!(
+        hits[1] >= 2,
+        "the second run reads the program's and libc's tables: {hits:?}"
+    );
+    assert_eq!(
+        hits[2] + 1,
+        hits[1],
+        "the rebuilt program's table is compiled again: {hits:?}"
+    );
+}

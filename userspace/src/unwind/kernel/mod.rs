@@ -31,11 +31,15 @@
 //! uid, for the profile's warnings, `record -v`, the agent's health line
 //! and its metrics.
 //!
+//! The system's binaries' tables are kept on disk between runs
+//! ([`cache`]): a later run reads them instead of compiling.
+//!
 //! A binary's CFI is read by whoever compiles its table, just before (the
 //! worker reads from its own handle on the file), so however many binaries
 //! wait for a worker, at most one CFI copy per worker is in memory, each
 //! within the CFI budget ([`ElfReader::cfi`]).
 
+mod cache;
 mod entries;
 mod rows;
 
@@ -51,7 +55,7 @@ pub(in crate::unwind) use entries::process_uid;
 use entries::Entry;
 pub(in crate::unwind) use rows::jit_table_index;
 pub(in crate::unwind) use rows::HOTSPOT_TABLE_INDEX;
-use rows::{compile_table, table_max_rows, Compiled, TableError, TableRequest, TableState};
+use rows::{compile_cached, table_max_rows, Compiled, TableError, TableRequest, TableState};
 
 /// Entries of the process map unless told otherwise (8 KiB each, allocated
 /// only for the processes that exist).
@@ -83,6 +87,9 @@ pub struct KernelTableStats {
     pub rows_kernel_bytes_peak: u64,
     /// Time compiling tables on the worker, ns.
     pub compile_ns: u64,
+    /// Tables read from the disk cache instead of compiled.
+    #[serde(default)]
+    pub tables_cached: u64,
     /// Tables that did not fit the budget (their frames are handed over).
     pub over_budget: u64,
     /// Of those, refused because their owner held its share of the rows.
@@ -135,7 +142,7 @@ impl KernelTableStats {
             .map(|(n, c)| format!("{n}={c}"))
             .collect();
         format!(
-            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak; kernel memory {:.1} MiB, {:.1} MiB peak) compile_ms={:.1} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} python_write_failures={} jit_methods={} walks: {} recovered_from_switch={}",
+            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak; kernel memory {:.1} MiB, {:.1} MiB peak) compile_ms={:.1} tables_cached={} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} python_write_failures={} jit_methods={} walks: {} recovered_from_switch={}",
             self.tables,
             self.rows_in_use,
             self.rows_peak,
@@ -144,6 +151,7 @@ impl KernelTableStats {
             self.rows_kernel_bytes as f64 / (1 << 20) as f64,
             self.rows_kernel_bytes_peak as f64 / (1 << 20) as f64,
             self.compile_ns as f64 / 1e6,
+            self.tables_cached,
             self.over_budget,
             self.tables_over_share,
             self.tables_evicted,
@@ -180,6 +188,9 @@ pub fn refusals_text(refusals: &[(u32, UidRefusals)]) -> String {
 
 /// The in-kernel unwinder's userspace half.
 pub struct KernelTables {
+    /// The system's compiled tables kept on disk between runs (none when
+    /// its directory is not root's alone, or `SYSPROF_TABLE_CACHE=off`).
+    cache: Option<Arc<cache::TableCache>>,
     maps: KernelUnwindMaps,
     /// Free row ranges: start -> len.
     free: BTreeMap<u32, u32>,
@@ -247,9 +258,11 @@ impl KernelTables {
         // With two, a program's large libraries (rustc's driver and LLVM,
         // ~0.4 s each) arrive together and are compiled side by side.
         let requests = Arc::new(std::sync::Mutex::new(requests));
+        // The system's tables, kept between runs.
+        let cache = cache::TableCache::open().map(Arc::new);
         let mut spawned = Err(std::io::Error::other("no worker"));
         for i in 0..workers.max(1) {
-            let (requests, results) = (requests.clone(), results.clone());
+            let (requests, results, cache) = (requests.clone(), results.clone(), cache.clone());
             let worker = std::thread::Builder::new()
                 .name(format!("sysprof-tables{i}"))
                 .spawn(move || loop {
@@ -257,16 +270,17 @@ impl KernelTables {
                         .lock()
                         .map_err(|_| ())
                         .and_then(|r| r.recv().map_err(|_| ()));
-                    let Ok((binary, serial, file, path)) = next else {
+                    let Ok((binary, serial, file, path, cacheable)) = next else {
                         break;
                     };
                     let started = std::time::Instant::now();
                     // A file that makes the compiler panic must not leave its
                     // table pending for ever (every sample would hand over).
-                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        compile_table(&file, max_rows)
-                    }))
-                    .unwrap_or(Err(TableError::Panicked));
+                    let (result, cached) =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            compile_cached(cache.as_deref().filter(|_| cacheable), &file, max_rows)
+                        }))
+                        .unwrap_or((Err(TableError::Panicked), false));
                     let ns = started.elapsed().as_nanos() as u64;
                     if results
                         .send(Compiled {
@@ -275,6 +289,7 @@ impl KernelTables {
                             serial,
                             result,
                             ns,
+                            cached,
                         })
                         .is_err()
                     {
@@ -286,6 +301,7 @@ impl KernelTables {
         let mut free = BTreeMap::new();
         free.insert(0, capacity);
         KernelTables {
+            cache,
             maps,
             free,
             tables: FxHashMap::default(),

@@ -30,8 +30,9 @@ pub(super) enum TableError {
 }
 
 /// A table to compile: the binary, the request's serial, a handle on its
-/// file (of its own: reads are positional), its path.
-pub(super) type TableRequest = (BinaryIndex, u64, std::fs::File, String);
+/// file (of its own: reads are positional), its path, whether it is the
+/// system's (its table may be kept on disk).
+pub(super) type TableRequest = (BinaryIndex, u64, std::fs::File, String, bool);
 
 pub(super) enum TableState {
     /// Being compiled (request serial).
@@ -53,6 +54,8 @@ pub(super) struct Compiled {
     pub(super) serial: u64,
     pub(super) result: Result<Vec<Row>, TableError>,
     pub(super) ns: u64,
+    /// Read from the disk cache, not compiled.
+    pub(super) cached: bool,
 }
 
 /// The table index of `pid`'s JIT code (`put_jit_table`): tables are kept
@@ -78,6 +81,24 @@ const COMPILE_HERE_BYTES: usize = 32 << 10;
 
 /// Read a binary's CFI (`.eh_frame`, or `.debug_frame` when it has no
 /// FDEs there) and compile its table of at most `max_rows` rows.
+/// [`compile_table`], or the rows kept for the same file by an earlier run
+/// (`cache` only for the system's binaries), kept for a later one.
+/// True when the rows came from the cache.
+pub(super) fn compile_cached(
+    cache: Option<&super::cache::TableCache>,
+    file: &std::fs::File,
+    max_rows: usize,
+) -> (Result<Vec<Row>, TableError>, bool) {
+    if let Some(rows) = cache.and_then(|c| c.get(file, max_rows)) {
+        return (Ok(rows), true);
+    }
+    let result = compile_table(file, max_rows);
+    if let (Some(c), Ok(rows)) = (cache, &result) {
+        c.put(file, max_rows, rows);
+    }
+    (result, false)
+}
+
 pub(super) fn compile_table(file: &std::fs::File, max_rows: usize) -> Result<Vec<Row>, TableError> {
     let elf = ElfReader::new(file, ElfLimits::default());
     let cfi = |name| elf.cfi(name).map_err(|e| TableError::Elf(e.to_string()));
@@ -150,7 +171,12 @@ impl KernelTables {
         }
         if claim <= COMPILE_HERE_BYTES as u64 {
             let started = std::time::Instant::now();
-            let result = compile_table(file, table_max_rows(self.stats.rows_capacity as usize));
+            let cache = self.cache.as_deref().filter(|_| owner == SYSTEM_UID);
+            let (result, cached) = compile_cached(
+                cache,
+                file,
+                table_max_rows(self.stats.rows_capacity as usize),
+            );
             self.serial += 1;
             self.tables.insert(binary, TableState::Pending(self.serial));
             self.place(Compiled {
@@ -159,13 +185,20 @@ impl KernelTables {
                 serial: self.serial,
                 result,
                 ns: started.elapsed().as_nanos() as u64,
+                cached,
             });
             return;
         }
         let state = match (&self.to_worker, file.try_clone()) {
             (Some(tx), Ok(handle)) => {
                 self.serial += 1;
-                match tx.send((binary, self.serial, handle, path.to_string())) {
+                match tx.send((
+                    binary,
+                    self.serial,
+                    handle,
+                    path.to_string(),
+                    owner == SYSTEM_UID,
+                )) {
                     Ok(()) => TableState::Pending(self.serial),
                     Err(_) => TableState::None,
                 }
@@ -226,6 +259,7 @@ impl KernelTables {
                 return false;
             }
             self.stats.compile_ns += c.ns;
+            self.stats.tables_cached += c.cached as u64;
             let owner = self.owners.get(&c.binary).copied().unwrap_or(SYSTEM_UID);
             let len = c.result.as_ref().map(|r| r.len() as u64).unwrap_or(0);
             // A user other than the system may hold half the rows: the
@@ -414,6 +448,7 @@ impl KernelTables {
             serial: self.serial,
             result: Ok(rows),
             ns: 0,
+            cached: false,
         });
     }
 
