@@ -1534,3 +1534,25 @@ impl Drop for Postgres {
         }
     }
 }
+
+/// Assembly for a library of `rows` unwind rows: functions of 1,000 rows
+/// each (ordinary FDEs of ~2 KiB), whose CFA alternates between two
+/// offsets at every instruction. The first function is named `name`.
+pub fn many_rows_source(dir: &Path, name: &str, rows: usize) -> PathBuf {
+    const ROWS_PER_FUNCTION: usize = 1000;
+    let src = dir.join(format!("{name}.s"));
+    let mut asm = String::from("\t.section .note.GNU-stack,\"\",@progbits\n\t.text\n");
+    for f in 0..rows.div_ceil(ROWS_PER_FUNCTION) {
+        let fname = if f == 0 {
+            name.to_string()
+        } else {
+            format!("{name}_{f}")
+        };
+        asm += &format!(
+            "\t.globl {fname}\n\t.type {fname},@function\n{fname}:\n\t.cfi_startproc\n\t.rept {}\n\tnop\n\t.cfi_adjust_cfa_offset 8\n\tnop\n\t.cfi_adjust_cfa_offset -8\n\t.endr\n\tret\n\t.cfi_endproc\n\t.size {fname}, .-{fname}\n",
+            ROWS_PER_FUNCTION / 2
+        );
+    }
+    std::fs::write(&src, asm).unwrap();
+    src
+}

@@ -275,26 +275,6 @@ fn many_rows_library(dir: &Path, name: &str, rows: usize) -> PathBuf {
     lib
 }
 
-/// The assembly of [`many_rows_library`].
-fn many_rows_source(dir: &Path, name: &str, rows: usize) -> PathBuf {
-    const ROWS_PER_FUNCTION: usize = 1000;
-    let src = dir.join(format!("{name}.s"));
-    let mut asm = String::from("\t.section .note.GNU-stack,\"\",@progbits\n\t.text\n");
-    for f in 0..rows.div_ceil(ROWS_PER_FUNCTION) {
-        let fname = if f == 0 {
-            name.to_string()
-        } else {
-            format!("{name}_{f}")
-        };
-        asm += &format!(
-            "\t.globl {fname}\n\t.type {fname},@function\n{fname}:\n\t.cfi_startproc\n\t.rept {}\n\tnop\n\t.cfi_adjust_cfa_offset 8\n\tnop\n\t.cfi_adjust_cfa_offset -8\n\t.endr\n\tret\n\t.cfi_endproc\n\t.size {fname}, .-{fname}\n",
-            ROWS_PER_FUNCTION / 2
-        );
-    }
-    std::fs::write(&src, asm).unwrap();
-    src
-}
-
 /// Make `path` nobody's.
 fn give_to_nobody(path: &Path) {
     let status = Command::new("chown")

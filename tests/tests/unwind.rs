@@ -2199,8 +2199,8 @@ impl Drop for EnvFor {
 
 /// Check that the system's compiled unwind tables are kept on disk and read
 /// back by the next run, and never for a file that changed since: the
-/// 200-frame victim (root's, in a root directory) recorded three times with
-/// a cache of its own. The second run reads its tables from the cache and
+/// 200-frame victim (root's, in a root directory, with 20,000 rows of its
+/// own) recorded three times with a cache of its own. The second run reads its tables from the cache and
 /// its stacks are as whole as the first's (at least 99 % of the samples in
 /// `bottom`, none wrong); the victim rebuilt with other flags at the same
 /// path (other code, other CFI) is compiled again, one cache hit fewer, and
@@ -2214,6 +2214,9 @@ fn kernel_unwinding_tables_are_kept_between_runs() {
     let cache = dir.join("tables");
     let _env = EnvFor::set("SYSPROF_TABLE_CACHE", &cache);
     let exe = dir.join("recurse");
+    // 20,000 rows of its own (as libpython has more): a table the worker
+    // compiles, which is what is kept.
+    let pad = many_rows_source(&dir, "pad", 20_000);
     let mut hits = Vec::new();
     for (run, flags) in [
         ["-O2", "-fomit-frame-pointer"],
@@ -2225,7 +2228,9 @@ fn kernel_unwinding_tables_are_kept_between_runs() {
     {
         if run != 1 {
             let _ = std::fs::remove_file(&exe);
-            build_c("recurse", &exe, flags);
+            let mut flags = flags.to_vec();
+            flags.push(pad.to_str().unwrap());
+            build_c("recurse", &exe, &flags);
         }
         let (chains, stderr) = recurse_chains(&dir, &exe, &["1.0", "200"], "dwarf");
         let whole = chains.iter().filter(|c| **c == Chain::Whole(200)).count();

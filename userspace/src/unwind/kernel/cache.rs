@@ -1,5 +1,7 @@
 //! Compiled unwind tables kept on disk between runs, for the system's
-//! binaries: a `record` or an agent start compiles each running binary's
+//! binaries whose tables are compiled on a worker (CFI over 32 KiB: the ones
+//! that cost; small ones are compiled on the event loop, where no file is
+//! written): a `record` or an agent start compiles each running binary's
 //! CFI again otherwise (0.22-0.31 s of CPU on this VM's ~60 tables, most of
 //! what attaching costs), as perf keeps its build-id cache.
 //!
@@ -35,6 +37,10 @@ const KEY_WORDS: usize = 11;
 /// The cache directory, checked once.
 pub(super) struct TableCache {
     dir: PathBuf,
+    /// Files and bytes in the directory, as counted when it was opened and
+    /// kept since (by every thread that puts): the directory is listed
+    /// again only to make room, not on every put.
+    held: std::sync::Mutex<(usize, u64)>,
     /// This executable's identity: a rebuilt sysprof (another compiler)
     /// reads none of an earlier one's tables.
     own: [u64; 4],
@@ -85,7 +91,9 @@ impl TableCache {
                 .wrapping_mul(1_000_000_000)
                 .wrapping_add(exe.mtime_nsec() as u64),
         ];
-        Some(TableCache { dir, own })
+        let held =
+            std::sync::Mutex::new(list(&dir).iter().fold((0, 0), |(n, b), f| (n + 1, b + f.1)));
+        Some(TableCache { dir, held, own })
     }
 
     /// The key of `file`'s table at `max_rows`: the file's identity as the
@@ -212,25 +220,18 @@ impl TableCache {
         }
     }
 
-    /// Remove the oldest files until `adding` more bytes fit the bounds.
+    /// Make room for a file of `adding` bytes: within the bounds, only
+    /// counted; past them, the oldest files are removed.
     fn make_room(&self, adding: u64) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+        let Ok(mut held) = self.held.lock() else {
             return;
         };
-        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
-            .flatten()
-            .filter_map(|e| {
-                let m = e.metadata().ok()?;
-                if !m.is_file() {
-                    return None;
-                }
-                Some((m.modified().ok()?, m.len(), e.path()))
-            })
-            .collect();
-        let mut total: u64 = files.iter().map(|f| f.1).sum();
-        if files.len() < CACHE_FILES && total + adding <= CACHE_BYTES {
+        if held.0 < CACHE_FILES && held.1 + adding <= CACHE_BYTES {
+            *held = (held.0 + 1, held.1 + adding);
             return;
         }
+        let mut files = list(&self.dir);
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
         files.sort();
         let mut left = files.len();
         for (_, len, path) in files {
@@ -242,7 +243,25 @@ impl TableCache {
                 left -= 1;
             }
         }
+        *held = (left + 1, total + adding);
     }
+}
+
+/// The files in `dir`: (modified, bytes, path).
+fn list(dir: &std::path::Path) -> Vec<(std::time::SystemTime, u64, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let m = e.metadata().ok()?;
+            if !m.is_file() {
+                return None;
+            }
+            Some((m.modified().ok()?, m.len(), e.path()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -31,8 +31,8 @@
 //! uid, for the profile's warnings, `record -v`, the agent's health line
 //! and its metrics.
 //!
-//! The system's binaries' tables are kept on disk between runs
-//! ([`cache`]): a later run reads them instead of compiling.
+//! The system's binaries' large tables (compiled on a worker) are kept on
+//! disk between runs ([`cache`]): a later run reads them instead.
 //!
 //! A binary's CFI is read by whoever compiles its table, just before (the
 //! worker reads from its own handle on the file), so however many binaries
@@ -188,9 +188,6 @@ pub fn refusals_text(refusals: &[(u32, UidRefusals)]) -> String {
 
 /// The in-kernel unwinder's userspace half.
 pub struct KernelTables {
-    /// The system's compiled tables kept on disk between runs (none when
-    /// its directory is not root's alone, or `SYSPROF_TABLE_CACHE=off`).
-    cache: Option<Arc<cache::TableCache>>,
     maps: KernelUnwindMaps,
     /// Free row ranges: start -> len.
     free: BTreeMap<u32, u32>,
@@ -258,7 +255,8 @@ impl KernelTables {
         // With two, a program's large libraries (rustc's driver and LLVM,
         // ~0.4 s each) arrive together and are compiled side by side.
         let requests = Arc::new(std::sync::Mutex::new(requests));
-        // The system's tables, kept between runs.
+        // The system's tables the workers compile, kept between runs (none
+        // when the directory is not root's alone, or SYSPROF_TABLE_CACHE=off).
         let cache = cache::TableCache::open().map(Arc::new);
         let mut spawned = Err(std::io::Error::other("no worker"));
         for i in 0..workers.max(1) {
@@ -301,7 +299,6 @@ impl KernelTables {
         let mut free = BTreeMap::new();
         free.insert(0, capacity);
         KernelTables {
-            cache,
             maps,
             free,
             tables: FxHashMap::default(),

@@ -171,11 +171,13 @@ impl KernelTables {
         }
         if claim <= COMPILE_HERE_BYTES as u64 {
             let started = std::time::Instant::now();
-            let cache = self.cache.as_deref().filter(|_| owner == SYSTEM_UID);
-            let (result, cached) = compile_cached(
-                cache,
-                file,
-                table_max_rows(self.stats.rows_capacity as usize),
+            // Not from the disk cache: a small table compiles in a few
+            // milliseconds, and writing files here delayed the event loop
+            // (304 small libraries left 295 of 2,008 samples walking stale
+            // entries, `budgets::more_mappings_than_an_entry_holds_stay_whole`).
+            let (result, cached) = (
+                compile_table(file, table_max_rows(self.stats.rows_capacity as usize)),
+                false,
             );
             self.serial += 1;
             self.tables.insert(binary, TableState::Pending(self.serial));
