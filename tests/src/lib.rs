@@ -1556,3 +1556,39 @@ pub fn many_rows_source(dir: &Path, name: &str, rows: usize) -> PathBuf {
     std::fs::write(&src, asm).unwrap();
     src
 }
+
+/// `pid`'s BPF maps as the kernel accounts them, once per map id (from
+/// `/proc/PID/fdinfo` of its map descriptors): (map type, max entries,
+/// memlock bytes).
+pub fn kernel_maps(pid: u32) -> Vec<(u64, u64, u64)> {
+    let mut by_id = std::collections::BTreeMap::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let is_map = std::fs::read_link(fd.path())
+            .is_ok_and(|t| t.to_string_lossy() == "anon_inode:bpf-map");
+        if !is_map {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            fd.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        let get = |k: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let (Some(id), Some(kind), Some(entries), Some(bytes)) = (
+            get("map_id:"),
+            get("map_type:"),
+            get("max_entries:"),
+            get("memlock:"),
+        ) {
+            by_id.insert(id, (kind, entries, bytes));
+        }
+    }
+    by_id.into_values().collect()
+}

@@ -523,41 +523,6 @@ fn a_process_refused_an_entry_hands_over() {
     );
 }
 
-/// `/proc/PID/fdinfo` of each of `pid`'s BPF maps, once per map id: the
-/// kernel's own account (map type, size, memory), not sysprof's.
-fn kernel_maps(pid: u32) -> Vec<(u64, u64, u64)> {
-    let mut by_id = std::collections::BTreeMap::new();
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .flatten()
-    {
-        let is_map = std::fs::read_link(fd.path())
-            .is_ok_and(|t| t.to_string_lossy() == "anon_inode:bpf-map");
-        if !is_map {
-            continue;
-        }
-        let info = std::fs::read_to_string(format!(
-            "/proc/{pid}/fdinfo/{}",
-            fd.file_name().to_string_lossy()
-        ))
-        .unwrap_or_default();
-        let get = |k: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(k))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        };
-        if let (Some(id), Some(kind), Some(entries), Some(bytes)) = (
-            get("map_id:"),
-            get("map_type:"),
-            get("max_entries:"),
-            get("memlock:"),
-        ) {
-            by_id.insert(id, (kind, entries, bytes));
-        }
-    }
-    by_id.into_values().collect()
-}
-
 /// Rows of one chunk of the unwinder's table array (UNWIND_CHUNK_ROWS).
 const CHUNK_ROWS: u64 = 1 << 18;
 

@@ -884,31 +884,8 @@ fn a_huge_error_answer_does_not_grow_the_agent() {
 /// The kernel memory of `pid`'s BPF maps as the kernel counts it (each map
 /// once by id, its `memlock` in `/proc/PID/fdinfo`), and how many maps.
 fn maps_memlock(pid: u32) -> (u64, usize) {
-    let mut by_id = std::collections::BTreeMap::new();
-    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .flatten()
-    {
-        let is_map = std::fs::read_link(fd.path())
-            .is_ok_and(|t| t.to_string_lossy() == "anon_inode:bpf-map");
-        if !is_map {
-            continue;
-        }
-        let info = std::fs::read_to_string(format!(
-            "/proc/{pid}/fdinfo/{}",
-            fd.file_name().to_string_lossy()
-        ))
-        .unwrap_or_default();
-        let get = |k: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(k))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        };
-        if let (Some(id), Some(bytes)) = (get("map_id:"), get("memlock:")) {
-            by_id.insert(id, bytes);
-        }
-    }
-    (by_id.values().sum(), by_id.len())
+    let maps = kernel_maps(pid);
+    (maps.iter().map(|m| m.2).sum(), maps.len())
 }
 
 /// Check that the agent says the kernel memory its BPF maps hold (what its
