@@ -405,7 +405,7 @@ struct offcpu_event {
 	__u32 state;            /* OFFCPU_* */
 	__u64 start_ns;         /* switched out */
 	__u64 end_ns;           /* switched in again */
-	__u64 wake_ns;          /* woken up; 0 if no wakeup was seen (preempted) */
+	__u64 wake_ns;          /* woken up (sched_waking); 0 if no wakeup was seen (preempted) */
 	__u32 pid;
 	__u32 tid;
 	__u32 cpu_out;
@@ -417,7 +417,9 @@ struct offcpu_event {
 	__u8 comm[TASK_COMM_LEN];
 	__u8 waker_comm[TASK_COMM_LEN];
 	__u32 flags;            /* OFFCPU_END_INFERRED, OFFCPU_START_UNSEEN */
-	__u32 _pad;
+	__u32 landing_ns;       /* from wake_ns to its enqueue (sched_wakeup), when both were seen:
+	                           the wakeup on its way to the wakee's CPU (see thread_state's
+	                           queued_ts); runnable only from then on. Capped at 2^32-1. */
 };
 
 /* Who ended the (non-preempted) waits of a folded run. */
@@ -447,7 +449,8 @@ struct folded_event {
 	__u32 waker_pid;
 	__u32 waker_tid;
 	__u32 waker_kind;       /* FOLD_WAKER_* */
-	__u32 _pad2;
+	__u32 landing_ns;       /* of the rest of ns, the time from their wakeups to their enqueues
+	                           (see offcpu_event); capped at 2^32-1 */
 };
 
 /* A thread's last switch: its context switch totals. Its state is then
@@ -521,6 +524,13 @@ struct thread_state {
 	__u64 irq_ns[2];
 	__u64 irq_wait_ns;
 	__u32 irq_count[2];
+	/* When the last wakeup put it on a run queue (sched_wakeup): from
+	 * then on it is runnable, as the kernel's run delay counts it. A
+	 * wakeup sent to another CPU lands there after sched_waking: on this
+	 * VM 30-70 us later when that CPU was idle. */
+	__u64 queued_ts;
+	__u64 short_land_ns;    /* the folded run's landing times (see folded_event) */
+	__u64 irq_land_ns;      /* the interrupts' run's */
 	/* Kernel-private: per slot, the user context and what it was (the
 	 * off-CPU state, or 1 for a wakeup and 2 for a request) of the last
 	 * stack sent, reused when it happens again from the same place. */

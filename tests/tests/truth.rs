@@ -145,6 +145,7 @@ fn stacks_end_where_threads_were_and_everything_lies_in_the_range() {
                         "forget_exec_mappings",
                         "on_sched_switch",
                         "on_sched_waking",
+                        "on_sched_wakeup",
                         "on_block_start",
                         "on_block_issue",
                         "on_block_merge",

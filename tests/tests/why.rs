@@ -179,20 +179,22 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
         ],
     );
     let off_cpu = n["off_cpu_ms"].as_f64().unwrap();
-    let (timer, queued, unseen) = (
+    let (timer, queued, landing, unseen) = (
         blamed(&n, Some(napper), &["timer"]),
         blamed(&n, Some(napper), &["runnable"]),
+        blamed(&n, Some(napper), &["waking its CPU"]),
         blamed(&n, Some(napper), &["unknown waker"]),
     );
     let run_delay_ms = f("napper_run_delay_ns") as f64 / 1e6;
     let late_ms = f("napper_late_ns") as f64 / 1e6;
     eprintln!(
-        "why: napper off-CPU {off_cpu:.1} ms: timer {timer:.1}, runnable {queued:.1}, no waker seen {unseen:.1} (its schedstat run delay {run_delay_ms:.1}, its naps {late_ms:.1} late); {}",
+        "why: napper off-CPU {off_cpu:.1} ms: timer {timer:.1}, runnable {queued:.1}, waking its CPU {landing:.1}, no waker seen {unseen:.1} (its schedstat run delay {run_delay_ms:.1}, its naps {late_ms:.1} late); {}",
         n["blame"]
     );
-    // Its timer and a CPU; beside a busy CPU a few of its waits end with no
-    // wakeup traced (their end inferred: 2 % seen), said as such.
-    let other = off_cpu - timer - queued - unseen;
+    // Its timer, its wakeups' landing and a CPU; beside a busy CPU a few of
+    // its waits end with no wakeup traced (their end inferred: 2 % seen),
+    // said as such.
+    let other = off_cpu - timer - queued - landing - unseen;
     // What is not its timer is its naps' lateness (the timer's expiry to
     // running again, by its own clock) at most: a woken napper can wait a
     // busy CPU's whole slice.
@@ -207,18 +209,20 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
     );
     let waits = n["waits"].as_f64().unwrap();
     let slack = (run_delay_ms * 0.25).max(2.0);
-    // sysprof times a wait's run delay from its waking. schedstat times it
-    // from its enqueue, which for a thread woken on another CPU comes after
-    // an interrupt between CPUs: beside a busy CPU on this VM, 37 us a wait
-    // more (8.3 ms in 226 naps). So schedstat is the floor (a wait whose
-    // wakeup went unseen holds its run delay too, not split out), and the
-    // ceiling is the naps' own lateness: a nap is woken no earlier than its
-    // timer expires, and runs again no later than it reads its clock. (Its
-    // rare preemptions, microseconds, are runnable time outside its naps:
-    // 1 ms is allowed for them.)
+    // sysprof times a wait's run delay from its enqueue, as schedstat does;
+    // before it, from the waking, the wakeup was landing on the napper's
+    // CPU (an interrupt between CPUs: beside a busy CPU on this VM, 37 us a
+    // wait, 8.3 ms in 226 naps, once counted as run delay). So schedstat
+    // bounds its run delay both ways (a wait whose wakeup went unseen holds
+    // its run delay too, not split out), and the naps' own lateness bounds
+    // both together: a nap is woken no earlier than its timer expires, and
+    // runs again no later than it reads its clock. (Its rare preemptions,
+    // microseconds, are runnable time outside its naps: 1 ms is allowed.)
     assert!(
-        queued + unseen >= run_delay_ms - slack && queued <= late_ms + 1.0,
-        "its run-queue delay {queued:.1} ms (and {unseen:.1} ms with no wakeup seen) in {waits} waits vs schedstat {run_delay_ms:.1} ms and its naps' lateness {late_ms:.1} ms"
+        queued + unseen >= run_delay_ms - slack
+            && queued <= run_delay_ms + slack + waits * 0.005
+            && queued + landing <= late_ms + 1.0,
+        "its run-queue delay {queued:.1} ms (its wakeups' landing {landing:.1} ms, {unseen:.1} ms with no wakeup seen) in {waits} waits vs schedstat {run_delay_ms:.1} ms and its naps' lateness {late_ms:.1} ms"
     );
 
     // What each waited on, by construction of the workload: the client
@@ -321,15 +325,25 @@ fn libc_minor(dev: u64) -> u64 {
 /// Check that a request's wait on a server's fdatasync is charged to the
 /// disk, at the default marker threshold, where most of the server's waits
 /// in its syncs are too short for a marker each (`syncserve`: 64 KiB
-/// written and synced per request, ~0.2 ms a sync here). Of the client's
-/// off-CPU time over its requests, `report --why CLIENT` must charge to
-/// I/O on the file's disk at least 80 % of the time the server itself
-/// spent off the CPU in its fdatasyncs (their wall time less its CPU time:
-/// every sync lies inside one of the client's waits), and the blame must
-/// sum to the client's off-CPU time. Those short waits came as runs per
-/// waker; the server's, woken by turns by the client (its next request)
-/// and by the disk's completions, were one run of "several wakers" (20 of
-/// 79 ms of the client's wait, 47 % of the sync time charged to the disk).
+/// written and synced per request, ~0.2 ms a sync here). Every sync lies
+/// inside one of the client's waits. Of the client's off-CPU time over its
+/// requests, `report --why CLIENT` must charge to I/O on the file's disk
+/// at least 80 % of the time the server was blocked in its fdatasyncs, and
+/// no more than all of its time off the CPU in them; the blame must sum to
+/// the client's off-CPU time.
+///
+/// The server's own clocks bound its blocked time: its syncs' wall time
+/// less its CPU time (CLOCK_THREAD_CPUTIME_ID) and less its run delay
+/// (schedstat), which is its "runnable", not the disk's; less, too, the
+/// VM's steal over the run (/proc/stat), which its CPU clock leaves out
+/// and a tracer sees as running: this I/O ping-pong wakes idle vCPUs
+/// hundreds of times a second, and the host's delay in running them came
+/// to 30 ms of a 140-ms run. Counted as the disk's, run delay and steal
+/// failed the bound (CI at 8f8823e: 85 of 119.6 ms). Those short waits
+/// came as runs per waker; the server's, woken by turns by the client (its
+/// next request) and by the disk's completions, were once one run of
+/// "several wakers" (20 of 79 ms of the client's wait, 47 % of the sync
+/// time charged to the disk).
 #[test]
 fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
     let test = "fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold";
@@ -349,6 +363,9 @@ fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
     let client = f("client");
     let sync_wait_ms = f("sync_wait_ns") as f64 / 1e6;
     let sync_ms = f("sync_ns") as f64 / 1e6;
+    let sync_run_delay_ms = f("sync_run_delay_ns") as f64 / 1e6;
+    let steal_ms = f("steal_ns") as f64 / 1e6;
+    let sync_blocked_ms = (sync_wait_ms - sync_run_delay_ms - steal_ms).max(0.0);
     let disk = disk_of(&data);
     let profile = Profile::load(&out_path);
     let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"]
@@ -382,7 +399,8 @@ fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
     let several = blamed(&r, None, &["several wakers"]);
     eprintln!(
         "why: client off-CPU {off_cpu:.1} ms, blame sums to {total:.1}; I/O on {disk} {on_disk:.1} ms, several wakers {several:.1}; \
-         the server's fdatasyncs {sync_ms:.1} ms, {sync_wait_ms:.1} of them off-CPU; blame {}",
+         the server's fdatasyncs {sync_ms:.1} ms, {sync_wait_ms:.1} of them off-CPU, {sync_run_delay_ms:.1} of those runnable, steal {steal_ms:.0}: \
+         blocked at least {sync_blocked_ms:.1}; blame {}",
         r["blame"]
     );
     assert!(
@@ -390,8 +408,13 @@ fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
         "every ms charged once: {total} of {off_cpu}"
     );
     assert!(
-        on_disk >= 0.8 * sync_wait_ms,
-        "{on_disk:.1} ms of the client's wait charged to {disk}, of the server's {sync_wait_ms:.1} ms off-CPU in fdatasync: {}",
+        on_disk >= 0.8 * sync_blocked_ms,
+        "{on_disk:.1} ms of the client's wait charged to {disk}, of the server's {sync_blocked_ms:.1} ms blocked in fdatasync: {}",
+        r["blame"]
+    );
+    assert!(
+        on_disk <= sync_wait_ms * 1.02,
+        "{on_disk:.1} ms of the client's wait charged to {disk}, more than the server's {sync_wait_ms:.1} ms off-CPU in fdatasync: {}",
         r["blame"]
     );
 }
@@ -636,13 +659,18 @@ fn run_queue_waits_are_charged_to_the_cpus_holder() {
 ///   server did while the client waited for it (its requests times their
 ///   CPU time: by construction inside the client's waits), and no more
 ///   than the server's own CPU time over the phase plus steal;
-/// - charge the client's own run queue no less than its schedstat says
-///   (sysprof times a run delay from the waking; schedstat from the
-///   enqueue, after the IPI that wakes its CPU) and no more than the time
-///   from the server's clock before each reply to the client's after it
-///   (which holds the wakeup, the wait for a CPU and both system calls)
-///   plus that schedstat (preemptions while it ran its loop: CI, beside
-///   a busy machine, 40.7 ms against replies' 35.4 and schedstat's 28.5);
+/// - charge the client's own run queue no less than its schedstat says,
+///   and that with its wakeups' landing (from the waking to the enqueue,
+///   after the IPI that wakes its CPU: "waking its CPU", 10 us a wait
+///   here) no more than the time from the server's clock before each
+///   reply to the client's after it (which holds the wakeup, the wait for
+///   a CPU and both system calls) plus that schedstat (preemptions while
+///   it ran its loop: CI, beside a busy machine, 40.7 ms against replies'
+///   35.4 and schedstat's 28.5);
+/// - charge the server's run queue and its wakeups' landing (a request
+///   reaching it) no more than, likewise, the time from the client's clock
+///   before each request to the server's after it plus the server's
+///   schedstat run delay;
 /// - leave at most 8 % to anything else ("several wakers" where the
 ///   kernel's runs mixed wakers, cycles).
 #[test]
@@ -693,12 +721,16 @@ fn short_round_trips_are_charged_to_the_server() {
             .map(|b| b["ms"].as_f64().unwrap())
             .sum();
         let own_queue = blamed(&r, Some(client), &["runnable"]);
+        let landing = blamed(&r, Some(client), &["waking its CPU"]);
         let running = blamed(&r, Some(server), &["running"]);
         let server_queue = blamed(&r, Some(server), &["runnable"]);
-        let rest = off_cpu - own_queue - running - server_queue;
+        let server_landing = blamed(&r, Some(server), &["waking its CPU"]);
+        let (server_woken_ms, server_delay_ms) =
+            (in_ms("server_woken_ns"), in_ms("server_run_delay_ns"));
+        let rest = off_cpu - own_queue - landing - running - server_queue - server_landing;
         eprintln!(
             "why {phase}: client off-CPU {off_cpu:.1} ms (its own clocks {client_wait_ms:.1}, steal {steal_ms:.0}) in {} waits: server running {running:.1} \
-             (computed {computed_ms:.1}, its CPU {server_cpu_ms:.1}), server runnable {server_queue:.1}, client runnable {own_queue:.1} (schedstat {client_delay_ms:.1}, reply to running {client_woken_ms:.1}), \
+             (computed {computed_ms:.1}, its CPU {server_cpu_ms:.1}), server runnable {server_queue:.1} and waking its CPU {server_landing:.1} (request to running {server_woken_ms:.1}, schedstat {server_delay_ms:.1}), client runnable {own_queue:.1} (schedstat {client_delay_ms:.1}, reply to running {client_woken_ms:.1}), waking its CPU {landing:.1}, \
              rest {rest:.1}; blame {}",
             r["waits"],
             r["blame"]
@@ -719,8 +751,13 @@ fn short_round_trips_are_charged_to_the_server() {
         );
         let slack = (client_delay_ms * 0.25).max(2.0);
         assert!(
-            own_queue >= client_delay_ms - slack && own_queue <= (client_woken_ms + client_delay_ms) * 1.05 + 1.0,
-            "{phase}: the client's run queue {own_queue:.1} ms vs its schedstat {client_delay_ms:.1} ms and its replies' {client_woken_ms:.1} ms to running"
+            own_queue >= client_delay_ms - slack
+                && own_queue + landing <= (client_woken_ms + client_delay_ms) * 1.05 + 1.0,
+            "{phase}: the client's run queue {own_queue:.1} ms (its wakeups' landing {landing:.1}) vs its schedstat {client_delay_ms:.1} ms and its replies' {client_woken_ms:.1} ms to running"
+        );
+        assert!(
+            server_queue + server_landing <= (server_woken_ms + server_delay_ms) * 1.05 + 1.0,
+            "{phase}: the server's run queue {server_queue:.1} ms and its wakeups' landing {server_landing:.1} vs its requests' {server_woken_ms:.1} ms to running and its schedstat {server_delay_ms:.1}"
         );
         assert!(
             rest <= off_cpu * 0.08,

@@ -17,7 +17,10 @@
  * and a little of the two system calls; the server sends its clock as the
  * reply), "pN_server_cpu_ns=" (the server's own CPU time
  * over the phase, from before it reads the first request to after it
- * writes the last reply), "pN_steal_ns=" (the machine's steal time over
+ * writes the last reply), "pN_server_woken_ns=" (as the client's, from the
+ * client's clock just before it writes each request, sent as the request,
+ * to the server's just after its read returns), "pN_server_run_delay_ns="
+ * (the server's run-queue delay over the phase, from its schedstat), "pN_steal_ns=" (the machine's steal time over
  * the client's loop, all CPUs, from /proc/stat: time a vCPU was runnable
  * but not run by the host, which the client's CPU clock leaves out while
  * its thread was on the CPU), and "client=TID", "server=TID".
@@ -81,28 +84,31 @@ int main(int argc, char **argv)
 	long n[2] = { argc > 1 ? atol(argv[1]) : 10000, argc > 3 ? atol(argv[3]) : 1000 };
 	long us[2] = { argc > 2 ? atol(argv[2]) : 20, argc > 4 ? atol(argv[4]) : 300 };
 	int req[2], rep[2], told[2];
-	char b = 0;
 
 	if (pipe(req) || pipe(rep) || pipe(told))
 		return 1;
 	pid_t server = fork();
 	if (server == 0) {
-		long long cpu[2];
+		/* Per phase: CPU time, woken-to-running, run delay. */
+		long long told_back[6] = { 0 };
 		printf("server=%ld\n", (long)syscall(SYS_gettid));
 		fflush(stdout);
 		for (int p = 0; p < 2; p++) {
-			long long c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+			long long c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), d0 = run_delay_ns();
 			for (long i = 0; i < n[p]; i++) {
-				if (read(req[0], &b, 1) != 1)
+				long long asked;
+				if (read(req[0], &asked, sizeof(asked)) != sizeof(asked))
 					return 1;
+				told_back[2 + p] += clock_ns(CLOCK_MONOTONIC) - asked;
 				compute(us[p]);
 				long long sent = clock_ns(CLOCK_MONOTONIC);
 				if (write(rep[1], &sent, sizeof(sent)) != sizeof(sent))
 					return 1;
 			}
-			cpu[p] = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+			told_back[p] = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+			told_back[4 + p] = run_delay_ns() - d0;
 		}
-		if (write(told[1], cpu, sizeof(cpu)) != sizeof(cpu))
+		if (write(told[1], told_back, sizeof(told_back)) != sizeof(told_back))
 			return 1;
 		return 0;
 	}
@@ -112,8 +118,9 @@ int main(int argc, char **argv)
 		long long d0 = run_delay_ns(), s0 = steal_ns();
 		long long w0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 		for (long i = 0; i < n[p]; i++) {
-			long long sent;
-			if (write(req[1], &b, 1) != 1 || read(rep[0], &sent, sizeof(sent)) != sizeof(sent))
+			long long sent, asked = clock_ns(CLOCK_MONOTONIC);
+			if (write(req[1], &asked, sizeof(asked)) != sizeof(asked) ||
+			    read(rep[0], &sent, sizeof(sent)) != sizeof(sent))
 				return 1;
 			woken[p] += clock_ns(CLOCK_MONOTONIC) - sent;
 		}
@@ -124,14 +131,16 @@ int main(int argc, char **argv)
 		delay[p] = run_delay_ns() - d0;
 		steal[p] = steal_ns() - s0;
 	}
-	long long cpu[2];
-	if (read(told[0], cpu, sizeof(cpu)) != sizeof(cpu))
+	long long told_back[6];
+	if (read(told[0], told_back, sizeof(told_back)) != sizeof(told_back))
 		return 1;
 	waitpid(server, NULL, 0);
 	for (int p = 0; p < 2; p++) {
 		printf("p%d_steal_ns=%lld\np%d_client_woken_ns=%lld\n", p + 1, steal[p], p + 1, woken[p]);
 		printf("p%d_t0_ns=%lld\np%d_t1_ns=%lld\np%d_client_wait_ns=%lld\np%d_client_run_delay_ns=%lld\np%d_server_cpu_ns=%lld\n", p + 1,
-		       t[p][0], p + 1, t[p][1], p + 1, wait[p], p + 1, delay[p], p + 1, cpu[p]);
+		       t[p][0], p + 1, t[p][1], p + 1, wait[p], p + 1, delay[p], p + 1, told_back[p]);
+		printf("p%d_server_woken_ns=%lld\np%d_server_run_delay_ns=%lld\n", p + 1, told_back[2 + p], p + 1,
+		       told_back[4 + p]);
 	}
 	return 0;
 }

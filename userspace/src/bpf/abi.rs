@@ -402,8 +402,9 @@ pub struct OffCpuEvent {
     pub waker_comm: [u8; TASK_COMM_LEN],
     /// `OFFCPU_END_INFERRED`.
     pub flags: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// From `wake_ns` to the wakee's enqueue, ns, when both were seen: the
+    /// wakeup on its way to the wakee's CPU; runnable only after it.
+    pub landing_ns: u32,
 }
 
 /// `struct folded_event`: a thread's short off-CPU intervals, summed per reason.
@@ -435,8 +436,9 @@ pub struct FoldedEvent {
     pub waker_tid: u32,
     /// `FOLD_WAKER_*`.
     pub waker_kind: u32,
-    /// Padding.
-    pub _pad2: u32,
+    /// Of the rest of `ns`, the time from their wakeups to their
+    /// enqueues, ns (see [`OffCpuEvent::landing_ns`]).
+    pub landing_ns: u32,
 }
 
 /// `struct thread_end_event`: a thread's last switch.
@@ -554,8 +556,28 @@ pub struct ThreadState {
     pub irq_wait_ns: u64,
     /// Their counts.
     pub irq_count: [u32; 2],
+    /// When the last wakeup put it on a run queue, ns (`sched_wakeup`).
+    pub queued_ts: u64,
+    /// The folded run's landing times, ns.
+    pub short_land_ns: u64,
+    /// The interrupts' run's.
+    pub irq_land_ns: u64,
     /// Kernel-private: the last stack sent per slot.
     pub cache: [StackCache; STACK_SLOTS],
+}
+
+impl ThreadState {
+    /// For the interval open since `off_ts`, woken at `wake_ts`, up to
+    /// `end`: how long its wakeup took to land on a run queue, ns, when its
+    /// enqueue was seen (sched.bpf.c `landing`); else 0.
+    pub fn landing(&self, end: u64) -> u64 {
+        let (q, w) = (self.queued_ts, self.wake_ts);
+        if w < self.off_ts || w > end || q < w || q < self.off_ts || q > end {
+            0
+        } else {
+            q - w
+        }
+    }
 }
 
 /// `struct stack_cache`: kernel-private.

@@ -570,6 +570,7 @@ impl Tracer {
         if opts.off_cpu {
             wanted.push(("on_sched_switch", &["sched_switch"]));
             wanted.push(("on_sched_waking", &["sched_waking"]));
+            wanted.push(("on_sched_wakeup", &["sched_wakeup"]));
         }
         if opts.io {
             // block_io_start exists since 6.5; before, a request is first

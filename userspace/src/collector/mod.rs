@@ -721,6 +721,7 @@ impl Collector {
             start_ns,
             end_ns: e.end_ns,
             wake_ns: e.wake_ns,
+            landing_ns: e.landing_ns as u64,
             pid: e.pid,
             tid: e.tid,
             cpu_out: e.cpu_out,
@@ -773,6 +774,7 @@ impl Collector {
             ns: e.ns,
             count: e.count.iter().sum(),
             wait_ns: e.wait_ns,
+            landing_ns: e.landing_ns as u64,
             waker,
         });
     }
@@ -812,7 +814,7 @@ impl Collector {
                     waker_pid: st.short_waker_pid,
                     waker_tid: st.short_waker_tid,
                     waker_kind: st.short_waker_kind,
-                    _pad2: 0,
+                    landing_ns: st.short_land_ns.min(u32::MAX as u64) as u32,
                 });
             }
             if st.irq_count.iter().any(|&c| c > 0) {
@@ -830,7 +832,7 @@ impl Collector {
                     waker_pid: 0,
                     waker_tid: 0,
                     waker_kind: abi::FOLD_WAKER_IRQ,
-                    _pad2: 0,
+                    landing_ns: st.irq_land_ns.min(u32::MAX as u64) as u32,
                 });
             }
             if st.off_ts != 0 && st.off_ts < end_ns {
@@ -852,7 +854,11 @@ impl Collector {
                     comm: [0; TASK_COMM_LEN],
                     waker_comm: st.waker_comm,
                     flags: st.off_flags,
-                    _pad: 0,
+                    landing_ns: if waker {
+                        st.landing(end_ns).min(u32::MAX as u64) as u32
+                    } else {
+                        0
+                    },
                 });
             }
         }

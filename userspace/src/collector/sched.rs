@@ -22,6 +22,8 @@ pub(super) struct OffCpuRecord {
     pub start_ns: u64,
     pub end_ns: u64,
     pub wake_ns: u64,
+    /// From `wake_ns` to the enqueue, when seen: runnable only after it.
+    pub landing_ns: u64,
     pub pid: u32,
     pub tid: u32,
     pub cpu_out: u32,
@@ -47,6 +49,8 @@ pub(super) struct FoldedRecord {
     pub count: u32,
     /// Of `ns`, the time before the wakeups.
     pub wait_ns: u64,
+    /// Of the rest, the time from the wakeups to their enqueues.
+    pub landing_ns: u64,
     pub waker: ShortWaker,
 }
 
@@ -60,6 +64,7 @@ pub(super) struct ShortRun {
     count: u32,
     off_cpu_ns: u64,
     waited_ns: u64,
+    landing_ns: u64,
     waker: ShortWaker,
 }
 
@@ -110,14 +115,14 @@ impl Replay<'_> {
         data.off_cpu.stack.push(stack);
         data.off_cpu.duration_ns.push(duration);
         if duration >= marker_min_ns {
-            // Runnable from its wakeup, or from the start when preempted;
-            // a sleep whose wakeup was not seen has no known delay (CI's
-            // -a runs showed "run delays" of whole sleeps still going at
-            // the end, 0.45 s on an idle machine).
+            // Runnable from its wakeup's enqueue, or from the start when
+            // preempted; a sleep whose wakeup was not seen has no known
+            // delay (CI's -a runs showed "run delays" of whole sleeps
+            // still going at the end, 0.45 s on an idle machine).
             let runnable_since = match (e.wake_ns, e.reason) {
                 (0, OffCpuReason::Preempted) => Some(e.start_ns),
                 (0, _) => None,
-                (wake, _) => Some(wake),
+                (wake, _) => Some(wake + e.landing_ns),
             };
             let (waker, waker_stack) = match waker {
                 Some((w, s)) => (Some(w), s),
@@ -128,6 +133,7 @@ impl Replay<'_> {
                 end_ns: e.end_ns,
                 reason: e.reason,
                 run_delay_ns: runnable_since.map(|since| e.end_ns.saturating_sub(since)),
+                landing_ns: if e.wake_ns == 0 { 0 } else { e.landing_ns },
                 waker,
                 cpus: (e.cpu_out, e.cpu_in),
                 waker_stack,
@@ -164,6 +170,10 @@ impl Replay<'_> {
                     count: 1,
                     off_cpu_ns: duration,
                     waited_ns: waited,
+                    landing_ns: match (e.reason, e.wake_ns) {
+                        (OffCpuReason::Preempted, _) | (_, 0) => 0,
+                        _ => e.landing_ns.min(duration - waited),
+                    },
                     waker: short_waker,
                 },
             );
@@ -186,6 +196,7 @@ impl Replay<'_> {
                 run.count += w.count;
                 run.off_cpu_ns += w.off_cpu_ns;
                 run.waited_ns += w.waited_ns;
+                run.landing_ns += w.landing_ns;
                 return;
             }
             let done = *run;
@@ -204,6 +215,7 @@ impl Replay<'_> {
                 count: r.count,
                 off_cpu_ns: r.off_cpu_ns,
                 waited_ns: r.waited_ns,
+                landing_ns: r.landing_ns,
                 waker: r.waker,
             });
     }
@@ -247,6 +259,7 @@ impl Replay<'_> {
                     count: e.count,
                     off_cpu_ns,
                     waited_ns: e.wait_ns.min(off_cpu_ns),
+                    landing_ns: e.landing_ns.min(off_cpu_ns - e.wait_ns.min(off_cpu_ns)),
                     waker: e.waker,
                 },
             );

@@ -136,7 +136,7 @@ fn off_cpu(pid: u32, tid: u32, state: u32, start: u64, end: u64, stack_id: u64) 
         comm: *b"sleeper\0\0\0\0\0\0\0\0\0",
         waker_comm: [0; TASK_COMM_LEN],
         flags: 0,
-        _pad: 0,
+        landing_ns: 0,
     }
 }
 
@@ -457,7 +457,7 @@ fn short_waits_keep_their_reason() {
         waker_pid: 60,
         waker_tid: 61,
         waker_kind: abi::FOLD_WAKER_TASK,
-        _pad2: 0,
+        landing_ns: 0,
     });
     let r = c.finish_window(range(0, 1000));
     let t = thread(&r, 50, 51);
@@ -497,6 +497,7 @@ fn short_waits_keep_their_reason() {
             count: 7,
             off_cpu_ns: 500,
             waited_ns: 150,
+            landing_ns: 0,
             waker: ShortWaker::Task { pid: 60, tid: 61 }
         }]
     );
@@ -524,7 +525,7 @@ fn the_wakers_of_short_waits_are_named() {
         waker_pid: waker_tid,
         waker_tid,
         waker_kind: abi::FOLD_WAKER_TASK,
-        _pad2: 0,
+        landing_ns: 0,
     };
     c.handle_folded(&folded(51, me));
     // A pid above the kernel's limit: no such task.
@@ -556,7 +557,7 @@ fn a_run_of_short_waits_starts_no_earlier_than_the_range() {
         waker_pid: 60,
         waker_tid: 61,
         waker_kind: abi::FOLD_WAKER_TASK,
-        _pad2: 0,
+        landing_ns: 0,
     });
     let r = c.finish_window(range(3_000_000, 10_000_000));
     let t = thread(&r, 50, 51);
@@ -568,6 +569,7 @@ fn a_run_of_short_waits_starts_no_earlier_than_the_range() {
             count: 20,
             off_cpu_ns: 400_000,
             waited_ns: 200_000,
+            landing_ns: 0,
             waker: ShortWaker::Task { pid: 60, tid: 61 }
         }]
     );
@@ -576,6 +578,50 @@ fn a_run_of_short_waits_starts_no_earlier_than_the_range() {
 /// Check that waits the kernel sent but too short for a marker are summed
 /// per thread and waker: one run per waker, each its own even when wakers
 /// take turns, preemptions (no waker) apart.
+/// Check a wakeup's landing (from its sending to its enqueue): a marker's
+/// run delay counts from the enqueue, as the kernel's does, and the marker
+/// and a run of short waits keep the landing apart.
+#[test]
+fn a_wakeups_landing_is_kept_apart_from_the_run_delay() {
+    let mut c = collector(PidFilter::All);
+    let wait = |start: u64, end: u64, wake: u64, landing: u32| {
+        let mut e = off_cpu(50, 51, abi::OFFCPU_SLEEPING, start, end, 0);
+        (e.wake_ns, e.waker_pid, e.waker_tid, e.landing_ns) = (wake, 60, 61, landing);
+        e.flags |= abi::OFFCPU_WAKER_TASK;
+        e
+    };
+    // 4 ms: woken at 3, on a run queue at 3.5, running at 5.
+    c.handle_offcpu(&wait(1_000_000, 5_000_000, 3_000_000, 500_000));
+    // Two 0.5-ms waits, woken at 0.3 ms, landing 0.05 ms later.
+    for t in [10_000_000u64, 11_000_000] {
+        c.handle_offcpu(&wait(t, t + 500_000, t + 300_000, 50_000));
+    }
+    let r = c.finish_window(range(0, 100_000_000));
+    let got: Vec<(Option<u64>, u64)> = thread(&r, 50, 51)
+        .markers
+        .iter()
+        .filter_map(|m| match m {
+            MarkerRecord::OffCpu {
+                run_delay_ns,
+                landing_ns,
+                ..
+            } => Some((*run_delay_ns, *landing_ns)),
+            MarkerRecord::ShortWaits {
+                off_cpu_ns,
+                waited_ns,
+                landing_ns,
+                ..
+            } => Some((Some(off_cpu_ns - waited_ns - landing_ns), *landing_ns)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [(Some(1_500_000), 500_000), (Some(300_000), 100_000)],
+        "(run delay, landing) of the marker, then of the short waits' run"
+    );
+}
+
 #[test]
 fn waits_under_the_marker_threshold_are_summed_per_waker() {
     let mut c = collector(PidFilter::All);

@@ -149,6 +149,7 @@ impl Collector {
                 let kept = (f.last_ns - floor) as f64 / (f.last_ns - f.first_ns) as f64;
                 f.ns = f.ns.map(|ns| (ns as f64 * kept) as u64);
                 f.wait_ns = (f.wait_ns as f64 * kept) as u64;
+                f.landing_ns = (f.landing_ns as f64 * kept) as u64;
                 f.count = (f.count as f64 * kept).ceil() as u32;
                 f.first_ns = floor;
             }

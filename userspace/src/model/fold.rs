@@ -190,6 +190,7 @@ impl Group {
                     count,
                     off_cpu_ns,
                     waited_ns,
+                    landing_ns,
                     waker,
                 } = m
                 else {
@@ -204,6 +205,7 @@ impl Group {
                             count: c,
                             off_cpu_ns: o,
                             waited_ns: w,
+                            landing_ns: l,
                             ..
                         } = &mut into.markers[j]
                         {
@@ -212,6 +214,7 @@ impl Group {
                             *c = c.saturating_add(count);
                             *o += off_cpu_ns;
                             *w += waited_ns;
+                            *l += landing_ns;
                         }
                     }
                     None => {
@@ -349,6 +352,7 @@ mod tests {
                 count: 3,
                 off_cpu_ns: 200_000,
                 waited_ns: 150_000,
+                landing_ns: 0,
                 waker,
             });
             assert!(f.add(p).is_none());

@@ -519,10 +519,12 @@ fn clip_marker(m: &mut MarkerRecord, start: u64, end: u64) -> bool {
         MarkerRecord::ShortWaits {
             off_cpu_ns,
             waited_ns,
+            landing_ns,
             ..
         } if kept < 1.0 => {
             *off_cpu_ns = (*off_cpu_ns as f64 * kept) as u64;
             *waited_ns = (*waited_ns as f64 * kept) as u64;
+            *landing_ns = (*landing_ns as f64 * kept) as u64;
         }
         _ => {}
     }

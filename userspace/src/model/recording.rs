@@ -312,6 +312,12 @@ pub enum MarkerRecord {
         /// not known: no wakeup was seen (it came before the wait was
         /// traced, or the thread still slept when the recording ended).
         run_delay_ns: Option<u64>,
+        /// Before that delay, from the wakeup to its enqueue on the run
+        /// queue, ns (0: not seen): the wakeup on its way to an idle CPU
+        /// (on a VM, the host running that vCPU again). Neither waited for
+        /// the waker nor runnable: the kernel counts run delay from the
+        /// enqueue.
+        landing_ns: u64,
         /// Who woke it, if a wakeup was seen.
         waker: Option<Waker>,
         /// CPU it left and CPU it came back on.
@@ -356,6 +362,9 @@ pub enum MarkerRecord {
         /// Of it, the time before their wakeups, ns; the rest was
         /// runnable (preemptions, and run-queue delay after the wakeups).
         waited_ns: u64,
+        /// Of the rest, the time their wakeups took to land on a run
+        /// queue, ns (see `OffCpu`'s `landing_ns`).
+        landing_ns: u64,
         /// Who woke them.
         waker: ShortWaker,
     },

@@ -40,9 +40,9 @@ pub(super) fn build_markers(
             _ => None,
         })
         .collect();
-    let ended_by = |start: u64, end: u64, run_delay: Option<u64>| -> Option<String> {
+    let ended_by = |start: u64, end: u64, run_delay: Option<u64>, landing: u64| -> Option<String> {
         // Woken at the request's completion: the last one in flight then.
-        let wake = end.saturating_sub(run_delay.unwrap_or(0));
+        let wake = end.saturating_sub(run_delay.unwrap_or(0) + landing);
         let (_, _, i) = requests
             .iter()
             .filter(|(s, d, _)| *s < wake && *d >= start && *d <= wake)
@@ -74,6 +74,7 @@ pub(super) fn build_markers(
                 end_ns,
                 reason,
                 run_delay_ns,
+                landing_ns,
                 waker,
                 cpus,
                 waker_stack,
@@ -90,6 +91,7 @@ pub(super) fn build_markers(
                 MarkerData::OffCpu {
                     reason: reason.label(),
                     run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
+                    wakeup_landing: (*landing_ns > 0).then(|| *landing_ns as f64 / 1e6),
                     waker: waker.as_ref().map(|w| w.label()),
                     // An interrupt has no waker task: the task it interrupted is in the label.
                     waker_pid: waker
@@ -115,7 +117,7 @@ pub(super) fn build_markers(
                     request: waker
                         .as_ref()
                         .filter(|w| w.interrupt.is_some())
-                        .and_then(|_| ended_by(*start_ns, *end_ns, *run_delay_ns)),
+                        .and_then(|_| ended_by(*start_ns, *end_ns, *run_delay_ns, *landing_ns)),
                     cause: cause(waker_stack),
                 },
             ),
@@ -162,6 +164,7 @@ pub(super) fn build_markers(
                 count,
                 off_cpu_ns,
                 waited_ns,
+                landing_ns,
                 waker,
             } => (
                 // One name, so the Marker Chart draws them on one row (it
@@ -174,6 +177,7 @@ pub(super) fn build_markers(
                     count: *count,
                     off_cpu: *off_cpu_ns as f64 / 1e6,
                     waited: (*waited_ns > 0).then(|| *waited_ns as f64 / 1e6),
+                    landing: (*landing_ns > 0).then(|| *landing_ns as f64 / 1e6),
                     // By name where the recording knows it, as long waits' wakers.
                     waker: match waker {
                         ShortWaker::Task { pid, tid } => match rec.waker_names.get(tid) {
@@ -333,11 +337,12 @@ pub(super) fn marker_schema() -> serde_json::Value {
             "chartLabel": "{marker.data.reason}",
             "tooltipLabel": "Off-CPU: {marker.data.reason}, woken by {marker.data.waker}",
             "tableLabel": "{marker.data.reason}, woken by {marker.data.waker}, run delay {marker.data.runDelay}",
-            "description": "A thread not running: why, who woke it, how long it then waited for a CPU. Colored by what ended it: blue another thread, orange blocked (I/O, mostly), green an interrupt (a timer, a device), red waiting for a CPU, grey not seen",
+            "description": "A thread not running: why, who woke it, how long its wakeup took to reach a run queue (an idle CPU's wakeup; on a VM, the host running that CPU again), how long it then waited for a CPU. Colored by what ended it: blue another thread, orange blocked (I/O, mostly), green an interrupt (a timer, a device), red waiting for a CPU, grey not seen",
             "colorField": "color",
             "fields": [
                 { "key": "reason", "label": "Reason", "format": "string" },
                 { "key": "waitedOn", "label": "Waited on", "format": "string" },
+                { "key": "wakeupLanding", "label": "Wakeup to run queue", "format": "duration" },
                 { "key": "runDelay", "label": "Run-queue delay", "format": "duration" },
                 { "key": "waker", "label": "Woken by", "format": "string" },
                 { "key": "wakerPid", "label": "Waker", "format": "pid" },
@@ -361,6 +366,7 @@ pub(super) fn marker_schema() -> serde_json::Value {
                 { "key": "count", "label": "Waits", "format": "integer" },
                 { "key": "offCpu", "label": "Off-CPU", "format": "duration" },
                 { "key": "waited", "label": "Before the wakeups", "format": "duration" },
+                { "key": "landing", "label": "Wakeups to run queue", "format": "duration" },
                 { "key": "waker", "label": "Woken by", "format": "string" },
                 { "key": "wakerPid", "label": "Waker", "format": "pid" },
                 { "key": "wakerTid", "label": "Waker thread", "format": "tid" },

@@ -335,6 +335,10 @@ pub enum MarkerData {
         reason: &'static str,
         #[serde(skip_serializing_if = "Option::is_none", default)]
         run_delay: Option<f64>,
+        /// Before the run delay, from the wakeup to its enqueue, ms: the
+        /// wakeup on its way to the wakee's CPU (left out where not seen).
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        wakeup_landing: Option<f64>,
         /// None where no wakeup was seen (a preempted thread is not woken):
         /// the field is left out rather than shown empty. Profiles written
         /// before say "—".
@@ -376,6 +380,10 @@ pub enum MarkerData {
         /// Of it, before their wakeups, ms (left out where none: preempted waits).
         #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
         waited: Option<f64>,
+        /// Of the rest, the time their wakeups took to reach a run queue,
+        /// ms (left out where none was seen).
+        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+        landing: Option<f64>,
         #[serde(skip_deserializing)]
         waker: String,
         /// A string, as `OffCpu`'s.

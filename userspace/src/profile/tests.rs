@@ -434,6 +434,7 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
         end_ns: 27_500_000,
         reason: OffCpuReason::Sleeping,
         run_delay_ns: Some(50_000),
+        landing_ns: 0,
         waker: Some(Waker {
             pid: 7,
             tid: 8,
@@ -529,6 +530,7 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
         end_ns: 5_000_000,
         reason: OffCpuReason::Blocked,
         run_delay_ns: Some(100_000),
+        landing_ns: 0,
         waker: irq,
         cpus: (0, 0),
         waker_stack: None,
@@ -544,6 +546,7 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
         end_ns: 9_000_000,
         reason: OffCpuReason::Sleeping,
         run_delay_ns: Some(0),
+        landing_ns: 0,
         waker: task,
         cpus: (0, 0),
         waker_stack: None,
@@ -554,6 +557,7 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
         count: 30,
         off_cpu_ns: 900_000,
         waited_ns: 600_000,
+        landing_ns: 0,
         waker: ShortWaker::Task { pid: 7, tid: 8 },
     });
     // Its waker by name, as a long wait's: the recording knows it.
@@ -640,6 +644,7 @@ fn full_recording() -> Recording {
         end_ns: 27_500_000,
         reason: OffCpuReason::Sleeping,
         run_delay_ns: Some(50_000),
+        landing_ns: 0,
         waker: Some(Waker {
             pid: 7,
             tid: 8,
@@ -654,6 +659,7 @@ fn full_recording() -> Recording {
         end_ns: 1_300_000,
         reason: OffCpuReason::Sleeping,
         run_delay_ns: None,
+        landing_ns: 0,
         waker: Some(Waker {
             pid: 9,
             tid: 9,
@@ -668,6 +674,7 @@ fn full_recording() -> Recording {
         end_ns: 1_260_000,
         reason: OffCpuReason::Sleeping,
         run_delay_ns: None,
+        landing_ns: 0,
         waker: None,
         cpus: (0, 0),
         waker_stack: None,
@@ -702,6 +709,7 @@ fn full_recording() -> Recording {
         count: 12,
         off_cpu_ns: 360_000,
         waited_ns: 300_000,
+        landing_ns: 0,
         waker: ShortWaker::Task { pid: 9, tid: 9 },
     });
     t.markers.push(MarkerRecord::ShortWaits {
@@ -710,6 +718,7 @@ fn full_recording() -> Recording {
         count: 2,
         off_cpu_ns: 20_000,
         waited_ns: 20_000,
+        landing_ns: 0,
         waker: ShortWaker::Interrupt,
     });
     let thread = |tid: u32, name: &str| ThreadRecord {
@@ -1260,6 +1269,7 @@ fn tooltips_leave_out_empty_fields() {
     let off = serde_json::to_value(MarkerData::OffCpu {
         reason: "preempted (runnable)",
         run_delay: Some(1.0),
+        wakeup_landing: None,
         waker: None,
         waker_pid: None,
         waker_tid: None,
@@ -1289,6 +1299,7 @@ fn tooltips_leave_out_empty_fields() {
         count: 3,
         off_cpu: 0.3,
         waited: None,
+        landing: None,
         waker: "preempted".into(),
         waker_pid: None,
         waker_tid: None,

@@ -17,8 +17,16 @@
 //! profile, a cycle, or a chain deeper than [`MAX_DEPTH`] ends at what is
 //! known. Every piece of T's waiting lands in exactly one row.
 //!
-//! A thread's run-queue delay (from its wakeup, or its preemption, to when
-//! it ran) is charged to whoever held the CPU it waited for meanwhile, as
+//! Between the wakeup (sent by the waker) and T's enqueue on a run queue,
+//! the wakeup was on its way to T's CPU: an idle CPU waking to an
+//! interrupt, on a VM the host running that vCPU again. Neither the waker
+//! nor a run queue held T then (the kernel's run delay starts at the
+//! enqueue): "waking its CPU", T's own. Charged to the waker, it was the
+//! waker's running (a round-trip server's 700 ms against its 629 ms of CPU
+//! time); as run delay, three times what T's schedstat counts.
+//!
+//! A thread's run-queue delay (from its wakeup's enqueue, or its
+//! preemption, to when it ran) is charged to whoever held the CPU it waited for meanwhile, as
 //! the profile's per-CPU tracks show them (`record -a` writes them; sample
 //! resolution), each by its overlap: "holding its CPU". A track's slice runs
 //! from a thread's first sample on the CPU to an interval past its last;
@@ -58,8 +66,13 @@ struct Wait {
     start: f64,
     end: f64,
     reason: String,
-    /// When it was woken: `end` less its run-queue delay.
+    /// When it was woken (the wakeup sent): `end` less its run-queue delay
+    /// and its wakeup's landing.
     wake: f64,
+    /// When that wakeup put it on a run queue: `end` less its run-queue
+    /// delay. Between the two the wakeup was on its way to the thread's
+    /// CPU (an idle one waking; on a VM, the host running it again).
+    queued: f64,
     waker_tid: Option<u32>,
     /// "task", "hard IRQ", "softirq", or None when no waker was seen.
     context: Option<String>,
@@ -87,6 +100,8 @@ struct ShortRun {
     off_cpu: f64,
     /// Of it, the time before their wakeups, ms.
     waited: f64,
+    /// Of the rest, the time their wakeups took to land on a run queue, ms.
+    landing: f64,
     waker_tid: Option<u32>,
     /// "task", "interrupt", "several", "not seen" or "none".
     context: String,
@@ -120,7 +135,8 @@ pub struct Culprit {
     /// The thread whose running, run queue, wait or request it was.
     pub tid: u32,
     /// "running", "runnable", "holding its CPU" (the thread that ran on
-    /// the CPU a runnable one waited for), "I/O", "timer", "softirq", "interrupt" (a
+    /// the CPU a runnable one waited for), "waking its CPU" (its wakeup on
+    /// the way to its run queue: an idle CPU waking), "I/O", "timer", "softirq", "interrupt" (a
     /// short wait's: timer or device), "several wakers", "unknown waker",
     /// "waiting (cycle)", "waiting (chain too deep)".
     pub what: &'static str,
@@ -322,9 +338,12 @@ impl Threads {
             self.charge_queue(tid, w.cpu_out, a, b, &mut put);
             return;
         }
-        // Woken at `wake`; runnable from then until it ran.
-        let wake = w.wake.clamp(a, b);
-        self.charge_queue(tid, w.cpu_in, wake, b, &mut put);
+        // Woken at `wake`, on a run queue from `queued`, runnable from
+        // then until it ran; in between its wakeup was landing.
+        let queued = w.queued.clamp(a, b);
+        let wake = w.wake.clamp(a, queued);
+        self.charge_queue(tid, w.cpu_in, queued, b, &mut put);
+        put("waking its CPU", tid, None, queued - wake);
         let (a, b) = (a, wake);
         if a >= b {
             return;
@@ -581,6 +600,7 @@ impl Threads {
             }
         };
         let waited = r.waited.min(r.off_cpu) * share;
+        let landing = r.landing.min(r.off_cpu - r.waited.min(r.off_cpu)) * share;
         if r.context == "task" && r.waker_tid.is_some_and(|w| w != tid && chain.contains(&w)) {
             // Woken by a thread already on the chain: this thread's waits
             // and its run delays after them took turns with that thread's
@@ -593,7 +613,8 @@ impl Threads {
             );
             return;
         }
-        self.charge_queue_spread(tid, a, b, r.off_cpu * share - waited, &mut put);
+        self.charge_queue_spread(tid, a, b, r.off_cpu * share - waited - landing, &mut put);
+        put("waking its CPU", tid, None, landing);
         if waited <= 0.0 {
             return;
         }
@@ -804,7 +825,10 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts) {
                     (r, Some(on)) => format!("{} on {on}", r.unwrap_or("other")),
                     (r, None) => r.unwrap_or("other").to_string(),
                 },
-                wake: e - d["runDelay"].as_f64().unwrap_or(0.0),
+                wake: e
+                    - d["runDelay"].as_f64().unwrap_or(0.0)
+                    - d["wakeupLanding"].as_f64().unwrap_or(0.0).max(0.0),
+                queued: e - d["runDelay"].as_f64().unwrap_or(0.0),
                 waker_tid: d["wakerTid"].as_u64().map(|t| t as u32),
                 context: d["wakerContext"].as_str().map(str::to_string),
                 cpu_out: d["cpuOut"].as_u64().map(|c| c as u32),
@@ -821,6 +845,7 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts) {
                 count: d["count"].as_f64().unwrap_or(0.0),
                 off_cpu: d["offCpu"].as_f64().unwrap_or(0.0).max(0.0),
                 waited: d["waited"].as_f64().unwrap_or(0.0).max(0.0),
+                landing: d["landing"].as_f64().unwrap_or(0.0).max(0.0),
                 waker_tid: d["wakerTid"].as_u64().map(|t| t as u32),
                 context: d["wakerContext"].as_str().unwrap_or("not seen").to_string(),
             }),
@@ -1010,6 +1035,31 @@ mod tests {
             "{:?}",
             why.blame
         );
+    }
+
+    /// Check a wakeup's landing: a client woken by a server at 8 ms whose
+    /// wakeup reached its run queue at 9 (and ran at 10), and a run of
+    /// short waits with 0.2 ms of landing, charge that time to the client's
+    /// "waking its CPU", not to the server's running (what it did while
+    /// the wakeup landed) nor to the client's run queue.
+    #[test]
+    fn a_wakeups_landing_is_the_wakees_own() {
+        let mut woken = off("sleeping", 1.0, Some(2), Some("task"));
+        woken["wakeupLanding"] = 1.0.into();
+        let short = serde_json::json!({ "type": "ShortWaits", "count": 4, "offCpu": 1.0,
+            "waited": 0.5, "landing": 0.2, "wakerTid": 2, "wakerContext": "task" });
+        let profile = serde_json::json!({
+            "meta": { "categories": [] },
+            "threads": [
+                thread(1, 1, "client", vec![(0.0, 10.0, woken), (20.0, 30.0, short)]),
+                thread(1, 2, "server", vec![]),
+            ],
+        });
+        let why = Threads::read(&profile).why(&[1], 0.0, 100.0, 5);
+        assert_charged(&why, 1, "waking its CPU", 1.2);
+        assert_charged(&why, 2, "running", 8.0 + 0.5);
+        assert_charged(&why, 1, "runnable", 1.0 + 0.3);
+        assert!((why.off_cpu_ms - 11.0).abs() < 1e-9, "{}", why.off_cpu_ms);
     }
 
     /// Check the run queue: a thread preempted on CPU 1 for 10-30 ms and

@@ -134,6 +134,7 @@ impl From<MarkerRecord> for StoredMarker {
                 end_ns,
                 reason,
                 run_delay_ns,
+                landing_ns,
                 waker,
                 cpus,
                 waker_stack,
@@ -146,7 +147,9 @@ impl From<MarkerRecord> for StoredMarker {
                     OffCpuReason::Blocked => StoredOffCpuReason::Blocked,
                     OffCpuReason::Other => StoredOffCpuReason::Other,
                 },
-                run_delay_ns,
+                // Format 4 has no place for a wakeup's landing: it is kept
+                // in the run delay, as before sysprof told them apart.
+                run_delay_ns: run_delay_ns.map(|d| d + landing_ns),
                 waker: waker.map(|w| StoredWaker {
                     pid: w.pid,
                     tid: w.tid,
@@ -216,6 +219,7 @@ impl From<MarkerRecord> for StoredMarker {
                 count,
                 off_cpu_ns,
                 waited_ns,
+                landing_ns: _,
                 waker,
             } => StoredMarker::ShortWaits {
                 start_ns,
@@ -449,6 +453,7 @@ impl StoredMarker {
                     StoredOffCpuReason::Other => OffCpuReason::Other,
                 },
                 run_delay_ns,
+                landing_ns: 0,
                 waker: waker.map(|w| Waker {
                     pid: w.pid,
                     tid: w.tid,
@@ -525,6 +530,7 @@ impl StoredMarker {
                 count,
                 off_cpu_ns,
                 waited_ns,
+                landing_ns: 0,
                 waker: match waker {
                     StoredShortWaker::Nobody => ShortWaker::Nobody,
                     StoredShortWaker::Unseen => ShortWaker::Unseen,

@@ -69,6 +69,7 @@ pub(crate) fn sample_recording(start_ns: u64) -> Recording {
                     end_ns: start_ns + 2_000_000,
                     reason: OffCpuReason::Sleeping,
                     run_delay_ns: Some(4000),
+                    landing_ns: 0,
                     waker: None,
                     cpus: (0, 1),
                     waker_stack: Some(b),
@@ -161,6 +162,7 @@ pub(crate) fn fixture_recording() -> Recording {
         end_ns: start_ns + 30_000_000,
         reason: OffCpuReason::Blocked,
         run_delay_ns: None,
+        landing_ns: 0,
         waker: Some(Waker {
             pid: 9,
             tid: 10,
@@ -184,6 +186,7 @@ pub(crate) fn fixture_recording() -> Recording {
             end_ns: s + 500_000,
             reason,
             run_delay_ns: Some(7_000),
+            landing_ns: 0,
             waker: Some(Waker {
                 pid: 0,
                 tid: 0,
@@ -479,6 +482,7 @@ fn short_waits_round_trip() {
             count: 40 + i as u32,
             off_cpu_ns: 300_000,
             waited_ns: 120_000,
+            landing_ns: 0,
             waker,
         });
     }
