@@ -1034,12 +1034,14 @@ static __always_inline void flush_folded_irq(__u32 tid, struct thread_state *t)
 	e->waker_tid = 0;
 	e->waker_kind = FOLD_WAKER_IRQ;
 	e->landing_ns = cap_u32(t->irq_land_ns);
+	e->stack_id = t->irq_stack_id;
 	t->irq_ns[0] = 0;
 	t->irq_ns[1] = 0;
 	t->irq_count[0] = 0;
 	t->irq_count[1] = 0;
 	t->irq_wait_ns = 0;
 	t->irq_land_ns = 0;
+	t->irq_stack_id = 0;
 	bpf_ringbuf_submit(e, submit_flags());
 }
 
@@ -1078,10 +1080,12 @@ static __always_inline void flush_folded(__u32 tid, struct thread_state *t)
 	e->waker_tid = t->short_waker_tid;
 	e->waker_kind = t->short_waker_kind;
 	e->landing_ns = cap_u32(t->short_land_ns);
+	e->stack_id = t->short_stack_id;
 	t->short_first = 0;
 	t->short_last = 0;
 	t->short_wait_ns = 0;
 	t->short_land_ns = 0;
+	t->short_stack_id = 0;
 	t->short_waker_pid = 0;
 	t->short_waker_tid = 0;
 	t->short_waker_kind = FOLD_WAKER_UNSET;
@@ -1109,6 +1113,15 @@ __noinline int fold_short(__u32 tid, struct thread_state *t, __u64 end)
 		if (kind == FOLD_WAKER_IRQ && (reason == OFFCPU_SLEEPING || reason == OFFCPU_BLOCKED)) {
 			__u32 slot = (reason - OFFCPU_SLEEPING) & 1;
 
+			/* One place per run, as one waker: see the task run's below. */
+			if ((t->irq_count[0] || t->irq_count[1]) && t->irq_stack_id != t->stack_id) {
+				if (t->irq_ns[0] + t->irq_ns[1] >= fold_waker_min_ns)
+					flush_folded_irq(tid, t);
+				if (t->irq_count[0] || t->irq_count[1])
+					t->irq_stack_id = 0;
+			}
+			if (!t->irq_count[0] && !t->irq_count[1])
+				t->irq_stack_id = t->stack_id;
 			t->irq_ns[slot] += delta;
 			t->irq_count[slot] += 1;
 			t->irq_wait_ns += t->wake_ts - t->off_ts;
@@ -1140,6 +1153,27 @@ __noinline int fold_short(__u32 tid, struct thread_state *t, __u64 end)
 			t->short_waker_tid = waker_tid;
 			t->short_waker_pid = kind == FOLD_WAKER_TASK ? t->waker_pid : 0;
 		}
+		/* Its waits keep the place they left the CPU from while they
+		 * all left from one: a run of at least fold_waker_min_ns is sent
+		 * when a wait from another place comes, a shorter one loses its
+		 * place (0). Without it, every wait under offcpu_min_ns was
+		 * "[short off-CPU waits: no stack]" in the profile: half of `ls
+		 * -R`'s. Preemptions do not count: they come from anywhere. */
+		__u64 waits_ns = t->short_ns[OFFCPU_SLEEPING] + t->short_ns[OFFCPU_BLOCKED] + t->short_ns[OFFCPU_OTHER];
+		bool waits = t->short_count[OFFCPU_SLEEPING] || t->short_count[OFFCPU_BLOCKED] ||
+			     t->short_count[OFFCPU_OTHER];
+
+		if (waits && t->short_stack_id != t->stack_id) {
+			if (waits_ns >= fold_waker_min_ns) {
+				flush_folded(tid, t);
+				waits = t->short_count[OFFCPU_SLEEPING] || t->short_count[OFFCPU_BLOCKED] ||
+					t->short_count[OFFCPU_OTHER];
+			}
+			if (waits)
+				t->short_stack_id = 0;
+		}
+		if (!waits)
+			t->short_stack_id = t->stack_id;
 		t->short_wait_ns += woken ? t->wake_ts - t->off_ts : delta;
 		t->short_land_ns += landing(t, end);
 	}

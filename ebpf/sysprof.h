@@ -451,6 +451,8 @@ struct folded_event {
 	__u32 waker_kind;       /* FOLD_WAKER_* */
 	__u32 landing_ns;       /* of the rest of ns, the time from their wakeups to their enqueues
 	                           (see offcpu_event); capped at 2^32-1 */
+	__u64 stack_id;         /* stack_event of tid where its waits (not its preemptions) left the
+	                           CPU, when they all left from one place; 0: several, or none */
 };
 
 /* A thread's last switch: its context switch totals. Its state is then
@@ -531,6 +533,8 @@ struct thread_state {
 	__u64 queued_ts;
 	__u64 short_land_ns;    /* the folded run's landing times (see folded_event) */
 	__u64 irq_land_ns;      /* the interrupts' run's */
+	__u64 short_stack_id;   /* the folded run's place (see folded_event's stack_id) */
+	__u64 irq_stack_id;     /* the interrupts' run's */
 	/* Kernel-private: per slot, the user context and what it was (the
 	 * off-CPU state, or 1 for a wakeup and 2 for a request) of the last
 	 * stack sent, reused when it happens again from the same place. */

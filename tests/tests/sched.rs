@@ -725,6 +725,67 @@ fn woken_threads_run_delay_matches_their_schedstat() {
     );
 }
 
+/// Check that waits too short to be sent one by one (under 0.1 ms: the
+/// kernel sums them) keep the stack they left the CPU with: the client of
+/// `roundtrips` (3,000 round trips with a server process that computes
+/// 20 us each) waits only in its read(2) of the reply, so at least 90 % of
+/// its off-CPU time over its loop that is no preemption must be under a
+/// stack through its `main` and the kernel's read path, none of it under
+/// "[short off-CPU waits: no stack]" but what came from several places.
+/// Before, all of it was there (the kernel's folded sums carried no stack).
+#[test]
+fn short_waits_keep_the_stack_they_left_from() {
+    if !can_record("short_waits_keep_the_stack_they_left_from") {
+        return;
+    }
+    let dir = scratch("short-waits-stack");
+    let exe = build_c("roundtrips", &dir.join("roundtrips"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let out = record(
+        &["--", exe.to_str().unwrap(), "3000", "20", "10", "300"],
+        &out_path,
+    );
+    assert_success(&out);
+    let f = |k: &str| field(&out.stdout, k).unwrap_or_else(|| panic!("roundtrips printed no {k}"));
+    let client = f("client");
+    let profile = Profile::load(&out_path);
+    let start_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_u64()
+        .unwrap();
+    let ms = |t_ns: u64| (t_ns as f64 - start_ns as f64) / 1e6;
+    let (lo, hi) = (ms(f("p1_t0_ns")), ms(f("p1_t1_ns")));
+    let t = profile
+        .threads()
+        .into_iter()
+        .find(|t| t.tid() == client)
+        .expect("the client's track");
+    let cats = profile.categories();
+    let (mut waits, mut placed, mut unplaced) = (0.0, 0.0, 0.0);
+    for ((s, w), at) in t.stacks(&cats).iter().zip(t.weights()).zip(t.times()) {
+        let leaf = leaf(s);
+        if !leaf.starts_with("[off-CPU") || leaf.contains("preempted") || at < lo || at > hi {
+            continue;
+        }
+        waits += w;
+        let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
+        if names.contains(&"main") && names.iter().any(|n| n.contains("read")) {
+            placed += w;
+        }
+        if names.contains(&"[short off-CPU waits: no stack]") {
+            unplaced += w;
+        }
+    }
+    eprintln!(
+        "client: {waits:.1} ms of waits over its loop, {placed:.1} under main's read, {unplaced:.1} with no stack; {}",
+        stats_line(&out)
+    );
+    assert!(waits >= 50.0, "3,000 round trips wait: {waits:.1} ms");
+    assert!(
+        placed >= 0.9 * waits,
+        "{placed:.1} of {waits:.1} ms of the client's short waits under its read ({unplaced:.1} with no stack)"
+    );
+}
+
 /// Off-CPU samples, I/O markers, off-CPU markers and the weight type of the
 /// reading thread in a recording of 100 O_DIRECT reads from `disk`, each
 /// after a 2 ms sleep, with `flags`.

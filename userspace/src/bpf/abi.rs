@@ -439,6 +439,9 @@ pub struct FoldedEvent {
     /// Of the rest of `ns`, the time from their wakeups to their
     /// enqueues, ns (see [`OffCpuEvent::landing_ns`]).
     pub landing_ns: u32,
+    /// Stack record of `tid` where its waits (not its preemptions) left
+    /// the CPU, when they all left from one place; 0: several, or none.
+    pub stack_id: u64,
 }
 
 /// `struct thread_end_event`: a thread's last switch.
@@ -562,6 +565,10 @@ pub struct ThreadState {
     pub short_land_ns: u64,
     /// The interrupts' run's.
     pub irq_land_ns: u64,
+    /// The folded run's place (see [`FoldedEvent::stack_id`]).
+    pub short_stack_id: u64,
+    /// The interrupts' run's.
+    pub irq_stack_id: u64,
     /// Kernel-private: the last stack sent per slot.
     pub cache: [StackCache; STACK_SLOTS],
 }

@@ -766,7 +766,15 @@ impl Collector {
             abi::FOLD_WAKER_UNSEEN => ShortWaker::Unseen,
             _ => ShortWaker::Nobody,
         };
+        // Where its waits left the CPU, when one place (a kept stack; one
+        // no longer kept is counted and drawn as such).
+        let stack = if e.stack_id != 0 {
+            self.stack_ref(e.pid, e.tid, e.stack_id)
+        } else {
+            NO_PARENT
+        };
         self.window.folded.push(FoldedRecord {
+            stack,
             pid: e.pid,
             tid: e.tid,
             first_ns: e.first_ns,
@@ -815,6 +823,7 @@ impl Collector {
                     waker_tid: st.short_waker_tid,
                     waker_kind: st.short_waker_kind,
                     landing_ns: st.short_land_ns.min(u32::MAX as u64) as u32,
+                    stack_id: st.short_stack_id,
                 });
             }
             if st.irq_count.iter().any(|&c| c > 0) {
@@ -833,6 +842,7 @@ impl Collector {
                     waker_tid: 0,
                     waker_kind: abi::FOLD_WAKER_IRQ,
                     landing_ns: st.irq_land_ns.min(u32::MAX as u64) as u32,
+                    stack_id: st.irq_stack_id,
                 });
             }
             if st.off_ts != 0 && st.off_ts < end_ns {

@@ -52,6 +52,9 @@ pub(super) struct FoldedRecord {
     /// Of the rest, the time from the wakeups to their enqueues.
     pub landing_ns: u64,
     pub waker: ShortWaker,
+    /// Where its waits (not its preemptions) left the CPU, when they all
+    /// left from one place (raw node; NO_PARENT: several, or not known).
+    pub stack: NodeIndex,
 }
 
 /// Waits longer than the kernel folds but shorter than a marker, of one
@@ -229,19 +232,23 @@ impl Replay<'_> {
         }
     }
 
-    pub(super) fn folded(&mut self, e: &FoldedRecord) {
+    pub(super) fn folded(&mut self, w: &WindowData, e: &FoldedRecord) {
         if !self.table.tracks(e.pid) {
             return;
         }
+        let place = (e.stack != NO_PARENT).then(|| self.resolve_raw(w, e.pid, e.stack));
         for (reason, &ns) in e.ns.iter().enumerate() {
             if ns == 0 {
                 continue;
             }
-            let root = self.pseudo(NO_PARENT, PseudoFrame::ShortWaits);
-            let leaf = self.pseudo(
-                root,
-                PseudoFrame::OffCpu(OffCpuReason::from_abi(reason as u32)),
-            );
+            let reason = OffCpuReason::from_abi(reason as u32);
+            // The waits under the stack they left from; preemptions (from
+            // anywhere) and waits from several places under a pseudo root.
+            let parent = match place {
+                Some(node) if reason != OffCpuReason::Preempted => node,
+                _ => self.pseudo(NO_PARENT, PseudoFrame::ShortWaits),
+            };
+            let leaf = self.pseudo(parent, PseudoFrame::OffCpu(reason));
             let data = self.thread(e.pid, e.tid);
             data.off_cpu.time_ns.push(e.last_ns);
             data.off_cpu.stack.push(leaf);

@@ -458,6 +458,7 @@ fn short_waits_keep_their_reason() {
         waker_tid: 61,
         waker_kind: abi::FOLD_WAKER_TASK,
         landing_ns: 0,
+        stack_id: 0,
     });
     let r = c.finish_window(range(0, 1000));
     let t = thread(&r, 50, 51);
@@ -503,6 +504,61 @@ fn short_waits_keep_their_reason() {
     );
 }
 
+/// Check that folded short waits from one place are drawn under that
+/// place's stack (read(2) here), each reason its leaf, while their
+/// preemptions (which come from anywhere) stay under the pseudo root.
+#[test]
+fn short_waits_from_one_place_keep_its_stack() {
+    let mut c = collector(PidFilter::All);
+    let read = 0xffff_ffff_8170_0010;
+    stack_record(&mut c, 50, 51, 1 << 12, &[], &[0xffff_ffff_8110_0410, read]);
+    c.handle_folded(&FoldedEvent {
+        kind: abi::RECORD_FOLDED,
+        pid: 50,
+        tid: 51,
+        _pad: 0,
+        first_ns: 10,
+        last_ns: 900,
+        ns: [300, 200, 100, 0],
+        count: [3, 4, 1, 0],
+        wait_ns: 150,
+        waker_pid: 60,
+        waker_tid: 61,
+        waker_kind: abi::FOLD_WAKER_TASK,
+        landing_ns: 0,
+        stack_id: 1 << 12,
+    });
+    let r = c.finish_window(range(0, 1000));
+    let t = thread(&r, 50, 51);
+    let mut got: Vec<(Vec<String>, u64)> = t
+        .off_cpu
+        .stack
+        .iter()
+        .zip(&t.off_cpu.duration_ns)
+        .map(|(&s, &d)| (names(&r, s), d))
+        .collect();
+    got.sort();
+    let leaf = |reason: &str| format!("[off-CPU: {reason}]");
+    let mut by_leaf: Vec<(String, bool, u64)> = got
+        .iter()
+        .map(|(n, d)| {
+            let under_read = n.iter().any(|f| f == "ksys_read");
+            (n.last().cloned().unwrap_or_default(), under_read, *d)
+        })
+        .collect();
+    by_leaf.sort();
+    assert_eq!(
+        by_leaf,
+        vec![
+            (leaf("blocked, uninterruptible (I/O)"), true, 100),
+            (leaf("preempted, waiting for a CPU"), false, 300),
+            (leaf("sleeping"), true, 200),
+        ],
+        "{got:?}"
+    );
+    assert_eq!(r.stats.stacks_not_kept, 0);
+}
+
 /// Check that the wakers of short waits are named: one that is no thread
 /// of the recording (here this test's own process, outside the filter) by
 /// its `/proc/TID/comm`, one that woke a long wait by the comm its record
@@ -526,6 +582,7 @@ fn the_wakers_of_short_waits_are_named() {
         waker_tid,
         waker_kind: abi::FOLD_WAKER_TASK,
         landing_ns: 0,
+        stack_id: 0,
     };
     c.handle_folded(&folded(51, me));
     // A pid above the kernel's limit: no such task.
@@ -558,6 +615,7 @@ fn a_run_of_short_waits_starts_no_earlier_than_the_range() {
         waker_tid: 61,
         waker_kind: abi::FOLD_WAKER_TASK,
         landing_ns: 0,
+        stack_id: 0,
     });
     let r = c.finish_window(range(3_000_000, 10_000_000));
     let t = thread(&r, 50, 51);

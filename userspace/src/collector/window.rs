@@ -173,7 +173,7 @@ impl Collector {
                     replay.off_cpu(&w, &w.off_cpu[i as usize], self.options.marker_min_ns)
                 }
                 ORDER_IO => replay.io(&w, &w.io[i as usize]),
-                _ => replay.folded(&w.folded[i as usize]),
+                _ => replay.folded(&w, &w.folded[i as usize]),
             }
         }
         for (e, b) in side {

@@ -39,12 +39,12 @@ fn abi_matches_c_header() {
             user_bp }
         struct offcpu_event = OffCpuEvent { kind, state, start_ns, end_ns, wake_ns, pid, tid, cpu_out, cpu_in, waker_pid,
             waker_tid, stack_id, waker_stack_id, comm, waker_comm, flags, landing_ns }
-        struct folded_event = FoldedEvent { kind, pid, tid, first_ns, last_ns, ns, count, wait_ns, waker_pid, waker_tid, waker_kind, landing_ns }
+        struct folded_event = FoldedEvent { kind, pid, tid, first_ns, last_ns, ns, count, wait_ns, waker_pid, waker_tid, waker_kind, landing_ns, stack_id }
         struct thread_end_event = ThreadEndEvent { kind, pid, tid, time_ns, voluntary, involuntary }
         struct blkio_event = IoEvent { kind, dev, sector, start_ns, issue_ns, done_ns, bytes, error, pid, tid, op, flags,
             stack_id, comm }
         struct thread_state = ThreadState { off_ts, voluntary, involuntary, short_ns, short_count, short_first, short_last,
-            pid, off_state, off_cpu, off_flags, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, short_wait_ns, short_waker_pid, short_waker_tid, short_waker_kind, waker_irq, wake_early, irq_ns, irq_wait_ns, irq_count, queued_ts, short_land_ns, irq_land_ns, cache }
+            pid, off_state, off_cpu, off_flags, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, short_wait_ns, short_waker_pid, short_waker_tid, short_waker_kind, waker_irq, wake_early, irq_ns, irq_wait_ns, irq_count, queued_ts, short_land_ns, irq_land_ns, short_stack_id, irq_stack_id, cache }
         struct stack_cache = StackCache { ip, sp, bp, id, what, context }
         ;
         consts { TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE, RECORD_OFFCPU, RECORD_IO, RECORD_STACK, RECORD_FOLDED,
