@@ -858,13 +858,16 @@ fn a_huge_error_answer_does_not_grow_the_agent() {
         .filter(|s| s.2 >= started)
         .count();
     let (status, stderr) = agent.stop_with(SIGTERM);
-    let (control_status, _) = control.stop_with(SIGTERM);
+    let (control_status, control_stderr) = control.stop_with(SIGTERM);
     let answers = sent.lock().unwrap().clone();
     eprintln!(
         "huge 429: agent peak {peak} KiB, control {control_peak} KiB; {} answers, bytes sent each {answers:?}; {stored} windows stored",
         answers.len()
     );
-    assert!(status.success() && control_status.success(), "{stderr}");
+    assert!(
+        status.success() && control_status.success(),
+        "agent ({status}): {stderr}\ncontrol agent ({control_status}): {control_stderr}"
+    );
     assert!(!answers.is_empty(), "the agent never asked the endpoint");
     assert!(
         stderr.contains("429") && !stderr.contains('\x1b'),

@@ -559,6 +559,63 @@ fn short_waits_from_one_place_keep_its_stack() {
     assert_eq!(r.stats.stacks_not_kept, 0);
 }
 
+/// Check that a run of folded waits reported after a window's end, carried
+/// into the next window, keeps its place's stack there (it was left
+/// pointing into the first window's stacks).
+#[test]
+fn folded_waits_carried_over_a_cut_keep_their_stack() {
+    let mut c = collector(PidFilter::All);
+    let read = 0xffff_ffff_8170_0010;
+    // Other stacks first, so the run's node is deep in this window's tree.
+    stack_record(
+        &mut c,
+        50,
+        52,
+        2 << 12,
+        &[],
+        &[0xffff_ffff_8110_0a10, 0xffff_ffff_8110_0910],
+    );
+    c.handle_offcpu(&off_cpu(50, 52, abi::OFFCPU_SLEEPING, 100, 900, 2 << 12));
+    stack_record(&mut c, 50, 51, 1 << 12, &[], &[0xffff_ffff_8110_0410, read]);
+    c.handle_folded(&FoldedEvent {
+        kind: abi::RECORD_FOLDED,
+        pid: 50,
+        tid: 51,
+        _pad: 0,
+        first_ns: 800,
+        last_ns: 1500,
+        ns: [0, 200, 0, 0],
+        count: [0, 4, 0, 0],
+        wait_ns: 150,
+        waker_pid: 60,
+        waker_tid: 61,
+        waker_kind: abi::FOLD_WAKER_TASK,
+        landing_ns: 0,
+        stack_id: 1 << 12,
+    });
+    // An agent's window: what ended after its cut is carried on.
+    let first = c.finish_window(WindowRange {
+        continuous: true,
+        ..range(0, 1000)
+    });
+    assert!(
+        first.processes.iter().all(|p| p
+            .threads
+            .iter()
+            .all(|t| t.tid != 51 || t.off_cpu.stack.is_empty())),
+        "reported after the cut: the next window's"
+    );
+    let r = c.finish_window(range(1000, 2000));
+    let t = thread(&r, 50, 51);
+    let got: Vec<Vec<String>> = t.off_cpu.stack.iter().map(|&s| names(&r, s)).collect();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].iter().any(|f| f == "ksys_read")
+            && got[0].last().is_some_and(|l| l == "[off-CPU: sleeping]"),
+        "{got:?}"
+    );
+}
+
 /// Check that the wakers of short waits are named: one that is no thread
 /// of the recording (here this test's own process, outside the filter) by
 /// its `/proc/TID/comm`, one that woke a long wait by the comm its record

@@ -450,7 +450,14 @@ pub(super) fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
         .into_iter()
         .partition(|f| f.last_ns <= end_ns);
     w.folded = keep;
-    next.folded = late;
+    for mut f in late {
+        // Its place's raw stack is this window's: the next one's instead
+        // (left as it was, a run carried over a cut indexed the next
+        // window's stacks with this one's node: an agent with 1-s windows
+        // died of it, out of bounds).
+        f.stack = move_node(&w.raw, &mut next, f.stack);
+        next.folded.push(f);
+    }
     let (keep, late): (Vec<_>, Vec<_>) = std::mem::take(&mut w.switch_totals)
         .into_iter()
         .partition(|e| e.time_ns <= end_ns);
