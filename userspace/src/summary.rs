@@ -79,7 +79,7 @@ pub fn stats_line(rec: &Recording) -> String {
     "stats: samples={} kept={} lost_samples={} kernel_stack_failures={} user_stack_failures={} handovers_skipped={} tracepoint_runs_missed={} \
          off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
          stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
-         python_frames_unnamed={} python_codes_replaced={} js_frames_unnamed={} tracer_bytes={} \
+         python_frames_unnamed={} python_codes_replaced={} js_frames_unnamed={} tracer_bytes={} samples_ring_peak={} events_ring_peak={} \
          unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
         st.samples,
         st.samples_kept,
@@ -106,6 +106,8 @@ pub fn stats_line(rec: &Recording) -> String {
         st.python_codes_replaced,
         st.js_frames_unnamed,
         st.tracer_bytes,
+        st.samples_ring_peak,
+        st.events_ring_peak,
         u.unwinds,
         u.reached_root,
         u.copy_exhausted,

@@ -60,7 +60,16 @@ impl Polling {
         rings: Duration::from_millis(20),
         sideband: Duration::from_millis(50),
         counters: Duration::from_millis(100),
-        ring_min_bytes: 8 << 20,
+        // The pump empties the rings every 20 ms or at 1/16 full: the most
+        // one read took (`-v`'s samples_ring_peak and events_ring_peak) in
+        // six recordings beside pgbench and beside an I/O storm was 0.29-
+        // 0.37 MiB of samples and 0.36-0.94 MiB of the tracer's records,
+        // once the tracer's ring went to the pump as it attached (it waited
+        // for the `/proc` snapshot before: 4.5-5.6 MiB) and the pump ran
+        // above the loaders (1.0-1.6 MiB in their first 0.2 s before). 4 MiB
+        // is four times the most; each ring's pages count twice in the
+        // resident set (the kernel maps them twice).
+        ring_min_bytes: 4 << 20,
         ring_seconds: 0.5,
         wakeup_divisor: 16,
     };
@@ -174,10 +183,12 @@ impl CaptureSession {
         // it is read every 10 ms while the sampler loads (no wakeups are
         // waited for), then by the pump.
         let startup_period = Duration::from_millis(10);
+        let mut startup_peaks = pump::RingPeaks::default();
         let rings = pump::Rings {
             samples: None,
             events: None,
             sideband: &mut sideband,
+            peaks: &mut startup_peaks,
         };
         // The verifier runs on the loading thread: beside a busy server at
         // nice 0 it waited its turn behind every runnable thread (0.9 s to
@@ -221,6 +232,7 @@ impl CaptureSession {
                     samples,
                     events: None,
                     sideband,
+                    peaks: pump::RingPeaks::default(),
                 },
                 pumped,
             )?);
@@ -244,6 +256,7 @@ impl CaptureSession {
             wakeup_divisor: opts.polling.wakeup_divisor,
             kernel_unwind: shared.as_ref().map(|d| d.path().to_path_buf()),
         });
+        let running_pump = running.as_ref();
         let rest = |collector: &mut Collector, sampler: &mut Sampler| {
             std::thread::scope(|scope| {
                 let tracer = tracer_opts.as_ref().map(|t| {
@@ -251,7 +264,24 @@ impl CaptureSession {
                         .name("sysprof-load".into())
                         .spawn_scoped(scope, || {
                             crate::sys::process::raise_thread_priority(LOAD_NICE);
-                            Tracer::start(t)
+                            // Attached, the tracer writes at once: its ring
+                            // goes to a running reader then, not after the
+                            // `/proc` snapshot and the tables below (0.5 s
+                            // and more beside pgbench, whose switches filled
+                            // 4.5-5 of the ring's 8 MiB meanwhile).
+                            let (tracer, ring) = Tracer::start(t)?;
+                            match running_pump {
+                                Some(pump) => {
+                                    pump.add_events(ring).map_err(|source| {
+                                        RecordError::RingPoll {
+                                            what: "the tracer's ring".into(),
+                                            source,
+                                        }
+                                    })?;
+                                    Ok((tracer, None))
+                                }
+                                None => Ok((tracer, Some(ring))),
+                            }
                         })
                 });
                 // The walker, while the tracer's programs are verified beside
@@ -283,7 +313,10 @@ impl CaptureSession {
                         })
                         .map(Some),
                     // No thread to spare: loaded here.
-                    Some(Err(_)) => tracer_opts.as_ref().map(Tracer::start).transpose(),
+                    Some(Err(_)) => tracer_opts
+                        .as_ref()
+                        .map(|t| Tracer::start(t).map(|(tracer, ring)| (tracer, Some(ring))))
+                        .transpose(),
                 };
                 match (loaded, &tracer_opts) {
                     // The kernel that refused the walker refuses the tracer's
@@ -293,7 +326,7 @@ impl CaptureSession {
                             kernel_unwind: None,
                             ..t.clone()
                         };
-                        Tracer::start(&copying).map(Some)
+                        Tracer::start(&copying).map(|(tracer, ring)| Some((tracer, Some(ring))))
                     }
                     (loaded, _) => loaded,
                 }
@@ -303,10 +336,12 @@ impl CaptureSession {
             None => rest(collector, &mut sampler),
             // Not sampling yet: the sideband is read meanwhile.
             Some((_, sideband, pumped)) => {
+                let mut peaks = pump::RingPeaks::default();
                 let rings = pump::Rings {
                     samples: None,
                     events: None,
                     sideband,
+                    peaks: &mut peaks,
                 };
                 let (tracer, more) =
                     pump::while_busy(rings, startup_period, PUMP_BUDGET_BYTES, || {
@@ -318,18 +353,9 @@ impl CaptureSession {
         };
         drop(shared);
         let (tracer, mut events) = match tracer? {
-            Some((tracer, events)) => (Some(tracer), Some(events)),
+            Some((tracer, events)) => (Some(tracer), events),
             None => (None, None),
         };
-        // Every program is loaded: their frames are in kallsyms now.
-        let kernel = match KernelSymbols::snapshot() {
-            Ok(k) => Arc::new(k),
-            Err(e) => {
-                collector.warn(format!("kernel frames stay unnamed: {e}"));
-                Arc::new(KernelSymbols::default())
-            }
-        };
-        collector.set_kernel_symbols(kernel);
         let pump = match (running, waiting) {
             (Some(pump), _) => {
                 if let Some(events) = events.take() {
@@ -348,6 +374,7 @@ impl CaptureSession {
                         samples,
                         events: events.take(),
                         sideband,
+                        peaks: pump::RingPeaks::default(),
                     },
                     pumped,
                 )?
@@ -357,6 +384,17 @@ impl CaptureSession {
         if tracer.is_some() {
             collector.tracing_started(crate::sys::clock::monotonic_ns());
         }
+        // Every program is loaded: their frames are in kallsyms now. Read
+        // once the pump has every ring: the snapshot takes 0.1-0.25 s beside
+        // pgbench, whose switches fill the tracer's ring by ~1 MiB in that.
+        let kernel = match KernelSymbols::snapshot() {
+            Ok(k) => Arc::new(k),
+            Err(e) => {
+                collector.warn(format!("kernel frames stay unnamed: {e}"));
+                Arc::new(KernelSymbols::default())
+            }
+        };
+        collector.set_kernel_symbols(kernel);
         let (start_wall_ms, start_ns) = anchor;
         Ok(CaptureSession {
             pump: Some(pump),
@@ -377,7 +415,7 @@ impl CaptureSession {
         collector: &mut Collector,
         cpus: &[u32],
     ) -> Result<LoadedSampler, RecordError> {
-        // `record`: half a second of samples from every CPU (at least 8 MiB,
+        // `record`: half a second of samples from every CPU (at least 4 MiB,
         // at most 256): the reader competes for the CPUs with what it
         // profiles, and a quarter second was lost to a busy machine's
         // scheduling (measured: 400-800 of 6000 samples lost with 8
@@ -607,6 +645,7 @@ impl CaptureSession {
             let (mut owned, mut pumped) = p.stop();
             owned.lend().read(&mut pumped, usize::MAX);
             sideband_losses = (owned.sideband.lost, owned.sideband.malformed);
+            collector.handle_ring_peaks(owned.peaks.samples, owned.peaks.events);
             self.hand(collector, pumped);
             rings = Some(owned);
         }
@@ -672,6 +711,9 @@ impl CaptureSession {
             .as_ref()
             .map(|p| p.sideband_losses())
             .unwrap_or_default();
+        if let Some(peaks) = self.pump.as_ref().map(|p| p.ring_peaks()) {
+            collector.handle_ring_peaks(peaks.samples, peaks.events);
+        }
         self.report_losses(collector, lost_samples, tracer_drops, sideband_losses);
         end_ns
     }

@@ -922,6 +922,13 @@ impl Collector {
         s.io_untracked += tracer.io_untracked;
         s.tracepoint_runs_missed += tracer.runs_missed;
     }
+
+    /// The most bytes one read took from the sample and tracer rings so far.
+    pub fn handle_ring_peaks(&mut self, samples: usize, events: usize) {
+        let s = &mut self.window.stats;
+        s.samples_ring_peak = s.samples_ring_peak.max(samples as u64);
+        s.events_ring_peak = s.events_ring_peak.max(events as u64);
+    }
 }
 
 #[cfg(test)]

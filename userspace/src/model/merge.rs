@@ -369,6 +369,8 @@ pub fn add_stats(into: &mut RecordingStats, s: &RecordingStats) {
     into.js_frames_unnamed += s.js_frames_unnamed;
     into.python_codes_replaced += s.python_codes_replaced;
     into.tracer_bytes += s.tracer_bytes;
+    into.samples_ring_peak = into.samples_ring_peak.max(s.samples_ring_peak);
+    into.events_ring_peak = into.events_ring_peak.max(s.events_ring_peak);
     into.tracepoint_runs_missed += s.tracepoint_runs_missed;
     into.lost_sideband += s.lost_sideband;
     into.malformed += s.malformed;

@@ -537,6 +537,11 @@ pub struct RecordingStats {
     /// Bytes of the tracer's records read (off-CPU, I/O, folded, stack
     /// records, thread ends): what its ring carried. Not kept by the store.
     pub tracer_bytes: u64,
+    /// The most bytes one read took from the sample ring, and from the
+    /// tracer's: how full each came to be, against its size. Not kept by
+    /// the store.
+    pub samples_ring_peak: u64,
+    pub events_ring_peak: u64,
     /// User stacks unwound with DWARF (dwarf mode).
     pub unwind: UnwindStats,
 }

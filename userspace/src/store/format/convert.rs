@@ -573,6 +573,8 @@ impl StoredStats {
             js_frames_unnamed: 0,
             python_codes_replaced: 0,
             tracer_bytes: 0,
+            samples_ring_peak: 0,
+            events_ring_peak: 0,
             tracepoint_runs_missed: 0,
             lost_sideband: self.lost_sideband,
             malformed: self.malformed,

@@ -316,6 +316,8 @@ pub(crate) fn fixture_recording() -> Recording {
         js_frames_unnamed: 0,
         python_codes_replaced: 0,
         tracer_bytes: 0,
+        samples_ring_peak: 0,
+        events_ring_peak: 0,
         unwind: UnwindStats {
             unwinds: 20,
             reached_root: 21,
