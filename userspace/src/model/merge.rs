@@ -41,7 +41,12 @@ pub struct Merger {
     /// The first window's (monotonic ns, wall ms): every time is on its clock.
     base: Option<(u64, f64)>,
     libs: FxHashMap<(String, Option<Vec<u8>>), u32>,
-    frames: FxHashMap<FrameRecord, u32>,
+    /// A merged frame's index by its hash: the frames themselves live once,
+    /// in `out.frames` (keyed by value, every frame and its names were held
+    /// twice: the map's key and the table's row).
+    frame_by_hash: FxHashMap<u64, u32>,
+    /// Frames whose hash an unequal frame had first (rare).
+    frame_by_value: FxHashMap<FrameRecord, u32>,
     processes: FxHashMap<(u32, Option<u64>), ProcessRecord>,
     counters: FxHashMap<(u32, String), CounterRecord>,
     cpu_tracks: std::collections::BTreeMap<u32, Vec<MarkerRecord>>,
@@ -89,7 +94,6 @@ impl Merger {
                     })
             })
             .collect();
-        let frames = &mut self.frames;
         let frame_map: Vec<u32> = w
             .frames
             .into_iter()
@@ -97,11 +101,7 @@ impl Merger {
                 if f.lib != NO_LIB {
                     f.lib = lib_map.get(f.lib as usize).copied().unwrap_or(NO_LIB);
                 }
-                let next = out.frames.len() as u32;
-                *frames.entry(f.clone()).or_insert_with(|| {
-                    out.frames.push(f);
-                    next
-                })
+                intern_frame(&mut self.frame_by_hash, &mut self.frame_by_value, &mut out.frames, f)
             })
             .collect();
         // Stacks: each node re-interned once (parents come first).
@@ -236,6 +236,37 @@ impl Merger {
         out.counters = counters;
         out.cpu_tracks = self.cpu_tracks.into_iter().collect();
         out
+    }
+}
+
+/// `f`'s index in `frames`, pushed there if no equal frame is: found by
+/// its hash, checked against the frame at that index.
+fn intern_frame(
+    by_hash: &mut FxHashMap<u64, u32>,
+    by_value: &mut FxHashMap<FrameRecord, u32>,
+    frames: &mut Vec<FrameRecord>,
+    f: FrameRecord,
+) -> u32 {
+    use std::hash::BuildHasher;
+    let hash = rustc_hash::FxBuildHasher.hash_one(&f);
+    let next = frames.len() as u32;
+    match by_hash.entry(hash) {
+        std::collections::hash_map::Entry::Vacant(v) => {
+            v.insert(next);
+            frames.push(f);
+            next
+        }
+        std::collections::hash_map::Entry::Occupied(o) if frames[*o.get() as usize] == f => {
+            *o.get()
+        }
+        std::collections::hash_map::Entry::Occupied(_) => match by_value.get(&f) {
+            Some(&i) => i,
+            None => {
+                by_value.insert(f.clone(), next);
+                frames.push(f);
+                next
+            }
+        },
     }
 }
 
@@ -562,6 +593,31 @@ mod tests {
             profiler: false,
             threads: vec![t],
         }
+    }
+
+    /// Check that a frame is found by its hash only when the frame at that
+    /// hash's index is equal: one whose hash another frame had first gets
+    /// a row of its own, found again by value; equal frames share one.
+    #[test]
+    fn frames_with_one_hash_stay_apart() {
+        use std::hash::BuildHasher;
+        let frame = |address: u64| FrameRecord {
+            lib: NO_LIB,
+            address,
+            kernel: false,
+            symbols: Default::default(),
+            pseudo: false,
+        };
+        let (mut by_hash, mut by_value, mut frames) =
+            (FxHashMap::default(), FxHashMap::default(), Vec::new());
+        assert_eq!(super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(1)), 0);
+        // A collision, made: frame 2's hash points at frame 1's row.
+        by_hash.insert(rustc_hash::FxBuildHasher.hash_one(frame(2)), 0);
+        assert_eq!(super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(2)), 1);
+        assert_eq!(super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(2)), 1);
+        assert_eq!(super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(1)), 0);
+        assert_eq!(super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(3)), 2);
+        assert_eq!(frames, vec![frame(1), frame(2), frame(3)]);
     }
 
     /// Check that clipping keeps a process that no sample caught but that
