@@ -2,8 +2,8 @@
 //!
 //! In: a [`Recording`](crate::model::recording::Recording) (the collector's output, which may grow a field or a
 //! counter at any time). Out: a [`StoredRecording`] that postcard encodes
-//! as segment format VERSION 3, followed by [`StoredAdditions`] (VERSION 4),
-//! and back, checked.
+//! as segment format VERSION 3, followed by [`StoredAdditions`] (VERSION 4)
+//! and [`StoredLandings`] (VERSION 5), and back, checked.
 //!
 //! Why separate types: postcard writes fields in declaration order with
 //! neither names nor a count, so a field added to the engine's structs
@@ -77,6 +77,63 @@ impl StoredAdditions {
                 Some(func) => func.start_line = Some(line),
                 None => return false,
             }
+        }
+        true
+    }
+}
+
+/// What VERSION 5 adds, encoded after the [`StoredAdditions`]: each
+/// wakeup's landing (`MarkerRecord::OffCpu`'s and `ShortWaits`' `landing_ns`:
+/// from the wakeup to its enqueue, the wakee's own, not run delay), in µs,
+/// one per such marker of every thread in order (processes, their threads,
+/// their markers). Before it, a stored marker's run delay held its landing
+/// and a short-wait run's landing was in its runnable rest; payloads
+/// without it decode so.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StoredLandings {
+    pub landing_us: Vec<u64>,
+}
+
+/// The landing of a marker that has one, as a mutable place.
+fn landing_of(m: &mut crate::model::recording::MarkerRecord) -> Option<&mut u64> {
+    use crate::model::recording::MarkerRecord;
+    match m {
+        MarkerRecord::OffCpu { landing_ns, .. } | MarkerRecord::ShortWaits { landing_ns, .. } => {
+            Some(landing_ns)
+        }
+        MarkerRecord::Io { .. } | MarkerRecord::OnCpu { .. } => None,
+    }
+}
+
+impl StoredLandings {
+    /// `rec`'s landings, in µs (rounded as the segment's times are).
+    pub fn of(rec: &mut crate::model::recording::Recording) -> StoredLandings {
+        let landing_us = rec
+            .processes
+            .iter_mut()
+            .flat_map(|p| p.threads.iter_mut())
+            .flat_map(|t| t.markers.iter_mut())
+            .filter_map(landing_of)
+            .map(|l| l.saturating_add(500) / 1000)
+            .collect();
+        StoredLandings { landing_us }
+    }
+
+    /// Put them into `rec`; false when their count is not its markers'
+    /// with a landing.
+    pub fn apply(self, rec: &mut crate::model::recording::Recording) -> bool {
+        let mut places: Vec<&mut u64> = rec
+            .processes
+            .iter_mut()
+            .flat_map(|p| p.threads.iter_mut())
+            .flat_map(|t| t.markers.iter_mut())
+            .filter_map(landing_of)
+            .collect();
+        if places.len() != self.landing_us.len() {
+            return false;
+        }
+        for (place, us) in places.iter_mut().zip(self.landing_us) {
+            **place = us.saturating_mul(1000);
         }
         true
     }

@@ -32,14 +32,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::format::{StoredAdditions, StoredMarker, StoredRecording};
+use super::format::{StoredAdditions, StoredLandings, StoredMarker, StoredRecording};
 use crate::model::recording::Recording;
 
 /// First bytes of every segment.
 pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
 /// The format version written: 4 is 3 followed, in the payload, by
-/// [`StoredAdditions`] (Python functions' first lines).
-pub const VERSION: u16 = 4;
+/// [`StoredAdditions`] (Python functions' first lines); 5 is 4 followed by
+/// [`StoredLandings`] (wakeups' landings, apart from run delay).
+pub const VERSION: u16 = 5;
 /// The oldest version read: 2's types are 3's less the `ShortWaits`
 /// marker, a variant added at the end, so 2's bytes decode as they are.
 pub const OLDEST_READ: u16 = 2;
@@ -153,11 +154,14 @@ pub fn encode(
     let samples = rec.sample_count();
     let processes = rec.processes.len() as u32;
     let lost = rec.stats.lost_total();
+    let mut rec = rec;
     let additions = StoredAdditions::of(&rec);
+    let landings = StoredLandings::of(&mut rec);
     let mut stored = StoredRecording::from(rec);
     times_to_deltas(&mut stored);
     let mut raw = postcard::to_stdvec(&stored).map_err(SegmentError::Encode)?;
     raw.extend(postcard::to_stdvec(&additions).map_err(SegmentError::Encode)?);
+    raw.extend(postcard::to_stdvec(&landings).map_err(SegmentError::Encode)?);
     let payload = zstd::bulk::compress(&raw, zlevel).map_err(SegmentError::Compress)?;
     let header = SegmentHeader {
         level,
@@ -245,9 +249,14 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
         .map_err(SegmentError::Decompress)?;
     let (mut stored, rest): (StoredRecording, &[u8]) =
         postcard::take_from_bytes(&raw).map_err(SegmentError::Payload)?;
-    let additions: StoredAdditions = match rest {
-        [] => StoredAdditions::default(),
-        rest => postcard::from_bytes(rest).map_err(SegmentError::Payload)?,
+    let (additions, rest): (StoredAdditions, &[u8]) = match rest {
+        [] => (StoredAdditions::default(), rest),
+        rest => postcard::take_from_bytes(rest).map_err(SegmentError::Payload)?,
+    };
+    // Before format 5 a marker's run delay held its landing: left so.
+    let landings: Option<StoredLandings> = match rest {
+        [] => None,
+        rest => Some(postcard::from_bytes(rest).map_err(SegmentError::Payload)?),
     };
     deltas_to_times(&mut stored)?;
     let mut rec = stored.into_model().ok_or(SegmentError::Inconsistent(
@@ -256,6 +265,11 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
     if !additions.apply(&mut rec) {
         return Err(SegmentError::Inconsistent(
             "a start line of a frame it does not have",
+        ));
+    }
+    if landings.is_some_and(|l| !l.apply(&mut rec)) {
+        return Err(SegmentError::Inconsistent(
+            "more or fewer landings than markers with one",
         ));
     }
     Ok((header, rec))

@@ -134,7 +134,7 @@ impl From<MarkerRecord> for StoredMarker {
                 end_ns,
                 reason,
                 run_delay_ns,
-                landing_ns,
+                landing_ns: _,
                 waker,
                 cpus,
                 waker_stack,
@@ -147,9 +147,8 @@ impl From<MarkerRecord> for StoredMarker {
                     OffCpuReason::Blocked => StoredOffCpuReason::Blocked,
                     OffCpuReason::Other => StoredOffCpuReason::Other,
                 },
-                // Format 4 has no place for a wakeup's landing: it is kept
-                // in the run delay, as before sysprof told them apart.
-                run_delay_ns: run_delay_ns.map(|d| d + landing_ns),
+                // The landing goes apart (`StoredLandings`, format 5).
+                run_delay_ns,
                 waker: waker.map(|w| StoredWaker {
                     pid: w.pid,
                     tid: w.tid,

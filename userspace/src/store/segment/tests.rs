@@ -346,7 +346,8 @@ pub(crate) fn fixture_span() -> WindowSpan {
 /// Check that the store's own types encode a recording without short
 /// waits or start lines to the very bytes the VERSION 2 code wrote
 /// (VERSION 3 only added a marker variant at the end; VERSION 4 the
-/// additions after the recording, here an empty list, one byte): the
+/// additions after the recording, here an empty list, one byte; VERSION 5
+/// the landings after them, here their count and a 0 for each): the
 /// fixture's header, and its payload once decompressed (zstd's output may change with its version;
 /// what it decompresses to may not). The fixture was written at commit
 /// c9f9c20 (postcard of the engine's `Recording`) by
@@ -358,7 +359,7 @@ fn stored_types_encode_as_version_2_did() {
     let (old_header, at) = decode_header(&old, old.len() as u64).unwrap();
     let (new_header, new_at) = decode_header(&new, new.len() as u64).unwrap();
     assert_eq!(new[..8], old[..8], "magic");
-    assert_eq!(new[8..10], 4u16.to_le_bytes(), "version");
+    assert_eq!(new[8..10], 5u16.to_le_bytes(), "version");
     assert_eq!(old[8..10], 2u16.to_le_bytes(), "the fixture's version");
     let raw = |b: &[u8], h: &SegmentHeader| zstd::bulk::decompress(b, h.raw_len as usize).unwrap();
     let (new_raw, old_raw) = (
@@ -366,14 +367,28 @@ fn stored_types_encode_as_version_2_did() {
         raw(&old[at..], &old_header),
     );
     assert_eq!(new_raw[..old_raw.len()], old_raw[..], "payload");
+    let with_landing = fixture_recording()
+        .processes
+        .iter()
+        .flat_map(|p| &p.threads)
+        .flat_map(|t| &t.markers)
+        .filter(|m| matches!(m, MarkerRecord::OffCpu { .. } | MarkerRecord::ShortWaits { .. }))
+        .count();
+    assert!((1..128).contains(&with_landing), "a one-byte count");
+    let mut tail = vec![0u8, with_landing as u8];
+    tail.extend(std::iter::repeat_n(0u8, with_landing));
     assert_eq!(
         new_raw[old_raw.len()..],
-        [0u8],
-        "the additions: no start lines"
+        tail[..],
+        "the additions (no start lines) and the landings (all 0)"
     );
     assert_eq!(
         (new_header.raw_len, new_header.samples, new_header.lost),
-        (old_header.raw_len + 1, old_header.samples, old_header.lost)
+        (
+            old_header.raw_len + tail.len() as u64,
+            old_header.samples,
+            old_header.lost
+        )
     );
     assert_eq!(new_header.windows, old_header.windows);
 }
@@ -432,9 +447,9 @@ fn version_2_fixture_still_decodes() {
 #[test]
 fn unknown_version_is_refused_by_version() {
     let mut bytes = fixture_bytes();
-    bytes[8..10].copy_from_slice(&5u16.to_le_bytes());
+    bytes[8..10].copy_from_slice(&6u16.to_le_bytes());
     let e = decode(&bytes).unwrap_err().to_string();
-    assert_eq!(e, "segment format version 5, this sysprof reads 2 to 4");
+    assert_eq!(e, "segment format version 6, this sysprof reads 2 to 5");
 }
 
 /// Check that Python functions' first lines (what tells two functions of
@@ -491,6 +506,62 @@ fn short_waits_round_trip() {
     let (_, bytes) = encode(rec.clone(), vec![fixture_span()], 0, 3).unwrap();
     let (_, back) = decode(&bytes).unwrap();
     assert_same(&back, &rec);
+}
+
+/// Check that wakeups' landings come back from a segment apart from the
+/// run delay, in µs (rounded as times are), for off-CPU markers and
+/// short-wait runs alike; and that landings that do not match the markers
+/// with one in number are refused.
+#[test]
+fn landings_round_trip_apart_from_run_delay() {
+    let mut rec = fixture_recording();
+    let markers = &mut rec.processes[0].threads[0].markers;
+    let mut landings = 0;
+    for m in markers.iter_mut() {
+        if let MarkerRecord::OffCpu { landing_ns, .. } = m {
+            landings += 1;
+            *landing_ns = 12_345 * landings;
+        }
+    }
+    assert!(landings > 1, "the fixture has off-CPU markers");
+    markers.push(MarkerRecord::ShortWaits {
+        start_ns: 3_060_000_000,
+        end_ns: 3_060_900_000,
+        count: 40,
+        off_cpu_ns: 300_000,
+        waited_ns: 120_000,
+        landing_ns: 40_400,
+        waker: ShortWaker::Task { pid: 9, tid: 10 },
+    });
+    let (_, bytes) = encode(rec.clone(), vec![fixture_span()], 0, 3).unwrap();
+    let (_, back) = decode(&bytes).unwrap();
+    let landing_and_delay = |r: &Recording| -> Vec<(u64, Option<u64>)> {
+        r.processes[0].threads[0]
+            .markers
+            .iter()
+            .filter_map(|m| match m {
+                MarkerRecord::OffCpu {
+                    landing_ns,
+                    run_delay_ns,
+                    ..
+                } => Some((*landing_ns, *run_delay_ns)),
+                MarkerRecord::ShortWaits { landing_ns, .. } => Some((*landing_ns, None)),
+                _ => None,
+            })
+            .collect()
+    };
+    let want: Vec<(u64, Option<u64>)> = landing_and_delay(&rec)
+        .into_iter()
+        .map(|(l, d)| ((l + 500) / 1000 * 1000, d))
+        .collect();
+    assert_eq!(landing_and_delay(&back), want);
+    assert_eq!(want.last(), Some(&(40_000, None)));
+    let mut short = crate::store::format::StoredLandings::of(&mut rec.clone());
+    short.landing_us.pop();
+    assert!(!short.apply(&mut rec.clone()));
+    let mut long = crate::store::format::StoredLandings::of(&mut rec.clone());
+    long.landing_us.push(1);
+    assert!(!long.apply(&mut rec));
 }
 
 /// Check that a recording whose times are whole µs comes back as it went
