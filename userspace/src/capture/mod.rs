@@ -224,21 +224,22 @@ impl CaptureSession {
                 counters.poll(crate::sys::clock::monotonic_ns(), std::iter::empty());
                 Ok::<_, RecordError>(())
             };
-        let (mut running, mut waiting) = (None, None);
         if opts.sample_first {
             start_sampling(&mut sampler, collector, &mut counters)?;
-            running = Some(start_pump(
-                pump::OwnedRings {
-                    samples,
-                    events: None,
-                    sideband,
-                    peaks: pump::RingPeaks::default(),
-                },
-                pumped,
-            )?);
-        } else {
-            waiting = Some((samples, sideband, pumped));
         }
+        // The reader runs from here either way: with sampling waiting (`record
+        // -- CMD`), the tracer's ring attaches below and would otherwise sit
+        // unread through the `/proc` snapshot and the tables (4.5-5.6 MiB
+        // beside pgbench, more than `record`'s least ring).
+        let pump = start_pump(
+            pump::OwnedRings {
+                samples,
+                events: None,
+                sideband,
+                peaks: pump::RingPeaks::default(),
+            },
+            pumped,
+        )?;
         // The rest: the tracer loads on a thread of its own (the verifier's
         // work, per program) beside the `/proc` snapshot.
         let tracer_opts = (opts.off_cpu || opts.io).then(|| TracerOptions {
@@ -256,7 +257,6 @@ impl CaptureSession {
             wakeup_divisor: opts.polling.wakeup_divisor,
             kernel_unwind: shared.as_ref().map(|d| d.path().to_path_buf()),
         });
-        let running_pump = running.as_ref();
         let rest = |collector: &mut Collector, sampler: &mut Sampler| {
             std::thread::scope(|scope| {
                 let tracer = tracer_opts.as_ref().map(|t| {
@@ -270,18 +270,11 @@ impl CaptureSession {
                             // and more beside pgbench, whose switches filled
                             // 4.5-5 of the ring's 8 MiB meanwhile).
                             let (tracer, ring) = Tracer::start(t)?;
-                            match running_pump {
-                                Some(pump) => {
-                                    pump.add_events(ring).map_err(|source| {
-                                        RecordError::RingPoll {
-                                            what: "the tracer's ring".into(),
-                                            source,
-                                        }
-                                    })?;
-                                    Ok((tracer, None))
-                                }
-                                None => Ok((tracer, Some(ring))),
-                            }
+                            pump.add_events(ring).map_err(|source| RecordError::RingPoll {
+                                what: "the tracer's ring".into(),
+                                source,
+                            })?;
+                            Ok((tracer, None))
                         })
                 });
                 // The walker, while the tracer's programs are verified beside
@@ -320,8 +313,14 @@ impl CaptureSession {
                 };
                 match (loaded, &tracer_opts) {
                     // The kernel that refused the walker refuses the tracer's
-                    // too: off-CPU stacks are copied.
-                    (Err(_), Some(t)) if walker_failed && t.kernel_unwind.is_some() => {
+                    // too: off-CPU stacks are copied. (Not when the reader
+                    // could not take the ring: a second tracer would fare
+                    // no better.)
+                    (Err(e), Some(t))
+                        if walker_failed
+                            && t.kernel_unwind.is_some()
+                            && !matches!(e, RecordError::RingPoll { .. }) =>
+                    {
                         let copying = TracerOptions {
                             kernel_unwind: None,
                             ..t.clone()
@@ -332,55 +331,22 @@ impl CaptureSession {
                 }
             })
         };
-        let tracer = match &mut waiting {
-            None => rest(collector, &mut sampler),
-            // Not sampling yet: the sideband is read meanwhile.
-            Some((_, sideband, pumped)) => {
-                let mut peaks = pump::RingPeaks::default();
-                let rings = pump::Rings {
-                    samples: None,
-                    events: None,
-                    sideband,
-                    peaks: &mut peaks,
-                };
-                let (tracer, more) =
-                    pump::while_busy(rings, startup_period, PUMP_BUDGET_BYTES, || {
-                        rest(collector, &mut sampler)
-                    });
-                pumped.append(more);
-                tracer
-            }
-        };
+        let tracer = rest(collector, &mut sampler);
         drop(shared);
         let (tracer, mut events) = match tracer? {
             Some((tracer, events)) => (Some(tracer), events),
             None => (None, None),
         };
-        let pump = match (running, waiting) {
-            (Some(pump), _) => {
-                if let Some(events) = events.take() {
-                    pump.add_events(events)
-                        .map_err(|source| RecordError::RingPoll {
-                            what: "the tracer's ring".into(),
-                            source,
-                        })?;
-                }
-                pump
-            }
-            (None, Some((samples, sideband, pumped))) => {
-                start_sampling(&mut sampler, collector, &mut counters)?;
-                start_pump(
-                    pump::OwnedRings {
-                        samples,
-                        events: events.take(),
-                        sideband,
-                        peaks: pump::RingPeaks::default(),
-                    },
-                    pumped,
-                )?
-            }
-            (None, None) => unreachable!("sampling is started or waiting"),
-        };
+        if let Some(events) = events.take() {
+            pump.add_events(events)
+                .map_err(|source| RecordError::RingPoll {
+                    what: "the tracer's ring".into(),
+                    source,
+                })?;
+        }
+        if !opts.sample_first {
+            start_sampling(&mut sampler, collector, &mut counters)?;
+        }
         if tracer.is_some() {
             collector.tracing_started(crate::sys::clock::monotonic_ns());
         }

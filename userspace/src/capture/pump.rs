@@ -53,17 +53,6 @@ impl Records {
         self.spans.push((start, bytes.len()));
     }
 
-    fn append(&mut self, later: Records) {
-        let base = self.words.len();
-        self.words.extend(later.words);
-        self.spans.extend(
-            later
-                .spans
-                .into_iter()
-                .map(|(start, len)| (base + start, len)),
-        );
-    }
-
     /// The records, in the order read.
     pub(super) fn iter(&self) -> impl Iterator<Item = &[u8]> {
         self.spans.iter().map(|&(start, len)| {
@@ -93,13 +82,6 @@ pub(super) struct Pumped {
 impl Pumped {
     pub(super) fn is_empty(&self) -> bool {
         self.sideband.is_empty() && self.samples.is_empty() && self.events.is_empty()
-    }
-
-    /// `later` after these.
-    pub(super) fn append(&mut self, later: Pumped) {
-        self.sideband.extend(later.sideband);
-        self.samples.append(later.samples);
-        self.events.append(later.events);
     }
 
     fn bytes(&self) -> usize {
