@@ -344,9 +344,6 @@ impl CaptureSession {
                     source,
                 })?;
         }
-        if !opts.sample_first {
-            start_sampling(&mut sampler, collector, &mut counters)?;
-        }
         if tracer.is_some() {
             collector.tracing_started(crate::sys::clock::monotonic_ns());
         }
@@ -361,6 +358,12 @@ impl CaptureSession {
             }
         };
         collector.set_kernel_symbols(kernel);
+        // A command's range starts here, after the last of the loading (the
+        // kallsyms snapshot above took 0.1 s and put the range's start that
+        // far before the command's).
+        if !opts.sample_first {
+            start_sampling(&mut sampler, collector, &mut counters)?;
+        }
         let (start_wall_ms, start_ns) = anchor;
         Ok(CaptureSession {
             pump: Some(pump),
