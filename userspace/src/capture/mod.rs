@@ -270,10 +270,11 @@ impl CaptureSession {
                             // and more beside pgbench, whose switches filled
                             // 4.5-5 of the ring's 8 MiB meanwhile).
                             let (tracer, ring) = Tracer::start(t)?;
-                            pump.add_events(ring).map_err(|source| RecordError::RingPoll {
-                                what: "the tracer's ring".into(),
-                                source,
-                            })?;
+                            pump.add_events(ring)
+                                .map_err(|source| RecordError::RingPoll {
+                                    what: "the tracer's ring".into(),
+                                    source,
+                                })?;
                             Ok((tracer, None))
                         })
                 });

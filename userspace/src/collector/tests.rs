@@ -118,6 +118,33 @@ fn stack_record(c: &mut Collector, pid: u32, tid: u32, id: u64, user: &[u64], ke
     c.handle_event(EventRecord::Stack(&e, view));
 }
 
+/// A kernel's run of short waits of thread 50/51, woken by task 60/61.
+fn folded_run(
+    first_ns: u64,
+    last_ns: u64,
+    ns: [u64; 4],
+    count: [u32; 4],
+    wait_ns: u64,
+    stack_id: u64,
+) -> FoldedEvent {
+    FoldedEvent {
+        kind: abi::RECORD_FOLDED,
+        pid: 50,
+        tid: 51,
+        _pad: 0,
+        first_ns,
+        last_ns,
+        ns,
+        count,
+        wait_ns,
+        waker_pid: 60,
+        waker_tid: 61,
+        waker_kind: abi::FOLD_WAKER_TASK,
+        landing_ns: 0,
+        stack_id,
+    }
+}
+
 fn off_cpu(pid: u32, tid: u32, state: u32, start: u64, end: u64, stack_id: u64) -> OffCpuEvent {
     OffCpuEvent {
         kind: abi::RECORD_OFFCPU,
@@ -444,22 +471,7 @@ fn wakers_from_interrupts_are_not_the_interrupted_task() {
 #[test]
 fn short_waits_keep_their_reason() {
     let mut c = collector(PidFilter::All);
-    c.handle_folded(&FoldedEvent {
-        kind: abi::RECORD_FOLDED,
-        pid: 50,
-        tid: 51,
-        _pad: 0,
-        first_ns: 10,
-        last_ns: 900,
-        ns: [300, 200, 0, 0],
-        count: [3, 4, 0, 0],
-        wait_ns: 150,
-        waker_pid: 60,
-        waker_tid: 61,
-        waker_kind: abi::FOLD_WAKER_TASK,
-        landing_ns: 0,
-        stack_id: 0,
-    });
+    c.handle_folded(&folded_run(10, 900, [300, 200, 0, 0], [3, 4, 0, 0], 150, 0));
     let r = c.finish_window(range(0, 1000));
     let t = thread(&r, 50, 51);
     let mut got: Vec<(Vec<String>, u64)> = t
@@ -512,22 +524,14 @@ fn short_waits_from_one_place_keep_its_stack() {
     let mut c = collector(PidFilter::All);
     let read = 0xffff_ffff_8170_0010;
     stack_record(&mut c, 50, 51, 1 << 12, &[], &[0xffff_ffff_8110_0410, read]);
-    c.handle_folded(&FoldedEvent {
-        kind: abi::RECORD_FOLDED,
-        pid: 50,
-        tid: 51,
-        _pad: 0,
-        first_ns: 10,
-        last_ns: 900,
-        ns: [300, 200, 100, 0],
-        count: [3, 4, 1, 0],
-        wait_ns: 150,
-        waker_pid: 60,
-        waker_tid: 61,
-        waker_kind: abi::FOLD_WAKER_TASK,
-        landing_ns: 0,
-        stack_id: 1 << 12,
-    });
+    c.handle_folded(&folded_run(
+        10,
+        900,
+        [300, 200, 100, 0],
+        [3, 4, 1, 0],
+        150,
+        1 << 12,
+    ));
     let r = c.finish_window(range(0, 1000));
     let t = thread(&r, 50, 51);
     let mut got: Vec<(Vec<String>, u64)> = t
@@ -577,22 +581,14 @@ fn folded_waits_carried_over_a_cut_keep_their_stack() {
     );
     c.handle_offcpu(&off_cpu(50, 52, abi::OFFCPU_SLEEPING, 100, 900, 2 << 12));
     stack_record(&mut c, 50, 51, 1 << 12, &[], &[0xffff_ffff_8110_0410, read]);
-    c.handle_folded(&FoldedEvent {
-        kind: abi::RECORD_FOLDED,
-        pid: 50,
-        tid: 51,
-        _pad: 0,
-        first_ns: 800,
-        last_ns: 1500,
-        ns: [0, 200, 0, 0],
-        count: [0, 4, 0, 0],
-        wait_ns: 150,
-        waker_pid: 60,
-        waker_tid: 61,
-        waker_kind: abi::FOLD_WAKER_TASK,
-        landing_ns: 0,
-        stack_id: 1 << 12,
-    });
+    c.handle_folded(&folded_run(
+        800,
+        1500,
+        [0, 200, 0, 0],
+        [0, 4, 0, 0],
+        150,
+        1 << 12,
+    ));
     // An agent's window: what ended after its cut is carried on.
     let first = c.finish_window(WindowRange {
         continuous: true,
@@ -626,20 +622,10 @@ fn the_wakers_of_short_waits_are_named() {
     let me = std::process::id();
     let comm = std::fs::read_to_string(format!("/proc/{me}/comm")).unwrap();
     let folded = |tid: u32, waker_tid: u32| FoldedEvent {
-        kind: abi::RECORD_FOLDED,
-        pid: 50,
         tid,
-        _pad: 0,
-        first_ns: 100,
-        last_ns: 900,
-        ns: [0, 500, 0, 0],
-        count: [0, 7, 0, 0],
-        wait_ns: 150,
         waker_pid: waker_tid,
         waker_tid,
-        waker_kind: abi::FOLD_WAKER_TASK,
-        landing_ns: 0,
-        stack_id: 0,
+        ..folded_run(100, 900, [0, 500, 0, 0], [0, 7, 0, 0], 150, 0)
     };
     c.handle_folded(&folded(51, me));
     // A pid above the kernel's limit: no such task.
@@ -658,22 +644,14 @@ fn the_wakers_of_short_waits_are_named() {
 #[test]
 fn a_run_of_short_waits_starts_no_earlier_than_the_range() {
     let mut c = collector(PidFilter::All);
-    c.handle_folded(&FoldedEvent {
-        kind: abi::RECORD_FOLDED,
-        pid: 50,
-        tid: 51,
-        _pad: 0,
-        first_ns: 1_000_000,
-        last_ns: 5_000_000,
-        ns: [0, 800_000, 0, 0],
-        count: [0, 40, 0, 0],
-        wait_ns: 400_000,
-        waker_pid: 60,
-        waker_tid: 61,
-        waker_kind: abi::FOLD_WAKER_TASK,
-        landing_ns: 0,
-        stack_id: 0,
-    });
+    c.handle_folded(&folded_run(
+        1_000_000,
+        5_000_000,
+        [0, 800_000, 0, 0],
+        [0, 40, 0, 0],
+        400_000,
+        0,
+    ));
     let r = c.finish_window(range(3_000_000, 10_000_000));
     let t = thread(&r, 50, 51);
     assert_eq!(

@@ -101,7 +101,12 @@ impl Merger {
                 if f.lib != NO_LIB {
                     f.lib = lib_map.get(f.lib as usize).copied().unwrap_or(NO_LIB);
                 }
-                intern_frame(&mut self.frame_by_hash, &mut self.frame_by_value, &mut out.frames, f)
+                intern_frame(
+                    &mut self.frame_by_hash,
+                    &mut self.frame_by_value,
+                    &mut out.frames,
+                    f,
+                )
             })
             .collect();
         // Stacks: each node re-interned once (parents come first).
@@ -610,13 +615,28 @@ mod tests {
         };
         let (mut by_hash, mut by_value, mut frames) =
             (FxHashMap::default(), FxHashMap::default(), Vec::new());
-        assert_eq!(super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(1)), 0);
+        assert_eq!(
+            super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(1)),
+            0
+        );
         // A collision, made: frame 2's hash points at frame 1's row.
         by_hash.insert(rustc_hash::FxBuildHasher.hash_one(frame(2)), 0);
-        assert_eq!(super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(2)), 1);
-        assert_eq!(super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(2)), 1);
-        assert_eq!(super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(1)), 0);
-        assert_eq!(super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(3)), 2);
+        assert_eq!(
+            super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(2)),
+            1
+        );
+        assert_eq!(
+            super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(2)),
+            1
+        );
+        assert_eq!(
+            super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(1)),
+            0
+        );
+        assert_eq!(
+            super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(3)),
+            2
+        );
         assert_eq!(frames, vec![frame(1), frame(2), frame(3)]);
     }
 

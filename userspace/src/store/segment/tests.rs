@@ -372,7 +372,12 @@ fn stored_types_encode_as_version_2_did() {
         .iter()
         .flat_map(|p| &p.threads)
         .flat_map(|t| &t.markers)
-        .filter(|m| matches!(m, MarkerRecord::OffCpu { .. } | MarkerRecord::ShortWaits { .. }))
+        .filter(|m| {
+            matches!(
+                m,
+                MarkerRecord::OffCpu { .. } | MarkerRecord::ShortWaits { .. }
+            )
+        })
         .count();
     assert!((1..128).contains(&with_landing), "a one-byte count");
     let mut tail = vec![0u8, with_landing as u8];
