@@ -786,6 +786,95 @@ fn a_recording_cut_into_windows_is_one_recording() {
     }
 }
 
+/// Check that the markers `record` keeps on disk between windows come back
+/// whole, for a process written as it ended and for one written at the
+/// end: two sleepers one after the other (100 and then 80 sleeps of 25 ms,
+/// each timed by its own clock), recorded in windows of 40 records, are
+/// each one sleeping marker a sleep (within 2), each a sleep long, their
+/// off-CPU time within 5 % of the time they slept; and the summary says
+/// markers were kept on disk (at least one thread's 64), so the check is
+/// of that path.
+#[test]
+fn markers_kept_on_disk_come_back_whole() {
+    if !can_record("markers_kept_on_disk_come_back_whole") {
+        return;
+    }
+    let dir = scratch("spilled-markers");
+    let sleeper = build_c("sleeper", &dir.join("sleeper"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let s = sleeper.to_str().unwrap();
+    let script = format!("{s} 100 && {s} 80");
+    let out = record(
+        &["--window-records", "40", "--", "sh", "-c", &script],
+        &out_path,
+    );
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let spilled: u64 = stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("sysprof: ")?
+                .split_once(" markers of running threads kept on disk")?
+                .0
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    assert!(
+        spilled >= 64,
+        "no thread's markers were kept on disk ({spilled}): the check would not be of that path\n{stderr}"
+    );
+    // Each sleeper's pid=, tid=, slept_ns=, longest_ns=, in order.
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let values: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.split_once('=').and_then(|(_, v)| v.trim().parse().ok()))
+        .collect();
+    assert_eq!(values.len(), 8, "two sleepers' four fields each: {text}");
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    for (block, sleeps) in values.chunks(4).zip([100usize, 80]) {
+        let (pid, tid, slept_ns, longest_ms) =
+            (block[0], block[1], block[2] as f64, block[3] as f64 / 1e6);
+        let t = profile.thread(pid, tid).expect("the sleeper thread");
+        let markers: Vec<_> = t
+            .markers()
+            .into_iter()
+            .filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping")
+            .collect();
+        let off_ms: f64 = t
+            .stacks(&cats)
+            .iter()
+            .zip(t.weights())
+            .filter(|(s, _)| s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU")))
+            .map(|(_, w)| w)
+            .sum();
+        let err = (off_ms * 1e6 - slept_ns).abs() / slept_ns;
+        eprintln!(
+            "sleeper {pid}: {} sleeping markers for {sleeps} sleeps; off-CPU {off_ms:.1} ms vs slept {:.1} ms; {spilled} markers kept on disk",
+            markers.len(),
+            slept_ns / 1e6
+        );
+        assert!(
+            (sleeps - 2..=sleeps + 2).contains(&markers.len()),
+            "sleeper {pid}: {} sleeping markers for {sleeps} sleeps",
+            markers.len()
+        );
+        for (_, d) in &markers {
+            let len = d["endTime"].as_f64().unwrap() - d["startTime"].as_f64().unwrap();
+            assert!(
+                (24.0..=longest_ms + 1.0).contains(&len),
+                "sleeper {pid}: a marker lasts a sleep (25 to {longest_ms:.1} ms): {len}"
+            );
+        }
+        assert!(
+            err <= 0.05,
+            "sleeper {pid}: off-CPU time off by {:.1}%",
+            err * 100.0
+        );
+    }
+}
+
 /// Check that processes written into the file as they end (`record` writes
 /// what ended a window before the last cut, while it goes on recording) are
 /// each there once, whole: 40 processes that each spin 30 ms of their own

@@ -31,6 +31,7 @@ use crate::error::RecordError;
 use crate::model::merge::Merger;
 use crate::model::recording::Recording;
 use crate::profile::output::OutputFile;
+use crate::profile::spill::MarkerSpill;
 use crate::profile::{HostInfo, ProfileWriter};
 use crate::sampling::{BadFlag, CallGraph};
 use std::os::fd::AsFd;
@@ -264,6 +265,19 @@ async fn record(
     // Windows are merged as they finish; processes that ended a window
     // earlier are written into the output then and forgotten.
     let mut merger: Option<Merger> = None;
+    // Markers of what still runs wait on disk for their thread's writing.
+    let mut spill: Option<MarkerSpill> = None;
+    let mut spill_errors: Vec<String> = Vec::new();
+    let spill_dir = match output.path().parent() {
+        Some(d) if output.is_file() => {
+            if d.as_os_str().is_empty() {
+                Path::new(".").to_path_buf()
+            } else {
+                d.to_path_buf()
+            }
+        }
+        _ => std::env::temp_dir(),
+    };
     let mut missing_symbols = crate::summary::MissingSymbols::default();
     let mut writer = ProfileWriter::new(output.stream()?).map_err(|e| output_error(&output, e))?;
     let mut write_failed = None;
@@ -308,11 +322,18 @@ async fn record(
         // What ended before the previous cut has nothing more to come: a
         // record drained late is still in the window of its time.
         if write_failed.is_none() {
-            let (processes, counters) = merged.take_ended(previous_cut_ns);
+            let (mut processes, counters) = merged.take_ended(previous_cut_ns);
+            if let Some(spill) = spill.as_mut() {
+                restore_markers(spill, &mut processes, &mut spill_errors);
+            }
             if let Err(e) = writer.write_ended(merged.tables(), &processes, &counters) {
                 // The end will fail on the same file: said there, once.
                 write_failed = Some(e);
             }
+        }
+        let spill = spill.get_or_insert_with(|| MarkerSpill::new(&spill_dir));
+        for (owner, markers) in merged.take_markers(SPILL_MIN_MARKERS) {
+            spill.put(owner, &markers);
         }
         // What the window's raw records took goes back to the kernel.
         crate::sys::process::release_freed_memory();
@@ -340,7 +361,7 @@ async fn record(
     let last = collector.finish_window(range);
     missing_symbols.add(&last);
     timing.mark("replay, resolve and symbolicate");
-    let recording = match merger {
+    let mut recording = match merger {
         None => last,
         Some(mut m) => {
             m.add(last);
@@ -372,9 +393,20 @@ async fn record(
     let path = output.path().to_path_buf();
     let is_file = output.is_file();
     let (written_processes, written_threads) = writer.written();
+    if let Some(spill) = &spill {
+        recording.warnings.extend(spill.fallback.clone());
+        if args.verbose {
+            let (markers, bytes) = spill.totals();
+            eprintln!(
+                "sysprof: {markers} markers of running threads kept on disk until written ({:.1} MB)",
+                bytes as f64 / 1e6
+            );
+        }
+    }
+    recording.warnings.extend(spill_errors);
     let stream = match write_failed {
         Some(e) => Err(e),
-        None => writer.finish(&recording, &host, focus),
+        None => writer.finish(&recording, spill.as_ref(), &host, focus),
     };
     let stream = stream.map_err(|e| output_error(&output, e))?;
     timing.mark("write what is still running, meta and libs");
@@ -407,6 +439,32 @@ async fn record(
         eprintln!("sysprof: {line}");
     }
     Ok((exit_status(&stop, &args), path, tokio_signals))
+}
+
+/// A thread or CPU track with fewer markers than this keeps them in memory
+/// between windows: a chunk of its own on disk would cost more than it saves.
+const SPILL_MIN_MARKERS: usize = 64;
+
+/// Put back into `processes` (ended, about to be written) the markers their
+/// threads had spilled; a spill that cannot be read back is said in `errors`.
+fn restore_markers(
+    spill: &mut MarkerSpill,
+    processes: &mut [crate::model::recording::ProcessRecord],
+    errors: &mut Vec<String>,
+) {
+    use crate::model::merge::MarkerOwner;
+    for p in processes {
+        for t in &mut p.threads {
+            if let Err(e) =
+                spill.restore_into(MarkerOwner::of(p.pid, p.start_ns, t), &mut t.markers)
+            {
+                errors.push(format!(
+                    "markers of {} (pid {}, tid {}) before the last window were lost: their file could not be read back ({e})",
+                    t.name, p.pid, t.tid
+                ));
+            }
+        }
+    }
 }
 
 /// The one-line error for a profile that could not be written.

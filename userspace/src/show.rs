@@ -276,7 +276,7 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
             let path = out.path().to_path_buf();
             let written = out.stream().and_then(|s| {
                 ProfileWriter::new(s)
-                    .and_then(|w| w.finish(&rec, &host, None))
+                    .and_then(|w| w.finish(&rec, None, &host, None))
                     .map_err(|source| RecordError::OutputNotWritable {
                         path: path.clone(),
                         source,

@@ -16,6 +16,37 @@ use rustc_hash::FxHashMap;
 use super::recording::*;
 use super::stack_tree::NO_PARENT;
 
+/// Whose markers they are: a thread (its process and itself by id and
+/// start, as a merge tells them apart) or a CPU's track.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MarkerOwner {
+    /// A thread of a process.
+    Thread {
+        /// The process's id.
+        pid: u32,
+        /// The process's start, if known.
+        process_start_ns: Option<u64>,
+        /// The thread's id.
+        tid: u32,
+        /// The thread's start, if it began during the recording.
+        thread_start_ns: Option<u64>,
+    },
+    /// The track of this CPU.
+    Cpu(u32),
+}
+
+impl MarkerOwner {
+    /// The owner of `t`'s markers, `t` a thread of process `pid` started at `process_start_ns`.
+    pub fn of(pid: u32, process_start_ns: Option<u64>, t: &ThreadRecord) -> MarkerOwner {
+        MarkerOwner::Thread {
+            pid,
+            process_start_ns,
+            tid: t.tid,
+            thread_start_ns: t.start_ns,
+        }
+    }
+}
+
 /// One recording of `windows`; see the module doc. Empty input, empty output.
 pub fn merge(mut windows: Vec<Recording>) -> Recording {
     windows.sort_by(|a, b| a.start_wall_ms.total_cmp(&b.start_wall_ms));
@@ -225,6 +256,31 @@ impl Merger {
         }
         counters.sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
         (taken, counters)
+    }
+
+    /// Take out the markers of every thread and CPU track still held that
+    /// has at least `min` of them, with whose they are, in their order:
+    /// `record` keeps them on disk until it writes their thread (a server's
+    /// threads live the whole recording, and their markers were most of
+    /// what `record`'s memory grew by). What is added later follows them.
+    pub fn take_markers(&mut self, min: usize) -> Vec<(MarkerOwner, Vec<MarkerRecord>)> {
+        let mut taken = Vec::new();
+        for p in self.processes.values_mut() {
+            for t in &mut p.threads {
+                if t.markers.len() >= min.max(1) {
+                    taken.push((
+                        MarkerOwner::of(p.pid, p.start_ns, t),
+                        std::mem::take(&mut t.markers),
+                    ));
+                }
+            }
+        }
+        for (&cpu, markers) in &mut self.cpu_tracks {
+            if markers.len() >= min.max(1) {
+                taken.push((MarkerOwner::Cpu(cpu), std::mem::take(markers)));
+            }
+        }
+        taken
     }
 
     /// The merged recording.
@@ -664,6 +720,67 @@ mod tests {
     /// Check that the merger takes out only what ended by the cut (its
     /// threads joined across windows, sorted) with its counters, keeps what
     /// still runs or ended later, and finishes with the rest.
+    #[test]
+    fn markers_are_taken_from_threads_and_cpus_that_have_enough() {
+        let short = |at: u64| MarkerRecord::ShortWaits {
+            start_ns: at,
+            end_ns: at + 1,
+            count: 1,
+            off_cpu_ns: 1,
+            waited_ns: 1,
+            landing_ns: 0,
+            waker: ShortWaker::Nobody,
+        };
+        let mut busy = thread(1, Some(10), None);
+        busy.markers = (0..5).map(short).collect();
+        let mut quiet = thread(2, None, None);
+        quiet.markers = vec![short(7)];
+        let mut p = process(1, busy);
+        p.threads.push(quiet);
+        let mut m = Merger::default();
+        m.add(Recording {
+            processes: vec![p],
+            cpu_tracks: vec![(0, (0..3).map(short).collect()), (1, vec![short(9)])],
+            ..Default::default()
+        });
+        let mut taken = m.take_markers(3);
+        taken.sort_by_key(|(o, _)| format!("{o:?}"));
+        let owners: Vec<MarkerOwner> = taken.iter().map(|(o, _)| *o).collect();
+        assert_eq!(
+            owners,
+            vec![
+                MarkerOwner::Cpu(0),
+                MarkerOwner::Thread {
+                    pid: 1,
+                    process_start_ns: Some(10),
+                    tid: 1,
+                    thread_start_ns: Some(10),
+                },
+            ]
+        );
+        assert_eq!(
+            taken[1].1,
+            (0..5).map(short).collect::<Vec<_>>(),
+            "in their order"
+        );
+        // What is left: the quiet thread's and CPU 1's, and nothing twice.
+        assert!(m.take_markers(3).is_empty());
+        let rest = m.finish();
+        let left: usize = rest.processes[0]
+            .threads
+            .iter()
+            .map(|t| t.markers.len())
+            .sum();
+        assert_eq!(left, 1);
+        assert_eq!(
+            rest.cpu_tracks
+                .iter()
+                .map(|(_, m)| m.len())
+                .collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+    }
+
     #[test]
     fn take_ended_takes_only_what_ended_by_the_cut() {
         // Each window's one stack: node 0, one frame.

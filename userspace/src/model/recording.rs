@@ -107,7 +107,7 @@ pub struct OffCpuSamples {
 }
 
 /// Why a thread was off-CPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum OffCpuReason {
     /// Still runnable: preempted, waiting for a CPU.
     Preempted,
@@ -142,7 +142,7 @@ impl OffCpuReason {
 }
 
 /// Who woke a thread.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Waker {
     /// The waking task, or for an interrupt the task it interrupted.
     pub pid: u32,
@@ -177,7 +177,7 @@ impl Waker {
 }
 
 /// Who woke a run of short waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ShortWaker {
     /// Only preemptions: nobody (all of it was runnable).
     Nobody,
@@ -221,7 +221,7 @@ impl ShortWaker {
 }
 
 /// What a block request did, from its operation and flags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum IoOp {
     /// Read.
     Read,
@@ -287,7 +287,7 @@ pub fn io_flag_names(flags: u32) -> String {
 }
 
 /// Who ran in a per-CPU slice, for its category.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SliceKind {
     /// A user process.
     User,
@@ -298,7 +298,7 @@ pub enum SliceKind {
 }
 
 /// A marker on a thread's track.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum MarkerRecord {
     /// An off-CPU interval at least as long as the marker threshold.
     OffCpu {
@@ -598,7 +598,7 @@ pub struct Recording {
 }
 
 /// Which kind of interrupt a kernel stack ran in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum InterruptKind {
     /// A hardware interrupt handler.
     Hard,

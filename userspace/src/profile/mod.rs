@@ -22,6 +22,7 @@
 pub mod folded;
 pub mod input;
 pub mod output;
+pub mod spill;
 pub mod validate;
 
 mod markers;
@@ -36,6 +37,7 @@ use std::io::Write;
 
 use rustc_hash::FxHashMap;
 
+use crate::model::merge::MarkerOwner;
 use crate::model::recording::{CounterRecord, ProcessRecord, Recording};
 
 pub use meta::{breakpad_id, HostInfo};
@@ -147,6 +149,7 @@ fn build_after<'a>(
         threads: ThreadsOut {
             rec,
             machine: machine.is_some(),
+            spill: None,
         },
         meta: meta::build_meta(rec, host, visible, selected, &ms),
         libs: rec.libs.iter().map(meta::lib_json).collect(),
@@ -189,6 +192,9 @@ pub struct ThreadsOut<'a> {
     /// Whether the machine's track is written (it has counters to draw, or
     /// CPU tracks to hold).
     machine: bool,
+    /// Where the markers taken out of `rec` while recording are: each
+    /// thread's are put back before it (and only while it) is built.
+    spill: Option<&'a spill::MarkerSpill>,
 }
 
 impl ThreadsOut<'_> {
@@ -203,18 +209,41 @@ impl ThreadsOut<'_> {
             + usize::from(self.machine)
     }
 
-    /// Build each thread in turn and hand it to `each`.
-    fn each<E>(&self, mut each: impl FnMut(&schema::Thread) -> Result<(), E>) -> Result<(), E> {
+    /// Build each thread in turn and hand it to `each`; `io` says a
+    /// spill's read failing as `each`'s error.
+    fn each<E>(
+        &self,
+        io: impl Fn(std::io::Error) -> E,
+        mut each: impl FnMut(&schema::Thread) -> Result<(), E>,
+    ) -> Result<(), E> {
         let rec = self.rec;
         let ms = |ns: u64| ms_since(rec, ns);
+        let spilled = |owner| self.spill.filter(|s| s.holds(owner));
         for p in &rec.processes {
             let names = thread_names::thread_names(rec, p);
             for (t, name) in p.threads.iter().zip(names) {
-                each(&build_thread(rec, p, t, name, &ms))?;
+                match spilled(MarkerOwner::of(p.pid, p.start_ns, t)) {
+                    None => each(&build_thread(rec, p, t, name, &ms))?,
+                    Some(spill) => {
+                        let mut whole = t.clone();
+                        whole.markers = spill
+                            .load(MarkerOwner::of(p.pid, p.start_ns, t))
+                            .map_err(&io)?;
+                        whole.markers.extend(t.markers.iter().cloned());
+                        each(&build_thread(rec, p, &whole, name, &ms))?
+                    }
+                }
             }
         }
         for (cpu, markers) in &rec.cpu_tracks {
-            each(&build_cpu_track(rec, *cpu, markers, &ms))?;
+            match spilled(MarkerOwner::Cpu(*cpu)) {
+                None => each(&build_cpu_track(rec, *cpu, markers, &ms))?,
+                Some(spill) => {
+                    let mut whole = spill.load(MarkerOwner::Cpu(*cpu)).map_err(&io)?;
+                    whole.extend(markers.iter().cloned());
+                    each(&build_cpu_track(rec, *cpu, &whole, &ms))?
+                }
+            }
         }
         if self.machine {
             each(&build_machine_track(rec, &ms))?;
@@ -227,7 +256,9 @@ impl serde::Serialize for ThreadsOut<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
         let mut seq = serializer.serialize_seq(Some(self.len()))?;
-        self.each(|t| seq.serialize_element(t))?;
+        self.each(<S::Error as serde::ser::Error>::custom, |t| {
+            seq.serialize_element(t)
+        })?;
         seq.end()
     }
 }
@@ -309,20 +340,27 @@ impl<W: Write> ProfileWriter<W> {
     /// `libs` and every counter. `rec` is what the merge finished with: its
     /// libraries are a superset of those the written threads point into,
     /// at the same indexes. Returns the writer (to finish its compression).
+    /// `spill` holds markers taken out of `rec`'s threads and CPU tracks
+    /// while recording: they come before those still in `rec`.
     pub fn finish(
         mut self,
         rec: &Recording,
+        spill: Option<&spill::MarkerSpill>,
         host: &HostInfo,
         focus_pid: Option<u32>,
     ) -> std::io::Result<W> {
-        let profile = build_after(rec, host, focus_pid, &self.written);
+        let mut profile = build_after(rec, host, focus_pid, &self.written);
+        profile.threads.spill = spill;
         let mut first = self.written.is_empty();
-        profile.threads.each(|t| {
-            if !std::mem::take(&mut first) {
-                self.out.write_all(b",")?;
-            }
-            serde_json::to_writer(&mut self.out, t).map_err(std::io::Error::from)
-        })?;
+        profile.threads.each(
+            |e| e,
+            |t| {
+                if !std::mem::take(&mut first) {
+                    self.out.write_all(b",")?;
+                }
+                serde_json::to_writer(&mut self.out, t).map_err(std::io::Error::from)
+            },
+        )?;
         self.out.write_all(b"],\"meta\":")?;
         serde_json::to_writer(&mut self.out, &profile.meta)?;
         self.out.write_all(b",\"libs\":")?;

@@ -868,7 +868,7 @@ fn writes_the_golden_bytes() {
     let rec = full_recording();
     let bytes = ProfileWriter::new(Vec::new())
         .unwrap()
-        .finish(&rec, &host(), Some(42))
+        .finish(&rec, None, &host(), Some(42))
         .unwrap();
     let json = normalized(&String::from_utf8(bytes).unwrap());
     // The file and the value tree the other tests read are one profile.
@@ -924,7 +924,7 @@ fn a_process_written_early_is_the_same_profile() {
     w.write_ended(&rest, &early, &counters).unwrap();
     assert_eq!(w.written(), (1, early[0].threads.len()));
     let streamed: serde_json::Value =
-        serde_json::from_slice(&w.finish(&rest, &host(), Some(42)).unwrap()).unwrap();
+        serde_json::from_slice(&w.finish(&rest, None, &host(), Some(42)).unwrap()).unwrap();
     assert_eq!(validate::validate(&streamed), Vec::<String>::new());
 
     let threads = |p: &serde_json::Value| -> Vec<serde_json::Value> {

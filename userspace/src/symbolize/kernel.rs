@@ -137,7 +137,13 @@ impl KernelSymbols {
             text: text_addr,
             ..Default::default()
         };
-        t.starts.reserve(entries.len());
+        // Exact sizes: grown by doubling, the names and their spans held
+        // up to twice their bytes for the whole recording (heaptrack: 7.8 MB
+        // for 4 MB of symbols).
+        t.starts.reserve_exact(entries.len());
+        t.name_spans.reserve_exact(entries.len());
+        t.names
+            .reserve_exact(entries.iter().map(|e| e.1.len()).sum());
         let ends: Vec<u64> = entries
             .iter()
             .skip(1)
