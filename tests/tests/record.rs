@@ -786,13 +786,13 @@ fn a_recording_cut_into_windows_is_one_recording() {
     }
 }
 
-/// Check that the markers `record` keeps on disk between windows come back
-/// whole, for a process written as it ended and for one written at the
-/// end: two sleepers one after the other (100 and then 80 sleeps of 25 ms,
+/// Check that the records `record` keeps on disk between windows (markers,
+/// off-CPU samples) come back whole, for a process written as it ended and
+/// for one written at the end: two sleepers one after the other (100 and then 80 sleeps of 25 ms,
 /// each timed by its own clock), recorded in windows of 40 records, are
 /// each one sleeping marker a sleep (within 2), each a sleep long, their
 /// off-CPU time within 5 % of the time they slept; and the summary says
-/// markers were kept on disk (at least one thread's 64), so the check is
+/// records were kept on disk (at least one thread's 64), so the check is
 /// of that path.
 #[test]
 fn markers_kept_on_disk_come_back_whole() {
@@ -814,7 +814,7 @@ fn markers_kept_on_disk_come_back_whole() {
         .lines()
         .find_map(|l| {
             l.strip_prefix("sysprof: ")?
-                .split_once(" markers of running threads kept on disk")?
+                .split_once(" records of running threads kept on disk")?
                 .0
                 .parse()
                 .ok()
@@ -822,7 +822,7 @@ fn markers_kept_on_disk_come_back_whole() {
         .unwrap_or(0);
     assert!(
         spilled >= 64,
-        "no thread's markers were kept on disk ({spilled}): the check would not be of that path\n{stderr}"
+        "no thread's records were kept on disk ({spilled}): the check would not be of that path\n{stderr}"
     );
     // Each sleeper's pid=, tid=, slept_ns=, longest_ns=, in order.
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -851,7 +851,7 @@ fn markers_kept_on_disk_come_back_whole() {
             .sum();
         let err = (off_ms * 1e6 - slept_ns).abs() / slept_ns;
         eprintln!(
-            "sleeper {pid}: {} sleeping markers for {sleeps} sleeps; off-CPU {off_ms:.1} ms vs slept {:.1} ms; {spilled} markers kept on disk",
+            "sleeper {pid}: {} sleeping markers for {sleeps} sleeps; off-CPU {off_ms:.1} ms vs slept {:.1} ms; {spilled} records kept on disk",
             markers.len(),
             slept_ns / 1e6
         );

@@ -265,7 +265,7 @@ async fn record(
     // Windows are merged as they finish; processes that ended a window
     // earlier are written into the output then and forgotten.
     let mut merger: Option<Merger> = None;
-    // Markers of what still runs wait on disk for their thread's writing.
+    // Records of what still runs wait on disk for their thread's writing.
     let mut spill: Option<MarkerSpill> = None;
     let mut spill_errors: Vec<String> = Vec::new();
     let spill_dir = match output.path().parent() {
@@ -332,8 +332,8 @@ async fn record(
             }
         }
         let spill = spill.get_or_insert_with(|| MarkerSpill::new(&spill_dir));
-        for (owner, markers) in merged.take_markers(SPILL_MIN_MARKERS) {
-            spill.put(owner, &markers);
+        for (owner, part) in merged.take_parts(SPILL_MIN_RECORDS) {
+            spill.put(owner, &part);
         }
         // What the window's raw records took goes back to the kernel.
         crate::sys::process::release_freed_memory();
@@ -396,9 +396,9 @@ async fn record(
     if let Some(spill) = &spill {
         recording.warnings.extend(spill.fallback.clone());
         if args.verbose {
-            let (markers, bytes) = spill.totals();
+            let (records, markers, bytes) = spill.totals();
             eprintln!(
-                "sysprof: {markers} markers of running threads kept on disk until written ({:.1} MB)",
+                "sysprof: {records} records of running threads kept on disk until written ({markers} markers of them; {:.1} MB)",
                 bytes as f64 / 1e6
             );
         }
@@ -441,11 +441,12 @@ async fn record(
     Ok((exit_status(&stop, &args), path, tokio_signals))
 }
 
-/// A thread or CPU track with fewer markers than this keeps them in memory
-/// between windows: a chunk of its own on disk would cost more than it saves.
-const SPILL_MIN_MARKERS: usize = 64;
+/// A thread or CPU track with fewer records (samples, off-CPU samples,
+/// markers) than this keeps them in memory between windows: a chunk of its
+/// own on disk would cost more than it saves.
+const SPILL_MIN_RECORDS: usize = 64;
 
-/// Put back into `processes` (ended, about to be written) the markers their
+/// Put back into `processes` (ended, about to be written) the records their
 /// threads had spilled; a spill that cannot be read back is said in `errors`.
 fn restore_markers(
     spill: &mut MarkerSpill,
@@ -455,11 +456,10 @@ fn restore_markers(
     use crate::model::merge::MarkerOwner;
     for p in processes {
         for t in &mut p.threads {
-            if let Err(e) =
-                spill.restore_into(MarkerOwner::of(p.pid, p.start_ns, t), &mut t.markers)
-            {
+            let owner = MarkerOwner::of(p.pid, p.start_ns, t);
+            if let Err(e) = spill.restore_into(owner, t) {
                 errors.push(format!(
-                    "markers of {} (pid {}, tid {}) before the last window were lost: their file could not be read back ({e})",
+                    "samples and markers of {} (pid {}, tid {}) before the last window were lost: their file could not be read back ({e})",
                     t.name, p.pid, t.tid
                 ));
             }

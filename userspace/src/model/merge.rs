@@ -47,6 +47,53 @@ impl MarkerOwner {
     }
 }
 
+/// A thread's columns and markers over some span: what [`Merger::take_parts`]
+/// takes out, kept elsewhere, and joined back in time order.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ThreadPart {
+    /// CPU samples.
+    pub samples: ThreadSamples,
+    /// Off-CPU samples.
+    pub off_cpu: OffCpuSamples,
+    /// Markers.
+    pub markers: Vec<MarkerRecord>,
+}
+
+impl ThreadPart {
+    /// Take `t`'s columns and markers out of it.
+    pub fn take(t: &mut ThreadRecord) -> ThreadPart {
+        ThreadPart {
+            samples: std::mem::take(&mut t.samples),
+            off_cpu: std::mem::take(&mut t.off_cpu),
+            markers: std::mem::take(&mut t.markers),
+        }
+    }
+
+    /// Add `later`'s records after these.
+    pub fn append(&mut self, later: ThreadPart) {
+        let (s, l) = (&mut self.samples, later.samples);
+        s.time_ns.extend(l.time_ns);
+        s.stack.extend(l.stack);
+        s.cpu_delta_ns.extend(l.cpu_delta_ns);
+        s.cpu.extend(l.cpu);
+        let (o, l) = (&mut self.off_cpu, later.off_cpu);
+        o.time_ns.extend(l.time_ns);
+        o.stack.extend(l.stack);
+        o.duration_ns.extend(l.duration_ns);
+        self.markers.extend(later.markers);
+    }
+
+    /// Put these records before `t`'s own, sorted by time as a merge
+    /// finishes a thread.
+    pub fn prepend_to(mut self, t: &mut ThreadRecord) {
+        self.append(ThreadPart::take(t));
+        t.samples = self.samples;
+        t.off_cpu = self.off_cpu;
+        t.markers = self.markers;
+        sort_thread(t);
+    }
+}
+
 /// One recording of `windows`; see the module doc. Empty input, empty output.
 pub fn merge(mut windows: Vec<Recording>) -> Recording {
     windows.sort_by(|a, b| a.start_wall_ms.total_cmp(&b.start_wall_ms));
@@ -258,26 +305,29 @@ impl Merger {
         (taken, counters)
     }
 
-    /// Take out the markers of every thread and CPU track still held that
-    /// has at least `min` of them, with whose they are, in their order:
-    /// `record` keeps them on disk until it writes their thread (a server's
-    /// threads live the whole recording, and their markers were most of
-    /// what `record`'s memory grew by). What is added later follows them.
-    pub fn take_markers(&mut self, min: usize) -> Vec<(MarkerOwner, Vec<MarkerRecord>)> {
+    /// Take out the columns and markers of every thread, and the markers of
+    /// every CPU track, still held that has at least `min` records, with
+    /// whose they are, in their order: `record` keeps them on disk until it
+    /// writes their thread (a server's threads live the whole recording, and
+    /// their records were most of what `record`'s memory grew by). What is
+    /// added later follows them ([`ThreadPart::append`]).
+    pub fn take_parts(&mut self, min: usize) -> Vec<(MarkerOwner, ThreadPart)> {
         let mut taken = Vec::new();
         for p in self.processes.values_mut() {
             for t in &mut p.threads {
-                if t.markers.len() >= min.max(1) {
-                    taken.push((
-                        MarkerOwner::of(p.pid, p.start_ns, t),
-                        std::mem::take(&mut t.markers),
-                    ));
+                let records = t.samples.time_ns.len() + t.off_cpu.time_ns.len() + t.markers.len();
+                if records >= min.max(1) {
+                    taken.push((MarkerOwner::of(p.pid, p.start_ns, t), ThreadPart::take(t)));
                 }
             }
         }
         for (&cpu, markers) in &mut self.cpu_tracks {
             if markers.len() >= min.max(1) {
-                taken.push((MarkerOwner::Cpu(cpu), std::mem::take(markers)));
+                let part = ThreadPart {
+                    markers: std::mem::take(markers),
+                    ..Default::default()
+                };
+                taken.push((MarkerOwner::Cpu(cpu), part));
             }
         }
         taken
@@ -429,7 +479,7 @@ fn merge_process(into: &mut ProcessRecord, p: ProcessRecord) {
 }
 
 /// Sort a thread's columns by time (windows may have arrived in any order).
-pub(super) fn sort_thread(t: &mut ThreadRecord) {
+pub fn sort_thread(t: &mut ThreadRecord) {
     let s = &mut t.samples;
     if !s.time_ns.windows(2).all(|w| w[0] <= w[1]) {
         let mut idx: Vec<usize> = (0..s.time_ns.len()).collect();
@@ -721,7 +771,42 @@ mod tests {
     /// threads joined across windows, sorted) with its counters, keeps what
     /// still runs or ended later, and finishes with the rest.
     #[test]
-    fn markers_are_taken_from_threads_and_cpus_that_have_enough() {
+    fn a_part_put_back_comes_first_and_columns_are_in_time_order() {
+        let mut t = thread(1, None, None);
+        t.samples = ThreadSamples {
+            time_ns: vec![30],
+            stack: vec![3],
+            cpu_delta_ns: vec![3],
+            cpu: vec![0],
+        };
+        t.off_cpu = OffCpuSamples {
+            time_ns: vec![25],
+            stack: vec![2],
+            duration_ns: vec![1],
+        };
+        let mut earlier = ThreadPart::default();
+        earlier.samples = ThreadSamples {
+            time_ns: vec![10, 20],
+            stack: vec![1, 2],
+            cpu_delta_ns: vec![1, 2],
+            cpu: vec![1, 1],
+        };
+        // An interval recorded at its end: out of start order.
+        earlier.off_cpu = OffCpuSamples {
+            time_ns: vec![26, 5],
+            stack: vec![9, 8],
+            duration_ns: vec![2, 3],
+        };
+        earlier.prepend_to(&mut t);
+        assert_eq!(t.samples.time_ns, vec![10, 20, 30]);
+        assert_eq!(t.samples.stack, vec![1, 2, 3]);
+        assert_eq!(t.off_cpu.time_ns, vec![5, 25, 26]);
+        assert_eq!(t.off_cpu.stack, vec![8, 2, 9]);
+        assert_eq!(t.off_cpu.duration_ns, vec![3, 1, 2]);
+    }
+
+    #[test]
+    fn parts_are_taken_from_threads_and_cpus_that_have_enough() {
         let short = |at: u64| MarkerRecord::ShortWaits {
             start_ns: at,
             end_ns: at + 1,
@@ -743,7 +828,7 @@ mod tests {
             cpu_tracks: vec![(0, (0..3).map(short).collect()), (1, vec![short(9)])],
             ..Default::default()
         });
-        let mut taken = m.take_markers(3);
+        let mut taken = m.take_parts(3);
         taken.sort_by_key(|(o, _)| format!("{o:?}"));
         let owners: Vec<MarkerOwner> = taken.iter().map(|(o, _)| *o).collect();
         assert_eq!(
@@ -759,12 +844,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            taken[1].1,
+            taken[1].1.markers,
             (0..5).map(short).collect::<Vec<_>>(),
             "in their order"
         );
         // What is left: the quiet thread's and CPU 1's, and nothing twice.
-        assert!(m.take_markers(3).is_empty());
+        assert!(m.take_parts(3).is_empty());
         let rest = m.finish();
         let left: usize = rest.processes[0]
             .threads

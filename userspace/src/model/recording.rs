@@ -96,7 +96,7 @@ impl FrameRecord {
 }
 
 /// Off-CPU time of one thread, as weighted samples (columns of equal length).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OffCpuSamples {
     /// When the interval started (switched out), ns.
     pub time_ns: Vec<u64>,
@@ -408,7 +408,7 @@ pub struct CounterRecord {
 }
 
 /// Samples of one thread, as columns of equal length, sorted by time.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ThreadSamples {
     /// CLOCK_MONOTONIC ns.
     pub time_ns: Vec<u64>,

@@ -84,7 +84,7 @@ pub fn build_profile<'a>(
     host: &HostInfo,
     focus_pid: Option<u32>,
 ) -> ProfileOut<'a> {
-    build_after(rec, host, focus_pid, &[])
+    build_after(rec, None, host, focus_pid, &[])
 }
 
 /// [`build_profile`] for the threads that follow `before` (those a
@@ -92,6 +92,7 @@ pub fn build_profile<'a>(
 /// which threads open visible is chosen among all of them.
 fn build_after<'a>(
     rec: &'a Recording,
+    spill: Option<&'a spill::MarkerSpill>,
     host: &HostInfo,
     focus_pid: Option<u32>,
     before: &[TrackFacts],
@@ -104,7 +105,10 @@ fn build_after<'a>(
             if t.tid == p.pid || !main_thread_index.contains_key(&p.pid) {
                 main_thread_index.insert(p.pid, tracks.len());
             }
-            tracks.push(TrackFacts::of(p, t));
+            let mut facts = TrackFacts::of(p, t);
+            facts.cpu_samples +=
+                spill.map_or(0, |s| s.samples_of(MarkerOwner::of(p.pid, p.start_ns, t)));
+            tracks.push(facts);
         }
     }
     for _ in &rec.cpu_tracks {
@@ -149,7 +153,7 @@ fn build_after<'a>(
         threads: ThreadsOut {
             rec,
             machine: machine.is_some(),
-            spill: None,
+            spill,
         },
         meta: meta::build_meta(rec, host, visible, selected, &ms),
         libs: rec.libs.iter().map(meta::lib_json).collect(),
@@ -192,8 +196,8 @@ pub struct ThreadsOut<'a> {
     /// Whether the machine's track is written (it has counters to draw, or
     /// CPU tracks to hold).
     machine: bool,
-    /// Where the markers taken out of `rec` while recording are: each
-    /// thread's are put back before it (and only while it) is built.
+    /// Where the records taken out of `rec` while recording are: each
+    /// process's are put back before it (and only while it) is built.
     spill: Option<&'a spill::MarkerSpill>,
 }
 
@@ -218,31 +222,42 @@ impl ThreadsOut<'_> {
     ) -> Result<(), E> {
         let rec = self.rec;
         let ms = |ns: u64| ms_since(rec, ns);
-        let spilled = |owner| self.spill.filter(|s| s.holds(owner));
         for p in &rec.processes {
+            // A process with records kept on disk is built from a copy
+            // with them put back: one process's at a time in memory.
+            let restored;
+            let p = match self.spill.filter(|s| {
+                p.threads
+                    .iter()
+                    .any(|t| s.holds(MarkerOwner::of(p.pid, p.start_ns, t)))
+            }) {
+                None => p,
+                Some(spill) => {
+                    let mut whole = p.clone();
+                    for t in &mut whole.threads {
+                        spill
+                            .load(MarkerOwner::of(p.pid, p.start_ns, t))
+                            .map_err(&io)?
+                            .prepend_to(t);
+                    }
+                    restored = whole;
+                    &restored
+                }
+            };
             let names = thread_names::thread_names(rec, p);
             for (t, name) in p.threads.iter().zip(names) {
-                match spilled(MarkerOwner::of(p.pid, p.start_ns, t)) {
-                    None => each(&build_thread(rec, p, t, name, &ms))?,
-                    Some(spill) => {
-                        let mut whole = t.clone();
-                        whole.markers = spill
-                            .load(MarkerOwner::of(p.pid, p.start_ns, t))
-                            .map_err(&io)?;
-                        whole.markers.extend(t.markers.iter().cloned());
-                        each(&build_thread(rec, p, &whole, name, &ms))?
-                    }
-                }
+                each(&build_thread(rec, p, t, name, &ms))?;
             }
         }
         for (cpu, markers) in &rec.cpu_tracks {
-            match spilled(MarkerOwner::Cpu(*cpu)) {
-                None => each(&build_cpu_track(rec, *cpu, markers, &ms))?,
-                Some(spill) => {
-                    let mut whole = spill.load(MarkerOwner::Cpu(*cpu)).map_err(&io)?;
-                    whole.extend(markers.iter().cloned());
+            match self.spill {
+                Some(spill) if spill.holds(MarkerOwner::Cpu(*cpu)) => {
+                    let whole = spill
+                        .cpu_markers(MarkerOwner::Cpu(*cpu), markers)
+                        .map_err(&io)?;
                     each(&build_cpu_track(rec, *cpu, &whole, &ms))?
                 }
+                _ => each(&build_cpu_track(rec, *cpu, markers, &ms))?,
             }
         }
         if self.machine {
@@ -340,7 +355,7 @@ impl<W: Write> ProfileWriter<W> {
     /// `libs` and every counter. `rec` is what the merge finished with: its
     /// libraries are a superset of those the written threads point into,
     /// at the same indexes. Returns the writer (to finish its compression).
-    /// `spill` holds markers taken out of `rec`'s threads and CPU tracks
+    /// `spill` holds records taken out of `rec`'s threads and CPU tracks
     /// while recording: they come before those still in `rec`.
     pub fn finish(
         mut self,
@@ -349,8 +364,7 @@ impl<W: Write> ProfileWriter<W> {
         host: &HostInfo,
         focus_pid: Option<u32>,
     ) -> std::io::Result<W> {
-        let mut profile = build_after(rec, host, focus_pid, &self.written);
-        profile.threads.spill = spill;
+        let profile = build_after(rec, spill, host, focus_pid, &self.written);
         let mut first = self.written.is_empty();
         profile.threads.each(
             |e| e,

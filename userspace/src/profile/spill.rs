@@ -1,15 +1,17 @@
-//! Markers kept on disk until their thread is written.
+//! Threads' records kept on disk until their thread is written.
 //!
-//! In: the markers `record` takes out of its merge between windows
-//! ([`crate::model::merge::Merger::take_markers`]), with whose they are.
-//! Out: each owner's markers back, in the order they were put, when its
-//! thread (or CPU track) is written ([`MarkerSpill::restore_into`]).
+//! In: the columns and markers `record` takes out of its merge between
+//! windows ([`crate::model::merge::Merger::take_parts`]), with whose they
+//! are. Out: each owner's records back, in the order they were put, when
+//! its thread (or CPU track) is written ([`MarkerSpill::restore_into`],
+//! [`MarkerSpill::load`]), and how many CPU samples it has here meanwhile.
 //!
 //! Why: `record` writes a process out as soon as it ends, but a server's
-//! processes run the whole recording, and their markers (every wait over
-//! the threshold, every block request, every slice of the CPU tracks) were
-//! most of what its memory grew by: ~104 bytes each and a name, thousands a
-//! second beside pgbench. Here they are ~20-40 bytes each (postcard), in an
+//! processes run the whole recording, and their records (every wait over
+//! the threshold and its off-CPU sample, every block request, every slice of
+//! the CPU tracks) were most of what its memory grew by: a marker is ~104
+//! bytes and a name, thousands a second beside pgbench. Here a marker is
+//! ~36 bytes (postcard), in an
 //! unnamed file (`O_TMPFILE`) beside the output, whose pages the kernel
 //! keeps or writes back as it likes: not sysprof's resident memory. Nobody
 //! can open that file by name, so nothing another user does can reach it.
@@ -24,8 +26,8 @@ use std::path::Path;
 
 use rustc_hash::FxHashMap;
 
-use crate::model::merge::MarkerOwner;
-use crate::model::recording::MarkerRecord;
+use crate::model::merge::{MarkerOwner, ThreadPart};
+use crate::model::recording::{MarkerRecord, ThreadRecord};
 
 /// Where one put's bytes are.
 #[derive(Clone, Copy)]
@@ -35,7 +37,7 @@ struct Chunk {
     len: u32,
 }
 
-/// Markers by owner, encoded; see the module doc.
+/// Threads' records by owner, encoded; see the module doc.
 pub struct MarkerSpill {
     file: Option<File>,
     file_len: u64,
@@ -43,7 +45,10 @@ pub struct MarkerSpill {
     file_full: bool,
     memory: Vec<u8>,
     chunks: FxHashMap<MarkerOwner, Vec<Chunk>>,
+    /// CPU samples each owner has here.
+    samples: FxHashMap<MarkerOwner, usize>,
     markers: u64,
+    records: u64,
     /// Why the file was not made or given up (said once, in the summary's
     /// warnings), if so.
     pub fallback: Option<String>,
@@ -76,7 +81,9 @@ impl MarkerSpill {
             file_full: false,
             memory: Vec::new(),
             chunks: FxHashMap::default(),
+            samples: FxHashMap::default(),
             markers: 0,
+            records: 0,
             fallback,
         }
     }
@@ -89,21 +96,25 @@ impl MarkerSpill {
             file_full: false,
             memory: Vec::new(),
             chunks: FxHashMap::default(),
+            samples: FxHashMap::default(),
             markers: 0,
+            records: 0,
             fallback: None,
         }
     }
 
-    /// Keep `markers` after those `owner` has here already. A file that
-    /// cannot take them (a full disk) is given up for memory: never lost.
-    pub fn put(&mut self, owner: MarkerOwner, markers: &[MarkerRecord]) {
-        if markers.is_empty() {
+    /// Keep `part` after what `owner` has here already. A file that
+    /// cannot take it (a full disk) is given up for memory: never lost.
+    pub fn put(&mut self, owner: MarkerOwner, part: &ThreadPart) {
+        let samples = part.samples.time_ns.len();
+        let records = samples + part.off_cpu.time_ns.len() + part.markers.len();
+        if records == 0 {
             return;
         }
-        let bytes = match postcard::to_stdvec(markers) {
+        let bytes = match postcard::to_stdvec(part) {
             Ok(b) if b.len() <= u32::MAX as usize => b,
             // Plain data always encodes; a chunk past 4 GiB cannot be.
-            _ => unreachable!("markers encode, in less than 4 GiB a window"),
+            _ => unreachable!("a window's records encode, in less than 4 GiB"),
         };
         let in_file = match (&self.file, self.file_full) {
             (Some(f), false) => match f.write_all_at(&bytes, self.file_len) {
@@ -135,47 +146,65 @@ impl MarkerSpill {
                 len: bytes.len() as u32,
             }
         };
-        self.markers += markers.len() as u64;
+        self.markers += part.markers.len() as u64;
+        self.records += records as u64;
+        *self.samples.entry(owner).or_default() += samples;
         self.chunks.entry(owner).or_default().push(chunk);
     }
 
-    /// Put `markers` before those in `into`, taking them out of here: they
-    /// were put first. An error is this process's own file failing to read
-    /// back; the markers it held are then not restored.
-    pub fn restore_into(
-        &mut self,
-        owner: MarkerOwner,
-        into: &mut Vec<MarkerRecord>,
-    ) -> io::Result<()> {
+    /// Put `owner`'s records before `t`'s own (they were put first; the
+    /// columns then sorted by time), taking them out of here. An error is
+    /// this process's own file failing to read back; the records it held
+    /// are then not restored.
+    pub fn restore_into(&mut self, owner: MarkerOwner, t: &mut ThreadRecord) -> io::Result<()> {
         let Some(chunks) = self.chunks.remove(&owner) else {
             return Ok(());
         };
-        let mut all = self.read(&chunks)?;
-        all.append(into);
-        *into = all;
+        self.samples.remove(&owner);
+        self.read(&chunks)?.prepend_to(t);
         Ok(())
     }
 
-    /// `owner`'s markers, left here (for a writer that only reads).
-    pub fn load(&self, owner: MarkerOwner) -> io::Result<Vec<MarkerRecord>> {
+    /// `owner`'s records, left here (for a writer that only reads).
+    pub fn load(&self, owner: MarkerOwner) -> io::Result<ThreadPart> {
         match self.chunks.get(&owner) {
             Some(chunks) => self.read(chunks),
-            None => Ok(Vec::new()),
+            None => Ok(ThreadPart::default()),
         }
     }
 
-    /// Whether `owner` has markers here.
+    /// A CPU track's markers: those kept here, then `later`.
+    pub fn cpu_markers(
+        &self,
+        owner: MarkerOwner,
+        later: &[MarkerRecord],
+    ) -> io::Result<Vec<MarkerRecord>> {
+        let mut markers = self.load(owner)?.markers;
+        markers.extend(later.iter().cloned());
+        Ok(markers)
+    }
+
+    /// Whether `owner` has records here.
     pub fn holds(&self, owner: MarkerOwner) -> bool {
         self.chunks.contains_key(&owner)
     }
 
-    /// Markers put so far, and the bytes they took.
-    pub fn totals(&self) -> (u64, u64) {
-        (self.markers, self.file_len + self.memory.len() as u64)
+    /// The CPU samples `owner` has here.
+    pub fn samples_of(&self, owner: MarkerOwner) -> usize {
+        self.samples.get(&owner).copied().unwrap_or(0)
     }
 
-    fn read(&self, chunks: &[Chunk]) -> io::Result<Vec<MarkerRecord>> {
-        let mut out = Vec::new();
+    /// Records put so far, of them markers, and the bytes they took.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        (
+            self.records,
+            self.markers,
+            self.file_len + self.memory.len() as u64,
+        )
+    }
+
+    fn read(&self, chunks: &[Chunk]) -> io::Result<ThreadPart> {
+        let mut out = ThreadPart::default();
         let mut buf = Vec::new();
         for c in chunks {
             let bytes: &[u8] = if c.in_file {
@@ -189,9 +218,8 @@ impl MarkerSpill {
             } else {
                 &self.memory[c.offset as usize..c.offset as usize + c.len as usize]
             };
-            let markers: Vec<MarkerRecord> =
-                postcard::from_bytes(bytes).map_err(io::Error::other)?;
-            out.extend(markers);
+            let part: ThreadPart = postcard::from_bytes(bytes).map_err(io::Error::other)?;
+            out.append(part);
         }
         Ok(out)
     }
@@ -254,26 +282,62 @@ mod tests {
         }
     }
 
+    /// A part of `n` records of each kind from time `from`.
+    fn part(from: u64, n: u64) -> ThreadPart {
+        let mut p = ThreadPart {
+            markers: markers(from, n),
+            ..Default::default()
+        };
+        for i in from..from + n {
+            p.samples.time_ns.push(i);
+            p.samples.stack.push(i as u32);
+            p.samples.cpu_delta_ns.push(i * 2);
+            p.samples.cpu.push(1);
+            p.off_cpu.time_ns.push(i);
+            p.off_cpu.stack.push(i as u32 + 1);
+            p.off_cpu.duration_ns.push(7);
+        }
+        p
+    }
+
     fn round_trip(mut spill: MarkerSpill) {
-        spill.put(thread(1), &markers(0, 50));
-        spill.put(MarkerOwner::Cpu(0), &markers(1000, 7));
-        spill.put(thread(1), &markers(50, 30));
-        spill.put(thread(2), &[]);
+        spill.put(thread(1), &part(0, 50));
+        spill.put(
+            MarkerOwner::Cpu(0),
+            &ThreadPart {
+                markers: markers(1000, 7),
+                ..Default::default()
+            },
+        );
+        spill.put(thread(1), &part(50, 30));
+        spill.put(thread(2), &ThreadPart::default());
         assert!(!spill.holds(thread(2)), "nothing put, nothing held");
-        assert_eq!(spill.load(MarkerOwner::Cpu(0)).unwrap(), markers(1000, 7));
-        // What came later (still in memory) follows what was put.
-        let mut later = markers(80, 5);
-        spill.restore_into(thread(1), &mut later).unwrap();
-        assert_eq!(later, markers(0, 85));
+        assert_eq!(spill.samples_of(thread(1)), 80);
+        assert_eq!(
+            spill
+                .cpu_markers(MarkerOwner::Cpu(0), &markers(2000, 1))
+                .unwrap(),
+            [markers(1000, 7), markers(2000, 1)].concat()
+        );
+        assert_eq!(spill.load(thread(1)).unwrap(), part(0, 80));
+        // What came later (still in the thread) follows what was put.
+        let mut t = ThreadRecord::default();
+        ThreadPart::take(&mut t);
+        part(80, 5).prepend_to(&mut t);
+        spill.restore_into(thread(1), &mut t).unwrap();
+        assert_eq!(ThreadPart::take(&mut t), part(0, 85));
         assert!(!spill.holds(thread(1)), "restored once, then gone");
-        let mut none = markers(0, 2);
+        assert_eq!(spill.samples_of(thread(1)), 0);
+        let mut none = ThreadRecord::default();
+        part(0, 2).prepend_to(&mut none);
         spill.restore_into(thread(3), &mut none).unwrap();
-        assert_eq!(none, markers(0, 2));
-        assert_eq!(spill.totals().0, 87);
+        assert_eq!(ThreadPart::take(&mut none), part(0, 2));
+        assert_eq!(spill.totals().0, 80 * 3 + 7);
+        assert_eq!(spill.totals().1, 87);
     }
 
     #[test]
-    fn markers_come_back_in_order_from_a_file() {
+    fn records_come_back_in_order_from_a_file() {
         let dir = std::env::temp_dir();
         let spill = MarkerSpill::new(&dir);
         assert!(spill.file.is_some() || spill.fallback.is_some());
@@ -281,7 +345,7 @@ mod tests {
     }
 
     #[test]
-    fn markers_come_back_in_order_from_memory() {
+    fn records_come_back_in_order_from_memory() {
         round_trip(MarkerSpill::in_memory());
     }
 
