@@ -31,7 +31,7 @@ use crate::error::RecordError;
 use crate::model::merge::Merger;
 use crate::model::recording::Recording;
 use crate::profile::output::OutputFile;
-use crate::profile::spill::MarkerSpill;
+use crate::profile::spill::Spill;
 use crate::profile::{HostInfo, ProfileWriter};
 use crate::sampling::{BadFlag, CallGraph};
 use std::os::fd::AsFd;
@@ -266,7 +266,7 @@ async fn record(
     // earlier are written into the output then and forgotten.
     let mut merger: Option<Merger> = None;
     // Records of what still runs wait on disk for their thread's writing.
-    let mut spill: Option<MarkerSpill> = None;
+    let mut spill: Option<Spill> = None;
     let mut spill_errors: Vec<String> = Vec::new();
     let spill_dir = match output.path().parent() {
         Some(d) if output.is_file() => {
@@ -331,7 +331,7 @@ async fn record(
                 write_failed = Some(e);
             }
         }
-        let spill = spill.get_or_insert_with(|| MarkerSpill::new(&spill_dir));
+        let spill = spill.get_or_insert_with(|| Spill::new(&spill_dir));
         for (owner, part) in merged.take_parts(SPILL_MIN_RECORDS) {
             spill.put(owner, &part);
         }
@@ -449,14 +449,14 @@ const SPILL_MIN_RECORDS: usize = 64;
 /// Put back into `processes` (ended, about to be written) the records their
 /// threads had spilled; a spill that cannot be read back is said in `errors`.
 fn restore_markers(
-    spill: &mut MarkerSpill,
+    spill: &mut Spill,
     processes: &mut [crate::model::recording::ProcessRecord],
     errors: &mut Vec<String>,
 ) {
-    use crate::model::merge::MarkerOwner;
+    use crate::model::merge::TrackKey;
     for p in processes {
         for t in &mut p.threads {
-            let owner = MarkerOwner::of(p.pid, p.start_ns, t);
+            let owner = TrackKey::of(p.pid, p.start_ns, t);
             if let Err(e) = spill.restore_into(owner, t) {
                 errors.push(format!(
                     "samples and markers of {} (pid {}, tid {}) before the last window were lost: their file could not be read back ({e})",

@@ -16,10 +16,10 @@ use rustc_hash::FxHashMap;
 use super::recording::*;
 use super::stack_tree::NO_PARENT;
 
-/// Whose markers they are: a thread (its process and itself by id and
+/// Which track records belong to: a thread (its process and itself by id and
 /// start, as a merge tells them apart) or a CPU's track.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MarkerOwner {
+pub enum TrackKey {
     /// A thread of a process.
     Thread {
         /// The process's id.
@@ -35,10 +35,10 @@ pub enum MarkerOwner {
     Cpu(u32),
 }
 
-impl MarkerOwner {
-    /// The owner of `t`'s markers, `t` a thread of process `pid` started at `process_start_ns`.
-    pub fn of(pid: u32, process_start_ns: Option<u64>, t: &ThreadRecord) -> MarkerOwner {
-        MarkerOwner::Thread {
+impl TrackKey {
+    /// The track of thread `t` of process `pid` started at `process_start_ns`.
+    pub fn of(pid: u32, process_start_ns: Option<u64>, t: &ThreadRecord) -> TrackKey {
+        TrackKey::Thread {
             pid,
             process_start_ns,
             tid: t.tid,
@@ -311,13 +311,13 @@ impl Merger {
     /// writes their thread (a server's threads live the whole recording, and
     /// their records were most of what `record`'s memory grew by). What is
     /// added later follows them ([`ThreadPart::append`]).
-    pub fn take_parts(&mut self, min: usize) -> Vec<(MarkerOwner, ThreadPart)> {
+    pub fn take_parts(&mut self, min: usize) -> Vec<(TrackKey, ThreadPart)> {
         let mut taken = Vec::new();
         for p in self.processes.values_mut() {
             for t in &mut p.threads {
                 let records = t.samples.time_ns.len() + t.off_cpu.time_ns.len() + t.markers.len();
                 if records >= min.max(1) {
-                    taken.push((MarkerOwner::of(p.pid, p.start_ns, t), ThreadPart::take(t)));
+                    taken.push((TrackKey::of(p.pid, p.start_ns, t), ThreadPart::take(t)));
                 }
             }
         }
@@ -327,7 +327,7 @@ impl Merger {
                     markers: std::mem::take(markers),
                     ..Default::default()
                 };
-                taken.push((MarkerOwner::Cpu(cpu), part));
+                taken.push((TrackKey::Cpu(cpu), part));
             }
         }
         taken
@@ -830,12 +830,12 @@ mod tests {
         });
         let mut taken = m.take_parts(3);
         taken.sort_by_key(|(o, _)| format!("{o:?}"));
-        let owners: Vec<MarkerOwner> = taken.iter().map(|(o, _)| *o).collect();
+        let owners: Vec<TrackKey> = taken.iter().map(|(o, _)| *o).collect();
         assert_eq!(
             owners,
             vec![
-                MarkerOwner::Cpu(0),
-                MarkerOwner::Thread {
+                TrackKey::Cpu(0),
+                TrackKey::Thread {
                     pid: 1,
                     process_start_ns: Some(10),
                     tid: 1,

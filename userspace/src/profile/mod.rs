@@ -37,7 +37,7 @@ use std::io::Write;
 
 use rustc_hash::FxHashMap;
 
-use crate::model::merge::MarkerOwner;
+use crate::model::merge::TrackKey;
 use crate::model::recording::{CounterRecord, ProcessRecord, Recording};
 
 pub use meta::{breakpad_id, HostInfo};
@@ -92,7 +92,7 @@ pub fn build_profile<'a>(
 /// which threads open visible is chosen among all of them.
 fn build_after<'a>(
     rec: &'a Recording,
-    spill: Option<&'a spill::MarkerSpill>,
+    spill: Option<&'a spill::Spill>,
     host: &HostInfo,
     focus_pid: Option<u32>,
     before: &[TrackFacts],
@@ -107,7 +107,7 @@ fn build_after<'a>(
             }
             let mut facts = TrackFacts::of(p, t);
             facts.cpu_samples +=
-                spill.map_or(0, |s| s.samples_of(MarkerOwner::of(p.pid, p.start_ns, t)));
+                spill.map_or(0, |s| s.samples_of(TrackKey::of(p.pid, p.start_ns, t)));
             tracks.push(facts);
         }
     }
@@ -198,7 +198,7 @@ pub struct ThreadsOut<'a> {
     machine: bool,
     /// Where the records taken out of `rec` while recording are: each
     /// process's are put back before it (and only while it) is built.
-    spill: Option<&'a spill::MarkerSpill>,
+    spill: Option<&'a spill::Spill>,
 }
 
 impl ThreadsOut<'_> {
@@ -229,14 +229,14 @@ impl ThreadsOut<'_> {
             let p = match self.spill.filter(|s| {
                 p.threads
                     .iter()
-                    .any(|t| s.holds(MarkerOwner::of(p.pid, p.start_ns, t)))
+                    .any(|t| s.holds(TrackKey::of(p.pid, p.start_ns, t)))
             }) {
                 None => p,
                 Some(spill) => {
                     let mut whole = p.clone();
                     for t in &mut whole.threads {
                         spill
-                            .load(MarkerOwner::of(p.pid, p.start_ns, t))
+                            .load(TrackKey::of(p.pid, p.start_ns, t))
                             .map_err(&io)?
                             .prepend_to(t);
                     }
@@ -251,9 +251,9 @@ impl ThreadsOut<'_> {
         }
         for (cpu, markers) in &rec.cpu_tracks {
             match self.spill {
-                Some(spill) if spill.holds(MarkerOwner::Cpu(*cpu)) => {
+                Some(spill) if spill.holds(TrackKey::Cpu(*cpu)) => {
                     let whole = spill
-                        .cpu_markers(MarkerOwner::Cpu(*cpu), markers)
+                        .cpu_markers(TrackKey::Cpu(*cpu), markers)
                         .map_err(&io)?;
                     each(&build_cpu_track(rec, *cpu, &whole, &ms))?
                 }
@@ -360,7 +360,7 @@ impl<W: Write> ProfileWriter<W> {
     pub fn finish(
         mut self,
         rec: &Recording,
-        spill: Option<&spill::MarkerSpill>,
+        spill: Option<&spill::Spill>,
         host: &HostInfo,
         focus_pid: Option<u32>,
     ) -> std::io::Result<W> {

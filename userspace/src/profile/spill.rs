@@ -3,8 +3,8 @@
 //! In: the columns and markers `record` takes out of its merge between
 //! windows ([`crate::model::merge::Merger::take_parts`]), with whose they
 //! are. Out: each owner's records back, in the order they were put, when
-//! its thread (or CPU track) is written ([`MarkerSpill::restore_into`],
-//! [`MarkerSpill::load`]), and how many CPU samples it has here meanwhile.
+//! its thread (or CPU track) is written ([`Spill::restore_into`],
+//! [`Spill::load`]), and how many CPU samples it has here meanwhile.
 //!
 //! Why: `record` writes a process out as soon as it ends, but a server's
 //! processes run the whole recording, and their records (every wait over
@@ -26,7 +26,7 @@ use std::path::Path;
 
 use rustc_hash::FxHashMap;
 
-use crate::model::merge::{MarkerOwner, ThreadPart};
+use crate::model::merge::{ThreadPart, TrackKey};
 use crate::model::recording::{MarkerRecord, ThreadRecord};
 
 /// Where one put's bytes are.
@@ -38,15 +38,15 @@ struct Chunk {
 }
 
 /// Threads' records by owner, encoded; see the module doc.
-pub struct MarkerSpill {
+pub struct Spill {
     file: Option<File>,
     file_len: u64,
     /// A write to the file failed: the rest goes to memory.
     file_full: bool,
     memory: Vec<u8>,
-    chunks: FxHashMap<MarkerOwner, Vec<Chunk>>,
+    chunks: FxHashMap<TrackKey, Vec<Chunk>>,
     /// CPU samples each owner has here.
-    samples: FxHashMap<MarkerOwner, usize>,
+    samples: FxHashMap<TrackKey, usize>,
     markers: u64,
     records: u64,
     /// Why the file was not made or given up (said once, in the summary's
@@ -54,10 +54,10 @@ pub struct MarkerSpill {
     pub fallback: Option<String>,
 }
 
-impl MarkerSpill {
+impl Spill {
     /// A spill in an unnamed file in `dir` (else in the system's temporary
     /// directory, else in memory).
-    pub fn new(dir: &Path) -> MarkerSpill {
+    pub fn new(dir: &Path) -> Spill {
         let open = |d: &Path| {
             std::fs::OpenOptions::new()
                 .read(true)
@@ -75,7 +75,7 @@ impl MarkerSpill {
                 )),
             ),
         };
-        MarkerSpill {
+        Spill {
             file,
             file_len: 0,
             file_full: false,
@@ -89,8 +89,8 @@ impl MarkerSpill {
     }
 
     /// A spill that keeps its bytes in memory (tests, and where no file may be made).
-    pub fn in_memory() -> MarkerSpill {
-        MarkerSpill {
+    pub fn in_memory() -> Spill {
+        Spill {
             file: None,
             file_len: 0,
             file_full: false,
@@ -105,7 +105,7 @@ impl MarkerSpill {
 
     /// Keep `part` after what `owner` has here already. A file that
     /// cannot take it (a full disk) is given up for memory: never lost.
-    pub fn put(&mut self, owner: MarkerOwner, part: &ThreadPart) {
+    pub fn put(&mut self, owner: TrackKey, part: &ThreadPart) {
         let samples = part.samples.time_ns.len();
         let records = samples + part.off_cpu.time_ns.len() + part.markers.len();
         if records == 0 {
@@ -156,7 +156,7 @@ impl MarkerSpill {
     /// columns then sorted by time), taking them out of here. An error is
     /// this process's own file failing to read back; the records it held
     /// are then not restored.
-    pub fn restore_into(&mut self, owner: MarkerOwner, t: &mut ThreadRecord) -> io::Result<()> {
+    pub fn restore_into(&mut self, owner: TrackKey, t: &mut ThreadRecord) -> io::Result<()> {
         let Some(chunks) = self.chunks.remove(&owner) else {
             return Ok(());
         };
@@ -166,7 +166,7 @@ impl MarkerSpill {
     }
 
     /// `owner`'s records, left here (for a writer that only reads).
-    pub fn load(&self, owner: MarkerOwner) -> io::Result<ThreadPart> {
+    pub fn load(&self, owner: TrackKey) -> io::Result<ThreadPart> {
         match self.chunks.get(&owner) {
             Some(chunks) => self.read(chunks),
             None => Ok(ThreadPart::default()),
@@ -176,7 +176,7 @@ impl MarkerSpill {
     /// A CPU track's markers: those kept here, then `later`.
     pub fn cpu_markers(
         &self,
-        owner: MarkerOwner,
+        owner: TrackKey,
         later: &[MarkerRecord],
     ) -> io::Result<Vec<MarkerRecord>> {
         let mut markers = self.load(owner)?.markers;
@@ -185,12 +185,12 @@ impl MarkerSpill {
     }
 
     /// Whether `owner` has records here.
-    pub fn holds(&self, owner: MarkerOwner) -> bool {
+    pub fn holds(&self, owner: TrackKey) -> bool {
         self.chunks.contains_key(&owner)
     }
 
     /// The CPU samples `owner` has here.
-    pub fn samples_of(&self, owner: MarkerOwner) -> usize {
+    pub fn samples_of(&self, owner: TrackKey) -> usize {
         self.samples.get(&owner).copied().unwrap_or(0)
     }
 
@@ -273,8 +273,8 @@ mod tests {
             .collect()
     }
 
-    fn thread(tid: u32) -> MarkerOwner {
-        MarkerOwner::Thread {
+    fn thread(tid: u32) -> TrackKey {
+        TrackKey::Thread {
             pid: 1,
             process_start_ns: None,
             tid,
@@ -300,10 +300,10 @@ mod tests {
         p
     }
 
-    fn round_trip(mut spill: MarkerSpill) {
+    fn round_trip(mut spill: Spill) {
         spill.put(thread(1), &part(0, 50));
         spill.put(
-            MarkerOwner::Cpu(0),
+            TrackKey::Cpu(0),
             &ThreadPart {
                 markers: markers(1000, 7),
                 ..Default::default()
@@ -315,7 +315,7 @@ mod tests {
         assert_eq!(spill.samples_of(thread(1)), 80);
         assert_eq!(
             spill
-                .cpu_markers(MarkerOwner::Cpu(0), &markers(2000, 1))
+                .cpu_markers(TrackKey::Cpu(0), &markers(2000, 1))
                 .unwrap(),
             [markers(1000, 7), markers(2000, 1)].concat()
         );
@@ -339,20 +339,20 @@ mod tests {
     #[test]
     fn records_come_back_in_order_from_a_file() {
         let dir = std::env::temp_dir();
-        let spill = MarkerSpill::new(&dir);
+        let spill = Spill::new(&dir);
         assert!(spill.file.is_some() || spill.fallback.is_some());
         round_trip(spill);
     }
 
     #[test]
     fn records_come_back_in_order_from_memory() {
-        round_trip(MarkerSpill::in_memory());
+        round_trip(Spill::in_memory());
     }
 
     #[test]
     fn a_directory_that_cannot_hold_the_file_falls_back() {
         // Not a directory: O_TMPFILE fails, the temporary directory serves.
-        let spill = MarkerSpill::new(Path::new("/proc/self/status"));
+        let spill = Spill::new(Path::new("/proc/self/status"));
         round_trip(spill);
     }
 }
