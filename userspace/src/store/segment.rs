@@ -9,8 +9,9 @@
 //!
 //! ```text
 //! 0   8 bytes  magic "SYSPSEG\0"
-//! 8   u16      format version (3; 2 had no short-wait markers and is read
-//!              as it is; 1 had no unknown run delays)
+//! 8   u16      format version ([`VERSION`], 5: 3's payload followed by 4's
+//!              additions and 5's landings; 2 had no short-wait markers and
+//!              is read as it is; 1 had no unknown run delays)
 //! 10  u16      reserved, 0
 //! 12  u32      header length H
 //! 16  u32      CRC-32 of the header
