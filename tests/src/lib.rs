@@ -547,6 +547,25 @@ impl ThreadView<'_> {
         })
     }
 
+    /// The off-CPU time of its samples, ms: the weights of those whose leaf
+    /// is an `[off-CPU ...]` frame.
+    pub fn off_cpu_ms(&self, categories: &[String]) -> f64 {
+        self.stacks(categories)
+            .iter()
+            .zip(self.weights())
+            .filter(|(s, _)| s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU")))
+            .map(|(_, w)| w)
+            .sum()
+    }
+
+    /// Its off-CPU markers whose reason is "sleeping".
+    pub fn sleeping_markers(&self) -> Vec<(String, Value)> {
+        self.markers()
+            .into_iter()
+            .filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping")
+            .collect()
+    }
+
     /// Each sample's stack as (function name, category name) pairs, root first.
     pub fn stacks(&self, categories: &[String]) -> Vec<Vec<(String, String)>> {
         self.sample_frames(|name, frame| {

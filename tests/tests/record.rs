@@ -752,19 +752,9 @@ fn a_recording_cut_into_windows_is_one_recording() {
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
     let t = profile.thread(pid, tid).expect("the sleeper thread");
-    let off_ms: f64 = t
-        .stacks(&cats)
-        .iter()
-        .zip(t.weights())
-        .filter(|(s, _)| s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU")))
-        .map(|(_, w)| w)
-        .sum();
+    let off_ms = t.off_cpu_ms(&cats);
     let err = (off_ms * 1e6 - slept_ns).abs() / slept_ns;
-    let markers: Vec<_> = t
-        .markers()
-        .into_iter()
-        .filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping")
-        .collect();
+    let markers = t.sleeping_markers();
     eprintln!(
         "windows: {n}; sleeper off-CPU {off_ms:.1} ms vs slept {:.1} ms; {} sleeping markers",
         slept_ns / 1e6,
@@ -837,18 +827,8 @@ fn markers_kept_on_disk_come_back_whole() {
         let (pid, tid, slept_ns, longest_ms) =
             (block[0], block[1], block[2] as f64, block[3] as f64 / 1e6);
         let t = profile.thread(pid, tid).expect("the sleeper thread");
-        let markers: Vec<_> = t
-            .markers()
-            .into_iter()
-            .filter(|(_, d)| d["type"] == "OffCpu" && d["reason"] == "sleeping")
-            .collect();
-        let off_ms: f64 = t
-            .stacks(&cats)
-            .iter()
-            .zip(t.weights())
-            .filter(|(s, _)| s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU")))
-            .map(|(_, w)| w)
-            .sum();
+        let markers = t.sleeping_markers();
+        let off_ms = t.off_cpu_ms(&cats);
         let err = (off_ms * 1e6 - slept_ns).abs() / slept_ns;
         eprintln!(
             "sleeper {pid}: {} sleeping markers for {sleeps} sleeps; off-CPU {off_ms:.1} ms vs slept {:.1} ms; {spilled} records kept on disk",

@@ -324,7 +324,7 @@ async fn record(
         if write_failed.is_none() {
             let (mut processes, counters) = merged.take_ended(previous_cut_ns);
             if let Some(spill) = spill.as_mut() {
-                restore_markers(spill, &mut processes, &mut spill_errors);
+                restore_parts(spill, &mut processes, &mut spill_errors);
             }
             if let Err(e) = writer.write_ended(merged.tables(), &processes, &counters) {
                 // The end will fail on the same file: said there, once.
@@ -448,7 +448,7 @@ const SPILL_MIN_RECORDS: usize = 64;
 
 /// Put back into `processes` (ended, about to be written) the records their
 /// threads had spilled; a spill that cannot be read back is said in `errors`.
-fn restore_markers(
+fn restore_parts(
     spill: &mut Spill,
     processes: &mut [crate::model::recording::ProcessRecord],
     errors: &mut Vec<String>,

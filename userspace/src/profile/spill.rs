@@ -71,20 +71,14 @@ impl Spill {
             Err(e) => (
                 None,
                 Some(format!(
-                    "markers of running threads were kept in memory: no unnamed file could be made beside the output or in the temporary directory ({e})"
+                    "samples and markers of running threads were kept in memory: no unnamed file could be made beside the output or in the temporary directory ({e})"
                 )),
             ),
         };
         Spill {
             file,
-            file_len: 0,
-            file_full: false,
-            memory: Vec::new(),
-            chunks: FxHashMap::default(),
-            samples: FxHashMap::default(),
-            markers: 0,
-            records: 0,
             fallback,
+            ..Spill::in_memory()
         }
     }
 
@@ -123,7 +117,7 @@ impl Spill {
                     // The file keeps what it holds; no more is written to it.
                     self.file_full = true;
                     self.fallback = Some(format!(
-                        "markers of running threads were kept in memory from {} MB on: their file beside the output could not take more ({e})",
+                        "samples and markers of running threads were kept in memory from {} MB on: their file beside the output could not take more ({e})",
                         self.file_len / 1_000_000
                     ));
                     false
