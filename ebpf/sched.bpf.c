@@ -212,10 +212,17 @@ struct {
 
 #include "drops.bpf.h"
 
-static __always_inline long submit_flags(void)
+/* Wake the reader when a record of `size` bytes takes the data waiting in
+ * the ring past wakeup_bytes: once, not at every record after (a reader
+ * that could take no more was woken by every switch; see sample.bpf.c's
+ * wakeup_flag). `reserved`: the record is in the ring already (reserved,
+ * not yet submitted) and counted in what waits. */
+static __always_inline long submit_flags(__u64 size, bool reserved)
 {
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-									       : BPF_RB_NO_WAKEUP;
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 before = reserved ? avail - size : avail;
+
+	return before < wakeup_bytes && before + size >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline bool tracked(__u32 tgid)
@@ -311,7 +318,7 @@ __noinline __u64 send_scratch(struct stack_scratch *sc, __u32 words, __u64 size)
 		sc->e.id = id;
 		sc->e.flags |= STACK_SHARED;
 	}
-	if (bpf_ringbuf_output(&events, sc, size, submit_flags())) {
+	if (bpf_ringbuf_output(&events, sc, size, submit_flags(size, false))) {
 		count_drop(DROP_STACK_RECORD);
 		return STACK_DROPPED;
 	}
@@ -514,7 +521,7 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 
 	if (size > sizeof(*cs))
 		size = sizeof(*cs);
-	if (bpf_ringbuf_output(&events, cs, size, submit_flags())) {
+	if (bpf_ringbuf_output(&events, cs, size, submit_flags(size, false))) {
 		count_drop(DROP_STACK_RECORD);
 		return 0;
 	}
@@ -1042,7 +1049,7 @@ static __always_inline void flush_folded_irq(__u32 tid, struct thread_state *t)
 	t->irq_wait_ns = 0;
 	t->irq_land_ns = 0;
 	t->irq_stack_id = 0;
-	bpf_ringbuf_submit(e, submit_flags());
+	bpf_ringbuf_submit(e, submit_flags(sizeof(*e), true));
 }
 
 /* Send the thread's folded short waits and reset them. */
@@ -1089,7 +1096,7 @@ static __always_inline void flush_folded(__u32 tid, struct thread_state *t)
 	t->short_waker_pid = 0;
 	t->short_waker_tid = 0;
 	t->short_waker_kind = FOLD_WAKER_UNSET;
-	bpf_ringbuf_submit(e, submit_flags());
+	bpf_ringbuf_submit(e, submit_flags(sizeof(*e), true));
 }
 
 /* Fold tid's short interval ending at `end` into its run. Not inlined:
@@ -1242,7 +1249,7 @@ static __always_inline void close_interval(__u32 tid, struct thread_state *t, __
 	}
 	t->off_ts = 0;
 	t->off_flags = 0;
-	bpf_ringbuf_submit(e, submit_flags());
+	bpf_ringbuf_submit(e, submit_flags(sizeof(*e), true));
 }
 
 /* tid's state, inserted zeroed (pid set) when it has none; NULL when the
@@ -1319,7 +1326,7 @@ static __always_inline void switch_out(void *ctx, __u32 tid, bool preempt, unsig
 			e->time_ns = now;
 			e->voluntary = t->voluntary + 1;
 			e->involuntary = t->involuntary;
-			bpf_ringbuf_submit(e, submit_flags());
+			bpf_ringbuf_submit(e, submit_flags(sizeof(*e), true));
 		} else {
 			count_drop(DROP_EVENTS_FULL);
 		}
@@ -1639,7 +1646,7 @@ int on_block_complete(struct bpf_raw_tracepoint_args *ctx)
 	e->flags = io_flags(s->cmd_flags) | s->flags;
 	e->stack_id = s->stack_id;
 	__builtin_memcpy(e->comm, s->comm, TASK_COMM_LEN);
-	bpf_ringbuf_submit(e, submit_flags());
+	bpf_ringbuf_submit(e, submit_flags(sizeof(*e), true));
 	bpf_map_delete_elem(&io_starts, &key);
 	return 0;
 }

@@ -217,9 +217,15 @@ impl CaptureSession {
         };
         let mut start_sampling =
             |sampler: &mut Sampler, collector: &mut Collector, counters: &mut CounterPoller| {
-                anchor = crate::sys::clock::clock_anchor();
                 sampler.attach()?;
-                collector.sampling_started();
+                // The range starts once every CPU samples, not before the
+                // first attach: a CPU attached later (its thread preempted
+                // between the two, as on a loaded CI machine) would show a
+                // spinner 23 of its 189 samples short in the first 250 ms.
+                // A sample an earlier CPU took meanwhile precedes the range
+                // and is left out (see `Collector::sampling_started`).
+                anchor = crate::sys::clock::clock_anchor();
+                collector.sampling_started(anchor.1);
                 // A baseline before anything runs, so even a short command gets deltas.
                 counters.poll(crate::sys::clock::monotonic_ns(), std::iter::empty());
                 Ok::<_, RecordError>(())

@@ -109,6 +109,8 @@ pub struct Collector {
     /// thread's last sample before then: a thread the tracer first sees
     /// off the CPU left it after its last sample, not at its creation.
     tracing_start_ns: Option<u64>,
+    /// Where the recording's range starts: every CPU sampled from here.
+    range_start_ns: u64,
     sampled_before_tracing: FxHashMap<u32, u64>,
     /// Shared stacks of processes that are gone, for the tracer to delete
     /// from the kernel's table (`take_forgotten_stacks`).
@@ -164,6 +166,7 @@ impl Collector {
             windows_finished: 0,
             shared_stacks_forgotten: Vec::new(),
             tracing_start_ns: None,
+            range_start_ns: 0,
             sampled_before_tracing: FxHashMap::default(),
             first_start_ns: None,
             recent_pids: FxHashSet::default(),
@@ -191,9 +194,13 @@ impl Collector {
         self.kernel = kernel;
     }
 
-    /// Sampling has begun: the CPU bases of the threads that ran before are
-    /// read again (see [`process::ProcessTable::rebase_cpu_times`]).
-    pub fn sampling_started(&mut self) {
+    /// Sampling has begun on every CPU, and the recording's range with it at
+    /// `range_start_ns`: samples taken before (by a CPU attached earlier)
+    /// are counted as decoded and not kept. The CPU bases of the threads
+    /// that ran before are read again (see
+    /// [`process::ProcessTable::rebase_cpu_times`]).
+    pub fn sampling_started(&mut self, range_start_ns: u64) {
+        self.range_start_ns = range_start_ns;
         self.table
             .rebase_cpu_times(crate::sideband::proc_snapshot::thread_cpu_ns);
     }
@@ -369,6 +376,10 @@ impl Collector {
     /// One cpu-clock sample. Allocation-free once the stack tree holds the stack.
     pub fn handle_sample(&mut self, s: &SampleView<'_>) {
         self.samples_total += 1;
+        if s.time_ns < self.range_start_ns {
+            self.window.stats.samples += 1;
+            return;
+        }
         if self.tracing_start_ns.is_some_and(|t| s.time_ns < t) {
             let last = self.sampled_before_tracing.entry(s.tid).or_default();
             *last = (*last).max(s.time_ns);

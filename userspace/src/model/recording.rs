@@ -470,7 +470,8 @@ pub struct RecordingStats {
     /// Samples decoded.
     pub samples: u64,
     /// Samples of the processes kept (all of them with -a; the chosen
-    /// processes and their children with -p or a command).
+    /// processes and their children with -p or a command), in the range:
+    /// not the few a CPU took before the last CPU's sampler was attached.
     pub samples_kept: u64,
     /// Samples lost in the kernel (ring buffer full).
     pub lost_samples: u64,
