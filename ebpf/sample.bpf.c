@@ -122,16 +122,19 @@ static __always_inline __u64 user_regs(struct bpf_perf_event_data *ctx, __u64 re
 }
 
 /* Wake the reader when a record of `size` bytes, not yet in the ring,
- * takes the data waiting there past wakeup_bytes: once, not at every record
- * after. A reader that could take no more (its collector busy loading) was
- * woken by every sample, and ran, at its raised priority, on the other CPU
- * across that CPU's next tick: 29 of a spinner's ticks in 30 ms were the
- * reader's, which ran 14 % of that time. */
+ * takes the data waiting there past a multiple of wakeup_bytes: once a
+ * watermark's worth, not at every record past it. A reader that could take
+ * no more (its collector busy loading) was woken by every sample, and ran,
+ * at its raised priority, on the other CPU across that CPU's next tick: 29
+ * of a spinner's ticks in 30 ms were the reader's, which ran 14 % of that
+ * time. Every multiple, not the first only: a crossing two CPUs' records
+ * hid from each other is caught at the next. */
 static __always_inline __u64 wakeup_flag(__u64 size)
 {
 	__u64 avail = bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA);
+	__u64 w = wakeup_bytes ? wakeup_bytes : 1;
 
-	return avail < wakeup_bytes && avail + size >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	return avail / w != (avail + size) / w ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
 /* When a hand-over last woke the reader (bpf_ktime_get_ns; racy between

@@ -213,16 +213,18 @@ struct {
 #include "drops.bpf.h"
 
 /* Wake the reader when a record of `size` bytes takes the data waiting in
- * the ring past wakeup_bytes: once, not at every record after (a reader
- * that could take no more was woken by every switch; see sample.bpf.c's
- * wakeup_flag). `reserved`: the record is in the ring already (reserved,
- * not yet submitted) and counted in what waits. */
+ * the ring past a multiple of wakeup_bytes: once a watermark's worth, not
+ * at every record past it (a reader that could take no more was woken by
+ * every switch; see sample.bpf.c's wakeup_flag). `reserved`: the record is
+ * in the ring already (reserved, not yet submitted) and counted in what
+ * waits. */
 static __always_inline long submit_flags(__u64 size, bool reserved)
 {
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	__u64 before = reserved ? avail - size : avail;
+	__u64 before = reserved && avail >= size ? avail - size : avail;
+	__u64 w = wakeup_bytes ? wakeup_bytes : 1;
 
-	return before < wakeup_bytes && before + size >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	return before / w != (before + size) / w ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline bool tracked(__u32 tgid)
