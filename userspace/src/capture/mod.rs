@@ -219,9 +219,8 @@ impl CaptureSession {
             |sampler: &mut Sampler, collector: &mut Collector, counters: &mut CounterPoller| {
                 sampler.attach()?;
                 // The range starts once every CPU samples, not before the
-                // first attach: a CPU attached later (its thread preempted
-                // between the two, as on a loaded CI machine) would show a
-                // spinner 23 of its 189 samples short in the first 250 ms.
+                // first attach: begun before it, every recording's first
+                // 25 ms were 2-4 samples short of a spinner's own clock.
                 // A sample an earlier CPU took meanwhile precedes the range
                 // and is left out (see `Collector::sampling_started`).
                 anchor = crate::sys::clock::clock_anchor();
