@@ -467,7 +467,11 @@ impl ThreadView<'_> {
         }
     }
 
-    /// Markers as (name, data), in table order.
+    /// Markers as (name, data), in table order, with their `startTime` and
+    /// `endTime`: for an off-CPU wait the whole wait, run delay included,
+    /// also where it is drawn to its wakeup's enqueue (`drawnEndTime`, the
+    /// marker's own end) and its run delay follows as a "Waiting for a CPU"
+    /// marker.
     pub fn markers(&self) -> Vec<(String, Value)> {
         let strings = self.t["stringArray"].as_array().unwrap();
         let m = &self.t["markers"];
@@ -480,6 +484,16 @@ impl ThreadView<'_> {
                 let mut data = m["data"][i].clone();
                 data["startTime"] = m["startTime"][i].clone();
                 data["endTime"] = m["endTime"][i].clone();
+                data["drawnEndTime"] = m["endTime"][i].clone();
+                // An off-CPU marker drawn to its wakeup's enqueue says the
+                // whole wait apart (its run delay is a marker of its own).
+                if let (Some(s), Some(whole)) =
+                    (m["startTime"][i].as_f64(), data["offCpu"].as_f64())
+                {
+                    if data["type"] == "OffCpu" {
+                        data["endTime"] = (s + whole).into();
+                    }
+                }
                 (name, data)
             })
             .collect()

@@ -62,13 +62,13 @@ pub(super) fn build_markers(
             _ => None,
         }
     };
-    for r in sorted {
+    let marker_of = |r: &MarkerRecord, tables: &mut ThreadTables| {
         let mut cause = |stack: &Option<u32>| {
             stack.map(|node| Cause {
                 stack: tables.stack_for(rec, node, idle),
             })
         };
-        let (name, cat, start, end, data) = match r {
+        match r {
             MarkerRecord::OffCpu {
                 start_ns,
                 end_ns,
@@ -91,6 +91,7 @@ pub(super) fn build_markers(
                 MarkerData::OffCpu {
                     reason: reason.label(),
                     run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
+                    off_cpu: None,
                     wakeup_landing: (*landing_ns > 0).then(|| *landing_ns as f64 / 1e6),
                     waker: waker.as_ref().map(|w| w.label()),
                     // An interrupt has no waker task: the task it interrupted is in the label.
@@ -230,16 +231,65 @@ pub(super) fn build_markers(
                     },
                 },
             ),
-        };
-        m.name.push(tables.strings.intern(&name));
-        m.category.push(cat);
-        m.start_time.push(Some(ms(start)));
-        m.end_time.push(Some(ms(end)));
-        m.phase.push(1); // interval
-        m.data.push(Some(data));
-        m.length += 1;
+        }
+    };
+    for r in sorted {
+        // A wait whose run delay is long enough to see is drawn as two
+        // markers: the wait to its wakeup's enqueue, then the delay.
+        if let MarkerRecord::OffCpu {
+            end_ns,
+            reason,
+            run_delay_ns: Some(delay),
+            cpus,
+            ..
+        } = r
+        {
+            if *reason != OffCpuReason::Preempted && *delay >= RUN_DELAY_MARKER_MIN_NS {
+                let queued = end_ns.saturating_sub(*delay);
+                let (name, cat, start, _, mut data) = marker_of(r, tables);
+                if let MarkerData::OffCpu { off_cpu, .. } = &mut data {
+                    *off_cpu = Some(end_ns.saturating_sub(start) as f64 / 1e6);
+                }
+                push(&mut m, tables, &name, cat, (ms(start), ms(queued)), data);
+                let delay_data = MarkerData::RunDelay {
+                    after: reason.label(),
+                    cpu: cpus.1,
+                    color: COLOR_CPU,
+                };
+                let span = (ms(queued), ms(*end_ns));
+                push(&mut m, tables, RUN_DELAY_MARKER_NAME, cat, span, delay_data);
+                continue;
+            }
+        }
+        let (name, cat, start, end, data) = marker_of(r, tables);
+        push(&mut m, tables, &name, cat, (ms(start), ms(end)), data);
     }
     m
+}
+
+/// Run delays from this long on are markers of their own (0.1 ms: the
+/// kernel's fold threshold; under it a bar would not show at a wait's end).
+pub(super) const RUN_DELAY_MARKER_MIN_NS: u64 = 100_000;
+
+/// The run-delay markers' name: one row of the Marker Chart holds them all.
+const RUN_DELAY_MARKER_NAME: &str = "Waiting for a CPU";
+
+/// One interval marker, its times in ms.
+fn push(
+    m: &mut Markers,
+    tables: &mut ThreadTables,
+    name: &str,
+    category: u32,
+    (start, end): (f64, f64),
+    data: MarkerData,
+) {
+    m.name.push(tables.strings.intern(name));
+    m.category.push(category);
+    m.start_time.push(Some(start));
+    m.end_time.push(Some(end));
+    m.phase.push(1); // interval
+    m.data.push(Some(data));
+    m.length += 1;
 }
 
 /// What each off-CPU marker's wait waited on, by its start: the kernel
@@ -337,13 +387,14 @@ pub(super) fn marker_schema() -> serde_json::Value {
             "chartLabel": "{marker.data.reason}",
             "tooltipLabel": "Off-CPU: {marker.data.reason}, woken by {marker.data.waker}",
             "tableLabel": "{marker.data.reason}, woken by {marker.data.waker}, run delay {marker.data.runDelay}",
-            "description": "A thread not running: why, who woke it, how long its wakeup took to reach a run queue (an idle CPU's wakeup; on a VM, the host running that CPU again), how long it then waited for a CPU. Colored by what ended it: blue another thread, orange blocked (I/O, mostly), green an interrupt (a timer, a device), red waiting for a CPU, grey not seen",
+            "description": "A thread not running: why, who woke it, how long its wakeup took to reach a run queue (an idle CPU's wakeup; on a VM, the host running that CPU again), how long it then waited for a CPU. A run-queue delay of 0.1 ms or more is drawn apart, as a \"Waiting for a CPU\" marker after this one. Colored by what ended it: blue another thread, orange blocked (I/O, mostly), green an interrupt (a timer, a device), red waiting for a CPU, grey not seen",
             "colorField": "color",
             "fields": [
                 { "key": "reason", "label": "Reason", "format": "string" },
                 { "key": "waitedOn", "label": "Waited on", "format": "string" },
                 { "key": "wakeupLanding", "label": "Wakeup to run queue", "format": "duration" },
                 { "key": "runDelay", "label": "Run-queue delay", "format": "duration" },
+                { "key": "offCpu", "label": "Off-CPU with the run delay", "format": "duration" },
                 { "key": "waker", "label": "Woken by", "format": "string" },
                 { "key": "wakerPid", "label": "Waker", "format": "pid" },
                 { "key": "wakerTid", "label": "Waker thread", "format": "tid" },
@@ -351,6 +402,20 @@ pub(super) fn marker_schema() -> serde_json::Value {
                 { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
                 { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
                 { "key": "request", "label": "Ended by request", "format": "string" },
+                { "key": "color", "label": "Color", "format": "string", "hidden": true },
+            ],
+        },
+        {
+            "name": "RunDelay",
+            "display": not_in_overview,
+            "chartLabel": "after {marker.data.after}",
+            "tooltipLabel": "Waiting for CPU {marker.data.cpu} after {marker.data.after}",
+            "tableLabel": "waiting for CPU {marker.data.cpu} after {marker.data.after}",
+            "description": "The end of an off-CPU wait: woken, in its CPU's run queue until it ran (a preempted thread's whole wait is this, drawn as its off-CPU marker, red). `sysprof report --why` names who held that CPU meanwhile",
+            "colorField": "color",
+            "fields": [
+                { "key": "after", "label": "After", "format": "string" },
+                { "key": "cpu", "label": "CPU", "format": "integer" },
                 { "key": "color", "label": "Color", "format": "string", "hidden": true },
             ],
         },

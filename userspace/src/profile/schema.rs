@@ -335,6 +335,13 @@ pub enum MarkerData {
         reason: &'static str,
         #[serde(skip_serializing_if = "Option::is_none", default)]
         run_delay: Option<f64>,
+        /// The whole wait, ms, where the marker is drawn to the wakeup's
+        /// enqueue only and its run delay follows as a `RunDelay` marker
+        /// (one of 0.1 ms or more: `markers::RUN_DELAY_MARKER_MIN_NS`); left out where the
+        /// marker is the whole wait. Readers take the wait as
+        /// `startTime + offCpu`.
+        #[serde(skip_serializing_if = "Option::is_none", default)]
+        off_cpu: Option<f64>,
         /// Before the run delay, from the wakeup to its enqueue, ms: the
         /// wakeup on its way to the wakee's CPU (left out where not seen).
         #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -423,6 +430,19 @@ pub enum MarkerData {
         pid: String,
         #[serde(skip_deserializing)]
         tid: u32,
+    },
+    /// The end of an off-CPU wait spent waiting for a CPU: from its
+    /// wakeup's enqueue to running again, drawn apart from the wait before
+    /// it so that a blocked wait's bar holds the blocking only.
+    RunDelay {
+        /// The wait's reason, as its `OffCpu` marker says it.
+        #[serde(skip_deserializing)]
+        after: &'static str,
+        /// The CPU it waited for (and resumed on).
+        #[serde(skip_deserializing)]
+        cpu: u32,
+        #[serde(skip_deserializing)]
+        color: &'static str,
     },
     /// A stretch a CPU was idle: its own type, kept out of the track's
     /// overview, where every marker is drawn as the same black bar and an

@@ -494,6 +494,87 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
             .any(|f| f["key"] == "runDelay")));
 }
 
+/// Check that a blocked wait with 3.7 ms of run delay is drawn as two
+/// markers: the blocking to the wakeup's enqueue (saying the whole wait
+/// apart), then "Waiting for a CPU" to the end; that a delay under 0.1 ms
+/// and a preemption stay one marker (`report::why`'s tests read a split
+/// wait back whole).
+#[test]
+fn a_long_run_delay_is_drawn_apart_from_the_wait() {
+    let mut rec = recording();
+    rec.off_cpu = true;
+    let waker = Some(Waker {
+        pid: 7,
+        tid: 8,
+        name: "waker".into(),
+        interrupt: None,
+    });
+    let wait = |start_ns: u64, end_ns: u64, reason, delay_ns: u64| MarkerRecord::OffCpu {
+        start_ns,
+        end_ns,
+        reason,
+        run_delay_ns: Some(delay_ns),
+        landing_ns: 0,
+        waker: waker.clone(),
+        cpus: (0, 1),
+        waker_stack: None,
+    };
+    let t = &mut rec.processes[1].threads[0];
+    t.markers
+        .push(wait(1_500_000, 5_600_000, OffCpuReason::Blocked, 3_700_000));
+    t.markers
+        .push(wait(6_500_000, 8_500_000, OffCpuReason::Sleeping, 99_999));
+    t.markers.push(wait(
+        9_500_000,
+        12_500_000,
+        OffCpuReason::Preempted,
+        3_000_000,
+    ));
+    let p = build_profile(&rec, &host(), None).to_value();
+    assert_eq!(validate::validate(&p), Vec::<String>::new());
+    let app = &p["threads"][1];
+    let m = &app["markers"];
+    let strings = app["stringArray"].as_array().unwrap();
+    let rows: Vec<(String, f64, f64, Option<f64>)> = (0..m["length"].as_u64().unwrap() as usize)
+        .map(|i| {
+            (
+                strings[m["name"][i].as_u64().unwrap() as usize]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                m["startTime"][i].as_f64().unwrap(),
+                m["endTime"][i].as_f64().unwrap(),
+                m["data"][i]["offCpu"].as_f64(),
+            )
+        })
+        .collect();
+    // The profile starts 0.5 ms into the recording's clock.
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    let expect = [
+        ("Off-CPU: blocked (uninterruptible)", 1.0, 1.4, Some(4.1)),
+        ("Waiting for a CPU", 1.4, 5.1, None),
+        ("Off-CPU: sleeping", 6.0, 8.0, None),
+        ("Off-CPU: preempted (runnable)", 9.0, 12.0, None),
+    ];
+    assert_eq!(rows.len(), expect.len(), "{rows:?}");
+    for (row, want) in rows.iter().zip(expect) {
+        assert!(
+            row.0 == want.0
+                && close(row.1, want.1)
+                && close(row.2, want.2)
+                && match (row.3, want.3) {
+                    (Some(a), Some(b)) => close(a, b),
+                    (a, b) => a.is_none() && b.is_none(),
+                },
+            "{row:?} against {want:?}"
+        );
+    }
+    assert_eq!(m["data"][1]["type"], "RunDelay");
+    assert_eq!(m["data"][1]["color"], "red");
+    assert_eq!(m["data"][1]["cpu"], 1);
+    assert_eq!(m["data"][0]["color"], "orange");
+}
+
 /// Check that a wait an interrupt ended names the thread's request that
 /// completed just before its wakeup, and is colored as blocked (I/O); a
 /// wait another thread ended names no request and is colored as such; a
@@ -529,7 +610,7 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
         start_ns: 3_050_000,
         end_ns: 5_000_000,
         reason: OffCpuReason::Blocked,
-        run_delay_ns: Some(100_000),
+        run_delay_ns: Some(50_000),
         landing_ns: 0,
         waker: irq,
         cpus: (0, 0),
@@ -1269,6 +1350,7 @@ fn tooltips_leave_out_empty_fields() {
     let off = serde_json::to_value(MarkerData::OffCpu {
         reason: "preempted (runnable)",
         run_delay: Some(1.0),
+        off_cpu: None,
         wakeup_landing: None,
         waker: None,
         waker_pid: None,

@@ -395,7 +395,10 @@ fn escape_thread(t: &mut Thread) {
             }
             MarkerData::ShortWaits { waker, .. } => escape_in_place(waker),
             MarkerData::Io { device, .. } => escape_in_place(device),
-            MarkerData::OnCpu { .. } | MarkerData::CpuIdle { .. } | MarkerData::Other => {}
+            MarkerData::OnCpu { .. }
+            | MarkerData::CpuIdle { .. }
+            | MarkerData::RunDelay { .. }
+            | MarkerData::Other => {}
         }
     }
 }

@@ -141,8 +141,13 @@ impl Tally {
             };
             match data {
                 Some(MarkerData::OffCpu {
-                    run_delay, waker, ..
+                    run_delay,
+                    waker,
+                    off_cpu,
+                    ..
                 }) => {
+                    // A wait drawn to its enqueue says its whole length apart.
+                    let span = off_cpu.map_or(span, |whole| span.max(whole));
                     self.off_cpu_markers += 1;
                     if let Some(d) = run_delay {
                         run_delays_us.push(d * 1e3);

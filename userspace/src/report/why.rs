@@ -817,6 +817,11 @@ fn markers_of(t: &Value) -> impl Iterator<Item = (&Value, f64, f64)> {
 
 fn read_markers(t: &Value, facts: &mut ThreadFacts) {
     for (d, s, e) in markers_of(t) {
+        // A wait drawn to its enqueue says its whole length apart.
+        let e = match d["offCpu"].as_f64() {
+            Some(whole) if d["type"] == "OffCpu" => e.max(s + whole),
+            _ => e,
+        };
         match d["type"].as_str() {
             Some("OffCpu") if e > s => facts.waits.push(Wait {
                 start: s,
@@ -1035,6 +1040,32 @@ mod tests {
             "{:?}",
             why.blame
         );
+    }
+
+    /// Check that a wait drawn to its enqueue, its run delay a marker of
+    /// its own after it (`offCpu` says the whole wait), is read whole: its
+    /// delay charged to who held the CPU, the rest to its waker, and the
+    /// `RunDelay` marker not taken for another wait.
+    #[test]
+    fn a_wait_drawn_apart_from_its_run_delay_is_read_whole() {
+        let mut blocked = off("blocked (uninterruptible)", 3.7, Some(2), Some("task"));
+        blocked["offCpu"] = 4.1.into();
+        blocked["cpuIn"] = 1.into();
+        let delay = serde_json::json!({ "type": "RunDelay", "after": "blocked (uninterruptible)", "cpu": 1 });
+        let profile = serde_json::json!({
+            "meta": { "categories": [] },
+            "threads": [
+                thread(1, 1, "client", vec![(1.0, 1.4, blocked), (1.4, 5.1, delay)]),
+                thread(1, 2, "server", vec![]),
+                thread(1, 3, "spinner", vec![]),
+                cpu_track(1, vec![(0.0, 10.0, on(3))]),
+            ],
+        });
+        let why = Threads::read(&profile).why(&[1], 0.0, 100.0, 5);
+        assert!((why.off_cpu_ms - 4.1).abs() < 1e-9, "{}", why.off_cpu_ms);
+        assert_eq!(why.waits, 1);
+        assert_charged(&why, 3, "holding its CPU", 3.7);
+        assert_charged(&why, 2, "running", 0.4);
     }
 
     /// Check a wakeup's landing: a client woken by a server at 8 ms whose
