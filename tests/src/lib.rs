@@ -357,6 +357,24 @@ pub fn field(stdout: &[u8], key: &str) -> Option<u64> {
     })
 }
 
+/// The leaf of a woken wait's run delay (0.1 ms or more), under its
+/// reason's leaf (sysprof's `RUN_DELAY_FRAME_NAME`).
+pub const RUN_DELAY_LEAF: &str = "[off-CPU: woken, waiting for a CPU]";
+
+/// An off-CPU stack's reason frame (`[off-CPU: sleeping]`...), given its
+/// frame names root first: its leaf, or the frame above a run-delay leaf
+/// (the end of the same wait). None for an on-CPU stack.
+pub fn off_cpu_reason<'a>(names: impl DoubleEndedIterator<Item = &'a str>) -> Option<&'a str> {
+    let mut rev = names.rev();
+    let leaf = rev.next()?;
+    let reason = if leaf == RUN_DELAY_LEAF {
+        rev.next()?
+    } else {
+        leaf
+    };
+    reason.starts_with("[off-CPU").then_some(reason)
+}
+
 /// A written profile.
 pub struct Profile {
     /// The JSON.

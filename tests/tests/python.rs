@@ -426,10 +426,7 @@ fn off_cpu_time_is_charged_to_the_python_function_that_waited() {
     let (mut got_a, mut got_b) = (0.0, 0.0);
     for (s, w) in t.stacks(&cats).iter().zip(t.weights()) {
         let n = names(s);
-        if !n
-            .last()
-            .is_some_and(|f| f.starts_with("[off-CPU: sleeping"))
-        {
+        if off_cpu_reason(n.iter().copied()) != Some("[off-CPU: sleeping]") {
             continue;
         }
         let chain = |f: &str| n.windows(3).any(|x| x == ["work", "naps", f]);

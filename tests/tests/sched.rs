@@ -10,6 +10,11 @@ fn leaf(stack: &[(String, String)]) -> &str {
     stack.last().map(|(n, _)| n.as_str()).unwrap_or("")
 }
 
+/// Its off-CPU reason frame, a woken wait's run delay included.
+fn reason(stack: &[(String, String)]) -> Option<&str> {
+    off_cpu_reason(stack.iter().map(|(n, _)| n.as_str()))
+}
+
 /// Check that a thread sleeping 40 × 25 ms has off-CPU time within ±5% of
 /// the wall time it measured itself, in stacks that hold the user function
 /// that slept and the kernel's nanosleep path, with reason "sleeping", and
@@ -43,7 +48,7 @@ fn sleeping_thread_off_cpu_time_matches_its_clock() {
         if leaf(s).starts_with("[off-CPU") {
             off_ms += w;
         }
-        if leaf(s) == "[off-CPU: sleeping]" {
+        if reason(s) == Some("[off-CPU: sleeping]") {
             sleeping += 1;
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
             let user = names.iter().position(|n| *n == "sleep_loop");
@@ -741,7 +746,9 @@ fn woken_threads_run_delay_matches_their_schedstat() {
 /// preemptions) must be the sleeper's own schedstat run delay within 2 %
 /// and 5 us a wait, most of it (75 %; 93 % here, the rest preemptions
 /// while it works) in the drawn-apart markers. Before,
-/// each sleep was one "sleeping" bar 5.6 ms long, of which 2 ms slept.
+/// each sleep was one "sleeping" bar 5.6 ms long, of which 2 ms slept. The
+/// call tree must hold the same run delay under its own leaf below
+/// "[off-CPU: sleeping]" (within 1 %).
 #[test]
 fn a_woken_threads_wait_for_a_cpu_is_drawn_apart() {
     if !can_record("a_woken_threads_wait_for_a_cpu_is_drawn_apart") {
@@ -824,6 +831,20 @@ fn a_woken_threads_wait_for_a_cpu_is_drawn_apart() {
         (profile_ms - run_delay_ms).abs() <= slack,
         "the sleeper's run delay: {profile_ms:.2} ms in the profile, {run_delay_ms:.2} ms by its schedstat; {}",
         stats_line(&out)
+    );
+    // The call tree splits them alike: under the sleep's leaf, its own.
+    let cats = profile.categories();
+    let mut in_tree_ms = 0.0;
+    for ((s, w), at) in t.stacks(&cats).iter().zip(t.weights()).zip(t.times()) {
+        if leaf(s) == RUN_DELAY_LEAF && at >= lo && at + w <= hi {
+            assert_eq!(reason(s), Some("[off-CPU: sleeping]"), "under its reason: {s:?}");
+            in_tree_ms += w;
+        }
+    }
+    eprintln!("latewaker: {in_tree_ms:.1} ms under {RUN_DELAY_LEAF}");
+    assert!(
+        (in_tree_ms - drawn_apart_ms).abs() <= 0.01 * drawn_apart_ms + 0.5,
+        "{in_tree_ms:.1} ms under {RUN_DELAY_LEAF} in the call tree, {drawn_apart_ms:.1} ms in markers"
     );
     assert!(
         drawn_apart_ms >= 0.75 * run_delay_ms,
@@ -1203,7 +1224,9 @@ fn a_thread_asleep_before_the_recording_is_off_cpu_from_its_start() {
         .iter()
         .zip(t.weights())
         .zip(t.times())
-        .filter(|((s, _), time)| leaf(s) == "[off-CPU: sleeping]" && *time <= start_ms + 1.0)
+        .filter(|((s, _), time)| {
+            reason(s) == Some("[off-CPU: sleeping]") && *time <= start_ms + 1.0
+        })
         .map(|((_, w), _)| w)
         .sum();
     assert!(

@@ -310,6 +310,7 @@ fn off_cpu_by_reason(
     let mut by: BTreeMap<String, f64> = BTreeMap::new();
     for ((s, w), at) in t.stacks(cats).iter().zip(t.weights()).zip(t.times()) {
         if leaf(s).starts_with("[off-CPU") {
+            // A woken wait's run delay is its own entry (RUN_DELAY_LEAF).
             *by.entry(leaf(s).to_string()).or_default() += ((at + w).min(hi) - at.max(lo)).max(0.0);
         }
     }
@@ -358,6 +359,7 @@ fn short_pipe_waits_are_sleeping() {
     );
     let total: f64 = by.values().sum();
     let sleeping = by.get("[off-CPU: sleeping]").copied().unwrap_or(0.0);
+    let woken = by.get(RUN_DELAY_LEAF).copied().unwrap_or(0.0);
     let preempted = by
         .get("[off-CPU: preempted, waiting for a CPU]")
         .copied()
@@ -384,12 +386,13 @@ fn short_pipe_waits_are_sleeping() {
     // preempted, or blocked, fails either way.
     let allowance = total * 0.05 + 1.0;
     assert!(
-        sleeping + preempted >= total - allowance,
-        "only sleeping and preempted: {by:?}"
+        sleeping + preempted + woken >= total - allowance,
+        "only sleeping and waiting for a CPU (preempted, or woken): {by:?}"
     );
     assert!(
-        preempted <= run_delay + allowance,
-        "preempted {preempted:.1} ms, more than its run delay {run_delay:.1} ms: {by:?}"
+        preempted + woken <= run_delay + allowance,
+        "waited for a CPU {:.1} ms (preempted, or woken), more than its run delay {run_delay:.1} ms: {by:?}",
+        preempted + woken
     );
     assert!(sleeping >= total - run_delay - allowance, "short pipe waits are sleeping: {sleeping:.1} of {total:.1} ms, run delay {run_delay:.1} ms: {by:?}");
     // An interval runs from tracepoint to tracepoint; the thread's clocks
@@ -462,6 +465,7 @@ fn direct_reads_are_blocked_and_woken_by_interrupts() {
         .get("[off-CPU: preempted, waiting for a CPU]")
         .copied()
         .unwrap_or(0.0);
+    let woken = by.get(RUN_DELAY_LEAF).copied().unwrap_or(0.0);
     let blocked_markers: Vec<Value> = t
         .markers()
         .into_iter()
@@ -506,12 +510,13 @@ fn direct_reads_are_blocked_and_woken_by_interrupts() {
     // Preempted time is time it was runnable: never more than its run delay
     // (short waits folded per reason may sit up to a fold's end off: 1 ms).
     assert!(
-        preempted <= run_delay_ms + 1.0,
-        "preempted {preempted:.1} ms but its own run delay is {run_delay_ms:.1} ms: {by:?}"
+        preempted + woken <= run_delay_ms + 1.0,
+        "waited for a CPU {:.1} ms (preempted, or woken) but its own run delay is {run_delay_ms:.1} ms: {by:?}",
+        preempted + woken
     );
     assert!(
-        blocked >= (total - preempted) * 0.95,
-        "its waits are blocked, or preempted: {by:?}"
+        blocked >= (total - preempted - woken) * 0.95,
+        "its waits are blocked, or waits for a CPU: {by:?}"
     );
     // A task waker of a disk wait can only be a kernel thread (a loop
     // device's worker, a softirq thread): never a user process.

@@ -491,7 +491,9 @@ fn off_cpu_stacks_unwind_without_frame_pointers() {
     let stacks = t.stacks(&profile.categories());
     let sleeping: Vec<_> = stacks
         .iter()
-        .filter(|s| s.last().is_some_and(|(n, _)| n == "[off-CPU: sleeping]"))
+        .filter(|s| {
+            off_cpu_reason(s.iter().map(|(n, _)| n.as_str())) == Some("[off-CPU: sleeping]")
+        })
         .collect();
     let whole = sleeping
         .iter()
@@ -1357,8 +1359,7 @@ fn jvm_interpreted_methods_are_in_off_cpu_stacks() {
         .iter()
         .flat_map(|t| t.stacks(&cats))
         .filter(|s| {
-            s.last()
-                .is_some_and(|(n, _)| n.starts_with("[off-CPU: sleeping"))
+            off_cpu_reason(s.iter().map(|(n, _)| n.as_str())) == Some("[off-CPU: sleeping]")
         })
         .filter(|s| {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();

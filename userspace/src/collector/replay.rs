@@ -55,6 +55,8 @@ impl FrameKey {
 pub(super) enum PseudoFrame {
     /// The off-CPU leaf of a reason.
     OffCpu(OffCpuReason),
+    /// A woken wait's run delay, under its reason's leaf.
+    RunDelay,
     /// The root of short off-CPU waits, summed without their stacks.
     ShortWaits,
     /// Where a user stack was cut ([`StackEnd::Root`] is no frame).
@@ -70,6 +72,7 @@ impl PseudoFrame {
     pub fn name(self) -> &'static str {
         match self {
             PseudoFrame::OffCpu(r) => r.frame_name(),
+            PseudoFrame::RunDelay => crate::model::recording::RUN_DELAY_FRAME_NAME,
             PseudoFrame::ShortWaits => "[short off-CPU waits: no stack]",
             PseudoFrame::End(e) => e.frame_name(),
             PseudoFrame::PythonNotRead => {
@@ -248,7 +251,7 @@ mod tests {
     /// stack-end vocabulary was one (the old table, written out).
     #[test]
     fn pseudo_frames_keep_their_names() {
-        let old: [(PseudoFrame, &str); 13] = [
+        let old: [(PseudoFrame, &str); 14] = [
             (
                 PseudoFrame::OffCpu(OffCpuReason::Preempted),
                 "[off-CPU: preempted, waiting for a CPU]",
@@ -266,6 +269,7 @@ mod tests {
                 "[off-CPU: other state]",
             ),
             (PseudoFrame::ShortWaits, "[short off-CPU waits: no stack]"),
+            (PseudoFrame::RunDelay, "[off-CPU: woken, waiting for a CPU]"),
             (
                 PseudoFrame::End(StackEnd::CopyExhausted),
                 "[truncated: user stack copy exhausted (--stack-size)]",

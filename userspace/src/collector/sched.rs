@@ -13,7 +13,9 @@
 use super::replay::{PseudoFrame, Replay};
 use super::WindowData;
 use crate::bpf::abi::{comm_str, TASK_COMM_LEN};
-use crate::model::recording::{IoOp, MarkerRecord, OffCpuReason, ShortWaker, SliceKind, Waker};
+use crate::model::recording::{
+    IoOp, MarkerRecord, OffCpuReason, ShortWaker, SliceKind, Waker, RUN_DELAY_APART_MIN_NS,
+};
 use crate::model::stack_tree::{NodeIndex, NO_PARENT};
 
 /// One off-CPU interval, its stacks interned as raw stacks of the window.
@@ -113,10 +115,27 @@ impl Replay<'_> {
         if t.name.is_empty() {
             t.name = comm_str(&e.comm);
         }
+        // A woken wait's long run delay is a sample of its own, under a
+        // leaf of its own below the reason's: in the call tree a blocked
+        // wait that mostly waited for a CPU no longer counts as I/O only.
+        let queued = match (e.wake_ns, e.reason) {
+            (0, _) | (_, OffCpuReason::Preempted) => None,
+            (wake, _) => Some(wake + e.landing_ns),
+        }
+        .filter(|&q| q > e.start_ns && e.end_ns.saturating_sub(q) >= RUN_DELAY_APART_MIN_NS);
+        let delay_stack = queued.map(|_| self.pseudo(stack, PseudoFrame::RunDelay));
         let data = self.thread(e.pid, e.tid);
         data.off_cpu.time_ns.push(e.start_ns);
         data.off_cpu.stack.push(stack);
-        data.off_cpu.duration_ns.push(duration);
+        match (queued, delay_stack) {
+            (Some(q), Some(delay_stack)) => {
+                data.off_cpu.duration_ns.push(q - e.start_ns);
+                data.off_cpu.time_ns.push(q);
+                data.off_cpu.stack.push(delay_stack);
+                data.off_cpu.duration_ns.push(e.end_ns - q);
+            }
+            _ => data.off_cpu.duration_ns.push(duration),
+        }
         if duration >= marker_min_ns {
             // Runnable from its wakeup's enqueue, or from the start when
             // preempted; a sleep whose wakeup was not seen has no known

@@ -715,6 +715,86 @@ fn a_wakeups_landing_is_kept_apart_from_the_run_delay() {
     );
 }
 
+/// Check that a woken wait's run delay of 0.1 ms or more is a sample of
+/// its own, under "[off-CPU: woken, waiting for a CPU]" below the reason's
+/// leaf, the wait before it keeping the reason's leaf; the two weigh the
+/// whole wait. A run delay under 0.1 ms, a preemption and a wait whose
+/// wakeup was not seen stay one sample.
+#[test]
+fn a_woken_waits_run_delay_is_a_sample_under_its_own_leaf() {
+    let mut c = collector(PidFilter::All);
+    let wait = |state: u32, start: u64, end: u64, wake: u64, landing: u32| {
+        let mut e = off_cpu(50, 51, state, start, end, 0);
+        if wake > 0 {
+            (e.wake_ns, e.waker_pid, e.waker_tid, e.landing_ns) = (wake, 60, 61, landing);
+            e.flags |= abi::OFFCPU_WAKER_TASK;
+        }
+        e
+    };
+    // Blocked 1-1.4 ms, its wakeup landing 0.05 ms later, then 3.65 ms in the queue.
+    c.handle_offcpu(&wait(
+        abi::OFFCPU_BLOCKED,
+        1_000_000,
+        5_100_000,
+        1_400_000,
+        50_000,
+    ));
+    // 0.09 ms in the queue: one sample.
+    c.handle_offcpu(&wait(
+        abi::OFFCPU_SLEEPING,
+        6_000_000,
+        8_090_000,
+        8_000_000,
+        0,
+    ));
+    // Preempted, and a sleep whose wakeup was not seen: one sample each.
+    c.handle_offcpu(&wait(abi::OFFCPU_PREEMPTED, 9_000_000, 12_000_000, 0, 0));
+    c.handle_offcpu(&wait(abi::OFFCPU_SLEEPING, 13_000_000, 15_000_000, 0, 0));
+    let r = c.finish_window(range(0, 100_000_000));
+    let t = thread(&r, 50, 51);
+    let got: Vec<(u64, u64, Vec<String>)> = (0..t.off_cpu.time_ns.len())
+        .map(|i| {
+            (
+                t.off_cpu.time_ns[i],
+                t.off_cpu.duration_ns[i],
+                names(&r, t.off_cpu.stack[i]),
+            )
+        })
+        .collect();
+    // No stack was sent: each is under "[stack not available]".
+    let s = |v: &[&str]| {
+        std::iter::once("[stack not available]")
+            .chain(v.iter().copied())
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        got,
+        [
+            (
+                1_000_000,
+                450_000,
+                s(&["[off-CPU: blocked, uninterruptible (I/O)]"])
+            ),
+            (
+                1_450_000,
+                3_650_000,
+                s(&[
+                    "[off-CPU: blocked, uninterruptible (I/O)]",
+                    "[off-CPU: woken, waiting for a CPU]"
+                ])
+            ),
+            (6_000_000, 2_090_000, s(&["[off-CPU: sleeping]"])),
+            (
+                9_000_000,
+                3_000_000,
+                s(&["[off-CPU: preempted, waiting for a CPU]"])
+            ),
+            (13_000_000, 2_000_000, s(&["[off-CPU: sleeping]"])),
+        ]
+    );
+}
+
 #[test]
 fn waits_under_the_marker_threshold_are_summed_per_waker() {
     let mut c = collector(PidFilter::All);

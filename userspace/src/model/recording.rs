@@ -106,6 +106,18 @@ pub struct OffCpuSamples {
     pub duration_ns: Vec<u64>,
 }
 
+/// A woken wait's run-queue delay (from its wakeup's enqueue to running)
+/// from this long on is shown apart from the wait: its own marker and, in
+/// its off-CPU sample's stack, its own leaf ([`RUN_DELAY_FRAME_NAME`]) under
+/// the reason's. 0.1 ms: the kernel's fold threshold; shorter, a bar would
+/// not show at a wait's end (10-40 us is most waits' on an idle machine).
+pub const RUN_DELAY_APART_MIN_NS: u64 = 100_000;
+
+/// The leaf of a woken wait's run delay, under its reason's leaf (so a
+/// reason's frame still holds the whole wait, and the inverted call tree
+/// sums what waited for a CPU after its wakeups).
+pub const RUN_DELAY_FRAME_NAME: &str = "[off-CPU: woken, waiting for a CPU]";
+
 /// Why a thread was off-CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum OffCpuReason {

@@ -10,6 +10,7 @@
 
 use crate::model::recording::{
     MarkerRecord, OffCpuReason, OffCpuSamples, Recording, ShortWaker, SliceKind, Waker,
+    RUN_DELAY_APART_MIN_NS,
 };
 use crate::model::stack_tree::NO_PARENT;
 
@@ -244,7 +245,7 @@ pub(super) fn build_markers(
             ..
         } = r
         {
-            if *reason != OffCpuReason::Preempted && *delay >= RUN_DELAY_MARKER_MIN_NS {
+            if *reason != OffCpuReason::Preempted && *delay >= RUN_DELAY_APART_MIN_NS {
                 let queued = end_ns.saturating_sub(*delay);
                 let (name, cat, start, _, mut data) = marker_of(r, tables);
                 if let MarkerData::OffCpu { off_cpu, .. } = &mut data {
@@ -266,10 +267,6 @@ pub(super) fn build_markers(
     }
     m
 }
-
-/// Run delays from this long on are markers of their own (0.1 ms: the
-/// kernel's fold threshold; under it a bar would not show at a wait's end).
-pub(super) const RUN_DELAY_MARKER_MIN_NS: u64 = 100_000;
 
 /// The run-delay markers' name: one row of the Marker Chart holds them all.
 const RUN_DELAY_MARKER_NAME: &str = "Waiting for a CPU";

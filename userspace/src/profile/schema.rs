@@ -337,7 +337,7 @@ pub enum MarkerData {
         run_delay: Option<f64>,
         /// The whole wait, ms, where the marker is drawn to the wakeup's
         /// enqueue only and its run delay follows as a `RunDelay` marker
-        /// (one of 0.1 ms or more: `markers::RUN_DELAY_MARKER_MIN_NS`); left out where the
+        /// (one of 0.1 ms or more: `RUN_DELAY_APART_MIN_NS`); left out where the
         /// marker is the whole wait. Readers take the wait as
         /// `startTime + offCpu`.
         #[serde(skip_serializing_if = "Option::is_none", default)]
