@@ -837,7 +837,11 @@ fn a_woken_threads_wait_for_a_cpu_is_drawn_apart() {
     let mut in_tree_ms = 0.0;
     for ((s, w), at) in t.stacks(&cats).iter().zip(t.weights()).zip(t.times()) {
         if leaf(s) == RUN_DELAY_LEAF && at >= lo && at + w <= hi {
-            assert_eq!(reason(s), Some("[off-CPU: sleeping]"), "under its reason: {s:?}");
+            assert_eq!(
+                reason(s),
+                Some("[off-CPU: sleeping]"),
+                "under its reason: {s:?}"
+            );
             in_tree_ms += w;
         }
     }
