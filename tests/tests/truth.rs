@@ -127,8 +127,10 @@ fn stacks_end_where_threads_were_and_everything_lies_in_the_range() {
                     "tracing frame in an off-CPU stack of {}: {names:?}",
                     t.name()
                 );
-                // The frame above the reason: where the thread left the CPU.
-                if let Some(above) = names.iter().rev().nth(1) {
+                // The frame above the reason: where the thread left the CPU
+                // (a woken wait's run-delay leaf is below its reason's).
+                let reason_depth = if leaf(s) == RUN_DELAY_LEAF { 2 } else { 1 };
+                if let Some(above) = names.iter().rev().nth(reason_depth) {
                     if s.iter().any(|(_, c)| c == "Kernel") {
                         off_cpu += 1;
                         at_schedule += usize::from(*above == "__schedule");
