@@ -14,7 +14,7 @@ use super::replay::{PseudoFrame, Replay};
 use super::WindowData;
 use crate::bpf::abi::{comm_str, TASK_COMM_LEN};
 use crate::model::recording::{
-    IoOp, MarkerRecord, OffCpuReason, ShortWaker, SliceKind, Waker, RUN_DELAY_APART_MIN_NS,
+    run_delay_shown_apart, IoOp, MarkerRecord, OffCpuReason, ShortWaker, SliceKind, Waker,
 };
 use crate::model::stack_tree::{NodeIndex, NO_PARENT};
 
@@ -122,7 +122,7 @@ impl Replay<'_> {
             (0, _) | (_, OffCpuReason::Preempted) => None,
             (wake, _) => Some(wake + e.landing_ns),
         }
-        .filter(|&q| q > e.start_ns && e.end_ns.saturating_sub(q) >= RUN_DELAY_APART_MIN_NS);
+        .filter(|&q| q > e.start_ns && run_delay_shown_apart(e.reason, e.end_ns.saturating_sub(q)));
         let delay_stack = queued.map(|_| self.pseudo(stack, PseudoFrame::RunDelay));
         let data = self.thread(e.pid, e.tid);
         data.off_cpu.time_ns.push(e.start_ns);

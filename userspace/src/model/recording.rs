@@ -113,6 +113,13 @@ pub struct OffCpuSamples {
 /// not show at a wait's end (10-40 us is most waits' on an idle machine).
 pub const RUN_DELAY_APART_MIN_NS: u64 = 100_000;
 
+/// Whether a wait's run delay is shown apart from it (the one rule for the
+/// collector's samples and the profile's markers): a woken wait's, from
+/// [`RUN_DELAY_APART_MIN_NS`] on; a preemption is all run delay.
+pub fn run_delay_shown_apart(reason: OffCpuReason, run_delay_ns: u64) -> bool {
+    reason != OffCpuReason::Preempted && run_delay_ns >= RUN_DELAY_APART_MIN_NS
+}
+
 /// The leaf of a woken wait's run delay, under its reason's leaf (so a
 /// reason's frame still holds the whole wait, and the inverted call tree
 /// sums what waited for a CPU after its wakeups).

@@ -9,8 +9,8 @@
 //! the Firefox Profiler how to show each kind.
 
 use crate::model::recording::{
-    MarkerRecord, OffCpuReason, OffCpuSamples, Recording, ShortWaker, SliceKind, Waker,
-    RUN_DELAY_APART_MIN_NS,
+    run_delay_shown_apart, MarkerRecord, OffCpuReason, OffCpuSamples, Recording, ShortWaker,
+    SliceKind, Waker,
 };
 use crate::model::stack_tree::NO_PARENT;
 
@@ -245,7 +245,7 @@ pub(super) fn build_markers(
             ..
         } = r
         {
-            if *reason != OffCpuReason::Preempted && *delay >= RUN_DELAY_APART_MIN_NS {
+            if run_delay_shown_apart(*reason, *delay) {
                 let queued = end_ns.saturating_sub(*delay);
                 let (name, cat, start, _, mut data) = marker_of(r, tables);
                 if let MarkerData::OffCpu { off_cpu, .. } = &mut data {
