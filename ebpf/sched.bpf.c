@@ -1200,12 +1200,39 @@ __noinline int fold_short(__u32 tid, struct thread_state *t, __u64 end)
 	return 0;
 }
 
+/* A wait (not a preemption) ends: when one of the thread's folded runs
+ * (woken by tasks, or by interrupts) has a place other than this wait's,
+ * and that place is a stack sent for this thread alone (not shared: a copy
+ * handed over while the process's tables load, or the shared table full),
+ * the runs go now. Userspace keeps only a thread's last few such stacks per
+ * slot; a run that stayed open while long waits, or the other run's short
+ * ones, came from other places named a stack replaced since (beside
+ * pgbench: up to 75 of ~94,000 switches' places "no longer kept", all in
+ * the first second, while the backends' tables loaded). fold_short's own
+ * rule (a long run sent, a short one losing its place) sees only the run it
+ * adds to. A shared place is kept while its process lives: its runs stay
+ * open. Global: the verifier checks flush_folded here once. */
+__noinline int leave_thread_place(__u32 tid, struct thread_state *t)
+{
+	if (!t)
+		return 0;
+	__u64 id = t->stack_id;
+	bool run_elsewhere = t->short_stack_id && !(t->short_stack_id & STACK_ID_SHARED) && t->short_stack_id != id;
+	bool irq_elsewhere = t->irq_stack_id && !(t->irq_stack_id & STACK_ID_SHARED) && t->irq_stack_id != id;
+
+	if (run_elsewhere || irq_elsewhere)
+		flush_folded(tid, t);
+	return 0;
+}
+
 /* Close tid's open interval at `end`: fold it when short, else send it. */
 static __always_inline void close_interval(__u32 tid, struct thread_state *t, __u64 end, __u32 cpu, const void *comm,
 					   bool comm_is_current, __u32 flags)
 {
 	__u64 delta = end - t->off_ts;
 
+	if (t->off_state != OFFCPU_PREEMPTED)
+		leave_thread_place(tid, t);
 	if (delta < offcpu_min_ns) {
 		fold_short(tid, t, end);
 		return;

@@ -1308,3 +1308,73 @@ fn waits_from_look_alike_places_keep_their_own_stacks() {
         );
     }
 }
+
+/// Check that short waits folded in the kernel keep their place when
+/// longer waits from other places come after them: `oldplace` waits 40
+/// times briefly in `short_nap` (folded into one run that names its place),
+/// then 3 ms each in six other functions, then ends. With
+/// `--call-graph dwarf-copy` every stack is a copy sent for its thread
+/// alone, as every process's are while its tables load; userspace keeps a
+/// thread's last few per slot, and the run, sent when the thread ended,
+/// named a stack six places old: "no longer kept", and the short waits
+/// under no function (beside pgbench, up to 75 such references of ~94,000
+/// switches). The oracle is the program's own clock around its short naps:
+/// the off-CPU time under `short_nap` is most of it (each nap runs a few
+/// µs on the CPU around its wait).
+#[test]
+fn folded_short_waits_keep_their_place_after_later_places() {
+    let test = "folded_short_waits_keep_their_place_after_later_places";
+    if !can_record(test) {
+        return;
+    }
+    let dir = scratch("oldplace");
+    let exe = build_c("oldplace", &dir.join("oldplace"), &[]);
+    let out_path = dir.join("p.json.gz");
+    let out = record(
+        &[
+            "--no-io",
+            "--call-graph",
+            "dwarf-copy",
+            "--",
+            exe.to_str().unwrap(),
+        ],
+        &out_path,
+    );
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").expect("oldplace printed its pid");
+    let measured_ms =
+        field(&out.stdout, "short_ns").expect("oldplace printed its time") as f64 / 1e6;
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let t = profile.thread(pid, pid).expect("the oldplace thread");
+    let mut under_short = 0.0f64;
+    let mut longs = 0.0f64;
+    for (s, w) in t.stacks(&cats).iter().zip(t.weights()) {
+        if !s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU")) {
+            continue;
+        }
+        if s.iter().any(|(n, _)| n == "short_nap") {
+            under_short += w;
+        } else if s.iter().any(|(n, _)| n.starts_with("long_")) {
+            longs += w;
+        }
+    }
+    eprintln!(
+        "oldplace: {under_short:.2} ms off-CPU under short_nap, {measured_ms:.2} ms measured around it; \
+         {longs:.1} ms under long_1..6; {}",
+        stats_line(&out)
+    );
+    assert_eq!(
+        stat(&out, "stacks_not_kept"),
+        0,
+        "every wait's place still kept when referred to"
+    );
+    assert!(
+        under_short >= measured_ms * 0.6 && under_short <= measured_ms * 1.05,
+        "{under_short:.2} ms off-CPU under short_nap, {measured_ms:.2} ms measured around its calls"
+    );
+    assert!(
+        longs >= 6.0 * 3.0 * 0.95,
+        "{longs:.1} ms under the six 3-ms naps"
+    );
+}

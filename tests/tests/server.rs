@@ -16,13 +16,15 @@ use std::time::Duration;
 
 use sysprof_tests::*;
 
-/// Assert that a recording made `place` lost nothing: every loss counter 0, and
-/// references to a stack no longer kept held to one in 2,000 switches (0 in
-/// most runs; 15 of 251,000 beside pgbench and up to 35 of ~2,000,000
-/// beside the I/O storm in others, with hand-overs skipped: the first half
-/// second's per-place stack copies while the running processes' tables
-/// compile are the suspect, not yet found; counted and said on the
-/// summary). Returns the switches the tracer saw.
+/// Assert that a recording made `place` lost nothing: every loss counter 0,
+/// references to a stack no longer kept included. Those were up to 75 of
+/// ~94,000 switches beside pgbench, all in the first second, while the
+/// running processes' tables loaded and their stacks were per-thread
+/// copies: folded short waits naming a place replaced since, and block
+/// requests started from more places than a thread's slot keeps (found
+/// with a per-reference trace; now a run is sent when its thread leaves its
+/// place, and stacks pushed out of a slot are kept a while, ARCHITECTURE
+/// 54). Returns the switches the tracer saw.
 fn assert_nothing_lost(out: &std::process::Output, place: &str) -> u64 {
     let stats = stats_line(out);
     for key in [
@@ -38,8 +40,8 @@ fn assert_nothing_lost(out: &std::process::Output, place: &str) -> u64 {
     }
     let switches = stat(out, "off_cpu_intervals") + stat(out, "off_cpu_folded");
     let not_kept = stat(out, "stacks_not_kept");
-    assert!(
-        not_kept * 2_000 <= switches,
+    assert_eq!(
+        not_kept, 0,
         "{not_kept} stacks not kept of {switches} switches {place}: {stats}"
     );
     switches
