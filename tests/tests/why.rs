@@ -344,6 +344,13 @@ fn libc_minor(dev: u64) -> u64 {
 /// next request) and by the disk's completions, were once one run of
 /// "several wakers" (20 of 79 ms of the client's wait, 47 % of the sync
 /// time charged to the disk).
+///
+/// The same answer on the timeline (`--annotate`): the profile written
+/// again with a "Wait charged to" marker over each of the client's waits
+/// in the range, one per wait, spanning it whole, colored by its largest
+/// share (orange the disk), the disk's shares no more than the server's
+/// time off the CPU in its fdatasyncs, and some of them the disk's (every
+/// sync lies inside a client wait; the long waits are the long syncs).
 #[test]
 fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
     let test = "fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold";
@@ -416,6 +423,84 @@ fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
         on_disk <= sync_wait_ms * 1.02,
         "{on_disk:.1} ms of the client's wait charged to {disk}, more than the server's {sync_wait_ms:.1} ms off-CPU in fdatasync: {}",
         r["blame"]
+    );
+
+    let (from, to) = (ms(f("client_t0_ns")), ms(f("client_t1_ns")));
+    let annotated = dir.join("annotated.json.gz");
+    let out = Command::new(sysprof_bin())
+        .args([
+            "report",
+            "--why",
+            &client.to_string(),
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--annotate",
+        ])
+        .arg(&annotated)
+        .arg(&out_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "report --annotate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (from, to): (f64, f64) = (from.parse().unwrap(), to.parse().unwrap());
+    let again = Profile::load(&annotated);
+    let pid = f("pid");
+    let markers = again.thread(pid, client).expect("the client").markers();
+    let waits: Vec<(f64, f64)> = markers
+        .iter()
+        .filter(|(_, d)| d["type"] == "OffCpu")
+        .map(|(_, d)| {
+            (
+                d["startTime"].as_f64().unwrap().max(from),
+                d["endTime"].as_f64().unwrap().min(to),
+            )
+        })
+        .filter(|(a, b)| a < b)
+        .collect();
+    let charged: Vec<&Value> = markers
+        .iter()
+        .filter(|(n, d)| n == "Wait charged to" && d["type"] == "WaitCharged")
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(
+        charged.len(),
+        waits.len(),
+        "one marker per wait in the range"
+    );
+    let mut disk_ms = 0.0;
+    for (d, (a, b)) in charged.iter().zip(&waits) {
+        let (s, e) = (
+            d["startTime"].as_f64().unwrap(),
+            d["endTime"].as_f64().unwrap(),
+        );
+        assert!(
+            (s - a).abs() < 1e-3 && (e - b).abs() < 1e-3,
+            "{d} spans its wait {a}-{b}"
+        );
+        let to_disk = d["chargedTo"].as_str().unwrap() == format!("I/O on {disk}");
+        assert_eq!(
+            d["color"] == "orange",
+            to_disk,
+            "orange for the disk only: {d}"
+        );
+        if to_disk {
+            disk_ms += d["share"].as_f64().unwrap() * (e - s);
+        }
+    }
+    eprintln!(
+        "annotate: {} waits marked, {} charged mostly to {disk} ({disk_ms:.1} ms of theirs)",
+        charged.len(),
+        charged.iter().filter(|d| d["color"] == "orange").count()
+    );
+    assert!(disk_ms > 0.0, "some wait charged mostly to {disk}");
+    assert!(
+        disk_ms <= sync_wait_ms * 1.02,
+        "{disk_ms:.1} ms marked as {disk}'s, more than the server's {sync_wait_ms:.1} ms off-CPU in fdatasync"
     );
 }
 

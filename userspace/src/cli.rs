@@ -372,6 +372,12 @@ pub struct ReportArgs {
     /// With --why: only up to this time (ms into the profile).
     #[arg(long = "to", value_name = "MS", requires = "why")]
     pub to: Option<f64>,
+    /// With --why: also write the profile again here (.json or .json.gz),
+    /// each of those threads' waits marked with where its time went ("Wait
+    /// charged to": the disk, a thread running, a CPU's holder, a timer),
+    /// to open in the Firefox Profiler (`sysprof view PATH`).
+    #[arg(long = "annotate", value_name = "PATH", requires = "why")]
+    pub annotate: Option<PathBuf>,
     /// Write here instead of stdout.
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,

@@ -30,6 +30,7 @@
 //! `folded` the collapsed stacks, `histogram` draws a log2 histogram;
 //! `why` charges a thread's waits along the chain of its wakers (`--why`).
 
+mod annotate;
 mod counts;
 mod folded;
 mod histogram;
@@ -180,6 +181,16 @@ fn why_text(args: &ReportArgs, id: u32) -> Result<String, RecordError> {
         args.to.unwrap_or(f64::INFINITY),
     );
     let why = threads.why(&tids, from, to, args.top.clamp(1, 20));
+    if let Some(path) = &args.annotate {
+        let mut json = json;
+        let added = annotate::annotate(&mut json, &threads, &tids, from, to);
+        OutputFile::create(path)?.commit(&json)?;
+        eprintln!(
+            "sysprof: {added} waits marked with where their time went in {}; open it: sysprof view {}",
+            crate::escape::path(path),
+            crate::escape::path(path)
+        );
+    }
     Ok(match args.format {
         crate::cli::ReportFormat::Json => why::render_json(&threads, id, &tids, &why),
         crate::cli::ReportFormat::Text => {

@@ -157,6 +157,19 @@ pub struct Why {
     pub longest: Vec<(f64, f64, String, Vec<(Culprit, f64)>)>,
 }
 
+/// One wait of a thread, in profile ms, with where its time went.
+#[derive(Debug, Clone)]
+pub struct WaitBlame {
+    /// Its start, in the range asked for.
+    pub start: f64,
+    /// Its end (when the thread ran again), in the range asked for.
+    pub end: f64,
+    /// Why it left the CPU ("sleeping", "blocked (uninterruptible)", ...).
+    pub reason: String,
+    /// Largest first; sums to `end - start`.
+    pub blame: Vec<(Culprit, f64)>,
+}
+
 /// The threads of a profile, by tid, as `--why` reads them.
 pub struct Threads {
     threads: FxHashMap<u32, ThreadFacts>,
@@ -280,21 +293,13 @@ impl Threads {
             let Some(t) = self.threads.get(&tid) else {
                 continue;
             };
-            for w in &t.waits {
-                let (a, b) = (w.start.max(from), w.end.min(to));
-                if a >= b {
-                    continue;
-                }
+            for w in self.each_wait(tid, from, to) {
                 why.waits += 1;
-                why.off_cpu_ms += b - a;
-                let mut own: FxHashMap<Culprit, f64> = FxHashMap::default();
-                let mut chain = vec![tid];
-                self.steps.set(MAX_STEPS);
-                self.charge_wait(tid, w, a, b, &mut chain, &mut own);
-                for (c, ms) in &own {
+                why.off_cpu_ms += w.end - w.start;
+                for (c, ms) in &w.blame {
                     *blame.entry(c.clone()).or_default() += ms;
                 }
-                each.push((a, b - a, w.reason.clone(), sorted(own)));
+                each.push((w.start, w.end - w.start, w.reason, w.blame));
             }
             for r in &t.short {
                 let Some((a, b, share)) = overlap(r, from, to) else {
@@ -312,6 +317,32 @@ impl Threads {
         each.truncate(longest);
         why.longest = each;
         why
+    }
+
+    /// The waits of `tid` (those over the marker threshold: short ones
+    /// are sums) between `from` and `to`, each with where its time went.
+    pub fn each_wait(&self, tid: u32, from: f64, to: f64) -> Vec<WaitBlame> {
+        let Some(t) = self.threads.get(&tid) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for w in &t.waits {
+            let (a, b) = (w.start.max(from), w.end.min(to));
+            if a >= b {
+                continue;
+            }
+            let mut own: FxHashMap<Culprit, f64> = FxHashMap::default();
+            let mut chain = vec![tid];
+            self.steps.set(MAX_STEPS);
+            self.charge_wait(tid, w, a, b, &mut chain, &mut own);
+            out.push(WaitBlame {
+                start: a,
+                end: b,
+                reason: w.reason.clone(),
+                blame: sorted(own),
+            });
+        }
+        out
     }
 
     /// Charge `[a, b]` of wait `w` of thread `tid`.
@@ -671,7 +702,7 @@ fn overlap(r: &ShortRun, from: f64, to: f64) -> Option<(f64, f64, f64)> {
 
 impl Culprit {
     /// "I/O on vda", "running", ...
-    fn what_text(&self) -> String {
+    pub fn what_text(&self) -> String {
         match &self.device {
             Some(d) => format!("{} on {d}", self.what),
             None => self.what.to_string(),
