@@ -49,6 +49,11 @@ pub fn annotate(profile: &mut Value, threads: &Threads, tids: &[u32], from: f64,
             continue;
         };
         let m = &mut t["markers"];
+        let push = |m: &mut Value, key: &str, v: Value| {
+            if let Some(a) = m[key].as_array_mut() {
+                a.push(v);
+            }
+        };
         let columns = ["data", "name", "startTime", "endTime", "phase", "category"];
         if columns.iter().any(|c| !m[*c].is_array()) {
             continue;
@@ -57,16 +62,16 @@ pub fn annotate(profile: &mut Value, threads: &Threads, tids: &[u32], from: f64,
             let Some((top, top_ms)) = w.blame.first() else {
                 continue;
             };
-            let length = (w.end - w.start).max(f64::MIN_POSITIVE);
+            let wait_ms = (w.end - w.start).max(f64::MIN_POSITIVE);
             let detail: Vec<String> = w
                 .blame
                 .iter()
-                .filter(|(_, ms)| ms / length >= DETAIL_MIN_SHARE)
+                .filter(|(_, ms)| ms / wait_ms >= DETAIL_MIN_SHARE)
                 .take(4)
                 .map(|(c, ms)| {
                     format!(
                         "{:.0} % {} of {}",
-                        100.0 * ms / length,
+                        100.0 * ms / wait_ms,
                         c.what_text(),
                         threads.describe(c.tid)
                     )
@@ -75,16 +80,11 @@ pub fn annotate(profile: &mut Value, threads: &Threads, tids: &[u32], from: f64,
             let data = json!({
                 "type": MARKER_TYPE,
                 "chargedTo": cause_label(threads, top),
-                "share": top_ms / length,
+                "share": top_ms / wait_ms,
                 "reason": w.reason,
                 "detail": detail.join("; "),
                 "color": color_of(top),
             });
-            let push = |m: &mut Value, key: &str, v: Value| {
-                if let Some(a) = m[key].as_array_mut() {
-                    a.push(v);
-                }
-            };
             push(m, "data", data);
             push(m, "name", json!(name));
             push(m, "startTime", json!(w.start));
@@ -93,8 +93,8 @@ pub fn annotate(profile: &mut Value, threads: &Threads, tids: &[u32], from: f64,
             push(m, "category", json!(category));
             added += 1;
         }
-        let length = m["data"].as_array().map_or(0, |a| a.len());
-        m["length"] = json!(length);
+        let count = m["data"].as_array().map_or(0, |a| a.len());
+        m["length"] = json!(count);
     }
     if let Some(schema) = profile["meta"]["markerSchema"].as_array_mut() {
         schema.retain(|s| s["name"] != MARKER_TYPE);
