@@ -344,13 +344,6 @@ fn libc_minor(dev: u64) -> u64 {
 /// next request) and by the disk's completions, were once one run of
 /// "several wakers" (20 of 79 ms of the client's wait, 47 % of the sync
 /// time charged to the disk).
-///
-/// The same answer on the timeline (`--annotate`): the profile written
-/// again with a "Wait charged to" marker over each of the client's waits
-/// in the range, one per wait, spanning it whole, colored by its largest
-/// share (orange the disk), the disk's shares no more than the server's
-/// time off the CPU in its fdatasyncs, and some of them the disk's (every
-/// sync lies inside a client wait; the long waits are the long syncs).
 #[test]
 fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
     let test = "fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold";
@@ -424,7 +417,49 @@ fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
         "{on_disk:.1} ms of the client's wait charged to {disk}, more than the server's {sync_wait_ms:.1} ms off-CPU in fdatasync: {}",
         r["blame"]
     );
+}
 
+/// Check `--why`'s answer on the timeline (`--annotate`): `syncserve`
+/// recorded with a marker for every wait of 0.05 ms or more (each of the
+/// client's 150 round trips holds one of the server's fdatasyncs, 0.2-4 ms
+/// here), the profile written again has a "Wait charged to" marker over
+/// each of the client's waits in its loop, one per wait, spanning it
+/// whole, colored by its largest share (orange exactly when that is the
+/// disk), and the disk's shares of those marked so are no more than the
+/// server's own time off the CPU in its fdatasyncs, and not none. At the
+/// default threshold (1 ms) a quiet disk's syncs left the client no marked
+/// wait at all (0 of 0 checked: the check could not fail).
+#[test]
+fn an_annotated_profile_marks_each_wait_with_where_it_went() {
+    let test = "an_annotated_profile_marks_each_wait_with_where_it_went";
+    if !can_record(test) {
+        return;
+    }
+    let dir = scratch("why-annotate");
+    let exe = build_c("syncserve", &dir.join("syncserve"), &[]);
+    let data = dir.join("data");
+    let out_path = dir.join("p.json.gz");
+    let out = record(
+        &[
+            "--off-cpu-threshold",
+            "0.05",
+            "--",
+            exe.to_str().unwrap(),
+            data.to_str().unwrap(),
+            "150",
+        ],
+        &out_path,
+    );
+    assert_success(&out);
+    let f = |k: &str| field(&out.stdout, k).unwrap_or_else(|| panic!("syncserve printed no {k}"));
+    let client = f("client");
+    let sync_wait_ms = f("sync_wait_ns") as f64 / 1e6;
+    let disk = disk_of(&data);
+    let profile = Profile::load(&out_path);
+    let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+        .as_f64()
+        .unwrap();
+    let ms = |ns: u64| format!("{:.3}", (ns as f64 - anchor_ns) / 1e6);
     let (from, to) = (ms(f("client_t0_ns")), ms(f("client_t1_ns")));
     let annotated = dir.join("annotated.json.gz");
     let out = Command::new(sysprof_bin())
@@ -501,6 +536,11 @@ fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
     assert!(
         disk_ms <= sync_wait_ms * 1.02,
         "{disk_ms:.1} ms marked as {disk}'s, more than the server's {sync_wait_ms:.1} ms off-CPU in fdatasync"
+    );
+    assert!(
+        waits.len() >= 100,
+        "{} waits of the client's 150 round trips marked",
+        waits.len()
     );
 }
 
