@@ -12,8 +12,10 @@
 //! from the JVM once it has generated it), and the same stacks with each
 //! interpreted frame as a raw key ([`super::python::PY_KEY_BASE`] | index)
 //! into the window's interpreted-frame table (name, file, line), the table
-//! Python frames use. A method that cannot be read keeps the interpreter's
-//! address (named `Interpreter` from the perf map, as before).
+//! Python frames use; a compiled frame is one key too, its method and the
+//! methods the JIT inlined into it there (each a profile frame, the inlined
+//! ones by inline depth). A method that cannot be read keeps the
+//! interpreter's address (named `Interpreter` from the perf map, as before).
 //!
 //! The layout (field offsets from the JVM's own `gHotSpotVM*` tables) is read
 //! once per libjvm; methods are read as samples arrive (a class may be
@@ -96,6 +98,8 @@ pub(super) struct JavaFrames {
     departed: Vec<u32>,
     /// The scopes of the compiled frame being named (reused).
     scopes: Vec<(u64, i32)>,
+    /// Their methods, outermost first (reused).
+    group: Vec<(Arc<CodeInfo>, u32)>,
 }
 
 impl JavaFrames {
@@ -199,7 +203,7 @@ impl JavaFrames {
         id: u32,
         return_address: bool,
         frames: &mut PythonFrames,
-        out: &mut Vec<u64>,
+        out: &mut [u64],
     ) -> bool {
         let Some(code) = self
             .compiled
@@ -221,33 +225,39 @@ impl JavaFrames {
     }
 
     /// `out` with its last word (a compiled frame's address) replaced by
-    /// `scopes`' methods, each keyed at its line; false, `out` untouched,
-    /// where one of them cannot be read.
+    /// one key: `scopes`' methods (innermost first), each at its line, the
+    /// outermost the frame's own and the others inlined into it; false,
+    /// `out` untouched, where one of them cannot be read.
     fn push_scopes(
         &mut self,
         layout: &HotSpotLayout,
         pid: u32,
         scopes: &[(u64, i32)],
         frames: &mut PythonFrames,
-        out: &mut Vec<u64>,
+        out: &mut [u64],
     ) -> bool {
-        let at = out.len() - 1;
-        for &(m, bci) in scopes {
+        let mut group = std::mem::take(&mut self.group);
+        group.clear();
+        let mut whole = true;
+        for &(m, bci) in scopes.iter().rev() {
             let Some(info) = self.method(layout, pid, m) else {
                 self.methods.unresolved += 1;
-                out.truncate(at + 1);
-                return false;
+                whole = false;
+                break;
             };
             let bcp = if bci >= 0 {
                 info.method.code_start + bci as u64
             } else {
                 0
             };
-            out.push(frames.key(&info.info, info.method.line(bcp)));
+            group.push((info.info.clone(), info.method.line(bcp)));
         }
-        // The address goes; the keys, pushed after it, take its place.
-        out.remove(at);
-        true
+        if whole {
+            *out.last_mut().expect("not empty") = frames.key_of(&group);
+        }
+        group.clear();
+        self.group = group;
+        whole
     }
 
     /// Whether JVM `pid`'s compiled frames were named from its memory

@@ -652,7 +652,7 @@ impl Collector {
                             .then(|| s.python.get((k & !python::PY_KEY_BASE) as usize))
                             .flatten();
                         self.scratch.push(match frame {
-                            Some((code, line)) => self.window.python.key(code, *line),
+                            Some(f) => self.window.python.key_of(f),
                             None => k,
                         });
                     }

@@ -6,7 +6,9 @@
 //! interpreter ([`PythonRuntime`]). Out: the same stack with each native
 //! frame of the eval loop replaced by the Python frames that call of it was
 //! running, as raw keys ([`PY_KEY_BASE`] | index) into the window's
-//! [`PythonFrames`] (name, file, line), which replay turns into frames.
+//! [`PythonFrames`] (name, file, line), which replay turns into frames. The
+//! table is JavaScript's and Java's too, whose compiled frames are one key
+//! each with the functions inlined into them ([`RuntimeFrame`]).
 //!
 //! Code objects are read from the process as the samples arrive (they may
 //! be freed soon after), once per process, address and fingerprint (what
@@ -54,29 +56,50 @@ const KEEP_EXITED_NS: u64 = 2_000_000_000;
 /// Bytes of code objects' names and line tables kept, all processes.
 const CODE_CACHE_BYTES: usize = 16 << 20;
 
-/// The Python frames a window's stacks refer to: (code object, line).
+/// One machine frame of an interpreter or a JIT, as named: its function
+/// (code object, line) and, where a JIT compiler inlined others into the
+/// code at that address, theirs after it, outermost first (so the frame
+/// becomes one profile frame per function, the inlined ones marked by
+/// their inline depth, as native inlined functions are).
+pub(super) type RuntimeFrame = Arc<[(Arc<CodeInfo>, u32)]>;
+
+/// The Python frames a window's stacks refer to (and the JavaScript and
+/// Java ones, which share the table): [`RuntimeFrame`]s.
 #[derive(Debug, Default)]
 pub(super) struct PythonFrames {
-    names: Vec<(Arc<CodeInfo>, u32)>,
-    index: FxHashMap<(usize, u32), u32>,
+    names: Vec<RuntimeFrame>,
+    /// By (code object, line) of each function, outermost first.
+    index: FxHashMap<Box<[(usize, u32)]>, u32>,
+    /// A lookup's index key (reused: no allocation per frame).
+    probe: Vec<(usize, u32)>,
 }
 
 impl PythonFrames {
     /// The raw key of `code` at `line`.
     pub(super) fn key(&mut self, code: &Arc<CodeInfo>, line: u32) -> u64 {
-        let next = self.names.len() as u32;
-        let i = *self
-            .index
-            .entry((Arc::as_ptr(code) as usize, line))
-            .or_insert_with(|| {
-                self.names.push((code.clone(), line));
-                next
-            });
+        self.key_of(std::slice::from_ref(&(code.clone(), line)))
+    }
+
+    /// The raw key of one machine frame's functions, outermost first (one,
+    /// or a compiled function and those inlined into it at that address).
+    pub(super) fn key_of(&mut self, functions: &[(Arc<CodeInfo>, u32)]) -> u64 {
+        self.probe.clear();
+        self.probe
+            .extend(functions.iter().map(|(c, l)| (Arc::as_ptr(c) as usize, *l)));
+        let i = match self.index.get(self.probe.as_slice()) {
+            Some(&i) => i,
+            None => {
+                let i = self.names.len() as u32;
+                self.names.push(functions.into());
+                self.index.insert(self.probe.as_slice().into(), i);
+                i
+            }
+        };
         PY_KEY_BASE | i as u64
     }
 
     /// The frame of a raw key.
-    pub(super) fn get(&self, key: u64) -> Option<&(Arc<CodeInfo>, u32)> {
+    pub(super) fn get(&self, key: u64) -> Option<&RuntimeFrame> {
         self.names.get((key & !PY_KEY_MASK) as usize)
     }
 
@@ -87,14 +110,14 @@ impl PythonFrames {
     }
 
     /// The frames, in key order.
-    pub(super) fn names(&self) -> &[(Arc<CodeInfo>, u32)] {
+    pub(super) fn names(&self) -> &[RuntimeFrame] {
         &self.names
     }
 
     /// The key `key` of `from` has here (a stack carried to the next window).
     pub(super) fn carry(&mut self, from: &PythonFrames, key: u64) -> u64 {
         match from.get(key) {
-            Some((code, line)) => self.key(code, *line),
+            Some(f) => self.key_of(f),
             None => StackEnd::NotAvailable.raw_key().expect("a cut"),
         }
     }
@@ -358,5 +381,43 @@ pub(super) fn merge(
     }
     if cut {
         out.push(*stack.last().expect("a cut"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(name: &str) -> Arc<CodeInfo> {
+        Arc::new(CodeInfo {
+            qualname: name.into(),
+            filename: "a.js".into(),
+            first_line: 0,
+            line_table: Box::new([]),
+        })
+    }
+
+    #[test]
+    fn a_compiled_frame_and_its_inlined_functions_are_one_key() {
+        let (outer, inner) = (code("outer"), code("inner"));
+        let mut frames = PythonFrames::default();
+        let alone = frames.key(&outer, 0);
+        let group = [(outer.clone(), 0), (inner.clone(), 0)];
+        let inlined = frames.key_of(&group);
+        // Another machine frame than the function's own, once for each use.
+        assert_ne!(alone, inlined);
+        assert_eq!(frames.key_of(&group), inlined);
+        assert_eq!(frames.key(&outer, 0), alone);
+        // The other way round is another frame: `outer` inlined into `inner`.
+        assert_ne!(frames.key_of(&[(inner, 0), (outer, 0)]), inlined);
+        let f = frames.get(inlined).expect("kept");
+        assert_eq!(
+            f.iter().map(|(c, _)| &*c.qualname).collect::<Vec<_>>(),
+            ["outer", "inner"]
+        );
+        // Carried to the next window's table, it is the same group.
+        let mut next = PythonFrames::default();
+        let carried = next.carry(&frames, inlined);
+        assert_eq!(next.get(carried).map(|f| f.len()), Some(2));
     }
 }

@@ -61,7 +61,7 @@ pub(super) struct StoredStack {
     pub interrupt: Option<(crate::model::recording::InterruptKind, usize)>,
     /// The Python frames its `user` refers to: a Python key there is an
     /// index into this, re-keyed into each window's frames as interned.
-    pub python: Box<[(std::sync::Arc<crate::symbolize::python::CodeInfo>, u32)]>,
+    pub python: Box<[super::python::RuntimeFrame]>,
     /// Its raw stack as last interned: (window number, pid, node). Events
     /// refer to the same stack record many times; it is interned once per
     /// window and process.

@@ -219,21 +219,27 @@ pub(super) fn symbolicate(
                 address: 0,
                 kernel: false,
                 symbols: match python.get(super::python::PY_KEY_BASE | i as u64) {
-                    Some((code, line)) => AddrInfo {
-                        funcs: vec![symbolize::FuncAtAddr {
-                            name: code.qualname.to_string(),
-                            // None: a V8 builtin written in JavaScript
-                            // (`forEach`), which has no script (V8's
-                            // sampler gives it no URL either), so is no
-                            // Python function. A Java method without a
-                            // source file keeps its empty one: its name
-                            // (ending in its parameter list) says Java.
-                            file: (!code.filename.is_empty() || code.qualname.ends_with(')'))
-                                .then(|| code.filename.to_string()),
-                            // 0: not known (a compiled Java frame's line).
-                            line: (*line != 0).then_some(*line),
-                            start_line: (code.first_line != 0).then_some(code.first_line),
-                        }],
+                    // One function, or a compiled one and those inlined
+                    // into it there: one func each, outermost first, as a
+                    // native frame's inlined functions.
+                    Some(f) => AddrInfo {
+                        funcs: f
+                            .iter()
+                            .map(|(code, line)| symbolize::FuncAtAddr {
+                                name: code.qualname.to_string(),
+                                // None: a V8 builtin written in JavaScript
+                                // (`forEach`), which has no script (V8's
+                                // sampler gives it no URL either), so is no
+                                // Python function. A Java method without a
+                                // source file keeps its empty one: its name
+                                // (ending in its parameter list) says Java.
+                                file: (!code.filename.is_empty() || code.qualname.ends_with(')'))
+                                    .then(|| code.filename.to_string()),
+                                // 0: not known (a compiled Java frame's line).
+                                line: (*line != 0).then_some(*line),
+                                start_line: (code.first_line != 0).then_some(code.first_line),
+                            })
+                            .collect(),
                         ..AddrInfo::default()
                     },
                     None => AddrInfo::default(),

@@ -8,9 +8,13 @@
 //! the same stacks with each JavaScript
 //! frame as a raw key ([`super::python::PY_KEY_BASE`] | index) into the
 //! window's interpreted-frame table (name, file), the table Python and
-//! Java frames use. A frame whose function cannot be read (freed or moved
-//! since, or unreadable) keeps its address (`[JIT] node`, or the builtin
-//! it ran in), counted as unresolved.
+//! Java frames use: one key a machine frame, its function and those
+//! TurboFan inlined into it there (each a profile frame, the inlined ones
+//! by inline depth). A leaf in a builtin's part that keeps no frame of its
+//! own (found from the frame pointer, still its caller's) stays a frame,
+//! called by that function. A frame whose function cannot be read (freed
+//! or moved since, or unreadable) keeps its address (`[JIT] node`, or the
+//! builtin it ran in), counted as unresolved.
 //!
 //! The constants are the binary's, read by the unwinders with its
 //! symbols; functions are read as samples arrive, once per process, object and name word,
@@ -22,7 +26,7 @@ use std::sync::Arc;
 use super::python::{CodeCache, Held, PythonFrames};
 use crate::bpf::abi::V8_FRAME_TAG;
 use crate::symbolize::python::CodeInfo;
-use crate::symbolize::v8::{JsCode, V8Layout};
+use crate::symbolize::v8::{CodeAt, JsCode, V8Layout};
 use crate::unwind::V8Runtime;
 
 /// A function as its frames are named.
@@ -54,10 +58,20 @@ impl Held for FunctionCodes {
     }
 }
 
-/// No optimized code holds that frame's address (it runs interpreted,
-/// or in baseline code): remembered so as not to look again.
+/// No optimized code of the function holds that frame's address, though
+/// it runs optimized code (remembered as `Some(NoCode)`: the address is in
+/// a callee that keeps no frame), or it runs interpreted or baseline code
+/// (`None`): remembered so as not to look again.
 #[derive(Debug)]
 pub(super) struct NoCode;
+
+/// Where a frame's address lies, against the function the frame is
+/// (see [`crate::symbolize::v8::CodeAt`]).
+enum Placed {
+    In(Arc<JsCode>),
+    Elsewhere,
+    NotCompiled,
+}
 
 impl Held for NoCode {
     fn bytes(&self) -> usize {
@@ -85,8 +99,8 @@ pub(super) struct JsFrames {
     pub(super) no_code: CodeCache<NoCode>,
     /// The functions of one frame's scopes (reused: no allocation per frame).
     scopes: Vec<(i32, u32)>,
-    /// Their keys, innermost first (reused).
-    keys: Vec<u64>,
+    /// Their functions, outermost first (reused).
+    group: Vec<(Arc<CodeInfo>, u32)>,
 }
 
 impl JsFrames {
@@ -168,28 +182,37 @@ impl JsFrames {
         shared: u64,
         name_word: u64,
         pc: u64,
-    ) -> Option<Arc<JsCode>> {
-        let code_layout = layout.code.as_ref()?;
+    ) -> Placed {
+        let Some(code_layout) = layout.code.as_ref() else {
+            return Placed::NotCompiled;
+        };
         let identity = (name_word ^ (name_word >> 32)) as u32;
         let known = self.codes.get(pid, shared, identity).flatten();
         if let Some(c) = known
             .as_ref()
             .and_then(|k| k.codes.iter().find(|c| c.holds(pc)))
         {
-            return Some(c.clone());
+            return Placed::In(c.clone());
         }
         let at = (shared ^ (shared >> 32)) as u32;
-        if self.no_code.get(pid, pc, at).is_some() {
-            return None;
+        if let Some(no) = self.no_code.get(pid, pc, at) {
+            return match no {
+                Some(_) => Placed::Elsewhere,
+                None => Placed::NotCompiled,
+            };
         }
         let read = match layout.code_at(pid, code_layout, function, shared, pc) {
-            Ok(Some(read)) => read,
-            Ok(None) => {
+            Ok(CodeAt::Holds(read)) => read,
+            Ok(CodeAt::Elsewhere) => {
+                self.no_code.put(pid, pc, at, Some(NoCode));
+                return Placed::Elsewhere;
+            }
+            Ok(CodeAt::NotCompiled) => {
                 self.no_code.put(pid, pc, at, None);
-                return None;
+                return Placed::NotCompiled;
             }
             // Another closure of the function may tell, later.
-            Err(_) => return None,
+            Err(_) => return Placed::NotCompiled,
         };
         let read = Arc::new(read);
         let mut codes: Vec<Arc<JsCode>> = known.map(|k| k.codes.clone()).unwrap_or_default();
@@ -201,12 +224,13 @@ impl JsFrames {
         codes.push(read.clone());
         self.codes
             .put(pid, shared, identity, Some(FunctionCodes { codes }));
-        Some(read)
+        Placed::In(read)
     }
 
     /// The frame last in `out` (its address, `pc`) as the functions `code`
-    /// runs there, innermost first, up to `own`; false, `out` untouched,
-    /// where nothing was inlined there or an inlined function cannot be read.
+    /// runs there, one key: its own function and those inlined into it
+    /// there; false, `out` untouched, where nothing was inlined there or an
+    /// inlined function cannot be read.
     fn push_inlined(
         &mut self,
         layout: &V8Layout,
@@ -214,17 +238,18 @@ impl JsFrames {
         code: &JsCode,
         own: &Arc<JsFunctionInfo>,
         frames: &mut PythonFrames,
-        out: &mut Vec<u64>,
+        out: &mut [u64],
     ) -> bool {
         let pc = *out.last().expect("not empty");
         // The leaf is any instruction; a caller's is a return address.
         let return_address = out.len() > 1;
         let mut scopes = std::mem::take(&mut self.scopes);
-        let mut keys = std::mem::take(&mut self.keys);
+        let mut group = std::mem::take(&mut self.group);
         code.scopes(pc, return_address, &mut scopes);
-        keys.clear();
+        group.clear();
         let mut whole = scopes.len() > 1;
-        for &(i, _) in &scopes {
+        // Outermost first: the code's own function, then each inlined one.
+        for &(i, _) in scopes.iter().rev() {
             if !whole {
                 break;
             }
@@ -236,16 +261,16 @@ impl JsFrames {
                 Err(_) => Some(own.clone()),
             };
             match f {
-                Some(f) => keys.push(frames.key(&f.info, 0)),
+                Some(f) => group.push((f.info.clone(), 0)),
                 None => whole = false,
             }
         }
         if whole {
-            out.pop();
-            out.extend_from_slice(&keys);
+            *out.last_mut().expect("not empty") = frames.key_of(&group);
         }
+        group.clear();
         self.scopes = scopes;
-        self.keys = keys;
+        self.group = group;
         whole
     }
 
@@ -286,13 +311,23 @@ impl JsFrames {
                 continue;
             };
             let pc = *out.last().expect("not empty");
-            let code = self.code(layout, pid, function, shared, name_word, pc);
-            if let Some(code) = code {
-                if self.push_inlined(layout, pid, &code, &f, frames, out) {
+            match self.code(layout, pid, function, shared, name_word, pc) {
+                Placed::In(code) => {
+                    if self.push_inlined(layout, pid, &code, &f, frames, out) {
+                        continue;
+                    }
+                }
+                // The leaf ran in code the function called that sets up no
+                // frame (a builtin's fast path, `StringAdd`, `ToNumber`): it
+                // stays a frame of its own, called by the function.
+                Placed::Elsewhere if out.len() == 1 => {
+                    out.push(frames.key(&f.info, 0));
                     continue;
                 }
+                Placed::Elsewhere | Placed::NotCompiled => {}
             }
-            // The builtin's or JIT code's address becomes the function's frame.
+            // The JIT code's address (or the interpreter's, or a builtin's
+            // it runs on) becomes the function's frame.
             *out.last_mut().expect("not empty") = frames.key(&f.info, 0);
         }
     }

@@ -419,6 +419,20 @@ pub struct JsCode {
     pub inlined: Box<[(u64, u64)]>,
 }
 
+/// Where a frame's address lies, against its function's optimized code.
+#[derive(Debug)]
+pub enum CodeAt {
+    /// In this code of the function's.
+    Holds(JsCode),
+    /// In none of its code, though it runs optimized code: the frame is its
+    /// caller's, the address in code it called that keeps no frame of its
+    /// own (a builtin's fast path, before any frame is set up).
+    Elsewhere,
+    /// It runs interpreted or baseline code (no optimized code of its holds
+    /// the address), or its code could not be read.
+    NotCompiled,
+}
+
 /// A frame's JSFunction is no longer its function's (freed, moved).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FunctionGone;
@@ -659,9 +673,9 @@ impl V8Layout {
 
     /// The code object of JSFunction `function` (tagged) that holds `pc`:
     /// its current code, or code compiled for a loop in it (on-stack
-    /// replacement, kept weakly in its feedback vector); None where
-    /// neither holds `pc`. Err where `function` is not `shared`'s any more
-    /// (a closure dies young, and its memory is soon another's).
+    /// replacement, kept weakly in its feedback vector). Err where
+    /// `function` is not `shared`'s any more (a closure dies young, and its
+    /// memory is soon another's).
     pub fn code_at(
         &self,
         pid: u32,
@@ -669,7 +683,7 @@ impl V8Layout {
         function: u64,
         shared: u64,
         pc: u64,
-    ) -> Result<Option<JsCode>, FunctionGone> {
+    ) -> Result<CodeAt, FunctionGone> {
         if !is_heap_object(function)
             || read_u64(pid, function - 1 + self.at(k::FUNCTION_SHARED)) != Some(shared)
         {
@@ -685,12 +699,34 @@ impl V8Layout {
         function: u64,
         shared: u64,
         pc: u64,
+    ) -> CodeAt {
+        let Some(current) = read_u64(pid, function - 1 + cl.function_code) else {
+            return CodeAt::NotCompiled;
+        };
+        let current_code = self.read_code(pid, cl, current);
+        let compiled = current_code.as_ref().is_some_and(|c| c.shared == shared);
+        if let Some(c) = current_code.filter(|c| c.shared == shared && c.holds(pc)) {
+            return CodeAt::Holds(c);
+        }
+        match self.osr_code(pid, cl, function, shared, pc, current) {
+            Some(c) => CodeAt::Holds(c),
+            None if compiled => CodeAt::Elsewhere,
+            None => CodeAt::NotCompiled,
+        }
+    }
+
+    /// Code compiled for a loop of `function` (on-stack replacement) that
+    /// holds `pc`, `current` being its current code.
+    fn osr_code(
+        &self,
+        pid: u32,
+        cl: &CodeLayout,
+        function: u64,
+        shared: u64,
+        pc: u64,
+        current: u64,
     ) -> Option<JsCode> {
         let holds = |c: &JsCode| c.shared == shared && c.holds(pc);
-        let current = read_u64(pid, function - 1 + cl.function_code)?;
-        if let Some(c) = self.read_code(pid, cl, current).filter(holds) {
-            return Some(c);
-        }
         let cell = read_u64(pid, function - 1 + cl.function_feedback_cell)?;
         let vector = read_u64(pid, cell.checked_sub(1)? + cl.feedback_cell_value)?;
         if self.type_of(pid, vector)? != cl.type_feedback_vector {
