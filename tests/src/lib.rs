@@ -381,6 +381,23 @@ pub struct Profile {
     pub json: Value,
 }
 
+/// One frame of a sample's stack ([`ThreadView::stack_views`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameView {
+    /// Its function's name.
+    pub name: String,
+    /// Its category's name.
+    pub category: String,
+    /// Its function's file ("" for none).
+    pub file: String,
+    /// 0 for a machine frame's own function; 1, 2, ... for the functions
+    /// a compiler inlined into it, innermost deepest.
+    pub inline_depth: u64,
+    /// Native code's library path, the frame's address and its symbol's
+    /// start (both relative to the library), where the profile has them.
+    pub native: Option<(String, u64, u64)>,
+}
+
 /// One thread of a profile, with helpers to walk its samples.
 pub struct ThreadView<'a> {
     /// The thread's JSON.
@@ -608,6 +625,40 @@ impl ThreadView<'_> {
                 name.to_string(),
                 categories.get(cat).cloned().unwrap_or_default(),
             )
+        })
+    }
+
+    /// Each sample's stack, root first, each frame with its inline depth
+    /// and, for native code, where it is (see [`FrameView`]).
+    pub fn stack_views(&self, profile: &Value, categories: &[String]) -> Vec<Vec<FrameView>> {
+        let t = self.t;
+        let strings = t["stringArray"].as_array().unwrap();
+        let libs = profile["libs"].as_array().unwrap();
+        self.sample_frames(|name, frame| {
+            let ft = &t["frameTable"];
+            let func = ft["func"][frame].as_u64().unwrap() as usize;
+            let cat = ft["category"][frame].as_u64().unwrap_or(0) as usize;
+            let native = ft["nativeSymbol"][frame].as_u64().and_then(|s| {
+                let s = s as usize;
+                let syms = &t["nativeSymbols"];
+                let lib = syms["libIndex"][s].as_u64()? as usize;
+                Some((
+                    libs.get(lib)?["path"].as_str()?.to_string(),
+                    ft["address"][frame].as_u64()?,
+                    syms["address"][s].as_u64()?,
+                ))
+            });
+            FrameView {
+                name: name.to_string(),
+                category: categories.get(cat).cloned().unwrap_or_default(),
+                file: t["funcTable"]["fileName"][func]
+                    .as_u64()
+                    .and_then(|n| strings[n as usize].as_str())
+                    .unwrap_or("")
+                    .to_string(),
+                inline_depth: ft["inlineDepth"][frame].as_u64().unwrap_or(0),
+                native,
+            }
         })
     }
 

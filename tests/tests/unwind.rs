@@ -1756,6 +1756,9 @@ fn javac_methods_match_jfr_with_inlined_methods() {
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
     let mut ours: std::collections::HashMap<String, usize> = Default::default();
+    // Java leaves, and of them those the profile marks inlined (an inline
+    // depth above their compiled frame's).
+    let (mut leaves, mut marked_inlined) = (0usize, 0usize);
     for t in profile.threads() {
         if t.process_name() != "javac" {
             continue;
@@ -1763,6 +1766,12 @@ fn javac_methods_match_jfr_with_inlined_methods() {
         for s in t.on_cpu_stacks(&cats) {
             if let Some((n, _)) = s.last().filter(|(_, c)| c == "Java") {
                 *ours.entry(java_method_key(n).to_string()).or_default() += 1;
+            }
+        }
+        for s in t.stack_views(&profile.json, &cats) {
+            if let Some(leaf) = s.last().filter(|f| f.category == "Java") {
+                leaves += 1;
+                marked_inlined += usize::from(leaf.inline_depth > 0);
             }
         }
     }
@@ -1808,10 +1817,14 @@ fn javac_methods_match_jfr_with_inlined_methods() {
             .sum(),
         our_total,
     );
+    let inlined_leaves_jfr = share(jfr.values().map(|c| c.1).sum(), jfr_total);
+    let inlined_leaves_ours = share(marked_inlined, leaves);
     eprintln!(
-        "javac against JFR: {jfr_total} JFR samples, {our_total} of sysprof's with a Java leaf; JFR's top 10:{table}\n  methods mostly inlined: JFR {:.1} %, sysprof {:.1} %",
+        "javac against JFR: {jfr_total} JFR samples, {our_total} of sysprof's with a Java leaf; JFR's top 10:{table}\n  methods mostly inlined: JFR {:.1} %, sysprof {:.1} %\n  leaves in an inlined method: JFR {:.1} %, sysprof (inline depth > 0) {:.1} % of {leaves}",
         100.0 * inlined_jfr,
-        100.0 * inlined_ours
+        100.0 * inlined_ours,
+        100.0 * inlined_leaves_jfr,
+        100.0 * inlined_leaves_ours
     );
     assert!(
         off.is_empty(),
@@ -1827,6 +1840,13 @@ fn javac_methods_match_jfr_with_inlined_methods() {
         "methods JFR saw inlined are {:.1} % of sysprof's Java leaves against JFR's {:.1} %",
         100.0 * inlined_ours,
         100.0 * inlined_jfr
+    );
+    // The profile says which frames the JIT inlined, as JFR does.
+    assert!(
+        inlined_leaves_ours >= 0.6 * inlined_leaves_jfr,
+        "{:.1} % of sysprof's Java leaves marked inlined against {:.1} % of JFR's",
+        100.0 * inlined_leaves_ours,
+        100.0 * inlined_leaves_jfr
     );
 }
 
@@ -2093,27 +2113,44 @@ fn node_functions_match_cpu_prof() {
     }
     let profile = Profile::load(&out_path);
     let t = profile.thread(pid, pid).expect("node's main thread");
+    // sysprof's stacks, and the same as V8's sampler would see them.
     let mut ours: std::collections::HashMap<Func, usize> = Default::default();
-    let (mut our_total, mut gc) = (0usize, 0usize);
+    let mut as_v8: std::collections::HashMap<Func, usize> = Default::default();
+    let (mut our_total, mut v8_total, mut gc) = (0usize, 0usize, 0usize);
+    let (mut frameless, mut leaf_inlined) = (0usize, 0usize);
     let mut innermost: std::collections::HashMap<Func, usize> = Default::default();
-    for s in t.stack_files(&profile.categories()) {
+    let mut code = CodeBytes::default();
+    let js_of = |s: &[FrameView]| -> Vec<Func> {
+        s.iter()
+            .filter(|f| f.category == "JavaScript")
+            .map(|f| (f.name.clone(), base(&f.file)))
+            .collect()
+    };
+    for s in t.stack_views(&profile.json, &profile.categories()) {
         // V8's sampler puts garbage collection apart; so does this count.
         if s.iter()
-            .any(|(n, _, _)| n.contains("Heap::CollectGarbage") || n.contains("Scavenger"))
+            .any(|f| f.name.contains("Heap::CollectGarbage") || f.name.contains("Scavenger"))
         {
             gc += 1;
             continue;
         }
-        let js: Vec<Func> = s
-            .iter()
-            .filter(|(_, c, _)| c == "JavaScript")
-            .map(|(n, _, f)| (n.clone(), base(f)))
-            .collect();
-        let Some(inner) = js.last() else { continue };
-        our_total += 1;
-        *innermost.entry(inner.clone()).or_default() += 1;
-        for f in js.into_iter().collect::<std::collections::HashSet<_>>() {
-            *ours.entry(f).or_default() += 1;
+        let js = js_of(&s);
+        if let Some(inner) = js.last() {
+            our_total += 1;
+            *innermost.entry(inner.clone()).or_default() += 1;
+            for f in js.into_iter().collect::<std::collections::HashSet<_>>() {
+                *ours.entry(f).or_default() += 1;
+            }
+        }
+        let (seen, how) = as_v8_sampler_sees(&s, &mut code);
+        frameless += usize::from(how == V8Sees::CallerOfFramelessDropped);
+        leaf_inlined += usize::from(how == V8Sees::LeafInliningFolded);
+        let js = js_of(&seen);
+        if !js.is_empty() {
+            v8_total += 1;
+            for f in js.into_iter().collect::<std::collections::HashSet<_>>() {
+                *as_v8.entry(f).or_default() += 1;
+            }
         }
     }
     let mut top: Vec<(&Func, &usize)> = theirs
@@ -2124,16 +2161,18 @@ fn node_functions_match_cpu_prof() {
     let share = |n: usize, of: usize| n as f64 / of as f64;
     let (mut close, mut far, mut table) = (0, 0, String::new());
     for (f, &n) in top.iter().take(10) {
-        let (th, mi) = (
+        let (th, mi, seen) = (
             share(n, their_total),
             share(ours.get(*f).copied().unwrap_or(0), our_total),
+            share(as_v8.get(*f).copied().unwrap_or(0), v8_total),
         );
-        close += usize::from((mi - th).abs() <= 0.03);
-        far += usize::from((mi - th).abs() > 0.15);
+        close += usize::from((seen - th).abs() <= 0.03);
+        far += usize::from((mi - th).abs() > 0.10);
         table.push_str(&format!(
-            "\n  cpu-prof {:6.2} %, sysprof {:6.2} %  {} ({})",
+            "\n  cpu-prof {:6.2} %, sysprof {:6.2} %, as V8's sampler sees it {:6.2} %  {} ({})",
             th * 100.0,
             mi * 100.0,
+            seen * 100.0,
             f.0,
             f.1
         ));
@@ -2152,7 +2191,7 @@ fn node_functions_match_cpu_prof() {
         .map(|(f, _)| f)
         .collect();
     eprintln!(
-        "node + npm's packages: {our_total} sysprof samples with JavaScript frames ({gc} in GC left out), {their_total} cpu-prof's; innermost function known to cpu-prof in {innermost_known}, unknown with ≥ 1 %: {unknown:?}; inclusive shares of cpu-prof's top ten:{table}"
+        "node + npm's packages: {our_total} sysprof samples with JavaScript frames ({gc} in GC left out), {their_total} cpu-prof's; innermost function known to cpu-prof in {innermost_known}, unknown with ≥ 1 %: {unknown:?}; as V8's sampler sees them: {frameless} samples lose the caller of a builtin's frameless part, {leaf_inlined} their leaf's inlined functions; inclusive shares of cpu-prof's top ten:{table}"
     );
     assert!(
         our_total >= 1000 && their_total >= 1000,
@@ -2166,10 +2205,98 @@ fn node_functions_match_cpu_prof() {
         innermost_known * 100 >= our_total * 95,
         "{innermost_known} of {our_total} samples' innermost JavaScript function is one cpu-prof knows"
     );
+    // Both of V8's blind spots were in the run, so the check bites: the
+    // profile kept the builtins' frameless leaves, and marked the
+    // functions TurboFan inlined by their inline depth.
     assert!(
-        close >= 6 && far == 0,
-        "{close} of cpu-prof's ten top functions within 3 pp, {far} more than 15 pp off:{table}"
+        frameless * 50 >= our_total && leaf_inlined * 50 >= our_total,
+        "of {our_total} samples, {frameless} leaves in a builtin's frameless part with their caller, {leaf_inlined} leaves in inlined functions: fewer than 2 % each"
     );
+    assert!(
+        close == 10 && far == 0,
+        "{close} of cpu-prof's ten top functions within 3 pp as V8's sampler sees sysprof's stacks, {far} more than 10 pp off as sysprof sees them:{table}"
+    );
+}
+
+/// How [`as_v8_sampler_sees`] changed a stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum V8Sees {
+    Same,
+    CallerOfFramelessDropped,
+    LeafInliningFolded,
+}
+
+/// A sample's stack (root first) as V8's own sampler, `node --cpu-prof`,
+/// would have taken it. Two things it cannot see, by its design (node 20's
+/// V8, `src/profiler/tick-sample.cc` and `symbolizer.cc`), and sysprof
+/// shows:
+/// - It walks from the frame pointer, and takes the sampled instruction's
+///   code for the leaf. Where that is a builtin's part that keeps no frame
+///   (`StringAdd_CheckNone`'s and `ToNumber`'s fast paths, no `push rbp;
+///   mov rbp, rsp` before the instruction), the frame pointer is still
+///   the JavaScript function's that called it, and the walk goes on from
+///   that function's caller: the function is not in V8's stack. Its code
+///   is read here from the library at the frame's address.
+/// - It names the sampled instruction by its code object's function only:
+///   the functions its compiler inlined there are expanded at return
+///   addresses, not at the leaf.
+fn as_v8_sampler_sees(stack: &[FrameView], code: &mut CodeBytes) -> (Vec<FrameView>, V8Sees) {
+    let mut s = stack.to_vec();
+    // The sample lands in user code (a page fault's kernel frames above it
+    // end in the instruction that faulted).
+    while s.last().is_some_and(|f| f.category == "Kernel") {
+        s.pop();
+    }
+    let Some(leaf) = s.last() else {
+        return (s, V8Sees::Same);
+    };
+    if leaf.category == "JavaScript" && leaf.inline_depth > 0 {
+        while s
+            .last()
+            .is_some_and(|f| f.category == "JavaScript" && f.inline_depth > 0)
+        {
+            s.pop();
+        }
+        return (s, V8Sees::LeafInliningFolded);
+    }
+    let caller_is_js = s.len() >= 2 && s[s.len() - 2].category == "JavaScript";
+    let frameless = leaf.name.starts_with("Builtins_")
+        && leaf
+            .native
+            .as_ref()
+            .is_some_and(|(lib, at, start)| code.keeps_no_frame(lib, *start, *at));
+    if caller_is_js && frameless {
+        // The caller's whole machine frame: it and what was inlined into it.
+        let mut i = s.len() - 2;
+        while i > 0 && s[i].inline_depth > 0 && s[i - 1].category == "JavaScript" {
+            i -= 1;
+        }
+        s.drain(i..s.len() - 1);
+        return (s, V8Sees::CallerOfFramelessDropped);
+    }
+    (s, V8Sees::Same)
+}
+
+/// Libraries' bytes, read once each (the test reads node's own code).
+#[derive(Default)]
+struct CodeBytes(std::collections::HashMap<String, Option<Vec<u8>>>);
+
+impl CodeBytes {
+    /// Whether the code from `start` up to `at` (offsets into `lib`'s file)
+    /// sets up no frame pointer (`push rbp; mov rbp, rsp`).
+    fn keeps_no_frame(&mut self, lib: &str, start: u64, at: u64) -> bool {
+        let bytes = self
+            .0
+            .entry(lib.to_string())
+            .or_insert_with(|| std::fs::read(lib).ok());
+        let Some(b) = bytes
+            .as_ref()
+            .and_then(|b| b.get(start as usize..at as usize))
+        else {
+            return false;
+        };
+        !b.windows(4).any(|w| w == [0x55, 0x48, 0x89, 0xe5])
+    }
 }
 
 /// `tables_cached=N` of a `record -v` stderr's kernel-unwinding line.
