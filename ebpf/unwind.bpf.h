@@ -359,6 +359,35 @@ static long hotspot_hop(__u64 i, struct hotspot_hops *c)
 	return 0;
 }
 
+/* At a compiled Java leaf, whether ip is in its method's epilogue after
+ * the frame was taken down, and what is left of it (as hotspot_frame
+ * returns it): C1 and C2 end a method alike, `add $n, %rsp; pop %rbp;`
+ * then the return's safepoint poll (JDK 16+: `cmp 0xNN(%r15), %rsp; ja
+ * slow`) and `ret`. At the `pop` the caller's rbp and the return address
+ * are left (16, the rbp one slot below the return address: 2); after it
+ * only the return address (8). Read from the code itself, 16 bytes, each
+ * pattern whole up to its `ret`, so a `ja` in a method's body is no
+ * epilogue; 0 elsewhere (the frame's size holds). JDKs before 16 poll
+ * otherwise and are not matched: such a leaf ends its walk as before. */
+static __always_inline __u32 hotspot_leaf_epilogue(__u64 ip)
+{
+	__u8 b[16] = {};
+
+	if (bpf_probe_read_user(b, sizeof(b), (void *)ip))
+		return 0;
+	if (b[0] == 0xc3)
+		return 8;
+	if (b[0] == 0x0f && b[1] == 0x87 && b[6] == 0xc3)
+		return 8;
+	if (b[0] == 0x49 && b[1] == 0x3b && b[2] == 0xa7 && b[7] == 0x0f && b[8] == 0x87 && b[13] == 0xc3)
+		return 8;
+	if (b[0] == 0x5d &&
+	    (b[1] == 0xc3 ||
+	     (b[1] == 0x49 && b[2] == 0x3b && b[3] == 0xa7 && b[8] == 0x0f && b[9] == 0x87 && b[14] == 0xc3)))
+		return 16 | 2;
+	return 0;
+}
+
 /* The frame of the HotSpot code blob holding ip, in code heap `heap` (the
  * index its mapping's bias holds), found through the heap's segment map as the JVM
  * finds it (CodeHeap::find_start): its size in bytes (return address
@@ -420,6 +449,12 @@ __noinline __u32 hotspot_frame(struct ustack_walk *s, struct unwind_process *p, 
 	    !bpf_probe_read_user(&code_begin, sizeof(code_begin), (void *)(blob + p->java_code.code_begin_at)) &&
 	    complete >= 0 && ip >= code_begin && ip < code_begin + (__u64)complete)
 		return 8;
+	if (leaf) {
+		__u32 left = hotspot_leaf_epilogue(ip);
+
+		if (left)
+			return left;
+	}
 	return (__u32)words * 8 | 2;
 }
 
@@ -578,6 +613,20 @@ __noinline long unwind_frame(struct ustack_walk *s, struct unwind_process *proc,
 	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8))) {
 		s->end = UNWIND_END_READ_FAILED;
 		return 1;
+	}
+	/* A compiled Java method's caller is code of the JVM's heaps (compiled,
+	 * interpreter, stubs). A leaf whose frame's size says otherwise runs
+	 * an intrinsic that pushed a word (C2's string comparison keeps a
+	 * count on the stack inside its loop): the return address is a word
+	 * up. Taken only where that word returns into the heaps. */
+	if (!s->return_address && s->blob && proc && (ra < proc->java_code.low || ra >= proc->java_code.end)) {
+		__u64 up = 0;
+
+		if (!bpf_probe_read_user(&up, sizeof(up), (void *)cfa) && up >= proc->java_code.low &&
+		    up < proc->java_code.end) {
+			cfa += 8;
+			ra = up;
+		}
 	}
 	if (slot && bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa - ((__u64)slot << 3)))) {
 		s->end = UNWIND_END_READ_FAILED;
