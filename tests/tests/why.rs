@@ -542,6 +542,40 @@ fn an_annotated_profile_marks_each_wait_with_where_it_went() {
         "{} waits of the client's 150 round trips marked",
         waits.len()
     );
+    // The annotated profile annotated again: the thread's markers are
+    // replaced, not doubled, and the rest stay as they were.
+    let twice = dir.join("twice.json.gz");
+    let out = Command::new(sysprof_bin())
+        .args(["report", "--why", &client.to_string(), "--annotate"])
+        .arg(&twice)
+        .arg(&annotated)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "report --annotate of an annotated profile: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let whole_run = Command::new(sysprof_bin())
+        .args(["report", "--why", &client.to_string(), "--annotate"])
+        .arg(dir.join("once.json.gz"))
+        .arg(&out_path)
+        .output()
+        .unwrap();
+    assert!(whole_run.status.success());
+    let count = |p: &std::path::Path| {
+        let p = Profile::load(p);
+        let m = p.thread(pid, client).expect("the client").markers();
+        (
+            m.iter().filter(|(_, d)| d["type"] == "WaitCharged").count(),
+            m.iter().filter(|(_, d)| d["type"] == "OffCpu").count(),
+        )
+    };
+    let (once, twice) = (count(&dir.join("once.json.gz")), count(&twice));
+    assert_eq!(
+        once, twice,
+        "(wait-charged, off-CPU) markers annotated once and twice"
+    );
 }
 
 /// Check that `report --why` answers for a past incident from the agent's

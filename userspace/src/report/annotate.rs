@@ -58,6 +58,9 @@ pub fn annotate(profile: &mut Value, threads: &Threads, tids: &[u32], from: f64,
         if columns.iter().any(|c| !m[*c].is_array()) {
             continue;
         }
+        // Annotated again (another range, a newer build): this annotation
+        // replaces the thread's last one rather than adding a second.
+        remove_markers_of_type(m, MARKER_TYPE);
         for w in waits {
             let Some((top, top_ms)) = w.blame.first() else {
                 continue;
@@ -101,6 +104,32 @@ pub fn annotate(profile: &mut Value, threads: &Threads, tids: &[u32], from: f64,
         schema.push(schema_entry());
     }
     added
+}
+
+/// `markers` (a thread's marker table) without those whose data's type is
+/// `ty`: every column of the table's length keeps the same rows.
+fn remove_markers_of_type(markers: &mut Value, ty: &str) {
+    let Some(data) = markers["data"].as_array() else {
+        return;
+    };
+    let rows = data.len();
+    let keep: Vec<bool> = data.iter().map(|d| d["type"] != ty).collect();
+    if keep.iter().all(|&k| k) {
+        return;
+    }
+    let Some(table) = markers.as_object_mut() else {
+        return;
+    };
+    for column in table.values_mut() {
+        if let Some(a) = column.as_array_mut().filter(|a| a.len() == rows) {
+            let mut row = 0;
+            a.retain(|_| {
+                row += 1;
+                keep[row - 1]
+            });
+        }
+    }
+    table.insert("length".into(), json!(keep.iter().filter(|&&k| k).count()));
 }
 
 /// "I/O on vda", "running: postgres (postgres, 12/12)", "holding its CPU: ...".
@@ -155,4 +184,32 @@ fn schema_entry() -> Value {
             { "key": "color", "label": "Color", "format": "string", "hidden": true },
         ],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_earlier_annotation_is_removed_row_by_row() {
+        let mut m = json!({
+            "length": 3,
+            "data": [{"type": "OffCpu"}, {"type": MARKER_TYPE}, {"type": "BlockIo"}],
+            "name": [1, 2, 3],
+            "startTime": [0.5, 1.5, 2.5],
+            "endTime": [1.0, 2.0, 3.0],
+            "phase": [1, 1, 1],
+            "category": [4, 4, 5],
+        });
+        remove_markers_of_type(&mut m, MARKER_TYPE);
+        assert_eq!(m["length"], 2);
+        assert_eq!(m["name"], json!([1, 3]));
+        assert_eq!(m["startTime"], json!([0.5, 2.5]));
+        assert_eq!(m["category"], json!([4, 5]));
+        assert_eq!(m["data"][1]["type"], "BlockIo");
+        // None left: nothing changes.
+        let before = m.clone();
+        remove_markers_of_type(&mut m, MARKER_TYPE);
+        assert_eq!(m, before);
+    }
 }
