@@ -65,14 +65,6 @@ impl Held for FunctionCodes {
 #[derive(Debug)]
 pub(super) struct NoCode;
 
-/// Where a frame's address lies, against the function the frame is
-/// (see [`crate::symbolize::v8::CodeAt`]).
-enum Placed {
-    In(Arc<JsCode>),
-    Elsewhere,
-    NotCompiled,
-}
-
 impl Held for NoCode {
     fn bytes(&self) -> usize {
         0
@@ -182,9 +174,9 @@ impl JsFrames {
         shared: u64,
         name_word: u64,
         pc: u64,
-    ) -> Placed {
+    ) -> CodeAt<Arc<JsCode>> {
         let Some(code_layout) = layout.code.as_ref() else {
-            return Placed::NotCompiled;
+            return CodeAt::NotCompiled;
         };
         let identity = (name_word ^ (name_word >> 32)) as u32;
         let known = self.codes.get(pid, shared, identity).flatten();
@@ -192,27 +184,27 @@ impl JsFrames {
             .as_ref()
             .and_then(|k| k.codes.iter().find(|c| c.holds(pc)))
         {
-            return Placed::In(c.clone());
+            return CodeAt::Holds(c.clone());
         }
         let at = (shared ^ (shared >> 32)) as u32;
         if let Some(no) = self.no_code.get(pid, pc, at) {
             return match no {
-                Some(_) => Placed::Elsewhere,
-                None => Placed::NotCompiled,
+                Some(_) => CodeAt::Elsewhere,
+                None => CodeAt::NotCompiled,
             };
         }
         let read = match layout.code_at(pid, code_layout, function, shared, pc) {
             Ok(CodeAt::Holds(read)) => read,
             Ok(CodeAt::Elsewhere) => {
                 self.no_code.put(pid, pc, at, Some(NoCode));
-                return Placed::Elsewhere;
+                return CodeAt::Elsewhere;
             }
             Ok(CodeAt::NotCompiled) => {
                 self.no_code.put(pid, pc, at, None);
-                return Placed::NotCompiled;
+                return CodeAt::NotCompiled;
             }
             // Another closure of the function may tell, later.
-            Err(_) => return Placed::NotCompiled,
+            Err(_) => return CodeAt::NotCompiled,
         };
         let read = Arc::new(read);
         let mut codes: Vec<Arc<JsCode>> = known.map(|k| k.codes.clone()).unwrap_or_default();
@@ -224,7 +216,7 @@ impl JsFrames {
         codes.push(read.clone());
         self.codes
             .put(pid, shared, identity, Some(FunctionCodes { codes }));
-        Placed::In(read)
+        CodeAt::Holds(read)
     }
 
     /// The frame last in `out` (its address, `pc`) as the functions `code`
@@ -312,7 +304,7 @@ impl JsFrames {
             };
             let pc = *out.last().expect("not empty");
             match self.code(layout, pid, function, shared, name_word, pc) {
-                Placed::In(code) => {
+                CodeAt::Holds(code) => {
                     if self.push_inlined(layout, pid, &code, &f, frames, out) {
                         continue;
                     }
@@ -320,11 +312,11 @@ impl JsFrames {
                 // The leaf ran in code the function called that sets up no
                 // frame (a builtin's fast path, `StringAdd`, `ToNumber`): it
                 // stays a frame of its own, called by the function.
-                Placed::Elsewhere if out.len() == 1 => {
+                CodeAt::Elsewhere if out.len() == 1 => {
                     out.push(frames.key(&f.info, 0));
                     continue;
                 }
-                Placed::Elsewhere | Placed::NotCompiled => {}
+                CodeAt::Elsewhere | CodeAt::NotCompiled => {}
             }
             // The JIT code's address (or the interpreter's, or a builtin's
             // it runs on) becomes the function's frame.

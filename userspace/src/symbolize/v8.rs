@@ -421,9 +421,9 @@ pub struct JsCode {
 
 /// Where a frame's address lies, against its function's optimized code.
 #[derive(Debug)]
-pub enum CodeAt {
+pub enum CodeAt<C = JsCode> {
     /// In this code of the function's.
-    Holds(JsCode),
+    Holds(C),
     /// In none of its code, though it runs optimized code: the frame is its
     /// caller's, the address in code it called that keeps no frame of its
     /// own (a builtin's fast path, before any frame is set up).
