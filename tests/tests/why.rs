@@ -328,7 +328,8 @@ fn libc_minor(dev: u64) -> u64 {
 /// written and synced per request, ~0.2 ms a sync here). Every sync lies
 /// inside one of the client's waits. Of the client's off-CPU time over its
 /// requests, `report --why CLIENT` must charge to I/O on the file's disk
-/// at least 80 % of the time the server was blocked in its fdatasyncs, and
+/// at least 80 % of the time the server was blocked in its fdatasyncs
+/// (less its wakeups' landing on an idle CPU, at most 15 % of it), and
 /// no more than all of its time off the CPU in them; the blame must sum to
 /// the client's off-CPU time.
 ///
@@ -407,9 +408,27 @@ fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
         (total - off_cpu).abs() <= 0.02 * off_cpu.max(1.0),
         "every ms charged once: {total} of {off_cpu}"
     );
+    // The server's wakeups' landing ("waking its CPU": from the disk's
+    // interrupt sending the wakeup to the server's enqueue on its idle
+    // vCPU) is in the oracle's blocked time, since schedstat's run delay
+    // starts at the enqueue, but it is not the disk's. It is measured by
+    // the profiler alone, so it is bounded: a few % of the blocked time
+    // here (0.9-3.6 ms of 31-58); the disk's share is asked of the rest.
+    let server_landing: f64 = r["blame"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["what"] == "waking its CPU" && b["tid"].as_u64() == Some(f("server")))
+        .map(|b| b["ms"].as_f64().unwrap())
+        .sum();
     assert!(
-        on_disk >= 0.8 * sync_blocked_ms,
-        "{on_disk:.1} ms of the client's wait charged to {disk}, of the server's {sync_blocked_ms:.1} ms blocked in fdatasync: {}",
+        server_landing <= 0.15 * sync_blocked_ms,
+        "{server_landing:.1} ms of the client's wait charged to the server's wakeups landing, of its {sync_blocked_ms:.1} ms blocked in fdatasync: {}",
+        r["blame"]
+    );
+    assert!(
+        on_disk >= 0.8 * (sync_blocked_ms - server_landing),
+        "{on_disk:.1} ms of the client's wait charged to {disk}, of the server's {sync_blocked_ms:.1} ms blocked in fdatasync ({server_landing:.1} of them its wakeups' landing): {}",
         r["blame"]
     );
     assert!(
