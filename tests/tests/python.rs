@@ -1144,35 +1144,49 @@ fn py_spy_shares(raw: &str) -> (std::collections::HashMap<(String, String, u64),
     )
 }
 
-/// Check `json.tool` (the stdlib's, on a 29-MB file) against py-spy
-/// sampling the same run (by function, 500 Hz, pausing it): each of either
-/// profiler's ten busiest Python functions (by samples whose leaf-most
-/// Python frame it is) has the same share in the other within 7 points,
-/// name, file and first line alike.
+/// Check `json.tool` (the stdlib's, on a 29-MB file, its output to
+/// /dev/null) against py-spy sampling the same run (by function, 1 kHz,
+/// pausing it; sysprof at 2 kHz): each of either profiler's ten busiest
+/// Python functions (by samples whose leaf-most Python frame it is, as
+/// shares of the program's own samples) has the same share in the other
+/// within 3 points, name, file and first line alike.
 #[test]
 fn python_top_functions_match_py_spy_on_the_same_run() {
-    // The issue asks 3 points. Measured here, every function within 3.1
-    // (the widest: json.tool's script, `<module>`, 0.5 % against 3.6 %, and
-    // `raw_decode` 18.6 against 15.7) with py-spy pausing the process at
-    // each sample; with `--nonblocking` py-spy put `floatstr` 4-5 points
-    // below sysprof, where perf (`-X perf`, DWARF, 3.12) agrees with
-    // sysprof (20.5 %): its unpaused reads are what differs. Paused, the
-    // widest gap of the program's own functions per run was 2.9-4.7 points
-    // over eight runs (py-spy samples 1,100-1,500 times here: one point is
-    // about its standard error). One CI run then failed at 6.3 points, all
-    // of it `dump` (9.7 % here, 16.0 % by py-spy): over eight more runs of
-    // the four interpreters py-spy put `dump` 2.2-5.2 points above sysprof
-    // every time (with the output to /dev/null too), while perf (`-X perf`,
-    // DWARF, 3.12) put it at 12.9 % where sysprof had 10.1-12.5 % and py-spy
-    // 12.3-15.2 %. That gap plus py-spy's noise reached 6.3 points once,
-    // and in a full CI run of 2026-11-29 7.6 (`dump` 8.7 % here, 16.3 % by
-    // py-spy; 0.2-3.9 points in the eight interpreter-runs after it): 9
-    // allows that, and still fails a function named as another (the
-    // misnamed `_iterencode_list` moved 20 points and more). The issue's 3
-    // is not shown.
+    // This bar was 9 points while three things were taken for sysprof's:
+    // - py-spy pauses the process with ptrace for each sample, and a
+    //   thread in an uninterruptible wait cannot stop until it ends; its
+    //   timer then catches up, and the samples it owed land on whatever
+    //   runs next. With the output in a file, json.tool's closing it
+    //   flushed it (ext4's `ext4_release_file` writing back, throttled:
+    //   140 ms off the CPU, sysprof's stack shows `main` -> `iobase_exit`
+    //   -> `close` -> `__fput`), and py-spy gave those 140 ms to the
+    //   `<module>` that ran after `main` returned: `<module>` 3.3-5.1 %
+    //   against sysprof's 1.3-2.0 %. Writes held up by the page cache's
+    //   dirty limits would do the same to `dump` (CI once: 16.0 % against
+    //   9.7 %; not reproduced here, so not shown to be the cause). To
+    //   /dev/null nothing waits, and both sample what ran;
+    // - py-spy counts the wrapper's wait for "go" as busy (2.2-2.5 % of
+    //   its samples, 0.5 % of sysprof's), shares are now of the program's
+    //   own samples;
+    // - at 500 Hz py-spy took 1,700-2,800 samples: one point was about its
+    //   standard error, and the widest of forty gaps reached 3.2 by chance.
+    //   At 1 kHz (and sysprof at 2 kHz) 4,600-6,500 and 7,100-9,500.
+    // Then, over eight interpreter-runs, every gap within 2.0 points; the
+    // widest are `raw_decode`'s, sysprof 1.2-2.0 above py-spy.
     // The wrapper script's own `<module>` (it waits on stdin until py-spy
     // has attached) is not the program's, and is left out.
-    const SHARE_POINTS: f64 = 0.09;
+    const SHARE_POINTS: f64 = 0.03;
+    // Beside a busy CPU py-spy's shares move where sysprof's do not:
+    // `_iterencode_list` 29.9-31.7 % by py-spy in four runs whose program
+    // waited for a CPU (sysprof 26.6-29.2 %, both 24.1-28.6 % quiet).
+    // Not shown why; likely: py-spy stops the thread with ptrace, which
+    // takes effect when it next returns to user space, and a thread that
+    // shares its CPU comes back from the scheduler at ticks, system calls
+    // and page faults, so py-spy samples those points rather than time.
+    // There the bar is wider, and said. Quiet, the program waited 1.4-2.0 % of its time
+    // (py-spy and sysprof share its CPUs), beside a busy CPU 13-20 %.
+    const LOADED: f64 = 0.05;
+    const LOADED_SHARE_POINTS: f64 = 0.045;
     use std::io::Write;
     if !can_record("python_top_functions_match_py_spy_on_the_same_run") {
         return;
@@ -1197,14 +1211,14 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
         let out_path = dir.join("spied.json.gz");
         let script = workspace_root().join("tests/workloads/pyspy_jsontool.py");
         let mut rec = Command::new(sysprof_bin())
-            .args(["record", "-v", "-o"])
+            .args(["record", "-v", "-F", "2000", "-o"])
             .arg(&out_path)
             .args([
                 "--",
                 py.to_str().unwrap(),
                 script.to_str().unwrap(),
                 big.to_str().unwrap(),
-                dir.join("out.json").to_str().unwrap(),
+                "/dev/null",
             ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -1219,7 +1233,7 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
             .expect("the script's pid");
         let spy_out = dir.join("spy.txt");
         let spying = Command::new(&spy)
-            .args(["record", "-F", "-f", "raw", "-r", "500", "-o"])
+            .args(["record", "-F", "-f", "raw", "-r", "1000", "-o"])
             .arg(&spy_out)
             .args(["--pid", &pid.to_string()])
             .stdout(Stdio::null())
@@ -1236,14 +1250,35 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
             "{who}: record failed: {}",
             String::from_utf8_lossy(&recorded.stderr)
         );
+        let said: Vec<String> = lines.map_while(Result::ok).collect();
+        let said_ns = |key: &str| {
+            said.iter()
+                .find_map(|l| l.strip_prefix(key)?.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{who}: the script printed no {key}: {said:?}"))
+        };
+        let (cpu_ns, run_delay_ns) = (said_ns("cpu_ns="), said_ns("run_delay_ns="));
+        let waited_for_cpu = run_delay_ns / (cpu_ns + run_delay_ns).max(1.0);
+        let bar = if waited_for_cpu <= LOADED {
+            SHARE_POINTS
+        } else {
+            LOADED_SHARE_POINTS
+        };
         let raw = std::fs::read_to_string(&spy_out).unwrap_or_else(|e| {
             panic!(
                 "{who}: no py-spy output ({e}): {}",
                 String::from_utf8_lossy(&spied.stderr)
             )
         });
+        // Shares of the program's own samples: py-spy counts the wrapper's
+        // wait for "go" as busy (2.2-2.5 % of its samples, 0.5 % of
+        // sysprof's), which left every other share of py-spy's that much
+        // smaller, relatively.
         let wrapper = |m: &mut std::collections::HashMap<(String, String, u64), f64>| {
-            m.retain(|k, _| k.1 != "pyspy_jsontool.py")
+            m.retain(|k, _| k.1 != "pyspy_jsontool.py");
+            let sum: f64 = m.values().sum();
+            if sum > 0.0 {
+                m.values_mut().for_each(|v| *v /= sum);
+            }
         };
         let (mut theirs, their_n) = py_spy_shares(&raw);
         let (mut ours, our_n) = leaf_python_shares(&Profile::load(&out_path), pid);
@@ -1279,7 +1314,11 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
                 k.2
             ));
         }
-        eprintln!("{who}: sysprof {our_n} samples, py-spy {their_n}; sysprof vs py-spy:\n{report}");
+        eprintln!(
+            "{who}: sysprof {our_n} samples, py-spy {their_n}; waited for a CPU {:.1} % of its time (schedstat), so within {:.1} points; sysprof vs py-spy:\n{report}",
+            waited_for_cpu * 100.0,
+            bar * 100.0
+        );
         // Every top function of either with 2 % or more is one the other
         // found too: the same name, file and first line.
         for k in top(&theirs).iter().chain(&top(&ours)) {
@@ -1297,7 +1336,7 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
             }
         }
         assert!(
-            worst <= SHARE_POINTS,
+            worst <= bar,
             "{who}: a top function's share differs from py-spy's by {:.1} points:\n{report}",
             worst * 100.0
         );
