@@ -389,7 +389,7 @@ impl Threads {
                     // A waker with no track (not recorded): it ran to wake us.
                     put("running", waker, None, b - a);
                 } else {
-                    self.charge_waker(waker, a, b, b - a, 0.0, chain, out);
+                    self.charge_waker(waker, &[(a, b)], b - a, 0.0, chain, out);
                 }
             }
             (Some("hard IRQ" | "softirq"), _) => {
@@ -459,7 +459,7 @@ impl Threads {
         put("runnable", tid, None, ((b - a) - held).max(0.0));
     }
 
-    /// Charge `ms` of thread `tid`'s run-queue time somewhere in `[a, b]`
+    /// Charge `ms` of thread `tid`'s run-queue time somewhere in `spans`
     /// (a short run's: its CPU and moments are not known) to the threads
     /// that held the CPUs it ran on there (all CPUs if it ran on none), by
     /// how long each held them: an estimate, as the run's other charges
@@ -467,15 +467,18 @@ impl Threads {
     fn charge_queue_spread(
         &self,
         tid: u32,
-        a: f64,
-        b: f64,
+        spans: &[(f64, f64)],
         ms: f64,
         put: &mut impl FnMut(&'static str, u32, Option<String>, f64),
     ) {
         if ms <= 0.0 {
             return;
         }
-        let ran_on = |slices: &&Vec<Slice>| overlapping(slices, a, b).any(|(t, _)| t == tid);
+        let ran_on = |slices: &&Vec<Slice>| {
+            spans
+                .iter()
+                .any(|&(a, b)| overlapping(slices, a, b).any(|(t, _)| t == tid))
+        };
         let mine: Vec<&Vec<Slice>> = self.cpus.values().filter(ran_on).collect();
         let cpus: Vec<&Vec<Slice>> = if mine.is_empty() {
             self.cpus.values().collect()
@@ -484,9 +487,11 @@ impl Threads {
         };
         let mut held: FxHashMap<u32, f64> = FxHashMap::default();
         for slices in cpus {
-            for (t, ms) in overlapping(slices, a, b) {
-                if t != tid && ms > 0.0 {
-                    *held.entry(t).or_default() += ms;
+            for &(a, b) in spans {
+                for (t, ms) in overlapping(slices, a, b) {
+                    if t != tid && ms > 0.0 {
+                        *held.entry(t).or_default() += ms;
+                    }
                 }
             }
         }
@@ -563,14 +568,14 @@ impl Threads {
         }
     }
 
-    /// Charge `ms` to what `waker` did over `[a, b]`: its activity there,
+    /// Charge `ms` to what `waker` did over `spans`: its activity there,
     /// less its waits for threads already on the chain, scaled to `ms`. A
     /// waker is not waiting on the chain while it is about to wake it:
     /// such waits are a short run's spread over its span (in a round trip
     /// the two take turns), and only when nothing else is left is the time
     /// a cycle's.
     ///
-    /// `ran_on` is the wakee's time in `[a, b]` after its wakeups (their
+    /// `ran_on` is the wakee's time in `spans` after its wakeups (their
     /// landing and its run-queue delay, a short run's sums). The waker had
     /// just sent those wakeups: it was running then, not waiting, so when
     /// its activity over the span is more than `ms`, the excess comes out
@@ -580,12 +585,10 @@ impl Threads {
     /// (`fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold`):
     /// its running after each reply, while the client's wakeup landed,
     /// diluted its disk time.
-    #[allow(clippy::too_many_arguments)]
     fn charge_waker(
         &self,
         waker: u32,
-        a: f64,
-        b: f64,
+        spans: &[(f64, f64)],
         ms: f64,
         ran_on: f64,
         chain: &mut Vec<u32>,
@@ -593,7 +596,9 @@ impl Threads {
     ) {
         let mut its: FxHashMap<Culprit, f64> = FxHashMap::default();
         chain.push(waker);
-        self.charge_activity(waker, a, b, chain, &mut its);
+        for &(a, b) in spans {
+            self.charge_activity(waker, a, b, chain, &mut its);
+        }
         chain.pop();
         let total: f64 = its.values().sum();
         let rest: f64 = its
@@ -630,6 +635,35 @@ impl Threads {
                 *out.entry(c).or_default() += v * scale;
             }
         }
+    }
+
+    /// `[a, b]` less thread `tid`'s own waits long enough for a marker
+    /// each: where its short waits can lie. A short run's span holds the
+    /// thread's long waits too, and those are charged exactly by their
+    /// markers; read over them, what its waker did there (and who held its
+    /// CPUs, for the run's queue time) was charged twice.
+    /// A round-trip server preempted beside two spinners: the client's
+    /// short waits took 270 ms of the server's "runnable" when the server
+    /// was runnable 197 ms in all, and its running got 382 of the 477 ms it
+    /// ran. The whole span if the long waits cover it.
+    fn between_long_waits(&self, tid: u32, a: f64, b: f64) -> Vec<(f64, f64)> {
+        let t = &self.threads[&tid];
+        let mut spans = Vec::new();
+        let mut from = a;
+        let first = t.waits.partition_point(|w| w.end <= a);
+        for w in t.waits[first..].iter().take_while(|w| w.start < b) {
+            if w.start > from {
+                spans.push((from, w.start));
+            }
+            from = from.max(w.end);
+        }
+        if from < b {
+            spans.push((from, b));
+        }
+        if spans.is_empty() {
+            spans.push((a, b));
+        }
+        spans
     }
 
     /// Charge `share` of run `r` of thread `tid` (its part in `[a, b]`):
@@ -670,7 +704,8 @@ impl Threads {
             );
             return;
         }
-        self.charge_queue_spread(tid, a, b, r.off_cpu * share - waited - landing, &mut put);
+        let spans = self.between_long_waits(tid, a, b);
+        self.charge_queue_spread(tid, &spans, r.off_cpu * share - waited - landing, &mut put);
         put("waking its CPU", tid, None, landing);
         if waited <= 0.0 {
             return;
@@ -684,7 +719,14 @@ impl Threads {
                 } else if !self.threads.contains_key(&waker) || b <= a {
                     put("running", waker, None, waited);
                 } else {
-                    self.charge_waker(waker, a, b, waited, r.off_cpu * share - waited, chain, out);
+                    self.charge_waker(
+                        waker,
+                        &spans,
+                        waited,
+                        r.off_cpu * share - waited,
+                        chain,
+                        out,
+                    );
                 }
             }
             ("interrupt", _) => {
@@ -700,7 +742,7 @@ impl Threads {
                 }
             }
             ("several", _) => put("several wakers", tid, None, waited),
-            ("none", _) => self.charge_queue_spread(tid, a, b, waited, &mut put),
+            ("none", _) => self.charge_queue_spread(tid, &spans, waited, &mut put),
             _ => put("unknown waker", tid, None, waited),
         }
     }
@@ -1263,6 +1305,29 @@ mod tests {
 
     fn short(count: u32, off_cpu: f64, waited: f64, waker: Option<u32>, context: &str) -> Value {
         serde_json::json!({ "type": "ShortWaits", "count": count, "offCpu": off_cpu, "waited": waited, "wakerTid": waker, "wakerContext": context })
+    }
+
+    /// Check that a short run's waker is read only where the run's waits
+    /// can lie: not over the thread's own long waits, which their markers
+    /// charge exactly. A client's run of short waits over 0-100 holds its
+    /// 20-ms wait at 40-60, while the server was preempted: that 20 ms is
+    /// the server's run queue, once; the short waits' 30 ms are the
+    /// server's running around it, not 24 of running and 6 more of its
+    /// run queue.
+    #[test]
+    fn short_waits_are_not_charged_to_what_their_long_waits_were() {
+        let profile = serde_json::json!({
+            "meta": { "categories": [] },
+            "threads": [
+                thread(1, 1, "client", vec![(0.0, 100.0, short(100, 30.0, 30.0, Some(2), "task")), (40.0, 60.0, off("sleeping", 0.0, Some(2), Some("task")))]),
+                thread(2, 2, "server", vec![(40.0, 60.0, off("preempted", 20.0, None, None))]),
+            ],
+        });
+        let threads = Threads::read(&profile);
+        let why = threads.why(&[1], 0.0, 100.0, 5);
+        assert!((why.off_cpu_ms - 50.0).abs() < 1e-9, "{}", why.off_cpu_ms);
+        assert_charged(&why, 2, "running", 30.0);
+        assert_charged(&why, 2, "runnable", 20.0);
     }
 
     /// Check short waits: a client in round trips with a server (runs of
