@@ -1178,12 +1178,13 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
     const SHARE_POINTS: f64 = 0.03;
     // Beside a busy CPU py-spy's shares move where sysprof's do not:
     // `_iterencode_list` 29.9-31.7 % by py-spy in four runs whose program
-    // waited for a CPU (sysprof 26.6-29.2 %, both 24.1-28.6 % quiet).
+    // waited for a CPU (sysprof 26.6-29.2 % in the same runs; quiet, the
+    // two within 2 points of each other).
     // Not shown why; likely: py-spy stops the thread with ptrace, which
     // takes effect when it next returns to user space, and a thread that
     // shares its CPU comes back from the scheduler at ticks, system calls
     // and page faults, so py-spy samples those points rather than time.
-    // There the bar is wider, and said. Quiet, the program waited 1.4-2.0 % of its time
+    // There the bar is wider, and said. Quiet, the program waited 1.3-2.0 % of its time
     // (py-spy and sysprof share its CPUs), beside a busy CPU 13-20 %.
     const LOADED: f64 = 0.05;
     const LOADED_SHARE_POINTS: f64 = 0.045;
