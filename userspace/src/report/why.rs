@@ -584,7 +584,7 @@ impl Threads {
     /// its activity over the span is more than `ms`, the excess comes out
     /// of its running first, up to `ran_on`, and only the rest is scaled
     /// down evenly. Scaled evenly, a server's fdatasyncs were charged
-    /// 75-80 % of the time the server was blocked in them
+    /// 72-81 % of the time the server was blocked in them
     /// (`fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold`):
     /// its running after each reply, while the client's wakeup landed,
     /// diluted its disk time.
@@ -604,7 +604,7 @@ impl Threads {
         }
         chain.pop();
         let total: f64 = its.values().sum();
-        let rest: f64 = its
+        let mut rest: f64 = its
             .iter()
             .filter(|(c, _)| c.what != "waiting (cycle)")
             .map(|(_, v)| v)
@@ -619,7 +619,6 @@ impl Threads {
             return;
         }
         let keep_cycles = rest <= total * 1e-9;
-        let mut rest = rest;
         if !keep_cycles && rest > ms {
             let own_running = Culprit {
                 tid: waker,
