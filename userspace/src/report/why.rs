@@ -120,6 +120,9 @@ const MAX_STEPS: usize = 20_000;
 /// forgets them all and starts again (a few hundred bytes each).
 const MEMO_ENTRIES: usize = 200_000;
 
+/// A thread over a span: (tid, the span's start and end as bits).
+type SpanOf = (u32, u64, u64);
+
 /// What the report needs of one thread.
 #[derive(Debug, Default)]
 struct ThreadFacts {
@@ -196,7 +199,7 @@ pub struct Threads {
     /// by (tid, span's ends' bits): computed once, read again by every
     /// other chain that reaches the same thread over the same span (see
     /// [`MEMO_ENTRIES`]).
-    memo: std::cell::RefCell<FxHashMap<(u32, u64, u64), Vec<(Culprit, f64)>>>,
+    memo: std::cell::RefCell<FxHashMap<SpanOf, Vec<(Culprit, f64)>>>,
     /// Whether the charge under way was cut short (the chain too deep, the
     /// budget spent): what it found then is not kept in `memo`.
     cut: std::cell::Cell<bool>,
