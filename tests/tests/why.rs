@@ -516,16 +516,48 @@ fn an_annotated_profile_marks_each_wait_with_where_it_went() {
         })
         .filter(|(a, b)| a < b)
         .collect();
-    let charged: Vec<&Value> = markers
+    // Runs of waits under the threshold: one marker each, over the run's
+    // span in the range.
+    let mut runs: Vec<(f64, f64)> = markers
+        .iter()
+        .filter(|(_, d)| d["type"] == "ShortWaits")
+        .map(|(_, d)| {
+            (
+                d["startTime"].as_f64().unwrap().max(from),
+                d["endTime"].as_f64().unwrap().min(to),
+            )
+        })
+        .filter(|(a, b)| a < b)
+        .collect();
+    let (mut for_runs, charged): (Vec<&Value>, Vec<&Value>) = markers
         .iter()
         .filter(|(n, d)| n == "Wait charged to" && d["type"] == "WaitCharged")
         .map(|(_, d)| d)
-        .collect();
+        .partition(|d| d["reason"].as_str().unwrap().starts_with("short waits ("));
     assert_eq!(
         charged.len(),
         waits.len(),
         "one marker per wait in the range"
     );
+    assert_eq!(
+        for_runs.len(),
+        runs.len(),
+        "one marker per run of short waits in the range"
+    );
+    let start = |d: &&Value| d["startTime"].as_f64().unwrap();
+    for_runs.sort_by(|x, y| start(x).total_cmp(&start(y)));
+    runs.sort_by(|x, y| x.0.total_cmp(&y.0));
+    for (d, (a, b)) in for_runs.iter().zip(&runs) {
+        assert!(
+            (start(d) - a).abs() < 1e-3 && (d["endTime"].as_f64().unwrap() - b).abs() < 1e-3,
+            "{d} spans its run {a}-{b}"
+        );
+        let share = d["share"].as_f64().unwrap();
+        assert!(
+            share > 0.0 && share <= 1.0 + 1e-9,
+            "{d}: a share of its waits"
+        );
+    }
     let mut disk_ms = 0.0;
     for (d, (a, b)) in charged.iter().zip(&waits) {
         let (s, e) = (
@@ -547,8 +579,9 @@ fn an_annotated_profile_marks_each_wait_with_where_it_went() {
         }
     }
     eprintln!(
-        "annotate: {} waits marked, {} charged mostly to {disk} ({disk_ms:.1} ms of theirs)",
+        "annotate: {} waits and {} runs of short waits marked, {} waits charged mostly to {disk} ({disk_ms:.1} ms of theirs)",
         charged.len(),
+        for_runs.len(),
         charged.iter().filter(|d| d["color"] == "orange").count()
     );
     assert!(disk_ms > 0.0, "some wait charged mostly to {disk}");

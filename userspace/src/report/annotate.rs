@@ -3,9 +3,11 @@
 //! `--why`'s answer on the timeline.
 //!
 //! In: a profile's JSON (as `--why` read it) and the per-wait blame of
-//! [`why::Threads::each_wait`]. Out: the same JSON with, per wait of each
-//! thread asked about, a "Wait charged to" marker over the whole wait
-//! (its run delay included), labelled and colored by the largest share of
+//! [`why::Threads::each_wait`] and [`why::Threads::each_short_run`]. Out:
+//! the same JSON with, per wait of each thread asked about, a "Wait
+//! charged to" marker over the whole wait (its run delay included), and
+//! per run of its short waits one over the run's span (its share: of the
+//! waits' off-CPU time, spread over the span), labelled and colored by the largest share of
 //! its time at the end of the chain: the disk, the thread that was
 //! running, whoever held its CPU, a timer. The recording's own off-CPU
 //! markers are colored by what *ended* a wait (the wakeup: a thread, an
@@ -15,7 +17,7 @@
 
 use serde_json::{json, Value};
 
-use super::why::{Culprit, Threads};
+use super::why::{Culprit, Threads, WaitBlame};
 
 /// The marker's name and type. Its field is `chargedTo`: the front end reads
 /// a marker's `cause` as a stack.
@@ -41,7 +43,19 @@ pub fn annotate(profile: &mut Value, threads: &Threads, tids: &[u32], from: f64,
         if !tids.contains(&tid) {
             continue;
         }
-        let waits = threads.each_wait(tid, from, to);
+        // A wait's blame sums to its length; a short run's to its waits'
+        // off-CPU time, spread over its span.
+        let mut waits: Vec<(f64, WaitBlame)> = threads
+            .each_wait(tid, from, to)
+            .into_iter()
+            .map(|w| (w.end - w.start, w))
+            .collect();
+        waits.extend(
+            threads
+                .each_short_run(tid, from, to)
+                .into_iter()
+                .map(|(_, off_cpu, run)| (off_cpu, run)),
+        );
         if waits.is_empty() {
             continue;
         }
@@ -61,11 +75,11 @@ pub fn annotate(profile: &mut Value, threads: &Threads, tids: &[u32], from: f64,
         // Annotated again (another range, a newer build): this annotation
         // replaces the thread's last one rather than adding a second.
         remove_markers_of_type(m, MARKER_TYPE);
-        for w in waits {
+        for (wait_ms, w) in waits {
             let Some((top, top_ms)) = w.blame.first() else {
                 continue;
             };
-            let wait_ms = (w.end - w.start).max(f64::MIN_POSITIVE);
+            let wait_ms = wait_ms.max(f64::MIN_POSITIVE);
             let detail: Vec<String> = w
                 .blame
                 .iter()
@@ -175,7 +189,7 @@ fn schema_entry() -> Value {
         "tooltipLabel": "Charged to {marker.data.chargedTo}",
         "tableLabel": "{marker.data.chargedTo} ({marker.data.reason})",
         "colorField": "color",
-        "description": "Where a wait's time went at the end of the chain of who woke whom (sysprof report --why): its largest share names it. Orange the disk, blue a thread running (the waker, or whoever woke it in turn), red a thread holding the CPU this one waited for (or its own run queue), green a timer or an interrupt, yellow its wakeup reaching an idle CPU, grey no waker seen or several",
+        "description": "Where a wait's time went at the end of the chain of who woke whom (sysprof report --why): its largest share names it. Orange the disk, blue a thread running (the waker, or whoever woke it in turn), red a thread holding the CPU this one waited for (or its own run queue), green a timer or an interrupt, yellow its wakeup reaching an idle CPU, grey no waker seen or several. Over a run of short waits (reason: short waits), the run's span; its share is of their off-CPU time",
         "fields": [
             { "key": "chargedTo", "label": "Charged to", "format": "string" },
             { "key": "share", "label": "Share of the wait", "format": "percentage" },

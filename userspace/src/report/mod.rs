@@ -186,7 +186,7 @@ fn why_text(args: &ReportArgs, id: u32) -> Result<String, RecordError> {
         let added = annotate::annotate(&mut json, &threads, &tids, from, to);
         OutputFile::create(path)?.commit(&json)?;
         eprintln!(
-            "sysprof: {added} waits marked with where their time went in {}; open it: sysprof view {}",
+            "sysprof: {added} waits (and runs of short waits) marked with where their time went in {}; open it: sysprof view {}",
             crate::escape::path(path),
             crate::escape::path(path)
         );

@@ -312,9 +312,6 @@ impl Threads {
         let mut blame: FxHashMap<Culprit, f64> = FxHashMap::default();
         let mut each: Vec<(f64, f64, String, Vec<(Culprit, f64)>)> = Vec::new();
         for &tid in tids {
-            let Some(t) = self.threads.get(&tid) else {
-                continue;
-            };
             for w in self.each_wait(tid, from, to) {
                 why.waits += 1;
                 why.off_cpu_ms += w.end - w.start;
@@ -323,15 +320,12 @@ impl Threads {
                 }
                 each.push((w.start, w.end - w.start, w.reason, w.blame));
             }
-            for r in &t.short {
-                let Some((a, b, share)) = overlap(r, from, to) else {
-                    continue;
-                };
-                why.waits += (r.count * share).round() as usize;
-                why.off_cpu_ms += r.off_cpu * share;
-                let mut chain = vec![tid];
-                self.steps.set(MAX_STEPS);
-                self.charge_short(tid, r, a, b, share, &mut chain, &mut blame);
+            for (count, off_cpu, run) in self.each_short_run(tid, from, to) {
+                why.waits += count;
+                why.off_cpu_ms += off_cpu;
+                for (c, ms) in run.blame {
+                    *blame.entry(c).or_default() += ms;
+                }
             }
         }
         why.blame = sorted(blame);
@@ -363,6 +357,39 @@ impl Threads {
                 reason: w.reason.clone(),
                 blame: sorted(own),
             });
+        }
+        out
+    }
+
+    /// The runs of short waits of `tid` (those under the marker threshold,
+    /// summed per waker over a span) between `from` and `to`, each with
+    /// where its time went, how many waits it holds there and their
+    /// off-CPU time (its share of the run's; the blame sums to it, not to
+    /// the span).
+    pub fn each_short_run(&self, tid: u32, from: f64, to: f64) -> Vec<(usize, f64, WaitBlame)> {
+        let Some(t) = self.threads.get(&tid) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for r in &t.short {
+            let Some((a, b, share)) = overlap(r, from, to) else {
+                continue;
+            };
+            let count = (r.count * share).round() as usize;
+            let mut own: FxHashMap<Culprit, f64> = FxHashMap::default();
+            let mut chain = vec![tid];
+            self.steps.set(MAX_STEPS);
+            self.charge_short(tid, r, a, b, share, &mut chain, &mut own);
+            out.push((
+                count,
+                r.off_cpu * share,
+                WaitBlame {
+                    start: a,
+                    end: b,
+                    reason: format!("short waits ({count})"),
+                    blame: sorted(own),
+                },
+            ));
         }
         out
     }
