@@ -8,7 +8,10 @@
 //! and its change from alone, the profiler's own CPU (wait4's rusage, its
 //! children included) and peak RSS (VmHWM), what it lost (sysprof's stats
 //! line; perf's "lost" chunks and samples), and for sysprof the time from
-//! its launch to its first sample and to everything attached. Nothing is
+//! its launch to its first sample and to everything attached. Then
+//! `sysprof report --why` of pgbench's main thread in the last sysprof
+//! recording: its wall time, CPU and peak RSS, and the share of the
+//! thread's waiting it left as "waiting (chain too deep)". Nothing is
 //! asserted.
 
 use std::io::Read;
@@ -371,8 +374,86 @@ pub fn section(
             "bytes_per_switch": rs.iter().map(|r| r.bytes_per_switch).collect::<Vec<_>>(),
         }));
     }
+    let why = match why_of_pgbench(sysprof, &sysprof_out) {
+        Ok(w) => {
+            md += &format!(
+                "\n`sysprof report --why` of pgbench's main thread (pid {}) in the last sysprof recording \
+                 ({:.0} ms off-CPU): {:.2} s wall, {:.0} ms CPU, {:.0} MB peak RSS; \
+                 {:.1} % of its waiting left as \"waiting (chain too deep)\".\n",
+                w.pid, w.off_cpu_ms, w.secs, w.cpu_ms, w.rss_mb, w.too_deep_percent
+            );
+            json!({
+                "pid": w.pid, "off_cpu_ms": w.off_cpu_ms, "secs": w.secs, "cpu_ms": w.cpu_ms,
+                "peak_rss_mb": w.rss_mb, "chain_too_deep_percent": w.too_deep_percent,
+            })
+        }
+        Err(e) => {
+            failures.push(format!("report --why: {e:#}"));
+            json!(null)
+        }
+    };
     for f in &failures {
         md += &format!("\nFailed: {f}\n");
     }
-    (md, json!(rows))
+    (md, json!({ "rows": rows, "why": why }))
+}
+
+/// What `report --why` of pgbench's main thread cost and left uncharged.
+struct WhyRun {
+    pid: u64,
+    off_cpu_ms: f64,
+    secs: f64,
+    cpu_ms: f64,
+    rss_mb: f64,
+    too_deep_percent: f64,
+}
+
+/// Run `sysprof report PROFILE --why PID --format json` on the thread of
+/// `profile` named pgbench whose tid is its pid (pgbench's main thread).
+fn why_of_pgbench(sysprof: &Path, profile: &Path) -> Result<WhyRun> {
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(profile)?).read_to_string(&mut text)?;
+    let json: serde_json::Value = serde_json::from_str(&text)?;
+    let pid = json["threads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| {
+            t["processName"] == "pgbench"
+                && t["pid"].as_str().and_then(|p| p.parse::<u64>().ok()) == t["tid"].as_u64()
+        })
+        .and_then(|t| t["tid"].as_u64())
+        .context("no pgbench main thread in the profile")?;
+    drop(json);
+    let out_path = profile.with_extension("why.json");
+    let started = Instant::now();
+    let mut child = Command::new(sysprof)
+        .arg("report")
+        .arg(profile)
+        .args(["--why", &pid.to_string(), "--format", "json"])
+        .stdout(std::fs::File::create(&out_path)?)
+        .stderr(Stdio::null())
+        .spawn()?;
+    let rss = super::PeakRss::watch(child.id());
+    let (cpu_ms, rss_mb) = super::wait_rusage(&mut child, rss)?;
+    let secs = started.elapsed().as_secs_f64();
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out_path)?)
+        .context("report --why printed no JSON")?;
+    let off_cpu_ms = report["off_cpu_ms"].as_f64().context("no off_cpu_ms")?;
+    let too_deep: f64 = report["blame"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["what"] == "waiting (chain too deep)")
+        .filter_map(|b| b["ms"].as_f64())
+        .sum::<f64>()
+        + 0.0; // an empty sum is -0
+    Ok(WhyRun {
+        pid,
+        off_cpu_ms,
+        secs,
+        cpu_ms,
+        rss_mb,
+        too_deep_percent: 100.0 * too_deep / off_cpu_ms.max(f64::MIN_POSITIVE),
+    })
 }
