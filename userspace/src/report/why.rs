@@ -112,17 +112,71 @@ struct ShortRun {
 /// 200,000, counting only the activity reads, `--why` of pgbench's client
 /// beside PostgreSQL did not end in 10 minutes; now a short run's charge
 /// counts as one, and the 10 s take 15.8 s (ARCHITECTURE 25). With a
-/// thread's activity over a span remembered ([`MEMO_ENTRIES`]) most calls
+/// thread's activity over a span remembered ([`Memo`]) most calls
 /// are reads: at 20,000, 0.7 % of that client's waiting was still cut
 /// there (31 % before); at 100,000, none, in 11.4 s.
 const MAX_STEPS: usize = 100_000;
 
-/// Spans [`Threads::charge_activity`] remembers, at most: when full, it
-/// forgets them all and starts again (a few hundred bytes each).
-const MEMO_ENTRIES: usize = 200_000;
+/// Bytes [`Memo`] may hold: when full, it forgets every span and starts
+/// again. A span's entry is ~48 bytes and 16 a culprit; pgbench's client's
+/// 10 s kept ~400,000 spans. Unbudgeted, with each culprit stored whole,
+/// that was 300-400 MB more than the profile's own parse.
+const MEMO_BYTES: usize = 64 << 20;
 
 /// A thread over a span: (tid, the span's start and end as bits).
 type SpanOf = (u32, u64, u64);
+
+/// What [`Threads::charge_activity`] found per thread and span, kept for
+/// the next chain that reaches the same: its culprits interned (a few
+/// hundred distinct ones, against hundreds of thousands of spans), within
+/// [`MEMO_BYTES`].
+#[derive(Default)]
+struct Memo {
+    spans: FxHashMap<SpanOf, Box<[(u32, f64)]>>,
+    culprits: Vec<Culprit>,
+    ids: FxHashMap<Culprit, u32>,
+    /// What `spans` holds, estimated.
+    bytes: usize,
+}
+
+impl Memo {
+    /// Add what was kept for `key` to `out`; false if nothing was.
+    fn read(&self, key: &SpanOf, out: &mut FxHashMap<Culprit, f64>) -> bool {
+        let Some(known) = self.spans.get(key) else {
+            return false;
+        };
+        for &(id, ms) in known.iter() {
+            *out.entry(self.culprits[id as usize].clone()).or_default() += ms;
+        }
+        true
+    }
+
+    /// Keep `its` for `key`, forgetting every span first if the budget is spent.
+    fn keep(&mut self, key: SpanOf, its: &FxHashMap<Culprit, f64>) {
+        let size = 48 + its.len() * std::mem::size_of::<(u32, f64)>();
+        if self.bytes + size > MEMO_BYTES {
+            self.spans.clear();
+            self.bytes = 0;
+        }
+        let entry: Box<[(u32, f64)]> = its
+            .iter()
+            .map(|(c, &ms)| {
+                let id = match self.ids.get(c) {
+                    Some(&id) => id,
+                    None => {
+                        let id = self.culprits.len() as u32;
+                        self.culprits.push(c.clone());
+                        self.ids.insert(c.clone(), id);
+                        id
+                    }
+                };
+                (id, ms)
+            })
+            .collect();
+        self.bytes += size;
+        self.spans.insert(key, entry);
+    }
+}
 
 /// What the report needs of one thread.
 #[derive(Debug, Default)]
@@ -199,8 +253,8 @@ pub struct Threads {
     /// What [`Threads::charge_activity`] found for a thread over a span,
     /// by (tid, span's ends' bits): computed once, read again by every
     /// other chain that reaches the same thread over the same span (see
-    /// [`MEMO_ENTRIES`]).
-    memo: std::cell::RefCell<FxHashMap<SpanOf, Vec<(Culprit, f64)>>>,
+    /// [`MEMO_BYTES`]).
+    memo: std::cell::RefCell<Memo>,
     /// Whether the charge under way was cut short (the chain too deep, the
     /// budget spent): what it found then is not kept in `memo`.
     cut: std::cell::Cell<bool>,
@@ -573,10 +627,7 @@ impl Threads {
         out: &mut FxHashMap<Culprit, f64>,
     ) {
         let key = (tid, a.to_bits(), b.to_bits());
-        if let Some(known) = self.memo.borrow().get(&key) {
-            for (c, ms) in known {
-                *out.entry(c.clone()).or_default() += ms;
-            }
+        if self.memo.borrow().read(&key, out) {
             return;
         }
         let steps = self.steps.get();
@@ -598,16 +649,11 @@ impl Threads {
         if cut_here {
             self.cut.set(true);
         }
-        let its: Vec<(Culprit, f64)> = its.into_iter().collect();
-        for (c, ms) in &its {
-            *out.entry(c.clone()).or_default() += ms;
-        }
         if !cut_here {
-            let mut memo = self.memo.borrow_mut();
-            if memo.len() >= MEMO_ENTRIES {
-                memo.clear();
-            }
-            memo.insert(key, its);
+            self.memo.borrow_mut().keep(key, &its);
+        }
+        for (c, ms) in its {
+            *out.entry(c).or_default() += ms;
         }
     }
 
