@@ -835,21 +835,19 @@ impl Threads {
         self.steps.set(steps - 1);
         let waited = r.waited.min(r.off_cpu) * share;
         let landing = r.landing.min(r.off_cpu - r.waited.min(r.off_cpu)) * share;
-        if r.context == "task" && r.waker_tid.is_some_and(|w| w != tid && chain.contains(&w)) {
-            // Woken by a thread already on the chain: this thread's waits
-            // and its run delays after them took turns with that thread's
-            // running, not with its waiting. All of it is the cycle's.
-            put(
-                "waiting (cycle)",
-                r.waker_tid.unwrap_or(tid),
-                None,
-                r.off_cpu * share,
-            );
-            return;
-        }
         let spans = self.between_long_waits(tid, a, b);
+        // After the wakeups: landing, then waiting for a CPU, whoever woke it.
         self.charge_queue_spread(tid, &spans, r.off_cpu * share - waited - landing, &mut put);
         put("waking its CPU", tid, None, landing);
+        if r.context == "task" && r.waker_tid.is_some_and(|w| w != tid && chain.contains(&w)) {
+            // Woken by a thread already on the chain: this thread's waits
+            // took turns with that thread's running, not with its waiting:
+            // the cycle's. Its run delays after them were its CPUs' (in a
+            // round trip the server waits for a CPU while its client waits
+            // for it); charged as a cycle's they were dropped with it.
+            put("waiting (cycle)", r.waker_tid.unwrap_or(tid), None, waited);
+            return;
+        }
         if waited <= 0.0 {
             return;
         }
@@ -1517,6 +1515,31 @@ mod tests {
             let ms = charged(&why, tid, "running");
             assert!((1.5..2.5).contains(&ms), "{tid}: {:?}", why.blame);
         }
+    }
+
+    /// A round trip in short waits where the server also waits for a CPU
+    /// after the client's requests wake it: that run delay is the server's
+    /// CPUs' (here its own run queue: no per-CPU tracks), not the cycle's.
+    /// Charged whole as a cycle, it was dropped and the client's wait went
+    /// all to the server's running.
+    #[test]
+    fn a_waker_waiting_for_a_cpu_is_not_a_cycle() {
+        let profile = serde_json::json!({
+            "meta": { "categories": [] },
+            "threads": [
+                thread(1, 1, "client", vec![(0.0, 100.0, short(1000, 60.0, 50.0, Some(2), "task"))]),
+                thread(2, 2, "server", vec![(0.0, 100.0, short(1000, 30.0, 20.0, Some(1), "task"))]),
+            ],
+        });
+        let threads = Threads::read(&profile);
+        let why = threads.why(&[1], 0.0, 100.0, 5);
+        // The server over the span: 10 ms runnable, 20 waiting for the
+        // client (the cycle, left out), 70 running of which 10 after the
+        // client's wakeups (out of its running first): 60 and 10 share
+        // the client's 50 ms waited.
+        assert_charged(&why, 2, "running", 50.0 * 60.0 / 70.0);
+        assert_charged(&why, 2, "runnable", 50.0 * 10.0 / 70.0);
+        assert_charged(&why, 1, "runnable", 10.0);
     }
 
     #[test]
