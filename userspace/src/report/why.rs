@@ -118,13 +118,16 @@ struct ShortRun {
 const MAX_STEPS: usize = 100_000;
 
 /// Bytes [`Memo`] may hold: when full, it forgets every span and starts
-/// again. A span's entry is ~48 bytes and 16 a culprit; pgbench's client's
+/// again. A span's entry is ~60 bytes and 16 a culprit; pgbench's client's
 /// 10 s kept ~400,000 spans. Unbudgeted, with each culprit stored whole,
 /// that was 300-400 MB more than the profile's own parse.
 const MEMO_BYTES: usize = 64 << 20;
 
-/// A thread over a span: (tid, the span's start and end as bits).
-type SpanOf = (u32, u64, u64);
+/// A thread over a span, for one thread asked about: (the chain's first
+/// tid, the tid, the span's start and end as bits). Kept for one chain's
+/// root only: another root's chains cut other threads as cycles (a
+/// thread's own wait was charged to its own running).
+type SpanOf = (u32, u32, u64, u64);
 
 /// What [`Threads::charge_activity`] found per thread and span, kept for
 /// the next chain that reaches the same: its culprits interned (a few
@@ -135,8 +138,11 @@ struct Memo {
     spans: FxHashMap<SpanOf, Box<[(u32, f64)]>>,
     culprits: Vec<Culprit>,
     ids: FxHashMap<Culprit, u32>,
-    /// What `spans` holds, estimated.
-    bytes: usize,
+    /// The spans' boxed entries' heap bytes (with malloc's header each).
+    boxed: usize,
+    /// The interned culprits' bytes, both copies (never forgotten: a few
+    /// hundred).
+    interned: usize,
 }
 
 impl Memo {
@@ -151,12 +157,20 @@ impl Memo {
         true
     }
 
-    /// Keep `its` for `key`, forgetting every span first if the budget is spent.
+    /// What it holds, in bytes: the table at its capacity (a slot and a
+    /// control byte each), the entries, the culprits.
+    fn bytes(&self) -> usize {
+        let slot = std::mem::size_of::<SpanOf>() + std::mem::size_of::<Box<[(u32, f64)]>>() + 1;
+        self.spans.capacity() * slot + self.boxed + self.interned
+    }
+
+    /// Keep `its` for `key`, forgetting every span first (the table's
+    /// memory too) if that would pass [`MEMO_BYTES`].
     fn keep(&mut self, key: SpanOf, its: &FxHashMap<Culprit, f64>) {
-        let size = 48 + its.len() * std::mem::size_of::<(u32, f64)>();
-        if self.bytes + size > MEMO_BYTES {
-            self.spans.clear();
-            self.bytes = 0;
+        let size = 16 + its.len() * std::mem::size_of::<(u32, f64)>();
+        if self.bytes() + size > MEMO_BYTES {
+            self.spans = FxHashMap::default();
+            self.boxed = 0;
         }
         let entry: Box<[(u32, f64)]> = its
             .iter()
@@ -167,13 +181,16 @@ impl Memo {
                         let id = self.culprits.len() as u32;
                         self.culprits.push(c.clone());
                         self.ids.insert(c.clone(), id);
+                        let one = std::mem::size_of::<Culprit>()
+                            + c.device.as_ref().map_or(0, |d| d.len() + 16);
+                        self.interned += 2 * one + 8;
                         id
                     }
                 };
                 (id, ms)
             })
             .collect();
-        self.bytes += size;
+        self.boxed += size;
         self.spans.insert(key, entry);
     }
 }
@@ -224,16 +241,21 @@ pub struct Why {
     pub longest: Vec<(f64, f64, String, Vec<(Culprit, f64)>)>,
 }
 
-/// One wait of a thread, in profile ms, with where its time went.
+/// One wait of a thread (or one run of its short waits), in profile ms,
+/// with where its time went.
 #[derive(Debug, Clone)]
 pub struct WaitBlame {
     /// Its start, in the range asked for.
     pub start: f64,
-    /// Its end (when the thread ran again), in the range asked for.
+    /// Its end (when the thread ran again; a run's span's end), in the
+    /// range asked for.
     pub end: f64,
-    /// Why it left the CPU ("sleeping", "blocked (uninterruptible)", ...).
+    /// Why it left the CPU ("sleeping", "blocked (uninterruptible)", ...);
+    /// a run's: "short waits (N)", N its waits in the range, rounded (0
+    /// when the range holds a sliver of a run).
     pub reason: String,
-    /// Largest first; sums to `end - start`.
+    /// Largest first; sums to `end - start`, a run's to its off-CPU time
+    /// in the range.
     pub blame: Vec<(Culprit, f64)>,
 }
 
@@ -574,6 +596,7 @@ impl Threads {
         tid: u32,
         spans: &[(f64, f64)],
         ms: f64,
+        chain: &[u32],
         put: &mut impl FnMut(&'static str, u32, Option<String>, f64),
     ) {
         if ms <= 0.0 {
@@ -594,7 +617,10 @@ impl Threads {
         for slices in cpus {
             for &(a, b) in spans {
                 for (t, ms) in overlapping(slices, a, b) {
-                    if t != tid && ms > 0.0 {
+                    // The threads on the chain were waiting (for this
+                    // one, in the end): their slices here are the
+                    // estimate's spread, not holders of its CPU.
+                    if t != tid && ms > 0.0 && !chain.contains(&t) {
                         *held.entry(t).or_default() += ms;
                     }
                 }
@@ -626,7 +652,12 @@ impl Threads {
         chain: &mut Vec<u32>,
         out: &mut FxHashMap<Culprit, f64>,
     ) {
-        let key = (tid, a.to_bits(), b.to_bits());
+        let key = (
+            chain.first().copied().unwrap_or(tid),
+            tid,
+            a.to_bits(),
+            b.to_bits(),
+        );
         if self.memo.borrow().read(&key, out) {
             return;
         }
@@ -645,10 +676,8 @@ impl Threads {
         let cut_before = self.cut.replace(false);
         let mut its: FxHashMap<Culprit, f64> = FxHashMap::default();
         self.activity_of(tid, a, b, chain, &mut its);
-        let cut_here = self.cut.replace(cut_before);
-        if cut_here {
-            self.cut.set(true);
-        }
+        let cut_here = self.cut.get();
+        self.cut.set(cut_before || cut_here);
         if !cut_here {
             self.memo.borrow_mut().keep(key, &its);
         }
@@ -837,7 +866,13 @@ impl Threads {
         let landing = r.landing.min(r.off_cpu - r.waited.min(r.off_cpu)) * share;
         let spans = self.between_long_waits(tid, a, b);
         // After the wakeups: landing, then waiting for a CPU, whoever woke it.
-        self.charge_queue_spread(tid, &spans, r.off_cpu * share - waited - landing, &mut put);
+        self.charge_queue_spread(
+            tid,
+            &spans,
+            r.off_cpu * share - waited - landing,
+            chain,
+            &mut put,
+        );
         put("waking its CPU", tid, None, landing);
         if r.context == "task" && r.waker_tid.is_some_and(|w| w != tid && chain.contains(&w)) {
             // Woken by a thread already on the chain: this thread's waits
@@ -884,7 +919,7 @@ impl Threads {
                 }
             }
             ("several", _) => put("several wakers", tid, None, waited),
-            ("none", _) => self.charge_queue_spread(tid, &spans, waited, &mut put),
+            ("none", _) => self.charge_queue_spread(tid, &spans, waited, chain, &mut put),
             _ => put("unknown waker", tid, None, waited),
         }
     }
@@ -1472,11 +1507,6 @@ mod tests {
         assert_charged(&why, 2, "runnable", 20.0);
     }
 
-    /// Check short waits: a client in round trips with a server (runs of
-    /// short waits each way) is charged, before its wakeups, to the
-    /// server's running (not to the server's own waits for the client),
-    /// and after them to its own run queue; a range takes its share of a
-    /// run; interrupts go to the request in flight; every ms once.
     /// Ten threads that each wake all the others over one span: every
     /// chain branches nine ways at each level. Followed path by path, the
     /// budget ran out and part of the wait was "chain too deep" (pgbench's
@@ -1522,6 +1552,48 @@ mod tests {
     /// CPUs' (here its own run queue: no per-CPU tracks), not the cycle's.
     /// Charged whole as a cycle, it was dropped and the client's wait went
     /// all to the server's running.
+    /// What a thread's activity was is kept per thread asked about: for
+    /// another, the chain's cycles are other threads. Kept across them, a
+    /// thread's own short waits were charged to its own running (1 and 2
+    /// woken by 3, 3 by 2: for 1, 3 waited on 2 running; for 2, on itself).
+    /// And the threads on the chain hold none of the CPUs a waker waited
+    /// for: they were waiting.
+    #[test]
+    fn a_chain_is_charged_for_its_own_thread() {
+        let slices: Vec<(f64, f64, Value)> = (0..10)
+            .map(|i| {
+                let t = [1, 2, 3][i % 3];
+                (i as f64 * 10.0, i as f64 * 10.0 + 10.0, on(t))
+            })
+            .collect();
+        let profile = serde_json::json!({
+            "meta": { "categories": [], "interval": 1.0 },
+            "threads": [
+                thread(1, 1, "a", vec![(0.0, 100.0, short(100, 10.0, 10.0, Some(3), "task"))]),
+                thread(2, 2, "b", vec![(0.0, 100.0, short(100, 10.0, 10.0, Some(3), "task"))]),
+                thread(3, 3, "c", vec![(0.0, 100.0, short(100, 50.0, 30.0, Some(2), "task"))]),
+                cpu_track(0, slices),
+            ],
+        });
+        let threads = Threads::read(&profile);
+        let first = threads.why(&[1], 0.0, 100.0, 5);
+        assert!(charged(&first, 2, "running") > 0.0, "{:?}", first.blame);
+        assert_eq!(
+            charged(&first, 1, "holding its CPU"),
+            0.0,
+            "{:?}",
+            first.blame
+        );
+        let runs = threads.each_short_run(2, 0.0, 100.0);
+        assert_eq!(runs.len(), 1);
+        let own: Vec<_> = runs[0].2.blame.iter().filter(|(c, _)| c.tid == 2).collect();
+        assert!(
+            own.is_empty(),
+            "2's waits charged to 2: {:?}",
+            runs[0].2.blame
+        );
+    }
+
     #[test]
     fn a_waker_waiting_for_a_cpu_is_not_a_cycle() {
         let profile = serde_json::json!({
@@ -1542,6 +1614,11 @@ mod tests {
         assert_charged(&why, 1, "runnable", 10.0);
     }
 
+    /// Check short waits: a client in round trips with a server (runs of
+    /// short waits each way) is charged, before its wakeups, to the
+    /// server's running (not to the server's own waits for the client),
+    /// and after them to its own run queue; a range takes its share of a
+    /// run; interrupts go to the request in flight; every ms once.
     #[test]
     fn short_waits_are_charged_to_their_waker() {
         let io = serde_json::json!({ "type": "BlockIo", "device": "vdb" });
