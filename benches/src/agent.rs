@@ -25,19 +25,6 @@ use serde_json::json;
 /// names over more samples still: the figure is an upper bound).
 const BENCH_BUCKET_S: &str = "60";
 
-/// CPU time of a process, all its threads including the ended ones, ms.
-fn process_cpu_ms(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // After the comm: state is field 3, utime 14 and stime 15 (1-based).
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some((utime + stime) / hz * 1e3)
-}
-
 fn status_kb(pid: u32, key: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -80,8 +67,20 @@ struct RunningAgent {
 }
 
 impl RunningAgent {
-    fn start(sysprof: &Path, store: &Path, log: &Path, extra: &[&str]) -> Result<RunningAgent> {
-        let child = Command::new(sysprof)
+    /// The agent, in the memory cgroup whose `cgroup.procs` is `procs`
+    /// from before it runs when one is given.
+    fn start(
+        sysprof: &Path,
+        store: &Path,
+        log: &Path,
+        extra: &[&str],
+        procs: Option<&Path>,
+    ) -> Result<RunningAgent> {
+        let mut command = Command::new(sysprof);
+        if let Some(procs) = procs {
+            sysprof_tests::join_cgroup_at_exec(&mut command, procs);
+        }
+        let child = command
             .args(["agent", "--store"])
             .arg(store)
             .args(["--health-interval", "60"])
@@ -155,14 +154,44 @@ fn compacted(sysprof: &Path, store: &Path) -> (f64, f64, f64, f64) {
     (s1, b1, s_all, b_all)
 }
 
-/// The agent section: (markdown, JSON, medians for the goals:
-/// (agent CPU % on cpu, peak RSS MB max, bytes/sample compacted)).
+/// What the agent section measured against the issue's goals (NaN: not
+/// measured).
+pub struct AgentGoals {
+    /// Agent CPU, % of one CPU, beside the cpu workload.
+    pub cpu_pct: f64,
+    /// Peak RSS, MB, the highest over the workloads.
+    pub peak_rss_mb: f64,
+    /// Bytes per sample compacted, the highest over the workloads.
+    pub bytes_per_sample: f64,
+    /// Its cgroup at rest, MiB, the highest over the workloads.
+    pub cgroup_at_rest_mib: f64,
+    /// Its cgroup's peak beside a cargo build, MiB.
+    pub cgroup_peak_build_mib: f64,
+    /// Its cgroup's peak, MiB, the highest over the workloads.
+    pub cgroup_peak_mib: f64,
+}
+
+impl AgentGoals {
+    /// Nothing measured.
+    pub fn none() -> AgentGoals {
+        AgentGoals {
+            cpu_pct: f64::NAN,
+            peak_rss_mb: f64::NAN,
+            bytes_per_sample: f64::NAN,
+            cgroup_at_rest_mib: f64::NAN,
+            cgroup_peak_build_mib: f64::NAN,
+            cgroup_peak_mib: f64::NAN,
+        }
+    }
+}
+
+/// The agent section: (markdown, JSON, what it measured for the goals).
 pub fn section(
     sysprof: &Path,
     work: &Path,
     bins: &[(&'static str, Vec<String>)],
     quick: bool,
-) -> (String, serde_json::Value, (f64, f64, f64)) {
+) -> (String, serde_json::Value, AgentGoals) {
     let secs = if quick { 20.0 } else { 60.0 };
     let settle = Duration::from_secs(if quick { 12 } else { 25 });
     let store = work.join("agent-store");
@@ -171,15 +200,20 @@ pub fn section(
         "\n## The agent (`sysprof agent` defaults: 19 Hz, DWARF stacks, off-CPU and I/O, 10 s windows), beside each workload for {secs:.0} s after {} s to settle\n\n\
          Agent CPU: its utime + stime over the workload's run (`/proc/PID/stat`, all threads). Extra machine CPU: \
          busy time from `/proc/stat` minus the same workload's without the agent. Peak RSS: VmHWM over the agent's \
-         whole life, start included; RSS: at the end of the run. Bytes/sample: compacted segments (buckets of \
+         whole life, start included; RSS: at the end of the run. Cgroup: the agent started in a memory cgroup of its own \
+         (as a unit's `MemoryMax` counts it: anonymous, page cache and kernel memory, its BPF maps included), MiB at rest \
+         (after settling, nothing running), at the end of the run, its peak over the agent's whole life, and the kernel \
+         memory at the end (v1 `memory.kmem.usage_in_bytes`, v2 `memory.stat` kernel). Bytes/sample: compacted segments (buckets of \
          {BENCH_BUCKET_S} s here; a real store's 10 minutes amortize names further) and all segments.\n\n\
-         | workload | agent CPU % of one CPU | extra machine CPU % of one CPU | peak RSS MB | RSS at end MB | samples stored | bytes/sample compacted | bytes/sample all |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+         | workload | agent CPU % of one CPU | extra machine CPU % of one CPU | peak RSS MB | RSS at end MB | cgroup at rest MiB | cgroup at end MiB | cgroup peak MiB | kernel at end MiB | samples stored | bytes/sample compacted | bytes/sample all |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         settle.as_secs()
     );
     let mut rows = Vec::new();
     let mut md_skip_note = String::new();
     let mut wire = String::new();
     let (mut cpu_goal, mut rss_goal, mut bps_goal) = (f64::NAN, 0.0f64, f64::NAN);
+    let (mut cgroup_peak_goal, mut cgroup_rest_goal, mut cgroup_build_goal) =
+        (f64::NAN, f64::NAN, f64::NAN);
     // With every exporter on, beside the cpu and switch workloads: receivers
     // on loopback (the test suite's), and the bytes each format put on the wire.
     let receivers = Receivers::start(work);
@@ -209,17 +243,33 @@ pub fn section(
             let base_pct = (crate::busy_ms() - b0) / t0.elapsed().as_secs_f64() / 10.0;
             let log = work.join(format!("agent-{name}.log"));
             let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-            let agent = RunningAgent::start(sysprof, &store, &log, &extra)?;
+            // Its own memory cgroup, limited far above what it takes: what
+            // a unit's MemoryMax is held against (BPF maps included).
+            let cgroup = sysprof_tests::MemoryCgroup::make(
+                &format!("sysprof-bench-agent-{}", std::process::id()),
+                1 << 30,
+            );
+            let agent = RunningAgent::start(
+                sysprof,
+                &store,
+                &log,
+                &extra,
+                cgroup.as_ref().map(|c| c.procs()).as_deref(),
+            )?;
             let pid = agent.pid();
             std::thread::sleep(settle);
-            let c0 = process_cpu_ms(pid).unwrap_or(f64::NAN);
+            let mib = |b: u64| b as f64 / 1048576.0;
+            let at_rest = cgroup.as_ref().map(|c| (mib(c.usage()), mib(c.kernel())));
+            let c0 = super::process_cpu_ms(pid).unwrap_or(f64::NAN);
             let b0 = crate::busy_ms();
             let t0 = Instant::now();
             w.run_for(secs)?;
             let elapsed = t0.elapsed().as_secs_f64();
             let busy_pct = (crate::busy_ms() - b0) / elapsed / 10.0;
-            let agent_pct = (process_cpu_ms(pid).unwrap_or(f64::NAN) - c0) / elapsed / 10.0;
+            let agent_pct = (super::process_cpu_ms(pid).unwrap_or(f64::NAN) - c0) / elapsed / 10.0;
             let rss_end = status_kb(pid, "VmRSS:") / 1024.0;
+            let cg_end = cgroup.as_ref().map(|c| (mib(c.usage()), mib(c.kernel())));
+            let cg_peak = cgroup.as_ref().map(|c| mib(c.peak()));
             // VmHWM only grows while the process lives: its whole life's peak.
             let peak_mb = status_kb(pid, "VmHWM:") / 1024.0;
             if !extra.is_empty() {
@@ -228,6 +278,7 @@ pub fn section(
                 }
             }
             let log = agent.stop()?;
+            drop(cgroup);
             let stored: f64 = log
                 .lines()
                 .last()
@@ -236,11 +287,25 @@ pub fn section(
                 .unwrap_or(f64::NAN);
             let (s1, b1, s_all, b_all) = compacted(sysprof, &store);
             let extra = busy_pct - base_pct;
+            let one = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
             md += &format!(
-                "| {name} | {agent_pct:.3} | {extra:.2} | {peak_mb:.1} | {rss_end:.1} | {stored:.0} | {} | {:.1} |\n",
+                "| {name} | {agent_pct:.3} | {extra:.2} | {peak_mb:.1} | {rss_end:.1} | {} | {} | {} | {} | {stored:.0} | {} | {:.1} |\n",
+                one(at_rest.map(|m| m.0)),
+                one(cg_end.map(|m| m.0)),
+                one(cg_peak),
+                one(cg_end.map(|m| m.1)),
                 if s1 > 0.0 { format!("{:.1}", b1 / s1) } else { "–".into() },
                 b_all / s_all.max(1.0)
             );
+            if let Some(peak) = cg_peak {
+                cgroup_peak_goal = cgroup_peak_goal.max(peak);
+                if name == "cargo build" {
+                    cgroup_build_goal = peak;
+                }
+            }
+            if let Some((rest, _)) = at_rest {
+                cgroup_rest_goal = cgroup_rest_goal.max(rest);
+            }
             if name == "cpu" {
                 cpu_goal = agent_pct;
             }
@@ -254,6 +319,9 @@ pub fn section(
             }
             Ok(
                 json!({ "workload": name, "agent_cpu_pct": agent_pct, "extra_machine_cpu_pct": extra, "peak_rss_mb": peak_mb,
+                       "cgroup_at_rest_mib": at_rest.map(|m| m.0), "cgroup_kernel_at_rest_mib": at_rest.map(|m| m.1),
+                       "cgroup_end_mib": cg_end.map(|m| m.0), "cgroup_kernel_end_mib": cg_end.map(|m| m.1),
+                       "cgroup_peak_mib": cg_peak,
                        "rss_end_mb": rss_end, "samples_stored": stored, "compacted_samples": s1, "compacted_bytes": b1,
                        "all_samples": s_all, "all_bytes": b_all }),
             )
@@ -300,7 +368,14 @@ pub fn section(
     (
         md,
         json!({ "runs": rows, "show_seconds": show_s, "show_samples": samples }),
-        (cpu_goal, rss_goal, bps_goal),
+        AgentGoals {
+            cpu_pct: cpu_goal,
+            peak_rss_mb: rss_goal,
+            bytes_per_sample: bps_goal,
+            cgroup_at_rest_mib: cgroup_rest_goal,
+            cgroup_peak_build_mib: cgroup_build_goal,
+            cgroup_peak_mib: cgroup_peak_goal,
+        },
     )
 }
 
@@ -309,7 +384,7 @@ pub fn section(
 pub fn soak(sysprof: &Path, work: &Path, fork: &[String], minutes: u64) -> Result<String> {
     let store = work.join("soak-store");
     let _ = std::fs::remove_dir_all(&store);
-    let agent = RunningAgent::start(sysprof, &store, &work.join("soak.log"), &[])?;
+    let agent = RunningAgent::start(sysprof, &store, &work.join("soak.log"), &[], None)?;
     let pid = agent.pid();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let storm = {
@@ -326,10 +401,10 @@ pub fn soak(sysprof: &Path, work: &Path, fork: &[String], minutes: u64) -> Resul
         })
     };
     let mut md = format!("\n## Soak: the agent beside a fork storm for {minutes} min\n\n| minute | RSS MB | peak RSS MB | agent CPU % (that minute) | store files | store MiB |\n|---:|---:|---:|---:|---:|---:|\n");
-    let mut last_cpu = process_cpu_ms(pid).unwrap_or(0.0);
+    let mut last_cpu = super::process_cpu_ms(pid).unwrap_or(0.0);
     for m in 1..=minutes {
         std::thread::sleep(Duration::from_secs(60));
-        let cpu = process_cpu_ms(pid).unwrap_or(f64::NAN);
+        let cpu = super::process_cpu_ms(pid).unwrap_or(f64::NAN);
         let files = std::fs::read_dir(&store).map(|d| d.count()).unwrap_or(0);
         let bytes: u64 = std::fs::read_dir(&store)
             .map(|d| {

@@ -125,6 +125,11 @@ fn pgbench(secs: u64) -> Result<f64> {
 struct Run {
     tps: f64,
     cpu_ms: f64,
+    /// The profiler's CPU up to the moment pgbench ended (its threads'
+    /// utime + stime, before SIGINT): what it took while the server ran,
+    /// apart from what it does after the stop (sysprof writes the profile,
+    /// perf flushes its buffers; perf's reading is a later command).
+    recording_cpu_ms: Option<f64>,
     rss_mb: f64,
     lost: f64,
     first_sample_ms: Option<f64>,
@@ -166,6 +171,7 @@ fn profiled(
         None => std::thread::sleep(Duration::from_secs(1)),
     }
     let tps = pgbench(secs);
+    let recording_cpu_ms = super::process_cpu_ms(child.id());
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let (cpu_ms, rss_mb) = super::wait_rusage(&mut child, rss)?;
@@ -174,6 +180,7 @@ fn profiled(
     Ok(Run {
         tps: tps?,
         cpu_ms,
+        recording_cpu_ms,
         rss_mb,
         ..Run::default()
     }
@@ -315,11 +322,12 @@ pub fn section(
     md += &format!(
         "Alternating rounds ({rounds}), pgbench -T {secs} each; the profiler starts first and is stopped by SIGINT after pgbench ends. \
          Median [min–max]. CPU: the profiler's own (rusage, its children included), over its whole run; \
+         while recording: its threads' CPU (/proc/PID/stat) up to pgbench's end, before the stop; \
          lost: what its summary says it lost (sysprof: samples, off-CPU/I-O records, stacks, thread states, sideband; \
          perf: lost chunks and samples). First sample / attached: from sysprof's launch.\n\n\
          Ring bytes / switch: sysprof's tracer ring over the switches it saw (sent as intervals or folded), stack records included.\n\n\
-         | configuration | tps | vs alone | profiler CPU ms | peak RSS MB | lost | first sample ms | attached ms | ring bytes / switch |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+         | configuration | tps | vs alone | profiler CPU ms | while recording ms | peak RSS MB | lost | first sample ms | attached ms | ring bytes / switch |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     );
     let mut rows = Vec::new();
     for ((name, ..), rs) in configs.iter().zip(&runs) {
@@ -337,7 +345,7 @@ pub fn section(
         let change: Vec<f64> = rs.iter().map(|r| (r.tps / alone - 1.0) * 100.0).collect();
         let profiled = *name != "alone";
         md += &format!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             col(&|r| Some(r.tps), 0),
             if profiled {
                 format!("{} %", super::fmt_stat(&change, 1))
@@ -349,6 +357,7 @@ pub fn section(
             } else {
                 "—".into()
             },
+            col(&|r| r.recording_cpu_ms, 0),
             if profiled {
                 col(&|r| Some(r.rss_mb), 1)
             } else {
@@ -367,6 +376,7 @@ pub fn section(
             "configuration": name,
             "tps": rs.iter().map(|r| r.tps).collect::<Vec<_>>(),
             "profiler_cpu_ms": rs.iter().map(|r| r.cpu_ms).collect::<Vec<_>>(),
+            "recording_cpu_ms": rs.iter().map(|r| r.recording_cpu_ms).collect::<Vec<_>>(),
             "peak_rss_mb": rs.iter().map(|r| r.rss_mb).collect::<Vec<_>>(),
             "lost": rs.iter().map(|r| r.lost).collect::<Vec<_>>(),
             "first_sample_ms": rs.iter().map(|r| r.first_sample_ms).collect::<Vec<_>>(),

@@ -95,6 +95,32 @@ extern "C" {
     fn libc_close(fd: i32) -> i32;
 }
 
+/// Have `command`'s process move itself into the cgroup whose
+/// `cgroup.procs` is `procs` before it execs, so that everything it
+/// allocates (its BPF maps' kernel memory too) is charged there from the
+/// start, as under a systemd unit; its spawn fails if it cannot.
+pub fn join_cgroup_at_exec(command: &mut Command, procs: &Path) {
+    use std::os::unix::process::CommandExt;
+    let path = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: between fork and exec only async-signal-safe calls
+    // (open, write, close) on memory prepared before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            let fd = libc_open(path.as_ptr(), 1 /* O_WRONLY */);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // "0": the writing process itself.
+            let written = libc_write(fd, b"0".as_ptr(), 1);
+            libc_close(fd);
+            if written != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// A memory cgroup made for a test (v1's controller or v2's, as the
 /// machine has), limited to `limit` bytes; removed when dropped.
 pub struct MemoryCgroup {
@@ -156,6 +182,23 @@ impl MemoryCgroup {
         } else {
             "memory.max_usage_in_bytes"
         })
+    }
+
+    /// Kernel memory charged now (v1's `memory.kmem.usage_in_bytes`, v2's
+    /// `kernel` of `memory.stat` where the kernel has it, else 0): BPF
+    /// maps, page tables, slabs.
+    pub fn kernel(&self) -> u64 {
+        if !self.v2 {
+            return self.number("memory.kmem.usage_in_bytes");
+        }
+        std::fs::read_to_string(self.dir.join("memory.stat"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("kernel "))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0)
     }
 
     /// Processes of it the kernel's OOM killer ended.
@@ -1104,25 +1147,7 @@ impl Agent {
         use std::io::Read;
         let mut command = Command::new(sysprof_bin());
         if let Some(procs) = procs {
-            use std::os::unix::process::CommandExt;
-            let path = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes()).unwrap();
-            // SAFETY: between fork and exec only async-signal-safe calls
-            // (open, write, close) on memory prepared before the fork.
-            unsafe {
-                command.pre_exec(move || {
-                    let fd = libc_open(path.as_ptr(), 1 /* O_WRONLY */);
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    // "0": the writing process itself.
-                    let written = libc_write(fd, b"0".as_ptr(), 1);
-                    libc_close(fd);
-                    if written != 1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+            join_cgroup_at_exec(&mut command, procs);
         }
         if !env
             .iter()
