@@ -22,7 +22,7 @@
 use rustc_hash::FxHashMap;
 
 use super::merge::sort_thread;
-use super::recording::{MarkerRecord, ProcessRecord, ShortWaker, ThreadRecord};
+use super::recording::{MarkerRecord, OffCpuSamples, ProcessRecord, ShortWaker, ThreadRecord};
 
 /// A process is brief when it started and ended less than this apart.
 pub const BRIEF_NS: u64 = 1_000_000_000;
@@ -59,14 +59,101 @@ pub struct Folded {
 }
 
 /// One name's folded track, and how many processes it stands for.
-#[derive(Default)]
 struct Group {
     track: ProcessRecord,
     members: u64,
-    /// Where in the track's off-CPU columns each (span, stack) is summed.
+    /// Its members' off-CPU time and runs of short waits, per [`COARSE_NS`].
+    sums: SpanSums,
+}
+
+impl Default for Group {
+    fn default() -> Group {
+        Group {
+            track: ProcessRecord::default(),
+            members: 0,
+            sums: SpanSums::new(COARSE_NS),
+        }
+    }
+}
+
+/// Off-CPU time and runs of short waits of one thread, summed per span of
+/// time as they are added: one off-CPU entry per (span, stack), one run per
+/// (span, waker), the first one's time, durations and counts added (totals
+/// kept, the timeline the span's). Used where one entry each is more than
+/// a reader needs: a folded track's members, a compacted store segment.
+pub struct SpanSums {
+    span_ns: u64,
+    /// Where in the off-CPU columns each (span, stack) is summed.
     off_cpu_at: FxHashMap<(u64, u32), usize>,
-    /// Where in the track's markers each (span, waker)'s short waits are.
+    /// Where in the markers each (span, waker)'s run is.
     runs_at: FxHashMap<(u64, ShortWaker), usize>,
+}
+
+impl SpanSums {
+    /// Sums over spans of `span_ns` (at least 1 ns).
+    pub fn new(span_ns: u64) -> SpanSums {
+        SpanSums {
+            span_ns: span_ns.max(1),
+            off_cpu_at: FxHashMap::default(),
+            runs_at: FxHashMap::default(),
+        }
+    }
+
+    /// Add an off-CPU interval to `into`, summed with its span's at `stack`.
+    pub fn add_off_cpu(&mut self, into: &mut OffCpuSamples, time: u64, stack: u32, duration: u64) {
+        match self.off_cpu_at.get(&(time / self.span_ns, stack)) {
+            Some(&j) => {
+                into.time_ns[j] = into.time_ns[j].min(time);
+                into.duration_ns[j] += duration;
+            }
+            None => {
+                self.off_cpu_at
+                    .insert((time / self.span_ns, stack), into.time_ns.len());
+                into.time_ns.push(time);
+                into.stack.push(stack);
+                into.duration_ns.push(duration);
+            }
+        }
+    }
+
+    /// Add a marker to `into`: a run of short waits summed with its span's
+    /// of the same waker, any other marker as it is.
+    pub fn add_marker(&mut self, into: &mut Vec<MarkerRecord>, m: MarkerRecord) {
+        let MarkerRecord::ShortWaits {
+            start_ns,
+            end_ns,
+            count,
+            off_cpu_ns,
+            waited_ns,
+            landing_ns,
+            waker,
+        } = m
+        else {
+            into.push(m);
+            return;
+        };
+        let key = (start_ns / self.span_ns, waker);
+        if let Some(MarkerRecord::ShortWaits {
+            start_ns: s,
+            end_ns: e,
+            count: c,
+            off_cpu_ns: o,
+            waited_ns: w,
+            landing_ns: l,
+            ..
+        }) = self.runs_at.get(&key).and_then(|&j| into.get_mut(j))
+        {
+            *s = (*s).min(start_ns);
+            *e = (*e).max(end_ns);
+            *c = c.saturating_add(count);
+            *o += off_cpu_ns;
+            *w += waited_ns;
+            *l += landing_ns;
+            return;
+        }
+        self.runs_at.insert(key, into.len());
+        into.push(m);
+    }
 }
 
 /// Whether `p` is brief: known start and end, less than [`BRIEF_NS`] apart;
@@ -166,63 +253,17 @@ impl Group {
             into.samples.stack.extend(x.samples.stack);
             into.samples.cpu_delta_ns.extend(x.samples.cpu_delta_ns);
             into.samples.cpu.extend(x.samples.cpu);
-            let (o, off) = (&mut into.off_cpu, x.off_cpu);
+            let off = x.off_cpu;
             for i in 0..off.time_ns.len() {
-                let (time, stack, duration) = (off.time_ns[i], off.stack[i], off.duration_ns[i]);
-                match self.off_cpu_at.get(&(time / COARSE_NS, stack)) {
-                    Some(&j) => {
-                        o.time_ns[j] = o.time_ns[j].min(time);
-                        o.duration_ns[j] += duration;
-                    }
-                    None => {
-                        self.off_cpu_at
-                            .insert((time / COARSE_NS, stack), o.time_ns.len());
-                        o.time_ns.push(time);
-                        o.stack.push(stack);
-                        o.duration_ns.push(duration);
-                    }
-                }
+                self.sums.add_off_cpu(
+                    &mut into.off_cpu,
+                    off.time_ns[i],
+                    off.stack[i],
+                    off.duration_ns[i],
+                );
             }
             for m in x.markers {
-                let MarkerRecord::ShortWaits {
-                    start_ns,
-                    end_ns,
-                    count,
-                    off_cpu_ns,
-                    waited_ns,
-                    landing_ns,
-                    waker,
-                } = m
-                else {
-                    into.markers.push(m);
-                    continue;
-                };
-                match self.runs_at.get(&(start_ns / COARSE_NS, waker)) {
-                    Some(&j) => {
-                        if let MarkerRecord::ShortWaits {
-                            start_ns: s,
-                            end_ns: e,
-                            count: c,
-                            off_cpu_ns: o,
-                            waited_ns: w,
-                            landing_ns: l,
-                            ..
-                        } = &mut into.markers[j]
-                        {
-                            *s = (*s).min(start_ns);
-                            *e = (*e).max(end_ns);
-                            *c = c.saturating_add(count);
-                            *o += off_cpu_ns;
-                            *w += waited_ns;
-                            *l += landing_ns;
-                        }
-                    }
-                    None => {
-                        self.runs_at
-                            .insert((start_ns / COARSE_NS, waker), into.markers.len());
-                        into.markers.push(m);
-                    }
-                }
+                self.sums.add_marker(&mut into.markers, m);
             }
             if let Some((v, i)) = x.switches {
                 let (tv, ti) = into.switches.unwrap_or((0, 0));

@@ -3,10 +3,12 @@
 //! counters, what symbolication found for an address, where a process runs,
 //! the string table the writers share.
 //! In: nothing (plain data, with the operations on it: merging windows,
-//! clipping to a range, folding brief processes of one name). Out: the types the collector produces and the
+//! clipping to a range, folding brief processes of one name, summing
+//! waits per minute for the store's compacted segments). Out: the types the collector produces and the
 //! profile writer, the store and the exporters read.
 
 pub mod cgroup;
+pub mod coarse;
 pub mod fold;
 pub mod merge;
 pub mod recording;

@@ -1,5 +1,6 @@
 //! Keeping the store in bounds: retention (oldest first, by size and age),
-//! compaction of finished 10-minute buckets into level-1 segments, and the
+//! compaction of finished 10-minute buckets into level-1 segments (their
+//! waits summed per minute: [`crate::model::coarse`]), and the
 //! removal of what a killed writer or compaction left behind.
 //!
 //! In: the writer's index of the store ([`SegmentInfo`]s it keeps up to
@@ -150,7 +151,10 @@ impl Store {
                 }
             }
         }
-        match self.write(merge::merge(recs), windows, 1) {
+        let mut merged = merge::merge(recs);
+        // Once compacted, a bucket's waits are summed per minute (model::coarse).
+        crate::model::coarse::sum_waits(&mut merged);
+        match self.write(merged, windows, 1) {
             Ok(info) => {
                 for s in &group {
                     let _ = self.dir.remove(file_name(&s.path));
