@@ -845,6 +845,30 @@ fn goals(m: &BTreeMap<(&str, &str), Medians>, micro: &serde_json::Value) -> Stri
           recording shows what they cost on a busy machine.\n\n"
 }
 
+/// `MemoryMax` of the packaged unit (`packaging/sysprof-agent.service`),
+/// MiB; NaN if it cannot be read.
+fn unit_memory_max_mib() -> f64 {
+    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/sysprof-agent.service");
+    std::fs::read_to_string(unit)
+        .ok()
+        .and_then(|u| {
+            let v = u
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("MemoryMax="))?;
+            let (digits, unit) =
+                v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
+            let n: f64 = digits.parse().ok()?;
+            Some(match unit {
+                "G" => n * 1024.0,
+                "M" => n,
+                "K" => n / 1024.0,
+                "" => n / 1048576.0,
+                _ => return None,
+            })
+        })
+        .unwrap_or(f64::NAN)
+}
+
 /// The agent's goals (issues 11 and 44): its CPU on the cpu workload, its
 /// peak RSS on any workload, bytes per sample once compacted, its cgroup's
 /// memory at rest and beside a build.
@@ -897,6 +921,12 @@ fn agent_goals(g: &agent::AgentGoals) -> String {
         "agent's memory cgroup peak beside a cargo build MiB, at most",
         g.cgroup_peak_build_mib,
         100.0,
+        1,
+    );
+    md += &row(
+        "agent's memory cgroup peak, any workload, MiB, within the unit's MemoryMax",
+        g.cgroup_peak_mib,
+        unit_memory_max_mib(),
         1,
     );
     md
