@@ -66,6 +66,18 @@ struct RunningAgent {
     log: PathBuf,
 }
 
+impl Drop for RunningAgent {
+    /// A row that failed midway does not leave its agent running (nor its
+    /// cgroup, which cannot be removed while the agent is in it). After
+    /// [`RunningAgent::stop`] the child is reaped and this does nothing.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl RunningAgent {
     /// The agent, in the memory cgroup whose `cgroup.procs` is `procs`
     /// from before it runs when one is given.
@@ -269,7 +281,12 @@ pub fn section(
             let agent_pct = (super::process_cpu_ms(pid).unwrap_or(f64::NAN) - c0) / elapsed / 10.0;
             let rss_end = status_kb(pid, "VmRSS:") / 1024.0;
             let cg_end = cgroup.as_ref().map(|c| (mib(c.usage()), mib(c.kernel())));
-            let cg_peak = cgroup.as_ref().map(|c| mib(c.peak()));
+            // 0: a v2 kernel without memory.peak (before 5.19), not measured.
+            let cg_peak = cgroup
+                .as_ref()
+                .map(|c| c.peak())
+                .filter(|&p| p > 0)
+                .map(mib);
             // VmHWM only grows while the process lives: its whole life's peak.
             let peak_mb = status_kb(pid, "VmHWM:") / 1024.0;
             if !extra.is_empty() {

@@ -1,10 +1,11 @@
 //! Waits summed per minute for the store's compacted segments.
 //!
 //! In: a recording merged from a finished bucket's windows (the store's
-//! compaction). Out: the same recording with each thread's off-CPU time
-//! summed per (minute, stack), its off-CPU intervals shorter than
-//! [`KEEP_WAIT_NS`] and its runs of short waits summed per (minute, waker)
-//! into runs of waits; samples, I/O requests and long waits as they were.
+//! compaction). Out: the same recording with each thread's off-CPU
+//! intervals shorter than [`KEEP_WAIT_NS`] and its runs of short waits
+//! summed per (minute, waker) into runs of waits; samples, off-CPU time
+//! (the call tree's weights, each interval where it was), I/O requests and
+//! long waits as they were.
 //!
 //! Why: a host's store is mostly its waits, not its samples. Ten minutes of
 //! an idle 2-CPU VM at the agent's 19 Hz held 2 markers and 2 off-CPU
@@ -12,12 +13,13 @@
 //! 77 bytes a sample, where the issue asks 8. The windows of the current
 //! bucket keep every wait (`report --why` of a recent incident reads each
 //! one); once compacted, a minute's waits of one thread are a few runs per
-//! waker, their counts and times kept whole (what `report --why` and the
-//! call tree's off-CPU weights sum), their timeline the minute's.
+//! waker, their counts and times kept whole (what `report --why` sums),
+//! their timeline the minute's. The off-CPU entries are not summed: one
+//! entry standing for a minute's waits is cut by `show`'s range as if it
+//! were one wait (a range of the minute's second half would lose them all).
 
 use super::fold::SpanSums;
-use super::merge::sort_thread;
-use super::recording::{MarkerRecord, OffCpuReason, Recording, ShortWaker, Waker};
+use super::recording::{InterruptKind, MarkerRecord, OffCpuReason, Recording, ShortWaker, Waker};
 
 /// The span waits are summed over in a compacted segment.
 pub const SUM_SPAN_NS: u64 = 60_000_000_000;
@@ -33,22 +35,12 @@ pub fn sum_waits(rec: &mut Recording) {
     for p in &mut rec.processes {
         for t in &mut p.threads {
             let mut sums = SpanSums::new(SUM_SPAN_NS);
-            let off = std::mem::take(&mut t.off_cpu);
-            for i in 0..off.time_ns.len() {
-                sums.add_off_cpu(
-                    &mut t.off_cpu,
-                    off.time_ns[i],
-                    off.stack[i],
-                    off.duration_ns[i],
-                );
-            }
             let mut markers = std::mem::take(&mut t.markers);
             markers.sort_by_key(start_ns);
             for m in markers {
                 sums.add_marker(&mut t.markers, as_run(m));
             }
             t.markers.sort_by_key(start_ns);
-            sort_thread(t);
         }
     }
 }
@@ -82,31 +74,39 @@ fn as_run(m: MarkerRecord) -> MarkerRecord {
     if off_cpu_ns >= KEEP_WAIT_NS {
         return m;
     }
+    // As the collector names a short wait's waker (`collector/sched.rs`).
     let waker = match (reason, waker) {
         (OffCpuReason::Preempted, _) => ShortWaker::Nobody,
+        (_, None) => ShortWaker::Unseen,
+        // Its stack was lost: a task or an interrupt, not known.
         (
             _,
             Some(Waker {
-                interrupt: None | Some(super::recording::InterruptKind::Unknown),
-                pid,
-                tid,
+                interrupt: Some(InterruptKind::Unknown),
                 ..
             }),
-        ) => ShortWaker::Task {
+        ) => ShortWaker::Unseen,
+        (
+            _,
+            Some(Waker {
+                interrupt: Some(_), ..
+            }),
+        ) => ShortWaker::Interrupt,
+        (_, Some(Waker { pid, tid, .. })) => ShortWaker::Task {
             pid: *pid,
             tid: *tid,
         },
-        (_, Some(_)) => ShortWaker::Interrupt,
-        (_, None) => ShortWaker::Unseen,
     };
     // Before its wakeup it waited; after, its landing and run delay were
-    // runnable (a preemption is all runnable).
-    let waited_ns = if reason == OffCpuReason::Preempted {
-        0
-    } else {
-        off_cpu_ns
-            .saturating_sub(run_delay_ns.unwrap_or(0))
-            .saturating_sub(landing_ns)
+    // runnable (a preemption is all runnable). The landing is bounded by
+    // what is left, as the collector bounds a short wait's.
+    let (waited_ns, landing_ns) = match (reason, run_delay_ns) {
+        (OffCpuReason::Preempted, _) => (0, 0),
+        (_, None) => (off_cpu_ns, 0),
+        (_, Some(delay)) => {
+            let waited = off_cpu_ns.saturating_sub(delay).saturating_sub(landing_ns);
+            (waited, landing_ns.min(off_cpu_ns - waited))
+        }
     };
     MarkerRecord::ShortWaits {
         start_ns,
@@ -145,10 +145,9 @@ mod tests {
     }
 
     /// Check that a thread's waits over two minutes come out as one run per
-    /// (minute, waker) with every wait's count and time kept, its off-CPU
-    /// entries one per (minute, stack) with their durations kept, and that a
-    /// wait of 10 s or more, an I/O request and the samples stay as they
-    /// were.
+    /// (minute, waker) with every wait's count and time kept, and that a
+    /// wait of 10 s or more, an I/O request, the samples and the off-CPU
+    /// entries stay as they were.
     #[test]
     fn waits_are_summed_per_minute_and_waker_with_totals_kept() {
         let mut t = ThreadRecord {
@@ -191,6 +190,7 @@ mod tests {
         t.samples.cpu_delta_ns = vec![MS, MS];
         t.samples.cpu = vec![0, 1];
         let samples = t.samples.clone();
+        let off_cpu = t.off_cpu.clone();
         let mut rec = Recording {
             processes: vec![ProcessRecord {
                 pid: 10,
@@ -202,10 +202,7 @@ mod tests {
         sum_waits(&mut rec);
         let t = &rec.processes[0].threads[0];
         assert_eq!(t.samples, samples);
-        // Two stacks in each of two minutes, 60 waits of 5 ms each.
-        assert_eq!(t.off_cpu.stack.len(), 4);
-        assert!(t.off_cpu.duration_ns.iter().all(|&d| d == 60 * 5 * MS));
-        assert!(t.off_cpu.time_ns.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(t.off_cpu, off_cpu, "off-CPU entries stay one per wait");
         let runs: Vec<(ShortWaker, u32, u64, u64)> = t
             .markers
             .iter()
@@ -253,5 +250,45 @@ mod tests {
             .markers
             .windows(2)
             .all(|w| start_ns(&w[0]) <= start_ns(&w[1])));
+    }
+
+    /// Check that a wait becomes the run the collector would have made of
+    /// it: a lost waker stack is no task's, a landing is bounded by what is
+    /// left after the wait, a preemption is all runnable with no landing.
+    #[test]
+    fn a_wait_becomes_the_run_the_collector_makes() {
+        let run = |m: MarkerRecord| match as_run(m) {
+            MarkerRecord::ShortWaits {
+                waker,
+                off_cpu_ns,
+                waited_ns,
+                landing_ns,
+                ..
+            } => (waker, off_cpu_ns, waited_ns, landing_ns),
+            other => panic!("not a run: {other:?}"),
+        };
+        let mut lost = wait(0, 5 * MS, 20);
+        if let MarkerRecord::OffCpu { waker: Some(w), .. } = &mut lost {
+            w.interrupt = Some(InterruptKind::Unknown);
+        }
+        assert_eq!(run(lost).0, ShortWaker::Unseen);
+        // An 8-ms wait whose landing says 10 ms: at most the 8 ms are it.
+        let mut late = wait(0, 8 * MS, 20);
+        if let MarkerRecord::OffCpu {
+            run_delay_ns,
+            landing_ns,
+            ..
+        } = &mut late
+        {
+            *run_delay_ns = Some(0);
+            *landing_ns = 10 * MS;
+        }
+        let (_, off, waited, landing) = run(late);
+        assert_eq!((off, waited, landing), (8 * MS, 0, 8 * MS));
+        let mut preempted = wait(0, 5 * MS, 20);
+        if let MarkerRecord::OffCpu { reason, .. } = &mut preempted {
+            *reason = OffCpuReason::Preempted;
+        }
+        assert_eq!(run(preempted), (ShortWaker::Nobody, 5 * MS, 0, 0));
     }
 }
