@@ -80,7 +80,8 @@ impl Default for Group {
 /// time as they are added: one off-CPU entry per (span, stack), one run per
 /// (span, waker), the first one's time, durations and counts added (totals
 /// kept, the timeline the span's). Used where one entry each is more than
-/// a reader needs: a folded track's members, a compacted store segment.
+/// a reader needs: a folded track's members (both), a compacted store
+/// segment's waits (runs only: `model::coarse` says why).
 pub struct SpanSums {
     span_ns: u64,
     /// Where in the off-CPU columns each (span, stack) is summed.
