@@ -36,21 +36,12 @@ pub fn sum_waits(rec: &mut Recording) {
         for t in &mut p.threads {
             let mut sums = SpanSums::new(SUM_SPAN_NS);
             let mut markers = std::mem::take(&mut t.markers);
-            markers.sort_by_key(start_ns);
+            markers.sort_by_key(MarkerRecord::start_ns);
             for m in markers {
                 sums.add_marker(&mut t.markers, as_run(m));
             }
-            t.markers.sort_by_key(start_ns);
+            t.markers.sort_by_key(MarkerRecord::start_ns);
         }
-    }
-}
-
-fn start_ns(m: &MarkerRecord) -> u64 {
-    match m {
-        MarkerRecord::OffCpu { start_ns, .. }
-        | MarkerRecord::Io { start_ns, .. }
-        | MarkerRecord::OnCpu { start_ns, .. }
-        | MarkerRecord::ShortWaits { start_ns, .. } => *start_ns,
     }
 }
 
@@ -249,7 +240,7 @@ mod tests {
         assert!(t
             .markers
             .windows(2)
-            .all(|w| start_ns(&w[0]) <= start_ns(&w[1])));
+            .all(|w| w[0].start_ns() <= w[1].start_ns()));
     }
 
     /// Check that a wait becomes the run the collector would have made of

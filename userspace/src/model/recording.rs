@@ -404,6 +404,18 @@ pub enum MarkerRecord {
     },
 }
 
+impl MarkerRecord {
+    /// When it starts, ns.
+    pub fn start_ns(&self) -> u64 {
+        match self {
+            MarkerRecord::OffCpu { start_ns, .. }
+            | MarkerRecord::Io { start_ns, .. }
+            | MarkerRecord::OnCpu { start_ns, .. }
+            | MarkerRecord::ShortWaits { start_ns, .. } => *start_ns,
+        }
+    }
+}
+
 /// A counter track: a value over time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CounterRecord {

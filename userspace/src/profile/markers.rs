@@ -339,12 +339,7 @@ fn waited_on(
 }
 
 fn marker_start(r: &MarkerRecord) -> u64 {
-    match r {
-        MarkerRecord::OffCpu { start_ns, .. }
-        | MarkerRecord::Io { start_ns, .. }
-        | MarkerRecord::OnCpu { start_ns, .. }
-        | MarkerRecord::ShortWaits { start_ns, .. } => *start_ns,
-    }
+    r.start_ns()
 }
 
 // What ended a wait, as the marker chart colors it (the front end's
