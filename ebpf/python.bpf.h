@@ -5,7 +5,7 @@
  *
  * In: `python_procs` (tgid -> where the interpreter keeps its per-thread
  * state and the offsets of its structures, written by userspace from the
- * binary it maps: binaries/python.rs) and the task's fsbase. Out: up to
+ * binary it maps: runtimes/python/binary.rs) and the task's fsbase. Out: up to
  * PY_MAX_FRAMES (code object, instruction pointer) pairs, leaf first, in
  * the sample's frame array after its native frames; userspace names the
  * code objects from the process's memory and puts the frames where the
@@ -68,7 +68,7 @@ static __always_inline __u64 py_code_word(struct py_walk *w, __u16 off)
 }
 
 /* The code object's fingerprint: its name, file and line table objects
- * and first line, mixed (binaries/python.rs computes the same from what
+ * and first line, mixed (runtimes/python/read.rs computes the same from what
  * it reads). 0 when it cannot be read: userspace then names nothing. */
 static __always_inline __u32 py_fingerprint(struct py_walk *w, __u64 code)
 {

@@ -179,7 +179,7 @@ fn python_code_objects() -> Option<f64> {
         .read_line(&mut line)
         .ok()?;
     let mut words = line.split_whitespace();
-    let layout = sysprof::binaries::python::layout(words.next()?.parse().ok()?)?;
+    let layout = sysprof::runtimes::python::binary::layout(words.next()?.parse().ok()?)?;
     let code_type: u64 = words.next()?.parse().ok()?;
     let codes: Vec<(u64, u32)> = words
         .filter_map(|w| {
@@ -187,7 +187,7 @@ fn python_code_objects() -> Option<f64> {
             (v.len() == 5).then(|| {
                 (
                     v[0],
-                    sysprof::symbolize::python::fingerprint(v[1], v[2], v[3], v[4] as u32),
+                    sysprof::runtimes::python::read::fingerprint(v[1], v[2], v[3], v[4] as u32),
                 )
             })
         })
@@ -196,7 +196,7 @@ fn python_code_objects() -> Option<f64> {
     let read = codes
         .iter()
         .filter(|&&(c, fp)| {
-            sysprof::symbolize::python::read_code(child.id(), c, fp, layout, code_type).is_ok()
+            sysprof::runtimes::python::read::read_code(child.id(), c, fp, layout, code_type).is_ok()
         })
         .count();
     let rate = read as f64 / t.elapsed().as_secs_f64();

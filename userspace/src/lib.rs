@@ -31,6 +31,7 @@ pub(crate) mod model;
 pub mod profile;
 pub mod record;
 pub mod report;
+pub mod runtimes;
 pub(crate) mod sampling;
 pub mod show;
 pub mod sideband;

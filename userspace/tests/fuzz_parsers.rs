@@ -281,8 +281,8 @@ fn damaged_jitdumps_and_perf_maps_never_panic() {
 /// line table behind them are followed), and a damaged CPython executable.
 #[test]
 fn damaged_python_memory_and_binaries_never_panic() {
-    use sysprof::binaries::python;
-    use sysprof::symbolize::python::{fingerprint, location_line, read_code};
+    use sysprof::runtimes::python::binary as python;
+    use sysprof::runtimes::python::read::{fingerprint, location_line, read_code};
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let layout = python::layout(11).expect("3.11's layout");
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -358,8 +358,8 @@ fn damaged_python_memory_and_binaries_never_panic() {
 /// tables and descriptors. No panic, no hang, bounded allocations.
 #[test]
 fn damaged_jvm_memory_never_panics() {
-    use sysprof::binaries::hotspot::HotSpotSymbols;
-    use sysprof::symbolize::hotspot::{decode_line_table, external_name, HotSpotLayout};
+    use sysprof::runtimes::hotspot::binary::HotSpotSymbols;
+    use sysprof::runtimes::hotspot::read::{decode_line_table, external_name, HotSpotLayout};
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     let deadline = Instant::now() + Duration::from_secs(2);
     let (mut runs, mut layouts) = (0, 0);

@@ -18,6 +18,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("kernel interfaces", &["bpf", "sideband"]),
     ("binaries", &["binaries"]),
     ("unwind and symbolize", &["unwind", "symbolize"]),
+    ("runtimes", &["runtimes"]),
     ("collector", &["collector"]),
     ("capture", &["capture"]),
     ("outputs", &["profile", "store", "export"]),

@@ -14,11 +14,8 @@
 
 pub mod debugfile;
 pub mod elf;
-pub mod hotspot;
 pub mod jitdump;
 pub mod perfmap;
-pub mod python;
-pub mod v8;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -31,7 +31,7 @@ impl Collector {
             u.sync_kernel(&self.binaries);
         }
         // The same tick asks the JVMs due for their perf maps.
-        self.jvms.tick(false);
+        self.readers.jvms.tick(false);
         self.give_jit_frames();
         self.read_python_thread_names(false);
     }
@@ -54,16 +54,16 @@ impl Collector {
             return;
         }
         self.py_thread_names_at = at;
-        for pid in self.py_thread_names.take_sampled() {
+        for pid in self.readers.python_threads.take_sampled() {
             if let Some(py) = u.python(pid) {
-                self.py_thread_names.refresh(pid, py, at);
+                self.readers.python_threads.refresh(pid, py, at);
             }
         }
     }
 
     /// Hand the JVMs' compiled frames that arrived to the unwinders.
     pub(super) fn give_jit_frames(&mut self) {
-        let frames = self.jvms.take_frames();
+        let frames = self.readers.jvms.take_frames();
         if let Some(u) = self.unwinders.as_mut() {
             for (pid, f) in frames {
                 u.set_jit_frames(pid, f);

@@ -61,23 +61,13 @@ impl Collector {
                 if let Some(u) = self.unwinders.as_mut() {
                     u.exec(*pid);
                 }
-                self.py_codes.forget(*pid);
-                self.java.methods.forget(*pid);
-                self.java.compiled.forget(*pid);
-                self.java.gone(*pid);
-                self.js.forget(*pid);
-                self.jvms.gone(*pid);
+                self.readers.exec(*pid);
             }
             SidebandEvent::Exit { time, pid, tid } if tid == pid => {
                 if let Some(u) = self.unwinders.as_mut() {
                     u.exit(*pid, *time);
                 }
-                self.py_codes.exited(*pid, *time);
-                self.java.methods.exited(*pid, *time);
-                self.java.compiled.exited(*pid, *time);
-                self.java.gone(*pid);
-                self.js.exited(*pid, *time);
-                self.jvms.gone(*pid);
+                self.readers.exited(*pid, *time);
             }
             _ => {}
         }
@@ -101,7 +91,7 @@ impl Collector {
                 .get_or_insert_with(|| crate::binaries::perfmap::process_identity(pid));
         }
         if self.options.jvm_attach {
-            self.jvms.mapped(pid, path);
+            self.readers.jvms.mapped(pid, path);
         }
         let jitdump = crate::unwind::is_jitdump(path);
         if jitdump {
@@ -141,7 +131,8 @@ impl Collector {
             u.live_binaries(&mut live);
         }
         let table = &self.table;
-        self.py_thread_names
+        self.readers
+            .python_threads
             .forget(|pid| !table.processes.contains_key(&pid) && !exists(pid));
         let released = self.binaries.release_unused(&live);
         if let Some(u) = self.unwinders.as_mut() {
@@ -182,16 +173,8 @@ impl Collector {
     /// and its open files), all read again as needed. The bytes of it
     /// (an estimate; the symbolizer's not counted).
     pub fn shed_caches(&mut self) -> usize {
-        let held = self.names.bytes()
-            + self.py_codes.bytes()
-            + self.java.methods.bytes()
-            + self.java.compiled.bytes()
-            + self.js.bytes();
+        let held = self.names.bytes() + self.readers.shed();
         self.names.clear();
-        self.js.clear();
-        self.py_codes.clear();
-        self.java.methods.clear();
-        self.java.compiled.clear();
         self.symbolicator = crate::symbolize::Symbolicator::new();
         self.symbolicator_since = std::time::Instant::now();
         held
@@ -203,11 +186,7 @@ impl Collector {
         (
             self.table.processes.len(),
             self.binaries.open_count(),
-            self.names.bytes()
-                + self.py_codes.bytes()
-                + self.java.methods.bytes()
-                + self.java.compiled.bytes()
-                + self.js.bytes(),
+            self.names.bytes() + self.readers.held_bytes(),
         )
     }
 

@@ -22,19 +22,14 @@
 //! processes that are gone ([`live`]). `record` finishes one window at the
 //! end; the agent finishes one every `--window` seconds.
 
-mod hotspot;
-mod jvm;
 mod kernel_unwinding;
 mod live;
 mod options;
 mod process;
-mod python;
-mod python_threads;
 mod replay;
 mod sched;
 mod stacks;
 mod symbolicate;
-mod v8;
 mod window;
 
 use std::sync::Arc;
@@ -51,6 +46,8 @@ use crate::bpf::abi::{KernelUnwound, Regs, UserStack};
 use crate::model::recording::*;
 use crate::model::stack_end::StackEnd;
 use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
+use crate::runtimes::frames::{self, KERNEL_ADDR_MIN};
+use crate::runtimes::{Merged, RuntimeReaders, Runtimes};
 use crate::sideband::proc_snapshot::ProcSnapshot;
 #[cfg(test)]
 use crate::sideband::MmapEvent;
@@ -86,9 +83,6 @@ fn push_cut(out: &mut Vec<u64>, end: StackEnd) {
     out.extend(end.raw_key());
 }
 
-/// Kernel addresses on x86_64 and arm64 have the top bit set.
-const KERNEL_ADDR_MIN: u64 = 0x8000_0000_0000_0000;
-
 /// Most frames kept of one user stack.
 const MAX_USER_FRAMES: usize = 127;
 
@@ -100,7 +94,7 @@ pub struct Collector {
     // What outlives a window.
     table: ProcessTable,
     binaries: Binaries,
-    unwinders: Option<Unwinders>,
+    unwinders: Option<Unwinders<Runtimes>>,
     kernel: Arc<KernelSymbols>,
     stacks: ThreadStacks,
     /// Windows finished, for what is done every few windows.
@@ -133,18 +127,10 @@ pub struct Collector {
     unwound: Vec<u64>,
     /// Reused buffer for one raw stack.
     scratch: Vec<u64>,
-    /// Python code objects read from their processes.
-    py_codes: python::CodeCache,
-    /// Reused table for one stack record's Python frames.
-    py_record: python::PythonFrames,
-    /// The JVMs' interpreters and the Java methods read from them.
-    java: hotspot::JavaFrames,
-    /// V8 processes' constants and JavaScript functions.
-    js: v8::JsFrames,
-    /// JVMs asked for their perf maps.
-    jvms: jvm::Jvms,
-    /// Python threads' names (`threading`), read from the interpreters.
-    py_thread_names: python_threads::PythonThreadNames,
+    /// What the runtimes read from processes to name their frames.
+    readers: RuntimeReaders,
+    /// Reused table for one stack record's runtime frames.
+    record_frames: frames::RuntimeFrames,
     /// When they were last read (a monotonic ns).
     py_thread_names_at: u64,
     /// Reused buffer for a stack with its Python frames.
@@ -176,12 +162,8 @@ impl Collector {
             names: symbolicate::NameCache::default(),
             unwound: Vec::with_capacity(128),
             scratch: Vec::with_capacity(256),
-            py_codes: python::CodeCache::default(),
-            py_record: python::PythonFrames::default(),
-            java: hotspot::JavaFrames::default(),
-            js: v8::JsFrames::default(),
-            jvms: jvm::Jvms::default(),
-            py_thread_names: Default::default(),
+            readers: RuntimeReaders::default(),
+            record_frames: frames::RuntimeFrames::default(),
             py_thread_names_at: 0,
             merged: Vec::with_capacity(128),
         }
@@ -352,7 +334,7 @@ impl Collector {
                 .as_ref()
                 .is_some_and(|u| u.python_unread(pid))
         {
-            self.unwound.push(python::PY_NOT_READ_KEY);
+            self.unwound.push(frames::PY_NOT_READ_KEY);
         }
     }
 
@@ -402,55 +384,28 @@ impl Collector {
                 if end == StackEnd::NoUnwindInfo {
                     // In a JVM: most often a method compiled since its last
                     // answer, whose frame size the kernel lacks.
-                    self.jvms.stack_cut(s.pid);
+                    self.readers.jvms.stack_cut(s.pid);
                 }
                 if end == StackEnd::Unreadable && self.is_exiting(s.kstack) {
                     self.recover_unreadable(s.tid, k.leaf);
                 }
-                if hotspot::JavaFrames::has_java_words(&self.unwound) {
-                    let java = self.unwinders.as_ref().and_then(|u| u.java(s.pid));
-                    self.java.merge(
-                        &self.unwound,
-                        s.pid,
-                        java,
-                        &mut self.window.python,
-                        &mut self.merged,
-                    );
-                    Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
-                } else if v8::JsFrames::has_v8_words(&self.unwound) {
-                    let v8 = self.unwinders.as_ref().and_then(|u| u.v8(s.pid));
-                    self.js.merge(
-                        &self.unwound,
-                        s.pid,
-                        v8,
-                        &mut self.window.python,
-                        &mut self.merged,
-                    );
-                    Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
-                } else {
-                    match self
-                        .unwinders
-                        .as_ref()
-                        .and_then(|u| u.python(s.pid))
-                        .filter(|_| !k.python.is_empty())
-                    {
-                        Some(py) => {
-                            self.py_thread_names.sampled(s.pid);
-                            python::merge(
-                                &self.unwound,
-                                k.python,
-                                s.pid,
-                                py,
-                                &mut self.py_codes,
-                                &mut self.window.python,
-                                &mut self.merged,
-                            );
-                            Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
+                match self.readers.merge(
+                    self.unwinders.as_ref(),
+                    s.pid,
+                    &self.unwound,
+                    k.python,
+                    &mut self.window.runtime_frames,
+                    &mut self.merged,
+                ) {
+                    Some(merged) => {
+                        if merged == Merged::Python {
+                            self.readers.python_threads.sampled(s.pid);
                         }
-                        None => {
-                            self.say_python_unread(s.pid);
-                            Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
-                        }
+                        Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
+                    }
+                    None => {
+                        self.say_python_unread(s.pid);
+                        Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
                     }
                 }
             }
@@ -473,7 +428,7 @@ impl Collector {
         w.samples.raw_stack.push(node);
         self.recent_pids.insert(s.pid);
         let unwinders = self.unwinders.as_ref();
-        self.jvms.sampled(s.pid, || {
+        self.readers.jvms.sampled(s.pid, || {
             unwinders
                 .and_then(|u| u.java(s.pid))
                 .map(|j| (j.symbols.clone(), j.base))
@@ -495,10 +450,10 @@ impl Collector {
         let Some(java) = u.java(pid).filter(|j| j.interpreter.is_none()).cloned() else {
             return;
         };
-        if let Some((range, code)) = self.java.find_interpreter(pid, &java, now_ns) {
+        if let Some((range, code)) = self.readers.java.find_interpreter(pid, &java, now_ns) {
             u.set_java_interpreter(pid, range, code);
         }
-        for w in std::mem::take(&mut self.java.failures) {
+        for w in std::mem::take(&mut self.readers.java.failures) {
             self.warn(w);
         }
     }
@@ -536,74 +491,35 @@ impl Collector {
         if e.flags & abi::STACK_HANDOVER_SKIPPED != 0 {
             self.window.stats.handovers_skipped += 1;
         }
-        let mut python: Box<[_]> = Box::new([]);
+        let mut runtime_frames: Box<[_]> = Box::new([]);
         let user: Box<[u64]> = match view.user {
             UserStack::KernelUnwound(k) => {
                 // The tracer's walks hand nothing over: what the kernel walked is the stack.
                 self.unwind_in_kernel(e.pid, &k);
-                let java = hotspot::JavaFrames::has_java_words(&self.unwound);
-                let js = !java && v8::JsFrames::has_v8_words(&self.unwound);
-                let py = if java || js {
-                    None
-                } else {
-                    self.unwinders
-                        .as_ref()
-                        .and_then(|u| u.python(e.pid))
-                        .filter(|_| !k.python.is_empty())
-                };
-                match py {
-                    // Its Java or JavaScript frames, as its Python ones,
-                    // keyed in a table of its own.
-                    None if java || js => {
-                        let mut own = std::mem::take(&mut self.py_record);
-                        own.clear();
-                        let u = self.unwinders.as_ref();
-                        if java {
-                            let runtime = u.and_then(|u| u.java(e.pid));
-                            self.java.merge(
-                                &self.unwound,
-                                e.pid,
-                                runtime,
-                                &mut own,
-                                &mut self.merged,
-                            );
-                        } else {
-                            let runtime = u.and_then(|u| u.v8(e.pid));
-                            self.js.merge(
-                                &self.unwound,
-                                e.pid,
-                                runtime,
-                                &mut own,
-                                &mut self.merged,
-                            );
-                        }
-                        python = own.names().into();
-                        self.py_record = own;
-                        self.merged.as_slice().into()
-                    }
-                    // Its Python frames keyed in a table of its own: the
-                    // record outlives the window.
-                    Some(py) => {
-                        let mut own = std::mem::take(&mut self.py_record);
-                        own.clear();
-                        python::merge(
-                            &self.unwound,
-                            k.python,
-                            e.pid,
-                            py,
-                            &mut self.py_codes,
-                            &mut own,
-                            &mut self.merged,
-                        );
-                        python = own.names().into();
-                        self.py_record = own;
+                // Its runtimes' frames keyed in a table of its own: the
+                // record outlives the window.
+                let mut own = std::mem::take(&mut self.record_frames);
+                own.clear();
+                let merged = self.readers.merge(
+                    self.unwinders.as_ref(),
+                    e.pid,
+                    &self.unwound,
+                    k.python,
+                    &mut own,
+                    &mut self.merged,
+                );
+                let user = match merged {
+                    Some(_) => {
+                        runtime_frames = own.names().into();
                         self.merged.as_slice().into()
                     }
                     None => {
                         self.say_python_unread(e.pid);
                         self.unwound.as_slice().into()
                     }
-                }
+                };
+                self.record_frames = own;
+                user
             }
             UserStack::Copy { regs, stack } => {
                 self.unwind_copy(e.pid, regs, stack);
@@ -631,7 +547,7 @@ impl Collector {
                 kernel,
                 user_regs,
                 interrupt,
-                python,
+                runtime_frames,
                 interned: Default::default(),
             },
         );
@@ -644,15 +560,18 @@ impl Collector {
         match self.stacks.get(tid, id) {
             Some(s) => match s.interned.get() {
                 Some((w, p, node)) if w == self.windows_finished && p == pid => node,
-                _ if !s.python.is_empty() => {
+                _ if !s.runtime_frames.is_empty() => {
                     // Its Python keys are the record's: this window's instead.
                     self.scratch.clear();
                     for &k in s.user.iter() {
-                        let frame = python::is_python_key(k)
-                            .then(|| s.python.get((k & !python::PY_KEY_BASE) as usize))
+                        let frame = frames::is_runtime_key(k)
+                            .then(|| {
+                                s.runtime_frames
+                                    .get((k & !frames::RUNTIME_KEY_BASE) as usize)
+                            })
                             .flatten();
                         self.scratch.push(match frame {
-                            Some(f) => self.window.python.key_of(f),
+                            Some(f) => self.window.runtime_frames.key_of(f),
                             None => k,
                         });
                     }

@@ -12,12 +12,13 @@
 use rustc_hash::FxHashMap;
 
 use super::process::ProcessTable;
-use super::{WindowData, KERNEL_ADDR_MIN};
+use super::WindowData;
 use crate::binaries::BinaryIndex;
 use crate::model::recording::OffCpuReason;
 use crate::model::recording::{MarkerRecord, OffCpuSamples, ThreadSamples};
 use crate::model::stack_end::StackEnd;
 use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
+use crate::runtimes::frames::RawFrame;
 
 /// A frame before symbolication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,9 +30,10 @@ pub(super) enum FrameKey {
     /// Code in anonymous memory or in no known mapping, at this absolute
     /// address of process `pid`: named from its perf map or jitdump.
     Jit { pid: u32, address: u64 },
-    /// A Python function at a line: an index into the window's
-    /// [`super::python::PythonFrames`].
-    Python(u32),
+    /// A runtime's function at a line (Python, Java, JavaScript, with
+    /// those inlined into it): an index into the window's
+    /// [`crate::runtimes::frames::RuntimeFrames`].
+    Runtime(u32),
     /// Not code: why a thread was off-CPU, where a stack ends.
     Pseudo(PseudoFrame),
     /// The one frame of a sample with no usable frame at all.
@@ -45,7 +47,7 @@ impl FrameKey {
         match self {
             FrameKey::Binary { offset, .. } => offset,
             FrameKey::Kernel(a) | FrameKey::Jit { address: a, .. } => a,
-            FrameKey::Pseudo(_) | FrameKey::Python(_) | FrameKey::Empty => 0,
+            FrameKey::Pseudo(_) | FrameKey::Runtime(_) | FrameKey::Empty => 0,
         }
     }
 }
@@ -207,19 +209,13 @@ impl<'a> Replay<'a> {
             } else {
                 addr.saturating_sub(1)
             };
-            let key = match StackEnd::from_raw_key(addr) {
-                Some(end) => FrameKey::Pseudo(PseudoFrame::End(end)),
-                None if addr == super::python::PY_NOT_READ_KEY => {
-                    FrameKey::Pseudo(PseudoFrame::PythonNotRead)
-                }
-                None if addr == super::python::PY_UNNAMED_KEY => {
-                    FrameKey::Pseudo(PseudoFrame::PythonUnnamed)
-                }
-                None if super::python::is_python_key(addr) => {
-                    FrameKey::Python((addr & !super::python::PY_KEY_BASE) as u32)
-                }
-                None if addr >= KERNEL_ADDR_MIN => FrameKey::Kernel(lookup),
-                None => match state.lookup(lookup) {
+            let key = match RawFrame::decode(addr) {
+                RawFrame::End(end) => FrameKey::Pseudo(PseudoFrame::End(end)),
+                RawFrame::PythonNotRead => FrameKey::Pseudo(PseudoFrame::PythonNotRead),
+                RawFrame::Unnamed => FrameKey::Pseudo(PseudoFrame::PythonUnnamed),
+                RawFrame::Runtime(i) => FrameKey::Runtime(i),
+                RawFrame::Kernel(_) => FrameKey::Kernel(lookup),
+                RawFrame::User(_) => match state.lookup(lookup) {
                     Some(m) if !m.anon => FrameKey::Binary {
                         binary: m.binary,
                         offset: lookup - m.start + m.pgoff,

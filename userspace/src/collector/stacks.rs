@@ -59,9 +59,9 @@ pub(super) struct StoredStack {
     /// When the kernel stack ran in an interrupt: which kind, and how many
     /// of its frames are the interrupt's (worked out once, when it arrives).
     pub interrupt: Option<(crate::model::recording::InterruptKind, usize)>,
-    /// The Python frames its `user` refers to: a Python key there is an
-    /// index into this, re-keyed into each window's frames as interned.
-    pub python: Box<[super::python::RuntimeFrame]>,
+    /// The runtimes' frames its `user` refers to: a runtime's key there is
+    /// an index into this, re-keyed into each window's frames as interned.
+    pub runtime_frames: Box<[crate::runtimes::frames::RuntimeFrame]>,
     /// Its raw stack as last interned: (window number, pid, node). Events
     /// refer to the same stack record many times; it is interned once per
     /// window and process.
@@ -146,7 +146,7 @@ impl ThreadStacks {
                 s.user_regs == regs
                     && !s.user.is_empty()
                     && s.user.last().is_some_and(|&a| a > 0x1000)
-                    && s.python.is_empty()
+                    && s.runtime_frames.is_empty()
             })
             .map(|s| &*s.user)
     }
@@ -264,7 +264,7 @@ mod tests {
             kernel: Box::new([]),
             user_regs: Regs::default(),
             interrupt: None,
-            python: Box::new([]),
+            runtime_frames: Box::new([]),
             interned: Default::default(),
         }
     }

@@ -143,7 +143,7 @@ pub(super) fn symbolicate(
     kernel: &KernelSymbols,
     keys: &[FrameKey],
     jit: &JitSources<'_>,
-    python: &super::python::PythonFrames,
+    python: &crate::runtimes::frames::RuntimeFrames,
     debuginfod: bool,
     limits: ElfLimits,
     warnings: &mut Vec<String>,
@@ -214,11 +214,11 @@ pub(super) fn symbolicate(
             },
             // Named from its code object when it was sampled; no library
             // (the interpreter's is the native eval frame it replaced).
-            FrameKey::Python(i) => FrameRecord {
+            FrameKey::Runtime(i) => FrameRecord {
                 lib: NO_LIB,
                 address: 0,
                 kernel: false,
-                symbols: match python.get(super::python::PY_KEY_BASE | i as u64) {
+                symbols: match python.at(i) {
                     // One function, or a compiled one and those inlined
                     // into it there: one func each, outermost first, as a
                     // native frame's inlined functions.

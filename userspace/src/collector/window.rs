@@ -58,8 +58,8 @@ pub(super) struct WindowData {
     pub(super) notes: Vec<String>,
     pub(super) warnings: Vec<String>,
     pub(super) stats: RecordingStats,
-    /// The Python frames the raw stacks refer to.
-    pub(super) python: super::python::PythonFrames,
+    /// The runtimes' frames the raw stacks refer to.
+    pub(super) runtime_frames: crate::runtimes::frames::RuntimeFrames,
 }
 
 /// Order keys of a window's replay.
@@ -203,16 +203,16 @@ impl Collector {
         } = replay;
         let mut warnings = std::mem::take(&mut w.warnings);
         (w.stats.python_frames_unnamed, w.stats.python_codes_replaced) =
-            self.py_codes.take_counts();
-        w.stats.js_frames_unnamed = std::mem::take(&mut self.js.functions.unresolved);
+            self.readers.python.take_counts();
+        w.stats.js_frames_unnamed = std::mem::take(&mut self.readers.js.functions.unresolved);
         if let Some(u) = self.unwinders.as_mut() {
             w.stats.unwind = u.take_stats();
             warnings.extend(u.take_warnings());
         }
         // The JVMs sampled write their perf maps now, for this window's
         // frames (a recording waits longer: it is its only window).
-        let java = &self.java;
-        warnings.extend(self.jvms.refresh(
+        let java = &self.readers.java;
+        warnings.extend(self.readers.jvms.refresh(
             if range.continuous {
                 Duration::from_millis(500)
             } else {
@@ -220,7 +220,7 @@ impl Collector {
             },
             |pid| java.names_compiled(pid),
         ));
-        self.java.window_done();
+        self.readers.java.window_done();
         self.give_jit_frames();
         let jit = symbolicate::JitSources(&self.table);
         let (libs, frames) = symbolicate::symbolicate(
@@ -230,7 +230,7 @@ impl Collector {
             &self.kernel,
             &frame_keys,
             &jit,
-            &w.python,
+            &w.runtime_frames,
             self.options.debuginfod,
             self.options.elf_limits,
             &mut warnings,
@@ -343,9 +343,11 @@ impl Collector {
                 }
                 // A JVM's thread by the name it gave it, not the kernel's
                 // 15 bytes of it ("C2 CompilerThre").
-                if let Some(full) = self.jvms.full_name(pid, tid, &name) {
+                if let Some(full) = self.readers.jvms.full_name(pid, tid, &name) {
                     name = full.to_string();
-                } else if let Some(given) = self.py_thread_names.name(pid, tid, &name, &p.comm) {
+                } else if let Some(given) =
+                    self.readers.python_threads.name(pid, tid, &name, &p.comm)
+                {
                     // A Python thread by the name `threading` gave it.
                     name = given.to_string();
                 }
@@ -394,15 +396,15 @@ impl Collector {
 pub(super) fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
     let mut next = WindowData::default();
     let mut path = Vec::new();
-    let python = std::mem::take(&mut w.python);
+    let runtime_frames = std::mem::take(&mut w.runtime_frames);
     let mut move_node = |raw: &StackTree, next: &mut WindowData, node: NodeIndex| -> NodeIndex {
         if node == NO_PARENT {
             return NO_PARENT;
         }
         raw.path(node, &mut path);
         path.iter().fold(NO_PARENT, |p, &k| {
-            let k = if super::python::is_python_key(k) {
-                next.python.carry(&python, k)
+            let k = if crate::runtimes::frames::is_runtime_key(k) {
+                next.runtime_frames.carry(&runtime_frames, k)
             } else {
                 k
             };
@@ -464,7 +466,7 @@ pub(super) fn carry_late(w: &mut WindowData, end_ns: u64) -> WindowData {
     w.switch_totals = keep;
     next.switch_totals = late;
     next.sample_comm = w.sample_comm.clone();
-    w.python = python;
+    w.runtime_frames = runtime_frames;
     next
 }
 

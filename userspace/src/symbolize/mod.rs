@@ -6,16 +6,11 @@
 //! nothing when it cannot be resolved (the reason becomes a warning; the
 //! frame keeps its library and address). Each unique address is symbolized
 //! exactly once, with one blazesym call per binary. Kernel addresses are
-//! named from the kallsyms snapshot in [`kernel`]; Python frames from their
-//! code objects in [`python`].
+//! named from the kallsyms snapshot in [`kernel`]. (Interpreted and JIT
+//! frames are named by their runtime's reader: [`crate::runtimes`].)
 
-pub mod hotspot;
-pub mod jvm;
 pub mod kernel;
 pub mod names;
-pub mod python;
-pub mod python_threads;
-pub mod v8;
 
 use std::panic::AssertUnwindSafe;
 

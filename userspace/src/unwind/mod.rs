@@ -25,10 +25,8 @@
 //! [`tables`] compiles its tables; this module holds them together.
 
 mod binary;
-pub mod jvm;
 pub mod kernel;
 mod process;
-pub mod python;
 pub mod tables;
 
 use std::sync::Arc;
@@ -50,9 +48,9 @@ pub use crate::model::stack_end::StackEnd;
 
 /// Per-process unwinders over shared per-binary unwind data.
 #[derive(Default)]
-pub struct Unwinders {
+pub struct Unwinders<R: RuntimeDetection = ()> {
     binaries: FxHashMap<BinaryIndex, Option<Arc<BinaryUnwindInfo>>>,
-    processes: FxHashMap<u32, ProcessUnwinder>,
+    processes: FxHashMap<u32, ProcessUnwinder<R::Process>>,
     /// Exits in order: (when, pid), to forget processes once their last samples are in.
     exited: std::collections::VecDeque<(u64, u32)>,
     cache: Option<Box<CacheX86_64>>,
@@ -60,8 +58,6 @@ pub struct Unwinders {
     stats: UnwindStats,
     /// Binaries whose unwind data could not be read, with why.
     failures: Vec<String>,
-    /// Interpreters whose Python frames are not read, with why.
-    python_failures: Vec<String>,
     /// The in-kernel unwinder's tables and process entries, when it runs.
     kernel: Option<kernel::KernelTables>,
     /// Per binary, where its code lies in the file (for the kernel's
@@ -69,56 +65,88 @@ pub struct Unwinders {
     layouts: FxHashMap<BinaryIndex, Option<Arc<Layout>>>,
     /// Bytes of CFI held from files root does not own.
     held_user_cfi: usize,
-    /// Per binary whose name may be an interpreter's: what CPython it is
-    /// (None: not one, or one this build cannot walk).
-    pythons: FxHashMap<BinaryIndex, Option<Arc<crate::binaries::python::PythonBinary>>>,
-    /// CPython interpreters of a version this build does not read.
-    unread_pythons: rustc_hash::FxHashSet<BinaryIndex>,
-    /// Per binary named `libjvm.so`: the variables it exports (None: not all).
-    hotspots: FxHashMap<BinaryIndex, Option<Arc<crate::binaries::hotspot::HotSpotSymbols>>>,
-    /// Per binary named as V8's embedders are: its constants (None: not all).
-    v8s: FxHashMap<BinaryIndex, Option<Arc<crate::binaries::v8::V8Symbols>>>,
+    /// The runtimes (interpreters, JITs) the processes run, found as their
+    /// kernel entries are written: the runtimes layer's, behind
+    /// [`RuntimeDetection`].
+    runtimes: R,
 }
 
-/// HotSpot as one JVM maps it: what it exports, where, and where its
-/// interpreter is once the collector read it
-/// ([`crate::symbolize::hotspot`]).
-#[derive(Debug, Clone)]
-pub struct JavaRuntime {
-    /// The `gHotSpotVM*` variables, as file addresses.
-    pub symbols: Arc<crate::binaries::hotspot::HotSpotSymbols>,
-    /// Where libjvm's address 0 lands in the process.
-    pub base: u64,
-    /// The template interpreter's code: the kernel reads the method of
-    /// each frame in it.
+/// The kernel entry's fields for the runtimes one process runs, as the
+/// runtimes layer found them (`crate::runtimes`): the native unwinder
+/// writes them without knowing which runtime each comes from.
+#[derive(Debug, Default, Clone)]
+pub struct RuntimeEntry {
+    /// Where its CPython's thread states and frames are
+    /// (`python_procs`).
+    pub python: Option<crate::bpf::abi::PythonProcess>,
+    /// An interpreter's code, whose frames the kernel reads a method of.
     pub interpreter: Option<(u64, u64)>,
-    /// Its code cache: the kernel walks compiled frames by their blobs'
-    /// frame sizes.
-    pub code: Option<crate::bpf::abi::HotSpotCode>,
+    /// Code heaps walked by their blobs' frame sizes, in place of the
+    /// anonymous mappings they cover.
+    pub code_heaps: Option<crate::bpf::abi::HotSpotCode>,
+    /// A JavaScript engine's frame constants.
+    pub js: Option<crate::bpf::abi::V8Frames>,
 }
 
-/// V8 as one process embeds it: its binary's constants, from which the
-/// kernel reads its frames and the collector its functions
-/// ([`crate::symbolize::v8`]).
-#[derive(Debug, Clone)]
-pub struct V8Runtime {
-    /// The `v8dbg_` constants' values.
-    pub symbols: Arc<crate::binaries::v8::V8Symbols>,
+/// What the unwinder asks of the runtimes layer as it writes a process's
+/// kernel entry: which runtimes the process's binaries are, kept per
+/// process (in [`Self::Process`], which lives and goes with the
+/// unwinder's own entry for the process: at exec it starts again).
+pub trait RuntimeDetection: Default {
+    /// What one process runs, as the runtimes layer keeps it.
+    type Process: Default;
+    /// `pid`'s file-backed mappings with a load bias, in mapping order
+    /// (binary, where its address 0 lands): update `process` and say what
+    /// its kernel entry carries.
+    fn detect(
+        &mut self,
+        binaries: &Binaries,
+        mapped: &[(BinaryIndex, u64)],
+        process: &mut Self::Process,
+    ) -> RuntimeEntry;
+    /// Binaries released (their indices will be reused): forget what was read of them.
+    fn forget_binaries(&mut self, released: &[BinaryIndex]);
+    /// What could not be read since the last call, one line each.
+    fn take_warnings(&mut self, into: &mut Vec<String>);
+}
+
+/// No runtime read: native frames only (the unwinder's own tests).
+impl RuntimeDetection for () {
+    type Process = ();
+    fn detect(&mut self, _: &Binaries, _: &[(BinaryIndex, u64)], _: &mut ()) -> RuntimeEntry {
+        RuntimeEntry::default()
+    }
+    fn forget_binaries(&mut self, _: &[BinaryIndex]) {}
+    fn take_warnings(&mut self, _: &mut Vec<String>) {}
+}
+
+/// A JIT's compiled frames as kernel rows (a JVM's, from its methods'
+/// prologues: `crate::runtimes::hotspot::frame_sizes`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct JitFrames {
+    /// The address the rows' `pc` is relative to (the lowest method's start).
+    pub base: u64,
+    /// Rows sorted by pc: each method's three rules, then "no rule" at its end.
+    pub rows: Vec<crate::bpf::abi::Row>,
+    /// Methods given rows.
+    pub methods: usize,
+    /// Methods (or other blobs) whose start did not read as a prologue.
+    pub without_prologue: usize,
 }
 
 /// Exited processes are kept this long: their last samples may still be queued.
 const KEEP_EXITED_NS: u64 = 2_000_000_000;
 
-impl Unwinders {
+impl<R: RuntimeDetection> Unwinders<R> {
     /// No processes yet.
-    pub fn new() -> Unwinders {
+    pub fn new() -> Unwinders<R> {
         Unwinders {
             cache: Some(Box::new(CacheX86_64::new())),
             ..Default::default()
         }
     }
 
-    fn process(&mut self, pid: u32) -> &mut ProcessUnwinder {
+    fn process(&mut self, pid: u32) -> &mut ProcessUnwinder<R::Process> {
         self.processes
             .entry(pid)
             .or_insert_with(|| ProcessUnwinder::new(Vec::new()))
@@ -150,7 +178,7 @@ impl Unwinders {
     /// The compiled Java methods of JVM `pid` (from its perf map, with the
     /// frame sizes their prologues set up): the kernel walks its compiled
     /// frames from these rows instead of stopping at the first.
-    pub fn set_jit_frames(&mut self, pid: u32, frames: jvm::JitFrames) {
+    pub fn set_jit_frames(&mut self, pid: u32, frames: JitFrames) {
         let Some(p) = self
             .processes
             .get_mut(&pid)
@@ -183,13 +211,11 @@ impl Unwinders {
                 self.held_user_cfi -= info.held_user_bytes;
             }
             self.layouts.remove(b);
-            self.pythons.remove(b);
-            self.unread_pythons.remove(b);
-            self.hotspots.remove(b);
             if let Some(k) = self.kernel.as_mut() {
                 k.forget(*b);
             }
         }
+        self.runtimes.forget_binaries(released);
     }
 
     /// Forget processes that are gone without their exit having been seen.
@@ -213,10 +239,8 @@ impl Unwinders {
         p.unwinder = None;
         p.jitdump = None;
         p.jit_modules.clear();
-        p.python = None;
+        p.runtime = R::Process::default();
         p.jit_base = None;
-        p.java = None;
-        p.v8 = None;
         p.exited_ns = None;
         if let Some(k) = self.kernel.as_mut() {
             // The kernel dropped its entry at the exec, and its uid may have
@@ -327,13 +351,9 @@ impl Unwinders {
             };
             entry.clear();
             let mut entries = Vec::new();
-            let mut python = None;
-            let mut java: Option<JavaRuntime> = None;
-            let mut v8: Option<V8Runtime> = None;
-            let mut python_unread = false;
+            let mut mapped = Vec::new();
             let mappings = p.mappings.clone();
             let jit_base = p.jit_base;
-            let java_before = p.java.clone();
             // JIT code with a jitdump: its tables are in the jitdump, which
             // only userspace reads; the kernel hands those stacks over.
             let jit_tables = p.jitdump.is_some();
@@ -364,30 +384,8 @@ impl Unwinders {
                     entries.push(base.wrapping_add(l.entry));
                     Some(base)
                 });
-                if let (Some(base), None) = (bias, &java) {
-                    java = self.hotspot_binary(binaries, m.binary).map(|symbols| {
-                        // The interpreter read before stays while libjvm stays where it was.
-                        let before = java_before
-                            .as_ref()
-                            .filter(|j| j.base == base && Arc::ptr_eq(&j.symbols, &symbols));
-                        JavaRuntime {
-                            symbols,
-                            base,
-                            interpreter: before.and_then(|j| j.interpreter),
-                            code: before.and_then(|j| j.code),
-                        }
-                    });
-                }
-                if let (Some(_), None) = (bias, &v8) {
-                    v8 = self
-                        .v8_binary(binaries, m.binary)
-                        .map(|symbols| V8Runtime { symbols });
-                }
-                if let (Some(base), None) = (bias, &python) {
-                    python = self
-                        .python_binary(binaries, m.binary)
-                        .map(|binary| python::PythonRuntime { binary, base });
-                    python_unread |= self.unread_pythons.contains(&m.binary);
+                if let Some(base) = bias {
+                    mapped.push((m.binary, base));
                 }
                 // Anonymous code of a JVM whose compiled methods have rows:
                 // those, relative to its lowest method (the code cache's
@@ -417,10 +415,14 @@ impl Unwinders {
                     bias.is_some(),
                 ));
             }
+            let runtime = match self.processes.get_mut(&pid) {
+                Some(p) => self.runtimes.detect(binaries, &mapped, &mut p.runtime),
+                None => RuntimeEntry::default(),
+            };
             // A JVM's code heaps, once read: walked by their blobs' own
             // frame sizes, in place of the anonymous mappings they cover
             // (and their rows from the perf map's methods).
-            if let Some(code) = java.as_ref().and_then(|j| j.code) {
+            if let Some(code) = runtime.code_heaps {
                 // The mapping's bias is the heap's index (the kernel's
                 // walker takes it from there).
                 let heaps: Vec<(u64, u64, u64)> = (0..code.heap.len())
@@ -437,156 +439,36 @@ impl Unwinders {
             k.write_process(
                 pid,
                 &mut entry,
-                java.as_ref().and_then(|j| j.interpreter),
-                java.as_ref().and_then(|j| j.code),
-                v8.as_ref().map(|v| v.symbols.kernel()),
+                runtime.interpreter,
+                runtime.code_heaps,
+                runtime.js,
             );
-            k.write_python(pid, python.as_ref().map(python::PythonRuntime::entry));
+            k.write_python(pid, runtime.python);
             if let Some(p) = self.processes.get_mut(&pid) {
                 p.entries = entries;
-                p.python_unread = python_unread && python.is_none();
-                p.python = python;
-                p.java = java;
-                p.v8 = v8;
             }
         }
         self.kernel = Some(k);
     }
 
-    /// What `binary` exports if it is HotSpot's library, read once.
-    fn hotspot_binary(
-        &mut self,
-        binaries: &Binaries,
-        binary: BinaryIndex,
-    ) -> Option<Arc<crate::binaries::hotspot::HotSpotSymbols>> {
-        if let Some(known) = self.hotspots.get(&binary) {
-            return known.clone();
-        }
-        let bin = binaries.get(binary);
-        let found = bin
-            .file
-            .as_ref()
-            .filter(|_| crate::binaries::hotspot::may_be_libjvm(&bin.name))
-            .and_then(|file| {
-                crate::binaries::hotspot::read(&crate::binaries::elf::ElfReader::new(
-                    file,
-                    Default::default(),
-                ))
-            })
-            .map(Arc::new);
-        self.hotspots.insert(binary, found.clone());
-        found
+    /// What reads the processes' runtimes.
+    pub fn runtimes(&self) -> &R {
+        &self.runtimes
     }
 
-    /// What `binary` exports if it embeds V8, read once.
-    fn v8_binary(
-        &mut self,
-        binaries: &Binaries,
-        binary: BinaryIndex,
-    ) -> Option<Arc<crate::binaries::v8::V8Symbols>> {
-        if let Some(known) = self.v8s.get(&binary) {
-            return known.clone();
-        }
-        let bin = binaries.get(binary);
-        let read = bin
-            .file
-            .as_ref()
-            .filter(|_| crate::binaries::v8::may_be_v8(&bin.name))
-            .and_then(|file| {
-                crate::binaries::v8::read(&crate::binaries::elf::ElfReader::new(
-                    file,
-                    Default::default(),
-                ))
-            });
-        let found = match read {
-            Some(Ok(s)) => Some(Arc::new(s)),
-            Some(Err(e)) => {
-                self.python_failures.push(format!(
-                    "{}: its JavaScript functions stay unnamed: {e}",
-                    crate::escape::escape(&bin.path)
-                ));
-                None
-            }
-            None => None,
-        };
-        self.v8s.insert(binary, found.clone());
-        found
+    /// The runtimes `pid` runs, as found when its entry was last written.
+    pub fn runtime(&self, pid: u32) -> Option<&R::Process> {
+        Some(&self.processes.get(&pid)?.runtime)
     }
 
-    /// The V8 `pid` embeds, if it does.
-    pub fn v8(&self, pid: u32) -> Option<&V8Runtime> {
-        self.processes.get(&pid)?.v8.as_ref()
-    }
-
-    /// The HotSpot JVM `pid` runs, if it is one.
-    pub fn java(&self, pid: u32) -> Option<&JavaRuntime> {
-        self.processes.get(&pid)?.java.as_ref()
-    }
-
-    /// JVM `pid`'s interpreter lies at `range`: its entry says so from the
-    /// next sync, and the kernel reads the method of each frame there.
-    pub fn set_java_interpreter(
-        &mut self,
-        pid: u32,
-        range: (u64, u64),
-        code: Option<crate::bpf::abi::HotSpotCode>,
-    ) {
-        let Some(j) = self.processes.get_mut(&pid).and_then(|p| p.java.as_mut()) else {
-            return;
-        };
-        j.interpreter = Some(range);
-        j.code = code;
+    /// The runtimes `pid` runs, to change: its entry is written again at
+    /// the next sync ([`Unwinders::sync_kernel`]) with what they say then.
+    pub fn runtime_mut(&mut self, pid: u32) -> Option<&mut R::Process> {
+        let p = self.processes.get_mut(&pid)?;
         if let Some(k) = self.kernel.as_mut() {
             k.dirty.insert(pid);
         }
-    }
-
-    /// What CPython `binary` is, read once, and only if its name says it
-    /// may be one; a CPython this build cannot walk is said once.
-    fn python_binary(
-        &mut self,
-        binaries: &Binaries,
-        binary: BinaryIndex,
-    ) -> Option<Arc<crate::binaries::python::PythonBinary>> {
-        if let Some(known) = self.pythons.get(&binary) {
-            return known.clone();
-        }
-        let bin = binaries.get(binary);
-        let found = match bin
-            .file
-            .as_ref()
-            .filter(|_| crate::binaries::python::may_be_python(&bin.name))
-        {
-            None => None,
-            Some(file) => match crate::binaries::python::read(
-                &crate::binaries::elf::ElfReader::new(file, Default::default()),
-            ) {
-                Ok(p) => p.map(Arc::new),
-                Err(e) => {
-                    self.python_failures.push(format!(
-                        "{}: no Python frames: {e}",
-                        crate::escape::escape(&bin.path)
-                    ));
-                    if matches!(e, crate::binaries::python::NotRead::Version(_)) {
-                        self.unread_pythons.insert(binary);
-                    }
-                    None
-                }
-            },
-        };
-        self.pythons.insert(binary, found.clone());
-        found
-    }
-
-    /// The CPython interpreter `pid` runs, if it runs one this build reads.
-    pub fn python(&self, pid: u32) -> Option<&python::PythonRuntime> {
-        self.processes.get(&pid)?.python.as_ref()
-    }
-
-    /// Whether `pid` runs a CPython of a version this build does not read:
-    /// its stacks say so in their root frame.
-    pub fn python_unread(&self, pid: u32) -> bool {
-        self.processes.get(&pid).is_some_and(|p| p.python_unread)
+        Some(&mut p.runtime)
     }
 
     /// Whether `addr` lies in an executable mapping of `pid`.
@@ -681,7 +563,7 @@ impl Unwinders {
                 )
             })
             .collect();
-        warnings.append(&mut self.python_failures);
+        self.runtimes.take_warnings(&mut warnings);
         if let Some(k) = self.kernel.as_mut() {
             warnings.extend(
                 k.failures

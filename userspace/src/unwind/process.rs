@@ -31,7 +31,7 @@ pub(super) struct Mapping {
 /// caller to unwind to.
 const ENTRY_FUNCTION_BYTES: u64 = 128;
 
-pub(super) struct ProcessUnwinder {
+pub(super) struct ProcessUnwinder<R> {
     pub(super) mappings: Vec<Mapping>,
     /// Built on first use; dropped when the mappings change.
     pub(super) unwinder: Option<UnwinderX86_64<SectionBytes>>,
@@ -44,16 +44,11 @@ pub(super) struct ProcessUnwinder {
     pub(super) jit_modules: Vec<(u64, u64, Module<SectionBytes>)>,
     /// Monotonic ns of its exit, for pruning.
     pub(super) exited_ns: Option<u64>,
-    /// The CPython interpreter it runs, found when its entry is written.
-    pub(super) python: Option<super::python::PythonRuntime>,
-    /// It runs a CPython of a version this build does not read.
-    pub(super) python_unread: bool,
     /// A JVM whose compiled methods have rows in the kernel: where they begin.
     pub(super) jit_base: Option<u64>,
-    /// The HotSpot it runs, found when its entry is written.
-    pub(super) java: Option<super::JavaRuntime>,
-    /// The V8 it embeds (node), if any.
-    pub(super) v8: Option<super::V8Runtime>,
+    /// The runtimes it runs, found when its entry is written (the
+    /// runtimes layer's, [`super::RuntimeDetection`]).
+    pub(super) runtime: R,
 }
 
 /// How often a process's jitdump is read for new code.
@@ -105,8 +100,8 @@ pub fn is_jitdump(path: &str) -> bool {
     name.starts_with("jit-") && name.ends_with(".dump")
 }
 
-impl ProcessUnwinder {
-    pub(super) fn new(mappings: Vec<Mapping>) -> ProcessUnwinder {
+impl<R: Default> ProcessUnwinder<R> {
+    pub(super) fn new(mappings: Vec<Mapping>) -> ProcessUnwinder<R> {
         ProcessUnwinder {
             mappings,
             unwinder: None,
@@ -114,11 +109,8 @@ impl ProcessUnwinder {
             jitdump: None,
             jit_modules: Vec::new(),
             exited_ns: None,
-            python: None,
-            python_unread: false,
             jit_base: None,
-            java: None,
-            v8: None,
+            runtime: R::default(),
         }
     }
 

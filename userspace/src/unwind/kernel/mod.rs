@@ -104,7 +104,7 @@ pub struct KernelTableStats {
     #[serde(default)]
     pub python_write_failures: u64,
     /// Compiled Java methods in the last JVM table written (frame sizes from
-    /// their prologues: `unwind::jvm`).
+    /// their prologues: `runtimes::hotspot::frame_sizes`).
     #[serde(default)]
     pub jit_methods: u64,
     /// Process entries the kernel refused (its map full).

@@ -2,7 +2,7 @@
 //! function's name and its script's, as V8's own profiler names them.
 //!
 //! In: a V8 process's pid and its binary's `v8dbg_` constants
-//! ([`crate::binaries::v8`]); then, per JavaScript frame the kernel walked,
+//! ([`crate::runtimes::v8::binary`]); then, per JavaScript frame the kernel walked,
 //! the SharedFunctionInfo it read and the word it read at the object's
 //! name-or-scope-info field. Out: each function's name and file
 //! ([`V8Layout::function`]).
@@ -17,8 +17,8 @@
 //! thin or sliced links; nothing from the process sizes an allocation
 //! beyond those bounds.
 
-use crate::binaries::v8::{c, k, V8Symbols, SCOPE_INFO_SLOTS};
 use crate::bpf::abi::{V8_HEAP_OBJECT_TAG, V8_HEAP_OBJECT_TAG_MASK};
+use crate::runtimes::v8::binary::{c, k, V8Symbols, SCOPE_INFO_SLOTS};
 use crate::sys::memory::{read_process, read_process_words};
 
 /// Characters of a name or file kept.
@@ -894,7 +894,7 @@ mod tests {
 
     #[test]
     fn node_20s_code_layout_is_derived_and_others_are_not_guessed() {
-        let node20 = crate::binaries::v8::tests::node20();
+        let node20 = crate::runtimes::v8::binary::tests::node20();
         let l = CodeLayout::new(&node20).expect("node 20's layout");
         // Read from node 20's memory (%DebugPrint of an optimized function
         // and its Code): the code at 48, instructions start and size at 40
@@ -923,7 +923,7 @@ mod tests {
 
     #[test]
     fn smis_decode_and_heap_pointers_are_told_apart() {
-        let mut values = vec![0; crate::binaries::v8::WANTED.len()];
+        let mut values = vec![0; crate::runtimes::v8::binary::WANTED.len()];
         values[k::SMI_TAG_SIZE] = 1;
         values[k::SMI_SHIFT_SIZE] = 31;
         let l = V8Layout::new(&V8Symbols {

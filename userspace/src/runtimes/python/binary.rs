@@ -16,7 +16,7 @@
 //! internal layout once it is released). 3.13 also publishes them
 //! (`_Py_DebugOffsets` at the start of `_PyRuntime`); the table agrees.
 
-use super::elf::{vaddr_to_offset, ElfReader};
+use crate::binaries::elf::{vaddr_to_offset, ElfReader};
 
 /// Structure offsets of one CPython minor version (bytes).
 #[derive(Debug, PartialEq, Eq)]
@@ -294,7 +294,7 @@ const MAX_EVAL_BYTES: u64 = 1 << 20;
 /// asked for. x86_64 only.
 fn unnamed_cold_part(
     elf: &ElfReader<'_>,
-    segments: &[super::elf::Segment],
+    segments: &[crate::binaries::elf::Segment],
     (start, end): (u64, u64),
 ) -> Option<(u64, u64)> {
     if end - start > MAX_EVAL_BYTES {

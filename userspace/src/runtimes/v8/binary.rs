@@ -9,9 +9,9 @@
 //! data (or zero in its .bss), read from the file once per binary, checked
 //! to be values a V8 can have. So the kernel reads a node's frames from its
 //! first sample (read from the process after its first sample, they came
-//! 100-300 ms late). [`crate::symbolize::v8`] reads objects with them.
+//! 100-300 ms late). [`crate::runtimes::v8::read`] reads objects with them.
 
-use super::elf::ElfReader;
+use crate::binaries::elf::ElfReader;
 
 /// The constants sysprof reads, by value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -89,7 +89,7 @@ pub mod c {
     pub const TYPE_FEEDBACK_VECTOR: usize = 23;
 }
 
-/// The constants read, in the order [`crate::symbolize::v8`] takes them.
+/// The constants read, in the order [`crate::runtimes::v8::read`] takes them.
 pub const WANTED: &[&str] = &[
     "v8dbg_off_fp_context_or_frame_type",
     "v8dbg_off_fp_function",
@@ -201,7 +201,7 @@ pub fn read(elf: &ElfReader<'_>) -> Option<Result<V8Symbols, NotRead>> {
     let segments = elf.segments().ok()?;
     let mut values = Vec::with_capacity(at.len());
     for (&vaddr, &name) in at.iter().zip(WANTED) {
-        let value = match super::elf::vaddr_to_offset(&segments, vaddr) {
+        let value = match crate::binaries::elf::vaddr_to_offset(&segments, vaddr) {
             Some(offset) => match elf.read_checked(name, offset, 4) {
                 Ok(b) => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64,
                 Err(_) => return Some(Err(NotRead::Unreadable(name))),
@@ -221,7 +221,7 @@ pub fn read(elf: &ElfReader<'_>) -> Option<Result<V8Symbols, NotRead>> {
         });
         let value = match found {
             None => -1,
-            Some((vaddr, name)) => match super::elf::vaddr_to_offset(&segments, vaddr) {
+            Some((vaddr, name)) => match crate::binaries::elf::vaddr_to_offset(&segments, vaddr) {
                 Some(offset) => match elf.read_checked(name, offset, 4) {
                     // A value no V8 has is as good as none.
                     Ok(b) => Some(i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64)

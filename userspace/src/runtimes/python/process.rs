@@ -5,13 +5,13 @@
 //! kernel entries are written) and the binaries they map. Out: per process a
 //! [`PythonRuntime`] (the interpreter's version, layout and eval loop at the
 //! process's addresses), and its `python_procs` entry. A binary is read
-//! once ([`crate::binaries::python::read`]) and only when its name says it
+//! once ([`crate::runtimes::python::binary::read`]) and only when its name says it
 //! may be an interpreter.
 
 use std::sync::Arc;
 
-use crate::binaries::python::PythonBinary;
 use crate::bpf::abi::{PythonProcess, PY_NO_OFFSET};
+use crate::runtimes::python::binary::PythonBinary;
 
 /// glibc (x86_64, 2.34 and later): where `struct pthread` keeps the first
 /// 32 thread-specific values (`specific_1stblock`, 16 bytes each: sequence,

@@ -19,8 +19,9 @@
 //! name: `python3 -m json.tool` showed a wrong name or file in 98 % of its
 //! samples before.
 
-use crate::binaries::python::PyLayout;
 use crate::bpf::abi::{PY_ADDR_BITS, PY_FP_MUL};
+pub use crate::runtimes::frames::CodeInfo;
+use crate::runtimes::python::binary::PyLayout;
 use crate::sys::memory::read_process;
 
 /// `PyObject.ob_refcnt`, first in every object of the builds read here
@@ -72,28 +73,8 @@ const MAX_FILE_CHARS: u64 = 4096;
 /// Largest line table read.
 const MAX_LINE_TABLE: u64 = 64 << 10;
 
-/// What names one code object's frames.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CodeInfo {
-    /// `co_qualname`: `Class.method`, `outer.<locals>.inner`.
-    pub qualname: Box<str>,
-    /// `co_filename`.
-    pub filename: Box<str>,
-    /// `co_firstlineno`.
-    pub first_line: u32,
-    /// `co_linetable`: the location table (3.11+ format).
-    pub line_table: Box<[u8]>,
-}
-
+/// A CPython code object's lines, from its location table.
 impl CodeInfo {
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self.qualname.len()
-            + self.filename.len()
-            + self.line_table.len()
-    }
-
     /// The line of the instruction `index` code units (2 bytes each) into
     /// the bytecode; the first line for one before it or past the table.
     pub fn line(&self, index: i64) -> u32 {
@@ -418,7 +399,7 @@ for start, end, line in c.co_lines():
             let _ = std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
             let mut words = line.split_whitespace();
             let minor: u8 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
-            let Some(layout) = crate::binaries::python::layout(minor) else {
+            let Some(layout) = crate::runtimes::python::binary::layout(minor) else {
                 let _ = child.kill();
                 let _ = child.wait();
                 continue;

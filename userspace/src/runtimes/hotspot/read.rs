@@ -17,7 +17,7 @@
 //! its constant pool's class points back at that constant pool; what fails
 //! is an unnamed frame, never a read outside that process.
 
-use crate::binaries::hotspot::HotSpotSymbols;
+use crate::runtimes::hotspot::binary::HotSpotSymbols;
 use crate::sys::memory::read_process;
 
 /// Most entries of one `gHotSpotVM*` table read (JDK 17 has 788 fields).

@@ -6,10 +6,10 @@
 //! serviceability agent (`vmStructs.cpp`): the tables of its structures'
 //! fields, types and constants, and the strides and field offsets of those
 //! tables' entries. The JVM fills the offset variables while it starts, so
-//! they are read from the process ([`crate::symbolize::hotspot`]), not the
+//! they are read from the process ([`crate::runtimes::hotspot::read`]), not the
 //! file.
 
-use super::elf::ElfReader;
+use crate::binaries::elf::ElfReader;
 
 /// The exported variables, by name; each a file address.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

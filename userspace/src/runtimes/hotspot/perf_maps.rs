@@ -1,5 +1,5 @@
 //! Asking sampled JVMs for their perf maps while they run, so their compiled
-//! methods have names (see [`crate::symbolize::jvm`]).
+//! methods have names (see [`crate::runtimes::hotspot::attach`]).
 //!
 //! In: processes that map `libjvm.so` (from their mappings), the samples
 //! that show them running, the collector's periodic tick and each window's
@@ -11,7 +11,7 @@
 //! window's end one more, waited for, so the window's frames are named.
 //! A JVM that could not be asked is said once as a warning and not asked
 //! again. The same thread then reads the map and each compiled method's
-//! prologue ([`crate::unwind::jvm`]): the frame sizes the kernel's walker
+//! prologue ([`crate::runtimes::hotspot::frame_sizes`]): the frame sizes the kernel's walker
 //! needs to go on below compiled Java frames, handed to the unwinders.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use crate::symbolize::jvm::AttachError;
-use crate::unwind::jvm::JitFrames;
+use crate::runtimes::hotspot::attach::AttachError;
+use crate::runtimes::hotspot::frame_sizes::JitFrames;
 
 /// What a request gives: the JVM's compiled frames (and, at a window's
 /// end, its threads' full names), or why it was not asked, and how long it
@@ -91,7 +91,7 @@ struct Jvm {
 
 /// The JVMs of the machine (or of the recorded processes) and their requests.
 #[derive(Debug)]
-pub(super) struct Jvms {
+pub struct Jvms {
     jvms: FxHashMap<u32, Jvm>,
     done_tx: Sender<Answer>,
     done_rx: Receiver<Answer>,
@@ -117,7 +117,7 @@ impl Default for Jvms {
 
 /// A libjvm's structure-table symbols and where its address 0 lies in a JVM.
 type HotSpotAt = (
-    std::sync::Arc<crate::binaries::hotspot::HotSpotSymbols>,
+    std::sync::Arc<crate::runtimes::hotspot::binary::HotSpotSymbols>,
     u64,
 );
 
@@ -130,11 +130,11 @@ fn ask(
     with_names: bool,
 ) -> Result<(JitFrames, Option<ThreadNames>), AttachError> {
     let at = hotspot.as_ref().map(|(s, b)| (&**s, *b));
-    crate::symbolize::jvm::write_perf_map(pid, at)?;
+    crate::runtimes::hotspot::attach::write_perf_map(pid, at)?;
     // A JVM that answered the first request answers this one; a failure
     // here costs the names only.
     let names = with_names
-        .then(|| crate::symbolize::jvm::thread_names(pid, at).ok())
+        .then(|| crate::runtimes::hotspot::attach::thread_names(pid, at).ok())
         .flatten()
         .map(|v| v.into_iter().collect());
     Ok((ask_frames(pid), names))
@@ -148,7 +148,7 @@ fn ask_frames(pid: u32) -> JitFrames {
     };
     // The map is checked as any perf map is (owner, regular file, size).
     let frames = match crate::binaries::perfmap::load(uid, ns_pid, &format!("/proc/{pid}/root")) {
-        Ok(map) => crate::unwind::jvm::frames(&map, |addr, buf| {
+        Ok(map) => crate::runtimes::hotspot::frame_sizes::frames(&map, |addr, buf| {
             crate::sys::memory::read_process(pid, addr, buf).is_ok()
         }),
         Err(_) => JitFrames::default(),
@@ -171,9 +171,23 @@ fn cut_retry(before: Duration, same: bool, answered_before: bool, took: Duration
     }
 }
 
+/// A JVM's perf map is asked for while it runs: an exec or an exit ends that.
+impl crate::runtimes::RuntimeReader for Jvms {
+    fn exec(&mut self, pid: u32) {
+        self.gone(pid);
+    }
+    fn exited(&mut self, pid: u32, _: u64) {
+        self.gone(pid);
+    }
+    fn held_bytes(&self) -> usize {
+        0
+    }
+    fn shed(&mut self) {}
+}
+
 impl Jvms {
     /// `pid` mapped `path`: a JVM if it is HotSpot's library.
-    pub(super) fn mapped(&mut self, pid: u32, path: &str) {
+    pub fn mapped(&mut self, pid: u32, path: &str) {
         if path.rsplit('/').next() == Some("libjvm.so") {
             self.jvms.entry(pid).or_insert(Jvm {
                 sampled: false,
@@ -197,7 +211,7 @@ impl Jvms {
     }
 
     /// `pid` was sampled; `hotspot` gives its libjvm's tables, if known.
-    pub(super) fn sampled(&mut self, pid: u32, hotspot: impl FnOnce() -> Option<HotSpotAt>) {
+    pub fn sampled(&mut self, pid: u32, hotspot: impl FnOnce() -> Option<HotSpotAt>) {
         if let Some(j) = self.jvms.get_mut(&pid) {
             j.sampled = true;
             if j.hotspot.is_none() {
@@ -209,7 +223,7 @@ impl Jvms {
     /// A stack of `pid` was cut where the kernel had no unwind rule: if it
     /// is a JVM that answered before, its new methods are asked for soon
     /// (see [`CUT_RETRY_MIN`]), not at the next doubling.
-    pub(super) fn stack_cut(&mut self, pid: u32) {
+    pub fn stack_cut(&mut self, pid: u32) {
         if let Some(j) = self
             .jvms
             .get_mut(&pid)
@@ -224,7 +238,7 @@ impl Jvms {
 
     /// `pid` exec'd or exited: no JVM any more (forgotten at the window's
     /// end, when a request still out has answered).
-    pub(super) fn gone(&mut self, pid: u32) {
+    pub fn gone(&mut self, pid: u32) {
         if let Some(j) = self.jvms.get_mut(&pid) {
             j.gone = true;
         }
@@ -232,7 +246,7 @@ impl Jvms {
 
     /// Start the requests that are due (all of the sampled ones with
     /// `now_all`), and take the answers that arrived.
-    pub(super) fn tick(&mut self, now_all: bool) {
+    pub fn tick(&mut self, now_all: bool) {
         let now = Instant::now();
         for (&pid, j) in self.jvms.iter_mut() {
             if !j.sampled
@@ -330,7 +344,7 @@ impl Jvms {
     /// The full name of JVM `pid`'s thread `tid`, where the kernel's
     /// (`comm`, 15 bytes) is it cut: a name the JVM says that does not
     /// begin with what the kernel has is not taken.
-    pub(super) fn full_name(&self, pid: u32, tid: u32, comm: &str) -> Option<&str> {
+    pub fn full_name(&self, pid: u32, tid: u32, comm: &str) -> Option<&str> {
         let names = match self.jvms.get(&pid) {
             Some(j) => &j.names,
             None => self.departed.get(&pid)?,
@@ -343,7 +357,7 @@ impl Jvms {
     }
 
     /// The compiled frames of the JVMs that answered since the last call.
-    pub(super) fn take_frames(&mut self) -> Vec<(u32, JitFrames)> {
+    pub fn take_frames(&mut self) -> Vec<(u32, JitFrames)> {
         std::mem::take(&mut self.frames)
     }
 
@@ -351,11 +365,7 @@ impl Jvms {
     /// answers, at most `wait`.
     /// `names_compiled(pid)`: whether JVM `pid`'s compiled frames were named
     /// from its memory (what a JVM not asked still gets).
-    pub(super) fn refresh(
-        &mut self,
-        wait: Duration,
-        names_compiled: impl Fn(u32) -> bool,
-    ) -> Vec<String> {
+    pub fn refresh(&mut self, wait: Duration, names_compiled: impl Fn(u32) -> bool) -> Vec<String> {
         self.tick(true);
         self.collect(Some(Instant::now() + wait));
         let mut warnings = Vec::new();

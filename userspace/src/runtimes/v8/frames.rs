@@ -6,7 +6,7 @@
 //! address is followed by `V8_FRAME_TAG | SharedFunctionInfo` and the
 //! word the kernel read at that object's name-or-scope-info field. Out:
 //! the same stacks with each JavaScript
-//! frame as a raw key ([`super::python::PY_KEY_BASE`] | index) into the
+//! frame as a raw key ([`crate::runtimes::frames::RUNTIME_KEY_BASE`] | index) into the
 //! window's interpreted-frame table (name, file), the table Python and
 //! Java frames use: one key a machine frame, its function and those
 //! TurboFan inlined into it there (each a profile frame, the inlined ones
@@ -23,15 +23,15 @@
 
 use std::sync::Arc;
 
-use super::python::{CodeCache, Held, PythonFrames};
 use crate::bpf::abi::V8_FRAME_TAG;
-use crate::symbolize::python::CodeInfo;
-use crate::symbolize::v8::{CodeAt, JsCode, V8Layout};
-use crate::unwind::V8Runtime;
+use crate::runtimes::frames::{CodeCache, Held, RuntimeFrames};
+use crate::runtimes::python::read::CodeInfo;
+use crate::runtimes::v8::process::V8Runtime;
+use crate::runtimes::v8::read::{CodeAt, JsCode, V8Layout};
 
 /// A function as its frames are named.
 #[derive(Debug)]
-pub(super) struct JsFunctionInfo {
+pub struct JsFunctionInfo {
     info: Arc<CodeInfo>,
 }
 
@@ -44,7 +44,7 @@ impl Held for JsFunctionInfo {
 /// A function's optimized code objects seen holding its frames (its
 /// current code and on-stack-replaced loops), newest last.
 #[derive(Debug)]
-pub(super) struct FunctionCodes {
+pub struct FunctionCodes {
     codes: Vec<Arc<JsCode>>,
 }
 
@@ -63,7 +63,7 @@ impl Held for FunctionCodes {
 /// a callee that keeps no frame), or it runs interpreted or baseline code
 /// (`None`): remembered so as not to look again.
 #[derive(Debug)]
-pub(super) struct NoCode;
+pub struct NoCode;
 
 impl Held for NoCode {
     fn bytes(&self) -> usize {
@@ -78,21 +78,36 @@ fn is_v8_word(w: u64) -> bool {
 
 /// The V8 processes' functions.
 #[derive(Debug, Default)]
-pub(super) struct JsFrames {
+pub struct JsFrames {
     /// Per binary (by its constants, which the unwinders read once per
     /// binary): the layout objects are read with.
-    layouts: Vec<(Arc<crate::binaries::v8::V8Symbols>, Arc<V8Layout>)>,
+    layouts: Vec<(Arc<crate::runtimes::v8::binary::V8Symbols>, Arc<V8Layout>)>,
     /// Functions read, per process, object and name word.
-    pub(super) functions: CodeCache<JsFunctionInfo>,
+    pub functions: CodeCache<JsFunctionInfo>,
     /// Optimized code, per process, SharedFunctionInfo and name word.
-    pub(super) codes: CodeCache<FunctionCodes>,
+    pub codes: CodeCache<FunctionCodes>,
     /// Frame addresses in no optimized code, per process, address and
     /// SharedFunctionInfo.
-    pub(super) no_code: CodeCache<NoCode>,
+    pub no_code: CodeCache<NoCode>,
     /// The functions of one frame's scopes (reused: no allocation per frame).
     scopes: Vec<(i32, u32)>,
     /// Their functions, outermost first (reused).
     group: Vec<(Arc<CodeInfo>, u32)>,
+}
+
+impl crate::runtimes::RuntimeReader for JsFrames {
+    fn exec(&mut self, pid: u32) {
+        self.forget(pid);
+    }
+    fn exited(&mut self, pid: u32, time_ns: u64) {
+        JsFrames::exited(self, pid, time_ns);
+    }
+    fn held_bytes(&self) -> usize {
+        self.bytes()
+    }
+    fn shed(&mut self) {
+        self.clear();
+    }
 }
 
 impl JsFrames {
@@ -111,26 +126,26 @@ impl JsFrames {
     }
 
     /// `pid` exec'd: what was read of its old image is forgotten.
-    pub(super) fn forget(&mut self, pid: u32) {
+    pub fn forget(&mut self, pid: u32) {
         self.functions.forget(pid);
         self.codes.forget(pid);
         self.no_code.forget(pid);
     }
 
     /// `pid` exited at `time_ns`: forgotten once its last samples are in.
-    pub(super) fn exited(&mut self, pid: u32, time_ns: u64) {
+    pub fn exited(&mut self, pid: u32, time_ns: u64) {
         self.functions.exited(pid, time_ns);
         self.codes.exited(pid, time_ns);
         self.no_code.exited(pid, time_ns);
     }
 
     /// Bytes held.
-    pub(super) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.functions.bytes() + self.codes.bytes() + self.no_code.bytes()
     }
 
     /// Forget everything read (read again as used).
-    pub(super) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.functions.clear();
         self.codes.clear();
         self.no_code.clear();
@@ -229,7 +244,7 @@ impl JsFrames {
         pid: u32,
         code: &JsCode,
         own: &Arc<JsFunctionInfo>,
-        frames: &mut PythonFrames,
+        frames: &mut RuntimeFrames,
         out: &mut [u64],
     ) -> bool {
         let pc = *out.last().expect("not empty");
@@ -267,18 +282,18 @@ impl JsFrames {
     }
 
     /// Whether `stack` holds JavaScript frames' functions.
-    pub(super) fn has_v8_words(stack: &[u64]) -> bool {
+    pub fn has_v8_words(stack: &[u64]) -> bool {
         stack.iter().any(|&w| is_v8_word(w))
     }
 
     /// `stack` (kernel-walked, leaf first) with each JavaScript frame named
     /// from its function, into `out`; the function words never stay in it.
-    pub(super) fn merge(
+    pub fn merge(
         &mut self,
         stack: &[u64],
         pid: u32,
         v8: Option<&V8Runtime>,
-        frames: &mut PythonFrames,
+        frames: &mut RuntimeFrames,
         out: &mut Vec<u64>,
     ) {
         out.clear();
@@ -332,7 +347,7 @@ mod tests {
     #[test]
     fn function_words_never_stay_in_a_stack() {
         let mut js = JsFrames::default();
-        let mut frames = PythonFrames::default();
+        let mut frames = RuntimeFrames::default();
         let mut out = Vec::new();
         // No V8 runtime: the frames keep their addresses, the words go.
         let stack = [

@@ -19,7 +19,7 @@
 //! (a bad one is an error, not a fault), and a wrong answer can only
 //! misname that process's own threads.
 
-use crate::binaries::python::PyLayout;
+use crate::runtimes::python::binary::PyLayout;
 
 /// Entries of a dict read, at most (`sys.modules` holds hundreds).
 pub const MAX_ENTRIES: u64 = 8192;
@@ -326,7 +326,7 @@ impl<M: Memory> Interpreter<'_, M> {
         if !self.memory.read(data, &mut bytes) {
             return Err(NamesError::Unreadable);
         }
-        super::python::decode_compact(kind, ascii, &bytes).ok_or(NamesError::Malformed("string"))
+        super::read::decode_compact(kind, ascii, &bytes).ok_or(NamesError::Malformed("string"))
     }
 
     /// An int of one or two 30-bit digits, positive (a thread id), or None.
@@ -385,7 +385,7 @@ mod tests {
     /// index width no dict has, is refused before anything is read by it.
     #[test]
     fn lying_dict_sizes_are_refused() {
-        let layout = crate::binaries::python::layout(12).unwrap();
+        let layout = crate::runtimes::python::binary::layout(12).unwrap();
         for (log2_size, log2_index, entries) in
             [(3u8, 3u8, 9u64), (3, 9, 1), (40, 40, 1), (14, 14, 9000)]
         {
@@ -411,7 +411,7 @@ mod tests {
     /// A dangling pointer is an error, never a read elsewhere.
     #[test]
     fn unreadable_memory_is_an_error() {
-        let layout = crate::binaries::python::layout(13).unwrap();
+        let layout = crate::runtimes::python::binary::layout(13).unwrap();
         let mem = Fake(Default::default());
         let interp = Interpreter {
             memory: &mem,

@@ -38,8 +38,8 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::time::{Duration, Instant};
 
-use crate::binaries::hotspot::HotSpotSymbols;
-use crate::symbolize::hotspot::LayoutError;
+use crate::runtimes::hotspot::binary::HotSpotSymbols;
+use crate::runtimes::hotspot::read::LayoutError;
 
 /// How long the JVM has to start its attach listener, and to answer.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -232,7 +232,12 @@ fn attach_forbidden(
     hotspot: Option<(&HotSpotSymbols, u64)>,
 ) -> Result<Option<String>, String> {
     if let Some((symbols, base)) = hotspot {
-        match crate::symbolize::hotspot::bool_flag(pid, base, symbols, "DisableAttachMechanism") {
+        match crate::runtimes::hotspot::read::bool_flag(
+            pid,
+            base,
+            symbols,
+            "DisableAttachMechanism",
+        ) {
             Ok(true) => return Ok(Some("it runs with -XX:+DisableAttachMechanism".into())),
             Ok(false) => return Ok(None),
             // Its flags are set before it fills its tables: asked again later.

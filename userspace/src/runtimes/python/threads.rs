@@ -8,7 +8,7 @@
 //! name cut at 15 bytes (3.14 sets it).
 //!
 //! The names are read from the interpreter's memory
-//! ([`crate::symbolize::python_threads`]) of the processes whose Python
+//! ([`crate::runtimes::python::threads_read`]) of the processes whose Python
 //! code was sampled since the last read, every 250 ms and at each window's
 //! end: `threading._active` is looked up once per process (retried, less
 //! and less often, until the program imports `threading`), then read. A
@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::symbolize::python_threads::{Interpreter, Process};
-use crate::unwind::python::PythonRuntime;
+use crate::runtimes::python::process::PythonRuntime;
+use crate::runtimes::python::threads_read::{Interpreter, Process};
 
 /// Processes whose names are kept, at most (each a few names).
 const MAX_PROCESSES: usize = 4096;
@@ -52,7 +52,7 @@ struct Named {
 
 /// The names of CPython processes' threads.
 #[derive(Debug, Default)]
-pub(super) struct PythonThreadNames {
+pub struct PythonThreadNames {
     by_pid: FxHashMap<u32, Named>,
     /// Processes whose Python frames were sampled since the last read:
     /// only those are read (a host's idle interpreters cost nothing).
@@ -61,18 +61,18 @@ pub(super) struct PythonThreadNames {
 
 impl PythonThreadNames {
     /// `pid`'s Python code ran (a sample with its frames).
-    pub(super) fn sampled(&mut self, pid: u32) {
+    pub fn sampled(&mut self, pid: u32) {
         self.sampled.insert(pid);
     }
 
     /// The processes sampled since the last call.
-    pub(super) fn take_sampled(&mut self) -> Vec<u32> {
+    pub fn take_sampled(&mut self) -> Vec<u32> {
         self.sampled.drain().collect()
     }
 
     /// Read `pid`'s thread names now (`now_ns`, for the retries), its
     /// interpreter being `py`.
-    pub(super) fn refresh(&mut self, pid: u32, py: &PythonRuntime, now_ns: u64) {
+    pub fn refresh(&mut self, pid: u32, py: &PythonRuntime, now_ns: u64) {
         let identity = (Arc::as_ptr(&py.binary) as usize, py.base);
         if self.by_pid.get(&pid).is_some_and(|n| n.runtime != identity) {
             self.by_pid.remove(&pid);
@@ -127,7 +127,7 @@ impl PythonThreadNames {
     /// (`comm`) is only the process's (`process_comm`, inherited) or that
     /// name cut: never for the main thread ("MainThread" says less than
     /// the program's name).
-    pub(super) fn name(&self, pid: u32, tid: u32, comm: &str, process_comm: &str) -> Option<&str> {
+    pub fn name(&self, pid: u32, tid: u32, comm: &str, process_comm: &str) -> Option<&str> {
         if tid == pid {
             return None;
         }
@@ -138,7 +138,7 @@ impl PythonThreadNames {
     }
 
     /// Forget the processes `gone` says have ended.
-    pub(super) fn forget(&mut self, gone: impl Fn(u32) -> bool) {
+    pub fn forget(&mut self, gone: impl Fn(u32) -> bool) {
         self.by_pid.retain(|&pid, _| !gone(pid));
     }
 }

@@ -10,7 +10,7 @@
 //! which a perf map written later cannot say once the JVM has reused the
 //! address). Out: the interpreter's code range for the kernel's entry (read
 //! from the JVM once it has generated it), and the same stacks with each
-//! interpreted frame as a raw key ([`super::python::PY_KEY_BASE`] | index)
+//! interpreted frame as a raw key ([`crate::runtimes::frames::RUNTIME_KEY_BASE`] | index)
 //! into the window's interpreted-frame table (name, file, line), the table
 //! Python frames use; a compiled frame is one key too, its method and the
 //! methods the JIT inlined into it there (each a profile frame, the inlined
@@ -26,13 +26,13 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use super::python::{CodeCache, Held, PythonFrames};
 use crate::bpf::abi::{
     HotSpotCode, JAVA_COMPILED_BLOB, JAVA_COMPILE_ID_MASK, JAVA_COMPILE_ID_SHIFT, JAVA_FRAME_TAG,
 };
-use crate::symbolize::hotspot::{CompiledCode, HotSpotLayout, JavaMethod, LayoutError};
-use crate::symbolize::python::CodeInfo;
-use crate::unwind::JavaRuntime;
+use crate::runtimes::frames::{CodeCache, Held, RuntimeFrames};
+use crate::runtimes::hotspot::process::JavaRuntime;
+use crate::runtimes::hotspot::read::{CompiledCode, HotSpotLayout, JavaMethod, LayoutError};
+use crate::runtimes::python::read::CodeInfo;
 
 /// How often a JVM whose interpreter is not generated yet (or whose tables
 /// are not filled in) is looked at again, while it is sampled.
@@ -45,7 +45,7 @@ const MAX_NOT_YET: u32 = 500;
 
 /// A method as its frames are named.
 #[derive(Debug)]
-pub(super) struct JavaMethodInfo {
+pub struct JavaMethodInfo {
     info: Arc<CodeInfo>,
     method: JavaMethod,
 }
@@ -69,14 +69,14 @@ fn is_java_word(w: u64) -> bool {
 
 /// A libjvm's layout as read (or why not), and how often it was read.
 type LayoutRead = (
-    Arc<crate::binaries::hotspot::HotSpotSymbols>,
+    Arc<crate::runtimes::hotspot::binary::HotSpotSymbols>,
     Result<Arc<HotSpotLayout>, LayoutError>,
     u32,
 );
 
 /// The JVMs' layouts, interpreters and methods.
 #[derive(Debug, Default)]
-pub(super) struct JavaFrames {
+pub struct JavaFrames {
     /// Per libjvm (by its exported symbols, which the unwinders read once
     /// per binary): its layout, or why it has none, and how often it was
     /// read (NotYet and Unreadable are read again, up to [`MAX_NOT_YET`]
@@ -85,13 +85,13 @@ pub(super) struct JavaFrames {
     /// Per JVM whose interpreter is not known yet: when to look again.
     next_look: FxHashMap<u32, u64>,
     /// Methods read, per JVM and address.
-    pub(super) methods: CodeCache<JavaMethodInfo>,
+    pub methods: CodeCache<JavaMethodInfo>,
     /// Compiled methods' debug information (their inlined scopes), per
     /// JVM, blob address and compile id: a blob freed and reused by another
     /// nmethod is another entry.
-    pub(super) compiled: CodeCache<CompiledCode>,
+    pub compiled: CodeCache<CompiledCode>,
     /// Layouts that could not be read, to be said once each.
-    pub(super) failures: Vec<String>,
+    pub failures: Vec<String>,
     /// JVMs whose compiled frames were named from their memory; those gone
     /// are forgotten at the window's end, once its warnings are said.
     compiled_named: rustc_hash::FxHashSet<u32>,
@@ -100,6 +100,26 @@ pub(super) struct JavaFrames {
     scopes: Vec<(u64, i32)>,
     /// Their methods, outermost first (reused).
     group: Vec<(Arc<CodeInfo>, u32)>,
+}
+
+impl crate::runtimes::RuntimeReader for JavaFrames {
+    fn exec(&mut self, pid: u32) {
+        self.methods.forget(pid);
+        self.compiled.forget(pid);
+        self.gone(pid);
+    }
+    fn exited(&mut self, pid: u32, time_ns: u64) {
+        self.methods.exited(pid, time_ns);
+        self.compiled.exited(pid, time_ns);
+        self.gone(pid);
+    }
+    fn held_bytes(&self) -> usize {
+        self.methods.bytes() + self.compiled.bytes()
+    }
+    fn shed(&mut self) {
+        self.methods.clear();
+        self.compiled.clear();
+    }
 }
 
 impl JavaFrames {
@@ -148,7 +168,7 @@ impl JavaFrames {
 
     /// JVM `pid` was sampled at `now_ns` and its interpreter is not known:
     /// its range, once the JVM has one (looked at every [`RETRY_NS`]).
-    pub(super) fn find_interpreter(
+    pub fn find_interpreter(
         &mut self,
         pid: u32,
         java: &JavaRuntime,
@@ -202,7 +222,7 @@ impl JavaFrames {
         blob: u64,
         id: u32,
         return_address: bool,
-        frames: &mut PythonFrames,
+        frames: &mut RuntimeFrames,
         out: &mut [u64],
     ) -> bool {
         let Some(code) = self
@@ -233,7 +253,7 @@ impl JavaFrames {
         layout: &HotSpotLayout,
         pid: u32,
         scopes: &[(u64, i32)],
-        frames: &mut PythonFrames,
+        frames: &mut RuntimeFrames,
         out: &mut [u64],
     ) -> bool {
         let mut group = std::mem::take(&mut self.group);
@@ -262,19 +282,19 @@ impl JavaFrames {
 
     /// Whether JVM `pid`'s compiled frames were named from its memory
     /// (its nmethods' `Method*`s), so they need no perf map.
-    pub(super) fn names_compiled(&self, pid: u32) -> bool {
+    pub fn names_compiled(&self, pid: u32) -> bool {
         self.compiled_named.contains(&pid)
     }
 
     /// A window's end: the JVMs gone during it are forgotten.
-    pub(super) fn window_done(&mut self) {
+    pub fn window_done(&mut self) {
         for pid in self.departed.drain(..) {
             self.compiled_named.remove(&pid);
         }
     }
 
     /// `pid` exec'd or exited: nothing more to look for in it.
-    pub(super) fn gone(&mut self, pid: u32) {
+    pub fn gone(&mut self, pid: u32) {
         self.next_look.remove(&pid);
         if self.compiled_named.contains(&pid) {
             self.departed.push(pid);
@@ -282,18 +302,18 @@ impl JavaFrames {
     }
 
     /// Whether `stack` holds interpreted frames' methods.
-    pub(super) fn has_java_words(stack: &[u64]) -> bool {
+    pub fn has_java_words(stack: &[u64]) -> bool {
         stack.iter().any(|&w| is_java_word(w))
     }
 
     /// `stack` (kernel-walked, leaf first) with each interpreted frame named
     /// from its method, into `out`; the method words never stay in it.
-    pub(super) fn merge(
+    pub fn merge(
         &mut self,
         stack: &[u64],
         pid: u32,
         java: Option<&JavaRuntime>,
-        frames: &mut PythonFrames,
+        frames: &mut RuntimeFrames,
         out: &mut Vec<u64>,
     ) {
         out.clear();
@@ -374,7 +394,7 @@ mod tests {
                     first_line: 0,
                     line_table: Box::new([]),
                 }),
-                method: crate::symbolize::hotspot::JavaMethod {
+                method: crate::runtimes::hotspot::read::JavaMethod {
                     name: "long Hot.hotOne(int)".into(),
                     file: "Hot.java".into(),
                     code_start: 0x7000,
@@ -402,7 +422,7 @@ mod tests {
         // No layout (not a JVM the unwinders know): the interpreter's
         // addresses stay, the words after them go, a word cut at the end too.
         let mut j = JavaFrames::default();
-        let mut frames = PythonFrames::default();
+        let mut frames = RuntimeFrames::default();
         let mut out = Vec::new();
         let stack = [
             0x1000,
@@ -425,7 +445,7 @@ mod tests {
             0x7fff_ffff_f000,
             0xffff_ffff_8100_0000,
             3,
-            super::super::python::PY_KEY_BASE | 5
+            crate::runtimes::frames::RUNTIME_KEY_BASE | 5
         ]));
     }
 }

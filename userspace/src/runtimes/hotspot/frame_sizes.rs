@@ -2,7 +2,7 @@
 //! of each compiled method, read from its own prologue, as unwind rows.
 //!
 //! In: a JVM's pid and the code ranges of its compiled methods (its perf
-//! map, which the JVM writes when sysprof asks: `collector/jvm.rs`). Out:
+//! map, which the JVM writes when sysprof asks: `runtimes/hotspot/perf_maps.rs`). Out:
 //! [`JitFrames`]: rows over the JVM's code cache, relative to its lowest
 //! method, which the kernel's process entry gives every anonymous
 //! executable mapping of the JVM (`unwind/mod.rs`).
@@ -34,6 +34,7 @@
 
 use crate::binaries::perfmap::PerfMap;
 use crate::bpf::abi::{Row, ROW_CFA_RSP, ROW_NONE};
+pub use crate::unwind::JitFrames;
 
 /// Bytes of a method read for its prologue: the unverified entry's inline
 /// cache check (~20 bytes), alignment, the stack bang (7) and the frame's
@@ -131,19 +132,6 @@ pub fn prologue(code: &[u8]) -> Option<Prologue> {
         }
     }
     None
-}
-
-/// One JVM's compiled frames as kernel rows.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct JitFrames {
-    /// The address the rows' `pc` is relative to (the lowest method's start).
-    pub base: u64,
-    /// Rows sorted by pc: each method's three rules, then "no rule" at its end.
-    pub rows: Vec<Row>,
-    /// Methods given rows.
-    pub methods: usize,
-    /// Methods (or other blobs) whose start did not read as a prologue.
-    pub without_prologue: usize,
 }
 
 /// A CFA = rsp + `cfa` row at `pc`, with the caller's rbp at CFA - 16 when `saved_rbp`.

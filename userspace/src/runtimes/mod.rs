@@ -1,0 +1,364 @@
+//! The runtimes whose frames sysprof reads beside the native ones: CPython,
+//! HotSpot and V8, one folder each, and the registry that finds them.
+//!
+//! In: from the native unwinder, as it writes a process's kernel entry,
+//! the binaries the process maps and where ([`crate::unwind::RuntimeDetection`]);
+//! from the collector, each sample's native stack and what the kernel read
+//! of the runtime's frames. Out: per process the runtimes it runs
+//! ([`ProcessRuntimes`]) and the kernel entry's fields for them; the
+//! runtimes' frames by name in the collector's stacks
+//! ([`frames::RuntimeFrames`]).
+//!
+//! Each runtime's folder holds every part of it: what its binary is
+//! (`binary`), where one process maps it (`process`), reading its objects
+//! from the process's memory (`read`), and its frames put where they ran
+//! (`frames`). A binary is read once, and only when its name says it may be
+//! the runtime's; what it could not be read as is said once. Adding a
+//! runtime is a folder, a field of [`ProcessRuntimes`] and a line in
+//! [`Runtimes::detect`].
+//!
+//! This layer sits between unwind and symbolize (below) and the collector
+//! (above); the native unwinder holds the registry behind its trait and
+//! names no runtime.
+
+pub mod frames;
+pub mod hotspot;
+pub mod python;
+pub mod v8;
+
+use std::sync::Arc;
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::binaries::elf::ElfReader;
+use crate::binaries::{Binaries, BinaryIndex};
+use crate::escape::escape;
+use crate::unwind::{RuntimeDetection, RuntimeEntry, Unwinders};
+use frames::{CodeCache, RuntimeFrames};
+use hotspot::binary::HotSpotSymbols;
+use hotspot::process::JavaRuntime;
+use python::binary::PythonBinary;
+use python::process::PythonRuntime;
+use v8::binary::V8Symbols;
+use v8::process::V8Runtime;
+
+/// What the collector asks of each runtime's userspace side, alike for
+/// all: follow a process's exec and exit, say and shed what it holds.
+pub trait RuntimeReader {
+    /// `pid` exec'd: what was read of its old image is gone.
+    fn exec(&mut self, pid: u32);
+    /// `pid` exited at `time_ns`: what was read of it goes once its last
+    /// samples are in.
+    fn exited(&mut self, pid: u32, time_ns: u64);
+    /// Bytes of what was read from processes and is kept.
+    fn held_bytes(&self) -> usize;
+    /// Under memory pressure: drop what was read (read again as used).
+    fn shed(&mut self);
+}
+
+/// Which runtime's frames a stack was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Merged {
+    /// CPython's, in place of its eval loop's frames.
+    Python,
+    /// HotSpot's interpreted and compiled methods.
+    Java,
+    /// V8's JavaScript functions.
+    JavaScript,
+}
+
+/// Every runtime's userspace side: what was read from processes' memory
+/// to name their frames, and what asks them for more.
+#[derive(Default)]
+pub struct RuntimeReaders {
+    /// CPython code objects.
+    pub python: CodeCache,
+    /// Python threads' names (`threading`), read from the interpreters.
+    pub python_threads: python::threads::PythonThreadNames,
+    /// The JVMs' interpreters and the Java methods read from them.
+    pub java: hotspot::frames::JavaFrames,
+    /// JVMs asked for their perf maps.
+    pub jvms: hotspot::perf_maps::Jvms,
+    /// V8 processes' constants and JavaScript functions.
+    pub js: v8::frames::JsFrames,
+}
+
+impl RuntimeReaders {
+    /// The readers that follow processes (thread names are kept by pid
+    /// until the process is gone: `python_threads.forget`).
+    fn each(&mut self) -> [&mut dyn RuntimeReader; 4] {
+        [
+            &mut self.python,
+            &mut self.java,
+            &mut self.jvms,
+            &mut self.js,
+        ]
+    }
+
+    /// `pid` exec'd: every runtime forgets what it read of its old image.
+    pub fn exec(&mut self, pid: u32) {
+        self.each().into_iter().for_each(|r| r.exec(pid));
+    }
+
+    /// `pid` exited at `time_ns`.
+    pub fn exited(&mut self, pid: u32, time_ns: u64) {
+        self.each().into_iter().for_each(|r| r.exited(pid, time_ns));
+    }
+
+    /// Bytes read from processes and kept, all runtimes.
+    pub fn held_bytes(&self) -> usize {
+        let each: [&dyn RuntimeReader; 4] = [&self.python, &self.java, &self.jvms, &self.js];
+        each.into_iter().map(|r| r.held_bytes()).sum()
+    }
+
+    /// Under memory pressure: every runtime drops what it read. The bytes
+    /// it held.
+    pub fn shed(&mut self) -> usize {
+        let held = self.held_bytes();
+        self.each().into_iter().for_each(|r| r.shed());
+        held
+    }
+
+    /// A user stack the kernel walked for `pid` (`native`, leaf first,
+    /// perhaps ending in a cut) with the CPython chain it read beside it
+    /// (`python` pairs): the frames of the runtime it shows put where they
+    /// ran, keyed in `table`, into `out`. None: no runtime's frames (the
+    /// stack stands as walked).
+    pub fn merge(
+        &mut self,
+        unwinders: Option<&Unwinders<Runtimes>>,
+        pid: u32,
+        native: &[u64],
+        python: &[u64],
+        table: &mut RuntimeFrames,
+        out: &mut Vec<u64>,
+    ) -> Option<Merged> {
+        if hotspot::frames::JavaFrames::has_java_words(native) {
+            let java = unwinders.and_then(|u| u.java(pid));
+            self.java.merge(native, pid, java, table, out);
+            return Some(Merged::Java);
+        }
+        if v8::frames::JsFrames::has_v8_words(native) {
+            let v8 = unwinders.and_then(|u| u.v8(pid));
+            self.js.merge(native, pid, v8, table, out);
+            return Some(Merged::JavaScript);
+        }
+        let py = unwinders
+            .and_then(|u| u.python(pid))
+            .filter(|_| !python.is_empty())?;
+        python::frames::merge(native, python, pid, py, &mut self.python, table, out);
+        Some(Merged::Python)
+    }
+}
+
+/// The runtimes one process runs, found when its kernel entry is written.
+#[derive(Debug, Default, Clone)]
+pub struct ProcessRuntimes {
+    /// The CPython interpreter it runs.
+    pub python: Option<PythonRuntime>,
+    /// It runs a CPython of a version this build does not read.
+    pub python_unread: bool,
+    /// The HotSpot it runs.
+    pub java: Option<JavaRuntime>,
+    /// The V8 it embeds (node).
+    pub v8: Option<V8Runtime>,
+}
+
+/// What each binary is, per runtime, read once (None: not the runtime's,
+/// or one this build cannot read).
+#[derive(Default)]
+pub struct Runtimes {
+    pythons: FxHashMap<BinaryIndex, Option<Arc<PythonBinary>>>,
+    /// CPython interpreters of a version this build does not read.
+    unread_pythons: FxHashSet<BinaryIndex>,
+    hotspots: FxHashMap<BinaryIndex, Option<Arc<HotSpotSymbols>>>,
+    v8s: FxHashMap<BinaryIndex, Option<Arc<V8Symbols>>>,
+    /// Binaries whose runtime's frames are not read, with why.
+    failures: Vec<String>,
+}
+
+impl RuntimeDetection for Runtimes {
+    type Process = ProcessRuntimes;
+
+    fn detect(
+        &mut self,
+        binaries: &Binaries,
+        mapped: &[(BinaryIndex, u64)],
+        process: &mut ProcessRuntimes,
+    ) -> RuntimeEntry {
+        let java_before = process.java.take();
+        let mut found = ProcessRuntimes::default();
+        for &(binary, base) in mapped {
+            if found.java.is_none() {
+                found.java = self.hotspot_binary(binaries, binary).map(|symbols| {
+                    // The interpreter read before stays while libjvm stays where it was.
+                    let before = java_before
+                        .as_ref()
+                        .filter(|j| j.base == base && Arc::ptr_eq(&j.symbols, &symbols));
+                    JavaRuntime {
+                        symbols,
+                        base,
+                        interpreter: before.and_then(|j| j.interpreter),
+                        code: before.and_then(|j| j.code),
+                    }
+                });
+            }
+            if found.v8.is_none() {
+                found.v8 = self
+                    .v8_binary(binaries, binary)
+                    .map(|symbols| V8Runtime { symbols });
+            }
+            if found.python.is_none() {
+                found.python = self
+                    .python_binary(binaries, binary)
+                    .map(|binary| PythonRuntime { binary, base });
+                found.python_unread |= self.unread_pythons.contains(&binary);
+            }
+        }
+        found.python_unread &= found.python.is_none();
+        let entry = RuntimeEntry {
+            python: found.python.as_ref().map(PythonRuntime::entry),
+            interpreter: found.java.as_ref().and_then(|j| j.interpreter),
+            code_heaps: found.java.as_ref().and_then(|j| j.code),
+            js: found.v8.as_ref().map(|v| v.symbols.kernel()),
+        };
+        *process = found;
+        entry
+    }
+
+    fn forget_binaries(&mut self, released: &[BinaryIndex]) {
+        for b in released {
+            self.pythons.remove(b);
+            self.unread_pythons.remove(b);
+            self.hotspots.remove(b);
+            self.v8s.remove(b);
+        }
+    }
+
+    fn take_warnings(&mut self, into: &mut Vec<String>) {
+        into.append(&mut self.failures);
+    }
+}
+
+impl Runtimes {
+    /// What `binary` exports if it is HotSpot's library, read once.
+    fn hotspot_binary(
+        &mut self,
+        binaries: &Binaries,
+        binary: BinaryIndex,
+    ) -> Option<Arc<HotSpotSymbols>> {
+        if let Some(known) = self.hotspots.get(&binary) {
+            return known.clone();
+        }
+        let bin = binaries.get(binary);
+        let found = bin
+            .file
+            .as_ref()
+            .filter(|_| hotspot::binary::may_be_libjvm(&bin.name))
+            .and_then(|file| hotspot::binary::read(&ElfReader::new(file, Default::default())))
+            .map(Arc::new);
+        self.hotspots.insert(binary, found.clone());
+        found
+    }
+
+    /// What `binary` exports if it embeds V8, read once.
+    fn v8_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<V8Symbols>> {
+        if let Some(known) = self.v8s.get(&binary) {
+            return known.clone();
+        }
+        let bin = binaries.get(binary);
+        let read = bin
+            .file
+            .as_ref()
+            .filter(|_| v8::binary::may_be_v8(&bin.name))
+            .and_then(|file| v8::binary::read(&ElfReader::new(file, Default::default())));
+        let found = match read {
+            Some(Ok(s)) => Some(Arc::new(s)),
+            Some(Err(e)) => {
+                self.failures.push(format!(
+                    "{}: its JavaScript functions stay unnamed: {e}",
+                    escape(&bin.path)
+                ));
+                None
+            }
+            None => None,
+        };
+        self.v8s.insert(binary, found.clone());
+        found
+    }
+
+    /// What CPython `binary` is, read once, and only if its name says it
+    /// may be one; a CPython this build cannot walk is said once.
+    fn python_binary(
+        &mut self,
+        binaries: &Binaries,
+        binary: BinaryIndex,
+    ) -> Option<Arc<PythonBinary>> {
+        if let Some(known) = self.pythons.get(&binary) {
+            return known.clone();
+        }
+        let bin = binaries.get(binary);
+        let found = match bin
+            .file
+            .as_ref()
+            .filter(|_| python::binary::may_be_python(&bin.name))
+        {
+            None => None,
+            Some(file) => match python::binary::read(&ElfReader::new(file, Default::default())) {
+                Ok(p) => p.map(Arc::new),
+                Err(e) => {
+                    self.failures
+                        .push(format!("{}: no Python frames: {e}", escape(&bin.path)));
+                    if matches!(e, python::binary::NotRead::Version(_)) {
+                        self.unread_pythons.insert(binary);
+                    }
+                    None
+                }
+            },
+        };
+        self.pythons.insert(binary, found.clone());
+        found
+    }
+}
+
+/// What the collector asks of a process's runtimes, through the unwinders
+/// that keep them with the process.
+impl Unwinders<Runtimes> {
+    /// The CPython interpreter `pid` runs, if it runs one this build reads.
+    pub fn python(&self, pid: u32) -> Option<&PythonRuntime> {
+        self.runtime(pid)?.python.as_ref()
+    }
+
+    /// Whether `pid` runs a CPython of a version this build does not read:
+    /// its stacks say so in their root frame.
+    pub fn python_unread(&self, pid: u32) -> bool {
+        self.runtime(pid).is_some_and(|r| r.python_unread)
+    }
+
+    /// The HotSpot JVM `pid` runs, if it is one.
+    pub fn java(&self, pid: u32) -> Option<&JavaRuntime> {
+        self.runtime(pid)?.java.as_ref()
+    }
+
+    /// The V8 `pid` embeds, if it does.
+    pub fn v8(&self, pid: u32) -> Option<&V8Runtime> {
+        self.runtime(pid)?.v8.as_ref()
+    }
+
+    /// JVM `pid`'s interpreter lies at `range`: its entry says so from the
+    /// next sync, and the kernel reads the method of each frame there.
+    pub fn set_java_interpreter(
+        &mut self,
+        pid: u32,
+        range: (u64, u64),
+        code: Option<crate::bpf::abi::HotSpotCode>,
+    ) {
+        if self.java(pid).is_none() {
+            return;
+        }
+        if let Some(j) = self.runtime_mut(pid).and_then(|r| r.java.as_mut()) {
+            j.interpreter = Some(range);
+            j.code = code;
+        }
+    }
+}
