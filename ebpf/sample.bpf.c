@@ -42,7 +42,7 @@ const volatile __u32 first_stack_copy = 0;
 
 #include "ustack.bpf.h"
 #include "unwind.bpf.h"
-#include "python.bpf.h"
+#include "runtimes/python.bpf.h"
 
 /* Kernel-unwind mode builds each sample here, then sends only the part
  * used: most stacks are far shallower than UNWIND_MAX_FRAMES. */

@@ -65,7 +65,7 @@ const volatile __u32 kernel_unwind = 0;
 #define USTACK_NO_EXTENT
 #include "ustack.bpf.h"
 #include "unwind.bpf.h"
-#include "python.bpf.h"
+#include "runtimes/python.bpf.h"
 
 struct io_start {
 	__u64 ts;

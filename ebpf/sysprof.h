@@ -265,7 +265,7 @@ struct unwind_process {
 	struct unwind_mapping m[UNWIND_MAX_MAPPINGS];
 };
 
-/* CPython frames (python.bpf.h): pairs {code object | PY_SEGMENT_END,
+/* CPython frames (runtimes/python.bpf.h): pairs {code object | PY_SEGMENT_END,
  * instruction pointer} after a sample's native frames, leaf first. Each
  * word's top 16 bits (above every user address) carry half of the code
  * object's fingerprint (PY_FP_*), read with it: userspace names a code

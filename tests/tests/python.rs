@@ -1171,6 +1171,9 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
     // - at 500 Hz py-spy took 1,700-2,800 samples: one point was about its
     //   standard error, and the widest of forty gaps reached 3.2 by chance.
     //   At 1 kHz (and sysprof at 2 kHz) 4,600-6,500 and 7,100-9,500.
+    //   A faster host ran the same input in less time (py-spy 2,900-3,400,
+    //   sysprof 4,700-5,600) and gaps of 3.0-3.3 came back, with either
+    //   sysprof build: the input is half as large again (18 items, was 12).
     // Then, over eight interpreter-runs, every gap within 2.0 points; the
     // widest are `raw_decode`'s, sysprof 1.2-2.0 above py-spy.
     // The wrapper script's own `<module>` (it waits on stdin until py-spy
@@ -1203,7 +1206,7 @@ fn python_top_functions_match_py_spy_on_the_same_run() {
         let made = Command::new(&py)
             .arg("-c")
             .arg(
-                "import json, random, sys\nrandom.seed(2)\ndef o(d):\n    return random.random() if d > 3 else {f'k{i}': [o(d + 1) for _ in range(3)] for i in range(6)}\njson.dump([o(0) for _ in range(12)], open(sys.argv[1], 'w'))",
+                "import json, random, sys\nrandom.seed(2)\ndef o(d):\n    return random.random() if d > 3 else {f'k{i}': [o(d + 1) for _ in range(3)] for i in range(6)}\njson.dump([o(0) for _ in range(18)], open(sys.argv[1], 'w'))",
             )
             .arg(&big)
             .status()

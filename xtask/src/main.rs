@@ -233,8 +233,15 @@ fn ebpf_build_dir(sources: &[PathBuf]) -> Result<(PathBuf, std::fs::File)> {
     let src_dir = dir.join("ebpf");
     let _ = std::fs::remove_dir_all(&src_dir);
     std::fs::create_dir_all(&src_dir)?;
+    let ebpf = root().join("ebpf");
     for s in sources {
-        std::fs::copy(s, src_dir.join(s.file_name().expect("file name")))?;
+        // Headers in folders of `ebpf/` (a runtime's, `runtimes/`) keep
+        // their place, as the sources include them by that path.
+        let to = src_dir.join(s.strip_prefix(&ebpf).unwrap_or(s));
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::copy(s, to)?;
     }
     Ok((src_dir, lock))
 }
@@ -243,10 +250,24 @@ fn build_ebpf(check: bool) -> Result<()> {
     ensure_toolchain()?;
     let ebpf = root().join("ebpf");
     let mut stale = Vec::new();
-    let inputs: Vec<PathBuf> = std::fs::read_dir(&ebpf)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(".bpf.c") || p.to_string_lossy().ends_with(".h"))
-        .collect();
+    // The programs and headers of `ebpf/`, and the headers of its folders
+    // (one level: `runtimes/`).
+    let mut inputs: Vec<PathBuf> = Vec::new();
+    for entry in std::fs::read_dir(&ebpf)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            for inner in std::fs::read_dir(&path)? {
+                let inner = inner?.path();
+                if inner.to_string_lossy().ends_with(".h") {
+                    inputs.push(inner);
+                }
+            }
+        } else if path.to_string_lossy().ends_with(".bpf.c")
+            || path.to_string_lossy().ends_with(".h")
+        {
+            inputs.push(path);
+        }
+    }
     let (build_dir, _lock) = ebpf_build_dir(&inputs)?;
     let tmp = PathBuf::from(EBPF_BUILD_DIR).join("out");
     let _ = std::fs::remove_dir_all(&tmp);
@@ -435,7 +456,7 @@ fn test(no_root_tests: bool, repeat: u32, beside: Option<Load>) -> Result<()> {
     }
     build_ebpf(true)?;
     let mut totals = Totals::default();
-    // Tests that cannot run append their name here (see tests/src/lib.rs).
+    // Tests that cannot run append their name here (see tests/src/run.rs `skip`).
     let skip_log = std::env::temp_dir().join(format!("sysprof-skipped-{}", std::process::id()));
     let _ = std::fs::remove_file(&skip_log);
     let result = (|| {

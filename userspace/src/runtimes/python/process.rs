@@ -1,4 +1,4 @@
-//! CPython processes for the kernel's Python walk (`ebpf/python.bpf.h`):
+//! CPython processes for the kernel's Python walk (`ebpf/runtimes/python.bpf.h`):
 //! which processes run an interpreter, and where.
 //!
 //! In: a process's executable mappings with the load bias of each (as the

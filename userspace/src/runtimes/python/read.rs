@@ -31,7 +31,7 @@ const OB_REFCNT: u64 = 0;
 const MAX_REFERENCES: u64 = 1 << 40;
 
 /// A code object's fingerprint from its header's words, as the kernel
-/// mixes them (`py_fingerprint` in `ebpf/python.bpf.h`).
+/// mixes them (`py_fingerprint` in `ebpf/runtimes/python.bpf.h`).
 pub fn fingerprint(qualname: u64, filename: u64, linetable: u64, first_line: u32) -> u32 {
     let mut h = qualname;
     h = (h ^ filename).wrapping_mul(PY_FP_MUL);

@@ -1,0 +1,241 @@
+//! Outside tools and servers the tests compare with or send to: Go,
+//! OpenTelemetry's Python, py-spy, receivers on loopback, PostgreSQL.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::*;
+
+/// Run `cmd` quietly; true when it succeeded.
+fn quiet(cmd: &mut Command) -> bool {
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `go` (for `go tool pprof`, Google's pprof reader), installed from Debian's
+/// `golang-go` when missing. None (said loudly; a failure under CI) when it
+/// cannot be had.
+pub fn go_tool(test: &str) -> Option<PathBuf> {
+    let found = || {
+        Command::new("go")
+            .arg("version")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|_| PathBuf::from("go"))
+    };
+    if let Some(g) = found() {
+        return Some(g);
+    }
+    let _ = quiet(Command::new("apt-get").args(["install", "-y", "golang-go"]))
+        || (quiet(Command::new("apt-get").arg("update"))
+            && quiet(Command::new("apt-get").args(["install", "-y", "golang-go"])));
+    if let Some(g) = found() {
+        return Some(g);
+    }
+    skip(test, "go (Debian's golang-go, for `go tool pprof`) is missing and could not be installed: `apt-get install golang-go`");
+    None
+}
+
+/// A Python with the official OpenTelemetry protocol classes and grpcio (a
+/// venv under target/, made on first use from PyPI). None (said loudly; a
+/// failure under CI) when it cannot be had.
+pub fn otel_python(test: &str) -> Option<PathBuf> {
+    let venv = workspace_root().join("target/test-venv");
+    let python = venv.join("bin/python");
+    let ready = || {
+        quiet(Command::new(&python).args(["-c", "import grpc, opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2_grpc"]))
+    };
+    if python.exists() && ready() {
+        return Some(python);
+    }
+    let _ = quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+        || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"]))
+            && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+    let _ = quiet(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "-q",
+        "opentelemetry-proto>=1.39",
+        "grpcio",
+    ]));
+    if ready() {
+        return Some(python);
+    }
+    skip(test, "a Python venv with opentelemetry-proto and grpcio could not be made (python3-venv and PyPI are needed)");
+    None
+}
+
+/// py-spy (PyPI), in the test venv: an outside sampler of Python programs.
+/// None (said loudly; a failure under CI) when it cannot be had.
+pub fn py_spy(test: &str) -> Option<PathBuf> {
+    let venv = workspace_root().join("target/test-venv");
+    let spy = venv.join("bin/py-spy");
+    if !spy.exists() {
+        let _ = quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+            || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"]))
+                && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+        let _ = quiet(Command::new(venv.join("bin/pip")).args(["install", "-q", "py-spy"]));
+    }
+    if spy.exists() {
+        return Some(spy);
+    }
+    skip(
+        test,
+        "py-spy could not be installed from PyPI into target/test-venv",
+    );
+    None
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A test receiver (a script of tests/receivers/) running until dropped.
+pub struct Receiver {
+    child: std::process::Child,
+}
+
+impl Receiver {
+    /// Start `python SCRIPT ARGS` and wait for it to print "ready".
+    pub fn start(python: &Path, script: &str, args: &[&str]) -> Receiver {
+        use std::io::BufRead;
+        let mut child = Command::new(python)
+            .arg(workspace_root().join("tests/receivers").join(script))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("starting a test receiver");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "{script} did not start");
+        Receiver { child }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A PostgreSQL cluster for a test (Debian's packages: `pg_lsclusters`,
+/// `pg_ctlcluster`), started if it was down and stopped again when dropped,
+/// with a scratch database pgbench initialised.
+pub struct Postgres {
+    version: String,
+    cluster: String,
+    started_here: bool,
+}
+
+/// The scratch database's name.
+const PG_DATABASE: &str = "sysprof_bench";
+
+impl Postgres {
+    /// The first cluster, running, with the database ready; None (said as a
+    /// skip, which fails in CI) without PostgreSQL.
+    pub fn start(test: &str) -> Option<Postgres> {
+        let listed = Command::new("pg_lsclusters").arg("--no-header").output();
+        let Some(line) = listed.ok().and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_string)
+        }) else {
+            skip(test, "PostgreSQL is not installed (Debian: apt-get install postgresql; `cargo xtask test` installs it)");
+            return None;
+        };
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (version, cluster, status) = (fields[0].to_string(), fields[1].to_string(), fields[3]);
+        let started_here = status != "online";
+        if started_here {
+            let ok = Command::new("pg_ctlcluster")
+                .args([&version, &cluster, "start"])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "pg_ctlcluster {version} {cluster} start failed");
+        }
+        let pg = Postgres {
+            version,
+            cluster,
+            started_here,
+        };
+        let exists = pg.as_postgres(
+            "psql",
+            &[
+                "-tAc",
+                &format!("select 1 from pg_database where datname = '{PG_DATABASE}'"),
+            ],
+        );
+        if String::from_utf8_lossy(&exists.stdout).trim() != "1" {
+            let made = pg.as_postgres("createdb", &[PG_DATABASE]);
+            assert!(
+                made.status.success(),
+                "createdb: {}",
+                String::from_utf8_lossy(&made.stderr)
+            );
+            let init = pg.as_postgres("pgbench", &["-i", "-q", "-s", "5", PG_DATABASE]);
+            assert!(
+                init.status.success(),
+                "pgbench -i: {}",
+                String::from_utf8_lossy(&init.stderr)
+            );
+        }
+        Some(pg)
+    }
+
+    fn as_postgres(&self, program: &str, args: &[&str]) -> Output {
+        Command::new("runuser")
+            .args(["-u", "postgres", "--", program])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("runuser {program}: {e}"))
+    }
+
+    /// pgbench on the scratch database with `args`, running (its output piped).
+    pub fn pgbench(&self, args: &[&str]) -> std::process::Child {
+        Command::new("runuser")
+            .args(["-u", "postgres", "--", "pgbench"])
+            .args(args)
+            .arg(PG_DATABASE)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runuser pgbench")
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if self.started_here {
+            let _ = Command::new("pg_ctlcluster")
+                .args([&self.version, &self.cluster, "stop"])
+                .status();
+        }
+    }
+}
+
+/// node, or None after saying loudly that `test` is skipped (a failure under CI).
+pub fn node(test: &str) -> Option<std::path::PathBuf> {
+    let out = std::process::Command::new("sh")
+        .args(["-c", "command -v node"])
+        .output()
+        .ok();
+    if let Some(out) = out.filter(|o| o.status.success()) {
+        return Some(std::path::PathBuf::from(
+            String::from_utf8_lossy(&out.stdout).trim(),
+        ));
+    }
+    skip(test, "node is needed (Debian: apt-get install nodejs)");
+    None
+}
