@@ -237,7 +237,7 @@ fn ebpf_build_dir(sources: &[PathBuf]) -> Result<(PathBuf, std::fs::File)> {
     for s in sources {
         // Headers in folders of `ebpf/` (a runtime's, `runtimes/`) keep
         // their place, as the sources include them by that path.
-        let to = src_dir.join(s.strip_prefix(&ebpf).unwrap_or(s));
+        let to = src_dir.join(s.strip_prefix(&ebpf).expect("a source under ebpf/"));
         if let Some(parent) = to.parent() {
             std::fs::create_dir_all(parent)?;
         }

@@ -131,9 +131,9 @@ pub struct Collector {
     readers: RuntimeReaders,
     /// Reused table for one stack record's runtime frames.
     record_frames: frames::RuntimeFrames,
-    /// When they were last read (a monotonic ns).
+    /// When Python threads' names were last read (a monotonic ns).
     py_thread_names_at: u64,
-    /// Reused buffer for a stack with its Python frames.
+    /// Reused buffer for a stack with its runtimes' frames.
     merged: Vec<u64>,
 }
 
@@ -561,7 +561,7 @@ impl Collector {
             Some(s) => match s.interned.get() {
                 Some((w, p, node)) if w == self.windows_finished && p == pid => node,
                 _ if !s.runtime_frames.is_empty() => {
-                    // Its Python keys are the record's: this window's instead.
+                    // Its runtimes' keys are the record's: this window's instead.
                     self.scratch.clear();
                     for &k in s.user.iter() {
                         let frame = frames::is_runtime_key(k)

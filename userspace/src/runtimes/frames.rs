@@ -364,4 +364,37 @@ mod tests {
         );
         assert_eq!(RawFrame::decode(RUNTIME_KEY_BASE), RawFrame::Runtime(0));
     }
+
+    fn code(name: &str) -> Arc<CodeInfo> {
+        Arc::new(CodeInfo {
+            qualname: name.into(),
+            filename: "a.js".into(),
+            first_line: 0,
+            line_table: Box::new([]),
+        })
+    }
+
+    #[test]
+    fn a_compiled_frame_and_its_inlined_functions_are_one_key() {
+        let (outer, inner) = (code("outer"), code("inner"));
+        let mut frames = RuntimeFrames::default();
+        let alone = frames.key(&outer, 0);
+        let group = [(outer.clone(), 0), (inner.clone(), 0)];
+        let inlined = frames.key_of(&group);
+        // Another machine frame than the function's own, once for each use.
+        assert_ne!(alone, inlined);
+        assert_eq!(frames.key_of(&group), inlined);
+        assert_eq!(frames.key(&outer, 0), alone);
+        // The other way round is another frame: `outer` inlined into `inner`.
+        assert_ne!(frames.key_of(&[(inner, 0), (outer, 0)]), inlined);
+        let f = frames.get(inlined).expect("kept");
+        assert_eq!(
+            f.iter().map(|(c, _)| &*c.qualname).collect::<Vec<_>>(),
+            ["outer", "inner"]
+        );
+        // Carried to the next window's table, it is the same group.
+        let mut next = RuntimeFrames::default();
+        let carried = next.carry(&frames, inlined);
+        assert_eq!(next.get(carried).map(|f| f.len()), Some(2));
+    }
 }

@@ -14,8 +14,11 @@
 //! from the process's memory (`read`), and its frames put where they ran
 //! (`frames`). A binary is read once, and only when its name says it may be
 //! the runtime's; what it could not be read as is said once. Adding a
-//! runtime is a folder, a field of [`ProcessRuntimes`] and a line in
-//! [`Runtimes::detect`].
+//! runtime is a folder, a field of [`ProcessRuntimes`] and its detection in
+//! the registry's `detect` (with the kernel entry's field in
+//! [`RuntimeEntry`] if its frames are read in the kernel), and, for its
+//! frames, a field of [`RuntimeReaders`] with a line in its `each` and a
+//! branch in its `merge`.
 //!
 //! This layer sits between unwind and symbolize (below) and the collector
 //! (above); the native unwinder holds the registry behind its trait and

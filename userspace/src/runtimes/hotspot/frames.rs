@@ -77,8 +77,8 @@ type LayoutRead = (
 /// The JVMs' layouts, interpreters and methods.
 #[derive(Debug, Default)]
 pub struct JavaFrames {
-    /// Per libjvm (by its exported symbols, which the unwinders read once
-    /// per binary): its layout, or why it has none, and how often it was
+    /// Per libjvm (by its exported symbols, which the runtimes registry
+    /// reads once per binary): its layout, or why it has none, and how often it was
     /// read (NotYet and Unreadable are read again, up to [`MAX_NOT_YET`]
     /// times).
     layouts: Vec<LayoutRead>,
@@ -161,7 +161,13 @@ impl JavaFrames {
                 self.layouts[i].1 = read;
                 self.layouts[i].2 += 1;
             }
-            None => self.layouts.push((java.symbols.clone(), read, 1)),
+            None => {
+                // A libjvm only this table still holds (the registry and
+                // every process forgot it): its layout goes, so a library
+                // released and mapped again does not add one each time.
+                self.layouts.retain(|(s, _, _)| Arc::strong_count(s) > 1);
+                self.layouts.push((java.symbols.clone(), read, 1));
+            }
         }
         out
     }

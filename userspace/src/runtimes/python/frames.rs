@@ -5,10 +5,12 @@
 //! the (code object, instruction) pairs the kernel read, and the process's
 //! interpreter ([`PythonRuntime`]). Out: the same stack with each native
 //! frame of the eval loop replaced by the Python frames that call of it was
-//! running, as raw keys ([`RUNTIME_KEY_BASE`] | index) into the window's
+//! running, as raw keys ([`crate::runtimes::frames::RUNTIME_KEY_BASE`] |
+//! index) into the window's
 //! [`RuntimeFrames`] (name, file, line), which replay turns into frames. The
 //! table is JavaScript's and Java's too, whose compiled frames are one key
-//! each with the functions inlined into them ([`RuntimeFrame`]).
+//! each with the functions inlined into them
+//! ([`crate::runtimes::frames::RuntimeFrame`]).
 //!
 //! Code objects are read from the process as the samples arrive (they may
 //! be freed soon after), once per process, address and fingerprint (what
@@ -158,43 +160,5 @@ pub fn merge(
     }
     if cut {
         out.push(*stack.last().expect("a cut"));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn code(name: &str) -> Arc<CodeInfo> {
-        Arc::new(CodeInfo {
-            qualname: name.into(),
-            filename: "a.js".into(),
-            first_line: 0,
-            line_table: Box::new([]),
-        })
-    }
-
-    #[test]
-    fn a_compiled_frame_and_its_inlined_functions_are_one_key() {
-        let (outer, inner) = (code("outer"), code("inner"));
-        let mut frames = RuntimeFrames::default();
-        let alone = frames.key(&outer, 0);
-        let group = [(outer.clone(), 0), (inner.clone(), 0)];
-        let inlined = frames.key_of(&group);
-        // Another machine frame than the function's own, once for each use.
-        assert_ne!(alone, inlined);
-        assert_eq!(frames.key_of(&group), inlined);
-        assert_eq!(frames.key(&outer, 0), alone);
-        // The other way round is another frame: `outer` inlined into `inner`.
-        assert_ne!(frames.key_of(&[(inner, 0), (outer, 0)]), inlined);
-        let f = frames.get(inlined).expect("kept");
-        assert_eq!(
-            f.iter().map(|(c, _)| &*c.qualname).collect::<Vec<_>>(),
-            ["outer", "inner"]
-        );
-        // Carried to the next window's table, it is the same group.
-        let mut next = RuntimeFrames::default();
-        let carried = next.carry(&frames, inlined);
-        assert_eq!(next.get(carried).map(|f| f.len()), Some(2));
     }
 }

@@ -16,8 +16,8 @@
 //! or moved since, or unreadable) keeps its address (`[JIT] node`, or the
 //! builtin it ran in), counted as unresolved.
 //!
-//! The constants are the binary's, read by the unwinders with its
-//! symbols; functions are read as samples arrive, once per process, object and name word,
+//! The constants are the binary's, read once by the runtimes registry
+//! ([`crate::runtimes::Runtimes`]) with its symbols; functions are read as samples arrive, once per process, object and name word,
 //! into the budgeted cache Python's code objects and Java's methods use,
 //! forgotten 2 s after the process's exit.
 
@@ -79,8 +79,8 @@ fn is_v8_word(w: u64) -> bool {
 /// The V8 processes' functions.
 #[derive(Debug, Default)]
 pub struct JsFrames {
-    /// Per binary (by its constants, which the unwinders read once per
-    /// binary): the layout objects are read with.
+    /// Per binary (by its constants, which the runtimes registry reads once
+    /// per binary): the layout objects are read with.
     layouts: Vec<(Arc<crate::runtimes::v8::binary::V8Symbols>, Arc<V8Layout>)>,
     /// Functions read, per process, object and name word.
     pub functions: CodeCache<JsFunctionInfo>,
@@ -121,6 +121,10 @@ impl JsFrames {
             return l.clone();
         }
         let l = Arc::new(V8Layout::new(&v8.symbols));
+        // A binary only this table still holds (the registry and every
+        // process forgot it): its layout goes, so a node released and
+        // mapped again does not add one each time.
+        self.layouts.retain(|(s, _)| Arc::strong_count(s) > 1);
         self.layouts.push((v8.symbols.clone(), l.clone()));
         l
     }

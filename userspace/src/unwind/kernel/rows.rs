@@ -430,7 +430,8 @@ impl KernelTables {
         self.stats.rows_kernel_bytes = self.maps.rows.allocated_bytes();
     }
 
-    /// Put `rows` (JIT code's, made here: [`crate::runtimes::hotspot::frame_sizes`]) in as
+    /// Put `rows` (JIT code's, made by the runtime that knows its frames:
+    /// `crate::runtimes::hotspot::frame_sizes`) in as
     /// `pid`'s JIT table, charged to `owner` like a file's, in place of the
     /// one it had; empty rows just free it.
     pub(in crate::unwind) fn put_jit_table(
