@@ -22,13 +22,19 @@ fn bpf_program_name(name: &str) -> Option<&str> {
 }
 
 /// Whether `name` is a function defined at the top level of sysprof's
-/// eBPF sources (`ebpf/*.c`, `ebpf/*.h`), or the kernel's 15-character cut
-/// of one.
+/// eBPF sources (`ebpf/*.c`, `ebpf/*.h` and the runtimes' `ebpf/*/*.h`), or
+/// the kernel's 15-character cut of one.
 fn defined_in_ebpf(name: &str) -> bool {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ebpf");
-    let sources: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
+    let list = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect()
+    };
+    let sources: Vec<String> = list(&dir)
+        .into_iter()
+        .flat_map(|p| if p.is_dir() { list(&p) } else { vec![p] })
         .filter(|p| p.extension().is_some_and(|x| x == "c" || x == "h"))
         .filter(|p| !p.ends_with("vmlinux.h"))
         .filter_map(|p| std::fs::read_to_string(p).ok())
@@ -64,6 +70,8 @@ fn ebpf_function_names_are_known() {
         "hash_step",
         "fold_short",
         "python_frames",
+        "hotspot_frame",
+        "v8_frame",
     ] {
         assert!(defined_in_ebpf(name), "{name}");
     }
