@@ -142,6 +142,42 @@ pub enum RecordError {
     /// The options make no sense together.
     #[error("{0}")]
     Usage(String),
+    /// The BPF object lacks a program or map this build asks for.
+    #[error(
+        "the BPF object has no {what}: this sysprof binary is damaged; build it again \
+         (`cargo xtask build-ebpf`, then `cargo build --release`)"
+    )]
+    BpfMissing {
+        /// `program NAME` or `map NAME`.
+        what: String,
+    },
+    /// A BPF map could not be taken as its type or used.
+    #[error("the BPF map {map}: {source}")]
+    BpfMap {
+        /// The map, or what was done with it.
+        map: String,
+        /// aya's error, with its syscall and OS error.
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// A BPF program could not be taken as its type, attached or handed on.
+    #[error("the BPF program {program}: {source}")]
+    BpfProgram {
+        /// The program, or what was done with it.
+        program: String,
+        /// aya's error, with its syscall and OS error.
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// The CPUs could not be listed.
+    #[error("cannot read {path}: {source}; check that /sys is mounted")]
+    Cpus {
+        /// The file read.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// Anything else; a bug or an unusual system.
     #[error("{0}")]
     Internal(String),
@@ -162,6 +198,34 @@ impl RecordError {
             | RecordError::Spawn { .. } => 2,
             _ => 1,
         }
+    }
+
+    /// Program `name` is missing from the BPF object.
+    pub fn no_program(name: &str) -> RecordError {
+        RecordError::BpfMissing {
+            what: format!("program {name}"),
+        }
+    }
+
+    /// Map `name` is missing from the BPF object.
+    pub fn no_map(name: &str) -> RecordError {
+        RecordError::BpfMissing {
+            what: format!("map {name}"),
+        }
+    }
+
+    /// A failure of BPF map `map` (or of what was done with it), its source kept.
+    pub fn map(map: impl Into<String>) -> impl FnOnce(aya::maps::MapError) -> RecordError {
+        let map = map.into();
+        move |source| RecordError::BpfMap { map, source }
+    }
+
+    /// A failure of BPF program `program` (or of what was done with it), its source kept.
+    pub fn program(
+        program: impl Into<String>,
+    ) -> impl FnOnce(aya::programs::ProgramError) -> RecordError {
+        let program = program.into();
+        move |source| RecordError::BpfProgram { program, source }
     }
 
     /// Classify an aya object-load failure.
@@ -294,6 +358,31 @@ pub fn kernel_release() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Check that a BPF map's or program's failure keeps aya's error as its
+    /// source (its syscall and OS error), so a denied permission under it
+    /// is still told by its code, and that its one line names the map.
+    #[test]
+    fn bpf_failures_keep_their_source() {
+        use aya::sys::SyscallError;
+        let denied = aya::maps::MapError::SyscallError(SyscallError {
+            call: "bpf_map_update_elem",
+            io_error: std::io::Error::from_raw_os_error(libc::EPERM),
+        });
+        let e = RecordError::map("walker")(denied);
+        assert!(e.to_string().starts_with("the BPF map walker: "), "{e}");
+        let source = std::error::Error::source(&e).expect("a source");
+        assert!(source.downcast_ref::<aya::maps::MapError>().is_some());
+        assert!(is_permission_denied(&e));
+        let e = RecordError::program("walk_stack")(aya::programs::ProgramError::NotLoaded);
+        assert!(std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<aya::programs::ProgramError>())
+            .is_some());
+        assert!(!is_permission_denied(&e));
+        assert!(RecordError::no_map("drops")
+            .to_string()
+            .contains("has no map drops"));
+    }
 
     /// Check that EPERM and EACCES are told by their error code wherever
     /// aya wraps them (directly, in a syscall error, behind a transparent

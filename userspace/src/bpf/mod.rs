@@ -143,36 +143,31 @@ impl Sampler {
         if opts.kernel_unwind_rows > 0 {
             let exec: &mut aya::programs::RawTracePoint = ebpf
                 .program_mut("forget_exec_mappings")
-                .ok_or_else(|| {
-                    RecordError::Internal("forget_exec_mappings missing from object".into())
-                })?
+                .ok_or_else(|| RecordError::no_program("forget_exec_mappings"))?
                 .try_into()
-                .map_err(|e| RecordError::Internal(format!("forget_exec_mappings: {e}")))?;
+                .map_err(RecordError::program("forget_exec_mappings"))?;
             let verify_started = std::time::Instant::now();
             exec.load()
                 .map_err(|e| RecordError::from_program_load("forget_exec_mappings", &e))?;
             load_times.push(("forget_exec_mappings", verify_started.elapsed()));
-            exec.attach("sched_process_exec").map_err(|e| {
-                RecordError::Internal(format!("attaching forget_exec_mappings: {e}"))
-            })?;
+            exec.attach("sched_process_exec")
+                .map_err(RecordError::program("forget_exec_mappings, attaching it"))?;
             let rows = match take(&mut ebpf, "unwind_rows")? {
                 aya::maps::Map::ArrayOfMaps(m) => m,
                 _ => {
-                    return Err(RecordError::Internal(
-                        "unwind_rows is not an array of maps".into(),
-                    ))
+                    return Err(RecordError::BpfMissing {
+                        what: "map unwind_rows as an array of maps".into(),
+                    })
                 }
             };
             let rows = unwind_maps::RowsMapping::new(rows, opts.kernel_unwind_rows as usize)
-                .map_err(|e| {
-                    RecordError::Internal(format!("cannot map the unwind table array: {e}"))
-                })?;
+                .map_err(|e| RecordError::map("unwind_rows, mapping its tables")(e.into()))?;
             let processes = aya::maps::HashMap::try_from(take(&mut ebpf, "unwind_processes")?)
-                .map_err(|e| RecordError::Internal(format!("unwind_processes map: {e}")))?;
+                .map_err(RecordError::map("unwind_processes"))?;
             let refused = aya::maps::Array::try_from(take(&mut ebpf, "unwind_refused")?)
-                .map_err(|e| RecordError::Internal(format!("unwind_refused map: {e}")))?;
+                .map_err(RecordError::map("unwind_refused"))?;
             let python = aya::maps::HashMap::try_from(take(&mut ebpf, "python_procs")?)
-                .map_err(|e| RecordError::Internal(format!("python_procs map: {e}")))?;
+                .map_err(RecordError::map("python_procs"))?;
             unwind_maps = Some(unwind_maps::KernelUnwindMaps {
                 rows,
                 processes,
@@ -181,10 +176,10 @@ impl Sampler {
                 process_capacity: opts.kernel_unwind_processes.max(1),
             });
         }
-        let ring = RingBuf::try_from(take(&mut ebpf, "samples")?)
-            .map_err(|e| RecordError::Internal(format!("samples ring: {e}")))?;
-        let drops = PerCpuArray::try_from(take(&mut ebpf, "drops")?)
-            .map_err(|e| RecordError::Internal(format!("drops map: {e}")))?;
+        let ring =
+            RingBuf::try_from(take(&mut ebpf, "samples")?).map_err(RecordError::map("samples"))?;
+        let drops =
+            PerCpuArray::try_from(take(&mut ebpf, "drops")?).map_err(RecordError::map("drops"))?;
         Ok((
             Sampler {
                 ebpf,
@@ -228,18 +223,18 @@ impl Sampler {
             .push(("sample_cpu_clock", verify_started.elapsed()));
         let fd = program
             .fd()
-            .map_err(|e| RecordError::Internal(format!("sample_cpu_clock: {e}")))?
+            .map_err(RecordError::program("sample_cpu_clock"))?
             .try_clone()
-            .map_err(|e| RecordError::Internal(format!("sample_cpu_clock: {e}")))?;
+            .map_err(|e| RecordError::program("sample_cpu_clock, its fd")(e.into()))?;
         let map = self
             .ebpf
             .map_mut("walker")
-            .ok_or_else(|| RecordError::Internal("map walker missing from object".into()))?;
-        let mut walker = aya::maps::ProgramArray::try_from(map)
-            .map_err(|e| RecordError::Internal(format!("walker map: {e}")))?;
+            .ok_or_else(|| RecordError::no_map("walker"))?;
+        let mut walker =
+            aya::maps::ProgramArray::try_from(map).map_err(RecordError::map("walker"))?;
         walker
             .set(0, &fd, 0)
-            .map_err(|e| RecordError::Internal(format!("putting the walker in place: {e}")))
+            .map_err(RecordError::map("walker, putting the walker in place"))
     }
 
     /// Attach the sampler to a cpu-clock event on every online CPU: samples
@@ -329,14 +324,13 @@ fn fdinfo_recursion_misses(info: &str) -> u64 {
 /// The perf_event program `name` of `ebpf`.
 fn perf_program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut PerfEvent, RecordError> {
     ebpf.program_mut(name)
-        .ok_or_else(|| RecordError::Internal(format!("{name} missing from object")))?
+        .ok_or_else(|| RecordError::no_program(name))?
         .try_into()
-        .map_err(|e| RecordError::Internal(format!("{name}: {e}")))
+        .map_err(RecordError::program(name))
 }
 
 fn take(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, RecordError> {
-    ebpf.take_map(name)
-        .ok_or_else(|| RecordError::Internal(format!("map {name} missing from object")))
+    ebpf.take_map(name).ok_or_else(|| RecordError::no_map(name))
 }
 
 /// A private bpffs mount, where the sampler's loader pins the unwind maps
@@ -409,12 +403,18 @@ impl Drop for SharedMapDir {
 fn possible_cpus() -> Result<u32, RecordError> {
     aya::util::nr_cpus()
         .map(|n| n as u32)
-        .map_err(|(path, e)| RecordError::Internal(format!("{path}: {e}")))
+        .map_err(|(path, source)| RecordError::Cpus {
+            path: path.to_string(),
+            source,
+        })
 }
 
 /// The online CPUs, from `/sys/devices/system/cpu/online`.
 pub fn online_cpus() -> Result<Vec<u32>, RecordError> {
-    crate::sys::cpus::online().map_err(|e| RecordError::Internal(e.to_string()))
+    crate::sys::cpus::online().map_err(|source| RecordError::Cpus {
+        path: "the online CPUs".into(),
+        source,
+    })
 }
 
 /// The scheduler and block I/O tracer object, built by `cargo xtask build-ebpf`.
@@ -609,18 +609,18 @@ impl Tracer {
         for (prog, names) in wanted {
             attach_raw_tracepoint(&mut ebpf, prog, names)?;
         }
-        let ring = RingBuf::try_from(take(&mut ebpf, "events")?)
-            .map_err(|e| RecordError::Internal(format!("events ring: {e}")))?;
-        let drops = PerCpuArray::try_from(take(&mut ebpf, "drops")?)
-            .map_err(|e| RecordError::Internal(format!("drops map: {e}")))?;
+        let ring =
+            RingBuf::try_from(take(&mut ebpf, "events")?).map_err(RecordError::map("events"))?;
+        let drops =
+            PerCpuArray::try_from(take(&mut ebpf, "drops")?).map_err(RecordError::map("drops"))?;
         let threads = aya::maps::HashMap::try_from(take(&mut ebpf, "threads")?)
-            .map_err(|e| RecordError::Internal(format!("threads map: {e}")))?;
+            .map_err(RecordError::map("threads"))?;
         let io_starts = aya::maps::HashMap::try_from(take(&mut ebpf, "io_starts")?)
-            .map_err(|e| RecordError::Internal(format!("io_starts map: {e}")))?;
+            .map_err(RecordError::map("io_starts"))?;
         let stack_ids = aya::maps::HashMap::try_from(take(&mut ebpf, "stack_ids")?)
-            .map_err(|e| RecordError::Internal(format!("stack_ids map: {e}")))?;
+            .map_err(RecordError::map("stack_ids"))?;
         let stack_ids_used = aya::maps::Array::try_from(take(&mut ebpf, "stack_ids_used")?)
-            .map_err(|e| RecordError::Internal(format!("stack_ids_used map: {e}")))?;
+            .map_err(RecordError::map("stack_ids_used"))?;
         Ok((
             Tracer {
                 ebpf,
@@ -696,9 +696,7 @@ impl Tracer {
 fn verify_in_parallel(ebpf: &mut Ebpf, progs: &[&'static str]) -> Result<LoadTimes, RecordError> {
     for prog in progs {
         if ebpf.program(prog).is_none() {
-            return Err(RecordError::Internal(format!(
-                "{prog} missing from sched.bpf.o"
-            )));
+            return Err(RecordError::no_program(prog));
         }
     }
     let chosen: Vec<(&'static str, &mut aya::programs::Program)> = ebpf
@@ -710,9 +708,8 @@ fn verify_in_parallel(ebpf: &mut Ebpf, progs: &[&'static str]) -> Result<LoadTim
             .into_iter()
             .map(|(name, program)| {
                 let verify = move || -> Result<(&'static str, std::time::Duration), RecordError> {
-                    let p: &mut aya::programs::RawTracePoint = program
-                        .try_into()
-                        .map_err(|e| RecordError::Internal(format!("{name}: {e}")))?;
+                    let p: &mut aya::programs::RawTracePoint =
+                        program.try_into().map_err(RecordError::program(name))?;
                     let started = std::time::Instant::now();
                     p.load()
                         .map_err(|e| RecordError::from_program_load(name, &e))?;
@@ -741,26 +738,28 @@ fn verify_in_parallel(ebpf: &mut Ebpf, progs: &[&'static str]) -> Result<LoadTim
 fn put_walker_in_place(ebpf: &mut Ebpf) -> Result<(), RecordError> {
     let fd = ebpf
         .program("walk_stack")
-        .ok_or_else(|| RecordError::Internal("walk_stack missing from sched.bpf.o".into()))?
+        .ok_or_else(|| RecordError::no_program("walk_stack"))?
         .fd()
         .and_then(|fd| fd.try_clone().map_err(Into::into))
-        .map_err(|e| RecordError::Internal(format!("walk_stack: {e}")))?;
+        .map_err(RecordError::program("walk_stack"))?;
     let map = ebpf
         .map_mut("stack_walker")
-        .ok_or_else(|| RecordError::Internal("map stack_walker missing from sched.bpf.o".into()))?;
+        .ok_or_else(|| RecordError::no_map("stack_walker"))?;
     aya::maps::ProgramArray::try_from(map)
-        .map_err(|e| RecordError::Internal(format!("stack_walker map: {e}")))?
+        .map_err(RecordError::map("stack_walker"))?
         .set(0, &fd, 0)
-        .map_err(|e| RecordError::Internal(format!("putting the stack walker in place: {e}")))
+        .map_err(RecordError::map(
+            "stack_walker, putting the stack walker in place",
+        ))
 }
 
 /// Attach the loaded `prog` to the first raw tracepoint of `names` that exists.
 fn attach_raw_tracepoint(ebpf: &mut Ebpf, prog: &str, names: &[&str]) -> Result<(), RecordError> {
     let p: &mut aya::programs::RawTracePoint = ebpf
         .program_mut(prog)
-        .ok_or_else(|| RecordError::Internal(format!("{prog} missing from sched.bpf.o")))?
+        .ok_or_else(|| RecordError::no_program(prog))?
         .try_into()
-        .map_err(|e| RecordError::Internal(format!("{prog}: {e}")))?;
+        .map_err(RecordError::program(prog))?;
     let mut last_err = None;
     for name in names {
         match p.attach(name) {
