@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
-use crate::sampling::{CallGraph, SamplingOptions};
+use crate::sampling::{CallGraph, SamplingOptions, Tracing};
 
 /// The version `--version` prints: the crate's and the commit it was built from.
 pub const VERSION: &str = concat!(
@@ -120,22 +120,9 @@ pub struct RecordArgs {
     /// never replaced.
     #[arg(short = 'o', long = "output", default_value = "profile.json.gz")]
     pub output: PathBuf,
-    /// How user stacks are walked: dwarf (in the kernel, with tables compiled
-    /// from each binary's .eh_frame: whole stacks at any depth, without frame
-    /// pointers), dwarf-copy (copy the top of the stack, unwind it here; the
-    /// old way, for comparison) or fp (frame pointers only).
-    #[arg(long = "call-graph", value_enum, default_value_t = CallGraph::Dwarf)]
-    pub call_graph: CallGraph,
-    /// Bytes of user stack copied for unwinding here: per sample with
-    /// dwarf-copy; with dwarf only for off-CPU stacks and the first samples of a
-    /// process whose tables are not loaded yet (a multiple of 512, at most 32768).
-    #[arg(long = "stack-size", default_value_t = 16384)]
-    pub stack_size: u32,
-    /// Most MiB of kernel memory for the in-kernel unwinder's tables (8
-    /// bytes per row: libc takes 0.2, rustc's two libraries 20), taken in
-    /// 2-MiB chunks as tables need it.
-    #[arg(long = "unwind-table-mb", default_value_t = 64)]
-    pub unwind_table_mb: u32,
+    /// What is traced and how stacks are walked (the agent takes the same flags).
+    #[command(flatten)]
+    pub capture: CaptureArgs,
     /// Process entries of the in-kernel unwinder (tests shrink it to fill
     /// it cheaply).
     #[arg(long = "unwind-processes", default_value_t = crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES, hide = true)]
@@ -144,19 +131,6 @@ pub struct RecordArgs {
     /// (tests shrink it to cut a short recording into many windows).
     #[arg(long = "window-records", default_value_t = crate::sampling::RECORD_WINDOW_RECORDS, hide = true)]
     pub window_records: usize,
-    /// Do not trace context switches (off-CPU time, wakers, run-queue delay).
-    #[arg(long = "no-off-cpu")]
-    pub no_off_cpu: bool,
-    /// Do not trace block I/O requests.
-    #[arg(long = "no-io")]
-    pub no_io: bool,
-    /// Do not ask running JVMs for their perf maps (which names their
-    /// compiled methods: HotSpot's attach, a SIGQUIT and a file in their /tmp).
-    #[arg(long = "no-jvm-attach")]
-    pub no_jvm_attach: bool,
-    /// Off-CPU intervals at least this long (ms) get a marker.
-    #[arg(long = "off-cpu-threshold", default_value_t = 1.0)]
-    pub off_cpu_threshold_ms: f64,
     /// Fetch missing debug files from the debuginfod servers in
     /// DEBUGINFOD_URLS (the default when it is set), for at most 10 s in all.
     #[arg(long = "debuginfod", conflicts_with = "no_debuginfod")]
@@ -186,14 +160,81 @@ pub struct RecordArgs {
     pub command: Vec<String>,
 }
 
-impl RecordArgs {
-    /// The sampling options, to check and to configure the capture with.
+/// What `record` and the agent both trace and how they walk stacks:
+/// declared once, flattened into both commands and into the agent's config
+/// file (whose keys are these long names). Unset values take the defaults of
+/// [`crate::sampling`], the same for both.
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct CaptureArgs {
+    /// How user stacks are walked: dwarf (in the kernel, with tables compiled
+    /// from each binary's .eh_frame: whole stacks at any depth, without frame
+    /// pointers), dwarf-copy (copy the top of the stack, unwind it here; the
+    /// old way, for comparison) or fp (frame pointers only) [default: dwarf].
+    #[arg(long = "call-graph", value_enum)]
+    pub call_graph: Option<CallGraph>,
+    /// Bytes of user stack copied for unwinding here: per sample with
+    /// dwarf-copy; with dwarf only for off-CPU stacks and the first samples of a
+    /// process whose tables are not loaded yet (a multiple of 512, at most
+    /// 32768) [default: 16384].
+    #[arg(long = "stack-size")]
+    pub stack_size: Option<u32>,
+    /// Most MiB of kernel memory for the in-kernel unwinder's tables (8
+    /// bytes per row: libc takes 0.2, rustc's two libraries 20), taken in
+    /// 2-MiB chunks as tables need it [default: 64].
+    #[arg(long = "unwind-table-mb")]
+    pub unwind_table_mb: Option<u32>,
+    /// Off-CPU intervals at least this long (ms) get a marker of their own
+    /// (with their waker); shorter ones are only summed into off-CPU time
+    /// [default: 1].
+    #[arg(long = "off-cpu-threshold")]
+    #[serde(rename = "off-cpu-threshold")]
+    pub off_cpu_threshold_ms: Option<f64>,
+    /// Do not trace context switches (off-CPU time, wakers, run-queue delay).
+    #[arg(long = "no-off-cpu")]
+    pub no_off_cpu: bool,
+    /// Do not trace block I/O requests.
+    #[arg(long = "no-io")]
+    pub no_io: bool,
+    /// Do not ask running JVMs for their perf maps (which names their
+    /// compiled methods: HotSpot's attach, a SIGQUIT and a file in their /tmp).
+    #[arg(long = "no-jvm-attach")]
+    pub no_jvm_attach: bool,
+}
+
+impl CaptureArgs {
+    /// These flags laid over `under` (the agent's config file): a value
+    /// given here wins; a `no-` given in either holds.
+    pub fn over(&self, under: &CaptureArgs) -> CaptureArgs {
+        CaptureArgs {
+            call_graph: self.call_graph.or(under.call_graph),
+            stack_size: self.stack_size.or(under.stack_size),
+            unwind_table_mb: self.unwind_table_mb.or(under.unwind_table_mb),
+            off_cpu_threshold_ms: self.off_cpu_threshold_ms.or(under.off_cpu_threshold_ms),
+            no_off_cpu: self.no_off_cpu || under.no_off_cpu,
+            no_io: self.no_io || under.no_io,
+            no_jvm_attach: self.no_jvm_attach || under.no_jvm_attach,
+        }
+    }
+
+    /// The sampling options, the defaults where unset (to check, then to
+    /// configure the capture with).
     pub fn sampling(&self) -> SamplingOptions {
+        let d = SamplingOptions::DEFAULT;
         SamplingOptions {
-            call_graph: self.call_graph,
-            stack_size: self.stack_size,
-            unwind_table_mb: self.unwind_table_mb,
-            off_cpu_threshold_ms: self.off_cpu_threshold_ms,
+            call_graph: self.call_graph.unwrap_or(d.call_graph),
+            stack_size: self.stack_size.unwrap_or(d.stack_size),
+            unwind_table_mb: self.unwind_table_mb.unwrap_or(d.unwind_table_mb),
+            off_cpu_threshold_ms: self.off_cpu_threshold_ms.unwrap_or(d.off_cpu_threshold_ms),
+        }
+    }
+
+    /// What is traced besides samples.
+    pub fn tracing(&self) -> Tracing {
+        Tracing {
+            off_cpu: !self.no_off_cpu,
+            io: !self.no_io,
+            jvm_attach: !self.no_jvm_attach,
         }
     }
 }
@@ -224,29 +265,10 @@ pub struct AgentArgs {
     /// Oldest the store keeps (30m, 12h, 7d) [default: 7d].
     #[arg(long = "retain-age")]
     pub retain_age: Option<String>,
-    /// Off-CPU intervals shorter than this (ms) are summed per thread and
-    /// reason in the kernel, without a stack each [default: 1].
-    #[arg(long = "off-cpu-threshold")]
-    #[serde(rename = "off-cpu-threshold")]
-    pub off_cpu_threshold_ms: Option<f64>,
-    /// How user stacks are walked: dwarf (in the kernel), dwarf-copy or fp [default: dwarf].
-    #[arg(long = "call-graph", value_enum)]
-    pub call_graph: Option<CallGraph>,
-    /// MiB of kernel memory for the in-kernel unwinder's tables [default: 64].
-    #[arg(long = "unwind-table-mb")]
-    pub unwind_table_mb: Option<u32>,
-    /// Bytes of user stack copied per sample with dwarf [default: 16384].
-    #[arg(long = "stack-size")]
-    pub stack_size: Option<u32>,
-    /// Do not trace context switches.
-    #[arg(long = "no-off-cpu")]
-    pub no_off_cpu: bool,
-    /// Do not trace block I/O.
-    #[arg(long = "no-io")]
-    pub no_io: bool,
-    /// Do not ask running JVMs for their perf maps.
-    #[arg(long = "no-jvm-attach")]
-    pub no_jvm_attach: bool,
+    /// What is traced and how stacks are walked (`record` takes the same flags).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub capture: CaptureArgs,
     /// Name code from DWARF too (inlined functions, source lines), not only
     /// from symbol tables: 12-19 MB more beside compilers and JVMs.
     #[arg(long = "dwarf-names")]
@@ -405,12 +427,18 @@ mod tests {
                 .unwrap()
                 .command
             {
-                Command::Record(a) => assert_eq!(a.call_graph, want),
+                Command::Record(a) => assert_eq!(a.capture.sampling().call_graph, want),
                 _ => unreachable!(),
             }
         }
         match parse(&["record", "-a"]).unwrap().command {
-            Command::Record(a) => assert_eq!(a.call_graph, CallGraph::Dwarf, "the default"),
+            Command::Record(a) => {
+                assert_eq!(
+                    a.capture.sampling().call_graph,
+                    CallGraph::Dwarf,
+                    "the default"
+                )
+            }
             _ => unreachable!(),
         }
         for (word, want) in [

@@ -1,16 +1,20 @@
-//! How stacks are sampled: the options `record` and `agent` share, and
-//! their one check.
+//! How stacks are sampled: the options `record` and `agent` share, their
+//! one check, and the engine's options built from them for both.
 //!
 //! In: `--call-graph`, `--stack-size`, `--unwind-table-mb` and
 //! `--off-cpu-threshold` as given (`record`'s flags; the agent's flags over
 //! its config file over defaults). Out: a checked [`SamplingOptions`] and
 //! what the capture needs from it (bytes of stack to copy, rows of kernel
 //! unwind table), or a [`SamplingError`] naming the value and what would be
-//! right.
+//! right; from an [`Engine`] (those options, what is traced, who runs it)
+//! the collector and the capture session's options.
 
 use serde::Deserialize;
 
+use crate::binaries::elf::ElfLimits;
 use crate::bpf::abi::MAX_STACK_COPY;
+use crate::capture::{CaptureOptions, Polling};
+use crate::collector::{Collector, CollectorOptions, PidFilter};
 
 /// Records (samples, sideband events, off-CPU intervals, requests) a
 /// recording's window holds before it is finished and a new one begun: each
@@ -84,6 +88,14 @@ pub enum SamplingError {
 pub struct BadFlag(pub SamplingError);
 
 impl SamplingOptions {
+    /// What `record` and the agent use where nothing is said.
+    pub const DEFAULT: SamplingOptions = SamplingOptions {
+        call_graph: CallGraph::Dwarf,
+        stack_size: 16384,
+        unwind_table_mb: 64,
+        off_cpu_threshold_ms: 1.0,
+    };
+
     /// Check every value, whatever the call graph (a value out of range is
     /// a mistake even where this mode does not use it).
     pub fn check(&self) -> Result<(), SamplingError> {
@@ -123,6 +135,165 @@ impl SamplingOptions {
     /// The threshold in ns.
     pub fn off_cpu_threshold_ns(&self) -> u64 {
         (self.off_cpu_threshold_ms * 1e6) as u64
+    }
+}
+
+/// What the engine traces besides samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tracing {
+    /// Context switches and wakeups (off-CPU time, wakers, run-queue delay).
+    pub off_cpu: bool,
+    /// Block I/O requests.
+    pub io: bool,
+    /// Ask the JVMs sampled for their perf maps.
+    pub jvm_attach: bool,
+}
+
+/// What a recording asks of the engine that the agent does not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordScope {
+    /// Every process (`-a`).
+    pub all: bool,
+    /// The processes named (`-p`), with their descendants.
+    pub pids: Vec<u32>,
+    /// A command is run: sampling starts with it, once everything is loaded.
+    pub command: bool,
+    /// One track per CPU.
+    pub per_cpu: bool,
+    /// Fetch missing debug files from debuginfod.
+    pub debuginfod: bool,
+    /// Process entries of the in-kernel unwinder (`--unwind-processes`).
+    pub unwind_processes: u32,
+}
+
+/// Who runs the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Role {
+    /// `sysprof record`.
+    Record(RecordScope),
+    /// `sysprof agent`: every process, short-lived ones kept, less read of
+    /// each binary.
+    Agent {
+        /// Name code from DWARF too, not only from symbol tables.
+        dwarf_names: bool,
+    },
+}
+
+/// Off-CPU intervals shorter than this are folded in the kernel by
+/// `record` (summed per reason, no stack): bounds the event rate on
+/// switch-heavy machines. The agent folds everything under its marker
+/// threshold instead: it keeps no off-CPU samples of shorter waits.
+const RECORD_OFF_CPU_EMIT_NS: u64 = 100_000;
+
+/// The agent names code from symbol tables only unless `--dwarf-names`
+/// (`dwarf_names = true`): blazesym's parsed DWARF was 12-19 MB of its peak
+/// beside each of the bench's loads (compiler loop 74.9 → 60.4 MB, a JVM
+/// 79.1 → 60.1, `cargo xtask bench --agent --quick`), for inlined frames and
+/// lines a fleet's store rarely needs. With it:
+/// the most DWARF (all sections, decompressed) the agent reads from one
+/// file; a file with more is named from its symbol tables (no inlined calls
+/// or lines), with one warning. blazesym's working set grows with the DWARF
+/// it reads and the agent holds it while new addresses keep coming: beside a
+/// test binary of 131 MB (mostly DWARF) its RSS peaked at 116 MB. 32 MiB
+/// admits the debug files of libc (libc6-dbg) and of a CPython build.
+const AGENT_MAX_DWARF_BYTES: u64 = 32 << 20;
+
+/// The engine's options, made in one place for `record` and the agent:
+/// the collector's and the capture session's, from the sampling options,
+/// what is traced and who runs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Engine {
+    /// How stacks are sampled (checked).
+    pub sampling: SamplingOptions,
+    /// Samples per second per CPU.
+    pub frequency: u64,
+    /// What is traced besides samples.
+    pub tracing: Tracing,
+    /// Who runs it.
+    pub role: Role,
+}
+
+impl Engine {
+    /// The collector, empty.
+    pub fn collector(&self) -> Collector {
+        let marker_min_ns = self.sampling.off_cpu_threshold_ns();
+        let dwarf = self.sampling.call_graph.dwarf();
+        let (off_cpu, jvm_attach) = (self.tracing.off_cpu, self.tracing.jvm_attach);
+        match &self.role {
+            Role::Record(scope) => Collector::new(
+                if scope.all {
+                    PidFilter::All
+                } else {
+                    PidFilter::Tree(scope.pids.clone())
+                },
+                CollectorOptions {
+                    marker_min_ns,
+                    per_cpu: scope.per_cpu,
+                    off_cpu,
+                    debuginfod: scope.debuginfod,
+                    dwarf,
+                    keep_short_lived: false,
+                    elf_limits: ElfLimits::default(),
+                    jvm_attach,
+                    table_workers: 2,
+                },
+            ),
+            Role::Agent { dwarf_names } => Collector::new(
+                PidFilter::All,
+                CollectorOptions {
+                    marker_min_ns,
+                    per_cpu: false,
+                    off_cpu,
+                    debuginfod: false,
+                    dwarf,
+                    keep_short_lived: true,
+                    elf_limits: ElfLimits {
+                        max_dwarf_total_bytes: AGENT_MAX_DWARF_BYTES,
+                        dwarf: *dwarf_names,
+                        ..ElfLimits::default()
+                    },
+                    jvm_attach,
+                    table_workers: 1,
+                },
+            ),
+        }
+    }
+
+    /// The capture session's options.
+    pub fn capture(&self) -> CaptureOptions {
+        let marker_min_ns = self.sampling.off_cpu_threshold_ns();
+        let mut options = CaptureOptions {
+            sample_first: true,
+            frequency: self.frequency,
+            target_tgid: 0,
+            stack_copy: self.sampling.stack_copy(),
+            kernel_unwind_rows: self.sampling.kernel_unwind_rows(),
+            kernel_unwind_processes: crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES,
+            off_cpu: self.tracing.off_cpu,
+            io: self.tracing.io,
+            off_cpu_min_ns: marker_min_ns,
+            snapshot_all: true,
+            target_pids: Vec::new(),
+            polling: Polling::AGENT,
+        };
+        if let Role::Record(scope) = &self.role {
+            // A command's range starts with it (it runs once everything is loaded).
+            options.sample_first = !scope.command;
+            // Only a single -p process can be filtered in the kernel; a
+            // command's descendants are only known later, so those are
+            // filtered in the collector.
+            if scope.pids.len() == 1 && !scope.all {
+                options.target_tgid = scope.pids[0];
+            }
+            options.kernel_unwind_processes = scope
+                .unwind_processes
+                .clamp(16, crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES * 4);
+            options.off_cpu_min_ns = RECORD_OFF_CPU_EMIT_NS.min(marker_min_ns);
+            options.snapshot_all = scope.all;
+            options.target_pids = scope.pids.clone();
+            options.polling = Polling::RECORD;
+        }
+        options
     }
 }
 

@@ -11,18 +11,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cli::AgentArgs;
-use crate::sampling::{SamplingError, SamplingOptions};
+use crate::sampling::{SamplingError, SamplingOptions, Tracing};
 use crate::units::{parse_duration, parse_size};
 
 /// Where the config file is read from when `--config` is not given.
 pub const DEFAULT_CONFIG: &str = "/etc/sysprof/agent.toml";
 /// Where the store is when neither flag nor file says.
 pub const DEFAULT_STORE: &str = "/var/lib/sysprof";
-
-/// Off-CPU intervals shorter than this are folded in the kernel by default
-/// (summed per thread and reason, no stack, no event each). Chosen from
-/// `cargo xtask bench` (agent section, switch workload): see docs/agent.md.
-pub const DEFAULT_OFF_CPU_THRESHOLD_MS: f64 = 1.0;
 
 /// Why the agent's settings are unusable; each names the setting by its
 /// long name (a flag or a config file key) and says what would be right.
@@ -118,12 +113,8 @@ pub struct AgentConfig {
     /// How stacks are walked, and the off-CPU threshold (intervals shorter
     /// than it are folded in the kernel).
     pub sampling: SamplingOptions,
-    /// Trace context switches.
-    pub off_cpu: bool,
-    /// Trace block I/O.
-    pub io: bool,
-    /// Ask the JVMs sampled for their perf maps.
-    pub jvm_attach: bool,
+    /// What is traced besides samples.
+    pub tracing: Tracing,
     /// Name code from DWARF too, not only from symbol tables.
     pub dwarf_names: bool,
     /// How often the health line is printed.
@@ -150,18 +141,25 @@ fn read_file_config(path: &Path, must_exist: bool) -> Result<AgentArgs, ConfigEr
     };
     toml::from_str(&text).map_err(|e| {
         // toml's message spans lines (position, the line quoted, a caret, the cause): keep the position and the cause.
-        let text = e.to_string();
-        let lines: Vec<&str> = text
+        let message = e.to_string();
+        let lines: Vec<&str> = message
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .collect();
-        let position = lines
+        let mut position = lines
             .first()
             .copied()
             .unwrap_or("")
             .trim_start_matches("TOML parse error ")
             .to_string();
+        if e.span().is_some_and(|s| s.is_empty()) {
+            // A value refused inside the flattened flags has lost its place
+            // (serde saw it through a buffer): find the key that fails alone.
+            if let Some(line) = failing_key_line(&text) {
+                position = format!("at line {line}");
+            }
+        }
         let cause = lines.last().copied().unwrap_or("").to_string();
         ConfigError::Parse {
             path: path.to_path_buf(),
@@ -169,6 +167,28 @@ fn read_file_config(path: &Path, must_exist: bool) -> Result<AgentArgs, ConfigEr
             cause,
         }
     })
+}
+
+/// The line (from 1) of the first top-level key of a config file that is
+/// refused on its own: an unknown key, or a value of the wrong type.
+fn failing_key_line(text: &str) -> Option<usize> {
+    let table: toml::Table = text.parse().ok()?;
+    let key = table.into_iter().find_map(|(k, v)| {
+        let mut one = toml::Table::new();
+        one.insert(k.clone(), v);
+        toml::Value::Table(one)
+            .try_into::<AgentArgs>()
+            .is_err()
+            .then_some(k)
+    })?;
+    text.lines()
+        .position(|l| {
+            let l = l.trim_start();
+            let l = l.strip_prefix('"').unwrap_or(l);
+            l.strip_prefix(key.as_str())
+                .is_some_and(|rest| rest.trim_start().starts_with(['=', '"']))
+        })
+        .map(|i| i + 1)
 }
 
 impl AgentConfig {
@@ -194,15 +214,8 @@ impl AgentConfig {
             Some(s) => parse_duration(s).map_err(ConfigError::RetainAge)?,
             None => Duration::from_secs(7 * 86400),
         };
-        let sampling = SamplingOptions {
-            call_graph: args.call_graph.or(file.call_graph).unwrap_or_default(),
-            stack_size: args.stack_size.or(file.stack_size).unwrap_or(16384),
-            unwind_table_mb: args.unwind_table_mb.or(file.unwind_table_mb).unwrap_or(64),
-            off_cpu_threshold_ms: args
-                .off_cpu_threshold_ms
-                .or(file.off_cpu_threshold_ms)
-                .unwrap_or(DEFAULT_OFF_CPU_THRESHOLD_MS),
-        };
+        let capture = args.capture.over(&file.capture);
+        let sampling = capture.sampling();
         sampling.check()?;
         let health = args
             .health_interval
@@ -264,9 +277,7 @@ impl AgentConfig {
             retain_size,
             retain_age,
             sampling,
-            off_cpu: !(args.no_off_cpu || file.no_off_cpu),
-            io: !(args.no_io || file.no_io),
-            jvm_attach: !(args.no_jvm_attach || file.no_jvm_attach),
+            tracing: capture.tracing(),
             dwarf_names: args.dwarf_names || file.dwarf_names,
             health_interval: Duration::from_secs_f64(health),
             verbose: args.verbose,
@@ -305,7 +316,7 @@ mod tests {
             AgentConfig::resolve(&args(&["--config", f.to_str().unwrap(), "-F", "29"])).unwrap();
         assert_eq!(c.frequency, 29, "the flag wins");
         assert_eq!(c.retain_size, 64 << 20, "from the file");
-        assert!(!c.io);
+        assert!(!c.tracing.io);
         assert_eq!(c.store, PathBuf::from("/srv/prof"));
         assert_eq!(c.window, Duration::from_secs(10), "the default");
         std::fs::write(&f, "frequncy = 49\n").unwrap();
@@ -316,6 +327,25 @@ mod tests {
             e.contains("agent.toml") && e.contains("frequncy") && !e.contains('\n'),
             "{e}"
         );
+        // Keys of the flags both commands share (flattened in) keep their line too.
+        for (text, line, cause) in [
+            ("frequency = 49\n\nstak-size = 512\n", 3, "stak-size"),
+            ("window = 20\nno-io = 1\n", 2, "expected a boolean"),
+            (
+                "# the sampling\n\"stack-size\" = \"big\"\n",
+                2,
+                "expected u32",
+            ),
+        ] {
+            std::fs::write(&f, text).unwrap();
+            let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("(at line {line}")) && e.contains(cause),
+                "{text:?}: {e}"
+            );
+        }
         let e = AgentConfig::resolve(&args(&[
             "--config",
             dir.join("missing.toml").to_str().unwrap(),
@@ -346,7 +376,7 @@ mod tests {
             ),
             (crate::sampling::CallGraph::DwarfCopy, 8192, 0)
         );
-        assert!(!c.off_cpu && c.io);
+        assert!(!c.tracing.off_cpu && c.tracing.io);
         for key in ["verbose = true", "config = \"/x\""] {
             std::fs::write(&f, key).unwrap();
             let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()])).unwrap_err();

@@ -18,6 +18,7 @@
 //! the agent says about itself (health line, metrics) is in `health.rs`.
 
 pub mod config;
+mod exporting;
 mod health;
 
 use std::sync::atomic::Ordering;
@@ -26,21 +27,23 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::binaries::elf::ElfLimits;
-use crate::capture::{CaptureOptions, CaptureSession, Polling};
+use crate::capture::CaptureSession;
 use crate::cli::AgentArgs;
-use crate::collector::{Collector, CollectorOptions, PidFilter, WindowRange};
+use crate::collector::Collector;
+use crate::collector::WindowRange;
 use crate::error::RecordError;
 use crate::log::ErrorLog;
 use crate::model::recording::Recording;
+use crate::sampling::{Engine, Role};
 use crate::store::segment::WindowSpan;
 use crate::store::Store;
 use crate::sys::clock::clock_anchor;
 use crate::sys::process::{configure_malloc, process_cpu_seconds, release_freed_memory, rss_bytes};
 use crate::units::human_duration;
 use config::AgentConfig;
+use exporting::Exporting;
+use health::health_line;
 pub use health::AgentCounters;
-use health::{health_line, metrics_text};
 
 /// Records (sideband events, samples, intervals, requests) one window may
 /// hold before it is ended early: each costs about 500 bytes while the
@@ -66,11 +69,6 @@ fn shed_at_percent() -> u64 {
         .filter(|p| (1..=100).contains(p))
         .unwrap_or(SHED_AT_PERCENT)
 }
-/// Windows an exporter may owe before it gives up the oldest: a day of
-/// 10-s windows (they wait on disk, in the store, not in memory).
-const EXPORT_BACKLOG_WINDOWS: usize = 8640;
-/// At shutdown, how long exporters may go on sending what is stored.
-const EXPORT_GRACE: Duration = Duration::from_secs(5);
 /// Windows waiting for the store thread at most; more are dropped.
 const STORE_QUEUE: usize = 4;
 /// Windows in a row without a new address after which the symbolizer's
@@ -106,148 +104,45 @@ fn next_boundary_ms(now_ms: f64, window: Duration) -> f64 {
 
 async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let stale = store.remove_stale_temporaries();
-    let marker_min_ns = cfg.sampling.off_cpu_threshold_ns();
-    let mut collector = Collector::new(
-        PidFilter::All,
-        CollectorOptions {
-            marker_min_ns,
-            per_cpu: false,
-            off_cpu: cfg.off_cpu,
-            debuginfod: false,
-            dwarf: cfg.sampling.call_graph.dwarf(),
-            keep_short_lived: true,
-            elf_limits: ElfLimits {
-                max_dwarf_total_bytes: AGENT_MAX_DWARF_BYTES,
-                dwarf: cfg.dwarf_names,
-                ..ElfLimits::default()
-            },
-            jvm_attach: cfg.jvm_attach,
-            table_workers: 1,
-        },
-    );
-    let capture = CaptureOptions {
-        sample_first: true,
+    let engine = Engine {
+        sampling: cfg.sampling,
         frequency: cfg.frequency,
-        target_tgid: 0,
-        stack_copy: cfg.sampling.stack_copy(),
-        kernel_unwind_rows: cfg.sampling.kernel_unwind_rows(),
-        kernel_unwind_processes: crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES,
-        off_cpu: cfg.off_cpu,
-        io: cfg.io,
-        off_cpu_min_ns: marker_min_ns,
-        snapshot_all: true,
-        target_pids: Vec::new(),
-        polling: Polling::AGENT,
+        tracing: cfg.tracing,
+        role: Role::Agent {
+            dwarf_names: cfg.dwarf_names,
+        },
     };
-    let labels = crate::export::Labels::local();
-    let mut exporters: Vec<Box<dyn crate::export::Exporter>> = Vec::new();
-    let e = &cfg.export;
-    if let Some(dir) = &e.pprof_dir {
-        exporters.push(Box::new(
-            crate::export::PprofDir::new(dir, labels.clone(), cfg.retain_size, cfg.retain_age)
-                .map_err(|e| RecordError::BadOption(e.into()))?,
-        ));
-    }
-    if let Some(url) = &e.otlp_endpoint {
-        exporters.push(Box::new(
-            crate::export::otlp::OtlpClient::new(
-                url,
-                e.otlp_ca.as_deref(),
-                &e.otlp_headers,
-                labels.clone(),
-            )
-            .map_err(|e| RecordError::BadOption(e.into()))?,
-        ));
-    }
-    if let Some(url) = &e.pyroscope_url {
-        exporters.push(Box::new(
-            crate::export::pyroscope::PyroscopeClient::new(
-                url,
-                e.pyroscope_basic.clone(),
-                e.pyroscope_token.clone(),
-                e.pyroscope_tenant.clone(),
-                labels.clone(),
-            )
-            .map_err(|e| RecordError::BadOption(e.into()))?,
-        ));
-    }
+    let mut collector = engine.collector();
     let counters = Arc::new(AgentCounters::default());
-    let feed = Arc::new(crate::export::StoreFeed::default());
-    let started_wall = clock_anchor().0;
-    let mut deliveries = Vec::new();
-    let mut export_counters: Vec<(&'static str, Arc<crate::export::ExportCounters>)> = Vec::new();
-    for exporter in exporters {
-        let c = Arc::new(crate::export::ExportCounters::default());
-        export_counters.push((exporter.name(), c.clone()));
-        deliveries.push(crate::export::spawn_delivery(
-            exporter,
-            store.clone(),
-            feed.clone(),
-            c,
-            started_wall,
-            EXPORT_BACKLOG_WINDOWS,
-        ));
-    }
-    if let Some(addr) = cfg.export.metrics {
-        let (c, ex) = (counters.clone(), export_counters.clone());
-        let render: crate::export::metrics::Render = Arc::new(move || metrics_text(&c, &ex));
-        crate::export::metrics::serve(addr, render)
-            .map_err(|e| RecordError::BadOption(e.into()))?;
-    }
-    let mut session = CaptureSession::start(&capture, &mut collector)?;
+    let exporting = Exporting::start(&cfg, &store, &counters)?;
+    let mut session = CaptureSession::start(&engine.capture(), &mut collector)?;
     // Loading parsed the kernel's BTF (tens of MB, freed since).
     release_freed_memory();
-    let (store_tx, store_thread) =
-        spawn_store_thread(store.clone(), cfg.clone(), counters.clone(), feed.clone());
-    eprintln!(
-        "sysprof agent: recording every process at {} Hz into {} (windows of {} s; keeping {} or {}, whichever is less){}",
-        cfg.frequency,
-        crate::escape::path(store.dir()),
-        cfg.window.as_secs_f64(),
-        crate::units::human_bytes(cfg.retain_size),
-        human_duration(cfg.retain_age),
-        if stale > 0 { format!("; removed {stale} unfinished files of a previous run") } else { String::new() },
+    let (store_tx, store_thread) = spawn_store_thread(
+        store.clone(),
+        cfg.clone(),
+        counters.clone(),
+        exporting.feed.clone(),
     );
-
+    say_started(&cfg, &store, stale);
     let mut sigint = signal(SignalKind::interrupt()).map_err(RecordError::Signals)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(RecordError::Signals)?;
-    let started = Instant::now();
-    let mut last_health = Instant::now();
-    let mut errors = ErrorLog::default();
-    let interval_ms = 1000.0 / cfg.frequency as f64;
-    let (mut window_start_ns, mut window_start_wall) = (session.start_ns, session.start_wall_ms);
-    let mut boundary_ms = next_boundary_ms(window_start_wall, cfg.window);
-    let mut cpu_at_health = process_cpu_seconds();
-    let memory = crate::sys::cgroup_memory::CgroupMemory::of_self();
-    let shed_percent = shed_at_percent();
-    let mut last_shed: Option<Instant> = None;
+    let mut windows = Windows {
+        cfg: &cfg,
+        counters: &counters,
+        store_tx,
+        errors: ErrorLog::default(),
+        start: (session.start_ns, session.start_wall_ms),
+        boundary_ms: next_boundary_ms(session.start_wall_ms, cfg.window),
+    };
+    let mut memory = MemoryWatch::of_self();
+    let mut health = Health::new();
     loop {
         // Near its cgroup's limit (the BPF maps' kernel memory included),
         // the agent cuts the window (its records stored, not held) and drops
         // its caches rather than be OOM-killed with the window in progress.
         let pressured = std::cell::Cell::new(None);
-        let pressure = async {
-            let Some(m) = memory
-                .as_ref()
-                .filter(|_| last_shed.is_none_or(|t| t.elapsed() >= SHED_INTERVAL))
-            else {
-                return std::future::pending().await;
-            };
-            loop {
-                tokio::time::sleep(PRESSURE_CHECK).await;
-                if let Some(r) = m
-                    .reading()
-                    .filter(|r| r.working_set > r.limit / 100 * shed_percent)
-                {
-                    pressured.set(Some(r));
-                    return;
-                }
-            }
-        };
-        // Sleep on the monotonic clock until the wall-clock boundary.
-        let (now_wall, _) = clock_anchor();
-        let wait = Duration::from_secs_f64(((boundary_ms - now_wall) / 1e3).max(0.0));
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = windows.deadline();
         let ended = session
             .run_bounded(
                 &mut collector,
@@ -256,7 +151,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
                         _ = tokio::time::sleep_until(deadline) => false,
                         _ = sigint.recv() => true,
                         _ = sigterm.recv() => true,
-                        _ = pressure => false,
+                        _ = memory.pressure(&pressured) => false,
                     }
                 },
                 MAX_WINDOW_RECORDS,
@@ -270,17 +165,90 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             Some(stop) => (stop, pressured.get().is_some()),
             None => (false, true),
         };
+        let end_ns = session.cut(&mut collector);
+        let end_wall = windows.finish(&mut collector, end_ns)?;
+        if let Some(r) = pressured.get() {
+            memory.shed(&mut collector, r, &counters, &mut windows.errors);
+        }
+        windows.advance(end_ns, end_wall, early);
+        if stop {
+            break;
+        }
+        health.say_if_due(
+            cfg.health_interval,
+            &counters,
+            &collector,
+            &exporting.counters,
+        );
+    }
+    // The window in progress was finished above: let the store write it,
+    // then give the exporters a few seconds to send what they still can
+    // (the rest stays in the store, and their cursors say where to resume).
+    drop(windows);
+    let _ = store_thread.join();
+    drop(session);
+    exporting.finish();
+    eprintln!(
+        "{}",
+        crate::escape::escape(&health_line(
+            &counters,
+            health.started.elapsed(),
+            process_cpu_seconds() / health.started.elapsed().as_secs_f64() * 100.0,
+            &collector,
+            &exporting.counters
+        ))
+    );
+    Ok(0)
+}
+
+/// The agent's first line: what it records, where to, for how long.
+fn say_started(cfg: &AgentConfig, store: &Store, stale: u64) {
+    eprintln!(
+        "sysprof agent: recording every process at {} Hz into {} (windows of {} s; keeping {} or {}, whichever is less){}",
+        cfg.frequency,
+        crate::escape::path(store.dir()),
+        cfg.window.as_secs_f64(),
+        crate::units::human_bytes(cfg.retain_size),
+        human_duration(cfg.retain_age),
+        if stale > 0 { format!("; removed {stale} unfinished files of a previous run") } else { String::new() },
+    );
+}
+
+/// The agent's windows: when each ends, and what is done with it once
+/// finished (counted, said, handed to the store thread).
+struct Windows<'a> {
+    cfg: &'a AgentConfig,
+    counters: &'a AgentCounters,
+    store_tx: std::sync::mpsc::SyncSender<(Recording, WindowSpan)>,
+    errors: ErrorLog,
+    /// The window in progress's start: monotonic ns, wall-clock ms.
+    start: (u64, f64),
+    /// Where it ends on the wall clock (ms).
+    boundary_ms: f64,
+}
+
+impl Windows<'_> {
+    /// When the window in progress ends, on the monotonic clock.
+    fn deadline(&self) -> tokio::time::Instant {
+        let (now_wall, _) = clock_anchor();
+        let wait = Duration::from_secs_f64(((self.boundary_ms - now_wall) / 1e3).max(0.0));
+        tokio::time::Instant::now() + wait
+    }
+
+    /// The window was cut at `end_ns`: finish it in the collector, count
+    /// it, hand it to the store. Returns its end on the wall clock.
+    fn finish(&mut self, collector: &mut Collector, end_ns: u64) -> Result<f64, RecordError> {
         let timing = std::env::var_os("SYSPROF_TIMING")
             .is_some()
             .then(|| (Instant::now(), process_cpu_seconds()));
-        let end_ns = session.cut(&mut collector);
+        let (window_start_ns, window_start_wall) = self.start;
         let (wall_now, mono_now) = clock_anchor();
         let end_wall = wall_now - (mono_now.saturating_sub(end_ns)) as f64 / 1e6;
         let range = WindowRange {
             start_ns: window_start_ns,
             end_ns,
             start_wall_ms: window_start_wall,
-            interval_ms,
+            interval_ms: 1000.0 / self.cfg.frequency as f64,
             continuous: true,
         };
         let rec = collector.finish_window(range);
@@ -296,6 +264,41 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
                 peak as f64 / 1048576.0
             );
         }
+        self.count(collector, &rec);
+        if self.cfg.verbose {
+            eprintln!(
+                "sysprof agent: window {:.0}-{:.0}: {}",
+                window_start_wall,
+                end_wall,
+                crate::summary::stats_line(&rec)
+            );
+        }
+        for w in &rec.warnings {
+            self.errors.say(format!("warning: {w}"));
+        }
+        let span = WindowSpan {
+            start_ms: window_start_wall,
+            end_ms: end_wall,
+        };
+        match self.store_tx.try_send((rec, span)) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::TrySendError::Full(_)) => {
+                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                self.errors
+                    .say("the store is behind (slow disk?): a window was dropped".into());
+            }
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {
+                return Err(RecordError::Internal(
+                    "the store thread ended unexpectedly".into(),
+                ));
+            }
+        }
+        Ok(end_wall)
+    }
+
+    /// A finished window's totals into the agent's counters.
+    fn count(&self, collector: &Collector, rec: &Recording) {
+        let counters = self.counters;
         counters.windows.fetch_add(1, Ordering::Relaxed);
         counters
             .samples
@@ -309,99 +312,127 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
         if let Ok(mut r) = counters.unwind_refusals.lock() {
             *r = collector.kernel_refusals();
         }
-        if cfg.verbose {
-            eprintln!(
-                "sysprof agent: window {:.0}-{:.0}: {}",
-                window_start_wall,
-                end_wall,
-                crate::summary::stats_line(&rec)
-            );
-        }
-        for w in &rec.warnings {
-            errors.say(format!("warning: {w}"));
-        }
-        let span = WindowSpan {
-            start_ms: window_start_wall,
-            end_ms: end_wall,
-        };
-        match store_tx.try_send((rec, span)) {
-            Ok(()) => {}
-            Err(std::sync::mpsc::TrySendError::Full(_)) => {
-                counters.dropped.fetch_add(1, Ordering::Relaxed);
-                errors.say("the store is behind (slow disk?): a window was dropped".into());
-            }
-            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {
-                return Err(RecordError::Internal(
-                    "the store thread ended unexpectedly".into(),
-                ));
-            }
-        }
-        if let Some(r) = pressured.get() {
-            let dropped = collector.shed_caches();
-            release_freed_memory();
-            last_shed = Some(Instant::now());
-            counters.memory_sheds.fetch_add(1, Ordering::Relaxed);
-            let mib = |b: u64| b as f64 / (1 << 20) as f64;
-            errors.say(format!(
-                "memory at {:.0} of its cgroup's {:.0} MiB limit (kernel memory of its BPF maps included): the window was cut short and {:.1} MiB of caches dropped",
-                mib(r.working_set),
-                mib(r.limit),
-                mib(dropped as u64)
-            ));
-        }
-        (window_start_ns, window_start_wall) = (end_ns, end_wall);
+    }
+
+    /// The next window starts where this one ended; it ends at the next
+    /// boundary, or at the same one when this one ended early.
+    fn advance(&mut self, end_ns: u64, end_wall: f64, early: bool) {
+        self.start = (end_ns, end_wall);
         if !early {
-            boundary_ms += cfg.window.as_secs_f64() * 1e3;
+            self.boundary_ms += self.cfg.window.as_secs_f64() * 1e3;
         }
-        if boundary_ms < end_wall {
+        if self.boundary_ms < end_wall {
             // Suspended or far behind: realign instead of finishing empty windows in a burst.
-            boundary_ms = next_boundary_ms(end_wall, cfg.window);
-        }
-        if stop {
-            break;
-        }
-        if last_health.elapsed() >= cfg.health_interval {
-            let cpu = process_cpu_seconds();
-            let share = (cpu - cpu_at_health) / last_health.elapsed().as_secs_f64() * 100.0;
-            eprintln!(
-                "{}",
-                crate::escape::escape(&health_line(
-                    &counters,
-                    started.elapsed(),
-                    share,
-                    &collector,
-                    &export_counters
-                ))
-            );
-            cpu_at_health = cpu;
-            last_health = Instant::now();
+            self.boundary_ms = next_boundary_ms(end_wall, self.cfg.window);
         }
     }
-    // The window in progress was finished above: let the store write it,
-    // then give the exporters a few seconds to send what they still can
-    // (the rest stays in the store, and their cursors say where to resume).
-    drop(store_tx);
-    let _ = store_thread.join();
-    drop(session);
-    feed.stopping.store(true, Ordering::Relaxed);
-    feed.changed.notify_all();
-    let deadline = Instant::now() + EXPORT_GRACE;
-    for d in deliveries {
-        while !d.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
+}
+
+/// The agent's memory as its cgroup counts it, watched for pressure.
+struct MemoryWatch {
+    memory: Option<crate::sys::cgroup_memory::CgroupMemory>,
+    shed_percent: u64,
+    last_shed: Option<Instant>,
+}
+
+impl MemoryWatch {
+    fn of_self() -> MemoryWatch {
+        MemoryWatch {
+            memory: crate::sys::cgroup_memory::CgroupMemory::of_self(),
+            shed_percent: shed_at_percent(),
+            last_shed: None,
         }
     }
-    eprintln!(
-        "{}",
-        crate::escape::escape(&health_line(
-            &counters,
-            started.elapsed(),
-            process_cpu_seconds() / started.elapsed().as_secs_f64() * 100.0,
-            &collector,
-            &export_counters
-        ))
-    );
-    Ok(0)
+
+    /// Ends (the reading put in `pressured`) once the cgroup's working set
+    /// passes the shedding share of its limit; never without a limit, nor
+    /// within [`SHED_INTERVAL`] of the last shed.
+    async fn pressure(
+        &self,
+        pressured: &std::cell::Cell<Option<crate::sys::cgroup_memory::MemoryReading>>,
+    ) {
+        let Some(m) = self
+            .memory
+            .as_ref()
+            .filter(|_| self.last_shed.is_none_or(|t| t.elapsed() >= SHED_INTERVAL))
+        else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep(PRESSURE_CHECK).await;
+            if let Some(r) = m
+                .reading()
+                .filter(|r| r.working_set > r.limit / 100 * self.shed_percent)
+            {
+                pressured.set(Some(r));
+                return;
+            }
+        }
+    }
+
+    /// Drop the collector's caches after a cut made by pressure `r`, and say so.
+    fn shed(
+        &mut self,
+        collector: &mut Collector,
+        r: crate::sys::cgroup_memory::MemoryReading,
+        counters: &AgentCounters,
+        errors: &mut ErrorLog,
+    ) {
+        let dropped = collector.shed_caches();
+        release_freed_memory();
+        self.last_shed = Some(Instant::now());
+        counters.memory_sheds.fetch_add(1, Ordering::Relaxed);
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        errors.say(format!(
+            "memory at {:.0} of its cgroup's {:.0} MiB limit (kernel memory of its BPF maps included): the window was cut short and {:.1} MiB of caches dropped",
+            mib(r.working_set),
+            mib(r.limit),
+            mib(dropped as u64)
+        ));
+    }
+}
+
+/// The health line, every `--health-interval`.
+struct Health {
+    started: Instant,
+    last: Instant,
+    cpu_at_last: f64,
+}
+
+impl Health {
+    fn new() -> Health {
+        Health {
+            started: Instant::now(),
+            last: Instant::now(),
+            cpu_at_last: process_cpu_seconds(),
+        }
+    }
+
+    fn say_if_due(
+        &mut self,
+        interval: Duration,
+        counters: &AgentCounters,
+        collector: &Collector,
+        exporters: &[(&'static str, Arc<crate::export::ExportCounters>)],
+    ) {
+        if self.last.elapsed() < interval {
+            return;
+        }
+        let cpu = process_cpu_seconds();
+        let share = (cpu - self.cpu_at_last) / self.last.elapsed().as_secs_f64() * 100.0;
+        eprintln!(
+            "{}",
+            crate::escape::escape(&health_line(
+                counters,
+                self.started.elapsed(),
+                share,
+                collector,
+                exporters
+            ))
+        );
+        self.cpu_at_last = cpu;
+        self.last = Instant::now();
+    }
 }
 
 /// The store thread: write each window, then enforce retention, and
@@ -471,19 +502,6 @@ fn spawn_store_thread(
         .expect("spawning the store thread");
     (tx, handle)
 }
-
-/// The agent names code from symbol tables only unless `--dwarf-names`
-/// (`dwarf_names = true`): blazesym's parsed DWARF was 12-19 MB of its peak
-/// beside each of the bench's loads (compiler loop 74.9 → 60.4 MB, a JVM
-/// 79.1 → 60.1, `cargo xtask bench --agent --quick`), for inlined frames and
-/// lines a fleet's store rarely needs. With it:
-/// the most DWARF (all sections, decompressed) the agent reads from one
-/// file; a file with more is named from its symbol tables (no inlined calls
-/// or lines), with one warning. blazesym's working set grows with the DWARF
-/// it reads and the agent holds it while new addresses keep coming: beside a
-/// test binary of 131 MB (mostly DWARF) its RSS peaked at 116 MB. 32 MiB
-/// admits the debug files of libc (libc6-dbg) and of a CPython build.
-const AGENT_MAX_DWARF_BYTES: u64 = 32 << 20;
 
 #[cfg(test)]
 mod tests {
