@@ -1,0 +1,308 @@
+//! Reading a profile for `--why`: its threads' facts and its CPUs' slices.
+//!
+//! In: a profile's JSON (its tracks' off-CPU, short-wait and block I/O
+//! markers, their on-CPU samples' times and leaf functions, the per-CPU
+//! tracks' `OnCpu` slices, `meta.interval` and `meta.categories`). Out:
+//! [`Threads`], by tid, each thread's waits (sorted, apart), short runs
+//! and block requests, and per CPU the slices of the threads that held it,
+//! read half an interval earlier; the wakers with no track of their own
+//! as their wakees' markers name them.
+
+use rustc_hash::FxHashMap;
+use serde_json::Value;
+
+use super::{Threads, MAX_STEPS};
+
+/// One off-CPU interval of a thread, in profile ms.
+#[derive(Debug, Clone)]
+pub(super) struct Wait {
+    pub(super) start: f64,
+    pub(super) end: f64,
+    pub(super) reason: String,
+    /// When it was woken (the wakeup sent): `end` less its run-queue delay
+    /// and its wakeup's landing.
+    pub(super) wake: f64,
+    /// When that wakeup put it on a run queue: `end` less its run-queue
+    /// delay. Between the two the wakeup was on its way to the thread's
+    /// CPU (an idle one waking; on a VM, the host running it again).
+    pub(super) queued: f64,
+    pub(super) waker_tid: Option<u32>,
+    /// "task", "hard IRQ", "softirq", or None when no waker was seen.
+    pub(super) context: Option<String>,
+    /// The CPU it left (where a preempted thread waits) and the one it ran
+    /// on again (where a woken one waits).
+    pub(super) cpu_out: Option<u32>,
+    pub(super) cpu_in: Option<u32>,
+}
+
+/// A stretch a thread ran on a CPU, as the per-CPU tracks show it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Slice {
+    pub(super) start: f64,
+    pub(super) end: f64,
+    pub(super) tid: u32,
+}
+
+/// A run of a thread's short waits: their sum over a span, per waker.
+#[derive(Debug, Clone)]
+pub(super) struct ShortRun {
+    pub(super) start: f64,
+    pub(super) end: f64,
+    pub(super) count: f64,
+    /// Their off-CPU time, ms.
+    pub(super) off_cpu: f64,
+    /// Of it, the time before their wakeups, ms.
+    pub(super) waited: f64,
+    /// Of the rest, the time their wakeups took to land on a run queue, ms.
+    pub(super) landing: f64,
+    pub(super) waker_tid: Option<u32>,
+    /// "task", "interrupt", "several", "not seen" or "none".
+    pub(super) context: String,
+}
+
+/// What the report needs of one thread.
+#[derive(Debug, Default)]
+pub(super) struct ThreadFacts {
+    pub(super) pid: u32,
+    pub(super) comm: String,
+    pub(super) process: String,
+    /// Sorted by start; non-overlapping.
+    pub(super) waits: Vec<Wait>,
+    /// Sorted by start; they may overlap each other and the waits.
+    pub(super) short: Vec<ShortRun>,
+    /// The longest span of a run in `short`.
+    pub(super) short_span: f64,
+    /// (start, end, device) of the block requests it issued.
+    pub(super) io: Vec<(f64, f64, String)>,
+    /// On-CPU sample times and their leaf function names.
+    pub(super) samples: Vec<(f64, String)>,
+}
+
+impl Threads {
+    /// Read them from a profile's JSON; tracks of no process are skipped.
+    pub fn read(profile: &Value) -> Threads {
+        let categories: Vec<&str> = profile["meta"]["categories"]
+            .as_array()
+            .map(|c| c.iter().map(|c| c["name"].as_str().unwrap_or("")).collect())
+            .unwrap_or_default();
+        let mut threads = FxHashMap::default();
+        let mut named_by_wakees = FxHashMap::default();
+        let mut cpus = FxHashMap::default();
+        let interval = profile["meta"]["interval"].as_f64().unwrap_or(1.0).max(0.0);
+        for t in profile["threads"].as_array().into_iter().flatten() {
+            wakers_named(t, &mut named_by_wakees);
+            read_cpu_track(t, interval, &mut cpus);
+            let machine = crate::profile::is_machine_track(t["processType"].as_str().unwrap_or(""));
+            let (Some(pid), Some(tid)) = (
+                t["pid"]
+                    .as_str()
+                    .filter(|_| !machine)
+                    .and_then(|p| p.parse().ok()),
+                t["tid"].as_u64(),
+            ) else {
+                continue;
+            };
+            let text = |v: &Value| crate::escape::escape(v.as_str().unwrap_or("")).into_owned();
+            let mut facts = ThreadFacts {
+                pid,
+                comm: text(&t["name"]),
+                process: text(&t["processName"]),
+                ..Default::default()
+            };
+            read_markers(t, &mut facts);
+            read_samples(t, &categories, &mut facts);
+            threads.insert(tid as u32, facts);
+        }
+        named_by_wakees.retain(|tid, _| !threads.contains_key(tid));
+        Threads {
+            threads,
+            named_by_wakees,
+            cpus,
+            interval,
+            steps: std::cell::Cell::new(MAX_STEPS),
+            memo: Default::default(),
+            cut: std::cell::Cell::new(false),
+        }
+    }
+}
+
+/// The task wakers `t`'s off-CPU markers name: "name (pid P, tid T)" with
+/// `wakerPid` and `wakerTid` (an interrupt's label names what it
+/// interrupted, not a waker: left out).
+fn wakers_named(t: &Value, out: &mut FxHashMap<u32, (u32, String)>) {
+    let Some(data) = t["markers"]["data"].as_array() else {
+        return;
+    };
+    for d in data {
+        if (d["type"] != "OffCpu" && d["type"] != "ShortWaits") || d["wakerContext"] != "task" {
+            continue;
+        }
+        let (Some(tid), Some(pid), Some(label)) = (
+            d["wakerTid"].as_u64(),
+            d["wakerPid"].as_str().and_then(|p| p.parse::<u32>().ok()),
+            d["waker"].as_str(),
+        ) else {
+            continue;
+        };
+        let Some(name) = label.strip_suffix(&format!(" (pid {pid}, tid {tid})")) else {
+            continue;
+        };
+        out.entry(tid as u32)
+            .or_insert_with(|| (pid, crate::escape::escape(name).into_owned()));
+    }
+}
+
+/// A track's markers: (data, start, end), those with both times.
+fn markers_of(t: &Value) -> impl Iterator<Item = (&Value, f64, f64)> {
+    let column = |key: &str| {
+        t["markers"][key]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    };
+    let (data, start, end) = (column("data"), column("startTime"), column("endTime"));
+    data.iter()
+        .zip(start)
+        .zip(end)
+        .filter_map(|((d, s), e)| Some((d, s.as_f64()?, e.as_f64()?)))
+}
+
+/// A thread's markers: its waits and the block requests it issued.
+fn read_markers(t: &Value, facts: &mut ThreadFacts) {
+    for (d, s, e) in markers_of(t) {
+        // A wait drawn to its enqueue says its whole length apart.
+        let e = match d["offCpu"].as_f64() {
+            Some(whole) if d["type"] == "OffCpu" => e.max(s + whole),
+            _ => e,
+        };
+        match d["type"].as_str() {
+            Some("OffCpu") if e > s => facts.waits.push(Wait {
+                start: s,
+                end: e,
+                reason: match (d["reason"].as_str(), d["waitedOn"].as_str()) {
+                    (r, Some(on)) => format!("{} on {on}", r.unwrap_or("other")),
+                    (r, None) => r.unwrap_or("other").to_string(),
+                },
+                wake: e
+                    - d["runDelay"].as_f64().unwrap_or(0.0)
+                    - d["wakeupLanding"].as_f64().unwrap_or(0.0).max(0.0),
+                queued: e - d["runDelay"].as_f64().unwrap_or(0.0),
+                waker_tid: d["wakerTid"].as_u64().map(|t| t as u32),
+                context: d["wakerContext"].as_str().map(str::to_string),
+                cpu_out: d["cpuOut"].as_u64().map(|c| c as u32),
+                cpu_in: d["cpuIn"].as_u64().map(|c| c as u32),
+            }),
+            Some("BlockIo") => facts.io.push((
+                s,
+                e,
+                crate::escape::escape(d["device"].as_str().unwrap_or("?")).into_owned(),
+            )),
+            Some("ShortWaits") if e >= s => facts.short.push(ShortRun {
+                start: s,
+                end: e,
+                count: d["count"].as_f64().unwrap_or(0.0),
+                off_cpu: d["offCpu"].as_f64().unwrap_or(0.0).max(0.0),
+                waited: d["waited"].as_f64().unwrap_or(0.0).max(0.0),
+                landing: d["landing"].as_f64().unwrap_or(0.0).max(0.0),
+                waker_tid: d["wakerTid"].as_u64().map(|t| t as u32),
+                context: d["wakerContext"].as_str().unwrap_or("not seen").to_string(),
+            }),
+            _ => {}
+        }
+    }
+    facts.short.sort_by(|x, y| x.start.total_cmp(&y.start));
+    facts.short_span = facts
+        .short
+        .iter()
+        .map(|r| r.end - r.start)
+        .fold(0.0, f64::max);
+    facts.waits.sort_by(|x, y| x.start.total_cmp(&y.start));
+    // Overlaps would be charged twice: keep each wait from the previous one's end.
+    let mut last_end = f64::NEG_INFINITY;
+    facts.waits.retain_mut(|w| {
+        w.start = w.start.max(last_end);
+        if w.start >= w.end {
+            return false;
+        }
+        last_end = w.end;
+        true
+    });
+}
+
+/// A per-CPU track's slices (`OnCpu` markers; idle ones are `CpuIdle`),
+/// into `cpus`; any other track adds nothing. The track is the machine's
+/// (its pid, "0", or "machine" in older profiles) with tid
+/// CPU_TRACK_TID_BASE + cpu.
+fn read_cpu_track(t: &Value, interval: f64, cpus: &mut FxHashMap<u32, Vec<Slice>>) {
+    let base = crate::profile::CPU_TRACK_TID_BASE as u64;
+    let Some(cpu) = t["tid"]
+        .as_u64()
+        .filter(|&tid| {
+            (t["pid"] == crate::profile::MACHINE_PID || t["pid"] == crate::profile::OLD_MACHINE_PID)
+                && tid >= base
+        })
+        .map(|tid| (tid - base) as u32)
+    else {
+        return;
+    };
+    let slices = cpus.entry(cpu).or_default();
+    for (d, s, e) in markers_of(t) {
+        if let (Some("OnCpu"), Some(tid)) = (d["type"].as_str(), d["tid"].as_u64()) {
+            if e > s {
+                slices.push(Slice {
+                    start: s - interval / 2.0,
+                    end: e - interval / 2.0,
+                    tid: tid as u32,
+                });
+            }
+        }
+    }
+    slices.sort_by(|x, y| x.start.total_cmp(&y.start));
+    // Kept apart: each slice from the previous one's end.
+    let mut last_end = f64::NEG_INFINITY;
+    slices.retain_mut(|s| {
+        s.start = s.start.max(last_end);
+        last_end = last_end.max(s.end);
+        s.start < s.end
+    });
+}
+
+/// A thread's on-CPU samples: their times and leaf function names.
+fn read_samples(t: &Value, categories: &[&str], facts: &mut ThreadFacts) {
+    let s = &t["samples"];
+    let Some(times) = crate::profile::validate::sample_times(s) else {
+        return;
+    };
+    let Some(stacks) = s["stack"].as_array() else {
+        return;
+    };
+    let (stack_frame, frame_func, frame_cat, func_name, strings) = (
+        t["stackTable"]["frame"].as_array(),
+        t["frameTable"]["func"].as_array(),
+        t["frameTable"]["category"].as_array(),
+        t["funcTable"]["name"].as_array(),
+        t["stringArray"].as_array(),
+    );
+    let leaf = |stack: u64| -> Option<(&str, &str)> {
+        let frame = stack_frame?.get(stack as usize)?.as_u64()? as usize;
+        let func = frame_func?.get(frame)?.as_u64()? as usize;
+        let category = categories
+            .get(frame_cat?.get(frame)?.as_u64()? as usize)
+            .copied()
+            .unwrap_or("");
+        let name = strings?
+            .get(func_name?.get(func)?.as_u64()? as usize)?
+            .as_str()?;
+        Some((name, category))
+    };
+    for (time, stack) in times.iter().zip(stacks) {
+        let Some((name, category)) = stack.as_u64().and_then(leaf) else {
+            continue;
+        };
+        if category != "Off-CPU" && category != "I/O" {
+            facts
+                .samples
+                .push((*time, crate::escape::escape(name).into_owned()));
+        }
+    }
+}
