@@ -14,7 +14,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::replay::{Replay, ThreadData};
 use super::sched::{FoldedRecord, IoRecord, OffCpuRecord};
-use super::{symbolicate, Collector, PidFilter, WindowRange};
+use super::{jit_names, symbolicate, Collector, PidFilter, WindowRange};
 use crate::binaries::BinaryIndex;
 use crate::bpf::abi::{self, ThreadEndEvent, TASK_COMM_LEN};
 use crate::model::recording::*;
@@ -114,7 +114,7 @@ impl Collector {
         } = replay;
         let mut warnings = self.take_stats_and_warnings(&mut w, range.continuous);
         self.give_jit_frames();
-        let jit = symbolicate::JitSources(&self.table);
+        let jit = jit_names::JitSources(&self.table);
         let (libs, frames) = symbolicate::symbolicate(
             &mut self.binaries,
             &mut self.symbolicator,
