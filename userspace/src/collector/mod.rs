@@ -22,6 +22,7 @@
 //! processes that are gone ([`live`]). `record` finishes one window at the
 //! end; the agent finishes one every `--window` seconds.
 
+mod jit_names;
 mod kernel_unwinding;
 mod live;
 mod options;

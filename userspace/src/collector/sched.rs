@@ -100,6 +100,8 @@ pub(super) struct IoRecord {
 }
 
 impl Replay<'_> {
+    /// One off-CPU interval: its weighted samples (a long run delay apart),
+    /// and a marker, or, under `marker_min_ns`, a short wait of its waker's run.
     pub(super) fn off_cpu(&mut self, w: &WindowData, e: &OffCpuRecord, marker_min_ns: u64) {
         if !self.table.tracks(e.pid) {
             return;
@@ -137,68 +139,12 @@ impl Replay<'_> {
             _ => data.off_cpu.duration_ns.push(duration),
         }
         if duration >= marker_min_ns {
-            // Runnable from its wakeup's enqueue, or from the start when
-            // preempted; a sleep whose wakeup was not seen has no known
-            // delay (CI's -a runs showed "run delays" of whole sleeps
-            // still going at the end, 0.45 s on an idle machine).
-            let runnable_since = match (e.wake_ns, e.reason) {
-                (0, OffCpuReason::Preempted) => Some(e.start_ns),
-                (0, _) => None,
-                (wake, _) => Some(wake + e.landing_ns),
-            };
-            let (waker, waker_stack) = match waker {
-                Some((w, s)) => (Some(w), s),
-                None => (None, None),
-            };
-            data.markers.push(MarkerRecord::OffCpu {
-                start_ns: e.start_ns,
-                end_ns: e.end_ns,
-                reason: e.reason,
-                run_delay_ns: runnable_since.map(|since| e.end_ns.saturating_sub(since)),
-                landing_ns: if e.wake_ns == 0 { 0 } else { e.landing_ns },
-                waker,
-                cpus: (e.cpu_out, e.cpu_in),
-                waker_stack,
-            });
+            data.markers.push(off_cpu_marker(e, waker));
         } else {
             // Too short for a marker: summed per waker, so `report --why`
             // still knows who these waits were for.
-            let waited = match (e.reason, e.wake_ns) {
-                (OffCpuReason::Preempted, _) => 0,
-                (_, 0) => duration,
-                (_, wake) => wake.saturating_sub(e.start_ns).min(duration),
-            };
-            let short_waker = match (&waker, e.reason) {
-                (_, OffCpuReason::Preempted) => ShortWaker::Nobody,
-                (None, _) => ShortWaker::Unseen,
-                // Its stack was lost: a task or an interrupt, not known.
-                (Some((w, _)), _)
-                    if w.interrupt == Some(crate::model::recording::InterruptKind::Unknown) =>
-                {
-                    ShortWaker::Unseen
-                }
-                (Some((w, _)), _) if w.interrupt.is_some() => ShortWaker::Interrupt,
-                (Some((w, _)), _) => ShortWaker::Task {
-                    pid: w.pid,
-                    tid: w.tid,
-                },
-            };
-            self.add_short(
-                e.pid,
-                e.tid,
-                ShortRun {
-                    start_ns: e.start_ns,
-                    end_ns: e.end_ns,
-                    count: 1,
-                    off_cpu_ns: duration,
-                    waited_ns: waited,
-                    landing_ns: match (e.reason, e.wake_ns) {
-                        (OffCpuReason::Preempted, _) | (_, 0) => 0,
-                        _ => e.landing_ns.min(duration - waited),
-                    },
-                    waker: short_waker,
-                },
-            );
+            let run = short_wait(e, duration, waker.as_ref().map(|(w, _)| w));
+            self.add_short(e.pid, e.tid, run);
         }
     }
 
@@ -389,6 +335,68 @@ impl Replay<'_> {
             }
         }
         tracks.into_iter().collect()
+    }
+}
+
+/// The marker of an off-CPU interval long enough to have one.
+fn off_cpu_marker(e: &OffCpuRecord, waker: Option<(Waker, Option<NodeIndex>)>) -> MarkerRecord {
+    // Runnable from its wakeup's enqueue, or from the start when
+    // preempted; a sleep whose wakeup was not seen has no known
+    // delay (CI's -a runs showed "run delays" of whole sleeps
+    // still going at the end, 0.45 s on an idle machine).
+    let runnable_since = match (e.wake_ns, e.reason) {
+        (0, OffCpuReason::Preempted) => Some(e.start_ns),
+        (0, _) => None,
+        (wake, _) => Some(wake + e.landing_ns),
+    };
+    let (waker, waker_stack) = match waker {
+        Some((w, s)) => (Some(w), s),
+        None => (None, None),
+    };
+    MarkerRecord::OffCpu {
+        start_ns: e.start_ns,
+        end_ns: e.end_ns,
+        reason: e.reason,
+        run_delay_ns: runnable_since.map(|since| e.end_ns.saturating_sub(since)),
+        landing_ns: if e.wake_ns == 0 { 0 } else { e.landing_ns },
+        waker,
+        cpus: (e.cpu_out, e.cpu_in),
+        waker_stack,
+    }
+}
+
+/// An off-CPU interval too short for a marker, as a run of one short wait
+/// of its waker's.
+fn short_wait(e: &OffCpuRecord, duration: u64, waker: Option<&Waker>) -> ShortRun {
+    let waited = match (e.reason, e.wake_ns) {
+        (OffCpuReason::Preempted, _) => 0,
+        (_, 0) => duration,
+        (_, wake) => wake.saturating_sub(e.start_ns).min(duration),
+    };
+    let short_waker = match (waker, e.reason) {
+        (_, OffCpuReason::Preempted) => ShortWaker::Nobody,
+        (None, _) => ShortWaker::Unseen,
+        // Its stack was lost: a task or an interrupt, not known.
+        (Some(w), _) if w.interrupt == Some(crate::model::recording::InterruptKind::Unknown) => {
+            ShortWaker::Unseen
+        }
+        (Some(w), _) if w.interrupt.is_some() => ShortWaker::Interrupt,
+        (Some(w), _) => ShortWaker::Task {
+            pid: w.pid,
+            tid: w.tid,
+        },
+    };
+    ShortRun {
+        start_ns: e.start_ns,
+        end_ns: e.end_ns,
+        count: 1,
+        off_cpu_ns: duration,
+        waited_ns: waited,
+        landing_ns: match (e.reason, e.wake_ns) {
+            (OffCpuReason::Preempted, _) | (_, 0) => 0,
+            _ => e.landing_ns.min(duration - waited),
+        },
+        waker: short_waker,
     }
 }
 

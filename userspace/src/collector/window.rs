@@ -14,7 +14,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::replay::{Replay, ThreadData};
 use super::sched::{FoldedRecord, IoRecord, OffCpuRecord};
-use super::{symbolicate, Collector, PidFilter, WindowRange};
+use super::{jit_names, symbolicate, Collector, PidFilter, WindowRange};
 use crate::binaries::BinaryIndex;
 use crate::bpf::abi::{self, ThreadEndEvent, TASK_COMM_LEN};
 use crate::model::recording::*;
@@ -73,25 +73,9 @@ impl Collector {
     /// the window stays for the next one.
     pub fn finish_window(&mut self, range: WindowRange) -> Recording {
         if std::env::var_os("SYSPROF_DEBUG_SIZES").is_some() {
-            eprintln!(
-                "sizes: sideband {} (event {} B), samples {}, raw nodes {}, off_cpu {}, folded {}, io {}, table {} processes / {} threads / {} mappings, binaries {}, cgroups {}, stacks {:?}",
-                self.window.sideband.len(),
-                std::mem::size_of::<(SidebandEvent, Option<BinaryIndex>)>(),
-                self.window.samples.time_ns.len(),
-                self.window.raw.len(),
-                self.window.off_cpu.len(),
-                self.window.folded.len(),
-                self.window.io.len(),
-                self.table.processes.len(),
-                self.table.processes.values().map(|p| p.threads.len()).sum::<usize>(),
-                self.table.processes.values().map(|p| p.mappings.len()).sum::<usize>(),
-                self.binaries.open_count(),
-                self.table.processes.values().filter(|p| p.live.cgroup.is_some()).count(),
-                self.stacks.sizes(),
-            );
+            self.print_sizes();
         }
         let mut w = std::mem::take(&mut self.window);
-        let mut replay = Replay::new(&mut self.table);
 
         // Merge sideband and data in time order. At equal times, sideband
         // first: a mapping reported at t serves a sample at t.
@@ -107,83 +91,10 @@ impl Collector {
         // A recording's last window (not continuous) also takes what the
         // windows before it carried over: its floor is the first's start.
         let floor = *self.first_start_ns.get_or_insert(range.start_ns);
-        let inside = |t: u64| t <= range.end_ns && t >= floor;
-        let mut order: Vec<(u64, u8, u32)> = Vec::with_capacity(
-            w.samples.time_ns.len() + w.off_cpu.len() + w.io.len() + w.folded.len(),
-        );
-        order.extend(
-            w.samples
-                .time_ns
-                .iter()
-                .enumerate()
-                .filter(|(_, &t)| inside(t))
-                .map(|(i, &t)| (t, ORDER_SAMPLE, i as u32)),
-        );
-        // A recording's intervals are clipped to its range (one still open
-        // at the end was closed there); requests must have completed in it.
-        // The agent's start at its first window's (the floor above).
-        for o in &mut w.off_cpu {
-            if !range.continuous {
-                o.end_ns = o.end_ns.min(range.end_ns);
-            }
-            o.start_ns = o.start_ns.max(floor);
-        }
-        order.extend(
-            w.off_cpu
-                .iter()
-                .enumerate()
-                .filter(|(_, o)| o.start_ns < o.end_ns)
-                .map(|(i, o)| (o.start_ns, ORDER_OFF_CPU, i as u32)),
-        );
-        order.extend(
-            w.io.iter()
-                .enumerate()
-                .filter(|(_, e)| inside(e.done_ns) && inside(e.start_ns))
-                .map(|(i, e)| (e.start_ns, ORDER_IO, i as u32)),
-        );
-        // A run of short waits (the kernel's span up to a second) starts no
-        // earlier than the floor, as intervals do; it keeps the share of its
-        // sums its span keeps.
-        for f in &mut w.folded {
-            if f.first_ns < floor && f.last_ns > floor {
-                let kept = (f.last_ns - floor) as f64 / (f.last_ns - f.first_ns) as f64;
-                f.ns = f.ns.map(|ns| (ns as f64 * kept) as u64);
-                f.wait_ns = (f.wait_ns as f64 * kept) as u64;
-                f.landing_ns = (f.landing_ns as f64 * kept) as u64;
-                f.count = (f.count as f64 * kept).ceil() as u32;
-                f.first_ns = floor;
-            }
-        }
-        order.extend(
-            w.folded
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| inside(f.last_ns))
-                .map(|(i, f)| (f.last_ns, ORDER_FOLDED, i as u32)),
-        );
-        order.sort_unstable();
-        let mut side = w.sideband.iter().peekable();
-        for &(t, kind, i) in &order {
-            while let Some((e, b)) = side.next_if(|(e, _)| e.time() <= t) {
-                replay.table.apply(e, *b);
-            }
-            match kind {
-                ORDER_SAMPLE => replay.sample(&w, i as usize),
-                ORDER_OFF_CPU => {
-                    replay.off_cpu(&w, &w.off_cpu[i as usize], self.options.marker_min_ns)
-                }
-                ORDER_IO => replay.io(&w, &w.io[i as usize]),
-                _ => replay.folded(&w, &w.folded[i as usize]),
-            }
-        }
-        for (e, b) in side {
-            replay.table.apply(e, *b);
-        }
-        replay.close_short_runs();
-        // After the sideband: a thread's state is the one its fork made.
-        for e in &w.switch_totals {
-            replay.table.process(e.pid).thread(e.tid).switches = Some((e.voluntary, e.involuntary));
-        }
+        clip_to_range(&mut w, &range, floor);
+        let order = replay_order(&w, &range, floor);
+        let mut replay = Replay::new(&mut self.table);
+        replay_in_order(&mut replay, &w, &order, self.options.marker_min_ns);
         let cpu_tracks = if self.options.per_cpu {
             replay.cpu_tracks(
                 &w,
@@ -201,28 +112,9 @@ impl Collector {
             threads,
             ..
         } = replay;
-        let mut warnings = std::mem::take(&mut w.warnings);
-        (w.stats.python_frames_unnamed, w.stats.python_codes_replaced) =
-            self.readers.python.take_counts();
-        w.stats.js_frames_unnamed = std::mem::take(&mut self.readers.js.functions.unresolved);
-        if let Some(u) = self.unwinders.as_mut() {
-            w.stats.unwind = u.take_stats();
-            warnings.extend(u.take_warnings());
-        }
-        // The JVMs sampled write their perf maps now, for this window's
-        // frames (a recording waits longer: it is its only window).
-        let java = &self.readers.java;
-        warnings.extend(self.readers.jvms.refresh(
-            if range.continuous {
-                Duration::from_millis(500)
-            } else {
-                Duration::from_secs(3)
-            },
-            |pid| java.names_compiled(pid),
-        ));
-        self.readers.java.window_done();
+        let mut warnings = self.take_stats_and_warnings(&mut w, range.continuous);
         self.give_jit_frames();
-        let jit = symbolicate::JitSources(&self.table);
+        let jit = jit_names::JitSources(&self.table);
         let (libs, frames) = symbolicate::symbolicate(
             &mut self.binaries,
             &mut self.symbolicator,
@@ -238,37 +130,8 @@ impl Collector {
         self.read_python_thread_names(true);
         let processes = self.window_processes(threads, &w.sample_comm, &range);
         let waker_names = short_waker_names(&processes, &w.waker_comm, &w.sample_comm);
-        let reported: FxHashSet<u32> = processes.iter().map(|p| p.pid).collect();
-        w.stats.processes_without_data = self
-            .table
-            .processes
-            .iter()
-            .filter(|(pid, p)| {
-                p.tracked && p.start_ns.is_some() && p.end_ns.is_some() && !reported.contains(pid)
-            })
-            .count() as u64;
-        w.stats.samples_kept = processes
-            .iter()
-            .flat_map(|p| &p.threads)
-            .map(|t| t.samples.time_ns.len() as u64)
-            .sum();
-
-        // A new window's raw stacks start from an empty tree.
-        self.windows_finished += 1;
-        // What ended in this window has been reported: forget it.
-        let gone = self
-            .table
-            .processes
-            .iter()
-            .filter(|(_, p)| p.end_ns.is_some_and(|e| e < range.end_ns))
-            .map(|(&pid, _)| pid);
-        self.stacks
-            .forget_processes(gone, &mut self.shared_stacks_forgotten);
-        self.table.prune(range.end_ns);
-        self.stacks.prune(range.end_ns);
-        if range.continuous {
-            self.forget_the_gone(range.end_ns);
-        }
+        self.count_reported(&processes, &mut w.stats);
+        self.forget_reported(&range);
         Recording {
             counters: w.counters,
             cpu_tracks,
@@ -285,6 +148,92 @@ impl Collector {
             stats: w.stats,
             warnings,
             waker_names,
+        }
+    }
+
+    /// What the collector holds, on stderr (`SYSPROF_DEBUG_SIZES`).
+    fn print_sizes(&self) {
+        eprintln!(
+            "sizes: sideband {} (event {} B), samples {}, raw nodes {}, off_cpu {}, folded {}, io {}, table {} processes / {} threads / {} mappings, binaries {}, cgroups {}, stacks {:?}",
+            self.window.sideband.len(),
+            std::mem::size_of::<(SidebandEvent, Option<BinaryIndex>)>(),
+            self.window.samples.time_ns.len(),
+            self.window.raw.len(),
+            self.window.off_cpu.len(),
+            self.window.folded.len(),
+            self.window.io.len(),
+            self.table.processes.len(),
+            self.table.processes.values().map(|p| p.threads.len()).sum::<usize>(),
+            self.table.processes.values().map(|p| p.mappings.len()).sum::<usize>(),
+            self.binaries.open_count(),
+            self.table.processes.values().filter(|p| p.live.cgroup.is_some()).count(),
+            self.stacks.sizes(),
+        );
+    }
+
+    /// The window's warnings, with what the unwinders and the runtimes'
+    /// readers have to say of it (their counts go to `w`'s stats); the JVMs
+    /// sampled are asked for their perf maps.
+    fn take_stats_and_warnings(&mut self, w: &mut WindowData, continuous: bool) -> Vec<String> {
+        let mut warnings = std::mem::take(&mut w.warnings);
+        (w.stats.python_frames_unnamed, w.stats.python_codes_replaced) =
+            self.readers.python.take_counts();
+        w.stats.js_frames_unnamed = std::mem::take(&mut self.readers.js.functions.unresolved);
+        if let Some(u) = self.unwinders.as_mut() {
+            w.stats.unwind = u.take_stats();
+            warnings.extend(u.take_warnings());
+        }
+        // The JVMs sampled write their perf maps now, for this window's
+        // frames (a recording waits longer: it is its only window).
+        let java = &self.readers.java;
+        warnings.extend(self.readers.jvms.refresh(
+            if continuous {
+                Duration::from_millis(500)
+            } else {
+                Duration::from_secs(3)
+            },
+            |pid| java.names_compiled(pid),
+        ));
+        self.readers.java.window_done();
+        warnings
+    }
+
+    /// The stats of what the window reports: processes that came and went
+    /// without data in it, samples kept.
+    fn count_reported(&self, processes: &[ProcessRecord], stats: &mut RecordingStats) {
+        let reported: FxHashSet<u32> = processes.iter().map(|p| p.pid).collect();
+        stats.processes_without_data = self
+            .table
+            .processes
+            .iter()
+            .filter(|(pid, p)| {
+                p.tracked && p.start_ns.is_some() && p.end_ns.is_some() && !reported.contains(pid)
+            })
+            .count() as u64;
+        stats.samples_kept = processes
+            .iter()
+            .flat_map(|p| &p.threads)
+            .map(|t| t.samples.time_ns.len() as u64)
+            .sum();
+    }
+
+    /// The window is reported: forget what ended in it.
+    fn forget_reported(&mut self, range: &WindowRange) {
+        // A new window's raw stacks start from an empty tree.
+        self.windows_finished += 1;
+        // What ended in this window has been reported: forget it.
+        let gone = self
+            .table
+            .processes
+            .iter()
+            .filter(|(_, p)| p.end_ns.is_some_and(|e| e < range.end_ns))
+            .map(|(&pid, _)| pid);
+        self.stacks
+            .forget_processes(gone, &mut self.shared_stacks_forgotten);
+        self.table.prune(range.end_ns);
+        self.stacks.prune(range.end_ns);
+        if range.continuous {
+            self.forget_the_gone(range.end_ns);
         }
     }
 
@@ -387,6 +336,104 @@ impl Collector {
         }
         out.sort_by_key(|p| p.pid);
         out
+    }
+}
+
+/// Clip what reaches before the window's floor (its first start) or past
+/// its end to fit: intervals and runs of short waits.
+fn clip_to_range(w: &mut WindowData, range: &WindowRange, floor: u64) {
+    // A recording's intervals are clipped to its range (one still open
+    // at the end was closed there); requests must have completed in it.
+    // The agent's start at its first window's (the floor).
+    for o in &mut w.off_cpu {
+        if !range.continuous {
+            o.end_ns = o.end_ns.min(range.end_ns);
+        }
+        o.start_ns = o.start_ns.max(floor);
+    }
+    // A run of short waits (the kernel's span up to a second) starts no
+    // earlier than the floor, as intervals do; it keeps the share of its
+    // sums its span keeps.
+    for f in &mut w.folded {
+        if f.first_ns < floor && f.last_ns > floor {
+            let kept = (f.last_ns - floor) as f64 / (f.last_ns - f.first_ns) as f64;
+            f.ns = f.ns.map(|ns| (ns as f64 * kept) as u64);
+            f.wait_ns = (f.wait_ns as f64 * kept) as u64;
+            f.landing_ns = (f.landing_ns as f64 * kept) as u64;
+            f.count = (f.count as f64 * kept).ceil() as u32;
+            f.first_ns = floor;
+        }
+    }
+}
+
+/// The window's samples, intervals, requests and folded waits in the order
+/// of their replay: (time, `ORDER_*` kind, index in its list), sorted.
+/// Left out: what falls outside the window (from `floor` to its end), and
+/// intervals clipped to nothing.
+fn replay_order(w: &WindowData, range: &WindowRange, floor: u64) -> Vec<(u64, u8, u32)> {
+    let inside = |t: u64| t <= range.end_ns && t >= floor;
+    let mut order: Vec<(u64, u8, u32)> =
+        Vec::with_capacity(w.samples.time_ns.len() + w.off_cpu.len() + w.io.len() + w.folded.len());
+    order.extend(
+        w.samples
+            .time_ns
+            .iter()
+            .enumerate()
+            .filter(|(_, &t)| inside(t))
+            .map(|(i, &t)| (t, ORDER_SAMPLE, i as u32)),
+    );
+    order.extend(
+        w.off_cpu
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.start_ns < o.end_ns)
+            .map(|(i, o)| (o.start_ns, ORDER_OFF_CPU, i as u32)),
+    );
+    order.extend(
+        w.io.iter()
+            .enumerate()
+            .filter(|(_, e)| inside(e.done_ns) && inside(e.start_ns))
+            .map(|(i, e)| (e.start_ns, ORDER_IO, i as u32)),
+    );
+    order.extend(
+        w.folded
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| inside(f.last_ns))
+            .map(|(i, f)| (f.last_ns, ORDER_FOLDED, i as u32)),
+    );
+    order.sort_unstable();
+    order
+}
+
+/// Replay the window's records in `order`, each after the sideband events
+/// up to its time; then the rest of the sideband, the runs of short waits
+/// closed, and the threads' switch totals.
+fn replay_in_order(
+    replay: &mut Replay<'_>,
+    w: &WindowData,
+    order: &[(u64, u8, u32)],
+    marker_min_ns: u64,
+) {
+    let mut side = w.sideband.iter().peekable();
+    for &(t, kind, i) in order {
+        while let Some((e, b)) = side.next_if(|(e, _)| e.time() <= t) {
+            replay.table.apply(e, *b);
+        }
+        match kind {
+            ORDER_SAMPLE => replay.sample(w, i as usize),
+            ORDER_OFF_CPU => replay.off_cpu(w, &w.off_cpu[i as usize], marker_min_ns),
+            ORDER_IO => replay.io(w, &w.io[i as usize]),
+            _ => replay.folded(w, &w.folded[i as usize]),
+        }
+    }
+    for (e, b) in side {
+        replay.table.apply(e, *b);
+    }
+    replay.close_short_runs();
+    // After the sideband: a thread's state is the one its fork made.
+    for e in &w.switch_totals {
+        replay.table.process(e.pid).thread(e.tid).switches = Some((e.voluntary, e.involuntary));
     }
 }
 
