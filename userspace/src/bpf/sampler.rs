@@ -125,43 +125,11 @@ impl Sampler {
             .load()
             .map_err(|e| RecordError::from_program_load(entry, &e))?;
         load_times.push((entry, verify_started.elapsed()));
-        let mut unwind_maps = None;
-        if opts.kernel_unwind_rows > 0 {
-            let exec: &mut aya::programs::RawTracePoint = ebpf
-                .program_mut("forget_exec_mappings")
-                .ok_or_else(|| RecordError::no_program("forget_exec_mappings"))?
-                .try_into()
-                .map_err(RecordError::program("forget_exec_mappings"))?;
-            let verify_started = std::time::Instant::now();
-            exec.load()
-                .map_err(|e| RecordError::from_program_load("forget_exec_mappings", &e))?;
-            load_times.push(("forget_exec_mappings", verify_started.elapsed()));
-            exec.attach("sched_process_exec")
-                .map_err(RecordError::program("forget_exec_mappings, attaching it"))?;
-            let rows = match take(&mut ebpf, "unwind_rows")? {
-                aya::maps::Map::ArrayOfMaps(m) => m,
-                _ => {
-                    return Err(RecordError::BpfMissing {
-                        what: "map unwind_rows as an array of maps".into(),
-                    })
-                }
-            };
-            let rows = unwind_maps::RowsMapping::new(rows, opts.kernel_unwind_rows as usize)
-                .map_err(|e| RecordError::map("unwind_rows, mapping its tables")(e.into()))?;
-            let processes = aya::maps::HashMap::try_from(take(&mut ebpf, "unwind_processes")?)
-                .map_err(RecordError::map("unwind_processes"))?;
-            let refused = aya::maps::Array::try_from(take(&mut ebpf, "unwind_refused")?)
-                .map_err(RecordError::map("unwind_refused"))?;
-            let python = aya::maps::HashMap::try_from(take(&mut ebpf, "python_procs")?)
-                .map_err(RecordError::map("python_procs"))?;
-            unwind_maps = Some(unwind_maps::KernelUnwindMaps {
-                rows,
-                processes,
-                refused,
-                python,
-                process_capacity: opts.kernel_unwind_processes.max(1),
-            });
-        }
+        let unwind_maps = if opts.kernel_unwind_rows > 0 {
+            Some(kernel_unwinding(&mut ebpf, opts, &mut load_times)?)
+        } else {
+            None
+        };
         let ring =
             RingBuf::try_from(take(&mut ebpf, "samples")?).map_err(RecordError::map("samples"))?;
         let drops =
@@ -286,4 +254,48 @@ impl Sampler {
             user_stack: sum(abi::DROP_USTACK),
         }
     }
+}
+
+/// With kernel unwinding: the program that forgets an exec'd process's
+/// mappings, loaded and attached, and the unwinder's maps taken out of the
+/// object for the collector to fill.
+fn kernel_unwinding(
+    ebpf: &mut Ebpf,
+    opts: &SamplerOptions,
+    load_times: &mut LoadTimes,
+) -> Result<unwind_maps::KernelUnwindMaps, RecordError> {
+    let exec: &mut aya::programs::RawTracePoint = ebpf
+        .program_mut("forget_exec_mappings")
+        .ok_or_else(|| RecordError::no_program("forget_exec_mappings"))?
+        .try_into()
+        .map_err(RecordError::program("forget_exec_mappings"))?;
+    let verify_started = std::time::Instant::now();
+    exec.load()
+        .map_err(|e| RecordError::from_program_load("forget_exec_mappings", &e))?;
+    load_times.push(("forget_exec_mappings", verify_started.elapsed()));
+    exec.attach("sched_process_exec")
+        .map_err(RecordError::program("forget_exec_mappings, attaching it"))?;
+    let rows = match take(ebpf, "unwind_rows")? {
+        aya::maps::Map::ArrayOfMaps(m) => m,
+        _ => {
+            return Err(RecordError::BpfMissing {
+                what: "map unwind_rows as an array of maps".into(),
+            })
+        }
+    };
+    let rows = unwind_maps::RowsMapping::new(rows, opts.kernel_unwind_rows as usize)
+        .map_err(|e| RecordError::map("unwind_rows, mapping its tables")(e.into()))?;
+    let processes = aya::maps::HashMap::try_from(take(ebpf, "unwind_processes")?)
+        .map_err(RecordError::map("unwind_processes"))?;
+    let refused = aya::maps::Array::try_from(take(ebpf, "unwind_refused")?)
+        .map_err(RecordError::map("unwind_refused"))?;
+    let python = aya::maps::HashMap::try_from(take(ebpf, "python_procs")?)
+        .map_err(RecordError::map("python_procs"))?;
+    Ok(unwind_maps::KernelUnwindMaps {
+        rows,
+        processes,
+        refused,
+        python,
+        process_capacity: opts.kernel_unwind_processes.max(1),
+    })
 }
