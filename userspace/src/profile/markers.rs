@@ -18,6 +18,8 @@ use super::category;
 use super::schema::{Cause, MarkerData, Markers};
 use super::tables::ThreadTables;
 
+/// A track's markers from its records `list`, sorted by start, their
+/// stacks made stacks of `tables` (`idle`: the idle task's track).
 pub(super) fn build_markers(
     rec: &Recording,
     list: &[MarkerRecord],
@@ -27,213 +29,15 @@ pub(super) fn build_markers(
     ms: &dyn Fn(u64) -> f64,
 ) -> Markers {
     let mut m = Markers::default();
-    let waited_on = waited_on(rec, list, waits);
+    let maker = MarkerMaker {
+        rec,
+        list,
+        idle,
+        waited_on: waited_on(rec, list, waits),
+        requests: io_requests(list),
+    };
     let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
     sorted.sort_by_key(|r| marker_start(r));
-    // The thread's requests, for the waits they ended: (created, completed, index).
-    let requests: Vec<(u64, u64, usize)> = list
-        .iter()
-        .enumerate()
-        .filter_map(|(i, m)| match m {
-            MarkerRecord::Io {
-                start_ns, done_ns, ..
-            } => Some((*start_ns, *done_ns, i)),
-            _ => None,
-        })
-        .collect();
-    let ended_by = |start: u64, end: u64, run_delay: Option<u64>, landing: u64| -> Option<String> {
-        // Woken at the request's completion: the last one in flight then.
-        let wake = end.saturating_sub(run_delay.unwrap_or(0) + landing);
-        let (_, _, i) = requests
-            .iter()
-            .filter(|(s, d, _)| *s < wake && *d >= start && *d <= wake)
-            .max_by_key(|(_, d, _)| *d)?;
-        match &list[*i] {
-            MarkerRecord::Io {
-                device,
-                op,
-                bytes,
-                sector,
-                ..
-            } => Some(format!(
-                "{} {device}, {}B at sector {sector}",
-                op.name(),
-                thousands(*bytes as u64)
-            )),
-            _ => None,
-        }
-    };
-    let marker_of = |r: &MarkerRecord, tables: &mut ThreadTables| {
-        let mut cause = |stack: &Option<u32>| {
-            stack.map(|node| Cause {
-                stack: tables.stack_for(rec, node, idle),
-            })
-        };
-        match r {
-            MarkerRecord::OffCpu {
-                start_ns,
-                end_ns,
-                reason,
-                run_delay_ns,
-                landing_ns,
-                waker,
-                cpus,
-                waker_stack,
-            } => (
-                // What it waited on in the name too: the Marker Chart gives
-                // each name a row (locks apart from pipes), the table shows it.
-                match waited_on.get(start_ns) {
-                    Some(on) => format!("Off-CPU: {} on {on}", reason.label()),
-                    None => format!("Off-CPU: {}", reason.label()),
-                },
-                category::OFF_CPU,
-                *start_ns,
-                *end_ns,
-                MarkerData::OffCpu {
-                    reason: reason.label(),
-                    run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
-                    off_cpu: None,
-                    wakeup_landing: (*landing_ns > 0).then(|| *landing_ns as f64 / 1e6),
-                    waker: waker.as_ref().map(|w| w.label()),
-                    // An interrupt has no waker task: the task it interrupted is in the label.
-                    waker_pid: waker
-                        .as_ref()
-                        .filter(|w| w.interrupt.is_none())
-                        .map(|w| w.pid.to_string()),
-                    waker_tid: waker
-                        .as_ref()
-                        .filter(|w| w.interrupt.is_none())
-                        .map(|w| w.tid),
-                    waker_context: waker.as_ref().map(|w| match w.interrupt {
-                        None => "task",
-                        Some(crate::model::recording::InterruptKind::Hard) => "hard IRQ",
-                        Some(crate::model::recording::InterruptKind::Soft) => "softirq",
-                        Some(crate::model::recording::InterruptKind::Unknown) => {
-                            "unknown (stack lost)"
-                        }
-                    }),
-                    cpu_out: cpus.0,
-                    cpu_in: cpus.1,
-                    waited_on: waited_on.get(start_ns).copied(),
-                    color: off_cpu_color(*reason, waker.as_ref()),
-                    request: waker
-                        .as_ref()
-                        .filter(|w| w.interrupt.is_some())
-                        .and_then(|_| ended_by(*start_ns, *end_ns, *run_delay_ns, *landing_ns)),
-                    cause: cause(waker_stack),
-                },
-            ),
-            MarkerRecord::Io {
-                start_ns,
-                issue_ns,
-                done_ns,
-                device,
-                op,
-                flags,
-                bytes,
-                sector,
-                error,
-                stack,
-            } => (
-                format!("I/O {} {device}", op.name()),
-                category::IO,
-                *start_ns,
-                *done_ns,
-                MarkerData::Io {
-                    device: device.clone(),
-                    // A flush's preflush flag says nothing more than "flush".
-                    op: match crate::model::recording::io_flag_names(
-                        if *op == crate::model::recording::IoOp::Flush {
-                            flags & !crate::model::recording::io_flags::IO_PREFLUSH
-                        } else {
-                            *flags
-                        },
-                    ) {
-                        f if f.is_empty() => op.name(),
-                        f => format!("{} ({f})", op.name()),
-                    },
-                    bytes: *bytes as u64,
-                    sector: *sector,
-                    queue_time: issue_ns.saturating_sub(*start_ns) as f64 / 1e6,
-                    service_time: done_ns.saturating_sub(*issue_ns) as f64 / 1e6,
-                    error: (*error != 0).then_some(*error),
-                    cause: cause(stack),
-                },
-            ),
-            MarkerRecord::ShortWaits {
-                start_ns,
-                end_ns,
-                count,
-                off_cpu_ns,
-                waited_ns,
-                landing_ns,
-                waker,
-            } => (
-                // One name, so the Marker Chart draws them on one row (it
-                // gives each name its own); the count is in the label.
-                "Off-CPU: short waits".to_string(),
-                category::OFF_CPU,
-                *start_ns,
-                *end_ns,
-                MarkerData::ShortWaits {
-                    count: *count,
-                    off_cpu: *off_cpu_ns as f64 / 1e6,
-                    waited: (*waited_ns > 0).then(|| *waited_ns as f64 / 1e6),
-                    landing: (*landing_ns > 0).then(|| *landing_ns as f64 / 1e6),
-                    // By name where the recording knows it, as long waits' wakers.
-                    waker: match waker {
-                        ShortWaker::Task { pid, tid } => match rec.waker_names.get(tid) {
-                            Some(name) => format!("{name} (pid {pid}, tid {tid})"),
-                            None => waker.label(),
-                        },
-                        _ => waker.label(),
-                    },
-                    waker_pid: match waker {
-                        ShortWaker::Task { pid, .. } => Some(pid.to_string()),
-                        _ => None,
-                    },
-                    waker_tid: match waker {
-                        ShortWaker::Task { tid, .. } => Some(*tid),
-                        _ => None,
-                    },
-                    waker_context: waker.context(),
-                    color: match waker {
-                        ShortWaker::Task { .. } => COLOR_THREAD,
-                        ShortWaker::Interrupt => COLOR_INTERRUPT,
-                        ShortWaker::Nobody => COLOR_CPU,
-                        ShortWaker::Unseen | ShortWaker::Several => COLOR_UNKNOWN,
-                    },
-                },
-            ),
-            MarkerRecord::OnCpu {
-                start_ns,
-                end_ns,
-                pid,
-                tid,
-                name,
-                kind,
-            } => (
-                name.clone(),
-                match kind {
-                    SliceKind::User => category::USER,
-                    SliceKind::Kernel => category::KERNEL,
-                    SliceKind::Idle => category::IDLE,
-                },
-                *start_ns,
-                *end_ns,
-                match kind {
-                    SliceKind::Idle => MarkerData::CpuIdle {
-                        thread: name.clone(),
-                    },
-                    _ => MarkerData::OnCpu {
-                        thread: name.clone(),
-                        pid: pid.to_string(),
-                        tid: *tid,
-                    },
-                },
-            ),
-        }
-    };
     for r in sorted {
         // A wait whose run delay is long enough to see is drawn as two
         // markers: the wait to its wakeup's enqueue, then the delay.
@@ -247,7 +51,7 @@ pub(super) fn build_markers(
         {
             if run_delay_shown_apart(*reason, *delay) {
                 let queued = end_ns.saturating_sub(*delay);
-                let (name, cat, start, _, mut data) = marker_of(r, tables);
+                let (name, cat, start, _, mut data) = maker.marker_of(r, tables);
                 if let MarkerData::OffCpu { off_cpu, .. } = &mut data {
                     *off_cpu = Some(end_ns.saturating_sub(start) as f64 / 1e6);
                 }
@@ -262,10 +66,280 @@ pub(super) fn build_markers(
                 continue;
             }
         }
-        let (name, cat, start, end, data) = marker_of(r, tables);
+        let (name, cat, start, end, data) = maker.marker_of(r, tables);
         push(&mut m, tables, &name, cat, (ms(start), ms(end)), data);
     }
     m
+}
+
+/// The thread's requests, for the waits they ended: (created, completed, index).
+fn io_requests(list: &[MarkerRecord]) -> Vec<(u64, u64, usize)> {
+    list.iter()
+        .enumerate()
+        .filter_map(|(i, m)| match m {
+            MarkerRecord::Io {
+                start_ns, done_ns, ..
+            } => Some((*start_ns, *done_ns, i)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A marker's parts: its name, category, start and end (ns), and payload.
+type MarkerParts = (String, u32, u64, u64, MarkerData);
+
+/// What a track's markers are made with: its records, what each off-CPU
+/// wait waited on ([`waited_on`]) and its I/O requests ([`io_requests`]).
+struct MarkerMaker<'a> {
+    rec: &'a Recording,
+    list: &'a [MarkerRecord],
+    idle: bool,
+    waited_on: rustc_hash::FxHashMap<u64, &'static str>,
+    requests: Vec<(u64, u64, usize)>,
+}
+
+impl MarkerMaker<'_> {
+    /// The marker of record `r`; a stack it carries is made a stack of
+    /// `tables`.
+    fn marker_of(&self, r: &MarkerRecord, tables: &mut ThreadTables) -> MarkerParts {
+        match r {
+            MarkerRecord::OffCpu { .. } => self.off_cpu(r, tables),
+            MarkerRecord::Io { .. } => self.io(r, tables),
+            MarkerRecord::ShortWaits { .. } => self.short_waits(r),
+            MarkerRecord::OnCpu { .. } => on_cpu(r),
+        }
+    }
+
+    /// A record's stack as a marker's `cause`.
+    fn cause(&self, stack: &Option<u32>, tables: &mut ThreadTables) -> Option<Cause> {
+        stack.map(|node| Cause {
+            stack: tables.stack_for(self.rec, node, self.idle),
+        })
+    }
+
+    /// The request whose completion ended a wait, as the marker says it.
+    fn ended_by(
+        &self,
+        start: u64,
+        end: u64,
+        run_delay: Option<u64>,
+        landing: u64,
+    ) -> Option<String> {
+        // Woken at the request's completion: the last one in flight then.
+        let wake = end.saturating_sub(run_delay.unwrap_or(0) + landing);
+        let (_, _, i) = self
+            .requests
+            .iter()
+            .filter(|(s, d, _)| *s < wake && *d >= start && *d <= wake)
+            .max_by_key(|(_, d, _)| *d)?;
+        match &self.list[*i] {
+            MarkerRecord::Io {
+                device,
+                op,
+                bytes,
+                sector,
+                ..
+            } => Some(format!(
+                "{} {device}, {}B at sector {sector}",
+                op.name(),
+                thousands(*bytes as u64)
+            )),
+            _ => None,
+        }
+    }
+
+    /// An off-CPU wait's marker.
+    fn off_cpu(&self, r: &MarkerRecord, tables: &mut ThreadTables) -> MarkerParts {
+        let MarkerRecord::OffCpu {
+            start_ns,
+            end_ns,
+            reason,
+            run_delay_ns,
+            landing_ns,
+            waker,
+            cpus,
+            waker_stack,
+        } = r
+        else {
+            unreachable!("an off-CPU record");
+        };
+        let waited_on = &self.waited_on;
+        (
+            // What it waited on in the name too: the Marker Chart gives
+            // each name a row (locks apart from pipes), the table shows it.
+            match waited_on.get(start_ns) {
+                Some(on) => format!("Off-CPU: {} on {on}", reason.label()),
+                None => format!("Off-CPU: {}", reason.label()),
+            },
+            category::OFF_CPU,
+            *start_ns,
+            *end_ns,
+            MarkerData::OffCpu {
+                reason: reason.label(),
+                run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
+                off_cpu: None,
+                wakeup_landing: (*landing_ns > 0).then(|| *landing_ns as f64 / 1e6),
+                waker: waker.as_ref().map(|w| w.label()),
+                // An interrupt has no waker task: the task it interrupted is in the label.
+                waker_pid: waker
+                    .as_ref()
+                    .filter(|w| w.interrupt.is_none())
+                    .map(|w| w.pid.to_string()),
+                waker_tid: waker
+                    .as_ref()
+                    .filter(|w| w.interrupt.is_none())
+                    .map(|w| w.tid),
+                waker_context: waker.as_ref().map(|w| match w.interrupt {
+                    None => "task",
+                    Some(crate::model::recording::InterruptKind::Hard) => "hard IRQ",
+                    Some(crate::model::recording::InterruptKind::Soft) => "softirq",
+                    Some(crate::model::recording::InterruptKind::Unknown) => "unknown (stack lost)",
+                }),
+                cpu_out: cpus.0,
+                cpu_in: cpus.1,
+                waited_on: waited_on.get(start_ns).copied(),
+                color: off_cpu_color(*reason, waker.as_ref()),
+                request: waker
+                    .as_ref()
+                    .filter(|w| w.interrupt.is_some())
+                    .and_then(|_| self.ended_by(*start_ns, *end_ns, *run_delay_ns, *landing_ns)),
+                cause: self.cause(waker_stack, tables),
+            },
+        )
+    }
+
+    /// A block I/O request's marker.
+    fn io(&self, r: &MarkerRecord, tables: &mut ThreadTables) -> MarkerParts {
+        let MarkerRecord::Io {
+            start_ns,
+            issue_ns,
+            done_ns,
+            device,
+            op,
+            flags,
+            bytes,
+            sector,
+            error,
+            stack,
+        } = r
+        else {
+            unreachable!("an I/O record");
+        };
+        (
+            format!("I/O {} {device}", op.name()),
+            category::IO,
+            *start_ns,
+            *done_ns,
+            MarkerData::Io {
+                device: device.clone(),
+                // A flush's preflush flag says nothing more than "flush".
+                op: match crate::model::recording::io_flag_names(
+                    if *op == crate::model::recording::IoOp::Flush {
+                        flags & !crate::model::recording::io_flags::IO_PREFLUSH
+                    } else {
+                        *flags
+                    },
+                ) {
+                    f if f.is_empty() => op.name(),
+                    f => format!("{} ({f})", op.name()),
+                },
+                bytes: *bytes as u64,
+                sector: *sector,
+                queue_time: issue_ns.saturating_sub(*start_ns) as f64 / 1e6,
+                service_time: done_ns.saturating_sub(*issue_ns) as f64 / 1e6,
+                error: (*error != 0).then_some(*error),
+                cause: self.cause(stack, tables),
+            },
+        )
+    }
+
+    /// The marker of a run of short waits summed for one waker.
+    fn short_waits(&self, r: &MarkerRecord) -> MarkerParts {
+        let MarkerRecord::ShortWaits {
+            start_ns,
+            end_ns,
+            count,
+            off_cpu_ns,
+            waited_ns,
+            landing_ns,
+            waker,
+        } = r
+        else {
+            unreachable!("a short-waits record");
+        };
+        (
+            // One name, so the Marker Chart draws them on one row (it
+            // gives each name its own); the count is in the label.
+            "Off-CPU: short waits".to_string(),
+            category::OFF_CPU,
+            *start_ns,
+            *end_ns,
+            MarkerData::ShortWaits {
+                count: *count,
+                off_cpu: *off_cpu_ns as f64 / 1e6,
+                waited: (*waited_ns > 0).then(|| *waited_ns as f64 / 1e6),
+                landing: (*landing_ns > 0).then(|| *landing_ns as f64 / 1e6),
+                // By name where the recording knows it, as long waits' wakers.
+                waker: match waker {
+                    ShortWaker::Task { pid, tid } => match self.rec.waker_names.get(tid) {
+                        Some(name) => format!("{name} (pid {pid}, tid {tid})"),
+                        None => waker.label(),
+                    },
+                    _ => waker.label(),
+                },
+                waker_pid: match waker {
+                    ShortWaker::Task { pid, .. } => Some(pid.to_string()),
+                    _ => None,
+                },
+                waker_tid: match waker {
+                    ShortWaker::Task { tid, .. } => Some(*tid),
+                    _ => None,
+                },
+                waker_context: waker.context(),
+                color: match waker {
+                    ShortWaker::Task { .. } => COLOR_THREAD,
+                    ShortWaker::Interrupt => COLOR_INTERRUPT,
+                    ShortWaker::Nobody => COLOR_CPU,
+                    ShortWaker::Unseen | ShortWaker::Several => COLOR_UNKNOWN,
+                },
+            },
+        )
+    }
+}
+
+/// A CPU track's slice: a thread on it, or idle.
+fn on_cpu(r: &MarkerRecord) -> MarkerParts {
+    let MarkerRecord::OnCpu {
+        start_ns,
+        end_ns,
+        pid,
+        tid,
+        name,
+        kind,
+    } = r
+    else {
+        unreachable!("an on-CPU record");
+    };
+    (
+        name.clone(),
+        match kind {
+            SliceKind::User => category::USER,
+            SliceKind::Kernel => category::KERNEL,
+            SliceKind::Idle => category::IDLE,
+        },
+        *start_ns,
+        *end_ns,
+        match kind {
+            SliceKind::Idle => MarkerData::CpuIdle {
+                thread: name.clone(),
+            },
+            _ => MarkerData::OnCpu {
+                thread: name.clone(),
+                pid: pid.to_string(),
+                tid: *tid,
+            },
+        },
+    )
 }
 
 /// The run-delay markers' name: one row of the Marker Chart holds them all.
@@ -365,6 +439,7 @@ fn off_cpu_color(reason: OffCpuReason, waker: Option<&Waker>) -> &'static str {
     }
 }
 
+/// `meta.markerSchema`: how the Firefox Profiler shows each kind of marker.
 pub(super) fn marker_schema() -> serde_json::Value {
     let display = serde_json::json!(["marker-chart", "marker-table", "timeline-overview"]);
     // The overview above a track draws every marker as one black bar: off-CPU
@@ -373,106 +448,138 @@ pub(super) fn marker_schema() -> serde_json::Value {
     // why), and idle CPUs look like running ones.
     let not_in_overview = serde_json::json!(["marker-chart", "marker-table"]);
     serde_json::json!([
-        {
-            "name": "OffCpu",
-            "display": not_in_overview,
-            "chartLabel": "{marker.data.reason}",
-            "tooltipLabel": "Off-CPU: {marker.data.reason}, woken by {marker.data.waker}",
-            "tableLabel": "{marker.data.reason}, woken by {marker.data.waker}, run delay {marker.data.runDelay}",
-            "description": "A thread not running: why, who woke it, how long its wakeup took to reach a run queue (an idle CPU's wakeup; on a VM, the host running that CPU again), how long it then waited for a CPU. A run-queue delay of 0.1 ms or more is drawn apart, as a \"Waiting for a CPU\" marker after this one. Colored by what ended it: blue another thread, orange blocked (I/O, mostly), green an interrupt (a timer, a device), red waiting for a CPU, grey not seen",
-            "colorField": "color",
-            "fields": [
-                { "key": "reason", "label": "Reason", "format": "string" },
-                { "key": "waitedOn", "label": "Waited on", "format": "string" },
-                { "key": "wakeupLanding", "label": "Wakeup to run queue", "format": "duration" },
-                { "key": "runDelay", "label": "Run-queue delay", "format": "duration" },
-                { "key": "offCpu", "label": "Off-CPU with the run delay", "format": "duration" },
-                { "key": "waker", "label": "Woken by", "format": "string" },
-                { "key": "wakerPid", "label": "Waker", "format": "pid" },
-                { "key": "wakerTid", "label": "Waker thread", "format": "tid" },
-                { "key": "wakerContext", "label": "Woken from", "format": "string" },
-                { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
-                { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
-                { "key": "request", "label": "Ended by request", "format": "string" },
-                { "key": "color", "label": "Color", "format": "string", "hidden": true },
-            ],
-        },
-        {
-            "name": "RunDelay",
-            "display": not_in_overview,
-            "chartLabel": "after {marker.data.after}",
-            "tooltipLabel": "Waiting for CPU {marker.data.cpu} after {marker.data.after}",
-            "tableLabel": "waiting for CPU {marker.data.cpu} after {marker.data.after}",
-            "description": "The end of an off-CPU wait: woken, in its CPU's run queue until it ran (a preempted thread's whole wait is this, drawn as its off-CPU marker, red). `sysprof report --why` names who held that CPU meanwhile",
-            "colorField": "color",
-            "fields": [
-                { "key": "after", "label": "After", "format": "string" },
-                { "key": "cpu", "label": "CPU", "format": "integer" },
-                { "key": "color", "label": "Color", "format": "string", "hidden": true },
-            ],
-        },
-        {
-            "name": "ShortWaits",
-            "display": not_in_overview,
-            "chartLabel": "{marker.data.count} waits, {marker.data.offCpu}",
-            "tooltipLabel": "{marker.data.count} short waits: {marker.data.offCpu} off-CPU, woken by {marker.data.waker}",
-            "tableLabel": "{marker.data.count} short waits, {marker.data.offCpu} off-CPU, woken by {marker.data.waker}",
-            "description": "Waits shorter than --off-cpu-threshold, summed per waker over the marker's span (which holds their running in between too). Colored as off-CPU markers: blue another thread, green interrupts, red waiting for a CPU, grey not seen or several wakers",
-            "colorField": "color",
-            "fields": [
-                { "key": "count", "label": "Waits", "format": "integer" },
-                { "key": "offCpu", "label": "Off-CPU", "format": "duration" },
-                { "key": "waited", "label": "Before the wakeups", "format": "duration" },
-                { "key": "landing", "label": "Wakeups to run queue", "format": "duration" },
-                { "key": "waker", "label": "Woken by", "format": "string" },
-                { "key": "wakerPid", "label": "Waker", "format": "pid" },
-                { "key": "wakerTid", "label": "Waker thread", "format": "tid" },
-                { "key": "wakerContext", "label": "Woken from", "format": "string" },
-                { "key": "color", "label": "Color", "format": "string", "hidden": true },
-            ],
-        },
-        {
-            "name": "BlockIo",
-            "display": display,
-            "chartLabel": "{marker.data.op} {marker.data.bytes}",
-            "tooltipLabel": "{marker.data.op} {marker.data.device}: {marker.data.bytes}",
-            "tableLabel": "{marker.data.op} {marker.data.device} sector {marker.data.sector}: {marker.data.bytes}",
-            "description": "One block I/O request, from creation to completion",
-            "fields": [
-                { "key": "device", "label": "Device", "format": "string" },
-                { "key": "op", "label": "Operation", "format": "string" },
-                { "key": "bytes", "label": "Size", "format": "bytes" },
-                { "key": "sector", "label": "Sector", "format": "integer" },
-                { "key": "queueTime", "label": "Queue time", "format": "duration" },
-                { "key": "serviceTime", "label": "Service time", "format": "duration" },
-                { "key": "error", "label": "Error", "format": "integer" },
-            ],
-        },
-        {
-            "name": "OnCpu",
-            "display": ["marker-chart", "marker-table", "timeline-overview"],
-            "chartLabel": "{marker.data.thread}",
-            "tooltipLabel": "{marker.data.thread}",
-            "tableLabel": "{marker.data.thread}",
-            "description": "A thread running on this CPU (at sampling resolution)",
-            "fields": [
-                { "key": "thread", "label": "Thread", "format": "string" },
-                { "key": "pid", "label": "pid", "format": "pid" },
-                { "key": "tid", "label": "tid", "format": "tid" },
-            ],
-        },
-        {
-            "name": "CpuIdle",
-            "display": not_in_overview,
-            "chartLabel": "{marker.data.thread}",
-            "tooltipLabel": "{marker.data.thread}",
-            "tableLabel": "{marker.data.thread}",
-            "description": "This CPU idle (at sampling resolution)",
-            "fields": [
-                { "key": "thread", "label": "Idle", "format": "string" },
-            ],
-        },
+        off_cpu_schema(&not_in_overview),
+        run_delay_schema(&not_in_overview),
+        short_waits_schema(&not_in_overview),
+        block_io_schema(&display),
+        on_cpu_schema(),
+        cpu_idle_schema(&not_in_overview),
     ])
+}
+
+/// The schema of `OffCpu` markers: a wait, why, who woke it, its delays,
+/// colored by what ended it.
+fn off_cpu_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "name": "OffCpu",
+        "display": not_in_overview,
+        "chartLabel": "{marker.data.reason}",
+        "tooltipLabel": "Off-CPU: {marker.data.reason}, woken by {marker.data.waker}",
+        "tableLabel": "{marker.data.reason}, woken by {marker.data.waker}, run delay {marker.data.runDelay}",
+        "description": "A thread not running: why, who woke it, how long its wakeup took to reach a run queue (an idle CPU's wakeup; on a VM, the host running that CPU again), how long it then waited for a CPU. A run-queue delay of 0.1 ms or more is drawn apart, as a \"Waiting for a CPU\" marker after this one. Colored by what ended it: blue another thread, orange blocked (I/O, mostly), green an interrupt (a timer, a device), red waiting for a CPU, grey not seen",
+        "colorField": "color",
+        "fields": [
+            { "key": "reason", "label": "Reason", "format": "string" },
+            { "key": "waitedOn", "label": "Waited on", "format": "string" },
+            { "key": "wakeupLanding", "label": "Wakeup to run queue", "format": "duration" },
+            { "key": "runDelay", "label": "Run-queue delay", "format": "duration" },
+            { "key": "offCpu", "label": "Off-CPU with the run delay", "format": "duration" },
+            { "key": "waker", "label": "Woken by", "format": "string" },
+            { "key": "wakerPid", "label": "Waker", "format": "pid" },
+            { "key": "wakerTid", "label": "Waker thread", "format": "tid" },
+            { "key": "wakerContext", "label": "Woken from", "format": "string" },
+            { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
+            { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
+            { "key": "request", "label": "Ended by request", "format": "string" },
+            { "key": "color", "label": "Color", "format": "string", "hidden": true },
+        ],
+    })
+}
+
+/// The schema of `RunDelay` markers: a run-queue delay drawn apart, after
+/// its off-CPU wait.
+fn run_delay_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "name": "RunDelay",
+        "display": not_in_overview,
+        "chartLabel": "after {marker.data.after}",
+        "tooltipLabel": "Waiting for CPU {marker.data.cpu} after {marker.data.after}",
+        "tableLabel": "waiting for CPU {marker.data.cpu} after {marker.data.after}",
+        "description": "The end of an off-CPU wait: woken, in its CPU's run queue until it ran (a preempted thread's whole wait is this, drawn as its off-CPU marker, red). `sysprof report --why` names who held that CPU meanwhile",
+        "colorField": "color",
+        "fields": [
+            { "key": "after", "label": "After", "format": "string" },
+            { "key": "cpu", "label": "CPU", "format": "integer" },
+            { "key": "color", "label": "Color", "format": "string", "hidden": true },
+        ],
+    })
+}
+
+/// The schema of `ShortWaits` markers: short waits summed per waker.
+fn short_waits_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "name": "ShortWaits",
+        "display": not_in_overview,
+        "chartLabel": "{marker.data.count} waits, {marker.data.offCpu}",
+        "tooltipLabel": "{marker.data.count} short waits: {marker.data.offCpu} off-CPU, woken by {marker.data.waker}",
+        "tableLabel": "{marker.data.count} short waits, {marker.data.offCpu} off-CPU, woken by {marker.data.waker}",
+        "description": "Waits shorter than --off-cpu-threshold, summed per waker over the marker's span (which holds their running in between too). Colored as off-CPU markers: blue another thread, green interrupts, red waiting for a CPU, grey not seen or several wakers",
+        "colorField": "color",
+        "fields": [
+            { "key": "count", "label": "Waits", "format": "integer" },
+            { "key": "offCpu", "label": "Off-CPU", "format": "duration" },
+            { "key": "waited", "label": "Before the wakeups", "format": "duration" },
+            { "key": "landing", "label": "Wakeups to run queue", "format": "duration" },
+            { "key": "waker", "label": "Woken by", "format": "string" },
+            { "key": "wakerPid", "label": "Waker", "format": "pid" },
+            { "key": "wakerTid", "label": "Waker thread", "format": "tid" },
+            { "key": "wakerContext", "label": "Woken from", "format": "string" },
+            { "key": "color", "label": "Color", "format": "string", "hidden": true },
+        ],
+    })
+}
+
+/// The schema of `BlockIo` markers: one block I/O request.
+fn block_io_schema(display: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "name": "BlockIo",
+        "display": display,
+        "chartLabel": "{marker.data.op} {marker.data.bytes}",
+        "tooltipLabel": "{marker.data.op} {marker.data.device}: {marker.data.bytes}",
+        "tableLabel": "{marker.data.op} {marker.data.device} sector {marker.data.sector}: {marker.data.bytes}",
+        "description": "One block I/O request, from creation to completion",
+        "fields": [
+            { "key": "device", "label": "Device", "format": "string" },
+            { "key": "op", "label": "Operation", "format": "string" },
+            { "key": "bytes", "label": "Size", "format": "bytes" },
+            { "key": "sector", "label": "Sector", "format": "integer" },
+            { "key": "queueTime", "label": "Queue time", "format": "duration" },
+            { "key": "serviceTime", "label": "Service time", "format": "duration" },
+            { "key": "error", "label": "Error", "format": "integer" },
+        ],
+    })
+}
+
+/// The schema of `OnCpu` markers: a thread on a CPU (CPU tracks).
+fn on_cpu_schema() -> serde_json::Value {
+    serde_json::json!({
+        "name": "OnCpu",
+        "display": ["marker-chart", "marker-table", "timeline-overview"],
+        "chartLabel": "{marker.data.thread}",
+        "tooltipLabel": "{marker.data.thread}",
+        "tableLabel": "{marker.data.thread}",
+        "description": "A thread running on this CPU (at sampling resolution)",
+        "fields": [
+            { "key": "thread", "label": "Thread", "format": "string" },
+            { "key": "pid", "label": "pid", "format": "pid" },
+            { "key": "tid", "label": "tid", "format": "tid" },
+        ],
+    })
+}
+
+/// The schema of `CpuIdle` markers: a CPU idle (CPU tracks).
+fn cpu_idle_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "name": "CpuIdle",
+        "display": not_in_overview,
+        "chartLabel": "{marker.data.thread}",
+        "tooltipLabel": "{marker.data.thread}",
+        "tableLabel": "{marker.data.thread}",
+        "description": "This CPU idle (at sampling resolution)",
+        "fields": [
+            { "key": "thread", "label": "Idle", "format": "string" },
+        ],
+    })
 }
 
 /// `n` with thousands separators, as the Firefox Profiler writes byte

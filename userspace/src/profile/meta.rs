@@ -301,7 +301,6 @@ impl CounterKind {
     /// `display` as the front end's `CounterDisplayConfig` (format 62 on;
     /// carried as is through the upgraders from 55).
     fn display(self, c: &CounterRecord) -> serde_json::Value {
-        let row = |source: &str, unit: &str, label: &str| serde_json::json!({ "type": "value", "source": source, "format": { "unit": unit }, "label": label });
         let (graph, color, weight, label, unit, rows) = match self {
             CounterKind::CpuShare { machine: true } => (
                 "line-rate",
@@ -309,7 +308,7 @@ impl CounterKind {
                 10,
                 "CPU usage (all CPUs)".to_string(),
                 "percent",
-                vec![row("rate", "percent", "Busy share of all CPUs")],
+                vec![tooltip_row("rate", "percent", "Busy share of all CPUs")],
             ),
             CounterKind::CpuShare { machine: false } => (
                 "line-rate",
@@ -317,7 +316,7 @@ impl CounterKind {
                 10,
                 "CPU".to_string(),
                 "percent",
-                vec![row("rate", "percent", "CPU (100% = one CPU)")],
+                vec![tooltip_row("rate", "percent", "CPU (100% = one CPU)")],
             ),
             CounterKind::Memory { machine } => (
                 "line-accumulated",
@@ -329,27 +328,7 @@ impl CounterKind {
                     "Memory (RSS)".to_string()
                 },
                 "bytes",
-                {
-                    // The level itself where it is known (`number`, see
-                    // counter_json); the drawn line is its change from the
-                    // lowest point in view, said as such.
-                    let mut rows = Vec::new();
-                    if c.base.is_some() {
-                        rows.push(row(
-                            "sample-number",
-                            "bytes",
-                            if machine { "In use" } else { "Resident" },
-                        ));
-                    }
-                    rows.push(row(
-                        "accumulated",
-                        "bytes",
-                        "Above the lowest point in view",
-                    ));
-                    rows.push(row("count", "bytes", "Change since the previous reading"));
-                    rows.push(row("count-range", "bytes", "Range in view"));
-                    rows
-                },
+                memory_rows(c, machine),
             ),
             CounterKind::Transfer { write } => {
                 let (verb, past) = if write {
@@ -357,29 +336,13 @@ impl CounterKind {
                 } else {
                     ("Read", "Read")
                 };
-                let mut selection = row(
-                    "selection-total",
-                    "bytes",
-                    &format!("{past} in the selection"),
-                );
-                selection["requiresPreviewSelection"] = serde_json::json!(true);
                 (
                     "line-rate",
                     if write { "red" } else { "teal" },
                     if write { 31 } else { 30 },
                     c.name.clone(),
                     "bytes",
-                    vec![
-                        row("rate", "bytes-per-second", &format!("{verb} speed")),
-                        serde_json::json!({ "type": "separator" }),
-                        row("accumulated", "bytes", &format!("{past} up to this time")),
-                        row(
-                            "count-range",
-                            "bytes",
-                            &format!("{past} in the visible range"),
-                        ),
-                        selection,
-                    ],
+                    transfer_rows(verb, past),
                 )
             }
             CounterKind::Events => (
@@ -389,8 +352,8 @@ impl CounterKind {
                 c.name.clone(),
                 "",
                 vec![
-                    row("rate", "number", &format!("{} per ms", c.name)),
-                    row("count", "number", "Since the previous reading"),
+                    tooltip_row("rate", "number", &format!("{} per ms", c.name)),
+                    tooltip_row("count", "number", "Since the previous reading"),
                 ],
             ),
         };
@@ -404,4 +367,57 @@ impl CounterKind {
             "tooltipRows": rows,
         })
     }
+}
+
+/// One row of a counter's tooltip: the value of `source` in `unit`.
+fn tooltip_row(source: &str, unit: &str, label: &str) -> serde_json::Value {
+    serde_json::json!({ "type": "value", "source": source, "format": { "unit": unit }, "label": label })
+}
+
+/// A memory counter's tooltip rows.
+fn memory_rows(c: &CounterRecord, machine: bool) -> Vec<serde_json::Value> {
+    // The level itself where it is known (`number`, see counter_json); the
+    // drawn line is its change from the lowest point in view, said as such.
+    let mut rows = Vec::new();
+    if c.base.is_some() {
+        rows.push(tooltip_row(
+            "sample-number",
+            "bytes",
+            if machine { "In use" } else { "Resident" },
+        ));
+    }
+    rows.push(tooltip_row(
+        "accumulated",
+        "bytes",
+        "Above the lowest point in view",
+    ));
+    rows.push(tooltip_row(
+        "count",
+        "bytes",
+        "Change since the previous reading",
+    ));
+    rows.push(tooltip_row("count-range", "bytes", "Range in view"));
+    rows
+}
+
+/// A disk counter's tooltip rows (`verb` "Read" or "Write", `past` what
+/// was moved: "Read", "Written").
+fn transfer_rows(verb: &str, past: &str) -> Vec<serde_json::Value> {
+    let mut selection = tooltip_row(
+        "selection-total",
+        "bytes",
+        &format!("{past} in the selection"),
+    );
+    selection["requiresPreviewSelection"] = serde_json::json!(true);
+    vec![
+        tooltip_row("rate", "bytes-per-second", &format!("{verb} speed")),
+        serde_json::json!({ "type": "separator" }),
+        tooltip_row("accumulated", "bytes", &format!("{past} up to this time")),
+        tooltip_row(
+            "count-range",
+            "bytes",
+            &format!("{past} in the visible range"),
+        ),
+        selection,
+    ]
 }
