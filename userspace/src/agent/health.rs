@@ -337,4 +337,141 @@ mod tests {
         let part = refusals_part(&c.unwind_refusals.lock().unwrap());
         assert_eq!(part, "; kernel unwinder refused (stacks copied instead) uid 65534: 845 processes, 2 tables; uid 1000: 0 processes, 1 tables");
     }
+
+    /// Check the whole metrics text, byte for byte: every metric's help,
+    /// type and samples, in order (the agent's own CPU, memory and BPF
+    /// maps vary: only their values are left out).
+    #[test]
+    fn metrics_text_is_every_counter_in_order() {
+        use crate::unwind::kernel::UidRefusals;
+        let c = AgentCounters::default();
+        for (i, a) in [
+            &c.samples,
+            &c.lost,
+            &c.windows,
+            &c.memory_sheds,
+            &c.stored,
+            &c.store_failed,
+            &c.dropped,
+            &c.store_bytes,
+            &c.store_files,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            a.store(100 + i as u64, Ordering::Relaxed);
+        }
+        *c.unwind_refusals.lock().unwrap() = vec![(
+            1000,
+            UidRefusals {
+                entries: 3,
+                tables: 4,
+            },
+        )];
+        let exporters: Vec<(&'static str, Arc<crate::export::ExportCounters>)> = ["otlp", "pprof"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let e = crate::export::ExportCounters::default();
+                for (j, a) in [&e.sent, &e.failed, &e.dropped, &e.backlog, &e.bytes]
+                    .into_iter()
+                    .enumerate()
+                {
+                    a.store((10 * i + j) as u64, Ordering::Relaxed);
+                }
+                (n, Arc::new(e))
+            })
+            .collect();
+        let text = metrics_text(&c, &exporters);
+        let own = text
+            .find("# HELP sysprof_agent_cpu_seconds_total")
+            .expect("the agent's own metrics come last");
+        let (counters, own) = text.split_at(own);
+        assert_eq!(counters, EXPECTED);
+        let own: Vec<&str> = own
+            .lines()
+            .map(|l| {
+                if l.starts_with('#') {
+                    l
+                } else {
+                    l.split(' ').next().unwrap()
+                }
+            })
+            .collect();
+        assert_eq!(own, OWN);
+    }
+
+    /// What `metrics_text_is_every_counter_in_order` expects, but the
+    /// agent's own metrics.
+    const EXPECTED: &str = "\
+# HELP sysprof_samples_total On-CPU samples in finished windows.\n\
+# TYPE sysprof_samples_total counter\n\
+sysprof_samples_total 100\n\
+# HELP sysprof_lost_records_total Records lost in the kernel or on the way (samples, events, stacks, sideband).\n\
+# TYPE sysprof_lost_records_total counter\n\
+sysprof_lost_records_total 101\n\
+# HELP sysprof_windows_total Windows finished.\n\
+# TYPE sysprof_windows_total counter\n\
+sysprof_windows_total 102\n\
+# HELP sysprof_memory_sheds_total Times the agent's cgroup neared its memory limit: a window cut short, caches dropped.\n\
+# TYPE sysprof_memory_sheds_total counter\n\
+sysprof_memory_sheds_total 103\n\
+# HELP sysprof_windows_stored_total Windows written to the store.\n\
+# TYPE sysprof_windows_stored_total counter\n\
+sysprof_windows_stored_total 104\n\
+# HELP sysprof_windows_store_failed_total Windows the store could not write.\n\
+# TYPE sysprof_windows_store_failed_total counter\n\
+sysprof_windows_store_failed_total 105\n\
+# HELP sysprof_windows_dropped_total Windows dropped because the store was behind.\n\
+# TYPE sysprof_windows_dropped_total counter\n\
+sysprof_windows_dropped_total 106\n\
+# HELP sysprof_unwind_entries_refused_total Processes the in-kernel unwinder gave no entry (their uid held its share, or evicted for another uid's), by uid: their stacks are unwound from copies.\n\
+# TYPE sysprof_unwind_entries_refused_total counter\n\
+sysprof_unwind_entries_refused_total{uid=\"1000\"} 3\n\
+# HELP sysprof_unwind_tables_refused_total Unwind tables refused or evicted for want of room in the table budget, by the uid they are charged to: their frames are unwound from copies.\n\
+# TYPE sysprof_unwind_tables_refused_total counter\n\
+sysprof_unwind_tables_refused_total{uid=\"1000\"} 4\n\
+# HELP sysprof_store_bytes Bytes the store holds.\n\
+# TYPE sysprof_store_bytes gauge\n\
+sysprof_store_bytes 107\n\
+# HELP sysprof_store_files Segment files in the store.\n\
+# TYPE sysprof_store_files gauge\n\
+sysprof_store_files 108\n\
+# HELP sysprof_windows_exported_total Windows delivered by each exporter.\n\
+# TYPE sysprof_windows_exported_total counter\n\
+sysprof_windows_exported_total{exporter=\"otlp\"} 0\n\
+sysprof_windows_exported_total{exporter=\"pprof\"} 10\n\
+# HELP sysprof_export_failures_total Failed attempts to deliver (each retried).\n\
+# TYPE sysprof_export_failures_total counter\n\
+sysprof_export_failures_total{exporter=\"otlp\"} 1\n\
+sysprof_export_failures_total{exporter=\"pprof\"} 11\n\
+# HELP sysprof_windows_export_dropped_total Windows an exporter gave up (backlog full, gone from the store, or refused for good).\n\
+# TYPE sysprof_windows_export_dropped_total counter\n\
+sysprof_windows_export_dropped_total{exporter=\"otlp\"} 2\n\
+sysprof_windows_export_dropped_total{exporter=\"pprof\"} 12\n\
+# HELP sysprof_export_backlog_windows Windows stored and not delivered yet.\n\
+# TYPE sysprof_export_backlog_windows gauge\n\
+sysprof_export_backlog_windows{exporter=\"otlp\"} 3\n\
+sysprof_export_backlog_windows{exporter=\"pprof\"} 13\n\
+# HELP sysprof_export_bytes_total Bytes each exporter sent.\n\
+# TYPE sysprof_export_bytes_total counter\n\
+sysprof_export_bytes_total{exporter=\"otlp\"} 4\n\
+sysprof_export_bytes_total{exporter=\"pprof\"} 14\n\
+";
+
+    /// The agent's own metrics, values left out.
+    const OWN: &[&str] = &[
+        "# HELP sysprof_agent_cpu_seconds_total CPU time the agent used (user and system).",
+        "# TYPE sysprof_agent_cpu_seconds_total counter",
+        "sysprof_agent_cpu_seconds_total",
+        "# HELP sysprof_agent_resident_bytes The agent's resident memory.",
+        "# TYPE sysprof_agent_resident_bytes gauge",
+        "sysprof_agent_resident_bytes",
+        "# HELP sysprof_agent_bpf_map_bytes Kernel memory of the agent's BPF maps (their memlock in /proc/PID/fdinfo): its cgroup pays it, RSS does not show it.",
+        "# TYPE sysprof_agent_bpf_map_bytes gauge",
+        "sysprof_agent_bpf_map_bytes",
+        "# HELP sysprof_agent_bpf_maps BPF maps the agent holds.",
+        "# TYPE sysprof_agent_bpf_maps gauge",
+        "sysprof_agent_bpf_maps",
+    ];
 }
