@@ -47,63 +47,36 @@ pub struct AgentCounters {
     pub memory_sheds: AtomicU64,
 }
 
+/// One metric: its name, type, help, and samples (labels, value).
+type Metric = (&'static str, &'static str, &'static str, Vec<(String, f64)>);
+
+const COUNTER: &str = "counter";
+const GAUGE: &str = "gauge";
+
 /// The Prometheus text of the agent's counters.
 pub(super) fn metrics_text(
     c: &AgentCounters,
     exporters: &[(&'static str, Arc<crate::export::ExportCounters>)],
 ) -> String {
-    use crate::export::metrics::metric;
     let mut out = String::new();
-    let v = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-    metric(
-        &mut out,
-        "sysprof_samples_total",
-        "counter",
-        "On-CPU samples in finished windows.",
-        &[(String::new(), v(&c.samples))],
-    );
-    metric(
-        &mut out,
-        "sysprof_lost_records_total",
-        "counter",
-        "Records lost in the kernel or on the way (samples, events, stacks, sideband).",
-        &[(String::new(), v(&c.lost))],
-    );
-    metric(
-        &mut out,
-        "sysprof_windows_total",
-        "counter",
-        "Windows finished.",
-        &[(String::new(), v(&c.windows))],
-    );
-    metric(
-        &mut out,
-        "sysprof_memory_sheds_total",
-        "counter",
-        "Times the agent's cgroup neared its memory limit: a window cut short, caches dropped.",
-        &[(String::new(), v(&c.memory_sheds))],
-    );
-    metric(
-        &mut out,
-        "sysprof_windows_stored_total",
-        "counter",
-        "Windows written to the store.",
-        &[(String::new(), v(&c.stored))],
-    );
-    metric(
-        &mut out,
-        "sysprof_windows_store_failed_total",
-        "counter",
-        "Windows the store could not write.",
-        &[(String::new(), v(&c.store_failed))],
-    );
-    metric(
-        &mut out,
-        "sysprof_windows_dropped_total",
-        "counter",
-        "Windows dropped because the store was behind.",
-        &[(String::new(), v(&c.dropped))],
-    );
+    let metrics = agent_metrics(c)
+        .into_iter()
+        .chain(export_metrics(exporters))
+        .chain(own_metrics());
+    for (name, kind, help, samples) in metrics {
+        crate::export::metrics::metric(&mut out, name, kind, help, &samples);
+    }
+    out
+}
+
+/// A sample without labels.
+fn unlabelled(v: f64) -> Vec<(String, f64)> {
+    vec![(String::new(), v)]
+}
+
+/// The window loop's and the store's counters.
+fn agent_metrics(c: &AgentCounters) -> Vec<Metric> {
+    let v = |a: &AtomicU64| unlabelled(a.load(Ordering::Relaxed) as f64);
     let refusals = c
         .unwind_refusals
         .lock()
@@ -115,34 +88,78 @@ pub(super) fn metrics_text(
             .map(|(uid, r)| (format!("uid=\"{uid}\""), f(r) as f64))
             .collect()
     };
-    metric(
-        &mut out,
-        "sysprof_unwind_entries_refused_total",
-        "counter",
-        "Processes the in-kernel unwinder gave no entry (their uid held its share, or evicted for another uid's), by uid: their stacks are unwound from copies.",
-        &per_uid(|r| r.entries),
-    );
-    metric(
-        &mut out,
-        "sysprof_unwind_tables_refused_total",
-        "counter",
-        "Unwind tables refused or evicted for want of room in the table budget, by the uid they are charged to: their frames are unwound from copies.",
-        &per_uid(|r| r.tables),
-    );
-    metric(
-        &mut out,
-        "sysprof_store_bytes",
-        "gauge",
-        "Bytes the store holds.",
-        &[(String::new(), v(&c.store_bytes))],
-    );
-    metric(
-        &mut out,
-        "sysprof_store_files",
-        "gauge",
-        "Segment files in the store.",
-        &[(String::new(), v(&c.store_files))],
-    );
+    vec![
+        (
+            "sysprof_samples_total",
+            COUNTER,
+            "On-CPU samples in finished windows.",
+            v(&c.samples),
+        ),
+        (
+            "sysprof_lost_records_total",
+            COUNTER,
+            "Records lost in the kernel or on the way (samples, events, stacks, sideband).",
+            v(&c.lost),
+        ),
+        (
+            "sysprof_windows_total",
+            COUNTER,
+            "Windows finished.",
+            v(&c.windows),
+        ),
+        (
+            "sysprof_memory_sheds_total",
+            COUNTER,
+            "Times the agent's cgroup neared its memory limit: a window cut short, caches dropped.",
+            v(&c.memory_sheds),
+        ),
+        (
+            "sysprof_windows_stored_total",
+            COUNTER,
+            "Windows written to the store.",
+            v(&c.stored),
+        ),
+        (
+            "sysprof_windows_store_failed_total",
+            COUNTER,
+            "Windows the store could not write.",
+            v(&c.store_failed),
+        ),
+        (
+            "sysprof_windows_dropped_total",
+            COUNTER,
+            "Windows dropped because the store was behind.",
+            v(&c.dropped),
+        ),
+        (
+            "sysprof_unwind_entries_refused_total",
+            COUNTER,
+            "Processes the in-kernel unwinder gave no entry (their uid held its share, or evicted for another uid's), by uid: their stacks are unwound from copies.",
+            per_uid(|r| r.entries),
+        ),
+        (
+            "sysprof_unwind_tables_refused_total",
+            COUNTER,
+            "Unwind tables refused or evicted for want of room in the table budget, by the uid they are charged to: their frames are unwound from copies.",
+            per_uid(|r| r.tables),
+        ),
+        (
+            "sysprof_store_bytes",
+            GAUGE,
+            "Bytes the store holds.",
+            v(&c.store_bytes),
+        ),
+        (
+            "sysprof_store_files",
+            GAUGE,
+            "Segment files in the store.",
+            v(&c.store_files),
+        ),
+    ]
+}
+
+/// The exporters' counters, one sample per exporter.
+fn export_metrics(exporters: &[(&'static str, Arc<crate::export::ExportCounters>)]) -> Vec<Metric> {
     let per = |f: fn(&crate::export::ExportCounters) -> &AtomicU64| -> Vec<(String, f64)> {
         exporters
             .iter()
@@ -154,71 +171,71 @@ pub(super) fn metrics_text(
             })
             .collect()
     };
-    metric(
-        &mut out,
-        "sysprof_windows_exported_total",
-        "counter",
-        "Windows delivered by each exporter.",
-        &per(|e| &e.sent),
-    );
-    metric(
-        &mut out,
-        "sysprof_export_failures_total",
-        "counter",
-        "Failed attempts to deliver (each retried).",
-        &per(|e| &e.failed),
-    );
-    metric(
-        &mut out,
-        "sysprof_windows_export_dropped_total",
-        "counter",
-        "Windows an exporter gave up (backlog full, gone from the store, or refused for good).",
-        &per(|e| &e.dropped),
-    );
-    metric(
-        &mut out,
-        "sysprof_export_backlog_windows",
-        "gauge",
-        "Windows stored and not delivered yet.",
-        &per(|e| &e.backlog),
-    );
-    metric(
-        &mut out,
-        "sysprof_export_bytes_total",
-        "counter",
-        "Bytes each exporter sent.",
-        &per(|e| &e.bytes),
-    );
-    metric(
-        &mut out,
-        "sysprof_agent_cpu_seconds_total",
-        "counter",
-        "CPU time the agent used (user and system).",
-        &[(String::new(), process_cpu_seconds())],
-    );
-    metric(
-        &mut out,
-        "sysprof_agent_resident_bytes",
-        "gauge",
-        "The agent's resident memory.",
-        &[(String::new(), rss_bytes().0 as f64)],
-    );
+    vec![
+        (
+            "sysprof_windows_exported_total",
+            COUNTER,
+            "Windows delivered by each exporter.",
+            per(|e| &e.sent),
+        ),
+        (
+            "sysprof_export_failures_total",
+            COUNTER,
+            "Failed attempts to deliver (each retried).",
+            per(|e| &e.failed),
+        ),
+        (
+            "sysprof_windows_export_dropped_total",
+            COUNTER,
+            "Windows an exporter gave up (backlog full, gone from the store, or refused for good).",
+            per(|e| &e.dropped),
+        ),
+        (
+            "sysprof_export_backlog_windows",
+            GAUGE,
+            "Windows stored and not delivered yet.",
+            per(|e| &e.backlog),
+        ),
+        (
+            "sysprof_export_bytes_total",
+            COUNTER,
+            "Bytes each exporter sent.",
+            per(|e| &e.bytes),
+        ),
+    ]
+}
+
+/// What this process costs: CPU time, memory, BPF maps.
+fn own_metrics() -> Vec<Metric> {
+    let cpu = process_cpu_seconds();
+    let rss = rss_bytes().0;
     let (map_bytes, maps) = bpf_map_memory();
-    metric(
-        &mut out,
-        "sysprof_agent_bpf_map_bytes",
-        "gauge",
-        "Kernel memory of the agent's BPF maps (their memlock in /proc/PID/fdinfo): its cgroup pays it, RSS does not show it.",
-        &[(String::new(), map_bytes as f64)],
-    );
-    metric(
-        &mut out,
-        "sysprof_agent_bpf_maps",
-        "gauge",
-        "BPF maps the agent holds.",
-        &[(String::new(), maps as f64)],
-    );
-    out
+    vec![
+        (
+            "sysprof_agent_cpu_seconds_total",
+            COUNTER,
+            "CPU time the agent used (user and system).",
+            unlabelled(cpu),
+        ),
+        (
+            "sysprof_agent_resident_bytes",
+            GAUGE,
+            "The agent's resident memory.",
+            unlabelled(rss as f64),
+        ),
+        (
+            "sysprof_agent_bpf_map_bytes",
+            GAUGE,
+            "Kernel memory of the agent's BPF maps (their memlock in /proc/PID/fdinfo): its cgroup pays it, RSS does not show it.",
+            unlabelled(map_bytes as f64),
+        ),
+        (
+            "sysprof_agent_bpf_maps",
+            GAUGE,
+            "BPF maps the agent holds.",
+            unlabelled(maps as f64),
+        ),
+    ]
 }
 
 /// The health line's part on what the in-kernel unwinder refused, and whom
