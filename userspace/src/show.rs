@@ -11,7 +11,7 @@
 //! of the range is still shown.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::cli::{ShowArgs, ShowFormat};
 use crate::error::RecordError;
@@ -171,6 +171,45 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
     if args.list {
         return list(&store);
     }
+    let (since, until) = range(&args)?;
+    let output = open_output(&args)?;
+    // One segment at a time: what ended a segment earlier is narrowed to
+    // the processes asked for and folded (brief ones of a name run often
+    // are one track), so an hour of a fork storm is neither held nor
+    // written one process at a time.
+    let (state, warnings) = store.query_each(since, until, ShowMerge::default, |m, window| {
+        m.add(window, &args)
+    });
+    for w in &warnings {
+        eprintln!("sysprof: warning: {}", crate::escape::warning(w));
+    }
+    let Some(state) = state.filter(|m| m.windows > 0) else {
+        return Err(nothing_in_range(&store, &args, since, until));
+    };
+    let (mut rec, folded) = state.finish(&args);
+    // Wall-clock range on the merged recording's clock.
+    let to_ns = |ms: f64| (rec.start_ns as f64 + (ms - rec.start_wall_ms) * 1e6).max(0.0) as u64;
+    let (a, b) = (to_ns(since), to_ns(until));
+    rec.clip(a, b);
+    if rec.processes.is_empty() {
+        return Err(RecordError::NoProcessMatches);
+    }
+    if let Some((path, bytes)) = write(&rec, args.format, output)? {
+        say_written(&rec, &folded, &path, bytes, args.format);
+    }
+    // Said by kind (samples are not scheduler records), for the windows shown.
+    let lost = crate::summary::lost_parts(&rec.stats, false);
+    if !lost.is_empty() {
+        eprintln!(
+            "sysprof: the agent lost {} in the windows shown",
+            lost.join(", ")
+        );
+    }
+    Ok(0)
+}
+
+/// `--since` and `--until` as ms since the epoch, the first before the second.
+fn range(args: &ShowArgs) -> Result<(f64, f64), RecordError> {
     let now = now_ms();
     let since = parse_when(&args.since, now).map_err(|error| {
         RecordError::BadOption(
@@ -200,57 +239,56 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
             local_time_string(until)
         )));
     }
+    Ok((since, until))
+}
+
+/// The file to write, `-o`'s or the format's default; None for folded
+/// stacks to stdout.
+fn open_output(args: &ShowArgs) -> Result<Option<OutputFile>, RecordError> {
     let output = match (&args.output, args.format) {
         (Some(p), _) => Some(p.clone()),
         (None, ShowFormat::Firefox) => Some(PathBuf::from("profile.json.gz")),
         (None, ShowFormat::Pprof) => Some(PathBuf::from("profile.pb.gz")),
         (None, ShowFormat::Folded) => None,
     };
-    let output = match output {
+    Ok(match output {
         // `-` too: written to stdout through the same path.
         Some(p) => Some(OutputFile::create(&p)?),
         None => None,
+    })
+}
+
+/// The error for a range with no window, saying what the store holds.
+fn nothing_in_range(store: &Store, args: &ShowArgs, since: f64, until: f64) -> RecordError {
+    let (all, _) = store.list();
+    let held = match (all.first(), all.last()) {
+        (Some(a), Some(b)) => format!(
+            "it holds {} to {}",
+            local_time_string(a.header.start_ms),
+            local_time_string(b.header.end_ms)
+        ),
+        _ => "it is empty (is `sysprof agent` running with this --store?)".into(),
     };
-    // One segment at a time: what ended a segment earlier is narrowed to
-    // the processes asked for and folded (brief ones of a name run often
-    // are one track), so an hour of a fork storm is neither held nor
-    // written one process at a time.
-    let (state, warnings) = store.query_each(since, until, ShowMerge::default, |m, window| {
-        m.add(window, &args)
-    });
-    for w in &warnings {
-        eprintln!("sysprof: warning: {}", crate::escape::warning(w));
+    RecordError::NothingInRange {
+        store: args.store.clone(),
+        since: local_time_string(since),
+        until: local_time_string(until),
+        held,
     }
-    let Some(state) = state.filter(|m| m.windows > 0) else {
-        let (all, _) = store.list();
-        let held = match (all.first(), all.last()) {
-            (Some(a), Some(b)) => format!(
-                "it holds {} to {}",
-                local_time_string(a.header.start_ms),
-                local_time_string(b.header.end_ms)
-            ),
-            _ => "it is empty (is `sysprof agent` running with this --store?)".into(),
-        };
-        return Err(RecordError::NothingInRange {
-            store: args.store.clone(),
-            since: local_time_string(since),
-            until: local_time_string(until),
-            held,
-        });
-    };
-    let (mut rec, folded) = state.finish(&args);
-    // Wall-clock range on the merged recording's clock.
-    let to_ns = |ms: f64| (rec.start_ns as f64 + (ms - rec.start_wall_ms) * 1e6).max(0.0) as u64;
-    let (a, b) = (to_ns(since), to_ns(until));
-    rec.clip(a, b);
-    if rec.processes.is_empty() {
-        return Err(RecordError::NoProcessMatches);
-    }
-    let written = match (args.format, output) {
+}
+
+/// Write `rec` in `format` to `output` (folded stacks to stdout without
+/// one); the file written and its bytes.
+fn write(
+    rec: &Recording,
+    format: ShowFormat,
+    output: Option<OutputFile>,
+) -> Result<Option<(PathBuf, u64)>, RecordError> {
+    Ok(match (format, output) {
         (ShowFormat::Folded, None) => {
             let stdout = std::io::stdout();
             let mut lock = std::io::BufWriter::new(stdout.lock());
-            crate::profile::folded::write_folded(&rec, &mut lock)
+            crate::profile::folded::write_folded(rec, &mut lock)
                 .and_then(|n| lock.flush().map(|_| n))
                 .map_err(RecordError::Stdout)?;
             None
@@ -258,14 +296,14 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
         (ShowFormat::Folded, Some(out)) => {
             let path = out.path().to_path_buf();
             let bytes =
-                out.commit_with(|w| crate::profile::folded::write_folded(&rec, w).map(|_| ()))?;
+                out.commit_with(|w| crate::profile::folded::write_folded(rec, w).map(|_| ()))?;
             Some((path, bytes))
         }
         (ShowFormat::Pprof, Some(out)) => {
             let path = out.path().to_path_buf();
             let bytes = out.commit_with(|w| {
                 w.write_all(&crate::export::pprof::encode_gzip(
-                    &rec,
+                    rec,
                     &crate::export::Labels::local(),
                 ))
             })?;
@@ -276,7 +314,7 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
             let path = out.path().to_path_buf();
             let written = out.stream().and_then(|s| {
                 ProfileWriter::new(s)
-                    .and_then(|w| w.finish(&rec, None, &host, None))
+                    .and_then(|w| w.finish(rec, None, &host, None))
                     .map_err(|source| RecordError::OutputNotWritable {
                         path: path.clone(),
                         source,
@@ -291,40 +329,34 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
                 "give a file with -o for this format".into(),
             ))
         }
+    })
+}
+
+/// The line saying what was written: the range, samples, processes
+/// (brief ones folded said apart), threads, and the file.
+fn say_written(rec: &Recording, folded: &Folded, path: &Path, bytes: u64, format: ShowFormat) {
+    let threads: usize = rec.processes.iter().map(|p| p.threads.len()).sum();
+    let processes = rec.processes.len() as u64 + folded.processes - folded.tracks;
+    let folded_text = match folded.tracks {
+        0 => String::new(),
+        1 => format!(
+            " ({} brief ones of a name run often, as one track)",
+            folded.processes
+        ),
+        n => format!(
+            " ({} brief ones of {n} names run often, one track per name)",
+            folded.processes
+        ),
     };
-    if let Some((path, bytes)) = written {
-        let threads: usize = rec.processes.iter().map(|p| p.threads.len()).sum();
-        let processes = rec.processes.len() as u64 + folded.processes - folded.tracks;
-        let folded_text = match folded.tracks {
-            0 => String::new(),
-            1 => format!(
-                " ({} brief ones of a name run often, as one track)",
-                folded.processes
-            ),
-            n => format!(
-                " ({} brief ones of {n} names run often, one track per name)",
-                folded.processes
-            ),
-        };
-        eprintln!(
-            "sysprof: {} to {}: {} samples, {processes} processes{folded_text}, {threads} threads; wrote {} ({}){}",
-            local_time_string(rec.start_wall_ms),
-            local_time_string(rec.start_wall_ms + (rec.end_ns - rec.start_ns) as f64 / 1e6),
-            rec.sample_count(),
-            crate::escape::path(&path),
-            crate::units::human_bytes(bytes),
-            if args.format == ShowFormat::Firefox { crate::escape::open_hint(&path) } else { String::new() },
-        );
-    }
-    // Said by kind (samples are not scheduler records), for the windows shown.
-    let lost = crate::summary::lost_parts(&rec.stats, false);
-    if !lost.is_empty() {
-        eprintln!(
-            "sysprof: the agent lost {} in the windows shown",
-            lost.join(", ")
-        );
-    }
-    Ok(0)
+    eprintln!(
+        "sysprof: {} to {}: {} samples, {processes} processes{folded_text}, {threads} threads; wrote {} ({}){}",
+        local_time_string(rec.start_wall_ms),
+        local_time_string(rec.start_wall_ms + (rec.end_ns - rec.start_ns) as f64 / 1e6),
+        rec.sample_count(),
+        crate::escape::path(path),
+        crate::units::human_bytes(bytes),
+        if format == ShowFormat::Firefox { crate::escape::open_hint(path) } else { String::new() },
+    );
 }
 
 /// Whether `-p`, `--comm` and `--container` ask for process `p`.

@@ -146,7 +146,7 @@ fn write_cursor(store: &Store, name: &str, ms: f64) {
 /// counted as dropped. The cursor survives restarts; a first start sends
 /// from `start_ms` on.
 pub fn spawn_delivery(
-    mut exporter: Box<dyn Exporter>,
+    exporter: Box<dyn Exporter>,
     store: Store,
     feed: Arc<StoreFeed>,
     counters: Arc<ExportCounters>,
@@ -157,101 +157,219 @@ pub fn spawn_delivery(
     std::thread::Builder::new()
         .name(format!("sysprof-{name}"))
         .spawn(move || {
-            let mut cursor = read_cursor(&store, name).unwrap_or(start_ms);
-            let mut backoff = Duration::from_secs(1);
-            let mut errors = crate::log::ErrorLog::default();
-            let mut seen_generation = 0;
-            loop {
-                let stopping = feed.stopping.load(Ordering::Relaxed);
-                let index = feed.index.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let mut pending: Vec<SegmentInfo> = Store::select(&index, f64::NEG_INFINITY, f64::INFINITY)
-                    .into_iter()
-                    .filter(|s| s.header.windows.iter().any(|w| w.end_ms > cursor + 0.5))
-                    .collect();
-                pending.sort_by(|a, b| a.header.start_ms.total_cmp(&b.header.start_ms));
-                let windows: usize = pending.iter().map(|s| s.header.windows.iter().filter(|w| w.end_ms > cursor + 0.5).count()).sum();
-                counters.backlog.store(windows as u64, Ordering::Relaxed);
-                // Over the backlog: give up the oldest.
-                if windows > max_backlog {
-                    let mut over = windows - max_backlog;
-                    while over > 0 && !pending.is_empty() {
-                        let s = pending.remove(0);
-                        let n = s.header.windows.iter().filter(|w| w.end_ms > cursor + 0.5).count();
-                        counters.dropped.fetch_add(n as u64, Ordering::Relaxed);
-                        over = over.saturating_sub(n);
-                        cursor = s.header.end_ms;
-                    }
-                    write_cursor(&store, name, cursor);
-                    errors.say(format!("{name}: the backlog is over {max_backlog} windows; the oldest were dropped"));
-                }
-                let Some(seg) = pending.first().cloned() else {
-                    if stopping {
-                        return;
-                    }
-                    // Nothing to send: wait for the next window.
-                    let mut g = feed.generation.lock().unwrap_or_else(|e| e.into_inner());
-                    if *g == seen_generation {
-                        g = feed.changed.wait_timeout(g, Duration::from_secs(10)).unwrap_or_else(|e| e.into_inner()).0;
-                    }
-                    seen_generation = *g;
-                    continue;
-                };
-                let mut rec = match store.read(&seg) {
-                    Ok(r) => r,
-                    // Replaced by compaction: the next listing has it.
-                    Err(ReadError::Gone) => {
-                        std::thread::sleep(Duration::from_millis(100));
-                        continue;
-                    }
-                    Err(ReadError::Bad(why)) => {
-                        counters.dropped.fetch_add(seg.header.windows.len() as u64, Ordering::Relaxed);
-                        errors.say(format!("{name}: skipping {}: {why}", seg.path.display()));
-                        cursor = seg.header.end_ms;
-                        write_cursor(&store, name, cursor);
-                        continue;
-                    }
-                };
-                // A compacted run some of whose windows were delivered already.
-                if seg.header.start_ms < cursor {
-                    let ns = |ms: f64| (rec.start_ns as f64 + (ms - rec.start_wall_ms) * 1e6).max(0.0) as u64;
-                    let (a, b) = (ns(cursor), rec.end_ns);
-                    rec.clip(a, b);
-                }
-                let n = seg.header.windows.iter().filter(|w| w.end_ms > cursor + 0.5).count() as u64;
-                match exporter.send(&rec) {
-                    Ok(bytes) => {
-                        counters.sent.fetch_add(n, Ordering::Relaxed);
-                        counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-                        cursor = seg.header.end_ms;
-                        write_cursor(&store, name, cursor);
-                        backoff = Duration::from_secs(1);
-                    }
-                    // Sending it again would fail the same way: give it up
-                    // rather than hold up every window behind it forever.
-                    Err(e) if !e.is_transient() => {
-                        counters.dropped.fetch_add(n, Ordering::Relaxed);
-                        errors.say(format!("{name}: {e}; the window was dropped (sending it again would fail the same way)"));
-                        cursor = seg.header.end_ms;
-                        write_cursor(&store, name, cursor);
-                        backoff = Duration::from_secs(1);
-                    }
-                    Err(e) => {
-                        counters.failed.fetch_add(1, Ordering::Relaxed);
-                        errors.say(format!("{name}: {e}; retrying in up to {} s", MAX_BACKOFF.as_secs()));
-                        if stopping {
-                            return;
-                        }
-                        // Wait out the backoff, or until the agent stops.
-                        let until = std::time::Instant::now() + backoff;
-                        while std::time::Instant::now() < until && !feed.stopping.load(Ordering::Relaxed) {
-                            std::thread::sleep(Duration::from_millis(100));
-                        }
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                    }
-                }
+            Delivery {
+                cursor: read_cursor(&store, name).unwrap_or(start_ms),
+                exporter,
+                store,
+                feed,
+                counters,
+                max_backlog,
+                name,
+                backoff: Duration::from_secs(1),
+                errors: crate::log::ErrorLog::default(),
+                seen_generation: 0,
             }
+            .run()
         })
         .expect("spawning an exporter thread")
+}
+
+/// One exporter's delivery thread: what [`spawn_delivery`] runs.
+struct Delivery {
+    exporter: Box<dyn Exporter>,
+    store: Store,
+    feed: Arc<StoreFeed>,
+    counters: Arc<ExportCounters>,
+    max_backlog: usize,
+    name: &'static str,
+    /// The wall-clock end of the last window delivered (or given up), ms.
+    cursor: f64,
+    /// The wait before the next try while the destination fails.
+    backoff: Duration,
+    errors: crate::log::ErrorLog,
+    /// The store feed's generation last seen.
+    seen_generation: u64,
+}
+
+impl Delivery {
+    /// Deliver until the agent stops and nothing is left to send (or a
+    /// send fails as it stops).
+    fn run(mut self) {
+        loop {
+            let stopping = self.feed.stopping.load(Ordering::Relaxed);
+            let mut pending = self.pending();
+            self.drop_over_backlog(&mut pending);
+            let Some(seg) = pending.first().cloned() else {
+                if stopping {
+                    return;
+                }
+                self.wait_for_window();
+                continue;
+            };
+            let Some(rec) = self.read(&seg) else {
+                continue;
+            };
+            if self.send(&seg, rec, stopping).is_break() {
+                return;
+            }
+        }
+    }
+
+    /// The windows of segment `s` not delivered yet.
+    fn undelivered(&self, s: &SegmentInfo) -> usize {
+        s.header
+            .windows
+            .iter()
+            .filter(|w| w.end_ms > self.cursor + 0.5)
+            .count()
+    }
+
+    /// The segments with windows not delivered yet, oldest first; their
+    /// windows counted as the backlog.
+    fn pending(&self) -> Vec<SegmentInfo> {
+        let index = self
+            .feed
+            .index
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut pending: Vec<SegmentInfo> = Store::select(&index, f64::NEG_INFINITY, f64::INFINITY)
+            .into_iter()
+            .filter(|s| self.undelivered(s) > 0)
+            .collect();
+        pending.sort_by(|a, b| a.header.start_ms.total_cmp(&b.header.start_ms));
+        let windows: usize = pending.iter().map(|s| self.undelivered(s)).sum();
+        self.counters
+            .backlog
+            .store(windows as u64, Ordering::Relaxed);
+        pending
+    }
+
+    /// Over the backlog: give up the oldest.
+    fn drop_over_backlog(&mut self, pending: &mut Vec<SegmentInfo>) {
+        let windows: usize = pending.iter().map(|s| self.undelivered(s)).sum();
+        if windows <= self.max_backlog {
+            return;
+        }
+        let mut over = windows - self.max_backlog;
+        while over > 0 && !pending.is_empty() {
+            let s = pending.remove(0);
+            let n = self.undelivered(&s);
+            self.counters.dropped.fetch_add(n as u64, Ordering::Relaxed);
+            over = over.saturating_sub(n);
+            self.cursor = s.header.end_ms;
+        }
+        write_cursor(&self.store, self.name, self.cursor);
+        self.errors.say(format!(
+            "{}: the backlog is over {} windows; the oldest were dropped",
+            self.name, self.max_backlog
+        ));
+    }
+
+    /// Nothing to send: wait for the next window.
+    fn wait_for_window(&mut self) {
+        let mut g = self
+            .feed
+            .generation
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if *g == self.seen_generation {
+            g = self
+                .feed
+                .changed
+                .wait_timeout(g, Duration::from_secs(10))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        self.seen_generation = *g;
+    }
+
+    /// The recording of `seg`, cut to what was not delivered yet; None if
+    /// it cannot be read now (gone: the next listing has it) or ever
+    /// (damaged: given up).
+    fn read(&mut self, seg: &SegmentInfo) -> Option<Recording> {
+        let mut rec = match self.store.read(seg) {
+            Ok(r) => r,
+            // Replaced by compaction: the next listing has it.
+            Err(ReadError::Gone) => {
+                std::thread::sleep(Duration::from_millis(100));
+                return None;
+            }
+            Err(ReadError::Bad(why)) => {
+                self.counters
+                    .dropped
+                    .fetch_add(seg.header.windows.len() as u64, Ordering::Relaxed);
+                self.errors.say(format!(
+                    "{}: skipping {}: {why}",
+                    self.name,
+                    seg.path.display()
+                ));
+                self.delivered_up_to(seg);
+                return None;
+            }
+        };
+        // A compacted run some of whose windows were delivered already.
+        if seg.header.start_ms < self.cursor {
+            let ns =
+                |ms: f64| (rec.start_ns as f64 + (ms - rec.start_wall_ms) * 1e6).max(0.0) as u64;
+            let (a, b) = (ns(self.cursor), rec.end_ns);
+            rec.clip(a, b);
+        }
+        Some(rec)
+    }
+
+    /// Move the cursor past `seg`, on disk too.
+    fn delivered_up_to(&mut self, seg: &SegmentInfo) {
+        self.cursor = seg.header.end_ms;
+        write_cursor(&self.store, self.name, self.cursor);
+    }
+
+    /// Send `rec`, the undelivered part of `seg`; Break if it failed as
+    /// the agent stops.
+    fn send(
+        &mut self,
+        seg: &SegmentInfo,
+        rec: Recording,
+        stopping: bool,
+    ) -> std::ops::ControlFlow<()> {
+        let name = self.name;
+        let n = self.undelivered(seg) as u64;
+        match self.exporter.send(&rec) {
+            Ok(bytes) => {
+                self.counters.sent.fetch_add(n, Ordering::Relaxed);
+                self.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+                self.delivered_up_to(seg);
+                self.backoff = Duration::from_secs(1);
+            }
+            // Sending it again would fail the same way: give it up
+            // rather than hold up every window behind it forever.
+            Err(e) if !e.is_transient() => {
+                self.counters.dropped.fetch_add(n, Ordering::Relaxed);
+                self.errors.say(format!("{name}: {e}; the window was dropped (sending it again would fail the same way)"));
+                self.delivered_up_to(seg);
+                self.backoff = Duration::from_secs(1);
+            }
+            Err(e) => {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                self.errors.say(format!(
+                    "{name}: {e}; retrying in up to {} s",
+                    MAX_BACKOFF.as_secs()
+                ));
+                if stopping {
+                    return std::ops::ControlFlow::Break(());
+                }
+                // Wait out the backoff, or until the agent stops.
+                let until = std::time::Instant::now() + self.backoff;
+                while std::time::Instant::now() < until
+                    && !self.feed.stopping.load(Ordering::Relaxed)
+                {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    }
 }
 
 /// `--pprof-dir`: each window as `<start ms>-<end ms>.pb.gz`, written to a

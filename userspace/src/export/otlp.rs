@@ -291,21 +291,7 @@ fn attribute_list(attrs: [i32; 3]) -> Vec<i32> {
 /// `rec` as one OTLP profiles request.
 pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
     let mut dict = Dictionary::new();
-    let samples_type = pb::ValueType {
-        type_strindex: dict.string("samples"),
-        unit_strindex: dict.string("count"),
-    };
-    let cpu_type = pb::ValueType {
-        type_strindex: dict.string("cpu"),
-        unit_strindex: dict.string("nanoseconds"),
-    };
-    let off_cpu_type = pb::ValueType {
-        type_strindex: dict.string("off_cpu"),
-        unit_strindex: dict.string("nanoseconds"),
-    };
-    let period = (rec.interval_ms * 1e6).round() as i64;
-    let time_unix_nano = (rec.start_wall_ms * 1e6).max(0.0) as u64;
-    let duration_nano = rec.end_ns.saturating_sub(rec.start_ns);
+    let shape = ProfileShape::new(&mut dict, rec);
     let scope = InstrumentationScope {
         name: "sysprof".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -314,96 +300,15 @@ pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
     };
     let mut resource_profiles = Vec::new();
     for p in &rec.processes {
-        // Samples grouped by (stack, attributes); the attributes are the
-        // thread's name and id and the CPU (NO_ATTRIBUTE when unknown), a
-        // fixed-size key so grouping allocates nothing per sample.
-        let mut on: FxHashMap<SampleKey, Vec<u64>> = FxHashMap::default();
-        let mut off: FxHashMap<SampleKey, OffCpuValues> = FxHashMap::default();
-        let jit = jit_frame_type(p);
-        for t in &p.threads {
-            let tname = dict.attribute("thread.name", AttrValue::Str(t.name.clone()));
-            let tid = dict.attribute("thread.id", AttrValue::Int(t.tid as i64));
-            let s = &t.samples;
-            for i in 0..s.time_ns.len() {
-                let stack = dict.stack(rec, s.stack[i], jit);
-                let cpu = s.cpu.get(i).map_or(NO_ATTRIBUTE, |&cpu| {
-                    dict.attribute("cpu.logical_number", AttrValue::Int(cpu as i64))
-                });
-                on.entry((stack, [tname, tid, cpu]))
-                    .or_default()
-                    .push(wall_ns(rec, s.time_ns[i]));
-            }
-            let o = &t.off_cpu;
-            for i in 0..o.time_ns.len() {
-                let stack = dict.stack(rec, o.stack[i], jit);
-                let e = off.entry((stack, [tname, tid, NO_ATTRIBUTE])).or_default();
-                e.0.push(wall_ns(rec, o.time_ns[i]));
-                e.1.push(o.duration_ns[i] as i64);
-            }
-        }
+        let (on, off) = group_samples(&mut dict, rec, p);
         if on.is_empty() && off.is_empty() {
             continue;
-        }
-        let mut profiles = Vec::new();
-        let sorted = |m: Vec<pb::Sample>| {
-            let mut m = m;
-            m.sort_by(|a, b| {
-                (a.stack_index, &a.attribute_indices).cmp(&(b.stack_index, &b.attribute_indices))
-            });
-            m
-        };
-        if !on.is_empty() {
-            let samples = on
-                .into_iter()
-                .map(|((stack_index, attrs), mut ts)| {
-                    ts.sort_unstable();
-                    let attribute_indices = attribute_list(attrs);
-                    // One timestamp per sample; the value (a count of one each) is implied.
-                    pb::Sample {
-                        stack_index,
-                        attribute_indices,
-                        link_index: 0,
-                        values: Vec::new(),
-                        timestamps_unix_nano: ts,
-                    }
-                })
-                .collect();
-            profiles.push(pb::Profile {
-                sample_type: Some(samples_type),
-                samples: sorted(samples),
-                time_unix_nano,
-                duration_nano,
-                period_type: Some(cpu_type),
-                period,
-                ..Default::default()
-            });
-        }
-        if !off.is_empty() {
-            let samples = off
-                .into_iter()
-                .map(|((stack_index, attrs), (ts, values))| pb::Sample {
-                    stack_index,
-                    attribute_indices: attribute_list(attrs),
-                    link_index: 0,
-                    values,
-                    timestamps_unix_nano: ts,
-                })
-                .collect();
-            profiles.push(pb::Profile {
-                sample_type: Some(off_cpu_type),
-                samples: sorted(samples),
-                time_unix_nano,
-                duration_nano,
-                period_type: Some(off_cpu_type),
-                period: 1,
-                ..Default::default()
-            });
         }
         resource_profiles.push(pb::ResourceProfiles {
             resource: Some(resource(p, labels)),
             scope_profiles: vec![pb::ScopeProfiles {
                 scope: Some(scope.clone()),
-                profiles,
+                profiles: shape.profiles(on, off),
                 schema_url: String::new(),
             }],
             schema_url: "https://opentelemetry.io/schemas/1.38.0".into(),
@@ -412,6 +317,154 @@ pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
     ExportProfilesServiceRequest {
         resource_profiles,
         dictionary: Some(dict.d),
+    }
+}
+
+/// Process `p`'s on-CPU timestamps and off-CPU intervals, grouped by
+/// (stack, attributes); the attributes are the thread's name and id and
+/// the CPU (NO_ATTRIBUTE when unknown), a fixed-size key so grouping
+/// allocates nothing per sample.
+fn group_samples(
+    dict: &mut Dictionary,
+    rec: &Recording,
+    p: &ProcessRecord,
+) -> (
+    FxHashMap<SampleKey, Vec<u64>>,
+    FxHashMap<SampleKey, OffCpuValues>,
+) {
+    let mut on: FxHashMap<SampleKey, Vec<u64>> = FxHashMap::default();
+    let mut off: FxHashMap<SampleKey, OffCpuValues> = FxHashMap::default();
+    let jit = jit_frame_type(p);
+    for t in &p.threads {
+        let tname = dict.attribute("thread.name", AttrValue::Str(t.name.clone()));
+        let tid = dict.attribute("thread.id", AttrValue::Int(t.tid as i64));
+        let s = &t.samples;
+        for i in 0..s.time_ns.len() {
+            let stack = dict.stack(rec, s.stack[i], jit);
+            let cpu = s.cpu.get(i).map_or(NO_ATTRIBUTE, |&cpu| {
+                dict.attribute("cpu.logical_number", AttrValue::Int(cpu as i64))
+            });
+            on.entry((stack, [tname, tid, cpu]))
+                .or_default()
+                .push(wall_ns(rec, s.time_ns[i]));
+        }
+        let o = &t.off_cpu;
+        for i in 0..o.time_ns.len() {
+            let stack = dict.stack(rec, o.stack[i], jit);
+            let e = off.entry((stack, [tname, tid, NO_ATTRIBUTE])).or_default();
+            e.0.push(wall_ns(rec, o.time_ns[i]));
+            e.1.push(o.duration_ns[i] as i64);
+        }
+    }
+    (on, off)
+}
+
+/// Samples in the order of (stack, attributes).
+fn sorted(mut m: Vec<pb::Sample>) -> Vec<pb::Sample> {
+    m.sort_by(|a, b| {
+        (a.stack_index, &a.attribute_indices).cmp(&(b.stack_index, &b.attribute_indices))
+    });
+    m
+}
+
+/// What the profiles of a request share: their value types, period and span.
+struct ProfileShape {
+    samples_type: pb::ValueType,
+    cpu_type: pb::ValueType,
+    off_cpu_type: pb::ValueType,
+    period: i64,
+    time_unix_nano: u64,
+    duration_nano: u64,
+}
+
+impl ProfileShape {
+    fn new(dict: &mut Dictionary, rec: &Recording) -> ProfileShape {
+        let samples_type = pb::ValueType {
+            type_strindex: dict.string("samples"),
+            unit_strindex: dict.string("count"),
+        };
+        let cpu_type = pb::ValueType {
+            type_strindex: dict.string("cpu"),
+            unit_strindex: dict.string("nanoseconds"),
+        };
+        let off_cpu_type = pb::ValueType {
+            type_strindex: dict.string("off_cpu"),
+            unit_strindex: dict.string("nanoseconds"),
+        };
+        ProfileShape {
+            samples_type,
+            cpu_type,
+            off_cpu_type,
+            period: (rec.interval_ms * 1e6).round() as i64,
+            time_unix_nano: (rec.start_wall_ms * 1e6).max(0.0) as u64,
+            duration_nano: rec.end_ns.saturating_sub(rec.start_ns),
+        }
+    }
+
+    /// A process's profiles: on-CPU samples, then off-CPU time (each only
+    /// when it has some).
+    fn profiles(
+        &self,
+        on: FxHashMap<SampleKey, Vec<u64>>,
+        off: FxHashMap<SampleKey, OffCpuValues>,
+    ) -> Vec<pb::Profile> {
+        let mut profiles = Vec::new();
+        if !on.is_empty() {
+            profiles.push(self.on_cpu(on));
+        }
+        if !off.is_empty() {
+            profiles.push(self.off_cpu(off));
+        }
+        profiles
+    }
+
+    fn on_cpu(&self, on: FxHashMap<SampleKey, Vec<u64>>) -> pb::Profile {
+        let samples = on
+            .into_iter()
+            .map(|((stack_index, attrs), mut ts)| {
+                ts.sort_unstable();
+                let attribute_indices = attribute_list(attrs);
+                // One timestamp per sample; the value (a count of one each) is implied.
+                pb::Sample {
+                    stack_index,
+                    attribute_indices,
+                    link_index: 0,
+                    values: Vec::new(),
+                    timestamps_unix_nano: ts,
+                }
+            })
+            .collect();
+        pb::Profile {
+            sample_type: Some(self.samples_type),
+            samples: sorted(samples),
+            time_unix_nano: self.time_unix_nano,
+            duration_nano: self.duration_nano,
+            period_type: Some(self.cpu_type),
+            period: self.period,
+            ..Default::default()
+        }
+    }
+
+    fn off_cpu(&self, off: FxHashMap<SampleKey, OffCpuValues>) -> pb::Profile {
+        let samples = off
+            .into_iter()
+            .map(|((stack_index, attrs), (ts, values))| pb::Sample {
+                stack_index,
+                attribute_indices: attribute_list(attrs),
+                link_index: 0,
+                values,
+                timestamps_unix_nano: ts,
+            })
+            .collect();
+        pb::Profile {
+            sample_type: Some(self.off_cpu_type),
+            samples: sorted(samples),
+            time_unix_nano: self.time_unix_nano,
+            duration_nano: self.duration_nano,
+            period_type: Some(self.off_cpu_type),
+            period: 1,
+            ..Default::default()
+        }
     }
 }
 
@@ -562,172 +615,4 @@ impl super::Exporter for OtlpClient {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::recording::{FrameRecord, LibRecord};
-    use crate::store::segment::tests::sample_recording;
-
-    fn labels() -> Labels {
-        Labels {
-            host_name: "h".into(),
-        }
-    }
-
-    /// Check that each sample of the recording is one timestamp of the
-    /// samples profile, at its wall time, with the thread's attributes;
-    /// that off-CPU time is kept as values; and that the dictionary holds
-    /// each string, attribute and stack once.
-    #[test]
-    fn samples_keep_their_times_and_the_dictionary_is_deduplicated() {
-        let rec = sample_recording(5_000_000_000);
-        let req = build(&rec, &labels());
-        let d = req.dictionary.as_ref().unwrap();
-        assert_eq!(d.string_table[0], "", "index 0 is the empty string");
-        let mut strings = d.string_table.clone();
-        strings.sort();
-        strings.dedup();
-        assert_eq!(strings.len(), d.string_table.len(), "strings interned once");
-        let mut stacks: Vec<&Vec<i32>> =
-            d.stack_table.iter().map(|s| &s.location_indices).collect();
-        stacks.sort();
-        stacks.dedup();
-        assert_eq!(stacks.len(), d.stack_table.len(), "stacks interned once");
-        assert_eq!(req.resource_profiles.len(), 1);
-        let rp = &req.resource_profiles[0];
-        let pid = rp
-            .resource
-            .as_ref()
-            .unwrap()
-            .attributes
-            .iter()
-            .find(|a| a.key == "process.pid")
-            .unwrap();
-        assert_eq!(
-            pid.value.as_ref().unwrap().value,
-            Some(any_value::Value::IntValue(7))
-        );
-        let profiles = &rp.scope_profiles[0].profiles;
-        let name = |i: i32| d.string_table[i as usize].as_str();
-        let on = profiles
-            .iter()
-            .find(|p| name(p.sample_type.unwrap().type_strindex) == "samples")
-            .unwrap();
-        let mut times: Vec<u64> = on
-            .samples
-            .iter()
-            .flat_map(|s| s.timestamps_unix_nano.clone())
-            .collect();
-        times.sort_unstable();
-        let want: Vec<u64> = rec.processes[0].threads[0]
-            .samples
-            .time_ns
-            .iter()
-            .map(|&t| wall_ns(&rec, t))
-            .collect();
-        assert_eq!(times, want);
-        assert_eq!(times[0], 1_700_000_000_000_005_000, "1.7e12 ms + 5 µs");
-        for s in &on.samples {
-            let keys: Vec<&str> = s
-                .attribute_indices
-                .iter()
-                .map(|&a| name(d.attribute_table[a as usize].key_strindex))
-                .collect();
-            assert_eq!(keys, ["thread.name", "thread.id", "cpu.logical_number"]);
-        }
-        let off = profiles
-            .iter()
-            .find(|p| name(p.sample_type.unwrap().type_strindex) == "off_cpu")
-            .unwrap();
-        let total: i64 = off.samples.iter().flat_map(|s| s.values.iter()).sum();
-        assert_eq!(total, 5_001_000);
-    }
-
-    /// Check that a location of an unnamed frame has its address and no
-    /// lines, and a named one's lines name functions of the dictionary.
-    #[test]
-    fn locations_carry_addresses_and_mappings() {
-        let rec = sample_recording(5_000_000_000);
-        let req = build(&rec, &labels());
-        let d = req.dictionary.unwrap();
-        let addresses: Vec<u64> = d.location_table.iter().skip(1).map(|l| l.address).collect();
-        assert!(
-            addresses.contains(&0x1234) && addresses.contains(&0x99),
-            "{addresses:?}"
-        );
-        let mapped = d
-            .location_table
-            .iter()
-            .find(|l| l.address == 0x1234)
-            .unwrap();
-        let m = &d.mapping_table[mapped.mapping_index as usize];
-        assert_eq!(d.string_table[m.filename_strindex as usize], "/usr/bin/x");
-        // Each code frame says its kind.
-        let kind = |l: &pb::Location| {
-            l.attribute_indices
-                .iter()
-                .map(|&i| &d.attribute_table[i as usize])
-                .find(|a| d.string_table[a.key_strindex as usize] == "profile.frame.type")
-                .map(|a| format!("{:?}", a.value))
-        };
-        assert!(
-            kind(mapped).is_some_and(|v| v.contains("native")),
-            "{:?}",
-            kind(mapped)
-        );
-    }
-
-    /// Check that JIT frames are typed by the runtime of the process they
-    /// are in: a JVM's `jvm`, node's `v8js`, any other's `native`; and that
-    /// a JVM's library frames stay `native`.
-    #[test]
-    fn jit_frames_are_typed_by_their_runtime() {
-        for (exe, expected) in [
-            ("/usr/lib/jvm/java-17-openjdk-amd64/bin/java", "jvm"),
-            ("/usr/bin/node", "v8js"),
-            ("/usr/bin/luajit", "native"),
-        ] {
-            let mut rec = sample_recording(5_000_000_000);
-            rec.processes[0].exe = Some(exe.into());
-            rec.libs.push(LibRecord {
-                path: "/tmp/perf-7.map".into(),
-                name: "JIT (perf-7.map)".into(),
-                build_id: None,
-            });
-            rec.frames.push(FrameRecord {
-                lib: 1,
-                address: 0x7f00_0000_1000,
-                kernel: false,
-                symbols: Default::default(),
-                pseudo: false,
-            });
-            let leaf = rec
-                .stacks
-                .child(rec.processes[0].threads[0].samples.stack[1], 2);
-            rec.processes[0].threads[0].samples.stack[2] = leaf;
-            let d = build(&rec, &labels()).dictionary.unwrap();
-            let kind = |address: u64| {
-                let l = d
-                    .location_table
-                    .iter()
-                    .find(|l| l.address == address)
-                    .expect("a location at the address");
-                l.attribute_indices
-                    .iter()
-                    .map(|&i| &d.attribute_table[i as usize])
-                    .find(|a| d.string_table[a.key_strindex as usize] == "profile.frame.type")
-                    .map(|a| format!("{:?}", a.value))
-                    .unwrap_or_default()
-            };
-            assert!(
-                kind(0x7f00_0000_1000).contains(&format!("\"{expected}\"")),
-                "{exe}: {}",
-                kind(0x7f00_0000_1000)
-            );
-            assert!(
-                kind(0x1234).contains("\"native\""),
-                "{exe}: a library's frame: {}",
-                kind(0x1234)
-            );
-        }
-    }
-}
+mod tests;

@@ -178,113 +178,50 @@ pub fn build(rec: &Recording, labels: &Labels) -> proto::Profile {
 
 /// `rec` as a pprof Profile, with the processes `keep` accepts.
 pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>) -> proto::Profile {
-    let mut strings = Strings::new();
-    let vt = |s: &mut Strings, t: &str, u: &str| proto::ValueType {
+    let mut tables = Tables::new(rec);
+    let s = &mut tables.strings;
+    let sample_type = vec![
+        value_type(s, "samples", "count"),
+        value_type(s, "cpu", "nanoseconds"),
+        value_type(s, "off_cpu", "nanoseconds"),
+    ];
+    let period_type = value_type(s, "cpu", "nanoseconds");
+    let period = (rec.interval_ms * 1e6).round() as i64;
+    let sums = sum_samples(rec, keep, period);
+    let samples = tables.samples(&sums, labels);
+    proto::Profile {
+        sample_type,
+        sample: samples,
+        mapping: tables.mappings,
+        location: tables.locations,
+        function: tables.functions,
+        string_table: tables.strings.0.take_strings(),
+        drop_frames: 0,
+        keep_frames: 0,
+        time_nanos: (rec.start_wall_ms * 1e6) as i64,
+        duration_nanos: rec.end_ns.saturating_sub(rec.start_ns) as i64,
+        period_type: Some(period_type),
+        period,
+        comment: Vec::new(),
+        default_sample_type: 1,
+    }
+}
+
+fn value_type(s: &mut Strings, t: &str, u: &str) -> proto::ValueType {
+    proto::ValueType {
         r#type: s.get(t),
         unit: s.get(u),
-    };
-    let sample_type = vec![
-        vt(&mut strings, "samples", "count"),
-        vt(&mut strings, "cpu", "nanoseconds"),
-        vt(&mut strings, "off_cpu", "nanoseconds"),
-    ];
-    let period_type = vt(&mut strings, "cpu", "nanoseconds");
-    let period = (rec.interval_ms * 1e6).round() as i64;
-
-    let mut mappings: Vec<proto::Mapping> = Vec::new();
-    let mut mapping_of_lib: FxHashMap<u32, u64> = FxHashMap::default();
-    let mut functions: Vec<proto::Function> = Vec::new();
-    let mut function_of: FxHashMap<(String, Option<String>, Option<u32>), u64> =
-        FxHashMap::default();
-    let mut locations: Vec<proto::Location> = Vec::new();
-    let mut location_of_frame: FxHashMap<u32, u64> = FxHashMap::default();
-
-    // Which libraries have a named frame (one pass; not one per mapping).
-    let mut lib_named = vec![false; rec.libs.len()];
-    for f in rec
-        .frames
-        .iter()
-        .filter(|f| f.lib != NO_LIB && !f.symbols.funcs.is_empty())
-    {
-        if let Some(n) = lib_named.get_mut(f.lib as usize) {
-            *n = true;
-        }
     }
-    let mut location_for = |f: u32, strings: &mut Strings| -> u64 {
-        if let Some(&id) = location_of_frame.get(&f) {
-            return id;
-        }
-        let frame = &rec.frames[f as usize];
-        let mapping_id = if frame.lib == NO_LIB || frame.pseudo {
-            0
-        } else {
-            *mapping_of_lib.entry(frame.lib).or_insert_with(|| {
-                let lib = &rec.libs[frame.lib as usize];
-                let id = mappings.len() as u64 + 1;
-                let named = lib_named[frame.lib as usize];
-                mappings.push(proto::Mapping {
-                    id,
-                    memory_start: 0,
-                    memory_limit: 0,
-                    file_offset: 0,
-                    filename: strings.get(&lib.path),
-                    build_id: strings.get(
-                        &lib.build_id
-                            .as_deref()
-                            .map(crate::sys::hex::hex)
-                            .unwrap_or_default(),
-                    ),
-                    has_functions: named,
-                    has_filenames: named,
-                    has_line_numbers: named,
-                    has_inline_frames: named,
-                });
-                id
-            })
-        };
-        // Innermost first: pprof lists the inlined calls before their caller.
-        let line = frame
-            .symbols
-            .funcs
-            .iter()
-            .rev()
-            .map(|fa| {
-                // A Python function is also told apart by its first line.
-                let key = (fa.name.clone(), fa.file.clone(), fa.start_line);
-                let function_id = *function_of.entry(key).or_insert_with(|| {
-                    let id = functions.len() as u64 + 1;
-                    let name = strings.get(&fa.name);
-                    let start_line = fa.start_line.unwrap_or(0) as i64;
-                    functions.push(proto::Function {
-                        id,
-                        name,
-                        system_name: name,
-                        filename: strings.get(fa.file.as_deref().unwrap_or("")),
-                        start_line,
-                    });
-                    id
-                });
-                proto::Line {
-                    function_id,
-                    line: fa.line.unwrap_or(0) as i64,
-                    column: 0,
-                }
-            })
-            .collect();
-        let id = locations.len() as u64 + 1;
-        locations.push(proto::Location {
-            id,
-            mapping_id,
-            address: if frame.pseudo { 0 } else { frame.address },
-            line,
-            is_folded: false,
-        });
-        location_of_frame.insert(f, id);
-        id
-    };
+}
 
-    // Samples with equal stack and labels added up: (process, thread, stack) -> values.
-    let mut sums: FxHashMap<(u32, u32, u32), [i64; 3]> = FxHashMap::default();
+/// Samples with equal stack and labels added up: (process, thread, stack)
+/// -> [samples, on-CPU ns, off-CPU ns].
+type Sums = FxHashMap<(u32, u32, u32), [i64; 3]>;
+
+/// The samples of the processes `keep` accepts, added up by
+/// (process, thread, stack); each on-CPU sample weighs `period` ns.
+fn sum_samples(rec: &Recording, keep: ProcessFilter<'_>, period: i64) -> Sums {
+    let mut sums: Sums = FxHashMap::default();
     for (pi, p) in rec.processes.iter().enumerate() {
         if !keep(p) {
             continue;
@@ -300,89 +237,240 @@ pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>)
             }
         }
     }
-    let mut keys: Vec<(u32, u32, u32)> = sums.keys().copied().collect();
-    keys.sort_unstable();
-    let mut samples = Vec::with_capacity(keys.len());
-    let k_pid = strings.get("pid");
-    let k_tid = strings.get("tid");
-    let k_thread = strings.get("thread");
-    let k_process = strings.get("process");
-    let k_container = strings.get("container");
-    let k_unit = strings.get("unit");
-    let k_host = strings.get("host");
-    let host = strings.get(&labels.host_name);
-    let mut path = Vec::new();
-    for key in keys {
-        let (pi, ti, node) = key;
-        let p = &rec.processes[pi as usize];
-        let t = &p.threads[ti as usize];
-        path.clear();
-        let mut n = node;
-        while n != NO_PARENT {
-            path.push(rec.stacks.key(n) as u32);
-            n = rec.stacks.parent(n);
-        }
-        // Leaf first.
-        let location_id: Vec<u64> = path
+    sums
+}
+
+/// A label with a string value.
+fn str_label(s: &mut Strings, k: i64, v: &str) -> proto::Label {
+    proto::Label {
+        key: k,
+        str: s.get(v),
+        num: 0,
+        num_unit: 0,
+    }
+}
+
+/// A label with a number value.
+fn num_label(k: i64, num: i64) -> proto::Label {
+    proto::Label {
+        key: k,
+        str: 0,
+        num,
+        num_unit: 0,
+    }
+}
+
+/// The profile's tables as they fill: strings, mappings, functions and
+/// locations, each interned once, in the order first used.
+struct Tables<'r> {
+    rec: &'r Recording,
+    strings: Strings,
+    mappings: Vec<proto::Mapping>,
+    mapping_of_lib: FxHashMap<u32, u64>,
+    functions: Vec<proto::Function>,
+    function_of: FxHashMap<(String, Option<String>, Option<u32>), u64>,
+    locations: Vec<proto::Location>,
+    location_of_frame: FxHashMap<u32, u64>,
+    /// Which libraries have a named frame.
+    lib_named: Vec<bool>,
+}
+
+impl<'r> Tables<'r> {
+    fn new(rec: &'r Recording) -> Tables<'r> {
+        // Which libraries have a named frame (one pass; not one per mapping).
+        let mut lib_named = vec![false; rec.libs.len()];
+        for f in rec
+            .frames
             .iter()
-            .map(|&f| location_for(f, &mut strings))
-            .collect();
-        let str_label = |s: &mut Strings, k: i64, v: &str| proto::Label {
-            key: k,
-            str: s.get(v),
-            num: 0,
-            num_unit: 0,
+            .filter(|f| f.lib != NO_LIB && !f.symbols.funcs.is_empty())
+        {
+            if let Some(n) = lib_named.get_mut(f.lib as usize) {
+                *n = true;
+            }
+        }
+        Tables {
+            rec,
+            strings: Strings::new(),
+            mappings: Vec::new(),
+            mapping_of_lib: FxHashMap::default(),
+            functions: Vec::new(),
+            function_of: FxHashMap::default(),
+            locations: Vec::new(),
+            location_of_frame: FxHashMap::default(),
+            lib_named,
+        }
+    }
+
+    /// The samples of `sums`, ordered by (process, thread, stack), with
+    /// their locations and labels.
+    fn samples(&mut self, sums: &Sums, labels: &Labels) -> Vec<proto::Sample> {
+        let rec = self.rec;
+        let mut keys: Vec<(u32, u32, u32)> = sums.keys().copied().collect();
+        keys.sort_unstable();
+        let mut samples = Vec::with_capacity(keys.len());
+        let keys_of_labels = LabelKeys::new(&mut self.strings, labels);
+        let mut path = Vec::new();
+        for key in keys {
+            let (pi, ti, node) = key;
+            let p = &rec.processes[pi as usize];
+            let t = &p.threads[ti as usize];
+            path.clear();
+            let mut n = node;
+            while n != NO_PARENT {
+                path.push(rec.stacks.key(n) as u32);
+                n = rec.stacks.parent(n);
+            }
+            // Leaf first.
+            let location_id: Vec<u64> = path.iter().map(|&f| self.location_for(f)).collect();
+            let label = keys_of_labels.labels(&mut self.strings, p, t);
+            samples.push(proto::Sample {
+                location_id,
+                value: sums[&key].to_vec(),
+                label,
+            });
+        }
+        samples
+    }
+
+    /// The location of frame `f`, made the first time.
+    fn location_for(&mut self, f: u32) -> u64 {
+        if let Some(&id) = self.location_of_frame.get(&f) {
+            return id;
+        }
+        let frame = &self.rec.frames[f as usize];
+        let mapping_id = if frame.lib == NO_LIB || frame.pseudo {
+            0
+        } else {
+            self.mapping_for(frame.lib)
         };
+        // Innermost first: pprof lists the inlined calls before their caller.
+        let line = frame
+            .symbols
+            .funcs
+            .iter()
+            .rev()
+            .map(|fa| proto::Line {
+                function_id: self.function_for(fa),
+                line: fa.line.unwrap_or(0) as i64,
+                column: 0,
+            })
+            .collect();
+        let id = self.locations.len() as u64 + 1;
+        self.locations.push(proto::Location {
+            id,
+            mapping_id,
+            address: if frame.pseudo { 0 } else { frame.address },
+            line,
+            is_folded: false,
+        });
+        self.location_of_frame.insert(f, id);
+        id
+    }
+
+    /// The mapping of library `lib_index`, made the first time.
+    fn mapping_for(&mut self, lib_index: u32) -> u64 {
+        if let Some(&id) = self.mapping_of_lib.get(&lib_index) {
+            return id;
+        }
+        let lib = &self.rec.libs[lib_index as usize];
+        let id = self.mappings.len() as u64 + 1;
+        let named = self.lib_named[lib_index as usize];
+        self.mappings.push(proto::Mapping {
+            id,
+            memory_start: 0,
+            memory_limit: 0,
+            file_offset: 0,
+            filename: self.strings.get(&lib.path),
+            build_id: self.strings.get(
+                &lib.build_id
+                    .as_deref()
+                    .map(crate::sys::hex::hex)
+                    .unwrap_or_default(),
+            ),
+            has_functions: named,
+            has_filenames: named,
+            has_line_numbers: named,
+            has_inline_frames: named,
+        });
+        self.mapping_of_lib.insert(lib_index, id);
+        id
+    }
+
+    /// The function `fa` is in, made the first time.
+    fn function_for(&mut self, fa: &crate::model::symbols::FuncAtAddr) -> u64 {
+        // A Python function is also told apart by its first line.
+        let key = (fa.name.clone(), fa.file.clone(), fa.start_line);
+        if let Some(&id) = self.function_of.get(&key) {
+            return id;
+        }
+        let id = self.functions.len() as u64 + 1;
+        let name = self.strings.get(&fa.name);
+        let start_line = fa.start_line.unwrap_or(0) as i64;
+        self.functions.push(proto::Function {
+            id,
+            name,
+            system_name: name,
+            filename: self.strings.get(fa.file.as_deref().unwrap_or("")),
+            start_line,
+        });
+        self.function_of.insert(key, id);
+        id
+    }
+}
+
+/// The label keys' strings, and the host's name.
+struct LabelKeys {
+    pid: i64,
+    tid: i64,
+    thread: i64,
+    process: i64,
+    container: i64,
+    unit: i64,
+    host: i64,
+    host_name: i64,
+}
+
+impl LabelKeys {
+    fn new(s: &mut Strings, labels: &Labels) -> LabelKeys {
+        LabelKeys {
+            pid: s.get("pid"),
+            tid: s.get("tid"),
+            thread: s.get("thread"),
+            process: s.get("process"),
+            container: s.get("container"),
+            unit: s.get("unit"),
+            host: s.get("host"),
+            host_name: s.get(&labels.host_name),
+        }
+    }
+
+    /// The labels of a sample of thread `t` of process `p`.
+    fn labels(
+        &self,
+        s: &mut Strings,
+        p: &crate::model::recording::ProcessRecord,
+        t: &crate::model::recording::ThreadRecord,
+    ) -> Vec<proto::Label> {
         let mut label = vec![
+            num_label(self.pid, p.pid as i64),
+            num_label(self.tid, t.tid as i64),
+            str_label(s, self.thread, &t.name),
+            str_label(s, self.process, &p.name),
             proto::Label {
-                key: k_pid,
-                str: 0,
-                num: p.pid as i64,
-                num_unit: 0,
-            },
-            proto::Label {
-                key: k_tid,
-                str: 0,
-                num: t.tid as i64,
-                num_unit: 0,
-            },
-            str_label(&mut strings, k_thread, &t.name),
-            str_label(&mut strings, k_process, &p.name),
-            proto::Label {
-                key: k_host,
-                str: host,
+                key: self.host,
+                str: self.host_name,
                 num: 0,
                 num_unit: 0,
             },
         ];
         match super::cgroup_identity(p) {
             Some(super::CgroupIdentity::Container(id)) => {
-                label.push(str_label(&mut strings, k_container, &id))
+                label.push(str_label(s, self.container, &id))
             }
-            Some(super::CgroupIdentity::Unit(u)) => label.push(str_label(&mut strings, k_unit, &u)),
+            Some(super::CgroupIdentity::Unit(u)) => label.push(str_label(s, self.unit, &u)),
             None => {}
         }
-        samples.push(proto::Sample {
-            location_id,
-            value: sums[&key].to_vec(),
-            label,
-        });
-    }
-    proto::Profile {
-        sample_type,
-        sample: samples,
-        mapping: mappings,
-        location: locations,
-        function: functions,
-        string_table: strings.0.take_strings(),
-        drop_frames: 0,
-        keep_frames: 0,
-        time_nanos: (rec.start_wall_ms * 1e6) as i64,
-        duration_nanos: rec.end_ns.saturating_sub(rec.start_ns) as i64,
-        period_type: Some(period_type),
-        period,
-        comment: Vec::new(),
-        default_sample_type: 1,
+        label
     }
 }
 

@@ -11,10 +11,12 @@
 //! time and gives back the processes that ended (`record` writes them out
 //! as it goes).
 
+mod clip;
+
 use rustc_hash::FxHashMap;
 
 use super::recording::*;
-use super::stack_tree::NO_PARENT;
+use super::stack_tree::{StackTree, NO_PARENT};
 
 /// Which track records belong to: a thread (its process and itself by id and
 /// start, as a merge tells them apart) or a CPU's track.
@@ -135,70 +137,14 @@ pub struct Merger {
 impl Merger {
     /// Merge the next window (windows come oldest first).
     pub fn add(&mut self, w: Recording) {
-        let out = &mut self.out;
-        let base = *self.base.get_or_insert_with(|| {
-            out.start_ns = w.start_ns;
-            out.start_wall_ms = w.start_wall_ms;
-            out.end_ns = w.start_ns;
-            out.interval_ms = w.interval_ms;
-            (w.start_ns, w.start_wall_ms)
-        });
-        // This window's times on the first window's clock.
-        let shift = |t: u64| -> u64 {
-            let wall_delta_ns = ((w.start_wall_ms - base.1) * 1e6).round() as i64;
-            let mono_delta = w.start_ns as i64 - base.0 as i64;
-            // Same boot: the monotonic clock already agrees (to NTP slew).
-            let delta = if (wall_delta_ns - mono_delta).abs() < 1_000_000_000 {
-                0
-            } else {
-                wall_delta_ns - mono_delta
-            };
-            (t as i64 + delta).max(0) as u64
-        };
-        out.end_ns = out.end_ns.max(shift(w.end_ns));
+        let base = self.base_for(&w);
+        let shift = shift_of(base, &w);
+        self.out.end_ns = self.out.end_ns.max(shift(w.end_ns));
         self.last_start_ns = shift(w.start_ns);
-        out.off_cpu |= w.off_cpu;
-        let libs = &mut self.libs;
-        let lib_map: Vec<u32> = w
-            .libs
-            .iter()
-            .map(|l| {
-                let next = out.libs.len() as u32;
-                *libs
-                    .entry((l.path.clone(), l.build_id.clone()))
-                    .or_insert_with(|| {
-                        out.libs.push(l.clone());
-                        next
-                    })
-            })
-            .collect();
-        let frame_map: Vec<u32> = w
-            .frames
-            .into_iter()
-            .map(|mut f| {
-                if f.lib != NO_LIB {
-                    f.lib = lib_map.get(f.lib as usize).copied().unwrap_or(NO_LIB);
-                }
-                intern_frame(
-                    &mut self.frame_by_hash,
-                    &mut self.frame_by_value,
-                    &mut out.frames,
-                    f,
-                )
-            })
-            .collect();
-        // Stacks: each node re-interned once (parents come first).
-        let mut node_map: Vec<u32> = vec![NO_PARENT; w.stacks.len()];
-        for n in 0..w.stacks.len() as u32 {
-            let parent = w.stacks.parent(n);
-            let new_parent = if parent == NO_PARENT {
-                NO_PARENT
-            } else {
-                node_map[parent as usize]
-            };
-            let frame = frame_map[w.stacks.key(n) as usize];
-            node_map[n as usize] = out.stacks.child(new_parent, frame as u64);
-        }
+        self.out.off_cpu |= w.off_cpu;
+        let lib_map = self.add_libs(&w.libs);
+        let frame_map = self.add_frames(w.frames, &lib_map);
+        let node_map = self.add_stacks(&w.stacks, &frame_map);
         let node = |n: u32| node_map[n as usize];
         for mut p in w.processes {
             shift_process(&mut p, &shift, &node);
@@ -210,18 +156,7 @@ impl Merger {
                 }
             }
         }
-        for mut c in w.counters {
-            c.time_ns.iter_mut().for_each(|t| *t = shift(*t));
-            match self.counters.get_mut(&(c.pid, c.name.clone())) {
-                Some(e) => {
-                    e.time_ns.extend(c.time_ns);
-                    e.count.extend(c.count);
-                }
-                None => {
-                    self.counters.insert((c.pid, c.name.clone()), c);
-                }
-            }
-        }
+        self.add_counters(w.counters, &shift);
         for (cpu, markers) in w.cpu_tracks {
             self.cpu_tracks
                 .entry(cpu)
@@ -231,6 +166,7 @@ impl Merger {
                     m
                 }));
         }
+        let out = &mut self.out;
         add_stats(&mut out.stats, &w.stats);
         for x in w.warnings {
             if !out.warnings.contains(&x) {
@@ -243,6 +179,89 @@ impl Merger {
             }
         }
         out.waker_names.extend(w.waker_names);
+    }
+
+    /// The first window's (monotonic ns, wall ms), `w`'s if it is the first
+    /// (the merged recording then starts with it).
+    fn base_for(&mut self, w: &Recording) -> (u64, f64) {
+        let out = &mut self.out;
+        *self.base.get_or_insert_with(|| {
+            out.start_ns = w.start_ns;
+            out.start_wall_ms = w.start_wall_ms;
+            out.end_ns = w.start_ns;
+            out.interval_ms = w.interval_ms;
+            (w.start_ns, w.start_wall_ms)
+        })
+    }
+
+    /// The merged index of each of a window's libraries, added if new.
+    fn add_libs(&mut self, window_libs: &[LibRecord]) -> Vec<u32> {
+        let (out, libs) = (&mut self.out, &mut self.libs);
+        window_libs
+            .iter()
+            .map(|l| {
+                let next = out.libs.len() as u32;
+                *libs
+                    .entry((l.path.clone(), l.build_id.clone()))
+                    .or_insert_with(|| {
+                        out.libs.push(l.clone());
+                        next
+                    })
+            })
+            .collect()
+    }
+
+    /// The merged index of each of a window's frames (their libraries
+    /// mapped by `lib_map`), added if new.
+    fn add_frames(&mut self, frames: Vec<FrameRecord>, lib_map: &[u32]) -> Vec<u32> {
+        frames
+            .into_iter()
+            .map(|mut f| {
+                if f.lib != NO_LIB {
+                    f.lib = lib_map.get(f.lib as usize).copied().unwrap_or(NO_LIB);
+                }
+                intern_frame(
+                    &mut self.frame_by_hash,
+                    &mut self.frame_by_value,
+                    &mut self.out.frames,
+                    f,
+                )
+            })
+            .collect()
+    }
+
+    /// The merged node of each of a window's stack nodes (their frames
+    /// mapped by `frame_map`).
+    fn add_stacks(&mut self, stacks: &StackTree, frame_map: &[u32]) -> Vec<u32> {
+        // Stacks: each node re-interned once (parents come first).
+        let mut node_map: Vec<u32> = vec![NO_PARENT; stacks.len()];
+        for n in 0..stacks.len() as u32 {
+            let parent = stacks.parent(n);
+            let new_parent = if parent == NO_PARENT {
+                NO_PARENT
+            } else {
+                node_map[parent as usize]
+            };
+            let frame = frame_map[stacks.key(n) as usize];
+            node_map[n as usize] = self.out.stacks.child(new_parent, frame as u64);
+        }
+        node_map
+    }
+
+    /// A window's counters, joined to their series.
+    fn add_counters(&mut self, counters: Vec<CounterRecord>, shift: &impl Fn(u64) -> u64) {
+        for mut c in counters {
+            c.time_ns.iter_mut().for_each(|t| *t = shift(*t));
+            match self.counters.get_mut(&(c.pid, c.name.clone())) {
+                Some(e) => {
+                    e.time_ns.extend(c.time_ns);
+                    e.count.extend(c.count);
+                }
+                None => {
+                    self.counters.insert((c.pid, c.name.clone()), c);
+                }
+            }
+        }
     }
 
     /// Where the window added last starts, on the merged clock: with
@@ -348,6 +367,20 @@ impl Merger {
         out.cpu_tracks = self.cpu_tracks.into_iter().collect();
         out
     }
+}
+
+/// A window's times on the first window's clock (`base`: its monotonic ns
+/// and wall ms).
+fn shift_of(base: (u64, f64), w: &Recording) -> impl Fn(u64) -> u64 {
+    let wall_delta_ns = ((w.start_wall_ms - base.1) * 1e6).round() as i64;
+    let mono_delta = w.start_ns as i64 - base.0 as i64;
+    // Same boot: the monotonic clock already agrees (to NTP slew).
+    let delta = if (wall_delta_ns - mono_delta).abs() < 1_000_000_000 {
+        0
+    } else {
+        wall_delta_ns - mono_delta
+    };
+    move |t: u64| (t as i64 + delta).max(0) as u64
 }
 
 /// `f`'s index in `frames`, pushed there if no equal frame is: found by
@@ -538,417 +571,5 @@ pub fn add_stats(into: &mut RecordingStats, s: &RecordingStats) {
     into.unwind.unwinds_here += s.unwind.unwinds_here;
 }
 
-impl Recording {
-    /// Keep only what lies in [start_ns, end_ns] (this recording's clock):
-    /// samples outside go, intervals and markers are cut to the range.
-    pub fn clip(&mut self, start_ns: u64, end_ns: u64) {
-        let inside = |t: u64| t >= start_ns && t <= end_ns;
-        for p in &mut self.processes {
-            for t in &mut p.threads {
-                let s = &mut t.samples;
-                let keep: Vec<bool> = s.time_ns.iter().map(|&x| inside(x)).collect();
-                retain_by(&mut s.time_ns, &keep);
-                retain_by(&mut s.stack, &keep);
-                retain_by(&mut s.cpu_delta_ns, &keep);
-                retain_by(&mut s.cpu, &keep);
-                let o = &mut t.off_cpu;
-                for i in 0..o.time_ns.len() {
-                    let (a, b) = (
-                        o.time_ns[i].max(start_ns),
-                        (o.time_ns[i] + o.duration_ns[i]).min(end_ns),
-                    );
-                    o.time_ns[i] = a;
-                    o.duration_ns[i] = b.saturating_sub(a);
-                }
-                let keep: Vec<bool> = o
-                    .time_ns
-                    .iter()
-                    .zip(&o.duration_ns)
-                    .map(|(&x, &d)| inside(x) && (d > 0 || x < end_ns))
-                    .collect();
-                retain_by(&mut o.time_ns, &keep);
-                retain_by(&mut o.stack, &keep);
-                retain_by(&mut o.duration_ns, &keep);
-                t.markers.retain_mut(|m| clip_marker(m, start_ns, end_ns));
-            }
-            // A thread that started or ended in the range stays even without
-            // data: the agent keeps a process of a few milliseconds that no
-            // sample caught by its lifetime, and `show` must not lose it
-            // (seen beside a compiler loop: 1 of 5 such processes gone).
-            let lived_here =
-                |t: &ThreadRecord| t.start_ns.is_some_and(inside) || t.end_ns.is_some_and(inside);
-            p.threads.retain(|t| {
-                !t.samples.time_ns.is_empty()
-                    || !t.off_cpu.time_ns.is_empty()
-                    || !t.markers.is_empty()
-                    || lived_here(t)
-            });
-        }
-        self.processes.retain(|p| !p.threads.is_empty());
-        for c in &mut self.counters {
-            let keep: Vec<bool> = c.time_ns.iter().map(|&x| inside(x)).collect();
-            // A level's changes before the first kept sample move into its base.
-            if let Some(base) = c.base.as_mut() {
-                let first = keep.iter().position(|&k| k).unwrap_or(keep.len());
-                *base += c.count.iter().take(first).sum::<f64>();
-            }
-            retain_by(&mut c.time_ns, &keep);
-            retain_by(&mut c.count, &keep);
-        }
-        self.counters.retain(|c| !c.time_ns.is_empty());
-        for (_, markers) in &mut self.cpu_tracks {
-            markers.retain_mut(|m| clip_marker(m, start_ns, end_ns));
-        }
-        self.start_wall_ms += (start_ns as f64 - self.start_ns as f64).max(0.0) / 1e6;
-        self.start_ns = self.start_ns.max(start_ns);
-        self.end_ns = self.end_ns.min(end_ns).max(self.start_ns);
-    }
-
-    /// Keep only the processes `keep` accepts.
-    pub fn retain_processes(&mut self, keep: impl Fn(&ProcessRecord) -> bool) {
-        self.processes.retain(|p| keep(p));
-        let pids: rustc_hash::FxHashSet<u32> = self.processes.iter().map(|p| p.pid).collect();
-        self.counters
-            .retain(|c| c.pid == 0 || pids.contains(&c.pid));
-    }
-
-    /// Samples in the recording (on-CPU).
-    pub fn sample_count(&self) -> u64 {
-        self.processes
-            .iter()
-            .flat_map(|p| &p.threads)
-            .map(|t| t.samples.time_ns.len() as u64)
-            .sum()
-    }
-}
-
-fn retain_by<T>(v: &mut Vec<T>, keep: &[bool]) {
-    let mut i = 0;
-    v.retain(|_| {
-        i += 1;
-        keep[i - 1]
-    });
-}
-
-/// Cut a marker to [start, end]; false if nothing of it is left.
-fn clip_marker(m: &mut MarkerRecord, start: u64, end: u64) -> bool {
-    let (s, e) = match m {
-        MarkerRecord::OffCpu {
-            start_ns, end_ns, ..
-        }
-        | MarkerRecord::OnCpu {
-            start_ns, end_ns, ..
-        }
-        | MarkerRecord::ShortWaits {
-            start_ns, end_ns, ..
-        } => (start_ns, end_ns),
-        MarkerRecord::Io {
-            start_ns, done_ns, ..
-        } => (start_ns, done_ns),
-    };
-    if *e < start || *s > end {
-        return false;
-    }
-    // Short waits are sums over their span: what is cut keeps its share.
-    let kept = if *s < start || *e > end {
-        let span = (*e - *s).max(1) as f64;
-        ((*e).min(end) - (*s).max(start)) as f64 / span
-    } else {
-        1.0
-    };
-    *s = (*s).max(start);
-    *e = (*e).min(end);
-    match m {
-        MarkerRecord::Io { issue_ns, .. } => *issue_ns = (*issue_ns).clamp(start, end),
-        MarkerRecord::ShortWaits {
-            off_cpu_ns,
-            waited_ns,
-            landing_ns,
-            ..
-        } if kept < 1.0 => {
-            *off_cpu_ns = (*off_cpu_ns as f64 * kept) as u64;
-            *waited_ns = (*waited_ns as f64 * kept) as u64;
-            *landing_ns = (*landing_ns as f64 * kept) as u64;
-        }
-        _ => {}
-    }
-    true
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn thread(tid: u32, start_ns: Option<u64>, end_ns: Option<u64>) -> ThreadRecord {
-        ThreadRecord {
-            tid,
-            name: "brief".into(),
-            start_ns,
-            end_ns,
-            samples: ThreadSamples::default(),
-            off_cpu: OffCpuSamples::default(),
-            markers: Vec::new(),
-            switches: None,
-        }
-    }
-
-    fn process(pid: u32, t: ThreadRecord) -> ProcessRecord {
-        ProcessRecord {
-            pid,
-            name: "brief".into(),
-            exe: None,
-            cmdline: String::new(),
-            start_ns: t.start_ns,
-            end_ns: t.end_ns,
-            cgroup: None,
-            profiler: false,
-            threads: vec![t],
-        }
-    }
-
-    /// Check that a frame is found by its hash only when the frame at that
-    /// hash's index is equal: one whose hash another frame had first gets
-    /// a row of its own, found again by value; equal frames share one.
-    #[test]
-    fn frames_with_one_hash_stay_apart() {
-        use std::hash::BuildHasher;
-        let frame = |address: u64| FrameRecord {
-            lib: NO_LIB,
-            address,
-            kernel: false,
-            symbols: Default::default(),
-            pseudo: false,
-        };
-        let (mut by_hash, mut by_value, mut frames) =
-            (FxHashMap::default(), FxHashMap::default(), Vec::new());
-        assert_eq!(
-            super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(1)),
-            0
-        );
-        // A collision, made: frame 2's hash points at frame 1's row.
-        by_hash.insert(rustc_hash::FxBuildHasher.hash_one(frame(2)), 0);
-        assert_eq!(
-            super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(2)),
-            1
-        );
-        assert_eq!(
-            super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(2)),
-            1
-        );
-        assert_eq!(
-            super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(1)),
-            0
-        );
-        assert_eq!(
-            super::intern_frame(&mut by_hash, &mut by_value, &mut frames, frame(3)),
-            2
-        );
-        assert_eq!(frames, vec![frame(1), frame(2), frame(3)]);
-    }
-
-    /// Check that clipping keeps a process that no sample caught but that
-    /// started or ended inside the range, and drops one that lived wholly
-    /// outside it or has neither data nor a lifetime there.
-    #[test]
-    fn clip_keeps_unsampled_processes_that_lived_in_the_range() {
-        let mut rec = Recording {
-            start_ns: 0,
-            end_ns: 10_000,
-            ..Default::default()
-        };
-        rec.processes = vec![
-            process(1, thread(1, Some(2_000), Some(2_020))),
-            process(2, thread(2, None, Some(4_500))),
-            process(3, thread(3, Some(100), Some(200))),
-            process(4, thread(4, None, None)),
-        ];
-        rec.clip(1_000, 5_000);
-        let kept: Vec<u32> = rec.processes.iter().map(|p| p.pid).collect();
-        assert_eq!(kept, vec![1, 2]);
-    }
-
-    /// Check that the merger takes out only what ended by the cut (its
-    /// threads joined across windows, sorted) with its counters, keeps what
-    /// still runs or ended later, and finishes with the rest.
-    #[test]
-    fn a_part_put_back_comes_first_and_columns_are_in_time_order() {
-        let mut t = thread(1, None, None);
-        t.samples = ThreadSamples {
-            time_ns: vec![30],
-            stack: vec![3],
-            cpu_delta_ns: vec![3],
-            cpu: vec![0],
-        };
-        t.off_cpu = OffCpuSamples {
-            time_ns: vec![25],
-            stack: vec![2],
-            duration_ns: vec![1],
-        };
-        let mut earlier = ThreadPart::default();
-        earlier.samples = ThreadSamples {
-            time_ns: vec![10, 20],
-            stack: vec![1, 2],
-            cpu_delta_ns: vec![1, 2],
-            cpu: vec![1, 1],
-        };
-        // An interval recorded at its end: out of start order.
-        earlier.off_cpu = OffCpuSamples {
-            time_ns: vec![26, 5],
-            stack: vec![9, 8],
-            duration_ns: vec![2, 3],
-        };
-        earlier.prepend_to(&mut t);
-        assert_eq!(t.samples.time_ns, vec![10, 20, 30]);
-        assert_eq!(t.samples.stack, vec![1, 2, 3]);
-        assert_eq!(t.off_cpu.time_ns, vec![5, 25, 26]);
-        assert_eq!(t.off_cpu.stack, vec![8, 2, 9]);
-        assert_eq!(t.off_cpu.duration_ns, vec![3, 1, 2]);
-    }
-
-    #[test]
-    fn parts_are_taken_from_threads_and_cpus_that_have_enough() {
-        let short = |at: u64| MarkerRecord::ShortWaits {
-            start_ns: at,
-            end_ns: at + 1,
-            count: 1,
-            off_cpu_ns: 1,
-            waited_ns: 1,
-            landing_ns: 0,
-            waker: ShortWaker::Nobody,
-        };
-        let mut busy = thread(1, Some(10), None);
-        busy.markers = (0..5).map(short).collect();
-        let mut quiet = thread(2, None, None);
-        quiet.markers = vec![short(7)];
-        let mut p = process(1, busy);
-        p.threads.push(quiet);
-        let mut m = Merger::default();
-        m.add(Recording {
-            processes: vec![p],
-            cpu_tracks: vec![(0, (0..3).map(short).collect()), (1, vec![short(9)])],
-            ..Default::default()
-        });
-        let mut taken = m.take_parts(3);
-        taken.sort_by_key(|(o, _)| format!("{o:?}"));
-        let owners: Vec<TrackKey> = taken.iter().map(|(o, _)| *o).collect();
-        assert_eq!(
-            owners,
-            vec![
-                TrackKey::Cpu(0),
-                TrackKey::Thread {
-                    pid: 1,
-                    process_start_ns: Some(10),
-                    tid: 1,
-                    thread_start_ns: Some(10),
-                },
-            ]
-        );
-        assert_eq!(
-            taken[1].1.markers,
-            (0..5).map(short).collect::<Vec<_>>(),
-            "in their order"
-        );
-        // What is left: the quiet thread's and CPU 1's, and nothing twice.
-        assert!(m.take_parts(3).is_empty());
-        let rest = m.finish();
-        let left: usize = rest.processes[0]
-            .threads
-            .iter()
-            .map(|t| t.markers.len())
-            .sum();
-        assert_eq!(left, 1);
-        assert_eq!(
-            rest.cpu_tracks
-                .iter()
-                .map(|(_, m)| m.len())
-                .collect::<Vec<_>>(),
-            vec![0, 1]
-        );
-    }
-
-    #[test]
-    fn take_ended_takes_only_what_ended_by_the_cut() {
-        // Each window's one stack: node 0, one frame.
-        let window = |start: u64, end: u64, processes: Vec<ProcessRecord>| {
-            let mut stacks = super::super::stack_tree::StackTree::new();
-            stacks.child(NO_PARENT, 0);
-            Recording {
-                start_ns: start,
-                start_wall_ms: start as f64 / 1e6,
-                end_ns: end,
-                processes,
-                frames: vec![FrameRecord {
-                    lib: NO_LIB,
-                    address: 0x10,
-                    kernel: false,
-                    symbols: Default::default(),
-                    pseudo: false,
-                }],
-                stacks,
-                counters: vec![CounterRecord {
-                    name: "CPU".into(),
-                    category: "CPU".into(),
-                    description: String::new(),
-                    pid: 1,
-                    time_ns: vec![start],
-                    count: vec![1.0],
-                    base: None,
-                }],
-                ..Default::default()
-            }
-        };
-        let with_sample = |mut t: ThreadRecord, at: u64| {
-            t.samples = ThreadSamples {
-                time_ns: vec![at],
-                stack: vec![0],
-                cpu_delta_ns: vec![0],
-                cpu: vec![0],
-            };
-            t
-        };
-        let mut m = Merger::default();
-        // Process 1 runs in both windows and ends in the second; process 2
-        // ended in the first; process 3 runs on.
-        let mut p1 = process(1, with_sample(thread(1, Some(10), None), 100));
-        p1.end_ns = None;
-        m.add(window(
-            0,
-            1_000,
-            vec![
-                p1,
-                process(2, thread(2, Some(20), Some(500))),
-                process(3, thread(3, Some(30), None)),
-            ],
-        ));
-        let mut p1 = process(1, with_sample(thread(1, Some(10), Some(1_500)), 1_200));
-        p1.start_ns = Some(10);
-        m.add(window(1_000, 2_000, vec![p1]));
-        let (taken, counters) = m.take_ended(1_000);
-        assert_eq!(
-            taken.iter().map(|p| p.pid).collect::<Vec<_>>(),
-            vec![2],
-            "only what ended by the cut"
-        );
-        assert!(counters.is_empty(), "process 2 has no counter");
-        let (taken, counters) = m.take_ended(2_000);
-        assert_eq!(taken.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![1]);
-        assert_eq!(
-            taken[0].threads[0].samples.time_ns,
-            vec![100, 1_200],
-            "one thread, both windows' samples"
-        );
-        assert_eq!(counters.len(), 1);
-        assert_eq!(
-            counters[0].time_ns,
-            vec![0, 1_000],
-            "its counter from both windows"
-        );
-        let rest = m.finish();
-        assert_eq!(
-            rest.processes.iter().map(|p| p.pid).collect::<Vec<_>>(),
-            vec![3]
-        );
-        assert!(rest.counters.is_empty());
-        assert_eq!((rest.start_ns, rest.end_ns), (0, 2_000));
-    }
-}
+mod tests;

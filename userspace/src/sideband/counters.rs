@@ -124,8 +124,17 @@ impl CounterPoller {
             .is_none_or(|last| now_ns.saturating_sub(last) >= MIN_READING_NS);
         if shares {
             self.last_reading_ns = Some(now_ns);
+            self.poll_cpu(now_ns);
         }
-        if let Some(now) = read_cpu().filter(|_| shares) {
+        self.poll_memory(now_ns);
+        self.poll_disks(now_ns);
+        self.poll_pmu(now_ns);
+        self.poll_processes(now_ns, pids);
+    }
+
+    /// The machine's busy share since the previous reading.
+    fn poll_cpu(&mut self, now_ns: u64) {
+        if let Some(now) = read_cpu() {
             // The first reading is a base sample (0): the front end drops
             // every counter's first value (it has no interval), so without
             // one the first interval's share or bytes were never shown.
@@ -140,6 +149,10 @@ impl CounterPoller {
             );
             self.cpu_prev = Some(now);
         }
+    }
+
+    /// The machine's memory in use, as a change of its level.
+    fn poll_memory(&mut self, now_ns: u64) {
         if let Some(used) = read_mem_used() {
             let before = self.mem_prev.unwrap_or(0) as f64;
             let delta = used as f64 - before;
@@ -154,6 +167,10 @@ impl CounterPoller {
                 Some(before),
             );
         }
+    }
+
+    /// Bytes read and written per disk since the previous reading.
+    fn poll_disks(&mut self, now_ns: u64) {
         for (dev, (rd, wr)) in read_disks() {
             // A device's first reading is a base sample (0), as above.
             let (prd, pwr) = self.disk_prev.get(&dev).copied().unwrap_or((rd, wr));
@@ -175,33 +192,43 @@ impl CounterPoller {
             );
             self.disk_prev.insert(dev, (rd, wr));
         }
-        if !self.pmu.is_empty() {
-            let (mut cyc, mut ins) = (0u64, 0u64);
-            for (c, i) in &self.pmu {
-                cyc += read_u64(c);
-                ins += read_u64(i);
-            }
-            let (pc, pi) = self.pmu_prev;
-            if pc != 0 {
-                self.push(
-                    0,
-                    "Cycles",
-                    "CPU",
-                    "CPU cycles on all CPUs since the previous sample",
-                    now_ns,
-                    cyc.saturating_sub(pc) as f64,
-                );
-                self.push(
-                    0,
-                    "Instructions",
-                    "CPU",
-                    "Instructions retired on all CPUs since the previous sample",
-                    now_ns,
-                    ins.saturating_sub(pi) as f64,
-                );
-            }
-            self.pmu_prev = (cyc, ins);
+    }
+
+    /// Cycles and instructions on all CPUs since the previous reading,
+    /// where there is a PMU.
+    fn poll_pmu(&mut self, now_ns: u64) {
+        if self.pmu.is_empty() {
+            return;
         }
+        let (mut cyc, mut ins) = (0u64, 0u64);
+        for (c, i) in &self.pmu {
+            cyc += read_u64(c);
+            ins += read_u64(i);
+        }
+        let (pc, pi) = self.pmu_prev;
+        if pc != 0 {
+            self.push(
+                0,
+                "Cycles",
+                "CPU",
+                "CPU cycles on all CPUs since the previous sample",
+                now_ns,
+                cyc.saturating_sub(pc) as f64,
+            );
+            self.push(
+                0,
+                "Instructions",
+                "CPU",
+                "Instructions retired on all CPUs since the previous sample",
+                now_ns,
+                ins.saturating_sub(pi) as f64,
+            );
+        }
+        self.pmu_prev = (cyc, ins);
+    }
+
+    /// The CPU share and RSS of each process of `pids`.
+    fn poll_processes(&mut self, now_ns: u64, pids: impl IntoIterator<Item = u32>) {
         let previous_poll = self.last_poll_ns.replace(now_ns);
         // A process is read once it was sampled, and its samples reach the
         // collector a drain after they were taken: one that started just
@@ -220,79 +247,25 @@ impl CounterPoller {
                 continue;
             };
             let rss = rss_pages * self.page_size;
-            let mut base = self.proc_prev.get(&pid).copied();
-            if base.is_none() {
-                // Started since the previous poll: it had no CPU time and no
-                // memory before, so its counters start at its start, not at
-                // the reading after (a command's CPU graph was blank for its
-                // first 200 ms, until a second reading gave a share).
-                // /proc gives the start in whole ticks, rounded down: a
-                // process that started less than a tick before the previous
-                // poll had less than a tick of CPU by then.
-                let tick_ns = 1_000_000_000 / self.ticks_per_s as u64;
-                let started = crate::sys::clock::boottime_to_monotonic_ns(start_ticks * tick_ns);
-                if let Some(started) = floor
-                    .filter(|&p| started + tick_ns > p && started <= now_ns)
-                    .map(|p| started.max(p))
-                {
-                    self.push(
-                        pid,
-                        "Process CPU",
-                        "CPU",
-                        "CPU used by the process since the previous sample (% of one CPU)",
-                        started,
-                        0.0,
-                    );
-                    self.push_level(
-                        pid,
-                        "RSS",
-                        "Memory",
-                        "Resident set size of the process, bytes",
-                        started,
-                        0.0,
-                        Some(0.0),
-                    );
-                    base = Some((0, started, 0));
-                    self.proc_prev.insert(pid, (0, started, 0));
-                }
-            }
+            let base = self
+                .proc_prev
+                .get(&pid)
+                .copied()
+                .or_else(|| self.base_at_start(pid, start_ticks, floor, now_ns));
             match base {
                 // Too soon for a share: its base stays, for the next reading.
                 Some((_, ptime, _)) if now_ns.saturating_sub(ptime) < MIN_READING_NS => continue,
                 Some((pticks, ptime, prss)) => {
                     let dt = now_ns.saturating_sub(ptime) as f64 / 1e9;
                     let pct = ticks.saturating_sub(pticks) as f64 / self.ticks_per_s / dt * 100.0;
-                    self.push(
-                        pid,
-                        "Process CPU",
-                        "CPU",
-                        "CPU used by the process since the previous sample (% of one CPU)",
-                        now_ns,
-                        pct,
-                    );
-                    self.push_level(
-                        pid,
-                        "RSS",
-                        "Memory",
-                        "Resident set size of the process, bytes",
-                        now_ns,
-                        rss as f64 - prss as f64,
-                        Some(prss as f64),
-                    );
+                    self.push_process_cpu(pid, now_ns, pct);
+                    self.push_rss(pid, now_ns, rss as f64 - prss as f64, prss as f64);
                 }
                 // A base, not a change: the front end adds every value to
                 // the one before (and drops the first), so an absolute RSS
                 // here — a process back after its base was dropped, or any
                 // window but the first in `show` — drew a jump of its whole RSS.
-                None => self.push_level(
-                    pid,
-                    "RSS",
-                    "Memory",
-                    "Resident set size of the process, bytes",
-                    now_ns,
-                    0.0,
-                    Some(rss as f64),
-                ),
+                None => self.push_rss(pid, now_ns, 0.0, rss as f64),
             }
             self.proc_prev.insert(pid, (ticks, now_ns, rss));
         }
@@ -302,6 +275,59 @@ impl CounterPoller {
             self.proc_prev
                 .retain(|_, (_, t, _)| now_ns.saturating_sub(*t) < 60_000_000_000);
         }
+    }
+
+    /// The base of process `pid` (started at `start_ticks`, no base yet)
+    /// at its start, if it started since the poll at `floor`: pushed as
+    /// its counters' first samples and kept.
+    fn base_at_start(
+        &mut self,
+        pid: u32,
+        start_ticks: u64,
+        floor: Option<u64>,
+        now_ns: u64,
+    ) -> Option<(u64, u64, u64)> {
+        // Started since the previous poll: it had no CPU time and no
+        // memory before, so its counters start at its start, not at
+        // the reading after (a command's CPU graph was blank for its
+        // first 200 ms, until a second reading gave a share).
+        // /proc gives the start in whole ticks, rounded down: a
+        // process that started less than a tick before the previous
+        // poll had less than a tick of CPU by then.
+        let tick_ns = 1_000_000_000 / self.ticks_per_s as u64;
+        let started = crate::sys::clock::boottime_to_monotonic_ns(start_ticks * tick_ns);
+        let started = floor
+            .filter(|&p| started + tick_ns > p && started <= now_ns)
+            .map(|p| started.max(p))?;
+        self.push_process_cpu(pid, started, 0.0);
+        self.push_rss(pid, started, 0.0, 0.0);
+        self.proc_prev.insert(pid, (0, started, 0));
+        Some((0, started, 0))
+    }
+
+    /// A sample of process `pid`'s CPU share.
+    fn push_process_cpu(&mut self, pid: u32, t: u64, pct: f64) {
+        self.push(
+            pid,
+            "Process CPU",
+            "CPU",
+            "CPU used by the process since the previous sample (% of one CPU)",
+            t,
+            pct,
+        );
+    }
+
+    /// A change of process `pid`'s RSS, from `before`.
+    fn push_rss(&mut self, pid: u32, t: u64, change: f64, before: f64) {
+        self.push_level(
+            pid,
+            "RSS",
+            "Memory",
+            "Resident set size of the process, bytes",
+            t,
+            change,
+            Some(before),
+        );
     }
 
     /// A window was cut at the last poll: no base goes before it.

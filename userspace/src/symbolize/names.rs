@@ -116,42 +116,68 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
     } else {
         DwarfCheck::Absent
     };
-    let warn = |w: String, p: &mut PreparedBinary| {
-        if !p.warnings.contains(&w) {
-            p.warnings.push(w);
+    if let Some(d) = p.find_debug_file(bin, own_link.as_ref(), fetched) {
+        p.use_debug_file(bin, d, limits);
+    }
+    // The binary's own DWARF unless it is refused or the binary carries a
+    // debug link (the symbolizer would follow it by path).
+    if let DwarfCheck::Refused(why) = &own_dwarf {
+        p.warn(format!(
+            "{}: DWARF not read: {why}; names come from its symbol table",
+            bin.path
+        ));
+    }
+    p.own_debug_syms = matches!(own_dwarf, DwarfCheck::Usable) && own_link.is_none();
+    p
+}
+
+impl PreparedBinary {
+    /// Note warning `w`, once.
+    fn warn(&mut self, w: String) {
+        if !self.warnings.contains(&w) {
+            self.warnings.push(w);
         }
-    };
-    // A separate debug file: by build id, a safe debug link, or debuginfod.
-    let mut debug = p.build_id.as_deref().and_then(debugfile::by_build_id);
-    if debug.is_none() {
-        if let Some((name, crc)) = &own_link {
-            match debugfile::by_debuglink(bin, name, *crc) {
-                Ok(found) => debug = found,
-                Err(LinkRefused::NotAFileName(n)) => warn(
-                    format!(
+    }
+
+    /// A separate debug file: by build id, a safe debug link (`own_link`,
+    /// the binary's: name and CRC), or debuginfod (`fetched`).
+    fn find_debug_file(
+        &mut self,
+        bin: &Binary,
+        own_link: Option<&(Vec<u8>, u32)>,
+        fetched: Option<&str>,
+    ) -> Option<debugfile::DebugFile> {
+        let mut debug = self.build_id.as_deref().and_then(debugfile::by_build_id);
+        if debug.is_none() {
+            if let Some((name, crc)) = own_link {
+                match debugfile::by_debuglink(bin, name, *crc) {
+                    Ok(found) => debug = found,
+                    Err(LinkRefused::NotAFileName(n)) => self.warn(format!(
                         "{}: its debug link {n:?} is not a file name; ignored",
                         bin.path
-                    ),
-                    &mut p,
-                ),
-                Err(LinkRefused::Untrusted(why)) => warn(
-                    format!("{}: debug link not followed: {why}", bin.path),
-                    &mut p,
-                ),
+                    )),
+                    Err(LinkRefused::Untrusted(why)) => {
+                        self.warn(format!("{}: debug link not followed: {why}", bin.path))
+                    }
+                }
             }
         }
-    }
-    if debug.is_none() {
-        if let Some(f) = fetched {
-            debug = crate::binaries::open_regular(f, true)
-                .ok()
-                .map(|file| debugfile::DebugFile {
-                    path: f.to_string(),
-                    file,
-                });
+        if debug.is_none() {
+            if let Some(f) = fetched {
+                debug =
+                    crate::binaries::open_regular(f, true)
+                        .ok()
+                        .map(|file| debugfile::DebugFile {
+                            path: f.to_string(),
+                            file,
+                        });
+            }
         }
+        debug
     }
-    if let Some(d) = debug {
+
+    /// Name from debug file `d`: its DWARF too, if it may be read.
+    fn use_debug_file(&mut self, bin: &Binary, d: debugfile::DebugFile, limits: ElfLimits) {
         let dreader = ElfReader::new(&d.file, limits);
         // Without DWARF a debug file still gives its full symbol table.
         let check = if limits.dwarf {
@@ -160,32 +186,16 @@ pub fn prepare(bin: &Binary, limits: ElfLimits, fetched: Option<&str>) -> Prepar
             DwarfCheck::Absent
         };
         if let DwarfCheck::Refused(why) = &check {
-            warn(
-                format!(
-                    "{} (debug file {}): DWARF not read: {why}",
-                    bin.path, d.path
-                ),
-                &mut p,
-            );
+            self.warn(format!(
+                "{} (debug file {}): DWARF not read: {why}",
+                bin.path, d.path
+            ));
         }
         // A debug file with a debug link of its own would send the
         // symbolizer after it: read only its symbol table then.
         let debug_syms = matches!(check, DwarfCheck::Usable) && dreader.debuglink().is_none();
-        p.debug = Some((d, debug_syms));
+        self.debug = Some((d, debug_syms));
     }
-    // The binary's own DWARF unless it is refused or the binary carries a
-    // debug link (the symbolizer would follow it by path).
-    if let DwarfCheck::Refused(why) = &own_dwarf {
-        warn(
-            format!(
-                "{}: DWARF not read: {why}; names come from its symbol table",
-                bin.path
-            ),
-            &mut p,
-        );
-    }
-    p.own_debug_syms = matches!(own_dwarf, DwarfCheck::Usable) && own_link.is_none();
-    p
 }
 
 /// Name `offsets` (file offsets) of `bin`. `fetched` is a debug file

@@ -141,24 +141,10 @@ impl From<MarkerRecord> for StoredMarker {
             } => StoredMarker::OffCpu {
                 start_ns,
                 end_ns,
-                reason: match reason {
-                    OffCpuReason::Preempted => StoredOffCpuReason::Preempted,
-                    OffCpuReason::Sleeping => StoredOffCpuReason::Sleeping,
-                    OffCpuReason::Blocked => StoredOffCpuReason::Blocked,
-                    OffCpuReason::Other => StoredOffCpuReason::Other,
-                },
+                reason: reason.into(),
                 // The landing goes apart (`StoredLandings`, format 5).
                 run_delay_ns,
-                waker: waker.map(|w| StoredWaker {
-                    pid: w.pid,
-                    tid: w.tid,
-                    name: w.name,
-                    interrupt: w.interrupt.map(|k| match k {
-                        InterruptKind::Hard => StoredInterruptKind::Hard,
-                        InterruptKind::Soft => StoredInterruptKind::Soft,
-                        InterruptKind::Unknown => StoredInterruptKind::Unknown,
-                    }),
-                }),
+                waker: waker.map(StoredWaker::from),
                 cpus,
                 waker_stack,
             },
@@ -178,15 +164,7 @@ impl From<MarkerRecord> for StoredMarker {
                 issue_ns,
                 done_ns,
                 device,
-                op: match op {
-                    IoOp::Read => StoredIoOp::Read,
-                    IoOp::Write => StoredIoOp::Write,
-                    IoOp::Flush => StoredIoOp::Flush,
-                    IoOp::Discard => StoredIoOp::Discard,
-                    IoOp::SecureErase => StoredIoOp::SecureErase,
-                    IoOp::WriteZeroes => StoredIoOp::WriteZeroes,
-                    IoOp::Other(n) => StoredIoOp::Other(n),
-                },
+                op: op.into(),
                 flags,
                 bytes,
                 sector,
@@ -206,11 +184,7 @@ impl From<MarkerRecord> for StoredMarker {
                 pid,
                 tid,
                 name,
-                kind: match kind {
-                    SliceKind::User => StoredSliceKind::User,
-                    SliceKind::Kernel => StoredSliceKind::Kernel,
-                    SliceKind::Idle => StoredSliceKind::Idle,
-                },
+                kind: kind.into(),
             },
             MarkerRecord::ShortWaits {
                 start_ns,
@@ -226,14 +200,70 @@ impl From<MarkerRecord> for StoredMarker {
                 count,
                 off_cpu_ns,
                 waited_ns,
-                waker: match waker {
-                    ShortWaker::Nobody => StoredShortWaker::Nobody,
-                    ShortWaker::Unseen => StoredShortWaker::Unseen,
-                    ShortWaker::Task { pid, tid } => StoredShortWaker::Task { pid, tid },
-                    ShortWaker::Interrupt => StoredShortWaker::Interrupt,
-                    ShortWaker::Several => StoredShortWaker::Several,
-                },
+                waker: waker.into(),
             },
+        }
+    }
+}
+
+impl From<OffCpuReason> for StoredOffCpuReason {
+    fn from(r: OffCpuReason) -> StoredOffCpuReason {
+        match r {
+            OffCpuReason::Preempted => StoredOffCpuReason::Preempted,
+            OffCpuReason::Sleeping => StoredOffCpuReason::Sleeping,
+            OffCpuReason::Blocked => StoredOffCpuReason::Blocked,
+            OffCpuReason::Other => StoredOffCpuReason::Other,
+        }
+    }
+}
+
+impl From<Waker> for StoredWaker {
+    fn from(w: Waker) -> StoredWaker {
+        StoredWaker {
+            pid: w.pid,
+            tid: w.tid,
+            name: w.name,
+            interrupt: w.interrupt.map(|k| match k {
+                InterruptKind::Hard => StoredInterruptKind::Hard,
+                InterruptKind::Soft => StoredInterruptKind::Soft,
+                InterruptKind::Unknown => StoredInterruptKind::Unknown,
+            }),
+        }
+    }
+}
+
+impl From<IoOp> for StoredIoOp {
+    fn from(op: IoOp) -> StoredIoOp {
+        match op {
+            IoOp::Read => StoredIoOp::Read,
+            IoOp::Write => StoredIoOp::Write,
+            IoOp::Flush => StoredIoOp::Flush,
+            IoOp::Discard => StoredIoOp::Discard,
+            IoOp::SecureErase => StoredIoOp::SecureErase,
+            IoOp::WriteZeroes => StoredIoOp::WriteZeroes,
+            IoOp::Other(n) => StoredIoOp::Other(n),
+        }
+    }
+}
+
+impl From<SliceKind> for StoredSliceKind {
+    fn from(kind: SliceKind) -> StoredSliceKind {
+        match kind {
+            SliceKind::User => StoredSliceKind::User,
+            SliceKind::Kernel => StoredSliceKind::Kernel,
+            SliceKind::Idle => StoredSliceKind::Idle,
+        }
+    }
+}
+
+impl From<ShortWaker> for StoredShortWaker {
+    fn from(w: ShortWaker) -> StoredShortWaker {
+        match w {
+            ShortWaker::Nobody => StoredShortWaker::Nobody,
+            ShortWaker::Unseen => StoredShortWaker::Unseen,
+            ShortWaker::Task { pid, tid } => StoredShortWaker::Task { pid, tid },
+            ShortWaker::Interrupt => StoredShortWaker::Interrupt,
+            ShortWaker::Several => StoredShortWaker::Several,
         }
     }
 }
@@ -445,24 +475,10 @@ impl StoredMarker {
             } => MarkerRecord::OffCpu {
                 start_ns,
                 end_ns,
-                reason: match reason {
-                    StoredOffCpuReason::Preempted => OffCpuReason::Preempted,
-                    StoredOffCpuReason::Sleeping => OffCpuReason::Sleeping,
-                    StoredOffCpuReason::Blocked => OffCpuReason::Blocked,
-                    StoredOffCpuReason::Other => OffCpuReason::Other,
-                },
+                reason: reason.into_model(),
                 run_delay_ns,
                 landing_ns: 0,
-                waker: waker.map(|w| Waker {
-                    pid: w.pid,
-                    tid: w.tid,
-                    name: w.name,
-                    interrupt: w.interrupt.map(|k| match k {
-                        StoredInterruptKind::Hard => InterruptKind::Hard,
-                        StoredInterruptKind::Soft => InterruptKind::Soft,
-                        StoredInterruptKind::Unknown => InterruptKind::Unknown,
-                    }),
-                }),
+                waker: waker.map(StoredWaker::into_model),
                 cpus,
                 waker_stack,
             },
@@ -482,15 +498,7 @@ impl StoredMarker {
                 issue_ns,
                 done_ns,
                 device,
-                op: match op {
-                    StoredIoOp::Read => IoOp::Read,
-                    StoredIoOp::Write => IoOp::Write,
-                    StoredIoOp::Flush => IoOp::Flush,
-                    StoredIoOp::Discard => IoOp::Discard,
-                    StoredIoOp::SecureErase => IoOp::SecureErase,
-                    StoredIoOp::WriteZeroes => IoOp::WriteZeroes,
-                    StoredIoOp::Other(n) => IoOp::Other(n),
-                },
+                op: op.into_model(),
                 flags,
                 bytes,
                 sector,
@@ -510,11 +518,7 @@ impl StoredMarker {
                 pid,
                 tid,
                 name,
-                kind: match kind {
-                    StoredSliceKind::User => SliceKind::User,
-                    StoredSliceKind::Kernel => SliceKind::Kernel,
-                    StoredSliceKind::Idle => SliceKind::Idle,
-                },
+                kind: kind.into_model(),
             },
             StoredMarker::ShortWaits {
                 start_ns,
@@ -530,14 +534,70 @@ impl StoredMarker {
                 off_cpu_ns,
                 waited_ns,
                 landing_ns: 0,
-                waker: match waker {
-                    StoredShortWaker::Nobody => ShortWaker::Nobody,
-                    StoredShortWaker::Unseen => ShortWaker::Unseen,
-                    StoredShortWaker::Task { pid, tid } => ShortWaker::Task { pid, tid },
-                    StoredShortWaker::Interrupt => ShortWaker::Interrupt,
-                    StoredShortWaker::Several => ShortWaker::Several,
-                },
+                waker: waker.into_model(),
             },
+        }
+    }
+}
+
+impl StoredOffCpuReason {
+    fn into_model(self) -> OffCpuReason {
+        match self {
+            StoredOffCpuReason::Preempted => OffCpuReason::Preempted,
+            StoredOffCpuReason::Sleeping => OffCpuReason::Sleeping,
+            StoredOffCpuReason::Blocked => OffCpuReason::Blocked,
+            StoredOffCpuReason::Other => OffCpuReason::Other,
+        }
+    }
+}
+
+impl StoredWaker {
+    fn into_model(self) -> Waker {
+        Waker {
+            pid: self.pid,
+            tid: self.tid,
+            name: self.name,
+            interrupt: self.interrupt.map(|k| match k {
+                StoredInterruptKind::Hard => InterruptKind::Hard,
+                StoredInterruptKind::Soft => InterruptKind::Soft,
+                StoredInterruptKind::Unknown => InterruptKind::Unknown,
+            }),
+        }
+    }
+}
+
+impl StoredIoOp {
+    fn into_model(self) -> IoOp {
+        match self {
+            StoredIoOp::Read => IoOp::Read,
+            StoredIoOp::Write => IoOp::Write,
+            StoredIoOp::Flush => IoOp::Flush,
+            StoredIoOp::Discard => IoOp::Discard,
+            StoredIoOp::SecureErase => IoOp::SecureErase,
+            StoredIoOp::WriteZeroes => IoOp::WriteZeroes,
+            StoredIoOp::Other(n) => IoOp::Other(n),
+        }
+    }
+}
+
+impl StoredSliceKind {
+    fn into_model(self) -> SliceKind {
+        match self {
+            StoredSliceKind::User => SliceKind::User,
+            StoredSliceKind::Kernel => SliceKind::Kernel,
+            StoredSliceKind::Idle => SliceKind::Idle,
+        }
+    }
+}
+
+impl StoredShortWaker {
+    fn into_model(self) -> ShortWaker {
+        match self {
+            StoredShortWaker::Nobody => ShortWaker::Nobody,
+            StoredShortWaker::Unseen => ShortWaker::Unseen,
+            StoredShortWaker::Task { pid, tid } => ShortWaker::Task { pid, tid },
+            StoredShortWaker::Interrupt => ShortWaker::Interrupt,
+            StoredShortWaker::Several => ShortWaker::Several,
         }
     }
 }
