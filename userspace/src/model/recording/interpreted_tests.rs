@@ -1,4 +1,4 @@
-//! Which frames count as interpreted, checked.
+//! Which runtime a frame belongs to, told by its name and file, checked.
 
 use super::*;
 use crate::model::symbols::{AddrInfo, FuncAtAddr};
