@@ -139,7 +139,7 @@ impl MissingSymbols {
         // it lacks a name in (or "" for a named frame).
         let mut verdict: Vec<Option<Option<u32>>> = vec![None; rec.frames.len()];
         for (i, f) in rec.frames.iter().enumerate() {
-            verdict[i] = if f.kernel || f.pseudo {
+            verdict[i] = if f.is_kernel() || f.is_pseudo() {
                 None
             } else if f.lib != NO_LIB && unnamed(f, rec) {
                 Some(Some(f.lib))

@@ -70,6 +70,19 @@ pub(super) enum PseudoFrame {
 }
 
 impl PseudoFrame {
+    /// What kind of frame it is.
+    pub fn kind(self) -> crate::model::recording::FrameKind {
+        use crate::model::recording::FrameKind;
+        match self {
+            PseudoFrame::OffCpu(_) | PseudoFrame::RunDelay | PseudoFrame::ShortWaits => {
+                FrameKind::OffCpu
+            }
+            PseudoFrame::End(_) | PseudoFrame::PythonNotRead | PseudoFrame::PythonUnnamed => {
+                FrameKind::Missing
+            }
+        }
+    }
+
     /// The frame's name in the profile.
     pub fn name(self) -> &'static str {
         match self {

@@ -15,6 +15,7 @@ use super::replay::FrameKey;
 use crate::binaries::debugfile;
 use crate::binaries::elf::{ElfLimits, ElfReader};
 use crate::binaries::{Binaries, BinaryIndex};
+use crate::model::recording::FrameKind;
 use crate::model::recording::{FrameRecord, LibRecord, NO_LIB};
 use crate::symbolize::kernel::KernelSymbols;
 use crate::symbolize::{self, names, AddrInfo, Symbolicator};
@@ -244,14 +245,13 @@ fn first_frame(
         FrameKey::Kernel(address) => FrameRecord {
             lib: kernel_lib,
             address: address.wrapping_sub(kernel.text),
-            kernel: true,
+            kind: FrameKind::Kernel,
             symbols: kernel_addr_info(kernel, address),
-            pseudo: false,
         },
         FrameKey::Pseudo(p) => FrameRecord {
             lib: NO_LIB,
             address: 0,
-            kernel: false,
+            kind: p.kind(),
             symbols: AddrInfo {
                 funcs: vec![symbolize::FuncAtAddr {
                     name: p.name().to_string(),
@@ -261,28 +261,29 @@ fn first_frame(
                 }],
                 ..AddrInfo::default()
             },
-            pseudo: true,
         },
         FrameKey::Binary { binary, offset } => FrameRecord {
             lib: lib_of.get(&binary).copied().unwrap_or(NO_LIB),
             address: offset,
-            kernel: false,
+            kind: FrameKind::Native,
             symbols: AddrInfo::default(),
-            pseudo: false,
         },
         FrameKey::Jit { address, .. } => FrameRecord {
             lib: NO_LIB,
             address,
-            kernel: false,
+            kind: FrameKind::Jit,
             symbols: AddrInfo::default(),
-            pseudo: false,
         },
         // Named from its code object when it was sampled; no library
         // (the interpreter's is the native eval frame it replaced).
         FrameKey::Runtime(i) => FrameRecord {
             lib: NO_LIB,
             address: 0,
-            kernel: false,
+            // The runtime that read its outermost function says.
+            kind: python
+                .at(i)
+                .and_then(|f| f.first())
+                .map_or(FrameKind::Native, |(code, _)| code.kind),
             symbols: match python.at(i) {
                 // One function, or a compiled one and those inlined
                 // into it there: one func each, outermost first, as a
@@ -309,14 +310,12 @@ fn first_frame(
                 },
                 None => AddrInfo::default(),
             },
-            pseudo: false,
         },
         FrameKey::Empty => FrameRecord {
             lib: NO_LIB,
             address: 0,
-            kernel: false,
+            kind: FrameKind::Native,
             symbols: AddrInfo::default(),
-            pseudo: false,
         },
     }
 }

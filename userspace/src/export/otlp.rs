@@ -98,7 +98,7 @@ impl Dictionary {
             return i;
         }
         let frame = &rec.frames[f as usize];
-        let mapping_index = if frame.lib == NO_LIB || frame.pseudo {
+        let mapping_index = if frame.lib == NO_LIB || frame.is_pseudo() {
             0
         } else if let Some(&m) = self.mappings.get(&frame.lib) {
             m
@@ -157,9 +157,9 @@ impl Dictionary {
             .collect();
         let i = self.d.location_table.len() as i32;
         // The frame's kind, as the OTel semantic conventions name it.
-        let kind = if frame.pseudo {
+        let kind = if frame.is_pseudo() {
             None
-        } else if frame.kernel {
+        } else if frame.is_kernel() {
             Some("kernel")
         } else if frame.is_interpreted_java() {
             Some("jvm")
@@ -181,7 +181,7 @@ impl Dictionary {
             .unwrap_or_default();
         self.d.location_table.push(pb::Location {
             mapping_index,
-            address: if frame.pseudo { 0 } else { frame.address },
+            address: if frame.is_pseudo() { 0 } else { frame.address },
             lines,
             attribute_indices,
         });

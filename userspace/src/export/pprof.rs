@@ -338,7 +338,7 @@ impl<'r> Tables<'r> {
             return id;
         }
         let frame = &self.rec.frames[f as usize];
-        let mapping_id = if frame.lib == NO_LIB || frame.pseudo {
+        let mapping_id = if frame.lib == NO_LIB || frame.is_pseudo() {
             0
         } else {
             self.mapping_for(frame.lib)
@@ -359,7 +359,7 @@ impl<'r> Tables<'r> {
         self.locations.push(proto::Location {
             id,
             mapping_id,
-            address: if frame.pseudo { 0 } else { frame.address },
+            address: if frame.is_pseudo() { 0 } else { frame.address },
             line,
             is_folded: false,
         });

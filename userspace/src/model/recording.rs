@@ -22,6 +22,59 @@ pub struct LibRecord {
     pub build_id: Option<Vec<u8>>,
 }
 
+/// What a frame is, said by whoever made it (the kernel record's kind, the
+/// runtime that read it) and carried to every output: the outputs never
+/// guess it from a name or a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// Code in a mapped binary (or at an address in no known mapping).
+    #[default]
+    Native = 0,
+    /// Kernel code.
+    Kernel = 1,
+    /// Code in anonymous memory: a JIT's, named from its perf map or jitdump.
+    Jit = 2,
+    /// A CPython function, read from its code object.
+    Python = 3,
+    /// A Java method, read from HotSpot's own objects (interpreted, or
+    /// compiled with what it inlined).
+    Java = 4,
+    /// A JavaScript function, read from V8's own objects.
+    JavaScript = 5,
+    /// Not code: why a thread was off-CPU (its reason, its run delay, its
+    /// short waits summed).
+    OffCpu = 6,
+    /// Not code: where frames are missing and why (a stack cut short, a
+    /// runtime's frame that could not be read).
+    Missing = 7,
+}
+
+impl FrameKind {
+    /// The kind of a stored byte; None for a byte no kind has.
+    pub fn from_u8(b: u8) -> Option<FrameKind> {
+        use FrameKind::*;
+        [
+            Native, Kernel, Jit, Python, Java, JavaScript, OffCpu, Missing,
+        ]
+        .get(b as usize)
+        .copied()
+    }
+
+    /// A runtime's own frame (named from its objects, with its source file).
+    pub fn is_interpreted(self) -> bool {
+        matches!(
+            self,
+            FrameKind::Python | FrameKind::Java | FrameKind::JavaScript
+        )
+    }
+
+    /// Not code.
+    pub fn is_pseudo(self) -> bool {
+        matches!(self, FrameKind::OffCpu | FrameKind::Missing)
+    }
+}
+
 /// One distinct code address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FrameRecord {
@@ -30,53 +83,38 @@ pub struct FrameRecord {
     /// Address relative to the library (file offset for user code, offset
     /// from `_text` for the kernel), or the absolute address without a library.
     pub address: u64,
-    /// True for kernel code.
-    pub kernel: bool,
+    /// What it is.
+    pub kind: FrameKind,
     /// What symbolication found (empty `funcs` when unresolved).
     pub symbols: AddrInfo,
-    /// Not code: a leaf that names why a thread was off-CPU.
-    pub pseudo: bool,
 }
 
 impl FrameRecord {
-    /// Whether it is interpreted code (a Python function or Java method): named from the
-    /// interpreter's own objects with its source file, in no library. The
-    /// only user frames with a file but no library, so the store's format
-    /// needs no new field for them.
+    /// Kernel code.
+    pub fn is_kernel(&self) -> bool {
+        self.kind == FrameKind::Kernel
+    }
+
+    /// Not code: a leaf that names why a thread was off-CPU, or a frame
+    /// that says where frames are missing.
+    pub fn is_pseudo(&self) -> bool {
+        self.kind.is_pseudo()
+    }
+
+    /// Whether it is a runtime's own frame: a Python function, a Java
+    /// method or a JavaScript function, named from the runtime's objects.
     pub fn is_interpreted(&self) -> bool {
-        !self.kernel
-            && !self.pseudo
-            && self.lib == NO_LIB
-            && self.symbols.funcs.first().is_some_and(|f| f.file.is_some())
+        self.kind.is_interpreted()
     }
 
-    /// Whether it is an interpreted Java method: named as HotSpot names
-    /// methods (`long Hot.hotOne(int)`, always ending in its parameter
-    /// list), which no Python qualified name does, and no JavaScript
-    /// function's file is.
+    /// Whether it is a Java method read from HotSpot.
     pub fn is_interpreted_java(&self) -> bool {
-        self.is_interpreted()
-            // V8's `(anonymous)` ends so too.
-            && !self.is_interpreted_javascript()
-            && self
-                .symbols
-                .funcs
-                .first()
-                .is_some_and(|f| f.name.ends_with(')'))
+        self.kind == FrameKind::Java
     }
 
-    /// Whether it is a JavaScript function of V8, named from its own
-    /// objects: its file is a script's name as V8 keeps it (a `.js`,
-    /// `.mjs` or `.cjs` path or URL, or one of node's own `node:` modules),
-    /// which no Python file and no Java source is.
+    /// Whether it is a JavaScript function read from V8.
     pub fn is_interpreted_javascript(&self) -> bool {
-        self.is_interpreted()
-            && self.symbols.funcs.first().is_some_and(|f| {
-                f.file.as_deref().is_some_and(|file| {
-                    file.starts_with("node:")
-                        || [".js", ".mjs", ".cjs"].iter().any(|e| file.ends_with(e))
-                })
-            })
+        self.kind == FrameKind::JavaScript
     }
 
     /// The name of code no symbol covers: `lib+0xOFF` (the library's file
@@ -677,6 +715,3 @@ pub struct UnwindStats {
     /// Not kept by the store (its format predates it): 0 when read back.
     pub unwinds_here: u64,
 }
-
-#[cfg(test)]
-mod interpreted_tests;

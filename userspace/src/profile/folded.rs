@@ -61,14 +61,14 @@ fn frame_names(rec: &Recording, f: u32) -> Vec<String> {
     if frame.symbols.funcs.is_empty() {
         return vec![frame_name(
             &frame.unknown_code_name(&rec.libs),
-            frame.kernel,
+            frame.is_kernel(),
         )];
     }
     frame
         .symbols
         .funcs
         .iter()
-        .map(|fa| frame_name(&fa.name, frame.kernel))
+        .map(|fa| frame_name(&fa.name, frame.is_kernel()))
         .collect()
 }
 
@@ -137,30 +137,26 @@ mod tests {
         rec.frames.push(FrameRecord {
             lib: 0,
             address: 0x10,
-            kernel: false,
+            kind: FrameKind::Native,
             symbols: named(&["main"]),
-            pseudo: false,
         });
         rec.frames.push(FrameRecord {
             lib: 0,
             address: 0x20,
-            kernel: false,
+            kind: FrameKind::Native,
             symbols: named(&["outer", "inlined"]),
-            pseudo: false,
         });
         rec.frames.push(FrameRecord {
             lib: 0,
             address: 0x30,
-            kernel: false,
+            kind: FrameKind::Native,
             symbols: AddrInfo::default(),
-            pseudo: false,
         });
         rec.frames.push(FrameRecord {
             lib: 1,
             address: 0x40,
-            kernel: true,
+            kind: FrameKind::Kernel,
             symbols: named(&["do_syscall_64"]),
-            pseudo: false,
         });
         let a = rec.stacks.child(NO_PARENT, 0);
         let b = rec.stacks.child(a, 1);

@@ -397,7 +397,7 @@ fn waited_on(
         let mut node = stack;
         while node != NO_PARENT && (node as usize) < rec.stacks.len() {
             if let Some(f) = rec.frames.get(rec.stacks.key(node) as usize) {
-                if f.kernel {
+                if f.is_kernel() {
                     // Inlined functions innermost first, as the stack runs.
                     names.extend(f.symbols.funcs.iter().rev().map(|s| s.name.as_str()));
                 }

@@ -10,7 +10,7 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::model::recording::{FrameRecord, LibRecord, Recording, NO_LIB};
+use crate::model::recording::{FrameKind, FrameRecord, LibRecord, Recording, NO_LIB};
 use crate::model::stack_tree::NO_PARENT;
 use crate::model::strings::Interner;
 
@@ -171,19 +171,13 @@ impl ThreadTables {
             return r;
         }
         let f: &FrameRecord = &rec.frames[g as usize];
-        let category = if f.pseudo {
-            if f.symbols
-                .funcs
-                .first()
-                .is_some_and(|x| x.name.contains("off-CPU"))
-            {
-                category::OFF_CPU
-            } else {
-                category::OTHER
-            }
+        let category = if f.kind == FrameKind::OffCpu {
+            category::OFF_CPU
+        } else if f.is_pseudo() {
+            category::OTHER
         } else if idle {
             category::IDLE
-        } else if f.kernel {
+        } else if f.is_kernel() {
             category::KERNEL
         } else if f.is_interpreted_java() || is_compiled_java(f, &rec.libs) {
             category::JAVA
@@ -203,7 +197,7 @@ impl ThreadTables {
         } else {
             self.resource(&rec.libs, f.lib)
         };
-        let address = if f.pseudo { -1 } else { f.address as i64 };
+        let address = if f.is_pseudo() { -1 } else { f.address as i64 };
         let range = if f.symbols.funcs.is_empty() {
             let name = f.unknown_code_name(&rec.libs);
             let func = self.func(resource, &name, None, None, false);
@@ -214,7 +208,7 @@ impl ThreadTables {
             // Symbol start in the frame's address space: blazesym's offset is
             // relative to the looked-up address, whatever space that was in.
             let sym_start = f.address.saturating_sub(f.symbols.symbol_offset);
-            let sym = if f.pseudo {
+            let sym = if f.is_pseudo() {
                 None
             } else {
                 self.native_symbol(f.lib, sym_start, &outer.name, f.symbols.symbol_size)
@@ -287,7 +281,7 @@ pub(super) fn is_compiled_java(
     f: &FrameRecord,
     libs: &[crate::model::recording::LibRecord],
 ) -> bool {
-    if f.kernel || f.pseudo {
+    if f.is_kernel() || f.is_pseudo() {
         return false;
     }
     let Some(lib) = libs.get(f.lib as usize) else {

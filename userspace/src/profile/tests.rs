@@ -33,33 +33,31 @@ fn recording() -> Recording {
         FrameRecord {
             lib: 0,
             address: 0x1100,
-            kernel: false,
+            kind: FrameKind::Native,
             symbols: AddrInfo {
                 symbol_start: 0x1100,
                 symbol_offset: 0,
                 symbol_size: Some(0x40),
                 funcs: vec![func("main", 10)],
             },
-            pseudo: false,
         },
         // 1: work with helper inlined into it
         FrameRecord {
             lib: 0,
             address: 0x1210,
-            kernel: false,
+            kind: FrameKind::Native,
             symbols: AddrInfo {
                 symbol_start: 0x1200,
                 symbol_offset: 0x10,
                 symbol_size: None,
                 funcs: vec![func("work", 20), func("helper", 5)],
             },
-            pseudo: false,
         },
         // 2: kernel
         FrameRecord {
             lib: 1,
             address: 0x5000,
-            kernel: true,
+            kind: FrameKind::Kernel,
             symbols: AddrInfo {
                 symbol_start: 0,
                 symbol_offset: 8,
@@ -71,15 +69,13 @@ fn recording() -> Recording {
                     start_line: None,
                 }],
             },
-            pseudo: false,
         },
         // 3: unresolved
         FrameRecord {
             lib: NO_LIB,
             address: 0xdead,
-            kernel: false,
+            kind: FrameKind::Native,
             symbols: AddrInfo::default(),
-            pseudo: false,
         },
     ];
     let mut stacks = StackTree::new();
@@ -285,7 +281,7 @@ fn interpreted_functions_are_keyed_by_file_and_first_line() {
     let py = |name: &str, file: &str, start: u32, line: u32| FrameRecord {
         lib: NO_LIB,
         address: 0,
-        kernel: false,
+        kind: FrameKind::Python,
         symbols: AddrInfo {
             funcs: vec![FuncAtAddr {
                 name: name.into(),
@@ -295,12 +291,11 @@ fn interpreted_functions_are_keyed_by_file_and_first_line() {
             }],
             ..AddrInfo::default()
         },
-        pseudo: false,
     };
     let native = |file: &str, address: u64| FrameRecord {
         lib: 0,
         address,
-        kernel: false,
+        kind: FrameKind::Native,
         symbols: AddrInfo {
             symbol_start: 0x1000,
             symbol_offset: address - 0x1000,
@@ -312,7 +307,6 @@ fn interpreted_functions_are_keyed_by_file_and_first_line() {
                 start_line: None,
             }],
         },
-        pseudo: false,
     };
     let mut rec = recording();
     let base = rec.frames.len() as u64;
@@ -409,7 +403,7 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
     rec.frames.push(FrameRecord {
         lib: NO_LIB,
         address: 0,
-        kernel: false,
+        kind: FrameKind::OffCpu,
         symbols: AddrInfo {
             funcs: vec![FuncAtAddr {
                 name: "[off-CPU: sleeping]".into(),
@@ -419,7 +413,6 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
             }],
             ..AddrInfo::default()
         },
-        pseudo: true,
     });
     let work = rec.processes[1].threads[0].samples.stack[0];
     let sleeping = rec.stacks.child(work, pseudo as u64);
@@ -697,7 +690,7 @@ fn full_recording() -> Recording {
     rec.frames.push(FrameRecord {
         lib: NO_LIB,
         address: 0,
-        kernel: false,
+        kind: FrameKind::OffCpu,
         symbols: AddrInfo {
             funcs: vec![FuncAtAddr {
                 name: "[off-CPU: sleeping]".into(),
@@ -707,7 +700,6 @@ fn full_recording() -> Recording {
             }],
             ..AddrInfo::default()
         },
-        pseudo: true,
     });
     let work = rec.processes[1].threads[0].samples.stack[0];
     let sleeping = rec.stacks.child(work, pseudo as u64);
@@ -1214,9 +1206,8 @@ fn unknown_code_is_named_by_its_library() {
     rec.frames.push(FrameRecord {
         lib: 0,
         address: 0x442f,
-        kernel: false,
+        kind: FrameKind::Native,
         symbols: AddrInfo::default(),
-        pseudo: false,
     });
     let node = rec.stacks.child(NO_PARENT, unknown);
     let t = &mut rec.processes[1].threads[0].samples;
@@ -1525,7 +1516,7 @@ fn relative_build_paths_give_way_to_the_library() {
     let native = |name: &str, file: &str, address: u64| FrameRecord {
         lib: 0,
         address,
-        kernel: false,
+        kind: FrameKind::Native,
         symbols: AddrInfo {
             symbol_start: address,
             symbol_offset: 0,
@@ -1537,7 +1528,6 @@ fn relative_build_paths_give_way_to_the_library() {
                 start_line: None,
             }],
         },
-        pseudo: false,
     };
     let mut rec = recording();
     let base = rec.frames.len() as u64;

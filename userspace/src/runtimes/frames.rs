@@ -27,6 +27,8 @@ use crate::model::stack_end::StackEnd;
 /// (their line tables empty: their frames carry the line already).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodeInfo {
+    /// Which runtime's code it is (the frames it names are of this kind).
+    pub kind: crate::model::recording::FrameKind,
     /// `co_qualname`: `Class.method`, `outer.<locals>.inner`.
     pub qualname: Box<str>,
     /// `co_filename`.
@@ -337,6 +339,7 @@ mod tests {
         assert_eq!(RawFrame::decode(UNNAMED_FRAME_KEY), RawFrame::Unnamed);
         let mut table = RuntimeFrames::default();
         let code = Arc::new(CodeInfo {
+            kind: crate::model::recording::FrameKind::Python,
             qualname: "f".into(),
             filename: "f.py".into(),
             first_line: 1,
@@ -367,6 +370,7 @@ mod tests {
 
     fn code(name: &str) -> Arc<CodeInfo> {
         Arc::new(CodeInfo {
+            kind: crate::model::recording::FrameKind::JavaScript,
             qualname: name.into(),
             filename: "a.js".into(),
             first_line: 0,

@@ -2,8 +2,9 @@
 //!
 //! In: a [`Recording`](crate::model::recording::Recording) (the collector's output, which may grow a field or a
 //! counter at any time). Out: a [`StoredRecording`] that postcard encodes
-//! as segment format VERSION 3, followed by [`StoredAdditions`] (VERSION 4)
-//! and [`StoredLandings`] (VERSION 5), and back, checked.
+//! as segment format VERSION 3, followed by [`StoredAdditions`] (VERSION 4),
+//! [`StoredLandings`] (VERSION 5) and [`StoredKinds`] (VERSION 6), and back,
+//! checked.
 //!
 //! Why separate types: postcard writes fields in declaration order with
 //! neither names nor a count, so a field added to the engine's structs
@@ -20,6 +21,8 @@
 //! µs differences in place before encoding (the same fields, other units).
 
 use serde::{Deserialize, Serialize};
+
+use crate::model::recording::{FrameKind, Recording, NO_LIB};
 
 mod convert;
 
@@ -358,3 +361,80 @@ pub struct StoredUnwindStats {
     pub bad_return_address: u64,
     pub unwind_ns: u64,
 }
+
+/// What VERSION 6 adds, encoded after the [`StoredLandings`]: each frame's
+/// [`FrameKind`] as a byte, in the frames' order. Before it a frame had only
+/// `kernel` and `pseudo` (still written, for what reads them): payloads
+/// without it get kinds told as the outputs then told them
+/// ([`FrameKind`]s of [`infer_kinds`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StoredKinds {
+    pub kinds: Vec<u8>,
+}
+
+impl StoredKinds {
+    /// `rec`'s frames' kinds.
+    pub fn of(rec: &Recording) -> StoredKinds {
+        StoredKinds {
+            kinds: rec.frames.iter().map(|f| f.kind as u8).collect(),
+        }
+    }
+
+    /// Put them into `rec`; false when their count is not its frames' or a
+    /// byte is no kind.
+    pub fn apply(self, rec: &mut Recording) -> bool {
+        if self.kinds.len() != rec.frames.len() {
+            return false;
+        }
+        for (f, b) in rec.frames.iter_mut().zip(self.kinds) {
+            match FrameKind::from_u8(b) {
+                Some(k) => f.kind = k,
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// The kinds of a recording stored before VERSION 6, told from what its
+/// frames hold as the outputs told them then: a pseudo frame's name says
+/// off-CPU or not; a user frame with a source file and no library is a
+/// runtime's (Java by HotSpot's names, which end in their parameter list;
+/// JavaScript by V8's script names; else Python); a frame in a `JIT (...)`
+/// library is JIT code. `kernel` and `pseudo` were decoded into the kinds
+/// already ([`FrameKind::Kernel`], [`FrameKind::Missing`]).
+pub fn infer_kinds(rec: &mut Recording) {
+    for f in rec.frames.iter_mut() {
+        let first = f.symbols.funcs.first();
+        f.kind = match f.kind {
+            FrameKind::Missing if first.is_some_and(|x| x.name.contains("off-CPU")) => {
+                FrameKind::OffCpu
+            }
+            FrameKind::Native if f.lib == NO_LIB && first.is_some_and(|x| x.file.is_some()) => {
+                let name = first.map_or("", |x| x.name.as_str());
+                let file = first.and_then(|x| x.file.as_deref()).unwrap_or("");
+                if file.starts_with("node:")
+                    || [".js", ".mjs", ".cjs"].iter().any(|e| file.ends_with(e))
+                {
+                    FrameKind::JavaScript
+                } else if name.ends_with(')') {
+                    FrameKind::Java
+                } else {
+                    FrameKind::Python
+                }
+            }
+            FrameKind::Native
+                if rec
+                    .libs
+                    .get(f.lib as usize)
+                    .is_some_and(|l| l.name.starts_with("JIT (")) =>
+            {
+                FrameKind::Jit
+            }
+            k => k,
+        };
+    }
+}
+
+#[cfg(test)]
+mod infer_tests;

@@ -9,9 +9,10 @@
 //!
 //! ```text
 //! 0   8 bytes  magic "SYSPSEG\0"
-//! 8   u16      format version ([`VERSION`], 5: 3's payload followed by 4's
-//!              additions and 5's landings; 2 had no short-wait markers and
-//!              is read as it is; 1 had no unknown run delays)
+//! 8   u16      format version ([`VERSION`], 6: 3's payload followed by 4's
+//!              additions, 5's landings and 6's frame kinds; 2 had no
+//!              short-wait markers and is read as it is; 1 had no unknown
+//!              run delays)
 //! 10  u16      reserved, 0
 //! 12  u32      header length H
 //! 16  u32      CRC-32 of the header
@@ -33,15 +34,18 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::format::{StoredAdditions, StoredLandings, StoredMarker, StoredRecording};
+use super::format::{
+    infer_kinds, StoredAdditions, StoredKinds, StoredLandings, StoredMarker, StoredRecording,
+};
 use crate::model::recording::Recording;
 
 /// First bytes of every segment.
 pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
 /// The format version written: 4 is 3 followed, in the payload, by
 /// [`StoredAdditions`] (Python functions' first lines); 5 is 4 followed by
-/// [`StoredLandings`] (wakeups' landings, apart from run delay).
-pub const VERSION: u16 = 5;
+/// [`StoredLandings`] (wakeups' landings, apart from run delay); 6 is 5
+/// followed by [`StoredKinds`] (each frame's kind).
+pub const VERSION: u16 = 6;
 /// The oldest version read: 2's types are 3's less the `ShortWaits`
 /// marker, a variant added at the end, so 2's bytes decode as they are.
 pub const OLDEST_READ: u16 = 2;
@@ -158,11 +162,13 @@ pub fn encode(
     let mut rec = rec;
     let additions = StoredAdditions::of(&rec);
     let landings = StoredLandings::of(&mut rec);
+    let kinds = StoredKinds::of(&rec);
     let mut stored = StoredRecording::from(rec);
     times_to_deltas(&mut stored);
     let mut raw = postcard::to_stdvec(&stored).map_err(SegmentError::Encode)?;
     raw.extend(postcard::to_stdvec(&additions).map_err(SegmentError::Encode)?);
     raw.extend(postcard::to_stdvec(&landings).map_err(SegmentError::Encode)?);
+    raw.extend(postcard::to_stdvec(&kinds).map_err(SegmentError::Encode)?);
     let payload = zstd::bulk::compress(&raw, zlevel).map_err(SegmentError::Compress)?;
     let header = SegmentHeader {
         level,
@@ -255,7 +261,15 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
         rest => postcard::take_from_bytes(rest).map_err(SegmentError::Payload)?,
     };
     // Before format 5 a marker's run delay held its landing: left so.
-    let landings: Option<StoredLandings> = match rest {
+    let (landings, rest): (Option<StoredLandings>, &[u8]) = match rest {
+        [] => (None, rest),
+        rest => {
+            let (l, rest) = postcard::take_from_bytes(rest).map_err(SegmentError::Payload)?;
+            (Some(l), rest)
+        }
+    };
+    // Before format 6 frames had no kind: told from what they hold.
+    let kinds: Option<StoredKinds> = match rest {
         [] => None,
         rest => Some(postcard::from_bytes(rest).map_err(SegmentError::Payload)?),
     };
@@ -272,6 +286,16 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
         return Err(SegmentError::Inconsistent(
             "more or fewer landings than markers with one",
         ));
+    }
+    match kinds {
+        Some(k) => {
+            if !k.apply(&mut rec) {
+                return Err(SegmentError::Inconsistent(
+                    "more or fewer frame kinds than frames, or a kind unknown",
+                ));
+            }
+        }
+        None => infer_kinds(&mut rec),
     }
     Ok((header, rec))
 }

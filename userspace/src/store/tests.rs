@@ -238,7 +238,7 @@ fn a_segment_of_another_version_is_refused_by_name_and_version() {
     assert_eq!(
         q.warnings,
         vec![format!(
-            "skipping {}: segment format version 7, this sysprof reads 2 to 5",
+            "skipping {}: segment format version 7, this sysprof reads 2 to 6",
             a.path.display()
         )]
     );

@@ -2,6 +2,7 @@
 //! dictionary, locations and the frame types of JIT code.
 
 use super::*;
+use crate::model::recording::FrameKind;
 use crate::model::recording::{FrameRecord, LibRecord};
 use crate::store::segment::tests::sample_recording;
 
@@ -133,9 +134,8 @@ fn jit_frames_are_typed_by_their_runtime() {
         rec.frames.push(FrameRecord {
             lib: 1,
             address: 0x7f00_0000_1000,
-            kernel: false,
+            kind: FrameKind::Native,
             symbols: Default::default(),
-            pseudo: false,
         });
         let leaf = rec
             .stacks

@@ -39,9 +39,8 @@ fn frames_with_one_hash_stay_apart() {
     let frame = |address: u64| FrameRecord {
         lib: NO_LIB,
         address,
-        kernel: false,
+        kind: FrameKind::Native,
         symbols: Default::default(),
-        pseudo: false,
     };
     let (mut by_hash, mut by_value, mut frames) =
         (FxHashMap::default(), FxHashMap::default(), Vec::new());
@@ -204,9 +203,8 @@ fn take_ended_takes_only_what_ended_by_the_cut() {
             frames: vec![FrameRecord {
                 lib: NO_LIB,
                 address: 0x10,
-                kernel: false,
+                kind: FrameKind::Native,
                 symbols: Default::default(),
-                pseudo: false,
             }],
             stacks,
             counters: vec![CounterRecord {

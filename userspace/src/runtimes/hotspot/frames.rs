@@ -204,6 +204,7 @@ impl JavaFrames {
         self.methods.get_or_read(pid, method, 0, || {
             let m = layout.method(pid, method).ok()?;
             let info = Arc::new(CodeInfo {
+                kind: crate::model::recording::FrameKind::Java,
                 qualname: m.name.as_str().into(),
                 filename: m.file.as_str().into(),
                 first_line: 0,
@@ -395,6 +396,7 @@ mod tests {
         let info = || {
             Some(JavaMethodInfo {
                 info: Arc::new(CodeInfo {
+                    kind: crate::model::recording::FrameKind::Java,
                     qualname: "long Hot.hotOne(int)".into(),
                     filename: "Hot.java".into(),
                     first_line: 0,

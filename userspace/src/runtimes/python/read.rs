@@ -206,6 +206,7 @@ pub fn read_code(
     read_process(pid, table.wrapping_add(l.bytes_data), &mut line_table)
         .map_err(|_| CodeError::Unreadable)?;
     Ok(CodeInfo {
+        kind: crate::model::recording::FrameKind::Python,
         qualname: qualname.into(),
         filename: filename.into(),
         first_line: first_line.max(0) as u32,

@@ -171,6 +171,7 @@ impl JsFrames {
             let f = layout.function(pid, shared, name_word)?;
             Some(JsFunctionInfo {
                 info: Arc::new(CodeInfo {
+                    kind: crate::model::recording::FrameKind::JavaScript,
                     qualname: f.name.into(),
                     filename: f.file.into(),
                     first_line: 0,

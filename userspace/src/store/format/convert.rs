@@ -61,11 +61,12 @@ impl From<Recording> for StoredRecording {
 
 impl From<FrameRecord> for StoredFrame {
     fn from(f: FrameRecord) -> StoredFrame {
+        let (kernel, pseudo) = (f.is_kernel(), f.is_pseudo());
         let s = f.symbols;
         StoredFrame {
             lib: f.lib,
             address: f.address,
-            kernel: f.kernel,
+            kernel,
             symbols: StoredAddrInfo {
                 symbol_start: s.symbol_start,
                 symbol_offset: s.symbol_offset,
@@ -80,7 +81,7 @@ impl From<FrameRecord> for StoredFrame {
                     })
                     .collect(),
             },
-            pseudo: f.pseudo,
+            pseudo,
         }
     }
 }
@@ -390,7 +391,15 @@ impl StoredFrame {
         FrameRecord {
             lib: self.lib,
             address: self.address,
-            kernel: self.kernel,
+            // The kinds told apart before VERSION 6; its kinds (or
+            // `infer_kinds`) say the rest.
+            kind: if self.kernel {
+                FrameKind::Kernel
+            } else if self.pseudo {
+                FrameKind::Missing
+            } else {
+                FrameKind::Native
+            },
             symbols: AddrInfo {
                 symbol_start: s.symbol_start,
                 symbol_offset: s.symbol_offset,
@@ -407,7 +416,6 @@ impl StoredFrame {
                     })
                     .collect(),
             },
-            pseudo: self.pseudo,
         }
     }
 }

@@ -20,16 +20,14 @@ pub(crate) fn sample_recording(start_ns: u64) -> Recording {
     rec.frames.push(FrameRecord {
         lib: 0,
         address: 0x1234,
-        kernel: false,
+        kind: FrameKind::Native,
         symbols: Default::default(),
-        pseudo: false,
     });
     rec.frames.push(FrameRecord {
         lib: NO_LIB,
         address: 0x99,
-        kernel: false,
+        kind: FrameKind::Native,
         symbols: Default::default(),
-        pseudo: false,
     });
     let a = rec.stacks.child(NO_PARENT, 0);
     let b = rec.stacks.child(a, 1);
@@ -117,7 +115,7 @@ pub(crate) fn fixture_recording() -> Recording {
     rec.frames.push(FrameRecord {
         lib: 1,
         address: 0xffff_0000,
-        kernel: true,
+        kind: FrameKind::Kernel,
         symbols: AddrInfo {
             symbol_start: 0xfff0_0000,
             symbol_offset: 0x10,
@@ -137,14 +135,12 @@ pub(crate) fn fixture_recording() -> Recording {
                 },
             ],
         },
-        pseudo: false,
     });
     rec.frames.push(FrameRecord {
         lib: NO_LIB,
         address: 0,
-        kernel: false,
+        kind: FrameKind::Missing,
         symbols: Default::default(),
-        pseudo: true,
     });
     let c = rec.stacks.child(NO_PARENT, 2);
     let d = rec.stacks.child(c, 3);
@@ -347,7 +343,8 @@ pub(crate) fn fixture_span() -> WindowSpan {
 /// waits or start lines to the very bytes the VERSION 2 code wrote
 /// (VERSION 3 only added a marker variant at the end; VERSION 4 the
 /// additions after the recording, here an empty list, one byte; VERSION 5
-/// the landings after them, here their count and a 0 for each): the
+/// the landings after them, here their count and a 0 for each; VERSION 6
+/// the frames' kinds, their count and a byte each): the
 /// fixture's header, and its payload once decompressed (zstd's output may change with its version;
 /// what it decompresses to may not). The fixture was written at commit
 /// c9f9c20 (postcard of the engine's `Recording`) by
@@ -359,7 +356,7 @@ fn stored_types_encode_as_version_2_did() {
     let (old_header, at) = decode_header(&old, old.len() as u64).unwrap();
     let (new_header, new_at) = decode_header(&new, new.len() as u64).unwrap();
     assert_eq!(new[..8], old[..8], "magic");
-    assert_eq!(new[8..10], 5u16.to_le_bytes(), "version");
+    assert_eq!(new[8..10], 6u16.to_le_bytes(), "version");
     assert_eq!(old[8..10], 2u16.to_le_bytes(), "the fixture's version");
     let raw = |b: &[u8], h: &SegmentHeader| zstd::bulk::decompress(b, h.raw_len as usize).unwrap();
     let (new_raw, old_raw) = (
@@ -382,10 +379,14 @@ fn stored_types_encode_as_version_2_did() {
     assert!((1..128).contains(&with_landing), "a one-byte count");
     let mut tail = vec![0u8, with_landing as u8];
     tail.extend(std::iter::repeat_n(0u8, with_landing));
+    let frames = &fixture_recording().frames;
+    assert!((1..128).contains(&frames.len()), "a one-byte count");
+    tail.push(frames.len() as u8);
+    tail.extend(frames.iter().map(|f| f.kind as u8));
     assert_eq!(
         new_raw[old_raw.len()..],
         tail[..],
-        "the additions (no start lines) and the landings (all 0)"
+        "the additions (no start lines), the landings (all 0) and the frames' kinds"
     );
     assert_eq!(
         (new_header.raw_len, new_header.samples, new_header.lost),
@@ -452,9 +453,9 @@ fn version_2_fixture_still_decodes() {
 #[test]
 fn unknown_version_is_refused_by_version() {
     let mut bytes = fixture_bytes();
-    bytes[8..10].copy_from_slice(&6u16.to_le_bytes());
+    bytes[8..10].copy_from_slice(&7u16.to_le_bytes());
     let e = decode(&bytes).unwrap_err().to_string();
-    assert_eq!(e, "segment format version 6, this sysprof reads 2 to 5");
+    assert_eq!(e, "segment format version 7, this sysprof reads 2 to 6");
 }
 
 /// Check that Python functions' first lines (what tells two functions of
