@@ -456,6 +456,66 @@ pub enum MarkerData {
     Other,
 }
 
+/// A marker's payload as `report --why` reads it back: the fields of
+/// [`MarkerData`] it uses, under the names [`MarkerData`] writes them
+/// (serde's camelCase of the same fields; the unit test
+/// `marker_view_reads_what_marker_data_writes` holds the two together),
+/// borrowed from the parsed profile. Every field may be missing (profiles
+/// written before it); a marker of another type is `Other`.
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all_fields = "camelCase")]
+pub enum MarkerView<'a> {
+    OffCpu {
+        #[serde(borrow, default)]
+        reason: Option<&'a str>,
+        #[serde(default)]
+        off_cpu: Option<f64>,
+        #[serde(default)]
+        run_delay: Option<f64>,
+        #[serde(default)]
+        wakeup_landing: Option<f64>,
+        #[serde(borrow, default)]
+        waker: Option<&'a str>,
+        #[serde(borrow, default)]
+        waker_pid: Option<&'a str>,
+        #[serde(default)]
+        waker_tid: Option<u32>,
+        #[serde(borrow, default)]
+        waker_context: Option<&'a str>,
+        #[serde(default)]
+        cpu_out: Option<u32>,
+        #[serde(default)]
+        cpu_in: Option<u32>,
+        #[serde(borrow, default)]
+        waited_on: Option<&'a str>,
+    },
+    ShortWaits {
+        #[serde(default)]
+        count: Option<f64>,
+        #[serde(default)]
+        off_cpu: Option<f64>,
+        #[serde(default)]
+        waited: Option<f64>,
+        #[serde(default)]
+        landing: Option<f64>,
+        #[serde(borrow, default)]
+        waker: Option<&'a str>,
+        #[serde(borrow, default)]
+        waker_pid: Option<&'a str>,
+        #[serde(default)]
+        waker_tid: Option<u32>,
+        #[serde(borrow, default)]
+        waker_context: Option<&'a str>,
+    },
+    #[serde(rename = "BlockIo")]
+    Io {
+        #[serde(borrow, default)]
+        device: Option<&'a str>,
+    },
+    #[serde(other)]
+    Other,
+}
+
 /// A marker's stack: an index into the thread's stack table.
 #[derive(Serialize, Deserialize)]
 pub struct Cause {

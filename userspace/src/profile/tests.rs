@@ -1386,6 +1386,92 @@ fn tooltips_leave_out_empty_fields() {
     assert_eq!(super::markers::thousands(1_234_567), "1,234,567");
 }
 
+/// Check that what `report --why` reads back ([`MarkerView`]) is what the
+/// writer's [`MarkerData`] writes, field by field: a key renamed on one
+/// side only comes back missing here.
+#[test]
+fn marker_view_reads_what_marker_data_writes() {
+    use super::schema::{MarkerData, MarkerView};
+    use serde::Deserialize;
+    let off = serde_json::to_value(MarkerData::OffCpu {
+        reason: "sleeping",
+        run_delay: Some(1.5),
+        off_cpu: Some(9.0),
+        wakeup_landing: Some(0.25),
+        waker: Some("srv (pid 7, tid 8)".into()),
+        waker_pid: Some("7".into()),
+        waker_tid: Some(8),
+        waker_context: Some("task"),
+        cpu_out: 1,
+        cpu_in: 0,
+        waited_on: Some("a pipe"),
+        color: "blue",
+        request: None,
+        cause: None,
+    })
+    .unwrap();
+    assert_eq!(
+        MarkerView::deserialize(&off).unwrap(),
+        MarkerView::OffCpu {
+            reason: Some("sleeping"),
+            off_cpu: Some(9.0),
+            run_delay: Some(1.5),
+            wakeup_landing: Some(0.25),
+            waker: Some("srv (pid 7, tid 8)"),
+            waker_pid: Some("7"),
+            waker_tid: Some(8),
+            waker_context: Some("task"),
+            cpu_out: Some(1),
+            cpu_in: Some(0),
+            waited_on: Some("a pipe"),
+        }
+    );
+    let short = serde_json::to_value(MarkerData::ShortWaits {
+        count: 3,
+        off_cpu: 0.3,
+        waited: Some(0.1),
+        landing: Some(0.05),
+        waker: "srv (pid 7, tid 8)".into(),
+        waker_pid: Some("7".into()),
+        waker_tid: Some(8),
+        waker_context: "task",
+        color: "blue",
+    })
+    .unwrap();
+    assert_eq!(
+        MarkerView::deserialize(&short).unwrap(),
+        MarkerView::ShortWaits {
+            count: Some(3.0),
+            off_cpu: Some(0.3),
+            waited: Some(0.1),
+            landing: Some(0.05),
+            waker: Some("srv (pid 7, tid 8)"),
+            waker_pid: Some("7"),
+            waker_tid: Some(8),
+            waker_context: Some("task"),
+        }
+    );
+    let io = serde_json::to_value(MarkerData::Io {
+        device: "vda".into(),
+        op: "read".into(),
+        bytes: 8192,
+        sector: 1,
+        queue_time: 0.1,
+        service_time: 0.2,
+        error: None,
+        cause: None,
+    })
+    .unwrap();
+    assert_eq!(
+        MarkerView::deserialize(&io).unwrap(),
+        MarkerView::Io {
+            device: Some("vda")
+        }
+    );
+    let slice = serde_json::json!({"type": "OnCpu", "thread": "x", "pid": "1", "tid": 1});
+    assert_eq!(MarkerView::deserialize(&slice).unwrap(), MarkerView::Other);
+}
+
 /// Check what the Firefox Profiler orders global tracks by
 /// (`_getDefaultGlobalTrackOrder`: its parent process, `processType`
 /// "default", first; the others by their main thread's CPU): in a

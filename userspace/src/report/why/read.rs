@@ -9,7 +9,10 @@
 //! as their wakees' markers name them.
 
 use rustc_hash::FxHashMap;
+use serde::Deserialize;
 use serde_json::Value;
+
+use crate::profile::schema::MarkerView;
 
 use super::{Threads, MAX_STEPS};
 
@@ -134,22 +137,42 @@ fn wakers_named(t: &Value, out: &mut FxHashMap<u32, (u32, String)>) {
         return;
     };
     for d in data {
-        if (d["type"] != "OffCpu" && d["type"] != "ShortWaits") || d["wakerContext"] != "task" {
-            continue;
-        }
-        let (Some(tid), Some(pid), Some(label)) = (
-            d["wakerTid"].as_u64(),
-            d["wakerPid"].as_str().and_then(|p| p.parse::<u32>().ok()),
-            d["waker"].as_str(),
-        ) else {
+        let (Some("task"), Some(tid), Some(pid), Some(label)) = (match view(d) {
+            MarkerView::OffCpu {
+                waker_context,
+                waker_tid,
+                waker_pid,
+                waker,
+                ..
+            }
+            | MarkerView::ShortWaits {
+                waker_context,
+                waker_tid,
+                waker_pid,
+                waker,
+                ..
+            } => (
+                waker_context,
+                waker_tid,
+                waker_pid.and_then(|p| p.parse::<u32>().ok()),
+                waker,
+            ),
+            _ => continue,
+        }) else {
             continue;
         };
         let Some(name) = label.strip_suffix(&format!(" (pid {pid}, tid {tid})")) else {
             continue;
         };
-        out.entry(tid as u32)
+        out.entry(tid)
             .or_insert_with(|| (pid, crate::escape::escape(name).into_owned()));
     }
+}
+
+/// A marker's payload as the profile's schema types it; `Other` where it
+/// is none `--why` reads, or not what its type says.
+fn view(d: &Value) -> MarkerView<'_> {
+    MarkerView::deserialize(d).unwrap_or(MarkerView::Other)
 }
 
 /// A track's markers: (data, start, end), those with both times.
@@ -170,42 +193,62 @@ fn markers_of(t: &Value) -> impl Iterator<Item = (&Value, f64, f64)> {
 /// A thread's markers: its waits and the block requests it issued.
 fn read_markers(t: &Value, facts: &mut ThreadFacts) {
     for (d, s, e) in markers_of(t) {
-        // A wait drawn to its enqueue says its whole length apart.
-        let e = match d["offCpu"].as_f64() {
-            Some(whole) if d["type"] == "OffCpu" => e.max(s + whole),
-            _ => e,
-        };
-        match d["type"].as_str() {
-            Some("OffCpu") if e > s => facts.waits.push(Wait {
-                start: s,
-                end: e,
-                reason: match (d["reason"].as_str(), d["waitedOn"].as_str()) {
-                    (r, Some(on)) => format!("{} on {on}", r.unwrap_or("other")),
-                    (r, None) => r.unwrap_or("other").to_string(),
-                },
-                wake: e
-                    - d["runDelay"].as_f64().unwrap_or(0.0)
-                    - d["wakeupLanding"].as_f64().unwrap_or(0.0).max(0.0),
-                queued: e - d["runDelay"].as_f64().unwrap_or(0.0),
-                waker_tid: d["wakerTid"].as_u64().map(|t| t as u32),
-                context: d["wakerContext"].as_str().map(str::to_string),
-                cpu_out: d["cpuOut"].as_u64().map(|c| c as u32),
-                cpu_in: d["cpuIn"].as_u64().map(|c| c as u32),
-            }),
-            Some("BlockIo") => facts.io.push((
+        match view(d) {
+            MarkerView::OffCpu {
+                reason,
+                off_cpu,
+                run_delay,
+                wakeup_landing,
+                waker_tid,
+                waker_context,
+                cpu_out,
+                cpu_in,
+                waited_on,
+                ..
+            } => {
+                // A wait drawn to its enqueue says its whole length apart.
+                let e = off_cpu.map_or(e, |whole| e.max(s + whole));
+                if e <= s {
+                    continue;
+                }
+                let run_delay = run_delay.unwrap_or(0.0);
+                facts.waits.push(Wait {
+                    start: s,
+                    end: e,
+                    reason: match waited_on {
+                        Some(on) => format!("{} on {on}", reason.unwrap_or("other")),
+                        None => reason.unwrap_or("other").to_string(),
+                    },
+                    wake: e - run_delay - wakeup_landing.unwrap_or(0.0).max(0.0),
+                    queued: e - run_delay,
+                    waker_tid,
+                    context: waker_context.map(str::to_string),
+                    cpu_out,
+                    cpu_in,
+                });
+            }
+            MarkerView::Io { device } => facts.io.push((
                 s,
                 e,
-                crate::escape::escape(d["device"].as_str().unwrap_or("?")).into_owned(),
+                crate::escape::escape(device.unwrap_or("?")).into_owned(),
             )),
-            Some("ShortWaits") if e >= s => facts.short.push(ShortRun {
+            MarkerView::ShortWaits {
+                count,
+                off_cpu,
+                waited,
+                landing,
+                waker_tid,
+                waker_context,
+                ..
+            } if e >= s => facts.short.push(ShortRun {
                 start: s,
                 end: e,
-                count: d["count"].as_f64().unwrap_or(0.0),
-                off_cpu: d["offCpu"].as_f64().unwrap_or(0.0).max(0.0),
-                waited: d["waited"].as_f64().unwrap_or(0.0).max(0.0),
-                landing: d["landing"].as_f64().unwrap_or(0.0).max(0.0),
-                waker_tid: d["wakerTid"].as_u64().map(|t| t as u32),
-                context: d["wakerContext"].as_str().unwrap_or("not seen").to_string(),
+                count: count.unwrap_or(0.0),
+                off_cpu: off_cpu.unwrap_or(0.0).max(0.0),
+                waited: waited.unwrap_or(0.0).max(0.0),
+                landing: landing.unwrap_or(0.0).max(0.0),
+                waker_tid,
+                context: waker_context.unwrap_or("not seen").to_string(),
             }),
             _ => {}
         }
