@@ -83,7 +83,7 @@
 #define STACK_ID_SHARED 0x8000000000000000ULL
 /* Stacks the tracer keeps shared at most; past that, stacks are sent per place as before. */
 #define STACK_SHARED_MAX 32768
-/* Places remembered beyond each thread's last (place_ids in sched.bpf.c). */
+/* Places remembered beyond each thread's last (place_ids in sched/places.bpf.h). */
 #define PLACE_IDS_MAX 8192
 /* Bytes at the top of a user stack that are part of its place. */
 #define PLACE_TOP_BYTES 128

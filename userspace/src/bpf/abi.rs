@@ -448,7 +448,7 @@ pub struct ThreadState {
 impl ThreadState {
     /// For the interval open since `off_ts`, woken at `wake_ts`, up to
     /// `end`: how long its wakeup took to land on a run queue, ns, when its
-    /// enqueue was seen (sched.bpf.c `landing`); else 0.
+    /// enqueue was seen (ebpf/sched/offcpu.bpf.h `landing`); else 0.
     pub fn landing(&self, end: u64) -> u64 {
         let (q, w) = (self.queued_ts, self.wake_ts);
         if w < self.off_ts || w > end || q < w || q < self.off_ts || q > end {

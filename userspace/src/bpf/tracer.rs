@@ -171,7 +171,7 @@ impl Tracer {
             .map_max_entries(
                 "copy_scratch",
                 if opts.stack_copy > 0 {
-                    // sched.bpf.c's KBUFS places: switch, waking, block start, block issue.
+                    // sched/stacks.bpf.h's KBUFS places: switch, waking, block start, block issue.
                     possible_cpus()? * 4
                 } else {
                     1
@@ -195,7 +195,7 @@ impl Tracer {
             wanted.push(("on_block_complete", &["block_rq_complete"]));
         }
         // The four places that take stacks tail-call one walker
-        // (sched.bpf.c walk_stack), verified once beside them and put in
+        // (sched/places.bpf.h walk_stack), verified once beside them and put in
         // place before any of them runs.
         let mut verified: Vec<&'static str> = wanted.iter().map(|(p, _)| *p).collect();
         if !wanted.is_empty() {
