@@ -43,6 +43,7 @@ const volatile __u32 first_stack_copy = 0;
 #include "ustack.bpf.h"
 #include "unwind.bpf.h"
 #include "runtimes/python.bpf.h"
+#include "walk.bpf.h"
 
 /* Kernel-unwind mode builds each sample here, then sends only the part
  * used: most stacks are far shallower than UNWIND_MAX_FRAMES. */
@@ -176,8 +177,8 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct sample_scratch *sc = bpf_map_lookup_elem(&sample_scratch, &cpu);
 	__u64 size, regs[3], wake, r13;
-	struct py_out py = {};
-	__u32 n, end, copied;
+	struct walked w = {};
+	__u32 n, copied, what;
 
 	if (!sc) {
 		count_drop(DROP_RINGBUF_FULL);
@@ -199,9 +200,8 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 		sc->e.user_sp = regs[1];
 		sc->e.user_bp = regs[2];
 		sc->e.flags |= SAMPLE_FLAG_LEAF_REGS;
-		n = unwind_user(tgid, regs, sc->frames, &end, hand_over);
-		if (n > UNWIND_MAX_FRAMES)
-			n = UNWIND_MAX_FRAMES;
+		what = walk_user_stack(&samples, tgid, (__u32)pid_tgid, regs, sc->frames, hand_over, true, &w);
+		n = w.n;
 		/* Sampled in the interpreter itself: its bytecode pointer is the
 		 * register's (userspace takes it only if it lies in the method).
 		 * A compiled leaf's third word is its blob, kept. */
@@ -210,22 +210,15 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 			sc->frames[2] = r13;
 		sc->e.flags |= SAMPLE_FLAG_KERNEL_UNWOUND;
 		sc->e.ustack_len = n;
-		sc->e.unwind_end = end;
-		py.at = n;
-		python_frames(&py, tgid, (__u32)pid_tgid, (__u64)task, (struct unwind_frames *)sc->frames);
-		sc->e.py_len = py.n;
-		sc->e.py_end = py.end;
-		size += (__u64)(n + 2 * (py.n & (PY_MAX_FRAMES * 2 - 1))) * sizeof(__u64);
-		/* Userspace goes on from here with a copy, unless the reader is
-		 * behind: a 32 KiB copy takes the room of ~30 walked samples, and
-		 * once the ring is full whole samples are lost. Past half full,
-		 * the walk so far goes alone: a cut stack, said as such
-		 * (handovers_skipped), rather than a lost sample. (At a quarter,
-		 * a new process's first samples were cut beside a compiler loop.) */
-		if (hand_over && unwind_hands_over(end, n, tgid) &&
-		    bpf_ringbuf_query(&samples, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&samples, BPF_RB_RING_SIZE) / 2) {
+		sc->e.unwind_end = w.end;
+		sc->e.py_len = w.py.n;
+		sc->e.py_end = w.py.end;
+		size += (__u64)walked_words(&w) * sizeof(__u64);
+		/* Userspace goes on from where the walk stopped, with a copy,
+		 * unless the reader is behind (walk.bpf.h). */
+		if (what == WALK_CUT) {
 			sc->e.flags |= SAMPLE_FLAG_HANDOVER_SKIPPED;
-		} else if (hand_over && unwind_hands_over(end, n, tgid)) {
+		} else if (what == WALK_HAND_OVER) {
 			sc->e.flags &= ~SAMPLE_FLAG_LEAF_REGS;
 			sc->e.flags |= SAMPLE_FLAG_USER_REGS;
 			sc->e.user_ip = regs[0];
@@ -242,7 +235,7 @@ static __always_inline int sample_unwinding(struct bpf_perf_event_data *ctx, str
 			size = sizeof(sc->e) + sizeof(sc->frames) + copied;
 			/* Wake the reader now: it loads the missing tables when it
 			 * reads the sideband, so the process's next samples walk here. */
-			if (end != UNWIND_END_USERSPACE) {
+			if (w.end != UNWIND_END_USERSPACE) {
 				__u64 now = bpf_ktime_get_ns();
 
 				if (now - handover_woken_ns >= HANDOVER_WAKE_NS) {

@@ -64,6 +64,7 @@ const volatile __u32 kernel_unwind = 0;
 #include "ustack.bpf.h"
 #include "unwind.bpf.h"
 #include "runtimes/python.bpf.h"
+#include "walk.bpf.h"
 
 #include "drops.bpf.h"
 #include "sched/state.bpf.h"

@@ -7,10 +7,10 @@
  * buffer (KBUF_*: switch, waking, block start, block issue; one each per
  * CPU, as an interrupt's program can run inside another's). Out: a record
  * in `events` and its id (0 or STACK_DROPPED: none sent, counted). A user
- * stack is walked here (send_unwound_stack: unwind.bpf.h, then the Python
- * frames), or copied for userspace (send_stack, with stack_copy), or read
- * by frame pointers; a kernel thread's or an interrupt's is its kernel
- * stack alone (read_kstack, send_kstack). send_scratch sends a record once
+ * stack is walked here (send_unwound_stack: walk.bpf.h, the native frames
+ * then the Python ones), or copied for userspace (send_stack, with
+ * stack_copy), or read by frame pointers; a kernel thread's or an
+ * interrupt's is its kernel stack alone (read_kstack, send_kstack). send_scratch sends a record once
  * per process and content (STACK_SHARED), remembered in `stack_ids`, which
  * userspace empties of processes that are gone.
  */
@@ -199,50 +199,42 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 {
 	struct stack_scratch *sc = bpf_map_lookup_elem(&stack_scratch, &kbuf);
 	__u64 regs[3] = { ip, sp, bp }, size;
-	struct py_out py = {};
-	__u32 n, end;
+	__u32 flags = STACK_KERNEL_UNWOUND;
+	struct walked w = {};
 	long len;
 
 	if (!sc)
 		return 0;
-	n = unwind_user(pid, regs, sc->frames, &end, stack_copy != 0);
-	if (n > UNWIND_MAX_FRAMES)
-		n = UNWIND_MAX_FRAMES;
-	py.at = n;
-	python_frames(&py, pid, tid, bpf_get_current_task(), (struct unwind_frames *)sc->frames);
-	__u32 flags = STACK_KERNEL_UNWOUND;
-
 	/* The caller's copy is 32 KiB, the room of many intervals: with the
-	 * reader behind (the ring over half full) the walk so far goes alone,
-	 * a cut stack said as such (handovers_skipped), and the ring keeps its
-	 * room for the intervals themselves. */
-	/* A waker's stack is the context of a wakeup, not a sample: it is
-	 * never handed over as a copy, and ends where the walk did (its end
-	 * says why). Waking is the hottest path there is: beside a fork loop,
-	 * new processes' wakeups (their tables still pending) sent a copy
-	 * each, and the ring passed half full. */
-	if (stack_copy && unwind_hands_over(end, n, pid) && kbuf != KBUF_WAKING) {
-		if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) <= bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2)
-			return 0;
+	 * reader behind the walk so far goes alone (walk.bpf.h), and the ring
+	 * keeps its room for the intervals themselves. A waker's stack is the
+	 * context of a wakeup, not a sample: it is never handed over as a
+	 * copy, and ends where the walk did (its end says why). Waking is the
+	 * hottest path there is: beside a fork loop, new processes' wakeups
+	 * (their tables still pending) sent a copy each, and the ring passed
+	 * half full. */
+	switch (walk_user_stack(&events, pid, tid, regs, sc->frames, stack_copy != 0, kbuf != KBUF_WAKING, &w)) {
+	case WALK_HAND_OVER:
+		return 0;
+	case WALK_CUT:
 		flags |= STACK_HANDOVER_SKIPPED;
+		break;
 	}
-	if (n > UNWIND_MAX_FRAMES)
-		n = UNWIND_MAX_FRAMES;
 	sc->e.kind = RECORD_STACK;
 	sc->e.id = next_stack_id();
 	sc->e.flags = flags;
 	sc->e.pid = pid;
 	sc->e.tid = tid;
-	sc->e.ustack_len = n;
+	sc->e.ustack_len = w.n;
 	sc->e.stack_size = 0;
 	sc->e.slot = slot;
-	sc->e.unwind_end = end;
-	sc->e.py_len = py.n;
-	sc->e.py_end = py.end;
+	sc->e.unwind_end = w.end;
+	sc->e.py_len = w.py.n;
+	sc->e.py_end = w.py.end;
 	sc->e.user_ip = ip;
 	sc->e.user_sp = sp;
 	sc->e.user_bp = bp;
-	__u32 used = n + 2 * (py.n & (PY_MAX_FRAMES * 2 - 1));
+	__u32 used = walked_words(&w);
 
 	if (used > UNWIND_MAX_FRAMES)
 		used = UNWIND_MAX_FRAMES;
