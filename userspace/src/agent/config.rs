@@ -156,9 +156,10 @@ fn read_file_config(path: &Path, must_exist: bool) -> Result<AgentArgs, ConfigEr
         if e.span().is_some_and(|s| s.is_empty()) {
             // A value refused inside the flattened flags has lost its place
             // (serde saw it through a buffer): find the key that fails alone.
-            if let Some(line) = failing_key_line(&text) {
-                position = format!("at line {line}");
-            }
+            position = match failing_key_line(&text, e.message()) {
+                Some(line) => format!("at line {line}"),
+                None => "its line not known".into(),
+            };
         }
         let cause = lines.last().copied().unwrap_or("").to_string();
         ConfigError::Parse {
@@ -169,24 +170,28 @@ fn read_file_config(path: &Path, must_exist: bool) -> Result<AgentArgs, ConfigEr
     })
 }
 
-/// The line (from 1) of the first top-level key of a config file that is
-/// refused on its own: an unknown key, or a value of the wrong type.
-fn failing_key_line(text: &str) -> Option<usize> {
+/// The line (from 1) of the top-level key of a config file that makes the
+/// error `message`: the key refused on its own with that very message,
+/// found as a key (bare, quoted or dotted) or as a table's header. None
+/// when no key says so.
+fn failing_key_line(text: &str, message: &str) -> Option<usize> {
     let table: toml::Table = text.parse().ok()?;
     let key = table.into_iter().find_map(|(k, v)| {
         let mut one = toml::Table::new();
         one.insert(k.clone(), v);
-        toml::Value::Table(one)
-            .try_into::<AgentArgs>()
-            .is_err()
-            .then_some(k)
+        let lone = toml::Value::Table(one).try_into::<AgentArgs>().err()?;
+        (lone.message() == message).then_some(k)
     })?;
+    let names_key = |rest: &str| {
+        let rest = rest.trim_start();
+        rest.starts_with('=') || rest.starts_with('.') || rest.starts_with(']')
+    };
     text.lines()
         .position(|l| {
-            let l = l.trim_start();
-            let l = l.strip_prefix('"').unwrap_or(l);
-            l.strip_prefix(key.as_str())
-                .is_some_and(|rest| rest.trim_start().starts_with(['=', '"']))
+            let l = l.trim_start().trim_start_matches('[').trim_start();
+            [format!("\"{key}\""), format!("'{key}'"), key.clone()]
+                .iter()
+                .any(|k| l.strip_prefix(k.as_str()).is_some_and(names_key))
         })
         .map(|i| i + 1)
 }
@@ -336,6 +341,10 @@ mod tests {
                 2,
                 "expected u32",
             ),
+            ("a-unknown = 1\nno-io = 3\n", 2, "expected a boolean"),
+            ("window = 20\n\n[call-graph]\nx = 1\n", 3, "unknown variant"),
+            ("window = 20\n'no-io' = 3\n", 2, "expected a boolean"),
+            ("window = 20\nno-io.x = 3\n", 2, "expected a boolean"),
         ] {
             std::fs::write(&f, text).unwrap();
             let e = AgentConfig::resolve(&args(&["--config", f.to_str().unwrap()]))

@@ -165,8 +165,11 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
             Some(stop) => (stop, pressured.get().is_some()),
             None => (false, true),
         };
+        let timing = std::env::var_os("SYSPROF_TIMING")
+            .is_some()
+            .then(|| (Instant::now(), process_cpu_seconds()));
         let end_ns = session.cut(&mut collector);
-        let end_wall = windows.finish(&mut collector, end_ns)?;
+        let end_wall = windows.finish(&mut collector, end_ns, timing)?;
         if let Some(r) = pressured.get() {
             memory.shed(&mut collector, r, &counters, &mut windows.errors);
         }
@@ -237,10 +240,13 @@ impl Windows<'_> {
 
     /// The window was cut at `end_ns`: finish it in the collector, count
     /// it, hand it to the store. Returns its end on the wall clock.
-    fn finish(&mut self, collector: &mut Collector, end_ns: u64) -> Result<f64, RecordError> {
-        let timing = std::env::var_os("SYSPROF_TIMING")
-            .is_some()
-            .then(|| (Instant::now(), process_cpu_seconds()));
+    /// `timing` (with `SYSPROF_TIMING`): when and at what CPU time the cut began.
+    fn finish(
+        &mut self,
+        collector: &mut Collector,
+        end_ns: u64,
+        timing: Option<(Instant, f64)>,
+    ) -> Result<f64, RecordError> {
         let (window_start_ns, window_start_wall) = self.start;
         let (wall_now, mono_now) = clock_anchor();
         let end_wall = wall_now - (mono_now.saturating_sub(end_ns)) as f64 / 1e6;

@@ -279,11 +279,20 @@ fn first_frame(
         FrameKey::Runtime(i) => FrameRecord {
             lib: NO_LIB,
             address: 0,
-            // The runtime that read its outermost function says.
+            // The runtime that read its outermost function says; but a V8
+            // builtin (no script: `split`, `forEach`) is machine code in
+            // node's embedded blob, which V8's own sampler leaves out, as
+            // the profiles sysprof is compared against do: native code.
             kind: python
                 .at(i)
                 .and_then(|f| f.first())
-                .map_or(FrameKind::Native, |(code, _)| code.kind),
+                .map_or(FrameKind::Native, |(code, _)| {
+                    if code.kind == FrameKind::JavaScript && code.filename.is_empty() {
+                        FrameKind::Native
+                    } else {
+                        code.kind
+                    }
+                }),
             symbols: match python.at(i) {
                 // One function, or a compiled one and those inlined
                 // into it there: one func each, outermost first, as a

@@ -295,9 +295,19 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
                 ));
             }
         }
+        None if header_version(bytes) >= 6 => {
+            return Err(SegmentError::Inconsistent(
+                "no frame kinds in a segment of format 6 or later",
+            ))
+        }
         None => infer_kinds(&mut rec),
     }
     Ok((header, rec))
+}
+
+/// The format version of a segment whose header was checked.
+fn header_version(bytes: &[u8]) -> u16 {
+    u16::from_le_bytes([bytes[8], bytes[9]])
 }
 
 /// Nanoseconds to whole microseconds, rounded (the profile's own resolution).
