@@ -161,7 +161,7 @@ impl Collector {
             let waker = Waker {
                 pid: e.waker_pid,
                 tid: e.waker_tid,
-                name: abi::comm_str(&e.waker_comm),
+                name: crate::model::short_name::task_name(&e.waker_comm),
                 // The stack tells an interrupt from the task it
                 // interrupted, and which kind. Without one (lost, or not
                 // taken: a wakeup before the switch-out), the tracer's

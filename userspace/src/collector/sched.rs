@@ -16,6 +16,7 @@ use crate::bpf::abi::{comm_str, TASK_COMM_LEN};
 use crate::model::recording::{
     run_delay_shown_apart, IoOp, MarkerRecord, OffCpuReason, ShortWaker, SliceKind, Waker,
 };
+use crate::model::short_name::{short_name, DeviceName};
 use crate::model::stack_tree::{NodeIndex, NO_PARENT};
 
 /// One off-CPU interval, its stacks interned as raw stacks of the window.
@@ -434,8 +435,8 @@ fn fill_unsampled(markers: &mut Vec<MarkerRecord>, interval_ns: u64, (start, end
 
 /// `sda`, `nvme0n1`, … for a kernel dev_t (major << 20 | minor), looked up
 /// in sysfs once per device.
-fn device_name(dev: u32) -> String {
-    static NAMES: std::sync::Mutex<Option<rustc_hash::FxHashMap<u32, String>>> =
+fn device_name(dev: u32) -> DeviceName {
+    static NAMES: std::sync::Mutex<Option<rustc_hash::FxHashMap<u32, DeviceName>>> =
         std::sync::Mutex::new(None);
     let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
     names
@@ -447,11 +448,11 @@ fn device_name(dev: u32) -> String {
                 .ok()
                 .and_then(|u| {
                     u.lines()
-                        .find_map(|l| l.strip_prefix("DEVNAME=").map(str::to_string))
+                        .find_map(|l| l.strip_prefix("DEVNAME=").map(short_name))
                 })
-                .unwrap_or_else(|| format!("{major}:{minor}"))
+                .unwrap_or_else(|| short_name(&format!("{major}:{minor}")))
         })
-        .clone()
+        .to_owned()
 }
 
 #[cfg(test)]

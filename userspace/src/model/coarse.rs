@@ -127,7 +127,7 @@ mod tests {
             waker: Some(Waker {
                 pid: 7,
                 tid: waker_tid,
-                name: "w".into(),
+                name: crate::model::short_name::short_name("w"),
                 interrupt: None,
             }),
             cpus: (0, 1),
@@ -168,7 +168,7 @@ mod tests {
             start_ns: t0 + 50 * MS,
             issue_ns: t0 + 51 * MS,
             done_ns: t0 + 52 * MS,
-            device: "vda".into(),
+            device: crate::model::short_name::short_name("vda"),
             op: IoOp::Read,
             flags: 0,
             bytes: 4096,

@@ -12,6 +12,7 @@ pub mod coarse;
 pub mod fold;
 pub mod merge;
 pub mod recording;
+pub mod short_name;
 pub mod stack_end;
 pub mod stack_tree;
 pub mod strings;

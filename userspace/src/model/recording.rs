@@ -5,6 +5,7 @@
 //! one prefix tree over frame indices shared by all threads; frames are
 //! (library, library-relative address) with what symbolication found.
 
+use super::short_name::{DeviceName, TaskName};
 use super::stack_tree::StackTree;
 use super::symbols::AddrInfo;
 
@@ -206,7 +207,7 @@ pub struct Waker {
     /// Its thread id.
     pub tid: u32,
     /// Its name.
-    pub name: String,
+    pub name: TaskName,
     /// Set when the wakeup came from an interrupt, not from the task, or
     /// when that is unknown (`InterruptKind::Unknown`: its stack was lost).
     pub interrupt: Option<InterruptKind>,
@@ -278,7 +279,7 @@ impl ShortWaker {
 }
 
 /// What a block request did, from its operation and flags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum IoOp {
     /// Read.
     Read,
@@ -298,7 +299,7 @@ pub enum IoOp {
 
 impl IoOp {
     /// Short name: read, write, flush, discard, secure-erase, write-zeroes, op N.
-    pub fn name(self) -> String {
+    pub fn name(self) -> std::borrow::Cow<'static, str> {
         match self {
             IoOp::Read => "read".into(),
             IoOp::Write => "write".into(),
@@ -306,7 +307,7 @@ impl IoOp {
             IoOp::Discard => "discard".into(),
             IoOp::SecureErase => "secure-erase".into(),
             IoOp::WriteZeroes => "write-zeroes".into(),
-            IoOp::Other(n) => format!("op {n}"),
+            IoOp::Other(n) => format!("op {n}").into(),
         }
     }
 }
@@ -326,21 +327,26 @@ pub mod io_flags {
     pub const IO_READAHEAD: u32 = 16;
 }
 
-/// The flags of a block request, as words: "preflush, sync".
-pub fn io_flag_names(flags: u32) -> String {
+/// The flags of a block request, as words appended to `out`: "preflush,
+/// sync" (no list is built: one per request of a busy disk's markers).
+pub fn write_io_flag_names(out: &mut String, flags: u32) {
     use io_flags::*;
-    [
+    let mut first = true;
+    for (flag, name) in [
         (IO_PREFLUSH, "preflush"),
         (IO_FUA, "fua"),
         (IO_SYNC, "sync"),
         (IO_META, "meta"),
         (IO_READAHEAD, "readahead"),
-    ]
-    .iter()
-    .filter(|(f, _)| flags & f != 0)
-    .map(|(_, n)| *n)
-    .collect::<Vec<_>>()
-    .join(", ")
+    ] {
+        if flags & flag != 0 {
+            if !first {
+                out.push_str(", ");
+            }
+            out.push_str(name);
+            first = false;
+        }
+    }
 }
 
 /// Who ran in a per-CPU slice, for its category.
@@ -391,7 +397,7 @@ pub enum MarkerRecord {
         /// Completed, ns.
         done_ns: u64,
         /// Device name (sda, nvme0n1, ...).
-        device: String,
+        device: DeviceName,
         /// What it did.
         op: IoOp,
         /// `IO_*` flags of the request.

@@ -9,9 +9,10 @@
 //! the Firefox Profiler how to show each kind.
 
 use crate::model::recording::{
-    run_delay_shown_apart, MarkerRecord, OffCpuReason, OffCpuSamples, Recording, ShortWaker,
+    run_delay_shown_apart, IoOp, MarkerRecord, OffCpuReason, OffCpuSamples, Recording, ShortWaker,
     SliceKind, Waker,
 };
+use crate::model::short_name::DeviceName;
 use crate::model::stack_tree::NO_PARENT;
 
 use super::category;
@@ -35,6 +36,7 @@ pub(super) fn build_markers(
         idle,
         waited_on: waited_on(rec, list, waits),
         requests: io_requests(list),
+        names: Default::default(),
     };
     let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
     sorted.sort_by_key(|r| marker_start(r));
@@ -55,19 +57,20 @@ pub(super) fn build_markers(
                 if let MarkerData::OffCpu { off_cpu, .. } = &mut data {
                     *off_cpu = Some(end_ns.saturating_sub(start) as f64 / 1e6);
                 }
-                push(&mut m, tables, &name, cat, (ms(start), ms(queued)), data);
+                push(&mut m, name, cat, (ms(start), ms(queued)), data);
                 let delay_data = MarkerData::RunDelay {
                     after: reason.label(),
                     cpu: cpus.1,
                     color: COLOR_CPU,
                 };
                 let span = (ms(queued), ms(*end_ns));
-                push(&mut m, tables, RUN_DELAY_MARKER_NAME, cat, span, delay_data);
+                let delay_name = tables.strings.intern(RUN_DELAY_MARKER_NAME);
+                push(&mut m, delay_name, cat, span, delay_data);
                 continue;
             }
         }
         let (name, cat, start, end, data) = maker.marker_of(r, tables);
-        push(&mut m, tables, &name, cat, (ms(start), ms(end)), data);
+        push(&mut m, name, cat, (ms(start), ms(end)), data);
     }
     m
 }
@@ -85,8 +88,19 @@ fn io_requests(list: &[MarkerRecord]) -> Vec<(u64, u64, usize)> {
         .collect()
 }
 
-/// A marker's parts: its name, category, start and end (ns), and payload.
-type MarkerParts = (String, u32, u64, u64, MarkerData);
+/// A marker's parts: its name (in the track's strings), category, start
+/// and end (ns), and payload.
+type MarkerParts = (u32, u32, u64, u64, MarkerData);
+
+/// What a marker's name is made of: each name is written and interned once
+/// per track, not once per marker (a busy disk's 44,000 requests in 8 s
+/// were as many names formatted and looked up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum NameKey {
+    OffCpu(OffCpuReason, Option<&'static str>),
+    Io(IoOp, DeviceName),
+    ShortWaits,
+}
 
 /// What a track's markers are made with: its records, what each off-CPU
 /// wait waited on ([`waited_on`]) and its I/O requests ([`io_requests`]).
@@ -96,6 +110,7 @@ struct MarkerMaker<'a> {
     idle: bool,
     waited_on: rustc_hash::FxHashMap<u64, &'static str>,
     requests: Vec<(u64, u64, usize)>,
+    names: std::cell::RefCell<rustc_hash::FxHashMap<NameKey, u32>>,
 }
 
 impl MarkerMaker<'_> {
@@ -105,9 +120,29 @@ impl MarkerMaker<'_> {
         match r {
             MarkerRecord::OffCpu { .. } => self.off_cpu(r, tables),
             MarkerRecord::Io { .. } => self.io(r, tables),
-            MarkerRecord::ShortWaits { .. } => self.short_waits(r),
-            MarkerRecord::OnCpu { .. } => on_cpu(r),
+            MarkerRecord::ShortWaits { .. } => self.short_waits(r, tables),
+            MarkerRecord::OnCpu { .. } => on_cpu(r, tables),
         }
+    }
+
+    /// The name `key` stands for, in `tables`' strings.
+    fn name(&self, key: NameKey, tables: &mut ThreadTables) -> u32 {
+        if let Some(&index) = self.names.borrow().get(&key) {
+            return index;
+        }
+        let text = match key {
+            // What it waited on in the name too: the Marker Chart gives
+            // each name a row (locks apart from pipes), the table shows it.
+            NameKey::OffCpu(reason, Some(on)) => format!("Off-CPU: {} on {on}", reason.label()),
+            NameKey::OffCpu(reason, None) => format!("Off-CPU: {}", reason.label()),
+            NameKey::Io(op, device) => format!("I/O {} {device}", op.name()),
+            // One name, so the Marker Chart draws them on one row (it
+            // gives each name its own); the count is in the label.
+            NameKey::ShortWaits => "Off-CPU: short waits".to_string(),
+        };
+        let index = tables.strings.intern(&text);
+        self.names.borrow_mut().insert(key, index);
+        index
     }
 
     /// A record's stack as a marker's `cause`.
@@ -165,12 +200,10 @@ impl MarkerMaker<'_> {
         };
         let waited_on = &self.waited_on;
         (
-            // What it waited on in the name too: the Marker Chart gives
-            // each name a row (locks apart from pipes), the table shows it.
-            match waited_on.get(start_ns) {
-                Some(on) => format!("Off-CPU: {} on {on}", reason.label()),
-                None => format!("Off-CPU: {}", reason.label()),
-            },
+            self.name(
+                NameKey::OffCpu(*reason, waited_on.get(start_ns).copied()),
+                tables,
+            ),
             category::OFF_CPU,
             *start_ns,
             *end_ns,
@@ -226,23 +259,13 @@ impl MarkerMaker<'_> {
             unreachable!("an I/O record");
         };
         (
-            format!("I/O {} {device}", op.name()),
+            self.name(NameKey::Io(*op, *device), tables),
             category::IO,
             *start_ns,
             *done_ns,
             MarkerData::Io {
-                device: device.clone(),
-                // A flush's preflush flag says nothing more than "flush".
-                op: match crate::model::recording::io_flag_names(
-                    if *op == crate::model::recording::IoOp::Flush {
-                        flags & !crate::model::recording::io_flags::IO_PREFLUSH
-                    } else {
-                        *flags
-                    },
-                ) {
-                    f if f.is_empty() => op.name(),
-                    f => format!("{} ({f})", op.name()),
-                },
+                device: device.to_string(),
+                op: op_text(*op, *flags),
                 bytes: *bytes as u64,
                 sector: *sector,
                 queue_time: issue_ns.saturating_sub(*start_ns) as f64 / 1e6,
@@ -254,7 +277,7 @@ impl MarkerMaker<'_> {
     }
 
     /// The marker of a run of short waits summed for one waker.
-    fn short_waits(&self, r: &MarkerRecord) -> MarkerParts {
+    fn short_waits(&self, r: &MarkerRecord, tables: &mut ThreadTables) -> MarkerParts {
         let MarkerRecord::ShortWaits {
             start_ns,
             end_ns,
@@ -268,9 +291,7 @@ impl MarkerMaker<'_> {
             unreachable!("a short-waits record");
         };
         (
-            // One name, so the Marker Chart draws them on one row (it
-            // gives each name its own); the count is in the label.
-            "Off-CPU: short waits".to_string(),
+            self.name(NameKey::ShortWaits, tables),
             category::OFF_CPU,
             *start_ns,
             *end_ns,
@@ -308,7 +329,7 @@ impl MarkerMaker<'_> {
 }
 
 /// A CPU track's slice: a thread on it, or idle.
-fn on_cpu(r: &MarkerRecord) -> MarkerParts {
+fn on_cpu(r: &MarkerRecord, tables: &mut ThreadTables) -> MarkerParts {
     let MarkerRecord::OnCpu {
         start_ns,
         end_ns,
@@ -321,7 +342,7 @@ fn on_cpu(r: &MarkerRecord) -> MarkerParts {
         unreachable!("an on-CPU record");
     };
     (
-        name.clone(),
+        tables.strings.intern(name),
         match kind {
             SliceKind::User => category::USER,
             SliceKind::Kernel => category::KERNEL,
@@ -346,15 +367,33 @@ fn on_cpu(r: &MarkerRecord) -> MarkerParts {
 const RUN_DELAY_MARKER_NAME: &str = "Waiting for a CPU";
 
 /// One interval marker, its times in ms.
-fn push(
-    m: &mut Markers,
-    tables: &mut ThreadTables,
-    name: &str,
-    category: u32,
-    (start, end): (f64, f64),
-    data: MarkerData,
-) {
-    m.name.push(tables.strings.intern(name));
+/// "read (sync, readahead)": the request's operation and its flags (a
+/// flush's preflush flag says nothing more than "flush"), written in one
+/// string.
+fn op_text(op: crate::model::recording::IoOp, flags: u32) -> String {
+    use crate::model::recording::{io_flags::IO_PREFLUSH, write_io_flag_names, IoOp};
+    let flags = if op == IoOp::Flush {
+        flags & !IO_PREFLUSH
+    } else {
+        flags
+    };
+    let mut text = String::with_capacity(32);
+    text.push_str(&op.name());
+    if flags != 0 {
+        let bare = text.len();
+        text.push_str(" (");
+        write_io_flag_names(&mut text, flags);
+        if text.len() == bare + 2 {
+            text.truncate(bare);
+        } else {
+            text.push(')');
+        }
+    }
+    text
+}
+
+fn push(m: &mut Markers, name: u32, category: u32, (start, end): (f64, f64), data: MarkerData) {
+    m.name.push(name);
     m.category.push(category);
     m.start_time.push(Some(start));
     m.end_time.push(Some(end));

@@ -353,11 +353,13 @@ pub enum MarkerData {
         waker: Option<String>,
         /// A string: the front end's `pid` format finds the process's name
         /// by the threads' (string) pids; a tid stays a number, as threads'.
-        #[serde(skip_deserializing)]
+        /// Left out where there is none (a preemption, an interrupt): a
+        /// third of a busy server's markers wrote three nulls each.
+        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
         waker_pid: Option<String>,
-        #[serde(skip_deserializing)]
+        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
         waker_tid: Option<u32>,
-        #[serde(skip_deserializing)]
+        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
         waker_context: Option<&'static str>,
         #[serde(skip_deserializing)]
         cpu_out: u32,

@@ -236,7 +236,7 @@ mod tests {
                     waker: Some(Waker {
                         pid: 7,
                         tid: 8,
-                        name: format!("w{i}"),
+                        name: crate::model::short_name::short_name(&format!("w{i}")),
                         interrupt: None,
                     }),
                     cpus: (0, 1),
@@ -246,7 +246,7 @@ mod tests {
                     start_ns: i,
                     issue_ns: i + 1,
                     done_ns: i + 2,
-                    device: "vda".into(),
+                    device: crate::model::short_name::short_name("vda"),
                     op: IoOp::Other(9),
                     flags: 5,
                     bytes: 4096,

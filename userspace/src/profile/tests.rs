@@ -431,7 +431,7 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
         waker: Some(Waker {
             pid: 7,
             tid: 8,
-            name: "waker".into(),
+            name: crate::model::short_name::short_name("waker"),
             interrupt: None,
         }),
         cpus: (0, 1),
@@ -499,7 +499,7 @@ fn a_long_run_delay_is_drawn_apart_from_the_wait() {
     let waker = Some(Waker {
         pid: 7,
         tid: 8,
-        name: "waker".into(),
+        name: crate::model::short_name::short_name("waker"),
         interrupt: None,
     });
     let wait = |start_ns: u64, end_ns: u64, reason, delay_ns: u64| MarkerRecord::OffCpu {
@@ -581,7 +581,7 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
         start_ns,
         issue_ns: start_ns,
         done_ns,
-        device: "vda".into(),
+        device: crate::model::short_name::short_name("vda"),
         op: IoOp::Read,
         flags: 0,
         bytes: 4096,
@@ -596,7 +596,7 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
     let irq = Some(Waker {
         pid: 0,
         tid: 0,
-        name: "swapper/1".into(),
+        name: crate::model::short_name::short_name("swapper/1"),
         interrupt: Some(InterruptKind::Hard),
     });
     t.markers.push(MarkerRecord::OffCpu {
@@ -612,7 +612,7 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
     let task = Some(Waker {
         pid: 7,
         tid: 8,
-        name: "waker".into(),
+        name: crate::model::short_name::short_name("waker"),
         interrupt: None,
     });
     t.markers.push(MarkerRecord::OffCpu {
@@ -721,7 +721,7 @@ fn full_recording() -> Recording {
         waker: Some(Waker {
             pid: 7,
             tid: 8,
-            name: "waker".into(),
+            name: crate::model::short_name::short_name("waker"),
             interrupt: None,
         }),
         cpus: (0, 1),
@@ -736,7 +736,7 @@ fn full_recording() -> Recording {
         waker: Some(Waker {
             pid: 9,
             tid: 9,
-            name: "irq".into(),
+            name: crate::model::short_name::short_name("irq"),
             interrupt: Some(InterruptKind::Hard),
         }),
         cpus: (1, 1),
@@ -756,7 +756,7 @@ fn full_recording() -> Recording {
         start_ns: 1_000_000,
         issue_ns: 1_100_000,
         done_ns: 1_900_000,
-        device: "sda".into(),
+        device: crate::model::short_name::short_name("sda"),
         op: IoOp::Write,
         flags: io_flags::IO_SYNC | io_flags::IO_FUA,
         bytes: 4096,
@@ -768,7 +768,7 @@ fn full_recording() -> Recording {
         start_ns: 2_000_000,
         issue_ns: 2_000_000,
         done_ns: 2_100_000,
-        device: "nvme0n1".into(),
+        device: crate::model::short_name::short_name("nvme0n1"),
         op: IoOp::Flush,
         flags: io_flags::IO_PREFLUSH,
         bytes: 0,

@@ -12,6 +12,7 @@ use crate::model::recording::{
     OffCpuSamples, ProcessRecord, Recording, RecordingStats, ShortWaker, SliceKind, ThreadRecord,
     ThreadSamples, UnwindStats, Waker,
 };
+use crate::model::short_name::short_name;
 use crate::model::stack_tree::{StackTree, NO_PARENT};
 use crate::model::symbols::{AddrInfo, FuncAtAddr};
 
@@ -164,7 +165,7 @@ impl From<MarkerRecord> for StoredMarker {
                 start_ns,
                 issue_ns,
                 done_ns,
-                device,
+                device: device.to_string(),
                 op: op.into(),
                 flags,
                 bytes,
@@ -223,7 +224,7 @@ impl From<Waker> for StoredWaker {
         StoredWaker {
             pid: w.pid,
             tid: w.tid,
-            name: w.name,
+            name: w.name.to_string(),
             interrupt: w.interrupt.map(|k| match k {
                 InterruptKind::Hard => StoredInterruptKind::Hard,
                 InterruptKind::Soft => StoredInterruptKind::Soft,
@@ -505,7 +506,7 @@ impl StoredMarker {
                 start_ns,
                 issue_ns,
                 done_ns,
-                device,
+                device: short_name(&device),
                 op: op.into_model(),
                 flags,
                 bytes,
@@ -564,7 +565,7 @@ impl StoredWaker {
         Waker {
             pid: self.pid,
             tid: self.tid,
-            name: self.name,
+            name: short_name(&self.name),
             interrupt: self.interrupt.map(|k| match k {
                 StoredInterruptKind::Hard => InterruptKind::Hard,
                 StoredInterruptKind::Soft => InterruptKind::Soft,
