@@ -38,7 +38,9 @@ use crate::sampling::{Engine, Role};
 use crate::store::segment::WindowSpan;
 use crate::store::Store;
 use crate::sys::clock::clock_anchor;
-use crate::sys::process::{configure_malloc, process_cpu_seconds, release_freed_memory, rss_bytes};
+use crate::sys::process::{
+    configure_malloc, process_cpu_seconds, release_freed_memory, rss_bytes, MallocUse,
+};
 use crate::units::human_duration;
 use config::AgentConfig;
 use exporting::Exporting;
@@ -78,7 +80,7 @@ const SYMBOLIZER_IDLE_WINDOWS: u32 = 3;
 /// Run the agent; returns its exit status.
 pub fn run(args: AgentArgs) -> Result<i32, RecordError> {
     let cfg = AgentConfig::resolve(&args).map_err(|e| RecordError::BadOption(e.into()))?;
-    configure_malloc();
+    configure_malloc(MallocUse::LongLived);
     let store = Store::open(&cfg.store, true).map_err(|e| RecordError::Store {
         source: e.into(),
         hint: "give another with --store",

@@ -92,7 +92,7 @@ pub fn run(args: RecordArgs) -> Result<i32, RecordError> {
         )));
     }
     crate::sys::process::raise_fd_limit();
-    crate::sys::process::configure_malloc();
+    crate::sys::process::configure_malloc(crate::sys::process::MallocUse::Recording);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

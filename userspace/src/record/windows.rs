@@ -131,8 +131,8 @@ impl Windows {
         for (owner, part) in merged.take_parts(SPILL_MIN_RECORDS) {
             spill.put(owner, &part);
         }
-        // What the window's raw records took goes back to the kernel.
-        crate::sys::process::release_freed_memory();
+        // What the window's raw records took is not given back to the
+        // kernel: the next window reuses it (`sys::process::MallocUse`).
         self.count += 1;
         self.previous_cut_ns = end_ns;
         self.window_start_ns = end_ns;

@@ -17,7 +17,17 @@ pub fn raise_fd_limit() {
     }
 }
 
-/// glibc's malloc for a process that lives for weeks in a memory budget.
+/// How glibc's malloc is set for what the process is (see [`configure_malloc`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MallocUse {
+    /// The agent: lives for weeks in a memory budget; trimmed each window.
+    LongLived,
+    /// `record`: a recording of seconds or minutes, whose peak RSS is
+    /// what counts, and whose windows reuse what the one before freed.
+    Recording,
+}
+
+/// glibc's malloc for the process `use_` says.
 ///
 /// One arena: by default each thread that allocates gets its own (up to 8
 /// per CPU), and memory freed in one is kept for that thread: the agent's
@@ -26,21 +36,31 @@ pub fn raise_fd_limit() {
 /// their worst window's heap. Measured beside the exporters' receivers,
 /// steady RSS about 69 -> 66 MB (SYSPROF_TIMING lines).
 ///
-/// Fixed mmap (256 KiB) and trim (1 MiB) thresholds: glibc raises its
-/// mmap threshold to the largest block freed (up to 32 MiB), after which a
-/// window's large buffers (kernel symbols, symbol tables, ring copies) come
-/// from the heap and stay in it until a trim, so RSS peaked at a window's
-/// sum of them. Beside a compiler loop the agent's peak RSS (VmRSS every
+/// Fixed mmap and trim thresholds: glibc raises its mmap threshold to the
+/// largest block freed (up to 32 MiB), after which a window's large buffers
+/// (kernel symbols, symbol tables, ring copies) come from the heap and stay
+/// in it until a trim, so RSS peaked at a window's sum of them. The agent
+/// (256 KiB and 1 MiB): beside a compiler loop its peak RSS (VmRSS every
 /// 30 ms, 2 runs each) went 53.6 and 50.5 -> 46.9 and 47.5 MB; its CPU
 /// beside a spinner did not change measurably (0.14 vs 0.21 % in 10-ms
-/// ticks over 90 s). `record` too: beside a clean `cargo build` its peak
-/// RSS went 340 -> 260 and 270 MB.
-pub fn configure_malloc() {
+/// ticks over 90 s). `record` (4 MiB and 8 MiB, and no trim per window):
+/// each window's columns and stack tree of a few MiB were mapped, faulted
+/// in page by page and unmapped again, and each window's trim gave back
+/// what the next faulted in again: `record -a -d 8` beside pgbench took
+/// 60,000-64,000 minor faults; 27,000-30,000 with these, its peak RSS the
+/// same (79-83 MB), its CPU 1.18-1.30 -> 1.05-1.06 s (GLIBC_TUNABLES runs,
+/// two rounds each). A clean `cargo build` beside 256 KiB and 1 MiB: peak
+/// RSS 340 -> 260 and 270 MB (no arena per thread).
+pub fn configure_malloc(use_: MallocUse) {
+    let (mmap_threshold, trim_threshold) = match use_ {
+        MallocUse::LongLived => (256 << 10, 1 << 20),
+        MallocUse::Recording => (4 << 20, 8 << 20),
+    };
     // SAFETY: mallopt has no preconditions; these are glibc parameters.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 1);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, mmap_threshold);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, trim_threshold);
     }
 }
 
