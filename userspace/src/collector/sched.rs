@@ -439,7 +439,7 @@ fn device_name(dev: u32) -> DeviceName {
     static NAMES: std::sync::Mutex<Option<rustc_hash::FxHashMap<u32, DeviceName>>> =
         std::sync::Mutex::new(None);
     let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
-    names
+    *names
         .get_or_insert_with(Default::default)
         .entry(dev)
         .or_insert_with(|| {
@@ -452,7 +452,6 @@ fn device_name(dev: u32) -> DeviceName {
                 })
                 .unwrap_or_else(|| short_name(&format!("{major}:{minor}")))
         })
-        .to_owned()
 }
 
 #[cfg(test)]
