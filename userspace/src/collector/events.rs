@@ -45,8 +45,8 @@ impl Collector {
                 // record outlives the window.
                 let mut own = std::mem::take(&mut self.record_frames);
                 own.clear();
-                let merged = self.readers.merge(
-                    self.unwinders.as_ref(),
+                let merged = self.followers.readers.merge(
+                    self.followers.unwinders.as_ref(),
                     e.pid,
                     &self.unwound,
                     k.python,

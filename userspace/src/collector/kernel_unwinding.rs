@@ -12,7 +12,7 @@ const KERNEL_TABLES_AT_START: std::time::Duration = std::time::Duration::from_se
 impl Collector {
     /// Load the in-kernel unwinder's tables from now on, for every process known.
     pub fn enable_kernel_unwinding(&mut self, maps: crate::unwind::kernel::KernelUnwindMaps) {
-        if let Some(u) = self.unwinders.as_mut() {
+        if let Some(u) = self.followers.unwinders.as_mut() {
             u.enable_kernel(maps, self.options.table_workers);
             // The running processes' tables before the first sample (libc's
             // and a hundred more take ~0.3 s on two threads): until then
@@ -27,11 +27,11 @@ impl Collector {
 
     /// Bring the in-kernel unwinder's maps up to date with the mappings seen.
     pub fn sync_kernel_unwinding(&mut self) {
-        if let Some(u) = self.unwinders.as_mut() {
+        if let Some(u) = self.followers.unwinders.as_mut() {
             u.sync_kernel(&self.binaries);
         }
         // The same tick asks the JVMs due for their perf maps.
-        self.readers.jvms.tick(false);
+        self.followers.readers.jvms.tick(false);
         self.give_jit_frames();
         self.read_python_thread_names(false);
     }
@@ -41,7 +41,7 @@ impl Collector {
     /// leaves `threading._active` as it ends, so names are read while the
     /// threads run, not only when their window is written.
     pub(super) fn read_python_thread_names(&mut self, now: bool) {
-        let Some(u) = self.unwinders.as_ref() else {
+        let Some(u) = self.followers.unwinders.as_ref() else {
             return;
         };
         let at = crate::sys::clock::monotonic_ns();
@@ -54,17 +54,17 @@ impl Collector {
             return;
         }
         self.py_thread_names_at = at;
-        for pid in self.readers.python_threads.take_sampled() {
+        for pid in self.followers.readers.python_threads.take_sampled() {
             if let Some(py) = u.python(pid) {
-                self.readers.python_threads.refresh(pid, py, at);
+                self.followers.readers.python_threads.refresh(pid, py, at);
             }
         }
     }
 
     /// Hand the JVMs' compiled frames that arrived to the unwinders.
     pub(super) fn give_jit_frames(&mut self) {
-        let frames = self.readers.jvms.take_frames();
-        if let Some(u) = self.unwinders.as_mut() {
+        let frames = self.followers.readers.jvms.take_frames();
+        if let Some(u) = self.followers.unwinders.as_mut() {
             for (pid, f) in frames {
                 u.set_jit_frames(pid, f);
             }
@@ -73,7 +73,8 @@ impl Collector {
 
     /// What the in-kernel unwinder refused, per uid, all time.
     pub fn kernel_refusals(&self) -> Vec<(u32, crate::unwind::kernel::UidRefusals)> {
-        self.unwinders
+        self.followers
+            .unwinders
             .as_ref()
             .map(|u| u.kernel_refusals())
             .unwrap_or_default()
@@ -81,7 +82,10 @@ impl Collector {
 
     /// The in-kernel unwinder's table totals, if it runs.
     pub fn kernel_table_stats(&self) -> Option<crate::unwind::kernel::KernelTableStats> {
-        self.unwinders.as_ref().and_then(|u| u.kernel_table_stats())
+        self.followers
+            .unwinders
+            .as_ref()
+            .and_then(|u| u.kernel_table_stats())
     }
 }
 

@@ -5,7 +5,7 @@
 //! mappings); the process table after a window's replay, the time of the
 //! window's end. Out: what is kept of each process as its records arrive
 //! (its cgroup, JIT identity and jitdump in the table; its mappings, fork,
-//! exec and exit told to the unwinders), each process's cgroup as of the
+//! exec and exit told to their followers: `super::followers`), each process's cgroup as of the
 //! window's end; in the agent,
 //! processes found gone ended, and binaries, unwind data, names and per-pid
 //! side tables of processes that are gone forgotten; the symbolizer let go
@@ -26,8 +26,9 @@ const GONE_CHECK_WINDOWS: u64 = 6;
 impl Collector {
     /// A sideband event as it arrives: the one place it changes what is kept
     /// of a process beside the window's replay, that is the process's
-    /// [`LiveProcess`](super::process::LiveProcess) in the table and the
-    /// unwinders' copy of its address space. Both must follow now: a new
+    /// [`LiveProcess`](super::process::LiveProcess) in the table and its
+    /// [`Followers`](super::followers::Followers) (the unwinders' copy of its
+    /// address space, what the runtimes read of it). Both must follow now: a new
     /// process's cgroup is read while it runs, and samples are unwound as
     /// they arrive. The table's names, mappings and threads follow in the
     /// window's replay instead ([`super::process::ProcessTable::apply`]), in
@@ -51,23 +52,13 @@ impl Collector {
                     )
                 });
                 self.table.live(*pid).cgroup = Some(entry);
-                if let Some(u) = self.unwinders.as_mut() {
-                    u.fork(*ppid, *pid);
-                }
+                self.followers.forked(*ppid, *pid);
             }
             SidebandEvent::Comm {
                 pid, exec: true, ..
-            } => {
-                if let Some(u) = self.unwinders.as_mut() {
-                    u.exec(*pid);
-                }
-                self.readers.exec(*pid);
-            }
+            } => self.followers.exec(*pid),
             SidebandEvent::Exit { time, pid, tid } if tid == pid => {
-                if let Some(u) = self.unwinders.as_mut() {
-                    u.exit(*pid, *time);
-                }
-                self.readers.exited(*pid, *time);
+                self.followers.exited(*pid, *time);
             }
             _ => {}
         }
@@ -91,18 +82,14 @@ impl Collector {
                 .get_or_insert_with(|| crate::binaries::perfmap::process_identity(pid));
         }
         if self.options.jvm_attach {
-            self.readers.jvms.mapped(pid, path);
+            self.followers.readers.jvms.mapped(pid, path);
         }
         let jitdump = crate::unwind::is_jitdump(path);
         if jitdump {
             self.table.live(pid).jitdump = Some(binary);
         }
-        if let Some(u) = self.unwinders.as_mut() {
-            u.add_mapping(pid, start, len, pgoff, binary);
-            if jitdump {
-                u.add_jitdump(pid, binary);
-            }
-        }
+        self.followers
+            .mapped(pid, (start, len, pgoff), binary, jitdump);
     }
 
     /// Between the agent's windows: whatever belongs to processes that are
@@ -122,20 +109,18 @@ impl Collector {
                 p.end_ns = Some(now_ns);
             }
         }
-        // What the table keeps of a pid went with its entry; the unwinders
+        // What the table keeps of a pid went with its entry; the followers
         // keep their own and follow it here.
         let mut live: FxHashSet<BinaryIndex> = FxHashSet::default();
         self.table.live_binaries(&mut live);
-        if let Some(u) = self.unwinders.as_mut() {
-            u.retain_processes(|pid| self.table.processes.contains_key(&pid) || exists(pid));
+        let table = &self.table;
+        self.followers
+            .retain(|pid| table.processes.contains_key(&pid) || exists(pid));
+        if let Some(u) = self.followers.unwinders.as_ref() {
             u.live_binaries(&mut live);
         }
-        let table = &self.table;
-        self.readers
-            .python_threads
-            .forget(|pid| !table.processes.contains_key(&pid) && !exists(pid));
         let released = self.binaries.release_unused(&live);
-        if let Some(u) = self.unwinders.as_mut() {
+        if let Some(u) = self.followers.unwinders.as_mut() {
             u.forget_binaries(&released);
         }
         self.names.forget(&released);
@@ -173,7 +158,7 @@ impl Collector {
     /// and its open files), all read again as needed. The bytes of it
     /// (an estimate; the symbolizer's not counted).
     pub fn shed_caches(&mut self) -> usize {
-        let held = self.names.bytes() + self.readers.shed();
+        let held = self.names.bytes() + self.followers.readers.shed();
         self.names.clear();
         self.symbolicator = crate::symbolize::Symbolicator::new();
         self.symbolicator_since = std::time::Instant::now();
@@ -186,7 +171,7 @@ impl Collector {
         (
             self.table.processes.len(),
             self.binaries.open_count(),
-            self.names.bytes() + self.readers.held_bytes(),
+            self.names.bytes() + self.followers.readers.held_bytes(),
         )
     }
 

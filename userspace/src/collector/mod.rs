@@ -4,7 +4,8 @@
 //! the current window: samples as columns with their raw stacks interned in
 //! a prefix tree (no allocation per sample once the tree is warm), sideband
 //! events in a list (and, as each arrives, what is kept of its process
-//! beside the replay and the unwinders told, in one place: [`live`]),
+//! beside the replay, in one place: [`live`], with the unwinders and the
+//! runtimes' readers told through their one owner, [`followers`]),
 //! scheduler and I/O records with their stacks resolved
 //! from the thread's recent stack records ([`stacks`]). Every mapped binary
 //! is opened as soon as it is mapped ([`crate::binaries`]), and
@@ -23,6 +24,7 @@
 //! end; the agent finishes one every `--window` seconds.
 
 mod events;
+mod followers;
 mod jit_names;
 mod kernel_unwinding;
 mod live;
@@ -50,13 +52,12 @@ use crate::model::recording::*;
 use crate::model::stack_end::StackEnd;
 use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
 use crate::runtimes::frames::{self, KERNEL_ADDR_MIN};
-use crate::runtimes::{Merged, RuntimeReaders, Runtimes};
+use crate::runtimes::Merged;
 use crate::sideband::proc_snapshot::ProcSnapshot;
 #[cfg(test)]
 use crate::sideband::MmapEvent;
 use crate::sideband::SidebandEvent;
 use crate::symbolize::kernel::{InterruptKind, KernelSymbols};
-use crate::unwind::Unwinders;
 pub use options::{CollectorOptions, PidFilter, WindowRange};
 use process::ProcessTable;
 use sched::{FoldedRecord, IoRecord, OffCpuRecord};
@@ -97,7 +98,9 @@ pub struct Collector {
     // What outlives a window.
     table: ProcessTable,
     binaries: Binaries,
-    unwinders: Option<Unwinders<Runtimes>>,
+    /// What follows each running process: its unwinders, kernel entry and
+    /// what the runtimes read of it.
+    followers: followers::Followers,
     kernel: Arc<KernelSymbols>,
     stacks: ThreadStacks,
     /// Windows finished, for what is done every few windows.
@@ -130,8 +133,6 @@ pub struct Collector {
     unwound: Vec<u64>,
     /// Reused buffer for one raw stack.
     scratch: Vec<u64>,
-    /// What the runtimes read from processes to name their frames.
-    readers: RuntimeReaders,
     /// Reused table for one stack record's runtime frames.
     record_frames: frames::RuntimeFrames,
     /// When Python threads' names were last read (a monotonic ns).
@@ -149,7 +150,7 @@ impl Collector {
             filter,
             window: WindowData::default(),
             binaries: Binaries::new(),
-            unwinders: options.dwarf.then(Unwinders::new),
+            followers: followers::Followers::new(options.dwarf),
             kernel: Arc::new(KernelSymbols::default()),
             stacks: ThreadStacks::default(),
             windows_finished: 0,
@@ -165,7 +166,6 @@ impl Collector {
             names: symbolicate::NameCache::default(),
             unwound: Vec::with_capacity(128),
             scratch: Vec::with_capacity(256),
-            readers: RuntimeReaders::default(),
             record_frames: frames::RuntimeFrames::default(),
             py_thread_names_at: 0,
             merged: Vec::with_capacity(128),

@@ -16,7 +16,7 @@ impl Collector {
     pub(super) fn unwind_in_kernel(&mut self, pid: u32, k: &KernelUnwound<'_>) {
         self.unwound.clear();
         self.unwound.extend_from_slice(k.frames);
-        let Some(u) = self.unwinders.as_mut() else {
+        let Some(u) = self.followers.unwinders.as_mut() else {
             return;
         };
         u.kernel_walked(pid, k.end);
@@ -76,7 +76,7 @@ impl Collector {
         if let Some(user) = self.stacks.user_stack_at(tid, regs).filter(|_| cut) {
             self.unwound.clear();
             self.unwound.extend_from_slice(user);
-            if let Some(u) = self.unwinders.as_mut() {
+            if let Some(u) = self.followers.unwinders.as_mut() {
                 u.recovered_from_switch();
             }
         }
@@ -86,7 +86,7 @@ impl Collector {
     /// first, ending with a truncation marker when it stopped early.
     pub(super) fn unwind_copy(&mut self, pid: u32, regs: Regs, stack: &[u8]) {
         self.unwound.clear();
-        let Some(u) = self.unwinders.as_mut() else {
+        let Some(u) = self.followers.unwinders.as_mut() else {
             return;
         };
         let end = u.unwind(
@@ -107,6 +107,7 @@ impl Collector {
     pub(super) fn say_python_unread(&mut self, pid: u32) {
         if !self.unwound.is_empty()
             && self
+                .followers
                 .unwinders
                 .as_ref()
                 .is_some_and(|u| u.python_unread(pid))
@@ -166,13 +167,13 @@ impl Collector {
                 if end == StackEnd::NoUnwindInfo {
                     // In a JVM: most often a method compiled since its last
                     // answer, whose frame size the kernel lacks.
-                    self.readers.jvms.stack_cut(s.pid);
+                    self.followers.readers.jvms.stack_cut(s.pid);
                 }
                 if end == StackEnd::Unreadable && self.is_exiting(s.kstack) {
                     self.recover_unreadable(s.tid, k.leaf);
                 }
-                match self.readers.merge(
-                    self.unwinders.as_ref(),
+                match self.followers.readers.merge(
+                    self.followers.unwinders.as_ref(),
                     s.pid,
                     &self.unwound,
                     k.python,
@@ -181,7 +182,7 @@ impl Collector {
                 ) {
                     Some(merged) => {
                         if merged == Merged::Python {
-                            self.readers.python_threads.sampled(s.pid);
+                            self.followers.readers.python_threads.sampled(s.pid);
                         }
                         Self::intern_raw(&mut self.window.raw, s.pid, &self.merged, s.kstack)
                     }
@@ -191,7 +192,7 @@ impl Collector {
                     }
                 }
             }
-            UserStack::Copy { regs, stack } if self.unwinders.is_some() => {
+            UserStack::Copy { regs, stack } if self.followers.unwinders.is_some() => {
                 self.unwind_copy(s.pid, regs, stack);
                 self.say_python_unread(s.pid);
                 Self::intern_raw(&mut self.window.raw, s.pid, &self.unwound, s.kstack)
@@ -209,8 +210,8 @@ impl Collector {
             .push(runtime_clock(s.sum_exec_runtime, s.exec_start, s.time_ns));
         w.samples.raw_stack.push(node);
         self.recent_pids.insert(s.pid);
-        let unwinders = self.unwinders.as_ref();
-        self.readers.jvms.sampled(s.pid, || {
+        let unwinders = self.followers.unwinders.as_ref();
+        self.followers.readers.jvms.sampled(s.pid, || {
             unwinders
                 .and_then(|u| u.java(s.pid))
                 .map(|j| (j.symbols.clone(), j.base))
@@ -226,16 +227,21 @@ impl Collector {
     /// A sample or stack of JVM `pid` whose interpreter the kernel's entry
     /// lacks: look for it (every 20 ms while it is not generated yet).
     pub(super) fn look_for_interpreter(&mut self, pid: u32, now_ns: u64) {
-        let Some(u) = self.unwinders.as_mut() else {
+        let Some(u) = self.followers.unwinders.as_mut() else {
             return;
         };
         let Some(java) = u.java(pid).filter(|j| j.interpreter.is_none()).cloned() else {
             return;
         };
-        if let Some((range, code)) = self.readers.java.find_interpreter(pid, &java, now_ns) {
+        if let Some((range, code)) = self
+            .followers
+            .readers
+            .java
+            .find_interpreter(pid, &java, now_ns)
+        {
             u.set_java_interpreter(pid, range, code);
         }
-        for w in std::mem::take(&mut self.readers.java.failures) {
+        for w in std::mem::take(&mut self.followers.readers.java.failures) {
             self.warn(w);
         }
     }

@@ -177,16 +177,17 @@ impl Collector {
     fn take_stats_and_warnings(&mut self, w: &mut WindowData, continuous: bool) -> Vec<String> {
         let mut warnings = std::mem::take(&mut w.warnings);
         (w.stats.python_frames_unnamed, w.stats.python_codes_replaced) =
-            self.readers.python.take_counts();
-        w.stats.js_frames_unnamed = std::mem::take(&mut self.readers.js.functions.unresolved);
-        if let Some(u) = self.unwinders.as_mut() {
+            self.followers.readers.python.take_counts();
+        w.stats.js_frames_unnamed =
+            std::mem::take(&mut self.followers.readers.js.functions.unresolved);
+        if let Some(u) = self.followers.unwinders.as_mut() {
             w.stats.unwind = u.take_stats();
             warnings.extend(u.take_warnings());
         }
         // The JVMs sampled write their perf maps now, for this window's
         // frames (a recording waits longer: it is its only window).
-        let java = &self.readers.java;
-        warnings.extend(self.readers.jvms.refresh(
+        let java = &self.followers.readers.java;
+        warnings.extend(self.followers.readers.jvms.refresh(
             if continuous {
                 Duration::from_millis(500)
             } else {
@@ -194,7 +195,7 @@ impl Collector {
             },
             |pid| java.names_compiled(pid),
         ));
-        self.readers.java.window_done();
+        self.followers.readers.java.window_done();
         warnings
     }
 
@@ -292,10 +293,13 @@ impl Collector {
                 }
                 // A JVM's thread by the name it gave it, not the kernel's
                 // 15 bytes of it ("C2 CompilerThre").
-                if let Some(full) = self.readers.jvms.full_name(pid, tid, &name) {
+                if let Some(full) = self.followers.readers.jvms.full_name(pid, tid, &name) {
                     name = full.to_string();
-                } else if let Some(given) =
-                    self.readers.python_threads.name(pid, tid, &name, &p.comm)
+                } else if let Some(given) = self
+                    .followers
+                    .readers
+                    .python_threads
+                    .name(pid, tid, &name, &p.comm)
                 {
                     // A Python thread by the name `threading` gave it.
                     name = given.to_string();

@@ -104,9 +104,6 @@ impl RawFrame {
     }
 }
 
-/// How long an exited process's code objects stay: its last samples may still be queued.
-const KEEP_EXITED_NS: u64 = 2_000_000_000;
-
 /// Bytes of code objects' names and line tables kept, all processes.
 const CODE_CACHE_BYTES: usize = 16 << 20;
 
@@ -202,8 +199,6 @@ impl Held for CodeInfo {
 pub struct CodeCache<T = CodeInfo> {
     by_pid: FxHashMap<u32, FxHashMap<(u64, u32), Option<Arc<T>>>>,
     bytes: usize,
-    /// Exits in order, (time, pid): forgotten 2 s later.
-    exited: std::collections::VecDeque<(u64, u32)>,
     /// Frames whose object could not be read or was none (counted).
     pub unresolved: u64,
     /// Objects (once each, not per frame) freed after their sample (their
@@ -216,7 +211,6 @@ impl<T> Default for CodeCache<T> {
         CodeCache {
             by_pid: FxHashMap::default(),
             bytes: 0,
-            exited: Default::default(),
             unresolved: 0,
             replaced: 0,
         }
@@ -263,23 +257,6 @@ impl<T: Held> CodeCache<T> {
         self.get_or_read(pid, addr, identity, || object)
     }
 
-    /// `pid` exited at `time_ns`: its code objects are forgotten once its
-    /// last samples are in (those of processes that exited 2 s before go
-    /// now). Forgotten at the exit itself, the samples still in the ring
-    /// (seconds of them in the agent, which drains lazily) read them again
-    /// from a process that is gone: a third of one run's stacks lost their
-    /// Python frames so.
-    pub fn exited(&mut self, pid: u32, time_ns: u64) {
-        self.exited.push_back((time_ns, pid));
-        while let Some(&(t, old)) = self.exited.front() {
-            if time_ns.saturating_sub(t) < KEEP_EXITED_NS {
-                break;
-            }
-            self.exited.pop_front();
-            self.forget(old);
-        }
-    }
-
     /// One entry forgotten: its object was found to be another's since.
     pub fn forget_one(&mut self, pid: u32, addr: u64, identity: u32) {
         if let Some(old) = self
@@ -293,7 +270,9 @@ impl<T: Held> CodeCache<T> {
         }
     }
 
-    /// `pid` exec'd: its code objects are gone with its old image.
+    /// `pid`'s objects go: it exec'd (they are gone with its old image),
+    /// or it exited and its last samples are in (the collector's
+    /// `Followers` keeps the one clock of exits).
     pub fn forget(&mut self, pid: u32) {
         if let Some(m) = self.by_pid.remove(&pid) {
             self.bytes = self.bytes.saturating_sub(
@@ -309,7 +288,7 @@ impl<T: Held> CodeCache<T> {
         self.bytes
     }
 
-    /// Forget every object read (read again as used); the exits and counts stay.
+    /// Forget every object read (read again as used); the counts stay.
     pub fn clear(&mut self) {
         self.by_pid = FxHashMap::default();
         self.bytes = 0;

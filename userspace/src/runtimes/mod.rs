@@ -46,13 +46,16 @@ use v8::binary::V8Symbols;
 use v8::process::V8Runtime;
 
 /// What the collector asks of each runtime's userspace side, alike for
-/// all: follow a process's exec and exit, say and shed what it holds.
+/// all: follow a process's end, forget it, say and shed what it holds.
+/// When is the collector's to say (its `Followers`, the one owner of a
+/// process's lifetime): an exec is an end and a forgetting at once; an exit
+/// is an end now and a forgetting once the process's last samples are in.
 pub trait RuntimeReader {
-    /// `pid` exec'd: what was read of its old image is gone.
-    fn exec(&mut self, pid: u32);
-    /// `pid` exited at `time_ns`: what was read of it goes once its last
-    /// samples are in.
-    fn exited(&mut self, pid: u32, time_ns: u64);
+    /// `pid` exec'd or exited: nothing more is to be asked of it; what was
+    /// read of it still names its queued samples.
+    fn ended(&mut self, _pid: u32) {}
+    /// What was read of `pid` goes.
+    fn forget(&mut self, pid: u32);
     /// Bytes of what was read from processes and is kept.
     fn held_bytes(&self) -> usize;
     /// Under memory pressure: drop what was read (read again as used).
@@ -98,14 +101,14 @@ impl RuntimeReaders {
         ]
     }
 
-    /// `pid` exec'd: every runtime forgets what it read of its old image.
-    pub fn exec(&mut self, pid: u32) {
-        self.each().into_iter().for_each(|r| r.exec(pid));
+    /// `pid` exec'd or exited: every runtime stops asking it.
+    pub fn ended(&mut self, pid: u32) {
+        self.each().into_iter().for_each(|r| r.ended(pid));
     }
 
-    /// `pid` exited at `time_ns`.
-    pub fn exited(&mut self, pid: u32, time_ns: u64) {
-        self.each().into_iter().for_each(|r| r.exited(pid, time_ns));
+    /// What every runtime read of `pid` goes.
+    pub fn forget(&mut self, pid: u32) {
+        self.each().into_iter().for_each(|r| r.forget(pid));
     }
 
     /// Bytes read from processes and kept, all runtimes.

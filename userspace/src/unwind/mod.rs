@@ -53,8 +53,6 @@ pub use crate::model::stack_end::StackEnd;
 pub struct Unwinders<R: RuntimeDetection = ()> {
     binaries: FxHashMap<BinaryIndex, Option<Arc<BinaryUnwindInfo>>>,
     processes: FxHashMap<u32, ProcessUnwinder<R::Process>>,
-    /// Exits in order: (when, pid), to forget processes once their last samples are in.
-    exited: std::collections::VecDeque<(u64, u32)>,
     cache: Option<Box<CacheX86_64>>,
     /// Totals since the last [`Unwinders::take_stats`].
     stats: UnwindStats,
@@ -135,9 +133,6 @@ pub struct JitFrames {
     /// Methods (or other blobs) whose start did not read as a prologue.
     pub without_prologue: usize,
 }
-
-/// Exited processes are kept this long: their last samples may still be queued.
-const KEEP_EXITED_NS: u64 = 2_000_000_000;
 
 impl<R: RuntimeDetection> Unwinders<R> {
     /// No processes yet.
@@ -221,7 +216,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
     }
 
     /// Forget processes that are gone without their exit having been seen.
-    pub fn retain_processes(&mut self, keep: impl Fn(u32) -> bool) {
+    pub fn retain_processes(&mut self, mut keep: impl FnMut(u32) -> bool) {
         let kernel = &mut self.kernel;
         self.processes.retain(|&pid, _| {
             let kept = keep(pid);
@@ -267,31 +262,28 @@ impl<R: RuntimeDetection> Unwinders<R> {
         }
     }
 
-    /// `pid` exited at `now_ns`; forget processes that exited long ago
-    /// (oldest first, from a queue: a fork storm's exits must not each scan
-    /// every process).
+    /// `pid` exited at `now_ns`: its kernel entry goes now; what is kept
+    /// here still unwinds its queued samples until [`Unwinders::forget`].
     pub fn exit(&mut self, pid: u32, now_ns: u64) {
         if let Some(p) = self.processes.get_mut(&pid) {
             p.exited_ns = Some(now_ns);
-            self.exited.push_back((now_ns, pid));
         }
         if let Some(k) = self.kernel.as_mut() {
             k.remove_process(pid);
             k.dirty.remove(&pid);
         }
-        while let Some(&(t, old)) = self.exited.front() {
-            if now_ns.saturating_sub(t) < KEEP_EXITED_NS {
-                break;
-            }
-            self.exited.pop_front();
-            // Unless the pid was reused since (a new process under it has not exited).
-            if self
-                .processes
-                .get(&old)
-                .is_some_and(|p| p.exited_ns == Some(t))
-            {
-                self.processes.remove(&old);
-            }
+    }
+
+    /// `pid`, which exited, goes once its last samples are in (the caller
+    /// keeps the clock); unless the pid was reused since (a new process
+    /// under it has not exited).
+    pub fn forget(&mut self, pid: u32) {
+        if self
+            .processes
+            .get(&pid)
+            .is_some_and(|p| p.exited_ns.is_some())
+        {
+            self.processes.remove(&pid);
         }
     }
 

@@ -103,15 +103,12 @@ pub struct JavaFrames {
 }
 
 impl crate::runtimes::RuntimeReader for JavaFrames {
-    fn exec(&mut self, pid: u32) {
-        self.methods.forget(pid);
-        self.compiled.forget(pid);
+    fn ended(&mut self, pid: u32) {
         self.gone(pid);
     }
-    fn exited(&mut self, pid: u32, time_ns: u64) {
-        self.methods.exited(pid, time_ns);
-        self.compiled.exited(pid, time_ns);
-        self.gone(pid);
+    fn forget(&mut self, pid: u32) {
+        self.methods.forget(pid);
+        self.compiled.forget(pid);
     }
     fn held_bytes(&self) -> usize {
         self.methods.bytes() + self.compiled.bytes()

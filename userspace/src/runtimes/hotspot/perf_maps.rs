@@ -173,12 +173,12 @@ fn cut_retry(before: Duration, same: bool, answered_before: bool, took: Duration
 
 /// A JVM's perf map is asked for while it runs: an exec or an exit ends that.
 impl crate::runtimes::RuntimeReader for Jvms {
-    fn exec(&mut self, pid: u32) {
+    fn ended(&mut self, pid: u32) {
         self.gone(pid);
     }
-    fn exited(&mut self, pid: u32, _: u64) {
-        self.gone(pid);
-    }
+    /// A JVM is forgotten at the window's end after its end, when a
+    /// request still out has answered.
+    fn forget(&mut self, _: u32) {}
     fn held_bytes(&self) -> usize {
         0
     }

@@ -36,11 +36,8 @@ use crate::runtimes::python::read::{read_code, CodeError, CodeInfo, KernelPyFram
 
 /// CPython's reader is its cache of code objects.
 impl crate::runtimes::RuntimeReader for CodeCache<CodeInfo> {
-    fn exec(&mut self, pid: u32) {
-        self.forget(pid);
-    }
-    fn exited(&mut self, pid: u32, time_ns: u64) {
-        CodeCache::exited(self, pid, time_ns);
+    fn forget(&mut self, pid: u32) {
+        CodeCache::forget(self, pid);
     }
     fn held_bytes(&self) -> usize {
         self.bytes()

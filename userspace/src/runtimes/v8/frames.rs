@@ -96,11 +96,8 @@ pub struct JsFrames {
 }
 
 impl crate::runtimes::RuntimeReader for JsFrames {
-    fn exec(&mut self, pid: u32) {
-        self.forget(pid);
-    }
-    fn exited(&mut self, pid: u32, time_ns: u64) {
-        JsFrames::exited(self, pid, time_ns);
+    fn forget(&mut self, pid: u32) {
+        JsFrames::forget(self, pid);
     }
     fn held_bytes(&self) -> usize {
         self.bytes()
@@ -129,18 +126,12 @@ impl JsFrames {
         l
     }
 
-    /// `pid` exec'd: what was read of its old image is forgotten.
+    /// What was read of `pid` goes (it exec'd, or exited and its last
+    /// samples are in).
     pub fn forget(&mut self, pid: u32) {
         self.functions.forget(pid);
         self.codes.forget(pid);
         self.no_code.forget(pid);
-    }
-
-    /// `pid` exited at `time_ns`: forgotten once its last samples are in.
-    pub fn exited(&mut self, pid: u32, time_ns: u64) {
-        self.functions.exited(pid, time_ns);
-        self.codes.exited(pid, time_ns);
-        self.no_code.exited(pid, time_ns);
     }
 
     /// Bytes held.
