@@ -41,6 +41,8 @@ pub struct FrameView {
     /// 0 for a machine frame's own function; 1, 2, ... for the functions
     /// a compiler inlined into it, innermost deepest.
     pub inline_depth: u64,
+    /// Its subcategory's name within its category (`meta.categories[c].subcategories`).
+    pub subcategory: String,
     /// Native code's library path, the frame's address and its symbol's
     /// start (both relative to the library), where the profile has them.
     pub native: Option<(String, u64, u64)>,
@@ -305,6 +307,11 @@ impl ThreadView<'_> {
                     .unwrap_or("")
                     .to_string(),
                 inline_depth: ft["inlineDepth"][frame].as_u64().unwrap_or(0),
+                subcategory: profile["meta"]["categories"][cat]["subcategories"]
+                    [ft["subcategory"][frame].as_u64().unwrap_or(0) as usize]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
                 native,
             }
         })

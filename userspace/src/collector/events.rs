@@ -55,7 +55,7 @@ impl Collector {
                 );
                 let user = match merged {
                     Some(_) => {
-                        runtime_frames = own.names().into();
+                        runtime_frames = own.entries();
                         self.merged.as_slice().into()
                     }
                     None => {
@@ -116,7 +116,7 @@ impl Collector {
                             })
                             .flatten();
                         self.scratch.push(match frame {
-                            Some(f) => self.window.runtime_frames.key_of(f),
+                            Some((f, kind)) => self.window.runtime_frames.key_as(f, *kind),
                             None => k,
                         });
                     }

@@ -61,7 +61,7 @@ pub(super) struct StoredStack {
     pub interrupt: Option<(crate::model::recording::InterruptKind, usize)>,
     /// The runtimes' frames its `user` refers to: a runtime's key there is
     /// an index into this, re-keyed into each window's frames as interned.
-    pub runtime_frames: Box<[crate::runtimes::frames::RuntimeFrame]>,
+    pub runtime_frames: Box<[crate::runtimes::frames::KindedFrame]>,
     /// Its raw stack as last interned: (window number, pid, node). Events
     /// refer to the same stack record many times; it is interned once per
     /// window and process.

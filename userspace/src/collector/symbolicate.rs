@@ -283,16 +283,13 @@ fn first_frame(
             // builtin (no script: `split`, `forEach`) is machine code in
             // node's embedded blob, which V8's own sampler leaves out, as
             // the profiles sysprof is compared against do: native code.
-            kind: python
-                .at(i)
-                .and_then(|f| f.first())
-                .map_or(FrameKind::Native, |(code, _)| {
-                    if code.kind == FrameKind::JavaScript && code.filename.is_empty() {
-                        FrameKind::Native
-                    } else {
-                        code.kind
-                    }
-                }),
+            kind: match (python.kind_at(i), python.at(i).and_then(|f| f.first())) {
+                (Some(FrameKind::JavaScript), Some((code, _))) if code.filename.is_empty() => {
+                    FrameKind::Native
+                }
+                (Some(kind), _) => kind,
+                (None, _) => FrameKind::Native,
+            },
             symbols: match python.at(i) {
                 // One function, or a compiled one and those inlined
                 // into it there: one func each, outermost first, as a

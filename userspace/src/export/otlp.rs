@@ -161,7 +161,7 @@ impl Dictionary {
             None
         } else if frame.is_kernel() {
             Some("kernel")
-        } else if frame.is_interpreted_java() {
+        } else if frame.is_java() {
             Some("jvm")
         } else if frame.is_interpreted_javascript() {
             Some("v8js")

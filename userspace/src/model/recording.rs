@@ -38,8 +38,8 @@ pub enum FrameKind {
     Jit = 2,
     /// A CPython function, read from its code object.
     Python = 3,
-    /// A Java method, read from HotSpot's own objects (interpreted, or
-    /// compiled with what it inlined).
+    /// A Java method read from HotSpot's own objects, interpreted or
+    /// compiled not told: a store's frames before its VERSION 7.
     Java = 4,
     /// A JavaScript function, read from V8's own objects.
     JavaScript = 5,
@@ -49,6 +49,11 @@ pub enum FrameKind {
     /// Not code: where frames are missing and why (a stack cut short, a
     /// runtime's frame that could not be read).
     Missing = 7,
+    /// A Java method HotSpot's interpreter ran, read from its `Method`.
+    JavaInterpreted = 8,
+    /// A Java method HotSpot compiled, with those inlined into it there,
+    /// read from its nmethod.
+    JavaCompiled = 9,
 }
 
 impl FrameKind {
@@ -56,7 +61,16 @@ impl FrameKind {
     pub fn from_u8(b: u8) -> Option<FrameKind> {
         use FrameKind::*;
         [
-            Native, Kernel, Jit, Python, Java, JavaScript, OffCpu, Missing,
+            Native,
+            Kernel,
+            Jit,
+            Python,
+            Java,
+            JavaScript,
+            OffCpu,
+            Missing,
+            JavaInterpreted,
+            JavaCompiled,
         ]
         .get(b as usize)
         .copied()
@@ -64,9 +78,14 @@ impl FrameKind {
 
     /// A runtime's own frame (named from its objects, with its source file).
     pub fn is_interpreted(self) -> bool {
+        matches!(self, FrameKind::Python | FrameKind::JavaScript) || self.is_java()
+    }
+
+    /// A Java method (interpreted, compiled, or not told which).
+    pub fn is_java(self) -> bool {
         matches!(
             self,
-            FrameKind::Python | FrameKind::Java | FrameKind::JavaScript
+            FrameKind::Java | FrameKind::JavaInterpreted | FrameKind::JavaCompiled
         )
     }
 
@@ -108,9 +127,10 @@ impl FrameRecord {
         self.kind.is_interpreted()
     }
 
-    /// Whether it is a Java method read from HotSpot.
-    pub fn is_interpreted_java(&self) -> bool {
-        self.kind == FrameKind::Java
+    /// Whether it is a Java method read from HotSpot (interpreted or
+    /// compiled).
+    pub fn is_java(&self) -> bool {
+        self.kind.is_java()
     }
 
     /// Whether it is a JavaScript function read from V8.

@@ -161,7 +161,11 @@ pub(super) fn build_meta(
             category("Off-CPU", "purple"),
             category("I/O", "blue"),
             category("Python", "green"),
-            category("Java", "lightblue"),
+            Category {
+                // Its frames' subcategory says which (`super::category::JAVA_*`).
+                subcategories: vec!["Other".into(), "Interpreted".into(), "Compiled".into()],
+                ..category("Java", "lightblue")
+            },
             category("JavaScript", "magenta"),
         ],
         marker_schema: super::markers::marker_schema(),

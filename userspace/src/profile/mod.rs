@@ -66,6 +66,11 @@ pub mod category {
     pub const INTERPRETED: u32 = 6;
     /// Interpreted Java methods.
     pub const JAVA: u32 = 7;
+    /// The Java category's subcategory of a method HotSpot's interpreter
+    /// ran (0, Other: a stored frame that did not say which).
+    pub const JAVA_INTERPRETED: u32 = 1;
+    /// The Java category's subcategory of a method HotSpot compiled.
+    pub const JAVA_COMPILED: u32 = 2;
     /// JavaScript functions (V8's).
     pub const JAVASCRIPT: u32 = 8;
 }

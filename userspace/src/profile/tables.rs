@@ -142,11 +142,13 @@ impl ThreadTables {
         Some(s)
     }
 
+    /// One frame of the thread's table; `category`: its (category,
+    /// subcategory).
     fn push_frame(
         &mut self,
         address: i64,
         depth: u32,
-        category: u32,
+        (category, subcategory): (u32, u32),
         func: u32,
         sym: Option<u32>,
         line: Option<u32>,
@@ -155,7 +157,7 @@ impl ThreadTables {
         self.frames.address.push(address);
         self.frames.inline_depth.push(depth);
         self.frames.category.push(Some(category));
-        self.frames.subcategory.push(0);
+        self.frames.subcategory.push(subcategory);
         self.frames.func.push(func);
         self.frames.native_symbol.push(sym);
         self.frames.inner_window_id.push(None);
@@ -179,7 +181,7 @@ impl ThreadTables {
             category::IDLE
         } else if f.is_kernel() {
             category::KERNEL
-        } else if f.is_interpreted_java() || is_compiled_java(f, &rec.libs) {
+        } else if f.is_java() || is_compiled_java(f, &rec.libs) {
             category::JAVA
         } else if f.is_interpreted_javascript() {
             category::JAVASCRIPT
@@ -191,7 +193,24 @@ impl ThreadTables {
         // A Java method is the same function compiled or interpreted: no
         // library (the JIT's perf map is where its name came from, not
         // where it lives), keyed by its name (class, method, signature).
-        let java = f.is_interpreted_java() || is_compiled_java(f, &rec.libs);
+        let java = f.is_java() || is_compiled_java(f, &rec.libs);
+        let subcategory = match f.kind {
+            FrameKind::JavaInterpreted if category == category::JAVA => category::JAVA_INTERPRETED,
+            FrameKind::JavaCompiled if category == category::JAVA => category::JAVA_COMPILED,
+            // A method the JVM's perf map names is compiled code; its code
+            // cache's other code ("[JIT] java": the template interpreter,
+            // stubs) is not told apart.
+            FrameKind::Jit
+                if category == category::JAVA
+                    && f.symbols
+                        .funcs
+                        .first()
+                        .is_some_and(|x| looks_like_java_method(&x.name)) =>
+            {
+                category::JAVA_COMPILED
+            }
+            _ => 0,
+        };
         let resource = if java {
             -1
         } else {
@@ -201,7 +220,7 @@ impl ThreadTables {
         let range = if f.symbols.funcs.is_empty() {
             let name = f.unknown_code_name(&rec.libs);
             let func = self.func(resource, &name, None, None, false);
-            let i = self.push_frame(address, 0, category, func, None, None);
+            let i = self.push_frame(address, 0, (category, subcategory), func, None, None);
             (i, i)
         } else {
             let outer = &f.symbols.funcs[0];
@@ -223,7 +242,14 @@ impl ThreadTables {
                     fa.start_line,
                     f.is_interpreted() && !java,
                 );
-                last = self.push_frame(address, depth as u32, category, func, sym, fa.line);
+                last = self.push_frame(
+                    address,
+                    depth as u32,
+                    (category, subcategory),
+                    func,
+                    sym,
+                    fa.line,
+                );
                 first.get_or_insert(last);
             }
             (first.unwrap(), last)
@@ -236,7 +262,7 @@ impl ThreadTables {
     /// no code ran (the machine's). Call once per name.
     pub(super) fn label_stack(&mut self, name: &str, category: u32) -> u32 {
         let func = self.func(-1, name, None, None, false);
-        let frame = self.push_frame(-1, 0, category, func, None, None);
+        let frame = self.push_frame(-1, 0, (category, 0), func, None, None);
         self.stack(None, frame)
     }
 

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use crate::model::recording::FrameKind;
 use crate::model::stack_end::StackEnd;
 
 /// What names one interpreted or compiled function's frames: a CPython
@@ -114,12 +115,21 @@ const CODE_CACHE_BYTES: usize = 16 << 20;
 /// their inline depth, as native inlined functions are).
 pub type RuntimeFrame = Arc<[(Arc<CodeInfo>, u32)]>;
 
+/// A [`RuntimeFrame`] with the kind said for the frame itself, if one was
+/// (see [`RuntimeFrames::key_as`]), as a stack record keeps it.
+pub type KindedFrame = (RuntimeFrame, Option<FrameKind>);
+
 /// The runtimes' frames a window's stacks refer to (Python, JavaScript
 /// and Java share the table): [`RuntimeFrame`]s.
 #[derive(Debug, Default)]
 pub struct RuntimeFrames {
     names: Vec<RuntimeFrame>,
-    /// By (code object, line) of each function, outermost first.
+    /// Each frame's kind where the runtime said it for the frame rather
+    /// than its function (a compiled Java method: the same method
+    /// interpreted is another frame).
+    kinds: Vec<Option<FrameKind>>,
+    /// By (code object, line) of each function, outermost first, and the
+    /// frame's own kind if said (as `(usize::MAX, kind)`).
     index: FxHashMap<Box<[(usize, u32)]>, u32>,
     /// A lookup's index key (reused: no allocation per frame).
     probe: Vec<(usize, u32)>,
@@ -134,19 +144,36 @@ impl RuntimeFrames {
     /// The raw key of one machine frame's functions, outermost first (one,
     /// or a compiled function and those inlined into it at that address).
     pub fn key_of(&mut self, functions: &[(Arc<CodeInfo>, u32)]) -> u64 {
+        self.key_as(functions, None)
+    }
+
+    /// The raw key of one machine frame's functions as [`Self::key_of`],
+    /// the frame of `kind` whatever its functions' kind (None: theirs).
+    pub fn key_as(&mut self, functions: &[(Arc<CodeInfo>, u32)], kind: Option<FrameKind>) -> u64 {
         self.probe.clear();
         self.probe
             .extend(functions.iter().map(|(c, l)| (Arc::as_ptr(c) as usize, *l)));
+        if let Some(k) = kind {
+            self.probe.push((usize::MAX, k as u32));
+        }
         let i = match self.index.get(self.probe.as_slice()) {
             Some(&i) => i,
             None => {
                 let i = self.names.len() as u32;
                 self.names.push(functions.into());
+                self.kinds.push(kind);
                 self.index.insert(self.probe.as_slice().into(), i);
                 i
             }
         };
         RUNTIME_KEY_BASE | i as u64
+    }
+
+    /// The kind of the frame at `index`: the one said for it, else its
+    /// outermost function's.
+    pub fn kind_at(&self, index: u32) -> Option<FrameKind> {
+        let said = self.kinds.get(index as usize).copied().flatten();
+        said.or_else(|| Some(self.at(index)?.first()?.0.kind))
     }
 
     /// The frame of a raw key.
@@ -162,18 +189,24 @@ impl RuntimeFrames {
     /// Forget every frame (a table reused for one record's stack).
     pub fn clear(&mut self) {
         self.names.clear();
+        self.kinds.clear();
         self.index.clear();
     }
 
-    /// The frames, in key order.
-    pub fn names(&self) -> &[RuntimeFrame] {
-        &self.names
+    /// The frames with the kinds said for them, in key order.
+    pub fn entries(&self) -> Box<[KindedFrame]> {
+        self.names
+            .iter()
+            .cloned()
+            .zip(self.kinds.iter().copied())
+            .collect()
     }
 
     /// The key `key` of `from` has here (a stack carried to the next window).
     pub fn carry(&mut self, from: &RuntimeFrames, key: u64) -> u64 {
-        match from.get(key) {
-            Some(f) => self.key_of(f),
+        let index = (key & !RUNTIME_KEY_MASK) as u32;
+        match from.at(index) {
+            Some(f) => self.key_as(f, from.kinds.get(index as usize).copied().flatten()),
             None => StackEnd::NotAvailable.raw_key().expect("a cut"),
         }
     }
@@ -379,5 +412,38 @@ mod tests {
         let mut next = RuntimeFrames::default();
         let carried = next.carry(&frames, inlined);
         assert_eq!(next.get(carried).map(|f| f.len()), Some(2));
+    }
+
+    #[test]
+    fn a_frame_said_compiled_is_another_frame_of_the_same_method() {
+        use crate::model::recording::FrameKind;
+        let method = Arc::new(CodeInfo {
+            kind: FrameKind::JavaInterpreted,
+            ..(*code("long Hot.hotOne(int)")).clone()
+        });
+        let mut frames = RuntimeFrames::default();
+        let interpreted = frames.key(&method, 12);
+        let compiled = frames.key_as(&[(method.clone(), 12)], Some(FrameKind::JavaCompiled));
+        assert_ne!(interpreted, compiled);
+        assert_eq!(frames.key_as(&[(method.clone(), 12)], None), interpreted);
+        let index = |k: u64| (k & !RUNTIME_KEY_MASK) as u32;
+        assert_eq!(
+            frames.kind_at(index(interpreted)),
+            Some(FrameKind::JavaInterpreted)
+        );
+        assert_eq!(
+            frames.kind_at(index(compiled)),
+            Some(FrameKind::JavaCompiled)
+        );
+        // Carried to the next window, and kept by a stack record, it stays compiled.
+        let mut next = RuntimeFrames::default();
+        let carried = next.carry(&frames, compiled);
+        assert_eq!(next.kind_at(index(carried)), Some(FrameKind::JavaCompiled));
+        let kept = frames.entries();
+        assert_eq!(
+            kept[index(compiled) as usize].1,
+            Some(FrameKind::JavaCompiled)
+        );
+        assert_eq!(kept[index(interpreted) as usize].1, None);
     }
 }

@@ -9,8 +9,9 @@
 //!
 //! ```text
 //! 0   8 bytes  magic "SYSPSEG\0"
-//! 8   u16      format version ([`VERSION`], 6: 3's payload followed by 4's
-//!              additions, 5's landings and 6's frame kinds; 2 had no
+//! 8   u16      format version ([`VERSION`], 7: 3's payload followed by 4's
+//!              additions, 5's landings and 6's frame kinds, 7's kinds
+//!              telling interpreted and compiled Java apart; 2 had no
 //!              short-wait markers and is read as it is; 1 had no unknown
 //!              run delays)
 //! 10  u16      reserved, 0
@@ -44,8 +45,10 @@ pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
 /// The format version written: 4 is 3 followed, in the payload, by
 /// [`StoredAdditions`] (Python functions' first lines); 5 is 4 followed by
 /// [`StoredLandings`] (wakeups' landings, apart from run delay); 6 is 5
-/// followed by [`StoredKinds`] (each frame's kind).
-pub const VERSION: u16 = 6;
+/// followed by [`StoredKinds`] (each frame's kind); 7 is 6 with two kinds
+/// more (a Java method interpreted or compiled, where 6 said only Java): a
+/// sysprof that reads 6 would refuse their bytes, so it is told the version.
+pub const VERSION: u16 = 7;
 /// The oldest version read: 2's types are 3's less the `ShortWaits`
 /// marker, a variant added at the end, so 2's bytes decode as they are.
 pub const OLDEST_READ: u16 = 2;

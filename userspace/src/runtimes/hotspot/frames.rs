@@ -201,7 +201,7 @@ impl JavaFrames {
         self.methods.get_or_read(pid, method, 0, || {
             let m = layout.method(pid, method).ok()?;
             let info = Arc::new(CodeInfo {
-                kind: crate::model::recording::FrameKind::Java,
+                kind: crate::model::recording::FrameKind::JavaInterpreted,
                 qualname: m.name.as_str().into(),
                 filename: m.file.as_str().into(),
                 first_line: 0,
@@ -277,7 +277,10 @@ impl JavaFrames {
             group.push((info.info.clone(), info.method.line(bcp)));
         }
         if whole {
-            *out.last_mut().expect("not empty") = frames.key_of(&group);
+            *out.last_mut().expect("not empty") = frames.key_as(
+                &group,
+                Some(crate::model::recording::FrameKind::JavaCompiled),
+            );
         }
         group.clear();
         self.group = group;
