@@ -193,16 +193,7 @@ async fn agent(cfg: AgentConfig, store: Store) -> Result<i32, RecordError> {
     let _ = store_thread.join();
     drop(session);
     exporting.finish();
-    eprintln!(
-        "{}",
-        crate::escape::escape(&health_line(
-            &counters,
-            health.started.elapsed(),
-            process_cpu_seconds() / health.started.elapsed().as_secs_f64() * 100.0,
-            &collector,
-            &exporting.counters
-        ))
-    );
+    health.say_last(&counters, &collector, &exporting.counters);
     Ok(0)
 }
 
@@ -440,6 +431,26 @@ impl Health {
         );
         self.cpu_at_last = cpu;
         self.last = Instant::now();
+    }
+
+    /// The last health line, as the agent stops: its CPU over its whole run.
+    fn say_last(
+        &self,
+        counters: &AgentCounters,
+        collector: &Collector,
+        exporters: &[(&'static str, Arc<crate::export::ExportCounters>)],
+    ) {
+        let up = self.started.elapsed();
+        eprintln!(
+            "{}",
+            crate::escape::escape(&health_line(
+                counters,
+                up,
+                process_cpu_seconds() / up.as_secs_f64() * 100.0,
+                collector,
+                exporters
+            ))
+        );
     }
 }
 

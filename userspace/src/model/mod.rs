@@ -10,6 +10,7 @@
 pub mod cgroup;
 pub mod coarse;
 pub mod fold;
+pub mod frame_kind;
 pub mod merge;
 pub mod recording;
 pub mod short_name;
