@@ -1225,3 +1225,48 @@ fn samples_before_the_walker_is_in_are_whole() {
     assert_eq!(whole, early, "stacks not whole: {broken:#?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Check that a process in a container's cgroup is labelled with the
+/// container id in its process name, and carries its cgroup path.
+#[test]
+fn processes_in_a_container_cgroup_are_labelled() {
+    if !can_record("processes_in_a_container_cgroup_are_labelled") {
+        return;
+    }
+    // cgroup v2, unified or hybrid.
+    let base = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .into_iter()
+        .find(|b| std::path::Path::new(&format!("{b}/cgroup.procs")).exists())
+        .expect("a cgroup v2 hierarchy");
+    let id = "5a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
+    let cg = format!("{base}/docker-{id}.scope");
+    let _ = std::fs::create_dir(&cg);
+    let dir = scratch("container");
+    let exe = build_c("spin", &dir.join("contained"), &[]);
+    let mut w = std::process::Command::new(&exe)
+        .arg("2")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = w.id() as u64;
+    std::fs::write(format!("{cg}/cgroup.procs"), pid.to_string())
+        .expect("moving the workload into the cgroup");
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["-p", &pid.to_string(), "-d", "0.5"], &out_path);
+    let _ = w.kill();
+    let _ = w.wait();
+    let _ = std::fs::remove_dir(&cg);
+    assert_success(&out);
+    let profile = Profile::load(&out_path);
+    let t = profile.thread(pid, pid).expect("the contained process");
+    eprintln!(
+        "container: processName {:?}, cgroup {}",
+        t.process_name(),
+        t.t["cgroup"]
+    );
+    assert_eq!(t.process_name(), "contained [container 5a1b2c3d4e5f]");
+    assert!(t.t["cgroup"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("docker-{id}.scope")));
+}
