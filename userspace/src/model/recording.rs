@@ -228,6 +228,10 @@ impl ShortWaker {
     }
 }
 
+/// A block request's sector when it has none: the kernel's position of a
+/// request that addresses no sector (a flush), `(sector_t)-1`.
+pub const NO_SECTOR: u64 = u64::MAX;
+
 /// What a block request did, from its operation and flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum IoOp {
@@ -354,7 +358,7 @@ pub enum MarkerRecord {
         flags: u32,
         /// Bytes.
         bytes: u32,
-        /// First sector.
+        /// First sector; [`NO_SECTOR`] for a request at none (a flush).
         sector: u64,
         /// Error (negative errno) or 0.
         error: i32,

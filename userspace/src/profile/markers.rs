@@ -10,7 +10,7 @@
 
 use crate::model::recording::{
     run_delay_shown_apart, IoOp, MarkerRecord, OffCpuReason, OffCpuSamples, Recording, ShortWaker,
-    SliceKind, Waker,
+    SliceKind, Waker, NO_SECTOR,
 };
 use crate::model::short_name::DeviceName;
 use crate::model::stack_tree::NO_PARENT;
@@ -174,6 +174,13 @@ impl MarkerMaker<'_> {
                 bytes,
                 sector,
                 ..
+            } if *sector == NO_SECTOR => Some(format!("{} {device}", op.name())),
+            MarkerRecord::Io {
+                device,
+                op,
+                bytes,
+                sector,
+                ..
             } => Some(format!(
                 "{} {device}, {}B at sector {sector}",
                 op.name(),
@@ -267,7 +274,7 @@ impl MarkerMaker<'_> {
                 device: device.to_string(),
                 op: op_text(*op, *flags),
                 bytes: *bytes as u64,
-                sector: *sector,
+                sector: (*sector != NO_SECTOR).then_some(*sector),
                 queue_time: issue_ns.saturating_sub(*start_ns) as f64 / 1e6,
                 service_time: done_ns.saturating_sub(*issue_ns) as f64 / 1e6,
                 error: (*error != 0).then_some(*error),
@@ -575,7 +582,7 @@ fn block_io_schema(display: &serde_json::Value) -> serde_json::Value {
         "display": display,
         "chartLabel": "{marker.data.op} {marker.data.bytes}",
         "tooltipLabel": "{marker.data.op} {marker.data.device}: {marker.data.bytes}",
-        "tableLabel": "{marker.data.op} {marker.data.device} sector {marker.data.sector}: {marker.data.bytes}",
+        "tableLabel": "{marker.data.op} {marker.data.device}: {marker.data.bytes}",
         "description": "One block I/O request, from creation to completion",
         "fields": [
             { "key": "device", "label": "Device", "format": "string" },

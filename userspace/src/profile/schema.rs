@@ -412,8 +412,9 @@ pub enum MarkerData {
         op: String,
         #[serde(skip_deserializing)]
         bytes: u64,
-        #[serde(skip_deserializing)]
-        sector: u64,
+        /// Left out for a request at no sector (a flush).
+        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+        sector: Option<u64>,
         #[serde(skip_deserializing)]
         queue_time: f64,
         #[serde(skip_deserializing)]

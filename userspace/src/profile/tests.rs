@@ -568,6 +568,51 @@ fn a_long_run_delay_is_drawn_apart_from_the_wait() {
     assert_eq!(m["data"][0]["color"], "orange");
 }
 
+/// Check that a flush, which the kernel places at no sector (`(sector_t)-1`),
+/// is said without one: its marker has no sector field (it showed
+/// 18446744073709551615), and a wait it ended names it "flush vda".
+#[test]
+fn a_flush_is_said_without_a_sector() {
+    let mut rec = recording();
+    rec.off_cpu = true;
+    let t = &mut rec.processes[1].threads[0];
+    t.markers.push(MarkerRecord::Io {
+        start_ns: 3_000_000,
+        issue_ns: 3_000_000,
+        done_ns: 4_900_000,
+        device: crate::model::short_name::short_name("vda"),
+        op: IoOp::Flush,
+        flags: 0,
+        bytes: 0,
+        sector: NO_SECTOR,
+        error: 0,
+        stack: None,
+    });
+    t.markers.push(MarkerRecord::OffCpu {
+        start_ns: 3_050_000,
+        end_ns: 5_000_000,
+        reason: OffCpuReason::Blocked,
+        run_delay_ns: Some(100_000),
+        landing_ns: 0,
+        waker: Some(Waker {
+            pid: 0,
+            tid: 0,
+            name: crate::model::short_name::short_name("swapper/1"),
+            interrupt: Some(InterruptKind::Hard),
+        }),
+        cpus: (0, 0),
+        waker_stack: None,
+    });
+    let p = build_profile(&rec, &host(), None).to_value();
+    assert_eq!(validate::validate(&p), Vec::<String>::new());
+    let data = p["threads"][1]["markers"]["data"].as_array().unwrap();
+    let flush = data.iter().find(|d| d["type"] == "BlockIo").expect("the flush");
+    assert_eq!(flush["op"], "flush");
+    assert!(flush.get("sector").is_none(), "{flush}");
+    let wait = data.iter().find(|d| d["type"] == "OffCpu").expect("the wait");
+    assert_eq!(wait["request"].as_str(), Some("flush vda"));
+}
+
 /// Check that a wait an interrupt ended names the thread's request that
 /// completed just before its wakeup, and is colored as blocked (I/O); a
 /// wait another thread ended names no request and is colored as such; a
@@ -1360,7 +1405,7 @@ fn tooltips_leave_out_empty_fields() {
         device: "vda".into(),
         op: "read".into(),
         bytes: 8192,
-        sector: 1,
+        sector: Some(1),
         queue_time: 0.1,
         service_time: 0.2,
         error: None,
@@ -1455,7 +1500,7 @@ fn marker_view_reads_what_marker_data_writes() {
         device: "vda".into(),
         op: "read".into(),
         bytes: 8192,
-        sector: 1,
+        sector: Some(1),
         queue_time: 0.1,
         service_time: 0.2,
         error: None,
