@@ -7,8 +7,10 @@
 //! the agent's windows which pids still exist. Out: the unwinders and the
 //! runtimes' readers, kept in step: an exec forgets what was read of the old
 //! image at once; an exit stops the kernel's entry and the runtimes' asking
-//! at once and forgets the rest once the process's last samples are in
-//! ([`KEEP_EXITED_NS`] later, unless the pid was reused meanwhile).
+//! at once and forgets the unwinder's entry and the code objects once the
+//! process's last samples are in (at the first exit [`KEEP_EXITED_NS`] or
+//! more after it, unless the pid was reused meanwhile). Thread names and a
+//! JVM's requests are kept to the window's end by their readers.
 //!
 //! The replay's own view of a process (names, mappings and threads in time
 //! order, its cgroup and JIT identity) is the process table's
@@ -54,8 +56,9 @@ impl Followers {
     }
 
     /// `child` was forked from `parent`: it starts with its parent's
-    /// mappings and nothing read of its memory (whatever is kept under its
-    /// pid is a former process's).
+    /// mappings and no code objects (any kept under its pid are a former
+    /// process's; what is kept to the window's end, thread names and JVM
+    /// requests, follows the window instead).
     pub fn forked(&mut self, parent: u32, child: u32) {
         self.exited_at.remove(&child);
         if let Some(u) = self.unwinders.as_mut() {
@@ -161,13 +164,17 @@ mod tests {
 
     #[test]
     fn an_exit_forgets_once_its_samples_are_in_and_not_a_reused_pid() {
-        let mut f = Followers::new(false);
+        let mut f = Followers::new(true);
+        f.forked(1, 10);
+        f.forked(1, 11);
+        let unwinds = |f: &Followers, pid| f.unwinders.as_ref().unwrap().runtime(pid).is_some();
         f.readers.python.get_or_read(10, 0x1000, 1, code);
         f.readers.python.get_or_read(11, 0x1000, 1, code);
         f.exited(10, 1_000_000_000);
         f.exited(11, 1_500_000_000);
-        // Still naming their queued samples.
+        // Still naming and unwinding their queued samples.
         assert!(f.readers.python.get(10, 0x1000, 1).is_some());
+        assert!(unwinds(&f, 10) && unwinds(&f, 11));
         // Pid 11 is reused by a new process, which reads its own object.
         f.forked(1, 11);
         assert!(
@@ -179,8 +186,10 @@ mod tests {
         // old exit's time too.
         f.exited(12, 3_000_000_000);
         assert!(f.readers.python.get(10, 0x1000, 1).is_none());
+        assert!(!unwinds(&f, 10));
         f.exited(13, 3_600_000_000);
         assert!(f.readers.python.get(11, 0x1000, 1).is_some());
+        assert!(unwinds(&f, 11));
     }
 
     #[test]

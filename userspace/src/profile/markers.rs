@@ -169,11 +169,7 @@ impl MarkerMaker<'_> {
             .max_by_key(|(_, d, _)| *d)?;
         match &self.list[*i] {
             MarkerRecord::Io {
-                device,
-                op,
-                bytes,
-                sector,
-                ..
+                device, op, sector, ..
             } if *sector == NO_SECTOR => Some(format!("{} {device}", op.name())),
             MarkerRecord::Io {
                 device,

@@ -568,6 +568,63 @@ fn a_long_run_delay_is_drawn_apart_from_the_wait() {
     assert_eq!(m["data"][0]["color"], "orange");
 }
 
+/// Check that Java frames carry how they ran as the Java category's
+/// subcategory: an interpreted method Interpreted, a compiled frame and the
+/// method inlined into it Compiled, a stored frame that did not say Other.
+#[test]
+fn java_frames_say_interpreted_or_compiled() {
+    let mut rec = recording();
+    rec.frames[0].kind = FrameKind::JavaInterpreted;
+    rec.frames[1].kind = FrameKind::JavaCompiled;
+    let p = build_profile(&rec, &host(), None).to_value();
+    assert_eq!(validate::validate(&p), Vec::<String>::new());
+    let java = p["meta"]["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|c| c["name"] == "Java")
+        .unwrap();
+    let subcategories = &p["meta"]["categories"][java]["subcategories"];
+    let t = &p["threads"][1];
+    let ft = &t["frameTable"];
+    let name_of = |frame: usize| {
+        let func = ft["func"][frame].as_u64().unwrap() as usize;
+        t["stringArray"][t["funcTable"]["name"][func].as_u64().unwrap() as usize]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut seen = std::collections::BTreeMap::new();
+    for frame in 0..ft["length"].as_u64().unwrap() as usize {
+        if ft["category"][frame].as_u64() == Some(java as u64) {
+            let sub = ft["subcategory"][frame].as_u64().unwrap() as usize;
+            seen.insert(
+                name_of(frame),
+                subcategories[sub].as_str().unwrap().to_string(),
+            );
+        }
+    }
+    let want: std::collections::BTreeMap<String, String> = [
+        ("main", "Interpreted"),
+        ("work", "Compiled"),
+        ("helper", "Compiled"),
+    ]
+    .into_iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(seen, want);
+    // A stored frame that said only Java.
+    rec.frames[0].kind = FrameKind::Java;
+    let p = build_profile(&rec, &host(), None).to_value();
+    let ft = &p["threads"][1]["frameTable"];
+    let main = (0..ft["length"].as_u64().unwrap() as usize).find(|&f| {
+        ft["category"][f].as_u64() == Some(java as u64)
+            && ft["inlineDepth"][f] == 0
+            && ft["subcategory"][f] == 0
+    });
+    assert!(main.is_some(), "an untold Java frame is Other");
+}
+
 /// Check that a flush, which the kernel places at no sector (`(sector_t)-1`),
 /// is said without one: its marker has no sector field (it showed
 /// 18446744073709551615), and a wait it ended names it "flush vda".
@@ -606,10 +663,16 @@ fn a_flush_is_said_without_a_sector() {
     let p = build_profile(&rec, &host(), None).to_value();
     assert_eq!(validate::validate(&p), Vec::<String>::new());
     let data = p["threads"][1]["markers"]["data"].as_array().unwrap();
-    let flush = data.iter().find(|d| d["type"] == "BlockIo").expect("the flush");
+    let flush = data
+        .iter()
+        .find(|d| d["type"] == "BlockIo")
+        .expect("the flush");
     assert_eq!(flush["op"], "flush");
     assert!(flush.get("sector").is_none(), "{flush}");
-    let wait = data.iter().find(|d| d["type"] == "OffCpu").expect("the wait");
+    let wait = data
+        .iter()
+        .find(|d| d["type"] == "OffCpu")
+        .expect("the wait");
     assert_eq!(wait["request"].as_str(), Some("flush vda"));
 }
 

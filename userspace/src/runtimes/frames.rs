@@ -7,7 +7,7 @@
 //! own reader (`runtimes/*/frames.rs`). Out: raw stack keys
 //! ([`RUNTIME_KEY_BASE`] | index) that the collector puts in a stack where
 //! a native frame was, and that the window's replay turns into profile
-//! frames ([`RuntimeFrames::names`]). The key space is declared here once:
+//! frames, each with its kind ([`RuntimeFrames::at`], [`RuntimeFrames::kind_at`]). The key space is declared here once:
 //! kernel addresses above, user addresses and the cuts' keys (1..=8, then
 //! [`PY_NOT_READ_KEY`] and [`UNNAMED_FRAME_KEY`]) below.
 //!

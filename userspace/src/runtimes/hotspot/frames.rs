@@ -373,7 +373,10 @@ impl JavaFrames {
             match read {
                 // The interpreter's address before it becomes the method's frame.
                 Some(m) if !out.is_empty() => {
-                    let key = frames.key(&m.info, m.method.line(bcp));
+                    // A compiled frame whose scopes could not be read is
+                    // still compiled code: the method alone, said so.
+                    let kind = compiled.then_some(crate::model::recording::FrameKind::JavaCompiled);
+                    let key = frames.key_as(&[(m.info.clone(), m.method.line(bcp))], kind);
                     *out.last_mut().expect("not empty") = key;
                 }
                 // A compiled frame's word that is no method (a stub's blob

@@ -189,6 +189,12 @@ impl Jvms {
     /// `pid` mapped `path`: a JVM if it is HotSpot's library.
     pub fn mapped(&mut self, pid: u32, path: &str) {
         if path.rsplit('/').next() == Some("libjvm.so") {
+            // A JVM under the pid of one gone (a pid reused within a
+            // window) is another JVM: asked afresh. (The old one's full
+            // thread names go with it; no request of it is still out.)
+            if self.jvms.get(&pid).is_some_and(|j| j.gone && !j.pending) {
+                self.jvms.remove(&pid);
+            }
             self.jvms.entry(pid).or_insert(Jvm {
                 sampled: false,
                 pending: false,

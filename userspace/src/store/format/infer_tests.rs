@@ -121,4 +121,16 @@ fn stored_kinds_are_all_or_refused() {
         !StoredKinds { kinds: vec![200] }.apply(&mut rec),
         "a byte that is no kind"
     );
+    // VERSION 7's kinds come back as written.
+    for kind in [
+        FrameKind::JavaInterpreted,
+        FrameKind::JavaCompiled,
+        FrameKind::Java,
+    ] {
+        rec.frames[0].kind = kind;
+        let kinds = StoredKinds::of(&rec);
+        rec.frames[0].kind = FrameKind::Native;
+        assert!(kinds.apply(&mut rec));
+        assert_eq!(rec.frames[0].kind, kind);
+    }
 }
