@@ -553,8 +553,8 @@ fn chunks_until(pid: u32, secs: u64, done: impl Fn(u64) -> bool) -> u64 {
 /// Check that the unwind tables take kernel memory as they are used, not
 /// the budget up front, and give it back: at the default 64 MiB budget,
 /// `record -a` on this machine holds chunks for what its processes' tables
-/// take (the kernel's own `memlock` of the maps, from fdinfo: at most a
-/// quarter of the budget, where the whole array was allocated before); a process
+/// take (the kernel's own `memlock` of the maps, from fdinfo: at most half
+/// of the budget, where the whole array was allocated before); a process
 /// that maps a library of 2,000,000 rows (15.3 MiB of rows) adds that,
 /// within two 2-MiB chunks either way (the room the chunks at rest had is
 /// filled first); once it exits, the chunks
@@ -611,9 +611,10 @@ fn unwind_tables_take_kernel_memory_as_they_are_used() {
         at_rest > 0,
         "the tables of what runs are in the kernel: {stderr}"
     );
-    // This VM's processes' tables take 7-10 MiB; the array was 64.
+    // This VM's processes' tables take 7-10 MiB (16 with a headless
+    // Chromium running beside); the array was 64, all of it up front.
     assert!(
-        at_rest <= (64 << 20) / 4,
+        at_rest <= (64 << 20) / 2,
         "{:.1} MiB of chunks at rest: the budget up front?",
         mib(at_rest)
     );
