@@ -273,13 +273,16 @@ struct unwind_process {
  * address another reuses never lends its name. */
 #define PY_MAX_PROCESSES 16384
 #define PY_MAX_FRAMES 128         /* per sample */
-#define PY_FRAME_READ 80          /* bytes of a _PyInterpreterFrame read at once */
+#define PY_FRAME_READ 80          /* bytes of a _PyInterpreterFrame (3.11+) read at once */
+#define PY_FRAME_OBJECT_READ 112  /* bytes of a PyFrameObject (3.8-3.10) read at once */
 #define PY_NO_OFFSET 0xffff
 #define PY_OWNED_BY_CSTACK 3      /* 3.12+: the shim frame a C-level eval call starts with */
 #define PY_SEGMENT_END 1          /* in the code word: the last frame of one C-level eval call */
 #define PY_ADDR_BITS 48           /* of each word: the address; above: the fingerprint's half */
-#define PY_CODE_READ_AT 64        /* the code object's bytes read for its fingerprint: [64, 144) */
-#define PY_CODE_READ 80
+#define PY_CODE_READ 96           /* the code object's bytes read for its fingerprint, from code_read_at */
+#define PY_WALK_FRAME_OBJECTS 1   /* python_process.flags: 3.8-3.10's heap frames (PyFrameObject):
+				   * each run by a C-level eval call of its own, the
+				   * instruction an int (f_lasti), no owner byte */
 #define PY_FP_MUL 0x9e3779b97f4a7c15ULL /* the fingerprint's multiplier (userspace: the same) */
 /* sample_event.py_end: how the Python walk ended */
 #define PY_END_NONE 0             /* not a Python process (py_len is 0) */
@@ -296,19 +299,22 @@ struct python_process {
 	__u16 tsd_offset;       /* glibc: struct pthread's specific_1stblock, from fsbase */
 	__u16 tstate_frame;     /* PyThreadState: cframe (3.11, 3.12) or current_frame */
 	__u16 cframe_current;   /* _PyCFrame.current_frame; PY_NO_OFFSET without a cframe */
-	__u16 tstate_native_tid;/* PyThreadState.native_thread_id */
+	__u16 tstate_native_tid;/* PyThreadState.native_thread_id; PY_NO_OFFSET before 3.11 */
 	__u16 frame_code;       /* _PyInterpreterFrame: f_code / f_executable */
 	__u16 frame_previous;
-	__u16 frame_instr;      /* prev_instr / instr_ptr */
-	__u16 frame_owner;
+	__u16 frame_instr;      /* prev_instr / instr_ptr; 3.8-3.10: f_lasti */
+	__u16 frame_owner;      /* PY_NO_OFFSET before 3.11 */
 	__u16 frame_is_entry;   /* 3.11's is_entry; PY_NO_OFFSET after */
 	/* PyCodeObject fields the fingerprint is made of (immutable while the
-	 * object lives), each within [PY_CODE_READ_AT, +PY_CODE_READ - 8] */
+	 * object lives), each within [code_read_at, +PY_CODE_READ - 8] */
 	__u16 code_firstlineno; /* an int */
 	__u16 code_filename;
-	__u16 code_qualname;
-	__u16 code_linetable;
-	__u16 _pad[3];
+	__u16 code_qualname;    /* co_name before 3.11 */
+	__u16 code_linetable;   /* co_lnotab in 3.8 and 3.9 */
+	__u16 code_read_at;     /* where the fingerprint's PY_CODE_READ bytes start */
+	__u16 tstate_pthread;   /* PyThreadState.thread_id (pthread_self: fsbase), the thread's
+				 * check before 3.11; PY_NO_OFFSET after */
+	__u16 flags;            /* PY_WALK_* */
 };
 
 /* Indexes into the per-CPU `drops` array: why a record or part of it was lost. */

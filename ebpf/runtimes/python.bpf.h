@@ -14,9 +14,15 @@
  * The thread's state is its own, not the GIL holder's: CPython keeps it
  * under a pthread key (`autoTSSkey`), which glibc stores in the thread's
  * descriptor at fsbase. The state read is checked to be this thread's
- * (its native_thread_id), so a wrong layout gives no Python frames, never
- * another thread's. Every read is of the thread's own memory; a read that
- * fails ends the chain (PY_END_READ_FAILED).
+ * (its native_thread_id; before 3.11, its pthread_self, which is fsbase),
+ * so a wrong layout gives no Python frames, never another thread's. Every
+ * read is of the thread's own memory; a read that fails ends the chain
+ * (PY_END_READ_FAILED).
+ *
+ * Two shapes of frame chain: 3.11+'s _PyInterpreterFrame, several to one
+ * C-level call of the eval loop (ended by is_entry or, 3.12+, a shim frame
+ * the C stack owns), and 3.8-3.10's PyFrameObject (PY_WALK_FRAME_OBJECTS),
+ * one to each call, its instruction the int f_lasti.
  */
 #ifndef __PYTHON_BPF_H
 #define __PYTHON_BPF_H
@@ -30,9 +36,9 @@ struct {
 } python_procs SEC(".maps");
 
 /* One frame's first bytes, read at once: every field the walk needs lies
- * in them (offsets below 64 for words, below PY_FRAME_READ for bytes);
- * then the code object's bytes its fingerprint is made of. 136: a word
- * at any offset masked to 127 stays inside. */
+ * in them (below PY_FRAME_READ or PY_FRAME_OBJECT_READ); then the code
+ * object's bytes its fingerprint is made of. 136: a word at any offset
+ * masked to 127 stays inside. */
 struct py_frame_buf {
 	__u8 b[136];
 };
@@ -58,13 +64,13 @@ struct py_walk {
 
 static __always_inline __u64 py_word(struct py_walk *w, __u16 off)
 {
-	return *(__u64 *)(w->buf + (off & 63));
+	return *(__u64 *)(w->buf + (off & 127));
 }
 
-/* A word of the code object's bytes read at PY_CODE_READ_AT. */
+/* A word of the code object's bytes read at code_read_at. */
 static __always_inline __u64 py_code_word(struct py_walk *w, __u16 off)
 {
-	return *(__u64 *)(w->buf + ((off - PY_CODE_READ_AT) & 127));
+	return *(__u64 *)(w->buf + ((off - w->p->code_read_at) & 127));
 }
 
 /* The code object's fingerprint: its name, file and line table objects
@@ -75,7 +81,7 @@ static __always_inline __u32 py_fingerprint(struct py_walk *w, __u64 code)
 	struct python_process *p = w->p;
 	__u64 h;
 
-	if (bpf_probe_read_user(w->buf, PY_CODE_READ, (void *)(code + PY_CODE_READ_AT)))
+	if (bpf_probe_read_user(w->buf, PY_CODE_READ, (void *)(code + p->code_read_at)))
 		return 0;
 	h = py_code_word(w, p->code_qualname);
 	h = (h ^ py_code_word(w, p->code_filename)) * PY_FP_MUL;
@@ -88,7 +94,9 @@ static long py_step(__u64 i, struct py_walk *w)
 {
 	struct python_process *p = w->p;
 	__u64 code, previous, instr;
-	__u8 owner, entry;
+	__u8 owner = 0, entry;
+	int objects = p->flags & PY_WALK_FRAME_OBJECTS;
+	long failed;
 
 	if (!w->frame) {
 		w->end = PY_END_ROOT;
@@ -98,15 +106,23 @@ static long py_step(__u64 i, struct py_walk *w)
 		w->end = PY_END_MAX_FRAMES;
 		return 1;
 	}
-	if (bpf_probe_read_user(w->buf, PY_FRAME_READ, (void *)w->frame)) {
+	if (objects)
+		failed = bpf_probe_read_user(w->buf, PY_FRAME_OBJECT_READ, (void *)w->frame);
+	else
+		failed = bpf_probe_read_user(w->buf, PY_FRAME_READ, (void *)w->frame);
+	if (failed) {
 		w->end = PY_END_READ_FAILED;
 		return 1;
 	}
 	code = py_word(w, p->frame_code);
 	previous = py_word(w, p->frame_previous);
 	instr = py_word(w, p->frame_instr);
-	owner = w->buf[p->frame_owner & 127];
-	entry = p->frame_is_entry != PY_NO_OFFSET && w->buf[p->frame_is_entry & 127];
+	if (objects)
+		instr = (__u32)instr; /* f_lasti: an int, -1 before the first instruction */
+	if (p->frame_owner != PY_NO_OFFSET)
+		owner = w->buf[p->frame_owner & 127];
+	/* Before 3.11 each frame is run by an eval call of its own. */
+	entry = objects || (p->frame_is_entry != PY_NO_OFFSET && w->buf[p->frame_is_entry & 127]);
 	w->frame = previous;
 	w->hash = (w->hash ^ code ^ (instr << 17) ^ owner) * 0x100000001b3ULL;
 	/* 3.12+: the frame a C-level eval call starts with is a shim owned by
@@ -135,7 +151,7 @@ static __always_inline __u64 py_thread_state(struct python_process *p, struct ta
 {
 	__u64 fsbase = BPF_CORE_READ(task, thread.fsbase);
 	__u32 tss[2] = {}; /* Py_tss_t: {int _is_initialized; pthread_key_t _key} */
-	__u64 tstate = 0;
+	__u64 tstate = 0, pthread = 0;
 	__s32 native_tid = 0;
 
 	if (!fsbase || bpf_probe_read_user(tss, sizeof(tss), (void *)p->tss_addr) || !tss[0] || tss[1] >= 32)
@@ -143,7 +159,15 @@ static __always_inline __u64 py_thread_state(struct python_process *p, struct ta
 	/* glibc: struct pthread's specific_1stblock[32] of {seq, data}. */
 	if (bpf_probe_read_user(&tstate, sizeof(tstate), (void *)(fsbase + p->tsd_offset + 16 * (__u64)tss[1] + 8)) || !tstate)
 		return 0;
-	if (bpf_probe_read_user(&native_tid, sizeof(native_tid), (void *)(tstate + p->tstate_native_tid)) || native_tid != (__s32)tid)
+	if (p->tstate_native_tid != PY_NO_OFFSET) {
+		if (bpf_probe_read_user(&native_tid, sizeof(native_tid), (void *)(tstate + p->tstate_native_tid)) ||
+		    native_tid != (__s32)tid)
+			return 0;
+		return tstate;
+	}
+	/* Before 3.11: the state's pthread_self, on glibc the thread's fsbase. */
+	if (p->tstate_pthread == PY_NO_OFFSET ||
+	    bpf_probe_read_user(&pthread, sizeof(pthread), (void *)(tstate + p->tstate_pthread)) || pthread != fsbase)
 		return 0;
 	return tstate;
 }

@@ -14,6 +14,10 @@ enclosing function's qualified name. A frame whose file cannot be read
 (`<frozen ...>`, `<string>`) is uncheckable and is counted apart, except a
 `<frozen X>` file: the stdlib's source of module X, for the checker runs
 under the program's own interpreter.
+
+Before 3.11 a code object has no qualified name (`co_name` only: `method`,
+`inner`): under such an interpreter a frame's name must be the last part
+of the qualified name of a function holding the line.
 """
 import ast
 import gzip
@@ -23,6 +27,7 @@ import json
 import sys
 
 _trees = {}
+NAMES_ARE_BARE = sys.version_info < (3, 11)
 _line_counts = {}
 
 
@@ -105,7 +110,7 @@ def contradicts(name, filename, line):
     if base.endswith(".<locals>"):
         base = base[: -len(".<locals>")]
     for (q, first, last, _) in sc:
-        if q == base and first <= line <= last:
+        if (q == base or (NAMES_ARE_BARE and q.rsplit(".", 1)[-1] == base)) and first <= line <= last:
             return False
     return True
 

@@ -14,15 +14,20 @@ fn names(stack: &[(String, String)]) -> Vec<&str> {
     stack.iter().map(|(n, _)| n.as_str()).collect()
 }
 
-/// The interpreters to check: Debian's (3.11, the distribution's default,
-/// always there) and pyenv's 3.11, 3.12 and 3.13 where installed.
+/// The interpreters to check, oldest first, the newest last: pyenv's 3.8,
+/// 3.9 and 3.10 (frame objects), Debian's (3.11, the distribution's
+/// default, always there) and pyenv's 3.11, 3.12 and 3.13, where installed.
 fn interpreters() -> Vec<PathBuf> {
-    let mut found = vec![PathBuf::from("/usr/bin/python3")];
+    let mut found = Vec::new();
     let mut pyenv: Vec<PathBuf> = std::fs::read_dir("/root/.pyenv/versions")
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
         .unwrap_or_default();
     pyenv.sort();
-    for minor in ["3.11", "3.12", "3.13"] {
+    for minor in ["3.8", "3.9", "3.10", "debian", "3.11", "3.12", "3.13"] {
+        if minor == "debian" {
+            found.push(PathBuf::from("/usr/bin/python3"));
+            continue;
+        }
         match pyenv.iter().find(|p| {
             p.file_name()
                 .unwrap()
@@ -31,11 +36,20 @@ fn interpreters() -> Vec<PathBuf> {
         }) {
             Some(p) => found.push(p.join("bin/python3")),
             None => eprintln!(
-                "python: no pyenv CPython {minor} under /root/.pyenv/versions: not checked"
+                "python: no pyenv CPython {minor} under /root/.pyenv/versions: NOT CHECKED"
             ),
         }
     }
     found
+}
+
+/// The minor version of the interpreter `py` (11 for 3.11).
+fn minor_of(py: &std::path::Path) -> u32 {
+    let out = Command::new(py)
+        .args(["-c", "import sys; print(sys.version_info[1])"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
 fn script() -> PathBuf {
@@ -466,14 +480,7 @@ fn perf_trampolines_keep_python_stacks_whole() {
         .into_iter()
         .filter(|p| p.starts_with("/root/.pyenv"))
     {
-        let version = Command::new(&py)
-            .args(["-c", "import sys; print(sys.version_info[1])"])
-            .output()
-            .unwrap();
-        let minor: u32 = String::from_utf8_lossy(&version.stdout)
-            .trim()
-            .parse()
-            .unwrap();
+        let minor = minor_of(&py);
         if minor >= 12 {
             runs.push((py.clone(), "perf"));
         }
@@ -589,16 +596,17 @@ fn perf_trampolines_keep_python_stacks_whole() {
 /// Check that a CPython this build does not read never gets a wrong
 /// Python frame: its on-CPU stacks are native, and end in a root frame
 /// saying its Python frames were not read (≥ 95 %), and the run warns with
-/// its version. Pyenv's 3.10 and 3.9 where installed (older ones are told
-/// by their eval loop without `Py_Version`), and always a copy of Debian's
-/// 3.11 whose `Py_Version` says 3.14 (a newer one, told by its version).
+/// its version. Pyenv's 3.7 and 3.6 where installed (older ones are told
+/// by their eval loop without the C API 3.8 added), and always a copy of
+/// Debian's 3.11 whose `Py_Version` says 3.14 (a newer one, told by its
+/// version).
 #[test]
 fn a_cpython_version_not_read_says_so_in_its_root_frame() {
     if !can_record("a_cpython_version_not_read_says_so_in_its_root_frame") {
         return;
     }
     let dir = scratch("python-old");
-    let mut old: Vec<PathBuf> = ["3.10", "3.9"]
+    let mut old: Vec<PathBuf> = ["3.7", "3.6"]
         .iter()
         .filter_map(|minor| {
             std::fs::read_dir("/root/.pyenv/versions")
@@ -615,7 +623,7 @@ fn a_cpython_version_not_read_says_so_in_its_root_frame() {
         .map(|p| p.join("bin/python"))
         .collect();
     if old.is_empty() {
-        eprintln!("python: no pyenv CPython 3.9 or 3.10 under /root/.pyenv/versions: older versions NOT CHECKED (a 3.14 is)");
+        eprintln!("python: no pyenv CPython 3.6 or 3.7 under /root/.pyenv/versions: older versions NOT CHECKED (a 3.14 is)");
     }
     old.push(claiming_version(&dir, 0x030e_00f0));
     for py in &old {
@@ -625,7 +633,7 @@ fn a_cpython_version_not_read_says_so_in_its_root_frame() {
         assert_success(&out);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            stderr.contains("no Python frames") && stderr.contains("3.11 to 3.13"),
+            stderr.contains("no Python frames") && stderr.contains("3.8 to 3.13"),
             "{}: no warning: {stderr}",
             py.display()
         );
@@ -1032,7 +1040,8 @@ fn python_frames_agree_with_the_programs_source() {
             vec![Some(29)],
             "{who}: modb's work: {found:?}"
         );
-        let mut box_v = of("Box.v", "/moda.py");
+        // Before 3.11 a code object has no qualified name: `v`.
+        let mut box_v = of(if minor_of(&py) >= 11 { "Box.v" } else { "v" }, "/moda.py");
         box_v.sort();
         assert_eq!(
             box_v,
@@ -1371,7 +1380,8 @@ fn python_threads_are_named_as_threading_named_them() {
     }
     let dir = scratch("python-threads");
     let script = workspace_root().join("tests/workloads/pythreads.py");
-    for py in interpreters() {
+    // Before 3.11 the names are not read (the docs' runtimes table says so).
+    for py in interpreters().into_iter().filter(|py| minor_of(py) >= 11) {
         let out_path = dir.join("p.json.gz");
         let out = Command::new(sysprof_bin())
             .args(["record", "--no-off-cpu", "-o"])

@@ -91,7 +91,7 @@ impl PseudoFrame {
             PseudoFrame::ShortWaits => "[short off-CPU waits: no stack]",
             PseudoFrame::End(e) => e.frame_name(),
             PseudoFrame::PythonNotRead => {
-                "[no Python frames: a CPython version sysprof does not read (3.11-3.13 are)]"
+                "[no Python frames: a CPython version sysprof does not read (3.8-3.13 are)]"
             }
             PseudoFrame::PythonUnnamed => {
                 "[Python frame: its code object was gone before it was read]"

@@ -28,7 +28,8 @@ fn abi_matches_c_header() {
         struct sample_event = SampleEvent { kind, cpu, time_ns, sum_exec_runtime, exec_start, pid, tid, flags, kstack_len, ustack_len,
             stack_size, unwind_end, py_len, py_end, comm, user_ip, user_sp, user_bp, kstack, ustack }
         struct python_process = PythonProcess { tss_addr, version, tsd_offset, tstate_frame, cframe_current, tstate_native_tid,
-            frame_code, frame_previous, frame_instr, frame_owner, frame_is_entry, code_firstlineno, code_filename, code_qualname, code_linetable }
+            frame_code, frame_previous, frame_instr, frame_owner, frame_is_entry, code_firstlineno, code_filename, code_qualname, code_linetable,
+            code_read_at, tstate_pthread, flags }
         struct unwind_row = Row { pc, kind, rbp_slot, cfa_off8 }
         struct unwind_mapping = UnwindMapping { start, end, bias, table_start, table_len }
         struct unwind_process = UnwindProcess { count, wake_until_ms, flags, java_interp_start, java_interp_end, java_code, v8, m }
@@ -58,7 +59,7 @@ fn abi_matches_c_header() {
             UNWIND_END_NO_PROCESS, UNWIND_END_PENDING, UNWIND_END_BAD_ADDRESS, UNWIND_END_UNSUPPORTED,
             UNWIND_END_READ_FAILED, UNWIND_END_NO_INFO, UNWIND_END_MAX_FRAMES, UNWIND_END_USERSPACE, UNWIND_END_REFUSED, UNWIND_ENDS, UNWIND_PROCESS_CUT, UNWIND_REFUSED_WORDS, UNWIND_TABLE_USERSPACE, JAVA_FRAME_TAG, JAVA_COMPILED_BLOB, JAVA_COMPILE_ID_SHIFT, JAVA_COMPILE_ID_MASK, V8_FRAME_TAG, V8_HEAP_OBJECT_TAG, V8_HEAP_OBJECT_TAG_MASK, ROW_NONE, ROW_CFA_RSP, ROW_CFA_RBP,
             ROW_PLT, ROW_SIGNAL, ROW_END, ROW_UNSUPPORTED, UNWIND_TABLE_HOTSPOT, HOTSPOT_HEAPS, HOTSPOT_HEAPS_ROOM, HOTSPOT_MAX_HOPS, HOTSPOT_MAX_FRAME_WORDS, PY_MAX_PROCESSES, PY_MAX_FRAMES, PY_FRAME_READ, PY_NO_OFFSET,
-            PY_SEGMENT_END, PY_ADDR_BITS, PY_CODE_READ_AT, PY_CODE_READ, PY_FP_MUL, PY_END_NONE, PY_END_ROOT, PY_END_NO_THREAD, PY_END_READ_FAILED, PY_END_MAX_FRAMES }
+            PY_SEGMENT_END, PY_ADDR_BITS, PY_CODE_READ, PY_FRAME_OBJECT_READ, PY_WALK_FRAME_OBJECTS, PY_FP_MUL, PY_END_NONE, PY_END_ROOT, PY_END_NO_THREAD, PY_END_READ_FAILED, PY_END_MAX_FRAMES }
     );
     let header = concat!(env!("CARGO_MANIFEST_DIR"), "/../ebpf/sysprof.h");
     let dir = std::env::temp_dir().join(format!("sysprof-abi-{}", std::process::id()));

@@ -69,6 +69,10 @@ pub const PY_MAX_PROCESSES: u32 = 16384;
 pub const PY_MAX_FRAMES: usize = 128;
 /// `PY_FRAME_READ`
 pub const PY_FRAME_READ: u16 = 80;
+/// `PY_FRAME_OBJECT_READ`
+pub const PY_FRAME_OBJECT_READ: u16 = 112;
+/// `PY_WALK_FRAME_OBJECTS`
+pub const PY_WALK_FRAME_OBJECTS: u16 = 1;
 /// `PY_NO_OFFSET`
 pub const PY_NO_OFFSET: u16 = 0xffff;
 /// `PY_SEGMENT_END`
@@ -76,10 +80,8 @@ pub const PY_SEGMENT_END: u64 = 1;
 /// `PY_ADDR_BITS`: a frame pair's words hold an address below, half a
 /// fingerprint above.
 pub const PY_ADDR_BITS: u32 = 48;
-/// `PY_CODE_READ_AT`
-pub const PY_CODE_READ_AT: u16 = 64;
 /// `PY_CODE_READ`
-pub const PY_CODE_READ: u16 = 80;
+pub const PY_CODE_READ: u16 = 96;
 /// `PY_FP_MUL`
 pub const PY_FP_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 /// `PY_END_NONE`
@@ -108,7 +110,7 @@ pub struct PythonProcess {
     pub tstate_frame: u16,
     /// `_PyCFrame.current_frame`, or `PY_NO_OFFSET`.
     pub cframe_current: u16,
-    /// `PyThreadState.native_thread_id`.
+    /// `PyThreadState.native_thread_id`, or `PY_NO_OFFSET` (before 3.11).
     pub tstate_native_tid: u16,
     /// Frame: code object.
     pub frame_code: u16,
@@ -116,21 +118,25 @@ pub struct PythonProcess {
     pub frame_previous: u16,
     /// Frame: instruction pointer.
     pub frame_instr: u16,
-    /// Frame: owner.
+    /// Frame: owner, or `PY_NO_OFFSET` (before 3.11).
     pub frame_owner: u16,
     /// Frame: 3.11's is_entry, or `PY_NO_OFFSET`.
     pub frame_is_entry: u16,
     /// Code object: `co_firstlineno` (the fingerprint's fields, each
-    /// within `PY_CODE_READ_AT..PY_CODE_READ_AT + PY_CODE_READ - 8`).
+    /// within `code_read_at..code_read_at + PY_CODE_READ - 8`).
     pub code_firstlineno: u16,
     /// Code object: `co_filename`.
     pub code_filename: u16,
     /// Code object: `co_qualname`.
     pub code_qualname: u16,
-    /// Code object: `co_linetable`.
+    /// Code object: `co_linetable` (`co_lnotab` in 3.8 and 3.9).
     pub code_linetable: u16,
-    /// Padding.
-    pub _pad: [u16; 3],
+    /// Where the fingerprint's `PY_CODE_READ` bytes are read from.
+    pub code_read_at: u16,
+    /// `PyThreadState.thread_id` (before 3.11), or `PY_NO_OFFSET`.
+    pub tstate_pthread: u16,
+    /// `PY_WALK_*`.
+    pub flags: u16,
 }
 
 // SAFETY: plain old data.

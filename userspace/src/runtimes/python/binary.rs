@@ -4,41 +4,79 @@
 //!
 //! In: an [`ElfReader`] over a mapped file (read as an attacker wrote it:
 //! symbol tables within the section limit, the version word through the
-//! load segments). Out: a [`PythonBinary`] for a CPython 3.11, 3.12 or 3.13
+//! load segments). Out: a [`PythonBinary`] for a CPython 3.8 to 3.13
 //! interpreter (the executable itself, as Debian's `/usr/bin/python3.11`,
 //! or `libpythonX.Y.so`, as pyenv's `--enable-shared` builds), an error
 //! that names the version for another CPython, nothing for other files.
 //!
+//! The version: 3.11+ say it (`Py_Version`); 3.8 to 3.10 by the C API
+//! each added, which every build exports (`PyCode_NewWithPosOnlyArgs` 3.8,
+//! `PyFrame_GetCode` 3.9, `PyAIter_Check` 3.10).
+//!
 //! The offsets are CPython's own structure layouts for x86_64 default (GIL)
 //! builds, per minor version, checked against the interpreters on this
-//! machine (3.11.2, 3.11.7, 3.12.1, 3.13.0) with ctypes reading their own
-//! memory; a patch release keeps them (CPython freezes a minor version's
-//! internal layout once it is released). 3.13 also publishes them
+//! machine (3.8.18, 3.9.18, 3.10.13, 3.11.2, 3.11.7, 3.12.1, 3.13.0) with
+//! ctypes reading their own memory (`tests/oracles/python_layout.py` for 3.8-3.10); a
+//! patch release keeps them (CPython freezes a minor version's internal
+//! layout once it is released). 3.13 also publishes them
 //! (`_Py_DebugOffsets` at the start of `_PyRuntime`); the table agrees.
 
 use crate::binaries::elf::{vaddr_to_offset, ElfReader};
+
+/// How a frame says which instruction it runs.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Instr {
+    /// 3.11+: a pointer into the code object's bytecode, which starts
+    /// `PyLayout::code_bytecode` bytes into it.
+    Pointer,
+    /// 3.8, 3.9: `f_lasti`, the instruction's offset in bytes.
+    LastiBytes,
+    /// 3.10: `f_lasti`, in code units (2 bytes).
+    LastiUnits,
+}
+
+/// The format of a code object's line table.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum LineFormat {
+    /// 3.11+: the location table (`Objects/locations.md`).
+    Locations,
+    /// 3.8, 3.9: `co_lnotab`, (bytes, lines) increments.
+    Lnotab,
+    /// 3.10: `co_linetable`, (bytes, lines) ranges.
+    Linetable310,
+}
 
 /// Structure offsets of one CPython minor version (bytes).
 #[derive(Debug, PartialEq, Eq)]
 pub struct PyLayout {
     /// 11 for 3.11.
     pub minor: u8,
+    /// 3.8-3.10: frames are heap objects (`PyFrameObject`), each run by an
+    /// eval call of its own (the kernel's `PY_WALK_FRAME_OBJECTS`).
+    pub frame_objects: bool,
     /// `_PyRuntime` -> the `Py_tss_t` of `autoTSSkey` (`{int init; int key}`).
     pub runtime_tss: u64,
-    /// `PyThreadState` -> `cframe` (3.11, 3.12) or `current_frame`.
+    /// `PyThreadState` -> `cframe` (3.11, 3.12), `current_frame` (3.13) or
+    /// `frame` (3.8-3.10).
     pub tstate_frame: u16,
     /// `_PyCFrame` -> `current_frame`, if the version has a cframe.
     pub cframe_current: Option<u16>,
-    /// `PyThreadState.native_thread_id`.
-    pub tstate_native_tid: u16,
+    /// `PyThreadState.native_thread_id` (3.11+).
+    pub tstate_native_tid: Option<u16>,
+    /// `PyThreadState.thread_id` (its `pthread_self`), the thread's check
+    /// where there is no native id (3.8-3.10).
+    pub tstate_pthread: Option<u16>,
     /// `_PyInterpreterFrame.f_code` (`f_executable` in 3.13).
     pub frame_code: u16,
     /// `_PyInterpreterFrame.previous`.
     pub frame_previous: u16,
-    /// `_PyInterpreterFrame.prev_instr` (`instr_ptr` in 3.13).
+    /// `_PyInterpreterFrame.prev_instr` (`instr_ptr` in 3.13), or
+    /// `PyFrameObject.f_lasti`.
     pub frame_instr: u16,
-    /// `_PyInterpreterFrame.owner` (a byte).
-    pub frame_owner: u16,
+    /// What `frame_instr` holds.
+    pub instr: Instr,
+    /// `_PyInterpreterFrame.owner` (a byte; 3.11+).
+    pub frame_owner: Option<u16>,
     /// 3.11's `_PyInterpreterFrame.is_entry` (a byte).
     pub frame_is_entry: Option<u16>,
     /// `PyCodeObject.co_firstlineno` (an int).
@@ -47,12 +85,20 @@ pub struct PyLayout {
     pub code_filename: u64,
     /// `PyCodeObject.co_name`.
     pub code_name: u64,
-    /// `PyCodeObject.co_qualname`.
+    /// `PyCodeObject.co_qualname` (`co_name` before 3.11, which has none).
     pub code_qualname: u64,
-    /// `PyCodeObject.co_linetable` (bytes).
+    /// `PyCodeObject.co_linetable` (bytes; `co_lnotab` in 3.8, 3.9).
     pub code_linetable: u64,
-    /// `PyCodeObject.co_code_adaptive`: where the bytecode starts.
+    /// Its format.
+    pub lines: LineFormat,
+    /// Where the kernel reads the fingerprint's fields from (each within
+    /// `PY_CODE_READ - 8` bytes after).
+    pub code_read_at: u16,
+    /// `PyCodeObject.co_code_adaptive`: where the bytecode starts (3.11+).
     pub code_bytecode: u64,
+    /// `PyCodeObject.co_code`, a bytes object (before 3.11): its size ends
+    /// the last line of a `co_lnotab`.
+    pub code_code: Option<u64>,
     /// `PyObject.ob_type`.
     pub ob_type: u64,
     /// `PyASCIIObject.length`.
@@ -73,26 +119,112 @@ pub struct PyLayout {
     pub interp_modules: u64,
     /// `PyHeapTypeObject.ht_cached_keys`: the keys a class's instances share.
     pub heaptype_cached_keys: u64,
+    /// Whether `threading`'s names are read (the three fields above and the
+    /// dict layouts of `threads_read`: 3.11+).
+    pub names_threads: bool,
 }
 
-const LAYOUTS: [PyLayout; 3] = [
+impl PyLayout {
+    /// Bytes of a code object read to name it: every field used.
+    pub fn code_header_bytes(&self) -> u64 {
+        let fields = [
+            self.ob_type,
+            self.code_firstlineno,
+            self.code_filename,
+            self.code_name,
+            self.code_qualname,
+            self.code_linetable,
+            self.code_code.unwrap_or(0),
+        ];
+        fields.into_iter().max().unwrap_or(0) + 8
+    }
+
+    /// The index in code units (2 bytes) of the instruction a frame of
+    /// `code` says it runs with `instr` (negative: none started yet).
+    pub fn instruction_index(&self, code: u64, instr: u64) -> i64 {
+        match self.instr {
+            Instr::Pointer => {
+                (instr as i64).wrapping_sub(code.wrapping_add(self.code_bytecode) as i64) / 2
+            }
+            Instr::LastiBytes => (instr as u32 as i32 as i64).div_euclid(2),
+            Instr::LastiUnits => instr as u32 as i32 as i64,
+        }
+    }
+}
+
+/// The layout 3.8 to 3.10 share but for their thread-state key's place
+/// and `f_lasti`'s (measured as the module doc says).
+const fn frame_objects(
+    minor: u8,
+    runtime_tss: u64,
+    frame_instr: u16,
+    instr: Instr,
+    lines: LineFormat,
+) -> PyLayout {
     PyLayout {
+        minor,
+        frame_objects: true,
+        runtime_tss,
+        tstate_frame: 24,
+        cframe_current: None,
+        tstate_native_tid: None,
+        tstate_pthread: Some(176),
+        frame_code: 32,
+        frame_previous: 24,
+        frame_instr,
+        instr,
+        frame_owner: None,
+        frame_is_entry: None,
+        code_firstlineno: 40,
+        code_filename: 104,
+        code_name: 112,
+        code_qualname: 112,
+        code_linetable: 120,
+        lines,
+        code_read_at: 40,
+        code_bytecode: 0,
+        code_code: Some(48),
+        ob_type: 8,
+        str_length: 16,
+        str_state: 32,
+        str_ascii_data: 48,
+        str_compact_data: 72,
+        bytes_size: 16,
+        bytes_data: 32,
+        runtime_interp_head: 0,
+        interp_modules: 0,
+        heaptype_cached_keys: 0,
+        names_threads: false,
+    }
+}
+
+const LAYOUTS: [PyLayout; 6] = [
+    frame_objects(8, 0x570, 104, Instr::LastiBytes, LineFormat::Lnotab),
+    frame_objects(9, 0x248, 104, Instr::LastiBytes, LineFormat::Lnotab),
+    frame_objects(10, 0x248, 96, Instr::LastiUnits, LineFormat::Linetable310),
+    PyLayout {
+        frame_objects: false,
         minor: 11,
         runtime_tss: 0x250,
         tstate_frame: 56,
         cframe_current: Some(8),
-        tstate_native_tid: 160,
+        tstate_native_tid: Some(160),
+        tstate_pthread: None,
         frame_code: 32,
         frame_previous: 48,
         frame_instr: 56,
-        frame_owner: 69,
+        instr: Instr::Pointer,
+        frame_owner: Some(69),
         frame_is_entry: Some(68),
         code_firstlineno: 72,
         code_filename: 112,
         code_name: 120,
         code_qualname: 128,
         code_linetable: 136,
+        lines: LineFormat::Locations,
+        code_read_at: 64,
         code_bytecode: 184,
+        code_code: None,
         ob_type: 8,
         str_length: 16,
         str_state: 32,
@@ -103,24 +235,31 @@ const LAYOUTS: [PyLayout; 3] = [
         runtime_interp_head: 40,
         interp_modules: 888,
         heaptype_cached_keys: 872,
+        names_threads: true,
     },
     PyLayout {
+        frame_objects: false,
         minor: 12,
         runtime_tss: 0x608,
         tstate_frame: 56,
         cframe_current: Some(0),
-        tstate_native_tid: 144,
+        tstate_native_tid: Some(144),
+        tstate_pthread: None,
         frame_code: 0,
         frame_previous: 8,
         frame_instr: 56,
-        frame_owner: 70,
+        instr: Instr::Pointer,
+        frame_owner: Some(70),
         frame_is_entry: None,
         code_firstlineno: 68,
         code_filename: 112,
         code_name: 120,
         code_qualname: 128,
         code_linetable: 136,
+        lines: LineFormat::Locations,
+        code_read_at: 64,
         code_bytecode: 192,
+        code_code: None,
         ob_type: 8,
         str_length: 16,
         str_state: 32,
@@ -131,24 +270,31 @@ const LAYOUTS: [PyLayout; 3] = [
         runtime_interp_head: 40,
         interp_modules: 944,
         heaptype_cached_keys: 880,
+        names_threads: true,
     },
     PyLayout {
+        frame_objects: false,
         minor: 13,
         runtime_tss: 0x870,
         tstate_frame: 72,
         cframe_current: None,
-        tstate_native_tid: 160,
+        tstate_native_tid: Some(160),
+        tstate_pthread: None,
         frame_code: 0,
         frame_previous: 8,
         frame_instr: 56,
-        frame_owner: 70,
+        instr: Instr::Pointer,
+        frame_owner: Some(70),
         frame_is_entry: None,
         code_firstlineno: 68,
         code_filename: 112,
         code_name: 120,
         code_qualname: 128,
         code_linetable: 136,
+        lines: LineFormat::Locations,
+        code_read_at: 64,
         code_bytecode: 200,
+        code_code: None,
         ob_type: 8,
         str_length: 16,
         str_state: 32,
@@ -159,8 +305,12 @@ const LAYOUTS: [PyLayout; 3] = [
         runtime_interp_head: 632,
         interp_modules: 7656,
         heaptype_cached_keys: 880,
+        names_threads: true,
     },
 ];
+
+/// The versions read, as said to users.
+pub const SUPPORTED: &str = "3.8 to 3.13";
 
 /// The layout of CPython 3.`minor`, if this build knows it.
 pub fn layout(minor: u8) -> Option<&'static PyLayout> {
@@ -170,7 +320,8 @@ pub fn layout(minor: u8) -> Option<&'static PyLayout> {
 /// A CPython interpreter in a file: addresses in the file's address space.
 #[derive(Debug)]
 pub struct PythonBinary {
-    /// `PY_VERSION_HEX` (0x030b07f0 for 3.11.7).
+    /// `PY_VERSION_HEX` (0x030b07f0 for 3.11.7; before 3.11, which do not
+    /// say it, the minor version's: 0x030a0000).
     pub version: u32,
     /// `_PyRuntime`.
     pub runtime: u64,
@@ -182,7 +333,33 @@ pub struct PythonBinary {
     pub eval: Vec<(u64, u64)>,
     /// The version's structure layout.
     pub layout: &'static PyLayout,
+    /// Before 3.11: the functions ([`CALL_PATH`]) a Python function's call
+    /// of another passes through from one eval call to the next, by their
+    /// symbols: [start, end) ranges.
+    pub call_path: Vec<(u64, u64)>,
 }
+
+/// What CPython 3.8-3.10 run between a Python function's call and the
+/// callee's own eval call (`call_function` -> `_PyObject_Vectorcall` ->
+/// `_PyFunction_Vectorcall` -> `function_code_fastcall` or `_PyEval_Vector`
+/// -> `_PyEval_EvalFrame`): the steps 3.11+ take inside the eval loop, with
+/// no native frame. Between two Python frames they are left out, so a
+/// stack reads as 3.11+'s do; a C function between (`builtin_sorted`, a C
+/// extension's, `PyObject_Call`) stays. By symbol: a build without these
+/// (a stripped one) keeps them.
+pub const CALL_PATH: [&str; 11] = [
+    "call_function",
+    "_PyObject_Vectorcall",
+    "_PyObject_VectorcallTstate",
+    "_PyFunction_Vectorcall",
+    "function_code_fastcall",
+    "method_vectorcall",
+    "_PyEval_EvalCode",
+    "_PyEval_EvalCodeWithName",
+    "_PyEval_Vector",
+    "_PyEval_EvalFrame",
+    "PyEval_EvalFrameEx",
+];
 
 /// Whether a mapped file may be a CPython interpreter, by its name
 /// (`python3.11`, `libpython3.12.so.1.0`): only those are read, so the
@@ -217,8 +394,15 @@ pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
     let symbols = elf.symbols_where(|n| {
         matches!(
             n,
-            b"_PyRuntime" | b"Py_Version" | b"PyCode_Type" | b"PyEval_EvalFrameEx"
+            b"_PyRuntime"
+                | b"Py_Version"
+                | b"PyCode_Type"
+                | b"PyEval_EvalFrameEx"
+                | b"PyCode_NewWithPosOnlyArgs"
+                | b"PyFrame_GetCode"
+                | b"PyAIter_Check"
         ) || n.starts_with(b"_PyEval_EvalFrameDefault")
+            || CALL_PATH.iter().any(|c| c.as_bytes() == n)
     });
     let find = |name: &str| {
         symbols
@@ -226,29 +410,52 @@ pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
             .find(|(n, _, _)| n == name)
             .map(|&(_, addr, size)| (addr, size))
     };
-    let (Some((runtime, _)), Some((version_at, _))) = (find("_PyRuntime"), find("Py_Version"))
-    else {
-        // Py_Version is 3.11's; an eval loop defined here without it is an
-        // older interpreter (2.7 to 3.10), not a launcher.
-        if find("PyEval_EvalFrameEx").is_some() || find("_PyEval_EvalFrameDefault").is_some() {
-            return Err(NotRead::Version("CPython older than 3.11 (no Py_Version): this build reads the frames of 3.11 to 3.13".into()));
-        }
-        return Ok(None);
-    };
+    // An eval loop defined here: an interpreter, not a launcher.
+    let has_eval =
+        find("PyEval_EvalFrameEx").is_some() || find("_PyEval_EvalFrameDefault").is_some();
     let segments = elf
         .segments()
         .map_err(|e| NotRead::Damaged(e.to_string()))?;
-    let offset = vaddr_to_offset(&segments, version_at).ok_or("Py_Version lies in no segment")?;
-    let bytes = elf
-        .read_checked("Py_Version", offset, 4)
-        .map_err(|e| NotRead::Damaged(e.to_string()))?;
-    let version = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"));
+    let (runtime, version) = match (find("_PyRuntime"), find("Py_Version")) {
+        (Some((runtime, _)), Some((version_at, _))) => {
+            let offset =
+                vaddr_to_offset(&segments, version_at).ok_or("Py_Version lies in no segment")?;
+            let bytes = elf
+                .read_checked("Py_Version", offset, 4)
+                .map_err(|e| NotRead::Damaged(e.to_string()))?;
+            (
+                runtime,
+                u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")),
+            )
+        }
+        // Before 3.11, which says no version: the newest C API it defines.
+        (Some((runtime, _)), None) if has_eval => {
+            let minor = if find("PyAIter_Check").is_some() {
+                10
+            } else if find("PyFrame_GetCode").is_some() {
+                9
+            } else if find("PyCode_NewWithPosOnlyArgs").is_some() {
+                8
+            } else {
+                return Err(NotRead::Version(format!(
+                    "CPython older than 3.8: this build reads the frames of {SUPPORTED}"
+                )));
+            };
+            (runtime, 0x0300_0000 | minor << 16)
+        }
+        _ if has_eval => {
+            return Err(NotRead::Version(format!(
+                "CPython older than 3.8: this build reads the frames of {SUPPORTED}"
+            )))
+        }
+        _ => return Ok(None),
+    };
     let (major, minor) = (version >> 24, (version >> 16) & 0xff);
     let layout = match layout(minor as u8) {
         Some(l) if major == 3 => l,
         _ => {
             return Err(NotRead::Version(format!(
-                "CPython {major}.{minor}: this build reads the frames of 3.11 to 3.13"
+                "CPython {major}.{minor}: this build reads the frames of {SUPPORTED}"
             )))
         }
     };
@@ -273,12 +480,24 @@ pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
             eval.push(cold);
         }
     }
+    let mut call_path: Vec<(u64, u64)> = if layout.frame_objects {
+        symbols
+            .iter()
+            .filter(|(n, _, size)| CALL_PATH.contains(&n.as_str()) && *size > 0)
+            .map(|&(_, addr, size)| (addr, addr.saturating_add(size)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    call_path.sort_unstable();
+    call_path.dedup();
     Ok(Some(PythonBinary {
         version,
         runtime,
         code_type,
         eval,
         layout,
+        call_path,
     }))
 }
 
@@ -344,28 +563,112 @@ fn unnamed_cold_part(
 mod tests {
     use super::*;
 
-    /// Check that each layout's offsets fit the kernel walker's reads: words
-    /// below 64 and bytes below PY_FRAME_READ of a frame (python.bpf.h masks
-    /// them so), and that the versions are the ones named.
+    /// Check that each layout's offsets fit the kernel walker's reads: a
+    /// frame's fields within the bytes read of it (PY_FRAME_READ, or
+    /// PY_FRAME_OBJECT_READ before 3.11), below the 127 python.bpf.h masks
+    /// them to; the fingerprint's code fields within the PY_CODE_READ bytes
+    /// read from `code_read_at`; and that the versions are the ones named.
     #[test]
     fn layouts_fit_the_kernel_walk() {
+        use crate::bpf::abi::{PY_CODE_READ, PY_FRAME_OBJECT_READ, PY_FRAME_READ};
         for l in &LAYOUTS {
+            let read = if l.frame_objects {
+                PY_FRAME_OBJECT_READ
+            } else {
+                PY_FRAME_READ
+            };
             for word in [l.frame_code, l.frame_previous, l.frame_instr] {
-                assert!(word + 8 <= 64, "3.{}: {word}", l.minor);
+                assert!(word + 8 <= read && word <= 127, "3.{}: {word}", l.minor);
             }
-            for byte in [Some(l.frame_owner), l.frame_is_entry]
-                .into_iter()
-                .flatten()
-            {
+            for byte in [l.frame_owner, l.frame_is_entry].into_iter().flatten() {
+                assert!(byte < read, "3.{}: {byte}", l.minor);
+            }
+            for field in [
+                l.code_firstlineno,
+                l.code_filename,
+                l.code_qualname,
+                l.code_linetable,
+            ] {
+                let at = field as u16;
                 assert!(
-                    byte < crate::bpf::abi::PY_FRAME_READ,
-                    "3.{}: {byte}",
+                    at >= l.code_read_at && at + 8 <= l.code_read_at + PY_CODE_READ,
+                    "3.{}: code field {at}",
                     l.minor
                 );
             }
+            assert_eq!(l.frame_objects, l.minor < 11);
+            assert_eq!(
+                l.frame_objects,
+                l.tstate_native_tid.is_none() && l.tstate_pthread.is_some()
+            );
             assert_eq!(layout(l.minor).map(|x| x.minor), Some(l.minor));
         }
-        assert!(layout(10).is_none() && layout(14).is_none());
+        assert!(layout(7).is_none() && layout(14).is_none());
+    }
+
+    /// Check the 3.8-3.10 layouts against what each installed interpreter
+    /// finds in its own memory (`tests/oracles/python_layout.py`, through
+    /// ctypes): every offset the kernel and the code reader use.
+    #[test]
+    fn frame_object_layouts_match_what_each_interpreter_measures() {
+        let oracle = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/oracles/python_layout.py"
+        );
+        let Ok(dirs) = std::fs::read_dir("/root/.pyenv/versions") else {
+            eprintln!("no /root/.pyenv/versions: NOT CHECKED");
+            return;
+        };
+        let mut checked = Vec::new();
+        for d in dirs.filter_map(|e| e.ok()) {
+            let name = d.file_name().to_string_lossy().into_owned();
+            let Some(minor) = ["3.8.", "3.9.", "3.10."]
+                .iter()
+                .position(|p| name.starts_with(p))
+                .map(|i| i as u8 + 8)
+            else {
+                continue;
+            };
+            let out = std::process::Command::new(d.path().join("bin/python3"))
+                .arg(oracle)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let said = |field: &str| -> String {
+                text.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(&format!("{field}=")))
+                    .unwrap_or_else(|| panic!("{name}: no {field} in {text}"))
+                    .to_string()
+            };
+            let l = layout(minor).unwrap();
+            assert_eq!(
+                said("runtime_tss"),
+                format!("['{:#x}']", l.runtime_tss),
+                "{name}"
+            );
+            let expect = [
+                ("tstate_pthread", l.tstate_pthread.unwrap() as u64),
+                ("tstate_frame", l.tstate_frame as u64),
+                ("frame_back", l.frame_previous as u64),
+                ("frame_code", l.frame_code as u64),
+                ("frame_lasti", l.frame_instr as u64),
+                ("code_firstlineno", l.code_firstlineno),
+                ("code_code", l.code_code.unwrap()),
+                ("code_filename", l.code_filename),
+                ("code_name", l.code_name),
+                ("code_linetable", l.code_linetable),
+            ];
+            for (field, want) in expect {
+                assert_eq!(said(field), want.to_string(), "{name}: {field}");
+            }
+            checked.push(name);
+        }
+        eprintln!("checked {checked:?}");
     }
 
     /// Check that Debian's python3.11, stripped, has its eval loop's
@@ -395,7 +698,7 @@ mod tests {
         eprintln!("eval loop {hot:x?}, cold part {cold:x?}");
     }
 
-    /// Check that each interpreter pyenv installed is told apart: 3.11-3.13
+    /// Check that each interpreter pyenv installed is told apart: 3.8-3.13
     /// read with their own layout, older ones (and a launcher that only
     /// links libpython) never read with a wrong one: an older libpython is
     /// a version this build does not read, a launcher no interpreter.
@@ -423,13 +726,13 @@ mod tests {
             let got = read(&ElfReader::new(&f, Default::default()));
             match got {
                 Ok(Some(p)) => assert!(
-                    major == 3 && (11..=13).contains(&minor) && p.layout.minor == minor,
+                    major == 3 && (8..=13).contains(&minor) && p.layout.minor == minor,
                     "{}: read as 3.{}",
                     lib.display(),
                     p.layout.minor
                 ),
                 Err(NotRead::Version(why)) => assert!(
-                    major < 3 || !(11..=13).contains(&minor),
+                    major < 3 || !(8..=13).contains(&minor),
                     "{}: {why}",
                     lib.display()
                 ),

@@ -24,7 +24,10 @@
 //! call of the eval loop began with). One eval frame more than segments is
 //! a call entering or leaving the loop: the leaf-most stays a native frame.
 //! Segments left over (the native walk stopped short) go below the native
-//! frames, before the cut, so the Python callers are kept.
+//! frames, before the cut, so the Python callers are kept. Before 3.11 each
+//! Python frame is a segment of its own, and the interpreter's steps from
+//! one eval call to the next ([`crate::runtimes::python::binary::CALL_PATH`])
+//! are left out between two of them.
 
 use std::sync::Arc;
 
@@ -118,14 +121,14 @@ pub fn merge(
     let skip = usize::from(evals == segments.len() + 1);
     let mut next_segment = 0;
     let mut seen = 0;
+    // Where the native frames after the last segment placed start in `out`.
+    let mut after_segment: Option<usize> = None;
     let mut push_segment = |s: (usize, usize), out: &mut Vec<u64>| {
         for i in s.0..s.1 {
             let frame = KernelPyFrame::from_words(pairs[2 * i], pairs[2 * i + 1]);
             let key = match codes.code(pid, &frame, py) {
                 Some(info) => {
-                    let index = (frame.instr as i64).wrapping_sub(
-                        frame.code.wrapping_add(py.binary.layout.code_bytecode) as i64,
-                    ) / 2;
+                    let index = py.binary.layout.instruction_index(frame.code, frame.instr);
                     frames.key(&info, info.line(index))
                 }
                 None => {
@@ -140,7 +143,20 @@ pub fn merge(
         if is_eval(depth, addr) {
             seen += 1;
             if seen > skip && next_segment < segments.len() {
+                // Before 3.11: the interpreter's own steps between a Python
+                // caller and this callee (all return addresses) go.
+                if let Some(from) = after_segment {
+                    let mut kept = from;
+                    for i in from..out.len() {
+                        if !py.in_call_path(out[i].wrapping_sub(1)) {
+                            out[kept] = out[i];
+                            kept += 1;
+                        }
+                    }
+                    out.truncate(kept);
+                }
                 push_segment(segments[next_segment], out);
+                after_segment = Some(out.len());
                 next_segment += 1;
                 continue;
             }

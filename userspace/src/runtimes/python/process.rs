@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::bpf::abi::{PythonProcess, PY_NO_OFFSET};
+use crate::bpf::abi::{PythonProcess, PY_NO_OFFSET, PY_WALK_FRAME_OBJECTS};
 use crate::runtimes::python::binary::PythonBinary;
 
 /// glibc (x86_64, 2.34 and later): where `struct pthread` keeps the first
@@ -36,6 +36,14 @@ impl PythonRuntime {
         self.binary.eval.iter().any(|&(s, e)| a >= s && a < e)
     }
 
+    /// Whether `addr` (a process address) is in the steps 3.8-3.10 take
+    /// from a Python call to the callee's eval call
+    /// ([`crate::runtimes::python::binary::CALL_PATH`]).
+    pub fn in_call_path(&self, addr: u64) -> bool {
+        let a = addr.wrapping_sub(self.base);
+        self.binary.call_path.iter().any(|&(s, e)| a >= s && a < e)
+    }
+
     /// Where every code object's type lies in the process.
     pub fn code_type(&self) -> u64 {
         self.base.wrapping_add(self.binary.code_type)
@@ -53,17 +61,23 @@ impl PythonRuntime {
             tsd_offset: GLIBC_TSD_OFFSET,
             tstate_frame: l.tstate_frame,
             cframe_current: l.cframe_current.unwrap_or(PY_NO_OFFSET),
-            tstate_native_tid: l.tstate_native_tid,
+            tstate_native_tid: l.tstate_native_tid.unwrap_or(PY_NO_OFFSET),
             frame_code: l.frame_code,
             frame_previous: l.frame_previous,
             frame_instr: l.frame_instr,
-            frame_owner: l.frame_owner,
+            frame_owner: l.frame_owner.unwrap_or(PY_NO_OFFSET),
             frame_is_entry: l.frame_is_entry.unwrap_or(PY_NO_OFFSET),
             code_firstlineno: l.code_firstlineno as u16,
             code_filename: l.code_filename as u16,
             code_qualname: l.code_qualname as u16,
             code_linetable: l.code_linetable as u16,
-            _pad: [0; 3],
+            code_read_at: l.code_read_at,
+            tstate_pthread: l.tstate_pthread.unwrap_or(PY_NO_OFFSET),
+            flags: if l.frame_objects {
+                PY_WALK_FRAME_OBJECTS
+            } else {
+                0
+            },
         }
     }
 }

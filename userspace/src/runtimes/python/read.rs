@@ -21,7 +21,7 @@
 
 use crate::bpf::abi::{PY_ADDR_BITS, PY_FP_MUL};
 pub use crate::runtimes::frames::CodeInfo;
-use crate::runtimes::python::binary::PyLayout;
+use crate::runtimes::python::binary::{LineFormat, PyLayout};
 use crate::sys::memory::read_process;
 
 /// `PyObject.ob_refcnt`, first in every object of the builds read here
@@ -169,7 +169,7 @@ pub fn read_code(
     l: &PyLayout,
     code_type: u64,
 ) -> Result<CodeInfo, CodeError> {
-    let mut header = vec![0u8; l.code_bytecode as usize];
+    let mut header = vec![0u8; l.code_header_bytes() as usize];
     read_process(pid, addr, &mut header).map_err(|_| CodeError::Unreadable)?;
     let field = |at: u64| read_u64(&header, at).ok_or(CodeError::NotCode);
     if field(l.ob_type)? != code_type {
@@ -205,6 +205,15 @@ pub fn read_code(
     let mut line_table = vec![0u8; size as usize];
     read_process(pid, table.wrapping_add(l.bytes_data), &mut line_table)
         .map_err(|_| CodeError::Unreadable)?;
+    let line_table = match l.lines {
+        LineFormat::Locations => line_table,
+        LineFormat::Linetable310 => locations_of(&linetable_310_ranges(&line_table)),
+        LineFormat::Lnotab => {
+            let code = field(l.code_code.ok_or(CodeError::Malformed("layout"))?)?;
+            let code_bytes = read_word(pid, code.wrapping_add(l.bytes_size))?;
+            locations_of(&lnotab_ranges(&line_table, code_bytes.min(MAX_CODE_BYTES)))
+        }
+    };
     Ok(CodeInfo {
         kind: crate::model::recording::FrameKind::Python,
         qualname: qualname.into(),
@@ -214,6 +223,87 @@ pub fn read_code(
     })
 }
 
+/// Bytecode bytes of a 3.8/3.9 code object its line table is said for, at
+/// most (a larger `co_code` size is a lie; its last line ends there).
+const MAX_CODE_BYTES: u64 = 1 << 24;
+
+/// A run of bytecode on one line: (bytes, the line or None for none).
+type LineRange = (u64, Option<i64>);
+
+/// 3.8 and 3.9's `co_lnotab` (`Objects/lnotab_notes.txt`): pairs of (bytes
+/// on, lines on, signed) increments from offset 0 at the first line (as
+/// `PyCode_Addr2Line` walks them); the last line runs to `code_bytes`.
+fn lnotab_ranges(table: &[u8], code_bytes: u64) -> Vec<LineRange> {
+    let mut ranges = Vec::new();
+    let (mut addr, mut line) = (0u64, 0i64);
+    for pair in table.chunks_exact(2) {
+        if pair[0] > 0 {
+            ranges.push((pair[0] as u64, Some(line)));
+            addr += pair[0] as u64;
+        }
+        line += pair[1] as i8 as i64;
+    }
+    if code_bytes > addr {
+        ranges.push((code_bytes - addr, Some(line)));
+    }
+    ranges
+}
+
+/// 3.10's `co_linetable`: pairs of (bytes, signed line increment) ranges,
+/// an increment of -128 saying the range has no line (as 3.10's
+/// `PyLineTable_NextAddressRange` reads them).
+fn linetable_310_ranges(table: &[u8]) -> Vec<LineRange> {
+    let mut line = 0i64;
+    table
+        .chunks_exact(2)
+        .map(|pair| {
+            let delta = pair[1] as i8;
+            if delta != -128 {
+                line += delta as i64;
+            }
+            (pair[0] as u64, (delta != -128).then_some(line))
+        })
+        .filter(|&(bytes, _)| bytes > 0)
+        .collect()
+}
+
+/// Ranges of lines relative to the first line, as a 3.11+ location table
+/// ([`location_line`] reads one format): entries of up to 8 code units,
+/// "no column" ones (kind 13) carrying the line's change, "no location"
+/// (kind 15) where a range has no line. Translated once per code object.
+fn locations_of(ranges: &[LineRange]) -> Vec<u8> {
+    let mut table = Vec::new();
+    let mut line = 0i64;
+    for &(bytes, at) in ranges {
+        let mut units = bytes / 2;
+        while units > 0 {
+            let n = units.min(8);
+            units -= n;
+            let Some(at) = at else {
+                table.push(0x80 | 15 << 3 | (n as u8 - 1));
+                continue;
+            };
+            table.push(0x80 | 13 << 3 | (n as u8 - 1));
+            let delta = at - line;
+            line = at;
+            let mut v = if delta < 0 {
+                (delta.unsigned_abs()) << 1 | 1
+            } else {
+                (delta as u64) << 1
+            };
+            loop {
+                let more = v >= 64;
+                table.push((v & 63) as u8 | if more { 64 } else { 0 });
+                v >>= 6;
+                if !more {
+                    break;
+                }
+            }
+        }
+    }
+    table
+}
+
 /// The line of the instruction `index` code units into the bytecode, from
 /// a 3.11+ location table (CPython's `Objects/locations.md`): entries of
 /// `(b & 7) + 1` code units, a first byte with bit 7 set and the entry's
@@ -221,6 +311,9 @@ pub fn read_code(
 /// and 14 add a signed varint (14 then holds three more varints), 15 has
 /// no location. Varints are 6-bit groups, bit 6 meaning more follow.
 pub fn location_line(table: &[u8], first_line: u32, index: i64) -> u32 {
+    if index < 0 {
+        return first_line;
+    }
     let mut line = first_line as i64;
     let mut at = 0usize;
     let mut start = 0i64;
@@ -283,29 +376,40 @@ pub fn location_line(table: &[u8], first_line: u32, index: i64) -> u32 {
 mod tests {
     use super::*;
 
-    /// Check the decoder against CPython's own `co_lines()`: for a function
-    /// whose body spans lines, each instruction's line, as every installed
-    /// interpreter (3.11 to 3.13) computes it, equals ours.
+    /// Check the line tables against CPython's own reading of them: for a
+    /// function whose body spans lines, each instruction's line, as every
+    /// installed interpreter computes it (`co_lines()`, 3.10+;
+    /// `dis.findlinestarts`, 3.8 and 3.9), equals ours, from 3.11+'s
+    /// location table and from 3.8-3.10's tables translated into one.
     #[test]
     fn location_lines_match_co_lines() {
         let script = r#"
-import sys
+import sys, dis
 def f(a):
     x = a + 1
     if x > 2:
         y = [i * 2 for i in range(x)]
     else:
         y = None
+    for k in range(3):
+        x += k
+
 
     return (x,
             y)
 c = f.__code__
-print(c.co_firstlineno, c.co_linetable.hex())
-for start, end, line in c.co_lines():
-    for i in range(start // 2, end // 2):
-        print(i, -1 if line is None else line)
+table = c.co_linetable if sys.version_info >= (3, 10) else c.co_lnotab
+print(sys.version_info[1], c.co_firstlineno, len(c.co_code), table.hex())
+if hasattr(c, "co_lines"):
+    for start, end, line in c.co_lines():
+        for i in range(start // 2, end // 2):
+            print(i, -1 if line is None else line)
+else:
+    starts = list(dis.findlinestarts(c))
+    for i in range(len(c.co_code) // 2):
+        print(i, [l for o, l in starts if o <= 2 * i][-1])
 "#;
-        let mut ran = 0;
+        let mut checked_minors = Vec::new();
         let mut pythons: Vec<std::path::PathBuf> = vec!["/usr/bin/python3".into()];
         if let Ok(dir) = std::fs::read_dir("/root/.pyenv/versions") {
             pythons.extend(
@@ -324,27 +428,25 @@ for start, end, line in c.co_lines():
             let text = String::from_utf8_lossy(&out.stdout);
             let mut lines = text.lines();
             let Some(head) = lines.next() else { continue };
-            let (first, hex) = head.split_once(' ').unwrap();
-            let Ok(first) = first.parse::<u32>() else {
+            let head: Vec<&str> = head.split(' ').collect();
+            let [minor, first, code_bytes, hex] = head[..] else {
                 continue;
             };
-            let table: Vec<u8> = (0..hex.len())
+            let (minor, first, code_bytes): (u8, u32, u64) = (
+                minor.parse().unwrap(),
+                first.parse().unwrap(),
+                code_bytes.parse().unwrap(),
+            );
+            let raw: Vec<u8> = (0..hex.len())
                 .step_by(2)
                 .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
                 .collect();
-            let version = std::process::Command::new(&py)
-                .arg("-c")
-                .arg("import sys; print(sys.version_info[1])")
-                .output()
-                .unwrap();
-            if String::from_utf8_lossy(&version.stdout)
-                .trim()
-                .parse::<u32>()
-                .unwrap_or(0)
-                < 11
-            {
-                continue;
-            }
+            let table = match minor {
+                8 | 9 => locations_of(&lnotab_ranges(&raw, code_bytes)),
+                10 => locations_of(&linetable_310_ranges(&raw)),
+                11.. => raw,
+                _ => continue,
+            };
             let mut checked = 0;
             for l in lines {
                 let (i, line) = l.split_once(' ').unwrap();
@@ -353,22 +455,51 @@ for start, end, line in c.co_lines():
                     assert_eq!(
                         location_line(&table, first, i) as i64,
                         line,
-                        "{}: instruction {i}",
+                        "{} (3.{minor}): instruction {i}",
                         py.display()
                     );
                     checked += 1;
                 }
             }
             assert!(checked > 10, "{}: {checked} instructions", py.display());
-            ran += 1;
+            assert_eq!(
+                location_line(&table, first, -1),
+                first,
+                "before the first instruction"
+            );
+            checked_minors.push(minor);
         }
+        eprintln!("checked 3.{checked_minors:?}");
         assert!(
-            ran >= 1,
+            checked_minors.iter().any(|&m| m >= 11),
             "no CPython 3.11+ to check the location table against"
         );
     }
 
-    /// Check, against every installed CPython 3.11+ reading its own code
+    /// A line table's lines and lengths carried into the location format:
+    /// a line's run longer than an entry holds, a jump back of hundreds of
+    /// lines, and a run without a line (kept at the line before).
+    #[test]
+    fn translated_line_tables_keep_long_runs_and_big_jumps() {
+        let table = locations_of(&[(40, Some(0)), (6, Some(300)), (4, None), (2, Some(-2))]);
+        let line = |i| location_line(&table, 100, i);
+        assert_eq!((line(0), line(19)), (100, 100));
+        assert_eq!((line(20), line(22)), (400, 400));
+        assert_eq!((line(23), line(24)), (400, 400));
+        assert_eq!(line(25), 98);
+        assert_eq!(line(26), 100, "past the table: the first line");
+        // lnotab: (bytes, lines) increments; 3.10: ranges, -128 for none.
+        assert_eq!(
+            lnotab_ranges(&[0, 2, 6, 1, 4, 0xff], 20),
+            vec![(6, Some(2)), (4, Some(3)), (10, Some(2))]
+        );
+        assert_eq!(
+            linetable_310_ranges(&[6, 1, 4, 0x80, 0, 2, 4, 1]),
+            vec![(6, Some(1)), (4, None), (4, Some(4))]
+        );
+    }
+
+    /// Check, against every installed CPython 3.8+ reading its own code
     /// objects, that the fingerprint's fields are the ones the layout says
     /// (the ids of `co_qualname`, `co_filename`, `co_linetable` and
     /// `co_firstlineno`, as the kernel reads them at those offsets): each
@@ -377,7 +508,7 @@ for start, end, line in c.co_lines():
     #[test]
     fn code_objects_are_read_only_with_their_own_fingerprint() {
         use std::io::BufRead;
-        let script = "import sys\ndef f(x):\n    return x + 1\nclass C:\n    def m(self):\n        pass\nc = [f.__code__, C.m.__code__, compile('z = 1', 'gone.py', 'exec')]\nw = [f'{id(x)},{id(x.co_qualname)},{id(x.co_filename)},{id(x.co_linetable)},{x.co_firstlineno}' for x in c]\nt = id(type(c[0]))\ndel c[2]\nprint(sys.version_info.minor, t, *w, flush=True)\nsys.stdin.read()\n";
+        let script = "import sys\ndef f(x):\n    return x + 1\nclass C:\n    def m(self):\n        pass\nc = [f.__code__, C.m.__code__, compile('z = 1', 'gone.py', 'exec')]\nw = [f'{id(x)},{id(getattr(x, \"co_qualname\", x.co_name))},{id(x.co_filename)},{id(x.co_linetable if sys.version_info >= (3, 10) else x.co_lnotab)},{x.co_firstlineno}' for x in c]\nt = id(type(c[0]))\ndel c[2]\nprint(sys.version_info.minor, t, *w, flush=True)\nsys.stdin.read()\n";
         let mut pythons: Vec<std::path::PathBuf> = vec!["/usr/bin/python3".into()];
         if let Ok(dir) = std::fs::read_dir("/root/.pyenv/versions") {
             pythons.extend(
@@ -391,7 +522,7 @@ for start, end, line in c.co_lines():
                 .args(["-c", script])
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::null()) // before 3.11: no co_qualname, skipped below
+                .stderr(std::process::Stdio::null())
                 .spawn()
             else {
                 continue;
@@ -423,7 +554,9 @@ for start, end, line in c.co_lines():
                     py.display()
                 );
             }
-            assert_eq!(names, ["f", "C.m"], "{}", py.display());
+            // Before 3.11 a code object has no qualified name.
+            let method = if minor >= 11 { "C.m" } else { "m" };
+            assert_eq!(names, ["f", method], "{}", py.display());
             // The last: a code object already freed when it is read.
             let v: Vec<u64> = freed.split(',').map(|x| x.parse().unwrap()).collect();
             let fp = fingerprint(v[1], v[2], v[3], v[4] as u32);
@@ -433,7 +566,7 @@ for start, end, line in c.co_lines():
             let _ = child.wait();
             checked += 1;
         }
-        assert!(checked >= 1, "no CPython 3.11+ to read code objects from");
+        assert!(checked >= 1, "no CPython 3.8+ to read code objects from");
     }
 
     /// Check that the halves of a fingerprint and the flags come apart

@@ -5,7 +5,8 @@
 //! the thread (`threading.Thread(name="hasher")`), which the window's
 //! thread list takes where the kernel's name is only inherited (CPython
 //! before 3.14 never sets it: every thread is "python3") or is the given
-//! name cut at 15 bytes (3.14 sets it).
+//! name cut at 15 bytes (3.14 sets it). Read for 3.11+ (whose dict
+//! layouts `threads_read` knows); 3.8-3.10's threads keep the kernel's names.
 //!
 //! The names are read from the interpreter's memory
 //! ([`crate::runtimes::python::threads_read`]) of the processes whose Python
@@ -73,6 +74,9 @@ impl PythonThreadNames {
     /// Read `pid`'s thread names now (`now_ns`, for the retries), its
     /// interpreter being `py`.
     pub fn refresh(&mut self, pid: u32, py: &PythonRuntime, now_ns: u64) {
+        if !py.binary.layout.names_threads {
+            return;
+        }
         let identity = (Arc::as_ptr(&py.binary) as usize, py.base);
         if self.by_pid.get(&pid).is_some_and(|n| n.runtime != identity) {
             self.by_pid.remove(&pid);
