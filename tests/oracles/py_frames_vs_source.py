@@ -47,7 +47,9 @@ def source_path(filename):
 
 
 def scopes(filename):
-    """[(qualname, first_line, last_line)] of every function and class body."""
+    """[(qualname, first_line, last_line, is_class, def_line)] of every
+    function and class: from its first decorator to its end, and the line of
+    its `def` (which, with its decorators' lines, the enclosing code runs)."""
     if filename in _trees:
         return _trees[filename]
     path = source_path(filename)
@@ -69,7 +71,7 @@ def scopes(filename):
                         name = "<lambda>" if isinstance(child, ast.Lambda) else child.name
                         q = prefix + name
                         first = min([child.lineno] + [d.lineno for d in getattr(child, "decorator_list", [])])
-                        out.append((q, first, child.end_lineno, isinstance(child, ast.ClassDef)))
+                        out.append((q, first, child.end_lineno, isinstance(child, ast.ClassDef), child.lineno))
                         is_fn = not isinstance(child, ast.ClassDef)
                         walk(child, q + (".<locals>." if is_fn else "."), is_fn)
                     else:
@@ -95,7 +97,7 @@ def contradicts(name, filename, line):
         # class body is module code too).
         if line > _line_counts.get(filename, 0):
             return True
-        return any(first < line <= last and not is_class for (_, first, last, is_class) in sc)
+        return any(def_line < line <= last and not is_class for (_, _, last, is_class, def_line) in sc)
     base = name
     for c in COMPREHENSIONS:
         if name.endswith("." + c):
@@ -109,7 +111,7 @@ def contradicts(name, filename, line):
     # A <locals>-free comprehension qualname ends in ".<locals>" after strip.
     if base.endswith(".<locals>"):
         base = base[: -len(".<locals>")]
-    for (q, first, last, _) in sc:
+    for (q, first, last, _, _) in sc:
         if (q == base or (NAMES_ARE_BARE and q.rsplit(".", 1)[-1] == base)) and first <= line <= last:
             return False
     return True
