@@ -283,6 +283,10 @@ struct unwind_process {
 #define PY_WALK_FRAME_OBJECTS 1   /* python_process.flags: 3.8-3.10's heap frames (PyFrameObject):
 				   * each run by a C-level eval call of its own, the
 				   * instruction an int (f_lasti), no owner byte */
+#define PY_WALK_PHP 2             /* python_process.flags: a PHP process (runtimes/php.bpf.h) */
+#define PHP_FRAME_READ 64         /* bytes of a zend_execute_data read at once */
+#define PHP_USER_FUNCTION 2       /* zend_function.type of a PHP function (1: internal) */
+#define PHP_CALL_TOP (1 << 17)    /* ZEND_CALL_TOP: a frame the VM was entered for from C */
 #define PY_FP_MUL 0x9e3779b97f4a7c15ULL /* the fingerprint's multiplier (userspace: the same) */
 /* sample_event.py_end: how the Python walk ended */
 #define PY_END_NONE 0             /* not a Python process (py_len is 0) */
@@ -292,7 +296,9 @@ struct unwind_process {
 #define PY_END_MAX_FRAMES 4       /* PY_MAX_FRAMES, or the frame array, reached */
 
 /* Where a CPython process keeps each thread's state and the layout of its
- * frames: written by userspace from the interpreter's binary and version. */
+ * frames: written by userspace from the interpreter's binary and version.
+ * With PY_WALK_PHP, a PHP process's executor and layout instead, in the
+ * fields runtimes/php.bpf.h names. */
 struct python_process {
 	__u64 tss_addr;         /* &_PyRuntime's autoTSSkey (Py_tss_t {int init; int key}) */
 	__u32 version;          /* PY_VERSION_HEX >> 16 (0x030b for 3.11) */

@@ -145,6 +145,8 @@ static long py_step(__u64 i, struct py_walk *w)
 	return 0;
 }
 
+#include "php.bpf.h"
+
 /* The thread's PyThreadState, or 0 when it has none (a thread Python
  * does not know, an interpreter not started yet) or it cannot be read. */
 static __always_inline __u64 py_thread_state(struct python_process *p, struct task_struct *task, __u32 tid)
@@ -205,6 +207,21 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 	w.buf = bpf_map_lookup_elem(&py_frame_buf, &zero);
 	if (!w.buf)
 		return 0;
+	w.p = p;
+	w.frames = frames ? frames->f : NULL;
+	w.at = out->at;
+	w.end = PY_END_MAX_FRAMES;
+	w.hash = 0xcbf29ce484222325ULL;
+	if (p->flags & PY_WALK_PHP) {
+		/* One thread runs the script: the executor's current frame. */
+		if (bpf_probe_read_user(&frame, sizeof(frame), (void *)p->tss_addr)) {
+			out->end = PY_END_READ_FAILED;
+			return 0;
+		}
+		w.frame = frame;
+		bpf_loop(PY_MAX_FRAMES, php_step, &w, 0);
+		goto done;
+	}
 	tstate = py_thread_state(p, task, tid);
 	if (!tstate) {
 		out->end = PY_END_NO_THREAD;
@@ -220,13 +237,9 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 		out->end = PY_END_READ_FAILED;
 		return 0;
 	}
-	w.p = p;
-	w.frames = frames ? frames->f : NULL;
 	w.frame = frame;
-	w.at = out->at;
-	w.end = PY_END_MAX_FRAMES;
-	w.hash = 0xcbf29ce484222325ULL;
 	bpf_loop(PY_MAX_FRAMES, py_step, &w, 0);
+done:
 	out->n = w.n;
 	out->end = w.end;
 	out->hash = w.hash;

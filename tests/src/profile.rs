@@ -46,6 +46,10 @@ pub struct FrameView {
     /// Native code's library path, the frame's address and its symbol's
     /// start (both relative to the library), where the profile has them.
     pub native: Option<(String, u64, u64)>,
+    /// The frame's line, where it has one.
+    pub line: Option<u64>,
+    /// Its function's first line, where it has one.
+    pub first_line: Option<u64>,
 }
 
 /// One thread of a profile, with helpers to walk its samples.
@@ -313,6 +317,8 @@ impl ThreadView<'_> {
                     .unwrap_or("")
                     .to_string(),
                 native,
+                line: ft["line"][frame].as_u64(),
+                first_line: t["funcTable"]["lineNumber"][func].as_u64(),
             }
         })
     }

@@ -239,3 +239,31 @@ pub fn node(test: &str) -> Option<std::path::PathBuf> {
     skip(test, "node is needed (Debian: apt-get install nodejs)");
     None
 }
+
+/// PHP 8.2's CLI and Composer (Debian's `php8.2-cli`, `composer`),
+/// installed when missing. None (said loudly; a failure under CI) when they
+/// cannot be had.
+pub fn php_tools(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let found = || {
+        let php = PathBuf::from("/usr/bin/php8.2");
+        let composer = PathBuf::from("/usr/bin/composer");
+        (php.exists() && composer.exists()).then_some((php, composer))
+    };
+    if let Some(f) = found() {
+        return Some(f);
+    }
+    let install = |cmd: &mut Command| {
+        quiet(
+            cmd.env("DEBIAN_FRONTEND", "noninteractive")
+                .args(["-o", "DPkg::Lock::Timeout=600"]),
+        )
+    };
+    let _ = install(Command::new("apt-get").args(["install", "-y", "php8.2-cli", "composer"]))
+        || (install(Command::new("apt-get").arg("update"))
+            && install(Command::new("apt-get").args(["install", "-y", "php8.2-cli", "composer"])));
+    if let Some(f) = found() {
+        return Some(f);
+    }
+    skip(test, "PHP 8.2 and Composer (Debian's php8.2-cli, composer) are missing and could not be installed: `apt-get install php8.2-cli composer`");
+    None
+}

@@ -125,7 +125,7 @@ fn ensure_toolchain() -> Result<()> {
 /// The programs the integration tests run (workloads built with gcc, a JIT
 /// workload in node, a JVM and its compiler, objcopy/readelf/nm for stripped
 /// binaries, python3 as a debuginfod server and a Python workload,
-/// PostgreSQL and its pgbench),
+/// PostgreSQL and its pgbench, PHP and Composer),
 /// installed with apt-get when missing.
 fn ensure_test_tools() -> Result<()> {
     let needed = [
@@ -139,6 +139,9 @@ fn ensure_test_tools() -> Result<()> {
         ("go", "golang-go"),
         // A server under load beside `record -a` (tests/tests/server.rs).
         ("pgbench", "postgresql"),
+        // PHP and a program in it (tests/tests/php.rs).
+        ("php8.2", "php8.2-cli"),
+        ("composer", "composer"),
     ];
     let mut packages: Vec<&str> = needed
         .iter()

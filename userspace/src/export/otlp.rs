@@ -165,6 +165,8 @@ impl Dictionary {
             Some("jvm")
         } else if frame.is_interpreted_javascript() {
             Some("v8js")
+        } else if frame.kind == crate::model::recording::FrameKind::Php {
+            Some("php")
         } else if frame.is_interpreted() {
             Some("cpython")
         } else if let Some(kind) = jit.filter(|_| {

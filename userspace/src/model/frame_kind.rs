@@ -1,5 +1,5 @@
 //! What a frame is: native, kernel, JIT, a runtime's (Python, Java
-//! interpreted or compiled, JavaScript), or not code (off-CPU, missing
+//! interpreted or compiled, JavaScript, PHP), or not code (off-CPU, missing
 //! frames).
 //!
 //! In: set by whoever made the frame (the replay's key, the runtime that
@@ -37,6 +37,8 @@ pub enum FrameKind {
     /// A Java method HotSpot compiled, with those inlined into it there,
     /// read from its nmethod.
     JavaCompiled = 9,
+    /// A PHP function, read from its `zend_function`.
+    Php = 10,
 }
 
 impl FrameKind {
@@ -54,6 +56,7 @@ impl FrameKind {
             Missing,
             JavaInterpreted,
             JavaCompiled,
+            Php,
         ]
         .get(b as usize)
         .copied()
@@ -61,7 +64,10 @@ impl FrameKind {
 
     /// A runtime's own frame (named from its objects, with its source file).
     pub fn is_interpreted(self) -> bool {
-        matches!(self, FrameKind::Python | FrameKind::JavaScript) || self.is_java()
+        matches!(
+            self,
+            FrameKind::Python | FrameKind::JavaScript | FrameKind::Php
+        ) || self.is_java()
     }
 
     /// A Java method (interpreted, compiled, or not told which).

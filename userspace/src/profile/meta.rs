@@ -167,6 +167,7 @@ pub(super) fn build_meta(
                 ..category("Java", "lightblue")
             },
             category("JavaScript", "magenta"),
+            category("PHP", "brown"),
         ],
         marker_schema: super::markers::marker_schema(),
         extra: serde_json::json!([{ "label": "sysprof", "entries": extra_entries }]),

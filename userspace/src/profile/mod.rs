@@ -73,6 +73,8 @@ pub mod category {
     pub const JAVA_COMPILED: u32 = 2;
     /// JavaScript functions (V8's).
     pub const JAVASCRIPT: u32 = 8;
+    /// PHP functions.
+    pub const PHP: u32 = 9;
 }
 
 /// Per-CPU tracks use tids from here up (real tids stay below 2^22).

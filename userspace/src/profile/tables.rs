@@ -185,6 +185,8 @@ impl ThreadTables {
             category::JAVA
         } else if f.is_interpreted_javascript() {
             category::JAVASCRIPT
+        } else if f.kind == FrameKind::Php {
+            category::PHP
         } else if f.is_interpreted() {
             category::INTERPRETED
         } else {

@@ -1,5 +1,5 @@
 //! The runtimes whose frames sysprof reads beside the native ones: CPython,
-//! HotSpot and V8, one folder each, and the registry that finds them.
+//! HotSpot, V8 and PHP, one folder each, and the registry that finds them.
 //!
 //! In: from the native unwinder, as it writes a process's kernel entry,
 //! the binaries the process maps and where ([`crate::unwind::RuntimeDetection`]);
@@ -24,8 +24,10 @@
 //! (above); the native unwinder holds the registry behind its trait and
 //! names no runtime.
 
+pub mod chain;
 pub mod frames;
 pub mod hotspot;
+pub mod php;
 pub mod python;
 pub mod v8;
 
@@ -40,6 +42,8 @@ use crate::unwind::{RuntimeDetection, RuntimeEntry, Unwinders};
 use frames::{CodeCache, RuntimeFrames};
 use hotspot::binary::HotSpotSymbols;
 use hotspot::process::JavaRuntime;
+use php::binary::PhpBinary;
+use php::process::PhpRuntime;
 use python::binary::PythonBinary;
 use python::process::PythonRuntime;
 use v8::binary::V8Symbols;
@@ -71,6 +75,8 @@ pub enum Merged {
     Java,
     /// V8's JavaScript functions.
     JavaScript,
+    /// PHP's, in place of its VM loop's frames.
+    Php,
 }
 
 /// Every runtime's userspace side: what was read from processes' memory
@@ -87,17 +93,20 @@ pub struct RuntimeReaders {
     pub jvms: hotspot::perf_maps::Jvms,
     /// V8 processes' constants and JavaScript functions.
     pub js: v8::frames::JsFrames,
+    /// PHP functions.
+    pub php: CodeCache,
 }
 
 impl RuntimeReaders {
     /// The readers that follow processes (thread names are kept by pid
     /// until the process is gone: `python_threads.forget`).
-    fn each(&mut self) -> [&mut dyn RuntimeReader; 4] {
+    fn each(&mut self) -> [&mut dyn RuntimeReader; 5] {
         [
             &mut self.python,
             &mut self.java,
             &mut self.jvms,
             &mut self.js,
+            &mut self.php,
         ]
     }
 
@@ -113,7 +122,8 @@ impl RuntimeReaders {
 
     /// Bytes read from processes and kept, all runtimes.
     pub fn held_bytes(&self) -> usize {
-        let each: [&dyn RuntimeReader; 4] = [&self.python, &self.java, &self.jvms, &self.js];
+        let each: [&dyn RuntimeReader; 5] =
+            [&self.python, &self.java, &self.jvms, &self.js, &self.php];
         each.into_iter().map(|r| r.held_bytes()).sum()
     }
 
@@ -127,9 +137,9 @@ impl RuntimeReaders {
 
     /// A user stack the kernel walked for `pid` (`native`, leaf first,
     /// perhaps ending in a cut) with the CPython chain it read beside it
-    /// (`python` pairs): the frames of the runtime it shows put where they
-    /// ran, keyed in `table`, into `out`. None: no runtime's frames (the
-    /// stack stands as walked).
+    /// (`python` pairs: CPython's or PHP's, as the process runs): the frames
+    /// of the runtime it shows put where they ran, keyed in `table`, into
+    /// `out`. None: no runtime's frames (the stack stands as walked).
     pub fn merge(
         &mut self,
         unwinders: Option<&Unwinders<Runtimes>>,
@@ -149,9 +159,14 @@ impl RuntimeReaders {
             self.js.merge(native, pid, v8, table, out);
             return Some(Merged::JavaScript);
         }
-        let py = unwinders
-            .and_then(|u| u.python(pid))
-            .filter(|_| !python.is_empty())?;
+        if python.is_empty() {
+            return None;
+        }
+        if let Some(php) = unwinders.and_then(|u| u.php(pid)) {
+            php::frames::merge(native, python, pid, php, &mut self.php, table, out);
+            return Some(Merged::Php);
+        }
+        let py = unwinders.and_then(|u| u.python(pid))?;
         python::frames::merge(native, python, pid, py, &mut self.python, table, out);
         Some(Merged::Python)
     }
@@ -168,6 +183,8 @@ pub struct ProcessRuntimes {
     pub java: Option<JavaRuntime>,
     /// The V8 it embeds (node).
     pub v8: Option<V8Runtime>,
+    /// The PHP it runs.
+    pub php: Option<PhpRuntime>,
 }
 
 /// What each binary is, per runtime, read once (None: not the runtime's,
@@ -179,6 +196,7 @@ pub struct Runtimes {
     unread_pythons: FxHashSet<BinaryIndex>,
     hotspots: FxHashMap<BinaryIndex, Option<Arc<HotSpotSymbols>>>,
     v8s: FxHashMap<BinaryIndex, Option<Arc<V8Symbols>>>,
+    phps: FxHashMap<BinaryIndex, Option<Arc<PhpBinary>>>,
     /// Binaries whose runtime's frames are not read, with why.
     failures: Vec<String>,
 }
@@ -214,6 +232,11 @@ impl RuntimeDetection for Runtimes {
                     .v8_binary(binaries, binary)
                     .map(|symbols| V8Runtime { symbols });
             }
+            if found.php.is_none() {
+                found.php = self
+                    .php_binary(binaries, binary)
+                    .map(|binary| PhpRuntime { binary, base });
+            }
             if found.python.is_none() {
                 found.python = self
                     .python_binary(binaries, binary)
@@ -223,7 +246,12 @@ impl RuntimeDetection for Runtimes {
         }
         found.python_unread &= found.python.is_none();
         let entry = RuntimeEntry {
-            python: found.python.as_ref().map(PythonRuntime::entry),
+            // One interpreter's chain per process: CPython's or PHP's.
+            python: found
+                .python
+                .as_ref()
+                .map(PythonRuntime::entry)
+                .or_else(|| found.php.as_ref().map(PhpRuntime::entry)),
             interpreter: found.java.as_ref().and_then(|j| j.interpreter),
             code_heaps: found.java.as_ref().and_then(|j| j.code),
             js: found.v8.as_ref().map(|v| v.symbols.kernel()),
@@ -238,6 +266,7 @@ impl RuntimeDetection for Runtimes {
             self.unread_pythons.remove(b);
             self.hotspots.remove(b);
             self.v8s.remove(b);
+            self.phps.remove(b);
         }
     }
 
@@ -293,6 +322,34 @@ impl Runtimes {
         found
     }
 
+    /// What PHP `binary` is, read once, and only if its name says it may be
+    /// one; a PHP this build cannot walk is said once.
+    fn php_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<PhpBinary>> {
+        if let Some(known) = self.phps.get(&binary) {
+            return known.clone();
+        }
+        let bin = binaries.get(binary);
+        let found = match bin
+            .file
+            .as_ref()
+            .filter(|_| php::binary::may_be_php(&bin.name))
+        {
+            None => None,
+            Some(file) => {
+                match php::binary::read(&ElfReader::new(file, Default::default()), &bin.name) {
+                    Ok(p) => p.map(Arc::new),
+                    Err(e) => {
+                        self.failures
+                            .push(format!("{}: no PHP frames: {e}", escape(&bin.path)));
+                        None
+                    }
+                }
+            }
+        };
+        self.phps.insert(binary, found.clone());
+        found
+    }
+
     /// What CPython `binary` is, read once, and only if its name says it
     /// may be one; a CPython this build cannot walk is said once.
     fn python_binary(
@@ -344,6 +401,11 @@ impl Unwinders<Runtimes> {
     /// The HotSpot JVM `pid` runs, if it is one.
     pub fn java(&self, pid: u32) -> Option<&JavaRuntime> {
         self.runtime(pid)?.java.as_ref()
+    }
+
+    /// The PHP `pid` runs, if it runs one this build reads.
+    pub fn php(&self, pid: u32) -> Option<&PhpRuntime> {
+        self.runtime(pid)?.php.as_ref()
     }
 
     /// The V8 `pid` embeds, if it does.

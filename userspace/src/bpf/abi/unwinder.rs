@@ -73,6 +73,14 @@ pub const PY_FRAME_READ: u16 = 80;
 pub const PY_FRAME_OBJECT_READ: u16 = 112;
 /// `PY_WALK_FRAME_OBJECTS`
 pub const PY_WALK_FRAME_OBJECTS: u16 = 1;
+/// `PY_WALK_PHP`
+pub const PY_WALK_PHP: u16 = 2;
+/// `PHP_FRAME_READ`
+pub const PHP_FRAME_READ: u16 = 64;
+/// `PHP_USER_FUNCTION`
+pub const PHP_USER_FUNCTION: u8 = 2;
+/// `PHP_CALL_TOP`
+pub const PHP_CALL_TOP: u32 = 1 << 17;
 /// `PY_NO_OFFSET`
 pub const PY_NO_OFFSET: u16 = 0xffff;
 /// `PY_SEGMENT_END`

@@ -19,7 +19,6 @@
 //! name: `python3 -m json.tool` showed a wrong name or file in 98 % of its
 //! samples before.
 
-use crate::bpf::abi::{PY_ADDR_BITS, PY_FP_MUL};
 pub use crate::runtimes::frames::CodeInfo;
 use crate::runtimes::python::binary::{LineFormat, PyLayout};
 use crate::sys::memory::read_process;
@@ -30,42 +29,7 @@ const OB_REFCNT: u64 = 0;
 /// More references than any live object has; less than any heap pointer.
 const MAX_REFERENCES: u64 = 1 << 40;
 
-/// A code object's fingerprint from its header's words, as the kernel
-/// mixes them (`py_fingerprint` in `ebpf/runtimes/python.bpf.h`).
-pub fn fingerprint(qualname: u64, filename: u64, linetable: u64, first_line: u32) -> u32 {
-    let mut h = qualname;
-    h = (h ^ filename).wrapping_mul(PY_FP_MUL);
-    h = (h ^ linetable).wrapping_mul(PY_FP_MUL);
-    h = (h ^ first_line as u64).wrapping_mul(PY_FP_MUL);
-    (h >> 32) as u32
-}
-
-/// One Python frame as the kernel wrote it: the code object's address, its
-/// fingerprint, the instruction, and whether it ends a C-level eval call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KernelPyFrame {
-    /// The code object (`_PyInterpreterFrame.f_code`).
-    pub code: u64,
-    /// Its fingerprint when the kernel read it.
-    pub fingerprint: u32,
-    /// The instruction pointer.
-    pub instr: u64,
-    /// The last frame of one C-level call of the eval loop.
-    pub segment_end: bool,
-}
-
-impl KernelPyFrame {
-    /// Split the pair of words the kernel wrote.
-    pub fn from_words(code_word: u64, instr_word: u64) -> Self {
-        let addr = (1u64 << PY_ADDR_BITS) - 1;
-        KernelPyFrame {
-            code: code_word & addr & !7,
-            fingerprint: ((code_word >> PY_ADDR_BITS) << 16 | (instr_word >> PY_ADDR_BITS)) as u32,
-            instr: instr_word & addr,
-            segment_end: code_word & crate::bpf::abi::PY_SEGMENT_END != 0,
-        }
-    }
-}
+pub use crate::runtimes::chain::{fingerprint, KernelPyFrame};
 
 /// Longest name and file name read (longer ones are refused).
 const MAX_NAME_CHARS: u64 = 1024;

@@ -1,0 +1,161 @@
+//! The chain of an interpreter's frames the kernel reads beside a native
+//! stack (CPython's, PHP's: `ebpf/runtimes/python.bpf.h`, `php.bpf.h`), and
+//! its frames put where the interpreter's loop ran them.
+//!
+//! In: a sample's native user frames (leaf first, perhaps ending in a cut),
+//! the pairs of words the kernel wrote per interpreted frame (leaf first:
+//! the function's object and fingerprint, a segment's end, an instruction
+//! or line), what the runtime says of a native address (its loop; its own
+//! steps between two of its frames) and how it keys a frame. Out: the
+//! stack with each native frame of the loop replaced by the frames that
+//! call of it ran, as raw keys.
+//!
+//! The pairing, leaf first: the k-th loop frame of the native stack runs
+//! the k-th segment of the chain (a segment ends at the frame a C-level
+//! call of the loop began with). One loop frame more than segments is a
+//! call entering or leaving the loop: the leaf-most stays a native frame.
+//! Segments left over (the native walk stopped short) go below the native
+//! frames, before the cut, so the callers are kept. Where a runtime's own
+//! steps lie between two of its segments (CPython before 3.11), they go.
+
+use crate::bpf::abi::{PY_ADDR_BITS, PY_FP_MUL};
+use crate::model::stack_end::StackEnd;
+
+/// A code object's fingerprint from its header's words, as the kernel
+/// mixes them (`py_fingerprint` in `ebpf/runtimes/python.bpf.h`).
+pub fn fingerprint(qualname: u64, filename: u64, linetable: u64, first_line: u32) -> u32 {
+    let mut h = qualname;
+    h = (h ^ filename).wrapping_mul(PY_FP_MUL);
+    h = (h ^ linetable).wrapping_mul(PY_FP_MUL);
+    h = (h ^ first_line as u64).wrapping_mul(PY_FP_MUL);
+    (h >> 32) as u32
+}
+
+/// One Python frame as the kernel wrote it: the code object's address, its
+/// fingerprint, the instruction, and whether it ends a C-level eval call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelPyFrame {
+    /// The code object (`_PyInterpreterFrame.f_code`).
+    pub code: u64,
+    /// Its fingerprint when the kernel read it.
+    pub fingerprint: u32,
+    /// The instruction pointer.
+    pub instr: u64,
+    /// The last frame of one C-level call of the eval loop.
+    pub segment_end: bool,
+}
+
+impl KernelPyFrame {
+    /// Split the pair of words the kernel wrote.
+    pub fn from_words(code_word: u64, instr_word: u64) -> Self {
+        let addr = (1u64 << PY_ADDR_BITS) - 1;
+        KernelPyFrame {
+            code: code_word & addr & !7,
+            fingerprint: ((code_word >> PY_ADDR_BITS) << 16 | (instr_word >> PY_ADDR_BITS)) as u32,
+            instr: instr_word & addr,
+            segment_end: code_word & crate::bpf::abi::PY_SEGMENT_END != 0,
+        }
+    }
+}
+
+/// What a runtime says of the native frames around its chain.
+pub trait ChainRuntime {
+    /// `addr` (a process address) is in the loop that runs its frames.
+    fn in_loop(&self, addr: u64) -> bool;
+    /// `addr` is one of its own steps from one loop call to the next.
+    fn between(&self, _addr: u64) -> bool {
+        false
+    }
+}
+
+/// Merge the chain's `pairs` (leaf first) into `stack` (native user frames,
+/// leaf first, perhaps ending in a cut key), writing the result to `out`;
+/// `key` names each of the chain's frames.
+pub fn merge_segments(
+    stack: &[u64],
+    pairs: &[u64],
+    runtime: &impl ChainRuntime,
+    mut key: impl FnMut(&KernelPyFrame) -> u64,
+    out: &mut Vec<u64>,
+) {
+    out.clear();
+    // Segments: ranges of pairs, leaf first.
+    let mut segments: Vec<(usize, usize)> = Vec::new();
+    let mut start = 0;
+    let n = pairs.len() / 2;
+    for i in 0..n {
+        if KernelPyFrame::from_words(pairs[2 * i], pairs[2 * i + 1]).segment_end || i + 1 == n {
+            segments.push((start, i + 1));
+            start = i + 1;
+        }
+    }
+    let cut = stack
+        .last()
+        .is_some_and(|&k| StackEnd::from_raw_key(k).is_some());
+    let native = if cut {
+        &stack[..stack.len() - 1]
+    } else {
+        stack
+    };
+    // A return address is the instruction after the call: look up the call.
+    let is_loop = |depth: usize, addr: u64| {
+        runtime.in_loop(if depth == 0 {
+            addr
+        } else {
+            addr.wrapping_sub(1)
+        })
+    };
+    let loops = native
+        .iter()
+        .enumerate()
+        .filter(|&(d, &a)| is_loop(d, a))
+        .count();
+    let skip = usize::from(loops == segments.len() + 1);
+    let mut next_segment = 0;
+    let mut seen = 0;
+    // Where the native frames after the last segment placed start in `out`.
+    let mut after_segment: Option<usize> = None;
+    let mut push_segment = |s: (usize, usize), out: &mut Vec<u64>| {
+        for i in s.0..s.1 {
+            out.push(key(&KernelPyFrame::from_words(
+                pairs[2 * i],
+                pairs[2 * i + 1],
+            )));
+        }
+    };
+    for (depth, &addr) in native.iter().enumerate() {
+        if is_loop(depth, addr) {
+            seen += 1;
+            if seen > skip && next_segment < segments.len() {
+                // The runtime's own steps between its caller's segment and
+                // this one (all return addresses) go.
+                if let Some(from) = after_segment {
+                    let mut kept = from;
+                    for i in from..out.len() {
+                        if !runtime.between(out[i].wrapping_sub(1)) {
+                            out[kept] = out[i];
+                            kept += 1;
+                        }
+                    }
+                    out.truncate(kept);
+                }
+                push_segment(segments[next_segment], out);
+                after_segment = Some(out.len());
+                next_segment += 1;
+                continue;
+            }
+        }
+        out.push(addr);
+    }
+    // The native walk stopped short of the callers' loop frames: their
+    // frames go below what it found, before the cut.
+    if cut || loops > 0 {
+        while next_segment < segments.len() {
+            push_segment(segments[next_segment], out);
+            next_segment += 1;
+        }
+    }
+    if cut {
+        out.push(*stack.last().expect("a cut"));
+    }
+}

@@ -1,0 +1,53 @@
+//! PHP frames into stacks: the chain the kernel read beside a sample's
+//! native stack, named and put where the VM's loop (`execute_ex`) ran it.
+//!
+//! In: a sample's native user frames, the (function, line) pairs the kernel
+//! read (`ebpf/runtimes/php.bpf.h`), the process's PHP ([`PhpRuntime`]).
+//! Out: the stack with each `execute_ex` frame replaced by the PHP
+//! functions that call of it ran ([`crate::runtimes::chain`]), as raw keys
+//! into the window's [`RuntimeFrames`]. Functions are read once per
+//! process, address and fingerprint into their own [`CodeCache`].
+
+use crate::runtimes::chain::{merge_segments, ChainRuntime, KernelPyFrame};
+use crate::runtimes::frames::{CodeCache, RuntimeFrames, UNNAMED_FRAME_KEY};
+use crate::runtimes::php::process::PhpRuntime;
+use crate::runtimes::php::read::read_function;
+use crate::runtimes::python::read::CodeError;
+
+/// PHP's VM loop runs its frames.
+impl ChainRuntime for PhpRuntime {
+    fn in_loop(&self, addr: u64) -> bool {
+        self.in_vm_loop(addr)
+    }
+}
+
+/// Merge the PHP `pairs` (leaf first) into `stack` (native user frames,
+/// leaf first, perhaps ending in a cut key), writing the result to `out`.
+pub fn merge(
+    stack: &[u64],
+    pairs: &[u64],
+    pid: u32,
+    php: &PhpRuntime,
+    codes: &mut CodeCache,
+    frames: &mut RuntimeFrames,
+    out: &mut Vec<u64>,
+) {
+    let key = |frame: &KernelPyFrame| {
+        let mut replaced = false;
+        let info = codes.get_or_read(pid, frame.code, frame.fingerprint, || {
+            let read = read_function(pid, frame.code, frame.fingerprint, php.binary.layout);
+            replaced = matches!(read, Err(CodeError::Replaced));
+            read.ok()
+        });
+        codes.replaced += u64::from(replaced);
+        match info {
+            // The kernel read the line from the frame's opline.
+            Some(info) => frames.key(&info, frame.instr as u32),
+            None => {
+                codes.unresolved += 1;
+                UNNAMED_FRAME_KEY
+            }
+        }
+    };
+    merge_segments(stack, pairs, php, key, out);
+}
