@@ -2,7 +2,8 @@
 //!
 //! In: the workloads in `benches/workloads/*.c` (built here with gcc),
 //! `py.py` (by Debian's python3, and by a copy sysprof does not take for an
-//! interpreter) and `Work.java` (built here with javac), the
+//! interpreter), `work.php` (the same by Debian's php8.2) and `Work.java`
+//! (built here with javac), the
 //! profilers (sysprof from this workspace; perf and samply found on PATH or
 //! installed). Out: one table on stdout and `target/bench/results.{md,json}`.
 //! Every figure is a median over alternating runs (A B C … A B C …) with min
@@ -51,7 +52,7 @@ struct Args {
     #[arg(long)]
     agent: bool,
     /// Only these workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "php", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
@@ -204,6 +205,20 @@ fn main() -> Result<()> {
             workloads.push(Workload { name: "python-native", argv: vec![s(native), script, rounds] });
         }
         Err(e) => eprintln!("bench: no /usr/bin/python3 ({e}): the python workloads are skipped; install it with `apt-get install python3`"),
+    }
+    // PHP: the same, by Debian's php8.2 (its frames read) and by a copy
+    // under a name not PHP's.
+    match std::fs::canonicalize("/usr/bin/php8.2") {
+        Ok(php) => {
+            let native = work.join("interp-php-native");
+            std::fs::copy(&php, &native)?;
+            let script = s(root.join("benches/workloads/work.php"));
+            let rounds = if quick { "120000" } else { "300000" }.to_string();
+            let argv = |bin: &Path| vec![s(bin.to_path_buf()), "-n".into(), script.clone(), rounds.clone()];
+            workloads.push(Workload { name: "php", argv: argv(&php) });
+            workloads.push(Workload { name: "php-native", argv: argv(&native) });
+        }
+        Err(e) => eprintln!("bench: no /usr/bin/php8.2 ({e}): the php workloads are skipped; install it with `apt-get install php8.2-cli`"),
     }
     // A JVM (no flags): fixed work in compiled Java code, for the JVM's
     // slowdown and the BPF time per sample in it (sysprof also asks it for
