@@ -286,7 +286,9 @@ struct unwind_process {
 #define PY_WALK_PHP 2             /* python_process.flags: a PHP process (runtimes/php.bpf.h) */
 #define PHP_FRAME_READ 64         /* bytes of a zend_execute_data read at once */
 #define PHP_USER_FUNCTION 2       /* zend_function.type of a PHP function (1: internal) */
+#define PHP_EVAL_CODE 4           /* ... of eval()'s code */
 #define PHP_CALL_TOP (1 << 17)    /* ZEND_CALL_TOP: a frame the VM was entered for from C */
+#define PHP_FRAME_EVAL 2          /* in the code word: eval()'s code (freed once run: named so) */
 #define PY_FP_MUL 0x9e3779b97f4a7c15ULL /* the fingerprint's multiplier (userspace: the same) */
 /* sample_event.py_end: how the Python walk ended */
 #define PY_END_NONE 0             /* not a Python process (py_len is 0) */

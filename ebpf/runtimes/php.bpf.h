@@ -23,8 +23,10 @@
  * from array_map or usort) ends a segment: one native execute_ex call runs
  * each. Internal functions' frames (strlen, array_map) are left to the
  * native stack, where their C code runs. Every read is of the process's
- * own memory; a read that fails ends the chain or, for a function, drops
- * its frame.
+ * own memory; a frame that cannot be read ends the chain, a function that
+ * cannot be read is kept, unnamed. The executor's state is the main
+ * thread's (a non-thread-safe PHP runs scripts there): another thread of
+ * the process (an extension's) gets no PHP frames.
  */
 #ifndef __PHP_BPF_H
 #define __PHP_BPF_H
@@ -34,6 +36,7 @@ static long php_step(__u64 i, struct py_walk *w)
 	struct python_process *p = w->p;
 	__u64 ex = w->frame, func, line_word = 0, head[2] = {}, tail[2] = {}, h;
 	__u32 info, line = 0;
+	bool known;
 
 	if (!ex) {
 		w->end = PY_END_ROOT;
@@ -53,17 +56,20 @@ static long php_step(__u64 i, struct py_walk *w)
 	if (bpf_probe_read_user(&line_word, sizeof(line), (void *)(py_word(w, p->frame_instr) + p->frame_is_entry)) == 0)
 		line = (__u32)line_word;
 	w->hash = (w->hash ^ func ^ ((__u64)line << 17)) * 0x100000001b3ULL;
-	/* {type, arg_flags, fn_flags} then function_name; filename, line_start. */
-	if (!func || bpf_probe_read_user(head, sizeof(head), (void *)func) ||
-	    (__u8)head[0] != PHP_USER_FUNCTION)
+	if (!func)
 		return 0;
-	if (bpf_probe_read_user(tail, sizeof(tail), (void *)(func + p->code_filename)))
-		return 0;
+	/* {type, arg_flags, fn_flags} then function_name; filename, line_start,
+	 * line_end. A function that cannot be read keeps its place (and the end
+	 * of its segment) with no fingerprint: userspace names it unnamed. */
+	known = !bpf_probe_read_user(head, sizeof(head), (void *)func) &&
+		!bpf_probe_read_user(tail, sizeof(tail), (void *)(func + p->code_filename));
+	if (known && (__u8)head[0] != PHP_USER_FUNCTION && (__u8)head[0] != PHP_EVAL_CODE)
+		return 0; /* an internal function: its C code is in the native stack */
 	/* The running frame's opline is saved only before a call or what may
 	 * throw (the VM keeps it in a register): a frame just set up may hold
 	 * another's. A line outside the function's [line_start, line_end] is
 	 * none (0). */
-	if (line < (__u32)tail[1] || line > (__u32)(tail[1] >> 32))
+	if (!known || line < (__u32)tail[1] || line > (__u32)(tail[1] >> 32))
 		line = 0;
 	if (w->frames) {
 		__u64 addr = (1ULL << PY_ADDR_BITS) - 1;
@@ -72,9 +78,10 @@ static long php_step(__u64 i, struct py_walk *w)
 		h = (h ^ tail[0]) * PY_FP_MUL;
 		h = h * PY_FP_MUL; /* no line table: its word 0 */
 		h = (h ^ (__u32)tail[1]) * PY_FP_MUL;
-		h >>= 32;
+		h = known ? h >> 32 : 0;
 		w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] =
-			(func & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | ((info & PHP_CALL_TOP) ? PY_SEGMENT_END : 0);
+			(func & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | ((info & PHP_CALL_TOP) ? PY_SEGMENT_END : 0) |
+			((known && (__u8)head[0] == PHP_EVAL_CODE) ? PHP_FRAME_EVAL : 0);
 		w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = line | (h & 0xffff) << PY_ADDR_BITS;
 	}
 	w->at += 2;

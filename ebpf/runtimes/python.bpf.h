@@ -55,7 +55,7 @@ struct py_walk {
 	struct python_process *p;
 	__u64 *frames;     /* the record's frame array; NULL: only hash the chain */
 	__u8 *buf;         /* py_frame_buf */
-	__u64 frame;       /* the next _PyInterpreterFrame to read */
+	__u64 frame;       /* the next frame to read (_PyInterpreterFrame, PyFrameObject, zend_execute_data) */
 	__u32 at;          /* next free slot of frames */
 	__u32 n;           /* pairs written */
 	__u32 end;         /* PY_END_* */
@@ -213,7 +213,13 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 	w.end = PY_END_MAX_FRAMES;
 	w.hash = 0xcbf29ce484222325ULL;
 	if (p->flags & PY_WALK_PHP) {
-		/* One thread runs the script: the executor's current frame. */
+		/* The main thread runs the script (a non-thread-safe PHP): the
+		 * executor's current frame is its; another thread (an
+		 * extension's) has none. */
+		if (tid != tgid) {
+			out->end = PY_END_NO_THREAD;
+			return 0;
+		}
 		if (bpf_probe_read_user(&frame, sizeof(frame), (void *)p->tss_addr)) {
 			out->end = PY_END_READ_FAILED;
 			return 0;

@@ -4,7 +4,8 @@
 // 10 ms of the process's CPU at a time (getrusage: the script runs one
 // thread), each call timed so, printed at the end as three_ns= and one_ns=;
 // and each round a callback through array_map (C calling PHP again):
-// work -> array_map -> {closure} -> hot_one. Prints pid= first.
+// work -> array_map -> {closure} -> hot_one, and work -> {eval} -> hot_one.
+// Prints pid= first.
 
 function cpu_ns() {
     $r = getrusage();
@@ -47,6 +48,7 @@ function work($seconds, &$three_ns, &$one_ns) {
         $t += hot_one(10);
         $c = cpu_ns();
         $t += array_sum(array_map(function ($x) { return hot_one(1) + $x; }, [1, 2]));
+        $t += eval('return hot_one(1);');
         $d = cpu_ns();
         $three_ns += $b - $a;
         $one_ns += ($c - $b) + ($d - $c);

@@ -50,7 +50,7 @@ pub fn lost_parts(st: &RecordingStats, record_hints: bool) -> Vec<String> {
     }
     if st.python_frames_unnamed > 0 {
         lost.push(format!(
-            "{} Python frames unnamed (their code objects gone before they were read; {} freed and their addresses reused)",
+            "{} Python or PHP frames unnamed (their code objects or functions gone before they were read; {} freed and their addresses reused)",
             st.python_frames_unnamed, st.python_codes_replaced
         ));
     }

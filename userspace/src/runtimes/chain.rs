@@ -43,6 +43,9 @@ pub struct KernelPyFrame {
     pub instr: u64,
     /// The last frame of one C-level call of the eval loop.
     pub segment_end: bool,
+    /// The code word's other low bits: a runtime's mark on the frame (PHP:
+    /// `PHP_FRAME_EVAL`).
+    pub marks: u64,
 }
 
 impl KernelPyFrame {
@@ -54,6 +57,7 @@ impl KernelPyFrame {
             fingerprint: ((code_word >> PY_ADDR_BITS) << 16 | (instr_word >> PY_ADDR_BITS)) as u32,
             instr: instr_word & addr,
             segment_end: code_word & crate::bpf::abi::PY_SEGMENT_END != 0,
+            marks: code_word & 6,
         }
     }
 }

@@ -245,8 +245,13 @@ impl RuntimeDetection for Runtimes {
             }
         }
         found.python_unread &= found.python.is_none();
+        // One interpreter's chain per process, the kernel's and the merge's
+        // alike: CPython's where both are mapped (PHP embedding Python).
+        if found.python.is_some() {
+            found.php = None;
+        }
         let entry = RuntimeEntry {
-            // One interpreter's chain per process: CPython's or PHP's.
+            // One interpreter's chain per process: CPython's or PHP's (above).
             python: found
                 .python
                 .as_ref()

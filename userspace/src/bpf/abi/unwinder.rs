@@ -79,6 +79,10 @@ pub const PY_WALK_PHP: u16 = 2;
 pub const PHP_FRAME_READ: u16 = 64;
 /// `PHP_USER_FUNCTION`
 pub const PHP_USER_FUNCTION: u8 = 2;
+/// `PHP_EVAL_CODE`
+pub const PHP_EVAL_CODE: u8 = 4;
+/// `PHP_FRAME_EVAL`
+pub const PHP_FRAME_EVAL: u64 = 2;
 /// `PHP_CALL_TOP`
 pub const PHP_CALL_TOP: u32 = 1 << 17;
 /// `PY_NO_OFFSET`

@@ -8,11 +8,25 @@
 //! into the window's [`RuntimeFrames`]. Functions are read once per
 //! process, address and fingerprint into their own [`CodeCache`].
 
+use crate::bpf::abi::PHP_FRAME_EVAL;
+use crate::model::recording::FrameKind;
 use crate::runtimes::chain::{merge_segments, ChainRuntime, KernelPyFrame};
+use crate::runtimes::frames::CodeInfo;
 use crate::runtimes::frames::{CodeCache, RuntimeFrames, UNNAMED_FRAME_KEY};
 use crate::runtimes::php::process::PhpRuntime;
 use crate::runtimes::php::read::read_function;
 use crate::runtimes::python::read::CodeError;
+
+/// What names a frame of `eval()`'s code.
+fn eval_code() -> CodeInfo {
+    CodeInfo {
+        kind: FrameKind::Php,
+        qualname: "{eval}".into(),
+        filename: "".into(),
+        first_line: 0,
+        line_table: Box::new([]),
+    }
+}
 
 /// PHP's VM loop runs its frames.
 impl ChainRuntime for PhpRuntime {
@@ -34,11 +48,17 @@ pub fn merge(
 ) {
     let key = |frame: &KernelPyFrame| {
         let mut replaced = false;
-        let info = codes.get_or_read(pid, frame.code, frame.fingerprint, || {
-            let read = read_function(pid, frame.code, frame.fingerprint, php.binary.layout);
-            replaced = matches!(read, Err(CodeError::Replaced));
-            read.ok()
-        });
+        // eval()'s code is freed once run, before it could be read: the
+        // kernel said what it was. Kept per process under address 0.
+        let info = if frame.marks & PHP_FRAME_EVAL != 0 {
+            codes.get_or_read(pid, 0, 0, || Some(eval_code()))
+        } else {
+            codes.get_or_read(pid, frame.code, frame.fingerprint, || {
+                let read = read_function(pid, frame.code, frame.fingerprint, php.binary.layout);
+                replaced = matches!(read, Err(CodeError::Replaced));
+                read.ok()
+            })
+        };
         codes.replaced += u64::from(replaced);
         match info {
             // The kernel read the line from the frame's opline.

@@ -4,12 +4,13 @@
 //! the fingerprint it read of it (its name and file pointers and first
 //! line: [`crate::runtimes::chain::fingerprint`], the line table's word 0),
 //! and the version's layout. Out: a [`CodeInfo`] (`Class::method`,
-//! `function`, `{closure}`, `{main}` for a script's top-level code; its
+//! `function`, `{closure}`, `{main}` for a file's top-level code, `{eval}`
+//! for `eval`'s; its
 //! file and first line), read once per function with `process_vm_readv`.
 //! The memory is the process's own: every length is bounded, and what is
 //! not a PHP function, or no longer the one the kernel saw, is refused.
 
-use crate::bpf::abi::PHP_USER_FUNCTION;
+use crate::bpf::abi::{PHP_EVAL_CODE, PHP_USER_FUNCTION};
 use crate::model::recording::FrameKind;
 use crate::runtimes::chain::fingerprint;
 pub use crate::runtimes::frames::CodeInfo;
@@ -21,9 +22,12 @@ use crate::sys::memory::read_process;
 const MAX_NAME_CHARS: u64 = 1024;
 const MAX_FILE_CHARS: u64 = 4096;
 
-fn word(buf: &[u8], at: u64) -> u64 {
-    let at = at as usize;
-    u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"))
+fn word(buf: &[u8], at: u64) -> Result<u64, CodeError> {
+    let at = usize::try_from(at).map_err(|_| CodeError::Malformed("layout"))?;
+    buf.get(at..at.saturating_add(8))
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .ok_or(CodeError::Malformed("layout"))
 }
 
 /// The `zend_string` at `addr`, of at most `max` bytes.
@@ -52,19 +56,22 @@ pub fn read_function(
     let size = (l.op_line_start + 8) as usize;
     let head = &mut head[..size.min(176)];
     read_process(pid, addr, head).map_err(|_| CodeError::Unreadable)?;
-    if head[0] != PHP_USER_FUNCTION {
+    let eval = head[0] == PHP_EVAL_CODE;
+    if head[0] != PHP_USER_FUNCTION && !eval {
         return Err(CodeError::NotCode);
     }
     let (name, scope, file) = (
-        word(head, l.fn_name),
-        word(head, l.fn_scope),
-        word(head, l.op_filename),
+        word(head, l.fn_name)?,
+        word(head, l.fn_scope)?,
+        word(head, l.op_filename)?,
     );
-    let first_line = word(head, l.op_line_start) as u32;
+    let first_line = word(head, l.op_line_start)? as u32;
     if fingerprint(name, file, 0, first_line) != expected {
         return Err(CodeError::Replaced);
     }
-    let function = if name == 0 {
+    let function = if eval {
+        "{eval}".to_string()
+    } else if name == 0 {
         "{main}".to_string()
     } else {
         read_string(pid, name, l, MAX_NAME_CHARS)?

@@ -339,6 +339,13 @@ pub struct PythonBinary {
     pub call_path: Vec<(u64, u64)>,
 }
 
+/// Whether symbol `name` is function `of` or a compiler's clone or part of
+/// it (`function_code_fastcall.isra.0`, `call_function.cold`).
+fn is_clone_of(name: &[u8], of: &str) -> bool {
+    name.strip_prefix(of.as_bytes())
+        .is_some_and(|rest| rest.is_empty() || rest[0] == b'.')
+}
+
 /// What CPython 3.8-3.10 run between a Python function's call and the
 /// callee's own eval call (`call_function` -> `_PyObject_Vectorcall` ->
 /// `_PyFunction_Vectorcall` -> `function_code_fastcall` or `_PyEval_Vector`
@@ -401,8 +408,9 @@ pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
                 | b"PyCode_NewWithPosOnlyArgs"
                 | b"PyFrame_GetCode"
                 | b"PyAIter_Check"
+                | b"PyFrame_GetBuiltins"
         ) || n.starts_with(b"_PyEval_EvalFrameDefault")
-            || CALL_PATH.iter().any(|c| c.as_bytes() == n)
+            || CALL_PATH.iter().any(|c| is_clone_of(n, c))
     });
     let find = |name: &str| {
         symbols
@@ -427,6 +435,12 @@ pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
                 runtime,
                 u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")),
             )
+        }
+        // A 3.11+ API without Py_Version: no version to trust.
+        (Some(_), None) if find("PyFrame_GetBuiltins").is_some() => {
+            return Err(NotRead::Damaged(
+                "a CPython with 3.11's C API but no Py_Version".into(),
+            ))
         }
         // Before 3.11, which says no version: the newest C API it defines.
         (Some((runtime, _)), None) if has_eval => {
@@ -483,7 +497,9 @@ pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
     let mut call_path: Vec<(u64, u64)> = if layout.frame_objects {
         symbols
             .iter()
-            .filter(|(n, _, size)| CALL_PATH.contains(&n.as_str()) && *size > 0)
+            .filter(|(n, _, size)| {
+                CALL_PATH.iter().any(|c| is_clone_of(n.as_bytes(), c)) && *size > 0
+            })
             .map(|&(_, addr, size)| (addr, addr.saturating_add(size)))
             .collect()
     } else {

@@ -188,8 +188,10 @@ pub fn read_code(
 }
 
 /// Bytecode bytes of a 3.8/3.9 code object its line table is said for, at
-/// most (a larger `co_code` size is a lie; its last line ends there).
-const MAX_CODE_BYTES: u64 = 1 << 24;
+/// most (as its table, [`MAX_LINE_TABLE`]): past them an instruction gets
+/// the first line. A `co_code` size is not in the fingerprint: a lie (or a
+/// freed object's) then costs the cache at most 4K entries of 2 bytes.
+const MAX_CODE_BYTES: u64 = 64 << 10;
 
 /// A run of bytecode on one line: (bytes, the line or None for none).
 type LineRange = (u64, Option<i64>);
@@ -238,8 +240,13 @@ fn linetable_310_ranges(table: &[u8]) -> Vec<LineRange> {
 fn locations_of(ranges: &[LineRange]) -> Vec<u8> {
     let mut table = Vec::new();
     let mut line = 0i64;
+    // Units from absolute offsets: a range may hold an odd count of bytes
+    // (3.8's lnotab splits a line's 300 bytes as 255 and 45).
+    let mut start = 0u64;
     for &(bytes, at) in ranges {
-        let mut units = bytes / 2;
+        let end = start.saturating_add(bytes);
+        let mut units = end / 2 - start / 2;
+        start = end;
         while units > 0 {
             let n = units.min(8);
             units -= n;
@@ -461,6 +468,11 @@ else:
             linetable_310_ranges(&[6, 1, 4, 0x80, 0, 2, 4, 1]),
             vec![(6, Some(1)), (4, None), (4, Some(4))]
         );
+        // 3.8's lnotab splits one line's 300 bytes as (255, 0), (45, 1):
+        // 150 units on the first line, the next on the line after.
+        let split = locations_of(&lnotab_ranges(&[255, 0, 45, 1], 304));
+        assert_eq!(location_line(&split, 10, 149), 10);
+        assert_eq!(location_line(&split, 10, 150), 11);
     }
 
     /// Check, against every installed CPython 3.8+ reading its own code
@@ -544,7 +556,8 @@ else:
                 code: 0x7f12_3456_7890,
                 fingerprint: 0xabcd_1234,
                 instr: 0x7f12_3456_7a00,
-                segment_end: true
+                segment_end: true,
+                marks: 0
             }
         );
     }
