@@ -256,6 +256,7 @@ mod tests {
         };
         c.handle_snapshot(ProcSnapshot {
             processes: vec![parent],
+            taken_ns: 0,
         });
         c.handle_sideband(SidebandEvent::Fork {
             time: 110,

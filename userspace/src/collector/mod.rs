@@ -186,8 +186,10 @@ impl Collector {
     /// [`process::ProcessTable::rebase_cpu_times`]).
     pub fn sampling_started(&mut self, range_start_ns: u64) {
         self.range_start_ns = range_start_ns;
-        self.table
-            .rebase_cpu_times(crate::sideband::proc_snapshot::thread_cpu_ns);
+        self.table.rebase_cpu_times(
+            range_start_ns,
+            crate::sideband::proc_snapshot::thread_cpu_ns,
+        );
     }
 
     /// The tracer was attached at `time_ns` (sampling began before it).

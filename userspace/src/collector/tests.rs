@@ -253,7 +253,7 @@ fn replay_resolves_with_mappings_of_the_moment() {
         ppid: 10,
         tid: 11,
     });
-    sample(&mut c, 600, 11, 11, 5000, &[0x40_0020], &[]);
+    sample(&mut c, 600, 11, 11, 80, &[0x40_0020], &[]);
     c.handle_sideband(SidebandEvent::Exit {
         time: 700,
         pid: 11,
@@ -287,7 +287,7 @@ fn replay_resolves_with_mappings_of_the_moment() {
     // Thread 10 had no baseline: first delta 0, then the difference.
     assert_eq!(p10.threads[0].samples.cpu_delta_ns, vec![0, 200]);
     // Thread 11 was forked during the recording: its baseline is 0.
-    assert_eq!(p11.threads[0].samples.cpu_delta_ns, vec![5000]);
+    assert_eq!(p11.threads[0].samples.cpu_delta_ns, vec![80]);
     assert!(
         r.warnings.iter().any(|w| w.contains("/nonexistent/a")),
         "{:?}",
@@ -885,7 +885,8 @@ fn everything_lies_inside_the_range() {
 /// though the scheduler updates its CPU time only at ticks: a thread that
 /// runs on from its start at 0, sampled every 1,000 ns with a tick every
 /// 4,000 (and the scheduler's clock 5,000 ahead of the samples'), gets
-/// 1,000 per sample, not 0, 0, 0, 4,000, and its whole CPU time in all.
+/// 1,000 per sample, not 0, 0, 0, 4,000; none more than the time since the
+/// sample before; and the tick its first sample missed once it has room.
 #[test]
 fn cpu_deltas_are_exact_between_ticks() {
     let mut c = collector(PidFilter::All);
@@ -910,16 +911,31 @@ fn cpu_deltas_are_exact_between_ticks() {
             &[],
         );
     }
-    let r = c.finish_window(range(0, 10_000));
+    // It leaves the CPU at 10,000 (counted: 10,000), comes back at 14,000
+    // and is sampled 500 later.
+    sample_updated_at(
+        &mut c,
+        14_500,
+        80,
+        80,
+        10_000,
+        14_000 + AHEAD,
+        &[0x40_0010],
+        &[],
+    );
+    let r = c.finish_window(range(0, 20_000));
     let deltas = &thread(&r, 80, 80).samples.cpu_delta_ns;
     // The first is as the scheduler last updated it (0 at 1,000, a tick
-    // stale); from there on exact, and the tick at 4,000 makes up the first's
-    // 1,000: the sum is the thread's whole CPU time.
+    // stale); from there on exact. The tick at 4,000 would make up the
+    // first's 1,000, but 2,000 in 1,000 of time is more than ran: it is
+    // owed until the kernel's count shows it and a sample has room (the
+    // last: 1,500 ran since 9,000, owed 500 of it; 500 stays owed, 10,000
+    // of the 10,500 it ran, as the kernel counted).
     assert_eq!(
         deltas,
-        &vec![0, 1_000, 1_000, 2_000, 1_000, 1_000, 1_000, 1_000, 1_000]
+        &vec![0, 1_000, 1_000, 1_000, 1_000, 1_000, 1_000, 1_000, 1_000, 2_000]
     );
-    assert_eq!(deltas.iter().sum::<u64>(), 9_000);
+    assert_eq!(deltas.iter().sum::<u64>(), 10_000);
 }
 
 /// Check that a window starts from where the previous one left the
@@ -1123,7 +1139,7 @@ fn kernel_walks_end_in_the_frame_that_says_why() {
 /// from the two clocks' difference: nothing invented, nothing lost.
 #[test]
 fn cpu_deltas_across_cpus_do_not_compare_their_clocks() {
-    let mut t = super::process::CpuTime::since(0);
+    let mut t = super::process::CpuTime::since(0, 0);
     // CPU 0: its clock 5,000 ahead; exact 1,000 between samples.
     assert_eq!(
         t.advance(0, super::runtime_clock(0, 5_000, 1_000), 1_000, 0),
@@ -1135,15 +1151,26 @@ fn cpu_deltas_across_cpus_do_not_compare_their_clocks() {
     );
     // CPU 1, its clock 900,000 ahead (updated at 2,500): compared, the
     // clocks would say it ran -897,500. The kernel counted 2,500 when it
-    // moved: 1,500 more than accounted.
+    // moved: 1,500 more than accounted (it ran from 0: its first sample's
+    // count was stale), but only 1,000 passed since the sample before;
+    // 500 is owed.
     assert_eq!(
         t.advance(2_500, super::runtime_clock(2_500, 902_500, 3_000), 3_000, 1),
-        1_500
+        1_000
     );
-    // On CPU 1 again: exact.
+    // On CPU 1 again: exact, 1,000.
     assert_eq!(
         t.advance(2_500, super::runtime_clock(2_500, 902_500, 4_000), 4_000, 1),
         1_000
+    );
+    // It ran on to 5,000 (counted then: 5,000), paused, and ran again from
+    // 6,500: sampled at 7,000, 1,500 ran since (exact), and the kernel's
+    // count (5,000) is 2,000 more than accounted (3,000): what it ran from
+    // 4,000 to 5,000, and 1,000 owed (the 500 of the move, and the first
+    // sample's stale count). Nothing invented.
+    assert_eq!(
+        t.advance(5_000, super::runtime_clock(5_000, 906_500, 7_000), 7_000, 1),
+        2_000
     );
 }
 
@@ -1152,7 +1179,7 @@ fn cpu_deltas_across_cpus_do_not_compare_their_clocks() {
 /// ahead of the kernel's own count by more than the time since it changed.
 #[test]
 fn cpu_deltas_do_not_run_ahead_of_the_kernel_by_steal() {
-    let mut t = super::process::CpuTime::since(0);
+    let mut t = super::process::CpuTime::since(0, 0);
     // Runs on CPU 0 from 0; samples every 1,000; ticks every 4,000 of wall
     // time, but the scheduler's clock counts only half of it (steal).
     let mut total = 0;

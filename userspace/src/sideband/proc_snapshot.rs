@@ -45,10 +45,14 @@ pub const MAX_CMDLINE_BYTES: usize = 4096;
 pub struct ProcSnapshot {
     /// Every process that could be read.
     pub processes: Vec<SnapshotProcess>,
+    /// CLOCK_MONOTONIC when the reading began: each thread's CPU time was
+    /// at least its read value by then.
+    pub taken_ns: u64,
 }
 
 /// Read every process, or only `only` (and their threads) when given.
 pub fn snapshot(only: Option<&[u32]>) -> ProcSnapshot {
+    let taken_ns = crate::sys::clock::monotonic_ns();
     let ticks = procfs::ticks_per_second().max(1);
     let mut processes = Vec::new();
     let candidates: Vec<Process> = match only {
@@ -66,7 +70,10 @@ pub fn snapshot(only: Option<&[u32]>) -> ProcSnapshot {
             processes.push(p);
         }
     }
-    ProcSnapshot { processes }
+    ProcSnapshot {
+        processes,
+        taken_ns,
+    }
 }
 
 fn read_process(proc: &Process, ticks: u64) -> Option<SnapshotProcess> {
