@@ -289,6 +289,16 @@ struct unwind_process {
 #define PHP_EVAL_CODE 4           /* ... of eval()'s code */
 #define PHP_CALL_TOP (1 << 17)    /* ZEND_CALL_TOP: a frame the VM was entered for from C */
 #define PHP_FRAME_EVAL 2          /* in the code word: eval()'s code (freed once run: named so) */
+#define PY_WALK_PERL 4            /* python_process.flags: a Perl process (runtimes/perl.bpf.h) */
+#define PERL_CX_SIZE 104          /* a PERL_CONTEXT's bytes (5.36), all read at once */
+#define PERL_CXT_SUB 9            /* PERL_CONTEXT.cx_type & 0xf: a sub's call */
+#define PERL_CXT_FORMAT 10        /* ... a format's (called as a sub is) */
+#define PERL_CXT_EVAL 11          /* ... an eval (string or block) or a require */
+#define PERL_CXP_EVALBLOCK 0x40   /* cx_type of an eval's: eval {} (or try, or call_sv's own) */
+#define PERL_CXP_SUB_RE_FAKE 0x80 /* cx_type of a sub's: the stand-in of a regex code block */
+#define PERL_MAX_STACKINFOS 8     /* nested run loops (sort blocks, handlers, DESTROY) followed */
+#define PERL_FRAME_EVAL 2         /* in the code word: an eval's or require's code, named by its file */
+#define PERL_FRAME_MAIN 4         /* in the code word: the main program, named by its file */
 #define PY_FP_MUL 0x9e3779b97f4a7c15ULL /* the fingerprint's multiplier (userspace: the same) */
 /* sample_event.py_end: how the Python walk ended */
 #define PY_END_NONE 0             /* not a Python process (py_len is 0) */

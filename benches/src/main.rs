@@ -2,7 +2,8 @@
 //!
 //! In: the workloads in `benches/workloads/*.c` (built here with gcc),
 //! `py.py` (by Debian's python3, and by a copy sysprof does not take for an
-//! interpreter), `work.php` (the same by Debian's php8.2) and `Work.java`
+//! interpreter), `work.php` (the same by Debian's php8.2), `work.pl` (by
+//! Debian's perl) and `Work.java`
 //! (built here with javac), the
 //! profilers (sysprof from this workspace; perf and samply found on PATH or
 //! installed). Out: one table on stdout and `target/bench/results.{md,json}`.
@@ -52,7 +53,7 @@ struct Args {
     #[arg(long)]
     agent: bool,
     /// Only these workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "php", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "php", "perl", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
@@ -219,6 +220,20 @@ fn main() -> Result<()> {
             workloads.push(Workload { name: "php-native", argv: argv(&native) });
         }
         Err(e) => eprintln!("bench: no /usr/bin/php8.2 ({e}): the php workloads are skipped; install it with `apt-get install php8.2-cli`"),
+    }
+    // Perl: the same, by Debian's perl (its subs read) and by a copy under
+    // a name not Perl's.
+    match std::fs::canonicalize("/usr/bin/perl") {
+        Ok(perl) => {
+            let native = work.join("interp-plx-native");
+            std::fs::copy(&perl, &native)?;
+            let script = s(root.join("benches/workloads/work.pl"));
+            let rounds = if quick { "32000" } else { "80000" }.to_string();
+            let argv = |bin: &Path| vec![s(bin.to_path_buf()), script.clone(), rounds.clone()];
+            workloads.push(Workload { name: "perl", argv: argv(&perl) });
+            workloads.push(Workload { name: "perl-native", argv: argv(&native) });
+        }
+        Err(e) => eprintln!("bench: no /usr/bin/perl ({e}): the perl workloads are skipped; install it with `apt-get install perl`"),
     }
     // A JVM (no flags): fixed work in compiled Java code, for the JVM's
     // slowdown and the BPF time per sample in it (sysprof also asks it for

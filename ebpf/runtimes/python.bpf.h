@@ -60,6 +60,15 @@ struct py_walk {
 	__u32 n;           /* pairs written */
 	__u32 end;         /* PY_END_* */
 	__u64 hash;        /* of every (code, instruction) of the chain */
+	/* Perl's (perl.bpf.h): the interpreter, the stack info walked, where
+	 * its context array starts, the statement the next sub is at, pairs
+	 * written of the stack info, stack infos followed. */
+	__u64 interp;
+	__u64 si;
+	__u64 base;
+	__u64 cop;
+	__u32 seg;
+	__u32 stackinfos;
 };
 
 static __always_inline __u64 py_word(struct py_walk *w, __u16 off)
@@ -146,6 +155,7 @@ static long py_step(__u64 i, struct py_walk *w)
 }
 
 #include "php.bpf.h"
+#include "perl.bpf.h"
 
 /* The thread's PyThreadState, or 0 when it has none (a thread Python
  * does not know, an interpreter not started yet) or it cannot be read. */
@@ -226,6 +236,26 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 		}
 		w.frame = frame;
 		bpf_loop(PY_MAX_FRAMES, php_step, &w, 0);
+		goto done;
+	}
+	if (p->flags & PY_WALK_PERL) {
+		/* The first interpreter, the main thread's (see perl.bpf.h). */
+		__u64 interp = 0;
+
+		if (tid != tgid) {
+			out->end = PY_END_NO_THREAD;
+			return 0;
+		}
+		if (bpf_probe_read_user(&interp, sizeof(interp), (void *)p->tss_addr) || !interp ||
+		    bpf_probe_read_user(&w.si, sizeof(w.si), (void *)(interp + p->tstate_frame)) || !w.si ||
+		    bpf_probe_read_user(&w.cop, sizeof(w.cop), (void *)(interp + p->cframe_current)) ||
+		    !perl_enter(&w)) {
+			out->end = PY_END_READ_FAILED;
+			return 0;
+		}
+		w.interp = interp;
+		perl_top(&w);
+		bpf_loop(PY_MAX_FRAMES, perl_step, &w, 0);
 		goto done;
 	}
 	tstate = py_thread_state(p, task, tid);

@@ -267,3 +267,30 @@ pub fn php_tools(test: &str) -> Option<(PathBuf, PathBuf)> {
     skip(test, "PHP 8.2 and Composer (Debian's php8.2-cli, composer) are missing and could not be installed: `apt-get install php8.2-cli composer`");
     None
 }
+
+/// Debian's Perl with its standard modules and tools (`perl`: `json_pp`,
+/// JSON::PP, B), installed when missing. None (said loudly; a failure under
+/// CI) when it cannot be had.
+pub fn perl_tools(test: &str) -> Option<PathBuf> {
+    let found = || {
+        let perl = PathBuf::from("/usr/bin/perl");
+        (perl.exists() && Path::new("/usr/bin/json_pp").exists()).then_some(perl)
+    };
+    if let Some(p) = found() {
+        return Some(p);
+    }
+    let install = |cmd: &mut Command| {
+        quiet(
+            cmd.env("DEBIAN_FRONTEND", "noninteractive")
+                .args(["-o", "DPkg::Lock::Timeout=600"]),
+        )
+    };
+    let _ = install(Command::new("apt-get").args(["install", "-y", "perl"]))
+        || (install(Command::new("apt-get").arg("update"))
+            && install(Command::new("apt-get").args(["install", "-y", "perl"])));
+    if let Some(p) = found() {
+        return Some(p);
+    }
+    skip(test, "Perl and its tools (Debian's perl: json_pp) are missing and could not be installed: `apt-get install perl`");
+    None
+}

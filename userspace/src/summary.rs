@@ -50,7 +50,7 @@ pub fn lost_parts(st: &RecordingStats, record_hints: bool) -> Vec<String> {
     }
     if st.python_frames_unnamed > 0 {
         lost.push(format!(
-            "{} Python or PHP frames unnamed (their code objects or functions gone before they were read; {} freed and their addresses reused)",
+            "{} Python, PHP or Perl frames unnamed (their code objects, functions or subs gone before they were read; {} freed and their addresses reused)",
             st.python_frames_unnamed, st.python_codes_replaced
         ));
     }

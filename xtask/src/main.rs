@@ -125,7 +125,7 @@ fn ensure_toolchain() -> Result<()> {
 /// The programs the integration tests run (workloads built with gcc, a JIT
 /// workload in node, a JVM and its compiler, objcopy/readelf/nm for stripped
 /// binaries, python3 as a debuginfod server and a Python workload,
-/// PostgreSQL and its pgbench, PHP and Composer),
+/// PostgreSQL and its pgbench, PHP and Composer, Perl's json_pp),
 /// installed with apt-get when missing.
 fn ensure_test_tools() -> Result<()> {
     let needed = [
@@ -142,6 +142,8 @@ fn ensure_test_tools() -> Result<()> {
         // PHP and a program in it (tests/tests/php.rs).
         ("php8.2", "php8.2-cli"),
         ("composer", "composer"),
+        // Perl's tools and standard modules (tests/tests/perl.rs).
+        ("json_pp", "perl"),
     ];
     let mut packages: Vec<&str> = needed
         .iter()

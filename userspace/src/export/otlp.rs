@@ -167,6 +167,8 @@ impl Dictionary {
             Some("v8js")
         } else if frame.kind == crate::model::recording::FrameKind::Php {
             Some("php")
+        } else if frame.kind == crate::model::recording::FrameKind::Perl {
+            Some("perl")
         } else if frame.is_interpreted() {
             Some("cpython")
         } else if let Some(kind) = jit.filter(|_| {

@@ -1,5 +1,5 @@
 //! What a frame is: native, kernel, JIT, a runtime's (Python, Java
-//! interpreted or compiled, JavaScript, PHP), or not code (off-CPU, missing
+//! interpreted or compiled, JavaScript, PHP, Perl), or not code (off-CPU, missing
 //! frames).
 //!
 //! In: set by whoever made the frame (the replay's key, the runtime that
@@ -39,6 +39,8 @@ pub enum FrameKind {
     JavaCompiled = 9,
     /// A PHP function, read from its `zend_function`.
     Php = 10,
+    /// A Perl sub (read from its CV), eval or main program.
+    Perl = 11,
 }
 
 impl FrameKind {
@@ -57,6 +59,7 @@ impl FrameKind {
             JavaInterpreted,
             JavaCompiled,
             Php,
+            Perl,
         ]
         .get(b as usize)
         .copied()
@@ -66,7 +69,7 @@ impl FrameKind {
     pub fn is_interpreted(self) -> bool {
         matches!(
             self,
-            FrameKind::Python | FrameKind::JavaScript | FrameKind::Php
+            FrameKind::Python | FrameKind::JavaScript | FrameKind::Php | FrameKind::Perl
         ) || self.is_java()
     }
 

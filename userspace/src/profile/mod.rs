@@ -75,6 +75,8 @@ pub mod category {
     pub const JAVASCRIPT: u32 = 8;
     /// PHP functions.
     pub const PHP: u32 = 9;
+    /// Perl subs.
+    pub const PERL: u32 = 10;
 }
 
 /// Per-CPU tracks use tids from here up (real tids stay below 2^22).

@@ -187,6 +187,8 @@ impl ThreadTables {
             category::JAVASCRIPT
         } else if f.kind == FrameKind::Php {
             category::PHP
+        } else if f.kind == FrameKind::Perl {
+            category::PERL
         } else if f.is_interpreted() {
             category::INTERPRETED
         } else {

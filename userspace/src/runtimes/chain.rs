@@ -1,5 +1,5 @@
 //! The chain of an interpreter's frames the kernel reads beside a native
-//! stack (CPython's, PHP's: `ebpf/runtimes/python.bpf.h`, `php.bpf.h`), and
+//! stack (CPython's, PHP's, Perl's: `ebpf/runtimes/python.bpf.h`, `php.bpf.h`, `perl.bpf.h`), and
 //! its frames put where the interpreter's loop ran them.
 //!
 //! In: a sample's native user frames (leaf first, perhaps ending in a cut),

@@ -1,5 +1,5 @@
 //! The runtimes whose frames sysprof reads beside the native ones: CPython,
-//! HotSpot, V8 and PHP, one folder each, and the registry that finds them.
+//! HotSpot, V8, PHP and Perl, one folder each, and the registry that finds them.
 //!
 //! In: from the native unwinder, as it writes a process's kernel entry,
 //! the binaries the process maps and where ([`crate::unwind::RuntimeDetection`]);
@@ -27,6 +27,7 @@
 pub mod chain;
 pub mod frames;
 pub mod hotspot;
+pub mod perl;
 pub mod php;
 pub mod python;
 pub mod v8;
@@ -42,6 +43,8 @@ use crate::unwind::{RuntimeDetection, RuntimeEntry, Unwinders};
 use frames::{CodeCache, RuntimeFrames};
 use hotspot::binary::HotSpotSymbols;
 use hotspot::process::JavaRuntime;
+use perl::binary::PerlBinary;
+use perl::process::PerlRuntime;
 use php::binary::PhpBinary;
 use php::process::PhpRuntime;
 use python::binary::PythonBinary;
@@ -77,6 +80,8 @@ pub enum Merged {
     JavaScript,
     /// PHP's, in place of its VM loop's frames.
     Php,
+    /// Perl's, in place of its run loop's frames.
+    Perl,
 }
 
 /// Every runtime's userspace side: what was read from processes' memory
@@ -95,18 +100,21 @@ pub struct RuntimeReaders {
     pub js: v8::frames::JsFrames,
     /// PHP functions.
     pub php: CodeCache,
+    /// Perl subs and files.
+    pub perl: CodeCache,
 }
 
 impl RuntimeReaders {
     /// The readers that follow processes (thread names are kept by pid
     /// until the process is gone: `python_threads.forget`).
-    fn each(&mut self) -> [&mut dyn RuntimeReader; 5] {
+    fn each(&mut self) -> [&mut dyn RuntimeReader; 6] {
         [
             &mut self.python,
             &mut self.java,
             &mut self.jvms,
             &mut self.js,
             &mut self.php,
+            &mut self.perl,
         ]
     }
 
@@ -122,8 +130,14 @@ impl RuntimeReaders {
 
     /// Bytes read from processes and kept, all runtimes.
     pub fn held_bytes(&self) -> usize {
-        let each: [&dyn RuntimeReader; 5] =
-            [&self.python, &self.java, &self.jvms, &self.js, &self.php];
+        let each: [&dyn RuntimeReader; 6] = [
+            &self.python,
+            &self.java,
+            &self.jvms,
+            &self.js,
+            &self.php,
+            &self.perl,
+        ];
         each.into_iter().map(|r| r.held_bytes()).sum()
     }
 
@@ -137,7 +151,7 @@ impl RuntimeReaders {
 
     /// A user stack the kernel walked for `pid` (`native`, leaf first,
     /// perhaps ending in a cut) with the CPython chain it read beside it
-    /// (`python` pairs: CPython's or PHP's, as the process runs): the frames
+    /// (`python` pairs: CPython's, PHP's or Perl's, as the process runs): the frames
     /// of the runtime it shows put where they ran, keyed in `table`, into
     /// `out`. None: no runtime's frames (the stack stands as walked).
     pub fn merge(
@@ -166,6 +180,10 @@ impl RuntimeReaders {
             php::frames::merge(native, python, pid, php, &mut self.php, table, out);
             return Some(Merged::Php);
         }
+        if let Some(perl) = unwinders.and_then(|u| u.perl(pid)) {
+            perl::frames::merge(native, python, pid, perl, &mut self.perl, table, out);
+            return Some(Merged::Perl);
+        }
         let py = unwinders.and_then(|u| u.python(pid))?;
         python::frames::merge(native, python, pid, py, &mut self.python, table, out);
         Some(Merged::Python)
@@ -185,6 +203,8 @@ pub struct ProcessRuntimes {
     pub v8: Option<V8Runtime>,
     /// The PHP it runs.
     pub php: Option<PhpRuntime>,
+    /// The Perl it runs.
+    pub perl: Option<PerlRuntime>,
 }
 
 /// What each binary is, per runtime, read once (None: not the runtime's,
@@ -197,6 +217,7 @@ pub struct Runtimes {
     hotspots: FxHashMap<BinaryIndex, Option<Arc<HotSpotSymbols>>>,
     v8s: FxHashMap<BinaryIndex, Option<Arc<V8Symbols>>>,
     phps: FxHashMap<BinaryIndex, Option<Arc<PhpBinary>>>,
+    perls: FxHashMap<BinaryIndex, Option<Arc<PerlBinary>>>,
     /// Binaries whose runtime's frames are not read, with why.
     failures: Vec<String>,
 }
@@ -237,6 +258,11 @@ impl RuntimeDetection for Runtimes {
                     .php_binary(binaries, binary)
                     .map(|binary| PhpRuntime { binary, base });
             }
+            if found.perl.is_none() {
+                found.perl = self
+                    .perl_binary(binaries, binary)
+                    .map(|binary| PerlRuntime { binary, base });
+            }
             if found.python.is_none() {
                 found.python = self
                     .python_binary(binaries, binary)
@@ -246,17 +272,22 @@ impl RuntimeDetection for Runtimes {
         }
         found.python_unread &= found.python.is_none();
         // One interpreter's chain per process, the kernel's and the merge's
-        // alike: CPython's where both are mapped (PHP embedding Python).
+        // alike: CPython's where several are mapped (PHP or Perl embedding
+        // Python), then PHP's.
         if found.python.is_some() {
             found.php = None;
         }
+        if found.python.is_some() || found.php.is_some() {
+            found.perl = None;
+        }
         let entry = RuntimeEntry {
-            // One interpreter's chain per process: CPython's or PHP's (above).
+            // One interpreter's chain per process (above).
             python: found
                 .python
                 .as_ref()
                 .map(PythonRuntime::entry)
-                .or_else(|| found.php.as_ref().map(PhpRuntime::entry)),
+                .or_else(|| found.php.as_ref().map(PhpRuntime::entry))
+                .or_else(|| found.perl.as_ref().map(PerlRuntime::entry)),
             interpreter: found.java.as_ref().and_then(|j| j.interpreter),
             code_heaps: found.java.as_ref().and_then(|j| j.code),
             js: found.v8.as_ref().map(|v| v.symbols.kernel()),
@@ -272,6 +303,7 @@ impl RuntimeDetection for Runtimes {
             self.hotspots.remove(b);
             self.v8s.remove(b);
             self.phps.remove(b);
+            self.perls.remove(b);
         }
     }
 
@@ -355,6 +387,34 @@ impl Runtimes {
         found
     }
 
+    /// What Perl `binary` is, read once, and only if its name says it may
+    /// be one; a Perl this build cannot walk is said once.
+    fn perl_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<PerlBinary>> {
+        if let Some(known) = self.perls.get(&binary) {
+            return known.clone();
+        }
+        let bin = binaries.get(binary);
+        let found = match bin
+            .file
+            .as_ref()
+            .filter(|_| perl::binary::may_be_perl(&bin.name))
+        {
+            None => None,
+            Some(file) => {
+                match perl::binary::read(&ElfReader::new(file, Default::default()), &bin.name) {
+                    Ok(p) => p.map(Arc::new),
+                    Err(e) => {
+                        self.failures
+                            .push(format!("{}: no Perl frames: {e}", escape(&bin.path)));
+                        None
+                    }
+                }
+            }
+        };
+        self.perls.insert(binary, found.clone());
+        found
+    }
+
     /// What CPython `binary` is, read once, and only if its name says it
     /// may be one; a CPython this build cannot walk is said once.
     fn python_binary(
@@ -411,6 +471,11 @@ impl Unwinders<Runtimes> {
     /// The PHP `pid` runs, if it runs one this build reads.
     pub fn php(&self, pid: u32) -> Option<&PhpRuntime> {
         self.runtime(pid)?.php.as_ref()
+    }
+
+    /// The Perl `pid` runs, if it runs one this build reads.
+    pub fn perl(&self, pid: u32) -> Option<&PerlRuntime> {
+        self.runtime(pid)?.perl.as_ref()
     }
 
     /// The V8 `pid` embeds, if it does.

@@ -85,6 +85,26 @@ pub const PHP_EVAL_CODE: u8 = 4;
 pub const PHP_FRAME_EVAL: u64 = 2;
 /// `PHP_CALL_TOP`
 pub const PHP_CALL_TOP: u32 = 1 << 17;
+/// `PY_WALK_PERL`
+pub const PY_WALK_PERL: u16 = 4;
+/// `PERL_CX_SIZE`
+pub const PERL_CX_SIZE: u64 = 104;
+/// `PERL_CXT_SUB`
+pub const PERL_CXT_SUB: u8 = 9;
+/// `PERL_CXT_FORMAT`
+pub const PERL_CXT_FORMAT: u8 = 10;
+/// `PERL_CXT_EVAL`
+pub const PERL_CXT_EVAL: u8 = 11;
+/// `PERL_CXP_EVALBLOCK`
+pub const PERL_CXP_EVALBLOCK: u8 = 0x40;
+/// `PERL_CXP_SUB_RE_FAKE`
+pub const PERL_CXP_SUB_RE_FAKE: u8 = 0x80;
+/// `PERL_MAX_STACKINFOS`
+pub const PERL_MAX_STACKINFOS: u32 = 8;
+/// `PERL_FRAME_EVAL`
+pub const PERL_FRAME_EVAL: u64 = 2;
+/// `PERL_FRAME_MAIN`
+pub const PERL_FRAME_MAIN: u64 = 4;
 /// `PY_NO_OFFSET`
 pub const PY_NO_OFFSET: u16 = 0xffff;
 /// `PY_SEGMENT_END`

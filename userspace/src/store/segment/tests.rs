@@ -344,8 +344,8 @@ pub(crate) fn fixture_span() -> WindowSpan {
 /// (VERSION 3 only added a marker variant at the end; VERSION 4 the
 /// additions after the recording, here an empty list, one byte; VERSION 5
 /// the landings after them, here their count and a 0 for each; VERSION 6
-/// the frames' kinds, their count and a byte each; VERSIONs 7 and 8 only
-/// more kinds): the
+/// the frames' kinds, their count and a byte each; VERSIONs 7, 8 and 9
+/// only more kinds): the
 /// fixture's header, and its payload once decompressed (zstd's output may change with its version;
 /// what it decompresses to may not). The fixture was written at commit
 /// c9f9c20 (postcard of the engine's `Recording`) by
@@ -357,7 +357,7 @@ fn stored_types_encode_as_version_2_did() {
     let (old_header, at) = decode_header(&old, old.len() as u64).unwrap();
     let (new_header, new_at) = decode_header(&new, new.len() as u64).unwrap();
     assert_eq!(new[..8], old[..8], "magic");
-    assert_eq!(new[8..10], 8u16.to_le_bytes(), "version");
+    assert_eq!(new[8..10], 9u16.to_le_bytes(), "version");
     assert_eq!(old[8..10], 2u16.to_le_bytes(), "the fixture's version");
     let raw = |b: &[u8], h: &SegmentHeader| zstd::bulk::decompress(b, h.raw_len as usize).unwrap();
     let (new_raw, old_raw) = (
@@ -454,9 +454,9 @@ fn version_2_fixture_still_decodes() {
 #[test]
 fn unknown_version_is_refused_by_version() {
     let mut bytes = fixture_bytes();
-    bytes[8..10].copy_from_slice(&9u16.to_le_bytes());
+    bytes[8..10].copy_from_slice(&10u16.to_le_bytes());
     let e = decode(&bytes).unwrap_err().to_string();
-    assert_eq!(e, "segment format version 9, this sysprof reads 2 to 8");
+    assert_eq!(e, "segment format version 10, this sysprof reads 2 to 9");
 }
 
 /// Check that Python functions' first lines (what tells two functions of
