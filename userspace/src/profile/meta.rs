@@ -168,7 +168,7 @@ pub(super) fn build_meta(
             },
             category("JavaScript", "magenta"),
             category("PHP", "brown"),
-            category("Perl", "lightblue"),
+            category("Perl", "lightred"),
         ],
         marker_schema: super::markers::marker_schema(),
         extra: serde_json::json!([{ "label": "sysprof", "entries": extra_entries }]),
