@@ -296,6 +296,10 @@ struct unwind_process {
 #define PERL_CXT_EVAL 11          /* ... an eval (string or block) or a require */
 #define PERL_CXP_EVALBLOCK 0x40   /* cx_type of an eval's: eval {} (or try, or call_sv's own) */
 #define PERL_CXP_SUB_RE_FAKE 0x80 /* cx_type of a sub's: the stand-in of a regex code block */
+#define PERL_CXP_MULTICALL 0x10   /* cx_type of a sub's: called again and again by a C loop */
+#define PERL_CXP_TRY 0x80         /* cx_type of an eval's: a try block */
+#define PERL_PHASE_RUN 4          /* the interpreter's Iphase running the program */
+#define PERL_LINE_MULTICALL (1ULL << 35) /* in a Perl sub's line word: a MULTICALL sub */
 #define PERL_MAX_STACKINFOS 8     /* nested run loops (sort blocks, handlers, DESTROY) followed */
 #define PERL_FRAME_EVAL 2         /* in the code word: an eval's or require's code, named by its file */
 #define PERL_FRAME_MAIN 4         /* in the code word: the main program, named by its file */

@@ -18,6 +18,8 @@
  *   code_qualname     PERL_CONTEXT.blk_sub.old_cxsubix (the one below it)
  *   tstate_native_tid the interpreter's size (PL_interp_size)
  *   version           PERL_SI.si_cxix (an I32: the innermost context)
+ *   code_linetable    the interpreter's Iphase (PERL_PHASE_RUN: running the program)
+ *   tstate_pthread    the interpreter's Iorigfilename (the main program's file)
  *   code_firstlineno  COP.cop_line
  *   code_filename     COP.cop_file (a char *: an ithreads build's)
  *   code_read_at      XPVCV.xcv_stash: start, root, gv (or name), file follow
@@ -85,6 +87,9 @@ static __always_inline void perl_top(struct py_walk *w)
 	if (bpf_probe_read_user(&top, sizeof(top), (void *)(w->si + w->p->version)) || top <= (__s64)w->frame ||
 	    top > 65535 || bpf_probe_read_user(&type, sizeof(type), (void *)(w->base + (__u64)top * PERL_CX_SIZE)))
 		return;
+	/* A try block's context stays above the sub for its whole body. */
+	if ((type & 0xf) == PERL_CXT_EVAL && (type & PERL_CXP_TRY))
+		return;
 	type &= 0xf;
 	if (type == PERL_CXT_SUB || type == PERL_CXT_FORMAT || type == PERL_CXT_EVAL)
 		w->cop |= 1;
@@ -104,12 +109,22 @@ static __always_inline __u32 perl_line(struct py_walk *w, __u64 cop)
 }
 
 /* A pair of the file the statement at w->cop is in: an eval's code, a
- * required file's, the main program's (`mark`). */
+ * required file's, the main program's (`mark`). While Perl compiles, the
+ * statement is PL_compiling, whose file is the one being compiled: the
+ * innermost require's, not an outer one's (no file: "(eval)") nor the main
+ * program's (its own, PL_origfilename). */
 static __always_inline void perl_file_pair(struct py_walk *w, __u64 mark, __u32 line)
 {
 	__u64 file = 0, head[2] = {}, h = 0, addr = (1ULL << PY_ADDR_BITS) - 1;
+	__u64 cop = w->cop & ~7ULL, at = cop + w->p->code_filename;
 
-	if ((w->cop & ~7ULL) && !bpf_probe_read_user(&file, sizeof(file), (void *)((w->cop & ~7ULL) + w->p->code_filename)) && file &&
+	if (cop && cop - w->interp < w->p->tstate_native_tid) {
+		if (mark == PERL_FRAME_MAIN)
+			at = w->interp + w->p->tstate_pthread;
+		else if (w->n)
+			at = 0;
+	}
+	if (cop && at && !bpf_probe_read_user(&file, sizeof(file), (void *)at) && file &&
 	    !bpf_probe_read_user(head, sizeof(head), (void *)file)) {
 		h = head[0];
 		h = (h ^ head[1]) * PY_FP_MUL;
@@ -130,8 +145,12 @@ static __always_inline void perl_file_pair(struct py_walk *w, __u64 mark, __u32 
 	w->seg++;
 }
 
-/* A pair of the sub `cv` at `line`, ending a segment when `end`. */
-static __always_inline void perl_sub_pair(struct py_walk *w, __u64 cv, __u32 line, bool end)
+/* A pair of the sub `cv` at `line`, ending a segment when `end`; a sub a
+ * C loop calls again and again (MULTICALL: a sort's comparator, List::Util's
+ * blocks) keeps its context between calls, its loop gone: marked (bit
+ * PERL_LINE_MULTICALL of the line word), userspace leaves its segment out
+ * when the native stack has no loop for it. */
+static __always_inline void perl_sub_pair(struct py_walk *w, __u64 cv, __u32 line, bool end, bool multicall)
 {
 	/* stash, start, root, gv or name, file: the name word left out (a
 	 * sub named by its own HEK gets a GV once something asks for one). */
@@ -149,7 +168,8 @@ static __always_inline void perl_sub_pair(struct py_walk *w, __u64 cv, __u32 lin
 	if (w->frames) {
 		w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] =
 			(cv & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | (end ? PY_SEGMENT_END : 0);
-		w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = line | (h & 0xffff) << PY_ADDR_BITS;
+		w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] =
+			line | (multicall ? PERL_LINE_MULTICALL : 0) | (h & 0xffff) << PY_ADDR_BITS;
 	}
 	w->at += 2;
 	w->n++;
@@ -177,12 +197,16 @@ static long perl_step(__u64 i, struct py_walk *w)
 			return 1;
 		}
 		if (!previous) {
-			/* The main program roots the main stack info's segment; with
-			 * none (compiling: a BEGIN block runs on a loop of its own)
-			 * the segment before it. */
-			if (!w->seg && w->n && w->frames)
+			/* The main program roots the main stack info's segment. Out
+			 * of the run phase (compiling: BEGIN; END blocks) what runs
+			 * on the main stack info was called from C by the loop the
+			 * main program's frame stands for: one segment with it. */
+			__s32 phase = PERL_PHASE_RUN;
+
+			bpf_probe_read_user(&phase, sizeof(phase), (void *)(w->interp + p->code_linetable));
+			if (phase != PERL_PHASE_RUN && w->n && w->frames)
 				w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] &= ~(__u64)PY_SEGMENT_END;
-			perl_file_pair(w, PERL_FRAME_MAIN, perl_line(w, w->cop));
+			perl_file_pair(w, PERL_FRAME_MAIN, (w->n == 0 && (w->cop & 1)) ? 0 : perl_line(w, w->cop));
 			w->end = PY_END_ROOT;
 			return 1;
 		}
@@ -235,7 +259,8 @@ static long perl_step(__u64 i, struct py_walk *w)
 	if (w->n == 0 && (oldcop == w->cop || (w->cop & 1)))
 		line = 0;
 	if (is_sub)
-		perl_sub_pair(w, cv, line, py_word(w, p->tsd_offset) == 0);
+		perl_sub_pair(w, cv, line, py_word(w, p->tsd_offset) == 0,
+			      type == PERL_CXT_SUB && (w->buf[0] & PERL_CXP_MULTICALL));
 	else
 		perl_file_pair(w, PERL_FRAME_EVAL, line);
 	/* The statement that called it is where the frame below it runs. */

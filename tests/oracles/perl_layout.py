@@ -13,8 +13,10 @@ one, and by_name was entered from C), sorted in `lexical`, called from the
 top level. This stops it, reads its memory through /proc/PID/mem (as
 root) and kills it. Out: on stdout one line of `name=value` pairs, each an
 offset (bytes) where the memory holds what the field must, or the size of
-a context (the distance between two adjacent contexts' CVs); a field found
-at no offset prints [], at several the list.
+a context (the distance between two adjacent contexts' CVs); then Iphase
+and Iorigfilename from three more scripts caught in their BEGIN, main and
+END phases and one in a required module's BEGIN. A field found at no
+offset prints [], at several the list.
 """
 import os
 import signal
@@ -62,6 +64,58 @@ def symbol(path, name):
         if len(parts) == 3 and parts[2] == name:
             return int(parts[0], 16)
     raise SystemExit(f"no {name} in {path}")
+
+
+def interpreter_of(script, curinterp_symbol, real):
+    """Run `script` (its text) until it sleeps; its interpreter's bytes and
+    a reader of its memory, and the process (to kill)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".pl", delete=False) as f:
+        f.write(script)
+    child = subprocess.Popen([real, f.name])
+    time.sleep(0.4)
+    base = min(int(l.split("-")[0], 16) for l in open(f"/proc/{child.pid}/maps")
+               if l.rstrip().endswith(real))
+    mem = open(f"/proc/{child.pid}/mem", "rb", 0)
+
+    def rd(a, n):
+        try:
+            mem.seek(a)
+            return mem.read(n)
+        except (OSError, ValueError, OverflowError):
+            return None
+    interp = struct.unpack("<Q", rd(base + curinterp_symbol, 8))[0]
+    return child, f.name, interp, rd
+
+
+def phase_and_origfilename(real, curinterp_symbol):
+    """Iphase: the int that is 1 while a BEGIN block sleeps, 4 while the
+    program does, 5 while an END block does. Iorigfilename: the pointer to
+    the main program's file name while a module it requires sleeps in its
+    BEGIN block (PL_compiling's file is the module's then)."""
+    values = []
+    for script in ("BEGIN { sleep 9 }", "sleep 9;", "END { sleep 9 }"):
+        child, name, interp, rd = interpreter_of(script, curinterp_symbol, real)
+        blob = rd(interp, 4096) or b""
+        values.append([struct.unpack("<i", blob[i:i + 4])[0] for i in range(0, len(blob) - 3, 4)])
+        child.kill()
+        child.wait()
+        os.unlink(name)
+    phase = [i * 4 for i in range(min(map(len, values)))
+             if (values[0][i], values[1][i], values[2][i]) == (1, 4, 5)]
+    with tempfile.NamedTemporaryFile("w", suffix=".pm", delete=False) as m:
+        m.write("package Sleeper; BEGIN { sleep 9 } 1;\n")
+    child, name, interp, rd = interpreter_of(f'require "{m.name}";', curinterp_symbol, real)
+    origfilename = []
+    for o in range(0, 4096, 8):
+        w = struct.unpack("<Q", rd(interp + o, 8) or bytes(8))[0]
+        text = rd(w, 256) if w > 4096 else None
+        if text and text.split(b"\0")[0] == name.encode():
+            origfilename.append(o)
+    child.kill()
+    child.wait()
+    os.unlink(name)
+    os.unlink(m.name)
+    return phase, origfilename
 
 
 def main():
@@ -173,12 +227,24 @@ def main():
                 found["cop_line"], found["cop_file"] = lines, files
         line_at = found["cop_line"][0] if len(found["cop_line"]) == 1 else None
         file_at = found["cop_file"][0] if len(found["cop_file"]) == 1 else None
-        # Icurcop: the running statement, in the loops (lines 5 to 7), in the script.
-        found["interp_curcop"] = [o for o in range(0, 4096, 8)
-                                  if line_at is not None and file_at is not None
-                                  and word(interp + o) > 4096
-                                  and i32(word(interp + o) + line_at) in (5, 6, 7)
-                                  and cstr(word(word(interp + o) + file_at)) == f.name.encode()]
+        # Icurcop: the running statement, in the loops (lines 5 to 7), in the
+        # script; where it is and where nothing else is (PL_op is a statement
+        # too, now and then): caught at several stops.
+        curcop = None
+        for _ in range(8):
+            at = {o for o in range(0, 4096, 8)
+                  if line_at is not None and file_at is not None
+                  and word(interp + o) > 4096
+                  and i32(word(interp + o) + line_at) in (5, 6, 7)
+                  and cstr(word(word(interp + o) + file_at)) == f.name.encode()}
+            curcop = at if curcop is None else curcop & at
+            if len(curcop) <= 1:
+                break
+            os.kill(child.pid, signal.SIGCONT)
+            time.sleep(0.02)
+            os.kill(child.pid, signal.SIGSTOP)
+            time.sleep(0.02)
+        found["interp_curcop"] = sorted(curcop or [])
         body = word(cv_spin)
         bw = [word(body + i) for i in range(0, 128, 8)]
         found["cv_start"] = [i * 8 for i, w in enumerate(bw) if w == start]
@@ -205,6 +271,7 @@ def main():
         found["svf_ook"] = ook if box_flags & ook else []
         stash_body = word(box)
         found["hv_aux"] = [i for i in range(0, 64, 8) if hek_is(word(stash_body + i), b"Box")]
+        found["interp_phase"], found["interp_origfilename"] = phase_and_origfilename(real, curinterp_symbol)
         print(" ".join(f"{k}={v[0] if isinstance(v, list) and len(v) == 1 else v}"
                        for k, v in found.items()))
     finally:

@@ -35,6 +35,8 @@ fn the_perl_layout_matches_what_a_running_script_holds() {
     let expect = [
         ("interp_curstackinfo", l.interp_curstackinfo as u64),
         ("interp_curcop", l.interp_curcop as u64),
+        ("interp_phase", l.interp_phase as u64),
+        ("interp_origfilename", l.interp_origfilename as u64),
         ("si_cxstack", l.si_cxstack as u64),
         ("si_prev", l.si_prev as u64),
         ("si_cxsubix", l.si_cxsubix as u64),
@@ -270,6 +272,10 @@ fn perl_frames_agree_with_json_pps_source() {
             // Perl compiling a file it requires: the require's line is the
             // parser's position then, not a statement's.
             let compiling = s.iter().any(|f| f.name == "Perl_yyparse");
+            // The main program is json_pp's, compiling or running.
+            if perl[0].name == "<main>" && perl[0].file != "/usr/bin/json_pp" {
+                bad.push(format!("<main> in {}", perl[0].file));
+            }
             for f in perl {
                 if compiling && f.name == "(eval)" {
                     continue;
@@ -407,5 +413,110 @@ fn off_cpu_time_is_charged_to_the_perl_sub_that_waited() {
     assert!(
         (got_b - b_ms).abs() <= b_ms * 0.05,
         "nap_b: {got_b:.1} ms off-CPU vs {b_ms:.1} ms measured"
+    );
+}
+
+/// Check that Perl code called from C at the top level, not from a sub,
+/// keeps its place: a sort's comparator by name (its context kept while
+/// the sort compares in C), an object's DESTROY and an END block, each
+/// spending its time in `main::spin`. Every stack with Perl frames has
+/// `<main>` as its first (rootmost) Perl frame, after `perl_run` (or
+/// `perl_parse`, compiling: `use`; `perl_destruct`, running END), and
+/// `main::spin`'s stacks read `<main>` -> `main::by_cost` / `Obj::DESTROY`
+/// / `main::END` -> `main::spin`.
+#[test]
+fn perl_called_from_c_at_the_top_level_keeps_its_place() {
+    let test = "perl_called_from_c_at_the_top_level_keeps_its_place";
+    if !can_record(test) {
+        return;
+    }
+    let Some(perl) = perl_tools(test) else {
+        return;
+    };
+    let dir = scratch("perl-top");
+    let out_path = dir.join("p.json.gz");
+    let script = workspace_root().join("tests/workloads/perltop.pl");
+    let out = record(
+        &[
+            "--",
+            perl.to_str().unwrap(),
+            script.to_str().unwrap(),
+            "1.5",
+        ],
+        &out_path,
+    );
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").expect("the script printed its pid");
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let t = profile
+        .process_threads(pid)
+        .into_iter()
+        .next()
+        .expect("the perl process");
+    let (mut with_perl, mut misplaced, mut spins) = (0usize, Vec::new(), 0usize);
+    let mut chains = std::collections::BTreeMap::<String, usize>::new();
+    for s in t.stack_views(&profile.json, &cats) {
+        let names: Vec<&str> = s.iter().map(|f| f.name.as_str()).collect();
+        let perl: Vec<&str> = s
+            .iter()
+            .filter(|f| f.category == "Perl")
+            .map(|f| f.name.as_str())
+            .collect();
+        if perl.is_empty() {
+            continue;
+        }
+        with_perl += 1;
+        let main_at = names.iter().position(|n| *n == "<main>");
+        // perl_run runs the program, perl_parse compiles it (its BEGIN
+        // blocks: `use`), perl_destruct runs its END blocks.
+        let run_at = names
+            .iter()
+            .position(|n| ["perl_run", "perl_parse", "perl_destruct"].contains(n));
+        let placed = perl[0] == "<main>" && main_at > run_at && run_at.is_some();
+        if !placed {
+            misplaced.push(names.join(";"));
+        }
+        if let Some(spin) = perl.iter().position(|n| *n == "main::spin") {
+            spins += 1;
+            *chains.entry(perl[..=spin].join(";")).or_default() += 1;
+        }
+    }
+    eprintln!(
+        "perl top level: {with_perl} stacks with Perl frames, {} misplaced; main::spin under {chains:?}",
+        misplaced.len()
+    );
+    assert!(with_perl >= 1000, "{with_perl} stacks with Perl frames");
+    assert!(
+        misplaced.len() * 100 <= with_perl,
+        "{} of {with_perl} stacks with Perl frames out of place: {:?}",
+        misplaced.len(),
+        &misplaced[..misplaced.len().min(5)]
+    );
+    for chain in [
+        "<main>;main::by_cost;main::spin",
+        "<main>;Obj::DESTROY;main::spin",
+        "<main>;main::END;main::spin",
+    ] {
+        assert!(
+            chains.get(chain).copied().unwrap_or(0) >= 20,
+            "{chain}: {chains:?}"
+        );
+    }
+    let whole: usize = chains
+        .iter()
+        .filter(|(c, _)| {
+            [
+                "<main>;main::by_cost;main::spin",
+                "<main>;Obj::DESTROY;main::spin",
+                "<main>;main::END;main::spin",
+            ]
+            .contains(&c.as_str())
+        })
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        whole * 100 >= spins * 98,
+        "{whole} of {spins} whole: {chains:?}"
     );
 }

@@ -17,6 +17,9 @@
 //! Segments left over (the native walk stopped short) go below the native
 //! frames, before the cut, so the callers are kept. Where a runtime's own
 //! steps lie between two of its segments (CPython before 3.11), they go.
+//! One loop frame fewer than segments, in a whole stack, where the leaf-most
+//! segment may be idle (Perl's sort comparator while the sort compares in
+//! C): that segment goes.
 
 use crate::bpf::abi::{PY_ADDR_BITS, PY_FP_MUL};
 use crate::model::stack_end::StackEnd;
@@ -70,6 +73,12 @@ pub trait ChainRuntime {
     fn between(&self, _addr: u64) -> bool {
         false
     }
+    /// A segment ending in `frame` may not be running: its frames stay
+    /// between calls a C loop makes (Perl's MULTICALL subs: a sort's
+    /// comparator while the sort compares in C).
+    fn may_be_idle(&self, _frame: &KernelPyFrame) -> bool {
+        false
+    }
 }
 
 /// Merge the chain's `pairs` (leaf first) into `stack` (native user frames,
@@ -114,6 +123,16 @@ pub fn merge_segments(
         .enumerate()
         .filter(|&(d, &a)| is_loop(d, a))
         .count();
+    // One loop too few, the leaf-most segment one that may not be running,
+    // a whole stack: that segment is not running (its frames are kept
+    // between calls), and goes.
+    if !cut && loops > 0 && loops + 1 == segments.len() {
+        let (_, end) = segments[0];
+        let outermost = KernelPyFrame::from_words(pairs[2 * end - 2], pairs[2 * end - 1]);
+        if runtime.may_be_idle(&outermost) {
+            segments.remove(0);
+        }
+    }
     let skip = usize::from(loops == segments.len() + 1);
     let mut next_segment = 0;
     let mut seen = 0;
@@ -161,5 +180,45 @@ pub fn merge_segments(
     }
     if cut {
         out.push(*stack.last().expect("a cut"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf::abi::PY_SEGMENT_END;
+
+    /// A runtime whose loop lies at [0x1000, 0x2000) and whose frames with
+    /// bit 35 of their instruction word set may be idle.
+    struct Loop;
+    impl ChainRuntime for Loop {
+        fn in_loop(&self, addr: u64) -> bool {
+            (0x1000..0x2000).contains(&addr)
+        }
+        fn may_be_idle(&self, frame: &KernelPyFrame) -> bool {
+            frame.instr & (1 << 35) != 0
+        }
+    }
+
+    /// Check that a segment that may be idle goes where the native stack has
+    /// no loop for it (a sort comparing in C between two calls of its
+    /// comparator), and stays where it has one (the comparator running).
+    #[test]
+    fn an_idle_segment_goes_only_without_its_loop() {
+        // Leaf first: the comparator (idle, ending its segment), then the
+        // caller and the main program.
+        let pairs = [0x7000 | PY_SEGMENT_END, 1 << 35, 0x8000, 0, 0x9000, 0];
+        let key = |f: &KernelPyFrame| f.code;
+        let mut out = Vec::new();
+        // In C (0x50: the sort's compare loop), one run loop below it.
+        merge_segments(&[0x50, 0x1500, 0x60], &pairs, &Loop, key, &mut out);
+        assert_eq!(out, vec![0x50, 0x8000, 0x9000, 0x60]);
+        // The comparator running: two loops, two segments.
+        merge_segments(&[0x1400, 0x50, 0x1500, 0x60], &pairs, &Loop, key, &mut out);
+        assert_eq!(out, vec![0x7000, 0x50, 0x8000, 0x9000, 0x60]);
+        // Not idle: kept, below the native frames (as before).
+        let busy = [0x7000 | PY_SEGMENT_END, 0, 0x8000, 0, 0x9000, 0];
+        merge_segments(&[0x50, 0x1500, 0x60], &busy, &Loop, key, &mut out);
+        assert!(out.contains(&0x7000), "{out:x?}");
     }
 }

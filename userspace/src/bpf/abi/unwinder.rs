@@ -99,6 +99,14 @@ pub const PERL_CXT_EVAL: u8 = 11;
 pub const PERL_CXP_EVALBLOCK: u8 = 0x40;
 /// `PERL_CXP_SUB_RE_FAKE`
 pub const PERL_CXP_SUB_RE_FAKE: u8 = 0x80;
+/// `PERL_CXP_MULTICALL`
+pub const PERL_CXP_MULTICALL: u8 = 0x10;
+/// `PERL_CXP_TRY`
+pub const PERL_CXP_TRY: u8 = 0x80;
+/// `PERL_PHASE_RUN`
+pub const PERL_PHASE_RUN: u32 = 4;
+/// `PERL_LINE_MULTICALL`
+pub const PERL_LINE_MULTICALL: u64 = 1 << 35;
 /// `PERL_MAX_STACKINFOS`
 pub const PERL_MAX_STACKINFOS: u32 = 8;
 /// `PERL_FRAME_EVAL`

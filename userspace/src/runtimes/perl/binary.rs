@@ -29,6 +29,10 @@ pub struct PerlLayout {
     pub interp_curcop: u16,
     /// `PerlInterpreter.Icurstackinfo`.
     pub interp_curstackinfo: u16,
+    /// `PerlInterpreter.Iphase` (an enum: 4 running the program).
+    pub interp_phase: u16,
+    /// `PerlInterpreter.Iorigfilename`: the main program's file.
+    pub interp_origfilename: u16,
     /// `PERL_SI.si_cxstack`.
     pub si_cxstack: u16,
     /// `PERL_SI.si_prev`.
@@ -85,6 +89,8 @@ const LAYOUTS: [PerlLayout; 1] = [PerlLayout {
     version: "5.36",
     interp_curcop: 208,
     interp_curstackinfo: 224,
+    interp_phase: 2512,
+    interp_origfilename: 1472,
     si_cxstack: 8,
     si_prev: 16,
     si_cxsubix: 40,
@@ -322,7 +328,7 @@ mod tests {
                 assert!(p.curinterp > 0);
                 // Larger than every offset read in it.
                 assert!(
-                    p.interp_size > p.layout.interp_curstackinfo,
+                    p.interp_size > p.layout.interp_phase + 4,
                     "{}",
                     p.interp_size
                 );

@@ -10,7 +10,7 @@
 //! [`RuntimeFrames`]. Subs and files are read once per process, address and
 //! fingerprint into their own [`CodeCache`].
 
-use crate::bpf::abi::{PERL_FRAME_EVAL, PERL_FRAME_MAIN};
+use crate::bpf::abi::{PERL_FRAME_EVAL, PERL_FRAME_MAIN, PERL_LINE_MULTICALL};
 use crate::model::recording::FrameKind;
 use crate::runtimes::chain::{merge_segments, ChainRuntime, KernelPyFrame};
 use crate::runtimes::frames::CodeInfo;
@@ -34,6 +34,9 @@ fn eval_code() -> CodeInfo {
 impl ChainRuntime for PerlRuntime {
     fn in_loop(&self, addr: u64) -> bool {
         self.in_run_loop(addr)
+    }
+    fn may_be_idle(&self, frame: &KernelPyFrame) -> bool {
+        frame.instr & PERL_LINE_MULTICALL != 0
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::bpf::abi::{PythonProcess, PY_NO_OFFSET, PY_WALK_PERL};
+use crate::bpf::abi::{PythonProcess, PY_WALK_PERL};
 use crate::runtimes::perl::binary::PerlBinary;
 
 /// A Perl binary as one process maps it.
@@ -46,9 +46,9 @@ impl PerlRuntime {
             code_firstlineno: l.cop_line,
             code_filename: l.cop_file,
             code_qualname: l.cx_old_cxsubix,
-            code_linetable: PY_NO_OFFSET,
+            code_linetable: l.interp_phase,
             code_read_at: l.cv_stash as u16,
-            tstate_pthread: PY_NO_OFFSET,
+            tstate_pthread: l.interp_origfilename,
             flags: PY_WALK_PERL,
         }
     }

@@ -85,11 +85,16 @@ fn read_package(pid: u32, hv: u64, l: &PerlLayout) -> Result<String, CodeError> 
     let mut count = [0u8; 4];
     read_process(pid, aux.wrapping_add(l.aux_name_count), &mut count)
         .map_err(|_| CodeError::Unreadable)?;
-    // Several names (a package renamed, or aliased): the first is its own.
-    let hek = if i32::from_le_bytes(count) == 0 {
-        name
-    } else {
-        read_word(pid, name)?
+    // Several names (a package renamed, or aliased): the first is its own;
+    // with a negative count it may be none (a deleted package), and the
+    // next is the name it is known by.
+    let count = i32::from_le_bytes(count);
+    let hek = match count {
+        0 => name,
+        _ => match read_word(pid, name)? {
+            0 if count < 0 => read_word(pid, name.wrapping_add(8))?,
+            first => first,
+        },
     };
     read_hek(pid, hek, l)
 }
