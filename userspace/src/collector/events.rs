@@ -121,12 +121,12 @@ impl Collector {
                         });
                     }
                     let node =
-                        Self::intern_raw(&mut self.window.raw, pid, &self.scratch, &s.kernel);
+                        Self::intern_raw(&mut self.window, pid, &self.scratch, &s.kernel);
                     s.interned.set(Some((self.windows_finished, pid, node)));
                     node
                 }
                 _ => {
-                    let node = Self::intern_raw(&mut self.window.raw, pid, &s.user, &s.kernel);
+                    let node = Self::intern_raw(&mut self.window, pid, &s.user, &s.kernel);
                     s.interned.set(Some((self.windows_finished, pid, node)));
                     node
                 }
@@ -178,7 +178,7 @@ impl Collector {
                 (Some(s), Some((_, end))) => {
                     self.scratch.clear();
                     self.scratch.extend_from_slice(&s.kernel[..end]);
-                    Self::intern_raw(&mut self.window.raw, e.waker_pid, &[], &self.scratch)
+                    Self::intern_raw(&mut self.window, e.waker_pid, &[], &self.scratch)
                 }
                 _ => self.stack_ref(e.waker_pid, e.waker_tid, e.waker_stack_id),
             };

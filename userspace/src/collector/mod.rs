@@ -50,7 +50,7 @@ use crate::bpf::abi::{
 use crate::bpf::abi::{KernelUnwound, Regs, UserStack};
 use crate::model::recording::*;
 use crate::model::stack_end::StackEnd;
-use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
+use crate::model::stack_tree::{NodeIndex, NO_PARENT};
 use crate::runtimes::frames::{self, KERNEL_ADDR_MIN};
 use crate::runtimes::Merged;
 use crate::sideband::proc_snapshot::ProcSnapshot;

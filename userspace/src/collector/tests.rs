@@ -1257,3 +1257,47 @@ fn perf_maps_of_gone_processes_are_ignored_in_one_line() {
         );
     }
 }
+
+/// A raw stack interned twice is one node, found again by its whole hash;
+/// a remembered node that is not the stack (a stale or colliding entry) is
+/// never taken for it; stacks that differ in their pid, a frame or their
+/// depth stay apart, and every path reads back as it was given.
+#[test]
+fn raw_stacks_are_found_whole_and_checked() {
+    let mut w = window::WindowData::default();
+    let k1 = 0xffff_ffff_8110_0400u64;
+    let k2 = 0xffff_ffff_8110_0900u64;
+    // Leaf first, with the zeros and misplaced addresses intern_raw drops.
+    let user = [0x401_020u64, 0, 0x401_010, k1];
+    let kernel = [k2, k1, 0x401_000];
+    let a = Collector::intern_raw(&mut w, 7, &user, &kernel);
+    let len = w.raw.len();
+    assert_eq!(Collector::intern_raw(&mut w, 7, &user, &kernel), a);
+    assert_eq!(w.raw.len(), len, "nothing new for a stack seen before");
+    let mut path = Vec::new();
+    w.raw.path(a, &mut path);
+    assert_eq!(path, vec![7, 0x401_010, 0x401_020, k1, k2]);
+
+    let other_pid = Collector::intern_raw(&mut w, 8, &user, &kernel);
+    let shorter = Collector::intern_raw(&mut w, 7, &user[..1], &kernel);
+    let other_leaf = Collector::intern_raw(&mut w, 7, &user, &[k1]);
+    for n in [other_pid, shorter, other_leaf] {
+        assert_ne!(n, a);
+    }
+    w.raw.path(shorter, &mut path);
+    assert_eq!(path, vec![7, 0x401_020, k1, k2]);
+
+    // Every remembered node replaced by another stack's: each stack is
+    // still its own.
+    let wrong: Vec<u64> = w.raw_paths.keys().copied().collect();
+    for hash in wrong {
+        w.raw_paths.insert(hash, other_pid);
+    }
+    assert_eq!(Collector::intern_raw(&mut w, 7, &user, &kernel), a);
+    assert_eq!(Collector::intern_raw(&mut w, 7, &user[..1], &kernel), shorter);
+    // And a node past the tree's end (a tree replaced under the memo).
+    for v in w.raw_paths.values_mut() {
+        *v = u32::MAX - 1;
+    }
+    assert_eq!(Collector::intern_raw(&mut w, 7, &user, &[k1]), other_leaf);
+}

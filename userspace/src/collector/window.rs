@@ -42,6 +42,9 @@ pub(super) struct WindowData {
     pub(super) samples: SampleColumns,
     /// Raw stacks: a pid root, user addresses outermost first, kernel addresses.
     pub(super) raw: StackTree,
+    /// Whole raw stacks by a hash of their addresses: the node interned
+    /// last for that hash (checked against the tree before it is taken).
+    pub(super) raw_paths: FxHashMap<u64, NodeIndex>,
     /// Latest comm seen in a sample per tid, to name threads whose COMM event we missed.
     pub(super) sample_comm: FxHashMap<u32, [u8; TASK_COMM_LEN]>,
     /// The comm of each task seen waking a thread (from its off-CPU

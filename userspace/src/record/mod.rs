@@ -134,6 +134,13 @@ async fn record(
     };
     let mut collector = engine.collector();
     let (mut session, sampling_for) = start(&engine, &mut collector, args.verbose)?;
+    if std::env::var_os("SYSPROF_TIMING").is_some() {
+        eprintln!(
+            "sysprof: timing: loaded and attached: CPU {:.1} ms on this thread, {:.1} ms in all",
+            crate::sys::clock::thread_cpu_ns() as f64 / 1e6,
+            crate::sys::clock::process_cpu_ns() as f64 / 1e6
+        );
+    }
     let (mut child, command_pid) = spawn_command(&args, &output, &mut collector)?;
     // `-d` counts from the range's start.
     let deadline = args.duration.map(|d| {
@@ -210,6 +217,11 @@ async fn record(
     if let Some(line) = missing_symbols_line(&written.missing_symbols, debuginfod_on) {
         eprintln!("sysprof: {line}");
     }
+    timing.mark("summary");
+    drop(written);
+    timing.mark("drop written");
+    drop(collector);
+    timing.mark("drop collector");
     Ok((exit_status(&stop, &args), path, tokio_signals))
 }
 
@@ -406,14 +418,32 @@ fn signal_name(sig: i32) -> &'static str {
 struct Timing {
     on: bool,
     last: std::cell::Cell<Instant>,
+    /// CPU times at the last mark: this thread's, the process's (ns).
+    last_cpu: std::cell::Cell<(u64, u64)>,
 }
 
 impl Timing {
     fn new() -> Timing {
-        Timing {
-            on: std::env::var_os("SYSPROF_TIMING").is_some(),
-            last: std::cell::Cell::new(Instant::now()),
+        let on = std::env::var_os("SYSPROF_TIMING").is_some();
+        if on {
+            eprintln!(
+                "sysprof: timing: until the stop: CPU {:.1} ms on this thread, {:.1} ms in all",
+                crate::sys::clock::thread_cpu_ns() as f64 / 1e6,
+                crate::sys::clock::process_cpu_ns() as f64 / 1e6
+            );
         }
+        Timing {
+            on,
+            last: std::cell::Cell::new(Instant::now()),
+            last_cpu: std::cell::Cell::new(Self::cpu_now()),
+        }
+    }
+
+    fn cpu_now() -> (u64, u64) {
+        (
+            crate::sys::clock::thread_cpu_ns(),
+            crate::sys::clock::process_cpu_ns(),
+        )
     }
 
     fn mark(&self, what: &str) {
@@ -427,13 +457,18 @@ impl Timing {
                 kb.map(|kb| format!("{:.1}", kb / 1024.0))
                     .unwrap_or_else(|| "?".into())
             };
+            let (thread, process) = Self::cpu_now();
+            let (thread_was, process_was) = self.last_cpu.get();
             eprintln!(
-                "sysprof: timing: {what}: {:.1} ms, RSS {} MB (peak {} MB)",
+                "sysprof: timing: {what}: {:.1} ms, CPU {:.1} ms on this thread, {:.1} ms in all, RSS {} MB (peak {} MB)",
                 self.last.get().elapsed().as_secs_f64() * 1e3,
+                thread.saturating_sub(thread_was) as f64 / 1e6,
+                process.saturating_sub(process_was) as f64 / 1e6,
                 mb("VmRSS:"),
                 mb("VmHWM:")
             );
         }
+        self.last_cpu.set(Self::cpu_now());
         self.last.set(Instant::now());
     }
 }
