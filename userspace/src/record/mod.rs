@@ -413,8 +413,12 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-/// `SYSPROF_TIMING=1` prints how long each step after the stop takes, and
-/// the resident memory after it (now and peak, from /proc/self/status).
+/// `SYSPROF_TIMING=1` prints how long each step after the stop takes, its
+/// CPU (the thread that ran it, and the whole process: the gzip and
+/// symbolizer threads work meanwhile) and the resident memory after it (now
+/// and peak, from /proc/self/status); and the CPU spent loading and until
+/// the stop. Measured by the process's own clocks, with no profiler
+/// attached to it (perf's DWARF sampling of sysprof doubled its end).
 struct Timing {
     on: bool,
     last: std::cell::Cell<Instant>,
