@@ -120,8 +120,7 @@ impl Collector {
                             None => k,
                         });
                     }
-                    let node =
-                        Self::intern_raw(&mut self.window, pid, &self.scratch, &s.kernel);
+                    let node = Self::intern_raw(&mut self.window, pid, &self.scratch, &s.kernel);
                     s.interned.set(Some((self.windows_finished, pid, node)));
                     node
                 }

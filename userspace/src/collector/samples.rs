@@ -147,7 +147,11 @@ impl Collector {
             let mut same = true;
             // Up from the leaf: kernel frames leaf first, user frames leaf
             // first, the pid at the root.
-            for &addr in kernel.iter().filter(is_kernel).chain(user.iter().filter(is_user)) {
+            for &addr in kernel
+                .iter()
+                .filter(is_kernel)
+                .chain(user.iter().filter(is_user))
+            {
                 if at == NO_PARENT || at as usize >= raw.len() || raw.key(at) != addr {
                     same = false;
                     break;

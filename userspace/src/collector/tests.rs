@@ -1294,7 +1294,10 @@ fn raw_stacks_are_found_whole_and_checked() {
         w.raw_paths.insert(hash, other_pid);
     }
     assert_eq!(Collector::intern_raw(&mut w, 7, &user, &kernel), a);
-    assert_eq!(Collector::intern_raw(&mut w, 7, &user[..1], &kernel), shorter);
+    assert_eq!(
+        Collector::intern_raw(&mut w, 7, &user[..1], &kernel),
+        shorter
+    );
     // And a node past the tree's end (a tree replaced under the memo).
     for v in w.raw_paths.values_mut() {
         *v = u32::MAX - 1;
