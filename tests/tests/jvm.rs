@@ -28,6 +28,35 @@ fn jvm_split(profile: &Profile, pid: u64) -> (usize, usize, usize, usize) {
     (three, one, whole, total)
 }
 
+/// Where `Hot.java`'s two loops and main's two calls are: its source's
+/// lines, read from the file the tests compile.
+struct HotLines {
+    three_loop: u64,
+    one_loop: u64,
+    three_call: u64,
+    one_call: u64,
+}
+
+impl HotLines {
+    fn read() -> HotLines {
+        let path = workspace_root().join("tests/workloads/Hot.java");
+        let source = std::fs::read_to_string(&path).expect("Hot.java");
+        let line_of = |needle: &str| {
+            source
+                .lines()
+                .position(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("no {needle:?} in {}", path.display())) as u64
+                + 1
+        };
+        HotLines {
+            three_loop: line_of("s = s * 6364136223846793005L + i"),
+            one_loop: line_of("s = s * 2862933555777941757L + i"),
+            three_call: line_of("sink += hotThree("),
+            one_call: line_of("sink += hotOne("),
+        }
+    }
+}
+
 /// How long after the in-kernel walker is in place `record -a`'s tables for
 /// the processes already running are, at the latest (their compile took
 /// 560 ms here beside a JVM; the walker itself is verified after sampling
@@ -147,13 +176,17 @@ fn jvm_interpreted_methods_are_named_with_their_lines() {
     let (three, one, whole, total) = jvm_split(&profile, pid);
     let got = three as f64 / (three + one).max(1) as f64;
     let hot = jvm_hot_stacks(&profile, pid);
+    let hot_lines = HotLines::read();
     let lines_right = hot
         .iter()
         .filter(|s| {
             let n = s.len();
             let (leaf, caller) = (&s[n - 1], &s[n.saturating_sub(2)]);
-            let leaf_line = if leaf.0.contains("hotThree") { 13 } else { 19 };
-            let call_line = if leaf.0.contains("hotThree") { 31 } else { 33 };
+            let (leaf_line, call_line) = if leaf.0.contains("hotThree") {
+                (hot_lines.three_loop, hot_lines.three_call)
+            } else {
+                (hot_lines.one_loop, hot_lines.one_call)
+            };
             leaf.1 == Some(leaf_line)
                 && caller.0 == "void Hot.main(java.lang.String[])"
                 && caller.1 == Some(call_line)

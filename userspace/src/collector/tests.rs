@@ -1272,8 +1272,14 @@ fn raw_stacks_are_found_whole_and_checked() {
     let kernel = [k2, k1, 0x401_000];
     let a = Collector::intern_raw(&mut w, 7, &user, &kernel);
     let len = w.raw.len();
+    assert_eq!(
+        w.raw_paths.get(&single_hash(&w, a)),
+        Some(&a),
+        "remembered whole"
+    );
     assert_eq!(Collector::intern_raw(&mut w, 7, &user, &kernel), a);
     assert_eq!(w.raw.len(), len, "nothing new for a stack seen before");
+    assert_eq!(w.raw_paths.len(), 1);
     let mut path = Vec::new();
     w.raw.path(a, &mut path);
     assert_eq!(path, vec![7, 0x401_010, 0x401_020, k1, k2]);
@@ -1303,4 +1309,33 @@ fn raw_stacks_are_found_whole_and_checked() {
         *v = u32::MAX - 1;
     }
     assert_eq!(Collector::intern_raw(&mut w, 7, &user, &[k1]), other_leaf);
+
+    // A stack of nothing but its pid, behind an entry out of range; and a
+    // user frame whose address is the pid: only the root may be the pid.
+    let mut w = window::WindowData::default();
+    let bare = Collector::intern_raw(&mut w, 7, &[], &[]);
+    let deep = Collector::intern_raw(&mut w, 7, &[7], &[]);
+    assert_ne!(bare, deep);
+    for v in w.raw_paths.values_mut() {
+        *v = u32::MAX - 1;
+    }
+    assert_eq!(Collector::intern_raw(&mut w, 7, &[], &[]), bare);
+    for v in w.raw_paths.values_mut() {
+        *v = deep;
+    }
+    assert_eq!(Collector::intern_raw(&mut w, 7, &[], &[]), bare);
+    assert_eq!(Collector::intern_raw(&mut w, 7, &[7], &[]), deep);
+}
+
+/// The one key of a window's memo that names `node` (the test's stacks
+/// are remembered once each).
+fn single_hash(w: &window::WindowData, node: NodeIndex) -> u64 {
+    let keys: Vec<u64> = w
+        .raw_paths
+        .iter()
+        .filter(|(_, &n)| n == node)
+        .map(|(&k, _)| k)
+        .collect();
+    assert_eq!(keys.len(), 1, "one memo entry for the stack");
+    keys[0]
 }
