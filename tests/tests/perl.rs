@@ -9,6 +9,26 @@ use std::process::Command;
 
 use sysprof_tests::*;
 
+/// `perl` running the workload `script` with its argument, recorded into
+/// a scratch directory of `dir`: the profile's path, the command's output
+/// (checked to have succeeded) and the pid the script printed.
+fn record_script(
+    perl: &Path,
+    dir: &str,
+    script: &str,
+    arg: &str,
+) -> (std::path::PathBuf, std::process::Output, u64) {
+    let out_path = scratch(dir).join("p.json.gz");
+    let script = workspace_root().join("tests/workloads").join(script);
+    let out = record(
+        &["--", perl.to_str().unwrap(), script.to_str().unwrap(), arg],
+        &out_path,
+    );
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").expect("the script printed its pid");
+    (out_path, out, pid)
+}
+
 /// Check Perl 5.36's layout in sysprof's table against what a running
 /// script's memory holds (`tests/oracles/perl_layout.py`: the addresses
 /// Perl's B module gives of its objects, found in its memory through
@@ -97,20 +117,7 @@ fn perl_subs_are_named_with_the_split_the_script_measured() {
     let Some(perl) = perl_tools(test) else {
         return;
     };
-    let dir = scratch("perl-split");
-    let out_path = dir.join("p.json.gz");
-    let script = workspace_root().join("tests/workloads/perlsplit.pl");
-    let out = record(
-        &[
-            "--",
-            perl.to_str().unwrap(),
-            script.to_str().unwrap(),
-            "2.0",
-        ],
-        &out_path,
-    );
-    assert_success(&out);
-    let pid = field(&out.stdout, "pid").expect("the script printed its pid");
+    let (out_path, out, pid) = record_script(&perl, "perl-split", "perlsplit.pl", "2.0");
     let (three_ns, one_ns) = (
         field(&out.stdout, "three_ns").unwrap() as f64,
         field(&out.stdout, "one_ns").unwrap() as f64,
@@ -367,20 +374,7 @@ fn off_cpu_time_is_charged_to_the_perl_sub_that_waited() {
     let Some(perl) = perl_tools(test) else {
         return;
     };
-    let dir = scratch("perl-naps");
-    let out_path = dir.join("p.json.gz");
-    let script = workspace_root().join("tests/workloads/perlnaps.pl");
-    let out = record(
-        &[
-            "--",
-            perl.to_str().unwrap(),
-            script.to_str().unwrap(),
-            "1.5",
-        ],
-        &out_path,
-    );
-    assert_success(&out);
-    let pid = field(&out.stdout, "pid").unwrap();
+    let (out_path, out, pid) = record_script(&perl, "perl-naps", "perlnaps.pl", "1.5");
     let (a_ms, b_ms) = (
         field(&out.stdout, "nap_a_ns").unwrap() as f64 / 1e6,
         field(&out.stdout, "nap_b_ns").unwrap() as f64 / 1e6,
@@ -433,20 +427,7 @@ fn perl_called_from_c_at_the_top_level_keeps_its_place() {
     let Some(perl) = perl_tools(test) else {
         return;
     };
-    let dir = scratch("perl-top");
-    let out_path = dir.join("p.json.gz");
-    let script = workspace_root().join("tests/workloads/perltop.pl");
-    let out = record(
-        &[
-            "--",
-            perl.to_str().unwrap(),
-            script.to_str().unwrap(),
-            "1.5",
-        ],
-        &out_path,
-    );
-    assert_success(&out);
-    let pid = field(&out.stdout, "pid").expect("the script printed its pid");
+    let (out_path, _, pid) = record_script(&perl, "perl-top", "perltop.pl", "1.5");
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
     let t = profile
