@@ -303,6 +303,13 @@ struct unwind_process {
 #define PERL_MAX_STACKINFOS 8     /* nested run loops (sort blocks, handlers, DESTROY) followed */
 #define PERL_FRAME_EVAL 2         /* in the code word: an eval's or require's code, named by its file */
 #define PERL_FRAME_MAIN 4         /* in the code word: the main program, named by its file */
+#define PY_WALK_RUBY 8            /* python_process.flags: a Ruby process (runtimes/ruby.bpf.h) */
+#define RUBY_CFP_READ 40          /* bytes of an rb_control_frame_t read at once (pc .. ep) */
+#define RUBY_FRAME_MAGIC_MASK 0x7fff0001ULL  /* ep[0]: the frame's type */
+#define RUBY_FRAME_MAGIC_DUMMY 0x79990001ULL /* ... a thread's bottom frame, running nothing */
+#define RUBY_FRAME_FLAG_FINISH 0x20ULL       /* ep[0]: the first frame a C-level vm_exec ran */
+#define RUBY_FRAME_FLAG_CFRAME 0x80ULL       /* ep[0]: a C method's or C block's frame */
+#define RUBY_MAX_MODULE_ID 4096   /* a TLS module id above is no glibc's */
 #define PY_FP_MUL 0x9e3779b97f4a7c15ULL /* the fingerprint's multiplier (userspace: the same) */
 /* sample_event.py_end: how the Python walk ended */
 #define PY_END_NONE 0             /* not a Python process (py_len is 0) */
@@ -314,7 +321,8 @@ struct unwind_process {
 /* Where a CPython process keeps each thread's state and the layout of its
  * frames: written by userspace from the interpreter's binary and version.
  * With PY_WALK_PHP, a PHP process's executor and layout instead, in the
- * fields runtimes/php.bpf.h names. */
+ * fields runtimes/php.bpf.h names; PY_WALK_PERL and PY_WALK_RUBY likewise
+ * (perl.bpf.h, ruby.bpf.h). */
 struct python_process {
 	__u64 tss_addr;         /* &_PyRuntime's autoTSSkey (Py_tss_t {int init; int key}) */
 	__u32 version;          /* PY_VERSION_HEX >> 16 (0x030b for 3.11) */

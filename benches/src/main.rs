@@ -3,7 +3,7 @@
 //! In: the workloads in `benches/workloads/*.c` (built here with gcc),
 //! `py.py` (by Debian's python3, and by a copy sysprof does not take for an
 //! interpreter), `work.php` (the same by Debian's php8.2), `work.pl` (by
-//! Debian's perl) and `Work.java`
+//! Debian's perl), `work.rb` (by Debian's ruby) and `Work.java`
 //! (built here with javac), the
 //! profilers (sysprof from this workspace; perf and samply found on PATH or
 //! installed). Out: one table on stdout and `target/bench/results.{md,json}`.
@@ -53,7 +53,7 @@ struct Args {
     #[arg(long)]
     agent: bool,
     /// Only these workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "php", "perl", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "php", "perl", "ruby", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
@@ -234,6 +234,28 @@ fn main() -> Result<()> {
             workloads.push(Workload { name: "perl-native", argv: argv(&native) });
         }
         Err(e) => eprintln!("bench: no /usr/bin/perl ({e}): the perl workloads are skipped; install it with `apt-get install perl`"),
+    }
+    // Ruby: the same, by Debian's ruby (its frames read) and by the same
+    // ruby loading a copy of its libruby under a name not Ruby's (the
+    // loader finds it through a link of libruby's soname; the mapping, and
+    // so sysprof, sees the copy's own name).
+    match std::fs::canonicalize("/usr/bin/ruby") {
+        Ok(ruby) => {
+            let lib = Path::new("/usr/lib/x86_64-linux-gnu/libruby-3.1.so.3.1");
+            let dir = work.join("interp-rb-native");
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir)?;
+            std::fs::copy(lib, dir.join("librbnative.so"))?;
+            std::os::unix::fs::symlink("librbnative.so", dir.join("libruby-3.1.so.3.1"))?;
+            let script = s(root.join("benches/workloads/work.rb"));
+            let rounds = if quick { "45000" } else { "110000" }.to_string();
+            workloads.push(Workload { name: "ruby", argv: vec![s(ruby.clone()), script.clone(), rounds.clone()] });
+            workloads.push(Workload {
+                name: "ruby-native",
+                argv: vec!["env".into(), format!("LD_LIBRARY_PATH={}", dir.display()), s(ruby), script, rounds],
+            });
+        }
+        Err(e) => eprintln!("bench: no /usr/bin/ruby ({e}): the ruby workloads are skipped; install it with `apt-get install ruby`"),
     }
     // A JVM (no flags): fixed work in compiled Java code, for the JVM's
     // slowdown and the BPF time per sample in it (sysprof also asks it for

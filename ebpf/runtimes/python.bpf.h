@@ -9,7 +9,8 @@
  * PY_MAX_FRAMES (code object, instruction pointer) pairs, leaf first, in
  * the sample's frame array after its native frames; userspace names the
  * code objects from the process's memory and puts the frames where the
- * interpreter's native eval frames are.
+ * interpreter's native eval frames are. PHP's, Perl's and Ruby's chains are
+ * walked by the same entry and state (php.bpf.h, perl.bpf.h, ruby.bpf.h).
  *
  * The thread's state is its own, not the GIL holder's: CPython keeps it
  * under a pthread key (`autoTSSkey`), which glibc stores in the thread's
@@ -156,6 +157,7 @@ static long py_step(__u64 i, struct py_walk *w)
 
 #include "php.bpf.h"
 #include "perl.bpf.h"
+#include "ruby.bpf.h"
 
 /* The thread's PyThreadState, or 0 when it has none (a thread Python
  * does not know, an interpreter not started yet) or it cannot be read. */
@@ -256,6 +258,17 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 		w.interp = interp;
 		perl_top(&w);
 		bpf_loop(PY_MAX_FRAMES, perl_step, &w, 0);
+		goto done;
+	}
+	if (p->flags & PY_WALK_RUBY) {
+		/* Each thread's own execution context (see ruby.bpf.h). */
+		__u32 failed = ruby_enter(&w, task);
+
+		if (failed) {
+			out->end = failed;
+			return 0;
+		}
+		bpf_loop(PY_MAX_FRAMES, ruby_step, &w, 0);
 		goto done;
 	}
 	tstate = py_thread_state(p, task, tid);

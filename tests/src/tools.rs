@@ -1,5 +1,6 @@
 //! Outside tools and servers the tests compare with or send to: Go,
-//! OpenTelemetry's Python, py-spy, receivers on loopback, PostgreSQL.
+//! OpenTelemetry's Python, py-spy, rbspy, receivers on loopback,
+//! PostgreSQL, the runtimes' own tools.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -292,5 +293,63 @@ pub fn perl_tools(test: &str) -> Option<PathBuf> {
         return Some(p);
     }
     skip(test, "Perl and its tools (Debian's perl: json_pp) are missing and could not be installed: `apt-get install perl`");
+    None
+}
+
+/// Debian's Ruby 3.1 with its standard tools (`ruby`: `rdoc`), installed
+/// when missing. None (said loudly; a failure under CI) when it cannot be
+/// had.
+pub fn ruby_tools(test: &str) -> Option<PathBuf> {
+    let found = || {
+        let ruby = PathBuf::from("/usr/bin/ruby3.1");
+        (ruby.exists() && Path::new("/usr/bin/rdoc").exists()).then_some(ruby)
+    };
+    if let Some(r) = found() {
+        return Some(r);
+    }
+    let install = |cmd: &mut Command| {
+        quiet(
+            cmd.env("DEBIAN_FRONTEND", "noninteractive")
+                .args(["-o", "DPkg::Lock::Timeout=600"]),
+        )
+    };
+    let _ = install(Command::new("apt-get").args(["install", "-y", "ruby"]))
+        || (install(Command::new("apt-get").arg("update"))
+            && install(Command::new("apt-get").args(["install", "-y", "ruby"])));
+    if let Some(r) = found() {
+        return Some(r);
+    }
+    skip(test, "Ruby 3.1 and its tools (Debian's ruby: rdoc) are missing and could not be installed: `apt-get install ruby`");
+    None
+}
+
+/// rbspy (crates.io), built into target/test-tools on first use: an outside
+/// sampler of Ruby programs. None (said loudly; a failure under CI) when it
+/// cannot be had.
+pub fn rbspy(test: &str) -> Option<PathBuf> {
+    let root = workspace_root().join("target/test-tools");
+    let bin = root.join("bin/rbspy");
+    if !bin.exists() {
+        let _ = quiet(
+            Command::new("cargo")
+                .args([
+                    "install",
+                    "--locked",
+                    "--quiet",
+                    "rbspy",
+                    "--version",
+                    "0.55.0",
+                    "--root",
+                ])
+                .arg(&root),
+        );
+    }
+    if bin.exists() {
+        return Some(bin);
+    }
+    skip(
+        test,
+        "rbspy could not be built from crates.io into target/test-tools (`cargo install rbspy`)",
+    );
     None
 }

@@ -125,8 +125,9 @@ fn ensure_toolchain() -> Result<()> {
 /// The programs the integration tests run (workloads built with gcc, a JIT
 /// workload in node, a JVM and its compiler, objcopy/readelf/nm for stripped
 /// binaries, python3 as a debuginfod server and a Python workload,
-/// PostgreSQL and its pgbench, PHP and Composer, Perl's json_pp),
-/// installed with apt-get when missing.
+/// PostgreSQL and its pgbench, PHP and Composer, Perl's json_pp, Ruby's
+/// rdoc), installed with apt-get when missing (rbspy, from crates.io, is
+/// built by the test that uses it: tests/src/tools.rs).
 fn ensure_test_tools() -> Result<()> {
     let needed = [
         ("gcc", "gcc libc6-dev"),
@@ -144,6 +145,8 @@ fn ensure_test_tools() -> Result<()> {
         ("composer", "composer"),
         // Perl's tools and standard modules (tests/tests/perl.rs).
         ("json_pp", "perl"),
+        // Ruby and a program in it (tests/tests/ruby.rs).
+        ("rdoc", "ruby"),
     ];
     let mut packages: Vec<&str> = needed
         .iter()

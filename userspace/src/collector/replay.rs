@@ -94,7 +94,7 @@ impl PseudoFrame {
                 "[no Python frames: a CPython version sysprof does not read (3.8-3.13 are)]"
             }
             PseudoFrame::PythonUnnamed => {
-                "[Python, PHP or Perl frame: its code object, function or sub was gone before it was read]"
+                "[Python, PHP, Perl or Ruby frame: its code object, function, sub or iseq was gone before it was read]"
             }
         }
     }

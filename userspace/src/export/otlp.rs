@@ -169,6 +169,8 @@ impl Dictionary {
             Some("php")
         } else if frame.kind == crate::model::recording::FrameKind::Perl {
             Some("perl")
+        } else if frame.kind == crate::model::recording::FrameKind::Ruby {
+            Some("ruby")
         } else if frame.is_interpreted() {
             Some("cpython")
         } else if let Some(kind) = jit.filter(|_| {

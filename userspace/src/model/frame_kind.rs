@@ -1,5 +1,5 @@
 //! What a frame is: native, kernel, JIT, a runtime's (Python, Java
-//! interpreted or compiled, JavaScript, PHP, Perl), or not code (off-CPU, missing
+//! interpreted or compiled, JavaScript, PHP, Perl, Ruby), or not code (off-CPU, missing
 //! frames).
 //!
 //! In: set by whoever made the frame (the replay's key, the runtime that
@@ -41,6 +41,8 @@ pub enum FrameKind {
     Php = 10,
     /// A Perl sub (read from its CV), eval or main program.
     Perl = 11,
+    /// A Ruby method or block (read from its iseq).
+    Ruby = 12,
 }
 
 impl FrameKind {
@@ -60,6 +62,7 @@ impl FrameKind {
             JavaCompiled,
             Php,
             Perl,
+            Ruby,
         ]
         .get(b as usize)
         .copied()
@@ -69,7 +72,11 @@ impl FrameKind {
     pub fn is_interpreted(self) -> bool {
         matches!(
             self,
-            FrameKind::Python | FrameKind::JavaScript | FrameKind::Php | FrameKind::Perl
+            FrameKind::Python
+                | FrameKind::JavaScript
+                | FrameKind::Php
+                | FrameKind::Perl
+                | FrameKind::Ruby
         ) || self.is_java()
     }
 

@@ -169,6 +169,7 @@ pub(super) fn build_meta(
             category("JavaScript", "magenta"),
             category("PHP", "brown"),
             category("Perl", "lightred"),
+            category("Ruby", "red"),
         ],
         marker_schema: super::markers::marker_schema(),
         extra: serde_json::json!([{ "label": "sysprof", "entries": extra_entries }]),

@@ -77,6 +77,8 @@ pub mod category {
     pub const PHP: u32 = 9;
     /// Perl subs.
     pub const PERL: u32 = 10;
+    /// Ruby methods and blocks.
+    pub const RUBY: u32 = 11;
 }
 
 /// Per-CPU tracks use tids from here up (real tids stay below 2^22).

@@ -189,6 +189,8 @@ impl ThreadTables {
             category::PHP
         } else if f.kind == FrameKind::Perl {
             category::PERL
+        } else if f.kind == FrameKind::Ruby {
+            category::RUBY
         } else if f.is_interpreted() {
             category::INTERPRETED
         } else {

@@ -19,7 +19,8 @@
 //! steps lie between two of its segments (CPython before 3.11), they go.
 //! One loop frame fewer than segments, in a whole stack, where the leaf-most
 //! segment may be idle (Perl's sort comparator while the sort compares in
-//! C): that segment goes.
+//! C; Ruby's frames pushed before the loop that runs them began): that
+//! segment goes.
 
 use crate::bpf::abi::{PY_ADDR_BITS, PY_FP_MUL};
 use crate::model::stack_end::StackEnd;
@@ -75,7 +76,8 @@ pub trait ChainRuntime {
     }
     /// A segment ending in `frame` may not be running: its frames stay
     /// between calls a C loop makes (Perl's MULTICALL subs: a sort's
-    /// comparator while the sort compares in C).
+    /// comparator while the sort compares in C), or are pushed before the
+    /// loop that runs them is entered (Ruby's).
     fn may_be_idle(&self, _frame: &KernelPyFrame) -> bool {
         false
     }

@@ -1,5 +1,5 @@
 //! The runtimes whose frames sysprof reads beside the native ones: CPython,
-//! HotSpot, V8, PHP and Perl, one folder each, and the registry that finds them.
+//! HotSpot, V8, PHP, Perl and Ruby, one folder each, and the registry that finds them.
 //!
 //! In: from the native unwinder, as it writes a process's kernel entry,
 //! the binaries the process maps and where ([`crate::unwind::RuntimeDetection`]);
@@ -30,6 +30,7 @@ pub mod hotspot;
 pub mod perl;
 pub mod php;
 pub mod python;
+pub mod ruby;
 pub mod v8;
 
 use std::sync::Arc;
@@ -49,6 +50,8 @@ use php::binary::PhpBinary;
 use php::process::PhpRuntime;
 use python::binary::PythonBinary;
 use python::process::PythonRuntime;
+use ruby::binary::RubyBinary;
+use ruby::process::RubyRuntime;
 use v8::binary::V8Symbols;
 use v8::process::V8Runtime;
 
@@ -82,6 +85,8 @@ pub enum Merged {
     Php,
     /// Perl's, in place of its run loop's frames.
     Perl,
+    /// Ruby's, in place of its VM loop's frames.
+    Ruby,
 }
 
 /// Every runtime's userspace side: what was read from processes' memory
@@ -102,12 +107,14 @@ pub struct RuntimeReaders {
     pub php: CodeCache,
     /// Perl subs and files.
     pub perl: CodeCache,
+    /// Ruby iseqs.
+    pub ruby: CodeCache,
 }
 
 impl RuntimeReaders {
     /// The readers that follow processes (thread names are kept by pid
     /// until the process is gone: `python_threads.forget`).
-    fn each(&mut self) -> [&mut dyn RuntimeReader; 6] {
+    fn each(&mut self) -> [&mut dyn RuntimeReader; 7] {
         [
             &mut self.python,
             &mut self.java,
@@ -115,6 +122,7 @@ impl RuntimeReaders {
             &mut self.js,
             &mut self.php,
             &mut self.perl,
+            &mut self.ruby,
         ]
     }
 
@@ -130,13 +138,14 @@ impl RuntimeReaders {
 
     /// Bytes read from processes and kept, all runtimes.
     pub fn held_bytes(&self) -> usize {
-        let each: [&dyn RuntimeReader; 6] = [
+        let each: [&dyn RuntimeReader; 7] = [
             &self.python,
             &self.java,
             &self.jvms,
             &self.js,
             &self.php,
             &self.perl,
+            &self.ruby,
         ];
         each.into_iter().map(|r| r.held_bytes()).sum()
     }
@@ -151,7 +160,7 @@ impl RuntimeReaders {
 
     /// A user stack the kernel walked for `pid` (`native`, leaf first,
     /// perhaps ending in a cut) with the CPython chain it read beside it
-    /// (`python` pairs: CPython's, PHP's or Perl's, as the process runs): the frames
+    /// (`python` pairs: CPython's, PHP's, Perl's or Ruby's, as the process runs): the frames
     /// of the runtime it shows put where they ran, keyed in `table`, into
     /// `out`. None: no runtime's frames (the stack stands as walked).
     pub fn merge(
@@ -184,6 +193,10 @@ impl RuntimeReaders {
             perl::frames::merge(native, python, pid, perl, &mut self.perl, table, out);
             return Some(Merged::Perl);
         }
+        if let Some(ruby) = unwinders.and_then(|u| u.ruby(pid)) {
+            ruby::frames::merge(native, python, pid, ruby, &mut self.ruby, table, out);
+            return Some(Merged::Ruby);
+        }
         let py = unwinders.and_then(|u| u.python(pid))?;
         python::frames::merge(native, python, pid, py, &mut self.python, table, out);
         Some(Merged::Python)
@@ -205,6 +218,8 @@ pub struct ProcessRuntimes {
     pub php: Option<PhpRuntime>,
     /// The Perl it runs.
     pub perl: Option<PerlRuntime>,
+    /// The Ruby it runs.
+    pub ruby: Option<RubyRuntime>,
 }
 
 /// What each binary is, per runtime, read once (None: not the runtime's,
@@ -218,6 +233,7 @@ pub struct Runtimes {
     v8s: FxHashMap<BinaryIndex, Option<Arc<V8Symbols>>>,
     phps: FxHashMap<BinaryIndex, Option<Arc<PhpBinary>>>,
     perls: FxHashMap<BinaryIndex, Option<Arc<PerlBinary>>>,
+    rubies: FxHashMap<BinaryIndex, Option<Arc<RubyBinary>>>,
     /// Binaries whose runtime's frames are not read, with why.
     failures: Vec<String>,
 }
@@ -263,6 +279,11 @@ impl RuntimeDetection for Runtimes {
                     .perl_binary(binaries, binary)
                     .map(|binary| PerlRuntime { binary, base });
             }
+            if found.ruby.is_none() {
+                found.ruby = self
+                    .ruby_binary(binaries, binary)
+                    .map(|binary| RubyRuntime { binary, base });
+            }
             if found.python.is_none() {
                 found.python = self
                     .python_binary(binaries, binary)
@@ -280,6 +301,9 @@ impl RuntimeDetection for Runtimes {
         if found.python.is_some() || found.php.is_some() {
             found.perl = None;
         }
+        if found.python.is_some() || found.php.is_some() || found.perl.is_some() {
+            found.ruby = None;
+        }
         let entry = RuntimeEntry {
             // One interpreter's chain per process (above).
             python: found
@@ -287,7 +311,8 @@ impl RuntimeDetection for Runtimes {
                 .as_ref()
                 .map(PythonRuntime::entry)
                 .or_else(|| found.php.as_ref().map(PhpRuntime::entry))
-                .or_else(|| found.perl.as_ref().map(PerlRuntime::entry)),
+                .or_else(|| found.perl.as_ref().map(PerlRuntime::entry))
+                .or_else(|| found.ruby.as_ref().map(RubyRuntime::entry)),
             interpreter: found.java.as_ref().and_then(|j| j.interpreter),
             code_heaps: found.java.as_ref().and_then(|j| j.code),
             js: found.v8.as_ref().map(|v| v.symbols.kernel()),
@@ -304,6 +329,7 @@ impl RuntimeDetection for Runtimes {
             self.v8s.remove(b);
             self.phps.remove(b);
             self.perls.remove(b);
+            self.rubies.remove(b);
         }
     }
 
@@ -415,6 +441,35 @@ impl Runtimes {
         found
     }
 
+    /// What `binary` is if it is a shared libruby, read once, and only if
+    /// its name says it may be one; a Ruby this build cannot walk is said
+    /// once.
+    fn ruby_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<RubyBinary>> {
+        if let Some(known) = self.rubies.get(&binary) {
+            return known.clone();
+        }
+        let bin = binaries.get(binary);
+        let found = match bin
+            .file
+            .as_ref()
+            .filter(|_| ruby::binary::may_be_ruby(&bin.name))
+        {
+            None => None,
+            Some(file) => {
+                match ruby::binary::read(&ElfReader::new(file, Default::default()), &bin.name) {
+                    Ok(p) => p.map(Arc::new),
+                    Err(e) => {
+                        self.failures
+                            .push(format!("{}: no Ruby frames: {e}", escape(&bin.path)));
+                        None
+                    }
+                }
+            }
+        };
+        self.rubies.insert(binary, found.clone());
+        found
+    }
+
     /// What CPython `binary` is, read once, and only if its name says it
     /// may be one; a CPython this build cannot walk is said once.
     fn python_binary(
@@ -476,6 +531,11 @@ impl Unwinders<Runtimes> {
     /// The Perl `pid` runs, if it runs one this build reads.
     pub fn perl(&self, pid: u32) -> Option<&PerlRuntime> {
         self.runtime(pid)?.perl.as_ref()
+    }
+
+    /// The Ruby `pid` runs, if it runs one this build reads.
+    pub fn ruby(&self, pid: u32) -> Option<&RubyRuntime> {
+        self.runtime(pid)?.ruby.as_ref()
     }
 
     /// The V8 `pid` embeds, if it does.

@@ -87,6 +87,12 @@ pub const PHP_FRAME_EVAL: u64 = 2;
 pub const PHP_CALL_TOP: u32 = 1 << 17;
 /// `PY_WALK_PERL`
 pub const PY_WALK_PERL: u16 = 4;
+/// `PY_WALK_RUBY`
+pub const PY_WALK_RUBY: u16 = 8;
+/// `RUBY_CFP_READ`
+pub const RUBY_CFP_READ: u16 = 40;
+/// `RUBY_MAX_MODULE_ID`
+pub const RUBY_MAX_MODULE_ID: u64 = 4096;
 /// `PERL_CX_SIZE`
 pub const PERL_CX_SIZE: u64 = 104;
 /// `PERL_CXT_SUB`

@@ -121,13 +121,14 @@ fn stored_kinds_are_all_or_refused() {
         !StoredKinds { kinds: vec![200] }.apply(&mut rec),
         "a byte that is no kind"
     );
-    // VERSION 7's, 8's and 9's kinds come back as written.
+    // VERSION 7's to 10's kinds come back as written.
     for kind in [
         FrameKind::JavaInterpreted,
         FrameKind::JavaCompiled,
         FrameKind::Java,
         FrameKind::Php,
         FrameKind::Perl,
+        FrameKind::Ruby,
     ] {
         rec.frames[0].kind = kind;
         let kinds = StoredKinds::of(&rec);
