@@ -69,8 +69,9 @@ static long ruby_step(__u64 i, struct py_walk *w)
 	w->hash = (w->hash ^ iseq ^ (pc << 17) ^ flags) * 0x100000001b3ULL;
 	if ((flags & RUBY_FRAME_FLAG_CFRAME) || (flags & RUBY_FRAME_MAGIC_MASK) == RUBY_FRAME_MAGIC_DUMMY || !pc || !iseq) {
 		/* C code (its frames are in the native stack) or nothing running:
-		 * it keeps no place, but a vm_exec that began there still ends
-		 * the segment of the Ruby frames above it. */
+		 * it keeps no place. One with FINISH (the dummy bottom frame, the
+		 * pc-less frame rb_vm_call_cfunc pushes) lies under a frame that
+		 * has it already; marking the frame above keeps that so. */
 		if ((flags & RUBY_FRAME_FLAG_FINISH) && w->n && w->frames)
 			w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
 		return 0;
@@ -102,15 +103,17 @@ static __always_inline __u32 ruby_enter(struct py_walk *w, struct task_struct *t
 {
 	struct python_process *p = w->p;
 	__u64 fsbase = BPF_CORE_READ(task, thread.fsbase);
-	__u64 module = 0, dtv = 0, block = 0, ec = 0, stack = 0, size = 0, cfp = 0;
+	__u64 module = 0, dtv = 0, slots = 0, block = 0, ec = 0, stack = 0, size = 0, cfp = 0;
 
 	if (!fsbase || bpf_probe_read_user(&module, sizeof(module), (void *)p->tss_addr) || !module ||
 	    module > RUBY_MAX_MODULE_ID)
 		return PY_END_READ_FAILED;
-	/* glibc's tcbhead_t.dtv, then dtv[module].pointer.val (16-byte entries):
-	 * the module's TLS block, or TLS_DTV_UNALLOCATED (-1) in a thread that
-	 * never touched it. */
+	/* glibc's tcbhead_t.dtv, its length in the entry before it (a thread
+	 * made before a dlopen'd libruby has a shorter one), then
+	 * dtv[module].pointer.val (16-byte entries): the module's TLS block, or
+	 * TLS_DTV_UNALLOCATED (-1) in a thread that never touched it. */
 	if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(fsbase + 8)) || !dtv ||
+	    bpf_probe_read_user(&slots, sizeof(slots), (void *)(dtv - 16)) || module > slots ||
 	    bpf_probe_read_user(&block, sizeof(block), (void *)(dtv + 16 * module)) || !block || block == ~0ULL ||
 	    bpf_probe_read_user(&ec, sizeof(ec), (void *)(block + p->tsd_offset)) || !ec)
 		return PY_END_NO_THREAD;

@@ -50,6 +50,7 @@ impl Collector {
                     e.pid,
                     &self.unwound,
                     k.python,
+                    k.python_end,
                     &mut own,
                     &mut self.merged,
                 );

@@ -217,6 +217,7 @@ impl Collector {
                     s.pid,
                     &self.unwound,
                     k.python,
+                    k.python_end,
                     &mut self.window.runtime_frames,
                     &mut self.merged,
                 ) {

@@ -17,6 +17,10 @@
 //! Segments left over (the native walk stopped short) go below the native
 //! frames, before the cut, so the callers are kept. Where a runtime's own
 //! steps lie between two of its segments (CPython before 3.11), they go.
+//! A chain the kernel cut short (its frame budget spent, a frame it could
+//! not read) lacks its root-ward segments: its segments pair one to one
+//! with the leaf-most loop frames, and the loop frames left over stay
+//! native (no call entering the loop is guessed, no segment dropped).
 //! One loop frame fewer than segments, in a whole stack, where the leaf-most
 //! segment may be idle (Perl's sort comparator while the sort compares in
 //! C; Ruby's frames pushed before the loop that runs them began): that
@@ -66,6 +70,17 @@ impl KernelPyFrame {
     }
 }
 
+/// The chain the kernel read beside a stack: its pairs of words, leaf
+/// first, and whether it reached its root (not cut short by the kernel's
+/// frame budget or a frame it could not read).
+#[derive(Debug, Clone, Copy)]
+pub struct KernelChain<'a> {
+    /// Two words per frame.
+    pub pairs: &'a [u64],
+    /// Down to its root.
+    pub whole: bool,
+}
+
 /// What a runtime says of the native frames around its chain.
 pub trait ChainRuntime {
     /// `addr` (a process address) is in the loop that runs its frames.
@@ -83,12 +98,14 @@ pub trait ChainRuntime {
     }
 }
 
-/// Merge the chain's `pairs` (leaf first) into `stack` (native user frames,
-/// leaf first, perhaps ending in a cut key), writing the result to `out`;
-/// `key` names each of the chain's frames.
+/// Merge the chain's `pairs` (leaf first; `whole`: down to its root, not
+/// cut short by the kernel) into `stack` (native user frames, leaf first,
+/// perhaps ending in a cut key), writing the result to `out`; `key` names
+/// each of the chain's frames.
 pub fn merge_segments(
     stack: &[u64],
     pairs: &[u64],
+    whole: bool,
     runtime: &impl ChainRuntime,
     mut key: impl FnMut(&KernelPyFrame) -> u64,
     out: &mut Vec<u64>,
@@ -128,14 +145,14 @@ pub fn merge_segments(
     // One loop too few, the leaf-most segment one that may not be running,
     // a whole stack: that segment is not running (its frames are kept
     // between calls), and goes.
-    if !cut && loops > 0 && loops + 1 == segments.len() {
+    if whole && !cut && loops > 0 && loops + 1 == segments.len() {
         let (_, end) = segments[0];
         let outermost = KernelPyFrame::from_words(pairs[2 * end - 2], pairs[2 * end - 1]);
         if runtime.may_be_idle(&outermost) {
             segments.remove(0);
         }
     }
-    let skip = usize::from(loops == segments.len() + 1);
+    let skip = usize::from(whole && loops == segments.len() + 1);
     let mut next_segment = 0;
     let mut seen = 0;
     // Where the native frames after the last segment placed start in `out`.
@@ -213,14 +230,40 @@ mod tests {
         let key = |f: &KernelPyFrame| f.code;
         let mut out = Vec::new();
         // In C (0x50: the sort's compare loop), one run loop below it.
-        merge_segments(&[0x50, 0x1500, 0x60], &pairs, &Loop, key, &mut out);
+        merge_segments(&[0x50, 0x1500, 0x60], &pairs, true, &Loop, key, &mut out);
         assert_eq!(out, vec![0x50, 0x8000, 0x9000, 0x60]);
         // The comparator running: two loops, two segments.
-        merge_segments(&[0x1400, 0x50, 0x1500, 0x60], &pairs, &Loop, key, &mut out);
+        merge_segments(
+            &[0x1400, 0x50, 0x1500, 0x60],
+            &pairs,
+            true,
+            &Loop,
+            key,
+            &mut out,
+        );
         assert_eq!(out, vec![0x7000, 0x50, 0x8000, 0x9000, 0x60]);
         // Not idle: kept, below the native frames (as before).
         let busy = [0x7000 | PY_SEGMENT_END, 0, 0x8000, 0, 0x9000, 0];
-        merge_segments(&[0x50, 0x1500, 0x60], &busy, &Loop, key, &mut out);
+        merge_segments(&[0x50, 0x1500, 0x60], &busy, true, &Loop, key, &mut out);
         assert!(out.contains(&0x7000), "{out:x?}");
+    }
+
+    /// Check that a chain the kernel cut short pairs its segments with the
+    /// leaf-most loop frames and leaves the root-ward loop frame native,
+    /// where a whole chain one segment short would take the leaf-most loop
+    /// frame for a call entering the loop.
+    #[test]
+    fn a_cut_chain_pairs_from_the_leaf() {
+        // Two segments (leaf first), three loop frames in the native stack.
+        let pairs = [0x7000 | PY_SEGMENT_END, 0, 0x8000 | PY_SEGMENT_END, 0];
+        let native = [0x1100, 0x50, 0x1200, 0x60, 0x1300, 0x70];
+        let key = |f: &KernelPyFrame| f.code;
+        let mut out = Vec::new();
+        merge_segments(&native, &pairs, false, &Loop, key, &mut out);
+        assert_eq!(out, vec![0x7000, 0x50, 0x8000, 0x60, 0x1300, 0x70]);
+        // Taken for whole, the leaf-most loop frame would stay a native
+        // frame entering the loop, and each segment shift toward the root.
+        merge_segments(&native, &pairs, true, &Loop, key, &mut out);
+        assert_eq!(out, vec![0x1100, 0x50, 0x7000, 0x60, 0x8000, 0x70]);
     }
 }

@@ -160,7 +160,8 @@ impl RuntimeReaders {
 
     /// A user stack the kernel walked for `pid` (`native`, leaf first,
     /// perhaps ending in a cut) with the CPython chain it read beside it
-    /// (`python` pairs: CPython's, PHP's, Perl's or Ruby's, as the process runs): the frames
+    /// (`python` pairs: CPython's, PHP's, Perl's or Ruby's, as the process
+    /// runs; `python_end`: how the kernel's walk of it ended): the frames
     /// of the runtime it shows put where they ran, keyed in `table`, into
     /// `out`. None: no runtime's frames (the stack stands as walked).
     pub fn merge(
@@ -169,6 +170,7 @@ impl RuntimeReaders {
         pid: u32,
         native: &[u64],
         python: &[u64],
+        python_end: u16,
         table: &mut RuntimeFrames,
         out: &mut Vec<u64>,
     ) -> Option<Merged> {
@@ -185,20 +187,28 @@ impl RuntimeReaders {
         if python.is_empty() {
             return None;
         }
+        // Cut short: its frame budget spent, or a frame it could not read.
+        let chain = chain::KernelChain {
+            pairs: python,
+            whole: !matches!(
+                python_end,
+                crate::bpf::abi::PY_END_MAX_FRAMES | crate::bpf::abi::PY_END_READ_FAILED
+            ),
+        };
         if let Some(php) = unwinders.and_then(|u| u.php(pid)) {
-            php::frames::merge(native, python, pid, php, &mut self.php, table, out);
+            php::frames::merge(native, chain, pid, php, &mut self.php, table, out);
             return Some(Merged::Php);
         }
         if let Some(perl) = unwinders.and_then(|u| u.perl(pid)) {
-            perl::frames::merge(native, python, pid, perl, &mut self.perl, table, out);
+            perl::frames::merge(native, chain, pid, perl, &mut self.perl, table, out);
             return Some(Merged::Perl);
         }
         if let Some(ruby) = unwinders.and_then(|u| u.ruby(pid)) {
-            ruby::frames::merge(native, python, pid, ruby, &mut self.ruby, table, out);
+            ruby::frames::merge(native, chain, pid, ruby, &mut self.ruby, table, out);
             return Some(Merged::Ruby);
         }
         let py = unwinders.and_then(|u| u.python(pid))?;
-        python::frames::merge(native, python, pid, py, &mut self.python, table, out);
+        python::frames::merge(native, chain, pid, py, &mut self.python, table, out);
         Some(Merged::Python)
     }
 }

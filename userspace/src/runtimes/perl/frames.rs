@@ -12,7 +12,7 @@
 
 use crate::bpf::abi::{PERL_FRAME_EVAL, PERL_FRAME_MAIN, PERL_LINE_MULTICALL};
 use crate::model::recording::FrameKind;
-use crate::runtimes::chain::{merge_segments, ChainRuntime, KernelPyFrame};
+use crate::runtimes::chain::{merge_segments, ChainRuntime, KernelChain, KernelPyFrame};
 use crate::runtimes::frames::CodeInfo;
 use crate::runtimes::frames::{CodeCache, RuntimeFrames, UNNAMED_FRAME_KEY};
 use crate::runtimes::perl::process::PerlRuntime;
@@ -47,11 +47,11 @@ fn file_key(addr: u64, mark: u64) -> u64 {
     addr | (mark << 56)
 }
 
-/// Merge the Perl `pairs` (leaf first) into `stack` (native user frames,
+/// Merge the Perl `chain` (leaf first) into `stack` (native user frames,
 /// leaf first, perhaps ending in a cut key), writing the result to `out`.
 pub fn merge(
     stack: &[u64],
-    pairs: &[u64],
+    chain: KernelChain<'_>,
     pid: u32,
     perl: &PerlRuntime,
     codes: &mut CodeCache,
@@ -101,5 +101,5 @@ pub fn merge(
             }
         }
     };
-    merge_segments(stack, pairs, perl, key, out);
+    merge_segments(stack, chain.pairs, chain.whole, perl, key, out);
 }

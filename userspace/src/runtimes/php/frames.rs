@@ -10,7 +10,7 @@
 
 use crate::bpf::abi::PHP_FRAME_EVAL;
 use crate::model::recording::FrameKind;
-use crate::runtimes::chain::{merge_segments, ChainRuntime, KernelPyFrame};
+use crate::runtimes::chain::{merge_segments, ChainRuntime, KernelChain, KernelPyFrame};
 use crate::runtimes::frames::CodeInfo;
 use crate::runtimes::frames::{CodeCache, RuntimeFrames, UNNAMED_FRAME_KEY};
 use crate::runtimes::php::process::PhpRuntime;
@@ -35,11 +35,11 @@ impl ChainRuntime for PhpRuntime {
     }
 }
 
-/// Merge the PHP `pairs` (leaf first) into `stack` (native user frames,
+/// Merge the PHP `chain` (leaf first) into `stack` (native user frames,
 /// leaf first, perhaps ending in a cut key), writing the result to `out`.
 pub fn merge(
     stack: &[u64],
-    pairs: &[u64],
+    chain: KernelChain<'_>,
     pid: u32,
     php: &PhpRuntime,
     codes: &mut CodeCache,
@@ -69,5 +69,5 @@ pub fn merge(
             }
         }
     };
-    merge_segments(stack, pairs, php, key, out);
+    merge_segments(stack, chain.pairs, chain.whole, php, key, out);
 }

@@ -19,7 +19,9 @@
 //! ctypes reading their own memory (`tests/oracles/python_layout.py` for 3.8-3.10); a
 //! patch release keeps them (CPython freezes a minor version's internal
 //! layout once it is released). 3.13 also publishes them
-//! (`_Py_DebugOffsets` at the start of `_PyRuntime`); the table agrees.
+//! (`_Py_DebugOffsets` at the start of `_PyRuntime`): a 3.13 file's are
+//! checked against the table as it is read ([`super::debug_offsets`]), so a
+//! free-threaded build or one laid out otherwise is refused, not misread.
 
 use crate::binaries::elf::{vaddr_to_offset, ElfReader};
 
@@ -473,6 +475,9 @@ pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
             )))
         }
     };
+    if minor >= 13 {
+        super::debug_offsets::read_and_check_313(elf, runtime, version, layout)?;
+    }
     let code_type = find("PyCode_Type")
         .map(|(a, _)| a)
         .ok_or("no PyCode_Type symbol")?;

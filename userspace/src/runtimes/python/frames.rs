@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use crate::runtimes::frames::{CodeCache, RuntimeFrames, UNNAMED_FRAME_KEY};
 
-use crate::runtimes::chain::{merge_segments, ChainRuntime};
+use crate::runtimes::chain::{merge_segments, ChainRuntime, KernelChain};
 use crate::runtimes::python::process::PythonRuntime;
 use crate::runtimes::python::read::{read_code, CodeError, CodeInfo, KernelPyFrame};
 
@@ -82,12 +82,12 @@ impl ChainRuntime for PythonRuntime {
     }
 }
 
-/// Merge the Python `pairs` (leaf first) into `stack` (native user frames,
+/// Merge the Python `chain` (leaf first) into `stack` (native user frames,
 /// leaf first, perhaps ending in a cut key), writing the result to `out`
 /// ([`merge_segments`]).
 pub fn merge(
     stack: &[u64],
-    pairs: &[u64],
+    chain: KernelChain<'_>,
     pid: u32,
     py: &PythonRuntime,
     codes: &mut CodeCache,
@@ -104,5 +104,5 @@ pub fn merge(
             UNNAMED_FRAME_KEY
         }
     };
-    merge_segments(stack, pairs, py, key, out);
+    merge_segments(stack, chain.pairs, chain.whole, py, key, out);
 }

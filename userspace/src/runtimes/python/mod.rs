@@ -8,11 +8,13 @@
 //! memory. Out: the kernel's `python_procs` entry of a process, and its
 //! stacks with Python frames in place of the eval loop's.
 //!
-//! `binary` reads the interpreter's file, `process` places it in one
+//! `binary` reads the interpreter's file (`debug_offsets` checks a 3.13
+//! file's table against the offsets CPython exports), `process` places it in one
 //! process, `read` reads code objects, `frames` merges them into stacks,
 //! `threads_read` and `threads` name threads as `threading` named them.
 
 pub mod binary;
+pub mod debug_offsets;
 pub mod frames;
 pub mod process;
 pub mod read;

@@ -10,7 +10,7 @@
 //! read once per process, address and fingerprint into their own
 //! [`CodeCache`].
 
-use crate::runtimes::chain::{merge_segments, ChainRuntime, KernelPyFrame};
+use crate::runtimes::chain::{merge_segments, ChainRuntime, KernelChain, KernelPyFrame};
 use crate::runtimes::frames::{CodeCache, RuntimeFrames, UNNAMED_FRAME_KEY};
 use crate::runtimes::python::read::CodeError;
 use crate::runtimes::ruby::process::RubyRuntime;
@@ -32,11 +32,11 @@ impl ChainRuntime for RubyRuntime {
     }
 }
 
-/// Merge the Ruby `pairs` (leaf first) into `stack` (native user frames,
+/// Merge the Ruby `chain` (leaf first) into `stack` (native user frames,
 /// leaf first, perhaps ending in a cut key), writing the result to `out`.
 pub fn merge(
     stack: &[u64],
-    pairs: &[u64],
+    chain: KernelChain<'_>,
     pid: u32,
     ruby: &RubyRuntime,
     codes: &mut CodeCache,
@@ -62,5 +62,5 @@ pub fn merge(
             }
         }
     };
-    merge_segments(stack, pairs, ruby, key, out);
+    merge_segments(stack, chain.pairs, chain.whole, ruby, key, out);
 }
