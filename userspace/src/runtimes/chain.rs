@@ -23,8 +23,9 @@
 //! native (no call entering the loop is guessed, no segment dropped).
 //! One loop frame fewer than segments, in a whole stack, where the leaf-most
 //! segment may be idle (Perl's sort comparator while the sort compares in
-//! C; Ruby's frames pushed before the loop that runs them began): that
-//! segment goes.
+//! C): that segment goes; where the runtime pushes a segment before entering
+//! its loop (Ruby's), that segment goes at the leaf, above the native frames
+//! about to run it.
 
 use crate::bpf::abi::{PY_ADDR_BITS, PY_FP_MUL};
 use crate::model::stack_end::StackEnd;
@@ -91,9 +92,15 @@ pub trait ChainRuntime {
     }
     /// A segment ending in `frame` may not be running: its frames stay
     /// between calls a C loop makes (Perl's MULTICALL subs: a sort's
-    /// comparator while the sort compares in C), or are pushed before the
-    /// loop that runs them is entered (Ruby's).
+    /// comparator while the sort compares in C).
     fn may_be_idle(&self, _frame: &KernelPyFrame) -> bool {
+        false
+    }
+    /// A leaf-most segment with no loop frame of its own is the runtime's
+    /// current one, pushed before the loop that runs it was entered (or
+    /// about to be): it goes at the leaf, above the native frames setting
+    /// its run up (Ruby's, whose frame is pushed before `rb_vm_exec`).
+    fn pushed_before_its_loop(&self) -> bool {
         false
     }
 }
@@ -144,12 +151,15 @@ pub fn merge_segments(
         .count();
     // One loop too few, the leaf-most segment one that may not be running,
     // a whole stack: that segment is not running (its frames are kept
-    // between calls), and goes.
+    // between calls), and goes; or it is about to run, and goes at the leaf.
+    let mut at_leaf = None;
     if whole && !cut && loops > 0 && loops + 1 == segments.len() {
         let (_, end) = segments[0];
         let outermost = KernelPyFrame::from_words(pairs[2 * end - 2], pairs[2 * end - 1]);
         if runtime.may_be_idle(&outermost) {
             segments.remove(0);
+        } else if runtime.pushed_before_its_loop() {
+            at_leaf = Some(segments.remove(0));
         }
     }
     let skip = usize::from(whole && loops == segments.len() + 1);
@@ -165,6 +175,9 @@ pub fn merge_segments(
             )));
         }
     };
+    if let Some(s) = at_leaf {
+        push_segment(s, out);
+    }
     for (depth, &addr) in native.iter().enumerate() {
         if is_loop(depth, addr) {
             seen += 1;
@@ -265,5 +278,31 @@ mod tests {
         // frame entering the loop, and each segment shift toward the root.
         merge_segments(&native, &pairs, true, &Loop, key, &mut out);
         assert_eq!(out, vec![0x1100, 0x50, 0x7000, 0x60, 0x8000, 0x70]);
+    }
+
+    /// A runtime whose segments are pushed before their loop frames.
+    struct Pushed;
+    impl ChainRuntime for Pushed {
+        fn in_loop(&self, addr: u64) -> bool {
+            (0x1000..0x2000).contains(&addr)
+        }
+        fn pushed_before_its_loop(&self) -> bool {
+            true
+        }
+    }
+
+    /// Check that a leaf-most segment pushed before its loop was entered
+    /// goes at the leaf, above the native frames entering it, and the rest
+    /// pair with their loops.
+    #[test]
+    fn a_segment_pushed_before_its_loop_goes_at_the_leaf() {
+        // A block (leaf) and its caller's segment; one loop frame (the
+        // caller's): the leaf is in the C code calling the block.
+        let pairs = [0x7000 | PY_SEGMENT_END, 0, 0x8000 | PY_SEGMENT_END, 0];
+        let native = [0x50, 0x60, 0x1300, 0x70];
+        let key = |f: &KernelPyFrame| f.code;
+        let mut out = Vec::new();
+        merge_segments(&native, &pairs, true, &Pushed, key, &mut out);
+        assert_eq!(out, vec![0x7000, 0x50, 0x60, 0x8000, 0x70]);
     }
 }
