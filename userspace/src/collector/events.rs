@@ -49,8 +49,7 @@ impl Collector {
                     self.followers.unwinders.as_ref(),
                     e.pid,
                     &self.unwound,
-                    k.python,
-                    k.python_end,
+                    crate::runtimes::chain::KernelChain::from_walk(k.python, k.python_end),
                     &mut own,
                     &mut self.merged,
                 );

@@ -216,8 +216,7 @@ impl Collector {
                     self.followers.unwinders.as_ref(),
                     s.pid,
                     &self.unwound,
-                    k.python,
-                    k.python_end,
+                    crate::runtimes::chain::KernelChain::from_walk(k.python, k.python_end),
                     &mut self.window.runtime_frames,
                     &mut self.merged,
                 ) {

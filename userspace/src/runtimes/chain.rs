@@ -82,6 +82,19 @@ pub struct KernelChain<'a> {
     pub whole: bool,
 }
 
+impl<'a> KernelChain<'a> {
+    /// The chain of `pairs` whose walk ended as `end` says (`PY_END_*`):
+    /// cut short where its frame budget was spent or a frame could not be
+    /// read.
+    pub fn from_walk(pairs: &'a [u64], end: u16) -> Self {
+        use crate::bpf::abi::{PY_END_MAX_FRAMES, PY_END_READ_FAILED};
+        KernelChain {
+            pairs,
+            whole: !matches!(end, PY_END_MAX_FRAMES | PY_END_READ_FAILED),
+        }
+    }
+}
+
 /// What a runtime says of the native frames around its chain.
 pub trait ChainRuntime {
     /// `addr` (a process address) is in the loop that runs its frames.

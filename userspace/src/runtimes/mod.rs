@@ -160,8 +160,8 @@ impl RuntimeReaders {
 
     /// A user stack the kernel walked for `pid` (`native`, leaf first,
     /// perhaps ending in a cut) with the CPython chain it read beside it
-    /// (`python` pairs: CPython's, PHP's, Perl's or Ruby's, as the process
-    /// runs; `python_end`: how the kernel's walk of it ended): the frames
+    /// (`chain`: CPython's, PHP's, Perl's or Ruby's, as the process runs,
+    /// and whether the kernel's walk of it reached its root): the frames
     /// of the runtime it shows put where they ran, keyed in `table`, into
     /// `out`. None: no runtime's frames (the stack stands as walked).
     pub fn merge(
@@ -169,8 +169,7 @@ impl RuntimeReaders {
         unwinders: Option<&Unwinders<Runtimes>>,
         pid: u32,
         native: &[u64],
-        python: &[u64],
-        python_end: u16,
+        chain: chain::KernelChain<'_>,
         table: &mut RuntimeFrames,
         out: &mut Vec<u64>,
     ) -> Option<Merged> {
@@ -184,17 +183,9 @@ impl RuntimeReaders {
             self.js.merge(native, pid, v8, table, out);
             return Some(Merged::JavaScript);
         }
-        if python.is_empty() {
+        if chain.pairs.is_empty() {
             return None;
         }
-        // Cut short: its frame budget spent, or a frame it could not read.
-        let chain = chain::KernelChain {
-            pairs: python,
-            whole: !matches!(
-                python_end,
-                crate::bpf::abi::PY_END_MAX_FRAMES | crate::bpf::abi::PY_END_READ_FAILED
-            ),
-        };
         if let Some(php) = unwinders.and_then(|u| u.php(pid)) {
             php::frames::merge(native, chain, pid, php, &mut self.php, table, out);
             return Some(Merged::Php);
@@ -398,86 +389,47 @@ impl Runtimes {
     /// What PHP `binary` is, read once, and only if its name says it may be
     /// one; a PHP this build cannot walk is said once.
     fn php_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<PhpBinary>> {
-        if let Some(known) = self.phps.get(&binary) {
-            return known.clone();
-        }
         let bin = binaries.get(binary);
-        let found = match bin
-            .file
-            .as_ref()
-            .filter(|_| php::binary::may_be_php(&bin.name))
-        {
-            None => None,
-            Some(file) => {
-                match php::binary::read(&ElfReader::new(file, Default::default()), &bin.name) {
-                    Ok(p) => p.map(Arc::new),
-                    Err(e) => {
-                        self.failures
-                            .push(format!("{}: no PHP frames: {e}", escape(&bin.path)));
-                        None
-                    }
-                }
-            }
-        };
-        self.phps.insert(binary, found.clone());
-        found
+        interpreter_binary(
+            &mut self.phps,
+            &mut self.failures,
+            bin,
+            binary,
+            "PHP",
+            php::binary::may_be_php,
+            php::binary::read,
+        )
     }
 
     /// What Perl `binary` is, read once, and only if its name says it may
     /// be one; a Perl this build cannot walk is said once.
     fn perl_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<PerlBinary>> {
-        if let Some(known) = self.perls.get(&binary) {
-            return known.clone();
-        }
         let bin = binaries.get(binary);
-        let found = match bin
-            .file
-            .as_ref()
-            .filter(|_| perl::binary::may_be_perl(&bin.name))
-        {
-            None => None,
-            Some(file) => {
-                match perl::binary::read(&ElfReader::new(file, Default::default()), &bin.name) {
-                    Ok(p) => p.map(Arc::new),
-                    Err(e) => {
-                        self.failures
-                            .push(format!("{}: no Perl frames: {e}", escape(&bin.path)));
-                        None
-                    }
-                }
-            }
-        };
-        self.perls.insert(binary, found.clone());
-        found
+        interpreter_binary(
+            &mut self.perls,
+            &mut self.failures,
+            bin,
+            binary,
+            "Perl",
+            perl::binary::may_be_perl,
+            perl::binary::read,
+        )
     }
 
     /// What `binary` is if it is a shared libruby, read once, and only if
     /// its name says it may be one; a Ruby this build cannot walk is said
     /// once.
     fn ruby_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<RubyBinary>> {
-        if let Some(known) = self.rubies.get(&binary) {
-            return known.clone();
-        }
         let bin = binaries.get(binary);
-        let found = match bin
-            .file
-            .as_ref()
-            .filter(|_| ruby::binary::may_be_ruby(&bin.name))
-        {
-            None => None,
-            Some(file) => {
-                match ruby::binary::read(&ElfReader::new(file, Default::default()), &bin.name) {
-                    Ok(p) => p.map(Arc::new),
-                    Err(e) => {
-                        self.failures
-                            .push(format!("{}: no Ruby frames: {e}", escape(&bin.path)));
-                        None
-                    }
-                }
-            }
-        };
-        self.rubies.insert(binary, found.clone());
-        found
+        interpreter_binary(
+            &mut self.rubies,
+            &mut self.failures,
+            bin,
+            binary,
+            "Ruby",
+            ruby::binary::may_be_ruby,
+            ruby::binary::read,
+        )
     }
 
     /// What CPython `binary` is, read once, and only if its name says it
@@ -512,6 +464,36 @@ impl Runtimes {
         self.pythons.insert(binary, found.clone());
         found
     }
+}
+
+/// What `bin` (index `binary`) is to an interpreter whose files `may_be`
+/// tells by name and `read` reads (PHP's, Perl's, Ruby's), read once into
+/// `cache`; one it cannot walk is said once in `failures`, as "no `what`
+/// frames".
+fn interpreter_binary<B, E: std::fmt::Display>(
+    cache: &mut FxHashMap<BinaryIndex, Option<Arc<B>>>,
+    failures: &mut Vec<String>,
+    bin: &crate::binaries::Binary,
+    binary: BinaryIndex,
+    what: &str,
+    may_be: fn(&str) -> bool,
+    read: fn(&ElfReader<'_>, &str) -> Result<Option<B>, E>,
+) -> Option<Arc<B>> {
+    if let Some(known) = cache.get(&binary) {
+        return known.clone();
+    }
+    let found = match bin.file.as_ref().filter(|_| may_be(&bin.name)) {
+        None => None,
+        Some(file) => match read(&ElfReader::new(file, Default::default()), &bin.name) {
+            Ok(b) => b.map(Arc::new),
+            Err(e) => {
+                failures.push(format!("{}: no {what} frames: {e}", escape(&bin.path)));
+                None
+            }
+        },
+    };
+    cache.insert(binary, found.clone());
+    found
 }
 
 /// What the collector asks of a process's runtimes, through the unwinders

@@ -13,7 +13,7 @@ use crate::bpf::abi::PY_FP_MUL;
 use crate::model::recording::FrameKind;
 pub use crate::runtimes::frames::CodeInfo;
 use crate::runtimes::perl::binary::PerlLayout;
-use crate::runtimes::python::read::CodeError;
+use crate::runtimes::python::read::{layout_word as word_at, CodeError};
 use crate::sys::memory::read_process;
 
 /// Longest sub or package name read (longer are refused).
@@ -41,14 +41,6 @@ fn read_word(pid: u32, addr: u64) -> Result<u64, CodeError> {
     let mut b = [0u8; 8];
     read_process(pid, addr, &mut b).map_err(|_| CodeError::Unreadable)?;
     Ok(u64::from_le_bytes(b))
-}
-
-fn word_at(buf: &[u8], at: u64) -> Result<u64, CodeError> {
-    let at = usize::try_from(at).map_err(|_| CodeError::Malformed("layout"))?;
-    buf.get(at..at.saturating_add(8))
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_le_bytes)
-        .ok_or(CodeError::Malformed("layout"))
 }
 
 /// The name a HEK at `addr` holds.

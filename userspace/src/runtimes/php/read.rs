@@ -15,20 +15,12 @@ use crate::model::recording::FrameKind;
 use crate::runtimes::chain::fingerprint;
 pub use crate::runtimes::frames::CodeInfo;
 use crate::runtimes::php::binary::PhpLayout;
-use crate::runtimes::python::read::CodeError;
+use crate::runtimes::python::read::{layout_word as word, CodeError};
 use crate::sys::memory::read_process;
 
 /// Longest function or class name and file name read (longer are refused).
 const MAX_NAME_CHARS: u64 = 1024;
 const MAX_FILE_CHARS: u64 = 4096;
-
-fn word(buf: &[u8], at: u64) -> Result<u64, CodeError> {
-    let at = usize::try_from(at).map_err(|_| CodeError::Malformed("layout"))?;
-    buf.get(at..at.saturating_add(8))
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_le_bytes)
-        .ok_or(CodeError::Malformed("layout"))
-}
 
 /// The `zend_string` at `addr`, of at most `max` bytes.
 fn read_string(pid: u32, addr: u64, l: &PhpLayout, max: u64) -> Result<String, CodeError> {

@@ -75,6 +75,12 @@ fn read_u64(buf: &[u8], at: u64) -> Option<u64> {
     ))
 }
 
+/// The word at `at` of `buf` (bytes read from a process by a runtime's
+/// layout), or a malformed layout: PHP's, Perl's and Ruby's readers share it.
+pub fn layout_word(buf: &[u8], at: u64) -> Result<u64, CodeError> {
+    read_u64(buf, at).ok_or(CodeError::Malformed("layout"))
+}
+
 fn read_word(pid: u32, addr: u64) -> Result<u64, CodeError> {
     let mut b = [0u8; 8];
     read_process(pid, addr, &mut b).map_err(|_| CodeError::Unreadable)?;

@@ -21,7 +21,7 @@
 use crate::model::recording::FrameKind;
 use crate::runtimes::chain::fingerprint;
 pub use crate::runtimes::frames::CodeInfo;
-use crate::runtimes::python::read::CodeError;
+use crate::runtimes::python::read::{layout_word as word, CodeError};
 use crate::runtimes::ruby::binary::RubyLayout;
 use crate::sys::memory::read_process;
 
@@ -52,14 +52,6 @@ const IMMEDIATE_POSITIONS: u64 = 54;
 /// Each later block: {u32 rank (padded), u64 small ranks, u64 bits[8]}.
 const BLOCK_POSITIONS: u64 = 512;
 const BLOCK_BYTES: u64 = 80;
-
-fn word(buf: &[u8], at: u64) -> Result<u64, CodeError> {
-    let at = usize::try_from(at).map_err(|_| CodeError::Malformed("layout"))?;
-    buf.get(at..at.saturating_add(8))
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_le_bytes)
-        .ok_or(CodeError::Malformed("layout"))
-}
 
 fn read_bytes(pid: u32, addr: u64, len: u64) -> Result<Vec<u8>, CodeError> {
     let mut bytes = vec![0u8; len as usize];
