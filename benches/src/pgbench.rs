@@ -8,7 +8,8 @@
 //! and its change from alone, the profiler's own CPU (wait4's rusage, its
 //! children included) and peak RSS (VmHWM), what it lost (sysprof's stats
 //! line; perf's "lost" chunks and samples), and for sysprof the time from
-//! its launch to its first sample and to everything attached. Then
+//! its launch to its first sample and to everything attached, and its
+//! loading per BPF object and program (the verifier's time). Then
 //! `sysprof report --why` of pgbench's main thread in the last sysprof
 //! recording: its wall time, CPU and peak RSS, and the share of the
 //! thread's waiting it left as "waiting (chain too deep)". Nothing is
@@ -135,6 +136,9 @@ struct Run {
     first_sample_ms: Option<f64>,
     attached_ms: Option<f64>,
     bytes_per_switch: Option<f64>,
+    /// sysprof's BPF objects and programs, each one's loading (the
+    /// programs': the kernel's verifier, mostly), from `-v`'s "loaded" line.
+    load_ms: Vec<(String, f64)>,
 }
 
 /// Start `argv` (a profiler recording until SIGINT), let it attach, run
@@ -228,6 +232,15 @@ impl Run {
                     .split("attached in ")
                     .nth(1)
                     .and_then(super::first_number);
+            }
+            if let Some(rest) = l.strip_prefix("sysprof: loaded (ms): ") {
+                self.load_ms = rest
+                    .split(", ")
+                    .filter_map(|part| {
+                        let (name, ms) = part.rsplit_once(' ')?;
+                        Some((name.to_string(), ms.parse().ok()?))
+                    })
+                    .collect();
             }
         }
         self
@@ -382,7 +395,22 @@ pub fn section(
             "first_sample_ms": rs.iter().map(|r| r.first_sample_ms).collect::<Vec<_>>(),
             "attached_ms": rs.iter().map(|r| r.attached_ms).collect::<Vec<_>>(),
             "bytes_per_switch": rs.iter().map(|r| r.bytes_per_switch).collect::<Vec<_>>(),
+            "load_ms": rs.iter().map(|r| r.load_ms.iter().map(|(n, ms)| (n.clone(), json!(ms))).collect::<serde_json::Map<_, _>>()).collect::<Vec<_>>(),
         }));
+    }
+    let loads = load_medians(&runs[1]);
+    if !loads.is_empty() {
+        let total: f64 = loads.iter().map(|(_, ms)| ms).sum();
+        md += &format!(
+            "\nsysprof's loading beside pgbench, per BPF object and program (ms, median of {} runs; a program's is \
+             the kernel verifying it): {} — {total:.0} in all.\n",
+            runs[1].len(),
+            loads
+                .iter()
+                .map(|(name, ms)| format!("{name} {ms:.1}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     let why = match why_of_pgbench(sysprof, &sysprof_out) {
         Ok(w) => {
@@ -406,6 +434,28 @@ pub fn section(
         md += &format!("\nFailed: {f}\n");
     }
     (md, json!({ "rows": rows, "why": why }))
+}
+
+/// Each object's and program's median loading time over `runs`, the
+/// slowest first.
+fn load_medians(runs: &[Run]) -> Vec<(String, f64)> {
+    let mut names: Vec<&str> = runs
+        .iter()
+        .flat_map(|r| r.load_ms.iter().map(|(n, _)| n.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut medians: Vec<(String, f64)> = names
+        .into_iter()
+        .map(|name| {
+            let times = runs
+                .iter()
+                .filter_map(|r| r.load_ms.iter().find(|(n, _)| n == name).map(|(_, ms)| *ms));
+            (name.to_string(), super::median(times))
+        })
+        .collect();
+    medians.sort_by(|a, b| b.1.total_cmp(&a.1));
+    medians
 }
 
 /// What `report --why` of pgbench's main thread cost and left uncharged.

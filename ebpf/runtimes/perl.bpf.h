@@ -135,11 +135,9 @@ static __always_inline void perl_file_pair(struct py_walk *w, __u64 mark, __u32 
 	if (!file && mark == PERL_FRAME_MAIN)
 		return;
 	w->hash = (w->hash ^ file ^ ((__u64)line << 17)) * 0x100000001b3ULL;
-	if (w->frames) {
-		w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (file & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | mark;
-		w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] =
-			line | (file & 7) << 32 | (h & 0xffff) << PY_ADDR_BITS;
-	}
+	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (file & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | mark;
+	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] =
+		line | (file & 7) << 32 | (h & 0xffff) << PY_ADDR_BITS;
 	w->at += 2;
 	w->n++;
 	w->seg++;
@@ -165,12 +163,10 @@ static __always_inline void perl_sub_pair(struct py_walk *w, __u64 cv, __u32 lin
 		h >>= 32;
 	}
 	w->hash = (w->hash ^ cv ^ ((__u64)line << 17)) * 0x100000001b3ULL;
-	if (w->frames) {
-		w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] =
-			(cv & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | (end ? PY_SEGMENT_END : 0);
-		w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] =
-			line | (multicall ? PERL_LINE_MULTICALL : 0) | (h & 0xffff) << PY_ADDR_BITS;
-	}
+	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] =
+		(cv & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | (end ? PY_SEGMENT_END : 0);
+	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] =
+		line | (multicall ? PERL_LINE_MULTICALL : 0) | (h & 0xffff) << PY_ADDR_BITS;
 	w->at += 2;
 	w->n++;
 	w->seg++;
@@ -204,13 +200,13 @@ static long perl_step(__u64 i, struct py_walk *w)
 			__s32 phase = PERL_PHASE_RUN;
 
 			bpf_probe_read_user(&phase, sizeof(phase), (void *)(w->interp + p->code_linetable));
-			if (phase != PERL_PHASE_RUN && w->n && w->frames)
+			if (phase != PERL_PHASE_RUN && w->n)
 				w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] &= ~(__u64)PY_SEGMENT_END;
 			perl_file_pair(w, PERL_FRAME_MAIN, (w->n == 0 && (w->cop & 1)) ? 0 : perl_line(w, w->cop));
 			w->end = PY_END_ROOT;
 			return 1;
 		}
-		if (w->seg && w->frames)
+		if (w->seg)
 			w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
 		w->seg = 0;
 		w->si = previous;

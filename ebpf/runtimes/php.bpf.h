@@ -71,19 +71,16 @@ static long php_step(__u64 i, struct py_walk *w)
 	 * none (0). */
 	if (!known || line < (__u32)tail[1] || line > (__u32)(tail[1] >> 32))
 		line = 0;
-	if (w->frames) {
-		__u64 addr = (1ULL << PY_ADDR_BITS) - 1;
-
-		h = head[1];
-		h = (h ^ tail[0]) * PY_FP_MUL;
-		h = h * PY_FP_MUL; /* no line table: its word 0 */
-		h = (h ^ (__u32)tail[1]) * PY_FP_MUL;
-		h = known ? h >> 32 : 0;
-		w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] =
-			(func & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | ((info & PHP_CALL_TOP) ? PY_SEGMENT_END : 0) |
-			((known && (__u8)head[0] == PHP_EVAL_CODE) ? PHP_FRAME_EVAL : 0);
-		w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = line | (h & 0xffff) << PY_ADDR_BITS;
-	}
+	__u64 addr = (1ULL << PY_ADDR_BITS) - 1;
+	h = head[1];
+	h = (h ^ tail[0]) * PY_FP_MUL;
+	h = h * PY_FP_MUL; /* no line table: its word 0 */
+	h = (h ^ (__u32)tail[1]) * PY_FP_MUL;
+	h = known ? h >> 32 : 0;
+	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] =
+		(func & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | ((info & PHP_CALL_TOP) ? PY_SEGMENT_END : 0) |
+		((known && (__u8)head[0] == PHP_EVAL_CODE) ? PHP_FRAME_EVAL : 0);
+	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = line | (h & 0xffff) << PY_ADDR_BITS;
 	w->at += 2;
 	w->n++;
 	return 0;

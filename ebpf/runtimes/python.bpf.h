@@ -54,7 +54,7 @@ struct {
 /* The walk's state, on the caller's stack, shared with each iteration. */
 struct py_walk {
 	struct python_process *p;
-	__u64 *frames;     /* the record's frame array; NULL: only hash the chain */
+	__u64 *frames;     /* the record's frame array (a scratch one when only the hash is wanted) */
 	__u8 *buf;         /* py_frame_buf */
 	__u64 frame;       /* the next frame to read (_PyInterpreterFrame, PyFrameObject, zend_execute_data) */
 	__u32 at;          /* next free slot of frames */
@@ -70,6 +70,10 @@ struct py_walk {
 	__u64 cop;
 	__u32 seg;
 	__u32 stackinfos;
+	/* Only the chain's hash is wanted: no fingerprints read. A number
+	 * the verifier does not know, not a NULL frames pointer: a pointer
+	 * that may be NULL made it check every walk twice, once per case. */
+	__u32 hash_only;
 };
 
 static __always_inline __u64 py_word(struct py_walk *w, __u16 off)
@@ -138,18 +142,16 @@ static long py_step(__u64 i, struct py_walk *w)
 	/* 3.12+: the frame a C-level eval call starts with is a shim owned by
 	 * the C stack; it ends the segment of the frames above it. */
 	if (owner == PY_OWNED_BY_CSTACK) {
-		if (w->n && w->frames)
+		if (w->n)
 			w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
 		return 0;
 	}
-	if (w->frames) {
-		/* After the frame's fields are out of the buffer: it is reused. */
-		__u64 fp = py_fingerprint(w, code);
-		__u64 addr = (1ULL << PY_ADDR_BITS) - 1;
+	/* After the frame's fields are out of the buffer: it is reused. */
+	__u64 fp = w->hash_only ? 0 : py_fingerprint(w, code);
+	__u64 addr = (1ULL << PY_ADDR_BITS) - 1;
 
-		w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (code & addr & ~7ULL) | (fp >> 16) << PY_ADDR_BITS | (entry ? PY_SEGMENT_END : 0);
-		w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = (instr & addr) | (fp & 0xffff) << PY_ADDR_BITS;
-	}
+	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (code & addr & ~7ULL) | (fp >> 16) << PY_ADDR_BITS | (entry ? PY_SEGMENT_END : 0);
+	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = (instr & addr) | (fp & 0xffff) << PY_ADDR_BITS;
 	w->at += 2;
 	w->n++;
 	return 0;
@@ -186,17 +188,39 @@ static __always_inline __u64 py_thread_state(struct python_process *p, struct ta
 	return tstate;
 }
 
+/* Zero, as a value the verifier does not know: read back from map memory,
+ * whose contents it does not track. The walk's counters start from it. The
+ * verifier checks a bpf_loop callback again and again until the state it
+ * starts from repeats; with counters starting at a known 0 it never does
+ * (0, 1, 2, ... are different states), and each step was checked once per
+ * count the loop could reach: perl_step ~70 times over, two thirds of the
+ * instructions the verifier went through for the sampler (bpftool -d prog
+ * loadall: 56,930). From an unknown start, a count of one more is within the
+ * state seen, and the walk is checked a few times. */
+static __always_inline __u32 unknown_zero(__u8 *map_memory)
+{
+	*(volatile __u32 *)map_memory = 0;
+	return *(volatile __u32 *)map_memory;
+}
+
+/* Where a walk wanted only for its hash writes its frames (places.bpf.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct unwind_frames);
+	__uint(max_entries, 1);
+} py_hash_frames SEC(".maps");
+
 /* Where a walk writes, and what it found. */
 struct py_out {
 	__u32 at;   /* in: the first free slot of frames */
 	__u32 n;    /* out: pairs written */
 	__u32 end;  /* out: PY_END_* */
-	__u32 _pad;
+	__u32 hash_only; /* in: only the hash is wanted (frames: scratch) */
 	__u64 hash; /* out: identifies the chain (0 for none) */
 };
 
-/* Walk the Python frames of the current thread into frames[out->at...]
- * (frames NULL: nowhere). A global function: its state lives in its own
+/* Walk the Python frames of the current thread into frames[out->at...]. A global function: its state lives in its own
  * stack frame, not in the tracepoint programs' (at their 512-byte limit),
  * and the verifier checks it once per program, with unknown inputs, not
  * once per call site's state. The task comes as a number (a global
@@ -209,7 +233,7 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 	__u32 zero = 0;
 	__u64 tstate, frame = 0;
 
-	if (!out)
+	if (!out || !frames)
 		return 0;
 	out->n = 0;
 	out->end = PY_END_NONE;
@@ -220,8 +244,10 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 	if (!w.buf)
 		return 0;
 	w.p = p;
-	w.frames = frames ? frames->f : NULL;
+	w.frames = frames->f;
+	w.hash_only = out->hash_only;
 	w.at = out->at;
+	w.n = w.seg = w.stackinfos = unknown_zero(w.buf);
 	w.end = PY_END_MAX_FRAMES;
 	w.hash = 0xcbf29ce484222325ULL;
 	if (p->flags & PY_WALK_PHP) {

@@ -72,25 +72,22 @@ static long ruby_step(__u64 i, struct py_walk *w)
 		 * it keeps no place. One with FINISH (the dummy bottom frame, the
 		 * pc-less frame rb_vm_call_cfunc pushes) lies under a frame that
 		 * has it already; marking the frame above keeps that so. */
-		if ((flags & RUBY_FRAME_FLAG_FINISH) && w->n && w->frames)
+		if ((flags & RUBY_FRAME_FLAG_FINISH) && w->n)
 			w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
 		return 0;
 	}
-	if (w->frames) {
-		__u64 addr = (1ULL << PY_ADDR_BITS) - 1;
-
-		/* The iseq's body, then the body's words its fingerprint is
-		 * made of; the buffer then holds them (the frame's are used). */
-		if (!bpf_probe_read_user(&body, sizeof(body), (void *)(iseq + p->frame_is_entry)) && body) {
-			fp = py_fingerprint(w, body);
-			code = py_code_word(w, p->code_linetable);
-			if (fp && pc >= code && pc - code < (1ULL << 32) * 8)
-				index = (pc - code) / 8;
-		}
-		w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] =
-			(iseq & addr & ~7ULL) | (fp >> 16) << PY_ADDR_BITS | ((flags & RUBY_FRAME_FLAG_FINISH) ? PY_SEGMENT_END : 0);
-		w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = index | (fp & 0xffff) << PY_ADDR_BITS;
+	__u64 addr = (1ULL << PY_ADDR_BITS) - 1;
+	/* The iseq's body, then the body's words its fingerprint is
+	 * made of; the buffer then holds them (the frame's are used). */
+	if (!w->hash_only && !bpf_probe_read_user(&body, sizeof(body), (void *)(iseq + p->frame_is_entry)) && body) {
+		fp = py_fingerprint(w, body);
+		code = py_code_word(w, p->code_linetable);
+		if (fp && pc >= code && pc - code < (1ULL << 32) * 8)
+			index = (pc - code) / 8;
 	}
+	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] =
+		(iseq & addr & ~7ULL) | (fp >> 16) << PY_ADDR_BITS | ((flags & RUBY_FRAME_FLAG_FINISH) ? PY_SEGMENT_END : 0);
+	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = index | (fp & 0xffff) << PY_ADDR_BITS;
 	w->at += 2;
 	w->n++;
 	return 0;

@@ -205,10 +205,12 @@ static __always_inline __u64 user_stack_at(void *ctx, struct stack_request *r, _
 	/* A Python thread's native place is the same wherever in its Python
 	 * code it is (Python calls do not nest C frames): its chain is part
 	 * of the place. Hashed without being kept: one read per frame. */
-	struct py_out py = {};
+	struct py_out py = {.hash_only = 1};
+	__u32 zero = 0;
+	struct unwind_frames *scratch = bpf_map_lookup_elem(&py_hash_frames, &zero);
 
-	if (kernel_unwind)
-		python_frames(&py, r->pid, r->tid, bpf_get_current_task(), NULL);
+	if (kernel_unwind && scratch)
+		python_frames(&py, r->pid, r->tid, bpf_get_current_task(), scratch);
 	__u64 context = py.hash;
 	/* A JVM's stacks read before its interpreter was known have no Java
 	 * methods: once it is, the same place is read again. */
