@@ -403,7 +403,7 @@ pub fn section(
         let total: f64 = loads.iter().map(|(_, ms)| ms).sum();
         md += &format!(
             "\nsysprof's loading beside pgbench, per BPF object and program (ms, median of {} runs; a program's is \
-             the kernel verifying it): {} — {total:.0} in all.\n",
+             the kernel verifying it; some load side by side, so the sum is CPU, not wall time): {} — {total:.0} summed.\n",
             runs[1].len(),
             loads
                 .iter()

@@ -203,14 +203,6 @@ static __always_inline __u32 unknown_zero(__u8 *map_memory)
 	return *(volatile __u32 *)map_memory;
 }
 
-/* Where a walk wanted only for its hash writes its frames (places.bpf.h). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, struct unwind_frames);
-	__uint(max_entries, 1);
-} py_hash_frames SEC(".maps");
-
 /* Where a walk writes, and what it found. */
 struct py_out {
 	__u32 at;   /* in: the first free slot of frames */
@@ -220,8 +212,9 @@ struct py_out {
 	__u64 hash; /* out: identifies the chain (0 for none) */
 };
 
-/* Walk the Python frames of the current thread into frames[out->at...]. A global function: its state lives in its own
- * stack frame, not in the tracepoint programs' (at their 512-byte limit),
+/* Walk the Python frames of the current thread into frames[out->at...].
+ * A global function: its state lives in its own stack frame, not in the
+ * tracepoint programs' (at their 512-byte limit),
  * and the verifier checks it once per program, with unknown inputs, not
  * once per call site's state. The task comes as a number (a global
  * function takes no kernel pointer); it is read through probe reads. */

@@ -188,6 +188,14 @@ static __always_inline __u64 stack_top_hash(__u64 sp, __u32 kbuf)
 	return h;
 }
 
+/* Where a walk wanted only for its hash (user_stack_at) writes its frames. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct unwind_frames);
+	__uint(max_entries, 1);
+} py_hash_frames SEC(".maps");
+
 /* The current user thread's stack id at `r`'s place (walk_stack only).
  * A thread that does the same thing from the same place as before in
  * that slot reuses the stack sent then: the common case on a switch-heavy
