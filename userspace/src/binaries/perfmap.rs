@@ -333,7 +333,7 @@ fn parse_line(line: &[u8]) -> Option<(u64, u64, &[u8])> {
 
 /// (uid, in-namespace pid) of a live process, from /proc/PID/status.
 pub fn process_identity(pid: u32) -> Option<(u32, u32)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = crate::sys::kernel_text::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let uid = status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))?

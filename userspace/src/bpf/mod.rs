@@ -40,7 +40,7 @@ pub type LoadTimes = Vec<(&'static str, std::time::Duration)>;
 fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
     use std::os::fd::AsRawFd;
     fdinfo_recursion_misses(
-        &std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+        &crate::sys::kernel_text::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
             .unwrap_or_default(),
     )
 }

@@ -94,7 +94,7 @@ impl TracerDrops {
 /// has now (`/proc/loadavg`'s count of scheduling entities), 16,384 to
 /// 65,536. A thread past them is not traced, counted as `lost_state`.
 fn thread_entries() -> u32 {
-    let threads = std::fs::read_to_string("/proc/loadavg")
+    let threads = crate::sys::kernel_text::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| {
             l.split_whitespace()

@@ -444,7 +444,7 @@ fn device_name(dev: u32) -> DeviceName {
         .entry(dev)
         .or_insert_with(|| {
             let (major, minor) = (dev >> 20, dev & 0xfffff);
-            std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent"))
+            crate::sys::kernel_text::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent"))
                 .ok()
                 .and_then(|u| {
                     u.lines()

@@ -590,7 +590,7 @@ fn short_waker_names(
             Some(c) => Some(crate::bpf::abi::comm_str(c)),
             None if reads < MAX_WAKER_NAME_READS => {
                 reads += 1;
-                std::fs::read_to_string(format!("/proc/{tid}/comm"))
+                crate::sys::kernel_text::read_to_string(format!("/proc/{tid}/comm"))
                     .ok()
                     .map(|c| c.trim_end_matches('\n').to_string())
                     .filter(|c| !c.is_empty())

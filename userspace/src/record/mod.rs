@@ -452,7 +452,7 @@ impl Timing {
 
     fn mark(&self, what: &str) {
         if self.on {
-            let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            let status = crate::sys::kernel_text::read_to_string("/proc/self/status").unwrap_or_default();
             let mb = |key: &str| {
                 let kb = status
                     .lines()
@@ -504,7 +504,7 @@ fn reinstate_signals(saved: &[libc::sigaction; 2]) {
 
 /// Whether process `pid` exists (and is not a zombie waiting for its parent).
 fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+    match crate::sys::kernel_text::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
             .rfind(')')
             .and_then(|i| stat[i + 1..].split_whitespace().next())

@@ -168,7 +168,7 @@ fn join_cmdline(bytes: &[u8]) -> String {
 /// The cgroup a process is in: the unified (v2) path, or on a v1-only or
 /// hybrid system the first controller path that is not the root.
 pub fn read_cgroup(pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let text = crate::sys::kernel_text::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
     let paths: Vec<&str> = text
         .lines()
         .filter_map(|l| l.splitn(3, ':').nth(2))
@@ -181,7 +181,7 @@ pub fn read_cgroup(pid: u32) -> Option<String> {
 
 /// A thread's CPU time so far, from `/proc/PID/task/TID/schedstat` (ns).
 pub fn thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    let text = crate::sys::kernel_text::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
     text.split_whitespace().next()?.parse().ok()
 }
 

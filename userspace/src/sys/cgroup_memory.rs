@@ -27,7 +27,7 @@ pub struct MemoryReading {
 }
 
 fn number(path: PathBuf) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    crate::sys::kernel_text::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 impl CgroupMemory {
@@ -76,7 +76,7 @@ impl CgroupMemory {
         if limit >= 1 << 62 {
             return None;
         }
-        let inactive = std::fs::read_to_string(self.dir.join("memory.stat"))
+        let inactive = crate::sys::kernel_text::read_to_string(self.dir.join("memory.stat"))
             .ok()
             .and_then(|s| {
                 s.lines()

@@ -82,7 +82,7 @@ pub fn process_cpu_seconds() -> f64 {
 
 /// Resident memory now and at its peak, bytes, from /proc/self/status.
 pub fn rss_bytes() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let status = crate::sys::kernel_text::read_to_string("/proc/self/status").unwrap_or_default();
     let kb = |key: &str| {
         status
             .lines()
@@ -110,7 +110,7 @@ pub fn bpf_map_memory() -> (u64, usize) {
         if !is_map {
             continue;
         }
-        let info = std::fs::read_to_string(format!(
+        let info = crate::sys::kernel_text::read_to_string(format!(
             "/proc/self/fdinfo/{}",
             fd.file_name().to_string_lossy()
         ))

@@ -57,7 +57,7 @@ struct JvmStatus {
 }
 
 fn status(pid: u32) -> Result<JvmStatus, String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
+    let text = crate::sys::kernel_text::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|e| format!("pid {pid}: {e}"))?;
     let field = |name: &str| {
         text.lines()

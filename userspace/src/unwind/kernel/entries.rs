@@ -24,7 +24,7 @@ pub(super) struct Entry {
 /// The real uid of `pid` (its user, whatever it exec'd or made itself
 /// non-dumpable), or `u32::MAX` if it is gone.
 pub(in crate::unwind) fn process_uid(pid: u32) -> u32 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let status = crate::sys::kernel_text::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))
