@@ -281,7 +281,18 @@ pub struct ElfReader<'f> {
     data: ReadCache<At<'f>>,
     file_len: u64,
     limits: ElfLimits,
+    /// The section names' table (`.shstrtab`), read whole the first time a
+    /// section is looked up by name; None when it cannot be (then object's
+    /// lookup reads each name through the cache). Through the cache each
+    /// name was a `pread` of its own: ~30 a file, most of the agent's
+    /// system calls as a compiler loop starts new processes.
+    section_names: std::cell::OnceCell<Option<Vec<u8>>>,
 }
+
+/// A section names' table larger than this is not read whole (linkers
+/// write a few hundred bytes; a file of 65,535 sections with long names
+/// would need ~2 MiB).
+const MAX_SECTION_NAMES_BYTES: u64 = 4 << 20;
 
 /// The parsed headers, borrowed from the reader's cache.
 struct Headers<'d, 'f> {
@@ -304,7 +315,52 @@ impl<'f> ElfReader<'f> {
             }),
             file_len,
             limits,
+            section_names: std::cell::OnceCell::new(),
         }
+    }
+
+    /// The bytes of the section names' table, read once (see the field).
+    fn section_names(&self, h: &Headers<'_, 'f>) -> Option<&[u8]> {
+        self.section_names
+            .get_or_init(|| {
+                let index = h.header.shstrndx(h.endian, &self.data).ok()?;
+                let table = h
+                    .sections
+                    .section(object::SectionIndex(index as usize))
+                    .ok()?;
+                let (offset, size) = (table.sh_offset(h.endian), table.sh_size(h.endian));
+                self.check_range(".shstrtab", offset, size, MAX_SECTION_NAMES_BYTES)
+                    .ok()?;
+                self.read_exact(".shstrtab", offset, size).ok()
+            })
+            .as_deref()
+    }
+
+    /// The name of section `s`, from the names' table read whole when it
+    /// could be, else through object (and the cache).
+    fn section_name<'d>(
+        &'d self,
+        h: &Headers<'d, 'f>,
+        s: &'d elf::SectionHeader64<Endianness>,
+    ) -> Option<&'d [u8]> {
+        match self.section_names(h) {
+            Some(names) => {
+                let from = names.get(s.sh_name(h.endian) as usize..)?;
+                Some(&from[..from.iter().position(|&b| b == 0)?])
+            }
+            None => h.sections.section_name(h.endian, s).ok(),
+        }
+    }
+
+    /// The header of the first section named `name`.
+    fn section_header<'d>(
+        &'d self,
+        h: &Headers<'d, 'f>,
+        name: &str,
+    ) -> Option<&'d elf::SectionHeader64<Endianness>> {
+        h.sections
+            .iter()
+            .find(|s| self.section_name(h, s) == Some(name.as_bytes()))
     }
 
     fn headers(&self) -> Result<Headers<'_, 'f>, ElfError> {
@@ -350,7 +406,7 @@ impl<'f> ElfReader<'f> {
     /// Where the section named `name` is, if the file has it.
     pub fn section(&self, name: &str) -> Option<SectionInfo> {
         let h = self.headers().ok()?;
-        let (_, s) = h.sections.section_by_name(h.endian, name.as_bytes())?;
+        let s = self.section_header(&h, name)?;
         Some(SectionInfo {
             addr: s.sh_addr(h.endian),
             offset: s.sh_offset(h.endian),
@@ -376,9 +432,8 @@ impl<'f> ElfReader<'f> {
             return Ok(None);
         };
         let h = self.headers()?;
-        let (_, s) = h
-            .sections
-            .section_by_name(h.endian, name.as_bytes())
+        let s = self
+            .section_header(&h, name)
             .ok_or(ElfError::SectionVanished)?;
         if s.sh_type(h.endian) == elf::SHT_NOBITS {
             return Ok(None);
@@ -463,7 +518,7 @@ impl<'f> ElfReader<'f> {
         let mut any = false;
         let mut total = 0u64;
         for s in h.sections.iter() {
-            let Ok(name) = h.sections.section_name(h.endian, s) else {
+            let Some(name) = self.section_name(&h, s) else {
                 continue;
             };
             if name.starts_with(b".zdebug_") {
@@ -570,5 +625,60 @@ mod tests {
         assert_eq!(offset_to_vaddr(&segs, 0x2e00), Some(0x3e00));
         assert_eq!(offset_to_vaddr(&segs, 0x1800), None);
         assert_eq!(vaddr_to_offset(&segs, 0x3e00), Some(0x2e00));
+    }
+
+    /// Check, on this machine's libc and this test's own binary, that every
+    /// section is found by name where object's own lookup finds it, from
+    /// the names' table read once; and that a file whose names' table lies
+    /// past its end falls back to object's lookup (which finds nothing).
+    #[test]
+    fn sections_are_found_by_name_from_the_table_read_once() {
+        let exe = std::env::current_exe().unwrap();
+        for path in [
+            std::path::Path::new("/lib/x86_64-linux-gnu/libc.so.6"),
+            &exe,
+        ] {
+            let Ok(file) = File::open(path) else {
+                eprintln!("SKIPPED {}: not on this machine", path.display());
+                continue;
+            };
+            let reader = ElfReader::new(&file, ElfLimits::default());
+            let h = reader.headers().unwrap();
+            let mut names = 0;
+            for s in h.sections.iter() {
+                let name = h.sections.section_name(h.endian, s).unwrap();
+                if name.is_empty() {
+                    continue;
+                }
+                let name = std::str::from_utf8(name).unwrap();
+                let (_, theirs) = h
+                    .sections
+                    .section_by_name(h.endian, name.as_bytes())
+                    .unwrap();
+                let ours = reader.section(name).unwrap();
+                assert_eq!(ours.offset, theirs.sh_offset(h.endian), "{name}");
+                assert_eq!(ours.size, theirs.sh_size(h.endian), "{name}");
+                names += 1;
+            }
+            assert!(names > 10, "{}: {names} sections", path.display());
+            assert!(
+                matches!(reader.section_names.get(), Some(Some(_))),
+                "the table was read whole"
+            );
+            assert!(reader.section(".no-such-section").is_none());
+        }
+        // libc's first 64 bytes (its ELF header) with e_shoff and e_shstrndx
+        // pointing past the end: no table, no section, no panic.
+        let Ok(libc) = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6") else {
+            return;
+        };
+        let mut bytes = libc[..64].to_vec();
+        bytes[0x28..0x30].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let damaged = std::env::temp_dir().join(format!("sysprof-shstrtab-{}", std::process::id()));
+        std::fs::write(&damaged, &bytes).unwrap();
+        let file = File::open(&damaged).unwrap();
+        let reader = ElfReader::new(&file, ElfLimits::default());
+        assert!(reader.section(".text").is_none());
+        std::fs::remove_file(&damaged).unwrap();
     }
 }

@@ -27,11 +27,15 @@ struct FunctionSym {
     rank: u8,
 }
 
-/// A symbol table's strings, read through one window of [`NAMES_WINDOW`]
-/// bytes with `pread`: names of neighbouring symbols usually lie near each
-/// other, so most come from the window already read (one `pread` per name cost
-/// libpython's 15,000 symbols 20 ms, the time a new Python process went
-/// without Python frames). Why not through the reader's cache: object's
+/// A symbol table's strings, read whole with one `pread` when they are at
+/// most [`NAMES_WHOLE_MAX`] bytes, else through one window of
+/// [`NAMES_WINDOW`] bytes: names of neighbouring symbols usually lie near
+/// each other, so most come from the window already read (one `pread` per
+/// name cost libpython's 15,000 symbols 20 ms, the time a new Python
+/// process went without Python frames). Where they do not (libc's
+/// `.dynstr`, libpython's `.strtab`), a window was one `pread` per name
+/// all the same: ~380 for libc, ~3,000 for libpython, each time a new
+/// process mapped them. Why not through the reader's cache: object's
 /// `ReadCache` keeps every string read through it (a box and a hash entry
 /// each) for the reader's life, and reading every name of librustc_driver's
 /// and libLLVM's symbol tables (165,000 and 258,000 functions) that way, to
@@ -46,6 +50,10 @@ struct Names<'f> {
     buf: Vec<u8>,
     window_at: u64,
     window_len: usize,
+    /// The whole section was read into the window (see [`NAMES_WHOLE_MAX`]).
+    read_whole: bool,
+    /// [`NAMES_WHOLE_MAX`] (a test sets 0 to read through the window).
+    whole_max: u64,
 }
 
 /// Bytes of a strings section read at once: a page. Where names lie in
@@ -54,6 +62,11 @@ struct Names<'f> {
 /// need its own read, which a bigger window would make a bigger copy
 /// (64 KiB made node's constants take 0.35 s to find).
 const NAMES_WINDOW: usize = 4 << 10;
+
+/// Strings sections up to this size are read whole, once: libc's `.dynstr`
+/// is 32 KiB, libpython's `.strtab` 376 KiB; the memory is the reader's
+/// until its names are read (then freed), whatever the file claims.
+const NAMES_WHOLE_MAX: u64 = 1 << 20;
 
 impl<'f> Names<'f> {
     /// The strings section linked from symbol table `section`.
@@ -79,6 +92,8 @@ impl<'f> Names<'f> {
             buf: Vec::new(),
             window_at: 0,
             window_len: 0,
+            read_whole: false,
+            whole_max: NAMES_WHOLE_MAX,
         })
     }
 
@@ -96,7 +111,19 @@ impl<'f> Names<'f> {
         let in_window =
             at >= self.window_at && at + want as u64 <= self.window_at + self.window_len as u64;
         if !in_window {
-            let len = ((self.end - at) as usize).min(NAMES_WINDOW.max(want));
+            // The section whole when small enough (then never read again,
+            // even when it read short: the file changed under us), else a
+            // window from this name on.
+            let whole = self.end - self.start <= self.whole_max;
+            if whole && self.read_whole {
+                return None;
+            }
+            self.read_whole = whole;
+            let (at, len) = if whole {
+                (self.start, (self.end - self.start) as usize)
+            } else {
+                (at, ((self.end - at) as usize).min(NAMES_WINDOW.max(want)))
+            };
             self.buf.resize(len, 0);
             self.window_at = at;
             self.window_len = 0;
@@ -498,55 +525,67 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sysprof-names-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("strings");
-        let mut bytes = b"\0short\0".to_vec();
-        bytes.extend(std::iter::repeat_n(b'x', 5000));
-        bytes.extend(b"\0unterminated");
-        std::fs::write(&path, &bytes).unwrap();
-        let file = File::open(&path).unwrap();
-        let mut names = Names {
-            file: &file,
-            start: 0,
-            end: bytes.len() as u64,
-            max_len: 1024,
-            buf: Vec::new(),
-            window_at: 0,
-            window_len: 0,
-        };
-        assert_eq!(names.name(1), Some(&b"short"[..]));
-        assert_eq!(names.name(0), Some(&b""[..]));
-        assert_eq!(
-            names.name(7).map(<[u8]>::len),
-            Some(1024),
-            "a long name is cut at the limit"
-        );
-        assert_eq!(
-            names.name(3),
-            Some(&b"ort"[..]),
-            "a name may start inside another (string tables share tails)"
-        );
-        assert_eq!(names.name(5008), None, "no NUL before the section's end");
-        assert_eq!(names.name(bytes.len() as u32), None, "past the section");
-        // Names across the window's end, and before the window, are whole.
-        let mut long = vec![b'a'; NAMES_WINDOW - 4];
-        long[0] = 0;
-        long[100..106].copy_from_slice(b"first\0");
-        long.extend(b"across\0after\0");
-        std::fs::write(&path, &long).unwrap();
-        let file = File::open(&path).unwrap();
-        let mut names = Names {
-            file: &file,
-            start: 0,
-            end: long.len() as u64,
-            max_len: 1024,
-            buf: Vec::new(),
-            window_at: 0,
-            window_len: 0,
-        };
-        assert_eq!(names.name(100), Some(&b"first"[..]));
-        let across = (NAMES_WINDOW - 4) as u32;
-        assert_eq!(names.name(across), Some(&b"across"[..]));
-        assert_eq!(names.name(across + 7), Some(&b"after"[..]));
-        assert_eq!(names.name(100), Some(&b"first"[..]));
+        fn over(file: &File, end: u64, whole_max: u64) -> Names<'_> {
+            Names {
+                file,
+                start: 0,
+                end,
+                max_len: 1024,
+                buf: Vec::new(),
+                window_at: 0,
+                window_len: 0,
+                read_whole: false,
+                whole_max,
+            }
+        }
+        // Through the window (0), and read whole.
+        for whole_max in [0, NAMES_WHOLE_MAX] {
+            let mut bytes = b"\0short\0".to_vec();
+            bytes.extend(std::iter::repeat_n(b'x', 5000));
+            bytes.extend(b"\0unterminated");
+            std::fs::write(&path, &bytes).unwrap();
+            let file = File::open(&path).unwrap();
+            let mut names = over(&file, bytes.len() as u64, whole_max);
+            assert_eq!(names.name(1), Some(&b"short"[..]));
+            assert_eq!(names.name(0), Some(&b""[..]));
+            assert_eq!(
+                names.name(7).map(<[u8]>::len),
+                Some(1024),
+                "a long name is cut at the limit"
+            );
+            assert_eq!(
+                names.name(3),
+                Some(&b"ort"[..]),
+                "a name may start inside another (string tables share tails)"
+            );
+            assert_eq!(names.name(5008), None, "no NUL before the section's end");
+            assert_eq!(names.name(bytes.len() as u32), None, "past the section");
+            // Names across the window's end, and before the window, are whole.
+            let mut long = vec![b'a'; NAMES_WINDOW - 4];
+            long[0] = 0;
+            long[100..106].copy_from_slice(b"first\0");
+            long.extend(b"across\0after\0");
+            std::fs::write(&path, &long).unwrap();
+            let file = File::open(&path).unwrap();
+            let mut names = over(&file, long.len() as u64, whole_max);
+            assert_eq!(names.name(100), Some(&b"first"[..]));
+            // Read whole, the section is read once: emptied now, the file
+            // still gives every name through the open descriptor's buffer.
+            if whole_max > 0 {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(0)
+                    .unwrap();
+                // Before the first name read: a window would read it again.
+                assert_eq!(names.name(0), Some(&b""[..]), "served from the whole read");
+            }
+            let across = (NAMES_WINDOW - 4) as u32;
+            assert_eq!(names.name(across), Some(&b"across"[..]), "{whole_max}");
+            assert_eq!(names.name(across + 7), Some(&b"after"[..]));
+            assert_eq!(names.name(100), Some(&b"first"[..]));
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
