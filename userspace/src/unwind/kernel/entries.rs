@@ -24,7 +24,8 @@ pub(super) struct Entry {
 /// The real uid of `pid` (its user, whatever it exec'd or made itself
 /// non-dumpable), or `u32::MAX` if it is gone.
 pub(in crate::unwind) fn process_uid(pid: u32) -> u32 {
-    let status = crate::sys::kernel_text::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let status =
+        crate::sys::kernel_text::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))
@@ -144,6 +145,7 @@ impl KernelTables {
                 return false;
             };
             let _ = self.maps.processes.remove(&victim);
+            let _ = self.maps.python.remove(&victim);
             let victim_uid = self.uncharge(victim).unwrap_or(u32::MAX);
             self.stats.process_evictions += 1;
             self.refuse(victim, victim_uid);
@@ -195,7 +197,6 @@ impl KernelTables {
         }
     }
 
-    /// Delete `pid`'s entry (it exited, or has no mappings left).
     /// Where `pid`'s interpreter keeps its Python frames, for the kernel's
     /// Python walk; None removes it. Only a process holding an entry gets
     /// one (the same map size, so the same per-user shares), and it goes
@@ -207,17 +208,26 @@ impl KernelTables {
                     self.stats.python_write_failures += 1;
                 }
             }
-            _ => {
+            // Without an entry it has none to remove (see `remove_process`).
+            _ if self.entries.contains_key(&pid) => {
                 let _ = self.maps.python.remove(&pid);
             }
+            _ => {}
         }
     }
 
+    /// Delete `pid`'s entry (it exited, or has no mappings left).
     pub(in crate::unwind) fn remove_process(&mut self, pid: u32) {
         self.forget(super::rows::jit_table_index(pid));
-        let _ = self.maps.processes.remove(&pid);
-        let _ = self.maps.python.remove(&pid);
-        self.uncharge(pid);
+        // Only a process charged an entry has one in either map (both are
+        // written after the charge, and an entry that fails to be written
+        // is uncharged): most processes never get one (pyenv's shims start
+        // ~40 for each `python3`), and deleting what is not there was two
+        // failing system calls at each of their execs and exits.
+        if self.uncharge(pid).is_some() {
+            let _ = self.maps.processes.remove(&pid);
+            let _ = self.maps.python.remove(&pid);
+        }
         if self.refused.remove(&pid).is_some() {
             self.mark_refused(pid, false);
         }
