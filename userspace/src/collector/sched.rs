@@ -444,13 +444,15 @@ fn device_name(dev: u32) -> DeviceName {
         .entry(dev)
         .or_insert_with(|| {
             let (major, minor) = (dev >> 20, dev & 0xfffff);
-            crate::sys::kernel_text::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent"))
-                .ok()
-                .and_then(|u| {
-                    u.lines()
-                        .find_map(|l| l.strip_prefix("DEVNAME=").map(short_name))
-                })
-                .unwrap_or_else(|| short_name(&format!("{major}:{minor}")))
+            crate::sys::kernel_text::read_to_string(format!(
+                "/sys/dev/block/{major}:{minor}/uevent"
+            ))
+            .ok()
+            .and_then(|u| {
+                u.lines()
+                    .find_map(|l| l.strip_prefix("DEVNAME=").map(short_name))
+            })
+            .unwrap_or_else(|| short_name(&format!("{major}:{minor}")))
         })
 }
 

@@ -452,7 +452,8 @@ impl Timing {
 
     fn mark(&self, what: &str) {
         if self.on {
-            let status = crate::sys::kernel_text::read_to_string("/proc/self/status").unwrap_or_default();
+            let status =
+                crate::sys::kernel_text::read_to_string("/proc/self/status").unwrap_or_default();
             let mb = |key: &str| {
                 let kb = status
                     .lines()

@@ -81,7 +81,11 @@ impl KernelFiles {
     }
 
     fn mem_used(&mut self) -> Option<u64> {
-        parse_mem_used(Self::machine(&mut self.text, &mut self.meminfo, "/proc/meminfo")?)
+        parse_mem_used(Self::machine(
+            &mut self.text,
+            &mut self.meminfo,
+            "/proc/meminfo",
+        )?)
     }
 
     fn disks(&mut self) -> Vec<(String, (u64, u64))> {
@@ -348,7 +352,9 @@ impl CounterPoller {
             self.proc_prev
                 .retain(|_, (_, t, _)| now_ns.saturating_sub(*t) < 60_000_000_000);
             let polled = &self.proc_prev;
-            self.files.processes.retain(|pid, _| polled.contains_key(pid));
+            self.files
+                .processes
+                .retain(|pid, _| polled.contains_key(pid));
         }
     }
 
@@ -620,7 +626,10 @@ mod tests {
     /// is read for it (its pid may be another process's next).
     #[test]
     fn a_kept_process_file_is_dropped_when_its_process_ends() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let pid = child.id();
         let mut files = KernelFiles::default();
         assert!(files.process(pid).is_some(), "the child's stat");

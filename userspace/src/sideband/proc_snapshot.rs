@@ -181,7 +181,8 @@ pub fn read_cgroup(pid: u32) -> Option<String> {
 
 /// A thread's CPU time so far, from `/proc/PID/task/TID/schedstat` (ns).
 pub fn thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
-    let text = crate::sys::kernel_text::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    let text = crate::sys::kernel_text::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()?;
     text.split_whitespace().next()?.parse().ok()
 }
 

@@ -27,7 +27,11 @@ pub struct MemoryReading {
 }
 
 fn number(path: PathBuf) -> Option<u64> {
-    crate::sys::kernel_text::read_to_string(path).ok()?.trim().parse().ok()
+    crate::sys::kernel_text::read_to_string(path)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 impl CgroupMemory {

@@ -84,7 +84,10 @@ mod tests {
         let mut buffer = TextBuffer::default();
         let stat = File::open("/proc/self/stat").unwrap();
         let first = String::from_utf8(buffer.read_from_start(&stat).unwrap().to_vec()).unwrap();
-        assert!(first.starts_with(&format!("{} (", std::process::id())), "{first}");
+        assert!(
+            first.starts_with(&format!("{} (", std::process::id())),
+            "{first}"
+        );
         // The process's own minor faults grow as it touches new memory: the
         // second read is made afresh, not the first's bytes again.
         let touched = vec![1u8; 64 << 20];
@@ -97,17 +100,28 @@ mod tests {
         assert!(minflt(&second) > minflt(&first), "{first}\n{second}");
         // Larger than FIRST_CAPACITY: the buffer grows and nothing is cut.
         let file = std::env::temp_dir().join(format!("sysprof-kernel-text-{}", std::process::id()));
-        let big: Vec<u8> = (0..3 * FIRST_CAPACITY + 17).map(|i| (i % 251) as u8).collect();
+        let big: Vec<u8> = (0..3 * FIRST_CAPACITY + 17)
+            .map(|i| (i % 251) as u8)
+            .collect();
         std::fs::write(&file, &big).unwrap();
         assert_eq!(buffer.read_path(&file).unwrap(), &big[..]);
-        assert_eq!(read_to_string(&file).unwrap().len(), String::from_utf8_lossy(&big).len());
+        assert_eq!(
+            read_to_string(&file).unwrap().len(),
+            String::from_utf8_lossy(&big).len()
+        );
         std::fs::remove_file(&file).unwrap();
-        assert!(buffer.read_path(&file).is_err(), "a missing file is an error");
+        assert!(
+            buffer.read_path(&file).is_err(),
+            "a missing file is an error"
+        );
         // A kernel file of megabytes (the kernel's BTF; it does not change):
         // the same bytes as std's read of it.
         match std::fs::read("/sys/kernel/btf/vmlinux") {
             Ok(std_bytes) => {
-                assert_eq!(buffer.read_path("/sys/kernel/btf/vmlinux").unwrap(), &std_bytes[..])
+                assert_eq!(
+                    buffer.read_path("/sys/kernel/btf/vmlinux").unwrap(),
+                    &std_bytes[..]
+                )
             }
             Err(e) => eprintln!("SKIPPED the megabytes' part: /sys/kernel/btf/vmlinux: {e}"),
         }
