@@ -409,6 +409,9 @@ fn sysprof_shares(
 #[test]
 fn ruby_frames_agree_with_rdocs_source_and_rbspy() {
     const SHARE_POINTS: f64 = 0.04;
+    /// The share of RDoc's run it may spend off a CPU (blocked, or waiting
+    /// for one) for the comparison to hold.
+    const MAX_OFF_CPU: f64 = 0.05;
     let test = "ruby_frames_agree_with_rdocs_source_and_rbspy";
     if !can_record(test) {
         return;
@@ -422,60 +425,105 @@ fn ruby_frames_agree_with_rdocs_source_and_rbspy() {
     let dir = scratch("ruby-rdoc");
     let out_path = dir.join("p.json.gz");
     let docs = dir.join("docs");
-    let _ = std::fs::remove_dir_all(&docs);
-    let wrapper = workspace_root().join("tests/workloads/rbspy_rdoc.rb");
-    let mut rec = Command::new(sysprof_bin())
-        .args(["record", "-v", "-F", "2000", "-o"])
-        .arg(&out_path)
-        .arg("--")
-        .arg(&ruby)
-        .arg(&wrapper)
-        .arg(&docs)
-        .args(["/usr/lib/ruby/3.1.0/rdoc", "/usr/lib/ruby/3.1.0/irb"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(rec.stdout.take().unwrap()).lines();
-    let pid: u64 = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| l.strip_prefix("pid=").and_then(|p| p.trim().parse().ok()))
-        .expect("the wrapper's pid");
     let spy_out = dir.join("rbspy.txt");
-    let spying = Command::new(&rbspy)
-        .args([
-            "record",
-            "--nonblocking",
-            "--rate",
-            "1000",
-            "--format",
-            "collapsed",
-            "--silent",
-            "--file",
-        ])
-        .arg(&spy_out)
-        .args(["--pid", &pid.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    rec.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let spied = wait_with_timeout(spying, std::time::Duration::from_secs(180), "rbspy");
-    let recorded = wait_with_timeout(rec, std::time::Duration::from_secs(180), "sysprof record");
-    assert!(
-        recorded.status.success(),
-        "record failed: {}",
-        String::from_utf8_lossy(&recorded.stderr)
-    );
-    let said: Vec<String> = lines.map_while(Result::ok).collect();
-    assert!(
-        said.iter().any(|l| l.starts_with("cpu_ns=")),
-        "RDoc did not finish: {said:?}"
-    );
-    let profile = Profile::load(&out_path);
+    // rbspy samples the wall clock (a thread blocked in a read, or waiting
+    // for a CPU, too); sysprof's samples are CPU time. They compare alike
+    // when RDoc ran on a CPU nearly all the time (97.9-98.3 % in runs here).
+    // One CI run did not: rbspy gave `require` 15.9 % and `block in
+    // check_modeline` 12.4 % (both reading files) against sysprof's 4.3 and
+    // 0.4, with 6,225 samples against sysprof's 6,699 at 2 kHz (here ~6,200
+    // and ~9,400): RDoc off a CPU for a third of its run, or sysprof missing
+    // samples; the run's clocks were not kept to tell. They are said now,
+    // and a run off a CPU more than 5 % is made again, at most twice; the
+    // third is compared whatever it did. Samples sysprof missed would still
+    // fail the comparison.
+    const ATTEMPTS: u32 = 3;
+    let mut attempt = 0;
+    let (pid, spied, profile, blocked) = loop {
+        attempt += 1;
+        let _ = std::fs::remove_dir_all(&docs);
+        let wrapper = workspace_root().join("tests/workloads/rbspy_rdoc.rb");
+        let mut rec = Command::new(sysprof_bin())
+            .args(["record", "-v", "-F", "2000", "-o"])
+            .arg(&out_path)
+            .arg("--")
+            .arg(&ruby)
+            .arg(&wrapper)
+            .arg(&docs)
+            .args(["/usr/lib/ruby/3.1.0/rdoc", "/usr/lib/ruby/3.1.0/irb"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(rec.stdout.take().unwrap()).lines();
+        let pid: u64 = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("pid=").and_then(|p| p.trim().parse().ok()))
+            .expect("the wrapper's pid");
+        let spying = Command::new(&rbspy)
+            .args([
+                "record",
+                "--nonblocking",
+                "--rate",
+                "1000",
+                "--format",
+                "collapsed",
+                "--silent",
+                "--file",
+            ])
+            .arg(&spy_out)
+            .args(["--pid", &pid.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        rec.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let spied = wait_with_timeout(spying, std::time::Duration::from_secs(180), "rbspy");
+        let recorded =
+            wait_with_timeout(rec, std::time::Duration::from_secs(180), "sysprof record");
+        assert!(
+            recorded.status.success(),
+            "record failed: {}",
+            String::from_utf8_lossy(&recorded.stderr)
+        );
+        let said: Vec<String> = lines.map_while(Result::ok).collect();
+        assert!(
+            said.iter().any(|l| l.starts_with("cpu_ns=")),
+            "RDoc did not finish: {said:?}"
+        );
+        let profile = Profile::load(&out_path);
+        let field = |key: &str| -> f64 {
+            said.iter()
+                .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
+                .unwrap_or(0.0)
+        };
+        let wall = field("wall_ns=");
+        let blocked = if wall > 0.0 {
+            ((wall - field("cpu_ns=") - field("run_delay_ns=")) / wall).max(0.0)
+        } else {
+            0.0
+        };
+        eprintln!(
+            "{test}: attempt {attempt}: RDoc ran {:.0} ms: on a CPU {:.1} %, waiting for one {:.1} %, blocked {:.1} %",
+            wall / 1e6,
+            field("cpu_ns=") / wall.max(1.0) * 100.0,
+            field("run_delay_ns=") / wall.max(1.0) * 100.0,
+            blocked * 100.0
+        );
+        let off_cpu = 1.0 - field("cpu_ns=") / wall.max(1.0);
+        if off_cpu > MAX_OFF_CPU && attempt < ATTEMPTS {
+            eprintln!(
+                "{test}: RDoc was off a CPU {:.1} % of its {:.0} ms, which rbspy samples and sysprof does not: running it again (attempt {attempt} of {ATTEMPTS})",
+                off_cpu * 100.0,
+                wall / 1e6
+            );
+            continue;
+        }
+        break (pid, spied, profile, blocked);
+    };
 
     // Against the source.
     let cats = profile.categories();
@@ -611,12 +659,14 @@ fn ruby_frames_agree_with_rdocs_source_and_rbspy() {
         ));
     }
     eprintln!(
-        "ruby rdoc vs rbspy ({our_n} and {their_n} samples), widest gap {:.2} points:{report}",
+        "ruby rdoc vs rbspy ({our_n} and {their_n} samples; RDoc blocked {:.1} % of its run, attempt {attempt}), widest gap {:.2} points:{report}",
+        blocked * 100.0,
         worst * 100.0
     );
     assert!(
         worst <= SHARE_POINTS,
-        "a top method's share differs by {:.2} points:{report}",
-        worst * 100.0
+        "a top method's share differs by {:.2} points (RDoc blocked {:.1} % of its run, attempt {attempt}):{report}",
+        worst * 100.0,
+        blocked * 100.0
     );
 }

@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::recording::FrameKind;
 use crate::model::stack_end::StackEnd;
@@ -237,7 +237,17 @@ pub struct CodeCache<T = CodeInfo> {
     /// Objects (once each, not per frame) freed after their sample (their
     /// address reused by another one, or not yet): a name refused, not lent.
     pub replaced: u64,
+    /// Processes a read found gone (the kernel: no such process): nothing
+    /// more is read of them until they are forgotten (a fork or an exec
+    /// under the pid forgets it first). A short Python process ends before
+    /// its samples are merged, and each of its ~36 code objects was a
+    /// failing read.
+    ended: FxHashSet<u32>,
 }
+
+/// Processes found gone kept at most: past it the set starts again (a
+/// process's reads then fail once more each, as before).
+const MAX_ENDED: usize = 4096;
 
 impl<T> Default for CodeCache<T> {
     fn default() -> Self {
@@ -246,6 +256,7 @@ impl<T> Default for CodeCache<T> {
             bytes: 0,
             unresolved: 0,
             replaced: 0,
+            ended: FxHashSet::default(),
         }
     }
 }
@@ -263,6 +274,9 @@ impl<T: Held> CodeCache<T> {
     ) -> Option<Arc<T>> {
         if let Some(known) = self.by_pid.get(&pid).and_then(|m| m.get(&(addr, identity))) {
             return known.clone();
+        }
+        if self.ended.contains(&pid) {
+            return None;
         }
         let read = read().map(Arc::new);
         let size = read.as_ref().map_or(16, |c| c.bytes() + 16);
@@ -307,6 +321,7 @@ impl<T: Held> CodeCache<T> {
     /// or it exited and its last samples are in (the collector's
     /// `Followers` keeps the one clock of exits).
     pub fn forget(&mut self, pid: u32) {
+        self.ended.remove(&pid);
         if let Some(m) = self.by_pid.remove(&pid) {
             self.bytes = self.bytes.saturating_sub(
                 m.values()
@@ -314,6 +329,14 @@ impl<T: Held> CodeCache<T> {
                     .sum(),
             );
         }
+    }
+
+    /// A read found `pid` gone: see the field `ended`.
+    pub fn process_ended(&mut self, pid: u32) {
+        if self.ended.len() >= MAX_ENDED {
+            self.ended.clear();
+        }
+        self.ended.insert(pid);
     }
 
     /// Bytes held.
@@ -339,6 +362,36 @@ impl<T: Held> CodeCache<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Check that once a process is found gone nothing more is read of it
+    /// (the reader would panic), that what was read before stays, and that
+    /// forgetting the pid (a fork or exec under it) reads again.
+    #[test]
+    fn nothing_is_read_of_a_process_found_gone() {
+        struct Bytes(usize);
+        impl Held for Bytes {
+            fn bytes(&self) -> usize {
+                self.0
+            }
+        }
+        let mut cache: CodeCache<Bytes> = CodeCache::default();
+        assert!(cache.get_or_read(7, 0x100, 1, || Some(Bytes(10))).is_some());
+        cache.process_ended(7);
+        let not_read = cache.get_or_read(7, 0x200, 1, || panic!("read after the end"));
+        assert!(not_read.is_none());
+        assert!(cache
+            .get_or_read(7, 0x100, 1, || panic!("cached"))
+            .is_some());
+        assert!(
+            cache.get_or_read(8, 0x200, 1, || Some(Bytes(1))).is_some(),
+            "another pid"
+        );
+        cache.forget(7);
+        assert!(
+            cache.get_or_read(7, 0x200, 1, || Some(Bytes(3))).is_some(),
+            "read again"
+        );
+    }
 
     /// Every region of the key space decodes as what put it there: a cut's
     /// key as the cut, the two runtime markers, a runtime key as its index

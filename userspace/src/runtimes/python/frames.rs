@@ -54,7 +54,7 @@ impl CodeCache<CodeInfo> {
         frame: &KernelPyFrame,
         py: &PythonRuntime,
     ) -> Option<Arc<CodeInfo>> {
-        let mut replaced = false;
+        let (mut replaced, mut ended) = (false, false);
         let code = self.get_or_read(pid, frame.code, frame.fingerprint, || {
             let read = read_code(
                 pid,
@@ -64,9 +64,13 @@ impl CodeCache<CodeInfo> {
                 py.code_type(),
             );
             replaced = matches!(read, Err(CodeError::Replaced | CodeError::Freed));
+            ended = matches!(read, Err(CodeError::Gone));
             read.ok()
         });
         self.replaced += u64::from(replaced);
+        if ended {
+            self.process_ended(pid);
+        }
         code
     }
 }

@@ -66,6 +66,9 @@ pub enum CodeError {
     /// freed and its address reused.
     #[error("the code object sampled there was freed and its address reused")]
     Replaced,
+    /// The process is gone (no such process): nothing more can be read of it.
+    #[error("the process is gone")]
+    Gone,
 }
 
 fn read_u64(buf: &[u8], at: u64) -> Option<u64> {
@@ -140,7 +143,10 @@ pub fn read_code(
     code_type: u64,
 ) -> Result<CodeInfo, CodeError> {
     let mut header = vec![0u8; l.code_header_bytes() as usize];
-    read_process(pid, addr, &mut header).map_err(|_| CodeError::Unreadable)?;
+    read_process(pid, addr, &mut header).map_err(|e| match e.raw_os_error() {
+        Some(libc::ESRCH) => CodeError::Gone,
+        _ => CodeError::Unreadable,
+    })?;
     let field = |at: u64| read_u64(&header, at).ok_or(CodeError::NotCode);
     if field(l.ob_type)? != code_type {
         return Err(CodeError::NotCode);
@@ -352,6 +358,27 @@ pub fn location_line(table: &[u8], first_line: u32, index: i64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Check that a code object of a process that is gone (a child reaped)
+    /// says so, and one at an unmapped address of a live one does not.
+    #[test]
+    fn a_gone_process_is_told_from_an_unreadable_address() {
+        let layout = crate::runtimes::python::binary::layout(12).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let live = read_code(pid, 8, 0, layout, 0);
+        assert_eq!(
+            live.err(),
+            Some(CodeError::Unreadable),
+            "address 8 is mapped nowhere"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(read_code(pid, 8, 0, layout, 0).err(), Some(CodeError::Gone));
+    }
 
     /// Check the line tables against CPython's own reading of them: for a
     /// function whose body spans lines, each instruction's line, as every
