@@ -8,7 +8,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::Culprit;
+use super::blame::{Blame, Key};
 
 /// Bytes [`Memo`] may hold: when full, it forgets every span and starts
 /// again. A span's entry is ~60 bytes and 16 a culprit; pgbench's client's
@@ -24,66 +24,40 @@ type SpanOf = (u32, u32, u64, u64);
 
 /// What [`Threads::charge_activity`](super::Threads::charge_activity)
 /// found per thread and span, kept for the next chain that reaches the
-/// same: its culprits interned (a few hundred distinct ones, against
-/// hundreds of thousands of spans), within [`MEMO_BYTES`].
+/// same: its culprits as keys (a word each), within [`MEMO_BYTES`].
 #[derive(Default)]
 pub(super) struct Memo {
-    spans: FxHashMap<SpanOf, Box<[(u32, f64)]>>,
-    culprits: Vec<Culprit>,
-    ids: FxHashMap<Culprit, u32>,
+    spans: FxHashMap<SpanOf, Box<[(Key, f64)]>>,
     /// The spans' boxed entries' heap bytes (with malloc's header each).
     boxed: usize,
-    /// The interned culprits' bytes, both copies (never forgotten: a few
-    /// hundred).
-    interned: usize,
 }
 
 impl Memo {
     /// Add what was kept for `key` to `out`; false if nothing was.
-    pub(super) fn read(&self, key: &SpanOf, out: &mut FxHashMap<Culprit, f64>) -> bool {
+    pub(super) fn read(&self, key: &SpanOf, out: &mut Blame) -> bool {
         let Some(known) = self.spans.get(key) else {
             return false;
         };
-        for &(id, ms) in known.iter() {
-            *out.entry(self.culprits[id as usize].clone()).or_default() += ms;
-        }
+        out.add_scaled(known, 1.0);
         true
     }
 
     /// What it holds, in bytes: the table at its capacity (a slot and a
-    /// control byte each), the entries, the culprits.
+    /// control byte each) and the entries.
     fn bytes(&self) -> usize {
-        let slot = std::mem::size_of::<SpanOf>() + std::mem::size_of::<Box<[(u32, f64)]>>() + 1;
-        self.spans.capacity() * slot + self.boxed + self.interned
+        let slot = std::mem::size_of::<SpanOf>() + std::mem::size_of::<Box<[(Key, f64)]>>() + 1;
+        self.spans.capacity() * slot + self.boxed
     }
 
     /// Keep `its` for `key`, forgetting every span first (the table's
     /// memory too) if that would pass [`MEMO_BYTES`].
-    pub(super) fn keep(&mut self, key: SpanOf, its: &FxHashMap<Culprit, f64>) {
-        let size = 16 + its.len() * std::mem::size_of::<(u32, f64)>();
+    pub(super) fn keep(&mut self, key: SpanOf, its: &[(Key, f64)]) {
+        let size = 16 + std::mem::size_of_val(its);
         if self.bytes() + size > MEMO_BYTES {
             self.spans = FxHashMap::default();
             self.boxed = 0;
         }
-        let entry: Box<[(u32, f64)]> = its
-            .iter()
-            .map(|(c, &ms)| {
-                let id = match self.ids.get(c) {
-                    Some(&id) => id,
-                    None => {
-                        let id = self.culprits.len() as u32;
-                        self.culprits.push(c.clone());
-                        self.ids.insert(c.clone(), id);
-                        let one = std::mem::size_of::<Culprit>()
-                            + c.device.as_ref().map_or(0, |d| d.len() + 16);
-                        self.interned += 2 * one + 8;
-                        id
-                    }
-                };
-                (id, ms)
-            })
-            .collect();
         self.boxed += size;
-        self.spans.insert(key, entry);
+        self.spans.insert(key, its.into());
     }
 }

@@ -61,6 +61,7 @@
 //! [`memo`]); [`queue`] charges run-queue time to the CPUs' holders;
 //! [`render`] writes the answer as text or JSON.
 
+mod blame;
 mod memo;
 mod queue;
 mod read;
@@ -73,6 +74,7 @@ mod tests;
 
 use rustc_hash::FxHashMap;
 
+use blame::{Blame, Key, NO_DEVICE};
 use memo::Memo;
 use read::{Slice, ThreadFacts};
 pub use render::{render_json, render_text};
@@ -148,6 +150,9 @@ pub struct Threads {
     cpus: FxHashMap<u32, Vec<Slice>>,
     /// The sampling interval, ms (`meta.interval`).
     interval: f64,
+    /// The devices block requests name, interned: a [`Key`]'s device id
+    /// is an index here plus one.
+    devices: Vec<String>,
     /// Charging calls left for the wait being charged (see [`MAX_STEPS`]).
     steps: std::cell::Cell<usize>,
     /// What [`Threads::charge_activity`] found for a thread over a span,
@@ -158,6 +163,10 @@ pub struct Threads {
     /// Whether the charge under way was cut short (the chain too deep, the
     /// budget spent): what it found then is not kept in `memo`.
     cut: std::cell::Cell<bool>,
+    /// Lists of spans to reuse (see [`Threads::charge_short`]).
+    span_lists: std::cell::RefCell<Vec<Vec<(f64, f64)>>>,
+    /// Sums to reuse (see `waker.rs`' `take_blame`).
+    blame_lists: std::cell::RefCell<Vec<Blame>>,
 }
 
 impl Threads {
@@ -218,18 +227,18 @@ impl Threads {
     /// Where the off-CPU time of `tids` between `from` and `to` went.
     pub fn why(&self, tids: &[u32], from: f64, to: f64, longest: usize) -> Why {
         let mut why = Why::default();
-        let mut blame: FxHashMap<Culprit, f64> = FxHashMap::default();
+        let mut blame: FxHashMap<Key, f64> = FxHashMap::default();
         let mut each: Vec<(f64, f64, String, Vec<(Culprit, f64)>)> = Vec::new();
         for &tid in tids {
-            for w in self.each_wait(tid, from, to) {
+            for w in self.each_wait_keyed(tid, from, to) {
                 why.waits += 1;
                 why.off_cpu_ms += w.end - w.start;
-                for (c, ms) in &w.blame {
-                    *blame.entry(c.clone()).or_default() += ms;
+                for &(c, ms) in &w.blame {
+                    *blame.entry(c).or_default() += ms;
                 }
-                each.push((w.start, w.end - w.start, w.reason, w.blame));
+                each.push((w.start, w.end - w.start, w.reason, self.culprits(w.blame)));
             }
-            for (count, off_cpu, run) in self.each_short_run(tid, from, to) {
+            for (count, off_cpu, run) in self.each_short_run_keyed(tid, from, to) {
                 why.waits += count;
                 why.off_cpu_ms += off_cpu;
                 for (c, ms) in run.blame {
@@ -237,7 +246,7 @@ impl Threads {
                 }
             }
         }
-        why.blame = sorted(blame);
+        why.blame = self.culprits(blame.into_iter().collect());
         each.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.total_cmp(&y.0)));
         each.truncate(longest);
         why.longest = each;
@@ -247,6 +256,19 @@ impl Threads {
     /// The waits of `tid` (those over the marker threshold: short ones
     /// are sums) between `from` and `to`, each with where its time went.
     pub fn each_wait(&self, tid: u32, from: f64, to: f64) -> Vec<WaitBlame> {
+        self.each_wait_keyed(tid, from, to)
+            .into_iter()
+            .map(|w| WaitBlame {
+                start: w.start,
+                end: w.end,
+                reason: w.reason,
+                blame: self.culprits(w.blame),
+            })
+            .collect()
+    }
+
+    /// [`Threads::each_wait`] with its culprits as keys.
+    fn each_wait_keyed(&self, tid: u32, from: f64, to: f64) -> Vec<KeyedWait> {
         let Some(t) = self.threads.get(&tid) else {
             return Vec::new();
         };
@@ -256,15 +278,15 @@ impl Threads {
             if a >= b {
                 continue;
             }
-            let mut own: FxHashMap<Culprit, f64> = FxHashMap::default();
+            let mut own = Blame::default();
             let mut chain = vec![tid];
             self.steps.set(MAX_STEPS);
             self.charge_wait(tid, w, a, b, &mut chain, &mut own);
-            out.push(WaitBlame {
+            out.push(KeyedWait {
                 start: a,
                 end: b,
                 reason: w.reason.clone(),
-                blame: sorted(own),
+                blame: own.into_entries(),
             });
         }
         out
@@ -276,6 +298,26 @@ impl Threads {
     /// off-CPU time (its share of the run's; the blame sums to it, not to
     /// the span).
     pub fn each_short_run(&self, tid: u32, from: f64, to: f64) -> Vec<(usize, f64, WaitBlame)> {
+        self.each_short_run_keyed(tid, from, to)
+            .into_iter()
+            .map(|(count, off_cpu, w)| {
+                let blame = self.culprits(w.blame);
+                (
+                    count,
+                    off_cpu,
+                    WaitBlame {
+                        start: w.start,
+                        end: w.end,
+                        reason: w.reason,
+                        blame,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// [`Threads::each_short_run`] with its culprits as keys.
+    fn each_short_run_keyed(&self, tid: u32, from: f64, to: f64) -> Vec<(usize, f64, KeyedWait)> {
         let Some(t) = self.threads.get(&tid) else {
             return Vec::new();
         };
@@ -285,18 +327,18 @@ impl Threads {
                 continue;
             };
             let count = (r.count * share).round() as usize;
-            let mut own: FxHashMap<Culprit, f64> = FxHashMap::default();
+            let mut own = Blame::default();
             let mut chain = vec![tid];
             self.steps.set(MAX_STEPS);
             self.charge_short(tid, r, a, b, share, &mut chain, &mut own);
             out.push((
                 count,
                 r.off_cpu * share,
-                WaitBlame {
+                KeyedWait {
                     start: a,
                     end: b,
                     reason: format!("short waits ({count})"),
-                    blame: sorted(own),
+                    blame: own.into_entries(),
                 },
             ));
         }
@@ -304,9 +346,37 @@ impl Threads {
     }
 }
 
-/// Largest first, ties by culprit.
-fn sorted(m: FxHashMap<Culprit, f64>) -> Vec<(Culprit, f64)> {
-    let mut v: Vec<(Culprit, f64)> = m.into_iter().collect();
-    v.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
-    v
+/// A [`WaitBlame`] as the charging makes it: its culprits as keys.
+struct KeyedWait {
+    start: f64,
+    end: f64,
+    reason: String,
+    blame: Vec<(Key, f64)>,
+}
+
+impl Threads {
+    /// `keyed` as the answer says it: each key a [`Culprit`], largest
+    /// first, ties by culprit.
+    fn culprits(&self, keyed: Vec<(Key, f64)>) -> Vec<(Culprit, f64)> {
+        let mut v: Vec<(Culprit, f64)> = keyed
+            .into_iter()
+            .map(|(k, ms)| {
+                let device = match k.device() {
+                    NO_DEVICE => None,
+                    id => self.devices.get(id as usize - 1).cloned(),
+                };
+                let what = k.what().text();
+                (
+                    Culprit {
+                        tid: k.tid(),
+                        what,
+                        device,
+                    },
+                    ms,
+                )
+            })
+            .collect();
+        v.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+        v
+    }
 }

@@ -7,22 +7,14 @@
 //! spread over the CPUs it ran on), and the rest the thread's own
 //! "runnable".
 
-use rustc_hash::FxHashMap;
-
+use super::blame::{Blame, Key, What, NO_DEVICE};
 use super::{Slice, Threads};
 
 impl Threads {
     /// Charge `[a, b]`, which thread `tid` spent runnable on `cpu`, to the
     /// threads the CPU's track shows running then; the rest to its own
     /// run queue.
-    pub(super) fn charge_queue(
-        &self,
-        tid: u32,
-        cpu: Option<u32>,
-        a: f64,
-        b: f64,
-        put: &mut impl FnMut(&'static str, u32, Option<String>, f64),
-    ) {
+    pub(super) fn charge_queue(&self, tid: u32, cpu: Option<u32>, a: f64, b: f64, out: &mut Blame) {
         let mut held = 0.0;
         if let Some(slices) = cpu.and_then(|c| self.cpus.get(&c)) {
             // Slices of one CPU do not overlap: from the first ending after
@@ -45,7 +37,7 @@ impl Threads {
                 };
                 let ms = to - from + lead;
                 if ms > 0.0 && held + ms <= (b - a) * (1.0 + 1e-12) {
-                    put("holding its CPU", s.tid, None, ms);
+                    out.put(Key::new(s.tid, What::HoldingCpu, NO_DEVICE), ms);
                     held += ms;
                 }
                 covered = covered.max(to);
@@ -53,11 +45,14 @@ impl Threads {
             }
             let trail = b - covered;
             if let Some(holder) = last_holder.filter(|_| trail > 0.0 && trail <= self.interval) {
-                put("holding its CPU", holder, None, trail);
+                out.put(Key::new(holder, What::HoldingCpu, NO_DEVICE), trail);
                 held += trail;
             }
         }
-        put("runnable", tid, None, ((b - a) - held).max(0.0));
+        out.put(
+            Key::new(tid, What::Runnable, NO_DEVICE),
+            ((b - a) - held).max(0.0),
+        );
     }
 
     /// Charge `ms` of thread `tid`'s run-queue time somewhere in `spans`
@@ -71,44 +66,49 @@ impl Threads {
         spans: &[(f64, f64)],
         ms: f64,
         chain: &[u32],
-        put: &mut impl FnMut(&'static str, u32, Option<String>, f64),
+        out: &mut Blame,
     ) {
         if ms <= 0.0 {
             return;
         }
-        let ran_on = |slices: &&Vec<Slice>| {
+        let ran_on = |slices: &[Slice]| {
             spans
                 .iter()
                 .any(|&(a, b)| overlapping(slices, a, b).any(|(t, _)| t == tid))
         };
-        let mine: Vec<&Vec<Slice>> = self.cpus.values().filter(ran_on).collect();
-        let cpus: Vec<&Vec<Slice>> = if mine.is_empty() {
-            self.cpus.values().collect()
-        } else {
-            mine
-        };
-        let mut held: FxHashMap<u32, f64> = FxHashMap::default();
-        for slices in cpus {
+        // The CPUs it ran on in the spans, or all of them if none.
+        let any_mine = self.cpus.values().any(|s| ran_on(s));
+        // A few threads held them: a list summed in place (see `blame`).
+        let mut held: Vec<(u32, f64)> = Vec::new();
+        for slices in self.cpus.values() {
+            if any_mine && !ran_on(slices) {
+                continue;
+            }
             for &(a, b) in spans {
                 for (t, ms) in overlapping(slices, a, b) {
                     // The threads on the chain were waiting (for this
                     // one, in the end): their slices here are the
                     // estimate's spread, not holders of its CPU.
                     if t != tid && ms > 0.0 && !chain.contains(&t) {
-                        *held.entry(t).or_default() += ms;
+                        match held.iter_mut().find(|(h, _)| *h == t) {
+                            Some((_, v)) => *v += ms,
+                            None => held.push((t, ms)),
+                        }
                     }
                 }
             }
         }
-        let total: f64 = held.values().sum();
+        let total: f64 = held.iter().map(|(_, v)| v).sum();
         if total <= 0.0 {
-            put("runnable", tid, None, ms);
+            out.put(Key::new(tid, What::Runnable, NO_DEVICE), ms);
             return;
         }
-        let mut holders: Vec<(u32, f64)> = held.into_iter().collect();
-        holders.sort_unstable_by_key(|&(t, _)| t);
-        for (holder, w) in holders {
-            put("holding its CPU", holder, None, ms * w / total);
+        held.sort_unstable_by_key(|&(t, _)| t);
+        for (holder, w) in held {
+            out.put(
+                Key::new(holder, What::HoldingCpu, NO_DEVICE),
+                ms * w / total,
+            );
         }
     }
 }

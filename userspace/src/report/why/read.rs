@@ -75,8 +75,9 @@ pub(super) struct ThreadFacts {
     pub(super) short: Vec<ShortRun>,
     /// The longest span of a run in `short`.
     pub(super) short_span: f64,
-    /// (start, end, device) of the block requests it issued.
-    pub(super) io: Vec<(f64, f64, String)>,
+    /// (start, end, device id: see [`Threads::device`]) of the block
+    /// requests it issued.
+    pub(super) io: Vec<(f64, f64, u16)>,
     /// On-CPU sample times and their leaf function names.
     pub(super) samples: Vec<(f64, String)>,
 }
@@ -91,6 +92,7 @@ impl Threads {
         let mut threads = FxHashMap::default();
         let mut named_by_wakees = FxHashMap::default();
         let mut cpus = FxHashMap::default();
+        let mut devices = Vec::new();
         let interval = profile["meta"]["interval"].as_f64().unwrap_or(1.0).max(0.0);
         for t in profile["threads"].as_array().into_iter().flatten() {
             wakers_named(t, &mut named_by_wakees);
@@ -112,7 +114,7 @@ impl Threads {
                 process: text(&t["processName"]),
                 ..Default::default()
             };
-            read_markers(t, &mut facts);
+            read_markers(t, &mut facts, &mut devices);
             read_samples(t, &categories, &mut facts);
             threads.insert(tid as u32, facts);
         }
@@ -122,9 +124,12 @@ impl Threads {
             named_by_wakees,
             cpus,
             interval,
+            devices,
             steps: std::cell::Cell::new(MAX_STEPS),
             memo: Default::default(),
             cut: std::cell::Cell::new(false),
+            span_lists: Default::default(),
+            blame_lists: Default::default(),
         }
     }
 }
@@ -191,7 +196,7 @@ fn markers_of(t: &Value) -> impl Iterator<Item = (&Value, f64, f64)> {
 }
 
 /// A thread's markers: its waits and the block requests it issued.
-fn read_markers(t: &Value, facts: &mut ThreadFacts) {
+fn read_markers(t: &Value, facts: &mut ThreadFacts, devices: &mut Vec<String>) {
     for (d, s, e) in markers_of(t) {
         match view(d) {
             MarkerView::OffCpu {
@@ -227,11 +232,19 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts) {
                     cpu_in,
                 });
             }
-            MarkerView::Io { device } => facts.io.push((
-                s,
-                e,
-                crate::escape::escape(device.unwrap_or("?")).into_owned(),
-            )),
+            MarkerView::Io { device } => {
+                let name = crate::escape::escape(device.unwrap_or("?"));
+                let id = match devices.iter().position(|d| *d == name) {
+                    Some(i) => i + 1,
+                    None => {
+                        devices.push(name.into_owned());
+                        devices.len()
+                    }
+                };
+                // A machine has a few devices; past u16's ids (a profile
+                // naming 65,535 of them) the rest share the last.
+                facts.io.push((s, e, id.min(u16::MAX as usize) as u16));
+            }
             MarkerView::ShortWaits {
                 count,
                 off_cpu,

@@ -8,9 +8,8 @@
 //! and scaled to the wakee's time with the waker's waits for the chain
 //! (cycles) and its wakeups' landing taken out first.
 
-use rustc_hash::FxHashMap;
-
-use super::{overlap, Culprit, Threads};
+use super::blame::{Blame, Key, What, NO_DEVICE};
+use super::{overlap, Threads};
 
 impl Threads {
     /// Charge `[a, b]` of thread `tid`'s time: its waits inside it along
@@ -25,7 +24,7 @@ impl Threads {
         a: f64,
         b: f64,
         chain: &mut Vec<u32>,
-        out: &mut FxHashMap<Culprit, f64>,
+        out: &mut Blame,
     ) {
         let key = (
             chain.first().copied().unwrap_or(tid),
@@ -39,26 +38,20 @@ impl Threads {
         let steps = self.steps.get();
         if steps == 0 {
             self.cut.set(true);
-            *out.entry(Culprit {
-                tid,
-                what: "waiting (chain too deep)",
-                device: None,
-            })
-            .or_default() += b - a;
+            out.add(Key::new(tid, What::TooDeep, NO_DEVICE), b - a);
             return;
         }
         self.steps.set(steps - 1);
         let cut_before = self.cut.replace(false);
-        let mut its: FxHashMap<Culprit, f64> = FxHashMap::default();
+        let mut its = self.take_blame();
         self.activity_of(tid, a, b, chain, &mut its);
         let cut_here = self.cut.get();
         self.cut.set(cut_before || cut_here);
         if !cut_here {
-            self.memo.borrow_mut().keep(key, &its);
+            self.memo.borrow_mut().keep(key, its.entries());
         }
-        for (c, ms) in its {
-            *out.entry(c).or_default() += ms;
-        }
+        out.add_scaled(its.entries(), 1.0);
+        self.give_blame(its);
     }
 
     /// [`Threads::charge_activity`]'s work, not remembered.
@@ -68,7 +61,7 @@ impl Threads {
         a: f64,
         b: f64,
         chain: &mut Vec<u32>,
-        out: &mut FxHashMap<Culprit, f64>,
+        out: &mut Blame,
     ) {
         let t = &self.threads[&tid];
         let mut waited = 0.0;
@@ -82,31 +75,25 @@ impl Threads {
         }
         // Short waits fill what the long ones left, at most.
         let left = ((b - a) - waited).max(0.0);
-        let mut short: FxHashMap<Culprit, f64> = FxHashMap::default();
+        let mut short = self.take_blame();
         let first = t.short.partition_point(|r| r.start < a - t.short_span);
         for r in t.short[first..].iter().take_while(|r| r.start <= b) {
             if let Some((x, y, share)) = overlap(r, a, b) {
                 self.charge_short(tid, r, x, y, share, chain, &mut short);
             }
         }
-        let short_ms: f64 = short.values().sum();
+        let short_ms: f64 = short.total();
         let scale = if short_ms > left {
             left / short_ms
         } else {
             1.0
         };
-        for (c, ms) in short {
-            *out.entry(c).or_default() += ms * scale;
-        }
-        let running = left - short_ms.min(left);
-        if running > 0.0 {
-            *out.entry(Culprit {
-                tid,
-                what: "running",
-                device: None,
-            })
-            .or_default() += running;
-        }
+        out.add_scaled(short.entries(), scale);
+        self.give_blame(short);
+        out.put(
+            Key::new(tid, What::Running, NO_DEVICE),
+            left - short_ms.min(left),
+        );
     }
 
     /// Charge `ms` to what `waker` did over `spans`: its activity there,
@@ -146,45 +133,34 @@ impl Threads {
         ran_on: f64,
         wakee_ran: f64,
         chain: &mut Vec<u32>,
-        out: &mut FxHashMap<Culprit, f64>,
+        out: &mut Blame,
     ) {
-        let mut its: FxHashMap<Culprit, f64> = FxHashMap::default();
+        let mut its = self.take_blame();
         chain.push(waker);
         for &(a, b) in spans {
             self.charge_activity(waker, a, b, chain, &mut its);
         }
         chain.pop();
-        let total: f64 = its.values().sum();
+        let total: f64 = its.total();
         let mut rest: f64 = its
+            .entries()
             .iter()
-            .filter(|(c, _)| c.what != "waiting (cycle)")
+            .filter(|(c, _)| c.what() != What::Cycle)
             .map(|(_, v)| v)
             .sum();
         if total <= 0.0 {
-            *out.entry(Culprit {
-                tid: waker,
-                what: "running",
-                device: None,
-            })
-            .or_default() += ms;
+            out.add(Key::new(waker, What::Running, NO_DEVICE), ms);
+            self.give_blame(its);
             return;
         }
         let keep_cycles = rest <= total * 1e-9;
         if !keep_cycles && rest > ms {
             let mut overlap = wakee_ran.max(0.0);
             for c in [
-                Culprit {
-                    tid: waker,
-                    what: "waking its CPU",
-                    device: None,
-                },
-                Culprit {
-                    tid: wakee,
-                    what: "holding its CPU",
-                    device: None,
-                },
+                Key::new(waker, What::WakingCpu, NO_DEVICE),
+                Key::new(wakee, What::HoldingCpu, NO_DEVICE),
             ] {
-                if let Some(v) = its.get_mut(&c) {
+                if let Some(v) = its.get_mut(c) {
                     let cut = (rest - ms).min(overlap).min(*v);
                     *v -= cut;
                     rest -= cut;
@@ -193,22 +169,32 @@ impl Threads {
             }
         }
         if !keep_cycles && rest > ms {
-            let own_running = Culprit {
-                tid: waker,
-                what: "running",
-                device: None,
-            };
-            if let Some(running) = its.get_mut(&own_running) {
+            let own_running = Key::new(waker, What::Running, NO_DEVICE);
+            if let Some(running) = its.get_mut(own_running) {
                 let cut = (rest - ms).min(ran_on.max(0.0)).min(*running);
                 *running -= cut;
                 rest -= cut;
             }
         }
         let scale = ms / if keep_cycles { total } else { rest };
-        for (c, v) in its {
-            if keep_cycles || c.what != "waiting (cycle)" {
-                *out.entry(c).or_default() += v * scale;
+        for &(c, v) in its.entries() {
+            if keep_cycles || c.what() != What::Cycle {
+                out.add(c, v * scale);
             }
         }
+        self.give_blame(its);
+    }
+
+    /// An empty [`Blame`] from the pool (a chain's every step sums its
+    /// culprits in one or two; allocated afresh they were a third of the
+    /// steps' cost).
+    fn take_blame(&self) -> Blame {
+        self.blame_lists.borrow_mut().pop().unwrap_or_default()
+    }
+
+    /// Return `b` to the pool, emptied.
+    fn give_blame(&self, mut b: Blame) {
+        b.clear();
+        self.blame_lists.borrow_mut().push(b);
     }
 }
