@@ -24,6 +24,7 @@
 
 mod agent;
 mod depth;
+mod iostorm;
 mod length;
 mod micro;
 mod pgbench;
@@ -53,7 +54,7 @@ struct Args {
     #[arg(long)]
     agent: bool,
     /// Only these workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "php", "perl", "ruby", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "php", "perl", "ruby", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench", "iostorm"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
@@ -681,11 +682,20 @@ fn main() -> Result<()> {
         (String::new(), json!(null))
     };
     md += &pgbench_md;
+    let (iostorm_md, iostorm_json) = if only
+        .as_ref()
+        .is_none_or(|o| o.iter().any(|n| n == "iostorm"))
+    {
+        iostorm::section(&sysprof, perf.as_deref(), &work, &root, quick)
+    } else {
+        (String::new(), json!(null))
+    };
+    md += &iostorm_md;
     // The offline stage runs last: a large bench process would otherwise
     // hand its peak RSS to every profiler it spawns (ru_maxrss survives exec).
     let (micro_md, micro) = micro_section(quick);
     let goals_md = goals(&medians, &micro) + &agent_goals(&agent_g);
-    let results = json!({ "micro": micro, "workloads": rows, "long_recording": long_rows, "agent": agent_json, "depth": depth_json, "length": length_json, "pgbench": pgbench_json });
+    let results = json!({ "micro": micro, "workloads": rows, "long_recording": long_rows, "agent": agent_json, "depth": depth_json, "length": length_json, "pgbench": pgbench_json, "iostorm": iostorm_json });
     let md = goals_md + &micro_md + &md + &depth_md + &agent_md + &bpf_md;
     println!("{md}");
     std::fs::write(out_dir.join("results.md"), &md)?;

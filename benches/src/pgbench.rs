@@ -123,8 +123,9 @@ fn pgbench(secs: u64) -> Result<f64> {
 
 /// One configuration's run.
 #[derive(Default, Clone)]
-struct Run {
-    tps: f64,
+pub(crate) struct Run {
+    /// The workload's throughput (pgbench's tps; the storm's reads a second).
+    pub(crate) tps: f64,
     cpu_ms: f64,
     /// The profiler's CPU up to the moment pgbench ended (its threads'
     /// utime + stime, before SIGINT): what it took while the server ran,
@@ -138,16 +139,17 @@ struct Run {
     bytes_per_switch: Option<f64>,
     /// sysprof's BPF objects and programs, each one's loading (the
     /// programs': the kernel's verifier, mostly), from `-v`'s "loaded" line.
-    load_ms: Vec<(String, f64)>,
+    pub(crate) load_ms: Vec<(String, f64)>,
 }
 
 /// Start `argv` (a profiler recording until SIGINT), let it attach, run
-/// pgbench beside it, stop it.
-fn profiled(
+/// `workload` beside it (its throughput: pgbench's tps, the I/O storm's
+/// reads a second), stop it.
+pub(crate) fn profiled(
     argv: &[String],
     ready_line: Option<&str>,
-    secs: u64,
     stderr_path: &Path,
+    workload: impl FnOnce() -> Result<f64>,
 ) -> Result<Run> {
     let launched = Instant::now();
     let mut child: Child = Command::new(&argv[0])
@@ -174,7 +176,7 @@ fn profiled(
         },
         None => std::thread::sleep(Duration::from_secs(1)),
     }
-    let tps = pgbench(secs);
+    let tps = workload();
     let recording_cpu_ms = super::process_cpu_ms(child.id());
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -192,6 +194,14 @@ fn profiled(
 }
 
 impl Run {
+    /// The workload's run with no profiler: its throughput alone.
+    pub(crate) fn alone(tps: f64) -> Run {
+        Run {
+            tps,
+            ..Run::default()
+        }
+    }
+
     /// What the profiler's stderr says it lost, and when sysprof started.
     fn with_losses(mut self, said: &str) -> Run {
         let stats = super::stats_values(said);
@@ -268,8 +278,87 @@ pub fn section(
     let stderr_path = work.join("pgbench.stderr");
     let sysprof_out = work.join("pgbench.json.gz");
     let perf_out = work.join("pgbench.perf.data");
+    let configs = configurations(sysprof, perf, &sysprof_out, &perf_out);
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); configs.len()];
+    let mut failures = Vec::new();
+    for _ in 0..rounds {
+        for (i, (name, argv, ready)) in configs.iter().enumerate() {
+            let run = match argv {
+                None => pgbench(secs).map(Run::alone),
+                Some(argv) => profiled(argv, *ready, &stderr_path, || pgbench(secs)),
+            };
+            match run {
+                Ok(r) => runs[i].push(r),
+                Err(e) => failures.push(format!("{name}: {e:#}")),
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    drop(cluster);
+    md += &format!(
+        "Alternating rounds ({rounds}), pgbench -T {secs} each; the profiler starts first and is stopped by SIGINT after pgbench ends. \
+         Median [min–max]. CPU: the profiler's own (rusage, its children included), over its whole run; \
+         while recording: its threads' CPU (/proc/PID/stat) up to pgbench's end, before the stop; \
+         lost: what its summary says it lost (sysprof: samples, off-CPU/I-O records, stacks, thread states, sideband; \
+         perf: lost chunks and samples). First sample / attached: from sysprof's launch.\n\n\
+         Ring bytes / switch: sysprof's tracer ring over the switches it saw (sent as intervals or folded), stack records included.\n\n\
+         | configuration | tps | vs alone | profiler CPU ms | while recording ms | peak RSS MB | lost | first sample ms | attached ms | ring bytes / switch |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    );
+    let (table_md, rows) = table(&configs, &runs, "tps");
+    md += &table_md;
+    let loads = load_medians(&runs[1]);
+    if !loads.is_empty() {
+        let total: f64 = loads.iter().map(|(_, ms)| ms).sum();
+        md += &format!(
+            "\nsysprof's loading beside pgbench, per BPF object and program (ms, median of {} runs; a program's is \
+             the kernel verifying it; some load side by side, so the sum is CPU, not wall time): {} — {total:.0} summed.\n",
+            runs[1].len(),
+            loads
+                .iter()
+                .map(|(name, ms)| format!("{name} {ms:.1}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let why = match why_of_pgbench(sysprof, &sysprof_out) {
+        Ok(w) => {
+            md += &format!(
+                "\n`sysprof report --why` of pgbench's main thread (pid {}) in the last sysprof recording \
+                 ({:.0} ms off-CPU): {:.2} s wall, {:.0} ms CPU, {:.0} MB peak RSS; \
+                 {:.1} % of its waiting left as \"waiting (chain too deep)\".\n",
+                w.pid, w.off_cpu_ms, w.secs, w.cpu_ms, w.rss_mb, w.too_deep_percent
+            );
+            json!({
+                "pid": w.pid, "off_cpu_ms": w.off_cpu_ms, "secs": w.secs, "cpu_ms": w.cpu_ms,
+                "peak_rss_mb": w.rss_mb, "chain_too_deep_percent": w.too_deep_percent,
+            })
+        }
+        Err(e) => {
+            failures.push(format!("report --why: {e:#}"));
+            json!(null)
+        }
+    };
+    for f in &failures {
+        md += &format!("\nFailed: {f}\n");
+    }
+    (md, json!({ "rows": rows, "why": why }))
+}
+
+/// A profiler's configuration: its name, its command (none: the workload
+/// alone) and the line that says it is recording (none: given a second).
+pub(crate) type Config = (&'static str, Option<Vec<String>>, Option<&'static str>);
+
+/// The configurations each server workload runs under, alone first, then
+/// sysprof (second: its loading is read from `runs[1]`), then perf's.
+pub(crate) fn configurations(
+    sysprof: &Path,
+    perf: Option<&str>,
+    sysprof_out: &Path,
+    perf_out: &Path,
+) -> Vec<Config> {
     // Every profiler records until SIGINT.
-    let mut configs: Vec<(&str, Option<Vec<String>>, Option<&str>)> = vec![
+    let mut configs: Vec<Config> = vec![
         ("alone", None, None),
         (
             "sysprof record -a",
@@ -312,38 +401,20 @@ pub fn section(
             None,
         ));
     }
-    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); configs.len()];
-    let mut failures = Vec::new();
-    for _ in 0..rounds {
-        for (i, (name, argv, ready)) in configs.iter().enumerate() {
-            let run = match argv {
-                None => pgbench(secs).map(|tps| Run {
-                    tps,
-                    ..Run::default()
-                }),
-                Some(argv) => profiled(argv, *ready, secs, &stderr_path),
-            };
-            match run {
-                Ok(r) => runs[i].push(r),
-                Err(e) => failures.push(format!("{name}: {e:#}")),
-            }
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    }
-    drop(cluster);
+    configs
+}
+
+/// The rows of a section's table (markdown, then JSON), one per
+/// configuration that ran, its throughput against `runs[0]`'s (alone).
+pub(crate) fn table(
+    configs: &[Config],
+    runs: &[Vec<Run>],
+    throughput_key: &str,
+) -> (String, Vec<serde_json::Value>) {
     let alone = super::median(runs[0].iter().map(|r| r.tps));
-    md += &format!(
-        "Alternating rounds ({rounds}), pgbench -T {secs} each; the profiler starts first and is stopped by SIGINT after pgbench ends. \
-         Median [min–max]. CPU: the profiler's own (rusage, its children included), over its whole run; \
-         while recording: its threads' CPU (/proc/PID/stat) up to pgbench's end, before the stop; \
-         lost: what its summary says it lost (sysprof: samples, off-CPU/I-O records, stacks, thread states, sideband; \
-         perf: lost chunks and samples). First sample / attached: from sysprof's launch.\n\n\
-         Ring bytes / switch: sysprof's tracer ring over the switches it saw (sent as intervals or folded), stack records included.\n\n\
-         | configuration | tps | vs alone | profiler CPU ms | while recording ms | peak RSS MB | lost | first sample ms | attached ms | ring bytes / switch |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-    );
+    let mut md = String::new();
     let mut rows = Vec::new();
-    for ((name, ..), rs) in configs.iter().zip(&runs) {
+    for ((name, ..), rs) in configs.iter().zip(runs) {
         if rs.is_empty() {
             continue;
         }
@@ -385,9 +456,8 @@ pub fn section(
             col(&|r| r.attached_ms, 0),
             col(&|r| r.bytes_per_switch, 0),
         );
-        rows.push(json!({
+        let mut row = json!({
             "configuration": name,
-            "tps": rs.iter().map(|r| r.tps).collect::<Vec<_>>(),
             "profiler_cpu_ms": rs.iter().map(|r| r.cpu_ms).collect::<Vec<_>>(),
             "recording_cpu_ms": rs.iter().map(|r| r.recording_cpu_ms).collect::<Vec<_>>(),
             "peak_rss_mb": rs.iter().map(|r| r.rss_mb).collect::<Vec<_>>(),
@@ -396,44 +466,11 @@ pub fn section(
             "attached_ms": rs.iter().map(|r| r.attached_ms).collect::<Vec<_>>(),
             "bytes_per_switch": rs.iter().map(|r| r.bytes_per_switch).collect::<Vec<_>>(),
             "load_ms": rs.iter().map(|r| r.load_ms.iter().map(|(n, ms)| (n.clone(), json!(ms))).collect::<serde_json::Map<_, _>>()).collect::<Vec<_>>(),
-        }));
+        });
+        row[throughput_key] = json!(rs.iter().map(|r| r.tps).collect::<Vec<_>>());
+        rows.push(row);
     }
-    let loads = load_medians(&runs[1]);
-    if !loads.is_empty() {
-        let total: f64 = loads.iter().map(|(_, ms)| ms).sum();
-        md += &format!(
-            "\nsysprof's loading beside pgbench, per BPF object and program (ms, median of {} runs; a program's is \
-             the kernel verifying it; some load side by side, so the sum is CPU, not wall time): {} — {total:.0} summed.\n",
-            runs[1].len(),
-            loads
-                .iter()
-                .map(|(name, ms)| format!("{name} {ms:.1}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    let why = match why_of_pgbench(sysprof, &sysprof_out) {
-        Ok(w) => {
-            md += &format!(
-                "\n`sysprof report --why` of pgbench's main thread (pid {}) in the last sysprof recording \
-                 ({:.0} ms off-CPU): {:.2} s wall, {:.0} ms CPU, {:.0} MB peak RSS; \
-                 {:.1} % of its waiting left as \"waiting (chain too deep)\".\n",
-                w.pid, w.off_cpu_ms, w.secs, w.cpu_ms, w.rss_mb, w.too_deep_percent
-            );
-            json!({
-                "pid": w.pid, "off_cpu_ms": w.off_cpu_ms, "secs": w.secs, "cpu_ms": w.cpu_ms,
-                "peak_rss_mb": w.rss_mb, "chain_too_deep_percent": w.too_deep_percent,
-            })
-        }
-        Err(e) => {
-            failures.push(format!("report --why: {e:#}"));
-            json!(null)
-        }
-    };
-    for f in &failures {
-        md += &format!("\nFailed: {f}\n");
-    }
-    (md, json!({ "rows": rows, "why": why }))
+    (md, rows)
 }
 
 /// Each object's and program's median loading time over `runs`, the
