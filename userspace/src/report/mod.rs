@@ -158,16 +158,23 @@ fn stream_report(
 }
 
 /// `--why ID`: the profile read again as JSON (the off-CPU markers' waker
-/// fields are not in the report's types), answered as text or JSON.
+/// fields are not in the report's types), answered as text or JSON. It is
+/// streamed a track at a time unless `--annotate` writes it again, which
+/// needs it whole.
 fn why_text(args: &ReportArgs, id: u32) -> Result<String, RecordError> {
-    let json: serde_json::Value = parse_profile(&args.path).map_err(|e| match e {
+    let unparsed = |e| match e {
         Unreadable::File(e) => RecordError::Usage(e.to_string()),
         Unreadable::Json(e) => RecordError::Usage(format!(
             "{}: not a processed profile ({e})",
             args.path.display()
         )),
-    })?;
-    let threads = why::Threads::read(&json);
+    };
+    let (threads, json) = if args.annotate.is_some() {
+        let json: serde_json::Value = parse_profile(&args.path).map_err(unparsed)?;
+        (why::Threads::read(&json), Some(json))
+    } else {
+        (why_threads(&args.path).map_err(unparsed)?, None)
+    };
     let tids = threads.resolve(id);
     if tids.is_empty() {
         return Err(RecordError::Usage(format!(
@@ -181,8 +188,7 @@ fn why_text(args: &ReportArgs, id: u32) -> Result<String, RecordError> {
         args.to.unwrap_or(f64::INFINITY),
     );
     let why = threads.why(&tids, from, to, args.top.clamp(1, 20));
-    if let Some(path) = &args.annotate {
-        let mut json = json;
+    if let (Some(path), Some(mut json)) = (&args.annotate, json) {
         let added = annotate::annotate(&mut json, &threads, &tids, from, to);
         OutputFile::create(path)?.commit(&json)?;
         eprintln!(
@@ -202,6 +208,44 @@ fn why_text(args: &ReportArgs, id: u32) -> Result<String, RecordError> {
             ))
         }
     })
+}
+
+/// The `--why` facts of the profile at `path`, read a track at a time as
+/// the file is inflated (a track's JSON held at once, never the whole
+/// profile: pgbench's 8 s took 295 MB parsed whole).
+fn why_threads(path: &Path) -> Result<why::Threads, Unreadable> {
+    struct Tracks {
+        reader: why::Reader,
+        meta: serde_json::Value,
+    }
+    impl crate::profile::input::ThreadSink for Tracks {
+        type Thread = serde_json::Value;
+        fn thread(&mut self, t: serde_json::Value) -> bool {
+            self.reader.thread(&t);
+            true
+        }
+        fn keeps(&self, key: &str) -> bool {
+            key == "meta"
+        }
+        fn kept(&mut self, _: &str, meta: serde_json::Value) {
+            self.meta = meta;
+        }
+    }
+    let reader = crate::profile::input::open_profile(path).map_err(Unreadable::File)?;
+    let watch = reader.watch();
+    let mut de =
+        serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 16, reader));
+    let mut sink = Tracks {
+        reader: why::Reader::default(),
+        meta: serde_json::Value::Null,
+    };
+    crate::profile::input::read_threads(&mut de, &mut sink)
+        .and_then(|_| de.end())
+        .map_err(|e| match watch.error(&e) {
+            Some(file) => Unreadable::File(file),
+            None => Unreadable::Json(e),
+        })?;
+    Ok(sink.reader.finish(&sink.meta))
 }
 
 /// The report to `-o` or stdout.

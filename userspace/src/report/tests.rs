@@ -291,3 +291,91 @@ fn reads_the_format_leniently() {
     };
     assert_eq!(folded::folded(&profile, &all), "t;main 1\n");
 }
+
+/// Check that `--why` read a track at a time (the file streamed, `meta`
+/// after the tracks as sysprof writes it, or before) finds what the whole
+/// parse finds: the same waits, the CPUs' slices placed by the interval
+/// that only `meta` says, and the samples' leaves with those the
+/// categories say were off a CPU left out.
+#[test]
+fn why_streamed_reads_what_the_whole_parse_reads() {
+    use serde_json::json;
+    let track = |tid: u32, name: &str, markers: Vec<(f64, f64, serde_json::Value)>| {
+        json!({
+            "pid": "1", "tid": tid, "name": name, "processName": "p",
+            "markers": {
+                "data": markers.iter().map(|m| m.2.clone()).collect::<Vec<_>>(),
+                "startTime": markers.iter().map(|m| m.0).collect::<Vec<_>>(),
+                "endTime": markers.iter().map(|m| m.1).collect::<Vec<_>>(),
+            },
+            // Samples at 1, 2 and 3 ms: leaves "work" (CPU), "wait"
+            // (Off-CPU) and "work" again.
+            "samples": { "length": 3, "stack": [0, 1, 0], "time": [1.0, 2.0, 3.0] },
+            "stackTable": { "length": 2, "frame": [0, 1], "prefix": [null, null] },
+            "frameTable": { "length": 2, "func": [0, 1], "category": [0, 1] },
+            "funcTable": { "length": 2, "name": [0, 1] },
+            "stringArray": ["work", "wait"],
+        })
+    };
+    let off = |waker: u32| json!({ "type": "OffCpu", "reason": "sleeping", "runDelay": 2.0, "wakerTid": waker, "wakerContext": "task", "cpuIn": 0 });
+    let mut cpu = track(
+        crate::profile::CPU_TRACK_TID_BASE,
+        "CPU 0",
+        vec![
+            (7.0, 11.0, json!({ "type": "OnCpu", "tid": 3 })),
+            (11.0, 13.0, json!({ "type": "OnCpu", "tid": 2 })),
+        ],
+    );
+    cpu["pid"] = crate::profile::MACHINE_PID.into();
+    let threads = json!([
+        track(1, "client", vec![(0.0, 10.0, off(2))]),
+        track(2, "server", vec![(0.0, 5.0, off(3))]),
+        track(3, "helper", vec![]),
+        cpu,
+    ]);
+    let meta =
+        json!({ "interval": 2.0, "categories": [{ "name": "Other" }, { "name": "Off-CPU" }] });
+    let dir = std::env::temp_dir().join(format!("sysprof-why-streamed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let whole = why::Threads::read(&json!({ "meta": meta, "threads": threads }));
+    let expected = why::render_text(
+        &whole,
+        1,
+        &[1],
+        &whole.why(&[1], f64::NEG_INFINITY, f64::INFINITY, 5),
+        10,
+    );
+    assert!(expected.contains("holding its CPU"), "{expected}");
+    assert_eq!(
+        whole.top_leaves(1, &[(0.0, 10.0)], 5),
+        vec![("work".to_string(), 2)]
+    );
+    for (name, text) in [
+        (
+            "after.json",
+            format!("{{\"threads\": {threads}, \"meta\": {meta}}}"),
+        ),
+        (
+            "before.json",
+            format!("{{\"meta\": {meta}, \"threads\": {threads}}}"),
+        ),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let streamed = why_threads(&path).map_err(|_| name).unwrap();
+        let got = why::render_text(
+            &streamed,
+            1,
+            &[1],
+            &streamed.why(&[1], f64::NEG_INFINITY, f64::INFINITY, 5),
+            10,
+        );
+        assert_eq!(got, expected, "{name}");
+        assert_eq!(
+            streamed.top_leaves(1, &[(0.0, 10.0)], 5),
+            vec![("work".to_string(), 2)],
+            "{name}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

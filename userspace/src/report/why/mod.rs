@@ -76,6 +76,7 @@ use rustc_hash::FxHashMap;
 
 use blame::{Blame, Key, NO_DEVICE};
 use memo::Memo;
+pub(crate) use read::Reader;
 use read::{Slice, ThreadFacts};
 pub use render::{render_json, render_text};
 use wait::overlap;
@@ -150,6 +151,8 @@ pub struct Threads {
     cpus: FxHashMap<u32, Vec<Slice>>,
     /// The sampling interval, ms (`meta.interval`).
     interval: f64,
+    /// The samples' leaf function names, escaped, each once.
+    leaf_names: Vec<String>,
     /// The devices block requests name, interned: a [`Key`]'s device id
     /// is an index here plus one.
     devices: Vec<String>,
@@ -210,9 +213,13 @@ impl Threads {
             return Vec::new();
         };
         let mut counts: FxHashMap<&str, usize> = FxHashMap::default();
-        for (time, leaf) in &t.samples {
-            if spans.iter().any(|&(a, b)| *time >= a && *time <= b) {
-                *counts.entry(leaf).or_default() += 1;
+        for &(time, leaf) in &t.samples {
+            if spans.iter().any(|&(a, b)| time >= a && time <= b) {
+                let name = self
+                    .leaf_names
+                    .get(leaf as usize)
+                    .map_or("", String::as_str);
+                *counts.entry(name).or_default() += 1;
             }
         }
         let mut v: Vec<(String, usize)> = counts

@@ -78,53 +78,102 @@ pub(super) struct ThreadFacts {
     /// (start, end, device id: see [`Threads::device`]) of the block
     /// requests it issued.
     pub(super) io: Vec<(f64, f64, u16)>,
-    /// On-CPU sample times and their leaf function names.
-    pub(super) samples: Vec<(f64, String)>,
+    /// On-CPU sample times and their leaf functions (indexes into
+    /// [`Threads`]' leaf names).
+    pub(super) samples: Vec<(f64, u32)>,
 }
 
 impl Threads {
     /// Read them from a profile's JSON; tracks of no process are skipped.
     pub fn read(profile: &Value) -> Threads {
-        let categories: Vec<&str> = profile["meta"]["categories"]
+        let mut reader = Reader::default();
+        for t in profile["threads"].as_array().into_iter().flatten() {
+            reader.thread(t);
+        }
+        reader.finish(&profile["meta"])
+    }
+}
+
+/// [`Threads`] read a track at a time (`report --why` streams the file:
+/// one track is held as JSON at once, never the whole profile), then
+/// finished with the profile's `meta`, which sysprof writes after its
+/// tracks: what needs it waits until then (the sampling interval that
+/// places the CPUs' slices, the categories that tell a leaf's samples
+/// off a CPU).
+#[derive(Default)]
+pub(crate) struct Reader {
+    threads: FxHashMap<u32, ThreadFacts>,
+    named_by_wakees: FxHashMap<u32, (u32, String)>,
+    cpus: FxHashMap<u32, Vec<Slice>>,
+    devices: Vec<String>,
+    /// Per tid, its samples' leaves until the categories are known: (time,
+    /// index in `leaf_names`, category index).
+    leaves: FxHashMap<u32, Vec<(f64, u32, u32)>>,
+    /// Leaf names, escaped, each once.
+    leaf_names: Vec<String>,
+    leaf_ids: FxHashMap<String, u32>,
+}
+
+impl Reader {
+    /// One track of the profile.
+    pub(crate) fn thread(&mut self, t: &Value) {
+        wakers_named(t, &mut self.named_by_wakees);
+        read_cpu_track(t, &mut self.cpus);
+        let machine = crate::profile::is_machine_track(t["processType"].as_str().unwrap_or(""));
+        let (Some(pid), Some(tid)) = (
+            t["pid"]
+                .as_str()
+                .filter(|_| !machine)
+                .and_then(|p| p.parse().ok()),
+            t["tid"].as_u64(),
+        ) else {
+            return;
+        };
+        let text = |v: &Value| crate::escape::escape(v.as_str().unwrap_or("")).into_owned();
+        let mut facts = ThreadFacts {
+            pid,
+            comm: text(&t["name"]),
+            process: text(&t["processName"]),
+            ..Default::default()
+        };
+        read_markers(t, &mut facts, &mut self.devices);
+        let leaves = self.read_samples(t);
+        self.leaves.insert(tid as u32, leaves);
+        self.threads.insert(tid as u32, facts);
+    }
+
+    /// The threads, given the profile's `meta`.
+    pub(crate) fn finish(mut self, meta: &Value) -> Threads {
+        let categories: Vec<&str> = meta["categories"]
             .as_array()
             .map(|c| c.iter().map(|c| c["name"].as_str().unwrap_or("")).collect())
             .unwrap_or_default();
-        let mut threads = FxHashMap::default();
-        let mut named_by_wakees = FxHashMap::default();
-        let mut cpus = FxHashMap::default();
-        let mut devices = Vec::new();
-        let interval = profile["meta"]["interval"].as_f64().unwrap_or(1.0).max(0.0);
-        for t in profile["threads"].as_array().into_iter().flatten() {
-            wakers_named(t, &mut named_by_wakees);
-            read_cpu_track(t, interval, &mut cpus);
-            let machine = crate::profile::is_machine_track(t["processType"].as_str().unwrap_or(""));
-            let (Some(pid), Some(tid)) = (
-                t["pid"]
-                    .as_str()
-                    .filter(|_| !machine)
-                    .and_then(|p| p.parse().ok()),
-                t["tid"].as_u64(),
-            ) else {
+        let interval = meta["interval"].as_f64().unwrap_or(1.0).max(0.0);
+        for (tid, leaves) in self.leaves.drain() {
+            let Some(facts) = self.threads.get_mut(&tid) else {
                 continue;
             };
-            let text = |v: &Value| crate::escape::escape(v.as_str().unwrap_or("")).into_owned();
-            let mut facts = ThreadFacts {
-                pid,
-                comm: text(&t["name"]),
-                process: text(&t["processName"]),
-                ..Default::default()
-            };
-            read_markers(t, &mut facts, &mut devices);
-            read_samples(t, &categories, &mut facts);
-            threads.insert(tid as u32, facts);
+            facts.samples = leaves
+                .into_iter()
+                .filter(|&(_, _, category)| {
+                    let c = categories.get(category as usize).copied().unwrap_or("");
+                    c != "Off-CPU" && c != "I/O"
+                })
+                .map(|(time, name, _)| (time, name))
+                .collect();
         }
-        named_by_wakees.retain(|tid, _| !threads.contains_key(tid));
+        for slices in self.cpus.values_mut() {
+            place_slices(slices, interval);
+        }
+        self.named_by_wakees
+            .retain(|tid, _| !self.threads.contains_key(tid));
         Threads {
-            threads,
-            named_by_wakees,
-            cpus,
+            threads: self.threads,
+            named_by_wakees: self.named_by_wakees,
+            cpus: self.cpus,
             interval,
-            devices,
+            devices: self.devices,
+            leaf_names: self.leaf_names,
             steps: std::cell::Cell::new(MAX_STEPS),
             memo: Default::default(),
             cut: std::cell::Cell::new(false),
@@ -289,7 +338,7 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts, devices: &mut Vec<String>) {
 /// into `cpus`; any other track adds nothing. The track is the machine's
 /// (its pid, "0", or "machine" in older profiles) with tid
 /// CPU_TRACK_TID_BASE + cpu.
-fn read_cpu_track(t: &Value, interval: f64, cpus: &mut FxHashMap<u32, Vec<Slice>>) {
+fn read_cpu_track(t: &Value, cpus: &mut FxHashMap<u32, Vec<Slice>>) {
     let base = crate::profile::CPU_TRACK_TID_BASE as u64;
     let Some(cpu) = t["tid"]
         .as_u64()
@@ -306,12 +355,21 @@ fn read_cpu_track(t: &Value, interval: f64, cpus: &mut FxHashMap<u32, Vec<Slice>
         if let (Some("OnCpu"), Some(tid)) = (d["type"].as_str(), d["tid"].as_u64()) {
             if e > s {
                 slices.push(Slice {
-                    start: s - interval / 2.0,
-                    end: e - interval / 2.0,
+                    start: s,
+                    end: e,
                     tid: tid as u32,
                 });
             }
         }
+    }
+}
+
+/// A CPU's slices as [`Threads`] reads them: half an interval earlier (see
+/// the module doc of `why`), sorted, apart.
+fn place_slices(slices: &mut Vec<Slice>, interval: f64) {
+    for s in slices.iter_mut() {
+        s.start -= interval / 2.0;
+        s.end -= interval / 2.0;
     }
     slices.sort_by(|x, y| x.start.total_cmp(&y.start));
     // Kept apart: each slice from the previous one's end.
@@ -323,42 +381,50 @@ fn read_cpu_track(t: &Value, interval: f64, cpus: &mut FxHashMap<u32, Vec<Slice>
     });
 }
 
-/// A thread's on-CPU samples: their times and leaf function names.
-fn read_samples(t: &Value, categories: &[&str], facts: &mut ThreadFacts) {
-    let s = &t["samples"];
-    let Some(times) = crate::profile::validate::sample_times(s) else {
-        return;
-    };
-    let Some(stacks) = s["stack"].as_array() else {
-        return;
-    };
-    let (stack_frame, frame_func, frame_cat, func_name, strings) = (
-        t["stackTable"]["frame"].as_array(),
-        t["frameTable"]["func"].as_array(),
-        t["frameTable"]["category"].as_array(),
-        t["funcTable"]["name"].as_array(),
-        t["stringArray"].as_array(),
-    );
-    let leaf = |stack: u64| -> Option<(&str, &str)> {
-        let frame = stack_frame?.get(stack as usize)?.as_u64()? as usize;
-        let func = frame_func?.get(frame)?.as_u64()? as usize;
-        let category = categories
-            .get(frame_cat?.get(frame)?.as_u64()? as usize)
-            .copied()
-            .unwrap_or("");
-        let name = strings?
-            .get(func_name?.get(func)?.as_u64()? as usize)?
-            .as_str()?;
-        Some((name, category))
-    };
-    for (time, stack) in times.iter().zip(stacks) {
-        let Some((name, category)) = stack.as_u64().and_then(leaf) else {
-            continue;
+impl Reader {
+    /// A thread's on-CPU samples: their times, leaf function names (as
+    /// indexes into `leaf_names`) and the leaves' category indexes.
+    fn read_samples(&mut self, t: &Value) -> Vec<(f64, u32, u32)> {
+        let s = &t["samples"];
+        let Some(times) = crate::profile::validate::sample_times(s) else {
+            return Vec::new();
         };
-        if category != "Off-CPU" && category != "I/O" {
-            facts
-                .samples
-                .push((*time, crate::escape::escape(name).into_owned()));
+        let Some(stacks) = s["stack"].as_array() else {
+            return Vec::new();
+        };
+        let (stack_frame, frame_func, frame_cat, func_name, strings) = (
+            t["stackTable"]["frame"].as_array(),
+            t["frameTable"]["func"].as_array(),
+            t["frameTable"]["category"].as_array(),
+            t["funcTable"]["name"].as_array(),
+            t["stringArray"].as_array(),
+        );
+        let leaf = |stack: u64| -> Option<(&str, u32)> {
+            let frame = stack_frame?.get(stack as usize)?.as_u64()? as usize;
+            let func = frame_func?.get(frame)?.as_u64()? as usize;
+            let category = u32::try_from(frame_cat?.get(frame)?.as_u64()?).ok()?;
+            let name = strings?
+                .get(func_name?.get(func)?.as_u64()? as usize)?
+                .as_str()?;
+            Some((name, category))
+        };
+        let mut out = Vec::with_capacity(times.len());
+        for (time, stack) in times.iter().zip(stacks) {
+            let Some((name, category)) = stack.as_u64().and_then(leaf) else {
+                continue;
+            };
+            let id = match self.leaf_ids.get(name) {
+                Some(&id) => id,
+                None => {
+                    let id = self.leaf_names.len() as u32;
+                    self.leaf_names
+                        .push(crate::escape::escape(name).into_owned());
+                    self.leaf_ids.insert(name.to_string(), id);
+                    id
+                }
+            };
+            out.push((*time, id, category));
         }
+        out
     }
 }
