@@ -53,10 +53,11 @@ impl Threads {
             (Some("hard IRQ" | "softirq"), _) => {
                 let t = &self.threads[&tid];
                 // The request it had in flight when woken, if any.
-                let io =
-                    t.io.iter()
-                        .filter(|(s, e, _)| *s < w.wake && *e >= w.start)
-                        .max_by(|x, y| x.1.total_cmp(&y.1));
+                let io = t
+                    .io_near(w.start, w.wake)
+                    .iter()
+                    .filter(|(s, e, _)| *s < w.wake && *e >= w.start)
+                    .max_by(|x, y| x.1.total_cmp(&y.1));
                 match io {
                     Some((_, _, device)) => out.put(Key::new(tid, What::Io, *device), b - a),
                     None if w.context.as_deref() == Some("hard IRQ") => {
@@ -190,7 +191,7 @@ impl Threads {
             ("interrupt", _) => {
                 let t = &self.threads[&tid];
                 let io = t
-                    .io
+                    .io_near(a, b)
                     .iter()
                     .filter(|(s, e, _)| *s < b && *e > a)
                     .max_by(|x, y| (x.1.min(b) - x.0.max(a)).total_cmp(&(y.1.min(b) - y.0.max(a))));
