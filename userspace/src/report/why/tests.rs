@@ -498,3 +498,47 @@ fn cycles_end_the_chain_and_ranges_cut() {
     assert_eq!(threads.resolve(1), vec![1], "a tid first");
     assert_eq!(threads.resolve(7), Vec::<u32>::new());
 }
+
+/// Check that the requests searched near a span are every request a scan
+/// of them all finds in flight there: long and short, overlapping, at the
+/// span's very ends.
+#[test]
+fn requests_near_a_span_hold_every_one_in_flight_there() {
+    let mut t = read::ThreadFacts::default();
+    let mut x = 7u64;
+    for _ in 0..500 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let start = (x >> 40) as f64 / 1000.0;
+        let len = if x % 17 == 0 {
+            400.0
+        } else {
+            ((x >> 20) % 50) as f64 / 10.0
+        };
+        t.io.push((start, start + len, 1));
+    }
+    t.io.sort_by(|x, y| x.0.total_cmp(&y.0));
+    t.io_span = t.io.iter().map(|r| r.1 - r.0).fold(0.0, f64::max);
+    let (first_start, first_end) = (t.io[0].0, t.io[0].1);
+    for (a, b) in [
+        (0.0, 1.0),
+        (100.0, 100.5),
+        (5000.0, 9000.0),
+        (first_end, first_end + 1.0),
+        (first_start - 1.0, first_start),
+        (-5.0, 0.0),
+    ] {
+        let near = t.io_near(a, b);
+        for r in &t.io {
+            let in_flight = r.0 < b && r.1 > a;
+            let at_wake = r.0 < b && r.1 >= a;
+            if in_flight || at_wake {
+                assert!(
+                    near.iter().any(|n| n == r),
+                    "{r:?} in flight in [{a}, {b}] not found"
+                );
+            }
+        }
+    }
+}
