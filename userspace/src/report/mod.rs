@@ -19,8 +19,9 @@
 //!
 //! The file is read once as it is inflated, never held: each thread is
 //! handed to the counts as it is parsed and dropped, so memory is one
-//! thread and the tallies, whatever the profile's length (`--why` still
-//! holds the whole profile). The threads come before `meta` in sysprof's
+//! thread and the tallies, whatever the profile's length (`--why` too, a
+//! track at a time as JSON, with its facts; `--why --annotate` holds the
+//! whole profile, to write it again). The threads come before `meta` in sysprof's
 //! files, so they are counted with the categories where sysprof's writer
 //! puts them; a profile whose `meta` says otherwise is read a second time.
 //!
@@ -54,7 +55,7 @@ use read::ThreadRead;
 
 /// Print the report `args` asks for; returns the exit status.
 pub fn run(args: ReportArgs) -> Result<i32, RecordError> {
-    // --why reads the file as JSON itself: parsed once, not twice.
+    // --why reads the file its own way (its tracks as JSON): parsed once, not twice.
     if let Some(id) = args.why {
         return write_out(&args, &why_text(&args, id)?);
     }

@@ -6,7 +6,9 @@
 //! [`Threads`], by tid, each thread's waits (sorted, apart), short runs
 //! and block requests, and per CPU the slices of the threads that held it,
 //! read half an interval earlier; the wakers with no track of their own
-//! as their wakees' markers name them.
+//! as their wakees' markers name them. [`Reader`] takes the tracks one at
+//! a time (`report --why` streams the file) and `meta` at the end;
+//! [`Threads::read`] hands it a whole parsed profile.
 
 use rustc_hash::FxHashMap;
 use serde::Deserialize;
