@@ -71,33 +71,38 @@ impl Threads {
         if ms <= 0.0 {
             return;
         }
-        let ran_on = |slices: &[Slice]| {
-            spans
-                .iter()
-                .any(|&(a, b)| overlapping(slices, a, b).any(|(t, _)| t == tid))
-        };
-        // The CPUs it ran on in the spans, or all of them if none.
-        let any_mine = self.cpus.values().any(|s| ran_on(s));
-        // A few threads held them: a list summed in place (see `blame`).
-        let mut held: Vec<(u32, f64)> = Vec::new();
+        // The CPUs it ran on in the spans, or all of them if none: one
+        // pass over each CPU's slices in the spans sums its holders and
+        // sees whether the thread was among them (this was three passes,
+        // a quarter of `--why`'s time beside pgbench). A few threads held
+        // them: lists summed in place (see `blame`), each CPU's added in
+        // the order the CPUs come, as before.
+        let (mut mine, mut others, mut here) = (Vec::new(), Vec::new(), Vec::new());
+        let mut ran_anywhere = false;
         for slices in self.cpus.values() {
-            if any_mine && !ran_on(slices) {
-                continue;
-            }
+            let mut ran = false;
             for &(a, b) in spans {
                 for (t, ms) in overlapping(slices, a, b) {
                     // The threads on the chain were waiting (for this
                     // one, in the end): their slices here are the
                     // estimate's spread, not holders of its CPU.
-                    if t != tid && ms > 0.0 && !chain.contains(&t) {
-                        match held.iter_mut().find(|(h, _)| *h == t) {
-                            Some((_, v)) => *v += ms,
-                            None => held.push((t, ms)),
-                        }
+                    if t == tid {
+                        ran = true;
+                    } else if ms > 0.0 && !chain.contains(&t) {
+                        here.push((t, ms));
                     }
                 }
             }
+            ran_anywhere |= ran;
+            let into: &mut Vec<(u32, f64)> = if ran { &mut mine } else { &mut others };
+            for (t, ms) in here.drain(..) {
+                match into.iter_mut().find(|(h, _)| *h == t) {
+                    Some((_, v)) => *v += ms,
+                    None => into.push((t, ms)),
+                }
+            }
         }
+        let mut held = if ran_anywhere { mine } else { others };
         let total: f64 = held.iter().map(|(_, v)| v).sum();
         if total <= 0.0 {
             out.put(Key::new(tid, What::Runnable, NO_DEVICE), ms);
