@@ -59,7 +59,8 @@
 //! slices); [`wait`] charges one wait or short run; [`waker`] follows a
 //! waker over a span (its own waits, recursively, remembered in
 //! [`memo`]); [`queue`] charges run-queue time to the CPUs' holders;
-//! [`render`] writes the answer as text or JSON.
+//! [`blame`] is what they pass around (a culprit as one word, a step's
+//! sums as a short list); [`render`] writes the answer as text or JSON.
 
 mod blame;
 mod memo;
