@@ -94,9 +94,20 @@ impl Key {
     }
 }
 
-/// Time per culprit of one charge: a short list, summed in place.
+/// Entries past which [`Blame`] finds a key through a hash index rather
+/// than by searching its list: a profile anyone wrote can put thousands of
+/// threads on one CPU's track in one span, and a list searched for each of
+/// them is quadratic.
+const INDEXED_PAST: usize = 32;
+
+/// Time per culprit of one charge: a short list, summed in place (with an
+/// index once it is long), in the order the culprits came.
 #[derive(Debug, Default, Clone)]
-pub(super) struct Blame(Vec<(Key, f64)>);
+pub(super) struct Blame {
+    list: Vec<(Key, f64)>,
+    /// Each key's place in `list`, kept once `list` passes [`INDEXED_PAST`].
+    index: Option<rustc_hash::FxHashMap<Key, usize>>,
+}
 
 impl Blame {
     /// Add `ms` (nothing if not positive) to `key`.
@@ -108,9 +119,35 @@ impl Blame {
 
     /// Add `ms` to `key`, whatever its sign.
     pub(super) fn add(&mut self, key: Key, ms: f64) {
-        match self.0.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, v)) => *v += ms,
-            None => self.0.push((key, ms)),
+        match self.place(key) {
+            Some(i) => self.list[i].1 += ms,
+            None => {
+                self.list.push((key, ms));
+                let n = self.list.len();
+                match &mut self.index {
+                    Some(index) => {
+                        index.insert(key, n - 1);
+                    }
+                    None if n > INDEXED_PAST => {
+                        self.index = Some(
+                            self.list
+                                .iter()
+                                .enumerate()
+                                .map(|(i, &(k, _))| (k, i))
+                                .collect(),
+                        );
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// Where `key` is in the list.
+    fn place(&self, key: Key) -> Option<usize> {
+        match &self.index {
+            Some(index) => index.get(&key).copied(),
+            None => self.list.iter().position(|(k, _)| *k == key),
         }
     }
 
@@ -122,24 +159,26 @@ impl Blame {
     }
 
     pub(super) fn get_mut(&mut self, key: Key) -> Option<&mut f64> {
-        self.0.iter_mut().find(|(k, _)| *k == key).map(|(_, v)| v)
+        let i = self.place(key)?;
+        Some(&mut self.list[i].1)
     }
 
-    /// Forget every key (the list's memory is kept).
+    /// Forget every key (the list's memory is kept, the index dropped).
     pub(super) fn clear(&mut self) {
-        self.0.clear();
+        self.list.clear();
+        self.index = None;
     }
 
     pub(super) fn total(&self) -> f64 {
-        self.0.iter().map(|(_, v)| v).sum()
+        self.list.iter().map(|(_, v)| v).sum()
     }
 
     pub(super) fn entries(&self) -> &[(Key, f64)] {
-        &self.0
+        &self.list
     }
 
     pub(super) fn into_entries(self) -> Vec<(Key, f64)> {
-        self.0
+        self.list
     }
 }
 
@@ -160,6 +199,28 @@ mod tests {
             Key::new(1, What::Runnable, 0)
         );
         assert_ne!(Key::new(1, What::Io, 1), Key::new(1, What::Io, 2));
+    }
+
+    /// Check that a long sum (past the index's threshold) sums per key in
+    /// the order the keys came, as a short one does.
+    #[test]
+    fn a_long_blame_sums_as_a_short_one() {
+        let mut m = Blame::default();
+        for round in 0..3 {
+            for tid in 0..1000u32 {
+                m.put(Key::new(tid, What::HoldingCpu, 0), 1.0 + round as f64);
+            }
+        }
+        assert_eq!(m.entries().len(), 1000);
+        for (i, &(k, v)) in m.entries().iter().enumerate() {
+            assert_eq!((k.tid(), v), (i as u32, 6.0));
+        }
+        *m.get_mut(Key::new(999, What::HoldingCpu, 0)).unwrap() = 0.0;
+        assert_eq!(m.total(), 999.0 * 6.0);
+        m.clear();
+        m.put(Key::new(5, What::Io, 1), 2.0);
+        assert_eq!(m.entries(), &[(Key::new(5, What::Io, 1), 2.0)]);
+        assert!(m.get_mut(Key::new(6, What::Io, 1)).is_none());
     }
 
     #[test]

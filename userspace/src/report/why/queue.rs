@@ -77,7 +77,7 @@ impl Threads {
         // a quarter of `--why`'s time beside pgbench). A few threads held
         // them: lists summed in place (see `blame`), each CPU's added in
         // the order the CPUs come, as before.
-        let (mut mine, mut others, mut here) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut mine, mut others, mut here) = (Blame::default(), Blame::default(), Vec::new());
         let mut ran_anywhere = false;
         for slices in self.cpus.values() {
             let mut ran = false;
@@ -94,15 +94,16 @@ impl Threads {
                 }
             }
             ran_anywhere |= ran;
-            let into: &mut Vec<(u32, f64)> = if ran { &mut mine } else { &mut others };
+            let into = if ran { &mut mine } else { &mut others };
             for (t, ms) in here.drain(..) {
-                match into.iter_mut().find(|(h, _)| *h == t) {
-                    Some((_, v)) => *v += ms,
-                    None => into.push((t, ms)),
-                }
+                into.add(Key::new(t, What::HoldingCpu, NO_DEVICE), ms);
             }
         }
-        let mut held = if ran_anywhere { mine } else { others };
+        let mut held: Vec<(u32, f64)> = (if ran_anywhere { mine } else { others })
+            .into_entries()
+            .into_iter()
+            .map(|(k, ms)| (k.tid(), ms))
+            .collect();
         let total: f64 = held.iter().map(|(_, v)| v).sum();
         if total <= 0.0 {
             out.put(Key::new(tid, What::Runnable, NO_DEVICE), ms);

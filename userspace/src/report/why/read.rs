@@ -87,6 +87,15 @@ pub(super) struct ThreadFacts {
     pub(super) samples: Vec<(f64, u32)>,
 }
 
+/// The devices block requests name, each once: an id is an index into
+/// `names` plus one (looked up by name: a profile anyone wrote may name a
+/// device per request).
+#[derive(Default)]
+struct Devices {
+    names: Vec<String>,
+    ids: FxHashMap<String, usize>,
+}
+
 impl ThreadFacts {
     /// The block requests that may have been in flight at some time after
     /// `from` and before `to` (those that started from the longest one's
@@ -123,7 +132,7 @@ pub(crate) struct Reader {
     threads: FxHashMap<u32, ThreadFacts>,
     named_by_wakees: FxHashMap<u32, (u32, String)>,
     cpus: FxHashMap<u32, Vec<Slice>>,
-    devices: Vec<String>,
+    devices: Devices,
     /// Per tid, its samples' leaves until the categories are known: (time,
     /// index in `leaf_names`, category index).
     leaves: FxHashMap<u32, Vec<(f64, u32, u32)>>,
@@ -190,7 +199,7 @@ impl Reader {
             named_by_wakees: self.named_by_wakees,
             cpus: self.cpus,
             interval,
-            devices: self.devices,
+            devices: self.devices.names,
             leaf_names: self.leaf_names,
             steps: std::cell::Cell::new(MAX_STEPS),
             memo: Default::default(),
@@ -263,7 +272,7 @@ fn markers_of(t: &Value) -> impl Iterator<Item = (&Value, f64, f64)> {
 }
 
 /// A thread's markers: its waits and the block requests it issued.
-fn read_markers(t: &Value, facts: &mut ThreadFacts, devices: &mut Vec<String>) {
+fn read_markers(t: &Value, facts: &mut ThreadFacts, devices: &mut Devices) {
     for (d, s, e) in markers_of(t) {
         match view(d) {
             MarkerView::OffCpu {
@@ -301,11 +310,13 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts, devices: &mut Vec<String>) {
             }
             MarkerView::Io { device } => {
                 let name = crate::escape::escape(device.unwrap_or("?"));
-                let id = match devices.iter().position(|d| *d == name) {
-                    Some(i) => i + 1,
+                let id = match devices.ids.get(name.as_ref()) {
+                    Some(&i) => i,
                     None => {
-                        devices.push(name.into_owned());
-                        devices.len()
+                        devices.names.push(name.clone().into_owned());
+                        let id = devices.names.len();
+                        devices.ids.insert(name.into_owned(), id);
+                        id
                     }
                 };
                 // A machine has a few devices; past u16's ids (a profile
