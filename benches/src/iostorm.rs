@@ -12,12 +12,11 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 
-use super::pgbench::{configurations, profiled, table, Run};
+use super::pgbench::{alternate, configurations, table};
 
 /// A loop device over a file of `work`, detached on drop.
 struct Loop {
@@ -106,22 +105,9 @@ pub fn section(
         &work.join("iostorm.json.gz"),
         &work.join("iostorm.perf.data"),
     );
-    let run = || storm(&exe, &disk.device, &synced, secs);
-    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); configs.len()];
-    let mut failures = Vec::new();
-    for _ in 0..rounds {
-        for (i, (name, argv, ready)) in configs.iter().enumerate() {
-            let r = match argv {
-                None => run().map(Run::alone),
-                Some(argv) => profiled(argv, *ready, &stderr_path, run),
-            };
-            match r {
-                Ok(r) => runs[i].push(r),
-                Err(e) => failures.push(format!("{name}: {e:#}")),
-            }
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    }
+    let (runs, failures) = alternate(&configs, rounds, &stderr_path, || {
+        storm(&exe, &disk.device, &synced, secs)
+    });
     drop(disk);
     md += &format!(
         "The test suite's I/O storm (`tests/workloads/iostorm.c`: two threads' O_DIRECT reads of one 4-KiB block \

@@ -279,21 +279,7 @@ pub fn section(
     let sysprof_out = work.join("pgbench.json.gz");
     let perf_out = work.join("pgbench.perf.data");
     let configs = configurations(sysprof, perf, &sysprof_out, &perf_out);
-    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); configs.len()];
-    let mut failures = Vec::new();
-    for _ in 0..rounds {
-        for (i, (name, argv, ready)) in configs.iter().enumerate() {
-            let run = match argv {
-                None => pgbench(secs).map(Run::alone),
-                Some(argv) => profiled(argv, *ready, &stderr_path, || pgbench(secs)),
-            };
-            match run {
-                Ok(r) => runs[i].push(r),
-                Err(e) => failures.push(format!("{name}: {e:#}")),
-            }
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    }
+    let (runs, mut failures) = alternate(&configs, rounds, &stderr_path, || pgbench(secs));
     drop(cluster);
     md += &format!(
         "Alternating rounds ({rounds}), pgbench -T {secs} each; the profiler starts first and is stopped by SIGINT after pgbench ends. \
@@ -402,6 +388,32 @@ pub(crate) fn configurations(
         ));
     }
     configs
+}
+
+/// Run `workload` alone and under each of `configs`, one after the other,
+/// `rounds` times: each configuration's runs, and what failed.
+pub(crate) fn alternate(
+    configs: &[Config],
+    rounds: usize,
+    stderr_path: &Path,
+    workload: impl Fn() -> Result<f64>,
+) -> (Vec<Vec<Run>>, Vec<String>) {
+    let mut runs: Vec<Vec<Run>> = vec![Vec::new(); configs.len()];
+    let mut failures = Vec::new();
+    for _ in 0..rounds {
+        for (i, (name, argv, ready)) in configs.iter().enumerate() {
+            let run = match argv {
+                None => workload().map(Run::alone),
+                Some(argv) => profiled(argv, *ready, stderr_path, &workload),
+            };
+            match run {
+                Ok(r) => runs[i].push(r),
+                Err(e) => failures.push(format!("{name}: {e:#}")),
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    (runs, failures)
 }
 
 /// The rows of a section's table (markdown, then JSON), one per
