@@ -310,6 +310,8 @@ struct unwind_process {
 #define RUBY_FRAME_FLAG_FINISH 0x20ULL       /* ep[0]: the first frame a C-level vm_exec ran */
 #define RUBY_FRAME_FLAG_CFRAME 0x80ULL       /* ep[0]: a C method's or C block's frame */
 #define RUBY_MAX_MODULE_ID 4096   /* a TLS module id above is no glibc's */
+#define PY_WALK_GO 16             /* python_process.flags: a Go program (runtimes/go.bpf.h) */
+#define GO_HMAP_HASH0 12          /* runtime.hmap.hash0's offset (Go 1.0-1.23: count, flags, B, noverflow before it) */
 #define PY_FP_MUL 0x9e3779b97f4a7c15ULL /* the fingerprint's multiplier (userspace: the same) */
 /* sample_event.py_end: how the Python walk ended */
 #define PY_END_NONE 0             /* not a Python process (py_len is 0) */
@@ -321,8 +323,8 @@ struct unwind_process {
 /* Where a CPython process keeps each thread's state and the layout of its
  * frames: written by userspace from the interpreter's binary and version.
  * With PY_WALK_PHP, a PHP process's executor and layout instead, in the
- * fields runtimes/php.bpf.h names; PY_WALK_PERL and PY_WALK_RUBY likewise
- * (perl.bpf.h, ruby.bpf.h). */
+ * fields runtimes/php.bpf.h names; PY_WALK_PERL, PY_WALK_RUBY and PY_WALK_GO
+ * likewise (perl.bpf.h, ruby.bpf.h, go.bpf.h). */
 struct python_process {
 	__u64 tss_addr;         /* &_PyRuntime's autoTSSkey (Py_tss_t {int init; int key}) */
 	__u32 version;          /* PY_VERSION_HEX >> 16 (0x030b for 3.11) */

@@ -10,7 +10,8 @@
  * the sample's frame array after its native frames; userspace names the
  * code objects from the process's memory and puts the frames where the
  * interpreter's native eval frames are. PHP's, Perl's and Ruby's chains are
- * walked by the same entry and state (php.bpf.h, perl.bpf.h, ruby.bpf.h).
+ * walked by the same entry and state (php.bpf.h, perl.bpf.h, ruby.bpf.h;
+ * a Go program's goroutine labels: go.bpf.h).
  *
  * The thread's state is its own, not the GIL holder's: CPython keeps it
  * under a pthread key (`autoTSSkey`), which glibc stores in the thread's
@@ -160,6 +161,7 @@ static long py_step(__u64 i, struct py_walk *w)
 #include "php.bpf.h"
 #include "perl.bpf.h"
 #include "ruby.bpf.h"
+#include "go.bpf.h"
 
 /* The thread's PyThreadState, or 0 when it has none (a thread Python
  * does not know, an interpreter not started yet) or it cannot be read. */
@@ -277,6 +279,11 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 		w.interp = interp;
 		perl_top(&w);
 		bpf_loop(PY_MAX_FRAMES, perl_step, &w, 0);
+		goto done;
+	}
+	if (p->flags & PY_WALK_GO) {
+		/* The labels of the goroutine this thread runs (see go.bpf.h). */
+		go_labels(&w, task);
 		goto done;
 	}
 	if (p->flags & PY_WALK_RUBY) {

@@ -50,7 +50,7 @@ pub fn lost_parts(st: &RecordingStats, record_hints: bool) -> Vec<String> {
     }
     if st.python_frames_unnamed > 0 {
         lost.push(format!(
-            "{} Python, PHP, Perl or Ruby frames unnamed (their code objects, functions, subs or iseqs gone before they were read; {} freed and their addresses reused)",
+            "{} Python, PHP, Perl or Ruby frames or Go labels unnamed (their code objects, functions, subs, iseqs or label maps gone before they were read; {} freed and their addresses reused)",
             st.python_frames_unnamed, st.python_codes_replaced
         ));
     }

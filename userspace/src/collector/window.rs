@@ -179,15 +179,16 @@ impl Collector {
     /// sampled are asked for their perf maps.
     fn take_stats_and_warnings(&mut self, w: &mut WindowData, continuous: bool) -> Vec<String> {
         let mut warnings = std::mem::take(&mut w.warnings);
-        // CPython's, PHP's, Perl's and Ruby's, in the same counts (their readers
+        // CPython's, PHP's, Perl's, Ruby's and Go's labels, in the same counts (their readers
         // are alike).
         let (python_unnamed, python_replaced) = self.followers.readers.python.take_counts();
         let (php_unnamed, php_replaced) = self.followers.readers.php.take_counts();
         let (perl_unnamed, perl_replaced) = self.followers.readers.perl.take_counts();
         let (ruby_unnamed, ruby_replaced) = self.followers.readers.ruby.take_counts();
+        let (go_unnamed, go_replaced) = self.followers.readers.go.take_counts();
         (w.stats.python_frames_unnamed, w.stats.python_codes_replaced) = (
-            python_unnamed + php_unnamed + perl_unnamed + ruby_unnamed,
-            python_replaced + php_replaced + perl_replaced + ruby_replaced,
+            python_unnamed + php_unnamed + perl_unnamed + ruby_unnamed + go_unnamed,
+            python_replaced + php_replaced + perl_replaced + ruby_replaced + go_replaced,
         );
         w.stats.js_frames_unnamed =
             std::mem::take(&mut self.followers.readers.js.functions.unresolved);

@@ -611,4 +611,99 @@ mod tests {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// Check that a Go goroutine's labels frame (the root of its stacks)
+    /// becomes its samples' labels in pprof and their attributes in OTLP,
+    /// not a location, on-CPU and off-CPU alike; the stack under it keeps
+    /// its frames; a stack without one gets none.
+    #[test]
+    fn go_labels_are_the_samples_labels_not_a_frame() {
+        use crate::model::goroutine_labels::labels_name;
+        use crate::model::recording::{FrameKind, FrameRecord};
+        use crate::model::symbols::{AddrInfo, FuncAtAddr};
+        let mut rec = crate::store::segment::tests::sample_recording(1_000_000_000);
+        let labels = [
+            ("handler".to_string(), "alpha".to_string()),
+            ("user".to_string(), "u 1".to_string()),
+        ];
+        rec.frames.push(FrameRecord {
+            lib: crate::model::recording::NO_LIB,
+            address: 0,
+            kind: FrameKind::GoLabels,
+            symbols: AddrInfo {
+                funcs: vec![FuncAtAddr {
+                    name: labels_name(&labels),
+                    file: None,
+                    line: None,
+                    start_line: None,
+                }],
+                ..Default::default()
+            },
+        });
+        let root = rec.stacks.child(crate::model::stack_tree::NO_PARENT, 2);
+        let under = rec.stacks.child(root, 0);
+        let t = &mut rec.processes[0].threads[0];
+        t.samples.stack[0] = under;
+        t.off_cpu.stack[0] = under;
+
+        let p = pprof::build(&rec, &Labels::local());
+        let string = |i: i64| p.string_table[i as usize].as_str();
+        let labelled: Vec<_> = p
+            .sample
+            .iter()
+            .filter(|s| s.label.iter().any(|l| string(l.key) == "handler"))
+            .collect();
+        assert_eq!(labelled.len(), 1, "one stack with labels: {:?}", p.sample);
+        let s = labelled[0];
+        assert_eq!(s.value[0], 1, "one on-CPU sample");
+        assert!(s.value[2] > 0, "its off-CPU time");
+        assert_eq!(s.location_id.len(), 1, "frame 0 alone, no labels location");
+        let got: Vec<(&str, &str)> = s
+            .label
+            .iter()
+            .filter(|l| l.str != 0 && ["handler", "user"].contains(&string(l.key)))
+            .map(|l| (string(l.key), string(l.str)))
+            .collect();
+        assert_eq!(got, [("handler", "alpha"), ("user", "u 1")]);
+        assert!(p
+            .function
+            .iter()
+            .all(|f| !string(f.name).starts_with("[labels")));
+        assert!(
+            p.sample.len() > 1,
+            "the stacks without labels are samples of their own"
+        );
+
+        let req = otlp::build(&rec, &Labels::local());
+        let d = req.dictionary.as_ref().unwrap();
+        let attr = |i: i32| {
+            let kv = &d.attribute_table[i as usize];
+            (
+                d.string_table[kv.key_strindex as usize].clone(),
+                kv.value.clone(),
+            )
+        };
+        let profiles = &req.resource_profiles[0].scope_profiles[0].profiles;
+        assert_eq!(profiles.len(), 2, "on-CPU and off-CPU");
+        for profile in profiles {
+            let with: Vec<_> = profile
+                .samples
+                .iter()
+                .filter(|s| s.attribute_indices.iter().any(|&i| attr(i).0 == "handler"))
+                .collect();
+            assert_eq!(with.len(), 1, "{:?}", profile.samples);
+            let stack = &d.stack_table[with[0].stack_index as usize];
+            assert_eq!(stack.location_indices.len(), 1, "no labels location");
+            let keys: Vec<String> = with[0]
+                .attribute_indices
+                .iter()
+                .map(|&i| attr(i).0)
+                .collect();
+            assert!(keys.contains(&"user".to_string()), "{keys:?}");
+        }
+        assert!(d
+            .function_table
+            .iter()
+            .all(|f| !d.string_table[f.name_strindex as usize].starts_with("[labels")));
+    }
 }

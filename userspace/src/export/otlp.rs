@@ -9,7 +9,8 @@
 //! interval of `cpu`/`nanoseconds`, every sample's timestamp kept, which
 //! pprof cannot) and off-CPU time (`off_cpu`/`nanoseconds`, one value and
 //! timestamp per interval). Sample attributes: `thread.name`, `thread.id`,
-//! `cpu.logical_number`; each location's `profile.frame.type` (`native`,
+//! `cpu.logical_number`, and a Go goroutine's pprof labels under the keys its
+//! program gave them (its labels frame is no location); each location's `profile.frame.type` (`native`,
 //! `kernel`, `cpython`, and for JIT code `jvm` or `v8js` by its process). One dictionary for the whole request, deduplicated
 //! (index 0 of every table is its zero value, as the protocol requires).
 //! The messages and the client are the `opentelemetry-proto` crate's.
@@ -34,6 +35,10 @@ struct Dictionary {
     locations: FxHashMap<u32, i32>,
     stacks: FxHashMap<Vec<i32>, i32>,
     attributes: FxHashMap<(i32, AttrValue), i32>,
+    /// Go goroutines' labels: each labels frame's attributes, by the
+    /// frame's index in the recording (the set's index in `label_sets`).
+    label_sets: Vec<Vec<i32>>,
+    label_set_of_frame: FxHashMap<u32, i32>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -63,6 +68,8 @@ impl Dictionary {
             locations: FxHashMap::default(),
             stacks: FxHashMap::default(),
             attributes: FxHashMap::default(),
+            label_sets: Vec::new(),
+            label_set_of_frame: FxHashMap::default(),
         }
     }
 
@@ -196,14 +203,42 @@ impl Dictionary {
     }
 
     /// The stack of node `node`, leaf first, of a process whose JIT code
-    /// is of frame type `jit`.
-    fn stack(&mut self, rec: &Recording, node: u32, jit: Option<&'static str>) -> i32 {
+    /// is of frame type `jit`, and the set of attributes its Go goroutine's
+    /// labels are (a labels frame is no location; NO_ATTRIBUTE for none).
+    fn stack(&mut self, rec: &Recording, node: u32, jit: Option<&'static str>) -> (i32, i32) {
         let mut locs = Vec::new();
+        let mut labels = NO_ATTRIBUTE;
         let mut n = node;
         while n != NO_PARENT {
-            locs.push(self.location(rec, rec.stacks.key(n) as u32, jit));
+            let f = rec.stacks.key(n) as u32;
+            match self.label_set(rec, f) {
+                Some(set) => labels = set,
+                None => locs.push(self.location(rec, f, jit)),
+            }
             n = rec.stacks.parent(n);
         }
+        (self.stack_of(locs), labels)
+    }
+
+    /// The attribute set of frame `f` if it is a Go goroutine's labels
+    /// frame, made the first time.
+    fn label_set(&mut self, rec: &Recording, f: u32) -> Option<i32> {
+        if let Some(&set) = self.label_set_of_frame.get(&f) {
+            return Some(set);
+        }
+        let labels = super::pprof::go_labels(&rec.frames[f as usize])?;
+        let attrs = labels
+            .into_iter()
+            .map(|(k, v)| self.attribute(&k, AttrValue::Str(v)))
+            .collect();
+        let set = self.label_sets.len() as i32;
+        self.label_sets.push(attrs);
+        self.label_set_of_frame.insert(f, set);
+        Some(set)
+    }
+
+    /// The index of the stack of locations `locs` (leaf first), made the first time.
+    fn stack_of(&mut self, locs: Vec<i32>) -> i32 {
         if let Some(&i) = self.stacks.get(&locs) {
             return i;
         }
@@ -284,14 +319,26 @@ fn resource(p: &ProcessRecord, labels: &Labels) -> Resource {
     }
 }
 
-/// A sample's stack index and attribute indices (NO_ATTRIBUTE for none).
-type SampleKey = (i32, [i32; 3]);
+/// A sample's stack index and attribute indices (NO_ATTRIBUTE for none):
+/// the thread's name and id, the CPU, and the set of its goroutine's labels.
+type SampleKey = (i32, [i32; 4]);
 /// Off-CPU samples of one key: their timestamps and durations.
 type OffCpuValues = (Vec<u64>, Vec<i64>);
 const NO_ATTRIBUTE: i32 = -1;
 
-fn attribute_list(attrs: [i32; 3]) -> Vec<i32> {
-    attrs.into_iter().filter(|&a| a != NO_ATTRIBUTE).collect()
+fn attribute_list(attrs: [i32; 4], label_sets: &[Vec<i32>]) -> Vec<i32> {
+    let mut list: Vec<i32> = attrs[..3]
+        .iter()
+        .copied()
+        .filter(|&a| a != NO_ATTRIBUTE)
+        .collect();
+    if let Some(set) = usize::try_from(attrs[3])
+        .ok()
+        .and_then(|s| label_sets.get(s))
+    {
+        list.extend_from_slice(set);
+    }
+    list
 }
 
 /// `rec` as one OTLP profiles request.
@@ -314,7 +361,7 @@ pub fn build(rec: &Recording, labels: &Labels) -> ExportProfilesServiceRequest {
             resource: Some(resource(p, labels)),
             scope_profiles: vec![pb::ScopeProfiles {
                 scope: Some(scope.clone()),
-                profiles: shape.profiles(on, off),
+                profiles: shape.profiles(on, off, &dict.label_sets),
                 schema_url: String::new(),
             }],
             schema_url: "https://opentelemetry.io/schemas/1.38.0".into(),
@@ -346,18 +393,20 @@ fn group_samples(
         let tid = dict.attribute("thread.id", AttrValue::Int(t.tid as i64));
         let s = &t.samples;
         for i in 0..s.time_ns.len() {
-            let stack = dict.stack(rec, s.stack[i], jit);
+            let (stack, labels) = dict.stack(rec, s.stack[i], jit);
             let cpu = s.cpu.get(i).map_or(NO_ATTRIBUTE, |&cpu| {
                 dict.attribute("cpu.logical_number", AttrValue::Int(cpu as i64))
             });
-            on.entry((stack, [tname, tid, cpu]))
+            on.entry((stack, [tname, tid, cpu, labels]))
                 .or_default()
                 .push(wall_ns(rec, s.time_ns[i]));
         }
         let o = &t.off_cpu;
         for i in 0..o.time_ns.len() {
-            let stack = dict.stack(rec, o.stack[i], jit);
-            let e = off.entry((stack, [tname, tid, NO_ATTRIBUTE])).or_default();
+            let (stack, labels) = dict.stack(rec, o.stack[i], jit);
+            let e = off
+                .entry((stack, [tname, tid, NO_ATTRIBUTE, labels]))
+                .or_default();
             e.0.push(wall_ns(rec, o.time_ns[i]));
             e.1.push(o.duration_ns[i] as i64);
         }
@@ -413,23 +462,24 @@ impl ProfileShape {
         &self,
         on: FxHashMap<SampleKey, Vec<u64>>,
         off: FxHashMap<SampleKey, OffCpuValues>,
+        label_sets: &[Vec<i32>],
     ) -> Vec<pb::Profile> {
         let mut profiles = Vec::new();
         if !on.is_empty() {
-            profiles.push(self.on_cpu(on));
+            profiles.push(self.on_cpu(on, label_sets));
         }
         if !off.is_empty() {
-            profiles.push(self.off_cpu(off));
+            profiles.push(self.off_cpu(off, label_sets));
         }
         profiles
     }
 
-    fn on_cpu(&self, on: FxHashMap<SampleKey, Vec<u64>>) -> pb::Profile {
+    fn on_cpu(&self, on: FxHashMap<SampleKey, Vec<u64>>, label_sets: &[Vec<i32>]) -> pb::Profile {
         let samples = on
             .into_iter()
             .map(|((stack_index, attrs), mut ts)| {
                 ts.sort_unstable();
-                let attribute_indices = attribute_list(attrs);
+                let attribute_indices = attribute_list(attrs, label_sets);
                 // One timestamp per sample; the value (a count of one each) is implied.
                 pb::Sample {
                     stack_index,
@@ -451,12 +501,16 @@ impl ProfileShape {
         }
     }
 
-    fn off_cpu(&self, off: FxHashMap<SampleKey, OffCpuValues>) -> pb::Profile {
+    fn off_cpu(
+        &self,
+        off: FxHashMap<SampleKey, OffCpuValues>,
+        label_sets: &[Vec<i32>],
+    ) -> pb::Profile {
         let samples = off
             .into_iter()
             .map(|((stack_index, attrs), (ts, values))| pb::Sample {
                 stack_index,
-                attribute_indices: attribute_list(attrs),
+                attribute_indices: attribute_list(attrs, label_sets),
                 link_index: 0,
                 values,
                 timestamps_unix_nano: ts,

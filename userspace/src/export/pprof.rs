@@ -8,7 +8,8 @@
 //! show off-CPU time apart; `cpu` is the default. Samples with the same
 //! stack and labels are added up (pprof keeps no timestamps: that is what
 //! the store and OTLP are for). Labels: `pid`, `tid` (numbers), `thread`,
-//! `process`, `container` or `unit`. One location per distinct frame, its
+//! `process`, `container` or `unit`, and a Go goroutine's pprof labels as
+//! its program set them (its labels frame is no location). One location per distinct frame, its
 //! inlined calls as several lines (innermost first, as pprof wants);
 //! mappings carry build ids; functions file names and lines.
 //!
@@ -240,6 +241,17 @@ fn sum_samples(rec: &Recording, keep: ProcessFilter<'_>, period: i64) -> Sums {
     sums
 }
 
+/// The labels a Go goroutine's labels frame carries; None for any other frame.
+pub(super) fn go_labels(
+    frame: &crate::model::recording::FrameRecord,
+) -> Option<Vec<(String, String)>> {
+    if frame.kind != crate::model::recording::FrameKind::GoLabels {
+        return None;
+    }
+    let name = &frame.symbols.funcs.first()?.name;
+    crate::model::goroutine_labels::parse_labels(name)
+}
+
 /// A label with a string value.
 fn str_label(s: &mut Strings, k: i64, v: &str) -> proto::Label {
     proto::Label {
@@ -315,14 +327,24 @@ impl<'r> Tables<'r> {
             let p = &rec.processes[pi as usize];
             let t = &p.threads[ti as usize];
             path.clear();
+            let mut goroutine_labels = None;
             let mut n = node;
             while n != NO_PARENT {
-                path.push(rec.stacks.key(n) as u32);
+                let f = rec.stacks.key(n) as u32;
+                // A goroutine's labels are the sample's, not a frame.
+                match go_labels(&rec.frames[f as usize]) {
+                    Some(labels) => goroutine_labels = Some(labels),
+                    None => path.push(f),
+                }
                 n = rec.stacks.parent(n);
             }
             // Leaf first.
             let location_id: Vec<u64> = path.iter().map(|&f| self.location_for(f)).collect();
-            let label = keys_of_labels.labels(&mut self.strings, p, t);
+            let mut label = keys_of_labels.labels(&mut self.strings, p, t);
+            for (k, v) in goroutine_labels.into_iter().flatten() {
+                let key = self.strings.get(&k);
+                label.push(str_label(&mut self.strings, key, &v));
+            }
             samples.push(proto::Sample {
                 location_id,
                 value: sums[&key].to_vec(),

@@ -1,6 +1,6 @@
 //! What a frame is: native, kernel, JIT, a runtime's (Python, Java
 //! interpreted or compiled, JavaScript, PHP, Perl, Ruby), or not code (off-CPU, missing
-//! frames).
+//! frames, a goroutine's labels).
 //!
 //! In: set by whoever made the frame (the replay's key, the runtime that
 //! read it, a stored byte). Out: to every output, which never guesses it
@@ -43,6 +43,8 @@ pub enum FrameKind {
     Perl = 11,
     /// A Ruby method or block (read from its iseq).
     Ruby = 12,
+    /// Not code: a Go goroutine's pprof labels, at the root of its stacks.
+    GoLabels = 13,
 }
 
 impl FrameKind {
@@ -63,6 +65,7 @@ impl FrameKind {
             Php,
             Perl,
             Ruby,
+            GoLabels,
         ]
         .get(b as usize)
         .copied()
@@ -90,6 +93,9 @@ impl FrameKind {
 
     /// Not code.
     pub fn is_pseudo(self) -> bool {
-        matches!(self, FrameKind::OffCpu | FrameKind::Missing)
+        matches!(
+            self,
+            FrameKind::OffCpu | FrameKind::Missing | FrameKind::GoLabels
+        )
     }
 }

@@ -11,6 +11,7 @@ pub mod cgroup;
 pub mod coarse;
 pub mod fold;
 pub mod frame_kind;
+pub mod goroutine_labels;
 pub mod merge;
 pub mod recording;
 pub mod short_name;

@@ -1,5 +1,5 @@
 //! The runtimes whose frames sysprof reads beside the native ones: CPython,
-//! HotSpot, V8, PHP, Perl and Ruby, one folder each, and the registry that finds them.
+//! HotSpot, V8, PHP, Perl and Ruby, one folder each, Go's goroutine labels, and the registry that finds them.
 //!
 //! In: from the native unwinder, as it writes a process's kernel entry,
 //! the binaries the process maps and where ([`crate::unwind::RuntimeDetection`]);
@@ -26,6 +26,7 @@
 
 pub mod chain;
 pub mod frames;
+pub mod go;
 pub mod hotspot;
 pub mod perl;
 pub mod php;
@@ -42,6 +43,8 @@ use crate::binaries::{Binaries, BinaryIndex};
 use crate::escape::escape;
 use crate::unwind::{RuntimeDetection, RuntimeEntry, Unwinders};
 use frames::{CodeCache, RuntimeFrames};
+use go::binary::GoBinary;
+use go::process::GoRuntime;
 use hotspot::binary::HotSpotSymbols;
 use hotspot::process::JavaRuntime;
 use perl::binary::PerlBinary;
@@ -87,6 +90,8 @@ pub enum Merged {
     Perl,
     /// Ruby's, in place of its VM loop's frames.
     Ruby,
+    /// A Go goroutine's labels, at the root.
+    Go,
 }
 
 /// Every runtime's userspace side: what was read from processes' memory
@@ -109,12 +114,14 @@ pub struct RuntimeReaders {
     pub perl: CodeCache,
     /// Ruby iseqs.
     pub ruby: CodeCache,
+    /// Go goroutines' label maps.
+    pub go: CodeCache,
 }
 
 impl RuntimeReaders {
     /// The readers that follow processes (thread names are kept by pid
     /// until the process is gone: `python_threads.forget`).
-    fn each(&mut self) -> [&mut dyn RuntimeReader; 7] {
+    fn each(&mut self) -> [&mut dyn RuntimeReader; 8] {
         [
             &mut self.python,
             &mut self.java,
@@ -123,6 +130,7 @@ impl RuntimeReaders {
             &mut self.php,
             &mut self.perl,
             &mut self.ruby,
+            &mut self.go,
         ]
     }
 
@@ -138,7 +146,7 @@ impl RuntimeReaders {
 
     /// Bytes read from processes and kept, all runtimes.
     pub fn held_bytes(&self) -> usize {
-        let each: [&dyn RuntimeReader; 7] = [
+        let each: [&dyn RuntimeReader; 8] = [
             &self.python,
             &self.java,
             &self.jvms,
@@ -146,6 +154,7 @@ impl RuntimeReaders {
             &self.php,
             &self.perl,
             &self.ruby,
+            &self.go,
         ];
         each.into_iter().map(|r| r.held_bytes()).sum()
     }
@@ -186,6 +195,10 @@ impl RuntimeReaders {
         if chain.pairs.is_empty() {
             return None;
         }
+        if unwinders.and_then(|u| u.go(pid)).is_some() {
+            go::frames::merge(native, chain, pid, &mut self.go, table, out);
+            return Some(Merged::Go);
+        }
         if let Some(php) = unwinders.and_then(|u| u.php(pid)) {
             php::frames::merge(native, chain, pid, php, &mut self.php, table, out);
             return Some(Merged::Php);
@@ -221,6 +234,8 @@ pub struct ProcessRuntimes {
     pub perl: Option<PerlRuntime>,
     /// The Ruby it runs.
     pub ruby: Option<RubyRuntime>,
+    /// The Go program it is.
+    pub go: Option<GoRuntime>,
 }
 
 /// What each binary is, per runtime, read once (None: not the runtime's,
@@ -235,6 +250,7 @@ pub struct Runtimes {
     phps: FxHashMap<BinaryIndex, Option<Arc<PhpBinary>>>,
     perls: FxHashMap<BinaryIndex, Option<Arc<PerlBinary>>>,
     rubies: FxHashMap<BinaryIndex, Option<Arc<RubyBinary>>>,
+    gos: FxHashMap<BinaryIndex, Option<Arc<GoBinary>>>,
     /// Binaries whose runtime's frames are not read, with why.
     failures: Vec<String>,
 }
@@ -285,6 +301,11 @@ impl RuntimeDetection for Runtimes {
                     .ruby_binary(binaries, binary)
                     .map(|binary| RubyRuntime { binary, base });
             }
+            if found.go.is_none() {
+                found.go = self
+                    .go_binary(binaries, binary)
+                    .map(|binary| GoRuntime { binary });
+            }
             if found.python.is_none() {
                 found.python = self
                     .python_binary(binaries, binary)
@@ -305,6 +326,14 @@ impl RuntimeDetection for Runtimes {
         if found.python.is_some() || found.php.is_some() || found.perl.is_some() {
             found.ruby = None;
         }
+        // A Go program embedding an interpreter through cgo: the interpreter's.
+        if found.python.is_some()
+            || found.php.is_some()
+            || found.perl.is_some()
+            || found.ruby.is_some()
+        {
+            found.go = None;
+        }
         let entry = RuntimeEntry {
             // One interpreter's chain per process (above).
             python: found
@@ -313,7 +342,8 @@ impl RuntimeDetection for Runtimes {
                 .map(PythonRuntime::entry)
                 .or_else(|| found.php.as_ref().map(PhpRuntime::entry))
                 .or_else(|| found.perl.as_ref().map(PerlRuntime::entry))
-                .or_else(|| found.ruby.as_ref().map(RubyRuntime::entry)),
+                .or_else(|| found.ruby.as_ref().map(RubyRuntime::entry))
+                .or_else(|| found.go.as_ref().map(GoRuntime::entry)),
             interpreter: found.java.as_ref().and_then(|j| j.interpreter),
             code_heaps: found.java.as_ref().and_then(|j| j.code),
             js: found.v8.as_ref().map(|v| v.symbols.kernel()),
@@ -331,6 +361,7 @@ impl RuntimeDetection for Runtimes {
             self.phps.remove(b);
             self.perls.remove(b);
             self.rubies.remove(b);
+            self.gos.remove(b);
         }
     }
 
@@ -432,6 +463,21 @@ impl Runtimes {
         )
     }
 
+    /// What `binary` is if it is a Go executable, read once; a Go whose
+    /// labels this build cannot read is said once.
+    fn go_binary(&mut self, binaries: &Binaries, binary: BinaryIndex) -> Option<Arc<GoBinary>> {
+        let bin = binaries.get(binary);
+        interpreter_binary(
+            &mut self.gos,
+            &mut self.failures,
+            bin,
+            binary,
+            "goroutine label",
+            go::binary::may_be_go,
+            go::binary::read,
+        )
+    }
+
     /// What CPython `binary` is, read once, and only if its name says it
     /// may be one; a CPython this build cannot walk is said once.
     fn python_binary(
@@ -528,6 +574,11 @@ impl Unwinders<Runtimes> {
     /// The Ruby `pid` runs, if it runs one this build reads.
     pub fn ruby(&self, pid: u32) -> Option<&RubyRuntime> {
         self.runtime(pid)?.ruby.as_ref()
+    }
+
+    /// The Go program `pid` is, if it is one whose labels this build reads.
+    pub fn go(&self, pid: u32) -> Option<&GoRuntime> {
+        self.runtime(pid)?.go.as_ref()
     }
 
     /// The V8 `pid` embeds, if it does.

@@ -9,9 +9,9 @@
 //!
 //! ```text
 //! 0   8 bytes  magic "SYSPSEG\0"
-//! 8   u16      format version ([`VERSION`], 10: 3's payload followed by 4's
+//! 8   u16      format version ([`VERSION`], 11: 3's payload followed by 4's
 //!              additions, 5's landings and 6's frame kinds, 7's kinds
-//!              telling interpreted and compiled Java apart, 8's PHP, 9's Perl, 10's Ruby; 2 had no
+//!              telling interpreted and compiled Java apart, 8's PHP, 9's Perl, 10's Ruby, 11's Go labels; 2 had no
 //!              short-wait markers and is read as it is; 1 had no unknown
 //!              run delays)
 //! 10  u16      reserved, 0
@@ -49,8 +49,9 @@ pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
 /// more (a Java method interpreted or compiled, where 6 said only Java): a
 /// sysprof that reads 6 would refuse their bytes, so it is told the version;
 /// 8 is 7 with one kind more (a PHP function), for the same reason; 9 is 8
-/// with a Perl sub, 10 is 9 with a Ruby method.
-pub const VERSION: u16 = 10;
+/// with a Perl sub, 10 is 9 with a Ruby method, 11 is 10 with a Go
+/// goroutine's labels frame.
+pub const VERSION: u16 = 11;
 /// The oldest version read: 2's types are 3's less the `ShortWaits`
 /// marker, a variant added at the end, so 2's bytes decode as they are.
 pub const OLDEST_READ: u16 = 2;

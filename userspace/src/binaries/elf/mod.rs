@@ -65,6 +65,12 @@ pub enum ElfError {
     /// A section found by name a moment ago is not found again.
     #[error("section vanished")]
     SectionVanished,
+    /// A compressed section whose header or bytes do not inflate.
+    #[error("{name}: its compressed bytes do not inflate")]
+    BadCompression {
+        /// The section.
+        name: String,
+    },
     /// A section to read as it is is compressed.
     #[error("{name} is compressed")]
     Compressed {
@@ -401,6 +407,70 @@ impl<'f> ElfReader<'f> {
                 executable: p.p_flags(endian).0 & elf::PF_X.0 != 0,
             })
             .collect())
+    }
+
+    /// The thread-local storage segment (PT_TLS), if the file has one:
+    /// (its size in memory, its alignment).
+    pub fn tls_segment(&self) -> Result<Option<(u64, u64)>, ElfError> {
+        let data = &self.data;
+        let header = Elf64::parse(data).map_err(ElfError::NotElf)?;
+        let endian = header.endian().map_err(ElfError::Endian)?;
+        let phdrs = header
+            .program_headers(endian, data)
+            .map_err(ElfError::ProgramHeaders)?;
+        Ok(phdrs
+            .iter()
+            .find(|p| p.p_type(endian) == elf::PT_TLS)
+            .map(|p| (p.p_memsz(endian), p.p_align(endian))))
+    }
+
+    /// The bytes of section `name`, inflated where it is compressed
+    /// (SHF_COMPRESSED, zlib or zstd), within the file, the section limit
+    /// and `limit` for the inflated bytes (a header claiming more is
+    /// refused before anything is inflated).
+    pub fn section_data_inflated(
+        &self,
+        name: &str,
+        limit: u64,
+    ) -> Result<Option<Vec<u8>>, ElfError> {
+        let Some(info) = self.section(name) else {
+            return Ok(None);
+        };
+        if !info.compressed {
+            return Ok(self.section_data(name)?.map(|(_, bytes)| bytes));
+        }
+        self.check_range(name, info.offset, info.size, self.limits.max_section_bytes)?;
+        let raw = self.read_exact(name, info.offset, info.size)?;
+        let bad = || ElfError::BadCompression {
+            name: name.to_string(),
+        };
+        // Elf64_Chdr: ch_type, ch_reserved, ch_size, ch_addralign.
+        let word = |at: usize| {
+            raw.get(at..at + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+        };
+        let (kind, size) = (word(0).ok_or_else(bad)? as u32, word(8).ok_or_else(bad)?);
+        let format = match object::elf::CompressionType(kind) {
+            elf::ELFCOMPRESS_ZLIB => object::CompressionFormat::Zlib,
+            elf::ELFCOMPRESS_ZSTD => object::CompressionFormat::Zstandard,
+            _ => return Err(bad()),
+        };
+        if size > limit {
+            return Err(ElfError::TooLarge {
+                name: name.to_string(),
+                size,
+                limit,
+            });
+        }
+        let compressed = object::CompressedData {
+            format,
+            data: &raw[24..],
+            uncompressed_size: size,
+        };
+        compressed
+            .decompress()
+            .map(|c| Some(c.into_owned()))
+            .map_err(|_| bad())
     }
 
     /// Where the section named `name` is, if the file has it.

@@ -89,6 +89,10 @@ pub const PHP_CALL_TOP: u32 = 1 << 17;
 pub const PY_WALK_PERL: u16 = 4;
 /// `PY_WALK_RUBY`
 pub const PY_WALK_RUBY: u16 = 8;
+/// `PY_WALK_GO`
+pub const PY_WALK_GO: u16 = 16;
+/// `GO_HMAP_HASH0`
+pub const GO_HMAP_HASH0: u64 = 12;
 /// `RUBY_CFP_READ`
 pub const RUBY_CFP_READ: u16 = 40;
 /// `RUBY_MAX_MODULE_ID`

@@ -121,7 +121,7 @@ fn stored_kinds_are_all_or_refused() {
         !StoredKinds { kinds: vec![200] }.apply(&mut rec),
         "a byte that is no kind"
     );
-    // VERSION 7's to 10's kinds come back as written.
+    // VERSION 7's to 11's kinds come back as written.
     for kind in [
         FrameKind::JavaInterpreted,
         FrameKind::JavaCompiled,
@@ -129,6 +129,7 @@ fn stored_kinds_are_all_or_refused() {
         FrameKind::Php,
         FrameKind::Perl,
         FrameKind::Ruby,
+        FrameKind::GoLabels,
     ] {
         rec.frames[0].kind = kind;
         let kinds = StoredKinds::of(&rec);

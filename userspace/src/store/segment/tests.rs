@@ -344,7 +344,7 @@ pub(crate) fn fixture_span() -> WindowSpan {
 /// (VERSION 3 only added a marker variant at the end; VERSION 4 the
 /// additions after the recording, here an empty list, one byte; VERSION 5
 /// the landings after them, here their count and a 0 for each; VERSION 6
-/// the frames' kinds, their count and a byte each; VERSIONs 7 to 10
+/// the frames' kinds, their count and a byte each; VERSIONs 7 to 11
 /// only more kinds): the
 /// fixture's header, and its payload once decompressed (zstd's output may change with its version;
 /// what it decompresses to may not). The fixture was written at commit
@@ -357,7 +357,7 @@ fn stored_types_encode_as_version_2_did() {
     let (old_header, at) = decode_header(&old, old.len() as u64).unwrap();
     let (new_header, new_at) = decode_header(&new, new.len() as u64).unwrap();
     assert_eq!(new[..8], old[..8], "magic");
-    assert_eq!(new[8..10], 10u16.to_le_bytes(), "version");
+    assert_eq!(new[8..10], 11u16.to_le_bytes(), "version");
     assert_eq!(old[8..10], 2u16.to_le_bytes(), "the fixture's version");
     let raw = |b: &[u8], h: &SegmentHeader| zstd::bulk::decompress(b, h.raw_len as usize).unwrap();
     let (new_raw, old_raw) = (
@@ -454,9 +454,9 @@ fn version_2_fixture_still_decodes() {
 #[test]
 fn unknown_version_is_refused_by_version() {
     let mut bytes = fixture_bytes();
-    bytes[8..10].copy_from_slice(&11u16.to_le_bytes());
+    bytes[8..10].copy_from_slice(&12u16.to_le_bytes());
     let e = decode(&bytes).unwrap_err().to_string();
-    assert_eq!(e, "segment format version 11, this sysprof reads 2 to 10");
+    assert_eq!(e, "segment format version 12, this sysprof reads 2 to 11");
 }
 
 /// Check that Python functions' first lines (what tells two functions of
