@@ -54,7 +54,7 @@ struct Args {
     #[arg(long)]
     agent: bool,
     /// Only these workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "php", "perl", "ruby", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench", "iostorm"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "php", "perl", "ruby", "go", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench", "iostorm"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
@@ -257,6 +257,13 @@ fn main() -> Result<()> {
             });
         }
         Err(e) => eprintln!("bench: no /usr/bin/ruby ({e}): the ruby workloads are skipped; install it with `apt-get install ruby`"),
+    }
+    // Go: the same labelled work, built as it is (its goroutines' labels
+    // read) and with its `.go.buildinfo` renamed (not taken for Go: no
+    // labels read).
+    match go_workloads(&root, &work, quick) {
+        Ok(go) => workloads.extend(go),
+        Err(e) => eprintln!("bench: the go workloads are skipped ({e:#}); install Go with `apt-get install golang-go`"),
     }
     // A JVM (no flags): fixed work in compiled Java code, for the JVM's
     // slowdown and the BPF time per sample in it (sysprof also asks it for
@@ -1046,6 +1053,42 @@ fn micro_section(quick: bool) -> (String, serde_json::Value) {
             .map(|(k, v)| json!({"name": k, "per_second": v}))
             .collect::<Vec<_>>()),
     )
+}
+
+/// The Go workloads: `benches/workloads/work.go` built by Debian's Go (the
+/// bench does not install it), as it is ("go") and with its `.go.buildinfo`
+/// section renamed by objcopy ("go-native": the same code and layout, not
+/// taken for a Go program, so no labels read).
+fn go_workloads(root: &Path, work: &Path, quick: bool) -> Result<Vec<Workload>> {
+    let go = which("go").context("no go on PATH")?;
+    let src = work.join("go-work");
+    std::fs::create_dir_all(&src)?;
+    std::fs::copy(root.join("benches/workloads/work.go"), src.join("main.go"))?;
+    std::fs::write(src.join("go.mod"), "module work\ngo 1.19\n")?;
+    let labelled = work.join("go-work.bin");
+    let built = Command::new(&go)
+        .args(["build", "-o"])
+        .arg(&labelled)
+        .arg(".")
+        .current_dir(&src)
+        .env("CGO_ENABLED", "0")
+        .env("GOCACHE", work.join("go-cache"))
+        .status()?;
+    anyhow::ensure!(built.success(), "go build failed");
+    let native = work.join("go-work-native.bin");
+    let renamed = Command::new("objcopy")
+        .arg("--rename-section")
+        .arg(".go.buildinfo=.go.notinfo")
+        .arg(&labelled)
+        .arg(&native)
+        .status()?;
+    anyhow::ensure!(renamed.success(), "objcopy failed");
+    let rounds = if quick { "4000" } else { "10000" }.to_string();
+    let s = |p: &Path| p.display().to_string();
+    Ok(vec![
+        Workload { name: "go", argv: vec![s(&labelled), rounds.clone()] },
+        Workload { name: "go-native", argv: vec![s(&native), rounds] },
+    ])
 }
 
 fn which(tool: &str) -> Option<String> {
