@@ -1086,8 +1086,14 @@ fn go_workloads(root: &Path, work: &Path, quick: bool) -> Result<Vec<Workload>> 
     let rounds = if quick { "4000" } else { "10000" }.to_string();
     let s = |p: &Path| p.display().to_string();
     Ok(vec![
-        Workload { name: "go", argv: vec![s(&labelled), rounds.clone()] },
-        Workload { name: "go-native", argv: vec![s(&native), rounds] },
+        Workload {
+            name: "go",
+            argv: vec![s(&labelled), rounds.clone()],
+        },
+        Workload {
+            name: "go-native",
+            argv: vec![s(&native), rounds],
+        },
     ])
 }
 

@@ -50,37 +50,40 @@ fn go_offsets_from_dwarf_and_the_table_agree() {
         return;
     };
     let dir = scratch("go-offsets");
-    let read = |path: &Path| {
-        let f = std::fs::File::open(path).unwrap();
-        sysprof::runtimes::go::binary::read(
-            &sysprof::binaries::elf::ElfReader::new(&f, Default::default()),
-            "golabels",
-        )
-    };
-    let with = read(&build_golabels(&go, &dir, "with-dwarf", ""))
+    use sysprof::binaries::elf::ElfReader;
+    use sysprof::runtimes::go::binary::{dwarf_offsets, read};
+    let open = |path: &Path| std::fs::File::open(path).unwrap();
+    let with_path = build_golabels(&go, &dir, "with-dwarf", "");
+    let with_file = open(&with_path);
+    let with_elf = ElfReader::new(&with_file, Default::default());
+    let with = read(&with_elf, "golabels")
         .unwrap()
         .expect("a Go executable");
-    let without = build_golabels(&go, &dir, "without-dwarf", "-w");
-    let elf = std::fs::read(&without).unwrap();
+    let from_dwarf = dwarf_offsets(&with_elf).expect("the offsets in the linker's DWARF");
+    let without_path = build_golabels(&go, &dir, "without-dwarf", "-w");
+    let elf = std::fs::read(&without_path).unwrap();
     assert!(
         elf_sections(&elf)
             .iter()
             .all(|(n, _)| !n.contains("debug_info")),
         "-w left DWARF"
     );
-    let without = read(&without);
-    eprintln!("go: {with:?}; without DWARF: {without:?}");
+    let without_file = open(&without_path);
+    let without_elf = ElfReader::new(&without_file, Default::default());
+    assert_eq!(dwarf_offsets(&without_elf), None, "no DWARF");
+    let without = read(&without_elf, "golabels");
+    eprintln!("go: {with:?}, its DWARF's {from_dwarf:?}; without DWARF: {without:?}");
     assert!(with.version.starts_with("go1.19"), "{}", with.version);
     assert_eq!(with.g_from_fsbase, -8);
+    assert_eq!(with.offsets, from_dwarf);
     let without = without.unwrap().expect("a Go executable");
-    assert_eq!(without.offsets, with.offsets, "the table against the DWARF");
+    assert_eq!(without.offsets, from_dwarf, "the table against the DWARF");
     // A file that is no Go program is not one.
-    let f = std::fs::File::open("/bin/sh").unwrap();
-    let sh = sysprof::runtimes::go::binary::read(
-        &sysprof::binaries::elf::ElfReader::new(&f, Default::default()),
-        "sh",
+    let sh = open(Path::new("/bin/sh"));
+    assert_eq!(
+        read(&ElfReader::new(&sh, Default::default()), "sh"),
+        Ok(None)
     );
-    assert_eq!(sh, Ok(None));
 }
 
 /// Each label value's share of samples (percent) in Go's own CPU profile,
@@ -322,4 +325,75 @@ fn gos_own_label_tests_are_labelled_as_go_says() {
         "{labelled} of {hog} samples in the hog labelled key=value"
     );
     assert!(others.is_empty(), "labels no test set: {others:?}");
+}
+
+/// Check that a Go executable anyone could have written wrong costs a
+/// warning, never a crash, a hang or unbounded memory: a `.go.buildinfo`
+/// whose version's length runs past it is no version; a compressed
+/// `.debug_info` that inflates to 64 MiB of zeros (a zip bomb of 64 KiB)
+/// is not inflated whole, and the program's offsets then come from the
+/// table (Go 1.19); an `.debug_abbrev` claiming a terabyte is refused.
+#[test]
+fn a_damaged_go_binary_costs_a_warning_not_a_crash() {
+    use std::io::Write;
+    use sysprof::binaries::elf::ElfReader;
+    use sysprof::runtimes::go::binary::{dwarf_offsets, read, NotRead};
+    let test = "a_damaged_go_binary_costs_a_warning_not_a_crash";
+    let Some(go) = go_tool(test) else {
+        return;
+    };
+    let dir = scratch("go-damaged");
+    let good = std::fs::read(build_golabels(&go, &dir, "good", "")).unwrap();
+    let check = |name: &str, elf: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, elf).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let reader = ElfReader::new(&f, Default::default());
+        let started = std::time::Instant::now();
+        let (got, offsets) = (read(&reader, name), dwarf_offsets(&reader));
+        eprintln!(
+            "{name}: {got:?}, DWARF offsets {offsets:?}, {:?}",
+            started.elapsed()
+        );
+        (got, offsets)
+    };
+    // The version's varint length past the section.
+    let mut elf = good.clone();
+    let info = elf_section(&elf, ".go.buildinfo");
+    elf[info.offset as usize + 32] = 0xff;
+    elf[info.offset as usize + 33] = 0x7f;
+    let (got, _) = check("long-version", &elf);
+    assert!(matches!(got, Err(NotRead::Damaged(_))), "{got:?}");
+    // A zip bomb for .debug_info, appended and pointed at.
+    let mut elf = good.clone();
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..64 {
+        z.write_all(&zeros).unwrap();
+    }
+    let bomb = z.finish().unwrap();
+    let s = elf_section(&elf, ".debug_info");
+    let at = elf.len() as u64;
+    elf.extend(zlib_chdr(64 << 20));
+    elf.extend(&bomb);
+    set_elf_section(
+        &mut elf,
+        &s,
+        s.flags | SHF_COMPRESSED,
+        at,
+        24 + bomb.len() as u64,
+    );
+    let (got, offsets) = check("bomb", &elf);
+    assert_eq!(offsets, None, "no offsets in zeros");
+    let got = got
+        .unwrap()
+        .expect("still a Go 1.19, its offsets from the table");
+    assert!(got.offsets.g_labels > 0);
+    // Abbreviations claiming a terabyte (past the file: refused unread).
+    let mut elf = good;
+    let s = elf_section(&elf, ".debug_abbrev");
+    set_elf_section(&mut elf, &s, s.flags & !SHF_COMPRESSED, s.offset, 1 << 40);
+    let (got, offsets) = check("huge-abbrev", &elf);
+    assert_eq!(offsets, None);
+    assert!(got.is_ok(), "{got:?}");
 }

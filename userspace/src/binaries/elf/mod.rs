@@ -300,6 +300,25 @@ pub struct ElfReader<'f> {
 /// would need ~2 MiB).
 const MAX_SECTION_NAMES_BYTES: u64 = 4 << 20;
 
+/// A range of a file read as a stream (`pread`s, no seek shared with others).
+struct FileRange<'f> {
+    file: &'f File,
+    at: u64,
+    end: u64,
+}
+
+impl std::io::Read for FileRange<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let want = (buf.len() as u64).min(self.end.saturating_sub(self.at)) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
 /// The parsed headers, borrowed from the reader's cache.
 struct Headers<'d, 'f> {
     header: &'d Elf64,
@@ -437,6 +456,13 @@ impl<'f> ElfReader<'f> {
             return Ok(None);
         };
         if !info.compressed {
+            if info.size > limit {
+                return Err(ElfError::TooLarge {
+                    name: name.to_string(),
+                    size: info.size,
+                    limit,
+                });
+            }
             return Ok(self.section_data(name)?.map(|(_, bytes)| bytes));
         }
         self.check_range(name, info.offset, info.size, self.limits.max_section_bytes)?;
@@ -471,6 +497,51 @@ impl<'f> ElfReader<'f> {
             .decompress()
             .map(|c| Some(c.into_owned()))
             .map_err(|_| bad())
+    }
+
+    /// The bytes of section `name` as a stream, inflated as they are read
+    /// where the section is compressed (zlib or zstd): for a reader that may
+    /// stop early (a large section not held whole). None when the file has
+    /// no such section or it holds no bytes (NOBITS); the section must lie
+    /// within the file.
+    pub fn section_stream(
+        &self,
+        name: &str,
+    ) -> Result<Option<Box<dyn std::io::Read + 'f>>, ElfError> {
+        let Some(info) = self.section(name) else {
+            return Ok(None);
+        };
+        let h = self.headers()?;
+        let s = self
+            .section_header(&h, name)
+            .ok_or(ElfError::SectionVanished)?;
+        if s.sh_type(h.endian) == elf::SHT_NOBITS {
+            return Ok(None);
+        }
+        self.check_range(name, info.offset, info.size, u64::MAX)?;
+        let range = |from: u64| FileRange {
+            file: self.file,
+            at: from,
+            end: info.offset + info.size,
+        };
+        if !info.compressed {
+            return Ok(Some(Box::new(range(info.offset))));
+        }
+        let bad = || ElfError::BadCompression {
+            name: name.to_string(),
+        };
+        let head = self.read_exact(name, info.offset, 24.min(info.size))?;
+        let kind = head
+            .get(..4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+        let body = range(info.offset + 24.min(info.size));
+        match kind.map(object::elf::CompressionType) {
+            Some(elf::ELFCOMPRESS_ZLIB) => Ok(Some(Box::new(flate2::read::ZlibDecoder::new(body)))),
+            Some(elf::ELFCOMPRESS_ZSTD) => zstd::stream::read::Decoder::new(body)
+                .map(|d| Some(Box::new(d) as Box<dyn std::io::Read>))
+                .map_err(|_| bad()),
+            _ => Err(bad()),
+        }
     }
 
     /// Where the section named `name` is, if the file has it.

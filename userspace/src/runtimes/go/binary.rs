@@ -9,8 +9,8 @@
 //! The version comes from `.go.buildinfo` (Go 1.18 and later write it
 //! inline there). The offsets (`runtime.g.m`, `runtime.m.curg`,
 //! `runtime.g.labels`) come from the binary's own DWARF, inflated where the
-//! linker compressed it, so a Go whose structures moved is read without a
-//! table; a binary stripped of its DWARF (`-ldflags=-w`) gets the offsets
+//! linker compressed it (streamed: only the units up to the runtime's are
+//! inflated), so a Go whose structures moved is read without a table; a binary stripped of its DWARF (`-ldflags=-w`) gets the offsets
 //! of its version from [`KNOWN_OFFSETS`] (Go 1.19's, measured from its
 //! DWARF: `cargo test -p sysprof-tests --test go`), else no labels and a
 //! warning. The labels themselves are a `map[string]string` in Go 1.18 to
@@ -65,10 +65,12 @@ pub const KNOWN_OFFSETS: &[(&str, GoOffsets)] = &[(
 /// The Go minor versions whose labels are maps this build reads.
 const SUPPORTED: std::ops::RangeInclusive<u32> = 18..=23;
 
-/// Largest `.debug_info` (or abbreviations) inflated to find the offsets:
-/// the runtime's types are in its first compile units, but a damaged file
-/// could put them anywhere.
-const MAX_DWARF_BYTES: u64 = 128 << 20;
+/// Most of `.debug_info` inflated to find the offsets (the runtime's types
+/// are ~0.5 MiB in; a file that claims more, or a zip bomb, costs this at
+/// most), and of its abbreviations and strings (Go 1.19 writes 528 bytes of
+/// abbreviations and inline strings).
+const MAX_DWARF_BYTES: u64 = 32 << 20;
+const MAX_DWARF_SIDE_BYTES: u64 = 4 << 20;
 
 /// Why a Go executable's labels are not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -181,76 +183,55 @@ fn g_from_fsbase(elf: &ElfReader<'_>) -> Result<i64, NotRead> {
 
 /// The offsets from the binary's DWARF: the members of `runtime.g` and
 /// `runtime.m`. None when it has none, or they are not all there.
-fn dwarf_offsets(elf: &ElfReader<'_>) -> Option<GoOffsets> {
+///
+/// `.debug_info` is inflated a MiB at a time and its units read as they
+/// complete, stopping once both structures are found: they are in the
+/// runtime's compile unit, among the first the linker writes (the
+/// runtime's packages come first: in Go 1.19's `go test` binary of
+/// runtime/pprof, `runtime.m` is 438 KiB into 1.0 MiB), so a large
+/// program's DWARF is never held whole.
+pub fn dwarf_offsets(elf: &ElfReader<'_>) -> Option<GoOffsets> {
     use gimli::{EndianSlice, LittleEndian};
-    let info = elf
-        .section_data_inflated(".debug_info", MAX_DWARF_BYTES)
-        .ok()??;
-    let abbrev = elf
-        .section_data_inflated(".debug_abbrev", MAX_DWARF_BYTES)
-        .ok()??;
-    let strings = elf
-        .section_data_inflated(".debug_str", MAX_DWARF_BYTES)
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    use std::io::Read;
     fn slice(b: &[u8]) -> EndianSlice<'_, LittleEndian> {
         EndianSlice::new(b, LittleEndian)
     }
-    let dwarf = gimli::Dwarf {
-        debug_info: gimli::DebugInfo::from(slice(&info)),
-        debug_abbrev: gimli::DebugAbbrev::from(slice(&abbrev)),
-        debug_str: gimli::DebugStr::from(slice(&strings)),
-        ..Default::default()
-    };
+    let abbrev = elf
+        .section_data_inflated(".debug_abbrev", MAX_DWARF_SIDE_BYTES)
+        .ok()??;
+    let strings = elf
+        .section_data_inflated(".debug_str", MAX_DWARF_SIDE_BYTES)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let mut stream = elf
+        .section_stream(".debug_info")
+        .ok()??
+        .take(MAX_DWARF_BYTES);
+    let mut info: Vec<u8> = Vec::new();
     let mut found: [Option<u64>; 4] = [None; 4];
-    let mut units = dwarf.units();
-    while let Ok(Some(header)) = units.next() {
-        let Ok(unit) = dwarf.unit(header) else { break };
-        let mut entries = unit.entries();
-        // The structure being read ("runtime.g" or "runtime.m") and its depth.
-        let mut within: Option<(bool, isize)> = None;
-        while let Ok(Some(entry)) = entries.next_dfs() {
-            let depth = entry.depth();
-            if within.is_some_and(|(_, d)| depth <= d) {
-                within = None;
+    // Where the next unit starts; the stream's end reached.
+    let (mut next, mut ended) = (0usize, false);
+    while !ended && found.iter().any(Option::is_none) {
+        let before = info.len();
+        let read = (&mut stream).take(1 << 20).read_to_end(&mut info).ok()?;
+        ended = read == 0 || info.len() - before < 1 << 20;
+        let debug_info = gimli::DebugInfo::from(slice(&info));
+        let debug_abbrev = gimli::DebugAbbrev::from(slice(&abbrev));
+        let debug_str = gimli::DebugStr::from(slice(&strings));
+        // Each unit whose bytes are all inflated. Its entries are read from
+        // its header and abbreviations alone: a `gimli::Unit` would parse
+        // its line program too, from a section not read here.
+        while let Some(length) = unit_length(&info[next..]).filter(|&l| next + l <= info.len()) {
+            let header = debug_info
+                .header_from_offset(gimli::DebugInfoOffset(next))
+                .ok()?;
+            next += length;
+            let abbrevs = header.abbreviations(&debug_abbrev).ok()?;
+            scan_unit(&header, &abbrevs, &debug_str, &mut found);
+            if found.iter().all(Option::is_some) {
+                break;
             }
-            let name = || {
-                entry
-                    .attr_value(gimli::DW_AT_name)
-                    .and_then(|v| dwarf.attr_string(&unit, v).ok())
-                    .map(|s| s.slice())
-            };
-            match entry.tag() {
-                gimli::DW_TAG_structure_type => {
-                    within = match name() {
-                        Some(b"runtime.g") => Some((true, depth)),
-                        Some(b"runtime.m") => Some((false, depth)),
-                        _ => within,
-                    };
-                }
-                gimli::DW_TAG_member => {
-                    let Some((is_g, d)) = within else { continue };
-                    if depth != d + 1 {
-                        continue;
-                    }
-                    let at = entry
-                        .attr_value(gimli::DW_AT_data_member_location)
-                        .and_then(|v| v.udata_value());
-                    let slot = match (is_g, name()) {
-                        (true, Some(b"m")) => 0,
-                        (false, Some(b"curg")) => 1,
-                        (true, Some(b"labels")) => 2,
-                        (true, Some(b"goid")) => 3,
-                        _ => continue,
-                    };
-                    found[slot] = found[slot].or(at);
-                }
-                _ => {}
-            }
-        }
-        if found.iter().all(Option::is_some) {
-            break;
         }
     }
     let field = |i: usize| found[i].and_then(|v| u16::try_from(v).ok());
@@ -260,6 +241,69 @@ fn dwarf_offsets(elf: &ElfReader<'_>) -> Option<GoOffsets> {
         g_labels: field(2)?,
         g_goid: field(3)?,
     })
+}
+
+/// The bytes of the unit at the start of `bytes`, header included, if its
+/// length field is there (32-bit DWARF, or 64-bit after 0xffffffff).
+fn unit_length(bytes: &[u8]) -> Option<usize> {
+    let short = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
+    let total = match short {
+        0xffff_ffff => u64::from_le_bytes(bytes.get(4..12)?.try_into().ok()?).checked_add(12)?,
+        n if n < 0xffff_fff0 => u64::from(n) + 4,
+        _ => return None,
+    };
+    usize::try_from(total).ok()
+}
+
+/// Note the offsets of `runtime.g`'s `m`, `labels` and `goid` and
+/// `runtime.m`'s `curg` found in the unit of `header` (slots 0, 2, 3 and 1).
+fn scan_unit(
+    header: &gimli::UnitHeader<gimli::EndianSlice<'_, gimli::LittleEndian>>,
+    abbrevs: &gimli::Abbreviations,
+    debug_str: &gimli::DebugStr<gimli::EndianSlice<'_, gimli::LittleEndian>>,
+    found: &mut [Option<u64>; 4],
+) {
+    let mut entries = header.entries(abbrevs);
+    // The structure being read ("runtime.g": true, "runtime.m": false) and its depth.
+    let mut within: Option<(bool, isize)> = None;
+    while let Ok(Some(entry)) = entries.next_dfs() {
+        let depth = entry.depth();
+        if within.is_some_and(|(_, d)| depth <= d) {
+            within = None;
+        }
+        let name = || match entry.attr_value(gimli::DW_AT_name)? {
+            gimli::AttributeValue::String(s) => Some(s.slice()),
+            gimli::AttributeValue::DebugStrRef(at) => debug_str.get_str(at).ok().map(|s| s.slice()),
+            _ => None,
+        };
+        match entry.tag() {
+            gimli::DW_TAG_structure_type => {
+                within = match name() {
+                    Some(b"runtime.g") => Some((true, depth)),
+                    Some(b"runtime.m") => Some((false, depth)),
+                    _ => within,
+                };
+            }
+            gimli::DW_TAG_member => {
+                let Some((is_g, d)) = within else { continue };
+                if depth != d + 1 {
+                    continue;
+                }
+                let slot = match (is_g, name()) {
+                    (true, Some(b"m")) => 0,
+                    (false, Some(b"curg")) => 1,
+                    (true, Some(b"labels")) => 2,
+                    (true, Some(b"goid")) => 3,
+                    _ => continue,
+                };
+                let at = entry
+                    .attr_value(gimli::DW_AT_data_member_location)
+                    .and_then(|v| v.udata_value());
+                found[slot] = found[slot].or(at);
+            }
+            _ => {}
+        }
+    }
 }
 
 #[cfg(test)]
