@@ -146,7 +146,9 @@ fn label_value(frame: &str, key: &str) -> Option<String> {
 /// Check that a Go program's samples carry its goroutines' pprof labels as
 /// Go's own profiler sees them, with nothing asked of the program: each
 /// labelled stack has its labels' frame at its root (right under the
-/// process), the split of on-CPU samples between `handler` values is the
+/// process), every stack of the program's (but for 1 %) whole from Go's
+/// first frame (`runtime.goexit` under a goroutine, `runtime.mstart` under
+/// a thread's own stack), the split of on-CPU samples between `handler` values is the
 /// work's (2:1, the same loop) within 3 points and Go's own CPU profile's of
 /// the same run within what its sample count allows, the leaf function `main.spin` lies under both, and the
 /// sleeper goroutine's nanosleeps are off-CPU time under its labels (±5 %
@@ -180,9 +182,34 @@ fn go_labels_split_as_gos_own_profiler_says() {
     let mut handler: HashMap<String, u64> = HashMap::new();
     let (mut labelled, mut spin_under) = (0u64, HashMap::<String, u64>::new());
     let mut sleeper_ms = 0.0;
+    // Stacks whole down to Go's first frame (under its labels, if any),
+    // of all stacks of the program's threads.
+    let (mut stacks, mut whole, mut cut) = (0u64, 0u64, Vec::new());
+    const FIRST: [&str; 5] = [
+        "runtime.goexit",
+        "runtime.mstart",
+        "runtime.rt0_go",
+        "runtime.mcall",
+        "runtime.morestack",
+    ];
     for t in profile.process_threads(pid) {
         for (s, w) in t.stacks(&cats).iter().zip(t.weights()) {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
+            let root = names.iter().find(|n| !n.starts_with("[labels"));
+            if root.is_some_and(|r| !r.starts_with("[short off-CPU waits")) {
+                stacks += 1;
+                if root.is_some_and(|r| FIRST.contains(r)) {
+                    whole += 1;
+                } else {
+                    cut.push(
+                        names
+                            .iter()
+                            .take(3)
+                            .map(|n| n.to_string())
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
             let at = names.iter().position(|n| n.starts_with("[labels:"));
             let Some(at) = at else { continue };
             labelled += 1;
@@ -209,6 +236,15 @@ fn go_labels_split_as_gos_own_profiler_says() {
     eprintln!(
         "go labels: {labelled} labelled stacks; handler {handler:?} of {total}, pprof {theirs:?} of {their_samples}; \
          main.spin leaf under {spin_under:?}; sleeper off-CPU {sleeper_ms:.1} ms (measured {slept_ms:.1})"
+    );
+    cut.sort();
+    cut.dedup();
+    eprintln!(
+        "go stacks: {whole} of {stacks} whole from Go's first frame; the others begin {cut:?}"
+    );
+    assert!(
+        whole as f64 >= 0.99 * stacks as f64,
+        "{whole} of {stacks} stacks whole from Go's first frame: {cut:?}"
     );
     assert!(total >= 1000, "{total} labelled on-CPU samples");
     for (value, work) in [("alpha", 2.0 / 3.0), ("beta", 1.0 / 3.0)] {

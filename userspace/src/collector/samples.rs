@@ -37,6 +37,7 @@ impl Collector {
                 abi::UNWIND_MAX_FRAMES.max(MAX_USER_FRAMES + k.frames.len()),
             );
             push_cut(&mut self.unwound, end);
+            u.go_whole_at_root(pid, &mut self.unwound);
             return;
         }
         // A walk that ended in a program's entry function (hand-written
@@ -53,6 +54,8 @@ impl Collector {
         // Counted as the copy unwinder counts its own stacks.
         u.count_kernel_end(end);
         push_cut(&mut self.unwound, end);
+        // A walk goes on past Go's first frame: the stack is whole there.
+        u.go_whole_at_root(pid, &mut self.unwound);
     }
 
     /// Whether a kernel stack is a thread's exit (`do_exit`): from there it
@@ -98,6 +101,9 @@ impl Collector {
             MAX_USER_FRAMES,
         );
         push_cut(&mut self.unwound, end);
+        if let Some(u) = self.followers.unwinders.as_ref() {
+            u.go_whole_at_root(pid, &mut self.unwound);
+        }
     }
 
     /// End the unwound user stack of `pid` with a root frame saying its

@@ -304,7 +304,7 @@ impl RuntimeDetection for Runtimes {
             if found.go.is_none() {
                 found.go = self
                     .go_binary(binaries, binary)
-                    .map(|binary| GoRuntime { binary });
+                    .map(|binary| GoRuntime { binary, base });
             }
             if found.python.is_none() {
                 found.python = self
@@ -579,6 +579,19 @@ impl Unwinders<Runtimes> {
     /// The Go program `pid` is, if it is one whose labels this build reads.
     pub fn go(&self, pid: u32) -> Option<&GoRuntime> {
         self.runtime(pid)?.go.as_ref()
+    }
+
+    /// A user stack of `pid` (leaf first, perhaps ending in a cut) made
+    /// whole where it is a Go program's and reached Go's first frame (see
+    /// [`go::frames::whole_at_root`]); asked only of a stack that ends in a
+    /// cut.
+    pub fn go_whole_at_root(&self, pid: u32, stack: &mut Vec<u64>) {
+        let cut = stack
+            .last()
+            .is_some_and(|&w| crate::model::stack_end::StackEnd::from_raw_key(w).is_some());
+        if let Some(go) = self.go(pid).filter(|_| cut) {
+            go::frames::whole_at_root(go, stack);
+        }
     }
 
     /// The V8 `pid` embeds, if it does.

@@ -34,7 +34,23 @@ pub struct GoBinary {
     pub g_from_fsbase: i64,
     /// The runtime's field offsets.
     pub offsets: GoOffsets,
+    /// Where the functions a stack of Go's begins with lie (file addresses,
+    /// [start, end)): `runtime.goexit` under every goroutine, `runtime.mstart`
+    /// and `runtime.rt0_go` under a thread's own stack, `runtime.mcall` and
+    /// `runtime.morestack` where they switched to it (Go clears the frame
+    /// pointer there: nothing lies below). Empty without a symbol table.
+    pub roots: Vec<(u64, u64)>,
 }
+
+/// The functions Go's own tracebacks stop at (TOPFRAME in its assembly, and
+/// the two that switch to a thread's stack with the frame pointer cleared).
+const ROOT_FUNCTIONS: [&[u8]; 5] = [
+    b"runtime.goexit",
+    b"runtime.mstart",
+    b"runtime.rt0_go",
+    b"runtime.mcall",
+    b"runtime.morestack",
+];
 
 /// The runtime's field offsets the kernel reads through (bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,10 +134,22 @@ pub fn read(elf: &ElfReader<'_>, file_name: &str) -> Result<Option<GoBinary>, No
             .map(|&(_, o)| o)
             .ok_or_else(|| NotRead::NoOffsets(version.clone()))?,
     };
+    let mut roots: Vec<(u64, u64)> = elf
+        .symbols_where(|n| {
+            // Assembly functions are named for their ABI in the symbol table.
+            let n = n.strip_suffix(b".abi0").unwrap_or(n);
+            ROOT_FUNCTIONS.contains(&n)
+        })
+        .into_iter()
+        .map(|(_, start, size)| (start, start.saturating_add(size.max(1))))
+        .collect();
+    roots.sort_unstable();
+    roots.dedup();
     Ok(Some(GoBinary {
         version,
         g_from_fsbase: g_from_fsbase(elf)?,
         offsets,
+        roots,
     }))
 }
 

@@ -1,5 +1,6 @@
 //! A goroutine's labels into its stacks: the pair the kernel read beside a
-//! stack named and put at the stack's root.
+//! stack named and put at the stack's root; and a Go stack made whole where
+//! the walk reached Go's first frame.
 //!
 //! In: a stack's native user frames (leaf first, perhaps ending in a cut),
 //! the pair the kernel wrote (`ebpf/runtimes/go.bpf.h`: the label map and
@@ -12,13 +13,14 @@
 //! [`CodeCache`].
 
 use crate::model::recording::FrameKind;
+use crate::model::stack_end::StackEnd;
 use crate::runtimes::chain::{KernelChain, KernelPyFrame};
 use crate::runtimes::frames::{CodeCache, CodeInfo, RuntimeFrames};
+use crate::runtimes::go::process::GoRuntime;
 use crate::runtimes::go::read::{labels_frame, read_labels};
 use crate::runtimes::python::read::CodeError;
 
-/// Append the labels' frame of `chain` to `stack` into `out` (the stack as
-/// it is when the goroutine has no labels).
+/// `stack` into `out` with the labels' frame of `chain` at its root.
 pub fn merge(
     stack: &[u64],
     chain: KernelChain<'_>,
@@ -54,6 +56,20 @@ pub fn merge(
     });
     if let Some(info) = info {
         out.push(frames.key(&info, 0));
+    }
+}
+
+/// Go clears the frame pointer in its first frame (`runtime.goexit` under a
+/// goroutine, `runtime.mstart` under a thread's own stack): a walk that
+/// goes on from there finds no caller, or a copy of the stack ends, and
+/// calls the stack cut. `stack` (leaf first, perhaps ending in a cut) loses
+/// that cut where the frame before it is Go's first (the collector asks
+/// for each user stack of a Go process it unwound or the kernel walked).
+pub fn whole_at_root(go: &GoRuntime, stack: &mut Vec<u64>) {
+    if let [.., root, cut] = stack[..] {
+        if StackEnd::from_raw_key(cut).is_some() && go.is_root(root) {
+            stack.pop();
+        }
     }
 }
 

@@ -15,9 +15,21 @@ use crate::runtimes::go::binary::GoBinary;
 pub struct GoRuntime {
     /// What the executable is.
     pub binary: Arc<GoBinary>,
+    /// Where its address 0 lands in the process (0 for a non-PIE executable).
+    pub base: u64,
 }
 
 impl GoRuntime {
+    /// Whether `addr` (a process address: a return address, or the leaf's
+    /// instruction) is in a function Go's stacks begin with.
+    pub fn is_root(&self, addr: u64) -> bool {
+        let a = addr.wrapping_sub(self.base);
+        self.binary
+            .roots
+            .iter()
+            .any(|&(start, end)| a >= start && a <= end)
+    }
+
     /// The kernel's entry for this process (the field names are CPython's:
     /// `ebpf/runtimes/go.bpf.h` says what each holds for Go).
     pub fn entry(&self) -> PythonProcess {
