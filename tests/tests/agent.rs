@@ -289,6 +289,99 @@ fn show_reads_while_the_agent_writes_and_compacts() {
     assert!(status.success(), "{stderr}");
 }
 
+/// Check that once the agent has compacted a sleeping thread's windows,
+/// `show` still gives its off-CPU time as what it slept by its own clock
+/// (within 5 %), now as a few entries per 10 s and stack instead of one
+/// per sleep (a bucket of 3 s here, so its windows are compacted soon
+/// after it ends).
+#[test]
+fn compacted_off_cpu_time_is_what_the_thread_slept() {
+    if !can_record("compacted_off_cpu_time_is_what_the_thread_slept") {
+        return;
+    }
+    let dir = scratch("agent-compacted-sleeps");
+    let exe = build_c("sleeper", &dir.join("sleeper"), &[]);
+    let store = dir.join("store");
+    let agent = Agent::start(
+        &store,
+        &["--window", "1", "--health-interval", "3600"],
+        &[("SYSPROF_STORE_BUCKET_SECONDS", "3")],
+    );
+    let first = std::time::Instant::now() + Duration::from_secs(30);
+    while store_segments(&store).is_empty() {
+        assert!(
+            std::time::Instant::now() < first,
+            "no window stored in 30 s: {}",
+            agent.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // 160 sleeps of 25 ms: 4 s.
+    let started_ms = wall_ms();
+    let workload = Command::new(&exe)
+        .arg("160")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_with_timeout(workload, Duration::from_secs(30), "sleeper");
+    let ended_ms = wall_ms();
+    let (pid, tid) = (
+        field(&out.stdout, "pid").unwrap(),
+        field(&out.stdout, "tid").unwrap(),
+    );
+    let slept_ns = field(&out.stdout, "slept_ns").unwrap() as f64;
+    // Until every segment of its run is a compacted one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let segs = store_segments(&store);
+        let covered = segs.iter().any(|s| s.2 >= ended_ms);
+        let during = |s: &&(std::path::PathBuf, f64, f64, u32)| s.2 > started_ms && s.1 < ended_ms;
+        if covered && segs.iter().filter(during).all(|s| s.3 == 1) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "its windows not compacted in 40 s: {segs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let path = dir.join("show.json.gz");
+    let o = show(&[
+        "--store",
+        store.to_str().unwrap(),
+        "--since",
+        "2m",
+        "-p",
+        &pid.to_string(),
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let profile = Profile::load(&path);
+    let cats = profile.categories();
+    let t = profile.thread(pid, tid).expect("the sleeper thread");
+    let (mut off_ms, mut entries) = (0.0, 0);
+    for (s, w) in t.stacks(&cats).iter().zip(t.weights()) {
+        if s.iter().any(|(n, _)| n == "[off-CPU: sleeping]") {
+            off_ms += w;
+            entries += 1;
+        }
+    }
+    let err = (off_ms * 1e6 - slept_ns).abs() / slept_ns;
+    eprintln!(
+        "compacted: off-CPU {off_ms:.1} ms in {entries} entries, slept {:.1} ms by its clock ({:.2}%)",
+        slept_ns / 1e6,
+        err * 100.0
+    );
+    assert!(err <= 0.05, "off-CPU time off by {:.1}%", err * 100.0);
+    assert!(
+        (1..=16).contains(&entries),
+        "160 sleeps summed per 10 s and stack: {entries} entries"
+    );
+    let (status, stderr) = agent.stop_with(SIGTERM);
+    assert!(status.success(), "{stderr}");
+}
+
 /// Check that SIGKILL in the middle of a window loses at most that window:
 /// every window stored before is intact (same bytes) and readable, `show`
 /// reads the store without a warning, and the next agent removes what the

@@ -1,6 +1,7 @@
 //! Keeping the store in bounds: retention (oldest first, by size and age),
 //! compaction of finished 10-minute buckets into level-1 segments (their
-//! waits summed per minute: [`crate::model::coarse`]), and the
+//! waits summed per minute, their off-CPU time per 10 s and stack:
+//! [`crate::model::coarse`]), and the
 //! removal of what a killed writer or compaction left behind.
 //!
 //! In: the writer's index of the store ([`SegmentInfo`]s it keeps up to
@@ -152,8 +153,9 @@ impl Store {
             }
         }
         let mut merged = merge::merge(recs);
-        // Once compacted, a bucket's waits are summed per minute (model::coarse).
-        crate::model::coarse::sum_waits(&mut merged);
+        // Once compacted, a bucket's waits are summed per minute and its
+        // off-CPU time per 10 s and stack (model::coarse).
+        crate::model::coarse::coarsen(&mut merged);
         match self.write(merged, windows, 1) {
             Ok(info) => {
                 for s in &group {
