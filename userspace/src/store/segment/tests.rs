@@ -345,7 +345,8 @@ pub(crate) fn fixture_span() -> WindowSpan {
 /// additions after the recording, here an empty list, one byte; VERSION 5
 /// the landings after them, here their count and a 0 for each; VERSION 6
 /// the frames' kinds, their count and a byte each; VERSIONs 7 to 11
-/// only more kinds): the
+/// only more kinds; VERSION 12 other numbers, the same once [`predict`] is
+/// undone): the
 /// fixture's header, and its payload once decompressed (zstd's output may change with its version;
 /// what it decompresses to may not). The fixture was written at commit
 /// c9f9c20 (postcard of the engine's `Recording`) by
@@ -357,14 +358,24 @@ fn stored_types_encode_as_version_2_did() {
     let (old_header, at) = decode_header(&old, old.len() as u64).unwrap();
     let (new_header, new_at) = decode_header(&new, new.len() as u64).unwrap();
     assert_eq!(new[..8], old[..8], "magic");
-    assert_eq!(new[8..10], 11u16.to_le_bytes(), "version");
+    assert_eq!(new[8..10], 12u16.to_le_bytes(), "version");
     assert_eq!(old[8..10], 2u16.to_le_bytes(), "the fixture's version");
     let raw = |b: &[u8], h: &SegmentHeader| zstd::bulk::decompress(b, h.raw_len as usize).unwrap();
     let (new_raw, old_raw) = (
         raw(&new[new_at..], &new_header),
         raw(&old[at..], &old_header),
     );
-    assert_eq!(new_raw[..old_raw.len()], old_raw[..], "payload");
+    let (mut stored, tail_bytes): (StoredRecording, &[u8]) =
+        postcard::take_from_bytes(&new_raw).unwrap();
+    let predicted_len = new_raw.len() - tail_bytes.len();
+    unpredict(&mut stored);
+    let unpredicted = postcard::to_stdvec(&stored).unwrap();
+    assert_eq!(
+        unpredicted[..],
+        old_raw[..],
+        "payload, its numbers as VERSION 2 coded them"
+    );
+    let new_raw = [&unpredicted[..], &new_raw[predicted_len..]].concat();
     let with_landing = fixture_recording()
         .processes
         .iter()
@@ -390,7 +401,7 @@ fn stored_types_encode_as_version_2_did() {
         "the additions (no start lines), the landings (all 0) and the frames' kinds"
     );
     assert_eq!(
-        (new_header.raw_len, new_header.samples, new_header.lost),
+        (new_raw.len() as u64, new_header.samples, new_header.lost),
         (
             old_header.raw_len + tail.len() as u64,
             old_header.samples,
@@ -449,14 +460,49 @@ fn version_2_fixture_still_decodes() {
     assert_same(&rec, &fixture_recording());
 }
 
+/// Check that VERSION 12 stores the samples of a thread that ran between
+/// them as zeros after its first (their time the interval, their CPU time
+/// the time since the sample before) and a frame's symbol start as 0 where
+/// it is the frame less its offset, and that they decode as they were.
+#[test]
+fn predicted_numbers_are_zero_where_the_prediction_holds() {
+    let mut rec = sample_recording(5_000_000_000);
+    let interval_ns = (rec.interval_ms * 1e6) as u64;
+    let t = &mut rec.processes[0].threads[0];
+    let first = t.samples.stack[0];
+    t.samples.time_ns = (0..20)
+        .map(|k| 5_000_000_000 + 3_000 + k * interval_ns)
+        .collect();
+    t.samples.cpu_delta_ns = vec![interval_ns; 20];
+    t.samples.stack = vec![first; 20];
+    t.samples.cpu = vec![1; 20];
+    let f = &mut rec.frames[0];
+    f.symbols.symbol_start = f.address - 0x40;
+    f.symbols.symbol_offset = 0x40;
+    let mut stored = StoredRecording::from(rec.clone());
+    times_to_deltas(&mut stored);
+    predict(&mut stored);
+    let s = &stored.processes[0].threads[0].samples;
+    assert!(s.time_ns[1..].iter().all(|&x| x == 0), "{:?}", s.time_ns);
+    assert!(
+        s.cpu_delta_ns[1..].iter().all(|&x| x == 0),
+        "{:?}",
+        s.cpu_delta_ns
+    );
+    assert_eq!(stored.frames[0].symbols.symbol_start, 0);
+    let (_, bytes) = encode(rec.clone(), vec![fixture_span()], 0, 3).unwrap();
+    let (_, back) = decode(&bytes).unwrap();
+    assert_same(&back, &rec);
+}
+
 /// Check that a segment of another format version is refused with one
 /// line that names the version found and the one this sysprof reads.
 #[test]
 fn unknown_version_is_refused_by_version() {
     let mut bytes = fixture_bytes();
-    bytes[8..10].copy_from_slice(&12u16.to_le_bytes());
+    bytes[8..10].copy_from_slice(&13u16.to_le_bytes());
     let e = decode(&bytes).unwrap_err().to_string();
-    assert_eq!(e, "segment format version 12, this sysprof reads 2 to 11");
+    assert_eq!(e, "segment format version 13, this sysprof reads 2 to 12");
 }
 
 /// Check that Python functions' first lines (what tells two functions of
