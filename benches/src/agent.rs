@@ -166,6 +166,44 @@ fn compacted(sysprof: &Path, store: &Path) -> (f64, f64, f64, f64) {
     (s1, b1, s_all, b_all)
 }
 
+/// The kinds `show --list --sizes` names, in its order.
+const KINDS: [&str; 9] = [
+    "samples",
+    "off-CPU",
+    "waits",
+    "I/O",
+    "CPU slices",
+    "frames",
+    "stacks",
+    "names",
+    "other",
+];
+
+/// The compacted segments' bytes a sample per kind, as table cells
+/// ("all | samples | off-CPU | ..."), from `show --list --sizes`; None if it
+/// has no compacted segment.
+fn kinds(sysprof: &Path, store: &Path) -> Option<String> {
+    let out = Command::new(sysprof)
+        .args(["show", "--list", "--sizes", "--store"])
+        .arg(store)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "compacted (N files, M samples): T bytes per sample: samples 4.0, off-CPU 5.0, ..."
+    let line = text.lines().find(|l| l.starts_with("compacted ("))?;
+    let (head, parts) = line.split_once(" bytes per sample: ")?;
+    let total = head.rsplit(' ').next()?;
+    let mut cells = vec![total.to_string()];
+    for kind in KINDS {
+        let v = parts
+            .split(", ")
+            .find_map(|p| p.strip_prefix(kind).map(str::trim))
+            .unwrap_or("–");
+        cells.push(v.to_string());
+    }
+    Some(cells.join(" | "))
+}
+
 /// What the agent section measured against the issue's goals (NaN: not
 /// measured).
 pub struct AgentGoals {
@@ -206,8 +244,14 @@ pub fn section(
 ) -> (String, serde_json::Value, AgentGoals) {
     let secs = if quick { 20.0 } else { 60.0 };
     let settle = Duration::from_secs(if quick { 12 } else { 25 });
-    let store = work.join("agent-store");
-    let _ = std::fs::remove_dir_all(&store);
+    // A store per workload: compaction merges what one 60-s bucket holds,
+    // and a shared store had each row count the workloads before it (the
+    // cpu row's bytes a sample stood alone; the JVM's held every build's).
+    let stores: Vec<PathBuf> = (0..bins.len() + 2)
+        .map(|i| work.join(format!("agent-store-{i}")))
+        .collect();
+    let _ = std::fs::remove_dir_all(work.join("agent-store"));
+    let mut kinds_md = String::new();
     let mut md = format!(
         "\n## The agent (`sysprof agent` defaults: 19 Hz, DWARF stacks, off-CPU and I/O, 10 s windows), beside each workload for {secs:.0} s after {} s to settle\n\n\
          Agent CPU: its utime + stime over the workload's run (`/proc/PID/stat`, all threads). Extra machine CPU: \
@@ -241,8 +285,10 @@ pub fn section(
         }
         Err(e) => md_skip_note = format!("\n**The exporters rows were not run**: {e:#}.\n"),
     }
-    for (name, argv, extra) in &runs {
+    for (i, (name, argv, extra)) in runs.iter().enumerate() {
         let name = name.as_str();
+        let Some(store) = stores.get(i) else { break };
+        let _ = std::fs::remove_dir_all(store);
         let w = LoopedWorkload {
             name: name.to_string(),
             argv: argv.clone(),
@@ -263,7 +309,7 @@ pub fn section(
             );
             let agent = RunningAgent::start(
                 sysprof,
-                &store,
+                store,
                 &log,
                 &extra,
                 cgroup.as_ref().map(|c| c.procs()).as_deref(),
@@ -302,7 +348,10 @@ pub fn section(
                 .and_then(|l| l.split(';').find(|p| p.contains(" samples,")))
                 .and_then(|p| p.split_whitespace().next().and_then(|n| n.parse().ok()))
                 .unwrap_or(f64::NAN);
-            let (s1, b1, s_all, b_all) = compacted(sysprof, &store);
+            let (s1, b1, s_all, b_all) = compacted(sysprof, store);
+            if let Some(k) = kinds(sysprof, store) {
+                kinds_md += &format!("| {name} | {k} |\n");
+            }
             let extra = busy_pct - base_pct;
             let one = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
             md += &format!(
@@ -349,6 +398,15 @@ pub fn section(
         }
     }
     md += &md_skip_note;
+    if !kinds_md.is_empty() {
+        md += &format!(
+            "\nWhat a compacted sample's bytes hold, per kind (`sysprof show --list --sizes` of each workload's store: \
+             each part of a segment compressed alone, scaled to the segment's bytes), bytes per sample:\n\n\
+             | workload | all | {} |\n|---|---:|{}\n{kinds_md}",
+            KINDS.join(" | "),
+            "---:|".repeat(KINDS.len())
+        );
+    }
     if !wire.is_empty() {
         md += &format!(
             "\nBytes on the wire per window (10 s; `sysprof_export_bytes_total` / `sysprof_windows_exported_total` of the agent's `--metrics`): \
@@ -357,26 +415,31 @@ pub fn section(
         );
     }
     drop(receivers);
-    // show --since 1h over everything stored.
-    let (_, _, samples, bytes) = compacted(sysprof, &store);
-    let out = work.join("agent-show.json.gz");
-    let t = Instant::now();
-    let ok = Command::new(sysprof)
-        .args(["show", "--since", "1h", "--store"])
-        .arg(&store)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    let show_s = t.elapsed().as_secs_f64();
+    // show --since 1h over everything stored, store by store.
+    let (mut samples, mut bytes, mut show_s, mut ok) = (0.0, 0.0, 0.0, true);
+    for store in stores.iter().filter(|s| s.exists()) {
+        let (_, _, n, b) = compacted(sysprof, store);
+        samples += n;
+        bytes += b;
+        let out = work.join("agent-show.json.gz");
+        let t = Instant::now();
+        ok &= Command::new(sysprof)
+            .args(["show", "--since", "1h", "--store"])
+            .arg(store)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        show_s += t.elapsed().as_secs_f64();
+    }
     // An hour of this 2-CPU machine at 19 Hz: every CPU sampled (the idle task too).
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1) as f64;
     let hour_samples = 19.0 * 3600.0 * ncpu;
     md += &format!(
-        "\n`sysprof show --since 1h` over the store ({samples:.0} samples, {:.0} KiB): {show_s:.2} s{}; at that rate an hour of this machine \
+        "\n`sysprof show --since 1h` over each workload's store ({samples:.0} samples, {:.0} KiB): {show_s:.2} s{}; at that rate an hour of this machine \
          ({hour_samples:.0} samples) takes about {:.1} s (`--soak` measures it on a real hour).\n",
         bytes / 1024.0,
         if ok { "" } else { " (**failed**)" },

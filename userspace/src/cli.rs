@@ -346,6 +346,11 @@ pub struct ShowArgs {
     /// List the windows the store holds instead.
     #[arg(long = "list")]
     pub list: bool,
+    /// With --list: what the segments' bytes hold, per kind (samples,
+    /// off-CPU time, waits, I/O, frames, ...), in bytes per sample, for the
+    /// compacted segments and the rest.
+    #[arg(long = "sizes", requires = "list")]
+    pub sizes: bool,
 }
 
 /// `sysprof view` options.

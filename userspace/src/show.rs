@@ -169,7 +169,7 @@ pub fn run(args: ShowArgs) -> Result<i32, RecordError> {
         hint: "give the agent's store with --store",
     })?;
     if args.list {
-        return list(&store);
+        return list(&store, args.sizes);
     }
     let (since, until) = range(&args)?;
     let output = open_output(&args)?;
@@ -430,7 +430,7 @@ impl ShowMerge {
 }
 
 /// `--list`: one line per segment, then the totals.
-fn list(store: &Store) -> Result<i32, RecordError> {
+fn list(store: &Store, sizes: bool) -> Result<i32, RecordError> {
     let (segs, warnings) = store.list();
     for w in &warnings {
         eprintln!("sysprof: warning: {}", crate::escape::warning(w));
@@ -469,7 +469,53 @@ fn list(store: &Store) -> Result<i32, RecordError> {
         crate::units::human_bytes(bytes),
         bytes as f64 / samples.max(1) as f64
     );
+    if sizes {
+        list_sizes(&mut out, store, &segs);
+    }
     Ok(0)
+}
+
+/// `--sizes`: per kind, the bytes a sample of the compacted segments and of
+/// the rest hold ([`crate::store::segment::PartSizes`]); a segment that
+/// cannot be read (damaged, compacted away meanwhile) is left out and said.
+fn list_sizes(out: &mut impl Write, store: &Store, segs: &[crate::store::SegmentInfo]) {
+    use crate::store::segment::PartSizes;
+    let mut levels: [(PartSizes, u64, usize); 2] = Default::default();
+    let mut unread = 0;
+    for s in segs {
+        match store.part_sizes(s) {
+            Ok(p) => {
+                let l = &mut levels[usize::from(s.header.level > 0)];
+                l.0.add(&p);
+                l.1 += s.header.samples;
+                l.2 += 1;
+            }
+            Err(_) => unread += 1,
+        }
+    }
+    for (name, (parts, samples, files)) in [("compacted", &levels[1]), ("windows", &levels[0])] {
+        if *files == 0 {
+            continue;
+        }
+        let per = |b: f64| b / (*samples).max(1) as f64;
+        let each: Vec<String> = parts
+            .parts()
+            .iter()
+            .map(|(n, b)| format!("{n} {:.1}", per(*b)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "{name} ({files} files, {samples} samples): {:.1} bytes per sample: {}",
+            per(parts.total()),
+            each.join(", ")
+        );
+    }
+    if unread > 0 {
+        let _ = writeln!(
+            out,
+            "{unread} files not read for their sizes (damaged, or compacted meanwhile)"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -96,6 +96,12 @@ impl Store {
         Ok(segment::decode(&bytes)?.1)
     }
 
+    /// What one segment's bytes hold, by kind (`show --list --sizes`).
+    pub fn part_sizes(&self, seg: &SegmentInfo) -> Result<segment::PartSizes, ReadError> {
+        let bytes = read_file(&self.dir, file_name(&seg.path))?;
+        Ok(segment::part_sizes(&bytes)?)
+    }
+
     /// The windows overlapping [since_ms, until_ms]. A damaged segment is a
     /// warning; one removed by compaction while we read makes us list again
     /// (its windows are in the compacted file by then).

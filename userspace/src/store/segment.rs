@@ -320,6 +320,176 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
     Ok((header, rec))
 }
 
+/// What a segment's bytes hold, by kind: each part of its payload
+/// compressed alone (zstd level 3), the parts then scaled to add up to the
+/// payload's compressed bytes (zstd shares its dictionary across parts, so
+/// a part alone is a little larger than its share). For `show --list
+/// --sizes` and the bench's bytes per stored sample per kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PartSizes {
+    /// On-CPU samples (time, stack, CPU time, CPU).
+    pub samples: f64,
+    /// Off-CPU entries (the call tree's weights while off the CPU).
+    pub off_cpu: f64,
+    /// Off-CPU waits and runs of short waits (markers).
+    pub waits: f64,
+    /// Block I/O requests (markers).
+    pub io: f64,
+    /// CPU slices (markers, per-CPU tracks).
+    pub cpu_slices: f64,
+    /// Frames, their names and libraries (with what follows the recording
+    /// in the payload: frames' kinds and start lines, markers' landings).
+    pub frames: f64,
+    /// The stack tree.
+    pub stacks: f64,
+    /// Processes' and threads' names, command lines and cgroups.
+    pub names: f64,
+    /// Counters, stats, warnings, the header.
+    pub other: f64,
+}
+
+impl PartSizes {
+    /// All of them.
+    pub fn total(&self) -> f64 {
+        self.samples
+            + self.off_cpu
+            + self.waits
+            + self.io
+            + self.cpu_slices
+            + self.frames
+            + self.stacks
+            + self.names
+            + self.other
+    }
+
+    /// `self` plus `o`.
+    pub fn add(&mut self, o: &PartSizes) {
+        self.samples += o.samples;
+        self.off_cpu += o.off_cpu;
+        self.waits += o.waits;
+        self.io += o.io;
+        self.cpu_slices += o.cpu_slices;
+        self.frames += o.frames;
+        self.stacks += o.stacks;
+        self.names += o.names;
+        self.other += o.other;
+    }
+
+    /// Each part times `k`.
+    pub fn scaled(&self, k: f64) -> PartSizes {
+        PartSizes {
+            samples: self.samples * k,
+            off_cpu: self.off_cpu * k,
+            waits: self.waits * k,
+            io: self.io * k,
+            cpu_slices: self.cpu_slices * k,
+            frames: self.frames * k,
+            stacks: self.stacks * k,
+            names: self.names * k,
+            other: self.other * k,
+        }
+    }
+
+    /// Each part as (name, bytes).
+    pub fn parts(&self) -> [(&'static str, f64); 9] {
+        [
+            ("samples", self.samples),
+            ("off-CPU", self.off_cpu),
+            ("waits", self.waits),
+            ("I/O", self.io),
+            ("CPU slices", self.cpu_slices),
+            ("frames", self.frames),
+            ("stacks", self.stacks),
+            ("names", self.names),
+            ("other", self.other),
+        ]
+    }
+}
+
+/// A segment file's bytes by kind ([`PartSizes`]), checked as [`decode`]
+/// checks them.
+pub fn part_sizes(bytes: &[u8]) -> Result<PartSizes, SegmentError> {
+    let (header, at) = decode_header(bytes, bytes.len() as u64)?;
+    let payload = &bytes[at..];
+    if crc32fast::hash(payload) != header.payload_crc {
+        return Err(SegmentError::PayloadChecksum);
+    }
+    if header.raw_len > MAX_RAW_PAYLOAD {
+        return Err(SegmentError::TooLarge(header.raw_len));
+    }
+    let raw = zstd::bulk::decompress(payload, header.raw_len as usize)
+        .map_err(SegmentError::Decompress)?;
+    let (stored, rest): (StoredRecording, &[u8]) =
+        postcard::take_from_bytes(&raw).map_err(SegmentError::Payload)?;
+    let alone = |v: &dyn erased::Part| -> f64 {
+        let raw = v.bytes();
+        zstd::bulk::compress(&raw, 3).map_or(raw.len(), |c| c.len()) as f64
+    };
+    let threads = || stored.processes.iter().flat_map(|p| p.threads.iter());
+    let markers = |keep: fn(&StoredMarker) -> bool| -> Vec<&StoredMarker> {
+        threads()
+            .flat_map(|t| t.markers.iter())
+            .filter(|m| keep(m))
+            .collect()
+    };
+    let samples: Vec<_> = threads().map(|t| &t.samples).collect();
+    let off_cpu: Vec<_> = threads().map(|t| &t.off_cpu).collect();
+    let waits = markers(|m| {
+        matches!(
+            m,
+            StoredMarker::OffCpu { .. } | StoredMarker::ShortWaits { .. }
+        )
+    });
+    let io = markers(|m| matches!(m, StoredMarker::Io { .. }));
+    let slices = (
+        markers(|m| matches!(m, StoredMarker::OnCpu { .. })),
+        &stored.cpu_tracks,
+    );
+    let names: Vec<_> = stored
+        .processes
+        .iter()
+        .map(|p| {
+            (
+                (&p.name, &p.exe, &p.cmdline, &p.cgroup),
+                p.threads.iter().map(|t| &t.name).collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    let other = (
+        &stored.counters,
+        &stored.stats,
+        &stored.warnings,
+        &stored.notes,
+    );
+    let sizes = PartSizes {
+        samples: alone(&samples),
+        off_cpu: alone(&off_cpu),
+        waits: alone(&waits),
+        io: alone(&io),
+        cpu_slices: alone(&slices),
+        frames: alone(&(&stored.frames, &stored.libs)) + alone(&rest),
+        stacks: alone(&stored.stacks),
+        names: alone(&names),
+        other: alone(&other),
+    };
+    let scale = header.payload_len as f64 / sizes.total().max(1.0);
+    let mut sizes = sizes.scaled(scale);
+    sizes.other += at as f64;
+    Ok(sizes)
+}
+
+/// A part of a payload as the bytes postcard makes of it (object safe).
+mod erased {
+    pub trait Part {
+        fn bytes(&self) -> Vec<u8>;
+    }
+    impl<T: serde::Serialize> Part for T {
+        fn bytes(&self) -> Vec<u8> {
+            postcard::to_stdvec(self).unwrap_or_default()
+        }
+    }
+}
+
 /// The format version of a segment whose header was checked.
 fn header_version(bytes: &[u8]) -> u16 {
     u16::from_le_bytes([bytes[8], bytes[9]])

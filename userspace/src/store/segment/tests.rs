@@ -495,6 +495,28 @@ fn predicted_numbers_are_zero_where_the_prediction_holds() {
     assert_same(&back, &rec);
 }
 
+/// Check that a segment's bytes by kind add up to the file and that each
+/// kind the recording holds has some: what `show --list --sizes` says.
+#[test]
+fn part_sizes_add_up_to_the_file() {
+    let rec = sample_recording(5_000_000_000);
+    let (_, bytes) = encode(rec, vec![fixture_span()], 1, 6).unwrap();
+    let p = part_sizes(&bytes).unwrap();
+    assert!(
+        (p.total() - bytes.len() as f64).abs() < 1.0,
+        "{p:?} against {}",
+        bytes.len()
+    );
+    assert!(
+        p.samples > 0.0 && p.frames > 0.0 && p.stacks > 0.0 && p.names > 0.0,
+        "{p:?}"
+    );
+    let mut damaged = bytes.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0xff;
+    assert!(part_sizes(&damaged).is_err());
+}
+
 /// Check that a segment of another format version is refused with one
 /// line that names the version found and the one this sysprof reads.
 #[test]
