@@ -226,7 +226,7 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 	struct python_process *p = bpf_map_lookup_elem(&python_procs, &tgid);
 	struct py_walk w = {};
 	__u32 zero = 0;
-	__u64 tstate, frame = 0;
+	__u64 tstate;
 
 	if (!out || !frames)
 		return 0;
@@ -253,30 +253,29 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 			out->end = PY_END_NO_THREAD;
 			return 0;
 		}
-		if (bpf_probe_read_user(&frame, sizeof(frame), (void *)p->tss_addr)) {
+		/* Read into the walk's state, not a local: this function's
+		 * frame counts against the 512-byte stack of every program
+		 * that calls it (see sched/places.bpf.h's walk_stack). */
+		if (bpf_probe_read_user(&w.frame, sizeof(w.frame), (void *)p->tss_addr)) {
 			out->end = PY_END_READ_FAILED;
 			return 0;
 		}
-		w.frame = frame;
 		bpf_loop(PY_MAX_FRAMES, php_step, &w, 0);
 		goto done;
 	}
 	if (p->flags & PY_WALK_PERL) {
 		/* The first interpreter, the main thread's (see perl.bpf.h). */
-		__u64 interp = 0;
-
 		if (tid != tgid) {
 			out->end = PY_END_NO_THREAD;
 			return 0;
 		}
-		if (bpf_probe_read_user(&interp, sizeof(interp), (void *)p->tss_addr) || !interp ||
-		    bpf_probe_read_user(&w.si, sizeof(w.si), (void *)(interp + p->tstate_frame)) || !w.si ||
-		    bpf_probe_read_user(&w.cop, sizeof(w.cop), (void *)(interp + p->cframe_current)) ||
+		if (bpf_probe_read_user(&w.interp, sizeof(w.interp), (void *)p->tss_addr) || !w.interp ||
+		    bpf_probe_read_user(&w.si, sizeof(w.si), (void *)(w.interp + p->tstate_frame)) || !w.si ||
+		    bpf_probe_read_user(&w.cop, sizeof(w.cop), (void *)(w.interp + p->cframe_current)) ||
 		    !perl_enter(&w)) {
 			out->end = PY_END_READ_FAILED;
 			return 0;
 		}
-		w.interp = interp;
 		perl_top(&w);
 		bpf_loop(PY_MAX_FRAMES, perl_step, &w, 0);
 		goto done;
@@ -302,17 +301,16 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 		out->end = PY_END_NO_THREAD;
 		return 0;
 	}
-	if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(tstate + p->tstate_frame))) {
+	if (bpf_probe_read_user(&w.frame, sizeof(w.frame), (void *)(tstate + p->tstate_frame))) {
 		out->end = PY_END_READ_FAILED;
 		return 0;
 	}
 	/* 3.11/3.12: the state points at a _PyCFrame, which points at the frame. */
-	if (p->cframe_current != PY_NO_OFFSET && frame &&
-	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + p->cframe_current))) {
+	if (p->cframe_current != PY_NO_OFFSET && w.frame &&
+	    bpf_probe_read_user(&w.frame, sizeof(w.frame), (void *)(w.frame + p->cframe_current))) {
 		out->end = PY_END_READ_FAILED;
 		return 0;
 	}
-	w.frame = frame;
 	bpf_loop(PY_MAX_FRAMES, py_step, &w, 0);
 done:
 	out->n = w.n;

@@ -2,7 +2,7 @@
 /*
  * sched/places.bpf.h: which stack a thread gets at one of the tracer's
  * places (preempted, waiting, waking another, starting a request), and the
- * program that walks it (walk_stack).
+ * programs that find it (walk_stack) and walk it (send_new_stack).
  *
  * In: a stack_request, filled by the place's program (offcpu.bpf.h's
  * switch_out, wakeups.bpf.h's on_sched_waking, block.bpf.h's
@@ -10,7 +10,8 @@
  * there; a user thread's in walk_stack, tail-called (verified once, not in
  * each place's program). A thread at the place it was at before reuses
  * that stack's id (its state's per-slot cache, then `place_ids`) without
- * walking; else stacks.bpf.h sends one. Out: finish_stack writes the id
+ * walking; else walk_stack tail-calls send_new_stack and stacks.bpf.h
+ * sends one. Out: finish_stack writes the id
  * where the request says: the leaving thread's state, the wakee's (then
  * its wake_ts), or the request's entry in `io_starts`.
  */
@@ -59,10 +60,11 @@ struct {
 	__type(value, __u32);
 } stack_pending SEC(".maps");
 
-/* walk_stack, put here by userspace once verified. */
+/* walk_stack (0) and send_new_stack (1), put here by userspace once
+ * verified. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u32);
 } stack_walker SEC(".maps");
@@ -146,7 +148,7 @@ static __always_inline __u64 kernel_thread_stack(void *ctx, struct stack_request
 	return id;
 }
 
-/* A user thread's place (see user_stack_at): whose, in which slot, doing
+/* A user thread's place (see known_user_stack): whose, in which slot, doing
  * what, and its user context. */
 struct place_key {
 	__u32 tid;
@@ -173,6 +175,35 @@ struct {
 	__type(value, __u64);
 } place_ids SEC(".maps");
 
+/* Per CPU and place (KBUF_*): the place walk_stack found, which
+ * send_new_stack walks when it is new (a tail call passes nothing but the
+ * context). In a map, not on a frame, as the stack is 512 bytes for a
+ * program and the functions it calls. One entry per place, as
+ * stack_scratch, since a wakeup's program can run inside a switch's on
+ * the same CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KBUFS);
+	__type(key, __u32);
+	__type(value, struct place_key);
+} place_keys SEC(".maps");
+
+/* The thread's per-slot cache of `r` now holds place `k` and its id. */
+static __always_inline void remember_place(struct stack_request *r, struct place_key *k, __u64 id)
+{
+	struct thread_state *t = r->cache_tid ? bpf_map_lookup_elem(&threads, &r->cache_tid) : NULL;
+	struct stack_cache *c = stack_cache_of(t, r);
+
+	if (c) {
+		c->ip = k->ip;
+		c->sp = k->sp;
+		c->bp = k->bp;
+		c->what = r->what;
+		c->context = k->context;
+		c->id = id;
+	}
+}
+
 /* A hash of the PLACE_TOP_BYTES at the top of a user stack (0: not
  * readable), read into the place's scratch buffer, which a walk overwrites
  * after. */
@@ -188,7 +219,7 @@ static __always_inline __u64 stack_top_hash(__u64 sp, __u32 kbuf)
 	return h;
 }
 
-/* Where a walk wanted only for its hash (user_stack_at) writes its frames. */
+/* Where a walk wanted only for its hash (known_user_stack) writes its frames. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
@@ -196,20 +227,24 @@ struct {
 	__uint(max_entries, 1);
 } py_hash_frames SEC(".maps");
 
-/* The current user thread's stack id at `r`'s place (walk_stack only).
- * A thread that does the same thing from the same place as before in
- * that slot reuses the stack sent then: the common case on a switch-heavy
- * machine, where walking (or copying) stacks is the tracer's main cost.
- * The place is the user context (ip, sp, bp), found without walking
- * anything. One slot per kind of place, so a thread that alternates
- * between being preempted in one place and sleeping in another keeps both;
- * its last place per slot in its state, places before that in place_ids. */
-static __always_inline __u64 user_stack_at(void *ctx, struct stack_request *r, __u32 kbuf)
+/* Where the current user thread is, in *k (the place key), and its stack
+ * id there if one was sent before (0: a place not known, to be walked by
+ * send_new_stack). A thread that does the same thing from the same place
+ * as before in that slot reuses the stack sent then: the common case on a
+ * switch-heavy machine, where walking (or copying) stacks is the tracer's
+ * main cost. The place is the user context (ip, sp, bp), found without
+ * walking anything. One slot per kind of place, so a thread that
+ * alternates between being preempted in one place and sleeping in another
+ * keeps both; its last place per slot in its state, places before that in
+ * place_ids. `*user` says whether the thread has user registers at all. */
+static __always_inline __u64 known_user_stack(struct stack_request *r, __u32 kbuf, struct place_key *k, bool *user)
 {
 	__u64 ip, sp, bp;
 
+	*user = false;
 	if (!current_user_regs(&ip, &sp, &bp))
 		return 0;
+	*user = true;
 	/* A Python thread's native place is the same wherever in its Python
 	 * code it is (Python calls do not nest C frames): its chain is part
 	 * of the place. Hashed without being kept: one read per frame. */
@@ -240,35 +275,20 @@ static __always_inline __u64 user_stack_at(void *ctx, struct stack_request *r, _
 	if (c && c->id && c->ip == ip && c->sp == sp && c->bp == bp && c->what == r->what && c->context == context)
 		return c->id;
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct place_key k = {
-		.tid = r->tid,
-		.what = r->slot << 16 | (r->what & 0xffff),
-		.born = task->start_time,
-		.mm = (__u64)BPF_CORE_READ(task, mm),
-		.ip = ip,
-		.sp = sp,
-		.bp = bp,
-		.context = context,
-	};
-	__u64 *known = r->tid ? bpf_map_lookup_elem(&place_ids, &k) : NULL;
+
+	k->tid = r->tid;
+	k->what = r->slot << 16 | (r->what & 0xffff);
+	k->born = task->start_time;
+	k->mm = (__u64)BPF_CORE_READ(task, mm);
+	k->ip = ip;
+	k->sp = sp;
+	k->bp = bp;
+	k->context = context;
+	__u64 *known = r->tid ? bpf_map_lookup_elem(&place_ids, k) : NULL;
 	__u64 id = known ? *known : 0;
 
-	if (!id) {
-		id = send_stack(ctx, r->pid, r->tid, r->slot, ip, sp, bp, kbuf);
-		/* Only a shared stack: userspace keeps it while the process
-		 * lives, where it keeps a thread's others only while newer ones
-		 * of its slot are few. 0: none sent (counted), walked again. */
-		if ((id & STACK_ID_SHARED) && r->tid)
-			bpf_map_update_elem(&place_ids, &k, &id, BPF_ANY);
-	}
-	if (c) {
-		c->ip = ip;
-		c->sp = sp;
-		c->bp = bp;
-		c->what = r->what;
-		c->context = context;
-		c->id = id;
-	}
+	if (id)
+		remember_place(r, k, id);
 	return id;
 }
 
@@ -301,25 +321,97 @@ static __always_inline void stack_then_finish(void *ctx, struct stack_request *r
 	finish_stack(r, place, 0);
 }
 
-/* The stack walker of the tracer's four places (see stack_then_finish). */
-SEC("raw_tracepoint")
-int walk_stack(struct bpf_raw_tracepoint_args *ctx)
+/* Pop this CPU's pending place (see stack_pending): its number, or
+ * KBUFS for none. */
+static __always_inline __u32 pop_pending(struct stack_request **req)
 {
 	__u32 zero = 0;
 	__u32 *pending = bpf_map_lookup_elem(&stack_pending, &zero);
 
 	if (!pending)
-		return 0;
+		return KBUFS;
 	__u32 place = *pending - 1;
 
 	if (place >= KBUFS)
-		return 0;
+		return KBUFS;
 	struct stack_request *r = bpf_map_lookup_elem(&stack_requests, &place);
 
 	if (!r)
-		return 0;
+		return KBUFS;
 	*pending = r->below;
-	finish_stack(r, place, user_stack_at(ctx, r, place));
+	*req = r;
+	return place;
+}
+
+/* The first of the two programs that take a user thread's stack for the
+ * tracer's four places (see stack_then_finish): the stack id of a place
+ * known before, else a tail call to send_new_stack with the place in
+ * place_keys. Two programs, because the kernel counts a program's frame
+ * and those of the functions it calls against one 512-byte stack: the
+ * place's hash calls python_frames (208 bytes, and a runtime's step
+ * under it, up to 96), and the walk's state beside it took walk_stack to
+ * 352 bytes; 6.18's verifier refused the sum ("combined stack size of 3
+ * calls is 544"). A tail call starts a frame of its own. */
+SEC("raw_tracepoint")
+int walk_stack(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct stack_request *r = NULL;
+	__u32 place = pop_pending(&r);
+
+	if (place >= KBUFS || !r)
+		return 0;
+	struct place_key *k = bpf_map_lookup_elem(&place_keys, &place);
+
+	if (!k) {
+		finish_stack(r, place, 0);
+		return 0;
+	}
+	bool user = false;
+	__u64 id = known_user_stack(r, place, k, &user);
+
+	if (id || !user) {
+		finish_stack(r, place, id);
+		return 0;
+	}
+	__u32 zero = 0;
+	__u32 *pending = bpf_map_lookup_elem(&stack_pending, &zero);
+
+	if (pending) {
+		r->below = *pending;
+		*pending = place + 1;
+		bpf_tail_call(ctx, &stack_walker, 1);
+		*pending = r->below;
+	}
+	count_drop(DROP_STACK_RECORD);
+	finish_stack(r, place, 0);
+	return 0;
+}
+
+/* The second: walk (or copy) the stack at the place walk_stack found new,
+ * send it, and remember it for the thread's next time there. */
+SEC("raw_tracepoint")
+int send_new_stack(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct stack_request *r = NULL;
+	__u32 place = pop_pending(&r);
+
+	if (place >= KBUFS || !r)
+		return 0;
+	struct place_key *k = bpf_map_lookup_elem(&place_keys, &place);
+
+	if (!k) {
+		finish_stack(r, place, 0);
+		return 0;
+	}
+	__u64 id = send_stack(ctx, r->pid, r->tid, r->slot, k->ip, k->sp, k->bp, place);
+
+	/* Only a shared stack: userspace keeps it while the process lives,
+	 * where it keeps a thread's others only while newer ones of its slot
+	 * are few. 0: none sent (counted), walked again. */
+	if ((id & STACK_ID_SHARED) && r->tid)
+		bpf_map_update_elem(&place_ids, k, &id, BPF_ANY);
+	remember_place(r, k, id);
+	finish_stack(r, place, id);
 	return 0;
 }
 

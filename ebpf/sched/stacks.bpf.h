@@ -198,13 +198,20 @@ __noinline __u64 send_scratch(struct stack_scratch *sc, __u32 words, __u64 size)
 static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp, __u32 kbuf)
 {
 	struct stack_scratch *sc = bpf_map_lookup_elem(&stack_scratch, &kbuf);
-	__u64 regs[3] = { ip, sp, bp }, size;
 	__u32 flags = STACK_KERNEL_UNWOUND;
 	struct walked w = {};
+	__u64 size;
 	long len;
 
 	if (!sc)
 		return 0;
+	/* The walk's registers in the record's (set again below: the walk
+	 * leaves there the frame it stopped at), not on this frame: the
+	 * stack is 512 bytes for a program and what it calls, python_frames
+	 * and a runtime's step under it among them (places.bpf.h). */
+	sc->e.user_ip = ip;
+	sc->e.user_sp = sp;
+	sc->e.user_bp = bp;
 	/* The caller's copy is 32 KiB, the room of many intervals: with the
 	 * reader behind the walk so far goes alone (walk.bpf.h), and the ring
 	 * keeps its room for the intervals themselves. A waker's stack is the
@@ -213,7 +220,7 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 	 * hottest path there is: beside a fork loop, new processes' wakeups
 	 * (their tables still pending) sent a copy each, and the ring passed
 	 * half full. */
-	switch (walk_user_stack(&events, pid, tid, regs, sc->frames, stack_copy != 0, kbuf != KBUF_WAKING, &w)) {
+	switch (walk_user_stack(&events, pid, tid, &sc->e.user_ip, sc->frames, stack_copy != 0, kbuf != KBUF_WAKING, &w)) {
 	case WALK_HAND_OVER:
 		return 0;
 	case WALK_CUT:

@@ -66,6 +66,7 @@ fn ebpf_function_names_are_known() {
         "on_sched_switch",
         "on_block_complete",
         "walk_stack",
+        "send_new_stack",
         "unwind_step",
         "hash_step",
         "fold_short",

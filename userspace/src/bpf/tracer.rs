@@ -195,11 +195,12 @@ impl Tracer {
             wanted.push(("on_block_complete", &["block_rq_complete"]));
         }
         // The four places that take stacks tail-call one walker
-        // (sched/places.bpf.h walk_stack), verified once beside them and put in
+        // (sched/places.bpf.h walk_stack, which tail-calls send_new_stack
+        // for a place not known), verified once beside them and put in
         // place before any of them runs.
         let mut verified: Vec<&'static str> = wanted.iter().map(|(p, _)| *p).collect();
         if !wanted.is_empty() {
-            verified.push("walk_stack");
+            verified.extend(STACK_WALKERS);
         }
         load_times.extend(verify_in_parallel(&mut ebpf, &verified)?);
         if !wanted.is_empty() {
@@ -333,23 +334,34 @@ fn verify_in_parallel(ebpf: &mut Ebpf, progs: &[&'static str]) -> Result<LoadTim
     })
 }
 
-/// Put the loaded `walk_stack` in the tracer's `stack_walker` array.
+/// The programs of the tracer's `stack_walker` array, at their index:
+/// two, as a program and the functions it calls share one 512-byte stack
+/// (sched/places.bpf.h).
+const STACK_WALKERS: [&str; 2] = ["walk_stack", "send_new_stack"];
+
+/// Put the loaded stack walkers in the tracer's `stack_walker` array.
 fn put_walker_in_place(ebpf: &mut Ebpf) -> Result<(), RecordError> {
-    let fd = ebpf
-        .program("walk_stack")
-        .ok_or_else(|| RecordError::no_program("walk_stack"))?
-        .fd()
-        .and_then(|fd| fd.try_clone().map_err(Into::into))
-        .map_err(RecordError::program("walk_stack"))?;
+    let mut fds = Vec::with_capacity(STACK_WALKERS.len());
+    for name in STACK_WALKERS {
+        let fd = ebpf
+            .program(name)
+            .ok_or_else(|| RecordError::no_program(name))?
+            .fd()
+            .and_then(|fd| fd.try_clone().map_err(Into::into))
+            .map_err(RecordError::program(name))?;
+        fds.push(fd);
+    }
     let map = ebpf
         .map_mut("stack_walker")
         .ok_or_else(|| RecordError::no_map("stack_walker"))?;
-    aya::maps::ProgramArray::try_from(map)
-        .map_err(RecordError::map("stack_walker"))?
-        .set(0, &fd, 0)
-        .map_err(RecordError::map(
-            "stack_walker, putting the stack walker in place",
-        ))
+    let mut walkers =
+        aya::maps::ProgramArray::try_from(map).map_err(RecordError::map("stack_walker"))?;
+    for (index, fd) in fds.iter().enumerate() {
+        walkers.set(index as u32, fd, 0).map_err(RecordError::map(
+            "stack_walker, putting the stack walkers in place",
+        ))?;
+    }
+    Ok(())
 }
 
 /// Attach the loaded `prog` to the first raw tracepoint of `names` that exists.
