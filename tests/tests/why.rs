@@ -367,6 +367,7 @@ fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
     let sync_run_delay_ms = f("sync_run_delay_ns") as f64 / 1e6;
     let steal_ms = f("steal_ns") as f64 / 1e6;
     let sync_blocked_ms = (sync_wait_ms - sync_run_delay_ms - steal_ms).max(0.0);
+    let server_run_delay_ms = f("server_run_delay_ns") as f64 / 1e6;
     let disk = disk_of(&data);
     let profile = Profile::load(&out_path);
     let anchor_ns = profile.json["meta"]["startTimeAsClockMonotonicNanosecondsSinceBoot"]
@@ -401,7 +402,7 @@ fn fdatasync_waits_are_charged_to_the_disk_at_the_default_threshold() {
     eprintln!(
         "why: client off-CPU {off_cpu:.1} ms, blame sums to {total:.1}; I/O on {disk} {on_disk:.1} ms, several wakers {several:.1}; \
          the server's fdatasyncs {sync_ms:.1} ms, {sync_wait_ms:.1} of them off-CPU, {sync_run_delay_ms:.1} of those runnable, steal {steal_ms:.0}: \
-         blocked at least {sync_blocked_ms:.1}; blame {}",
+         blocked at least {sync_blocked_ms:.1}; the server runnable {server_run_delay_ms:.1} over its loop; blame {}",
         r["blame"]
     );
     assert!(

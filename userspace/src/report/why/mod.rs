@@ -80,7 +80,6 @@ use memo::Memo;
 pub(crate) use read::Reader;
 use read::{Slice, ThreadFacts};
 pub use render::{render_json, render_text};
-use wait::overlap;
 
 /// How many wakers deep a chain is followed.
 pub const MAX_DEPTH: usize = 12;
@@ -331,7 +330,7 @@ impl Threads {
         };
         let mut out = Vec::new();
         for r in &t.short {
-            let Some((a, b, share)) = overlap(r, from, to) else {
+            let Some((a, b, share)) = self.short_overlap(tid, r, from, to) else {
                 continue;
             };
             let count = (r.count * share).round() as usize;

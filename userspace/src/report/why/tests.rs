@@ -277,6 +277,40 @@ fn short_waits_are_not_charged_to_what_their_long_waits_were() {
     assert_charged(&why, 2, "runnable", 20.0);
 }
 
+/// Check that a run of short waits is spread over the time its thread
+/// was not in a long wait, not over its whole span. A server preempted
+/// over 0-50 (a long wait for a CPU) made its 20 ms of short, disk-woken
+/// waits in 50-100, where its client waited for it: spread over 0-100,
+/// half were read into the preemption, and the client's wait had 10 ms of
+/// the server's I/O and 40 of its "running" (it ran 30).
+#[test]
+fn short_waits_lie_outside_their_threads_long_waits() {
+    let io = serde_json::json!({ "type": "BlockIo", "device": "vdb" });
+    let profile = serde_json::json!({
+        "meta": { "categories": [] },
+        "threads": [
+            thread(1, 1, "client", vec![(50.0, 100.0, off("sleeping", 0.0, Some(2), Some("task")))]),
+            thread(2, 2, "server", vec![
+                (0.0, 50.0, off("preempted", 50.0, None, None)),
+                (0.0, 100.0, short(100, 20.0, 20.0, None, "interrupt")),
+                (0.0, 100.0, io),
+            ]),
+        ],
+    });
+    let threads = Threads::read(&profile);
+    let why = threads.why(&[1], 0.0, 100.0, 5);
+    assert!((why.off_cpu_ms - 50.0).abs() < 1e-9, "{}", why.off_cpu_ms);
+    assert!(
+        why.blame.iter().any(|(c, ms)| c.tid == 2
+            && c.what == "I/O"
+            && c.device.as_deref() == Some("vdb")
+            && (ms - 20.0).abs() < 1e-9),
+        "{:?}",
+        why.blame
+    );
+    assert_charged(&why, 2, "running", 30.0);
+}
+
 /// Ten threads that each wake all the others over one span: every
 /// chain branches nine ways at each level. Followed path by path, the
 /// budget ran out and part of the wait was "chain too deep" (pgbench's

@@ -8,7 +8,7 @@
 //! request in flight, a timer, a softirq, or what ends the chain.
 
 use super::blame::{Blame, Key, What, NO_DEVICE};
-use super::read::{ShortRun, Wait};
+use super::read::{free_time, ShortRun, Wait};
 use super::{Threads, MAX_DEPTH};
 
 impl Threads {
@@ -207,12 +207,40 @@ impl Threads {
     }
 }
 
-/// The part of run `r` in `[from, to]`: (start, end, share of the run).
-pub(super) fn overlap(r: &ShortRun, from: f64, to: f64) -> Option<(f64, f64, f64)> {
+impl Threads {
+    /// The part of thread `tid`'s run `r` in `[from, to]`: (start, end,
+    /// share of the run). The share is of the run's time outside the
+    /// thread's long waits ([`ShortRun::free`]), where its short waits lay;
+    /// of its span where that is nothing (its span is under a long wait's
+    /// rounding).
+    pub(super) fn short_overlap(
+        &self,
+        tid: u32,
+        r: &ShortRun,
+        from: f64,
+        to: f64,
+    ) -> Option<(f64, f64, f64)> {
+        let (a, b) = overlap(r, from, to)?;
+        if r.end <= r.start {
+            return Some((a, b, 1.0));
+        }
+        let uniform = (b - a) / (r.end - r.start);
+        let share = match self.threads.get(&tid) {
+            Some(t) if r.free > (r.end - r.start) * 1e-6 => {
+                (free_time(&t.waits, a, b) / r.free).min(1.0)
+            }
+            _ => uniform,
+        };
+        Some((a, b, share))
+    }
+}
+
+/// The part of run `r` in `[from, to]`: (start, end).
+fn overlap(r: &ShortRun, from: f64, to: f64) -> Option<(f64, f64)> {
     let (a, b) = (r.start.max(from), r.end.min(to));
     if r.end <= r.start {
         // One instant: in or out.
-        return (r.start >= from && r.start <= to).then_some((r.start, r.start, 1.0));
+        return (r.start >= from && r.start <= to).then_some((r.start, r.start));
     }
-    (a < b).then(|| (a, b, (b - a) / (r.end - r.start)))
+    (a < b).then_some((a, b))
 }

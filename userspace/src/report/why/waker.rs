@@ -9,7 +9,7 @@
 //! (cycles) and its wakeups' landing taken out first.
 
 use super::blame::{Blame, Key, What, NO_DEVICE};
-use super::{overlap, Threads};
+use super::Threads;
 
 impl Threads {
     /// Charge `[a, b]` of thread `tid`'s time: its waits inside it along
@@ -78,7 +78,7 @@ impl Threads {
         let mut short = self.take_blame();
         let first = t.short.partition_point(|r| r.start < a - t.short_span);
         for r in t.short[first..].iter().take_while(|r| r.start <= b) {
-            if let Some((x, y, share)) = overlap(r, a, b) {
+            if let Some((x, y, share)) = self.short_overlap(tid, r, a, b) {
                 self.charge_short(tid, r, x, y, share, chain, &mut short);
             }
         }
