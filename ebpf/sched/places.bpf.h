@@ -292,6 +292,25 @@ static __always_inline __u64 known_user_stack(struct stack_request *r, __u32 kbu
 	return id;
 }
 
+/* Tail-call slot `walker` of stack_walker for `r` at `place`, the place
+ * pushed on this CPU's stack_pending (see there). Does not return where
+ * the tail call is made; where it fails (a slot not in place: never, once
+ * loaded) the request finishes with no stack, counted. */
+static __always_inline void hand_to_walker(void *ctx, struct stack_request *r, __u32 place, __u32 walker)
+{
+	__u32 zero = 0;
+	__u32 *pending = bpf_map_lookup_elem(&stack_pending, &zero);
+
+	if (pending) {
+		r->below = *pending;
+		*pending = place + 1;
+		bpf_tail_call(ctx, &stack_walker, walker);
+		*pending = r->below;
+	}
+	count_drop(DROP_STACK_RECORD);
+	finish_stack(r, place, 0);
+}
+
 /* The current thread's stack at `place`, then what `r` asks done with its
  * id. A kernel thread's here; a user thread's in walk_stack, tail-called:
  * the walker is verified once for the four places rather than in each of
@@ -302,28 +321,18 @@ static __always_inline __u64 known_user_stack(struct stack_request *r, __u32 kbu
 static __always_inline void stack_then_finish(void *ctx, struct stack_request *r, __u32 place, struct thread_state *cache)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	__u32 zero = 0;
 
 	if (task->flags & PF_KTHREAD) {
 		finish_stack(r, place, kernel_thread_stack(ctx, r, cache, place));
 		return;
 	}
-	__u32 *pending = bpf_map_lookup_elem(&stack_pending, &zero);
-
-	if (pending) {
-		r->below = *pending;
-		*pending = place + 1;
-		bpf_tail_call(ctx, &stack_walker, 0);
-		/* Not in place (never, once loaded): no stack. */
-		*pending = r->below;
-	}
-	count_drop(DROP_STACK_RECORD);
-	finish_stack(r, place, 0);
+	hand_to_walker(ctx, r, place, 0);
 }
 
-/* Pop this CPU's pending place (see stack_pending): its number, or
- * KBUFS for none. */
-static __always_inline __u32 pop_pending(struct stack_request **req)
+/* Pop this CPU's pending place (see stack_pending) with its request and
+ * place key: the place's number, or KBUFS for none (a request without a
+ * key is finished here, with no stack). */
+static __always_inline __u32 pop_pending(struct stack_request **req, struct place_key **key)
 {
 	__u32 zero = 0;
 	__u32 *pending = bpf_map_lookup_elem(&stack_pending, &zero);
@@ -339,7 +348,14 @@ static __always_inline __u32 pop_pending(struct stack_request **req)
 	if (!r)
 		return KBUFS;
 	*pending = r->below;
+	struct place_key *k = bpf_map_lookup_elem(&place_keys, &place);
+
+	if (!k) {
+		finish_stack(r, place, 0);
+		return KBUFS;
+	}
 	*req = r;
+	*key = k;
 	return place;
 }
 
@@ -356,34 +372,18 @@ SEC("raw_tracepoint")
 int walk_stack(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct stack_request *r = NULL;
-	__u32 place = pop_pending(&r);
+	struct place_key *k = NULL;
+	__u32 place = pop_pending(&r, &k);
 
-	if (place >= KBUFS || !r)
+	if (place >= KBUFS || !r || !k)
 		return 0;
-	struct place_key *k = bpf_map_lookup_elem(&place_keys, &place);
-
-	if (!k) {
-		finish_stack(r, place, 0);
-		return 0;
-	}
 	bool user = false;
 	__u64 id = known_user_stack(r, place, k, &user);
 
-	if (id || !user) {
+	if (id || !user)
 		finish_stack(r, place, id);
-		return 0;
-	}
-	__u32 zero = 0;
-	__u32 *pending = bpf_map_lookup_elem(&stack_pending, &zero);
-
-	if (pending) {
-		r->below = *pending;
-		*pending = place + 1;
-		bpf_tail_call(ctx, &stack_walker, 1);
-		*pending = r->below;
-	}
-	count_drop(DROP_STACK_RECORD);
-	finish_stack(r, place, 0);
+	else
+		hand_to_walker(ctx, r, place, 1);
 	return 0;
 }
 
@@ -393,16 +393,11 @@ SEC("raw_tracepoint")
 int send_new_stack(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct stack_request *r = NULL;
-	__u32 place = pop_pending(&r);
+	struct place_key *k = NULL;
+	__u32 place = pop_pending(&r, &k);
 
-	if (place >= KBUFS || !r)
+	if (place >= KBUFS || !r || !k)
 		return 0;
-	struct place_key *k = bpf_map_lookup_elem(&place_keys, &place);
-
-	if (!k) {
-		finish_stack(r, place, 0);
-		return 0;
-	}
 	__u64 id = send_stack(ctx, r->pid, r->tid, r->slot, k->ip, k->sp, k->bp, place);
 
 	/* Only a shared stack: userspace keeps it while the process lives,
