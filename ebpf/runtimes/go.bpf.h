@@ -38,24 +38,24 @@ static __always_inline void go_labels(struct py_walk *w, struct task_struct *tas
 	__u64 g = 0, m = 0, curg = 0, labels = 0, hmap = 0;
 	__u32 hash0 = 0;
 
-	w->end = PY_END_READ_FAILED;
+	w->s->end = PY_END_READ_FAILED;
 	if (!fsbase || bpf_probe_read_user(&g, sizeof(g), (void *)(fsbase + (__s64)p->tss_addr)))
 		return;
-	w->end = PY_END_NO_THREAD;
+	w->s->end = PY_END_NO_THREAD;
 	if (!g || bpf_probe_read_user(&m, sizeof(m), (void *)(g + p->tstate_frame)) || !m ||
 	    bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + p->cframe_current)) || !curg)
 		return;
-	w->end = PY_END_ROOT;
+	w->s->end = PY_END_ROOT;
 	if (bpf_probe_read_user(&labels, sizeof(labels), (void *)(curg + p->frame_code)) || !labels ||
 	    bpf_probe_read_user(&hmap, sizeof(hmap), (void *)labels) || !hmap ||
 	    bpf_probe_read_user(&hash0, sizeof(hash0), (void *)(hmap + GO_HMAP_HASH0)))
 		return;
 	hmap &= (1ULL << PY_ADDR_BITS) - 1;
-	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (hmap & ~7ULL) | (__u64)(hash0 >> 16) << PY_ADDR_BITS | PY_SEGMENT_END;
-	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = (__u64)(hash0 & 0xffff) << PY_ADDR_BITS;
-	w->at += 2;
-	w->n = 1;
-	w->hash = (w->hash ^ hmap ^ hash0) * 0x100000001b3ULL;
+	w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] = (hmap & ~7ULL) | (__u64)(hash0 >> 16) << PY_ADDR_BITS | PY_SEGMENT_END;
+	w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] = (__u64)(hash0 & 0xffff) << PY_ADDR_BITS;
+	w->s->at += 2;
+	w->s->n = 1;
+	w->s->hash = (w->s->hash ^ hmap ^ hash0) * 0x100000001b3ULL;
 }
 
 #endif /* __GO_BPF_H */

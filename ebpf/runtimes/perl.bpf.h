@@ -57,26 +57,26 @@
 #ifndef __PERL_BPF_H
 #define __PERL_BPF_H
 
-/* The stack info at w->si: its sub contexts are walked from the innermost
- * (w->frame: its index, negative for none). False when it cannot be read. */
+/* The stack info at w->s->si: its sub contexts are walked from the innermost
+ * (w->s->frame: its index, negative for none). False when it cannot be read. */
 static __always_inline bool perl_enter(struct py_walk *w)
 {
 	struct python_process *p = w->p;
 	__u64 cxstack = 0;
 	__s32 index = -1;
 
-	if (bpf_probe_read_user(&cxstack, sizeof(cxstack), (void *)(w->si + p->frame_owner)) ||
-	    bpf_probe_read_user(&index, sizeof(index), (void *)(w->si + p->frame_is_entry)) || !cxstack)
+	if (bpf_probe_read_user(&cxstack, sizeof(cxstack), (void *)(w->s->si + p->frame_owner)) ||
+	    bpf_probe_read_user(&index, sizeof(index), (void *)(w->s->si + p->frame_is_entry)) || !cxstack)
 		return false;
-	w->base = cxstack;
-	w->frame = (__u64)(__s64)index;
+	w->s->base = cxstack;
+	w->s->frame = (__u64)(__s64)index;
 	return true;
 }
 
 /* Whether the context on top of the innermost stack info, above its
  * innermost sub, is a sub's (or a format's, an eval's) being pushed or
  * popped: then PL_curcop may be its statement, not the innermost sub's,
- * and w->cop is marked so (its bit 0: a COP is 8-aligned). A mark, not a
+ * and w->s->cop is marked so (its bit 0: a COP is 8-aligned). A mark, not a
  * field of its own: the verifier then follows the walk once, not once
  * with each value of a flag. */
 static __always_inline void perl_top(struct py_walk *w)
@@ -84,15 +84,15 @@ static __always_inline void perl_top(struct py_walk *w)
 	__s32 top = -1;
 	__u8 type = 0;
 
-	if (bpf_probe_read_user(&top, sizeof(top), (void *)(w->si + w->p->version)) || top <= (__s64)w->frame ||
-	    top > 65535 || bpf_probe_read_user(&type, sizeof(type), (void *)(w->base + (__u64)top * PERL_CX_SIZE)))
+	if (bpf_probe_read_user(&top, sizeof(top), (void *)(w->s->si + w->p->version)) || top <= (__s64)w->s->frame ||
+	    top > 65535 || bpf_probe_read_user(&type, sizeof(type), (void *)(w->s->base + (__u64)top * PERL_CX_SIZE)))
 		return;
 	/* A try block's context stays above the sub for its whole body. */
 	if ((type & 0xf) == PERL_CXT_EVAL && (type & PERL_CXP_TRY))
 		return;
 	type &= 0xf;
 	if (type == PERL_CXT_SUB || type == PERL_CXT_FORMAT || type == PERL_CXT_EVAL)
-		w->cop |= 1;
+		w->s->cop |= 1;
 }
 
 /* The line of the statement at `cop` (0: none, or unreadable, or the
@@ -103,12 +103,12 @@ static __always_inline __u32 perl_line(struct py_walk *w, __u64 cop)
 	__u32 line = 0;
 
 	cop &= ~7ULL;
-	if (cop && cop - w->interp >= w->p->tstate_native_tid)
+	if (cop && cop - w->s->interp >= w->p->tstate_native_tid)
 		bpf_probe_read_user(&line, sizeof(line), (void *)(cop + w->p->code_firstlineno));
 	return line;
 }
 
-/* A pair of the file the statement at w->cop is in: an eval's code, a
+/* A pair of the file the statement at w->s->cop is in: an eval's code, a
  * required file's, the main program's (`mark`). While Perl compiles, the
  * statement is PL_compiling, whose file is the one being compiled: the
  * innermost require's, not an outer one's (no file: "(eval)") nor the main
@@ -116,12 +116,12 @@ static __always_inline __u32 perl_line(struct py_walk *w, __u64 cop)
 static __always_inline void perl_file_pair(struct py_walk *w, __u64 mark, __u32 line)
 {
 	__u64 file = 0, head[2] = {}, h = 0, addr = (1ULL << PY_ADDR_BITS) - 1;
-	__u64 cop = w->cop & ~7ULL, at = cop + w->p->code_filename;
+	__u64 cop = w->s->cop & ~7ULL, at = cop + w->p->code_filename;
 
-	if (cop && cop - w->interp < w->p->tstate_native_tid) {
+	if (cop && cop - w->s->interp < w->p->tstate_native_tid) {
 		if (mark == PERL_FRAME_MAIN)
-			at = w->interp + w->p->tstate_pthread;
-		else if (w->n)
+			at = w->s->interp + w->p->tstate_pthread;
+		else if (w->s->n)
 			at = 0;
 	}
 	if (cop && at && !bpf_probe_read_user(&file, sizeof(file), (void *)at) && file &&
@@ -134,13 +134,13 @@ static __always_inline void perl_file_pair(struct py_walk *w, __u64 mark, __u32 
 	 * running yet): no root frame. */
 	if (!file && mark == PERL_FRAME_MAIN)
 		return;
-	w->hash = (w->hash ^ file ^ ((__u64)line << 17)) * 0x100000001b3ULL;
-	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (file & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | mark;
-	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] =
+	w->s->hash = (w->s->hash ^ file ^ ((__u64)line << 17)) * 0x100000001b3ULL;
+	w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] = (file & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | mark;
+	w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] =
 		line | (file & 7) << 32 | (h & 0xffff) << PY_ADDR_BITS;
-	w->at += 2;
-	w->n++;
-	w->seg++;
+	w->s->at += 2;
+	w->s->n++;
+	w->s->seg++;
 }
 
 /* A pair of the sub `cv` at `line`, ending a segment when `end`; a sub a
@@ -162,34 +162,34 @@ static __always_inline void perl_sub_pair(struct py_walk *w, __u64 cv, __u32 lin
 		h = (h ^ words[4]) * PY_FP_MUL;
 		h >>= 32;
 	}
-	w->hash = (w->hash ^ cv ^ ((__u64)line << 17)) * 0x100000001b3ULL;
-	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] =
+	w->s->hash = (w->s->hash ^ cv ^ ((__u64)line << 17)) * 0x100000001b3ULL;
+	w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] =
 		(cv & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | (end ? PY_SEGMENT_END : 0);
-	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] =
+	w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] =
 		line | (multicall ? PERL_LINE_MULTICALL : 0) | (h & 0xffff) << PY_ADDR_BITS;
-	w->at += 2;
-	w->n++;
-	w->seg++;
+	w->s->at += 2;
+	w->s->n++;
+	w->s->seg++;
 }
 
 static long perl_step(__u64 i, struct py_walk *w)
 {
 	struct python_process *p = w->p;
 	__u64 previous = 0, oldcop, cv;
-	__s64 index = (__s64)w->frame;
+	__s64 index = (__s64)w->s->frame;
 	__s32 below;
 	__u32 line;
 	__u8 type;
 	bool is_sub;
 
-	if (w->at + 1 >= UNWIND_MAX_FRAMES) {
-		w->end = PY_END_MAX_FRAMES;
+	if (w->s->at + 1 >= UNWIND_MAX_FRAMES) {
+		w->s->end = PY_END_MAX_FRAMES;
 		return 1;
 	}
 	if (index < 0) {
 		/* This stack info's contexts are done: one run loop ran them. */
-		if (bpf_probe_read_user(&previous, sizeof(previous), (void *)(w->si + p->frame_previous))) {
-			w->end = PY_END_READ_FAILED;
+		if (bpf_probe_read_user(&previous, sizeof(previous), (void *)(w->s->si + p->frame_previous))) {
+			w->s->end = PY_END_READ_FAILED;
 			return 1;
 		}
 		if (!previous) {
@@ -199,31 +199,31 @@ static long perl_step(__u64 i, struct py_walk *w)
 			 * main program's frame stands for: one segment with it. */
 			__s32 phase = PERL_PHASE_RUN;
 
-			bpf_probe_read_user(&phase, sizeof(phase), (void *)(w->interp + p->code_linetable));
-			if (phase != PERL_PHASE_RUN && w->n)
-				w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] &= ~(__u64)PY_SEGMENT_END;
-			perl_file_pair(w, PERL_FRAME_MAIN, (w->n == 0 && (w->cop & 1)) ? 0 : perl_line(w, w->cop));
-			w->end = PY_END_ROOT;
+			bpf_probe_read_user(&phase, sizeof(phase), (void *)(w->s->interp + p->code_linetable));
+			if (phase != PERL_PHASE_RUN && w->s->n)
+				w->frames[(w->s->at - 2) & (UNWIND_MAX_FRAMES - 1)] &= ~(__u64)PY_SEGMENT_END;
+			perl_file_pair(w, PERL_FRAME_MAIN, (w->s->n == 0 && (w->s->cop & 1)) ? 0 : perl_line(w, w->s->cop));
+			w->s->end = PY_END_ROOT;
 			return 1;
 		}
-		if (w->seg)
-			w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
-		w->seg = 0;
-		w->si = previous;
-		if (++w->stackinfos > PERL_MAX_STACKINFOS) {
-			w->end = PY_END_MAX_FRAMES;
+		if (w->s->seg)
+			w->frames[(w->s->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
+		w->s->seg = 0;
+		w->s->si = previous;
+		if (++w->s->stackinfos > PERL_MAX_STACKINFOS) {
+			w->s->end = PY_END_MAX_FRAMES;
 			return 1;
 		}
 		if (!perl_enter(w)) {
-			w->end = PY_END_READ_FAILED;
+			w->s->end = PY_END_READ_FAILED;
 			return 1;
 		}
 		return 0;
 	}
 	/* More contexts than a stack holds: a lie, or garbage. */
 	if (index > 65535 ||
-	    bpf_probe_read_user(w->buf, PERL_CX_SIZE, (void *)(w->base + (__u64)index * PERL_CX_SIZE))) {
-		w->end = PY_END_READ_FAILED;
+	    bpf_probe_read_user(w->buf, PERL_CX_SIZE, (void *)(w->s->base + (__u64)index * PERL_CX_SIZE))) {
+		w->s->end = PY_END_READ_FAILED;
 		return 1;
 	}
 	type = w->buf[0] & 0xf;
@@ -231,10 +231,10 @@ static long perl_step(__u64 i, struct py_walk *w)
 	below = (__s32)py_word(w, p->code_qualname);
 	/* Each link goes down the stack; one that does not ends the walk of
 	 * this stack info, as a context that is no sub, format or eval does. */
-	w->frame = (below < index) ? (__u64)(__s64)below : (__u64)-1;
+	w->s->frame = (below < index) ? (__u64)(__s64)below : (__u64)-1;
 	is_sub = type == PERL_CXT_SUB || type == PERL_CXT_FORMAT;
 	if (!is_sub && type != PERL_CXT_EVAL) {
-		w->frame = (__u64)-1;
+		w->s->frame = (__u64)-1;
 		return 0;
 	}
 	/* Walked through: a regex code block's stand-in (the sub around it is
@@ -245,14 +245,14 @@ static long perl_step(__u64 i, struct py_walk *w)
 	/* A sub's context with no CV (being set up, or torn down): no frame. */
 	cv = is_sub ? py_word(w, p->frame_code) : 0;
 	if (is_sub && !cv) {
-		w->cop = oldcop;
+		w->s->cop = oldcop;
 		return 0;
 	}
 	/* The innermost has no line when its statement may still be another's:
 	 * its caller's (called, its first statement not begun; returning), or,
 	 * with a sub's context above it being pushed or popped, the callee's. */
-	line = perl_line(w, w->cop);
-	if (w->n == 0 && (oldcop == w->cop || (w->cop & 1)))
+	line = perl_line(w, w->s->cop);
+	if (w->s->n == 0 && (oldcop == w->s->cop || (w->s->cop & 1)))
 		line = 0;
 	if (is_sub)
 		perl_sub_pair(w, cv, line, py_word(w, p->tsd_offset) == 0,
@@ -260,7 +260,7 @@ static long perl_step(__u64 i, struct py_walk *w)
 	else
 		perl_file_pair(w, PERL_FRAME_EVAL, line);
 	/* The statement that called it is where the frame below it runs. */
-	w->cop = oldcop;
+	w->s->cop = oldcop;
 	return 0;
 }
 

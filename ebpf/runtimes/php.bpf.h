@@ -34,28 +34,28 @@
 static long php_step(__u64 i, struct py_walk *w)
 {
 	struct python_process *p = w->p;
-	__u64 ex = w->frame, func, line_word = 0, head[2] = {}, tail[2] = {}, h;
+	__u64 ex = w->s->frame, func, line_word = 0, head[2] = {}, tail[2] = {}, h;
 	__u32 info, line = 0;
 	bool known;
 
 	if (!ex) {
-		w->end = PY_END_ROOT;
+		w->s->end = PY_END_ROOT;
 		return 1;
 	}
-	if (w->at + 1 >= UNWIND_MAX_FRAMES) {
-		w->end = PY_END_MAX_FRAMES;
+	if (w->s->at + 1 >= UNWIND_MAX_FRAMES) {
+		w->s->end = PY_END_MAX_FRAMES;
 		return 1;
 	}
 	if (bpf_probe_read_user(w->buf, PHP_FRAME_READ, (void *)ex)) {
-		w->end = PY_END_READ_FAILED;
+		w->s->end = PY_END_READ_FAILED;
 		return 1;
 	}
 	func = py_word(w, p->frame_code);
 	info = (__u32)py_word(w, p->frame_owner);
-	w->frame = py_word(w, p->frame_previous);
+	w->s->frame = py_word(w, p->frame_previous);
 	if (bpf_probe_read_user(&line_word, sizeof(line), (void *)(py_word(w, p->frame_instr) + p->frame_is_entry)) == 0)
 		line = (__u32)line_word;
-	w->hash = (w->hash ^ func ^ ((__u64)line << 17)) * 0x100000001b3ULL;
+	w->s->hash = (w->s->hash ^ func ^ ((__u64)line << 17)) * 0x100000001b3ULL;
 	if (!func)
 		return 0;
 	/* {type, arg_flags, fn_flags} then function_name; filename, line_start,
@@ -77,12 +77,12 @@ static long php_step(__u64 i, struct py_walk *w)
 	h = h * PY_FP_MUL; /* no line table: its word 0 */
 	h = (h ^ (__u32)tail[1]) * PY_FP_MUL;
 	h = known ? h >> 32 : 0;
-	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] =
+	w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] =
 		(func & addr & ~7ULL) | (h >> 16) << PY_ADDR_BITS | ((info & PHP_CALL_TOP) ? PY_SEGMENT_END : 0) |
 		((known && (__u8)head[0] == PHP_EVAL_CODE) ? PHP_FRAME_EVAL : 0);
-	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = line | (h & 0xffff) << PY_ADDR_BITS;
-	w->at += 2;
-	w->n++;
+	w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] = line | (h & 0xffff) << PY_ADDR_BITS;
+	w->s->at += 2;
+	w->s->n++;
 	return 0;
 }
 

@@ -37,12 +37,40 @@ struct {
 	__uint(max_entries, PY_MAX_PROCESSES);
 } python_procs SEC(".maps");
 
+/* The walk's state, shared with each bpf_loop() iteration. It lives in map
+ * memory, whose contents the verifier does not track: on the caller's
+ * stack every field was a value it followed from step to step (a count,
+ * the statement's tag bits, a comparison's outcome), no step's state
+ * repeated another's, and it checked each step thousands of times over:
+ * 6,000 states and 110 ms of verifying, and 100+ MiB of kernel memory
+ * charged to the loader's cgroup, for each of the three programs that walk
+ * (kernel 6.18; ARCHITECTURE 79). */
+struct py_walk_state {
+	__u64 frame;       /* the next frame to read (_PyInterpreterFrame, PyFrameObject, zend_execute_data) */
+	__u64 hash;        /* of every (code, instruction) of the chain */
+	/* Perl's (perl.bpf.h): the interpreter, the stack info walked, where
+	 * its context array starts, the statement the next sub is at. */
+	__u64 interp;
+	__u64 si;
+	__u64 base;
+	__u64 cop;
+	__u32 at;          /* next free slot of frames */
+	__u32 n;           /* pairs written */
+	__u32 end;         /* PY_END_* */
+	/* Perl's: pairs written of the stack info, stack infos followed. */
+	__u32 seg;
+	__u32 stackinfos;
+	/* Only the chain's hash is wanted: no fingerprints read. */
+	__u32 hash_only;
+};
+
 /* One frame's first bytes, read at once: every field the walk needs lies
  * in them (below PY_FRAME_READ or PY_FRAME_OBJECT_READ); then the code
  * object's bytes its fingerprint is made of. 136: a word at any offset
  * masked to 127 stays inside. */
 struct py_frame_buf {
 	__u8 b[136];
+	struct py_walk_state s;
 };
 
 struct {
@@ -52,29 +80,13 @@ struct {
 	__uint(max_entries, 1);
 } py_frame_buf SEC(".maps");
 
-/* The walk's state, on the caller's stack, shared with each iteration. */
+/* The walk: pointers on the caller's stack (a pointer stored in map memory
+ * comes back as a number), everything else in the CPU's py_frame_buf. */
 struct py_walk {
 	struct python_process *p;
 	__u64 *frames;     /* the record's frame array (a scratch one when only the hash is wanted) */
-	__u8 *buf;         /* py_frame_buf */
-	__u64 frame;       /* the next frame to read (_PyInterpreterFrame, PyFrameObject, zend_execute_data) */
-	__u32 at;          /* next free slot of frames */
-	__u32 n;           /* pairs written */
-	__u32 end;         /* PY_END_* */
-	__u64 hash;        /* of every (code, instruction) of the chain */
-	/* Perl's (perl.bpf.h): the interpreter, the stack info walked, where
-	 * its context array starts, the statement the next sub is at, pairs
-	 * written of the stack info, stack infos followed. */
-	__u64 interp;
-	__u64 si;
-	__u64 base;
-	__u64 cop;
-	__u32 seg;
-	__u32 stackinfos;
-	/* Only the chain's hash is wanted: no fingerprints read. A number
-	 * the verifier does not know, not a NULL frames pointer: a pointer
-	 * that may be NULL made it check every walk twice, once per case. */
-	__u32 hash_only;
+	__u8 *buf;         /* py_frame_buf's bytes */
+	struct py_walk_state *s;
 };
 
 static __always_inline __u64 py_word(struct py_walk *w, __u16 off)
@@ -113,20 +125,20 @@ static long py_step(__u64 i, struct py_walk *w)
 	int objects = p->flags & PY_WALK_FRAME_OBJECTS;
 	long failed;
 
-	if (!w->frame) {
-		w->end = PY_END_ROOT;
+	if (!w->s->frame) {
+		w->s->end = PY_END_ROOT;
 		return 1;
 	}
-	if (w->at + 1 >= UNWIND_MAX_FRAMES) {
-		w->end = PY_END_MAX_FRAMES;
+	if (w->s->at + 1 >= UNWIND_MAX_FRAMES) {
+		w->s->end = PY_END_MAX_FRAMES;
 		return 1;
 	}
 	if (objects)
-		failed = bpf_probe_read_user(w->buf, PY_FRAME_OBJECT_READ, (void *)w->frame);
+		failed = bpf_probe_read_user(w->buf, PY_FRAME_OBJECT_READ, (void *)w->s->frame);
 	else
-		failed = bpf_probe_read_user(w->buf, PY_FRAME_READ, (void *)w->frame);
+		failed = bpf_probe_read_user(w->buf, PY_FRAME_READ, (void *)w->s->frame);
 	if (failed) {
-		w->end = PY_END_READ_FAILED;
+		w->s->end = PY_END_READ_FAILED;
 		return 1;
 	}
 	code = py_word(w, p->frame_code);
@@ -138,23 +150,23 @@ static long py_step(__u64 i, struct py_walk *w)
 		owner = w->buf[p->frame_owner & 127];
 	/* Before 3.11 each frame is run by an eval call of its own. */
 	entry = objects || (p->frame_is_entry != PY_NO_OFFSET && w->buf[p->frame_is_entry & 127]);
-	w->frame = previous;
-	w->hash = (w->hash ^ code ^ (instr << 17) ^ owner) * 0x100000001b3ULL;
+	w->s->frame = previous;
+	w->s->hash = (w->s->hash ^ code ^ (instr << 17) ^ owner) * 0x100000001b3ULL;
 	/* 3.12+: the frame a C-level eval call starts with is a shim owned by
 	 * the C stack; it ends the segment of the frames above it. */
 	if (owner == PY_OWNED_BY_CSTACK) {
-		if (w->n)
-			w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
+		if (w->s->n)
+			w->frames[(w->s->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
 		return 0;
 	}
 	/* After the frame's fields are out of the buffer: it is reused. */
-	__u64 fp = w->hash_only ? 0 : py_fingerprint(w, code);
+	__u64 fp = w->s->hash_only ? 0 : py_fingerprint(w, code);
 	__u64 addr = (1ULL << PY_ADDR_BITS) - 1;
 
-	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] = (code & addr & ~7ULL) | (fp >> 16) << PY_ADDR_BITS | (entry ? PY_SEGMENT_END : 0);
-	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = (instr & addr) | (fp & 0xffff) << PY_ADDR_BITS;
-	w->at += 2;
-	w->n++;
+	w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] = (code & addr & ~7ULL) | (fp >> 16) << PY_ADDR_BITS | (entry ? PY_SEGMENT_END : 0);
+	w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] = (instr & addr) | (fp & 0xffff) << PY_ADDR_BITS;
+	w->s->at += 2;
+	w->s->n++;
 	return 0;
 }
 
@@ -190,21 +202,6 @@ static __always_inline __u64 py_thread_state(struct python_process *p, struct ta
 	return tstate;
 }
 
-/* Zero, as a value the verifier does not know: read back from map memory,
- * whose contents it does not track. The walk's counters start from it. The
- * verifier checks a bpf_loop callback again and again until the state it
- * starts from repeats; with counters starting at a known 0 it never does
- * (0, 1, 2, ... are different states), and each step was checked once per
- * count the loop could reach: perl_step ~70 times over, two thirds of the
- * instructions the verifier went through for the sampler (bpftool -d prog
- * loadall: 56,930). From an unknown start, a count of one more is within the
- * state seen, and the walk is checked a few times. */
-static __always_inline __u32 unknown_zero(__u8 *map_memory)
-{
-	*(volatile __u32 *)map_memory = 0;
-	return *(volatile __u32 *)map_memory;
-}
-
 /* Where a walk writes, and what it found. */
 struct py_out {
 	__u32 at;   /* in: the first free slot of frames */
@@ -224,6 +221,7 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 {
 	struct task_struct *task = (struct task_struct *)task_addr;
 	struct python_process *p = bpf_map_lookup_elem(&python_procs, &tgid);
+	struct py_frame_buf *scratch;
 	struct py_walk w = {};
 	__u32 zero = 0;
 	__u64 tstate;
@@ -235,16 +233,19 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 	out->hash = 0;
 	if (!p)
 		return 0;
-	w.buf = bpf_map_lookup_elem(&py_frame_buf, &zero);
-	if (!w.buf)
+	scratch = bpf_map_lookup_elem(&py_frame_buf, &zero);
+	if (!scratch)
 		return 0;
+	w.buf = scratch->b;
+	w.s = &scratch->s;
 	w.p = p;
 	w.frames = frames->f;
-	w.hash_only = out->hash_only;
-	w.at = out->at;
-	w.n = w.seg = w.stackinfos = unknown_zero(w.buf);
-	w.end = PY_END_MAX_FRAMES;
-	w.hash = 0xcbf29ce484222325ULL;
+	w.s->frame = w.s->interp = w.s->si = w.s->base = w.s->cop = 0;
+	w.s->hash_only = out->hash_only;
+	w.s->at = out->at;
+	w.s->n = w.s->seg = w.s->stackinfos = 0;
+	w.s->end = PY_END_MAX_FRAMES;
+	w.s->hash = 0xcbf29ce484222325ULL;
 	if (p->flags & PY_WALK_PHP) {
 		/* The main thread runs the script (a non-thread-safe PHP): the
 		 * executor's current frame is its; another thread (an
@@ -256,7 +257,7 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 		/* Read into the walk's state, not a local: this function's
 		 * frame counts against the 512-byte stack of every program
 		 * that calls it (see sched/places.bpf.h's walk_stack). */
-		if (bpf_probe_read_user(&w.frame, sizeof(w.frame), (void *)p->tss_addr)) {
+		if (bpf_probe_read_user(&w.s->frame, sizeof(w.s->frame), (void *)p->tss_addr)) {
 			out->end = PY_END_READ_FAILED;
 			return 0;
 		}
@@ -269,9 +270,9 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 			out->end = PY_END_NO_THREAD;
 			return 0;
 		}
-		if (bpf_probe_read_user(&w.interp, sizeof(w.interp), (void *)p->tss_addr) || !w.interp ||
-		    bpf_probe_read_user(&w.si, sizeof(w.si), (void *)(w.interp + p->tstate_frame)) || !w.si ||
-		    bpf_probe_read_user(&w.cop, sizeof(w.cop), (void *)(w.interp + p->cframe_current)) ||
+		if (bpf_probe_read_user(&w.s->interp, sizeof(w.s->interp), (void *)p->tss_addr) || !w.s->interp ||
+		    bpf_probe_read_user(&w.s->si, sizeof(w.s->si), (void *)(w.s->interp + p->tstate_frame)) || !w.s->si ||
+		    bpf_probe_read_user(&w.s->cop, sizeof(w.s->cop), (void *)(w.s->interp + p->cframe_current)) ||
 		    !perl_enter(&w)) {
 			out->end = PY_END_READ_FAILED;
 			return 0;
@@ -301,21 +302,21 @@ __noinline int python_frames(struct py_out *out, __u32 tgid, __u32 tid, __u64 ta
 		out->end = PY_END_NO_THREAD;
 		return 0;
 	}
-	if (bpf_probe_read_user(&w.frame, sizeof(w.frame), (void *)(tstate + p->tstate_frame))) {
+	if (bpf_probe_read_user(&w.s->frame, sizeof(w.s->frame), (void *)(tstate + p->tstate_frame))) {
 		out->end = PY_END_READ_FAILED;
 		return 0;
 	}
 	/* 3.11/3.12: the state points at a _PyCFrame, which points at the frame. */
-	if (p->cframe_current != PY_NO_OFFSET && w.frame &&
-	    bpf_probe_read_user(&w.frame, sizeof(w.frame), (void *)(w.frame + p->cframe_current))) {
+	if (p->cframe_current != PY_NO_OFFSET && w.s->frame &&
+	    bpf_probe_read_user(&w.s->frame, sizeof(w.s->frame), (void *)(w.s->frame + p->cframe_current))) {
 		out->end = PY_END_READ_FAILED;
 		return 0;
 	}
 	bpf_loop(PY_MAX_FRAMES, py_step, &w, 0);
 done:
-	out->n = w.n;
-	out->end = w.end;
-	out->hash = w.hash;
+	out->n = w.s->n;
+	out->end = w.s->end;
+	out->hash = w.s->hash;
 	return 0;
 }
 

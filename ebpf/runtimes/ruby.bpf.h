@@ -47,55 +47,55 @@
 static long ruby_step(__u64 i, struct py_walk *w)
 {
 	struct python_process *p = w->p;
-	__u64 cfp = w->frame, pc, iseq, flags = 0, body = 0, code = 0, index = 0, fp = 0;
+	__u64 cfp = w->s->frame, pc, iseq, flags = 0, body = 0, code = 0, index = 0, fp = 0;
 
-	/* w->base: the end of the VM stack, above the thread's first frame. */
-	if (!cfp || cfp >= w->base) {
-		w->end = PY_END_ROOT;
+	/* w->s->base: the end of the VM stack, above the thread's first frame. */
+	if (!cfp || cfp >= w->s->base) {
+		w->s->end = PY_END_ROOT;
 		return 1;
 	}
-	if (w->at + 1 >= UNWIND_MAX_FRAMES) {
-		w->end = PY_END_MAX_FRAMES;
+	if (w->s->at + 1 >= UNWIND_MAX_FRAMES) {
+		w->s->end = PY_END_MAX_FRAMES;
 		return 1;
 	}
 	if (bpf_probe_read_user(w->buf, RUBY_CFP_READ, (void *)cfp) ||
 	    bpf_probe_read_user(&flags, sizeof(flags), (void *)py_word(w, p->frame_previous))) {
-		w->end = PY_END_READ_FAILED;
+		w->s->end = PY_END_READ_FAILED;
 		return 1;
 	}
 	pc = py_word(w, p->frame_instr);
 	iseq = py_word(w, p->frame_code);
-	w->frame = cfp + p->frame_owner;
-	w->hash = (w->hash ^ iseq ^ (pc << 17) ^ flags) * 0x100000001b3ULL;
+	w->s->frame = cfp + p->frame_owner;
+	w->s->hash = (w->s->hash ^ iseq ^ (pc << 17) ^ flags) * 0x100000001b3ULL;
 	if ((flags & RUBY_FRAME_FLAG_CFRAME) || (flags & RUBY_FRAME_MAGIC_MASK) == RUBY_FRAME_MAGIC_DUMMY || !pc || !iseq) {
 		/* C code (its frames are in the native stack) or nothing running:
 		 * it keeps no place. One with FINISH (the dummy bottom frame, the
 		 * pc-less frame rb_vm_call_cfunc pushes) lies under a frame that
 		 * has it already; marking the frame above keeps that so. */
-		if ((flags & RUBY_FRAME_FLAG_FINISH) && w->n)
-			w->frames[(w->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
+		if ((flags & RUBY_FRAME_FLAG_FINISH) && w->s->n)
+			w->frames[(w->s->at - 2) & (UNWIND_MAX_FRAMES - 1)] |= PY_SEGMENT_END;
 		return 0;
 	}
 	__u64 addr = (1ULL << PY_ADDR_BITS) - 1;
 	/* The iseq's body, then the body's words its fingerprint is
 	 * made of; the buffer then holds them (the frame's are used). */
-	if (!w->hash_only && !bpf_probe_read_user(&body, sizeof(body), (void *)(iseq + p->frame_is_entry)) && body) {
+	if (!w->s->hash_only && !bpf_probe_read_user(&body, sizeof(body), (void *)(iseq + p->frame_is_entry)) && body) {
 		fp = py_fingerprint(w, body);
 		code = py_code_word(w, p->code_linetable);
 		if (fp && pc >= code && pc - code < (1ULL << 32) * 8)
 			index = (pc - code) / 8;
 	}
-	w->frames[w->at & (UNWIND_MAX_FRAMES - 1)] =
+	w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] =
 		(iseq & addr & ~7ULL) | (fp >> 16) << PY_ADDR_BITS | ((flags & RUBY_FRAME_FLAG_FINISH) ? PY_SEGMENT_END : 0);
-	w->frames[(w->at + 1) & (UNWIND_MAX_FRAMES - 1)] = index | (fp & 0xffff) << PY_ADDR_BITS;
-	w->at += 2;
-	w->n++;
+	w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] = index | (fp & 0xffff) << PY_ADDR_BITS;
+	w->s->at += 2;
+	w->s->n++;
 	return 0;
 }
 
 /* The thread's execution context, read through its DTV: 0 when it has none
- * (a thread Ruby does not run) or it cannot be read. Sets w->frame (the
- * leaf-most control frame) and w->base (the end of its VM stack). */
+ * (a thread Ruby does not run) or it cannot be read. Sets w->s->frame (the
+ * leaf-most control frame) and w->s->base (the end of its VM stack). */
 static __always_inline __u32 ruby_enter(struct py_walk *w, struct task_struct *task)
 {
 	struct python_process *p = w->p;
@@ -118,8 +118,8 @@ static __always_inline __u32 ruby_enter(struct py_walk *w, struct task_struct *t
 	    bpf_probe_read_user(&size, sizeof(size), (void *)(ec + p->tstate_native_tid)) ||
 	    bpf_probe_read_user(&cfp, sizeof(cfp), (void *)(ec + p->tstate_frame)) || size > (1ULL << 32))
 		return PY_END_READ_FAILED;
-	w->frame = cfp;
-	w->base = stack + size * 8;
+	w->s->frame = cfp;
+	w->s->base = stack + size * 8;
 	return PY_END_NONE;
 }
 
