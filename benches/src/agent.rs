@@ -217,6 +217,9 @@ pub struct AgentGoals {
     pub cgroup_at_rest_mib: f64,
     /// Its cgroup's peak beside a cargo build, MiB.
     pub cgroup_peak_build_mib: f64,
+    /// The anonymous and kernel part of its cgroup at most beside a cargo
+    /// build (page cache left out: the kernel drops it at the limit), MiB.
+    pub unreclaimable_peak_build_mib: f64,
     /// Its cgroup's peak, MiB, the highest over the workloads.
     pub cgroup_peak_mib: f64,
 }
@@ -230,6 +233,7 @@ impl AgentGoals {
             bytes_per_sample: f64::NAN,
             cgroup_at_rest_mib: f64::NAN,
             cgroup_peak_build_mib: f64::NAN,
+            unreclaimable_peak_build_mib: f64::NAN,
             cgroup_peak_mib: f64::NAN,
         }
     }
@@ -258,10 +262,10 @@ pub fn section(
          busy time from `/proc/stat` minus the same workload's without the agent. Peak RSS: VmHWM over the agent's \
          whole life, start included; RSS: at the end of the run. Cgroup: the agent started in a memory cgroup of its own \
          (as a unit's `MemoryMax` counts it: anonymous, page cache and kernel memory, its BPF maps included), MiB at rest \
-         (after settling, nothing running), at the end of the run, its peak over the agent's whole life, and the kernel \
+         (after settling, nothing running), at the end of the run, its peak over the agent's whole life, the highest of its anonymous plus kernel memory (what dropping page cache cannot give back; read every 200 ms over the run), and the kernel \
          memory at the end (v1 `memory.kmem.usage_in_bytes`, v2 `memory.stat` kernel). Bytes/sample: compacted segments (buckets of \
          {BENCH_BUCKET_S} s here; a real store's 10 minutes amortize names further) and all segments.\n\n\
-         | workload | agent CPU % of one CPU | extra machine CPU % of one CPU | peak RSS MB | RSS at end MB | cgroup at rest MiB | cgroup at end MiB | cgroup peak MiB | kernel at end MiB | samples stored | bytes/sample compacted | bytes/sample all |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         | workload | agent CPU % of one CPU | extra machine CPU % of one CPU | peak RSS MB | RSS at end MB | cgroup at rest MiB | cgroup at end MiB | cgroup peak MiB | anon + kernel peak MiB | kernel at end MiB | samples stored | bytes/sample compacted | bytes/sample all |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         settle.as_secs()
     );
     let mut rows = Vec::new();
@@ -270,6 +274,7 @@ pub fn section(
     let (mut cpu_goal, mut rss_goal, mut bps_goal) = (f64::NAN, 0.0f64, f64::NAN);
     let (mut cgroup_peak_goal, mut cgroup_rest_goal, mut cgroup_build_goal) =
         (f64::NAN, f64::NAN, f64::NAN);
+    let mut unreclaimable_build_goal = f64::NAN;
     // With every exporter on, beside the cpu and switch workloads: receivers
     // on loopback (the test suite's), and the bytes each format put on the wire.
     let receivers = Receivers::start(work);
@@ -321,7 +326,9 @@ pub fn section(
             let c0 = super::process_cpu_ms(pid).unwrap_or(f64::NAN);
             let b0 = crate::busy_ms();
             let t0 = Instant::now();
-            w.run_for(secs)?;
+            let (ran, unreclaimable_peak) =
+                with_unreclaimable_peak(cgroup.as_ref(), || w.run_for(secs));
+            ran?;
             let elapsed = t0.elapsed().as_secs_f64();
             let busy_pct = (crate::busy_ms() - b0) / elapsed / 10.0;
             let agent_pct = (super::process_cpu_ms(pid).unwrap_or(f64::NAN) - c0) / elapsed / 10.0;
@@ -355,10 +362,11 @@ pub fn section(
             let extra = busy_pct - base_pct;
             let one = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
             md += &format!(
-                "| {name} | {agent_pct:.3} | {extra:.2} | {peak_mb:.1} | {rss_end:.1} | {} | {} | {} | {} | {stored:.0} | {} | {:.1} |\n",
+                "| {name} | {agent_pct:.3} | {extra:.2} | {peak_mb:.1} | {rss_end:.1} | {} | {} | {} | {} | {} | {stored:.0} | {} | {:.1} |\n",
                 one(at_rest.map(|m| m.0)),
                 one(cg_end.map(|m| m.0)),
                 one(cg_peak),
+                one(unreclaimable_peak.map(mib)),
                 one(cg_end.map(|m| m.1)),
                 if s1 > 0.0 { format!("{:.1}", b1 / s1) } else { "–".into() },
                 b_all / s_all.max(1.0)
@@ -367,6 +375,7 @@ pub fn section(
                 cgroup_peak_goal = cgroup_peak_goal.max(peak);
                 if name == "cargo build" {
                     cgroup_build_goal = peak;
+                    unreclaimable_build_goal = unreclaimable_peak.map_or(f64::NAN, mib);
                 }
             }
             if let Some((rest, _)) = at_rest {
@@ -387,7 +396,7 @@ pub fn section(
                 json!({ "workload": name, "agent_cpu_pct": agent_pct, "extra_machine_cpu_pct": extra, "peak_rss_mb": peak_mb,
                        "cgroup_at_rest_mib": at_rest.map(|m| m.0), "cgroup_kernel_at_rest_mib": at_rest.map(|m| m.1),
                        "cgroup_end_mib": cg_end.map(|m| m.0), "cgroup_kernel_end_mib": cg_end.map(|m| m.1),
-                       "cgroup_peak_mib": cg_peak,
+                       "cgroup_peak_mib": cg_peak, "cgroup_anon_kernel_peak_mib": unreclaimable_peak.map(mib),
                        "rss_end_mb": rss_end, "samples_stored": stored, "compacted_samples": s1, "compacted_bytes": b1,
                        "all_samples": s_all, "all_bytes": b_all }),
             )
@@ -454,6 +463,7 @@ pub fn section(
             bytes_per_sample: bps_goal,
             cgroup_at_rest_mib: cgroup_rest_goal,
             cgroup_peak_build_mib: cgroup_build_goal,
+            unreclaimable_peak_build_mib: unreclaimable_build_goal,
             cgroup_peak_mib: cgroup_peak_goal,
         },
     )
@@ -464,7 +474,19 @@ pub fn section(
 pub fn soak(sysprof: &Path, work: &Path, fork: &[String], minutes: u64) -> Result<String> {
     let store = work.join("soak-store");
     let _ = std::fs::remove_dir_all(&store);
-    let agent = RunningAgent::start(sysprof, &store, &work.join("soak.log"), &[], None)?;
+    // Its own memory cgroup, limited far above what it takes, as in the
+    // agent section: the curve is what a unit's MemoryMax is held against.
+    let cgroup = sysprof_tests::MemoryCgroup::make(
+        &format!("sysprof-bench-soak-{}", std::process::id()),
+        1 << 30,
+    );
+    let agent = RunningAgent::start(
+        sysprof,
+        &store,
+        &work.join("soak.log"),
+        &[],
+        cgroup.as_ref().map(|c| c.procs()).as_deref(),
+    )?;
     let pid = agent.pid();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let storm = {
@@ -480,10 +502,18 @@ pub fn soak(sysprof: &Path, work: &Path, fork: &[String], minutes: u64) -> Resul
             n
         })
     };
-    let mut md = format!("\n## Soak: the agent beside a fork storm for {minutes} min\n\n| minute | RSS MB | peak RSS MB | agent CPU % (that minute) | store files | store MiB |\n|---:|---:|---:|---:|---:|---:|\n");
+    let mut md = format!("\n## Soak: the agent beside a fork storm for {minutes} min\n\n| minute | RSS MB | peak RSS MB | agent CPU % (that minute) | cgroup MiB | anon MiB | page cache MiB | kernel MiB | highest anon + kernel that minute MiB | store files | store MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let cg = |f: &dyn Fn(&sysprof_tests::MemoryCgroup) -> u64| {
+        cgroup
+            .as_ref()
+            .map_or("–".to_string(), |c| format!("{:.1}", mib(f(c))))
+    };
     let mut last_cpu = super::process_cpu_ms(pid).unwrap_or(0.0);
     for m in 1..=minutes {
-        std::thread::sleep(Duration::from_secs(60));
+        let ((), minute_peak) = with_unreclaimable_peak(cgroup.as_ref(), || {
+            std::thread::sleep(Duration::from_secs(60))
+        });
         let cpu = super::process_cpu_ms(pid).unwrap_or(f64::NAN);
         let files = std::fs::read_dir(&store).map(|d| d.count()).unwrap_or(0);
         let bytes: u64 = std::fs::read_dir(&store)
@@ -495,10 +525,15 @@ pub fn soak(sysprof: &Path, work: &Path, fork: &[String], minutes: u64) -> Resul
             })
             .unwrap_or(0);
         let line = format!(
-            "| {m} | {:.1} | {:.1} | {:.3} | {files} | {:.1} |\n",
+            "| {m} | {:.1} | {:.1} | {:.3} | {} | {} | {} | {} | {} | {files} | {:.1} |\n",
             status_kb(pid, "VmRSS:") / 1024.0,
             status_kb(pid, "VmHWM:") / 1024.0,
             (cpu - last_cpu) / 60_000.0 * 100.0,
+            cg(&|c| c.usage()),
+            cg(&|c| c.stat("anon")),
+            cg(&|c| c.stat("file")),
+            cg(&|c| c.kernel()),
+            minute_peak.map_or("–".to_string(), |p| format!("{:.1}", mib(p))),
             bytes as f64 / 1048576.0
         );
         eprint!("soak: {line}");
@@ -508,6 +543,10 @@ pub fn soak(sysprof: &Path, work: &Path, fork: &[String], minutes: u64) -> Resul
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let storms = storm.join().unwrap_or(0);
     let log = agent.stop()?;
+    let (peak, ooms) = cgroup
+        .as_ref()
+        .map_or((0, 0), |c| (c.peak(), c.oom_kills()));
+    drop(cgroup);
     let t = Instant::now();
     let out = work.join("soak-show.json.gz");
     let ok = Command::new(sysprof)
@@ -518,14 +557,62 @@ pub fn soak(sysprof: &Path, work: &Path, fork: &[String], minutes: u64) -> Resul
         .output()?
         .status
         .success();
+    let shown = t.elapsed().as_secs_f64();
+    // And `report` of what `show` wrote: the hour read back.
+    let report = if ok {
+        let t = Instant::now();
+        let mut child = Command::new(sysprof)
+            .arg("report")
+            .arg(&out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let rss = super::PeakRss::watch(child.id());
+        let done = child.wait()?.success();
+        format!(
+            " `sysprof report` of it ({:.1} MiB): {:.2} s, peak RSS {:.1} MB{}.",
+            std::fs::metadata(&out).map_or(0.0, |m| mib(m.len())),
+            t.elapsed().as_secs_f64(),
+            rss.finish(),
+            if done { "" } else { " (**failed**)" }
+        )
+    } else {
+        String::new()
+    };
     md += &format!(
-        "\nFork storm runs: {storms} (each {} processes). `sysprof show --since 1h`: {:.2} s{}. Last health line: `{}`\n",
+        "\nFork storm runs: {storms} (each {} processes). Cgroup peak over the whole soak: {:.1} MiB, OOM kills {ooms}. `sysprof show --since 1h`: {shown:.2} s{}.{report} Last health line: `{}`\n",
         fork.get(1).cloned().unwrap_or_default(),
-        t.elapsed().as_secs_f64(),
+        mib(peak),
         if ok { "" } else { " (**failed**)" },
         log.lines().last().unwrap_or("")
     );
     Ok(md)
+}
+
+/// `run()`, with the highest anonymous plus kernel memory its cgroup held
+/// meanwhile (read every 200 ms): the part of `memory.peak` the kernel
+/// cannot reclaim by dropping page cache, which a limit must leave room for.
+fn with_unreclaimable_peak<T>(
+    cgroup: Option<&sysprof_tests::MemoryCgroup>,
+    run: impl FnOnce() -> T,
+) -> (T, Option<u64>) {
+    let Some(cgroup) = cgroup else {
+        return (run(), None);
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let poller = s.spawn(|| {
+            let mut peak = cgroup.unreclaimable();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(200));
+                peak = peak.max(cgroup.unreclaimable());
+            }
+            peak
+        });
+        let value = run();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (value, poller.join().ok())
+    })
 }
 
 /// The test suite's receivers (tests/receivers), on loopback, for the

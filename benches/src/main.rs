@@ -993,6 +993,12 @@ fn agent_goals(g: &agent::AgentGoals) -> String {
         1,
     );
     md += &row(
+        "the same, anonymous + kernel memory only (page cache left out) MiB, at most",
+        g.unreclaimable_peak_build_mib,
+        100.0,
+        1,
+    );
+    md += &row(
         "agent's memory cgroup peak, any workload, MiB, within the unit's MemoryMax",
         g.cgroup_peak_mib,
         unit_memory_max_mib(),

@@ -95,6 +95,32 @@ impl MemoryCgroup {
         })
     }
 
+    /// One figure of `memory.stat` (v2's names: `anon`, `file`, `kernel`;
+    /// v1's `rss` and `cache` stand for the first two), bytes; 0 if absent.
+    pub fn stat(&self, key: &str) -> u64 {
+        let key = match (self.v2, key) {
+            (false, "anon") => "rss",
+            (false, "file") => "cache",
+            (false, "kernel") => return self.number("memory.kmem.usage_in_bytes"),
+            _ => key,
+        };
+        std::fs::read_to_string(self.dir.join("memory.stat"))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    let (k, v) = l.split_once(' ')?;
+                    (k == key).then(|| v.trim().parse().ok()).flatten()
+                })
+            })
+            .unwrap_or(0)
+    }
+
+    /// What the kernel cannot take back by dropping page cache: anonymous
+    /// and kernel memory (BPF maps, page tables, slabs), bytes.
+    pub fn unreclaimable(&self) -> u64 {
+        self.stat("anon") + self.stat("kernel")
+    }
+
     /// Kernel memory charged now (v1's `memory.kmem.usage_in_bytes`, v2's
     /// `kernel` of `memory.stat` where the kernel has it, else 0): BPF
     /// maps, page tables, slabs.
