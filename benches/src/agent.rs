@@ -631,10 +631,11 @@ impl Receivers {
             .parent()
             .expect("workspace")
             .to_path_buf();
-        let venv = root.join("target/test-venv/bin/python");
-        if !venv.exists() {
-            bail!("no OTLP receiver: run `cargo test -p sysprof-tests --test export` once (it makes target/test-venv)");
-        }
+        // The tests' venv, made from PyPI when missing or incomplete (it
+        // held only py-spy when the python tests made it first).
+        let Some(venv) = sysprof_tests::otel_python("bench: the agent's exporters rows") else {
+            bail!("no OTLP receiver: a venv with opentelemetry-proto and grpcio could not be made in target/test-venv");
+        };
         let port = || {
             std::net::TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
