@@ -125,17 +125,7 @@ impl MemoryCgroup {
     /// `kernel` of `memory.stat` where the kernel has it, else 0): BPF
     /// maps, page tables, slabs.
     pub fn kernel(&self) -> u64 {
-        if !self.v2 {
-            return self.number("memory.kmem.usage_in_bytes");
-        }
-        std::fs::read_to_string(self.dir.join("memory.stat"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("kernel "))
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .unwrap_or(0)
+        self.stat("kernel")
     }
 
     /// Processes of it the kernel's OOM killer ended.
