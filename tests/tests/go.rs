@@ -184,7 +184,8 @@ fn go_labels_split_as_gos_own_profiler_says() {
     let mut sleeper_ms = 0.0;
     // Stacks whole down to Go's first frame (under its labels, if any),
     // of all stacks of the program's threads.
-    let (mut stacks, mut whole, mut cut) = (0u64, 0u64, Vec::new());
+    let (mut stacks, mut whole) = (0u64, 0u64);
+    let mut cut: std::collections::BTreeMap<Vec<String>, u64> = Default::default();
     const FIRST: [&str; 5] = [
         "runtime.goexit",
         "runtime.mstart",
@@ -201,13 +202,8 @@ fn go_labels_split_as_gos_own_profiler_says() {
                 if root.is_some_and(|r| FIRST.contains(r)) {
                     whole += 1;
                 } else {
-                    cut.push(
-                        names
-                            .iter()
-                            .take(3)
-                            .map(|n| n.to_string())
-                            .collect::<Vec<_>>(),
-                    );
+                    let begins = names.iter().take(3).map(|n| n.to_string()).collect();
+                    *cut.entry(begins).or_default() += 1;
                 }
             }
             let at = names.iter().position(|n| n.starts_with("[labels:"));
@@ -237,8 +233,6 @@ fn go_labels_split_as_gos_own_profiler_says() {
         "go labels: {labelled} labelled stacks; handler {handler:?} of {total}, pprof {theirs:?} of {their_samples}; \
          main.spin leaf under {spin_under:?}; sleeper off-CPU {sleeper_ms:.1} ms (measured {slept_ms:.1})"
     );
-    cut.sort();
-    cut.dedup();
     eprintln!(
         "go stacks: {whole} of {stacks} whole from Go's first frame; the others begin {cut:?}"
     );

@@ -1189,7 +1189,10 @@ fn samples_before_the_walker_is_in_are_whole() {
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let out_path = dir.join("first.json.gz");
-    let out = record(&["-a", "-d", "1"], &out_path);
+    // The walker is in within ~8 ms of the sampler now (its verifying
+    // went from ~100 ms to ~4): at 999 Hz that window held 0-7 of the
+    // spinner's samples; at 10 kHz it holds tens.
+    let out = record(&["-a", "-d", "1", "-F", "10000"], &out_path);
     let _ = spinner.kill();
     let _ = spinner.wait();
     assert_success(&out);

@@ -582,14 +582,11 @@ impl Unwinders<Runtimes> {
     }
 
     /// A user stack of `pid` (leaf first, perhaps ending in a cut) made
-    /// whole where it is a Go program's and reached Go's first frame (see
-    /// [`go::frames::whole_at_root`]); asked only of a stack that ends in a
-    /// cut.
+    /// whole where it is a Go program's and reached Go's first frame, and
+    /// ended there when the walk went on past it (see
+    /// [`go::frames::whole_at_root`]).
     pub fn go_whole_at_root(&self, pid: u32, stack: &mut Vec<u64>) {
-        let cut = stack
-            .last()
-            .is_some_and(|&w| crate::model::stack_end::StackEnd::from_raw_key(w).is_some());
-        if let Some(go) = self.go(pid).filter(|_| cut) {
+        if let Some(go) = self.go(pid) {
             go::frames::whole_at_root(go, stack);
         }
     }
