@@ -1233,6 +1233,63 @@ fn samples_before_the_walker_is_in_are_whole() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Check that the user frame a thread entered the kernel at (an interrupt
+/// that preempted it, a page fault) is named by the function holding that
+/// instruction, not the one before it in memory: `repentry`'s two threads,
+/// on one CPU, preempt each other inside a `rep stosb` that is their
+/// function's first instruction, and `before_entry`, laid out right before
+/// it, never runs (the program's own layout is the oracle).
+#[test]
+fn the_instruction_a_thread_entered_the_kernel_at_is_named_as_it_is() {
+    if !can_record("the_instruction_a_thread_entered_the_kernel_at_is_named_as_it_is") {
+        return;
+    }
+    let dir = scratch("record-kernel-entry");
+    let exe = build_c("repentry", &dir.join("repentry"), &["-mno-red-zone"]);
+    let out_path = dir.join("p.json.gz");
+    let out = record(&["--", exe.to_str().unwrap(), "2"], &out_path);
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").expect("repentry's pid");
+    let profile = Profile::load(&out_path);
+    let categories = profile.categories();
+    let (mut entered_at_entry, mut on_cpu, mut misnamed) = (0usize, 0usize, Vec::new());
+    for t in profile.process_threads(pid) {
+        for s in t.stacks(&categories) {
+            let names = names(&s);
+            if names.contains(&"before_entry") {
+                misnamed.push(names.join(" > "));
+                continue;
+            }
+            let Some(at) = names.iter().position(|n| *n == "fill_at_entry") else {
+                continue;
+            };
+            if s[at + 1..].iter().any(|(_, c)| c == "Kernel") {
+                entered_at_entry += 1;
+            } else {
+                on_cpu += 1;
+            }
+        }
+    }
+    eprintln!(
+        "repentry: {entered_at_entry} stacks entered the kernel at fill_at_entry's first instruction, \
+         {on_cpu} ran in it, {} named before_entry",
+        misnamed.len()
+    );
+    assert!(
+        misnamed.is_empty(),
+        "{} stacks name a function that never ran: {:#?}",
+        misnamed.len(),
+        &misnamed[..misnamed.len().min(3)]
+    );
+    // Two threads on one CPU for 2 s: ~250 preemptions each at 250 Hz.
+    assert!(
+        entered_at_entry >= 50,
+        "{entered_at_entry} stacks in the kernel from fill_at_entry: {}",
+        stats_line(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Check that a process in a container's cgroup is labelled with the
 /// container id in its process name, and carries its cgroup path.
 #[test]

@@ -223,7 +223,8 @@ fn thread(r: &Recording, pid: u32, tid: u32) -> &ThreadRecord {
 /// Check that samples are resolved with the mappings their process had
 /// at the sample's time (even when records arrive out of order), that an
 /// exec replaces the mappings, that a forked child inherits its parent's,
-/// and that return addresses are looked up one byte back.
+/// and that return addresses are looked up one byte back, the user frame
+/// the thread entered the kernel at as it is.
 #[test]
 fn replay_resolves_with_mappings_of_the_moment() {
     let mut c = collector(PidFilter::All);
@@ -268,9 +269,10 @@ fn replay_resolves_with_mappings_of_the_moment() {
         vec![(a.clone(), 0x20ff), (a, 0x2010)]
     );
     let after_exec = frames_of(&r, 10, 10, 1);
-    // In a kernel-mode sample the user "leaf" is where the syscall returns
-    // to, so it is looked up one byte back like any return address.
-    assert_eq!(after_exec[..2], [(b.clone(), 0x20ff), (b.clone(), 0x200f)]);
+    // In a kernel-mode sample the user "leaf" is the instruction the thread
+    // entered the kernel at (or the one after its system call): looked up
+    // as it is, not as a return address.
+    assert_eq!(after_exec[..2], [(b.clone(), 0x20ff), (b.clone(), 0x2010)]);
     assert_eq!(
         names(&r, thread(&r, 10, 10).samples.stack[1])
             .last()
