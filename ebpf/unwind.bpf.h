@@ -385,7 +385,11 @@ __noinline long unwind_frame(struct ustack_walk *s, struct unwind_process *proc,
 			slot = epilogue & 7;
 			break;
 		}
-		if (bp <= sp || (bp & 7)) {
+		/* rbp may equal sp: a frame that pushed nothing after its
+		 * `push rbp; mov rbp, rsp` (HotSpot's arraycopy stubs, in
+		 * StubRoutines, where a sorting thread spends 2 % of its
+		 * samples: each was cut there). */
+		if (bp < sp || (bp & 7)) {
 			s->end = UNWIND_END_NO_INFO;
 			return 1;
 		}
