@@ -225,9 +225,9 @@ impl<'a> Replay<'a> {
             // the one after a system call, in the same function; one byte
             // back named the function before it in memory whenever that
             // instruction was a function's first (a fault on entering a
-            // function's page, a preemption there; 0.1-0.6 % of a Go
-            // program's stacks were an unnamed `golabels+0x6157f`, the
-            // padding before its entry point `_rt0_amd64_linux`).
+            // function's page, a preemption there; a Go program's exec
+            // was an unnamed `golabels+0x6157f`, the padding before its
+            // entry point `_rt0_amd64_linux`).
             let entered_kernel_at = matches!(raw, RawFrame::User(_))
                 && frames
                     .get(depth + 1)
