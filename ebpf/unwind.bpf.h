@@ -385,11 +385,12 @@ __noinline long unwind_frame(struct ustack_walk *s, struct unwind_process *proc,
 			slot = epilogue & 7;
 			break;
 		}
-		/* rbp may equal sp: a frame that pushed nothing after its
-		 * `push rbp; mov rbp, rsp` (HotSpot's arraycopy stubs, in
-		 * StubRoutines, where a sorting thread spends 2 % of its
-		 * samples: each was cut there). */
-		if (bp < sp || (bp & 7)) {
+		/* In HotSpot's code heap rbp may equal sp: a frame that pushed
+		 * nothing after its `push rbp; mov rbp, rsp` (the arraycopy
+		 * stubs, in StubRoutines, where a sorting thread spends 2 % of
+		 * its samples: each was cut there). Elsewhere rbp must lie
+		 * above sp: V8's frames are read at rbp - 16, below sp there. */
+		if (bp < sp || (bp == sp && !(m && m->table_start == UNWIND_TABLE_HOTSPOT)) || (bp & 7)) {
 			s->end = UNWIND_END_NO_INFO;
 			return 1;
 		}
