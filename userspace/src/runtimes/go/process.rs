@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::bpf::abi::{PythonProcess, PY_NO_OFFSET, PY_WALK_GO};
+use crate::bpf::abi::{PythonProcess, PY_NO_OFFSET, PY_WALK_GO, PY_WALK_GO_LABEL_LIST};
 use crate::runtimes::go::binary::GoBinary;
 
 /// A Go executable as one process maps it.
@@ -52,7 +52,11 @@ impl GoRuntime {
             code_linetable: PY_NO_OFFSET,
             code_read_at: 0,
             tstate_pthread: PY_NO_OFFSET,
-            flags: PY_WALK_GO,
+            flags: if self.binary.labels_are_a_list() {
+                PY_WALK_GO | PY_WALK_GO_LABEL_LIST
+            } else {
+                PY_WALK_GO
+            },
         }
     }
 }

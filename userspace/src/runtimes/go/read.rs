@@ -1,9 +1,11 @@
 //! A goroutine's pprof labels read from its process's memory: the
-//! `map[string]string` (Go 1.18 to 1.23's `runtime.hmap`) the kernel found
-//! the goroutine pointing at, read once per map and hash seed with
-//! `process_vm_readv`.
+//! `map[string]string` (Go 1.18 to 1.23's `runtime.hmap`) or, from Go 1.24,
+//! the list sorted by key (`labelMap{Set{List []Label}}`) the kernel found
+//! the goroutine pointing at, read once per map and hash seed (list and
+//! fingerprint) with `process_vm_readv`.
 //!
-//! In: a pid, the map's address and the hash seed the kernel read with it.
+//! In: a pid, the map's address and the hash seed the kernel read with it
+//! (a list's: the fingerprint it made, [`list_fingerprint`]).
 //! Out: the labels, sorted by key, as the name of a root frame
 //! ([`labels_frame`]), or why they could not be read. The memory is the
 //! process's own and may lie: the map is read only if it still has the seed
@@ -16,6 +18,7 @@
 //! `minTopHash` (5); a map still growing keeps entries not yet moved in its
 //! old buckets (those moved are marked there 2-4), so both arrays are read.
 
+use crate::bpf::abi::{GO_LIST_MAX_LABELS, GO_LIST_PRINT_LABELS, PY_FP_MUL};
 use crate::model::goroutine_labels::labels_name;
 use crate::model::recording::FrameKind;
 use crate::runtimes::frames::CodeInfo;
@@ -23,7 +26,7 @@ use crate::runtimes::python::read::CodeError;
 use crate::sys::memory::read_process;
 
 /// Labels read per map at most (pprof users set a few).
-pub const MAX_LABELS: u64 = 64;
+pub const MAX_LABELS: u64 = GO_LIST_MAX_LABELS;
 /// Bytes of a key or value kept at most (longer ones are cut, said with `…`).
 pub const MAX_LABEL_BYTES: u64 = 256;
 /// `hmap.B` read at most: 16 buckets (a map of 64 labels needs 8).
@@ -130,6 +133,57 @@ pub fn read_labels(pid: u32, hmap: u64, seed: u32) -> Result<Vec<(String, String
     }
     if labels.len() as u64 != count {
         return Err(CodeError::Malformed("label map"));
+    }
+    labels.sort();
+    Ok(labels)
+}
+
+/// A Go 1.24+ label list's fingerprint, as `ebpf/runtimes/go.bpf.h`
+/// `go_list_fingerprint` makes it: the list's pointer and length, and the
+/// first [`GO_LIST_PRINT_LABELS`] labels' words (zero where the list is
+/// shorter), mixed.
+pub fn list_fingerprint(ptr: u64, len: u64, first: &[u64]) -> u32 {
+    let mut h = (ptr ^ len).wrapping_mul(PY_FP_MUL);
+    for i in 0..4 * GO_LIST_PRINT_LABELS as usize {
+        h = (h ^ first.get(i).copied().unwrap_or(0)).wrapping_mul(PY_FP_MUL);
+    }
+    (h >> 32) as u32 | 1
+}
+
+/// The labels of the Go 1.24+ `labelMap` at `addr` in `pid` (a list of
+/// key-value string pairs, sorted by key), if its list still has the
+/// fingerprint `print` the kernel made, sorted by key.
+pub fn read_list_labels(
+    pid: u32,
+    addr: u64,
+    print: u32,
+) -> Result<Vec<(String, String)>, CodeError> {
+    let mut header = [0u8; 16];
+    read_process(pid, addr, &mut header).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            CodeError::Gone
+        } else {
+            CodeError::Unreadable
+        }
+    })?;
+    let (ptr, len) = (word(&header, 0), word(&header, 8));
+    if ptr == 0 || len == 0 || len > MAX_LABELS {
+        // Not the list the kernel read (it reads none of these).
+        return Err(CodeError::Replaced);
+    }
+    let mut list = vec![0u8; len as usize * 32];
+    read_process(pid, ptr, &mut list).map_err(|_| CodeError::Unreadable)?;
+    let words: Vec<u64> = (0..list.len() / 8).map(|i| word(&list, i * 8)).collect();
+    let printed = words.len().min(4 * GO_LIST_PRINT_LABELS as usize);
+    if list_fingerprint(ptr, len, &words[..printed]) != print {
+        return Err(CodeError::Replaced);
+    }
+    let mut labels = Vec::with_capacity(len as usize);
+    for label in words.chunks_exact(4) {
+        labels.push((
+            read_string(pid, label[0], label[1])?,
+            read_string(pid, label[2], label[3])?,
+        ));
     }
     labels.sort();
     Ok(labels)
@@ -289,5 +343,72 @@ mod tests {
             read(&header(1, 0, 0, 7, bad.addr(b), 0), 7),
             Err(CodeError::Unreadable)
         );
+    }
+
+    /// A Go 1.24+ list in this process's memory: its labels' words, and
+    /// the labelMap's (pointer, length, capacity) header.
+    fn fake_list(m: &mut FakeMap, labels: &[(&str, &str)]) -> (Vec<u64>, Box<[u64; 3]>) {
+        let mut words = Vec::new();
+        for (k, v) in labels {
+            let (kp, kl) = m.string(k);
+            let (vp, vl) = m.string(v);
+            words.extend([kp, kl, vp, vl]);
+        }
+        let header = Box::new([
+            words.as_ptr() as u64,
+            labels.len() as u64,
+            labels.len() as u64,
+        ]);
+        (words, header)
+    }
+
+    fn print_of(words: &[u64]) -> u32 {
+        let n = words.len().min(4 * GO_LIST_PRINT_LABELS as usize);
+        list_fingerprint(words.as_ptr() as u64, words.len() as u64 / 4, &words[..n])
+    }
+
+    #[test]
+    fn a_label_list_is_read_with_its_fingerprint_only() {
+        let mut m = FakeMap::new();
+        let (words, header) = fake_list(&mut m, &[("user", "u1"), ("handler", "beta"), ("a", "b")]);
+        let read =
+            |h: &[u64; 3], print| read_list_labels(std::process::id(), h.as_ptr() as u64, print);
+        let print = print_of(&words);
+        assert_eq!(
+            read(&header, print),
+            Ok(pairs(&[("a", "b"), ("handler", "beta"), ("user", "u1")]))
+        );
+        // Another list at the labelMap's address (other strings): refused.
+        let (other, other_header) = fake_list(&mut m, &[("user", "u2"), ("handler", "beta")]);
+        assert_eq!(read(&other_header, print), Err(CodeError::Replaced));
+        assert_eq!(read(&other_header, print_of(&other)).unwrap()[1].1, "u2");
+        // One label: the fingerprint's missing words are zeros.
+        let (one, one_header) = fake_list(&mut m, &[("role", "sleeper")]);
+        assert_eq!(
+            read(&one_header, print_of(&one)),
+            Ok(pairs(&[("role", "sleeper")]))
+        );
+    }
+
+    #[test]
+    fn a_lying_label_list_is_refused_not_followed() {
+        let mut m = FakeMap::new();
+        let (words, mut header) = fake_list(&mut m, &[("k", "v")]);
+        let print = print_of(&words);
+        let read = |h: &[u64; 3]| read_list_labels(std::process::id(), h.as_ptr() as u64, print);
+        // Longer than any pprof user's, or empty, or nil: not the kernel's.
+        header[1] = MAX_LABELS + 1;
+        assert_eq!(read(&header), Err(CodeError::Replaced));
+        header[1] = 0;
+        assert_eq!(read(&header), Err(CodeError::Replaced));
+        // A list at an unmapped address.
+        *header = [8, 1, 1];
+        assert_eq!(read(&header), Err(CodeError::Unreadable));
+        // A string claiming a gigabyte, under a matching fingerprint.
+        let mut bad = words.clone();
+        bad[1] = 1 << 40;
+        let h = Box::new([bad.as_ptr() as u64, 1, 1]);
+        let p = print_of(&bad);
+        assert!(read_list_labels(std::process::id(), h.as_ptr() as u64, p).is_err());
     }
 }
