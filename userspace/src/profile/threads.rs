@@ -126,6 +126,9 @@ pub(super) fn build_thread(
     };
     let mut cpu_delta = Vec::with_capacity(n);
     let mut weights = rec.off_cpu.then(|| Vec::with_capacity(n));
+    // To the microsecond, as every time in the file: 999 Hz's period
+    // written whole was 17 characters a sample (1.001001001001001).
+    let interval_ms = (rec.interval_ms * 1e3).round() / 1e3;
     // Merge on-CPU and off-CPU samples by time. With off-CPU tracking every
     // sample is weighted in ms: on-CPU ones by the sampling interval,
     // off-CPU ones by the interval's length, so the call tree adds up to time.
@@ -140,7 +143,7 @@ pub(super) fn build_thread(
             push_time(&mut samples, on.time_ns[i]);
             cpu_delta.push(Some(on.cpu_delta_ns[i] / 1000));
             if let Some(w) = weights.as_mut() {
-                w.push(rec.interval_ms);
+                w.push(interval_ms);
             }
             i += 1;
         } else {

@@ -44,7 +44,7 @@ use open::{cstring, inherited_fd, open_through, temp_path};
 pub use stream::Stream;
 
 /// zlib's level for `.json.gz` profiles.
-const PROFILE_GZIP_LEVEL: u32 = 3;
+const PROFILE_GZIP_LEVEL: u32 = 1;
 
 /// A profile being written: the unnamed (or hidden) file and where it goes.
 pub struct OutputFile {
