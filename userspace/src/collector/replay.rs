@@ -4,7 +4,8 @@
 //!
 //! In: a window's [`WindowData`] (samples as columns, raw stacks as a prefix
 //! tree of absolute addresses under a pid root, scheduler and I/O records
-//! with their raw stacks) and the persistent [`ProcessTable`]. Out: per
+//! with their raw stacks), the persistent [`ProcessTable`] and the kernel's
+//! symbols (which of its frames are an interrupt's entry). Out: per
 //! thread, its samples, off-CPU samples and markers as columns of stack
 //! nodes over [`FrameKey`]s (library + library-relative address), ready to
 //! be symbolicated. A raw stack is resolved once per process mapping epoch.
@@ -19,6 +20,7 @@ use crate::model::recording::{MarkerRecord, OffCpuSamples, ThreadSamples};
 use crate::model::stack_end::StackEnd;
 use crate::model::stack_tree::{NodeIndex, StackTree, NO_PARENT};
 use crate::runtimes::frames::RawFrame;
+use crate::symbolize::kernel::{FrameClass, KernelSymbols};
 
 /// A frame before symbolication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -111,6 +113,8 @@ pub(super) struct ThreadData {
 /// The replay of one window.
 pub(super) struct Replay<'a> {
     pub table: &'a mut ProcessTable,
+    /// What tells an interrupt's entry among kernel frames.
+    kernel: &'a KernelSymbols,
     pub frame_keys: Vec<FrameKey>,
     frame_index: FxHashMap<FrameKey, u32>,
     pub stacks: StackTree,
@@ -124,9 +128,10 @@ pub(super) struct Replay<'a> {
 }
 
 impl<'a> Replay<'a> {
-    pub fn new(table: &'a mut ProcessTable) -> Replay<'a> {
+    pub fn new(table: &'a mut ProcessTable, kernel: &'a KernelSymbols) -> Replay<'a> {
         Replay {
             table,
+            kernel,
             frame_keys: Vec::new(),
             frame_index: FxHashMap::default(),
             stacks: StackTree::new(),
@@ -232,7 +237,16 @@ impl<'a> Replay<'a> {
                 && frames
                     .get(depth + 1)
                     .is_some_and(|&next| matches!(RawFrame::decode(next), RawFrame::Kernel(_)));
-            let lookup = if depth == leaf || entered_kernel_at {
+            // The same inside the kernel: the frame right below an
+            // interrupt's entry (`asm_common_interrupt`, `asm_sysvec_*`) is
+            // the instruction the interrupt stopped, a timer's at a
+            // function's first byte as likely as any other.
+            let is_entry = |a: u64| self.kernel.class(a) == FrameClass::HardIrqEntry;
+            let interrupted_at = matches!(raw, RawFrame::Kernel(a) if !is_entry(a))
+                && frames.get(depth + 1).is_some_and(
+                    |&next| matches!(RawFrame::decode(next), RawFrame::Kernel(k) if is_entry(k)),
+                );
+            let lookup = if depth == leaf || entered_kernel_at || interrupted_at {
                 addr
             } else {
                 addr.saturating_sub(1)

@@ -297,6 +297,38 @@ fn replay_resolves_with_mappings_of_the_moment() {
     );
 }
 
+/// Check that the kernel frame an interrupt stopped (right below its
+/// entry) is looked up as it is: a timer at `schedule`'s first byte is in
+/// `schedule`, not in `__schedule` before it; other return addresses one
+/// byte back, as ever.
+#[test]
+fn the_kernel_instruction_an_interrupt_stopped_is_named_as_it_is() {
+    let mut c = collector(PidFilter::All);
+    c.handle_sideband(SidebandEvent::Mmap(mmap(100, 10, "/nonexistent/a")));
+    // Leaf first: the interrupt's handler, its entry, the instruction it
+    // stopped (schedule's first), the caller's return address (the first
+    // byte after a call at do_nanosleep's first: one back is do_nanosleep).
+    let kernel = [
+        0xffff_ffff_8150_0010,
+        0xffff_ffff_8100_0d60,
+        0xffff_ffff_8110_0900,
+        0xffff_ffff_8110_0a01,
+    ];
+    sample(&mut c, 200, 10, 10, 1000, &[0x40_0100], &kernel);
+    let r = c.finish_window(range(0, 1000));
+    let got = names(&r, thread(&r, 10, 10).samples.stack[0]);
+    assert_eq!(
+        got[got.len() - 4..],
+        [
+            "do_nanosleep",
+            "schedule",
+            "asm_common_interrupt",
+            "common_interrupt"
+        ],
+        "{got:?}"
+    );
+}
+
 /// Check that a Tree filter keeps the root and the processes it forks,
 /// and nothing else.
 #[test]

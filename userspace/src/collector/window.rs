@@ -96,7 +96,7 @@ impl Collector {
         let floor = *self.first_start_ns.get_or_insert(range.start_ns);
         clip_to_range(&mut w, &range, floor);
         let order = replay_order(&w, &range, floor);
-        let mut replay = Replay::new(&mut self.table);
+        let mut replay = Replay::new(&mut self.table, &self.kernel);
         replay_in_order(&mut replay, &w, &order, self.options.marker_min_ns);
         let cpu_tracks = if self.options.per_cpu {
             replay.cpu_tracks(
