@@ -5,8 +5,9 @@
 //! a name and the bytes. Out: the file in place, or an error and nothing
 //! left behind. The bytes go to a hidden temporary with a random name in
 //! the same directory (created mode 0600, never through a symlink), which
-//! is fsynced, renamed over the name, and then the directory is fsynced so
-//! the rename itself survives a power loss. A temporary a killed writer
+//! is fsynced (its pages then dropped from the page cache, where they were
+//! charged to this process's cgroup), renamed over the name, and then the
+//! directory is fsynced so the rename itself survives a power loss. A temporary a killed writer
 //! left is named `.tmp-<random><suffix>`: the caller's suffix lets it find
 //! and remove its own.
 
@@ -29,6 +30,8 @@ pub fn write_in(dir: &DirHandle, name: &str, suffix: &str, bytes: &[u8]) -> std:
         let mut f = dir.create_new(&temp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
+        // Written for later: its pages need not stay charged to us.
+        super::cgroup_memory::drop_cached_pages(&f);
         dir.rename(&temp, name)?;
         dir.sync()
     })();

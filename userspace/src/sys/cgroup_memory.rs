@@ -6,9 +6,27 @@
 //! Out: [`CgroupMemory::reading`]: the working set (usage less the page
 //! cache the kernel may drop first, as the kubelet counts it) and the
 //! limit, when there is one. What the cgroup charges includes the kernel
-//! memory of the BPF maps sysprof made, which its own RSS does not show.
+//! memory of the BPF maps sysprof made, which its own RSS does not show,
+//! and the page cache of the files it writes, which [`drop_cached_pages`]
+//! gives back.
 
 use std::path::PathBuf;
+
+/// Ask the kernel to drop `file`'s pages from the page cache, once they
+/// are written: a page of a file this process wrote (or first read) is
+/// charged to its cgroup until reclaimed, and counts toward a unit's
+/// `MemoryMax` and its "at rest" figure meanwhile. Only clean, unmapped
+/// pages go (call it after `sync_data`); pages another process maps stay.
+/// For files sysprof itself keeps and rarely reads back soon (the store's
+/// segments, the unwind-table cache); best effort: an error only means the
+/// pages stay until the kernel reclaims them.
+pub fn drop_cached_pages(file: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an open file descriptor; the call reads no memory of ours.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
+}
 
 /// A cgroup's memory files.
 #[derive(Debug, Clone)]

@@ -159,6 +159,7 @@ impl TableCache {
             }
             let mut bytes = vec![0u8; 8 * rows];
             f.read_exact(&mut bytes).ok()?;
+            crate::sys::cgroup_memory::drop_cached_pages(&f);
             Some(
                 bytes
                     .chunks_exact(8)
@@ -213,6 +214,11 @@ impl TableCache {
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&tmp)?;
             f.write_all(&out)?;
+            // Read back on a later run, not this one: its pages (tens of
+            // MB for a host's large binaries, dirty then cached) need not
+            // stay charged to the agent's cgroup meanwhile.
+            f.sync_data()?;
+            crate::sys::cgroup_memory::drop_cached_pages(&f);
             std::fs::rename(&tmp, &path)
         };
         if write().is_err() {

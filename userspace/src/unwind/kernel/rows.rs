@@ -95,6 +95,10 @@ pub(super) fn compile_cached(
     let result = compile_table(file, max_rows);
     if let (Some(c), Ok(rows)) = (cache, &result) {
         c.put(file, max_rows, rows);
+        // The CFI just read (megabytes for a large binary, pages its
+        // process never touched) stays charged to our cgroup otherwise;
+        // what the binary's processes map is not dropped.
+        crate::sys::cgroup_memory::drop_cached_pages(file);
     }
     (result, false)
 }
