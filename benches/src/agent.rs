@@ -290,6 +290,40 @@ pub fn section(
         }
         Err(e) => md_skip_note = format!("\n**The exporters rows were not run**: {e:#}.\n"),
     }
+    // A first start after sysprof is installed or rebuilt compiles the
+    // unwind tables of everything running and writes them to its cache
+    // (unwind/kernel/cache.rs); every later start reads them. The rows are
+    // the steady state: a start of its own warms the cache first, and its
+    // cost is said apart.
+    let warm_store = work.join("agent-store-warm-up");
+    let _ = std::fs::remove_dir_all(&warm_store);
+    match RunningAgent::start(
+        sysprof,
+        &warm_store,
+        &work.join("agent-warm-up.log"),
+        &[],
+        None,
+    ) {
+        Ok(agent) => {
+            let pid = agent.pid();
+            std::thread::sleep(settle);
+            let cpu_ms = super::process_cpu_ms(pid).unwrap_or(f64::NAN);
+            let _ = agent.stop();
+            md_skip_note += &format!(
+                "
+Before the rows, a start of the agent warmed its unwind-table cache: {cpu_ms:.0} ms of CPU over its first {} s (the first start after an install or a rebuild pays this once).
+",
+                settle.as_secs()
+            );
+        }
+        Err(e) => {
+            md_skip_note += &format!(
+                "
+The warm-up start failed: {e:#}.
+"
+            )
+        }
+    }
     for (i, (name, argv, extra)) in runs.iter().enumerate() {
         let name = name.as_str();
         let Some(store) = stores.get(i) else { break };
