@@ -15,6 +15,15 @@ fn quiet(cmd: &mut Command) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Make a Python venv at `venv` (python3-venv installed from Debian's
+/// packages when missing); whether it worked is seen by what is then run
+/// from it.
+fn make_venv(venv: &Path) {
+    let _ = quiet(Command::new("python3").args(["-m", "venv"]).arg(venv))
+        || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"]))
+            && quiet(Command::new("python3").args(["-m", "venv"]).arg(venv)));
+}
+
 /// `go` (for `go tool pprof`, Google's pprof reader), installed from Debian's
 /// `golang-go` when missing. None (said loudly; a failure under CI) when it
 /// cannot be had.
@@ -51,9 +60,7 @@ pub fn go_from_pypi(test: &str, version: &str) -> Option<PathBuf> {
     if go.exists() && ready() {
         return Some(go);
     }
-    let _ = quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv))
-        || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"]))
-            && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+    make_venv(&venv);
     let _ = quiet(
         Command::new(venv.join("bin/pip"))
             .args(["install", "-q"])
@@ -81,9 +88,7 @@ pub fn otel_python(test: &str) -> Option<PathBuf> {
     if python.exists() && ready() {
         return Some(python);
     }
-    let _ = quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv))
-        || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"]))
-            && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+    make_venv(&venv);
     let _ = quiet(Command::new(venv.join("bin/pip")).args([
         "install",
         "-q",
@@ -103,9 +108,7 @@ pub fn py_spy(test: &str) -> Option<PathBuf> {
     let venv = workspace_root().join("target/test-venv");
     let spy = venv.join("bin/py-spy");
     if !spy.exists() {
-        let _ = quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv))
-            || (quiet(Command::new("apt-get").args(["install", "-y", "python3-venv"]))
-                && quiet(Command::new("python3").args(["-m", "venv"]).arg(&venv)));
+        make_venv(&venv);
         let _ = quiet(Command::new(venv.join("bin/pip")).args(["install", "-q", "py-spy"]));
     }
     if spy.exists() {

@@ -74,13 +74,7 @@ fn read_string(pid: u32, ptr: u64, len: u64) -> Result<String, CodeError> {
 /// `seed`, sorted by key.
 pub fn read_labels(pid: u32, hmap: u64, seed: u32) -> Result<Vec<(String, String)>, CodeError> {
     let mut header = [0u8; 48];
-    read_process(pid, hmap, &mut header).map_err(|e| {
-        if e.raw_os_error() == Some(libc::ESRCH) {
-            CodeError::Gone
-        } else {
-            CodeError::Unreadable
-        }
-    })?;
+    read_process(pid, hmap, &mut header).map_err(CodeError::of_read)?;
     let count = word(&header, 0);
     let (flags, log_buckets) = (header[8], header[9]);
     let hash0 = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
@@ -159,13 +153,7 @@ pub fn read_list_labels(
     print: u32,
 ) -> Result<Vec<(String, String)>, CodeError> {
     let mut header = [0u8; 16];
-    read_process(pid, addr, &mut header).map_err(|e| {
-        if e.raw_os_error() == Some(libc::ESRCH) {
-            CodeError::Gone
-        } else {
-            CodeError::Unreadable
-        }
-    })?;
+    read_process(pid, addr, &mut header).map_err(CodeError::of_read)?;
     let (ptr, len) = (word(&header, 0), word(&header, 8));
     if ptr == 0 || len == 0 || len > MAX_LABELS {
         // Not the list the kernel read (it reads none of these).

@@ -71,6 +71,17 @@ pub enum CodeError {
     Gone,
 }
 
+impl CodeError {
+    /// Why a read of a process's memory failed: the process gone (no such
+    /// process), or the address unreadable.
+    pub fn of_read(e: std::io::Error) -> CodeError {
+        match e.raw_os_error() {
+            Some(libc::ESRCH) => CodeError::Gone,
+            _ => CodeError::Unreadable,
+        }
+    }
+}
+
 fn read_u64(buf: &[u8], at: u64) -> Option<u64> {
     let at = usize::try_from(at).ok()?;
     Some(u64::from_le_bytes(
@@ -143,10 +154,7 @@ pub fn read_code(
     code_type: u64,
 ) -> Result<CodeInfo, CodeError> {
     let mut header = vec![0u8; l.code_header_bytes() as usize];
-    read_process(pid, addr, &mut header).map_err(|e| match e.raw_os_error() {
-        Some(libc::ESRCH) => CodeError::Gone,
-        _ => CodeError::Unreadable,
-    })?;
+    read_process(pid, addr, &mut header).map_err(CodeError::of_read)?;
     let field = |at: u64| read_u64(&header, at).ok_or(CodeError::NotCode);
     if field(l.ob_type)? != code_type {
         return Err(CodeError::NotCode);
