@@ -3,8 +3,7 @@
 //!
 //! In: the finished recording, what was written where, the missing-symbols
 //! counts of its windows. Out: lines on stderr; for the advice, the Debian
-//! packages that own the binaries, read from dpkg's own file lists (root's
-//! files, bounded) rather than by running `dpkg-query`.
+//! packages that own the binaries ([`super::dpkg_owners`]).
 
 use std::path::Path;
 use std::time::Duration;
@@ -105,7 +104,7 @@ pub(super) fn missing_symbols_line(
         .take(3)
         .map(|(path, _, _)| path.as_str())
         .collect();
-    let owners = debian_packages_of(&paths);
+    let owners = super::dpkg_owners::packages_of(&paths);
     let packages: Vec<String> = paths
         .iter()
         .filter_map(|path| owners.get(*path))
@@ -140,85 +139,6 @@ pub(super) fn missing_symbols_line(
     ))
 }
 
-/// Where dpkg keeps each installed package's file list (`NAME[:ARCH].list`).
-const DPKG_INFO_DIR: &str = "/var/lib/dpkg/info";
-
-/// A file list larger than this is not read (the largest on a desktop is
-/// a few MB; the directory is root's, the bound is against a broken one).
-const DPKG_LIST_MAX_BYTES: u64 = 64 << 20;
-
-/// The packages holding `paths`, from dpkg's file lists, where dpkg is the
-/// package manager; a merged /usr's file is also looked for where the
-/// package put it (`/usr/bin/gzip` is `/bin/gzip` to dpkg). Returns path →
-/// package for those one package holds.
-///
-/// Read here rather than through `dpkg-query -S`: that parses dpkg's
-/// status database and every list for each call, 134 ms of CPU against
-/// ~20 ms here (8.3 MB of lists on this VM), and it ran at the end of every
-/// recording with unsymbolized samples (5 % of a 10-s `record -a`'s CPU
-/// beside pgbench). Diversions are not followed: a diverted binary's
-/// package is its list's.
-fn debian_packages_of(paths: &[&str]) -> std::collections::HashMap<String, String> {
-    let mut owners = std::collections::HashMap::new();
-    if paths.is_empty() {
-        return owners;
-    }
-    let Ok(dir) = std::fs::read_dir(DPKG_INFO_DIR) else {
-        return owners;
-    };
-    // path asked → the packages found holding it (two: shared, none named).
-    let mut found: std::collections::HashMap<&str, Vec<String>> = Default::default();
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let Some(package) = name.to_str().and_then(dpkg_list_package) else {
-            continue;
-        };
-        let Ok(meta) = entry.metadata() else { continue };
-        if !meta.is_file() || meta.len() > DPKG_LIST_MAX_BYTES {
-            continue;
-        }
-        let Ok(list) = std::fs::read(entry.path()) else {
-            continue;
-        };
-        for path in listed(&list, paths) {
-            let holders = found.entry(path).or_default();
-            if !holders.iter().any(|h| h == package) {
-                holders.push(package.to_string());
-            }
-        }
-    }
-    for (path, mut holders) in found {
-        if holders.len() == 1 {
-            owners.insert(path.to_string(), holders.pop().unwrap_or_default());
-        }
-    }
-    owners
-}
-
-/// The package a dpkg file list's name names: "libc6:amd64.list" → "libc6";
-/// None for dpkg's other files (`.md5sums`, `.postinst`, …).
-fn dpkg_list_package(file_name: &str) -> Option<&str> {
-    let stem = file_name.strip_suffix(".list")?;
-    let package = stem.split(':').next()?;
-    (!package.is_empty()).then_some(package)
-}
-
-/// The `paths` a dpkg file list (one path a line) holds, each as asked: a
-/// line equal to the path, or to the path without a merged /usr's `/usr`.
-fn listed<'p>(list: &[u8], paths: &[&'p str]) -> Vec<&'p str> {
-    let mut held = Vec::new();
-    for line in list.split(|&b| b == b'\n') {
-        for &path in paths {
-            let bytes = path.as_bytes();
-            if (line == bytes || bytes.strip_prefix(b"/usr") == Some(line)) && !held.contains(&path)
-            {
-                held.push(path);
-            }
-        }
-    }
-    held
-}
-
 /// The distribution's debuginfod server (from /etc/os-release), else a
 /// placeholder the user fills in.
 fn debuginfod_server_hint() -> &'static str {
@@ -234,76 +154,5 @@ fn debuginfod_server_hint() -> &'static str {
         "fedora" => "https://debuginfod.fedoraproject.org",
         "arch" => "https://debuginfod.archlinux.org",
         _ => "<your distribution's debuginfod server>",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Check that a dpkg file list's name gives its package (arch cut),
-    /// that dpkg's other files give none, and that a list holds a path as
-    /// written or under a merged /usr, never a longer or shorter one.
-    #[test]
-    fn reads_dpkg_file_lists() {
-        assert_eq!(
-            dpkg_list_package("python3.11-minimal.list"),
-            Some("python3.11-minimal")
-        );
-        assert_eq!(dpkg_list_package("libc6:amd64.list"), Some("libc6"));
-        assert_eq!(dpkg_list_package("libc6:amd64.md5sums"), None);
-        assert_eq!(dpkg_list_package(".list"), None);
-        let list =
-            b"/.\n/bin\n/bin/gzip\n/usr/lib/x86_64-linux-gnu/libz.so.1.2.13\n/usr/bin/gzipx\n";
-        let asked = [
-            "/usr/bin/gzip",
-            "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13",
-            "/usr/bin/gzi",
-            "/bin",
-        ];
-        assert_eq!(
-            listed(list, &asked),
-            vec![
-                "/bin",
-                "/usr/bin/gzip",
-                "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13"
-            ]
-        );
-        assert!(listed(b"", &asked).is_empty());
-    }
-
-    /// Check the lists' answer against `dpkg-query -S` (the oracle) for a
-    /// binary and a library every Debian has, through a merged /usr.
-    #[test]
-    fn dpkg_lists_name_the_package_dpkg_query_names() {
-        if !std::path::Path::new(DPKG_INFO_DIR).is_dir() {
-            eprintln!("SKIPPED: no {DPKG_INFO_DIR} (not a dpkg system)");
-            return;
-        }
-        let paths = ["/usr/bin/gzip", "/usr/lib/x86_64-linux-gnu/libc.so.6"];
-        let ours = debian_packages_of(&paths);
-        let mut checked = 0;
-        for path in paths {
-            if !std::path::Path::new(path).exists() {
-                eprintln!("not checked: no {path} here");
-                continue;
-            }
-            // dpkg lists a merged /usr's file where the package put it.
-            let out = std::process::Command::new("dpkg-query")
-                .args(["-S", path, path.strip_prefix("/usr").unwrap_or(path)])
-                .output()
-                .expect("dpkg-query runs where dpkg's lists are");
-            let text = String::from_utf8_lossy(&out.stdout);
-            let oracle = text
-                .lines()
-                .next()
-                .and_then(|l| l.split(':').next())
-                .unwrap_or_default()
-                .trim();
-            assert!(!oracle.is_empty(), "dpkg-query -S {path}: {text}");
-            assert_eq!(ours.get(path).map(String::as_str), Some(oracle), "{path}");
-            checked += 1;
-        }
-        assert!(checked > 0, "neither {paths:?} is here to check");
     }
 }

@@ -32,6 +32,7 @@ use crate::profile::HostInfo;
 use crate::sampling::{BadFlag, Engine, RecordScope, Role};
 
 mod closing;
+mod dpkg_owners;
 mod windows;
 use closing::{missing_symbols_line, print_summary};
 use std::os::fd::AsFd;

@@ -94,6 +94,48 @@ impl DirHandle {
     }
 }
 
+/// Whether `dir` and every directory above it are root's and writable by
+/// root alone (an ancestor may be sticky, as /tmp: then nobody else can
+/// move what is root's in it): else someone could swap a file or the
+/// directory itself under a root process that writes there. A symlink on
+/// the way is refused (its own owner is checked, not its target's).
+pub fn is_root_private(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let mut at = dir;
+    loop {
+        let Ok(m) = std::fs::symlink_metadata(at) else {
+            return false;
+        };
+        let shut = m.mode() & 0o022 == 0 || (at != dir && m.mode() & 0o1000 != 0);
+        if !m.is_dir() || m.uid() != 0 || !shut {
+            return false;
+        }
+        match at.parent() {
+            Some(p) if !p.as_os_str().is_empty() => at = p,
+            _ => return true,
+        }
+    }
+}
+
+/// A cache directory of root's (`/var/cache/sysprof/...`): created mode 0700
+/// if missing, then opened if [`is_root_private`] holds; None when this
+/// process is not root or the directory is not private to root.
+pub fn root_private(dir: &Path) -> Option<DirHandle> {
+    use std::os::unix::fs::DirBuilderExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir);
+    if !is_root_private(dir) {
+        return None;
+    }
+    DirHandle::open(dir).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,19 +68,9 @@ impl TableCache {
             .mode(0o700)
             .create(&dir);
         // Every directory on the way must be root's and not writable by
-        // others (or sticky, as /tmp: then nobody else can move what is
-        // root's in it): else someone could swap a file or the directory.
-        let mut at = dir.as_path();
-        loop {
-            let m = std::fs::symlink_metadata(at).ok()?;
-            let shut = m.mode() & 0o022 == 0 || (at != dir.as_path() && m.mode() & 0o1000 != 0);
-            if !m.is_dir() || m.uid() != 0 || !shut {
-                return None;
-            }
-            match at.parent() {
-                Some(p) if !p.as_os_str().is_empty() => at = p,
-                _ => break,
-            }
+        // others: else someone could swap a file or the directory.
+        if !crate::sys::dir::is_root_private(&dir) {
+            return None;
         }
         let exe = std::fs::metadata("/proc/self/exe").ok()?;
         let own = [
