@@ -25,6 +25,7 @@ pub mod output;
 pub mod spill;
 pub mod validate;
 
+mod json_numbers;
 mod markers;
 mod meta;
 pub(crate) mod schema;
@@ -342,7 +343,7 @@ impl<W: Write> ProfileWriter<W> {
                 if !self.written.is_empty() {
                     self.out.write_all(b",")?;
                 }
-                serde_json::to_writer(&mut self.out, &build_thread(tables, p, t, name, &ms))?;
+                json_numbers::to_writer(&mut self.out, &build_thread(tables, p, t, name, &ms))?;
                 self.written.push(TrackFacts::of(p, t));
             }
         }
@@ -354,7 +355,7 @@ impl<W: Write> ProfileWriter<W> {
             if !self.counters.is_empty() {
                 self.counters.push(b',');
             }
-            serde_json::to_writer(
+            json_numbers::to_writer(
                 &mut self.counters,
                 &meta::counter_json(c, &c.pid.to_string(), main, tables.interval_ms, &ms),
             )?;
@@ -383,20 +384,20 @@ impl<W: Write> ProfileWriter<W> {
                 if !std::mem::take(&mut first) {
                     self.out.write_all(b",")?;
                 }
-                serde_json::to_writer(&mut self.out, t).map_err(std::io::Error::from)
+                json_numbers::to_writer(&mut self.out, t).map_err(std::io::Error::from)
             },
         )?;
         self.out.write_all(b"],\"meta\":")?;
-        serde_json::to_writer(&mut self.out, &profile.meta)?;
+        json_numbers::to_writer(&mut self.out, &profile.meta)?;
         self.out.write_all(b",\"libs\":")?;
-        serde_json::to_writer(&mut self.out, &profile.libs)?;
+        json_numbers::to_writer(&mut self.out, &profile.libs)?;
         self.out.write_all(b",\"pages\":[],\"counters\":[")?;
         self.out.write_all(&self.counters)?;
         for (i, c) in profile.counters.iter().enumerate() {
             if i > 0 || !self.counters.is_empty() {
                 self.out.write_all(b",")?;
             }
-            serde_json::to_writer(&mut self.out, c)?;
+            json_numbers::to_writer(&mut self.out, c)?;
         }
         self.out.write_all(b"],\"profilerOverhead\":[]}")?;
         Ok(self.out)
