@@ -110,8 +110,15 @@ impl Replay<'_> {
         let resolved = self.resolve_raw(w, e.pid, e.stack);
         let stack = self.pseudo(resolved, PseudoFrame::OffCpu(e.reason));
         let duration = e.end_ns.saturating_sub(e.start_ns);
+        let marked = duration >= marker_min_ns;
+        // The waker's stack goes only into a marker: a short wait keeps who
+        // woke it, not where (most waits beside a server are short).
         let waker = e.waker.as_ref().map(|(waker, raw)| {
-            let node = self.resolve_raw(w, waker.pid, *raw);
+            let node = if marked {
+                self.resolve_raw(w, waker.pid, *raw)
+            } else {
+                NO_PARENT
+            };
             (waker.clone(), (node != NO_PARENT).then_some(node))
         });
         let t = self.table.process(e.pid).thread(e.tid);
@@ -139,7 +146,7 @@ impl Replay<'_> {
             }
             _ => data.off_cpu.duration_ns.push(duration),
         }
-        if duration >= marker_min_ns {
+        if marked {
             data.markers.push(off_cpu_marker(e, waker));
         } else {
             // Too short for a marker: summed per waker, so `report --why`
