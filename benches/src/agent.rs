@@ -258,14 +258,16 @@ pub fn section(
     let mut kinds_md = String::new();
     let mut md = format!(
         "\n## The agent (`sysprof agent` defaults: 19 Hz, DWARF stacks, off-CPU and I/O, 10 s windows), beside each workload for {secs:.0} s after {} s to settle\n\n\
-         Agent CPU: its utime + stime over the workload's run (`/proc/PID/stat`, all threads). Extra machine CPU: \
+         Agent CPU: its utime + stime over the workload's run (`/proc/PID/stat`, all threads). New processes: \
+         `/proc/stat`'s `processes` (forks and new threads) over the run; µs per new process: the agent's CPU above the cpu row's (no new \
+         processes there) over them. Extra machine CPU: \
          busy time from `/proc/stat` minus the same workload's without the agent. Peak RSS: VmHWM over the agent's \
          whole life, start included; RSS: at the end of the run. Cgroup: the agent started in a memory cgroup of its own \
          (as a unit's `MemoryMax` counts it: anonymous, page cache and kernel memory, its BPF maps included), MiB at rest \
          (after settling, nothing running), at the end of the run, its peak over the agent's whole life, the highest of its anonymous plus kernel memory (what dropping page cache cannot give back; read every 200 ms over the run), and the kernel \
          memory at the end (v1 `memory.kmem.usage_in_bytes`, v2 `memory.stat` kernel). Bytes/sample: compacted segments (buckets of \
          {BENCH_BUCKET_S} s here; a real store's 10 minutes amortize names further) and all segments.\n\n\
-         | workload | agent CPU % of one CPU | extra machine CPU % of one CPU | peak RSS MB | RSS at end MB | cgroup at rest MiB | cgroup at end MiB | cgroup peak MiB | anon + kernel peak MiB | kernel at end MiB | samples stored | bytes/sample compacted | bytes/sample all |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         | workload | agent CPU % of one CPU | new processes /s | agent CPU µs per new process | extra machine CPU % of one CPU | peak RSS MB | RSS at end MB | cgroup at rest MiB | cgroup at end MiB | cgroup peak MiB | anon + kernel peak MiB | kernel at end MiB | samples stored | bytes/sample compacted | bytes/sample all |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         settle.as_secs()
     );
     let mut rows = Vec::new();
@@ -359,6 +361,7 @@ The warm-up start failed: {e:#}.
             let at_rest = cgroup.as_ref().map(|c| (mib(c.usage()), mib(c.kernel())));
             let c0 = super::process_cpu_ms(pid).unwrap_or(f64::NAN);
             let b0 = crate::busy_ms();
+            let f0 = processes_started();
             let t0 = Instant::now();
             let (ran, unreclaimable_peak) =
                 with_unreclaimable_peak(cgroup.as_ref(), || w.run_for(secs));
@@ -366,6 +369,12 @@ The warm-up start failed: {e:#}.
             let elapsed = t0.elapsed().as_secs_f64();
             let busy_pct = (crate::busy_ms() - b0) / elapsed / 10.0;
             let agent_pct = (super::process_cpu_ms(pid).unwrap_or(f64::NAN) - c0) / elapsed / 10.0;
+            let forks = processes_started().saturating_sub(f0) as f64;
+            // What a new process costs the agent: its CPU above the cpu
+            // row's (the first: the steady floor, one CPU-bound program and
+            // no new processes), over the processes started meanwhile.
+            let per_process_us = (forks / elapsed >= 1.0 && !cpu_goal.is_nan())
+                .then(|| (agent_pct - cpu_goal).max(0.0) * elapsed * 10.0 * 1000.0 / forks);
             let rss_end = status_kb(pid, "VmRSS:") / 1024.0;
             let cg_end = cgroup.as_ref().map(|c| (mib(c.usage()), mib(c.kernel())));
             // 0: a v2 kernel without memory.peak (before 5.19), not measured.
@@ -396,7 +405,9 @@ The warm-up start failed: {e:#}.
             let extra = busy_pct - base_pct;
             let one = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
             md += &format!(
-                "| {name} | {agent_pct:.3} | {extra:.2} | {peak_mb:.1} | {rss_end:.1} | {} | {} | {} | {} | {} | {stored:.0} | {} | {:.1} |\n",
+                "| {name} | {agent_pct:.3} | {:.1} | {} | {extra:.2} | {peak_mb:.1} | {rss_end:.1} | {} | {} | {} | {} | {} | {stored:.0} | {} | {:.1} |\n",
+                forks / elapsed,
+                per_process_us.map_or("–".to_string(), |us| format!("{us:.0}")),
                 one(at_rest.map(|m| m.0)),
                 one(cg_end.map(|m| m.0)),
                 one(cg_peak),
@@ -427,7 +438,8 @@ The warm-up start failed: {e:#}.
                 };
             }
             Ok(
-                json!({ "workload": name, "agent_cpu_pct": agent_pct, "extra_machine_cpu_pct": extra, "peak_rss_mb": peak_mb,
+                json!({ "workload": name, "agent_cpu_pct": agent_pct, "new_processes_per_s": forks / elapsed,
+                       "agent_cpu_us_per_new_process": per_process_us, "extra_machine_cpu_pct": extra, "peak_rss_mb": peak_mb,
                        "cgroup_at_rest_mib": at_rest.map(|m| m.0), "cgroup_kernel_at_rest_mib": at_rest.map(|m| m.1),
                        "cgroup_end_mib": cg_end.map(|m| m.0), "cgroup_kernel_end_mib": cg_end.map(|m| m.1),
                        "cgroup_peak_mib": cg_peak, "cgroup_anon_kernel_peak_mib": unreclaimable_peak.map(mib),
@@ -770,4 +782,15 @@ impl Drop for Receivers {
             let _ = c.wait();
         }
     }
+}
+
+/// Processes (and threads) the kernel has started since boot: `/proc/stat`'s
+/// `processes` line; 0 if unreadable.
+fn processes_started() -> u64 {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("processes "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
 }
