@@ -6,6 +6,10 @@
 //! `unlinkat` with no symlink followed), never to its path: a user who
 //! swaps the directory for a symlink after it is opened does not move a
 //! single write or delete. The path is kept only to name it in messages.
+//!
+//! And for root's caches (`/var/cache/sysprof/...`): whether a directory
+//! and every one above it are root's alone ([`is_root_private`]), and such
+//! a directory made and opened ([`root_private`]).
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
