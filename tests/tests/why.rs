@@ -213,15 +213,18 @@ fn a_request_is_charged_along_its_chain_to_the_disk_and_the_cpu() {
     // before it, from the waking, the wakeup was landing on the napper's
     // CPU (an interrupt between CPUs: beside a busy CPU on this VM, 37 us a
     // wait, 8.3 ms in 226 naps, once counted as run delay). So schedstat
-    // bounds its run delay both ways (a wait whose wakeup went unseen holds
-    // its run delay too, not split out), and the naps' own lateness bounds
-    // both together: a nap is woken no earlier than its timer expires, and
-    // runs again no later than it reads its clock. (Its rare preemptions,
-    // microseconds, are runnable time outside its naps: 1 ms is allowed.)
+    // bounds its run delay from below (a wait whose wakeup went unseen holds
+    // its run delay too, not split out). Not from above: a wakeup that
+    // preempts the CPU's task tells the kernel to skip its next clock update
+    // (wakeup_preempt's rq_clock_skip_update), so schedstat's run delay for
+    // it ends at the enqueue's clock, not at the switch (CI: 11.7 ms seen
+    // against schedstat's 7.8 in 255 naps, 15 us a nap, on a loaded VM). The
+    // naps' own lateness bounds both together from above: a nap is woken no
+    // earlier than its timer expires, and runs again no later than it reads
+    // its clock. (Its rare preemptions, microseconds, are runnable time
+    // outside its naps: 1 ms is allowed.)
     assert!(
-        queued + unseen >= run_delay_ms - slack
-            && queued <= run_delay_ms + slack + waits * 0.005
-            && queued + landing <= late_ms + 1.0,
+        queued + unseen >= run_delay_ms - slack && queued + landing <= late_ms + 1.0,
         "its run-queue delay {queued:.1} ms (its wakeups' landing {landing:.1} ms, {unseen:.1} ms with no wakeup seen) in {waits} waits vs schedstat {run_delay_ms:.1} ms and its naps' lateness {late_ms:.1} ms"
     );
 
