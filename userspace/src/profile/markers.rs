@@ -216,6 +216,7 @@ impl MarkerMaker<'_> {
                 off_cpu: None,
                 wakeup_landing: (*landing_ns > 0).then(|| *landing_ns as f64 / 1e6),
                 waker: waker.as_ref().map(|w| w.label()),
+                woken_by: waker.as_ref().map(|w| format!(", woken by {}", w.label())),
                 // An interrupt has no waker task: the task it interrupted is in the label.
                 waker_pid: waker
                     .as_ref()
@@ -506,8 +507,8 @@ fn off_cpu_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
         "name": "OffCpu",
         "display": not_in_overview,
         "chartLabel": "{marker.data.reason}",
-        "tooltipLabel": "Off-CPU: {marker.data.reason}, woken by {marker.data.waker}",
-        "tableLabel": "{marker.data.reason}, woken by {marker.data.waker}, run delay {marker.data.runDelay}",
+        "tooltipLabel": "Off-CPU: {marker.data.reason}{marker.data.wokenBy}",
+        "tableLabel": "{marker.data.reason}{marker.data.wokenBy}, run delay {marker.data.runDelay}",
         "description": "A thread not running: why, who woke it, how long its wakeup took to reach a run queue (an idle CPU's wakeup; on a VM, the host running that CPU again), how long it then waited for a CPU. A run-queue delay of 0.1 ms or more is drawn apart, as a \"Waiting for a CPU\" marker after this one. Colored by what ended it: blue another thread, orange blocked (I/O, mostly), green an interrupt (a timer, a device), red waiting for a CPU, grey not seen",
         "colorField": "color",
         "fields": [
@@ -524,6 +525,7 @@ fn off_cpu_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
             { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
             { "key": "request", "label": "Ended by request", "format": "string" },
             { "key": "color", "label": "Color", "format": "string", "hidden": true },
+            { "key": "wokenBy", "label": "Woken by (title)", "format": "string", "hidden": true },
         ],
     })
 }

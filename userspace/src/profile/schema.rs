@@ -351,6 +351,11 @@ pub enum MarkerData {
         /// before say "—".
         #[serde(skip_serializing_if = "Option::is_none", default)]
         waker: Option<String>,
+        /// ", woken by " and the waker, for the marker's titles (hidden):
+        /// a label's missing field is empty, so a preemption's title ends
+        /// at its reason instead of at "woken by" with nothing after.
+        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+        woken_by: Option<String>,
         /// A string: the front end's `pid` format finds the process's name
         /// by the threads' (string) pids; a tid stays a number, as threads'.
         /// Left out where there is none (a preemption, an interrupt): a

@@ -1452,6 +1452,7 @@ fn tooltips_leave_out_empty_fields() {
         off_cpu: None,
         wakeup_landing: None,
         waker: None,
+        woken_by: None,
         waker_pid: None,
         waker_tid: None,
         waker_context: None,
@@ -1464,6 +1465,43 @@ fn tooltips_leave_out_empty_fields() {
     })
     .unwrap();
     assert!(off.get("waker").is_none(), "{off}");
+    // The titles, as the front end fills a label (`marker-schema.ts`
+    // `parseLabel`: a missing field is empty): a preemption's ends at its
+    // reason, a woken wait's names its waker.
+    let off_schema = schema
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "OffCpu")
+        .unwrap();
+    let fill = |label: &str, data: &serde_json::Value| -> String {
+        let mut out = String::new();
+        let mut rest = label;
+        while let Some(at) = rest.find("{marker.data.") {
+            out.push_str(&rest[..at]);
+            let key_end = rest[at..].find('}').unwrap() + at;
+            let key = &rest[at + "{marker.data.".len()..key_end];
+            if let Some(v) = data.get(key) {
+                out.push_str(
+                    &v.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| v.to_string()),
+                );
+            }
+            rest = &rest[key_end + 1..];
+        }
+        out + rest
+    };
+    let tooltip = off_schema["tooltipLabel"].as_str().unwrap();
+    assert_eq!(fill(tooltip, &off), "Off-CPU: preempted (runnable)");
+    let mut woken = off.clone();
+    woken["reason"] = "sleeping".into();
+    woken["waker"] = "srv (pid 7, tid 8)".into();
+    woken["wokenBy"] = ", woken by srv (pid 7, tid 8)".into();
+    assert_eq!(
+        fill(tooltip, &woken),
+        "Off-CPU: sleeping, woken by srv (pid 7, tid 8)"
+    );
     let io = serde_json::to_value(MarkerData::Io {
         device: "vda".into(),
         op: "read".into(),
@@ -1507,6 +1545,7 @@ fn marker_view_reads_what_marker_data_writes() {
         off_cpu: Some(9.0),
         wakeup_landing: Some(0.25),
         waker: Some("srv (pid 7, tid 8)".into()),
+        woken_by: Some(", woken by srv (pid 7, tid 8)".into()),
         waker_pid: Some("7".into()),
         waker_tid: Some(8),
         waker_context: Some("task"),
