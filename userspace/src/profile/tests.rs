@@ -1432,6 +1432,33 @@ fn the_command_opens_on_its_busiest_thread_named_as_it() {
     assert_eq!(selected, vec![1], "the main thread when nothing ran");
 }
 
+/// `record -- python3 ...` under pyenv: the shims' `bash` children ran a
+/// few samples each beside the command's 952. The command's threads open
+/// visible whatever they ran; another thread only with 5 % of the busiest
+/// thread's samples (the Firefox Profiler's own rule), so the shims wait
+/// in the track menu and a busy neighbour does not.
+#[test]
+fn threads_that_barely_ran_open_hidden() {
+    use super::threads::{initial_threads, TrackFacts};
+    let track = |pid: u32, cpu: usize| TrackFacts {
+        pid: Some(pid),
+        main: true,
+        named_like_process: true,
+        profiler: false,
+        cpu_samples: cpu,
+    };
+    let mut tracks = vec![track(100, 952), track(100, 0)];
+    tracks.extend((0..14).map(|i| track(200 + i, 1 + i as usize)));
+    tracks.push(track(300, 48));
+    tracks.push(track(301, 47));
+    let (visible, selected) = initial_threads(&tracks, Some(100));
+    assert_eq!(selected, vec![0]);
+    assert_eq!(visible, vec![0, 1, 16], "{visible:?}");
+    // System-wide (no command): the same rule among all.
+    let (visible, _) = initial_threads(&tracks, None);
+    assert_eq!(visible, vec![0, 16], "{visible:?}");
+}
+
 /// Tooltips say nothing empty: no "Woken by —" for a preempted wait, no
 /// "Error: 0" on a request that succeeded, no "Before the wakeups: 0s";
 /// the waker's pid is labelled once ("Waker: PID: 7", not "Waker pid:

@@ -16,6 +16,10 @@ use super::{micros, CPU_TRACK_TID_BASE};
 /// threads fill a screen; the rest are one click away in the track menu.
 const MAX_INITIAL_VISIBLE: usize = 15;
 
+/// A thread with fewer CPU samples than this share (%) of the busiest
+/// thread's opens hidden, unless it is the command's.
+const IDLE_PERCENT_OF_BUSIEST: usize = 5;
+
 /// What [`initial_threads`] needs to know of a thread.
 #[derive(Clone)]
 pub(super) struct TrackFacts {
@@ -48,7 +52,8 @@ impl TrackFacts {
 /// itself the Firefox Profiler shows and selects the busiest threads, and
 /// in a system-wide profile that is often sysprof itself. Visible: every
 /// thread of the focus process (the recorded command), the busiest others
-/// with CPU samples up to [`MAX_INITIAL_VISIBLE`], and the per-CPU tracks
+/// with CPU samples up to [`MAX_INITIAL_VISIBLE`] (each with at least
+/// [`IDLE_PERCENT_OF_BUSIEST`] of the busiest thread's), and the per-CPU tracks
 /// (asked for by name); never the profiler's own threads or the idle task
 /// (kept in the profile, shown from the track menu). Selected: the focus
 /// process's main thread, else the busiest visible thread.
@@ -64,6 +69,16 @@ pub(super) fn initial_threads(
         })
         .collect();
     busiest.sort_by_key(|&i| std::cmp::Reverse(tracks[i].cpu_samples));
+    // The Firefox Profiler's own rule where a profile names none
+    // (`computeDefaultVisibleThreads`): a thread with under 5 % of the
+    // busiest one's samples is idle. pyenv's shims ran 14 `bash` tracks of
+    // 1-17 samples each beside a command's 952, each opening full height.
+    let busiest_samples = (0..tracks.len())
+        .filter(|&i| !tracks[i].profiler && tracks[i].pid.is_some_and(|p| p != 0))
+        .map(|i| tracks[i].cpu_samples)
+        .max()
+        .unwrap_or(0);
+    busiest.retain(|&i| tracks[i].cpu_samples * 100 >= busiest_samples * IDLE_PERCENT_OF_BUSIEST);
     let focused: Vec<usize> = (0..tracks.len()).filter(|&i| focus(&tracks[i])).collect();
     let room = MAX_INITIAL_VISIBLE.saturating_sub(focused.len());
     let mut visible: Vec<usize> = focused
