@@ -311,6 +311,7 @@ struct unwind_process {
 #define RUBY_FRAME_FLAG_CFRAME 0x80ULL       /* ep[0]: a C method's or C block's frame */
 #define RUBY_MAX_MODULE_ID 4096   /* a TLS module id above is no glibc's */
 #define PY_WALK_GO 16             /* python_process.flags: a Go program (runtimes/go.bpf.h) */
+#define GO_GOROUTINE_MARK 2       /* in the code word of a pair whose address is 0: the instruction word is a goroutine id */
 #define GO_HMAP_HASH0 12          /* runtime.hmap.hash0's offset (Go 1.0-1.23: count, flags, B, noverflow before it) */
 #define PY_WALK_GO_LABEL_LIST 32  /* python_process.flags with PY_WALK_GO: labels are a sorted list (Go 1.24+:
 				   * labelMap{Set{List []Label{Key, Value string}}}), not a map */

@@ -12,6 +12,7 @@
  *   tstate_frame      runtime.g.m
  *   cframe_current    runtime.m.curg
  *   frame_code        runtime.g.labels
+ *   tstate_native_tid runtime.g.goid
  *
  * The g in the thread's TLS may be the M's own (g0, gsignal: the scheduler,
  * a signal handler); the goroutine the M runs is its curg, kept through a
@@ -29,13 +30,17 @@
  * by another goroutine's labels of the same strings' addresses (string
  * constants: the same labels) are the only reuse it does not tell apart.
  *
- * In: that entry, the task's fsbase. Out: at most one pair, {the map (hmap;
- * Go 1.24+: the labelMap) | PY_SEGMENT_END, 0}, the seed's (fingerprint's)
- * halves in the words' top bits as a code object's fingerprint is:
- * userspace reads the map later and names it only if it still has that
- * seed (a map freed and its memory reused never lends its labels). A
- * goroutine without labels gets none. Every read is of the thread's own
- * memory.
+ * In: that entry, the task's fsbase. Out: at most two pairs. First the
+ * goroutine's id, {GO_GOROUTINE_MARK | PY_SEGMENT_END, goid} (address 0,
+ * which no label map has): a number, read as it is now, nothing to check
+ * later. Then its labels, {the map (hmap; Go 1.24+: the labelMap) |
+ * PY_SEGMENT_END, 0}, the seed's (fingerprint's) halves in the words' top
+ * bits as a code object's fingerprint is: userspace reads the map later
+ * and names it only if it still has that seed (a map freed and its memory
+ * reused never lends its labels). A goroutine without labels gets no
+ * second pair. Both are mixed into the stack's hash, so a thread's cached
+ * stack is sent again when it leaves the CPU at the same place for another
+ * goroutine. Every read is of the thread's own memory.
  */
 #ifndef __GO_BPF_H
 #define __GO_BPF_H
@@ -65,7 +70,7 @@ static __always_inline void go_labels(struct py_walk *w, struct task_struct *tas
 {
 	struct python_process *p = w->p;
 	__u64 fsbase = BPF_CORE_READ(task, thread.fsbase);
-	__u64 g = 0, m = 0, curg = 0, labels = 0, hmap = 0;
+	__u64 g = 0, m = 0, curg = 0, labels = 0, hmap = 0, goid = 0;
 	__u32 hash0 = 0;
 
 	w->s->end = PY_END_READ_FAILED;
@@ -76,6 +81,15 @@ static __always_inline void go_labels(struct py_walk *w, struct task_struct *tas
 	    bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + p->cframe_current)) || !curg)
 		return;
 	w->s->end = PY_END_ROOT;
+	if (p->tstate_native_tid != PY_NO_OFFSET &&
+	    !bpf_probe_read_user(&goid, sizeof(goid), (void *)(curg + p->tstate_native_tid)) && goid) {
+		goid &= (1ULL << PY_ADDR_BITS) - 1;
+		w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] = GO_GOROUTINE_MARK | PY_SEGMENT_END;
+		w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] = goid;
+		w->s->at += 2;
+		w->s->n += 1;
+		w->s->hash = (w->s->hash ^ goid ^ GO_GOROUTINE_MARK) * 0x100000001b3ULL;
+	}
 	if (bpf_probe_read_user(&labels, sizeof(labels), (void *)(curg + p->frame_code)) || !labels)
 		return;
 	if (p->flags & PY_WALK_GO_LABEL_LIST) {
@@ -91,7 +105,7 @@ static __always_inline void go_labels(struct py_walk *w, struct task_struct *tas
 	w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] = (hmap & ~7ULL) | (__u64)(hash0 >> 16) << PY_ADDR_BITS | PY_SEGMENT_END;
 	w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] = (__u64)(hash0 & 0xffff) << PY_ADDR_BITS;
 	w->s->at += 2;
-	w->s->n = 1;
+	w->s->n += 1;
 	w->s->hash = (w->s->hash ^ hmap ^ hash0) * 0x100000001b3ULL;
 }
 

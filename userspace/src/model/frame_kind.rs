@@ -45,6 +45,11 @@ pub enum FrameKind {
     Ruby = 12,
     /// Not code: a Go goroutine's pprof labels, at the root of its stacks.
     GoLabels = 13,
+    /// Not code: the id of the Go goroutine a stack is of, under its labels
+    /// frame (if any) at the root. The outputs take it out of the stack (a
+    /// tree per goroutine would split every call path) and give it to what
+    /// the stack is of: a sample's label, a wait's field.
+    Goroutine = 14,
 }
 
 impl FrameKind {
@@ -66,6 +71,7 @@ impl FrameKind {
             Perl,
             Ruby,
             GoLabels,
+            Goroutine,
         ]
         .get(b as usize)
         .copied()
@@ -95,7 +101,7 @@ impl FrameKind {
     pub fn is_pseudo(self) -> bool {
         matches!(
             self,
-            FrameKind::OffCpu | FrameKind::Missing | FrameKind::GoLabels
+            FrameKind::OffCpu | FrameKind::Missing | FrameKind::GoLabels | FrameKind::Goroutine
         )
     }
 }

@@ -3,6 +3,10 @@
 //! frame (`runtimes/go`), the exporters split it into their samples'
 //! labels (pprof's, OTLP's attributes) instead of a frame.
 //!
+//! The goroutine's id likewise names a frame of its own under the labels'
+//! (`[goroutine 17]`), which the outputs take out of the stack and give to
+//! what the stack is of.
+//!
 //! In: labels as (key, value) pairs, or a frame's name. Out: the name
 //! `[labels: handler="alpha" user="u1"]` (keys as given: the reader sorts
 //! them; a key that is not a plain word quoted; values always quoted, `"`
@@ -67,6 +71,46 @@ pub fn parse_labels(name: &str) -> Option<Vec<(String, String)>> {
     rest.is_empty().then_some(out)
 }
 
+/// The name of the frame carrying goroutine `id`.
+pub fn goroutine_name(id: u64) -> String {
+    format!("[goroutine {id}]")
+}
+
+/// The goroutine id a [`goroutine_name`] name holds; None for a name that
+/// is no such frame's.
+pub fn parse_goroutine(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("[goroutine ")?.strip_suffix(']')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The goroutine id a frame carries: Some for a [`FrameKind::Goroutine`]
+/// frame whose name holds one.
+///
+/// [`FrameKind::Goroutine`]: crate::model::recording::FrameKind::Goroutine
+pub fn goroutine_of_frame(frame: &crate::model::recording::FrameRecord) -> Option<u64> {
+    if frame.kind != crate::model::recording::FrameKind::Goroutine {
+        return None;
+    }
+    parse_goroutine(&frame.symbols.funcs.first()?.name)
+}
+
+/// The goroutine of the stack at `node` of `rec` (its frames from the leaf
+/// to the root), if a frame of it says one.
+pub fn goroutine_of_stack(rec: &crate::model::recording::Recording, node: u32) -> Option<u64> {
+    let mut n = node;
+    while n != crate::model::stack_tree::NO_PARENT {
+        let f = &rec.frames[rec.stacks.key(n) as usize];
+        if f.kind == crate::model::recording::FrameKind::Goroutine {
+            return goroutine_of_frame(f);
+        }
+        n = rec.stacks.parent(n);
+    }
+    None
+}
+
 /// One key or value at the start of `s`: quoted, or plain up to `end`.
 fn parse_word(s: &str, end: char) -> Option<(String, &str)> {
     let Some(quoted) = s.strip_prefix('"') else {
@@ -102,6 +146,24 @@ fn parse_word(s: &str, end: char) -> Option<(String, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_goroutine_name_gives_back_its_id() {
+        assert_eq!(parse_goroutine(&goroutine_name(17)), Some(17));
+        assert_eq!(
+            parse_goroutine(&goroutine_name((1 << 48) - 1)),
+            Some((1 << 48) - 1)
+        );
+        for not in [
+            "[goroutine ]",
+            "[goroutine -1]",
+            "[goroutine 1 ]",
+            "goroutine 1",
+            "[labels: k=\"v\"]",
+        ] {
+            assert_eq!(parse_goroutine(not), None, "{not}");
+        }
+    }
 
     #[test]
     fn a_labels_name_splits_back_into_its_labels() {

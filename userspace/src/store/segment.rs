@@ -56,8 +56,9 @@ pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
 /// 8 is 7 with one kind more (a PHP function), for the same reason; 9 is 8
 /// with a Perl sub, 10 is 9 with a Ruby method, 11 is 10 with a Go
 /// goroutine's labels frame; 12 is 11 with some numbers coded against what
-/// predicts them ([`predict`]): the same types, other values.
-pub const VERSION: u16 = 12;
+/// predicts them ([`predict`]): the same types, other values; 13 is 12 with
+/// a Go goroutine's id frame.
+pub const VERSION: u16 = 13;
 /// The first version whose numbers are coded by [`predict`].
 const PREDICTED_FROM: u16 = 12;
 /// The oldest version read: 2's types are 3's less the `ShortWaits`

@@ -47,7 +47,7 @@ fn write_query_compact_retain() {
         .iter()
         .flat_map(|s| s.header.windows.clone())
         .collect();
-    let merged = merge::merge(recs);
+    let merged = merge::merge_without_goroutines(recs);
     assert_eq!(merged.sample_count(), 18);
     store.write(merged, windows, 1).unwrap();
     let q = store.query(t0, t0 + 60_000.0);
@@ -231,14 +231,14 @@ fn a_segment_of_another_version_is_refused_by_name_and_version() {
         .write(window(t0 + 10_000.0, 2).0, window(t0 + 10_000.0, 2).1, 0)
         .unwrap();
     let mut bytes = std::fs::read(&a.path).unwrap();
-    bytes[8..10].copy_from_slice(&13u16.to_le_bytes());
+    bytes[8..10].copy_from_slice(&14u16.to_le_bytes());
     std::fs::write(&a.path, &bytes).unwrap();
     let q = store.query(0.0, f64::INFINITY);
     assert_eq!(q.recordings.len(), 1);
     assert_eq!(
         q.warnings,
         vec![format!(
-            "skipping {}: segment format version 13, this sysprof reads 2 to 12",
+            "skipping {}: segment format version 14, this sysprof reads 2 to 13",
             a.path.display()
         )]
     );

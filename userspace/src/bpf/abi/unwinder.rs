@@ -93,6 +93,8 @@ pub const PY_WALK_RUBY: u16 = 8;
 pub const PY_WALK_GO: u16 = 16;
 /// `GO_HMAP_HASH0`
 pub const GO_HMAP_HASH0: u64 = 12;
+/// `GO_GOROUTINE_MARK`
+pub const GO_GOROUTINE_MARK: u64 = 2;
 /// `PY_WALK_GO_LABEL_LIST`
 pub const PY_WALK_GO_LABEL_LIST: u16 = 32;
 /// `GO_LIST_MAX_LABELS`

@@ -3,16 +3,20 @@
 //! the walk reached Go's first frame.
 //!
 //! In: a stack's native user frames (leaf first, perhaps ending in a cut),
-//! the pair the kernel wrote (`ebpf/runtimes/go.bpf.h`: the label map and
-//! its hash seed, or from Go 1.24 the labelMap and its list's fingerprint),
-//! the process's memory. Out: the same frames with one
-//! more at the root, the labels' frame ([`super::read::labels_frame`]), as
-//! a raw key into the window's [`RuntimeFrames`]: every stack of a
-//! goroutine with the same labels (its samples, its waits, the wakeups and
-//! requests it made) then lies under one node the profile can be split by.
+//! the pairs the kernel wrote (`ebpf/runtimes/go.bpf.h`: the goroutine's
+//! id; the label map and its hash seed, or from Go 1.24 the labelMap and
+//! its list's fingerprint), the process's memory. Out: the same frames with
+//! the goroutine's frame and the labels' frame
+//! ([`super::read::labels_frame`]) at the root, as raw keys into the
+//! window's [`RuntimeFrames`]: every stack of a goroutine with the same
+//! labels (its samples, its waits, the wakeups and requests it made) then
+//! lies under one node the profile can be split by, and under it one per
+//! goroutine, which the outputs take out again.
 //! Maps are read once per process, address and seed into their own
 //! [`CodeCache`].
 
+use crate::bpf::abi::GO_GOROUTINE_MARK;
+use crate::model::goroutine_labels::goroutine_name;
 use crate::model::recording::FrameKind;
 use crate::model::stack_end::StackEnd;
 use crate::runtimes::chain::{KernelChain, KernelPyFrame};
@@ -33,11 +37,23 @@ pub fn merge(
 ) {
     out.clear();
     out.extend_from_slice(stack);
-    let [code, instr] = match chain.pairs {
-        [c, i, ..] => [*c, *i],
-        _ => return,
+    let mut labels = None;
+    for pair in chain.pairs.chunks_exact(2) {
+        let pair = KernelPyFrame::from_words(pair[0], pair[1]);
+        if pair.code == 0 && pair.marks == GO_GOROUTINE_MARK {
+            // Under the labels' frame: the goroutine's own root.
+            let id = pair.instr;
+            let info = maps.get_or_read(pid, id, GOROUTINE_IDENTITY, || Some(goroutine_frame(id)));
+            if let Some(info) = info {
+                out.push(frames.key(&info, 0));
+            }
+        } else {
+            labels = Some(pair);
+        }
+    }
+    let Some(pair) = labels else {
+        return;
     };
-    let pair = KernelPyFrame::from_words(code, instr);
     let mut replaced = false;
     let mut gone = false;
     let info = maps.get_or_read(pid, pair.code, pair.fingerprint, || {
@@ -62,6 +78,22 @@ pub fn merge(
     });
     if let Some(info) = info {
         out.push(frames.key(&info, 0));
+    }
+}
+
+/// The identity a goroutine's frame is kept under in the maps' cache, with
+/// its id as the address: a label map's address is a heap pointer (Go's
+/// heap starts at 0xc000000000), far above any goroutine count.
+const GOROUTINE_IDENTITY: u32 = 0x6f72_6f00;
+
+/// The frame of goroutine `id`.
+fn goroutine_frame(id: u64) -> CodeInfo {
+    CodeInfo {
+        kind: FrameKind::Goroutine,
+        qualname: goroutine_name(id).into(),
+        filename: "".into(),
+        first_line: 0,
+        line_table: Box::new([]),
     }
 }
 

@@ -345,7 +345,7 @@ pub(crate) fn fixture_span() -> WindowSpan {
 /// additions after the recording, here an empty list, one byte; VERSION 5
 /// the landings after them, here their count and a 0 for each; VERSION 6
 /// the frames' kinds, their count and a byte each; VERSIONs 7 to 11
-/// only more kinds; VERSION 12 other numbers, the same once [`predict`] is
+/// and 13 only more kinds; VERSION 12 other numbers, the same once [`predict`] is
 /// undone): the
 /// fixture's header, and its payload once decompressed (zstd's output may change with its version;
 /// what it decompresses to may not). The fixture was written at commit
@@ -358,7 +358,7 @@ fn stored_types_encode_as_version_2_did() {
     let (old_header, at) = decode_header(&old, old.len() as u64).unwrap();
     let (new_header, new_at) = decode_header(&new, new.len() as u64).unwrap();
     assert_eq!(new[..8], old[..8], "magic");
-    assert_eq!(new[8..10], 12u16.to_le_bytes(), "version");
+    assert_eq!(new[8..10], VERSION.to_le_bytes(), "version");
     assert_eq!(old[8..10], 2u16.to_le_bytes(), "the fixture's version");
     let raw = |b: &[u8], h: &SegmentHeader| zstd::bulk::decompress(b, h.raw_len as usize).unwrap();
     let (new_raw, old_raw) = (
@@ -522,9 +522,9 @@ fn part_sizes_add_up_to_the_file() {
 #[test]
 fn unknown_version_is_refused_by_version() {
     let mut bytes = fixture_bytes();
-    bytes[8..10].copy_from_slice(&13u16.to_le_bytes());
+    bytes[8..10].copy_from_slice(&14u16.to_le_bytes());
     let e = decode(&bytes).unwrap_err().to_string();
-    assert_eq!(e, "segment format version 13, this sysprof reads 2 to 12");
+    assert_eq!(e, "segment format version 14, this sysprof reads 2 to 13");
 }
 
 /// Check that Python functions' first lines (what tells two functions of
