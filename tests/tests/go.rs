@@ -205,6 +205,11 @@ fn labels_split_as_go_says(go: &Path, scratch_name: &str) {
     assert_success(&out);
     let pid = field(&out.stdout, "pid").unwrap();
     let slept_ms = field(&out.stdout, "sleep_ns").unwrap() as f64 / 1e6;
+    let (main_goid, sleeper_goid) = (
+        field(&out.stdout, "main_goid").unwrap(),
+        field(&out.stdout, "sleeper_goid").unwrap(),
+    );
+    let slept_count = field(&out.stdout, "sleeps").unwrap();
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
     let mut handler: HashMap<String, u64> = HashMap::new();
@@ -221,6 +226,77 @@ fn labels_split_as_go_says(go: &Path, scratch_name: &str) {
         "runtime.mcall",
         "runtime.morestack",
     ];
+    // The goroutines' ids on their waits, as Go's tracebacks say them:
+    // off-CPU time by the goroutine its marker names.
+    let mut waited_by: std::collections::BTreeMap<u64, f64> = Default::default();
+    // (the sleeper's waits; those of another goroutine)
+    let mut sleeps = (0u64, 0u64);
+    // Samples in the threads' runs of one goroutine, by goroutine, and
+    // of those with `handler` labels, how many are not the main one's.
+    let mut ran: std::collections::BTreeMap<u64, u64> = Default::default();
+    let mut handler_elsewhere = 0;
+    for t in profile.process_threads(pid) {
+        for (_, m) in t.markers() {
+            if m["type"] == "Goroutine" {
+                let (g, n) = (
+                    m["goroutine"].as_u64().unwrap(),
+                    m["samples"].as_u64().unwrap(),
+                );
+                *ran.entry(g).or_default() += n;
+                if m["labels"].as_str().unwrap_or("").contains("handler=") && g != main_goid {
+                    handler_elsewhere += n;
+                }
+            }
+            if m["type"] != "OffCpu" {
+                continue;
+            }
+            let ms = m["endTime"].as_f64().unwrap() - m["startTime"].as_f64().unwrap();
+            if let Some(g) = m["goroutine"].as_u64() {
+                *waited_by.entry(g).or_default() += ms;
+            }
+            match m["goroutine"].as_u64() {
+                Some(g) if g == sleeper_goid => sleeps.0 += 1,
+                Some(g) if g != sleeper_goid => sleeps.1 += 1,
+                _ => {}
+            }
+        }
+        for s in t.stacks(&cats) {
+            assert!(
+                !s.iter().any(|(n, _)| n.starts_with("[goroutine")),
+                "a goroutine's id is no frame of the profile's stacks: {s:?}"
+            );
+        }
+    }
+    eprintln!(
+        "go goroutines: main {main_goid}, sleeper {sleeper_goid}; off-CPU ms by goroutine {waited_by:?}; \
+         {} waits marked the sleeper's, of its {slept_count} sleeps; {} waits marked another goroutine's",
+        sleeps.0, sleeps.1
+    );
+    eprintln!("go goroutines' runs: samples by goroutine {ran:?}");
+    assert_eq!(
+        handler_elsewhere, 0,
+        "samples with handler labels in runs of goroutines other than main's {main_goid}: {ran:?}"
+    );
+    let sleeper_waited = waited_by.get(&sleeper_goid).copied().unwrap_or(0.0);
+    assert!(
+        (sleeper_waited - slept_ms).abs() <= slept_ms * 0.05,
+        "off-CPU waits marked goroutine {sleeper_goid}: {sleeper_waited:.1} ms against the sleeper's own clock's {slept_ms:.1} ms"
+    );
+    // Each nanosleep at least one wait of its goroutine (one more where a
+    // signal cut it short: Go's preemption signal, and the loop sleeps the
+    // rest; the first may come before the process's entry is written);
+    // the main goroutine only computes, and nothing else of the program
+    // blocks its thread in a system call long.
+    assert!(
+        sleeps.0 + 1 >= slept_count && slept_count >= 100,
+        "{} waits marked goroutine {sleeper_goid}, of the sleeper's {slept_count} sleeps",
+        sleeps.0
+    );
+    assert!(
+        sleeps.1 <= slept_count / 20,
+        "{} waits marked goroutines other than the sleeper's: {waited_by:?}",
+        sleeps.1
+    );
     for t in profile.process_threads(pid) {
         for (s, w) in t.stacks(&cats).iter().zip(t.weights()) {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
@@ -256,6 +332,13 @@ fn labels_split_as_go_says(go: &Path, scratch_name: &str) {
         }
     }
     let total: u64 = handler.values().sum();
+    // Every on-CPU sample under `handler` labels is the main goroutine's,
+    // and in one of its runs.
+    let main_ran = ran.get(&main_goid).copied().unwrap_or(0);
+    assert!(
+        main_ran >= total,
+        "{main_ran} samples in the main goroutine's runs, {total} under its handler labels"
+    );
     let (theirs, their_samples) = pprof_tag_shares(&go, &pprof, "handler");
     eprintln!(
         "go labels: {labelled} labelled stacks; handler {handler:?} of {total}, pprof {theirs:?} of {their_samples}; \

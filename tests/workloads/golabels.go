@@ -7,10 +7,13 @@
 // profiler samples the same run into the file given, at 1 kHz: the oracle.
 //
 // Usage: golabels SECONDS CPU_PROFILE_PATH
-// Prints: pid=N, sleep_ns=N (the sleeps' total as measured), done.
+// Prints: pid=N, main_goid=N and sleeper_goid=N (the goroutines' ids, as
+// Go's own tracebacks say them), sleep_ns=N (the sleeps' total as
+// measured), sleeps=N (how many), done.
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -22,6 +25,15 @@ import (
 )
 
 var sink int
+
+// goid is the calling goroutine's id, from the header of its own
+// traceback ("goroutine 18 [running]:").
+func goid() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	buf = bytes.TrimPrefix(buf, []byte("goroutine "))
+	return string(buf[:bytes.IndexByte(buf, ' ')])
+}
 
 //go:noinline
 func spin(n int) int {
@@ -39,6 +51,7 @@ func main() {
 		panic(err)
 	}
 	fmt.Printf("pid=%d\n", os.Getpid())
+	fmt.Printf("main_goid=%s\n", goid())
 	// 1 kHz rather than pprof's 100 Hz: 300 samples of a 3-s run would
 	// leave each share ±2.7 points of noise (Go warns that the rate was set
 	// before the profile; it is kept).
@@ -49,14 +62,18 @@ func main() {
 	deadline := time.Now().Add(time.Duration(secs * float64(time.Second)))
 	slept := make(chan time.Duration)
 	go pprof.Do(context.Background(), pprof.Labels("role", "sleeper"), func(context.Context) {
+		fmt.Printf("sleeper_goid=%s\n", goid())
 		var total time.Duration
+		n := 0
 		for time.Now().Before(deadline) {
+			n++
 			start := time.Now()
 			ts := syscall.Timespec{Nsec: 10_000_000}
 			for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
 			}
 			total += time.Since(start)
 		}
+		fmt.Printf("sleeps=%d\n", n)
 		slept <- total
 	})
 	for time.Now().Before(deadline) {

@@ -706,4 +706,96 @@ mod tests {
             .iter()
             .all(|f| !d.string_table[f.name_strindex as usize].starts_with("[labels")));
     }
+    /// Check that a Go goroutine's id frame (under its labels frame)
+    /// becomes its samples' `goroutine` label in pprof and attribute in
+    /// OTLP beside the labels, not a location, and that Pyroscope's
+    /// profiles leave it out (each label set is a series there).
+    #[test]
+    fn goroutine_ids_are_labels_except_for_pyroscope() {
+        use crate::model::goroutine_labels::{goroutine_name, labels_name};
+        use crate::model::recording::{FrameKind, FrameRecord};
+        use crate::model::symbols::{AddrInfo, FuncAtAddr};
+        let mut rec = crate::store::segment::tests::sample_recording(1_000_000_000);
+        let pseudo = |kind, name: String| FrameRecord {
+            lib: crate::model::recording::NO_LIB,
+            address: 0,
+            kind,
+            symbols: AddrInfo {
+                funcs: vec![FuncAtAddr {
+                    name,
+                    file: None,
+                    line: None,
+                    start_line: None,
+                }],
+                ..Default::default()
+            },
+        };
+        let labels = [("handler".to_string(), "alpha".to_string())];
+        let l = rec.frames.len() as u64;
+        rec.frames
+            .push(pseudo(FrameKind::GoLabels, labels_name(&labels)));
+        rec.frames
+            .push(pseudo(FrameKind::Goroutine, goroutine_name(17)));
+        let root = rec.stacks.child(crate::model::stack_tree::NO_PARENT, l);
+        let goroutine = rec.stacks.child(root, l + 1);
+        let under = rec.stacks.child(goroutine, 0);
+        let t = &mut rec.processes[0].threads[0];
+        t.samples.stack[0] = under;
+        t.off_cpu.stack[0] = under;
+
+        for (goroutines, want) in [
+            (pprof::Goroutines::Labelled, Some(17)),
+            (pprof::Goroutines::Left, None),
+        ] {
+            let p = pprof::build_filtered(&rec, &Labels::local(), &|_| true, goroutines);
+            let string = |i: i64| p.string_table[i as usize].as_str();
+            let s = p
+                .sample
+                .iter()
+                .find(|s| s.label.iter().any(|l| string(l.key) == "handler"))
+                .expect("the labelled stack's sample");
+            assert_eq!(s.location_id.len(), 1, "frame 0 alone: {s:?}");
+            let id = s
+                .label
+                .iter()
+                .find(|l| string(l.key) == "goroutine")
+                .map(|l| l.num);
+            assert_eq!(id, want, "{goroutines:?}: {s:?}");
+            assert!(p
+                .function
+                .iter()
+                .all(|f| !string(f.name).starts_with("[goroutine")));
+        }
+
+        let req = otlp::build(&rec, &Labels::local());
+        let d = req.dictionary.as_ref().unwrap();
+        let attr = |i: i32| {
+            let kv = &d.attribute_table[i as usize];
+            (
+                d.string_table[kv.key_strindex as usize].clone(),
+                format!("{:?}", kv.value),
+            )
+        };
+        for profile in &req.resource_profiles[0].scope_profiles[0].profiles {
+            let with: Vec<_> = profile
+                .samples
+                .iter()
+                .filter(|s| s.attribute_indices.iter().any(|&i| attr(i).0 == "handler"))
+                .collect();
+            assert_eq!(with.len(), 1, "{:?}", profile.samples);
+            let stack = &d.stack_table[with[0].stack_index as usize];
+            assert_eq!(stack.location_indices.len(), 1, "no goroutine location");
+            let goroutine: Vec<String> = with[0]
+                .attribute_indices
+                .iter()
+                .map(|&i| attr(i))
+                .filter(|(k, _)| k == "goroutine")
+                .map(|(_, v)| v)
+                .collect();
+            assert!(
+                goroutine.len() == 1 && goroutine[0].contains("IntValue(17)"),
+                "{goroutine:?}"
+            );
+        }
+    }
 }

@@ -10,7 +10,8 @@
 //! pprof cannot) and off-CPU time (`off_cpu`/`nanoseconds`, one value and
 //! timestamp per interval). Sample attributes: `thread.name`, `thread.id`,
 //! `cpu.logical_number`, and a Go goroutine's pprof labels under the keys its
-//! program gave them (its labels frame is no location); each location's `profile.frame.type` (`native`,
+//! program gave them and its id under `goroutine` (an integer; its labels
+//! and id frames are no locations); each location's `profile.frame.type` (`native`,
 //! `kernel`, `cpython`, and for JIT code `jvm` or `v8js` by its process). One dictionary for the whole request, deduplicated
 //! (index 0 of every table is its zero value, as the protocol requires).
 //! The messages and the client are the `opentelemetry-proto` crate's.
@@ -35,11 +36,15 @@ struct Dictionary {
     locations: FxHashMap<u32, i32>,
     stacks: FxHashMap<Vec<i32>, i32>,
     attributes: FxHashMap<(i32, AttrValue), i32>,
-    /// Go goroutines' labels: each labels frame's attributes, by the
-    /// frame's index in the recording (the set's index in `label_sets`).
+    /// Go goroutines' labels and ids: the attributes of each labels frame
+    /// and goroutine frame met together, by the frames' indexes in the
+    /// recording (`NO_FRAME` for none; the set's index in `label_sets`).
     label_sets: Vec<Vec<i32>>,
-    label_set_of_frame: FxHashMap<u32, i32>,
+    label_set_of_frame: FxHashMap<(u32, u32), i32>,
 }
+
+/// No frame, in a key of [`Dictionary::label_set_of_frame`].
+const NO_FRAME: u32 = u32::MAX;
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum AttrValue {
@@ -206,35 +211,48 @@ impl Dictionary {
     /// is of frame type `jit`, and the set of attributes its Go goroutine's
     /// labels are (a labels frame is no location; NO_ATTRIBUTE for none).
     fn stack(&mut self, rec: &Recording, node: u32, jit: Option<&'static str>) -> (i32, i32) {
+        use crate::model::recording::FrameKind;
         let mut locs = Vec::new();
-        let mut labels = NO_ATTRIBUTE;
+        let (mut labels, mut goroutine) = (NO_FRAME, NO_FRAME);
         let mut n = node;
         while n != NO_PARENT {
             let f = rec.stacks.key(n) as u32;
-            match self.label_set(rec, f) {
-                Some(set) => labels = set,
-                None => locs.push(self.location(rec, f, jit)),
+            match rec.frames[f as usize].kind {
+                FrameKind::GoLabels => labels = f,
+                FrameKind::Goroutine => goroutine = f,
+                _ => locs.push(self.location(rec, f, jit)),
             }
             n = rec.stacks.parent(n);
         }
-        (self.stack_of(locs), labels)
+        (self.stack_of(locs), self.label_set(rec, labels, goroutine))
     }
 
-    /// The attribute set of frame `f` if it is a Go goroutine's labels
-    /// frame, made the first time.
-    fn label_set(&mut self, rec: &Recording, f: u32) -> Option<i32> {
-        if let Some(&set) = self.label_set_of_frame.get(&f) {
-            return Some(set);
+    /// The attribute set of a Go goroutine's labels frame and goroutine
+    /// frame (`NO_FRAME` for none), made the first time; NO_ATTRIBUTE for
+    /// neither.
+    fn label_set(&mut self, rec: &Recording, labels: u32, goroutine: u32) -> i32 {
+        if (labels, goroutine) == (NO_FRAME, NO_FRAME) {
+            return NO_ATTRIBUTE;
         }
-        let labels = super::pprof::go_labels(&rec.frames[f as usize])?;
-        let attrs = labels
+        if let Some(&set) = self.label_set_of_frame.get(&(labels, goroutine)) {
+            return set;
+        }
+        let frame = |f: u32| rec.frames.get(f as usize);
+        let mut attrs: Vec<i32> = frame(labels)
+            .and_then(super::pprof::go_labels)
+            .unwrap_or_default()
             .into_iter()
             .map(|(k, v)| self.attribute(&k, AttrValue::Str(v)))
             .collect();
+        if let Some(id) =
+            frame(goroutine).and_then(crate::model::goroutine_labels::goroutine_of_frame)
+        {
+            attrs.push(self.attribute(super::pprof::GOROUTINE_LABEL, AttrValue::Int(id as i64)));
+        }
         let set = self.label_sets.len() as i32;
         self.label_sets.push(attrs);
-        self.label_set_of_frame.insert(f, set);
-        Some(set)
+        self.label_set_of_frame.insert((labels, goroutine), set);
+        set
     }
 
     /// The index of the stack of locations `locs` (leaf first), made the first time.

@@ -9,7 +9,9 @@
 //! stack and labels are added up (pprof keeps no timestamps: that is what
 //! the store and OTLP are for). Labels: `pid`, `tid` (numbers), `thread`,
 //! `process`, `container` or `unit`, and a Go goroutine's pprof labels as
-//! its program set them (its labels frame is no location). One location per distinct frame, its
+//! its program set them and its id as the number `goroutine` (its labels
+//! and id frames are no locations; Pyroscope's profiles leave the id out:
+//! each label set is a series there). One location per distinct frame, its
 //! inlined calls as several lines (innermost first, as pprof wants);
 //! mappings carry build ids; functions file names and lines.
 //!
@@ -174,12 +176,28 @@ pub type ProcessFilter<'a> = &'a dyn Fn(&crate::model::recording::ProcessRecord)
 
 /// `rec` as a pprof Profile (all processes).
 pub fn build(rec: &Recording, labels: &Labels) -> proto::Profile {
-    build_filtered(rec, labels, &|_| true)
+    build_filtered(rec, labels, &|_| true, Goroutines::Labelled)
+}
+
+/// Whether a Go sample's goroutine id becomes its label `goroutine`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Goroutines {
+    /// Each sample labelled with its goroutine (pprof files, OTLP).
+    Labelled,
+    /// Not labelled: a store that makes a series of each label set
+    /// (Pyroscope) would make one per goroutine.
+    Left,
 }
 
 /// `rec` as a pprof Profile, with the processes `keep` accepts.
-pub fn build_filtered(rec: &Recording, labels: &Labels, keep: ProcessFilter<'_>) -> proto::Profile {
+pub fn build_filtered(
+    rec: &Recording,
+    labels: &Labels,
+    keep: ProcessFilter<'_>,
+    goroutines: Goroutines,
+) -> proto::Profile {
     let mut tables = Tables::new(rec);
+    tables.goroutines = goroutines;
     let s = &mut tables.strings;
     let sample_type = vec![
         value_type(s, "samples", "count"),
@@ -252,6 +270,9 @@ pub(super) fn go_labels(
     crate::model::goroutine_labels::parse_labels(name)
 }
 
+/// The label a Go sample's goroutine id is under (a number).
+pub(super) const GOROUTINE_LABEL: &str = "goroutine";
+
 /// A label with a string value.
 fn str_label(s: &mut Strings, k: i64, v: &str) -> proto::Label {
     proto::Label {
@@ -285,6 +306,7 @@ struct Tables<'r> {
     location_of_frame: FxHashMap<u32, u64>,
     /// Which libraries have a named frame.
     lib_named: Vec<bool>,
+    goroutines: Goroutines,
 }
 
 impl<'r> Tables<'r> {
@@ -302,6 +324,7 @@ impl<'r> Tables<'r> {
         }
         Tables {
             rec,
+            goroutines: Goroutines::Labelled,
             strings: Strings::new(),
             mappings: Vec::new(),
             mapping_of_lib: FxHashMap::default(),
@@ -328,13 +351,19 @@ impl<'r> Tables<'r> {
             let t = &p.threads[ti as usize];
             path.clear();
             let mut goroutine_labels = None;
+            let mut goroutine = None;
             let mut n = node;
             while n != NO_PARENT {
                 let f = rec.stacks.key(n) as u32;
-                // A goroutine's labels are the sample's, not a frame.
-                match go_labels(&rec.frames[f as usize]) {
-                    Some(labels) => goroutine_labels = Some(labels),
-                    None => path.push(f),
+                let frame = &rec.frames[f as usize];
+                // A goroutine's labels and id are the sample's, not frames.
+                if frame.kind == crate::model::recording::FrameKind::Goroutine {
+                    goroutine = crate::model::goroutine_labels::goroutine_of_frame(frame);
+                } else {
+                    match go_labels(frame) {
+                        Some(labels) => goroutine_labels = Some(labels),
+                        None => path.push(f),
+                    }
                 }
                 n = rec.stacks.parent(n);
             }
@@ -344,6 +373,10 @@ impl<'r> Tables<'r> {
             for (k, v) in goroutine_labels.into_iter().flatten() {
                 let key = self.strings.get(&k);
                 label.push(str_label(&mut self.strings, key, &v));
+            }
+            if let Some(id) = goroutine.filter(|_| self.goroutines == Goroutines::Labelled) {
+                let key = self.strings.get(GOROUTINE_LABEL);
+                label.push(num_label(key, id as i64));
             }
             samples.push(proto::Sample {
                 location_id,

@@ -112,9 +112,13 @@ impl super::Exporter for PyroscopeClient {
                 continue;
             }
             let start_ns = p.start_ns;
-            let body = super::pprof::gzip(&super::pprof::build_filtered(rec, &self.labels, &|q| {
-                q.pid == pid && q.start_ns == start_ns
-            }));
+            // Pyroscope makes a series of each label set: not one per goroutine.
+            let body = super::pprof::gzip(&super::pprof::build_filtered(
+                rec,
+                &self.labels,
+                &|q| q.pid == pid && q.start_ns == start_ns,
+                super::pprof::Goroutines::Left,
+            ));
             bytes += body.len() as u64;
             let part = reqwest::blocking::multipart::Part::bytes(body)
                 .file_name("profile.pprof")

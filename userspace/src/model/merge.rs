@@ -96,20 +96,24 @@ impl ThreadPart {
     }
 }
 
-/// One recording of `windows`; see the module doc. Empty input, empty output.
-pub fn merge(mut windows: Vec<Recording>) -> Recording {
+/// One recording of `windows` (see the module doc; empty input, empty
+/// output), without Go goroutines' id frames: each goroutine's stacks join
+/// those of its labels (or none). The
+/// store's compaction keeps an old bucket this way: a Go server's hundreds
+/// of goroutines would otherwise each keep a copy of every stack it ran.
+pub fn merge_without_goroutines(mut windows: Vec<Recording>) -> Recording {
     windows.sort_by(|a, b| a.start_wall_ms.total_cmp(&b.start_wall_ms));
-    if windows.len() == 1 {
-        return windows.pop().expect("one");
-    }
-    let mut merger = Merger::default();
+    let mut merger = Merger {
+        drop_goroutines: true,
+        ..Merger::default()
+    };
     for w in windows {
         merger.add(w);
     }
     merger.finish()
 }
 
-/// Windows merged one at a time, oldest first (what [`merge`] does with a
+/// Windows merged one at a time, oldest first (what [`merge_without_goroutines`] does with a
 /// sorted list), so that a caller can take finished processes out between
 /// windows ([`Merger::take_ended`]) and hold only what is still running:
 /// `record` writes those out as it goes.
@@ -132,7 +136,12 @@ pub struct Merger {
     cpu_tracks: std::collections::BTreeMap<u32, Vec<MarkerRecord>>,
     /// The start of the window added last, on the first window's clock.
     last_start_ns: u64,
+    /// Leave Go goroutines' id frames out ([`merge_without_goroutines`]).
+    drop_goroutines: bool,
 }
+
+/// In a window's frame map: a frame left out (its stack nodes are their parents).
+const DROPPED: u32 = u32::MAX;
 
 impl Merger {
     /// Merge the next window (windows come oldest first).
@@ -217,6 +226,9 @@ impl Merger {
         frames
             .into_iter()
             .map(|mut f| {
+                if self.drop_goroutines && f.kind == super::recording::FrameKind::Goroutine {
+                    return DROPPED;
+                }
                 if f.lib != NO_LIB {
                     f.lib = lib_map.get(f.lib as usize).copied().unwrap_or(NO_LIB);
                 }
@@ -243,7 +255,11 @@ impl Merger {
                 node_map[parent as usize]
             };
             let frame = frame_map[stacks.key(n) as usize];
-            node_map[n as usize] = self.out.stacks.child(new_parent, frame as u64);
+            node_map[n as usize] = if frame == DROPPED {
+                new_parent
+            } else {
+                self.out.stacks.child(new_parent, frame as u64)
+            };
         }
         node_map
     }

@@ -91,7 +91,11 @@ pub fn write_folded(rec: &Recording, out: &mut impl Write) -> std::io::Result<u6
         path.clear();
         let mut n = node;
         while n != NO_PARENT {
-            path.push(rec.stacks.key(n) as u32);
+            let f = rec.stacks.key(n) as u32;
+            // A goroutine's id would split each path once per goroutine.
+            if rec.frames[f as usize].kind != crate::model::recording::FrameKind::Goroutine {
+                path.push(f);
+            }
             n = rec.stacks.parent(n);
         }
         for &f in path.iter().rev() {

@@ -10,7 +10,7 @@
 
 use crate::model::recording::{
     run_delay_shown_apart, IoOp, MarkerRecord, OffCpuReason, OffCpuSamples, Recording, ShortWaker,
-    SliceKind, Waker, NO_SECTOR,
+    SliceKind, ThreadSamples, Waker, NO_SECTOR,
 };
 use crate::model::short_name::DeviceName;
 use crate::model::stack_tree::NO_PARENT;
@@ -24,23 +24,46 @@ use super::tables::ThreadTables;
 pub(super) fn build_markers(
     rec: &Recording,
     list: &[MarkerRecord],
-    waits: Option<&OffCpuSamples>,
+    (samples, waits): (Option<&ThreadSamples>, Option<&OffCpuSamples>),
     tables: &mut ThreadTables,
     idle: bool,
     ms: &dyn Fn(u64) -> f64,
 ) -> Markers {
     let mut m = Markers::default();
+    // A Go thread's runs of one goroutine, merged in by start.
+    let runs = samples.map(|s| goroutine_runs(rec, s)).unwrap_or_default();
+    let mut runs = runs.into_iter().peekable();
+    let mut push_runs_to = |m: &mut Markers, tables: &mut ThreadTables, until: u64| {
+        while let Some(run) = runs.next_if(|r| r.start_ns <= until) {
+            let name = tables.strings.intern(GOROUTINE_MARKER_NAME);
+            let data = MarkerData::Goroutine {
+                goroutine: run.goroutine,
+                labels: run.labels.map(|f| goroutine_labels_text(rec, f)),
+                samples: run.samples,
+            };
+            push(
+                m,
+                name,
+                category::OTHER,
+                (ms(run.start_ns), ms(run.end_ns)),
+                data,
+            );
+        }
+    };
     let maker = MarkerMaker {
         rec,
         list,
         idle,
         waited_on: waited_on(rec, list, waits),
+        goroutines: wait_goroutines(rec, waits),
         requests: io_requests(list),
         names: Default::default(),
+        goroutines_seen: has_goroutines(rec),
     };
     let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
     sorted.sort_by_key(|r| marker_start(r));
     for r in sorted {
+        push_runs_to(&mut m, tables, marker_start(r));
         // A wait whose run delay is long enough to see is drawn as two
         // markers: the wait to its wakeup's enqueue, then the delay.
         if let MarkerRecord::OffCpu {
@@ -72,7 +95,104 @@ pub(super) fn build_markers(
         let (name, cat, start, end, data) = maker.marker_of(r, tables);
         push(&mut m, name, cat, (ms(start), ms(end)), data);
     }
+    push_runs_to(&mut m, tables, u64::MAX);
     m
+}
+
+/// The name of the markers of a thread's runs of one Go goroutine.
+const GOROUTINE_MARKER_NAME: &str = "Goroutine";
+
+/// A thread's consecutive on-CPU samples of one Go goroutine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct GoroutineRun {
+    /// From a sampling interval before its first sample (the time that
+    /// sample stands for; not before the thread's sample before it, nor the
+    /// recording) to its last sample.
+    start_ns: u64,
+    end_ns: u64,
+    goroutine: u64,
+    /// The goroutine's labels frame, if it has labels.
+    labels: Option<u32>,
+    samples: u32,
+}
+
+/// The runs of one goroutine in a thread's on-CPU samples (Go keeps a
+/// goroutine's id where the profile cannot: a sample has no field for it,
+/// and a frame would split the call tree per goroutine). A run ends where
+/// the goroutine changes, where a sample has none (the scheduler, a
+/// thread's own stack), or where two samples lie more than two sampling
+/// intervals apart (it may have stopped between). Empty for a recording
+/// without goroutines.
+fn goroutine_runs(rec: &Recording, samples: &ThreadSamples) -> Vec<GoroutineRun> {
+    let mut runs: Vec<GoroutineRun> = Vec::new();
+    if samples.stack.is_empty() || !has_goroutines(rec) {
+        return runs;
+    }
+    let interval = (rec.interval_ms * 1e6) as u64;
+    let mut of_node: rustc_hash::FxHashMap<u32, Option<(u64, Option<u32>)>> = Default::default();
+    let mut last_ns = 0;
+    for (&node, &t) in samples.stack.iter().zip(&samples.time_ns) {
+        let g = *of_node
+            .entry(node)
+            .or_insert_with(|| goroutine_and_labels(rec, node));
+        match (g, runs.last_mut()) {
+            (Some((id, _)), Some(run))
+                if run.goroutine == id && run.end_ns == last_ns && t <= last_ns + 2 * interval =>
+            {
+                run.end_ns = t;
+                run.samples += 1;
+            }
+            (Some((goroutine, labels)), _) => runs.push(GoroutineRun {
+                // Not before the recording, nor the thread's sample before.
+                start_ns: t.saturating_sub(interval).max(last_ns).max(rec.start_ns),
+                end_ns: t,
+                goroutine,
+                labels,
+                samples: 1,
+            }),
+            (None, _) => {}
+        }
+        last_ns = t;
+    }
+    runs
+}
+
+/// The goroutine of the stack at `node` and its labels frame (the
+/// goroutine frame's parent, where it has labels).
+fn goroutine_and_labels(rec: &Recording, node: u32) -> Option<(u64, Option<u32>)> {
+    use crate::model::recording::FrameKind;
+    let mut n = node;
+    while n != NO_PARENT && (n as usize) < rec.stacks.len() {
+        let f = rec.stacks.key(n) as u32;
+        let frame = rec.frames.get(f as usize)?;
+        if frame.kind == FrameKind::Goroutine {
+            let id = crate::model::goroutine_labels::goroutine_of_frame(frame)?;
+            let parent = rec.stacks.parent(n);
+            let labels = (parent != NO_PARENT)
+                .then(|| rec.stacks.key(parent) as u32)
+                .filter(|&l| {
+                    rec.frames
+                        .get(l as usize)
+                        .is_some_and(|f| f.kind == FrameKind::GoLabels)
+                });
+            return Some((id, labels));
+        }
+        n = rec.stacks.parent(n);
+    }
+    None
+}
+
+/// A labels frame's labels as a marker shows them: `handler="alpha"`.
+fn goroutine_labels_text(rec: &Recording, frame: u32) -> String {
+    let name = rec.frames[frame as usize]
+        .symbols
+        .funcs
+        .first()
+        .map_or("", |f| f.name.as_str());
+    name.strip_prefix("[labels: ")
+        .and_then(|n| n.strip_suffix(']'))
+        .unwrap_or(name)
+        .to_string()
 }
 
 /// The thread's requests, for the waits they ended: (created, completed, index).
@@ -109,8 +229,13 @@ struct MarkerMaker<'a> {
     list: &'a [MarkerRecord],
     idle: bool,
     waited_on: rustc_hash::FxHashMap<u64, &'static str>,
+    /// The Go goroutine of each wait that had one, by its start.
+    goroutines: rustc_hash::FxHashMap<u64, u64>,
     requests: Vec<(u64, u64, usize)>,
     names: std::cell::RefCell<rustc_hash::FxHashMap<NameKey, u32>>,
+    /// Whether the recording has a goroutine's frame at all (else no stack
+    /// is walked looking for one).
+    goroutines_seen: bool,
 }
 
 impl MarkerMaker<'_> {
@@ -150,6 +275,14 @@ impl MarkerMaker<'_> {
         stack.map(|node| Cause {
             stack: tables.stack_for(self.rec, node, self.idle),
         })
+    }
+
+    /// The Go goroutine a record's stack is of, where it is one's.
+    fn goroutine_of(&self, stack: &Option<u32>) -> Option<u64> {
+        if !self.goroutines_seen {
+            return None;
+        }
+        crate::model::goroutine_labels::goroutine_of_stack(self.rec, (*stack)?)
     }
 
     /// The request whose completion ended a wait, as the marker says it.
@@ -241,6 +374,8 @@ impl MarkerMaker<'_> {
                     .filter(|w| w.interrupt.is_some())
                     .and_then(|_| self.ended_by(*start_ns, *end_ns, *run_delay_ns, *landing_ns)),
                 cause: self.cause(waker_stack, tables),
+                goroutine: self.goroutines.get(start_ns).copied(),
+                waker_goroutine: self.goroutine_of(waker_stack),
             },
         )
     }
@@ -276,6 +411,7 @@ impl MarkerMaker<'_> {
                 service_time: done_ns.saturating_sub(*issue_ns) as f64 / 1e6,
                 error: (*error != 0).then_some(*error),
                 cause: self.cause(stack, tables),
+                goroutine: self.goroutine_of(stack),
             },
         )
     }
@@ -455,6 +591,31 @@ fn waited_on(
     out
 }
 
+/// Whether any frame of `rec` is a Go goroutine's.
+fn has_goroutines(rec: &Recording) -> bool {
+    rec.frames
+        .iter()
+        .any(|f| f.kind == crate::model::recording::FrameKind::Goroutine)
+}
+
+/// The Go goroutine of each of a thread's waits whose stack has one, by
+/// the wait's start (its off-CPU sample's time).
+fn wait_goroutines(
+    rec: &Recording,
+    waits: Option<&OffCpuSamples>,
+) -> rustc_hash::FxHashMap<u64, u64> {
+    let mut out = rustc_hash::FxHashMap::default();
+    let Some(waits) = waits.filter(|_| has_goroutines(rec)) else {
+        return out;
+    };
+    for (&t, &stack) in waits.time_ns.iter().zip(&waits.stack) {
+        if let Some(g) = crate::model::goroutine_labels::goroutine_of_stack(rec, stack) {
+            out.insert(t, g);
+        }
+    }
+    out
+}
+
 fn marker_start(r: &MarkerRecord) -> u64 {
     r.start_ns()
 }
@@ -497,7 +658,25 @@ pub(super) fn marker_schema() -> serde_json::Value {
         block_io_schema(&display),
         on_cpu_schema(),
         cpu_idle_schema(&not_in_overview),
+        goroutine_schema(&not_in_overview),
     ])
+}
+
+/// The schema of `Goroutine` markers: a thread's run of one Go goroutine.
+fn goroutine_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "name": "Goroutine",
+        "display": not_in_overview,
+        "chartLabel": "goroutine {marker.data.goroutine}",
+        "tooltipLabel": "Goroutine {marker.data.goroutine} {marker.data.labels}",
+        "tableLabel": "goroutine {marker.data.goroutine} {marker.data.labels}, {marker.data.samples} samples",
+        "description": "A Go goroutine this thread ran: its consecutive CPU samples of that goroutine (read in the kernel at each sample), from a sampling interval before the first to the last, with its pprof labels. The call tree has no node per goroutine; off-CPU and I/O markers name theirs",
+        "fields": [
+            { "key": "goroutine", "label": "Goroutine", "format": "integer" },
+            { "key": "labels", "label": "Labels", "format": "string" },
+            { "key": "samples", "label": "Samples", "format": "integer" },
+        ],
+    })
 }
 
 /// The schema of `OffCpu` markers: a wait, why, who woke it, its delays,
@@ -524,6 +703,8 @@ fn off_cpu_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
             { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
             { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
             { "key": "request", "label": "Ended by request", "format": "string" },
+            { "key": "goroutine", "label": "Goroutine", "format": "integer" },
+            { "key": "wakerGoroutine", "label": "Waker goroutine", "format": "integer" },
             { "key": "color", "label": "Color", "format": "string", "hidden": true },
             { "key": "wokenBy", "label": "Woken by (title)", "format": "string", "hidden": true },
         ],
@@ -590,6 +771,7 @@ fn block_io_schema(display: &serde_json::Value) -> serde_json::Value {
             { "key": "queueTime", "label": "Queue time", "format": "duration" },
             { "key": "serviceTime", "label": "Service time", "format": "duration" },
             { "key": "error", "label": "Error", "format": "integer" },
+            { "key": "goroutine", "label": "Goroutine", "format": "integer" },
         ],
     })
 }

@@ -383,6 +383,13 @@ pub enum MarkerData {
         request: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
         cause: Option<Cause>,
+        /// The Go goroutine that waited (a blocking system call keeps it
+        /// on its thread), from its stack; left out elsewhere.
+        #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
+        goroutine: Option<u64>,
+        /// The Go goroutine that woke it, from the waker's stack.
+        #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
+        waker_goroutine: Option<u64>,
     },
     /// Waits too short for a marker each, summed over a span per waker.
     ShortWaits {
@@ -429,6 +436,19 @@ pub enum MarkerData {
         error: Option<i32>,
         #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
         cause: Option<Cause>,
+        /// The Go goroutine that made it, from its stack; left out elsewhere.
+        #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
+        goroutine: Option<u64>,
+    },
+    /// A thread's run of one Go goroutine (its consecutive samples).
+    Goroutine {
+        #[serde(skip_deserializing)]
+        goroutine: u64,
+        /// Its pprof labels, `k="v" …`; left out where it has none.
+        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+        labels: Option<String>,
+        #[serde(skip_deserializing)]
+        samples: u32,
     },
     OnCpu {
         #[serde(skip_deserializing)]

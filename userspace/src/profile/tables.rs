@@ -286,22 +286,34 @@ impl ThreadTables {
 
     /// The thread stack for a global stack node (memoized; walks to the root once).
     pub(super) fn stack_for(&mut self, rec: &Recording, node: u32, idle: bool) -> u32 {
+        self.stack_or_root(rec, node, idle)
+            .expect("a stack's leaf is code or a pseudo frame, not a goroutine's")
+    }
+
+    /// [`Self::stack_for`], None for a stack of only goroutine frames: a
+    /// Go goroutine's frame is left out (its id goes to what the stack is
+    /// of: `model::goroutine_labels`), or a profile would split every call
+    /// path once per goroutine.
+    fn stack_or_root(&mut self, rec: &Recording, node: u32, idle: bool) -> Option<u32> {
         if let Some(&s) = self.stack_of_global.get(&node) {
-            return s;
+            return Some(s);
         }
         let parent = rec.stacks.parent(node);
         let mut prefix = if parent == NO_PARENT {
             None
         } else {
-            Some(self.stack_for(rec, parent, idle))
+            self.stack_or_root(rec, parent, idle)
         };
-        let (first, last) = self.frames_for(rec, rec.stacks.key(node) as u32, idle);
-        for frame in first..=last {
-            prefix = Some(self.stack(prefix, frame));
+        let key = rec.stacks.key(node) as u32;
+        if rec.frames[key as usize].kind != FrameKind::Goroutine {
+            let (first, last) = self.frames_for(rec, key, idle);
+            for frame in first..=last {
+                prefix = Some(self.stack(prefix, frame));
+            }
         }
-        let s = prefix.expect("at least one frame");
+        let s = prefix?;
         self.stack_of_global.insert(node, s);
-        s
+        Some(s)
     }
 }
 

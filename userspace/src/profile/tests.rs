@@ -1489,6 +1489,8 @@ fn tooltips_leave_out_empty_fields() {
         color: "grey",
         request: None,
         cause: None,
+        goroutine: None,
+        waker_goroutine: None,
     })
     .unwrap();
     assert!(off.get("waker").is_none(), "{off}");
@@ -1538,6 +1540,7 @@ fn tooltips_leave_out_empty_fields() {
         service_time: 0.2,
         error: None,
         cause: None,
+        goroutine: None,
     })
     .unwrap();
     assert!(io.get("error").is_none(), "{io}");
@@ -1582,6 +1585,8 @@ fn marker_view_reads_what_marker_data_writes() {
         color: "blue",
         request: None,
         cause: None,
+        goroutine: None,
+        waker_goroutine: None,
     })
     .unwrap();
     assert_eq!(
@@ -1634,6 +1639,7 @@ fn marker_view_reads_what_marker_data_writes() {
         service_time: 0.2,
         error: None,
         cause: None,
+        goroutine: None,
     })
     .unwrap();
     assert_eq!(
@@ -1825,5 +1831,132 @@ fn relative_build_paths_give_way_to_the_library() {
     assert!(
         lines.iter().filter(|l| l.as_u64() == Some(7)).count() >= 2,
         "lines kept"
+    );
+}
+
+/// Check that a Go goroutine's id frame is no frame of the profile (the
+/// call tree would split once per goroutine) and goes instead to what its
+/// stacks are of: a `Goroutine` marker per run of its samples on the
+/// thread (with its labels), its waits' `goroutine` and their wakers'
+/// `wakerGoroutine`.
+#[test]
+fn goroutines_are_markers_and_fields_not_frames() {
+    use crate::model::goroutine_labels::{goroutine_name, labels_name};
+    let mut rec = recording();
+    rec.off_cpu = true;
+    let pseudo = |kind, name: String| FrameRecord {
+        lib: NO_LIB,
+        address: 0,
+        kind,
+        symbols: AddrInfo {
+            funcs: vec![FuncAtAddr {
+                name,
+                file: None,
+                line: None,
+                start_line: None,
+            }],
+            ..AddrInfo::default()
+        },
+    };
+    let labels = [("handler".to_string(), "alpha".to_string())];
+    let l = rec.frames.len() as u64;
+    rec.frames
+        .push(pseudo(FrameKind::GoLabels, labels_name(&labels)));
+    rec.frames
+        .push(pseudo(FrameKind::Goroutine, goroutine_name(17)));
+    rec.frames
+        .push(pseudo(FrameKind::Goroutine, goroutine_name(18)));
+    rec.frames
+        .push(pseudo(FrameKind::OffCpu, "[off-CPU: sleeping]".into()));
+    let under = |rec: &mut Recording, goroutine: u64| {
+        let root = rec.stacks.child(NO_PARENT, l);
+        let g = rec.stacks.child(root, goroutine);
+        let main = rec.stacks.child(g, 0);
+        rec.stacks.child(main, 1)
+    };
+    let (w17, w18) = (under(&mut rec, l + 1), under(&mut rec, l + 2));
+    let sleeping = rec.stacks.child(w17, l + 3);
+    let t = &mut rec.processes[1].threads[0];
+    // Samples at 1, 2 and 3 ms: two of goroutine 17, then one of 18.
+    t.samples.stack = vec![w17, w17, w18];
+    t.off_cpu = OffCpuSamples {
+        time_ns: vec![2_500_000],
+        stack: vec![sleeping],
+        duration_ns: vec![300_000],
+    };
+    t.markers.push(MarkerRecord::OffCpu {
+        start_ns: 2_500_000,
+        end_ns: 2_800_000,
+        reason: OffCpuReason::Sleeping,
+        run_delay_ns: None,
+        landing_ns: 0,
+        waker: None,
+        cpus: (0, 0),
+        waker_stack: Some(w17),
+    });
+    let p = build_profile(&rec, &host(), None).to_value();
+    assert_eq!(validate::validate(&p), Vec::<String>::new());
+    let app = &p["threads"][1];
+    let names: Vec<String> = stack_names(app, 0).into_iter().map(|n| n.0).collect();
+    assert_eq!(
+        names,
+        ["[labels: handler=\"alpha\"]", "main", "work", "helper"]
+    );
+    assert!(
+        !app["stringArray"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s.as_str().unwrap().starts_with("[goroutine")),
+        "no goroutine frame: {}",
+        app["stringArray"]
+    );
+    // Samples of both goroutines under one labels node.
+    assert_eq!(app["samples"]["stack"][0], app["samples"]["stack"][3]);
+    let m = &app["markers"];
+    let of_type = |ty: &str| -> Vec<usize> {
+        (0..m["length"].as_u64().unwrap() as usize)
+            .filter(|&i| m["data"][i]["type"] == ty)
+            .collect()
+    };
+    let runs: Vec<(f64, f64, u64, u64, &str)> = of_type("Goroutine")
+        .into_iter()
+        .map(|i| {
+            let d = &m["data"][i];
+            (
+                m["startTime"][i].as_f64().unwrap(),
+                m["endTime"][i].as_f64().unwrap(),
+                d["goroutine"].as_u64().unwrap(),
+                d["samples"].as_u64().unwrap(),
+                d["labels"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    // Times from the recording's start at 0.5 ms; a run from an interval
+    // before its first sample, or the recording's start.
+    assert_eq!(
+        runs,
+        [
+            (0.0, 1.5, 17, 2, "handler=\"alpha\""),
+            (1.5, 2.5, 18, 1, "handler=\"alpha\"")
+        ]
+    );
+    let waits = of_type("OffCpu");
+    assert_eq!(waits.len(), 1);
+    let d = &m["data"][waits[0]];
+    assert_eq!(
+        (d["goroutine"].as_u64(), d["wakerGoroutine"].as_u64()),
+        (Some(17), Some(17)),
+        "{d}"
+    );
+    let starts: Vec<f64> = m["startTime"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(
+        starts.windows(2).all(|w| w[0] <= w[1]),
+        "sorted: {starts:?}"
     );
 }

@@ -96,6 +96,9 @@ fn start_routine(rec: &Recording, t: &ThreadRecord) -> Option<String> {
         }
         let funcs = path.iter().rev().filter_map(|&node| {
             let frame = rec.frames.get(rec.stacks.key(node) as usize)?;
+            if frame.kind == crate::model::recording::FrameKind::Goroutine {
+                return None;
+            }
             Some(frame.symbols.funcs.first()?.name.as_str())
         });
         // Code no symbol names (`pgbench+0xfb30`) names no thread.

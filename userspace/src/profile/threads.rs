@@ -175,7 +175,14 @@ pub(super) fn build_thread(
     }
     samples.weight = weights;
     samples.thread_cpu_delta = Some(cpu_delta);
-    let markers = build_markers(rec, &t.markers, Some(&t.off_cpu), &mut tables, idle, ms);
+    let markers = build_markers(
+        rec,
+        &t.markers,
+        (Some(&t.samples), Some(&t.off_cpu)),
+        &mut tables,
+        idle,
+        ms,
+    );
     let start = |ns: Option<u64>| ns.map(|v| ms(v).max(0.0)).unwrap_or(0.0);
     // The idle task shares pid 0 with the machine's track, which leads.
     let is_main = t.tid == p.pid && !(idle && has_machine_track(rec));
@@ -222,7 +229,7 @@ pub(super) fn build_cpu_track(
     ms: &dyn Fn(u64) -> f64,
 ) -> Thread {
     let mut tables = ThreadTables::default();
-    let markers = build_markers(rec, markers, None, &mut tables, false, ms);
+    let markers = build_markers(rec, markers, (None, None), &mut tables, false, ms);
     // Under the machine's track (its pid): the front end lists a process's
     // tracks under it, and puts the machine first (see track_of_no_process).
     let mut t = track_of_no_process(

@@ -451,6 +451,11 @@ fn escape_thread(t: &mut Thread) {
             }
             MarkerData::ShortWaits { waker, .. } => escape_in_place(waker),
             MarkerData::Io { device, .. } => escape_in_place(device),
+            MarkerData::Goroutine { labels, .. } => {
+                if let Some(l) = labels.as_mut() {
+                    escape_in_place(l)
+                }
+            }
             MarkerData::OnCpu { .. }
             | MarkerData::CpuIdle { .. }
             | MarkerData::RunDelay { .. }

@@ -152,9 +152,10 @@ impl Store {
                 }
             }
         }
-        let mut merged = merge::merge(recs);
-        // Once compacted, a bucket's waits are summed per minute and its
-        // off-CPU time per 10 s and stack (model::coarse).
+        // Once compacted, a bucket's stacks are no longer kept per Go
+        // goroutine (its labels stay), its waits are summed per minute and
+        // its off-CPU time per 10 s and stack (model::coarse).
+        let mut merged = merge::merge_without_goroutines(recs);
         crate::model::coarse::coarsen(&mut merged);
         match self.write(merged, windows, 1) {
             Ok(info) => {

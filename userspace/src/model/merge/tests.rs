@@ -273,3 +273,64 @@ fn take_ended_takes_only_what_ended_by_the_cut() {
     assert!(rest.counters.is_empty());
     assert_eq!((rest.start_ns, rest.end_ns), (0, 2_000));
 }
+
+/// Check that a compaction's merge leaves Go goroutines' id frames out:
+/// each goroutine's samples land on the stack its labels frame roots, the
+/// same node for two goroutines, and no goroutine frame is kept.
+#[test]
+fn compaction_joins_goroutines_stacks() {
+    use crate::model::goroutine_labels::{goroutine_name, labels_name};
+    use crate::model::recording::{FrameKind, FrameRecord};
+    use crate::model::symbols::{AddrInfo, FuncAtAddr};
+    let window = |start_ns: u64, goroutine: u64| {
+        let mut rec = crate::store::segment::tests::sample_recording(start_ns);
+        let pseudo = |kind, name: String| FrameRecord {
+            lib: NO_LIB,
+            address: 0,
+            kind,
+            symbols: AddrInfo {
+                funcs: vec![FuncAtAddr {
+                    name,
+                    file: None,
+                    line: None,
+                    start_line: None,
+                }],
+                ..Default::default()
+            },
+        };
+        let l = rec.frames.len() as u64;
+        let labels = [("handler".to_string(), "alpha".to_string())];
+        rec.frames
+            .push(pseudo(FrameKind::GoLabels, labels_name(&labels)));
+        rec.frames
+            .push(pseudo(FrameKind::Goroutine, goroutine_name(goroutine)));
+        let root = rec.stacks.child(NO_PARENT, l);
+        let g = rec.stacks.child(root, l + 1);
+        let leaf = rec.stacks.child(g, 0);
+        rec.processes[0].threads[0].samples.stack[0] = leaf;
+        rec
+    };
+    let (a, b) = (window(1_000_000_000, 17), window(2_000_000_000, 18));
+    let samples = a.sample_count() + b.sample_count();
+    let merged = merge_without_goroutines(vec![a, b]);
+    assert_eq!(merged.sample_count(), samples);
+    assert!(merged.frames.iter().all(|f| f.kind != FrameKind::Goroutine));
+    let labelled: Vec<u32> = merged.processes[0].threads[0]
+        .samples
+        .stack
+        .iter()
+        .copied()
+        .filter(|&n| {
+            let parent = merged.stacks.parent(n);
+            parent != NO_PARENT
+                && merged.frames[merged.stacks.key(parent) as usize].kind == FrameKind::GoLabels
+        })
+        .collect();
+    assert_eq!(
+        labelled.len(),
+        2,
+        "{:?}",
+        merged.processes[0].threads[0].samples
+    );
+    assert_eq!(labelled[0], labelled[1], "one node for both goroutines");
+}
