@@ -102,7 +102,7 @@ pub(super) fn build_markers(
 /// The name of the markers of a thread's runs of one Go goroutine.
 const GOROUTINE_MARKER_NAME: &str = "Goroutine";
 
-/// A thread's consecutive on-CPU samples of one Go goroutine.
+/// A thread's consecutive on-CPU samples of one Go goroutine with the same labels.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct GoroutineRun {
     /// From a sampling interval before its first sample (the time that
@@ -119,7 +119,8 @@ struct GoroutineRun {
 /// The runs of one goroutine in a thread's on-CPU samples (Go keeps a
 /// goroutine's id where the profile cannot: a sample has no field for it,
 /// and a frame would split the call tree per goroutine). A run ends where
-/// the goroutine changes, where a sample has none (the scheduler, a
+/// the goroutine or its labels change (a server's goroutine labelled per
+/// request: a run per request), where a sample has none (the scheduler, a
 /// thread's own stack), or where two samples lie more than two sampling
 /// intervals apart (it may have stopped between). Empty for a recording
 /// without goroutines.
@@ -136,8 +137,11 @@ fn goroutine_runs(rec: &Recording, samples: &ThreadSamples) -> Vec<GoroutineRun>
             .entry(node)
             .or_insert_with(|| goroutine_and_labels(rec, node));
         match (g, runs.last_mut()) {
-            (Some((id, _)), Some(run))
-                if run.goroutine == id && run.end_ns == last_ns && t <= last_ns + 2 * interval =>
+            (Some((id, labels)), Some(run))
+                if run.goroutine == id
+                    && run.labels == labels
+                    && run.end_ns == last_ns
+                    && t <= last_ns + 2 * interval =>
             {
                 run.end_ns = t;
                 run.samples += 1;
@@ -669,7 +673,7 @@ fn goroutine_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
         "display": not_in_overview,
         "chartLabel": "goroutine {marker.data.goroutine}",
         "tooltipLabel": "Goroutine {marker.data.goroutine} {marker.data.labels}",
-        "tableLabel": "goroutine {marker.data.goroutine} {marker.data.labels}, {marker.data.samples} samples",
+        "tableLabel": "goroutine {marker.data.goroutine} {marker.data.labels}",
         "description": "A Go goroutine this thread ran: its consecutive CPU samples of that goroutine (read in the kernel at each sample), from a sampling interval before the first to the last, with its pprof labels. The call tree has no node per goroutine; off-CPU and I/O markers name theirs",
         "fields": [
             { "key": "goroutine", "label": "Goroutine", "format": "integer" },

@@ -1837,7 +1837,7 @@ fn relative_build_paths_give_way_to_the_library() {
 /// Check that a Go goroutine's id frame is no frame of the profile (the
 /// call tree would split once per goroutine) and goes instead to what its
 /// stacks are of: a `Goroutine` marker per run of its samples on the
-/// thread (with its labels), its waits' `goroutine` and their wakers'
+/// thread with the same labels, its waits' `goroutine` and their wakers'
 /// `wakerGoroutine`.
 #[test]
 fn goroutines_are_markers_and_fields_not_frames() {
@@ -1859,6 +1859,7 @@ fn goroutines_are_markers_and_fields_not_frames() {
         },
     };
     let labels = [("handler".to_string(), "alpha".to_string())];
+    let other = [("handler".to_string(), "beta".to_string())];
     let l = rec.frames.len() as u64;
     rec.frames
         .push(pseudo(FrameKind::GoLabels, labels_name(&labels)));
@@ -1868,17 +1869,21 @@ fn goroutines_are_markers_and_fields_not_frames() {
         .push(pseudo(FrameKind::Goroutine, goroutine_name(18)));
     rec.frames
         .push(pseudo(FrameKind::OffCpu, "[off-CPU: sleeping]".into()));
-    let under = |rec: &mut Recording, goroutine: u64| {
-        let root = rec.stacks.child(NO_PARENT, l);
+    rec.frames
+        .push(pseudo(FrameKind::GoLabels, labels_name(&other)));
+    let under = |rec: &mut Recording, labels: u64, goroutine: u64| {
+        let root = rec.stacks.child(NO_PARENT, labels);
         let g = rec.stacks.child(root, goroutine);
         let main = rec.stacks.child(g, 0);
         rec.stacks.child(main, 1)
     };
-    let (w17, w18) = (under(&mut rec, l + 1), under(&mut rec, l + 2));
+    let (w17, w18) = (under(&mut rec, l, l + 1), under(&mut rec, l, l + 2));
+    let w17_beta = under(&mut rec, l + 4, l + 1);
     let sleeping = rec.stacks.child(w17, l + 3);
     let t = &mut rec.processes[1].threads[0];
-    // Samples at 1, 2 and 3 ms: two of goroutine 17, then one of 18.
-    t.samples.stack = vec![w17, w17, w18];
+    // Samples at 1, 2 and 3 ms: goroutine 17, the same with other labels,
+    // then goroutine 18.
+    t.samples.stack = vec![w17, w17_beta, w18];
     t.off_cpu = OffCpuSamples {
         time_ns: vec![2_500_000],
         stack: vec![sleeping],
@@ -1937,7 +1942,8 @@ fn goroutines_are_markers_and_fields_not_frames() {
     assert_eq!(
         runs,
         [
-            (0.0, 1.5, 17, 2, "handler=\"alpha\""),
+            (0.0, 0.5, 17, 1, "handler=\"alpha\""),
+            (0.5, 1.5, 17, 1, "handler=\"beta\""),
             (1.5, 2.5, 18, 1, "handler=\"alpha\"")
         ]
     );
