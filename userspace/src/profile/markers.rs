@@ -20,18 +20,24 @@ use super::schema::{Cause, MarkerData, Markers};
 use super::tables::ThreadTables;
 
 /// A track's markers from its records `list`, sorted by start, their
-/// stacks made stacks of `tables` (`idle`: the idle task's track).
+/// stacks made stacks of `tables` (`idle`: the idle task's track), with a
+/// Go thread's runs of one goroutine from its `samples` and its waits'
+/// goroutines where `goroutines` says the recording has any
+/// ([`has_goroutines`], asked once per recording, not per track).
 pub(super) fn build_markers(
     rec: &Recording,
     list: &[MarkerRecord],
-    (samples, waits): (Option<&ThreadSamples>, Option<&OffCpuSamples>),
+    (samples, waits, goroutines): (Option<&ThreadSamples>, Option<&OffCpuSamples>, bool),
     tables: &mut ThreadTables,
     idle: bool,
     ms: &dyn Fn(u64) -> f64,
 ) -> Markers {
     let mut m = Markers::default();
     // A Go thread's runs of one goroutine, merged in by start.
-    let runs = samples.map(|s| goroutine_runs(rec, s)).unwrap_or_default();
+    let runs = samples
+        .filter(|_| goroutines)
+        .map(|s| goroutine_runs(rec, s))
+        .unwrap_or_default();
     let mut runs = runs.into_iter().peekable();
     let mut push_runs_to = |m: &mut Markers, tables: &mut ThreadTables, until: u64| {
         while let Some(run) = runs.next_if(|r| r.start_ns <= until) {
@@ -55,10 +61,13 @@ pub(super) fn build_markers(
         list,
         idle,
         waited_on: waited_on(rec, list, waits),
-        goroutines: wait_goroutines(rec, waits),
+        goroutines: waits
+            .filter(|_| goroutines)
+            .map(|w| wait_goroutines(rec, w))
+            .unwrap_or_default(),
         requests: io_requests(list),
         names: Default::default(),
-        goroutines_seen: has_goroutines(rec),
+        goroutines_seen: goroutines,
     };
     let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
     sorted.sort_by_key(|r| marker_start(r));
@@ -122,13 +131,9 @@ struct GoroutineRun {
 /// the goroutine or its labels change (a server's goroutine labelled per
 /// request: a run per request), where a sample has none (the scheduler, a
 /// thread's own stack), or where two samples lie more than two sampling
-/// intervals apart (it may have stopped between). Empty for a recording
-/// without goroutines.
+/// intervals apart (it may have stopped between).
 fn goroutine_runs(rec: &Recording, samples: &ThreadSamples) -> Vec<GoroutineRun> {
     let mut runs: Vec<GoroutineRun> = Vec::new();
-    if samples.stack.is_empty() || !has_goroutines(rec) {
-        return runs;
-    }
     let interval = (rec.interval_ms * 1e6) as u64;
     let mut of_node: rustc_hash::FxHashMap<u32, Option<(u64, Option<u32>)>> = Default::default();
     let mut last_ns = 0;
@@ -596,7 +601,7 @@ fn waited_on(
 }
 
 /// Whether any frame of `rec` is a Go goroutine's.
-fn has_goroutines(rec: &Recording) -> bool {
+pub(super) fn has_goroutines(rec: &Recording) -> bool {
     rec.frames
         .iter()
         .any(|f| f.kind == crate::model::recording::FrameKind::Goroutine)
@@ -604,14 +609,8 @@ fn has_goroutines(rec: &Recording) -> bool {
 
 /// The Go goroutine of each of a thread's waits whose stack has one, by
 /// the wait's start (its off-CPU sample's time).
-fn wait_goroutines(
-    rec: &Recording,
-    waits: Option<&OffCpuSamples>,
-) -> rustc_hash::FxHashMap<u64, u64> {
+fn wait_goroutines(rec: &Recording, waits: &OffCpuSamples) -> rustc_hash::FxHashMap<u64, u64> {
     let mut out = rustc_hash::FxHashMap::default();
-    let Some(waits) = waits.filter(|_| has_goroutines(rec)) else {
-        return out;
-    };
     for (&t, &stack) in waits.time_ns.iter().zip(&waits.stack) {
         if let Some(g) = crate::model::goroutine_labels::goroutine_of_stack(rec, stack) {
             out.insert(t, g);

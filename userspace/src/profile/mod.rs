@@ -234,6 +234,8 @@ impl ThreadsOut<'_> {
     ) -> Result<(), E> {
         let rec = self.rec;
         let ms = |ns: u64| ms_since(rec, ns);
+        // Once per recording, not per thread (a scan of every frame).
+        let goroutines = markers::has_goroutines(rec);
         for p in &rec.processes {
             // A process with records kept on disk is built from a copy
             // with them put back: one process's at a time in memory.
@@ -258,7 +260,7 @@ impl ThreadsOut<'_> {
             };
             let names = thread_names::thread_names(rec, p);
             for (t, name) in p.threads.iter().zip(names) {
-                each(&build_thread(rec, p, t, name, &ms))?;
+                each(&build_thread(rec, (p, t), name, goroutines, &ms))?;
             }
         }
         for (cpu, markers) in &rec.cpu_tracks {
@@ -333,6 +335,8 @@ impl<W: Write> ProfileWriter<W> {
         counters: &[CounterRecord],
     ) -> std::io::Result<()> {
         let ms = |ns: u64| ms_since(tables, ns);
+        // Once for these processes, not per thread (a scan of every frame).
+        let goroutines = markers::has_goroutines(tables);
         let mut main_thread_index: FxHashMap<u32, usize> = FxHashMap::default();
         for p in processes {
             let names = thread_names::thread_names(tables, p);
@@ -343,7 +347,8 @@ impl<W: Write> ProfileWriter<W> {
                 if !self.written.is_empty() {
                     self.out.write_all(b",")?;
                 }
-                json_numbers::to_writer(&mut self.out, &build_thread(tables, p, t, name, &ms))?;
+                let thread = build_thread(tables, (p, t), name, goroutines, &ms);
+                json_numbers::to_writer(&mut self.out, &thread)?;
                 self.written.push(TrackFacts::of(p, t));
             }
         }

@@ -116,9 +116,9 @@ pub(super) fn initial_threads(
 /// [`super::thread_names`]).
 pub(super) fn build_thread(
     rec: &Recording,
-    p: &ProcessRecord,
-    t: &ThreadRecord,
+    (p, t): (&ProcessRecord, &ThreadRecord),
     name: String,
+    goroutines: bool,
     ms: &dyn Fn(u64) -> f64,
 ) -> Thread {
     let idle = p.pid == 0;
@@ -178,7 +178,7 @@ pub(super) fn build_thread(
     let markers = build_markers(
         rec,
         &t.markers,
-        (Some(&t.samples), Some(&t.off_cpu)),
+        (Some(&t.samples), Some(&t.off_cpu), goroutines),
         &mut tables,
         idle,
         ms,
@@ -229,7 +229,7 @@ pub(super) fn build_cpu_track(
     ms: &dyn Fn(u64) -> f64,
 ) -> Thread {
     let mut tables = ThreadTables::default();
-    let markers = build_markers(rec, markers, (None, None), &mut tables, false, ms);
+    let markers = build_markers(rec, markers, (None, None, false), &mut tables, false, ms);
     // Under the machine's track (its pid): the front end lists a process's
     // tracks under it, and puts the machine first (see track_of_no_process).
     let mut t = track_of_no_process(
