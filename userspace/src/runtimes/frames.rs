@@ -278,7 +278,28 @@ impl<T: Held> CodeCache<T> {
         if self.ended.contains(&pid) {
             return None;
         }
-        let read = read().map(Arc::new);
+        self.insert(pid, addr, identity, read())
+    }
+
+    /// The object kept for `(pid, addr, identity)`, else the one `make`
+    /// makes, kept: for what is made without reading the process (a Go
+    /// goroutine's id), so a process found gone still gets it.
+    pub fn get_or_make(
+        &mut self,
+        pid: u32,
+        addr: u64,
+        identity: u32,
+        make: impl FnOnce() -> T,
+    ) -> Option<Arc<T>> {
+        if let Some(known) = self.by_pid.get(&pid).and_then(|m| m.get(&(addr, identity))) {
+            return known.clone();
+        }
+        self.insert(pid, addr, identity, Some(make()))
+    }
+
+    /// Keep `read` under `(pid, addr, identity)`, within the budget.
+    fn insert(&mut self, pid: u32, addr: u64, identity: u32, read: Option<T>) -> Option<Arc<T>> {
+        let read = read.map(Arc::new);
         let size = read.as_ref().map_or(16, |c| c.bytes() + 16);
         if self.bytes + size > CODE_CACHE_BYTES {
             self.by_pid.clear();

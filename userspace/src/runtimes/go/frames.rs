@@ -43,7 +43,7 @@ pub fn merge(
         if pair.code == 0 && pair.marks == GO_GOROUTINE_MARK {
             // Under the labels' frame: the goroutine's own root.
             let id = pair.instr;
-            let info = maps.get_or_read(pid, id, GOROUTINE_IDENTITY, || Some(goroutine_frame(id)));
+            let info = maps.get_or_make(pid, id, GOROUTINE_IDENTITY, || goroutine_frame(id));
             if let Some(info) = info {
                 out.push(frames.key(&info, 0));
             }
@@ -192,5 +192,42 @@ mod tests {
         let mut leaf = vec![0x1505, 0x1910, 0x1920];
         whole_at_root(&go, &mut leaf);
         assert_eq!(leaf, [0x1505, 0x1910, 0x1920]);
+    }
+
+    /// Check that the kernel's goroutine pair becomes a goroutine frame
+    /// under the labels' at the root, named by its id, also for a process
+    /// found gone (nothing is read for it), and that a stack with no pairs
+    /// is left as it is.
+    #[test]
+    fn a_goroutines_id_is_a_frame_under_its_labels() {
+        use crate::bpf::abi::PY_SEGMENT_END;
+        use crate::runtimes::frames::RUNTIME_KEY_BASE;
+        let go = go();
+        let (mut maps, mut frames, mut out) =
+            (CodeCache::default(), RuntimeFrames::default(), Vec::new());
+        maps.process_ended(7);
+        let stack = [0x1900, 0x1605];
+        let pairs = [GO_GOROUTINE_MARK | PY_SEGMENT_END, 42];
+        let chain = KernelChain {
+            pairs: &pairs,
+            whole: true,
+        };
+        merge(&stack, chain, 7, &go, &mut maps, &mut frames, &mut out);
+        assert_eq!(out.len(), 3, "{out:x?}");
+        assert_eq!(out[..2], stack);
+        let index = (out[2] & !RUNTIME_KEY_BASE) as u32;
+        assert_eq!(frames.kind_at(index), Some(FrameKind::Goroutine));
+        let name = &frames.at(index).unwrap()[0].0.qualname;
+        assert_eq!(&**name, "[goroutine 42]");
+        // The same goroutine again: the same frame.
+        let mut again = Vec::new();
+        merge(&stack, chain, 7, &go, &mut maps, &mut frames, &mut again);
+        assert_eq!(again, out);
+        let none = KernelChain {
+            pairs: &[],
+            whole: true,
+        };
+        merge(&stack, none, 7, &go, &mut maps, &mut frames, &mut again);
+        assert_eq!(again, stack);
     }
 }
