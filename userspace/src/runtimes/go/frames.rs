@@ -194,12 +194,12 @@ mod tests {
         assert_eq!(leaf, [0x1505, 0x1910, 0x1920]);
     }
 
-    /// Check that the kernel's goroutine pair becomes a goroutine frame
-    /// under the labels' at the root, named by its id, also for a process
-    /// found gone (nothing is read for it), and that a stack with no pairs
-    /// is left as it is.
+    /// Check that the kernel's goroutine pair becomes a goroutine frame at
+    /// the root (the labels', read from the process, would come after it),
+    /// named by its id, also for a process found gone (nothing is read for
+    /// it), and that a stack with no pairs is left as it is.
     #[test]
-    fn a_goroutines_id_is_a_frame_under_its_labels() {
+    fn a_goroutines_id_is_a_frame_at_the_root() {
         use crate::bpf::abi::PY_SEGMENT_END;
         use crate::runtimes::frames::RUNTIME_KEY_BASE;
         let go = go();
