@@ -280,10 +280,29 @@ fn take_ended_takes_only_what_ended_by_the_cut() {
 #[test]
 fn compaction_joins_goroutines_stacks() {
     use crate::model::goroutine_labels::{goroutine_name, labels_name};
-    use crate::model::recording::{FrameKind, FrameRecord};
     use crate::model::symbols::{AddrInfo, FuncAtAddr};
     let window = |start_ns: u64, goroutine: u64| {
-        let mut rec = crate::store::segment::tests::sample_recording(start_ns);
+        let mut t = thread(7, None, None);
+        t.samples = ThreadSamples {
+            time_ns: vec![start_ns + 1_000_000, start_ns + 2_000_000],
+            stack: vec![0, 0],
+            cpu_delta_ns: vec![1_000_000; 2],
+            cpu: vec![0; 2],
+        };
+        let mut rec = Recording {
+            start_ns,
+            end_ns: start_ns + 1_000_000_000,
+            start_wall_ms: start_ns as f64 / 1e6,
+            interval_ms: 1.0,
+            processes: vec![process(7, t)],
+            ..Default::default()
+        };
+        rec.frames.push(FrameRecord {
+            lib: NO_LIB,
+            address: 0x1000,
+            kind: FrameKind::Native,
+            symbols: Default::default(),
+        });
         let pseudo = |kind, name: String| FrameRecord {
             lib: NO_LIB,
             address: 0,
@@ -307,7 +326,8 @@ fn compaction_joins_goroutines_stacks() {
         let root = rec.stacks.child(NO_PARENT, l);
         let g = rec.stacks.child(root, l + 1);
         let leaf = rec.stacks.child(g, 0);
-        rec.processes[0].threads[0].samples.stack[0] = leaf;
+        let bare = rec.stacks.child(NO_PARENT, 0);
+        rec.processes[0].threads[0].samples.stack = vec![leaf, bare];
         rec
     };
     let (a, b) = (window(1_000_000_000, 17), window(2_000_000_000, 18));
