@@ -344,6 +344,7 @@ impl MarkerMaker<'_> {
             unreachable!("an off-CPU record");
         };
         let waited_on = &self.waited_on;
+        let waker_label = waker.as_ref().map(|w| w.label());
         (
             self.name(
                 NameKey::OffCpu(*reason, waited_on.get(start_ns).copied()),
@@ -357,8 +358,8 @@ impl MarkerMaker<'_> {
                 run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
                 off_cpu: None,
                 wakeup_landing: (*landing_ns > 0).then(|| *landing_ns as f64 / 1e6),
-                waker: waker.as_ref().map(|w| w.label()),
-                woken_by: waker.as_ref().map(|w| format!(", woken by {}", w.label())),
+                woken_by: waker_label.as_ref().map(|w| format!(", woken by {w}")),
+                waker: waker_label,
                 // An interrupt has no waker task: the task it interrupted is in the label.
                 waker_pid: waker
                     .as_ref()
