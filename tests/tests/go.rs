@@ -331,7 +331,7 @@ fn labels_split_as_go_says(go: &Path, scratch_name: &str) {
     // The goroutines' ids on their waits, as Go's tracebacks say them:
     // off-CPU time by the goroutine its marker names.
     let mut waited_by: std::collections::BTreeMap<u64, f64> = Default::default();
-    // (the sleeper's waits; those of another goroutine)
+    // (the sleeper's waits; those of other goroutines)
     let mut sleeps = (0u64, 0u64);
     // Samples in the threads' runs of one goroutine, by goroutine, and
     // of those with `handler` labels, how many are not the main one's.
@@ -386,18 +386,19 @@ fn labels_split_as_go_says(go: &Path, scratch_name: &str) {
     );
     // Each nanosleep at least one wait of its goroutine (one more where a
     // signal cut it short: Go's preemption signal, and the loop sleeps the
-    // rest; the first may come before the process's entry is written);
-    // the main goroutine only computes, and nothing else of the program
-    // blocks its thread in a system call long.
+    // rest; the first may come before the process's entry is written).
     assert!(
         sleeps.0 + 1 >= slept_count && slept_count >= 100,
         "{} waits marked goroutine {sleeper_goid}, of the sleeper's {slept_count} sleeps",
         sleeps.0
     );
+    // The main goroutine only computes: its thread barely waits in its
+    // name. (Other goroutines may: `runtime/pprof`'s profile writer blocks
+    // its thread on a note, in Go 1.27 every ~9 ms.)
+    let main_waited = waited_by.get(&main_goid).copied().unwrap_or(0.0);
     assert!(
-        sleeps.1 <= slept_count / 20,
-        "{} waits marked goroutines other than the sleeper's: {waited_by:?}",
-        sleeps.1
+        main_waited <= 50.0,
+        "{main_waited:.1} ms of waits marked the main goroutine {main_goid}, which only computes: {waited_by:?}"
     );
     for t in profile.process_threads(pid) {
         for (s, w) in t.stacks(&cats).iter().zip(t.weights()) {
