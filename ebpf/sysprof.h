@@ -276,7 +276,11 @@ struct unwind_process {
 #define PY_FRAME_READ 80          /* bytes of a _PyInterpreterFrame (3.11+) read at once */
 #define PY_FRAME_OBJECT_READ 112  /* bytes of a PyFrameObject (3.8-3.10) read at once */
 #define PY_NO_OFFSET 0xffff
-#define PY_OWNED_BY_CSTACK 3      /* 3.12+: the shim frame a C-level eval call starts with */
+#define PY_OWNED_BY_CSTACK 3      /* 3.12+: the shim frame a C-level eval call starts with (3.12, 3.13:
+				   * FRAME_OWNED_BY_CSTACK; 3.14 renumbers, CSTACK is 4, and gives the
+				   * shim the new FRAME_OWNED_BY_INTERPRETER, 3) */
+#define PY_TAG_BITS 7ULL          /* low bits of f_executable that are no address: 3.14's _PyStackRef
+				   * tags (Py_TAG_BITS, 3 in a default build); a code object is aligned */
 #define PY_SEGMENT_END 1          /* in the code word: the last frame of one C-level eval call */
 #define PY_ADDR_BITS 48           /* of each word: the address; above: the fingerprint's half */
 #define PY_CODE_READ 96           /* the code object's bytes read for its fingerprint, from code_read_at */

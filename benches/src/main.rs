@@ -208,6 +208,39 @@ fn main() -> Result<()> {
         }
         Err(e) => eprintln!("bench: no /usr/bin/python3 ({e}): the python workloads are skipped; install it with `apt-get install python3`"),
     }
+    // CPython 3.14 (Debian sid's, as the tests install it under target/;
+    // installed here when missing): the same work, by it and by a copy
+    // under a name not Python's (its standard library found through
+    // PYTHONHOME, as the copy is not beside it).
+    let py314 = root.join("target/cpython-3.14/usr/bin/python3.14");
+    if !py314.exists() {
+        let _ = Command::new("python3")
+            .arg(root.join("tests/tools/debian_cpython.py"))
+            .arg("3.14")
+            .arg(root.join("target/cpython-3.14"))
+            .stdout(std::process::Stdio::null())
+            .status();
+    }
+    if py314.exists() {
+        let native = work.join("interp-314-native");
+        std::fs::copy(&py314, &native)?;
+        let home = format!(
+            "PYTHONHOME={}",
+            root.join("target/cpython-3.14/usr").display()
+        );
+        let script = s(root.join("benches/workloads/py.py"));
+        let rounds = if quick { "12000" } else { "30000" }.to_string();
+        workloads.push(Workload {
+            name: "python3.14",
+            argv: vec![s(py314), script.clone(), rounds.clone()],
+        });
+        workloads.push(Workload {
+            name: "python3.14-native",
+            argv: vec!["env".into(), home, s(native), script, rounds],
+        });
+    } else {
+        eprintln!("bench: no CPython 3.14 under target/cpython-3.14 (tests/tools/debian_cpython.py could not install it from Debian's sid): the python3.14 workloads are skipped");
+    }
     // PHP: the same, by Debian's php8.2 (its frames read) and by a copy
     // under a name not PHP's.
     match std::fs::canonicalize("/usr/bin/php8.2") {

@@ -141,7 +141,9 @@ static long py_step(__u64 i, struct py_walk *w)
 		w->s->end = PY_END_READ_FAILED;
 		return 1;
 	}
-	code = py_word(w, p->frame_code);
+	/* 3.14's f_executable is a tagged reference: the tag masked off (a
+	 * no-op before, where it is a plain pointer). */
+	code = py_word(w, p->frame_code) & ~PY_TAG_BITS;
 	previous = py_word(w, p->frame_previous);
 	instr = py_word(w, p->frame_instr);
 	if (objects)
@@ -163,7 +165,7 @@ static long py_step(__u64 i, struct py_walk *w)
 	__u64 fp = w->s->hash_only ? 0 : py_fingerprint(w, code);
 	__u64 addr = (1ULL << PY_ADDR_BITS) - 1;
 
-	w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] = (code & addr & ~7ULL) | (fp >> 16) << PY_ADDR_BITS | (entry ? PY_SEGMENT_END : 0);
+	w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] = (code & addr) | (fp >> 16) << PY_ADDR_BITS | (entry ? PY_SEGMENT_END : 0);
 	w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] = (instr & addr) | (fp & 0xffff) << PY_ADDR_BITS;
 	w->s->at += 2;
 	w->s->n++;

@@ -1,5 +1,5 @@
 //! Outside tools and servers the tests compare with or send to: Go,
-//! OpenTelemetry's Python, py-spy, rbspy, receivers on loopback,
+//! OpenTelemetry's Python, CPython 3.14, py-spy, rbspy, receivers on loopback,
 //! PostgreSQL, the runtimes' own tools.
 
 use std::path::{Path, PathBuf};
@@ -117,6 +117,38 @@ pub fn py_spy(test: &str) -> Option<PathBuf> {
     skip(
         test,
         "py-spy could not be installed from PyPI into target/test-venv",
+    );
+    None
+}
+
+/// CPython 3.14, which neither this Debian nor pyenv here has: Debian's
+/// own build from its newer suites, unpacked under target/ with its glibc
+/// on first use (`tests/tools/debian_cpython.py`). None (said loudly; a
+/// failure under CI) when it cannot be had.
+pub fn cpython_314(test: &str) -> Option<PathBuf> {
+    let root = workspace_root().join("target/cpython-3.14");
+    let python = root.join("usr/bin/python3.14");
+    let ready = || quiet(Command::new(&python).args(["-c", "import json, threading"]));
+    if python.exists() && ready() {
+        return Some(python);
+    }
+    let installed = Command::new("python3")
+        .arg(workspace_root().join("tests/tools/debian_cpython.py"))
+        .arg("3.14")
+        .arg(&root)
+        .stdout(std::process::Stdio::null())
+        .output();
+    if ready() {
+        return Some(python);
+    }
+    let why = installed
+        .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())
+        .unwrap_or_else(|e| e.to_string());
+    skip(
+        test,
+        &format!(
+            "CPython 3.14 could not be installed from Debian's sid or testing into target/: {why}"
+        ),
     );
     None
 }

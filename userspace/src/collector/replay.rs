@@ -93,7 +93,7 @@ impl PseudoFrame {
             PseudoFrame::ShortWaits => "[short off-CPU waits: no stack]",
             PseudoFrame::End(e) => e.frame_name(),
             PseudoFrame::PythonNotRead => {
-                "[no Python frames: a CPython version sysprof does not read (3.8-3.13 are)]"
+                "[no Python frames: a CPython version sysprof does not read (3.8-3.14 are)]"
             }
             PseudoFrame::PythonUnnamed => {
                 "[Python, PHP, Perl or Ruby frame: its code object, function, sub or iseq was gone before it was read]"

@@ -4,7 +4,7 @@
 //!
 //! In: an [`ElfReader`] over a mapped file (read as an attacker wrote it:
 //! symbol tables within the section limit, the version word through the
-//! load segments). Out: a [`PythonBinary`] for a CPython 3.8 to 3.13
+//! load segments). Out: a [`PythonBinary`] for a CPython 3.8 to 3.14
 //! interpreter (the executable itself, as Debian's `/usr/bin/python3.11`,
 //! or `libpythonX.Y.so`, as pyenv's `--enable-shared` builds), an error
 //! that names the version for another CPython, nothing for other files.
@@ -16,12 +16,14 @@
 //! The offsets are CPython's own structure layouts for x86_64 default (GIL)
 //! builds, per minor version, checked against the interpreters on this
 //! machine (3.8.18, 3.9.18, 3.10.13, 3.11.2, 3.11.7, 3.12.1, 3.13.0) with
-//! ctypes reading their own memory (`tests/oracles/python_layout.py` for 3.8-3.10); a
-//! patch release keeps them (CPython freezes a minor version's internal
-//! layout once it is released). 3.13 also publishes them
-//! (`_Py_DebugOffsets` at the start of `_PyRuntime`): a 3.13 file's are
-//! checked against the table as it is read ([`super::debug_offsets`]), so a
-//! free-threaded build or one laid out otherwise is refused, not misread.
+//! ctypes reading their own memory (`tests/oracles/python_layout.py` for 3.8-3.10);
+//! 3.14's from `offsetof` on Debian sid's libpython3.14-dev 3.14.10 headers
+//! (`Py_BUILD_CORE`), run against that build. A patch release keeps them
+//! (CPython freezes a minor version's internal layout once it is
+//! released). 3.13 and 3.14 also publish them (`_Py_DebugOffsets` at the
+//! start of `_PyRuntime`): a file's are checked against the table as it is
+//! read ([`super::debug_offsets`]), so a free-threaded build or one laid
+//! out otherwise is refused, not misread.
 
 use crate::binaries::elf::{vaddr_to_offset, ElfReader};
 
@@ -68,7 +70,8 @@ pub struct PyLayout {
     /// `PyThreadState.thread_id` (its `pthread_self`), the thread's check
     /// where there is no native id (3.8-3.10).
     pub tstate_pthread: Option<u16>,
-    /// `_PyInterpreterFrame.f_code` (`f_executable` in 3.13).
+    /// `_PyInterpreterFrame.f_code` (`f_executable` from 3.13; in 3.14 a
+    /// tagged reference, its low bits masked off by the kernel).
     pub frame_code: u16,
     /// `_PyInterpreterFrame.previous`.
     pub frame_previous: u16,
@@ -200,7 +203,7 @@ const fn frame_objects(
     }
 }
 
-const LAYOUTS: [PyLayout; 6] = [
+const LAYOUTS: [PyLayout; 7] = [
     frame_objects(8, 0x570, 104, Instr::LastiBytes, LineFormat::Lnotab),
     frame_objects(9, 0x248, 104, Instr::LastiBytes, LineFormat::Lnotab),
     frame_objects(10, 0x248, 96, Instr::LastiUnits, LineFormat::Linetable310),
@@ -309,10 +312,45 @@ const LAYOUTS: [PyLayout; 6] = [
         heaptype_cached_keys: 880,
         names_threads: true,
     },
+    PyLayout {
+        frame_objects: false,
+        minor: 14,
+        runtime_tss: 0x920,
+        tstate_frame: 72,
+        cframe_current: None,
+        tstate_native_tid: Some(160),
+        tstate_pthread: None,
+        frame_code: 0,
+        frame_previous: 8,
+        frame_instr: 56,
+        instr: Instr::Pointer,
+        frame_owner: Some(74),
+        frame_is_entry: None,
+        code_firstlineno: 68,
+        code_filename: 112,
+        code_name: 120,
+        code_qualname: 128,
+        code_linetable: 136,
+        lines: LineFormat::Locations,
+        code_read_at: 64,
+        code_bytecode: 208,
+        code_code: None,
+        ob_type: 8,
+        str_length: 16,
+        str_state: 32,
+        str_ascii_data: 40,
+        str_compact_data: 56,
+        bytes_size: 16,
+        bytes_data: 32,
+        runtime_interp_head: 808,
+        interp_modules: 7688,
+        heaptype_cached_keys: 880,
+        names_threads: true,
+    },
 ];
 
 /// The versions read, as said to users.
-pub const SUPPORTED: &str = "3.8 to 3.13";
+pub const SUPPORTED: &str = "3.8 to 3.14";
 
 /// The layout of CPython 3.`minor`, if this build knows it.
 pub fn layout(minor: u8) -> Option<&'static PyLayout> {
@@ -476,7 +514,7 @@ pub fn read(elf: &ElfReader<'_>) -> Result<Option<PythonBinary>, NotRead> {
         }
     };
     if minor >= 13 {
-        super::debug_offsets::read_and_check_313(elf, runtime, version, layout)?;
+        super::debug_offsets::read_and_check(elf, runtime, version, layout)?;
     }
     let code_type = find("PyCode_Type")
         .map(|(a, _)| a)
@@ -624,7 +662,7 @@ mod tests {
             );
             assert_eq!(layout(l.minor).map(|x| x.minor), Some(l.minor));
         }
-        assert!(layout(7).is_none() && layout(14).is_none());
+        assert!(layout(7).is_none() && layout(15).is_none());
     }
 
     /// Check the 3.8-3.10 layouts against what each installed interpreter
@@ -719,7 +757,7 @@ mod tests {
         eprintln!("eval loop {hot:x?}, cold part {cold:x?}");
     }
 
-    /// Check that each interpreter pyenv installed is told apart: 3.8-3.13
+    /// Check that each interpreter pyenv installed is told apart: 3.8-3.14
     /// read with their own layout, older ones (and a launcher that only
     /// links libpython) never read with a wrong one: an older libpython is
     /// a version this build does not read, a launcher no interpreter.
@@ -747,13 +785,13 @@ mod tests {
             let got = read(&ElfReader::new(&f, Default::default()));
             match got {
                 Ok(Some(p)) => assert!(
-                    major == 3 && (8..=13).contains(&minor) && p.layout.minor == minor,
+                    major == 3 && (8..=14).contains(&minor) && p.layout.minor == minor,
                     "{}: read as 3.{}",
                     lib.display(),
                     p.layout.minor
                 ),
                 Err(NotRead::Version(why)) => assert!(
-                    major < 3 || !(8..=13).contains(&minor),
+                    major < 3 || !(8..=14).contains(&minor),
                     "{}: {why}",
                     lib.display()
                 ),

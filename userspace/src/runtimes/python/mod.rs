@@ -1,4 +1,4 @@
-//! CPython 3.8–3.13: what an interpreter binary is, where one process
+//! CPython 3.8–3.14: what an interpreter binary is, where one process
 //! maps it, its code objects and threads read from the process, and its
 //! frames put into stacks where the eval loop ran them.
 //!
