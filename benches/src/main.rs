@@ -54,7 +54,7 @@ struct Args {
     #[arg(long)]
     agent: bool,
     /// Only these workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "php", "perl", "ruby", "go", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench", "iostorm"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "switch", "fork", "io", "python", "python3.14", "php", "perl", "ruby", "go", "java", "compiler", "build", "long", "agent", "depth", "length", "pgbench", "iostorm"])]
     only: Vec<String>,
     /// Run the agent this many minutes beside a fork storm and report its memory and CPU over time.
     #[arg(long, value_name = "MINUTES", num_args = 0..=1, default_missing_value = "60")]
