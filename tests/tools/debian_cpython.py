@@ -75,14 +75,19 @@ def main():
             break
     else:
         fail(f"no Debian suite of {SUITES} has {', '.join(wanted)}")
-    if shutil.which("patchelf") is None:
+    # patchelf from this Debian's packages; the package lists refreshed
+    # first if they do not have it (a fresh machine's may be empty).
+    for step in (["install", "-y", "patchelf"], ["update"], ["install", "-y", "patchelf"]):
+        if shutil.which("patchelf") is not None:
+            break
         subprocess.run(
-            ["apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "patchelf"],
+            ["apt-get", "-o", "DPkg::Lock::Timeout=600", *step],
             stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
         )
-        if shutil.which("patchelf") is None:
-            fail("patchelf is missing and could not be installed: `apt-get install patchelf`")
+    if shutil.which("patchelf") is None:
+        fail("patchelf is missing and could not be installed: `apt-get install patchelf`")
     shutil.rmtree(root, ignore_errors=True)
     debs = os.path.join(root, "debs")
     os.makedirs(debs)
