@@ -248,20 +248,7 @@ fn first_frame(
             kind: FrameKind::Kernel,
             symbols: kernel_addr_info(kernel, address),
         },
-        FrameKey::Pseudo(p) => FrameRecord {
-            lib: NO_LIB,
-            address: 0,
-            kind: p.kind(),
-            symbols: AddrInfo {
-                funcs: vec![symbolize::FuncAtAddr {
-                    name: p.name().to_string(),
-                    file: None,
-                    line: None,
-                    start_line: None,
-                }],
-                ..AddrInfo::default()
-            },
-        },
+        FrameKey::Pseudo(p) => FrameRecord::named(p.kind(), p.name().to_string()),
         FrameKey::Binary { binary, offset } => FrameRecord {
             lib: lib_of.get(&binary).copied().unwrap_or(NO_LIB),
             address: offset,

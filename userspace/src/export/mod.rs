@@ -620,26 +620,15 @@ mod tests {
     fn go_labels_are_the_samples_labels_not_a_frame() {
         use crate::model::goroutine_labels::labels_name;
         use crate::model::recording::{FrameKind, FrameRecord};
-        use crate::model::symbols::{AddrInfo, FuncAtAddr};
         let mut rec = crate::store::segment::tests::sample_recording(1_000_000_000);
         let labels = [
             ("handler".to_string(), "alpha".to_string()),
             ("user".to_string(), "u 1".to_string()),
         ];
-        rec.frames.push(FrameRecord {
-            lib: crate::model::recording::NO_LIB,
-            address: 0,
-            kind: FrameKind::GoLabels,
-            symbols: AddrInfo {
-                funcs: vec![FuncAtAddr {
-                    name: labels_name(&labels),
-                    file: None,
-                    line: None,
-                    start_line: None,
-                }],
-                ..Default::default()
-            },
-        });
+        rec.frames.push(FrameRecord::named(
+            FrameKind::GoLabels,
+            labels_name(&labels),
+        ));
         let root = rec.stacks.child(crate::model::stack_tree::NO_PARENT, 2);
         let under = rec.stacks.child(root, 0);
         let t = &mut rec.processes[0].threads[0];
@@ -714,22 +703,8 @@ mod tests {
     fn goroutine_ids_are_labels_except_for_pyroscope() {
         use crate::model::goroutine_labels::{goroutine_name, labels_name};
         use crate::model::recording::{FrameKind, FrameRecord};
-        use crate::model::symbols::{AddrInfo, FuncAtAddr};
         let mut rec = crate::store::segment::tests::sample_recording(1_000_000_000);
-        let pseudo = |kind, name: String| FrameRecord {
-            lib: crate::model::recording::NO_LIB,
-            address: 0,
-            kind,
-            symbols: AddrInfo {
-                funcs: vec![FuncAtAddr {
-                    name,
-                    file: None,
-                    line: None,
-                    start_line: None,
-                }],
-                ..Default::default()
-            },
-        };
+        let pseudo = FrameRecord::named;
         let labels = [("handler".to_string(), "alpha".to_string())];
         let l = rec.frames.len() as u64;
         rec.frames

@@ -40,6 +40,25 @@ pub struct FrameRecord {
 }
 
 impl FrameRecord {
+    /// A frame that is no code, in no library, named `name`: a pseudo
+    /// frame, a goroutine's labels or id.
+    pub fn named(kind: FrameKind, name: String) -> FrameRecord {
+        FrameRecord {
+            lib: NO_LIB,
+            address: 0,
+            kind,
+            symbols: AddrInfo {
+                funcs: vec![super::symbols::FuncAtAddr {
+                    name,
+                    file: None,
+                    line: None,
+                    start_line: None,
+                }],
+                ..AddrInfo::default()
+            },
+        }
+    }
+
     /// Kernel code.
     pub fn is_kernel(&self) -> bool {
         self.kind == FrameKind::Kernel

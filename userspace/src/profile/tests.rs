@@ -1844,20 +1844,7 @@ fn goroutines_are_markers_and_fields_not_frames() {
     use crate::model::goroutine_labels::{goroutine_name, labels_name};
     let mut rec = recording();
     rec.off_cpu = true;
-    let pseudo = |kind, name: String| FrameRecord {
-        lib: NO_LIB,
-        address: 0,
-        kind,
-        symbols: AddrInfo {
-            funcs: vec![FuncAtAddr {
-                name,
-                file: None,
-                line: None,
-                start_line: None,
-            }],
-            ..AddrInfo::default()
-        },
-    };
+    let pseudo = FrameRecord::named;
     let labels = [("handler".to_string(), "alpha".to_string())];
     let other = [("handler".to_string(), "beta".to_string())];
     let l = rec.frames.len() as u64;

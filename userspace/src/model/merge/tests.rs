@@ -280,7 +280,6 @@ fn take_ended_takes_only_what_ended_by_the_cut() {
 #[test]
 fn compaction_joins_goroutines_stacks() {
     use crate::model::goroutine_labels::{goroutine_name, labels_name};
-    use crate::model::symbols::{AddrInfo, FuncAtAddr};
     let window = |start_ns: u64, goroutine: u64| {
         let mut t = thread(7, None, None);
         t.samples = ThreadSamples {
@@ -303,20 +302,7 @@ fn compaction_joins_goroutines_stacks() {
             kind: FrameKind::Native,
             symbols: Default::default(),
         });
-        let pseudo = |kind, name: String| FrameRecord {
-            lib: NO_LIB,
-            address: 0,
-            kind,
-            symbols: AddrInfo {
-                funcs: vec![FuncAtAddr {
-                    name,
-                    file: None,
-                    line: None,
-                    start_line: None,
-                }],
-                ..Default::default()
-            },
-        };
+        let pseudo = FrameRecord::named;
         let l = rec.frames.len() as u64;
         let labels = [("handler".to_string(), "alpha".to_string())];
         rec.frames
