@@ -251,6 +251,13 @@ struct v8_frames {
 	__u32 name_at;          /* SharedFunctionInfo::name_or_scope_info */
 };
 
+/* A process's last exec (sample.bpf.c's exec_times). */
+struct exec_record {
+	__u64 ns;               /* bpf_ktime_get_ns() at the exec */
+	__u32 uid;              /* its real uid then */
+	__u32 _pad;
+};
+
 struct unwind_process {
 	__u32 count;            /* mappings, sorted by start */
 	__u32 wake_until_ms;    /* bpf_ktime_get_ns() / 1e6 (truncated) until which a walk

@@ -415,6 +415,53 @@ fn a_user_cannot_take_the_process_map_from_root() {
     );
 }
 
+/// Check that processes a user execs during the recording are charged to
+/// that user: their real uid comes from the kernel at their exec (not from
+/// `/proc/PID/status`), and a wrong one (root's, or the gid) would let
+/// them past the user's quarter. With 64 entries, nobody's quarter is 16:
+/// of the 41 processes nobody execs (a shell and 40 `sleep`s), at least 25
+/// must be refused, counted against uid 65534.
+#[test]
+fn processes_a_user_execs_are_charged_to_that_user() {
+    if !can_record("processes_a_user_execs_are_charged_to_that_user") {
+        return;
+    }
+    let dir = scratch("processes_a_user_execs_are_charged_to_that_user");
+    let out_path = dir.join("execs.json.gz");
+    let nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups \
+                  sh -c 'for i in $(seq 40); do sleep 3 & done; wait'";
+    let out = record(
+        &[
+            "-a",
+            "--no-off-cpu",
+            "--unwind-processes",
+            "64",
+            "--",
+            "sh",
+            "-c",
+            nobody,
+        ],
+        &out_path,
+    );
+    assert_success(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let refusals = stderr
+        .lines()
+        .find(|l| l.contains("kernel unwinding refused"))
+        .unwrap_or("no refusals");
+    eprintln!("{}\n{refusals}", kernel_line(&stderr));
+    let refused = refusals
+        .split("uid 65534: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(
+        refused >= 41 - 16,
+        "nobody's exec'd processes past its quarter are refused as nobody's: {refused}; {stderr}"
+    );
+}
+
 /// Check that a process refused an entry (its user holds its quarter of
 /// the process map) hands its samples over to userspace instead of being
 /// taken for one that just started: with the map shrunk to 1024 entries

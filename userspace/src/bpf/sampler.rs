@@ -291,11 +291,14 @@ fn kernel_unwinding(
         .map_err(RecordError::map("unwind_refused"))?;
     let python = aya::maps::HashMap::try_from(take(ebpf, "python_procs")?)
         .map_err(RecordError::map("python_procs"))?;
+    let execs = aya::maps::HashMap::try_from(take(ebpf, "exec_times")?)
+        .map_err(RecordError::map("exec_times"))?;
     Ok(unwind_maps::KernelUnwindMaps {
         rows,
         processes,
         refused,
         python,
+        execs,
         process_capacity: opts.kernel_unwind_processes.max(1),
     })
 }

@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 
 use aya::maps::{Array as BpfArray, ArrayOfMaps, HashMap as BpfHashMap, MapData, MapFd};
 
-use super::abi::{PythonProcess, Row, UnwindProcess};
+use super::abi::{ExecRecord, PythonProcess, Row, UnwindProcess};
 
 /// The BPF maps of the in-kernel unwinder, taken from the loaded sampler.
 pub struct KernelUnwindMaps {
@@ -21,6 +21,8 @@ pub struct KernelUnwindMaps {
     pub refused: BpfArray<MapData, u64>,
     /// `python_procs`: where each CPython process keeps its threads' frames.
     pub python: BpfHashMap<MapData, u32, PythonProcess>,
+    /// `exec_times`: each process's last exec and the real uid it exec'd as.
+    pub execs: BpfHashMap<MapData, u32, ExecRecord>,
     /// Entries `processes` holds at most.
     pub process_capacity: u32,
 }

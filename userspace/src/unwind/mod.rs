@@ -186,7 +186,8 @@ impl<R: RuntimeDetection> Unwinders<R> {
         p.jit_base = (!frames.rows.is_empty()).then_some(frames.base);
         if let Some(k) = self.kernel.as_mut() {
             k.stats.jit_methods = frames.methods as u64;
-            k.put_jit_table(pid, kernel::process_uid(pid), frames.rows);
+            let uid = k.uid_of(pid);
+            k.put_jit_table(pid, uid, frames.rows);
             k.dirty.insert(pid);
         }
     }
@@ -223,6 +224,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
             if !kept {
                 if let Some(k) = kernel.as_mut() {
                     k.remove_process(pid);
+                    k.exec_seen.remove(&pid);
                 }
             }
             kept
@@ -246,6 +248,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
             // uid now, when its new mappings are written.
             k.remove_process(pid);
             k.dirty.insert(pid);
+            k.exec_seen.insert(pid);
         }
     }
 
@@ -259,6 +262,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
         self.processes.insert(child, ProcessUnwinder::new(mappings));
         if let Some(k) = self.kernel.as_mut() {
             k.dirty.insert(child);
+            k.exec_seen.remove(&child);
         }
     }
 
@@ -271,6 +275,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
         if let Some(k) = self.kernel.as_mut() {
             k.remove_process(pid);
             k.dirty.remove(&pid);
+            k.exec_seen.remove(&pid);
         }
     }
 

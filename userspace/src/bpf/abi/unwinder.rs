@@ -285,6 +285,21 @@ pub struct V8Frames {
     pub name_at: u32,
 }
 
+/// `struct exec_record`: a process's last exec, as `exec_times` holds it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExecRecord {
+    /// Monotonic ns of the exec.
+    pub ns: u64,
+    /// The real uid it exec'd as.
+    pub uid: u32,
+    /// Zero.
+    pub _pad: u32,
+}
+
+// SAFETY: plain old data, every bit pattern valid.
+unsafe impl aya::Pod for ExecRecord {}
+
 /// `struct unwind_process`: a process's executable mappings, sorted.
 #[repr(C)]
 #[derive(Clone, Copy)]

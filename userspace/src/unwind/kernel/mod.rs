@@ -51,7 +51,6 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::binaries::{Binary, BinaryIndex};
 use crate::bpf::abi::UNWIND_ENDS;
-pub(in crate::unwind) use entries::process_uid;
 use entries::Entry;
 pub(in crate::unwind) use rows::jit_table_index;
 pub(in crate::unwind) use rows::HOTSPOT_TABLE_INDEX;
@@ -214,6 +213,10 @@ pub struct KernelTables {
     uid_entries: FxHashMap<u32, u32>,
     /// Processes refused an entry (marked in `unwind_refused`), with their uid.
     refused: FxHashMap<u32, u32>,
+    /// Processes the sideband saw exec since they began: their real uid is
+    /// the one `exec_times` holds for their pid (written at that exec, or a
+    /// later one). Any other pid's entry there may be an earlier process's.
+    pub(super) exec_seen: FxHashSet<u32>,
     /// Counts samples, for the least recently sampled entry.
     sample_clock: u64,
     /// What was refused, per uid (all time).
@@ -317,6 +320,7 @@ impl KernelTables {
             entries: FxHashMap::default(),
             uid_entries: FxHashMap::default(),
             refused: FxHashMap::default(),
+            exec_seen: FxHashSet::default(),
             sample_clock: 0,
             refusals: BTreeMap::new(),
             refusals_warned: BTreeMap::new(),
