@@ -145,7 +145,7 @@ impl KernelTables {
                 return false;
             };
             let _ = self.maps.processes.remove(&victim);
-            let _ = self.maps.python.remove(&victim);
+            self.remove_python(victim);
             let victim_uid = self.uncharge(victim).unwrap_or(u32::MAX);
             self.stats.process_evictions += 1;
             self.refuse(victim, victim_uid);
@@ -159,6 +159,13 @@ impl KernelTables {
         );
         *self.uid_entries.entry(uid).or_default() += 1;
         true
+    }
+
+    /// Delete `pid`'s Python entry, if it has one.
+    fn remove_python(&mut self, pid: u32) {
+        if self.python_entries.remove(&pid) {
+            let _ = self.maps.python.remove(&pid);
+        }
     }
 
     /// `pid`'s real uid: as the kernel saw it at its exec, where the
@@ -216,15 +223,14 @@ impl KernelTables {
     pub(in crate::unwind) fn write_python(&mut self, pid: u32, python: Option<PythonProcess>) {
         match python {
             Some(p) if self.entries.contains_key(&pid) => {
-                if self.maps.python.insert(pid, p, 0).is_err() {
+                if self.maps.python.insert(pid, p, 0).is_ok() {
+                    self.python_entries.insert(pid);
+                } else {
                     self.stats.python_write_failures += 1;
                 }
             }
             // Without an entry it has none to remove (see `remove_process`).
-            _ if self.entries.contains_key(&pid) => {
-                let _ = self.maps.python.remove(&pid);
-            }
-            _ => {}
+            _ => self.remove_python(pid),
         }
     }
 
@@ -238,8 +244,8 @@ impl KernelTables {
         // failing system calls at each of their execs and exits.
         if self.uncharge(pid).is_some() {
             let _ = self.maps.processes.remove(&pid);
-            let _ = self.maps.python.remove(&pid);
         }
+        self.remove_python(pid);
         if self.refused.remove(&pid).is_some() {
             self.mark_refused(pid, false);
         }

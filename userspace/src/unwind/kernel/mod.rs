@@ -217,6 +217,9 @@ pub struct KernelTables {
     /// the one `exec_times` holds for their pid (written at that exec, or a
     /// later one). Any other pid's entry there may be an earlier process's.
     pub(super) exec_seen: FxHashSet<u32>,
+    /// Processes with an entry in `python_procs`: the others' removals
+    /// would be failing system calls, one at each entry write and exit.
+    python_entries: FxHashSet<u32>,
     /// Counts samples, for the least recently sampled entry.
     sample_clock: u64,
     /// What was refused, per uid (all time).
@@ -321,6 +324,7 @@ impl KernelTables {
             uid_entries: FxHashMap::default(),
             refused: FxHashMap::default(),
             exec_seen: FxHashSet::default(),
+            python_entries: FxHashSet::default(),
             sample_clock: 0,
             refusals: BTreeMap::new(),
             refusals_warned: BTreeMap::new(),
