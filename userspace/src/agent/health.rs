@@ -82,6 +82,13 @@ fn agent_metrics(c: &AgentCounters) -> Vec<Metric> {
         .lock()
         .map(|r| r.clone())
         .unwrap_or_default();
+    // The finished windows' unwinding in userspace: the part of the agent's
+    // CPU that new processes cost most (ARCHITECTURE 86).
+    let unwound = c
+        .losses
+        .lock()
+        .map(|l| (l.unwind.unwinds_here, l.unwind.unwind_ns))
+        .unwrap_or_default();
     let per_uid = |f: fn(&crate::unwind::kernel::UidRefusals) -> u64| -> Vec<(String, f64)> {
         refusals
             .iter()
@@ -142,6 +149,18 @@ fn agent_metrics(c: &AgentCounters) -> Vec<Metric> {
             COUNTER,
             "Unwind tables refused or evicted for want of room in the table budget, by the uid they are charged to: their frames are unwound from copies.",
             per_uid(|r| r.tables),
+        ),
+        (
+            "sysprof_stacks_unwound_in_userspace_total",
+            COUNTER,
+            "Stacks the kernel handed over (a process whose entry or tables were not written yet, JIT code, a refused process) and the agent unwound from their copies.",
+            unlabelled(unwound.0 as f64),
+        ),
+        (
+            "sysprof_userspace_unwind_seconds_total",
+            COUNTER,
+            "Time the agent spent unwinding those copies (the unwinding's own wall clock).",
+            unlabelled(unwound.1 as f64 / 1e9),
         ),
         (
             "sysprof_store_bytes",
@@ -385,6 +404,11 @@ mod tests {
                 tables: 4,
             },
         )];
+        {
+            let mut l = c.losses.lock().unwrap();
+            l.unwind.unwinds_here = 2000;
+            l.unwind.unwind_ns = 26_000_000;
+        }
         let exporters: Vec<(&'static str, Arc<crate::export::ExportCounters>)> = ["otlp", "pprof"]
             .into_iter()
             .enumerate()
@@ -448,6 +472,12 @@ sysprof_unwind_entries_refused_total{uid=\"1000\"} 3\n\
 # HELP sysprof_unwind_tables_refused_total Unwind tables refused or evicted for want of room in the table budget, by the uid they are charged to: their frames are unwound from copies.\n\
 # TYPE sysprof_unwind_tables_refused_total counter\n\
 sysprof_unwind_tables_refused_total{uid=\"1000\"} 4\n\
+# HELP sysprof_stacks_unwound_in_userspace_total Stacks the kernel handed over (a process whose entry or tables were not written yet, JIT code, a refused process) and the agent unwound from their copies.\n\
+# TYPE sysprof_stacks_unwound_in_userspace_total counter\n\
+sysprof_stacks_unwound_in_userspace_total 2000\n\
+# HELP sysprof_userspace_unwind_seconds_total Time the agent spent unwinding those copies (the unwinding's own wall clock).\n\
+# TYPE sysprof_userspace_unwind_seconds_total counter\n\
+sysprof_userspace_unwind_seconds_total 0.026\n\
 # HELP sysprof_store_bytes Bytes the store holds.\n\
 # TYPE sysprof_store_bytes gauge\n\
 sysprof_store_bytes 107\n\
