@@ -67,11 +67,11 @@ impl Followers {
         self.readers.forget(child);
     }
 
-    /// `pid` exec'd: its old image's mappings and objects are gone.
-    pub fn exec(&mut self, pid: u32) {
+    /// `pid` exec'd at `time_ns`: its old image's mappings and objects are gone.
+    pub fn exec(&mut self, pid: u32, time_ns: u64) {
         self.exited_at.remove(&pid);
         if let Some(u) = self.unwinders.as_mut() {
-            u.exec(pid);
+            u.exec(pid, time_ns);
         }
         self.readers.ended(pid);
         self.readers.forget(pid);
@@ -196,7 +196,7 @@ mod tests {
     fn an_exec_forgets_the_old_image_at_once() {
         let mut f = Followers::new(false);
         f.readers.python.get_or_read(10, 0x1000, 1, code);
-        f.exec(10);
+        f.exec(10, 0);
         assert!(f.readers.python.get(10, 0x1000, 1).is_none());
     }
 }

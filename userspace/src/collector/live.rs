@@ -55,8 +55,11 @@ impl Collector {
                 self.followers.forked(*ppid, *pid);
             }
             SidebandEvent::Comm {
-                pid, exec: true, ..
-            } => self.followers.exec(*pid),
+                time,
+                pid,
+                exec: true,
+                ..
+            } => self.followers.exec(*pid, *time),
             SidebandEvent::Exit { time, pid, tid } if tid == pid => {
                 self.followers.exited(*pid, *time);
             }

@@ -231,8 +231,9 @@ impl<R: RuntimeDetection> Unwinders<R> {
         });
     }
 
-    /// `pid` exec'd: its old mappings are gone.
-    pub fn exec(&mut self, pid: u32) {
+    /// `pid` exec'd at `time_ns` (monotonic, the sideband's): its old
+    /// mappings are gone.
+    pub fn exec(&mut self, pid: u32, time_ns: u64) {
         let p = self.process(pid);
         p.mappings.clear();
         p.unwinder = None;
@@ -248,7 +249,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
             // uid now, when its new mappings are written.
             k.remove_process(pid);
             k.dirty.insert(pid);
-            k.exec_seen.insert(pid);
+            k.exec_seen.insert(pid, time_ns);
         }
     }
 

@@ -169,12 +169,14 @@ impl KernelTables {
     }
 
     /// `pid`'s real uid: as the kernel saw it at its exec, where the
-    /// sideband saw it exec (a map lookup), else from `/proc/PID/status`
-    /// (~25 us for a new process, a compiler loop's 70 a second).
+    /// sideband saw it exec and the kernel's record is of that exec or a
+    /// later one (a map lookup), else from `/proc/PID/status` (~25 us for a
+    /// new process, a compiler loop's 70 a second).
     pub(in crate::unwind) fn uid_of(&self, pid: u32) -> u32 {
-        if self.exec_seen.contains(&pid) {
-            if let Ok(exec) = self.maps.execs.get(&pid, 0) {
-                return exec.uid;
+        if let Some(&exec_ns) = self.exec_seen.get(&pid) {
+            match self.maps.execs.get(&pid, 0) {
+                Ok(exec) if exec.ns >= exec_ns => return exec.uid,
+                _ => {}
             }
         }
         process_uid(pid)

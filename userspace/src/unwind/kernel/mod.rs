@@ -213,10 +213,12 @@ pub struct KernelTables {
     uid_entries: FxHashMap<u32, u32>,
     /// Processes refused an entry (marked in `unwind_refused`), with their uid.
     refused: FxHashMap<u32, u32>,
-    /// Processes the sideband saw exec since they began: their real uid is
-    /// the one `exec_times` holds for their pid (written at that exec, or a
-    /// later one). Any other pid's entry there may be an earlier process's.
-    pub(super) exec_seen: FxHashSet<u32>,
+    /// Processes the sideband saw exec since they began, with when: their
+    /// real uid is the one `exec_times` holds for their pid if written since
+    /// (the kernel's exec tracepoint runs after the exec's sideband records,
+    /// so until it has, the record there is an earlier exec's). Any other
+    /// pid's record there may be an earlier process's.
+    pub(super) exec_seen: FxHashMap<u32, u64>,
     /// Processes with an entry in `python_procs`: the others' removals
     /// would be failing system calls, one at each entry write and exit.
     python_entries: FxHashSet<u32>,
@@ -323,7 +325,7 @@ impl KernelTables {
             entries: FxHashMap::default(),
             uid_entries: FxHashMap::default(),
             refused: FxHashMap::default(),
-            exec_seen: FxHashSet::default(),
+            exec_seen: FxHashMap::default(),
             python_entries: FxHashSet::default(),
             sample_clock: 0,
             refusals: BTreeMap::new(),
