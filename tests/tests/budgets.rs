@@ -396,13 +396,7 @@ fn a_user_cannot_take_the_process_map_from_root() {
         "{counted} samples for 3 s of CPU"
     );
     assert!(whole * 100 >= counted * 95, "{whole} of {counted} whole");
-    let refused = stderr
-        .lines()
-        .filter(|l| l.contains("kernel unwinding refused"))
-        .find_map(|l| l.split("uid 65534: ").nth(1))
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse::<u64>().ok())
-        .unwrap_or(0);
+    let refused = nobodys_refused_processes(&stderr);
     assert!(
         refused >= 1100 - 256,
         "nobody's processes past its quarter are counted as refused: {refused}; {stderr}"
@@ -413,6 +407,19 @@ fn a_user_cannot_take_the_process_map_from_root() {
             .any(|w| w.starts_with("uid 65534: ") && w.contains("processes got no entry")),
         "the profile says it: {warnings:?}"
     );
+}
+
+/// The processes of uid 65534 (nobody) the kernel unwinder refused an
+/// entry, from `record`'s "kernel unwinding refused: uid 65534: N processes"
+/// line (0 without one).
+fn nobodys_refused_processes(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .filter(|l| l.contains("kernel unwinding refused"))
+        .find_map(|l| l.split("uid 65534: ").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 /// Check that processes a user execs during the recording are charged to
@@ -445,17 +452,8 @@ fn processes_a_user_execs_are_charged_to_that_user() {
     );
     assert_success(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let refusals = stderr
-        .lines()
-        .find(|l| l.contains("kernel unwinding refused"))
-        .unwrap_or("no refusals");
-    eprintln!("{}\n{refusals}", kernel_line(&stderr));
-    let refused = refusals
-        .split("uid 65534: ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse::<u64>().ok())
-        .unwrap_or(0);
+    eprintln!("{}", kernel_line(&stderr));
+    let refused = nobodys_refused_processes(&stderr);
     assert!(
         refused >= 41 - 16,
         "nobody's exec'd processes past its quarter are refused as nobody's: {refused}; {stderr}"
