@@ -467,7 +467,8 @@ fn processes_a_user_execs_are_charged_to_that_user() {
 /// `deep` (six small frames, -O2 -fomit-frame-pointer) for 2 s of CPU while
 /// root records. At least 95% of deep's samples must hold the whole chain
 /// to the thread root (the source's chain), with the samples its CPU time
-/// gives; none may say "just started"; the kernel's walks say `refused`.
+/// gives; none may say "just started"; the kernel's walks say `refused`,
+/// and userspace walked (at least 90% of) them over the kernel's rows.
 #[test]
 fn a_process_refused_an_entry_hands_over() {
     if !can_record("a_process_refused_an_entry_hands_over") {
@@ -547,6 +548,13 @@ fn a_process_refused_an_entry_hands_over() {
         .find_map(|kv| kv.strip_prefix("refused="))
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or(0);
+    // Its stacks are walked in userspace over the rows the kernel would
+    // have walked (the binary's table is the system's, in the array).
+    let walked_by_rows = line
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("handed_over_walked_by_rows="))
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(0);
     eprintln!(
         "refused deep: {whole} of {} whole, {just_started} 'just started'; {line}",
         stacks.len()
@@ -561,6 +569,11 @@ fn a_process_refused_an_entry_hands_over() {
         "a refused process is no process that just started"
     );
     assert!(refused_walks > 0, "the kernel's walks say refused: {line}");
+    assert!(
+        walked_by_rows * 100 >= stacks.len() * 90,
+        "deep's {} handed-over stacks walked over the rows: {walked_by_rows}",
+        stacks.len()
+    );
     assert!(
         whole * 100 >= stacks.len() * 95,
         "{whole} of {} whole",

@@ -1,9 +1,10 @@
 //! The in-kernel unwinder's maps as the loader hands them over: the rows
 //! (chunks created as tables need them, written through short-lived
-//! mappings of their pages, deleted when no table has rows there), the
-//! process entries, the refused-pid bitmap and the CPython processes. In:
-//! the loaded sampler's maps. Out: [`KernelUnwindMaps`], which
-//! `unwind::kernel` fills.
+//! mappings of their pages, deleted when no table has rows there; read
+//! through mappings kept until the window ends, by the walk of handed-over
+//! stacks over the same rows), the process entries, the refused-pid bitmap
+//! and the CPython processes. In: the loaded sampler's maps. Out:
+//! [`KernelUnwindMaps`], which `unwind::kernel` fills and reads.
 
 use std::os::fd::AsFd;
 
@@ -41,7 +42,60 @@ pub struct RowsMapping {
     chunks_fd: std::os::fd::OwnedFd,
     /// The chunks created, by index.
     chunks: Vec<Option<MapData>>,
+    /// Read-only mappings of chunks, made when a walk in userspace first
+    /// reads rows there ([`RowsMapping::row`]) and dropped at
+    /// [`RowsMapping::unmap_reads`] (each window): the pages a walk touched
+    /// count in our resident set until then.
+    reads: Vec<Option<ChunkView>>,
     len: usize,
+}
+
+/// A read-only mapping of one chunk's rows.
+struct ChunkView(std::ptr::NonNull<Row>);
+
+impl ChunkView {
+    const BYTES: usize = UNWIND_CHUNK_ROWS * std::mem::size_of::<Row>();
+
+    fn map(fd: std::os::fd::BorrowedFd<'_>) -> Option<ChunkView> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a shared read-only mapping of the whole array, whose size
+        // is exactly this (the kernel refuses a larger one).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::BYTES,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return None;
+        }
+        std::ptr::NonNull::new(ptr as *mut Row).map(ChunkView)
+    }
+
+    fn get(&self, at: usize) -> Row {
+        debug_assert!(at < UNWIND_CHUNK_ROWS);
+        // SAFETY: at < UNWIND_CHUNK_ROWS rows lie in the mapping (page
+        // aligned, so aligned for Row); Row is plain old data, and only
+        // this thread writes rows (through mappings of their own).
+        unsafe { std::ptr::read_volatile(self.0.as_ptr().add(at)) }
+    }
+}
+
+// SAFETY: the mapping is owned by the view alone and only read; moving it
+// to another thread moves that ownership.
+unsafe impl Send for ChunkView {}
+
+impl Drop for ChunkView {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once.
+        unsafe {
+            libc::munmap(self.0.as_ptr() as *mut libc::c_void, Self::BYTES);
+        }
+    }
 }
 
 /// Rows per chunk of `unwind_rows` (`UNWIND_CHUNK_ROWS` in sysprof.h).
@@ -64,6 +118,7 @@ impl RowsMapping {
             chunks_map,
             chunks_fd,
             chunks: (0..n).map(|_| None).collect(),
+            reads: (0..n).map(|_| None).collect(),
             len: capacity,
         })
     }
@@ -104,10 +159,44 @@ impl RowsMapping {
         let first = from.div_ceil(UNWIND_CHUNK_ROWS);
         let end = (to / UNWIND_CHUNK_ROWS).min(self.chunks.len());
         for i in first..end {
+            // A read mapping would keep the chunk's memory alive.
+            self.reads[i] = None;
             if self.chunks[i].is_some() && delete_slot(self.chunks_fd.as_fd(), i as u32).is_ok() {
                 self.chunks[i] = None;
             }
         }
+    }
+
+    /// Row `idx`, read through a mapping of its chunk (made on first
+    /// use); None where no chunk was created or it cannot be mapped.
+    pub fn row(&mut self, idx: usize) -> Option<Row> {
+        let (chunk, at) = (idx / UNWIND_CHUNK_ROWS, idx % UNWIND_CHUNK_ROWS);
+        if self.reads.get(chunk)?.is_none() {
+            let view = ChunkView::map(self.chunks.get(chunk)?.as_ref()?.fd().as_fd())?;
+            self.reads[chunk] = Some(view);
+        }
+        Some(self.reads[chunk].as_ref()?.get(at))
+    }
+
+    /// The last row at or below `pc` of the table at rows `[start, start +
+    /// len)`, as the kernel's walk finds it; None if there is none.
+    pub fn find_row(&mut self, start: u32, len: u32, pc: u32) -> Option<Row> {
+        let (mut lo, mut hi) = (0u32, len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.row((start + mid) as usize)?.pc <= pc {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo.checked_sub(1)
+            .and_then(|i| self.row((start + i) as usize))
+    }
+
+    /// Drop the read mappings: the pages walks touched leave the resident set.
+    pub fn unmap_reads(&mut self) {
+        self.reads.iter_mut().for_each(|r| *r = None);
     }
 
     /// Chunk `i`, created (and put in the outer array) if it was not yet.

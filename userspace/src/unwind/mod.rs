@@ -42,7 +42,7 @@ use crate::binaries::{Binaries, BinaryIndex};
 use binary::{base_avma, binary_info, BinaryUnwindInfo, Layout, MAX_HELD_USER_CFI_BYTES};
 pub use binary::{SectionBytes, UnwindInfoError};
 pub use process::is_jitdump;
-use process::{Mapping, ProcessUnwinder};
+use process::{is_in_entry_function, Mapping, ProcessUnwinder};
 
 pub use crate::bpf::abi::Regs;
 pub use crate::model::recording::UnwindStats;
@@ -212,6 +212,11 @@ impl<R: RuntimeDetection> Unwinders<R> {
             if let Some(k) = self.kernel.as_mut() {
                 k.forget(*b);
             }
+        }
+        // Called each window: the rows' pages the walks of handed-over
+        // stacks touched leave the resident set.
+        if let Some(k) = self.kernel.as_mut() {
+            k.unmap_row_reads();
         }
         self.runtimes.forget_binaries(released);
     }
@@ -445,6 +450,33 @@ impl<R: RuntimeDetection> Unwinders<R> {
             return StackEnd::NoUnwindInfo;
         };
         p.poll_jitdump(binaries);
+        // The rows the kernel walks first, where every frame has them.
+        let first = out.len();
+        if let Some(k) = self.kernel.as_mut() {
+            let (p, layouts) = (&self.processes[&pid], &self.layouts);
+            let mapped_at = |addr: u64| {
+                let m = p
+                    .mappings
+                    .iter()
+                    .find(|m| m.start <= addr && addr < m.end)?;
+                let layout = layouts.get(&m.binary)?.as_ref()?;
+                Some((base_avma(&layout.segments, m.start, m.pgoff)?, layout, m))
+            };
+            let mapping_of = |addr| mapped_at(addr).map(|(bias, _, m)| (bias, m.binary));
+            let is_entry = |addr: u64| {
+                mapped_at(addr).is_some_and(|(bias, layout, _)| {
+                    is_in_entry_function(addr, bias.wrapping_add(layout.entry))
+                })
+            };
+            match k.walk_rows(regs, stack, mapping_of, is_entry, out, max) {
+                Some(end) => {
+                    k.stats.handed_over_walked_by_rows += 1;
+                    return end;
+                }
+                None => out.truncate(first),
+            }
+        }
+        let p = self.processes.get_mut(&pid).expect("present");
         if p.unwinder.is_none() {
             let mappings = p.mappings.clone();
             let mut unwinder = UnwinderX86_64::new();
@@ -496,7 +528,6 @@ impl<R: RuntimeDetection> Unwinders<R> {
             &mut read_stack,
         );
         let stack_end = sp + stack.len() as u64;
-        let first = out.len();
         loop {
             if out.len() >= max {
                 return StackEnd::CopyExhausted;

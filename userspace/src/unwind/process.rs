@@ -31,6 +31,11 @@ pub(super) struct Mapping {
 /// caller to unwind to.
 const ENTRY_FUNCTION_BYTES: u64 = 128;
 
+/// Whether return address `addr` is in the entry function at `entry`.
+pub(super) fn is_in_entry_function(addr: u64, entry: u64) -> bool {
+    addr > entry && addr - entry <= ENTRY_FUNCTION_BYTES
+}
+
 pub(super) struct ProcessUnwinder<R> {
     pub(super) mappings: Vec<Mapping>,
     /// Built on first use; dropped when the mappings change.
@@ -155,9 +160,7 @@ impl<R: Default> ProcessUnwinder<R> {
 
     /// Whether `addr` is in an entry function: a stack that reached it is whole.
     pub(super) fn is_entry(&self, addr: u64) -> bool {
-        self.entries
-            .iter()
-            .any(|&e| addr > e && addr - e <= ENTRY_FUNCTION_BYTES)
+        self.entries.iter().any(|&e| is_in_entry_function(addr, e))
     }
 }
 

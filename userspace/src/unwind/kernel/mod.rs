@@ -42,6 +42,7 @@
 mod cache;
 mod entries;
 mod rows;
+mod walk;
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, Sender};
@@ -118,6 +119,10 @@ pub struct KernelTableStats {
     /// Of those that could not read the stack, given the stack their thread
     /// had at a switch-out in the same system call.
     pub recovered_from_switch: u64,
+    /// Stacks handed over that userspace walked over the same rows
+    /// ([`walk`]); the others were walked by framehop.
+    #[serde(default)]
+    pub handed_over_walked_by_rows: u64,
 }
 
 impl KernelTableStats {
@@ -141,7 +146,7 @@ impl KernelTableStats {
             .map(|(n, c)| format!("{n}={c}"))
             .collect();
         format!(
-            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak; kernel memory {:.1} MiB, {:.1} MiB peak) compile_ms={:.1} tables_cached={} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} python_write_failures={} jit_methods={} walks: {} recovered_from_switch={}",
+            "kernel unwinding: tables={} rows={} rows_peak={} of {} ({:.1} MiB peak; kernel memory {:.1} MiB, {:.1} MiB peak) compile_ms={:.1} tables_cached={} over_budget={} tables_over_share={} tables_evicted={} process_writes={} process_write_failures={} process_refusals={} process_evictions={} mappings_cut={} python_write_failures={} jit_methods={} walks: {} recovered_from_switch={} handed_over_walked_by_rows={}",
             self.tables,
             self.rows_in_use,
             self.rows_peak,
@@ -162,7 +167,8 @@ impl KernelTableStats {
             self.python_write_failures,
             self.jit_methods,
             ends.join(" "),
-            self.recovered_from_switch
+            self.recovered_from_switch,
+            self.handed_over_walked_by_rows
         )
     }
 }
