@@ -196,6 +196,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
     pub fn live_binaries(&self, live: &mut rustc_hash::FxHashSet<BinaryIndex>) {
         for p in self.processes.values() {
             live.extend(p.mappings.iter().map(|m| m.binary));
+            live.extend(p.before_exec.iter().map(|m| m.binary));
             if let Some((b, _, _)) = &p.jitdump {
                 live.insert(*b);
             }
@@ -214,9 +215,13 @@ impl<R: RuntimeDetection> Unwinders<R> {
             }
         }
         // Called each window: the rows' pages the walks of handed-over
-        // stacks touched leave the resident set.
+        // stacks touched leave the resident set, and the images processes
+        // exec'd from are gone (their binaries were kept live until now).
         if let Some(k) = self.kernel.as_mut() {
             k.unmap_row_reads();
+        }
+        for p in self.processes.values_mut() {
+            p.before_exec = Vec::new();
         }
         self.runtimes.forget_binaries(released);
     }
@@ -240,7 +245,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
     /// mappings are gone.
     pub fn exec(&mut self, pid: u32, time_ns: u64) {
         let p = self.process(pid);
-        p.mappings.clear();
+        p.before_exec = std::mem::take(&mut p.mappings);
         p.unwinder = None;
         p.jitdump = None;
         p.jit_modules.clear();
@@ -454,11 +459,20 @@ impl<R: RuntimeDetection> Unwinders<R> {
         let first = out.len();
         if let Some(k) = self.kernel.as_mut() {
             let (p, layouts) = (&self.processes[&pid], &self.layouts);
+            // A leaf in no mapping of the process's image but in one of the
+            // image it exec'd from: a stack from before the exec, walked in
+            // that image (framehop knows only the new one).
+            let in_image = |mappings: &[Mapping], addr| {
+                mappings.iter().any(|m| m.start <= addr && addr < m.end)
+            };
+            let before_exec = !in_image(&p.mappings, regs.ip) && in_image(&p.before_exec, regs.ip);
+            let image = if before_exec {
+                &p.before_exec
+            } else {
+                &p.mappings
+            };
             let mapped_at = |addr: u64| {
-                let m = p
-                    .mappings
-                    .iter()
-                    .find(|m| m.start <= addr && addr < m.end)?;
+                let m = image.iter().find(|m| m.start <= addr && addr < m.end)?;
                 let layout = layouts.get(&m.binary)?.as_ref()?;
                 Some((base_avma(&layout.segments, m.start, m.pgoff)?, layout, m))
             };
@@ -472,6 +486,12 @@ impl<R: RuntimeDetection> Unwinders<R> {
                 Some(end) => {
                     k.stats.handed_over_walked_by_rows += 1;
                     return end;
+                }
+                None if before_exec => {
+                    k.stats.handed_over_walked_by_rows += 1;
+                    out.truncate(first);
+                    out.push(regs.ip);
+                    return StackEnd::NoUnwindInfo;
                 }
                 None => out.truncate(first),
             }

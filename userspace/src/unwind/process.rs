@@ -38,6 +38,11 @@ pub(super) fn is_in_entry_function(addr: u64, entry: u64) -> bool {
 
 pub(super) struct ProcessUnwinder<R> {
     pub(super) mappings: Vec<Mapping>,
+    /// The mappings it had before its last exec, until the window ends: a
+    /// stack taken before the exec may be handed over after it (the
+    /// sideband of a batch is applied before its stacks), and a vfork
+    /// child's, taken in its parent's image, always is.
+    pub(super) before_exec: Vec<Mapping>,
     /// Built on first use; dropped when the mappings change.
     pub(super) unwinder: Option<UnwinderX86_64<SectionBytes>>,
     /// Entry points (`_start`) of the mapped binaries, as absolute
@@ -109,6 +114,7 @@ impl<R: Default> ProcessUnwinder<R> {
     pub(super) fn new(mappings: Vec<Mapping>) -> ProcessUnwinder<R> {
         ProcessUnwinder {
             mappings,
+            before_exec: Vec::new(),
             unwinder: None,
             entries: Vec::new(),
             jitdump: None,
