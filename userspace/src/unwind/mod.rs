@@ -42,7 +42,7 @@ use crate::binaries::{Binaries, BinaryIndex};
 use binary::{base_avma, binary_info, BinaryUnwindInfo, Layout, MAX_HELD_USER_CFI_BYTES};
 pub use binary::{SectionBytes, UnwindInfoError};
 pub use process::is_jitdump;
-use process::{is_in_entry_function, Mapping, ProcessUnwinder};
+use process::{is_in_entry_function, mapping_at, Mapping, ProcessUnwinder};
 
 pub use crate::bpf::abi::Regs;
 pub use crate::model::recording::UnwindStats;
@@ -462,17 +462,15 @@ impl<R: RuntimeDetection> Unwinders<R> {
             // A leaf in no mapping of the process's image but in one of the
             // image it exec'd from: a stack from before the exec, walked in
             // that image (framehop knows only the new one).
-            let in_image = |mappings: &[Mapping], addr| {
-                mappings.iter().any(|m| m.start <= addr && addr < m.end)
-            };
-            let before_exec = !in_image(&p.mappings, regs.ip) && in_image(&p.before_exec, regs.ip);
+            let before_exec = mapping_at(&p.mappings, regs.ip).is_none()
+                && mapping_at(&p.before_exec, regs.ip).is_some();
             let image = if before_exec {
                 &p.before_exec
             } else {
                 &p.mappings
             };
             let mapped_at = |addr: u64| {
-                let m = image.iter().find(|m| m.start <= addr && addr < m.end)?;
+                let m = mapping_at(image, addr)?;
                 let layout = layouts.get(&m.binary)?.as_ref()?;
                 Some((base_avma(&layout.segments, m.start, m.pgoff)?, layout, m))
             };
@@ -488,7 +486,8 @@ impl<R: RuntimeDetection> Unwinders<R> {
                     return end;
                 }
                 None if before_exec => {
-                    k.stats.handed_over_walked_by_rows += 1;
+                    // Not walked: its leaf alone is kept, and not counted
+                    // as a walk over the rows.
                     out.truncate(first);
                     out.push(regs.ip);
                     return StackEnd::NoUnwindInfo;

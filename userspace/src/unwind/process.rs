@@ -159,15 +159,18 @@ impl<R: Default> ProcessUnwinder<R> {
 
     /// Whether `addr` lies in an executable mapping of the process.
     pub(super) fn is_code(&self, addr: u64) -> bool {
-        self.mappings
-            .iter()
-            .any(|m| m.start <= addr && addr < m.end)
+        mapping_at(&self.mappings, addr).is_some()
     }
 
     /// Whether `addr` is in an entry function: a stack that reached it is whole.
     pub(super) fn is_entry(&self, addr: u64) -> bool {
         self.entries.iter().any(|&e| is_in_entry_function(addr, e))
     }
+}
+
+/// The mapping of `mappings` that holds `addr`, if any.
+pub(super) fn mapping_at(mappings: &[Mapping], addr: u64) -> Option<&Mapping> {
+    mappings.iter().find(|m| m.start <= addr && addr < m.end)
 }
 
 #[cfg(test)]

@@ -120,7 +120,8 @@ pub struct KernelTableStats {
     /// had at a switch-out in the same system call.
     pub recovered_from_switch: u64,
     /// Stacks handed over that userspace walked over the same rows
-    /// ([`walk`]); the others were walked by framehop.
+    /// ([`walk`]); the others were walked by framehop, or kept their leaf
+    /// alone (from before an exec, where the rows of that image end early).
     #[serde(default)]
     pub handed_over_walked_by_rows: u64,
 }
