@@ -44,8 +44,9 @@ pub struct RowsMapping {
     chunks: Vec<Option<MapData>>,
     /// Read-only mappings of chunks, made when a walk in userspace first
     /// reads rows there ([`RowsMapping::row`]) and dropped at
-    /// [`RowsMapping::unmap_reads`] (each window): the pages a walk touched
-    /// count in our resident set until then.
+    /// [`RowsMapping::unmap_reads`] (each window): the kernel maps all of a
+    /// chunk's pages at once, so each chunk mapped counts whole (2 MiB) in
+    /// our resident set until then (ARCHITECTURE 87).
     reads: Vec<Option<ChunkView>>,
     len: usize,
 }
