@@ -145,18 +145,24 @@ struct Losses {
 impl CaptureSession {
     /// Hand what the rings' reader has read to the collector.
     pub fn drain(&mut self, collector: &mut Collector) {
+        let Some(mut pumped) = self.pump.as_ref().map(|p| p.take()) else {
+            return;
+        };
+        self.hand(collector, &mut pumped);
         if let Some(p) = &self.pump {
-            let pumped = p.take();
-            self.hand(collector, pumped);
+            p.give_back(pumped);
         }
     }
 
     /// Hand everything up to now to the collector: what was read, and what
     /// the rings hold (a cut).
     fn drain_all(&mut self, collector: &mut Collector) {
+        let Some(mut pumped) = self.pump.as_ref().map(|p| p.take_all()) else {
+            return;
+        };
+        self.hand(collector, &mut pumped);
         if let Some(p) = &self.pump {
-            let pumped = p.take_all();
-            self.hand(collector, pumped);
+            p.give_back(pumped);
         }
     }
 
@@ -164,11 +170,11 @@ impl CaptureSession {
     /// (every record was read before a sideband read that followed it, so
     /// a sample is unwound with the mappings its process had at its time),
     /// then samples, then the tracer's records.
-    fn hand(&mut self, collector: &mut Collector, pumped: pump::Pumped) {
+    fn hand(&mut self, collector: &mut Collector, pumped: &mut pump::Pumped) {
         if pumped.is_empty() {
             return;
         }
-        for e in pumped.sideband {
+        for e in pumped.sideband.drain(..) {
             collector.handle_sideband(e);
         }
         collector.sync_kernel_unwinding();
@@ -293,7 +299,7 @@ impl CaptureSession {
             owned.lend().read(&mut pumped, usize::MAX);
             sideband_losses = (owned.sideband.lost, owned.sideband.malformed);
             collector.handle_ring_peaks(owned.peaks.samples, owned.peaks.events);
-            self.hand(collector, pumped);
+            self.hand(collector, &mut pumped);
             rings = Some(owned);
         }
         let mut tracer_drops = TracerDrops::default();
