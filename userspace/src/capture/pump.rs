@@ -4,7 +4,7 @@
 //! pump's thread for the whole session (and lent, before it starts, while
 //! `/proc` is read and the programs load). Out: [`Pumped`], the records read
 //! so far, copied as they came, which the event loop takes and hands to the
-//! collector at its own pace.
+//! collector at its own pace, and gives back emptied for the next reads.
 //!
 //! Why: the event loop both read the rings and fed the collector, so
 //! whenever the collector was busy (a window finished, merged and written;
