@@ -3,11 +3,13 @@
 //! replaced); `report` and `validate` given a gzip bomb or a 200,000-deep
 //! stack; a binary whose path holds a newline and terminal escapes, which
 //! must reach no terminal or log raw. The oracles are the device node's
-//! `stat`, the child's VmHWM in /proc, the numbers
+//! `stat`, the child's peak resident set (`wait4`'s, from a small forking
+//! helper), the numbers
 //! the tests built into their own profiles, and the raw bytes of stderr.
 
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -15,21 +17,40 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use sysprof_tests::*;
 
-/// Run `cmd` to its end (killed after `timeout`), returning its output, its
-/// peak resident set in KiB and how many /proc readings there were. The
-/// peak is the highest `VmHWM` read from its /proc status while it ran
-/// (polled every millisecond: a high-water mark, so growth is seen even if
-/// the last millisecond is not). A command that ends before its first
-/// reading (a refusal at the first byte) gets `wait4`'s `ru_maxrss`
-/// instead: that is an upper bound, not the peak, because it also keeps
-/// what the test process had resident when the child was spawned, so it is
-/// used only when nothing was read and the test's own peak is said.
-fn run_measured(cmd: &mut Command, timeout: Duration) -> (Output, u64, u32) {
-    let mut child = cmd
+/// Run `cmd` to its end (killed after `timeout`), returning its output and
+/// its peak resident set in KiB: `wait4`'s `ru_maxrss`, read by
+/// `tests/workloads/maxrss.c`, which forks and runs it. Not the test
+/// process's own `wait4` of the command, nor its /proc VmHWM: a command
+/// that ends within a millisecond (a refusal at the first byte) gives
+/// /proc no reading, and `ru_maxrss` keeps across an exec what the process
+/// it was spawned from had resident, so from the test process it was the
+/// test's own peak (beside a compiler loop, a `report` refusing a bomb at
+/// once "peaked" at 73 MiB). From the small helper it is the command's.
+fn run_measured(cmd: &mut Command, timeout: Duration) -> (Output, u64) {
+    static HELPER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let helper = HELPER.get_or_init(|| {
+        let dir = scratch("inputs-maxrss");
+        build_c("maxrss", &dir.join("maxrss"), &[])
+    });
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let report = helper.with_file_name(format!("peak-{run}"));
+    let mut wrapped = Command::new(helper);
+    wrapped
+        .arg(&report)
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        // Its own process group, so a timeout ends the command too.
+        .process_group(0)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .stderr(Stdio::piped());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    let mut child = wrapped.spawn().expect("spawn");
     let mut pipes = [
         child
             .stdout
@@ -52,35 +73,23 @@ fn run_measured(cmd: &mut Command, timeout: Duration) -> (Output, u64, u32) {
         })
         .collect();
     let deadline = Instant::now() + timeout;
-    let pid = child.id() as libc::pid_t;
-    let (mut peak, mut readings) = (0u64, 0u32);
-    let (status, max_rss_kib) = loop {
-        if let Some(kib) = vm_hwm_kib(child.id()) {
-            peak = peak.max(kib);
-            readings += 1;
-        }
-        // SAFETY: rusage is plain data the kernel fills; pid is our child,
-        // which `child` never reaps itself once this has.
-        let mut raw_status = 0;
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        let reaped = unsafe { libc::wait4(pid, &mut raw_status, libc::WNOHANG, &mut usage) };
-        assert!(reaped >= 0, "wait4: {}", std::io::Error::last_os_error());
-        if reaped == pid {
-            break (
-                std::os::unix::process::ExitStatusExt::from_raw(raw_status),
-                usage.ru_maxrss as u64,
-            );
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
         if Instant::now() > deadline {
-            let _ = child.kill();
+            // SAFETY: a signal to the helper's own process group.
+            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+            let _ = child.wait();
             panic!("{cmd:?} did not end within {timeout:?}");
         }
         std::thread::sleep(Duration::from_millis(1));
     };
-    if readings == 0 {
-        eprintln!("no /proc reading before its end: its peak is taken as wait4's ru_maxrss, {max_rss_kib} KiB (the test process's own VmHWM is {} KiB)", vm_hwm_kib(std::process::id()).unwrap_or(0));
-        peak = max_rss_kib;
-    }
+    let peak: u64 = std::fs::read_to_string(&report)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("maxrss wrote no peak for {cmd:?} (status {status})"));
+    let _ = std::fs::remove_file(&report);
     let mut outs = readers.into_iter().map(|r| r.join().unwrap());
     let (stdout, stderr) = (outs.next().unwrap(), outs.next().unwrap());
     (
@@ -90,7 +99,6 @@ fn run_measured(cmd: &mut Command, timeout: Duration) -> (Output, u64, u32) {
             stderr,
         },
         peak,
-        readings,
     )
 }
 
@@ -237,9 +245,8 @@ fn gzip_string_bomb(path: &Path) {
 
 /// Check that `report` and `validate` refuse two 1 MiB gzip bombs (1 GiB
 /// of JSON each: a threads array of zeros, and one string) with one line,
-/// and that each one's peak RSS (VmHWM from its /proc status, or wait4's
-/// upper bound if it ended before the first reading) stays under
-/// the 64 MiB limit: they are read as they are inflated, and what was read
+/// and that each one's peak RSS (see `run_measured`) stays under the
+/// 64 MiB limit: they are read as they are inflated, and what was read
 /// is not held. Where the reader parses on (validate, and report of the
 /// string) the line names the limit; report stops at the first zero, which
 /// is not a thread.
@@ -253,12 +260,17 @@ fn gzip_bombs_are_refused_in_bounded_memory() {
         let size = std::fs::metadata(bomb).unwrap().len();
         for sub in ["report", "validate"] {
             let started = Instant::now();
-            let (out, peak_kib, readings) = run_measured(
+            let (out, peak_kib) = run_measured(
                 Command::new(sysprof_bin()).arg(sub).arg(bomb),
                 Duration::from_secs(120),
             );
             let stderr = String::from_utf8_lossy(&out.stderr);
-            eprintln!("{sub} of {} ({size} bytes): {:.2} s, peak RSS {} MiB ({readings} readings): {stderr}", bomb.display(), started.elapsed().as_secs_f64(), peak_kib / 1024);
+            eprintln!(
+                "{sub} of {} ({size} bytes): {:.2} s, peak RSS {} MiB: {stderr}",
+                bomb.display(),
+                started.elapsed().as_secs_f64(),
+                peak_kib / 1024
+            );
             assert!(!out.status.success(), "{sub} accepted the bomb");
             assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
             let limit_said =
@@ -271,10 +283,7 @@ fn gzip_bombs_are_refused_in_bounded_memory() {
             } else {
                 assert!(limit_said, "the limit is said: {stderr}");
             }
-            assert!(
-                peak_kib > 0,
-                "{sub}'s peak could not be read ({readings} readings)"
-            );
+            assert!(peak_kib > 0, "{sub}'s peak could not be read");
             assert!(
                 peak_kib < 64 * 1024,
                 "{sub} peaked at {} MiB",
@@ -346,7 +355,7 @@ fn a_200000_deep_stack_reports_in_linear_time() {
     )
     .unwrap();
     let started = Instant::now();
-    let (out, _, _) = run_measured(
+    let (out, _) = run_measured(
         Command::new(sysprof_bin())
             .args(["report", "--top", "100000"])
             .arg(&path),
@@ -382,7 +391,7 @@ fn a_200000_deep_stack_reports_in_linear_time() {
         serde_json::to_vec(&deep_profile(depth, &[depth - 1; 3])).unwrap(),
     )
     .unwrap();
-    let (out, _, _) = run_measured(
+    let (out, _) = run_measured(
         Command::new(sysprof_bin())
             .args(["report", "--format", "folded"])
             .arg(&leaf),
