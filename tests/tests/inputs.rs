@@ -9,7 +9,6 @@
 
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -40,8 +39,6 @@ fn run_measured(cmd: &mut Command, timeout: Duration) -> (Output, u64) {
         .arg(&report)
         .arg(cmd.get_program())
         .args(cmd.get_args())
-        // Its own process group, so a timeout ends the command too.
-        .process_group(0)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in cmd.get_envs() {
@@ -50,56 +47,15 @@ fn run_measured(cmd: &mut Command, timeout: Duration) -> (Output, u64) {
             None => wrapped.env_remove(k),
         };
     }
-    let mut child = wrapped.spawn().expect("spawn");
-    let mut pipes = [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    ];
-    let readers: Vec<_> = pipes
-        .iter_mut()
-        .map(|p| {
-            let mut p = p.take().unwrap();
-            std::thread::spawn(move || {
-                let mut v = Vec::new();
-                let _ = p.read_to_end(&mut v);
-                v
-            })
-        })
-        .collect();
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            // SAFETY: a signal to the helper's own process group.
-            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
-            let _ = child.wait();
-            panic!("{cmd:?} did not end within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    };
+    let what = format!("{cmd:?}");
+    // The helper's own /proc peak, which this reads too, is not the command's.
+    let (out, _) = wait_with_peak_rss(wrapped.spawn().expect("spawn"), timeout, &what);
     let peak: u64 = std::fs::read_to_string(&report)
         .ok()
         .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| panic!("maxrss wrote no peak for {cmd:?} (status {status})"));
+        .unwrap_or_else(|| panic!("maxrss wrote no peak for {what} ({})", out.status));
     let _ = std::fs::remove_file(&report);
-    let mut outs = readers.into_iter().map(|r| r.join().unwrap());
-    let (stdout, stderr) = (outs.next().unwrap(), outs.next().unwrap());
-    (
-        Output {
-            status,
-            stdout,
-            stderr,
-        },
-        peak,
-    )
+    (out, peak)
 }
 
 /// Check that `record -a -o /dev/null` writes through the device and

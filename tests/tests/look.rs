@@ -325,12 +325,12 @@ fn summary_is_short_and_the_command_opens_first() {
     // the advice on other programs' code without symbols (beside a compiler
     // loop: "14.7% of user samples ran in code without symbols: .../cc1"),
     // which must not name the command's own.
-    let others_unnamed = |l: &str| l.contains("ran in code without symbols");
+    let is_symbols_advice = |l: &str| l.contains("ran in code without symbols");
     let lines: Vec<&str> = stderr
         .lines()
-        .filter(|l| !l.starts_with("sysprof: warning:") && !others_unnamed(l))
+        .filter(|l| !l.starts_with("sysprof: warning:") && !is_symbols_advice(l))
         .collect();
-    for l in stderr.lines().filter(|l| others_unnamed(l)) {
+    for l in stderr.lines().filter(|l| is_symbols_advice(l)) {
         assert!(
             !l.contains(exe.to_str().unwrap()),
             "the command is built with its symbols: {l}"

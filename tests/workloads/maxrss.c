@@ -10,8 +10,11 @@
  *
  * Usage: maxrss OUT CMD [ARGS...]. Writes the peak in KiB and a newline to
  * OUT; exits as CMD did (128 + the signal that ended it, as shells say).
+ * Killed, it takes CMD with it (a test's timeout kills this program).
  */
+#include <signal.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +31,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() == 1)
+			_exit(127); /* this program was gone before the prctl */
 		execvp(argv[2], argv + 2);
 		perror("maxrss: exec");
 		_exit(127);
