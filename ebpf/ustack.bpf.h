@@ -55,6 +55,48 @@ static __always_inline __u32 copy_piece(__u8 *dst, __u64 sp, __u32 copied, __u32
 	return copied + (size & (__u32)read);
 }
 
+/* The last piece: STACK_COPY_TAIL bytes if they fit and read, else the
+ * bytes left to where the stack stops being readable. The pieces before
+ * end at a multiple of 64 bytes from sp, and sp is any multiple of 8: where
+ * the stack's top is followed by a page that cannot be read (a guard page,
+ * the untouched heap page above a Go M's system stack), up to 56 bytes
+ * below that top were left out, and there lie the outermost return
+ * addresses (Go's mstart, makecontext's __start_context): half of the
+ * samples on such a stack ended "copy exhausted" (tests/workloads/ctxtop.c).
+ * A page ends at a multiple of 64, so what is left to it from dst + copied
+ * is -(sp + copied) mod 64 bytes. No branch, as in copy_piece. */
+static __always_inline __u32 copy_last_piece(__u8 *dst, __u64 sp, __u32 copied, __u32 limit)
+{
+	__u64 whole = STACK_COPY_TAIL, rest, fits, read, missed;
+	__s64 room = (__s64)limit - (__s64)copied - STACK_COPY_TAIL;
+	long err;
+
+	asm volatile("" : "+r"(room));
+	fits = ~(__u64)(room >> 63);
+	asm volatile("" : "+r"(fits));
+	whole &= fits;
+	err = bpf_probe_read_user(dst + copied, whole, (void *)(sp + copied));
+	asm volatile("" : "+r"(err));
+	read = ~(__u64)(err >> 63);
+	asm volatile("" : "+r"(read));
+	whole &= read;
+	/* All ones where the whole piece was not taken (whole is 0 or 64). */
+	missed = (whole >> 6) - 1;
+	asm volatile("" : "+r"(missed));
+	rest = (0 - (sp + copied)) & (STACK_COPY_TAIL - 1);
+	room = (__s64)limit - (__s64)copied - (__s64)rest;
+	asm volatile("" : "+r"(room));
+	fits = ~(__u64)(room >> 63);
+	asm volatile("" : "+r"(fits));
+	rest &= fits & missed;
+	asm volatile("" : "+r"(rest));
+	err = bpf_probe_read_user(dst + copied, rest, (void *)(sp + copied));
+	asm volatile("" : "+r"(err));
+	read = ~(__u64)(err >> 63);
+	asm volatile("" : "+r"(read));
+	return copied + whole + (rest & read);
+}
+
 /* Copy the user stack from sp up into dst, which has room for
  * MAX_STACK_COPY bytes: on the main thread's stack, to just past its top
  * in one read (main_stack_extent; that memory is all mapped; unless the
@@ -62,8 +104,9 @@ static __always_inline __u32 copy_piece(__u8 *dst, __u64 sp, __u32 copied, __u32
  * much of the limit bytes as can be read, found by halves: a stack is
  * readable from sp up to some point (its top, or a page not in memory),
  * and pieces of 16 KiB, 8 KiB, ... 64 bytes, each taken if it fits and
- * reads, add up to that point (to 64 bytes) in at most 10 reads. Returns
- * the number of bytes copied (at most limit and MAX_STACK_COPY). */
+ * reads, add up to that point (to 64 bytes), and the last piece to the
+ * byte, in at most 11 reads. Returns the number of bytes copied (at most
+ * limit and MAX_STACK_COPY). */
 static __always_inline __u32 copy_user_stack_max(__u8 *dst, __u64 sp, __u32 limit)
 {
 	__u32 copied = 0;
@@ -84,8 +127,7 @@ static __always_inline __u32 copy_user_stack_max(__u8 *dst, __u64 sp, __u32 limi
 	copied = copy_piece(dst, sp, copied, limit, 256);
 	copied = copy_piece(dst, sp, copied, limit, 128);
 	copied = copy_piece(dst, sp, copied, limit, 64);
-	copied = copy_piece(dst, sp, copied, limit, 64);
-	return copied;
+	return copy_last_piece(dst, sp, copied, limit);
 }
 
 /* copy_user_stack_max with the includer's configured `stack_copy`. */
