@@ -70,7 +70,10 @@
 #define STACK_KSTACK_FAILED 4
 #define STACK_USTACK_FAILED 8
 #define STACK_KERNEL_UNWOUND 16   /* ustack_len user frames, unwound in the kernel,
-                                     follow the record; unwind_end says how it ended */
+                                     follow the record; unwind_end says how it ended.
+                                     With STACK_USER_REGS: the walk handed over; the
+                                     copy and the kernel stack follow, then py_len
+                                     pairs of the runtimes' chain it read */
 #define STACK_HANDOVER_SKIPPED 32 /* as SAMPLE_FLAG_HANDOVER_SKIPPED: the walk so far,
                                      without a copy, the events ring being over
                                      half full */

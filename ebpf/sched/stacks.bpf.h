@@ -89,8 +89,9 @@ struct {
  * for a per-CPU map's value. */
 struct copy_scratch {
 	struct stack_event e;
-	/* the copy, padded to 8 bytes, then the kernel stack */
-	__u8 copy[MAX_STACK_COPY + MAX_STACK_DEPTH * sizeof(__u64)];
+	/* the copy, padded to 8 bytes, then the kernel stack, then (a walk
+	 * handed over) its runtimes' chain */
+	__u8 copy[MAX_STACK_COPY + MAX_STACK_DEPTH * sizeof(__u64) + 2 * PY_MAX_FRAMES * sizeof(__u64)];
 };
 
 struct {
@@ -113,6 +114,9 @@ static __always_inline __u64 next_stack_id(void)
 
 /* A stack record was lost (counted); stack ids are never this. */
 #define STACK_DROPPED ((__u64)-1)
+/* send_unwound_stack: the walk hands over; what it read is in the place's
+ * stack_scratch (runtime_chain_after). Not an id either. */
+#define STACK_HANDED_OVER ((__u64)-2)
 
 /* One step of hashing a stack record's words (bpf_loop: one iteration
  * verified, not 1,151). */
@@ -191,10 +195,12 @@ __noinline __u64 send_scratch(struct stack_scratch *sc, __u32 words, __u64 size)
 	return sc->e.id;
 }
 
-/* Kernel-unwind mode: walk the user stack here and send the frames; 0
- * where the walk hands over (tables not loaded yet, JIT code only userspace
- * can walk, an address the entry does not cover): the caller then sends a
- * copy, as without kernel unwinding. */
+/* Kernel-unwind mode: walk the user stack here and send the frames;
+ * STACK_HANDED_OVER where the walk hands over (tables not loaded yet, code
+ * only userspace can walk, an address the entry does not cover): the caller
+ * then sends a copy, as without kernel unwinding, and after it the runtimes'
+ * chain the walk read (left in sc: its frames, its counts in sc->e); 0 where
+ * nothing was walked. */
 static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp, __u32 kbuf)
 {
 	struct stack_scratch *sc = bpf_map_lookup_elem(&stack_scratch, &kbuf);
@@ -222,7 +228,14 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 	 * half full. */
 	switch (walk_user_stack(&events, pid, tid, &sc->e.user_ip, sc->frames, stack_copy != 0, kbuf != KBUF_WAKING, &w)) {
 	case WALK_HAND_OVER:
-		return 0;
+		/* The mark runtime_chain_after looks for: no sent record's flags
+		 * are this alone. */
+		sc->e.flags = STACK_USER_REGS;
+		sc->e.ustack_len = w.n;
+		sc->e.unwind_end = w.end;
+		sc->e.py_len = w.py.n;
+		sc->e.py_end = w.py.end;
+		return STACK_HANDED_OVER;
 	case WALK_CUT:
 		flags |= STACK_HANDOVER_SKIPPED;
 		break;
@@ -274,6 +287,41 @@ __noinline __u32 copy_main_stack(struct copy_scratch *cs, __u64 sp)
 	return 0;
 }
 
+/* The runtimes' chain (Go's goroutine and labels, Python's frames...) of a
+ * walk that handed over, from the place's stack_scratch into the copy's
+ * record at byte `at` (after its kernel stack), the record marked as walked
+ * and handed over (STACK_KERNEL_UNWOUND with STACK_USER_REGS; ustack_len 0:
+ * userspace unwinds the copy from the leaf, as the sampler's hand-overs).
+ * Returns the bytes added. Without it a new process's first waits, before its
+ * tables load, were in no goroutine: 3-18 of a Go sleeper's ~300 beside a
+ * compiler loop, and all of a process whose tables did not fit. Only after a
+ * walk that handed over (its mark, taken here); a global function, verified
+ * once: inlined, send_new_stack's frame passed the 512-byte stack limit. */
+__noinline __u32 runtime_chain_after(struct copy_scratch *cs, __u32 kbuf, __u32 at)
+{
+	struct stack_scratch *sc = bpf_map_lookup_elem(&stack_scratch, &kbuf);
+
+	if (!cs || !sc || sc->e.flags != STACK_USER_REGS)
+		return 0;
+	sc->e.flags = 0;
+	__u32 from = sc->e.ustack_len, pairs = sc->e.py_len, end = sc->e.py_end;
+
+	if (!pairs && !end)
+		return 0;
+	if (from > UNWIND_MAX_FRAMES + MAX_STACK_DEPTH - 2 * PY_MAX_FRAMES || pairs > PY_MAX_FRAMES ||
+	    at > MAX_STACK_COPY + MAX_STACK_DEPTH * sizeof(__u64))
+		return 0;
+	__u32 bytes = pairs * 2 * sizeof(__u64);
+
+	if (bytes && bpf_probe_read_kernel(&cs->copy[at], bytes, &sc->frames[from]))
+		return 0;
+	cs->e.flags |= STACK_KERNEL_UNWOUND;
+	cs->e.unwind_end = sc->e.unwind_end;
+	cs->e.py_len = pairs;
+	cs->e.py_end = end;
+	return bytes;
+}
+
 /* The record's fields, none of its stacks. */
 static __always_inline void stack_event_header(struct stack_event *e, __u32 flags, __u32 pid, __u32 tid, __u32 slot, __u64 ip, __u64 sp, __u64 bp)
 {
@@ -315,7 +363,7 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 	if (kernel_unwind) {
 		__u64 id = send_unwound_stack(ctx, pid, tid, slot, ip, sp, bp, kbuf);
 
-		if (id)
+		if (id && id != STACK_HANDED_OVER)
 			return id == STACK_DROPPED ? 0 : id;
 	}
 	if (!stack_copy) {
@@ -375,6 +423,9 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 		padded = MAX_STACK_COPY;
 	__u32 klen = read_kernel_part(ctx, e, (__u64 *)&cs->copy[padded]);
 	__u64 size = sizeof(*e) + padded + (__u64)klen * sizeof(__u64);
+
+	if (kernel_unwind)
+		size += runtime_chain_after(cs, kbuf, padded + klen * sizeof(__u64));
 
 	if (size > sizeof(*cs))
 		size = sizeof(*cs);

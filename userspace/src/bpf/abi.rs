@@ -103,7 +103,9 @@ pub const STACK_SHARED: u32 = 64;
 pub const STACK_ID_SHARED: u64 = 0x8000_0000_0000_0000;
 /// `STACK_SHARED_MAX`: shared stacks the tracer keeps at most.
 pub const STACK_SHARED_MAX: u32 = 32768;
-/// User frames unwound in the kernel follow the record.
+/// User frames unwound in the kernel follow the record; with
+/// `STACK_USER_REGS`, the walk handed over: the copy, the kernel stack, then
+/// the runtimes' chain it read.
 pub const STACK_KERNEL_UNWOUND: u32 = 16;
 
 /// `IO_PREFLUSH`
@@ -226,7 +228,8 @@ pub struct StackEvent {
     pub slot: u32,
     /// `STACK_KERNEL_UNWOUND`: `UNWIND_END_*`.
     pub unwind_end: u32,
-    /// CPython frame pairs after the `ustack_len` frames.
+    /// CPython frame pairs after the `ustack_len` frames (a walk that
+    /// handed over: after the copy and the kernel stack).
     pub py_len: u16,
     /// `PY_END_*`.
     pub py_end: u16,

@@ -39,7 +39,8 @@ impl Collector {
         let mut runtime_frames: Box<[_]> = Box::new([]);
         let user: Box<[u64]> = match view.user {
             UserStack::KernelUnwound(k) => {
-                // The tracer's walks hand nothing over: what the kernel walked is the stack.
+                // What the kernel walked; or, where it handed over, the copy
+                // unwound here (from the leaf) under the runtimes' chain it read.
                 self.unwind_in_kernel(e.pid, &k);
                 // Its runtimes' frames keyed in a table of its own: the
                 // record outlives the window.

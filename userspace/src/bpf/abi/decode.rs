@@ -127,7 +127,11 @@ pub fn decode_event(bytes: &[u8]) -> Result<EventRecord<'_>, DecodeError> {
             let e = view::<StackEvent>(bytes, kind)?;
             let tail = &bytes[std::mem::size_of::<StackEvent>()..];
             // The user part first, then the kernel's (see `struct stack_event`).
-            let (user, kernel_at) = if e.flags & STACK_KERNEL_UNWOUND != 0 {
+            // Both flags: a walk that handed over, sent as a copy with the
+            // runtimes' chain it read after the kernel stack.
+            let handed_over = e.flags & (STACK_KERNEL_UNWOUND | STACK_USER_REGS)
+                == STACK_KERNEL_UNWOUND | STACK_USER_REGS;
+            let (user, kernel_at) = if e.flags & STACK_KERNEL_UNWOUND != 0 && !handed_over {
                 let (frames, python) = kernel_frames(tail, e.ustack_len, e.py_len);
                 let user = UserStack::KernelUnwound(KernelUnwound {
                     frames,
@@ -161,6 +165,24 @@ pub fn decode_event(bytes: &[u8]) -> Result<EventRecord<'_>, DecodeError> {
                 e.kstack_len as usize,
                 MAX_STACK_DEPTH,
             );
+            let user = match user {
+                UserStack::Copy { regs, stack } if handed_over => {
+                    let chain_at = kernel_at + kstack.len() * 8;
+                    let python = match tail.get(chain_at..) {
+                        Some(chain) => kernel_frames(chain, 0, e.py_len).1,
+                        None => &[],
+                    };
+                    UserStack::KernelUnwound(KernelUnwound {
+                        frames: &[],
+                        end: e.unwind_end,
+                        handover: Some((regs, stack)),
+                        leaf: None,
+                        python,
+                        python_end: e.py_end,
+                    })
+                }
+                other => other,
+            };
             Ok(EventRecord::Stack(e, StackView { kstack, user }))
         }
         other => Err(DecodeError::UnknownKind(other)),

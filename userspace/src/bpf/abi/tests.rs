@@ -225,6 +225,51 @@ fn stack_records_carry_only_the_words_they_use() {
         panic!("a copy")
     };
     assert_eq!((stack.len(), v.kstack), (12, &[0xff06][..]));
+    // A walk that handed over: the copy, the kernel frame, then the
+    // runtimes' chain (1 pair) it read, handed over with the copy.
+    let r = stack_record(
+        STACK_KERNEL_UNWOUND | STACK_USER_REGS,
+        0,
+        1,
+        12,
+        1,
+        &[
+            0x0102030405060708,
+            0x0000_0000_1112_1314,
+            0xff06,
+            0x7000,
+            0x7001,
+        ],
+    );
+    let Ok(EventRecord::Stack(_, v)) = decode_event(as_bytes(&r)) else {
+        panic!("a stack record")
+    };
+    let UserStack::KernelUnwound(k) = v.user else {
+        panic!("handed over")
+    };
+    let Some((_, stack)) = k.handover else {
+        panic!("with its copy")
+    };
+    assert_eq!(
+        (k.frames.len(), stack.len(), k.python, v.kstack),
+        (0, 12, &[0x7000, 0x7001][..], &[0xff06][..])
+    );
+    // Its chain's length past the record: clamped.
+    let r = stack_record(
+        STACK_KERNEL_UNWOUND | STACK_USER_REGS,
+        0,
+        100,
+        8,
+        1,
+        &[0x0102030405060708, 0xff06, 0x7000, 0x7001],
+    );
+    let Ok(EventRecord::Stack(_, v)) = decode_event(as_bytes(&r)) else {
+        panic!("a stack record")
+    };
+    let UserStack::KernelUnwound(k) = v.user else {
+        panic!("handed over")
+    };
+    assert_eq!(k.python, &[0x7000, 0x7001][..]);
     // Lengths past the record: clamped, not read beyond it.
     let r = stack_record(0, 1000, 0, 0, 1000, &[0x20, 0xff04]);
     let Ok(EventRecord::Stack(_, v)) = decode_event(as_bytes(&r)) else {
