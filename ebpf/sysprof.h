@@ -71,9 +71,8 @@
 #define STACK_USTACK_FAILED 8
 #define STACK_KERNEL_UNWOUND 16   /* ustack_len user frames, unwound in the kernel,
                                      follow the record; unwind_end says how it ended.
-                                     With STACK_USER_REGS: the walk handed over; the
-                                     copy and the kernel stack follow, then py_len
-                                     pairs of the runtimes' chain it read */
+                                     With STACK_USER_REGS: the walk handed over (see
+                                     struct stack_event) */
 #define STACK_HANDOVER_SKIPPED 32 /* as SAMPLE_FLAG_HANDOVER_SKIPPED: the walk so far,
                                      without a copy, the events ring being over
                                      half full */
@@ -109,7 +108,8 @@
 /* Bytes of user stack copied per sample in dwarf mode: at most this much. */
 #define MAX_STACK_COPY 32768
 /* Copy sizes are multiples of this; the copy is read by halves, to pieces of
- * STACK_COPY_TAIL (ustack.bpf.h copy_user_stack_max). */
+ * STACK_COPY_TAIL, and then to the byte where the stack stops being readable
+ * (ustack.bpf.h copy_user_stack_max, copy_last_piece). */
 #define STACK_COPY_CHUNK 512
 #define STACK_COPY_TAIL 64
 
@@ -422,6 +422,9 @@ struct sample_event {
  *     (2 words each), then kstack_len kernel frames;
  *   STACK_USER_REGS (a copy): stack_size bytes of user stack, padded to 8,
  *     then kstack_len kernel frames;
+ *   both (the walk handed over: ustack_len is 0, userspace unwinds the copy
+ *     from the leaf): the copy, padded to 8, kstack_len kernel frames, then
+ *     py_len pairs of the runtimes' chain the walk read;
  *   otherwise: ustack_len user frames (frame pointers), then kstack_len
  *     kernel frames. */
 struct stack_event {

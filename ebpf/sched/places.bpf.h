@@ -258,12 +258,13 @@ static __always_inline __u64 known_user_stack(struct stack_request *r, __u32 kbu
 	/* A JVM's stacks read before its interpreter was known have no Java
 	 * methods: once it is, the same place is read again. So too a stack
 	 * handed over as a copy because its process's tables were not loaded
-	 * yet: a copy carries no runtime frames (Go's goroutine and labels,
-	 * Python's), and a place that kept it kept none for as long as the
-	 * thread came back there (beside a compiler loop, a Go program's
-	 * sleeper: its first 1.1 s of sleeps, 107 of 294, in no goroutine).
-	 * The process's mapping count (+ 1: none is not an entry) changes as
-	 * its tables come, and with it the place. (A user address is below
+	 * yet: the place kept the copy for as long as the thread came back
+	 * there, and a copy then carried no runtime frames (beside a compiler
+	 * loop, a Go program's sleeper had its first 1.1 s of sleeps, 107 of
+	 * 294, in no goroutine). A copy carries them now (runtime_chain_after),
+	 * but the walked record is what the tables are for. The process's
+	 * mapping count (+ 1: none is not an entry) changes as its tables
+	 * come, and with it the place. (A user address is below
 	 * bit 47: the count goes above.) */
 	if (kernel_unwind) {
 		struct unwind_process *up = bpf_map_lookup_elem(&unwind_processes, &r->pid);

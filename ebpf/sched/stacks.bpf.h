@@ -72,8 +72,10 @@ struct {
  * program on the same CPU), and sends only the frames used. */
 struct stack_scratch {
 	struct stack_event e;
-	/* the user part (at most UNWIND_MAX_FRAMES words), then the kernel's */
-	__u64 frames[UNWIND_MAX_FRAMES + MAX_STACK_DEPTH];
+	/* the user part (at most UNWIND_MAX_FRAMES words), then the kernel's;
+	 * room past UNWIND_MAX_FRAMES for a runtime chain's longest read
+	 * (runtime_chain_after) */
+	__u64 frames[UNWIND_MAX_FRAMES + (MAX_STACK_DEPTH > 2 * PY_MAX_FRAMES ? MAX_STACK_DEPTH : 2 * PY_MAX_FRAMES)];
 };
 
 struct {
@@ -291,8 +293,9 @@ __noinline __u32 copy_main_stack(struct copy_scratch *cs, __u64 sp)
  * walk that handed over, from the place's stack_scratch into the copy's
  * record at byte `at` (after its kernel stack), the record marked as walked
  * and handed over (STACK_KERNEL_UNWOUND with STACK_USER_REGS; ustack_len 0:
- * userspace unwinds the copy from the leaf, as the sampler's hand-overs).
- * Returns the bytes added. Without it a new process's first waits, before its
+ * userspace unwinds the copy from the leaf, as the sampler's hand-overs), a
+ * chain or not: userspace counts each hand-over as the sampler's. Returns the
+ * bytes added. Without it a new process's first waits, before its
  * tables load, were in no goroutine: 3-18 of a Go sleeper's ~300 beside a
  * compiler loop, and all of a process whose tables did not fit. Only after a
  * walk that handed over (its mark, taken here); a global function, verified
@@ -306,15 +309,18 @@ __noinline __u32 runtime_chain_after(struct copy_scratch *cs, __u32 kbuf, __u32 
 	sc->e.flags = 0;
 	__u32 from = sc->e.ustack_len, pairs = sc->e.py_len, end = sc->e.py_end;
 
-	if (!pairs && !end)
-		return 0;
-	if (from > UNWIND_MAX_FRAMES + MAX_STACK_DEPTH - 2 * PY_MAX_FRAMES || pairs > PY_MAX_FRAMES ||
-	    at > MAX_STACK_COPY + MAX_STACK_DEPTH * sizeof(__u64))
-		return 0;
+	/* python_frames keeps from + 2 * pairs within UNWIND_MAX_FRAMES; these
+	 * bounds are the verifier's. */
+	if (from > UNWIND_MAX_FRAMES || pairs > PY_MAX_FRAMES || at > MAX_STACK_COPY + MAX_STACK_DEPTH * sizeof(__u64)) {
+		pairs = 0;
+		end = PY_END_READ_FAILED;
+	}
 	__u32 bytes = pairs * 2 * sizeof(__u64);
 
-	if (bytes && bpf_probe_read_kernel(&cs->copy[at], bytes, &sc->frames[from]))
-		return 0;
+	if (bytes && bpf_probe_read_kernel(&cs->copy[at], bytes, &sc->frames[from])) {
+		bytes = pairs = 0;
+		end = PY_END_READ_FAILED;
+	}
 	cs->e.flags |= STACK_KERNEL_UNWOUND;
 	cs->e.unwind_end = sc->e.unwind_end;
 	cs->e.py_len = pairs;
@@ -412,6 +418,10 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 
 	if (!copied)
 		copied = copy_user_stack(cs->copy, sp);
+	/* Never past the copy's room (the verifier sees a last piece of up to
+	 * 127 bytes): what is sent and what the header says stay one length. */
+	if (copied > MAX_STACK_COPY)
+		copied = MAX_STACK_COPY;
 	e->stack_size = copied;
 	if (!e->stack_size) {
 		e->flags |= STACK_USTACK_FAILED;

@@ -159,9 +159,9 @@ fn dwarf_unwinding_works_in_an_lld_linked_binary() {
 /// context's first function and the frame under it, in userspace from the
 /// copy (`dwarf-copy`) and walked in the kernel (`dwarf`, its first samples
 /// handed over as copies). Oracle: the workload's source, whose leaf runs at
-/// every stack offset modulo 64 from that top. Before the last piece of the
-/// copy went to the byte, 732 of 1,502 `dwarf-copy` samples ended "copy
-/// exhausted" under ctx_main.
+/// each 16-byte stack offset modulo 64 from that top. Before the last piece
+/// of the copy went to the byte, 711 of 1,445 `dwarf-copy` samples ended
+/// "copy exhausted" under ctx_main.
 #[test]
 fn a_stack_under_an_unreadable_page_is_copied_to_its_top() {
     let test = "a_stack_under_an_unreadable_page_is_copied_to_its_top";

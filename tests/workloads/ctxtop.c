@@ -4,8 +4,8 @@
  * PROT_NONE page right above it, as a Go M's system stack can have an
  * untouched page above it. ctx_main's return address (into glibc's
  * __start_context) lies in the last bytes below that page. ctx_main calls
- * ctx_level through frames of many sizes (alloca of 8..504 bytes), so the
- * leaf ctx_spin runs at stack pointers of every 8-byte offset modulo 64
+ * ctx_level through frames of many sizes (alloca of 8..504 bytes, which gcc
+ * rounds to 16), so the leaf ctx_spin runs at each 16-byte offset modulo 64
  * from that top; each call spins ~1 ms of CPU. Runs argv[1] seconds of
  * CPU. Prints "pid=" and "tid=".
  */

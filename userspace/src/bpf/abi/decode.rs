@@ -86,8 +86,8 @@ pub enum EventRecord<'a> {
 pub struct StackView<'a> {
     /// Kernel return addresses, leaf first.
     pub kstack: &'a [u64],
-    /// The user stack, in the mode it came in (the tracer's kernel walks
-    /// never hand over).
+    /// The user stack, in the mode it came in (a walk that handed over: as
+    /// a sample's hand-over, with no frames walked).
     pub user: UserStack<'a>,
 }
 
@@ -242,6 +242,10 @@ pub enum DecodeError {
 /// `n` words (at most `max`) at the start of `bytes`, as many as it holds.
 fn words(bytes: &[u8], n: usize, max: usize) -> &[u64] {
     let n = n.min(max).min(bytes.len() / 8);
+    // An empty slice's pointer need not be aligned (a default `&[u8]`'s is 1).
+    if n == 0 {
+        return &[];
+    }
     // SAFETY: every tail offset used is a multiple of 8 from an 8-aligned
     // record (its header's size is a multiple of 8), and it holds n u64s.
     unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const u64, n) }
@@ -257,6 +261,9 @@ fn kernel_frames(tail: &[u8], n: u32, py: u16) -> (&[u64], &[u64]) {
         .min(UNWIND_MAX_FRAMES - n)
         .min(tail.len() / 8 - n)
         & !1;
+    if n + py == 0 {
+        return (&[], &[]);
+    }
     // SAFETY: the tail starts 8-aligned (records are, and the record's size
     // is a multiple of 8) and holds n + py u64s.
     let words = unsafe { std::slice::from_raw_parts(tail.as_ptr() as *const u64, n + py) };
