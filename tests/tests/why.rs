@@ -800,7 +800,12 @@ fn preempted_spinners_are_charged_to_the_run_queue() {
 /// delay is charged, at least 90 % of it, to threads named as holding its
 /// CPU; and as the four never sleep and share one CPU, whenever one ran the
 /// other three waited, so what each waiter charges one holder must be that
-/// holder's CPU time (its schedstat), within 10 %.
+/// holder's CPU time (its schedstat), within 10 % and the CPU's steal over
+/// the run (/proc/stat): while the host runs something else the vCPU takes
+/// no samples, its track shows no holder, and a waiter's time there is not
+/// charged to the one that held the CPU (CI at f398504: 23.2 ms of one
+/// spinner's wait in 15 ms and 2 ms gaps without a sample, "runnable",
+/// 225.0 ms charged to a holder that ran 250.7).
 #[test]
 fn run_queue_waits_are_charged_to_the_cpus_holder() {
     if !can_record("run_queue_waits_are_charged_to_the_cpus_holder") {
@@ -809,11 +814,20 @@ fn run_queue_waits_are_charged_to_the_cpus_holder() {
     let dir = scratch("why-holders");
     let exe = build_c("spinners", &dir.join("spinners"), &[]);
     let out_path = dir.join("p.json.gz");
-    let cpu = (std::thread::available_parallelism().unwrap().get() - 1).to_string();
+    let cpu = std::thread::available_parallelism().unwrap().get() - 1;
+    let steal_before = cpu_steal_ms(cpu);
     let out = record(
-        &["-a", "--", exe.to_str().unwrap(), "4", "1.0", &cpu],
+        &[
+            "-a",
+            "--",
+            exe.to_str().unwrap(),
+            "4",
+            "1.0",
+            &cpu.to_string(),
+        ],
         &out_path,
     );
+    let steal_ms = cpu_steal_ms(cpu) - steal_before;
     assert_success(&out);
     let field = |line: &str, key: &str| -> f64 {
         line.split(' ')
@@ -848,11 +862,27 @@ fn run_queue_waits_are_charged_to_the_cpus_holder() {
         for &(holder, _, holder_cpu) in spinners.iter().filter(|s| s.0 != tid) {
             let ms = blamed(&r, Some(holder), &["holding its CPU"]);
             assert!(
-                (ms - holder_cpu).abs() <= 0.1 * holder_cpu,
-                "spinner {tid} charges spinner {holder} {ms:.1} ms for holding its CPU; it ran {holder_cpu:.1} ms"
+                (ms - holder_cpu).abs() <= 0.1 * holder_cpu + steal_ms,
+                "spinner {tid} charges spinner {holder} {ms:.1} ms for holding its CPU; it ran {holder_cpu:.1} ms (CPU {cpu}'s steal {steal_ms:.0} ms)"
             );
         }
     }
+}
+
+/// CPU `cpu`'s steal time so far (/proc/stat, in USER_HZ ticks: 10 ms).
+fn cpu_steal_ms(cpu: usize) -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let name = format!("cpu{cpu}");
+    let line = stat
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+        .unwrap_or_else(|| panic!("no {name} line in /proc/stat"));
+    let ticks: f64 = line
+        .split_whitespace()
+        .nth(8)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no steal in /proc/stat's {line}"));
+    ticks * 10.0
 }
 
 /// Check waits too short for a marker each: a client process in round
