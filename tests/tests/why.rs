@@ -800,8 +800,8 @@ fn preempted_spinners_are_charged_to_the_run_queue() {
 /// delay is charged, at least 90 % of it, to threads named as holding its
 /// CPU; and as the four never sleep and share one CPU, whenever one ran the
 /// other three waited, so what each waiter charges one holder must be that
-/// holder's CPU time (its schedstat), within 10 % and the CPU's steal over
-/// the run (/proc/stat): while the host runs something else the vCPU takes
+/// holder's CPU time (its schedstat), within 10 %, less at most the CPU's
+/// steal over the run (/proc/stat): while the host runs something else the vCPU takes
 /// no samples, its track shows no holder, and a waiter's time there is not
 /// charged to the one that held the CPU (CI at f398504: 23.2 ms of one
 /// spinner's wait in 15 ms and 2 ms gaps without a sample, "runnable",
@@ -862,15 +862,17 @@ fn run_queue_waits_are_charged_to_the_cpus_holder() {
         for &(holder, _, holder_cpu) in spinners.iter().filter(|s| s.0 != tid) {
             let ms = blamed(&r, Some(holder), &["holding its CPU"]);
             assert!(
-                (ms - holder_cpu).abs() <= 0.1 * holder_cpu + steal_ms,
+                ms <= 1.1 * holder_cpu && ms >= 0.9 * holder_cpu - steal_ms,
                 "spinner {tid} charges spinner {holder} {ms:.1} ms for holding its CPU; it ran {holder_cpu:.1} ms (CPU {cpu}'s steal {steal_ms:.0} ms)"
             );
         }
     }
 }
 
-/// CPU `cpu`'s steal time so far (/proc/stat, in USER_HZ ticks: 10 ms).
+/// CPU `cpu`'s steal time so far, ms (/proc/stat, in USER_HZ ticks).
 fn cpu_steal_ms(cpu: usize) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
     let name = format!("cpu{cpu}");
     let line = stat
@@ -882,7 +884,7 @@ fn cpu_steal_ms(cpu: usize) -> f64 {
         .nth(8)
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no steal in /proc/stat's {line}"));
-    ticks * 10.0
+    ticks * 1000.0 / per_second
 }
 
 /// Check waits too short for a marker each: a client process in round
