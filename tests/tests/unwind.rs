@@ -7,13 +7,14 @@ use sysprof_tests::*;
 
 const CHAIN: [&str; 6] = ["level1", "level2", "level3", "level4", "level5", "level6"];
 
-/// Share of on-CPU samples in level6 whose stack holds the whole chain, in
-/// order, right under the thread's start (start_thread or clone3).
-fn whole_chain_share(
+/// The on-CPU stacks (root first) of the thread `exe` names by its "pid="
+/// and "tid=" lines, `exe 1.5` recorded with `--call-graph call_graph` and
+/// no off-CPU time.
+fn on_cpu_stacks_of(
     call_graph: &str,
     exe: &std::path::Path,
     dir: &std::path::Path,
-) -> (usize, usize) {
+) -> Vec<Vec<(String, String)>> {
     let out_path = dir.join(format!("{call_graph}.json.gz"));
     let out = record(
         &[
@@ -36,8 +37,18 @@ fn whole_chain_share(
         field(&out.stdout, "tid").unwrap(),
     );
     let profile = Profile::load(&out_path);
-    let t = profile.thread(pid, tid).expect("the deep thread");
-    let stacks = t.on_cpu_stacks(&profile.categories());
+    let t = profile.thread(pid, tid).expect("the workload's thread");
+    t.on_cpu_stacks(&profile.categories())
+}
+
+/// Share of on-CPU samples in level6 whose stack holds the whole chain, in
+/// order, right under the thread's start (start_thread or clone3).
+fn whole_chain_share(
+    call_graph: &str,
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+) -> (usize, usize) {
+    let stacks = on_cpu_stacks_of(call_graph, exe, dir);
     let mut whole = 0;
     for s in &stacks {
         let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
@@ -175,28 +186,9 @@ fn a_stack_under_an_unreadable_page_is_copied_to_its_top() {
         &["-O2", "-fomit-frame-pointer"],
     );
     for call_graph in ["dwarf-copy", "dwarf"] {
-        let out_path = dir.join(format!("{call_graph}.json.gz"));
-        let out = record(
-            &[
-                "--call-graph",
-                call_graph,
-                "--no-off-cpu",
-                "--",
-                exe.to_str().unwrap(),
-                "1.5",
-            ],
-            &out_path,
-        );
-        assert_success(&out);
-        let (pid, tid) = (
-            field(&out.stdout, "pid").unwrap(),
-            field(&out.stdout, "tid").unwrap(),
-        );
-        let profile = Profile::load(&out_path);
-        let t = profile.thread(pid, tid).expect("the ctxtop thread");
         let (mut leaf, mut reached) = (0usize, 0usize);
         let mut other: std::collections::BTreeMap<String, usize> = Default::default();
-        for s in t.on_cpu_stacks(&profile.categories()) {
+        for s in on_cpu_stacks_of(call_graph, &exe, &dir) {
             let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
             if names.last() != Some(&"ctx_spin") {
                 continue;
