@@ -66,6 +66,28 @@ static __always_inline __u32 go_list_fingerprint(__u64 labels)
 	return (h >> 32) | 1;
 }
 
+/* Two words at the walk's next free slots, its chain one pair longer;
+ * false (the walk ended as reaching the array's end, as the other
+ * runtimes' readers end) where they would not fit: unchecked, a stack of
+ * 1,021-1,024 native frames had its leaf frames written over. The index
+ * goes through an opaque copy after the check: knowing the bound, clang
+ * drops the second word's mask, and the verifier then cannot bound it. */
+static __always_inline bool go_pair(struct py_walk *w, __u64 first, __u64 second)
+{
+	__u32 at = w->s->at;
+
+	if (at + 1 >= UNWIND_MAX_FRAMES) {
+		w->s->end = PY_END_MAX_FRAMES;
+		return false;
+	}
+	asm volatile("" : "+r"(at));
+	w->frames[at & (UNWIND_MAX_FRAMES - 1)] = first;
+	w->frames[(at + 1) & (UNWIND_MAX_FRAMES - 1)] = second;
+	w->s->at = at + 2;
+	w->s->n += 1;
+	return true;
+}
+
 static __always_inline void go_labels(struct py_walk *w, struct task_struct *task)
 {
 	struct python_process *p = w->p;
@@ -84,10 +106,8 @@ static __always_inline void go_labels(struct py_walk *w, struct task_struct *tas
 	if (p->tstate_native_tid != PY_NO_OFFSET &&
 	    !bpf_probe_read_user(&goid, sizeof(goid), (void *)(curg + p->tstate_native_tid)) && goid) {
 		goid &= (1ULL << PY_ADDR_BITS) - 1;
-		w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] = GO_GOROUTINE_MARK | PY_SEGMENT_END;
-		w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] = goid;
-		w->s->at += 2;
-		w->s->n += 1;
+		if (!go_pair(w, GO_GOROUTINE_MARK | PY_SEGMENT_END, goid))
+			return;
 		w->s->hash = (w->s->hash ^ goid ^ GO_GOROUTINE_MARK) * 0x100000001b3ULL;
 	}
 	if (bpf_probe_read_user(&labels, sizeof(labels), (void *)(curg + p->frame_code)) || !labels)
@@ -102,10 +122,9 @@ static __always_inline void go_labels(struct py_walk *w, struct task_struct *tas
 		return;
 	}
 	hmap &= (1ULL << PY_ADDR_BITS) - 1;
-	w->frames[w->s->at & (UNWIND_MAX_FRAMES - 1)] = (hmap & ~7ULL) | (__u64)(hash0 >> 16) << PY_ADDR_BITS | PY_SEGMENT_END;
-	w->frames[(w->s->at + 1) & (UNWIND_MAX_FRAMES - 1)] = (__u64)(hash0 & 0xffff) << PY_ADDR_BITS;
-	w->s->at += 2;
-	w->s->n += 1;
+	if (!go_pair(w, (hmap & ~7ULL) | (__u64)(hash0 >> 16) << PY_ADDR_BITS | PY_SEGMENT_END,
+		     (__u64)(hash0 & 0xffff) << PY_ADDR_BITS))
+		return;
 	w->s->hash = (w->s->hash ^ hmap ^ hash0) * 0x100000001b3ULL;
 }
 

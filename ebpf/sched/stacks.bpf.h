@@ -309,8 +309,8 @@ __noinline __u32 runtime_chain_after(struct copy_scratch *cs, __u32 kbuf, __u32 
 	sc->e.flags = 0;
 	__u32 from = sc->e.ustack_len, pairs = sc->e.py_len, end = sc->e.py_end;
 
-	/* The read stays in sc->frames whatever the runtime wrote (Go's labels
-	 * do not stop at UNWIND_MAX_FRAMES); these bounds are the verifier's. */
+	/* Every runtime's reader stops at UNWIND_MAX_FRAMES; these bounds are
+	 * the verifier's, and keep the read in sc->frames whatever was written. */
 	if (from > UNWIND_MAX_FRAMES || pairs > PY_MAX_FRAMES || at > MAX_STACK_COPY + MAX_STACK_DEPTH * sizeof(__u64)) {
 		pairs = 0;
 		end = PY_END_READ_FAILED;
