@@ -13,10 +13,15 @@ use sysprof_tests::*;
 
 /// Build `tests/workloads/golabels.go` into `dir` with `ldflags`.
 fn build_golabels(go: &Path, dir: &Path, name: &str, ldflags: &str) -> PathBuf {
+    build_go_workload(go, dir, "golabels.go", name, ldflags)
+}
+
+/// Build `tests/workloads/<file>` into `dir` as `name` with `ldflags`.
+fn build_go_workload(go: &Path, dir: &Path, file: &str, name: &str, ldflags: &str) -> PathBuf {
     let src = dir.join(format!("{name}-src"));
     std::fs::create_dir_all(&src).unwrap();
     std::fs::copy(
-        workspace_root().join("tests/workloads/golabels.go"),
+        workspace_root().join("tests/workloads").join(file),
         src.join("main.go"),
     )
     .unwrap();
@@ -504,6 +509,53 @@ fn labels_split_as_go_says(go: &Path, scratch_name: &str) {
 /// sample of the hog labelled `key=value`: they pass); sysprof's samples in
 /// the hog (`runtime/pprof.cpuHog*`) carry those labels, read from the
 /// maps, in at least 99 % of them, and no other labels appear.
+/// Check that a Go stack deeper than the kernel's walk holds keeps its
+/// leaf: `godeep` spins 1 s at the bottom of 3,000 calls, and at least 95 %
+/// of its main thread's on-CPU samples must have `main.leafspin` as their
+/// leaf (the oracle: the program's source, where nothing else runs). The
+/// goroutine's pair was written at the frame array's index modulo its
+/// size, over the two leaf frames: 3 of 996 at the leaf, 990 ending in
+/// "return address outside any code" (the objects before `go_pair`).
+#[test]
+fn a_deep_go_stack_keeps_its_leaf() {
+    let test = "a_deep_go_stack_keeps_its_leaf";
+    if !can_record(test) {
+        return;
+    }
+    let Some(go) = go_tool(test) else {
+        return;
+    };
+    let dir = scratch(test);
+    let program = build_go_workload(&go, &dir, "godeep.go", "godeep", "");
+    let out_path = dir.join("deep.json.gz");
+    let out = record(&["--", program.to_str().unwrap(), "1", "3000"], &out_path);
+    assert_success(&out);
+    let pid = field(&out.stdout, "pid").unwrap();
+    let profile = Profile::load(&out_path);
+    let cats = profile.categories();
+    let main = profile
+        .process_threads(pid)
+        .into_iter()
+        .find(|t| t.tid() == pid)
+        .expect("the program's main thread");
+    let (mut on_cpu, mut at_leaf) = (0u64, 0u64);
+    let mut leaves: std::collections::BTreeMap<String, u64> = Default::default();
+    for s in main.stacks(&cats) {
+        if s.iter().any(|(_, cat)| cat == "Off-CPU") {
+            continue;
+        }
+        on_cpu += 1;
+        let leaf = s.last().map(|(n, _)| n.clone()).unwrap_or_default();
+        at_leaf += (leaf == "main.leafspin") as u64;
+        *leaves.entry(leaf).or_default() += 1;
+    }
+    eprintln!("godeep: {at_leaf} of {on_cpu} on-CPU samples at main.leafspin; leaves {leaves:?}");
+    assert!(
+        on_cpu >= 500 && at_leaf as f64 >= 0.95 * on_cpu as f64,
+        "{at_leaf} of {on_cpu} on-CPU samples of a 3,000-deep stack at its leaf: {leaves:?}"
+    );
+}
+
 #[test]
 fn gos_own_label_tests_are_labelled_as_go_says() {
     let test = "gos_own_label_tests_are_labelled_as_go_says";
