@@ -68,10 +68,11 @@ static __always_inline __u32 go_list_fingerprint(__u64 labels)
 
 /* Two words at the walk's next free slots, its chain one pair longer;
  * false (the walk ended as reaching the array's end, as the other
- * runtimes' readers end) where they would not fit: unchecked, a stack of
- * 1,021-1,024 native frames had its leaf frames written over. The index
- * goes through an opaque copy after the check: knowing the bound, clang
- * drops the second word's mask, and the verifier then cannot bound it. */
+ * runtimes' readers end) where they would not fit. Unchecked, the pairs of
+ * a stack of 1,021 native frames or more (the walk keeps up to 1,024)
+ * wrapped over its leaf frames. The index goes through an opaque copy
+ * after the check: knowing the bound, clang drops the second word's mask,
+ * and the verifier then cannot bound it. */
 static __always_inline bool go_pair(struct py_walk *w, __u64 first, __u64 second)
 {
 	__u32 at = w->s->at;
