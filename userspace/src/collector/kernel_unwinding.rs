@@ -25,6 +25,29 @@ impl Collector {
         }
     }
 
+    /// The runtime fields a command about to exec `file` will have, where
+    /// they do not depend on where it loads (a Go executable's); None
+    /// otherwise, or without the in-kernel unwinder.
+    pub fn runtime_before_exec(
+        &mut self,
+        file: &std::fs::File,
+        name: &str,
+    ) -> Option<crate::bpf::abi::PythonProcess> {
+        self.followers
+            .unwinders
+            .as_mut()
+            .filter(|u| u.kernel_enabled())
+            .and_then(|u| u.runtime_before_exec(file, name))
+    }
+
+    /// Write them for `pid`, held before its exec (`record`'s command).
+    pub fn prime_before_exec(&mut self, pid: u32, python: crate::bpf::abi::PythonProcess) -> bool {
+        self.followers
+            .unwinders
+            .as_mut()
+            .is_some_and(|u| u.prime_before_exec(pid, python))
+    }
+
     /// Bring the in-kernel unwinder's maps up to date with the mappings seen.
     pub fn sync_kernel_unwinding(&mut self) {
         if let Some(u) = self.followers.unwinders.as_mut() {

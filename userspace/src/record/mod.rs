@@ -275,7 +275,19 @@ fn spawn_command(
             command.stdout(std::process::Stdio::from(stderr));
         }
     }
-    let child = command.spawn().map_err(|source| RecordError::Spawn {
+    // A Go program's first waits carry its goroutine only if its runtime's
+    // entry is in the kernel before it runs: the command is held at its
+    // exec while it is written (from the sideband it would come one drain
+    // later, ~16 ms on a quiet machine, 24-32 beside a compiler loop).
+    let before_exec = command_file(&args.command[0])
+        .and_then(|(file, name)| collector.runtime_before_exec(&file, &name));
+    let spawned = match before_exec {
+        None => command.spawn(),
+        Some(python) => spawn_held(command, |pid| {
+            collector.prime_before_exec(pid, python);
+        }),
+    };
+    let child = spawned.map_err(|source| RecordError::Spawn {
         command: args.command[0].clone(),
         source,
     })?;
@@ -285,6 +297,60 @@ fn spawn_command(
         collector.track(pid.unwrap_or(0));
     }
     Ok((Some(child), pid))
+}
+
+/// The file `program` names as its exec will find it: itself if it has a
+/// slash, else the first executable regular file of that name in `PATH`;
+/// opened without blocking (a FIFO) and with its file name.
+fn command_file(program: &str) -> Option<(std::fs::File, String)> {
+    use std::os::unix::fs::PermissionsExt;
+    let open = |path: &Path| {
+        let file = crate::binaries::open_regular(path.to_str()?, true).ok()?;
+        let executable = file.metadata().ok()?.permissions().mode() & 0o111 != 0;
+        let name = path.file_name()?.to_string_lossy().into_owned();
+        executable.then_some((file, name))
+    };
+    if program.contains('/') {
+        return open(Path::new(program));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .find_map(|dir| open(&dir.join(program)))
+}
+
+/// Spawn `command` held between its fork and its exec while `before_exec`
+/// runs with its pid (`sys::exec_gate`): the spawn, which returns only once
+/// the exec has, runs on a thread of its own meanwhile. A gate that cannot
+/// be made spawns it as usual.
+fn spawn_held(
+    mut command: tokio::process::Command,
+    before_exec: impl FnOnce(u32),
+) -> std::io::Result<tokio::process::Child> {
+    let Ok(mut gate) = crate::sys::exec_gate::ExecGate::new() else {
+        return command.spawn();
+    };
+    // SAFETY: the gate's child side makes only async-signal-safe calls.
+    unsafe {
+        command.pre_exec(gate.in_child());
+    }
+    let child_end = gate.take_child_end();
+    let runtime = tokio::runtime::Handle::current();
+    std::thread::scope(|scope| {
+        let spawner = scope.spawn(move || {
+            let _in_runtime = runtime.enter();
+            let child = command.spawn();
+            drop(child_end);
+            child
+        });
+        if let Some(pid) = gate.child_pid() {
+            before_exec(pid);
+        }
+        gate.open();
+        spawner
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the command's spawner panicked")))
+    })
 }
 
 /// What ends the recording: the deadline, the command's end, the end of

@@ -368,6 +368,28 @@ impl RuntimeDetection for Runtimes {
     fn take_warnings(&mut self, into: &mut Vec<String>) {
         into.append(&mut self.failures);
     }
+
+    /// Go's only: its fields are offsets into its own structures and from
+    /// the thread pointer, the same wherever the executable loads. An
+    /// interpreter's are addresses in its binary or library, known once
+    /// mapped (and its own startup, ~10 ms of C before any script runs,
+    /// mostly outlasts the first drain). A Go program embedding an
+    /// interpreter through cgo has the interpreter's once its libraries
+    /// are seen, as `detect` chooses.
+    fn before_exec(
+        &mut self,
+        file: &std::fs::File,
+        name: &str,
+    ) -> Option<crate::bpf::abi::PythonProcess> {
+        let binary = go::binary::read(&ElfReader::new(file, Default::default()), name).ok()??;
+        Some(
+            GoRuntime {
+                binary: Arc::new(binary),
+                base: 0,
+            }
+            .entry(),
+        )
+    }
 }
 
 impl Runtimes {

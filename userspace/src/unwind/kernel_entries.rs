@@ -70,6 +70,11 @@ impl<R: RuntimeDetection> Unwinders<R> {
     /// Write `pid`'s kernel entry anew from its mappings and its runtimes
     /// (or remove it, the process gone).
     fn write_kernel_entry(&mut self, k: &mut kernel::KernelTables, binaries: &Binaries, pid: u32) {
+        // Primed and not yet seen exec: its mappings are still its parent's
+        // (ours), and the entry written for its program stays until then.
+        if k.primed.contains(&pid) {
+            return;
+        }
         let Some(p) = self.processes.get(&pid).filter(|p| p.exited_ns.is_none()) else {
             k.remove_process(pid);
             return;

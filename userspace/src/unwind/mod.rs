@@ -108,6 +108,18 @@ pub trait RuntimeDetection: Default {
     fn forget_binaries(&mut self, released: &[BinaryIndex]);
     /// What could not be read since the last call, one line each.
     fn take_warnings(&mut self, into: &mut Vec<String>);
+    /// The kernel entry's runtime fields (`RuntimeEntry::python`) of a
+    /// process about to exec `file` (named `name`), where they hold
+    /// wherever the file is loaded; None where they depend on that (an
+    /// interpreter's addresses) or it runs no runtime. Written before the
+    /// exec ([`Unwinders::prime_before_exec`]).
+    fn before_exec(
+        &mut self,
+        _file: &std::fs::File,
+        _name: &str,
+    ) -> Option<crate::bpf::abi::PythonProcess> {
+        None
+    }
 }
 
 /// No runtime read: native frames only (the unwinder's own tests).
@@ -257,10 +269,35 @@ impl<R: RuntimeDetection> Unwinders<R> {
             // changed with it (a launcher that dropped root, a setuid
             // program): its place is given back and asked for again, by its
             // uid now, when its new mappings are written.
-            k.remove_process(pid);
+            k.remove_at_exec(pid);
             k.dirty.insert(pid);
             k.exec_seen.insert(pid, time_ns);
         }
+    }
+
+    /// Whether the in-kernel unwinder's maps are fed.
+    pub fn kernel_enabled(&self) -> bool {
+        self.kernel.is_some()
+    }
+
+    /// The runtime fields a process about to exec `file` will have, where
+    /// they can be known before it is mapped ([`RuntimeDetection::before_exec`]).
+    pub fn runtime_before_exec(
+        &mut self,
+        file: &std::fs::File,
+        name: &str,
+    ) -> Option<crate::bpf::abi::PythonProcess> {
+        self.runtimes.before_exec(file, name)
+    }
+
+    /// Write them for `pid`, held between its fork and its exec: its first
+    /// instructions read their runtime's chain. Kept until the sideband
+    /// shows the exec and the entry from its mappings replaces them. False
+    /// if the kernel's maps refused it, or none are fed.
+    pub fn prime_before_exec(&mut self, pid: u32, python: crate::bpf::abi::PythonProcess) -> bool {
+        self.kernel
+            .as_mut()
+            .is_some_and(|k| k.prime_python(pid, python))
     }
 
     /// `child` was forked from `parent`: it starts with the same mappings.

@@ -229,6 +229,11 @@ pub struct KernelTables {
     /// Processes with an entry in `python_procs`: the others' removals
     /// would be failing system calls, one at each entry write and exit.
     python_entries: FxHashSet<u32>,
+    /// Processes given their `python_procs` entry before their exec (a
+    /// command `record` spawns, held at its exec: `prime_python`), until the
+    /// sideband shows that exec: a fork or exec seen before then must not
+    /// take the entry away.
+    pub(super) primed: FxHashSet<u32>,
     /// Counts samples, for the least recently sampled entry.
     sample_clock: u64,
     /// What was refused, per uid (all time).
@@ -334,6 +339,7 @@ impl KernelTables {
             refused: FxHashMap::default(),
             exec_seen: FxHashMap::default(),
             python_entries: FxHashSet::default(),
+            primed: FxHashSet::default(),
             sample_clock: 0,
             refusals: BTreeMap::new(),
             refusals_warned: BTreeMap::new(),
