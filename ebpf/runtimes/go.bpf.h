@@ -40,7 +40,11 @@
  * reused never lends its labels). A goroutine without labels gets no
  * second pair. Both are mixed into the stack's hash, so a thread's cached
  * stack is sent again when it leaves the CPU at the same place for another
- * goroutine. Every read is of the thread's own memory.
+ * goroutine. Every read is of the thread's own memory. A pair that does
+ * not fit after the native frames is left out (PY_END_MAX_FRAMES): a
+ * stack of 1,021 native frames or more keeps its leaf but not its
+ * goroutine or labels (the walk could keep room for them, at the cost of
+ * its root-most frames, already cut there: not done).
  */
 #ifndef __GO_BPF_H
 #define __GO_BPF_H

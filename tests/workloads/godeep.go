@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"time"
 )
@@ -35,6 +36,8 @@ func down(n int, deadline time.Time) int {
 func main() {
 	secs, _ := strconv.ParseFloat(os.Args[1], 64)
 	depth, _ := strconv.Atoi(os.Args[2])
+	// The goroutine stays on the main thread, which the test reads.
+	runtime.LockOSThread()
 	fmt.Printf("pid=%d\n", os.Getpid())
 	sink = down(depth, time.Now().Add(time.Duration(secs*float64(time.Second))))
 	fmt.Println("done")

@@ -300,7 +300,10 @@ fn spawn_command(
 }
 
 /// The file `program` names as its exec will find it: itself if it has a
-/// slash, else the first executable regular file of that name in `PATH`;
+/// slash, else the first executable regular file of that name in `PATH`
+/// (an empty entry the current directory, no `PATH` glibc's default, as
+/// `execvp`; unlike it, a file on a `noexec` mount is taken: its exec
+/// fails, or finds the next, whose entry the first drain then writes);
 /// opened without blocking (a FIFO) and with its file name.
 fn command_file(program: &str) -> Option<(std::fs::File, String)> {
     use std::os::unix::fs::PermissionsExt;
@@ -313,9 +316,15 @@ fn command_file(program: &str) -> Option<(std::fs::File, String)> {
     if program.contains('/') {
         return open(Path::new(program));
     }
-    let path = std::env::var_os("PATH")?;
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
     std::env::split_paths(&path)
-        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| {
+            if dir.as_os_str().is_empty() {
+                std::path::PathBuf::from(".")
+            } else {
+                dir
+            }
+        })
         .find_map(|dir| open(&dir.join(program)))
 }
 
@@ -337,6 +346,10 @@ fn spawn_held(
     let child_end = gate.take_child_end();
     let runtime = tokio::runtime::Handle::current();
     std::thread::scope(|scope| {
+        // The gate is this closure's: should `before_exec` panic, it is
+        // dropped (opened) as the panic leaves, and the scope's wait for
+        // the spawner, which waits for the exec, ends.
+        let mut gate = gate;
         let spawner = scope.spawn(move || {
             let _in_runtime = runtime.enter();
             let child = command.spawn();

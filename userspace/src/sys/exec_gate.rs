@@ -137,6 +137,8 @@ mod tests {
         unsafe { command.pre_exec(gate.in_child()) };
         let child_end = gate.take_child_end();
         std::thread::scope(|s| {
+            // Owned here: a failed assertion drops (opens) it, not a hang.
+            let mut gate = gate;
             let spawner = s.spawn(move || {
                 let child = command.spawn();
                 drop(child_end);
@@ -154,23 +156,47 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// A command that cannot be spawned: no pid, no wait forever.
+    /// A program that cannot be exec'd: the child said its pid and waited;
+    /// opened, its exec fails and the spawn says so.
     #[test]
-    fn a_spawn_that_fails_reads_as_no_pid() {
+    fn an_exec_that_fails_is_the_spawns_error() {
         let mut gate = ExecGate::new().unwrap();
         let mut command = std::process::Command::new("/nonexistent/sysprof-no-such-command");
         // SAFETY: in_child is async-signal-safe.
         unsafe { command.pre_exec(gate.in_child()) };
         let child_end = gate.take_child_end();
         std::thread::scope(|s| {
+            let mut gate = gate;
             let spawner = s.spawn(move || {
                 let child = command.spawn();
                 drop(child_end);
                 child
             });
-            // std forks before it execs and fails: the child says its pid
-            // and waits; opened, its exec fails and the spawn says so.
-            let _ = gate.child_pid();
+            assert!(gate.child_pid().is_some(), "the child got to the gate");
+            gate.open();
+            assert!(spawner.join().unwrap().is_err());
+        });
+    }
+
+    /// A child that fails before the gate (its working directory cannot be
+    /// entered: std does that before the `pre_exec` closures): no pid, and
+    /// no wait forever.
+    #[test]
+    fn a_spawn_that_fails_before_the_gate_reads_as_no_pid() {
+        let mut gate = ExecGate::new().unwrap();
+        let mut command = std::process::Command::new("/bin/true");
+        command.current_dir("/nonexistent/sysprof-no-such-directory");
+        // SAFETY: in_child is async-signal-safe.
+        unsafe { command.pre_exec(gate.in_child()) };
+        let child_end = gate.take_child_end();
+        std::thread::scope(|s| {
+            let mut gate = gate;
+            let spawner = s.spawn(move || {
+                let child = command.spawn();
+                drop(child_end);
+                child
+            });
+            assert_eq!(gate.child_pid(), None);
             gate.open();
             assert!(spawner.join().unwrap().is_err());
         });

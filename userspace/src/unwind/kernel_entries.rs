@@ -70,9 +70,14 @@ impl<R: RuntimeDetection> Unwinders<R> {
     /// Write `pid`'s kernel entry anew from its mappings and its runtimes
     /// (or remove it, the process gone).
     fn write_kernel_entry(&mut self, k: &mut kernel::KernelTables, binaries: &Binaries, pid: u32) {
-        // Primed and not yet seen exec: its mappings are still its parent's
-        // (ours), and the entry written for its program stays until then.
-        if k.primed.contains(&pid) {
+        // Primed: held before its exec (its mappings are still its
+        // parent's, ours), or exec'd with none of its new ones seen yet;
+        // the entry written for its program stays until they are.
+        let has_mappings = self
+            .processes
+            .get(&pid)
+            .is_some_and(|p| !p.mappings.is_empty());
+        if k.keeps_primed(pid, has_mappings) {
             return;
         }
         let Some(p) = self.processes.get(&pid).filter(|p| p.exited_ns.is_none()) else {

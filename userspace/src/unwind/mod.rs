@@ -174,6 +174,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
         });
         p.unwinder = None;
         if let Some(k) = self.kernel.as_mut() {
+            k.mapped(pid);
             k.dirty.insert(pid);
         }
     }

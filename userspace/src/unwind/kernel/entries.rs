@@ -6,7 +6,7 @@
 //! entry written (or deleted), or the process refused one and marked in
 //! `unwind_refused` so the kernel hands its samples over.
 
-use super::{KernelTables, SYSTEM_UID};
+use super::{KernelTables, Primed, SYSTEM_UID};
 use crate::binaries::BinaryIndex;
 use crate::bpf::abi::{
     PythonProcess, UnwindMapping, UnwindProcess, UNWIND_MAX_MAPPINGS, UNWIND_PROCESS_CUT,
@@ -251,8 +251,34 @@ impl KernelTables {
             return false;
         }
         self.python_entries.insert(pid);
-        self.primed.insert(pid);
+        self.primed.insert(pid, Primed::Held);
         true
+    }
+
+    /// Whether `pid`'s entry is to stay as primed at this write: held
+    /// before its exec (its mappings are its parent's), or exec'd with no
+    /// mapping seen yet (the exec's record comes before its image's
+    /// mappings, and a drain may fall between them). Once its mappings
+    /// are there, it is an entry like any other.
+    pub(in crate::unwind) fn keeps_primed(&mut self, pid: u32, has_mappings: bool) -> bool {
+        match self.primed.get(&pid) {
+            Some(Primed::Held) => true,
+            Some(Primed::Execed) if !has_mappings => true,
+            Some(Primed::Execed) => {
+                self.primed.remove(&pid);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// A mapping of `pid`'s appeared: if it was held for its exec, the
+    /// exec's record was lost (a held process maps nothing), and it is
+    /// taken as exec'd.
+    pub(in crate::unwind) fn mapped(&mut self, pid: u32) {
+        if self.primed.get(&pid) == Some(&Primed::Held) {
+            self.remove_at_exec(pid);
+        }
     }
 
     /// `pid` exec'd: its process entry goes (the kernel dropped it at the
@@ -260,8 +286,13 @@ impl KernelTables {
     /// in which case it stays until the entry written from the new
     /// mappings replaces it (without a gap while the binary is read).
     pub(in crate::unwind) fn remove_at_exec(&mut self, pid: u32) {
-        let primed = self.primed.remove(&pid);
-        self.remove_entries(pid, primed);
+        let held = self.primed.get(&pid) == Some(&Primed::Held);
+        if held {
+            self.primed.insert(pid, Primed::Execed);
+        } else {
+            self.primed.remove(&pid);
+        }
+        self.remove_entries(pid, held);
     }
 
     /// Delete `pid`'s entry (it exited, or has no mappings left).

@@ -230,16 +230,26 @@ pub struct KernelTables {
     /// would be failing system calls, one at each entry write and exit.
     python_entries: FxHashSet<u32>,
     /// Processes given their `python_procs` entry before their exec (a
-    /// command `record` spawns, held at its exec: `prime_python`), until the
-    /// sideband shows that exec: a fork or exec seen before then must not
-    /// take the entry away.
-    pub(super) primed: FxHashSet<u32>,
+    /// command `record` spawns, held at its exec: `prime_python`), until
+    /// their new image's mappings are written: neither their fork (a
+    /// rewrite from their parent's mappings, ours) nor their exec before
+    /// those mappings arrive may take the entry away.
+    pub(super) primed: FxHashMap<u32, Primed>,
     /// Counts samples, for the least recently sampled entry.
     sample_clock: u64,
     /// What was refused, per uid (all time).
     refusals: BTreeMap<u32, UidRefusals>,
     /// `refusals` as last said in a warning.
     refusals_warned: BTreeMap<u32, UidRefusals>,
+}
+
+/// Where a primed process is (`KernelTables::primed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Primed {
+    /// Held between its fork and its exec: its mappings are its parent's.
+    Held,
+    /// Its exec seen, its new mappings not yet.
+    Execed,
 }
 
 /// Who a binary's table is charged to: its file's owner, or, for a file of
@@ -339,7 +349,7 @@ impl KernelTables {
             refused: FxHashMap::default(),
             exec_seen: FxHashMap::default(),
             python_entries: FxHashSet::default(),
-            primed: FxHashSet::default(),
+            primed: FxHashMap::default(),
             sample_clock: 0,
             refusals: BTreeMap::new(),
             refusals_warned: BTreeMap::new(),
