@@ -427,12 +427,30 @@ fn kernel_unwinding_reaches_the_root_of_a_200_frame_stack() {
         chains.len()
     );
 
-    let (copied, _) = recurse_chains(&dir, &exe, &["1.0", "200"], "dwarf-copy");
+    let (copied, copied_stderr) = recurse_chains(&dir, &exe, &["1.0", "200"], "dwarf-copy");
     let copied_whole = copied.iter().filter(|c| **c == Chain::Whole(200)).count();
     eprintln!("dwarf-copy: {copied_whole} of {} whole", copied.len());
     assert!(
         copied_whole * 2 < copied.len(),
         "the copy unwinder cannot see 100 KiB deep: {copied_whole} of {}",
+        copied.len()
+    );
+    // Those copies were as long as --stack-size: the summary says how many
+    // were cut there, and that a larger copy reaches deeper.
+    let advice = copied_stderr
+        .lines()
+        .find(|l| l.contains("cut at the 16384-byte copy (--stack-size 32768 reaches deeper)"))
+        .unwrap_or_else(|| panic!("no advice to copy more: {copied_stderr}"));
+    // "sysprof: [lost ...; ]N of M user stacks cut at the ..."
+    let said_cut: usize = advice
+        .split("; ")
+        .find(|part| part.contains("user stacks cut at the"))
+        .and_then(|part| part.trim_start_matches("sysprof: ").split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        said_cut + copied_whole >= copied.len() / 2,
+        "{said_cut} stacks said cut at the copy's size, of {} in bottom, {copied_whole} whole: {advice}",
         copied.len()
     );
 }

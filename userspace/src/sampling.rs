@@ -236,6 +236,7 @@ impl Engine {
                     elf_limits: ElfLimits::default(),
                     jvm_attach,
                     table_workers: 2,
+                    stack_size: self.sampling.stack_size as usize,
                 },
             ),
             Role::Agent { dwarf_names } => Collector::new(
@@ -254,6 +255,7 @@ impl Engine {
                     },
                     jvm_attach,
                     table_workers: 1,
+                    stack_size: self.sampling.stack_size as usize,
                 },
             ),
         }

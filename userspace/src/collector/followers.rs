@@ -45,10 +45,15 @@ pub(super) struct Followers {
 }
 
 impl Followers {
-    /// Nothing followed yet; `dwarf`: user stacks are unwound here.
-    pub fn new(dwarf: bool) -> Followers {
+    /// Nothing followed yet; `dwarf`: user stacks are unwound here, from
+    /// copies of `stack_size` bytes at most (0: not said).
+    pub fn new(dwarf: bool, stack_size: usize) -> Followers {
         Followers {
-            unwinders: dwarf.then(Unwinders::new),
+            unwinders: dwarf.then(|| {
+                let mut u = Unwinders::new();
+                u.set_copy_size(stack_size);
+                u
+            }),
             readers: RuntimeReaders::default(),
             exits: VecDeque::new(),
             exited_at: FxHashMap::default(),
@@ -164,7 +169,7 @@ mod tests {
 
     #[test]
     fn an_exit_forgets_once_its_samples_are_in_and_not_a_reused_pid() {
-        let mut f = Followers::new(true);
+        let mut f = Followers::new(true, 0);
         f.forked(1, 10);
         f.forked(1, 11);
         let unwinds = |f: &Followers, pid| f.unwinders.as_ref().unwrap().runtime(pid).is_some();
@@ -194,7 +199,7 @@ mod tests {
 
     #[test]
     fn an_exec_forgets_the_old_image_at_once() {
-        let mut f = Followers::new(false);
+        let mut f = Followers::new(false, 0);
         f.readers.python.get_or_read(10, 0x1000, 1, code);
         f.exec(10, 0);
         assert!(f.readers.python.get(10, 0x1000, 1).is_none());

@@ -150,7 +150,7 @@ impl Collector {
             filter,
             window: WindowData::default(),
             binaries: Binaries::new(),
-            followers: followers::Followers::new(options.dwarf),
+            followers: followers::Followers::new(options.dwarf, options.stack_size),
             kernel: Arc::new(KernelSymbols::default()),
             stacks: ThreadStacks::default(),
             windows_finished: 0,

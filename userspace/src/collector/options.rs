@@ -38,6 +38,8 @@ pub struct CollectorOptions {
     /// so it holds one large table's making at a time (each is ~30 MB for
     /// a moment: its CFI, its rows and their ranges).
     pub table_workers: usize,
+    /// Bytes of a user stack's copy, `--stack-size` (0: not said).
+    pub stack_size: usize,
 }
 
 impl Default for CollectorOptions {
@@ -52,6 +54,7 @@ impl Default for CollectorOptions {
             elf_limits: Default::default(),
             jvm_attach: false,
             table_workers: 2,
+            stack_size: 0,
         }
     }
 }

@@ -581,6 +581,7 @@ pub fn add_stats(into: &mut RecordingStats, s: &RecordingStats) {
     into.unwind.reached_root += s.unwind.reached_root;
     into.unwind.copy_exhausted += s.unwind.copy_exhausted;
     into.unwind.copy_exhausted_in_profiler += s.unwind.copy_exhausted_in_profiler;
+    into.unwind.copy_exhausted_at_size += s.unwind.copy_exhausted_at_size;
     into.unwind.no_unwind_info += s.unwind.no_unwind_info;
     into.unwind.bad_return_address += s.unwind.bad_return_address;
     into.unwind.unwind_ns += s.unwind.unwind_ns;

@@ -683,6 +683,11 @@ pub struct UnwindStats {
     /// Of those, in the profiler itself (its BPF loading runs deep), which
     /// the summary does not count against the user's programs.
     pub copy_exhausted_in_profiler: u64,
+    /// Of `copy_exhausted` (the profiler's own left out), copies as long
+    /// as `--stack-size`: the stacks a larger copy would take deeper (the
+    /// others ended where the stack's readable memory did). Not kept by the
+    /// store (its format predates it): 0 when read back.
+    pub copy_exhausted_at_size: u64,
     /// Stopped for lack of unwind information.
     pub no_unwind_info: u64,
     /// Stopped at a return address outside any code.

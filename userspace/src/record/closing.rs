@@ -57,10 +57,12 @@ pub(super) fn print_summary(
             st.io_untracked
         ));
     }
-    // Stacks cut by the copy's end: a few are normal (deep recursion); past
-    // one in a hundred the picture is missing its callers.
+    // Stacks cut by the copy's end where the copy was as long as
+    // --stack-size (not where it reached the end of the stack's readable
+    // memory: a larger copy takes those no deeper): a few are normal (deep
+    // recursion); past one in a hundred the picture is missing its callers.
     let u = st.unwind;
-    let cut = u.copy_exhausted - u.copy_exhausted_in_profiler;
+    let cut = u.copy_exhausted_at_size;
     let sampling = args.capture.sampling();
     if sampling.call_graph == CallGraph::DwarfCopy
         && cut * 100 > u.unwinds

@@ -56,6 +56,10 @@ pub struct Unwinders<R: RuntimeDetection = ()> {
     cache: Option<Box<CacheX86_64>>,
     /// Totals since the last [`Unwinders::take_stats`].
     stats: UnwindStats,
+    /// `--stack-size`, the bytes a copy holds at most (a main thread's
+    /// stack is copied to its top, which may be more): a copy exhausted at
+    /// exactly that length is one a larger copy would take deeper.
+    copy_size: Option<usize>,
     /// Binaries whose unwind data could not be read, with why.
     failures: Vec<String>,
     /// The in-kernel unwinder's tables and process entries, when it runs.
@@ -153,6 +157,12 @@ impl<R: RuntimeDetection> Unwinders<R> {
             cache: Some(Box::new(CacheX86_64::new())),
             ..Default::default()
         }
+    }
+
+    /// Copies hold at most `bytes` (`--stack-size`), except a main
+    /// thread's, copied to its top.
+    pub fn set_copy_size(&mut self, bytes: usize) {
+        self.copy_size = (bytes > 0).then_some(bytes);
     }
 
     fn process(&mut self, pid: u32) -> &mut ProcessUnwinder<R::Process> {
@@ -395,6 +405,8 @@ impl<R: RuntimeDetection> Unwinders<R> {
                 self.stats.copy_exhausted += 1;
                 if pid == std::process::id() {
                     self.stats.copy_exhausted_in_profiler += 1;
+                } else if self.copy_size.is_some_and(|size| stack.len() == size) {
+                    self.stats.copy_exhausted_at_size += 1;
                 }
             }
             StackEnd::BadReturnAddress => self.stats.bad_return_address += 1,
