@@ -447,7 +447,7 @@ fn kernel_unwinding_reaches_the_root_of_a_200_frame_stack() {
         .find(|part| part.contains("user stacks cut at the"))
         .and_then(|part| part.trim_start_matches("sysprof: ").split(' ').next())
         .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+        .unwrap_or_else(|| panic!("no count before \"of\" in {advice}"));
     assert!(
         said_cut + copied_whole >= copied.len() / 2,
         "{said_cut} stacks said cut at the copy's size, of {} in bottom, {copied_whole} whole: {advice}",

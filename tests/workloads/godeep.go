@@ -33,11 +33,15 @@ func down(n int, deadline time.Time) int {
 	return down(n-1, deadline) + 1
 }
 
+// The main goroutine stays on the main thread, which the test reads
+// (locked in init, as Go documents for the main thread).
+func init() {
+	runtime.LockOSThread()
+}
+
 func main() {
 	secs, _ := strconv.ParseFloat(os.Args[1], 64)
 	depth, _ := strconv.Atoi(os.Args[2])
-	// The goroutine stays on the main thread, which the test reads.
-	runtime.LockOSThread()
 	fmt.Printf("pid=%d\n", os.Getpid())
 	sink = down(depth, time.Now().Add(time.Duration(secs*float64(time.Second))))
 	fmt.Println("done")

@@ -218,6 +218,12 @@ impl Engine {
     pub fn collector(&self) -> Collector {
         let marker_min_ns = self.sampling.off_cpu_threshold_ns();
         let dwarf = self.sampling.call_graph.dwarf();
+        // What a copy is cut at where userspace unwinds every copy (the
+        // kernel's hand-overs have limits of their own).
+        let copy_size = match self.sampling.call_graph {
+            CallGraph::DwarfCopy => self.sampling.stack_size as usize,
+            _ => 0,
+        };
         let (off_cpu, jvm_attach) = (self.tracing.off_cpu, self.tracing.jvm_attach);
         match &self.role {
             Role::Record(scope) => Collector::new(
@@ -236,7 +242,7 @@ impl Engine {
                     elf_limits: ElfLimits::default(),
                     jvm_attach,
                     table_workers: 2,
-                    stack_size: self.sampling.stack_size as usize,
+                    stack_size: copy_size,
                 },
             ),
             Role::Agent { dwarf_names } => Collector::new(
@@ -255,7 +261,7 @@ impl Engine {
                     },
                     jvm_attach,
                     table_workers: 1,
-                    stack_size: self.sampling.stack_size as usize,
+                    stack_size: copy_size,
                 },
             ),
         }

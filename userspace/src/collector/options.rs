@@ -38,7 +38,8 @@ pub struct CollectorOptions {
     /// so it holds one large table's making at a time (each is ~30 MB for
     /// a moment: its CFI, its rows and their ranges).
     pub table_workers: usize,
-    /// Bytes of a user stack's copy, `--stack-size` (0: not said).
+    /// Bytes of a user stack's copy with `--call-graph dwarf-copy`,
+    /// `--stack-size` (0: another mode, or not said).
     pub stack_size: usize,
 }
 

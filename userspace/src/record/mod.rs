@@ -306,10 +306,9 @@ fn spawn_command(
 /// fails, or finds the next, whose entry the first drain then writes);
 /// opened without blocking (a FIFO) and with its file name.
 fn command_file(program: &str) -> Option<(std::fs::File, String)> {
-    use std::os::unix::fs::PermissionsExt;
     let open = |path: &Path| {
         let file = crate::binaries::open_regular(path.to_str()?, true).ok()?;
-        let executable = file.metadata().ok()?.permissions().mode() & 0o111 != 0;
+        let executable = crate::sys::exec_gate::may_execute(path);
         let name = path.file_name()?.to_string_lossy().into_owned();
         executable.then_some((file, name))
     };

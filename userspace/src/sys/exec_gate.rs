@@ -5,13 +5,26 @@
 //!
 //! In: a command about to be spawned (`pre_exec` takes [`ExecGate::in_child`]).
 //! Out: the child's pid, read before its exec ([`ExecGate::child_pid`]), and
-//! the exec let go ([`ExecGate::open`], or the gate dropped). The child's
+//! the exec let go ([`ExecGate::open`], or the gate dropped); whether exec
+//! may run a file ([`may_execute`]). The child's
 //! side is async-signal-safe (read, write, close, getpid: it runs between
 //! fork and exec); every descriptor is close-on-exec, so the program
 //! inherits none.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Whether exec may run `path`, as the kernel asks it (`access(X_OK)`): an
+/// execute bit for others only is refused to root's exec too, and `execvp`
+/// then goes on to the next `PATH` entry.
+pub fn may_execute(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path that lives across the call.
+    unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
+}
 
 /// Two pipes: the child's pid to the parent, the parent's go to the child.
 #[derive(Debug)]

@@ -56,9 +56,11 @@ pub struct Unwinders<R: RuntimeDetection = ()> {
     cache: Option<Box<CacheX86_64>>,
     /// Totals since the last [`Unwinders::take_stats`].
     stats: UnwindStats,
-    /// `--stack-size`, the bytes a copy holds at most (a main thread's
-    /// stack is copied to its top, which may be more): a copy exhausted at
-    /// exactly that length is one a larger copy would take deeper.
+    /// `--stack-size` with `--call-graph dwarf-copy`, the bytes a copy
+    /// holds at most (a main thread's stack is copied to its top where
+    /// that is less): a copy exhausted at exactly that length is one a
+    /// larger copy would take deeper. None otherwise (the kernel's
+    /// hand-overs have limits of their own).
     copy_size: Option<usize>,
     /// Binaries whose unwind data could not be read, with why.
     failures: Vec<String>,
@@ -159,8 +161,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
         }
     }
 
-    /// Copies hold at most `bytes` (`--stack-size`), except a main
-    /// thread's, copied to its top.
+    /// Copies hold at most `bytes` (`--stack-size`; 0: not said).
     pub fn set_copy_size(&mut self, bytes: usize) {
         self.copy_size = (bytes > 0).then_some(bytes);
     }

@@ -221,7 +221,9 @@ impl KernelTables {
     /// Where `pid`'s interpreter keeps its Python frames, for the kernel's
     /// Python walk; None removes it. Only a process holding an entry gets
     /// one (the same map size, so the same per-user shares), and it goes
-    /// with the entry.
+    /// with the entry; but for a primed process between its exec and its
+    /// new mappings (`remove_at_exec`), whose one entry stays uncharged
+    /// until they are written.
     pub(in crate::unwind) fn write_python(&mut self, pid: u32, python: Option<PythonProcess>) {
         match python {
             Some(p) if self.entries.contains_key(&pid) => {
