@@ -335,34 +335,24 @@ fn spawn_held(
     mut command: tokio::process::Command,
     before_exec: impl FnOnce(u32),
 ) -> std::io::Result<tokio::process::Child> {
-    let Ok(mut gate) = crate::sys::exec_gate::ExecGate::new() else {
+    let Ok(gate) = crate::sys::exec_gate::ExecGate::new() else {
         return command.spawn();
     };
     // SAFETY: the gate's child side makes only async-signal-safe calls.
     unsafe {
         command.pre_exec(gate.in_child());
     }
-    let child_end = gate.take_child_end();
     let runtime = tokio::runtime::Handle::current();
-    std::thread::scope(|scope| {
-        // The gate is this closure's: should `before_exec` panic, it is
-        // dropped (opened) as the panic leaves, and the scope's wait for
-        // the spawner, which waits for the exec, ends.
-        let mut gate = gate;
-        let spawner = scope.spawn(move || {
-            let _in_runtime = runtime.enter();
-            let child = command.spawn();
-            drop(child_end);
-            child
-        });
-        if let Some(pid) = gate.child_pid() {
+    let spawn = move |mut command: tokio::process::Command| {
+        let _in_runtime = runtime.enter();
+        command.spawn()
+    };
+    gate.spawn_through(command, spawn, |pid| {
+        if let Some(pid) = pid {
             before_exec(pid);
         }
-        gate.open();
-        spawner
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the command's spawner panicked")))
     })
+    .unwrap_or_else(|_| Err(std::io::Error::other("the command's spawner panicked")))
 }
 
 /// What ends the recording: the deadline, the command's end, the end of

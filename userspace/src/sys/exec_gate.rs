@@ -90,7 +90,7 @@ impl ExecGate {
 
     /// The child's end of the pid pipe, for the spawner to drop once the
     /// spawn returned.
-    pub fn take_child_end(&mut self) -> Option<OwnedFd> {
+    fn take_child_end(&mut self) -> Option<OwnedFd> {
         self.pid_write.take()
     }
 
@@ -120,6 +120,33 @@ impl ExecGate {
         Some(i32::from_ne_bytes(pid) as u32)
     }
 
+    /// Spawn `command` with `spawn` on a thread of its own (a spawn returns
+    /// only once the exec has) while `before_exec` runs here with the
+    /// child's pid (None: it failed before the gate), then open the gate.
+    /// The caller gave the command [`ExecGate::in_child`] as `pre_exec`.
+    /// Should `before_exec` panic, the gate is dropped (opened) as the
+    /// panic leaves, and the wait for the spawner ends. Err: the spawner
+    /// panicked.
+    pub fn spawn_through<C: Send, T: Send>(
+        mut self,
+        command: C,
+        spawn: impl FnOnce(C) -> T + Send,
+        before_exec: impl FnOnce(Option<u32>),
+    ) -> std::thread::Result<T> {
+        let child_end = self.take_child_end();
+        std::thread::scope(|scope| {
+            let mut gate = self;
+            let spawner = scope.spawn(move || {
+                let child = spawn(command);
+                drop(child_end);
+                child
+            });
+            before_exec(gate.child_pid());
+            gate.open();
+            spawner.join()
+        })
+    }
+
     /// Let the child exec.
     pub fn open(&mut self) {
         if let Some(go) = self.go_write.take() {
@@ -135,6 +162,18 @@ mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
 
+    /// `command` spawned through a gate, `before_exec` given the pid.
+    fn spawn_gated(
+        mut command: std::process::Command,
+        before_exec: impl FnOnce(Option<u32>),
+    ) -> io::Result<std::process::Child> {
+        let gate = ExecGate::new().unwrap();
+        // SAFETY: in_child is async-signal-safe.
+        unsafe { command.pre_exec(gate.in_child()) };
+        gate.spawn_through(command, |mut c| c.spawn(), before_exec)
+            .unwrap()
+    }
+
     /// The child stops at the gate with its pid said, and execs once the
     /// gate opens: a file it would create is not there before.
     #[test]
@@ -143,28 +182,17 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mark = dir.join("ran");
-        let mut gate = ExecGate::new().unwrap();
         let mut command = std::process::Command::new("/bin/sh");
         command.arg("-c").arg(format!("touch {}", mark.display()));
-        // SAFETY: in_child is async-signal-safe.
-        unsafe { command.pre_exec(gate.in_child()) };
-        let child_end = gate.take_child_end();
-        std::thread::scope(|s| {
-            // Owned here: a failed assertion drops (opens) it, not a hang.
-            let mut gate = gate;
-            let spawner = s.spawn(move || {
-                let child = command.spawn();
-                drop(child_end);
-                child
-            });
-            let pid = gate.child_pid().expect("the child says its pid");
+        let mut said = None;
+        let mut child = spawn_gated(command, |pid| {
+            said = pid;
             std::thread::sleep(std::time::Duration::from_millis(100));
             assert!(!mark.exists(), "the command ran before the gate opened");
-            gate.open();
-            let mut child = spawner.join().unwrap().unwrap();
-            assert_eq!(child.id(), pid);
-            assert!(child.wait().unwrap().success());
-        });
+        })
+        .unwrap();
+        assert_eq!(Some(child.id()), said, "the child says its pid");
+        assert!(child.wait().unwrap().success());
         assert!(mark.exists(), "the command ran once the gate opened");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -173,22 +201,11 @@ mod tests {
     /// opened, its exec fails and the spawn says so.
     #[test]
     fn an_exec_that_fails_is_the_spawns_error() {
-        let mut gate = ExecGate::new().unwrap();
-        let mut command = std::process::Command::new("/nonexistent/sysprof-no-such-command");
-        // SAFETY: in_child is async-signal-safe.
-        unsafe { command.pre_exec(gate.in_child()) };
-        let child_end = gate.take_child_end();
-        std::thread::scope(|s| {
-            let mut gate = gate;
-            let spawner = s.spawn(move || {
-                let child = command.spawn();
-                drop(child_end);
-                child
-            });
-            assert!(gate.child_pid().is_some(), "the child got to the gate");
-            gate.open();
-            assert!(spawner.join().unwrap().is_err());
+        let command = std::process::Command::new("/nonexistent/sysprof-no-such-command");
+        let spawned = spawn_gated(command, |pid| {
+            assert!(pid.is_some(), "the child got to the gate");
         });
+        assert!(spawned.is_err());
     }
 
     /// A child that fails before the gate (its working directory cannot be
@@ -196,22 +213,9 @@ mod tests {
     /// no wait forever.
     #[test]
     fn a_spawn_that_fails_before_the_gate_reads_as_no_pid() {
-        let mut gate = ExecGate::new().unwrap();
         let mut command = std::process::Command::new("/bin/true");
         command.current_dir("/nonexistent/sysprof-no-such-directory");
-        // SAFETY: in_child is async-signal-safe.
-        unsafe { command.pre_exec(gate.in_child()) };
-        let child_end = gate.take_child_end();
-        std::thread::scope(|s| {
-            let mut gate = gate;
-            let spawner = s.spawn(move || {
-                let child = command.spawn();
-                drop(child_end);
-                child
-            });
-            assert_eq!(gate.child_pid(), None);
-            gate.open();
-            assert!(spawner.join().unwrap().is_err());
-        });
+        let spawned = spawn_gated(command, |pid| assert_eq!(pid, None));
+        assert!(spawned.is_err());
     }
 }
