@@ -28,6 +28,7 @@ use crate::bpf::{abi, Sampler, Tracer, TracerDrops};
 use crate::collector::Collector;
 use crate::error::RecordError;
 use crate::sideband::counters::CounterPoller;
+use crate::sideband::SidebandEvent;
 
 /// How often the rings are drained and counters read.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -174,6 +175,12 @@ impl CaptureSession {
         if pumped.is_empty() {
             return;
         }
+        // Each read of the rings is in time order, but not their sum: a
+        // record written to one CPU's ring just after that ring was read
+        // comes with the next read, after records of other CPUs written
+        // later (an exec, then the mappings of a process that moved CPU).
+        // Stable: a CPU's own records keep their order at equal times.
+        pumped.sideband.sort_by_key(SidebandEvent::time);
         for e in pumped.sideband.drain(..) {
             collector.handle_sideband(e);
         }

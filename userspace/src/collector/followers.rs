@@ -105,18 +105,19 @@ impl Followers {
         }
     }
 
-    /// `pid` mapped `binary` at `start` (`len` bytes from file offset
-    /// `pgoff`); `jitdump`: the file is a JIT's jitdump.
+    /// `pid` mapped `binary` at `mapped_ns` (0: before the recording):
+    /// `mapping` is its (start, length, file offset); `jitdump`: the file
+    /// is a JIT's jitdump.
     pub fn mapped(
         &mut self,
         pid: u32,
+        mapped_ns: u64,
         mapping: (u64, u64, u64),
         binary: BinaryIndex,
         jitdump: bool,
     ) {
         if let Some(u) = self.unwinders.as_mut() {
-            let (start, len, pgoff) = mapping;
-            u.add_mapping(pid, start, len, pgoff, binary);
+            u.add_mapping(pid, mapped_ns, mapping, binary);
             if jitdump {
                 u.add_jitdump(pid, binary);
             }

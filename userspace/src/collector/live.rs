@@ -37,7 +37,7 @@ impl Collector {
         match e {
             SidebandEvent::Mmap(m) => {
                 if let Some(binary) = binary {
-                    self.mapped(m.pid, m.start, m.len, m.pgoff, &m.path, binary);
+                    self.mapped(m.pid, m.time, (m.start, m.len, m.pgoff), &m.path, binary);
                 }
             }
             SidebandEvent::Fork { pid, ppid, tid, .. } if is_new_process(*pid, *ppid, *tid) => {
@@ -67,14 +67,15 @@ impl Collector {
         }
     }
 
-    /// `pid` mapped `binary` (at start, or as the mapping arrives): noted if
-    /// it is JIT code or a jitdump, and told to the unwinders.
+    /// `pid` mapped `binary` at `mapped_ns` (0: at start, from `/proc`;
+    /// else as the mapping arrives), `mapping` its (start, length, file
+    /// offset): noted if it is JIT code or a jitdump, and told to the
+    /// unwinders.
     pub(super) fn mapped(
         &mut self,
         pid: u32,
-        start: u64,
-        len: u64,
-        pgoff: u64,
+        mapped_ns: u64,
+        mapping: (u64, u64, u64),
         path: &str,
         binary: BinaryIndex,
     ) {
@@ -92,7 +93,7 @@ impl Collector {
             self.table.live(pid).jitdump = Some(binary);
         }
         self.followers
-            .mapped(pid, (start, len, pgoff), binary, jitdump);
+            .mapped(pid, mapped_ns, mapping, binary, jitdump);
     }
 
     /// Between the agent's windows: whatever belongs to processes that are

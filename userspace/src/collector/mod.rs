@@ -245,7 +245,7 @@ impl Collector {
             self.table.live(p.pid).cgroup =
                 Some((p.cgroup.clone(), crate::sys::clock::monotonic_ns()));
             for (m, &binary) in p.mappings.iter().zip(b) {
-                self.mapped(p.pid, m.start, m.len, m.pgoff, &m.path, binary);
+                self.mapped(p.pid, 0, (m.start, m.len, m.pgoff), &m.path, binary);
             }
         }
     }

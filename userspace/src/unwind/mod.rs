@@ -172,8 +172,15 @@ impl<R: RuntimeDetection> Unwinders<R> {
             .or_insert_with(|| ProcessUnwinder::new(Vec::new()))
     }
 
-    /// An executable mapping appeared in `pid`.
-    pub fn add_mapping(&mut self, pid: u32, start: u64, len: u64, pgoff: u64, binary: BinaryIndex) {
+    /// An executable mapping appeared in `pid` at `mapped_ns` (monotonic,
+    /// the sideband's; 0: it was there before the recording).
+    pub fn add_mapping(
+        &mut self,
+        pid: u32,
+        mapped_ns: u64,
+        (start, len, pgoff): (u64, u64, u64),
+        binary: BinaryIndex,
+    ) {
         let end = start.saturating_add(len);
         let p = self.process(pid);
         p.mappings.retain(|m| m.end <= start || m.start >= end);
@@ -182,6 +189,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
             end,
             pgoff,
             binary,
+            mapped_ns,
         });
         p.unwinder = None;
         if let Some(k) = self.kernel.as_mut() {
@@ -265,11 +273,26 @@ impl<R: RuntimeDetection> Unwinders<R> {
         });
     }
 
-    /// `pid` exec'd at `time_ns` (monotonic, the sideband's): its old
-    /// mappings are gone.
+    /// `pid` exec'd at `time_ns` (monotonic, the sideband's): its mappings
+    /// from before then are gone.
+    ///
+    /// The exec's record may come after some of its new image's mappings:
+    /// a process that moves CPU while it starts can exec on one and map on
+    /// another, and a read of the per-CPU rings that falls between the two
+    /// takes the mappings now and the exec with the next read. Such a late
+    /// exec leaves the mappings made after it, and the kernel entry the
+    /// collector wrote from them since (the kernel's own exec hook dropped
+    /// the old one when the exec happened) is rewritten, not removed:
+    /// removing it would leave the process without its tables, or its
+    /// runtime's entry, until the next drain.
     pub fn exec(&mut self, pid: u32, time_ns: u64) {
         let p = self.process(pid);
-        p.before_exec = std::mem::take(&mut p.mappings);
+        let (before, after): (Vec<Mapping>, Vec<Mapping>) = std::mem::take(&mut p.mappings)
+            .into_iter()
+            .partition(|m| m.mapped_ns < time_ns);
+        let late = !after.is_empty();
+        p.before_exec = before;
+        p.mappings = after;
         p.unwinder = None;
         p.jitdump = None;
         p.jit_modules.clear();
@@ -280,8 +303,11 @@ impl<R: RuntimeDetection> Unwinders<R> {
             // The kernel dropped its entry at the exec, and its uid may have
             // changed with it (a launcher that dropped root, a setuid
             // program): its place is given back and asked for again, by its
-            // uid now, when its new mappings are written.
-            k.remove_at_exec(pid);
+            // uid now, when its new mappings are written. A late exec's
+            // entry was written, and charged, after it.
+            if !late {
+                k.remove_at_exec(pid);
+            }
             k.dirty.insert(pid);
             k.exec_seen.insert(pid, time_ns);
         }
@@ -628,5 +654,40 @@ impl<R: RuntimeDetection> Unwinders<R> {
             }
             return end;
         }
+    }
+}
+
+#[cfg(test)]
+mod exec_tests {
+    use super::*;
+
+    fn binaries_of(mappings: &[Mapping]) -> Vec<BinaryIndex> {
+        mappings.iter().map(|m| m.binary).collect()
+    }
+
+    #[test]
+    fn an_exec_takes_the_mappings_made_before_it() {
+        let mut u = Unwinders::<()>::new();
+        u.add_mapping(10, 0, (0x1000, 0x1000, 0), 1);
+        u.add_mapping(10, 50, (0x3000, 0x1000, 0), 2);
+        u.exec(10, 100);
+        u.add_mapping(10, 150, (0x5000, 0x1000, 0), 3);
+        let p = &u.processes[&10];
+        assert_eq!(binaries_of(&p.mappings), [3]);
+        assert_eq!(binaries_of(&p.before_exec), [1, 2]);
+    }
+
+    #[test]
+    fn a_late_exec_keeps_the_mappings_made_after_it() {
+        // The new image's mappings were read, from another CPU's ring,
+        // before the exec's record.
+        let mut u = Unwinders::<()>::new();
+        u.add_mapping(10, 0, (0x1000, 0x1000, 0), 1);
+        u.add_mapping(10, 150, (0x5000, 0x1000, 0), 3);
+        u.add_mapping(10, 160, (0x7000, 0x1000, 0), 4);
+        u.exec(10, 100);
+        let p = &u.processes[&10];
+        assert_eq!(binaries_of(&p.mappings), [3, 4]);
+        assert_eq!(binaries_of(&p.before_exec), [1]);
     }
 }

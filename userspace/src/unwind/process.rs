@@ -23,6 +23,10 @@ pub(super) struct Mapping {
     pub(super) end: u64,
     pub(super) pgoff: u64,
     pub(super) binary: BinaryIndex,
+    /// When its record says it was mapped (monotonic ns; 0: before the
+    /// recording, from `/proc`): an exec whose record is older leaves it
+    /// (`Unwinders::exec`).
+    pub(super) mapped_ns: u64,
 }
 
 /// Return addresses this close after a program's entry point are in its
