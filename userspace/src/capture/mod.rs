@@ -49,6 +49,11 @@ pub struct Polling {
     pub ring_seconds: f64,
     /// The kernel wakes the reader when a ring is 1/N full.
     pub wakeup_divisor: u32,
+    /// The most the reader holds while the recording starts, before the
+    /// collector takes anything ([`PUMP_STARTUP_BUDGET_BYTES`] for
+    /// `record`; the agent, at 19 Hz and in a memory-limited unit, keeps
+    /// its steady [`PUMP_BUDGET_BYTES`]).
+    pub startup_hold_bytes: usize,
 }
 
 impl Polling {
@@ -69,6 +74,7 @@ impl Polling {
         ring_min_bytes: 4 << 20,
         ring_seconds: 0.5,
         wakeup_divisor: 16,
+        startup_hold_bytes: PUMP_STARTUP_BUDGET_BYTES,
     };
     /// The agent: a handful of wakeups a second is its CPU budget.
     pub const AGENT: Polling = Polling {
@@ -81,6 +87,7 @@ impl Polling {
         // Drained every second, or when half full.
         ring_seconds: 1.0,
         wakeup_divisor: 2,
+        startup_hold_bytes: PUMP_BUDGET_BYTES,
     };
 }
 
@@ -409,3 +416,14 @@ impl CaptureSession {
 /// 5-20 MB a second (new processes' stacks are copies), and a window took
 /// up to 3 s to finish.
 const PUMP_BUDGET_BYTES: usize = 64 << 20;
+
+/// The same while the recording starts, before the collector takes
+/// anything: the tracer and the sampler run while the rest loads (the
+/// walker, the `/proc` snapshot, the running processes' tables, 0.6-1.2 s
+/// beside an I/O storm on 2 CPUs), and until a process's table is in, its
+/// stacks come as copies. Beside the storm (`tests/workloads/iostorm.c`,
+/// two threads reading and syncing) that was 40-117 MB read before the
+/// first hand-over; past 64 MiB the reader stopped, the tracer's ring
+/// filled, and CI once lost 126,293 records. Given back at the first
+/// hand-over (the buffers shrink as they are emptied).
+const PUMP_STARTUP_BUDGET_BYTES: usize = 256 << 20;

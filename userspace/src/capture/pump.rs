@@ -16,11 +16,12 @@
 //! is all this thread does (no decoding, no unwinding), it is woken by the
 //! kernel at the rings' watermarks as the event loop was, and it runs at a
 //! higher priority than what is profiled, so a busy machine does not starve
-//! it. What it holds is bounded ([`Pump::start`]'s budget): past it the
-//! kernel drops, and counts, as before.
+//! it. What it holds is bounded ([`Pump::start`]'s budget, larger while
+//! the recording starts and nothing is taken: [`Pump::set_budget`]): past
+//! it the kernel drops, and counts, as before.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -245,6 +246,8 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     done: AtomicBool,
+    /// The most bytes held for the event loop (`Pump::set_budget`).
+    budget: AtomicUsize,
     /// Told when records are waiting.
     ready: tokio::sync::Notify,
     /// Written to wake the thread at once (the end).
@@ -265,7 +268,6 @@ pub(super) struct Pump {
     /// None once stopped.
     shared: Option<Arc<Shared>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    budget: usize,
 }
 
 impl Pump {
@@ -296,6 +298,7 @@ impl Pump {
                 spare: None,
             }),
             done: AtomicBool::new(false),
+            budget: AtomicUsize::new(budget),
             ready: tokio::sync::Notify::new(),
             wake,
             epoll,
@@ -312,6 +315,7 @@ impl Pump {
                         let waiting = {
                             let mut state = shared.lock();
                             let State { rings, pumped, .. } = &mut *state;
+                            let budget = shared.budget.load(Ordering::Relaxed);
                             rings.lend().read(pumped, budget);
                             !pumped.is_empty()
                         };
@@ -324,8 +328,13 @@ impl Pump {
         Ok(Pump {
             shared: Some(shared),
             thread: Some(thread),
-            budget,
         })
+    }
+
+    /// Hold at most `bytes` from now on (a larger budget while the
+    /// recording starts and nothing is taken yet).
+    pub(super) fn set_budget(&self, bytes: usize) {
+        self.shared().budget.store(bytes, Ordering::Relaxed);
     }
 
     /// Read the tracer's ring too, from now on (it is loaded after sampling
@@ -358,7 +367,9 @@ impl Pump {
             pumped,
             spare,
         } = &mut *state;
-        rings.lend().read(pumped, self.budget);
+        rings
+            .lend()
+            .read(pumped, self.shared().budget.load(Ordering::Relaxed));
         std::mem::replace(pumped, spare.take().unwrap_or_default())
     }
 

@@ -70,11 +70,15 @@ impl CaptureSession {
         // The verifier runs on the loading thread: beside a busy server at
         // nice 0 it waited its turn behind every runnable thread (0.9 s to
         // the first sample beside pgbench and two spinners; 0.2 s quiet).
-        let (loaded, pumped) =
-            pump::while_busy(rings, Duration::from_millis(10), PUMP_BUDGET_BYTES, || {
+        let (loaded, pumped) = pump::while_busy(
+            rings,
+            Duration::from_millis(10),
+            opts.polling.startup_hold_bytes,
+            || {
                 let _raised = crate::sys::process::RaisedPriority::new(LOAD_NICE);
                 Self::load_sampler(opts, collector, &cpus)
-            });
+            },
+        );
         let LoadedSampler {
             mut sampler,
             samples,
@@ -98,7 +102,7 @@ impl CaptureSession {
             sideband,
             peaks: pump::RingPeaks::default(),
         };
-        let pump = pump::Pump::start(owned, pumped, period, PUMP_BUDGET_BYTES)
+        let pump = pump::Pump::start(owned, pumped, period, opts.polling.startup_hold_bytes)
             .map_err(|source| ring_poll("the rings' reader", source))?;
         // The rest: the tracer loads on a thread of its own (the verifier's
         // work, per program) beside the `/proc` snapshot.
@@ -134,6 +138,8 @@ impl CaptureSession {
             anchor = start_sampling(&mut sampler, collector, &mut counters)?;
         }
         let (start_wall_ms, start_ns) = anchor;
+        // The event loop takes what was read from here.
+        pump.set_budget(PUMP_BUDGET_BYTES);
         Ok(CaptureSession {
             pump: Some(pump),
             sampler: Some(sampler),
