@@ -424,6 +424,6 @@ const PUMP_BUDGET_BYTES: usize = 64 << 20;
 /// stacks come as copies. Beside the storm (`tests/workloads/iostorm.c`,
 /// two threads reading and syncing) that was 40-117 MB read before the
 /// first hand-over; past 64 MiB the reader stopped, the tracer's ring
-/// filled, and CI once lost 126,293 records. Given back at the first
-/// hand-over (the buffers shrink as they are emptied).
+/// filled, and CI once lost 126,293 records. The steady budget holds from
+/// the event loop's first take (the buffers shrink as they are emptied).
 const PUMP_STARTUP_BUDGET_BYTES: usize = 256 << 20;

@@ -16,9 +16,9 @@
 //! is all this thread does (no decoding, no unwinding), it is woken by the
 //! kernel at the rings' watermarks as the event loop was, and it runs at a
 //! higher priority than what is profiled, so a busy machine does not starve
-//! it. What it holds is bounded ([`Pump::start`]'s budget, larger while
-//! the recording starts and nothing is taken: [`Pump::set_budget`]): past
-//! it the kernel drops, and counts, as before.
+//! it. What it holds is bounded ([`Pump::start`]'s budgets: a larger one
+//! until the event loop's first take, while the recording starts): past it
+//! the kernel drops, and counts, as before.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -246,8 +246,10 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     done: AtomicBool,
-    /// The most bytes held for the event loop (`Pump::set_budget`).
+    /// The most bytes held for the event loop: `startup_budget` until its
+    /// first take, then `budget` (`Pump::start`).
     budget: AtomicUsize,
+    steady_budget: usize,
     /// Told when records are waiting.
     ready: tokio::sync::Notify,
     /// Written to wake the thread at once (the end).
@@ -273,12 +275,14 @@ pub(super) struct Pump {
 impl Pump {
     /// Start reading `rings` (woken by the kernel at their watermarks, and
     /// every `period` for the sideband, which sends no wakeups), holding at
-    /// most `budget` bytes; `pumped` is what was read before.
+    /// most `startup_budget` bytes until the event loop's first take (the
+    /// recording starting: nothing is taken while the rest loads), then
+    /// `budget`; `pumped` is what was read before.
     pub(super) fn start(
         rings: OwnedRings,
         pumped: Pumped,
         period: Duration,
-        budget: usize,
+        (startup_budget, budget): (usize, usize),
     ) -> std::io::Result<Pump> {
         // SAFETY: eventfd has no preconditions; the fd is owned from here.
         let wake = unsafe {
@@ -298,7 +302,8 @@ impl Pump {
                 spare: None,
             }),
             done: AtomicBool::new(false),
-            budget: AtomicUsize::new(budget),
+            budget: AtomicUsize::new(startup_budget),
+            steady_budget: budget,
             ready: tokio::sync::Notify::new(),
             wake,
             epoll,
@@ -331,12 +336,6 @@ impl Pump {
         })
     }
 
-    /// Hold at most `bytes` from now on (a larger budget while the
-    /// recording starts and nothing is taken yet).
-    pub(super) fn set_budget(&self, bytes: usize) {
-        self.shared().budget.store(bytes, Ordering::Relaxed);
-    }
-
     /// Read the tracer's ring too, from now on (it is loaded after sampling
     /// began).
     pub(super) fn add_events(&self, events: RingBuf<MapData>) -> std::io::Result<()> {
@@ -353,7 +352,9 @@ impl Pump {
 
     /// What was read so far (to be given back, emptied, when handed over).
     pub(super) fn take(&self) -> Pumped {
-        let mut state = self.shared().lock();
+        let shared = self.shared();
+        shared.budget.store(shared.steady_budget, Ordering::Relaxed);
+        let mut state = shared.lock();
         let next = state.spare.take().unwrap_or_default();
         std::mem::replace(&mut state.pumped, next)
     }
@@ -361,7 +362,8 @@ impl Pump {
     /// What was read so far and what the rings hold now (a cut: everything
     /// up to now).
     pub(super) fn take_all(&self) -> Pumped {
-        let mut state = self.shared().lock();
+        let shared = self.shared();
+        let mut state = shared.lock();
         let State {
             rings,
             pumped,
@@ -369,7 +371,8 @@ impl Pump {
         } = &mut *state;
         rings
             .lend()
-            .read(pumped, self.shared().budget.load(Ordering::Relaxed));
+            .read(pumped, shared.budget.load(Ordering::Relaxed));
+        shared.budget.store(shared.steady_budget, Ordering::Relaxed);
         std::mem::replace(pumped, spare.take().unwrap_or_default())
     }
 

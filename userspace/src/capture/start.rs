@@ -102,8 +102,13 @@ impl CaptureSession {
             sideband,
             peaks: pump::RingPeaks::default(),
         };
-        let pump = pump::Pump::start(owned, pumped, period, opts.polling.startup_hold_bytes)
-            .map_err(|source| ring_poll("the rings' reader", source))?;
+        let pump = pump::Pump::start(
+            owned,
+            pumped,
+            period,
+            (opts.polling.startup_hold_bytes, PUMP_BUDGET_BYTES),
+        )
+        .map_err(|source| ring_poll("the rings' reader", source))?;
         // The rest: the tracer loads on a thread of its own (the verifier's
         // work, per program) beside the `/proc` snapshot.
         let tracer_opts = tracer_options(opts, ring_bytes, shared.as_ref());
@@ -138,8 +143,6 @@ impl CaptureSession {
             anchor = start_sampling(&mut sampler, collector, &mut counters)?;
         }
         let (start_wall_ms, start_ns) = anchor;
-        // The event loop takes what was read from here.
-        pump.set_budget(PUMP_BUDGET_BYTES);
         Ok(CaptureSession {
             pump: Some(pump),
             sampler: Some(sampler),

@@ -64,22 +64,27 @@ impl Followers {
     /// mappings and no code objects (any kept under its pid are a former
     /// process's; what is kept to the window's end, thread names and JVM
     /// requests, follows the window instead).
-    pub fn forked(&mut self, parent: u32, child: u32) {
+    pub fn forked(&mut self, parent: u32, child: u32, time_ns: u64) {
         self.exited_at.remove(&child);
         if let Some(u) = self.unwinders.as_mut() {
-            u.fork(parent, child);
+            u.fork(parent, child, time_ns);
         }
         self.readers.forget(child);
     }
 
-    /// `pid` exec'd at `time_ns`: its old image's mappings and objects are gone.
-    pub fn exec(&mut self, pid: u32, time_ns: u64) {
+    /// `pid` exec'd at `time_ns`: its old image's mappings and objects are
+    /// gone. Returns its new image's mappings seen before the exec's record
+    /// (`Unwinders::exec`), which the caller tells again (`mapped`): what
+    /// the runtime readers learnt of them went with the old image's.
+    pub fn exec(&mut self, pid: u32, time_ns: u64) -> Vec<(u64, (u64, u64, u64), BinaryIndex)> {
         self.exited_at.remove(&pid);
-        if let Some(u) = self.unwinders.as_mut() {
-            u.exec(pid, time_ns);
-        }
+        let kept = match self.unwinders.as_mut() {
+            Some(u) => u.exec(pid, time_ns),
+            None => Vec::new(),
+        };
         self.readers.ended(pid);
         self.readers.forget(pid);
+        kept
     }
 
     /// `pid` exited at `time_ns`: nothing more is asked of it; what is kept
@@ -171,8 +176,8 @@ mod tests {
     #[test]
     fn an_exit_forgets_once_its_samples_are_in_and_not_a_reused_pid() {
         let mut f = Followers::new(true, 0);
-        f.forked(1, 10);
-        f.forked(1, 11);
+        f.forked(1, 10, 0);
+        f.forked(1, 11, 0);
         let unwinds = |f: &Followers, pid| f.unwinders.as_ref().unwrap().runtime(pid).is_some();
         f.readers.python.get_or_read(10, 0x1000, 1, code);
         f.readers.python.get_or_read(11, 0x1000, 1, code);
@@ -182,7 +187,7 @@ mod tests {
         assert!(f.readers.python.get(10, 0x1000, 1).is_some());
         assert!(unwinds(&f, 10) && unwinds(&f, 11));
         // Pid 11 is reused by a new process, which reads its own object.
-        f.forked(1, 11);
+        f.forked(1, 11, 0);
         assert!(
             f.readers.python.get(11, 0x1000, 1).is_none(),
             "a new process starts empty"

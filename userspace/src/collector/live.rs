@@ -40,7 +40,12 @@ impl Collector {
                     self.mapped(m.pid, m.time, (m.start, m.len, m.pgoff), &m.path, binary);
                 }
             }
-            SidebandEvent::Fork { pid, ppid, tid, .. } if is_new_process(*pid, *ppid, *tid) => {
+            SidebandEvent::Fork {
+                time,
+                pid,
+                ppid,
+                tid,
+            } if is_new_process(*pid, *ppid, *tid) => {
                 // Note its cgroup while it runs (it may be gone by the end).
                 // A child starts in its parent's cgroup: take the parent's
                 // when known (a fork storm would otherwise cost a /proc read each).
@@ -52,14 +57,22 @@ impl Collector {
                     )
                 });
                 self.table.live(*pid).cgroup = Some(entry);
-                self.followers.forked(*ppid, *pid);
+                self.followers.forked(*ppid, *pid, *time);
             }
             SidebandEvent::Comm {
                 time,
                 pid,
                 exec: true,
                 ..
-            } => self.followers.exec(*pid, *time),
+            } => {
+                // Mappings of the new image read before the exec's record
+                // (another CPU's ring, an earlier read) are told again:
+                // the exec took what was noted of them with the old image's.
+                for (t, mapping, binary) in self.followers.exec(*pid, *time) {
+                    let path = self.binaries.get(binary).path.clone();
+                    self.mapped(*pid, t, mapping, &path, binary);
+                }
+            }
             SidebandEvent::Exit { time, pid, tid } if tid == pid => {
                 self.followers.exited(*pid, *time);
             }

@@ -274,23 +274,25 @@ impl<R: RuntimeDetection> Unwinders<R> {
     }
 
     /// `pid` exec'd at `time_ns` (monotonic, the sideband's): its mappings
-    /// from before then are gone.
+    /// from before then are gone. Returns the mappings that stay: those
+    /// made after it, where its record came late (as (time, (start,
+    /// length, file offset), binary)), for the other followers to be told
+    /// of again.
     ///
-    /// The exec's record may come after some of its new image's mappings:
-    /// a process that moves CPU while it starts can exec on one and map on
+    /// A process that moves CPU while it starts can exec on one and map on
     /// another, and a read of the per-CPU rings that falls between the two
-    /// takes the mappings now and the exec with the next read. Such a late
-    /// exec leaves the mappings made after it, and the kernel entry the
-    /// collector wrote from them since (the kernel's own exec hook dropped
-    /// the old one when the exec happened) is rewritten, not removed:
-    /// removing it would leave the process without its tables, or its
-    /// runtime's entry, until the next drain.
-    pub fn exec(&mut self, pid: u32, time_ns: u64) {
+    /// takes the mappings with one read and the exec with the next; a
+    /// hand-over sorts its reads' records, but two hand-overs can split them.
+    pub fn exec(&mut self, pid: u32, time_ns: u64) -> Vec<(u64, (u64, u64, u64), BinaryIndex)> {
         let p = self.process(pid);
+        // A record without a time (0) is no later than anything.
         let (before, after): (Vec<Mapping>, Vec<Mapping>) = std::mem::take(&mut p.mappings)
             .into_iter()
-            .partition(|m| m.mapped_ns < time_ns);
-        let late = !after.is_empty();
+            .partition(|m| time_ns == 0 || m.mapped_ns < time_ns);
+        let kept = after
+            .iter()
+            .map(|m| (m.mapped_ns, (m.start, m.end - m.start, m.pgoff), m.binary))
+            .collect();
         p.before_exec = before;
         p.mappings = after;
         p.unwinder = None;
@@ -304,13 +306,14 @@ impl<R: RuntimeDetection> Unwinders<R> {
             // changed with it (a launcher that dropped root, a setuid
             // program): its place is given back and asked for again, by its
             // uid now, when its new mappings are written. A late exec's
-            // entry was written, and charged, after it.
-            if !late {
-                k.remove_at_exec(pid);
-            }
+            // entry, written from the mappings kept, is rewritten at the
+            // same hand-over (its sideband is applied, then the entries
+            // written), charged anew.
+            k.remove_at_exec(pid);
             k.dirty.insert(pid);
             k.exec_seen.insert(pid, time_ns);
         }
+        kept
     }
 
     /// Whether the in-kernel unwinder's maps are fed.
@@ -339,7 +342,17 @@ impl<R: RuntimeDetection> Unwinders<R> {
     }
 
     /// `child` was forked from `parent`: it starts with the same mappings.
-    pub fn fork(&mut self, parent: u32, child: u32) {
+    ///
+    /// A fork whose record comes after its child's exec and mappings (read
+    /// from another CPU's ring in an earlier read: see [`Unwinders::exec`])
+    /// leaves the child as they made it.
+    pub fn fork(&mut self, parent: u32, child: u32, time_ns: u64) {
+        let late = self.processes.get(&child).is_some_and(|p| {
+            p.exited_ns.is_none() && p.mappings.iter().any(|m| m.mapped_ns >= time_ns)
+        });
+        if late {
+            return;
+        }
         let mappings = self
             .processes
             .get(&parent)
@@ -689,5 +702,19 @@ mod exec_tests {
         let p = &u.processes[&10];
         assert_eq!(binaries_of(&p.mappings), [3, 4]);
         assert_eq!(binaries_of(&p.before_exec), [1]);
+    }
+
+    #[test]
+    fn a_late_fork_leaves_its_child_as_its_exec_made_it() {
+        let mut u = Unwinders::<()>::new();
+        u.add_mapping(1, 0, (0x1000, 0x1000, 0), 1);
+        // The child's exec (t=120) and mapping (t=150) were read first.
+        u.exec(10, 120);
+        u.add_mapping(10, 150, (0x5000, 0x1000, 0), 3);
+        u.fork(1, 10, 100);
+        assert_eq!(binaries_of(&u.processes[&10].mappings), [3]);
+        // A fork in order (a reused pid, its old process's mappings older).
+        u.fork(1, 10, 200);
+        assert_eq!(binaries_of(&u.processes[&10].mappings), [1]);
     }
 }
