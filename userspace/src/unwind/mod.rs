@@ -301,6 +301,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
         p.runtime = R::Process::default();
         p.jit_base = None;
         p.exited_ns = None;
+        p.exec_ns = time_ns;
         if let Some(k) = self.kernel.as_mut() {
             // The kernel dropped its entry at the exec, and its uid may have
             // changed with it (a launcher that dropped root, a setuid
@@ -311,7 +312,10 @@ impl<R: RuntimeDetection> Unwinders<R> {
             // written), charged anew.
             k.remove_at_exec(pid);
             k.dirty.insert(pid);
-            k.exec_seen.insert(pid, time_ns);
+            // Without a time, any exec record of the pid's would do.
+            if time_ns != 0 {
+                k.exec_seen.insert(pid, time_ns);
+            }
         }
         kept
     }
@@ -343,21 +347,31 @@ impl<R: RuntimeDetection> Unwinders<R> {
 
     /// `child` was forked from `parent`: it starts with the same mappings.
     ///
-    /// A fork whose record comes after its child's exec and mappings (read
-    /// from another CPU's ring in an earlier read: see [`Unwinders::exec`])
-    /// leaves the child as they made it.
+    /// A fork whose record is read after its child's exec (another CPU's
+    /// ring, an earlier read: see [`Unwinders::exec`]) leaves the child as
+    /// its exec made it; one read after mappings the child made itself
+    /// (a `dlopen`) keeps those over its parent's.
     pub fn fork(&mut self, parent: u32, child: u32, time_ns: u64) {
-        let late = self.processes.get(&child).is_some_and(|p| {
-            p.exited_ns.is_none() && p.mappings.iter().any(|m| m.mapped_ns >= time_ns)
-        });
-        if late {
-            return;
-        }
-        let mappings = self
+        let own: Vec<Mapping> = match self.processes.get(&child) {
+            Some(p) if time_ns != 0 && p.exited_ns.is_none() => {
+                if p.exec_ns >= time_ns {
+                    return;
+                }
+                p.mappings
+                    .iter()
+                    .filter(|m| m.mapped_ns >= time_ns)
+                    .copied()
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        let mut mappings: Vec<Mapping> = self
             .processes
             .get(&parent)
             .map(|p| p.mappings.clone())
             .unwrap_or_default();
+        mappings.retain(|m| !own.iter().any(|o| m.end > o.start && m.start < o.end));
+        mappings.extend(own);
         self.processes.insert(child, ProcessUnwinder::new(mappings));
         if let Some(k) = self.kernel.as_mut() {
             k.dirty.insert(child);
@@ -716,5 +730,27 @@ mod exec_tests {
         // A fork in order (a reused pid, its old process's mappings older).
         u.fork(1, 10, 200);
         assert_eq!(binaries_of(&u.processes[&10].mappings), [1]);
+    }
+
+    #[test]
+    fn a_late_fork_of_a_child_that_mapped_but_never_execd_merges() {
+        let mut u = Unwinders::<()>::new();
+        u.add_mapping(1, 0, (0x1000, 0x1000, 0), 1);
+        u.add_mapping(1, 0, (0x3000, 0x1000, 0), 2);
+        // The child's dlopen (t=150, over the parent's second mapping's
+        // range) was read before its fork (t=100).
+        u.add_mapping(10, 150, (0x3000, 0x2000, 0), 5);
+        u.fork(1, 10, 100);
+        assert_eq!(binaries_of(&u.processes[&10].mappings), [1, 5]);
+    }
+
+    #[test]
+    fn a_late_fork_of_a_child_that_execd_but_mapped_nothing_yet_leaves_it() {
+        let mut u = Unwinders::<()>::new();
+        u.add_mapping(1, 0, (0x1000, 0x1000, 0), 1);
+        u.exec(10, 120);
+        u.fork(1, 10, 100);
+        u.add_mapping(10, 150, (0x5000, 0x1000, 0), 3);
+        assert_eq!(binaries_of(&u.processes[&10].mappings), [3]);
     }
 }

@@ -63,6 +63,9 @@ pub(super) struct ProcessUnwinder<R> {
     /// The runtimes it runs, found when its entry is written (the
     /// runtimes layer's, [`super::RuntimeDetection`]).
     pub(super) runtime: R,
+    /// When its last exec's record says it exec'd (0: none seen): a fork
+    /// record read after it is older than the process it would reset.
+    pub(super) exec_ns: u64,
 }
 
 /// How often a process's jitdump is read for new code.
@@ -126,6 +129,7 @@ impl<R: Default> ProcessUnwinder<R> {
             exited_ns: None,
             jit_base: None,
             runtime: R::default(),
+            exec_ns: 0,
         }
     }
 
