@@ -59,7 +59,7 @@ const volatile __u32 stack_copy = 0;
  * loader hands this object the sampler's unwind_rows and unwind_processes). */
 const volatile __u32 kernel_unwind = 0;
 
-/* The main thread's short stacks are copied by copy_main_stack. */
+/* Stacks whose top is known are copied by copy_stack_to_top. */
 #define USTACK_NO_EXTENT
 #include "ustack.bpf.h"
 #include "unwind.bpf.h"

@@ -273,16 +273,16 @@ static __always_inline __u64 send_unwound_stack(void *ctx, __u32 pid, __u32 tid,
 	return send_scratch(sc, used + sc->e.kstack_len, size);
 }
 
-/* The main thread's stack (main_stack_extent), copied into cs in one read
+/* A stack whose top is known (stack_extent), copied into cs in one read
  * to just past its top; 0 where that does not apply (then copy_user_stack
  * copies stack_copy bytes). A function of its own, verified once: inlined
  * at each of send_stack's call sites, its length (known only at run time)
  * made the verifier keep every path apart (3 s more of load, measured). */
-__noinline __u32 copy_main_stack(struct copy_scratch *cs, __u64 sp)
+__noinline __u32 copy_stack_to_top(struct copy_scratch *cs, __u64 sp)
 {
 	if (!cs)
 		return 0;
-	__u32 extent = main_stack_extent(sp) & (MAX_STACK_COPY - 1);
+	__u32 extent = stack_extent(sp) & (MAX_STACK_COPY - 1);
 
 	if (extent && !bpf_probe_read_user(cs->copy, extent, (void *)sp))
 		return extent;
@@ -414,7 +414,7 @@ static __always_inline __u64 send_stack(void *ctx, __u32 pid, __u32 tid, __u32 s
 	struct stack_event *e = &cs->e;
 
 	stack_event_header(e, STACK_USER_REGS, pid, tid, slot, ip, sp, bp);
-	__u32 copied = copy_main_stack(cs, sp);
+	__u32 copied = copy_stack_to_top(cs, sp);
 
 	if (!copied)
 		copied = copy_user_stack(cs->copy, sp);

@@ -80,7 +80,7 @@ pub fn stats_line(rec: &Recording) -> String {
          off_cpu_intervals={} off_cpu_folded={} off_cpu_end_inferred={} stack_records={} io_requests={} io_untracked={} lost_events={} lost_stacks={} \
          stack_read_failures={} stacks_not_kept={} lost_state={} lost_sideband={} malformed={} processes_without_data={} \
          python_frames_unnamed={} python_codes_replaced={} js_frames_unnamed={} tracer_bytes={} samples_ring_peak={} events_ring_peak={} \
-         unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_per_s={:.0} seconds={:.3}",
+         unwinds={} unwound_to_root={} unwind_copy_exhausted={} unwind_no_info={} unwind_bad_address={} unwinds_here={} unwound_copy_bytes={} unwinds_per_s={:.0} seconds={:.3}",
         st.samples,
         st.samples_kept,
         st.lost_samples,
@@ -113,6 +113,8 @@ pub fn stats_line(rec: &Recording) -> String {
         u.copy_exhausted,
         u.no_unwind_info,
         u.bad_return_address,
+        u.unwinds_here,
+        u.copied_bytes,
         // Stacks the kernel walked took none of unwind_ns: the rate is of
         // those unwound here (0 when there were none, or read from the store).
         if u.unwind_ns == 0 { 0.0 } else { u.unwinds_here as f64 / (u.unwind_ns as f64 / 1e9) },

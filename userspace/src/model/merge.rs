@@ -586,6 +586,7 @@ pub fn add_stats(into: &mut RecordingStats, s: &RecordingStats) {
     into.unwind.bad_return_address += s.unwind.bad_return_address;
     into.unwind.unwind_ns += s.unwind.unwind_ns;
     into.unwind.unwinds_here += s.unwind.unwinds_here;
+    into.unwind.copied_bytes += s.unwind.copied_bytes;
 }
 
 #[cfg(test)]

@@ -698,4 +698,9 @@ pub struct UnwindStats {
     /// kernel walked, in no time of ours): what `unwind_ns` was spent on.
     /// Not kept by the store (its format predates it): 0 when read back.
     pub unwinds_here: u64,
+    /// Bytes of the stack copies of `unwinds_here`: what the copies carried
+    /// through the rings (a copy runs from sp to its stack's top where that
+    /// is known, else to `--stack-size` or the end of readable memory). Not
+    /// kept by the store: 0 when read back.
+    pub copied_bytes: u64,
 }

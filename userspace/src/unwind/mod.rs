@@ -453,6 +453,7 @@ impl<R: RuntimeDetection> Unwinders<R> {
         self.stats.unwind_ns += started.elapsed().as_nanos() as u64;
         self.stats.unwinds += 1;
         self.stats.unwinds_here += 1;
+        self.stats.copied_bytes += stack.len() as u64;
         match end {
             StackEnd::Root => self.stats.reached_root += 1,
             StackEnd::CopyExhausted => {

@@ -668,6 +668,7 @@ impl StoredStats {
                 unwind_ns: u.unwind_ns,
                 // Not in the stored format: see UnwindStats::unwinds_here.
                 unwinds_here: 0,
+                copied_bytes: 0,
                 // Nor this: see UnwindStats::copy_exhausted_at_size.
                 copy_exhausted_at_size: 0,
             },

@@ -323,6 +323,7 @@ pub(crate) fn fixture_recording() -> Recording {
             bad_return_address: 25,
             unwind_ns: 26,
             unwinds_here: 0,
+            copied_bytes: 0,
             copy_exhausted_at_size: 0,
         },
     };
