@@ -18,7 +18,10 @@ function threadCpuMs() {
 const ms = Number(process.argv[2] || 1500);
 const t = threadCpuMs();
 let acc = 0;
-while (threadCpuMs() - t < ms) acc += sysprofHotLoop(100000);
+// Each call ~10 ms of CPU: the schedstat read between two calls is then
+// under 1 % of the loop's time. At 1 ms a call the reads (readFileSync, not
+// in sysprofHotLoop) were ~5 %, and a test's 90 % bar had 1-3 % to spare.
+while (threadCpuMs() - t < ms) acc += sysprofHotLoop(1000000);
 // The loop's own CPU time: what a sample count is judged against (node's
 // start-up before it is CPU time too, and takes longer on a busy machine).
 const loopMs = threadCpuMs() - t;
