@@ -186,6 +186,7 @@ impl Collector {
     /// [`process::ProcessTable::rebase_cpu_times`]).
     pub fn sampling_started(&mut self, range_start_ns: u64) {
         self.range_start_ns = range_start_ns;
+        self.table.range_start_ns = range_start_ns;
         self.table.rebase_cpu_times(
             range_start_ns,
             crate::sideband::proc_snapshot::thread_cpu_ns,
@@ -241,6 +242,16 @@ impl Collector {
             .map(|p| p.mappings.iter().map(|m| self.binaries.intern(m)).collect())
             .collect();
         self.table.seed(&snapshot, &bins);
+        // Read before sampling began (`CaptureSession::start` reads `/proc`
+        // beside the programs' verification), its threads' CPU times are
+        // read again now, as `sampling_started` does for a snapshot it
+        // finds: no first sample claims CPU from before the recording.
+        if self.range_start_ns > 0 && snapshot.taken_ns < self.range_start_ns {
+            self.table.rebase_cpu_times(
+                self.range_start_ns,
+                crate::sideband::proc_snapshot::thread_cpu_ns,
+            );
+        }
         for (p, b) in snapshot.processes.iter().zip(&bins) {
             self.table.live(p.pid).cgroup =
                 Some((p.cgroup.clone(), crate::sys::clock::monotonic_ns()));

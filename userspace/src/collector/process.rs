@@ -248,6 +248,9 @@ impl ProcessState {
 pub(super) struct ProcessTable {
     pub processes: FxHashMap<u32, ProcessState>,
     tracking_all: bool,
+    /// When sampling began (0: not yet): a thread forked before had CPU
+    /// time before the recording, so its base is not known.
+    pub range_start_ns: u64,
 }
 
 impl ProcessTable {
@@ -261,6 +264,7 @@ impl ProcessTable {
         ProcessTable {
             processes,
             tracking_all: matches!(filter, PidFilter::All),
+            range_start_ns: 0,
         }
     }
 
@@ -426,9 +430,19 @@ impl ProcessTable {
                         .unwrap_or_default();
                     self.processes.insert(*pid, state);
                 }
+                let range_start_ns = self.range_start_ns;
                 let t = self.process(*pid).thread(*tid);
                 t.start_ns = Some(*time);
-                t.cpu_time = CpuTime::since(0, *time);
+                // Forked before sampling began (between the sideband's
+                // opening and the sampler's attach: a fork storm's
+                // children, `record`'s own `/proc` reader), it ran before
+                // the recording: its first sample claimed that time (26.6 ms
+                // of CPU 2 ms into one). No base: that sample gives 0.
+                t.cpu_time = if *time < range_start_ns {
+                    CpuTime::default()
+                } else {
+                    CpuTime::since(0, *time)
+                };
                 t.cpu_base_early = false;
             }
             SidebandEvent::Exit { time, pid, tid } => {
@@ -573,6 +587,48 @@ mod tests {
                 .advance(3_000_000, 3_000_000, 2_000_000_000, 0),
             3_000_000,
             "a thread forked since has its exact base"
+        );
+    }
+
+    /// Check that a thread forked before sampling began (its record read
+    /// after) has no base: its first sample claims no CPU, not what it ran
+    /// before the recording; one forked after has its exact base.
+    #[test]
+    fn a_thread_forked_before_sampling_began_has_no_base() {
+        let mut table = ProcessTable::new(&PidFilter::All);
+        table.range_start_ns = 1_000_000_000;
+        for (tid, time) in [(8, 900_000_000), (9, 1_100_000_000)] {
+            table.apply(
+                &SidebandEvent::Fork {
+                    time,
+                    pid: 7,
+                    ppid: 7,
+                    tid,
+                },
+                None,
+            );
+        }
+        // 26 ms of CPU at its first sample, 2 ms into the recording.
+        let before = table.process(7).thread(8);
+        assert_eq!(
+            before
+                .cpu_time
+                .advance(26_000_000, 26_000_000, 1_002_000_000, 0),
+            0
+        );
+        assert_eq!(
+            before
+                .cpu_time
+                .advance(27_000_000, 27_000_000, 1_003_000_000, 0),
+            1_000_000,
+            "from its first sample on, its deltas"
+        );
+        let after = table.process(7).thread(9);
+        assert_eq!(
+            after
+                .cpu_time
+                .advance(1_000_000, 1_000_000, 1_102_000_000, 0),
+            1_000_000
         );
     }
 }
