@@ -2,10 +2,11 @@
 //! then the rest beside it.
 //!
 //! In: [`CaptureOptions`] and the collector. Out: a running
-//! [`CaptureSession`]: the sideband open, the sampler attached, the rings'
+//! [`CaptureSession`]: the sideband open, the `/proc` snapshot read (on a
+//! thread of its own, from the start), the sampler attached, the rings'
 //! reader running, the tracer loaded (on a thread of its own) beside the
-//! `/proc` snapshot and the running processes' unwind tables, the kernel's
-//! symbols read once every program is loaded. What each step waits for is
+//! running processes' unwind tables, the kernel's symbols read once every
+//! program is loaded. What each step waits for is
 //! said in [`CaptureSession::start`] and where it happens.
 
 use std::sync::Arc;
@@ -57,6 +58,12 @@ impl CaptureSession {
     ) -> Result<CaptureSession, RecordError> {
         let cpus = crate::bpf::online_cpus()?;
         let mut sideband = Sideband::open(&cpus)?;
+        // The `/proc` snapshot from here, beside the programs' verification:
+        // read after the sampler attached, it took 40-315 ms beside an I/O
+        // storm, and a running process's stacks are copies until its
+        // entry is written from it (see `unwind` `sync_kernel_waiting`).
+        // After the sideband opened, so nothing that starts is missed.
+        let snapshot = spawn_snapshot(opts);
         // From here the machine's processes come and go into the sideband:
         // it is read every 10 ms while the sampler loads (no wakeups are
         // waited for), then by the pump.
@@ -112,7 +119,13 @@ impl CaptureSession {
         // The rest: the tracer loads on a thread of its own (the verifier's
         // work, per program) beside the `/proc` snapshot.
         let tracer_opts = tracer_options(opts, ring_bytes, shared.as_ref());
-        let loaded = load_the_rest(opts, collector, &mut sampler, tracer_opts.as_ref(), &pump);
+        let loaded = load_the_rest(
+            collector,
+            &mut sampler,
+            tracer_opts.as_ref(),
+            &pump,
+            snapshot,
+        );
         drop(shared);
         let tracer = match loaded? {
             Some((tracer, events)) => {
@@ -295,16 +308,51 @@ fn tracer_options(
     })
 }
 
+/// The `/proc` snapshot `opts` asks for, being read on a thread of its own
+/// (with no thread to spare, read when taken).
+fn spawn_snapshot(opts: &CaptureOptions) -> Snapshot {
+    // Our own process too: the kernel unwinder needs its mappings, or
+    // every sample of ours would be handed over with a stack copy.
+    let mut only_pids = opts.target_pids.clone();
+    only_pids.push(std::process::id());
+    let all = opts.snapshot_all;
+    let read = move || proc_snapshot::snapshot((!all).then_some(only_pids.as_slice()));
+    match std::thread::Builder::new()
+        .name("sysprof-proc".into())
+        .spawn(read.clone())
+    {
+        Ok(handle) => Snapshot::Reading(handle),
+        Err(_) => Snapshot::Later(Box::new(read)),
+    }
+}
+
+/// The `/proc` snapshot: being read, or to be read when wanted.
+enum Snapshot {
+    Reading(std::thread::JoinHandle<proc_snapshot::ProcSnapshot>),
+    Later(Box<dyn FnOnce() -> proc_snapshot::ProcSnapshot>),
+}
+
+impl Snapshot {
+    fn take(self) -> proc_snapshot::ProcSnapshot {
+        match self {
+            // A panic reading /proc (none is known) leaves the running
+            // processes to the sideband, as before they are seen.
+            Snapshot::Reading(handle) => handle.join().unwrap_or_default(),
+            Snapshot::Later(read) => read(),
+        }
+    }
+}
+
 /// Everything after the sampler, while it samples: the tracer on a thread
 /// of its own (its ring handed to the running reader as soon as it is
-/// attached), and here the walker, the `/proc` snapshot and the kernel
-/// unwinder's tables for what runs.
+/// attached), and here the walker, the `/proc` snapshot (read since the
+/// start) and the kernel unwinder's tables for what runs.
 fn load_the_rest(
-    opts: &CaptureOptions,
     collector: &mut Collector,
     sampler: &mut Sampler,
     tracer_opts: Option<&TracerOptions>,
     pump: &pump::Pump,
+    snapshot: Snapshot,
 ) -> Result<LoadedTracer, RecordError> {
     std::thread::scope(|scope| {
         let tracer = tracer_opts.map(|t| {
@@ -327,6 +375,9 @@ fn load_the_rest(
         // it: until now the sampler copied stacks.
         let mut walker_failed = false;
         if sampler.walker_pending() {
+            // Verified at the loaders' priority: the running processes'
+            // tables wait for it, and their stacks are copies meanwhile.
+            let _raised = crate::sys::process::RaisedPriority::new(LOAD_NICE);
             if let Err(e) = sampler.load_walker() {
                 collector.warn(format!(
                     "user stacks are copied and unwound here, not in the kernel: {e}"
@@ -334,12 +385,7 @@ fn load_the_rest(
                 walker_failed = true;
             }
         }
-        // Our own process too: the kernel unwinder needs its mappings, or
-        // every sample of ours would be handed over with a stack copy.
-        let mut only_pids = opts.target_pids.clone();
-        only_pids.push(std::process::id());
-        let only = (!opts.snapshot_all).then_some(only_pids.as_slice());
-        collector.handle_snapshot(proc_snapshot::snapshot(only));
+        collector.handle_snapshot(snapshot.take());
         if let Some(maps) = sampler.take_unwind_maps() {
             collector.enable_kernel_unwinding(maps);
         }

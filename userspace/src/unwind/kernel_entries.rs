@@ -30,25 +30,73 @@ impl<R: RuntimeDetection> Unwinders<R> {
     /// drain of the sideband, so a process's entry follows its mmaps within
     /// one drain.
     pub fn sync_kernel(&mut self, binaries: &Binaries) {
-        self.sync_kernel_until(binaries, None);
+        self.sync_kernel_until(binaries);
     }
 
     /// [`Unwinders::sync_kernel`], and wait until `deadline` for the tables
     /// it asked for: at the start, so the processes already running walk in
-    /// the kernel from the first sample instead of handing over.
+    /// the kernel from the first sample instead of handing over. Each
+    /// process's entry is written as soon as the last of its tables is in,
+    /// not once every process's are: until then its stacks are copies, sent
+    /// at each new place (beside an I/O storm, thousands in the tenths of a
+    /// second between the tracer's attach and the last table; ARCHITECTURE
+    /// decision 91).
     pub fn sync_kernel_waiting(&mut self, binaries: &Binaries, deadline: std::time::Instant) {
-        self.sync_kernel_until(binaries, None);
-        self.sync_kernel_until(binaries, Some(deadline));
-    }
-
-    fn sync_kernel_until(&mut self, binaries: &Binaries, deadline: Option<std::time::Instant>) {
+        self.sync_kernel_until(binaries);
         let Some(mut k) = self.kernel.take() else {
             return;
         };
-        let ready = match deadline {
-            Some(d) => k.wait_pending(d),
-            None => k.receive(),
+        let mut waiting: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| p.exited_ns.is_none())
+            .map(|(&pid, _)| pid)
+            .collect();
+        let mut ready = Vec::new();
+        while k.any_pending() && std::time::Instant::now() < deadline {
+            let now_ready = k.wait_next(deadline);
+            if now_ready.is_empty() {
+                continue;
+            }
+            ready.extend_from_slice(&now_ready);
+            let complete: Vec<u32> = waiting
+                .iter()
+                .copied()
+                .filter(|pid| {
+                    self.processes.get(pid).is_some_and(|p| {
+                        !p.mappings.iter().any(|m| k.is_pending(m.binary))
+                            && p.mappings.iter().any(|m| now_ready.contains(&m.binary))
+                    })
+                })
+                .collect();
+            waiting.retain(|pid| !complete.contains(pid));
+            for pid in complete {
+                self.write_kernel_entry(&mut k, binaries, pid);
+            }
+        }
+        // As after any drain: each process with a table that came is written
+        // (again, for those written above: the same entry).
+        ready.append(&mut k.receive());
+        k.started();
+        self.write_entries(k, binaries, ready);
+    }
+
+    fn sync_kernel_until(&mut self, binaries: &Binaries) {
+        let Some(mut k) = self.kernel.take() else {
+            return;
         };
+        let ready = k.receive();
+        self.write_entries(k, binaries, ready);
+    }
+
+    /// Write the entries of the processes marked dirty and of those that map
+    /// a binary in `ready` (its table now in), then put `k` back.
+    fn write_entries(
+        &mut self,
+        mut k: kernel::KernelTables,
+        binaries: &Binaries,
+        ready: Vec<BinaryIndex>,
+    ) {
         if !ready.is_empty() {
             let ready: rustc_hash::FxHashSet<BinaryIndex> = ready.into_iter().collect();
             for (&pid, p) in &self.processes {

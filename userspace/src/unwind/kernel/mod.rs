@@ -201,6 +201,8 @@ pub struct KernelTables {
     serial: u64,
     to_worker: Option<Sender<TableRequest>>,
     from_worker: Receiver<Compiled>,
+    /// Set while the session starts: the workers run raised ([`START_NICE`]).
+    starting: Arc<std::sync::atomic::AtomicBool>,
     /// Processes whose entry must be rewritten (or deleted).
     pub(super) dirty: FxHashSet<u32>,
     /// Totals.
@@ -272,7 +274,17 @@ pub fn table_owner(bin: &Binary) -> u32 {
     }
 }
 
+/// The workers' nice while a session starts (as `capture`'s loading thread).
+const START_NICE: i32 = -10;
+
 impl KernelTables {
+    /// The session's start is over: the workers go back to their nice
+    /// (each at its next table).
+    pub(in crate::unwind) fn started(&self) {
+        self.starting
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Take over the maps; start `workers` compiling threads (at least one).
     pub fn new(maps: KernelUnwindMaps, workers: usize) -> KernelTables {
         let capacity = maps.rows.capacity() as u32;
@@ -288,40 +300,58 @@ impl KernelTables {
         // The system's tables the workers compile, kept between runs (none
         // when the directory is not root's alone, or SYSPROF_TABLE_CACHE=off).
         let cache = cache::TableCache::open().map(Arc::new);
+        let starting = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let mut spawned = Err(std::io::Error::other("no worker"));
         for i in 0..workers.max(1) {
             let (requests, results, cache) = (requests.clone(), results.clone(), cache.clone());
+            let starting = starting.clone();
             let worker = std::thread::Builder::new()
                 .name(format!("sysprof-tables{i}"))
-                .spawn(move || loop {
-                    let next = requests
-                        .lock()
-                        .map_err(|_| ())
-                        .and_then(|r| r.recv().map_err(|_| ()));
-                    let Ok((binary, serial, file, path, cacheable)) = next else {
-                        break;
-                    };
-                    let started = std::time::Instant::now();
-                    // A file that makes the compiler panic must not leave its
-                    // table pending for ever (every sample would hand over).
-                    let (result, cached) =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            compile_cached(cache.as_deref().filter(|_| cacheable), &file, max_rows)
-                        }))
-                        .unwrap_or((Err(TableError::Panicked), false));
-                    let ns = started.elapsed().as_nanos() as u64;
-                    if results
-                        .send(Compiled {
-                            binary,
-                            path,
-                            serial,
-                            result,
-                            ns,
-                            cached,
-                        })
-                        .is_err()
-                    {
-                        break;
+                .spawn(move || {
+                    // The running processes' tables, while the session
+                    // starts, at the priority the programs load at: a
+                    // process's stacks are copies until its entry is
+                    // written, and at nice 0 beside a busy machine the
+                    // tables waited their turn. Each table after at the
+                    // nice the worker had.
+                    let mut raised = Some(crate::sys::process::RaisedPriority::new(START_NICE));
+                    loop {
+                        let next = requests
+                            .lock()
+                            .map_err(|_| ())
+                            .and_then(|r| r.recv().map_err(|_| ()));
+                        if !starting.load(std::sync::atomic::Ordering::Relaxed) {
+                            drop(raised.take());
+                        }
+                        let Ok((binary, serial, file, path, cacheable)) = next else {
+                            break;
+                        };
+                        let started = std::time::Instant::now();
+                        // A file that makes the compiler panic must not leave its
+                        // table pending for ever (every sample would hand over).
+                        let (result, cached) =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                compile_cached(
+                                    cache.as_deref().filter(|_| cacheable),
+                                    &file,
+                                    max_rows,
+                                )
+                            }))
+                            .unwrap_or((Err(TableError::Panicked), false));
+                        let ns = started.elapsed().as_nanos() as u64;
+                        if results
+                            .send(Compiled {
+                                binary,
+                                path,
+                                serial,
+                                result,
+                                ns,
+                                cached,
+                            })
+                            .is_err()
+                        {
+                            break;
+                        }
                     }
                 });
             spawned = spawned.or(worker.map(|_| ()));
@@ -334,6 +364,7 @@ impl KernelTables {
             tables: FxHashMap::default(),
             serial: 0,
             to_worker: spawned.is_ok().then_some(to_worker),
+            starting,
             from_worker,
             dirty: FxHashSet::default(),
             stats: KernelTableStats {

@@ -227,32 +227,38 @@ impl KernelTables {
         ready
     }
 
-    /// Wait (at most until `deadline`) for every table asked for to be
-    /// compiled and placed; returns the binaries now ready.
-    pub(in crate::unwind) fn wait_pending(
+    /// Whether `binary`'s table was asked for and is not in yet.
+    pub(in crate::unwind) fn is_pending(&self, binary: BinaryIndex) -> bool {
+        matches!(self.tables.get(&binary), Some(TableState::Pending(_)))
+    }
+
+    /// Whether any table asked for is not in yet.
+    pub(in crate::unwind) fn any_pending(&self) -> bool {
+        self.tables
+            .values()
+            .any(|t| matches!(t, TableState::Pending(_)))
+    }
+
+    /// The tables finished since, or else the next one (waiting at most
+    /// until `deadline`); returns the binaries now ready.
+    pub(in crate::unwind) fn wait_next(
         &mut self,
         deadline: std::time::Instant,
     ) -> Vec<BinaryIndex> {
         let mut ready = self.receive();
-        ready.append(&mut self.evicted);
-        while self
-            .tables
-            .values()
-            .any(|t| matches!(t, TableState::Pending(_)))
-        {
-            let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else {
-                break;
-            };
-            match self.from_worker.recv_timeout(left) {
-                Ok(c) => {
-                    let binary = c.binary;
-                    if self.place(c) {
-                        ready.push(binary);
-                    }
-                }
-                Err(_) => break,
+        if !ready.is_empty() {
+            return ready;
+        }
+        let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else {
+            return ready;
+        };
+        if let Ok(c) = self.from_worker.recv_timeout(left) {
+            let binary = c.binary;
+            if self.place(c) {
+                ready.push(binary);
             }
         }
+        ready.append(&mut self.receive());
         ready
     }
 
