@@ -14,8 +14,8 @@
 
 /* How much of the current task's user stack from sp is worth copying: up to
  * a little past the top of the stack sp is on, where that top is known and
- * less than stack_copy above sp; 0 anywhere else (a signal stack, a
- * coroutine's, a deep stack): all of stack_copy is copied there. Two tops
+ * less than `limit` (the copy's size) above sp; 0 anywhere else (a signal
+ * stack, a coroutine's, a deep stack): all of `limit` is copied there. Two tops
  * are known without a walk:
  * - the main thread's, mm->start_stack, where argc is (above lie argv and
  *   the environment, no frames);
@@ -33,15 +33,15 @@
  * running processes' tables loaded, where its frames took under 1 KiB. A
  * process that moves its start_stack (prctl, with CAP_SYS_RESOURCE) or
  * points its fsbase into its own stack only cuts its own stacks. */
-static __always_inline __u32 stack_extent(__u64 sp)
+static __always_inline __u32 stack_extent(__u64 sp, __u32 limit)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	__u64 top = BPF_CORE_READ(task, mm, start_stack);
 
-	if (top > sp && top - sp + STACK_TOP_MARGIN < stack_copy)
+	if (top > sp && top - sp + STACK_TOP_MARGIN < limit)
 		return (__u32)(top - sp + STACK_TOP_MARGIN);
 	top = BPF_CORE_READ(task, thread.fsbase);
-	if (top > sp && top - sp + STACK_TOP_MARGIN < stack_copy)
+	if (top > sp && top - sp + STACK_TOP_MARGIN < limit)
 		return (__u32)(top - sp + STACK_TOP_MARGIN);
 	return 0;
 }
@@ -127,7 +127,7 @@ static __always_inline __u32 copy_user_stack_max(__u8 *dst, __u64 sp, __u32 limi
 {
 	__u32 copied = 0;
 #ifndef USTACK_NO_EXTENT
-	__u32 extent = stack_extent(sp) & (MAX_STACK_COPY - 1);
+	__u32 extent = stack_extent(sp, limit) & (MAX_STACK_COPY - 1);
 
 	if (extent && !bpf_probe_read_user(dst, extent, (void *)sp))
 		return extent;

@@ -282,7 +282,7 @@ __noinline __u32 copy_stack_to_top(struct copy_scratch *cs, __u64 sp)
 {
 	if (!cs)
 		return 0;
-	__u32 extent = stack_extent(sp) & (MAX_STACK_COPY - 1);
+	__u32 extent = stack_extent(sp, stack_copy) & (MAX_STACK_COPY - 1);
 
 	if (extent && !bpf_probe_read_user(cs->copy, extent, (void *)sp))
 		return extent;

@@ -7,10 +7,11 @@
 //! counters polled from `/proc`. The order of the start matters: the
 //! sideband opens before `/proc` is read (no gap for new processes), the
 //! clock anchor is read before the sampler attaches (no sample precedes the
-//! recording's start), the sampler attaches before the tracer loads and
-//! `/proc` is read when what runs already is recorded (`sample_first`:
-//! the first sample comes after the sampler's verification alone), after
-//! them for a command (its range starts with it), and the kernel's symbols
+//! recording's start), `/proc` is read from the start on a thread of its
+//! own (its CPU times read again once sampling begins), the sampler attaches
+//! before the tracer loads when what runs already is recorded
+//! (`sample_first`: the first sample comes after the sampler's verification
+//! alone), after them for a command (its range starts with it), and the kernel's symbols
 //! are read once every program is loaded (so our programs' frames get
 //! their own names). A thread of its
 //! own reads the rings (`pump`): the event loop ([`CaptureSession::run_bounded`])
@@ -95,7 +96,7 @@ impl Polling {
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
     /// Start sampling as soon as the sampler is loaded, before the tracer
-    /// and the `/proc` snapshot (what runs already is what is recorded:
+    /// and the running processes' tables (what runs already is what is recorded:
     /// `-a`, `-p`, the agent); else once everything is loaded (`record --
     /// CMD`, whose command starts after: its range then starts with it).
     pub sample_first: bool,

@@ -54,7 +54,10 @@ impl<R: RuntimeDetection> Unwinders<R> {
             .collect();
         let mut ready = Vec::new();
         while k.any_pending() && std::time::Instant::now() < deadline {
-            let now_ready = k.wait_next(deadline);
+            // No worker left (none would finish a table): as at the deadline.
+            let Some(now_ready) = k.wait_next(deadline) else {
+                break;
+            };
             if now_ready.is_empty() {
                 continue;
             }

@@ -240,26 +240,31 @@ impl KernelTables {
     }
 
     /// The tables finished since, or else the next one (waiting at most
-    /// until `deadline`); returns the binaries now ready.
+    /// until `deadline`); returns the binaries now ready, or None when no
+    /// worker is left to finish one.
     pub(in crate::unwind) fn wait_next(
         &mut self,
         deadline: std::time::Instant,
-    ) -> Vec<BinaryIndex> {
+    ) -> Option<Vec<BinaryIndex>> {
         let mut ready = self.receive();
         if !ready.is_empty() {
-            return ready;
+            return Some(ready);
         }
         let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) else {
-            return ready;
+            return Some(ready);
         };
-        if let Ok(c) = self.from_worker.recv_timeout(left) {
-            let binary = c.binary;
-            if self.place(c) {
-                ready.push(binary);
+        match self.from_worker.recv_timeout(left) {
+            Ok(c) => {
+                let binary = c.binary;
+                if self.place(c) {
+                    ready.push(binary);
+                }
             }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return None,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
         ready.append(&mut self.receive());
-        ready
+        Some(ready)
     }
 
     /// Put a compiled table in the rows array (or note why not); false if
