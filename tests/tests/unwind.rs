@@ -346,18 +346,26 @@ fn recurse_chains(
     args: &[&str],
     call_graph: &str,
 ) -> (Vec<Chain>, String) {
+    let (chains, out) = recurse_chains_with(dir, exe, args, call_graph, &[]);
+    (chains, String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+/// [`recurse_chains`] with more options for `record` (before the command),
+/// giving the whole output (its stats line).
+fn recurse_chains_with(
+    dir: &std::path::Path,
+    exe: &std::path::Path,
+    args: &[&str],
+    call_graph: &str,
+    options: &[&str],
+) -> (Vec<Chain>, std::process::Output) {
     let out_path = dir.join(format!("{call_graph}.json.gz"));
-    let mut record_args = vec![
-        "--call-graph",
-        call_graph,
-        "--no-off-cpu",
-        "--",
-        exe.to_str().unwrap(),
-    ];
+    let mut record_args = vec!["--call-graph", call_graph, "--no-off-cpu"];
+    record_args.extend_from_slice(options);
+    record_args.extend_from_slice(&["--", exe.to_str().unwrap()]);
     record_args.extend_from_slice(args);
     let out = record(&record_args, &out_path);
     assert_success(&out);
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let pid = field(&out.stdout, "pid").unwrap();
     let profile = Profile::load(&out_path);
     let through_signal = args.contains(&"signal");
@@ -380,7 +388,7 @@ fn recurse_chains(
             }
         }
     }
-    (chains, stderr)
+    (chains, out)
 }
 
 /// Check the in-kernel unwinder on stacks no copy holds: 200 frames of 512
@@ -475,37 +483,13 @@ fn a_thread_s_stack_copy_ends_at_its_top() {
         &dir.join("recurse"),
         &["-O2", "-fomit-frame-pointer"],
     );
-    let out_path = dir.join("copy.json.gz");
-    let out = record(
-        &[
-            "--call-graph",
-            "dwarf-copy",
-            "--stack-size",
-            "32768",
-            "--no-off-cpu",
-            "--",
-            exe.to_str().unwrap(),
-            "1.0",
-            "8",
-        ],
-        &out_path,
+    let (chains, out) = recurse_chains_with(
+        &dir,
+        &exe,
+        &["1.0", "8"],
+        "dwarf-copy",
+        &["--stack-size", "32768"],
     );
-    assert_success(&out);
-    let pid = field(&out.stdout, "pid").unwrap();
-    let profile = Profile::load(&out_path);
-    let mut chains = Vec::new();
-    for t in profile
-        .process_threads(pid)
-        .into_iter()
-        .filter(|t| t.name().starts_with("recurse"))
-    {
-        for s in t.on_cpu_stacks(&profile.categories()) {
-            let names: Vec<&str> = s.iter().map(|(n, _)| n.as_str()).collect();
-            if names.contains(&"bottom") {
-                chains.push(chain_of(&names, false));
-            }
-        }
-    }
     let whole = chains.iter().filter(|c| **c == Chain::Whole(8)).count();
     let copies = stat(&out, "unwinds_here");
     let bytes = stat(&out, "unwound_copy_bytes");

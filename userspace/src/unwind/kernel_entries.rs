@@ -46,14 +46,18 @@ impl<R: RuntimeDetection> Unwinders<R> {
         let Some(mut k) = self.kernel.take() else {
             return;
         };
+        // Only a process mapping a table still being made waits: the others'
+        // entries were written just above.
         let mut waiting: Vec<u32> = self
             .processes
             .iter()
-            .filter(|(_, p)| p.exited_ns.is_none())
+            .filter(|(_, p)| {
+                p.exited_ns.is_none() && p.mappings.iter().any(|m| k.is_pending(m.binary))
+            })
             .map(|(&pid, _)| pid)
             .collect();
-        let mut ready = Vec::new();
-        while k.any_pending() && std::time::Instant::now() < deadline {
+        let mut ready = rustc_hash::FxHashSet::default();
+        while !waiting.is_empty() && k.any_pending() && std::time::Instant::now() < deadline {
             // No worker left (none would finish a table): as at the deadline.
             let Some(now_ready) = k.wait_next(deadline) else {
                 break;
@@ -61,27 +65,41 @@ impl<R: RuntimeDetection> Unwinders<R> {
             if now_ready.is_empty() {
                 continue;
             }
-            ready.extend_from_slice(&now_ready);
-            let complete: Vec<u32> = waiting
-                .iter()
-                .copied()
-                .filter(|pid| {
-                    self.processes.get(pid).is_some_and(|p| {
-                        !p.mappings.iter().any(|m| k.is_pending(m.binary))
-                            && p.mappings.iter().any(|m| now_ready.contains(&m.binary))
-                    })
-                })
-                .collect();
-            waiting.retain(|pid| !complete.contains(pid));
+            ready.extend(now_ready);
+            let processes = &self.processes;
+            let (complete, still): (Vec<u32>, Vec<u32>) = waiting.iter().partition(|pid| {
+                processes
+                    .get(pid)
+                    .is_none_or(|p| !p.mappings.iter().any(|m| k.is_pending(m.binary)))
+            });
+            waiting = still;
             for pid in complete {
                 self.write_kernel_entry(&mut k, binaries, pid);
             }
         }
-        // As after any drain: each process with a table that came is written
-        // (again, for those written above: the same entry).
-        ready.append(&mut k.receive());
+        // What the loop wrote is whole; a process still waiting is written
+        // with the tables that came (as a JIT table that came is), and every
+        // process mapping one that comes now, as after any drain.
+        for pid in waiting {
+            let got_some = self
+                .processes
+                .get(&pid)
+                .is_some_and(|p| p.mappings.iter().any(|m| ready.contains(&m.binary)));
+            if got_some {
+                k.dirty.insert(pid);
+            }
+        }
+        for (&pid, p) in &self.processes {
+            if p.exited_ns.is_none()
+                && p.jit_base.is_some()
+                && ready.contains(&kernel::jit_table_index(pid))
+            {
+                k.dirty.insert(pid);
+            }
+        }
+        let late = k.receive();
         k.started();
-        self.write_entries(k, binaries, ready);
+        self.write_entries(k, binaries, late);
     }
 
     fn sync_kernel_until(&mut self, binaries: &Binaries) {
