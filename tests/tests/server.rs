@@ -68,11 +68,14 @@ fn nothing_is_lost_beside_pgbench() {
     let mut bench = pg.pgbench(&["-c", "8", "-j", "2", "-T", "14"]);
     std::thread::sleep(Duration::from_secs(2));
     let recording = record_started(&["-a", "-d", "6"], &out_path);
-    let out = wait_with_timeout(recording, Duration::from_secs(90), "sysprof record");
+    // The 6 s run from the "recording" line: the load must outlast them
+    // (not the writing after them, which a busy machine can stretch).
+    std::thread::sleep(Duration::from_millis(6_200));
     assert!(
         bench.try_wait().unwrap().is_none(),
-        "pgbench ended before the recording did: the load must outlast it"
+        "pgbench ended before the recording's range did: the load must outlast it"
     );
+    let out = wait_with_timeout(recording, Duration::from_secs(90), "sysprof record");
     let bench_out = bench.wait_with_output().expect("pgbench ran");
     assert_success(&out);
     let tps = String::from_utf8_lossy(&bench_out.stdout)
@@ -201,13 +204,16 @@ fn nothing_is_lost_beside_an_io_storm() {
     // from it.
     std::thread::sleep(Duration::from_millis(4_300));
     let at_end = disk.stat();
+    // The load must outlast the recording's range, not its writing after
+    // (once, on a busy machine, sysprof ended over 11 s after the storm's
+    // start: the storm had ended first, though the 4 s lay inside it).
+    assert!(
+        storm.try_wait().unwrap().is_none(),
+        "iostorm ended before the recording's range did: the load must outlast it"
+    );
     let sysfs = at_end.since(&before);
     let traced = at_end.since(&attached);
     let out = wait_with_timeout(recording, Duration::from_secs(90), "sysprof record");
-    assert!(
-        storm.try_wait().unwrap().is_none(),
-        "iostorm ended before the recording did: the load must outlast it"
-    );
     let storm_out = storm.wait_with_output().expect("iostorm ran");
     assert!(storm_out.status.success(), "iostorm failed");
     assert_success(&out);
