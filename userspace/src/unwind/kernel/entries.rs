@@ -6,7 +6,7 @@
 //! entry written (or deleted), or the process refused one and marked in
 //! `unwind_refused` so the kernel hands its samples over.
 
-use super::{KernelTables, Primed, SYSTEM_UID};
+use super::{KernelTables, SYSTEM_UID};
 use crate::binaries::BinaryIndex;
 use crate::bpf::abi::{
     PythonProcess, UnwindMapping, UnwindProcess, UNWIND_MAX_MAPPINGS, UNWIND_PROCESS_CUT,
@@ -253,7 +253,7 @@ impl KernelTables {
             return false;
         }
         self.python_entries.insert(pid);
-        self.primed.insert(pid, Primed::Held);
+        self.primed.hold(pid);
         true
     }
 
@@ -263,22 +263,14 @@ impl KernelTables {
     /// mappings, and a drain may fall between them). Once its mappings
     /// are there, it is an entry like any other.
     pub(in crate::unwind) fn keeps_primed(&mut self, pid: u32, has_mappings: bool) -> bool {
-        match self.primed.get(&pid) {
-            Some(Primed::Held) => true,
-            Some(Primed::Execed) if !has_mappings => true,
-            Some(Primed::Execed) => {
-                self.primed.remove(&pid);
-                false
-            }
-            None => false,
-        }
+        self.primed.keeps(pid, has_mappings)
     }
 
     /// A mapping of `pid`'s appeared: if it was held for its exec, the
     /// exec's record was lost (a held process maps nothing), and it is
     /// taken as exec'd.
     pub(in crate::unwind) fn mapped(&mut self, pid: u32) {
-        if self.primed.get(&pid) == Some(&Primed::Held) {
+        if self.primed.is_held(pid) {
             self.remove_at_exec(pid);
         }
     }
@@ -288,18 +280,13 @@ impl KernelTables {
     /// in which case it stays until the entry written from the new
     /// mappings replaces it (without a gap while the binary is read).
     pub(in crate::unwind) fn remove_at_exec(&mut self, pid: u32) {
-        let held = self.primed.get(&pid) == Some(&Primed::Held);
-        if held {
-            self.primed.insert(pid, Primed::Execed);
-        } else {
-            self.primed.remove(&pid);
-        }
+        let held = self.primed.exec(pid);
         self.remove_entries(pid, held);
     }
 
     /// Delete `pid`'s entry (it exited, or has no mappings left).
     pub(in crate::unwind) fn remove_process(&mut self, pid: u32) {
-        self.primed.remove(&pid);
+        self.primed.forget(pid);
         self.remove_entries(pid, false);
     }
 

@@ -41,6 +41,7 @@
 
 mod cache;
 mod entries;
+mod primed;
 mod rows;
 mod walk;
 
@@ -236,22 +237,13 @@ pub struct KernelTables {
     /// their new image's mappings are written: neither their fork (a
     /// rewrite from their parent's mappings, ours) nor their exec before
     /// those mappings arrive may take the entry away.
-    pub(super) primed: FxHashMap<u32, Primed>,
+    pub(super) primed: primed::PrimedProcesses,
     /// Counts samples, for the least recently sampled entry.
     sample_clock: u64,
     /// What was refused, per uid (all time).
     refusals: BTreeMap<u32, UidRefusals>,
     /// `refusals` as last said in a warning.
     refusals_warned: BTreeMap<u32, UidRefusals>,
-}
-
-/// Where a primed process is (`KernelTables::primed`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Primed {
-    /// Held between its fork and its exec: its mappings are its parent's.
-    Held,
-    /// Its exec seen, its new mappings not yet.
-    Execed,
 }
 
 /// Who a binary's table is charged to: its file's owner, or, for a file of
@@ -380,7 +372,7 @@ impl KernelTables {
             refused: FxHashMap::default(),
             exec_seen: FxHashMap::default(),
             python_entries: FxHashSet::default(),
-            primed: FxHashMap::default(),
+            primed: primed::PrimedProcesses::default(),
             sample_clock: 0,
             refusals: BTreeMap::new(),
             refusals_warned: BTreeMap::new(),
