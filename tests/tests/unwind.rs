@@ -474,8 +474,9 @@ fn kernel_unwinding_reaches_the_root_of_a_200_frame_stack() {
 /// Check that a thread's stack copy stops at the thread's top: recurse's
 /// thread 8 frames of 512 bytes deep (~4.5 KiB of frames, under its
 /// descriptor and TLS at the top of its mapping), copied and unwound here
-/// (`dwarf-copy`, 32-KiB copies). Every sample in `bottom` must still reach
-/// the thread's root, and the copies average under 12 KiB: 7.4 here, where a
+/// (`dwarf-copy`, 32-KiB copies). 99 % of the samples in `bottom` or cut
+/// short (`[truncated ...]`) must reach the thread's root through all 8
+/// frames, and the copies average under 12 KiB: 7.4 here, where a
 /// copy that ran on past the thread's descriptor, to wherever memory stopped
 /// being readable, averaged 17.7 (and beside an I/O storm, copies of 8-13
 /// KiB where the frames took 1: 44 MB in the half second the running
@@ -502,12 +503,12 @@ fn a_thread_s_stack_copy_ends_at_its_top() {
     let copies = stat(&out, "unwinds_here");
     let bytes = stat(&out, "unwound_copy_bytes");
     eprintln!(
-        "{whole} of {} samples in bottom whole; {copies} copies of {bytes} bytes",
+        "{whole} of {} samples in bottom or cut whole; {copies} copies of {bytes} bytes",
         chains.len()
     );
     assert!(
         chains.len() >= 500,
-        "only {} samples in bottom",
+        "only {} samples in bottom or cut",
         chains.len()
     );
     assert!(

@@ -65,21 +65,35 @@ impl<R: RuntimeDetection> Unwinders<R> {
             if now_ready.is_empty() {
                 continue;
             }
-            ready.extend(now_ready);
             let processes = &self.processes;
             let (complete, still): (Vec<u32>, Vec<u32>) = waiting.iter().partition(|pid| {
                 processes
                     .get(pid)
                     .is_none_or(|p| !p.mappings.iter().any(|m| k.is_pending(m.binary)))
             });
+            // A process that waits for nothing (none of its tables was
+            // pending, or it was written at an earlier table) and maps one
+            // that came now maps a table evicted for it (`receive` gives
+            // those too): its entry points at rows another table holds now.
+            for (&pid, p) in processes {
+                if p.exited_ns.is_none()
+                    && !still.contains(&pid)
+                    && !complete.contains(&pid)
+                    && p.mappings.iter().any(|m| now_ready.contains(&m.binary))
+                {
+                    k.dirty.insert(pid);
+                }
+            }
+            ready.extend(now_ready);
             waiting = still;
             for pid in complete {
                 self.write_kernel_entry(&mut k, binaries, pid);
             }
         }
-        // What the loop wrote is whole; a process still waiting is written
-        // with the tables that came (as a JIT table that came is), and every
-        // process mapping one that comes now, as after any drain.
+        // What the loop wrote is whole (unless a table of it was evicted
+        // since: marked above); a process still waiting is written with the
+        // tables that came (as a JIT table that came is), and every process
+        // mapping one that comes now, as after any drain.
         for pid in waiting {
             let got_some = self
                 .processes
