@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use rustc_hash::FxHashSet;
+
 use super::*;
 
 impl<R: RuntimeDetection> Unwinders<R> {
@@ -30,7 +32,11 @@ impl<R: RuntimeDetection> Unwinders<R> {
     /// drain of the sideband, so a process's entry follows its mmaps within
     /// one drain.
     pub fn sync_kernel(&mut self, binaries: &Binaries) {
-        self.sync_kernel_until(binaries);
+        let Some(mut k) = self.kernel.take() else {
+            return;
+        };
+        let ready = k.receive();
+        self.write_entries(k, binaries, ready);
     }
 
     /// [`Unwinders::sync_kernel`], and wait until `deadline` for the tables
@@ -42,21 +48,22 @@ impl<R: RuntimeDetection> Unwinders<R> {
     /// second between the tracer's attach and the last table; ARCHITECTURE
     /// decision 91).
     pub fn sync_kernel_waiting(&mut self, binaries: &Binaries, deadline: std::time::Instant) {
-        self.sync_kernel_until(binaries);
+        self.sync_kernel(binaries);
         let Some(mut k) = self.kernel.take() else {
             return;
         };
         // Only a process mapping a table still being made waits: the others'
         // entries were written just above.
+        let maps_pending = |k: &kernel::KernelTables, p: &ProcessUnwinder<R::Process>| {
+            p.mappings.iter().any(|m| k.is_pending(m.binary))
+        };
         let mut waiting: Vec<u32> = self
             .processes
             .iter()
-            .filter(|(_, p)| {
-                p.exited_ns.is_none() && p.mappings.iter().any(|m| k.is_pending(m.binary))
-            })
+            .filter(|(_, p)| p.exited_ns.is_none() && maps_pending(&k, p))
             .map(|(&pid, _)| pid)
             .collect();
-        let mut ready = rustc_hash::FxHashSet::default();
+        let mut ready = FxHashSet::default();
         while !waiting.is_empty() && k.any_pending() && std::time::Instant::now() < deadline {
             // No worker left (none would finish a table): as at the deadline.
             let Some(now_ready) = k.wait_next(deadline) else {
@@ -65,63 +72,26 @@ impl<R: RuntimeDetection> Unwinders<R> {
             if now_ready.is_empty() {
                 continue;
             }
-            let processes = &self.processes;
-            let (complete, still): (Vec<u32>, Vec<u32>) = waiting.iter().partition(|pid| {
-                processes
-                    .get(pid)
-                    .is_none_or(|p| !p.mappings.iter().any(|m| k.is_pending(m.binary)))
-            });
-            // A process that waits for nothing (none of its tables was
-            // pending, or it was written at an earlier table) and maps one
-            // that came now maps a table evicted for it (`receive` gives
-            // those too): its entry points at rows another table holds now.
-            for (&pid, p) in processes {
-                if p.exited_ns.is_none()
-                    && !still.contains(&pid)
-                    && !complete.contains(&pid)
-                    && p.mappings.iter().any(|m| now_ready.contains(&m.binary))
-                {
-                    k.dirty.insert(pid);
-                }
-            }
-            ready.extend(now_ready);
+            // Every process that no longer waits and maps a table that came
+            // is written now: at its last table, or at one evicted for
+            // another's (`receive` gives those too), which would leave its
+            // entry pointing at rows another table holds.
+            let (still, done): (Vec<u32>, Vec<u32>) = waiting
+                .iter()
+                .partition(|pid| self.processes.get(pid).is_some_and(|p| maps_pending(&k, p)));
             waiting = still;
-            for pid in complete {
-                self.write_kernel_entry(&mut k, binaries, pid);
-            }
+            k.dirty.extend(done);
+            let now_ready: FxHashSet<BinaryIndex> = now_ready.into_iter().collect();
+            self.mark_mapping(&mut k, &now_ready, |pid| !waiting.contains(&pid));
+            self.write_dirty(&mut k, binaries);
+            ready.extend(now_ready);
         }
-        // What the loop wrote is whole (unless a table of it was evicted
-        // since: marked above); a process still waiting is written with the
-        // tables that came (as a JIT table that came is), and every process
-        // mapping one that comes now, as after any drain.
-        for pid in waiting {
-            let got_some = self
-                .processes
-                .get(&pid)
-                .is_some_and(|p| p.mappings.iter().any(|m| ready.contains(&m.binary)));
-            if got_some {
-                k.dirty.insert(pid);
-            }
-        }
-        for (&pid, p) in &self.processes {
-            if p.exited_ns.is_none()
-                && p.jit_base.is_some()
-                && ready.contains(&kernel::jit_table_index(pid))
-            {
-                k.dirty.insert(pid);
-            }
-        }
+        // A process still waiting is written with the tables that came, and
+        // every process mapping one that comes now, as after any drain.
+        self.mark_mapping(&mut k, &ready, |pid| waiting.contains(&pid));
         let late = k.receive();
         k.started();
         self.write_entries(k, binaries, late);
-    }
-
-    fn sync_kernel_until(&mut self, binaries: &Binaries) {
-        let Some(mut k) = self.kernel.take() else {
-            return;
-        };
-        let ready = k.receive();
-        self.write_entries(k, binaries, ready);
     }
 
     /// Write the entries of the processes marked dirty and of those that map
@@ -133,21 +103,38 @@ impl<R: RuntimeDetection> Unwinders<R> {
         ready: Vec<BinaryIndex>,
     ) {
         if !ready.is_empty() {
-            let ready: rustc_hash::FxHashSet<BinaryIndex> = ready.into_iter().collect();
-            for (&pid, p) in &self.processes {
-                let jit = p.jit_base.is_some() && ready.contains(&kernel::jit_table_index(pid));
-                if p.exited_ns.is_none()
-                    && (jit || p.mappings.iter().any(|m| ready.contains(&m.binary)))
-                {
-                    k.dirty.insert(pid);
-                }
+            let ready: FxHashSet<BinaryIndex> = ready.into_iter().collect();
+            self.mark_mapping(&mut k, &ready, |_| true);
+        }
+        self.write_dirty(&mut k, binaries);
+        self.kernel = Some(k);
+    }
+
+    /// Mark for rewriting each live process `which` takes that maps a
+    /// binary in `ready`, or whose JIT table is in it.
+    fn mark_mapping(
+        &self,
+        k: &mut kernel::KernelTables,
+        ready: &FxHashSet<BinaryIndex>,
+        which: impl Fn(u32) -> bool,
+    ) {
+        for (&pid, p) in &self.processes {
+            let jit = p.jit_base.is_some() && ready.contains(&kernel::jit_table_index(pid));
+            if p.exited_ns.is_none()
+                && (jit || p.mappings.iter().any(|m| ready.contains(&m.binary)))
+                && which(pid)
+            {
+                k.dirty.insert(pid);
             }
         }
+    }
+
+    /// Write the entries marked dirty.
+    fn write_dirty(&mut self, k: &mut kernel::KernelTables, binaries: &Binaries) {
         let dirty: Vec<u32> = k.dirty.drain().collect();
         for pid in dirty {
-            self.write_kernel_entry(&mut k, binaries, pid);
+            self.write_kernel_entry(k, binaries, pid);
         }
-        self.kernel = Some(k);
     }
 
     /// Write `pid`'s kernel entry anew from its mappings and its runtimes
