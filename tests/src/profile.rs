@@ -78,6 +78,20 @@ impl Profile {
         Profile { json }
     }
 
+    /// The recorded range's end on CLOCK_MONOTONIC, ns ([`crate::monotonic_ns`]'s
+    /// clock): the start the profile gives on that clock plus its range's
+    /// length. Panics on a profile without them.
+    pub fn range_end_monotonic_ns(&self) -> u64 {
+        let meta = &self.json["meta"];
+        let start_ns = meta["startTimeAsClockMonotonicNanosecondsSinceBoot"]
+            .as_u64()
+            .expect("meta.startTimeAsClockMonotonicNanosecondsSinceBoot");
+        let end_ms = meta["profilingEndTime"]
+            .as_f64()
+            .expect("meta.profilingEndTime");
+        start_ns + (end_ms * 1e6) as u64
+    }
+
     /// Every thread.
     pub fn threads(&self) -> Vec<ThreadView<'_>> {
         self.json["threads"]

@@ -65,16 +65,14 @@ fn nothing_is_lost_beside_pgbench() {
     // Built before the load starts (a build inside the recording's start
     // would outlast it).
     sysprof_bin();
-    let mut bench = pg.pgbench(&["-c", "8", "-j", "2", "-T", "14"]);
+    // pgbench's -T counts from its connections: a run that succeeds lasts
+    // at least this long from its launch, which the recorded range must
+    // not outlast (checked below against the range the profile gives).
+    const LOAD_S: u64 = 14;
+    let load_launched_ns = monotonic_ns();
+    let bench = pg.pgbench(&["-c", "8", "-j", "2", "-T", &LOAD_S.to_string()]);
     std::thread::sleep(Duration::from_secs(2));
     let recording = record_started(&["-a", "-d", "6"], &out_path);
-    // The 6 s run from the "recording" line: the load must outlast them
-    // (not the writing after them, which a busy machine can stretch).
-    std::thread::sleep(Duration::from_millis(6_200));
-    assert!(
-        bench.try_wait().unwrap().is_none(),
-        "pgbench ended before the recording's range did: the load must outlast it"
-    );
     let out = wait_with_timeout(recording, Duration::from_secs(90), "sysprof record");
     let bench_out = bench.wait_with_output().expect("pgbench ran");
     assert_success(&out);
@@ -98,6 +96,17 @@ fn nothing_is_lost_beside_pgbench() {
     );
 
     let profile = Profile::load(&out_path);
+    // The load outlasted the recording's range (not its writing after,
+    // which a busy machine can stretch): read back from the profile, where
+    // a check of pgbench at a guessed time could pass with the range's
+    // tail unloaded.
+    let load_ends_ns = load_launched_ns + LOAD_S * 1_000_000_000;
+    let range_end_ns = profile.range_end_monotonic_ns();
+    assert!(
+        range_end_ns <= load_ends_ns,
+        "the recorded range ended {:.0} ms after pgbench's {LOAD_S} s could have: the load must outlast it",
+        (range_end_ns - load_ends_ns) as f64 / 1e6
+    );
     let backends: Vec<_> = profile
         .threads()
         .into_iter()
@@ -172,10 +181,15 @@ fn nothing_is_lost_beside_an_io_storm() {
     let disk = LoopDevice::through_page_cache(&dir, 16);
     let out_path = dir.join("p.json.gz");
     sysprof_bin();
-    let mut storm = Command::new(&exe)
+    // iostorm runs this long from its launch; a run that succeeds outlasts
+    // the recorded range if the range ends before this (checked below
+    // against the range the profile gives).
+    const LOAD_S: u64 = 12;
+    let load_launched_ns = monotonic_ns();
+    let storm = Command::new(&exe)
         .args([
             disk.path.to_str().unwrap(),
-            "12",
+            &LOAD_S.to_string(),
             dir.join("synced").to_str().unwrap(),
         ])
         .stdout(std::process::Stdio::piped())
@@ -199,21 +213,25 @@ fn nothing_is_lost_beside_an_io_storm() {
     // ... to the recording's end, not to sysprof's exit: writing 200,000-
     // 300,000 I/O markers takes seconds on a busy machine while the storm
     // goes on untraced (CI once counted 631,198 reads to the exit against
-    // 248,944 recorded). The 4 s run from before the "recording" line; the
-    // count is read 0.3 s after they end, so no recorded request is missing
-    // from it.
-    std::thread::sleep(Duration::from_millis(4_300));
-    let at_end = disk.stat();
-    // The load must outlast the recording's range, not its writing after
-    // (once, on a busy machine, sysprof ended over 11 s after the storm's
-    // start: the storm had ended first, though the 4 s lay inside it).
-    assert!(
-        storm.try_wait().unwrap().is_none(),
-        "iostorm ended before the recording's range did: the load must outlast it"
-    );
-    let sysfs = at_end.since(&before);
-    let traced = at_end.since(&attached);
-    let out = wait_with_timeout(recording, Duration::from_secs(90), "sysprof record");
+    // 248,944 recorded). The device is read every 50 ms until sysprof
+    // exits; the first read after the range's end (read back from the
+    // profile) is the upper count, so no recorded request is missing from
+    // it however late the range ends.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (out, reads_over_time) = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let mut reads = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                reads.push((monotonic_ns(), disk.stat()));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            reads.push((monotonic_ns(), disk.stat()));
+            reads
+        });
+        let out = wait_with_timeout(recording, Duration::from_secs(90), "sysprof record");
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (out, reader.join().expect("the device's reader"))
+    });
     let storm_out = storm.wait_with_output().expect("iostorm ran");
     assert!(storm_out.status.success(), "iostorm failed");
     assert_success(&out);
@@ -224,6 +242,26 @@ fn nothing_is_lost_beside_an_io_storm() {
     );
     assert_nothing_lost(&out, "beside an I/O storm");
     let profile = Profile::load(&out_path);
+    let range_end_ns = profile.range_end_monotonic_ns();
+    // The load outlasted the recording's range, not only its start (once,
+    // on a busy machine, sysprof ended over 11 s after the storm's start).
+    let load_ends_ns = load_launched_ns + LOAD_S * 1_000_000_000;
+    assert!(
+        range_end_ns <= load_ends_ns,
+        "the recorded range ended {:.0} ms after iostorm's {LOAD_S} s: the load must outlast it",
+        (range_end_ns - load_ends_ns) as f64 / 1e6
+    );
+    // 0.3 s past the range's end, for requests issued inside it and
+    // completed (counted by sysfs) just after; or the read after sysprof's
+    // exit, when it came sooner (every request recorded had completed).
+    let at_end = reads_over_time
+        .iter()
+        .find(|(at_ns, _)| *at_ns >= range_end_ns + 300_000_000)
+        .or(reads_over_time.last())
+        .map(|(_, stat)| *stat)
+        .expect("the device was read after sysprof exited");
+    let sysfs = at_end.since(&before);
+    let traced = at_end.since(&attached);
     let on_disk = profile
         .threads()
         .iter()
@@ -231,8 +269,8 @@ fn nothing_is_lost_beside_an_io_storm() {
         .filter(|(_, d)| d["type"] == "BlockIo" && d["device"] == disk.name.as_str())
         .count() as f64;
     // The device's reads from sysfs span from sysprof's launch to 0.3 s
-    // after the recording's end (its load, ~0.2 s, and that margin, more
-    // than the range).
+    // after the recorded range's end (its load, ~0.2 s, and that margin,
+    // more than the range).
     let reads = sysfs.reads as f64;
     let reads_traced = traced.reads as f64;
     eprintln!(
