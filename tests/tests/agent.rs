@@ -552,7 +552,9 @@ fn retention_keeps_the_newest_within_size_and_age() {
 /// and that the `/bin/true`s run hundreds of times beside them are one
 /// track in `show` of everything ("true ×N"), N at least those the churn
 /// ran while the agent recorded (its own count), while the 5 rare ones keep
-/// their tracks.
+/// their tracks. The store compacts 3-s buckets here: the trues the
+/// compaction folded (ARCHITECTURE 92) and those of the windows not yet
+/// compacted are that one track.
 #[test]
 fn processes_of_20_ms_appear_in_show() {
     if !can_record("processes_of_20_ms_appear_in_show") {
@@ -574,7 +576,11 @@ fn processes_of_20_ms_appear_in_show() {
         .spawn()
         .unwrap();
     let trues_ran = || std::fs::read(&ran).map_or(0, |b| b.len() as u64);
-    let agent = Agent::start(&store, &["--window", "1", "--health-interval", "3600"], &[]);
+    let agent = Agent::start(
+        &store,
+        &["--window", "1", "--health-interval", "3600"],
+        &[("SYSPROF_STORE_BUCKET_SECONDS", "3")],
+    );
     // Ran after the agent was recording (the one running now may not count).
     let trues_before = trues_ran() + 1;
     let mut pids = Vec::new();
@@ -618,9 +624,17 @@ fn processes_of_20_ms_appear_in_show() {
         );
         assert_eq!(threads[0].process_name(), "brief");
     }
+    let _ = wait_with_timeout(churn, Duration::from_secs(30), "the process churn");
+    // Past the churn and the next compaction.
+    agent.wait_for_window_ending_after(wall_ms() + 3500.0, Duration::from_secs(30));
     let (status, stderr) = agent.stop_with(SIGTERM);
     assert!(status.success(), "{stderr}");
-    let _ = wait_with_timeout(churn, Duration::from_secs(30), "the process churn");
+    let compacted = store_segments(&store).iter().filter(|s| s.3 == 1).count();
+    assert!(
+        compacted >= 1,
+        "compaction ran during the test: {:?}",
+        store_segments(&store)
+    );
     let path = dir.join("all.json.gz");
     let o = show(&[
         "--store",
@@ -648,7 +662,7 @@ fn processes_of_20_ms_appear_in_show() {
         .iter()
         .filter(|t| t.process_name() == "true")
         .count();
-    eprintln!("{trues_seen} trues ran while the agent recorded; show: folded {folded:?}, {alone} on their own; {}", stderr.trim());
+    eprintln!("{trues_seen} trues ran while the agent recorded; show: folded {folded:?}, {alone} on their own; {compacted} compacted segments; {}", stderr.trim());
     assert!(
         trues_seen >= 40,
         "the churn ran beside the agent: {trues_seen}"

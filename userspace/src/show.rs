@@ -362,11 +362,13 @@ fn say_written(rec: &Recording, folded: &Folded, path: &Path, bytes: u64, format
 /// Whether `-p`, `--comm` and `--container` ask for process `p`.
 fn wanted(p: &ProcessRecord, args: &ShowArgs) -> bool {
     let container = args.container.as_deref();
-    (args.pids.is_empty() || args.pids.contains(&p.pid))
+    // A track the store folded stands for many pids: none of them is asked
+    // for by its own.
+    (args.pids.is_empty() || (args.pids.contains(&p.pid) && p.folded == 0))
         && args
             .comm
             .as_deref()
-            .is_none_or(|c| p.name == c || p.threads.first().is_some_and(|t| t.name == c))
+            .is_none_or(|c| p.base_name() == c || p.threads.first().is_some_and(|t| t.name == c))
         && container.is_none_or(|c| {
             p.cgroup.as_deref().is_some_and(|g| {
                 g.contains(c)

@@ -348,6 +348,7 @@ impl Collector {
                 cgroup: self.cgroup_now(pid, range),
                 profiler: pid == std::process::id(),
                 threads: list,
+                folded: 0,
             });
         }
         out.sort_by_key(|p| p.pid);

@@ -1,10 +1,12 @@
 //! Brief processes of one name, folded into one track.
 //!
 //! In: processes that ended, taken out of a merge one window at a time
-//! ([`super::merge::Merger::take_ended`]). Out: those that stay tracks of
-//! their own, and at the end one process per name standing for all the
-//! brief processes of that name (their samples, off-CPU time and markers
-//! joined in time order, on one thread).
+//! ([`super::merge::Merger::take_ended`]), or a compacted bucket's
+//! ([`fold_within`]). Out: those that stay tracks of their own, and at the
+//! end one process per name standing for all the brief processes of that
+//! name (their samples, off-CPU time and markers joined in time order, on
+//! one thread; [`ProcessRecord::folded`] says how many). A track folded
+//! before joins its name's.
 //!
 //! Why: an hour of the agent's store beside a fork storm holds 2.6 million
 //! processes that each lived about a millisecond. As one track each, `show`
@@ -22,7 +24,9 @@
 use rustc_hash::FxHashMap;
 
 use super::merge::sort_thread;
-use super::recording::{MarkerRecord, OffCpuSamples, ProcessRecord, ShortWaker, ThreadRecord};
+use super::recording::{
+    MarkerRecord, OffCpuSamples, ProcessRecord, Recording, ShortWaker, ThreadRecord,
+};
 
 /// A process is brief when it started and ended less than this apart.
 pub const BRIEF_NS: u64 = 1_000_000_000;
@@ -36,6 +40,8 @@ pub const MAX_HELD: usize = 10_000;
 pub const MAX_GROUPS: usize = 1_000;
 /// The name of that last track.
 pub const OTHER_NAMES: &str = "[brief processes of other names]";
+/// Between a folded track's name and its count of processes.
+pub const COUNT_SEPARATOR: &str = " ×";
 /// On a folded track, what each member has one of (its off-CPU time at one
 /// stack, its run of short waits) is summed per this span: 2.6 million
 /// processes have 2.6 million runs of short waits.
@@ -47,6 +53,9 @@ pub struct Folder {
     held: FxHashMap<String, Vec<ProcessRecord>>,
     held_count: usize,
     groups: FxHashMap<String, Group>,
+    /// Where each folded thread went, (pid, tid) to its track's, when asked
+    /// for ([`fold_within`]: the wakers it names are moved there too).
+    moved: Option<FxHashMap<(u32, u32), (u32, u32)>>,
 }
 
 /// What folding did, for the summary line.
@@ -164,22 +173,79 @@ pub fn is_brief(p: &ProcessRecord) -> bool {
         && matches!((p.start_ns, p.end_ns), (Some(s), Some(e)) if e.saturating_sub(s) < BRIEF_NS)
 }
 
+/// Fold `rec`'s brief processes that began and ended inside its range, as
+/// `show` folds a range's: the store's compaction of a bucket (a fork
+/// storm's minute is 70,000 processes of one name, most of its bytes).
+/// One that began before the range keeps its track, as its part in the
+/// segments before does. The folded processes' counters go with them (a
+/// folded track's would be one member's, the memory of a millisecond's
+/// process).
+pub fn fold_within(rec: &mut Recording) -> Folded {
+    let mut folder = Folder {
+        moved: Some(FxHashMap::default()),
+        ..Folder::default()
+    };
+    let mut kept = Vec::new();
+    for p in std::mem::take(&mut rec.processes) {
+        if p.start_ns.is_some_and(|s| s >= rec.start_ns) {
+            kept.extend(folder.add(p));
+        } else {
+            kept.push(p);
+        }
+    }
+    let moved = folder.moved.take().unwrap_or_default();
+    let (held, groups, folded) = folder.finish();
+    kept.extend(held);
+    kept.extend(groups);
+    // A wait a folded process ended names its track as its waker: a fork
+    // loop's waits, each ended by another child, are then one run a minute
+    // (`model::coarse` sums runs per waker), and the waker has a name.
+    for t in kept.iter_mut().flat_map(|p| p.threads.iter_mut()) {
+        for m in &mut t.markers {
+            let (pid, tid) = match m {
+                MarkerRecord::OffCpu { waker: Some(w), .. } => (&mut w.pid, &mut w.tid),
+                MarkerRecord::ShortWaits {
+                    waker: ShortWaker::Task { pid, tid },
+                    ..
+                } => (pid, tid),
+                _ => continue,
+            };
+            if let Some(&(to_pid, to_tid)) = moved.get(&(*pid, *tid)) {
+                (*pid, *tid) = (to_pid, to_tid);
+            }
+        }
+    }
+    let own_track: rustc_hash::FxHashSet<u32> = kept
+        .iter()
+        .filter(|p| p.folded == 0)
+        .map(|p| p.pid)
+        .collect();
+    rec.counters
+        .retain(|c| c.pid == 0 || own_track.contains(&c.pid));
+    kept.sort_by_key(|p| (p.pid, p.start_ns));
+    rec.processes = kept;
+    folded
+}
+
 impl Folder {
     /// Take `p`, which ended: given back if it stays a track of its own (it
-    /// is not brief), else held or folded.
+    /// is not brief), else held or folded. A track folded before (a
+    /// compacted store segment's) joins its name's track at once, with the
+    /// processes of that name held so far.
     pub fn add(&mut self, p: ProcessRecord) -> Option<ProcessRecord> {
-        if !is_brief(&p) {
+        if p.folded == 0 && !is_brief(&p) {
             return Some(p);
         }
-        if let Some(group) = self.groups.get_mut(&p.name) {
-            group.absorb(p);
+        let name = p.base_name().to_string();
+        if let Some(group) = self.groups.get_mut(&name) {
+            group.absorb(p, self.moved.as_mut());
             return None;
         }
-        let name = p.name.clone();
+        let folded_before = p.folded > 0;
         let held = self.held.entry(name.clone()).or_default();
         held.push(p);
         self.held_count += 1;
-        if held.len() > FOLD_AFTER || self.held_count > MAX_HELD {
+        if folded_before || held.len() > FOLD_AFTER || self.held_count > MAX_HELD {
             let members = self.held.remove(&name).unwrap_or_default();
             self.held_count -= members.len();
             let key = if self.groups.len() < MAX_GROUPS || self.groups.contains_key(&name) {
@@ -189,7 +255,7 @@ impl Folder {
             };
             let group = self.groups.entry(key).or_default();
             for m in members {
-                group.absorb(m);
+                group.absorb(m, self.moved.as_mut());
             }
         }
         None
@@ -218,7 +284,7 @@ impl Group {
     /// markers as they are, its lifetime into the track's span. Summed as
     /// they come: 2.6 million members' runs of short waits held until the
     /// end took 400 MB.
-    fn absorb(&mut self, p: ProcessRecord) {
+    fn absorb(&mut self, p: ProcessRecord, moved: Option<&mut FxHashMap<(u32, u32), (u32, u32)>>) {
         let t = &mut self.track;
         if self.members == 0 {
             t.pid = p.pid;
@@ -232,7 +298,12 @@ impl Group {
                 ..Default::default()
             });
         }
-        self.members += 1;
+        if let Some(moved) = moved {
+            for x in &p.threads {
+                moved.insert((p.pid, x.tid), (t.pid, t.pid));
+            }
+        }
+        self.members += p.folded.max(1);
         if t.exe != p.exe {
             t.exe = None;
         }
@@ -277,7 +348,8 @@ impl Group {
     /// in time order (members end in any order).
     fn finish(mut self, name: &str) -> ProcessRecord {
         let t = &mut self.track;
-        t.name = format!("{name} ×{}", self.members);
+        t.name = format!("{name}{COUNT_SEPARATOR}{}", self.members);
+        t.folded = self.members;
         t.cmdline = format!(
             "{} brief processes named {name} (each lived under {} s), folded into one track",
             self.members,
@@ -425,6 +497,144 @@ mod tests {
                 (150, 50 * 200_000, 50 * 150_000)
             ]
         );
+    }
+
+    fn counter(pid: u32, name: &str) -> crate::model::recording::CounterRecord {
+        crate::model::recording::CounterRecord {
+            name: name.into(),
+            category: String::new(),
+            description: String::new(),
+            pid,
+            time_ns: vec![1_000_000_000],
+            count: vec![1.0],
+            base: None,
+        }
+    }
+
+    /// Check that a compacted bucket's brief processes are folded as `show`
+    /// folds them (those that began before its range keep their tracks, as
+    /// do a name's first 16), that the folded members' counters go with them,
+    /// and that the folded track, read again by `show`'s folder beside later
+    /// processes of its name, is one track of them all, its count their sum.
+    #[test]
+    fn a_bucket_folded_once_folds_again_with_its_name() {
+        let mut rec = Recording {
+            start_ns: 1_000_000_000,
+            ..Default::default()
+        };
+        for i in 0..40u32 {
+            let start = 1_000_000_000 + u64::from(i) * 10_000_000;
+            rec.processes
+                .push(brief(1000 + i, "true", start, &[start + 100]));
+            rec.counters.push(counter(1000 + i, "RSS"));
+        }
+        // Began before the range: its part before is a track of its own.
+        rec.processes
+            .push(brief(900, "true", 999_000_000, &[999_500_000]));
+        for i in 0..3u32 {
+            rec.processes
+                .push(brief(5000 + i, "rare", 2_000_000_000, &[]));
+        }
+        rec.counters.push(counter(0, "CPU usage"));
+        // The loop that ran them: each wait of it ended by one of them.
+        let mut parent = brief(1, "loop", 0, &[]);
+        parent.end_ns = None;
+        for i in 0..40u32 {
+            parent.threads[0].markers.push(MarkerRecord::ShortWaits {
+                start_ns: 1_000_000_000 + u64::from(i) * 10_000_000,
+                end_ns: 1_000_000_000 + u64::from(i) * 10_000_000 + 500_000,
+                count: 1,
+                off_cpu_ns: 500_000,
+                waited_ns: 500_000,
+                landing_ns: 0,
+                waker: ShortWaker::Task {
+                    pid: 1000 + i,
+                    tid: 1000 + i,
+                },
+            });
+        }
+        rec.processes.push(parent);
+        let folded = fold_within(&mut rec);
+        assert_eq!(
+            folded,
+            Folded {
+                processes: 40,
+                tracks: 1
+            }
+        );
+        let names: Vec<(&str, u64)> = rec
+            .processes
+            .iter()
+            .map(|p| (p.name.as_str(), p.folded))
+            .collect();
+        assert_eq!(names.iter().filter(|n| **n == ("true", 0)).count(), 1);
+        assert_eq!(names.iter().filter(|n| **n == ("rare", 0)).count(), 3);
+        assert!(names.contains(&("true ×40", 40)), "{names:?}");
+        assert_eq!(rec.processes.len(), 6);
+        assert_eq!(rec.sample_count(), 41);
+        assert_eq!(
+            rec.counters.iter().map(|c| c.pid).collect::<Vec<_>>(),
+            vec![0],
+            "a folded member's counter is not the track's"
+        );
+        let track = rec.processes.iter().find(|p| p.folded > 0).unwrap();
+        assert_eq!(track.base_name(), "true");
+        let to = (track.pid, track.threads[0].tid);
+        let parent = rec.processes.iter().find(|p| p.name == "loop").unwrap();
+        let wakers: Vec<_> = parent.threads[0]
+            .markers
+            .iter()
+            .map(|m| match m {
+                MarkerRecord::ShortWaits {
+                    waker: ShortWaker::Task { pid, tid },
+                    ..
+                } => (*pid, *tid),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            wakers,
+            vec![to; 40],
+            "a wait a folded process ended names the track as its waker"
+        );
+
+        // As `show` reads it: the stored track and 5 later processes of its
+        // name are one track of 45.
+        let mut f = Folder::default();
+        let mut own = Vec::new();
+        for p in rec
+            .processes
+            .clone()
+            .into_iter()
+            .filter(|p| p.name != "loop")
+        {
+            own.extend(f.add(p));
+        }
+        for i in 0..5u32 {
+            let start = 3_000_000_000 + u64::from(i);
+            own.extend(f.add(brief(2000 + i, "true", start, &[start + 1])));
+        }
+        let (held, groups, folded) = f.finish();
+        assert!(own.is_empty(), "every one is brief");
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].name, "true ×46", "40 + 5 + the one from before");
+        assert_eq!(groups[0].folded, 46);
+        assert_eq!(groups[0].threads[0].samples.time_ns.len(), 46);
+        assert_eq!(folded.processes, 46);
+        assert_eq!(held.len(), 3, "the rare ones keep their tracks");
+    }
+
+    /// Check that a name's made-up suffix is not taken for a count: only a
+    /// track folded here has its name cut back.
+    #[test]
+    fn only_a_folded_track_has_a_base_name_apart() {
+        let p = brief(1, "true ×40", 0, &[]);
+        assert_eq!(p.base_name(), "true ×40");
+        let mut q = p.clone();
+        q.folded = 39;
+        assert_eq!(q.base_name(), "true ×40", "its count is not 39");
+        q.folded = 40;
+        assert_eq!(q.base_name(), "true");
     }
 
     /// Check that names made up by the million neither hold more than

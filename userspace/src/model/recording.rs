@@ -510,6 +510,23 @@ pub struct ProcessRecord {
     pub profiler: bool,
     /// Threads, main thread first.
     pub threads: Vec<ThreadRecord>,
+    /// Brief processes of one name this track stands for, folded into it
+    /// ([`crate::model::fold`]); 0 for a process of its own.
+    pub folded: u64,
+}
+
+impl ProcessRecord {
+    /// The name its processes had: for a folded track, its name less the
+    /// count [`crate::model::fold`] put after it.
+    pub fn base_name(&self) -> &str {
+        if self.folded == 0 {
+            return &self.name;
+        }
+        self.name
+            .strip_suffix(self.folded.to_string().as_str())
+            .and_then(|n| n.strip_suffix(crate::model::fold::COUNT_SEPARATOR))
+            .unwrap_or(&self.name)
+    }
 }
 
 /// Totals reported at the end of a recording.

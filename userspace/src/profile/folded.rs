@@ -182,6 +182,7 @@ mod tests {
             switches: None,
         };
         rec.processes.push(ProcessRecord {
+            folded: 0,
             pid: 1,
             name: "my app".into(),
             exe: None,

@@ -106,6 +106,7 @@ fn recording() -> Recording {
         interval_ms: 1.0,
         processes: vec![
             ProcessRecord {
+                folded: 0,
                 pid: 0,
                 name: "swapper".into(),
                 exe: None,
@@ -126,6 +127,7 @@ fn recording() -> Recording {
                 )],
             },
             ProcessRecord {
+                folded: 0,
                 pid: 42,
                 name: "app".into(),
                 exe: Some("/usr/bin/app".into()),
@@ -918,6 +920,7 @@ fn full_recording() -> Recording {
         switches: None,
     };
     rec.processes.push(ProcessRecord {
+        folded: 0,
         pid: 77,
         name: "nginx".into(),
         exe: Some("/usr/sbin/nginx".into()),
@@ -929,6 +932,7 @@ fn full_recording() -> Recording {
         threads: vec![thread(77, "nginx")],
     });
     rec.processes.push(ProcessRecord {
+        folded: 0,
         pid: 90,
         name: "sysprof".into(),
         exe: None,

@@ -3,8 +3,8 @@
 //! In: a [`Recording`](crate::model::recording::Recording) (the collector's output, which may grow a field or a
 //! counter at any time). Out: a [`StoredRecording`] that postcard encodes
 //! as segment format VERSION 3, followed by [`StoredAdditions`] (VERSION 4),
-//! [`StoredLandings`] (VERSION 5) and [`StoredKinds`] (VERSION 6), and back,
-//! checked.
+//! [`StoredLandings`] (VERSION 5), [`StoredKinds`] (VERSION 6) and
+//! [`StoredFolded`] (VERSION 14), and back, checked.
 //!
 //! Why separate types: postcard writes fields in declaration order with
 //! neither names nor a count, so a field added to the engine's structs
@@ -389,6 +389,40 @@ impl StoredKinds {
         for (f, b) in rec.frames.iter_mut().zip(self.kinds) {
             match FrameKind::from_u8(b) {
                 Some(k) => f.kind = k,
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// What VERSION 14 adds, encoded after the [`StoredKinds`]: the folded
+/// tracks ([`crate::model::fold`], which the store's compaction makes), as
+/// (process index, processes it stands for). Before it no segment held one.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StoredFolded {
+    pub tracks: Vec<(u32, u64)>,
+}
+
+impl StoredFolded {
+    /// `rec`'s folded tracks.
+    pub fn of(rec: &Recording) -> StoredFolded {
+        StoredFolded {
+            tracks: rec
+                .processes
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.folded > 0)
+                .map(|(i, p)| (i as u32, p.folded))
+                .collect(),
+        }
+    }
+
+    /// Put them into `rec`; false when one names a process it does not have.
+    pub fn apply(self, rec: &mut Recording) -> bool {
+        for (i, members) in self.tracks {
+            match rec.processes.get_mut(i as usize) {
+                Some(p) => p.folded = members,
                 None => return false,
             }
         }

@@ -153,9 +153,12 @@ impl Store {
             }
         }
         // Once compacted, a bucket's stacks are no longer kept per Go
-        // goroutine (its labels stay), its waits are summed per minute and
-        // its off-CPU time per 10 s and stack (model::coarse).
+        // goroutine (its labels stay), its brief processes of a name run
+        // often are one track as `show` gives them (model::fold), its waits
+        // are summed per minute and its off-CPU time per 10 s and stack
+        // (model::coarse).
         let mut merged = merge::merge_without_goroutines(recs);
+        crate::model::fold::fold_within(&mut merged);
         crate::model::coarse::coarsen(&mut merged);
         match self.write(merged, windows, 1) {
             Ok(info) => {

@@ -9,8 +9,9 @@
 //!
 //! ```text
 //! 0   8 bytes  magic "SYSPSEG\0"
-//! 8   u16      format version ([`VERSION`], 12: 3's payload followed by 4's
-//!              additions, 5's landings and 6's frame kinds, 7's kinds
+//! 8   u16      format version ([`VERSION`], 14: 3's payload followed by 4's
+//!              additions, 5's landings, 6's frame kinds and 14's folded
+//!              tracks, 7's kinds
 //!              telling interpreted and compiled Java apart, 8's PHP, 9's Perl, 10's Ruby, 11's Go labels,
 //!              12's numbers coded against what predicts them; 2 had no
 //!              short-wait markers and is read as it is; 1 had no unknown
@@ -41,7 +42,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::format::{
-    infer_kinds, StoredAdditions, StoredKinds, StoredLandings, StoredMarker, StoredRecording,
+    infer_kinds, StoredAdditions, StoredFolded, StoredKinds, StoredLandings, StoredMarker,
+    StoredRecording,
 };
 use crate::model::recording::Recording;
 
@@ -57,8 +59,9 @@ pub const MAGIC: &[u8; 8] = b"SYSPSEG\0";
 /// with a Perl sub, 10 is 9 with a Ruby method, 11 is 10 with a Go
 /// goroutine's labels frame; 12 is 11 with some numbers coded against what
 /// predicts them ([`predict`]): the same types, other values; 13 is 12 with
-/// a Go goroutine's id frame.
-pub const VERSION: u16 = 13;
+/// a Go goroutine's id frame; 14 is 13 followed by [`StoredFolded`] (the
+/// folded tracks a compacted segment holds).
+pub const VERSION: u16 = 14;
 /// The first version whose numbers are coded by [`predict`].
 const PREDICTED_FROM: u16 = 12;
 /// The oldest version read: 2's types are 3's less the `ShortWaits`
@@ -178,6 +181,7 @@ pub fn encode(
     let additions = StoredAdditions::of(&rec);
     let landings = StoredLandings::of(&mut rec);
     let kinds = StoredKinds::of(&rec);
+    let folded = StoredFolded::of(&rec);
     let mut stored = StoredRecording::from(rec);
     times_to_deltas(&mut stored);
     predict(&mut stored);
@@ -185,6 +189,7 @@ pub fn encode(
     raw.extend(postcard::to_stdvec(&additions).map_err(SegmentError::Encode)?);
     raw.extend(postcard::to_stdvec(&landings).map_err(SegmentError::Encode)?);
     raw.extend(postcard::to_stdvec(&kinds).map_err(SegmentError::Encode)?);
+    raw.extend(postcard::to_stdvec(&folded).map_err(SegmentError::Encode)?);
     let payload = zstd::bulk::compress(&raw, zlevel).map_err(SegmentError::Compress)?;
     let header = SegmentHeader {
         level,
@@ -285,9 +290,17 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
         }
     };
     // Before format 6 frames had no kind: told from what they hold.
-    let kinds: Option<StoredKinds> = match rest {
-        [] => None,
-        rest => Some(postcard::from_bytes(rest).map_err(SegmentError::Payload)?),
+    let (kinds, rest): (Option<StoredKinds>, &[u8]) = match rest {
+        [] => (None, rest),
+        rest => {
+            let (k, rest) = postcard::take_from_bytes(rest).map_err(SegmentError::Payload)?;
+            (Some(k), rest)
+        }
+    };
+    // Before format 14 no track was folded.
+    let folded: StoredFolded = match rest {
+        [] => StoredFolded::default(),
+        rest => postcard::from_bytes(rest).map_err(SegmentError::Payload)?,
     };
     deltas_to_times(&mut stored, header_version(bytes) >= PREDICTED_FROM)?;
     let mut rec = stored.into_model().ok_or(SegmentError::Inconsistent(
@@ -317,6 +330,11 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
             ))
         }
         None => infer_kinds(&mut rec),
+    }
+    if !folded.apply(&mut rec) {
+        return Err(SegmentError::Inconsistent(
+            "a folded track of a process it does not have",
+        ));
     }
     Ok((header, rec))
 }

@@ -101,6 +101,78 @@ fn write_query_compact_retain() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// Check that compaction folds a bucket's brief processes of a name run
+/// often into one track, as `show` would: its samples and off-CPU time all
+/// kept, the count of processes said, a long-lived process untouched.
+#[test]
+fn compaction_folds_brief_processes_of_a_name_run_often() {
+    use crate::model::recording::{ProcessRecord, ThreadRecord};
+    let d = dir("fold");
+    let store = Store::open(&d, true).unwrap();
+    let t0 = 1_800_000_000_000.0; // a bucket boundary
+    let mut index = Vec::new();
+    let (mut samples, mut off_cpu_ns) = (0, 0);
+    for i in 0..3u64 {
+        let start_ns = 1_000_000_000 + i * 10_000_000_000;
+        let (mut r, w) = window(t0 + i as f64 * 10_000.0, start_ns);
+        for j in 0..20u64 {
+            let begun = start_ns + j * 100_000_000;
+            let pid = (1000 + i * 20 + j) as u32;
+            let mut t = ThreadRecord {
+                tid: pid,
+                name: "true".into(),
+                start_ns: Some(begun),
+                end_ns: Some(begun + 2_000_000),
+                ..Default::default()
+            };
+            t.samples.time_ns.push(begun + 1_000_000);
+            t.samples.stack.push(1);
+            t.samples.cpu_delta_ns.push(1_000_000);
+            t.samples.cpu.push(0);
+            t.off_cpu.time_ns.push(begun);
+            t.off_cpu.stack.push(1);
+            t.off_cpu.duration_ns.push(500_000);
+            r.processes.push(ProcessRecord {
+                pid,
+                name: "true".into(),
+                start_ns: Some(begun),
+                end_ns: Some(begun + 2_000_000),
+                threads: vec![t],
+                ..Default::default()
+            });
+        }
+        samples += r.sample_count();
+        off_cpu_ns += off_cpu_total(&r);
+        index.push(store.write(r, w, 0).unwrap());
+    }
+    let mut warnings = Vec::new();
+    assert_eq!(
+        store.compact(&mut index, t0 + BUCKET_MS, &mut warnings),
+        1,
+        "{warnings:?}"
+    );
+    let q = store.query(t0, t0 + BUCKET_MS);
+    assert_eq!(q.recordings.len(), 1);
+    let rec = &q.recordings[0];
+    let tracks: Vec<(&str, u64)> = rec
+        .processes
+        .iter()
+        .map(|p| (p.name.as_str(), p.folded))
+        .collect();
+    assert_eq!(tracks, vec![("x", 0), ("true ×60", 60)]);
+    assert_eq!(rec.sample_count(), samples, "every sample kept");
+    assert_eq!(off_cpu_total(rec), off_cpu_ns, "every off-CPU ns kept");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn off_cpu_total(rec: &Recording) -> u64 {
+    rec.processes
+        .iter()
+        .flat_map(|p| &p.threads)
+        .flat_map(|t| &t.off_cpu.duration_ns)
+        .sum()
+}
+
 /// Check that a damaged segment is skipped with a warning naming it,
 /// and the others are still read.
 #[test]
@@ -231,15 +303,17 @@ fn a_segment_of_another_version_is_refused_by_name_and_version() {
         .write(window(t0 + 10_000.0, 2).0, window(t0 + 10_000.0, 2).1, 0)
         .unwrap();
     let mut bytes = std::fs::read(&a.path).unwrap();
-    bytes[8..10].copy_from_slice(&14u16.to_le_bytes());
+    let next = segment::VERSION + 1;
+    bytes[8..10].copy_from_slice(&next.to_le_bytes());
     std::fs::write(&a.path, &bytes).unwrap();
     let q = store.query(0.0, f64::INFINITY);
     assert_eq!(q.recordings.len(), 1);
     assert_eq!(
         q.warnings,
         vec![format!(
-            "skipping {}: segment format version 14, this sysprof reads 2 to 13",
-            a.path.display()
+            "skipping {}: segment format version {next}, this sysprof reads 2 to {}",
+            a.path.display(),
+            segment::VERSION
         )]
     );
     let _ = std::fs::remove_dir_all(&d);

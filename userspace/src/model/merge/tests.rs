@@ -18,6 +18,7 @@ fn thread(tid: u32, start_ns: Option<u64>, end_ns: Option<u64>) -> ThreadRecord 
 
 fn process(pid: u32, t: ThreadRecord) -> ProcessRecord {
     ProcessRecord {
+        folded: 0,
         pid,
         name: "brief".into(),
         exe: None,

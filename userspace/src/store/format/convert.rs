@@ -437,6 +437,8 @@ impl StoredProcess {
                 .into_iter()
                 .map(StoredThread::into_model)
                 .collect(),
+            // VERSION 14's StoredFolded says which are folded.
+            folded: 0,
         }
     }
 }

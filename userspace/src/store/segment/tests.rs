@@ -42,6 +42,7 @@ pub(crate) fn sample_recording(start_ns: u64) -> Recording {
         cpu: vec![0; 3],
     };
     rec.processes.push(ProcessRecord {
+        folded: 0,
         pid: 7,
         name: "x".into(),
         exe: None,
@@ -234,6 +235,7 @@ pub(crate) fn fixture_recording() -> Recording {
         switches: None,
     });
     rec.processes.push(ProcessRecord {
+        folded: 0,
         pid: 1,
         name: "init".into(),
         exe: None,
@@ -397,10 +399,12 @@ fn stored_types_encode_as_version_2_did() {
     assert!((1..128).contains(&frames.len()), "a one-byte count");
     tail.push(frames.len() as u8);
     tail.extend(frames.iter().map(|f| f.kind as u8));
+    // No folded track.
+    tail.push(0);
     assert_eq!(
         new_raw[old_raw.len()..],
         tail[..],
-        "the additions (no start lines), the landings (all 0) and the frames' kinds"
+        "the additions (no start lines), the landings (all 0), the frames' kinds and the folded tracks (none)"
     );
     assert_eq!(
         (new_raw.len() as u64, new_header.samples, new_header.lost),
@@ -524,9 +528,13 @@ fn part_sizes_add_up_to_the_file() {
 #[test]
 fn unknown_version_is_refused_by_version() {
     let mut bytes = fixture_bytes();
-    bytes[8..10].copy_from_slice(&14u16.to_le_bytes());
+    let next = VERSION + 1;
+    bytes[8..10].copy_from_slice(&next.to_le_bytes());
     let e = decode(&bytes).unwrap_err().to_string();
-    assert_eq!(e, "segment format version 14, this sysprof reads 2 to 13");
+    assert_eq!(
+        e,
+        format!("segment format version {next}, this sysprof reads 2 to {VERSION}")
+    );
 }
 
 /// Check that Python functions' first lines (what tells two functions of
@@ -701,6 +709,30 @@ fn round_trips() {
     .unwrap();
     assert_eq!(h3, h);
     assert!(at < bytes.len());
+}
+
+/// Check that a folded track keeps its count through a segment (VERSION
+/// 14), and a process of its own stays one.
+#[test]
+fn folded_tracks_round_trip() {
+    let mut rec = sample_recording(5_000_000_000);
+    let mut track = rec.processes[0].clone();
+    track.pid = 1000;
+    track.name = "true ×40".into();
+    track.folded = 40;
+    rec.processes.push(track);
+    let span = WindowSpan {
+        start_ms: 1.7e12,
+        end_ms: 1.7e12 + 10_000.0,
+    };
+    let (_, bytes) = encode(rec.clone(), vec![span], 1, 3).unwrap();
+    let (_, back) = decode(&bytes).unwrap();
+    assert_eq!(back.processes, rec.processes);
+    assert_eq!(
+        back.processes.iter().map(|p| p.folded).collect::<Vec<_>>(),
+        vec![0, 40]
+    );
+    assert_eq!(back.processes[1].base_name(), "true");
 }
 
 /// Check that every single flipped byte and every truncation is an
