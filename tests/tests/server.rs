@@ -218,6 +218,14 @@ fn nothing_is_lost_beside_an_io_storm() {
     // profile) is the upper count, so no recorded request is missing from
     // it however late the range ends.
     let done = std::sync::atomic::AtomicBool::new(false);
+    // Set however the wait ends (a timeout panics): the reader then ends
+    // and the scope with it, where it would wait for the reader forever.
+    struct Done<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     let (out, reads_over_time) = std::thread::scope(|scope| {
         let reader = scope.spawn(|| {
             let mut reads = Vec::new();
@@ -228,8 +236,10 @@ fn nothing_is_lost_beside_an_io_storm() {
             reads.push((monotonic_ns(), disk.stat()));
             reads
         });
-        let out = wait_with_timeout(recording, Duration::from_secs(90), "sysprof record");
-        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let out = {
+            let _done = Done(&done);
+            wait_with_timeout(recording, Duration::from_secs(90), "sysprof record")
+        };
         (out, reader.join().expect("the device's reader"))
     });
     let storm_out = storm.wait_with_output().expect("iostorm ran");

@@ -336,7 +336,7 @@ fn write(
 /// (brief ones folded said apart), threads, and the file.
 fn say_written(rec: &Recording, folded: &Folded, path: &Path, bytes: u64, format: ShowFormat) {
     let threads: usize = rec.processes.iter().map(|p| p.threads.len()).sum();
-    let processes = rec.processes.len() as u64 + folded.processes - folded.tracks;
+    let processes = (rec.processes.len() as u64 + folded.processes).saturating_sub(folded.tracks);
     let folded_text = match folded.tracks {
         0 => String::new(),
         1 => format!(

@@ -66,7 +66,9 @@ pub fn service_name(p: &ProcessRecord) -> String {
         Some(CgroupIdentity::Container(id)) => {
             format!("container-{}", CgroupIdentity::short_id(&id))
         }
-        None => p.name.clone(),
+        // A track the store folded is named for its processes (`true`),
+        // not for how many there were in one compacted run.
+        None => p.base_name().to_string(),
     }
 }
 

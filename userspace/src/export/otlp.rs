@@ -312,12 +312,16 @@ fn wall_ns(rec: &Recording, t: u64) -> u64 {
 }
 
 fn resource(p: &ProcessRecord, labels: &Labels) -> Resource {
-    let mut attributes = vec![
-        kv("host.name", AttrValue::Str(labels.host_name.clone())),
-        kv("process.pid", AttrValue::Int(p.pid as i64)),
-        kv("process.executable.name", AttrValue::Str(p.name.clone())),
-        kv("service.name", AttrValue::Str(super::service_name(p))),
-    ];
+    let mut attributes = vec![kv("host.name", AttrValue::Str(labels.host_name.clone()))];
+    // A folded track (a compacted run's brief processes) has no pid of its own.
+    if p.folded == 0 {
+        attributes.push(kv("process.pid", AttrValue::Int(p.pid as i64)));
+    }
+    attributes.push(kv(
+        "process.executable.name",
+        AttrValue::Str(p.base_name().to_string()),
+    ));
+    attributes.push(kv("service.name", AttrValue::Str(super::service_name(p))));
     if let Some(exe) = &p.exe {
         attributes.push(kv("process.executable.path", AttrValue::Str(exe.clone())));
     }

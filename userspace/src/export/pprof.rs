@@ -506,11 +506,26 @@ impl LabelKeys {
         p: &crate::model::recording::ProcessRecord,
         t: &crate::model::recording::ThreadRecord,
     ) -> Vec<proto::Label> {
+        // A folded track (a compacted run's brief processes) has no pid or
+        // tid of its own, and is named for its processes.
+        let (pid, tid) = if p.folded == 0 {
+            (p.pid as i64, t.tid as i64)
+        } else {
+            (0, 0)
+        };
         let mut label = vec![
-            num_label(self.pid, p.pid as i64),
-            num_label(self.tid, t.tid as i64),
-            str_label(s, self.thread, &t.name),
-            str_label(s, self.process, &p.name),
+            num_label(self.pid, pid),
+            num_label(self.tid, tid),
+            str_label(
+                s,
+                self.thread,
+                if p.folded == 0 {
+                    &t.name
+                } else {
+                    p.base_name()
+                },
+            ),
+            str_label(s, self.process, p.base_name()),
             proto::Label {
                 key: self.host,
                 str: self.host_name,

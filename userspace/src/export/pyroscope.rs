@@ -67,12 +67,13 @@ impl PyroscopeClient {
     /// The series name of process `p`.
     pub fn series_name(p: &crate::model::recording::ProcessRecord, labels: &Labels) -> String {
         let service = clean(&super::service_name(p));
-        let mut l = vec![
-            format!("service_name={service}"),
-            format!("pid={}", p.pid),
-            format!("comm={}", clean(&p.name)),
-            format!("hostname={}", clean(&labels.host_name)),
-        ];
+        let mut l = vec![format!("service_name={service}")];
+        // A folded track (a compacted run's brief processes) has no pid of its own.
+        if p.folded == 0 {
+            l.push(format!("pid={}", p.pid));
+        }
+        l.push(format!("comm={}", clean(p.base_name())));
+        l.push(format!("hostname={}", clean(&labels.host_name)));
         match super::cgroup_identity(p) {
             Some(CgroupIdentity::Container(id)) => l.push(format!("container={}", clean(&id))),
             Some(CgroupIdentity::Unit(u)) => l.push(format!("unit={}", clean(&u))),

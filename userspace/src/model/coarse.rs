@@ -1,7 +1,7 @@
 //! Waits and off-CPU time summed for the store's compacted segments.
 //!
 //! In: a recording merged from a finished bucket's windows (the store's
-//! compaction). Out: the same recording with each thread's off-CPU
+//! compaction), its brief processes already folded ([`super::fold::fold_within`]). Out: the same recording with each thread's off-CPU
 //! intervals shorter than [`KEEP_WAIT_NS`] and its runs of short waits
 //! summed per (minute, waker) into runs of waits, and its off-CPU entries
 //! (the call tree's weights) shorter than that summed per

@@ -50,13 +50,21 @@ pub const COARSE_NS: u64 = 1_000_000_000;
 /// The folding of one range's processes; see the module doc.
 #[derive(Default)]
 pub struct Folder {
-    held: FxHashMap<String, Vec<ProcessRecord>>,
+    held: FxHashMap<GroupKey, Vec<ProcessRecord>>,
     held_count: usize,
-    groups: FxHashMap<String, Group>,
-    /// Where each folded thread went, (pid, tid) to its track's, when asked
-    /// for ([`fold_within`]: the wakers it names are moved there too).
-    moved: Option<FxHashMap<(u32, u32), (u32, u32)>>,
+    groups: FxHashMap<GroupKey, Group>,
+    /// Where each folded thread went, when asked for ([`fold_within`]: the
+    /// wakers it names are moved there too).
+    moved: Option<Moved>,
 }
+
+/// A track's processes: one name in one cgroup (`show --container` and the
+/// exporters' container and unit labels keep theirs).
+type GroupKey = (String, Option<String>);
+
+/// Each folded thread by (pid, tid): its lifetime and its track's (pid,
+/// tid). A pid reused within a run has several.
+type Moved = FxHashMap<(u32, u32), Vec<(u64, u64, (u32, u32))>>;
 
 /// What folding did, for the summary line.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -186,32 +194,60 @@ pub fn fold_within(rec: &mut Recording) -> Folded {
         ..Folder::default()
     };
     let mut kept = Vec::new();
+    // Began and ended inside: a window's process may end after its cut (the
+    // sideband's rest is applied), and its next window has it again.
+    let (start, end) = (rec.start_ns, rec.end_ns);
     for p in std::mem::take(&mut rec.processes) {
-        if p.start_ns.is_some_and(|s| s >= rec.start_ns) {
+        if p.start_ns.is_some_and(|s| s >= start) && p.end_ns.is_some_and(|e| e <= end) {
             kept.extend(folder.add(p));
         } else {
             kept.push(p);
         }
     }
-    let moved = folder.moved.take().unwrap_or_default();
+    let mut moved = folder.moved.take().unwrap_or_default();
     let (held, groups, folded) = folder.finish();
     kept.extend(held);
+    // A thread kept on its own is where it was (a reused pid is not moved).
+    for p in &kept {
+        for t in &p.threads {
+            let lived = (
+                t.start_ns.or(p.start_ns).unwrap_or(0),
+                t.end_ns.or(p.end_ns).unwrap_or(u64::MAX),
+            );
+            moved
+                .entry((p.pid, t.tid))
+                .or_default()
+                .push((lived.0, lived.1, (p.pid, t.tid)));
+        }
+    }
     kept.extend(groups);
     // A wait a folded process ended names its track as its waker: a fork
     // loop's waits, each ended by another child, are then one run a minute
-    // (`model::coarse` sums runs per waker), and the waker has a name.
+    // (`model::coarse` sums runs per waker), and the waker has a name. Only
+    // where one thread of that (pid, tid) lived during the wait.
     for t in kept.iter_mut().flat_map(|p| p.threads.iter_mut()) {
         for m in &mut t.markers {
-            let (pid, tid) = match m {
-                MarkerRecord::OffCpu { waker: Some(w), .. } => (&mut w.pid, &mut w.tid),
+            let (from, to, pid, tid) = match m {
+                MarkerRecord::OffCpu {
+                    start_ns,
+                    end_ns,
+                    waker: Some(w),
+                    ..
+                } => (*start_ns, *end_ns, &mut w.pid, &mut w.tid),
                 MarkerRecord::ShortWaits {
+                    start_ns,
+                    end_ns,
                     waker: ShortWaker::Task { pid, tid },
                     ..
-                } => (pid, tid),
+                } => (*start_ns, *end_ns, pid, tid),
                 _ => continue,
             };
-            if let Some(&(to_pid, to_tid)) = moved.get(&(*pid, *tid)) {
-                (*pid, *tid) = (to_pid, to_tid);
+            let Some(lives) = moved.get(&(*pid, *tid)) else {
+                continue;
+            };
+            let mut during = lives.iter().filter(|l| l.0 <= to && from <= l.1);
+            if let (Some(&(_, _, track)), None) = (during.next(), during.next()) {
+                (*pid, *tid) = track;
             }
         }
     }
@@ -236,7 +272,7 @@ impl Folder {
         if p.folded == 0 && !is_brief(&p) {
             return Some(p);
         }
-        let name = p.base_name().to_string();
+        let name: GroupKey = (p.base_name().to_string(), p.cgroup.clone());
         if let Some(group) = self.groups.get_mut(&name) {
             group.absorb(p, self.moved.as_mut());
             return None;
@@ -251,7 +287,7 @@ impl Folder {
             let key = if self.groups.len() < MAX_GROUPS || self.groups.contains_key(&name) {
                 name
             } else {
-                OTHER_NAMES.to_string()
+                (OTHER_NAMES.to_string(), name.1)
             };
             let group = self.groups.entry(key).or_default();
             for m in members {
@@ -267,8 +303,8 @@ impl Folder {
         let held: Vec<ProcessRecord> = self.held.into_values().flatten().collect();
         let mut folded = Folded::default();
         let mut groups = Vec::new();
-        for (name, group) in self.groups {
-            folded.processes += group.members;
+        for ((name, _), group) in self.groups {
+            folded.processes = folded.processes.saturating_add(group.members);
             folded.tracks += 1;
             groups.push(group.finish(&name));
         }
@@ -284,7 +320,7 @@ impl Group {
     /// markers as they are, its lifetime into the track's span. Summed as
     /// they come: 2.6 million members' runs of short waits held until the
     /// end took 400 MB.
-    fn absorb(&mut self, p: ProcessRecord, moved: Option<&mut FxHashMap<(u32, u32), (u32, u32)>>) {
+    fn absorb(&mut self, p: ProcessRecord, moved: Option<&mut Moved>) {
         let t = &mut self.track;
         if self.members == 0 {
             t.pid = p.pid;
@@ -300,10 +336,17 @@ impl Group {
         }
         if let Some(moved) = moved {
             for x in &p.threads {
-                moved.insert((p.pid, x.tid), (t.pid, t.pid));
+                let lived = (
+                    x.start_ns.or(p.start_ns).unwrap_or(0),
+                    x.end_ns.or(p.end_ns).unwrap_or(u64::MAX),
+                );
+                moved
+                    .entry((p.pid, x.tid))
+                    .or_default()
+                    .push((lived.0, lived.1, (t.pid, t.pid)));
             }
         }
-        self.members += p.folded.max(1);
+        self.members = self.members.saturating_add(p.folded.max(1));
         if t.exe != p.exe {
             t.exe = None;
         }
@@ -520,6 +563,7 @@ mod tests {
     fn a_bucket_folded_once_folds_again_with_its_name() {
         let mut rec = Recording {
             start_ns: 1_000_000_000,
+            end_ns: 3_000_000_000,
             ..Default::default()
         };
         for i in 0..40u32 {
@@ -531,6 +575,9 @@ mod tests {
         // Began before the range: its part before is a track of its own.
         rec.processes
             .push(brief(900, "true", 999_000_000, &[999_500_000]));
+        // Ends after it (the next run has it again): kept too.
+        rec.processes
+            .push(brief(950, "true", 2_999_500_000, &[2_999_600_000]));
         for i in 0..3u32 {
             rec.processes
                 .push(brief(5000 + i, "rare", 2_000_000_000, &[]));
@@ -567,11 +614,11 @@ mod tests {
             .iter()
             .map(|p| (p.name.as_str(), p.folded))
             .collect();
-        assert_eq!(names.iter().filter(|n| **n == ("true", 0)).count(), 1);
+        assert_eq!(names.iter().filter(|n| **n == ("true", 0)).count(), 2);
         assert_eq!(names.iter().filter(|n| **n == ("rare", 0)).count(), 3);
         assert!(names.contains(&("true ×40", 40)), "{names:?}");
-        assert_eq!(rec.processes.len(), 6);
-        assert_eq!(rec.sample_count(), 41);
+        assert_eq!(rec.processes.len(), 7);
+        assert_eq!(rec.sample_count(), 42);
         assert_eq!(
             rec.counters.iter().map(|c| c.pid).collect::<Vec<_>>(),
             vec![0],
@@ -617,10 +664,10 @@ mod tests {
         let (held, groups, folded) = f.finish();
         assert!(own.is_empty(), "every one is brief");
         assert_eq!(groups.len(), 1);
-        assert_eq!(groups[0].name, "true ×46", "40 + 5 + the one from before");
-        assert_eq!(groups[0].folded, 46);
-        assert_eq!(groups[0].threads[0].samples.time_ns.len(), 46);
-        assert_eq!(folded.processes, 46);
+        assert_eq!(groups[0].name, "true ×47", "40 + 5 + the two at the edges");
+        assert_eq!(groups[0].folded, 47);
+        assert_eq!(groups[0].threads[0].samples.time_ns.len(), 47);
+        assert_eq!(folded.processes, 47);
         assert_eq!(held.len(), 3, "the rare ones keep their tracks");
     }
 

@@ -494,7 +494,8 @@ pub struct ThreadRecord {
 pub struct ProcessRecord {
     /// Process id.
     pub pid: u32,
-    /// Name: the executable's file name, else the main thread's `comm`.
+    /// Name: the executable's file name, else the main thread's `comm`; a
+    /// folded track's is `NAME ×N` ([`ProcessRecord::base_name`] gives NAME).
     pub name: String,
     /// Path of the executable, if known.
     pub exe: Option<String>,

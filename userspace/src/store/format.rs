@@ -418,12 +418,13 @@ impl StoredFolded {
         }
     }
 
-    /// Put them into `rec`; false when one names a process it does not have.
+    /// Put them into `rec`; false when one names a process it does not
+    /// have, the profiler's own, or stands for no process.
     pub fn apply(self, rec: &mut Recording) -> bool {
         for (i, members) in self.tracks {
             match rec.processes.get_mut(i as usize) {
-                Some(p) => p.folded = members,
-                None => return false,
+                Some(p) if members > 0 && !p.profiler => p.folded = members,
+                _ => return false,
             }
         }
         true

@@ -1,7 +1,8 @@
 //! Keeping the store in bounds: retention (oldest first, by size and age),
 //! compaction of finished 10-minute buckets into level-1 segments (their
-//! waits summed per minute, their off-CPU time per 10 s and stack:
-//! [`crate::model::coarse`]), and the
+//! brief processes of a name run often folded into one track:
+//! [`crate::model::fold::fold_within`]; their waits summed per minute, their
+//! off-CPU time per 10 s and stack: [`crate::model::coarse`]), and the
 //! removal of what a killed writer or compaction left behind.
 //!
 //! In: the writer's index of the store ([`SegmentInfo`]s it keeps up to

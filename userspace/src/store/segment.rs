@@ -175,7 +175,10 @@ pub fn encode(
     zlevel: i32,
 ) -> Result<(SegmentHeader, Vec<u8>), SegmentError> {
     let samples = rec.sample_count();
-    let processes = rec.processes.len() as u32;
+    // A folded track counts the processes it stands for.
+    let processes = rec.processes.iter().fold(0u32, |n, p| {
+        n.saturating_add(p.folded.max(1).min(u64::from(u32::MAX)) as u32)
+    });
     let lost = rec.stats.lost_total();
     let mut rec = rec;
     let additions = StoredAdditions::of(&rec);
@@ -297,10 +300,17 @@ pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Recording), SegmentError> 
             (Some(k), rest)
         }
     };
-    // Before format 14 no track was folded.
-    let folded: StoredFolded = match rest {
-        [] => StoredFolded::default(),
-        rest => postcard::from_bytes(rest).map_err(SegmentError::Payload)?,
+    // Before format 14 no track was folded (what follows an older payload
+    // is not read as folded tracks); from 14 on the block ends the payload.
+    let folded = if header_version(bytes) >= 14 {
+        let (f, rest): (StoredFolded, &[u8]) =
+            postcard::take_from_bytes(rest).map_err(SegmentError::Payload)?;
+        if !rest.is_empty() {
+            return Err(SegmentError::Inconsistent("bytes after the folded tracks"));
+        }
+        f
+    } else {
+        StoredFolded::default()
     };
     deltas_to_times(&mut stored, header_version(bytes) >= PREDICTED_FROM)?;
     let mut rec = stored.into_model().ok_or(SegmentError::Inconsistent(
@@ -357,7 +367,8 @@ pub struct PartSizes {
     /// CPU slices (markers, per-CPU tracks).
     pub cpu_slices: f64,
     /// Frames, their names and libraries (with what follows the recording
-    /// in the payload: frames' kinds and start lines, markers' landings).
+    /// in the payload: frames' kinds and start lines, markers' landings,
+    /// the folded tracks' counts).
     pub frames: f64,
     /// The stack tree.
     pub stacks: f64,
