@@ -210,14 +210,7 @@ pub fn fold_within(rec: &mut Recording) -> Folded {
     // A thread kept on its own is where it was (a reused pid is not moved).
     for p in &kept {
         for t in &p.threads {
-            let lived = (
-                t.start_ns.or(p.start_ns).unwrap_or(0),
-                t.end_ns.or(p.end_ns).unwrap_or(u64::MAX),
-            );
-            moved
-                .entry((p.pid, t.tid))
-                .or_default()
-                .push((lived.0, lived.1, (p.pid, t.tid)));
+            note_thread(&mut moved, p, t, (p.pid, t.tid));
         }
     }
     kept.extend(groups);
@@ -261,6 +254,17 @@ pub fn fold_within(rec: &mut Recording) -> Folded {
     kept.sort_by_key(|p| (p.pid, p.start_ns));
     rec.processes = kept;
     folded
+}
+
+/// Note in `moved` that thread `t` of `p`, over its lifetime (its
+/// process's where its own is not known), is now at `to` (pid, tid).
+fn note_thread(moved: &mut Moved, p: &ProcessRecord, t: &ThreadRecord, to: (u32, u32)) {
+    let from = t.start_ns.or(p.start_ns).unwrap_or(0);
+    let until = t.end_ns.or(p.end_ns).unwrap_or(u64::MAX);
+    moved
+        .entry((p.pid, t.tid))
+        .or_default()
+        .push((from, until, to));
 }
 
 impl Folder {
@@ -336,14 +340,7 @@ impl Group {
         }
         if let Some(moved) = moved {
             for x in &p.threads {
-                let lived = (
-                    x.start_ns.or(p.start_ns).unwrap_or(0),
-                    x.end_ns.or(p.end_ns).unwrap_or(u64::MAX),
-                );
-                moved
-                    .entry((p.pid, x.tid))
-                    .or_default()
-                    .push((lived.0, lived.1, (t.pid, t.pid)));
+                note_thread(moved, &p, x, (t.pid, t.pid));
             }
         }
         self.members = self.members.saturating_add(p.folded.max(1));
