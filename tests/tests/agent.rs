@@ -895,7 +895,7 @@ fn unit_memory_max() -> u64 {
 }
 
 /// Check that the agent stays up in its unit's memory beside a user's
-/// churn: in a memory cgroup limited to the unit's `MemoryMax` (256 MiB),
+/// churn: in a memory cgroup limited to the unit's `MemoryMax` (176 MiB),
 /// made before it starts so its BPF maps are charged there, beside nobody
 /// starting 150 new binaries a second for 5 minutes (each a file of its
 /// own, with 128 KiB of arguments and 300 executable mappings), the agent
@@ -1014,9 +1014,10 @@ fn the_agent_stays_up_in_its_units_memory_beside_a_churn() {
 }
 
 /// Check that near its cgroup's limit the agent sheds rather than waits to
-/// be killed: in its unit's 256 MiB, told to shed at 5 % of it (12.8 MiB,
-/// below what it holds at rest: its BPF maps alone are ~27 MiB; 20 % was
-/// below them until the unwind rows were taken as needed), it cuts a
+/// be killed: in its unit's `MemoryMax` (176 MiB), told to shed at 5 % of it
+/// (8.8 MiB, below what it holds at rest: its BPF maps alone are ~25 MiB; 20 %
+/// of the 256 MiB it once had was below them until the unwind rows were taken
+/// as needed), it cuts a
 /// window and drops its caches every 30 s, says so once and counts each
 /// shed on its health line; its windows go on being stored and it exits
 /// cleanly.
