@@ -417,16 +417,12 @@ impl ShowMerge {
         let (held, groups, folded) = folder.finish();
         rec.processes.extend(self.ended);
         rec.processes.extend(held);
-        // A folded track's counters would be one member's (the memory of a
-        // millisecond's process): only tracks of one process keep theirs.
-        let one_process: rustc_hash::FxHashSet<u32> = rec.processes.iter().map(|p| p.pid).collect();
-        rec.counters.extend(self.counters);
-        rec.counters
-            .retain(|c| c.pid == 0 || one_process.contains(&c.pid));
-        rec.counters
-            .sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
         rec.processes.extend(groups);
         rec.processes.sort_by_key(|p| (p.pid, p.start_ns));
+        rec.counters.extend(self.counters);
+        rec.keep_counters_of_own_processes();
+        rec.counters
+            .sort_by(|a, b| (a.pid, &a.name).cmp(&(b.pid, &b.name)));
         (rec, folded)
     }
 }

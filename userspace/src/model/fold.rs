@@ -244,15 +244,9 @@ pub fn fold_within(rec: &mut Recording) -> Folded {
             }
         }
     }
-    let own_track: rustc_hash::FxHashSet<u32> = kept
-        .iter()
-        .filter(|p| p.folded == 0)
-        .map(|p| p.pid)
-        .collect();
-    rec.counters
-        .retain(|c| c.pid == 0 || own_track.contains(&c.pid));
     kept.sort_by_key(|p| (p.pid, p.start_ns));
     rec.processes = kept;
+    rec.keep_counters_of_own_processes();
     folded
 }
 
@@ -388,17 +382,8 @@ impl Group {
     /// in time order (members end in any order).
     fn finish(mut self, name: &str) -> ProcessRecord {
         let t = &mut self.track;
-        t.name = format!("{name}{COUNT_SEPARATOR}{}", self.members);
-        t.folded = self.members;
-        t.cmdline = format!(
-            "{} brief processes named {name} (each lived under {} s), folded into one track",
-            self.members,
-            BRIEF_NS / 1_000_000_000
-        );
+        label_track(t, name, self.members);
         if let Some(thread) = t.threads.first_mut() {
-            // The front end labels a process's track with its main thread's
-            // name: the count shows there.
-            thread.name = t.name.clone();
             sort_thread(thread);
             thread.markers.sort_by_key(|m| match m {
                 MarkerRecord::OffCpu { start_ns, .. }
@@ -408,6 +393,22 @@ impl Group {
             });
         }
         self.track
+    }
+}
+
+/// Name `track` for the `members` brief processes named `name` it stands
+/// for: its name, command line and main thread's name say the count.
+pub fn label_track(track: &mut ProcessRecord, name: &str, members: u64) {
+    track.name = format!("{name}{COUNT_SEPARATOR}{members}");
+    track.folded = members;
+    track.cmdline = format!(
+        "{members} brief processes named {name} (each lived under {} s), folded into one track",
+        BRIEF_NS / 1_000_000_000
+    );
+    if let Some(thread) = track.threads.first_mut() {
+        // The front end labels a process's track with its main thread's
+        // name: the count shows there.
+        thread.name = track.name.clone();
     }
 }
 

@@ -491,14 +491,30 @@ fn shift_process(p: &mut ProcessRecord, shift: &impl Fn(u64) -> u64, node: &impl
 }
 
 /// Join `p`'s threads and facts into `into` (the same process, another window).
+///
+/// A folded track ([`ProcessRecord::folded`]) goes under its first member's
+/// key, so it can meet that member's own record from a window outside the
+/// compacted run (a late record carried past the cut): the member is one of
+/// the track's, which keeps its name and count. Two tracks under one key
+/// stand for their members together.
 fn merge_process(into: &mut ProcessRecord, p: ProcessRecord) {
-    if !p.name.is_empty() {
-        into.name = p.name;
+    match (into.folded, p.folded) {
+        (0, 0) => {
+            if !p.name.is_empty() {
+                into.name = p.name;
+            }
+            if !p.cmdline.is_empty() {
+                into.cmdline = p.cmdline;
+            }
+        }
+        (_, 0) => {}
+        (counted, more) => {
+            let base = p.base_name().to_string();
+            let members = counted.saturating_add(more);
+            super::fold::label_track(into, &base, members);
+        }
     }
     into.exe = p.exe.or(into.exe.take());
-    if !p.cmdline.is_empty() {
-        into.cmdline = p.cmdline;
-    }
     into.end_ns = p.end_ns.or(into.end_ns);
     into.cgroup = p.cgroup.or(into.cgroup.take());
     for t in p.threads {
@@ -523,6 +539,12 @@ fn merge_process(into: &mut ProcessRecord, p: ProcessRecord) {
                 x.markers.extend(t.markers);
             }
             None => into.threads.push(t),
+        }
+    }
+    if into.folded > 0 {
+        // A member's thread joined the track's: the track's name stays on it.
+        if let Some(t) = into.threads.first_mut() {
+            t.name = into.name.clone();
         }
     }
 }

@@ -76,9 +76,21 @@ impl Recording {
     /// Keep only the processes `keep` accepts.
     pub fn retain_processes(&mut self, keep: impl Fn(&ProcessRecord) -> bool) {
         self.processes.retain(|p| keep(p));
-        let pids: rustc_hash::FxHashSet<u32> = self.processes.iter().map(|p| p.pid).collect();
-        self.counters
-            .retain(|c| c.pid == 0 || pids.contains(&c.pid));
+        self.keep_counters_of_own_processes();
+    }
+
+    /// Drop the counters of processes that have no track of their own
+    /// (left out, or folded: a folded track's counters would be one
+    /// member's, the memory of a millisecond's process); the machine's
+    /// (pid 0) stay.
+    pub fn keep_counters_of_own_processes(&mut self) {
+        let own: rustc_hash::FxHashSet<u32> = self
+            .processes
+            .iter()
+            .filter(|p| p.folded == 0)
+            .map(|p| p.pid)
+            .collect();
+        self.counters.retain(|c| c.pid == 0 || own.contains(&c.pid));
     }
 
     /// Samples in the recording (on-CPU).

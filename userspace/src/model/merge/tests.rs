@@ -341,3 +341,50 @@ fn compaction_joins_goroutines_stacks() {
     );
     assert_eq!(labelled[0], labelled[1], "one node for both goroutines");
 }
+
+/// Check that a folded track keeps its name and count when its first
+/// member's own record (the same pid and start) comes from another
+/// window, whichever comes first, and that two tracks under one key count
+/// their members together. Before, the member's record renamed the track
+/// `brief` and a track joining a member lost its count.
+#[test]
+fn a_folded_track_keeps_its_count_beside_its_first_members_record() {
+    let window = |p: ProcessRecord| Recording {
+        start_ns: 0,
+        end_ns: 10_000,
+        processes: vec![p],
+        ..Default::default()
+    };
+    let track = |members: u64| {
+        let mut p = process(7, thread(7, Some(1_000), Some(1_010)));
+        crate::model::fold::label_track(&mut p, "brief", members);
+        p
+    };
+    let member = || {
+        let mut p = process(7, thread(7, Some(1_000), Some(1_010)));
+        p.cmdline = "brief --once".into();
+        p
+    };
+    for (first, second, members) in [
+        (track(40), member(), 40),
+        (member(), track(40), 40),
+        (track(40), track(2), 42),
+    ] {
+        let mut m = Merger::default();
+        m.add(window(first));
+        m.add(window(second));
+        let out = m.finish();
+        assert_eq!(out.processes.len(), 1);
+        let p = &out.processes[0];
+        assert_eq!(
+            (p.name.as_str(), p.folded, p.base_name()),
+            (format!("brief ×{members}").as_str(), members, "brief")
+        );
+        assert!(
+            p.cmdline.starts_with(&format!("{members} brief processes")),
+            "{}",
+            p.cmdline
+        );
+        assert_eq!(p.threads[0].name, p.name);
+    }
+}
