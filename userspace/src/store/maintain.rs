@@ -19,7 +19,7 @@ use crate::model::merge;
 /// on the compressed size let a run of fork-storm windows take the agent's
 /// RSS to 147 MB in the bench. A bucket is compacted in several runs rather
 /// than decoded whole.
-const COMPACT_INPUT_RAW_BYTES: u64 = 2 << 20;
+pub(super) const COMPACT_INPUT_RAW_BYTES: u64 = 2 << 20;
 
 /// Wall-clock span of a compacted (level 1) segment.
 pub const BUCKET_MS: f64 = 600_000.0;
@@ -37,6 +37,23 @@ pub fn bucket_ms() -> f64 {
             .map(|v| v * 1e3)
             .unwrap_or(BUCKET_MS)
     })
+}
+
+/// `segments` (in time order) cut into runs whose inputs fit
+/// [`COMPACT_INPUT_RAW_BYTES`]: a bucket of a fork storm would otherwise be
+/// decoded whole into memory.
+fn runs_within_budget(segments: Vec<SegmentInfo>) -> Vec<Vec<SegmentInfo>> {
+    let mut runs: Vec<Vec<SegmentInfo>> = Vec::new();
+    let mut run_bytes = 0;
+    for s in segments {
+        if runs.is_empty() || run_bytes + s.header.raw_len > COMPACT_INPUT_RAW_BYTES {
+            runs.push(Vec::new());
+            run_bytes = 0;
+        }
+        run_bytes += s.header.raw_len;
+        runs.last_mut().expect("pushed").push(s);
+    }
+    runs
 }
 
 impl Store {
@@ -88,9 +105,11 @@ impl Store {
     }
 
     /// Compact every 10-minute bucket of `index` that ended before `now_ms`
-    /// and holds more than one segment into one level-1 segment. Returns
-    /// the segments written; a bucket whose inputs cannot all be read is
-    /// left as it is (with a warning), never half compacted.
+    /// and holds more than one segment into level-1 segments: each run of
+    /// its segments whose inputs fit [`COMPACT_INPUT_RAW_BYTES`] into one,
+    /// then the outputs again while two neighbours fit together. Returns
+    /// the segments written; a run whose inputs cannot all be read is left
+    /// as it is (with a warning), never half compacted.
     pub fn compact(
         &self,
         index: &mut Vec<SegmentInfo>,
@@ -107,39 +126,59 @@ impl Store {
         }
         let mut written = 0;
         for (_, group) in buckets {
-            let group = Self::select(&group, f64::NEG_INFINITY, f64::INFINITY);
-            // Runs of the bucket whose inputs fit the budget: a bucket of a
-            // fork storm would otherwise be decoded whole into memory.
-            let mut runs: Vec<Vec<SegmentInfo>> = Vec::new();
-            let mut run_bytes = 0;
-            for s in group {
-                if runs.is_empty() || run_bytes + s.header.raw_len > COMPACT_INPUT_RAW_BYTES {
-                    runs.push(Vec::new());
-                    run_bytes = 0;
+            let mut group = Self::select(&group, f64::NEG_INFINITY, f64::INFINITY);
+            // Passes until no two neighbours fit the budget together: a
+            // run's output is a fraction of its inputs (brief processes
+            // folded, waits summed, each frame and stack once), so the
+            // outputs of one pass are compacted again in the next, and a
+            // bucket's frame table is paid once per budget's worth rather
+            // than once per run. Each pass that writes leaves fewer
+            // segments, so the passes end.
+            loop {
+                let mut next = Vec::with_capacity(group.len());
+                let (mut wrote, mut failed) = (false, false);
+                for run in runs_within_budget(group) {
+                    if run.len() < 2 {
+                        next.extend(run);
+                        continue;
+                    }
+                    match self.compact_run(index, &run, warnings) {
+                        Some(info) => {
+                            written += 1;
+                            wrote = true;
+                            next.push(info);
+                        }
+                        // Left as it is (with a warning); no further pass
+                        // tries it again until the next compaction.
+                        None => {
+                            failed = true;
+                            next.extend(run);
+                        }
+                    }
                 }
-                run_bytes += s.header.raw_len;
-                runs.last_mut().expect("pushed").push(s);
-            }
-            for group in runs {
-                written += self.compact_run(index, group, warnings);
+                if !wrote || failed {
+                    break;
+                }
+                group = next;
             }
         }
         written
     }
 
     /// Compact one run of segments into one; see [`Store::compact`].
+    /// Returns the segment written, or None (inputs left as they are).
     fn compact_run(
         &self,
         index: &mut Vec<SegmentInfo>,
-        group: Vec<SegmentInfo>,
+        group: &[SegmentInfo],
         warnings: &mut Vec<String>,
-    ) -> u64 {
+    ) -> Option<SegmentInfo> {
         if group.len() < 2 {
-            return 0;
+            return None;
         }
         let mut recs = Vec::with_capacity(group.len());
         let mut windows = Vec::new();
-        for s in &group {
+        for s in group {
             match self.read(s) {
                 Ok(r) => {
                     recs.push(r);
@@ -149,7 +188,7 @@ impl Store {
                     if let ReadError::Bad(why) = e {
                         warnings.push(format!("not compacting around {}: {why}", s.path.display()));
                     }
-                    return 0;
+                    return None;
                 }
             }
         }
@@ -163,16 +202,16 @@ impl Store {
         crate::model::coarse::coarsen(&mut merged);
         match self.write(merged, windows, 1) {
             Ok(info) => {
-                for s in &group {
+                for s in group {
                     let _ = self.dir.remove(file_name(&s.path));
                 }
                 index.retain(|x| !group.iter().any(|g| g.path == x.path));
-                index.push(info);
-                1
+                index.push(info.clone());
+                Some(info)
             }
             Err(e) => {
                 warnings.push(e.to_string());
-                0
+                None
             }
         }
     }

@@ -165,6 +165,82 @@ fn compaction_folds_brief_processes_of_a_name_run_often() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// Check that a bucket too large to compact in one run is compacted again
+/// from the first runs' outputs, which fit together: 12 windows of 3,000
+/// brief processes each (~0.5 MiB each before folding) are 4 runs, then one
+/// segment, with every sample and every process counted. Before, the 4 runs'
+/// segments stayed apart until the next bucket's compaction, each with its
+/// own frame table.
+#[test]
+fn compaction_compacts_its_runs_outputs_again() {
+    use crate::model::recording::{ProcessRecord, ThreadRecord};
+    let d = dir("passes");
+    let store = Store::open(&d, true).unwrap();
+    let t0 = 1_800_000_000_000.0; // a bucket boundary
+    let mut index = Vec::new();
+    let mut samples = 0;
+    let mut raw = 0;
+    const WINDOWS: u64 = 12;
+    const PER_WINDOW: u64 = 3_000;
+    for i in 0..WINDOWS {
+        let start_ns = 1_000_000_000 + i * 10_000_000_000;
+        let (mut r, w) = window(t0 + i as f64 * 10_000.0, start_ns);
+        for j in 0..PER_WINDOW {
+            let begun = start_ns + j * 3_000_000;
+            let pid = (10_000 + i * PER_WINDOW + j) as u32;
+            let mut t = ThreadRecord {
+                tid: pid,
+                name: "true".into(),
+                start_ns: Some(begun),
+                end_ns: Some(begun + 1_000_000),
+                ..Default::default()
+            };
+            t.samples.time_ns.push(begun + 500_000);
+            t.samples.stack.push(1);
+            t.samples.cpu_delta_ns.push(500_000);
+            t.samples.cpu.push(0);
+            r.processes.push(ProcessRecord {
+                pid,
+                name: "true".into(),
+                cmdline: format!("/bin/true {}", "x".repeat(120 + (j % 7) as usize)),
+                start_ns: Some(begun),
+                end_ns: Some(begun + 1_000_000),
+                threads: vec![t],
+                ..Default::default()
+            });
+        }
+        samples += r.sample_count();
+        let info = store.write(r, w, 0).unwrap();
+        raw += info.header.raw_len;
+        index.push(info);
+    }
+    assert!(
+        raw > 2 * super::maintain::COMPACT_INPUT_RAW_BYTES,
+        "the bucket needs several runs: {raw} raw bytes"
+    );
+    let mut warnings = Vec::new();
+    let written = store.compact(&mut index, t0 + BUCKET_MS, &mut warnings);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(index.len(), 1, "one segment left: {index:?}");
+    assert!(written >= 3, "runs, then their outputs: {written}");
+    let q = store.query(t0, t0 + BUCKET_MS);
+    assert_eq!(q.recordings.len(), 1);
+    let rec = &q.recordings[0];
+    assert_eq!(rec.sample_count(), samples, "every sample kept");
+    let tracks: Vec<(&str, u64)> = rec
+        .processes
+        .iter()
+        .map(|p| (p.name.as_str(), p.folded))
+        .collect();
+    let brief = WINDOWS * PER_WINDOW;
+    assert_eq!(
+        tracks,
+        vec![("x", 0), (format!("true ×{brief}").as_str(), brief)]
+    );
+    assert_eq!(index[0].header.windows.len(), WINDOWS as usize);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 fn off_cpu_total(rec: &Recording) -> u64 {
     rec.processes
         .iter()
