@@ -492,12 +492,26 @@ fn shift_process(p: &mut ProcessRecord, shift: &impl Fn(u64) -> u64, node: &impl
 
 /// Join `p`'s threads and facts into `into` (the same process, another window).
 ///
-/// A folded track ([`ProcessRecord::folded`]) goes under its first member's
-/// key, so it can meet that member's own record from a window outside the
-/// compacted run (a late record carried past the cut): the member is one of
-/// the track's, which keeps its name and count. Two tracks under one key
-/// stand for their members together.
+/// A folded track ([`ProcessRecord::folded`]) goes under a member's pid and
+/// the earliest start, so it can meet that member's own record from a
+/// window outside the compacted run (a late record carried past the cut):
+/// the member is one of the track's, which keeps its name, count, span,
+/// executable and cgroup. Two tracks under one key stand for their members
+/// together (a member of both, which no fold makes, would count twice).
 fn merge_process(into: &mut ProcessRecord, p: ProcessRecord) {
+    let track = into.folded > 0 || p.folded > 0;
+    if track {
+        // The track's span covers its members', whichever comes first.
+        into.end_ns = into.end_ns.max(p.end_ns);
+        if p.folded > 0 {
+            into.exe = p.exe.clone();
+            into.cgroup = p.cgroup.clone();
+        }
+    } else {
+        into.exe = p.exe.clone().or(into.exe.take());
+        into.end_ns = p.end_ns.or(into.end_ns);
+        into.cgroup = p.cgroup.clone().or(into.cgroup.take());
+    }
     match (into.folded, p.folded) {
         (0, 0) => {
             if !p.name.is_empty() {
@@ -514,9 +528,6 @@ fn merge_process(into: &mut ProcessRecord, p: ProcessRecord) {
             super::fold::label_track(into, &base, members);
         }
     }
-    into.exe = p.exe.or(into.exe.take());
-    into.end_ns = p.end_ns.or(into.end_ns);
-    into.cgroup = p.cgroup.or(into.cgroup.take());
     for t in p.threads {
         match into
             .threads
@@ -527,7 +538,11 @@ fn merge_process(into: &mut ProcessRecord, p: ProcessRecord) {
                 if !t.name.is_empty() {
                     x.name = t.name;
                 }
-                x.end_ns = t.end_ns.or(x.end_ns);
+                x.end_ns = if track {
+                    x.end_ns.max(t.end_ns)
+                } else {
+                    t.end_ns.or(x.end_ns)
+                };
                 x.switches = t.switches.or(x.switches);
                 x.samples.time_ns.extend(t.samples.time_ns);
                 x.samples.stack.extend(t.samples.stack);

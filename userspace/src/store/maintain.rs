@@ -108,8 +108,9 @@ impl Store {
     /// and holds more than one segment into level-1 segments: each run of
     /// its segments whose inputs fit [`COMPACT_INPUT_RAW_BYTES`] into one,
     /// then the outputs again while two neighbours fit together. Returns
-    /// the segments written; a run whose inputs cannot all be read is left
-    /// as it is (with a warning), never half compacted.
+    /// the segments written (those a later pass took in included); a run
+    /// whose inputs cannot all be read is left as it is (with a warning),
+    /// never half compacted. Memory freed is given back after each pass.
     pub fn compact(
         &self,
         index: &mut Vec<SegmentInfo>,
@@ -159,6 +160,9 @@ impl Store {
                 if !wrote || failed {
                     break;
                 }
+                // The pass's decoded inputs are freed: give them back before
+                // the next decodes its own (the peak is one pass's, not two).
+                crate::sys::process::release_freed_memory();
                 group = next;
             }
         }

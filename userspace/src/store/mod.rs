@@ -19,11 +19,13 @@
 //! Names are `<start ms>-<end ms>.L<level>.seg` (wall clock, ms since the
 //! epoch, zero-padded: `ls` sorts them by time). The agent writes level 0,
 //! one window per file; once a 10-minute bucket of wall-clock time is over,
-//! its windows are compacted into one level-1 file that shares one table of
-//! libraries, frames and stacks (that is what makes a sample cost a few
-//! bytes: in a 10-second file the names dominate). The compacted file is in
-//! place before its inputs are removed; a reader that sees both uses the
-//! level-1 file and skips the windows it already holds.
+//! its windows are compacted into level-1 files, as few as compaction's
+//! memory budget allows, each sharing one table of libraries, frames and
+//! stacks (that is what makes a sample cost a few bytes: in a 10-second file
+//! the names dominate). A compacted file is in place before its inputs are
+//! removed; a reader that sees both uses the compacted file (the higher
+//! level, else the one holding more windows) and skips the windows it
+//! already holds.
 //!
 //! The directory holds every process's command lines and stacks: it is
 //! created mode 0700, and one that is a symlink, not ours, or writable by

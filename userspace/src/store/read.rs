@@ -67,11 +67,16 @@ impl Store {
             .iter()
             .filter(|s| s.header.end_ms >= since_ms && s.header.start_ms <= until_ms)
             .collect();
+        // Highest level first, then by time; among segments of one level
+        // and start (a compaction's output beside its inputs of the same
+        // level, its removal of them cut short), the one holding the most
+        // windows, so the output is read and its inputs count as superseded.
         by_level.sort_by(|a, b| {
             b.header
                 .level
                 .cmp(&a.header.level)
                 .then(a.header.start_ms.total_cmp(&b.header.start_ms))
+                .then(b.header.windows.len().cmp(&a.header.windows.len()))
         });
         let mut chosen: Vec<SegmentInfo> = Vec::new();
         let mut held: Vec<(f64, f64)> = Vec::new();

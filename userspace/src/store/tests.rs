@@ -178,7 +178,7 @@ fn compaction_compacts_its_runs_outputs_again() {
     let store = Store::open(&d, true).unwrap();
     let t0 = 1_800_000_000_000.0; // a bucket boundary
     let mut index = Vec::new();
-    let mut samples = 0;
+    let (mut samples, mut off_cpu_ns) = (0, 0);
     let mut raw = 0;
     const WINDOWS: u64 = 12;
     const PER_WINDOW: u64 = 3_000;
@@ -199,6 +199,10 @@ fn compaction_compacts_its_runs_outputs_again() {
             t.samples.stack.push(1);
             t.samples.cpu_delta_ns.push(500_000);
             t.samples.cpu.push(0);
+            t.off_cpu.time_ns.push(begun);
+            t.off_cpu.stack.push(1);
+            // Whole microseconds: the store keeps times to the µs.
+            t.off_cpu.duration_ns.push(200_000 + (j % 7) * 1_000);
             r.processes.push(ProcessRecord {
                 pid,
                 name: "true".into(),
@@ -210,6 +214,7 @@ fn compaction_compacts_its_runs_outputs_again() {
             });
         }
         samples += r.sample_count();
+        off_cpu_ns += off_cpu_total(&r);
         let info = store.write(r, w, 0).unwrap();
         raw += info.header.raw_len;
         index.push(info);
@@ -222,11 +227,14 @@ fn compaction_compacts_its_runs_outputs_again() {
     let written = store.compact(&mut index, t0 + BUCKET_MS, &mut warnings);
     assert!(warnings.is_empty(), "{warnings:?}");
     assert_eq!(index.len(), 1, "one segment left: {index:?}");
+    let (on_disk, _) = store.list();
+    assert_eq!(on_disk.len(), 1, "one file left: {on_disk:?}");
     assert!(written >= 3, "runs, then their outputs: {written}");
     let q = store.query(t0, t0 + BUCKET_MS);
     assert_eq!(q.recordings.len(), 1);
     let rec = &q.recordings[0];
     assert_eq!(rec.sample_count(), samples, "every sample kept");
+    assert_eq!(off_cpu_total(rec), off_cpu_ns, "every off-CPU ns kept");
     let tracks: Vec<(&str, u64)> = rec
         .processes
         .iter()

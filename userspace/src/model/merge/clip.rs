@@ -76,7 +76,13 @@ impl Recording {
     /// Keep only the processes `keep` accepts.
     pub fn retain_processes(&mut self, keep: impl Fn(&ProcessRecord) -> bool) {
         self.processes.retain(|p| keep(p));
-        self.keep_counters_of_own_processes();
+        // Every kept pid's, a folded track's too: a process of its own
+        // taken out before (`show`'s ended ones) may share its pid, and
+        // [`Recording::keep_counters_of_own_processes`] sorts them out once
+        // all are back.
+        let pids: rustc_hash::FxHashSet<u32> = self.processes.iter().map(|p| p.pid).collect();
+        self.counters
+            .retain(|c| c.pid == 0 || pids.contains(&c.pid));
     }
 
     /// Drop the counters of processes that have no track of their own

@@ -346,7 +346,8 @@ fn compaction_joins_goroutines_stacks() {
 /// member's own record (the same pid and start) comes from another
 /// window, whichever comes first, and that two tracks under one key count
 /// their members together. Before, the member's record renamed the track
-/// `brief` and a track joining a member lost its count.
+/// `brief`, cut its span to its own and took its cgroup, and a track
+/// joining a member lost its count.
 #[test]
 fn a_folded_track_keeps_its_count_beside_its_first_members_record() {
     let window = |p: ProcessRecord| Recording {
@@ -355,8 +356,11 @@ fn a_folded_track_keeps_its_count_beside_its_first_members_record() {
         processes: vec![p],
         ..Default::default()
     };
+    // The track's span outlasts its first member's; its cgroup is the one
+    // its members share.
     let track = |members: u64| {
-        let mut p = process(7, thread(7, Some(1_000), Some(1_010)));
+        let mut p = process(7, thread(7, Some(1_000), Some(5_000)));
+        p.cgroup = Some("/a".into());
         crate::model::fold::label_track(&mut p, "brief", members);
         p
     };
@@ -386,5 +390,7 @@ fn a_folded_track_keeps_its_count_beside_its_first_members_record() {
             p.cmdline
         );
         assert_eq!(p.threads[0].name, p.name);
+        assert_eq!((p.end_ns, p.threads[0].end_ns), (Some(5_000), Some(5_000)));
+        assert_eq!(p.cgroup.as_deref(), Some("/a"));
     }
 }
