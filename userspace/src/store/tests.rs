@@ -173,7 +173,6 @@ fn compaction_folds_brief_processes_of_a_name_run_often() {
 /// own frame table.
 #[test]
 fn compaction_compacts_its_runs_outputs_again() {
-    use crate::model::recording::{ProcessRecord, ThreadRecord};
     let d = dir("passes");
     let store = Store::open(&d, true).unwrap();
     let t0 = 1_800_000_000_000.0; // a bucket boundary
@@ -183,36 +182,7 @@ fn compaction_compacts_its_runs_outputs_again() {
     const WINDOWS: u64 = 12;
     const PER_WINDOW: u64 = 3_000;
     for i in 0..WINDOWS {
-        let start_ns = 1_000_000_000 + i * 10_000_000_000;
-        let (mut r, w) = window(t0 + i as f64 * 10_000.0, start_ns);
-        for j in 0..PER_WINDOW {
-            let begun = start_ns + j * 3_000_000;
-            let pid = (10_000 + i * PER_WINDOW + j) as u32;
-            let mut t = ThreadRecord {
-                tid: pid,
-                name: "true".into(),
-                start_ns: Some(begun),
-                end_ns: Some(begun + 1_000_000),
-                ..Default::default()
-            };
-            t.samples.time_ns.push(begun + 500_000);
-            t.samples.stack.push(1);
-            t.samples.cpu_delta_ns.push(500_000);
-            t.samples.cpu.push(0);
-            t.off_cpu.time_ns.push(begun);
-            t.off_cpu.stack.push(1);
-            // Whole microseconds: the store keeps times to the µs.
-            t.off_cpu.duration_ns.push(200_000 + (j % 7) * 1_000);
-            r.processes.push(ProcessRecord {
-                pid,
-                name: "true".into(),
-                cmdline: format!("/bin/true {}", "x".repeat(120 + (j % 7) as usize)),
-                start_ns: Some(begun),
-                end_ns: Some(begun + 1_000_000),
-                threads: vec![t],
-                ..Default::default()
-            });
-        }
+        let (r, w) = brief_processes_window(t0, i, PER_WINDOW);
         samples += r.sample_count();
         off_cpu_ns += off_cpu_total(&r);
         let info = store.write(r, w, 0).unwrap();
@@ -246,6 +216,100 @@ fn compaction_compacts_its_runs_outputs_again() {
         vec![("x", 0), (format!("true ×{brief}").as_str(), brief)]
     );
     assert_eq!(index[0].header.windows.len(), WINDOWS as usize);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Window `i` of the bucket starting at `t0`: the test recording and
+/// `per_window` brief processes named `true`, 3 ms apart, each with a
+/// sample, an off-CPU interval and a 130-byte command line (~0.5 MiB
+/// decoded for 3,000).
+fn brief_processes_window(t0: f64, i: u64, per_window: u64) -> (Recording, Vec<WindowSpan>) {
+    use crate::model::recording::{ProcessRecord, ThreadRecord};
+    let start_ns = 1_000_000_000 + i * 10_000_000_000;
+    let (mut r, w) = window(t0 + i as f64 * 10_000.0, start_ns);
+    for j in 0..per_window {
+        let begun = start_ns + j * 3_000_000;
+        let pid = (10_000 + i * per_window + j) as u32;
+        let mut t = ThreadRecord {
+            tid: pid,
+            name: "true".into(),
+            start_ns: Some(begun),
+            end_ns: Some(begun + 1_000_000),
+            ..Default::default()
+        };
+        t.samples.time_ns.push(begun + 500_000);
+        t.samples.stack.push(1);
+        t.samples.cpu_delta_ns.push(500_000);
+        t.samples.cpu.push(0);
+        t.off_cpu.time_ns.push(begun);
+        t.off_cpu.stack.push(1);
+        // Whole microseconds: the store keeps times to the µs.
+        t.off_cpu.duration_ns.push(200_000 + (j % 7) * 1_000);
+        r.processes.push(ProcessRecord {
+            pid,
+            name: "true".into(),
+            cmdline: format!("/bin/true {}", "x".repeat(120 + (j % 7) as usize)),
+            start_ns: Some(begun),
+            end_ns: Some(begun + 1_000_000),
+            threads: vec![t],
+            ..Default::default()
+        });
+    }
+    (r, w)
+}
+
+/// Check that a run of a bucket that cannot be read stops the passes and
+/// keeps its files, while the bucket's other runs are compacted: 8 windows
+/// of ~0.5 MiB are several runs; the sixth file is damaged. Its run's files
+/// stay as they are, with one warning, no second pass is made, each window
+/// is held once, and every window but the damaged one is still read back.
+#[test]
+fn a_damaged_run_keeps_its_files_and_stops_the_passes() {
+    let d = dir("damaged-run");
+    let store = Store::open(&d, true).unwrap();
+    let t0 = 1_800_000_000_000.0; // a bucket boundary
+    let mut index = Vec::new();
+    for i in 0..8 {
+        let (r, w) = brief_processes_window(t0, i, 3_000);
+        index.push(store.write(r, w, 0).unwrap());
+    }
+    let damaged = index[5].path.clone();
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&damaged, bytes).unwrap();
+    let mut warnings = Vec::new();
+    let written = store.compact(&mut index, t0 + BUCKET_MS, &mut warnings);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("not compacting around") && warnings[0].contains("1800000050000"),
+        "{warnings:?}"
+    );
+    let at = |level: u8| -> Vec<&SegmentInfo> {
+        index.iter().filter(|s| s.header.level == level).collect()
+    };
+    assert!(
+        at(0).iter().any(|s| s.path == damaged) && damaged.exists(),
+        "the damaged file stays, in the index and on disk"
+    );
+    assert!(
+        at(0).len() >= 2 && !at(1).is_empty(),
+        "its run's files stay, the other runs are compacted: {index:?}"
+    );
+    assert_eq!(
+        written as usize,
+        at(1).len(),
+        "no pass after the failing one"
+    );
+    let windows: usize = index.iter().map(|s| s.header.windows.len()).sum();
+    assert_eq!(windows, 8, "every window held once: {index:?}");
+    let q = store.query(t0, t0 + BUCKET_MS);
+    assert_eq!(
+        q.recordings.len(),
+        index.len() - 1,
+        "all but the damaged one read"
+    );
+    assert_eq!(q.warnings.len(), 1, "{:?}", q.warnings);
     let _ = std::fs::remove_dir_all(&d);
 }
 
