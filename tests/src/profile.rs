@@ -50,6 +50,10 @@ pub struct FrameView {
     pub line: Option<u64>,
     /// Its function's first line, where it has one.
     pub first_line: Option<u64>,
+    /// Its function's resource's name: a library's name, or `JIT (...)` for
+    /// JIT code other than a Java method (`JIT (perf-PID.map)` for the stubs
+    /// a JVM's perf map names); "" for none, Java methods included.
+    pub resource: String,
 }
 
 /// One thread of a profile, with helpers to walk its samples.
@@ -333,6 +337,13 @@ impl ThreadView<'_> {
                 native,
                 line: ft["line"][frame].as_u64(),
                 first_line: t["funcTable"]["lineNumber"][func].as_u64(),
+                resource: t["funcTable"]["resource"][func]
+                    .as_i64()
+                    .filter(|&r| r >= 0)
+                    .and_then(|r| t["resourceTable"]["name"][r as usize].as_u64())
+                    .and_then(|n| strings[n as usize].as_str())
+                    .unwrap_or("")
+                    .to_string(),
             }
         })
     }

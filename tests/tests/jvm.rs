@@ -620,10 +620,19 @@ fn java_method_key(name: &str) -> &str {
 /// Check javac's methods against JFR, the JVM's own sampler, in the same
 /// run: javac (a program nobody here wrote) compiles `Big.java` with a
 /// flight recording at 1 ms. Of the samples whose leaf is a Java method
-/// (JFR's ExecutionSamples; sysprof's on-CPU samples of javac whose leaf
-/// frame is Java), JFR's ten leaf methods with most samples must have
-/// within 2 points (or 4 standard errors of the two counts, if more) of
-/// the share sysprof gives them; and the methods JFR sees mostly inlined
+/// (JFR's ExecutionSamples; sysprof's on-CPU samples of javac whose first
+/// frame below the code cache's stubs and the kernel is Java, as JFR
+/// walks), the ten leaf methods with the largest share of the two together
+/// must have the same share in each within a point and 4 standard errors
+/// of the two counts (0.74 of that at most in 10 runs beside a fork storm),
+/// and none of them may be missing from one. JFR is an oracle with errors
+/// of its own: it suspends the thread it samples (sysprof sees `[off-CPU:
+/// sleeping]` at its sample times) and charges a frame it cannot read to
+/// its caller, so the interpreted lexer loops it names (`processWhiteSpace`,
+/// `skipWhitespace`) came out up to 2.1 points above sysprof's share in
+/// those runs. Before stubs were charged to their callers, a fixed 2 points
+/// failed one CI run (`Types$DefaultTypeVisitor.visit`, a megamorphic call:
+/// JFR 3.47 %, sysprof 1.36 %). And the methods JFR sees mostly inlined
 /// into their callers (its frame type "Inlined": ~40 % of javac's leaves)
 /// must be named as the leaf in at least 60 % of the share JFR gives them
 /// (sysprof 31 % against JFR's 41 % here; before compiled frames were read
@@ -655,8 +664,9 @@ fn javac_methods_match_jfr_with_inlined_methods() {
         jfr_path.display()
     );
     // 9,000 methods: with 4,000, javac ran ~0.9 s of Java leaves on a
-    // faster host, and JFR took 836-887 samples of them, fewer than the
-    // 1,000 asked below; with 6,000, 935-1,904 here.
+    // faster host, and JFR took 836-887 samples of them; with 6,000,
+    // 935-1,904 here. Beside a fork storm JFR took 914-1,590 of 9,000's, so
+    // 800 are asked below (the tolerance widens with fewer).
     let out_path = record_javac_big(&dir, &[&flight], 9000);
     let printed = std::process::Command::new("jfr")
         .args([
@@ -695,20 +705,39 @@ fn javac_methods_match_jfr_with_inlined_methods() {
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
     let mut ours: std::collections::HashMap<String, usize> = Default::default();
-    // Java leaves, and of them those the profile marks inlined (an inline
-    // depth above their compiled frame's).
+    // Java leaves as JFR counts them, and of them those the profile marks
+    // inlined (an inline depth above their compiled frame's). JFR samples a
+    // thread in Java state and walks from its first Java frame: code-cache
+    // stubs the compiled code called (`vtable chunks`, `I2C/C2I adapters`,
+    // `g1_post_barrier_slow`: 3 % of javac's on-CPU samples here, 13 % as
+    // many as its Java leaves) and the kernel's page faults and interrupts
+    // over Java code are charged to the Java method under them. sysprof
+    // names the stub, so its first Java frame below is the leaf compared. A
+    // sample in the VM's own code (libjvm), or in an interpreted method not
+    // read (named `Interpreter` from the perf map), is not a Java leaf here.
     let (mut leaves, mut marked_inlined, mut interpreted_ours) = (0usize, 0usize, 0usize);
     for t in profile.threads() {
         if t.process_name() != "javac" {
             continue;
         }
-        for s in t.on_cpu_stacks(&cats) {
-            if let Some((n, _)) = s.last().filter(|(_, c)| c == "Java") {
-                *ours.entry(java_method_key(n).to_string()).or_default() += 1;
-            }
-        }
         for s in t.stack_views(&profile.json, &cats) {
-            if let Some(leaf) = s.last().filter(|f| f.category == "Java") {
+            if s.last().is_none_or(|f| f.name.starts_with("[off-CPU")) {
+                continue;
+            }
+            let java_leaf = s
+                .iter()
+                .rev()
+                .find(|f| {
+                    let stub = f.category != "Java"
+                        && f.resource.starts_with("JIT (")
+                        && f.name != "Interpreter";
+                    !(f.category == "Kernel" || stub)
+                })
+                .filter(|f| f.category == "Java");
+            if let Some(leaf) = java_leaf {
+                *ours
+                    .entry(java_method_key(&leaf.name).to_string())
+                    .or_default() += 1;
                 leaves += 1;
                 marked_inlined += usize::from(leaf.inline_depth > 0);
                 interpreted_ours += usize::from(leaf.subcategory == "Interpreted");
@@ -723,29 +752,54 @@ fn javac_methods_match_jfr_with_inlined_methods() {
     let jfr_total: usize = jfr.values().map(|c| c.0).sum();
     let our_total: usize = ours.values().sum();
     assert!(
-        jfr_total >= 1000 && our_total >= 1000,
+        jfr_total >= 800 && our_total >= 1000,
         "too few samples to compare: JFR {jfr_total}, sysprof {our_total} with a Java leaf"
     );
-    let mut top: Vec<(&String, &(usize, usize))> = jfr.iter().collect();
-    top.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
     let share = |n: usize, of: usize| n as f64 / of as f64;
+    // The ten methods the two samplers together give most: ranked by JFR's
+    // count alone, its ten include those it over-counted by chance (JFR's
+    // 800-2,700 samples put a 3 % share's standard error at 0.3-0.6
+    // points), and sysprof came out below it on nearly every one; ranked by
+    // both, a method only sysprof gives much is compared too.
+    let mut top: Vec<(&String, (usize, usize))> = jfr
+        .iter()
+        .map(|(m, c)| (m, *c))
+        .chain(
+            ours.keys()
+                .filter(|m| !jfr.contains_key(*m))
+                .map(|m| (m, (0, 0))),
+        )
+        .collect();
+    let together = |m: &String, n: usize| {
+        share(n, jfr_total) + share(ours.get(m).copied().unwrap_or(0), our_total)
+    };
+    top.sort_by(|a, b| {
+        together(b.0, b.1 .0)
+            .total_cmp(&together(a.0, a.1 .0))
+            .then(a.0.cmp(b.0))
+    });
     let mut off: Vec<&String> = Vec::new();
     let mut table = String::new();
-    for (method, &(n, inlined)) in top.iter().take(10) {
+    for &(method, (n, inlined)) in top.iter().take(10) {
         let (theirs, mine) = (
             share(n, jfr_total),
-            share(ours.get(*method).copied().unwrap_or(0), our_total),
+            share(ours.get(method).copied().unwrap_or(0), our_total),
         );
         let sigma = (theirs * (1.0 - theirs) / jfr_total as f64
             + mine * (1.0 - mine) / our_total as f64)
             .sqrt();
-        let tolerance = 0.02f64.max(4.0 * sigma);
+        // As `oracles::share_tolerance`: four standard errors and a point.
+        let tolerance = 0.01 + 4.0 * sigma;
         table.push_str(&format!(
             "\n  JFR {:5.2} % ({inlined} of {n} inlined), sysprof {:5.2} %  {method}",
             100.0 * theirs,
             100.0 * mine
         ));
-        if (theirs - mine).abs() > tolerance {
+        // One sampler never naming a method the other gives 1 % is a wrong
+        // name whatever the tolerance (none of the ten was missing from
+        // either in 10 runs: 7 samples at the fewest).
+        let missing = theirs.min(mine) == 0.0 && theirs.max(mine) >= 0.01;
+        if missing || (theirs - mine).abs() > tolerance {
             off.push(method);
         }
     }
@@ -769,7 +823,7 @@ fn javac_methods_match_jfr_with_inlined_methods() {
         share(interpreted_ours, leaves),
     );
     eprintln!(
-        "javac against JFR: {jfr_total} JFR samples, {our_total} of sysprof's with a Java leaf; JFR's top 10:{table}\n  methods mostly inlined: JFR {:.1} %, sysprof {:.1} %\n  leaves in an inlined method: JFR {:.1} %, sysprof (inline depth > 0) {:.1} % of {leaves}\n  leaves interpreted: JFR {:.1} %, sysprof (subcategory Interpreted) {:.1} %",
+        "javac against JFR: {jfr_total} JFR samples, {our_total} of sysprof's with a Java leaf; the top 10 of both:{table}\n  methods mostly inlined: JFR {:.1} %, sysprof {:.1} %\n  leaves in an inlined method: JFR {:.1} %, sysprof (inline depth > 0) {:.1} % of {leaves}\n  leaves interpreted: JFR {:.1} %, sysprof (subcategory Interpreted) {:.1} %",
         100.0 * inlined_jfr,
         100.0 * inlined_ours,
         100.0 * inlined_leaves_jfr,
