@@ -337,13 +337,7 @@ impl ThreadView<'_> {
                 native,
                 line: ft["line"][frame].as_u64(),
                 first_line: t["funcTable"]["lineNumber"][func].as_u64(),
-                resource: t["funcTable"]["resource"][func]
-                    .as_i64()
-                    .filter(|&r| r >= 0)
-                    .and_then(|r| t["resourceTable"]["name"][r as usize].as_u64())
-                    .and_then(|n| strings[n as usize].as_str())
-                    .unwrap_or("")
-                    .to_string(),
+                resource: self.resource_name(func),
             }
         })
     }
@@ -384,25 +378,29 @@ impl ThreadView<'_> {
     /// Each sample's stack as (function name, category name, resource
     /// name) triples, root first (the resource is "" for a frame without one).
     pub fn stack_resources(&self, categories: &[String]) -> Vec<Vec<(String, String, String)>> {
-        let strings = self.t["stringArray"].as_array().unwrap();
         self.sample_frames(|name, frame| {
             let cat = self.t["frameTable"]["category"][frame]
                 .as_u64()
                 .unwrap_or(0) as usize;
             let func = self.t["frameTable"]["func"][frame].as_u64().unwrap() as usize;
-            let resource = self.t["funcTable"]["resource"][func]
-                .as_i64()
-                .filter(|&r| r >= 0)
-                .and_then(|r| self.t["resourceTable"]["name"][r as usize].as_u64())
-                .and_then(|n| strings[n as usize].as_str())
-                .unwrap_or("")
-                .to_string();
             (
                 name.to_string(),
                 categories.get(cat).cloned().unwrap_or_default(),
-                resource,
+                self.resource_name(func),
             )
         })
+    }
+
+    /// The name of function `func`'s resource ("" for none).
+    fn resource_name(&self, func: usize) -> String {
+        let strings = self.t["stringArray"].as_array().unwrap();
+        self.t["funcTable"]["resource"][func]
+            .as_i64()
+            .filter(|&r| r >= 0)
+            .and_then(|r| self.t["resourceTable"]["name"][r as usize].as_u64())
+            .and_then(|n| strings[n as usize].as_str())
+            .unwrap_or("")
+            .to_string()
     }
 
     /// Each sample's stack, root first, as `describe(function name, frame index)` of each frame.

@@ -623,15 +623,15 @@ fn java_method_key(name: &str) -> &str {
 /// (JFR's ExecutionSamples; sysprof's on-CPU samples of javac whose first
 /// frame below the code cache's stubs and the kernel is Java, as JFR
 /// walks), the ten leaf methods with the largest share of the two together
-/// must have the same share in each within a point and 4 standard errors
+/// must have the same share in each within 1 point plus 4 standard errors
 /// of the two counts (0.74 of that at most in 10 runs beside a fork storm),
 /// and none of them may be missing from one. JFR is an oracle with errors
 /// of its own: it suspends the thread it samples (sysprof sees `[off-CPU:
 /// sleeping]` at its sample times) and charges a frame it cannot read to
 /// its caller, so the interpreted lexer loops it names (`processWhiteSpace`,
 /// `skipWhitespace`) came out up to 2.1 points above sysprof's share in
-/// those runs. Before stubs were charged to their callers, a fixed 2 points
-/// failed one CI run (`Types$DefaultTypeVisitor.visit`, a megamorphic call:
+/// those runs. Before stubs were charged to their callers, 2 points (or 4
+/// standard errors, if more) failed one CI run (`Types$DefaultTypeVisitor.visit`, a megamorphic call:
 /// JFR 3.47 %, sysprof 1.36 %). And the methods JFR sees mostly inlined
 /// into their callers (its frame type "Inlined": ~40 % of javac's leaves)
 /// must be named as the leaf in at least 60 % of the share JFR gives them
@@ -758,8 +758,8 @@ fn javac_methods_match_jfr_with_inlined_methods() {
     let share = |n: usize, of: usize| n as f64 / of as f64;
     // The ten methods the two samplers together give most: ranked by JFR's
     // count alone, its ten include those it over-counted by chance (JFR's
-    // 800-2,700 samples put a 3 % share's standard error at 0.3-0.6
-    // points), and sysprof came out below it on nearly every one; ranked by
+    // 914-2,737 samples in these runs and CI's put a 3 % share's standard
+    // error at 0.3-0.6 points), and sysprof came out below it on nearly every one; ranked by
     // both, a method only sysprof gives much is compared too.
     let mut top: Vec<(&String, (usize, usize))> = jfr
         .iter()
@@ -788,7 +788,8 @@ fn javac_methods_match_jfr_with_inlined_methods() {
         let sigma = (theirs * (1.0 - theirs) / jfr_total as f64
             + mine * (1.0 - mine) / our_total as f64)
             .sqrt();
-        // As `oracles::share_tolerance`: four standard errors and a point.
+        // `oracles::share_tolerance` for two samplers: a point and four
+        // standard errors of the difference of their shares.
         let tolerance = 0.01 + 4.0 * sigma;
         table.push_str(&format!(
             "\n  JFR {:5.2} % ({inlined} of {n} inlined), sysprof {:5.2} %  {method}",

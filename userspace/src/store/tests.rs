@@ -221,7 +221,7 @@ fn compaction_compacts_its_runs_outputs_again() {
 
 /// Window `i` of the bucket starting at `t0`: the test recording and
 /// `per_window` brief processes named `true`, 3 ms apart, each with a
-/// sample, an off-CPU interval and a 130-byte command line (~0.5 MiB
+/// sample, an off-CPU interval and a command line of 130-136 bytes (~0.5 MiB
 /// decoded for 3,000).
 fn brief_processes_window(t0: f64, i: u64, per_window: u64) -> (Recording, Vec<WindowSpan>) {
     use crate::model::recording::{ProcessRecord, ThreadRecord};
@@ -262,22 +262,27 @@ fn brief_processes_window(t0: f64, i: u64, per_window: u64) -> (Recording, Vec<W
 /// keeps its files, while the bucket's other runs are compacted: 8 windows
 /// of ~0.5 MiB are several runs; the sixth file is damaged. Its run's files
 /// stay as they are, with one warning, no second pass is made, each window
-/// is held once, and every window but the damaged one is still read back.
+/// is held once (in the index and on disk), and every window but the
+/// damaged one is still read back, every sample of them.
 #[test]
 fn a_damaged_run_keeps_its_files_and_stops_the_passes() {
+    const WINDOWS: u64 = 8;
+    const PER_WINDOW: u64 = 3_000;
     let d = dir("damaged-run");
     let store = Store::open(&d, true).unwrap();
     let t0 = 1_800_000_000_000.0; // a bucket boundary
     let mut index = Vec::new();
-    for i in 0..8 {
-        let (r, w) = brief_processes_window(t0, i, 3_000);
+    let mut samples_per_window = Vec::new();
+    for i in 0..WINDOWS {
+        let (r, w) = brief_processes_window(t0, i, PER_WINDOW);
+        samples_per_window.push(r.sample_count());
         index.push(store.write(r, w, 0).unwrap());
     }
     let damaged = index[5].path.clone();
     let mut bytes = std::fs::read(&damaged).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
-    std::fs::write(&damaged, bytes).unwrap();
+    std::fs::write(&damaged, &bytes).unwrap();
     let mut warnings = Vec::new();
     let written = store.compact(&mut index, t0 + BUCKET_MS, &mut warnings);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -289,11 +294,16 @@ fn a_damaged_run_keeps_its_files_and_stops_the_passes() {
         index.iter().filter(|s| s.header.level == level).collect()
     };
     assert!(
-        at(0).iter().any(|s| s.path == damaged) && damaged.exists(),
-        "the damaged file stays, in the index and on disk"
+        at(0).iter().any(|s| s.path == damaged),
+        "the damaged file stays in the index: {index:?}"
+    );
+    assert_eq!(
+        std::fs::read(&damaged).unwrap(),
+        bytes,
+        "the damaged file stays on disk as it was"
     );
     assert!(
-        at(0).len() >= 2 && !at(1).is_empty(),
+        at(0).len() >= 2 && at(0).iter().all(|s| s.path.exists()) && !at(1).is_empty(),
         "its run's files stay, the other runs are compacted: {index:?}"
     );
     assert_eq!(
@@ -301,8 +311,22 @@ fn a_damaged_run_keeps_its_files_and_stops_the_passes() {
         at(1).len(),
         "no pass after the failing one"
     );
-    let windows: usize = index.iter().map(|s| s.header.windows.len()).sum();
-    assert_eq!(windows, 8, "every window held once: {index:?}");
+    let expected: Vec<f64> = (0..WINDOWS).map(|i| t0 + i as f64 * 10_000.0).collect();
+    let starts = |segments: &[SegmentInfo]| -> Vec<f64> {
+        let mut s: Vec<f64> = segments
+            .iter()
+            .flat_map(|s| s.header.windows.iter().map(|w| w.start_ms))
+            .collect();
+        s.sort_by(f64::total_cmp);
+        s
+    };
+    assert_eq!(
+        starts(&index),
+        expected,
+        "every window held once: {index:?}"
+    );
+    let (on_disk, _) = store.list();
+    assert_eq!(starts(&on_disk), expected, "and once on disk: {on_disk:?}");
     let q = store.query(t0, t0 + BUCKET_MS);
     assert_eq!(
         q.recordings.len(),
@@ -310,6 +334,14 @@ fn a_damaged_run_keeps_its_files_and_stops_the_passes() {
         "all but the damaged one read"
     );
     assert_eq!(q.warnings.len(), 1, "{:?}", q.warnings);
+    let read: u64 = q.recordings.iter().map(|r| r.sample_count()).sum();
+    let undamaged: u64 = samples_per_window
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != 5)
+        .map(|(_, &n)| n)
+        .sum();
+    assert_eq!(read, undamaged, "every sample of the other windows read");
     let _ = std::fs::remove_dir_all(&d);
 }
 
