@@ -106,7 +106,6 @@ fn write_query_compact_retain() {
 /// kept, the count of processes said, a long-lived process untouched.
 #[test]
 fn compaction_folds_brief_processes_of_a_name_run_often() {
-    use crate::model::recording::{ProcessRecord, ThreadRecord};
     let d = dir("fold");
     let store = Store::open(&d, true).unwrap();
     let t0 = 1_800_000_000_000.0; // a bucket boundary
@@ -118,28 +117,8 @@ fn compaction_folds_brief_processes_of_a_name_run_often() {
         for j in 0..20u64 {
             let begun = start_ns + j * 100_000_000;
             let pid = (1000 + i * 20 + j) as u32;
-            let mut t = ThreadRecord {
-                tid: pid,
-                name: "true".into(),
-                start_ns: Some(begun),
-                end_ns: Some(begun + 2_000_000),
-                ..Default::default()
-            };
-            t.samples.time_ns.push(begun + 1_000_000);
-            t.samples.stack.push(1);
-            t.samples.cpu_delta_ns.push(1_000_000);
-            t.samples.cpu.push(0);
-            t.off_cpu.time_ns.push(begun);
-            t.off_cpu.stack.push(1);
-            t.off_cpu.duration_ns.push(500_000);
-            r.processes.push(ProcessRecord {
-                pid,
-                name: "true".into(),
-                start_ns: Some(begun),
-                end_ns: Some(begun + 2_000_000),
-                threads: vec![t],
-                ..Default::default()
-            });
+            r.processes
+                .push(brief_process(pid, begun, 2_000_000, 500_000, String::new()));
         }
         samples += r.sample_count();
         off_cpu_ns += off_cpu_total(&r);
@@ -219,41 +198,60 @@ fn compaction_compacts_its_runs_outputs_again() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// A process named `true` of one thread that lived `life_ns` from `begun`:
+/// one sample at half its life, charged that half, and one off-CPU
+/// interval of `off_cpu_ns` from its start.
+fn brief_process(
+    pid: u32,
+    begun: u64,
+    life_ns: u64,
+    off_cpu_ns: u64,
+    cmdline: String,
+) -> crate::model::recording::ProcessRecord {
+    use crate::model::recording::{ProcessRecord, ThreadRecord};
+    let mut t = ThreadRecord {
+        tid: pid,
+        name: "true".into(),
+        start_ns: Some(begun),
+        end_ns: Some(begun + life_ns),
+        ..Default::default()
+    };
+    t.samples.time_ns.push(begun + life_ns / 2);
+    t.samples.stack.push(1);
+    t.samples.cpu_delta_ns.push(life_ns / 2);
+    t.samples.cpu.push(0);
+    t.off_cpu.time_ns.push(begun);
+    t.off_cpu.stack.push(1);
+    t.off_cpu.duration_ns.push(off_cpu_ns);
+    ProcessRecord {
+        pid,
+        name: "true".into(),
+        cmdline,
+        start_ns: Some(begun),
+        end_ns: Some(begun + life_ns),
+        threads: vec![t],
+        ..Default::default()
+    }
+}
+
 /// Window `i` of the bucket starting at `t0`: the test recording and
 /// `per_window` brief processes named `true`, 3 ms apart, each with a
 /// sample, an off-CPU interval and a command line of 130-136 bytes (~0.5 MiB
 /// decoded for 3,000).
 fn brief_processes_window(t0: f64, i: u64, per_window: u64) -> (Recording, Vec<WindowSpan>) {
-    use crate::model::recording::{ProcessRecord, ThreadRecord};
     let start_ns = 1_000_000_000 + i * 10_000_000_000;
     let (mut r, w) = window(t0 + i as f64 * 10_000.0, start_ns);
     for j in 0..per_window {
         let begun = start_ns + j * 3_000_000;
         let pid = (10_000 + i * per_window + j) as u32;
-        let mut t = ThreadRecord {
-            tid: pid,
-            name: "true".into(),
-            start_ns: Some(begun),
-            end_ns: Some(begun + 1_000_000),
-            ..Default::default()
-        };
-        t.samples.time_ns.push(begun + 500_000);
-        t.samples.stack.push(1);
-        t.samples.cpu_delta_ns.push(500_000);
-        t.samples.cpu.push(0);
-        t.off_cpu.time_ns.push(begun);
-        t.off_cpu.stack.push(1);
-        // Whole microseconds: the store keeps times to the µs.
-        t.off_cpu.duration_ns.push(200_000 + (j % 7) * 1_000);
-        r.processes.push(ProcessRecord {
+        r.processes.push(brief_process(
             pid,
-            name: "true".into(),
-            cmdline: format!("/bin/true {}", "x".repeat(120 + (j % 7) as usize)),
-            start_ns: Some(begun),
-            end_ns: Some(begun + 1_000_000),
-            threads: vec![t],
-            ..Default::default()
-        });
+            begun,
+            1_000_000,
+            // Whole microseconds: the store keeps times to the µs.
+            200_000 + (j % 7) * 1_000,
+            format!("/bin/true {}", "x".repeat(120 + (j % 7) as usize)),
+        ));
     }
     (r, w)
 }
