@@ -71,6 +71,22 @@ impl ThreadPart {
         }
     }
 
+    /// Empty columns with room for these many records of each kind.
+    pub fn with_capacity(samples: usize, off_cpu: usize, markers: usize) -> ThreadPart {
+        let mut part = ThreadPart::default();
+        let s = &mut part.samples;
+        s.time_ns.reserve_exact(samples);
+        s.stack.reserve_exact(samples);
+        s.cpu_delta_ns.reserve_exact(samples);
+        s.cpu.reserve_exact(samples);
+        let o = &mut part.off_cpu;
+        o.time_ns.reserve_exact(off_cpu);
+        o.stack.reserve_exact(off_cpu);
+        o.duration_ns.reserve_exact(off_cpu);
+        part.markers.reserve_exact(markers);
+        part
+    }
+
     /// Add `later`'s records after these.
     pub fn append(&mut self, later: ThreadPart) {
         let (s, l) = (&mut self.samples, later.samples);

@@ -32,12 +32,22 @@ pub(super) fn build_markers(
     idle: bool,
     ms: &dyn Fn(u64) -> f64,
 ) -> Markers {
-    let mut m = Markers::default();
     // A Go thread's runs of one goroutine, merged in by start.
     let runs = samples
         .filter(|_| goroutines)
         .map(|s| goroutine_runs(rec, s))
         .unwrap_or_default();
+    // A marker a record, two for a wait whose run delay is drawn apart:
+    // columns grown by doubling held up to twice a busy server's markers
+    // at the end, copied at each step.
+    let delays_apart = list
+        .iter()
+        .filter(|r| {
+            matches!(r, MarkerRecord::OffCpu { reason, run_delay_ns: Some(delay), .. }
+                if run_delay_shown_apart(*reason, *delay))
+        })
+        .count();
+    let mut m = markers_with_room(list.len() + delays_apart + runs.len());
     let mut runs = runs.into_iter().peekable();
     let mut push_runs_to = |m: &mut Markers, tables: &mut ThreadTables, until: u64| {
         while let Some(run) = runs.next_if(|r| r.start_ns <= until) {
@@ -540,6 +550,18 @@ fn op_text(op: crate::model::recording::IoOp, flags: u32) -> String {
         }
     }
     text
+}
+
+/// Empty marker columns with room for `n` markers.
+fn markers_with_room(n: usize) -> Markers {
+    let mut m = Markers::default();
+    m.name.reserve_exact(n);
+    m.category.reserve_exact(n);
+    m.start_time.reserve_exact(n);
+    m.end_time.reserve_exact(n);
+    m.phase.reserve_exact(n);
+    m.data.reserve_exact(n);
+    m
 }
 
 fn push(m: &mut Markers, name: u32, category: u32, (start, end): (f64, f64), data: MarkerData) {

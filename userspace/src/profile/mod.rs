@@ -250,7 +250,7 @@ impl ThreadsOut<'_> {
                     let mut whole = p.clone();
                     for t in &mut whole.threads {
                         spill
-                            .load(TrackKey::of(p.pid, p.start_ns, t))
+                            .load_before(TrackKey::of(p.pid, p.start_ns, t), t)
                             .map_err(&io)?
                             .prepend_to(t);
                     }

@@ -37,6 +37,14 @@ struct Chunk {
     len: u32,
 }
 
+/// How many records of each kind an owner's chunks hold.
+#[derive(Clone, Copy, Default)]
+struct PartCounts {
+    samples: usize,
+    off_cpu: usize,
+    markers: usize,
+}
+
 /// Threads' records by owner, encoded; see the module doc.
 pub struct Spill {
     file: Option<File>,
@@ -45,8 +53,11 @@ pub struct Spill {
     file_full: bool,
     memory: Vec<u8>,
     chunks: FxHashMap<TrackKey, Vec<Chunk>>,
-    /// CPU samples each owner has here.
-    samples: FxHashMap<TrackKey, usize>,
+    /// The records each owner has here, by kind: its CPU samples decide
+    /// which tracks open visible, and the counts size its columns when
+    /// they are read back (grown a chunk at a time, a busy server's thread
+    /// held up to twice its markers, copied at each doubling).
+    counts: FxHashMap<TrackKey, PartCounts>,
     markers: u64,
     records: u64,
     /// Why the file was not made or given up (said once, in the summary's
@@ -90,7 +101,7 @@ impl Spill {
             file_full: false,
             memory: Vec::new(),
             chunks: FxHashMap::default(),
-            samples: FxHashMap::default(),
+            counts: FxHashMap::default(),
             markers: 0,
             records: 0,
             fallback: None,
@@ -142,7 +153,10 @@ impl Spill {
         };
         self.markers += part.markers.len() as u64;
         self.records += records as u64;
-        *self.samples.entry(owner).or_default() += samples;
+        let counts = self.counts.entry(owner).or_default();
+        counts.samples += samples;
+        counts.off_cpu += part.off_cpu.time_ns.len();
+        counts.markers += part.markers.len();
         self.chunks.entry(owner).or_default().push(chunk);
     }
 
@@ -154,15 +168,40 @@ impl Spill {
         let Some(chunks) = self.chunks.remove(&owner) else {
             return Ok(());
         };
-        self.samples.remove(&owner);
-        self.read(&chunks)?.prepend_to(t);
+        let counts = self.counts.remove(&owner).unwrap_or_default();
+        let later = PartCounts {
+            samples: t.samples.time_ns.len(),
+            off_cpu: t.off_cpu.time_ns.len(),
+            markers: t.markers.len(),
+        };
+        self.read(&chunks, counts, later)?.prepend_to(t);
         Ok(())
     }
 
     /// `owner`'s records, left here (for a writer that only reads).
     pub fn load(&self, owner: TrackKey) -> io::Result<ThreadPart> {
+        self.load_with_room(owner, PartCounts::default())
+    }
+
+    /// `owner`'s records, left here, in columns with room for `t`'s own
+    /// after them (`ThreadPart::prepend_to(t)` puts them there).
+    pub fn load_before(&self, owner: TrackKey, t: &ThreadRecord) -> io::Result<ThreadPart> {
+        self.load_with_room(
+            owner,
+            PartCounts {
+                samples: t.samples.time_ns.len(),
+                off_cpu: t.off_cpu.time_ns.len(),
+                markers: t.markers.len(),
+            },
+        )
+    }
+
+    fn load_with_room(&self, owner: TrackKey, later: PartCounts) -> io::Result<ThreadPart> {
         match self.chunks.get(&owner) {
-            Some(chunks) => self.read(chunks),
+            Some(chunks) => {
+                let counts = self.counts.get(&owner).copied().unwrap_or_default();
+                self.read(chunks, counts, later)
+            }
             None => Ok(ThreadPart::default()),
         }
     }
@@ -173,7 +212,11 @@ impl Spill {
         owner: TrackKey,
         later: &[MarkerRecord],
     ) -> io::Result<Vec<MarkerRecord>> {
-        let mut markers = self.load(owner)?.markers;
+        let room = PartCounts {
+            markers: later.len(),
+            ..PartCounts::default()
+        };
+        let mut markers = self.load_with_room(owner, room)?.markers;
         markers.extend(later.iter().cloned());
         Ok(markers)
     }
@@ -185,7 +228,7 @@ impl Spill {
 
     /// The CPU samples `owner` has here.
     pub fn samples_of(&self, owner: TrackKey) -> usize {
-        self.samples.get(&owner).copied().unwrap_or(0)
+        self.counts.get(&owner).map_or(0, |c| c.samples)
     }
 
     /// Records put so far, of them markers, and the bytes they took.
@@ -197,8 +240,19 @@ impl Spill {
         )
     }
 
-    fn read(&self, chunks: &[Chunk]) -> io::Result<ThreadPart> {
-        let mut out = ThreadPart::default();
+    /// The records of `chunks` (`counts` of them), in columns with room
+    /// for `later` more after them.
+    fn read(
+        &self,
+        chunks: &[Chunk],
+        counts: PartCounts,
+        later: PartCounts,
+    ) -> io::Result<ThreadPart> {
+        let mut out = ThreadPart::with_capacity(
+            counts.samples + later.samples,
+            counts.off_cpu + later.off_cpu,
+            counts.markers + later.markers,
+        );
         let mut buf = Vec::new();
         for c in chunks {
             let bytes: &[u8] = if c.in_file {
@@ -318,7 +372,21 @@ mod tests {
         let mut t = ThreadRecord::default();
         ThreadPart::take(&mut t);
         part(80, 5).prepend_to(&mut t);
+        let mut copy = t.clone();
+        spill
+            .load_before(thread(1), &copy)
+            .unwrap()
+            .prepend_to(&mut copy);
         spill.restore_into(thread(1), &mut t).unwrap();
+        assert_eq!(copy, t, "loaded for the writer as restored");
+        // Read back into columns of their whole size: none grown by
+        // doubling past what they hold.
+        for t in [&copy, &t] {
+            assert_eq!(t.samples.time_ns.capacity(), 85);
+            assert_eq!(t.samples.cpu.capacity(), 85);
+            assert_eq!(t.off_cpu.duration_ns.capacity(), 85);
+            assert_eq!(t.markers.capacity(), 85);
+        }
         assert_eq!(ThreadPart::take(&mut t), part(0, 85));
         assert!(!spill.holds(thread(1)), "restored once, then gone");
         assert_eq!(spill.samples_of(thread(1)), 0);
