@@ -40,13 +40,7 @@ pub(super) fn build_markers(
     // A marker a record, two for a wait whose run delay is drawn apart:
     // columns grown by doubling held up to twice a busy server's markers
     // at the end, copied at each step.
-    let delays_apart = list
-        .iter()
-        .filter(|r| {
-            matches!(r, MarkerRecord::OffCpu { reason, run_delay_ns: Some(delay), .. }
-                if run_delay_shown_apart(*reason, *delay))
-        })
-        .count();
+    let delays_apart = list.iter().filter(|r| delay_apart(r).is_some()).count();
     let mut m = markers_with_room(list.len() + delays_apart + runs.len());
     let mut runs = runs.into_iter().peekable();
     let mut push_runs_to = |m: &mut Markers, tables: &mut ThreadTables, until: u64| {
@@ -85,31 +79,31 @@ pub(super) fn build_markers(
         push_runs_to(&mut m, tables, marker_start(r));
         // A wait whose run delay is long enough to see is drawn as two
         // markers: the wait to its wakeup's enqueue, then the delay.
-        if let MarkerRecord::OffCpu {
-            end_ns,
-            reason,
-            run_delay_ns: Some(delay),
-            cpus,
-            ..
-        } = r
+        if let (
+            Some(delay),
+            MarkerRecord::OffCpu {
+                end_ns,
+                reason,
+                cpus,
+                ..
+            },
+        ) = (delay_apart(r), r)
         {
-            if run_delay_shown_apart(*reason, *delay) {
-                let queued = end_ns.saturating_sub(*delay);
-                let (name, cat, start, _, mut data) = maker.marker_of(r, tables);
-                if let MarkerData::OffCpu { off_cpu, .. } = &mut data {
-                    *off_cpu = Some(end_ns.saturating_sub(start) as f64 / 1e6);
-                }
-                push(&mut m, name, cat, (ms(start), ms(queued)), data);
-                let delay_data = MarkerData::RunDelay {
-                    after: reason.label(),
-                    cpu: cpus.1,
-                    color: COLOR_CPU,
-                };
-                let span = (ms(queued), ms(*end_ns));
-                let delay_name = tables.strings.intern(RUN_DELAY_MARKER_NAME);
-                push(&mut m, delay_name, cat, span, delay_data);
-                continue;
+            let queued = end_ns.saturating_sub(delay);
+            let (name, cat, start, _, mut data) = maker.marker_of(r, tables);
+            if let MarkerData::OffCpu { off_cpu, .. } = &mut data {
+                *off_cpu = Some(end_ns.saturating_sub(start) as f64 / 1e6);
             }
+            push(&mut m, name, cat, (ms(start), ms(queued)), data);
+            let delay_data = MarkerData::RunDelay {
+                after: reason.label(),
+                cpu: cpus.1,
+                color: COLOR_CPU,
+            };
+            let span = (ms(queued), ms(*end_ns));
+            let delay_name = tables.strings.intern(RUN_DELAY_MARKER_NAME);
+            push(&mut m, delay_name, cat, span, delay_data);
+            continue;
         }
         let (name, cat, start, end, data) = maker.marker_of(r, tables);
         push(&mut m, name, cat, (ms(start), ms(end)), data);
@@ -550,6 +544,19 @@ fn op_text(op: crate::model::recording::IoOp, flags: u32) -> String {
         }
     }
     text
+}
+
+/// The run delay of `r`, a wait whose delay is drawn as a marker of its
+/// own after it ([`run_delay_shown_apart`]); None for any other record.
+fn delay_apart(r: &MarkerRecord) -> Option<u64> {
+    match r {
+        MarkerRecord::OffCpu {
+            reason,
+            run_delay_ns: Some(delay),
+            ..
+        } if run_delay_shown_apart(*reason, *delay) => Some(*delay),
+        _ => None,
+    }
 }
 
 /// Empty marker columns with room for `n` markers.

@@ -4,7 +4,7 @@
 //! windows ([`crate::model::merge::Merger::take_parts`]), with whose they
 //! are. Out: each owner's records back, in the order they were put, when
 //! its thread (or CPU track) is written ([`Spill::restore_into`],
-//! [`Spill::load`]), and how many CPU samples it has here meanwhile.
+//! [`Spill::load_before`]), and how many CPU samples it has here meanwhile.
 //!
 //! Why: `record` writes a process out as soon as it ends, but a server's
 //! processes run the whole recording, and their records (every wait over
@@ -43,6 +43,17 @@ struct PartCounts {
     samples: usize,
     off_cpu: usize,
     markers: usize,
+}
+
+impl PartCounts {
+    /// What `t` holds.
+    fn of(t: &ThreadRecord) -> PartCounts {
+        PartCounts {
+            samples: t.samples.time_ns.len(),
+            off_cpu: t.off_cpu.time_ns.len(),
+            markers: t.markers.len(),
+        }
+    }
 }
 
 /// Threads' records by owner, encoded; see the module doc.
@@ -169,31 +180,20 @@ impl Spill {
             return Ok(());
         };
         let counts = self.counts.remove(&owner).unwrap_or_default();
-        let later = PartCounts {
-            samples: t.samples.time_ns.len(),
-            off_cpu: t.off_cpu.time_ns.len(),
-            markers: t.markers.len(),
-        };
-        self.read(&chunks, counts, later)?.prepend_to(t);
+        self.read(&chunks, counts, PartCounts::of(t))?.prepend_to(t);
         Ok(())
     }
 
-    /// `owner`'s records, left here (for a writer that only reads).
+    /// `owner`'s records, left here, in columns of their size.
     pub fn load(&self, owner: TrackKey) -> io::Result<ThreadPart> {
         self.load_with_room(owner, PartCounts::default())
     }
 
-    /// `owner`'s records, left here, in columns with room for `t`'s own
-    /// after them (`ThreadPart::prepend_to(t)` puts them there).
+    /// `owner`'s records, left here (for a writer that only reads), in
+    /// columns with room for `t`'s own after them
+    /// (`ThreadPart::prepend_to(t)` puts them there).
     pub fn load_before(&self, owner: TrackKey, t: &ThreadRecord) -> io::Result<ThreadPart> {
-        self.load_with_room(
-            owner,
-            PartCounts {
-                samples: t.samples.time_ns.len(),
-                off_cpu: t.off_cpu.time_ns.len(),
-                markers: t.markers.len(),
-            },
-        )
+        self.load_with_room(owner, PartCounts::of(t))
     }
 
     fn load_with_room(&self, owner: TrackKey, later: PartCounts) -> io::Result<ThreadPart> {

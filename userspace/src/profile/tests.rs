@@ -568,6 +568,18 @@ fn a_long_run_delay_is_drawn_apart_from_the_wait() {
     assert_eq!(m["data"][1]["color"], "red");
     assert_eq!(m["data"][1]["cpu"], 1);
     assert_eq!(m["data"][0]["color"], "orange");
+    // The columns are made at their size: four records, one drawn apart
+    // (five markers: grown one at a time, columns would hold eight).
+    let mut tables = super::tables::ThreadTables::default();
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let mut list = rec.processes[1].threads[0].markers.clone();
+    list.push(wait(13_000_000, 14_000_000, OffCpuReason::Sleeping, 0));
+    let built =
+        super::markers::build_markers(&rec, &list, (None, None, false), &mut tables, false, &ms);
+    assert_eq!(built.length, 5);
+    assert_eq!(built.data.capacity(), 5);
+    assert_eq!(built.name.capacity(), 5);
+    assert_eq!(built.start_time.capacity(), 5);
 }
 
 /// Check that Java frames carry how they ran as the Java category's
