@@ -47,6 +47,14 @@ const volatile __u64 fold_span_ns = 1000000000;
  * a wait with another waker comes, so it keeps its waker; a shorter one
  * becomes FOLD_WAKER_MIXED. At least ten folded waits per record. */
 const volatile __u64 fold_waker_min_ns = 1000000;
+/* Waits from offcpu_min_ns up to this (record: its marker threshold) are
+ * summed per place, waker and reason in a few runs per thread (place_runs)
+ * while one is free or theirs; else sent alone. 0: every wait from
+ * offcpu_min_ns on is sent alone. */
+const volatile __u64 fold_same_max_ns = 0;
+/* A wait's run delay from this long on is drawn apart (userspace's
+ * RUN_DELAY_APART_MIN_NS): a place run sums those apart. */
+const volatile __u64 run_delay_apart_ns = 100000;
 const volatile __u64 wakeup_bytes = 64 * 1024;
 /* Set by userspace on kernels >= 5.18, where sched_switch passes prev_state. */
 const volatile bool has_prev_state_arg = false;

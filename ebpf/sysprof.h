@@ -500,7 +500,9 @@ struct folded_event {
 	__u32 kind;             /* RECORD_FOLDED */
 	__u32 pid;
 	__u32 tid;
-	__u32 _pad;
+	__u32 delay_ns;         /* of the rest of ns, the run delays (enqueue to running) of waits whose own
+	                           was at least run_delay_apart_ns: drawn apart, as a wait sent alone's is.
+	                           A run of one place's waits (struct place_run) only; capped at 2^32-1 */
 	__u64 first_ns;         /* start of the first folded interval */
 	__u64 last_ns;          /* end of the last one */
 	__u64 ns[OFFCPU_REASONS];
@@ -513,7 +515,15 @@ struct folded_event {
 	                           (see offcpu_event); capped at 2^32-1 */
 	__u64 stack_id;         /* stack_event of tid where its waits (not its preemptions) left the
 	                           CPU, when they all left from one place; 0: several, or none */
+	__u32 flags;            /* FOLDED_BY_PLACE */
+	__u32 _pad;
 };
+
+/* folded_event.flags: a run of waits from offcpu_min_ns up to fold_same_max_ns
+ * of one place, waker and reason (struct place_run), not of fold_short: its
+ * waits are a thread's "longer" short waits, summed with the others of their
+ * waker by userspace, as those sent alone are. */
+#define FOLDED_BY_PLACE 1
 
 /* A thread's last switch: its context switch totals. Its state is then
  * deleted from the map. */
@@ -549,6 +559,36 @@ struct blkio_event {
 /* Per-thread scheduler state and totals (map `threads`, key tid): where it
  * is off-CPU right now, its switch counts and folded short waits. Read at
  * the end for the totals and for intervals still open when recording stops. */
+/* Runs of waits a thread keeps apart by place and waker (struct place_run):
+ * each of pgbench's threads waits for four backends in turn. */
+#define PLACE_RUNS 4
+
+/* A run of a thread's waits from offcpu_min_ns up to fold_same_max_ns, of
+ * one place, waker and reason (fold_by_place): a slot is free while count
+ * is 0. */
+struct place_run {
+	__u64 stack_id;         /* where they left the CPU */
+	__u64 first_ns;         /* start of the first */
+	__u64 last_ns;          /* end of the last */
+	__u64 ns;               /* off-CPU time */
+	__u64 wait_ns;          /* of it, before their wakeups */
+	__u64 land_ns;          /* from their wakeups to their enqueues */
+	__u64 delay_ns;         /* run delays of at least run_delay_apart_ns each */
+	__u32 waker_pid;
+	__u32 waker_tid;        /* FOLD_WAKER_TASK */
+	__u32 waker_kind;       /* FOLD_WAKER_TASK, _IRQ or _UNSEEN */
+	__u32 reason;           /* OFFCPU_SLEEPING, _BLOCKED or _OTHER */
+	__u32 count;
+	__u32 _pad;
+};
+
+/* A thread's place runs: the value of `place_runs` (sched/state.bpf.h),
+ * apart from struct thread_state so that only `record`, which sums such
+ * waits, holds their memory (320 bytes a thread). */
+struct place_runs {
+	struct place_run r[PLACE_RUNS];
+};
+
 struct thread_state {
 	__u64 off_ts;           /* switched out at; 0 while running */
 	__u64 voluntary;        /* switches while blocking or sleeping */
@@ -576,7 +616,7 @@ struct thread_state {
 	__u32 short_waker_kind;
 	__u32 waker_irq;        /* the last wakeup came from an interrupt */
 	__u32 wake_early;       /* the last wakeup came before its switch-out (see on_sched_waking) */
-	__u32 _pad_state;
+	__u32 has_place_runs;   /* it has an entry in `place_runs` (sched/state.bpf.h) */
 	/* The folded run's waits an interrupt woke (a device's completion, a
 	 * timer), sleeping [0] and blocked [1]: summed apart from its other
 	 * waits, sent as a run of their own over the same span, so they keep

@@ -6,8 +6,9 @@
  * Holds the `events` ring every record goes to (and submit_flags, when
  * a record wakes its reader), `threads` (struct thread_state of sysprof.h
  * per tid: its open off-CPU interval, waker, folded short waits and stack
- * caches; read by userspace at the end), the zeroed state new threads are
- * inserted from, `io_starts` (in-flight block requests, written at a
+ * caches; read by userspace at the end), `place_runs` (a thread's runs of
+ * waits summed by place and waker, also read at the end), the zeroed states
+ * new threads' are inserted from, `io_starts` (in-flight block requests, written at a
  * request's start with its stack's id, read at its completion), and which
  * processes are traced (targ_tgid, self_tgid: sched.bpf.c's settings).
  */
@@ -53,6 +54,26 @@ struct {
 	__type(key, __u32);
 	__type(value, struct thread_state);
 } empty_state SEC(".maps");
+
+/* Each thread's runs of waits from offcpu_min_ns up to fold_same_max_ns
+ * (struct place_runs; thread_state.has_place_runs says it has one), from
+ * its first such wait to its death. Sized by userspace: as `threads` for
+ * `record`, 1 for the agent, which sends no such runs. Preallocated, as
+ * `threads` is. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct place_runs);
+} place_runs SEC(".maps");
+
+/* Zeroed place runs to insert a thread's from (too large for the stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct place_runs);
+} empty_place_runs SEC(".maps");
 
 /* In-flight block requests by `struct request *`: sized by userspace from
  * what the machine's block devices can hold in flight. */

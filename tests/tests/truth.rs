@@ -240,7 +240,12 @@ fn stacks_end_where_threads_were_and_everything_lies_in_the_range() {
         }
     }
     eprintln!("frames: {at_schedule} of {off_cpu} off-CPU stacks end in __schedule; {marker_stacks_seen} marker stacks; {stats}");
-    assert!(off_cpu >= 500 && marker_stacks_seen >= 300, "the workloads slept, woke and read: {off_cpu} off-CPU stacks, {marker_stacks_seen} marker stacks");
+    // Enough stacks for the share below to mean something. Rows, not waits:
+    // the waits of one place and waker under the marker threshold are summed
+    // in the kernel into runs of up to 10 ms (ARCHITECTURE 25): the round
+    // trips and reads gave 464-479 off-CPU rows, 1,109-1,152 when each wait
+    // over 0.1 ms was sent alone.
+    assert!(off_cpu >= 300 && marker_stacks_seen >= 300, "the workloads slept, woke and read: {off_cpu} off-CPU stacks, {marker_stacks_seen} marker stacks");
     assert!(
         at_schedule * 100 >= off_cpu * 99,
         "{at_schedule} of {off_cpu} off-CPU stacks end in __schedule"

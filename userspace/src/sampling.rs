@@ -180,9 +180,12 @@ pub enum Role {
 }
 
 /// Off-CPU intervals shorter than this are folded in the kernel by
-/// `record` (summed per reason, no stack): bounds the event rate on
-/// switch-heavy machines. The agent folds everything under its marker
-/// threshold instead: it keeps no off-CPU samples of shorter waits.
+/// `record` (summed per reason into one run a thread): bounds the event
+/// rate on switch-heavy machines. Longer waits under the marker threshold
+/// are summed in the kernel per place, waker and reason, in a few runs a
+/// thread (`fold_same_max_ns`), or sent alone when none is free. The agent
+/// folds everything under its marker threshold instead: it keeps no
+/// off-CPU samples of shorter waits.
 const RECORD_OFF_CPU_EMIT_NS: u64 = 100_000;
 
 /// The agent names code from symbol tables only unless `--dwarf-names`
@@ -280,6 +283,8 @@ impl Engine {
             off_cpu: self.tracing.off_cpu,
             io: self.tracing.io,
             off_cpu_min_ns: marker_min_ns,
+            fold_same_max_ns: 0,
+            run_delay_apart_ns: crate::model::recording::RUN_DELAY_APART_MIN_NS,
             snapshot_all: true,
             target_pids: Vec::new(),
             polling: Polling::AGENT,
@@ -297,6 +302,9 @@ impl Engine {
                 .unwind_processes
                 .clamp(16, crate::unwind::kernel::DEFAULT_PROCESS_ENTRIES * 4);
             options.off_cpu_min_ns = RECORD_OFF_CPU_EMIT_NS.min(marker_min_ns);
+            // Longer waits under the marker threshold: summed per place and
+            // waker while a run is free or theirs (ARCHITECTURE 25).
+            options.fold_same_max_ns = marker_min_ns;
             options.snapshot_all = scope.all;
             options.target_pids = scope.pids.clone();
             options.polling = Polling::RECORD;

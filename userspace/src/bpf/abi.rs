@@ -81,6 +81,8 @@ pub const STACK_SLOT_WAITED: u32 = 1;
 pub const STACK_SLOT_CALL: u32 = 2;
 /// `STACK_SLOTS`
 pub const STACK_SLOTS: usize = 3;
+/// `PLACE_RUNS`: runs of waits a thread keeps apart by place and waker.
+pub const PLACE_RUNS: usize = 4;
 /// `STACK_SLOT_INTERRUPT`: a kernel stack read in an interrupt, cached per CPU.
 pub const STACK_SLOT_INTERRUPT: u32 = 3;
 
@@ -292,8 +294,10 @@ pub struct FoldedEvent {
     pub pid: u32,
     /// Thread id.
     pub tid: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// Of the rest of `ns` (after the wakeups), the run delays of waits
+    /// whose own was at least `run_delay_apart_ns`, ns: drawn apart. A run
+    /// of one place's waits ([`PlaceRun`]) only.
+    pub delay_ns: u32,
     /// Start of the first folded interval, ns.
     pub first_ns: u64,
     /// End of the last, ns.
@@ -317,7 +321,15 @@ pub struct FoldedEvent {
     /// Stack record of `tid` where its waits (not its preemptions) left
     /// the CPU, when they all left from one place; 0: several, or none.
     pub stack_id: u64,
+    /// `FOLDED_BY_PLACE`.
+    pub flags: u32,
+    /// Padding.
+    pub _pad: u32,
 }
+
+/// `folded_event.flags`: a run of one place, waker and reason
+/// ([`PlaceRun`]), whose waits userspace sums with the others of their waker.
+pub const FOLDED_BY_PLACE: u32 = 1;
 
 /// `struct thread_end_event`: a thread's last switch.
 #[repr(C)]
@@ -426,8 +438,8 @@ pub struct ThreadState {
     pub waker_irq: u32,
     /// The last wakeup came before its switch-out.
     pub wake_early: u32,
-    /// Padding.
-    pub _pad_state: u32,
+    /// It has an entry in the `place_runs` map.
+    pub has_place_runs: u32,
     /// The folded run's waits an interrupt woke, sleeping and blocked: time, ns.
     pub irq_ns: [u64; 2],
     /// Their time before their wakeups, ns.
@@ -446,6 +458,81 @@ pub struct ThreadState {
     pub irq_stack_id: u64,
     /// Kernel-private: the last stack sent per slot.
     pub cache: [StackCache; STACK_SLOTS],
+}
+
+/// `struct place_runs`: a thread's runs of waits from `offcpu_min_ns` up
+/// to `fold_same_max_ns` not sent yet, summed per place, waker and reason.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlaceRuns {
+    /// Free while `count` is 0.
+    pub r: [PlaceRun; PLACE_RUNS],
+}
+
+// SAFETY: plain old data, `#[repr(C)]` of integers with no padding (the
+// ABI test checks its size against the header's).
+unsafe impl aya::Pod for PlaceRuns {}
+
+/// `struct place_run`: a thread's waits from one place, with one waker and
+/// reason, not sent yet.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlaceRun {
+    /// Where they left the CPU (a shared stack record).
+    pub stack_id: u64,
+    /// Start of the first, ns.
+    pub first_ns: u64,
+    /// End of the last, ns.
+    pub last_ns: u64,
+    /// Off-CPU time, ns.
+    pub ns: u64,
+    /// Of it, before their wakeups, ns.
+    pub wait_ns: u64,
+    /// From their wakeups to their enqueues, ns.
+    pub land_ns: u64,
+    /// Run delays of at least `run_delay_apart_ns` each, ns.
+    pub delay_ns: u64,
+    /// Waker's process id (`FOLD_WAKER_TASK`).
+    pub waker_pid: u32,
+    /// Waker's thread id (`FOLD_WAKER_TASK`).
+    pub waker_tid: u32,
+    /// `FOLD_WAKER_*`.
+    pub waker_kind: u32,
+    /// `OFFCPU_*`.
+    pub reason: u32,
+    /// Waits summed; 0: the slot is free.
+    pub count: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+
+impl PlaceRun {
+    /// The run as the record the kernel sends for it, its end clipped to `end_ns`.
+    pub fn to_event(&self, pid: u32, tid: u32, end_ns: u64) -> FoldedEvent {
+        let reason = self.reason as usize & (OFFCPU_REASONS - 1);
+        let mut ns = [0; OFFCPU_REASONS];
+        let mut count = [0; OFFCPU_REASONS];
+        ns[reason] = self.ns;
+        count[reason] = self.count;
+        FoldedEvent {
+            kind: RECORD_FOLDED,
+            pid,
+            tid,
+            delay_ns: self.delay_ns.min(u32::MAX as u64) as u32,
+            first_ns: self.first_ns,
+            last_ns: self.last_ns.min(end_ns),
+            ns,
+            count,
+            wait_ns: self.wait_ns,
+            waker_pid: self.waker_pid,
+            waker_tid: self.waker_tid,
+            waker_kind: self.waker_kind,
+            landing_ns: self.land_ns.min(u32::MAX as u64) as u32,
+            stack_id: self.stack_id,
+            flags: FOLDED_BY_PLACE,
+            _pad: 0,
+        }
+    }
 }
 
 impl ThreadState {

@@ -30,6 +30,11 @@ pub struct TracerOptions {
     pub io: bool,
     /// Off-CPU intervals shorter than this are folded into per-reason totals.
     pub off_cpu_min_ns: u64,
+    /// Waits from `off_cpu_min_ns` up to this are summed per place, waker
+    /// and reason in a few runs per thread (0: each is sent alone).
+    pub fold_same_max_ns: u64,
+    /// Of those, a run delay from this long on is summed apart.
+    pub run_delay_apart_ns: u64,
     /// Size of the events ring buffer in bytes (a power of two).
     pub ring_bytes: u32,
     /// Dwarf mode: bytes of user stack copied with each stack (0: frame pointers).
@@ -47,6 +52,7 @@ pub struct Tracer {
     ebpf: Ebpf,
     drops: PerCpuArray<MapData, u64>,
     threads: aya::maps::HashMap<MapData, u32, abi::ThreadState>,
+    place_runs: aya::maps::HashMap<MapData, u32, abi::PlaceRuns>,
     /// `io_starts`: in-flight requests by `struct request *`; only counted
     /// here, so its value (`struct io_start`, 72 bytes) stays opaque.
     io_starts: aya::maps::HashMap<MapData, u64, [u64; 9]>,
@@ -158,6 +164,8 @@ impl Tracer {
             .override_global("targ_tgid", &opts.target_tgid, true)
             .override_global("self_tgid", &std::process::id(), true)
             .override_global("offcpu_min_ns", &opts.off_cpu_min_ns, true)
+            .override_global("fold_same_max_ns", &opts.fold_same_max_ns, true)
+            .override_global("run_delay_apart_ns", &opts.run_delay_apart_ns, true)
             .override_global("stack_copy", &opts.stack_copy, true)
             .override_global("wakeup_bytes", &wakeup, true)
             .override_global("has_prev_state_arg", &(kernel_at_least(5, 18) as u8), true)
@@ -166,6 +174,16 @@ impl Tracer {
             // Both preallocated, in the kernel memory of sysprof's cgroup:
             // 27 and 9 MB at 65,536 entries each, the most they may hold.
             .map_max_entries("threads", thread_entries())
+            // 320 bytes a thread, for `record` only: the agent sums no
+            // such waits (5.2 MB at 16,384 entries).
+            .map_max_entries(
+                "place_runs",
+                if opts.fold_same_max_ns > 0 {
+                    thread_entries()
+                } else {
+                    1
+                },
+            )
             .map_max_entries("io_starts", request_entries())
             // Stack records with a copy are built in a scratch per CPU and place.
             .map_max_entries(
@@ -215,6 +233,8 @@ impl Tracer {
             PerCpuArray::try_from(take(&mut ebpf, "drops")?).map_err(RecordError::map("drops"))?;
         let threads = aya::maps::HashMap::try_from(take(&mut ebpf, "threads")?)
             .map_err(RecordError::map("threads"))?;
+        let place_runs = aya::maps::HashMap::try_from(take(&mut ebpf, "place_runs")?)
+            .map_err(RecordError::map("place_runs"))?;
         let io_starts = aya::maps::HashMap::try_from(take(&mut ebpf, "io_starts")?)
             .map_err(RecordError::map("io_starts"))?;
         let stack_ids = aya::maps::HashMap::try_from(take(&mut ebpf, "stack_ids")?)
@@ -226,6 +246,7 @@ impl Tracer {
                 ebpf,
                 drops,
                 threads,
+                place_runs,
                 io_starts,
                 stack_ids,
                 stack_ids_used,
@@ -279,6 +300,12 @@ impl Tracer {
     /// interval, folded waits not sent yet.
     pub fn thread_states(&self) -> Vec<(u32, abi::ThreadState)> {
         self.threads.iter().filter_map(Result::ok).collect()
+    }
+
+    /// Every live thread's runs of waits summed by place and waker, not
+    /// sent yet.
+    pub fn place_runs(&self) -> Vec<(u32, abi::PlaceRuns)> {
+        self.place_runs.iter().filter_map(Result::ok).collect()
     }
 
     /// Requests started and not seen to complete: still in flight, or

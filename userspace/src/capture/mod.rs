@@ -117,6 +117,11 @@ pub struct CaptureOptions {
     pub io: bool,
     /// Off-CPU intervals shorter than this are folded in the kernel.
     pub off_cpu_min_ns: u64,
+    /// Waits from `off_cpu_min_ns` up to this are summed in the kernel per
+    /// place, waker and reason, in a few runs per thread (0: none are).
+    pub fold_same_max_ns: u64,
+    /// Of those, a run delay from this long on is summed apart.
+    pub run_delay_apart_ns: u64,
     /// Read `/proc` for every process at start (else only `target_pids`).
     pub snapshot_all: bool,
     /// The processes to read from `/proc` when not all.
@@ -326,6 +331,7 @@ impl CaptureSession {
             // recording beside a fork loop).
             tracer_drops = tracer.drops();
             let states = tracer.thread_states();
+            let place_runs = tracer.place_runs();
             // The tracer still runs: a thread that left the CPU after the
             // ring's last read has its stack in the ring, not read yet, and
             // its state refers to it (a stack "not kept" at the end, beside
@@ -340,7 +346,7 @@ impl CaptureSession {
                     }
                 }
             }
-            collector.handle_thread_states(&states, end_ns);
+            collector.handle_thread_states(&states, &place_runs, end_ns);
             // Requests that will get no marker: counted as seen at one end.
             tracer_drops.io_untracked += tracer.requests_open();
             std::thread::spawn(move || drop(tracer));

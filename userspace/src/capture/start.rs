@@ -296,6 +296,8 @@ fn tracer_options(
         off_cpu: opts.off_cpu,
         io: opts.io,
         off_cpu_min_ns: opts.off_cpu_min_ns,
+        fold_same_max_ns: opts.fold_same_max_ns,
+        run_delay_apart_ns: opts.run_delay_apart_ns,
         // Room for 256 stack records with their user stack copies:
         // a switch-heavy machine sends them in bursts (measured with
         // the agent's 1 MiB ring: 300 lost of 3000 in 30 s).

@@ -258,6 +258,8 @@ impl Collector {
             count: e.count.iter().sum(),
             wait_ns: e.wait_ns,
             landing_ns: e.landing_ns as u64,
+            delay_ns: e.delay_ns as u64,
+            by_place: e.flags & abi::FOLDED_BY_PLACE != 0,
             waker,
         });
     }
@@ -272,7 +274,14 @@ impl Collector {
     /// totals of the live threads, their folded waits not sent yet, and
     /// their intervals still open at `end_ns` (closed there, so off-CPU
     /// time adds up).
-    pub fn handle_thread_states(&mut self, states: &[(u32, KernelThreadState)], end_ns: u64) {
+    pub fn handle_thread_states(
+        &mut self,
+        states: &[(u32, KernelThreadState)],
+        place_runs: &[(u32, abi::PlaceRuns)],
+        end_ns: u64,
+    ) {
+        let runs_of: rustc_hash::FxHashMap<u32, &abi::PlaceRuns> =
+            place_runs.iter().map(|(tid, runs)| (*tid, runs)).collect();
         for (tid, st) in states {
             self.window.switch_totals.push(ThreadEndEvent {
                 kind: abi::RECORD_THREAD_END,
@@ -288,7 +297,7 @@ impl Collector {
                     kind: abi::RECORD_FOLDED,
                     pid: st.pid,
                     tid: *tid,
-                    _pad: 0,
+                    delay_ns: 0,
                     first_ns: st.short_first,
                     last_ns: st.short_last.min(end_ns),
                     ns: st.short_ns,
@@ -299,6 +308,8 @@ impl Collector {
                     waker_kind: st.short_waker_kind,
                     landing_ns: st.short_land_ns.min(u32::MAX as u64) as u32,
                     stack_id: st.short_stack_id,
+                    flags: 0,
+                    _pad: 0,
                 });
             }
             if st.irq_count.iter().any(|&c| c > 0) {
@@ -307,7 +318,7 @@ impl Collector {
                     kind: abi::RECORD_FOLDED,
                     pid: st.pid,
                     tid: *tid,
-                    _pad: 0,
+                    delay_ns: 0,
                     first_ns: st.short_first,
                     last_ns: st.short_last.min(end_ns),
                     ns: [0, st.irq_ns[0], st.irq_ns[1], 0],
@@ -318,7 +329,15 @@ impl Collector {
                     waker_kind: abi::FOLD_WAKER_IRQ,
                     landing_ns: st.irq_land_ns.min(u32::MAX as u64) as u32,
                     stack_id: st.irq_stack_id,
+                    flags: 0,
+                    _pad: 0,
                 });
+            }
+            // A tid's entry is its own while its state says so (a dead
+            // thread's is deleted with its state).
+            let runs = runs_of.get(tid).filter(|_| st.has_place_runs != 0);
+            for run in runs.iter().flat_map(|p| p.r.iter()).filter(|r| r.count > 0) {
+                self.handle_folded(&run.to_event(st.pid, *tid, end_ns));
             }
             if st.off_ts != 0 && st.off_ts < end_ns {
                 let waker = st.wake_ts >= st.off_ts && st.wake_ts != 0;

@@ -131,7 +131,7 @@ fn folded_run(
         kind: abi::RECORD_FOLDED,
         pid: 50,
         tid: 51,
-        _pad: 0,
+        delay_ns: 0,
         first_ns,
         last_ns,
         ns,
@@ -142,6 +142,8 @@ fn folded_run(
         waker_kind: abi::FOLD_WAKER_TASK,
         landing_ns: 0,
         stack_id,
+        flags: 0,
+        _pad: 0,
     }
 }
 
@@ -548,6 +550,148 @@ fn short_waits_keep_their_reason() {
             waker: ShortWaker::Task { pid: 60, tid: 61 }
         }]
     );
+}
+
+/// Check that the kernel's runs of one place's waits (FOLDED_BY_PLACE) are
+/// drawn under that place, their long run delays under their own leaf below
+/// the reason's, and summed into their waker's run of short waits with the
+/// others of that waker (one marker for two places' runs, starting at the
+/// earlier run's first wait though it came second), as the waits sent
+/// alone were: as markers of their own, most held one wait.
+#[test]
+fn runs_of_one_places_waits_join_their_wakers_run() {
+    let mut c = collector(PidFilter::All);
+    let read = 0xffff_ffff_8170_0010;
+    let nanosleep = 0xffff_ffff_8110_0a10;
+    stack_record(&mut c, 50, 51, 1 << 12, &[], &[0xffff_ffff_8110_0410, read]);
+    stack_record(
+        &mut c,
+        50,
+        51,
+        2 << 12,
+        &[],
+        &[0xffff_ffff_8110_0410, nanosleep],
+    );
+    let by_place = |first_ns, last_ns, ns, count, wait_ns, delay_ns, stack_id| FoldedEvent {
+        delay_ns,
+        flags: abi::FOLDED_BY_PLACE,
+        landing_ns: 40,
+        ..folded_run(
+            first_ns,
+            last_ns,
+            [0, ns, 0, 0],
+            [0, count, 0, 0],
+            wait_ns,
+            stack_id,
+        )
+    };
+    // Sent at its last wait (600), after the nanosleep run began at 200.
+    c.handle_folded(&by_place(300, 600, 2_000, 5, 1_500, 300, 1 << 12));
+    c.handle_folded(&by_place(200, 800, 1_000, 2, 900, 0, 2 << 12));
+    let r = c.finish_window(range(0, 1000));
+    let t = thread(&r, 50, 51);
+    let got: Vec<(Vec<String>, u64)> = t
+        .off_cpu
+        .stack
+        .iter()
+        .zip(&t.off_cpu.duration_ns)
+        .map(|(&s, &d)| (names(&r, s), d))
+        .collect();
+    let sleeping = "[off-CPU: sleeping]".to_string();
+    let delay = crate::model::recording::RUN_DELAY_FRAME_NAME.to_string();
+    // (the frame the waits left from, the leaves below it, the weight)
+    let mut shapes: Vec<(String, Vec<String>, u64)> = got
+        .iter()
+        .map(|(n, d)| {
+            let place = n.iter().find(|f| *f == "ksys_read" || *f == "do_nanosleep");
+            let leaves = n
+                .iter()
+                .skip_while(|f| !f.starts_with("[off-CPU"))
+                .cloned()
+                .collect();
+            (place.cloned().unwrap_or_default(), leaves, *d)
+        })
+        .collect();
+    shapes.sort();
+    // The read run: its 2,000 ns less its 300 of long run delays under
+    // read, the 300 under the run-delay leaf below them; the nanosleep run
+    // whole under nanosleep.
+    assert_eq!(
+        shapes,
+        vec![
+            ("do_nanosleep".to_string(), vec![sleeping.clone()], 1_000),
+            ("ksys_read".to_string(), vec![sleeping.clone()], 1_700),
+            ("ksys_read".to_string(), vec![sleeping, delay], 300),
+        ],
+        "{got:?}"
+    );
+    assert_eq!(r.stats.off_cpu_folded, 7);
+    assert_eq!(
+        t.markers,
+        vec![MarkerRecord::ShortWaits {
+            start_ns: 200,
+            end_ns: 800,
+            count: 7,
+            off_cpu_ns: 3_000,
+            waited_ns: 2_400,
+            landing_ns: 80,
+            waker: ShortWaker::Task { pid: 60, tid: 61 }
+        }]
+    );
+    assert_eq!(r.stats.stacks_not_kept, 0);
+}
+
+/// Check that the runs of one place's waits left in the kernel at the end
+/// are read with the threads' states, a run ending past the end clipped
+/// to it, and that an entry whose thread's state does not claim it (a tid
+/// reused after a death not seen) is not read as that thread's.
+#[test]
+fn place_runs_left_at_the_end_are_read_with_their_thread() {
+    let mut c = collector(PidFilter::All);
+    let run = abi::PlaceRun {
+        first_ns: 100,
+        last_ns: 1_200,
+        ns: 700,
+        wait_ns: 600,
+        waker_pid: 60,
+        waker_tid: 61,
+        waker_kind: abi::FOLD_WAKER_TASK,
+        reason: abi::OFFCPU_BLOCKED,
+        count: 3,
+        ..Default::default()
+    };
+    let mut runs = abi::PlaceRuns::default();
+    runs.r[2] = run;
+    let state = |tid: u32, has_place_runs: u32| {
+        (
+            tid,
+            abi::ThreadState {
+                pid: 50,
+                has_place_runs,
+                ..Default::default()
+            },
+        )
+    };
+    c.handle_thread_states(
+        &[state(51, 1), state(52, 0)],
+        &[(51, runs), (52, runs)],
+        1_000,
+    );
+    let r = c.finish_window(range(0, 1000));
+    let t = thread(&r, 50, 51);
+    assert_eq!(t.off_cpu.duration_ns, vec![700]);
+    assert_eq!(t.off_cpu.time_ns, vec![1_000]);
+    assert_eq!(
+        names(&r, t.off_cpu.stack[0]).last().map(String::as_str),
+        Some("[off-CPU: blocked, uninterruptible (I/O)]")
+    );
+    assert_eq!(r.stats.off_cpu_folded, 3);
+    let other = r
+        .processes
+        .iter()
+        .flat_map(|p| &p.threads)
+        .find(|t| t.tid == 52);
+    assert!(other.is_none_or(|t| t.off_cpu.duration_ns.is_empty()));
 }
 
 /// Check that folded short waits from one place are drawn under that

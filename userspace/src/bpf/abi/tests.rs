@@ -40,16 +40,18 @@ fn abi_matches_c_header() {
             user_bp }
         struct offcpu_event = OffCpuEvent { kind, state, start_ns, end_ns, wake_ns, pid, tid, cpu_out, cpu_in, waker_pid,
             waker_tid, stack_id, waker_stack_id, comm, waker_comm, flags, landing_ns }
-        struct folded_event = FoldedEvent { kind, pid, tid, first_ns, last_ns, ns, count, wait_ns, waker_pid, waker_tid, waker_kind, landing_ns, stack_id }
+        struct folded_event = FoldedEvent { kind, pid, tid, delay_ns, first_ns, last_ns, ns, count, wait_ns, waker_pid, waker_tid, waker_kind, landing_ns, stack_id, flags }
         struct thread_end_event = ThreadEndEvent { kind, pid, tid, time_ns, voluntary, involuntary }
         struct blkio_event = IoEvent { kind, dev, sector, start_ns, issue_ns, done_ns, bytes, error, pid, tid, op, flags,
             stack_id, comm }
         struct thread_state = ThreadState { off_ts, voluntary, involuntary, short_ns, short_count, short_first, short_last,
-            pid, off_state, off_cpu, off_flags, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, short_wait_ns, short_waker_pid, short_waker_tid, short_waker_kind, waker_irq, wake_early, irq_ns, irq_wait_ns, irq_count, queued_ts, short_land_ns, irq_land_ns, short_stack_id, irq_stack_id, cache }
+            pid, off_state, off_cpu, off_flags, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, short_wait_ns, short_waker_pid, short_waker_tid, short_waker_kind, waker_irq, wake_early, irq_ns, irq_wait_ns, irq_count, queued_ts, short_land_ns, irq_land_ns, short_stack_id, irq_stack_id, cache, has_place_runs }
+        struct place_runs = PlaceRuns { r }
+        struct place_run = PlaceRun { stack_id, first_ns, last_ns, ns, wait_ns, land_ns, delay_ns, waker_pid, waker_tid, waker_kind, reason, count }
         struct stack_cache = StackCache { ip, sp, bp, id, what, context }
         ;
         consts { TASK_COMM_LEN, MAX_STACK_DEPTH, RECORD_SAMPLE, RECORD_OFFCPU, RECORD_IO, RECORD_STACK, RECORD_FOLDED,
-            RECORD_THREAD_END, STACK_SLOT_PREEMPTED, STACK_SLOT_WAITED, STACK_SLOT_CALL, STACK_SLOTS, STACK_SLOT_INTERRUPT, OFFCPU_END_INFERRED, OFFCPU_START_UNSEEN, OFFCPU_WAKER_TASK, OFFCPU_WAKER_IRQ, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER, OFFCPU_REASONS, FOLD_WAKER_UNSET, FOLD_WAKER_UNSEEN, FOLD_WAKER_TASK, FOLD_WAKER_IRQ, FOLD_WAKER_MIXED,
+            RECORD_THREAD_END, STACK_SLOT_PREEMPTED, STACK_SLOT_WAITED, STACK_SLOT_CALL, STACK_SLOTS, PLACE_RUNS, FOLDED_BY_PLACE, STACK_SLOT_INTERRUPT, OFFCPU_END_INFERRED, OFFCPU_START_UNSEEN, OFFCPU_WAKER_TASK, OFFCPU_WAKER_IRQ, OFFCPU_PREEMPTED, OFFCPU_SLEEPING, OFFCPU_BLOCKED, OFFCPU_OTHER, OFFCPU_REASONS, FOLD_WAKER_UNSET, FOLD_WAKER_UNSEEN, FOLD_WAKER_TASK, FOLD_WAKER_IRQ, FOLD_WAKER_MIXED,
             SAMPLE_FLAG_KSTACK_FAILED, SAMPLE_FLAG_USTACK_FAILED, SAMPLE_FLAG_USER_REGS, SAMPLE_FLAG_HANDOVER_SKIPPED, STACK_KERNEL_THREAD,
             STACK_USER_REGS, STACK_KSTACK_FAILED, STACK_USTACK_FAILED, STACK_HANDOVER_SKIPPED, STACK_SHARED, STACK_ID_SHARED, STACK_SHARED_MAX, IO_PREFLUSH, IO_FUA, IO_SYNC, IO_META,
             IO_READAHEAD, IO_START_AT_ISSUE, IO_OP_READ, IO_OP_WRITE, IO_OP_FLUSH, IO_OP_DISCARD, IO_OP_SECURE_ERASE,
