@@ -185,8 +185,9 @@ pub struct CaptureArgs {
     #[arg(long = "unwind-table-mb")]
     pub unwind_table_mb: Option<u32>,
     /// Off-CPU intervals at least this long (ms) get a marker of their own
-    /// (with their waker); shorter ones are summed per thread (the agent
-    /// sums them in the kernel, without a stack each) [default: 1].
+    /// (with their waker); shorter ones are summed per thread and waker, in
+    /// the kernel per place (the agent sums them in the kernel, without a
+    /// stack each) [default: 1].
     #[arg(long = "off-cpu-threshold")]
     #[serde(rename = "off-cpu-threshold")]
     pub off_cpu_threshold_ms: Option<f64>,
