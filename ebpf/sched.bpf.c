@@ -7,7 +7,10 @@
  * stacks; when the thread runs again one offcpu_event goes to the `events`
  * ring if the interval lasted at least offcpu_min_ns, else its length is
  * added to the thread's folded totals for its reason, sent as one
- * folded_event once they reach fold_flush_ns. Every switch is counted, so
+ * folded_event once they reach fold_flush_ns; from offcpu_min_ns up to
+ * fold_same_max_ns (record's marker threshold) a wait is added to the
+ * thread's run of its place, waker and reason (place_runs), sent as a
+ * folded_event too. Every switch is counted, so
  * totals stay exact whatever is dropped. A thread's last switch (it died)
  * sends its totals and deletes its state, so the map holds live threads only.
  *
@@ -48,9 +51,10 @@ const volatile __u64 fold_span_ns = 1000000000;
  * becomes FOLD_WAKER_MIXED. At least ten folded waits per record. */
 const volatile __u64 fold_waker_min_ns = 1000000;
 /* Waits from offcpu_min_ns up to this (record: its marker threshold) are
- * summed per place, waker and reason in a few runs per thread (place_runs)
- * while one is free or theirs; else sent alone. 0: every wait from
- * offcpu_min_ns on is sent alone. */
+ * summed per place, waker and reason in four runs per thread (place_runs;
+ * the run with the oldest last wait is sent to make room); sent alone only
+ * without a place, with the map or the ring full, or once the recording's
+ * end is read. 0: every wait from offcpu_min_ns on is sent alone. */
 const volatile __u64 fold_same_max_ns = 0;
 /* A wait's run delay from this long on is drawn apart (userspace's
  * RUN_DELAY_APART_MIN_NS): a place run sums those apart. */

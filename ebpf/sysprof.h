@@ -459,7 +459,8 @@ struct stack_event {
 #define OFFCPU_WAKER_IRQ 8    /* its waker was an interrupt */
 
 /* One off-CPU interval of a thread, sent when it runs again if it lasted at
- * least offcpu_min_ns; shorter ones are summed per reason in folded_event. */
+ * least offcpu_min_ns (and, for a wait, fold_same_max_ns, or no run of its
+ * place took it); shorter ones are summed per reason in folded_event. */
 struct offcpu_event {
 	__u32 kind;             /* RECORD_OFFCPU */
 	__u32 state;            /* OFFCPU_* */
@@ -489,7 +490,9 @@ struct offcpu_event {
 #define FOLD_WAKER_IRQ 3    /* interrupts woke them (timers, devices) */
 #define FOLD_WAKER_MIXED 4  /* several wakers, none with enough time for a run of its own */
 
-/* Off-CPU intervals shorter than offcpu_min_ns of one thread, summed per
+/* Off-CPU intervals shorter than offcpu_min_ns of one thread (or, with
+ * FOLDED_BY_PLACE, its waits of one place, waker and reason up to
+ * fold_same_max_ns: struct place_run), summed per
  * reason (OFFCPU_*), sent once they add up to fold_flush_ns (and at the
  * thread's end); the rest is read from the thread's state at the end. A
  * run holds the waits of one waker: a wait woken by another sends the run
@@ -586,6 +589,8 @@ struct place_run {
  * apart from struct thread_state so that only `record`, which sums such
  * waits, holds their memory (320 bytes a thread). */
 struct place_runs {
+	__u32 pid;              /* the thread's process */
+	__u32 _pad;
 	struct place_run r[PLACE_RUNS];
 };
 

@@ -12,9 +12,10 @@
  * runs (fold_short), sent as folded_events once they reach fold_flush_ns
  * or fold_span_ns, or when a wait from another place or waker comes; waits
  * from offcpu_min_ns up to fold_same_max_ns (record's) are summed per place,
- * waker and reason in a few runs a thread (fold_by_place), or sent alone
- * when none is free; a dying thread's last switch sends its totals (thread_end_event) and
- * deletes its state.
+ * waker and reason in four runs a thread (fold_by_place; the run with the
+ * oldest last wait is sent to make room), sent as folded_events
+ * (FOLDED_BY_PLACE); a dying thread's last switch sends its totals
+ * (thread_end_event) and runs, and deletes its state.
  */
 #ifndef __SCHED_OFFCPU_BPF_H
 #define __SCHED_OFFCPU_BPF_H
@@ -255,16 +256,28 @@ __noinline int fold_short(__u32 tid, struct thread_state *t, __u64 end)
 	return 0;
 }
 
-/* Send one of tid's place runs and free its slot; kept when the ring is
- * full (the next flush, or the end of the recording, carries it). */
-static __always_inline void flush_place_run(__u32 tid, struct thread_state *t, struct place_run *r)
+/* Whether userspace has read the events ring for the last time: place runs
+ * then stay in their map, where it reads them (a run sent after that read
+ * was lost uncounted, its waits ended before the recording's end). */
+static __always_inline bool place_runs_frozen(void)
 {
+	__u32 zero = 0;
+	__u32 *frozen = bpf_map_lookup_elem(&place_runs_frozen_at_end, &zero);
+
+	return frozen && *frozen;
+}
+
+/* Send one of tid's place runs and free its slot: true when sent. Not
+ * sent (the ring full, or the recording's end read), it is kept; its
+ * caller counts it when it is lost. */
+static __always_inline bool flush_place_run(__u32 tid, struct thread_state *t, struct place_run *r)
+{
+	if (place_runs_frozen())
+		return false;
 	struct folded_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 
-	if (!e) {
-		count_drop(DROP_EVENTS_FULL);
-		return;
-	}
+	if (!e)
+		return false;
 	__u32 reason = r->reason & (OFFCPU_REASONS - 1);
 
 	e->kind = RECORD_FOLDED;
@@ -289,20 +302,23 @@ static __always_inline void flush_place_run(__u32 tid, struct thread_state *t, s
 	e->_pad = 0;
 	r->count = 0;
 	bpf_ringbuf_submit(e, submit_flags(sizeof(*e), true));
+	return true;
 }
 
-/* Send all of tid's place runs and forget them (it is dying). Global:
+/* Send all of tid's place runs and forget them (it is dying); a run the
+ * ring has no room for is counted lost. After the recording's end is read,
+ * they stay, with the pid they were of, for userspace to read. Global:
  * verified once. */
 __noinline int flush_place_runs(__u32 tid, struct thread_state *t)
 {
-	if (!t || !t->has_place_runs)
+	if (!t || !t->has_place_runs || place_runs_frozen())
 		return 0;
 	struct place_runs *p = bpf_map_lookup_elem(&place_runs, &tid);
 
 	if (p) {
 		for (int i = 0; i < PLACE_RUNS; i++) {
-			if (p->r[i].count)
-				flush_place_run(tid, t, &p->r[i]);
+			if (p->r[i].count && !flush_place_run(tid, t, &p->r[i]))
+				count_drop(DROP_EVENTS_FULL);
 		}
 	}
 	bpf_map_delete_elem(&place_runs, &tid);
@@ -329,23 +345,28 @@ static __always_inline struct place_runs *place_runs_of(__u32 tid, struct thread
 		return NULL;
 	bpf_map_update_elem(&place_runs, &tid, empty, BPF_ANY);
 	p = bpf_map_lookup_elem(&place_runs, &tid);
-	if (p)
+	if (p) {
+		p->pid = t->pid;
 		t->has_place_runs = 1;
+	}
 	return p;
 }
 
 /* A wait (not a preemption) from offcpu_min_ns up to fold_same_max_ns ends
  * at `end`: added (1) to the thread's run of waits from its place, with its
- * waker and reason, or to a free run; 0 when none is free, or the wait is
- * not to be summed, and it is sent alone. Beside `pgbench -c 8 -j 2` most
+ * waker and reason, or to a free run, or to the run with the oldest last
+ * wait once that is sent to make room; 0, and it is sent alone, when it has
+ * no place, the map or the ring is full, or the recording's end was read. Beside `pgbench -c 8 -j 2` most
  * waits are 0.1-1 ms: a backend's for its client, woken in turn by its
  * pgbench thread, other backends and interrupts; each pgbench thread's for
  * four backends. Sent one by one they were most of the events ring's
  * records (141,776 in 5 s, 6,289 of them over 1 ms), and one run per thread
  * closed at every change of waker. A run is sent once it holds
- * fold_flush_ns, when a wait of the thread's comes fold_span_ns after the
- * run's first, or when the thread dies; userspace reads what is left at the
- * end. Global: verified once. */
+ * fold_flush_ns, when another wait of the thread's this function sees comes
+ * fold_span_ns after the run's first, when a wait from another place comes
+ * and the run's place is the thread's own (leave_thread_place), or when the
+ * thread dies; userspace reads what is left at the end. Global: verified
+ * once. */
 __noinline int fold_by_place(__u32 tid, struct thread_state *t, __u64 end)
 {
 	if (!t)
@@ -357,7 +378,7 @@ __noinline int fold_by_place(__u32 tid, struct thread_state *t, __u64 end)
 	 * place of the thread's own (not shared: pgbench's, sent as a copy
 	 * while its tables loaded, and reused since) is kept too: its runs are
 	 * sent when a wait from elsewhere comes (leave_thread_place). */
-	if (reason == OFFCPU_PREEMPTED || !id)
+	if (reason == OFFCPU_PREEMPTED || !id || place_runs_frozen())
 		return 0;
 	struct place_runs *p = place_runs_of(tid, t);
 
@@ -394,8 +415,7 @@ __noinline int fold_by_place(__u32 tid, struct thread_state *t, __u64 end)
 		 * alone (7 in 10 of the waits a run could take, beside pgbench). */
 		struct place_run *lru = &p->r[oldest & (PLACE_RUNS - 1)];
 
-		flush_place_run(tid, t, lru);
-		if (lru->count)
+		if (!flush_place_run(tid, t, lru))
 			return 0; /* the ring is full: this wait goes alone, or is counted lost */
 		slot = oldest;
 	}

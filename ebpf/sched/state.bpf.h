@@ -67,6 +67,15 @@ struct {
 	__type(value, struct place_runs);
 } place_runs SEC(".maps");
 
+/* Set by userspace (1) before its last read of `events`: place runs stay in
+ * `place_runs` from then on (sched/offcpu.bpf.h place_runs_frozen). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} place_runs_frozen_at_end SEC(".maps");
+
 /* Zeroed place runs to insert a thread's from (too large for the stack). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -183,7 +183,8 @@ pub enum Role {
 /// `record` (summed per reason into one run a thread): bounds the event
 /// rate on switch-heavy machines. Longer waits under the marker threshold
 /// are summed in the kernel per place, waker and reason, in a few runs a
-/// thread (`fold_same_max_ns`), or sent alone when none is free. The agent
+/// thread (`fold_same_max_ns`; the run with the oldest last wait is sent
+/// to make room). The agent
 /// folds everything under its marker threshold instead: it keeps no
 /// off-CPU samples of shorter waits.
 const RECORD_OFF_CPU_EMIT_NS: u64 = 100_000;

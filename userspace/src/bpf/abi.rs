@@ -465,6 +465,10 @@ pub struct ThreadState {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PlaceRuns {
+    /// The thread's process.
+    pub pid: u32,
+    /// Padding.
+    pub _pad: u32,
     /// Free while `count` is 0.
     pub r: [PlaceRun; PLACE_RUNS],
 }
@@ -478,7 +482,7 @@ unsafe impl aya::Pod for PlaceRuns {}
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PlaceRun {
-    /// Where they left the CPU (a shared stack record).
+    /// Where they left the CPU (a stack record, shared or the thread's own).
     pub stack_id: u64,
     /// Start of the first, ns.
     pub first_ns: u64,

@@ -53,6 +53,7 @@ pub struct Tracer {
     drops: PerCpuArray<MapData, u64>,
     threads: aya::maps::HashMap<MapData, u32, abi::ThreadState>,
     place_runs: aya::maps::HashMap<MapData, u32, abi::PlaceRuns>,
+    place_runs_frozen: aya::maps::Array<MapData, u32>,
     /// `io_starts`: in-flight requests by `struct request *`; only counted
     /// here, so its value (`struct io_start`, 72 bytes) stays opaque.
     io_starts: aya::maps::HashMap<MapData, u64, [u64; 9]>,
@@ -235,6 +236,9 @@ impl Tracer {
             .map_err(RecordError::map("threads"))?;
         let place_runs = aya::maps::HashMap::try_from(take(&mut ebpf, "place_runs")?)
             .map_err(RecordError::map("place_runs"))?;
+        let place_runs_frozen =
+            aya::maps::Array::try_from(take(&mut ebpf, "place_runs_frozen_at_end")?)
+                .map_err(RecordError::map("place_runs_frozen_at_end"))?;
         let io_starts = aya::maps::HashMap::try_from(take(&mut ebpf, "io_starts")?)
             .map_err(RecordError::map("io_starts"))?;
         let stack_ids = aya::maps::HashMap::try_from(take(&mut ebpf, "stack_ids")?)
@@ -247,6 +251,7 @@ impl Tracer {
                 drops,
                 threads,
                 place_runs,
+                place_runs_frozen,
                 io_starts,
                 stack_ids,
                 stack_ids_used,
@@ -302,8 +307,15 @@ impl Tracer {
         self.threads.iter().filter_map(Result::ok).collect()
     }
 
-    /// Every live thread's runs of waits summed by place and waker, not
-    /// sent yet.
+    /// Keep the runs of waits summed by place and waker in their map from
+    /// now on, for [`Tracer::place_runs`]: called before the ring's last
+    /// read (a run sent after it would be lost, and not counted).
+    pub fn freeze_place_runs(&mut self) -> Result<(), aya::maps::MapError> {
+        self.place_runs_frozen.set(0, 1, 0)
+    }
+
+    /// Every thread's runs of waits summed by place and waker, not sent
+    /// yet.
     pub fn place_runs(&self) -> Vec<(u32, abi::PlaceRuns)> {
         self.place_runs.iter().filter_map(Result::ok).collect()
     }

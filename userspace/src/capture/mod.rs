@@ -308,6 +308,13 @@ impl CaptureSession {
             collector.take_recent_pids(),
         );
         let end_ns = crate::sys::clock::monotonic_ns();
+        // Runs of waits ended before now stay in the tracer's map, read
+        // with the threads' states below, not sent after the ring's last read.
+        if let Some(Err(e)) = self.tracer.as_mut().map(|t| t.freeze_place_runs()) {
+            collector.warn(format!(
+                "could not keep the tracer's last runs of waits for the end ({e}): waits of the recording's last moment may be missing"
+            ));
+        }
         let lost_samples = self.lost_samples();
         drop(self.sampler.take());
         // The reader ends; what it read and what the rings still hold go

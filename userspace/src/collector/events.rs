@@ -280,8 +280,22 @@ impl Collector {
         place_runs: &[(u32, abi::PlaceRuns)],
         end_ns: u64,
     ) {
-        let runs_of: rustc_hash::FxHashMap<u32, &abi::PlaceRuns> =
-            place_runs.iter().map(|(tid, runs)| (*tid, runs)).collect();
+        // Runs of one place's waits: a live thread's while its state claims
+        // them (an entry left by a tid's earlier thread, whose death was not
+        // seen, is not its), a thread's that died after the ring's last read
+        // with the pid they were kept with; none begun after the end.
+        let has_runs: rustc_hash::FxHashMap<u32, bool> = states
+            .iter()
+            .map(|(tid, st)| (*tid, st.has_place_runs != 0))
+            .collect();
+        for (tid, runs) in place_runs {
+            if has_runs.get(tid) == Some(&false) {
+                continue;
+            }
+            for run in runs.r.iter().filter(|r| r.count > 0 && r.first_ns < end_ns) {
+                self.handle_folded(&run.to_event(runs.pid, *tid, end_ns));
+            }
+        }
         for (tid, st) in states {
             self.window.switch_totals.push(ThreadEndEvent {
                 kind: abi::RECORD_THREAD_END,
@@ -332,12 +346,6 @@ impl Collector {
                     flags: 0,
                     _pad: 0,
                 });
-            }
-            // A tid's entry is its own while its state says so (a dead
-            // thread's is deleted with its state).
-            let runs = runs_of.get(tid).filter(|_| st.has_place_runs != 0);
-            for run in runs.iter().flat_map(|p| p.r.iter()).filter(|r| r.count > 0) {
-                self.handle_folded(&run.to_event(st.pid, *tid, end_ns));
             }
             if st.off_ts != 0 && st.off_ts < end_ns {
                 let waker = st.wake_ts >= st.off_ts && st.wake_ts != 0;

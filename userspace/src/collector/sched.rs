@@ -2,8 +2,9 @@
 //! weighted samples and markers (those under the marker threshold are
 //! summed per thread and waker into short-waits markers), the kernel's
 //! folded short waits become weighted samples per reason and a short-waits
-//! marker each, I/O requests become markers, and per-CPU tracks are
-//! derived from the samples.
+//! marker each (its runs of one place's longer waits, `by_place`, are
+//! summed into those of their waker instead), I/O requests become markers,
+//! and per-CPU tracks are derived from the samples.
 //!
 //! In: a window's [`OffCpuRecord`]s, [`FoldedRecord`]s and [`IoRecord`]s in
 //! time order (merged with samples and sideband by

@@ -643,8 +643,11 @@ fn runs_of_one_places_waits_join_their_wakers_run() {
 
 /// Check that the runs of one place's waits left in the kernel at the end
 /// are read with the threads' states, a run ending past the end clipped
-/// to it, and that an entry whose thread's state does not claim it (a tid
-/// reused after a death not seen) is not read as that thread's.
+/// to it and one begun after it left out; that a thread that died after
+/// the ring's last read keeps its runs (under the pid they were kept
+/// with); and that an entry its live thread's state does not claim (left
+/// by a tid's earlier thread, whose death was not seen) is not read as
+/// that thread's.
 #[test]
 fn place_runs_left_at_the_end_are_read_with_their_thread() {
     let mut c = collector(PidFilter::All);
@@ -660,8 +663,18 @@ fn place_runs_left_at_the_end_are_read_with_their_thread() {
         count: 3,
         ..Default::default()
     };
-    let mut runs = abi::PlaceRuns::default();
+    let mut runs = abi::PlaceRuns {
+        pid: 50,
+        ..Default::default()
+    };
     runs.r[2] = run;
+    // Begun after the end: not this recording's.
+    runs.r[0] = abi::PlaceRun {
+        first_ns: 1_100,
+        last_ns: 1_300,
+        count: 9,
+        ..run
+    };
     let state = |tid: u32, has_place_runs: u32| {
         (
             tid,
@@ -674,18 +687,20 @@ fn place_runs_left_at_the_end_are_read_with_their_thread() {
     };
     c.handle_thread_states(
         &[state(51, 1), state(52, 0)],
-        &[(51, runs), (52, runs)],
+        &[(51, runs), (52, runs), (53, runs)],
         1_000,
     );
     let r = c.finish_window(range(0, 1000));
-    let t = thread(&r, 50, 51);
-    assert_eq!(t.off_cpu.duration_ns, vec![700]);
-    assert_eq!(t.off_cpu.time_ns, vec![1_000]);
-    assert_eq!(
-        names(&r, t.off_cpu.stack[0]).last().map(String::as_str),
-        Some("[off-CPU: blocked, uninterruptible (I/O)]")
-    );
-    assert_eq!(r.stats.off_cpu_folded, 3);
+    for tid in [51, 53] {
+        let t = thread(&r, 50, tid);
+        assert_eq!(t.off_cpu.duration_ns, vec![700], "tid {tid}");
+        assert_eq!(t.off_cpu.time_ns, vec![1_000], "tid {tid}");
+        assert_eq!(
+            names(&r, t.off_cpu.stack[0]).last().map(String::as_str),
+            Some("[off-CPU: blocked, uninterruptible (I/O)]")
+        );
+    }
+    assert_eq!(r.stats.off_cpu_folded, 6);
     let other = r
         .processes
         .iter()

@@ -377,6 +377,7 @@ fn clip_to_range(w: &mut WindowData, range: &WindowRange, floor: u64) {
             f.ns = f.ns.map(|ns| (ns as f64 * kept) as u64);
             f.wait_ns = (f.wait_ns as f64 * kept) as u64;
             f.landing_ns = (f.landing_ns as f64 * kept) as u64;
+            f.delay_ns = (f.delay_ns as f64 * kept) as u64;
             f.count = (f.count as f64 * kept).ceil() as u32;
             f.first_ns = floor;
         }

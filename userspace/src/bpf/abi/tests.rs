@@ -46,7 +46,7 @@ fn abi_matches_c_header() {
             stack_id, comm }
         struct thread_state = ThreadState { off_ts, voluntary, involuntary, short_ns, short_count, short_first, short_last,
             pid, off_state, off_cpu, off_flags, off_runtime, stack_id, wake_ts, waker_pid, waker_tid, waker_stack_id, waker_comm, short_wait_ns, short_waker_pid, short_waker_tid, short_waker_kind, waker_irq, wake_early, irq_ns, irq_wait_ns, irq_count, queued_ts, short_land_ns, irq_land_ns, short_stack_id, irq_stack_id, cache, has_place_runs }
-        struct place_runs = PlaceRuns { r }
+        struct place_runs = PlaceRuns { pid, r }
         struct place_run = PlaceRun { stack_id, first_ns, last_ns, ns, wait_ns, land_ns, delay_ns, waker_pid, waker_tid, waker_kind, reason, count }
         struct stack_cache = StackCache { ip, sp, bp, id, what, context }
         ;
