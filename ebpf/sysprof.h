@@ -587,7 +587,7 @@ struct place_run {
 
 /* A thread's place runs: the value of `place_runs` (sched/state.bpf.h),
  * apart from struct thread_state so that only `record`, which sums such
- * waits, holds their memory (320 bytes a thread). */
+ * waits, holds their memory (328 bytes a thread). */
 struct place_runs {
 	__u32 pid;              /* the thread's process */
 	__u32 _pad;

@@ -175,8 +175,8 @@ impl Tracer {
             // Both preallocated, in the kernel memory of sysprof's cgroup:
             // 27 and 9 MB at 65,536 entries each, the most they may hold.
             .map_max_entries("threads", thread_entries())
-            // 320 bytes a thread, for `record` only: the agent sums no
-            // such waits (5.2 MB at 16,384 entries).
+            // 328 bytes a thread, for `record` only: the agent sums no
+            // such waits (5.4 MB at 16,384 entries).
             .map_max_entries(
                 "place_runs",
                 if opts.fold_same_max_ns > 0 {
