@@ -14,6 +14,7 @@
 
 pub mod debugfile;
 pub mod elf;
+pub mod inflated;
 pub mod jitdump;
 pub mod perfmap;
 

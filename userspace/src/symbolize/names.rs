@@ -178,6 +178,12 @@ impl PreparedBinary {
 
     /// Name from debug file `d`: its DWARF too, if it may be read.
     fn use_debug_file(&mut self, bin: &Binary, d: debugfile::DebugFile, limits: ElfLimits) {
+        // Compressed DWARF is read from a plain copy in root's cache:
+        // blazesym would inflate it all into the heap, every recording.
+        let d = match limits.dwarf {
+            true => crate::binaries::inflated::plain_copy(&d).unwrap_or(d),
+            false => d,
+        };
         let dreader = ElfReader::new(&d.file, limits);
         // Without DWARF a debug file still gives its full symbol table.
         let check = if limits.dwarf {
