@@ -211,6 +211,16 @@ fn names(r: &Recording, node: u32) -> Vec<String> {
         .collect()
 }
 
+/// A thread's off-CPU samples: each one's frame names and duration.
+fn off_cpu_of(r: &Recording, t: &ThreadRecord) -> Vec<(Vec<String>, u64)> {
+    t.off_cpu
+        .stack
+        .iter()
+        .zip(&t.off_cpu.duration_ns)
+        .map(|(&s, &d)| (names(r, s), d))
+        .collect()
+}
+
 fn thread(r: &Recording, pid: u32, tid: u32) -> &ThreadRecord {
     r.processes
         .iter()
@@ -510,13 +520,7 @@ fn short_waits_keep_their_reason() {
     c.handle_folded(&folded_run(10, 900, [300, 200, 0, 0], [3, 4, 0, 0], 150, 0));
     let r = c.finish_window(range(0, 1000));
     let t = thread(&r, 50, 51);
-    let mut got: Vec<(Vec<String>, u64)> = t
-        .off_cpu
-        .stack
-        .iter()
-        .zip(&t.off_cpu.duration_ns)
-        .map(|(&s, &d)| (names(&r, s), d))
-        .collect();
+    let mut got = off_cpu_of(&r, t);
     got.sort();
     assert_eq!(
         got,
@@ -590,13 +594,7 @@ fn runs_of_one_places_waits_join_their_wakers_run() {
     c.handle_folded(&by_place(200, 800, 1_000, 2, 900, 0, 2 << 12));
     let r = c.finish_window(range(0, 1000));
     let t = thread(&r, 50, 51);
-    let got: Vec<(Vec<String>, u64)> = t
-        .off_cpu
-        .stack
-        .iter()
-        .zip(&t.off_cpu.duration_ns)
-        .map(|(&s, &d)| (names(&r, s), d))
-        .collect();
+    let got = off_cpu_of(&r, t);
     let sleeping = "[off-CPU: sleeping]".to_string();
     let delay = crate::model::recording::RUN_DELAY_FRAME_NAME.to_string();
     // (the frame the waits left from, the leaves below it, the weight)
@@ -727,13 +725,7 @@ fn short_waits_from_one_place_keep_its_stack() {
     ));
     let r = c.finish_window(range(0, 1000));
     let t = thread(&r, 50, 51);
-    let mut got: Vec<(Vec<String>, u64)> = t
-        .off_cpu
-        .stack
-        .iter()
-        .zip(&t.off_cpu.duration_ns)
-        .map(|(&s, &d)| (names(&r, s), d))
-        .collect();
+    let mut got = off_cpu_of(&r, t);
     got.sort();
     let leaf = |reason: &str| format!("[off-CPU: {reason}]");
     let mut by_leaf: Vec<(String, bool, u64)> = got
