@@ -149,6 +149,9 @@ impl KernelSymbols {
             let Ok(offset) = u32::try_from(names.len()) else {
                 break;
             };
+            if u32::try_from(names.len() + name.len()).is_err() {
+                break;
+            }
             entries.push((addr, offset, name.len() as u32, bpf));
             names.push_str(name);
         }

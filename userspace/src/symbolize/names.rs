@@ -181,7 +181,9 @@ impl PreparedBinary {
         // Compressed DWARF is read from a plain copy in root's cache:
         // blazesym would inflate it all into the heap, every recording.
         let d = match limits.dwarf {
-            true => crate::binaries::inflated::plain_copy(&d).unwrap_or(d),
+            true => {
+                crate::binaries::inflated::plain_copy(&d, limits.max_dwarf_total_bytes).unwrap_or(d)
+            }
             false => d,
         };
         let dreader = ElfReader::new(&d.file, limits);

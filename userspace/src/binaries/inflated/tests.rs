@@ -85,7 +85,7 @@ fn the_plain_copy_names_what_the_compressed_file_names() {
         "{before:?}"
     );
 
-    let plain = plain_copy_in(&debug_file(&prog), &dir).expect("a plain copy");
+    let plain = plain_copy_in(&debug_file(&prog), &dir, MAX_INFLATED_BYTES).expect("a plain copy");
     let plain_path = format!(
         "/proc/self/fd/{}",
         std::os::fd::AsRawFd::as_raw_fd(&plain.file)
@@ -159,13 +159,13 @@ fn the_cache_is_reused_until_the_debug_file_changes() {
     };
     let (prog, _) = compiled(&d, "prog", PROGRAM);
     let ino = |f: &DebugFile| f.file.metadata().unwrap().ino();
-    let first = plain_copy_in(&debug_file(&prog), &dir).unwrap();
-    let again = plain_copy_in(&debug_file(&prog), &dir).unwrap();
+    let first = plain_copy_in(&debug_file(&prog), &dir, MAX_INFLATED_BYTES).unwrap();
+    let again = plain_copy_in(&debug_file(&prog), &dir, MAX_INFLATED_BYTES).unwrap();
     assert_eq!(ino(&first), ino(&again));
 
     let (other, _) = compiled(&d, "other", &PROGRAM.replace("x * 3", "x * 5 + 1"));
     std::fs::copy(&other, &prog).unwrap();
-    let changed = plain_copy_in(&debug_file(&prog), &dir).unwrap();
+    let changed = plain_copy_in(&debug_file(&prog), &dir, MAX_INFLATED_BYTES).unwrap();
     assert_ne!(ino(&first), ino(&changed));
     let entries = dir.names().unwrap().len();
     assert_eq!(entries, 2, "one entry per version of the file");
@@ -181,7 +181,7 @@ fn files_not_roots_or_not_compressed_are_left_as_they_are() {
     };
     let (prog, _) = compiled(&d, "prog", PROGRAM);
     std::os::unix::fs::chown(&prog, Some(65534), None).unwrap();
-    assert!(plain_copy_in(&debug_file(&prog), &dir).is_none());
+    assert!(plain_copy_in(&debug_file(&prog), &dir, MAX_INFLATED_BYTES).is_none());
     std::os::unix::fs::chown(&prog, Some(0), None).unwrap();
     let plain = d.join("plain");
     let status = std::process::Command::new("gcc")
@@ -191,8 +191,15 @@ fn files_not_roots_or_not_compressed_are_left_as_they_are() {
         .status()
         .unwrap();
     assert!(status.success());
-    assert!(plain_copy_in(&debug_file(&plain), &dir).is_none());
-    assert!(inflate(b"\x7fELF not really").is_none());
+    assert!(plain_copy_in(&debug_file(&plain), &dir, MAX_INFLATED_BYTES).is_none());
+    let mut sink = BoundedFile {
+        out: std::io::BufWriter::new(std::fs::File::create(d.join("sink")).unwrap()),
+        limit: MAX_INFLATED_BYTES,
+        failed: false,
+    };
+    assert!(inflate_into(b"\x7fELF not really", MAX_INFLATED_BYTES, &mut sink).is_none());
+    // Within its DWARF budget only: the same file with a budget below its inflated size.
+    assert!(plain_copy_in(&debug_file(&prog), &dir, 2000).is_none());
     assert_eq!(dir.names().unwrap().len(), 0);
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -219,7 +226,7 @@ fn the_cache_keeps_to_its_budget_oldest_first() {
             .set_modified(t)
             .unwrap();
     }
-    // a is the oldest but was just written: b goes, then c.
+    // a is the oldest but was just written: b goes; then, c kept, a goes.
     keep_within_budget(&dir, "a.debug", 2000);
     let mut left: Vec<String> = dir
         .names()
@@ -238,5 +245,59 @@ fn the_cache_keeps_to_its_budget_oldest_first() {
         .collect();
     left.sort();
     assert_eq!(left, ["c.debug", "notes.txt"]);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Check that a section whose alignment would pad the copy to gigabytes
+/// gets no copy (object places sections at their alignment), and that a
+/// copy left cut short, or half-written by a killed recording, is not used
+/// and goes.
+#[test]
+fn lying_alignments_and_broken_copies_are_refused() {
+    let Some((d, dir)) = root_dir("lying") else {
+        return;
+    };
+    let (prog, _) = compiled(&d, "prog", PROGRAM);
+    let mut data = std::fs::read(&prog).unwrap();
+    let comment = {
+        let file = ElfFile64::<Endianness>::parse(&*data).unwrap();
+        let shoff = file.elf_header().e_shoff(Endianness::Little) as usize;
+        shoff + 64 * file.section_by_name(".comment").unwrap().index().0
+    };
+    // sh_addralign: the header's last field but one.
+    data[comment + 48..comment + 56].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let liar = d.join("liar");
+    std::fs::write(&liar, &data).unwrap();
+    assert!(plain_copy_in(&debug_file(&liar), &dir, MAX_INFLATED_BYTES).is_none());
+    assert_eq!(dir.names().unwrap().len(), 0, "its temporary file removed");
+
+    let good = plain_copy_in(&debug_file(&prog), &dir, MAX_INFLATED_BYTES).unwrap();
+    let name = dir.names().unwrap()[0].clone().into_string().unwrap();
+    let len = good.file.metadata().unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("cache").join(&name))
+        .unwrap()
+        .set_len(len - 100)
+        .unwrap();
+    assert!(
+        open_entry(&dir, &name).is_none(),
+        "a copy cut short is not used"
+    );
+
+    let stale = d.join("cache").join(format!("{TMP_PREFIX}0123"));
+    std::fs::write(&stale, b"half").unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    keep_within_budget(&dir, &name, CACHE_BUDGET_BYTES);
+    assert!(
+        !stale.exists(),
+        "a killed recording's half-written copy goes"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
