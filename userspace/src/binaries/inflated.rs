@@ -71,19 +71,13 @@ const FORMAT: &str = "1";
 /// Suffix of the cache's entries (anything else in the directory is left alone).
 const ENTRY_SUFFIX: &str = ".debug";
 
-/// The plain copy of `d`, from the cache or made now; None when `d` is not
-/// root's, has no compressed DWARF, would pass `max_dwarf_bytes` (the
-/// caller's limit on DWARF inflated) or [`MAX_INFLATED_BYTES`], or the
-/// cache is off or cannot be written (not worth a warning: the compressed
-/// file still names everything).
+/// The plain copy of `d`, whose `.debug_info` the caller found compressed,
+/// from the cache or made now; None when `d` is not root's, would pass
+/// `max_dwarf_bytes` (the caller's limit on DWARF inflated) or
+/// [`MAX_INFLATED_BYTES`], has no compressed DWARF after all, or the cache
+/// is off or cannot be written (not worth a warning: the compressed file
+/// still names everything).
 pub fn plain_copy(d: &DebugFile, max_dwarf_bytes: u64) -> Option<DebugFile> {
-    // Only the section headers are read to know (a debug file with plain
-    // DWARF, the usual case off Debian, costs nothing more).
-    let limits = super::elf::ElfLimits::default();
-    let reader = super::elf::ElfReader::new(&d.file, limits);
-    if !reader.section(".debug_info").is_some_and(|s| s.compressed) {
-        return None;
-    }
     let dir = cache_dir()?;
     plain_copy_in(d, &dir, max_dwarf_bytes.min(MAX_INFLATED_BYTES))
 }

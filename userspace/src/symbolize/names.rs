@@ -178,15 +178,42 @@ impl PreparedBinary {
 
     /// Name from debug file `d`: its DWARF too, if it may be read.
     fn use_debug_file(&mut self, bin: &Binary, d: debugfile::DebugFile, limits: ElfLimits) {
+        let reader = ElfReader::new(&d.file, limits);
         // Compressed DWARF is read from a plain copy in root's cache:
         // blazesym would inflate it all into the heap, every recording.
-        let d = match limits.dwarf {
-            true => {
-                crate::binaries::inflated::plain_copy(&d, limits.max_dwarf_total_bytes).unwrap_or(d)
-            }
-            false => d,
+        let compressed =
+            limits.dwarf && reader.section(".debug_info").is_some_and(|s| s.compressed);
+        let copy = match compressed {
+            true => crate::binaries::inflated::plain_copy(&d, limits.max_dwarf_total_bytes),
+            false => None,
         };
-        let dreader = ElfReader::new(&d.file, limits);
+        // The section headers read above are checked again only for a copy.
+        let (d, debug_syms) = match copy {
+            Some(copy) => {
+                drop(reader);
+                let copy_reader = ElfReader::new(&copy.file, limits);
+                let syms = self.debug_syms(bin, &copy, &copy_reader, limits);
+                drop(copy_reader);
+                (copy, syms)
+            }
+            None => {
+                let syms = self.debug_syms(bin, &d, &reader, limits);
+                drop(reader);
+                (d, syms)
+            }
+        };
+        self.debug = Some((d, debug_syms));
+    }
+
+    /// Whether the symbolizer may read debug file `d`'s DWARF (a refusal
+    /// said as a warning).
+    fn debug_syms(
+        &mut self,
+        bin: &Binary,
+        d: &debugfile::DebugFile,
+        dreader: &ElfReader,
+        limits: ElfLimits,
+    ) -> bool {
         // Without DWARF a debug file still gives its full symbol table.
         let check = if limits.dwarf {
             dreader.dwarf_check()
@@ -201,8 +228,7 @@ impl PreparedBinary {
         }
         // A debug file with a debug link of its own would send the
         // symbolizer after it: read only its symbol table then.
-        let debug_syms = matches!(check, DwarfCheck::Usable) && dreader.debuglink().is_none();
-        self.debug = Some((d, debug_syms));
+        matches!(check, DwarfCheck::Usable) && dreader.debuglink().is_none()
     }
 }
 
