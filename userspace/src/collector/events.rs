@@ -121,12 +121,19 @@ impl Collector {
                             None => k,
                         });
                     }
-                    let node = Self::intern_raw(&mut self.window, pid, &self.scratch, &s.kernel);
+                    let node = Self::intern_thread_raw(
+                        &mut self.window,
+                        pid,
+                        tid,
+                        &self.scratch,
+                        &s.kernel,
+                    );
                     s.interned.set(Some((self.windows_finished, pid, node)));
                     node
                 }
                 _ => {
-                    let node = Self::intern_raw(&mut self.window, pid, &s.user, &s.kernel);
+                    let node =
+                        Self::intern_thread_raw(&mut self.window, pid, tid, &s.user, &s.kernel);
                     s.interned.set(Some((self.windows_finished, pid, node)));
                     node
                 }

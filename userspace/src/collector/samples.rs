@@ -8,6 +8,7 @@
 //! unwinding steps serve the tracer's stack records too ([`super::events`]).
 
 use super::*;
+use crate::model::stack_tree::StackTree;
 
 impl Collector {
     /// A user stack the kernel unwound, into `self.unwound` with a
@@ -124,13 +125,28 @@ impl Collector {
 
     /// Intern a raw stack: `pid` root, then the user frames (leaf first in
     /// `user`, stored outermost first), then the kernel frames (leaf first).
+    pub(super) fn intern_raw(
+        window: &mut WindowData,
+        pid: u32,
+        user: &[u64],
+        kernel: &[u64],
+    ) -> NodeIndex {
+        Self::intern_thread_raw(window, pid, 0, user, kernel)
+    }
+
+    /// [`Self::intern_raw`] for thread `tid` (0: none), whose last new
+    /// stack's path is kept for its next.
     ///
     /// A stack seen before in this window is found by one lookup of its
     /// whole hash and a walk up its path, not a lookup per frame: beside
     /// pgbench that lookup per frame was a tenth of the event loop's CPU.
-    pub(super) fn intern_raw(
+    /// A new one shares its outer frames with the thread's last new stack
+    /// (the same loop, a different leaf): those nodes are taken from that
+    /// path, and only the frames past where the two part are looked up.
+    pub(super) fn intern_thread_raw(
         window: &mut WindowData,
         pid: u32,
+        tid: u32,
         user: &[u64],
         kernel: &[u64],
     ) -> NodeIndex {
@@ -173,13 +189,29 @@ impl Collector {
                 return node;
             }
         }
-        let mut node = raw.child(NO_PARENT, pid as u64);
-        for &addr in user.iter().rev().filter(is_user) {
-            node = raw.child(node, addr);
-        }
-        for &addr in kernel.iter().rev().filter(is_kernel) {
-            node = raw.child(node, addr);
-        }
+        let frames = user
+            .iter()
+            .rev()
+            .filter(is_user)
+            .chain(kernel.iter().rev().filter(is_kernel))
+            .copied();
+        let room = window.thread_paths.len() < MAX_THREAD_PATHS;
+        let node = match window.thread_paths.get_mut(&tid) {
+            Some(last) if tid != 0 => last.extend(raw, pid, frames),
+            _ if tid != 0 && room => {
+                let mut last = ThreadPath::default();
+                let node = last.extend(raw, pid, frames);
+                window.thread_paths.insert(tid, last);
+                node
+            }
+            _ => {
+                let mut node = raw.child(NO_PARENT, pid as u64);
+                for addr in frames {
+                    node = raw.child(node, addr);
+                }
+                node
+            }
+        };
         window.raw_paths.insert(hash, node);
         node
     }
@@ -230,20 +262,34 @@ impl Collector {
                         if merged == Merged::Python {
                             self.followers.readers.python_threads.sampled(s.pid);
                         }
-                        Self::intern_raw(&mut self.window, s.pid, &self.merged, s.kstack)
+                        Self::intern_thread_raw(
+                            &mut self.window,
+                            s.pid,
+                            s.tid,
+                            &self.merged,
+                            s.kstack,
+                        )
                     }
                     None => {
                         self.say_python_unread(s.pid);
-                        Self::intern_raw(&mut self.window, s.pid, &self.unwound, s.kstack)
+                        Self::intern_thread_raw(
+                            &mut self.window,
+                            s.pid,
+                            s.tid,
+                            &self.unwound,
+                            s.kstack,
+                        )
                     }
                 }
             }
             UserStack::Copy { regs, stack } if self.followers.unwinders.is_some() => {
                 self.unwind_copy(s.pid, regs, stack);
                 self.say_python_unread(s.pid);
-                Self::intern_raw(&mut self.window, s.pid, &self.unwound, s.kstack)
+                Self::intern_thread_raw(&mut self.window, s.pid, s.tid, &self.unwound, s.kstack)
             }
-            user => Self::intern_raw(&mut self.window, s.pid, user.frames(), s.kstack),
+            user => {
+                Self::intern_thread_raw(&mut self.window, s.pid, s.tid, user.frames(), s.kstack)
+            }
         };
         let w = &mut self.window;
         w.samples.time_ns.push(s.time_ns);
@@ -290,5 +336,59 @@ impl Collector {
         for w in std::mem::take(&mut self.followers.readers.java.failures) {
             self.warn(w);
         }
+    }
+}
+
+/// Threads whose last new stack a window keeps (a fork storm's others
+/// intern frame by frame): at most ~1.5 KiB each for a deep stack.
+const MAX_THREAD_PATHS: usize = 4096;
+
+/// A thread's last new stack in its window's raw tree: the addresses from
+/// the root down and the node of each.
+#[derive(Debug, Default)]
+pub(super) struct ThreadPath {
+    pid: u32,
+    /// The pid's root node, once known.
+    root: Option<NodeIndex>,
+    addrs: Vec<u64>,
+    nodes: Vec<NodeIndex>,
+}
+
+impl ThreadPath {
+    /// Intern `frames` (root first) under `pid` in `raw`, the frames this
+    /// path shares from its root taken from it; it becomes their path.
+    fn extend(
+        &mut self,
+        raw: &mut StackTree,
+        pid: u32,
+        frames: impl Iterator<Item = u64>,
+    ) -> NodeIndex {
+        if self.pid != pid || self.root.is_none() {
+            self.pid = pid;
+            self.root = Some(raw.child(NO_PARENT, pid as u64));
+            self.addrs.clear();
+            self.nodes.clear();
+        }
+        let mut node = self.root.unwrap_or(NO_PARENT);
+        let mut depth = 0;
+        let mut shared = true;
+        for addr in frames {
+            if shared && self.addrs.get(depth) == Some(&addr) {
+                node = self.nodes[depth];
+            } else {
+                if shared {
+                    shared = false;
+                    self.addrs.truncate(depth);
+                    self.nodes.truncate(depth);
+                }
+                node = raw.child(node, addr);
+                self.addrs.push(addr);
+                self.nodes.push(node);
+            }
+            depth += 1;
+        }
+        self.addrs.truncate(depth);
+        self.nodes.truncate(depth);
+        node
     }
 }

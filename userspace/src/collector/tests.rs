@@ -1524,3 +1524,46 @@ fn single_hash(w: &window::WindowData, node: NodeIndex) -> u64 {
     assert_eq!(keys.len(), 1, "one memo entry for the stack");
     keys[0]
 }
+
+/// Stacks interned through their threads' last paths are the stacks
+/// given: every node reads back as its pid and frames, equal stacks are
+/// one node and others are not, against a map of whole stacks, whatever
+/// the threads, pids and shared outer frames (a thread whose process
+/// changes at an exec included).
+#[test]
+fn thread_paths_intern_the_stacks_given() {
+    let mut w = window::WindowData::default();
+    let mut seen: std::collections::HashMap<Vec<u64>, NodeIndex> = Default::default();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let kernel_base = 0xffff_ffff_8100_0000u64;
+    let mut path = Vec::new();
+    for _ in 0..5000 {
+        let tid = next(6) as u32; // 0: no thread's path
+        let pid = 100 + next(3) as u32;
+        // Outer frames from a small set so that threads share and part.
+        let depth = next(12) as usize;
+        let user: Vec<u64> = (0..depth).map(|_| 0x40_0000 + next(4) * 0x10).collect();
+        let kernel: Vec<u64> = (0..next(3)).map(|_| kernel_base + next(3) * 0x10).collect();
+        let node = Collector::intern_thread_raw(&mut w, pid, tid, &user, &kernel);
+        let mut want = vec![pid as u64];
+        want.extend(user.iter().rev());
+        want.extend(kernel.iter().rev());
+        w.raw.path(node, &mut path);
+        assert_eq!(path, want, "tid {tid}");
+        let before = *seen.entry(want.clone()).or_insert(node);
+        assert_eq!(before, node, "one node per stack: {want:x?}");
+    }
+    let distinct: std::collections::HashSet<NodeIndex> = seen.values().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        seen.len(),
+        "different stacks, different nodes"
+    );
+    assert!(w.thread_paths.len() <= 5, "thread 0 keeps no path");
+}

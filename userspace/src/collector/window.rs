@@ -45,6 +45,8 @@ pub(super) struct WindowData {
     /// Whole raw stacks by a hash of their addresses: the node interned
     /// last for that hash (checked against the tree before it is taken).
     pub(super) raw_paths: FxHashMap<u64, NodeIndex>,
+    /// Each thread's last new raw stack, whose outer frames its next shares.
+    pub(super) thread_paths: FxHashMap<u32, super::samples::ThreadPath>,
     /// Latest comm seen in a sample per tid, to name threads whose COMM event we missed.
     pub(super) sample_comm: FxHashMap<u32, [u8; TASK_COMM_LEN]>,
     /// The comm of each task seen waking a thread (from its off-CPU
