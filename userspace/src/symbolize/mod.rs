@@ -198,6 +198,10 @@ impl Symbolicator {
     }
 }
 
+/// Mappings blazesym holds whose pages are let go after each call: a
+/// smaller file's pages are not worth the faults again.
+const RELEASE_MAPPINGS_FROM_BYTES: u64 = 1 << 20;
+
 fn run(inner: &Symbolizer, req: &Request) -> Reply {
     let mut elf = Elf::new(&req.path);
     elf.debug_syms = req.debug_syms;
@@ -215,6 +219,13 @@ fn run(inner: &Symbolizer, req: &Request) -> Reply {
         Ok(Err(e)) => return Err(SymbolizeError::Blazesym(e)),
         Err(_) => return Err(SymbolizeError::Panicked),
     };
+    // blazesym keeps the file mapped, and parsing it touched nearly all of
+    // it: those pages are let go (the page cache keeps them) until the
+    // next lookup faults in what it reads.
+    if let Ok(meta) = std::fs::metadata(&req.path) {
+        use std::os::unix::fs::MetadataExt;
+        crate::sys::file_pages::release(meta.dev(), meta.ino(), RELEASE_MAPPINGS_FROM_BYTES);
+    }
     if symbolized.len() != req.addrs.len() {
         return Err(SymbolizeError::WrongCount);
     }
