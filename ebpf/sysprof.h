@@ -85,6 +85,8 @@
 #define STACK_ID_SHARED 0x8000000000000000ULL
 /* Stacks the tracer keeps shared at most; past that, stacks are sent per place as before. */
 #define STACK_SHARED_MAX 32768
+/* Preempted stacks remembered as seen once (sched/stacks.bpf.h). */
+#define PREEMPTED_SEEN_MAX 16384
 /* Places remembered beyond each thread's last (place_ids in sched/places.bpf.h). */
 #define PLACE_IDS_MAX 8192
 /* Bytes at the top of a user stack that are part of its place. */

@@ -67,6 +67,15 @@ struct {
 	__type(value, __u64);
 } stack_ids_used SEC(".maps");
 
+/* Preempted threads' stacks seen once, by the id they would be shared
+ * under (see send_scratch), least recently seen out: ~1 MB, preallocated. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, PREEMPTED_SEEN_MAX);
+	__type(key, __u64);
+	__type(value, __u8);
+} preempted_seen SEC(".maps");
+
 /* Kernel-unwind mode builds each stack record here, one buffer per kind of
  * place (KBUF_*: a wakeup from an interrupt can run inside a switch's
  * program on the same CPU), and sends only the frames used. */
@@ -173,6 +182,25 @@ __noinline __u64 send_scratch(struct stack_scratch *sc, __u32 words, __u64 size)
 
 	if (bpf_map_lookup_elem(&stack_ids, &id))
 		return id;
+	/* A preempted thread's stack is shared from its second time: preemption
+	 * comes at any instruction, and most such stacks are never seen again
+	 * (beside pgbench, 93 % of the stacks shared, ~1,000 a second, each kept
+	 * by userspace for the life of its process: the table was full at ~30 s,
+	 * after which no stack was shared at all). The first time it is its
+	 * thread's own; where a thread is preempted again and again (a loop's
+	 * few instructions), it is shared, and its place remembered, from the
+	 * next. (Never shared, those places were walked each time: the tracer's
+	 * bytes went 52 -> 93 MB in 24 s.) */
+	if (sc->e.slot == STACK_SLOT_PREEMPTED && !bpf_map_lookup_elem(&preempted_seen, &id)) {
+		__u8 seen = 1;
+
+		bpf_map_update_elem(&preempted_seen, &id, &seen, BPF_ANY);
+		if (bpf_ringbuf_output(&events, sc, size, submit_flags(size, false))) {
+			count_drop(DROP_STACK_RECORD);
+			return STACK_DROPPED;
+		}
+		return sc->e.id;
+	}
 	__u32 one_key = 1;
 	__u64 *used = bpf_map_lookup_elem(&stack_ids_used, &zero);
 	__u64 *freed = bpf_map_lookup_elem(&stack_ids_used, &one_key);

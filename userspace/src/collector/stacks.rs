@@ -175,8 +175,9 @@ impl ThreadStacks {
             .or_else(|| self.retired.get(&id))
     }
 
-    /// (threads, stacks, ended) held, for debugging memory.
-    pub fn sizes(&self) -> (usize, usize, usize) {
+    /// (threads, stacks, ended, shared stacks, their frames) held, for
+    /// debugging memory.
+    pub fn sizes(&self) -> (usize, usize, usize, usize, usize) {
         (
             self.by_tid.len(),
             self.by_tid
@@ -186,6 +187,11 @@ impl ThreadStacks {
                 .sum::<usize>()
                 + self.retired.len(),
             self.ended.len(),
+            self.shared.len(),
+            self.shared
+                .values()
+                .map(|s| s.user.len() + s.kernel.len())
+                .sum(),
         )
     }
 
