@@ -122,6 +122,8 @@ impl Symbolicator {
         std::thread::Builder::new()
             .name("sysprof-symbolize".into())
             .spawn(move || {
+                // Counted before its blazesym exists, uncounted after it is gone.
+                let _running = Running::start();
                 // Auto reload: files reach blazesym as /proc/self/fd/N, and a
                 // closed descriptor's number is reused for the next file
                 // opened; blazesym's cache is keyed by path, so it must
@@ -202,6 +204,26 @@ impl Symbolicator {
 /// smaller file's pages are not worth the faults again.
 const RELEASE_MAPPINGS_FROM_BYTES: u64 = 1 << 20;
 
+/// Symbolizer threads running (one, unless a call ran past its budget and
+/// its thread was left to finish on its own).
+static SYMBOLIZER_THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts a symbolizer thread while it runs.
+struct Running;
+
+impl Running {
+    fn start() -> Running {
+        SYMBOLIZER_THREADS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        SYMBOLIZER_THREADS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 fn run(inner: &Symbolizer, req: &Request) -> Reply {
     let mut elf = Elf::new(&req.path);
     elf.debug_syms = req.debug_syms;
@@ -221,10 +243,18 @@ fn run(inner: &Symbolizer, req: &Request) -> Reply {
     };
     // blazesym keeps the file mapped, and parsing it touched nearly all of
     // it: those pages are let go (the page cache keeps them) until the
-    // next lookup faults in what it reads.
-    if let Ok(meta) = std::fs::metadata(&req.path) {
-        use std::os::unix::fs::MetadataExt;
-        crate::sys::file_pages::release(meta.dev(), meta.ino(), RELEASE_MAPPINGS_FROM_BYTES);
+    // next lookup faults in what it reads. Not while a thread given up on
+    // still runs: its blazesym may unmap the same file meanwhile.
+    if SYMBOLIZER_THREADS.load(std::sync::atomic::Ordering::Acquire) == 1 {
+        if let Ok(meta) = std::fs::metadata(&req.path) {
+            use std::os::unix::fs::MetadataExt;
+            // SAFETY: this thread's blazesym is the only one that maps
+            // files here (no other symbolizer thread runs, and nothing
+            // else in sysprof maps a file), and it is not running now.
+            unsafe {
+                crate::sys::file_pages::release(meta.dev(), meta.ino(), RELEASE_MAPPINGS_FROM_BYTES)
+            };
+        }
     }
     if symbolized.len() != req.addrs.len() {
         return Err(SymbolizeError::WrongCount);

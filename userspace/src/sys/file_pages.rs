@@ -17,7 +17,13 @@
 /// Drop the resident pages of this process's read-only mappings of the
 /// file `(dev, ino)` at least `min_len` bytes long, unless that file is
 /// mapped executable too. Returns the bytes of mappings dropped.
-pub fn release(dev: u64, ino: u64, min_len: u64) -> u64 {
+///
+/// # Safety
+///
+/// No other thread may map or unmap that file meanwhile: a mapping found
+/// in `/proc/self/maps`, unmapped and its range mapped again as anonymous
+/// memory before the `madvise`, would lose that memory's contents.
+pub unsafe fn release(dev: u64, ino: u64, min_len: u64) -> u64 {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return 0;
     };
@@ -42,8 +48,9 @@ pub fn release(dev: u64, ino: u64, min_len: u64) -> u64 {
     for (start, end) in ranges {
         let len = (end - start) as usize;
         // SAFETY: a read-only mapping of a file, from its start, that no
-        // code of ours runs from: its pages hold only the file's bytes,
-        // which the next read faults in again from the page cache.
+        // code of ours runs from, and still that mapping (the caller's
+        // contract): its pages hold only the file's bytes, which the next
+        // read faults in again from the page cache.
         if unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) } == 0 {
             released += len as u64;
         }
@@ -138,8 +145,12 @@ mod tests {
         assert_eq!(view, &bytes[..]);
         assert!(rss_kb_at(addr as usize) >= 2048, "read whole: resident");
         // Too short for the bound: kept.
-        assert_eq!(release(meta.dev(), meta.ino(), 4 << 20), 0);
-        assert_eq!(release(meta.dev(), meta.ino(), 1 << 20), len as u64);
+        // SAFETY (both): only this test maps its own file.
+        assert_eq!(unsafe { release(meta.dev(), meta.ino(), 4 << 20) }, 0);
+        assert_eq!(
+            unsafe { release(meta.dev(), meta.ino(), 1 << 20) },
+            len as u64
+        );
         assert!(rss_kb_at(addr as usize) < 64, "let go");
         assert_eq!(view, &bytes[..], "the same bytes, read again");
         // SAFETY: unmapped once, nothing refers to it after.
@@ -152,7 +163,8 @@ mod tests {
     #[test]
     fn a_file_mapped_executable_here_is_kept() {
         let exe = std::fs::metadata("/proc/self/exe").unwrap();
-        assert_eq!(release(exe.dev(), exe.ino(), 0), 0);
+        // SAFETY: nothing maps or unmaps the test binary while it runs.
+        assert_eq!(unsafe { release(exe.dev(), exe.ino(), 0) }, 0);
     }
 
     #[test]
