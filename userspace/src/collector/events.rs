@@ -6,6 +6,7 @@
 //! requests with their stacks resolved ([`super::stacks`]); the stats of
 //! what arrived and what was missing.
 
+use super::samples::event_path;
 use super::*;
 
 impl Collector {
@@ -124,7 +125,7 @@ impl Collector {
                     let node = Self::intern_thread_raw(
                         &mut self.window,
                         pid,
-                        tid,
+                        event_path(tid),
                         &self.scratch,
                         &s.kernel,
                     );
@@ -132,8 +133,13 @@ impl Collector {
                     node
                 }
                 _ => {
-                    let node =
-                        Self::intern_thread_raw(&mut self.window, pid, tid, &s.user, &s.kernel);
+                    let node = Self::intern_thread_raw(
+                        &mut self.window,
+                        pid,
+                        event_path(tid),
+                        &s.user,
+                        &s.kernel,
+                    );
                     s.interned.set(Some((self.windows_finished, pid, node)));
                     node
                 }

@@ -134,8 +134,8 @@ impl Collector {
         Self::intern_thread_raw(window, pid, 0, user, kernel)
     }
 
-    /// [`Self::intern_raw`] for thread `tid` (0: none), whose last new
-    /// stack's path is kept for its next.
+    /// [`Self::intern_raw`] for thread `tid` (0: none; its event stacks
+    /// under [`event_path`]), whose last new stack's path is kept for its next.
     ///
     /// A stack seen before in this window is found by one lookup of its
     /// whole hash and a walk up its path, not a lookup per frame: beside
@@ -339,9 +339,19 @@ impl Collector {
     }
 }
 
+/// The path key of `tid`'s event stacks (waits, wakes, requests): kept
+/// apart from its samples' (where it ran), as the two part near the root.
+pub(super) fn event_path(tid: u32) -> u32 {
+    match tid {
+        0 => 0,
+        tid => tid | 1 << 31,
+    }
+}
+
 /// Threads whose last new stack a window keeps (a fork storm's others
-/// intern frame by frame): at most ~1.5 KiB each for a deep stack.
-const MAX_THREAD_PATHS: usize = 4096;
+/// intern frame by frame): 12 bytes a frame each, ~0.5 KiB for a usual
+/// stack, a few KiB for the deepest.
+const MAX_THREAD_PATHS: usize = 1024;
 
 /// A thread's last new stack in its window's raw tree: the addresses from
 /// the root down and the node of each.
