@@ -12,7 +12,9 @@
  * stack_copy), or read by frame pointers; a kernel thread's or an
  * interrupt's is its kernel stack alone (read_kstack, send_kstack). send_scratch sends a record once
  * per process and content (STACK_SHARED), remembered in `stack_ids`, which
- * userspace empties of processes that are gone.
+ * userspace empties of processes that are gone; a preempted thread's stack
+ * only from its second time (the first, as the thread's own:
+ * `preempted_seen`).
  */
 #ifndef __SCHED_STACKS_BPF_H
 #define __SCHED_STACKS_BPF_H
@@ -153,7 +155,9 @@ static long hash_step(__u32 i, void *ctx)
  * On a switch-heavy server most switches are at a few places (a backend
  * waiting for its client, for a lock, for the disk), reached by many
  * threads: the per-thread cache sent each of them per thread and after
- * every other place the thread went in between. Returns the id, or
+ * every other place the thread went in between. A preempted thread's
+ * stack is sent as its own the first time, shared from the second (see
+ * `preempted_seen` below). Returns the id, or
  * STACK_DROPPED. A global function, verified once: inlined at its three
  * call sites in each program it tripled the tracer's verification. */
 __noinline __u64 send_scratch(struct stack_scratch *sc, __u32 words, __u64 size)

@@ -348,8 +348,8 @@ pub(super) fn event_path(tid: u32) -> u32 {
     }
 }
 
-/// Threads whose last new stack a window keeps (a fork storm's others
-/// intern frame by frame): 12 bytes a frame each, ~0.5 KiB for a usual
+/// Paths a window keeps, a thread's samples' and its events' apart (a fork
+/// storm's others intern frame by frame): 12 bytes a frame each, ~0.5 KiB for a usual
 /// stack, a few KiB for the deepest.
 const MAX_THREAD_PATHS: usize = 1024;
 

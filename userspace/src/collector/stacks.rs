@@ -25,12 +25,22 @@
 //! by an id that is the content's hash. Those are kept by id until their
 //! process has ended; the kernel keeps at most `STACK_SHARED_MAX` of them,
 //! which bounds this side too.
+//!
+//! A preempted thread's stack is its own the first time the kernel sees it
+//! (ARCHITECTURE 95): hundreds a second on a busy server, each referred to
+//! only by the interval its thread's next switch-in closes, which comes
+//! before the thread's next preemption. So that slot keeps its last two,
+//! and what they push out is dropped, not retired: it would push out of
+//! the retired stacks the ones still referred to (requests in flight, runs
+//! of short waits).
 
 use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use crate::bpf::abi::{Regs, STACK_ID_SHARED, STACK_SLOTS, STACK_SLOT_INTERRUPT};
+use crate::bpf::abi::{
+    Regs, STACK_ID_SHARED, STACK_SLOTS, STACK_SLOT_INTERRUPT, STACK_SLOT_PREEMPTED,
+};
 
 /// Stacks kept per thread and slot: the cached one and those it replaced
 /// (a wakee can refer to its waker's stack, a request to its submitter's,
@@ -43,8 +53,11 @@ const PER_CPU_INTERRUPT: usize = 16;
 /// still (the most recent, over all threads and CPUs): ~2 MB at most. Only
 /// per-thread stacks are pushed out, and the tracer sends those only while
 /// a process's tables load (or past its shared table's size): beside
-/// pgbench, ~2,100 in the first 1.5 s, none after.
+/// pgbench, ~2,100 in the first 1.5 s, none after; preempted stacks,
+/// which it sends per thread the first time, are never retired.
 const RETIRED_MAX: usize = 4096;
+/// Stacks kept of a thread's preempted slot (see the module's doc).
+const PER_PREEMPTED_SLOT: usize = 2;
 
 /// One stack record, ready to use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,14 +121,19 @@ impl ThreadStacks {
                 self.interrupts.entry(cpu_of(stack.id)).or_default(),
                 PER_CPU_INTERRUPT,
             )
+        } else if slot == STACK_SLOT_PREEMPTED {
+            let slots = self.by_tid.entry(tid).or_default();
+            (&mut slots[slot as usize], PER_PREEMPTED_SLOT)
         } else {
             let slots = self.by_tid.entry(tid).or_default();
             (&mut slots[(slot as usize).min(STACK_SLOTS - 1)], PER_SLOT)
         };
-        let pushed_out = if q.len() == keep { q.pop_front() } else { None };
+        let pushed_out = if q.len() >= keep { q.pop_front() } else { None };
         q.push_back(stack);
-        if let Some(old) = pushed_out {
-            self.retire(old);
+        match pushed_out {
+            Some(_) if slot == STACK_SLOT_PREEMPTED => {}
+            Some(old) => self.retire(old),
+            None => {}
         }
     }
 
@@ -283,7 +301,7 @@ mod tests {
         let mut s = ThreadStacks::default();
         s.insert(7, 7, 1, stack(100));
         for id in 1..=(PER_SLOT as u64 + 2) {
-            s.insert(7, 7, 0, stack(id));
+            s.insert(7, 7, 2, stack(id));
         }
         assert_eq!(
             s.get(7, 100).unwrap().id,
@@ -331,6 +349,22 @@ mod tests {
         }
         assert_eq!(s.retired.len(), RETIRED_MAX);
         assert_eq!(s.retired_order.len(), RETIRED_MAX);
+    }
+
+    /// A thread's preempted stacks: its last two are found, what they push
+    /// out is gone (not among the retired, whose room stays for the other
+    /// slots' stacks), and the other slots keep theirs.
+    #[test]
+    fn preempted_stacks_keep_the_last_two_and_retire_none() {
+        let mut s = ThreadStacks::default();
+        s.insert(7, 7, STACK_SLOT_WAITED_FOR_TEST, stack(100 << 12));
+        for seq in 1..=50u64 {
+            s.insert(7, 7, STACK_SLOT_PREEMPTED, stack(seq << 12));
+        }
+        assert!(s.get(7, 50 << 12).is_some() && s.get(7, 49 << 12).is_some());
+        assert!(s.get(7, 48 << 12).is_none(), "pushed out: dropped");
+        assert!(s.retired.is_empty(), "none retired");
+        assert!(s.get(7, 100 << 12).is_some(), "another slot's kept");
     }
 
     /// Check that a sample's unreadable user stack is matched only with a

@@ -119,11 +119,12 @@ impl Symbolicator {
 
     fn spawn() -> std::sync::mpsc::Sender<(Request, std::sync::mpsc::Sender<Reply>)> {
         let (tx, rx) = std::sync::mpsc::channel::<(Request, std::sync::mpsc::Sender<Reply>)>();
+        // Counted before it starts, uncounted after its blazesym is gone.
+        let running = Running::count();
         std::thread::Builder::new()
             .name("sysprof-symbolize".into())
             .spawn(move || {
-                // Counted before its blazesym exists, uncounted after it is gone.
-                let _running = Running::start();
+                let _running = running;
                 // Auto reload: files reach blazesym as /proc/self/fd/N, and a
                 // closed descriptor's number is reused for the next file
                 // opened; blazesym's cache is keyed by path, so it must
@@ -205,14 +206,20 @@ impl Symbolicator {
 const RELEASE_MAPPINGS_FROM_BYTES: u64 = 1 << 20;
 
 /// Symbolizer threads running (one, unless a call ran past its budget and
-/// its thread was left to finish on its own).
+/// its thread was left to finish on its own: then no pages are let go until
+/// it ends, and never if it hangs).
 static SYMBOLIZER_THREADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Counts a symbolizer thread while it runs.
+/// Held while a symbolizer thread is counted, and while the count is
+/// checked and pages let go.
+static SPAWNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Counts a symbolizer thread from before it starts until it ends.
 struct Running;
 
 impl Running {
-    fn start() -> Running {
+    fn count() -> Running {
+        let _held = SPAWNING.lock().unwrap_or_else(|e| e.into_inner());
         SYMBOLIZER_THREADS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Running
     }
@@ -243,17 +250,21 @@ fn run(inner: &Symbolizer, req: &Request) -> Reply {
     };
     // blazesym keeps the file mapped, and parsing it touched nearly all of
     // it: those pages are let go (the page cache keeps them) until the
-    // next lookup faults in what it reads. Not while a thread given up on
-    // still runs: its blazesym may unmap the same file meanwhile.
-    if SYMBOLIZER_THREADS.load(std::sync::atomic::Ordering::Acquire) == 1 {
-        if let Ok(meta) = std::fs::metadata(&req.path) {
-            use std::os::unix::fs::MetadataExt;
-            // SAFETY: this thread's blazesym is the only one that maps
-            // files here (no other symbolizer thread runs, and nothing
-            // else in sysprof maps a file), and it is not running now.
-            unsafe {
-                crate::sys::file_pages::release(meta.dev(), meta.ino(), RELEASE_MAPPINGS_FROM_BYTES)
-            };
+    // next lookup faults in what it reads.
+    if let Ok(meta) = std::fs::metadata(&req.path) {
+        use std::os::unix::fs::MetadataExt;
+        if meta.len() >= RELEASE_MAPPINGS_FROM_BYTES {
+            // Held across the count's check and the release, as spawning
+            // holds it to count a thread: none starts meanwhile.
+            let one = SPAWNING.lock().unwrap_or_else(|e| e.into_inner());
+            if SYMBOLIZER_THREADS.load(std::sync::atomic::Ordering::Acquire) == 1 {
+                // SAFETY: this thread's blazesym is the only one that maps
+                // files here (no other symbolizer thread runs or starts, and
+                // nothing else in sysprof maps a file), and it is not
+                // running now.
+                unsafe { crate::sys::file_pages::release(meta.dev(), meta.ino(), meta.len()) };
+            }
+            drop(one);
         }
     }
     if symbolized.len() != req.addrs.len() {

@@ -10,23 +10,28 @@
 //! they stay cached, and the next lookup faults in only what it reads.
 //!
 //! Only a mapping that cannot hold anything of this process's own is let
-//! go: read-only, from the file's start, of a file that is not mapped
-//! executable here (a library this process runs has relocated read-only
-//! pages, RELRO, that the file does not hold).
+//! go: read-only, of the whole file from its start (as blazesym maps one;
+//! the dynamic loader's first mapping of a library spans its segments,
+//! not the file), of a file that is not mapped executable here (a library
+//! this process runs has relocated read-only pages, RELRO, that the file
+//! does not hold).
 
 /// Drop the resident pages of this process's read-only mappings of the
-/// file `(dev, ino)` at least `min_len` bytes long, unless that file is
-/// mapped executable too. Returns the bytes of mappings dropped.
+/// whole file `(dev, ino)`, `len` bytes long, unless that file is mapped
+/// executable too. Returns the bytes of mappings dropped.
 ///
 /// # Safety
 ///
 /// No other thread may map or unmap that file meanwhile: a mapping found
 /// in `/proc/self/maps`, unmapped and its range mapped again as anonymous
 /// memory before the `madvise`, would lose that memory's contents.
-pub unsafe fn release(dev: u64, ino: u64, min_len: u64) -> u64 {
+pub unsafe fn release(dev: u64, ino: u64, len: u64) -> u64 {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return 0;
     };
+    // SAFETY: sysconf only reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let whole = len.div_ceil(page) * page;
     let want = (libc::major(dev) as u64, libc::minor(dev) as u64);
     let mut ranges = Vec::new();
     for line in maps.lines() {
@@ -40,17 +45,17 @@ pub unsafe fn release(dev: u64, ino: u64, min_len: u64) -> u64 {
             return 0;
         }
         let read_only = m.perms.first() == Some(&b'r') && m.perms.get(1) == Some(&b'-');
-        if read_only && m.offset == 0 && m.end - m.start >= min_len {
+        if read_only && m.offset == 0 && m.end - m.start == whole {
             ranges.push((m.start, m.end));
         }
     }
     let mut released = 0;
     for (start, end) in ranges {
         let len = (end - start) as usize;
-        // SAFETY: a read-only mapping of a file, from its start, that no
-        // code of ours runs from, and still that mapping (the caller's
-        // contract): its pages hold only the file's bytes, which the next
-        // read faults in again from the page cache.
+        // SAFETY: a read-only mapping of a whole file, from its start,
+        // that no code of ours runs from, and still that mapping (the
+        // caller's contract): its pages hold only the file's bytes, which
+        // the next read faults in again from the page cache.
         if unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_DONTNEED) } == 0 {
             released += len as u64;
         }
@@ -144,11 +149,11 @@ mod tests {
         let view = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
         assert_eq!(view, &bytes[..]);
         assert!(rss_kb_at(addr as usize) >= 2048, "read whole: resident");
-        // Too short for the bound: kept.
         // SAFETY (both): only this test maps its own file.
+        // Not the whole file (as the loader's span of a library is not): kept.
         assert_eq!(unsafe { release(meta.dev(), meta.ino(), 4 << 20) }, 0);
         assert_eq!(
-            unsafe { release(meta.dev(), meta.ino(), 1 << 20) },
+            unsafe { release(meta.dev(), meta.ino(), meta.len()) },
             len as u64
         );
         assert!(rss_kb_at(addr as usize) < 64, "let go");
@@ -164,7 +169,7 @@ mod tests {
     fn a_file_mapped_executable_here_is_kept() {
         let exe = std::fs::metadata("/proc/self/exe").unwrap();
         // SAFETY: nothing maps or unmaps the test binary while it runs.
-        assert_eq!(unsafe { release(exe.dev(), exe.ino(), 0) }, 0);
+        assert_eq!(unsafe { release(exe.dev(), exe.ino(), exe.len()) }, 0);
     }
 
     #[test]
