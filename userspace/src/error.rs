@@ -80,6 +80,14 @@ pub enum RecordError {
         /// The OS error (from epoll).
         source: std::io::Error,
     },
+    /// A BPF ring buffer could not be mapped for reading.
+    #[error("cannot map the {what} ring buffer: {source}")]
+    RingMap {
+        /// Which ring.
+        what: String,
+        /// The OS error (from mmap), or why the map is no ring.
+        source: std::io::Error,
+    },
     /// A flag's or setting's value cannot be used (out of range, malformed,
     /// naming what is not there); the cause says which and what would be right.
     #[error(transparent)]
@@ -211,6 +219,14 @@ impl RecordError {
     pub fn no_map(name: &str) -> RecordError {
         RecordError::BpfMissing {
             what: format!("map {name}"),
+        }
+    }
+
+    /// Ring `what` could not be mapped.
+    pub fn ring(what: &str, source: std::io::Error) -> RecordError {
+        RecordError::RingMap {
+            what: what.into(),
+            source,
         }
     }
 

@@ -7,6 +7,7 @@
 //! uses aya; CO-RE relocations are resolved against `/sys/kernel/btf/vmlinux`.
 
 pub mod abi;
+mod ring;
 mod sampler;
 mod tracer;
 pub mod unwind_maps;
@@ -15,6 +16,7 @@ use aya::programs::PerfEvent;
 use aya::Ebpf;
 
 use crate::error::RecordError;
+pub use ring::BpfRing;
 pub use sampler::{KernelDrops, Sampler, SamplerOptions};
 pub use tracer::{Tracer, TracerDrops, TracerOptions};
 

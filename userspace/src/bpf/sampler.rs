@@ -7,7 +7,9 @@
 //! walker loaded after the first samples ([`Sampler::load_walker`]); the
 //! unwinder's maps for the collector to fill; [`KernelDrops`].
 
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{MapData, PerCpuArray};
+
+use super::BpfRing;
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::{Ebpf, EbpfLoader};
 
@@ -47,7 +49,7 @@ pub struct SamplerOptions {
     pub share_unwind_maps: Option<std::path::PathBuf>,
 }
 
-/// The cpu-clock sampler. Its sample records arrive in the [`RingBuf`] that
+/// The cpu-clock sampler. Its sample records arrive in the [`BpfRing`] that
 /// [`Sampler::load`] returns beside it.
 pub struct Sampler {
     // Keeps programs and links alive; dropping it detaches everything.
@@ -77,7 +79,7 @@ pub struct KernelDrops {
 
 impl Sampler {
     /// Load the sampler (not attached yet: see [`Sampler::attach`]).
-    pub fn load(opts: &SamplerOptions) -> Result<(Sampler, RingBuf<MapData>), RecordError> {
+    pub fn load(opts: &SamplerOptions) -> Result<(Sampler, BpfRing), RecordError> {
         let mut loader = EbpfLoader::new();
         if let Some(dir) = &opts.share_unwind_maps {
             loader
@@ -130,8 +132,8 @@ impl Sampler {
         } else {
             None
         };
-        let ring =
-            RingBuf::try_from(take(&mut ebpf, "samples")?).map_err(RecordError::map("samples"))?;
+        let ring = BpfRing::new(take(&mut ebpf, "samples")?)
+            .map_err(|e| RecordError::ring("samples", e))?;
         let drops =
             PerCpuArray::try_from(take(&mut ebpf, "drops")?).map_err(RecordError::map("drops"))?;
         Ok((

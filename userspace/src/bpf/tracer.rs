@@ -8,7 +8,9 @@
 //! open requests (for the end of a recording), shared stacks forgotten on
 //! demand.
 
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{MapData, PerCpuArray};
+
+use super::BpfRing;
 use aya::{Ebpf, EbpfLoader};
 
 use super::{
@@ -47,7 +49,7 @@ pub struct TracerOptions {
 }
 
 /// The loaded and attached scheduler/I/O tracer. Its records arrive in the
-/// [`RingBuf`] that [`Tracer::start`] returns beside it.
+/// [`BpfRing`] that [`Tracer::start`] returns beside it.
 pub struct Tracer {
     ebpf: Ebpf,
     drops: PerCpuArray<MapData, u64>,
@@ -144,7 +146,7 @@ fn request_entries() -> u32 {
 
 impl Tracer {
     /// Load the tracer and attach what `opts` asks for.
-    pub fn start(opts: &TracerOptions) -> Result<(Tracer, RingBuf<MapData>), RecordError> {
+    pub fn start(opts: &TracerOptions) -> Result<(Tracer, BpfRing), RecordError> {
         let wakeup = (opts.ring_bytes as u64 / opts.wakeup_divisor.max(1) as u64).max(4096);
         let mut loader = EbpfLoader::new();
         if let Some(dir) = &opts.kernel_unwind {
@@ -229,7 +231,7 @@ impl Tracer {
             attach_raw_tracepoint(&mut ebpf, prog, names)?;
         }
         let ring =
-            RingBuf::try_from(take(&mut ebpf, "events")?).map_err(RecordError::map("events"))?;
+            BpfRing::new(take(&mut ebpf, "events")?).map_err(|e| RecordError::ring("events", e))?;
         let drops =
             PerCpuArray::try_from(take(&mut ebpf, "drops")?).map_err(RecordError::map("drops"))?;
         let threads = aya::maps::HashMap::try_from(take(&mut ebpf, "threads")?)

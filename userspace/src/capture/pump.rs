@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use aya::maps::{MapData, RingBuf};
+use crate::bpf::BpfRing;
 
 use crate::sideband::{Sideband, SidebandEvent};
 
@@ -39,19 +39,20 @@ pub(super) struct Records {
 }
 
 impl Records {
-    fn push(&mut self, bytes: &[u8]) {
+    /// Copy a record that came as `first` then `rest` (a record that
+    /// wrapped past the ring's end; `rest` is empty otherwise).
+    fn push_parts(&mut self, first: &[u8], rest: &[u8]) {
+        let len = first.len() + rest.len();
         let start = self.words.len();
-        self.words.resize(start + bytes.len().div_ceil(8), 0);
+        self.words.resize(start + len.div_ceil(8), 0);
         // SAFETY: the words just added are plain u64s, viewed as the bytes
         // they hold (u8 has no alignment); the length is within them.
         let dst = unsafe {
-            std::slice::from_raw_parts_mut(
-                self.words.as_mut_ptr().add(start) as *mut u8,
-                bytes.len(),
-            )
+            std::slice::from_raw_parts_mut(self.words.as_mut_ptr().add(start) as *mut u8, len)
         };
-        dst.copy_from_slice(bytes);
-        self.spans.push((start, bytes.len()));
+        dst[..first.len()].copy_from_slice(first);
+        dst[first.len()..].copy_from_slice(rest);
+        self.spans.push((start, len));
     }
 
     /// The records, in the order read.
@@ -129,8 +130,8 @@ pub(super) struct RingPeaks {
 
 /// The rings lent to a reader.
 pub(super) struct Rings<'a> {
-    pub(super) samples: Option<&'a mut RingBuf<MapData>>,
-    pub(super) events: Option<&'a mut RingBuf<MapData>>,
+    pub(super) samples: Option<&'a mut BpfRing>,
+    pub(super) events: Option<&'a mut BpfRing>,
     pub(super) sideband: &'a mut Sideband,
     pub(super) peaks: &'a mut RingPeaks,
 }
@@ -147,29 +148,15 @@ impl Rings<'_> {
             return;
         }
         if let Some(samples) = self.samples.as_mut() {
-            let mut read = 0;
-            while let Some(item) = samples.next() {
-                read += ring_record_bytes(item.len());
-                into.samples.push(&item);
-            }
+            let read = samples.drain(|a, b| into.samples.push_parts(a, b));
             self.peaks.samples = self.peaks.samples.max(read);
         }
         if let Some(events) = self.events.as_mut() {
-            let mut read = 0;
-            while let Some(item) = events.next() {
-                read += ring_record_bytes(item.len());
-                into.events.push(&item);
-            }
+            let read = events.drain(|a, b| into.events.push_parts(a, b));
             self.peaks.events = self.peaks.events.max(read);
         }
         self.sideband.drain(&mut |e| into.sideband.push(e));
     }
-}
-
-/// What a record of `len` bytes takes in a BPF ring: an 8-byte header,
-/// the whole 8-aligned.
-fn ring_record_bytes(len: usize) -> usize {
-    (len + 8).next_multiple_of(8)
 }
 
 /// Nice value of the pump's thread: it only copies, so its priority costs
@@ -219,8 +206,8 @@ pub(super) fn while_busy<R>(
 
 /// The rings, owned.
 pub(super) struct OwnedRings {
-    pub(super) samples: RingBuf<MapData>,
-    pub(super) events: Option<RingBuf<MapData>>,
+    pub(super) samples: BpfRing,
+    pub(super) events: Option<BpfRing>,
     pub(super) sideband: Sideband,
     pub(super) peaks: RingPeaks,
 }
@@ -338,7 +325,7 @@ impl Pump {
 
     /// Read the tracer's ring too, from now on (it is loaded after sampling
     /// began).
-    pub(super) fn add_events(&self, events: RingBuf<MapData>) -> std::io::Result<()> {
+    pub(super) fn add_events(&self, events: BpfRing) -> std::io::Result<()> {
         let shared = self.shared();
         shared.epoll.add(events.as_raw_fd())?;
         shared.lock().rings.events = Some(events);
@@ -489,16 +476,19 @@ mod tests {
         let mut p = Pumped::default();
         let record = [7u8; 100];
         for _ in 0..64 {
-            p.samples.push(&record);
+            p.samples.push_parts(&record, &[]);
         }
         let small = p.samples.words.capacity();
         p.clear();
         assert!(p.is_empty() && p.bytes() == 0);
         assert_eq!(p.samples.words.capacity(), small, "a small buffer is kept");
-        p.samples.push(&record);
+        p.samples.push_parts(&record, &[]);
         assert_eq!(p.samples.iter().next(), Some(&record[..]));
+        // A record that wrapped reads back whole.
+        p.samples.push_parts(&record[..30], &record[30..]);
+        assert_eq!(p.samples.iter().nth(1), Some(&record[..]));
         for _ in 0..(4 * SPARE_MAX_BYTES / record.len()) {
-            p.events.push(&record);
+            p.events.push_parts(&record, &[]);
         }
         assert!(p.events.words.capacity() * 8 > SPARE_MAX_BYTES);
         p.clear();

@@ -12,10 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aya::maps::{MapData, RingBuf};
-
 use super::{pump, CaptureOptions, CaptureSession, Losses, PUMP_BUDGET_BYTES};
-use crate::bpf::{abi, Sampler, SamplerOptions, Tracer, TracerOptions};
+use crate::bpf::{abi, BpfRing, Sampler, SamplerOptions, Tracer, TracerOptions};
 use crate::collector::Collector;
 use crate::error::RecordError;
 use crate::sideband::counters::CounterPoller;
@@ -30,7 +28,7 @@ const LOAD_NICE: i32 = -10;
 /// to be loaded beside it.
 struct LoadedSampler {
     sampler: Sampler,
-    samples: RingBuf<MapData>,
+    samples: BpfRing,
     /// The private bpffs the sampler pinned its unwind maps in, for the
     /// tracer to walk stacks with (None: the tracer copies them).
     shared: Option<crate::bpf::SharedMapDir>,
@@ -39,7 +37,7 @@ struct LoadedSampler {
 }
 
 /// The tracer as loaded, with its ring when the reader has not taken it yet.
-type LoadedTracer = Option<(Tracer, Option<RingBuf<MapData>>)>;
+type LoadedTracer = Option<(Tracer, Option<BpfRing>)>;
 
 impl CaptureSession {
     /// Start capturing into `collector` (which gets the `/proc` snapshot and
