@@ -3,8 +3,9 @@
 //! In: the committed `ebpf/sample.bpf.o` and `ebpf/sched.bpf.o` (embedded
 //! in the binary), the sampling frequency and an optional pid filter. Out: a
 //! [`Sampler`] and a [`Tracer`] whose ring buffers yield raw records
-//! (decoded by [`abi`]), and the drop counters the kernel side kept. Loading
-//! uses aya; CO-RE relocations are resolved against `/sys/kernel/btf/vmlinux`.
+//! (decoded by [`abi`]) through [`BpfRing`] (`ring.rs`; not aya's
+//! `RingBuf`), and the drop counters the kernel side kept. Loading uses
+//! aya; CO-RE relocations are resolved against `/sys/kernel/btf/vmlinux`.
 
 pub mod abi;
 mod ring;

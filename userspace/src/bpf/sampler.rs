@@ -8,14 +8,12 @@
 //! unwinder's maps for the collector to fill; [`KernelDrops`].
 
 use aya::maps::{MapData, PerCpuArray};
-
-use super::BpfRing;
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::{Ebpf, EbpfLoader};
 
 use super::{
     abi, include_bytes_aligned, online_cpus, perf_program, possible_cpus, take, unwind_maps,
-    LoadTimes,
+    BpfRing, LoadTimes,
 };
 use crate::error::RecordError;
 

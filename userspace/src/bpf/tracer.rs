@@ -9,12 +9,11 @@
 //! demand.
 
 use aya::maps::{MapData, PerCpuArray};
-
-use super::BpfRing;
 use aya::{Ebpf, EbpfLoader};
 
 use super::{
-    abi, include_bytes_aligned, kernel_at_least, possible_cpus, recursion_misses, take, LoadTimes,
+    abi, include_bytes_aligned, kernel_at_least, possible_cpus, recursion_misses, take, BpfRing,
+    LoadTimes,
 };
 use crate::error::RecordError;
 

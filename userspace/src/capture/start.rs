@@ -405,12 +405,15 @@ fn load_the_rest(
         match (loaded, tracer_opts) {
             // The kernel that refused the walker refuses the tracer's
             // too: off-CPU stacks are copied. (Not when the reader
-            // could not take the ring: a second tracer would fare
-            // no better.)
+            // could not map or take the ring: a second tracer would
+            // fare no better.)
             (Err(e), Some(t))
                 if walker_failed
                     && t.kernel_unwind.is_some()
-                    && !matches!(e, RecordError::RingPoll { .. }) =>
+                    && !matches!(
+                        e,
+                        RecordError::RingPoll { .. } | RecordError::RingMap { .. }
+                    ) =>
             {
                 let copying = TracerOptions {
                     kernel_unwind: None,
