@@ -106,11 +106,6 @@ impl BpfRing {
         })
     }
 
-    /// The data area's size in bytes.
-    pub fn size(&self) -> usize {
-        self.size
-    }
-
     /// Hand every committed record to `each` (as one slice and an empty
     /// one, or two when it wraps), then give their space back. Stops at a
     /// record still being written. Returns the bytes the records took in

@@ -26,7 +26,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::bpf::BpfRing;
-
 use crate::sideband::{Sideband, SidebandEvent};
 
 /// Records of one ring, copied: each starts 8-aligned, as in the ring
