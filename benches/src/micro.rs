@@ -5,8 +5,9 @@
 //! so symbolication does real work). Out: per stage, items per second —
 //! decoding + collecting (samples/s), finishing (replay, resolve and
 //! symbolicate, samples/s), symbolizing with a warm cache (addresses/s),
-//! writing the gzip profile (samples/s), reading a Python code object from a
-//! live interpreter (code objects/s).
+//! writing the gzip profile (samples/s), reading the kernel's symbols
+//! (symbols/s), reading a Python code object from a live interpreter (code
+//! objects/s).
 
 use std::time::Instant;
 
@@ -151,6 +152,9 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
         "symbolize, warm cache (addresses)".to_string(),
         offsets.len() as f64 / t.elapsed().as_secs_f64(),
     ));
+    if let Some(rate) = kernel_symbols() {
+        out.push(("read and index /proc/kallsyms (symbols)".to_string(), rate));
+    }
     if let Some(rate) = python_code_objects() {
         out.push((
             "read a Python code object from its process (code objects)".to_string(),
@@ -158,6 +162,25 @@ pub fn run(quick: bool) -> Vec<(String, f64)> {
         ));
     }
     out
+}
+
+/// Kernel symbols read and indexed per second, as `record` does at its
+/// start (the kernel formatting the text is most of it): the best of five
+/// reads. None where `/proc/kallsyms` hides its addresses.
+fn kernel_symbols() -> Option<f64> {
+    let mut best = f64::MAX;
+    let mut count = 0;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let table = sysprof::symbolize::kernel::KernelSymbols::snapshot().ok()?;
+        best = best.min(t.elapsed().as_secs_f64());
+        count = table.len();
+    }
+    eprintln!(
+        "micro: {count} kernel text symbols, best read {:.1} ms",
+        best * 1e3
+    );
+    Some(count as f64 / best)
 }
 
 /// Code objects read per second from a live CPython (Debian's python3, left
