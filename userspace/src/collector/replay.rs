@@ -326,7 +326,7 @@ mod tests {
             ),
             (
                 PseudoFrame::End(StackEnd::TablesNotReady),
-                "[truncated: unwind tables not loaded yet (the process had just started)]",
+                "[truncated: unwind tables not loaded yet (the process or the recording had just started)]",
             ),
             (
                 PseudoFrame::End(StackEnd::Unreadable),

@@ -1230,11 +1230,11 @@ fn kernel_walks_end_in_the_frame_that_says_why() {
         (abi::UNWIND_END_ROOT, None),
         (
             abi::UNWIND_END_NO_PROCESS,
-            Some("[truncated: unwind tables not loaded yet (the process had just started)]"),
+            Some("[truncated: unwind tables not loaded yet (the process or the recording had just started)]"),
         ),
         (
             abi::UNWIND_END_PENDING,
-            Some("[truncated: unwind tables not loaded yet (the process had just started)]"),
+            Some("[truncated: unwind tables not loaded yet (the process or the recording had just started)]"),
         ),
         (
             abi::UNWIND_END_BAD_ADDRESS,

@@ -68,7 +68,7 @@ impl StackEnd {
             StackEnd::BadReturnAddress => "[truncated: return address outside any code]",
             StackEnd::NotAvailable => "[stack not available]",
             StackEnd::TablesNotReady => {
-                "[truncated: unwind tables not loaded yet (the process had just started)]"
+                "[truncated: unwind tables not loaded yet (the process or the recording had just started)]"
             }
             StackEnd::Unreadable => "[truncated: user stack not readable (not resident)]",
             StackEnd::UnsupportedRule => {
