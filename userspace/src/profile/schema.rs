@@ -359,7 +359,9 @@ pub enum MarkerData {
         /// A string: the front end's `pid` format finds the process's name
         /// by the threads' (string) pids; a tid stays a number, as threads'.
         /// Left out where there is none (a preemption, an interrupt): a
-        /// third of a busy server's markers wrote three nulls each.
+        /// third of a busy server's markers wrote three nulls each. Hidden
+        /// in the front end's tooltip and sidebar, as the tid: `waker` names
+        /// them already, and the three rows said the same.
         #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
         waker_pid: Option<String>,
         #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]

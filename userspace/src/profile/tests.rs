@@ -1393,6 +1393,15 @@ fn pids_and_tids_in_markers_are_shown_as_such() {
         (format("OnCpu", "pid"), format("OnCpu", "tid")),
         ("pid".into(), "tid".into())
     );
+    // A waker is shown once, by `waker`'s text: its pid and tid are hidden.
+    for marker in ["OffCpu", "ShortWaits"] {
+        let fields = schema.iter().find(|s| s["name"] == marker).unwrap()["fields"]
+            .as_array()
+            .unwrap();
+        let hidden = |key: &str| fields.iter().find(|f| f["key"] == key).unwrap()["hidden"] == true;
+        assert!(hidden("wakerPid") && hidden("wakerTid"), "{marker}");
+        assert!(!hidden("waker"), "{marker}");
+    }
     let app = p["threads"]
         .as_array()
         .unwrap()
