@@ -278,7 +278,7 @@ mod tests {
         let mut splits = 0;
         for round in 0..200u32 {
             let body: Vec<u8> = (0..(round % 61 + 1))
-                .map(|i| (i as u32 * 7 + round) as u8)
+                .map(|i| (i * 7 + round) as u8)
                 .collect();
             ring.put(&body, 0);
             expected.push(body);
@@ -309,7 +309,7 @@ mod tests {
         assert_eq!(read, busy_at);
         assert_eq!(ring.consumer.load(Ordering::Relaxed), busy_at);
         // Committed: the rest follows.
-        let at = busy_at as usize;
+        let at = busy_at;
         let len = b"still written".len() as u32;
         ring.bytes()[at..at + 4].copy_from_slice(&len.to_ne_bytes());
         let (got, _, _) = ring.drain();
