@@ -1457,6 +1457,44 @@ fn the_command_opens_on_its_busiest_thread_named_as_it() {
     assert_eq!(selected, vec![1], "the main thread when nothing ran");
 }
 
+/// `record -- ./script.sh`: the script's shell waits in `wait4` (3
+/// samples) while its `gzip` child works (900): the profile opens on gzip,
+/// and the script's track stays visible. A command that ran a little more
+/// than the Firefox Profiler's idle rule (5 % of the busiest) keeps it.
+#[test]
+fn a_command_that_barely_ran_opens_on_the_thread_that_ran_most() {
+    use super::threads::{initial_threads, TrackFacts};
+    let track = |pid: u32, main: bool, cpu: usize| TrackFacts {
+        pid: Some(pid),
+        main,
+        named_like_process: main,
+        profiler: false,
+        cpu_samples: cpu,
+    };
+    let script = [
+        track(100, true, 3),
+        track(101, true, 900),
+        track(102, true, 40),
+    ];
+    let (visible, selected) = initial_threads(&script, Some(100));
+    assert_eq!(selected, vec![1], "gzip, the child that ran");
+    assert!(
+        visible.contains(&0),
+        "the script stays visible: {visible:?}"
+    );
+    let busy_enough = [track(100, true, 46), track(101, true, 900)];
+    let (_, selected) = initial_threads(&busy_enough, Some(100));
+    assert_eq!(selected, vec![0], "the command, at 5.1 % of the busiest");
+    // The profiler's own threads are never chosen, however busy.
+    let mut with_profiler = script.to_vec();
+    with_profiler.push(TrackFacts {
+        profiler: true,
+        ..track(500, true, 5000)
+    });
+    let (_, selected) = initial_threads(&with_profiler, Some(100));
+    assert_eq!(selected, vec![1]);
+}
+
 /// `record -- python3 ...` under pyenv: the shims' `bash` children ran a
 /// few samples each beside the command's 952. The command's threads open
 /// visible whatever they ran; another thread only with 5 % of the busiest

@@ -56,7 +56,8 @@ impl TrackFacts {
 /// [`IDLE_PERCENT_OF_BUSIEST`] of the busiest thread's), and the per-CPU tracks
 /// (asked for by name); never the profiler's own threads or the idle task
 /// (kept in the profile, shown from the track menu). Selected: the focus
-/// process's main thread, else the busiest visible thread.
+/// process's main thread (or its busiest thread named as it), unless that
+/// barely ran, else the busiest visible thread.
 pub(super) fn initial_threads(
     tracks: &[TrackFacts],
     focus_pid: Option<u32>,
@@ -100,12 +101,26 @@ pub(super) fn initial_threads(
     // unless a thread named as the program ran more (a JVM's launcher
     // waits in JLI_Launch while the thread running main() works; its
     // compiler and GC threads are not the program).
-    let selected = focused
+    let command = focused
         .iter()
         .copied()
         .filter(|&i| tracks[i].main || tracks[i].named_like_process)
         .max_by_key(|&i| (tracks[i].cpu_samples, tracks[i].main))
-        .or_else(|| focused.first().copied())
+        .or_else(|| focused.first().copied());
+    // A command that barely ran itself (a shell script, `make`, `npm run`,
+    // a pyenv shim: it waits while its children work) opens on the thread
+    // that ran most instead; the Firefox Profiler's rule for idle, as above.
+    // Its process's tracks stay visible.
+    let idle = |i: usize| tracks[i].cpu_samples * 100 < busiest_samples * IDLE_PERCENT_OF_BUSIEST;
+    let busiest_thread = focused
+        .iter()
+        .chain(busiest.first().filter(|i| visible.contains(i)))
+        .copied()
+        .max_by_key(|&i| tracks[i].cpu_samples);
+    let selected = command
+        .filter(|&i| !idle(i))
+        .or(busiest_thread.filter(|_| command.is_some()))
+        .or(command)
         .or_else(|| busiest.first().copied())
         .or_else(|| visible.iter().copied().find(|&i| tracks[i].pid.is_some()))
         .or_else(|| visible.first().copied());
