@@ -1459,7 +1459,8 @@ fn the_command_opens_on_its_busiest_thread_named_as_it() {
 
 /// `record -- ./script.sh`: the script's shell waits in `wait4` (3
 /// samples) while its `gzip` child works (900): the profile opens on gzip,
-/// and the script's track stays visible. A command that ran a little more
+/// and the script's track stays visible. A program whose main thread waits
+/// for its worker opens on the worker. A command that ran a little more
 /// than the Firefox Profiler's idle rule (5 % of the busiest) keeps it.
 #[test]
 fn a_command_that_barely_ran_opens_on_the_thread_that_ran_most() {
@@ -1481,6 +1482,22 @@ fn a_command_that_barely_ran_opens_on_the_thread_that_ran_most() {
     assert!(
         visible.contains(&0),
         "the script stays visible: {visible:?}"
+    );
+    // A program whose main thread waits in pthread_join for its worker
+    // (not named as it): the worker.
+    let joined = [
+        track(100, true, 1),
+        TrackFacts {
+            main: false,
+            ..track(100, false, 700)
+        },
+        track(101, true, 900),
+    ];
+    let (_, selected) = initial_threads(&joined, Some(100));
+    assert_eq!(
+        selected,
+        vec![1],
+        "its worker, not another process's thread"
     );
     let busy_enough = [track(100, true, 46), track(101, true, 900)];
     let (_, selected) = initial_threads(&busy_enough, Some(100));

@@ -56,8 +56,9 @@ impl TrackFacts {
 /// [`IDLE_PERCENT_OF_BUSIEST`] of the busiest thread's), and the per-CPU tracks
 /// (asked for by name); never the profiler's own threads or the idle task
 /// (kept in the profile, shown from the track menu). Selected: the focus
-/// process's main thread (or its busiest thread named as it), unless that
-/// barely ran, else the busiest visible thread.
+/// process's main thread (or its busiest thread named as it); where that
+/// barely ran, the process's busiest thread; where all of them barely ran,
+/// or without a focus, the busiest visible thread.
 pub(super) fn initial_threads(
     tracks: &[TrackFacts],
     focus_pid: Option<u32>,
@@ -107,19 +108,24 @@ pub(super) fn initial_threads(
         .filter(|&i| tracks[i].main || tracks[i].named_like_process)
         .max_by_key(|&i| (tracks[i].cpu_samples, tracks[i].main))
         .or_else(|| focused.first().copied());
-    // A command that barely ran itself (a shell script, `make`, `npm run`,
-    // a pyenv shim: it waits while its children work) opens on the thread
-    // that ran most instead; the Firefox Profiler's rule for idle, as above.
-    // Its process's tracks stay visible.
-    let idle = |i: usize| tracks[i].cpu_samples * 100 < busiest_samples * IDLE_PERCENT_OF_BUSIEST;
-    let busiest_thread = focused
+    // Where that thread barely ran (it waits in `pthread_join`; a shell
+    // script, `make`, `npm run` or a pyenv shim waits for its children):
+    // the command's busiest thread, else, where all of its threads barely
+    // ran, the busiest other thread (the Firefox Profiler's rule for idle,
+    // as above). The command's tracks stay visible.
+    let idle = |i: &usize| tracks[*i].cpu_samples * 100 < busiest_samples * IDLE_PERCENT_OF_BUSIEST;
+    let its_busiest = focused
         .iter()
-        .chain(busiest.first().filter(|i| visible.contains(i)))
         .copied()
         .max_by_key(|&i| tracks[i].cpu_samples);
+    let busiest_other = busiest
+        .first()
+        .copied()
+        .filter(|i| visible.contains(i) && command.is_some());
     let selected = command
-        .filter(|&i| !idle(i))
-        .or(busiest_thread.filter(|_| command.is_some()))
+        .filter(|i| !idle(i))
+        .or(its_busiest.filter(|i| !idle(i)))
+        .or(busiest_other)
         .or(command)
         .or_else(|| busiest.first().copied())
         .or_else(|| visible.iter().copied().find(|&i| tracks[i].pid.is_some()))
