@@ -224,11 +224,13 @@ pub enum ShortWaker {
 }
 
 impl ShortWaker {
-    /// As shown in markers: "tid 13 (pid 12)", "an interrupt", ...
+    /// As shown in markers, after "woken by": "tid 13 (pid 12)", "an
+    /// interrupt", "nobody (preempted)" (not "—", which read as a field left
+    /// empty: "woken by — (preempted)").
     pub fn label(&self) -> String {
         match self {
-            ShortWaker::Nobody => "— (preempted)".into(),
-            ShortWaker::Unseen => "— (wakeups not seen)".into(),
+            ShortWaker::Nobody => "nobody (preempted)".into(),
+            ShortWaker::Unseen => "a waker not seen".into(),
             ShortWaker::Task { pid, tid } => format!("tid {tid} (pid {pid})"),
             ShortWaker::Interrupt => "an interrupt".into(),
             ShortWaker::Several => "several threads".into(),

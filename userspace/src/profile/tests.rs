@@ -1603,6 +1603,22 @@ fn tooltips_leave_out_empty_fields() {
     };
     let tooltip = off_schema["tooltipLabel"].as_str().unwrap();
     assert_eq!(fill(tooltip, &off), "Off-CPU: preempted (runnable)");
+    // Short waits' wakers read after "woken by", none as a dash (it read
+    // as a field left empty: "woken by — (preempted)").
+    use crate::model::recording::ShortWaker;
+    for waker in [
+        ShortWaker::Nobody,
+        ShortWaker::Unseen,
+        ShortWaker::Interrupt,
+        ShortWaker::Several,
+        ShortWaker::Task { pid: 7, tid: 8 },
+    ] {
+        let label = waker.label();
+        assert!(
+            !label.is_empty() && !label.contains('—'),
+            "woken by {label}"
+        );
+    }
     let mut woken = off.clone();
     woken["reason"] = "sleeping".into();
     woken["waker"] = "srv (pid 7, tid 8)".into();
