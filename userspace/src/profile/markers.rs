@@ -721,7 +721,7 @@ fn off_cpu_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
         "chartLabel": "{marker.data.reason}",
         "tooltipLabel": "Off-CPU: {marker.data.reason}{marker.data.wokenBy}",
         "tableLabel": "{marker.data.reason}{marker.data.wokenBy}, run delay {marker.data.runDelay}",
-        "description": "A thread not running: why, who woke it, how long its wakeup took to reach a run queue (an idle CPU's wakeup; on a VM, the host running that CPU again), how long it then waited for a CPU. A run-queue delay of 0.1 ms or more is drawn apart, as a \"Waiting for a CPU\" marker after this one. Colored by what ended it: blue another thread, orange blocked (I/O, mostly), green an interrupt (a timer, a device), red waiting for a CPU, grey not seen",
+        "description": "A thread not running: why, who woke it, how long its wakeup took to reach a run queue (an idle CPU's wakeup; on a VM, the host running that CPU again), how long it then waited for a CPU. A run-queue delay of 0.1 ms or more is drawn apart, as a \"Waiting for a CPU\" marker after this one. Colored by what ended it: blue another thread, orange blocked (I/O, mostly), green an interrupt (a timer, a device), red waiting for a CPU, grey not seen. The stack shown with it is its waker's, where the waker woke it; the wait's own stack is in the call tree, as its off-CPU sample",
         "colorField": "color",
         "fields": [
             { "key": "reason", "label": "Reason", "format": "string" },
