@@ -141,6 +141,7 @@ impl Collector {
             counters: w.counters,
             cpu_tracks,
             off_cpu: self.options.off_cpu,
+            whole_system: matches!(self.filter, PidFilter::All),
             notes: w.notes,
             start_ns: range.start_ns,
             start_wall_ms: range.start_wall_ms,

@@ -657,6 +657,10 @@ pub struct Recording {
     pub cpu_tracks: Vec<(u32, Vec<MarkerRecord>)>,
     /// True when off-CPU time was recorded (samples are then weighted in ms).
     pub off_cpu: bool,
+    /// Every process was recorded (`record -a`), not only a command's or a
+    /// pid's and those they started: another process is then no child of
+    /// the command's (the profile's first selected thread).
+    pub whole_system: bool,
     /// Notes for the profile's log (not warnings: e.g. "no hardware PMU").
     pub notes: Vec<String>,
     /// The names (`comm`) of the threads that woke its short waits, by tid,

@@ -90,7 +90,8 @@ pub const CPU_TRACK_TID_BASE: u32 = 10_000_000;
 /// dropped once written ([`ProfileOut`]).
 ///
 /// `focus_pid` is the process the user asked about (the command of `record
-/// -- CMD`): its main thread opens selected. See `threads::initial_threads`.
+/// -- CMD`): its main thread opens selected, unless it barely ran. See
+/// `threads::initial_threads`.
 pub fn build_profile<'a>(
     rec: &'a Recording,
     host: &HostInfo,
@@ -150,7 +151,7 @@ fn build_after<'a>(
         });
         tracks.len() - 1
     });
-    let (visible, selected) = initial_threads(&tracks, focus_pid);
+    let (visible, selected) = initial_threads(&tracks, focus_pid, rec.whole_system);
     let counters: Vec<serde_json::Value> = drawn
         .iter()
         .filter_map(|c| {

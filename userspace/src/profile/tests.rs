@@ -1445,15 +1445,15 @@ fn the_command_opens_on_its_busiest_thread_named_as_it() {
         track(false, true, 900),
         track(false, false, 1500),
     ];
-    let (_, selected) = initial_threads(&jvm, Some(100));
+    let (_, selected) = initial_threads(&jvm, Some(100), false);
     assert_eq!(selected, vec![1], "the thread running main()");
     // A program whose main thread does the work, beside a worker named as it.
     let plain = [track(true, true, 800), track(false, true, 300)];
-    let (_, selected) = initial_threads(&plain, Some(100));
+    let (_, selected) = initial_threads(&plain, Some(100), false);
     assert_eq!(selected, vec![0], "its main thread");
     // Nothing sampled: the main thread.
     let idle = [track(false, true, 0), track(true, true, 0)];
-    let (_, selected) = initial_threads(&idle, Some(100));
+    let (_, selected) = initial_threads(&idle, Some(100), false);
     assert_eq!(selected, vec![1], "the main thread when nothing ran");
 }
 
@@ -1461,7 +1461,8 @@ fn the_command_opens_on_its_busiest_thread_named_as_it() {
 /// samples) while its `gzip` child works (900): the profile opens on gzip,
 /// and the script's track stays visible. A program whose main thread waits
 /// for its worker opens on the worker. A command that ran a little more
-/// than the Firefox Profiler's idle rule (5 % of the busiest) keeps it.
+/// than the Firefox Profiler's idle rule (5 % of the busiest) keeps it, and
+/// so does one recorded with the whole system.
 #[test]
 fn a_command_that_barely_ran_opens_on_the_thread_that_ran_most() {
     use super::threads::{initial_threads, TrackFacts};
@@ -1477,12 +1478,16 @@ fn a_command_that_barely_ran_opens_on_the_thread_that_ran_most() {
         track(101, true, 900),
         track(102, true, 40),
     ];
-    let (visible, selected) = initial_threads(&script, Some(100));
+    let (visible, selected) = initial_threads(&script, Some(100), false);
     assert_eq!(selected, vec![1], "gzip, the child that ran");
     assert!(
         visible.contains(&0),
         "the script stays visible: {visible:?}"
     );
+    // The whole system recorded (`record -a -- CMD`): another process need
+    // not be the command's child, and the command stays selected.
+    let (_, selected) = initial_threads(&script, Some(100), true);
+    assert_eq!(selected, vec![0], "the command, with -a");
     // A program whose main thread waits in pthread_join for its worker
     // (not named as it): the worker.
     let joined = [
@@ -1493,22 +1498,23 @@ fn a_command_that_barely_ran_opens_on_the_thread_that_ran_most() {
         },
         track(101, true, 900),
     ];
-    let (_, selected) = initial_threads(&joined, Some(100));
+    let (_, selected) = initial_threads(&joined, Some(100), false);
     assert_eq!(
         selected,
         vec![1],
         "its worker, not another process's thread"
     );
     let busy_enough = [track(100, true, 46), track(101, true, 900)];
-    let (_, selected) = initial_threads(&busy_enough, Some(100));
+    let (_, selected) = initial_threads(&busy_enough, Some(100), false);
     assert_eq!(selected, vec![0], "the command, at 5.1 % of the busiest");
-    // The profiler's own threads are never chosen, however busy.
+    // The profiler's own threads are never chosen, nor counted as the
+    // busiest: counted, 50,000 samples would make gzip's 900 idle too.
     let mut with_profiler = script.to_vec();
     with_profiler.push(TrackFacts {
         profiler: true,
-        ..track(500, true, 5000)
+        ..track(500, true, 50_000)
     });
-    let (_, selected) = initial_threads(&with_profiler, Some(100));
+    let (_, selected) = initial_threads(&with_profiler, Some(100), false);
     assert_eq!(selected, vec![1]);
 }
 
@@ -1531,11 +1537,11 @@ fn threads_that_barely_ran_open_hidden() {
     tracks.extend((0..14).map(|i| track(200 + i, 1 + i as usize)));
     tracks.push(track(300, 48));
     tracks.push(track(301, 47));
-    let (visible, selected) = initial_threads(&tracks, Some(100));
+    let (visible, selected) = initial_threads(&tracks, Some(100), false);
     assert_eq!(selected, vec![0]);
     assert_eq!(visible, vec![0, 1, 16], "{visible:?}");
     // System-wide (no command): the same rule among all.
-    let (visible, _) = initial_threads(&tracks, None);
+    let (visible, _) = initial_threads(&tracks, None, false);
     assert_eq!(visible, vec![0, 16], "{visible:?}");
 }
 

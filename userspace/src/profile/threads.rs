@@ -58,10 +58,13 @@ impl TrackFacts {
 /// (kept in the profile, shown from the track menu). Selected: the focus
 /// process's main thread (or its busiest thread named as it); where that
 /// barely ran, the process's busiest thread; where all of them barely ran,
-/// or without a focus, the busiest visible thread.
+/// the busiest thread it started (not with `whole_system`: there another
+/// process need not be the command's); without a focus, the busiest
+/// visible thread.
 pub(super) fn initial_threads(
     tracks: &[TrackFacts],
     focus_pid: Option<u32>,
+    whole_system: bool,
 ) -> (Vec<usize>, Vec<usize>) {
     let focus = |t: &TrackFacts| focus_pid.is_some() && t.pid == focus_pid;
     let mut busiest: Vec<usize> = (0..tracks.len())
@@ -108,23 +111,28 @@ pub(super) fn initial_threads(
         .filter(|&i| tracks[i].main || tracks[i].named_like_process)
         .max_by_key(|&i| (tracks[i].cpu_samples, tracks[i].main))
         .or_else(|| focused.first().copied());
-    // Where that thread barely ran (it waits in `pthread_join`; a shell
-    // script, `make`, `npm run` or a pyenv shim waits for its children):
-    // the command's busiest thread, else, where all of its threads barely
-    // ran, the busiest other thread (the Firefox Profiler's rule for idle,
-    // as above). The command's tracks stay visible.
+    // Where that thread barely ran on a CPU (it waits in `pthread_join`; a
+    // shell script, `make`, `npm run` or a pyenv shim waits for its
+    // children): the command's busiest thread (a JVM's compiler, where its
+    // program barely ran: where its CPU went), else, where all of its
+    // threads barely ran, the busiest other thread, which is one the
+    // command started unless the whole system was recorded (then it stays
+    // on the command, which may be one that waits on purpose: a server,
+    // `sleep`). The Firefox Profiler's rule for idle, as above. The
+    // command's tracks stay visible.
     let idle = |i: &usize| tracks[*i].cpu_samples * 100 < busiest_samples * IDLE_PERCENT_OF_BUSIEST;
     let its_busiest = focused
         .iter()
         .copied()
-        .max_by_key(|&i| tracks[i].cpu_samples);
+        .max_by_key(|&i| tracks[i].cpu_samples)
+        .filter(|i| !idle(i));
     let busiest_other = busiest
         .first()
         .copied()
-        .filter(|i| visible.contains(i) && command.is_some());
+        .filter(|i| visible.contains(i) && command.is_some() && !whole_system);
     let selected = command
         .filter(|i| !idle(i))
-        .or(its_busiest.filter(|i| !idle(i)))
+        .or(its_busiest)
         .or(busiest_other)
         .or(command)
         .or_else(|| busiest.first().copied())

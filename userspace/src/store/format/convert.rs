@@ -381,6 +381,10 @@ impl StoredRecording {
                 .map(|(cpu, ms)| (cpu, ms.into_iter().map(StoredMarker::into_model).collect()))
                 .collect(),
             off_cpu: self.off_cpu,
+            // Not kept: it only chooses the thread that opens first for a
+            // command's recording, and what the store keeps is read back
+            // without a command.
+            whole_system: false,
             notes: self.notes,
         })
     }
