@@ -137,25 +137,21 @@ const KSOFTIRQD_LOOP: &str = "run_ksoftirqd";
 /// The bytes a name of some class other than code can begin with, from
 /// the names and prefixes above.
 const FIRST_BYTES: [bool; 256] = {
-    let mut set = [false; 256];
-    let mut i = 0;
-    while i < TRACING_PREFIXES.len() {
-        set[TRACING_PREFIXES[i].as_bytes()[0] as usize] = true;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < HARDIRQ_PREFIXES.len() {
-        set[HARDIRQ_PREFIXES[i].as_bytes()[0] as usize] = true;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < SOFTIRQ_FUNCTIONS.len() {
-        set[SOFTIRQ_FUNCTIONS[i].as_bytes()[0] as usize] = true;
-        i += 1;
-    }
-    set[KSOFTIRQD_LOOP.as_bytes()[0] as usize] = true;
-    set
+    let set = with_first_bytes([false; 256], &TRACING_PREFIXES);
+    let set = with_first_bytes(set, &HARDIRQ_PREFIXES);
+    let set = with_first_bytes(set, &SOFTIRQ_FUNCTIONS);
+    with_first_bytes(set, &[KSOFTIRQD_LOOP])
 };
+
+/// `set` with the first byte of each of `names` in it.
+const fn with_first_bytes(mut set: [bool; 256], names: &[&str]) -> [bool; 256] {
+    let mut i = 0;
+    while i < names.len() {
+        set[names[i].as_bytes()[0] as usize] = true;
+        i += 1;
+    }
+    set
+}
 
 /// A kallsyms line's text symbol (types t, T, w, W) at a nonzero address:
 /// its address, its name, and whether it is a BPF program's (`[bpf]`).
@@ -408,22 +404,34 @@ ffffffffc0100000 t ext4_readdir\t[ext4]
     /// or malformed address, missing fields, a name that is not UTF-8.
     #[test]
     fn reads_text_symbols_from_lines() {
-        assert_eq!(
-            text_symbol(b"ffffffff81100400 T __schedule\n"),
-            Some((0xffffffff81100400, "__schedule", false))
-        );
-        assert_eq!(
-            text_symbol(b"ffffffffc0100000 t ext4_readdir\t[ext4]\n"),
-            Some((0xffffffffc0100000, "ext4_readdir", false))
-        );
-        assert_eq!(
-            text_symbol(b"ffffffffc0001000 t bpf_prog_6deef7357e7b4530_x\t[bpf]"),
-            Some((0xffffffffc0001000, "bpf_prog_6deef7357e7b4530_x", true))
-        );
-        assert_eq!(
-            text_symbol(b"ffffffff8100000a W weak_one"),
-            Some((0xffffffff8100000a, "weak_one", false))
-        );
+        // (line, (address, name, a BPF program's))
+        type Kept<'a> = (&'a [u8], (u64, &'a str, bool));
+        let kept: [Kept; 4] = [
+            (
+                b"ffffffff81100400 T __schedule\n",
+                (0xffffffff81100400, "__schedule", false),
+            ),
+            (
+                b"ffffffffc0100000 t ext4_readdir\t[ext4]\n",
+                (0xffffffffc0100000, "ext4_readdir", false),
+            ),
+            (
+                b"ffffffffc0001000 t bpf_prog_6deef7357e7b4530_x\t[bpf]",
+                (0xffffffffc0001000, "bpf_prog_6deef7357e7b4530_x", true),
+            ),
+            (
+                b"ffffffff8100000a W weak_one",
+                (0xffffffff8100000a, "weak_one", false),
+            ),
+        ];
+        for (line, symbol) in kept {
+            assert_eq!(
+                text_symbol(line),
+                Some(symbol),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
         for line in [
             &b"ffffffff81400000 D some_data\n"[..],
             b"0000000000000000 T hidden_by_kptr_restrict",
