@@ -617,27 +617,50 @@ fn java_method_key(name: &str) -> &str {
     head.rsplit(' ').next().unwrap_or(head)
 }
 
+/// A sample's Java leaf, as one sampler names it.
+struct JavaLeaf {
+    /// `pkg.Class.method`.
+    method: String,
+    /// Inlined into a compiled caller.
+    inlined: bool,
+    /// Run by the interpreter.
+    interpreted: bool,
+    /// For compiled code, the method whose compiled frame it ran in (the
+    /// leaf's own, or the caller it was inlined into).
+    frame_of: Option<String>,
+}
+
+/// Whether JFR drops a sample taken in this code-cache stub (as the JVM's
+/// perf map names it) rather than walk to its caller: a stub that keeps
+/// no frame of its own (vtable stubs, the interpreter's adapters) or a
+/// `StubRoutines` stub (`frame::is_stub_frame`).
+fn jfr_drops_stub(name: &str) -> bool {
+    matches!(name, "vtable chunks" | "I2C/C2I adapters") || name.starts_with("StubRoutines")
+}
+
 /// Check javac's methods against JFR, the JVM's own sampler, in the same
 /// run: javac (a program nobody here wrote) compiles `Big.java` with a
-/// flight recording at 1 ms. Of the samples whose leaf is a Java method
-/// (JFR's ExecutionSamples; sysprof's on-CPU samples of javac whose first
-/// frame below the code cache's stubs and the kernel is Java, as JFR
-/// walks), the ten leaf methods with the largest share of the two together
-/// must have the same share in each within 1 point plus 4 standard errors
-/// of the two counts (0.74 of that at most in 10 runs beside a fork storm),
-/// and none of them may be missing from one. JFR is an oracle with errors
-/// of its own: it suspends the thread it samples (sysprof sees `[off-CPU:
-/// sleeping]` at its sample times) and charges a frame it cannot read to
-/// its caller, so the interpreted lexer loops it names (`processWhiteSpace`,
-/// `skipWhitespace`) came out up to 2.1 points above sysprof's share in
-/// those runs. Before stubs were charged to their callers, 2 points (or 4
-/// standard errors, if more) failed one CI run (`Types$DefaultTypeVisitor.visit`, a megamorphic call:
-/// JFR 3.47 %, sysprof 1.36 %). And the methods JFR sees mostly inlined
-/// into their callers (its frame type "Inlined": ~40 % of javac's leaves)
-/// must be named as the leaf in at least 60 % of the share JFR gives them
-/// (sysprof 31 % against JFR's 41 % here; before compiled frames were read
-/// through their nmethods' debug information it named only the method
-/// compiled, so an inlined leaf was its caller).
+/// flight recording at 1 ms. Of the samples whose leaf is a Java method,
+/// as JFR's own walk finds it (JFR's ExecutionSamples; sysprof's on-CPU
+/// samples of javac, below the kernel and the stubs JFR walks through, in
+/// a compiled frame both saw: see below), the ten leaf methods with the
+/// largest share of the two together must have the same share in each
+/// within 1 point plus 4 standard errors of the two counts (0.51 of that
+/// at most in 8 runs here), and none of them may be missing from one. JFR
+/// is an oracle with errors of its own: it suspends the thread it samples
+/// (sysprof sees `[off-CPU: sleeping]` at its sample times), and drops
+/// what it cannot walk: a stub without a frame, a compiled method's
+/// prologue and epilogue. Before stubs were charged to their callers, 2
+/// points (or 4 standard errors, if more) failed one CI run
+/// (`Types$DefaultTypeVisitor.visit`, a megamorphic call: JFR 3.47 %,
+/// sysprof 1.36 %); before the frames JFR never saw were left out, a
+/// method inlined into a hot frame came out below JFR's share in nearly
+/// every run (up to 0.92 of the tolerance) and failed one CI run. And the
+/// methods JFR sees mostly inlined into their callers (its frame type
+/// "Inlined": ~45 % of javac's leaves) must be named as the leaf in at
+/// least 60 % of the share JFR gives them (before compiled frames were
+/// read through their nmethods' debug information sysprof named only the
+/// method compiled, so an inlined leaf was its caller).
 #[test]
 fn javac_methods_match_jfr_with_inlined_methods() {
     let test = "javac_methods_match_jfr_with_inlined_methods";
@@ -666,8 +689,12 @@ fn javac_methods_match_jfr_with_inlined_methods() {
     // 9,000 methods: with 4,000, javac ran ~0.9 s of Java leaves on a
     // faster host, and JFR took 836-887 samples of them; with 6,000,
     // 935-1,904 here. Beside a fork storm JFR took 914-1,590 of 9,000's, so
-    // 800 are asked below (the tolerance widens with fewer).
+    // 700 are asked below, about a tenth being left out of the comparison
+    // (the tolerance widens with fewer).
     let out_path = record_javac_big(&dir, &[&flight], 9000);
+    // Whole stacks: a compiled leaf's own frame is the first below it
+    // that JFR does not call "Inlined" (64 deep: HotSpot inlines 15 deep
+    // by default).
     let printed = std::process::Command::new("jfr")
         .args([
             "print",
@@ -675,7 +702,7 @@ fn javac_methods_match_jfr_with_inlined_methods() {
             "--events",
             "jdk.ExecutionSample",
             "--stack-depth",
-            "1",
+            "64",
         ])
         .arg(&jfr_path)
         .output()
@@ -686,36 +713,44 @@ fn javac_methods_match_jfr_with_inlined_methods() {
         String::from_utf8_lossy(&printed.stderr)
     );
     let json: serde_json::Value = serde_json::from_slice(&printed.stdout).expect("jfr's JSON");
-    // JFR's leaves: (samples, of them inlined) per method; and how many
-    // leaves ran in the interpreter (its frame type "Interpreted").
-    let mut jfr: std::collections::HashMap<String, (usize, usize)> = Default::default();
-    let mut interpreted_jfr = 0usize;
-    for e in json["recording"]["events"].as_array().expect("events") {
-        let f = &e["values"]["stackTrace"]["frames"][0];
-        interpreted_jfr += usize::from(f["type"] == "Interpreted");
+    let jfr_key = |f: &serde_json::Value| {
         let class = f["method"]["type"]["name"]
             .as_str()
             .unwrap_or("?")
             .replace('/', ".");
-        let key = format!("{class}.{}", f["method"]["name"].as_str().unwrap_or("?"));
-        let c = jfr.entry(key).or_default();
-        c.0 += 1;
-        c.1 += usize::from(f["type"] == "Inlined");
+        format!("{class}.{}", f["method"]["name"].as_str().unwrap_or("?"))
+    };
+    let mut jfr_leaves: Vec<JavaLeaf> = Vec::new();
+    for e in json["recording"]["events"].as_array().expect("events") {
+        let frames = e["values"]["stackTrace"]["frames"]
+            .as_array()
+            .expect("frames");
+        let kind = frames[0]["type"].as_str().unwrap_or("?");
+        let compiled = kind == "Inlined" || kind == "JIT compiled";
+        jfr_leaves.push(JavaLeaf {
+            method: jfr_key(&frames[0]),
+            inlined: kind == "Inlined",
+            interpreted: kind == "Interpreted",
+            frame_of: frames
+                .iter()
+                .find(|f| compiled && f["type"] != "Inlined")
+                .map(jfr_key),
+        });
     }
     let profile = Profile::load(&out_path);
     let cats = profile.categories();
-    let mut ours: std::collections::HashMap<String, usize> = Default::default();
-    // Java leaves as JFR counts them, and of them those the profile marks
+    // Java leaves as JFR finds them (`JfrGetCallTrace::find_top_frame` in
+    // HotSpot's jfrCallTrace.cpp), and of them those the profile marks
     // inlined (an inline depth above their compiled frame's). JFR samples a
-    // thread in Java state and walks from its first Java frame: code-cache
-    // stubs the compiled code called (`vtable chunks`, `I2C/C2I adapters`,
-    // `g1_post_barrier_slow`: 3 % of javac's on-CPU samples here, 13 % as
-    // many as its Java leaves) and the kernel's page faults and interrupts
-    // over Java code are charged to the Java method under them. sysprof
-    // names the stub, so its first Java frame below is the leaf compared. A
-    // sample in the VM's own code (libjvm), or in an interpreted method not
-    // read (named `Interpreter` from the perf map), is not a Java leaf here.
-    let (mut leaves, mut marked_inlined, mut interpreted_ours) = (0usize, 0usize, 0usize);
+    // thread in Java state. From a code-cache stub it walks to the stub's
+    // caller where the stub keeps a frame (`g1_post_barrier_slow`), and
+    // drops the sample where it keeps none (`vtable chunks`, `I2C/C2I
+    // adapters`, `StubRoutines`: frame size 0, or a stub frame); the
+    // kernel's page faults and interrupts over Java code are the Java
+    // method's. A sample in the VM's own code (libjvm), or in an
+    // interpreted method not read (named `Interpreter` from the perf map),
+    // is not a Java leaf here.
+    let mut our_leaves: Vec<JavaLeaf> = Vec::new();
     for t in profile.threads() {
         if t.process_name() != "javac" {
             continue;
@@ -724,35 +759,103 @@ fn javac_methods_match_jfr_with_inlined_methods() {
             if s.last().is_none_or(|f| f.name.starts_with("[off-CPU")) {
                 continue;
             }
-            let java_leaf = s
-                .iter()
-                .rev()
-                .find(|f| {
-                    let stub = f.category != "Java"
-                        && f.resource.starts_with("JIT (")
-                        && f.name != "Interpreter";
-                    !(f.category == "Kernel" || stub)
-                })
-                .filter(|f| f.category == "Java");
-            if let Some(leaf) = java_leaf {
-                *ours
-                    .entry(java_method_key(&leaf.name).to_string())
-                    .or_default() += 1;
-                leaves += 1;
-                marked_inlined += usize::from(leaf.inline_depth > 0);
-                interpreted_ours += usize::from(leaf.subcategory == "Interpreted");
-                // Only a compiler inlines.
-                assert!(
-                    leaf.inline_depth == 0 || leaf.subcategory == "Compiled",
-                    "an inlined Java frame not compiled: {leaf:?}"
-                );
+            let from_leaf: Vec<&FrameView> = s.iter().rev().collect();
+            let mut at = None;
+            for (i, f) in from_leaf.iter().enumerate() {
+                let stub = f.category != "Java"
+                    && f.resource.starts_with("JIT (")
+                    && f.name != "Interpreter";
+                if f.category == "Kernel" || stub && !jfr_drops_stub(&f.name) {
+                    continue;
+                }
+                at = (f.category == "Java" && !stub).then_some(i);
+                break;
             }
+            let Some(i) = at else {
+                continue;
+            };
+            let leaf = from_leaf[i];
+            // Only a compiler inlines.
+            assert!(
+                leaf.inline_depth == 0 || leaf.subcategory == "Compiled",
+                "an inlined Java frame not compiled: {leaf:?}"
+            );
+            our_leaves.push(JavaLeaf {
+                method: java_method_key(&leaf.name).to_string(),
+                inlined: leaf.inline_depth > 0,
+                interpreted: leaf.subcategory == "Interpreted",
+                frame_of: from_leaf[i..]
+                    .iter()
+                    .find(|f| leaf.subcategory == "Compiled" && f.inline_depth == 0)
+                    .map(|f| java_method_key(&f.name).to_string()),
+            });
         }
+    }
+    // Compared: the leaves whose compiled frame (the method compiled, its
+    // inlined methods' caller) both samplers saw. JFR also drops a sample
+    // whose compiled frame it cannot walk from (not `safe_for_sender`:
+    // before its prologue has built the frame, or after its epilogue has
+    // taken it down) or whose place no scope describes (a native method's
+    // wrapper, code after the last call). A small method called, not
+    // inlined (`Type.accept`, `ClassType.getTag`), runs mostly in its
+    // prologue and epilogue: 21-30 % of sysprof's compiled leaves were in
+    // frames JFR never saw in 8 runs, and with them counted every other
+    // method's share was that much below JFR's (`HashMap.getNode` inlined
+    // into `Symtab.lookupPackage`: JFR 8.7 %, sysprof 5.1 %, 0.92 of the
+    // tolerance; one CI run failed on it, 10.3 % against 5.2 %). Within a
+    // frame both saw, the two agree (getNode 90 % and 91 % of
+    // lookupPackage's). The leaves in frames sysprof alone saw, by chance
+    // among the rarely run (9.2-12.5 % of JFR's), are left out of JFR's
+    // alike. A frame named wrongly would be one the other never saw: at
+    // most 45 % of sysprof's and 25 % of JFR's compiled leaves may be.
+    let frames_of = |leaves: &[JavaLeaf]| -> std::collections::HashSet<String> {
+        leaves.iter().filter_map(|l| l.frame_of.clone()).collect()
+    };
+    let (jfr_frames, our_frames) = (frames_of(&jfr_leaves), frames_of(&our_leaves));
+    let alone = |leaves: &[JavaLeaf], other: &std::collections::HashSet<String>| {
+        let compiled = leaves.iter().filter(|l| l.frame_of.is_some()).count();
+        let unseen = leaves
+            .iter()
+            .filter(|l| l.frame_of.as_ref().is_some_and(|f| !other.contains(f)))
+            .count();
+        unseen as f64 / compiled.max(1) as f64
+    };
+    let (jfr_alone, ours_alone) = (
+        alone(&jfr_leaves, &our_frames),
+        alone(&our_leaves, &jfr_frames),
+    );
+    assert!(
+        ours_alone <= 0.45 && jfr_alone <= 0.25,
+        "compiled leaves in a frame the other sampler never saw: sysprof {:.1} %, JFR {:.1} %: frames named wrongly?",
+        100.0 * ours_alone,
+        100.0 * jfr_alone
+    );
+    let seen_by = |other: &std::collections::HashSet<String>| {
+        let other = other.clone();
+        move |l: &&JavaLeaf| l.frame_of.as_ref().is_none_or(|f| other.contains(f))
+    };
+    // JFR's leaves: (samples, of them inlined) per method; and how many
+    // leaves ran in the interpreter (its frame type "Interpreted").
+    let mut jfr: std::collections::HashMap<String, (usize, usize)> = Default::default();
+    let mut interpreted_jfr = 0usize;
+    for l in jfr_leaves.iter().filter(seen_by(&our_frames)) {
+        let c = jfr.entry(l.method.clone()).or_default();
+        c.0 += 1;
+        c.1 += usize::from(l.inlined);
+        interpreted_jfr += usize::from(l.interpreted);
+    }
+    let mut ours: std::collections::HashMap<String, usize> = Default::default();
+    let (mut leaves, mut marked_inlined, mut interpreted_ours) = (0usize, 0usize, 0usize);
+    for l in our_leaves.iter().filter(seen_by(&jfr_frames)) {
+        *ours.entry(l.method.clone()).or_default() += 1;
+        leaves += 1;
+        marked_inlined += usize::from(l.inlined);
+        interpreted_ours += usize::from(l.interpreted);
     }
     let jfr_total: usize = jfr.values().map(|c| c.0).sum();
     let our_total: usize = ours.values().sum();
     assert!(
-        jfr_total >= 800 && our_total >= 1000,
+        jfr_total >= 700 && our_total >= 1000,
         "too few samples to compare: JFR {jfr_total}, sysprof {our_total} with a Java leaf"
     );
     let share = |n: usize, of: usize| n as f64 / of as f64;
@@ -792,9 +895,10 @@ fn javac_methods_match_jfr_with_inlined_methods() {
         // standard errors of the difference of their shares.
         let tolerance = 0.01 + 4.0 * sigma;
         table.push_str(&format!(
-            "\n  JFR {:5.2} % ({inlined} of {n} inlined), sysprof {:5.2} %  {method}",
+            "\n  JFR {:5.2} % ({inlined} of {n} inlined), sysprof {:5.2} % ({:.2} of the tolerance)  {method}",
             100.0 * theirs,
-            100.0 * mine
+            100.0 * mine,
+            (theirs - mine).abs() / tolerance
         ));
         // One sampler never naming a method the other gives 1 % is a wrong
         // name whatever the tolerance (none of the ten was missing from
@@ -824,7 +928,9 @@ fn javac_methods_match_jfr_with_inlined_methods() {
         share(interpreted_ours, leaves),
     );
     eprintln!(
-        "javac against JFR: {jfr_total} JFR samples, {our_total} of sysprof's with a Java leaf; the top 10 of both:{table}\n  methods mostly inlined: JFR {:.1} %, sysprof {:.1} %\n  leaves in an inlined method: JFR {:.1} %, sysprof (inline depth > 0) {:.1} % of {leaves}\n  leaves interpreted: JFR {:.1} %, sysprof (subcategory Interpreted) {:.1} %",
+        "javac against JFR: {jfr_total} JFR samples, {our_total} of sysprof's with a Java leaf in a compiled frame both saw (left out: {:.1} % of JFR's compiled leaves, {:.1} % of sysprof's); the top 10 of both:{table}\n  methods mostly inlined: JFR {:.1} %, sysprof {:.1} %\n  leaves in an inlined method: JFR {:.1} %, sysprof (inline depth > 0) {:.1} % of {leaves}\n  leaves interpreted: JFR {:.1} %, sysprof (subcategory Interpreted) {:.1} %",
+        100.0 * jfr_alone,
+        100.0 * ours_alone,
         100.0 * inlined_jfr,
         100.0 * inlined_ours,
         100.0 * inlined_leaves_jfr,
