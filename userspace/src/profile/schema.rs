@@ -59,8 +59,11 @@ pub struct Meta {
     pub(crate) categories: Vec<Category>,
     #[serde(default)]
     pub(crate) debug: bool,
-    #[serde(rename = "endTime", default)]
-    pub(crate) end_time: f64,
+    /// When the command recorded ended (wall-clock ms): the front end says
+    /// "Main process ended". None for a recording of the whole system,
+    /// which has no main process (its end is `profilingEndTime`).
+    #[serde(rename = "endTime", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) end_time: Option<f64>,
     #[serde(default)]
     pub(crate) extensions: serde_json::Value,
     #[serde(default)]

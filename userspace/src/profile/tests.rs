@@ -238,6 +238,27 @@ fn writes_valid_profile_with_threads_and_meta() {
     );
 }
 
+/// Check that a recording of the whole system says no "main process
+/// ended" (the front end's words for `meta.endTime`): it has no main
+/// process. A command's recording says when it ended.
+#[test]
+fn only_a_command_recording_says_when_its_main_process_ended() {
+    let mut rec = recording();
+    let command = build_profile(&rec, &host(), None).to_value();
+    // The recording's end, from its start in wall-clock time.
+    let ended = rec.start_wall_ms + (rec.end_ns - rec.start_ns) as f64 / 1e6;
+    assert!(
+        (command["meta"]["endTime"].as_f64().expect("endTime") - ended).abs() < 1e-3,
+        "{}",
+        command["meta"]
+    );
+    rec.whole_system = true;
+    let system = build_profile(&rec, &host(), None).to_value();
+    assert!(system["meta"].get("endTime").is_none(), "{}", system["meta"]);
+    assert_eq!(system["meta"]["profilingEndTime"], command["meta"]["profilingEndTime"]);
+    assert_eq!(validate::validate(&system), Vec::<String>::new());
+}
+
 /// Check that an inlined call becomes a second frame at the same address
 /// with inlineDepth 1, that funcs are shared across frames of one symbol,
 /// and categories follow user/kernel/idle.
