@@ -768,9 +768,10 @@ fn short_waits_schema(not_in_overview: &serde_json::Value) -> serde_json::Value 
     serde_json::json!({
         "name": "ShortWaits",
         "display": not_in_overview,
-        "chartLabel": "{marker.data.count} waits, {marker.data.offCpu}",
-        "tooltipLabel": "{marker.data.count} short waits: {marker.data.offCpu} off-CPU, woken by {marker.data.waker}",
-        "tableLabel": "{marker.data.count} short waits, {marker.data.offCpu} off-CPU, woken by {marker.data.waker}",
+        // "×1" reads right where "1 waits" did not (seen in the front end).
+        "chartLabel": "×{marker.data.count}, {marker.data.offCpu}",
+        "tooltipLabel": "Short waits ×{marker.data.count}: {marker.data.offCpu} off-CPU, woken by {marker.data.waker}",
+        "tableLabel": "Short waits ×{marker.data.count}: {marker.data.offCpu} off-CPU, woken by {marker.data.waker}",
         "description": "Waits shorter than --off-cpu-threshold, summed per waker over the marker's span (which holds their running in between too). Colored as off-CPU markers: blue another thread, green interrupts, red waiting for a CPU, grey not seen or several wakers",
         "colorField": "color",
         "fields": [
