@@ -512,6 +512,8 @@ fn bad_requests_exit_2_with_one_clear_line() {
 /// greyed out): the profile's start (its CLOCK_MONOTONIC anchor plus
 /// `profilingStartTime`) lies before the command's own first reading of
 /// that clock, by at most 100 ms (its fork, exec and dynamic loading).
+/// The command's end ended the recording: `meta.endTime` (the front end's
+/// "Main process ended") is the range's end.
 #[test]
 fn the_range_starts_with_the_command() {
     if !can_record("the_range_starts_with_the_command") {
@@ -529,6 +531,11 @@ fn the_range_starts_with_the_command() {
         .as_f64()
         .expect("the profile's clock anchor");
     let start_ns = anchor_ns + meta["profilingStartTime"].as_f64().unwrap_or(0.0) * 1e6;
+    // The command's end ended the recording: the front end's "Main
+    // process ended" is the range's end.
+    let ended = meta["endTime"].as_f64().expect("endTime: the command ended");
+    let range_end = meta["startTime"].as_f64().unwrap() + meta["profilingEndTime"].as_f64().unwrap();
+    assert!((ended - range_end).abs() < 1.0, "endTime {ended}, range end {range_end}");
     let lead_ms = (command_start_ns as f64 - start_ns) / 1e6;
     eprintln!("range start: {lead_ms:.1} ms before the command's main()");
     assert!(
@@ -567,7 +574,8 @@ fn the_range_starts_with_the_command() {
 /// CLOCK_THREAD_CPUTIME_ID against CLOCK_MONOTONIC, so the slices it was
 /// preempted in count as such). Nothing may be lost or missing while
 /// sysprof is still starting (the first slice had 40 % of the rate when
-/// the tracer's load came after the range's start).
+/// the tracer's load came after the range's start). Stopped by its
+/// duration, the profile says no main process ended (`meta.endTime`).
 #[test]
 fn all_cpus_are_sampled_at_full_rate_from_the_start() {
     if !can_record("all_cpus_are_sampled_at_full_rate_from_the_start") {
@@ -606,6 +614,8 @@ fn all_cpus_are_sampled_at_full_rate_from_the_start() {
 
     let profile = Profile::load(&out_path);
     let meta = &profile.json["meta"];
+    // `-a` stopped by its duration: no main process, none said ended.
+    assert!(meta.get("endTime").is_none(), "endTime {}", meta["endTime"]);
     let anchor_ns = meta["startTimeAsClockMonotonicNanosecondsSinceBoot"]
         .as_f64()
         .unwrap();

@@ -142,6 +142,8 @@ impl Collector {
             cpu_tracks,
             off_cpu: self.options.off_cpu,
             whole_system: matches!(self.filter, PidFilter::All),
+            // Known once the recording stopped (`record` sets it).
+            main_process_ended: false,
             notes: w.notes,
             start_ns: range.start_ns,
             start_wall_ms: range.start_wall_ms,

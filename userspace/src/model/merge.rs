@@ -168,6 +168,7 @@ impl Merger {
         self.last_start_ns = shift(w.start_ns);
         self.out.off_cpu |= w.off_cpu;
         self.out.whole_system |= w.whole_system;
+        self.out.main_process_ended |= w.main_process_ended;
         let lib_map = self.add_libs(&w.libs);
         let frame_map = self.add_frames(w.frames, &lib_map);
         let node_map = self.add_stacks(&w.stacks, &frame_map);

@@ -661,6 +661,11 @@ pub struct Recording {
     /// pid's and those they started: another process is then no child of
     /// the command's (the profile's first selected thread).
     pub whole_system: bool,
+    /// The recording stopped because what it followed ended (the command,
+    /// or every `-p` process): its end is theirs, which the profile says as
+    /// the end of its main process. Set by `record` once it stopped; false
+    /// for a duration's or a signal's end, and read back from the store.
+    pub main_process_ended: bool,
     /// Notes for the profile's log (not warnings: e.g. "no hardware PMU").
     pub notes: Vec<String>,
     /// The names (`comm`) of the threads that woke its short waits, by tid,

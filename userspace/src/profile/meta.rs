@@ -132,7 +132,9 @@ pub(super) fn build_meta(
         start_time_as_clock_monotonic_nanoseconds_since_boot: rec.start_ns,
         profiling_start_time: Some(0.0),
         profiling_end_time: Some(ms(rec.end_ns)),
-        end_time: (!rec.whole_system).then(|| rec.start_wall_ms + ms(rec.end_ns)),
+        end_time: rec
+            .main_process_ended
+            .then(|| rec.start_wall_ms + ms(rec.end_ns)),
         process_type: 0,
         stackwalk: 1,
         debug: false,

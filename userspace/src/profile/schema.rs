@@ -59,10 +59,12 @@ pub struct Meta {
     pub(crate) categories: Vec<Category>,
     #[serde(default)]
     pub(crate) debug: bool,
-    /// When the command recorded ended (wall-clock ms): the front end says
-    /// "Main process ended". None for a recording of the whole system,
-    /// which has no main process (its end is `profilingEndTime`).
-    #[serde(rename = "endTime", default, skip_serializing_if = "Option::is_none")]
+    /// When the recording ended because its command (or every `-p`
+    /// process) did, wall-clock ms: the front end says "Main process
+    /// ended". Left out where it ended otherwise (a duration, a signal, the
+    /// agent's windows; `-a` has no main process): the recording's end is
+    /// `profilingEndTime`.
+    #[serde(rename = "endTime", skip_serializing_if = "Option::is_none")]
     pub(crate) end_time: Option<f64>,
     #[serde(default)]
     pub(crate) extensions: serde_json::Value,

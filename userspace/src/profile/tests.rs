@@ -238,25 +238,27 @@ fn writes_valid_profile_with_threads_and_meta() {
     );
 }
 
-/// Check that a recording of the whole system says no "main process
-/// ended" (the front end's words for `meta.endTime`): it has no main
-/// process. A command's recording says when it ended.
+/// Check that a profile says "main process ended" (the front end's words
+/// for `meta.endTime`) only where the recording stopped because its command
+/// (or every `-p` process) ended, at the recording's end; not where a
+/// duration or a signal ended it, nor for `-a`, which has no main process.
 #[test]
-fn only_a_command_recording_says_when_its_main_process_ended() {
+fn only_a_recording_its_command_ended_says_when_the_main_process_ended() {
     let mut rec = recording();
-    let command = build_profile(&rec, &host(), None).to_value();
+    rec.main_process_ended = true;
+    let ended = build_profile(&rec, &host(), None).to_value();
     // The recording's end, from its start in wall-clock time.
-    let ended = rec.start_wall_ms + (rec.end_ns - rec.start_ns) as f64 / 1e6;
+    let end = rec.start_wall_ms + (rec.end_ns - rec.start_ns) as f64 / 1e6;
     assert!(
-        (command["meta"]["endTime"].as_f64().expect("endTime") - ended).abs() < 1e-3,
+        (ended["meta"]["endTime"].as_f64().expect("endTime") - end).abs() < 1e-3,
         "{}",
-        command["meta"]
+        ended["meta"]
     );
-    rec.whole_system = true;
-    let system = build_profile(&rec, &host(), None).to_value();
-    assert!(system["meta"].get("endTime").is_none(), "{}", system["meta"]);
-    assert_eq!(system["meta"]["profilingEndTime"], command["meta"]["profilingEndTime"]);
-    assert_eq!(validate::validate(&system), Vec::<String>::new());
+    rec.main_process_ended = false;
+    let stopped = build_profile(&rec, &host(), None).to_value();
+    assert!(stopped["meta"].get("endTime").is_none(), "{}", stopped["meta"]);
+    assert_eq!(stopped["meta"]["profilingEndTime"], ended["meta"]["profilingEndTime"]);
+    assert_eq!(validate::validate(&stopped), Vec::<String>::new());
 }
 
 /// Check that an inlined call becomes a second frame at the same address

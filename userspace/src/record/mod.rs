@@ -191,7 +191,8 @@ async fn record(
     let timing = Timing::new();
     let end_ns = session.stop(&mut collector);
     timing.mark("drain and detach");
-    let recording = windows.last(&mut collector, end_ns, &timing);
+    let mut recording = windows.last(&mut collector, end_ns, &timing);
+    recording.main_process_ended = matches!(stop, Stop::Command(_) | Stop::TargetsGone);
     if args.verbose {
         if windows.count > 1 {
             eprintln!(

@@ -385,6 +385,8 @@ impl StoredRecording {
             // command's recording, and what the store keeps is read back
             // without a command.
             whole_system: false,
+            // The agent's recordings end with its windows, not a process.
+            main_process_ended: false,
             notes: self.notes,
         })
     }
