@@ -647,11 +647,11 @@ fn jfr_drops_stub(name: &str) -> bool {
 /// a compiled frame both saw: see below), the ten leaf methods with the
 /// largest share of the two together must have the same share in each
 /// within 1 point plus 4 standard errors of the two counts (0.51 of that
-/// at most in 16 runs here, 0.50 in the test's own 8), and none of them may be missing from one. JFR
-/// is an oracle with errors of its own: it suspends the thread it samples
-/// (sysprof sees `[off-CPU: sleeping]` at its sample times), and drops
-/// what it cannot walk: a stub without a frame, a compiled method's
-/// prologue and epilogue. Before stubs were charged to their callers, 2
+/// at most in 16 runs here, 0.50 in the test's own 8), and none of them
+/// may be missing from one. JFR is an oracle with errors of its own: it
+/// suspends the thread it samples (sysprof sees `[off-CPU: sleeping]` at
+/// its sample times), and drops what it cannot walk: a stub without a
+/// frame, a compiled method's prologue and epilogue. Before stubs were charged to their callers, 2
 /// points (or 4 standard errors, if more) failed one CI run
 /// (`Types$DefaultTypeVisitor.visit`, a megamorphic call: JFR 3.47 %,
 /// sysprof 1.36 %); before the frames JFR never saw were left out, a
