@@ -533,9 +533,15 @@ fn the_range_starts_with_the_command() {
     let start_ns = anchor_ns + meta["profilingStartTime"].as_f64().unwrap_or(0.0) * 1e6;
     // The command's end ended the recording: the front end's "Main
     // process ended" is the range's end.
-    let ended = meta["endTime"].as_f64().expect("endTime: the command ended");
-    let range_end = meta["startTime"].as_f64().unwrap() + meta["profilingEndTime"].as_f64().unwrap();
-    assert!((ended - range_end).abs() < 1.0, "endTime {ended}, range end {range_end}");
+    let ended = meta["endTime"]
+        .as_f64()
+        .expect("endTime: the command ended");
+    let range_end =
+        meta["startTime"].as_f64().unwrap() + meta["profilingEndTime"].as_f64().unwrap();
+    assert!(
+        (ended - range_end).abs() < 1.0,
+        "endTime {ended}, range end {range_end}"
+    );
     let lead_ms = (command_start_ns as f64 - start_ns) / 1e6;
     eprintln!("range start: {lead_ms:.1} ms before the command's main()");
     assert!(

@@ -256,8 +256,15 @@ fn only_a_recording_its_command_ended_says_when_the_main_process_ended() {
     );
     rec.main_process_ended = false;
     let stopped = build_profile(&rec, &host(), None).to_value();
-    assert!(stopped["meta"].get("endTime").is_none(), "{}", stopped["meta"]);
-    assert_eq!(stopped["meta"]["profilingEndTime"], ended["meta"]["profilingEndTime"]);
+    assert!(
+        stopped["meta"].get("endTime").is_none(),
+        "{}",
+        stopped["meta"]
+    );
+    assert_eq!(
+        stopped["meta"]["profilingEndTime"],
+        ended["meta"]["profilingEndTime"]
+    );
     assert_eq!(validate::validate(&stopped), Vec::<String>::new());
 }
 
