@@ -25,6 +25,7 @@
 mod agent;
 mod depth;
 mod iostorm;
+mod kernel_cost;
 mod length;
 mod micro;
 mod pgbench;
@@ -430,9 +431,6 @@ fn main() -> Result<()> {
         })
         .collect();
     let perf = find_perf();
-    if which("bpftool").is_none() {
-        install_with_apt("bpftool");
-    }
     let samply = find_samply();
     let f = FREQ.to_string();
     let mut configs = vec![Config {
@@ -569,7 +567,7 @@ fn main() -> Result<()> {
                     }
                 }
                 Ok(_) => eprintln!(
-                    "bench: no BPF run time for {} × {} (is bpftool installed?)",
+                    "bench: no BPF run time for {} × {} (no program of sysprof's ran)",
                     w.name, c.name
                 ),
                 Err(e) => eprintln!("bench: {} × {} failed: {e:#}", w.name, c.name),
@@ -1307,38 +1305,15 @@ fn wait_rusage(child: &mut Child, rss: PeakRss) -> Result<(f64, f64)> {
     Ok((tv(ru.ru_utime) + tv(ru.ru_stime), peak))
 }
 
-/// (name, run_cnt, run_time_ns) of the loaded BPF programs of process
-/// `owner` whose names start with one of `prefixes` (names are cut to 15
-/// characters).
-fn bpf_programs(prefixes: &[&str], owner: u32) -> Option<Vec<(String, u64, u64)>> {
-    let out = Command::new("bpftool")
-        .args(["prog", "show", "--json"])
-        .output()
-        .ok()?;
-    let progs: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    Some(
-        progs
-            .as_array()?
-            .iter()
-            .filter_map(|p| {
-                let name = p["name"].as_str()?;
-                // Only the programs of this run's profiler, where bpftool
-                // says whose they are (another sysprof may be running).
-                if let Some(pids) = p["pids"].as_array() {
-                    if !pids.iter().any(|q| q["pid"].as_u64() == Some(owner as u64)) {
-                        return None;
-                    }
-                }
-                prefixes.iter().any(|pre| name.starts_with(pre)).then(|| {
-                    (
-                        name.to_string(),
-                        p["run_cnt"].as_u64().unwrap_or(0),
-                        p["run_time_ns"].as_u64().unwrap_or(0),
-                    )
-                })
-            })
-            .collect(),
-    )
+/// (name, run_cnt, run_time_ns) of the loaded BPF programs whose names
+/// start with one of `prefixes` (names are cut to 15 characters), as the
+/// kernel counts them since its statistics were turned on.
+fn bpf_programs(prefixes: &[&str]) -> Vec<(String, u64, u64)> {
+    kernel_cost::program_stats(&Default::default())
+        .into_values()
+        .filter(|(name, ..)| prefixes.iter().any(|pre| name.starts_with(pre)))
+        .map(|(name, runs, time)| (name, runs, time.as_nanos() as u64))
+        .collect()
 }
 
 /// One run of a workload under a system-wide profiler (or none). With
@@ -1410,8 +1385,10 @@ fn run_system_wide(
         return Ok(run);
     };
     if bpf_stats && c.profiler == Profiler::Sysprof {
-        // sample_cpu_cloc, on_sched_switch(_raw), on_sched_waking(_raw), on_block_*.
-        if let Some(progs) = bpf_programs(&["sample_cpu", "on_sched", "on_block"], child.id()) {
+        // sample_cpu_cloc or sample_first, on_sched_*, on_block_* (one
+        // sysprof runs at a time here: the names are its programs').
+        let progs = bpf_programs(&["sample_", "on_sched", "on_block"]);
+        if !progs.is_empty() {
             run.bpf_ms = Some(progs.iter().map(|p| p.2).sum::<u64>() as f64 / 1e6);
             run.bpf_programs = progs;
         }

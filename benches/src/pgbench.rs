@@ -9,7 +9,9 @@
 //! children included) and peak RSS (VmHWM), what it lost (sysprof's stats
 //! line; perf's "lost" chunks and samples), and for sysprof the time from
 //! its launch to its first sample and to everything attached, and its
-//! loading per BPF object and program (the verifier's time). Then
+//! loading per BPF object and program (the verifier's time). One more
+//! sysprof run with the kernel's BPF statistics on: what each of its
+//! programs costs in the kernel ([`kernel_cost`]). Then
 //! `sysprof report --why` of pgbench's main thread in the last sysprof
 //! recording: its wall time, CPU and peak RSS, and the share of the
 //! thread's waiting it left as "waiting (chain too deep)". Nothing is
@@ -21,6 +23,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+use super::kernel_cost;
 use serde_json::json;
 
 /// The scratch database's name (the tests use the same one).
@@ -280,6 +284,12 @@ pub fn section(
     let perf_out = work.join("pgbench.perf.data");
     let configs = configurations(sysprof, perf, &sysprof_out, &perf_out);
     let (runs, mut failures) = alternate(&configs, rounds, &stderr_path, || pgbench(secs));
+    let costs = match &configs[1] {
+        (_, Some(argv), ready) => {
+            kernel_cost::measure(argv, *ready, &stderr_path, || pgbench(secs))
+        }
+        _ => Err(anyhow::anyhow!("no sysprof configuration")),
+    };
     drop(cluster);
     md += &format!(
         "Alternating rounds ({rounds}), pgbench -T {secs} each; the profiler starts first and is stopped by SIGINT after pgbench ends. \
@@ -307,6 +317,17 @@ pub fn section(
                 .join(", ")
         );
     }
+    let costs_json = match &costs {
+        Ok(c) => {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            md += &kernel_cost::markdown(c, cpus, "pgbench");
+            kernel_cost::json(c)
+        }
+        Err(e) => {
+            failures.push(format!("the BPF programs' kernel cost: {e:#}"));
+            json!(null)
+        }
+    };
     let why = match why_of_pgbench(sysprof, &sysprof_out) {
         Ok(w) => {
             md += &format!(
@@ -328,7 +349,10 @@ pub fn section(
     for f in &failures {
         md += &format!("\nFailed: {f}\n");
     }
-    (md, json!({ "rows": rows, "why": why }))
+    (
+        md,
+        json!({ "rows": rows, "why": why, "kernel_cost": costs_json }),
+    )
 }
 
 /// A profiler's configuration: its name, its command (none: the workload
