@@ -511,8 +511,9 @@ pub struct PlaceRun {
 }
 
 impl PlaceRun {
-    /// The run as the record the kernel sends for it, its end clipped to `end_ns`.
-    pub fn to_event(&self, pid: u32, tid: u32, end_ns: u64) -> FoldedEvent {
+    /// The run as the record the kernel sends for it (its span as kept:
+    /// what lies past the recording's end is cut by the window).
+    pub fn to_event(&self, pid: u32, tid: u32) -> FoldedEvent {
         let reason = self.reason as usize & (OFFCPU_REASONS - 1);
         let mut ns = [0; OFFCPU_REASONS];
         let mut count = [0; OFFCPU_REASONS];
@@ -524,7 +525,7 @@ impl PlaceRun {
             tid,
             delay_ns: self.delay_ns.min(u32::MAX as u64) as u32,
             first_ns: self.first_ns,
-            last_ns: self.last_ns.min(end_ns),
+            last_ns: self.last_ns,
             ns,
             count,
             wait_ns: self.wait_ns,

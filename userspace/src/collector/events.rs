@@ -296,7 +296,9 @@ impl Collector {
         // Runs of one place's waits: a live thread's while its state claims
         // them (an entry left by a tid's earlier thread, whose death was not
         // seen, is not its), a thread's that died after the ring's last read
-        // with the pid they were kept with; none begun after the end.
+        // with the pid they were kept with; none begun after the end. A run
+        // that goes on past the end (these are read after the stop) keeps
+        // the share of its sums before it (`window::clip_to_range`).
         let has_runs: rustc_hash::FxHashMap<u32, bool> = states
             .iter()
             .map(|(tid, st)| (*tid, st.has_place_runs != 0))
@@ -306,7 +308,7 @@ impl Collector {
                 continue;
             }
             for run in runs.r.iter().filter(|r| r.count > 0 && r.first_ns < end_ns) {
-                self.handle_folded(&run.to_event(runs.pid, *tid, end_ns));
+                self.handle_folded(&run.to_event(runs.pid, *tid));
             }
         }
         for (tid, st) in states {
@@ -319,14 +321,17 @@ impl Collector {
                 voluntary: st.voluntary,
                 involuntary: st.involuntary,
             });
-            if st.short_count.iter().any(|&c| c > 0) {
+            // The thread's run of short waits, and of waits an interrupt
+            // woke, over one span: not this recording's if begun after its end.
+            let run_in_range = st.short_first < end_ns;
+            if run_in_range && st.short_count.iter().any(|&c| c > 0) {
                 self.handle_folded(&FoldedEvent {
                     kind: abi::RECORD_FOLDED,
                     pid: st.pid,
                     tid: *tid,
                     delay_ns: 0,
                     first_ns: st.short_first,
-                    last_ns: st.short_last.min(end_ns),
+                    last_ns: st.short_last,
                     ns: st.short_ns,
                     count: st.short_count,
                     wait_ns: st.short_wait_ns,
@@ -339,7 +344,7 @@ impl Collector {
                     _pad: 0,
                 });
             }
-            if st.irq_count.iter().any(|&c| c > 0) {
+            if run_in_range && st.irq_count.iter().any(|&c| c > 0) {
                 // The run's waits an interrupt woke, over the same span.
                 self.handle_folded(&FoldedEvent {
                     kind: abi::RECORD_FOLDED,
@@ -347,7 +352,7 @@ impl Collector {
                     tid: *tid,
                     delay_ns: 0,
                     first_ns: st.short_first,
-                    last_ns: st.short_last.min(end_ns),
+                    last_ns: st.short_last,
                     ns: [0, st.irq_ns[0], st.irq_ns[1], 0],
                     count: [0, st.irq_count[0], st.irq_count[1], 0],
                     wait_ns: st.irq_wait_ns,

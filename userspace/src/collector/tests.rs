@@ -641,7 +641,8 @@ fn runs_of_one_places_waits_join_their_wakers_run() {
 
 /// Check that the runs of one place's waits left in the kernel at the end
 /// are read with the threads' states, a run ending past the end clipped
-/// to it and one begun after it left out; that a thread that died after
+/// to it (with the share of its sums its span keeps: 700 ns over 100-1,200,
+/// 572 up to 1,000) and one begun after it left out; that a thread that died after
 /// the ring's last read keeps its runs (under the pid they were kept
 /// with); and that an entry its live thread's state does not claim (left
 /// by a tid's earlier thread, whose death was not seen) is not read as
@@ -691,7 +692,7 @@ fn place_runs_left_at_the_end_are_read_with_their_thread() {
     let r = c.finish_window(range(0, 1000));
     for tid in [51, 53] {
         let t = thread(&r, 50, tid);
-        assert_eq!(t.off_cpu.duration_ns, vec![700], "tid {tid}");
+        assert_eq!(t.off_cpu.duration_ns, vec![572], "tid {tid}");
         assert_eq!(t.off_cpu.time_ns, vec![1_000], "tid {tid}");
         assert_eq!(
             names(&r, t.off_cpu.stack[0]).last().map(String::as_str),
@@ -705,6 +706,63 @@ fn place_runs_left_at_the_end_are_read_with_their_thread() {
         .flat_map(|p| &p.threads)
         .find(|t| t.tid == 52);
     assert!(other.is_none_or(|t| t.off_cpu.duration_ns.is_empty()));
+}
+
+/// Check that a thread's own run of short waits, read with its state after
+/// the stop, keeps only what came before the end: its marker ends there
+/// with the share of its sums its span keeps (the waits of 800-1,200 ns, a
+/// recording ending at 1,000: half), not a marker of no length at the end
+/// holding them all; and that a run begun after the end is not this
+/// recording's.
+#[test]
+fn a_threads_short_waits_read_after_the_stop_keep_what_came_before_the_end() {
+    let mut c = collector(PidFilter::All);
+    let state = |tid: u32, first: u64, last: u64| {
+        let mut st = abi::ThreadState {
+            pid: 70,
+            short_first: first,
+            short_last: last,
+            short_wait_ns: 200,
+            short_waker_pid: 80,
+            short_waker_tid: 81,
+            short_waker_kind: abi::FOLD_WAKER_TASK,
+            ..Default::default()
+        };
+        st.short_ns[abi::OFFCPU_BLOCKED as usize] = 400;
+        st.short_count[abi::OFFCPU_BLOCKED as usize] = 4;
+        (tid, st)
+    };
+    c.handle_thread_states(
+        &[state(71, 800, 1_200), state(72, 1_100, 1_300)],
+        &[],
+        1_000,
+    );
+    let r = c.finish_window(range(0, 1000));
+    let t = thread(&r, 70, 71);
+    assert_eq!(t.off_cpu.duration_ns, vec![200]);
+    assert_eq!(t.off_cpu.time_ns, vec![1_000]);
+    let short: Vec<_> = t
+        .markers
+        .iter()
+        .filter_map(|m| match m {
+            MarkerRecord::ShortWaits {
+                start_ns,
+                end_ns,
+                count,
+                off_cpu_ns,
+                waited_ns,
+                ..
+            } => Some((*start_ns, *end_ns, *count, *off_cpu_ns, *waited_ns)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(short, vec![(800, 1_000, 2, 200, 100)]);
+    let later = r
+        .processes
+        .iter()
+        .flat_map(|p| &p.threads)
+        .find(|t| t.tid == 72);
+    assert!(later.is_none_or(|t| t.off_cpu.duration_ns.is_empty() && t.markers.is_empty()));
 }
 
 /// Check that folded short waits from one place are drawn under that

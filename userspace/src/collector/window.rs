@@ -374,19 +374,36 @@ fn clip_to_range(w: &mut WindowData, range: &WindowRange, floor: u64) {
         o.start_ns = o.start_ns.max(floor);
     }
     // A run of short waits (the kernel's span up to a second) starts no
-    // earlier than the floor, as intervals do; it keeps the share of its
-    // sums its span keeps.
+    // earlier than the floor, as intervals do, and a recording's ends no
+    // later than its end (the threads' runs read after the stop hold the
+    // waits until then: up to 114 µs of them drawn as a marker of no
+    // length at the end, beside pgbench); it keeps the share of its sums
+    // its span keeps.
     for f in &mut w.folded {
         if f.first_ns < floor && f.last_ns > floor {
-            let kept = (f.last_ns - floor) as f64 / (f.last_ns - f.first_ns) as f64;
-            f.ns = f.ns.map(|ns| (ns as f64 * kept) as u64);
-            f.wait_ns = (f.wait_ns as f64 * kept) as u64;
-            f.landing_ns = (f.landing_ns as f64 * kept) as u64;
-            f.delay_ns = (f.delay_ns as f64 * kept) as u64;
-            f.count = (f.count as f64 * kept).ceil() as u32;
+            keep_share(
+                f,
+                (f.last_ns - floor) as f64 / (f.last_ns - f.first_ns) as f64,
+            );
             f.first_ns = floor;
         }
+        if !range.continuous && f.first_ns < range.end_ns && f.last_ns > range.end_ns {
+            keep_share(
+                f,
+                (range.end_ns - f.first_ns) as f64 / (f.last_ns - f.first_ns) as f64,
+            );
+            f.last_ns = range.end_ns;
+        }
     }
+}
+
+/// Scale a run of short waits' sums to the share `kept` of its span.
+fn keep_share(f: &mut FoldedRecord, kept: f64) {
+    f.ns = f.ns.map(|ns| (ns as f64 * kept) as u64);
+    f.wait_ns = (f.wait_ns as f64 * kept) as u64;
+    f.landing_ns = (f.landing_ns as f64 * kept) as u64;
+    f.delay_ns = (f.delay_ns as f64 * kept) as u64;
+    f.count = (f.count as f64 * kept).ceil() as u32;
 }
 
 /// The window's samples, intervals, requests and folded waits in the order
