@@ -2085,3 +2085,43 @@ fn goroutines_are_markers_and_fields_not_frames() {
         "sorted: {starts:?}"
     );
 }
+
+/// Check that a run of short waits' marker holds its off-CPU sum as
+/// written: its times are rounded to the microsecond and the sum is not,
+/// so a run of 56.812 µs written from 1.987 to 2.043 ms is drawn to 2.044;
+/// one that fits, and any other marker, keep their span.
+#[test]
+fn a_run_of_short_waits_is_drawn_long_enough_for_its_sum() {
+    use super::schema::MarkerData;
+    let short = |off_cpu: f64| MarkerData::ShortWaits {
+        count: 2,
+        off_cpu,
+        waited: None,
+        landing: None,
+        waker: "an interrupt".into(),
+        waker_pid: None,
+        waker_tid: None,
+        waker_context: "interrupt",
+        color: "green",
+    };
+    let span = super::markers::holding_its_sum(&short(0.056812), (1.987, 2.043));
+    assert_eq!(span, (1.987, 2.044));
+    assert!(span.0 + 0.056812 <= span.1);
+    assert_eq!(
+        super::markers::holding_its_sum(&short(0.056), (1.987, 2.043)),
+        (1.987, 2.043)
+    );
+    assert_eq!(
+        super::markers::holding_its_sum(&short(0.0005), (4.0, 4.0)),
+        (4.0, 4.001)
+    );
+    let delay = MarkerData::RunDelay {
+        after: "sleeping",
+        cpu: 1,
+        color: "red",
+    };
+    assert_eq!(
+        super::markers::holding_its_sum(&delay, (1.0, 1.0)),
+        (1.0, 1.0)
+    );
+}
