@@ -2088,40 +2088,37 @@ fn goroutines_are_markers_and_fields_not_frames() {
 
 /// Check that a run of short waits' marker holds its off-CPU sum as
 /// written: its times are rounded to the microsecond and the sum is not,
-/// so a run of 56.812 µs written from 1.987 to 2.043 ms is drawn to 2.044;
-/// one that fits, and any other marker, keep their span.
+/// so a run of 56.812 µs written from 1.987 to 2.043 ms is drawn to 2.044
+/// (as ten hours in); one that fits, and any other marker, keep their span.
 #[test]
 fn a_run_of_short_waits_is_drawn_long_enough_for_its_sum() {
-    use super::schema::MarkerData;
-    let short = |off_cpu: f64| MarkerData::ShortWaits {
+    let short = |off_cpu_ns: u64| MarkerRecord::ShortWaits {
+        start_ns: 0,
+        end_ns: 0,
         count: 2,
-        off_cpu,
-        waited: None,
-        landing: None,
-        waker: "an interrupt".into(),
-        waker_pid: None,
-        waker_tid: None,
-        waker_context: "interrupt",
-        color: "green",
+        off_cpu_ns,
+        waited_ns: 0,
+        landing_ns: 0,
+        waker: ShortWaker::Interrupt,
     };
-    let span = super::markers::holding_its_sum(&short(0.056812), (1.987, 2.043));
-    assert_eq!(span, (1.987, 2.044));
-    assert!(span.0 + 0.056812 <= span.1);
+    let held = |r: &MarkerRecord, span| super::markers::holding_its_sum(r, span);
+    assert_eq!(held(&short(56_812), (1.987, 2.043)), (1.987, 2.044));
+    // As `ms_since` writes times ten hours in: whole microseconds / 1e3.
+    let (start, end) = (36_000_001_987.0 / 1e3, 36_000_002_043.0 / 1e3);
     assert_eq!(
-        super::markers::holding_its_sum(&short(0.056), (1.987, 2.043)),
-        (1.987, 2.043)
+        held(&short(56_812), (start, end)),
+        (start, 36_000_002_044.0 / 1e3)
     );
-    assert_eq!(
-        super::markers::holding_its_sum(&short(0.0005), (4.0, 4.0)),
-        (4.0, 4.001)
-    );
-    let delay = MarkerData::RunDelay {
-        after: "sleeping",
-        cpu: 1,
-        color: "red",
+    assert_eq!(held(&short(56_000), (1.987, 2.043)), (1.987, 2.043));
+    assert_eq!(held(&short(56_000), (start, end)), (start, end));
+    assert_eq!(held(&short(500), (4.0, 4.0)), (4.0, 4.001));
+    let slice = MarkerRecord::OnCpu {
+        start_ns: 0,
+        end_ns: 0,
+        pid: 1,
+        tid: 1,
+        name: "x".into(),
+        kind: SliceKind::User,
     };
-    assert_eq!(
-        super::markers::holding_its_sum(&delay, (1.0, 1.0)),
-        (1.0, 1.0)
-    );
+    assert_eq!(held(&slice, (1.0, 1.0)), (1.0, 1.0));
 }
