@@ -162,6 +162,53 @@ fn nothing_is_lost_beside_pgbench() {
         excess <= 10.0,
         "a sample claims more CPU than time passed: {at}"
     );
+
+    // No wait holds its own thread's on-CPU samples: the sampler saw the
+    // thread run then. (A wait begun before the tracer attached was dated
+    // from the range's start, over the samples of every busy thread: 11
+    // threads, 1.65 s of off-CPU time that was not.) 50 µs of slack at
+    // each end for the microsecond rounding of both.
+    let categories = profile.categories();
+    let mut held = Vec::new();
+    let mut waits = 0;
+    for t in profile.threads() {
+        let times = t.times();
+        let on_cpu: Vec<f64> = t
+            .stacks(&categories)
+            .iter()
+            .zip(&times)
+            .filter(|(s, _)| !s.last().is_some_and(|(n, _)| n.starts_with("[off-CPU")))
+            .map(|(_, &at)| at)
+            .collect();
+        for (_, d) in t.markers() {
+            if d["type"] != "OffCpu" {
+                continue;
+            }
+            waits += 1;
+            let (from, to) = (
+                d["startTime"].as_f64().unwrap(),
+                d["endTime"].as_f64().unwrap(),
+            );
+            let inside = on_cpu
+                .iter()
+                .filter(|&&at| at > from + 0.05 && at < to - 0.05)
+                .count();
+            if inside > 0 {
+                held.push(format!(
+                    "{} ({}) off-CPU {from:.3}-{to:.3} ms over {inside} of its on-CPU samples",
+                    t.name(),
+                    t.tid()
+                ));
+            }
+        }
+    }
+    assert!(waits > 0, "no off-CPU marker beside pgbench");
+    assert!(
+        held.is_empty(),
+        "{} of {waits} waits hold their thread's on-CPU samples: {:?}",
+        held.len(),
+        &held[..held.len().min(5)]
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -111,7 +111,11 @@ pub struct Collector {
     tracing_start_ns: Option<u64>,
     /// Where the recording's range starts: every CPU sampled from here.
     range_start_ns: u64,
-    sampled_before_tracing: FxHashMap<u32, u64>,
+    /// Each thread's sample times before the tracer was attached (8 bytes a
+    /// sample of the loading's time, a fraction of a second beside
+    /// pgbench), for the waits it did not see begin
+    /// (`window::since_sampled_running`).
+    sampled_before_tracing: FxHashMap<u32, Vec<u64>>,
     /// Shared stacks of processes that are gone, for the tracer to delete
     /// from the kernel's table (`take_forgotten_stacks`).
     shared_stacks_forgotten: Vec<u64>,

@@ -224,8 +224,10 @@ impl Collector {
             return;
         }
         if self.tracing_start_ns.is_some_and(|t| s.time_ns < t) {
-            let last = self.sampled_before_tracing.entry(s.tid).or_default();
-            *last = (*last).max(s.time_ns);
+            self.sampled_before_tracing
+                .entry(s.tid)
+                .or_default()
+                .push(s.time_ns);
         }
         let w = &mut self.window;
         w.stats.samples += 1;

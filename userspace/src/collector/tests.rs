@@ -424,6 +424,44 @@ fn off_cpu_stacks_end_where_the_thread_left_the_cpu() {
     assert_eq!(r.stats.stacks_not_kept, 0);
 }
 
+/// Check that a wait the tracer did not see begin (the thread was first seen
+/// off the CPU, its start its creation) begins no earlier than the thread's
+/// last sample before the wait's end, even when that sample is handled
+/// after the wait's record (the two rings are read apart) and when the
+/// thread ran again before tracing was said to begin (the loader returns
+/// after the programs run); and that a thread sampling never saw keeps its
+/// wait from the range's start.
+#[test]
+fn a_wait_begun_before_tracing_begins_after_the_threads_last_sample() {
+    let mut c = collector(PidFilter::All);
+    c.tracing_started(150_000_000);
+    let unseen = |tid: u32, end: u64| OffCpuEvent {
+        flags: abi::OFFCPU_START_UNSEEN,
+        ..off_cpu(40, tid, abi::OFFCPU_SLEEPING, 5, end, 0)
+    };
+    c.handle_offcpu(&unseen(41, 160_000_000));
+    c.handle_offcpu(&unseen(42, 160_000_000));
+    c.handle_offcpu(&unseen(43, 130_000_000));
+    for t in [13_000_000, 140_000_000] {
+        sample(&mut c, t, 40, 41, t, &[0x7000], &[]);
+    }
+    for t in [13_000_000, 120_000_000, 140_000_000] {
+        sample(&mut c, t, 40, 43, t, &[0x7000], &[]);
+    }
+    let r = c.finish_window(range(0, 200_000_000));
+    let waited = |tid: u32| {
+        let t = thread(&r, 40, tid);
+        let start = t.markers.iter().find_map(|m| match m {
+            MarkerRecord::OffCpu { start_ns, .. } => Some(*start_ns),
+            _ => None,
+        });
+        (start, t.off_cpu.duration_ns.clone())
+    };
+    assert_eq!(waited(41), (Some(140_000_000), vec![20_000_000]));
+    assert_eq!(waited(42), (Some(5), vec![159_999_995]));
+    assert_eq!(waited(43), (Some(120_000_000), vec![10_000_000]));
+}
+
 /// Check that a wakeup whose stack runs under an interrupt entry is said to
 /// come from the interrupt, with only the interrupt's frames, and a
 /// wakeup by a task names the task with its whole stack.
@@ -763,6 +801,34 @@ fn a_threads_short_waits_read_after_the_stop_keep_what_came_before_the_end() {
         .flat_map(|p| &p.threads)
         .find(|t| t.tid == 72);
     assert!(later.is_none_or(|t| t.off_cpu.duration_ns.is_empty() && t.markers.is_empty()));
+}
+
+/// Check that a run of short waits sent in the ring that straddles a
+/// recording's end keeps the share of its sums before it (it was left out
+/// whole), and one wholly after it is left out.
+#[test]
+fn a_run_of_short_waits_sent_across_the_end_keeps_its_share_before_it() {
+    let mut c = collector(PidFilter::All);
+    c.handle_folded(&folded_run(
+        800,
+        1_200,
+        [0, 400, 0, 0],
+        [0, 4, 0, 0],
+        200,
+        0,
+    ));
+    c.handle_folded(&folded_run(
+        1_100,
+        1_300,
+        [0, 400, 0, 0],
+        [0, 4, 0, 0],
+        200,
+        0,
+    ));
+    let r = c.finish_window(range(0, 1000));
+    let t = thread(&r, 50, 51);
+    assert_eq!(t.off_cpu.duration_ns, vec![200]);
+    assert_eq!(t.off_cpu.time_ns, vec![1_000]);
 }
 
 /// Check that folded short waits from one place are drawn under that
