@@ -106,7 +106,7 @@ pub(super) fn build_markers(
             continue;
         }
         let (name, cat, start, end, data) = maker.marker_of(r, tables);
-        let span = holding_its_sum(r, (ms(start), ms(end)));
+        let span = holding_its_sum(r, (ms(start), ms(end)), ms(rec.end_ns));
         push(&mut m, name, cat, span, data);
     }
     push_runs_to(&mut m, tables, u64::MAX);
@@ -521,18 +521,23 @@ fn on_cpu(r: &MarkerRecord, tables: &mut ThreadTables) -> MarkerParts {
 /// A marker's span `(start, end)` in ms, its end moved later where a run of
 /// short waits' off-CPU sum (in ns) would not fit in it as written: times
 /// are rounded to the microsecond, sums not, and 137 of 5,845 runs beside
-/// pgbench said more off-CPU time than their span, by up to 1 µs. In whole
-/// microseconds, exact however long the recording (a double's 1e-6 margin
-/// was not, past two hours).
-pub(super) fn holding_its_sum(r: &MarkerRecord, (start, end): (f64, f64)) -> (f64, f64) {
-    match r {
-        MarkerRecord::ShortWaits { off_cpu_ns, .. } => {
-            let start_us = (start * 1e3).round() as i64;
-            let least_end = (start_us + off_cpu_ns.div_ceil(1000) as i64) as f64 / 1e3;
-            (start, end.max(least_end))
-        }
-        _ => (start, end),
+/// pgbench said more off-CPU time than their span, by up to 1 µs. Not past
+/// the recording's end `last` (its start earlier there instead, not before
+/// 0). In whole microseconds, exact however long the recording (a double's
+/// 1e-6 margin was not, past two hours).
+pub(super) fn holding_its_sum(r: &MarkerRecord, (start, end): (f64, f64), last: f64) -> (f64, f64) {
+    let MarkerRecord::ShortWaits { off_cpu_ns, .. } = r else {
+        return (start, end);
+    };
+    let us = |ms: f64| (ms * 1e3).round() as i64;
+    let sum_us = off_cpu_ns.div_ceil(1000) as i64;
+    let (start_us, end_us) = (us(start), us(end));
+    if end_us - start_us >= sum_us {
+        return (start, end);
     }
+    let new_end = (start_us + sum_us).min(us(last).max(end_us));
+    let new_start = start_us.min(new_end - sum_us).max(0);
+    (new_start as f64 / 1e3, new_end as f64 / 1e3)
 }
 
 /// The run-delay markers' name: one row of the Marker Chart holds them all.

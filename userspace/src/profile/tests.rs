@@ -2089,7 +2089,8 @@ fn goroutines_are_markers_and_fields_not_frames() {
 /// Check that a run of short waits' marker holds its off-CPU sum as
 /// written: its times are rounded to the microsecond and the sum is not,
 /// so a run of 56.812 µs written from 1.987 to 2.043 ms is drawn to 2.044
-/// (as ten hours in); one that fits, and any other marker, keep their span.
+/// (as ten hours in), and one that would pass the recording's end starts
+/// earlier instead; one that fits, and any other marker, keep their span.
 #[test]
 fn a_run_of_short_waits_is_drawn_long_enough_for_its_sum() {
     let short = |off_cpu_ns: u64| MarkerRecord::ShortWaits {
@@ -2101,7 +2102,7 @@ fn a_run_of_short_waits_is_drawn_long_enough_for_its_sum() {
         landing_ns: 0,
         waker: ShortWaker::Interrupt,
     };
-    let held = |r: &MarkerRecord, span| super::markers::holding_its_sum(r, span);
+    let held = |r: &MarkerRecord, span| super::markers::holding_its_sum(r, span, 1e9);
     assert_eq!(held(&short(56_812), (1.987, 2.043)), (1.987, 2.044));
     // As `ms_since` writes times ten hours in: whole microseconds / 1e3.
     let (start, end) = (36_000_001_987.0 / 1e3, 36_000_002_043.0 / 1e3);
@@ -2112,6 +2113,15 @@ fn a_run_of_short_waits_is_drawn_long_enough_for_its_sum() {
     assert_eq!(held(&short(56_000), (1.987, 2.043)), (1.987, 2.043));
     assert_eq!(held(&short(56_000), (start, end)), (start, end));
     assert_eq!(held(&short(500), (4.0, 4.0)), (4.0, 4.001));
+    // At the recording's end (830.043 ms), earlier instead.
+    assert_eq!(
+        super::markers::holding_its_sum(&short(795_200), (829.249, 830.043), 830.043),
+        (829.247, 830.043)
+    );
+    assert_eq!(
+        super::markers::holding_its_sum(&short(900), (0.0, 0.0), 0.0005),
+        (0.0, 0.001)
+    );
     let slice = MarkerRecord::OnCpu {
         start_ns: 0,
         end_ns: 0,
