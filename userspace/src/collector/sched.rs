@@ -338,13 +338,17 @@ impl Replay<'_> {
         };
         let close = |tracks: &mut std::collections::BTreeMap<u32, Vec<MarkerRecord>>,
                      cpu: u32,
-                     (pid, tid, start, last): (u32, u32, u64, u64)| {
+                     (pid, tid, start, last): (u32, u32, u64, u64),
+                     next: u64| {
             let (name, kind) = label(pid, tid);
             tracks.entry(cpu).or_default().push(MarkerRecord::OnCpu {
                 start_ns: start,
-                // An interval past the last sample, not past the range: a
-                // slice ending after the recording was drawn outside it.
-                end_ns: (last + interval_ns).min(range.1.max(start)),
+                // An interval past the last sample, not past the range (a
+                // slice ending after the recording was drawn outside it),
+                // nor past the next slice's first sample on this CPU (the
+                // sampling interval's jitter drew half of a busy CPU's
+                // slices over the next, up to 0.18 ms: two threads at once).
+                end_ns: (last + interval_ns).min(next).min(range.1.max(start)),
                 pid,
                 tid,
                 name,
@@ -361,13 +365,13 @@ impl Replay<'_> {
                 Some(cur) if cur.1 == tid && t <= cur.3 + 2 * interval_ns => cur.3 = t,
                 _ => {
                     if let Some(prev) = open.insert(cpu, (pid, tid, t, t)) {
-                        close(&mut tracks, cpu, prev);
+                        close(&mut tracks, cpu, prev, t);
                     }
                 }
             }
         }
         for (cpu, cur) in open {
-            close(&mut tracks, cpu, cur);
+            close(&mut tracks, cpu, cur, u64::MAX);
         }
         if w.stats.lost_samples == 0 {
             for markers in tracks.values_mut() {

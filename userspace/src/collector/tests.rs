@@ -462,6 +462,43 @@ fn a_wait_begun_before_tracing_begins_after_the_threads_last_sample() {
     assert_eq!(waited(43), (Some(120_000_000), vec![10_000_000]));
 }
 
+/// Check that a CPU's slice ends at the next slice's first sample when that
+/// comes less than a sampling interval after its last (the interval's
+/// jitter): a CPU never shows two threads at once.
+#[test]
+fn a_cpus_slices_do_not_overlap() {
+    let mut c = Collector::new(
+        PidFilter::All,
+        CollectorOptions {
+            per_cpu: true,
+            ..Default::default()
+        },
+    );
+    c.set_kernel_symbols(Arc::new(KernelSymbols::parse(KALLSYMS)));
+    for t in [0, 1_000_000, 2_000_000] {
+        sample(&mut c, t, 40, 41, t, &[0x7000], &[]);
+    }
+    for t in [2_900_000, 3_900_000] {
+        sample(&mut c, t, 40, 42, t, &[0x7000], &[]);
+    }
+    let r = c.finish_window(range(0, 10_000_000));
+    let slices: Vec<(u32, u64, u64)> = r
+        .cpu_tracks
+        .iter()
+        .flat_map(|(_, m)| m)
+        .filter_map(|m| match m {
+            MarkerRecord::OnCpu {
+                tid,
+                start_ns,
+                end_ns,
+                ..
+            } if *tid != 0 => Some((*tid, *start_ns, *end_ns)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(slices, vec![(41, 0, 2_900_000), (42, 2_900_000, 4_900_000)]);
+}
+
 /// Check that a wakeup whose stack runs under an interrupt entry is said to
 /// come from the interrupt, with only the interrupt's frames, and a
 /// wakeup by a task names the task with its whole stack.
