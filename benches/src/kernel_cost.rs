@@ -4,7 +4,7 @@
 //! charged to it), and what the workload's slowdown is made of.
 //!
 //! In: sysprof's `record` command and its "recording" line, the workload.
-//! Out: for each program sysprof loaded, its runs a second, its nanoseconds
+//! Out: for each program sysprof holds, its runs a second, its nanoseconds
 //! a run and its milliseconds of CPU a second, over the workload's run
 //! (from sysprof's "recording" line to the workload's end), read from the
 //! kernel's own statistics (`BPF_ENABLE_STATS`, `bpf_prog_info`'s
@@ -30,18 +30,54 @@ pub(crate) struct ProgramCost {
     pub(crate) ms_per_s: f64,
 }
 
-/// Every loaded program's (name, runs, run time), by id, leaving out those
-/// in `before`: the kernel's counts since its statistics were turned on
-/// (zero while they are off).
-pub(crate) fn program_stats(before: &HashSet<u32>) -> HashMap<u32, (String, u64, Duration)> {
+/// The loaded programs among `ids`: (name, runs, run time) by id, the
+/// kernel's counts since its statistics were first turned on (frozen while
+/// they are off).
+pub(crate) fn program_stats(ids: &HashSet<u32>) -> HashMap<u32, (String, u64, Duration)> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
-        .filter(|p| !before.contains(&p.id()))
+        .filter(|p| ids.contains(&p.id()))
         .map(|p| {
             let name = p.name_as_str().unwrap_or("?").to_string();
             (p.id(), (name, p.run_count(), p.run_time()))
         })
         .collect()
+}
+
+/// The ids of the BPF programs process `pid` holds: its descriptors'
+/// `prog_id` in `/proc/PID/fdinfo` (a program's and a link's say it), so
+/// another process's programs (an agent running beside the bench) are not
+/// counted as this run's.
+pub(crate) fn programs_of(pid: u32) -> HashSet<u32> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return HashSet::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_to_string(fd.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|id| id.trim().parse().ok())
+        })
+        .collect()
+}
+
+/// The CPUs online (the programs run on each, whatever this process's
+/// affinity).
+pub(crate) fn online_cpus() -> usize {
+    // SAFETY: sysconf only reads a value of the system.
+    (unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).max(1) as usize
+}
+
+/// `argv` with the path after its `-o` replaced by `output`.
+pub(crate) fn with_output(argv: &[String], output: &Path) -> Vec<String> {
+    let mut argv = argv.to_vec();
+    if let Some(i) = argv.iter().position(|a| a == "-o") {
+        if let Some(path) = argv.get_mut(i + 1) {
+            *path = output.display().to_string();
+        }
+    }
+    argv
 }
 
 /// Run `argv` (sysprof recording until SIGINT, saying `ready_line` once it
@@ -56,16 +92,13 @@ pub(crate) fn measure(
     // The statistics stay on while this descriptor is open.
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("BPF_ENABLE_STATS (root and a 5.8 kernel needed)")?;
-    let before: HashSet<u32> = aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .map(|p| p.id())
-        .collect();
     let costs = RefCell::new(Vec::new());
-    super::pgbench::profiled(argv, ready_line, stderr_path, || {
-        let start = program_stats(&before);
+    super::pgbench::profiled_pid(argv, ready_line, stderr_path, |pid| {
+        let ids = programs_of(pid);
+        let start = program_stats(&ids);
         let started = Instant::now();
         let throughput = workload();
-        let end = program_stats(&before);
+        let end = program_stats(&ids);
         let secs = started.elapsed().as_secs_f64();
         let mut out: Vec<ProgramCost> = end
             .into_iter()

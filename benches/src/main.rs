@@ -1305,11 +1305,12 @@ fn wait_rusage(child: &mut Child, rss: PeakRss) -> Result<(f64, f64)> {
     Ok((tv(ru.ru_utime) + tv(ru.ru_stime), peak))
 }
 
-/// (name, run_cnt, run_time_ns) of the loaded BPF programs whose names
-/// start with one of `prefixes` (names are cut to 15 characters), as the
-/// kernel counts them since its statistics were turned on.
-fn bpf_programs(prefixes: &[&str]) -> Vec<(String, u64, u64)> {
-    kernel_cost::program_stats(&Default::default())
+/// (name, run_cnt, run_time_ns) of the BPF programs process `owner` holds
+/// whose names start with one of `prefixes` (names are cut to 15
+/// characters), as the kernel counts them since its statistics were
+/// turned on.
+fn bpf_programs(prefixes: &[&str], owner: u32) -> Vec<(String, u64, u64)> {
+    kernel_cost::program_stats(&kernel_cost::programs_of(owner))
         .into_values()
         .filter(|(name, ..)| prefixes.iter().any(|pre| name.starts_with(pre)))
         .map(|(name, runs, time)| (name, runs, time.as_nanos() as u64))
@@ -1385,9 +1386,9 @@ fn run_system_wide(
         return Ok(run);
     };
     if bpf_stats && c.profiler == Profiler::Sysprof {
-        // sample_cpu_cloc or sample_first, on_sched_*, on_block_* (one
-        // sysprof runs at a time here: the names are its programs').
-        let progs = bpf_programs(&["sample_", "on_sched", "on_block"]);
+        // sample_cpu_cloc or sample_first (whose tail call to it counts as
+        // its own), on_sched_*, on_block_*.
+        let progs = bpf_programs(&["sample_", "on_sched", "on_block"], child.id());
         if !progs.is_empty() {
             run.bpf_ms = Some(progs.iter().map(|p| p.2).sum::<u64>() as f64 / 1e6);
             run.bpf_programs = progs;

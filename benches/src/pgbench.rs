@@ -155,6 +155,16 @@ pub(crate) fn profiled(
     stderr_path: &Path,
     workload: impl FnOnce() -> Result<f64>,
 ) -> Result<Run> {
+    profiled_pid(argv, ready_line, stderr_path, |_| workload())
+}
+
+/// [`profiled`], the workload told the profiler's pid.
+pub(crate) fn profiled_pid(
+    argv: &[String],
+    ready_line: Option<&str>,
+    stderr_path: &Path,
+    workload: impl FnOnce(u32) -> Result<f64>,
+) -> Result<Run> {
     let launched = Instant::now();
     let mut child: Child = Command::new(&argv[0])
         .args(&argv[1..])
@@ -180,7 +190,7 @@ pub(crate) fn profiled(
         },
         None => std::thread::sleep(Duration::from_secs(1)),
     }
-    let tps = workload();
+    let tps = workload(child.id());
     let recording_cpu_ms = super::process_cpu_ms(child.id());
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -284,9 +294,11 @@ pub fn section(
     let perf_out = work.join("pgbench.perf.data");
     let configs = configurations(sysprof, perf, &sysprof_out, &perf_out);
     let (runs, mut failures) = alternate(&configs, rounds, &stderr_path, || pgbench(secs));
+    // Its own output: `report --why` below reads the last timed round's.
     let costs = match &configs[1] {
         (_, Some(argv), ready) => {
-            kernel_cost::measure(argv, *ready, &stderr_path, || pgbench(secs))
+            let argv = kernel_cost::with_output(argv, &work.join("pgbench-bpf-stats.json.gz"));
+            kernel_cost::measure(&argv, *ready, &stderr_path, || pgbench(secs))
         }
         _ => Err(anyhow::anyhow!("no sysprof configuration")),
     };
@@ -319,8 +331,7 @@ pub fn section(
     }
     let costs_json = match &costs {
         Ok(c) => {
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            md += &kernel_cost::markdown(c, cpus, "pgbench");
+            md += &kernel_cost::markdown(c, kernel_cost::online_cpus(), "pgbench");
             kernel_cost::json(c)
         }
         Err(e) => {
