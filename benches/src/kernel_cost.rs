@@ -82,7 +82,7 @@ pub(crate) fn with_output(argv: &[String], output: &Path) -> Vec<String> {
 
 /// Run `argv` (sysprof recording until SIGINT, saying `ready_line` once it
 /// records) beside `workload` with the kernel's BPF statistics on: the
-/// costs of the programs that appeared with it, the costliest first.
+/// costs of the programs it holds, the costliest first.
 pub(crate) fn measure(
     argv: &[String],
     ready_line: Option<&str>,

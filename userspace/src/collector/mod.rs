@@ -111,7 +111,7 @@ pub struct Collector {
     tracing_start_ns: Option<u64>,
     /// Where the recording's range starts: every CPU sampled from here.
     range_start_ns: u64,
-    /// Each thread's sample times before the tracer was attached (8 bytes a
+    /// Each thread's sample times before `tracing_started` (8 bytes a
     /// sample of the loading's time, a fraction of a second beside
     /// pgbench), for the waits it did not see begin
     /// (`window::since_sampled_running`).
@@ -197,7 +197,9 @@ impl Collector {
         );
     }
 
-    /// The tracer was attached at `time_ns` (sampling began before it).
+    /// Tracing had begun by `time_ns` (said once the loader returned and
+    /// the `/proc` snapshot was read, after the programs began to run; for
+    /// `record -- CMD`, before sampling begins).
     pub fn tracing_started(&mut self, time_ns: u64) {
         self.tracing_start_ns = Some(time_ns);
     }

@@ -38,9 +38,10 @@ pub(super) struct OffCpuRecord {
     /// Who woke it, and the waker's raw stack at the wakeup.
     pub waker: Option<(Waker, NodeIndex)>,
     pub comm: [u8; TASK_COMM_LEN],
-    /// It left the CPU before the tracer first saw the thread: `start_ns`
-    /// is the thread's creation, bounded at the window's finish by its last
-    /// sample before tracing began.
+    /// The tracer first saw the thread off the CPU (asleep since before
+    /// tracing, or new and not run yet): `start_ns` is its creation,
+    /// bounded at the window's finish by its last sample before tracing
+    /// began.
     pub start_unseen: bool,
 }
 

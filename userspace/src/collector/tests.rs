@@ -426,11 +426,12 @@ fn off_cpu_stacks_end_where_the_thread_left_the_cpu() {
 
 /// Check that a wait the tracer did not see begin (the thread was first seen
 /// off the CPU, its start its creation) begins no earlier than the thread's
-/// last sample before the wait's end, even when that sample is handled
-/// after the wait's record (the two rings are read apart) and when the
-/// thread ran again before tracing was said to begin (the loader returns
-/// after the programs run); and that a thread sampling never saw keeps its
-/// wait from the range's start.
+/// last sample before the wait's end, whatever the order its record and the
+/// samples are handled in, and when the thread ran again before tracing was
+/// said to begin (that is said after the programs run); that a sample
+/// before the thread's creation (a reused tid's) does not move its start
+/// earlier; and that a thread sampling never saw keeps its wait from its
+/// creation.
 #[test]
 fn a_wait_begun_before_tracing_begins_after_the_threads_last_sample() {
     let mut c = collector(PidFilter::All);
@@ -442,6 +443,12 @@ fn a_wait_begun_before_tracing_begins_after_the_threads_last_sample() {
     c.handle_offcpu(&unseen(41, 160_000_000));
     c.handle_offcpu(&unseen(42, 160_000_000));
     c.handle_offcpu(&unseen(43, 130_000_000));
+    // Created at 100 ms: the 13-ms sample was an earlier thread's.
+    c.handle_offcpu(&OffCpuEvent {
+        start_ns: 100_000_000,
+        ..unseen(44, 160_000_000)
+    });
+    sample(&mut c, 13_000_000, 40, 44, 1, &[0x7000], &[]);
     for t in [13_000_000, 140_000_000] {
         sample(&mut c, t, 40, 41, t, &[0x7000], &[]);
     }
@@ -460,6 +467,7 @@ fn a_wait_begun_before_tracing_begins_after_the_threads_last_sample() {
     assert_eq!(waited(41), (Some(140_000_000), vec![20_000_000]));
     assert_eq!(waited(42), (Some(5), vec![159_999_995]));
     assert_eq!(waited(43), (Some(120_000_000), vec![10_000_000]));
+    assert_eq!(waited(44), (Some(100_000_000), vec![60_000_000]));
 }
 
 /// Check that a CPU's slice ends at the next slice's first sample when that

@@ -364,13 +364,17 @@ impl Collector {
 
 impl Collector {
     /// A wait that began before the tracer first saw its thread (its start
-    /// is the thread's creation) began no earlier than the thread's last
-    /// sample before the wait's end among those taken before tracing
-    /// began: sampling saw it run then. Here, not as
-    /// its record comes: the tracer's ring and the samples' are read apart,
-    /// and the waits came first (beside pgbench every busy thread's first
-    /// wait claimed the whole ~150 ms before the tracer attached, over its
-    /// own samples: 11 threads, 1.65 s of off-CPU time that was not).
+    /// is the thread's creation, or, for a new thread not run yet, when it
+    /// became runnable) began no earlier than the thread's last sample
+    /// before the wait's end among those taken before tracing began:
+    /// sampling saw it run then. Never earlier than its start: a reused
+    /// tid's older samples predate the new thread's creation. Taken here,
+    /// with the window's every sample handled. (A bound by the latest
+    /// sample before `tracing_started` alone, which comes well after the
+    /// programs run, was later than the wait's end: beside pgbench every
+    /// busy thread's first wait claimed the ~150 ms before the tracer
+    /// attached, over its own samples, 11 threads, 1.65 s of off-CPU time
+    /// that was not.)
     fn since_sampled_running(&self, w: &mut WindowData) {
         for o in w.off_cpu.iter_mut().filter(|o| o.start_unseen) {
             // Before the wait's end: tracing is said to have begun once

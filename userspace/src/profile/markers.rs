@@ -523,7 +523,8 @@ fn on_cpu(r: &MarkerRecord, tables: &mut ThreadTables) -> MarkerParts {
 /// are rounded to the microsecond, sums not, and 137 of 5,845 runs beside
 /// pgbench said more off-CPU time than their span, by up to 1 µs. Not past
 /// the recording's end `last` (its start earlier there instead, not before
-/// 0). In whole microseconds, exact however long the recording (a double's
+/// 0: by a microsecond or two, which may put it before a marker sorted
+/// before it). In whole microseconds, exact however long the recording (a double's
 /// 1e-6 margin was not, past two hours).
 pub(super) fn holding_its_sum(r: &MarkerRecord, (start, end): (f64, f64), last: f64) -> (f64, f64) {
     let MarkerRecord::ShortWaits { off_cpu_ns, .. } = r else {

@@ -2118,8 +2118,9 @@ fn a_run_of_short_waits_is_drawn_long_enough_for_its_sum() {
         super::markers::holding_its_sum(&short(795_200), (829.249, 830.043), 830.043),
         (829.247, 830.043)
     );
+    // At both ends of a recording of 1 µs: not before 0 either.
     assert_eq!(
-        super::markers::holding_its_sum(&short(900), (0.0, 0.0), 0.0005),
+        super::markers::holding_its_sum(&short(2_000), (0.0, 0.001), 0.001),
         (0.0, 0.001)
     );
     let slice = MarkerRecord::OnCpu {
