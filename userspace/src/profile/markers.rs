@@ -631,8 +631,19 @@ fn waited_on(
         return out;
     }
     let mut names: Vec<&str> = Vec::new();
+    // Most waits share a few stacks (the same sleep in the same loop):
+    // each stack is classified once, not once per wait (string matching of
+    // every kernel frame was a third of building a server's markers).
+    let mut by_stack: rustc_hash::FxHashMap<u32, Option<&'static str>> =
+        rustc_hash::FxHashMap::default();
     for (&t, &stack) in waits.time_ns.iter().zip(&waits.stack) {
         if !starts.contains(&t) || out.contains_key(&t) {
+            continue;
+        }
+        if let Some(&known) = by_stack.get(&stack) {
+            if let Some(kind) = known {
+                out.insert(t, kind);
+            }
             continue;
         }
         names.clear();
@@ -647,7 +658,9 @@ fn waited_on(
             node = rec.stacks.parent(node);
         }
         names.reverse();
-        if let Some(kind) = crate::model::wait_kind::classify(&names) {
+        let kind = crate::model::wait_kind::classify(&names);
+        by_stack.insert(stack, kind);
+        if let Some(kind) = kind {
             out.insert(t, kind);
         }
     }
