@@ -334,7 +334,7 @@ impl Replay<'_> {
             if pid == 0 {
                 ("idle".to_string(), kind)
             } else {
-                (format!("{t} ({pn}, {tid})"), kind)
+                (slice_name(&t, &pn, pid, tid), kind)
             }
         };
         let close = |tracks: &mut std::collections::BTreeMap<u32, Vec<MarkerRecord>>,
@@ -445,6 +445,19 @@ fn short_wait(e: &OffCpuRecord, duration: u64, waker: Option<&Waker>) -> ShortRu
     }
 }
 
+/// A CPU slice's name: its thread's, then its process's where the two
+/// differ, then the ids as a waker's label ends (`pgbench (pid 7, tid 7)`,
+/// `sysprof-gzip of sysprof (pid 7, tid 9)`): the two used to read
+/// `postgres (postgres, 30704)` beside `pgbench (pid 7, tid 7)`.
+fn slice_name(thread: &str, process: &str, pid: u32, tid: u32) -> String {
+    match (thread, process) {
+        ("", "") => format!("pid {pid}, tid {tid}"),
+        (t, p) if p.is_empty() || t == p => format!("{t} (pid {pid}, tid {tid})"),
+        ("", p) => format!("{p} (pid {pid}, tid {tid})"),
+        (t, p) => format!("{t} of {p} (pid {pid}, tid {tid})"),
+    }
+}
+
 /// Idle slices over the stretches of `range` longer than two intervals that
 /// no slice of this CPU covers.
 fn fill_unsampled(markers: &mut Vec<MarkerRecord>, interval_ns: u64, (start, end): (u64, u64)) {
@@ -506,6 +519,26 @@ mod tests {
 
     /// Check that stretches of a CPU's track longer than two intervals with
     /// no slice become idle slices, and shorter ones stay as they are.
+    /// Check that a slice names its thread, its process where that differs,
+    /// and its ids as wakers do.
+    #[test]
+    fn a_slice_is_named_as_a_waker_is() {
+        assert_eq!(
+            slice_name("pgbench", "pgbench", 7, 7),
+            "pgbench (pid 7, tid 7)"
+        );
+        assert_eq!(
+            slice_name("sysprof-gzip", "sysprof", 7, 9),
+            "sysprof-gzip of sysprof (pid 7, tid 9)"
+        );
+        assert_eq!(slice_name("", "postgres", 7, 8), "postgres (pid 7, tid 8)");
+        assert_eq!(
+            slice_name("kworker/0:1", "", 7, 8),
+            "kworker/0:1 (pid 7, tid 8)"
+        );
+        assert_eq!(slice_name("", "", 7, 8), "pid 7, tid 8");
+    }
+
     #[test]
     fn unsampled_stretches_become_idle_slices() {
         let run = |s: u64, e: u64| MarkerRecord::OnCpu {

@@ -855,7 +855,7 @@ fn on_cpu_schema() -> serde_json::Value {
         "chartLabel": "{marker.data.thread}",
         "tooltipLabel": "{marker.data.thread}",
         "tableLabel": "{marker.data.thread}",
-        "description": "A thread running on this CPU (at sampling resolution)",
+        "description": "A thread ran on this CPU, as far as its samples tell (to within one sampling interval)",
         "fields": [
             { "key": "thread", "label": "Thread", "format": "string" },
             { "key": "pid", "label": "pid", "format": "pid" },
@@ -872,7 +872,7 @@ fn cpu_idle_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
         "chartLabel": "{marker.data.thread}",
         "tooltipLabel": "{marker.data.thread}",
         "tableLabel": "{marker.data.thread}",
-        "description": "This CPU idle (at sampling resolution)",
+        "description": "This CPU was idle, as far as its samples tell (to within one sampling interval)",
         "fields": [
             { "key": "thread", "label": "Idle", "format": "string" },
         ],
