@@ -325,7 +325,12 @@ impl Replay<'_> {
                 .and_then(|p| p.threads.get(&tid))
                 .map(|t| t.name.clone())
                 .unwrap_or_default();
-            let pn = p.map(|p| p.display_name(pid)).unwrap_or_default();
+            // Its name only: display_name's last resort, "pid N", would say
+            // the pid twice ("x of pid 7 (pid 7, tid 9)").
+            let pn = p
+                .map(|p| p.display_name(pid))
+                .filter(|n| *n != format!("pid {pid}"))
+                .unwrap_or_default();
             let kind = match (pid, p.is_some_and(|p| p.kernel)) {
                 (0, _) => SliceKind::Idle,
                 (_, true) => SliceKind::Kernel,
@@ -517,8 +522,6 @@ fn device_name(dev: u32) -> DeviceName {
 mod tests {
     use super::*;
 
-    /// Check that stretches of a CPU's track longer than two intervals with
-    /// no slice become idle slices, and shorter ones stay as they are.
     /// Check that a slice names its thread, its process where that differs,
     /// and its ids as wakers do.
     #[test]
@@ -539,6 +542,8 @@ mod tests {
         assert_eq!(slice_name("", "", 7, 8), "pid 7, tid 8");
     }
 
+    /// Check that stretches of a CPU's track longer than two intervals with
+    /// no slice become idle slices, and shorter ones stay as they are.
     #[test]
     fn unsampled_stretches_become_idle_slices() {
         let run = |s: u64, e: u64| MarkerRecord::OnCpu {

@@ -993,7 +993,7 @@ fn full_recording() -> Recording {
                 end_ns: 2_400_000,
                 pid: 42,
                 tid: 42,
-                name: "app (app, 42)".into(),
+                name: "app (pid 42, tid 42)".into(),
                 kind: SliceKind::User,
             },
             MarkerRecord::OnCpu {
