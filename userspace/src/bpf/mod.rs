@@ -8,6 +8,7 @@
 //! aya; CO-RE relocations are resolved against `/sys/kernel/btf/vmlinux`.
 
 pub mod abi;
+pub mod jited;
 mod ring;
 mod sampler;
 mod tracer;

@@ -153,11 +153,23 @@ const fn with_first_bytes(mut set: [bool; 256], names: &[&str]) -> [bool; 256] {
     set
 }
 
+/// Where a kallsyms symbol lives, by the module field of its line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SymbolHome {
+    /// The kernel itself, or a module: fixed while the module list is.
+    Fixed,
+    /// A BPF program (`[bpf]`): comes and goes.
+    Bpf,
+    /// Code the kernel makes at run time (`[__builtin__ftrace]`,
+    /// `[__builtin__kprobes]`): comes and goes.
+    Made,
+}
+
 /// A kallsyms line's text symbol (types t, T, w, W) at a nonzero address:
-/// its address, its name, and whether it is a BPF program's (`[bpf]`).
-/// None for any other line, and for one that is not `ADDRESS TYPE NAME
-/// [MODULE]`: a name that is not UTF-8 included.
-fn text_symbol(line: &[u8]) -> Option<(u64, &str, bool)> {
+/// its address, its name, and where it lives. None for any other line, and
+/// for one that is not `ADDRESS TYPE NAME [MODULE]`: a name that is not
+/// UTF-8 included.
+fn text_symbol(line: &[u8]) -> Option<(u64, &str, SymbolHome)> {
     let mut fields = line
         .split(|b| b.is_ascii_whitespace())
         .filter(|f| !f.is_empty());
@@ -173,23 +185,118 @@ fn text_symbol(line: &[u8]) -> Option<(u64, &str, bool)> {
         return None;
     }
     let name = std::str::from_utf8(name).ok()?;
-    Some((value, name, fields.next() == Some(b"[bpf]")))
+    let home = match fields.next() {
+        Some(b"[bpf]") => SymbolHome::Bpf,
+        Some(m) if m.starts_with(b"[__builtin__") => SymbolHome::Made,
+        _ => SymbolHome::Fixed,
+    };
+    Some((value, name, home))
+}
+
+/// Symbols as read, before they are sorted into a table: what the cache
+/// of the kernel's own symbols keeps (`kernel_cache`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct SymbolList {
+    /// (start, name's offset in `names`, its length, where it lives). A
+    /// length of 0 is no symbol: the end of the one before it.
+    pub entries: Vec<(u64, u32, u32, SymbolHome)>,
+    pub names: String,
+    /// `_text`'s address.
+    pub text: u64,
+}
+
+impl SymbolList {
+    /// Add a symbol; false (and nothing added) once the names outgrow
+    /// their `u32` offsets.
+    pub fn push(&mut self, addr: u64, name: &str, home: SymbolHome) -> bool {
+        let Ok(offset) = u32::try_from(self.names.len()) else {
+            return false;
+        };
+        if u32::try_from(self.names.len() + name.len()).is_err() {
+            return false;
+        }
+        self.entries.push((addr, offset, name.len() as u32, home));
+        self.names.push_str(name);
+        true
+    }
+
+    /// Add the end of the symbol before `addr`: from it, no symbol.
+    pub fn push_end(&mut self, addr: u64) {
+        self.entries.push((addr, 0, 0, SymbolHome::Fixed));
+    }
+
+    /// Only the symbols fixed while the module list is (see [`SymbolHome`]).
+    pub fn fixed(&self) -> SymbolList {
+        let mut out = SymbolList {
+            text: self.text,
+            ..Default::default()
+        };
+        for &(addr, offset, len, home) in &self.entries {
+            if home == SymbolHome::Fixed && len > 0 {
+                let name = &self.names[offset as usize..(offset + len) as usize];
+                out.push(addr, name, home);
+            }
+        }
+        out
+    }
+
+    /// Add each BPF program's functions, each with its end.
+    pub fn add_bpf(&mut self, functions: &[crate::bpf::jited::JitedFunction]) {
+        for f in functions {
+            if self.push(f.start, &f.name, SymbolHome::Bpf) {
+                self.push_end(f.start.saturating_add(f.len as u64));
+            }
+        }
+    }
 }
 
 impl KernelSymbols {
-    /// Read `/proc/kallsyms` now. Without it (or with addresses hidden by
-    /// `kptr_restrict`) the table is empty and kernel frames stay unnamed.
+    /// The kernel's symbols now, our BPF programs' included. The kernel's
+    /// and its modules' come from the file a recording of this boot kept
+    /// (`kernel_cache`), the programs' from the kernel (`bpf::jited`);
+    /// without that file, or without the programs' addresses, from
+    /// `/proc/kallsyms`, which the file is then made from. Without
+    /// kallsyms (or with addresses hidden by `kptr_restrict`) the table is
+    /// empty and kernel frames stay unnamed.
     pub fn snapshot() -> Result<KernelSymbols, KallsymsError> {
+        let dir = super::kernel_cache::cache_dir();
+        let key = dir
+            .as_ref()
+            .and_then(|_| super::kernel_cache::current_key());
+        if let (Some(dir), Some(key)) = (&dir, &key) {
+            if let Some(mut kept) = super::kernel_cache::load(dir, key) {
+                if let Ok(programs) = crate::bpf::jited::loaded_jited_functions() {
+                    kept.add_bpf(&programs);
+                    return Ok(KernelSymbols::from_list(kept));
+                }
+            }
+        }
+        let read = KernelSymbols::read_kallsyms_list()?;
+        if let (Some(dir), Some(key)) = (&dir, &key) {
+            // A cache that cannot be written costs the next recording a read, nothing more.
+            let _ = super::kernel_cache::store(dir, key, &read.fixed());
+        }
+        Ok(KernelSymbols::from_list(read))
+    }
+
+    /// Read `/proc/kallsyms` now, kept nowhere (see [`KernelSymbols::snapshot`]).
+    pub fn read_kallsyms() -> Result<KernelSymbols, KallsymsError> {
+        Ok(KernelSymbols::from_list(
+            KernelSymbols::read_kallsyms_list()?
+        ))
+    }
+
+    fn read_kallsyms_list() -> Result<SymbolList, KallsymsError> {
         // Read line by line: the whole text (8 MB here) held beside the
         // rings' start-up hand-over was a third of `record`'s peak heap
         // (heaptrack beside pgbench).
         let file = std::fs::File::open("/proc/kallsyms").map_err(KallsymsError::Read)?;
-        let table = KernelSymbols::read(std::io::BufReader::with_capacity(64 << 10, file))
+        let list = read_list(std::io::BufReader::with_capacity(64 << 10, file))
             .map_err(KallsymsError::Read)?;
-        if table.starts.is_empty() {
+        if list.entries.is_empty() {
             return Err(KallsymsError::Hidden);
         }
-        Ok(table)
+        Ok(list)
     }
 
     /// Parse kallsyms text: text symbols only (types t, T, w, W), sorted.
@@ -198,49 +305,37 @@ impl KernelSymbols {
     }
 
     /// [`KernelSymbols::parse`], reading `input` a line at a time.
-    fn read(mut input: impl std::io::BufRead) -> std::io::Result<KernelSymbols> {
-        // (start, name's offset in `names`, its length, a BPF program's)
-        let mut entries: Vec<(u64, u32, u32, bool)> = Vec::new();
-        let mut names = String::new();
-        let mut text_addr = 0;
-        // Lines as bytes: only a kept symbol's name needs to be text.
-        let mut line = Vec::with_capacity(256);
-        loop {
-            line.clear();
-            if input.read_until(b'\n', &mut line)? == 0 {
-                break;
-            }
-            let Some((addr, name, bpf)) = text_symbol(&line) else {
-                continue;
-            };
-            if name == "_text" {
-                text_addr = addr;
-            }
-            let Ok(offset) = u32::try_from(names.len()) else {
-                break;
-            };
-            if u32::try_from(names.len() + name.len()).is_err() {
-                break;
-            }
-            entries.push((addr, offset, name.len() as u32, bpf));
-            names.push_str(name);
-        }
-        entries.sort_by_key(|e| e.0);
+    fn read(input: impl std::io::BufRead) -> std::io::Result<KernelSymbols> {
+        Ok(KernelSymbols::from_list(read_list(input)?))
+    }
+
+    /// The table of `list`'s symbols, sorted.
+    pub(crate) fn from_list(list: SymbolList) -> KernelSymbols {
+        let SymbolList {
+            mut entries,
+            mut names,
+            text,
+        } = list;
+        // At one address, an end first: the symbol that starts there is
+        // the one found (a BPF program's pack puts one right after another).
+        entries.sort_by_key(|e| (e.0, e.2 > 0));
         // Exact sizes: grown by doubling, the names and their spans held
         // up to twice their bytes for the whole recording (heaptrack: 7.8 MB
         // for 4 MB of symbols).
         names.shrink_to_fit();
         let mut t = KernelSymbols {
-            text: text_addr,
+            text,
             names,
             ..Default::default()
         };
         t.starts.reserve_exact(entries.len());
         t.name_spans.reserve_exact(entries.len());
-        for (i, &(addr, offset, len, bpf)) in entries.iter().enumerate() {
+        for (i, &(addr, offset, len, home)) in entries.iter().enumerate() {
             let end = entries.get(i + 1).map_or(u64::MAX, |e| e.0);
             let name = &t.names[offset as usize..(offset + len) as usize];
-            let class = if bpf {
+            let class = if len == 0 {
+                FrameClass::Code
+            } else if home == SymbolHome::Bpf {
                 FrameClass::Tracing
             } else {
                 class_of(name)
@@ -251,7 +346,7 @@ impl KernelSymbols {
                 t.special.push((addr, end, class));
             }
         }
-        Ok(t)
+        t
     }
 
     fn index(&self, addr: u64) -> Option<usize> {
@@ -262,6 +357,10 @@ impl KernelSymbols {
     pub fn lookup(&self, addr: u64) -> Option<KernelSymbol<'_>> {
         let i = self.index(addr)?;
         let (off, len) = self.name_spans[i];
+        if len == 0 {
+            // Past a symbol's known end.
+            return None;
+        }
         Some(KernelSymbol {
             start: self.starts[i],
             size: self.starts.get(i + 1).map(|next| next - self.starts[i]),
@@ -347,6 +446,29 @@ impl KernelSymbols {
     }
 }
 
+/// kallsyms text's text symbols (types t, T, w, W), in the order read.
+pub(crate) fn read_list(mut input: impl std::io::BufRead) -> std::io::Result<SymbolList> {
+    let mut list = SymbolList::default();
+    // Lines as bytes: only a kept symbol's name needs to be text.
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        if input.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        let Some((addr, name, home)) = text_symbol(&line) else {
+            continue;
+        };
+        if name == "_text" {
+            list.text = addr;
+        }
+        if !list.push(addr, name, home) {
+            break;
+        }
+    }
+    Ok(list)
+}
+
 pub use crate::model::recording::InterruptKind;
 
 #[cfg(test)]
@@ -404,24 +526,32 @@ ffffffffc0100000 t ext4_readdir\t[ext4]
     /// or malformed address, missing fields, a name that is not UTF-8.
     #[test]
     fn reads_text_symbols_from_lines() {
-        // (line, (address, name, a BPF program's))
-        type Kept<'a> = (&'a [u8], (u64, &'a str, bool));
-        let kept: [Kept; 4] = [
+        // (line, (address, name, where it lives))
+        type Kept<'a> = (&'a [u8], (u64, &'a str, SymbolHome));
+        let kept: [Kept; 5] = [
             (
                 b"ffffffff81100400 T __schedule\n",
-                (0xffffffff81100400, "__schedule", false),
+                (0xffffffff81100400, "__schedule", SymbolHome::Fixed),
             ),
             (
                 b"ffffffffc0100000 t ext4_readdir\t[ext4]\n",
-                (0xffffffffc0100000, "ext4_readdir", false),
+                (0xffffffffc0100000, "ext4_readdir", SymbolHome::Fixed),
             ),
             (
                 b"ffffffffc0001000 t bpf_prog_6deef7357e7b4530_x\t[bpf]",
-                (0xffffffffc0001000, "bpf_prog_6deef7357e7b4530_x", true),
+                (
+                    0xffffffffc0001000,
+                    "bpf_prog_6deef7357e7b4530_x",
+                    SymbolHome::Bpf,
+                ),
+            ),
+            (
+                b"ffffffffc0201000 t ftrace_trampoline\t[__builtin__ftrace]\n",
+                (0xffffffffc0201000, "ftrace_trampoline", SymbolHome::Made),
             ),
             (
                 b"ffffffff8100000a W weak_one",
-                (0xffffffff8100000a, "weak_one", false),
+                (0xffffffff8100000a, "weak_one", SymbolHome::Fixed),
             ),
         ];
         for (line, symbol) in kept {

@@ -10,6 +10,7 @@
 //! frames are named by their runtime's reader: [`crate::runtimes`].)
 
 pub mod kernel;
+mod kernel_cache;
 pub mod names;
 
 use std::panic::AssertUnwindSafe;
