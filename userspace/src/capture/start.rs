@@ -136,9 +136,11 @@ impl CaptureSession {
             }
             None => None,
         };
-        // Every program is loaded: their frames are in kallsyms now. Read
-        // once the pump has every ring: the snapshot takes 0.1-0.25 s beside
-        // pgbench, whose switches fill the tracer's ring by ~1 MiB in that.
+        // Every program is loaded: the kernel lists their functions now.
+        // Taken once the pump has every ring: read from kallsyms, the
+        // snapshot took 0.1-0.25 s beside pgbench, whose switches fill the
+        // tracer's ring by ~1 MiB in that (a few ms from the file a
+        // recording of this boot kept).
         let kernel = match KernelSymbols::snapshot() {
             Ok(k) => Arc::new(k),
             Err(e) => {
@@ -148,8 +150,8 @@ impl CaptureSession {
         };
         collector.set_kernel_symbols(kernel);
         // A command's range starts here, after the last of the loading (the
-        // kallsyms snapshot above took 0.1 s and put the range's start that
-        // far before the command's).
+        // kallsyms snapshot above, read from kallsyms, took 0.1 s and put
+        // the range's start that far before the command's).
         if !opts.sample_first {
             anchor = start_sampling(&mut sampler, collector, &mut counters)?;
         }

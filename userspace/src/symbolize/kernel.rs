@@ -1,19 +1,23 @@
-//! Kernel symbols: a snapshot of `/proc/kallsyms` taken while our BPF
-//! programs are loaded, and what it tells about kernel frames.
+//! Kernel symbols: a snapshot taken while our BPF programs are loaded, and
+//! what it tells about kernel frames.
 //!
-//! In: `/proc/kallsyms` (text symbols of the kernel, its modules and the
-//! JIT-compiled BPF programs). Out: a [`KernelSymbols`] table that names
-//! kernel addresses, and classifies frames: the tracing path and BPF
-//! programs (which every stack read inside a tracepoint starts with, and
-//! which are cut: a thread's stack ends where the thread was), and
-//! interrupt entries (a wakeup under one came from an interrupt, not from
-//! the task it interrupted).
+//! In: the text symbols of the kernel and its modules, from `/proc/kallsyms`
+//! or from the file a recording of this boot kept of them
+//! ([`super::kernel_cache`]), and the JIT-compiled functions of the loaded
+//! BPF programs, asked of the kernel ([`crate::bpf::jited`]; from kallsyms
+//! where they cannot be). Out: a [`KernelSymbols`] table that names kernel
+//! addresses, and classifies frames: the tracing path and BPF programs
+//! (which every stack read inside a tracepoint starts with, and which are
+//! cut: a thread's stack ends where the thread was), and interrupt entries
+//! (a wakeup under one came from an interrupt, not from the task it
+//! interrupted).
 //!
 //! Written here rather than through blazesym's kallsyms source because the
-//! table must be read while our programs are loaded (read later, an address
-//! in a BPF program takes the name of whatever symbol precedes it once the
-//! program is gone) and the same table classifies frames while recording.
-//! The format is one `ADDRESS TYPE NAME [MODULE]` line per symbol.
+//! table must be taken while our programs are loaded (taken later, an
+//! address in a BPF program takes the name of whatever symbol precedes it
+//! once the program is gone) and the same table classifies frames while
+//! recording. kallsyms' format is one `ADDRESS TYPE NAME [MODULE]` line per
+//! symbol.
 
 /// What a kernel frame is, for cutting and classifying stacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +167,8 @@ pub(crate) enum SymbolHome {
     /// Code the kernel makes at run time (`[__builtin__ftrace]`,
     /// `[__builtin__kprobes]`): comes and goes.
     Made,
+    /// Not a symbol: the end of the one before it (its name is empty).
+    End,
 }
 
 /// A kallsyms line's text symbol (types t, T, w, W) at a nonzero address:
@@ -222,7 +228,7 @@ impl SymbolList {
 
     /// Add the end of the symbol before `addr`: from it, no symbol.
     pub fn push_end(&mut self, addr: u64) {
-        self.entries.push((addr, 0, 0, SymbolHome::Fixed));
+        self.entries.push((addr, 0, 0, SymbolHome::End));
     }
 
     /// Only the symbols fixed while the module list is (see [`SymbolHome`]).
@@ -253,30 +259,46 @@ impl SymbolList {
 impl KernelSymbols {
     /// The kernel's symbols now, our BPF programs' included. The kernel's
     /// and its modules' come from the file a recording of this boot kept
-    /// (`kernel_cache`), the programs' from the kernel (`bpf::jited`);
-    /// without that file, or without the programs' addresses, from
-    /// `/proc/kallsyms`, which the file is then made from. Without
-    /// kallsyms (or with addresses hidden by `kptr_restrict`) the table is
-    /// empty and kernel frames stay unnamed.
+    /// (`kernel_cache`), or from `/proc/kallsyms`, which the file is then
+    /// made from; the BPF programs' functions from the kernel
+    /// (`bpf::jited`), so that every recording names them alike. Where
+    /// the programs cannot be listed, everything comes from kallsyms.
+    /// Without kallsyms (or with addresses hidden by `kptr_restrict`) the
+    /// table is empty and kernel frames stay unnamed.
     pub fn snapshot() -> Result<KernelSymbols, KallsymsError> {
+        let programs = crate::bpf::jited::loaded_jited_functions().ok();
         let dir = super::kernel_cache::cache_dir();
         let key = dir
             .as_ref()
             .and_then(|_| super::kernel_cache::current_key());
-        if let (Some(dir), Some(key)) = (&dir, &key) {
-            if let Some(mut kept) = super::kernel_cache::load(dir, key) {
-                if let Ok(programs) = crate::bpf::jited::loaded_jited_functions() {
-                    kept.add_bpf(&programs);
-                    return Ok(KernelSymbols::from_list(kept));
-                }
-            }
+        let kept = match (&dir, &key) {
+            (Some(dir), Some(key)) => super::kernel_cache::load(dir, key),
+            _ => None,
+        };
+        let was_kept = kept.is_some();
+        if let (Some(mut kept), Some(programs)) = (kept, &programs) {
+            kept.add_bpf(programs);
+            return Ok(KernelSymbols::from_list(kept));
         }
         let read = KernelSymbols::read_kallsyms_list()?;
-        if let (Some(dir), Some(key)) = (&dir, &key) {
-            // A cache that cannot be written costs the next recording a read, nothing more.
-            let _ = super::kernel_cache::store(dir, key, &read.fixed());
+        let fixed = read.fixed();
+        // Kept only if no module came or went while it was read (else the
+        // file could hold a module's symbols under a list without it), and
+        // not again when it was there.
+        if let (Some(dir), Some(key), false) = (&dir, &key, was_kept) {
+            if super::kernel_cache::current_key().as_ref() == Some(key) {
+                // A cache that cannot be written costs the next recording a read, nothing more.
+                let _ = super::kernel_cache::store(dir, key, &fixed);
+            }
         }
-        Ok(KernelSymbols::from_list(read))
+        Ok(KernelSymbols::from_list(match programs {
+            Some(programs) => {
+                let mut list = fixed;
+                list.add_bpf(&programs);
+                list
+            }
+            None => read,
+        }))
     }
 
     /// Read `/proc/kallsyms` now, kept nowhere (see [`KernelSymbols::snapshot`]).

@@ -4,7 +4,8 @@
 //!
 //! In: the symbols of the kernel and its modules ([`SymbolList::fixed`]),
 //! and what they hold for: this boot's id, the kernel's release and the
-//! module list (`/proc/modules`, with each module's address). Out: the
+//! module list (each module's name, size, state, address and taint from
+//! `/proc/modules`, and its build id from `/sys/module/NAME/notes`). Out: the
 //! same symbols, where a file made for the same boot, release and modules
 //! is found in `/var/cache/sysprof` (or `SYSPROF_KALLSYMS_CACHE`; `off`
 //! keeps none); nothing otherwise.
@@ -17,9 +18,11 @@
 //! and its modules' symbols do not change while the module list does not.
 //! What does change, BPF programs and the code the kernel makes at run time
 //! (ftrace's and kprobes' trampolines), is never kept: the programs are
-//! asked of the kernel each time (`bpf::jited`). A frame in a trampoline
-//! made since boot is named by the symbol before it with a cached table
-//! (read fresh, kallsyms names it); no frame of ours runs in one.
+//! asked of the kernel each time (`bpf::jited`), whether the rest is kept
+//! or read. So a frame in such code (a BPF trampoline or dispatcher, an
+//! ftrace or kprobe trampoline) is named by the symbol before it, or left
+//! unnamed past a program's end; kallsyms would name it. No frame of ours
+//! runs in one.
 //!
 //! The file holds kernel addresses: it is read and written only in a
 //! directory private to root, only if it is a regular file of root's, and
@@ -58,8 +61,8 @@ pub(crate) fn cache_dir() -> Option<DirHandle> {
 }
 
 /// What the kernel's symbols hold for now: this boot's id, the kernel's
-/// release and its module list, addresses included. None where one of
-/// them cannot be read (no cache then).
+/// release and its modules (see the module doc). None where one of them
+/// cannot be read (no cache then).
 pub(crate) fn current_key() -> Option<Vec<u8>> {
     let boot = std::fs::read("/proc/sys/kernel/random/boot_id").ok()?;
     let release = std::fs::read("/proc/sys/kernel/osrelease").ok()?;
@@ -71,7 +74,14 @@ pub(crate) fn current_key() -> Option<Vec<u8>> {
             if text.len() as u64 > MAX_MODULES_BYTES {
                 return None;
             }
-            text
+            modules_key(&text, |name| {
+                let mut id = Vec::new();
+                let path = format!("/sys/module/{name}/notes/.note.gnu.build-id");
+                if let Ok(f) = std::fs::File::open(path) {
+                    let _ = f.take(MAX_NOTE_BYTES).read_to_end(&mut id);
+                }
+                id
+            })?
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => b"no modules".to_vec(),
         Err(_) => return None,
@@ -79,6 +89,43 @@ pub(crate) fn current_key() -> Option<Vec<u8>> {
     let mut key = Vec::with_capacity(boot.len() + release.len() + modules.len() + 2);
     for part in [&boot[..], b"\0", &release[..], b"\0", &modules[..]] {
         key.extend_from_slice(part);
+    }
+    Some(key)
+}
+
+/// Most bytes of a module's build-id note read.
+const MAX_NOTE_BYTES: u64 = 4096;
+
+/// The module list's part of the key: per line of `/proc/modules` (`NAME
+/// SIZE REFCOUNT USED-BY STATE ADDRESS [TAINT]`), all but the reference
+/// count and the users, which change while the code stays, and the build
+/// id `note_of` reads for the name. None for a line that is not of that
+/// form, or a name that is not one a module has.
+fn modules_key(text: &[u8], mut note_of: impl FnMut(&str) -> Vec<u8>) -> Option<Vec<u8>> {
+    let mut key = Vec::with_capacity(text.len());
+    for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let fields: Vec<&[u8]> = line
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|f| !f.is_empty())
+            .collect();
+        if fields.len() < 6 {
+            return None;
+        }
+        let name = std::str::from_utf8(fields[0]).ok()?;
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return None;
+        }
+        for (i, field) in fields.iter().enumerate() {
+            if i != 2 && i != 3 {
+                key.extend_from_slice(field);
+                key.push(b' ');
+            }
+        }
+        key.extend_from_slice(&note_of(name));
+        key.push(b'\n');
     }
     Some(key)
 }
@@ -99,15 +146,8 @@ pub(crate) fn load(dir: &DirHandle, key: &[u8]) -> Option<SymbolList> {
 /// Keep `list` in `dir` for `key`: written beside, then renamed over the
 /// old file (a reader sees the one or the other, whole).
 pub(crate) fn store(dir: &DirHandle, key: &[u8], list: &SymbolList) -> std::io::Result<()> {
-    use std::io::Write;
     let bytes = encode(key, list)?;
-    let temp = crate::sys::atomic_file::temp_name(".kallsyms");
-    let written = dir.create_new(&temp).and_then(|mut f| f.write_all(&bytes));
-    let renamed = written.and_then(|()| dir.rename(&temp, CACHE_FILE));
-    if renamed.is_err() {
-        let _ = dir.remove(&temp);
-    }
-    renamed
+    crate::sys::atomic_file::write_in(dir, CACHE_FILE, ".kallsyms", &bytes)
 }
 
 /// The file's bytes: the magic, the key (length first), `_text`, the
@@ -313,16 +353,18 @@ ffffffffc0300000 t ext4_r\u{e9}sum\u{e9}\t[ext4]
     #[test]
     fn programs_are_added_with_their_ends() {
         let mut kept = list().fixed();
+        // The later one first: the one packed after it must still win over
+        // the end of the one before it, whatever order they are added in.
         kept.add_bpf(&[
-            crate::bpf::jited::JitedFunction {
-                start: 0xffffffffc0001000,
-                len: 0x100,
-                name: "bpf_prog_6deef7357e7b4530_on_sched_switch".into(),
-            },
             crate::bpf::jited::JitedFunction {
                 start: 0xffffffffc0001100,
                 len: 0x80,
                 name: "bpf_prog_1122334455667788_sample_first".into(),
+            },
+            crate::bpf::jited::JitedFunction {
+                start: 0xffffffffc0001000,
+                len: 0x100,
+                name: "bpf_prog_6deef7357e7b4530_on_sched_switch".into(),
             },
         ]);
         let k = KernelSymbols::from_list(kept);
@@ -347,36 +389,60 @@ ffffffffc0300000 t ext4_r\u{e9}sum\u{e9}\t[ext4]
         assert_eq!(k.text, 0xffffffff81000000);
     }
 
-    /// Check the file's way through a directory: stored and loaded back
-    /// whole; not loaded for another key, nor as a symlink, nor when
-    /// others may write it (as root: a file of root's is what is trusted).
+    /// Check the file's way through a directory, as root (a file of
+    /// root's is what is trusted): stored and loaded back whole; not
+    /// loaded for another key, nor when others may read it, nor as a
+    /// symlink.
     #[test]
     fn stored_and_loaded_in_a_directory() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED stored_and_loaded_in_a_directory: needs root (only root's files are loaded)");
+            return;
+        }
         let d = std::env::temp_dir().join(format!("sysprof-kallsyms-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         let dir = DirHandle::open(&d).unwrap();
         let fixed = list().fixed();
         store(&dir, b"key", &fixed).unwrap();
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
-        if root {
-            assert_eq!(load(&dir, b"key"), Some(fixed.clone()));
-        } else {
-            eprintln!(
-                "stored_and_loaded_in_a_directory: not root, so a file of this user's is refused"
-            );
-            assert_eq!(load(&dir, b"key"), None);
-        }
+        assert_eq!(load(&dir, b"key"), Some(fixed.clone()));
         assert_eq!(load(&dir, b"another"), None);
         use std::os::unix::fs::PermissionsExt;
         let path = d.join(CACHE_FILE);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert_eq!(load(&dir, b"key"), None, "a file others could have written");
+        assert_eq!(load(&dir, b"key"), None, "a file others could read");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(load(&dir, b"key"), Some(fixed), "and 0600 again");
         std::fs::rename(&path, d.join("real")).unwrap();
         std::os::unix::fs::symlink(d.join("real"), &path).unwrap();
         assert_eq!(load(&dir, b"key"), None, "a symlink");
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Check the module list's key: the same when only a module's
+    /// reference count or users change; another when its address, size,
+    /// state or build id does; none for a line that is not a module's.
+    #[test]
+    fn the_module_key_follows_the_code_not_its_users() {
+        let key = |text: &[u8], id: &[u8]| modules_key(text, |_| id.to_vec());
+        let list = b"ext4 1003520 2 - Live 0xffffffffc0a00000\nmbcache 16384 1 ext4, Live 0xffffffffc0900000 (E)\n";
+        let base = key(list, b"id1").unwrap();
+        let used = b"ext4 1003520 5 jbd2, Live 0xffffffffc0a00000\nmbcache 16384 2 ext4,jbd2, Live 0xffffffffc0900000 (E)\n";
+        assert_eq!(key(used, b"id1").unwrap(), base);
+        assert_ne!(key(list, b"id2").unwrap(), base, "a rebuilt module");
+        let moved = b"ext4 1003520 2 - Live 0xffffffffc0b00000\nmbcache 16384 1 ext4, Live 0xffffffffc0900000 (E)\n";
+        assert_ne!(key(moved, b"id1").unwrap(), base, "moved");
+        let bigger = b"ext4 1003521 2 - Live 0xffffffffc0a00000\nmbcache 16384 1 ext4, Live 0xffffffffc0900000 (E)\n";
+        assert_ne!(key(bigger, b"id1").unwrap(), base, "another size");
+        let loading = b"ext4 1003520 2 - Loading 0xffffffffc0a00000\nmbcache 16384 1 ext4, Live 0xffffffffc0900000 (E)\n";
+        assert_ne!(key(loading, b"id1").unwrap(), base, "another state");
+        assert_eq!(key(b"ext4 1003520 2 -\n", b""), None, "fields missing");
+        assert_eq!(
+            key(b"../x 1 0 - Live 0x0\n", b""),
+            None,
+            "not a module's name"
+        );
     }
 
     /// Check, on this machine, that the table made from the cache names
