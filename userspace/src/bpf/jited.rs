@@ -26,8 +26,9 @@ pub struct JitedFunction {
     pub start: u64,
     /// Its code's length in bytes.
     pub len: u32,
-    /// `bpf_prog_TAG_NAME`: the program's tag for its first function, a
-    /// subprogram's own for each other one, and the program's name. Where
+    /// `bpf_prog_TAG_NAME` (`bpf_prog_TAG` for a program without a name):
+    /// the program's tag for its first function, a subprogram's own for
+    /// each other one, and the program's name. Where
     /// the program has BTF, kallsyms names a function by its BTF name
     /// instead: the program's name is at most 15 bytes, and is the same
     /// for each of its subprograms.
@@ -158,27 +159,31 @@ fn functions_of(fd: impl AsFd + Copy) -> Result<Vec<JitedFunction>, JitedError> 
         if starts[i] == 0 || lens[i] == 0 {
             return Err(JitedError::Hidden(name));
         }
-        // The first function is named as the program (kallsyms lists the
-        // program there, and its first function's own tag beside it); each
-        // other one by its own tag.
-        let tag = if i == 0 || i >= tags_filled {
-            info.tag
-        } else {
-            tags[i]
-        };
-        let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
         out.push(JitedFunction {
             start: starts[i],
             len: lens[i],
-            // Without a name, kallsyms writes the tag alone.
-            name: if name.is_empty() {
-                format!("bpf_prog_{hex}")
-            } else {
-                format!("bpf_prog_{hex}_{name}")
-            },
+            name: function_name(i, info.tag, &tags[..tags_filled], &name),
         });
     }
     Ok(out)
+}
+
+/// The name of function `i` of a program of tag `program_tag` whose
+/// functions' own tags are `tags`, and of name `name`, as kallsyms writes
+/// it: the first function is named as the program (kallsyms lists the
+/// program there; before Linux 6.5, also its first function's own tag
+/// beside it), each other one by its own tag; without a name, the tag alone.
+fn function_name(i: usize, program_tag: [u8; 8], tags: &[[u8; 8]], name: &str) -> String {
+    let tag = match tags.get(i) {
+        Some(own) if i > 0 => own,
+        _ => &program_tag,
+    };
+    let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    if name.is_empty() {
+        format!("bpf_prog_{hex}")
+    } else {
+        format!("bpf_prog_{hex}_{name}")
+    }
 }
 
 /// A program's name from its NUL-padded bytes; bytes a name cannot hold
@@ -212,6 +217,31 @@ mod tests {
         assert_eq!(program_name(&[0; 16]), "");
     }
 
+    /// Check each function's name: the first by the program's tag, the
+    /// others by their own, a nameless program's by the tag alone.
+    #[test]
+    fn functions_are_named_as_kallsyms_names_them() {
+        let program = [0xab; 8];
+        let own = [[0x01; 8], [0x02; 8], [0x03; 8]];
+        assert_eq!(
+            function_name(0, program, &own, "walk"),
+            "bpf_prog_abababababababab_walk"
+        );
+        assert_eq!(
+            function_name(2, program, &own, "walk"),
+            "bpf_prog_0303030303030303_walk"
+        );
+        assert_eq!(
+            function_name(1, program, &own, ""),
+            "bpf_prog_0202020202020202"
+        );
+        // Fewer tags than functions: the program's.
+        assert_eq!(
+            function_name(3, program, &own, "x"),
+            "bpf_prog_abababababababab_x"
+        );
+    }
+
     /// Check, as root, the listing against the kernel's own kallsyms: with
     /// one of our programs loaded, every `[bpf]` program symbol kallsyms
     /// shows is a listed function's start, one of the names there is the
@@ -237,14 +267,35 @@ mod tests {
             .try_into()
             .expect("a perf event program");
         program.load().expect("sample_first verifies");
+        // Others load and unload programs meanwhile (feature probes,
+        // services): a mismatch counts only if every attempt has one.
+        let mut mismatches = Vec::new();
+        for _ in 0..5 {
+            match compare_with_kallsyms() {
+                Ok(()) => return,
+                Err(Skip) => return,
+                Err(Mismatch(m)) => mismatches.push(m),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("the listing and kallsyms differ in every attempt: {mismatches:#?}");
+    }
+
+    enum Outcome {
+        Skip,
+        Mismatch(String),
+    }
+    use Outcome::*;
+
+    /// One comparison of the listing (taken twice, around the read) with kallsyms.
+    fn compare_with_kallsyms() -> Result<(), Outcome> {
         let before = loaded_jited_functions().expect("root lists the programs");
         let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
         let after = loaded_jited_functions().expect("root lists the programs");
         let stable: Vec<&JitedFunction> = before.iter().filter(|f| after.contains(f)).collect();
-        assert!(
-            stable.iter().any(|f| f.name.ends_with("_sample_first")),
-            "our program is listed: {before:?}"
-        );
+        if !stable.iter().any(|f| f.name.ends_with("_sample_first")) {
+            return Err(Mismatch(format!("our program is not listed: {before:?}")));
+        }
         let symbols: Vec<(u64, &str, bool)> = kallsyms
             .lines()
             .filter_map(|l| {
@@ -261,7 +312,7 @@ mod tests {
             .collect();
         if !symbols.iter().any(|&(_, _, program)| program) {
             eprintln!("SKIPPED the_listing_matches_kallsyms: kallsyms lists no BPF program (bpf_jit_kallsyms 0, or hardened)");
-            return;
+            return Err(Skip);
         }
         for f in &stable {
             let here: Vec<&str> = symbols
@@ -270,23 +321,24 @@ mod tests {
                 .map(|s| s.1)
                 .collect();
             // bpf_prog_ and the 16 hex digits of the tag.
-            assert!(
-                here.iter().any(|n| n.get(..25) == f.name.get(..25)),
-                "{f:?} against kallsyms' {here:?}"
-            );
+            if !here.iter().any(|n| n.get(..25) == f.name.get(..25)) {
+                return Err(Mismatch(format!("{f:?} against kallsyms' {here:?}")));
+            }
             let end = f.start + f.len as u64;
             if let Some(inside) = symbols.iter().find(|s| s.0 > f.start && s.0 < end) {
-                panic!("{inside:?} lies inside {f:?}");
+                return Err(Mismatch(format!("{inside:?} lies inside {f:?}")));
             }
         }
         for &(addr, name, program) in &symbols {
-            if !program
-                || before.iter().any(|f| f.start == addr)
-                || after.iter().any(|f| f.start == addr)
+            if program
+                && !before.iter().any(|f| f.start == addr)
+                && !after.iter().any(|f| f.start == addr)
             {
-                continue;
+                return Err(Mismatch(format!(
+                    "kallsyms' {name} at {addr:x} is not listed: {after:?}"
+                )));
             }
-            panic!("kallsyms' {name} at {addr:x} is not listed: {after:?}");
         }
+        Ok(())
     }
 }

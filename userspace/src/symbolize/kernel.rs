@@ -157,7 +157,9 @@ const fn with_first_bytes(mut set: [bool; 256], names: &[&str]) -> [bool; 256] {
     set
 }
 
-/// Where a kallsyms symbol lives, by the module field of its line.
+/// Where a symbol lives: for a kallsyms line, by its module field; a BPF
+/// function listed by the kernel is [`SymbolHome::Bpf`], and the end after
+/// it [`SymbolHome::End`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SymbolHome {
     /// The kernel itself, or a module: fixed while the module list is.
@@ -266,39 +268,32 @@ impl KernelSymbols {
     /// Without kallsyms (or with addresses hidden by `kptr_restrict`) the
     /// table is empty and kernel frames stay unnamed.
     pub fn snapshot() -> Result<KernelSymbols, KallsymsError> {
-        let programs = crate::bpf::jited::loaded_jited_functions().ok();
+        // Without the programs' functions, kallsyms has them: nothing kept
+        // is of use.
+        let Ok(programs) = crate::bpf::jited::loaded_jited_functions() else {
+            return KernelSymbols::read_kallsyms();
+        };
         let dir = super::kernel_cache::cache_dir();
         let key = dir
             .as_ref()
             .and_then(|_| super::kernel_cache::current_key());
-        let kept = match (&dir, &key) {
-            (Some(dir), Some(key)) => super::kernel_cache::load(dir, key),
-            _ => None,
-        };
-        let was_kept = kept.is_some();
-        if let (Some(mut kept), Some(programs)) = (kept, &programs) {
-            kept.add_bpf(programs);
-            return Ok(KernelSymbols::from_list(kept));
+        if let (Some(dir), Some(key)) = (&dir, &key) {
+            if let Some(mut kept) = super::kernel_cache::load(dir, key) {
+                kept.add_bpf(&programs);
+                return Ok(KernelSymbols::from_list(kept));
+            }
         }
-        let read = KernelSymbols::read_kallsyms_list()?;
-        let fixed = read.fixed();
-        // Kept only if no module came or went while it was read (else the
-        // file could hold a module's symbols under a list without it), and
-        // not again when it was there.
-        if let (Some(dir), Some(key), false) = (&dir, &key, was_kept) {
+        let mut fixed = KernelSymbols::read_kallsyms_list()?.fixed();
+        // Kept only if the module list is the same after the read (else the
+        // file could hold a module's symbols under a list without it).
+        if let (Some(dir), Some(key)) = (&dir, &key) {
             if super::kernel_cache::current_key().as_ref() == Some(key) {
                 // A cache that cannot be written costs the next recording a read, nothing more.
                 let _ = super::kernel_cache::store(dir, key, &fixed);
             }
         }
-        Ok(KernelSymbols::from_list(match programs {
-            Some(programs) => {
-                let mut list = fixed;
-                list.add_bpf(&programs);
-                list
-            }
-            None => read,
-        }))
+        fixed.add_bpf(&programs);
+        Ok(KernelSymbols::from_list(fixed))
     }
 
     /// Read `/proc/kallsyms` now, kept nowhere (see [`KernelSymbols::snapshot`]).

@@ -124,7 +124,10 @@ fn modules_key(text: &[u8], mut note_of: impl FnMut(&str) -> Vec<u8>) -> Option<
                 key.push(b' ');
             }
         }
-        key.extend_from_slice(&note_of(name));
+        // Hex: no build id's bytes can pass for the next line.
+        for byte in note_of(name) {
+            key.extend_from_slice(format!("{byte:02x}").as_bytes());
+        }
         key.push(b'\n');
     }
     Some(key)
@@ -144,10 +147,19 @@ pub(crate) fn load(dir: &DirHandle, key: &[u8]) -> Option<SymbolList> {
 }
 
 /// Keep `list` in `dir` for `key`: written beside, then renamed over the
-/// old file (a reader sees the one or the other, whole).
+/// old file (a reader sees the one or the other, whole). Not synced, and
+/// its pages are kept: it is worth nothing after a reboot, and the next
+/// recording reads it from memory.
 pub(crate) fn store(dir: &DirHandle, key: &[u8], list: &SymbolList) -> std::io::Result<()> {
+    use std::io::Write;
     let bytes = encode(key, list)?;
-    crate::sys::atomic_file::write_in(dir, CACHE_FILE, ".kallsyms", &bytes)
+    let temp = crate::sys::atomic_file::temp_name(".kallsyms");
+    let written = dir.create_new(&temp).and_then(|mut f| f.write_all(&bytes));
+    let renamed = written.and_then(|()| dir.rename(&temp, CACHE_FILE));
+    if renamed.is_err() {
+        let _ = dir.remove(&temp);
+    }
+    renamed
 }
 
 /// The file's bytes: the magic, the key (length first), `_text`, the
