@@ -191,16 +191,8 @@ fn write_cache(
     stamp: &str,
     known: &HashMap<String, Option<String>>,
 ) -> std::io::Result<()> {
-    use std::io::Write;
-    let temp = crate::sys::atomic_file::temp_name(".dpkg-owners");
-    let written = dir
-        .create_new(&temp)
-        .and_then(|mut f| f.write_all(cache_text(stamp, known).as_bytes()));
-    let renamed = written.and_then(|()| dir.rename(&temp, CACHE_FILE));
-    if renamed.is_err() {
-        let _ = dir.remove(&temp);
-    }
-    renamed
+    let text = cache_text(stamp, known);
+    crate::sys::atomic_file::replace_unsynced_in(dir, CACHE_FILE, ".dpkg-owners", text.as_bytes())
 }
 
 /// Where dpkg keeps each installed package's file list (`NAME[:ARCH].list`).

@@ -151,15 +151,8 @@ pub(crate) fn load(dir: &DirHandle, key: &[u8]) -> Option<SymbolList> {
 /// its pages are kept: it is worth nothing after a reboot, and the next
 /// recording reads it from memory.
 pub(crate) fn store(dir: &DirHandle, key: &[u8], list: &SymbolList) -> std::io::Result<()> {
-    use std::io::Write;
     let bytes = encode(key, list)?;
-    let temp = crate::sys::atomic_file::temp_name(".kallsyms");
-    let written = dir.create_new(&temp).and_then(|mut f| f.write_all(&bytes));
-    let renamed = written.and_then(|()| dir.rename(&temp, CACHE_FILE));
-    if renamed.is_err() {
-        let _ = dir.remove(&temp);
-    }
-    renamed
+    crate::sys::atomic_file::replace_unsynced_in(dir, CACHE_FILE, ".kallsyms", &bytes)
 }
 
 /// The file's bytes: the magic, the key (length first), `_text`, the

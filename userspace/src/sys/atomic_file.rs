@@ -22,6 +22,27 @@ pub fn temp_name(suffix: &str) -> String {
     format!(".tmp-{}{suffix}", random_suffix())
 }
 
+/// Replace `name` in `dir` with `bytes` through a temporary ending in
+/// `suffix`, as [`write_in`] does but neither synced nor let go from the
+/// page cache: for a cache that is worth nothing after a crash and is read
+/// again soon (a reader still sees the old file or the new, whole).
+pub fn replace_unsynced_in(
+    dir: &DirHandle,
+    name: &str,
+    suffix: &str,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let temp = temp_name(suffix);
+    let result = dir
+        .create_new(&temp)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| dir.rename(&temp, name));
+    if result.is_err() {
+        let _ = dir.remove(&temp);
+    }
+    result
+}
+
 /// Replace `name` in `dir` with `bytes`, through a temporary ending in
 /// `suffix` (see the module doc).
 pub fn write_in(dir: &DirHandle, name: &str, suffix: &str, bytes: &[u8]) -> std::io::Result<()> {
