@@ -62,6 +62,56 @@ pub struct ThreadView<'a> {
     pub t: &'a Value,
 }
 
+/// `json` with its markers' `unique-string` fields (as `meta.markerSchema`
+/// says) replaced by the texts they index in their thread's
+/// `stringArray`, as the Firefox Profiler shows them; the tests read
+/// texts. Panics on a field of that format that is not an index of one of
+/// the thread's strings: the front end would show "(empty)" there.
+fn with_marker_texts(mut json: Value) -> Value {
+    let mut indexed: std::collections::HashMap<String, Vec<String>> = Default::default();
+    for schema in json["meta"]["markerSchema"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for field in schema["fields"].as_array().into_iter().flatten() {
+            if field["format"] == "unique-string" {
+                indexed
+                    .entry(schema["name"].as_str().unwrap().to_string())
+                    .or_default()
+                    .push(field["key"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    for t in json["threads"].as_array_mut().into_iter().flatten() {
+        let strings = t["stringArray"].as_array().cloned().unwrap_or_default();
+        let name = t["name"].clone();
+        for d in t["markers"]["data"].as_array_mut().into_iter().flatten() {
+            let Some(keys) = d["type"].as_str().and_then(|k| indexed.get(k)) else {
+                continue;
+            };
+            for key in keys {
+                let Some(v) = d.get_mut(key.as_str()) else {
+                    continue;
+                };
+                let text = v
+                    .as_u64()
+                    .and_then(|i| strings.get(i as usize))
+                    .filter(|s| s.is_string())
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{name}: marker field {key} = {v} is not one of its {} strings",
+                            strings.len()
+                        )
+                    })
+                    .clone();
+                *v = text;
+            }
+        }
+    }
+    json
+}
+
 impl Profile {
     /// Read a `.json` or `.json.gz` profile and check it with the structural
     /// validator; panics with every problem found.
@@ -79,7 +129,9 @@ impl Profile {
             "the profile is malformed:\n{}",
             problems.join("\n")
         );
-        Profile { json }
+        Profile {
+            json: with_marker_texts(json),
+        }
     }
 
     /// The recorded range's end on CLOCK_MONOTONIC, ns ([`crate::monotonic_ns`]'s

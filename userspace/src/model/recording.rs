@@ -169,7 +169,7 @@ impl OffCpuReason {
 }
 
 /// Who woke a thread.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Waker {
     /// The waking task, or for an interrupt the task it interrupted.
     pub pid: u32,
@@ -676,7 +676,7 @@ pub struct Recording {
 }
 
 /// Which kind of interrupt a kernel stack ran in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum InterruptKind {
     /// A hardware interrupt handler.
     Hard,

@@ -16,7 +16,7 @@ use crate::model::short_name::DeviceName;
 use crate::model::stack_tree::NO_PARENT;
 
 use super::category;
-use super::schema::{Cause, MarkerData, Markers};
+use super::schema::{Cause, MarkerData, MarkerText, Markers};
 use super::tables::ThreadTables;
 
 /// A track's markers from its records `list`, sorted by start, their
@@ -71,6 +71,7 @@ pub(super) fn build_markers(
             .unwrap_or_default(),
         requests: io_requests(list),
         names: Default::default(),
+        texts: Default::default(),
         goroutines_seen: goroutines,
     };
     let mut sorted: Vec<&MarkerRecord> = list.iter().collect();
@@ -96,7 +97,7 @@ pub(super) fn build_markers(
             }
             push(&mut m, name, cat, (ms(start), ms(queued)), data);
             let delay_data = MarkerData::RunDelay {
-                after: reason.label(),
+                after: tables.strings.intern(reason.label()),
                 cpu: cpus.1,
                 color: COLOR_CPU,
             };
@@ -236,6 +237,18 @@ enum NameKey {
     ShortWaits,
 }
 
+/// A text its markers repeat, interned once per track: formatting a
+/// waker's label or a request's operation for each of a busy server's
+/// 100,000 markers cost a string each.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum TextKey {
+    Waker(Waker),
+    WokenBy(Waker),
+    ShortWaker(ShortWaker),
+    Device(DeviceName),
+    Op(IoOp, u32),
+}
+
 /// What a track's markers are made with: its records, what each off-CPU
 /// wait waited on ([`waited_on`]) and its I/O requests ([`io_requests`]).
 struct MarkerMaker<'a> {
@@ -247,6 +260,7 @@ struct MarkerMaker<'a> {
     goroutines: rustc_hash::FxHashMap<u64, u64>,
     requests: Vec<(u64, u64, usize)>,
     names: std::cell::RefCell<rustc_hash::FxHashMap<NameKey, u32>>,
+    texts: std::cell::RefCell<rustc_hash::FxHashMap<TextKey, u32>>,
     /// Whether the recording has a goroutine's frame at all (else no stack
     /// is walked looking for one).
     goroutines_seen: bool,
@@ -281,6 +295,30 @@ impl MarkerMaker<'_> {
         };
         let index = tables.strings.intern(&text);
         self.names.borrow_mut().insert(key, index);
+        index
+    }
+
+    /// The index in `tables`' strings of the text `key` stands for.
+    fn text(&self, key: TextKey, tables: &mut ThreadTables) -> u32 {
+        if let Some(&index) = self.texts.borrow().get(&key) {
+            return index;
+        }
+        let text = match &key {
+            TextKey::Waker(w) => w.label(),
+            TextKey::WokenBy(w) => format!(", woken by {}", w.label()),
+            // By name where the recording knows it, as long waits' wakers.
+            TextKey::ShortWaker(waker) => match waker {
+                ShortWaker::Task { pid, tid } => match self.rec.waker_names.get(tid) {
+                    Some(name) => format!("{name} (pid {pid}, tid {tid})"),
+                    None => waker.label(),
+                },
+                _ => waker.label(),
+            },
+            TextKey::Device(d) => d.to_string(),
+            TextKey::Op(op, flags) => op_text(*op, *flags),
+        };
+        let index = tables.strings.intern(&text);
+        self.texts.borrow_mut().insert(key, index);
         index
     }
 
@@ -349,7 +387,6 @@ impl MarkerMaker<'_> {
             unreachable!("an off-CPU record");
         };
         let waited_on = &self.waited_on;
-        let waker_label = waker.as_ref().map(|w| w.label());
         (
             self.name(
                 NameKey::OffCpu(*reason, waited_on.get(start_ns).copied()),
@@ -359,30 +396,38 @@ impl MarkerMaker<'_> {
             *start_ns,
             *end_ns,
             MarkerData::OffCpu {
-                reason: reason.label(),
+                reason: tables.strings.intern(reason.label()),
                 run_delay: run_delay_ns.map(|d| d as f64 / 1e6),
                 off_cpu: None,
                 wakeup_landing: (*landing_ns > 0).then(|| *landing_ns as f64 / 1e6),
-                woken_by: waker_label.as_ref().map(|w| format!(", woken by {w}")),
-                waker: waker_label,
+                woken_by: waker
+                    .as_ref()
+                    .map(|w| self.text(TextKey::WokenBy(w.clone()), tables)),
+                waker: waker
+                    .as_ref()
+                    .map(|w| MarkerText::Index(self.text(TextKey::Waker(w.clone()), tables))),
                 // An interrupt has no waker task: the task it interrupted is in the label.
                 waker_pid: waker
                     .as_ref()
                     .filter(|w| w.interrupt.is_none())
-                    .map(|w| w.pid.to_string()),
+                    .map(|w| w.pid),
                 waker_tid: waker
                     .as_ref()
                     .filter(|w| w.interrupt.is_none())
                     .map(|w| w.tid),
-                waker_context: waker.as_ref().map(|w| match w.interrupt {
-                    None => "task",
-                    Some(crate::model::recording::InterruptKind::Hard) => "hard IRQ",
-                    Some(crate::model::recording::InterruptKind::Soft) => "softirq",
-                    Some(crate::model::recording::InterruptKind::Unknown) => "unknown (stack lost)",
+                waker_context: waker.as_ref().map(|w| {
+                    tables.strings.intern(match w.interrupt {
+                        None => "task",
+                        Some(crate::model::recording::InterruptKind::Hard) => "hard IRQ",
+                        Some(crate::model::recording::InterruptKind::Soft) => "softirq",
+                        Some(crate::model::recording::InterruptKind::Unknown) => {
+                            "unknown (stack lost)"
+                        }
+                    })
                 }),
                 cpu_out: cpus.0,
                 cpu_in: cpus.1,
-                waited_on: waited_on.get(start_ns).copied(),
+                waited_on: waited_on.get(start_ns).map(|on| tables.strings.intern(on)),
                 color: off_cpu_color(*reason, waker.as_ref()),
                 request: waker
                     .as_ref()
@@ -418,8 +463,8 @@ impl MarkerMaker<'_> {
             *start_ns,
             *done_ns,
             MarkerData::Io {
-                device: device.to_string(),
-                op: op_text(*op, *flags),
+                device: MarkerText::Index(self.text(TextKey::Device(*device), tables)),
+                op: self.text(TextKey::Op(*op, *flags), tables),
                 bytes: *bytes as u64,
                 sector: (*sector != NO_SECTOR).then_some(*sector),
                 queue_time: issue_ns.saturating_sub(*start_ns) as f64 / 1e6,
@@ -455,23 +500,16 @@ impl MarkerMaker<'_> {
                 off_cpu: *off_cpu_ns as f64 / 1e6,
                 waited: (*waited_ns > 0).then(|| *waited_ns as f64 / 1e6),
                 landing: (*landing_ns > 0).then(|| *landing_ns as f64 / 1e6),
-                // By name where the recording knows it, as long waits' wakers.
-                waker: match waker {
-                    ShortWaker::Task { pid, tid } => match self.rec.waker_names.get(tid) {
-                        Some(name) => format!("{name} (pid {pid}, tid {tid})"),
-                        None => waker.label(),
-                    },
-                    _ => waker.label(),
-                },
+                waker: self.text(TextKey::ShortWaker(*waker), tables),
                 waker_pid: match waker {
-                    ShortWaker::Task { pid, .. } => Some(pid.to_string()),
+                    ShortWaker::Task { pid, .. } => Some(*pid),
                     _ => None,
                 },
                 waker_tid: match waker {
                     ShortWaker::Task { tid, .. } => Some(*tid),
                     _ => None,
                 },
-                waker_context: waker.context(),
+                waker_context: tables.strings.intern(waker.context()),
                 color: match waker {
                     ShortWaker::Task { .. } => COLOR_THREAD,
                     ShortWaker::Interrupt => COLOR_INTERRUPT,
@@ -496,8 +534,9 @@ fn on_cpu(r: &MarkerRecord, tables: &mut ThreadTables) -> MarkerParts {
     else {
         unreachable!("an on-CPU record");
     };
+    let name = tables.strings.intern(name);
     (
-        tables.strings.intern(name),
+        name,
         match kind {
             SliceKind::User => category::USER,
             SliceKind::Kernel => category::KERNEL,
@@ -506,12 +545,11 @@ fn on_cpu(r: &MarkerRecord, tables: &mut ThreadTables) -> MarkerParts {
         *start_ns,
         *end_ns,
         match kind {
-            SliceKind::Idle => MarkerData::CpuIdle {
-                thread: name.clone(),
-            },
+            // The marker's name is the thread's, and the label's text.
+            SliceKind::Idle => MarkerData::CpuIdle { thread: name },
             _ => MarkerData::OnCpu {
-                thread: name.clone(),
-                pid: pid.to_string(),
+                thread: name,
+                pid: *pid,
                 tid: *tid,
             },
         },
@@ -761,22 +799,22 @@ fn off_cpu_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
         "description": "A thread not running: why, who woke it, how long its wakeup took to reach a run queue (an idle CPU's wakeup; on a VM, the host running that CPU again), how long it then waited for a CPU. A run-queue delay of 0.1 ms or more is drawn apart, as a \"Waiting for a CPU\" marker after this one. Colored by what ended it: blue another thread, orange blocked (I/O, mostly), green an interrupt (a timer, a device), red waiting for a CPU, grey not seen. The stack shown with it is its waker's, where the waker woke it; the wait's own stack is in the call tree, as its off-CPU sample",
         "colorField": "color",
         "fields": [
-            { "key": "reason", "label": "Reason", "format": "string" },
-            { "key": "waitedOn", "label": "Waited on", "format": "string" },
+            { "key": "reason", "label": "Reason", "format": "unique-string" },
+            { "key": "waitedOn", "label": "Waited on", "format": "unique-string" },
             { "key": "wakeupLanding", "label": "Wakeup to run queue", "format": "duration" },
             { "key": "runDelay", "label": "Run-queue delay", "format": "duration" },
             { "key": "offCpu", "label": "Off-CPU with the run delay", "format": "duration" },
-            { "key": "waker", "label": "Woken by", "format": "string" },
+            { "key": "waker", "label": "Woken by", "format": "unique-string" },
             { "key": "wakerPid", "label": "Waker", "format": "pid", "hidden": true },
             { "key": "wakerTid", "label": "Waker thread", "format": "tid", "hidden": true },
-            { "key": "wakerContext", "label": "Woken from", "format": "string" },
+            { "key": "wakerContext", "label": "Woken from", "format": "unique-string" },
             { "key": "cpuOut", "label": "Left CPU", "format": "integer" },
             { "key": "cpuIn", "label": "Resumed on CPU", "format": "integer" },
             { "key": "request", "label": "Ended by request", "format": "string" },
             { "key": "goroutine", "label": "Goroutine", "format": "integer" },
             { "key": "wakerGoroutine", "label": "Waker goroutine", "format": "integer" },
             { "key": "color", "label": "Color", "format": "string", "hidden": true },
-            { "key": "wokenBy", "label": "Woken by (title)", "format": "string", "hidden": true },
+            { "key": "wokenBy", "label": "Woken by (title)", "format": "unique-string", "hidden": true },
         ],
     })
 }
@@ -793,7 +831,7 @@ fn run_delay_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
         "description": "The end of an off-CPU wait: woken, in its CPU's run queue until it ran (a preempted thread's whole wait is this, drawn as its off-CPU marker, red). `sysprof report --why` names who held that CPU meanwhile",
         "colorField": "color",
         "fields": [
-            { "key": "after", "label": "After", "format": "string" },
+            { "key": "after", "label": "After", "format": "unique-string" },
             { "key": "cpu", "label": "CPU", "format": "integer" },
             { "key": "color", "label": "Color", "format": "string", "hidden": true },
         ],
@@ -816,10 +854,10 @@ fn short_waits_schema(not_in_overview: &serde_json::Value) -> serde_json::Value 
             { "key": "offCpu", "label": "Off-CPU", "format": "duration" },
             { "key": "waited", "label": "Before the wakeups", "format": "duration" },
             { "key": "landing", "label": "Wakeups to run queue", "format": "duration" },
-            { "key": "waker", "label": "Woken by", "format": "string" },
+            { "key": "waker", "label": "Woken by", "format": "unique-string" },
             { "key": "wakerPid", "label": "Waker", "format": "pid", "hidden": true },
             { "key": "wakerTid", "label": "Waker thread", "format": "tid", "hidden": true },
-            { "key": "wakerContext", "label": "Woken from", "format": "string" },
+            { "key": "wakerContext", "label": "Woken from", "format": "unique-string" },
             { "key": "color", "label": "Color", "format": "string", "hidden": true },
         ],
     })
@@ -835,8 +873,8 @@ fn block_io_schema(display: &serde_json::Value) -> serde_json::Value {
         "tableLabel": "{marker.data.op} {marker.data.device}: {marker.data.bytes}",
         "description": "One block I/O request, from creation to completion",
         "fields": [
-            { "key": "device", "label": "Device", "format": "string" },
-            { "key": "op", "label": "Operation", "format": "string" },
+            { "key": "device", "label": "Device", "format": "unique-string" },
+            { "key": "op", "label": "Operation", "format": "unique-string" },
             { "key": "bytes", "label": "Size", "format": "bytes" },
             { "key": "sector", "label": "Sector", "format": "integer" },
             { "key": "queueTime", "label": "Queue time", "format": "duration" },
@@ -857,7 +895,7 @@ fn on_cpu_schema() -> serde_json::Value {
         "tableLabel": "{marker.data.thread}",
         "description": "A thread ran on this CPU, as far as its samples tell (to within one sampling interval)",
         "fields": [
-            { "key": "thread", "label": "Thread", "format": "string" },
+            { "key": "thread", "label": "Thread", "format": "unique-string" },
             { "key": "pid", "label": "pid", "format": "pid" },
             { "key": "tid", "label": "tid", "format": "tid" },
         ],
@@ -874,7 +912,7 @@ fn cpu_idle_schema(not_in_overview: &serde_json::Value) -> serde_json::Value {
         "tableLabel": "{marker.data.thread}",
         "description": "This CPU was idle, as far as its samples tell (to within one sampling interval)",
         "fields": [
-            { "key": "thread", "label": "Idle", "format": "string" },
+            { "key": "thread", "label": "Idle", "format": "unique-string" },
         ],
     })
 }

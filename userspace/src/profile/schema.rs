@@ -331,13 +331,17 @@ pub struct Markers {
 /// One marker's payload; `type` names its entry in `meta.markerSchema`.
 /// Read back: the waker, run delay and device (what `report` shows); a
 /// column of these is held whole when read, so the fields only written
-/// stay small (`&'static str`, a `u32` stack).
+/// stay small (`&'static str`, a `u32` stack). A text that repeats across a
+/// thread's markers (a waker, a reason, a device, an operation) is an index
+/// into the thread's `stringArray` (`u32`, [`MarkerText`]), the schema's
+/// `unique-string` format: written once per thread, not per marker, and
+/// no allocation per marker.
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "type", rename_all_fields = "camelCase")]
 pub enum MarkerData {
     OffCpu {
         #[serde(skip_deserializing)]
-        reason: &'static str,
+        reason: u32,
         #[serde(skip_serializing_if = "Option::is_none", default)]
         run_delay: Option<f64>,
         /// The whole wait, ms, where the marker is drawn to the wakeup's
@@ -355,24 +359,28 @@ pub enum MarkerData {
         /// the field is left out rather than shown empty. Profiles written
         /// before say "—".
         #[serde(skip_serializing_if = "Option::is_none", default)]
-        waker: Option<String>,
+        waker: Option<MarkerText>,
         /// ", woken by " and the waker, for the marker's titles (hidden):
         /// a label's missing field is empty, so a preemption's title ends
         /// at its reason instead of at "woken by" with nothing after.
         #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
-        woken_by: Option<String>,
+        woken_by: Option<u32>,
         /// A string: the front end's `pid` format finds the process's name
         /// by the threads' (string) pids; a tid stays a number, as threads'.
         /// Left out where there is none (a preemption, an interrupt): a
         /// third of a busy server's markers wrote three nulls each. Hidden
         /// in the front end's tooltip and sidebar, as the tid: `waker` names
         /// them already, and the three rows said the same.
-        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
-        waker_pid: Option<String>,
+        #[serde(
+            skip_deserializing,
+            skip_serializing_if = "Option::is_none",
+            serialize_with = "some_pid_as_text"
+        )]
+        waker_pid: Option<u32>,
         #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
         waker_tid: Option<u32>,
         #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
-        waker_context: Option<&'static str>,
+        waker_context: Option<u32>,
         #[serde(skip_deserializing)]
         cpu_out: u32,
         #[serde(skip_deserializing)]
@@ -380,7 +388,7 @@ pub enum MarkerData {
         /// What it waited on (a lock, a pipe, the disk...), from its stack's
         /// kernel functions; left out where they do not say.
         #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
-        waited_on: Option<&'static str>,
+        waited_on: Option<u32>,
         /// What ended it, as the marker chart's color (`colorField`).
         #[serde(skip_deserializing)]
         color: &'static str,
@@ -413,22 +421,26 @@ pub enum MarkerData {
         #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
         landing: Option<f64>,
         #[serde(skip_deserializing)]
-        waker: String,
+        waker: u32,
         /// A string, as `OffCpu`'s.
-        #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
-        waker_pid: Option<String>,
+        #[serde(
+            skip_deserializing,
+            skip_serializing_if = "Option::is_none",
+            serialize_with = "some_pid_as_text"
+        )]
+        waker_pid: Option<u32>,
         #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
         waker_tid: Option<u32>,
         #[serde(skip_deserializing)]
-        waker_context: &'static str,
+        waker_context: u32,
         #[serde(skip_deserializing)]
         color: &'static str,
     },
     #[serde(rename = "BlockIo")]
     Io {
-        device: String,
+        device: MarkerText,
         #[serde(skip_deserializing)]
-        op: String,
+        op: u32,
         #[serde(skip_deserializing)]
         bytes: u64,
         /// Left out for a request at no sector (a flush).
@@ -459,10 +471,10 @@ pub enum MarkerData {
     },
     OnCpu {
         #[serde(skip_deserializing)]
-        thread: String,
+        thread: u32,
         /// A string, as `waker_pid`.
-        #[serde(skip_deserializing)]
-        pid: String,
+        #[serde(skip_deserializing, serialize_with = "pid_as_text")]
+        pid: u32,
         #[serde(skip_deserializing)]
         tid: u32,
     },
@@ -472,7 +484,7 @@ pub enum MarkerData {
     RunDelay {
         /// The wait's reason, as its `OffCpu` marker says it.
         #[serde(skip_deserializing)]
-        after: &'static str,
+        after: u32,
         /// The CPU it waited for (and resumed on).
         #[serde(skip_deserializing)]
         cpu: u32,
@@ -484,7 +496,7 @@ pub enum MarkerData {
     /// idle CPU looked as busy as a running one.
     CpuIdle {
         #[serde(skip_deserializing)]
-        thread: String,
+        thread: u32,
     },
     /// A payload of a type sysprof does not write (read only).
     #[serde(other)]
@@ -502,7 +514,7 @@ pub enum MarkerData {
 pub enum MarkerView<'a> {
     OffCpu {
         #[serde(borrow, default)]
-        reason: Option<&'a str>,
+        reason: Option<MarkerStr<'a>>,
         #[serde(default)]
         off_cpu: Option<f64>,
         #[serde(default)]
@@ -510,19 +522,19 @@ pub enum MarkerView<'a> {
         #[serde(default)]
         wakeup_landing: Option<f64>,
         #[serde(borrow, default)]
-        waker: Option<&'a str>,
+        waker: Option<MarkerStr<'a>>,
         #[serde(borrow, default)]
         waker_pid: Option<&'a str>,
         #[serde(default)]
         waker_tid: Option<u32>,
         #[serde(borrow, default)]
-        waker_context: Option<&'a str>,
+        waker_context: Option<MarkerStr<'a>>,
         #[serde(default)]
         cpu_out: Option<u32>,
         #[serde(default)]
         cpu_in: Option<u32>,
         #[serde(borrow, default)]
-        waited_on: Option<&'a str>,
+        waited_on: Option<MarkerStr<'a>>,
     },
     ShortWaits {
         #[serde(default)]
@@ -534,21 +546,130 @@ pub enum MarkerView<'a> {
         #[serde(default)]
         landing: Option<f64>,
         #[serde(borrow, default)]
-        waker: Option<&'a str>,
+        waker: Option<MarkerStr<'a>>,
         #[serde(borrow, default)]
         waker_pid: Option<&'a str>,
         #[serde(default)]
         waker_tid: Option<u32>,
         #[serde(borrow, default)]
-        waker_context: Option<&'a str>,
+        waker_context: Option<MarkerStr<'a>>,
     },
     #[serde(rename = "BlockIo")]
     Io {
         #[serde(borrow, default)]
-        device: Option<&'a str>,
+        device: Option<MarkerStr<'a>>,
     },
     #[serde(other)]
     Other,
+}
+
+/// A marker's text as [`MarkerData`] holds one it reads back: an index
+/// into the thread's `stringArray` (the `unique-string` format), or, in a
+/// profile written before, the text itself.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MarkerText {
+    Index(u32),
+    Text(String),
+}
+
+impl MarkerText {
+    /// Its text, an index looked up in the thread's `strings`; None for an
+    /// index past them.
+    pub fn resolve<'a>(&'a self, strings: &'a [String]) -> Option<&'a str> {
+        match self {
+            MarkerText::Index(i) => strings.get(*i as usize).map(String::as_str),
+            MarkerText::Text(t) => Some(t),
+        }
+    }
+}
+
+impl Serialize for MarkerText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MarkerText::Index(i) => s.serialize_u32(*i),
+            MarkerText::Text(t) => s.serialize_str(t),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MarkerText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = MarkerText;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string table index or a string")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<MarkerText, E> {
+                u32::try_from(v)
+                    .map(MarkerText::Index)
+                    .map_err(|_| E::custom(format!("string index {v} past u32")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MarkerText, E> {
+                Ok(MarkerText::Text(v.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<MarkerText, E> {
+                Ok(MarkerText::Text(v))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// [`MarkerText`] borrowed from a parsed profile, as [`MarkerView`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MarkerStr<'a> {
+    Index(u32),
+    Text(&'a str),
+}
+
+impl<'a> MarkerStr<'a> {
+    /// Its text, an index looked up in the thread's `stringArray`; None for
+    /// an index past it or not a string.
+    pub fn resolve(self, strings: &'a [serde_json::Value]) -> Option<&'a str> {
+        match self {
+            MarkerStr::Index(i) => strings.get(i as usize)?.as_str(),
+            MarkerStr::Text(t) => Some(t),
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for MarkerStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = MarkerStr<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string table index or a borrowed string")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<MarkerStr<'de>, E> {
+                u32::try_from(v)
+                    .map(MarkerStr::Index)
+                    .map_err(|_| E::custom(format!("string index {v} past u32")))
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<MarkerStr<'de>, E> {
+                Ok(MarkerStr::Text(v))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// A pid as the front end's `pid` format takes it, a string, written
+/// without one made per marker.
+fn pid_as_text<S: serde::Serializer>(pid: &u32, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(pid)
+}
+
+/// [`pid_as_text`] of a pid that is there (the field is skipped where not).
+fn some_pid_as_text<S: serde::Serializer>(pid: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+    match pid {
+        Some(p) => s.collect_str(p),
+        None => s.serialize_none(),
+    }
 }
 
 /// A marker's stack: an index into the thread's stack table.

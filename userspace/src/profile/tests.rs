@@ -497,7 +497,7 @@ fn off_cpu_samples_are_weighted_and_markers_carry_fields() {
     assert_eq!(
         (
             data["type"].as_str(),
-            data["reason"].as_str(),
+            marker_text(app, &data["reason"]),
             data["wakerTid"].as_u64()
         ),
         (Some("OffCpu"), Some("sleeping"), Some(8))
@@ -711,7 +711,7 @@ fn a_flush_is_said_without_a_sector() {
         .iter()
         .find(|d| d["type"] == "BlockIo")
         .expect("the flush");
-    assert_eq!(flush["op"], "flush");
+    assert_eq!(marker_text(&p["threads"][1], &flush["op"]), Some("flush"));
     assert!(flush.get("sector").is_none(), "{flush}");
     let wait = data
         .iter()
@@ -818,12 +818,15 @@ fn waits_name_the_request_that_ended_them_and_are_colored() {
         (
             short["wakerTid"].as_u64(),
             short["wakerPid"].as_str(),
-            short["wakerContext"].as_str(),
+            marker_text(&p["threads"][1], &short["wakerContext"]),
             short["color"].as_str()
         ),
         (Some(8), Some("7"), Some("task"), Some("blue"))
     );
-    assert_eq!(short["waker"].as_str(), Some("pinger (pid 7, tid 8)"));
+    assert_eq!(
+        marker_text(&p["threads"][1], &short["waker"]),
+        Some("pinger (pid 7, tid 8)")
+    );
     let schema = p["meta"]["markerSchema"].as_array().unwrap();
     assert!(schema
         .iter()
@@ -1581,16 +1584,23 @@ fn threads_that_barely_ran_open_hidden() {
 /// PID: 7"); a request's size is written as the front end writes bytes.
 #[test]
 fn tooltips_leave_out_empty_fields() {
-    use super::schema::MarkerData;
+    use super::schema::{MarkerData, MarkerText};
     let schema = super::markers::marker_schema();
     let text = serde_json::to_string(&schema).unwrap();
     assert!(
         !text.contains("Waker pid") && !text.contains("Waker tid"),
         "{text}"
     );
-    // The payloads, as serialized.
+    // The payloads, as serialized, their texts indexes into the thread's
+    // strings (`unique-string`).
+    let strings = [
+        "preempted (runnable)",
+        "sleeping",
+        "srv (pid 7, tid 8)",
+        ", woken by srv (pid 7, tid 8)",
+    ];
     let off = serde_json::to_value(MarkerData::OffCpu {
-        reason: "preempted (runnable)",
+        reason: 0,
         run_delay: Some(1.0),
         off_cpu: None,
         wakeup_landing: None,
@@ -1619,6 +1629,16 @@ fn tooltips_leave_out_empty_fields() {
         .iter()
         .find(|s| s["name"] == "OffCpu")
         .unwrap();
+    // A field of the `unique-string` format is looked up in the strings.
+    let format_of = |key: &str| -> String {
+        off_schema["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["key"] == key)
+            .map(|f| f["format"].as_str().unwrap().to_string())
+            .unwrap_or_default()
+    };
     let fill = |label: &str, data: &serde_json::Value| -> String {
         let mut out = String::new();
         let mut rest = label;
@@ -1627,11 +1647,14 @@ fn tooltips_leave_out_empty_fields() {
             let key_end = rest[at..].find('}').unwrap() + at;
             let key = &rest[at + "{marker.data.".len()..key_end];
             if let Some(v) = data.get(key) {
-                out.push_str(
-                    &v.as_str()
+                out.push_str(&match (format_of(key).as_str(), v.as_u64()) {
+                    ("unique-string", Some(i)) => strings[i as usize].to_string(),
+                    ("unique-string", None) => panic!("{key} = {v} is not a string index"),
+                    _ => v
+                        .as_str()
                         .map(str::to_string)
                         .unwrap_or_else(|| v.to_string()),
-                );
+                });
             }
             rest = &rest[key_end + 1..];
         }
@@ -1656,16 +1679,16 @@ fn tooltips_leave_out_empty_fields() {
         );
     }
     let mut woken = off.clone();
-    woken["reason"] = "sleeping".into();
-    woken["waker"] = "srv (pid 7, tid 8)".into();
-    woken["wokenBy"] = ", woken by srv (pid 7, tid 8)".into();
+    woken["reason"] = 1.into();
+    woken["waker"] = 2.into();
+    woken["wokenBy"] = 3.into();
     assert_eq!(
         fill(tooltip, &woken),
         "Off-CPU: sleeping, woken by srv (pid 7, tid 8)"
     );
     let io = serde_json::to_value(MarkerData::Io {
-        device: "vda".into(),
-        op: "read".into(),
+        device: MarkerText::Index(0),
+        op: 1,
         bytes: 8192,
         sector: Some(1),
         queue_time: 0.1,
@@ -1681,10 +1704,10 @@ fn tooltips_leave_out_empty_fields() {
         off_cpu: 0.3,
         waited: None,
         landing: None,
-        waker: "preempted".into(),
+        waker: 0,
         waker_pid: None,
         waker_tid: None,
-        waker_context: "none",
+        waker_context: 1,
         color: "grey",
     })
     .unwrap();
@@ -1699,21 +1722,34 @@ fn tooltips_leave_out_empty_fields() {
 /// side only comes back missing here.
 #[test]
 fn marker_view_reads_what_marker_data_writes() {
-    use super::schema::{MarkerData, MarkerView};
+    use super::schema::{MarkerData, MarkerStr, MarkerText, MarkerView};
     use serde::Deserialize;
+    let strings: Vec<serde_json::Value> = [
+        "sleeping",
+        "srv (pid 7, tid 8)",
+        ", woken by srv (pid 7, tid 8)",
+        "task",
+        "a pipe",
+        "vda",
+        "read",
+    ]
+    .into_iter()
+    .map(Into::into)
+    .collect();
+    let text = |f: Option<MarkerStr<'_>>| f.and_then(|f| f.resolve(&strings)).map(str::to_string);
     let off = serde_json::to_value(MarkerData::OffCpu {
-        reason: "sleeping",
+        reason: 0,
         run_delay: Some(1.5),
         off_cpu: Some(9.0),
         wakeup_landing: Some(0.25),
-        waker: Some("srv (pid 7, tid 8)".into()),
-        woken_by: Some(", woken by srv (pid 7, tid 8)".into()),
-        waker_pid: Some("7".into()),
+        waker: Some(MarkerText::Index(1)),
+        woken_by: Some(2),
+        waker_pid: Some(7),
         waker_tid: Some(8),
-        waker_context: Some("task"),
+        waker_context: Some(3),
         cpu_out: 1,
         cpu_in: 0,
-        waited_on: Some("a pipe"),
+        waited_on: Some(4),
         color: "blue",
         request: None,
         cause: None,
@@ -1721,31 +1757,65 @@ fn marker_view_reads_what_marker_data_writes() {
         waker_goroutine: None,
     })
     .unwrap();
+    let MarkerView::OffCpu {
+        reason,
+        off_cpu,
+        run_delay,
+        wakeup_landing,
+        waker,
+        waker_pid,
+        waker_tid,
+        waker_context,
+        cpu_out,
+        cpu_in,
+        waited_on,
+    } = MarkerView::deserialize(&off).unwrap()
+    else {
+        panic!("not an off-CPU view: {off}");
+    };
     assert_eq!(
-        MarkerView::deserialize(&off).unwrap(),
-        MarkerView::OffCpu {
-            reason: Some("sleeping"),
-            off_cpu: Some(9.0),
-            run_delay: Some(1.5),
-            wakeup_landing: Some(0.25),
-            waker: Some("srv (pid 7, tid 8)"),
-            waker_pid: Some("7"),
-            waker_tid: Some(8),
-            waker_context: Some("task"),
-            cpu_out: Some(1),
-            cpu_in: Some(0),
-            waited_on: Some("a pipe"),
-        }
+        (
+            text(reason),
+            text(waker),
+            text(waker_context),
+            text(waited_on)
+        ),
+        (
+            Some("sleeping".into()),
+            Some("srv (pid 7, tid 8)".into()),
+            Some("task".into()),
+            Some("a pipe".into())
+        )
+    );
+    assert_eq!(
+        (
+            off_cpu,
+            run_delay,
+            wakeup_landing,
+            waker_pid,
+            waker_tid,
+            cpu_out,
+            cpu_in
+        ),
+        (
+            Some(9.0),
+            Some(1.5),
+            Some(0.25),
+            Some("7"),
+            Some(8),
+            Some(1),
+            Some(0)
+        )
     );
     let short = serde_json::to_value(MarkerData::ShortWaits {
         count: 3,
         off_cpu: 0.3,
         waited: Some(0.1),
         landing: Some(0.05),
-        waker: "srv (pid 7, tid 8)".into(),
-        waker_pid: Some("7".into()),
+        waker: 1,
+        waker_pid: Some(7),
         waker_tid: Some(8),
-        waker_context: "task",
+        waker_context: 3,
         color: "blue",
     })
     .unwrap();
@@ -1756,15 +1826,15 @@ fn marker_view_reads_what_marker_data_writes() {
             off_cpu: Some(0.3),
             waited: Some(0.1),
             landing: Some(0.05),
-            waker: Some("srv (pid 7, tid 8)"),
+            waker: Some(MarkerStr::Index(1)),
             waker_pid: Some("7"),
             waker_tid: Some(8),
-            waker_context: Some("task"),
+            waker_context: Some(MarkerStr::Index(3)),
         }
     );
     let io = serde_json::to_value(MarkerData::Io {
-        device: "vda".into(),
-        op: "read".into(),
+        device: MarkerText::Index(5),
+        op: 6,
         bytes: 8192,
         sector: Some(1),
         queue_time: 0.1,
@@ -1774,14 +1844,122 @@ fn marker_view_reads_what_marker_data_writes() {
         goroutine: None,
     })
     .unwrap();
-    assert_eq!(
-        MarkerView::deserialize(&io).unwrap(),
-        MarkerView::Io {
-            device: Some("vda")
-        }
-    );
-    let slice = serde_json::json!({"type": "OnCpu", "thread": "x", "pid": "1", "tid": 1});
+    let MarkerView::Io { device } = MarkerView::deserialize(&io).unwrap() else {
+        panic!("not an I/O view: {io}");
+    };
+    assert_eq!(text(device), Some("vda".into()));
+    let slice = serde_json::json!({"type": "OnCpu", "thread": 0, "pid": "1", "tid": 1});
     assert_eq!(MarkerView::deserialize(&slice).unwrap(), MarkerView::Other);
+    // Profiles written before held the texts themselves: read as they are.
+    let old = serde_json::json!({"type": "OffCpu", "reason": "sleeping", "waker": "srv (pid 7, tid 8)",
+        "wakerContext": "task", "waitedOn": "a pipe"});
+    let MarkerView::OffCpu {
+        reason,
+        waker,
+        waker_context,
+        waited_on,
+        ..
+    } = MarkerView::deserialize(&old).unwrap()
+    else {
+        panic!("not an off-CPU view: {old}");
+    };
+    assert_eq!(
+        (
+            text(reason),
+            text(waker),
+            text(waker_context),
+            text(waited_on)
+        ),
+        (
+            Some("sleeping".into()),
+            Some("srv (pid 7, tid 8)".into()),
+            Some("task".into()),
+            Some("a pipe".into())
+        )
+    );
+    let old_io = serde_json::json!({"type": "BlockIo", "device": "vdb"});
+    let MarkerView::Io { device } = MarkerView::deserialize(&old_io).unwrap() else {
+        panic!("not an I/O view: {old_io}");
+    };
+    assert_eq!(text(device), Some("vdb".into()));
+    // An index past the strings names nothing (a lying profile).
+    assert_eq!(MarkerStr::Index(7).resolve(&strings), None);
+    // The typed profile `report` reads takes either too.
+    let typed: MarkerData = serde_json::from_value(io).unwrap();
+    let MarkerData::Io { device, .. } = typed else {
+        panic!("not an I/O payload");
+    };
+    let owned: Vec<String> = strings
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(device.resolve(&owned), Some("vda"));
+    let typed: MarkerData = serde_json::from_value(old_io).unwrap();
+    let MarkerData::Io { device, .. } = typed else {
+        panic!("not an I/O payload");
+    };
+    assert_eq!(device.resolve(&[]), Some("vdb"));
+    assert_eq!(MarkerText::Index(99).resolve(&owned), None);
+}
+
+/// Check that every marker of a whole profile writes its texts as its
+/// schema says: a `unique-string` field an index into its thread's
+/// strings (the front end looks it up; a text there would show as
+/// "(empty)"), a `string` field a text. The recording has every kind of
+/// marker the writer makes but goroutines' and run delays drawn apart.
+#[test]
+fn marker_texts_are_what_their_schema_says() {
+    let rec = full_recording();
+    let p = build_profile(&rec, &host(), None).to_value();
+    let schema = super::markers::marker_schema();
+    let mut formats = std::collections::HashMap::new();
+    for s in schema.as_array().unwrap() {
+        for f in s["fields"].as_array().unwrap() {
+            formats.insert(
+                (
+                    s["name"].as_str().unwrap().to_string(),
+                    f["key"].as_str().unwrap().to_string(),
+                ),
+                f["format"].as_str().unwrap().to_string(),
+            );
+        }
+    }
+    let mut seen = std::collections::BTreeMap::<String, usize>::new();
+    for t in p["threads"].as_array().unwrap() {
+        let strings = t["stringArray"].as_array().unwrap();
+        for d in t["markers"]["data"].as_array().unwrap() {
+            let kind = d["type"].as_str().unwrap().to_string();
+            for (key, v) in d.as_object().unwrap() {
+                if key == "type" || key == "cause" {
+                    continue;
+                }
+                let format = formats
+                    .get(&(kind.clone(), key.clone()))
+                    .unwrap_or_else(|| panic!("{kind}.{key} is not in the schema"));
+                match format.as_str() {
+                    "unique-string" => {
+                        let i = v
+                            .as_u64()
+                            .unwrap_or_else(|| panic!("{kind}.{key} = {v}: not an index"));
+                        let text = strings[i as usize].as_str().unwrap();
+                        assert!(!text.is_empty(), "{kind}.{key} names an empty string");
+                        *seen.entry(kind.clone()).or_default() += 1;
+                    }
+                    "string" | "pid" => assert!(v.is_string(), "{kind}.{key} = {v}: not a string"),
+                    _ => assert!(
+                        !v.is_string(),
+                        "{kind}.{key} = {v}: a string where {format} is"
+                    ),
+                }
+            }
+        }
+    }
+    for kind in ["OffCpu", "ShortWaits", "BlockIo", "OnCpu", "CpuIdle"] {
+        assert!(
+            seen.contains_key(kind),
+            "no {kind} marker's text was checked: {seen:?}"
+        );
+    }
 }
 
 /// Check what the Firefox Profiler orders global tracks by
@@ -2132,4 +2310,13 @@ fn a_run_of_short_waits_is_drawn_long_enough_for_its_sum() {
         kind: SliceKind::User,
     };
     assert_eq!(held(&slice, (1.0, 1.0)), (1.0, 1.0));
+}
+
+/// A marker's text field `v` of thread `t`: an index into its strings
+/// (`unique-string`), or a text.
+fn marker_text<'a>(t: &'a serde_json::Value, v: &'a serde_json::Value) -> Option<&'a str> {
+    match v.as_u64() {
+        Some(i) => t["stringArray"][i as usize].as_str(),
+        None => v.as_str(),
+    }
 }

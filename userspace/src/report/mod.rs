@@ -48,7 +48,7 @@ use crate::error::RecordError;
 use crate::profile::output::OutputFile;
 #[cfg(test)]
 use crate::profile::schema::Profile;
-use crate::profile::schema::{process_display_name, MarkerData, Meta, Thread};
+use crate::profile::schema::{process_display_name, MarkerData, MarkerText, Meta, Thread};
 
 use counts::Categories;
 use read::ThreadRead;
@@ -444,19 +444,25 @@ fn escape_thread(t: &mut Thread) {
     t.string_array.iter_mut().for_each(escape_in_place);
     for d in t.markers.data.iter_mut().flatten() {
         match d {
-            MarkerData::OffCpu { waker, .. } => {
-                if let Some(w) = waker.as_mut() {
-                    escape_in_place(w)
-                }
+            // An index into the strings, escaped above; the text itself
+            // in profiles written before.
+            MarkerData::OffCpu {
+                waker: Some(MarkerText::Text(w)),
+                ..
             }
-            MarkerData::ShortWaits { waker, .. } => escape_in_place(waker),
-            MarkerData::Io { device, .. } => escape_in_place(device),
+            | MarkerData::Io {
+                device: MarkerText::Text(w),
+                ..
+            } => escape_in_place(w),
             MarkerData::Goroutine { labels, .. } => {
                 if let Some(l) = labels.as_mut() {
                     escape_in_place(l)
                 }
             }
-            MarkerData::OnCpu { .. }
+            MarkerData::OffCpu { .. }
+            | MarkerData::Io { .. }
+            | MarkerData::ShortWaits { .. }
+            | MarkerData::OnCpu { .. }
             | MarkerData::CpuIdle { .. }
             | MarkerData::RunDelay { .. }
             | MarkerData::Other => {}

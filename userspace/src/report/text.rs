@@ -154,7 +154,7 @@ impl Tally {
                     }
                     // No waker written (or the dash of older profiles): no
                     // wakeup (preempted), or one not seen.
-                    let waker = match waker.as_deref() {
+                    let waker = match waker.as_ref().and_then(|w| w.resolve(&t.string_array)) {
                         None | Some("—") => {
                             "(none seen: preempted, or woken before the wait was traced)"
                         }
@@ -168,12 +168,13 @@ impl Tally {
                     w.1 += span;
                 }
                 Some(MarkerData::Io { device, .. }) => {
-                    if !self.io_by_device.contains_key(device.as_str()) {
+                    let device = device.resolve(&t.string_array).unwrap_or("?");
+                    if !self.io_by_device.contains_key(device) {
                         self.io_by_device
-                            .insert(device.clone(), Log2Histogram::default());
+                            .insert(device.to_string(), Log2Histogram::default());
                     }
                     self.io_by_device
-                        .get_mut(device.as_str())
+                        .get_mut(device)
                         .expect("inserted")
                         .add(span * 1e3);
                 }

@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::profile::schema::MarkerView;
+use crate::profile::schema::{MarkerStr, MarkerView};
 
 use super::{Threads, MAX_STEPS};
 
@@ -216,10 +216,12 @@ impl Reader {
 /// The task wakers `t`'s off-CPU markers name: "name (pid P, tid T)" with
 /// `wakerPid` and `wakerTid` (an interrupt's label names what it
 /// interrupted, not a waker: left out).
-fn wakers_named(t: &Value, out: &mut FxHashMap<u32, (u32, String)>) {
+fn wakers_named<'a>(t: &'a Value, out: &mut FxHashMap<u32, (u32, String)>) {
     let Some(data) = t["markers"]["data"].as_array() else {
         return;
     };
+    let strings = strings_of(t);
+    let text = |f: Option<MarkerStr<'a>>| f.and_then(|f| f.resolve(strings));
     for d in data {
         let (Some("task"), Some(tid), Some(pid), Some(label)) = (match view(d) {
             MarkerView::OffCpu {
@@ -236,10 +238,10 @@ fn wakers_named(t: &Value, out: &mut FxHashMap<u32, (u32, String)>) {
                 waker,
                 ..
             } => (
-                waker_context,
+                text(waker_context),
                 waker_tid,
                 waker_pid.and_then(|p| p.parse::<u32>().ok()),
-                waker,
+                text(waker),
             ),
             _ => continue,
         }) else {
@@ -251,6 +253,15 @@ fn wakers_named(t: &Value, out: &mut FxHashMap<u32, (u32, String)>) {
         out.entry(tid)
             .or_insert_with(|| (pid, crate::escape::escape(name).into_owned()));
     }
+}
+
+/// A thread's `stringArray`, where its markers' texts are (empty where
+/// there is none).
+fn strings_of(t: &Value) -> &[Value] {
+    t["stringArray"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
 }
 
 /// A marker's payload as the profile's schema types it; `Other` where it
@@ -275,7 +286,9 @@ fn markers_of(t: &Value) -> impl Iterator<Item = (&Value, f64, f64)> {
 }
 
 /// A thread's markers: its waits and the block requests it issued.
-fn read_markers(t: &Value, facts: &mut ThreadFacts, devices: &mut Devices) {
+fn read_markers<'a>(t: &'a Value, facts: &mut ThreadFacts, devices: &mut Devices) {
+    let strings = strings_of(t);
+    let text = |f: Option<MarkerStr<'a>>| f.and_then(|f| f.resolve(strings));
     for (d, s, e) in markers_of(t) {
         match view(d) {
             MarkerView::OffCpu {
@@ -296,23 +309,24 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts, devices: &mut Devices) {
                     continue;
                 }
                 let run_delay = run_delay.unwrap_or(0.0);
+                let reason = text(reason);
                 facts.waits.push(Wait {
                     start: s,
                     end: e,
-                    reason: match waited_on {
+                    reason: match text(waited_on) {
                         Some(on) => format!("{} on {on}", reason.unwrap_or("other")),
                         None => reason.unwrap_or("other").to_string(),
                     },
                     wake: e - run_delay - wakeup_landing.unwrap_or(0.0).max(0.0),
                     queued: e - run_delay,
                     waker_tid,
-                    context: waker_context.map(str::to_string),
+                    context: text(waker_context).map(str::to_string),
                     cpu_out,
                     cpu_in,
                 });
             }
             MarkerView::Io { device } => {
-                let name = crate::escape::escape(device.unwrap_or("?"));
+                let name = crate::escape::escape(text(device).unwrap_or("?"));
                 let id = match devices.ids.get(name.as_ref()) {
                     Some(&i) => i,
                     None => {
@@ -343,7 +357,7 @@ fn read_markers(t: &Value, facts: &mut ThreadFacts, devices: &mut Devices) {
                 landing: landing.unwrap_or(0.0).max(0.0),
                 free: e - s,
                 waker_tid,
-                context: waker_context.unwrap_or("not seen").to_string(),
+                context: text(waker_context).unwrap_or("not seen").to_string(),
             }),
             _ => {}
         }
