@@ -607,7 +607,8 @@ struct thread_state {
 	__u32 pid;
 	__u32 off_state;        /* OFFCPU_* of the open interval */
 	__u32 off_cpu;          /* CPU it left */
-	__u32 off_flags;        /* OFFCPU_START_UNSEEN for the open interval */
+	__u32 off_flags;        /* OFFCPU_START_UNSEEN for the open interval;
+				 * OFFCPU_END_INFERRED set as it is closed */
 	__u64 off_runtime;      /* its CPU time (sum_exec_runtime) when it left */
 	__u64 stack_id;         /* stack_event where it left the CPU */
 	/* The last wakeup while off-CPU (sched_waking); wake_ts is written last. */

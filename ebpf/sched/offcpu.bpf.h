@@ -493,27 +493,32 @@ __noinline int leave_thread_place(__u32 tid, struct thread_state *t)
 	return 0;
 }
 
-/* Close tid's open interval at `end`: fold it when short, else send it. */
-static __always_inline void close_interval(__u32 tid, struct thread_state *t, __u64 end, __u32 cpu, const void *comm,
-					   bool comm_is_current, __u32 flags)
+/* Close tid's open interval at `end`: fold it when short, else send it.
+ * Its name is read at `comm_addr`, or is current's where that is 0; its
+ * flags are the state's (`off_flags`). A global function: the verifier
+ * checks it once, not inlined at each of on_sched_switch's two calls under
+ * every path to them (five arguments at most). */
+__noinline int close_interval(__u32 tid, struct thread_state *t, __u64 end, __u32 cpu, __u64 comm_addr)
 {
+	if (!t)
+		return 0;
 	__u64 delta = end - t->off_ts;
 
 	if (t->off_state != OFFCPU_PREEMPTED)
 		leave_thread_place(tid, t);
 	if (delta < offcpu_min_ns) {
 		fold_short(tid, t, end);
-		return;
+		return 0;
 	}
 	if (delta < fold_same_max_ns && fold_by_place(tid, t, end))
-		return;
+		return 0;
 	struct offcpu_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 
 	if (!e) {
 		count_drop(DROP_EVENTS_FULL);
 		t->off_ts = 0;
 		t->off_flags = 0;
-		return;
+		return 0;
 	}
 	e->kind = RECORD_OFFCPU;
 	e->state = t->off_state;
@@ -524,11 +529,11 @@ static __always_inline void close_interval(__u32 tid, struct thread_state *t, __
 	e->cpu_out = t->off_cpu;
 	e->cpu_in = cpu;
 	e->stack_id = t->stack_id;
-	e->flags = flags | t->off_flags;
-	if (comm_is_current)
+	e->flags = t->off_flags;
+	if (!comm_addr)
 		bpf_get_current_comm(e->comm, TASK_COMM_LEN);
 	else
-		bpf_probe_read_kernel(e->comm, TASK_COMM_LEN, comm);
+		bpf_probe_read_kernel(e->comm, TASK_COMM_LEN, (const void *)comm_addr);
 	/* A wakeup older than this interval belongs to an earlier one. */
 	if (t->wake_ts >= t->off_ts && t->wake_ts <= end) {
 		e->wake_ns = t->wake_ts;
@@ -549,6 +554,7 @@ static __always_inline void close_interval(__u32 tid, struct thread_state *t, __
 	t->off_ts = 0;
 	t->off_flags = 0;
 	bpf_ringbuf_submit(e, submit_flags(sizeof(*e), true));
+	return 0;
 }
 
 /* A thread of a tracked process seen for the first time while it is off the
@@ -634,7 +640,8 @@ static __always_inline void switch_out(void *ctx, __u32 tid, bool preempt, unsig
 		__u64 ran = runtime > t->off_runtime ? runtime - t->off_runtime : 0;
 		__u64 since = now - t->off_ts;
 
-		close_interval(tid, t, ran < since ? now - ran : t->off_ts, cpu, 0, true, OFFCPU_END_INFERRED);
+		t->off_flags |= OFFCPU_END_INFERRED;
+		close_interval(tid, t, ran < since ? now - ran : t->off_ts, cpu, 0);
 	}
 	__u32 state = fold_raw_state(preempt, raw);
 
@@ -667,7 +674,7 @@ static __always_inline void switch_out(void *ctx, __u32 tid, bool preempt, unsig
 }
 
 /* next runs again: close its interval. */
-static __always_inline void switch_in(struct task_struct *next, __u32 tid, const void *next_comm, __u64 now, __u32 cpu)
+static __always_inline void switch_in(struct task_struct *next, __u32 tid, __u64 next_comm, __u64 now, __u32 cpu)
 {
 	struct thread_state *t = bpf_map_lookup_elem(&threads, &tid);
 
@@ -675,7 +682,7 @@ static __always_inline void switch_in(struct task_struct *next, __u32 tid, const
 		t = first_seen(next, tid, OFFCPU_PREEMPTED, cpu);
 	if (!t || !t->off_ts)
 		return;
-	close_interval(tid, t, now, cpu, next_comm, false, 0);
+	close_interval(tid, t, now, cpu, next_comm);
 }
 
 /* The raw tracepoint: the bare arguments (preempt, prev, next, prev_state),
@@ -702,7 +709,7 @@ int on_sched_switch(struct bpf_raw_tracepoint_args *ctx)
 	 * walked. The two threads' states are apart; only their records'
 	 * order in the ring changes. */
 	if (next_tid)
-		switch_in(next, next_tid, __builtin_preserve_access_index(&next->comm), now, cpu);
+		switch_in(next, next_tid, (__u64)__builtin_preserve_access_index(&next->comm), now, cpu);
 	if (prev_tid)
 		switch_out(ctx, prev_tid, preempt, raw, now, cpu);
 	return 0;
