@@ -84,7 +84,9 @@ fn with_marker_texts(mut json: Value) -> Value {
         }
     }
     for t in json["threads"].as_array_mut().into_iter().flatten() {
-        let strings = t["stringArray"].as_array().cloned().unwrap_or_default();
+        // Taken out while its markers are read, and put back.
+        let taken = std::mem::take(&mut t["stringArray"]);
+        let strings = taken.as_array().map(Vec::as_slice).unwrap_or(&[]);
         let name = t["name"].clone();
         for d in t["markers"]["data"].as_array_mut().into_iter().flatten() {
             let Some(keys) = d["type"].as_str().and_then(|k| indexed.get(k)) else {
@@ -108,6 +110,7 @@ fn with_marker_texts(mut json: Value) -> Value {
                 *v = text;
             }
         }
+        t["stringArray"] = taken;
     }
     json
 }

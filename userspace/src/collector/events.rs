@@ -378,7 +378,9 @@ impl Collector {
                     waker_stack_id: if waker { st.waker_stack_id } else { 0 },
                     comm: [0; TASK_COMM_LEN],
                     waker_comm: st.waker_comm,
-                    flags: st.off_flags,
+                    // An inferred end's flag is set only as its interval
+                    // closes: one seen open here is not that interval's.
+                    flags: st.off_flags & !abi::OFFCPU_END_INFERRED,
                     landing_ns: if waker {
                         st.landing(end_ns).min(u32::MAX as u64) as u32
                     } else {

@@ -582,7 +582,6 @@ pub(super) fn holding_its_sum(r: &MarkerRecord, (start, end): (f64, f64), last: 
 /// The run-delay markers' name: one row of the Marker Chart holds them all.
 const RUN_DELAY_MARKER_NAME: &str = "Waiting for a CPU";
 
-/// One interval marker, its times in ms.
 /// "read (sync, readahead)": the request's operation and its flags (a
 /// flush's preflush flag says nothing more than "flush"), written in one
 /// string.

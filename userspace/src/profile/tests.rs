@@ -595,6 +595,10 @@ fn a_long_run_delay_is_drawn_apart_from_the_wait() {
         );
     }
     assert_eq!(m["data"][1]["type"], "RunDelay");
+    assert_eq!(
+        marker_text(app, &m["data"][1]["after"]),
+        Some("blocked (uninterruptible)")
+    );
     assert_eq!(m["data"][1]["color"], "red");
     assert_eq!(m["data"][1]["cpu"], 1);
     assert_eq!(m["data"][0]["color"], "orange");
@@ -2312,11 +2316,9 @@ fn a_run_of_short_waits_is_drawn_long_enough_for_its_sum() {
     assert_eq!(held(&slice, (1.0, 1.0)), (1.0, 1.0));
 }
 
-/// A marker's text field `v` of thread `t`: an index into its strings
-/// (`unique-string`), or a text.
+/// A marker's text field `v` of thread `t`, as the writer writes one: an
+/// index into its strings (`unique-string`); None for a text or anything
+/// else.
 fn marker_text<'a>(t: &'a serde_json::Value, v: &'a serde_json::Value) -> Option<&'a str> {
-    match v.as_u64() {
-        Some(i) => t["stringArray"][i as usize].as_str(),
-        None => v.as_str(),
-    }
+    t["stringArray"][v.as_u64()? as usize].as_str()
 }

@@ -154,11 +154,14 @@ impl Tally {
                     }
                     // No waker written (or the dash of older profiles): no
                     // wakeup (preempted), or one not seen.
-                    let waker = match waker.as_ref().and_then(|w| w.resolve(&t.string_array)) {
-                        None | Some("—") => {
+                    // An index past the thread's strings (a damaged
+                    // profile) names a waker not known, not none.
+                    let waker = match waker.as_ref().map(|w| w.resolve(&t.string_array)) {
+                        None | Some(Some("—")) => {
                             "(none seen: preempted, or woken before the wait was traced)"
                         }
-                        Some(w) => w,
+                        Some(None) => "?",
+                        Some(Some(w)) => w,
                     };
                     if !self.wakers.contains_key(waker) {
                         self.wakers.insert(waker.to_string(), (0, 0.0));

@@ -309,18 +309,21 @@ fn read_markers<'a>(t: &'a Value, facts: &mut ThreadFacts, devices: &mut Devices
                     continue;
                 }
                 let run_delay = run_delay.unwrap_or(0.0);
-                let reason = text(reason);
+                // Printed as they are read: any string of the thread's
+                // table a profile's index points at, escaped as names are.
+                let escaped = |f| text(f).map(crate::escape::escape);
+                let reason = escaped(reason).unwrap_or("other".into());
                 facts.waits.push(Wait {
                     start: s,
                     end: e,
-                    reason: match text(waited_on) {
-                        Some(on) => format!("{} on {on}", reason.unwrap_or("other")),
-                        None => reason.unwrap_or("other").to_string(),
+                    reason: match escaped(waited_on) {
+                        Some(on) => format!("{reason} on {on}"),
+                        None => reason.into_owned(),
                     },
                     wake: e - run_delay - wakeup_landing.unwrap_or(0.0).max(0.0),
                     queued: e - run_delay,
                     waker_tid,
-                    context: text(waker_context).map(str::to_string),
+                    context: escaped(waker_context).map(|c| c.into_owned()),
                     cpu_out,
                     cpu_in,
                 });

@@ -87,6 +87,58 @@ fn wakers_without_a_track_are_named_by_their_wakees_markers() {
     );
 }
 
+/// Check that markers whose texts are indexes into their thread's strings
+/// (`unique-string`, as the writer writes them) read as those texts: the
+/// waker named, the wait's reason, context and what it waited on, the
+/// request's device; a text the table holds with a control character is
+/// escaped, as names are; an index past the table reads as not there.
+#[test]
+fn texts_written_as_string_indexes_are_read_as_texts() {
+    let strings = [
+        "sleeping",
+        "kworker/u8:3 (pid 77, tid 77)",
+        "task",
+        "a pipe",
+        "vdb",
+        "odd\x1b[2J",
+    ];
+    let mut woken = off("?", 0.0, Some(77), None);
+    woken["reason"] = 0.into();
+    woken["waker"] = 1.into();
+    woken["wakerPid"] = "77".into();
+    woken["wakerContext"] = 2.into();
+    woken["waitedOn"] = 3.into();
+    let mut odd = off("?", 0.0, None, None);
+    odd["reason"] = 5.into();
+    odd["waitedOn"] = 99.into();
+    let io = serde_json::json!({ "type": "BlockIo", "device": 4 });
+    let mut client = thread(
+        1,
+        1,
+        "client",
+        vec![(0.0, 10.0, woken), (20.0, 30.0, odd), (40.0, 41.0, io)],
+    );
+    client["stringArray"] = strings.to_vec().into();
+    let profile = serde_json::json!({ "meta": { "categories": [] }, "threads": [client] });
+    let threads = Threads::read(&profile);
+    assert_eq!(
+        threads.describe(77),
+        "kworker/u8:3 (77/77, no track of its own)"
+    );
+    let facts = &threads.threads[&1];
+    let waits: Vec<(&str, Option<&str>)> = facts
+        .waits
+        .iter()
+        .map(|w| (w.reason.as_str(), w.context.as_deref()))
+        .collect();
+    assert_eq!(
+        waits,
+        [("sleeping on a pipe", Some("task")), ("odd\\e[2J", None)]
+    );
+    assert_eq!(facts.io.len(), 1);
+    assert_eq!(threads.devices[facts.io[0].2 as usize - 1], "vdb");
+}
+
 /// Check that a wait drawn to its enqueue, its run delay a marker of
 /// its own after it (`offCpu` says the whole wait), is read whole: its
 /// delay charged to who held the CPU, the rest to its waker, and the
