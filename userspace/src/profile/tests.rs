@@ -1741,6 +1741,9 @@ fn marker_view_reads_what_marker_data_writes() {
     .map(Into::into)
     .collect();
     let text = |f: Option<MarkerStr<'_>>| f.and_then(|f| f.resolve(&strings)).map(str::to_string);
+    // An off-CPU marker's texts, written as indexes or (before) as texts.
+    let off_texts =
+        ["sleeping", "srv (pid 7, tid 8)", "task", "a pipe"].map(|t| Some(t.to_string()));
     let off = serde_json::to_value(MarkerData::OffCpu {
         reason: 0,
         run_delay: Some(1.5),
@@ -1778,18 +1781,13 @@ fn marker_view_reads_what_marker_data_writes() {
         panic!("not an off-CPU view: {off}");
     };
     assert_eq!(
-        (
+        [
             text(reason),
             text(waker),
             text(waker_context),
             text(waited_on)
-        ),
-        (
-            Some("sleeping".into()),
-            Some("srv (pid 7, tid 8)".into()),
-            Some("task".into()),
-            Some("a pipe".into())
-        )
+        ],
+        off_texts
     );
     assert_eq!(
         (
@@ -1868,18 +1866,13 @@ fn marker_view_reads_what_marker_data_writes() {
         panic!("not an off-CPU view: {old}");
     };
     assert_eq!(
-        (
+        [
             text(reason),
             text(waker),
             text(waker_context),
             text(waited_on)
-        ),
-        (
-            Some("sleeping".into()),
-            Some("srv (pid 7, tid 8)".into()),
-            Some("task".into()),
-            Some("a pipe".into())
-        )
+        ],
+        off_texts
     );
     let old_io = serde_json::json!({"type": "BlockIo", "device": "vdb"});
     let MarkerView::Io { device } = MarkerView::deserialize(&old_io).unwrap() else {
