@@ -361,7 +361,16 @@ impl Collector {
                 });
             }
             if st.off_ts != 0 && st.off_ts < end_ns {
-                let waker = st.wake_ts >= st.off_ts && st.wake_ts != 0;
+                // As the tracer's close_interval decides: a wakeup of this
+                // interval, not of an earlier one nor after the end.
+                let waker = st.wake_ts >= st.off_ts && st.wake_ts != 0 && st.wake_ts <= end_ns;
+                // And, as it says too, whether the waker ran as a task or
+                // an interrupt (without its stack, else "unknown").
+                let waker_kind = match (waker, st.waker_irq != 0) {
+                    (false, _) => 0,
+                    (true, true) => abi::OFFCPU_WAKER_IRQ,
+                    (true, false) => abi::OFFCPU_WAKER_TASK,
+                };
                 self.handle_offcpu(&OffCpuEvent {
                     kind: abi::RECORD_OFFCPU,
                     state: st.off_state,
@@ -380,7 +389,7 @@ impl Collector {
                     waker_comm: st.waker_comm,
                     // An inferred end's flag is set only as its interval
                     // closes: one seen open here is not that interval's.
-                    flags: st.off_flags & !abi::OFFCPU_END_INFERRED,
+                    flags: (st.off_flags & !abi::OFFCPU_END_INFERRED) | waker_kind,
                     landing_ns: if waker {
                         st.landing(end_ns).min(u32::MAX as u64) as u32
                     } else {

@@ -791,6 +791,48 @@ fn place_runs_left_at_the_end_are_read_with_their_thread() {
     assert!(other.is_none_or(|t| t.off_cpu.duration_ns.is_empty()));
 }
 
+/// Check that a wait still open at the end, read with its thread's state
+/// after the stop, is made as the tracer makes one: its waker a task where
+/// the tracer saw a task wake it (none of its stack kept: not "unknown"),
+/// no waker for a wakeup after the end, and no inferred end (the tracer
+/// sets that flag only as it closes an interval).
+#[test]
+fn a_wait_read_after_the_stop_keeps_its_tracers_judgments() {
+    let mut c = collector(PidFilter::All);
+    let state = |tid: u32, wake_ts: u64| {
+        (
+            tid,
+            abi::ThreadState {
+                pid: 90,
+                off_state: abi::OFFCPU_SLEEPING,
+                off_ts: 100,
+                off_flags: abi::OFFCPU_END_INFERRED,
+                wake_ts,
+                waker_pid: 95,
+                waker_tid: 96,
+                ..Default::default()
+            },
+        )
+    };
+    c.handle_thread_states(
+        &[state(91, 2_500_000), state(92, 3_500_000)],
+        &[],
+        3_000_000,
+    );
+    let r = c.finish_window(range(0, 3_000_000));
+    assert_eq!(r.stats.off_cpu_end_inferred, 0);
+    let waker_of = |tid: u32| {
+        let t = thread(&r, 90, tid);
+        match &t.markers[..] {
+            [MarkerRecord::OffCpu { waker, .. }] => waker.clone(),
+            other => panic!("tid {tid}: {other:?}"),
+        }
+    };
+    let woken = waker_of(91).expect("a waker seen before the end");
+    assert_eq!((woken.pid, woken.tid, woken.interrupt), (95, 96, None));
+    assert_eq!(waker_of(92), None);
+}
+
 /// Check that a thread's own run of short waits, read with its state after
 /// the stop, keeps only what came before the end: its marker ends there
 /// with the share of its sums its span keeps (the waits of 800-1,200 ns, a

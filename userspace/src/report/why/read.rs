@@ -309,8 +309,10 @@ fn read_markers<'a>(t: &'a Value, facts: &mut ThreadFacts, devices: &mut Devices
                     continue;
                 }
                 let run_delay = run_delay.unwrap_or(0.0);
-                // Printed as they are read: any string of the thread's
-                // table a profile's index points at, escaped as names are.
+                // Any string of the thread's table an index points at,
+                // escaped as names are: the reason and what it waited on
+                // are printed; the context only compared (its known
+                // values escape to themselves).
                 let escaped = |f| text(f).map(crate::escape::escape);
                 let reason = escaped(reason).unwrap_or("other".into());
                 facts.waits.push(Wait {

@@ -98,9 +98,10 @@ fn texts_written_as_string_indexes_are_read_as_texts() {
         "sleeping",
         "kworker/u8:3 (pid 77, tid 77)",
         "task",
-        "a pipe",
+        "a\npipe",
         "vdb",
         "odd\x1b[2J",
+        "server (pid 90, tid 91)",
     ];
     let mut woken = off("?", 0.0, Some(77), None);
     woken["reason"] = 0.into();
@@ -112,11 +113,18 @@ fn texts_written_as_string_indexes_are_read_as_texts() {
     odd["reason"] = 5.into();
     odd["waitedOn"] = 99.into();
     let io = serde_json::json!({ "type": "BlockIo", "device": 4 });
+    let short = serde_json::json!({ "type": "ShortWaits", "count": 3, "offCpu": 0.3,
+        "waker": 6, "wakerPid": "90", "wakerTid": 91, "wakerContext": 2 });
     let mut client = thread(
         1,
         1,
         "client",
-        vec![(0.0, 10.0, woken), (20.0, 30.0, odd), (40.0, 41.0, io)],
+        vec![
+            (0.0, 10.0, woken),
+            (20.0, 30.0, odd),
+            (40.0, 41.0, io),
+            (50.0, 51.0, short),
+        ],
     );
     client["stringArray"] = strings.to_vec().into();
     let profile = serde_json::json!({ "meta": { "categories": [] }, "threads": [client] });
@@ -125,6 +133,7 @@ fn texts_written_as_string_indexes_are_read_as_texts() {
         threads.describe(77),
         "kworker/u8:3 (77/77, no track of its own)"
     );
+    assert_eq!(threads.describe(91), "server (90/91, no track of its own)");
     let facts = &threads.threads[&1];
     let waits: Vec<(&str, Option<&str>)> = facts
         .waits
@@ -133,7 +142,16 @@ fn texts_written_as_string_indexes_are_read_as_texts() {
         .collect();
     assert_eq!(
         waits,
-        [("sleeping on a pipe", Some("task")), ("odd\\e[2J", None)]
+        [("sleeping on a\\npipe", Some("task")), ("odd\\e[2J", None)]
+    );
+    // The short waits' context read through the table: a task's.
+    assert_eq!(
+        facts
+            .short
+            .iter()
+            .map(|r| r.context.as_str())
+            .collect::<Vec<_>>(),
+        ["task"]
     );
     assert_eq!(facts.io.len(), 1);
     assert_eq!(threads.devices[facts.io[0].2 as usize - 1], "vdb");
